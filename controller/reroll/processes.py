@@ -1,0 +1,122 @@
+"""Child processes of the controller: the sidecar (local backend), the LLM proxy, the scripted model.
+
+Each is a Python module run as ``python -m MODULE ... --ready-file F``; it writes a JSON object
+to F once it listens. `ChildProcess` starts one, waits for that file, and stops the process
+explicitly (SIGTERM, then SIGKILL after a grace period) — never from a finaliser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from reroll.errors import RerollError
+
+
+class ChildProcess:
+    """A Python module running as a child process that announces readiness through a file.
+
+    Args:
+        module: the module to run with ``python -m``.
+        args: its command-line arguments, without ``--ready-file`` (added here).
+        workdir: a folder for the ready file and the process's log (``<name>.log``).
+        name: a short name used in file names and error messages.
+        env: the child's environment (default: the controller's).
+    """
+
+    def __init__(
+        self,
+        module: str,
+        args: list[str],
+        *,
+        workdir: Path,
+        name: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.module = module
+        self.args = args
+        self.name = name
+        self.env = env
+        self.ready_file = workdir / f"{name}.ready.json"
+        self.log_path = workdir / f"{name}.log"
+        self.ready: dict[str, Any] = {}
+        self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id, once started."""
+        return self._process.pid if self._process else None
+
+    async def start(self, ready_timeout_seconds: float = 30.0) -> dict[str, Any]:
+        """Start the child and wait until it wrote its ready file.
+
+        Returns:
+            The ready file's JSON object (e.g. ``{"port": 8123, "pid": 42}``).
+
+        Raises:
+            RerollError: the child exited first, or was not ready within the timeout; the
+                message carries the end of its log.
+        """
+        self.ready_file.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", self.module, *self.args, "--ready-file", str(self.ready_file)]
+        with open(self.log_path, "ab") as log:
+            self._process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=self.env
+            )
+        deadline = time.monotonic() + ready_timeout_seconds
+        while not self.ready_file.exists():
+            if self._process.returncode is not None:
+                raise RerollError(
+                    f"{self.name} exited with code {self._process.returncode} before it was ready:\n"
+                    f"{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                await self.stop()
+                raise RerollError(
+                    f"{self.name} was not ready after {ready_timeout_seconds:.0f} s:\n{self.log_tail()}"
+                )
+            await asyncio.sleep(0.02)
+        self.ready = orjson.loads(self.ready_file.read_bytes())
+        return self.ready
+
+    def alive(self) -> bool:
+        """Whether the child is still running."""
+        return self._process is not None and self._process.returncode is None
+
+    async def stop(self, grace_seconds: float = 5.0) -> None:
+        """SIGTERM the child, then SIGKILL it if it has not exited after `grace_seconds`."""
+        process = self._process
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), grace_seconds)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+    def log_tail(self, max_bytes: int = 4000) -> str:
+        """The last `max_bytes` bytes of the child's log, decoded."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(0, os.path.getsize(self.log_path) - max_bytes))
+                return log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+
+    async def __aenter__(self) -> ChildProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

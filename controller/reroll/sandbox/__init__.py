@@ -1,0 +1,1 @@
+"""Sandbox backends: the `Sandbox` protocol, the sidecar client and the `local` backend."""

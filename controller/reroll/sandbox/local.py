@@ -1,0 +1,101 @@
+"""The `local` sandbox backend: a private folder on the host and a sidecar child process.
+
+No isolation beyond a separate working tree, HOME and process group: meant for trusted agents,
+tests and the embedded demo, where no container engine is needed. The sandbox paths live under
+the root folder (``<root>/app``, ``<root>/logs``), so task scripts that run here read them from
+``$REROLL_WORKSPACE`` and ``$REROLL_LOGS_DIR`` (falling back to ``/app`` and ``/logs`` in
+containers). The workspace starts as a copy of the task's ``environment/workspace/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+from reroll.config import cache_dir
+from reroll.errors import RerollError, SandboxError
+from reroll.processes import ChildProcess
+from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
+from reroll.tasks import Task
+
+
+class LocalSandbox:
+    """A sandbox in a temporary host folder; see the module docstring.
+
+    Args:
+        task: the task; its ``environment/workspace/`` seeds the workspace.
+        run_id: the rollout's id, part of the folder's name.
+    """
+
+    def __init__(self, task: Task, run_id: str) -> None:
+        self.task = task
+        self.run_id = run_id
+        self.root = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id}-"))
+        self.layout = SandboxLayout(
+            root=str(self.root),
+            workspace=str(self.root / "app"),
+            logs_dir=str(self.root / "logs"),
+            home=str(self.root / "home"),
+            agents_dir=str(cache_dir() / "agents"),
+        )
+        self._token = secrets.token_urlsafe(24)
+        self._sidecar: ChildProcess | None = None
+        self._client: SidecarClient | None = None
+
+    @property
+    def client(self) -> SidecarClient:
+        """The connected sidecar client."""
+        if self._client is None:
+            raise SandboxError(f"local sandbox {self.root} is not started")
+        return self._client
+
+    async def start(self) -> None:
+        """Lay out the folders, seed the workspace, start the sidecar and wait until it is ready."""
+        for sub in ("app", "logs/agent", "logs/verifier", "home", "tmp", ".reroll"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        if self.task.workspace_seed_dir is not None:
+            shutil.copytree(
+                self.task.workspace_seed_dir, self.root / "app", dirs_exist_ok=True, symlinks=True
+            )
+        socket_path = self.root / ".reroll" / "sidecar.sock"
+        env = dict(os.environ, REROLL_SIDECAR_TOKEN=self._token, TMPDIR=str(self.root / "tmp"))
+        self._sidecar = ChildProcess(
+            "reroll_sidecar",
+            ["--listen", f"unix:{socket_path}"],
+            workdir=self.root / ".reroll",
+            name="sidecar",
+            env=env,
+        )
+        try:
+            await self._sidecar.start()
+            self._client = SidecarClient(f"unix:{socket_path}", self._token)
+            await self._client.__aenter__()
+            await self._client.wait_ready(timeout_seconds=30.0)
+        except (RerollError, SidecarError) as exc:
+            await self.stop()
+            raise SandboxError(f"local sandbox {self.root}: sidecar did not start: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Kill the sandbox's processes, stop the sidecar and delete the folder."""
+        if self._client is not None:
+            # A dead sidecar cannot kill; its process groups are then gone or orphaned already.
+            with contextlib.suppress(SidecarError):
+                await self._client.kill()
+            await self._client.close()
+            self._client = None
+        if self._sidecar is not None:
+            await self._sidecar.stop()
+            self._sidecar = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    async def __aenter__(self) -> LocalSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

@@ -1,0 +1,374 @@
+"""The host side of the sidecar contract: an async client for the sidecar daemon of a sandbox.
+
+Every backend hands out one `SidecarClient`; exec, files and kill inside the sandbox all go
+through it. gRPC errors are converted at this boundary::
+
+    SidecarError (a SandboxError)   an RPC failed; the message names the RPC, the status and the details
+    └── SidecarUnavailable          no connection, or the sidecar was not ready in time
+
+`get_file` raises the built-in FileNotFoundError for a missing file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Literal, NoReturn
+
+import grpc
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
+from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
+
+from reroll.errors import SandboxError
+
+HEALTH_DEADLINE_SECONDS = 5.0
+FILE_DEADLINE_SECONDS = 120.0
+KILL_DEADLINE_SECONDS = 30.0
+EXEC_DEADLINE_MARGIN_SECONDS = 30.0
+"""Added to an Exec's own timeout for its RPC deadline, so the sidecar reports the timeout first."""
+FILE_CHUNK_BYTES = 1024 * 1024
+"""The size of the chunks `put_file` sends."""
+
+_CHANNEL_OPTIONS = [
+    # The sidecar is near; retry a refused connection quickly instead of gRPC's default 1 s → 120 s.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+class SidecarError(SandboxError):
+    """An RPC to the sidecar failed; the message says which one, with the gRPC status and details."""
+
+
+class SidecarUnavailable(SidecarError):
+    """The sidecar cannot be reached (connection refused, socket missing, not ready in time)."""
+
+
+@dataclass(frozen=True)
+class SidecarHealth:
+    """What the sidecar's Health RPC reports."""
+
+    ready: bool
+    version: str
+    pid: int
+    """The sidecar's process id (inside the sandbox)."""
+    user: str
+    """The user the sidecar runs as."""
+
+
+@dataclass(frozen=True)
+class ExecExit:
+    """The last item `SidecarClient.exec_stream` yields."""
+
+    exit_code: int
+    """The exit code, or the negative signal number when killed by a signal (-9 after a timeout)."""
+    timed_out: bool
+    """Whether the process group was killed because the timeout elapsed."""
+
+
+ExecItem = tuple[Literal["stdout", "stderr"], bytes] | ExecExit
+"""One item of `SidecarClient.exec_stream`: an output chunk, or the exit at the end."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of `SidecarClient.exec`."""
+
+    exit_code: int
+    """The exit code, or the negative signal number when killed by a signal (-9 after a timeout)."""
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    """Whether the process group was killed because the timeout elapsed."""
+    duration_seconds: float
+    """Wall-clock time from the request to the exit, as the client saw it."""
+
+    def output_text(self) -> str:
+        """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""
+        return (self.stdout + self.stderr).decode("utf-8", errors="replace")
+
+
+def _raise(exc: grpc.aio.AioRpcError, what: str) -> NoReturn:
+    """Convert a gRPC error of the RPC described by `what` into a SidecarError."""
+    code = exc.code()
+    cls = SidecarUnavailable if code == grpc.StatusCode.UNAVAILABLE else SidecarError
+    raise cls(f"sidecar {what} failed: {code.name}: {exc.details()}") from exc
+
+
+class SidecarClient:
+    """An async client of one sidecar. Open it with ``async with`` (or `__aenter__`), close with `close`.
+
+    Args:
+        address: the gRPC target, ``unix:/path/s.sock`` or ``HOST:PORT``.
+        token: the sidecar's bearer token; empty sends no authorization (the sidecar then refuses).
+    """
+
+    def __init__(self, address: str, token: str) -> None:
+        self.address = address
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.SidecarAsyncStub | None = None
+
+    async def __aenter__(self) -> SidecarClient:
+        """Open the channel (connecting lazily, on the first RPC)."""
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+            self._stub = pb_grpc.SidecarStub(self._channel)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel; RPCs still running are cancelled. Safe to call twice."""
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
+
+    @property
+    def _rpc(self) -> pb_grpc.SidecarAsyncStub:
+        """The gRPC stub. Raises SidecarError when the client is not open."""
+        if self._stub is None:
+            raise SidecarError(f"sidecar client for {self.address} is not open")
+        return self._stub
+
+    async def health(self) -> SidecarHealth:
+        """Ask the sidecar whether it is ready (deadline `HEALTH_DEADLINE_SECONDS`).
+
+        Raises:
+            SidecarUnavailable: the sidecar cannot be reached, or did not answer within the deadline.
+            SidecarError: any other failure (e.g. UNAUTHENTICATED).
+        """
+        return await self._health(HEALTH_DEADLINE_SECONDS)
+
+    async def _health(self, deadline_seconds: float) -> SidecarHealth:
+        """Health with a deadline of `deadline_seconds`."""
+        try:
+            response = await self._rpc.Health(
+                pb.HealthRequest(), timeout=deadline_seconds, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise SidecarUnavailable(
+                    f"sidecar {self.address} Health: no answer within {deadline_seconds:.1f} s"
+                ) from exc
+            _raise(exc, f"{self.address} Health")
+        return SidecarHealth(
+            ready=response.ready, version=response.version, pid=response.pid, user=response.user
+        )
+
+    async def wait_ready(self, timeout_seconds: float = 30.0) -> None:
+        """Poll Health until the sidecar reports ready.
+
+        Raises:
+            SidecarUnavailable: not ready within `timeout_seconds`; names the address and the last error.
+            SidecarError: the sidecar answered with a permanent error (such as UNAUTHENTICATED).
+        """
+        deadline = time.monotonic() + timeout_seconds
+        last_error = "it never answered"
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                health = await self._health(min(remaining, HEALTH_DEADLINE_SECONDS))
+            except SidecarUnavailable as exc:
+                last_error = str(exc)
+            else:
+                if health.ready:
+                    return
+                last_error = "it answered ready=false"
+            await asyncio.sleep(0.05)
+        raise SidecarUnavailable(
+            f"sidecar at {self.address} not ready after {timeout_seconds:.1f} s; last error: {last_error}"
+        )
+
+    async def exec_stream(
+        self,
+        argv: list[str],
+        *,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        user: str = "",
+        timeout_seconds: float = 0.0,
+        stdin: bytes = b"",
+    ) -> AsyncGenerator[ExecItem, None]:
+        """Run `argv` in the sandbox and yield its output as produced, then its exit.
+
+        Closing the generator early (use ``contextlib.aclosing``) or cancelling the task that
+        iterates it cancels the RPC, and the sidecar then kills the process group.
+
+        Args:
+            argv: the program and its arguments (looked up in the child's PATH).
+            cwd: working directory in the sandbox; empty = the sidecar's.
+            env: environment variables of the child.
+            inherit_env: True: the sidecar's environment updated by `env`; False: exactly `env`.
+            user: run as this user (the sidecar must be root for another user); empty = the sidecar's.
+            timeout_seconds: kill the whole process group after this long; 0 = no timeout.
+            stdin: bytes fed to the child's stdin, which is then closed.
+
+        Yields:
+            ``("stdout", chunk)`` / ``("stderr", chunk)`` (≤ 64 KiB each), then one `ExecExit`.
+            A program that does not exist ends with exit code 127 and the error on stderr.
+
+        Raises:
+            SidecarError: the RPC failed, e.g. INVALID_ARGUMENT for a nonexistent `cwd`.
+            SidecarUnavailable: the sidecar cannot be reached.
+        """
+        request = pb.ExecRequest(
+            argv=argv,
+            cwd=cwd,
+            env=dict(env or {}),
+            inherit_env=inherit_env,
+            user=user,
+            timeout_seconds=timeout_seconds,
+            stdin=stdin,
+        )
+        deadline = timeout_seconds + EXEC_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
+        call = self._rpc.Exec(request, timeout=deadline, metadata=self._metadata)
+        exit_status: ExecExit | None = None
+        try:
+            async for event in call:
+                kind = event.WhichOneof("event")
+                if kind == "stdout":
+                    yield ("stdout", event.stdout)
+                elif kind == "stderr":
+                    yield ("stderr", event.stderr)
+                elif kind == "exit":
+                    exit_status = ExecExit(exit_code=event.exit.exit_code, timed_out=event.exit.timed_out)
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, f"{self.address} Exec {argv[:3]}")
+        finally:
+            call.cancel()  # a no-op after the end; stops the command when the consumer left early
+        if exit_status is None:
+            raise SidecarError(f"sidecar {self.address} Exec {argv[:3]}: the stream ended without an exit")
+        yield exit_status
+
+    async def exec(
+        self,
+        argv: list[str],
+        *,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        user: str = "",
+        timeout_seconds: float = 0.0,
+        stdin: bytes = b"",
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> ExecResult:
+        """Run `argv` in the sandbox to its end and collect its output.
+
+        Takes the arguments of `exec_stream`, plus:
+
+        Args:
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+
+        Returns:
+            The exit code, the whole stdout and stderr, whether it timed out, and how long it took.
+
+        Raises:
+            SidecarError: the RPC failed (see `exec_stream`).
+            SidecarUnavailable: the sidecar cannot be reached.
+        """
+        started = time.monotonic()
+        output: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        exit_status: ExecExit | None = None
+        stream = self.exec_stream(
+            argv,
+            cwd=cwd,
+            env=env,
+            inherit_env=inherit_env,
+            user=user,
+            timeout_seconds=timeout_seconds,
+            stdin=stdin,
+        )
+        async with contextlib.aclosing(stream) as items:
+            async for item in items:
+                if isinstance(item, ExecExit):
+                    exit_status = item
+                    continue
+                name, chunk = item
+                output[name].append(chunk)
+                if on_output is not None:
+                    on_output(name, chunk)
+        assert exit_status is not None, "exec_stream ends with an ExecExit or raises"
+        return ExecResult(
+            exit_code=exit_status.exit_code,
+            stdout=b"".join(output["stdout"]),
+            stderr=b"".join(output["stderr"]),
+            timed_out=exit_status.timed_out,
+            duration_seconds=time.monotonic() - started,
+        )
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
+        """Write `data` to the absolute `path` in the sandbox, atomically, creating parent folders.
+
+        Args:
+            path: absolute path in the sandbox.
+            data: the file's whole content.
+            mode: permission bits, e.g. ``0o755``.
+
+        Returns:
+            The size written, in bytes.
+
+        Raises:
+            SidecarError: the RPC failed (e.g. INVALID_ARGUMENT for a relative path, PERMISSION_DENIED).
+        """
+
+        def chunks() -> Iterator[pb.FileChunk]:
+            yield pb.FileChunk(path=path, mode=mode, data=data[:FILE_CHUNK_BYTES])
+            for start in range(FILE_CHUNK_BYTES, len(data), FILE_CHUNK_BYTES):
+                yield pb.FileChunk(data=data[start : start + FILE_CHUNK_BYTES])
+
+        try:
+            response = await self._rpc.PutFile(
+                chunks(), timeout=FILE_DEADLINE_SECONDS, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, f"{self.address} PutFile {path}")
+        return response.size_bytes
+
+    async def get_file(self, path: str) -> bytes:
+        """Read the file at the absolute `path` in the sandbox.
+
+        Returns:
+            The file's content.
+
+        Raises:
+            FileNotFoundError: the file does not exist (the message names `path`).
+            SidecarError: any other failure (e.g. PERMISSION_DENIED, a directory).
+        """
+        parts: list[bytes] = []
+        call = self._rpc.GetFile(
+            pb.GetFileRequest(path=path), timeout=FILE_DEADLINE_SECONDS, metadata=self._metadata
+        )
+        try:
+            async for chunk in call:
+                parts.append(chunk.data)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+            _raise(exc, f"{self.address} GetFile {path}")
+        return b"".join(parts)
+
+    async def kill(self, user: str = "") -> int:
+        """SIGKILL the process groups started through exec for `user` (empty: for every user).
+
+        When the sidecar is root and `user` is another, non-root user, every process of that
+        user dies too.
+
+        Returns:
+            How many process groups were signalled.
+
+        Raises:
+            SidecarError: the RPC failed.
+        """
+        try:
+            response = await self._rpc.Kill(
+                pb.KillRequest(user=user), timeout=KILL_DEADLINE_SECONDS, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, f"{self.address} Kill")
+        return response.killed_groups

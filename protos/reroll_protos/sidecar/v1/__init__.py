@@ -1,0 +1,1 @@
+"""Generated gRPC code for the reroll sidecar contract (see sidecar.proto)."""

@@ -1,0 +1,145 @@
+"""The record / replay / cutover engine (pure: no sockets, no files).
+
+A front end (the aiohttp server) asks `ReplayEngine.decide` what to do with each request the
+agent sends, in arrival order, and the engine answers with one `Decision`:
+
+- `Replay` — step < cut_index: serve recorded exchange ``step`` (with the divergence between
+  the recorded and the live request, if any, under the ``warn`` policy);
+- `Live` — step >= cut_index and a live upstream exists: forward the request;
+- `Abort` — ``strict`` policy and the request differs from the recording; once aborted, every
+  later request is aborted too;
+- `Exhausted` — step >= cut_index and no live upstream (replay-only mode reached the cut).
+
+Steps count the served requests (`Replay` and `Live`), from 0, so the exchanges recorded for
+them are numbered without gaps; `Abort` and `Exhausted` carry the step the request would have
+had. Record mode is ``cut_index=0`` with a live upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from reroll_proxy.divergence import Divergence, compare_requests
+from reroll_proxy.exchange import Exchange
+
+DivergencePolicy = Literal["warn", "strict"]
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Serve the recorded `exchange` for this step."""
+
+    step: int
+    exchange: Exchange
+    divergence: Divergence | None
+    """How the live request differs from the recorded one (``warn`` policy), else None."""
+
+
+@dataclass(frozen=True)
+class Live:
+    """Forward this step to the live upstream."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Refuse the request: the replay left the recorded rails under the ``strict`` policy."""
+
+    step: int
+    reason: str
+    divergence: Divergence
+    """The divergence that caused the abort (the first one, for every later request too)."""
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """Refuse the request: replay-only mode served every recorded exchange up to the cut."""
+
+    step: int
+
+
+Decision = Replay | Live | Abort | Exhausted
+
+
+@dataclass(frozen=True)
+class DivergenceNote:
+    """A divergence seen at a step."""
+
+    step: int
+    divergence: Divergence
+
+
+@dataclass
+class ReplayEngine:
+    """Decides, request by request, between replaying, going live, aborting and stopping.
+
+    Args:
+        recorded: the recorded exchanges, in step order (may be empty).
+        cut_index: how many recorded exchanges to serve before going live; 0 <= cut_index <=
+            len(recorded).
+        has_live_upstream: whether requests from the cut on can go to a live model.
+        divergence_policy: ``warn`` serves the recording anyway and notes the divergence;
+            ``strict`` aborts.
+
+    Raises:
+        ValueError: `cut_index` is out of range.
+    """
+
+    recorded: Sequence[Exchange]
+    cut_index: int
+    has_live_upstream: bool
+    divergence_policy: DivergencePolicy = "warn"
+    served_replayed: int = field(default=0, init=False)
+    """Requests answered from the recording."""
+    served_live: int = field(default=0, init=False)
+    """Requests forwarded to the live upstream."""
+    divergences: list[DivergenceNote] = field(default_factory=list, init=False)
+    """Every divergence seen, in step order."""
+    replay_exhausted: bool = field(default=False, init=False)
+    """True once a replay-only request came after the cut."""
+    aborted: str | None = field(default=None, init=False)
+    """Why the engine aborted (strict divergence), else None."""
+    _abort: Abort | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.cut_index <= len(self.recorded):
+            count = len(self.recorded)
+            raise ValueError(f"cut_index {self.cut_index} is outside 0..{count} (the recorded exchanges)")
+
+    @property
+    def next_step(self) -> int:
+        """The step the next served request gets."""
+        return self.served_replayed + self.served_live
+
+    def decide(self, step_body: dict[str, Any]) -> Decision:
+        """Decide what to do with the next request.
+
+        Args:
+            step_body: the request's JSON body.
+
+        Returns:
+            The decision; `Replay` and `Live` advance the step counter.
+        """
+        step = self.next_step
+        if self._abort is not None:
+            return Abort(step, self._abort.reason, self._abort.divergence)
+        if step >= self.cut_index:
+            if not self.has_live_upstream:
+                self.replay_exhausted = True
+                return Exhausted(step)
+            self.served_live += 1
+            return Live(step)
+        exchange = self.recorded[step]
+        recorded_body = exchange.request.body
+        divergence = compare_requests(recorded_body, step_body) if isinstance(recorded_body, dict) else None
+        if divergence is not None:
+            self.divergences.append(DivergenceNote(step, divergence))
+            if self.divergence_policy == "strict":
+                self._abort = Abort(step, f"step {step}: {divergence.summary}", divergence)
+                self.aborted = self._abort.reason
+                return self._abort
+        self.served_replayed += 1
+        return Replay(step, exchange, divergence)

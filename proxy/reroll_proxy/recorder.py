@@ -1,0 +1,109 @@
+"""Durable, ordered appends of exchanges to ``llm_trajectory.jsonl``.
+
+The guarantee: when `Recorder.record` returns, the exchange's line (orjson, ``\\n``-terminated)
+has been written, flushed and ``fsync``-ed, so it survives the proxy or the machine dying
+right after. The server calls it before the agent can see the end of the response it records:
+
+- non-streamed responses: before the first byte of the response is sent;
+- streamed responses: after the upstream stream ended and every event but the closing
+  ``data: [DONE]`` was forwarded, before ``[DONE]`` is sent and the response is closed. An
+  agent that reads to the end of the stream (every SDK does) therefore never acts on a
+  response that is not on disk; one that acts on partial chunks may be ahead of the file by
+  that one response.
+
+Lines are appended in step order even when requests overlap: `record` for step k waits until
+steps 0..k-1 were recorded or skipped (`skip`, for a step that ends without an exchange, e.g.
+because the agent hung up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from reroll_proxy.exchange import Exchange
+
+
+class Recorder:
+    """Appends exchanges to a JSONL file, durably and in step order.
+
+    Args:
+        path: the trajectory file; created (with its folder) if missing, appended to otherwise.
+        first_step: the step of the first exchange this recorder will write.
+    """
+
+    def __init__(self, path: Path, first_step: int = 0) -> None:
+        self.path = path
+        self._next_step = first_step
+        self._done: set[int] = set()
+        self._turn = asyncio.Condition()
+        self._file: BinaryIO | None = None
+
+    def open(self) -> None:
+        """Open (create) the file now, so a path that cannot be written fails early.
+
+        Raises:
+            OSError: the file or its folder cannot be created.
+        """
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+            _fsync_dir(self.path.parent)
+
+    async def record(self, step: int, exchange: Exchange) -> None:
+        """Append `exchange` as the line of `step`, once every earlier step is done.
+
+        Args:
+            step: the exchange's step (its ``metadata.step``).
+            exchange: what to write.
+
+        Raises:
+            OSError: the write or fsync failed.
+        """
+        async with self._turn:
+            await self._turn.wait_for(lambda: self._next_step == step)
+            self.open()
+            assert self._file is not None
+            await asyncio.to_thread(_append, self._file, exchange.to_line())
+            self._advance(step)
+
+    async def skip(self, step: int) -> None:
+        """Mark `step` as done without a line (no-op if it was recorded already)."""
+        async with self._turn:
+            if step >= self._next_step:
+                self._advance(step)
+
+    def _advance(self, step: int) -> None:
+        self._done.add(step)
+        while self._next_step in self._done:
+            self._done.discard(self._next_step)
+            self._next_step += 1
+        self._turn.notify_all()
+
+    def close(self) -> None:
+        """Close the file (recording again reopens it)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _append(file: BinaryIO, line: bytes) -> None:
+    file.write(line)
+    file.flush()
+    os.fsync(file.fileno())
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a newly created file's directory entry durable (best effort: not on every OS)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,208 @@
+"""Serving one step: write the response to the agent and record its exchange, in the order the
+recorder's guarantee needs (see `reroll_proxy.recorder`).
+
+`ServedStep` holds what is known about a request once the engine decided to serve it; its
+`ServedStep.send_json` records and then answers, its `ServedStep.send_stream` forwards events as
+they come, holding back the closing ``data: [DONE]`` until the exchange is recorded. Replay and
+live serving differ only in the `EventSource` they stream from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from reroll_proxy.divergence import Divergence
+from reroll_proxy.exchange import (
+    Exchange,
+    ExchangeMetadata,
+    ExchangeRequest,
+    ExchangeResponse,
+    Source,
+    sanitize_headers,
+)
+from reroll_proxy.recorder import Recorder
+from reroll_proxy.sse import SseEvent, SseParser, assemble_chat_completion, encode_event
+
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+_NOT_FORWARDED = frozenset(
+    {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "date", "server"}
+)
+
+
+def error_payload(kind: str, message: str) -> bytes:
+    """An OpenAI-style error body: ``{"error": {"message", "type": kind, "param": null, "code": kind}}``."""
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": kind}})
+
+
+def error_response(status: int, kind: str, message: str) -> web.Response:
+    """An OpenAI-style error response (see `error_payload`)."""
+    return web.Response(status=status, body=error_payload(kind, message), content_type="application/json")
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601."""
+    return datetime.now(UTC).isoformat()
+
+
+def parse_json(payload: bytes) -> Any:
+    """The JSON value of `payload`, or its text when it is not JSON."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return payload.decode("utf-8", errors="replace")
+
+
+class EventSource:
+    """Events to stream to the agent (here: a fixed list); `error` says why they ended early, if so."""
+
+    def __init__(self, events: Iterable[SseEvent] = ()) -> None:
+        self._events = list(events)
+        self.error: str | None = None
+
+    async def events(self) -> AsyncGenerator[SseEvent]:
+        """The events, in order."""
+        for event in self._events:
+            yield event
+
+
+class UpstreamEvents(EventSource):
+    """The events of an upstream ``text/event-stream`` response, parsed as its chunks arrive."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        super().__init__()
+        self._response = response
+
+    async def events(self) -> AsyncGenerator[SseEvent]:
+        """The events, each as soon as it is complete; a broken stream ends them and sets `error`."""
+        parser = SseParser()
+        try:
+            async for chunk in self._response.content.iter_any():
+                for event in parser.feed(chunk):
+                    yield event
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.error = f"upstream stream broke off: {exc!r}"
+        for event in parser.finish():
+            yield event
+
+
+@dataclass
+class ServedStep:
+    """A request the engine decided to serve (replay or live), and what its exchange line needs."""
+
+    number: int
+    """The step (0-based)."""
+    request: web.Request
+    source: Source
+    divergence: Divergence | None
+    recorder: Recorder
+    received: float
+    """`time.monotonic` at receipt."""
+    received_at: str
+    """ISO 8601 time of receipt."""
+    first_byte: float | None = None
+
+    async def send_json(
+        self,
+        status: int,
+        headers: dict[str, str],
+        payload: bytes,
+        sent_body: Any,
+        model: str | None,
+        error: str | None = None,
+    ) -> web.Response:
+        """Record the exchange, then return the response that sends `payload` to the agent.
+
+        Args:
+            status: HTTP status for the agent (and the record).
+            headers: upstream (or recorded) response headers, without secrets.
+            payload: the body bytes, sent as they are.
+            sent_body: the request body to record (as forwarded upstream).
+            model: the model that produced the response.
+            error: why the upstream failed, if it did.
+        """
+        self.first_byte = time.monotonic()
+        exchange = self._exchange(sent_body, status, headers, parse_json(payload), None, model, error)
+        await self.recorder.record(self.number, exchange)
+        content_type = headers.get("content-type", "application/json")
+        return web.Response(status=status, body=payload, headers=self._agent_headers(headers, content_type))
+
+    async def send_stream(
+        self, status: int, headers: dict[str, str], source: EventSource, sent_body: Any, model: str | None
+    ) -> web.StreamResponse:
+        """Stream `source` to the agent one write per event; record before sending ``[DONE]`` and closing.
+
+        Args:
+            status: HTTP status for the agent (and the record).
+            headers: upstream (or recorded) response headers, without secrets.
+            source: the events to forward.
+            sent_body: the request body to record (as forwarded upstream).
+            model: the model that produced the response, unless the chunks name one.
+        """
+        response = web.StreamResponse(status=status, headers=self._agent_headers(headers, SSE_CONTENT_TYPE))
+        await response.prepare(self.request)
+        events: list[SseEvent] = []
+        held: list[SseEvent] = []
+        async with contextlib.aclosing(source.events()) as stream:
+            async for event in stream:
+                events.append(event)
+                if held or event.is_done:
+                    held.append(event)
+                    continue
+                await response.write(encode_event(event))
+                if self.first_byte is None:
+                    self.first_byte = time.monotonic()
+        body = assemble_chat_completion(events)
+        model = body.get("model") or model
+        exchange = self._exchange(sent_body, status, headers, body, events, model, source.error)
+        await self.recorder.record(self.number, exchange)
+        for event in held:
+            await response.write(encode_event(event))
+        await response.write_eof()
+        return response
+
+    def _agent_headers(self, headers: Mapping[str, str], content_type: str) -> dict[str, str]:
+        kept = {name: value for name, value in headers.items() if name not in _NOT_FORWARDED}
+        reroll = {"x-reroll-step": str(self.number), "x-reroll-source": self.source}
+        return kept | reroll | {"content-type": content_type}
+
+    def _exchange(
+        self,
+        sent_body: Any,
+        status: int,
+        headers: dict[str, str],
+        body: Any,
+        events: list[SseEvent] | None,
+        model: str | None,
+        error: str | None,
+    ) -> Exchange:
+        return Exchange(
+            request=ExchangeRequest(
+                timestamp=self.received_at,
+                method=self.request.method,
+                path=self.request.path,
+                headers=sanitize_headers(self.request.headers.items()),
+                body=sent_body,
+            ),
+            response=ExchangeResponse(
+                timestamp=now_iso(), status_code=status, headers=headers, body=body, events=events
+            ),
+            duration_ms=(time.monotonic() - self.received) * 1000,
+            metadata=ExchangeMetadata(
+                step=self.number,
+                source=self.source,
+                model=model,
+                stream=events is not None,
+                ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,
+                divergence=self.divergence,
+                error=error,
+            ),
+        )

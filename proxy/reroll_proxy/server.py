@@ -1,0 +1,280 @@
+"""The aiohttp front end of the proxy: one server per rollout, around a `ReplayEngine`.
+
+Routes (every one but ``/healthz`` needs the rollout token, else 401 with an OpenAI-style error):
+
+- ``POST /v1/chat/completions`` and ``POST /chat/completions`` — the engine decides per request:
+  replay the recorded response (SSE events re-emitted one write each when the request streams),
+  forward to the live upstream (streamed through event by event), or refuse with 409
+  (``replay_diverged`` under the strict policy, ``replay_exhausted`` past the cut in replay-only
+  mode; neither is recorded). Every served response, upstream errors included, is appended to
+  the trajectory before the agent can see its end (see `reroll_proxy.recorder`). An unreachable
+  upstream gives 502 (recorded, with ``metadata.error``).
+- ``GET /_reroll/status`` — the engine's counters and divergences, as JSON.
+- ``GET /healthz`` — ``{"ok": true}``, no auth.
+
+Upstream credentials are only ever sent upstream: never to the agent, never to disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from reroll_proxy.config import ProxyConfig, ProxyConfigError
+from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
+from reroll_proxy.exchange import Exchange, load_trajectory, sanitize_headers
+from reroll_proxy.recorder import Recorder
+from reroll_proxy.respond import (
+    EventSource,
+    ServedStep,
+    UpstreamEvents,
+    error_payload,
+    error_response,
+    now_iso,
+    parse_json,
+)
+from reroll_proxy.runtime import base_url_for, write_ready_file
+from reroll_proxy.sse import completion_to_events
+
+log = logging.getLogger("reroll_proxy")
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+"""Largest request body accepted (long conversations exceed aiohttp's 1 MiB default)."""
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ProxyServer:
+    """The request handlers of one proxy.
+
+    Args:
+        config: the proxy's configuration.
+        engine: decides replay / live / refuse per request.
+        recorder: where served exchanges are appended.
+    """
+
+    def __init__(self, config: ProxyConfig, engine: ReplayEngine, recorder: Recorder) -> None:
+        self.config = config
+        self.engine = engine
+        self.recorder = recorder
+        self._session: aiohttp.ClientSession | None = None
+        self.app = web.Application(middlewares=[self._authenticate], client_max_size=MAX_REQUEST_BYTES)
+        for path in CHAT_PATHS:
+            self.app.router.add_post(path, self._chat)
+        self.app.router.add_get("/_reroll/status", self._status)
+        self.app.router.add_get("/healthz", self._health)
+        self.app.cleanup_ctx.append(self._client_session)
+        self.app.on_cleanup.append(self._close_recorder)
+
+    async def _client_session(self, _app: web.Application) -> AsyncIterator[None]:
+        upstream = self.config.upstream
+        if upstream is None:
+            yield
+            return
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=upstream.timeout_seconds, sock_read=upstream.timeout_seconds
+        )
+        headers = {"Authorization": f"Bearer {upstream.api_key}"} if upstream.api_key else {}
+        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as self._session:
+            yield
+        self._session = None
+
+    async def _close_recorder(self, _app: web.Application) -> None:
+        self.recorder.close()
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == "/healthz" or self._authorized(request):
+            return await handler(request)
+        message = "missing or wrong rollout token (Authorization: Bearer)"
+        return error_response(401, "invalid_api_key", message)
+
+    def _authorized(self, request: web.Request) -> bool:
+        authorization = request.headers.get("Authorization", "")
+        scheme, _, credential = authorization.partition(" ")
+        presented = [credential.strip()] if scheme.lower() == "bearer" else []
+        presented += [request.headers.get(name, "") for name in ("x-api-key", "api-key")]
+        expected = self.config.token.encode()
+        return any(secrets.compare_digest(value.encode(), expected) for value in presented if value)
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def _status(self, _request: web.Request) -> web.Response:
+        engine = self.engine
+        status = {
+            "served_replayed": engine.served_replayed,
+            "served_live": engine.served_live,
+            "cut_index": engine.cut_index,
+            "replay_exhausted": engine.replay_exhausted,
+            "aborted": engine.aborted,
+            "divergences": [
+                {"step": note.step, **note.divergence.model_dump()} for note in engine.divergences
+            ],
+        }
+        return web.Response(body=orjson.dumps(status), content_type="application/json")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        received, received_at = time.monotonic(), now_iso()
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return error_response(400, "invalid_request_error", f"request body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return error_response(400, "invalid_request_error", "request body must be a JSON object")
+        decision = self.engine.decide(body)
+        if isinstance(decision, Exhausted):
+            log.info("step %d: replay-only, recorded responses exhausted", decision.step)
+            message = f"replay-only: recorded responses exhausted at step {decision.step}"
+            return error_response(409, "replay_exhausted", message)
+        if isinstance(decision, Abort):
+            log.warning("step %d: refused, %s", decision.step, decision.reason)
+            message = f"strict divergence, replay aborted: {decision.reason}\n{decision.divergence.diff}"
+            return error_response(409, "replay_diverged", message)
+        replay = decision if isinstance(decision, Replay) else None
+        step = ServedStep(
+            number=decision.step,
+            request=request,
+            source="replayed" if replay else "live",
+            divergence=replay.divergence if replay else None,
+            recorder=self.recorder,
+            received=received,
+            received_at=received_at,
+        )
+        if step.divergence is not None:
+            log.warning("step %d: divergence, %s", step.number, step.divergence.summary)
+        try:
+            return await (self._replay(step, body, replay) if replay else self._live(step, body))
+        finally:
+            await self.recorder.skip(step.number)
+
+    async def _replay(self, step: ServedStep, body: dict[str, Any], replay: Replay) -> web.StreamResponse:
+        recorded = replay.exchange.response
+        model = replay.exchange.metadata.model or _model_of(recorded.body)
+        log.info("step %d: replayed", step.number)
+        status, headers = recorded.status_code, recorded.headers
+        if body.get("stream") is True and status < 400:
+            events = recorded.events
+            if events is None:
+                completion = recorded.body if isinstance(recorded.body, dict) else {}
+                events = completion_to_events(completion, include_usage=_wants_usage(body))
+            return await step.send_stream(status, headers, EventSource(events), body, model)
+        return await step.send_json(status, headers, orjson.dumps(recorded.body), body, model)
+
+    async def _live(self, step: ServedStep, body: dict[str, Any]) -> web.StreamResponse:
+        upstream = self.config.upstream
+        assert upstream is not None and self._session is not None, "live needs an upstream"
+        sent = {**body, "model": upstream.model} if upstream.model else body
+        url = upstream.base_url.rstrip("/") + "/chat/completions"
+        log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
+        try:
+            response = await self._session.post(
+                url, data=orjson.dumps(sent), headers={"Content-Type": "application/json"}
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return await self._unreachable(step, sent, f"upstream {url} unreachable: {exc!r}")
+        async with response:
+            headers = sanitize_headers(response.headers.items())
+            if response.content_type == "text/event-stream":
+                source = UpstreamEvents(response)
+                return await step.send_stream(response.status, headers, source, sent, sent.get("model"))
+            try:
+                payload = await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return await self._unreachable(step, sent, f"upstream {url} broke off: {exc!r}")
+        model = _model_of(parse_json(payload)) or sent.get("model")
+        return await step.send_json(response.status, headers, payload, sent, model)
+
+    async def _unreachable(self, step: ServedStep, sent: dict[str, Any], error: str) -> web.StreamResponse:
+        log.error("step %d: %s", step.number, error)
+        payload = error_payload("upstream_error", error)
+        return await step.send_json(502, {}, payload, sent, sent.get("model"), error=error)
+
+
+def _model_of(body: Any) -> str | None:
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _wants_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+class RunningProxy:
+    """A proxy listening in this process (from `start_proxy`)."""
+
+    def __init__(self, runner: web.AppRunner, server: ProxyServer, host: str, port: int) -> None:
+        self._runner = runner
+        self.server = server
+        """The handlers; ``server.engine`` holds the counters."""
+        self.host = host
+        self.port = port
+        """The TCP port it listens on."""
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give the agent, ``http://HOST:PORT/v1``."""
+        return base_url_for(self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop listening, close the upstream session and the trajectory file."""
+        await self._runner.cleanup()
+
+
+async def start_proxy(config: ProxyConfig) -> RunningProxy:
+    """Load the replay, open the trajectory, listen, and write the ready file (if configured).
+
+    Args:
+        config: the proxy's configuration.
+
+    Returns:
+        The running proxy; call ``await proxy.stop()`` when done.
+
+    Raises:
+        FileNotFoundError: `config.replay_path` does not exist.
+        TrajectoryFormatError: the replayed trajectory is corrupt (the message names file and line).
+        ProxyConfigError: nothing to serve (neither replay nor upstream), or cut_index is out of range.
+        OSError: the trajectory cannot be opened or the port cannot be bound.
+    """
+    engine = _engine_for(config)
+    recorder = Recorder(config.trajectory_path)
+    recorder.open()
+    server = ProxyServer(config, engine, recorder)
+    runner = web.AppRunner(server.app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.listen_host, config.listen_port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    port = int(runner.addresses[0][1])
+    if config.ready_file is not None:
+        write_ready_file(config.ready_file, config.listen_host, port)
+    proxy = RunningProxy(runner, server, config.listen_host, port)
+    after = "live" if config.upstream else "stop"
+    log.info("listening on %s: replay %d exchanges, then %s", proxy.base_url, engine.cut_index, after)
+    return proxy
+
+
+def _engine_for(config: ProxyConfig) -> ReplayEngine:
+    if config.replay_path is None and config.upstream is None:
+        raise ProxyConfigError("nothing to serve: the config has neither replay_path nor upstream")
+    recorded: list[Exchange] = []
+    if config.replay_path is not None:
+        loaded = load_trajectory(config.replay_path)
+        if loaded.warning:
+            log.warning("%s", loaded.warning)
+        recorded = loaded.exchanges
+    cut_index = len(recorded) if config.cut_index is None else config.cut_index
+    if cut_index > len(recorded):
+        source = config.replay_path or "(no replay_path)"
+        raise ProxyConfigError(f"cut_index {cut_index} exceeds the {len(recorded)} exchanges in {source}")
+    return ReplayEngine(recorded, cut_index, config.upstream is not None, config.divergence_policy)

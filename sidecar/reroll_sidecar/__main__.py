@@ -1,0 +1,68 @@
+"""Command line of the sidecar: ``python -m reroll_sidecar --listen ADDRESS [--ready-file PATH]``.
+
+The auth token comes from ``--token-file`` or the environment variable ``REROLL_SIDECAR_TOKEN``,
+which is removed from the environment so that the commands the sidecar runs never see it.
+
+gRPC's fork handlers are turned off (``GRPC_ENABLE_FORK_SUPPORT=false``, which the commands
+inherit): a child started as another user is forked (not vforked) before it switches user, and
+gRPC's handlers then crash it now and then; the sidecar's children only exec, they need none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+TOKEN_ENV = "REROLL_SIDECAR_TOKEN"
+
+
+def _token(token_file: str | None) -> str:
+    """The token from `token_file` (stripped) or from the environment; empty when neither has one."""
+    from_env = os.environ.pop(TOKEN_ENV, "")
+    if token_file is None:
+        return from_env.strip()
+    with open(token_file, encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and serve until SIGTERM/SIGINT.
+
+    Returns:
+        The exit code: 0 after a clean stop, 2 for a usage error (such as a missing token).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m reroll_sidecar", description="The reroll sidecar daemon."
+    )
+    parser.add_argument(
+        "--listen", required=True, help="unix:/path/s.sock or HOST:PORT (port 0: any free port)"
+    )
+    parser.add_argument("--ready-file", help='once listening, write {"address": ..., "pid": ...} here')
+    parser.add_argument("--token-file", help=f"read the auth token from this file instead of ${TOKEN_ENV}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s reroll-sidecar %(levelname)s %(message)s"
+    )
+    try:
+        token = _token(args.token_file)
+    except OSError as exc:
+        parser.error(f"cannot read the token file: {exc}")
+    if not token:
+        parser.error(f"no auth token: set ${TOKEN_ENV} or pass --token-file PATH")
+    os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"  # before gRPC loads; see the module docstring
+    from reroll_sidecar.server import serve
+
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(args.listen, token, args.ready_file))
+    else:
+        uvloop.run(serve(args.listen, token, args.ready_file))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The sidecar's gRPC service (health, exec, files, kill) and the server that hosts it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import pwd
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from typing import NoReturn
+
+import grpc
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
+from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
+
+from reroll_sidecar import __version__, processes
+from reroll_sidecar.auth import BearerTokenInterceptor
+
+FILE_CHUNK_BYTES = 1024 * 1024
+"""The largest file chunk GetFile sends."""
+DEFAULT_FILE_MODE = 0o644
+STOP_GRACE_SECONDS = 1.0
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+"""The largest request message accepted, which bounds an Exec's stdin (gRPC's default: 4 MiB)."""
+
+log = logging.getLogger(__name__)
+
+
+async def _abort_os_error(
+    context: grpc.aio.ServicerContext[object, object], path: str, exc: OSError
+) -> NoReturn:
+    """Fail the RPC with the status that matches `exc`, naming `path`."""
+    code = {
+        FileNotFoundError: grpc.StatusCode.NOT_FOUND,
+        PermissionError: grpc.StatusCode.PERMISSION_DENIED,
+    }.get(type(exc), grpc.StatusCode.FAILED_PRECONDITION)
+    await context.abort(code, f"{path}: {exc.strerror or exc}")
+
+
+async def _receive_file(path: str, mode: int, chunks: AsyncIterator[bytes]) -> int:
+    """Write `chunks` to `path` atomically (a temp file beside it, then rename), creating parents.
+
+    Returns:
+        The file's size in bytes.
+    """
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    fd, temp_path = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".part")
+    size_bytes = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            async for chunk in chunks:
+                await asyncio.to_thread(out.write, chunk)
+                size_bytes += len(chunk)
+            os.fchmod(out.fileno(), mode)
+        os.replace(temp_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_path)
+        raise
+    return size_bytes
+
+
+class SidecarService(pb_grpc.SidecarServicer):
+    """The `Sidecar` service of sidecar.proto.
+
+    Args:
+        groups: where Exec records the process groups it starts, and Kill finds them.
+    """
+
+    def __init__(self, groups: processes.ProcessGroups) -> None:
+        self.groups = groups
+        self.user = processes.user_name(os.geteuid())
+
+    async def Health(
+        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.HealthResponse:
+        """Report readiness, version, process id and user."""
+        return pb.HealthResponse(ready=True, version=__version__, pid=os.getpid(), user=self.user)
+
+    async def _command(
+        self, request: pb.ExecRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> processes.Command:
+        """Validate an Exec request; abort the RPC with the reason when it cannot run."""
+        if not request.argv:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "argv is empty")
+        if request.cwd and not os.path.isdir(request.cwd):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"cwd {request.cwd} does not exist or is not a directory"
+            )
+        if request.timeout_seconds < 0 or not math.isfinite(request.timeout_seconds):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_seconds must be >= 0, not {request.timeout_seconds}",
+            )
+        switch_to = None
+        if request.user and request.user != self.user:
+            if os.geteuid() != 0:
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"the sidecar runs as {self.user}, not root: it cannot run a command as {request.user}",
+                )
+            try:
+                switch_to = pwd.getpwnam(request.user)
+            except KeyError:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")
+        return processes.Command(
+            argv=list(request.argv),
+            cwd=request.cwd or None,
+            env=processes.child_env(request.inherit_env, request.env),
+            user=request.user or self.user,
+            switch_to=switch_to,
+            timeout_seconds=request.timeout_seconds,
+            stdin=request.stdin,
+        )
+
+    async def Exec(
+        self, request: pb.ExecRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> AsyncIterator[pb.ExecEvent]:
+        """Run a command and stream its output and exit; see `processes.run`."""
+        command = await self._command(request, context)
+        log.info("exec %s (cwd %s, user %s)", command.argv, command.cwd or ".", command.user)
+        async with contextlib.aclosing(processes.run(command, self.groups)) as events:
+            async for event in events:
+                if event.HasField("exit"):
+                    timed_out = " (timed out)" if event.exit.timed_out else ""
+                    log.info("exit %d%s: %s", event.exit.exit_code, timed_out, command.argv[0])
+                yield event
+
+    async def PutFile(
+        self, request_iterator: AsyncIterator[pb.FileChunk], context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.PutFileResponse:
+        """Receive a file (path and mode on the first chunk) and write it atomically."""
+        chunks = aiter(request_iterator)
+        first = await anext(chunks, None)
+        if first is None or not os.path.isabs(first.path):
+            path = first.path if first else ""
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"path must be absolute, not {path!r}")
+        mode = first.mode & 0o7777 or DEFAULT_FILE_MODE
+
+        async def data() -> AsyncIterator[bytes]:
+            yield first.data
+            async for chunk in chunks:
+                yield chunk.data
+
+        try:
+            size_bytes = await _receive_file(first.path, mode, data())
+        except OSError as exc:
+            await _abort_os_error(context, first.path, exc)
+        log.info("put %s (%d bytes, mode %o)", first.path, size_bytes, mode)
+        return pb.PutFileResponse(size_bytes=size_bytes)
+
+    async def GetFile(
+        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> AsyncIterator[pb.FileChunk]:
+        """Send a file in chunks of at most `FILE_CHUNK_BYTES`."""
+        if not os.path.isabs(request.path):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"path must be absolute, not {request.path!r}"
+            )
+        try:
+            handle = open(request.path, "rb")  # noqa: SIM115 - closed below, across yields
+        except OSError as exc:
+            await _abort_os_error(context, request.path, exc)
+        with handle:
+            while data := await asyncio.to_thread(handle.read, FILE_CHUNK_BYTES):
+                yield pb.FileChunk(data=data)
+
+    async def Kill(
+        self, request: pb.KillRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.KillResponse:
+        """SIGKILL the Exec process groups of a user (or all), and as root every process of that user."""
+        killed_groups = self.groups.kill(request.user)
+        killed_processes = 0
+        if request.user and os.geteuid() == 0:
+            try:
+                uid = pwd.getpwnam(request.user).pw_uid
+            except KeyError:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")
+            if uid not in (0, os.geteuid()):
+                killed_processes = processes.kill_user_processes(uid)
+        log.info(
+            "kill %s: %d groups, %d other processes", request.user or "all", killed_groups, killed_processes
+        )
+        return pb.KillResponse(killed_groups=killed_groups)
+
+
+def _bound_address(listen: str, port: int) -> str:
+    """The address clients connect to: `listen` itself for a unix socket, else host and bound port."""
+    if listen.startswith("unix"):
+        return listen
+    host = listen.rsplit(":", 1)[0]
+    return f"{host}:{port}"
+
+
+def _write_ready_file(path: str, address: str) -> None:
+    """Write ``{"address", "pid"}`` to `path` atomically."""
+    temp_path = f"{path}.{os.getpid()}.tmp"
+    with open(temp_path, "w", encoding="utf-8") as out:
+        json.dump({"address": address, "pid": os.getpid()}, out)
+    os.replace(temp_path, path)
+
+
+async def serve(listen: str, token: str, ready_file: str | None) -> None:
+    """Serve until SIGTERM or SIGINT, then kill every Exec process group and stop (1 s grace).
+
+    Args:
+        listen: a gRPC address: ``unix:/path/s.sock`` or ``HOST:PORT`` (port 0: any free port).
+        token: the bearer token every RPC must carry.
+        ready_file: where to write ``{"address", "pid"}`` once listening, or None.
+
+    Raises:
+        SystemExit: the address cannot be bound.
+    """
+    groups = processes.ProcessGroups()
+    options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)]
+    server = grpc.aio.server(interceptors=[BearerTokenInterceptor(token)], options=options)
+    pb_grpc.add_SidecarServicer_to_server(SidecarService(groups), server)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise SystemExit(f"reroll-sidecar: cannot listen on {listen}: {exc}") from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    address = _bound_address(listen, port)
+    if ready_file:
+        _write_ready_file(ready_file, address)
+    log.info(
+        "reroll-sidecar %s listening on %s (pid %d, user %s)",
+        __version__,
+        address,
+        os.getpid(),
+        processes.user_name(os.geteuid()),
+    )
+    await stop.wait()
+    log.info("stopping: killed %d process groups", groups.kill())
+    await server.stop(STOP_GRACE_SECONDS)

@@ -1,0 +1,71 @@
+"""Loading tasks in the native and the legacy layout, and the errors for bad tasks."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from reroll.errors import TaskError
+from reroll.tasks import find_task, load_task
+
+
+def test_native_task_loads_front_matter_and_prompt(examples: Path) -> None:
+    task = load_task(examples / "fix-failing-test")
+    assert task.layout == "native"
+    assert task.name == "fix-failing-test"
+    assert task.instruction.startswith("The unit tests in `test_calc.py` fail.")
+    assert task.spec.agent.timeout_sec == 300
+    assert task.spec.environment.network == "none"
+    assert task.verifier_mount == "verifier"
+    assert task.solution_dir == examples / "fix-failing-test" / "oracle"
+    assert task.workspace_seed_dir is not None and (task.workspace_seed_dir / "calc.py").is_file()
+
+
+def test_legacy_task_loads_toml_and_instruction(examples: Path) -> None:
+    task = load_task(examples / "word-count")
+    assert task.layout == "legacy"
+    assert task.spec.verifier.timeout_sec == 60
+    assert task.verifier_dir.name == "tests"
+    assert task.solution_mount == "solution"
+    assert "wordcount.py" in task.instruction
+
+
+def test_missing_task_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="not a directory"):
+        load_task(tmp_path / "nope")
+
+
+def test_folder_without_task_file(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match=r"neither task\.md nor task\.toml"):
+        load_task(tmp_path)
+
+
+def test_invalid_front_matter_names_the_file(tmp_path: Path, examples: Path) -> None:
+    task_dir = tmp_path / "bad"
+    shutil.copytree(examples / "hello-file", task_dir)
+    (task_dir / "task.md").write_text("---\nagent: [unclosed\n---\nDo it.\n")
+    with pytest.raises(TaskError, match=r"task\.md: invalid YAML"):
+        load_task(task_dir)
+
+
+def test_invalid_field_type_names_the_file(tmp_path: Path, examples: Path) -> None:
+    task_dir = tmp_path / "bad"
+    shutil.copytree(examples / "hello-file", task_dir)
+    (task_dir / "task.md").write_text("---\nagent:\n  timeout_sec: soon\n---\nDo it.\n")
+    with pytest.raises(TaskError, match="invalid task configuration"):
+        load_task(task_dir)
+
+
+def test_missing_verifier_script(tmp_path: Path, examples: Path) -> None:
+    task_dir = tmp_path / "t"
+    shutil.copytree(examples / "hello-file", task_dir)
+    (task_dir / "verifier" / "test.sh").unlink()
+    with pytest.raises(TaskError, match=r"test\.sh is missing"):
+        load_task(task_dir)
+
+
+def test_find_task_prefers_tasks_dir(examples: Path) -> None:
+    assert find_task("hello-file", examples).path == examples / "hello-file"
+    with pytest.raises(TaskError, match="looked in"):
+        find_task("no-such-task", examples)

@@ -1,0 +1,293 @@
+"""Fixtures that run the real scripted model and the real proxy as subprocesses (``python -m``),
+and drive them with the official ``openai`` SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+READY_TIMEOUT_SECONDS = 20.0
+TOKEN = "rollout-token-for-tests"
+UPSTREAM_KEY = "sk-upstream-secret-never-on-disk"
+AGENT_MODEL = "gpt-test"
+SCRIPT = {
+    "turns": [
+        {
+            "content": "I'll list the files.\nThen decide — naïvely? 🚀",
+            "tool_calls": [{"name": "bash", "arguments": {"command": "ls -la"}}],
+        },
+        {
+            "tool_calls": [
+                {"name": "bash", "arguments": {"command": "cat notes.txt"}},
+                {"name": "write_file", "arguments": {"path": "b.txt", "text": "line 1\nline 2"}},
+            ]
+        },
+        {"content": "Done. Everything is in order."},
+    ]
+}
+TURNS = len(SCRIPT["turns"])
+
+
+@dataclass
+class Service:
+    """A ``python -m MODULE`` subprocess that announced itself through a ready file."""
+
+    process: subprocess.Popen[bytes]
+    ready: dict[str, Any]
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return str(self.ready["base_url"])
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 5 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_service(module: str, args: list[str], workdir: Path, name: str) -> Service:
+    """Start ``python -m module args --ready-file ...`` and wait for its ready file."""
+    ready_file = workdir / f"{name}.ready.json"
+    log_path = workdir / f"{name}.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *args, "--ready-file", str(ready_file)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "REROLL_TEST_UPSTREAM_KEY": UPSTREAM_KEY},
+        )
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while not ready_file.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            service = Service(process, {}, log_path)
+            service.stop()
+            pytest.fail(f"{name} did not start (exit {process.returncode}):\n{log_path.read_text()}")
+        time.sleep(0.02)
+    return Service(process, json.loads(ready_file.read_text()), log_path)
+
+
+@dataclass
+class Proxy:
+    """A running proxy subprocess and what the tests need to talk to it."""
+
+    service: Service
+    trajectory_path: Path
+    clients: list[openai.OpenAI] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return self.service.base_url
+
+    def client(self, token: str = TOKEN) -> openai.OpenAI:
+        """An SDK client for the agent side (no retries: a retried 409/5xx would hide what happened)."""
+        client = openai.OpenAI(base_url=self.base_url, api_key=token, max_retries=0, timeout=30)
+        self.clients.append(client)
+        return client
+
+    @property
+    def root_url(self) -> str:
+        """The URL without ``/v1``."""
+        return self.base_url.removesuffix("/v1")
+
+    def status(self) -> dict[str, Any]:
+        code, _, body = http_json(
+            "GET", self.root_url + "/_reroll/status", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert code == 200, body
+        return dict(body)
+
+    def lines(self) -> list[dict[str, Any]]:
+        """The trajectory's exchange lines."""
+        if not self.trajectory_path.exists():
+            return []
+        return [json.loads(line) for line in self.trajectory_path.read_text().splitlines()]
+
+
+StartProxy = Callable[..., Proxy]
+
+
+def http_json(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], Any]:
+    """A plain HTTP request (stdlib): (status, lower-cased headers, JSON body)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, json.load(response)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, {k.lower(): v for k, v in exc.headers.items()}, json.load(exc)
+
+
+@pytest.fixture(scope="module")
+def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """The scripted model serving `SCRIPT` (stateless, so one per module is enough)."""
+    workdir = tmp_path_factory.mktemp("scripted-model")
+    script = workdir / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    service = start_service("reroll.scripted_model", ["--script", str(script)], workdir, "scripted-model")
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy]:
+    """Start proxies: ``start_proxy(upstream_url=, replay_path=, cut_index=, model=, policy=)``."""
+    proxies: list[Proxy] = []
+    counter = iter(range(10_000))
+
+    def start(
+        *,
+        upstream_url: str | None = None,
+        model: str | None = None,
+        replay_path: Path | None = None,
+        cut_index: int | None = None,
+        policy: str = "warn",
+    ) -> Proxy:
+        workdir = tmp_path_factory.mktemp(f"proxy-{next(counter)}")
+        trajectory = workdir / "run" / "trajectory" / "llm_trajectory.jsonl"
+        config: dict[str, Any] = {
+            "token": TOKEN,
+            "trajectory_path": str(trajectory),
+            "replay_path": str(replay_path) if replay_path else None,
+            "cut_index": cut_index,
+            "divergence_policy": policy,
+            "upstream": None,
+        }
+        if upstream_url is not None:
+            config["upstream"] = {
+                "base_url": upstream_url,
+                "model": model,
+                "api_key_env": "REROLL_TEST_UPSTREAM_KEY",
+                "timeout_seconds": 10,
+            }
+        (workdir / "proxy.json").write_text(json.dumps(config))
+        service = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
+        proxy = Proxy(service, trajectory)
+        proxies.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in proxies:
+        for client in proxy.clients:
+            client.close()
+        proxy.service.stop()
+
+
+@dataclass
+class Turn:
+    """What the agent received at one turn."""
+
+    content: str | None
+    tool_calls: list[tuple[str, str, str]]
+    """(id, name, arguments) per tool call."""
+    chunks: int = 1
+    """Stream chunks received (1 for a non-streamed answer)."""
+
+
+def ask(client: openai.OpenAI, messages: list[dict[str, Any]], *, stream: bool) -> Turn:
+    """One chat completion through `client`, as an agent would make it."""
+    params: Any = messages
+    if stream:
+        return _ask_streamed(client, params)
+    message = client.chat.completions.create(model=AGENT_MODEL, messages=params).choices[0].message
+    calls = [
+        (c.id, c.function.name, c.function.arguments)
+        for c in message.tool_calls or []
+        if c.type == "function"
+    ]
+    return Turn(message.content, calls)
+
+
+def _ask_streamed(client: openai.OpenAI, messages: Any) -> Turn:
+    content: str | None = None
+    calls: dict[int, list[str]] = {}
+    chunks = 0
+    with client.chat.completions.create(model=AGENT_MODEL, messages=messages, stream=True) as events:
+        for chunk in events:
+            chunks += 1
+            for choice in chunk.choices:
+                if choice.delta.content is not None:
+                    content = (content or "") + choice.delta.content
+                for delta in choice.delta.tool_calls or []:
+                    call = calls.setdefault(delta.index, ["", "", ""])
+                    function = delta.function
+                    call[0] += delta.id or ""
+                    call[1] += (function.name or "") if function else ""
+                    call[2] += (function.arguments or "") if function else ""
+    return Turn(content or None, [(c[0], c[1], c[2]) for _, c in sorted(calls.items())], chunks)
+
+
+def converse(
+    client: openai.OpenAI, turns: int, *, stream: bool, task: str = "List the files."
+) -> tuple[list[Turn], list[dict[str, Any]]]:
+    """Run `turns` turns of a tool-calling agent loop; return what it received and the final messages."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a test agent."},
+        {"role": "user", "content": task},
+    ]
+    received = []
+    for _ in range(turns):
+        turn = ask(client, messages, stream=stream)
+        received.append(turn)
+        assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
+        if turn.tool_calls:
+            assistant["tool_calls"] = [
+                {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                for i, n, a in turn.tool_calls
+            ]
+        messages.append(assistant)
+        messages += [
+            {"role": "tool", "tool_call_id": i, "content": f"output of {n}"} for i, n, _ in turn.tool_calls
+        ]
+    return received, messages
+
+
+@dataclass
+class Recording:
+    """A trajectory recorded live from the scripted model, and what the agent received then."""
+
+    path: Path
+    turns: list[Turn]
+
+
+def record(start_proxy: StartProxy, scripted_model: Service, *, stream: bool) -> Recording:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    turns, _ = converse(proxy.client(), TURNS, stream=stream)
+    proxy.service.stop()
+    return Recording(proxy.trajectory_path, turns)
+
+
+@pytest.fixture(scope="module")
+def recording(start_proxy: StartProxy, scripted_model: Service) -> Recording:
+    """A non-streamed recording of the whole script."""
+    return record(start_proxy, scripted_model, stream=False)
+
+
+@pytest.fixture(scope="module")
+def stream_recording(start_proxy: StartProxy, scripted_model: Service) -> Recording:
+    """A streamed recording of the whole script."""
+    return record(start_proxy, scripted_model, stream=True)

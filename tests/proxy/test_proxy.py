@@ -1,0 +1,277 @@
+"""The proxy as a real subprocess, driven by the official openai SDK, in front of the real scripted model."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.parse
+from http.client import HTTPConnection
+from typing import Any
+
+import openai
+import pytest
+
+from tests.proxy.conftest import (
+    AGENT_MODEL,
+    TOKEN,
+    TURNS,
+    UPSTREAM_KEY,
+    Recording,
+    Service,
+    StartProxy,
+    ask,
+    converse,
+    http_json,
+)
+
+
+def chat_url(base_url: str) -> str:
+    return base_url + "/chat/completions"
+
+
+def error_body(exc: openai.APIStatusError) -> dict[str, Any]:
+    return dict(exc.response.json()["error"])
+
+
+def test_record_non_stream(start_proxy: StartProxy, scripted_model: Service) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    turns, _ = converse(proxy.client(), TURNS, stream=False)
+    lines = proxy.lines()
+    assert [line["metadata"]["step"] for line in lines] == [0, 1, 2]
+    assert {line["metadata"]["source"] for line in lines} == {"live"}
+    for turn, line in zip(turns, lines, strict=True):
+        assert line["metadata"]["stream"] is False and line["response"]["events"] is None
+        assert line["metadata"]["model"] == AGENT_MODEL and line["metadata"]["api_format"] == "openai-chat"
+        message = line["response"]["body"]["choices"][0]["message"]
+        assert message["content"] == turn.content
+        recorded_calls = [
+            (c["id"], c["function"]["name"], c["function"]["arguments"])
+            for c in message.get("tool_calls", [])
+        ]
+        assert recorded_calls == turn.tool_calls
+        assert line["request"]["path"] == "/v1/chat/completions"
+    assert len(lines[2]["request"]["body"]["messages"]) == 2 + 1 + 1 + 1 + 2
+
+
+def test_record_stream(start_proxy: StartProxy, scripted_model: Service) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    turns, _ = converse(proxy.client(), TURNS, stream=True)
+    lines = proxy.lines()
+    assert len(lines) == TURNS
+    for turn, line in zip(turns, lines, strict=True):
+        events = line["response"]["events"]
+        assert line["metadata"]["stream"] is True and line["metadata"]["ttfb_ms"] is not None
+        assert len(events) == turn.chunks + 1 and events[-1]["data"] == "[DONE]"
+        body = line["response"]["body"]
+        assert body["object"] == "chat.completion"
+        message = body["choices"][0]["message"]
+        assert message["content"] == turn.content
+        assert [
+            (c["id"], c["function"]["name"], c["function"]["arguments"])
+            for c in message.get("tool_calls", [])
+        ] == (turn.tool_calls)
+
+
+def test_secrets_stay_off_disk_and_away_from_the_agent(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    completion = proxy.client().chat.completions.with_raw_response.create(
+        model=AGENT_MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert UPSTREAM_KEY not in json.dumps(dict(completion.headers))
+    on_disk = proxy.trajectory_path.read_text() + proxy.service.log_path.read_text()
+    assert UPSTREAM_KEY not in on_disk and TOKEN not in on_disk
+    assert "authorization" not in proxy.lines()[0]["request"]["headers"]
+
+
+def test_replay_non_stream_without_upstream(start_proxy: StartProxy, recording: Recording) -> None:
+    proxy = start_proxy(replay_path=recording.path)
+    turns, _ = converse(proxy.client(), TURNS, stream=False)
+    assert turns == recording.turns
+    status = proxy.status()
+    assert (status["served_replayed"], status["served_live"], status["cut_index"]) == (TURNS, 0, TURNS)
+    assert status["divergences"] == []
+    lines = proxy.lines()
+    assert [line["metadata"]["source"] for line in lines] == ["replayed"] * TURNS
+    assert [line["metadata"]["model"] for line in lines] == [AGENT_MODEL] * TURNS
+
+
+def test_replay_stream_reemits_the_recorded_events(
+    start_proxy: StartProxy, stream_recording: Recording
+) -> None:
+    proxy = start_proxy(replay_path=stream_recording.path)
+    turns, _ = converse(proxy.client(), TURNS, stream=True)
+    assert [(t.content, t.tool_calls) for t in turns] == [
+        (t.content, t.tool_calls) for t in stream_recording.turns
+    ]
+    assert [t.chunks for t in turns] == [t.chunks for t in stream_recording.turns]
+    assert all(t.chunks > 3 for t in turns)
+    recorded = [json.loads(line) for line in stream_recording.path.read_text().splitlines()]
+    assert [line["response"]["events"] for line in proxy.lines()] == [
+        line["response"]["events"] for line in recorded
+    ]
+
+
+def test_replay_of_a_stream_recording_to_a_non_stream_request(
+    start_proxy: StartProxy, stream_recording: Recording
+) -> None:
+    proxy = start_proxy(replay_path=stream_recording.path)
+    turns, _ = converse(proxy.client(), TURNS, stream=False)
+    assert [(t.content, t.tool_calls) for t in turns] == [
+        (t.content, t.tool_calls) for t in stream_recording.turns
+    ]
+    assert {line["metadata"]["stream"] for line in proxy.lines()} == {False}
+
+
+def test_replay_streams_a_non_stream_recording(start_proxy: StartProxy, recording: Recording) -> None:
+    proxy = start_proxy(replay_path=recording.path)
+    turns, _ = converse(proxy.client(), TURNS, stream=True)
+    assert [(t.content, t.tool_calls) for t in turns] == [(t.content, t.tool_calls) for t in recording.turns]
+    assert all(t.chunks > 3 for t in turns)
+
+
+def test_cutover_after_n_with_the_model_swapped(
+    start_proxy: StartProxy, scripted_model: Service, recording: Recording
+) -> None:
+    proxy = start_proxy(
+        replay_path=recording.path, cut_index=2, upstream_url=scripted_model.base_url, model="live-model"
+    )
+    turns, _ = converse(proxy.client(), TURNS, stream=False)
+    assert turns == recording.turns
+    status = proxy.status()
+    assert (status["served_replayed"], status["served_live"]) == (2, 1)
+    lines = proxy.lines()
+    assert [line["metadata"]["source"] for line in lines] == ["replayed", "replayed", "live"]
+    assert [line["request"]["body"]["model"] for line in lines] == [AGENT_MODEL, AGENT_MODEL, "live-model"]
+    assert lines[2]["metadata"]["model"] == "live-model"
+    assert lines[2]["response"]["body"]["model"] == "live-model"
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_unauthorized(start_proxy: StartProxy, scripted_model: Service, token: str | None) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    if token is None:
+        code, _, body = http_json("POST", chat_url(proxy.base_url), {"model": "m", "messages": []})
+        assert code == 401 and body["error"]["code"] == "invalid_api_key"
+    else:
+        with pytest.raises(openai.AuthenticationError):
+            ask(proxy.client(token), [{"role": "user", "content": "hi"}], stream=False)
+    assert proxy.lines() == []
+    assert http_json("GET", proxy.root_url + "/_reroll/status")[0] == 401
+    code, _, body = http_json("GET", proxy.root_url + "/healthz")
+    assert (code, body) == (200, {"ok": True})
+
+
+def test_x_api_key_header_is_accepted(start_proxy: StartProxy, scripted_model: Service) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    code, headers, _ = http_json("POST", chat_url(proxy.base_url), body, headers={"x-api-key": TOKEN})
+    assert code == 200 and headers["x-reroll-source"] == "live"
+    assert "x-api-key" not in proxy.lines()[0]["request"]["headers"]
+
+
+def test_non_stream_exchange_is_on_disk_when_the_response_arrives(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    client = proxy.client()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    for step in range(TURNS):
+        turn = ask(client, messages, stream=False)
+        lines = proxy.lines()
+        assert len(lines) == step + 1
+        assert lines[step]["response"]["body"]["choices"][0]["message"]["content"] == turn.content
+        messages.append({"role": "assistant", "content": turn.content or ""})
+
+
+def test_stream_exchange_is_on_disk_when_done_arrives(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    body = {"model": AGENT_MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    url = urllib.parse.urlsplit(chat_url(proxy.base_url))
+    connection = HTTPConnection(url.netloc, timeout=10)
+    try:
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        connection.request("POST", url.path, json.dumps(body), headers)
+        response = connection.getresponse()
+        events = 0
+        while line := response.readline():
+            events += line.startswith(b"data: {")
+            if line.strip() == b"data: [DONE]":
+                lines = proxy.lines()
+                assert len(lines) == 1 and lines[0]["response"]["events"][-1]["data"] == "[DONE]"
+                assert len(lines[0]["response"]["events"]) == events + 1
+                break
+        else:
+            pytest.fail("the stream ended without data: [DONE]")
+    finally:
+        connection.close()
+
+
+def test_replay_only_exhaustion_is_409(start_proxy: StartProxy, recording: Recording) -> None:
+    proxy = start_proxy(replay_path=recording.path, cut_index=1)
+    client = proxy.client()
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a test agent."},
+        {"role": "user", "content": "List the files."},
+    ]
+    assert ask(client, messages, stream=False) == recording.turns[0]
+    with pytest.raises(openai.ConflictError) as caught:
+        ask(client, messages, stream=False)
+    error = error_body(caught.value)
+    assert error["type"] == "replay_exhausted" and "exhausted at step 1" in error["message"]
+    status = proxy.status()
+    assert status["replay_exhausted"] is True and status["served_replayed"] == 1
+    assert len(proxy.lines()) == 1
+
+
+def test_strict_divergence_aborts(start_proxy: StartProxy, recording: Recording) -> None:
+    proxy = start_proxy(replay_path=recording.path, policy="strict")
+    with pytest.raises(openai.ConflictError) as caught:
+        converse(proxy.client(), TURNS, stream=False, task="Delete the files.")
+    assert error_body(caught.value)["type"] == "replay_diverged"
+    assert "Delete the files." in error_body(caught.value)["message"]
+    status = proxy.status()
+    assert status["aborted"] and status["served_replayed"] == 0
+    assert status["divergences"][0]["message_index"] == 1
+    assert proxy.lines() == []
+
+
+def test_warn_divergence_serves_and_reports(start_proxy: StartProxy, recording: Recording) -> None:
+    proxy = start_proxy(replay_path=recording.path)
+    turns, _ = converse(proxy.client(), TURNS, stream=False, task="Delete the files.")
+    assert turns == recording.turns
+    status = proxy.status()
+    assert status["aborted"] is None and status["served_replayed"] == TURNS
+    assert [d["step"] for d in status["divergences"]] == [0, 1, 2]
+    first = status["divergences"][0]
+    assert (first["message_index"], first["field"]) == (1, "messages[1].content")
+    assert "-List the files." in first["diff"] and "+Delete the files." in first["diff"]
+    assert proxy.lines()[0]["metadata"]["divergence"]["field"] == "messages[1].content"
+
+
+def test_upstream_error_is_passed_through_and_recorded(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    messages = [{"role": "user", "content": "hi"}] + [{"role": "assistant", "content": "x"}] * TURNS
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(proxy.client(), messages, stream=True)
+    assert "script exhausted: turn 4 of 3" in error_body(caught.value)["message"]
+    (line,) = proxy.lines()
+    assert line["response"]["status_code"] == 400 and line["metadata"]["source"] == "live"
+    assert "script exhausted" in line["response"]["body"]["error"]["message"]
+
+
+def test_unreachable_upstream_is_502_and_recorded(start_proxy: StartProxy) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proxy = start_proxy(upstream_url=f"http://127.0.0.1:{port}/v1")
+    with pytest.raises(openai.InternalServerError) as caught:
+        ask(proxy.client(), [{"role": "user", "content": "hi"}], stream=False)
+    assert caught.value.status_code == 502 and "unreachable" in error_body(caught.value)["message"]
+    (line,) = proxy.lines()
+    assert line["response"]["status_code"] == 502 and "unreachable" in line["metadata"]["error"]

@@ -1,0 +1,292 @@
+"""The sidecar daemon and its client, end to end: a real sidecar subprocess, real commands, real files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import pwd
+import re
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from reroll.sandbox.sidecar_client import ExecExit, SidecarClient, SidecarError, SidecarUnavailable
+
+from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar
+
+
+def process_gone(pid: int) -> bool:
+    """Whether `pid` no longer runs (a zombie counts as gone: it was killed, only not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+async def wait_gone(pid: int, timeout_seconds: float = 5.0) -> bool:
+    """Poll until `pid` is gone; False if it still runs after `timeout_seconds`."""
+    deadline = time.monotonic() + timeout_seconds
+    while not process_gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+async def test_health_reports_the_sidecar(client: SidecarClient, sidecar: RunningSidecar) -> None:
+    health = await client.health()
+    assert health.ready
+    assert health.version
+    assert health.pid == sidecar.process.pid == sidecar.ready["pid"]
+    assert health.user == pwd.getpwuid(os.geteuid()).pw_name
+
+
+async def test_wait_ready_names_the_address_when_nothing_listens(short_dir: Path) -> None:
+    address = f"unix:{short_dir}/nobody-listens.sock"
+    async with SidecarClient(address, "token") as client:
+        started = time.monotonic()
+        with pytest.raises(SidecarUnavailable, match=r"not ready after 0\.5 s") as raised:
+            await client.wait_ready(timeout_seconds=0.5)
+        assert time.monotonic() - started < 3
+        assert address in str(raised.value)
+        with pytest.raises(SidecarUnavailable, match="UNAVAILABLE"):
+            await client.health()
+
+
+async def test_wait_ready_waits_for_a_late_sidecar(start_sidecar: StartSidecar, short_dir: Path) -> None:
+    async with SidecarClient(f"unix:{short_dir}/late.sock", "late-token") as client:
+        waiting = asyncio.create_task(client.wait_ready(timeout_seconds=15))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        sidecar = await start_sidecar("unix:{dir}/late.sock", token="late-token")
+        await asyncio.wait_for(waiting, timeout=5)
+        assert (await client.health()).pid == sidecar.process.pid
+
+
+async def test_exec_returns_output_and_exit_code(client: SidecarClient) -> None:
+    result = await client.exec(["sh", "-c", "echo hello; exit 7"])
+    assert result.stdout == b"hello\n"
+    assert result.stderr == b""
+    assert result.exit_code == 7
+    assert not result.timed_out
+    assert 0 < result.duration_seconds < 10
+
+
+async def test_exec_separates_stderr(client: SidecarClient) -> None:
+    seen: list[tuple[str, bytes]] = []
+    result = await client.exec(
+        ["sh", "-c", "echo out; echo err >&2"], on_output=lambda name, chunk: seen.append((name, chunk))
+    )
+    assert (result.stdout, result.stderr, result.exit_code) == (b"out\n", b"err\n", 0)
+    assert sorted(seen) == [("stderr", b"err\n"), ("stdout", b"out\n")]
+    assert result.output_text() == "out\nerr\n"
+
+
+async def test_exec_honours_env_and_cwd(client: SidecarClient, tmp_path: Path) -> None:
+    script = f'echo "$FOO|${{{MARKER_ENV}-unset}}|${{REROLL_SIDECAR_TOKEN-unset}}"; pwd'
+    exact = await client.exec(
+        ["sh", "-c", script],
+        cwd=str(tmp_path),
+        env={"FOO": "bar", "PATH": os.environ["PATH"]},
+        inherit_env=False,
+    )
+    assert exact.stdout.decode().splitlines() == ["bar|unset|unset", str(tmp_path)]
+    inherited = await client.exec(["sh", "-c", script], env={"FOO": "baz"})
+    # The sidecar's environment is inherited, except its token, which it removed at start.
+    assert inherited.stdout.decode().splitlines()[0] == "baz|from-sidecar|unset"
+
+
+async def test_exec_timeout_kills_the_whole_process_group(client: SidecarClient, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    result = await client.exec(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], timeout_seconds=1.0)
+    assert result.timed_out
+    assert result.exit_code == -9
+    assert result.duration_seconds < 10
+    grandchild = int(pid_file.read_text())
+    assert await wait_gone(grandchild), f"the background sleep {grandchild} survived the timeout"
+
+
+async def test_exec_streams_large_output(client: SidecarClient) -> None:
+    block = bytes(range(256)) * 4096 + b"\n"  # 1 MiB + 1: chunks do not align with it
+    program = (
+        "import sys\n"
+        "block = bytes(range(256)) * 4096 + b'\\n'\n"
+        "for _ in range(20): sys.stdout.buffer.write(block)"
+    )
+    chunk_sizes: list[int] = []
+    result = await client.exec(
+        [sys.executable, "-c", program], on_output=lambda _name, chunk: chunk_sizes.append(len(chunk))
+    )
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout) == 20 * len(block) > 20_000_000
+    assert hashlib.sha256(result.stdout).hexdigest() == hashlib.sha256(block * 20).hexdigest()
+    assert max(chunk_sizes) <= 64 * 1024
+    assert len(chunk_sizes) >= len(result.stdout) // (64 * 1024)
+
+
+async def test_exec_output_is_binary_safe(client: SidecarClient) -> None:
+    program = (
+        "import sys; sys.stdout.buffer.write(bytes(range(256))); "
+        "sys.stderr.buffer.write(bytes(range(255, -1, -1)))"
+    )
+    result = await client.exec([sys.executable, "-c", program])
+    assert result.stdout == bytes(range(256))
+    assert result.stderr == bytes(reversed(range(256)))
+
+
+async def test_exec_of_a_missing_program_exits_127(client: SidecarClient) -> None:
+    result = await client.exec(["reroll-no-such-program", "x"])
+    assert result.exit_code == 127
+    assert b"reroll-no-such-program" in result.stderr
+    assert result.stdout == b""
+
+
+async def test_exec_in_a_missing_cwd_is_invalid_argument(client: SidecarClient, tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(SidecarError, match="INVALID_ARGUMENT") as raised:
+        await client.exec(["true"], cwd=str(missing))
+    assert str(missing) in str(raised.value)
+
+
+async def test_exec_feeds_stdin(client: SidecarClient) -> None:
+    data = os.urandom(3 * 1024 * 1024)
+    result = await client.exec(["cat"], stdin=data)
+    assert result.exit_code == 0
+    assert result.stdout == data
+    without = await client.exec(["cat"])
+    assert (without.stdout, without.exit_code) == (b"", 0)
+
+
+async def test_exec_as_another_user(client: SidecarClient) -> None:
+    if os.geteuid() == 0:
+        for _ in range(20):  # switching user forks (no vfork): once crashed 1 child in 2 (gRPC fork handlers)
+            result = await client.exec(["id", "-un"], user="nobody")
+            assert (result.exit_code, result.stdout) == (0, b"nobody\n")
+    else:
+        with pytest.raises(SidecarError, match="FAILED_PRECONDITION"):
+            await client.exec(["id", "-un"], user="root")
+
+
+async def test_put_and_get_file_round_trip(client: SidecarClient, tmp_path: Path) -> None:
+    data = os.urandom(5 * 1024 * 1024 + 17)
+    target = tmp_path / "deep" / "er" / "blob.bin"
+    assert await client.put_file(str(target), data, mode=0o640) == len(data)
+    assert target.read_bytes() == data
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert await client.get_file(str(target)) == data
+
+    script = tmp_path / "run.sh"
+    await client.put_file(str(script), b"#!/bin/sh\necho ran\n", mode=0o755)
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    assert (await client.exec([str(script)])).stdout == b"ran\n"
+
+    empty = tmp_path / "empty"
+    assert await client.put_file(str(empty), b"", mode=0) == 0
+    assert stat.S_IMODE(empty.stat().st_mode) == 0o644
+    assert await client.get_file(str(empty)) == b""
+    await client.put_file(str(empty), b"replaced")  # overwrite: no temp file is left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "empty", "run.sh"]
+    assert empty.read_bytes() == b"replaced"
+
+
+async def test_get_missing_file_raises_file_not_found(client: SidecarClient, tmp_path: Path) -> None:
+    missing = tmp_path / "absent.txt"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
+        await client.get_file(str(missing))
+
+
+async def test_put_file_needs_an_absolute_path(client: SidecarClient) -> None:
+    with pytest.raises(SidecarError, match="INVALID_ARGUMENT"):
+        await client.put_file("relative/file.txt", b"x")
+
+
+@pytest.mark.parametrize("token", ["wrong-token", ""])
+async def test_rpcs_without_the_right_token_are_unauthenticated(
+    sidecar: RunningSidecar, tmp_path: Path, token: str
+) -> None:
+    async with SidecarClient(sidecar.address, token) as intruder:
+        calls = [
+            intruder.health(),
+            intruder.exec(["touch", str(tmp_path / "pwned")]),
+            intruder.put_file(str(tmp_path / "pwned"), b"x"),
+            intruder.get_file("/etc/hostname"),
+            intruder.kill(),
+        ]
+        for call in calls:
+            with pytest.raises(SidecarError, match="UNAUTHENTICATED"):
+                await call
+    assert not (tmp_path / "pwned").exists()
+
+
+async def test_kill_ends_a_running_exec(client: SidecarClient) -> None:
+    started = time.monotonic()
+    async with contextlib.aclosing(client.exec_stream(["sh", "-c", "echo started; sleep 300"])) as stream:
+        assert await anext(stream) == ("stdout", b"started\n")
+        assert await client.kill() == 1
+        rest = [item async for item in stream]
+    assert rest == [ExecExit(exit_code=-9, timed_out=False)]
+    assert time.monotonic() - started < 10
+    assert await client.kill() == 0
+
+
+async def test_closing_exec_stream_early_kills_the_process_group(client: SidecarClient) -> None:
+    async with contextlib.aclosing(client.exec_stream(["sh", "-c", "sleep 300 & echo $!; wait"])) as stream:
+        first = await anext(stream)
+        assert isinstance(first, tuple) and first[0] == "stdout"
+        grandchild = int(first[1])
+    assert await wait_gone(grandchild), f"the background sleep {grandchild} survived closing the stream"
+
+
+async def test_cancelling_exec_kills_the_process_group(client: SidecarClient, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    run = asyncio.create_task(client.exec(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"]))
+    deadline = time.monotonic() + 10
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the command never started"
+        await asyncio.sleep(0.02)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    grandchild = int(pid_file.read_text())
+    assert await wait_gone(grandchild), f"the background sleep {grandchild} survived the cancellation"
+
+
+async def test_sigterm_kills_running_commands(client: SidecarClient, sidecar: RunningSidecar) -> None:
+    async with contextlib.aclosing(client.exec_stream(["sh", "-c", "sleep 300 & echo $!; wait"])) as stream:
+        first = await anext(stream)
+        assert isinstance(first, tuple)
+        grandchild = int(first[1])
+        assert sidecar.stop() == 0
+        assert await wait_gone(grandchild), f"the background sleep {grandchild} survived the sidecar"
+        # The stop's grace period lets the killed command's stream end with its exit.
+        assert [item async for item in stream] == [ExecExit(exit_code=-9, timed_out=False)]
+
+
+def test_sidecar_refuses_to_start_without_a_token(short_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REROLL_SIDECAR_TOKEN"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "reroll_sidecar", "--listen", f"unix:{short_dir}/s.sock"],
+        env=env,
+        capture_output=True,
+        timeout=30,
+    )
+    assert completed.returncode != 0
+    assert b"REROLL_SIDECAR_TOKEN" in completed.stderr
+    assert not (short_dir / "s.sock").exists()
+
+
+async def test_tcp_listen_on_port_zero(start_sidecar: StartSidecar) -> None:
+    sidecar = await start_sidecar("127.0.0.1:0")
+    host, port = sidecar.address.rsplit(":", 1)
+    assert host == "127.0.0.1"
+    assert int(port) > 0
+    assert sidecar.ready["pid"] == sidecar.process.pid
+    async with SidecarClient(sidecar.address, sidecar.token) as client:
+        await client.wait_ready(timeout_seconds=10)
+        assert (await client.exec(["echo", "tcp"])).stdout == b"tcp\n"

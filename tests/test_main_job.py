@@ -1,0 +1,148 @@
+"""The main job end to end with real parts: mini-swe-agent from PyPI, the local sandbox, the
+sidecar, the LLM proxy and the bundled scripted model, all as real subprocesses of `reroll`.
+
+The bundled task's scripted model answers turn 3 after 20 s, so a 15 s timeout cuts the
+recorded run after two exchanges; the continuation replays them and finishes live.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REROLL = str(Path(sys.executable).parent / "reroll")
+pytestmark = pytest.mark.slow
+
+
+def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([REROLL, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    print(done.stdout, done.stderr, sep="\n")
+    return done
+
+
+def only_folder(path: Path) -> Path:
+    (folder,) = [p for p in path.iterdir() if p.is_dir() and p.name != "continued"]
+    return folder
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def trajectory(folder: Path) -> list[dict]:
+    lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("main-job")
+
+
+@pytest.fixture(scope="module")
+def timed_out_run(workdir: Path) -> Path:
+    """A recorded mini-swe-agent run cut by its timeout after two exchanges."""
+    task = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
+    done = reroll(
+        "run",
+        str(task),
+        "--agent",
+        "mini-swe-agent",
+        "--model",
+        "scripted",
+        "--timeout",
+        "15",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "record",
+        cwd=workdir,
+    )
+    assert done.returncode == 0, done.stderr
+    return only_folder(workdir / "jobs" / "record")
+
+
+def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
+    result = read_json(timed_out_run / "result.json")
+    assert result["status"] == "timeout" and result["error_category"] == "timeout"
+    assert result["rewards"] == {"reward": 0.0}
+    lines = trajectory(timed_out_run)
+    assert len(lines) == 2 == result["counts"]["live"]
+    assert [line["metadata"]["source"] for line in lines] == ["live", "live"]
+    assert lines[0]["request"]["body"]["messages"][0]["role"] == "system"
+    assert "authorization" not in {k.lower() for k in lines[0]["request"]["headers"]}
+    config = read_json(timed_out_run / "config.json")
+    assert config["agent"] == "mini-swe-agent" and config["timeout_sec"] == 15
+
+
+def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll("continue", str(timed_out_run), "--timeout", "120", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(timed_out_run.parent / "continued")
+    result = read_json(continued / "result.json")
+    assert result["status"] == "ok"
+    assert result["rewards"] == {"reward": 1.0}
+    lines = trajectory(continued)
+    sources = [line["metadata"]["source"] for line in lines]
+    assert sources == ["replayed", "replayed", "live", "live", "live"]
+    assert all(set(line) == set(lines[0]) for line in lines)
+    assert all(set(line["response"]) >= {"status_code", "body"} for line in lines)
+    original = trajectory(timed_out_run)
+    for replayed, recorded in zip(lines[:2], original, strict=False):
+        assert replayed["response"]["body"] == recorded["response"]["body"]
+    provenance = read_json(continued / "config.json")["continued_from"]
+    assert provenance["path"] == str(timed_out_run.resolve())
+    assert provenance["status"] == "timeout"
+    assert provenance["cut_index"] == 2
+    assert provenance["original_model"] == provenance["live_model"] == "scripted"
+    assert result["counts"] == {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}
+
+
+def test_replay_only_rebuilds_the_same_workspace(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll("continue", str(timed_out_run), "--replay-only", "--output", "replay-only", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert "2 replayed, 0 live" in done.stdout
+    rebuilt = only_folder(workdir / "replay-only")
+    result = read_json(rebuilt / "result.json")
+    assert result["error_category"] == "replay_only"
+    assert result["counts"]["replayed"] == 2 and result["counts"]["live"] == 0
+    assert result["rewards"] is None
+    original_files = read_json(timed_out_run / "workspace_manifest.json")
+    assert "calc.py" in original_files
+    assert read_json(rebuilt / "workspace_manifest.json") == original_files
+    assert read_json(rebuilt / "config.json")["continued_from"]["replay_only"] is True
+
+
+def test_strict_divergence_aborts_on_a_tampered_observation(timed_out_run: Path, workdir: Path) -> None:
+    tampered = workdir / "tampered" / timed_out_run.name
+    shutil.copytree(timed_out_run, tampered)
+    lines = trajectory(tampered)
+    messages = lines[1]["request"]["body"]["messages"]
+    observation = next(m for m in reversed(messages) if m["role"] == "tool")
+    observation["content"] = observation["content"].replace("def mean", "def median")
+    (tampered / "trajectory" / "llm_trajectory.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in lines)
+    )
+    done = reroll("continue", str(tampered), "--strict-divergence", "--output", "strict", cwd=workdir)
+    assert done.returncode == 1
+    assert "divergence" in done.stdout
+    aborted = only_folder(workdir / "strict")
+    result = read_json(aborted / "result.json")
+    assert result["status"] == "error" and result["error_category"] == "divergence"
+    assert "step 1" in result["error"]
+
+
+def test_oracle_solves_a_legacy_task(workdir: Path) -> None:
+    task = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "word-count"
+    done = reroll(
+        "run", str(task), "--agent", "oracle", "--jobs-dir", "jobs", "--job-name", "oracle", cwd=workdir
+    )
+    assert done.returncode == 0, done.stderr
+    result = read_json(only_folder(workdir / "jobs" / "oracle") / "result.json")
+    assert result["status"] == "ok"
+    assert result["rewards"] == {"reward": 1.0, "cases_passed": 2.0}
