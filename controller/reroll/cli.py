@@ -28,8 +28,8 @@ app = typer.Typer(
 )
 model_app = typer.Typer(help="The bundled scripted model server.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local.")]
 

@@ -16,13 +16,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reroll_proxy.exchange import load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.errors import AgentError, RerollError
 from reroll.llm_proxy import LlmProxy, ProxyStatus, ReplayPlan
 from reroll.models import ModelSpec, live_upstream
-from reroll.runfolder import TRAJECTORY, Counts, RunConfig, RunResult, now_iso, write_json
+from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
 from reroll.sandbox.base import Sandbox, create_sandbox
 from reroll.sandbox.files import upload_dir, workspace_manifest
 from reroll.sandbox.sidecar_client import SidecarError
@@ -106,9 +107,12 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
             outcome = await _run_agent(sandbox, plan, proxy, env, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
+            if proxy is not None:
+                # Stopped now, so no response the agent never received gets recorded later.
+                await proxy.stop()
+                result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
             manifest = await workspace_manifest(sandbox.client, sandbox.layout.workspace, env)
             write_json(plan.run_dir / "workspace_manifest.json", manifest)
-            result.counts = _counts(outcome.status)
             _apply_outcome(result, outcome, plan)
             if outcome.stop_reason is None:
                 console.print("[dim]verifying[/dim]")
@@ -225,15 +229,6 @@ async def _run_agent(
     if proxy is not None:
         outcome.status = await proxy.status()
     return outcome
-
-
-def _counts(status: ProxyStatus) -> Counts:
-    return Counts(
-        exchanges=status.served_replayed + status.served_live,
-        replayed=status.served_replayed,
-        live=status.served_live,
-        divergences=len(status.divergences),
-    )
 
 
 def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) -> None:

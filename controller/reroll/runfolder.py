@@ -81,7 +81,7 @@ class Timings(BaseModel):
 
 
 class Counts(BaseModel):
-    """What the LLM proxy served during the rollout."""
+    """The exchanges in the rollout's trajectory: what the agent received, by source."""
 
     exchanges: int = 0
     replayed: int = 0
@@ -126,6 +126,18 @@ class RunFolder(BaseModel):
     def exchanges(self) -> list[Exchange]:
         """The recorded exchanges, in order."""
         return self.trajectory.exchanges
+
+
+def count_exchanges(trajectory: LoadedTrajectory) -> Counts:
+    """Count a trajectory's exchanges by ``metadata.source``, and those with a divergence."""
+    exchanges = trajectory.exchanges
+    replayed = sum(1 for exchange in exchanges if exchange.metadata.source == "replayed")
+    return Counts(
+        exchanges=len(exchanges),
+        replayed=replayed,
+        live=len(exchanges) - replayed,
+        divergences=sum(1 for exchange in exchanges if exchange.metadata.divergence is not None),
+    )
 
 
 def load_run_folder(path: Path) -> RunFolder:

@@ -47,6 +47,8 @@ log = logging.getLogger("reroll_proxy")
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 """Largest request body accepted (long conversations exceed aiohttp's 1 MiB default)."""
+SHUTDOWN_SECONDS = 0.5
+"""How long stopping the proxy waits for requests in flight before cancelling them."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -247,7 +249,11 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     recorder = Recorder(config.trajectory_path)
     recorder.open()
     server = ProxyServer(config, engine, recorder)
-    runner = web.AppRunner(server.app, access_log=None)
+    # An agent that hangs up (killed at its timeout) cancels its request: the response it never
+    # received is not recorded. Shutdown does not wait for requests still in flight.
+    runner = web.AppRunner(
+        server.app, access_log=None, handler_cancellation=True, shutdown_timeout=SHUTDOWN_SECONDS
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.listen_host, config.listen_port)

@@ -9,13 +9,16 @@ from reroll.errors import SandboxError
 from reroll.sandbox.sidecar_client import SidecarClient
 
 # Runs inside the sandbox (any Python 3): prints {relative path: sha256 or "symlink:<target>"}.
+# Bytecode caches are left out: they embed the source's mtime, so a faithful replay differs there.
 _MANIFEST_SCRIPT = r"""
 import hashlib, json, os, sys
 root = sys.argv[1]
 out = {}
 for base, dirs, files in os.walk(root):
-    dirs.sort()
+    dirs[:] = sorted(d for d in dirs if d != "__pycache__")
     for name in sorted(files):
+        if name.endswith((".pyc", ".pyo")):
+            continue
         full = os.path.join(base, name)
         rel = os.path.relpath(full, root)
         if os.path.islink(full):
@@ -48,7 +51,8 @@ async def workspace_manifest(client: SidecarClient, root: str, env: dict[str, st
     """Hash every file under `root` in the sandbox.
 
     Returns:
-        ``{relative path: sha256 hex}`` (symlinks as ``"symlink:<target>"``), sorted by path.
+        ``{relative path: sha256 hex}`` (symlinks as ``"symlink:<target>"``), sorted by path;
+        bytecode caches (``__pycache__/``, ``*.pyc``) are left out.
 
     Raises:
         SandboxError: the sandbox has no working ``python3`` or the walk failed.

@@ -3,7 +3,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.getcwd())
-from calc import add, mean  # noqa: E402
+from calc import add, mean
 
 
 class HiddenTest(unittest.TestCase):
