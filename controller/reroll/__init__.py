@@ -1,3 +1,70 @@
-"""reroll: run unmodified LLM agents in sandboxes, record every LLM exchange, replay and continue runs."""
+"""reroll: run unmodified LLM agents in sandboxes, record every LLM exchange, replay and continue runs.
+
+The Python API (every function is a coroutine; run it with ``asyncio.run``)::
+
+    import asyncio
+    from pathlib import Path
+
+    import reroll
+
+    recorded = asyncio.run(reroll.run_task(Path("examples/tasks/fix-failing-test"),
+                                           agent_name="mini-swe-agent", model="scripted"))
+    # replay the first half of the recorded exchanges, then continue with another model
+    continued = asyncio.run(reroll.continue_run(recorded.run_dir, at=0.5, model="scripted:other.yaml"))
+    # is the recording faithfully replayable?
+    report = asyncio.run(reroll.replay_run(recorded.run_dir))
+    assert report.faithful
+    # 4 continuations per model from step 2: the mean reward per model is the value estimate
+    summary = asyncio.run(reroll.branch(recorded.run_dir, at=2, models=["scripted", "scripted:b.yaml"], n=4))
+    print([(m.model, m.mean_reward) for m in summary.models])
+
+- `run_task` — record a rollout (``reroll run``); returns a `RolloutOutcome` (run folder, result).
+- `continue_run` — continue a recorded run, from its end or from checkpoint ``at`` (a step index
+  or a fraction), with its model or another (``reroll continue``); returns a `RolloutOutcome`.
+- `replay_run` — rebuild a run by replay only and check its fidelity (``reroll replay``);
+  returns a `FidelityReport`.
+- `branch` — N continuations per model from one checkpoint, concurrently (``reroll branch``);
+  returns a `BranchSummary`.
+
+Each takes ``console=rich.console.Console()`` to show progress (default: silent) and raises a
+`reroll.errors.RerollError` subclass on bad input, before anything is written. The submodules are
+imported on first use, so ``import reroll`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from reroll.branching import BranchSummary, branch
+    from reroll.fidelity import FidelityReport, replay_run
+    from reroll.resume import RolloutOutcome, continue_run, run_task
+
+_API = {
+    "run_task": "reroll.resume",
+    "continue_run": "reroll.resume",
+    "RolloutOutcome": "reroll.resume",
+    "replay_run": "reroll.fidelity",
+    "FidelityReport": "reroll.fidelity",
+    "branch": "reroll.branching",
+    "BranchSummary": "reroll.branching",
+}
+__all__ = [
+    "BranchSummary",
+    "FidelityReport",
+    "RolloutOutcome",
+    "branch",
+    "continue_run",
+    "replay_run",
+    "run_task",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public API's functions and classes lazily (PEP 562)."""
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'reroll' has no attribute {name!r}")

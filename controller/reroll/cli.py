@@ -1,8 +1,9 @@
 """The ``reroll`` command line (typer).
 
 Exit codes: 0 the rollout ran (status ``ok`` or ``timeout``); 1 it ended with status ``error``
-(agent crash, strict divergence, verifier failure); 2 bad input (missing task, unknown agent,
-corrupt run folder …), reported before anything is written.
+(agent crash, strict divergence, verifier failure) — for ``replay``: the rebuild is not
+faithful; for ``branch``: a branch ended in error; 2 bad input (missing task, unknown agent,
+corrupt run folder, ``--at`` out of range …), reported before anything is written.
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from reroll import __version__
 from reroll.agents import registry
+from reroll.branching import branch as branch_run
 from reroll.errors import RerollError
+from reroll.fidelity import replay_run
+from reroll.llm_proxy import DivergencePolicy
+from reroll.reports import branch_report, fidelity_report
 from reroll.resume import RolloutOutcome, continue_run, run_task
 
 app = typer.Typer(
@@ -32,15 +37,40 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local.")]
+TasksDirOption = Annotated[
+    Path | None, typer.Option(help="Folder holding the task [default: the recorded task_path].")
+]
+AtOption = Annotated[
+    str | None,
+    typer.Option(help="Checkpoint: replay this many exchanges (0..N), or a fraction of them (e.g. 0.5)."),
+]
+OnDivergenceOption = Annotated[
+    DivergencePolicy | None,
+    typer.Option(
+        help="When a replayed request differs from the recording: warn (serve it anyway), strict "
+        "(abort), cutover (go live) [default: warn].",
+    ),
+]
+T = TypeVar("T")
 
 
-def _run(coro: Coroutine[Any, Any, RolloutOutcome]) -> RolloutOutcome:
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         import uvloop
 
         return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
+
+
+def _divergence_policy(on_divergence: DivergencePolicy | None, strict_divergence: bool) -> DivergencePolicy:
+    """``--on-divergence``, with ``--strict-divergence`` as the alias of ``--on-divergence strict``."""
+    if strict_divergence and on_divergence not in (None, "strict"):
+        raise typer.BadParameter(
+            f"--strict-divergence conflicts with --on-divergence {on_divergence}",
+            param_hint="--on-divergence",
+        )
+    return "strict" if strict_divergence else on_divergence or "warn"
 
 
 def _finish(outcome: RolloutOutcome) -> None:
@@ -60,13 +90,13 @@ def _finish(outcome: RolloutOutcome) -> None:
         raise typer.Exit(1)
 
 
-def _guarded(coro: Coroutine[Any, Any, RolloutOutcome]) -> None:
+def _guarded(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro`; bad input (a `RerollError`) is printed and exits with code 2."""
     try:
-        outcome = _run(coro)
+        return _run(coro)
     except RerollError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    _finish(outcome)
 
 
 @app.command()
@@ -84,16 +114,18 @@ def run(
     sandbox: SandboxOption = None,
 ) -> None:
     """Record one rollout: run AGENT on TASK, record every LLM exchange, verify."""
-    _guarded(
-        run_task(
-            task,
-            agent_name=agent,
-            model=model,
-            timeout_seconds=timeout,
-            jobs_dir=jobs_dir,
-            job_name=job_name,
-            sandbox=sandbox or "local",
-            console=console,
+    _finish(
+        _guarded(
+            run_task(
+                task,
+                agent_name=agent,
+                model=model,
+                timeout_seconds=timeout,
+                jobs_dir=jobs_dir,
+                job_name=job_name,
+                sandbox=sandbox or "local",
+                console=console,
+            )
         )
     )
 
@@ -101,9 +133,8 @@ def run(
 @app.command("continue")
 def continue_(
     run_folder: Annotated[Path, typer.Argument(help="The run folder to continue.")],
-    tasks_dir: Annotated[
-        Path | None, typer.Option(help="Folder holding the task [default: the recorded task_path].")
-    ] = None,
+    at: AtOption = None,
+    tasks_dir: TasksDirOption = None,
     model: Annotated[
         str | None, typer.Option(help="Live model after the cut [default: the original's].")
     ] = None,
@@ -114,29 +145,113 @@ def continue_(
         Path | None, typer.Option(help="Jobs dir for the new run [default: <orig-parent>/continued].")
     ] = None,
     require_timeout: Annotated[bool, typer.Option(help="Refuse runs whose status is not timeout.")] = False,
+    on_divergence: OnDivergenceOption = None,
     strict_divergence: Annotated[
-        bool, typer.Option(help="Abort if replay leaves the recorded rails.")
+        bool, typer.Option(help="Abort if replay leaves the recorded rails (= --on-divergence strict).")
     ] = False,
     replay_only: Annotated[
         bool, typer.Option(help="Rebuild via replay, stop at the cut point (no live model).")
     ] = False,
     sandbox: SandboxOption = None,
 ) -> None:
-    """Continue a timed-out run: replay its recorded exchanges, then go live, then verify."""
-    _guarded(
-        continue_run(
+    """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify."""
+    _finish(
+        _guarded(
+            continue_run(
+                run_folder,
+                at=at,
+                tasks_dir=tasks_dir,
+                model=model,
+                timeout_seconds=timeout,
+                output=output,
+                require_timeout=require_timeout,
+                divergence_policy=_divergence_policy(on_divergence, strict_divergence),
+                replay_only=replay_only,
+                sandbox=sandbox,
+                console=console,
+            )
+        )
+    )
+
+
+@app.command()
+def replay(
+    run_folder: Annotated[Path, typer.Argument(help="The run folder to check.")],
+    tasks_dir: TasksDirOption = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Wall-clock budget in seconds [default: the original's].")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Jobs dir for the rebuilt run [default: <orig-parent>/replayed].")
+    ] = None,
+    sandbox: SandboxOption = None,
+) -> None:
+    """Fidelity check: rebuild a run by replay only and compare it with the original.
+
+    Reports per step whether the request matched the recording, and whether the final workspace
+    equals the original's. Exit 1 when not faithful.
+    """
+    report = _guarded(
+        replay_run(
             run_folder,
             tasks_dir=tasks_dir,
-            model=model,
-            timeout_seconds=timeout,
             output=output,
-            require_timeout=require_timeout,
-            divergence_policy="strict" if strict_divergence else "warn",
-            replay_only=replay_only,
+            timeout_seconds=timeout,
             sandbox=sandbox,
             console=console,
         )
     )
+    console.print(fidelity_report(report))
+    if not report.faithful:
+        raise typer.Exit(1)
+
+
+@app.command()
+def branch(
+    run_folder: Annotated[Path, typer.Argument(help="The run folder to branch.")],
+    at: Annotated[
+        str,
+        typer.Option(help="Checkpoint: replay this many exchanges (0..N), or a fraction of them (e.g. 0.5)."),
+    ],
+    model: Annotated[
+        list[str], typer.Option("--model", help="Live model of a group of branches; repeat for more models.")
+    ],
+    n: Annotated[int, typer.Option("-n", "--n", min=1, help="Branches per model.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Most branches running at once.")] = 4,
+    tasks_dir: TasksDirOption = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Wall-clock budget of each branch, seconds [default: the original's]."),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Where the tree goes [default: <orig-parent>/branched].")
+    ] = None,
+    on_divergence: OnDivergenceOption = None,
+    sandbox: SandboxOption = None,
+) -> None:
+    """Branch a run: N continuations per model from checkpoint --at K, concurrently, each verified.
+
+    Prints each branch's reward and the mean reward per model (the value estimate of the
+    checkpoint state). Exit 1 when a branch ended in error.
+    """
+    summary = _guarded(
+        branch_run(
+            run_folder,
+            at=at,
+            models=model,
+            n=n,
+            concurrency=concurrency,
+            tasks_dir=tasks_dir,
+            timeout_seconds=timeout,
+            output=output,
+            divergence_policy=_divergence_policy(on_divergence, strict_divergence=False),
+            sandbox=sandbox,
+            console=console,
+        )
+    )
+    console.print(branch_report(summary))
+    if any(child.status == "error" for child in summary.children):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -16,7 +16,7 @@ from reroll.errors import RerollError
 from reroll.models import Upstream
 from reroll.processes import ChildProcess
 
-DivergencePolicy = Literal["warn", "strict"]
+DivergencePolicy = Literal["warn", "strict", "cutover"]
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
 
 
@@ -29,7 +29,8 @@ class ReplayPlan:
     cut_index: int
     """How many recorded exchanges to serve before the live model takes over."""
     divergence_policy: DivergencePolicy = "warn"
-    """``warn``: serve the recording and note the divergence; ``strict``: abort the rollout."""
+    """``warn``: serve the recording and note the divergence; ``strict``: abort the rollout;
+    ``cutover``: go live at the first divergence (implemented by the proxy engine)."""
 
 
 class ProxyStatus(BaseModel):

@@ -3,7 +3,12 @@
 A continuation (seeds/continue-timed-out-runs.txt) boots a fresh sandbox from the same task and
 launches the same agent with the original prompt; the proxy serves the recorded responses in
 order, so the agent re-executes its own past steps for real, then cuts over to the live model.
-The new run folder gets the stitched trajectory and ``continued_from`` provenance.
+The new run folder gets the stitched trajectory and ``continued_from`` provenance. With a
+checkpoint (``--at K``, see `reroll.checkpoint`) only the first K exchanges are replayed, so a
+finished run can be continued from any step, by the same model or another.
+
+`open_checkpoint` and `continuation_plan` are shared with ``reroll replay`` (`reroll.fidelity`)
+and ``reroll branch`` (`reroll.branching`).
 """
 
 from __future__ import annotations
@@ -12,15 +17,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pydantic import BaseModel
 from rich.console import Console
 
 from reroll import __version__
-from reroll.agents import get_agent
+from reroll.agents import AgentSpec, get_agent
+from reroll.checkpoint import At, resolve_cut
 from reroll.errors import RunFolderError, TaskError
 from reroll.llm_proxy import DivergencePolicy, ReplayPlan
 from reroll.models import ModelSpec, parse_model
 from reroll.rollout import RolloutPlan, execute_rollout, new_run_id
-from reroll.runfolder import ContinuedFrom, RunConfig, RunResult, create_run_folder, load_run_folder, now_iso
+from reroll.runfolder import (
+    TRAJECTORY,
+    ContinuedFrom,
+    RunConfig,
+    RunFolder,
+    RunResult,
+    create_run_folder,
+    load_run_folder,
+    now_iso,
+)
 from reroll.tasks import Task, find_task, load_task
 
 
@@ -36,21 +52,35 @@ async def run_task(
     task_path: Path,
     *,
     agent_name: str,
-    model: str | None,
-    timeout_seconds: float | None,
-    jobs_dir: Path,
-    job_name: str | None,
-    sandbox: str,
-    console: Console,
+    model: str | None = None,
+    timeout_seconds: float | None = None,
+    jobs_dir: Path = Path("jobs"),
+    job_name: str | None = None,
+    sandbox: str = "local",
+    console: Console | None = None,
 ) -> RolloutOutcome:
     """Record one rollout of `agent_name` on the task at `task_path` (``reroll run``).
+
+    Args:
+        task_path: the task folder.
+        agent_name: an agent of the registry (``reroll agents``).
+        model: the live model spec (see `reroll.models`); required unless the agent calls none.
+        timeout_seconds: the agent's wall-clock budget [default: the task's].
+        jobs_dir: where job folders go.
+        job_name: the job folder's name [default: the start time].
+        sandbox: sandbox backend.
+        console: where progress goes [default: nowhere].
+
+    Returns:
+        The new run folder and its result.
 
     Raises:
         TaskError, AgentError, ModelError: bad input, before anything is written.
     """
+    console = console or Console(quiet=True)
     task = load_task(task_path)
     agent = get_agent(agent_name)
-    live_model = _model_for(agent.api_format, model, task)
+    live_model = model_for(agent.api_format, model, task)
     timeout = timeout_seconds if timeout_seconds is not None else task.spec.agent.timeout_sec
     job = job_name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     run_dir = create_run_folder(jobs_dir / job, f"{task.name}__{new_run_id()}")
@@ -82,77 +112,183 @@ async def run_task(
 async def continue_run(
     run_folder: Path,
     *,
-    tasks_dir: Path | None,
-    model: str | None,
-    timeout_seconds: float | None,
-    output: Path | None,
-    require_timeout: bool,
-    divergence_policy: DivergencePolicy,
-    replay_only: bool,
-    sandbox: str | None,
-    console: Console,
+    at: At | None = None,
+    model: str | None = None,
+    tasks_dir: Path | None = None,
+    timeout_seconds: float | None = None,
+    output: Path | None = None,
+    require_timeout: bool = False,
+    divergence_policy: DivergencePolicy = "warn",
+    replay_only: bool = False,
+    sandbox: str | None = None,
+    console: Console | None = None,
 ) -> RolloutOutcome:
     """Continue a recorded run (``reroll continue``); see the module docstring.
 
+    Args:
+        run_folder: the recorded run.
+        at: the checkpoint (a step index or a fraction, see `reroll.checkpoint`); None replays
+            every recorded exchange (a timed-out run's cut point).
+        model: the live model after the cut [default: the original's]; with `at`, this swaps the
+            model mid-run.
+        tasks_dir: folder holding the task [default: the recorded ``task_path``].
+        timeout_seconds: wall-clock budget of the new rollout [default: the original's].
+        output: jobs dir of the new run folder [default: ``<original's parent>/continued``].
+        require_timeout: refuse runs whose status is not ``timeout``.
+        divergence_policy: what the proxy does when a replayed request differs from the recording.
+        replay_only: stop at the cut point (no live model, no verifier).
+        sandbox: sandbox backend [default: the original's].
+        console: where progress goes [default: nowhere].
+
+    Returns:
+        The new run folder and its result.
+
     Raises:
-        RunFolderError: the folder is missing or corrupt, or `require_timeout` is set and the run
-            did not time out.
+        RunFolderError: the folder is missing or corrupt, `at` is malformed or out of range, or
+            `require_timeout` is set and the run did not time out.
         TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
+        ModelError: the live model cannot be resolved.
+    """
+    console = console or Console(quiet=True)
+    checkpoint = open_checkpoint(
+        run_folder, tasks_dir=tasks_dir, at=at, console=console, require_timeout=require_timeout
+    )
+    live_spec = None if replay_only else (model or checkpoint.original.config.model)
+    live_model = model_for(checkpoint.agent.api_format, live_spec, checkpoint.task) if live_spec else None
+    original = checkpoint.original
+    run_dir = create_run_folder(output or original.path.parent / "continued", original.path.name)
+    provenance = ContinuedFrom(
+        path=str(original.path),
+        status=checkpoint.status,
+        cut_index=checkpoint.cut_index,
+        at=None if at is None else str(at),
+        original_model=original.config.model,
+        live_model=live_model.spec if live_model else None,
+        replay_only=replay_only,
+    )
+    plan = continuation_plan(
+        checkpoint,
+        run_dir=run_dir,
+        live_model=live_model,
+        timeout_seconds=timeout_seconds,
+        sandbox=sandbox,
+        divergence_policy=divergence_policy,
+        provenance={"continued_from": provenance},
+    )
+    recorded = len(original.exchanges)
+    where = "" if at is None else f", cut at {checkpoint.cut_index} (--at {at})"
+    console.print(f"continuing {original.path} ({checkpoint.status}, {recorded} recorded exchanges{where})")
+    console.print(f"run folder: {run_dir}")
+    return RolloutOutcome(run_dir, await execute_rollout(plan, console))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A recorded run opened for replay up to a cut index."""
+
+    original: RunFolder
+    task: Task
+    agent: AgentSpec
+    status: str
+    """The original's status (``ok``, ``timeout``, ``error``, or ``unknown`` without result.json)."""
+    cut_index: int
+    """How many recorded exchanges are replayed before the live model takes over."""
+
+
+def open_checkpoint(
+    run_folder: Path,
+    *,
+    tasks_dir: Path | None,
+    at: At | None,
+    console: Console,
+    require_timeout: bool = False,
+) -> Checkpoint:
+    """Load `run_folder`, find its task and agent, and resolve `at` to a cut index.
+
+    Raises:
+        RunFolderError: the folder is missing or corrupt, `at` is malformed or out of range, or
+            `require_timeout` is set and the run's status is not ``timeout``.
+        TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
+        AgentError: the recorded agent is unknown.
     """
     original = load_run_folder(run_folder)
     if original.trajectory.warning:
         console.print(f"[yellow]warning:[/yellow] {original.trajectory.warning}")
+    cut_index = resolve_cut(at, len(original.exchanges), original.path)
     status = original.result.effective_status if original.result else "unknown"
     if require_timeout and status != "timeout":
         raise RunFolderError(f"{original.path}: status is {status!r}, not 'timeout' (--require-timeout)")
     task = _find_original_task(original.config, tasks_dir)
-    agent = get_agent(original.config.agent)
-    live_spec = None if replay_only else (model or original.config.model)
-    live_model = _model_for(agent.api_format, live_spec, task) if live_spec else None
-    original_model = parse_model(original.config.model, task.path) if original.config.model else None
-    cut_index = len(original.exchanges)
-    timeout = timeout_seconds or original.config.timeout_sec or task.spec.agent.timeout_sec
-    output_dir = output or original.path.parent / "continued"
-    run_dir = create_run_folder(output_dir, original.path.name)
+    return Checkpoint(original, task, get_agent(original.config.agent), status, cut_index)
+
+
+def continuation_plan(
+    checkpoint: Checkpoint,
+    *,
+    run_dir: Path,
+    live_model: ModelSpec | None,
+    timeout_seconds: float | None,
+    sandbox: str | None,
+    divergence_policy: DivergencePolicy,
+    provenance: dict[str, BaseModel],
+    replay_from: Path | None = None,
+) -> RolloutPlan:
+    """The plan of a rollout that replays `checkpoint` up to its cut, then goes live.
+
+    Args:
+        checkpoint: the recorded run and the cut.
+        run_dir: the new, empty run folder.
+        live_model: the model after the cut, or None (replay only).
+        timeout_seconds: wall-clock budget [default: the original's, else the task's].
+        sandbox: sandbox backend [default: the original's].
+        divergence_policy: the proxy's policy for replayed requests that differ from the recording.
+        provenance: config.json fields to set, e.g. ``{"continued_from": ContinuedFrom(...)}``.
+        replay_from: the trajectory to replay [default: the original's]; it must hold at least
+            ``checkpoint.cut_index`` exchanges.
+    """
+    original = checkpoint.original
+    original_model = (
+        parse_model(original.config.model, checkpoint.task.path) if original.config.model else None
+    )
+    timeout = timeout_seconds or original.config.timeout_sec or checkpoint.task.spec.agent.timeout_sec
+    backend = sandbox or original.config.sandbox
     config = original.config.model_copy(
         update={
             "model": live_model.spec if live_model else original.config.model,
             "timeout_sec": timeout,
             "started_at": now_iso(),
-            "sandbox": sandbox or original.config.sandbox,
+            "sandbox": backend,
             "reroll_version": __version__,
-            "continued_from": ContinuedFrom(
-                path=str(original.path),
-                status=status,
-                cut_index=cut_index,
-                original_model=original.config.model,
-                live_model=live_model.spec if live_model else None,
-                replay_only=replay_only,
-            ),
+            "continued_from": None,
+            "branched_from": None,
+            **provenance,
         }
     )
-    plan = RolloutPlan(
-        task=task,
-        agent=agent,
-        prompt=original.prompts[0] if original.prompts else task.instruction,
+    return RolloutPlan(
+        task=checkpoint.task,
+        agent=checkpoint.agent,
+        prompt=original.prompts[0] if original.prompts else checkpoint.task.instruction,
         agent_model=original_model.name if original_model else "",
         live_model=live_model,
         timeout_seconds=timeout,
         run_dir=run_dir,
         config=config,
-        sandbox_backend=sandbox or original.config.sandbox,
+        sandbox_backend=backend,
         replay=ReplayPlan(
-            trajectory_path=original.path / "trajectory" / "llm_trajectory.jsonl",
-            cut_index=cut_index,
+            trajectory_path=replay_from or original.path / TRAJECTORY,
+            cut_index=checkpoint.cut_index,
             divergence_policy=divergence_policy,
         ),
     )
-    console.print(f"continuing {original.path} ({status}, {cut_index} recorded exchanges)")
-    console.print(f"run folder: {run_dir}")
-    return RolloutOutcome(run_dir, await execute_rollout(plan, console))
 
 
-def _model_for(api_format: str, model: str | None, task: Task) -> ModelSpec | None:
+def model_for(api_format: str, model: str | None, task: Task) -> ModelSpec | None:
+    """The parsed live model for an agent speaking `api_format` (None for agents that call none).
+
+    Raises:
+        TaskError: the agent calls a model and `model` is None.
+        ModelError: `model` cannot be parsed (see `reroll.models.parse_model`).
+    """
     if api_format == "none":
         return None
     if model is None:

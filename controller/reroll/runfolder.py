@@ -3,7 +3,7 @@
 ::
 
     <jobs-dir>/<job>/<rollout>/
-      config.json                      RunConfig: what was run; continued_from provenance
+      config.json                      RunConfig: what was run; continued_from / branched_from provenance
       result.json                      RunResult: status, rewards, timings, counts, error
       prompts.json                     the prompts sent to the agent (a JSON list of strings)
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (reroll_proxy.exchange)
@@ -47,12 +47,23 @@ class ContinuedFrom(BaseModel):
     """The original run's status (``timeout`` for the main use)."""
     cut_index: int
     """Number of recorded exchanges replayed before the live model took over."""
+    at: str | None = None
+    """The checkpoint as given with ``--at`` (a step or a fraction), None when the cut is the end
+    of the recording."""
     original_model: str | None
     """The model the original run used."""
     live_model: str | None
     """The model used after the cut (None with ``--replay-only``)."""
     replay_only: bool = False
     """True when the continuation stopped at the cut point."""
+
+
+class BranchedFrom(ContinuedFrom):
+    """Provenance of a branch: in the tree's parent folder (the shared prefix) `path` is the run
+    branched from; in each child run folder it is the parent folder."""
+
+    branch_index: int | None = None
+    """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
 
 
 class RunConfig(BaseModel):
@@ -69,6 +80,7 @@ class RunConfig(BaseModel):
     sandbox: str = "local"
     reroll_version: str | None = None
     continued_from: ContinuedFrom | None = None
+    branched_from: BranchedFrom | None = None
 
 
 class Timings(BaseModel):

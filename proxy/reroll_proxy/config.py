@@ -56,9 +56,9 @@ class ProxyConfig(BaseModel):
     `replay_path`."""
     upstream: UpstreamConfig | None = None
     """The live model after the cut; None is replay-only (requests past the cut get 409)."""
-    divergence_policy: Literal["warn", "strict"] = "warn"
+    divergence_policy: Literal["warn", "strict", "cutover"] = "warn"
     """On a replayed request that differs from the recording: ``warn`` serves and notes it,
-    ``strict`` answers 409 and aborts."""
+    ``strict`` answers 409 and aborts, ``cutover`` goes live from there."""
     ready_file: Path | None = None
     """Written atomically once listening: ``{"port", "pid", "base_url"}``."""
 

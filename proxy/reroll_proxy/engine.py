@@ -24,7 +24,7 @@ from typing import Any, Literal
 from reroll_proxy.divergence import Divergence, compare_requests
 from reroll_proxy.exchange import Exchange
 
-DivergencePolicy = Literal["warn", "strict"]
+DivergencePolicy = Literal["warn", "strict", "cutover"]
 
 
 @dataclass(frozen=True)
