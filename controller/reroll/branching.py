@@ -174,7 +174,7 @@ async def branch(
 def _write_parent(checkpoint: Checkpoint, output: Path, at: str) -> Path:
     """Create the parent folder: the original's config with provenance, prompts, the prefix."""
     original = checkpoint.original
-    parent = create_run_folder(output, original.path.name)
+    parent = create_run_folder(output, original.path.name).resolve()
     provenance = BranchedFrom(
         path=str(original.path),
         status=checkpoint.status,
