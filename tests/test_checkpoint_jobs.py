@@ -114,6 +114,7 @@ def test_replay_of_a_clean_run_is_faithful(ok_run: Path, workdir: Path) -> None:
     assert [step["verdict"] for step in report["steps"]] == ["match"] * 5
     assert report["workspace"]["equal"] is True and report["workspace"]["files"] >= 2
     assert report["rebuilt_rewards"] == report["original_rewards"] == {"reward": 1.0}
+    assert report["same_ending"] is True and "ending: same (rebuild ok, original ok)" in done.stdout
 
 
 def test_replay_of_a_tampered_run_is_not_faithful(ok_run: Path, workdir: Path) -> None:
@@ -128,15 +129,19 @@ def test_replay_of_a_tampered_run_is_not_faithful(ok_run: Path, workdir: Path) -
     manifest = read_json(tampered / "workspace_manifest.json")
     manifest["calc.py"] = "0" * 64
     (tampered / "workspace_manifest.json").write_text(json.dumps(manifest))
+    # Claim the run timed out: the rebuild then should have asked for more, but it finishes.
+    (tampered / "result.json").write_text(json.dumps({"status": "timeout", "error_category": "timeout"}))
     done = reroll_cli("replay", str(tampered), "--output", "replay-tampered", cwd=workdir)
     assert done.returncode == 1, done.stderr
     assert "requests matched: 4/5" in done.stdout and "verdict: not faithful" in done.stdout
     assert "changed: calc.py" in done.stdout
+    assert "ending: differs (rebuild ok, original timeout)" in done.stdout
     report = read_json(only_run(workdir / "replay-tampered") / "fidelity.json")
     assert report["faithful"] is False
     assert [step["verdict"] for step in report["steps"]] == ["match", "diverged", "match", "match", "match"]
     assert report["steps"][1]["detail"]
     assert report["workspace"]["changed"] == ["calc.py"] and not report["workspace"]["missing"]
+    assert report["same_ending"] is False
 
 
 def test_branch_two_models_twice_each(ok_run: Path, workdir: Path, fast_model: str) -> None:

@@ -104,7 +104,8 @@ async def branch(
     Args:
         run_folder: the recorded run.
         at: the checkpoint: a step index or a fraction (see `reroll.checkpoint`).
-        models: live model specs, one group of `n` branches each.
+        models: live model specs, one group of `n` branches each (a model given twice counts once;
+            a ``scripted:PATH`` is recorded with its absolute path).
         n: branches per model, >= 1.
         concurrency: most branches running at once, >= 1.
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
@@ -125,21 +126,21 @@ async def branch(
         AgentError: the recorded agent is unknown or calls no model.
         Nothing is written when any of these is raised.
     """
-    specs = list(dict.fromkeys(models))
-    if not specs or n < 1 or concurrency < 1:
-        raise ValueError(f"branch needs models (got {specs}), n >= 1 (got {n}), concurrency >= 1")
+    if not models or n < 1 or concurrency < 1:
+        raise ValueError(f"branch needs models (got {list(models)}), n >= 1 (got {n}), concurrency >= 1")
     console = console or Console(quiet=True)
     checkpoint = open_checkpoint(run_folder, tasks_dir=tasks_dir, at=at, console=console)
     if checkpoint.agent.api_format == "none":
         raise AgentError(
             f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"
         )
-    live_models = [parse_model(spec, checkpoint.task.path) for spec in specs]
+    parsed = (parse_model(spec, checkpoint.task.path) for spec in models)
+    live_models = list({model.spec: model for model in parsed}.values())  # each model once
     original = checkpoint.original
     parent = _write_parent(checkpoint, output or original.path.parent / "branched", str(at))
     console.print(
         f"branching {original.path} at step {checkpoint.cut_index} (--at {at}): "
-        f"{len(specs)} model(s) x {n}, {concurrency} at a time"
+        f"{len(live_models)} model(s) x {n}, {concurrency} at a time"
     )
     console.print(f"parent folder: {parent}")
     shared = _Shared(
@@ -165,7 +166,7 @@ async def branch(
         cut_index=checkpoint.cut_index,
         at=str(at),
         children=children,
-        models=[_model_summary(spec, children) for spec in specs],
+        models=[_model_summary(model.spec, children) for model in live_models],
     )
     write_json(parent / SUMMARY, summary)
     return summary

@@ -5,10 +5,12 @@ no live model — and compared with the original:
 
 - per step, whether the agent's request matched the recorded one (the proxy's divergence check,
   kept in each exchange's ``metadata.divergence``), and whether the step was reached at all;
-- whether the final workspace equals the original's (workspace_manifest.json: sha256 per file).
+- whether the final workspace equals the original's (workspace_manifest.json: sha256 per file);
+- whether the rebuild ended as the original did: a finished original (``ok``) must finish by
+  itself after its last exchange, a timed-out one asks for more and is stopped at the cut point.
 
-The run is faithful when every recorded step was replayed without divergence and the workspaces
-are equal. The report is written to ``fidelity.json`` in the rebuilt run folder.
+The run is faithful when every recorded step was replayed without divergence, the workspaces
+are equal and the endings agree. The report is written to ``fidelity.json`` in the rebuilt run folder.
 """
 
 from __future__ import annotations
@@ -65,8 +67,12 @@ class FidelityReport(BaseModel):
     steps: list[StepReport]
     workspace: WorkspaceReport | None
     """None when either run has no workspace manifest (e.g. the rebuild failed to start)."""
+    original_status: str
+    """The original's status (``unknown`` without result.json)."""
     status: str | None
     """The rebuilt rollout's status."""
+    same_ending: bool
+    """Whether the rebuild ended as the original did (see the module docstring)."""
     error: str | None = None
     """Why the rebuilt rollout ended in error, if it did."""
     original_rewards: dict[str, float] | None = None
@@ -135,13 +141,20 @@ async def replay_run(
     result = await execute_rollout(plan, console)
     steps = _step_reports(run_dir, checkpoint.cut_index)
     workspace = _compare_workspaces(original_manifest, _manifest(run_dir / MANIFEST))
+    stopped_at_cut = result.error_category == "replay_only"
+    same_ending = {"ok": result.status == "ok", "timeout": stopped_at_cut}.get(checkpoint.status, True)
     report = FidelityReport(
         original=str(original.path),
         rebuilt=str(run_dir),
-        faithful=all(step.verdict == "match" for step in steps) and workspace is not None and workspace.equal,
+        faithful=all(step.verdict == "match" for step in steps)
+        and workspace is not None
+        and workspace.equal
+        and same_ending,
         steps=steps,
         workspace=workspace,
+        original_status=checkpoint.status,
         status=result.status,
+        same_ending=same_ending,
         # Stopping at the cut point is how a replay of a timed-out run ends: not an error.
         error=result.error if result.status == "error" else None,
         original_rewards=original.result.rewards if original.result else None,

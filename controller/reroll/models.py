@@ -42,7 +42,7 @@ class ModelSpec:
     """A parsed ``--model`` value."""
 
     spec: str
-    """The value as given (stored in config.json)."""
+    """The value as given, with a ``scripted:PATH`` made absolute (stored in config.json)."""
     name: str
     """The model name the agent asks for."""
     script: Path | None = None
@@ -60,7 +60,9 @@ def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
         script = Path(spec.partition(":")[2]) if ":" in spec else (task_path or Path()) / SCRIPT_FILE_NAME
         if not script.is_file():
             raise ModelError(f"model {spec!r}: script file {script} not found")
-        return ModelSpec(spec=spec, name="scripted", script=script.resolve())
+        # An explicit path is stored absolute, so the spec in config.json works from any folder.
+        stored = f"scripted:{script.resolve()}" if ":" in spec else spec
+        return ModelSpec(spec=stored, name="scripted", script=script.resolve())
     provider, _, name = spec.rpartition("/")
     if provider == "openai" or os.environ.get("REROLL_UPSTREAM_URL"):
         return ModelSpec(spec=spec, name=name)

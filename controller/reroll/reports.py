@@ -37,9 +37,11 @@ def fidelity_report(report: FidelityReport) -> RenderableType:
         ]
         files = "[red]differs[/red] — " + "; ".join(differences)
     verdict = "[green]faithful[/green]" if report.faithful else "[red]not faithful[/red]"
+    ending = "[green]same[/green]" if report.same_ending else "[red]differs[/red]"
     lines = [
         f"requests matched: {report.matched}/{len(report.steps)}",
         f"workspace: {files}",
+        f"ending: {ending} (rebuild {report.status}, original {report.original_status})",
         f"rewards: original {report.original_rewards}, rebuilt {report.rebuilt_rewards}",
     ]
     if report.error:
