@@ -104,7 +104,11 @@ def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -
 
 
 def test_replay_only_rebuilds_the_same_workspace(timed_out_run: Path, workdir: Path) -> None:
-    done = reroll("continue", str(timed_out_run), "--replay-only", "--output", "replay-only", cwd=workdir)
+    # --timeout: the original's 15 s is too tight for a replay on a loaded machine.
+    done = reroll(
+        "continue", str(timed_out_run), "--replay-only", "--timeout", "120", "--output", "replay-only",
+        cwd=workdir,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "2 replayed, 0 live" in done.stdout
     rebuilt = only_folder(workdir / "replay-only")
@@ -128,7 +132,10 @@ def test_strict_divergence_aborts_on_a_tampered_observation(timed_out_run: Path,
     (tampered / "trajectory" / "llm_trajectory.jsonl").write_text(
         "".join(json.dumps(x) + "\n" for x in lines)
     )
-    done = reroll("continue", str(tampered), "--strict-divergence", "--output", "strict", cwd=workdir)
+    done = reroll(
+        "continue", str(tampered), "--strict-divergence", "--timeout", "120", "--output", "strict",
+        cwd=workdir,
+    )  # fmt: skip
     assert done.returncode == 1
     assert "divergence" in done.stdout
     aborted = only_folder(workdir / "strict")

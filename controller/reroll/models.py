@@ -49,6 +49,15 @@ class ModelSpec:
     """For the scripted model: the script file."""
 
 
+def model_name(spec: str) -> str:
+    """The model name an agent asks for under `spec` (``scripted``, or NAME of ``provider/NAME``).
+
+    Unlike `parse_model` this checks nothing, so it works for a recorded run whose provider or
+    script is not available here (a replay needs neither).
+    """
+    return "scripted" if spec == "scripted" or spec.startswith("scripted:") else spec.rpartition("/")[2]
+
+
 def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
     """Parse a model spec (see the module docstring).
 
@@ -62,10 +71,10 @@ def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
             raise ModelError(f"model {spec!r}: script file {script} not found")
         # An explicit path is stored absolute, so the spec in config.json works from any folder.
         stored = f"scripted:{script.resolve()}" if ":" in spec else spec
-        return ModelSpec(spec=stored, name="scripted", script=script.resolve())
-    provider, _, name = spec.rpartition("/")
+        return ModelSpec(spec=stored, name=model_name(spec), script=script.resolve())
+    provider = spec.rpartition("/")[0]
     if provider == "openai" or os.environ.get("REROLL_UPSTREAM_URL"):
-        return ModelSpec(spec=spec, name=name)
+        return ModelSpec(spec=spec, name=model_name(spec))
     raise ModelError(
         f"model {spec!r}: unknown provider {provider or '(none)'!r}; use scripted, scripted:PATH, "
         "openai/NAME, or set REROLL_UPSTREAM_URL for an OpenAI-compatible server"

@@ -25,7 +25,7 @@ from reroll.agents import AgentSpec, get_agent
 from reroll.checkpoint import At, resolve_cut
 from reroll.errors import RunFolderError, TaskError
 from reroll.llm_proxy import DivergencePolicy, ReplayPlan
-from reroll.models import ModelSpec, parse_model
+from reroll.models import ModelSpec, model_name, parse_model
 from reroll.rollout import RolloutPlan, execute_rollout, new_run_id
 from reroll.runfolder import (
     TRAJECTORY,
@@ -193,6 +193,8 @@ class Checkpoint:
     """The original's status (``ok``, ``timeout``, ``error``, or ``unknown`` without result.json)."""
     cut_index: int
     """How many recorded exchanges are replayed before the live model takes over."""
+    agent_model: str
+    """The model name the original agent asked for (a continuation keeps it)."""
 
 
 def open_checkpoint(
@@ -219,7 +221,9 @@ def open_checkpoint(
     if require_timeout and status != "timeout":
         raise RunFolderError(f"{original.path}: status is {status!r}, not 'timeout' (--require-timeout)")
     task = _find_original_task(original.config, tasks_dir)
-    return Checkpoint(original, task, get_agent(original.config.agent), status, cut_index)
+    agent = get_agent(original.config.agent)
+    agent_model = model_name(original.config.model) if original.config.model else ""
+    return Checkpoint(original, task, agent, status, cut_index, agent_model)
 
 
 def continuation_plan(
@@ -247,9 +251,6 @@ def continuation_plan(
             ``checkpoint.cut_index`` exchanges.
     """
     original = checkpoint.original
-    original_model = (
-        parse_model(original.config.model, checkpoint.task.path) if original.config.model else None
-    )
     timeout = timeout_seconds or original.config.timeout_sec or checkpoint.task.spec.agent.timeout_sec
     backend = sandbox or original.config.sandbox
     config = original.config.model_copy(
@@ -268,7 +269,7 @@ def continuation_plan(
         task=checkpoint.task,
         agent=checkpoint.agent,
         prompt=original.prompts[0] if original.prompts else checkpoint.task.instruction,
-        agent_model=original_model.name if original_model else "",
+        agent_model=checkpoint.agent_model,
         live_model=live_model,
         timeout_seconds=timeout,
         run_dir=run_dir,

@@ -132,3 +132,13 @@ def test_branch_of_an_agent_without_a_model(run: Path, tmp_path: Path, examples:
     assert done.returncode == 2
     assert "agent 'oracle' calls no model; nothing to branch" in done.stderr
     assert tree(tmp_path) == before
+
+
+def test_continue_a_run_whose_model_is_unavailable_here(run: Path, tmp_path: Path, examples: Path) -> None:
+    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "gemini-3"}
+    (run / "config.json").write_text(json.dumps(config))
+    before = tree(tmp_path)
+    done = reroll("continue", str(run), "--at", "1", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "model 'gemini-3': unknown provider" in done.stderr
+    assert tree(tmp_path) == before
