@@ -135,7 +135,7 @@ def _response(answer: Answer, model: str, prompt_tokens: int, completion_tokens:
         summary = [{"type": "summary_text", "text": answer.thinking}]
         output.append({"id": f"rs_scripted_{k}", "type": "reasoning", "summary": summary})
     if answer.content is not None or not answer.tool_calls:
-        text = {"type": "output_text", "text": answer.content or "", "annotations": []}
+        text = {"type": "output_text", "text": answer.content or "", "annotations": [], "logprobs": []}
         output.append(
             {
                 "id": f"msg_scripted_{k}",
