@@ -62,12 +62,16 @@ def parse_json(payload: bytes) -> Any:
 class EventSource:
     """Events to stream to the agent (here: a fixed list); `error` says why they ended early, if so.
 
+    Events come in batches: each batch is written to the agent in one write, as soon as it is
+    available, so nothing waits in a buffer but fewer writes are made.
+
     Args:
         events: the events, in order.
         offsets_ms: when each event was recorded, in milliseconds (parallel to `events`); None
             or a list of another length sends them without pauses.
         timing_factor: each event waits (its offset - the previous one's) x this factor, so 0
-            sends as fast as possible and 1 at the recorded pace; the first event is not delayed.
+            sends every event at once (one batch) and 1 at the recorded pace (one event per
+            batch); the first event is not delayed.
     """
 
     def __init__(
@@ -82,14 +86,16 @@ class EventSource:
         self._factor = timing_factor
         self.error: str | None = None
 
-    async def events(self) -> AsyncGenerator[SseEvent]:
-        """The events, in order (paced, see the class docstring)."""
+    async def batches(self) -> AsyncGenerator[list[SseEvent]]:
+        """The events, in order, in batches (see the class docstring)."""
+        if not self._offsets:
+            yield self._events
+            return
         for index, event in enumerate(self._events):
-            if self._offsets and index:
-                await asyncio.sleep(
-                    max(0.0, self._offsets[index] - self._offsets[index - 1]) * self._factor / 1000
-                )
-            yield event
+            if index:
+                pause_ms = max(0.0, self._offsets[index] - self._offsets[index - 1]) * self._factor
+                await asyncio.sleep(pause_ms / 1000)
+            yield [event]
 
 
 class UpstreamEvents(EventSource):
@@ -99,17 +105,18 @@ class UpstreamEvents(EventSource):
         super().__init__()
         self._response = response
 
-    async def events(self) -> AsyncGenerator[SseEvent]:
-        """The events, each as soon as it is complete; a broken stream ends them and sets `error`."""
+    async def batches(self) -> AsyncGenerator[list[SseEvent]]:
+        """The events completed by each chunk received, as soon as it arrives; a broken stream
+        ends them and sets `error`."""
         parser = SseParser()
         try:
             async for chunk in self._response.content.iter_any():
-                for event in parser.feed(chunk):
-                    yield event
+                if events := parser.feed(chunk):
+                    yield events
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.error = f"upstream stream broke off: {exc!r}"
-        for event in parser.finish():
-            yield event
+        if events := parser.finish():
+            yield events
 
 
 @dataclass
@@ -158,7 +165,7 @@ class ServedStep:
     async def send_stream(
         self, status: int, headers: dict[str, str], source: EventSource, sent_body: Any, model: str | None
     ) -> web.StreamResponse:
-        """Stream `source` to the agent one write per event; record before sending the terminal event.
+        """Stream `source` to the agent one write per batch; record before sending the terminal event.
 
         Args:
             status: HTTP status for the agent (and the record).
@@ -172,16 +179,18 @@ class ServedStep:
         events: list[SseEvent] = []
         offsets_ms: list[float] = []
         held: list[SseEvent] = []
-        async with contextlib.aclosing(source.events()) as stream:
-            async for event in stream:
-                events.append(event)
-                offsets_ms.append(round((time.monotonic() - self.received) * 1000, 3))
-                if held or self.wire.is_terminal(event):
-                    held.append(event)
-                    continue
-                await response.write(encode_event(event))
-                if self.first_byte is None:
-                    self.first_byte = time.monotonic()
+        async with contextlib.aclosing(source.batches()) as stream:
+            async for batch in stream:
+                offset_ms = round((time.monotonic() - self.received) * 1000, 3)
+                events += batch
+                offsets_ms += [offset_ms] * len(batch)
+                ready: list[SseEvent] = []
+                for event in batch:
+                    (held if held or self.wire.is_terminal(event) else ready).append(event)
+                if ready:
+                    await response.write(b"".join(map(encode_event, ready)))
+                    if self.first_byte is None:
+                        self.first_byte = time.monotonic()
         body = self.wire.assemble(events)
         model = body.get("model") or model
         exchange = self._exchange(sent_body, status, headers, body, events, model, source.error)
