@@ -65,6 +65,9 @@ class ProxyConfig(BaseModel):
     replay_timing_factor: float = Field(default=0.0, ge=0)
     """A replayed stream waits the recorded time between two events times this factor: 0 sends
     them as fast as possible, 1 at the recorded pace."""
+    fsync_each_exchange: bool = True
+    """``fsync`` each trajectory line before the agent sees its response, so it survives a
+    machine crash; False only flushes it to the OS (it still survives the proxy being killed)."""
     ready_file: Path | None = None
     """Written atomically once listening: ``{"port", "pid", "base_url"}``."""
 

@@ -241,7 +241,7 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
         OSError: the trajectory cannot be opened or the port cannot be bound.
     """
     engine = _engine_for(config)
-    recorder = Recorder(config.trajectory_path)
+    recorder = Recorder(config.trajectory_path, fsync=config.fsync_each_exchange)
     recorder.open()
     server = ProxyServer(config, engine, recorder)
     # An agent that hangs up (killed at its timeout) cancels its request: the response it never

@@ -9,9 +9,11 @@ so both see the same machine load. Measured per exchange, in milliseconds:
 - ``ttfb``: request sent -> first byte of the response body (streamed requests: the first SSE
   bytes, which the proxy forwards before the stream ends).
 
-Three targets: ``direct``; ``record`` (the proxy forwards to the upstream and fsyncs every
-exchange to its trajectory); ``replay`` (a second proxy replays that trajectory with no
-upstream: the divergence check runs on every request). The figures printed are p50 / p95 of
+Four targets: ``direct``; ``record`` (the proxy forwards to the upstream and fsyncs every
+exchange to its trajectory); ``record-nofsync`` (the same with ``fsync_each_exchange: false``:
+lines only flushed to the OS, which shows what the disk costs); ``replay`` (a proxy replays the
+``record`` trajectory with no upstream: the divergence check runs on every request, each
+replayed exchange is fsynced to its own trajectory). The figures printed are p50 / p95 of
 each target, the added p50 / p95 (proxy minus direct) and their ratio.
 
 Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat]``.
@@ -133,7 +135,7 @@ def report(title: str, results: dict[str, list[tuple[float, float]]], which: int
             if name == "direct"
             else f"{p50 - d50:+9.3f}  {p95 - d95:+9.3f}  {p50 / d50:9.2f}  {p95 / d95:9.2f}"
         )
-        print(f"  {name:<8}               {p50:7.3f}  {p95:7.3f}  {added}")
+        print(f"  {name:<14}         {p50:7.3f}  {p95:7.3f}  {added}")
 
 
 async def main(exchanges: int, api_format: str) -> None:
