@@ -143,20 +143,30 @@ async def main(exchanges: int, api_format: str) -> None:
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps(SCRIPT))
         trajectory = work / "record.jsonl"
-        record_config = {
-            "token": TOKEN,
-            "trajectory_path": str(trajectory),
-            "upstream": {"base_url": "http://x/v1"},
-        }
+        record_config: dict[str, Any] = {"token": TOKEN, "trajectory_path": str(trajectory)}
         async with ChildProcess(
             "reroll.scripted_model", ["--script", str(work / "script.json")], workdir=work, name="model"
         ) as model:
             record_config["upstream"] = {"base_url": model.ready["base_url"]}
+            nofsync_config = record_config | {
+                "trajectory_path": str(work / "nofsync.jsonl"),
+                "fsync_each_exchange": False,
+            }
             (work / "record.json").write_bytes(orjson.dumps(record_config))
-            async with ChildProcess(
-                "reroll_proxy", ["--config", str(work / "record.json")], workdir=work, name="record"
-            ) as proxy:
-                targets = {"direct": model.ready["base_url"], "record": proxy.ready["base_url"]}
+            (work / "nofsync.json").write_bytes(orjson.dumps(nofsync_config))
+            async with (
+                ChildProcess(
+                    "reroll_proxy", ["--config", str(work / "record.json")], workdir=work, name="record"
+                ) as proxy,
+                ChildProcess(
+                    "reroll_proxy", ["--config", str(work / "nofsync.json")], workdir=work, name="nofsync"
+                ) as nofsync,
+            ):
+                targets = {
+                    "direct": model.ready["base_url"],
+                    "record": proxy.ready["base_url"],
+                    "record-nofsync": nofsync.ready["base_url"],
+                }
                 runs = {
                     stream: await measure(
                         targets, PATHS[api_format], request_body(api_format, stream), exchanges
