@@ -1,4 +1,4 @@
-"""The bundled scripted model: a deterministic OpenAI-compatible server that answers from a script.
+"""The bundled scripted model: a deterministic server that answers from a script in three APIs.
 
 It needs no network and no key, so the main job runs end to end on a fresh machine. The script
 (YAML or JSON) lists one answer per turn::
@@ -8,16 +8,19 @@ It needs no network and no key, so the main job runs end to end on a fresh machi
         tool_calls:                           # optional OpenAI function tool calls
           - name: bash
             arguments: {command: "ls"}        # an object (sent JSON-encoded) or a string
+        thinking: "Look first."               # optional reasoning
         delay_seconds: 0.5                    # optional latency before answering
+        errors: [{status: 500}]               # optional: errors before the answer, one per request
       - content: "Done."
 
-The turn is chosen by the number of assistant messages already in the request, so the server is
-stateless and a continuation that starts at turn k gets turn k. Everything is deterministic:
-response id ``chatcmpl-scripted-<turn>``, tool-call ids ``call_<turn>_<j>``, ``created`` fixed
-per turn, token counts of about one per four characters. ``POST /v1/chat/completions`` (and
-``/chat/completions``) answer with a ``chat.completion`` or, with ``"stream": true``, its chunks
-as SSE ending in ``data: [DONE]``. A request past the last turn gets HTTP 400
-``script exhausted: turn N of M``. Any token is accepted.
+The turn is chosen by the number of assistant turns already in the request (see
+`reroll.scripted_answers`), so a continuation that starts at turn k gets turn k; the server
+keeps no state but how many requests each turn got (for ``errors``). Everything is
+deterministic: ids per turn, ``created`` fixed per turn, token counts of about one per four
+characters. ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (each also
+without ``/v1``) answer in their API's shape, or with ``"stream": true`` as that API's SSE
+events. A request past the last turn gets HTTP 400 ``script exhausted: turn N of M``. Any token
+is accepted.
 
 Run it with ``python -m reroll.scripted_model --script FILE [--host H] [--port P] [--ready-file F]``.
 """
@@ -26,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +39,13 @@ import orjson
 import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from reroll_proxy.formats import WireFormat, all_formats
 from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
-from reroll_proxy.sse import completion_to_events, encode_event
+from reroll_proxy.sse import encode_event
 
 from reroll.errors import ModelError
+from reroll.scripted_answers import Answer, RequestShapeError, answer_body, turn_index
 
-CREATED_BASE = 1_700_000_000
-"""``created`` of turn k is CREATED_BASE + k (seconds since the epoch)."""
-DEFAULT_MODEL = "scripted"
 PIECE_CHARS = 8
 """Characters of text or tool-call arguments per streamed chunk."""
 
@@ -57,6 +61,21 @@ class ScriptedToolCall(BaseModel):
     """The arguments: an object (JSON-encoded in the response) or a ready JSON string."""
 
 
+class ScriptedError(BaseModel):
+    """An error the scripted model answers with instead of its turn (once)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: int = Field(ge=400, le=599)
+    """The HTTP status, e.g. 429 or 500."""
+    message: str = "scripted error"
+    """The error message, in the format's error body."""
+    kind: str = "api_error"
+    """The error type in the body (``error.type``)."""
+    retry_after_seconds: float = Field(default=0.01, gt=0, le=60)
+    """Sent as the ``retry-after-ms`` header, which the OpenAI and Anthropic SDKs honour."""
+
+
 class ScriptedTurn(BaseModel):
     """The model's answer at one turn."""
 
@@ -66,8 +85,14 @@ class ScriptedTurn(BaseModel):
     """The text of the answer (None: no text; then ``content`` is null, or "" without tool calls)."""
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     """Function tool calls, in order."""
+    thinking: str | None = None
+    """Reasoning text: an Anthropic ``thinking`` block, a Responses ``reasoning`` item, Chat
+    ``reasoning_content``."""
+    errors: list[ScriptedError] = Field(default_factory=list)
+    """Errors answered, one per request, to the first requests for this turn (per API format),
+    before the answer: how an SDK's retries are exercised."""
     delay_seconds: float = Field(default=0.0, ge=0)
-    """Latency before the answer starts, in seconds."""
+    """Latency before the answer (or error) starts, in seconds."""
 
 
 class ModelScript(BaseModel):
@@ -101,83 +126,68 @@ def load_script(path: Path) -> ModelScript:
         raise ModelError(f"{path}: invalid model script:\n{exc}") from exc
 
 
-def completion_for(turn: ScriptedTurn, index: int, request: dict[str, Any]) -> dict[str, Any]:
-    """The ``chat.completion`` object answering `request` with `turn` (number `index`, from 0)."""
-    arguments = [
-        call.arguments if isinstance(call.arguments, str) else orjson.dumps(call.arguments).decode()
+def answer_for(turn: ScriptedTurn, index: int) -> Answer:
+    """The format-neutral answer of `turn` (number `index`, from 0)."""
+    calls = [
+        (
+            call.name,
+            call.arguments if isinstance(call.arguments, str) else orjson.dumps(call.arguments).decode(),
+        )
         for call in turn.tool_calls
     ]
-    tool_calls = [
-        {"id": f"call_{index}_{j}", "type": "function", "function": {"name": call.name, "arguments": text}}
-        for j, (call, text) in enumerate(zip(turn.tool_calls, arguments, strict=True))
-    ]
-    content = turn.content if turn.content is not None or tool_calls else ""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    written = (content or "") + "".join(arguments)
-    prompt_tokens = len(orjson.dumps(request.get("messages", []))) // 4
-    completion_tokens = max(1, len(written) // 4)
-    model = request.get("model")
-    return {
-        "id": f"chatcmpl-scripted-{index}",
-        "object": "chat.completion",
-        "created": CREATED_BASE + index,
-        "model": model if isinstance(model, str) and model else DEFAULT_MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
-                "logprobs": None,
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
+    return Answer(index=index, content=turn.content, tool_calls=calls, thinking=turn.thinking)
 
 
 def build_app(script: ModelScript) -> web.Application:
-    """The scripted model as an aiohttp application (``POST /v1/chat/completions``)."""
+    """The scripted model as an aiohttp application, on every format's paths (see the module docstring)."""
+    requests_per_turn: Counter[tuple[str, int]] = Counter()
 
-    async def chat(request: web.Request) -> web.StreamResponse:
+    async def serve_turn(wire: WireFormat, request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            return _error(400, f"request body is not JSON: {exc}")
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if not isinstance(messages, list):
-            return _error(400, "request body needs a 'messages' list")
-        index = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+            if not isinstance(body, dict):
+                raise RequestShapeError("request body must be a JSON object")
+            index = turn_index(wire.name, body)
+        except (orjson.JSONDecodeError, RequestShapeError) as exc:
+            return _error(wire, 400, "invalid_request_error", f"bad request: {exc}")
         if index >= len(script.turns):
-            return _error(400, f"script exhausted: turn {index + 1} of {len(script.turns)}")
+            return _error(
+                wire,
+                400,
+                "invalid_request_error",
+                f"script exhausted: turn {index + 1} of {len(script.turns)}",
+            )
         turn = script.turns[index]
+        seen = requests_per_turn[wire.name, index]
+        requests_per_turn[wire.name, index] += 1
         if turn.delay_seconds:
             await asyncio.sleep(turn.delay_seconds)
-        completion = completion_for(turn, index, body)
+        if seen < len(turn.errors):
+            failure = turn.errors[seen]
+            headers = {"retry-after-ms": str(round(failure.retry_after_seconds * 1000))}
+            return _error(wire, failure.status, failure.kind, failure.message, headers)
+        answer = answer_body(wire.name, answer_for(turn, index), body)
         if body.get("stream") is not True:
-            return web.Response(body=orjson.dumps(completion), content_type="application/json")
-        options = body.get("stream_options")
-        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+            return web.Response(body=orjson.dumps(answer), content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await response.prepare(request)
-        for event in completion_to_events(completion, piece_chars=PIECE_CHARS, include_usage=include_usage):
+        for event in wire.to_events(answer, body, piece_chars=PIECE_CHARS):
             await response.write(encode_event(event))
         await response.write_eof()
         return response
 
     app = web.Application(client_max_size=256 * 1024 * 1024)
-    for path in ("/v1/chat/completions", "/chat/completions"):
-        app.router.add_post(path, chat)
+    for wire in all_formats():
+        for path in wire.paths:
+            app.router.add_post(path, functools.partial(serve_turn, wire))
     return app
 
 
-def _error(status: int, message: str) -> web.Response:
-    payload = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
-    return web.Response(status=status, body=orjson.dumps(payload), content_type="application/json")
+def _error(
+    wire: WireFormat, status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    body = wire.error_body(kind, message)
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
 
 
 async def serve(

@@ -26,10 +26,12 @@ class UpstreamConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     base_url: str
-    """OpenAI-compatible base URL, e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``;
-    requests go to ``base_url + "/chat/completions"``."""
+    """The provider's base URL ending in ``/v1``, e.g. ``https://api.openai.com/v1``,
+    ``https://api.anthropic.com/v1`` or ``http://127.0.0.1:8000/v1``; a request goes to
+    ``base_url`` + its format's path (``/chat/completions``, ``/responses``, ``/messages``)."""
     api_key: str | None = Field(default=None, repr=False)
-    """Sent upstream as ``Authorization: Bearer``; None sends no credentials."""
+    """Sent upstream as the format wants it (``Authorization: Bearer`` for OpenAI, ``x-api-key``
+    for Anthropic); None sends no credentials."""
     model: str | None = None
     """When set, replaces ``model`` in every live request body (how the live model is swapped)."""
     timeout_seconds: float = Field(default=600.0, gt=0)
@@ -57,8 +59,15 @@ class ProxyConfig(BaseModel):
     upstream: UpstreamConfig | None = None
     """The live model after the cut; None is replay-only (requests past the cut get 409)."""
     divergence_policy: Literal["warn", "strict", "cutover"] = "warn"
-    """On a replayed request that differs from the recording: ``warn`` serves and notes it,
-    ``strict`` answers 409 and aborts, ``cutover`` goes live from there."""
+    """On a replayed request that differs from the recording: ``warn`` serves the recording and
+    notes it, ``strict`` answers 409 and aborts, ``cutover`` goes live from that request on
+    (409 and abort, like ``strict``, without an upstream)."""
+    replay_timing_factor: float = Field(default=0.0, ge=0)
+    """A replayed stream waits the recorded time between two events times this factor: 0 sends
+    them as fast as possible, 1 at the recorded pace."""
+    fsync_each_exchange: bool = True
+    """``fsync`` each trajectory line before the agent sees its response, so it survives a
+    machine crash; False only flushes it to the OS (it still survives the proxy being killed)."""
     ready_file: Path | None = None
     """Written atomically once listening: ``{"port", "pid", "base_url"}``."""
 

@@ -2,162 +2,179 @@
 
 During replay the agent re-executes its recorded steps for real, so its request at step k
 should carry the same conversation as the recording's request k. `compare_requests` says
-where it does not. Only the ``messages`` are compared, after this normalisation:
+where it does not, in any API format: both bodies are first normalised to the common shape
+of `reroll_proxy.formats.normal` (messages as role + content blocks, tools, model
+parameters), which ignores what legitimately varies: ids (response, tool-call, tool-use),
+timestamps, ``cache_control``, signatures, whitespace around strings, text split into several
+parts, JSON formatting of tool-call arguments, ``model`` (a continuation swaps it), streaming
+options and bookkeeping fields (``metadata``, ``user``, ``store``...).
 
-- of each message only ``role``, ``content``, ``tool_calls`` and ``tool_call_id`` count; other
-  keys (``name``, ``cache_control``, provider extras) are ignored;
-- strings lose leading and trailing whitespace;
-- a content given as a list of parts is reduced to its parts' ``type`` and ``text`` /
-  ``image_url`` (so ``cache_control`` on a part is ignored), and a list made only of text parts
-  equals the string of its texts joined;
-- a tool call counts by its ``id`` (replay serves the recorded ids, so they must match), its
-  function ``name`` and its ``arguments``, the latter compared as parsed JSON when they parse.
+The first difference is reported, looked for in this order: messages (the first differing
+message; if one conversation is a prefix of the other, ``message_count``), then ``tools``,
+then ``params``. Its classification:
 
-The model name, sampling parameters and tool definitions are not compared: swapping the model
-is what a continuation does.
+- ``observation_changed``: a ``user`` or ``tool`` message differs (a command's output, a tool
+  result, the task text): the world answered differently;
+- ``agent_changed``: a ``system`` or ``assistant`` message, the tools or the model parameters
+  differ, or the API format itself: the agent asked something else.
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel
 
+from reroll_proxy.formats import format_named
+from reroll_proxy.formats.normal import NormalRequest
+
 MAX_DIFF_LINES = 40
 """Longest `Divergence.diff`, in lines (longer diffs are cut, with a last line saying so)."""
 _PREVIEW_CHARS = 60
+_OBSERVATION_ROLES = frozenset({"user", "tool"})
+Classification = Literal["observation_changed", "agent_changed"]
 
 
 class Divergence(BaseModel):
     """Where a live request first differs from the recorded one."""
 
     message_index: int | None
-    """0-based index of the first differing message; None when the difference is not in a message."""
+    """0-based index of the first differing message in the normalised conversation (the system
+    prompt is message 0 when the format carries it outside the list); None when the
+    difference is not in a message."""
     field: str
-    """What differs: ``message_count``, or ``messages[i].role`` / ``.content`` / ``.tool_calls`` /
-    ``.tool_call_id``."""
+    """What differs, as a path: ``messages[3].content[0].text``, ``message_count``,
+    ``tools[1].parameters``, ``params.temperature``, ``api_format``."""
+    classification: Classification = "agent_changed"
+    """``observation_changed`` (a user or tool message differs) or ``agent_changed`` (the rest)."""
     summary: str
     """One line for humans."""
     diff: str
     """Unified diff (recorded → live) of the differing values, at most `MAX_DIFF_LINES` lines."""
 
 
-_FIELDS = ("role", "content", "tool_calls", "tool_call_id")
-
-
-def compare_requests(recorded_body: dict[str, Any], live_body: dict[str, Any]) -> Divergence | None:
-    """Compare the conversations of a recorded and a live Chat Completions request.
-
-    The message count is checked first (the summary then also names the first differing
-    message, if any); with equal counts the first differing message field is reported.
+def compare_requests(
+    recorded_body: dict[str, Any], live_body: dict[str, Any], api_format: str = "openai-chat"
+) -> Divergence | None:
+    """Compare a recorded and a live request of the same API format.
 
     Args:
         recorded_body: the recorded request body.
         live_body: the request body the agent sent now.
+        api_format: both bodies' format name (see `reroll_proxy.formats`).
 
     Returns:
-        None when the normalised conversations are equal, else the first difference.
+        None when the normalised requests are equal, else the first difference.
+
+    Raises:
+        KeyError: `api_format` is unknown.
     """
-    recorded = [_normalise_message(m) for m in _messages(recorded_body)]
-    live = [_normalise_message(m) for m in _messages(live_body)]
-    first = _first_difference(recorded, live)
-    if len(recorded) != len(live):
-        where = f"; first difference at messages[{first[0]}].{first[1]}" if first else ""
-        return Divergence(
-            message_index=first[0] if first else min(len(recorded), len(live)),
-            field="message_count",
-            summary=f"recorded request has {len(recorded)} messages, live request has {len(live)}{where}",
-            diff=_unified_diff(
-                "\n".join(map(_preview, recorded)), "\n".join(map(_preview, live)), "messages"
-            ),
-        )
-    if first is None:
-        return None
-    index, field = first
-    old, new = recorded[index].get(field), live[index].get(field)
+    wire = format_named(api_format)
+    return compare_normal(wire.normalise(recorded_body), wire.normalise(live_body))
+
+
+def format_changed(recorded_format: str, live_format: str) -> Divergence:
+    """The divergence of a request sent in another API format than the recorded one."""
     return Divergence(
-        message_index=index,
-        field=f"messages[{index}].{field}",
-        summary=f"messages[{index}].{field} differs (role {live[index].get('role')!r})",
-        diff=_unified_diff(_as_text(old), _as_text(new), f"messages[{index}].{field}"),
+        message_index=None,
+        field="api_format",
+        summary=f"the recorded request was {recorded_format}, the live one is {live_format}",
+        diff=_unified_diff(recorded_format, live_format, "api_format"),
     )
 
 
-def _messages(body: dict[str, Any]) -> list[Any]:
-    messages = body.get("messages")
-    return messages if isinstance(messages, list) else []
-
-
-def _first_difference(recorded: list[dict[str, Any]], live: list[dict[str, Any]]) -> tuple[int, str] | None:
-    for index, (old, new) in enumerate(zip(recorded, live, strict=False)):
-        for field in _FIELDS:
-            if old.get(field) != new.get(field):
-                return index, field
+def compare_normal(recorded: NormalRequest, live: NormalRequest) -> Divergence | None:
+    """Compare two normalised requests (see the module docstring for order and classification)."""
+    found = _message_divergence(recorded["messages"], live["messages"])
+    if found is not None:
+        return found
+    for key in ("tools", "params"):
+        old, new = recorded[key], live[key]
+        path = _first_path(old, new, key)
+        if path is not None:
+            return Divergence(
+                message_index=None,
+                field=path,
+                summary=f"{path} differs",
+                diff=_unified_diff(_as_text(old), _as_text(new), key),
+            )
     return None
 
 
-def _normalise_message(message: Any) -> dict[str, Any]:
-    if not isinstance(message, dict):
-        return {"content": _normalise_value(message)}
-    normal = {
-        "role": _normalise_value(message.get("role")),
-        "content": _normalise_content(message.get("content")),
-        "tool_calls": [_normalise_tool_call(call) for call in message.get("tool_calls") or []] or None,
-        "tool_call_id": _normalise_value(message.get("tool_call_id")),
-    }
-    return {key: value for key, value in normal.items() if value is not None}
+def _message_divergence(recorded: list[dict[str, Any]], live: list[dict[str, Any]]) -> Divergence | None:
+    counts = f"; recorded {len(recorded)} messages, live {len(live)}" if len(recorded) != len(live) else ""
+    for index, (old, new) in enumerate(zip(recorded, live, strict=False)):
+        path = _first_path(old, new, f"messages[{index}]")
+        if path is not None:
+            role = old.get("role")
+            return Divergence(
+                message_index=index,
+                field=path,
+                classification=_classify(role),
+                summary=f"{path} differs (role {role!r}){counts}",
+                diff=_unified_diff(_as_text(old), _as_text(new), f"messages[{index}]"),
+            )
+    if not counts:
+        return None
+    index = min(len(recorded), len(live))
+    first_extra = (recorded if len(recorded) > len(live) else live)[index]
+    return Divergence(
+        message_index=index,
+        field="message_count",
+        classification=_classify(first_extra.get("role")),
+        summary=f"recorded request has {len(recorded)} messages, live request has {len(live)}",
+        diff=_unified_diff("\n".join(map(_preview, recorded)), "\n".join(map(_preview, live)), "messages"),
+    )
 
 
-def _normalise_content(content: Any) -> Any:
-    if not isinstance(content, list):
-        return _normalise_value(content)
-    parts = [
-        {key: _normalise_value(part[key]) for key in ("type", "text", "image_url") if key in part}
-        if isinstance(part, dict)
-        else _normalise_value(part)
-        for part in content
-    ]
-    if all(isinstance(part, dict) and part.get("type") == "text" for part in parts):
-        return "".join(str(part.get("text", "")) for part in parts).strip()
-    return parts
+def _classify(role: Any) -> Classification:
+    return "observation_changed" if role in _OBSERVATION_ROLES else "agent_changed"
 
 
-def _normalise_tool_call(call: Any) -> Any:
-    if not isinstance(call, dict):
-        return _normalise_value(call)
-    function = call.get("function") or {}
-    arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            arguments = orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            arguments = arguments.strip()
-    return {"id": call.get("id"), "name": function.get("name"), "arguments": arguments}
-
-
-def _normalise_value(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.strip()
-    if isinstance(value, dict):
-        return {key: _normalise_value(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_normalise_value(item) for item in value]
-    return value
+def _first_path(old: Any, new: Any, path: str) -> str | None:
+    """The path of the first place where `old` and `new` differ, or None when equal."""
+    if old == new:
+        return None
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            found = _first_path(old.get(key), new.get(key), f"{path}.{key}")
+            if found is not None:
+                return found
+    if isinstance(old, list) and isinstance(new, list):
+        for index, (a, b) in enumerate(zip(old, new, strict=False)):
+            found = _first_path(a, b, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return f"{path}[{min(len(old), len(new))}]"
+    return path
 
 
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    if isinstance(value, dict) and set(value) == {"role", "content"}:
+        return "\n".join([f"role: {value['role']}", *map(_block_text, value["content"])])
     return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
 
 
+def _block_text(block: Any) -> str:
+    if isinstance(block, dict) and block.get("type") == "text":
+        return str(block.get("text", ""))
+    if (
+        isinstance(block, dict)
+        and block.get("type") == "tool_result"
+        and isinstance(block.get("content"), list)
+    ):
+        flag = " (error)" if block.get("is_error") else ""
+        return "\n".join([f"[tool result{flag}]", *map(_block_text, block["content"])])
+    return orjson.dumps(block, option=orjson.OPT_SORT_KEYS).decode()
+
+
 def _preview(message: dict[str, Any]) -> str:
-    text = _as_text(message.get("content")).replace("\n", " ")
-    calls = message.get("tool_calls")
-    suffix = f" [+{len(calls)} tool call(s)]" if calls else ""
-    return f"{message.get('role')}: {text[:_PREVIEW_CHARS]}{suffix}"
+    text = " ".join(_block_text(block) for block in message.get("content") or []).replace("\n", " ")
+    return f"{message.get('role')}: {text[:_PREVIEW_CHARS]}"
 
 
 def _unified_diff(old: str, new: str, label: str) -> str:

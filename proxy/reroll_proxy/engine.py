@@ -5,14 +5,18 @@ agent sends, in arrival order, and the engine answers with one `Decision`:
 
 - `Replay` — step < cut_index: serve recorded exchange ``step`` (with the divergence between
   the recorded and the live request, if any, under the ``warn`` policy);
-- `Live` — step >= cut_index and a live upstream exists: forward the request;
-- `Abort` — ``strict`` policy and the request differs from the recording; once aborted, every
-  later request is aborted too;
+- `Live` — step >= cut_index and a live upstream exists: forward the request; also, under the
+  ``cutover`` policy, from the first request that differs from the recording on;
+- `Abort` — ``strict`` policy (or ``cutover`` without a live upstream) and the request differs
+  from the recording; once aborted, every later request is aborted too;
 - `Exhausted` — step >= cut_index and no live upstream (replay-only mode reached the cut).
 
 Steps count the served requests (`Replay` and `Live`), from 0, so the exchanges recorded for
 them are numbered without gaps; `Abort` and `Exhausted` carry the step the request would have
 had. Record mode is ``cut_index=0`` with a live upstream.
+
+The engine never looks inside a body itself: it hands the recorded and the live body, with
+their API format names, to `reroll_proxy.divergence`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reroll_proxy.divergence import Divergence, compare_requests
+from reroll_proxy.divergence import Divergence, compare_requests, format_changed
 from reroll_proxy.exchange import Exchange
+from reroll_proxy.formats import format_for_path
 
 DivergencePolicy = Literal["warn", "strict", "cutover"]
 
@@ -42,6 +47,8 @@ class Live:
     """Forward this step to the live upstream."""
 
     step: int
+    divergence: Divergence | None = None
+    """The divergence that made the ``cutover`` policy go live here, else None."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,8 @@ class ReplayEngine:
             len(recorded).
         has_live_upstream: whether requests from the cut on can go to a live model.
         divergence_policy: ``warn`` serves the recording anyway and notes the divergence;
-            ``strict`` aborts.
+            ``strict`` aborts; ``cutover`` goes live from the first divergence on (aborts,
+            like ``strict``, without a live upstream).
 
     Raises:
         ValueError: `cut_index` is out of range.
@@ -102,6 +110,8 @@ class ReplayEngine:
     """True once a replay-only request came after the cut."""
     aborted: str | None = field(default=None, init=False)
     """Why the engine aborted (strict divergence), else None."""
+    cutover_step: int | None = field(default=None, init=False)
+    """The step at which the ``cutover`` policy went live early, else None."""
     _abort: Abort | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -114,11 +124,12 @@ class ReplayEngine:
         """The step the next served request gets."""
         return self.served_replayed + self.served_live
 
-    def decide(self, step_body: dict[str, Any]) -> Decision:
+    def decide(self, step_body: dict[str, Any], api_format: str = "openai-chat") -> Decision:
         """Decide what to do with the next request.
 
         Args:
             step_body: the request's JSON body.
+            api_format: the request's API format name (see `reroll_proxy.formats`).
 
         Returns:
             The decision; `Replay` and `Live` advance the step counter.
@@ -126,20 +137,36 @@ class ReplayEngine:
         step = self.next_step
         if self._abort is not None:
             return Abort(step, self._abort.reason, self._abort.divergence)
-        if step >= self.cut_index:
-            if not self.has_live_upstream:
-                self.replay_exhausted = True
-                return Exhausted(step)
-            self.served_live += 1
-            return Live(step)
+        if step >= self.cut_index or self.cutover_step is not None:
+            return self._live(step, None)
         exchange = self.recorded[step]
-        recorded_body = exchange.request.body
-        divergence = compare_requests(recorded_body, step_body) if isinstance(recorded_body, dict) else None
+        divergence = _divergence(exchange, step_body, api_format)
         if divergence is not None:
             self.divergences.append(DivergenceNote(step, divergence))
-            if self.divergence_policy == "strict":
+            if self.divergence_policy == "cutover" and self.has_live_upstream:
+                self.cutover_step = step
+                return self._live(step, divergence)
+            if self.divergence_policy != "warn":
                 self._abort = Abort(step, f"step {step}: {divergence.summary}", divergence)
                 self.aborted = self._abort.reason
                 return self._abort
         self.served_replayed += 1
         return Replay(step, exchange, divergence)
+
+    def _live(self, step: int, divergence: Divergence | None) -> Live | Exhausted:
+        if not self.has_live_upstream:
+            self.replay_exhausted = True
+            return Exhausted(step)
+        self.served_live += 1
+        return Live(step, divergence)
+
+
+def _divergence(exchange: Exchange, live_body: dict[str, Any], live_format: str) -> Divergence | None:
+    recorded_body = exchange.request.body
+    if not isinstance(recorded_body, dict):
+        return None
+    wire = format_for_path(exchange.request.path)
+    recorded_format = wire.name if wire is not None else exchange.metadata.api_format
+    if recorded_format != live_format:
+        return format_changed(recorded_format, live_format)
+    return compare_requests(recorded_body, live_body, live_format)

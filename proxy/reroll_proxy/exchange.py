@@ -3,12 +3,15 @@
 ::
 
     {"request":  {"timestamp", "method", "path", "headers", "body"},
-     "response": {"timestamp", "status_code", "headers", "body", "events"},
+     "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
      "metadata": {"step", "source", "model", "api_format", "stream", "ttfb_ms", "divergence", "error"}}
 
-``body`` is the JSON as sent (for a streamed response: the assembled ``chat.completion``), and
-``events`` the raw SSE events in order (streamed responses only). Headers are stored without
+``body`` is the JSON as sent (for a streamed response: the body a non-streamed request would
+have got, assembled from the events by the API format's module: ``chat.completion``,
+``response`` or ``message``), ``events`` the raw SSE events in order and ``event_offsets_ms``
+when each was received (streamed responses only). ``metadata.api_format`` names the API
+(`reroll_proxy.formats`). Error responses (4xx / 5xx) are exchanges like any other. Headers are stored without
 secrets (`sanitize_headers`). Unknown keys are kept on load, so BenchFlow's files load; the
 fields reroll adds have defaults for the same reason.
 """
@@ -24,9 +27,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reroll_proxy.divergence import Divergence
+from reroll_proxy.formats import FormatName
 from reroll_proxy.sse import SseEvent
 
-ApiFormat = Literal["openai-chat"]
+ApiFormat = FormatName
 Source = Literal["live", "replayed"]
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 _SECRET_PARTS = ("key", "token", "cookie", "secret")
@@ -76,9 +80,11 @@ class ExchangeResponse(_Record):
     headers: dict[str, str] = Field(default_factory=dict)
     """Upstream response headers without secrets."""
     body: Any = None
-    """The JSON body; for a streamed response the assembled ``chat.completion`` object."""
+    """The JSON body; for a streamed response the body assembled from the events."""
     events: list[SseEvent] | None = None
     """The raw SSE events in order, for streamed responses only."""
+    event_offsets_ms: list[float] | None = None
+    """Milliseconds from receiving the request to receiving each event (parallel to `events`)."""
 
 
 class ExchangeMetadata(_Record):
@@ -91,6 +97,7 @@ class ExchangeMetadata(_Record):
     model: str | None = None
     """The model that actually produced the response."""
     api_format: ApiFormat = "openai-chat"
+    """The API the exchange spoke: ``openai-chat``, ``openai-responses`` or ``anthropic-messages``."""
     stream: bool = False
     """Whether the response was streamed (SSE) to the agent."""
     ttfb_ms: float | None = None

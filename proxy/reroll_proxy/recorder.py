@@ -2,7 +2,8 @@
 
 The guarantee: when `Recorder.record` returns, the exchange's line (orjson, ``\\n``-terminated)
 has been written, flushed and ``fsync``-ed, so it survives the proxy or the machine dying
-right after. The server calls it before the agent can see the end of the response it records:
+right after (with ``fsync=False``: written and flushed to the OS, so it survives the proxy
+dying, not the machine). The server calls it before the agent can see the end of the response it records:
 
 - non-streamed responses: before the first byte of the response is sent;
 - streamed responses: after the upstream stream ended and every event but the closing
@@ -32,10 +33,12 @@ class Recorder:
     Args:
         path: the trajectory file; created (with its folder) if missing, appended to otherwise.
         first_step: the step of the first exchange this recorder will write.
+        fsync: ``fsync`` every line (default); False only flushes it to the OS.
     """
 
-    def __init__(self, path: Path, first_step: int = 0) -> None:
+    def __init__(self, path: Path, first_step: int = 0, *, fsync: bool = True) -> None:
         self.path = path
+        self._fsync = fsync
         self._next_step = first_step
         self._done: set[int] = set()
         self._turn = asyncio.Condition()
@@ -66,7 +69,7 @@ class Recorder:
             await self._turn.wait_for(lambda: self._next_step == step)
             self.open()
             assert self._file is not None
-            await asyncio.to_thread(_append, self._file, exchange.to_line())
+            await asyncio.to_thread(_append, self._file, exchange.to_line(), self._fsync)
             self._advance(step)
 
     async def skip(self, step: int) -> None:
@@ -89,10 +92,11 @@ class Recorder:
             self._file = None
 
 
-def _append(file: BinaryIO, line: bytes) -> None:
+def _append(file: BinaryIO, line: bytes, fsync: bool) -> None:
     file.write(line)
     file.flush()
-    os.fsync(file.fileno())
+    if fsync:
+        os.fsync(file.fileno())
 
 
 def _fsync_dir(folder: Path) -> None:

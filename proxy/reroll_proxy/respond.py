@@ -3,15 +3,17 @@ recorder's guarantee needs (see `reroll_proxy.recorder`).
 
 `ServedStep` holds what is known about a request once the engine decided to serve it; its
 `ServedStep.send_json` records and then answers, its `ServedStep.send_stream` forwards events as
-they come, holding back the closing ``data: [DONE]`` until the exchange is recorded. Replay and
-live serving differ only in the `EventSource` they stream from.
+they come, holding back the stream's terminal event (``data: [DONE]``, ``message_stop``,
+``response.completed``...: the API format says which) until the exchange is recorded. Replay
+and live serving differ only in the `EventSource` they stream from.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,8 +31,9 @@ from reroll_proxy.exchange import (
     Source,
     sanitize_headers,
 )
+from reroll_proxy.formats import WireFormat
 from reroll_proxy.recorder import Recorder
-from reroll_proxy.sse import SseEvent, SseParser, assemble_chat_completion, encode_event
+from reroll_proxy.sse import SseEvent, SseParser, encode_event
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 _NOT_FORWARDED = frozenset(
@@ -38,14 +41,9 @@ _NOT_FORWARDED = frozenset(
 )
 
 
-def error_payload(kind: str, message: str) -> bytes:
-    """An OpenAI-style error body: ``{"error": {"message", "type": kind, "param": null, "code": kind}}``."""
-    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": kind}})
-
-
-def error_response(status: int, kind: str, message: str) -> web.Response:
-    """An OpenAI-style error response (see `error_payload`)."""
-    return web.Response(status=status, body=error_payload(kind, message), content_type="application/json")
+def error_response(wire: WireFormat, status: int, kind: str, message: str) -> web.Response:
+    """An error response in `wire`'s shape (`WireFormat.error_body`)."""
+    return web.Response(status=status, body=wire.error_body(kind, message), content_type="application/json")
 
 
 def now_iso() -> str:
@@ -62,16 +60,42 @@ def parse_json(payload: bytes) -> Any:
 
 
 class EventSource:
-    """Events to stream to the agent (here: a fixed list); `error` says why they ended early, if so."""
+    """Events to stream to the agent (here: a fixed list); `error` says why they ended early, if so.
 
-    def __init__(self, events: Iterable[SseEvent] = ()) -> None:
+    Events come in batches: each batch is written to the agent in one write, as soon as it is
+    available, so nothing waits in a buffer but fewer writes are made.
+
+    Args:
+        events: the events, in order.
+        offsets_ms: when each event was recorded, in milliseconds (parallel to `events`); None
+            or a list of another length sends them without pauses.
+        timing_factor: each event waits (its offset - the previous one's) x this factor, so 0
+            sends every event at once (one batch) and 1 at the recorded pace (one event per
+            batch); the first event is not delayed.
+    """
+
+    def __init__(
+        self,
+        events: Iterable[SseEvent] = (),
+        offsets_ms: Sequence[float] | None = None,
+        timing_factor: float = 0.0,
+    ) -> None:
         self._events = list(events)
+        paced = timing_factor > 0 and offsets_ms is not None and len(offsets_ms) == len(self._events)
+        self._offsets = list(offsets_ms or []) if paced else []
+        self._factor = timing_factor
         self.error: str | None = None
 
-    async def events(self) -> AsyncGenerator[SseEvent]:
-        """The events, in order."""
-        for event in self._events:
-            yield event
+    async def batches(self) -> AsyncGenerator[list[SseEvent]]:
+        """The events, in order, in batches (see the class docstring)."""
+        if not self._offsets:
+            yield self._events
+            return
+        for index, event in enumerate(self._events):
+            if index:
+                pause_ms = max(0.0, self._offsets[index] - self._offsets[index - 1]) * self._factor
+                await asyncio.sleep(pause_ms / 1000)
+            yield [event]
 
 
 class UpstreamEvents(EventSource):
@@ -81,17 +105,18 @@ class UpstreamEvents(EventSource):
         super().__init__()
         self._response = response
 
-    async def events(self) -> AsyncGenerator[SseEvent]:
-        """The events, each as soon as it is complete; a broken stream ends them and sets `error`."""
+    async def batches(self) -> AsyncGenerator[list[SseEvent]]:
+        """The events completed by each chunk received, as soon as it arrives; a broken stream
+        ends them and sets `error`."""
         parser = SseParser()
         try:
             async for chunk in self._response.content.iter_any():
-                for event in parser.feed(chunk):
-                    yield event
+                if events := parser.feed(chunk):
+                    yield events
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.error = f"upstream stream broke off: {exc!r}"
-        for event in parser.finish():
-            yield event
+        if events := parser.finish():
+            yield events
 
 
 @dataclass
@@ -100,6 +125,8 @@ class ServedStep:
 
     number: int
     """The step (0-based)."""
+    wire: WireFormat
+    """The request's API format."""
     request: web.Request
     source: Source
     divergence: Divergence | None
@@ -138,7 +165,7 @@ class ServedStep:
     async def send_stream(
         self, status: int, headers: dict[str, str], source: EventSource, sent_body: Any, model: str | None
     ) -> web.StreamResponse:
-        """Stream `source` to the agent one write per event; record before sending ``[DONE]`` and closing.
+        """Stream `source` to the agent one write per batch; record before sending the terminal event.
 
         Args:
             status: HTTP status for the agent (and the record).
@@ -150,19 +177,24 @@ class ServedStep:
         response = web.StreamResponse(status=status, headers=self._agent_headers(headers, SSE_CONTENT_TYPE))
         await response.prepare(self.request)
         events: list[SseEvent] = []
+        offsets_ms: list[float] = []
         held: list[SseEvent] = []
-        async with contextlib.aclosing(source.events()) as stream:
-            async for event in stream:
-                events.append(event)
-                if held or event.is_done:
-                    held.append(event)
-                    continue
-                await response.write(encode_event(event))
-                if self.first_byte is None:
-                    self.first_byte = time.monotonic()
-        body = assemble_chat_completion(events)
+        async with contextlib.aclosing(source.batches()) as stream:
+            async for batch in stream:
+                offset_ms = round((time.monotonic() - self.received) * 1000, 3)
+                events += batch
+                offsets_ms += [offset_ms] * len(batch)
+                ready: list[SseEvent] = []
+                for event in batch:
+                    (held if held or self.wire.is_terminal(event) else ready).append(event)
+                if ready:
+                    await response.write(b"".join(map(encode_event, ready)))
+                    if self.first_byte is None:
+                        self.first_byte = time.monotonic()
+        body = self.wire.assemble(events)
         model = body.get("model") or model
         exchange = self._exchange(sent_body, status, headers, body, events, model, source.error)
+        exchange.response.event_offsets_ms = offsets_ms
         await self.recorder.record(self.number, exchange)
         for event in held:
             await response.write(encode_event(event))
@@ -199,6 +231,7 @@ class ServedStep:
             metadata=ExchangeMetadata(
                 step=self.number,
                 source=self.source,
+                api_format=self.wire.name,
                 model=model,
                 stream=events is not None,
                 ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,

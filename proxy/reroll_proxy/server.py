@@ -1,9 +1,11 @@
 """The aiohttp front end of the proxy: one server per rollout, around a `ReplayEngine`.
 
-Routes (every one but ``/healthz`` needs the rollout token, else 401 with an OpenAI-style error):
+Routes (every one but ``/healthz`` needs the rollout token, else 401 with an error in the API's shape):
 
-- ``POST /v1/chat/completions`` and ``POST /chat/completions`` — the engine decides per request:
-  replay the recorded response (SSE events re-emitted one write each when the request streams),
+- the API paths of every format in `reroll_proxy.formats` (``POST /v1/chat/completions``,
+  ``/v1/responses``, ``/v1/messages``, each also without ``/v1``) — the engine decides per
+  request: replay the recorded response (SSE events re-emitted in order, one write each, paced
+  by ``replay_timing_factor``, when the request streams; a recorded error status as it was),
   forward to the live upstream (streamed through event by event), or refuse with 409
   (``replay_diverged`` under the strict policy, ``replay_exhausted`` past the cut in replay-only
   mode; neither is recorded). Every served response, upstream errors included, is appended to
@@ -17,6 +19,7 @@ Upstream credentials are only ever sent upstream: never to the agent, never to d
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import time
@@ -30,21 +33,12 @@ from aiohttp import web
 from reroll_proxy.config import ProxyConfig, ProxyConfigError
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange, load_trajectory, sanitize_headers
+from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
 from reroll_proxy.recorder import Recorder
-from reroll_proxy.respond import (
-    EventSource,
-    ServedStep,
-    UpstreamEvents,
-    error_payload,
-    error_response,
-    now_iso,
-    parse_json,
-)
+from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
 from reroll_proxy.runtime import base_url_for, write_ready_file
-from reroll_proxy.sse import completion_to_events
 
 log = logging.getLogger("reroll_proxy")
-CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 """Largest request body accepted (long conversations exceed aiohttp's 1 MiB default)."""
 SHUTDOWN_SECONDS = 0.5
@@ -67,8 +61,9 @@ class ProxyServer:
         self.recorder = recorder
         self._session: aiohttp.ClientSession | None = None
         self.app = web.Application(middlewares=[self._authenticate], client_max_size=MAX_REQUEST_BYTES)
-        for path in CHAT_PATHS:
-            self.app.router.add_post(path, self._chat)
+        for wire in all_formats():
+            for path in wire.paths:
+                self.app.router.add_post(path, functools.partial(self._serve, wire))
         self.app.router.add_get("/_reroll/status", self._status)
         self.app.router.add_get("/healthz", self._health)
         self.app.cleanup_ctx.append(self._client_session)
@@ -82,8 +77,7 @@ class ProxyServer:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=upstream.timeout_seconds, sock_read=upstream.timeout_seconds
         )
-        headers = {"Authorization": f"Bearer {upstream.api_key}"} if upstream.api_key else {}
-        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as self._session:
+        async with aiohttp.ClientSession(timeout=timeout) as self._session:
             yield
         self._session = None
 
@@ -94,8 +88,9 @@ class ProxyServer:
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == "/healthz" or self._authorized(request):
             return await handler(request)
-        message = "missing or wrong rollout token (Authorization: Bearer)"
-        return error_response(401, "invalid_api_key", message)
+        message = "missing or wrong rollout token (Authorization: Bearer, or x-api-key)"
+        wire = format_for_path(request.path) or format_named("openai-chat")
+        return error_response(wire, 401, "invalid_api_key", message)
 
     def _authorized(self, request: web.Request) -> bool:
         authorization = request.headers.get("Authorization", "")
@@ -116,41 +111,45 @@ class ProxyServer:
             "cut_index": engine.cut_index,
             "replay_exhausted": engine.replay_exhausted,
             "aborted": engine.aborted,
+            "divergence_policy": engine.divergence_policy,
+            "cutover_step": engine.cutover_step,
             "divergences": [
                 {"step": note.step, **note.divergence.model_dump()} for note in engine.divergences
             ],
         }
         return web.Response(body=orjson.dumps(status), content_type="application/json")
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
+    async def _serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
         received, received_at = time.monotonic(), now_iso()
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as exc:
-            return error_response(400, "invalid_request_error", f"request body is not JSON: {exc}")
+            return error_response(wire, 400, "invalid_request_error", f"request body is not JSON: {exc}")
         if not isinstance(body, dict):
-            return error_response(400, "invalid_request_error", "request body must be a JSON object")
-        decision = self.engine.decide(body)
+            return error_response(wire, 400, "invalid_request_error", "request body must be a JSON object")
+        decision = self.engine.decide(body, wire.name)
         if isinstance(decision, Exhausted):
             log.info("step %d: replay-only, recorded responses exhausted", decision.step)
             message = f"replay-only: recorded responses exhausted at step {decision.step}"
-            return error_response(409, "replay_exhausted", message)
+            return error_response(wire, 409, "replay_exhausted", message)
         if isinstance(decision, Abort):
             log.warning("step %d: refused, %s", decision.step, decision.reason)
             message = f"strict divergence, replay aborted: {decision.reason}\n{decision.divergence.diff}"
-            return error_response(409, "replay_diverged", message)
+            return error_response(wire, 409, "replay_diverged", message)
         replay = decision if isinstance(decision, Replay) else None
         step = ServedStep(
             number=decision.step,
+            wire=wire,
             request=request,
             source="replayed" if replay else "live",
-            divergence=replay.divergence if replay else None,
+            divergence=decision.divergence,
             recorder=self.recorder,
             received=received,
             received_at=received_at,
         )
         if step.divergence is not None:
-            log.warning("step %d: divergence, %s", step.number, step.divergence.summary)
+            then = "going live (cutover policy)" if replay is None else "serving the recording"
+            log.warning("step %d: divergence, %s; %s", step.number, step.divergence.summary, then)
         try:
             return await (self._replay(step, body, replay) if replay else self._live(step, body))
         finally:
@@ -162,22 +161,23 @@ class ProxyServer:
         log.info("step %d: replayed", step.number)
         status, headers = recorded.status_code, recorded.headers
         if body.get("stream") is True and status < 400:
-            events = recorded.events
+            events, offsets = recorded.events, recorded.event_offsets_ms
             if events is None:
-                completion = recorded.body if isinstance(recorded.body, dict) else {}
-                events = completion_to_events(completion, include_usage=_wants_usage(body))
-            return await step.send_stream(status, headers, EventSource(events), body, model)
+                events = step.wire.to_events(recorded.body if isinstance(recorded.body, dict) else {}, body)
+            source = EventSource(events, offsets, self.config.replay_timing_factor)
+            return await step.send_stream(status, headers, source, body, model)
         return await step.send_json(status, headers, orjson.dumps(recorded.body), body, model)
 
     async def _live(self, step: ServedStep, body: dict[str, Any]) -> web.StreamResponse:
         upstream = self.config.upstream
         assert upstream is not None and self._session is not None, "live needs an upstream"
         sent = {**body, "model": upstream.model} if upstream.model else body
-        url = upstream.base_url.rstrip("/") + "/chat/completions"
+        url = upstream.base_url.rstrip("/") + step.wire.upstream_path
         log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
+        headers = step.wire.upstream_headers(upstream.api_key, step.request.headers)
         try:
             response = await self._session.post(
-                url, data=orjson.dumps(sent), headers={"Content-Type": "application/json"}
+                url, data=orjson.dumps(sent), headers=headers | {"Content-Type": "application/json"}
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             return await self._unreachable(step, sent, f"upstream {url} unreachable: {exc!r}")
@@ -195,18 +195,13 @@ class ProxyServer:
 
     async def _unreachable(self, step: ServedStep, sent: dict[str, Any], error: str) -> web.StreamResponse:
         log.error("step %d: %s", step.number, error)
-        payload = error_payload("upstream_error", error)
+        payload = step.wire.error_body("upstream_error", error)
         return await step.send_json(502, {}, payload, sent, sent.get("model"), error=error)
 
 
 def _model_of(body: Any) -> str | None:
     model = body.get("model") if isinstance(body, dict) else None
     return model if isinstance(model, str) else None
-
-
-def _wants_usage(body: dict[str, Any]) -> bool:
-    options = body.get("stream_options")
-    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 class RunningProxy:
@@ -246,7 +241,7 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
         OSError: the trajectory cannot be opened or the port cannot be bound.
     """
     engine = _engine_for(config)
-    recorder = Recorder(config.trajectory_path)
+    recorder = Recorder(config.trajectory_path, fsync=config.fsync_each_exchange)
     recorder.open()
     server = ProxyServer(config, engine, recorder)
     # An agent that hangs up (killed at its timeout) cancels its request: the response it never

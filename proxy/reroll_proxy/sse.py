@@ -1,14 +1,11 @@
-"""Server-sent events for OpenAI Chat Completions streams (pure: no I/O).
+"""Server-sent events, the wire form of every streamed API response (pure: no I/O).
 
 - `SseParser` turns bytes, in chunks of any size, into `SseEvent` objects (the WHATWG
   event-stream rules: ``\\n``, ``\\r\\n`` or ``\\r`` line ends, ``:`` comments, multi-line
   ``data``; ``id`` and ``retry`` fields are ignored).
 - `encode_event` is its inverse for one event.
-- `assemble_chat_completion` folds ``chat.completion.chunk`` events into the
-  ``chat.completion`` object a non-streamed request would have returned.
-- `completion_to_events` goes the other way: it splits a ``chat.completion`` into chunk events
-  ending in ``data: [DONE]``, the way OpenAI streams (text in pieces, tool-call name first,
-  then its arguments in pieces).
+- `json_payloads` and `pieces` help the per-format modules (`reroll_proxy.formats`) fold
+  events into a body and split a body into events.
 """
 
 from __future__ import annotations
@@ -115,151 +112,20 @@ def encode_event(event: SseEvent) -> bytes:
     return f"{head}{lines}\n".encode()
 
 
-def assemble_chat_completion(events: Iterable[SseEvent]) -> dict[str, Any]:
-    """Fold ``chat.completion.chunk`` events into one ``chat.completion`` object.
-
-    String fields of each choice's ``delta`` (``content``, ``refusal``, ``reasoning_content``...)
-    are concatenated; ``tool_calls`` are merged by their ``index`` (id, type and function name
-    from the first delta that has them, ``arguments`` concatenated). Events whose data is not a
-    JSON object (``[DONE]``, keep-alives) are skipped.
-
-    Args:
-        events: the stream's events, in order.
-
-    Returns:
-        ``{"id", "object": "chat.completion", "created", "model", "choices": [...], "usage"?,
-        "system_fingerprint"?}``; choices are sorted by index, each with ``message`` and
-        ``finish_reason``.
-    """
-    completion: dict[str, Any] = {"id": None, "object": "chat.completion", "created": None, "model": None}
-    choices: dict[int, dict[str, Any]] = {}
-    for chunk in _json_chunks(events):
-        for key in ("id", "created", "model", "system_fingerprint"):
-            if chunk.get(key) is not None and completion.get(key) is None:
-                completion[key] = chunk[key]
-        if chunk.get("usage") is not None:
-            completion["usage"] = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            index = choice.get("index", 0)
-            fresh = {"index": index, "message": {"role": "assistant"}, "tool_calls": {}}
-            slot = choices.setdefault(index, fresh)
-            _merge_delta(slot, choice.get("delta") or {})
-            if choice.get("finish_reason") is not None:
-                slot["finish_reason"] = choice["finish_reason"]
-    completion["choices"] = [_finish_choice(choices[index]) for index in sorted(choices)]
-    return completion
-
-
-def _json_chunks(events: Iterable[SseEvent]) -> Iterable[dict[str, Any]]:
+def json_payloads(events: Iterable[SseEvent]) -> Iterable[dict[str, Any]]:
+    """The data of each event that is a JSON object, in order (``[DONE]``, keep-alives skipped)."""
     for event in events:
         if event.is_done:
             continue
         try:
-            chunk = orjson.loads(event.data)
+            payload = orjson.loads(event.data)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(chunk, dict):
-            yield chunk
+        if isinstance(payload, dict):
+            yield payload
 
 
-def _merge_delta(slot: dict[str, Any], delta: dict[str, Any]) -> None:
-    message = slot["message"]
-    for key, value in delta.items():
-        if key == "tool_calls":
-            for call_delta in value or []:
-                _merge_tool_call(slot["tool_calls"], call_delta)
-        elif key == "role" and value:
-            message["role"] = value
-        elif isinstance(value, str):
-            message[key] = message.get(key, "") + value
-        elif value is not None and key not in message:
-            message[key] = value
-
-
-def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: dict[str, Any]) -> None:
-    fresh = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-    call = calls.setdefault(delta.get("index", len(calls)), fresh)
-    if delta.get("id"):
-        call["id"] = delta["id"]
-    if delta.get("type"):
-        call["type"] = delta["type"]
-    function = delta.get("function") or {}
-    if function.get("name"):
-        call["function"]["name"] += function["name"]
-    if function.get("arguments"):
-        call["function"]["arguments"] += function["arguments"]
-
-
-def _finish_choice(slot: dict[str, Any]) -> dict[str, Any]:
-    message = slot["message"]
-    message.setdefault("content", None)
-    if slot["tool_calls"]:
-        message["tool_calls"] = [slot["tool_calls"][index] for index in sorted(slot["tool_calls"])]
-    return {"index": slot["index"], "message": message, "finish_reason": slot.get("finish_reason")}
-
-
-def completion_to_events(
-    completion: dict[str, Any], *, piece_chars: int = 16, include_usage: bool = False
-) -> list[SseEvent]:
-    """Split a ``chat.completion`` object into the chunk events that would have streamed it.
-
-    Args:
-        completion: a ``chat.completion`` object (e.g. a recorded non-streamed response).
-        piece_chars: characters of text or tool-call arguments per chunk (>= 1).
-        include_usage: add the final usage chunk (empty ``choices``), as OpenAI does when the
-            request sets ``stream_options.include_usage``; only if `completion` has ``usage``.
-
-    Returns:
-        The events, ending with ``data: [DONE]``; `assemble_chat_completion` folds them back.
-    """
-    head: dict[str, Any] = {key: completion[key] for key in ("id", "created", "model") if key in completion}
-    head["object"] = "chat.completion.chunk"
-    if completion.get("system_fingerprint") is not None:
-        head["system_fingerprint"] = completion["system_fingerprint"]
-    chunks: list[dict[str, Any]] = []
-    for choice in completion.get("choices") or []:
-        index = choice.get("index", 0)
-        deltas = _choice_deltas(choice.get("message") or {}, max(1, piece_chars))
-        chunks += [{"index": index, "delta": delta, "finish_reason": None} for delta in deltas]
-        chunks.append({"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")})
-    events = [_chunk_event({**head, "choices": [choice]}) for choice in chunks]
-    if include_usage and completion.get("usage") is not None:
-        events.append(_chunk_event({**head, "choices": [], "usage": completion["usage"]}))
-    return [*events, SseEvent(data=DONE)]
-
-
-def _choice_deltas(message: dict[str, Any], piece_chars: int) -> list[dict[str, Any]]:
-    content = message.get("content")
-    deltas: list[dict[str, Any]] = [
-        {"role": message.get("role", "assistant"), "content": "" if isinstance(content, str) else None}
-    ]
-    for key, value in message.items():
-        if key not in ("role", "tool_calls") and isinstance(value, str):
-            deltas += [{key: piece} for piece in _pieces(value, piece_chars)]
-    for position, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") or {}
-        deltas.append(
-            {
-                "tool_calls": [
-                    {
-                        "index": position,
-                        "id": call.get("id"),
-                        "type": call.get("type", "function"),
-                        "function": {"name": function.get("name", ""), "arguments": ""},
-                    }
-                ]
-            }
-        )
-        deltas += [
-            {"tool_calls": [{"index": position, "function": {"arguments": piece}}]}
-            for piece in _pieces(function.get("arguments") or "", piece_chars)
-        ]
-    return deltas
-
-
-def _pieces(text: str, size: int) -> list[str]:
+def pieces(text: str, size: int) -> list[str]:
+    """`text` cut into pieces of `size` characters (>= 1); none for an empty text."""
+    size = max(1, size)
     return [text[start : start + size] for start in range(0, len(text), size)]
-
-
-def _chunk_event(chunk: dict[str, Any]) -> SseEvent:
-    return SseEvent(data=orjson.dumps(chunk).decode())

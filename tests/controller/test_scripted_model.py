@@ -134,6 +134,7 @@ async def test_exhausted_script_is_a_400(client: openai.AsyncOpenAI) -> None:
         ("bad.json", '{"turns": [', "not valid JSON"),
         ("bad.yaml", "turns:\n  - content: hi\n    colour: red\n", "colour"),
         ("bad.yaml", "turns: []\n", "turns"),
+        ("bad.yaml", "turns:\n  - errors: [{status: 200}]\n", "errors.0.status"),
         ("missing.yaml", None, "cannot read"),
     ],
 )

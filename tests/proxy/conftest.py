@@ -155,7 +155,7 @@ def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
 
 @pytest.fixture(scope="module")
 def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy]:
-    """Start proxies: ``start_proxy(upstream_url=, replay_path=, cut_index=, model=, policy=)``."""
+    """Start proxies: ``start_proxy(upstream_url=, replay_path=, cut_index=, model=, policy=, **config)``."""
     proxies: list[Proxy] = []
     counter = iter(range(10_000))
 
@@ -166,6 +166,7 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
         replay_path: Path | None = None,
         cut_index: int | None = None,
         policy: str = "warn",
+        **more_config: Any,
     ) -> Proxy:
         workdir = tmp_path_factory.mktemp(f"proxy-{next(counter)}")
         trajectory = workdir / "run" / "trajectory" / "llm_trajectory.jsonl"
@@ -176,6 +177,7 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
             "cut_index": cut_index,
             "divergence_policy": policy,
             "upstream": None,
+            **more_config,
         }
         if upstream_url is not None:
             config["upstream"] = {

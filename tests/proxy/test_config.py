@@ -34,6 +34,14 @@ def test_api_key_env_is_resolved_and_hidden(tmp_path: Path) -> None:
         ("{not json", "not JSON"),
         (json.dumps({"token": "t", "trajectory_path": "x", "colour": 1}), "colour"),
         (json.dumps({"token": "", "trajectory_path": "x"}), "token"),
+        (
+            json.dumps({"token": "t", "trajectory_path": "x", "replay_timing_factor": -1}),
+            "replay_timing_factor",
+        ),
+        (
+            json.dumps({"token": "t", "trajectory_path": "x", "divergence_policy": "loose"}),
+            "divergence_policy",
+        ),
     ],
 )
 def test_invalid_files_name_the_file(tmp_path: Path, text: str, expected: str) -> None:

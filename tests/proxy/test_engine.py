@@ -63,7 +63,9 @@ def test_warn_policy_serves_and_notes_the_divergence() -> None:
     decision = engine.decide(request(0, task="Do something else."))
     assert isinstance(decision, Replay) and decision.exchange is exchanges[0]
     assert decision.divergence is not None and decision.divergence.message_index == 0
-    assert [(note.step, note.divergence.field) for note in engine.divergences] == [(0, "messages[0].content")]
+    assert [(note.step, note.divergence.field) for note in engine.divergences] == [
+        (0, "messages[0].content[0].text")
+    ]
     assert engine.decide(request(1)) == Replay(1, exchanges[1], None)
 
 
@@ -96,3 +98,28 @@ def test_recorded_body_that_is_not_an_object_is_not_compared() -> None:
 def test_cut_index_out_of_range(cut_index: int) -> None:
     with pytest.raises(ValueError, match=f"cut_index {cut_index} is outside 0..2"):
         ReplayEngine(recorded(2), cut_index=cut_index, has_live_upstream=True)
+
+
+def test_cutover_policy_goes_live_at_the_first_divergence() -> None:
+    engine = ReplayEngine(recorded(3), cut_index=3, has_live_upstream=True, divergence_policy="cutover")
+    assert isinstance(engine.decide(request(0)), Replay)
+    decision = engine.decide(request(1, task="Something else."))
+    assert isinstance(decision, Live) and decision.step == 1 and decision.divergence is not None
+    assert decision.divergence.classification == "observation_changed"
+    assert engine.decide(request(2)) == Live(2)
+    assert (engine.served_replayed, engine.served_live, engine.cutover_step) == (1, 2, 1)
+    assert engine.aborted is None and [note.step for note in engine.divergences] == [1]
+
+
+def test_cutover_policy_without_upstream_aborts_like_strict() -> None:
+    engine = ReplayEngine(recorded(2), cut_index=2, has_live_upstream=False, divergence_policy="cutover")
+    decision = engine.decide(request(0, task="Something else."))
+    assert isinstance(decision, Abort) and engine.aborted == decision.reason
+    assert engine.cutover_step is None
+
+
+def test_a_request_in_another_format_diverges() -> None:
+    engine = ReplayEngine(recorded(1), cut_index=1, has_live_upstream=False, divergence_policy="warn")
+    decision = engine.decide({"model": "m", "input": "Do it."}, "openai-responses")
+    assert isinstance(decision, Replay) and decision.divergence is not None
+    assert decision.divergence.field == "api_format" and decision.divergence.classification == "agent_changed"

@@ -247,9 +247,10 @@ def test_warn_divergence_serves_and_reports(start_proxy: StartProxy, recording: 
     assert status["aborted"] is None and status["served_replayed"] == TURNS
     assert [d["step"] for d in status["divergences"]] == [0, 1, 2]
     first = status["divergences"][0]
-    assert (first["message_index"], first["field"]) == (1, "messages[1].content")
+    assert (first["message_index"], first["field"]) == (1, "messages[1].content[0].text")
+    assert first["classification"] == "observation_changed"
     assert "-List the files." in first["diff"] and "+Delete the files." in first["diff"]
-    assert proxy.lines()[0]["metadata"]["divergence"]["field"] == "messages[1].content"
+    assert proxy.lines()[0]["metadata"]["divergence"]["field"] == "messages[1].content[0].text"
 
 
 def test_upstream_error_is_passed_through_and_recorded(

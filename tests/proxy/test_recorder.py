@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
+import pytest
 from reroll_proxy.exchange import Exchange, load_trajectory
 from reroll_proxy.recorder import Recorder
 
@@ -43,3 +45,18 @@ async def test_appends_to_an_existing_file(tmp_path: Path) -> None:
     await recorder.record(0, exchange(0))
     recorder.close()
     assert [e.metadata.step for e in load_trajectory(path).exchanges] == [7, 0]
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+async def test_fsync_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    path = tmp_path / "t.jsonl"
+    recorder = Recorder(path, fsync=fsync)
+    recorder.open()
+    synced.clear()  # the folder's entry is synced on open either way
+    await recorder.record(0, exchange(0))
+    recorder.close()
+    assert len(synced) == (1 if fsync else 0)
+    assert [e.metadata.step for e in load_trajectory(path).exchanges] == [0]
