@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from reroll.errors import RerollError
+from reroll.errors import InfrastructureError
 
 
 class ChildProcess:
@@ -62,7 +62,7 @@ class ChildProcess:
             The ready file's JSON object (e.g. ``{"port": 8123, "pid": 42}``).
 
         Raises:
-            RerollError: the child exited first, or was not ready within the timeout; the
+            InfrastructureError: the child exited first, or was not ready within the timeout; the
                 message carries the end of its log.
         """
         self.ready_file.unlink(missing_ok=True)
@@ -74,13 +74,13 @@ class ChildProcess:
         deadline = time.monotonic() + ready_timeout_seconds
         while not self.ready_file.exists():
             if self._process.returncode is not None:
-                raise RerollError(
+                raise InfrastructureError(
                     f"{self.name} exited with code {self._process.returncode} before it was ready:\n"
                     f"{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
                 await self.stop()
-                raise RerollError(
+                raise InfrastructureError(
                     f"{self.name} was not ready after {ready_timeout_seconds:.0f} s:\n{self.log_tail()}"
                 )
             await asyncio.sleep(0.02)

@@ -42,8 +42,11 @@ async def run_task(
     job_name: str | None,
     sandbox: str,
     console: Console,
+    run_name: str | None = None,
 ) -> RolloutOutcome:
     """Record one rollout of `agent_name` on the task at `task_path` (``reroll run``).
+
+    The run folder is ``jobs_dir/job_name/run_name`` (default name: ``<task>__<random id>``).
 
     Raises:
         TaskError, AgentError, ModelError: bad input, before anything is written.
@@ -53,7 +56,7 @@ async def run_task(
     live_model = _model_for(agent.api_format, model, task)
     timeout = timeout_seconds if timeout_seconds is not None else task.spec.agent.timeout_sec
     job = job_name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
-    run_dir = create_run_folder(jobs_dir / job, f"{task.name}__{new_run_id()}")
+    run_dir = create_run_folder(jobs_dir / job, run_name or f"{task.name}__{new_run_id()}")
     config = RunConfig(
         task_path=str(task.path),
         task_name=task.name,
