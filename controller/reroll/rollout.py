@@ -125,6 +125,10 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
         category = "infrastructure" if isinstance(exc, InfrastructureError) else type(exc).__name__
         result.error_category = result.error_category or category
     finally:
+        trajectory = plan.run_dir / TRAJECTORY
+        if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
+            with contextlib.suppress(ValueError):
+                result.counts = count_exchanges(load_trajectory(trajectory))
         result.finished_at = now_iso()
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / "result.json", result)
