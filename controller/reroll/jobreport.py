@@ -38,6 +38,8 @@ class RolloutSummary(BaseModel):
     attempts: int = 1
     """How many times it ran (retries after infrastructure failures included); 0 when it was
     skipped because an earlier run of the job had completed it."""
+    retried_errors: list[str] = Field(default_factory=list)
+    """The errors of the attempts that were retried, in order."""
     exchanges: int = 0
     """LLM exchanges the agent received."""
     tokens: int = 0
@@ -86,7 +88,13 @@ def is_complete(run_dir: Path) -> bool:
 
 
 def summarise_rollout(
-    run_dir: Path, *, task: str, agent: str, model: str | None, attempts: int
+    run_dir: Path,
+    *,
+    task: str,
+    agent: str,
+    model: str | None,
+    attempts: int,
+    retried_errors: list[str] | None = None,
 ) -> RolloutSummary:
     """Read what the rollout in `run_dir` left: result.json and the trajectory's counts."""
     result = read_result(run_dir)
@@ -113,6 +121,7 @@ def summarise_rollout(
         error=result.error,
         rewards=result.rewards,
         attempts=attempts,
+        retried_errors=retried_errors or [],
         exchanges=exchanges,
         tokens=tokens,
         total_seconds=result.timings.total_seconds,

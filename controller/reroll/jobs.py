@@ -274,6 +274,7 @@ async def _with_retries(
     `identity` is the rollout's (name, task, agent, model) for its summary.
     """
     name, task, agent, model = identity
+    retried_errors: list[str] = []
     for number in range(1, max_retries + 2):
         try:
             outcome = await attempt()
@@ -290,7 +291,15 @@ async def _with_retries(
             )
         retry = outcome.result.error_category == "infrastructure" and number <= max_retries
         if not retry:
-            return summarise_rollout(outcome.run_dir, task=task, agent=agent, model=model, attempts=number)
+            return summarise_rollout(
+                outcome.run_dir,
+                task=task,
+                agent=agent,
+                model=model,
+                attempts=number,
+                retried_errors=retried_errors,
+            )
+        retried_errors.append(outcome.result.error or "")
         _set_aside(outcome.run_dir, parent, f"attempt{number}")
         await asyncio.sleep(backoff_seconds * 2 ** (number - 1))
     raise AssertionError("unreachable: the last attempt always returns")

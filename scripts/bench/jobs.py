@@ -1,7 +1,7 @@
 """Benchmark: one job of N concurrent local rollouts; wall time, peak memory, errors.
 
     .venv/bin/python scripts/bench/jobs.py [--rollouts 32] [--concurrency 32]
-        [--agent mini-swe-agent|oracle] [--task examples/tasks/hello-file]
+        [--agent mini-swe-agent|oracle] [--task examples/tasks/hello-file] [--max-retries 2]
 
 Runs the job in this process (`reroll.jobs.run_job`) with the bundled scripted model, in the
 `local` sandbox, into a temporary jobs dir, while sampling every 0.2 s the resident memory
@@ -16,13 +16,13 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
-from rich.console import Console
-
 from reroll.jobfile import JobSpec
 from reroll.jobs import run_job
+from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_SECONDS = 0.2
@@ -61,7 +61,7 @@ async def bench(args: argparse.Namespace, jobs_dir: Path) -> int:
         models=["scripted"],
         repeats=args.rollouts,
         concurrency=args.concurrency,
-        max_retries=0,
+        max_retries=args.max_retries,
     )
     sampler = TreeSampler()
     sampling = asyncio.create_task(sampler.run())
@@ -75,6 +75,10 @@ async def bench(args: argparse.Namespace, jobs_dir: Path) -> int:
     print(f"concurrency:       {args.concurrency} on {psutil.cpu_count()} cores")
     print(f"status counts:     {counts}")
     print(f"errors:            {counts.get('error', 0) + counts.get('unknown', 0)}")
+    print(f"retries:           {summary.totals.retries} (infrastructure failures retried)")
+    causes = Counter(error.splitlines()[0] for r in summary.rollouts for error in r.retried_errors)
+    for cause, count in causes.most_common():
+        print(f"  {count} x {cause}")
     print(f"wall time:         {wall:.1f} s")
     print(f"rollout time:      mean {sum(seconds) / len(seconds):.1f} s, max {max(seconds):.1f} s")
     print(f"throughput:        {len(seconds) / wall * 60:.1f} rollouts/min")
@@ -89,6 +93,7 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--agent", default="mini-swe-agent")
+    parser.add_argument("--max-retries", type=int, default=2)
     parser.add_argument("--task", type=Path, default=ROOT / "examples" / "tasks" / "hello-file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-bench-") as jobs_dir:

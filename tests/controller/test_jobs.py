@@ -124,6 +124,7 @@ async def test_infrastructure_failures_are_retried_with_backoff(
     summary = await run_job(spec, jobs_dir=tmp_path, console=quiet())
     (rollout,) = summary.rollouts
     assert rollout.status == "ok" and rollout.attempts == 3
+    assert len(rollout.retried_errors) == 2 and "injected start failure" in rollout.retried_errors[0]
     assert time.monotonic() - started >= 0.2 + 0.4  # backoff 0.2 s, then 0.4 s
     aside = sorted(p.name for p in (tmp_path / "r" / "_attempts").iterdir())
     assert aside == ["hello-file__oracle__no-model__r1.attempt1", "hello-file__oracle__no-model__r1.attempt2"]
