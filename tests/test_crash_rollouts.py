@@ -70,6 +70,15 @@ def finish(process: subprocess.Popen[str], timeout_seconds: float) -> str:
     return output
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
@@ -91,6 +100,7 @@ def test_dead_sidecar_is_an_error_with_its_cause(tmp_path: Path, short_tmp: Path
             os.kill(read_json(ready)["pid"], signal.SIGKILL)
             output = finish(process, 60)
             assert time.monotonic() - killed_at < 30
+            assert not running(int(pid_file.read_text())), "the orphaned agent outlived its sandbox"
     finally:
         with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the orphaned agent
