@@ -137,6 +137,11 @@ def continue_(
     if all_runs:
         from reroll.jobs import continue_job
 
+        if output is not None or replay_only:
+            err_console.print(
+                "[red]error:[/red] --all continues into JOB_DIR/continued; no --output, --replay-only"
+            )
+            raise typer.Exit(2)
         _job_guarded(
             continue_job(
                 run_folder,
@@ -146,6 +151,7 @@ def continue_(
                 timeout_seconds=timeout,
                 tasks_dir=tasks_dir,
                 sandbox=sandbox,
+                divergence_policy="strict" if strict_divergence else "warn",
             )
         )
         return
@@ -205,6 +211,9 @@ def job(
         "sandbox": sandbox,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
+    if resume is not None and job_file is not None:
+        err_console.print("[red]error:[/red] give a JOB_FILE or --resume JOB_DIR, not both")
+        raise typer.Exit(2)
     try:
         if resume is not None:
             saved = load_saved_spec(resume).model_dump(mode="json")

@@ -57,6 +57,7 @@ from reroll.jobreport import (
     summarise_rollout,
     totals,
 )
+from reroll.llm_proxy import DivergencePolicy
 from reroll.models import parse_model
 from reroll.resume import RolloutOutcome, continue_run, run_task
 from reroll.runfolder import RunConfig, now_iso, write_json
@@ -184,6 +185,7 @@ async def continue_job(
     timeout_seconds: float | None = None,
     tasks_dir: Path | None = None,
     sandbox: str | None = None,
+    divergence_policy: DivergencePolicy = "warn",
     max_retries: int = 2,
     retry_backoff_seconds: float = 1.0,
 ) -> JobSummary:
@@ -196,7 +198,8 @@ async def continue_job(
     Args:
         job_dir: a folder of run folders (a job folder, or a ``--jobs-dir/--job-name`` of `reroll run`).
         concurrency: most continuations running at once (≥ 1).
-        model, timeout_seconds, tasks_dir, sandbox: as for `reroll.resume.continue_run`.
+        model, timeout_seconds, tasks_dir, sandbox, divergence_policy: as for
+            `reroll.resume.continue_run`.
         max_retries, retry_backoff_seconds: as in `JobSpec`, for infrastructure failures.
 
     Raises:
@@ -231,7 +234,7 @@ async def continue_job(
                 timeout_seconds=timeout_seconds,
                 output=output,
                 require_timeout=True,
-                divergence_policy="warn",
+                divergence_policy=divergence_policy,
                 replay_only=False,
                 sandbox=sandbox,
                 console=Console(quiet=True),

@@ -221,3 +221,18 @@ def test_continue_all_finishes_every_timed_out_rollout(tmp_path: Path, examples:
         config = json.loads((job_dir / "continued" / rollout["name"] / "config.json").read_text())
         assert config["continued_from"]["path"] == str((job_dir / rollout["name"]).resolve())
         assert rollout["exchanges"] == 5
+
+
+def test_cli_usage_errors(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([REROLL, *args], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+
+    (tmp_path / "empty").mkdir()
+    done = run("continue", "empty", "--all")
+    assert done.returncode == 2 and "no run folders" in done.stderr
+    done = run("continue", "empty", "--all", "--output", "x")
+    assert done.returncode == 2 and "--all continues into JOB_DIR/continued" in done.stderr
+    done = run("job", "job.yaml", "--resume", "empty")
+    assert done.returncode == 2 and "not both" in done.stderr
+    done = run("job", "--resume", "empty")
+    assert done.returncode == 2 and "job.json: missing" in done.stderr
