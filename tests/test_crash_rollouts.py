@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from reroll.runfolder import load_run_folder
+from reroll.sandbox.local import kill_sandbox_processes
 
 REROLL = str(Path(sys.executable).parent / "reroll")
 pytestmark = pytest.mark.slow
@@ -160,5 +161,47 @@ def test_killed_proxy_then_continue_completes(
     (continued,) = (run_dir.parent / "continued").iterdir()
     final = read_json(continued / "result.json")
     assert final["status"] == "ok" and final["rewards"] == {"reward": 1.0}
+    sources = [e.metadata.source for e in load_run_folder(continued).exchanges]
+    assert sources == ["replayed"] * len(killed.exchanges) + ["live"] * (5 - len(killed.exchanges))
+
+
+@pytest.mark.parametrize("point", range(2))
+def test_killed_controller_then_continue_completes(
+    point: int, steady_task: Path, tmp_path: Path, short_tmp: Path
+) -> None:
+    delay = random.Random(f"controller-kill-{point}").uniform(0.0, 2.5)
+    args = ("run", str(steady_task), "--agent", "mini-swe-agent", "--model", "scripted", "--job-name", "k")
+    with reroll_process(*args, cwd=tmp_path, tmp=short_tmp) as process:
+        job = tmp_path / "jobs" / "k"
+        wait_for(lambda: any(job.glob("*/harness/proxy.ready.json")), 120, "the proxy to start")
+        (ready,) = job.glob("*/harness/proxy.ready.json")
+        trajectory = ready.parent.parent / "trajectory" / "llm_trajectory.jsonl"
+        wait_for(lambda: trajectory.exists() and trajectory.stat().st_size > 0, 120, "the first exchange")
+        time.sleep(delay)
+        process.kill()
+        process.wait(timeout=10)
+    children = [
+        read_json(ready)["pid"],
+        *(read_json(f)["pid"] for f in short_tmp.glob("*/.reroll/sidecar.ready.json")),
+    ]
+    for root in short_tmp.glob("reroll-local-*"):
+        kill_sandbox_processes(str(root))  # the agent: the sidecar's orphan
+    wait_for(
+        lambda: not any(running(pid) for pid in children), 10, "the proxy and sidecar to die with reroll"
+    )
+    run_dir = ready.parent.parent
+    killed = load_run_folder(run_dir)
+    assert killed.result is None and len(killed.exchanges) >= 1
+    print(f"controller killed {delay:.2f} s after the first exchange: {len(killed.exchanges)} recorded")
+    done = subprocess.run(
+        [REROLL, "continue", str(run_dir), "--timeout", "120"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (continued,) = (run_dir.parent / "continued").iterdir()
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
     sources = [e.metadata.source for e in load_run_folder(continued).exchanges]
     assert sources == ["replayed"] * len(killed.exchanges) + ["live"] * (5 - len(killed.exchanges))

@@ -2,13 +2,15 @@
 
 Each is a Python module run as ``python -m MODULE ... --ready-file F``; it writes a JSON object
 to F once it listens. `ChildProcess` starts one, waits for that file, and stops the process
-explicitly (SIGTERM, then SIGKILL after a grace period) — never from a finaliser.
+explicitly (SIGTERM, then SIGKILL after a grace period) — never from a finaliser. On Linux a
+child also dies with the controller (``PR_SET_PDEATHSIG``), even when the controller is SIGKILLed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -69,7 +71,12 @@ class ChildProcess:
         argv = [sys.executable, "-m", self.module, *self.args, "--ready-file", str(self.ready_file)]
         with open(self.log_path, "ab") as log:
             self._process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=self.env
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self.env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         deadline = time.monotonic() + ready_timeout_seconds
         while not self.ready_file.exists():
@@ -120,3 +127,12 @@ class ChildProcess:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Run in the child before exec: the kernel SIGKILLs it when the controller dies (Linux), so a
+    killed controller leaves no proxy, model server or sidecar behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

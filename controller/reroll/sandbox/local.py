@@ -92,7 +92,7 @@ class LocalSandbox:
         if self._sidecar is not None:
             await self._sidecar.stop()
             self._sidecar = None
-        _kill_leftovers(self.layout.root)
+        kill_sandbox_processes(self.layout.root)
         shutil.rmtree(self.root, ignore_errors=True)
 
     async def __aenter__(self) -> LocalSandbox:
@@ -103,8 +103,9 @@ class LocalSandbox:
         await self.stop()
 
 
-def _kill_leftovers(root: str) -> None:
-    """SIGKILL every process still running in the sandbox at `root`, whose sidecar is gone.
+def kill_sandbox_processes(root: str) -> None:
+    """SIGKILL every process still running in the local sandbox at `root` (e.g. orphaned by a
+    dead sidecar, or left by a killed controller).
 
     Every process started in a local sandbox carries ``REROLL_SANDBOX_ROOT=<root>`` in its
     environment; after a dead sidecar its process groups are orphaned and found that way.
