@@ -186,9 +186,11 @@ def test_killed_controller_then_continue_completes(
     ]
     for root in short_tmp.glob("reroll-local-*"):
         kill_sandbox_processes(str(root))  # the agent: the sidecar's orphan
-    wait_for(
-        lambda: not any(running(pid) for pid in children), 10, "the proxy and sidecar to die with reroll"
-    )
+    try:
+        wait_for(lambda: not any(map(running, children)), 10, "the proxy and sidecar to die with reroll")
+    finally:
+        for pid in filter(running, children):  # only after a failure: leave nothing behind
+            os.kill(pid, signal.SIGKILL)
     run_dir = ready.parent.parent
     killed = load_run_folder(run_dir)
     assert killed.result is None and len(killed.exchanges) >= 1
