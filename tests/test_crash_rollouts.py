@@ -180,14 +180,12 @@ def test_killed_controller_then_continue_completes(
         time.sleep(delay)
         process.kill()
         process.wait(timeout=10)
-    children = [
-        read_json(ready)["pid"],
-        *(read_json(f)["pid"] for f in short_tmp.glob("*/.reroll/sidecar.ready.json")),
-    ]
+    ready_files = [*ready.parent.glob("*.ready.json"), *short_tmp.glob("*/.reroll/sidecar.ready.json")]
+    children = [read_json(file)["pid"] for file in ready_files]  # proxy, scripted model, sidecar
     for root in short_tmp.glob("reroll-local-*"):
         kill_sandbox_processes(str(root))  # the agent: the sidecar's orphan
     try:
-        wait_for(lambda: not any(map(running, children)), 10, "the proxy and sidecar to die with reroll")
+        wait_for(lambda: not any(map(running, children)), 10, "reroll's children to die with it")
     finally:
         for pid in filter(running, children):  # only after a failure: leave nothing behind
             os.kill(pid, signal.SIGKILL)
