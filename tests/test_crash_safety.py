@@ -170,7 +170,9 @@ def run_seconds(upstream: str, root: Path, *, stream: bool) -> float:
     return elapsed
 
 
-def test_proxy_sigkill_at_random_points(model: Service, tmp_path: Path) -> None:
+def test_proxy_sigkill_at_random_points(
+    model: Service, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rng = random.Random(SEED)
     started = time.monotonic()
     durations = {
@@ -188,5 +190,6 @@ def test_proxy_sigkill_at_random_points(model: Service, tmp_path: Path) -> None:
             passed += 1
             print(f"kill point {point}: {description}")
     elapsed = time.monotonic() - started
-    print(f"proxy SIGKILL: {KILL_POINTS} kill points tried, {passed} passed ({elapsed:.1f} s)")
+    with capsys.disabled():  # shown in every test run, not only on failure
+        print(f"\nproxy SIGKILL: {KILL_POINTS} kill points tried, {passed} passed ({elapsed:.1f} s)")
     assert not failures, "\n".join(failures)
