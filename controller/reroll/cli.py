@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,6 +24,11 @@ from reroll.fidelity import replay_run
 from reroll.llm_proxy import DivergencePolicy
 from reroll.reports import branch_report, fidelity_report
 from reroll.resume import RolloutOutcome, continue_run, run_task
+
+if TYPE_CHECKING:
+    from reroll.jobreport import JobSummary
+
+T = TypeVar("T")
 
 app = typer.Typer(
     help="reroll: run LLM agents in sandboxes, record every LLM exchange, replay and continue runs.",
@@ -132,7 +137,9 @@ def run(
 
 @app.command("continue")
 def continue_(
-    run_folder: Annotated[Path, typer.Argument(help="The run folder to continue.")],
+    run_folder: Annotated[
+        Path, typer.Argument(help="The run folder to continue (with --all: a job folder).")
+    ],
     at: AtOption = None,
     tasks_dir: TasksDirOption = None,
     model: Annotated[
@@ -153,8 +160,33 @@ def continue_(
         bool, typer.Option(help="Rebuild via replay, stop at the cut point (no live model).")
     ] = False,
     sandbox: SandboxOption = None,
+    all_runs: Annotated[
+        bool, typer.Option("--all", help="RUN_FOLDER is a job folder: continue each of its timed-out runs.")
+    ] = False,
+    concurrency: Annotated[int, typer.Option(help="With --all: continuations at once.")] = 4,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify."""
+    if all_runs:
+        from reroll.jobs import continue_job
+
+        if output is not None or replay_only or at is not None:
+            err_console.print(
+                "[red]error:[/red] --all continues into JOB_DIR/continued; no --output, --replay-only, --at"
+            )
+            raise typer.Exit(2)
+        _job_guarded(
+            continue_job(
+                run_folder,
+                concurrency=concurrency,
+                console=console,
+                model=model,
+                timeout_seconds=timeout,
+                tasks_dir=tasks_dir,
+                sandbox=sandbox,
+                divergence_policy=_divergence_policy(on_divergence, strict_divergence),
+            )
+        )
+        return
     _finish(
         _guarded(
             continue_run(
@@ -251,6 +283,76 @@ def branch(
     )
     console.print(branch_report(summary))
     if any(child.status == "error" for child in summary.children):
+        raise typer.Exit(1)
+
+
+@app.command()
+def job(
+    job_file: Annotated[
+        Path | None, typer.Argument(help="YAML job file (tasks, agents, models, repeats, ...).")
+    ] = None,
+    task: Annotated[list[Path] | None, typer.Option(help="Task folder (repeatable).")] = None,
+    agent: Annotated[list[str] | None, typer.Option(help="Agent name (repeatable).")] = None,
+    model: Annotated[list[str] | None, typer.Option(help="Model spec (repeatable).")] = None,
+    repeats: Annotated[int | None, typer.Option(help="Rollouts per (task, agent, model).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Rollouts at once [default: 4].")] = None,
+    max_retries: Annotated[
+        int | None, typer.Option(help="Retries of infrastructure failures [default: 2].")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Agent budget in seconds [default: the task's].")
+    ] = None,
+    jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
+    job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Resume the job folder RESUME (its job.json); skips finished rollouts."),
+    ] = None,
+    sandbox: SandboxOption = None,
+) -> None:
+    """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary."""
+    from reroll.jobfile import job_spec, load_job_file, load_saved_spec
+    from reroll.jobs import run_job
+
+    flags = {
+        "tasks": task,
+        "agents": agent,
+        "models": model,
+        "repeats": repeats,
+        "concurrency": concurrency,
+        "max_retries": max_retries,
+        "timeout_seconds": timeout,
+        "name": job_name,
+        "sandbox": sandbox,
+    }
+    overrides = {key: value for key, value in flags.items() if value is not None}
+    if resume is not None and job_file is not None:
+        err_console.print("[red]error:[/red] give a JOB_FILE or --resume JOB_DIR, not both")
+        raise typer.Exit(2)
+    try:
+        if resume is not None:
+            saved = load_saved_spec(resume).model_dump(mode="json")
+            spec = job_spec({**saved, **overrides, "name": resume.name}, f"{resume}/job.json", resume)
+            jobs_dir = resume.parent
+        elif job_file is not None:
+            spec = load_job_file(job_file, overrides)
+        else:
+            spec = job_spec(overrides, "the command line")
+    except RerollError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    _job_guarded(run_job(spec, jobs_dir=jobs_dir, console=console))
+
+
+def _job_guarded(coro: Coroutine[Any, Any, JobSummary]) -> None:
+    """Run a job; exit 2 on bad input, 1 if any rollout ended in error, else 0."""
+    try:
+        summary = _run(coro)
+    except RerollError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    counts = summary.totals.status_counts
+    if counts.get("error", 0) + counts.get("unknown", 0):
         raise typer.Exit(1)
 
 

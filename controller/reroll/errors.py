@@ -8,7 +8,9 @@ cause it is about, so the CLI prints it as it is and exits with a non-zero code:
     ├── AgentError         unknown agent name, or the agent's install failed
     ├── ModelError         unknown model spec, or the provider's credentials are missing
     ├── RunFolderError     a run folder is missing a file, or a file in it is corrupt
-    ├── SandboxError       the sandbox could not start, or its sidecar failed / died
+    ├── JobError           a job file is missing or invalid, or a job folder has no job.json
+    ├── InfrastructureError  a proxy or model server could not start or died (jobs retry these)
+    │   └── SandboxError     the sandbox could not start, or its sidecar failed / died
     ├── VerifierError      the verifier produced no reward.txt / reward.json, or an invalid one
     └── DivergenceError    strict divergence: a replayed request left the recorded rails
 
@@ -39,7 +41,18 @@ class RunFolderError(RerollError):
     """A run folder is incomplete or one of its files is corrupt."""
 
 
-class SandboxError(RerollError):
+class JobError(RerollError):
+    """A job file is missing or invalid, or a job folder cannot be resumed."""
+
+
+class InfrastructureError(RerollError):
+    """Something under the agent failed: a proxy, model server or sandbox did not start or died.
+
+    A rollout that fails this way gets ``error_category: infrastructure``; jobs retry it.
+    """
+
+
+class SandboxError(InfrastructureError):
     """A sandbox could not be started, or its sidecar failed."""
 
 

@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 from pydantic import BaseModel
 
-from reroll.errors import RerollError
+from reroll.errors import InfrastructureError
 from reroll.models import Upstream
 from reroll.processes import ChildProcess
 
@@ -95,7 +95,7 @@ class LlmProxy:
         """The proxy's counters.
 
         Raises:
-            RerollError: the proxy died or did not answer within 5 s.
+            InfrastructureError: the proxy died or did not answer within 5 s.
         """
         assert self._session is not None, "start() first"
         url = self.base_url.removesuffix("/v1") + "/_reroll/status"
@@ -104,7 +104,9 @@ class LlmProxy:
                 response.raise_for_status()
                 return ProxyStatus.model_validate(await response.json())
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise RerollError(f"LLM proxy is not answering ({exc!r}):\n{self._process.log_tail()}") from exc
+            raise InfrastructureError(
+                f"LLM proxy is not answering ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
 
     async def stop(self) -> None:
         """Stop the proxy."""

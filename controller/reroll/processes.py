@@ -2,13 +2,15 @@
 
 Each is a Python module run as ``python -m MODULE ... --ready-file F``; it writes a JSON object
 to F once it listens. `ChildProcess` starts one, waits for that file, and stops the process
-explicitly (SIGTERM, then SIGKILL after a grace period) — never from a finaliser.
+explicitly (SIGTERM, then SIGKILL after a grace period) — never from a finaliser. On Linux a
+child also dies with the controller (``PR_SET_PDEATHSIG``), even when the controller is SIGKILLed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -18,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from reroll.errors import RerollError
+from reroll.errors import InfrastructureError
 
 
 class ChildProcess:
@@ -62,25 +64,30 @@ class ChildProcess:
             The ready file's JSON object (e.g. ``{"port": 8123, "pid": 42}``).
 
         Raises:
-            RerollError: the child exited first, or was not ready within the timeout; the
+            InfrastructureError: the child exited first, or was not ready within the timeout; the
                 message carries the end of its log.
         """
         self.ready_file.unlink(missing_ok=True)
         argv = [sys.executable, "-m", self.module, *self.args, "--ready-file", str(self.ready_file)]
         with open(self.log_path, "ab") as log:
             self._process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=self.env
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self.env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         deadline = time.monotonic() + ready_timeout_seconds
         while not self.ready_file.exists():
             if self._process.returncode is not None:
-                raise RerollError(
+                raise InfrastructureError(
                     f"{self.name} exited with code {self._process.returncode} before it was ready:\n"
                     f"{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
                 await self.stop()
-                raise RerollError(
+                raise InfrastructureError(
                     f"{self.name} was not ready after {ready_timeout_seconds:.0f} s:\n{self.log_tail()}"
                 )
             await asyncio.sleep(0.02)
@@ -120,3 +127,12 @@ class ChildProcess:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Run in the child before exec: the kernel SIGKILLs it when the controller dies (Linux), so a
+    killed controller leaves no proxy, model server or sidecar behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -58,6 +58,7 @@ async def run_task(
     job_name: str | None = None,
     sandbox: str = "local",
     console: Console | None = None,
+    run_name: str | None = None,
 ) -> RolloutOutcome:
     """Record one rollout of `agent_name` on the task at `task_path` (``reroll run``).
 
@@ -70,9 +71,10 @@ async def run_task(
         job_name: the job folder's name [default: the start time].
         sandbox: sandbox backend.
         console: where progress goes [default: nowhere].
+        run_name: the run folder's name [default: ``<task>__<random id>``].
 
     Returns:
-        The new run folder and its result.
+        The new run folder (``jobs_dir/job_name/run_name``) and its result.
 
     Raises:
         TaskError, AgentError, ModelError: bad input, before anything is written.
@@ -83,7 +85,7 @@ async def run_task(
     live_model = model_for(agent.api_format, model, task)
     timeout = timeout_seconds if timeout_seconds is not None else task.spec.agent.timeout_sec
     job = job_name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
-    run_dir = create_run_folder(jobs_dir / job, f"{task.name}__{new_run_id()}")
+    run_dir = create_run_folder(jobs_dir / job, run_name or f"{task.name}__{new_run_id()}")
     config = RunConfig(
         task_path=str(task.path),
         task_name=task.name,

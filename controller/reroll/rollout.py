@@ -20,7 +20,7 @@ from reroll_proxy.exchange import load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec
-from reroll.errors import AgentError, RerollError
+from reroll.errors import AgentError, InfrastructureError, RerollError
 from reroll.llm_proxy import LlmProxy, ProxyStatus, ReplayPlan
 from reroll.models import ModelSpec, live_upstream
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
@@ -122,8 +122,13 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
     except (RerollError, SidecarError) as exc:
         result.status = "error"
         result.error = str(exc)
-        result.error_category = result.error_category or type(exc).__name__
+        category = "infrastructure" if isinstance(exc, InfrastructureError) else type(exc).__name__
+        result.error_category = result.error_category or category
     finally:
+        trajectory = plan.run_dir / TRAJECTORY
+        if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
+            with contextlib.suppress(ValueError):
+                result.counts = count_exchanges(load_trajectory(trajectory))
         result.finished_at = now_iso()
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / "result.json", result)

@@ -13,6 +13,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -91,6 +92,7 @@ class LocalSandbox:
         if self._sidecar is not None:
             await self._sidecar.stop()
             self._sidecar = None
+        kill_sandbox_processes(self.layout.root)
         shutil.rmtree(self.root, ignore_errors=True)
 
     async def __aenter__(self) -> LocalSandbox:
@@ -99,3 +101,24 @@ class LocalSandbox:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+def kill_sandbox_processes(root: str) -> None:
+    """SIGKILL every process still running in the local sandbox at `root` (e.g. orphaned by a
+    dead sidecar, or left by a killed controller).
+
+    Every process started in a local sandbox carries ``REROLL_SANDBOX_ROOT=<root>`` in its
+    environment; after a dead sidecar its process groups are orphaned and found that way.
+    Processes of other users (unreadable environment) are skipped.
+    """
+    marker = f"REROLL_SANDBOX_ROOT={root}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # exited meanwhile, or not ours
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)

@@ -1,0 +1,195 @@
+"""Crash safety: SIGKILL the LLM proxy at seeded random points of recorded runs.
+
+Each kill point records a run (a tool-calling loop through the official ``openai`` SDK, streamed
+or not, against the real proxy and scripted model subprocesses), SIGKILLs the proxy after a
+random delay, and checks that
+
+- the run folder loads (`load_run_folder`);
+- it holds every exchange the client received, with the content the client received;
+- a continuation (a new proxy replaying the killed recording, then live) completes the run:
+  the client gets every turn, the first ones replayed, and the stitched trajectory loads.
+
+This is the proxy-level form of ``reroll continue``; the full command is exercised on a killed
+mini-swe-agent rollout in tests/test_crash_rollouts.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from reroll.runfolder import TRAJECTORY, RunConfig, create_run_folder, load_run_folder, write_json
+
+from tests.proxy.conftest import TOKEN, Service, Turn, ask, start_service
+
+KILL_POINTS = 52
+SEED = 20261123
+TURNS = 6
+SCRIPT = {
+    "turns": [
+        {
+            "content": f"Step {k}: " + "thinking about the files in the workspace. " * 6,
+            "delay_seconds": 0.02,
+            "tool_calls": [{"name": "bash", "arguments": {"command": f"echo step {k} && ls -la /tmp"}}],
+        }
+        for k in range(TURNS - 1)
+    ]
+    + [{"content": "All done."}],
+}
+
+
+def start_proxy(workdir: Path, trajectory: Path, upstream: str, replay: Path | None = None) -> Service:
+    """The real proxy subprocess, recording to `trajectory`; replaying `replay` first if given."""
+    config: dict[str, Any] = {
+        "token": TOKEN,
+        "trajectory_path": str(trajectory),
+        "upstream": {"base_url": upstream, "api_key_env": "REROLL_TEST_UPSTREAM_KEY", "timeout_seconds": 10},
+    }
+    if replay is not None:
+        config["replay_path"] = str(replay)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "proxy.json").write_text(json.dumps(config))
+    return start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
+
+
+def agent_loop(base_url: str, *, stream: bool, received: list[Turn]) -> None:
+    """A tiny agent: `TURNS` tool-calling turns; appends each turn once fully received; stops
+    at the first connection error (the proxy was killed)."""
+    client = openai.OpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, timeout=10)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a test agent."},
+        {"role": "user", "content": "Work through the steps."},
+    ]
+    try:
+        for _ in range(TURNS):
+            turn = ask(client, messages, stream=stream)
+            received.append(turn)
+            assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
+            if turn.tool_calls:
+                assistant["tool_calls"] = [
+                    {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                    for i, n, a in turn.tool_calls
+                ]
+            messages.append(assistant)
+            messages += [
+                {"role": "tool", "tool_call_id": i, "content": f"ran {n}"} for i, n, _ in turn.tool_calls
+            ]
+    except openai.APIError:
+        return
+    finally:
+        client.close()
+
+
+def as_received(exchange_body: dict[str, Any]) -> tuple[str | None, list[tuple[str, str, str]]]:
+    """What an agent gets from a recorded response body: content and (id, name, arguments)."""
+    message = exchange_body["choices"][0]["message"]
+    calls = [
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []
+    ]
+    return message.get("content") or None, calls
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    workdir = tmp_path_factory.mktemp("crash-model")
+    (workdir / "script.json").write_text(json.dumps(SCRIPT))
+    service = start_service(
+        "reroll.scripted_model", ["--script", str(workdir / "script.json")], workdir, "model"
+    )
+    yield service
+    service.stop()
+
+
+def record_until_killed(root: Path, upstream: str, *, stream: bool, delay: float) -> tuple[Path, list[Turn]]:
+    """Record a run and SIGKILL its proxy after `delay` seconds; the run folder and what the agent got."""
+    run_dir = create_run_folder(root, "run")
+    write_json(run_dir / "config.json", RunConfig(task_path="crash-test", agent="loop", model="scripted"))
+    write_json(run_dir / "prompts.json", ["Work through the steps."])
+    proxy = start_proxy(root / "proxy", run_dir / TRAJECTORY, upstream)
+    received: list[Turn] = []
+    agent = threading.Thread(
+        target=agent_loop, args=(proxy.base_url,), kwargs={"stream": stream, "received": received}
+    )
+    agent.start()
+    time.sleep(delay)
+    os.kill(proxy.process.pid, signal.SIGKILL)
+    proxy.process.wait(timeout=10)
+    agent.join(timeout=30)
+    assert not agent.is_alive(), "the agent hung after the proxy died"
+    return run_dir, received
+
+
+def check_kill_point(root: Path, upstream: str, *, stream: bool, delay: float) -> str:
+    """One kill point; returns a one-line description. Raises AssertionError on a failure."""
+    run_dir, received = record_until_killed(root, upstream, stream=stream, delay=delay)
+    folder = load_run_folder(run_dir)
+    recorded = [as_received(exchange.response.body) for exchange in folder.exchanges]
+    assert len(recorded) >= len(received), f"{len(received)} received but {len(recorded)} recorded"
+    for step, turn in enumerate(received):
+        assert recorded[step] == (turn.content, turn.tool_calls), (
+            f"step {step} differs from what the agent got"
+        )
+    # Continue: replay what was recorded, then go live, to the end of the script.
+    continued = create_run_folder(root, "continued")
+    proxy = start_proxy(root / "proxy-2", continued / TRAJECTORY, upstream, replay=run_dir / TRAJECTORY)
+    finished: list[Turn] = []
+    try:
+        agent_loop(proxy.base_url, stream=stream, received=finished)
+    finally:
+        proxy.stop()
+    assert len(finished) == TURNS, f"the continuation stopped after {len(finished)} turns"
+    assert [(t.content, t.tool_calls) for t in finished[: len(received)]] == [
+        (t.content, t.tool_calls) for t in received
+    ]
+    write_json(continued / "config.json", folder.config)
+    write_json(continued / "prompts.json", folder.prompts)
+    stitched = load_run_folder(continued).exchanges
+    sources = [exchange.metadata.source for exchange in stitched]
+    cut = len(recorded)
+    assert sources == ["replayed"] * cut + ["live"] * (TURNS - cut)
+    return f"delay {delay:.3f} s, {'stream' if stream else 'plain'}: {len(received)} received, {cut} recorded"
+
+
+def run_seconds(upstream: str, root: Path, *, stream: bool) -> float:
+    """How long a whole run takes through a proxy (the range kill delays are drawn from)."""
+    proxy = start_proxy(root, root / "t.jsonl", upstream)
+    reference: list[Turn] = []
+    started = time.monotonic()
+    agent_loop(proxy.base_url, stream=stream, received=reference)
+    elapsed = time.monotonic() - started
+    proxy.stop()
+    assert len(reference) == TURNS
+    return elapsed
+
+
+def test_proxy_sigkill_at_random_points(
+    model: Service, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(SEED)
+    started = time.monotonic()
+    durations = {
+        mode: run_seconds(model.base_url, tmp_path / f"probe-{mode}", stream=mode) for mode in (False, True)
+    }
+    passed, failures = 0, []
+    for point in range(KILL_POINTS):
+        stream = rng.random() < 0.5
+        delay = rng.uniform(0.0, durations[stream])
+        try:
+            description = check_kill_point(tmp_path / f"k{point}", model.base_url, stream=stream, delay=delay)
+        except AssertionError as exc:
+            failures.append(f"kill point {point} (delay {delay:.3f} s, stream={stream}): {exc}")
+        else:
+            passed += 1
+            print(f"kill point {point}: {description}")
+    elapsed = time.monotonic() - started
+    with capsys.disabled():  # shown in every test run, not only on failure
+        print(f"\nproxy SIGKILL: {KILL_POINTS} kill points tried, {passed} passed ({elapsed:.1f} s)")
+    assert not failures, "\n".join(failures)
