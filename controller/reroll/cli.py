@@ -28,7 +28,6 @@ from reroll.resume import RolloutOutcome, continue_run, run_task
 if TYPE_CHECKING:
     from reroll.jobreport import JobSummary
 
-T = TypeVar("T")
 
 app = typer.Typer(
     help="reroll: run LLM agents in sandboxes, record every LLM exchange, replay and continue runs.",
