@@ -86,6 +86,8 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
     harness_dir.mkdir(exist_ok=True)
     try:
         async with contextlib.AsyncExitStack() as stack:
+            sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)
+            stack.push_async_callback(sandbox.stop)
             proxy = None
             if plan.agent.api_format != "none":
                 upstream = None
@@ -96,10 +98,9 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                     trajectory_path=plan.run_dir / TRAJECTORY,
                     upstream=upstream,
                     replay=plan.replay,
+                    listen_host=await sandbox.host_address(),
                 )
                 await stack.enter_async_context(proxy)
-            sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)
-            stack.push_async_callback(sandbox.stop)
             console.print(f"[dim]starting {plan.sandbox_backend} sandbox[/dim]")
             await sandbox.start()
             env = _sandbox_env(sandbox)
@@ -147,18 +148,22 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
     if agent.install is None:
         return
     home = f"{sandbox.layout.agents_dir}/{agent.install_key}"
+    installed = await sandbox.client.exec(["test", "-f", f"{home}/.installed"], inherit_env=False)
+    if installed.exit_code == 0:
+        return
     script = (
         f'mkdir -p "{home}" && exec 9>"{home}.lock" && flock 9 && '
         f'if [ ! -f "{home}/.installed" ]; then echo "installing {agent.name} into {home}" >&2; '
         f'(set -e\n{agent.install}\n) && touch "{home}/.installed" || {{ rm -rf "{home}"; exit 1; }}; fi'
     )
     with console.status(f"installing {agent.name} (first time only)"):
-        result = await sandbox.client.exec(
-            ["sh", "-c", script],
-            env={**env, "REROLL_AGENT_HOME": home},
-            inherit_env=False,
-            timeout_seconds=INSTALL_TIMEOUT_SECONDS,
-        )
+        async with sandbox.egress() as egress_env:
+            result = await sandbox.client.exec(
+                ["sh", "-c", script],
+                env={**env, **egress_env, "REROLL_AGENT_HOME": home},
+                inherit_env=False,
+                timeout_seconds=INSTALL_TIMEOUT_SECONDS,
+            )
     if result.exit_code != 0:
         raise AgentError(
             f"installing {agent.name} failed (exit {result.exit_code}):\n{result.output_text()[-3000:]}"
@@ -202,6 +207,7 @@ async def _run_agent(
                 cwd=layout.workspace,
                 env=agent_env,
                 inherit_env=False,
+                user=layout.agent_user,
                 timeout_seconds=plan.timeout_seconds,
                 on_output=write_output,
             )

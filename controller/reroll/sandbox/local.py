@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from reroll.config import cache_dir
@@ -53,6 +54,15 @@ class LocalSandbox:
         if self._client is None:
             raise SandboxError(f"local sandbox {self.root} is not started")
         return self._client
+
+    async def host_address(self) -> str:
+        """Loopback: the sandbox's processes run on the host."""
+        return "127.0.0.1"
+
+    @contextlib.asynccontextmanager
+    async def egress(self) -> AsyncIterator[dict[str, str]]:
+        """A no-op: the local sandbox has the host's network and trusts what the host trusts."""
+        yield {}
 
     async def start(self) -> None:
         """Lay out the folders, seed the workspace, start the sidecar and wait until it is ready."""
