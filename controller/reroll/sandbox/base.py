@@ -99,6 +99,47 @@ class Sandbox(Protocol):
         """Stop every process of the sandbox and delete it. Safe to call twice or after a failed start."""
         ...
 
+    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
+        """Save `paths` (absolute, in the sandbox; default: the workspace) as snapshot `name`.
+
+        Returns:
+            The snapshot's size in bytes.
+
+        Raises:
+            SidecarError: a bad name or path, or the sidecar failed to store it.
+        """
+        ...
+
+    async def restore(self, name: str) -> list[str]:
+        """Restore snapshot `name` exactly: contents, modes, symlinks, and deletions of what came since.
+
+        Returns:
+            The paths restored.
+
+        Raises:
+            SidecarError: no snapshot of that name, or the sidecar failed to restore it.
+        """
+        ...
+
+
+class SidecarSandbox:
+    """What every backend shares once its sidecar runs (snapshots); backends subclass it."""
+
+    layout: SandboxLayout
+
+    @property
+    def client(self) -> SidecarClient:
+        """The connected sidecar client; each backend provides it."""
+        raise NotImplementedError
+
+    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
+        """See `Sandbox.snapshot`."""
+        return await self.client.snapshot(name, paths or [self.layout.workspace])
+
+    async def restore(self, name: str) -> list[str]:
+        """See `Sandbox.restore`."""
+        return await self.client.restore(name)
+
 
 BACKENDS: dict[str, str] = {
     "local": "reroll.sandbox.local:LocalSandbox",

@@ -38,7 +38,7 @@ from docker.models.networks import Network
 from docker.types import Mount
 
 from reroll.errors import SandboxError
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.base import SandboxLayout, SidecarSandbox
 from reroll.sandbox.files import upload_dir
 from reroll.sandbox.images import MANAGED_LABEL, SIDECAR_ENTRYPOINT, ensure_images, task_image
 from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
@@ -125,7 +125,7 @@ def gateway(network: Network) -> str:
     raise SandboxError(f"docker network {network.name} has no gateway address")
 
 
-class DockerSandbox:
+class DockerSandbox(SidecarSandbox):
     """A sandbox in a Docker container; see the module docstring.
 
     Args:

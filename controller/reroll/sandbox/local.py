@@ -20,12 +20,12 @@ from pathlib import Path
 from reroll.config import cache_dir
 from reroll.errors import RerollError, SandboxError
 from reroll.processes import ChildProcess
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.base import SandboxLayout, SidecarSandbox
 from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
 from reroll.tasks import Task
 
 
-class LocalSandbox:
+class LocalSandbox(SidecarSandbox):
     """A sandbox in a temporary host folder; see the module docstring.
 
     Args:
@@ -76,7 +76,7 @@ class LocalSandbox:
         env = dict(os.environ, REROLL_SIDECAR_TOKEN=self._token, TMPDIR=str(self.root / "tmp"))
         self._sidecar = ChildProcess(
             "reroll_sidecar",
-            ["--listen", f"unix:{socket_path}"],
+            ["--listen", f"unix:{socket_path}", "--state-dir", str(self.root / ".reroll" / "state")],
             workdir=self.root / ".reroll",
             name="sidecar",
             env=env,
