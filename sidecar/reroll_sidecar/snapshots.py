@@ -91,7 +91,19 @@ class SnapshotStore:
         os.makedirs(staging)
         archive = os.path.join(staging, "content.tar")
         members = [os.path.relpath(path, "/") for path in present]
-        await _tar("--create", "--file", archive, "--numeric-owner", "--directory", "/", "--", *members)
+        # -T /dev/null first: GNU tar refuses to create an archive of nothing otherwise.
+        await _tar(
+            "--create",
+            "--file",
+            archive,
+            "--numeric-owner",
+            "--directory",
+            "/",
+            "-T",
+            "/dev/null",
+            "--",
+            *members,
+        )
         with open(os.path.join(staging, "paths.json"), "w", encoding="utf-8") as out:
             json.dump({"paths": normalised, "present": present}, out)
         size_bytes = os.path.getsize(archive)

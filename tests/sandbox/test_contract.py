@@ -141,6 +141,11 @@ async def test_snapshot_of_named_paths_records_absent_ones(sandbox: Sandbox) -> 
     with pytest.raises(FileNotFoundError):
         await sandbox.client.get_file(absent)
     assert await sandbox.client.get_file(f"{workspace}/other.txt") == b"x", "outside the snapshot: untouched"
+    await sandbox.snapshot("nothing-yet", [absent])
+    await sh(sandbox, "printf 'created' > absent.txt")
+    await sandbox.restore("nothing-yet")
+    with pytest.raises(FileNotFoundError):
+        await sandbox.client.get_file(absent)
 
 
 async def test_restore_of_an_unknown_snapshot_or_bad_name_fails_clearly(sandbox: Sandbox) -> None:
