@@ -1,15 +1,17 @@
 """Named snapshots of paths in the sandbox, restored exactly (contents, modes, owners, symlinks, deletions).
 
-A snapshot is a folder ``<state dir>/snapshots/<name>/`` holding ``paths.json`` (the paths asked
-for, and which of them existed) and ``content.tar``, made by GNU tar with numeric owners. Restore
-deletes every saved path first, so whatever was created under it since disappears, then
-extracts the archive as it was. tar is the one method: it works on every file system, including
-fuse-overlayfs, where reflinks are not available.
+A snapshot is a folder ``<state dir>/snapshots/<name>/`` holding ``content.tar`` (made by GNU
+tar with numeric owners) and ``index.json``: the paths asked for and a stamp (inode, mode,
+owner, size, mtime, ctime) of every entry saved. Restore compares the tree with the stamps and
+touches only what differs: new entries are deleted, missing or changed ones are extracted
+again, so restoring after small changes costs little whatever the tree's size. tar works on
+every file system, including fuse-overlayfs, where reflinks are not available.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -35,6 +37,54 @@ class Saved:
 
     size_bytes: int
     method: str
+
+
+ARCHIVE = "content.tar"
+INDEX = "index.json"
+_TAR_OPTIONS = ("--numeric-owner", "--directory", "/")
+
+
+def _stamp(stat: os.stat_result) -> list[int]:
+    """What identifies an entry's state: inode, mode (with type), owner, group, size, mtime, ctime."""
+    return [
+        stat.st_ino,
+        stat.st_mode,
+        stat.st_uid,
+        stat.st_gid,
+        stat.st_size,
+        stat.st_mtime_ns,
+        stat.st_ctime_ns,
+    ]
+
+
+def _kind(stamp: list[int]) -> int:
+    """The file type bits of a stamp's mode."""
+    return stamp[1] & 0o170000
+
+
+def _walk(paths: list[str], recursive: bool = True) -> dict[str, list[int]]:
+    """Stamp every existing path in `paths` and, when `recursive`, everything below them."""
+    found: dict[str, list[int]] = {}
+    for path in paths:
+        try:
+            found[path] = _stamp(os.lstat(path))
+        except FileNotFoundError:
+            continue
+        if recursive and os.path.isdir(path) and not os.path.islink(path):
+            for base, dirs, files in os.walk(path):
+                for name in dirs + files:
+                    full = os.path.join(base, name)
+                    with contextlib.suppress(FileNotFoundError):
+                        found[full] = _stamp(os.lstat(full))
+    return found
+
+
+def _write_index(folder: str, paths: list[str], entries: dict[str, list[int]]) -> None:
+    """Write ``index.json`` (the requested paths and every saved entry's stamp) atomically."""
+    temp = os.path.join(folder, f"{INDEX}.tmp")
+    with open(temp, "w", encoding="utf-8") as out:
+        json.dump({"paths": paths, "entries": entries}, out)
+    os.replace(temp, os.path.join(folder, INDEX))
 
 
 def _remove(path: str) -> None:
@@ -84,28 +134,16 @@ class SnapshotStore:
         if not paths or not all(os.path.isabs(path) for path in paths):
             raise SnapshotError("invalid", f"snapshot paths must be absolute and not empty, not {paths!r}")
         normalised = [os.path.normpath(path) for path in paths]
-        present = [path for path in normalised if os.path.lexists(path)]
         os.makedirs(self.root, mode=0o700, exist_ok=True)
         staging = f"{folder}.partial"
         await asyncio.to_thread(_remove, staging)
         os.makedirs(staging)
-        archive = os.path.join(staging, "content.tar")
-        members = [os.path.relpath(path, "/") for path in present]
+        entries = await asyncio.to_thread(_walk, normalised)
+        archive = os.path.join(staging, ARCHIVE)
+        members = [os.path.relpath(path, "/") for path in normalised if path in entries]
         # -T /dev/null first: GNU tar refuses to create an archive of nothing otherwise.
-        await _tar(
-            "--create",
-            "--file",
-            archive,
-            "--numeric-owner",
-            "--directory",
-            "/",
-            "-T",
-            "/dev/null",
-            "--",
-            *members,
-        )
-        with open(os.path.join(staging, "paths.json"), "w", encoding="utf-8") as out:
-            json.dump({"paths": normalised, "present": present}, out)
+        await _tar("--create", "--file", archive, *_TAR_OPTIONS, "-T", "/dev/null", "--", *members)
+        _write_index(staging, normalised, entries)
         size_bytes = os.path.getsize(archive)
         await asyncio.to_thread(_remove, folder)
         os.replace(staging, folder)
@@ -114,20 +152,46 @@ class SnapshotStore:
     async def restore(self, name: str) -> list[str]:
         """Put snapshot `name` back; returns its paths.
 
+        Only what differs is touched: entries that are new or changed type are deleted, and
+        entries that are missing or whose identity changed (inode, mode, owner, size, mtime,
+        ctime — ctime cannot be forged from user space) are extracted again from the archive.
+
         Raises:
             SnapshotError: no such snapshot (``not_found``), or tar failed.
         """
         folder = self._folder(name)
         try:
-            with open(os.path.join(folder, "paths.json"), encoding="utf-8") as handle:
+            with open(os.path.join(folder, INDEX), encoding="utf-8") as handle:
                 saved = json.load(handle)
         except FileNotFoundError:
             raise SnapshotError("not_found", f"no snapshot named {name!r}") from None
-        for path in saved["paths"]:
+        paths: list[str] = saved["paths"]
+        entries: dict[str, list[int]] = saved["entries"]
+        current = await asyncio.to_thread(_walk, paths)
+        stale = [
+            path
+            for path, stamp in current.items()
+            if path not in entries or _kind(stamp) != _kind(entries[path])
+        ]
+        for path in sorted(stale, key=len):  # parents first: their removal takes the children along
             await asyncio.to_thread(_remove, path)
-        if saved["present"]:
-            archive = os.path.join(folder, "content.tar")
+        wanted = [path for path, stamp in entries.items() if current.get(path) != stamp]
+        if wanted:
+            member_list = os.path.join(folder, "restore.list")
+            with open(member_list, "w", encoding="utf-8") as out:
+                out.writelines(os.path.relpath(path, "/") + "\n" for path in wanted)
+            archive = os.path.join(folder, ARCHIVE)
             await _tar(
-                "--extract", "--file", archive, "--numeric-owner", "--same-permissions", "--directory", "/"
+                "--extract",
+                "--file",
+                archive,
+                *_TAR_OPTIONS,
+                "--same-permissions",
+                "--no-recursion",
+                "-T",
+                member_list,
             )
-        return list(saved["paths"])
+            # Extracted entries have new inodes and ctimes: record them, so the next restore skips them.
+            entries.update(await asyncio.to_thread(_walk, wanted, False))
+            _write_index(folder, paths, entries)
+        return paths

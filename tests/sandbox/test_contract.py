@@ -113,7 +113,7 @@ async def test_restore_puts_back_contents_modes_symlinks_and_deletions(sandbox: 
         sandbox,
         "mkdir -p pkg/deep && printf 'one' > pkg/a.txt && printf 'two' > pkg/deep/b.txt && "
         "printf 'x' > run.sh && chmod 755 run.sh && chmod 700 pkg/deep && ln -s pkg/a.txt link && "
-        "printf 'gone later' > doomed.txt",
+        "printf 'gone later' > doomed.txt && printf 'abc' > same.txt && touch -d 2001-01-01 same.txt",
     )
     before = await tree(sandbox, workspace)
     assert before["link"] == ["link", 0, "pkg/a.txt"] and before["run.sh"][1] == 0o755
@@ -121,7 +121,8 @@ async def test_restore_puts_back_contents_modes_symlinks_and_deletions(sandbox: 
     await sh(
         sandbox,
         "printf 'changed' > pkg/a.txt && chmod 600 run.sh && rm doomed.txt && rm -r pkg/deep && "
-        "rm link && ln -s run.sh link && printf 'new' > added.txt && mkdir newdir",
+        "rm link && ln -s run.sh link && printf 'new' > added.txt && mkdir newdir && "
+        "printf 'xyz' > same.txt && touch -d 2001-01-01 same.txt",  # same size and mtime, new content
     )
     assert await tree(sandbox, workspace) != before
     assert await sandbox.restore("before") == [workspace]
