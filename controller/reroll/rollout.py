@@ -104,7 +104,7 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                 await stack.enter_async_context(proxy)
             console.print(f"[dim]starting {plan.sandbox_backend} sandbox[/dim]")
             await sandbox.start()
-            env = _sandbox_env(sandbox)
+            env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)
             baseline = await take_baseline(sandbox, plan.task.spec.verifier.hardening, env)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
@@ -133,7 +133,8 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
     return result
 
 
-def _sandbox_env(sandbox: Sandbox) -> dict[str, str]:
+def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
+    """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
     layout = sandbox.layout
     # The interpreter reroll runs on comes first, so `python3` works even where PATH holds shims.
     python_bin = str(Path(sys.base_prefix) / "bin")

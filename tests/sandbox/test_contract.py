@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 from reroll.errors import SandboxError
+from reroll.hardening import take_baseline
+from reroll.rollout import sandbox_env
 from reroll.sandbox.base import Sandbox, create_sandbox
 from reroll.sandbox.sidecar_client import SidecarError
 from reroll.tasks import Task
+from reroll.verify import verify
 
 # Prints {relative path: [type, mode, content or link target]} of a tree, run inside the sandbox.
 TREE_SCRIPT = r"""
@@ -154,6 +157,26 @@ async def test_restore_of_an_unknown_snapshot_or_bad_name_fails_clearly(sandbox:
         await sandbox.restore("never")
     with pytest.raises(SidecarError, match=r"INVALID_ARGUMENT.*snapshot name"):
         await sandbox.snapshot("../escape")
+
+
+async def test_verify_scores_the_workspace_and_undoes_planted_hooks(
+    sandbox: Sandbox, task: Task, tmp_path: Path
+) -> None:
+    env = sandbox_env(sandbox)
+    baseline = await take_baseline(sandbox, task.spec.verifier.hardening, env)
+    agent = {"user": sandbox.layout.agent_user, "env": env}
+    await sh(
+        sandbox, "printf 'Hello, reroll!\\n' > hello.txt && echo 'import os' > sitecustomize.py", **agent
+    )
+    await sh(sandbox, "nohup sleep 300 >/dev/null 2>&1 & echo $! > bg.pid", **agent)
+    verdict = await verify(sandbox, task, env, tmp_path / "verifier", baseline)
+    assert verdict.rewards == {"reward": 1.0}
+    report = json.loads((tmp_path / "verifier" / "hardening.json").read_text())
+    assert report["deleted"] == [f"{sandbox.layout.workspace}/sitecustomize.py"]
+    alive = await sandbox.client.exec(["sh", "-c", ALIVE_SCRIPT], cwd=sandbox.layout.workspace)
+    assert alive.exit_code != 0, "the agent's background process survived verification"
+    await sh(sandbox, "rm hello.txt")
+    assert (await verify(sandbox, task, env, tmp_path / "again", baseline)).rewards == {"reward": 0.0}
 
 
 async def test_started_sandbox_is_ready_and_unstarted_one_refuses(
