@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import docker
 import pytest
@@ -86,8 +89,16 @@ async def test_prune_removes_a_leftover_container(task: Task) -> None:
     container = sandbox.container
     assert container is not None
     await sandbox.client.close()  # a controller that died: nothing stopped the container
-    removed = await asyncio.to_thread(prune, run_id)
-    assert removed["containers"] == [container.name]
+    assert await asyncio.to_thread(prune, "no-such-run") == {"containers": [], "networks": []}
+    reroll = str(Path(sys.executable).parent / "reroll")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [reroll, "sandbox", "prune", "--run-id", run_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and f"removed 1 containers: {container.name}" in done.stdout
     with pytest.raises(docker.errors.NotFound):
         container.reload()
     await sandbox.stop()

@@ -151,6 +151,7 @@ class DockerSandbox(SidecarSandbox):
         self.container: Container | None = None
         self._docker: docker.DockerClient | None = None
         self._mount_dir: Path | None = None
+        self._token = ""
         self._client: SidecarClient | None = None
 
     @property
