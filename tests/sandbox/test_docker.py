@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
 import sys
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import docker
 import pytest
+from reroll.errors import SandboxError
 from reroll.sandbox.docker import DockerSandbox, prune
-from reroll.tasks import Task
+from reroll.tasks import Task, load_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 
@@ -102,3 +104,23 @@ async def test_prune_removes_a_leftover_container(task: Task) -> None:
     with pytest.raises(docker.errors.NotFound):
         container.reload()
     await sandbox.stop()
+
+
+async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tmp_path: Path) -> None:
+    task_dir = tmp_path / "broken"
+    (task_dir / "environment").mkdir(parents=True)
+    (task_dir / "verifier").mkdir()
+    (task_dir / "task.md").write_text("---\nname: broken-env\n---\nNothing to do.\n")
+    (task_dir / "verifier" / "test.sh").write_text("#!/bin/sh\n")
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(f"FROM reroll/base:bookworm\nRUN echo broken-{uuid.uuid4().hex} && exit 3\n")
+    run_id = f"broken-{uuid.uuid4().hex[:8]}"
+    sandbox = DockerSandbox(load_task(task_dir), run_id)
+    with pytest.raises(SandboxError, match=rf"docker build of {re.escape(str(dockerfile))} failed.*code: 3"):
+        await sandbox.start()
+    assert sandbox.container is None
+    engine = docker.from_env()
+    try:
+        assert engine.containers.list(all=True, filters={"label": f"reroll.run_id={run_id}"}) == []
+    finally:
+        engine.close()

@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import json
 import os
 import platform
 import re
@@ -285,12 +286,12 @@ def build_sandbox(client: docker.DockerClient, base: str, log: Log) -> tuple[str
                 ignore=shutil.ignore_patterns("__pycache__"),
             )
         log(f"docker build {tag} (offline)")
-        _build(client, path=context, tag=tag, buildargs={"BASE": base}, network_mode="none")
+        _build(client, tag, path=context, tag=tag, buildargs={"BASE": base}, network_mode="none")
     return tag, True
 
 
-def _build(client: docker.DockerClient, **kwargs: object) -> Image:
-    what = kwargs.get("tag") or "image"
+def _build(client: docker.DockerClient, what: str, **kwargs: object) -> Image:
+    """``docker build`` with reroll's label; errors name `what` and carry the log's end."""
     try:
         image, _ = client.images.build(rm=True, forcerm=True, labels={MANAGED_LABEL: "1"}, **kwargs)
     except docker.errors.BuildError as exc:
@@ -337,10 +338,10 @@ def task_image(client: docker.DockerClient, task: Task, sandbox: str, log: Log) 
         if _exists(client, tag):
             return tag
         log(f"docker build {task.dockerfile}")
-        own = _build(client, path=str(context), tag=f"{tag}-env")
+        own = _build(client, str(task.dockerfile), path=str(context), tag=f"{tag}-env")
         overlay = (
             f"FROM {own.id}\nCOPY --from={sandbox} /opt/reroll /opt/reroll\n"
-            f"ENTRYPOINT {SIDECAR_ENTRYPOINT!r}\n".replace("'", '"')
+            f"ENTRYPOINT {json.dumps(SIDECAR_ENTRYPOINT)}\n"
         )
-        _build(client, fileobj=io.BytesIO(overlay.encode()), tag=tag)
+        _build(client, f"{tag} (the sidecar layer)", fileobj=io.BytesIO(overlay.encode()), tag=tag)
     return tag
