@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: env demo test check protos clean
+.PHONY: env demo test check protos images clean
 
 env: $(STAMP)
 
@@ -23,6 +23,9 @@ test: env
 
 check: env
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy controller/reroll sidecar/reroll_sidecar proxy/reroll_proxy
+
+images: env
+	$(BIN)/python scripts/build-images
 
 protos: env
 	$(BIN)/python scripts/gen_protos.py

@@ -1,5 +1,6 @@
-"""The main job end to end with real parts: mini-swe-agent from PyPI, the local sandbox, the
-sidecar, the LLM proxy and the bundled scripted model, all as real subprocesses of `reroll`.
+"""The main job end to end with real parts: mini-swe-agent from PyPI, the sidecar, the LLM proxy
+and the bundled scripted model, all as real subprocesses of `reroll`, once in the `local`
+sandbox and once in `docker` containers (network policy `none`: only the proxy is reachable).
 
 The bundled task's scripted model answers turn 3 after 20 s, so a 15 s timeout cuts the
 recorded run after two exchanges; the continuation replays them and finishes live.
@@ -34,18 +35,38 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def labelled_containers(run_id: str) -> list[str]:
+    """Names of the containers, running or not, labelled with `run_id` (none for `local`)."""
+    done = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=reroll.run_id={run_id}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()
+
+
 def trajectory(folder: Path) -> list[dict]:
     lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("main-job")
+@pytest.fixture(scope="module", params=["local", "docker"])
+def sandbox(request: pytest.FixtureRequest) -> str:
+    """The sandbox backend of the whole module's runs; docker gets its images built first."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_images")
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def timed_out_run(workdir: Path) -> Path:
+def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Path:
+    return tmp_path_factory.mktemp(f"main-job-{sandbox}")
+
+
+@pytest.fixture(scope="module")
+def timed_out_run(workdir: Path, sandbox: str) -> Path:
     """A recorded mini-swe-agent run cut by its timeout after two exchanges."""
     task = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
     done = reroll(
@@ -61,6 +82,8 @@ def timed_out_run(workdir: Path) -> Path:
         "jobs",
         "--job-name",
         "record",
+        "--sandbox",
+        sandbox,
         cwd=workdir,
     )
     assert done.returncode == 0, done.stderr
@@ -78,6 +101,7 @@ def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
     assert "authorization" not in {k.lower() for k in lines[0]["request"]["headers"]}
     config = read_json(timed_out_run / "config.json")
     assert config["agent"] == "mini-swe-agent" and config["timeout_sec"] == 15
+    assert not labelled_containers(timed_out_run.name)
 
 
 def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -> None:
@@ -101,6 +125,10 @@ def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -
     assert provenance["cut_index"] == 2
     assert provenance["original_model"] == provenance["live_model"] == "scripted"
     assert result["counts"] == {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}
+    assert (
+        read_json(continued / "config.json")["sandbox"] == read_json(timed_out_run / "config.json")["sandbox"]
+    )
+    assert not labelled_containers(continued.name)
 
 
 def test_replay_only_rebuilds_the_same_workspace(timed_out_run: Path, workdir: Path) -> None:
@@ -144,10 +172,20 @@ def test_strict_divergence_aborts_on_a_tampered_observation(timed_out_run: Path,
     assert "step 1" in result["error"]
 
 
-def test_oracle_solves_a_legacy_task(workdir: Path) -> None:
+def test_oracle_solves_a_legacy_task(workdir: Path, sandbox: str) -> None:
     task = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "word-count"
     done = reroll(
-        "run", str(task), "--agent", "oracle", "--jobs-dir", "jobs", "--job-name", "oracle", cwd=workdir
+        "run",
+        str(task),
+        "--agent",
+        "oracle",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "oracle",
+        "--sandbox",
+        sandbox,
+        cwd=workdir,
     )
     assert done.returncode == 0, done.stderr
     result = read_json(only_folder(workdir / "jobs" / "oracle") / "result.json")

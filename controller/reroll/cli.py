@@ -37,10 +37,12 @@ app = typer.Typer(
 )
 model_app = typer.Typer(help="The bundled scripted model server.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
+sandbox_app = typer.Typer(help="Sandbox housekeeping.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local.")]
+SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local or docker.")]
 TasksDirOption = Annotated[
     Path | None, typer.Option(help="Folder holding the task [default: the recorded task_path].")
 ]
@@ -378,6 +380,24 @@ def model_serve(
     except RerollError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+
+
+@sandbox_app.command("prune")
+def sandbox_prune(
+    run_id: Annotated[
+        str | None, typer.Option(help="Only this run's containers (its run folder's name).")
+    ] = None,
+) -> None:
+    """Remove reroll's docker containers (running rollouts too) and its unused networks."""
+    from reroll.sandbox.docker import prune
+
+    try:
+        removed = prune(run_id)
+    except RerollError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"removed {len(removed['containers'])} containers: {' '.join(removed['containers'])}")
+    console.print(f"removed {len(removed['networks'])} networks: {' '.join(removed['networks'])}")
 
 
 def _version(value: bool) -> None:

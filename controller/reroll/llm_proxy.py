@@ -52,13 +52,22 @@ class LlmProxy:
         trajectory_path: where the proxy appends the exchanges it serves.
         upstream: the live model, or None (replay only).
         replay: what to replay first, or None (record only).
+        listen_host: the interface to listen on, which the agent's base URL names: loopback for
+            the local sandbox, the container network's gateway for docker.
     """
 
     def __init__(
-        self, *, workdir: Path, trajectory_path: Path, upstream: Upstream | None, replay: ReplayPlan | None
+        self,
+        *,
+        workdir: Path,
+        trajectory_path: Path,
+        upstream: Upstream | None,
+        replay: ReplayPlan | None,
+        listen_host: str = "127.0.0.1",
     ) -> None:
         self.token = secrets.token_urlsafe(24)
         config: dict[str, Any] = {
+            "listen_host": listen_host,
             "token": self.token,
             "trajectory_path": str(trajectory_path),
             "replay_path": str(replay.trajectory_path) if replay else None,

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.errors import AgentError, InfrastructureError, RerollError
+from reroll.hardening import take_baseline
 from reroll.llm_proxy import LlmProxy, ProxyStatus, ReplayPlan
 from reroll.models import ModelSpec, live_upstream
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
@@ -86,6 +87,8 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
     harness_dir.mkdir(exist_ok=True)
     try:
         async with contextlib.AsyncExitStack() as stack:
+            sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)
+            stack.push_async_callback(sandbox.stop)
             proxy = None
             if plan.agent.api_format != "none":
                 upstream = None
@@ -96,14 +99,14 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                     trajectory_path=plan.run_dir / TRAJECTORY,
                     upstream=upstream,
                     replay=plan.replay,
+                    listen_host=await sandbox.host_address(),
                 )
                 await stack.enter_async_context(proxy)
-            sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)
-            stack.push_async_callback(sandbox.stop)
             console.print(f"[dim]starting {plan.sandbox_backend} sandbox[/dim]")
             await sandbox.start()
-            env = _sandbox_env(sandbox)
+            env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)
+            baseline = await take_baseline(sandbox, plan.task.spec.verifier.hardening, env)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
             outcome = await _run_agent(sandbox, plan, proxy, env, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
@@ -116,7 +119,7 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
             _apply_outcome(result, outcome, plan)
             if outcome.stop_reason is None:
                 console.print("[dim]verifying[/dim]")
-                verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier")
+                verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier", baseline)
                 result.rewards = verdict.rewards
                 result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     except (RerollError, SidecarError) as exc:
@@ -135,7 +138,8 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
     return result
 
 
-def _sandbox_env(sandbox: Sandbox) -> dict[str, str]:
+def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
+    """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
     layout = sandbox.layout
     # The interpreter reroll runs on comes first, so `python3` works even where PATH holds shims.
     python_bin = str(Path(sys.base_prefix) / "bin")
@@ -152,18 +156,22 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
     if agent.install is None:
         return
     home = f"{sandbox.layout.agents_dir}/{agent.install_key}"
+    installed = await sandbox.client.exec(["test", "-f", f"{home}/.installed"], inherit_env=False)
+    if installed.exit_code == 0:
+        return
     script = (
         f'mkdir -p "{home}" && exec 9>"{home}.lock" && flock 9 && '
         f'if [ ! -f "{home}/.installed" ]; then echo "installing {agent.name} into {home}" >&2; '
         f'(set -e\n{agent.install}\n) && touch "{home}/.installed" || {{ rm -rf "{home}"; exit 1; }}; fi'
     )
     with console.status(f"installing {agent.name} (first time only)"):
-        result = await sandbox.client.exec(
-            ["sh", "-c", script],
-            env={**env, "REROLL_AGENT_HOME": home},
-            inherit_env=False,
-            timeout_seconds=INSTALL_TIMEOUT_SECONDS,
-        )
+        async with sandbox.egress() as egress_env:
+            result = await sandbox.client.exec(
+                ["sh", "-c", script],
+                env={**env, **egress_env, "REROLL_AGENT_HOME": home},
+                inherit_env=False,
+                timeout_seconds=INSTALL_TIMEOUT_SECONDS,
+            )
     if result.exit_code != 0:
         raise AgentError(
             f"installing {agent.name} failed (exit {result.exit_code}):\n{result.output_text()[-3000:]}"
@@ -207,6 +215,7 @@ async def _run_agent(
                 cwd=layout.workspace,
                 env=agent_env,
                 inherit_env=False,
+                user=layout.agent_user,
                 timeout_seconds=plan.timeout_seconds,
                 on_output=write_output,
             )

@@ -38,12 +38,34 @@ class AgentSection(BaseModel):
     """Wall-clock budget of the agent phase, in seconds."""
 
 
+class HardeningOptions(BaseModel):
+    """``verifier.hardening``: the anti-reward-hacking steps before the test script (all on by default).
+
+    A task that legitimately needs one off opts out, e.g. ``delete_injected_hooks: false`` when
+    the agent is asked to write a conftest.py.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    restore_build_config: bool = True
+    """Put the workspace's pyproject.toml, setup.py, setup.cfg, pytest.ini, tox.ini back as they were."""
+    delete_injected_hooks: bool = True
+    """Delete conftest.py, sitecustomize.py, usercustomize.py and .pth files the agent added."""
+    pytest_addopts: bool = True
+    """Set ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``."""
+    plugin_autoload: bool = False
+    """Let pytest load every installed plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
+    pytest_plugins: list[str] = []
+    """Plugins loaded explicitly (``-p NAME`` each) while autoloading is off."""
+
+
 class VerifierSection(BaseModel):
     """The `verifier` section of a task."""
 
     model_config = ConfigDict(extra="allow")
     timeout_sec: float = 300.0
     """Wall-clock budget of the verifier's test script, in seconds."""
+    hardening: HardeningOptions = Field(default_factory=HardeningOptions)
+    """Which hardening steps run before the test script."""
 
 
 class EnvironmentSection(BaseModel):

@@ -1,13 +1,15 @@
 """The verifier: score the workspace the agent left behind with the task's test script.
 
-Order (a minimum; container hardening comes with the docker backend): kill every process the
-agent left, delete any reward file the agent wrote, upload the verifier folder, run ``test.sh``
-as a script inside it, then read ``<logs>/verifier/reward.txt`` (one float) or
-``reward.json`` (an object of numbers), the wire formats BenchFlow and Harbor use.
+Order: harden (`reroll.hardening`: kill the agent's processes, undo planted build config and
+start-up hooks), delete any reward file the agent wrote, upload the verifier folder, run
+``test.sh`` as a script inside it in a clean environment, then read
+``<logs>/verifier/reward.txt`` (one float) or ``reward.json`` (an object of numbers), the wire
+formats BenchFlow and Harbor use. What hardening did goes to ``verifier/hardening.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reroll.errors import VerifierError
+from reroll.hardening import Baseline, harden, verifier_env
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.files import upload_dir
 from reroll.tasks import Task
@@ -29,7 +32,9 @@ class Verdict:
     duration_seconds: float
 
 
-async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
+async def verify(
+    sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path, baseline: Baseline | None
+) -> Verdict:
     """Run the task's verifier in `sandbox` and parse its reward.
 
     Args:
@@ -37,6 +42,7 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
         task: the task whose ``test.sh`` scores the run.
         env: the base environment of sandbox processes.
         output_dir: host folder (the run folder's ``verifier/``) for the test output and reward file.
+        baseline: what `take_baseline` recorded before the agent ran (None: nothing to undo).
 
     Raises:
         VerifierError: no reward file, or one that does not parse; the message carries the end
@@ -45,7 +51,10 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
     started = time.monotonic()
     client = sandbox.client
     layout = sandbox.layout
-    await client.kill()
+    options = task.spec.verifier.hardening
+    report = await harden(sandbox, options, baseline, env)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
     reward_dir = f"{layout.logs_dir}/verifier"
     await client.exec(
         ["rm", "-f", f"{reward_dir}/reward.txt", f"{reward_dir}/reward.json"], inherit_env=False
@@ -55,11 +64,10 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
     result = await client.exec(
         ["sh", "-c", "chmod +x test.sh && exec ./test.sh"],
         cwd=verifier_dir,
-        env={**env, "REROLL_VERIFIER_DIR": verifier_dir},
+        env=verifier_env(sandbox, options, env, verifier_dir),
         inherit_env=False,
         timeout_seconds=task.spec.verifier.timeout_sec,
     )
-    output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "test-stdout.txt").write_bytes(result.stdout)
     (output_dir / "test-stderr.txt").write_bytes(result.stderr)
     tail = result.output_text()[-1500:]

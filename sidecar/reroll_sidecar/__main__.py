@@ -1,4 +1,4 @@
-"""Command line of the sidecar: ``python -m reroll_sidecar --listen ADDRESS [--ready-file PATH]``.
+"""Command line of the sidecar: ``python -m reroll_sidecar --listen ADDRESS [options]``.
 
 The auth token comes from ``--token-file`` or the environment variable ``REROLL_SIDECAR_TOKEN``,
 which is removed from the environment so that the commands the sidecar runs never see it.
@@ -17,6 +17,7 @@ import os
 import sys
 
 TOKEN_ENV = "REROLL_SIDECAR_TOKEN"
+DEFAULT_STATE_DIR = "/var/lib/reroll-sidecar"
 
 
 def _token(token_file: str | None) -> str:
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ready-file", help='once listening, write {"address": ..., "pid": ...} here')
     parser.add_argument("--token-file", help=f"read the auth token from this file instead of ${TOKEN_ENV}")
+    parser.add_argument(
+        "--state-dir", default=DEFAULT_STATE_DIR, help=f"private folder for snapshots [{DEFAULT_STATE_DIR}]"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s reroll-sidecar %(levelname)s %(message)s"
@@ -58,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(args.listen, token, args.ready_file))
+        asyncio.run(serve(args.listen, token, args.ready_file, args.state_dir))
     else:
-        uvloop.run(serve(args.listen, token, args.ready_file))
+        uvloop.run(serve(args.listen, token, args.ready_file, args.state_dir))
     return 0
 
 

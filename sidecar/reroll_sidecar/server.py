@@ -20,6 +20,7 @@ from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
 from reroll_sidecar import __version__, processes
 from reroll_sidecar.auth import BearerTokenInterceptor
+from reroll_sidecar.snapshots import SnapshotError, SnapshotStore
 
 FILE_CHUNK_BYTES = 1024 * 1024
 """The largest file chunk GetFile sends."""
@@ -71,10 +72,12 @@ class SidecarService(pb_grpc.SidecarServicer):
 
     Args:
         groups: where Exec records the process groups it starts, and Kill finds them.
+        snapshots: where Snapshot and Restore keep their snapshots.
     """
 
-    def __init__(self, groups: processes.ProcessGroups) -> None:
+    def __init__(self, groups: processes.ProcessGroups, snapshots: SnapshotStore) -> None:
         self.groups = groups
+        self.snapshots = snapshots
         self.user = processes.user_name(os.geteuid())
 
     async def Health(
@@ -189,6 +192,35 @@ class SidecarService(pb_grpc.SidecarServicer):
         )
         return pb.KillResponse(killed_groups=killed_groups)
 
+    async def Snapshot(
+        self, request: pb.SnapshotRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.SnapshotResponse:
+        """Save the requested paths under the snapshot's name."""
+        try:
+            saved = await self.snapshots.save(request.name, list(request.paths))
+        except SnapshotError as exc:
+            await context.abort(_SNAPSHOT_CODES[exc.kind], str(exc))
+        log.info("snapshot %s: %s (%d bytes)", request.name, list(request.paths), saved.size_bytes)
+        return pb.SnapshotResponse(size_bytes=saved.size_bytes, method=saved.method)
+
+    async def Restore(
+        self, request: pb.RestoreRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.RestoreResponse:
+        """Put a snapshot's paths back exactly."""
+        try:
+            paths = await self.snapshots.restore(request.name)
+        except SnapshotError as exc:
+            await context.abort(_SNAPSHOT_CODES[exc.kind], str(exc))
+        log.info("restore %s: %s", request.name, paths)
+        return pb.RestoreResponse(paths=paths)
+
+
+_SNAPSHOT_CODES = {
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+    "failed": grpc.StatusCode.INTERNAL,
+}
+
 
 def _bound_address(listen: str, port: int) -> str:
     """The address clients connect to: `listen` itself for a unix socket, else host and bound port."""
@@ -206,13 +238,14 @@ def _write_ready_file(path: str, address: str) -> None:
     os.replace(temp_path, path)
 
 
-async def serve(listen: str, token: str, ready_file: str | None) -> None:
+async def serve(listen: str, token: str, ready_file: str | None, state_dir: str) -> None:
     """Serve until SIGTERM or SIGINT, then kill every Exec process group and stop (1 s grace).
 
     Args:
         listen: a gRPC address: ``unix:/path/s.sock`` or ``HOST:PORT`` (port 0: any free port).
         token: the bearer token every RPC must carry.
         ready_file: where to write ``{"address", "pid"}`` once listening, or None.
+        state_dir: the sidecar's private folder (snapshots live there).
 
     Raises:
         SystemExit: the address cannot be bound.
@@ -220,7 +253,7 @@ async def serve(listen: str, token: str, ready_file: str | None) -> None:
     groups = processes.ProcessGroups()
     options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)]
     server = grpc.aio.server(interceptors=[BearerTokenInterceptor(token)], options=options)
-    pb_grpc.add_SidecarServicer_to_server(SidecarService(groups), server)
+    pb_grpc.add_SidecarServicer_to_server(SidecarService(groups, SnapshotStore(state_dir)), server)
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as exc:

@@ -7,6 +7,7 @@ sandbox (exec, files, kill, verify) then goes through that client, whatever the 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ class SandboxLayout:
     """HOME of the agent's processes."""
     agents_dir: str
     """Where agents are installed, one folder per install key, kept across rollouts."""
+    agent_user: str = ""
+    """The user the agent runs as (``agent`` in containers); empty = the sidecar's own user."""
 
     def path(self, relative: str) -> str:
         """A path under the sandbox root, e.g. ``path("verifier")`` → ``/verifier``."""
@@ -65,6 +68,25 @@ class Sandbox(Protocol):
         """The connected sidecar client. Raises SandboxError before `start`."""
         ...
 
+    async def host_address(self) -> str:
+        """The host address the sandbox's processes reach the host at; the LLM proxy listens there.
+
+        Callable before `start`. ``127.0.0.1`` for `local`; the network's gateway for containers.
+
+        Raises:
+            SandboxError: the backend's network cannot be set up.
+        """
+        ...
+
+    def egress(self) -> contextlib.AbstractAsyncContextManager[dict[str, str]]:
+        """Inside this context the sandbox may reach the internet (to install agents), whatever
+        the task's network policy; outside it the policy holds again.
+
+        Yields:
+            Environment variables an installer needs to use that access (e.g. a CA bundle).
+        """
+        ...
+
     async def start(self) -> None:
         """Create the sandbox, start its sidecar and wait until it is ready.
 
@@ -77,8 +99,52 @@ class Sandbox(Protocol):
         """Stop every process of the sandbox and delete it. Safe to call twice or after a failed start."""
         ...
 
+    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
+        """Save `paths` (absolute, in the sandbox; default: the workspace) as snapshot `name`.
 
-BACKENDS: dict[str, str] = {"local": "reroll.sandbox.local:LocalSandbox"}
+        Returns:
+            The snapshot's size in bytes.
+
+        Raises:
+            SidecarError: a bad name or path, or the sidecar failed to store it.
+        """
+        ...
+
+    async def restore(self, name: str) -> list[str]:
+        """Restore snapshot `name` exactly: contents, modes, symlinks, and deletions of what came since.
+
+        Returns:
+            The paths restored.
+
+        Raises:
+            SidecarError: no snapshot of that name, or the sidecar failed to restore it.
+        """
+        ...
+
+
+class SidecarSandbox:
+    """What every backend shares once its sidecar runs (snapshots); backends subclass it."""
+
+    layout: SandboxLayout
+
+    @property
+    def client(self) -> SidecarClient:
+        """The connected sidecar client; each backend provides it."""
+        raise NotImplementedError
+
+    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
+        """See `Sandbox.snapshot`."""
+        return await self.client.snapshot(name, paths or [self.layout.workspace])
+
+    async def restore(self, name: str) -> list[str]:
+        """See `Sandbox.restore`."""
+        return await self.client.restore(name)
+
+
+BACKENDS: dict[str, str] = {
+    "local": "reroll.sandbox.local:LocalSandbox",
+    "docker": "reroll.sandbox.docker:DockerSandbox",
+}
 """Backend name → ``module:class``, imported only when used."""
 
 

@@ -58,7 +58,7 @@ async def workspace_manifest(client: SidecarClient, root: str, env: dict[str, st
         SandboxError: the sandbox has no working ``python3`` or the walk failed.
     """
     result = await client.exec(
-        ["python3", "-c", _MANIFEST_SCRIPT, root], env=env, inherit_env=False, timeout_seconds=300
+        ["python3", "-I", "-c", _MANIFEST_SCRIPT, root], env=env, inherit_env=False, timeout_seconds=300
     )
     if result.exit_code != 0:
         raise SandboxError(f"hashing the workspace {root} failed: {result.output_text()[-2000:]}")

@@ -15,17 +15,18 @@ import secrets
 import shutil
 import signal
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from reroll.config import cache_dir
 from reroll.errors import RerollError, SandboxError
 from reroll.processes import ChildProcess
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.base import SandboxLayout, SidecarSandbox
 from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
 from reroll.tasks import Task
 
 
-class LocalSandbox:
+class LocalSandbox(SidecarSandbox):
     """A sandbox in a temporary host folder; see the module docstring.
 
     Args:
@@ -55,6 +56,15 @@ class LocalSandbox:
             raise SandboxError(f"local sandbox {self.root} is not started")
         return self._client
 
+    async def host_address(self) -> str:
+        """Loopback: the sandbox's processes run on the host."""
+        return "127.0.0.1"
+
+    @contextlib.asynccontextmanager
+    async def egress(self) -> AsyncIterator[dict[str, str]]:
+        """A no-op: the local sandbox has the host's network and trusts what the host trusts."""
+        yield {}
+
     async def start(self) -> None:
         """Lay out the folders, seed the workspace, start the sidecar and wait until it is ready."""
         for sub in ("app", "logs/agent", "logs/verifier", "home", "tmp", ".reroll"):
@@ -67,7 +77,7 @@ class LocalSandbox:
         env = dict(os.environ, REROLL_SIDECAR_TOKEN=self._token, TMPDIR=str(self.root / "tmp"))
         self._sidecar = ChildProcess(
             "reroll_sidecar",
-            ["--listen", f"unix:{socket_path}"],
+            ["--listen", f"unix:{socket_path}", "--state-dir", str(self.root / ".reroll" / "state")],
             workdir=self.root / ".reroll",
             name="sidecar",
             env=env,

@@ -27,6 +27,7 @@ from reroll.errors import SandboxError
 HEALTH_DEADLINE_SECONDS = 5.0
 FILE_DEADLINE_SECONDS = 120.0
 KILL_DEADLINE_SECONDS = 30.0
+SNAPSHOT_DEADLINE_SECONDS = 660.0
 EXEC_DEADLINE_MARGIN_SECONDS = 30.0
 """Added to an Exec's own timeout for its RPC deadline, so the sidecar reports the timeout first."""
 FILE_CHUNK_BYTES = 1024 * 1024
@@ -372,3 +373,39 @@ class SidecarClient:
         except grpc.aio.AioRpcError as exc:
             _raise(exc, f"{self.address} Kill")
         return response.killed_groups
+
+    async def snapshot(self, name: str, paths: list[str]) -> int:
+        """Save the absolute `paths` in the sandbox as snapshot `name` (replacing one of that name).
+
+        Returns:
+            The stored snapshot's size in bytes.
+
+        Raises:
+            SidecarError: the RPC failed (INVALID_ARGUMENT for a bad name or path, INTERNAL when tar failed).
+        """
+        try:
+            response = await self._rpc.Snapshot(
+                pb.SnapshotRequest(name=name, paths=paths),
+                timeout=SNAPSHOT_DEADLINE_SECONDS,
+                metadata=self._metadata,
+            )
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, f"{self.address} Snapshot {name}")
+        return response.size_bytes
+
+    async def restore(self, name: str) -> list[str]:
+        """Restore snapshot `name` exactly (contents, modes, symlinks; later files deleted).
+
+        Returns:
+            The paths restored.
+
+        Raises:
+            SidecarError: the RPC failed (NOT_FOUND for an unknown name).
+        """
+        try:
+            response = await self._rpc.Restore(
+                pb.RestoreRequest(name=name), timeout=SNAPSHOT_DEADLINE_SECONDS, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, f"{self.address} Restore {name}")
+        return list(response.paths)

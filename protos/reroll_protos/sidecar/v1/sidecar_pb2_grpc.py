@@ -60,6 +60,16 @@ class SidecarStub:
                 request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.KillRequest.SerializeToString,
                 response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.KillResponse.FromString,
                 _registered_method=True)
+        self.Snapshot = channel.unary_unary(
+                '/reroll.sidecar.v1.Sidecar/Snapshot',
+                request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.SnapshotRequest.SerializeToString,
+                response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.SnapshotResponse.FromString,
+                _registered_method=True)
+        self.Restore = channel.unary_unary(
+                '/reroll.sidecar.v1.Sidecar/Restore',
+                request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreRequest.SerializeToString,
+                response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreResponse.FromString,
+                _registered_method=True)
 
 
 class SidecarServicer:
@@ -104,6 +114,23 @@ class SidecarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Snapshot(self, request, context):
+        """Save named paths (files or folders, absolute) under a snapshot name, replacing an older one
+        of that name. A path absent now is recorded as absent: Restore then deletes it.
+        INVALID_ARGUMENT: no paths, a relative path, or a name that is not a plain file name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Restore(self, request, context):
+        """Put the snapshot's paths back exactly as saved: contents, modes, owners, symlinks; whatever
+        was created under them since is deleted. NOT_FOUND: no snapshot of that name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +158,16 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Kill,
                     request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.KillRequest.FromString,
                     response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.KillResponse.SerializeToString,
+            ),
+            'Snapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.Snapshot,
+                    request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.SnapshotRequest.FromString,
+                    response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.SnapshotResponse.SerializeToString,
+            ),
+            'Restore': grpc.unary_unary_rpc_method_handler(
+                    servicer.Restore,
+                    request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreRequest.FromString,
+                    response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,6 +306,60 @@ class Sidecar:
             '/reroll.sidecar.v1.Sidecar/Kill',
             reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.KillRequest.SerializeToString,
             reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.KillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Snapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reroll.sidecar.v1.Sidecar/Snapshot',
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.SnapshotRequest.SerializeToString,
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.SnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Restore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reroll.sidecar.v1.Sidecar/Restore',
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreRequest.SerializeToString,
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreResponse.FromString,
             options,
             channel_credentials,
             insecure,

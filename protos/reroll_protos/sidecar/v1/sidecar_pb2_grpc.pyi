@@ -51,6 +51,15 @@ class SidecarStub:
     """Read a file in chunks of at most 1 MiB. NOT_FOUND when it does not exist."""
     Kill: _grpc.UnaryUnaryMultiCallable[_sidecar_pb2.KillRequest, _sidecar_pb2.KillResponse]
     """SIGKILL process groups started through Exec (and, when root, every process of a user)."""
+    Snapshot: _grpc.UnaryUnaryMultiCallable[_sidecar_pb2.SnapshotRequest, _sidecar_pb2.SnapshotResponse]
+    """Save named paths (files or folders, absolute) under a snapshot name, replacing an older one
+    of that name. A path absent now is recorded as absent: Restore then deletes it.
+    INVALID_ARGUMENT: no paths, a relative path, or a name that is not a plain file name.
+    """
+    Restore: _grpc.UnaryUnaryMultiCallable[_sidecar_pb2.RestoreRequest, _sidecar_pb2.RestoreResponse]
+    """Put the snapshot's paths back exactly as saved: contents, modes, owners, symlinks; whatever
+    was created under them since is deleted. NOT_FOUND: no snapshot of that name.
+    """
 
 @_typing.type_check_only
 class SidecarAsyncStub(SidecarStub):
@@ -71,6 +80,15 @@ class SidecarAsyncStub(SidecarStub):
     """Read a file in chunks of at most 1 MiB. NOT_FOUND when it does not exist."""
     Kill: _aio.UnaryUnaryMultiCallable[_sidecar_pb2.KillRequest, _sidecar_pb2.KillResponse]  # type: ignore[assignment]
     """SIGKILL process groups started through Exec (and, when root, every process of a user)."""
+    Snapshot: _aio.UnaryUnaryMultiCallable[_sidecar_pb2.SnapshotRequest, _sidecar_pb2.SnapshotResponse]  # type: ignore[assignment]
+    """Save named paths (files or folders, absolute) under a snapshot name, replacing an older one
+    of that name. A path absent now is recorded as absent: Restore then deletes it.
+    INVALID_ARGUMENT: no paths, a relative path, or a name that is not a plain file name.
+    """
+    Restore: _aio.UnaryUnaryMultiCallable[_sidecar_pb2.RestoreRequest, _sidecar_pb2.RestoreResponse]  # type: ignore[assignment]
+    """Put the snapshot's paths back exactly as saved: contents, modes, owners, symlinks; whatever
+    was created under them since is deleted. NOT_FOUND: no snapshot of that name.
+    """
 
 class SidecarServicer(metaclass=_abc_1.ABCMeta):
     """The daemon inside every sandbox through which the controller runs commands and moves files."""
@@ -118,5 +136,26 @@ class SidecarServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sidecar_pb2.KillResponse, _abc.Awaitable[_sidecar_pb2.KillResponse]]:
         """SIGKILL process groups started through Exec (and, when root, every process of a user)."""
+
+    @_abc_1.abstractmethod
+    def Snapshot(
+        self,
+        request: _sidecar_pb2.SnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sidecar_pb2.SnapshotResponse, _abc.Awaitable[_sidecar_pb2.SnapshotResponse]]:
+        """Save named paths (files or folders, absolute) under a snapshot name, replacing an older one
+        of that name. A path absent now is recorded as absent: Restore then deletes it.
+        INVALID_ARGUMENT: no paths, a relative path, or a name that is not a plain file name.
+        """
+
+    @_abc_1.abstractmethod
+    def Restore(
+        self,
+        request: _sidecar_pb2.RestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sidecar_pb2.RestoreResponse, _abc.Awaitable[_sidecar_pb2.RestoreResponse]]:
+        """Put the snapshot's paths back exactly as saved: contents, modes, owners, symlinks; whatever
+        was created under them since is deleted. NOT_FOUND: no snapshot of that name.
+        """
 
 def add_SidecarServicer_to_server(servicer: SidecarServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,335 @@
+"""The `docker` sandbox backend: one container per rollout, its sidecar as the entrypoint.
+
+The container runs the task's image (see `reroll.sandbox.images`; built on first use, no
+registry needed) with the sidecar as its main process. The controller reaches the sidecar over
+a Unix socket in a host folder bind-mounted at ``/run/reroll`` (mode 0700, root only, so the
+agent cannot reach it; the token file lies beside it) — a socket works under every network
+policy, where a published port does not on an internal network.
+
+Network policy (the task's ``environment.network``): ``full`` joins the bridge network
+``reroll-full``; ``none`` joins ``reroll-none``, an *internal* bridge with no route out, where
+the only host address reachable is the bridge's gateway — that is where the LLM proxy listens
+(`host_address`). Installing an agent needs PyPI, so `egress` lends ``reroll-full`` for the
+install only.
+
+The agent runs as the unprivileged user ``agent`` (created when the image lacks it); agents
+are installed once into the shared volume ``reroll-agents``. Every container carries the labels
+``reroll.managed=1`` and ``reroll.run_id=<run id>``; `stop` removes it, and `prune` sweeps
+whatever a killed controller left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import ssl
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.models.networks import Network
+from docker.types import Mount
+
+from reroll.errors import SandboxError
+from reroll.sandbox.base import SandboxLayout, SidecarSandbox
+from reroll.sandbox.files import upload_dir
+from reroll.sandbox.images import MANAGED_LABEL, SIDECAR_ENTRYPOINT, ensure_images, task_image
+from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
+from reroll.tasks import Task
+
+RUN_ID_LABEL = "reroll.run_id"
+AGENT_USER = "agent"
+AGENTS_VOLUME = "reroll-agents"
+AGENTS_DIR = "/opt/reroll-agents"
+MOUNT_POINT = "/run/reroll"
+HOST_CA_PATH = "/etc/reroll/host-ca.pem"
+STATE_DIR = "/var/lib/reroll-sidecar"
+"""The sidecar's private folder (its default ``--state-dir``): snapshots."""
+READY_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 5
+NETWORKS = {"none": "reroll-none", "full": "reroll-full"}
+"""Network policy → the reroll-managed bridge network the container joins."""
+
+# Runs once in every new container, as root: the agent's user, folders and ownership.
+_SETUP_SCRIPT = f"""
+set -e
+id -u {AGENT_USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/sh {AGENT_USER}
+mkdir -p /app /logs/agent /logs/verifier {AGENTS_DIR}
+chown -R {AGENT_USER}: /app /logs/agent "$(getent passwd {AGENT_USER} | cut -d: -f6)"
+"""
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle the host trusts (``$PIP_CERT``, ``$SSL_CERT_FILE``, else OpenSSL's default), if any."""
+    candidates = [os.environ.get(name) for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
+    candidates.append(ssl.get_default_verify_paths().openssl_cafile)
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def docker_client() -> docker.DockerClient:
+    """A client of the local Docker Engine (``DOCKER_HOST`` and friends honoured).
+
+    Raises:
+        SandboxError: no engine answers.
+    """
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"cannot reach the Docker Engine: {exc}") from exc
+
+
+def ensure_network(client: docker.DockerClient, policy: str) -> Network:
+    """The reroll network for `policy` (``none``: internal, ``full``), created when missing.
+
+    Raises:
+        SandboxError: unknown policy, or the network cannot be created.
+    """
+    try:
+        name = NETWORKS[policy]
+    except KeyError:
+        raise SandboxError(f"unknown network policy {policy!r}; known: {', '.join(NETWORKS)}") from None
+    with contextlib.suppress(docker.errors.NotFound):
+        return client.networks.get(name)
+    # Keep the engine's MTU (the default bridge's), which custom networks would not inherit.
+    bridge_options = client.networks.get("bridge").attrs.get("Options") or {}
+    mtu_key = "com.docker.network.driver.mtu"
+    options = {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
+    try:
+        return client.networks.create(
+            name, driver="bridge", internal=policy == "none", labels={MANAGED_LABEL: "1"}, options=options
+        )
+    except docker.errors.APIError as exc:
+        with contextlib.suppress(docker.errors.NotFound):
+            return client.networks.get(name)  # created by a concurrent rollout meanwhile
+        raise SandboxError(f"cannot create the docker network {name}: {exc}") from exc
+
+
+def gateway(network: Network) -> str:
+    """The host's address on `network` (its bridge's gateway).
+
+    Raises:
+        SandboxError: the network has no IPv4 gateway.
+    """
+    network.reload()
+    for config in network.attrs.get("IPAM", {}).get("Config") or []:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+    raise SandboxError(f"docker network {network.name} has no gateway address")
+
+
+class DockerSandbox(SidecarSandbox):
+    """A sandbox in a Docker container; see the module docstring.
+
+    Args:
+        task: the task; its ``environment/Dockerfile`` (if any) and ``environment`` section
+            (cpus, memory_mb, network) shape the container.
+        run_id: the rollout's id, the container's ``reroll.run_id`` label and part of its name.
+    """
+
+    def __init__(self, task: Task, run_id: str) -> None:
+        self.task = task
+        self.run_id = run_id
+        self.policy = task.spec.environment.network
+        self.layout = SandboxLayout(
+            root="/",
+            workspace="/app",
+            logs_dir="/logs",
+            home=f"/home/{AGENT_USER}",
+            agents_dir=AGENTS_DIR,
+            agent_user=AGENT_USER,
+        )
+        self.container: Container | None = None
+        self._docker: docker.DockerClient | None = None
+        self._mount_dir: Path | None = None
+        self._token = ""
+        self._client: SidecarClient | None = None
+
+    @property
+    def client(self) -> SidecarClient:
+        """The connected sidecar client."""
+        if self._client is None:
+            raise SandboxError(f"docker sandbox {self.run_id} is not started")
+        return self._client
+
+    @property
+    def _engine(self) -> docker.DockerClient:
+        if self._docker is None:
+            self._docker = docker_client()
+        return self._docker
+
+    async def host_address(self) -> str:
+        """The address of the host on the container's network (its gateway): the LLM proxy listens there."""
+        network = await asyncio.to_thread(ensure_network, self._engine, self.policy)
+        return await asyncio.to_thread(gateway, network)
+
+    async def start(self) -> None:
+        """Build or reuse the task's image, start the container and wait for its sidecar.
+
+        Raises:
+            SandboxError: an image failed to build, the container failed to start, or its
+                sidecar was not ready within `READY_TIMEOUT_SECONDS` (the container's log is quoted).
+        """
+        try:
+            await asyncio.to_thread(self._create)
+            assert self._mount_dir is not None
+            self._client = SidecarClient(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
+            await self._client.__aenter__()
+            await self._wait_ready()
+            setup = await self._client.exec(["sh", "-c", _SETUP_SCRIPT], timeout_seconds=60)
+            if setup.exit_code != 0:
+                raise SandboxError(f"setting up the container failed: {setup.output_text()[-2000:]}")
+            if self.task.dockerfile is None and self.task.workspace_seed_dir is not None:
+                await upload_dir(self._client, self.task.workspace_seed_dir, self.layout.workspace)
+                await self._client.exec(["chown", "-R", f"{AGENT_USER}:", self.layout.workspace])
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _create(self) -> None:
+        """Blocking part of `start`: images, network, mount folder, container."""
+        engine = self._engine
+        images = ensure_images(engine, log=lambda _line: None)
+        image = task_image(engine, self.task, images.sandbox, log=lambda _line: None)
+        network = ensure_network(engine, self.policy)
+        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
+        self._mount_dir.chmod(0o700)
+        self._token = secrets.token_urlsafe(24)
+        token_file = self._mount_dir / "token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(self._token)
+        environment = self.task.spec.environment
+        try:
+            self.container = engine.containers.run(
+                image,
+                entrypoint=[*SIDECAR_ENTRYPOINT, "--listen", f"unix:{MOUNT_POINT}/sidecar.sock"],
+                command=["--token-file", f"{MOUNT_POINT}/token"],
+                detach=True,
+                init=True,
+                name=f"reroll-{self.run_id}-{secrets.token_hex(3)}",
+                labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id},
+                network=network.name,
+                mounts=[
+                    Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
+                    Mount(AGENTS_DIR, AGENTS_VOLUME, type="volume", labels={MANAGED_LABEL: "1"}),
+                    # Anonymous volumes (seeded from the image, removed with the container): the
+                    # workspace and the snapshots live on the host's file system, not the
+                    # container's fuse-overlayfs, several times faster for trees of small files.
+                    Mount(self.layout.workspace, None, type="volume"),
+                    Mount(STATE_DIR, None, type="volume"),
+                ],
+                nano_cpus=int(environment.cpus * 1e9),
+                mem_limit=f"{environment.memory_mb}m",
+                working_dir="/app",
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
+
+    async def _wait_ready(self) -> None:
+        """Poll the sidecar until ready; fail early with the container's log when it exited."""
+        assert self._client is not None and self.container is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT_SECONDS
+        while True:
+            try:
+                await self._client.wait_ready(timeout_seconds=min(2.0, max(0.1, deadline - loop.time())))
+                return
+            except SidecarError as exc:
+                await asyncio.to_thread(self.container.reload)
+                if self.container.status == "exited" or loop.time() >= deadline:
+                    logs = await asyncio.to_thread(self.container.logs, tail=40)
+                    raise SandboxError(
+                        f"sidecar of container {self.container.name} not ready ({self.container.status}): "
+                        f"{exc}\n{logs.decode(errors='replace')}"
+                    ) from exc
+
+    @contextlib.asynccontextmanager
+    async def egress(self) -> AsyncIterator[dict[str, str]]:
+        """Full network access while inside (to install agents), whatever the task's policy.
+
+        Yields:
+            Environment for the installer: the host's CA bundle (copied in) for pip and
+            requests, since the host may reach the internet through a proxy with its own CA.
+        """
+        env: dict[str, str] = {}
+        bundle = host_ca_bundle()
+        if bundle is not None and self._client is not None:
+            await self._client.put_file(HOST_CA_PATH, bundle.read_bytes())
+            env = {
+                "PIP_CERT": HOST_CA_PATH,
+                "SSL_CERT_FILE": HOST_CA_PATH,
+                "REQUESTS_CA_BUNDLE": HOST_CA_PATH,
+            }
+        if self.policy == "full" or self.container is None:
+            yield env
+            return
+        network = await asyncio.to_thread(ensure_network, self._engine, "full")
+        await asyncio.to_thread(network.connect, self.container)
+        try:
+            yield env
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                await asyncio.to_thread(network.disconnect, self.container, force=True)
+
+    async def stop(self) -> None:
+        """Remove the container (and its anonymous volumes) and the mount folder. Safe to call twice."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self.container is not None:
+            container, self.container = self.container, None
+            with contextlib.suppress(docker.errors.NotFound):
+                await asyncio.to_thread(container.remove, force=True, v=True)
+        if self._mount_dir is not None:
+            shutil.rmtree(self._mount_dir, ignore_errors=True)
+            self._mount_dir = None
+        if self._docker is not None:
+            self._docker.close()
+            self._docker = None
+
+    async def __aenter__(self) -> DockerSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+def prune(run_id: str | None = None) -> dict[str, list[str]]:
+    """Remove reroll's containers (all of them, running rollouts too, or one run's) and unused networks.
+
+    Returns:
+        ``{"containers": [names], "networks": [names]}`` of what was removed.
+
+    Raises:
+        SandboxError: no Docker Engine answers.
+    """
+    engine = docker_client()
+    removed: dict[str, list[str]] = {"containers": [], "networks": []}
+    labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
+    filters: dict[str, Any] = {"label": labels}
+    try:
+        for container in engine.containers.list(all=True, filters=filters):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True, v=True)
+                removed["containers"].append(container.name or container.id or "")
+        if run_id is None:
+            for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"}):
+                with contextlib.suppress(docker.errors.APIError):  # still in use by a live run
+                    network.remove()
+                    removed["networks"].append(network.name or "")
+    finally:
+        engine.close()
+    for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
+        if run_id is None or run_id[-24:] in leftover.name:
+            shutil.rmtree(leftover, ignore_errors=True)
+    return removed

@@ -1,0 +1,212 @@
+"""The sandbox contract: what every backend must do, run against `local` and a real Docker engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from reroll.errors import SandboxError
+from reroll.hardening import take_baseline
+from reroll.rollout import sandbox_env
+from reroll.sandbox.base import Sandbox, create_sandbox
+from reroll.sandbox.sidecar_client import SidecarError
+from reroll.tasks import Task
+from reroll.verify import verify
+
+# Prints {relative path: [type, mode, content or link target]} of a tree, run inside the sandbox.
+TREE_SCRIPT = r"""
+import json, os, stat, sys
+root = sys.argv[1]
+out = {}
+for base, dirs, files in os.walk(root):
+    for name in sorted(dirs + files):
+        full = os.path.join(base, name)
+        st = os.lstat(full)
+        rel = os.path.relpath(full, root)
+        if stat.S_ISLNK(st.st_mode):
+            out[rel] = ["link", 0, os.readlink(full)]
+        elif stat.S_ISDIR(st.st_mode):
+            out[rel] = ["dir", stat.S_IMODE(st.st_mode), ""]
+        else:
+            out[rel] = ["file", stat.S_IMODE(st.st_mode), open(full, "rb").read().decode("latin-1")]
+json.dump(out, sys.stdout, sort_keys=True)
+"""
+
+
+ALIVE_SCRIPT = """
+for _ in $(seq 50); do
+  state=$(cut -d' ' -f3 /proc/$(cat bg.pid)/stat 2>/dev/null)
+  if [ -z "$state" ] || [ "$state" = Z ]; then exit 1; fi
+  sleep 0.1
+done
+"""
+"""Exits 0 while the process in bg.pid still runs after 5 s, 1 once it is gone or a zombie."""
+
+
+async def sh(sandbox: Sandbox, script: str, **kwargs: object) -> str:
+    """Run `script` with sh in the workspace; assert it succeeded; return its stdout."""
+    result = await sandbox.client.exec(["sh", "-c", script], cwd=sandbox.layout.workspace, **kwargs)  # type: ignore[arg-type]
+    assert result.exit_code == 0, result.output_text()
+    return result.stdout.decode()
+
+
+async def tree(sandbox: Sandbox, root: str) -> dict[str, list[object]]:
+    return json.loads(await sh(sandbox, f"python3 -c '{TREE_SCRIPT}' {root}"))
+
+
+def containers_labelled(run_id: str) -> list[str]:
+    done = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=reroll.run_id={run_id}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+async def test_exec_streams_output_exit_code_and_environment(sandbox: Sandbox) -> None:
+    result = await sandbox.client.exec(
+        ["sh", "-c", 'echo "out $REROLL_TEST"; echo err >&2; pwd; exit 3'],
+        cwd=sandbox.layout.workspace,
+        env={"REROLL_TEST": "value"},
+    )
+    assert result.exit_code == 3 and not result.timed_out
+    assert result.stdout.decode().splitlines() == ["out value", sandbox.layout.workspace]
+    assert result.stderr == b"err\n"
+
+
+async def test_exec_of_a_missing_program_ends_with_127(sandbox: Sandbox) -> None:
+    result = await sandbox.client.exec(["no-such-program-reroll"])
+    assert result.exit_code == 127 and b"no-such-program-reroll" in result.stderr
+
+
+async def test_timeout_kills_the_whole_process_group(sandbox: Sandbox) -> None:
+    script = "sleep 300 & echo $! > bg.pid; sleep 300"
+    result = await sandbox.client.exec(["sh", "-c", script], cwd=sandbox.layout.workspace, timeout_seconds=1)
+    assert result.timed_out and result.exit_code == -9
+    assert result.duration_seconds < 10
+    # Gone, or a zombie waiting for its reaper (killed all the same); polled for up to 5 s.
+    alive = await sandbox.client.exec(["sh", "-c", ALIVE_SCRIPT], cwd=sandbox.layout.workspace)
+    assert alive.exit_code != 0, "the background child of a timed-out command still runs"
+
+
+async def test_the_agent_user_runs_commands_in_a_writable_workspace(sandbox: Sandbox) -> None:
+    user = sandbox.layout.agent_user
+    out = await sh(sandbox, "id -un; touch mine && echo ok", user=user, env=sandbox.layout.env())
+    name, ok = out.split()
+    assert ok == "ok" and (name == user or not user)
+
+
+async def test_files_round_trip_with_modes(sandbox: Sandbox) -> None:
+    path = f"{sandbox.layout.workspace}/sub/dir/run.sh"
+    data = bytes(range(256)) * 5000  # > 1 MiB: several chunks
+    assert await sandbox.client.put_file(path, data, mode=0o750) == len(data)
+    assert await sandbox.client.get_file(path) == data
+    assert (await sh(sandbox, f"stat -c %a {path}")).strip() == "750"
+    with pytest.raises(FileNotFoundError, match=r"missing\.txt"):
+        await sandbox.client.get_file(f"{sandbox.layout.workspace}/missing.txt")
+
+
+async def test_restore_puts_back_contents_modes_symlinks_and_deletions(sandbox: Sandbox) -> None:
+    workspace = sandbox.layout.workspace
+    await sh(
+        sandbox,
+        "mkdir -p pkg/deep && printf 'one' > pkg/a.txt && printf 'two' > pkg/deep/b.txt && "
+        "printf 'x' > run.sh && chmod 755 run.sh && chmod 700 pkg/deep && ln -s pkg/a.txt link && "
+        "printf 'gone later' > doomed.txt && printf 'abc' > same.txt && touch -d 2001-01-01 same.txt",
+    )
+    before = await tree(sandbox, workspace)
+    assert before["link"] == ["link", 0, "pkg/a.txt"] and before["run.sh"][1] == 0o755
+    assert await sandbox.snapshot("before") > 0
+    await sh(
+        sandbox,
+        "printf 'changed' > pkg/a.txt && chmod 600 run.sh && rm doomed.txt && rm -r pkg/deep && "
+        "rm link && ln -s run.sh link && printf 'new' > added.txt && mkdir newdir && "
+        "printf 'xyz' > same.txt && touch -d 2001-01-01 same.txt",  # same size and mtime, new content
+    )
+    assert await tree(sandbox, workspace) != before
+    assert await sandbox.restore("before") == [workspace]
+    assert await tree(sandbox, workspace) == before
+
+
+async def test_snapshot_of_named_paths_records_absent_ones(sandbox: Sandbox) -> None:
+    workspace = sandbox.layout.workspace
+    keep, absent = f"{workspace}/keep.txt", f"{workspace}/absent.txt"
+    await sh(sandbox, "printf 'kept' > keep.txt && printf 'other' > other.txt")
+    await sandbox.snapshot("named", [keep, absent])
+    await sh(
+        sandbox, "printf 'changed' > keep.txt && printf 'created' > absent.txt && printf 'x' > other.txt"
+    )
+    assert await sandbox.restore("named") == [keep, absent]
+    assert await sandbox.client.get_file(keep) == b"kept"
+    with pytest.raises(FileNotFoundError):
+        await sandbox.client.get_file(absent)
+    assert await sandbox.client.get_file(f"{workspace}/other.txt") == b"x", "outside the snapshot: untouched"
+    await sandbox.snapshot("nothing-yet", [absent])
+    await sh(sandbox, "printf 'created' > absent.txt")
+    await sandbox.restore("nothing-yet")
+    with pytest.raises(FileNotFoundError):
+        await sandbox.client.get_file(absent)
+
+
+async def test_restore_of_an_unknown_snapshot_or_bad_name_fails_clearly(sandbox: Sandbox) -> None:
+    with pytest.raises(SidecarError, match=r"NOT_FOUND.*no snapshot named 'never'"):
+        await sandbox.restore("never")
+    with pytest.raises(SidecarError, match=r"INVALID_ARGUMENT.*snapshot name"):
+        await sandbox.snapshot("../escape")
+
+
+async def test_verify_scores_the_workspace_and_undoes_planted_hooks(
+    sandbox: Sandbox, task: Task, tmp_path: Path
+) -> None:
+    env = sandbox_env(sandbox)
+    baseline = await take_baseline(sandbox, task.spec.verifier.hardening, env)
+    agent = {"user": sandbox.layout.agent_user, "env": env}
+    await sh(
+        sandbox, "printf 'Hello, reroll!\\n' > hello.txt && echo 'import os' > sitecustomize.py", **agent
+    )
+    await sh(sandbox, "nohup sleep 300 >/dev/null 2>&1 & echo $! > bg.pid", **agent)
+    verdict = await verify(sandbox, task, env, tmp_path / "verifier", baseline)
+    assert verdict.rewards == {"reward": 1.0}
+    report = json.loads((tmp_path / "verifier" / "hardening.json").read_text())
+    assert report["deleted"] == [f"{sandbox.layout.workspace}/sitecustomize.py"]
+    alive = await sandbox.client.exec(["sh", "-c", ALIVE_SCRIPT], cwd=sandbox.layout.workspace)
+    assert alive.exit_code != 0, "the agent's background process survived verification"
+    await sh(sandbox, "rm hello.txt")
+    assert (await verify(sandbox, task, env, tmp_path / "again", baseline)).rewards == {"reward": 0.0}
+
+
+async def test_started_sandbox_is_ready_and_unstarted_one_refuses(
+    backend: str, task: Task, sandbox: Sandbox
+) -> None:
+    health = await sandbox.client.health()
+    assert health.ready
+    unstarted = create_sandbox(backend, task, "never-started")
+    with pytest.raises(SandboxError, match="not started"):
+        _ = unstarted.client
+    await unstarted.stop()  # safe on a sandbox that never started
+
+
+async def test_stop_leaves_nothing_behind(backend: str, task: Task, run_id: str) -> None:
+    sandbox = create_sandbox(backend, task, run_id)
+    await sandbox.start()
+    pid_file = f"{sandbox.layout.workspace}/bg.pid"
+    await sh(sandbox, f"nohup sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}")
+    root = Path(sandbox.layout.root)
+    if backend == "docker":
+        assert len(containers_labelled(run_id)) == 1
+    else:
+        host_pid = int((await sandbox.client.get_file(pid_file)).decode())
+    await sandbox.stop()
+    await sandbox.stop()  # twice is fine
+    if backend == "docker":
+        assert containers_labelled(run_id) == []
+    else:
+        assert not root.exists()
+        assert (
+            not Path(f"/proc/{host_pid}").exists()
+            or "Z" in Path(f"/proc/{host_pid}/stat").read_text().split()[2]
+        )

@@ -1,0 +1,126 @@
+"""What only the docker backend does: network policies, limits, labels, the private sidecar socket, prune."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import docker
+import pytest
+from reroll.errors import SandboxError
+from reroll.sandbox.docker import DockerSandbox, prune
+from reroll.tasks import Task, load_task
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
+
+CONNECT_SCRIPT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+except OSError as exc:
+    print(type(exc).__name__, exc)
+    sys.exit(1)
+print("connected")
+"""
+
+
+def with_network(task: Task, policy: str) -> Task:
+    environment = task.spec.environment.model_copy(update={"network": policy, "cpus": 0.5, "memory_mb": 256})
+    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+
+
+@pytest.fixture
+async def isolated(task: Task) -> AsyncIterator[DockerSandbox]:
+    sandbox = DockerSandbox(with_network(task, "none"), f"docker-{uuid.uuid4().hex[:8]}")
+    await sandbox.start()
+    try:
+        yield sandbox
+    finally:
+        await sandbox.stop()
+
+
+def networks(sandbox: DockerSandbox) -> list[str]:
+    assert sandbox.container is not None
+    sandbox.container.reload()
+    return sorted(sandbox.container.attrs["NetworkSettings"]["Networks"])
+
+
+async def connect(sandbox: DockerSandbox, host: str, port: int) -> str:
+    result = await sandbox.client.exec(["python3", "-c", CONNECT_SCRIPT, host, str(port)], timeout_seconds=20)
+    return result.output_text().strip()
+
+
+async def test_network_none_reaches_only_the_host_address(isolated: DockerSandbox) -> None:
+    host = await isolated.host_address()
+    with socket.create_server((host, 0)) as server:
+        port = server.getsockname()[1]
+        assert await connect(isolated, host, port) == "connected"
+    # A public address: refused at once inside the container (no route), nothing leaves the machine.
+    assert await connect(isolated, "192.0.2.1", 80) != "connected"
+    assert networks(isolated) == ["reroll-none"]
+    async with isolated.egress() as env:
+        assert "SSL_CERT_FILE" in env
+        assert networks(isolated) == ["reroll-full", "reroll-none"], (
+            "egress (agent installs) joins reroll-full"
+        )
+    assert networks(isolated) == ["reroll-none"], "and leaves it afterwards"
+
+
+async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated: DockerSandbox) -> None:
+    assert isolated.container is not None
+    isolated.container.reload()
+    host_config = isolated.container.attrs["HostConfig"]
+    assert host_config["NanoCpus"] == 500_000_000 and host_config["Memory"] == 256 * 1024 * 1024
+    assert isolated.container.labels["reroll.run_id"] == isolated.run_id
+    result = await isolated.client.exec(
+        ["sh", "-c", "cat /run/reroll/token || ls /run/reroll"], user=isolated.layout.agent_user
+    )
+    assert result.exit_code != 0 and b"Permission denied" in result.stderr
+
+
+async def test_prune_removes_a_leftover_container(task: Task) -> None:
+    run_id = f"leftover-{uuid.uuid4().hex[:8]}"
+    sandbox = DockerSandbox(task, run_id)
+    await sandbox.start()
+    container = sandbox.container
+    assert container is not None
+    await sandbox.client.close()  # a controller that died: nothing stopped the container
+    assert await asyncio.to_thread(prune, "no-such-run") == {"containers": [], "networks": []}
+    reroll = str(Path(sys.executable).parent / "reroll")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [reroll, "sandbox", "prune", "--run-id", run_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and f"removed 1 containers: {container.name}" in done.stdout
+    with pytest.raises(docker.errors.NotFound):
+        container.reload()
+    await sandbox.stop()
+
+
+async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tmp_path: Path) -> None:
+    task_dir = tmp_path / "broken"
+    (task_dir / "environment").mkdir(parents=True)
+    (task_dir / "verifier").mkdir()
+    (task_dir / "task.md").write_text("---\nname: broken-env\n---\nNothing to do.\n")
+    (task_dir / "verifier" / "test.sh").write_text("#!/bin/sh\n")
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(f"FROM reroll/base:bookworm\nRUN echo broken-{uuid.uuid4().hex} && exit 3\n")
+    run_id = f"broken-{uuid.uuid4().hex[:8]}"
+    sandbox = DockerSandbox(load_task(task_dir), run_id)
+    with pytest.raises(SandboxError, match=rf"docker build of {re.escape(str(dockerfile))} failed.*code: 3"):
+        await sandbox.start()
+    assert sandbox.container is None
+    engine = docker.from_env()
+    try:
+        assert engine.containers.list(all=True, filters={"label": f"reroll.run_id={run_id}"}) == []
+    finally:
+        engine.close()
