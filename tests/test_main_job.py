@@ -2,8 +2,9 @@
 and the bundled scripted model, all as real subprocesses of `reroll`, once in the `local`
 sandbox and once in `docker` containers (network policy `none`: only the proxy is reachable).
 
-The bundled task's scripted model answers turn 3 after 20 s, so a 15 s timeout cuts the
-recorded run after two exchanges; the continuation replays them and finishes live.
+The recording uses a copy of the bundled task's script whose turn 3 never comes in time, so its
+timeout (generous, for slow container starts on a loaded machine) always cuts it after two
+exchanges; the continuation replays them and finishes live on the bundled script.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REROLL = str(Path(sys.executable).parent / "reroll")
+TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
+RECORD_TIMEOUT_SECONDS = 40
 pytestmark = pytest.mark.slow
 
 
@@ -68,16 +72,19 @@ def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Path:
 @pytest.fixture(scope="module")
 def timed_out_run(workdir: Path, sandbox: str) -> Path:
     """A recorded mini-swe-agent run cut by its timeout after two exchanges."""
-    task = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
+    script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
+    script["turns"][2]["delay_seconds"] = 3600
+    stalling = workdir / "stall-at-turn-3.yaml"
+    stalling.write_text(yaml.safe_dump(script))
     done = reroll(
         "run",
-        str(task),
+        str(TASK),
         "--agent",
         "mini-swe-agent",
         "--model",
-        "scripted",
+        f"scripted:{stalling}",
         "--timeout",
-        "15",
+        str(RECORD_TIMEOUT_SECONDS),
         "--jobs-dir",
         "jobs",
         "--job-name",
@@ -100,12 +107,12 @@ def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
     assert lines[0]["request"]["body"]["messages"][0]["role"] == "system"
     assert "authorization" not in {k.lower() for k in lines[0]["request"]["headers"]}
     config = read_json(timed_out_run / "config.json")
-    assert config["agent"] == "mini-swe-agent" and config["timeout_sec"] == 15
+    assert config["agent"] == "mini-swe-agent" and config["timeout_sec"] == RECORD_TIMEOUT_SECONDS
     assert not labelled_containers(timed_out_run.name)
 
 
 def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -> None:
-    done = reroll("continue", str(timed_out_run), "--timeout", "120", cwd=workdir)
+    done = reroll("continue", str(timed_out_run), "--model", "scripted", "--timeout", "120", cwd=workdir)
     assert done.returncode == 0, done.stderr
     continued = only_folder(timed_out_run.parent / "continued")
     result = read_json(continued / "result.json")
@@ -123,7 +130,8 @@ def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -
     assert provenance["path"] == str(timed_out_run.resolve())
     assert provenance["status"] == "timeout"
     assert provenance["cut_index"] == 2
-    assert provenance["original_model"] == provenance["live_model"] == "scripted"
+    assert provenance["original_model"].endswith("stall-at-turn-3.yaml")
+    assert provenance["live_model"] == "scripted"
     assert result["counts"] == {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}
     assert (
         read_json(continued / "config.json")["sandbox"] == read_json(timed_out_run / "config.json")["sandbox"]
@@ -132,7 +140,6 @@ def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -
 
 
 def test_replay_only_rebuilds_the_same_workspace(timed_out_run: Path, workdir: Path) -> None:
-    # --timeout: the original's 15 s is too tight for a replay on a loaded machine.
     done = reroll(
         "continue", str(timed_out_run), "--replay-only", "--timeout", "120", "--output", "replay-only",
         cwd=workdir,
