@@ -108,7 +108,10 @@ def run(
     task: Annotated[Path, typer.Argument(help="Task folder (task.md, or task.toml + instruction.md).")],
     agent: Annotated[str, typer.Option(help="Agent name; see `reroll agents`.")],
     model: Annotated[
-        str | None, typer.Option(help="Live model: scripted, scripted:PATH, openai/NAME.")
+        str | None,
+        typer.Option(
+            help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], openai/NAME, anthropic/NAME"
+        ),
     ] = None,
     timeout: Annotated[
         float | None, typer.Option(help="Agent wall-clock budget in seconds [default: the task's].")
