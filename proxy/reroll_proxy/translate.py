@@ -2,8 +2,10 @@
 
 When ``upstream.api_format`` differs from the format of the agent's request, the proxy sends
 the upstream the request translated into the upstream's format, and the agent the upstream's
-answer translated back. Pairs: ``openai-chat`` agent ↔ ``anthropic-messages`` upstream, both
-ways (the field mapping is in `reroll_proxy.chat_anthropic`); any other pair is refused with a
+answer translated back. Pairs (`supported_pairs`): ``openai-chat`` ↔ ``anthropic-messages``
+both ways (the field mapping is in `reroll_proxy.chat_anthropic`), ``openai-responses`` →
+``openai-chat`` (`reroll_proxy.responses_chat`), and ``openai-responses`` →
+``anthropic-messages`` through Chat (`PIVOT`); any other pair is refused with a
 `TranslationError`.
 
 Streams are assembled, then re-emitted: the upstream's events are collected until its stream
@@ -26,8 +28,8 @@ from typing import Any
 
 import orjson
 
-from reroll_proxy import chat_anthropic
-from reroll_proxy.formats import WireFormat, format_named
+from reroll_proxy import chat_anthropic, responses_chat
+from reroll_proxy.formats import WireFormat, all_formats, format_named
 from reroll_proxy.respond import EventSource, parse_json
 from reroll_proxy.sse import SseEvent
 
@@ -96,7 +98,9 @@ class _TranslatedEvents(EventSource):
         yield translation.agent.to_events(body, self._agent_request)
 
 
-_PAIRS: dict[tuple[str, str], tuple[Callable[[Body], Body], Callable[[Body], Body]]] = {
+Hop = tuple[Callable[[Body], Body], Callable[[Body], Body]]
+"""(agent request → upstream request, upstream response → agent response) for one pair of formats."""
+_HOPS: dict[tuple[str, str], Hop] = {
     ("openai-chat", "anthropic-messages"): (
         chat_anthropic.chat_to_messages,
         chat_anthropic.message_to_completion,
@@ -105,7 +109,27 @@ _PAIRS: dict[tuple[str, str], tuple[Callable[[Body], Body], Callable[[Body], Bod
         chat_anthropic.messages_to_chat,
         chat_anthropic.completion_to_message,
     ),
+    ("openai-responses", "openai-chat"): (
+        responses_chat.responses_to_chat,
+        responses_chat.completion_to_response,
+    ),
 }
+PIVOT = "openai-chat"
+"""Pairs without a hop of their own go through this format (Responses → Chat → Messages)."""
+
+
+def _route(agent: str, upstream: str) -> list[Hop] | None:
+    if (agent, upstream) in _HOPS:
+        return [_HOPS[agent, upstream]]
+    if (agent, PIVOT) in _HOPS and (PIVOT, upstream) in _HOPS:
+        return [_HOPS[agent, PIVOT], _HOPS[PIVOT, upstream]]
+    return None
+
+
+def supported_pairs() -> list[tuple[str, str]]:
+    """(agent format, upstream format) for every pair the proxy translates."""
+    names = [wire.name for wire in all_formats()]
+    return [(a, u) for a in names for u in names if a != u and _route(a, u) is not None]
 
 
 def translation_for(agent: WireFormat, upstream_format: str | None) -> Translation | None:
@@ -120,11 +144,22 @@ def translation_for(agent: WireFormat, upstream_format: str | None) -> Translati
     """
     if upstream_format is None or upstream_format == agent.name:
         return None
-    functions = _PAIRS.get((agent.name, upstream_format))
-    if functions is None:
-        supported = ", ".join(f"{a} → {u}" for a, u in _PAIRS)
+    hops = _route(agent.name, upstream_format)
+    if hops is None:
+        supported = ", ".join(f"{a} → {u}" for a, u in supported_pairs())
         raise TranslationError(
             f"cannot translate {agent.name} requests for an {upstream_format} upstream"
             f" (supported: {supported})"
         )
-    return Translation(agent, format_named(upstream_format), *functions)
+
+    def request(body: Body) -> Body:
+        for forward, _ in hops:
+            body = forward(body)
+        return body
+
+    def response(body: Body) -> Body:
+        for _, backward in reversed(hops):
+            body = backward(body)
+        return body
+
+    return Translation(agent, format_named(upstream_format), request, response)

@@ -31,8 +31,20 @@ SCRIPT = {
     ]
 }
 TURNS = len(SCRIPT["turns"])
-PAIRS = [("openai-chat", "anthropic-messages"), ("anthropic-messages", "openai-chat")]
+PAIRS = [
+    ("openai-chat", "anthropic-messages"),
+    ("anthropic-messages", "openai-chat"),
+    ("openai-responses", "openai-chat"),
+    ("openai-responses", "anthropic-messages"),  # through Chat
+]
 CALL_ID_PREFIX = {"anthropic-messages": "toolu_", "openai-chat": "call_"}
+PATH = {
+    "openai-chat": "/v1/chat/completions",
+    "openai-responses": "/v1/responses",
+    "anthropic-messages": "/v1/messages",
+}
+OWN_KEY = {"openai-chat": "messages", "openai-responses": "input", "anthropic-messages": "system"}
+"""A request key only that format has (Chat's system prompt is a message, Anthropic's is not)."""
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +59,7 @@ def only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service
             workdir,
             f"model-{name}",
         )
-        for _, name in PAIRS
+        for name in sorted({upstream for _, upstream in PAIRS})
     }
     yield services
     for service in services.values():
@@ -63,6 +75,15 @@ def answer(name: str, final: dict[str, Any]) -> tuple[str, list[tuple[str, str, 
             for c in message.get("tool_calls") or []
         ]
         return message["content"] or "", calls
+    if name == "openai-responses":
+        output = final["output"]
+        text = "".join(p["text"] for i in output if i["type"] == "message" for p in i["content"])
+        called = [
+            (i["call_id"], i["name"], json.loads(i["arguments"]))
+            for i in output
+            if i["type"] == "function_call"
+        ]
+        return text, called
     text = "".join(b["text"] for b in final["content"] if b["type"] == "text")
     return text, [(b["id"], b["name"], b["input"]) for b in final["content"] if b["type"] == "tool_use"]
 
@@ -78,9 +99,7 @@ def test_an_untranslated_request_is_refused_by_a_one_format_model(only: dict[str
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-@pytest.mark.parametrize(
-    ("agent_format", "upstream_format"), PAIRS, ids=["chat-to-anthropic", "anthropic-to-chat"]
-)
+@pytest.mark.parametrize(("agent_format", "upstream_format"), PAIRS, ids=lambda name: name.split("-")[-1])
 async def test_tool_calls_round_trip_across_formats(
     start_proxy: StartProxy,
     only: dict[str, Service],
@@ -115,14 +134,10 @@ async def test_tool_calls_round_trip_across_formats(
     assert [line["metadata"]["model"] for line in lines] == ["live-model"] * TURNS
     assert [line["metadata"]["stream"] for line in lines] == [stream] * TURNS
     # Recorded as the agent sent and received it: its own path, its own shapes.
-    assert {line["request"]["path"] for line in lines} == {
-        "/v1/messages" if agent_format == "anthropic-messages" else "/v1/chat/completions"
-    }
+    assert {line["request"]["path"] for line in lines} == {PATH[agent_format]}
     for line, final in zip(lines, transcript.finals, strict=True):
         assert answer(agent_format, line["response"]["body"]) == answer(agent_format, final)
-        assert ("messages" in line["request"]["body"]) and ("system" in line["request"]["body"]) is (
-            agent_format == "anthropic-messages"
-        )
+        assert OWN_KEY[agent_format] in line["request"]["body"]
 
     # The translated recording replays like any other (no upstream at all).
     replayer = start_proxy(replay_path=proxy.trajectory_path)
@@ -136,15 +151,13 @@ async def test_tool_calls_round_trip_across_formats(
 def test_an_unsupported_pair_is_refused_with_its_name(
     start_proxy: StartProxy, only: dict[str, Service]
 ) -> None:
-    proxy = start_proxy(
-        upstream_url=only["anthropic-messages"].base_url, upstream_format="anthropic-messages"
-    )
-    body = {"model": "m", "input": "hi"}
+    proxy = start_proxy(upstream_url=only["openai-chat"].base_url, upstream_format="openai-responses")
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     code, _, answer_body = http_json(
-        "POST", proxy.base_url + "/responses", body, headers={"Authorization": f"Bearer {TOKEN}"}
+        "POST", proxy.base_url + "/chat/completions", body, headers={"Authorization": f"Bearer {TOKEN}"}
     )
     assert code == 400
-    assert (
-        "cannot translate openai-responses requests for an anthropic-messages upstream"
-        in (answer_body["error"]["message"])
-    )
+    message = answer_body["error"]["message"]
+    assert "cannot translate openai-chat requests for an openai-responses upstream" in message
+    assert "openai-responses → anthropic-messages" in message  # the supported pairs are listed
+    assert proxy.lines() == []  # refused before anything was served
