@@ -57,7 +57,6 @@ OnDivergenceOption = Annotated[
         "(abort), cutover (go live) [default: warn].",
     ),
 ]
-T = TypeVar("T")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -110,7 +109,10 @@ def run(
     task: Annotated[Path, typer.Argument(help="Task folder (task.md, or task.toml + instruction.md).")],
     agent: Annotated[str, typer.Option(help="Agent name; see `reroll agents`.")],
     model: Annotated[
-        str | None, typer.Option(help="Live model: scripted, scripted:PATH, openai/NAME.")
+        str | None,
+        typer.Option(
+            help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], openai/NAME, anthropic/NAME"
+        ),
     ] = None,
     timeout: Annotated[
         float | None, typer.Option(help="Agent wall-clock budget in seconds [default: the task's].")

@@ -80,6 +80,7 @@ class LlmProxy:
             config["upstream"] = {
                 "base_url": upstream.base_url,
                 "model": upstream.model,
+                "api_format": upstream.api_format,
                 "api_key_env": _KEY_ENV,
             }
             env[_KEY_ENV] = upstream.api_key or "unused"

@@ -19,8 +19,9 @@ keeps no state but how many requests each turn got (for ``errors``). Everything 
 deterministic: ids per turn, ``created`` fixed per turn, token counts of about one per four
 characters. ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (each also
 without ``/v1``) answer in their API's shape, or with ``"stream": true`` as that API's SSE
-events. A request past the last turn gets HTTP 400 ``script exhausted: turn N of M``. Any token
-is accepted.
+events (``--only-format NAME`` serves one API only, the others answering 404: how a test makes
+sure a translating proxy spoke the right one). A request past the last turn gets HTTP 400
+``script exhausted: turn N of M``. Any token is accepted.
 
 Run it with ``python -m reroll.scripted_model --script FILE [--host H] [--port P] [--ready-file F]``.
 """
@@ -39,7 +40,7 @@ import orjson
 import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from reroll_proxy.formats import WireFormat, all_formats
+from reroll_proxy.formats import WireFormat, all_formats, format_named
 from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
 from reroll_proxy.sse import encode_event
 
@@ -138,8 +139,17 @@ def answer_for(turn: ScriptedTurn, index: int) -> Answer:
     return Answer(index=index, content=turn.content, tool_calls=calls, thinking=turn.thinking)
 
 
-def build_app(script: ModelScript) -> web.Application:
-    """The scripted model as an aiohttp application, on every format's paths (see the module docstring)."""
+def build_app(script: ModelScript, only_format: str | None = None) -> web.Application:
+    """The scripted model as an aiohttp application (see the module docstring).
+
+    Args:
+        script: the script.
+        only_format: serve only this API format's paths (the others answer 404); None serves all.
+
+    Raises:
+        KeyError: `only_format` names no format.
+    """
+    served = [format_named(only_format)] if only_format else all_formats()
     requests_per_turn: Counter[tuple[str, int]] = Counter()
 
     async def serve_turn(wire: WireFormat, request: web.Request) -> web.StreamResponse:
@@ -177,7 +187,7 @@ def build_app(script: ModelScript) -> web.Application:
         return response
 
     app = web.Application(client_max_size=256 * 1024 * 1024)
-    for wire in all_formats():
+    for wire in served:
         for path in wire.paths:
             app.router.add_post(path, functools.partial(serve_turn, wire))
     return app
@@ -191,7 +201,11 @@ def _error(
 
 
 async def serve(
-    script_path: Path, host: str = "127.0.0.1", port: int = 0, ready_file: Path | None = None
+    script_path: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    ready_file: Path | None = None,
+    only_format: str | None = None,
 ) -> None:
     """Serve the script at `script_path` until cancelled.
 
@@ -200,12 +214,13 @@ async def serve(
         host: interface to listen on.
         port: TCP port; 0 picks a free one.
         ready_file: where to write ``{"port", "pid", "base_url"}`` once listening.
+        only_format: serve only this API format (see `build_app`).
 
     Raises:
         ModelError: the script is missing or invalid.
         OSError: the port cannot be bound.
     """
-    app = build_app(load_script(script_path))
+    app = build_app(load_script(script_path), only_format)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -235,9 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ready-file", type=Path, help='written with {"port", "pid", "base_url"} once listening'
     )
+    parser.add_argument(
+        "--only-format",
+        choices=[wire.name for wire in all_formats()],
+        help="serve only this API format's paths (the others answer 404)",
+    )
     args = parser.parse_args(argv)
     try:
-        run_service(lambda: serve(args.script, args.host, args.port, args.ready_file))
+        run_service(lambda: serve(args.script, args.host, args.port, args.ready_file, args.only_format))
     except ModelError as exc:
         print(f"scripted model: error: {exc}", file=sys.stderr)
         return 2

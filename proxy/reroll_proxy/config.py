@@ -15,6 +15,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from reroll_proxy.formats import FormatName
+
 
 class ProxyConfigError(ValueError):
     """A config file is missing, not JSON, or invalid; the message names the file."""
@@ -34,6 +36,9 @@ class UpstreamConfig(BaseModel):
     for Anthropic); None sends no credentials."""
     model: str | None = None
     """When set, replaces ``model`` in every live request body (how the live model is swapped)."""
+    api_format: FormatName | None = None
+    """The API the upstream speaks; when it differs from the agent's request, the proxy
+    translates (`reroll_proxy.translate`). None: whatever the agent speaks."""
     timeout_seconds: float = Field(default=600.0, gt=0)
     """Longest wait for the upstream to connect, to start answering, and between two chunks of a stream."""
 

@@ -5,7 +5,8 @@
     {"request":  {"timestamp", "method", "path", "headers", "body"},
      "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
-     "metadata": {"step", "source", "model", "api_format", "stream", "ttfb_ms", "divergence", "error"}}
+     "metadata": {"step", "source", "model", "api_format", "upstream_format", "stream", "ttfb_ms",
+                  "divergence", "error"}}
 
 ``body`` is the JSON as sent (for a streamed response: the body a non-streamed request would
 have got, assembled from the events by the API format's module: ``chat.completion``,
@@ -98,6 +99,9 @@ class ExchangeMetadata(_Record):
     """The model that actually produced the response."""
     api_format: ApiFormat = "openai-chat"
     """The API the exchange spoke: ``openai-chat``, ``openai-responses`` or ``anthropic-messages``."""
+    upstream_format: ApiFormat | None = None
+    """The API the live upstream spoke when it was not `api_format` (the proxy translated the
+    request and the response; both are recorded as the agent sent and received them)."""
     stream: bool = False
     """Whether the response was streamed (SSE) to the agent."""
     ttfb_ms: float | None = None

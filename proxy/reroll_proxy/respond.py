@@ -31,7 +31,7 @@ from reroll_proxy.exchange import (
     Source,
     sanitize_headers,
 )
-from reroll_proxy.formats import WireFormat
+from reroll_proxy.formats import FormatName, WireFormat
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.sse import SseEvent, SseParser, encode_event
 
@@ -136,6 +136,8 @@ class ServedStep:
     received_at: str
     """ISO 8601 time of receipt."""
     first_byte: float | None = None
+    upstream_format: FormatName | None = None
+    """The upstream's API when the proxy translated (recorded as ``metadata.upstream_format``)."""
 
     async def send_json(
         self,
@@ -232,6 +234,7 @@ class ServedStep:
                 step=self.number,
                 source=self.source,
                 api_format=self.wire.name,
+                upstream_format=self.upstream_format,
                 model=model,
                 stream=events is not None,
                 ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,

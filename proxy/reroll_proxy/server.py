@@ -10,7 +10,9 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   (``replay_diverged`` under the strict policy, ``replay_exhausted`` past the cut in replay-only
   mode; neither is recorded). Every served response, upstream errors included, is appended to
   the trajectory before the agent can see its end (see `reroll_proxy.recorder`). An unreachable
-  upstream gives 502 (recorded, with ``metadata.error``).
+  upstream gives 502 (recorded, with ``metadata.error``). An upstream of another API format
+  (``upstream.api_format``) gets the request translated, and the agent the answer translated
+  back (`reroll_proxy.translate`).
 - ``GET /_reroll/status`` — the engine's counters and divergences, as JSON.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
@@ -37,6 +39,7 @@ from reroll_proxy.formats import WireFormat, all_formats, format_for_path, forma
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
 from reroll_proxy.runtime import base_url_for, write_ready_file
+from reroll_proxy.translate import TranslationError, translation_for
 
 log = logging.getLogger("reroll_proxy")
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
@@ -172,24 +175,33 @@ class ProxyServer:
         upstream = self.config.upstream
         assert upstream is not None and self._session is not None, "live needs an upstream"
         sent = {**body, "model": upstream.model} if upstream.model else body
-        url = upstream.base_url.rstrip("/") + step.wire.upstream_path
+        try:
+            translation = translation_for(step.wire, upstream.api_format)
+            forwarded = translation.request(sent) if translation else sent
+        except TranslationError as exc:
+            return error_response(step.wire, 400, "invalid_request_error", str(exc))
+        upstream_wire = translation.upstream if translation else step.wire
+        step.upstream_format = upstream_wire.name if translation else None
+        url = upstream.base_url.rstrip("/") + upstream_wire.upstream_path
         log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
-        headers = step.wire.upstream_headers(upstream.api_key, step.request.headers)
+        headers = upstream_wire.upstream_headers(upstream.api_key, step.request.headers)
         try:
             response = await self._session.post(
-                url, data=orjson.dumps(sent), headers=headers | {"Content-Type": "application/json"}
+                url, data=orjson.dumps(forwarded), headers=headers | {"Content-Type": "application/json"}
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             return await self._unreachable(step, sent, f"upstream {url} unreachable: {exc!r}")
         async with response:
             headers = sanitize_headers(response.headers.items())
             if response.content_type == "text/event-stream":
-                source = UpstreamEvents(response)
+                source: EventSource = UpstreamEvents(response)
+                source = translation.events(source, sent) if translation else source
                 return await step.send_stream(response.status, headers, source, sent, sent.get("model"))
             try:
                 payload = await response.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 return await self._unreachable(step, sent, f"upstream {url} broke off: {exc!r}")
+        payload = translation.response_payload(response.status, payload) if translation else payload
         model = _model_of(parse_json(payload)) or sent.get("model")
         return await step.send_json(response.status, headers, payload, sent, model)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiohttp
 import pytest
 from reroll.errors import ModelError
-from reroll.models import model_name, parse_model
+from reroll.models import live_upstream, model_name, parse_model
 
 
 def test_a_scripted_path_is_stored_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,8 +34,55 @@ def test_a_missing_script_is_named(tmp_path: Path) -> None:
         ("scripted", "scripted"),
         ("scripted:/gone.yaml", "scripted"),
         ("openai/gpt-4o", "gpt-4o"),
+        ("scripted-anthropic", "scripted"),
+        ("scripted-anthropic:/gone.yaml", "scripted"),
+        ("anthropic/claude-x", "claude-x"),
         ("gemini-3", "gemini-3"),
     ],
 )
 def test_model_name_needs_no_provider(spec: str, name: str) -> None:
     assert model_name(spec) == name
+
+
+def test_scripted_anthropic_speaks_only_anthropic_messages(examples: Path, tmp_path: Path) -> None:
+    model = parse_model("scripted-anthropic", examples / "fix-failing-test")
+    assert model.api_format == "anthropic-messages" and model.name == "scripted" and model.script is not None
+    (tmp_path / "s.yaml").write_text("turns: [{content: hi}]\n")
+    explicit = parse_model(f"scripted-anthropic:{tmp_path / 's.yaml'}", None)
+    assert explicit.spec == f"scripted-anthropic:{tmp_path / 's.yaml'}"
+    assert parse_model("scripted", examples / "fix-failing-test").api_format is None
+
+
+async def test_scripted_anthropic_serves_messages_only(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text("turns: [{content: hi}]\n")
+    model = parse_model(f"scripted-anthropic:{tmp_path / 's.yaml'}", None)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with live_upstream(model, tmp_path) as upstream, aiohttp.ClientSession() as session:
+        assert upstream.api_format == "anthropic-messages"
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with session.post(
+            upstream.base_url + "/chat/completions", json=chat, timeout=timeout
+        ) as refused:
+            assert refused.status == 404
+        async with session.post(upstream.base_url + "/messages", json=chat, timeout=timeout) as answered:
+            assert answered.status == 200 and (await answered.json())["content"] == [
+                {"type": "text", "text": "hi"}
+            ]
+
+
+async def test_anthropic_reads_its_key_and_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    model = parse_model("anthropic/claude-x", None)
+    assert model.api_format == "anthropic-messages" and model.name == "claude-x"
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ModelError, match="needs ANTHROPIC_API_KEY"):
+        async with live_upstream(model, tmp_path):
+            pass
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
+    async with live_upstream(model, tmp_path) as upstream:
+        assert (upstream.base_url, upstream.api_key, upstream.model) == (
+            "http://127.0.0.1:9/v1",
+            "sk-ant-test",
+            "claude-x",
+        )
+        assert upstream.api_format == "anthropic-messages"

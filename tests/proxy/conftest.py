@@ -155,7 +155,8 @@ def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
 
 @pytest.fixture(scope="module")
 def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy]:
-    """Start proxies: ``start_proxy(upstream_url=, replay_path=, cut_index=, model=, policy=, **config)``."""
+    """Start proxies: ``start_proxy(upstream_url=, replay_path=, cut_index=, model=, policy=,
+    upstream_format=, **config)``."""
     proxies: list[Proxy] = []
     counter = iter(range(10_000))
 
@@ -166,6 +167,7 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
         replay_path: Path | None = None,
         cut_index: int | None = None,
         policy: str = "warn",
+        upstream_format: str | None = None,
         **more_config: Any,
     ) -> Proxy:
         workdir = tmp_path_factory.mktemp(f"proxy-{next(counter)}")
@@ -185,6 +187,7 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
                 "model": model,
                 "api_key_env": "REROLL_TEST_UPSTREAM_KEY",
                 "timeout_seconds": 10,
+                "api_format": upstream_format,
             }
         (workdir / "proxy.json").write_text(json.dumps(config))
         service = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
