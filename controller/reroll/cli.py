@@ -58,6 +58,8 @@ OnDivergenceOption = Annotated[
     ),
 ]
 
+T = TypeVar("T")
+
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     try:

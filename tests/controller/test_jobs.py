@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from reroll.errors import AgentError, JobError
 from reroll.jobfile import JobSpec, load_job_file
 from reroll.jobs import plan_rollouts, run_job
@@ -178,7 +179,12 @@ def test_cli_job_file_and_exit_codes(tmp_path: Path, examples: Path) -> None:
 
 @pytest.mark.slow
 def test_continue_all_finishes_every_timed_out_rollout(tmp_path: Path, examples: Path) -> None:
-    """mini-swe-agent on the scripted model times out twice (15 s); `continue --all` finishes both."""
+    """mini-swe-agent times out twice on a script that stalls at turn 3; `continue --all` with the
+    bundled script finishes both."""
+    script = yaml.safe_load((examples / "fix-failing-test" / "scripted-model.yaml").read_text())
+    script["turns"][2]["delay_seconds"] = 3600
+    stalling = tmp_path / "stall-at-turn-3.yaml"
+    stalling.write_text(yaml.safe_dump(script))
     done = subprocess.run(
         [
             REROLL,
@@ -188,9 +194,9 @@ def test_continue_all_finishes_every_timed_out_rollout(tmp_path: Path, examples:
             "--agent",
             "mini-swe-agent",
             "--model",
-            "scripted",
+            f"scripted:{stalling}",
             "--timeout",
-            "15",
+            "40",
             "--repeats",
             "2",
             "--job-name",
@@ -207,7 +213,18 @@ def test_continue_all_finishes_every_timed_out_rollout(tmp_path: Path, examples:
     assert recorded["totals"]["status_counts"] == {"timeout": 2}
     assert recorded["totals"]["exchanges"] == 4 and recorded["totals"]["tokens"] > 0
     continued = subprocess.run(
-        [REROLL, "continue", str(job_dir), "--all", "--timeout", "120", "--concurrency", "2"],
+        [
+            REROLL,
+            "continue",
+            str(job_dir),
+            "--all",
+            "--model",
+            "scripted",
+            "--timeout",
+            "120",
+            "--concurrency",
+            "2",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
