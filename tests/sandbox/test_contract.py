@@ -210,3 +210,14 @@ async def test_stop_leaves_nothing_behind(backend: str, task: Task, run_id: str)
             not Path(f"/proc/{host_pid}").exists()
             or "Z" in Path(f"/proc/{host_pid}/stat").read_text().split()[2]
         )
+
+
+async def test_a_long_run_name_still_starts(backend: str, task: Task) -> None:
+    """Job rollouts have long names (task, agent, model spec, repeat); the sidecar's socket
+    path must stay within the 107 bytes a Unix socket allows."""
+    sandbox = create_sandbox(backend, task, "x" * 200)
+    try:
+        await sandbox.start()
+        assert (await sandbox.client.health()).ready
+    finally:
+        await sandbox.stop()

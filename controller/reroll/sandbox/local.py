@@ -26,6 +26,10 @@ from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
 from reroll.tasks import Task
 
 
+MAX_NAME_IN_ROOT = 32
+"""How much of the run id goes into the sandbox folder's name."""
+
+
 class LocalSandbox(SidecarSandbox):
     """A sandbox in a temporary host folder; see the module docstring.
 
@@ -37,7 +41,9 @@ class LocalSandbox(SidecarSandbox):
     def __init__(self, task: Task, run_id: str) -> None:
         self.task = task
         self.run_id = run_id
-        self.root = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id}-"))
+        # The name is cut short: the sidecar's Unix socket lives below it, and a socket path may
+        # hold at most 107 bytes (sockaddr_un), however long the run folder's name is.
+        self.root = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         self.layout = SandboxLayout(
             root=str(self.root),
             workspace=str(self.root / "app"),
