@@ -25,7 +25,6 @@ from reroll.sandbox.base import SandboxLayout, SidecarSandbox
 from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
 from reroll.tasks import Task
 
-
 MAX_NAME_IN_ROOT = 32
 """How much of the run id goes into the sandbox folder's name."""
 
