@@ -56,7 +56,6 @@ OnDivergenceOption = Annotated[
         "(abort), cutover (go live) [default: warn].",
     ),
 ]
-T = TypeVar("T")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
