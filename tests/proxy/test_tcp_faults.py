@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from reroll.config import cache_dir
 from reroll.errors import InfrastructureError
 from reroll.tcpfaults import Front, ToxiproxyServer, find_server
 from reroll_proxy.exchange import load_trajectory
@@ -46,7 +47,10 @@ names = count()
 def toxiproxy() -> Iterator[ToxiproxyServer]:
     """The Toxiproxy server on loopback; the module skips when none is installed."""
     if find_server() is None:
-        pytest.skip("no Toxiproxy server: scripts/install-toxiproxy needs cargo (see its log in the cache)")
+        pytest.skip(
+            f"no Toxiproxy server in {cache_dir() / 'bin'} or on PATH: scripts/install-toxiproxy "
+            f"builds one with cargo (log: {cache_dir() / 'install-toxiproxy.log'})"
+        )
     try:
         server = ToxiproxyServer.start()
     except InfrastructureError as exc:
