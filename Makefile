@@ -19,6 +19,7 @@ demo: env
 
 test: env
 	$(BIN)/python scripts/gen_protos.py --check
+	-scripts/install-toxiproxy  # optional: the TCP fault tests skip (with the reason) without it
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 check: env

@@ -246,8 +246,17 @@ def _ask_streamed(client: openai.OpenAI, messages: Any) -> Turn:
     return Turn(content or None, [(c[0], c[1], c[2]) for _, c in sorted(calls.items())], chunks)
 
 
+AskTurn = Callable[..., Turn]
+"""``ask_turn(client, messages, stream=)``: one turn of the agent loop (`ask`, or a wrapper)."""
+
+
 def converse(
-    client: openai.OpenAI, turns: int, *, stream: bool, task: str = "List the files."
+    client: openai.OpenAI,
+    turns: int,
+    *,
+    stream: bool,
+    task: str = "List the files.",
+    ask_turn: AskTurn = ask,
 ) -> tuple[list[Turn], list[dict[str, Any]]]:
     """Run `turns` turns of a tool-calling agent loop; return what it received and the final messages."""
     messages: list[dict[str, Any]] = [
@@ -256,7 +265,7 @@ def converse(
     ]
     received = []
     for _ in range(turns):
-        turn = ask(client, messages, stream=stream)
+        turn = ask_turn(client, messages, stream=stream)
         received.append(turn)
         assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
         if turn.tool_calls:
