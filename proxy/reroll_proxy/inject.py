@@ -1,0 +1,134 @@
+"""Applying a chosen fault (`reroll_proxy.faults`) to the step being served.
+
+- In place of the model (`serve_in_place`): ``status``, ``reset``, ``malformed`` — recorded,
+  then answered; a reset is recorded with ``status_code`` 0 and ``metadata.error``, then the
+  connection is closed with a TCP RST.
+- Around the served response: ``latency`` (`delay`), and for streams ``stall`` / ``cut``
+  (`FaultedEvents` wraps the events): the events sent before a cut or an endless stall are
+  recorded (with ``metadata.error``) before the connection is dropped or left hanging.
+
+A replayed exchange line that carries ``metadata.fault`` is served the same way: the recorded
+fault is reproduced in place, so a replay shows the agent what it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from reroll_proxy.faults import (
+    MALFORMED_BODY,
+    CutFault,
+    FaultNote,
+    LatencyFault,
+    MalformedFault,
+    StallFault,
+    StatusFault,
+    status_response,
+)
+from reroll_proxy.respond import EventSource, ServedStep
+from reroll_proxy.sse import SseEvent
+
+
+class FaultedEvents(EventSource):
+    """`inner`'s events, stalled or cut after ``fault.after_events`` of them.
+
+    Args:
+        inner: the events to serve.
+        fault: a stall (pause ``seconds`` x `timing_factor`, or forever) or a cut.
+        timing_factor: scales a finite stall (1 live; the replay timing factor in replay).
+    """
+
+    def __init__(self, inner: EventSource, fault: StallFault | CutFault, timing_factor: float = 1.0) -> None:
+        super().__init__()
+        self._inner = inner
+        self._fault = fault
+        self._factor = timing_factor
+        self._broken = False
+
+    async def batches(self) -> AsyncGenerator[list[SseEvent]]:
+        """The inner batches, split at the fault's event; ends there on a cut or an endless stall."""
+        sent, limit, pending = 0, self._fault.after_events, True
+        stall = self._fault.seconds if isinstance(self._fault, StallFault) else None
+        async for batch in self._inner.batches():
+            if not pending or sent + len(batch) < limit:
+                sent += len(batch)
+                yield batch
+                continue
+            head, tail = batch[: limit - sent], batch[limit - sent :]
+            if head:
+                yield head
+            if stall is None:
+                self._broken = True
+                self.error = f"fault: stream {self._fault.kind} after {limit} events"
+                return
+            await asyncio.sleep(stall * self._factor)
+            sent, pending = sent + len(batch), False
+            if tail:
+                yield tail
+        self.error = self._inner.error
+
+    @property
+    def broken(self) -> bool:
+        """Whether the fault cut the stream short (a cut, or an endless stall)."""
+        return self._broken
+
+    async def after_recorded(self, request: web.Request) -> bool:
+        """Drop the connection (cut) or hang until the client gives up (endless stall)."""
+        if not self._broken:
+            return False
+        if isinstance(self._fault, CutFault):
+            _reset(request)
+            return True
+        await asyncio.Event().wait()  # until the client hangs up (the handler is cancelled)
+        return True  # pragma: no cover - never reached
+
+
+async def delay(fault: LatencyFault, timing_factor: float = 1.0) -> None:
+    """Wait ``fault.seconds`` x `timing_factor`."""
+    await asyncio.sleep(fault.seconds * timing_factor)
+
+
+async def serve_in_place(step: ServedStep, note: FaultNote, body: dict[str, Any]) -> web.StreamResponse:
+    """Record and answer a ``status``, ``reset`` or ``malformed`` fault for `step`.
+
+    Args:
+        step: the step (its `ServedStep.fault` is set to `note`).
+        note: the fault.
+        body: the request body (recorded as sent).
+    """
+    step.fault = note
+    spec = note.spec
+    if isinstance(spec, StatusFault):
+        status, headers, payload = status_response(step.wire, spec)
+        return await step.send_json(status, headers, payload, body, None)
+    if isinstance(spec, MalformedFault):
+        if body.get("stream") is True:
+            return await step.send_json(
+                200, {"content-type": "text/event-stream"}, b"data: " + MALFORMED_BODY + b"\n\n", body, None
+            )
+        return await step.send_json(200, {"content-type": "application/json"}, MALFORMED_BODY, body, None)
+    await step.send_json(0, {}, b"", body, None, error="fault: connection reset, no response")
+    _reset(step.request)
+    return web.Response()  # never sent: the connection is gone
+
+
+def recorded_payload(body: Any) -> bytes:
+    """The bytes a recorded body was sent as: text as it was (a malformed body), JSON otherwise."""
+    return body.encode() if isinstance(body, str) else orjson.dumps(body)
+
+
+def _reset(request: web.Request) -> None:
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
