@@ -210,8 +210,14 @@ class Turn:
     """Stream chunks received (1 for a non-streamed answer)."""
 
 
-def ask(client: openai.OpenAI, messages: list[dict[str, Any]], *, stream: bool) -> Turn:
-    """One chat completion through `client`, as an agent would make it."""
+def ask(client: openai.OpenAI, messages: list[dict[str, Any]], *, stream: bool, attempts: int = 1) -> Turn:
+    """One chat completion through `client`, as an agent would make it; a connection broken
+    mid-stream (which the SDK does not retry) is retried up to `attempts` times in all."""
+    for _ in range(attempts - 1):
+        try:
+            return ask(client, messages, stream=stream)
+        except openai.APIConnectionError:
+            continue
     params: Any = messages
     if stream:
         return _ask_streamed(client, params)
@@ -244,7 +250,7 @@ def _ask_streamed(client: openai.OpenAI, messages: Any) -> Turn:
 
 
 def converse(
-    client: openai.OpenAI, turns: int, *, stream: bool, task: str = "List the files."
+    client: openai.OpenAI, turns: int, *, stream: bool, task: str = "List the files.", attempts: int = 1
 ) -> tuple[list[Turn], list[dict[str, Any]]]:
     """Run `turns` turns of a tool-calling agent loop; return what it received and the final messages."""
     messages: list[dict[str, Any]] = [
@@ -253,7 +259,7 @@ def converse(
     ]
     received = []
     for _ in range(turns):
-        turn = ask(client, messages, stream=stream)
+        turn = ask(client, messages, stream=stream, attempts=attempts)
         received.append(turn)
         assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
         if turn.tool_calls:
