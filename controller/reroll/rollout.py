@@ -96,6 +96,7 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                     trajectory_path=plan.run_dir / TRAJECTORY,
                     upstream=upstream,
                     replay=plan.replay,
+                    faults=plan.config.faults,
                 )
                 await stack.enter_async_context(proxy)
             sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)

@@ -14,8 +14,9 @@ the first rule that selects it injects its fault::
         fault: {kind: cut, after_events: 3}
 
 Fault kinds (`Fault`): ``status`` (an error answered in place of the model, body in the
-request's API error shape), ``latency`` (wait, then serve), ``stall`` (stream: pause after N
-events for S seconds, or forever), ``cut`` (stream: drop the connection after N events),
+request's API error shape), ``latency`` (wait, then serve), ``stall`` (pause after N events of a
+stream, or half the body of a response that is not streamed, for S seconds or forever),
+``cut`` (drop the connection at the same point),
 ``reset`` (close the connection with a TCP RST, no response), ``malformed`` (a 200 whose body
 is JSON cut short). Steps are the proxy's step numbers (the trajectory line index); every
 injected fault takes a step of its own when it answers in place of the model.
@@ -67,7 +68,7 @@ class LatencyFault(_Strict):
 
 
 class StallFault(_Strict):
-    """A streamed response pauses after some events."""
+    """The response pauses after some events (a stream) or half its body (not streamed)."""
 
     kind: Literal["stall"] = "stall"
     after_events: int = Field(default=1, ge=0)
@@ -77,7 +78,7 @@ class StallFault(_Strict):
 
 
 class CutFault(_Strict):
-    """A streamed response is dropped (connection closed) after some events."""
+    """The connection is dropped (TCP RST) after some events (a stream) or half the body (not streamed)."""
 
     kind: Literal["cut"] = "cut"
     after_events: int = Field(default=1, ge=0)
@@ -102,8 +103,6 @@ Fault = Annotated[
 ]
 IN_PLACE = (StatusFault, ResetFault, MalformedFault)
 """Faults answered in place of the model: the step consumes no recorded exchange and no live call."""
-STREAM_ONLY = (StallFault, CutFault)
-"""Faults that only select requests asking for a stream."""
 
 
 class FaultRule(_Strict):
@@ -194,14 +193,13 @@ class FaultSelector:
     injected: dict[str, int] = field(default_factory=dict)
     """Faults injected so far, by rule name."""
 
-    def choose(self, step: int, path: str, last_message: str, stream: bool) -> FaultNote | None:
+    def choose(self, step: int, path: str, last_message: str) -> FaultNote | None:
         """The fault to inject at `step`, or None; counts it against its rule's `times`.
 
         Args:
             step: the step the request gets (0-based).
             path: its URL path.
             last_message: the text of its last message (`last_message_text`).
-            stream: whether the request asks for a stream (``stall`` and ``cut`` need one).
         """
         seed = self.plan.seed if self.seed is None else self.seed
         for index, rule in enumerate(self.plan.rules):
@@ -209,8 +207,6 @@ class FaultSelector:
             if rule.times is not None and self.injected.get(name, 0) >= rule.times:
                 continue
             if not _selects(rule, step, path, last_message):
-                continue
-            if isinstance(rule.fault, STREAM_ONLY) and not stream:
                 continue
             if (
                 rule.probability is not None

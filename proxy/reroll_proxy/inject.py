@@ -3,9 +3,11 @@
 - In place of the model (`serve_in_place`): ``status``, ``reset``, ``malformed`` — recorded,
   then answered; a reset is recorded with ``status_code`` 0 and ``metadata.error``, then the
   connection is closed with a TCP RST.
-- Around the served response: ``latency`` (`delay`), and for streams ``stall`` / ``cut``
-  (`FaultedEvents` wraps the events): the events sent before a cut or an endless stall are
-  recorded (with ``metadata.error``) before the connection is dropped or left hanging.
+- Around the served response (`Injector`): ``latency``, ``stall`` and ``cut``. A stream is
+  stalled or cut after ``after_events`` events (`FaultedEvents`): the events sent before a cut or
+  an endless stall are recorded (with ``metadata.error``) before the connection is dropped or
+  left hanging. A non-streamed response is recorded whole, then its headers and the first half
+  of its body are sent before the connection is dropped, left hanging, or resumed.
 
 A replayed exchange line that carries ``metadata.fault`` is served the same way: the recorded
 fault is reproduced in place, so a replay shows the agent what it saw.
@@ -14,6 +16,7 @@ fault is reproduced in place, so a replay shows the agent what it saw.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import struct
 from collections.abc import AsyncGenerator
@@ -34,6 +37,8 @@ from reroll_proxy.faults import (
 )
 from reroll_proxy.respond import EventSource, ServedStep
 from reroll_proxy.sse import SseEvent
+
+log = logging.getLogger("reroll_proxy")
 
 
 class FaultedEvents(EventSource):
@@ -90,9 +95,75 @@ class FaultedEvents(EventSource):
         return True  # pragma: no cover - never reached
 
 
-async def delay(fault: LatencyFault, timing_factor: float = 1.0) -> None:
-    """Wait ``fault.seconds`` x `timing_factor`."""
-    await asyncio.sleep(fault.seconds * timing_factor)
+class Injector:
+    """The fault of one served step (`ServedStep.fault`), applied around its response.
+
+    Args:
+        step: the step; nothing is done unless its fault is a latency, a stall or a cut.
+        timing_factor: scales the latency and a finite stall (1 for a plan's faults; the replay
+            timing factor when a recorded fault is reproduced).
+    """
+
+    def __init__(self, step: ServedStep, timing_factor: float = 1.0) -> None:
+        self._step = step
+        self._spec = step.fault.spec if step.fault is not None else None
+        self._factor = timing_factor
+        self._events: FaultedEvents | None = None
+        self._broken = False
+
+    @property
+    def broken(self) -> bool:
+        """Whether the response was not delivered whole (a cut, or an endless stall)."""
+        return self._broken or (self._events is not None and self._events.broken)
+
+    async def delay(self) -> None:
+        """Wait out a ``latency`` fault."""
+        if isinstance(self._spec, LatencyFault):
+            log.warning("step %d: fault: latency %g s", self._step.number, self._spec.seconds)
+            await asyncio.sleep(self._spec.seconds * self._factor)
+
+    def events(self, source: EventSource) -> EventSource:
+        """`source`, stalled or cut by a ``stall`` / ``cut`` fault."""
+        if isinstance(self._spec, StallFault | CutFault):
+            log.warning(
+                "step %d: fault: stream %s after %d events",
+                self._step.number,
+                self._spec.kind,
+                self._spec.after_events,
+            )
+            self._events = FaultedEvents(source, self._spec, self._factor)
+            return self._events
+        return source
+
+    async def deliver(self, response: web.Response) -> web.StreamResponse:
+        """`response` (already recorded), or, under a ``stall`` / ``cut`` fault, its headers and
+        the first half of its body, then the connection dropped, a pause, or an endless stall."""
+        if not isinstance(self._spec, StallFault | CutFault):
+            return response
+        request, body = self._step.request, bytes(response.body or b"")  # type: ignore[arg-type]
+        log.warning(
+            "step %d: fault: body %s after %d of %d bytes",
+            self._step.number,
+            self._spec.kind,
+            len(body) // 2,
+            len(body),
+        )
+        partial = web.StreamResponse(status=response.status, headers=response.headers)
+        partial.content_length = len(body)
+        await partial.prepare(request)
+        await partial.write(body[: len(body) // 2])
+        pause = self._spec.seconds if isinstance(self._spec, StallFault) else None
+        if pause is None:
+            self._broken = True
+            if isinstance(self._spec, CutFault):
+                _reset(request)
+            else:
+                await asyncio.Event().wait()  # until the client hangs up (the handler is cancelled)
+            return partial
+        await asyncio.sleep(pause * self._factor)
+        await partial.write(body[len(body) // 2 :])
+        await partial.write_eof()
+        return partial
 
 
 async def serve_in_place(step: ServedStep, note: FaultNote, body: dict[str, Any]) -> web.StreamResponse:

@@ -37,17 +37,14 @@ from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
 from reroll_proxy.faults import (
     IN_PLACE,
-    CutFault,
     FaultNote,
     FaultSelector,
-    LatencyFault,
     ResetFault,
-    StallFault,
     last_message_text,
     load_plan,
 )
 from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
-from reroll_proxy.inject import FaultedEvents, delay, recorded_payload, serve_in_place
+from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
 from reroll_proxy.runtime import base_url_for, write_ready_file
@@ -193,7 +190,7 @@ class ProxyServer:
         if self.faults is None:
             return None
         last = last_message_text(wire, body)
-        return self.faults.choose(self.engine.next_step, path, last, body.get("stream") is True)
+        return self.faults.choose(self.engine.next_step, path, last)
 
     async def _replay(self, step: ServedStep, body: dict[str, Any], replay: Replay) -> web.StreamResponse:
         recorded = replay.exchange.response
@@ -201,49 +198,27 @@ class ProxyServer:
         log.info("step %d: replayed", step.number)
         factor = 1.0
         if step.fault is None and (recorded_fault := replay.exchange.metadata.fault) is not None:
-            step.fault, factor = (
-                recorded_fault.model_copy(update={"replayed": True}),
-                self.config.replay_timing_factor,
-            )
+            step.fault = recorded_fault.model_copy(update={"replayed": True})
+            factor = self.config.replay_timing_factor
             if isinstance(recorded_fault.spec, ResetFault):
                 return await serve_in_place(step, step.fault, body)
-        await self._delay(step, factor)
-        status, headers = recorded.status_code, recorded.headers
-        if body.get("stream") is True and status < 400 and not isinstance(recorded.body, str):
-            events, offsets = recorded.events, recorded.event_offsets_ms
-            if events is None:
-                events = step.wire.to_events(recorded.body if isinstance(recorded.body, dict) else {}, body)
-            source = self._faulted(
-                step, EventSource(events, offsets, self.config.replay_timing_factor), factor
-            )
-            try:
+        faults = Injector(step, factor)
+        try:
+            await faults.delay()
+            status, headers = recorded.status_code, recorded.headers
+            if body.get("stream") is True and status < 400 and not isinstance(recorded.body, str):
+                events, offsets = recorded.events, recorded.event_offsets_ms
+                if events is None:
+                    events = step.wire.to_events(
+                        recorded.body if isinstance(recorded.body, dict) else {}, body
+                    )
+                source = faults.events(EventSource(events, offsets, self.config.replay_timing_factor))
                 return await step.send_stream(status, headers, source, body, model)
-            finally:
-                if (
-                    isinstance(source, FaultedEvents)
-                    and source.broken
-                    and step.fault
-                    and not step.fault.replayed
-                ):
-                    self.engine.serve_again(replay)  # the agent's retry gets this recording again
-        return await step.send_json(status, headers, recorded_payload(recorded.body), body, model)
-
-    async def _delay(self, step: ServedStep, factor: float) -> None:
-        if step.fault is not None and isinstance(step.fault.spec, LatencyFault):
-            log.warning(
-                "step %d: fault %s: latency %g s", step.number, step.fault.rule, step.fault.spec.seconds
-            )
-            await delay(step.fault.spec, factor)
-
-    def _faulted(self, step: ServedStep, source: EventSource, factor: float) -> EventSource:
-        note = step.fault
-        if note is not None and isinstance(note.spec, StallFault | CutFault):
-            spec = note.spec
-            log.warning(
-                "step %d: fault %s: %s after %d events", step.number, note.rule, spec.kind, spec.after_events
-            )
-            return FaultedEvents(source, spec, factor)
-        return source
+            payload = recorded_payload(recorded.body)
+            return await faults.deliver(await step.send_json(status, headers, payload, body, model))
+        finally:
+            if faults.broken and step.fault is not None and not step.fault.replayed:
+                self.engine.serve_again(replay)  # a plan's fault broke it: the agent's retry gets it again
 
     async def _live(self, step: ServedStep, body: dict[str, Any]) -> web.StreamResponse:
         upstream = self.config.upstream
@@ -251,7 +226,8 @@ class ProxyServer:
         sent = {**body, "model": upstream.model} if upstream.model else body
         url = upstream.base_url.rstrip("/") + step.wire.upstream_path
         log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
-        await self._delay(step, 1.0)
+        faults = Injector(step)
+        await faults.delay()
         headers = step.wire.upstream_headers(upstream.api_key, step.request.headers)
         try:
             response = await self._session.post(
@@ -262,14 +238,14 @@ class ProxyServer:
         async with response:
             headers = sanitize_headers(response.headers.items())
             if response.content_type == "text/event-stream":
-                source = self._faulted(step, UpstreamEvents(response), 1.0)
+                source = faults.events(UpstreamEvents(response))
                 return await step.send_stream(response.status, headers, source, sent, sent.get("model"))
             try:
                 payload = await response.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 return await self._unreachable(step, sent, f"upstream {url} broke off: {exc!r}")
         model = _model_of(parse_json(payload)) or sent.get("model")
-        return await step.send_json(response.status, headers, payload, sent, model)
+        return await faults.deliver(await step.send_json(response.status, headers, payload, sent, model))
 
     async def _unreachable(self, step: ServedStep, sent: dict[str, Any], error: str) -> web.StreamResponse:
         log.error("step %d: %s", step.number, error)

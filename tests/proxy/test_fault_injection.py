@@ -79,6 +79,23 @@ def test_anthropic_sdk_sees_529_overloaded(
     assert faults(proxy) == ["status", None]
 
 
+def test_cut_of_a_response_that_is_not_streamed(
+    start_proxy: StartProxy, scripted_model: Service, tmp_path: Path
+) -> None:
+    rule = {"times": 1, "fault": {"kind": "cut"}}
+    proxy = faulted_proxy(start_proxy, tmp_path, [rule], upstream_url=scripted_model.base_url)
+    with pytest.raises(openai.APIConnectionError):
+        ask(client(proxy, retries=0), MESSAGES, stream=False)
+    assert ask(client(proxy, retries=0), MESSAGES, stream=False).tool_calls
+    cut, whole = proxy.lines()
+    assert cut["metadata"]["fault"]["spec"]["kind"] == "cut" and cut["response"]["body"] == whole["response"][
+        "body"
+    ] | {
+        "id": cut["response"]["body"]["id"],
+        "created": cut["response"]["body"]["created"],
+    }
+
+
 def test_stream_cut_after_two_events(
     start_proxy: StartProxy, scripted_model: Service, tmp_path: Path
 ) -> None:
@@ -86,10 +103,10 @@ def test_stream_cut_after_two_events(
     proxy = faulted_proxy(start_proxy, tmp_path, [rule], upstream_url=scripted_model.base_url)
     sdk = client(proxy, retries=0)
     received = 0
-    with pytest.raises(openai.APIError):
-        with sdk.chat.completions.create(model=AGENT_MODEL, messages=MESSAGES, stream=True) as events:  # type: ignore[arg-type]
-            for _ in events:
-                received += 1
+    stream = sdk.chat.completions.create(model=AGENT_MODEL, messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    with pytest.raises(openai.APIConnectionError), stream as events:
+        for _ in events:
+            received += 1
     assert received == 2
     turn = ask(sdk, MESSAGES, stream=True)  # the retry is served whole
     assert turn.tool_calls

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from reroll_proxy.faults import (
     FaultPlan,
     FaultPlanError,
@@ -25,8 +24,8 @@ def plan(*rules: dict[str, object], seed: int = 0) -> FaultPlan:
     return FaultPlan.model_validate({"seed": seed, "rules": list(rules)})
 
 
-def kinds(selector: FaultSelector, steps: range, *, stream: bool = True, text: str = "") -> list[str | None]:
-    notes = [selector.choose(step, PATH, text, stream) for step in steps]
+def kinds(selector: FaultSelector, steps: range, *, text: str = "") -> list[str | None]:
+    notes = [selector.choose(step, PATH, text) for step in steps]
     return [note.spec.kind if note else None for note in notes]
 
 
@@ -62,7 +61,7 @@ def test_bad_plans_name_the_file_and_cause(tmp_path: Path, text: str, cause: str
 
 
 def test_missing_plan_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(FaultPlanError, match="missing.yaml: cannot read"):
+    with pytest.raises(FaultPlanError, match=r"missing\.yaml: cannot read"):
         load_plan(tmp_path / "missing.yaml")
 
 
@@ -84,14 +83,8 @@ def test_first_matching_rule_wins_and_names() -> None:
             {"fault": {"kind": "reset"}},
         )
     )
-    note = selector.choose(0, PATH, "", False)
+    note = selector.choose(0, PATH, "")
     assert note is not None and note.rule == "slow" and note.spec.kind == "latency"
-
-
-def test_stream_faults_select_only_streams() -> None:
-    selector = FaultSelector(plan({"fault": {"kind": "cut", "after_events": 2}}))
-    assert kinds(selector, range(2), stream=False) == [None, None]
-    assert kinds(selector, range(2), stream=True) == ["cut", "cut"]
 
 
 def test_match_by_path_and_last_message() -> None:
@@ -102,7 +95,7 @@ def test_match_by_path_and_last_message() -> None:
             {"last_message_regex": r"exit code \d+", "fault": {"kind": "status", "status_code": 500}},
         )
     )
-    assert selector.choose(0, "/v1/messages", "", False) is not None
+    assert selector.choose(0, "/v1/messages", "") is not None
     assert kinds(selector, range(1), text="run pytest now") == ["malformed"]
     assert kinds(selector, range(1), text="exit code 2") == ["status"]
     assert kinds(selector, range(1), text="exit code x") == [None]
