@@ -146,3 +146,10 @@ def test_status_response_shape(api: str, status: int, kind: str) -> None:
     error = orjson.loads(body)["error"]
     assert code == status and error["type"] == kind
     assert headers["retry-after"] == "2" and headers["retry-after-ms"] == "2000"
+
+
+@pytest.mark.parametrize(
+    "plan_file", sorted((Path(__file__).resolve().parents[2] / "examples" / "faults").glob("*.yaml"))
+)
+def test_example_plans_load(plan_file: Path) -> None:
+    assert load_plan(plan_file).rules
