@@ -21,9 +21,10 @@ from reroll.agents import registry
 from reroll.branching import branch as branch_run
 from reroll.errors import RerollError
 from reroll.fidelity import replay_run
-from reroll.llm_proxy import DivergencePolicy
+from reroll.llm_proxy import DivergencePolicy, faults_used
 from reroll.reports import branch_report, fidelity_report
 from reroll.resume import RolloutOutcome, continue_run, run_task
+from reroll.runfolder import FaultsUsed
 
 if TYPE_CHECKING:
     from reroll.jobreport import JobSummary
@@ -49,6 +50,15 @@ TasksDirOption = Annotated[
 AtOption = Annotated[
     str | None,
     typer.Option(help="Checkpoint: replay this many exchanges (0..N), or a fraction of them (e.g. 0.5)."),
+]
+FaultsOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Fault plan (YAML) the LLM proxy injects: status errors, latency, stalls, cuts, resets."
+    ),
+]
+FaultSeedOption = Annotated[
+    int | None, typer.Option(help="Seed of the fault plan's probability draws [default: the plan's seed].")
 ]
 OnDivergenceOption = Annotated[
     DivergencePolicy | None,
@@ -78,6 +88,19 @@ def _divergence_policy(on_divergence: DivergencePolicy | None, strict_divergence
             param_hint="--on-divergence",
         )
     return "strict" if strict_divergence else on_divergence or "warn"
+
+
+def _faults(plan: Path | None, seed: int | None) -> FaultsUsed | None:
+    """``--faults`` / ``--fault-seed``, checked: a bad plan is printed and exits with code 2."""
+    if plan is None:
+        if seed is not None:
+            raise typer.BadParameter("--fault-seed needs --faults", param_hint="--fault-seed")
+        return None
+    try:
+        return faults_used(plan, seed)
+    except RerollError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
 
 
 def _finish(outcome: RolloutOutcome) -> None:
@@ -122,8 +145,11 @@ def run(
     jobs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
     sandbox: SandboxOption = None,
+    faults: FaultsOption = None,
+    fault_seed: FaultSeedOption = None,
 ) -> None:
     """Record one rollout: run AGENT on TASK, record every LLM exchange, verify."""
+    used = _faults(faults, fault_seed)
     _finish(
         _guarded(
             run_task(
@@ -135,6 +161,7 @@ def run(
                 job_name=job_name,
                 sandbox=sandbox or "local",
                 console=console,
+                faults=used,
             )
         )
     )
@@ -169,14 +196,20 @@ def continue_(
         bool, typer.Option("--all", help="RUN_FOLDER is a job folder: continue each of its timed-out runs.")
     ] = False,
     concurrency: Annotated[int, typer.Option(help="With --all: continuations at once.")] = 4,
+    faults: FaultsOption = None,
+    fault_seed: FaultSeedOption = None,
 ) -> None:
-    """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify."""
+    """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
+
+    Faults recorded in the run are reproduced where they happened; --faults injects new ones."""
+    used = _faults(faults, fault_seed)
     if all_runs:
         from reroll.jobs import continue_job
 
-        if output is not None or replay_only or at is not None:
+        if output is not None or replay_only or at is not None or used is not None:
             err_console.print(
-                "[red]error:[/red] --all continues into JOB_DIR/continued; no --output, --replay-only, --at"
+                "[red]error:[/red] --all continues into JOB_DIR/continued; "
+                "no --output, --replay-only, --at, --faults"
             )
             raise typer.Exit(2)
         _job_guarded(
@@ -206,6 +239,7 @@ def continue_(
                 replay_only=replay_only,
                 sandbox=sandbox,
                 console=console,
+                faults=used,
             )
         )
     )

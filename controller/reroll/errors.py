@@ -9,6 +9,7 @@ cause it is about, so the CLI prints it as it is and exits with a non-zero code:
     ├── ModelError         unknown model spec, or the provider's credentials are missing
     ├── RunFolderError     a run folder is missing a file, or a file in it is corrupt
     ├── JobError           a job file is missing or invalid, or a job folder has no job.json
+    ├── FaultPlanError     a fault plan file (--faults) is missing or invalid
     ├── InfrastructureError  a proxy or model server could not start or died (jobs retry these)
     │   └── SandboxError     the sandbox could not start, or its sidecar failed / died
     ├── VerifierError      the verifier produced no reward.txt / reward.json, or an invalid one
@@ -35,6 +36,10 @@ class AgentError(RerollError):
 
 class ModelError(RerollError):
     """A model spec cannot be resolved to a live upstream."""
+
+
+class FaultPlanError(RerollError):
+    """A fault plan file is missing or invalid (the message names it)."""
 
 
 class RunFolderError(RerollError):

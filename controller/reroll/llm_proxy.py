@@ -11,10 +11,12 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 from pydantic import BaseModel
+from reroll_proxy import faults
 
-from reroll.errors import InfrastructureError
+from reroll.errors import FaultPlanError, InfrastructureError
 from reroll.models import Upstream
 from reroll.processes import ChildProcess
+from reroll.runfolder import FaultsUsed
 
 DivergencePolicy = Literal["warn", "strict", "cutover"]
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
@@ -31,6 +33,23 @@ class ReplayPlan:
     divergence_policy: DivergencePolicy = "warn"
     """``warn``: serve the recording and note the divergence; ``strict``: abort the rollout;
     ``cutover``: go live at the first divergence (implemented by the proxy engine)."""
+
+
+def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
+    """Check the fault plan at `plan_path` and say what config.json records of it.
+
+    Args:
+        plan_path: the YAML plan (see `reroll_proxy.faults`).
+        seed: the seed of its probability draws [default: the plan's ``seed``].
+
+    Raises:
+        FaultPlanError: the file is missing or not a valid plan (the message names it).
+    """
+    try:
+        plan = faults.load_plan(plan_path)
+    except faults.FaultPlanError as exc:
+        raise FaultPlanError(str(exc)) from exc
+    return FaultsUsed(plan_path=str(plan_path.resolve()), seed=plan.seed if seed is None else seed)
 
 
 class ProxyStatus(BaseModel):
@@ -54,6 +73,7 @@ class LlmProxy:
         replay: what to replay first, or None (record only).
         listen_host: the interface to listen on, which the agent's base URL names: loopback for
             the local sandbox, the container network's gateway for docker.
+        faults: the fault plan to inject, or None.
     """
 
     def __init__(
@@ -64,6 +84,7 @@ class LlmProxy:
         upstream: Upstream | None,
         replay: ReplayPlan | None,
         listen_host: str = "127.0.0.1",
+        faults: FaultsUsed | None = None,
     ) -> None:
         self.token = secrets.token_urlsafe(24)
         config: dict[str, Any] = {
@@ -74,6 +95,8 @@ class LlmProxy:
             "cut_index": replay.cut_index if replay else 0,
             "divergence_policy": replay.divergence_policy if replay else "warn",
             "upstream": None,
+            "faults_path": faults.plan_path if faults else None,
+            "fault_seed": faults.seed if faults else None,
         }
         env = dict(os.environ)
         if upstream is not None:

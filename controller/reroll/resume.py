@@ -30,6 +30,7 @@ from reroll.rollout import RolloutPlan, execute_rollout, new_run_id
 from reroll.runfolder import (
     TRAJECTORY,
     ContinuedFrom,
+    FaultsUsed,
     RunConfig,
     RunFolder,
     RunResult,
@@ -59,6 +60,7 @@ async def run_task(
     sandbox: str = "local",
     console: Console | None = None,
     run_name: str | None = None,
+    faults: FaultsUsed | None = None,
 ) -> RolloutOutcome:
     """Record one rollout of `agent_name` on the task at `task_path` (``reroll run``).
 
@@ -72,6 +74,7 @@ async def run_task(
         sandbox: sandbox backend.
         console: where progress goes [default: nowhere].
         run_name: the run folder's name [default: ``<task>__<random id>``].
+        faults: the fault plan the proxy injects (`reroll.llm_proxy.faults_used`), or None.
 
     Returns:
         The new run folder (``jobs_dir/job_name/run_name``) and its result.
@@ -95,6 +98,7 @@ async def run_task(
         started_at=now_iso(),
         sandbox=sandbox,
         reroll_version=__version__,
+        faults=faults,
     )
     plan = RolloutPlan(
         task=task,
@@ -124,6 +128,7 @@ async def continue_run(
     replay_only: bool = False,
     sandbox: str | None = None,
     console: Console | None = None,
+    faults: FaultsUsed | None = None,
 ) -> RolloutOutcome:
     """Continue a recorded run (``reroll continue``); see the module docstring.
 
@@ -141,6 +146,8 @@ async def continue_run(
         replay_only: stop at the cut point (no live model, no verifier).
         sandbox: sandbox backend [default: the original's].
         console: where progress goes [default: nowhere].
+        faults: the fault plan the proxy injects, or None; recorded faults are replayed as they
+            were either way.
 
     Returns:
         The new run folder and its result.
@@ -176,6 +183,7 @@ async def continue_run(
         sandbox=sandbox,
         divergence_policy=divergence_policy,
         provenance={"continued_from": provenance},
+        faults=faults,
     )
     recorded = len(original.exchanges)
     where = "" if at is None else f", cut at {checkpoint.cut_index} (--at {at})"
@@ -238,6 +246,7 @@ def continuation_plan(
     divergence_policy: DivergencePolicy,
     provenance: dict[str, BaseModel],
     replay_from: Path | None = None,
+    faults: FaultsUsed | None = None,
 ) -> RolloutPlan:
     """The plan of a rollout that replays `checkpoint` up to its cut, then goes live.
 
@@ -251,6 +260,7 @@ def continuation_plan(
         provenance: config.json fields to set, e.g. ``{"continued_from": ContinuedFrom(...)}``.
         replay_from: the trajectory to replay [default: the original's]; it must hold at least
             ``checkpoint.cut_index`` exchanges.
+        faults: the fault plan of the new rollout (the original's is not inherited), or None.
     """
     original = checkpoint.original
     timeout = timeout_seconds or original.config.timeout_sec or checkpoint.task.spec.agent.timeout_sec
@@ -264,6 +274,7 @@ def continuation_plan(
             "reroll_version": __version__,
             "continued_from": None,
             "branched_from": None,
+            "faults": faults,
             **provenance,
         }
     )

@@ -100,6 +100,7 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                     upstream=upstream,
                     replay=plan.replay,
                     listen_host=await sandbox.host_address(),
+                    faults=plan.config.faults,
                 )
                 await stack.enter_async_context(proxy)
             console.print(f"[dim]starting {plan.sandbox_backend} sandbox[/dim]")

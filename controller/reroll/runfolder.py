@@ -66,6 +66,15 @@ class BranchedFrom(ContinuedFrom):
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
 
 
+class FaultsUsed(BaseModel):
+    """The fault plan a rollout ran under (``reroll run --faults``)."""
+
+    plan_path: str
+    """The YAML plan, absolute."""
+    seed: int
+    """The seed of its probability draws."""
+
+
 class RunConfig(BaseModel):
     """config.json: what was run."""
 
@@ -81,6 +90,8 @@ class RunConfig(BaseModel):
     reroll_version: str | None = None
     continued_from: ContinuedFrom | None = None
     branched_from: BranchedFrom | None = None
+    faults: FaultsUsed | None = None
+    """The fault plan injected by the proxy, if any."""
 
 
 class Timings(BaseModel):

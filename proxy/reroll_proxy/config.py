@@ -73,6 +73,10 @@ class ProxyConfig(BaseModel):
     fsync_each_exchange: bool = True
     """``fsync`` each trajectory line before the agent sees its response, so it survives a
     machine crash; False only flushes it to the OS (it still survives the proxy being killed)."""
+    faults_path: Path | None = None
+    """A YAML fault plan (`reroll_proxy.faults`) applied to the exchanges served; None injects none."""
+    fault_seed: int | None = None
+    """Seed of the plan's probability draws [default: the plan's ``seed``]."""
     ready_file: Path | None = None
     """Written atomically once listening: ``{"port", "pid", "base_url"}``."""
 

@@ -11,9 +11,11 @@ agent sends, in arrival order, and the engine answers with one `Decision`:
   from the recording; once aborted, every later request is aborted too;
 - `Exhausted` — step >= cut_index and no live upstream (replay-only mode reached the cut).
 
-Steps count the served requests (`Replay` and `Live`), from 0, so the exchanges recorded for
-them are numbered without gaps; `Abort` and `Exhausted` carry the step the request would have
-had. Record mode is ``cut_index=0`` with a live upstream.
+Steps count the served requests (`Replay`, `Live`, and faults injected in place of the model:
+`ReplayEngine.inject`), from 0, so the exchanges recorded for them are numbered without gaps;
+`Abort` and `Exhausted` carry the step the request would have had. An injected fault consumes
+no recorded exchange: the agent's retry is served the exchange it would have got. Record mode
+is ``cut_index=0`` with a live upstream.
 
 The engine never looks inside a body itself: it hands the recorded and the live body, with
 their API format names, to `reroll_proxy.divergence`.
@@ -112,6 +114,8 @@ class ReplayEngine:
     """Why the engine aborted (strict divergence), else None."""
     cutover_step: int | None = field(default=None, init=False)
     """The step at which the ``cutover`` policy went live early, else None."""
+    injected: int = field(default=0, init=False)
+    """Steps taken by injected faults that consumed no recorded exchange."""
     _abort: Abort | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -122,7 +126,31 @@ class ReplayEngine:
     @property
     def next_step(self) -> int:
         """The step the next served request gets."""
-        return self.served_replayed + self.served_live
+        return self.served_replayed + self.served_live + self.injected
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the next request would be served from the recording."""
+        return (
+            self.next_step - self.injected < self.cut_index
+            and self.cutover_step is None
+            and self._abort is None
+        )
+
+    def inject(self) -> int:
+        """Take the next step for a fault answered in place of the model (no recording consumed).
+
+        Returns:
+            The step.
+        """
+        self.injected += 1
+        return self.next_step - 1
+
+    def serve_again(self, decision: Replay) -> None:
+        """`decision`'s recorded exchange was not delivered whole (a fault broke it): the next
+        request is served it again, and `decision`'s step counts as injected."""
+        self.served_replayed -= 1
+        self.injected += 1
 
     def decide(self, step_body: dict[str, Any], api_format: str = "openai-chat") -> Decision:
         """Decide what to do with the next request.
@@ -137,9 +165,10 @@ class ReplayEngine:
         step = self.next_step
         if self._abort is not None:
             return Abort(step, self._abort.reason, self._abort.divergence)
-        if step >= self.cut_index or self.cutover_step is not None:
+        index = step - self.injected
+        if index >= self.cut_index or self.cutover_step is not None:
             return self._live(step, None)
-        exchange = self.recorded[step]
+        exchange = self.recorded[index]
         divergence = _divergence(exchange, step_body, api_format)
         if divergence is not None:
             self.divergences.append(DivergenceNote(step, divergence))

@@ -6,13 +6,15 @@
      "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
      "metadata": {"step", "source", "model", "api_format", "upstream_format", "stream", "ttfb_ms",
-                  "divergence", "error"}}
+                  "divergence", "error", "fault"}}
 
 ``body`` is the JSON as sent (for a streamed response: the body a non-streamed request would
 have got, assembled from the events by the API format's module: ``chat.completion``,
 ``response`` or ``message``), ``events`` the raw SSE events in order and ``event_offsets_ms``
 when each was received (streamed responses only). ``metadata.api_format`` names the API
-(`reroll_proxy.formats`). Error responses (4xx / 5xx) are exchanges like any other. Headers are stored without
+(`reroll_proxy.formats`). Error responses (4xx / 5xx) are exchanges like any other; an injected
+fault (`reroll_proxy.faults`) is described in ``metadata.fault``, and a connection reset, which
+has no response, is recorded with ``status_code`` 0. Headers are stored without
 secrets (`sanitize_headers`). Unknown keys are kept on load, so BenchFlow's files load; the
 fields reroll adds have defaults for the same reason.
 """
@@ -28,6 +30,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reroll_proxy.divergence import Divergence
+from reroll_proxy.faults import FaultNote
 from reroll_proxy.formats import FormatName
 from reroll_proxy.sse import SseEvent
 
@@ -111,6 +114,8 @@ class ExchangeMetadata(_Record):
     """How the request differed from the recorded one (replayed exchanges only)."""
     error: str | None = None
     """Why the upstream could not answer (connection failure, broken stream), if so."""
+    fault: FaultNote | None = None
+    """The fault injected at this step (`reroll_proxy.faults`), else None."""
 
 
 class Exchange(_Record):

@@ -31,6 +31,7 @@ from reroll_proxy.exchange import (
     Source,
     sanitize_headers,
 )
+from reroll_proxy.faults import FaultNote
 from reroll_proxy.formats import FormatName, WireFormat
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.sse import SseEvent, SseParser, encode_event
@@ -86,6 +87,11 @@ class EventSource:
         self._factor = timing_factor
         self.error: str | None = None
 
+    async def after_recorded(self, request: web.Request) -> bool:
+        """Called once the exchange is recorded; True means the stream must not be finished
+        (an injected fault broke it, see `reroll_proxy.inject`)."""
+        return False
+
     async def batches(self) -> AsyncGenerator[list[SseEvent]]:
         """The events, in order, in batches (see the class docstring)."""
         if not self._offsets:
@@ -138,6 +144,8 @@ class ServedStep:
     first_byte: float | None = None
     upstream_format: FormatName | None = None
     """The upstream's API when the proxy translated (recorded as ``metadata.upstream_format``)."""
+    fault: FaultNote | None = None
+    """The fault injected at this step, recorded as ``metadata.fault``."""
 
     async def send_json(
         self,
@@ -198,6 +206,8 @@ class ServedStep:
         exchange = self._exchange(sent_body, status, headers, body, events, model, source.error)
         exchange.response.event_offsets_ms = offsets_ms
         await self.recorder.record(self.number, exchange)
+        if await source.after_recorded(self.request):
+            return response
         for event in held:
             await response.write(encode_event(event))
         await response.write_eof()
@@ -240,5 +250,6 @@ class ServedStep:
                 ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,
                 divergence=self.divergence,
                 error=error,
+                fault=self.fault,
             ),
         )

@@ -8,11 +8,12 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   by ``replay_timing_factor``, when the request streams; a recorded error status as it was),
   forward to the live upstream (streamed through event by event), or refuse with 409
   (``replay_diverged`` under the strict policy, ``replay_exhausted`` past the cut in replay-only
-  mode; neither is recorded). Every served response, upstream errors included, is appended to
-  the trajectory before the agent can see its end (see `reroll_proxy.recorder`). An unreachable
-  upstream gives 502 (recorded, with ``metadata.error``). An upstream of another API format
-  (``upstream.api_format``) gets the request translated, and the agent the answer translated
-  back (`reroll_proxy.translate`).
+  mode; neither is recorded). Faults of the plan (``faults_path``) are injected by
+  `reroll_proxy.inject`, and a replayed line that records a fault reproduces it. Every served
+  response, upstream errors included, is appended to the trajectory before the agent can see
+  its end (see `reroll_proxy.recorder`). An unreachable upstream gives 502 (recorded, with
+  ``metadata.error``). An upstream of another API format (``upstream.api_format``) gets the
+  request translated, and the agent the answer translated back (`reroll_proxy.translate`).
 - ``GET /_reroll/status`` — the engine's counters and divergences, as JSON.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
@@ -34,8 +35,17 @@ from aiohttp import web
 
 from reroll_proxy.config import ProxyConfig, ProxyConfigError
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
-from reroll_proxy.exchange import Exchange, load_trajectory, sanitize_headers
+from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
+from reroll_proxy.faults import (
+    IN_PLACE,
+    FaultNote,
+    FaultSelector,
+    ResetFault,
+    last_message_text,
+    load_plan,
+)
 from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
+from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
 from reroll_proxy.runtime import base_url_for, write_ready_file
@@ -56,12 +66,20 @@ class ProxyServer:
         config: the proxy's configuration.
         engine: decides replay / live / refuse per request.
         recorder: where served exchanges are appended.
+        faults: chooses the faults to inject (`reroll_proxy.faults`), or None.
     """
 
-    def __init__(self, config: ProxyConfig, engine: ReplayEngine, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        engine: ReplayEngine,
+        recorder: Recorder,
+        faults: FaultSelector | None = None,
+    ) -> None:
         self.config = config
         self.engine = engine
         self.recorder = recorder
+        self.faults = faults
         self._session: aiohttp.ClientSession | None = None
         self.app = web.Application(middlewares=[self._authenticate], client_max_size=MAX_REQUEST_BYTES)
         for wire in all_formats():
@@ -130,6 +148,17 @@ class ProxyServer:
             return error_response(wire, 400, "invalid_request_error", f"request body is not JSON: {exc}")
         if not isinstance(body, dict):
             return error_response(wire, 400, "invalid_request_error", "request body must be a JSON object")
+        note = self._choose_fault(wire, request.path, body)
+        if note is not None and isinstance(note.spec, IN_PLACE):
+            source: Source = "replayed" if self.engine.replaying else "live"
+            step = ServedStep(
+                self.engine.inject(), wire, request, source, None, self.recorder, received, received_at
+            )
+            log.warning("step %d: fault %s (%s) injected", step.number, note.rule, note.spec.kind)
+            try:
+                return await serve_in_place(step, note, body)
+            finally:
+                await self.recorder.skip(step.number)
         decision = self.engine.decide(body, wire.name)
         if isinstance(decision, Exhausted):
             log.info("step %d: replay-only, recorded responses exhausted", decision.step)
@@ -149,6 +178,7 @@ class ProxyServer:
             recorder=self.recorder,
             received=received,
             received_at=received_at,
+            fault=note,
         )
         if step.divergence is not None:
             then = "going live (cutover policy)" if replay is None else "serving the recording"
@@ -158,18 +188,39 @@ class ProxyServer:
         finally:
             await self.recorder.skip(step.number)
 
+    def _choose_fault(self, wire: WireFormat, path: str, body: dict[str, Any]) -> FaultNote | None:
+        if self.faults is None:
+            return None
+        last = last_message_text(wire, body)
+        return self.faults.choose(self.engine.next_step, path, last)
+
     async def _replay(self, step: ServedStep, body: dict[str, Any], replay: Replay) -> web.StreamResponse:
         recorded = replay.exchange.response
         model = replay.exchange.metadata.model or _model_of(recorded.body)
         log.info("step %d: replayed", step.number)
-        status, headers = recorded.status_code, recorded.headers
-        if body.get("stream") is True and status < 400:
-            events, offsets = recorded.events, recorded.event_offsets_ms
-            if events is None:
-                events = step.wire.to_events(recorded.body if isinstance(recorded.body, dict) else {}, body)
-            source = EventSource(events, offsets, self.config.replay_timing_factor)
-            return await step.send_stream(status, headers, source, body, model)
-        return await step.send_json(status, headers, orjson.dumps(recorded.body), body, model)
+        factor = 1.0
+        if step.fault is None and (recorded_fault := replay.exchange.metadata.fault) is not None:
+            step.fault = recorded_fault.model_copy(update={"replayed": True})
+            factor = self.config.replay_timing_factor
+            if isinstance(recorded_fault.spec, ResetFault):
+                return await serve_in_place(step, step.fault, body)
+        faults = Injector(step, factor)
+        try:
+            await faults.delay()
+            status, headers = recorded.status_code, recorded.headers
+            if body.get("stream") is True and status < 400 and not isinstance(recorded.body, str):
+                events, offsets = recorded.events, recorded.event_offsets_ms
+                if events is None:
+                    events = step.wire.to_events(
+                        recorded.body if isinstance(recorded.body, dict) else {}, body
+                    )
+                source = faults.events(EventSource(events, offsets, self.config.replay_timing_factor))
+                return await step.send_stream(status, headers, source, body, model)
+            payload = recorded_payload(recorded.body)
+            return await faults.deliver(await step.send_json(status, headers, payload, body, model))
+        finally:
+            if faults.broken and step.fault is not None and not step.fault.replayed:
+                self.engine.serve_again(replay)  # a plan's fault broke it: the agent's retry gets it again
 
     async def _live(self, step: ServedStep, body: dict[str, Any]) -> web.StreamResponse:
         upstream = self.config.upstream
@@ -184,6 +235,8 @@ class ProxyServer:
         step.upstream_format = upstream_wire.name if translation else None
         url = upstream.base_url.rstrip("/") + upstream_wire.upstream_path
         log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
+        faults = Injector(step)
+        await faults.delay()
         headers = upstream_wire.upstream_headers(upstream.api_key, step.request.headers)
         try:
             response = await self._session.post(
@@ -196,6 +249,7 @@ class ProxyServer:
             if response.content_type == "text/event-stream":
                 source: EventSource = UpstreamEvents(response)
                 source = translation.events(source, sent) if translation else source
+                source = faults.events(source)
                 return await step.send_stream(response.status, headers, source, sent, sent.get("model"))
             try:
                 payload = await response.read()
@@ -203,7 +257,7 @@ class ProxyServer:
                 return await self._unreachable(step, sent, f"upstream {url} broke off: {exc!r}")
         payload = translation.response_payload(response.status, payload) if translation else payload
         model = _model_of(parse_json(payload)) or sent.get("model")
-        return await step.send_json(response.status, headers, payload, sent, model)
+        return await faults.deliver(await step.send_json(response.status, headers, payload, sent, model))
 
     async def _unreachable(self, step: ServedStep, sent: dict[str, Any], error: str) -> web.StreamResponse:
         log.error("step %d: %s", step.number, error)
@@ -249,13 +303,19 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     Raises:
         FileNotFoundError: `config.replay_path` does not exist.
         TrajectoryFormatError: the replayed trajectory is corrupt (the message names file and line).
+        FaultPlanError: `config.faults_path` is missing or not a valid fault plan (named in the message).
         ProxyConfigError: nothing to serve (neither replay nor upstream), or cut_index is out of range.
         OSError: the trajectory cannot be opened or the port cannot be bound.
     """
     engine = _engine_for(config)
+    faults = (
+        None
+        if config.faults_path is None
+        else FaultSelector(load_plan(config.faults_path), config.fault_seed)
+    )
     recorder = Recorder(config.trajectory_path, fsync=config.fsync_each_exchange)
     recorder.open()
-    server = ProxyServer(config, engine, recorder)
+    server = ProxyServer(config, engine, recorder, faults)
     # An agent that hangs up (killed at its timeout) cancels its request: the response it never
     # received is not recorded. Shutdown does not wait for requests still in flight.
     runner = web.AppRunner(

@@ -213,8 +213,14 @@ class Turn:
     """Stream chunks received (1 for a non-streamed answer)."""
 
 
-def ask(client: openai.OpenAI, messages: list[dict[str, Any]], *, stream: bool) -> Turn:
-    """One chat completion through `client`, as an agent would make it."""
+def ask(client: openai.OpenAI, messages: list[dict[str, Any]], *, stream: bool, attempts: int = 1) -> Turn:
+    """One chat completion through `client`, as an agent would make it; a connection broken
+    mid-stream (which the SDK does not retry) is retried up to `attempts` times in all."""
+    for _ in range(attempts - 1):
+        try:
+            return ask(client, messages, stream=stream)
+        except openai.APIConnectionError:
+            continue
     params: Any = messages
     if stream:
         return _ask_streamed(client, params)

@@ -123,3 +123,25 @@ def test_a_request_in_another_format_diverges() -> None:
     decision = engine.decide({"model": "m", "input": "Do it."}, "openai-responses")
     assert isinstance(decision, Replay) and decision.divergence is not None
     assert decision.divergence.field == "api_format" and decision.divergence.classification == "agent_changed"
+
+
+def test_injected_faults_take_steps_but_consume_no_recording() -> None:
+    exchanges = recorded(2)
+    engine = ReplayEngine(exchanges, cut_index=2, has_live_upstream=True)
+    assert engine.replaying and engine.inject() == 0  # e.g. a 429 in place of step 0's answer
+    assert engine.decide(request(0)) == Replay(1, exchanges[0], None)
+    assert engine.decide(request(1)) == Replay(2, exchanges[1], None)
+    assert not engine.replaying and engine.inject() == 3
+    assert engine.decide(request(2)) == Live(4)
+    assert (engine.served_replayed, engine.served_live, engine.injected) == (2, 1, 2)
+
+
+def test_a_replayed_step_broken_by_a_fault_is_served_again() -> None:
+    exchanges = recorded(2)
+    engine = ReplayEngine(exchanges, cut_index=2, has_live_upstream=False, divergence_policy="strict")
+    broken = engine.decide(request(0))
+    assert isinstance(broken, Replay)
+    engine.serve_again(broken)  # a cut mid-way: the agent retries the same request
+    assert engine.decide(request(0)) == Replay(1, exchanges[0], None)
+    assert engine.decide(request(1)) == Replay(2, exchanges[1], None)
+    assert engine.decide(request(2)) == Exhausted(3)
