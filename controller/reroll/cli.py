@@ -56,7 +56,6 @@ OnDivergenceOption = Annotated[
         "(abort), cutover (go live) [default: warn].",
     ),
 ]
-T = TypeVar("T")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -309,6 +308,17 @@ def job(
         typer.Option(help="Resume the job folder RESUME (its job.json); skips finished rollouts."),
     ] = None,
     sandbox: SandboxOption = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(help="Where rollouts run: asyncio (this process) or ray [default: asyncio]."),
+    ] = None,
+    max_starting: Annotated[
+        int | None,
+        typer.Option(help="Rollouts starting (model server, proxy, sandbox) at once [default: 4]."),
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="--executor ray: cluster to join [default: a local instance].")
+    ] = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary."""
     from reroll.jobfile import job_spec, load_job_file, load_saved_spec
@@ -324,6 +334,9 @@ def job(
         "timeout_seconds": timeout,
         "name": job_name,
         "sandbox": sandbox,
+        "executor": executor,
+        "max_starting": max_starting,
+        "ray_address": ray_address,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:

@@ -13,7 +13,8 @@ and ``reroll branch`` (`reroll.branching`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -59,6 +60,7 @@ async def run_task(
     sandbox: str = "local",
     console: Console | None = None,
     run_name: str | None = None,
+    start_gate: asyncio.Semaphore | None = None,
 ) -> RolloutOutcome:
     """Record one rollout of `agent_name` on the task at `task_path` (``reroll run``).
 
@@ -72,6 +74,7 @@ async def run_task(
         sandbox: sandbox backend.
         console: where progress goes [default: nowhere].
         run_name: the run folder's name [default: ``<task>__<random id>``].
+        start_gate: held while the model server, proxy and sandbox start (see `RolloutPlan`).
 
     Returns:
         The new run folder (``jobs_dir/job_name/run_name``) and its result.
@@ -106,6 +109,7 @@ async def run_task(
         run_dir=run_dir,
         config=config,
         sandbox_backend=sandbox,
+        start_gate=start_gate,
     )
     console.print(f"run folder: {run_dir}")
     return RolloutOutcome(run_dir, await execute_rollout(plan, console))
@@ -124,6 +128,7 @@ async def continue_run(
     replay_only: bool = False,
     sandbox: str | None = None,
     console: Console | None = None,
+    start_gate: asyncio.Semaphore | None = None,
 ) -> RolloutOutcome:
     """Continue a recorded run (``reroll continue``); see the module docstring.
 
@@ -141,6 +146,7 @@ async def continue_run(
         replay_only: stop at the cut point (no live model, no verifier).
         sandbox: sandbox backend [default: the original's].
         console: where progress goes [default: nowhere].
+        start_gate: held while the model server, proxy and sandbox start (see `RolloutPlan`).
 
     Returns:
         The new run folder and its result.
@@ -181,7 +187,7 @@ async def continue_run(
     where = "" if at is None else f", cut at {checkpoint.cut_index} (--at {at})"
     console.print(f"continuing {original.path} ({checkpoint.status}, {recorded} recorded exchanges{where})")
     console.print(f"run folder: {run_dir}")
-    return RolloutOutcome(run_dir, await execute_rollout(plan, console))
+    return RolloutOutcome(run_dir, await execute_rollout(replace(plan, start_gate=start_gate), console))
 
 
 @dataclass(frozen=True)
