@@ -25,7 +25,8 @@ def test_registry_errors_say_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None
     # ray not installed: importing it fails, and the error names the extra to install.
     monkeypatch.setitem(sys.modules, "ray", None)
     monkeypatch.delitem(sys.modules, "reroll.ray_executor", raising=False)
-    with pytest.raises(JobError, match=r"executor 'ray' needs a missing package .*pip install 'reroll\[ray\]'"):
+    missing = r"executor 'ray' needs a missing package .*pip install 'reroll\[ray\]'"
+    with pytest.raises(JobError, match=missing):
         create_executor("ray", ExecutorOptions(2, 1))
 
 

@@ -51,7 +51,7 @@ async def test_ray_job_gives_the_same_summary_and_resumes(tmp_path: Path, exampl
     assert comparable(on_ray) == comparable(in_process)
     assert on_ray.totals.status_counts == {"ok": 4}
     assert on_ray.totals.exchanges > 0 and on_ray.totals.tokens > 0
-    # Every rollout ran in a Ray worker, not in this process.
+    # (That rollouts really run in Ray workers is shown by the lost-worker test below.)
     saved = json.loads((tmp_path / "ray" / "job.json").read_text())
     assert saved["executor"] == "ray"
 
@@ -77,8 +77,10 @@ def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
         "pid=$(awk '{print $4}' /proc/$pid/stat); done; sleep 30; fi",
     )
     done = subprocess.run(
-        [REROLL, "job", "--task", str(task), "--agent", "oracle", "--executor", "ray"]
-        + ["--job-name", "k", "--concurrency", "1", "--max-retries", "1"],
+        [
+            *(REROLL, "job", "--task", str(task), "--agent", "oracle", "--executor", "ray"),
+            *("--job-name", "k", "--concurrency", "1", "--max-retries", "1"),
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
