@@ -42,6 +42,15 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local.")]
+ExecutorOption = Annotated[
+    str | None, typer.Option(help="Where rollouts run: asyncio (this process) or ray [default: asyncio].")
+]
+MaxStartingOption = Annotated[
+    int | None, typer.Option(help="Rollouts starting (model server, proxy, sandbox) at once [default: 4].")
+]
+RayAddressOption = Annotated[
+    str | None, typer.Option(help="--executor ray: cluster to join [default: a local instance].")
+]
 TasksDirOption = Annotated[
     Path | None, typer.Option(help="Folder holding the task [default: the recorded task_path].")
 ]
@@ -163,9 +172,13 @@ def continue_(
         bool, typer.Option("--all", help="RUN_FOLDER is a job folder: continue each of its timed-out runs.")
     ] = False,
     concurrency: Annotated[int, typer.Option(help="With --all: continuations at once.")] = 4,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify."""
     if all_runs:
+        from reroll.jobfile import DEFAULT_MAX_STARTING
         from reroll.jobs import continue_job
 
         if output is not None or replay_only or at is not None:
@@ -183,6 +196,9 @@ def continue_(
                 tasks_dir=tasks_dir,
                 sandbox=sandbox,
                 divergence_policy=_divergence_policy(on_divergence, strict_divergence),
+                executor=executor or "asyncio",
+                max_starting=DEFAULT_MAX_STARTING if max_starting is None else max_starting,
+                ray_address=ray_address,
             )
         )
         return
@@ -308,17 +324,9 @@ def job(
         typer.Option(help="Resume the job folder RESUME (its job.json); skips finished rollouts."),
     ] = None,
     sandbox: SandboxOption = None,
-    executor: Annotated[
-        str | None,
-        typer.Option(help="Where rollouts run: asyncio (this process) or ray [default: asyncio]."),
-    ] = None,
-    max_starting: Annotated[
-        int | None,
-        typer.Option(help="Rollouts starting (model server, proxy, sandbox) at once [default: 4]."),
-    ] = None,
-    ray_address: Annotated[
-        str | None, typer.Option(help="--executor ray: cluster to join [default: a local instance].")
-    ] = None,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary."""
     from reroll.jobfile import job_spec, load_job_file, load_saved_spec
