@@ -44,6 +44,15 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local or docker.")]
+ExecutorOption = Annotated[
+    str | None, typer.Option(help="Where rollouts run: asyncio (this process) or ray [default: asyncio].")
+]
+MaxStartingOption = Annotated[
+    int | None, typer.Option(help="Rollouts starting (model server, proxy, sandbox) at once [default: 4].")
+]
+RayAddressOption = Annotated[
+    str | None, typer.Option(help="--executor ray: cluster to join [default: a local instance].")
+]
 TasksDirOption = Annotated[
     Path | None, typer.Option(help="Folder holding the task [default: the recorded task_path].")
 ]
@@ -198,12 +207,16 @@ def continue_(
     concurrency: Annotated[int, typer.Option(help="With --all: continuations at once.")] = 4,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
 
     Faults recorded in the run are reproduced where they happened; --faults injects new ones."""
     used = _faults(faults, fault_seed)
     if all_runs:
+        from reroll.jobfile import DEFAULT_MAX_STARTING
         from reroll.jobs import continue_job
 
         if output is not None or replay_only or at is not None or used is not None:
@@ -222,6 +235,9 @@ def continue_(
                 tasks_dir=tasks_dir,
                 sandbox=sandbox,
                 divergence_policy=_divergence_policy(on_divergence, strict_divergence),
+                executor=executor or "asyncio",
+                max_starting=DEFAULT_MAX_STARTING if max_starting is None else max_starting,
+                ray_address=ray_address,
             )
         )
         return
@@ -348,6 +364,9 @@ def job(
         typer.Option(help="Resume the job folder RESUME (its job.json); skips finished rollouts."),
     ] = None,
     sandbox: SandboxOption = None,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary."""
     from reroll.jobfile import job_spec, load_job_file, load_saved_spec
@@ -363,6 +382,9 @@ def job(
         "timeout_seconds": timeout,
         "name": job_name,
         "sandbox": sandbox,
+        "executor": executor,
+        "max_starting": max_starting,
+        "ray_address": ray_address,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:

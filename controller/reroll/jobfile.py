@@ -9,9 +9,12 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     repeats: 2
     timeout_seconds: 120     # agent budget [default: each task's]
     concurrency: 4           # rollouts at once
+    max_starting: 4          # rollouts starting (model server, proxy, sandbox) at once
     max_retries: 2           # extra attempts for an infrastructure failure
     retry_backoff_seconds: 1 # wait before retry k: backoff x 2^(k-1)
     sandbox: local
+    executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.executors
+    ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
 
 CLI flags of ``reroll job`` override the file's values field by field. The resolved spec is
 saved as ``job.json`` in the job folder, so ``reroll job --resume JOB_DIR`` needs nothing else.
@@ -29,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll.errors import JobError
 
 JOB_SPEC_FILE = "job.json"
+DEFAULT_MAX_STARTING = 4
+"""Default bound on rollouts in their start-up phase at once (see `JobSpec.max_starting`)."""
 
 
 class JobSpec(BaseModel):
@@ -56,6 +61,15 @@ class JobSpec(BaseModel):
     """Wait before the k-th retry: ``retry_backoff_seconds * 2 ** (k - 1)`` seconds."""
     sandbox: str = "local"
     """Sandbox backend."""
+    max_starting: int = Field(default=DEFAULT_MAX_STARTING, ge=1)
+    """Most rollouts in their start-up phase (model server, LLM proxy, sandbox start) at once,
+    so that many rollouts starting together on few cores stay within the 30 s start-up
+    timeouts (asyncio executor; under Ray the cluster's CPUs bound it)."""
+    executor: str = "asyncio"
+    """Where rollouts run: ``asyncio`` (this process) or ``ray`` (one Ray task per attempt)."""
+    ray_address: str | None = None
+    """``ray`` executor: the cluster to join (``auto``, ``ray://host:10001``); None starts a
+    local Ray instance for the job."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:

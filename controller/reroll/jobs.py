@@ -15,6 +15,11 @@ sandbox did not start or died: `reroll.errors.InfrastructureError`) runs again, 
 timeout or an agent error is an outcome, never retried. The failed attempt's folder is moved to
 ``_attempts/``, so the rollout's name always holds its last attempt.
 
+Executors (`reroll.executors`): each attempt runs on the job's executor — ``asyncio`` (this
+process, the default) or ``ray`` (one Ray task per attempt). Retries, backoff, resume, the
+progress bar and the summary are this module's, the same for every executor; an attempt the
+executor lost (a Ray worker died) is retried like an infrastructure failure.
+
 Resume: running a job into an existing job folder skips every rollout whose folder holds a
 complete result.json (status and ``finished_at`` set); a folder without one (the job was
 interrupted there) is moved to ``_attempts/`` and the rollout runs again.
@@ -45,8 +50,9 @@ from rich.progress import (
 )
 
 from reroll.agents import get_agent
-from reroll.errors import JobError, RerollError
-from reroll.jobfile import JOB_SPEC_FILE, JobSpec
+from reroll.errors import InfrastructureError, JobError, RerollError
+from reroll.executors import Attempt, Executor, ExecutorOptions, create_executor
+from reroll.jobfile import DEFAULT_MAX_STARTING, JOB_SPEC_FILE, JobSpec
 from reroll.jobreport import (
     SUMMARY_FILE,
     JobSummary,
@@ -59,7 +65,7 @@ from reroll.jobreport import (
 )
 from reroll.llm_proxy import DivergencePolicy
 from reroll.models import parse_model
-from reroll.resume import RolloutOutcome, continue_run, run_task
+from reroll.resume import continue_run, run_task
 from reroll.runfolder import RunConfig, now_iso, write_json
 from reroll.sandbox.base import BACKENDS
 from reroll.tasks import load_task
@@ -132,10 +138,17 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         The summary, as written to summary.json.
 
     Raises:
-        TaskError, AgentError, ModelError, JobError: bad input, before anything runs.
+        TaskError, AgentError, ModelError, JobError: bad input (an unknown executor, or one
+            whose package is missing, included), before anything runs.
+        InfrastructureError: the executor could not start (e.g. Ray).
     """
     planned = plan_rollouts(spec)
+    executor = create_executor(
+        spec.executor,
+        ExecutorOptions(spec.concurrency, spec.max_starting, spec.ray_address),
+    )
     name = spec.name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
+    jobs_dir = jobs_dir.resolve()  # attempts may run in other processes (Ray workers)
     job_dir = jobs_dir / name
     saved = spec.model_copy(update={"name": name})
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -149,9 +162,10 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             )
         if folder.exists():
             _set_aside(folder, job_dir, "interrupted")
-
-        def attempt() -> Awaitable[RolloutOutcome]:
-            return run_task(
+        attempt = Attempt(
+            folder,
+            partial(
+                run_task,
                 rollout.task_path,
                 agent_name=rollout.agent,
                 model=rollout.model,
@@ -159,11 +173,11 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
                 jobs_dir=jobs_dir,
                 job_name=name,
                 sandbox=spec.sandbox,
-                console=Console(quiet=True),
                 run_name=rollout.name,
-            )
-
+            ),
+        )
         return await _with_retries(
+            executor,
             attempt,
             job_dir,
             max_retries=spec.max_retries,
@@ -171,9 +185,8 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             identity=(rollout.name, rollout.task, rollout.agent, rollout.model),
         )
 
-    return await _run_all(
-        [partial(one, rollout) for rollout in planned], job_dir, job_dir, spec.concurrency, console
-    )
+    async with executor:
+        return await _run_all([partial(one, rollout) for rollout in planned], job_dir, job_dir, console)
 
 
 async def continue_job(
@@ -188,6 +201,9 @@ async def continue_job(
     divergence_policy: DivergencePolicy = "warn",
     max_retries: int = 2,
     retry_backoff_seconds: float = 1.0,
+    executor: str = "asyncio",
+    max_starting: int = DEFAULT_MAX_STARTING,
+    ray_address: str | None = None,
 ) -> JobSummary:
     """Continue every timed-out rollout of the job in `job_dir` (``reroll continue JOB_DIR --all``).
 
@@ -201,14 +217,17 @@ async def continue_job(
         model, timeout_seconds, tasks_dir, sandbox, divergence_policy: as for
             `reroll.resume.continue_run`.
         max_retries, retry_backoff_seconds: as in `JobSpec`, for infrastructure failures.
+        executor, max_starting, ray_address: as in `JobSpec`.
 
     Raises:
-        JobError: `job_dir` is not a folder, or `concurrency` < 1.
+        JobError: `job_dir` is not a folder, `concurrency` or `max_starting` < 1, or the executor
+            is unknown or its package missing.
+        InfrastructureError: the executor could not start (e.g. Ray).
     """
     if not job_dir.is_dir():
         raise JobError(f"job folder not found: {job_dir}")
-    if concurrency < 1:
-        raise JobError(f"concurrency must be at least 1, got {concurrency}")
+    runner = create_executor(executor, ExecutorOptions(concurrency, max_starting, ray_address))
+    job_dir = job_dir.resolve()
     output = job_dir / CONTINUED_DIR
     folders = _run_folders(job_dir)
     if not folders:
@@ -225,11 +244,12 @@ async def continue_job(
             )
         if target.exists():
             _set_aside(target, output, "interrupted")
-
-        def attempt() -> Awaitable[RolloutOutcome]:
-            return continue_run(
+        attempt = Attempt(
+            target,
+            partial(
+                continue_run,
                 original,
-                tasks_dir=tasks_dir,
+                tasks_dir=tasks_dir.resolve() if tasks_dir else None,
                 model=model,
                 timeout_seconds=timeout_seconds,
                 output=output,
@@ -237,10 +257,10 @@ async def continue_job(
                 divergence_policy=divergence_policy,
                 replay_only=False,
                 sandbox=sandbox,
-                console=Console(quiet=True),
-            )
-
+            ),
+        )
         return await _with_retries(
+            runner,
             attempt,
             output,
             max_retries=max_retries,
@@ -249,9 +269,8 @@ async def continue_job(
         )
 
     output.mkdir(exist_ok=True)
-    return await _run_all(
-        [partial(one, folder) for folder in timed_out], job_dir, output, concurrency, console
-    )
+    async with runner:
+        return await _run_all([partial(one, folder) for folder in timed_out], job_dir, output, console)
 
 
 def _run_folders(job_dir: Path) -> list[Path]:
@@ -265,33 +284,34 @@ def _status(folder: Path) -> str:
 
 
 async def _with_retries(
-    attempt: Callable[[], Awaitable[RolloutOutcome]],
+    executor: Executor,
+    attempt: Attempt,
     parent: Path,
     *,
     max_retries: int,
     backoff_seconds: float,
     identity: tuple[str, str, str, str | None],
 ) -> RolloutSummary:
-    """Run `attempt` until it ends other than by an infrastructure error, or retries run out.
+    """Run `attempt` on `executor` until it ends other than by an infrastructure error (of the
+    rollout, or of the executor that lost it), or retries run out.
 
     `identity` is the rollout's (name, task, agent, model) for its summary.
     """
-    name, task, agent, model = identity
+    _, task, agent, model = identity
     retried_errors: list[str] = []
     for number in range(1, max_retries + 2):
         try:
-            outcome = await attempt()
+            outcome = await executor.run(attempt)
+        except InfrastructureError as exc:  # the executor lost the attempt
+            if number > max_retries:
+                return _error_summary(identity, exc, number, retried_errors)
+            retried_errors.append(str(exc))
+            if attempt.run_dir.exists():
+                _set_aside(attempt.run_dir, parent, f"attempt{number}")
+            await asyncio.sleep(backoff_seconds * 2 ** (number - 1))
+            continue
         except RerollError as exc:  # bad input found late (e.g. a task deleted meanwhile)
-            return RolloutSummary(
-                name=name,
-                task=task,
-                agent=agent,
-                model=model,
-                status="error",
-                error_category=type(exc).__name__,
-                error=str(exc),
-                attempts=number,
-            )
+            return _error_summary(identity, exc, number, retried_errors)
         retry = outcome.result.error_category == "infrastructure" and number <= max_retries
         if not retry:
             return summarise_rollout(
@@ -306,6 +326,25 @@ async def _with_retries(
         _set_aside(outcome.run_dir, parent, f"attempt{number}")
         await asyncio.sleep(backoff_seconds * 2 ** (number - 1))
     raise AssertionError("unreachable: the last attempt always returns")
+
+
+def _error_summary(
+    identity: tuple[str, str, str, str | None], exc: RerollError, attempts: int, retried_errors: list[str]
+) -> RolloutSummary:
+    """The summary of a rollout whose last attempt raised `exc` instead of leaving a result."""
+    name, task, agent, model = identity
+    category = "infrastructure" if isinstance(exc, InfrastructureError) else type(exc).__name__
+    return RolloutSummary(
+        name=name,
+        task=task,
+        agent=agent,
+        model=model,
+        status="error",
+        error_category=category,
+        error=str(exc),
+        attempts=attempts,
+        retried_errors=retried_errors,
+    )
 
 
 def _set_aside(folder: Path, parent: Path, reason: str) -> None:
@@ -324,25 +363,22 @@ async def _run_all(
     jobs: list[Callable[[], Awaitable[RolloutSummary]]],
     job_dir: Path,
     summary_dir: Path,
-    concurrency: int,
     console: Console,
 ) -> JobSummary:
-    """Run `jobs` with at most `concurrency` at once under a progress bar; write and print the summary."""
+    """Run `jobs` (each bounded by its executor) under a progress bar; write and print the summary."""
     started_at, started = now_iso(), time.monotonic()
-    gate = asyncio.Semaphore(concurrency)
     counts: Counter[str] = Counter()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as progress:
         bar = progress.add_task(_progress_text(counts), total=len(jobs))
 
-        async def gated(job: Callable[[], Awaitable[RolloutSummary]]) -> RolloutSummary:
-            async with gate:
-                summary = await job()
+        async def tracked(job: Callable[[], Awaitable[RolloutSummary]]) -> RolloutSummary:
+            summary = await job()
             counts[summary.status] += 1
             progress.update(bar, advance=1, description=_progress_text(counts))
             return summary
 
-        rollouts = await asyncio.gather(*(gated(job) for job in jobs))
+        rollouts = await asyncio.gather(*(tracked(job) for job in jobs))
     summary = JobSummary(
         job=job_dir.name,
         path=str(job_dir.resolve()),

@@ -4,6 +4,12 @@ Each is a Python module run as ``python -m MODULE ... --ready-file F``; it write
 to F once it listens. `ChildProcess` starts one, waits for that file, and stops the process
 explicitly (SIGTERM, then SIGKILL after a grace period) — never from a finaliser. On Linux a
 child also dies with the controller (``PR_SET_PDEATHSIG``), even when the controller is SIGKILLed.
+
+The death signal is set by util-linux ``setpriv --pdeathsig KILL``, which then execs the child,
+not by a ``preexec_fn``: a ``preexec_fn`` runs Python (and every ``os.register_at_fork``
+handler, e.g. filelock's, which ray imports) in the forked child of a multi-threaded
+controller, and such children crashed at start (SIGSEGV, SIGABRT) when many rollouts started at
+once. Without ``setpriv`` the ``preexec_fn`` is the fallback.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import sys
 import time
@@ -69,6 +76,13 @@ class ChildProcess:
         """
         self.ready_file.unlink(missing_ok=True)
         argv = [sys.executable, "-m", self.module, *self.args, "--ready-file", str(self.ready_file)]
+        preexec = None
+        if sys.platform == "linux":
+            setpriv = shutil.which("setpriv")
+            if setpriv is not None:
+                argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+            else:
+                preexec = _die_with_parent
         with open(self.log_path, "ab") as log:
             self._process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -76,7 +90,7 @@ class ChildProcess:
                 stdout=log,
                 stderr=log,
                 env=self.env,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=preexec,
             )
         deadline = time.monotonic() + ready_timeout_seconds
         while not self.ready_file.exists():
@@ -133,6 +147,6 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """Run in the child before exec: the kernel SIGKILLs it when the controller dies (Linux), so a
-    killed controller leaves no proxy, model server or sidecar behind."""
+    """Run in the child before exec where ``setpriv`` is missing: the kernel SIGKILLs it when the
+    controller dies (Linux), so a killed controller leaves no proxy, model server or sidecar behind."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -13,7 +13,8 @@ and ``reroll branch`` (`reroll.branching`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -61,6 +62,7 @@ async def run_task(
     console: Console | None = None,
     run_name: str | None = None,
     faults: FaultsUsed | None = None,
+    start_gate: asyncio.Semaphore | None = None,
 ) -> RolloutOutcome:
     """Record one rollout of `agent_name` on the task at `task_path` (``reroll run``).
 
@@ -75,6 +77,7 @@ async def run_task(
         console: where progress goes [default: nowhere].
         run_name: the run folder's name [default: ``<task>__<random id>``].
         faults: the fault plan the proxy injects (`reroll.llm_proxy.faults_used`), or None.
+        start_gate: held while the model server, proxy and sandbox start (see `RolloutPlan`).
 
     Returns:
         The new run folder (``jobs_dir/job_name/run_name``) and its result.
@@ -110,6 +113,7 @@ async def run_task(
         run_dir=run_dir,
         config=config,
         sandbox_backend=sandbox,
+        start_gate=start_gate,
     )
     console.print(f"run folder: {run_dir}")
     return RolloutOutcome(run_dir, await execute_rollout(plan, console))
@@ -129,6 +133,7 @@ async def continue_run(
     sandbox: str | None = None,
     console: Console | None = None,
     faults: FaultsUsed | None = None,
+    start_gate: asyncio.Semaphore | None = None,
 ) -> RolloutOutcome:
     """Continue a recorded run (``reroll continue``); see the module docstring.
 
@@ -148,6 +153,7 @@ async def continue_run(
         console: where progress goes [default: nowhere].
         faults: the fault plan the proxy injects, or None; recorded faults are replayed as they
             were either way.
+        start_gate: held while the model server, proxy and sandbox start (see `RolloutPlan`).
 
     Returns:
         The new run folder and its result.
@@ -189,7 +195,7 @@ async def continue_run(
     where = "" if at is None else f", cut at {checkpoint.cut_index} (--at {at})"
     console.print(f"continuing {original.path} ({checkpoint.status}, {recorded} recorded exchanges{where})")
     console.print(f"run folder: {run_dir}")
-    return RolloutOutcome(run_dir, await execute_rollout(plan, console))
+    return RolloutOutcome(run_dir, await execute_rollout(replace(plan, start_gate=start_gate), console))
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ class RolloutPlan:
     config: RunConfig
     sandbox_backend: str = "local"
     replay: ReplayPlan | None = None
+    start_gate: asyncio.Semaphore | None = None
+    """Held while the model server, LLM proxy and sandbox start (a job bounds how many rollouts
+    start at once, so start-up timeouts are not hit when many start together); None: no bound."""
 
 
 @dataclass
@@ -90,21 +93,24 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
             sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
             proxy = None
-            if plan.agent.api_format != "none":
-                upstream = None
-                if plan.live_model is not None:
-                    upstream = await stack.enter_async_context(live_upstream(plan.live_model, harness_dir))
-                proxy = LlmProxy(
-                    workdir=harness_dir,
-                    trajectory_path=plan.run_dir / TRAJECTORY,
-                    upstream=upstream,
-                    replay=plan.replay,
-                    listen_host=await sandbox.host_address(),
-                    faults=plan.config.faults,
-                )
-                await stack.enter_async_context(proxy)
-            console.print(f"[dim]starting {plan.sandbox_backend} sandbox[/dim]")
-            await sandbox.start()
+            async with plan.start_gate or contextlib.nullcontext():
+                if plan.agent.api_format != "none":
+                    upstream = None
+                    if plan.live_model is not None:
+                        upstream = await stack.enter_async_context(
+                            live_upstream(plan.live_model, harness_dir)
+                        )
+                    proxy = LlmProxy(
+                        workdir=harness_dir,
+                        trajectory_path=plan.run_dir / TRAJECTORY,
+                        upstream=upstream,
+                        replay=plan.replay,
+                        listen_host=await sandbox.host_address(),
+                        faults=plan.config.faults,
+                    )
+                    await stack.enter_async_context(proxy)
+                console.print(f"[dim]starting {plan.sandbox_backend} sandbox[/dim]")
+                await sandbox.start()
             env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)
             baseline = await take_baseline(sandbox, plan.task.spec.verifier.hardening, env)

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench/jobs.py [--rollouts 32] [--concurrency 32]
         [--agent mini-swe-agent|oracle] [--task examples/tasks/hello-file] [--max-retries 2]
+        [--max-starting 4] [--executor asyncio|ray]
 
 Runs the job in this process (`reroll.jobs.run_job`) with the bundled scripted model, in the
 `local` sandbox, into a temporary jobs dir, while sampling every 0.2 s the resident memory
@@ -20,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
-from reroll.jobfile import JobSpec
+from reroll.jobfile import DEFAULT_MAX_STARTING, JobSpec
 from reroll.jobs import run_job
 from rich.console import Console
 
@@ -62,6 +63,8 @@ async def bench(args: argparse.Namespace, jobs_dir: Path) -> int:
         repeats=args.rollouts,
         concurrency=args.concurrency,
         max_retries=args.max_retries,
+        max_starting=args.max_starting,
+        executor=args.executor,
     )
     sampler = TreeSampler()
     sampling = asyncio.create_task(sampler.run())
@@ -72,7 +75,8 @@ async def bench(args: argparse.Namespace, jobs_dir: Path) -> int:
     counts = summary.totals.status_counts
     seconds = [r.total_seconds or 0.0 for r in summary.rollouts]
     print(f"rollouts:          {len(summary.rollouts)} ({args.agent}, scripted model, local sandbox)")
-    print(f"concurrency:       {args.concurrency} on {psutil.cpu_count()} cores")
+    print(f"concurrency:       {args.concurrency} on {psutil.cpu_count()} cores, executor {args.executor}")
+    print(f"max starting:      {args.max_starting}")
     print(f"status counts:     {counts}")
     print(f"errors:            {counts.get('error', 0) + counts.get('unknown', 0)}")
     print(f"retries:           {summary.totals.retries} (infrastructure failures retried)")
@@ -94,6 +98,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--agent", default="mini-swe-agent")
     parser.add_argument("--max-retries", type=int, default=2)
+    parser.add_argument("--max-starting", type=int, default=DEFAULT_MAX_STARTING)
+    parser.add_argument("--executor", default="asyncio")
     parser.add_argument("--task", type=Path, default=ROOT / "examples" / "tasks" / "hello-file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-bench-") as jobs_dir:
