@@ -30,3 +30,15 @@ def docker_images() -> str:
     )
     assert done.returncode == 0, f"scripts/build-images failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+def labelled_containers(run_id: str) -> list[str]:
+    """Names of the containers, running or not, labelled ``reroll.run_id=<run_id>``."""
+    done = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=reroll.run_id={run_id}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import labelled_containers
+
 REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
 RECORD_TIMEOUT_SECONDS = 40
@@ -37,18 +39,6 @@ def only_folder(path: Path) -> Path:
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def labelled_containers(run_id: str) -> list[str]:
-    """Names of the containers, running or not, labelled with `run_id` (none for `local`)."""
-    done = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=reroll.run_id={run_id}", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.split()
 
 
 def trajectory(folder: Path) -> list[dict]:

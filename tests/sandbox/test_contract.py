@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,8 @@ from reroll.sandbox.base import Sandbox, create_sandbox
 from reroll.sandbox.sidecar_client import SidecarError
 from reroll.tasks import Task
 from reroll.verify import verify
+
+from tests.conftest import labelled_containers
 
 # Prints {relative path: [type, mode, content or link target]} of a tree, run inside the sandbox.
 TREE_SCRIPT = r"""
@@ -54,17 +55,6 @@ async def sh(sandbox: Sandbox, script: str, **kwargs: object) -> str:
 
 async def tree(sandbox: Sandbox, root: str) -> dict[str, list[object]]:
     return json.loads(await sh(sandbox, f"python3 -c '{TREE_SCRIPT}' {root}"))
-
-
-def containers_labelled(run_id: str) -> list[str]:
-    done = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=reroll.run_id={run_id}", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.split()
 
 
 async def test_exec_streams_output_exit_code_and_environment(sandbox: Sandbox) -> None:
@@ -197,13 +187,13 @@ async def test_stop_leaves_nothing_behind(backend: str, task: Task, run_id: str)
     await sh(sandbox, f"nohup sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}")
     root = Path(sandbox.layout.root)
     if backend == "docker":
-        assert len(containers_labelled(run_id)) == 1
+        assert len(labelled_containers(run_id)) == 1
     else:
         host_pid = int((await sandbox.client.get_file(pid_file)).decode())
     await sandbox.stop()
     await sandbox.stop()  # twice is fine
     if backend == "docker":
-        assert containers_labelled(run_id) == []
+        assert labelled_containers(run_id) == []
     else:
         assert not root.exists()
         assert (

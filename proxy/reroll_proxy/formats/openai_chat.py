@@ -21,12 +21,8 @@ from reroll_proxy.formats.normal import NormalRequest
 from reroll_proxy.sse import DONE, SseEvent, json_payloads, pieces
 
 
-class OpenAIChat:
-    """The Chat Completions `reroll_proxy.formats.WireFormat`."""
-
-    name: Final = "openai-chat"
-    paths = ("/v1/chat/completions", "/chat/completions")
-    upstream_path = "/chat/completions"
+class OpenAIAuthAndErrors:
+    """What OpenAI's APIs share: bearer auth upstream and one error body shape."""
 
     def upstream_headers(self, api_key: str | None, agent_headers: Mapping[str, str]) -> dict[str, str]:
         """``Authorization: Bearer KEY`` (nothing without a key)."""
@@ -35,6 +31,14 @@ class OpenAIChat:
     def error_body(self, kind: str, message: str) -> bytes:
         """``{"error": {"message", "type": kind, "param": null, "code": kind}}``."""
         return openai_error_body(kind, message)
+
+
+class OpenAIChat(OpenAIAuthAndErrors):
+    """The Chat Completions `reroll_proxy.formats.WireFormat`."""
+
+    name: Final = "openai-chat"
+    paths = ("/v1/chat/completions", "/chat/completions")
+    upstream_path = "/chat/completions"
 
     def is_terminal(self, event: SseEvent) -> bool:
         """``data: [DONE]``."""

@@ -17,14 +17,14 @@ items) gives one message per item: ``message`` items by role, ``function_call`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final
 
 import orjson
 
 from reroll_proxy.formats import normal
 from reroll_proxy.formats.normal import NormalRequest
-from reroll_proxy.formats.openai_chat import bearer_headers, openai_error_body
+from reroll_proxy.formats.openai_chat import OpenAIAuthAndErrors
 from reroll_proxy.sse import SseEvent, json_payloads, pieces
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
@@ -32,20 +32,12 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "respo
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text"})
 
 
-class OpenAIResponses:
+class OpenAIResponses(OpenAIAuthAndErrors):
     """The OpenAI Responses `reroll_proxy.formats.WireFormat`."""
 
     name: Final = "openai-responses"
     paths = ("/v1/responses", "/responses")
     upstream_path = "/responses"
-
-    def upstream_headers(self, api_key: str | None, agent_headers: Mapping[str, str]) -> dict[str, str]:
-        """``Authorization: Bearer KEY`` (nothing without a key)."""
-        return bearer_headers(api_key)
-
-    def error_body(self, kind: str, message: str) -> bytes:
-        """``{"error": {"message", "type": kind, "param": null, "code": kind}}``."""
-        return openai_error_body(kind, message)
 
     def is_terminal(self, event: SseEvent) -> bool:
         """One of `TERMINAL_EVENTS`."""
