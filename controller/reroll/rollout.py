@@ -21,7 +21,6 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.errors import AgentError, InfrastructureError, RerollError
-from reroll.hardening import take_baseline
 from reroll.llm_proxy import LlmProxy, ProxyStatus, ReplayPlan
 from reroll.models import ModelSpec, live_upstream
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
@@ -29,7 +28,7 @@ from reroll.sandbox.base import Sandbox, create_sandbox
 from reroll.sandbox.files import upload_dir, workspace_manifest
 from reroll.sandbox.sidecar_client import SidecarError
 from reroll.tasks import Task
-from reroll.verify import verify
+from reroll.verify import prepare, verify
 
 INSTALL_TIMEOUT_SECONDS = 900.0
 POLL_SECONDS = 0.25
@@ -113,7 +112,7 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                 await sandbox.start()
             env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)
-            baseline = await take_baseline(sandbox, plan.task.spec.verifier.hardening, env)
+            await prepare(sandbox, plan.task, env)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
             outcome = await _run_agent(sandbox, plan, proxy, env, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
@@ -126,7 +125,7 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
             _apply_outcome(result, outcome, plan)
             if outcome.stop_reason is None:
                 console.print("[dim]verifying[/dim]")
-                verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier", baseline)
+                verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier")
                 result.rewards = verdict.rewards
                 result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     except (RerollError, SidecarError) as exc:

@@ -1,26 +1,33 @@
 """The verifier: score the workspace the agent left behind with the task's test script.
 
-Order: harden (`reroll.hardening`: kill the agent's processes, undo planted build config and
-start-up hooks), delete any reward file the agent wrote, upload the verifier folder, run
-``test.sh`` as a script inside it in a clean environment, then read
-``<logs>/verifier/reward.txt`` (one float) or ``reward.json`` (an object of numbers), the wire
-formats BenchFlow and Harbor use. What hardening did goes to ``verifier/hardening.json``.
+The hardening lives in the sidecar (``reroll_sidecar.verify``; the PrepareVerify and Verify
+RPCs); this module is its host side. `prepare`, before the agent runs, records the baseline
+(start-up hooks, a snapshot of them and of the build-config files) with the task's hardening
+options. `verify` uploads the verifier folder, then one Verify RPC kills the agent's processes,
+undoes planted build config and start-up hooks, deletes old reward files, runs ``test.sh`` in a
+clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or ``reward.json`` (an
+object of numbers), the wire formats BenchFlow and Harbor use. The run folder's ``verifier/``
+gets ``hardening.json`` (what hardening did), ``test-stdout.txt`` / ``test-stderr.txt`` (written
+as the script runs) and the reward file as written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from reroll.errors import VerifierError
-from reroll.hardening import Baseline, harden, verifier_env
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.files import upload_dir
+from reroll.sandbox.sidecar_client import VerifyBaseline
 from reroll.tasks import Task
+
+TEST_SCRIPT = "test.sh"
+OUTPUT_TAIL_CHARS = 1500
+"""How much of the end of the test script's output a VerifierError quotes."""
 
 
 @dataclass(frozen=True)
@@ -32,83 +39,73 @@ class Verdict:
     duration_seconds: float
 
 
-async def verify(
-    sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path, baseline: Baseline | None
-) -> Verdict:
-    """Run the task's verifier in `sandbox` and parse its reward.
+async def prepare(sandbox: Sandbox, task: Task, env: dict[str, str]) -> VerifyBaseline:
+    """Record the verification baseline in `sandbox` before the agent runs; `verify` needs it.
 
     Args:
-        sandbox: the started sandbox, agent finished or stopped.
+        sandbox: the started sandbox, agent installed but not yet run.
+        task: the task whose ``verifier.hardening`` options apply.
+        env: the base environment of sandbox processes (its PATH finds ``python3``).
+
+    Raises:
+        SidecarError: the scan or the snapshot failed, or the sidecar is unreachable.
+    """
+    layout = sandbox.layout
+    return await sandbox.client.prepare_verify(
+        workspace=layout.workspace,
+        home=layout.home,
+        agent_user=layout.agent_user,
+        hardening=task.spec.verifier.hardening,
+        env=env,
+    )
+
+
+async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
+    """Run the task's verifier in `sandbox`, hardened as `prepare` recorded, and parse its reward.
+
+    Args:
+        sandbox: the started sandbox, agent finished or stopped, `prepare` done before the agent.
         task: the task whose ``test.sh`` scores the run.
         env: the base environment of sandbox processes.
         output_dir: host folder (the run folder's ``verifier/``) for the test output and reward file.
-        baseline: what `take_baseline` recorded before the agent ran (None: nothing to undo).
 
     Raises:
-        VerifierError: no reward file, or one that does not parse; the message carries the end
-            of the test script's output.
+        VerifierError: the test script is missing (the message names it), timed out, or left no
+            valid reward file; the message carries the end of the script's output.
+        SidecarError: the sidecar failed or died (an infrastructure error).
     """
     started = time.monotonic()
-    client = sandbox.client
     layout = sandbox.layout
-    options = task.spec.verifier.hardening
-    report = await harden(sandbox, options, baseline, env)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
-    reward_dir = f"{layout.logs_dir}/verifier"
-    await client.exec(
-        ["rm", "-f", f"{reward_dir}/reward.txt", f"{reward_dir}/reward.json"], inherit_env=False
-    )
     verifier_dir = layout.path(task.verifier_mount)
-    await upload_dir(client, task.verifier_dir, verifier_dir)
-    result = await client.exec(
-        ["sh", "-c", "chmod +x test.sh && exec ./test.sh"],
-        cwd=verifier_dir,
-        env=verifier_env(sandbox, options, env, verifier_dir),
-        inherit_env=False,
-        timeout_seconds=task.spec.verifier.timeout_sec,
-    )
-    (output_dir / "test-stdout.txt").write_bytes(result.stdout)
-    (output_dir / "test-stderr.txt").write_bytes(result.stderr)
-    tail = result.output_text()[-1500:]
-    if result.timed_out:
-        raise VerifierError(f"verifier timed out after {task.spec.verifier.timeout_sec:.0f} s:\n{tail}")
-    rewards = await _read_rewards(sandbox, reward_dir, output_dir, tail)
-    return Verdict(rewards=rewards, duration_seconds=time.monotonic() - started)
-
-
-async def _read_rewards(sandbox: Sandbox, reward_dir: str, output_dir: Path, tail: str) -> dict[str, float]:
-    client = sandbox.client
-    try:
-        text = (await client.get_file(f"{reward_dir}/reward.txt")).decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        pass
-    else:
-        (output_dir / "reward.txt").write_text(text)
-        try:
-            value = float(text.strip())
-        except ValueError:
-            raise VerifierError(f"reward.txt holds {text.strip()[:80]!r}, not a number") from None
-        return {"reward": _finite(value, "reward.txt")}
-    try:
-        raw = (await client.get_file(f"{reward_dir}/reward.json")).decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise VerifierError(
-            f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json; test output:\n{tail}"
-        ) from None
-    (output_dir / "reward.json").write_text(raw)
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise VerifierError(f"reward.json is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in data.values()
+    await upload_dir(sandbox.client, task.verifier_dir, verifier_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with (
+        (output_dir / "test-stdout.txt").open("wb") as out,
+        (output_dir / "test-stderr.txt").open("wb") as err,
     ):
-        raise VerifierError('reward.json must be an object of numbers, e.g. {"reward": 1.0}')
-    return {key: _finite(float(value), "reward.json") for key, value in data.items()}
+        files = {"stdout": out, "stderr": err}
 
+        def write(name: str, chunk: bytes) -> None:
+            files[name].write(chunk)
 
-def _finite(value: float, source: str) -> float:
-    if not math.isfinite(value):
-        raise VerifierError(f"{source} holds {value}, not a finite number")
-    return value
+        try:
+            outcome = await sandbox.client.verify(
+                verifier_dir=verifier_dir,
+                script=TEST_SCRIPT,
+                reward_dir=f"{layout.logs_dir}/verifier",
+                env=env,
+                timeout_seconds=task.spec.verifier.timeout_sec,
+                on_output=write,
+            )
+        except FileNotFoundError as exc:
+            raise VerifierError(f"task {task.name}: {exc}") from exc
+    report = dataclasses.asdict(outcome.hardening)
+    (output_dir / "hardening.json").write_text(json.dumps(report, indent=2))
+    tail = outcome.output_text()[-OUTPUT_TAIL_CHARS:]
+    if outcome.timed_out:
+        raise VerifierError(f"verifier timed out after {task.spec.verifier.timeout_sec:.0f} s:\n{tail}")
+    if outcome.reward_file:
+        (output_dir / outcome.reward_file).write_bytes(outcome.reward_content)
+    if outcome.reward_error:
+        raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
+    return Verdict(rewards=outcome.rewards, duration_seconds=time.monotonic() - started)

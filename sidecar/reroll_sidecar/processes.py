@@ -115,6 +115,25 @@ def kill_user_processes(uid: int) -> int:
     return killed
 
 
+def kill_user(groups: ProcessGroups, user: str) -> tuple[int, int]:
+    """SIGKILL the Exec process groups of `user` (empty: of every user) and, when the sidecar is
+    root and `user` is another, non-root user, every process of that user.
+
+    Returns:
+        ``(groups signalled, other processes signalled)``.
+
+    Raises:
+        KeyError: `user` has no passwd entry (checked only when the sidecar is root).
+    """
+    killed_groups = groups.kill(user)
+    killed_processes = 0
+    if user and os.geteuid() == 0:
+        uid = pwd.getpwnam(user).pw_uid
+        if uid not in (0, os.geteuid()):
+            killed_processes = kill_user_processes(uid)
+    return killed_groups, killed_processes
+
+
 def child_env(inherit: bool, overrides: Mapping[str, str]) -> dict[str, str]:
     """The child's environment: `overrides` alone, or the sidecar's own updated by them."""
     return {**os.environ, **overrides} if inherit else dict(overrides)

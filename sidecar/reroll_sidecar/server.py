@@ -1,4 +1,4 @@
-"""The sidecar's gRPC service (health, exec, files, kill) and the server that hosts it."""
+"""The sidecar's gRPC service (health, exec, files, kill, snapshots, verify) and the server that hosts it."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 from reroll_sidecar import __version__, processes
 from reroll_sidecar.auth import BearerTokenInterceptor
 from reroll_sidecar.snapshots import SnapshotError, SnapshotStore
+from reroll_sidecar.verify import Verifier, VerifyError
 
 FILE_CHUNK_BYTES = 1024 * 1024
 """The largest file chunk GetFile sends."""
@@ -72,12 +73,13 @@ class SidecarService(pb_grpc.SidecarServicer):
 
     Args:
         groups: where Exec records the process groups it starts, and Kill finds them.
-        snapshots: where Snapshot and Restore keep their snapshots.
+        snapshots: where Snapshot and Restore keep their snapshots (and Verify its baseline).
     """
 
     def __init__(self, groups: processes.ProcessGroups, snapshots: SnapshotStore) -> None:
         self.groups = groups
         self.snapshots = snapshots
+        self.verifier = Verifier(groups, snapshots)
         self.user = processes.user_name(os.geteuid())
 
     async def Health(
@@ -178,15 +180,10 @@ class SidecarService(pb_grpc.SidecarServicer):
         self, request: pb.KillRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.KillResponse:
         """SIGKILL the Exec process groups of a user (or all), and as root every process of that user."""
-        killed_groups = self.groups.kill(request.user)
-        killed_processes = 0
-        if request.user and os.geteuid() == 0:
-            try:
-                uid = pwd.getpwnam(request.user).pw_uid
-            except KeyError:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")
-            if uid not in (0, os.geteuid()):
-                killed_processes = processes.kill_user_processes(uid)
+        try:
+            killed_groups, killed_processes = processes.kill_user(self.groups, request.user)
+        except KeyError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")
         log.info(
             "kill %s: %d groups, %d other processes", request.user or "all", killed_groups, killed_processes
         )
@@ -214,7 +211,35 @@ class SidecarService(pb_grpc.SidecarServicer):
         log.info("restore %s: %s", request.name, paths)
         return pb.RestoreResponse(paths=paths)
 
+    async def PrepareVerify(
+        self, request: pb.PrepareVerifyRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.PrepareVerifyResponse:
+        """Record the verification baseline; see `Verifier.prepare`."""
+        try:
+            baseline = await self.verifier.prepare(request)
+        except VerifyError as exc:
+            await context.abort(_VERIFY_CODES[exc.kind], str(exc))
+        return pb.PrepareVerifyResponse(hooks=baseline.hooks, snapshot_paths=baseline.snapshot_paths)
 
+    async def Verify(
+        self, request: pb.VerifyRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> AsyncIterator[pb.VerifyEvent]:
+        """Harden, run the test script and read its reward; see `Verifier.verify`."""
+        log.info("verify %s/%s", request.verifier_dir, request.script)
+        try:
+            async with contextlib.aclosing(self.verifier.verify(request)) as events:
+                async for event in events:
+                    yield event
+        except VerifyError as exc:
+            await context.abort(_VERIFY_CODES[exc.kind], str(exc))
+
+
+_VERIFY_CODES = {
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "precondition": grpc.StatusCode.FAILED_PRECONDITION,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+    "failed": grpc.StatusCode.INTERNAL,
+}
 _SNAPSHOT_CODES = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "not_found": grpc.StatusCode.NOT_FOUND,

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from reroll.errors import SandboxError
-from reroll.hardening import take_baseline
+from reroll.errors import SandboxError, VerifierError
 from reroll.rollout import sandbox_env
 from reroll.sandbox.base import Sandbox, create_sandbox
 from reroll.sandbox.sidecar_client import SidecarError
-from reroll.tasks import Task
-from reroll.verify import verify
+from reroll.tasks import Task, load_task
+from reroll.verify import prepare, verify
 
 from tests.conftest import labelled_containers
 
@@ -149,24 +149,155 @@ async def test_restore_of_an_unknown_snapshot_or_bad_name_fails_clearly(sandbox:
         await sandbox.snapshot("../escape")
 
 
+ENV_TEST_SH = """#!/bin/sh
+# Prints who runs it and its environment; reward 1.
+echo "user=$(id -un)"
+env
+echo 1 > "${REROLL_LOGS_DIR:-/logs}/verifier/reward.txt"
+"""
+
+PLANT_SCRIPT = (
+    "printf '[tool.pytest.ini_options]\\naddopts = \"-p cheat\"\\n' > pyproject.toml && "
+    "echo 'import os' > sitecustomize.py && mkdir -p deep/er && echo x > deep/er/conftest.py && "
+    "mkdir -p $HOME/.local/lib && echo 'import os' > $HOME/.local/lib/cheat.pth"
+)
+"""Run as the agent in the workspace: a build-config file and start-up hooks the baseline lacks."""
+
+
+def make_task(root: Path, test_sh: str, verifier: dict[str, object] | None = None) -> Task:
+    """A task in `root` whose verifier runs `test_sh`, with the `verifier` section given."""
+    front = {"name": "probe", "verifier": {"timeout_sec": 30, **(verifier or {})}}
+    (root / "verifier").mkdir(parents=True)
+    (root / "task.md").write_text(f"---\n{json.dumps(front)}\n---\nProbe the verifier.\n")
+    (root / "verifier" / "test.sh").write_text(test_sh)
+    return load_task(root)
+
+
+def script_env(output_dir: Path) -> dict[str, str]:
+    """The environment the test script printed (ENV_TEST_SH), with ``user`` for who ran it."""
+    lines = (output_dir / "test-stdout.txt").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+async def planted(sandbox: Sandbox) -> list[str]:
+    """The files PLANT_SCRIPT creates that still exist (paths relative to the sandbox)."""
+    workspace, home = sandbox.layout.workspace, sandbox.layout.home
+    candidates = [
+        f"{workspace}/pyproject.toml",
+        f"{workspace}/sitecustomize.py",
+        f"{workspace}/deep/er/conftest.py",
+        f"{home}/.local/lib/cheat.pth",
+    ]
+    found = []
+    for path in candidates:
+        try:
+            await sandbox.client.get_file(path)
+        except FileNotFoundError:
+            continue
+        found.append(path)
+    return found
+
+
 async def test_verify_scores_the_workspace_and_undoes_planted_hooks(
     sandbox: Sandbox, task: Task, tmp_path: Path
 ) -> None:
     env = sandbox_env(sandbox)
-    baseline = await take_baseline(sandbox, task.spec.verifier.hardening, env)
+    await sh(sandbox, "echo 'import os' > conftest.py && echo 'keep = 1' > setup.cfg")  # task-owned
+    baseline = await prepare(sandbox, task, env)
+    workspace = sandbox.layout.workspace
+    assert f"{workspace}/conftest.py" in baseline.hooks
+    assert f"{workspace}/setup.cfg" in baseline.snapshot_paths
     agent = {"user": sandbox.layout.agent_user, "env": env}
-    await sh(
-        sandbox, "printf 'Hello, reroll!\\n' > hello.txt && echo 'import os' > sitecustomize.py", **agent
-    )
+    await sh(sandbox, "printf 'Hello, reroll!\\n' > hello.txt && echo 'gamed' > setup.cfg", **agent)
+    await sh(sandbox, f"{PLANT_SCRIPT} && echo 'import sys' > conftest.py", **agent)
     await sh(sandbox, "nohup sleep 300 >/dev/null 2>&1 & echo $! > bg.pid", **agent)
-    verdict = await verify(sandbox, task, env, tmp_path / "verifier", baseline)
+    verdict = await verify(sandbox, task, env, tmp_path / "verifier")
     assert verdict.rewards == {"reward": 1.0}
+    assert (tmp_path / "verifier" / "reward.txt").read_text() == "1\n"
     report = json.loads((tmp_path / "verifier" / "hardening.json").read_text())
-    assert report["deleted"] == [f"{sandbox.layout.workspace}/sitecustomize.py"]
-    alive = await sandbox.client.exec(["sh", "-c", ALIVE_SCRIPT], cwd=sandbox.layout.workspace)
+    assert sorted(report["deleted"]) == sorted(
+        [
+            f"{workspace}/sitecustomize.py",
+            f"{workspace}/deep/er/conftest.py",
+            f"{sandbox.layout.home}/.local/lib/cheat.pth",
+        ]
+    )
+    assert f"{workspace}/pyproject.toml" in report["restored"] and report["killed_groups"] >= 1
+    assert await planted(sandbox) == []
+    assert await sandbox.client.get_file(f"{workspace}/setup.cfg") == b"keep = 1\n"
+    assert await sandbox.client.get_file(f"{workspace}/conftest.py") == b"import os\n", "restored"
+    alive = await sandbox.client.exec(["sh", "-c", ALIVE_SCRIPT], cwd=workspace)
     assert alive.exit_code != 0, "the agent's background process survived verification"
     await sh(sandbox, "rm hello.txt")
-    assert (await verify(sandbox, task, env, tmp_path / "again", baseline)).rewards == {"reward": 0.0}
+    assert (await verify(sandbox, task, env, tmp_path / "again")).rewards == {"reward": 0.0}
+
+
+async def test_verify_runs_the_script_in_a_clean_environment(sandbox: Sandbox, tmp_path: Path) -> None:
+    task = make_task(tmp_path / "task", ENV_TEST_SH, {"hardening": {"pytest_plugins": ["myplugin"]}})
+    env = sandbox_env(sandbox)
+    await prepare(sandbox, task, env)
+    polluted = {**env, "PYTHONPATH": "/evil", "PYTHONHOME": "/evil", "PYTEST_ADDOPTS": "-p evil"}
+    await verify(sandbox, task, polluted, tmp_path / "out")
+    seen = script_env(tmp_path / "out")
+    verifier_dir = sandbox.layout.path("verifier")
+    assert "PYTHONPATH" not in seen and "PYTHONHOME" not in seen
+    assert seen["PATH"] == env["PATH"]
+    assert (
+        seen["PYTEST_ADDOPTS"] == f"-c /dev/null --confcutdir={verifier_dir} -p no:cacheprovider -p myplugin"
+    )
+    assert seen["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and seen["PYTHONNOUSERSITE"] == "1"
+    assert seen["REROLL_VERIFIER_DIR"] == verifier_dir
+    if sandbox.layout.agent_user:  # a container: root, not the agent, with root's HOME
+        assert seen["user"] == "root" and seen["HOME"] == "/root"
+
+
+async def test_verify_honours_the_tasks_opt_outs(sandbox: Sandbox, tmp_path: Path) -> None:
+    off = {
+        "restore_build_config": False,
+        "delete_injected_hooks": False,
+        "pytest_addopts": False,
+        "plugin_autoload": True,
+    }
+    task = make_task(tmp_path / "task", ENV_TEST_SH, {"hardening": off})
+    env = sandbox_env(sandbox)
+    baseline = await prepare(sandbox, task, env)
+    assert baseline.hooks == [] and baseline.snapshot_paths == []
+    await sh(sandbox, PLANT_SCRIPT, user=sandbox.layout.agent_user, env=env)
+    await sh(sandbox, "nohup sleep 300 >/dev/null 2>&1 & echo $! > bg.pid", user=sandbox.layout.agent_user)
+    await verify(sandbox, task, env, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "hardening.json").read_text())
+    assert report["restored"] == [] and report["deleted"] == []
+    assert len(await planted(sandbox)) == 4, "opted out: the planted files stay"
+    seen = script_env(tmp_path / "out")
+    assert "PYTEST_ADDOPTS" not in seen and "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in seen
+    alive = await sandbox.client.exec(["sh", "-c", ALIVE_SCRIPT], cwd=sandbox.layout.workspace)
+    assert alive.exit_code != 0, "killing the agent's processes has no opt-out"
+
+
+async def test_verify_timeout_kills_the_scripts_process_group(sandbox: Sandbox, tmp_path: Path) -> None:
+    test_sh = '#!/bin/sh\nsleep 300 & echo $! > "${REROLL_WORKSPACE:-/app}/bg.pid"\nsleep 300\n'
+    task = make_task(tmp_path / "task", test_sh, {"timeout_sec": 1})
+    env = sandbox_env(sandbox)
+    await prepare(sandbox, task, env)
+    with pytest.raises(VerifierError, match="verifier timed out after 1 s"):
+        await verify(sandbox, task, env, tmp_path / "out")
+    alive = await sandbox.client.exec(["sh", "-c", ALIVE_SCRIPT], cwd=sandbox.layout.workspace)
+    assert alive.exit_code != 0, "the test script's background child survived the timeout"
+
+
+async def test_verify_names_a_missing_test_script(sandbox: Sandbox, tmp_path: Path) -> None:
+    task = make_task(tmp_path / "task", ENV_TEST_SH)
+    env = sandbox_env(sandbox)
+    await prepare(sandbox, task, env)
+    (task.verifier_dir / "test.sh").unlink()  # gone after the task was loaded
+    script = sandbox.layout.path("verifier/test.sh")
+    with pytest.raises(VerifierError, match=re.escape(f"test script {script} is missing")):
+        await verify(sandbox, task, env, tmp_path / "out")
+
+
+async def test_verify_without_prepare_fails_clearly(sandbox: Sandbox, task: Task, tmp_path: Path) -> None:
+    with pytest.raises(SidecarError, match=r"FAILED_PRECONDITION.*PrepareVerify must run before the agent"):
+        await verify(sandbox, task, sandbox_env(sandbox), tmp_path / "out")
 
 
 async def test_started_sandbox_is_ready_and_unstarted_one_refuses(

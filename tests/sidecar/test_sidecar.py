@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.sidecar_client import ExecExit, SidecarClient, SidecarError, SidecarUnavailable
+from reroll.sandbox.sidecar_client import (
+    ExecExit,
+    SidecarClient,
+    SidecarError,
+    SidecarUnavailable,
+    VerifyOutcome,
+)
+from reroll.tasks import HardeningOptions
 
 from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar
 
@@ -217,6 +224,9 @@ async def test_rpcs_without_the_right_token_are_unauthenticated(
             intruder.put_file(str(tmp_path / "pwned"), b"x"),
             intruder.get_file("/etc/hostname"),
             intruder.kill(),
+            intruder.verify(
+                verifier_dir=str(tmp_path), script="x", reward_dir="/", env={}, timeout_seconds=1
+            ),
         ]
         for call in calls:
             with pytest.raises(SidecarError, match="UNAUTHENTICATED"):
@@ -290,3 +300,105 @@ async def test_tcp_listen_on_port_zero(start_sidecar: StartSidecar) -> None:
     async with SidecarClient(sidecar.address, sidecar.token) as client:
         await client.wait_ready(timeout_seconds=10)
         assert (await client.exec(["echo", "tcp"])).stdout == b"tcp\n"
+
+
+async def verify_script(client: SidecarClient, root: Path, test_sh: str) -> VerifyOutcome:
+    """PrepareVerify for a sandbox laid out under `root`, then Verify with `test_sh` as the script."""
+    for sub in ("app", "home", "verifier", "logs"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    await client.prepare_verify(
+        workspace=str(root / "app"),
+        home=str(root / "home"),
+        agent_user="",
+        hardening=HardeningOptions(),
+        env={"PATH": os.environ["PATH"]},
+    )
+    (root / "verifier" / "test.sh").write_text(test_sh)
+    return await client.verify(
+        verifier_dir=str(root / "verifier"),
+        script="test.sh",
+        reward_dir=str(root / "logs"),
+        env={"PATH": os.environ["PATH"], "LOGS": str(root / "logs")},
+        timeout_seconds=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("write", "rewards", "error"),
+    [
+        ("echo 0.5 > $LOGS/reward.txt", {"reward": 0.5}, ""),
+        ("""echo '{"a": 1, "b": 0.25}' > $LOGS/reward.json""", {"a": 1.0, "b": 0.25}, ""),
+        ("echo 1 > $LOGS/reward.txt; echo '{}' > $LOGS/reward.json", {"reward": 1.0}, ""),
+        ("echo yes > $LOGS/reward.txt", {}, "reward.txt holds 'yes', not a number"),
+        ("echo nan > $LOGS/reward.txt", {}, "reward.txt holds nan, not a finite number"),
+        ("echo '[1]' > $LOGS/reward.json", {}, "reward.json must be an object of numbers"),
+        ("""echo '{"a": true}' > $LOGS/reward.json""", {}, "reward.json must be an object of numbers"),
+        ("echo '{' > $LOGS/reward.json", {}, "reward.json is not valid JSON"),
+        ("echo 'no reward'", {}, "the verifier wrote neither .*/logs/reward.txt nor reward.json"),
+    ],
+)
+async def test_verify_reads_and_checks_the_reward_file(
+    client: SidecarClient, tmp_path: Path, write: str, rewards: dict[str, float], error: str
+) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "reward.txt").write_text("1\n")  # an old one (or the agent's): deleted first
+    outcome = await verify_script(client, tmp_path, f"#!/bin/sh\n{write}\n")
+    assert (outcome.exit_code, outcome.timed_out) == (0, False)
+    assert outcome.rewards == rewards
+    assert re.match(error, outcome.reward_error) if error else outcome.reward_error == ""
+    if outcome.reward_file:
+        assert outcome.reward_content == (tmp_path / "logs" / outcome.reward_file).read_bytes()
+
+
+async def test_verify_streams_the_script_output_and_runs_scripts_without_a_shebang(
+    client: SidecarClient, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, bytes]] = []
+    outcome = await verify_script(client, tmp_path, "echo out; echo err >&2; pwd; exit 3\n")
+    assert outcome.stdout.decode().splitlines() == ["out", str(tmp_path / "verifier")]
+    assert (outcome.stderr, outcome.exit_code) == (b"err\n", 3)
+    assert outcome.hardening.killed_groups == 0
+    outcome = await client.verify(
+        verifier_dir=str(tmp_path / "verifier"),
+        script="test.sh",
+        reward_dir=str(tmp_path / "logs"),
+        env={},
+        timeout_seconds=30,
+        on_output=lambda name, chunk: seen.append((name, chunk)),
+    )
+    streamed = {
+        name: b"".join(chunk for kind, chunk in seen if kind == name) for name in ("stdout", "stderr")
+    }
+    assert streamed == {"stdout": outcome.stdout, "stderr": b"err\n"} and outcome.stdout.startswith(b"out\n")
+
+
+async def test_verify_of_a_missing_script_raises_file_not_found(
+    client: SidecarClient, tmp_path: Path
+) -> None:
+    await verify_script(client, tmp_path, "exit 0\n")
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"test script {tmp_path}/verifier/absent.sh is missing")
+    ):
+        await client.verify(
+            verifier_dir=str(tmp_path / "verifier"),
+            script="absent.sh",
+            reward_dir=str(tmp_path / "logs"),
+            env={},
+            timeout_seconds=30,
+        )
+
+
+async def test_verify_requests_need_absolute_paths(client: SidecarClient, tmp_path: Path) -> None:
+    with pytest.raises(SidecarError, match=r"INVALID_ARGUMENT.*workspace must be an absolute path"):
+        await client.prepare_verify(
+            workspace="app", home=str(tmp_path), agent_user="", hardening=HardeningOptions(), env={}
+        )
+    await verify_script(client, tmp_path, "exit 0\n")
+    with pytest.raises(SidecarError, match=r"INVALID_ARGUMENT.*reward_dir must be an absolute path"):
+        await client.verify(
+            verifier_dir=str(tmp_path / "verifier"),
+            script="test.sh",
+            reward_dir="logs",
+            env={},
+            timeout_seconds=1,
+        )

@@ -6,7 +6,7 @@ through it. gRPC errors are converted at this boundary::
     SidecarError (a SandboxError)   an RPC failed; the message names the RPC, the status and the details
     └── SidecarUnavailable          no connection, or the sidecar was not ready in time
 
-`get_file` raises the built-in FileNotFoundError for a missing file.
+`get_file` raises the built-in FileNotFoundError for a missing file, `verify` for a missing test script.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
 from reroll.errors import SandboxError
+from reroll.tasks import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
 FILE_DEADLINE_SECONDS = 120.0
@@ -30,6 +31,8 @@ KILL_DEADLINE_SECONDS = 30.0
 SNAPSHOT_DEADLINE_SECONDS = 660.0
 EXEC_DEADLINE_MARGIN_SECONDS = 30.0
 """Added to an Exec's own timeout for its RPC deadline, so the sidecar reports the timeout first."""
+VERIFY_DEADLINE_MARGIN_SECONDS = SNAPSHOT_DEADLINE_SECONDS
+"""Added to the test script's timeout for Verify's RPC deadline: hardening restores a snapshot."""
 FILE_CHUNK_BYTES = 1024 * 1024
 """The size of the chunks `put_file` sends."""
 
@@ -87,6 +90,47 @@ class ExecResult:
     """Whether the process group was killed because the timeout elapsed."""
     duration_seconds: float
     """Wall-clock time from the request to the exit, as the client saw it."""
+
+    def output_text(self) -> str:
+        """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""
+        return (self.stdout + self.stderr).decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class VerifyBaseline:
+    """What PrepareVerify recorded before the agent ran."""
+
+    hooks: list[str]
+    """Start-up hook files that existed (absolute paths in the sandbox)."""
+    snapshot_paths: list[str]
+    """What the baseline snapshot holds (build config and hooks); empty when none was needed."""
+
+
+@dataclass(frozen=True)
+class HardeningReport:
+    """What Verify's hardening did; the run folder's ``verifier/hardening.json``."""
+
+    killed_groups: int
+    restored: list[str]
+    deleted: list[str]
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """The outcome of `SidecarClient.verify`."""
+
+    hardening: HardeningReport
+    exit_code: int
+    """The test script's exit code, or the negative signal number (-9 after a timeout)."""
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+    reward_file: str
+    """``reward.txt`` or ``reward.json``, whichever the script wrote; empty: neither (or timed out)."""
+    reward_content: bytes
+    rewards: dict[str, float]
+    """Parsed from the reward file; empty when `reward_error` says why not."""
+    reward_error: str
 
     def output_text(self) -> str:
         """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""
@@ -409,3 +453,111 @@ class SidecarClient:
         except grpc.aio.AioRpcError as exc:
             _raise(exc, f"{self.address} Restore {name}")
         return list(response.paths)
+
+    async def prepare_verify(
+        self,
+        *,
+        workspace: str,
+        home: str,
+        agent_user: str,
+        hardening: HardeningOptions,
+        env: Mapping[str, str],
+    ) -> VerifyBaseline:
+        """Record the verification baseline before the agent runs (replacing an earlier one).
+
+        Args:
+            workspace: the agent's workspace; its build-config files are snapshotted.
+            home: the agent's HOME, scanned for start-up hooks.
+            agent_user: the agent's user; empty = the sidecar's own (local: no /tmp, no site dirs).
+            hardening: the task's hardening options, which the later `verify` applies.
+            env: the environment in which the sandbox's ``python3`` is found (PATH).
+
+        Raises:
+            SidecarError: the RPC failed (INTERNAL when a scan or the snapshot failed).
+        """
+        request = pb.PrepareVerifyRequest(
+            workspace=workspace,
+            home=home,
+            agent_user=agent_user,
+            hardening=pb.Hardening(**hardening.model_dump()),
+            env=dict(env),
+        )
+        try:
+            response = await self._rpc.PrepareVerify(
+                request, timeout=SNAPSHOT_DEADLINE_SECONDS, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, f"{self.address} PrepareVerify")
+        return VerifyBaseline(hooks=list(response.hooks), snapshot_paths=list(response.snapshot_paths))
+
+    async def verify(
+        self,
+        *,
+        verifier_dir: str,
+        script: str,
+        reward_dir: str,
+        env: Mapping[str, str],
+        timeout_seconds: float,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> VerifyOutcome:
+        """Harden the sandbox, run the test script and read its reward (see sidecar.proto, Verify).
+
+        Args:
+            verifier_dir: the folder in the sandbox holding the verifier's files; the script runs there.
+            script: the test script, relative to `verifier_dir` (``test.sh``).
+            reward_dir: where the script writes ``reward.txt`` or ``reward.json``.
+            env: the script's base environment; the sidecar cleans it and adds the hardening variables.
+            timeout_seconds: kill the script's process group after this long; 0 = no timeout.
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+
+        Raises:
+            FileNotFoundError: the test script is missing (the message names it).
+            SidecarError: the RPC failed, e.g. FAILED_PRECONDITION without `prepare_verify` before.
+            SidecarUnavailable: the sidecar cannot be reached or died.
+        """
+        request = pb.VerifyRequest(
+            verifier_dir=verifier_dir,
+            script=script,
+            reward_dir=reward_dir,
+            env=dict(env),
+            timeout_seconds=timeout_seconds,
+        )
+        deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
+        call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)
+        output: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        report = HardeningReport(killed_groups=0, restored=[], deleted=[])
+        result: pb.VerifyResult | None = None
+        try:
+            async for event in call:
+                kind = event.WhichOneof("event")
+                if kind == "hardening":
+                    hardening = event.hardening
+                    report = HardeningReport(
+                        hardening.killed_groups, list(hardening.restored), list(hardening.deleted)
+                    )
+                elif kind in ("stdout", "stderr"):
+                    chunk: bytes = getattr(event, kind)
+                    output[kind].append(chunk)
+                    if on_output is not None:
+                        on_output(kind, chunk)
+                elif kind == "result":
+                    result = event.result
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise FileNotFoundError(exc.details()) from exc
+            _raise(exc, f"{self.address} Verify {verifier_dir}/{script}")
+        finally:
+            call.cancel()  # a no-op after the end; stops the script when the caller was cancelled
+        if result is None:
+            raise SidecarError(f"sidecar {self.address} Verify: the stream ended without a result")
+        return VerifyOutcome(
+            hardening=report,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            stdout=b"".join(output["stdout"]),
+            stderr=b"".join(output["stderr"]),
+            reward_file=result.reward_file,
+            reward_content=result.reward_content,
+            rewards=dict(result.rewards),
+            reward_error=result.reward_error,
+        )

@@ -389,3 +389,329 @@ class RestoreResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RestoreResponse: _TypeAlias = RestoreResponse  # noqa: Y015
+
+@_typing.final
+class Hardening(_message.Message):
+    """Which anti-reward-hacking steps Verify applies (a task's `verifier.hardening`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_BUILD_CONFIG_FIELD_NUMBER: _builtins.int
+    DELETE_INJECTED_HOOKS_FIELD_NUMBER: _builtins.int
+    PYTEST_ADDOPTS_FIELD_NUMBER: _builtins.int
+    PLUGIN_AUTOLOAD_FIELD_NUMBER: _builtins.int
+    PYTEST_PLUGINS_FIELD_NUMBER: _builtins.int
+    restore_build_config: _builtins.bool
+    """Put the workspace's build-config files (pyproject.toml, setup.py, setup.cfg, pytest.ini,
+    .pytest.ini, tox.ini) back as they were at PrepareVerify.
+    """
+    delete_injected_hooks: _builtins.bool
+    """Delete conftest.py, sitecustomize.py, usercustomize.py and *.pth files created since
+    PrepareVerify (and restore the ones that existed then).
+    """
+    pytest_addopts: _builtins.bool
+    """Set PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"."""
+    plugin_autoload: _builtins.bool
+    """Let pytest autoload installed plugins (false: PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)."""
+    @_builtins.property
+    def pytest_plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Plugins loaded explicitly (`-p NAME` each, added to PYTEST_ADDOPTS)."""
+
+    def __init__(
+        self,
+        *,
+        restore_build_config: _builtins.bool = ...,
+        delete_injected_hooks: _builtins.bool = ...,
+        pytest_addopts: _builtins.bool = ...,
+        plugin_autoload: _builtins.bool = ...,
+        pytest_plugins: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete_injected_hooks", b"delete_injected_hooks", "plugin_autoload", b"plugin_autoload", "pytest_addopts", b"pytest_addopts", "pytest_plugins", b"pytest_plugins", "restore_build_config", b"restore_build_config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Hardening: _TypeAlias = Hardening  # noqa: Y015
+
+@_typing.final
+class PrepareVerifyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    HOME_FIELD_NUMBER: _builtins.int
+    AGENT_USER_FIELD_NUMBER: _builtins.int
+    HARDENING_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    workspace: _builtins.str
+    """The agent's workspace (absolute); its build-config files are snapshotted."""
+    home: _builtins.str
+    """The agent's HOME (absolute); scanned for start-up hooks."""
+    agent_user: _builtins.str
+    """The user the agent runs as; empty = the sidecar's own (then neither /tmp nor the
+    interpreter's site directories are scanned: they are not the sandbox's own).
+    """
+    @_builtins.property
+    def hardening(self) -> Global___Hardening: ...
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Environment in which `python3` is looked up (PATH) to find its site directories."""
+
+    def __init__(
+        self,
+        *,
+        workspace: _builtins.str = ...,
+        home: _builtins.str = ...,
+        agent_user: _builtins.str = ...,
+        hardening: Global___Hardening | None = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hardening", b"hardening"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_user", b"agent_user", "env", b"env", "hardening", b"hardening", "home", b"home", "workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareVerifyRequest: _TypeAlias = PrepareVerifyRequest  # noqa: Y015
+
+@_typing.final
+class PrepareVerifyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOOKS_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_PATHS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def hooks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The start-up hooks found (absolute paths), sorted."""
+
+    @_builtins.property
+    def snapshot_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the baseline snapshot holds; empty when nothing needed one."""
+
+    def __init__(
+        self,
+        *,
+        hooks: _abc.Iterable[_builtins.str] | None = ...,
+        snapshot_paths: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "snapshot_paths", b"snapshot_paths"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareVerifyResponse: _TypeAlias = PrepareVerifyResponse  # noqa: Y015
+
+@_typing.final
+class VerifyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    VERIFIER_DIR_FIELD_NUMBER: _builtins.int
+    SCRIPT_FIELD_NUMBER: _builtins.int
+    REWARD_DIR_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    verifier_dir: _builtins.str
+    """The folder holding the verifier's files (absolute); the script runs in it."""
+    script: _builtins.str
+    """The test script, relative to verifier_dir (e.g. "test.sh"); made executable and run."""
+    reward_dir: _builtins.str
+    """Where the script writes reward.txt or reward.json (absolute)."""
+    timeout_seconds: _builtins.float
+    """Kill the script's whole process group after this many seconds; 0 = no timeout."""
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The script's base environment (PATH and the sandbox's layout variables); Verify removes
+        PYTHONPATH and PYTHONHOME and adds the hardening variables. PATH defaults to the system's.
+        """
+
+    def __init__(
+        self,
+        *,
+        verifier_dir: _builtins.str = ...,
+        script: _builtins.str = ...,
+        reward_dir: _builtins.str = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "reward_dir", b"reward_dir", "script", b"script", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifyRequest: _TypeAlias = VerifyRequest  # noqa: Y015
+
+@_typing.final
+class VerifyEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HARDENING_FIELD_NUMBER: _builtins.int
+    STDOUT_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    stdout: _builtins.bytes
+    """A chunk of the script's standard output (at most 64 KiB)."""
+    stderr: _builtins.bytes
+    """A chunk of the script's standard error (at most 64 KiB)."""
+    @_builtins.property
+    def hardening(self) -> Global___HardeningReport:
+        """What hardening did; the first event."""
+
+    @_builtins.property
+    def result(self) -> Global___VerifyResult:
+        """The last event."""
+
+    def __init__(
+        self,
+        *,
+        hardening: Global___HardeningReport | None = ...,
+        stdout: _builtins.bytes = ...,
+        stderr: _builtins.bytes = ...,
+        result: Global___VerifyResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "hardening", b"hardening", "result", b"result", "stderr", b"stderr", "stdout", b"stdout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "hardening", b"hardening", "result", b"result", "stderr", b"stderr", "stdout", b"stdout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["hardening", "stdout", "stderr", "result"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___VerifyEvent: _TypeAlias = VerifyEvent  # noqa: Y015
+
+@_typing.final
+class HardeningReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KILLED_GROUPS_FIELD_NUMBER: _builtins.int
+    RESTORED_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    killed_groups: _builtins.int
+    """Process groups (and, as root, processes of the agent user) killed."""
+    @_builtins.property
+    def restored(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Paths put back from the baseline snapshot."""
+
+    @_builtins.property
+    def deleted(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Start-up hooks deleted."""
+
+    def __init__(
+        self,
+        *,
+        killed_groups: _builtins.int = ...,
+        restored: _abc.Iterable[_builtins.str] | None = ...,
+        deleted: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "killed_groups", b"killed_groups", "restored", b"restored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HardeningReport: _TypeAlias = HardeningReport  # noqa: Y015
+
+@_typing.final
+class VerifyResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class RewardsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    TIMED_OUT_FIELD_NUMBER: _builtins.int
+    REWARD_FILE_FIELD_NUMBER: _builtins.int
+    REWARD_CONTENT_FIELD_NUMBER: _builtins.int
+    REWARDS_FIELD_NUMBER: _builtins.int
+    REWARD_ERROR_FIELD_NUMBER: _builtins.int
+    exit_code: _builtins.int
+    """The script's exit code, or the negative signal number (-9 after a timeout)."""
+    timed_out: _builtins.bool
+    """Whether the script's process group was killed because timeout_seconds elapsed."""
+    reward_file: _builtins.str
+    """"reward.txt" or "reward.json", whichever the script wrote (reward.txt first); empty: none."""
+    reward_content: _builtins.bytes
+    """That file's content."""
+    reward_error: _builtins.str
+    """Why no rewards could be read (no file, not a number, not an object of finite numbers);
+    empty when `rewards` holds them. Not set after a timeout.
+    """
+    @_builtins.property
+    def rewards(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The rewards parsed from it: {"reward": x} for reward.txt, the object for reward.json."""
+
+    def __init__(
+        self,
+        *,
+        exit_code: _builtins.int = ...,
+        timed_out: _builtins.bool = ...,
+        reward_file: _builtins.str = ...,
+        reward_content: _builtins.bytes = ...,
+        rewards: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        reward_error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "reward_content", b"reward_content", "reward_error", b"reward_error", "reward_file", b"reward_file", "rewards", b"rewards", "timed_out", b"timed_out"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifyResult: _TypeAlias = VerifyResult  # noqa: Y015

@@ -70,6 +70,16 @@ class SidecarStub:
                 request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreRequest.SerializeToString,
                 response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreResponse.FromString,
                 _registered_method=True)
+        self.PrepareVerify = channel.unary_unary(
+                '/reroll.sidecar.v1.Sidecar/PrepareVerify',
+                request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.PrepareVerifyRequest.SerializeToString,
+                response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.PrepareVerifyResponse.FromString,
+                _registered_method=True)
+        self.Verify = channel.unary_stream(
+                '/reroll.sidecar.v1.Sidecar/Verify',
+                request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyRequest.SerializeToString,
+                response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyEvent.FromString,
+                _registered_method=True)
 
 
 class SidecarServicer:
@@ -131,6 +141,29 @@ class SidecarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareVerify(self, request, context):
+        """Before the agent runs: record the verification baseline (the Python start-up hooks that
+        exist now, and a snapshot of them and of the workspace's build-config files) and the
+        hardening options Verify applies. Replaces an earlier baseline.
+        INVALID_ARGUMENT: a relative workspace or home. INTERNAL: the scan or the snapshot failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Verify(self, request, context):
+        """Harden the sandbox against reward hacking, run the verifier's test script as the sidecar's
+        user in a clean environment and stream its output, then read the reward file. Hardening:
+        kill the agent user's processes and every Exec process group; restore the baseline
+        snapshot; delete start-up hooks that were not in the baseline; delete old reward files.
+        FAILED_PRECONDITION: no PrepareVerify before. NOT_FOUND: the test script is missing.
+        INVALID_ARGUMENT: a relative verifier_dir or reward_dir. The script's timeout kills its
+        process group and is reported in the result, not as an RPC error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +201,16 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Restore,
                     request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreRequest.FromString,
                     response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreResponse.SerializeToString,
+            ),
+            'PrepareVerify': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareVerify,
+                    request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.PrepareVerifyRequest.FromString,
+                    response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.PrepareVerifyResponse.SerializeToString,
+            ),
+            'Verify': grpc.unary_stream_rpc_method_handler(
+                    servicer.Verify,
+                    request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyRequest.FromString,
+                    response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -360,6 +403,60 @@ class Sidecar:
             '/reroll.sidecar.v1.Sidecar/Restore',
             reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreRequest.SerializeToString,
             reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.RestoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareVerify(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reroll.sidecar.v1.Sidecar/PrepareVerify',
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.PrepareVerifyRequest.SerializeToString,
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.PrepareVerifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Verify(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/reroll.sidecar.v1.Sidecar/Verify',
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyRequest.SerializeToString,
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,21 @@ class SidecarStub:
     """Put the snapshot's paths back exactly as saved: contents, modes, owners, symlinks; whatever
     was created under them since is deleted. NOT_FOUND: no snapshot of that name.
     """
+    PrepareVerify: _grpc.UnaryUnaryMultiCallable[_sidecar_pb2.PrepareVerifyRequest, _sidecar_pb2.PrepareVerifyResponse]
+    """Before the agent runs: record the verification baseline (the Python start-up hooks that
+    exist now, and a snapshot of them and of the workspace's build-config files) and the
+    hardening options Verify applies. Replaces an earlier baseline.
+    INVALID_ARGUMENT: a relative workspace or home. INTERNAL: the scan or the snapshot failed.
+    """
+    Verify: _grpc.UnaryStreamMultiCallable[_sidecar_pb2.VerifyRequest, _sidecar_pb2.VerifyEvent]
+    """Harden the sandbox against reward hacking, run the verifier's test script as the sidecar's
+    user in a clean environment and stream its output, then read the reward file. Hardening:
+    kill the agent user's processes and every Exec process group; restore the baseline
+    snapshot; delete start-up hooks that were not in the baseline; delete old reward files.
+    FAILED_PRECONDITION: no PrepareVerify before. NOT_FOUND: the test script is missing.
+    INVALID_ARGUMENT: a relative verifier_dir or reward_dir. The script's timeout kills its
+    process group and is reported in the result, not as an RPC error.
+    """
 
 @_typing.type_check_only
 class SidecarAsyncStub(SidecarStub):
@@ -88,6 +103,21 @@ class SidecarAsyncStub(SidecarStub):
     Restore: _aio.UnaryUnaryMultiCallable[_sidecar_pb2.RestoreRequest, _sidecar_pb2.RestoreResponse]  # type: ignore[assignment]
     """Put the snapshot's paths back exactly as saved: contents, modes, owners, symlinks; whatever
     was created under them since is deleted. NOT_FOUND: no snapshot of that name.
+    """
+    PrepareVerify: _aio.UnaryUnaryMultiCallable[_sidecar_pb2.PrepareVerifyRequest, _sidecar_pb2.PrepareVerifyResponse]  # type: ignore[assignment]
+    """Before the agent runs: record the verification baseline (the Python start-up hooks that
+    exist now, and a snapshot of them and of the workspace's build-config files) and the
+    hardening options Verify applies. Replaces an earlier baseline.
+    INVALID_ARGUMENT: a relative workspace or home. INTERNAL: the scan or the snapshot failed.
+    """
+    Verify: _aio.UnaryStreamMultiCallable[_sidecar_pb2.VerifyRequest, _sidecar_pb2.VerifyEvent]  # type: ignore[assignment]
+    """Harden the sandbox against reward hacking, run the verifier's test script as the sidecar's
+    user in a clean environment and stream its output, then read the reward file. Hardening:
+    kill the agent user's processes and every Exec process group; restore the baseline
+    snapshot; delete start-up hooks that were not in the baseline; delete old reward files.
+    FAILED_PRECONDITION: no PrepareVerify before. NOT_FOUND: the test script is missing.
+    INVALID_ARGUMENT: a relative verifier_dir or reward_dir. The script's timeout kills its
+    process group and is reported in the result, not as an RPC error.
     """
 
 class SidecarServicer(metaclass=_abc_1.ABCMeta):
@@ -156,6 +186,33 @@ class SidecarServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_sidecar_pb2.RestoreResponse, _abc.Awaitable[_sidecar_pb2.RestoreResponse]]:
         """Put the snapshot's paths back exactly as saved: contents, modes, owners, symlinks; whatever
         was created under them since is deleted. NOT_FOUND: no snapshot of that name.
+        """
+
+    @_abc_1.abstractmethod
+    def PrepareVerify(
+        self,
+        request: _sidecar_pb2.PrepareVerifyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sidecar_pb2.PrepareVerifyResponse, _abc.Awaitable[_sidecar_pb2.PrepareVerifyResponse]]:
+        """Before the agent runs: record the verification baseline (the Python start-up hooks that
+        exist now, and a snapshot of them and of the workspace's build-config files) and the
+        hardening options Verify applies. Replaces an earlier baseline.
+        INVALID_ARGUMENT: a relative workspace or home. INTERNAL: the scan or the snapshot failed.
+        """
+
+    @_abc_1.abstractmethod
+    def Verify(
+        self,
+        request: _sidecar_pb2.VerifyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sidecar_pb2.VerifyEvent], _abc.AsyncIterator[_sidecar_pb2.VerifyEvent]]:
+        """Harden the sandbox against reward hacking, run the verifier's test script as the sidecar's
+        user in a clean environment and stream its output, then read the reward file. Hardening:
+        kill the agent user's processes and every Exec process group; restore the baseline
+        snapshot; delete start-up hooks that were not in the baseline; delete old reward files.
+        FAILED_PRECONDITION: no PrepareVerify before. NOT_FOUND: the test script is missing.
+        INVALID_ARGUMENT: a relative verifier_dir or reward_dir. The script's timeout kills its
+        process group and is reported in the result, not as an RPC error.
         """
 
 def add_SidecarServicer_to_server(servicer: SidecarServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

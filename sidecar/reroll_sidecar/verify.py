@@ -1,0 +1,336 @@
+"""Verification with hardening (the PrepareVerify and Verify RPCs): undo what an agent may have
+planted to game the score, then run the verifier's test script and read its reward.
+
+`Verifier.prepare`, before the agent runs, records the Python start-up hooks that exist
+(``conftest.py``, ``sitecustomize.py``, ``usercustomize.py``, ``*.pth``) under the workspace, the
+agent's HOME and, in a container (an agent user is set), the scratch folders and the site
+directories of the sandbox's ``python3``; it snapshots them with the workspace's build-config
+files. `Verifier.verify` then:
+
+1. kills every process of the agent's user, then every process group Exec started;
+2. restores that snapshot: build-config edits are undone, build-config files the agent created
+   are deleted, the recorded hooks are put back;
+3. deletes every start-up hook that was not there before;
+4. deletes old reward files and runs the test script as the sidecar's user (root in a container)
+   in a clean environment: a fixed PATH, no PYTHONPATH, no user site, HOME of the sidecar's user
+   in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
+   and plugin autoloading off; a timeout kills the script's whole process group;
+5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers).
+
+Steps 2, 3 and the pytest variables can each be turned off per task (`pb.Hardening`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import pwd
+import stat
+from collections.abc import AsyncGenerator, Iterable
+from dataclasses import dataclass, field
+
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
+
+from reroll_sidecar import processes
+from reroll_sidecar.snapshots import SnapshotError, SnapshotStore
+
+BASELINE_SNAPSHOT = "reroll-pre-agent"
+BUILD_CONFIG_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "pytest.ini", ".pytest.ini", "tox.ini")
+"""Workspace files (top level) restored to their pre-agent state."""
+HOOK_FILES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
+"""Start-up hooks by name; every ``*.pth`` file is one too."""
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+"""Scanned for hooks in a container, where the agent can write there."""
+SKIPPED_DIRS = (".git", "node_modules")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The test script's PATH when the request sets none."""
+UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTEST_PLUGINS")
+"""Removed from the test script's environment."""
+REWARD_FILES = ("reward.txt", "reward.json")
+MAX_REWARD_BYTES = 1024 * 1024
+SITE_DIRS_TIMEOUT_SECONDS = 60.0
+
+# Run by the sandbox's python3 (isolated mode): prints its site directories as a JSON list.
+_SITE_DIRS_SCRIPT = r"""
+import json, site, sys, sysconfig
+dirs = set(site.getsitepackages()) | {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+dirs |= {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+print(json.dumps(sorted(dirs)))
+"""
+
+log = logging.getLogger(__name__)
+
+
+class VerifyError(Exception):
+    """A PrepareVerify or Verify request cannot be served; `kind` says why."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        """``invalid`` (bad request), ``precondition`` (no baseline), ``not_found`` (no test
+        script) or ``failed`` (a scan, snapshot or restore failed)."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What `Verifier.prepare` recorded before the agent ran."""
+
+    hardening: pb.Hardening
+    agent_user: str
+    roots: list[str]
+    """Folders walked for start-up hooks."""
+    site_dirs: list[str]
+    """Folders listed (not walked) for start-up hooks."""
+    hooks: list[str] = field(default_factory=list)
+    snapshot_paths: list[str] = field(default_factory=list)
+
+
+def _is_hook(name: str) -> bool:
+    return name in HOOK_FILES or name.endswith(".pth")
+
+
+def find_hooks(roots: Iterable[str], site_dirs: Iterable[str]) -> list[str]:
+    """The start-up hook files under `roots` (walked, skipping `SKIPPED_DIRS`, symlinked folders
+    not followed) and directly in `site_dirs`, as sorted absolute paths."""
+    found: set[str] = set()
+    for root in roots:
+        for base, dirs, files in os.walk(root):
+            dirs[:] = [name for name in dirs if name not in SKIPPED_DIRS]
+            found.update(os.path.join(base, name) for name in files if _is_hook(name))
+    for folder in site_dirs:
+        with contextlib.suppress(OSError):
+            found.update(os.path.join(folder, name) for name in os.listdir(folder) if _is_hook(name))
+    return sorted(found)
+
+
+async def _site_dirs(env: dict[str, str]) -> list[str]:
+    """The site directories of the ``python3`` found in `env`'s PATH.
+
+    Raises:
+        VerifyError: python3 cannot be run, or fails.
+    """
+    env = {"PATH": DEFAULT_PATH, **env}
+    try:
+        child = await asyncio.create_subprocess_exec(
+            "python3",
+            "-I",
+            "-c",
+            _SITE_DIRS_SCRIPT,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise VerifyError("failed", f"cannot run python3 to list its site directories: {exc}") from exc
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), SITE_DIRS_TIMEOUT_SECONDS)
+    except asyncio.TimeoutError as exc:  # noqa: UP041 - the sidecar also runs on Python 3.10
+        child.kill()
+        await child.wait()
+        raise VerifyError(
+            "failed", f"python3 did not list its site directories in {SITE_DIRS_TIMEOUT_SECONDS:.0f} s"
+        ) from exc
+    if child.returncode != 0:
+        raise VerifyError("failed", f"python3 failed to list its site directories: {err.decode()[-2000:]}")
+    dirs: list[str] = json.loads(out)
+    return dirs
+
+
+def _absolute(value: str, what: str) -> str:
+    if not os.path.isabs(value):
+        raise VerifyError("invalid", f"{what} must be an absolute path, not {value!r}")
+    return value
+
+
+def read_rewards(reward_dir: str) -> pb.VerifyResult:
+    """Read ``reward.txt`` (first) or ``reward.json`` from `reward_dir` into a result's reward fields."""
+    for name in REWARD_FILES:
+        path = os.path.join(reward_dir, name)
+        try:
+            with open(path, "rb") as handle:
+                content = handle.read(MAX_REWARD_BYTES + 1)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return pb.VerifyResult(reward_file=name, reward_error=f"cannot read {path}: {exc.strerror}")
+        result = pb.VerifyResult(reward_file=name, reward_content=content[:MAX_REWARD_BYTES])
+        if len(content) > MAX_REWARD_BYTES:
+            result.reward_error = f"{name} is larger than {MAX_REWARD_BYTES} bytes"
+            return result
+        try:
+            rewards = _parse_rewards(name, content.decode("utf-8", errors="replace"))
+        except ValueError as exc:
+            result.reward_error = str(exc)
+            return result
+        result.rewards.update(rewards)
+        return result
+    return pb.VerifyResult(reward_error=f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json")
+
+
+def _parse_rewards(name: str, text: str) -> dict[str, float]:
+    """``{"reward": x}`` from reward.txt's text, the object from reward.json's. Raises ValueError."""
+    if name == "reward.txt":
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise ValueError(f"reward.txt holds {text.strip()[:80]!r}, not a number") from None
+        rewards = {"reward": value}
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"reward.json is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in data.values()
+        ):
+            raise ValueError('reward.json must be an object of numbers, e.g. {"reward": 1.0}')
+        rewards = {str(key): float(value) for key, value in data.items()}
+    for value in rewards.values():
+        if not math.isfinite(value):
+            raise ValueError(f"{name} holds {value}, not a finite number")
+    return rewards
+
+
+class Verifier:
+    """Holds the baseline between PrepareVerify and Verify; see the module docstring.
+
+    Args:
+        groups: the Exec process groups (killed before the script runs; the script's joins them).
+        snapshots: where the baseline snapshot is kept.
+    """
+
+    def __init__(self, groups: processes.ProcessGroups, snapshots: SnapshotStore) -> None:
+        self.groups = groups
+        self.snapshots = snapshots
+        self.baseline: Baseline | None = None
+
+    async def prepare(self, request: pb.PrepareVerifyRequest) -> Baseline:
+        """Record the hooks and snapshot them with the build-config files; replaces the baseline.
+
+        Raises:
+            VerifyError: ``invalid`` for a relative path, ``failed`` when a scan or the snapshot failed.
+        """
+        workspace = _absolute(request.workspace, "workspace")
+        roots = [workspace, _absolute(request.home, "home")]
+        options = request.hardening
+        in_container = bool(request.agent_user)
+        if in_container:
+            roots += SCRATCH_DIRS
+        site_dirs: list[str] = []
+        hooks: list[str] = []
+        if options.delete_injected_hooks:
+            site_dirs = await _site_dirs(dict(request.env)) if in_container else []
+            hooks = await asyncio.to_thread(find_hooks, roots, site_dirs)
+        paths = (
+            [os.path.join(workspace, name) for name in BUILD_CONFIG_FILES]
+            if options.restore_build_config
+            else []
+        )
+        paths += hooks
+        if paths:
+            try:
+                await self.snapshots.save(BASELINE_SNAPSHOT, paths)
+            except SnapshotError as exc:
+                raise VerifyError("failed", f"snapshotting the verification baseline: {exc}") from exc
+        self.baseline = Baseline(options, request.agent_user, roots, site_dirs, hooks, paths)
+        log.info("verification baseline: %d hooks, %d paths snapshotted", len(hooks), len(paths))
+        return self.baseline
+
+    async def verify(self, request: pb.VerifyRequest) -> AsyncGenerator[pb.VerifyEvent, None]:
+        """Harden, run the test script, read the reward; yields the hardening report first, then
+        the script's output as produced, then the result.
+
+        Raises:
+            VerifyError: ``precondition`` without a baseline, ``invalid`` for a relative path,
+                ``not_found`` when the script is missing, ``failed`` when the restore failed.
+        """
+        baseline = self.baseline
+        if baseline is None:
+            raise VerifyError(
+                "precondition", "no verification baseline: PrepareVerify must run before the agent"
+            )
+        verifier_dir = _absolute(request.verifier_dir, "verifier_dir")
+        reward_dir = _absolute(request.reward_dir, "reward_dir")
+        script = os.path.join(verifier_dir, request.script or "test.sh")
+        if not os.path.isfile(script):
+            raise VerifyError("not_found", f"the verifier's test script {script} is missing")
+        yield pb.VerifyEvent(hardening=await self._harden(baseline))
+        for name in REWARD_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(reward_dir, name))
+        os.chmod(script, stat.S_IMODE(os.stat(script).st_mode) | 0o111)
+        command = processes.Command(
+            argv=["sh", "-c", 'exec "$0"', script],  # sh runs a script without #! line itself
+            cwd=verifier_dir,
+            env=self._script_env(baseline, request),
+            user=processes.user_name(os.geteuid()),
+            switch_to=None,
+            timeout_seconds=request.timeout_seconds,
+            stdin=b"",
+        )
+        exit_status = pb.ExecExit()
+        async with contextlib.aclosing(processes.run(command, self.groups)) as events:
+            async for event in events:
+                if event.HasField("exit"):
+                    exit_status = event.exit
+                elif event.HasField("stdout"):
+                    yield pb.VerifyEvent(stdout=event.stdout)
+                else:
+                    yield pb.VerifyEvent(stderr=event.stderr)
+        result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir)
+        result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+        log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
+        yield pb.VerifyEvent(result=result)
+
+    async def _harden(self, baseline: Baseline) -> pb.HardeningReport:
+        """Steps 1 to 3 of the module docstring. Raises VerifyError (``failed``) when the restore fails."""
+        killed = 0
+        if baseline.agent_user:
+            try:
+                killed, _ = processes.kill_user(self.groups, baseline.agent_user)
+            except KeyError:
+                raise VerifyError("failed", f"unknown agent user {baseline.agent_user!r}") from None
+        killed += self.groups.kill()
+        report = pb.HardeningReport(killed_groups=killed)
+        if baseline.snapshot_paths:
+            try:
+                report.restored.extend(await self.snapshots.restore(BASELINE_SNAPSHOT))
+            except SnapshotError as exc:
+                raise VerifyError("failed", f"restoring the verification baseline: {exc}") from exc
+        if baseline.hardening.delete_injected_hooks:
+            known = set(baseline.hooks)
+            found = await asyncio.to_thread(find_hooks, baseline.roots, baseline.site_dirs)
+            for path in (path for path in found if path not in known):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                report.deleted.append(path)
+        log.info("hardening: killed %d groups, deleted %s", killed, report.deleted)
+        return report
+
+    @staticmethod
+    def _script_env(baseline: Baseline, request: pb.VerifyRequest) -> dict[str, str]:
+        """The test script's environment: the request's, cleaned and locked down as the baseline's
+        hardening options say."""
+        env = {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
+        env.setdefault("PATH", DEFAULT_PATH)
+        if baseline.agent_user:  # not the agent's HOME, whose dotfiles and user site it controls
+            env["HOME"] = pwd.getpwuid(os.geteuid()).pw_dir
+        env |= {
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "REROLL_VERIFIER_DIR": request.verifier_dir,
+        }
+        options = baseline.hardening
+        env.pop("PYTEST_ADDOPTS", None)
+        if options.pytest_addopts:
+            plugins = "".join(f" -p {plugin}" for plugin in options.pytest_plugins)
+            env["PYTEST_ADDOPTS"] = (
+                f"-c /dev/null --confcutdir={request.verifier_dir} -p no:cacheprovider{plugins}"
+            )
+        if not options.plugin_autoload:
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        return env
