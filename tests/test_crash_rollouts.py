@@ -113,6 +113,32 @@ def test_dead_sidecar_is_an_error_with_its_cause(tmp_path: Path, short_tmp: Path
     assert result["finished_at"]
 
 
+KILL_SIDECAR_TEST_SH = """#!/bin/sh
+# Kills the sidecar running this verification (local backend: its ready file names its pid).
+kill -9 "$(python3 -c 'import json, os, sys; print(json.load(open(sys.argv[1]))["pid"])' \\
+  "$REROLL_SANDBOX_ROOT/.reroll/sidecar.ready.json")"
+sleep 30
+"""
+
+
+def test_sidecar_dying_during_verify_is_an_infrastructure_error(tmp_path: Path, short_tmp: Path) -> None:
+    task = tmp_path / "doomed"
+    (task / "oracle").mkdir(parents=True)
+    (task / "verifier").mkdir()
+    (task / "task.md").write_text("---\nname: doomed\n---\nNothing to do.\n")
+    (task / "oracle" / "solve.sh").write_text("#!/bin/sh\nexit 0\n")
+    (task / "verifier" / "test.sh").write_text(KILL_SIDECAR_TEST_SH)
+    args = ("run", str(task), "--agent", "oracle", "--job-name", "v")
+    with reroll_process(*args, cwd=tmp_path, tmp=short_tmp) as process:
+        output = finish(process, 60)
+    assert process.returncode == 1, output
+    (run_dir,) = (tmp_path / "jobs" / "v").iterdir()
+    result = read_json(run_dir / "result.json")
+    assert result["status"] == "error" and result["error_category"] == "infrastructure"
+    assert "sidecar" in result["error"] and "Verify" in result["error"], result["error"]
+    assert result["rewards"] is None
+
+
 @pytest.fixture(scope="module")
 def steady_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fix-failing-test with every scripted turn taking 1 s, so a kill lands mid-run."""
