@@ -202,12 +202,12 @@ async def test_verify_scores_the_workspace_and_undoes_planted_hooks(
     sandbox: Sandbox, task: Task, tmp_path: Path
 ) -> None:
     env = sandbox_env(sandbox)
-    await sh(sandbox, "echo 'import os' > conftest.py && echo 'keep = 1' > setup.cfg")  # task-owned
+    agent = {"user": sandbox.layout.agent_user, "env": env}
+    await sh(sandbox, "echo 'import os' > conftest.py && echo 'keep = 1' > setup.cfg", **agent)  # the task's
     baseline = await prepare(sandbox, task, env)
     workspace = sandbox.layout.workspace
     assert f"{workspace}/conftest.py" in baseline.hooks
     assert f"{workspace}/setup.cfg" in baseline.snapshot_paths
-    agent = {"user": sandbox.layout.agent_user, "env": env}
     await sh(sandbox, "printf 'Hello, reroll!\\n' > hello.txt && echo 'gamed' > setup.cfg", **agent)
     await sh(sandbox, f"{PLANT_SCRIPT} && echo 'import sys' > conftest.py", **agent)
     await sh(sandbox, "nohup sleep 300 >/dev/null 2>&1 & echo $! > bg.pid", **agent)
