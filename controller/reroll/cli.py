@@ -9,6 +9,7 @@ corrupt run folder, ``--at`` out of range …), reported before anything is writ
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -445,19 +446,24 @@ def model_serve(
 @sandbox_app.command("prune")
 def sandbox_prune(
     run_id: Annotated[
-        str | None, typer.Option(help="Only this run's containers (its run folder's name).")
+        str | None, typer.Option(help="Only this run's containers (its run folder's name), running or not.")
     ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Also the containers of rollouts still running.")
+    ] = False,
 ) -> None:
-    """Remove reroll's docker containers (running rollouts too) and its unused networks."""
+    """Remove leftover docker containers (their reroll process is gone) and unused networks."""
     from reroll.sandbox.docker import prune
 
     try:
-        removed = prune(run_id)
+        removed = prune(run_id, running=all_)
     except RerollError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     console.print(f"removed {len(removed['containers'])} containers: {' '.join(removed['containers'])}")
     console.print(f"removed {len(removed['networks'])} networks: {' '.join(removed['networks'])}")
+    if removed["kept"]:
+        console.print(f"kept {len(removed['kept'])} containers of running rollouts (--all removes them too)")
 
 
 def _version(value: bool) -> None:
@@ -473,6 +479,17 @@ def _main(
     ] = False,
 ) -> None:
     """reroll: run LLM agents in sandboxes, record every LLM exchange, replay and continue runs."""
+    _show_image_builds()
+
+
+def _show_image_builds() -> None:
+    """Print the steps of image builds (minutes on first use of ``--sandbox docker``) on stderr."""
+    images_logger = logging.getLogger("reroll.sandbox.images")  # not imported: it loads the docker SDK
+    if not images_logger.handlers:
+        handler = logging.StreamHandler()  # stderr, one unwrapped line per step
+        handler.setFormatter(logging.Formatter("%(asctime)s building images: %(message)s", "%H:%M:%S"))
+        images_logger.addHandler(handler)
+        images_logger.setLevel(logging.INFO)
 
 
 def main() -> None:
