@@ -26,6 +26,7 @@ from reroll.llm_proxy import DivergencePolicy, faults_used
 from reroll.reports import branch_report, fidelity_report
 from reroll.resume import RolloutOutcome, continue_run, run_task
 from reroll.runfolder import FaultsUsed
+from reroll.tasks import NetworkPolicy
 
 if TYPE_CHECKING:
     from reroll.jobreport import JobSummary
@@ -45,6 +46,10 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local or docker.")]
+NetworkOption = Annotated[
+    NetworkPolicy | None,
+    typer.Option(help="Egress: none (only the LLM proxy; needs docker) or full [default: the task's]."),
+]
 ExecutorOption = Annotated[
     str | None, typer.Option(help="Where rollouts run: asyncio (this process) or ray [default: asyncio].")
 ]
@@ -155,6 +160,7 @@ def run(
     jobs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
     sandbox: SandboxOption = None,
+    network: NetworkOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
 ) -> None:
@@ -170,6 +176,7 @@ def run(
                 jobs_dir=jobs_dir,
                 job_name=job_name,
                 sandbox=sandbox or "local",
+                network=network,
                 console=console,
                 faults=used,
             )
@@ -365,6 +372,7 @@ def job(
         typer.Option(help="Resume the job folder RESUME (its job.json); skips finished rollouts."),
     ] = None,
     sandbox: SandboxOption = None,
+    network: NetworkOption = None,
     executor: ExecutorOption = None,
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
@@ -383,6 +391,7 @@ def job(
         "timeout_seconds": timeout,
         "name": job_name,
         "sandbox": sandbox,
+        "network": network,
         "executor": executor,
         "max_starting": max_starting,
         "ray_address": ray_address,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import socket
@@ -186,3 +187,19 @@ def test_the_cli_reports_image_builds_on_stderr(tmp_path: Path) -> None:
     assert f"building images: docker build {dockerfile}\n" in done.stderr
     again = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert again.returncode == 0 and "building images" not in again.stderr
+
+
+def test_a_run_overrides_the_tasks_network_policy(tmp_path: Path) -> None:
+    """`--network none` puts a task that declares full egress on the internal network."""
+    task = EXAMPLES / "word-count"
+    assert load_task(task).spec.environment.network == "full"
+    reroll = Path(sys.executable).parent / "reroll"
+    argv = [str(reroll), "run", str(task), "--agent", "oracle", "--sandbox", "docker", "--network", "none"]
+    done = subprocess.run(
+        [*argv, "--jobs-dir", "jobs"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "starting docker sandbox (network none)" in done.stdout
+    (run_dir,) = (tmp_path / "jobs").glob("*/*")
+    assert json.loads((run_dir / "config.json").read_text())["network"] == "none"
+    assert json.loads((run_dir / "result.json").read_text())["rewards"]["reward"] == 1.0
