@@ -9,6 +9,7 @@ corrupt run folder, ``--at`` out of range …), reported before anything is writ
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -25,6 +26,7 @@ from reroll.llm_proxy import DivergencePolicy, faults_used
 from reroll.reports import branch_report, fidelity_report
 from reroll.resume import RolloutOutcome, continue_run, run_task
 from reroll.runfolder import FaultsUsed
+from reroll.tasks import NetworkPolicy
 
 if TYPE_CHECKING:
     from reroll.jobreport import JobSummary
@@ -44,6 +46,10 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local or docker.")]
+NetworkOption = Annotated[
+    NetworkPolicy | None,
+    typer.Option(help="Egress: none (only the LLM proxy; needs docker) or full [default: the task's]."),
+]
 ExecutorOption = Annotated[
     str | None, typer.Option(help="Where rollouts run: asyncio (this process) or ray [default: asyncio].")
 ]
@@ -154,6 +160,7 @@ def run(
     jobs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
     sandbox: SandboxOption = None,
+    network: NetworkOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
 ) -> None:
@@ -169,6 +176,7 @@ def run(
                 jobs_dir=jobs_dir,
                 job_name=job_name,
                 sandbox=sandbox or "local",
+                network=network,
                 console=console,
                 faults=used,
             )
@@ -364,6 +372,7 @@ def job(
         typer.Option(help="Resume the job folder RESUME (its job.json); skips finished rollouts."),
     ] = None,
     sandbox: SandboxOption = None,
+    network: NetworkOption = None,
     executor: ExecutorOption = None,
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
@@ -382,6 +391,7 @@ def job(
         "timeout_seconds": timeout,
         "name": job_name,
         "sandbox": sandbox,
+        "network": network,
         "executor": executor,
         "max_starting": max_starting,
         "ray_address": ray_address,
@@ -445,19 +455,24 @@ def model_serve(
 @sandbox_app.command("prune")
 def sandbox_prune(
     run_id: Annotated[
-        str | None, typer.Option(help="Only this run's containers (its run folder's name).")
+        str | None, typer.Option(help="Only this run's containers (its run folder's name), running or not.")
     ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Also the containers of rollouts still running.")
+    ] = False,
 ) -> None:
-    """Remove reroll's docker containers (running rollouts too) and its unused networks."""
+    """Remove leftover docker containers (their reroll process is gone) and unused networks."""
     from reroll.sandbox.docker import prune
 
     try:
-        removed = prune(run_id)
+        removed = prune(run_id, running=all_)
     except RerollError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     console.print(f"removed {len(removed['containers'])} containers: {' '.join(removed['containers'])}")
     console.print(f"removed {len(removed['networks'])} networks: {' '.join(removed['networks'])}")
+    if removed["kept"]:
+        console.print(f"kept {len(removed['kept'])} containers of running rollouts (--all removes them too)")
 
 
 def _version(value: bool) -> None:
@@ -473,6 +488,17 @@ def _main(
     ] = False,
 ) -> None:
     """reroll: run LLM agents in sandboxes, record every LLM exchange, replay and continue runs."""
+    _show_image_builds()
+
+
+def _show_image_builds() -> None:
+    """Print the steps of image builds (minutes on first use of ``--sandbox docker``) on stderr."""
+    images_logger = logging.getLogger("reroll.sandbox.images")  # not imported: it loads the docker SDK
+    if not images_logger.handlers:
+        handler = logging.StreamHandler()  # stderr, one unwrapped line per step
+        handler.setFormatter(logging.Formatter("%(asctime)s building images: %(message)s", "%H:%M:%S"))
+        images_logger.addHandler(handler)
+        images_logger.setLevel(logging.INFO)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     max_retries: 2           # extra attempts for an infrastructure failure
     retry_backoff_seconds: 1 # wait before retry k: backoff x 2^(k-1)
     sandbox: local
+    network: null            # none or full: every rollout's egress [default: each task's]
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.executors
     ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
 
@@ -30,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reroll.errors import JobError
+from reroll.tasks import NetworkPolicy
 
 JOB_SPEC_FILE = "job.json"
 DEFAULT_MAX_STARTING = 4
@@ -61,6 +63,8 @@ class JobSpec(BaseModel):
     """Wait before the k-th retry: ``retry_backoff_seconds * 2 ** (k - 1)`` seconds."""
     sandbox: str = "local"
     """Sandbox backend."""
+    network: NetworkPolicy | None = None
+    """Every rollout's network policy (``none`` needs a container backend); None: each task's."""
     max_starting: int = Field(default=DEFAULT_MAX_STARTING, ge=1)
     """Most rollouts in their start-up phase (model server, LLM proxy, sandbox start) at once,
     so that many rollouts starting together on few cores stay within the 30 s start-up

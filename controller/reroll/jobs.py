@@ -96,11 +96,13 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
 
     Raises:
         TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid.
-        JobError: an agent calls a model but `spec.models` is empty, or the sandbox backend is
-            unknown.
+        JobError: an agent calls a model but `spec.models` is empty, the sandbox backend is
+            unknown, or network ``none`` is asked of the local backend.
     """
     if spec.sandbox not in BACKENDS:
         raise JobError(f"unknown sandbox backend {spec.sandbox!r}; known: {', '.join(sorted(BACKENDS))}")
+    if spec.network == "none" and spec.sandbox == "local":
+        raise JobError("network none needs sandbox docker: the local sandbox has the host's network")
     tasks = [load_task(path) for path in spec.tasks]
     agents = [get_agent(name) for name in spec.agents]
     planned = []
@@ -173,6 +175,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
                 jobs_dir=jobs_dir,
                 job_name=name,
                 sandbox=spec.sandbox,
+                network=spec.network,
                 run_name=rollout.name,
             ),
         )

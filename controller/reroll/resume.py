@@ -39,7 +39,7 @@ from reroll.runfolder import (
     load_run_folder,
     now_iso,
 )
-from reroll.tasks import Task, find_task, load_task
+from reroll.tasks import NetworkPolicy, Task, find_task, load_task, with_network
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ async def run_task(
     jobs_dir: Path = Path("jobs"),
     job_name: str | None = None,
     sandbox: str = "local",
+    network: NetworkPolicy | None = None,
     console: Console | None = None,
     run_name: str | None = None,
     faults: FaultsUsed | None = None,
@@ -74,6 +75,8 @@ async def run_task(
         jobs_dir: where job folders go.
         job_name: the job folder's name [default: the start time].
         sandbox: sandbox backend.
+        network: the sandbox's network policy [default: the task's ``environment.network``];
+            ``none`` needs a container backend.
         console: where progress goes [default: nowhere].
         run_name: the run folder's name [default: ``<task>__<random id>``].
         faults: the fault plan the proxy injects (`reroll.llm_proxy.faults_used`), or None.
@@ -86,7 +89,9 @@ async def run_task(
         TaskError, AgentError, ModelError: bad input, before anything is written.
     """
     console = console or Console(quiet=True)
-    task = load_task(task_path)
+    if network == "none" and sandbox == "local":
+        raise TaskError("--network none needs --sandbox docker: the local sandbox has the host's network")
+    task = with_network(load_task(task_path), network)
     agent = get_agent(agent_name)
     live_model = model_for(agent.api_format, model, task)
     timeout = timeout_seconds if timeout_seconds is not None else task.spec.agent.timeout_sec
@@ -100,6 +105,7 @@ async def run_task(
         timeout_sec=timeout,
         started_at=now_iso(),
         sandbox=sandbox,
+        network=network,
         reroll_version=__version__,
         faults=faults,
     )
@@ -285,7 +291,7 @@ def continuation_plan(
         }
     )
     return RolloutPlan(
-        task=checkpoint.task,
+        task=with_network(checkpoint.task, original.config.network),
         agent=checkpoint.agent,
         prompt=original.prompts[0] if original.prompts else checkpoint.task.instruction,
         agent_model=checkpoint.agent_model,

@@ -108,7 +108,8 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                         faults=plan.config.faults,
                     )
                     await stack.enter_async_context(proxy)
-                console.print(f"[dim]starting {plan.sandbox_backend} sandbox[/dim]")
+                network = plan.task.spec.environment.network
+                console.print(f"[dim]starting {plan.sandbox_backend} sandbox (network {network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)

@@ -87,6 +87,8 @@ class RunConfig(BaseModel):
     agent_env: dict[str, str] = Field(default_factory=dict)
     started_at: str | None = None
     sandbox: str = "local"
+    network: Literal["none", "full"] | None = None
+    """The run's network policy override (``--network``); None: the task's ``environment.network``."""
     reroll_version: str | None = None
     continued_from: ContinuedFrom | None = None
     branched_from: BranchedFrom | None = None

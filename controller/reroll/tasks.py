@@ -68,6 +68,10 @@ class VerifierSection(BaseModel):
     """Which hardening steps run before the test script."""
 
 
+NetworkPolicy = Literal["none", "full"]
+"""A sandbox's egress: ``none`` (only the LLM proxy is reachable) or ``full``."""
+
+
 class EnvironmentSection(BaseModel):
     """The `environment` section of a task: what the sandbox needs."""
 
@@ -76,8 +80,8 @@ class EnvironmentSection(BaseModel):
     """CPU limit (cores) for container backends."""
     memory_mb: int = 2048
     """Memory limit in MiB for container backends."""
-    network: Literal["none", "full"] = "full"
-    """Egress policy: `none` lets the sandbox reach only the LLM proxy."""
+    network: NetworkPolicy = "full"
+    """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends)."""
 
 
 class TaskSpec(BaseModel):
@@ -118,6 +122,14 @@ class Task(BaseModel):
         """The task's `environment/Dockerfile`, if it has one."""
         dockerfile = self.path / "environment" / "Dockerfile"
         return dockerfile if dockerfile.is_file() else None
+
+
+def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
+    """`task` with its ``environment.network`` replaced by `policy` (a run's override); None: `task`."""
+    if policy is None:
+        return task
+    environment = task.spec.environment.model_copy(update={"network": policy})
+    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
 
 
 def load_task(path: Path) -> Task:

@@ -71,8 +71,9 @@ class ProxyConfig(BaseModel):
     """A replayed stream waits the recorded time between two events times this factor: 0 sends
     them as fast as possible, 1 at the recorded pace."""
     fsync_each_exchange: bool = True
-    """``fsync`` each trajectory line before the agent sees its response, so it survives a
-    machine crash; False only flushes it to the OS (it still survives the proxy being killed)."""
+    """``fsync`` each trajectory line (while its response is sent, before the next line is
+    written), so the file survives a machine crash; False only flushes lines to the OS (they
+    still survive the proxy being killed). See `reroll_proxy.recorder`."""
     faults_path: Path | None = None
     """A YAML fault plan (`reroll_proxy.faults`) applied to the exchanges served; None injects none."""
     fault_seed: int | None = None

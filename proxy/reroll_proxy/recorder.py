@@ -1,16 +1,24 @@
 """Durable, ordered appends of exchanges to ``llm_trajectory.jsonl``.
 
-The guarantee: when `Recorder.record` returns, the exchange's line (orjson, ``\\n``-terminated)
-has been written, flushed and ``fsync``-ed, so it survives the proxy or the machine dying
-right after (with ``fsync=False``: written and flushed to the OS, so it survives the proxy
-dying, not the machine). The server calls it before the agent can see the end of the response it records:
+The guarantees, for each exchange's line (orjson, ``\\n``-terminated):
+
+- when `Recorder.record` returns, the line has been written and flushed to the OS, so it
+  survives the proxy dying right after (SIGKILL included);
+- its ``fsync`` then runs in a worker thread while the response goes out, and completes before
+  the next line is written and before `Recorder.aclose` returns. So the file on disk is always
+  a whole-line prefix of the run (a machine crash can lose at most the exchange whose fsync
+  was in flight, together with the sandbox that was acting on it; a torn last line is ignored
+  by `reroll_proxy.exchange.load_trajectory`). Overlapping the fsync with the response keeps
+  the disk off the exchange's latency (``scripts/bench/proxy.py``).
+
+The server calls `record` before the agent can see the end of the response it records:
 
 - non-streamed responses: before the first byte of the response is sent;
 - streamed responses: after the upstream stream ended and every event but the closing
   ``data: [DONE]`` was forwarded, before ``[DONE]`` is sent and the response is closed. An
   agent that reads to the end of the stream (every SDK does) therefore never acts on a
-  response that is not on disk; one that acts on partial chunks may be ahead of the file by
-  that one response.
+  response that is not in the file; one that acts on partial chunks may be ahead of the file
+  by that one response.
 
 Lines are appended in step order even when requests overlap: `record` for step k waits until
 steps 0..k-1 were recorded or skipped (`skip`, for a step that ends without an exchange, e.g.
@@ -33,7 +41,8 @@ class Recorder:
     Args:
         path: the trajectory file; created (with its folder) if missing, appended to otherwise.
         first_step: the step of the first exchange this recorder will write.
-        fsync: ``fsync`` every line (default); False only flushes it to the OS.
+        fsync: ``fsync`` every line (default, overlapped with the response); False only
+            flushes it to the OS.
     """
 
     def __init__(self, path: Path, first_step: int = 0, *, fsync: bool = True) -> None:
@@ -43,6 +52,7 @@ class Recorder:
         self._done: set[int] = set()
         self._turn = asyncio.Condition()
         self._file: BinaryIO | None = None
+        self._syncing: asyncio.Future[None] | None = None
 
     def open(self) -> None:
         """Open (create) the file now, so a path that cannot be written fails early.
@@ -63,14 +73,24 @@ class Recorder:
             exchange: what to write.
 
         Raises:
-            OSError: the write or fsync failed.
+            OSError: the write failed, or the previous line's fsync did.
         """
         async with self._turn:
             await self._turn.wait_for(lambda: self._next_step == step)
+            await self._synced()
             self.open()
             assert self._file is not None
-            await asyncio.to_thread(_append, self._file, exchange.to_line(), self._fsync)
+            self._file.write(exchange.to_line())
+            self._file.flush()
+            if self._fsync:
+                self._syncing = asyncio.ensure_future(asyncio.to_thread(os.fsync, self._file.fileno()))
             self._advance(step)
+
+    async def _synced(self) -> None:
+        """Wait for the fsync in flight, if any (raising its OSError)."""
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            await syncing
 
     async def skip(self, step: int) -> None:
         """Mark `step` as done without a line (no-op if it was recorded already)."""
@@ -85,18 +105,18 @@ class Recorder:
             self._next_step += 1
         self._turn.notify_all()
 
-    def close(self) -> None:
-        """Close the file (recording again reopens it)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+    async def aclose(self) -> None:
+        """Wait for the last line's fsync, then close the file (recording again reopens it).
 
-
-def _append(file: BinaryIO, line: bytes, fsync: bool) -> None:
-    file.write(line)
-    file.flush()
-    if fsync:
-        os.fsync(file.fileno())
+        Raises:
+            OSError: that fsync failed (the file is closed all the same).
+        """
+        try:
+            await self._synced()
+        finally:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -103,7 +103,7 @@ class ProxyServer:
         self._session = None
 
     async def _close_recorder(self, _app: web.Application) -> None:
-        self.recorder.close()
+        await self.recorder.aclose()
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:

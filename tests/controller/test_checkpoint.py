@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from reroll.checkpoint import At, resolve_cut
 from reroll.errors import RunFolderError
+from reroll.resume import continuation_plan, open_checkpoint
+from reroll.tasks import load_task
+from rich.console import Console
+
+from tests.controller.test_runfolder import exchange_line, make_run_folder
 
 RUN = Path("/runs/r1")
 
@@ -42,3 +48,25 @@ def test_an_empty_recording_only_has_step_zero() -> None:
     assert resolve_cut(0.5, 0, RUN) == 0
     with pytest.raises(RunFolderError, match=r"within 0\.\.0"):
         resolve_cut(1, 0, RUN)
+
+
+def test_a_continuation_keeps_the_runs_network_override(tmp_path: Path, examples: Path) -> None:
+    """config.json's ``network`` (``reroll run --network``) outlives the task's own policy."""
+    task = examples / "hello-file"
+    assert load_task(task).spec.environment.network == "full"
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(
+        json.dumps(config | {"task_path": str(task), "agent": "oracle", "network": "none"})
+    )
+    checkpoint = open_checkpoint(folder, tasks_dir=None, at=None, console=Console(quiet=True))
+    plan = continuation_plan(
+        checkpoint,
+        run_dir=tmp_path / "new",
+        live_model=None,
+        timeout_seconds=None,
+        sandbox=None,
+        divergence_policy="warn",
+        provenance={},
+    )
+    assert plan.task.spec.environment.network == "none" and plan.config.network == "none"

@@ -72,3 +72,24 @@ def test_require_timeout_refuses_finished_runs(tmp_path: Path) -> None:
     done = reroll("continue", str(folder), "--require-timeout", cwd=tmp_path)
     assert done.returncode == 2
     assert "not 'timeout'" in done.stderr
+
+
+def test_network_none_needs_a_container_backend(tmp_path: Path, examples: Path) -> None:
+    done = reroll(
+        "run",
+        str(examples / "hello-file"),
+        "--agent",
+        "oracle",
+        "--network",
+        "none",
+        "--jobs-dir",
+        "jobs",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "--network none needs --sandbox docker" in done.stderr
+    assert not (tmp_path / "jobs").exists()
+    job = reroll(
+        "job", "--task", str(examples / "hello-file"), "--agent", "oracle", "--network", "none", cwd=tmp_path
+    )
+    assert job.returncode == 2 and "network none needs sandbox docker" in job.stderr

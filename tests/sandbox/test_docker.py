@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,10 +16,12 @@ from pathlib import Path
 import docker
 import pytest
 from reroll.errors import SandboxError
-from reroll.sandbox.docker import DockerSandbox, prune
+from reroll.sandbox import docker as docker_backend
+from reroll.sandbox.docker import DockerSandbox, owner_label, prune
 from reroll.tasks import Task, load_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 CONNECT_SCRIPT = """
 import socket, sys
@@ -91,7 +95,7 @@ async def test_prune_removes_a_leftover_container(task: Task) -> None:
     container = sandbox.container
     assert container is not None
     await sandbox.client.close()  # a controller that died: nothing stopped the container
-    assert await asyncio.to_thread(prune, "no-such-run") == {"containers": [], "networks": []}
+    assert await asyncio.to_thread(prune, "no-such-run") == {"containers": [], "kept": [], "networks": []}
     reroll = str(Path(sys.executable).parent / "reroll")
     done = await asyncio.to_thread(
         subprocess.run,
@@ -104,6 +108,40 @@ async def test_prune_removes_a_leftover_container(task: Task) -> None:
     with pytest.raises(docker.errors.NotFound):
         container.reload()
     await sandbox.stop()
+
+
+async def test_prune_keeps_running_rollouts_and_removes_orphans(
+    task: Task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --run-id, prune removes only containers whose reroll process is gone, unless --all."""
+    live = DockerSandbox(task, f"live-{uuid.uuid4().hex[:8]}")
+    await live.start()
+    dead_owner = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    monkeypatch.setattr(docker_backend, "owner_label", lambda: owner_label(int(dead_owner.stdout)))
+    orphan = DockerSandbox(task, f"orphan-{uuid.uuid4().hex[:8]}")
+    await orphan.start()
+    assert live.container is not None and orphan.container is not None
+    await orphan.client.close()  # its controller "died": nothing stops the container
+    reroll = str(Path(sys.executable).parent / "reroll")
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run, [reroll, "sandbox", "prune"], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert orphan.container.name in done.stdout and live.container.name not in done.stdout
+        assert "containers of running rollouts (--all removes them too)" in done.stdout
+        with pytest.raises(docker.errors.NotFound):
+            orphan.container.reload()
+        assert (await live.client.exec(["true"])).exit_code == 0  # its socket folder is kept too
+        by_run_id = await asyncio.to_thread(prune, live.run_id)
+        assert by_run_id["containers"] == [live.container.name]
+        with pytest.raises(docker.errors.NotFound):
+            live.container.reload()
+    finally:
+        await live.stop()
+        await orphan.stop()
 
 
 async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tmp_path: Path) -> None:
@@ -124,3 +162,44 @@ async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tm
         assert engine.containers.list(all=True, filters={"label": f"reroll.run_id={run_id}"}) == []
     finally:
         engine.close()
+
+
+def test_the_cli_reports_image_builds_on_stderr(tmp_path: Path) -> None:
+    """A first use builds the task's image (minutes for the base): `reroll run` says so as it goes."""
+    task_dir = tmp_path / "hello-file"
+    shutil.copytree(EXAMPLES / "hello-file", task_dir)
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + f"RUN echo fresh-{uuid.uuid4().hex}\n")
+    reroll = Path(sys.executable).parent / "reroll"
+    argv = [
+        str(reroll),
+        "run",
+        str(task_dir),
+        "--agent",
+        "oracle",
+        "--sandbox",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"building images: docker build {dockerfile}\n" in done.stderr
+    again = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0 and "building images" not in again.stderr
+
+
+def test_a_run_overrides_the_tasks_network_policy(tmp_path: Path) -> None:
+    """`--network none` puts a task that declares full egress on the internal network."""
+    task = EXAMPLES / "word-count"
+    assert load_task(task).spec.environment.network == "full"
+    reroll = Path(sys.executable).parent / "reroll"
+    argv = [str(reroll), "run", str(task), "--agent", "oracle", "--sandbox", "docker", "--network", "none"]
+    done = subprocess.run(
+        [*argv, "--jobs-dir", "jobs"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "starting docker sandbox (network none)" in done.stdout
+    (run_dir,) = (tmp_path / "jobs").glob("*/*")
+    assert json.loads((run_dir / "config.json").read_text())["network"] == "none"
+    assert json.loads((run_dir / "result.json").read_text())["rewards"]["reward"] == 1.0

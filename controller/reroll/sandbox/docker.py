@@ -14,8 +14,8 @@ install only.
 
 The agent runs as the unprivileged user ``agent`` (created when the image lacks it); agents
 are installed once into the shared volume ``reroll-agents``. Every container carries the labels
-``reroll.managed=1`` and ``reroll.run_id=<run id>``; `stop` removes it, and `prune` sweeps
-whatever a killed controller left behind.
+``reroll.managed=1``, ``reroll.run_id=<run id>`` and ``reroll.owner`` (the controller process
+that started it); `stop` removes it, and `prune` sweeps what killed controllers left behind.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import socket
 import ssl
 import tempfile
 from collections.abc import AsyncIterator
@@ -45,6 +46,9 @@ from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
 from reroll.tasks import Task
 
 RUN_ID_LABEL = "reroll.run_id"
+OWNER_LABEL = "reroll.owner"
+"""``<host name>/<pid>/<start time in clock ticks>`` of the controller process that started the
+container (the start time tells a reused pid apart)."""
 AGENT_USER = "agent"
 AGENTS_VOLUME = "reroll-agents"
 AGENTS_DIR = "/opt/reroll-agents"
@@ -198,8 +202,8 @@ class DockerSandbox(SidecarSandbox):
     def _create(self) -> None:
         """Blocking part of `start`: images, network, mount folder, container."""
         engine = self._engine
-        images = ensure_images(engine, log=lambda _line: None)
-        image = task_image(engine, self.task, images.sandbox, log=lambda _line: None)
+        images = ensure_images(engine)
+        image = task_image(engine, self.task, images.sandbox)
         network = ensure_network(engine, self.policy)
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
         self._mount_dir.chmod(0o700)
@@ -216,7 +220,7 @@ class DockerSandbox(SidecarSandbox):
                 detach=True,
                 init=True,
                 name=f"reroll-{self.run_id}-{secrets.token_hex(3)}",
-                labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id},
+                labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, OWNER_LABEL: owner_label()},
                 network=network.name,
                 mounts=[
                     Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
@@ -304,24 +308,63 @@ class DockerSandbox(SidecarSandbox):
         await self.stop()
 
 
-def prune(run_id: str | None = None) -> dict[str, list[str]]:
-    """Remove reroll's containers (all of them, running rollouts too, or one run's) and unused networks.
+def owner_label(pid: int | None = None) -> str:
+    """The `OWNER_LABEL` value naming process `pid` (default: this one) on this host."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}/{pid}/{_start_ticks(pid)}"
+
+
+def _start_ticks(pid: int) -> str:
+    """Field 22 of ``/proc/<pid>/stat`` (start time since boot, clock ticks); "" if no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _owner_runs(owner: str | None) -> bool:
+    """Whether the controller named by an `OWNER_LABEL` value still runs (another host's: assumed so)."""
+    if not owner:
+        return False  # no owner label: a container from before labels had owners
+    host, _, process = owner.partition("/")
+    if host != socket.gethostname():
+        return True
+    pid, _, ticks = process.partition("/")
+    return pid.isdigit() and ticks != "" and _start_ticks(int(pid)) == ticks
+
+
+def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
+    """Remove reroll's leftover containers (their controller is gone) and unused networks.
+
+    Args:
+        run_id: only this run's containers, whether its controller runs or not.
+        running: also the containers of rollouts whose controller still runs.
 
     Returns:
-        ``{"containers": [names], "networks": [names]}`` of what was removed.
+        ``{"containers": [names removed], "kept": [names of live rollouts' containers kept],
+        "networks": [names removed]}``.
 
     Raises:
         SandboxError: no Docker Engine answers.
     """
     engine = docker_client()
-    removed: dict[str, list[str]] = {"containers": [], "networks": []}
+    removed: dict[str, list[str]] = {"containers": [], "kept": [], "networks": []}
+    in_use: set[str] = set()  # the mount folders of the containers kept
     labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
     filters: dict[str, Any] = {"label": labels}
     try:
         for container in engine.containers.list(all=True, filters=filters):
+            name = container.name or container.id or ""
+            if not (running or run_id) and _owner_runs(container.labels.get(OWNER_LABEL)):
+                removed["kept"].append(name)
+                in_use.update(
+                    m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == MOUNT_POINT
+                )
+                continue
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True, v=True)
-                removed["containers"].append(container.name or container.id or "")
+                removed["containers"].append(name)
         if run_id is None:
             for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"}):
                 with contextlib.suppress(docker.errors.APIError):  # still in use by a live run
@@ -330,6 +373,6 @@ def prune(run_id: str | None = None) -> dict[str, list[str]]:
     finally:
         engine.close()
     for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
-        if run_id is None or run_id[-24:] in leftover.name:
+        if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
             shutil.rmtree(leftover, ignore_errors=True)
     return removed

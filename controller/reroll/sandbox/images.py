@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import io
 import json
+import logging
 import os
 import platform
 import re
@@ -57,6 +58,8 @@ _SIDECAR_PACKAGES = ("reroll_sidecar", "reroll_protos")
 COMMAND_TIMEOUT_SECONDS = 1800
 
 Log = Callable[[str], None]
+"""Where build steps are reported, one line each; the default is this module's logger (INFO)."""
+logger = logging.getLogger(__name__)
 
 
 class ImageBuildError(SandboxError):
@@ -302,7 +305,7 @@ def _build(client: docker.DockerClient, what: str, **kwargs: object) -> Image:
     return image
 
 
-def ensure_images(client: docker.DockerClient, log: Log = print) -> Images:
+def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images:
     """Build the base and sandbox images unless they exist; returns their tags.
 
     Raises:
@@ -321,7 +324,7 @@ def ensure_images(client: docker.DockerClient, log: Log = print) -> Images:
     return Images(base=base, sandbox=sandbox, built=tuple(built))
 
 
-def task_image(client: docker.DockerClient, task: Task, sandbox: str, log: Log) -> str:
+def task_image(client: docker.DockerClient, task: Task, sandbox: str, log: Log = logger.info) -> str:
     """The image a task's containers run: its Dockerfile's image plus ``/opt/reroll``, built when missing.
 
     A task without ``environment/Dockerfile`` runs in the sandbox image itself.
