@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import urllib.parse
 from pathlib import Path
@@ -119,7 +120,9 @@ def main(argv: list[str] | None = None) -> None:
         "reroll_ready_file": args.ready_file,
     }
     sets = [item for key, value in options.items() for item in ("--set", f"{key}={value}")]
-    mitmdump(["--quiet", "-s", __file__, *sets])
+    # TLS of other hosts is never intercepted: passed through as TCP, or refused at CONNECT.
+    provider = "|".join(re.escape(host.strip()) for host in args.hosts.split(",") if host.strip())
+    mitmdump(["--quiet", "-s", __file__, "--allow-hosts", rf"^({provider}):\d+$", *sets])
 
 
 if __name__ == "__main__":
