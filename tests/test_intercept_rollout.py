@@ -23,7 +23,7 @@ from tests.test_main_job import REROLL, TASK, only_folder, read_json, trajectory
 
 RECORD_TIMEOUT_SECONDS = 40
 pytestmark = pytest.mark.slow
-AGENT = r'''
+AGENT = r"""
 import json, os, subprocess, sys, urllib.request
 
 URL = "https://api.openai.com/v1/chat/completions"  # hard-coded: no base-URL variable is read
@@ -53,7 +53,7 @@ for _ in range(20):
             sys.exit(0)
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 sys.exit(1)
-'''
+"""
 
 
 @pytest.fixture(scope="module", params=["local", "docker"])

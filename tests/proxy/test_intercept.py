@@ -24,9 +24,9 @@ from tests.conftest import ROOT
 from tests.proxy.conftest import TOKEN, Proxy, Service, StartProxy
 from tests.proxy.intercept_client import HARD_CODED_KEY
 from tests.proxy.sdk_agents import AGENTS
-from tests.proxy.test_formats import SCRIPT, TURNS, model, texts, without_model
+from tests.proxy.test_formats import TURNS, model, texts, without_model
 
-__all__ = ["model"]  # the scripted model fixture of test_formats, serving SCRIPT in every format
+__all__ = ["model"]  # the module-scoped scripted model fixture of test_formats (SCRIPT, every format)
 CLIENT_TIMEOUT_SECONDS = 120
 PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses",
          "anthropic-messages": "/v1/messages"}  # fmt: skip

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import urllib.parse
 from pathlib import Path
 
@@ -126,4 +125,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
