@@ -11,7 +11,8 @@ SDKs need, so it lives in its own virtualenv under ``<cache>/mitmproxy/``, insta
 on first use (about 40 s) under a file lock, with the CA generated once beside it::
 
     async with Interceptor(target=proxy.base_url, token=proxy.token, workdir=d) as front:
-        env = front.sandbox_env(ca_path="/etc/reroll/intercept-ca.pem", no_proxy=[host])
+        env = sandbox_env(front.proxy_url, "/etc/reroll/intercept-ca.pem", no_proxy=[proxy_host])
+        # ... write ca_bundle() to that path in the sandbox, launch the agent with env
 """
 
 from __future__ import annotations
