@@ -99,7 +99,10 @@ def sandbox_env(proxy_url: str, ca_path: str, no_proxy: list[str]) -> dict[str, 
     """The environment that sends a sandbox's HTTP(S) through the interceptor and trusts its CA.
 
     httpx (the openai and anthropic SDKs), requests, urllib, curl and Node read these; both
-    spellings of the proxy variables are set because curl reads only the lower-case ``http_proxy``.
+    spellings of the proxy variables are set because curl reads only the lower-case ``http_proxy``,
+    and ``NODE_USE_ENV_PROXY=1`` makes Node's own ``fetch`` (Node 24+) use them. A client that
+    ignores proxy variables is not intercepted (under policy ``none`` in a container it reaches
+    nothing).
 
     Args:
         proxy_url: the interceptor's ``http://HOST:PORT`` as the sandbox reaches it.
@@ -112,6 +115,7 @@ def sandbox_env(proxy_url: str, ca_path: str, no_proxy: list[str]) -> dict[str, 
         "REQUESTS_CA_BUNDLE": ca_path,
         "CURL_CA_BUNDLE": ca_path,
         "NODE_EXTRA_CA_CERTS": ca_path,
+        "NODE_USE_ENV_PROXY": "1",
     }
     for name, value in (("https_proxy", proxy_url), ("http_proxy", proxy_url), ("no_proxy", bypass)):
         env[name] = env[name.upper()] = value

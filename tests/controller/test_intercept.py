@@ -14,6 +14,7 @@ def test_sandbox_env_names_the_proxy_and_the_bundle_for_every_client() -> None:
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
         assert env[name] == "http://172.18.0.1:4000"
     assert env["NO_PROXY"] == env["no_proxy"] == "172.18.0.1,localhost,127.0.0.1"
+    assert env["NODE_USE_ENV_PROXY"] == "1"
     for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
         assert env[name] == "/etc/reroll/intercept-ca.pem"
 

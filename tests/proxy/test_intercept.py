@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -24,7 +25,7 @@ from tests.conftest import ROOT
 from tests.proxy.conftest import TOKEN, Proxy, Service, StartProxy
 from tests.proxy.intercept_client import HARD_CODED_KEY
 from tests.proxy.sdk_agents import AGENTS
-from tests.proxy.test_formats import TURNS, model, texts, without_model
+from tests.proxy.test_formats import SCRIPT, TURNS, model, texts, without_model
 
 __all__ = ["model"]  # the module-scoped scripted model fixture of test_formats (SCRIPT, every format)
 CLIENT_TIMEOUT_SECONDS = 120
@@ -158,3 +159,20 @@ async def test_other_hosts_pass_through_under_policy_full(
     host = urllib.parse.urlsplit(proxy.base_url).netloc  # a host other than the providers
     code, text = fetch_through(front, f"http://{host}/healthz")
     assert code == 200 and json.loads(text) == {"ok": True}
+
+
+async def test_curl_with_the_sandbox_environment_is_intercepted(
+    tmp_path: Path, start_proxy: StartProxy, model: Service, intercept: Intercept
+) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    proxy = start_proxy(upstream_url=model.base_url)
+    env = sandbox_environment(await intercept(proxy), tmp_path)
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+    done = subprocess.run(
+        ["curl", "-sS", "--fail", "https://api.openai.com/v1/chat/completions", "--json", json.dumps(body)],
+        env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["choices"][0]["message"]["content"] == SCRIPT["turns"][0]["content"]
+    assert [line["metadata"]["source"] for line in proxy.lines()] == ["live"]
