@@ -7,12 +7,14 @@ that point it at the per-rollout LLM proxy. See ``agents.yaml`` for the built-in
 from __future__ import annotations
 
 import hashlib
+import os
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reroll.errors import AgentError
 
@@ -35,6 +37,10 @@ class AgentSpec(BaseModel):
     """Extra environment; values may use ``{base_url}``, ``{api_key}`` and ``{model}``."""
     needs_solution: bool = False
     """Upload the task's solution folder before launch (``$REROLL_SOLUTION_DIR``)."""
+    proxy_mode: Literal["base_url", "intercept"] = "base_url"
+    """How the agent reaches the LLM proxy: ``base_url`` (its base-URL variables, from `env`), or
+    ``intercept`` for agents with the provider's URL hard-coded: ``HTTPS_PROXY`` to a mitmproxy
+    front end and its CA trusted in the sandbox (see `reroll.intercept`)."""
 
     @property
     def install_key(self) -> str:
@@ -48,11 +54,36 @@ class AgentSpec(BaseModel):
         return {key: value.format_map(values) for key, value in self.env.items()}
 
 
+AGENTS_FILE_ENV = "REROLL_AGENTS_FILE"
+"""Environment variable naming a YAML file of more agent declarations (same shape as ``agents.yaml``)."""
+
+
 @cache
 def registry() -> dict[str, AgentSpec]:
-    """All built-in agents by name (loaded once from the packaged ``agents.yaml``)."""
-    raw = yaml.safe_load(resources.files("reroll").joinpath("agents.yaml").read_text(encoding="utf-8"))
-    return {name: AgentSpec(name=name, **fields) for name, fields in raw.items()}
+    """All agents by name: the packaged ``agents.yaml``, then ``$REROLL_AGENTS_FILE`` (loaded once).
+
+    Raises:
+        AgentError: ``$REROLL_AGENTS_FILE`` is missing or holds an invalid declaration (named).
+    """
+    packaged = resources.files("reroll").joinpath("agents.yaml").read_text(encoding="utf-8")
+    agents = _declarations(packaged, "agents.yaml")
+    if extra := os.environ.get(AGENTS_FILE_ENV):
+        try:
+            text = Path(extra).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise AgentError(f"{AGENTS_FILE_ENV}={extra}: {exc}") from exc
+        agents |= _declarations(text, extra)
+    return agents
+
+
+def _declarations(text: str, source: str) -> dict[str, AgentSpec]:
+    try:
+        raw = yaml.safe_load(text) or {}
+        if not isinstance(raw, dict):
+            raise AgentError(f"{source}: expected a mapping of agent names to declarations")
+        return {name: AgentSpec(name=name, **fields) for name, fields in raw.items()}
+    except (yaml.YAMLError, ValidationError, TypeError) as exc:
+        raise AgentError(f"{source}: invalid agent declaration: {exc}") from exc
 
 
 def get_agent(name: str) -> AgentSpec:

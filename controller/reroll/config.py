@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 
 
@@ -17,3 +18,13 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "reroll"
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle the host trusts (``$PIP_CERT``, ``$SSL_CERT_FILE``, else OpenSSL's default), if any."""
+    candidates = [os.environ.get(name) for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
+    candidates.append(ssl.get_default_verify_paths().openssl_cafile)
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None

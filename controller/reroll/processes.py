@@ -39,6 +39,8 @@ class ChildProcess:
         workdir: a folder for the ready file and the process's log (``<name>.log``).
         name: a short name used in file names and error messages.
         env: the child's environment (default: the controller's).
+        command: the program and its arguments before `args` (default: ``[python, "-m", module]``
+            with the controller's interpreter), e.g. another virtualenv's interpreter and a script.
     """
 
     def __init__(
@@ -49,8 +51,10 @@ class ChildProcess:
         workdir: Path,
         name: str,
         env: dict[str, str] | None = None,
+        command: list[str] | None = None,
     ) -> None:
         self.module = module
+        self.command = command or [sys.executable, "-m", module]
         self.args = args
         self.name = name
         self.env = env
@@ -75,7 +79,7 @@ class ChildProcess:
                 message carries the end of its log.
         """
         self.ready_file.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", self.module, *self.args, "--ready-file", str(self.ready_file)]
+        argv = [*self.command, *self.args, "--ready-file", str(self.ready_file)]
         preexec = None
         if sys.platform == "linux":
             setpriv = shutil.which("setpriv")

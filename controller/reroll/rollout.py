@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import sys
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from reroll_proxy.exchange import load_trajectory
 from rich.console import Console
 
+from reroll import intercept
 from reroll.agents import AgentSpec
 from reroll.errors import AgentError, InfrastructureError, RerollError
 from reroll.llm_proxy import LlmProxy, ProxyStatus, ReplayPlan
@@ -32,6 +34,8 @@ from reroll.verify import prepare, verify
 
 INSTALL_TIMEOUT_SECONDS = 900.0
 POLL_SECONDS = 0.25
+INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
+"""Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
 
 
 @dataclass
@@ -91,31 +95,19 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
         async with contextlib.AsyncExitStack() as stack:
             sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
-            proxy = None
             async with plan.start_gate or contextlib.nullcontext():
-                if plan.agent.api_format != "none":
-                    upstream = None
-                    if plan.live_model is not None:
-                        upstream = await stack.enter_async_context(
-                            live_upstream(plan.live_model, harness_dir)
-                        )
-                    proxy = LlmProxy(
-                        workdir=harness_dir,
-                        trajectory_path=plan.run_dir / TRAJECTORY,
-                        upstream=upstream,
-                        replay=plan.replay,
-                        listen_host=await sandbox.host_address(),
-                        faults=plan.config.faults,
-                    )
-                    await stack.enter_async_context(proxy)
+                proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)
                 network = plan.task.spec.environment.network
                 console.print(f"[dim]starting {plan.sandbox_backend} sandbox (network {network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)
             await prepare(sandbox, plan.task, env)
+            agent_env: dict[str, str] = {}
+            if interceptor is not None and proxy is not None:
+                agent_env = await _intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
-            outcome = await _run_agent(sandbox, plan, proxy, env, console)
+            outcome = await _run_agent(sandbox, plan, proxy, env | agent_env, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
@@ -145,6 +137,44 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
     return result
 
 
+async def _start_llm_side(
+    plan: RolloutPlan,
+    sandbox: Sandbox,
+    stack: contextlib.AsyncExitStack,
+    harness_dir: Path,
+    console: Console,
+) -> tuple[LlmProxy | None, intercept.Interceptor | None]:
+    """Start the live model, the LLM proxy and, for ``proxy_mode: intercept``, its HTTPS front end,
+    each stopped by `stack`; (None, None) for an agent that calls no model."""
+    if plan.agent.api_format == "none":
+        return None, None
+    upstream = None
+    if plan.live_model is not None:
+        upstream = await stack.enter_async_context(live_upstream(plan.live_model, harness_dir))
+    host = await sandbox.host_address()
+    proxy = LlmProxy(
+        workdir=harness_dir,
+        trajectory_path=plan.run_dir / TRAJECTORY,
+        upstream=upstream,
+        replay=plan.replay,
+        listen_host=host,
+        faults=plan.config.faults,
+    )
+    await stack.enter_async_context(proxy)
+    if plan.agent.proxy_mode != "intercept":
+        return proxy, None
+    console.print("[dim]starting the HTTPS interceptor (mitmproxy; installed on first use)[/dim]")
+    interceptor = intercept.Interceptor(
+        target=proxy.base_url,
+        token=proxy.token,
+        workdir=harness_dir,
+        listen_host=host,
+        other_hosts="pass" if plan.task.spec.environment.network == "full" else "refuse",
+    )
+    await stack.enter_async_context(interceptor)
+    return proxy, interceptor
+
+
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
     """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
     layout = sandbox.layout
@@ -156,6 +186,16 @@ def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
         "TERM": "dumb",
         **layout.env(),
     }
+
+
+async def _intercept_agent(
+    sandbox: Sandbox, interceptor: intercept.Interceptor, proxy: LlmProxy
+) -> dict[str, str]:
+    """Put the CA bundle into `sandbox`; the environment that sends the agent through `interceptor`."""
+    ca_path = sandbox.layout.path(INTERCEPT_CA_PATH)
+    await sandbox.client.put_file(ca_path, intercept.ca_bundle())
+    proxy_host = urllib.parse.urlsplit(proxy.base_url).hostname or ""
+    return intercept.sandbox_env(interceptor.proxy_url, ca_path, no_proxy=[proxy_host])
 
 
 async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str], console: Console) -> None:

@@ -9,12 +9,16 @@ so both see the same machine load. Measured per exchange, in milliseconds:
 - ``ttfb``: request sent -> first byte of the response body (streamed requests: the first SSE
   bytes, which the proxy forwards before the stream ends).
 
-Four targets: ``direct``; ``record`` (the proxy forwards to the upstream and fsyncs every
+Targets: ``direct``; ``record`` (the proxy forwards to the upstream and fsyncs every
 exchange to its trajectory); ``record-nofsync`` (the same with ``fsync_each_exchange: false``:
-lines only flushed to the OS, which shows what the disk costs); ``replay`` (a proxy replays the
-``record`` trajectory with no upstream: the divergence check runs on every request, each
-replayed exchange is fsynced to its own trajectory). The figures printed are p50 / p95 of
-each target, the added p50 / p95 (proxy minus direct) and their ratio.
+lines only flushed to the OS, which shows what the disk costs); ``intercept`` (``proxy_mode:
+intercept``: the client calls ``https://api.openai.com`` through ``HTTPS_PROXY`` = our mitmdump,
+trusting its CA; mitmdump sends it to a second recording proxy); ``mitmproxy-reverse`` (for
+comparison, a plain ``mitmdump --mode reverse:UPSTREAM``, no addon, with ``stream_large_bodies=1``
+so that SSE streams through); ``replay`` (a proxy replays the ``record`` trajectory with no
+upstream: the divergence check runs on every request, each replayed exchange is fsynced to its
+own trajectory). The figures printed are p50 / p95 of each target, the added p50 / p95 (target
+minus direct) and their ratio. mitmproxy is installed on first use (see `reroll.intercept`).
 
 Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat]``.
 """
@@ -23,14 +27,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import socket
+import ssl
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
+from reroll import intercept
 from reroll.processes import ChildProcess
 
 TOKEN = "bench-token"
@@ -84,11 +94,30 @@ PATHS = {
 }
 
 
-async def exchange(session: aiohttp.ClientSession, url: str, payload: bytes) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Target:
+    """Where the client sends its requests: a base URL, through an HTTP proxy or not."""
+
+    base_url: str
+    proxy: str | None = None
+    """``HTTPS_PROXY`` of the client (the interceptor), or None."""
+
+
+def session_for(target: Target, ca_file: Path | None) -> aiohttp.ClientSession:
+    """A keep-alive session; through a proxy it trusts `ca_file` (the interceptor's CA)."""
+    connector = None
+    if target.proxy is not None and ca_file is not None:
+        connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=str(ca_file)))
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30), connector=connector)
+
+
+async def exchange(
+    session: aiohttp.ClientSession, url: str, payload: bytes, proxy: str | None = None
+) -> tuple[float, float]:
     """One request: (ttfb, total) in milliseconds."""
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     started = time.perf_counter()
-    async with session.post(url, data=payload, headers=headers) as response:
+    async with session.post(url, data=payload, headers=headers, proxy=proxy) as response:
         first = await response.content.readany()
         ttfb = time.perf_counter() - started
         rest = await response.read() if first else b""
@@ -99,16 +128,16 @@ async def exchange(session: aiohttp.ClientSession, url: str, payload: bytes) -> 
 
 
 async def measure(
-    targets: dict[str, str], path: str, body: dict[str, Any], count: int
+    targets: dict[str, Target], path: str, body: dict[str, Any], count: int, ca_file: Path | None = None
 ) -> dict[str, list[tuple[float, float]]]:
     """`count` exchanges per target, alternating targets per exchange (after a warm-up)."""
     payload = orjson.dumps(body)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
-    sessions = {name: aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) for name in targets}
+    sessions = {name: session_for(target, ca_file) for name, target in targets.items()}
     try:
         for number in range(WARMUP_EXCHANGES + count):
-            for name, base_url in targets.items():
-                timing = await exchange(sessions[name], base_url + path, payload)
+            for name, target in targets.items():
+                timing = await exchange(sessions[name], target.base_url + path, payload, target.proxy)
                 if number >= WARMUP_EXCHANGES:
                     results[name].append(timing)
     finally:
@@ -135,7 +164,48 @@ def report(title: str, results: dict[str, list[tuple[float, float]]], which: int
             if name == "direct"
             else f"{p50 - d50:+9.3f}  {p95 - d95:+9.3f}  {p50 / d50:9.2f}  {p95 / d95:9.2f}"
         )
-        print(f"  {name:<14}         {p50:7.3f}  {p95:7.3f}  {added}")
+        print(f"  {name:<17}      {p50:7.3f}  {p95:7.3f}  {added}")
+
+
+@contextlib.asynccontextmanager
+async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[str]:
+    """A plain ``mitmdump`` reverse proxy in front of `upstream` (``http://HOST:PORT``); yields its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [str(intercept.ensure_mitmproxy()), "-c", "from mitmproxy.tools.main import mitmdump; mitmdump()"]
+    argv += [
+        "--quiet",
+        "--mode",
+        f"reverse:{upstream}",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        str(port),
+    ]
+    argv += ["--set", "stream_large_bodies=1", "--set", "flow_detail=0", "--set", f"confdir={work / 'mitm'}"]
+    with open(work / "mitmdump.log", "wb") as log:
+        process = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=log)
+    try:
+        for _ in range(300):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError(f"mitmdump did not listen on {port}: {(work / 'mitmdump.log').read_text()}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+def proxy_process(name: str, config: dict[str, Any], work: Path) -> ChildProcess:
+    """A ``python -m reroll_proxy`` child with `config` written to ``<work>/<name>.json``."""
+    (work / f"{name}.json").write_bytes(orjson.dumps(config))
+    return ChildProcess("reroll_proxy", ["--config", str(work / f"{name}.json")], workdir=work, name=name)
 
 
 async def main(exchanges: int, api_format: str) -> None:
@@ -143,33 +213,42 @@ async def main(exchanges: int, api_format: str) -> None:
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps(SCRIPT))
         trajectory = work / "record.jsonl"
-        record_config: dict[str, Any] = {"token": TOKEN, "trajectory_path": str(trajectory)}
+        ca_file = work / "ca.pem"
+        await asyncio.to_thread(intercept.ensure_mitmproxy)
+        ca_file.write_bytes(intercept.ca_bundle())
         async with ChildProcess(
             "reroll.scripted_model", ["--script", str(work / "script.json")], workdir=work, name="model"
         ) as model:
-            record_config["upstream"] = {"base_url": model.ready["base_url"]}
-            nofsync_config = record_config | {
-                "trajectory_path": str(work / "nofsync.jsonl"),
-                "fsync_each_exchange": False,
+            upstream = model.ready["base_url"]
+            record_config: dict[str, Any] = {
+                "token": TOKEN,
+                "trajectory_path": str(trajectory),
+                "upstream": {"base_url": upstream},
             }
-            (work / "record.json").write_bytes(orjson.dumps(record_config))
-            (work / "nofsync.json").write_bytes(orjson.dumps(nofsync_config))
             async with (
-                ChildProcess(
-                    "reroll_proxy", ["--config", str(work / "record.json")], workdir=work, name="record"
-                ) as proxy,
-                ChildProcess(
-                    "reroll_proxy", ["--config", str(work / "nofsync.json")], workdir=work, name="nofsync"
+                proxy_process("record", record_config, work) as proxy,
+                proxy_process(
+                    "nofsync",
+                    record_config
+                    | {"trajectory_path": str(work / "nofsync.jsonl"), "fsync_each_exchange": False},
+                    work,
                 ) as nofsync,
+                proxy_process(
+                    "behind", record_config | {"trajectory_path": str(work / "behind.jsonl")}, work
+                ) as behind,
+                intercept.Interceptor(target=behind.ready["base_url"], token=TOKEN, workdir=work) as front,
+                plain_mitmdump(upstream.removesuffix("/v1"), work) as reverse,
             ):
                 targets = {
-                    "direct": model.ready["base_url"],
-                    "record": proxy.ready["base_url"],
-                    "record-nofsync": nofsync.ready["base_url"],
+                    "direct": Target(upstream),
+                    "record": Target(proxy.ready["base_url"]),
+                    "record-nofsync": Target(nofsync.ready["base_url"]),
+                    "intercept": Target("https://api.openai.com/v1", proxy=front.proxy_url),
+                    "mitmproxy-reverse": Target(reverse + "/v1"),
                 }
                 runs = {
                     stream: await measure(
-                        targets, PATHS[api_format], request_body(api_format, stream), exchanges
+                        targets, PATHS[api_format], request_body(api_format, stream), exchanges, ca_file
                     )
                     for stream in (False, True)
                 }
@@ -178,15 +257,12 @@ async def main(exchanges: int, api_format: str) -> None:
             "trajectory_path": str(work / "replay.jsonl"),
             "replay_path": str(trajectory),
         }
-        (work / "replay.json").write_bytes(orjson.dumps(replay_config))
-        async with ChildProcess(
-            "reroll_proxy", ["--config", str(work / "replay.json")], workdir=work, name="replay"
-        ) as replay:
+        async with proxy_process("replay", replay_config, work) as replay:
             for stream in (False, True):
                 body = request_body(api_format, stream)
                 # The replay proxy serves the recording in order: warm-up and measured exchanges alike.
                 replayed = await measure(
-                    {"replay": replay.ready["base_url"]}, PATHS[api_format], body, exchanges
+                    {"replay": Target(replay.ready["base_url"])}, PATHS[api_format], body, exchanges
                 )
                 runs[stream]["replay"] = replayed["replay"]
     print(f"{exchanges} exchanges per target, {api_format}, after {WARMUP_EXCHANGES} warm-up exchanges\n")

@@ -40,12 +40,13 @@ Call = Callable[[dict[str, Any], bool], Awaitable[tuple[dict[str, Any], int]]]
 class Agent:
     """A format's agent loop; subclasses say how to call the SDK and extend the history."""
 
-    def __init__(self, base_url: str, token: str, *, use_async: bool, max_retries: int = 0) -> None:
+    def __init__(self, base_url: str | None, token: str, *, use_async: bool, max_retries: int = 0) -> None:
         self.use_async = use_async
         self.client: Any = self.make_client(base_url, token, use_async, max_retries)
         self.history: list[dict[str, Any]] = []
 
-    def make_client(self, base_url: str, token: str, use_async: bool, max_retries: int) -> Any:
+    def make_client(self, base_url: str | None, token: str, use_async: bool, max_retries: int) -> Any:
+        """The SDK client; `base_url` None: the SDK's default, the provider's real URL."""
         kind = openai.AsyncOpenAI if use_async else openai.OpenAI
         return kind(base_url=base_url, api_key=token, max_retries=max_retries, timeout=30)
 
@@ -175,9 +176,9 @@ class ResponsesAgent(Agent):
 class MessagesAgent(Agent):
     """Anthropic Messages: ``messages.create`` / ``messages.stream``, tool results as user blocks."""
 
-    def make_client(self, base_url: str, token: str, use_async: bool, max_retries: int) -> Any:
+    def make_client(self, base_url: str | None, token: str, use_async: bool, max_retries: int) -> Any:
         kind = anthropic.AsyncAnthropic if use_async else anthropic.Anthropic
-        root = base_url.removesuffix("/v1")
+        root = base_url.removesuffix("/v1") if base_url else None
         return kind(base_url=root, api_key=token, max_retries=max_retries, timeout=30)
 
     def start(self, task: str) -> None:

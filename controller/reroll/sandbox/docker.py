@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import socket
-import ssl
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
 
+from reroll.config import host_ca_bundle
 from reroll.errors import SandboxError
 from reroll.sandbox.base import SandboxLayout, SidecarSandbox
 from reroll.sandbox.files import upload_dir
@@ -68,16 +68,6 @@ id -u {AGENT_USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/sh {AGE
 mkdir -p /app /logs/agent /logs/verifier {AGENTS_DIR}
 chown -R {AGENT_USER}: /app /logs/agent "$(getent passwd {AGENT_USER} | cut -d: -f6)"
 """
-
-
-def host_ca_bundle() -> Path | None:
-    """The CA bundle the host trusts (``$PIP_CERT``, ``$SSL_CERT_FILE``, else OpenSSL's default), if any."""
-    candidates = [os.environ.get(name) for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
-    candidates.append(ssl.get_default_verify_paths().openssl_cafile)
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    return None
 
 
 def docker_client() -> docker.DockerClient:

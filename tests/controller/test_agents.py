@@ -1,0 +1,57 @@
+"""The agent registry: packaged declarations, ``$REROLL_AGENTS_FILE``, and bad declarations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from reroll.agents import AGENTS_FILE_ENV, get_agent, registry
+from reroll.errors import AgentError
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry() -> Iterator[None]:
+    registry.cache_clear()
+    yield
+    registry.cache_clear()
+
+
+def test_packaged_agents_use_base_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    assert get_agent("mini-swe-agent").proxy_mode == "base_url"
+
+
+def test_agents_file_adds_an_intercepted_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "agents.yaml"
+    path.write_text(
+        "mine:\n  description: d\n  api_format: openai-chat\n  proxy_mode: intercept\n  launch: ./run\n"
+    )
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(path))
+    assert get_agent("mine").proxy_mode == "intercept"
+    assert "mini-swe-agent" in registry()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("mine:\n  description: d\n  api_format: openai-chat\n  proxy_mode: mitm\n  launch: x\n", "mode"),
+        ("- just a list\n", "expected a mapping"),
+        ("mine: [unclosed\n", "invalid agent declaration"),
+    ],
+)
+def test_bad_agents_file_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    path = tmp_path / "agents.yaml"
+    path.write_text(text)
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(path))
+    with pytest.raises(AgentError, match=message) as caught:
+        registry()
+    assert str(path) in str(caught.value)
+
+
+def test_missing_agents_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(tmp_path / "absent.yaml"))
+    with pytest.raises(AgentError, match=r"absent\.yaml"):
+        registry()
