@@ -32,6 +32,15 @@ def docker_images() -> str:
     return done.stdout
 
 
+@pytest.fixture(scope="module", params=["local", "docker"])
+def sandbox_backend(request: pytest.FixtureRequest) -> str:
+    """A sandbox backend for a whole module's end-to-end runs: each module runs once per backend;
+    docker gets its images built first."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_images")
+    return str(request.param)
+
+
 def labelled_containers(run_id: str) -> list[str]:
     """Names of the containers, running or not, labelled ``reroll.run_id=<run_id>``."""
     done = subprocess.run(

@@ -56,16 +56,9 @@ sys.exit(1)
 """
 
 
-@pytest.fixture(scope="module", params=["local", "docker"])
-def sandbox(request: pytest.FixtureRequest) -> str:
-    if request.param == "docker":
-        request.getfixturevalue("docker_images")
-    return str(request.param)
-
-
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Path:
-    workdir = tmp_path_factory.mktemp(f"intercept-{sandbox}")
+def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
+    workdir = tmp_path_factory.mktemp(f"intercept-{sandbox_backend}")
     agents = {
         "hard-coded-openai": {
             "description": "urllib agent calling https://api.openai.com directly",
@@ -88,7 +81,7 @@ def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def timed_out_run(workdir: Path, sandbox: str) -> Path:
+def timed_out_run(workdir: Path, sandbox_backend: str) -> Path:
     script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
     script["turns"][2]["delay_seconds"] = 3600
     stalling = workdir / "stall-at-turn-3.yaml"
@@ -96,7 +89,7 @@ def timed_out_run(workdir: Path, sandbox: str) -> Path:
     done = reroll(
         "run", str(TASK), "--agent", "hard-coded-openai", "--model", f"scripted:{stalling}",
         "--timeout", str(RECORD_TIMEOUT_SECONDS), "--jobs-dir", "jobs", "--job-name", "record",
-        "--sandbox", sandbox, cwd=workdir,
+        "--sandbox", sandbox_backend, cwd=workdir,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return only_folder(workdir / "jobs" / "record")

@@ -46,21 +46,13 @@ def trajectory(folder: Path) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-@pytest.fixture(scope="module", params=["local", "docker"])
-def sandbox(request: pytest.FixtureRequest) -> str:
-    """The sandbox backend of the whole module's runs; docker gets its images built first."""
-    if request.param == "docker":
-        request.getfixturevalue("docker_images")
-    return str(request.param)
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
+    return tmp_path_factory.mktemp(f"main-job-{sandbox_backend}")
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Path:
-    return tmp_path_factory.mktemp(f"main-job-{sandbox}")
-
-
-@pytest.fixture(scope="module")
-def timed_out_run(workdir: Path, sandbox: str) -> Path:
+def timed_out_run(workdir: Path, sandbox_backend: str) -> Path:
     """A recorded mini-swe-agent run cut by its timeout after two exchanges."""
     script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
     script["turns"][2]["delay_seconds"] = 3600
@@ -80,7 +72,7 @@ def timed_out_run(workdir: Path, sandbox: str) -> Path:
         "--job-name",
         "record",
         "--sandbox",
-        sandbox,
+        sandbox_backend,
         cwd=workdir,
     )
     assert done.returncode == 0, done.stderr
@@ -169,7 +161,7 @@ def test_strict_divergence_aborts_on_a_tampered_observation(timed_out_run: Path,
     assert "step 1" in result["error"]
 
 
-def test_oracle_solves_a_legacy_task(workdir: Path, sandbox: str) -> None:
+def test_oracle_solves_a_legacy_task(workdir: Path, sandbox_backend: str) -> None:
     task = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "word-count"
     done = reroll(
         "run",
@@ -181,7 +173,7 @@ def test_oracle_solves_a_legacy_task(workdir: Path, sandbox: str) -> None:
         "--job-name",
         "oracle",
         "--sandbox",
-        sandbox,
+        sandbox_backend,
         cwd=workdir,
     )
     assert done.returncode == 0, done.stderr
