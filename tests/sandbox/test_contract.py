@@ -154,7 +154,8 @@ printf p > perm && chmod 640 perm && printf s > f2l && ln -s perm l2f && printf 
 printf h > hard && ln hard hard2 && head -c 300000 /dev/urandom > big && chmod 604 big
 printf keep > same && printf sp > 'sp ace' && printf bs > 'back\slash' && printf d > ./-dash
 mkdir -p "$(printf 'n%.0s' $(seq 60))/$(printf 'm%.0s' $(seq 60))" && printf deep > n*/m*/file
-touch -d 2001-01-01 gone same d2f/sub && chmod 750 gone/deeper
+mkdir quiet && printf a > quiet/inplace
+touch -d 2001-01-01 gone same d2f/sub quiet && chmod 750 gone/deeper
 """
 """Every kind of entry restore must get right, made in the workspace."""
 
@@ -162,11 +163,11 @@ HARD_CASES_CHANGES = r"""
 rm -r d2f && printf now-a-file > d2f && rm f2d && mkdir f2d && printf z > f2d/z && rm -r gone
 chmod 600 perm && rm f2l && ln -s perm f2l && rm l2f && printf real > l2f
 if [ "$(id -u)" = 0 ]; then chown 65534:65534 owned; else chmod 604 owned; fi
-printf H > hard && printf X | dd of=big bs=1 seek=1000 conv=notrunc 2>/dev/null
+printf b > quiet/inplace && printf H > hard && printf X | dd of=big bs=1 seek=1000 conv=notrunc 2>/dev/null
 printf new > 'sp ace' && rm 'back\slash' ./-dash && rm -r n*/m* && ln -s / escape && mkfifo fifo
 """
 """Type changes both ways, a deleted folder, permission- and owner-only changes, files replaced by
-symlinks and back, hard links edited in place, a large file edited in place, odd and long names."""
+symlinks and back, hard links edited in place, a file edited in place in an otherwise untouched folder, a large file edited in place, odd and long names."""
 
 
 async def check_hard_cases(sandbox: Sandbox) -> None:
