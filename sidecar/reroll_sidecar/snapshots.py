@@ -216,6 +216,9 @@ class SnapshotStore:
         for path in wanted & clones.keys():
             clone = os.path.join(folder, CLONES, clones[path])
             await asyncio.to_thread(_put_back_clone, clone, path, saved[path])
+        lost = [path for path in wanted - members.keys() - clones.keys() if not saved[path].startswith(b"s ")]
+        if lost:  # sockets are never archived; anything else missing means a damaged archive
+            raise ToolError(f"{archive} lacks {len(lost)} saved entries, such as {os.fsdecode(lost[0])}")
         ranges = [members[path] for path in wanted if path in members]
         await snapshot_io.run(
             [*_TAR_EXTRACT, *_TAR_EXTRACT_OPTIONS], snapshot_io.read_ranges(archive, ranges)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -283,5 +284,21 @@ async def test_a_long_run_name_still_starts(backend: str, task: Task) -> None:
     try:
         await sandbox.start()
         assert (await sandbox.client.health()).ready
+    finally:
+        await sandbox.stop()
+
+
+async def test_restore_is_exact_on_a_file_system_that_clones(
+    task: Task, run_id: str, reflink_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local backend with its folder on btrfs or XFS: large files are cloned, not archived."""
+    monkeypatch.setattr(tempfile, "tempdir", str(reflink_dir))
+    sandbox = create_sandbox("local", task, run_id)
+    assert Path(sandbox.layout.root).is_relative_to(reflink_dir)
+    await sandbox.start()
+    try:
+        await check_hard_cases(sandbox)
+        archive = Path(sandbox.layout.root, ".reroll", "state", "snapshots", "hard", "content.tar")
+        assert archive.stat().st_size < 300_000, "the large file went into the archive, not cloned"
     finally:
         await sandbox.stop()
