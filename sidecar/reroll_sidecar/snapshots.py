@@ -128,7 +128,9 @@ class SnapshotStore:
         """
         folder = self._folder(name)
         if not paths or not all(os.path.isabs(path) and os.path.normpath(path) != "/" for path in paths):
-            raise SnapshotError("invalid", f"snapshot paths must be absolute, not / and not empty, not {paths!r}")
+            raise SnapshotError(
+                "invalid", f"snapshot paths must be absolute, not / and not empty, not {paths!r}"
+            )
         normalised = [os.path.normpath(path) for path in paths]
         async with self._lock:
             os.makedirs(self.root, mode=0o700, exist_ok=True)

@@ -168,7 +168,8 @@ printf b > quiet/inplace && printf H > hard && printf X | dd of=big bs=1 seek=10
 printf new > 'sp ace' && rm 'back\slash' ./-dash && rm -r n*/m* && ln -s / escape && mkfifo fifo
 """
 """Type changes both ways, a deleted folder, permission- and owner-only changes, files replaced by
-symlinks and back, hard links edited in place, a file edited in place in an otherwise untouched folder, a large file edited in place, odd and long names."""
+symlinks and back, hard links edited in place, a file edited in place in an otherwise untouched
+folder, a large file edited in place, odd and long names, a new fifo."""
 
 
 async def check_hard_cases(sandbox: Sandbox) -> None:

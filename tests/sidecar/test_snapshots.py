@@ -1,4 +1,4 @@
-"""The snapshot store on its own: methods per file system, tar member ranges, the changing-entry guard, errors."""
+"""The snapshot store on its own: methods per file system, tar member ranges, the guard, errors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from reroll_sidecar.snapshots import ARCHIVE, CLONE_MIN_BYTES, STAMPS, SnapshotE
 
 
 def make_tree(root: Path) -> bytes:
-    """A folder with one large file (cloned where the file system can) and a small one; returns the large one's bytes."""
+    """A folder with a large file (cloned where the file system can) and a small one; returns the large."""
     big = os.urandom(4 * CLONE_MIN_BYTES)
     (root / "sub").mkdir(parents=True)
     (root / "sub" / "big.bin").write_bytes(big)
@@ -105,6 +105,8 @@ async def test_a_damaged_archive_fails_naming_tar(tmp_path: Path) -> None:
     await store.save("s", [str(tmp_path / "ws")])
     Path(store.root, "s", ARCHIVE).write_bytes(b"\xff" * 2048)
     (tmp_path / "ws" / "file").unlink()
-    with pytest.raises(SnapshotError, match=r"restore of snapshot 's': .*content\.tar lacks|tar --extract failed") as raised:
+    with pytest.raises(
+        SnapshotError, match=r"restore of snapshot 's': .*content\.tar lacks|tar --extract failed"
+    ) as raised:
         await store.restore("s")
     assert raised.value.kind == "failed"
