@@ -75,6 +75,12 @@ def _remove(path: bytes) -> None:
         os.unlink(path)
 
 
+def _remove_all(paths: list[bytes]) -> None:
+    """`_remove` each of `paths`."""
+    for path in paths:
+        _remove(path)
+
+
 def _write_atomically(path: str, data: bytes) -> None:
     """Replace `path` by `data` through a temporary file, so a crash leaves the old or the new."""
     with open(f"{path}.tmp", "wb") as out:
@@ -203,24 +209,24 @@ class SnapshotStore:
         current, members = await asyncio.gather(
             snapshot_io.stamp_trees(roots), asyncio.to_thread(snapshot_io.member_ranges, archive)
         )
-        stale = [path for path, stamp in current.items() if saved.get(path, b"")[:1] != stamp[:1]]
-        for path in sorted(stale, key=len):  # parents first: their removal takes the children along
-            await asyncio.to_thread(_remove, path)
+        stale = {path for path, stamp in current.items() if saved.get(path, b"")[:1] != stamp[:1]}
         wanted = {path for path, stamp in saved.items() if current.get(path) != stamp}
         for path in list(wanted):  # their folders too: putting an entry back changes its folder's mtime
             parent = os.path.dirname(path)
             while parent in saved and parent not in wanted:
                 wanted.add(parent)
                 parent = os.path.dirname(parent)
-        if not wanted:
-            return
         clones = {os.fsencode(path): str(number) for number, path in enumerate(index["clones"])}
-        for path in wanted & clones.keys():
-            clone = os.path.join(folder, CLONES, clones[path])
-            await asyncio.to_thread(_put_back_clone, clone, path, saved[path])
         lost = [path for path in wanted - members.keys() - clones.keys() if not saved[path].startswith(b"s ")]
         if lost:  # sockets are never archived; anything else missing means a damaged archive
             raise ToolError(f"{archive} lacks {len(lost)} saved entries, such as {os.fsdecode(lost[0])}")
+        # Only the topmost stale entries: removing a folder takes what is below it along.
+        await asyncio.to_thread(_remove_all, [path for path in stale if os.path.dirname(path) not in stale])
+        if not wanted:
+            return
+        for path in wanted & clones.keys():
+            clone = os.path.join(folder, CLONES, clones[path])
+            await asyncio.to_thread(_put_back_clone, clone, path, saved[path])
         ranges = [members[path] for path in wanted if path in members]
         await snapshot_io.run(
             [*_TAR_EXTRACT, *_TAR_EXTRACT_OPTIONS], snapshot_io.read_ranges(archive, ranges)
