@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from reroll.sandbox.sidecar_client import ExecExit, SidecarClient, SidecarError, SidecarUnavailable
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
 from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar
 
@@ -290,3 +291,17 @@ async def test_tcp_listen_on_port_zero(start_sidecar: StartSidecar) -> None:
     async with SidecarClient(sidecar.address, sidecar.token) as client:
         await client.wait_ready(timeout_seconds=10)
         assert (await client.exec(["echo", "tcp"])).stdout == b"tcp\n"
+
+
+async def test_snapshot_rpc_reports_size_and_method_and_restore_its_paths(
+    client: SidecarClient, tmp_path: Path
+) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "file").write_text("saved")
+    # The raw RPC: SidecarClient.snapshot returns the size only.
+    request = pb.SnapshotRequest(name="s", paths=[str(tmp_path / "ws")])
+    response = await client._rpc.Snapshot(request, metadata=client._metadata)
+    assert response.method in ("tar", "tar+reflink") and response.size_bytes > 0
+    (tmp_path / "ws" / "file").write_text("changed")
+    assert await client.restore("s") == [str(tmp_path / "ws")]
+    assert (tmp_path / "ws" / "file").read_text() == "saved"
