@@ -49,31 +49,31 @@ async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    assert process.stdin is not None
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+    assert stdin is not None and stdout is not None and stderr is not None
 
     async def feed() -> None:
-        assert process.stdin is not None
         try:
             for chunk in chunks:
-                process.stdin.write(chunk)
-                await process.stdin.drain()
+                stdin.write(chunk)
+                await stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass  # it exited early; its exit status and stderr tell why
         finally:
-            process.stdin.close()
+            stdin.close()
 
     try:
-        _, (stdout, stderr) = await asyncio.wait_for(
-            asyncio.gather(feed(), process.communicate()), SUBPROCESS_TIMEOUT_SECONDS
+        _, output, errors, _ = await asyncio.wait_for(
+            asyncio.gather(feed(), stdout.read(), stderr.read(), process.wait()), SUBPROCESS_TIMEOUT_SECONDS
         )
     except TimeoutError:
         process.kill()
         await process.wait()
         raise ToolError(f"{args[0]} took longer than {SUBPROCESS_TIMEOUT_SECONDS:.0f} s") from None
     if process.returncode != 0:
-        message = stderr.decode(errors="replace")[-2000:].strip()
+        message = errors.decode(errors="replace")[-2000:].strip()
         raise ToolError(f"{args[0]} {args[1]} failed (exit {process.returncode}): {message}")
-    return stdout
+    return output
 
 
 def parse_stamps(listing: bytes) -> dict[bytes, bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -110,3 +111,16 @@ async def test_a_damaged_archive_fails_naming_tar(tmp_path: Path) -> None:
     ) as raised:
         await store.restore("s")
     assert raised.value.kind == "failed"
+
+
+async def test_a_deleted_tree_comes_back_whole(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    files = {workspace / f"d{index % 7}" / f"f{index}": os.urandom(index * 97) for index in range(300)}
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    store = SnapshotStore(str(tmp_path / "state"))
+    await store.save("s", [str(workspace)])
+    shutil.rmtree(workspace)
+    await store.restore("s")
+    assert {path: path.read_bytes() for path in workspace.rglob("f*")} == files
