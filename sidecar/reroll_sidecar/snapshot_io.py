@@ -3,7 +3,7 @@
 A *stamp* is one entry's state as GNU find prints it: type, link count, inode, mode, owner,
 group, size, mtime and ctime (``f 1 1234 644 0 0 4096 1700000000.1234567890 1700000000.12…``).
 Paths and stamps are bytes, exactly as the file system holds them; stamps are compared as
-strings and never parsed except for their ctime, mtime and size.
+strings, parsed only for a cloned file's metadata and to spot entries changed during a snapshot.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 SUBPROCESS_TIMEOUT_SECONDS = 600.0
-"""The longest one find, tar or cp run of a snapshot or restore may take."""
+"""The longest one find or tar run of a snapshot or restore may take."""
 
 STAMP_FORMAT = r"%p\0%y %n %i %m %U %G %s %T@ %C@\0"
 """find -printf format of one entry: its path, then its stamp, each ending in NUL."""
@@ -36,7 +36,7 @@ NO_CLONE_ERRORS = frozenset({errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.
 
 
 class ToolError(Exception):
-    """find, tar or cp failed or took too long; the message names the tool and its stderr."""
+    """find or tar failed or took too long, or an archive is damaged; the message says which."""
 
 
 async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:

@@ -3,7 +3,8 @@
 A snapshot is a folder ``<state dir>/snapshots/<name>/`` holding
 
 - ``stamps``: every saved entry's path and stamp (see `snapshot_io`), as GNU find printed them;
-- ``content.tar``: the entries, made by GNU tar (numeric owners) from that list, in that order;
+- ``content.tar``: the entries, by GNU tar (numeric owners), run side by side with find on the
+  two cores — or after it, from its list less the cloned files, where files are cloned;
 - ``clones/<n>``: on file systems that clone files (btrfs, XFS with reflink), large regular files
   are not copied into the archive but cloned (FICLONE: no data copied); their metadata is in the
   stamps;
@@ -44,12 +45,14 @@ INDEX = "index.json"
 CLONES = "clones"
 _TAR_CREATE = ("tar", "--create", "--numeric-owner", "--directory", "/")
 _TAR_LIST = ("--null", "--verbatim-files-from", "--no-unquote", "--files-from", "-")
-_TAR_EXTRACT = ("tar", "--extract", "--file", "-", "--numeric-owner", "--directory", "/")
-_TAR_EXTRACT_OPTIONS = ("--same-permissions", "--delay-directory-restore")
+_TAR_EXTRACT = (
+    *("tar", "--extract", "--file", "-", "--numeric-owner", "--directory", "/"),
+    *("--same-permissions", "--delay-directory-restore"),
+)
 
 
 class SnapshotError(Exception):
-    """A snapshot request is invalid, or tar failed; `kind` says which."""
+    """A snapshot request is invalid, or find, tar or a clone failed; `kind` says which."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -228,9 +231,7 @@ class SnapshotStore:
             clone = os.path.join(folder, CLONES, clones[path])
             await asyncio.to_thread(_put_back_clone, clone, path, saved[path])
         ranges = [members[path] for path in wanted if path in members]
-        await snapshot_io.run(
-            [*_TAR_EXTRACT, *_TAR_EXTRACT_OPTIONS], snapshot_io.read_ranges(archive, ranges)
-        )
+        await snapshot_io.run([*_TAR_EXTRACT], snapshot_io.read_ranges(archive, ranges))
         # Put-back entries have new inodes and ctimes: record them, so the next restore skips them.
         # Best effort: without it, the next restore puts them back once more.
         try:
