@@ -144,24 +144,30 @@ def member_ranges(archive: str) -> dict[bytes, tuple[int, int]]:
     A member's range covers its GNU long-name and long-link headers too, so the concatenation of
     some ranges (plus two zero blocks) is itself a valid archive of just those members. Names are
     made absolute (the archive holds them relative to ``/``) and lose a folder's trailing slash.
+
+    Raises:
+        ToolError: the archive is damaged (a header that does not parse, or no end-of-archive block).
     """
     ranges: dict[bytes, tuple[int, int]] = {}
-    with open(archive, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        start = position = 0
-        long_name = b""
-        while position + TAR_BLOCK <= len(data) and data[position] != 0:
-            header = data[position : position + TAR_BLOCK]
-            size = _octal_or_base256(header[124:136])
-            end = position + TAR_BLOCK + (size + TAR_BLOCK - 1) // TAR_BLOCK * TAR_BLOCK
-            kind = header[156:157]
-            if kind == b"L":
-                long_name = data[position + TAR_BLOCK : position + TAR_BLOCK + size].split(b"\0", 1)[0]
-            elif kind != b"K":
-                name = long_name or header[:100].split(b"\0", 1)[0]
-                ranges[b"/" + name.rstrip(b"/")] = (start, end)
-                long_name = b""
-                start = end
-            position = end
+    start = position = 0
+    long_name = b""
+    try:
+        with open(archive, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            while data[position]:  # a zero block ends the archive
+                header = data[position : position + TAR_BLOCK]
+                size = _octal_or_base256(header[124:136])
+                end = position + TAR_BLOCK + (size + TAR_BLOCK - 1) // TAR_BLOCK * TAR_BLOCK
+                kind = header[156:157]
+                if kind == b"L":
+                    long_name = data[position + TAR_BLOCK : position + TAR_BLOCK + size].split(b"\0", 1)[0]
+                elif kind != b"K":
+                    name = long_name or header[:100].split(b"\0", 1)[0]
+                    ranges[b"/" + name.rstrip(b"/")] = (start, end)
+                    long_name = b""
+                    start = end
+                position = end
+    except (IndexError, ValueError):  # ValueError: a bad number, or mmap of an empty file
+        raise ToolError(f"{archive} is damaged near byte {position}") from None
     return ranges
 
 

@@ -220,9 +220,16 @@ class SnapshotStore:
                 wanted.add(parent)
                 parent = os.path.dirname(parent)
         clones = {os.fsencode(path): str(number) for number, path in enumerate(index["clones"])}
-        lost = [path for path in wanted - members.keys() - clones.keys() if not saved[path].startswith(b"s ")]
+        unarchived = wanted - members.keys() - clones.keys()
+        # Created while the snapshot ran, after tar had passed their folder: absent in the snapshot.
+        appeared = {path for path in unarchived if saved[path].endswith(snapshot_io.CHANGING)}
+        lost = [path for path in unarchived - appeared if not saved[path].startswith(b"s ")]
         if lost:  # sockets are never archived; anything else missing means a damaged archive
             raise ToolError(f"{archive} lacks {len(lost)} saved entries, such as {os.fsdecode(lost[0])}")
+        for path in appeared:
+            del saved[path]
+        wanted -= appeared
+        stale |= appeared & current.keys()
         # Only the topmost stale entries: removing a folder takes what is below it along.
         await asyncio.to_thread(_remove_all, [path for path in stale if os.path.dirname(path) not in stale])
         if not wanted:
