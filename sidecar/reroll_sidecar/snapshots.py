@@ -212,13 +212,7 @@ class SnapshotStore:
         current, members = await asyncio.gather(
             snapshot_io.stamp_trees(roots), asyncio.to_thread(snapshot_io.member_ranges, archive)
         )
-        stale = {path for path, stamp in current.items() if saved.get(path, b"")[:1] != stamp[:1]}
-        wanted = {path for path, stamp in saved.items() if current.get(path) != stamp}
-        for path in list(wanted):  # their folders too: putting an entry back changes its folder's mtime
-            parent = os.path.dirname(path)
-            while parent in saved and parent not in wanted:
-                wanted.add(parent)
-                parent = os.path.dirname(parent)
+        stale, wanted = _differences(saved, current)
         clones = {os.fsencode(path): str(number) for number, path in enumerate(index["clones"])}
         unarchived = wanted - members.keys() - clones.keys()
         # Created while the snapshot ran, after tar had passed their folder: absent in the snapshot.
@@ -246,6 +240,24 @@ class SnapshotStore:
         except ToolError:
             return
         _write_atomically(os.path.join(folder, STAMPS), snapshot_io.format_stamps(saved))
+
+
+def _differences(saved: dict[bytes, bytes], current: dict[bytes, bytes]) -> tuple[set[bytes], set[bytes]]:
+    """What a restore deletes and what it puts back, from the saved and the current stamps.
+
+    Returns:
+        The stale entries (new, or of another type than saved) and the wanted ones (missing or
+        stamped differently, and the folders above them: putting an entry back changes its
+        folder's mtime).
+    """
+    stale = {path for path, stamp in current.items() if saved.get(path, b"")[:1] != stamp[:1]}
+    wanted = {path for path, stamp in saved.items() if current.get(path) != stamp}
+    for path in list(wanted):
+        parent = os.path.dirname(path)
+        while parent in saved and parent not in wanted:
+            wanted.add(parent)
+            parent = os.path.dirname(parent)
+    return stale, wanted
 
 
 def _clone_all(paths: list[bytes], folder: str) -> list[bytes]:
