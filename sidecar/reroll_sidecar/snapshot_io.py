@@ -13,8 +13,12 @@ import errno
 import fcntl
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from decimal import Decimal
+from typing import TypeVar
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 SUBPROCESS_TIMEOUT_SECONDS = 600.0
 """The longest one find or tar run of a snapshot or restore may take."""
@@ -67,13 +71,27 @@ async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:
             asyncio.gather(feed(), stdout.read(), stderr.read(), process.wait()), SUBPROCESS_TIMEOUT_SECONDS
         )
     except TimeoutError:
-        process.kill()
-        await process.wait()
         raise ToolError(f"{args[0]} took longer than {SUBPROCESS_TIMEOUT_SECONDS:.0f} s") from None
+    finally:  # timed out or cancelled: no process left behind
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
     if process.returncode != 0:
         message = errors.decode(errors="replace")[-2000:].strip()
         raise ToolError(f"{args[0]} {args[1]} failed (exit {process.returncode}): {message}")
     return output
+
+
+async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Await `first` and `second` side by side; both finish before an exception of either is raised.
+
+    (A bare ``asyncio.gather`` raises at the first failure and leaves the other running.)
+    """
+    one, two = await asyncio.gather(first, second, return_exceptions=True)
+    for result in (one, two):
+        if isinstance(result, BaseException):
+            raise result
+    return one, two  # type: ignore[return-value]
 
 
 def parse_stamps(listing: bytes) -> dict[bytes, bytes]:

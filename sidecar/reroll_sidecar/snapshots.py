@@ -171,7 +171,7 @@ class SnapshotStore:
             await snapshot_io.run([*_TAR_CREATE, "--file", archive, "--no-recursion", *_TAR_LIST], [listing])
         else:  # find and tar side by side, on two cores; mark_changing makes that safe
             listing = b"".join(root[1:] + b"\0" for root in roots)
-            stamps, _ = await asyncio.gather(
+            stamps, _ = await snapshot_io.both(
                 snapshot_io.stamp_trees(roots),
                 snapshot_io.run([*_TAR_CREATE, "--file", archive, *_TAR_LIST], [listing]),
             )
@@ -209,7 +209,7 @@ class SnapshotStore:
             saved = snapshot_io.parse_stamps(handle.read())
         archive = os.path.join(folder, ARCHIVE)
         roots = [os.fsencode(path) for path in index["paths"] if os.path.lexists(path)]
-        current, members = await asyncio.gather(
+        current, members = await snapshot_io.both(
             snapshot_io.stamp_trees(roots), asyncio.to_thread(snapshot_io.member_ranges, archive)
         )
         stale, wanted = _differences(saved, current)
