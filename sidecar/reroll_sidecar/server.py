@@ -197,7 +197,13 @@ class SidecarService(pb_grpc.SidecarServicer):
             saved = await self.snapshots.save(request.name, list(request.paths))
         except SnapshotError as exc:
             await context.abort(_SNAPSHOT_CODES[exc.kind], str(exc))
-        log.info("snapshot %s: %s (%d bytes)", request.name, list(request.paths), saved.size_bytes)
+        log.info(
+            "snapshot %s: %s (%d bytes, %s)",
+            request.name,
+            list(request.paths),
+            saved.size_bytes,
+            saved.method,
+        )
         return pb.SnapshotResponse(size_bytes=saved.size_bytes, method=saved.method)
 
     async def Restore(

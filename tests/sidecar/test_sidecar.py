@@ -23,6 +23,7 @@ from reroll.sandbox.sidecar_client import (
     VerifyOutcome,
 )
 from reroll.tasks import HardeningOptions
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
 from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar
 
@@ -402,3 +403,17 @@ async def test_verify_requests_need_absolute_paths(client: SidecarClient, tmp_pa
             env={},
             timeout_seconds=1,
         )
+
+
+async def test_snapshot_rpc_reports_size_and_method_and_restore_its_paths(
+    client: SidecarClient, tmp_path: Path
+) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "file").write_text("saved")
+    # The raw RPC: SidecarClient.snapshot returns the size only.
+    request = pb.SnapshotRequest(name="s", paths=[str(tmp_path / "ws")])
+    response = await client._rpc.Snapshot(request, metadata=client._metadata)
+    assert response.method in ("tar", "tar+reflink") and response.size_bytes > 0
+    (tmp_path / "ws" / "file").write_text("changed")
+    assert await client.restore("s") == [str(tmp_path / "ws")]
+    assert (tmp_path / "ws" / "file").read_text() == "saved"

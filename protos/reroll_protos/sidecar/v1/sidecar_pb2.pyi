@@ -333,7 +333,9 @@ class SnapshotResponse(_message.Message):
     size_bytes: _builtins.int
     """The size of the stored snapshot."""
     method: _builtins.str
-    """How the snapshot was stored ("tar")."""
+    """How the snapshot was stored: "tar", or "tar+reflink" (large files cloned, where the file
+    system can).
+    """
     def __init__(
         self,
         *,
