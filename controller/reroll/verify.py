@@ -7,8 +7,8 @@ options. `verify` uploads the verifier folder, then one Verify RPC kills the age
 undoes planted build config and start-up hooks, deletes old reward files, runs ``test.sh`` in a
 clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or ``reward.json`` (an
 object of numbers), the wire formats BenchFlow and Harbor use. The run folder's ``verifier/``
-gets ``hardening.json`` (what hardening did), ``test-stdout.txt`` / ``test-stderr.txt`` (written
-as the script runs) and the reward file as written.
+gets ``hardening.json`` (what hardening did, written before the script runs),
+``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs) and the reward file.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from reroll.errors import VerifierError
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.files import upload_dir
-from reroll.sandbox.sidecar_client import VerifyBaseline
+from reroll.sandbox.sidecar_client import HardeningReport, VerifyBaseline
 from reroll.tasks import Task
 
 TEST_SCRIPT = "test.sh"
@@ -88,6 +88,9 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
         def write(name: str, chunk: bytes) -> None:
             files[name].write(chunk)
 
+        def write_report(report: HardeningReport) -> None:
+            (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
+
         try:
             outcome = await sandbox.client.verify(
                 verifier_dir=verifier_dir,
@@ -96,11 +99,10 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
                 env=env,
                 timeout_seconds=task.spec.verifier.timeout_sec,
                 on_output=write,
+                on_hardening=write_report,
             )
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc
-    report = dataclasses.asdict(outcome.hardening)
-    (output_dir / "hardening.json").write_text(json.dumps(report, indent=2))
     tail = outcome.output_text()[-OUTPUT_TAIL_CHARS:]
     if outcome.timed_out:
         raise VerifierError(f"verifier timed out after {task.spec.verifier.timeout_sec:.0f} s:\n{tail}")

@@ -499,6 +499,7 @@ class SidecarClient:
         env: Mapping[str, str],
         timeout_seconds: float,
         on_output: Callable[[str, bytes], None] | None = None,
+        on_hardening: Callable[[HardeningReport], None] | None = None,
     ) -> VerifyOutcome:
         """Harden the sandbox, run the test script and read its reward (see sidecar.proto, Verify).
 
@@ -509,6 +510,7 @@ class SidecarClient:
             env: the script's base environment; the sidecar cleans it and adds the hardening variables.
             timeout_seconds: kill the script's process group after this long; 0 = no timeout.
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+            on_hardening: called with the hardening report once it arrives, before the script runs.
 
         Raises:
             FileNotFoundError: the test script is missing (the message names it).
@@ -535,6 +537,8 @@ class SidecarClient:
                     report = HardeningReport(
                         hardening.killed_groups, list(hardening.restored), list(hardening.deleted)
                     )
+                    if on_hardening is not None:
+                        on_hardening(report)
                 elif kind in ("stdout", "stderr"):
                     chunk: bytes = getattr(event, kind)
                     output[kind].append(chunk)
