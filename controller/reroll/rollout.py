@@ -97,8 +97,10 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
             stack.push_async_callback(sandbox.stop)
             async with plan.start_gate or contextlib.nullcontext():
                 proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)
-                network = plan.task.spec.environment.network
-                console.print(f"[dim]starting {plan.sandbox_backend} sandbox (network {network})[/dim]")
+                network = f"network {plan.task.spec.environment.network}"
+                if plan.sandbox_backend == "local":
+                    network = "the host's network"  # the local sandbox enforces no policy
+                console.print(f"[dim]starting {plan.sandbox_backend} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)
