@@ -70,7 +70,8 @@ class ModelSpec:
     """For the scripted model: the script file."""
     api_format: FormatName | None = None
     """The one API the live model speaks, when it speaks only one (``anthropic/...``,
-    ``scripted-anthropic``, ``openai-responses/...``, ``scripted-responses``); None: whatever the agent speaks."""
+    ``scripted-anthropic``, ``openai-responses/...``, ``scripted-responses``); None: whatever
+    the agent speaks."""
 
 
 def model_name(spec: str) -> str:
