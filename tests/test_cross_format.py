@@ -1,6 +1,7 @@
 """Cross-format model swap end to end: real mini-swe-agent (it speaks OpenAI Chat Completions)
 recorded on the scripted model, then continued from step 2 by the scripted model served only
-over Anthropic Messages (``scripted-anthropic``); the proxy translates both ways."""
+over Anthropic Messages (``scripted-anthropic``) or only over OpenAI Responses
+(``scripted-responses``); the proxy translates both ways."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ pytestmark = pytest.mark.slow
 TASK = Path(__file__).resolve().parent / ".." / "examples" / "tasks" / "fix-failing-test"
 
 
-def test_a_chat_agent_is_continued_by_an_anthropic_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("live_model", "upstream_format", "call_id_prefix"),
+    [
+        ("scripted-anthropic", "anthropic-messages", "toolu_"),
+        ("scripted-responses", "openai-responses", "call_"),
+    ],
+    ids=["anthropic", "responses"],
+)
+def test_a_chat_agent_is_continued_by_a_model_of_another_api(
+    tmp_path: Path, live_model: str, upstream_format: str, call_id_prefix: str
+) -> None:
     script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
     for turn in script["turns"]:
         turn.pop("delay_seconds", None)  # the task's slow turn exists for timeout demos only
@@ -31,7 +42,7 @@ def test_a_chat_agent_is_continued_by_an_anthropic_model(tmp_path: Path) -> None
     assert len(original) == 5 and {line["metadata"]["upstream_format"] for line in original} == {None}
 
     done = reroll(
-        "continue", str(recorded), "--at", "2", "--model", "scripted-anthropic:script.yaml",
+        "continue", str(recorded), "--at", "2", "--model", f"{live_model}:script.yaml",
         "--timeout", "120", "--output", "swapped", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -42,12 +53,10 @@ def test_a_chat_agent_is_continued_by_an_anthropic_model(tmp_path: Path) -> None
     lines = trajectory(swapped)
     assert [line["metadata"]["source"] for line in lines] == ["replayed"] * 2 + ["live"] * 3
     assert [line["metadata"]["api_format"] for line in lines] == ["openai-chat"] * 5
-    assert [line["metadata"]["upstream_format"] for line in lines] == [None] * 2 + ["anthropic-messages"] * 3
+    assert [line["metadata"]["upstream_format"] for line in lines] == [None] * 2 + [upstream_format] * 3
     for line in lines[2:]:  # recorded as the agent sent and received it
         assert line["request"]["path"] == "/v1/chat/completions"
         assert line["response"]["body"]["object"] == "chat.completion"
         calls = line["response"]["body"]["choices"][0]["message"]["tool_calls"]
-        assert calls[0]["id"].startswith("toolu_")  # ids minted by the Anthropic-format upstream
-    assert read_json(swapped / "config.json")["continued_from"]["live_model"].startswith(
-        "scripted-anthropic:"
-    )
+        assert calls[0]["id"].startswith(call_id_prefix)  # ids minted by the upstream
+    assert read_json(swapped / "config.json")["continued_from"]["live_model"].startswith(f"{live_model}:")

@@ -151,7 +151,8 @@ def run(
     model: Annotated[
         str | None,
         typer.Option(
-            help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], openai/NAME, anthropic/NAME"
+            help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], scripted-responses[:PATH], "
+            "openai/NAME, openai-responses/NAME, anthropic/NAME"
         ),
     ] = None,
     timeout: Annotated[

@@ -7,7 +7,12 @@ A model spec is what users pass as ``--model``:
 - ``scripted-anthropic`` / ``scripted-anthropic:PATH`` — the same, served over Anthropic
   Messages only (``--only-format anthropic-messages``): an agent speaking another API is
   translated at the proxy (`reroll_proxy.translate`);
-- ``openai/NAME`` — OpenAI's API (``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` overrides the URL);
+- ``scripted-responses`` / ``scripted-responses:PATH`` — the same, served over OpenAI
+  Responses only (``--only-format openai-responses``);
+- ``openai/NAME`` — OpenAI's API (``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` overrides the URL),
+  spoken in whatever API the agent speaks;
+- ``openai-responses/NAME`` — the same, always over the Responses API (for Responses-only
+  models); the proxy translates a Chat or Messages agent;
 - ``anthropic/NAME`` — Anthropic's Messages API (``ANTHROPIC_API_KEY``; ``ANTHROPIC_BASE_URL``
   overrides the host, as in Anthropic's SDK: ``/v1`` is appended); the proxy translates
   whatever the agent speaks;
@@ -34,6 +39,7 @@ SCRIPT_FILE_NAME = "scripted-model.yaml"
 _SCRIPTED_FORMATS: dict[str, FormatName | None] = {
     "scripted": None,
     "scripted-anthropic": "anthropic-messages",
+    "scripted-responses": "openai-responses",
 }
 """Scripted model spec prefixes → the one API format the server speaks (None: all of them)."""
 
@@ -64,7 +70,8 @@ class ModelSpec:
     """For the scripted model: the script file."""
     api_format: FormatName | None = None
     """The one API the live model speaks, when it speaks only one (``anthropic/...``,
-    ``scripted-anthropic``); None: whatever the agent speaks."""
+    ``scripted-anthropic``, ``openai-responses/...``, ``scripted-responses``); None: whatever
+    the agent speaks."""
 
 
 def model_name(spec: str) -> str:
@@ -95,12 +102,14 @@ def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
     provider = spec.rpartition("/")[0]
     if provider == "anthropic":
         return ModelSpec(spec=spec, name=model_name(spec), api_format="anthropic-messages")
+    if provider == "openai-responses":
+        return ModelSpec(spec=spec, name=model_name(spec), api_format="openai-responses")
     if provider == "openai" or os.environ.get("REROLL_UPSTREAM_URL"):
         return ModelSpec(spec=spec, name=model_name(spec))
     raise ModelError(
         f"model {spec!r}: unknown provider {provider or '(none)'!r}; use scripted, scripted:PATH, "
-        "scripted-anthropic[:PATH], openai/NAME, anthropic/NAME, or set REROLL_UPSTREAM_URL for an "
-        "OpenAI-compatible server"
+        "scripted-anthropic[:PATH], scripted-responses[:PATH], openai/NAME, openai-responses/NAME, "
+        "anthropic/NAME, or set REROLL_UPSTREAM_URL for an OpenAI-compatible server"
     )
 
 
@@ -131,10 +140,11 @@ async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[Upstre
         yield Upstream(base_url=f"{host}/v1", api_key=key, model=model.name, api_format=model.api_format)
         return
     if url := os.environ.get("REROLL_UPSTREAM_URL"):
-        yield Upstream(base_url=url, api_key=os.environ.get("REROLL_UPSTREAM_API_KEY"), model=model.name)
+        key = os.environ.get("REROLL_UPSTREAM_API_KEY")
+        yield Upstream(base_url=url, api_key=key, model=model.name, api_format=model.api_format)
         return
     key = os.environ.get("OPENAI_API_KEY")
     if not key:
         raise ModelError(f"model {model.spec!r} needs OPENAI_API_KEY in the environment")
     base_url = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
-    yield Upstream(base_url=base_url, api_key=key, model=model.name)
+    yield Upstream(base_url=base_url, api_key=key, model=model.name, api_format=model.api_format)

@@ -2,11 +2,12 @@
 
 When ``upstream.api_format`` differs from the format of the agent's request, the proxy sends
 the upstream the request translated into the upstream's format, and the agent the upstream's
-answer translated back. Pairs (`supported_pairs`): ``openai-chat`` ↔ ``anthropic-messages``
-both ways (the field mapping is in `reroll_proxy.chat_anthropic`), ``openai-responses`` →
-``openai-chat`` (`reroll_proxy.responses_chat`), and ``openai-responses`` →
-``anthropic-messages`` through Chat (`PIVOT`); any other pair is refused with a
-`TranslationError`.
+answer translated back. Pairs (`supported_pairs`): all six. ``openai-chat`` ↔
+``anthropic-messages`` (the field mapping is in `reroll_proxy.chat_anthropic`) and
+``openai-responses`` ↔ ``openai-chat`` (`reroll_proxy.responses_chat`) have a hop of their own;
+``openai-responses`` ↔ ``anthropic-messages`` go through Chat (`PIVOT`: two hops). An upstream
+format with no route is refused with a `TranslationError`, as is a request with a part the
+upstream's API cannot hold.
 
 Streams are assembled, then re-emitted: the upstream's events are collected until its stream
 ends, folded into one body by the upstream format (`WireFormat.assemble`), translated, and
@@ -113,9 +114,13 @@ _HOPS: dict[tuple[str, str], Hop] = {
         responses_chat.responses_to_chat,
         responses_chat.completion_to_response,
     ),
+    ("openai-chat", "openai-responses"): (
+        responses_chat.chat_to_responses,
+        responses_chat.response_to_completion,
+    ),
 }
 PIVOT = "openai-chat"
-"""Pairs without a hop of their own go through this format (Responses → Chat → Messages)."""
+"""Pairs without a hop of their own go through this format (Responses ↔ Chat ↔ Messages)."""
 
 
 def _route(agent: str, upstream: str) -> list[Hop] | None:

@@ -36,6 +36,8 @@ def test_a_missing_script_is_named(tmp_path: Path) -> None:
         ("openai/gpt-4o", "gpt-4o"),
         ("scripted-anthropic", "scripted"),
         ("scripted-anthropic:/gone.yaml", "scripted"),
+        ("scripted-responses:/gone.yaml", "scripted"),
+        ("openai-responses/gpt-5-pro", "gpt-5-pro"),
         ("anthropic/claude-x", "claude-x"),
         ("gemini-3", "gemini-3"),
     ],
@@ -51,6 +53,29 @@ def test_scripted_anthropic_speaks_only_anthropic_messages(examples: Path, tmp_p
     explicit = parse_model(f"scripted-anthropic:{tmp_path / 's.yaml'}", None)
     assert explicit.spec == f"scripted-anthropic:{tmp_path / 's.yaml'}"
     assert parse_model("scripted", examples / "fix-failing-test").api_format is None
+
+
+async def test_responses_specs_speak_only_openai_responses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "s.yaml").write_text("turns: [{content: hi}]\n")
+    model = parse_model(f"scripted-responses:{tmp_path / 's.yaml'}", None)
+    assert model.api_format == "openai-responses" and model.name == "scripted"
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with live_upstream(model, tmp_path) as upstream, aiohttp.ClientSession() as session:
+        assert upstream.api_format == "openai-responses"
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with session.post(
+            upstream.base_url + "/chat/completions", json=chat, timeout=timeout
+        ) as refused:
+            assert refused.status == 404
+    hosted = parse_model("openai-responses/gpt-5-pro", None)
+    assert hosted.api_format == "openai-responses" and hosted.name == "gpt-5-pro"
+    monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    async with live_upstream(hosted, tmp_path) as upstream:
+        assert upstream.api_format == "openai-responses" and upstream.model == "gpt-5-pro"
+    assert parse_model("openai/gpt-4o", None).api_format is None
 
 
 async def test_scripted_anthropic_serves_messages_only(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from reroll_proxy.formats import format_named
+from reroll_proxy.translate import TranslationError, supported_pairs, translation_for
 
 from tests.proxy.conftest import TOKEN, Service, StartProxy, http_json, start_service
 from tests.proxy.sdk_agents import AGENTS
@@ -36,8 +38,10 @@ PAIRS = [
     ("anthropic-messages", "openai-chat"),
     ("openai-responses", "openai-chat"),
     ("openai-responses", "anthropic-messages"),  # through Chat
+    ("openai-chat", "openai-responses"),
+    ("anthropic-messages", "openai-responses"),  # through Chat
 ]
-CALL_ID_PREFIX = {"anthropic-messages": "toolu_", "openai-chat": "call_"}
+CALL_ID_PREFIX = {"anthropic-messages": "toolu_", "openai-chat": "call_", "openai-responses": "call_"}
 PATH = {
     "openai-chat": "/v1/chat/completions",
     "openai-responses": "/v1/responses",
@@ -148,16 +152,24 @@ async def test_tool_calls_round_trip_across_formats(
     assert replayer.status()["divergences"] == []
 
 
-def test_an_unsupported_pair_is_refused_with_its_name(
+def test_an_untranslatable_request_is_refused_with_its_cause(
     start_proxy: StartProxy, only: dict[str, Service]
 ) -> None:
-    proxy = start_proxy(upstream_url=only["openai-chat"].base_url, upstream_format="openai-responses")
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    proxy = start_proxy(upstream_url=only["openai-responses"].base_url, upstream_format="openai-responses")
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}
     code, _, answer_body = http_json(
         "POST", proxy.base_url + "/chat/completions", body, headers={"Authorization": f"Bearer {TOKEN}"}
     )
     assert code == 400
     message = answer_body["error"]["message"]
-    assert "cannot translate openai-chat requests for an openai-responses upstream" in message
-    assert "openai-responses → anthropic-messages" in message  # the supported pairs are listed
+    assert "openai-chat → openai-responses" in message and "'n'" in message
     assert proxy.lines() == []  # refused before anything was served
+
+
+def test_every_pair_is_routed_and_an_unknown_format_is_named() -> None:
+    assert len(supported_pairs()) == 6  # three formats, each to each other
+    with pytest.raises(
+        TranslationError,
+        match=r"for an openai-realtime upstream \(supported: .*openai-chat → openai-responses",
+    ):
+        translation_for(format_named("openai-chat"), "openai-realtime")
