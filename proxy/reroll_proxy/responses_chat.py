@@ -26,7 +26,8 @@ messages, become ``message`` items (``text`` parts → ``input_text``, ``image_u
 ``max_tokens`` / ``max_completion_tokens`` → ``max_output_tokens``; ``reasoning_effort`` →
 ``reasoning.effort``; ``response_format`` → ``text.format``; ``temperature``, ``top_p``,
 ``parallel_tool_calls``, ``user``, ``stream`` as they are (``stream_options`` is dropped: a
-Responses stream always ends with its usage). Refused, as Responses has no counterpart: ``n`` > 1,
+Responses stream always ends with its usage); ``store`` keeps Chat's default, false (Responses'
+is true). Refused, as Responses has no counterpart: ``n`` > 1,
 ``logprobs`` / ``top_logprobs``, ``stop``, ``seed``, ``logit_bias``, ``presence_penalty`` /
 ``frequency_penalty`` (unless 0), audio (``audio``, ``modalities`` with audio, ``input_audio``
 parts), ``prediction``, the legacy ``functions`` / ``function_call`` and ``function`` role, and
@@ -207,6 +208,9 @@ def chat_to_responses(body: Body) -> Body:
     while messages and messages[0].get("role") in ("system", "developer"):
         instructions.append(_chat_text(messages.pop(0).get("content")))
     request: Body = {"model": body.get("model"), "input": [item for m in messages for item in _items(m)]}
+    # Chat's `store` defaults to false, Responses' to true: keep Chat's, so the provider keeps
+    # nothing the agent did not ask it to (the agent resends the whole history anyway).
+    request["store"] = bool(body.get("store", False))
     if instructions:
         request["instructions"] = "\n\n".join(instructions)
     limit = body.get("max_completion_tokens", body.get("max_tokens"))

@@ -208,6 +208,7 @@ def test_a_chat_request_becomes_a_responses_request() -> None:
             {"type": "function_call_output", "call_id": "call_2", "output": "ok"},
             {"type": "message", "role": "user", "content": "Thanks."},
         ],
+        "store": False,
         "max_output_tokens": 200,
         "temperature": 0.0,
         "stream": True,
@@ -259,7 +260,17 @@ def test_what_responses_cannot_hold_is_named(request_body: dict, named: str) -> 
 
 def test_neutral_values_of_refused_params_pass() -> None:
     neutral = {"n": 1, "logprobs": False, "presence_penalty": 0, "frequency_penalty": 0.0, "stop": None}
-    assert chat_to_responses({"model": "m", "messages": []} | neutral) == {"model": "m", "input": []}
+    assert chat_to_responses({"model": "m", "messages": []} | neutral) == {
+        "model": "m",
+        "input": [],
+        "store": False,
+    }
+
+
+def test_the_provider_stores_the_response_only_when_the_chat_request_asked() -> None:
+    """Chat's ``store`` defaults to false, Responses' to true: the translation keeps Chat's."""
+    assert chat_to_responses({"model": "m", "messages": []})["store"] is False
+    assert chat_to_responses({"model": "m", "messages": [], "store": True})["store"] is True
 
 
 def test_a_response_becomes_a_completion() -> None:
