@@ -94,8 +94,9 @@ async fn pipe(mut client: TcpStream, internal: SocketAddr, toxics: FrontToxics) 
             )
         };
         tokio::select! {
-            _ = both => false,
+            biased; // a reset due now comes before any byte is piped
             () = reset_deadline(toxics.clone()) => true,
+            _ = both => false,
         }
     };
     if reset_now {
@@ -136,7 +137,8 @@ async fn pump(
 }
 
 /// Resolves when an active `reset_peer` toxic (rolled against its toxicity once per change of
-/// the toxics) has waited out its timeout; re-armed whenever the toxics change.
+/// the toxics) has waited out its timeout — at once, on its first poll, for timeout 0, so a
+/// connection accepted under it passes no data (as Toxiproxy); re-armed whenever the toxics change.
 async fn reset_deadline(mut toxics: FrontToxics) {
     loop {
         let timeout = toxics.borrow_and_update().iter().find_map(|t| match t.kind {
@@ -144,6 +146,7 @@ async fn reset_deadline(mut toxics: FrontToxics) {
             _ => None,
         });
         let changed = match timeout {
+            Some(0) => return,
             Some(ms) => tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(ms)) => return,
                 changed = toxics.changed() => changed,
