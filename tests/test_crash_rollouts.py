@@ -153,18 +153,33 @@ def steady_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return task
 
 
+def steady_run_argv(task: Path) -> tuple[str, ...]:
+    """``reroll run`` of `task` with mini-swe-agent and the scripted model, in job ``k``."""
+    return ("run", str(task), "--agent", "mini-swe-agent", "--model", "scripted", "--job-name", "k")
+
+
+def first_exchange_recorded(job: Path) -> Path:
+    """Wait until the job's only rollout has a proxy and one recorded exchange; its proxy's ready file."""
+    wait_for(lambda: any(job.glob("*/harness/proxy.ready.json")), 120, "the proxy to start")
+    (ready,) = job.glob("*/harness/proxy.ready.json")
+    trajectory = ready.parent.parent / "trajectory" / "llm_trajectory.jsonl"
+    wait_for(lambda: trajectory.exists() and trajectory.stat().st_size > 0, 120, "the first exchange")
+    return ready
+
+
+def continue_killed(run_dir: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``reroll continue`` of a killed run (120 s budget)."""
+    argv = [REROLL, "continue", str(run_dir), "--timeout", "120"]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
 @pytest.mark.parametrize("point", range(2))
 def test_killed_proxy_then_continue_completes(
     point: int, steady_task: Path, tmp_path: Path, short_tmp: Path
 ) -> None:
     delay = random.Random(f"proxy-kill-{point}").uniform(0.0, 2.5)
-    args = ("run", str(steady_task), "--agent", "mini-swe-agent", "--model", "scripted", "--job-name", "k")
-    with reroll_process(*args, cwd=tmp_path, tmp=short_tmp) as process:
-        job = tmp_path / "jobs" / "k"
-        wait_for(lambda: any(job.glob("*/harness/proxy.ready.json")), 120, "the proxy to start")
-        (ready,) = job.glob("*/harness/proxy.ready.json")
-        trajectory = ready.parent.parent / "trajectory" / "llm_trajectory.jsonl"
-        wait_for(lambda: trajectory.exists() and trajectory.stat().st_size > 0, 120, "the first exchange")
+    with reroll_process(*steady_run_argv(steady_task), cwd=tmp_path, tmp=short_tmp) as process:
+        ready = first_exchange_recorded(tmp_path / "jobs" / "k")
         time.sleep(delay)
         os.kill(read_json(ready)["pid"], signal.SIGKILL)
         output = finish(process, 60)
@@ -176,13 +191,7 @@ def test_killed_proxy_then_continue_completes(
     killed = load_run_folder(run_dir)
     assert result["counts"]["exchanges"] == len(killed.exchanges) >= 1
     print(f"proxy killed {delay:.2f} s after the first exchange: {len(killed.exchanges)} recorded")
-    done = subprocess.run(
-        [REROLL, "continue", str(run_dir), "--timeout", "120"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    done = continue_killed(run_dir, tmp_path)
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stderr
     (continued,) = (run_dir.parent / "continued").iterdir()
@@ -197,13 +206,8 @@ def test_killed_controller_then_continue_completes(
     point: int, steady_task: Path, tmp_path: Path, short_tmp: Path
 ) -> None:
     delay = random.Random(f"controller-kill-{point}").uniform(0.0, 2.5)
-    args = ("run", str(steady_task), "--agent", "mini-swe-agent", "--model", "scripted", "--job-name", "k")
-    with reroll_process(*args, cwd=tmp_path, tmp=short_tmp) as process:
-        job = tmp_path / "jobs" / "k"
-        wait_for(lambda: any(job.glob("*/harness/proxy.ready.json")), 120, "the proxy to start")
-        (ready,) = job.glob("*/harness/proxy.ready.json")
-        trajectory = ready.parent.parent / "trajectory" / "llm_trajectory.jsonl"
-        wait_for(lambda: trajectory.exists() and trajectory.stat().st_size > 0, 120, "the first exchange")
+    with reroll_process(*steady_run_argv(steady_task), cwd=tmp_path, tmp=short_tmp) as process:
+        ready = first_exchange_recorded(tmp_path / "jobs" / "k")
         time.sleep(delay)
         process.kill()
         process.wait(timeout=10)
@@ -220,13 +224,7 @@ def test_killed_controller_then_continue_completes(
     killed = load_run_folder(run_dir)
     assert killed.result is None and len(killed.exchanges) >= 1
     print(f"controller killed {delay:.2f} s after the first exchange: {len(killed.exchanges)} recorded")
-    done = subprocess.run(
-        [REROLL, "continue", str(run_dir), "--timeout", "120"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    done = continue_killed(run_dir, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     (continued,) = (run_dir.parent / "continued").iterdir()
     assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}

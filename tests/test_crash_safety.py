@@ -15,6 +15,7 @@ mini-swe-agent rollout in tests/test_crash_rollouts.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -28,7 +29,7 @@ import openai
 import pytest
 from reroll.runfolder import TRAJECTORY, RunConfig, create_run_folder, load_run_folder, write_json
 
-from tests.proxy.conftest import TOKEN, Service, Turn, ask, start_service
+from tests.proxy.conftest import TOKEN, Service, Turn, ask, converse, start_service
 
 KILL_POINTS = 52
 SEED = 20261123
@@ -63,29 +64,17 @@ def start_proxy(workdir: Path, trajectory: Path, upstream: str, replay: Path | N
 def agent_loop(base_url: str, *, stream: bool, received: list[Turn]) -> None:
     """A tiny agent: `TURNS` tool-calling turns; appends each turn once fully received; stops
     at the first connection error (the proxy was killed)."""
-    client = openai.OpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, timeout=10)
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a test agent."},
-        {"role": "user", "content": "Work through the steps."},
-    ]
-    try:
-        for _ in range(TURNS):
-            turn = ask(client, messages, stream=stream)
-            received.append(turn)
-            assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
-            if turn.tool_calls:
-                assistant["tool_calls"] = [
-                    {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-                    for i, n, a in turn.tool_calls
-                ]
-            messages.append(assistant)
-            messages += [
-                {"role": "tool", "tool_call_id": i, "content": f"ran {n}"} for i, n, _ in turn.tool_calls
-            ]
-    except openai.APIError:
-        return
-    finally:
-        client.close()
+
+    def ask_and_keep(client: openai.OpenAI, messages: list[dict[str, Any]], *, stream: bool) -> Turn:
+        turn = ask(client, messages, stream=stream)
+        received.append(turn)
+        return turn
+
+    with (
+        openai.OpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, timeout=10) as client,
+        contextlib.suppress(openai.APIError),
+    ):
+        converse(client, TURNS, stream=stream, task="Work through the steps.", ask_turn=ask_and_keep)
 
 
 def as_received(exchange_body: dict[str, Any]) -> tuple[str | None, list[tuple[str, str, str]]]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import ssl
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -28,3 +31,14 @@ def host_ca_bundle() -> Path | None:
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     return None
+
+
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Hold the exclusive lock ``<cache>/<name>.lock`` (blocking), so that concurrent processes
+    do a one-time job (an image build, an install) once, one after the other."""
+    path = cache_dir() / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

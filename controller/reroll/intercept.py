@@ -18,19 +18,16 @@ on first use (about 40 s) under a file lock, with the CA generated once beside i
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import os
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 import reroll_proxy
 
-from reroll.config import cache_dir, host_ca_bundle
+from reroll.config import cache_dir, cache_lock, host_ca_bundle
 from reroll.errors import InfrastructureError
 from reroll.processes import ChildProcess
 
@@ -66,7 +63,7 @@ def ensure_mitmproxy() -> Path:
     if (home / ".installed").exists():
         return python
     home.mkdir(parents=True, exist_ok=True)
-    with _lock(home.parent / "install.lock"):
+    with cache_lock("mitmproxy/install"):
         if (home / ".installed").exists():
             return python
         venv, conf = home / "venv", home / "conf"
@@ -198,10 +195,3 @@ def _run(argv: list[str], what: str) -> None:
             f"{what} failed (exit {done.returncode}); HTTPS interception needs PyPI once:\n"
             f"{(done.stdout + done.stderr)[-3000:]}"
         )
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield

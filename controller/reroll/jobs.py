@@ -67,7 +67,7 @@ from reroll.llm_proxy import DivergencePolicy
 from reroll.models import parse_model
 from reroll.resume import continue_run, run_task
 from reroll.runfolder import RunConfig, now_iso, write_json
-from reroll.sandbox.base import BACKENDS
+from reroll.sandbox.base import BACKENDS, WITHOUT_NETWORK_POLICY
 from reroll.tasks import load_task
 
 ATTEMPTS_DIR = "_attempts"
@@ -101,7 +101,7 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
     """
     if spec.sandbox not in BACKENDS:
         raise JobError(f"unknown sandbox backend {spec.sandbox!r}; known: {', '.join(sorted(BACKENDS))}")
-    if spec.network == "none" and spec.sandbox == "local":
+    if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
         raise JobError("network none needs sandbox docker: the local sandbox has the host's network")
     tasks = [load_task(path) for path in spec.tasks]
     agents = [get_agent(name) for name in spec.agents]

@@ -39,6 +39,7 @@ from reroll.runfolder import (
     load_run_folder,
     now_iso,
 )
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY
 from reroll.tasks import NetworkPolicy, Task, find_task, load_task, with_network
 
 
@@ -89,7 +90,7 @@ async def run_task(
         TaskError, AgentError, ModelError: bad input, before anything is written.
     """
     console = console or Console(quiet=True)
-    if network == "none" and sandbox == "local":
+    if network == "none" and sandbox in WITHOUT_NETWORK_POLICY:
         raise TaskError("--network none needs --sandbox docker: the local sandbox has the host's network")
     task = with_network(load_task(task_path), network)
     agent = get_agent(agent_name)

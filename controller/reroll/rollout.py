@@ -26,7 +26,7 @@ from reroll.errors import AgentError, InfrastructureError, RerollError
 from reroll.llm_proxy import LlmProxy, ProxyStatus, ReplayPlan
 from reroll.models import ModelSpec, live_upstream
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
-from reroll.sandbox.base import Sandbox, create_sandbox
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, create_sandbox
 from reroll.sandbox.files import upload_dir, workspace_manifest
 from reroll.sandbox.sidecar_client import SidecarError
 from reroll.tasks import Task
@@ -98,8 +98,8 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
             async with plan.start_gate or contextlib.nullcontext():
                 proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)
                 network = f"network {plan.task.spec.environment.network}"
-                if plan.sandbox_backend == "local":
-                    network = "the host's network"  # the local sandbox enforces no policy
+                if plan.sandbox_backend in WITHOUT_NETWORK_POLICY:
+                    network = "the host's network"
                 console.print(f"[dim]starting {plan.sandbox_backend} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)

@@ -15,24 +15,8 @@ from reroll_proxy.translate import TranslationError, supported_pairs, translatio
 
 from tests.proxy.conftest import TOKEN, Service, StartProxy, http_json, start_service
 from tests.proxy.sdk_agents import AGENTS
+from tests.proxy.test_formats import SCRIPT, TURNS
 
-SCRIPT = {
-    "turns": [
-        {
-            "content": "I'll list the files — naïvely? 🚀",
-            "thinking": "Listing first is cheap.",
-            "tool_calls": [{"name": "bash", "arguments": {"command": "ls -la"}}],
-        },
-        {
-            "tool_calls": [
-                {"name": "bash", "arguments": {"command": "cat notes.txt"}},
-                {"name": "bash", "arguments": {"command": "wc -l notes.txt"}},
-            ]
-        },
-        {"content": "Done. Everything is in order."},
-    ]
-}
-TURNS = len(SCRIPT["turns"])
 PAIRS = [
     ("openai-chat", "anthropic-messages"),
     ("anthropic-messages", "openai-chat"),

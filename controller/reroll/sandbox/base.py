@@ -146,6 +146,8 @@ BACKENDS: dict[str, str] = {
     "docker": "reroll.sandbox.docker:DockerSandbox",
 }
 """Backend name → ``module:class``, imported only when used."""
+WITHOUT_NETWORK_POLICY = frozenset({"local"})
+"""Backends that run on the host's network and enforce no ``environment.network`` policy."""
 
 
 def create_sandbox(backend: str, task: Task, run_id: str) -> Sandbox:

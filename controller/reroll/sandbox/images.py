@@ -18,7 +18,6 @@ rollouts build each image once.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import io
 import json
@@ -39,7 +38,7 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from reroll.config import cache_dir
+from reroll.config import cache_dir, cache_lock
 from reroll.errors import SandboxError
 from reroll.tasks import Task
 
@@ -114,15 +113,6 @@ def _run(argv: list[str], what: str, log: Log) -> str:
             f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
         )
     return done.stdout
-
-
-@contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    """Hold ``<cache>/images.lock`` so that concurrent builders build each image once."""
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    with open(cache_dir() / "images.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def debian_mirror() -> str:
@@ -312,7 +302,7 @@ def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images
         ImageBuildError: a build step failed.
     """
     built: list[str] = []
-    with _build_lock():
+    with cache_lock("images"):
         base = base_tag()
         if not _exists(client, base):
             build_base(client, log)
@@ -337,7 +327,7 @@ def task_image(client: docker.DockerClient, task: Task, sandbox: str, log: Log =
     context = task.dockerfile.parent
     slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
     tag = f"reroll/task-{slug}:{_digest(sandbox.encode(), *_tree_bytes(context))}"
-    with _build_lock():
+    with cache_lock("images"):
         if _exists(client, tag):
             return tag
         log(f"docker build {task.dockerfile}")
