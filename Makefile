@@ -3,16 +3,26 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+UV := $(BIN)/uv
+# uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
+UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 
-.PHONY: env demo test check protos images clean
+.PHONY: env lock demo test test-fast check protos images clean
 
+# The versions installed are those of uv.lock (`make lock` re-resolves it after editing
+# pyproject.toml's dependencies); uv comes from PyPI into the venv, so python3.11 is all it needs.
 env: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --quiet --locked --inexact --extra dev
 	touch $(STAMP)
+
+lock: $(UV)
+	$(UV) lock
 
 demo: env
 	$(BIN)/python scripts/demo.py
@@ -21,6 +31,9 @@ test: env
 	$(BIN)/python scripts/gen_protos.py --check
 	-scripts/install-toxiproxy  # optional: the TCP fault tests skip (with the reason) without it
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: env  # the edit loop: every in-process test (no slow or spawns mark), well under a minute
+	$(BIN)/python -m pytest -q -p no:cacheprovider --fast
 
 check: env
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy controller/reroll sidecar/reroll_sidecar proxy/reroll_proxy
@@ -32,4 +45,4 @@ protos: env
 	$(BIN)/python scripts/gen_protos.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,20 +1,162 @@
-"""Fixtures shared by every test folder."""
+"""Fixtures shared by every test folder, and the fast tier.
+
+The fast tier (``pytest --fast``, ``make test-fast``) runs every test that stays in this process:
+it leaves out tests marked ``slow`` or ``spawns``. A test gets ``spawns`` from a mark on the test,
+from ``pytestmark = pytest.mark.spawns`` on its module (which ``--fast`` then does not even
+import), or from any fixture it uses, directly or not, that is decorated with `spawning`. In a
+``--fast`` run an audit hook refuses every process start (subprocess, fork, exec, spawn) and
+every connection beyond loopback, and fails the test that tried, naming the mark to add: a new
+test is fast unless it says otherwise, and cannot forget to say so.
+"""
 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "tasks"
+
+SPAWNING_FIXTURES: set[str] = set()
+"""Names of the fixtures decorated with `spawning`."""
+SPAWN_EVENTS = frozenset(
+    {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "os.spawn", "os.system"}
+)
+"""Audit events (see the ``sys.addaudithook`` table) that start a process."""
+FixtureFunction = TypeVar("FixtureFunction", bound=Callable[..., Any])
+
+
+def spawning(fixture: FixtureFunction) -> FixtureFunction:
+    """Declare that a fixture starts processes, containers or mounts: every test that uses it is
+    marked ``spawns`` and left out of the fast tier. Put it below ``@pytest.fixture``.
+
+    Args:
+        fixture: The fixture function; its name is the fixture's name.
+
+    Returns:
+        The same function.
+    """
+    SPAWNING_FIXTURES.add(fixture.__name__)
+    return fixture
+
+
+class _FastGuard:
+    """What the audit hook refuses while a fast-tier test runs, and what it refused."""
+
+    def __init__(self) -> None:
+        self.test: str | None = None
+        """Node id of the fast-tier test running now; None: refuse nothing."""
+        self.refused: list[str] = []
+
+    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.test is None:
+            return
+        if event in SPAWN_EVENTS:
+            what = f"started a process ({event} {args[1] if event == 'subprocess.Popen' else args[0]!r})"
+        elif event == "socket.connect" and not _is_local(args[1]):
+            what = f"connected to {args[1]!r}, beyond loopback"
+        else:
+            return
+        self.refused.append(
+            f"{self.test} {what} in the fast tier: mark the test (or its module's pytestmark) "
+            "@pytest.mark.spawns, or decorate the fixture that does it with tests.conftest.spawning"
+        )
+        raise PermissionError(self.refused[-1])
+
+    def around(self, item: pytest.Item) -> Generator[None, object, object]:
+        """A hook wrapper's body: guard one phase of `item` (unless it is marked ``spawns``)."""
+        if not item.config.getoption("fast") or item.get_closest_marker("spawns"):
+            return (yield)
+        self.test, self.refused = item.nodeid, []
+        try:
+            result = yield
+        finally:
+            self.test = None
+        if self.refused:  # refused, yet the test swallowed the error
+            raise pytest.fail.Exception(self.refused[0])
+        return result
+
+
+def _is_local(address: object) -> bool:
+    """Whether a ``socket.connect`` address is a Unix socket or on loopback."""
+    if not isinstance(address, tuple):
+        return True  # AF_UNIX path (or abstract name)
+    host = str(address[0])
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+_GUARD = _FastGuard()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: leave out tests marked slow or spawns; fail any test that starts a process",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spawns: starts processes, containers or mounts (left out by --fast)")
+    if config.getoption("fast"):
+        sys.addaudithook(_GUARD)  # cannot be removed: it does nothing while no fast test runs
+
+
+MODULE_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.(spawns|slow)\b", re.MULTILINE)
+"""A module-level ``spawns`` or ``slow`` mark, read from the source: ``--fast`` skips the import."""
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``--fast``, skip test modules marked ``spawns`` or ``slow`` as a whole, unimported
+    (the imports of the modules left out would be half the fast tier's time)."""
+    if (
+        config.getoption("fast")
+        and collection_path.name.startswith("test_")
+        and collection_path.suffix == ".py"
+    ):
+        return MODULE_MARK.search(collection_path.read_text()) is not None or None
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SPAWNING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.spawns)
+    if not config.getoption("fast"):
+        return
+    left_out = {i for i in items if i.get_closest_marker("spawns") or i.get_closest_marker("slow")}
+    if left_out:
+        config.hook.pytest_deselected(items=list(left_out))
+        items[:] = [i for i in items if i not in left_out]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _GUARD.around(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _GUARD.around(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _GUARD.around(item))
 
 
 @pytest.fixture
@@ -24,6 +166,7 @@ def examples() -> Path:
 
 
 @pytest.fixture(scope="session")
+@spawning
 def docker_images() -> str:
     """Build reroll's base and sandbox images with scripts/build-images unless they exist (~90 s
     on a clean machine, under a second when up to date); returns the script's output."""
@@ -38,6 +181,7 @@ def docker_images() -> str:
 
 
 @pytest.fixture(scope="module", params=["local", "docker"])
+@spawning
 def sandbox_backend(request: pytest.FixtureRequest) -> str:
     """A sandbox backend for a whole module's end-to-end runs: each module runs once per backend;
     docker gets its images built first."""
@@ -73,6 +217,7 @@ def _install_mkfs_tools() -> None:
 
 
 @pytest.fixture(params=["btrfs", "xfs"])
+@spawning
 def reflink_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     """A folder on a fresh loop-mounted btrfs or XFS (reflink=1) file system: one that clones files.
 

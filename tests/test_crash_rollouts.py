@@ -137,7 +137,12 @@ def test_sidecar_dying_during_verify_is_an_infrastructure_error(tmp_path: Path, 
     assert result["status"] == "error" and result["error_category"] == "infrastructure"
     assert "sidecar" in result["error"] and "Verify" in result["error"], result["error"]
     assert result["rewards"] is None
-    assert set(read_json(run_dir / "verifier" / "hardening.json")) == {"killed_groups", "restored", "deleted"}
+    assert set(read_json(run_dir / "verifier" / "hardening.json")) == {
+        "killed_groups",
+        "restored",
+        "deleted",
+        "notes",
+    }
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,8 @@ from reroll.runfolder import TRAJECTORY, RunConfig, create_run_folder, load_run_
 
 from tests.proxy.conftest import TOKEN, Service, Turn, ask, converse, start_service
 
+pytestmark = pytest.mark.spawns  # the proxy and the scripted model run as subprocesses, SIGKILLed
+
 KILL_POINTS = 52
 SEED = 20261123
 TURNS = 6

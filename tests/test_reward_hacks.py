@@ -70,10 +70,15 @@ def make_task(root: Path, hack: str, hardening: dict[str, bool]) -> Path:
         "verifier/test_answer.py": HIDDEN_TEST,
         "oracle/solve.sh": f"#!/bin/sh\nset -e\ncd /app\n{HACKS[hack]}\n",
     }
+    return write_files(task, files)
+
+
+def write_files(folder: Path, files: dict[str, str]) -> Path:
+    """Write `files` (relative path → text) under `folder`; returns `folder`."""
     for name, text in files.items():
-        (task / name).parent.mkdir(parents=True, exist_ok=True)
-        (task / name).write_text(text)
-    return task
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
 
 
 def reward_of(task: Path, workdir: Path) -> float:

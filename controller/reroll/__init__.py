@@ -8,7 +8,8 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
     import reroll
 
     recorded = asyncio.run(reroll.run_task(Path("examples/tasks/fix-failing-test"),
-                                           agent_name="mini-swe-agent", model="scripted"))
+                                           agent_name="mini-swe-agent", model="scripted",
+                                           options=reroll.RolloutOptions(timeout_seconds=120)))
     # replay the first half of the recorded exchanges, then continue with another model
     continued = asyncio.run(reroll.continue_run(recorded.run_dir, at=0.5, model="scripted:other.yaml"))
     # is the recording faithfully replayable?
@@ -26,9 +27,14 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
 - `branch` — N continuations per model from one checkpoint, concurrently (``reroll branch``);
   returns a `BranchSummary`.
 
-Each takes ``console=rich.console.Console()`` to show progress (default: silent) and raises a
-`reroll.errors.RerollError` subclass on bad input, before anything is written. The submodules are
-imported on first use, so ``import reroll`` stays light.
+All four go through one path, `reroll.continuation.start_rollout` (a recording starts from a
+task, the others from a `reroll.checkpoint.Checkpoint`). Each takes ``options=RolloutOptions(...)``
+(timeout_seconds, sandbox, network, faults, divergence_policy) and
+``console=rich.console.Console()`` to show progress (default: ``harness/controller.log`` in the
+new run folder), and raises a `reroll.errors.ConfigError` on bad input, before anything is
+written; a rollout's own failure is its result (status ``error`` and an ``error_category``), never
+an exception. The submodules are imported on first use, so ``import reroll`` stays light (the
+proxy and the sidecar import `reroll.errors` alone).
 """
 
 from __future__ import annotations
@@ -40,13 +46,15 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from reroll.branching import BranchSummary, branch
+    from reroll.continuation import RolloutOptions, RolloutOutcome, continue_run
     from reroll.fidelity import FidelityReport, replay_run
-    from reroll.resume import RolloutOutcome, continue_run, run_task
+    from reroll.record import run_task
 
 _API = {
-    "run_task": "reroll.resume",
-    "continue_run": "reroll.resume",
-    "RolloutOutcome": "reroll.resume",
+    "run_task": "reroll.record",
+    "continue_run": "reroll.continuation",
+    "RolloutOptions": "reroll.continuation",
+    "RolloutOutcome": "reroll.continuation",
     "replay_run": "reroll.fidelity",
     "FidelityReport": "reroll.fidelity",
     "branch": "reroll.branching",
@@ -55,6 +63,7 @@ _API = {
 __all__ = [
     "BranchSummary",
     "FidelityReport",
+    "RolloutOptions",
     "RolloutOutcome",
     "branch",
     "continue_run",

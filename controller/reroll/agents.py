@@ -15,6 +15,7 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+from reroll_proxy.volatile import VolatileRule
 
 from reroll.errors import AgentError
 
@@ -41,6 +42,13 @@ class AgentSpec(BaseModel):
     """How the agent reaches the LLM proxy: ``base_url`` (its base-URL variables, from `env`), or
     ``intercept`` for agents with the provider's URL hard-coded: ``HTTPS_PROXY`` to a mitmproxy
     front end and its CA trusted in the sandbox (see `reroll.intercept`)."""
+    volatile: list[VolatileRule] = []
+    """The parts of the agent's requests that legitimately differ from run to run, so a replay
+    does not count them as divergences: each rule is one of ``path`` (a dotted JSON path into
+    the request body, ``*`` for every key or element, e.g. ``client_metadata.session_id``),
+    ``pattern`` (a regular expression matched inside every string, e.g. a datetime or
+    ``Chunk ID: \\w+``) or ``value`` (a literal string), with an optional ``label``; see
+    `reroll_proxy.volatile`. The sandbox's paths (workspace, HOME) are volatile for every agent."""
 
     @property
     def install_key(self) -> str:

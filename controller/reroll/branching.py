@@ -1,9 +1,13 @@
 """``reroll branch RUN --at K --model A [--model B …] [-n N]``: many continuations of one checkpoint.
 
 Every branch replays the first K recorded exchanges — so its fresh sandbox reaches the state the
-original run had at step K — then continues live with its model, and is verified. N branches
-per model run concurrently (each in its own sandbox, at most `concurrency` at a time). The mean
-reward of a model's branches estimates the value of the checkpoint state under that model.
+original run had at step K — then continues live with its model, and is verified: it is a
+continuation (`reroll.continuation.start_rollout`) with ``branched_from`` provenance. The
+branches run on the job runner (`reroll.jobs.Runner`): each in its own sandbox, at most
+``concurrency`` at a time and ``max_starting`` starting at once, on the asyncio or Ray executor,
+with infrastructure failures retried (the failed attempt's folder goes to ``_attempts/`` in the
+parent). The mean reward of a model's branches estimates the value of the checkpoint state
+under that model.
 
 The output is a tree::
 
@@ -13,26 +17,29 @@ The output is a tree::
       trajectory/llm_trajectory.jsonl   the first K recorded exchanges
       summary.json                      BranchSummary: per-child rewards, mean reward per model
       <model>__<i>/                     one run folder per branch, branched_from.path = the parent
+                                        (<model>: `reroll.models.model_slug`)
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel
 from rich.console import Console
 
-from reroll.checkpoint import At
-from reroll.errors import AgentError
-from reroll.llm_proxy import DivergencePolicy
-from reroll.models import ModelSpec, parse_model
-from reroll.resume import Checkpoint, continuation_plan, open_checkpoint
-from reroll.rollout import execute_rollout
-from reroll.runfolder import TRAJECTORY, BranchedFrom, RunResult, create_run_folder, now_iso, write_json
+from reroll.checkpoint import At, Checkpoint, open_checkpoint
+from reroll.continuation import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
+from reroll.errors import AgentError, ConfigError
+from reroll.executors import Attempt
+from reroll.jobfile import RunnerOptions
+from reroll.jobreport import RolloutSummary
+from reroll.jobs import Runner, RunnerRollout
+from reroll.models import model_slug, parse_model
+from reroll.runfolder import TRAJECTORY, BranchedFrom, create_run_folder, now_iso, write_json
+from reroll.sandbox.base import load_backend
 
 SUMMARY = "summary.json"
 
@@ -91,12 +98,10 @@ async def branch(
     at: At,
     models: Sequence[str],
     n: int = 1,
-    concurrency: int = 4,
     tasks_dir: Path | None = None,
-    timeout_seconds: float | None = None,
+    options: RolloutOptions = RolloutOptions(),
+    runner: RunnerOptions = RunnerOptions(),
     output: Path | None = None,
-    divergence_policy: DivergencePolicy = "warn",
-    sandbox: str | None = None,
     console: Console | None = None,
 ) -> BranchSummary:
     """Run `n` continuations per model from checkpoint `at` of `run_folder` (``reroll branch``).
@@ -107,83 +112,123 @@ async def branch(
         models: live model specs, one group of `n` branches each (a model given twice counts once;
             a ``scripted:PATH`` is recorded with its absolute path).
         n: branches per model, >= 1.
-        concurrency: most branches running at once, >= 1.
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
-        timeout_seconds: wall-clock budget of each branch [default: the original's].
+        options: how each branch runs (timeout, sandbox, network [default: the original's],
+            faults, the divergence policy while replaying the prefix).
+        runner: how the branches run together: concurrency, start gate, executor, retries
+            (`reroll.jobs.Runner`).
         output: where the parent folder goes [default: ``<original's parent>/branched``].
-        divergence_policy: the proxy's policy while replaying the prefix.
-        sandbox: sandbox backend [default: the original's].
-        console: where progress goes [default: nowhere]; each branch's own progress goes to
-            ``harness/controller.log`` in its folder.
+        console: where the progress bar goes [default: nowhere]; each branch's own progress goes
+            to ``harness/controller.log`` in its folder.
 
     Returns:
         The summary (also written to summary.json in the parent folder).
 
     Raises:
-        ValueError: `models` is empty, or `n` or `concurrency` is below 1.
+        ConfigError: `models` is empty, or `n` is below 1.
+        JobError: the runner options are out of range, or the executor unknown or missing.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
         RunFolderError: the folder is missing or corrupt, or `at` is malformed or out of range.
         TaskError, ModelError: the task or a model cannot be resolved.
         AgentError: the recorded agent is unknown or calls no model.
         Nothing is written when any of these is raised.
     """
-    if not models or n < 1 or concurrency < 1:
-        raise ValueError(f"branch needs models (got {list(models)}), n >= 1 (got {n}), concurrency >= 1")
+    if not models or n < 1:
+        raise ConfigError(f"branch needs models (got {list(models)}) and n >= 1 (got {n})")
+    batch = Runner(runner)
     console = console or Console(quiet=True)
-    checkpoint = open_checkpoint(run_folder, tasks_dir=tasks_dir, at=at, console=console)
+    checkpoint = open_checkpoint(run_folder, at=at, tasks_dir=tasks_dir, console=console)
+    load_backend(options.sandbox or checkpoint.original.config.sandbox)
     if checkpoint.agent.api_format == "none":
         raise AgentError(
             f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"
         )
     parsed = (parse_model(spec, checkpoint.task.path) for spec in models)
-    live_models = list({model.spec: model for model in parsed}.values())  # each model once
+    specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
-    parent = _write_parent(checkpoint, output or original.path.parent / "branched", str(at))
+    parent = _write_parent(checkpoint, output or original.path.parent / "branched")
     console.print(
         f"branching {original.path} at step {checkpoint.cut_index} (--at {at}): "
-        f"{len(live_models)} model(s) x {n}, {concurrency} at a time"
+        f"{len(specs)} model(s) x {n}, {runner.concurrency} at a time"
     )
     console.print(f"parent folder: {parent}")
-    shared = _Shared(
-        checkpoint,
-        parent,
-        str(at),
-        timeout_seconds,
-        sandbox,
-        divergence_policy,
-        asyncio.Semaphore(concurrency),
-        console,
-    )
-    async with asyncio.TaskGroup() as group:
-        tasks = [
-            group.create_task(_run_child(shared, live_model, index))
-            for live_model in live_models
-            for index in range(n)
-        ]
-    children = [task.result() for task in tasks]
+    branches = [(spec, index) for spec in specs for index in range(n)]
+    rollouts = [
+        RunnerRollout(
+            Attempt(
+                parent / f"{model_slug(spec)}__{index}",
+                partial(
+                    run_branch,
+                    original.path,
+                    at=str(at),
+                    tasks_dir=tasks_dir.resolve() if tasks_dir else None,
+                    parent=parent,
+                    name=f"{model_slug(spec)}__{index}",
+                    model=spec,
+                    index=index,
+                    options=options,
+                ),
+            ),
+            checkpoint.task.name,
+            checkpoint.agent.name,
+            spec,
+        )
+        for spec, index in branches
+    ]
+    summaries = await batch.run(rollouts, console)
+    children = [
+        _child_summary(summary, spec, index)
+        for summary, (spec, index) in zip(summaries, branches, strict=True)
+    ]
     summary = BranchSummary(
         parent=str(parent),
         original=str(original.path),
         cut_index=checkpoint.cut_index,
         at=str(at),
         children=children,
-        models=[_model_summary(model.spec, children) for model in live_models],
+        models=[_model_summary(spec, children) for spec in specs],
     )
     write_json(parent / SUMMARY, summary)
     return summary
 
 
-def _write_parent(checkpoint: Checkpoint, output: Path, at: str) -> Path:
+async def run_branch(
+    original: Path,
+    *,
+    at: str,
+    tasks_dir: Path | None,
+    parent: Path,
+    name: str,
+    model: str,
+    index: int,
+    options: RolloutOptions,
+    start_gate: asyncio.Semaphore | None = None,
+) -> RolloutOutcome:
+    """Run branch `index` of `model`: continue checkpoint `at` of `original` with `model` into
+    ``parent/name`` (an attempt of `branch`'s runner, a picklable call for Ray).
+
+    Raises:
+        RunFolderError, TaskError, ModelError: the original, its task or `model` cannot be
+            loaded any more (found late; `branch` checked them before it started).
+    """
+    checkpoint = open_checkpoint(original, at=at, tasks_dir=tasks_dir)
+    continued = checkpoint.continued_from(model)
+    provenance = BranchedFrom(**(continued.model_dump() | {"path": str(parent), "branch_index": index}))
+    return await start_rollout(
+        FromCheckpoint(checkpoint, provenance),
+        live_model=parse_model(model, checkpoint.task.path),
+        parent=parent,
+        name=name,
+        options=options,
+        start_gate=start_gate,
+    )
+
+
+def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
     """Create the parent folder: the original's config with provenance, prompts, the prefix."""
     original = checkpoint.original
     parent = create_run_folder(output, original.path.name).resolve()
-    provenance = BranchedFrom(
-        path=str(original.path),
-        status=checkpoint.status,
-        cut_index=checkpoint.cut_index,
-        at=at,
-        original_model=original.config.model,
-        live_model=None,
-    )
+    provenance = BranchedFrom(**checkpoint.continued_from(None).model_dump())
     config = original.config.model_copy(
         update={"started_at": now_iso(), "continued_from": None, "branched_from": provenance}
     )
@@ -194,62 +239,15 @@ def _write_parent(checkpoint: Checkpoint, output: Path, at: str) -> Path:
     return parent
 
 
-@dataclass(frozen=True)
-class _Shared:
-    """What every branch of one `branch` call shares."""
-
-    checkpoint: Checkpoint
-    parent: Path
-    at: str
-    timeout_seconds: float | None
-    sandbox: str | None
-    divergence_policy: DivergencePolicy
-    limit: asyncio.Semaphore
-    console: Console
-
-
-async def _run_child(shared: _Shared, live_model: ModelSpec, index: int) -> ChildSummary:
-    checkpoint = shared.checkpoint
-    run_dir = create_run_folder(shared.parent, f"{_slug(live_model.spec)}__{index}")
-    provenance = BranchedFrom(
-        path=str(shared.parent),
-        status=checkpoint.status,
-        cut_index=checkpoint.cut_index,
-        at=shared.at,
-        original_model=checkpoint.original.config.model,
-        live_model=live_model.spec,
-        branch_index=index,
-    )
-    plan = continuation_plan(
-        checkpoint,
-        run_dir=run_dir,
-        live_model=live_model,
-        timeout_seconds=shared.timeout_seconds,
-        sandbox=shared.sandbox,
-        divergence_policy=shared.divergence_policy,
-        provenance={"branched_from": provenance},
-        replay_from=shared.parent / TRAJECTORY,
-    )
-    log_file = run_dir / "harness" / "controller.log"
-    log_file.parent.mkdir(exist_ok=True)
-    async with shared.limit:
-        shared.console.print(f"[dim]started[/dim] {run_dir.name}")
-        with open(log_file, "w") as log:
-            result = await execute_rollout(plan, Console(file=log, highlight=False, soft_wrap=True))
-    child = _child_summary(run_dir.name, live_model.spec, index, result)
-    shared.console.print(f"[dim]finished[/dim] {run_dir.name}: {child.status}, reward {child.reward}")
-    return child
-
-
-def _child_summary(folder: str, model: str, index: int, result: RunResult) -> ChildSummary:
+def _child_summary(summary: RolloutSummary, model: str, index: int) -> ChildSummary:
     return ChildSummary(
-        folder=folder,
+        folder=summary.name,
         model=model,
         branch_index=index,
-        status=result.status,
-        reward=primary_reward(result.rewards),
-        rewards=result.rewards,
-        error=result.error,
+        status=summary.status,
+        reward=primary_reward(summary.rewards),
+        rewards=summary.rewards,
+        error=summary.error,
     )
 
 
@@ -262,9 +260,3 @@ def _model_summary(model: str, children: list[ChildSummary]) -> ModelSummary:
         scored=len(rewards),
         mean_reward=sum(rewards) / len(rewards) if rewards else None,
     )
-
-
-def _slug(spec: str) -> str:
-    """A folder-name-safe short form of a model spec (``scripted:/x/fast.yaml`` → ``fast``)."""
-    name = Path(spec.partition(":")[2]).stem if spec.startswith("scripted:") else spec
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "model"

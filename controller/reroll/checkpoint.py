@@ -1,4 +1,7 @@
-"""Checkpoints of a recorded run: where a continuation or a branch cuts over to the live model.
+"""Checkpoints of a recorded run: where a continuation, a replay check or a branch cuts over.
+
+`open_checkpoint` loads a run folder, finds its task and agent and resolves the cut: the
+`Checkpoint` it returns is what `reroll.continuation.start_rollout` continues from.
 
 A checkpoint is a cut index K: the first K recorded exchanges are replayed, the (K+1)-th request
 goes to the live model. It is given (``--at``, or ``at=`` in the Python API) either
@@ -12,9 +15,16 @@ goes to the live model. It is given (``--at``, or ``at=`` in the Python API) eit
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
-from reroll.errors import RunFolderError
+from rich.console import Console
+
+from reroll.agents import AgentSpec, get_agent
+from reroll.errors import RunFolderError, TaskError
+from reroll.models import model_name
+from reroll.runfolder import ContinuedFrom, RunConfig, RunFolder, load_run_folder
+from reroll.tasks import Task, find_task, load_task
 
 At = int | float | str
 """A checkpoint as given: a step index, a fraction, or their text (see the module docstring)."""
@@ -65,3 +75,87 @@ def _parse(at: At, recorded: int, run_folder: Path) -> int | float:
             f"{run_folder}: --at {at!r}: expected a step index (0..{recorded}) or a fraction with a "
             "decimal point (0.0..1.0)"
         ) from None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A recorded run opened for replay up to a cut index (`open_checkpoint`)."""
+
+    original: RunFolder
+    task: Task
+    """The original's task (found at the recorded path, or by name in a tasks dir)."""
+    agent: AgentSpec
+    status: str
+    """The original's status (``ok``, ``timeout``, ``error``, or ``unknown`` without result.json)."""
+    cut_index: int
+    """How many recorded exchanges are replayed before the live model takes over."""
+    at: str | None
+    """The checkpoint as given (``--at``), None for the end of the recording."""
+
+    @property
+    def agent_model(self) -> str:
+        """The model name the original agent asked for (a continuation keeps it); "" for none."""
+        return model_name(self.original.config.model) if self.original.config.model else ""
+
+    def continued_from(self, live_model: str | None, *, replay_only: bool = False) -> ContinuedFrom:
+        """The provenance of a continuation of this checkpoint (config.json's ``continued_from``).
+
+        Args:
+            live_model: the spec of the model after the cut, None when none goes live.
+            replay_only: the continuation stops at the cut point.
+        """
+        return ContinuedFrom(
+            path=str(self.original.path),
+            status=self.status,
+            cut_index=self.cut_index,
+            at=self.at,
+            original_model=self.original.config.model,
+            live_model=live_model,
+            replay_only=replay_only,
+        )
+
+
+def open_checkpoint(
+    run_folder: Path,
+    *,
+    at: At | None = None,
+    tasks_dir: Path | None = None,
+    require_timeout: bool = False,
+    console: Console | None = None,
+) -> Checkpoint:
+    """Load `run_folder`, find its task and agent, and resolve `at` to a cut index.
+
+    Args:
+        run_folder: the recorded run.
+        at: the checkpoint (see the module docstring); None: the end of the recording.
+        tasks_dir: folder holding the task [default: the recorded ``task_path``].
+        require_timeout: refuse a run whose status is not ``timeout``.
+        console: where a warning about a truncated trajectory goes [default: nowhere].
+
+    Raises:
+        RunFolderError: the folder is missing or corrupt, `at` is malformed or out of range, or
+            `require_timeout` is set and the run's status is not ``timeout``.
+        TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
+        AgentError: the recorded agent is unknown.
+    """
+    original = load_run_folder(run_folder)
+    if original.trajectory.warning and console is not None:
+        console.print(f"[yellow]warning:[/yellow] {original.trajectory.warning}")
+    cut_index = resolve_cut(at, len(original.exchanges), original.path)
+    status = original.result.effective_status if original.result else "unknown"
+    if require_timeout and status != "timeout":
+        raise RunFolderError(f"{original.path}: status is {status!r}, not 'timeout' (--require-timeout)")
+    task = _find_original_task(original.config, tasks_dir)
+    agent = get_agent(original.config.agent)
+    return Checkpoint(original, task, agent, status, cut_index, None if at is None else str(at))
+
+
+def _find_original_task(config: RunConfig, tasks_dir: Path | None) -> Task:
+    name = config.task_name or Path(config.task_path).name
+    if tasks_dir is not None:
+        return find_task(name, tasks_dir)
+    if Path(config.task_path).is_dir():
+        return load_task(Path(config.task_path))
+    raise TaskError(
+        f"task {config.task_path} no longer exists; pass --tasks-dir with a folder holding {name!r}"
+    )

@@ -2,34 +2,67 @@
 
 Exit codes: 0 the rollout ran (status ``ok`` or ``timeout``); 1 it ended with status ``error``
 (agent crash, strict divergence, verifier failure) — for ``replay``: the rebuild is not
-faithful; for ``branch``: a branch ended in error; 2 bad input (missing task, unknown agent,
-corrupt run folder, ``--at`` out of range …), reported before anything is written.
+faithful; for ``branch``, ``job``, ``continue-job``: a rollout ended in error — or the command
+failed on something other than its input (Docker or Ray unreachable); 2 bad input (a
+`reroll.errors.ConfigError`: missing task, unknown agent or sandbox backend, missing provider
+key, corrupt run folder, ``--at`` out of range …, a flag the command does not take), reported
+before anything is written.
+
+``continue`` continues one run; ``continue-job`` every timed-out run of a job folder, on the job
+runner (`reroll.jobs.Runner`): two commands, so each has only the flags it honours.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
+import typer.core
+from pydantic import ValidationError
+from reroll_proxy.contract import DivergencePolicy
 from rich.console import Console
+from typer import _click  # typer's own copy of click: the types TyperGroup's methods take
 
 from reroll import __version__
 from reroll.agents import registry
 from reroll.branching import branch as branch_run
-from reroll.errors import RerollError
+from reroll.continuation import RolloutOptions, RolloutOutcome, continue_run
+from reroll.errors import ConfigError, RerollError
+from reroll.export import ExportFormat
 from reroll.fidelity import replay_run
-from reroll.llm_proxy import DivergencePolicy, faults_used
+from reroll.jobfile import RunnerOptions
+from reroll.llm_proxy import faults_used
+from reroll.record import run_task
 from reroll.reports import branch_report, fidelity_report
-from reroll.resume import RolloutOutcome, continue_run, run_task
-from reroll.runfolder import FaultsUsed
+from reroll.runfolder import FaultsUsed, write_bytes_atomically
 from reroll.tasks import NetworkPolicy
 
 if TYPE_CHECKING:
     from reroll.jobreport import JobSummary
+
+
+# Help and usage errors as click renders them (rich_markup_mode=None), not as rich panels: rich's
+# option table cuts option names to fit (`--no-require-ti…` at 80 columns, the width of any pipe or
+# CI log) and reads the `[default: …]` of help texts as markup; click wraps help texts and prints
+# every option name whole.
+class PlainHelpGroup(typer.core.TyperGroup):
+    """A command group whose help lists each command with its whole first sentence, wrapped
+    (click would cut it to the width, ending it with ``...``)."""
+
+    def format_commands(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+        rows = [
+            (name, command.get_short_help_str(limit=sys.maxsize))
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 app = typer.Typer(
@@ -37,15 +70,23 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=PlainHelpGroup,
+    rich_markup_mode=None,
 )
-model_app = typer.Typer(help="The bundled scripted model server.", no_args_is_help=True)
+model_app = typer.Typer(
+    help="The bundled scripted model server.", no_args_is_help=True, cls=PlainHelpGroup, rich_markup_mode=None
+)
 app.add_typer(model_app, name="model")
-sandbox_app = typer.Typer(help="Sandbox housekeeping.", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="Sandbox housekeeping.", no_args_is_help=True, cls=PlainHelpGroup, rich_markup_mode=None
+)
 app.add_typer(sandbox_app, name="sandbox")
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-SandboxOption = Annotated[str | None, typer.Option(help="Sandbox backend: local or docker.")]
+SandboxOption = Annotated[
+    str | None, typer.Option(help="Sandbox backend: local, docker, or a dotted path (package.module:Class).")
+]
 NetworkOption = Annotated[
     NetworkPolicy | None,
     typer.Option(help="Egress: none (only the LLM proxy; needs docker) or full [default: the task's]."),
@@ -58,6 +99,12 @@ MaxStartingOption = Annotated[
 ]
 RayAddressOption = Annotated[
     str | None, typer.Option(help="--executor ray: cluster to join [default: a local instance].")
+]
+MaxRetriesOption = Annotated[
+    int | None, typer.Option(help="Retries of infrastructure failures [default: 2].")
+]
+StrictDivergenceOption = Annotated[
+    bool, typer.Option(help="Abort if replay leaves the recorded rails (= --on-divergence strict).")
 ]
 TasksDirOption = Annotated[
     Path | None, typer.Option(help="Folder holding the task [default: the recorded task_path].")
@@ -114,7 +161,28 @@ def _faults(plan: Path | None, seed: int | None) -> FaultsUsed | None:
     try:
         return faults_used(plan, seed)
     except RerollError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        _refuse(exc)
+
+
+def _runner(
+    concurrency: int | None,
+    max_starting: int | None,
+    executor: str | None,
+    ray_address: str | None,
+    max_retries: int | None,
+) -> RunnerOptions:
+    """The runner flags (``continue-job``, ``branch``), checked: out of range exits with code 2."""
+    flags = {
+        "concurrency": concurrency,
+        "max_starting": max_starting,
+        "executor": executor,
+        "ray_address": ray_address,
+        "max_retries": max_retries,
+    }
+    try:
+        return RunnerOptions.model_validate({key: value for key, value in flags.items() if value is not None})
+    except ValidationError as exc:
+        err_console.print(f"[red]error:[/red] the command line: invalid runner flags:\n{exc}")
         raise typer.Exit(2) from None
 
 
@@ -135,13 +203,19 @@ def _finish(outcome: RolloutOutcome) -> None:
         raise typer.Exit(1)
 
 
+def _refuse(exc: RerollError) -> NoReturn:
+    """Print `exc` and exit: code 2 for bad input (a `ConfigError`, refused before anything is
+    written), 1 for any other error of reroll's tree (e.g. Docker or Ray cannot be reached)."""
+    err_console.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from None
+
+
 def _guarded(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro`; bad input (a `RerollError`) is printed and exits with code 2."""
+    """Run `coro`; a `RerollError` is printed and exits (see `_refuse`)."""
     try:
         return _run(coro)
     except RerollError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _refuse(exc)
 
 
 @app.command()
@@ -173,13 +247,12 @@ def run(
                 task,
                 agent_name=agent,
                 model=model,
-                timeout_seconds=timeout,
+                options=RolloutOptions(
+                    timeout_seconds=timeout, sandbox=sandbox, network=network, faults=used
+                ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,
-                sandbox=sandbox or "local",
-                network=network,
                 console=console,
-                faults=used,
             )
         )
     )
@@ -187,9 +260,7 @@ def run(
 
 @app.command("continue")
 def continue_(
-    run_folder: Annotated[
-        Path, typer.Argument(help="The run folder to continue (with --all: a job folder).")
-    ],
+    run_folder: Annotated[Path, typer.Argument(help="The run folder to continue.")],
     at: AtOption = None,
     tasks_dir: TasksDirOption = None,
     model: Annotated[
@@ -203,69 +274,80 @@ def continue_(
     ] = None,
     require_timeout: Annotated[bool, typer.Option(help="Refuse runs whose status is not timeout.")] = False,
     on_divergence: OnDivergenceOption = None,
-    strict_divergence: Annotated[
-        bool, typer.Option(help="Abort if replay leaves the recorded rails (= --on-divergence strict).")
-    ] = False,
+    strict_divergence: StrictDivergenceOption = False,
     replay_only: Annotated[
         bool, typer.Option(help="Rebuild via replay, stop at the cut point (no live model).")
     ] = False,
     sandbox: SandboxOption = None,
-    all_runs: Annotated[
-        bool, typer.Option("--all", help="RUN_FOLDER is a job folder: continue each of its timed-out runs.")
-    ] = False,
-    concurrency: Annotated[int, typer.Option(help="With --all: continuations at once.")] = 4,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
-    executor: ExecutorOption = None,
-    max_starting: MaxStartingOption = None,
-    ray_address: RayAddressOption = None,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
 
-    Faults recorded in the run are reproduced where they happened; --faults injects new ones."""
+    Faults recorded in the run are reproduced where they happened; --faults injects new ones.
+    Every timed-out run of a job: `reroll continue-job JOB_DIR`."""
     used = _faults(faults, fault_seed)
-    if all_runs:
-        from reroll.jobfile import DEFAULT_MAX_STARTING
-        from reroll.jobs import continue_job
-
-        if output is not None or replay_only or at is not None or used is not None:
-            err_console.print(
-                "[red]error:[/red] --all continues into JOB_DIR/continued; "
-                "no --output, --replay-only, --at, --faults"
-            )
-            raise typer.Exit(2)
-        _job_guarded(
-            continue_job(
-                run_folder,
-                concurrency=concurrency,
-                console=console,
-                model=model,
-                timeout_seconds=timeout,
-                tasks_dir=tasks_dir,
-                sandbox=sandbox,
-                divergence_policy=_divergence_policy(on_divergence, strict_divergence),
-                executor=executor or "asyncio",
-                max_starting=DEFAULT_MAX_STARTING if max_starting is None else max_starting,
-                ray_address=ray_address,
-            )
-        )
-        return
+    options = RolloutOptions(
+        timeout_seconds=timeout,
+        sandbox=sandbox,
+        faults=used,
+        divergence_policy=_divergence_policy(on_divergence, strict_divergence),
+    )
     _finish(
         _guarded(
             continue_run(
                 run_folder,
                 at=at,
-                tasks_dir=tasks_dir,
                 model=model,
-                timeout_seconds=timeout,
-                output=output,
-                require_timeout=require_timeout,
-                divergence_policy=_divergence_policy(on_divergence, strict_divergence),
                 replay_only=replay_only,
-                sandbox=sandbox,
+                require_timeout=require_timeout,
+                tasks_dir=tasks_dir,
+                options=options,
+                output=output,
                 console=console,
-                faults=used,
             )
+        )
+    )
+
+
+@app.command("continue-job")
+def continue_job_(
+    job_dir: Annotated[Path, typer.Argument(help="A job folder (or any folder of run folders).")],
+    tasks_dir: TasksDirOption = None,
+    model: Annotated[
+        str | None, typer.Option(help="Live model after the cut [default: each original's].")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Wall-clock budget in seconds [default: each original's].")
+    ] = None,
+    on_divergence: OnDivergenceOption = None,
+    strict_divergence: StrictDivergenceOption = False,
+    sandbox: SandboxOption = None,
+    concurrency: Annotated[int | None, typer.Option(help="Continuations at once [default: 4].")] = None,
+    max_retries: MaxRetriesOption = None,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
+) -> None:
+    """Continue every timed-out run of a job: each replays its whole recording, then goes live.
+
+    Writes JOB_DIR/continued/<run> and JOB_DIR/continued/summary.json, skipping runs done there.
+    Exit 1 when a continuation ended in error."""
+    from reroll.jobs import continue_job
+
+    options = RolloutOptions(
+        timeout_seconds=timeout,
+        sandbox=sandbox,
+        divergence_policy=_divergence_policy(on_divergence, strict_divergence),
+    )
+    _job_guarded(
+        continue_job(
+            job_dir,
+            console=console,
+            model=model,
+            tasks_dir=tasks_dir,
+            options=options,
+            runner=_runner(concurrency, max_starting, executor, ray_address, max_retries),
         )
     )
 
@@ -291,9 +373,8 @@ def replay(
         replay_run(
             run_folder,
             tasks_dir=tasks_dir,
+            options=RolloutOptions(timeout_seconds=timeout, sandbox=sandbox),
             output=output,
-            timeout_seconds=timeout,
-            sandbox=sandbox,
             console=console,
         )
     )
@@ -314,6 +395,10 @@ def branch(
     ],
     n: Annotated[int, typer.Option("-n", "--n", min=1, help="Branches per model.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Most branches running at once.")] = 4,
+    max_retries: MaxRetriesOption = None,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
     tasks_dir: TasksDirOption = None,
     timeout: Annotated[
         float | None,
@@ -327,7 +412,8 @@ def branch(
 ) -> None:
     """Branch a run: N continuations per model from checkpoint --at K, concurrently, each verified.
 
-    Prints each branch's reward and the mean reward per model (the value estimate of the
+    Branches run like a job's rollouts (executor, start gate, retries of infrastructure
+    failures). Prints each branch's reward and the mean reward per model (the value estimate of the
     checkpoint state). Exit 1 when a branch ended in error.
     """
     summary = _guarded(
@@ -336,12 +422,14 @@ def branch(
             at=at,
             models=model,
             n=n,
-            concurrency=concurrency,
             tasks_dir=tasks_dir,
-            timeout_seconds=timeout,
+            options=RolloutOptions(
+                timeout_seconds=timeout,
+                sandbox=sandbox,
+                divergence_policy=_divergence_policy(on_divergence, strict_divergence=False),
+            ),
+            runner=_runner(concurrency, max_starting, executor, ray_address, max_retries),
             output=output,
-            divergence_policy=_divergence_policy(on_divergence, strict_divergence=False),
-            sandbox=sandbox,
             console=console,
         )
     )
@@ -360,9 +448,7 @@ def job(
     model: Annotated[list[str] | None, typer.Option(help="Model spec (repeatable).")] = None,
     repeats: Annotated[int | None, typer.Option(help="Rollouts per (task, agent, model).")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Rollouts at once [default: 4].")] = None,
-    max_retries: Annotated[
-        int | None, typer.Option(help="Retries of infrastructure failures [default: 2].")
-    ] = None,
+    max_retries: MaxRetriesOption = None,
     timeout: Annotated[
         float | None, typer.Option(help="Agent budget in seconds [default: the task's].")
     ] = None,
@@ -411,18 +497,16 @@ def job(
         else:
             spec = job_spec(overrides, "the command line")
     except RerollError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _refuse(exc)
     _job_guarded(run_job(spec, jobs_dir=jobs_dir, console=console))
 
 
 def _job_guarded(coro: Coroutine[Any, Any, JobSummary]) -> None:
-    """Run a job; exit 2 on bad input, 1 if any rollout ended in error, else 0."""
+    """Run a job; exit 2 on bad input, 1 if any rollout ended in error (or see `_refuse`), else 0."""
     try:
         summary = _run(coro)
     except RerollError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _refuse(exc)
     counts = summary.totals.status_counts
     if counts.get("error", 0) + counts.get("unknown", 0):
         raise typer.Exit(1)
@@ -449,8 +533,7 @@ def model_serve(
     except KeyboardInterrupt:
         pass
     except RerollError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _refuse(exc)
 
 
 @sandbox_app.command("prune")
@@ -468,12 +551,52 @@ def sandbox_prune(
     try:
         removed = prune(run_id, running=all_)
     except RerollError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _refuse(exc)
     console.print(f"removed {len(removed['containers'])} containers: {' '.join(removed['containers'])}")
     console.print(f"removed {len(removed['networks'])} networks: {' '.join(removed['networks'])}")
     if removed["kept"]:
         console.print(f"kept {len(removed['kept'])} containers of running rollouts (--all removes them too)")
+
+
+@app.command()
+def export(
+    path: Annotated[
+        Path, typer.Argument(help="A run folder, a job folder or a branch tree (reroll branch's output).")
+    ],
+    format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format", help="atif (Harbor's ATIF v1.8 trajectory) or verifiers (RolloutOutput records)."
+        ),
+    ],
+    output: Annotated[
+        Path | None, typer.Option(help="File to write (replaced atomically) [default: standard output].")
+    ] = None,
+) -> None:
+    """Export runs for trainers and viewers: ATIF trajectories or verifiers rollout records.
+
+    A run gives one record; a job one per run folder in it (by name; not _attempts/ or
+    continued/); a branch tree one per child, with the checkpoint's value estimate (the mean reward
+    of the child's model). --format atif: one ATIF v1.8 JSON document for a run, JSON lines (one
+    trajectory each) for a job or a tree; the replayed prefix of a continuation is marked
+    is_copied_context. --format verifiers: JSON lines, one verifiers RolloutOutput per rollout
+    (prompt, completion, reward, metrics, is_truncated, info). Exit 2 when PATH is not a run, job
+    or tree, or a file in it is corrupt (the message names the file and the line).
+    """
+    from reroll.export import export_lines
+
+    try:
+        pieces = export_lines(path, format)
+        if output is None:
+            for piece in pieces:
+                sys.stdout.buffer.write(piece)
+            sys.stdout.buffer.flush()
+        else:
+            write_bytes_atomically(output, pieces)
+    except RerollError as exc:
+        _refuse(exc)
+    if output is not None:
+        err_console.print(f"exported {path} as {format} to {output}")
 
 
 def _version(value: bool) -> None:

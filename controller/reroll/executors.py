@@ -1,7 +1,8 @@
 """Where a job's rollouts run: the `Executor` seam, its lazy registry, and the asyncio executor.
 
 A job (`reroll.jobs`) hands each attempt of each rollout to an executor as an `Attempt` — plain
-data (a picklable `functools.partial` of `reroll.resume.run_task` or `continue_run`), so it can
+data (a picklable `functools.partial` of `reroll.record.run_task`,
+`reroll.continuation.continue_run` or `reroll.branching.run_branch`), so it can
 be shipped to another process. Retries, backoff, resume and the progress bar and summary stay in
 the job's loop, whatever the executor: an executor only runs one attempt and returns its
 `RolloutOutcome`.
@@ -24,8 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
+from reroll.continuation import RolloutOutcome
 from reroll.errors import JobError
-from reroll.resume import RolloutOutcome
 
 EXECUTORS: dict[str, str] = {
     "asyncio": "reroll.executors:AsyncioExecutor",
@@ -44,8 +45,9 @@ class Attempt:
     run_dir: Path
     """The run folder the attempt writes (absolute); a job sets it aside when the attempt is retried."""
     run: Callable[..., Awaitable[RolloutOutcome]]
-    """``run(start_gate=...)`` runs the attempt: a `functools.partial` of
-    `reroll.resume.run_task` or `reroll.resume.continue_run` with every other argument bound."""
+    """``run(start_gate=...)`` runs the attempt: a `functools.partial` of `reroll.record.run_task`,
+    `reroll.continuation.continue_run` or `reroll.branching.run_branch` with every other
+    argument bound."""
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 The run is rebuilt with replay only — a fresh sandbox, every recorded exchange served in order,
 no live model — and compared with the original:
 
-- per step, whether the agent's request matched the recorded one (the proxy's divergence check,
-  kept in each exchange's ``metadata.divergence``), and whether the step was reached at all;
+- per recorded step, whether the agent's request matched it (the proxy's divergence check, kept
+  in the exchange's ``metadata.divergence``; the replayed line names the recorded step it was
+  served in ``metadata.replayed_from``: requests are matched by thread, not position), and
+  whether the step was reached at all;
 - whether the final workspace equals the original's (workspace_manifest.json: sha256 per file);
 - whether the rebuild ended as the original did: a finished original (``ok``) must finish by
   itself after its last exchange, a timed-out one asks for more and is stopped at the cut point.
@@ -23,10 +25,10 @@ from pydantic import BaseModel
 from reroll_proxy.exchange import load_trajectory
 from rich.console import Console
 
+from reroll.checkpoint import open_checkpoint
+from reroll.continuation import FromCheckpoint, RolloutOptions, start_rollout
 from reroll.errors import RunFolderError
-from reroll.resume import continuation_plan, open_checkpoint
-from reroll.rollout import execute_rollout
-from reroll.runfolder import TRAJECTORY, ContinuedFrom, create_run_folder, write_json
+from reroll.runfolder import TRAJECTORY, write_json
 
 MANIFEST = "workspace_manifest.json"
 StepVerdict = Literal["match", "diverged", "missing"]
@@ -89,20 +91,22 @@ async def replay_run(
     run_folder: Path,
     *,
     tasks_dir: Path | None = None,
+    options: RolloutOptions = RolloutOptions(),
     output: Path | None = None,
-    timeout_seconds: float | None = None,
-    sandbox: str | None = None,
     console: Console | None = None,
 ) -> FidelityReport:
     """Rebuild `run_folder` by replay only and compare it with the original (``reroll replay``).
 
+    The rebuild is a replay-only continuation of the whole recording
+    (`reroll.continuation.start_rollout`).
+
     Args:
         run_folder: the recorded run.
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
+        options: how the rebuild runs (timeout, sandbox, network [default: the original's],
+            divergence policy [default: ``warn``, so every step is compared]).
         output: jobs dir of the rebuilt run folder [default: ``<original's parent>/replayed``].
-        timeout_seconds: wall-clock budget of the rebuild [default: the original's].
-        sandbox: sandbox backend [default: the original's].
-        console: where progress goes [default: nowhere].
+        console: where progress goes [default: ``harness/controller.log`` in the rebuilt folder].
 
     Returns:
         The report (also written to ``fidelity.json`` in the rebuilt run folder).
@@ -111,34 +115,25 @@ async def replay_run(
         RunFolderError: the folder is missing or corrupt, or it has no workspace_manifest.json
             to compare with.
         TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        Nothing is written when any of these is raised.
     """
-    console = console or Console(quiet=True)
-    checkpoint = open_checkpoint(run_folder, tasks_dir=tasks_dir, at=None, console=console)
+    checkpoint = open_checkpoint(run_folder, tasks_dir=tasks_dir, console=console)
     original = checkpoint.original
     original_manifest = _manifest(original.path / MANIFEST)
     if original_manifest is None:
         raise RunFolderError(f"{original.path / MANIFEST}: missing; nothing to compare the rebuild with")
-    run_dir = create_run_folder(output or original.path.parent / "replayed", original.path.name)
-    provenance = ContinuedFrom(
-        path=str(original.path),
-        status=checkpoint.status,
-        cut_index=checkpoint.cut_index,
-        original_model=original.config.model,
+    if console is not None:
+        console.print(f"replaying {original.path} ({checkpoint.cut_index} recorded exchanges)")
+    outcome = await start_rollout(
+        FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
         live_model=None,
-        replay_only=True,
+        parent=output or original.path.parent / "replayed",
+        name=original.path.name,
+        options=options,
+        console=console,
     )
-    plan = continuation_plan(
-        checkpoint,
-        run_dir=run_dir,
-        live_model=None,
-        timeout_seconds=timeout_seconds,
-        sandbox=sandbox,
-        divergence_policy="warn",
-        provenance={"continued_from": provenance},
-    )
-    console.print(f"replaying {original.path} ({checkpoint.cut_index} recorded exchanges)")
-    console.print(f"run folder: {run_dir}")
-    result = await execute_rollout(plan, console)
+    run_dir, result = outcome.run_dir, outcome.result
     steps = _step_reports(run_dir, checkpoint.cut_index)
     workspace = _compare_workspaces(original_manifest, _manifest(run_dir / MANIFEST))
     stopped_at_cut = result.error_category == "replay_only"
@@ -166,10 +161,13 @@ async def replay_run(
 
 def _step_reports(run_dir: Path, recorded: int) -> list[StepReport]:
     path = run_dir / TRAJECTORY
-    served = load_trajectory(path).exchanges if path.is_file() else []
+    lines = load_trajectory(path).exchanges if path.is_file() else []
+    # Requests are matched to recorded exchanges by thread, not position: each replayed line
+    # names the recorded exchange it was served.
+    served = {line.metadata.replayed_from: line for line in lines if line.metadata.replayed_from is not None}
     reports = []
     for step in range(recorded):
-        if step >= len(served):
+        if step not in served:
             reports.append(
                 StepReport(step=step, verdict="missing", detail="the agent never sent this request")
             )

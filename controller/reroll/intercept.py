@@ -22,10 +22,9 @@ import os
 import subprocess
 import sys
 import urllib.parse
+from importlib import resources
 from pathlib import Path
 from typing import Literal
-
-import reroll_proxy
 
 from reroll.config import cache_dir, cache_lock, host_ca_bundle
 from reroll.errors import InfrastructureError
@@ -36,7 +35,8 @@ MITMPROXY_REQUIREMENT = "mitmproxy==11.0.2"
 PROVIDER_HOSTS = ("api.openai.com", "api.anthropic.com")
 """Hosts whose traffic goes to the LLM proxy by default."""
 INSTALL_TIMEOUT_SECONDS = 600.0
-ADDON = Path(reroll_proxy.__file__).parent / "intercept" / "addon.py"
+ADDON = resources.files("reroll_proxy.intercept") / "addon.py"
+"""The addon script mitmproxy's interpreter runs (a file of the installed package)."""
 _TOKEN_ENV = "REROLL_INTERCEPT_TOKEN"
 OtherHosts = Literal["pass", "refuse"]
 
@@ -161,7 +161,7 @@ class Interceptor:
     @property
     def proxy_url(self) -> str:
         """``http://HOST:PORT`` for ``HTTPS_PROXY``."""
-        return str(self._process.ready["proxy_url"])
+        return self._process.ready.address
 
     async def start(self) -> None:
         """Install mitmproxy if needed (first use only), start mitmdump and wait until it listens.

@@ -38,10 +38,33 @@ DEFAULT_MAX_STARTING = 4
 """Default bound on rollouts in their start-up phase at once (see `JobSpec.max_starting`)."""
 
 
-class JobSpec(BaseModel):
-    """What a job runs and how; see the module docstring for the file format."""
+class RunnerOptions(BaseModel):
+    """How a batch of rollouts runs together — a job's, ``continue-job``'s, ``branch``'s
+    (`reroll.jobs.Runner`); a `JobSpec` holds these fields too."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    concurrency: int = Field(default=4, ge=1)
+    """Most rollouts running at once."""
+    max_starting: int = Field(default=DEFAULT_MAX_STARTING, ge=1)
+    """Most rollouts in their start-up phase (model server, LLM proxy, sandbox start) at once,
+    so that many rollouts starting together on few cores stay within the 30 s start-up
+    timeouts (asyncio executor; under Ray the cluster's CPUs bound it)."""
+    executor: str = "asyncio"
+    """Where rollouts run: ``asyncio`` (this process) or ``ray`` (one Ray task per attempt)."""
+    ray_address: str | None = None
+    """``ray`` executor: the cluster to join (``auto``, ``ray://host:10001``); None starts a
+    local Ray instance for the job."""
+    max_retries: int = Field(default=2, ge=0)
+    """Extra attempts for a rollout that failed for an infrastructure reason (never for an
+    agent timeout or an agent error)."""
+    retry_backoff_seconds: float = Field(default=1.0, ge=0)
+    """Wait before the k-th retry: ``retry_backoff_seconds * 2 ** (k - 1)`` seconds."""
+
+
+class JobSpec(RunnerOptions):
+    """What a job runs, and how (the `RunnerOptions` fields); see the module docstring for the
+    file format."""
+
     name: str | None = Field(default=None, min_length=1, pattern=r"^[^/\\]+$")
     """Job folder name under the jobs dir; None: the start time."""
     tasks: list[Path] = Field(min_length=1)
@@ -54,26 +77,10 @@ class JobSpec(BaseModel):
     """Rollouts per (task, agent, model)."""
     timeout_seconds: float | None = Field(default=None, gt=0)
     """Agent wall-clock budget in seconds; None: each task's own."""
-    concurrency: int = Field(default=4, ge=1)
-    """Most rollouts running at once."""
-    max_retries: int = Field(default=2, ge=0)
-    """Extra attempts for a rollout that failed for an infrastructure reason (never for an
-    agent timeout or an agent error)."""
-    retry_backoff_seconds: float = Field(default=1.0, ge=0)
-    """Wait before the k-th retry: ``retry_backoff_seconds * 2 ** (k - 1)`` seconds."""
     sandbox: str = "local"
     """Sandbox backend."""
     network: NetworkPolicy | None = None
     """Every rollout's network policy (``none`` needs a container backend); None: each task's."""
-    max_starting: int = Field(default=DEFAULT_MAX_STARTING, ge=1)
-    """Most rollouts in their start-up phase (model server, LLM proxy, sandbox start) at once,
-    so that many rollouts starting together on few cores stay within the 30 s start-up
-    timeouts (asyncio executor; under Ray the cluster's CPUs bound it)."""
-    executor: str = "asyncio"
-    """Where rollouts run: ``asyncio`` (this process) or ``ray`` (one Ray task per attempt)."""
-    ray_address: str | None = None
-    """``ray`` executor: the cluster to join (``auto``, ``ray://host:10001``); None starts a
-    local Ray instance for the job."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError
-from reroll_proxy.exchange import TrajectoryFormatError, load_trajectory
+from reroll_proxy.exchange import load_trajectory
 from rich.console import Console
 from rich.table import Table
 
+from reroll.errors import TrajectoryFormatError
 from reroll.runfolder import TRAJECTORY, RunResult
 
 SUMMARY_FILE = "summary.json"
@@ -31,7 +32,8 @@ class RolloutSummary(BaseModel):
     agent: str
     model: str | None = None
     status: str
-    """``ok``, ``timeout``, ``error``, or ``unknown`` (no result.json)."""
+    """``ok``, ``timeout``, ``error``, or ``unknown`` (no result.json, or ``status: null``: the
+    rollout was interrupted before it ended)."""
     error_category: str | None = None
     error: str | None = None
     rewards: dict[str, float] | None = None

@@ -7,18 +7,24 @@
       <task>__<agent>__<model>__r<k>/   one run folder per rollout (names are deterministic)
       _attempts/                    folders of failed attempts that were retried, or cut short
       summary.json                  JobSummary (see reroll.jobreport), rewritten at the end
-      continued/                    ``reroll continue <job> --all``: one continuation per timed-out run
+      continued/                    ``reroll continue-job <job>``: one continuation per timed-out run
 
 Retries: a rollout that ends with ``error_category: infrastructure`` (its proxy, model server or
-sandbox did not start or died: `reroll.errors.InfrastructureError`) runs again, up to
-``max_retries`` more times, after ``retry_backoff_seconds * 2 ** (k - 1)`` seconds; an agent
-timeout or an agent error is an outcome, never retried. The failed attempt's folder is moved to
+sandbox did not start or died: `reroll.errors.InfrastructureError`, the one retryable branch of
+the tree) runs again, up to ``max_retries`` more times, after ``retry_backoff_seconds * 2 ** (k -
+1)`` seconds; an agent timeout, an agent error or a configuration error (``config``: e.g. an
+unknown sandbox backend) is an outcome, never retried. A rollout that raises instead of leaving a
+result ends in the summary with status ``error`` (category ``internal`` for a bug, with its
+traceback), so summary.json is written whatever happens. The failed attempt's folder is moved to
 ``_attempts/``, so the rollout's name always holds its last attempt.
 
 Executors (`reroll.executors`): each attempt runs on the job's executor — ``asyncio`` (this
 process, the default) or ``ray`` (one Ray task per attempt). Retries, backoff, resume, the
 progress bar and the summary are this module's, the same for every executor; an attempt the
 executor lost (a Ray worker died) is retried like an infrastructure failure.
+
+The same runner (`Runner`: executor, retries, resume, progress bar) runs a job's rollouts,
+``reroll continue-job``'s continuations and ``reroll branch``'s branches (`reroll.branching`).
 
 Resume: running a job into an existing job folder skips every rollout whose folder holds a
 complete result.json (status and ``finished_at`` set); a folder without one (the job was
@@ -28,17 +34,17 @@ interrupted there) is moved to ``_attempts/`` and the rollout runs again.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
 import shutil
 import time
+import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -50,9 +56,10 @@ from rich.progress import (
 )
 
 from reroll.agents import get_agent
-from reroll.errors import InfrastructureError, JobError, RerollError
+from reroll.continuation import RolloutOptions, continue_run
+from reroll.errors import RETRIED_CATEGORIES, JobError, RerollError, error_category
 from reroll.executors import Attempt, Executor, ExecutorOptions, create_executor
-from reroll.jobfile import DEFAULT_MAX_STARTING, JOB_SPEC_FILE, JobSpec
+from reroll.jobfile import JOB_SPEC_FILE, JobSpec, RunnerOptions
 from reroll.jobreport import (
     SUMMARY_FILE,
     JobSummary,
@@ -63,11 +70,10 @@ from reroll.jobreport import (
     summarise_rollout,
     totals,
 )
-from reroll.llm_proxy import DivergencePolicy
-from reroll.models import parse_model
-from reroll.resume import continue_run, run_task
+from reroll.models import check_model, model_slug, parse_model
+from reroll.record import run_task
 from reroll.runfolder import RunConfig, now_iso, write_json
-from reroll.sandbox.base import BACKENDS, WITHOUT_NETWORK_POLICY
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.tasks import load_task
 
 ATTEMPTS_DIR = "_attempts"
@@ -96,11 +102,11 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
 
     Raises:
         TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid.
-        JobError: an agent calls a model but `spec.models` is empty, the sandbox backend is
-            unknown, or network ``none`` is asked of the local backend.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
+            of the local backend.
     """
-    if spec.sandbox not in BACKENDS:
-        raise JobError(f"unknown sandbox backend {spec.sandbox!r}; known: {', '.join(sorted(BACKENDS))}")
+    load_backend(spec.sandbox)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
         raise JobError("network none needs sandbox docker: the local sandbox has the host's network")
     tasks = [load_task(path) for path in spec.tasks]
@@ -115,19 +121,68 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
                 raise JobError(f"agent {agent.name!r} calls a model: give the job models (--model)")
             for model in models:
                 for repeat in range(1, spec.repeats + 1):
-                    name = f"{task.name}__{agent.name}__{_slug(model)}__r{repeat}"
+                    name = f"{task.name}__{agent.name}__{model_slug(model)}__r{repeat}"
                     planned.append(PlannedRollout(name, task.path, task.name, agent.name, model, repeat))
     return planned
 
 
-def _slug(model: str | None) -> str:
-    """A folder-name-safe form of a model spec; a hash keeps altered specs apart."""
-    if model is None:
-        return "no-model"
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", model)[:40]
-    if slug != model:
-        slug += "-" + hashlib.sha256(model.encode()).hexdigest()[:6]
-    return slug
+@dataclass(frozen=True)
+class RunnerRollout:
+    """One rollout handed to a `Runner`: how to run an attempt of it, and its summary's identity."""
+
+    attempt: Attempt
+    """Its run folder (the summary's ``name`` is the folder's name) and the attempt's call."""
+    task: str
+    agent: str
+    model: str | None
+
+
+class Runner:
+    """Runs rollouts on an executor: retries, backoff, resume, a progress bar (module docstring).
+
+    Built before anything is written, so bad options are refused first.
+    """
+
+    def __init__(self, options: RunnerOptions) -> None:
+        """Build the executor `options` names (not started yet).
+
+        Raises:
+            JobError: `concurrency` or `max_starting` < 1, or the executor is unknown or its
+                package missing.
+        """
+        self._options = options
+        executor = ExecutorOptions(options.concurrency, options.max_starting, options.ray_address)
+        self._executor = create_executor(options.executor, executor)
+
+    async def run(self, rollouts: Sequence[RunnerRollout], console: Console) -> list[RolloutSummary]:
+        """Run every rollout to its end, under a progress bar on `console`; their summaries, in order.
+
+        A rollout whose folder holds a complete result.json is skipped (``attempts`` 0); a folder
+        without one (cut short) is moved to ``_attempts/`` first.
+
+        Raises:
+            InfrastructureError: the executor could not start (e.g. Ray).
+        """
+        async with self._executor:
+            return await _run_all([partial(self._one, rollout) for rollout in rollouts], console)
+
+    async def _one(self, rollout: RunnerRollout) -> RolloutSummary:
+        folder = rollout.attempt.run_dir
+        identity = (folder.name, rollout.task, rollout.agent, rollout.model)
+        if is_complete(folder):
+            return summarise_rollout(
+                folder, task=rollout.task, agent=rollout.agent, model=rollout.model, attempts=0
+            )
+        if folder.exists():
+            _set_aside(folder, folder.parent, "interrupted")
+        return await _with_retries(
+            self._executor,
+            rollout.attempt,
+            folder.parent,
+            max_retries=self._options.max_retries,
+            backoff_seconds=self._options.retry_backoff_seconds,
+            identity=identity,
+        )
 
 
 async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSummary:
@@ -140,145 +195,121 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         The summary, as written to summary.json.
 
     Raises:
-        TaskError, AgentError, ModelError, JobError: bad input (an unknown executor, or one
-            whose package is missing, included), before anything runs.
+        TaskError, AgentError, ModelError, JobError, SandboxBackendError: bad input (an unknown
+            executor or sandbox backend, or one whose package is missing, included), before
+            anything runs.
         InfrastructureError: the executor could not start (e.g. Ray).
     """
     planned = plan_rollouts(spec)
-    executor = create_executor(
-        spec.executor,
-        ExecutorOptions(spec.concurrency, spec.max_starting, spec.ray_address),
-    )
+    runner = Runner(spec)
     name = spec.name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     jobs_dir = jobs_dir.resolve()  # attempts may run in other processes (Ray workers)
     job_dir = jobs_dir / name
     saved = spec.model_copy(update={"name": name})
     job_dir.mkdir(parents=True, exist_ok=True)
     write_json(job_dir / JOB_SPEC_FILE, saved.model_dump(mode="json"))
-
-    async def one(rollout: PlannedRollout) -> RolloutSummary:
-        folder = job_dir / rollout.name
-        if is_complete(folder):
-            return summarise_rollout(
-                folder, task=rollout.task, agent=rollout.agent, model=rollout.model, attempts=0
-            )
-        if folder.exists():
-            _set_aside(folder, job_dir, "interrupted")
-        attempt = Attempt(
-            folder,
-            partial(
-                run_task,
-                rollout.task_path,
-                agent_name=rollout.agent,
-                model=rollout.model,
-                timeout_seconds=spec.timeout_seconds,
-                jobs_dir=jobs_dir,
-                job_name=name,
-                sandbox=spec.sandbox,
-                network=spec.network,
-                run_name=rollout.name,
+    options = RolloutOptions(timeout_seconds=spec.timeout_seconds, sandbox=spec.sandbox, network=spec.network)
+    rollouts = [
+        RunnerRollout(
+            Attempt(
+                job_dir / rollout.name,
+                partial(
+                    run_task,
+                    rollout.task_path,
+                    agent_name=rollout.agent,
+                    model=rollout.model,
+                    options=options,
+                    jobs_dir=jobs_dir,
+                    job_name=name,
+                    run_name=rollout.name,
+                ),
             ),
+            rollout.task,
+            rollout.agent,
+            rollout.model,
         )
-        return await _with_retries(
-            executor,
-            attempt,
-            job_dir,
-            max_retries=spec.max_retries,
-            backoff_seconds=spec.retry_backoff_seconds,
-            identity=(rollout.name, rollout.task, rollout.agent, rollout.model),
-        )
-
-    async with executor:
-        return await _run_all([partial(one, rollout) for rollout in planned], job_dir, job_dir, console)
+        for rollout in planned
+    ]
+    return await _summarised(runner, rollouts, job_dir, job_dir, console)
 
 
 async def continue_job(
     job_dir: Path,
     *,
-    concurrency: int,
     console: Console,
     model: str | None = None,
-    timeout_seconds: float | None = None,
     tasks_dir: Path | None = None,
-    sandbox: str | None = None,
-    divergence_policy: DivergencePolicy = "warn",
-    max_retries: int = 2,
-    retry_backoff_seconds: float = 1.0,
-    executor: str = "asyncio",
-    max_starting: int = DEFAULT_MAX_STARTING,
-    ray_address: str | None = None,
+    options: RolloutOptions = RolloutOptions(),
+    runner: RunnerOptions = RunnerOptions(),
 ) -> JobSummary:
-    """Continue every timed-out rollout of the job in `job_dir` (``reroll continue JOB_DIR --all``).
+    """Continue every timed-out rollout of the job in `job_dir` (``reroll continue-job JOB_DIR``).
 
-    Each continuation goes to ``job_dir/continued/<name>``; one already complete there is skipped,
-    so the command can be run again after an interruption. The summary is written to
-    ``job_dir/continued/summary.json``.
+    Each continuation replays its whole recording, then goes live, into
+    ``job_dir/continued/<name>``; one already complete there is skipped, so the command can be
+    run again after an interruption. The summary is written to ``job_dir/continued/summary.json``.
 
     Args:
         job_dir: a folder of run folders (a job folder, or a ``--jobs-dir/--job-name`` of `reroll run`).
-        concurrency: most continuations running at once (≥ 1).
-        model, timeout_seconds, tasks_dir, sandbox, divergence_policy: as for
-            `reroll.resume.continue_run`.
-        max_retries, retry_backoff_seconds: as in `JobSpec`, for infrastructure failures.
-        executor, max_starting, ray_address: as in `JobSpec`.
+        console: where the progress bar and the summary table go.
+        model: the live model after the cut [default: each original's].
+        tasks_dir: folder holding the tasks [default: each recorded ``task_path``].
+        options: how each continuation runs (as for `reroll.continuation.continue_run`).
+        runner: concurrency, executor, retries (as in `JobSpec`).
 
     Raises:
-        JobError: `job_dir` is not a folder, `concurrency` or `max_starting` < 1, or the executor
-            is unknown or its package missing.
+        JobError: `job_dir` is not a folder or holds no run folder, `concurrency` or
+            `max_starting` < 1, or the executor is unknown or its package missing.
+        SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing.
+        ModelError: `model` cannot be resolved (an unknown provider, a missing key).
         InfrastructureError: the executor could not start (e.g. Ray).
     """
     if not job_dir.is_dir():
         raise JobError(f"job folder not found: {job_dir}")
-    runner = create_executor(executor, ExecutorOptions(concurrency, max_starting, ray_address))
+    batch = Runner(runner)
+    if options.sandbox is not None:
+        load_backend(options.sandbox)
+    if model is not None:
+        check_model(model)
     job_dir = job_dir.resolve()
     output = job_dir / CONTINUED_DIR
     folders = _run_folders(job_dir)
     if not folders:
         raise JobError(f"{job_dir}: no run folders (folders with a config.json) in it")
-    timed_out = [folder for folder in folders if _status(folder) == "timeout"]
-
-    async def one(original: Path) -> RolloutSummary:
-        config = RunConfig.model_validate_json((original / "config.json").read_bytes())
-        task = config.task_name or Path(config.task_path).name
-        target = output / original.name
-        if is_complete(target):
-            return summarise_rollout(
-                target, task=task, agent=config.agent, model=model or config.model, attempts=0
-            )
-        if target.exists():
-            _set_aside(target, output, "interrupted")
-        attempt = Attempt(
-            target,
-            partial(
-                continue_run,
-                original,
-                tasks_dir=tasks_dir.resolve() if tasks_dir else None,
-                model=model,
-                timeout_seconds=timeout_seconds,
-                output=output,
-                require_timeout=True,
-                divergence_policy=divergence_policy,
-                replay_only=False,
-                sandbox=sandbox,
-            ),
+    rollouts = []
+    for original in folders:
+        if _status(original) != "timeout":
+            continue
+        run = partial(
+            continue_run,
+            original,
+            model=model,
+            require_timeout=True,
+            tasks_dir=tasks_dir.resolve() if tasks_dir else None,
+            options=options,
+            output=output,
         )
-        return await _with_retries(
-            runner,
-            attempt,
-            output,
-            max_retries=max_retries,
-            backoff_seconds=retry_backoff_seconds,
-            identity=(original.name, task, config.agent, model or config.model),
+        task, agent, original_model = _identity(original)
+        rollouts.append(
+            RunnerRollout(Attempt(output / original.name, run), task, agent, model or original_model)
         )
-
     output.mkdir(exist_ok=True)
-    async with runner:
-        return await _run_all([partial(one, folder) for folder in timed_out], job_dir, output, console)
+    return await _summarised(batch, rollouts, job_dir, output, console)
 
 
 def _run_folders(job_dir: Path) -> list[Path]:
     """The run folders directly under `job_dir` (those with a config.json), sorted by name."""
     return sorted(p for p in job_dir.iterdir() if p.is_dir() and (p / "config.json").is_file())
+
+
+def _identity(folder: Path) -> tuple[str, str, str | None]:
+    """(task, agent, model) of run folder `folder` for its summary; ``unknown`` for the task and
+    agent when its config.json cannot be read (the continuation then fails on it, naming the file,
+    and the job's summary is written all the same)."""
+    try:
+        config = RunConfig.model_validate_json((folder / "config.json").read_bytes())
+    except (OSError, ValidationError):
+        return "unknown", "unknown", None
+    return config.task_name or Path(config.task_path).name, config.agent, config.model
 
 
 def _status(folder: Path) -> str:
@@ -295,8 +326,12 @@ async def _with_retries(
     backoff_seconds: float,
     identity: tuple[str, str, str, str | None],
 ) -> RolloutSummary:
-    """Run `attempt` on `executor` until it ends other than by an infrastructure error (of the
-    rollout, or of the executor that lost it), or retries run out.
+    """Run `attempt` on `executor` until it ends other than by a retryable error (an
+    infrastructure error of the rollout, or of the executor that lost it), or retries run out.
+
+    Never raises (but for cancellation): an attempt that raises instead of leaving a result gets a
+    summary with status ``error``, its error's category (``internal`` for an exception outside
+    `reroll.errors`) and, for such a bug, its traceback as the error text.
 
     `identity` is the rollout's (name, task, agent, model) for its summary.
     """
@@ -305,17 +340,15 @@ async def _with_retries(
     for number in range(1, max_retries + 2):
         try:
             outcome = await executor.run(attempt)
-        except InfrastructureError as exc:  # the executor lost the attempt
-            if number > max_retries:
+        except Exception as exc:  # the executor lost the attempt, bad input found late, or a bug
+            if not (isinstance(exc, RerollError) and exc.retryable and number <= max_retries):
                 return _error_summary(identity, exc, number, retried_errors)
             retried_errors.append(str(exc))
             if attempt.run_dir.exists():
                 _set_aside(attempt.run_dir, parent, f"attempt{number}")
             await asyncio.sleep(backoff_seconds * 2 ** (number - 1))
             continue
-        except RerollError as exc:  # bad input found late (e.g. a task deleted meanwhile)
-            return _error_summary(identity, exc, number, retried_errors)
-        retry = outcome.result.error_category == "infrastructure" and number <= max_retries
+        retry = outcome.result.error_category in RETRIED_CATEGORIES and number <= max_retries
         if not retry:
             return summarise_rollout(
                 outcome.run_dir,
@@ -332,19 +365,21 @@ async def _with_retries(
 
 
 def _error_summary(
-    identity: tuple[str, str, str, str | None], exc: RerollError, attempts: int, retried_errors: list[str]
+    identity: tuple[str, str, str, str | None], exc: Exception, attempts: int, retried_errors: list[str]
 ) -> RolloutSummary:
     """The summary of a rollout whose last attempt raised `exc` instead of leaving a result."""
     name, task, agent, model = identity
-    category = "infrastructure" if isinstance(exc, InfrastructureError) else type(exc).__name__
+    error = str(exc)
+    if not isinstance(exc, RerollError):  # a bug: keep its traceback
+        error = "internal error: " + "".join(traceback.format_exception(exc))
     return RolloutSummary(
         name=name,
         task=task,
         agent=agent,
         model=model,
         status="error",
-        error_category=category,
-        error=str(exc),
+        error_category=error_category(exc),
+        error=error,
         attempts=attempts,
         retried_errors=retried_errors,
     )
@@ -362,14 +397,31 @@ def _set_aside(folder: Path, parent: Path, reason: str) -> None:
     shutil.move(folder, target)
 
 
-async def _run_all(
-    jobs: list[Callable[[], Awaitable[RolloutSummary]]],
-    job_dir: Path,
-    summary_dir: Path,
-    console: Console,
+async def _summarised(
+    runner: Runner, rollouts: Sequence[RunnerRollout], job_dir: Path, summary_dir: Path, console: Console
 ) -> JobSummary:
-    """Run `jobs` (each bounded by its executor) under a progress bar; write and print the summary."""
+    """Run `rollouts`; write the job summary to `summary_dir` and print it."""
     started_at, started = now_iso(), time.monotonic()
+    summaries = await runner.run(rollouts, console)
+    summary = JobSummary(
+        job=job_dir.name,
+        path=str(job_dir.resolve()),
+        started_at=started_at,
+        finished_at=now_iso(),
+        wall_seconds=round(time.monotonic() - started, 3),
+        rollouts=summaries,
+        totals=totals(summaries),
+    )
+    write_json(summary_dir / SUMMARY_FILE, summary)
+    print_summary(summary, console)
+    console.print(f"summary: {summary_dir / SUMMARY_FILE}")
+    return summary
+
+
+async def _run_all(
+    jobs: list[Callable[[], Awaitable[RolloutSummary]]], console: Console
+) -> list[RolloutSummary]:
+    """Run `jobs` (each bounded by its executor) under a progress bar; their summaries, in order."""
     counts: Counter[str] = Counter()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as progress:
@@ -381,20 +433,7 @@ async def _run_all(
             progress.update(bar, advance=1, description=_progress_text(counts))
             return summary
 
-        rollouts = await asyncio.gather(*(tracked(job) for job in jobs))
-    summary = JobSummary(
-        job=job_dir.name,
-        path=str(job_dir.resolve()),
-        started_at=started_at,
-        finished_at=now_iso(),
-        wall_seconds=round(time.monotonic() - started, 3),
-        rollouts=list(rollouts),
-        totals=totals(list(rollouts)),
-    )
-    write_json(summary_dir / SUMMARY_FILE, summary)
-    print_summary(summary, console)
-    console.print(f"summary: {summary_dir / SUMMARY_FILE}")
-    return summary
+        return list(await asyncio.gather(*(tracked(job) for job in jobs)))
 
 
 def _progress_text(counts: Counter[str]) -> str:

@@ -1,25 +1,32 @@
-"""The controller's handle on one rollout's LLM proxy process (package ``reroll_proxy``)."""
+"""The controller's handle on one rollout's LLM proxy process (package ``reroll_proxy``).
+
+What passes between the two (config, status, stop, ready file) is typed once, in
+`reroll_proxy.contract`.
+"""
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TypeVar
 
 import aiohttp
-import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from reroll_proxy import faults
+from reroll_proxy.contract import DivergencePolicy, ProxyConfig, ProxyStatus, ProxyStop, UpstreamConfig
+from reroll_proxy.volatile import VolatileRule
 
-from reroll.errors import FaultPlanError, InfrastructureError
-from reroll.models import Upstream
+from reroll.errors import InfrastructureError
 from reroll.processes import ChildProcess
 from reroll.runfolder import FaultsUsed
 
-DivergencePolicy = Literal["warn", "strict", "cutover"]
+STATUS_TIMEOUT_SECONDS = 5.0
+"""Longest wait for the proxy's status."""
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,30 @@ class ReplayPlan:
     divergence_policy: DivergencePolicy = "warn"
     """``warn``: serve the recording and note the divergence; ``strict``: abort the rollout;
     ``cutover``: go live at the first divergence (implemented by the proxy engine)."""
+    recorded_values: tuple[VolatileRule, ...] = ()
+    """The recorded rollout's sandbox values (workspace, HOME...: `recorded_sandbox_values`),
+    volatile in this replay next to the new sandbox's own."""
+
+
+PROXY_CONFIG = Path("harness") / "proxy.json"
+"""Where a run folder keeps its proxy's config (`LlmProxy` writes it into its workdir, ``harness/``)."""
+
+
+def recorded_sandbox_values(run_dir: Path) -> tuple[VolatileRule, ...]:
+    """The ``value`` rules (the sandbox's paths) of the proxy that recorded `run_dir`.
+
+    Args:
+        run_dir: a run folder.
+
+    Returns:
+        The rules of its ``harness/proxy.json``; none when the folder has no such file (a run
+        folder written by another tool) or it is not a valid `ProxyConfig`.
+    """
+    try:
+        config = ProxyConfig.model_validate_json((run_dir / PROXY_CONFIG).read_bytes())
+    except (OSError, ValidationError):
+        return ()
+    return tuple(rule for rule in config.volatile if rule.value is not None)
 
 
 def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
@@ -45,26 +76,15 @@ def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
     Raises:
         FaultPlanError: the file is missing or not a valid plan (the message names it).
     """
-    try:
-        plan = faults.load_plan(plan_path)
-    except faults.FaultPlanError as exc:
-        raise FaultPlanError(str(exc)) from exc
+    plan = faults.load_plan(plan_path)
     return FaultsUsed(plan_path=str(plan_path.resolve()), seed=plan.seed if seed is None else seed)
-
-
-class ProxyStatus(BaseModel):
-    """The proxy's counters (``GET /_reroll/status``)."""
-
-    served_replayed: int = 0
-    served_live: int = 0
-    cut_index: int = 0
-    replay_exhausted: bool = False
-    aborted: str | None = None
-    divergences: list[dict[str, Any]] = []
 
 
 class LlmProxy:
     """Start, query and stop the per-rollout proxy.
+
+    The proxy's config file (``proxy.json`` in `workdir`) is a `reroll_proxy.contract.ProxyConfig`;
+    the upstream key reaches the proxy through its environment (``api_key_env``), never the file.
 
     Args:
         workdir: folder for the proxy's config, ready file and log.
@@ -74,6 +94,7 @@ class LlmProxy:
         listen_host: the interface to listen on, which the agent's base URL names: loopback for
             the local sandbox, the container network's gateway for docker.
         faults: the fault plan to inject, or None.
+        volatile: the parts of a request that may differ from the recording (`reroll_proxy.volatile`).
     """
 
     def __init__(
@@ -81,43 +102,41 @@ class LlmProxy:
         *,
         workdir: Path,
         trajectory_path: Path,
-        upstream: Upstream | None,
+        upstream: UpstreamConfig | None,
         replay: ReplayPlan | None,
         listen_host: str = "127.0.0.1",
         faults: FaultsUsed | None = None,
+        volatile: Sequence[VolatileRule] = (),
     ) -> None:
         self.token = secrets.token_urlsafe(24)
-        config: dict[str, Any] = {
-            "listen_host": listen_host,
-            "token": self.token,
-            "trajectory_path": str(trajectory_path),
-            "replay_path": str(replay.trajectory_path) if replay else None,
-            "cut_index": replay.cut_index if replay else 0,
-            "divergence_policy": replay.divergence_policy if replay else "warn",
-            "upstream": None,
-            "faults_path": faults.plan_path if faults else None,
-            "fault_seed": faults.seed if faults else None,
-        }
         env = dict(os.environ)
         if upstream is not None:
-            config["upstream"] = {
-                "base_url": upstream.base_url,
-                "model": upstream.model,
-                "api_format": upstream.api_format,
-                "api_key_env": _KEY_ENV,
-            }
             env[_KEY_ENV] = upstream.api_key or "unused"
-        config_file = workdir / "proxy.json"
-        config_file.write_bytes(orjson.dumps(config, option=orjson.OPT_INDENT_2))
+            upstream = upstream.model_copy(update={"api_key": None, "api_key_env": _KEY_ENV})
+        config = ProxyConfig(
+            listen_host=listen_host,
+            token=self.token,
+            trajectory_path=trajectory_path,
+            replay_path=replay.trajectory_path if replay else None,
+            cut_index=replay.cut_index if replay else 0,
+            divergence_policy=replay.divergence_policy if replay else "warn",
+            upstream=upstream,
+            faults_path=Path(faults.plan_path) if faults else None,
+            fault_seed=faults.seed if faults else None,
+            volatile=list(volatile),
+        )
+        self.config_file = workdir / "proxy.json"
+        """The config file the proxy reads."""
+        self.config_file.write_text(config.model_dump_json(indent=2))
         self._process = ChildProcess(
-            "reroll_proxy", ["--config", str(config_file)], workdir=workdir, name="proxy", env=env
+            "reroll_proxy", ["--config", str(self.config_file)], workdir=workdir, name="proxy", env=env
         )
         self._session: aiohttp.ClientSession | None = None
 
     @property
     def base_url(self) -> str:
         """The URL the agent uses, ending in ``/v1``."""
-        return str(self._process.ready["base_url"])
+        return self._process.ready.address
 
     async def start(self) -> None:
         """Start the proxy and wait until it listens."""
@@ -125,20 +144,41 @@ class LlmProxy:
         self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.token}"})
 
     async def status(self) -> ProxyStatus:
-        """The proxy's counters.
+        """The proxy's counters, divergences and stop (``GET /_reroll/status``).
 
         Raises:
-            InfrastructureError: the proxy died or did not answer within 5 s.
+            InfrastructureError: the proxy died, did not answer within `STATUS_TIMEOUT_SECONDS`,
+                or answered something that is not a `ProxyStatus`.
         """
+        return await self._get("/_reroll/status", ProxyStatus, STATUS_TIMEOUT_SECONDS)
+
+    async def wait_for_stop(self) -> ProxyStop:
+        """Wait until the proxy refuses every further request (``GET /_reroll/stop``, a long poll).
+
+        Returns as soon as the proxy decided to stop (replay-only cut point, strict divergence);
+        waits forever otherwise: cancel it when the agent is done.
+
+        Raises:
+            InfrastructureError: the proxy died, or answered something that is not a `ProxyStop`.
+        """
+        return await self._get("/_reroll/stop", ProxyStop, None)
+
+    async def _get(self, path: str, model: type[Answer], timeout_seconds: float | None) -> Answer:
         assert self._session is not None, "start() first"
-        url = self.base_url.removesuffix("/v1") + "/_reroll/status"
+        url = self.base_url.removesuffix("/v1") + path
         try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+            async with self._session.get(
+                url, timeout=aiohttp.ClientTimeout(total=timeout_seconds)
+            ) as response:
                 response.raise_for_status()
-                return ProxyStatus.model_validate(await response.json())
+                return model.model_validate_json(await response.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise InfrastructureError(
-                f"LLM proxy is not answering ({exc!r}):\n{self._process.log_tail()}"
+                f"LLM proxy is not answering {path} ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
+        except ValidationError as exc:
+            raise InfrastructureError(
+                f"LLM proxy: invalid answer to {path} ({exc!r}):\n{self._process.log_tail()}"
             ) from exc
 
     async def stop(self) -> None:

@@ -25,11 +25,14 @@ The agent always talks to the proxy; only the proxy holds the upstream's key.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from reroll_proxy.contract import UpstreamConfig
 from reroll_proxy.formats import FormatName
 
 from reroll.errors import ModelError
@@ -42,20 +45,6 @@ _SCRIPTED_FORMATS: dict[str, FormatName | None] = {
     "scripted-responses": "openai-responses",
 }
 """Scripted model spec prefixes → the one API format the server speaks (None: all of them)."""
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """A live endpoint the proxy forwards to."""
-
-    base_url: str
-    """Base URL ending in ``/v1``."""
-    api_key: str | None
-    """The provider key (stays in the proxy)."""
-    model: str
-    """The model name sent upstream."""
-    api_format: FormatName | None = None
-    """The API the endpoint speaks; None: whatever the agent speaks (no translation)."""
 
 
 @dataclass(frozen=True)
@@ -83,12 +72,43 @@ def model_name(spec: str) -> str:
     return "scripted" if spec.partition(":")[0] in _SCRIPTED_FORMATS else spec.rpartition("/")[2]
 
 
+def model_slug(spec: str | None) -> str:
+    """The folder-name form of a model spec (job rollouts, branches), one per spec.
+
+    ``scripted`` stays ``scripted``; ``scripted:/x/fast.yaml`` becomes ``scripted-fast-<hash>``
+    and ``openai/gpt-4o`` ``openai-gpt-4o-<hash>``: whatever had to be shortened or replaced
+    gets 6 hex digits of the spec's sha256, so two specs never share a folder. None (an agent
+    that calls no model) is ``no-model``.
+    """
+    if spec is None:
+        return "no-model"
+    kind, colon, path = spec.partition(":")
+    readable = f"{kind}-{Path(path).stem}" if colon and kind in _SCRIPTED_FORMATS else spec
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", readable).strip("-")[:40] or "model"
+    if slug != spec:
+        slug += "-" + hashlib.sha256(spec.encode()).hexdigest()[:6]
+    return slug
+
+
+def check_model(spec: str) -> None:
+    """Refuse `spec` now, before anything is written, when no task is needed to tell it cannot
+    run (an unknown provider, a missing key, a missing ``scripted:PATH``); a task's own script
+    (``scripted`` without a path) is checked with each task.
+
+    Raises:
+        ModelError: as `parse_model`.
+    """
+    kind, colon, _ = spec.partition(":")
+    if kind not in _SCRIPTED_FORMATS or colon:
+        parse_model(spec, None)
+
+
 def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
     """Parse a model spec (see the module docstring).
 
     Raises:
-        ModelError: a scripted model without a script file, or an unknown provider without
-            ``REROLL_UPSTREAM_URL``.
+        ModelError: a scripted model without a script file, an unknown provider without
+            ``REROLL_UPSTREAM_URL``, or a provider whose key is missing from the environment.
     """
     kind, colon, path = spec.partition(":")
     if kind in _SCRIPTED_FORMATS:
@@ -100,12 +120,15 @@ def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
         api_format = _SCRIPTED_FORMATS[kind]
         return ModelSpec(spec=stored, name=model_name(spec), script=script.resolve(), api_format=api_format)
     provider = spec.rpartition("/")[0]
-    if provider == "anthropic":
-        return ModelSpec(spec=spec, name=model_name(spec), api_format="anthropic-messages")
-    if provider == "openai-responses":
-        return ModelSpec(spec=spec, name=model_name(spec), api_format="openai-responses")
-    if provider == "openai" or os.environ.get("REROLL_UPSTREAM_URL"):
-        return ModelSpec(spec=spec, name=model_name(spec))
+    api_formats: dict[str, FormatName | None] = {
+        "anthropic": "anthropic-messages",
+        "openai-responses": "openai-responses",
+        "openai": None,
+    }
+    if provider in api_formats or os.environ.get("REROLL_UPSTREAM_URL"):
+        model = ModelSpec(spec=spec, name=model_name(spec), api_format=api_formats.get(provider))
+        _endpoint(model)  # a missing key is refused now, before anything is written
+        return model
     raise ModelError(
         f"model {spec!r}: unknown provider {provider or '(none)'!r}; use scripted, scripted:PATH, "
         "scripted-anthropic[:PATH], scripted-responses[:PATH], openai/NAME, openai-responses/NAME, "
@@ -114,8 +137,10 @@ def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
 
 
 @contextlib.asynccontextmanager
-async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[Upstream]:
+async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[UpstreamConfig]:
     """Provide the live upstream for `model`, starting the scripted model server when needed.
+
+    The upstream's ``api_key`` is the provider key (it stays in the proxy, see `reroll.llm_proxy`).
 
     Raises:
         ModelError: the provider's key is missing from the environment.
@@ -129,22 +154,27 @@ async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[Upstre
             name="scripted-model",
         )
         async with server:
-            base_url = server.ready["base_url"]
-            yield Upstream(base_url=base_url, api_key=None, model=model.name, api_format=model.api_format)
+            base_url = server.ready.address
+            yield UpstreamConfig(base_url=base_url, model=model.name, api_format=model.api_format)
         return
+    base_url, key = _endpoint(model)
+    yield UpstreamConfig(base_url=base_url, api_key=key, model=model.name, api_format=model.api_format)
+
+
+def _endpoint(model: ModelSpec) -> tuple[str, str | None]:
+    """The base URL and key of provider model `model`, from the environment (see the module docstring).
+
+    Raises:
+        ModelError: the provider's key is missing from the environment.
+    """
     if model.api_format == "anthropic-messages":
         key = os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise ModelError(f"model {model.spec!r} needs ANTHROPIC_API_KEY in the environment")
-        host = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/")
-        yield Upstream(base_url=f"{host}/v1", api_key=key, model=model.name, api_format=model.api_format)
-        return
+        return os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/") + "/v1", key
     if url := os.environ.get("REROLL_UPSTREAM_URL"):
-        key = os.environ.get("REROLL_UPSTREAM_API_KEY")
-        yield Upstream(base_url=url, api_key=key, model=model.name, api_format=model.api_format)
-        return
+        return url, os.environ.get("REROLL_UPSTREAM_API_KEY")
     key = os.environ.get("OPENAI_API_KEY")
     if not key:
         raise ModelError(f"model {model.spec!r} needs OPENAI_API_KEY in the environment")
-    base_url = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
-    yield Upstream(base_url=base_url, api_key=key, model=model.name, api_format=model.api_format)
+    return os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"), key

@@ -1,9 +1,11 @@
 """Child processes of the controller: the sidecar (local backend), the LLM proxy, the scripted model.
 
-Each is a Python module run as ``python -m MODULE ... --ready-file F``; it writes a JSON object
-to F once it listens. `ChildProcess` starts one, waits for that file, and stops the process
-explicitly (SIGTERM, then SIGKILL after a grace period) — never from a finaliser. On Linux a
-child also dies with the controller (``PR_SET_PDEATHSIG``), even when the controller is SIGKILLed.
+Each is a Python module run as ``python -m MODULE ... --ready-file F``; it writes a
+`reroll_proxy.contract.ReadyFile` (``{"pid", "address"}``) to F once it listens (the
+interceptor, mitmdump with its addon, too). `ChildProcess` starts one, waits for that file,
+reads it typed, and stops the process explicitly (SIGTERM, then SIGKILL after a grace period) —
+never from a finaliser. On Linux a child also dies with the controller (``PR_SET_PDEATHSIG``),
+even when the controller is SIGKILLed.
 
 The death signal is set by util-linux ``setpriv --pdeathsig KILL``, which then execs the child,
 not by a ``preexec_fn``: a ``preexec_fn`` runs Python (and every ``os.register_at_fork``
@@ -23,9 +25,9 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import orjson
+from pydantic import ValidationError
+from reroll_proxy.contract import ReadyFile
 
 from reroll.errors import InfrastructureError
 
@@ -60,23 +62,29 @@ class ChildProcess:
         self.env = env
         self.ready_file = workdir / f"{name}.ready.json"
         self.log_path = workdir / f"{name}.log"
-        self.ready: dict[str, Any] = {}
+        self._ready: ReadyFile | None = None
         self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def ready(self) -> ReadyFile:
+        """What the child announced in its ready file; `start` first."""
+        assert self._ready is not None, f"{self.name}: start() first"
+        return self._ready
 
     @property
     def pid(self) -> int | None:
         """The child's process id, once started."""
         return self._process.pid if self._process else None
 
-    async def start(self, ready_timeout_seconds: float = 30.0) -> dict[str, Any]:
+    async def start(self, ready_timeout_seconds: float = 30.0) -> ReadyFile:
         """Start the child and wait until it wrote its ready file.
 
         Returns:
-            The ready file's JSON object (e.g. ``{"port": 8123, "pid": 42}``).
+            The ready file (e.g. ``{"pid": 42, "address": "http://127.0.0.1:8123/v1"}``).
 
         Raises:
-            InfrastructureError: the child exited first, or was not ready within the timeout; the
-                message carries the end of its log.
+            InfrastructureError: the child exited first, was not ready within the timeout (the
+                message carries the end of its log), or wrote an invalid ready file (named).
         """
         self.ready_file.unlink(missing_ok=True)
         argv = [*self.command, *self.args, "--ready-file", str(self.ready_file)]
@@ -109,8 +117,12 @@ class ChildProcess:
                     f"{self.name} was not ready after {ready_timeout_seconds:.0f} s:\n{self.log_tail()}"
                 )
             await asyncio.sleep(0.02)
-        self.ready = orjson.loads(self.ready_file.read_bytes())
-        return self.ready
+        try:
+            self._ready = ReadyFile.model_validate_json(self.ready_file.read_bytes())
+        except ValidationError as exc:
+            await self.stop()
+            raise InfrastructureError(f"{self.name}: invalid ready file {self.ready_file}:\n{exc}") from exc
+        return self._ready
 
     def alive(self) -> bool:
         """Whether the child is still running."""

@@ -27,9 +27,9 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from reroll.continuation import RolloutOutcome
 from reroll.errors import InfrastructureError
 from reroll.executors import Attempt, ExecutorOptions
-from reroll.resume import RolloutOutcome
 
 
 def _run_in_worker(attempt: Attempt) -> RolloutOutcome:

@@ -1,7 +1,8 @@
 """One rollout's lifecycle: setup → start → install → execute → verify → cleanup.
 
 `execute_rollout` drives it for a fresh recording (`reroll run`) and for a continuation
-(`reroll continue`, which adds a `ReplayPlan`): the live model and the LLM proxy are started on
+(`reroll continue`, ``replay``, ``branch``, which add a `ReplayPlan`); `reroll.continuation`
+builds the `RolloutPlan`: the live model and the LLM proxy are started on
 the host, the sandbox and its sidecar next, the agent is installed and launched with the proxy's
 URL and token, and the result and the run folder are written whatever happens.
 """
@@ -12,52 +13,88 @@ import asyncio
 import contextlib
 import sys
 import time
+import traceback
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reroll_proxy.contract import ProxyStatus
 from reroll_proxy.exchange import load_trajectory
+from reroll_proxy.volatile import VolatileRule
 from rich.console import Console
 
 from reroll import intercept
 from reroll.agents import AgentSpec
-from reroll.errors import AgentError, InfrastructureError, RerollError
-from reroll.llm_proxy import LlmProxy, ProxyStatus, ReplayPlan
-from reroll.models import ModelSpec, live_upstream
+from reroll.errors import (
+    AgentInstallError,
+    RerollError,
+    SidecarError,
+    TrajectoryFormatError,
+    error_category,
+)
+from reroll.llm_proxy import LlmProxy, ReplayPlan
+from reroll.models import ModelSpec, live_upstream, model_name, parse_model
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
-from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, create_sandbox
-from reroll.sandbox.files import upload_dir, workspace_manifest
-from reroll.sandbox.sidecar_client import SidecarError
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
+from reroll.sandbox.files import workspace_manifest
+from reroll.sandbox.results import ExecResult
 from reroll.tasks import Task
-from reroll.verify import prepare, verify
+from reroll.verify import prepare, quiesce, verify
 
+ERROR_FILE = "error.txt"
+"""In the run folder: the traceback of an exception outside reroll's tree that ended the rollout."""
 INSTALL_TIMEOUT_SECONDS = 900.0
-POLL_SECONDS = 0.25
 INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
 """Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutPlan:
-    """Everything one rollout needs; `config` is written to config.json as it is."""
+    """Everything one rollout needs (built by `reroll.continuation.start_rollout`).
+
+    `config` says what runs — model, agent timeout, sandbox backend, network, faults,
+    provenance — and is written to config.json as it is; the other fields are what the
+    controller loaded for it. The properties below read `config`, so nothing is said twice.
+    """
 
     task: Task
+    """The task, with ``config.network`` applied."""
     agent: AgentSpec
     prompt: str
     """The prompt the agent gets (for a continuation: the original's, from prompts.json)."""
-    agent_model: str
-    """The model name the agent asks for (a continuation keeps the original's)."""
-    live_model: ModelSpec | None
-    """The live upstream, or None (replay only, or an agent that calls no model)."""
-    timeout_seconds: float
     run_dir: Path
     config: RunConfig
-    sandbox_backend: str = "local"
     replay: ReplayPlan | None = None
-    start_gate: asyncio.Semaphore | None = None
-    """Held while the model server, LLM proxy and sandbox start (a job bounds how many rollouts
-    start at once, so start-up timeouts are not hit when many start together); None: no bound."""
+    """What the proxy replays before it goes live; None for a fresh recording."""
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The agent's wall-clock budget in seconds: ``config.timeout_sec``, else the task's."""
+        return self.config.timeout_sec or self.task.spec.agent.timeout_sec
+
+    @property
+    def live_model(self) -> ModelSpec | None:
+        """``config.model`` parsed: the live upstream; None for an agent that calls no model and
+        for a replay-only continuation.
+
+        Raises:
+            ModelError: the model cannot be resolved (see `reroll.models.parse_model`).
+        """
+        provenance = self.config.continued_from
+        if self.agent.api_format == "none" or self.config.model is None:
+            return None
+        if provenance is not None and provenance.replay_only:
+            return None
+        return parse_model(self.config.model, self.task.path)
+
+    @property
+    def agent_model(self) -> str:
+        """The model name the agent asks for: a continuation keeps the original's (the proxy
+        sends the live model's name upstream); "" for an agent that calls none."""
+        provenance = self.config.continued_from or self.config.branched_from
+        spec = provenance.original_model if provenance is not None else self.config.model
+        return model_name(spec) if spec else ""
 
 
 @dataclass
@@ -65,10 +102,11 @@ class AgentOutcome:
     """How the agent phase ended."""
 
     exit_code: int | None = None
+    """The agent's exit code; None when it timed out or the controller stopped it."""
     timed_out: bool = False
-    stop_reason: str | None = None
-    """Why the controller stopped the agent early (strict divergence, replay-only cut point)."""
     status: ProxyStatus = field(default_factory=ProxyStatus)
+    """The proxy's status once the agent is gone; ``status.stop`` is set when the proxy refused
+    every request from some point on (replay-only cut point, strict divergence)."""
 
 
 def new_run_id() -> str:
@@ -76,11 +114,22 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:8]
 
 
-async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
+async def execute_rollout(
+    plan: RolloutPlan, console: Console, start_gate: asyncio.Semaphore | None = None
+) -> RunResult:
     """Run one rollout end to end and write its run folder.
 
     config.json and prompts.json are written first; result.json last, also when the rollout
-    failed (status ``error`` with the cause). Exchanges are written by the proxy as they happen.
+    failed: status ``error`` with the cause and its class's ``error_category`` (`reroll.errors`);
+    an exception outside reroll's tree (a bug) gets category ``internal`` and its traceback in
+    ``error.txt``. Exchanges are written by the proxy as they happen.
+
+    Args:
+        plan: what runs, and the (new, empty) run folder.
+        console: where progress goes.
+        start_gate: held while the model server, LLM proxy and sandbox start (a job bounds how
+            many rollouts start at once, so start-up timeouts are not hit when many start
+            together); None: no bound.
 
     Returns:
         The result as written to result.json.
@@ -93,14 +142,14 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
     harness_dir.mkdir(exist_ok=True)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            sandbox = create_sandbox(plan.sandbox_backend, plan.task, plan.run_dir.name)
+            sandbox = create_sandbox(plan.config.sandbox, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
-            async with plan.start_gate or contextlib.nullcontext():
+            async with start_gate or contextlib.nullcontext():
                 proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)
                 network = f"network {plan.task.spec.environment.network}"
-                if plan.sandbox_backend in WITHOUT_NETWORK_POLICY:
+                if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
                     network = "the host's network"
-                console.print(f"[dim]starting {plan.sandbox_backend} sandbox ({network})[/dim]")
+                console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
             await _install_agent(sandbox, plan.agent, env, console)
@@ -115,23 +164,26 @@ async def execute_rollout(plan: RolloutPlan, console: Console) -> RunResult:
                 # Stopped now, so no response the agent never received gets recorded later.
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
-            manifest = await workspace_manifest(sandbox.client, sandbox.layout.workspace, env)
+            await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
+            manifest = await workspace_manifest(sandbox, sandbox.layout.workspace, env)
             write_json(plan.run_dir / "workspace_manifest.json", manifest)
             _apply_outcome(result, outcome, plan)
-            if outcome.stop_reason is None:
+            if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
                 verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier")
                 result.rewards = verdict.rewards
                 result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
-    except (RerollError, SidecarError) as exc:
+    except Exception as exc:  # every failure ends in status error, never null
         result.status = "error"
+        result.error_category = result.error_category or error_category(exc)
         result.error = str(exc)
-        category = "infrastructure" if isinstance(exc, InfrastructureError) else type(exc).__name__
-        result.error_category = result.error_category or category
+        if not isinstance(exc, RerollError):  # a bug: keep its traceback
+            (plan.run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
+            result.error = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
     finally:
         trajectory = plan.run_dir / TRAJECTORY
         if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(TrajectoryFormatError):
                 result.counts = count_exchanges(load_trajectory(trajectory))
         result.finished_at = now_iso()
         result.timings.total_seconds = round(time.monotonic() - started, 3)
@@ -151,8 +203,8 @@ async def _start_llm_side(
     if plan.agent.api_format == "none":
         return None, None
     upstream = None
-    if plan.live_model is not None:
-        upstream = await stack.enter_async_context(live_upstream(plan.live_model, harness_dir))
+    if (live_model := plan.live_model) is not None:
+        upstream = await stack.enter_async_context(live_upstream(live_model, harness_dir))
     host = await sandbox.host_address()
     proxy = LlmProxy(
         workdir=harness_dir,
@@ -161,6 +213,7 @@ async def _start_llm_side(
         replay=plan.replay,
         listen_host=host,
         faults=plan.config.faults,
+        volatile=volatile_rules(plan, sandbox.layout),
     )
     await stack.enter_async_context(proxy)
     if plan.agent.proxy_mode != "intercept":
@@ -175,6 +228,29 @@ async def _start_llm_side(
     )
     await stack.enter_async_context(interceptor)
     return proxy, interceptor
+
+
+def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRule]:
+    """What may differ between the recording and this rollout's requests (`reroll_proxy.volatile`).
+
+    Args:
+        plan: the rollout (its agent's declared rules, and the recorded sandbox's values when it replays).
+        layout: this rollout's sandbox paths.
+
+    Returns:
+        One ``value`` rule per sandbox path (workspace, HOME, agents folder, sandbox root when it
+        is not ``/``: written to ``harness/proxy.json``, where a later replay finds them), the
+        recorded rollout's, then the agent's ``volatile`` declarations.
+    """
+    paths = {
+        "workspace": layout.workspace,
+        "home": layout.home,
+        "agents": layout.agents_dir,
+        "sandbox": layout.root if layout.root != "/" else "",
+    }
+    rules = [VolatileRule(value=path, label=label) for label, path in paths.items() if path]
+    recorded = plan.replay.recorded_values if plan.replay is not None else ()
+    return [*rules, *(rule for rule in recorded if rule not in rules), *plan.agent.volatile]
 
 
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
@@ -195,7 +271,7 @@ async def _intercept_agent(
 ) -> dict[str, str]:
     """Put the CA bundle into `sandbox`; the environment that sends the agent through `interceptor`."""
     ca_path = sandbox.layout.path(INTERCEPT_CA_PATH)
-    await sandbox.client.put_file(ca_path, intercept.ca_bundle())
+    await sandbox.put_file(ca_path, intercept.ca_bundle())
     proxy_host = urllib.parse.urlsplit(proxy.base_url).hostname or ""
     return intercept.sandbox_env(interceptor.proxy_url, ca_path, no_proxy=[proxy_host])
 
@@ -205,7 +281,7 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
     if agent.install is None:
         return
     home = f"{sandbox.layout.agents_dir}/{agent.install_key}"
-    installed = await sandbox.client.exec(["test", "-f", f"{home}/.installed"], inherit_env=False)
+    installed = await sandbox.exec(["test", "-f", f"{home}/.installed"], inherit_env=False)
     if installed.exit_code == 0:
         return
     script = (
@@ -215,14 +291,14 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
     )
     with console.status(f"installing {agent.name} (first time only)"):
         async with sandbox.egress() as egress_env:
-            result = await sandbox.client.exec(
+            result = await sandbox.exec(
                 ["sh", "-c", script],
                 env={**env, **egress_env, "REROLL_AGENT_HOME": home},
                 inherit_env=False,
                 timeout_seconds=INSTALL_TIMEOUT_SECONDS,
             )
     if result.exit_code != 0:
-        raise AgentError(
+        raise AgentInstallError(
             f"installing {agent.name} failed (exit {result.exit_code}):\n{result.output_text()[-3000:]}"
         )
 
@@ -230,11 +306,10 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
 async def _run_agent(
     sandbox: Sandbox, plan: RolloutPlan, proxy: LlmProxy | None, env: dict[str, str], console: Console
 ) -> AgentOutcome:
-    """Launch the agent and wait for it to exit, time out, or be stopped by the proxy's state."""
+    """Launch the agent and wait for it to exit, time out, or be stopped by the proxy's stop."""
     layout = sandbox.layout
-    client = sandbox.client
     prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
-    await client.put_file(prompt_file, plan.prompt.encode())
+    await sandbox.put_file(prompt_file, plan.prompt.encode())
     agent_env = {
         **env,
         "REROLL_AGENT_HOME": f"{layout.agents_dir}/{plan.agent.install_key}",
@@ -242,7 +317,7 @@ async def _run_agent(
     }
     if plan.agent.needs_solution and plan.task.solution_dir is not None:
         solution_dir = layout.path(plan.task.solution_mount)
-        await upload_dir(client, plan.task.solution_dir, solution_dir)
+        await sandbox.upload_dir(plan.task.solution_dir, solution_dir)
         agent_env["REROLL_SOLUTION_DIR"] = solution_dir
     if proxy is not None:
         agent_env |= plan.agent.launch_env(
@@ -259,7 +334,7 @@ async def _run_agent(
             log.flush()
 
         run = asyncio.create_task(
-            client.exec(
+            sandbox.exec(
                 ["sh", "-c", plan.agent.launch],
                 cwd=layout.workspace,
                 env=agent_env,
@@ -269,37 +344,55 @@ async def _run_agent(
                 on_output=write_output,
             )
         )
-        while not run.done():
-            await asyncio.wait({run}, timeout=POLL_SECONDS)
-            if proxy is None or run.done():
-                continue
-            status = await proxy.status()
-            if status.aborted:
-                outcome.stop_reason = f"strict divergence: {status.aborted}"
-            elif status.replay_exhausted:
-                outcome.stop_reason = (
-                    f"replay-only: stopped at the cut point after {status.served_replayed} replayed exchanges"
-                )
-            if outcome.stop_reason:
-                run.cancel()
-                with contextlib.suppress(asyncio.CancelledError, SidecarError):
-                    await run
-                await client.kill()
+        if proxy is not None and not await _agent_or_stop(run, proxy):
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError, SidecarError):
+                await run
+            await sandbox.kill()
         if not run.cancelled():
-            executed = run.result()
+            executed = await run
             outcome.exit_code = executed.exit_code
             outcome.timed_out = executed.timed_out
     if proxy is not None:
+        # Read after the agent is gone: the proxy sets its stop before it sends the 409 that tells
+        # the agent, so an agent that exits right after that 409 still gets its run stopped.
         outcome.status = await proxy.status()
     return outcome
 
 
+async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool:
+    """Wait for the agent's `run` to end or the proxy to stop (pushed by its long poll).
+
+    Returns:
+        True when the agent ended first; False when the proxy stopped first (the agent is still running).
+
+    Raises:
+        InfrastructureError: the proxy died while the agent ran.
+    """
+    stop = asyncio.create_task(proxy.wait_for_stop())
+    try:
+        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not run.done():
+        stop.result()  # raises when the proxy died
+        return False
+    if stop.done() and not stop.cancelled():
+        stop.exception()  # retrieved here; a dead proxy fails the status read that follows
+    return True
+
+
 def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) -> None:
     """Set status, error and error_category from how the agent phase ended."""
-    if outcome.stop_reason and outcome.status.aborted:
-        result.status, result.error_category, result.error = "error", "divergence", outcome.stop_reason
-    elif outcome.stop_reason:
-        result.status, result.error_category, result.error = "timeout", "replay_only", outcome.stop_reason
+    stop = outcome.status.stop
+    if stop is not None and stop.kind == "replay_diverged":
+        result.status, result.error_category = "error", "divergence"
+        result.error = f"strict divergence: {stop.reason}"
+    elif stop is not None:
+        result.status, result.error_category = "timeout", "replay_only"
+        result.error = (
+            f"replay-only: stopped at the cut point after {outcome.status.served_replayed} replayed exchanges"
+        )
     elif outcome.timed_out:
         result.status, result.error_category = "timeout", "timeout"
         result.error = f"agent timed out after {plan.timeout_seconds:.0f} s"

@@ -18,13 +18,14 @@ without ``status`` gets one from ``error_category``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from reroll_proxy.exchange import Exchange, LoadedTrajectory, TrajectoryFormatError, load_trajectory
+from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory
 
 from reroll.errors import RunFolderError
 
@@ -128,10 +129,16 @@ class RunResult(BaseModel):
     counts: Counts = Field(default_factory=Counts)
 
     @property
-    def effective_status(self) -> Status:
-        """`status`, or for BenchFlow's files (which have none) the one `error_category` implies."""
+    def effective_status(self) -> Status | Literal["unknown"]:
+        """`status`; for BenchFlow's files (which have none) the one `error_category` implies.
+
+        ``unknown`` when reroll wrote ``status: null``: the rollout was interrupted before it ended
+        (a cancelled job), so nothing says how it went.
+        """
         if self.status is not None:
             return self.status
+        if "status" in self.model_fields_set:
+            return "unknown"
         if self.error_category in CONTINUABLE_CATEGORIES:
             return "timeout"
         return "error" if self.error else "ok"
@@ -195,8 +202,6 @@ def load_run_folder(path: Path) -> RunFolder:
         raise RunFolderError(
             f"{path / TRAJECTORY}: missing (not a run folder, or nothing was recorded)"
         ) from exc
-    except TrajectoryFormatError as exc:
-        raise RunFolderError(str(exc)) from exc
     return RunFolder(path=path, config=config, result=result, prompts=prompts, trajectory=trajectory)
 
 
@@ -223,12 +228,25 @@ def _validated(model: type[BaseModel], data: Any, file: Path) -> Any:
 def write_json(file: Path, data: BaseModel | list[Any] | dict[str, Any]) -> None:
     """Write JSON atomically (temp file + rename), pretty-printed, fsynced."""
     payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
+    write_bytes_atomically(file, [orjson.dumps(payload, option=orjson.OPT_INDENT_2) + b"\n"])
+
+
+def write_bytes_atomically(file: Path, pieces: Iterable[bytes]) -> None:
+    """Write `pieces` one after the other to `file` atomically (temp file beside it + rename), fsynced.
+
+    If producing a piece raises, `file` is left as it was and the temp file removed.
+    """
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f".{file.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2) + b"\n")
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with open(tmp, "wb") as out:
+            for piece in pieces:
+                out.write(piece)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, file)
 
 

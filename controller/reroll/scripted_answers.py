@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from reroll.errors import RequestShapeError
+
 CREATED_BASE = 1_700_000_000
 """``created`` of turn k is CREATED_BASE + k (seconds since the epoch)."""
 DEFAULT_MODEL = "scripted"
@@ -39,10 +41,6 @@ class Answer:
     """(name, JSON arguments) per function tool call."""
     thinking: str | None
     """Reasoning text (Anthropic thinking block, Responses reasoning summary, Chat ``reasoning_content``)."""
-
-
-class RequestShapeError(ValueError):
-    """The request body lacks what the format needs (the message says what)."""
 
 
 def turn_index(api_format: str, body: dict[str, Any]) -> int:

@@ -44,8 +44,8 @@ from reroll_proxy.formats import WireFormat, all_formats, format_named
 from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
 from reroll_proxy.sse import encode_event
 
-from reroll.errors import ModelError
-from reroll.scripted_answers import Answer, RequestShapeError, answer_body, turn_index
+from reroll.errors import ModelError, RequestShapeError
+from reroll.scripted_answers import Answer, answer_body, turn_index
 
 PIECE_CHARS = 8
 """Characters of text or tool-call arguments per streamed chunk."""
@@ -213,7 +213,7 @@ async def serve(
         script_path: the script file.
         host: interface to listen on.
         port: TCP port; 0 picks a free one.
-        ready_file: where to write ``{"port", "pid", "base_url"}`` once listening.
+        ready_file: where to write the `reroll_proxy.contract.ReadyFile` once listening.
         only_format: serve only this API format (see `build_app`).
 
     Raises:
@@ -247,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", type=Path, required=True, help="the script file (YAML or JSON)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     parser.add_argument("--port", type=int, default=0, help="TCP port (0 picks a free one)")
-    parser.add_argument(
-        "--ready-file", type=Path, help='written with {"port", "pid", "base_url"} once listening'
-    )
+    parser.add_argument("--ready-file", type=Path, help='written with {"pid", "address"} once listening')
     parser.add_argument(
         "--only-format",
         choices=[wire.name for wire in all_formats()],

@@ -3,11 +3,13 @@
 The hardening lives in the sidecar (``reroll_sidecar.verify``; the PrepareVerify and Verify
 RPCs); this module is its host side. `prepare`, before the agent runs, records the baseline
 (start-up hooks, a snapshot of them and of the build-config files) with the task's hardening
-options. `verify` uploads the verifier folder, then one Verify RPC kills the agent's processes,
-undoes planted build config and start-up hooks, deletes old reward files, runs ``test.sh`` in a
-clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or ``reward.json`` (an
-object of numbers), the wire formats BenchFlow and Harbor use. The run folder's ``verifier/``
-gets ``hardening.json`` (what hardening did, written before the script runs),
+options. `quiesce` freezes, then kills, every process the agent left (the rollout calls it as soon
+as the agent is done, before the workspace is hashed). `verify` quiesces again, only then uploads
+the verifier folder (no process of the agent ever sees the hidden tests), then one Verify RPC
+quiesces once more, undoes planted build config and start-up hooks, deletes old reward files,
+runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
+``reward.json`` (an object of numbers), the wire formats BenchFlow and Harbor use. The run
+folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
 ``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs) and the reward file.
 """
 
@@ -21,8 +23,7 @@ from pathlib import Path
 
 from reroll.errors import VerifierError
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.files import upload_dir
-from reroll.sandbox.sidecar_client import HardeningReport, VerifyBaseline
+from reroll.sandbox.results import HardeningReport, VerifyBaseline
 from reroll.tasks import Task
 
 TEST_SCRIPT = "test.sh"
@@ -48,16 +49,19 @@ async def prepare(sandbox: Sandbox, task: Task, env: dict[str, str]) -> VerifyBa
         env: the base environment of sandbox processes (its PATH finds ``python3``).
 
     Raises:
-        SidecarError: the scan or the snapshot failed, or the sidecar is unreachable.
+        SandboxError: the scan or the snapshot failed, or the sandbox died.
     """
-    layout = sandbox.layout
-    return await sandbox.client.prepare_verify(
-        workspace=layout.workspace,
-        home=layout.home,
-        agent_user=layout.agent_user,
-        hardening=task.spec.verifier.hardening,
-        env=env,
-    )
+    return await sandbox.prepare_verify(task.spec.verifier.hardening, env)
+
+
+async def quiesce(sandbox: Sandbox) -> None:
+    """Freeze, then kill, every process the agent left in `sandbox` (`Sandbox.kill` of its agent user).
+
+    Raises:
+        QuiesceError: some were still alive after the sandbox's time limit (a verifier error).
+        SandboxError: the sandbox failed or died.
+    """
+    await sandbox.kill(sandbox.layout.agent_user)
 
 
 async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
@@ -71,13 +75,15 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
 
     Raises:
         VerifierError: the test script is missing (the message names it), timed out, or left no
-            valid reward file; the message carries the end of the script's output.
-        SidecarError: the sidecar failed or died (an infrastructure error).
+            valid reward file (the message carries the end of the script's output); hardening
+            failed or ran out of time (`QuiesceError` when the agent's processes outlived it).
+        SandboxError: the sandbox failed or died (an infrastructure error).
     """
     started = time.monotonic()
     layout = sandbox.layout
     verifier_dir = layout.path(task.verifier_mount)
-    await upload_dir(sandbox.client, task.verifier_dir, verifier_dir)
+    await quiesce(sandbox)  # before the hidden tests are in the sandbox
+    await sandbox.upload_dir(task.verifier_dir, verifier_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     with (
         (output_dir / "test-stdout.txt").open("wb") as out,
@@ -92,7 +98,7 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
             (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
 
         try:
-            outcome = await sandbox.client.verify(
+            outcome = await sandbox.verify(
                 verifier_dir=verifier_dir,
                 script=TEST_SCRIPT,
                 reward_dir=f"{layout.logs_dir}/verifier",

@@ -1,9 +1,9 @@
 """``python -m reroll_proxy --config FILE [--ready-file F]``: run one rollout's proxy until SIGTERM.
 
-The config is a JSON `reroll_proxy.config.ProxyConfig`, where ``upstream.api_key_env`` may name
-the environment variable holding the upstream key. Once listening, the proxy writes
-``{"port", "pid", "base_url"}`` to the ready file. Exit code 2: the config or the replayed
-trajectory is invalid (the message on stderr names the file).
+The config is a JSON `reroll_proxy.contract.ProxyConfig`, where ``upstream.api_key_env`` names
+the environment variable holding the upstream key. Once listening, the proxy writes its
+`reroll_proxy.contract.ReadyFile` (``{"pid", "address"}``, the address its base URL). Exit code
+2: the config, the replayed trajectory or the fault plan is invalid (the message on stderr names the file).
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
-from reroll_proxy.config import ProxyConfig, ProxyConfigError, load_config
-from reroll_proxy.exchange import TrajectoryFormatError
+from reroll.errors import ConfigError
+
+from reroll_proxy.config import load_config
+from reroll_proxy.contract import ProxyConfig
 from reroll_proxy.runtime import run_service
 from reroll_proxy.server import start_proxy
 
@@ -24,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the arguments, run the proxy until SIGTERM / SIGINT.
 
     Returns:
-        The process exit code: 0 after a signal, 2 on an invalid config or trajectory.
+        The process exit code: 0 after a signal, 2 on an invalid config, trajectory or fault plan.
     """
     parser = argparse.ArgumentParser(prog="python -m reroll_proxy", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True, help="JSON proxy config file")
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ready_file is not None:
             config = config.model_copy(update={"ready_file": args.ready_file})
         run_service(lambda: _serve(config))
-    except (ProxyConfigError, TrajectoryFormatError, FileNotFoundError) as exc:
+    except (ConfigError, FileNotFoundError) as exc:  # a bad config, trajectory or fault plan
         print(f"reroll_proxy: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 import orjson
+from reroll.errors import UntranslatableError
 
 Body = dict[str, Any]
 DEFAULT_MAX_TOKENS = 4096
@@ -54,10 +55,6 @@ _FINISH = {
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 _CHOICE_TO_ANTHROPIC = {"auto": "auto", "required": "any", "none": "none"}
 _CHOICE_TO_CHAT = {"auto": "auto", "any": "required", "none": "none"}
-
-
-class UntranslatableError(ValueError):
-    """A part of a body has no counterpart in the other format (the message names it)."""
 
 
 # Chat → Messages -----------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Divergence between a replayed request and the recorded one (pure: no I/O).
 
-During replay the agent re-executes its recorded steps for real, so its request at step k
-should carry the same conversation as the recording's request k. `compare_requests` says
-where it does not, in any API format: both bodies are first normalised to the common shape
+During replay the agent re-executes its recorded steps for real, so each request should carry
+the same conversation as the recorded request the engine matched it with (`reroll_proxy.engine`:
+the next exchange of its thread). `compare_requests` says where it does not, in any API format:
+the engine first removes the declared volatile parts (`reroll_proxy.volatile`), then both bodies
+are normalised to the common shape
 of `reroll_proxy.formats.normal` (messages as role + content blocks, tools, model
 parameters), which ignores what legitimately varies: ids (response, tool-call, tool-use),
 timestamps, ``cache_control``, signatures, whitespace around strings, text split into several

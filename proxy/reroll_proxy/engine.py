@@ -3,35 +3,69 @@
 A front end (the aiohttp server) asks `ReplayEngine.decide` what to do with each request the
 agent sends, in arrival order, and the engine answers with one `Decision`:
 
-- `Replay` — step < cut_index: serve recorded exchange ``step`` (with the divergence between
-  the recorded and the live request, if any, under the ``warn`` policy);
-- `Live` — step >= cut_index and a live upstream exists: forward the request; also, under the
+- `Replay` — serve a recorded exchange (with the divergence between the recorded and the live
+  request, if any, under the ``warn`` policy);
+- `Live` — forward the request to the live upstream: its thread is past the cut, or, under the
   ``cutover`` policy, from the first request that differs from the recording on;
 - `Abort` — ``strict`` policy (or ``cutover`` without a live upstream) and the request differs
   from the recording; once aborted, every later request is aborted too;
-- `Exhausted` — step >= cut_index and no live upstream (replay-only mode reached the cut).
+- `Exhausted` — the request's thread is past the cut and there is no live upstream (replay-only).
+
+Matching, not position. Recorded exchange k is not simply served to the k-th request: an agent
+with subagents or side calls sends several conversations at once, in an order that changes
+from run to run. Each request is normalised into a `reroll_proxy.threads.Turn` (volatile parts
+removed: `reroll_proxy.volatile`, then the format's normal form) and the recorded requests are
+split into *threads* (`reroll_proxy.threads.assign_threads`: a request continues the thread
+whose last request it extends with that request's answer). Only the first ``cut_index``
+recorded exchanges, in recorded order, are *servable*; a thread's *head* is its first unserved
+servable exchange. An arriving request is matched in this order:
+
+1. equal (normal forms equal) to a thread's head: served, no divergence; among several equal
+   heads, the first recorded wins (ties fall back to recorded order). Equal to a recorded
+   exchange past the cut: live (a side call that forks a conversation, say, raced ahead);
+2. continuing a thread (`reroll_proxy.threads.ThreadBook.find` over the requests served so far,
+   replayed or live), or else opening a recorded thread that no request continued yet (same
+   format, tools, system prompt and first user turn as its first exchange; the first recorded
+   wins): if that thread has a head, the request diverges from it; if its recording goes on
+   past the cut, the request goes live (`Exhausted` without an upstream); if its recording
+   ended, it diverges from the first head of a thread no request continued yet (the summary
+   says so), or, with none, goes live;
+3. matching no thread: it diverges from the first unserved servable exchange (the summary
+   says it matches no recorded thread).
+
+In 2 and 3, when every servable exchange was served, or a request already went live, the
+request is a new conversation and goes live.
+
+A divergence is handled by the policy: ``warn`` serves the head it was compared with,
+``strict`` aborts, ``cutover`` goes live for good. For an agent with one conversation this is
+the positional replay: request k extends request k-1 and meets exchange k. The thread of every
+decision (`Replay.thread`, `Live.thread`; numbered as in the recording, new conversations after
+them) is recorded as the exchange's ``metadata.thread``.
+
+The first `Abort`, or the first `Exhausted` once every servable exchange was served, is kept
+as `ReplayEngine.stop`: the front end reports it as the proxy's stop
+(`reroll_proxy.contract.ProxyStop`). An `Exhausted` while other threads still have servable
+exchanges refuses that request only.
 
 Steps count the served requests (`Replay`, `Live`, and faults injected in place of the model:
 `ReplayEngine.inject`), from 0, so the exchanges recorded for them are numbered without gaps;
 `Abort` and `Exhausted` carry the step the request would have had. An injected fault consumes
 no recorded exchange: the agent's retry is served the exchange it would have got. Record mode
 is ``cut_index=0`` with a live upstream.
-
-The engine never looks inside a body itself: it hands the recorded and the live body, with
-their API format names, to `reroll_proxy.divergence`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from reroll_proxy.divergence import Divergence, compare_requests, format_changed
+from reroll_proxy.contract import DivergencePolicy
+from reroll_proxy.divergence import Divergence, compare_normal, format_changed
 from reroll_proxy.exchange import Exchange
-from reroll_proxy.formats import format_for_path
-
-DivergencePolicy = Literal["warn", "strict", "cutover"]
+from reroll_proxy.formats import format_for_path, format_named
+from reroll_proxy.threads import ThreadBook, Turn, assign_threads
+from reroll_proxy.volatile import Volatility
 
 
 @dataclass(frozen=True)
@@ -42,6 +76,10 @@ class Replay:
     exchange: Exchange
     divergence: Divergence | None
     """How the live request differs from the recorded one (``warn`` policy), else None."""
+    thread: int = 0
+    """The thread the exchange belongs to (`reroll_proxy.threads`)."""
+    index: int = 0
+    """The exchange's 0-based position in the recording."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +89,8 @@ class Live:
     step: int
     divergence: Divergence | None = None
     """The divergence that made the ``cutover`` policy go live here, else None."""
+    thread: int = 0
+    """The thread the request continues or opens (`reroll_proxy.threads`)."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +105,14 @@ class Abort:
 
 @dataclass(frozen=True)
 class Exhausted:
-    """Refuse the request: replay-only mode served every recorded exchange up to the cut."""
+    """Refuse the request: replay-only mode, and its thread served every exchange up to the cut."""
 
     step: int
+
+    @property
+    def reason(self) -> str:
+        """One line for humans."""
+        return f"replay-only: recorded responses exhausted at step {self.step}"
 
 
 Decision = Replay | Live | Abort | Exhausted
@@ -86,13 +131,15 @@ class ReplayEngine:
     """Decides, request by request, between replaying, going live, aborting and stopping.
 
     Args:
-        recorded: the recorded exchanges, in step order (may be empty).
-        cut_index: how many recorded exchanges to serve before going live; 0 <= cut_index <=
-            len(recorded).
-        has_live_upstream: whether requests from the cut on can go to a live model.
+        recorded: the recorded exchanges, in recorded order (may be empty).
+        cut_index: how many recorded exchanges (the first ones, in recorded order) may be
+            replayed; 0 <= cut_index <= len(recorded).
+        has_live_upstream: whether requests past the cut can go to a live model.
         divergence_policy: ``warn`` serves the recording anyway and notes the divergence;
             ``strict`` aborts; ``cutover`` goes live from the first divergence on (aborts,
             like ``strict``, without a live upstream).
+        volatility: the declared volatile parts removed from every body before matching and
+            comparing (`reroll_proxy.volatile`); none by default.
 
     Raises:
         ValueError: `cut_index` is out of range.
@@ -102,26 +149,34 @@ class ReplayEngine:
     cut_index: int
     has_live_upstream: bool
     divergence_policy: DivergencePolicy = "warn"
+    volatility: Volatility = field(default_factory=Volatility)
     served_replayed: int = field(default=0, init=False)
     """Requests answered from the recording."""
     served_live: int = field(default=0, init=False)
     """Requests forwarded to the live upstream."""
     divergences: list[DivergenceNote] = field(default_factory=list, init=False)
     """Every divergence seen, in step order."""
-    replay_exhausted: bool = field(default=False, init=False)
-    """True once a replay-only request came after the cut."""
-    aborted: str | None = field(default=None, init=False)
-    """Why the engine aborted (strict divergence), else None."""
+    stop: Abort | Exhausted | None = field(default=None, init=False)
+    """The first refused request (strict divergence, or replay-only past the cut once every
+    servable exchange was served), else None; every later request is refused too."""
     cutover_step: int | None = field(default=None, init=False)
     """The step at which the ``cutover`` policy went live early, else None."""
     injected: int = field(default=0, init=False)
     """Steps taken by injected faults that consumed no recorded exchange."""
-    _abort: Abort | None = field(default=None, init=False, repr=False)
+    threads: list[int] = field(default_factory=list, init=False)
+    """The thread of each recorded exchange (`reroll_proxy.threads.assign_threads`)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.cut_index <= len(self.recorded):
             count = len(self.recorded)
             raise ValueError(f"cut_index {self.cut_index} is outside 0..{count} (the recorded exchanges)")
+        self._turns = [self._recorded_turn(exchange) for exchange in self.recorded]
+        self.threads = assign_threads(self._turns)
+        self._served = [False] * len(self.recorded)
+        self._book = ThreadBook([None] * (max(self.threads) + 1 if self.threads else 0))
+        """The last request served in each thread (replayed or live), for `ThreadBook.find`."""
+        self._before: dict[int, Turn | None] = {}
+        """Per served exchange, its thread's last request before it (for `serve_again`)."""
 
     @property
     def next_step(self) -> int:
@@ -130,12 +185,8 @@ class ReplayEngine:
 
     @property
     def replaying(self) -> bool:
-        """Whether the next request would be served from the recording."""
-        return (
-            self.next_step - self.injected < self.cut_index
-            and self.cutover_step is None
-            and self._abort is None
-        )
+        """Whether a servable exchange is left (and no cutover or stop ended the replay)."""
+        return self._first_unserved() is not None and self.cutover_step is None and self.stop is None
 
     def inject(self) -> int:
         """Take the next step for a fault answered in place of the model (no recording consumed).
@@ -147,13 +198,15 @@ class ReplayEngine:
         return self.next_step - 1
 
     def serve_again(self, decision: Replay) -> None:
-        """`decision`'s recorded exchange was not delivered whole (a fault broke it): the next
-        request is served it again, and `decision`'s step counts as injected."""
+        """`decision`'s recorded exchange was not delivered whole (a fault broke it): it is
+        servable again (the agent's retry gets it), and `decision`'s step counts as injected."""
+        self._served[decision.index] = False
+        self._book.lasts[decision.thread] = self._before.pop(decision.index, None)
         self.served_replayed -= 1
         self.injected += 1
 
     def decide(self, step_body: dict[str, Any], api_format: str = "openai-chat") -> Decision:
-        """Decide what to do with the next request.
+        """Decide what to do with the next request (see the module docstring).
 
         Args:
             step_body: the request's JSON body.
@@ -161,41 +214,113 @@ class ReplayEngine:
 
         Returns:
             The decision; `Replay` and `Live` advance the step counter.
+
+        Raises:
+            KeyError: `api_format` is unknown.
         """
         step = self.next_step
-        if self._abort is not None:
-            return Abort(step, self._abort.reason, self._abort.divergence)
-        index = step - self.injected
-        if index >= self.cut_index or self.cutover_step is not None:
-            return self._live(step, None)
-        exchange = self.recorded[index]
-        divergence = _divergence(exchange, step_body, api_format)
+        if isinstance(self.stop, Abort):
+            return Abort(step, self.stop.reason, self.stop.divergence)
+        turn = Turn(api_format, format_named(api_format).normalise(self.volatility.apply(step_body)))
+        if self.cutover_step is not None:
+            return self._live(step, turn, None, self._book.find(turn))
+        equal = next((index for index in self._heads() if self._turns[index] == turn), None)
+        if equal is not None:
+            return self._replay(step, equal, turn, None)
+        beyond = next((i for i in range(self.cut_index, len(self._turns)) if self._turns[i] == turn), None)
+        if beyond is not None:
+            return self._live(step, turn, None, self.threads[beyond])
+        thread = self._book.find(turn)
+        if thread is None:
+            thread = self._opened_by(turn)
+        if thread is not None:
+            head = self._head(thread)
+            if head is not None:
+                return self._diverged(step, head, turn, self._compare(head, turn))
+            if any(self.threads[i] == thread for i in range(self.cut_index, len(self.threads))):
+                return self._live(step, turn, None, thread)  # the thread is past the cut
+            pending = next((i for i in self._heads() if self._book.lasts[self.threads[i]] is None), None)
+            why = f"continues thread {thread}, whose recording ended"
+        else:
+            pending, why = self._first_unserved(), "matches no recorded thread"
+        if pending is None or self.served_live:
+            return self._live(step, turn, None, thread)
+        divergence = self._compare(pending, turn)
+        if divergence is not None:
+            summary = f"{why}; against exchange {pending}: {divergence.summary}"
+            divergence = divergence.model_copy(update={"summary": summary})
+        return self._diverged(step, pending, turn, divergence)
+
+    def _recorded_turn(self, exchange: Exchange) -> Turn | None:
+        body = exchange.request.body
+        if not isinstance(body, dict):
+            return None
+        wire = format_for_path(exchange.request.path)
+        api_format = wire.name if wire is not None else exchange.metadata.api_format
+        return Turn(api_format, format_named(api_format).normalise(self.volatility.apply(body)))
+
+    def _compare(self, index: int, turn: Turn) -> Divergence | None:
+        recorded = self._turns[index]
+        if recorded is None:
+            return None
+        if recorded.api_format != turn.api_format:
+            return format_changed(recorded.api_format, turn.api_format)
+        return compare_normal(recorded.request, turn.request)
+
+    def _heads(self) -> list[int]:
+        """The head of every thread that has one, in recorded order."""
+        seen: set[int] = set()
+        heads = []
+        for index in range(self.cut_index):
+            thread = self.threads[index]
+            if not self._served[index] and thread not in seen:
+                heads.append(index)
+                seen.add(thread)
+        return heads
+
+    def _head(self, thread: int) -> int | None:
+        return next((i for i in self._heads() if self.threads[i] == thread), None)
+
+    def _first_unserved(self) -> int | None:
+        return next((index for index in range(self.cut_index) if not self._served[index]), None)
+
+    def _opened_by(self, turn: Turn) -> int | None:
+        """The first recorded thread that no request continued yet and that `turn` could open
+        (same root as its first exchange), servable or past the cut."""
+        for index, recorded in enumerate(self._turns):
+            thread = self.threads[index]
+            if self._book.lasts[thread] is None and recorded is not None and recorded.root() == turn.root():
+                return thread
+        return None
+
+    def _diverged(self, step: int, index: int, turn: Turn, divergence: Divergence | None) -> Decision:
         if divergence is not None:
             self.divergences.append(DivergenceNote(step, divergence))
             if self.divergence_policy == "cutover" and self.has_live_upstream:
                 self.cutover_step = step
-                return self._live(step, divergence)
+                return self._live(step, turn, divergence, self.threads[index])
             if self.divergence_policy != "warn":
-                self._abort = Abort(step, f"step {step}: {divergence.summary}", divergence)
-                self.aborted = self._abort.reason
-                return self._abort
+                self.stop = Abort(step, f"step {step}: {divergence.summary}", divergence)
+                return self.stop
+        return self._replay(step, index, turn, divergence)
+
+    def _replay(self, step: int, index: int, turn: Turn, divergence: Divergence | None) -> Replay:
+        thread = self.threads[index]
+        self._served[index] = True
+        self._before[index] = self._book.lasts[thread]
+        self._book.lasts[thread] = turn
         self.served_replayed += 1
-        return Replay(step, exchange, divergence)
+        return Replay(step, self.recorded[index], divergence, thread, index)
 
-    def _live(self, step: int, divergence: Divergence | None) -> Live | Exhausted:
+    def _live(
+        self, step: int, turn: Turn, divergence: Divergence | None, thread: int | None
+    ) -> Live | Exhausted:
         if not self.has_live_upstream:
-            self.replay_exhausted = True
-            return Exhausted(step)
+            exhausted = Exhausted(step)
+            if self._first_unserved() is None or self.cutover_step is not None:
+                self.stop = self.stop or exhausted
+            return exhausted
+        thread = self._book.open() if thread is None else thread
+        self._book.lasts[thread] = turn
         self.served_live += 1
-        return Live(step, divergence)
-
-
-def _divergence(exchange: Exchange, live_body: dict[str, Any], live_format: str) -> Divergence | None:
-    recorded_body = exchange.request.body
-    if not isinstance(recorded_body, dict):
-        return None
-    wire = format_for_path(exchange.request.path)
-    recorded_format = wire.name if wire is not None else exchange.metadata.api_format
-    if recorded_format != live_format:
-        return format_changed(recorded_format, live_format)
-    return compare_requests(recorded_body, live_body, live_format)
+        return Live(step, divergence, thread)

@@ -5,16 +5,18 @@
     {"request":  {"timestamp", "method", "path", "headers", "body"},
      "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
-     "metadata": {"step", "source", "model", "api_format", "upstream_format", "stream", "ttfb_ms",
-                  "divergence", "error", "fault"}}
+     "metadata": {"step", "thread", "replayed_from", "source", "model", "api_format",
+                  "upstream_format", "stream", "ttfb_ms", "divergence", "error", "fault"}}
 
 ``body`` is the JSON as sent (for a streamed response: the body a non-streamed request would
 have got, assembled from the events by the API format's module: ``chat.completion``,
 ``response`` or ``message``), ``events`` the raw SSE events in order and ``event_offsets_ms``
 when each was received (streamed responses only). ``metadata.api_format`` names the API
-(`reroll_proxy.formats`). Error responses (4xx / 5xx) are exchanges like any other; an injected
-fault (`reroll_proxy.faults`) is described in ``metadata.fault``, and a connection reset, which
-has no response, is recorded with ``status_code`` 0. Headers are stored without
+(`reroll_proxy.formats`), ``metadata.thread`` the conversation the request belongs to
+(`reroll_proxy.threads`: subagents and side calls are threads of their own). Error responses
+(4xx / 5xx) are exchanges like any other; an injected fault (`reroll_proxy.faults`) is described
+in ``metadata.fault``, and a connection reset, which has no response, is recorded with
+``status_code`` 0. Headers are stored without
 secrets (`sanitize_headers`). Unknown keys are kept on load, so BenchFlow's files load; the
 fields reroll adds have defaults for the same reason.
 """
@@ -28,6 +30,7 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from reroll.errors import TrajectoryFormatError
 
 from reroll_proxy.divergence import Divergence
 from reroll_proxy.faults import FaultNote
@@ -96,6 +99,13 @@ class ExchangeMetadata(_Record):
 
     step: int | None = None
     """0-based index of the exchange in its rollout."""
+    thread: int | None = None
+    """The conversation (thread) the request continues, numbered from 0 in order of first
+    appearance (`reroll_proxy.threads`; a replay keeps the recording's numbers); None for an
+    injected fault and in files written before threads were recorded."""
+    replayed_from: int | None = None
+    """For a replayed exchange, the 0-based position in the recording of the exchange served
+    (the engine matches requests by thread, so it may differ from `step`); None for live ones."""
     source: Source = "live"
     """``live``: answered by the upstream model; ``replayed``: served from a recording."""
     model: str | None = None
@@ -130,10 +140,6 @@ class Exchange(_Record):
     def to_line(self) -> bytes:
         """The exchange as one JSON line, ``\\n``-terminated."""
         return orjson.dumps(self.model_dump(mode="json")) + b"\n"
-
-
-class TrajectoryFormatError(ValueError):
-    """A trajectory line is not valid JSON or not an exchange; the message names file and line."""
 
 
 @dataclass

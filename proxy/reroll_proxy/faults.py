@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from reroll.errors import FaultPlanError
 
 from reroll_proxy.formats import WireFormat
 
@@ -39,10 +40,6 @@ MALFORMED_BODY = (
     b'{"id": "reroll-fault", "object": "chat.completion", "choices": [{"index": 0, "message": {"ro'
 )
 """What a ``malformed`` fault sends: a JSON body cut short (not parseable)."""
-
-
-class FaultPlanError(ValueError):
-    """A fault plan file is missing, not YAML, or invalid; the message names the file."""
 
 
 class _Strict(BaseModel):

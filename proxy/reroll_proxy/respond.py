@@ -146,6 +146,10 @@ class ServedStep:
     """The upstream's API when the proxy translated (recorded as ``metadata.upstream_format``)."""
     fault: FaultNote | None = None
     """The fault injected at this step, recorded as ``metadata.fault``."""
+    thread: int | None = None
+    """The request's thread (`reroll_proxy.threads`), recorded as ``metadata.thread``."""
+    replayed_from: int | None = None
+    """The recorded exchange served (replayed steps), recorded as ``metadata.replayed_from``."""
 
     async def send_json(
         self,
@@ -242,6 +246,8 @@ class ServedStep:
             duration_ms=(time.monotonic() - self.received) * 1000,
             metadata=ExchangeMetadata(
                 step=self.number,
+                thread=self.thread,
+                replayed_from=self.replayed_from,
                 source=self.source,
                 api_format=self.wire.name,
                 upstream_format=self.upstream_format,

@@ -2,7 +2,7 @@
 
 - `base_url_for` is the URL clients use for a listening address.
 - `write_ready_file` announces a listening server the way `reroll.processes.ChildProcess`
-  waits for: a JSON object written atomically (temp file + rename).
+  waits for: a `reroll_proxy.contract.ReadyFile` written atomically (temp file + rename).
 - `run_service` runs a server coroutine until SIGTERM / SIGINT, on uvloop when installed.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import orjson
+from reroll_proxy.contract import ReadyFile
 
 
 def base_url_for(host: str, port: int) -> str:
@@ -27,8 +27,8 @@ def base_url_for(host: str, port: int) -> str:
     return f"http://{announced}:{port}/v1"
 
 
-def write_ready_file(path: Path, host: str, port: int) -> dict[str, Any]:
-    """Write ``{"port", "pid", "base_url"}`` to `path` atomically.
+def write_ready_file(path: Path, host: str, port: int) -> ReadyFile:
+    """Announce an HTTP server of this process: write its `ReadyFile` to `path` atomically.
 
     Args:
         path: the ready file (its folder must exist).
@@ -36,11 +36,11 @@ def write_ready_file(path: Path, host: str, port: int) -> dict[str, Any]:
         port: the TCP port it listens on.
 
     Returns:
-        What was written; ``base_url`` is `base_url_for` (host, port).
+        What was written; its ``address`` is `base_url_for` (host, port).
     """
-    ready = {"port": port, "pid": os.getpid(), "base_url": base_url_for(host, port)}
+    ready = ReadyFile(pid=os.getpid(), address=base_url_for(host, port))
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(orjson.dumps(ready))
+    temporary.write_text(ready.model_dump_json())
     os.replace(temporary, path)
     return ready
 

@@ -14,7 +14,11 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   its end (see `reroll_proxy.recorder`). An unreachable upstream gives 502 (recorded, with
   ``metadata.error``). An upstream of another API format (``upstream.api_format``) gets the
   request translated, and the agent the answer translated back (`reroll_proxy.translate`).
-- ``GET /_reroll/status`` — the engine's counters and divergences, as JSON.
+- ``GET /_reroll/status`` — the engine's counters, divergences and stop: a
+  `reroll_proxy.contract.ProxyStatus`.
+- ``GET /_reroll/stop`` — a long poll: answers a `reroll_proxy.contract.ProxyStop` once the proxy
+  refuses every further request (replay-only cut point, strict divergence). The stop is set
+  before the first 409 is sent, so it is in every status read after the agent saw that 409.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.
@@ -22,6 +26,7 @@ Upstream credentials are only ever sent upstream: never to the agent, never to d
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import secrets
@@ -32,8 +37,9 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from reroll.errors import ProxyConfigError, TranslationError
 
-from reroll_proxy.config import ProxyConfig, ProxyConfigError
+from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
 from reroll_proxy.faults import (
@@ -49,7 +55,8 @@ from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
 from reroll_proxy.runtime import base_url_for, write_ready_file
-from reroll_proxy.translate import TranslationError, translation_for
+from reroll_proxy.translate import translation_for
+from reroll_proxy.volatile import Volatility
 
 log = logging.getLogger("reroll_proxy")
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
@@ -81,11 +88,14 @@ class ProxyServer:
         self.recorder = recorder
         self.faults = faults
         self._session: aiohttp.ClientSession | None = None
+        self._stopped = asyncio.Event()
+        """Set with ``engine.stop``, before the first 409 is sent (see `reroll_proxy.contract`)."""
         self.app = web.Application(middlewares=[self._authenticate], client_max_size=MAX_REQUEST_BYTES)
         for wire in all_formats():
             for path in wire.paths:
                 self.app.router.add_post(path, functools.partial(self._serve, wire))
         self.app.router.add_get("/_reroll/status", self._status)
+        self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
         self.app.router.add_get("/healthz", self._health)
         self.app.cleanup_ctx.append(self._client_session)
         self.app.on_cleanup.append(self._close_recorder)
@@ -126,19 +136,24 @@ class ProxyServer:
 
     async def _status(self, _request: web.Request) -> web.Response:
         engine = self.engine
-        status = {
-            "served_replayed": engine.served_replayed,
-            "served_live": engine.served_live,
-            "cut_index": engine.cut_index,
-            "replay_exhausted": engine.replay_exhausted,
-            "aborted": engine.aborted,
-            "divergence_policy": engine.divergence_policy,
-            "cutover_step": engine.cutover_step,
-            "divergences": [
-                {"step": note.step, **note.divergence.model_dump()} for note in engine.divergences
+        status = ProxyStatus(
+            served_replayed=engine.served_replayed,
+            served_live=engine.served_live,
+            cut_index=engine.cut_index,
+            divergence_policy=engine.divergence_policy,
+            cutover_step=engine.cutover_step,
+            divergences=[
+                StepDivergence(step=note.step, **note.divergence.model_dump()) for note in engine.divergences
             ],
-        }
-        return web.Response(body=orjson.dumps(status), content_type="application/json")
+            stop=_proxy_stop(engine.stop),
+        )
+        return web.Response(body=status.model_dump_json(), content_type="application/json")
+
+    async def _wait_for_stop(self, _request: web.Request) -> web.Response:
+        await self._stopped.wait()
+        stop = _proxy_stop(self.engine.stop)
+        assert stop is not None
+        return web.Response(body=stop.model_dump_json(), content_type="application/json")
 
     async def _serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
         received, received_at = time.monotonic(), now_iso()
@@ -160,10 +175,11 @@ class ProxyServer:
             finally:
                 await self.recorder.skip(step.number)
         decision = self.engine.decide(body, wire.name)
+        if self.engine.stop is not None:
+            self._stopped.set()  # before the 409: a status read after the agent saw it has the stop
         if isinstance(decision, Exhausted):
             log.info("step %d: replay-only, recorded responses exhausted", decision.step)
-            message = f"replay-only: recorded responses exhausted at step {decision.step}"
-            return error_response(wire, 409, "replay_exhausted", message)
+            return error_response(wire, 409, "replay_exhausted", decision.reason)
         if isinstance(decision, Abort):
             log.warning("step %d: refused, %s", decision.step, decision.reason)
             message = f"strict divergence, replay aborted: {decision.reason}\n{decision.divergence.diff}"
@@ -179,6 +195,8 @@ class ProxyServer:
             received=received,
             received_at=received_at,
             fault=note,
+            thread=decision.thread,
+            replayed_from=replay.index if replay else None,
         )
         if step.divergence is not None:
             then = "going live (cutover policy)" if replay is None else "serving the recording"
@@ -263,6 +281,15 @@ class ProxyServer:
         log.error("step %d: %s", step.number, error)
         payload = step.wire.error_body("upstream_error", error)
         return await step.send_json(502, {}, payload, sent, sent.get("model"), error=error)
+
+
+def _proxy_stop(stop: Abort | Exhausted | None) -> ProxyStop | None:
+    """The engine's first refusal as the contract's `ProxyStop`."""
+    if stop is None:
+        return None
+    if isinstance(stop, Abort):
+        return ProxyStop(kind="replay_diverged", step=stop.step, reason=stop.reason)
+    return ProxyStop(kind="replay_exhausted", step=stop.step, reason=stop.reason)
 
 
 def _model_of(body: Any) -> str | None:
@@ -350,4 +377,10 @@ def _engine_for(config: ProxyConfig) -> ReplayEngine:
     if cut_index > len(recorded):
         source = config.replay_path or "(no replay_path)"
         raise ProxyConfigError(f"cut_index {cut_index} exceeds the {len(recorded)} exchanges in {source}")
-    return ReplayEngine(recorded, cut_index, config.upstream is not None, config.divergence_policy)
+    return ReplayEngine(
+        recorded,
+        cut_index,
+        config.upstream is not None,
+        config.divergence_policy,
+        Volatility(config.volatile),
+    )

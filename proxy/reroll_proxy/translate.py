@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from reroll.errors import TranslationError, UntranslatableError
 
 from reroll_proxy import chat_anthropic, responses_chat
 from reroll_proxy.formats import WireFormat, all_formats, format_named
@@ -35,11 +36,6 @@ from reroll_proxy.respond import EventSource, parse_json
 from reroll_proxy.sse import SseEvent
 
 Body = dict[str, Any]
-
-
-class TranslationError(ValueError):
-    """The request cannot be translated (an unsupported pair of formats, or a part with no
-    counterpart); the message says which."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +57,7 @@ class Translation:
         """
         try:
             return self._request(body)
-        except chat_anthropic.UntranslatableError as exc:
+        except UntranslatableError as exc:
             raise TranslationError(f"{self.agent.name} → {self.upstream.name}: {exc}") from exc
 
     def response_payload(self, status: int, payload: bytes) -> bytes:

@@ -42,6 +42,7 @@ import aiohttp
 import orjson
 from reroll import intercept
 from reroll.processes import ChildProcess
+from reroll_proxy.contract import ProxyConfig, UpstreamConfig
 
 TOKEN = "bench-token"
 WARMUP_EXCHANGES = 50
@@ -202,9 +203,9 @@ async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[str]:
         await process.wait()
 
 
-def proxy_process(name: str, config: dict[str, Any], work: Path) -> ChildProcess:
+def proxy_process(name: str, config: ProxyConfig, work: Path) -> ChildProcess:
     """A ``python -m reroll_proxy`` child with `config` written to ``<work>/<name>.json``."""
-    (work / f"{name}.json").write_bytes(orjson.dumps(config))
+    (work / f"{name}.json").write_text(config.model_dump_json())
     return ChildProcess("reroll_proxy", ["--config", str(work / f"{name}.json")], workdir=work, name=name)
 
 
@@ -219,30 +220,31 @@ async def main(exchanges: int, api_format: str) -> None:
         async with ChildProcess(
             "reroll.scripted_model", ["--script", str(work / "script.json")], workdir=work, name="model"
         ) as model:
-            upstream = model.ready["base_url"]
-            record_config: dict[str, Any] = {
-                "token": TOKEN,
-                "trajectory_path": str(trajectory),
-                "upstream": {"base_url": upstream},
-            }
+            upstream = model.ready.address
+            record_config = ProxyConfig(
+                token=TOKEN, trajectory_path=trajectory, upstream=UpstreamConfig(base_url=upstream)
+            )
             async with (
                 proxy_process("record", record_config, work) as proxy,
                 proxy_process(
                     "nofsync",
-                    record_config
-                    | {"trajectory_path": str(work / "nofsync.jsonl"), "fsync_each_exchange": False},
+                    record_config.model_copy(
+                        update={"trajectory_path": work / "nofsync.jsonl", "fsync_each_exchange": False}
+                    ),
                     work,
                 ) as nofsync,
                 proxy_process(
-                    "behind", record_config | {"trajectory_path": str(work / "behind.jsonl")}, work
+                    "behind",
+                    record_config.model_copy(update={"trajectory_path": work / "behind.jsonl"}),
+                    work,
                 ) as behind,
-                intercept.Interceptor(target=behind.ready["base_url"], token=TOKEN, workdir=work) as front,
+                intercept.Interceptor(target=behind.ready.address, token=TOKEN, workdir=work) as front,
                 plain_mitmdump(upstream.removesuffix("/v1"), work) as reverse,
             ):
                 targets = {
                     "direct": Target(upstream),
-                    "record": Target(proxy.ready["base_url"]),
-                    "record-nofsync": Target(nofsync.ready["base_url"]),
+                    "record": Target(proxy.ready.address),
+                    "record-nofsync": Target(nofsync.ready.address),
                     "intercept": Target("https://api.openai.com/v1", proxy=front.proxy_url),
                     "mitmproxy-reverse": Target(reverse + "/v1"),
                 }
@@ -252,17 +254,15 @@ async def main(exchanges: int, api_format: str) -> None:
                     )
                     for stream in (False, True)
                 }
-        replay_config = {
-            "token": TOKEN,
-            "trajectory_path": str(work / "replay.jsonl"),
-            "replay_path": str(trajectory),
-        }
+        replay_config = ProxyConfig(
+            token=TOKEN, trajectory_path=work / "replay.jsonl", replay_path=trajectory
+        )
         async with proxy_process("replay", replay_config, work) as replay:
             for stream in (False, True):
                 body = request_body(api_format, stream)
                 # The replay proxy serves the recording in order: warm-up and measured exchanges alike.
                 replayed = await measure(
-                    {"replay": Target(replay.ready["base_url"])}, PATHS[api_format], body, exchanges
+                    {"replay": Target(replay.ready.address)}, PATHS[api_format], body, exchanges
                 )
                 runs[stream]["replay"] = replayed["replay"]
     print(f"{exchanges} exchanges per target, {api_format}, after {WARMUP_EXCHANGES} warm-up exchanges\n")

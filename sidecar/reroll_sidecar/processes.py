@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
+from reroll_sidecar import quiesce
+
 CHUNK_BYTES = 64 * 1024
 """The largest output chunk sent in one event."""
 PIPE_GRACE_SECONDS = 2.0
@@ -56,6 +58,8 @@ class ProcessGroups:
 
     def __init__(self) -> None:
         self._users: dict[int, str] = {}
+        self.waited: set[int] = set()
+        """The children a thread of `run` waits for (never reaped elsewhere)."""
 
     def add(self, pgid: int, user: str) -> None:
         """Remember group `pgid`, run as `user`; forget groups that have died out."""
@@ -88,49 +92,31 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-def kill_user_processes(uid: int) -> int:
-    """SIGKILL every process whose effective user is `uid` (``pkill -KILL -u`` over /proc).
-
-    Returns:
-        How many processes were signalled.
-    """
-    try:
-        entries = os.listdir("/proc")
-    except FileNotFoundError:
-        return 0
-    killed = 0
-    own_pid = os.getpid()
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == own_pid:
-            continue
-        try:
-            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as status:
-                uid_line = next(line for line in status if line.startswith("Uid:"))
-            if int(uid_line.split()[2]) != uid:
-                continue
-            os.kill(int(entry), signal.SIGKILL)
-        except (OSError, StopIteration, IndexError, ValueError):
-            continue  # the process ended meanwhile, or its status is unreadable
-        killed += 1
-    return killed
-
-
 def kill_user(groups: ProcessGroups, user: str) -> tuple[int, int]:
-    """SIGKILL the Exec process groups of `user` (empty: of every user) and, when the sidecar is
-    root and `user` is another, non-root user, every process of that user.
+    """SIGKILL the Exec process groups of `user` (empty: of every user), then quiesce the agent's
+    processes (`quiesce.quiesce`): what left those groups dies too.
+
+    The agent's processes are, for an empty `user`, every descendant of the sidecar outside its
+    session; when the sidecar is root and `user` is another, non-root user, every process of that
+    user.
 
     Returns:
-        ``(groups signalled, other processes signalled)``.
+        ``(groups signalled, other processes killed)``.
 
     Raises:
         KeyError: `user` has no passwd entry (checked only when the sidecar is root).
+        QuiesceError: the processes were not all gone within the time limit.
     """
-    killed_groups = groups.kill(user)
-    killed_processes = 0
+    uid: int | None = None
     if user and os.geteuid() == 0:
         uid = pwd.getpwnam(user).pw_uid
-        if uid not in (0, os.geteuid()):
-            killed_processes = kill_user_processes(uid)
+        if uid in (0, os.geteuid()):
+            uid = None
+    killed_groups = groups.kill(user)
+    killed_processes = 0
+    if uid is not None or not user:
+        selection = quiesce.Selection(uid=uid, descendants=not user)
+        killed_processes = quiesce.quiesce(selection, keep_reaped=groups.waited)
     return killed_groups, killed_processes
 
 
@@ -160,9 +146,11 @@ def _spawn(command: Command) -> subprocess.Popen[bytes]:
     )
 
 
-def _wait_in_thread(process: subprocess.Popen[bytes], done: asyncio.Future[int]) -> None:
-    """Reap `process` on a thread of its own and resolve `done` with its exit code."""
+def _wait_in_thread(process: subprocess.Popen[bytes], done: asyncio.Future[int], waited: set[int]) -> None:
+    """Reap `process` on a thread of its own and resolve `done` with its exit code; `process`
+    is in `waited` until reaped."""
     loop = done.get_loop()
+    waited.add(process.pid)
 
     def resolve(code: int) -> None:
         if not done.done():
@@ -170,6 +158,7 @@ def _wait_in_thread(process: subprocess.Popen[bytes], done: asyncio.Future[int])
 
     def reap() -> None:
         code = process.wait()
+        waited.discard(process.pid)
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(resolve, code)
 
@@ -193,7 +182,7 @@ async def run(command: Command, groups: ProcessGroups) -> AsyncGenerator[pb.Exec
     groups.add(process.pid, command.user)
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[int] = loop.create_future()
-    _wait_in_thread(process, exited)
+    _wait_in_thread(process, exited, groups.waited)
     timed_out = False
     transports: list[asyncio.BaseTransport] = []
     timers: list[asyncio.TimerHandle] = []

@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator
 from typing import NoReturn
 
 import grpc
+from reroll.errors import QuiesceError, SidecarRequestError, SidecarRequestKind
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
-from reroll_sidecar import __version__, processes
+from reroll_sidecar import __version__, processes, quiesce
 from reroll_sidecar.auth import BearerTokenInterceptor
-from reroll_sidecar.snapshots import SnapshotError, SnapshotStore
-from reroll_sidecar.verify import Verifier, VerifyError
+from reroll_sidecar.snapshots import SnapshotStore
+from reroll_sidecar.verify import Verifier
 
 FILE_CHUNK_BYTES = 1024 * 1024
 """The largest file chunk GetFile sends."""
@@ -179,11 +180,16 @@ class SidecarService(pb_grpc.SidecarServicer):
     async def Kill(
         self, request: pb.KillRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.KillResponse:
-        """SIGKILL the Exec process groups of a user (or all), and as root every process of that user."""
+        """Quiesce the agent's processes, then SIGKILL the Exec process groups of a user (or all);
+        see `processes.kill_user`. ABORTED when the quiesce ran out of time."""
         try:
-            killed_groups, killed_processes = processes.kill_user(self.groups, request.user)
+            killed_groups, killed_processes = await asyncio.to_thread(
+                processes.kill_user, self.groups, request.user
+            )
         except KeyError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")
+        except QuiesceError as exc:
+            await context.abort(grpc.StatusCode.ABORTED, str(exc))
         log.info(
             "kill %s: %d groups, %d other processes", request.user or "all", killed_groups, killed_processes
         )
@@ -195,8 +201,8 @@ class SidecarService(pb_grpc.SidecarServicer):
         """Save the requested paths under the snapshot's name."""
         try:
             saved = await self.snapshots.save(request.name, list(request.paths))
-        except SnapshotError as exc:
-            await context.abort(_SNAPSHOT_CODES[exc.kind], str(exc))
+        except SidecarRequestError as exc:
+            await context.abort(_CODES[exc.kind], str(exc))
         log.info(
             "snapshot %s: %s (%d bytes, %s)",
             request.name,
@@ -212,8 +218,8 @@ class SidecarService(pb_grpc.SidecarServicer):
         """Put a snapshot's paths back exactly."""
         try:
             paths = await self.snapshots.restore(request.name)
-        except SnapshotError as exc:
-            await context.abort(_SNAPSHOT_CODES[exc.kind], str(exc))
+        except SidecarRequestError as exc:
+            await context.abort(_CODES[exc.kind], str(exc))
         log.info("restore %s: %s", request.name, paths)
         return pb.RestoreResponse(paths=paths)
 
@@ -223,8 +229,8 @@ class SidecarService(pb_grpc.SidecarServicer):
         """Record the verification baseline; see `Verifier.prepare`."""
         try:
             baseline = await self.verifier.prepare(request)
-        except VerifyError as exc:
-            await context.abort(_VERIFY_CODES[exc.kind], str(exc))
+        except SidecarRequestError as exc:
+            await context.abort(_CODES[exc.kind], str(exc))
         return pb.PrepareVerifyResponse(hooks=baseline.hooks, snapshot_paths=baseline.snapshot_paths)
 
     async def Verify(
@@ -236,21 +242,17 @@ class SidecarService(pb_grpc.SidecarServicer):
             async with contextlib.aclosing(self.verifier.verify(request)) as events:
                 async for event in events:
                     yield event
-        except VerifyError as exc:
-            await context.abort(_VERIFY_CODES[exc.kind], str(exc))
+        except SidecarRequestError as exc:
+            await context.abort(_CODES[exc.kind], str(exc))
 
 
-_VERIFY_CODES = {
+_CODES: dict[SidecarRequestKind, grpc.StatusCode] = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "precondition": grpc.StatusCode.FAILED_PRECONDITION,
     "not_found": grpc.StatusCode.NOT_FOUND,
     "failed": grpc.StatusCode.INTERNAL,
 }
-_SNAPSHOT_CODES = {
-    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
-    "not_found": grpc.StatusCode.NOT_FOUND,
-    "failed": grpc.StatusCode.INTERNAL,
-}
+"""The gRPC status of each `SidecarRequestError.kind`."""
 
 
 def _bound_address(listen: str, port: int) -> str:
@@ -262,7 +264,8 @@ def _bound_address(listen: str, port: int) -> str:
 
 
 def _write_ready_file(path: str, address: str) -> None:
-    """Write ``{"address", "pid"}`` to `path` atomically."""
+    """Write ``{"address", "pid"}`` to `path` atomically (the shape of `reroll_proxy.contract.ReadyFile`;
+    the sidecar ships without pydantic, the controller validates it)."""
     temp_path = f"{path}.{os.getpid()}.tmp"
     with open(temp_path, "w", encoding="utf-8") as out:
         json.dump({"address": address, "pid": os.getpid()}, out)
@@ -281,6 +284,8 @@ async def serve(listen: str, token: str, ready_file: str | None, state_dir: str)
     Raises:
         SystemExit: the address cannot be bound.
     """
+    if not quiesce.become_subreaper():  # orphans of Exec's children then stay the sidecar's descendants
+        log.warning("cannot become a child subreaper: double-forked processes may escape Kill")
     groups = processes.ProcessGroups()
     options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)]
     server = grpc.aio.server(interceptors=[BearerTokenInterceptor(token)], options=options)

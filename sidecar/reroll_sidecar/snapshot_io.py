@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Iterable
 from decimal import Decimal
 from typing import TypeVar
 
+from reroll.errors import ToolError
+
 A = TypeVar("A")
 B = TypeVar("B")
 
@@ -37,10 +39,6 @@ TAR_BLOCK = 512
 
 NO_CLONE_ERRORS = frozenset({errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS})
 """The errors of FICLONE that mean "cannot clone here" rather than a failure."""
-
-
-class ToolError(Exception):
-    """find or tar failed or took too long, or an archive is damaged; the message says which."""
 
 
 async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:

@@ -8,7 +8,7 @@ A snapshot is a folder ``<state dir>/snapshots/<name>/`` holding
 - ``clones/<n>``: on file systems that clone files (btrfs, XFS with reflink), large regular files
   are not copied into the archive but cloned (FICLONE: no data copied); their metadata is in the
   stamps;
-- ``index.json``: the paths asked for and the cloned files.
+- ``index.json``: the paths asked for, the trusted folder above each (`nofollow`) and the cloned files.
 
 Restore stamps the tree again and touches only what differs: entries that are new or changed type
 are deleted; entries that are missing or whose stamp changed (ctime cannot be forged from user
@@ -16,7 +16,10 @@ space), and their parent folders, are put back — clones cloned back, the rest 
 ``tar --extract`` as the byte ranges of just their members, so tar never reads the whole archive.
 Restoring after small changes thus costs little whatever the tree's size. Entries that changed
 while the snapshot was taken are put back by every restore (`snapshot_io.mark_changing`).
-Restores assume nothing writes to the paths while they run.
+Restores assume nothing writes to the paths while they run (the verifier quiesces the agent
+first). Folders above a path, below its trusted folder, are never followed when they are
+symlinks: a save refuses them, a restore replaces them by real folders (`nofollow`), so a
+restore never writes through a symlinked folder the agent made.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from reroll_sidecar import snapshot_io
-from reroll_sidecar.snapshot_io import ToolError
+from reroll.errors import SnapshotError, ToolError
+
+from reroll_sidecar import nofollow, snapshot_io
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 CLONE_MIN_BYTES = 64 * 1024
@@ -49,15 +54,6 @@ _TAR_EXTRACT = (
     *("tar", "--extract", "--file", "-", "--numeric-owner", "--directory", "/"),
     *("--same-permissions", "--delay-directory-restore"),
 )
-
-
-class SnapshotError(Exception):
-    """A snapshot request is invalid, or find, tar or a clone failed; `kind` says which."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        """``invalid`` (bad request), ``not_found`` (no such snapshot) or ``failed`` (a tool failed)."""
 
 
 @dataclass(frozen=True)
@@ -126,8 +122,14 @@ class SnapshotStore:
             raise SnapshotError("invalid", f"snapshot name {name!r} must match {NAME_PATTERN.pattern}")
         return os.path.join(self.root, name)
 
-    async def save(self, name: str, paths: list[str]) -> Saved:
+    async def save(self, name: str, paths: list[str], trusted: dict[str, str] | None = None) -> Saved:
         """Store `paths` (absolute) as snapshot `name`, replacing an older one of that name.
+
+        Args:
+            name: the snapshot's name (`NAME_PATTERN`).
+            paths: what to store.
+            trusted: per path, the folder above it that the agent cannot replace (default: the
+                path's own folder); below it, folders that are symlinks are refused.
 
         Returns:
             The stored size (bytes) and the method (``tar`` or ``tar+reflink``).
@@ -141,21 +143,32 @@ class SnapshotStore:
                 "invalid", f"snapshot paths must be absolute, not / and not empty, not {paths!r}"
             )
         normalised = [os.path.normpath(path) for path in paths]
+        given = trusted or {}
+        tops = {path: os.path.normpath(given.get(path, os.path.dirname(path))) for path in normalised}
+        for path, top in tops.items():
+            try:
+                with nofollow.secure_parent(path, top):
+                    pass
+            except FileNotFoundError:
+                continue  # not there: nothing to save
+            except OSError as exc:
+                raise SnapshotError("invalid", f"snapshot {name!r}: {exc}") from exc
         async with self._lock:
             os.makedirs(self.root, mode=0o700, exist_ok=True)
             staging = f"{folder}.partial"
             await asyncio.to_thread(_remove, os.fsencode(staging))
             os.makedirs(os.path.join(staging, CLONES))
             try:
-                saved = await self._save(staging, normalised)
+                saved = await self._save(staging, tops)
             except (ToolError, OSError) as exc:
                 raise SnapshotError("failed", f"snapshot {name!r} of {normalised}: {exc}") from exc
             await asyncio.to_thread(_remove, os.fsencode(folder))
             os.replace(staging, folder)
         return saved
 
-    async def _save(self, staging: str, paths: list[str]) -> Saved:
-        """Stamp, clone and archive `paths` into `staging`."""
+    async def _save(self, staging: str, tops: dict[str, str]) -> Saved:
+        """Stamp, clone and archive the paths of `tops` (path → trusted folder) into `staging`."""
+        paths = list(tops)
         started = time.time() - CTIME_MARGIN_SECONDS
         roots = [os.fsencode(path) for path in paths if os.path.lexists(path)]
         archive = os.path.join(staging, ARCHIVE)
@@ -177,15 +190,19 @@ class SnapshotStore:
             )
         snapshot_io.mark_changing(stamps, started)
         _write_atomically(os.path.join(staging, STAMPS), snapshot_io.format_stamps(stamps))
-        index = {"paths": paths, "clones": [os.fsdecode(path) for path in clones]}
+        index = {"paths": paths, "trusted": tops, "clones": [os.fsdecode(path) for path in clones]}
         _write_atomically(os.path.join(staging, INDEX), json.dumps(index).encode())
         size_bytes = os.path.getsize(archive) + sum(_size(stamps[path]) for path in clones)
         return Saved(size_bytes=size_bytes, method="tar+reflink" if clones else "tar")
 
-    async def restore(self, name: str) -> list[str]:
+    async def restore(self, name: str, notes: list[str] | None = None) -> list[str]:
         """Put snapshot `name` back; returns its paths.
 
         Only what differs is touched (see the module docstring).
+
+        Args:
+            name: the snapshot's name.
+            notes: where a line is appended for each symlinked folder replaced on the way.
 
         Raises:
             SnapshotError: no such snapshot (``not_found``), or find, tar or a clone failed (``failed``).
@@ -198,13 +215,16 @@ class SnapshotStore:
             except FileNotFoundError:
                 raise SnapshotError("not_found", f"no snapshot named {name!r}") from None
             try:
-                await self._restore(folder, index)
+                await self._restore(folder, index, notes if notes is not None else [])
             except (ToolError, OSError) as exc:
                 raise SnapshotError("failed", f"restore of snapshot {name!r}: {exc}") from exc
         return list(index["paths"])
 
-    async def _restore(self, folder: str, index: dict[str, list[str]]) -> None:
+    async def _restore(self, folder: str, index: dict[str, Any], notes: list[str]) -> None:
         """Put back what differs from the snapshot in `folder` described by `index`."""
+        for path, top in index["trusted"].items():
+            with nofollow.secure_parent(path, top, replace=True, notes=notes):
+                pass
         with open(os.path.join(folder, STAMPS), "rb") as handle:
             saved = snapshot_io.parse_stamps(handle.read())
         archive = os.path.join(folder, ARCHIVE)

@@ -7,17 +7,22 @@ agent's HOME and, in a container (an agent user is set), the scratch folders and
 directories of the sandbox's ``python3``; it snapshots them with the workspace's build-config
 files. `Verifier.verify` then:
 
-1. kills every process of the agent's user, then every process group Exec started;
+1. quiesces the agent (`quiesce`: freezes, then kills, every process of the agent's user and
+   every descendant Exec started, until a scan finds none), then kills every Exec process group;
 2. restores that snapshot: build-config edits are undone, build-config files the agent created
-   are deleted, the recorded hooks are put back;
-3. deletes every start-up hook that was not there before;
+   are deleted, the recorded hooks are put back, owned by root; a folder on the way that the
+   agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
+3. deletes every start-up hook that was not there before (never through a symlinked folder);
 4. deletes old reward files and runs the test script as the sidecar's user (root in a container)
    in a clean environment: a fixed PATH, no PYTHONPATH, no user site, HOME of the sidecar's user
    in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
    and plugin autoloading off; a timeout kills the script's whole process group;
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers).
 
-Steps 2, 3 and the pytest variables can each be turned off per task (`pb.Hardening`).
+Steps 2, 3 and the pytest variables can each be turned off per task (`pb.Hardening`). Steps 1
+to 3 together have a time limit (`HARDEN_TIMEOUT_SECONDS`); when they fail or run out of time,
+the script does not run and the result carries a reward error (a verifier error for the
+controller, never a retried infrastructure error); the report's notes say why.
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ import stat
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
 
+from reroll.errors import QuiesceError, SnapshotError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll_sidecar import processes
-from reroll_sidecar.snapshots import SnapshotError, SnapshotStore
+from reroll_sidecar import nofollow, processes, quiesce
+from reroll_sidecar.snapshots import SnapshotStore
 
 BASELINE_SNAPSHOT = "reroll-pre-agent"
 BUILD_CONFIG_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "pytest.ini", ".pytest.ini", "tox.ini")
@@ -53,6 +59,8 @@ UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE
 REWARD_FILES = ("reward.txt", "reward.json")
 MAX_REWARD_BYTES = 1024 * 1024
 SITE_DIRS_TIMEOUT_SECONDS = 60.0
+HARDEN_TIMEOUT_SECONDS = 120.0
+"""The time limit of steps 1 to 3 (quiesce, restore, hook deletion) together."""
 
 # Run by the sandbox's python3 (isolated mode): prints its site directories as a JSON list.
 _SITE_DIRS_SCRIPT = r"""
@@ -63,16 +71,6 @@ print(json.dumps(sorted(dirs)))
 """
 
 log = logging.getLogger(__name__)
-
-
-class VerifyError(Exception):
-    """A PrepareVerify or Verify request cannot be served; `kind` says why."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        """``invalid`` (bad request), ``precondition`` (no baseline), ``not_found`` (no test
-        script) or ``failed`` (a scan, snapshot or restore failed)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +89,13 @@ class Baseline:
 
 def _is_hook(name: str) -> bool:
     return name in HOOK_FILES or name.endswith(".pth")
+
+
+def trusted_folder(path: str, folders: Iterable[str]) -> str:
+    """The deepest of `folders` that holds `path` (where the agent's tree begins), else `path`'s folder."""
+    holding = [os.path.normpath(f) for f in folders if os.path.commonpath([f, path]) == os.path.normpath(f)]
+    holding = [f for f in holding if f != os.path.normpath(path)]
+    return max(holding, key=len) if holding else os.path.dirname(path)
 
 
 def find_hooks(roots: Iterable[str], site_dirs: Iterable[str]) -> list[str]:
@@ -232,8 +237,9 @@ class Verifier:
         )
         paths += hooks
         if paths:
+            trusted = {path: trusted_folder(path, [*roots, *site_dirs]) for path in paths}
             try:
-                await self.snapshots.save(BASELINE_SNAPSHOT, paths)
+                await self.snapshots.save(BASELINE_SNAPSHOT, paths, trusted)
             except SnapshotError as exc:
                 raise VerifyError("failed", f"snapshotting the verification baseline: {exc}") from exc
         self.baseline = Baseline(options, request.agent_user, roots, site_dirs, hooks, paths)
@@ -258,7 +264,16 @@ class Verifier:
         script = os.path.join(verifier_dir, request.script or "test.sh")
         if not os.path.isfile(script):
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
-        yield pb.VerifyEvent(hardening=await self._harden(baseline))
+        report = pb.HardeningReport()
+        try:
+            await asyncio.wait_for(self._harden(baseline, report), HARDEN_TIMEOUT_SECONDS)
+        except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
+            failure = str(exc) or f"hardening took longer than {HARDEN_TIMEOUT_SECONDS:.0f} s"
+            report.notes.append(f"hardening failed, the test script was not run: {failure}")
+            yield pb.VerifyEvent(hardening=report)
+            yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=report.notes[-1]))
+            return
+        yield pb.VerifyEvent(hardening=report)
         for name in REWARD_FILES:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(reward_dir, name))
@@ -286,30 +301,43 @@ class Verifier:
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
         yield pb.VerifyEvent(result=result)
 
-    async def _harden(self, baseline: Baseline) -> pb.HardeningReport:
-        """Steps 1 to 3 of the module docstring. Raises VerifyError (``failed``) when the restore fails."""
-        killed = 0
+    async def _harden(self, baseline: Baseline, report: pb.HardeningReport) -> None:
+        """Steps 1 to 3 of the module docstring, filling `report`.
+
+        Raises:
+            QuiesceError: the agent's processes outlived the quiesce's time limit.
+            VerifyError: ``failed`` when the agent user is unknown or the restore failed.
+        """
+        uid: int | None = None
         if baseline.agent_user:
             try:
-                killed, _ = processes.kill_user(self.groups, baseline.agent_user)
+                uid = pwd.getpwnam(baseline.agent_user).pw_uid
             except KeyError:
                 raise VerifyError("failed", f"unknown agent user {baseline.agent_user!r}") from None
-        killed += self.groups.kill()
-        report = pb.HardeningReport(killed_groups=killed)
+            if uid in (0, os.geteuid()):
+                uid = None
+        selection = quiesce.Selection(uid=uid, descendants=True)
+        killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
+        report.killed_groups = killed + self.groups.kill()
+        notes: list[str] = []
         if baseline.snapshot_paths:
             try:
-                report.restored.extend(await self.snapshots.restore(BASELINE_SNAPSHOT))
+                report.restored.extend(await self.snapshots.restore(BASELINE_SNAPSHOT, notes))
             except SnapshotError as exc:
                 raise VerifyError("failed", f"restoring the verification baseline: {exc}") from exc
+            if os.geteuid() == 0:  # the agent's user can no longer rewrite what was put back
+                folders = [*baseline.roots, *baseline.site_dirs]
+                for path in baseline.snapshot_paths:
+                    nofollow.chown_root(path, trusted_folder(path, folders))
         if baseline.hardening.delete_injected_hooks:
             known = set(baseline.hooks)
             found = await asyncio.to_thread(find_hooks, baseline.roots, baseline.site_dirs)
+            folders = [*baseline.roots, *baseline.site_dirs]
             for path in (path for path in found if path not in known):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+                nofollow.unlink(path, trusted_folder(path, folders))
                 report.deleted.append(path)
-        log.info("hardening: killed %d groups, deleted %s", killed, report.deleted)
-        return report
+        report.notes.extend(notes)
+        log.info("hardening: killed %d, deleted %s, notes %s", report.killed_groups, report.deleted, notes)
 
     @staticmethod
     def _script_env(baseline: Baseline, request: pb.VerifyRequest) -> dict[str, str]:

@@ -32,10 +32,29 @@ def test_agents_file_adds_an_intercepted_agent(tmp_path: Path, monkeypatch: pyte
     assert "mini-swe-agent" in registry()
 
 
+def test_an_agent_declares_its_volatile_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "agents.yaml"
+    path.write_text(
+        "mine:\n  description: d\n  api_format: openai-chat\n  launch: ./run\n  volatile:\n"
+        "    - path: client_metadata.session_id\n"
+        "    - {pattern: 'Chunk ID: \\w+', label: chunk}\n"
+    )
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(path))
+    rules = get_agent("mine").volatile
+    assert [(rule.path, rule.pattern, rule.label) for rule in rules] == [
+        ("client_metadata.session_id", None, "volatile"),
+        (None, r"Chunk ID: \w+", "chunk"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("mine:\n  description: d\n  api_format: openai-chat\n  proxy_mode: mitm\n  launch: x\n", "mode"),
+        (
+            "mine:\n  description: d\n  api_format: openai-chat\n  launch: x\n  volatile: [{pattern: '('}]\n",
+            "not a regular expression",
+        ),
         ("- just a list\n", "expected a mapping"),
         ("mine: [unclosed\n", "invalid agent declaration"),
     ],

@@ -1,4 +1,4 @@
-"""Resolving ``--at`` to a cut index."""
+"""Resolving ``--at`` to a cut index; opening a checkpoint of a run folder."""
 
 from __future__ import annotations
 
@@ -6,11 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from reroll.checkpoint import At, resolve_cut
-from reroll.errors import RunFolderError
-from reroll.resume import continuation_plan, open_checkpoint
-from reroll.tasks import load_task
-from rich.console import Console
+from reroll.checkpoint import At, open_checkpoint, resolve_cut
+from reroll.errors import RunFolderError, TaskError
 
 from tests.controller.test_runfolder import exchange_line, make_run_folder
 
@@ -50,23 +47,25 @@ def test_an_empty_recording_only_has_step_zero() -> None:
         resolve_cut(1, 0, RUN)
 
 
-def test_a_continuation_keeps_the_runs_network_override(tmp_path: Path, examples: Path) -> None:
-    """config.json's ``network`` (``reroll run --network``) outlives the task's own policy."""
-    task = examples / "hello-file"
-    assert load_task(task).spec.environment.network == "full"
+def test_open_checkpoint_resolves_the_cut_and_the_provenance(tmp_path: Path, examples: Path) -> None:
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0), exchange_line(1)], result={"status": "ok"})
+    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "scripted"}
+    (folder / "config.json").write_text(json.dumps(config))
+    checkpoint = open_checkpoint(folder, at="0.5")
+    assert (checkpoint.cut_index, checkpoint.at, checkpoint.status) == (1, "0.5", "ok")
+    assert checkpoint.task.name == "fix-failing-test" and checkpoint.agent_model == "scripted"
+    provenance = checkpoint.continued_from("openai/gpt-x")
+    assert provenance.path == str(folder.resolve()) and provenance.cut_index == 1 and provenance.at == "0.5"
+    assert (provenance.original_model, provenance.live_model, provenance.replay_only) == (
+        "scripted",
+        "openai/gpt-x",
+        False,
+    )
+    with pytest.raises(RunFolderError, match=r"status is 'ok', not 'timeout' \(--require-timeout\)"):
+        open_checkpoint(folder, require_timeout=True)
+
+
+def test_open_checkpoint_of_a_moved_task_asks_for_tasks_dir(tmp_path: Path) -> None:
     folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(
-        json.dumps(config | {"task_path": str(task), "agent": "oracle", "network": "none"})
-    )
-    checkpoint = open_checkpoint(folder, tasks_dir=None, at=None, console=Console(quiet=True))
-    plan = continuation_plan(
-        checkpoint,
-        run_dir=tmp_path / "new",
-        live_model=None,
-        timeout_seconds=None,
-        sandbox=None,
-        divergence_policy="warn",
-        provenance={},
-    )
-    assert plan.task.spec.environment.network == "none" and plan.config.network == "none"
+    with pytest.raises(TaskError, match=r"task /tasks/t no longer exists; pass --tasks-dir"):
+        open_checkpoint(folder)

@@ -4,18 +4,21 @@ exit code 2, nothing written."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
+from reroll.branching import branch
+from reroll.errors import ConfigError
 
 from tests.controller.test_cli_errors import reroll, tree
 from tests.controller.test_runfolder import exchange_line, make_run_folder
 
+pytestmark = pytest.mark.spawns  # every test runs the reroll CLI as a subprocess
+
 
 def flat(text: str) -> str:
-    """Usage errors come in a box, wrapped: drop the box, collapse whitespace."""
-    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+    """Usage errors come wrapped: collapse whitespace."""
+    return " ".join(text.split())
 
 
 @pytest.fixture
@@ -114,6 +117,11 @@ def test_branch_missing_scripted_model_file(run: Path, tmp_path: Path) -> None:
             ["--at", "1", "--model", "scripted", "--concurrency", "0"],
             "'--concurrency': Input should be greater",
         ),
+        (["--at", "1", "--model", "scripted", "--executor", "dask"], "unknown executor 'dask'"),
+        (
+            ["--at", "1", "--model", "scripted", "--max-starting", "0"],
+            "invalid runner flags: 1 validation error for RunnerOptions max_starting",
+        ),
     ],
 )
 def test_branch_usage_errors(run: Path, tmp_path: Path, args: list[str], message: str) -> None:
@@ -141,4 +149,15 @@ def test_continue_a_run_whose_model_is_unavailable_here(run: Path, tmp_path: Pat
     done = reroll("continue", str(run), "--at", "1", cwd=tmp_path)
     assert done.returncode == 2
     assert "model 'gemini-3': unknown provider" in done.stderr
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(("models", "n"), [([], 1), (["scripted"], 0)])
+async def test_branch_api_refuses_bad_arguments_with_a_config_error(
+    run: Path, tmp_path: Path, models: list[str], n: int
+) -> None:
+    """The Python API's own check (the CLI's options stop these first): a `ConfigError`, no ValueError."""
+    before = tree(tmp_path)
+    with pytest.raises(ConfigError, match=r"branch needs models .* and n >= 1"):
+        await branch(run, at=1, models=models, n=n)
     assert tree(tmp_path) == before

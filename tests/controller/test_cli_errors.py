@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.controller.test_runfolder import exchange_line, make_run_folder
+
+pytestmark = pytest.mark.spawns  # every test runs the reroll CLI as a subprocess
 
 REROLL = str(Path(sys.executable).parent / "reroll")
 
@@ -93,3 +99,56 @@ def test_network_none_needs_a_container_backend(tmp_path: Path, examples: Path) 
         "job", "--task", str(examples / "hello-file"), "--agent", "oracle", "--network", "none", cwd=tmp_path
     )
     assert job.returncode == 2 and "network none needs sandbox docker" in job.stderr
+
+
+def timed_out(path: Path, config: dict[str, str]) -> Path:
+    """A timed-out run folder of one exchange, with `config` as its config.json."""
+    folder = make_run_folder(path, [exchange_line(0)], result={"status": "timeout"})
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_unknown_sandbox_backend(tmp_path: Path, examples: Path) -> None:
+    """A typo in --sandbox is bad input (exit 2, nothing written), not a sandbox failure to retry."""
+    task = str(examples / "hello-file")
+    run = ["run", task, "--agent", "oracle", "--sandbox", "dockr", "--jobs-dir", "jobs"]
+    done = reroll(*run, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "unknown sandbox backend 'dockr'; known: docker, local" in done.stderr
+    assert not (tmp_path / "jobs").exists()
+    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "scripted"}
+    folder = timed_out(tmp_path / "run", config)
+    (folder / "workspace_manifest.json").write_text("{}")  # what replay compares with
+    before = tree(tmp_path)
+    for command in (["continue"], ["replay"], ["branch", "--at", "1", "--model", "scripted"]):
+        done = reroll(command[0], str(folder), *command[1:], "--sandbox", "dockr", cwd=tmp_path)
+        assert done.returncode == 2 and "unknown sandbox backend 'dockr'" in done.stderr, command
+    done = reroll("continue-job", str(tmp_path), "--sandbox", "dockr", cwd=tmp_path)
+    assert done.returncode == 2 and "unknown sandbox backend 'dockr'" in done.stderr
+    assert tree(tmp_path) == before
+
+
+def test_missing_provider_key(tmp_path: Path, examples: Path) -> None:
+    """Refused before anything is written (exit 2), by run, job, continue and continue-job alike."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "REROLL_UPSTREAM_URL")}
+    task = str(examples / "hello-file")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [REROLL, *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
+        )
+
+    for command in (["run", task], ["job", "--task", task]):
+        done = run(*command, "--agent", "mini-swe-agent", "--model", "openai/gpt-4o", "--jobs-dir", "jobs")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "model 'openai/gpt-4o' needs OPENAI_API_KEY in the environment" in done.stderr
+        assert not (tmp_path / "jobs").exists()
+    folder = timed_out(
+        tmp_path / "run", {"task_path": task, "agent": "mini-swe-agent", "model": "openai/gpt-4o"}
+    )
+    before = tree(tmp_path)
+    done = run("continue", str(folder))
+    assert done.returncode == 2 and "needs OPENAI_API_KEY" in done.stderr
+    done = run("continue-job", str(tmp_path), "--model", "openai/gpt-4o")
+    assert done.returncode == 2 and "needs OPENAI_API_KEY" in done.stderr
+    assert tree(tmp_path) == before

@@ -9,6 +9,8 @@ import pytest
 
 from tests.controller.test_cli_errors import reroll
 
+pytestmark = pytest.mark.spawns  # every test runs the reroll CLI as a subprocess
+
 
 @pytest.mark.parametrize(
     ("text", "cause"),

@@ -41,13 +41,16 @@ async def test_job_with_missing_executor_package_fails_before_writing(
     assert not (tmp_path / "j").exists()
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize(("max_starting", "expect_peak"), [(1, 1), (4, 4)])
 async def test_max_starting_bounds_overlapping_starts(
     tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch, max_starting: int, expect_peak: int
 ) -> None:
-    """4 rollouts at concurrency 4: with max_starting 1 the sandbox starts never overlap."""
+    """4 rollouts at concurrency 4: with max_starting 1 the sandbox starts never overlap; with 4
+    they all do (each start waits for the others, see CountingSandbox)."""
     monkeypatch.setitem(base.BACKENDS, "counting", "tests.controller.flaky_sandbox:CountingSandbox")
     monkeypatch.setitem(flaky_sandbox.STARTING, "peak", 0)
+    monkeypatch.setitem(flaky_sandbox.STARTING, "overlap", expect_peak)
     spec = JobSpec(
         name="s",
         tasks=[examples / "hello-file"],

@@ -19,6 +19,7 @@ def test_sandbox_env_names_the_proxy_and_the_bundle_for_every_client() -> None:
         assert env[name] == "/etc/reroll/intercept-ca.pem"
 
 
+@pytest.mark.spawns
 def test_install_without_pypi_fails_with_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REROLL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens there

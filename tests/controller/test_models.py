@@ -55,6 +55,7 @@ def test_scripted_anthropic_speaks_only_anthropic_messages(examples: Path, tmp_p
     assert parse_model("scripted", examples / "fix-failing-test").api_format is None
 
 
+@pytest.mark.spawns
 async def test_responses_specs_speak_only_openai_responses(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -69,15 +70,16 @@ async def test_responses_specs_speak_only_openai_responses(
             upstream.base_url + "/chat/completions", json=chat, timeout=timeout
         ) as refused:
             assert refused.status == 404
-    hosted = parse_model("openai-responses/gpt-5-pro", None)
-    assert hosted.api_format == "openai-responses" and hosted.name == "gpt-5-pro"
     monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    hosted = parse_model("openai-responses/gpt-5-pro", None)
+    assert hosted.api_format == "openai-responses" and hosted.name == "gpt-5-pro"
     async with live_upstream(hosted, tmp_path) as upstream:
         assert upstream.api_format == "openai-responses" and upstream.model == "gpt-5-pro"
     assert parse_model("openai/gpt-4o", None).api_format is None
 
 
+@pytest.mark.spawns
 async def test_scripted_anthropic_serves_messages_only(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text("turns: [{content: hi}]\n")
     model = parse_model(f"scripted-anthropic:{tmp_path / 's.yaml'}", None)
@@ -96,13 +98,12 @@ async def test_scripted_anthropic_serves_messages_only(tmp_path: Path) -> None:
 
 
 async def test_anthropic_reads_its_key_and_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ModelError, match="needs ANTHROPIC_API_KEY"):  # refused when parsed
+        parse_model("anthropic/claude-x", None)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     model = parse_model("anthropic/claude-x", None)
     assert model.api_format == "anthropic-messages" and model.name == "claude-x"
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    with pytest.raises(ModelError, match="needs ANTHROPIC_API_KEY"):
-        async with live_upstream(model, tmp_path):
-            pass
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
     async with live_upstream(model, tmp_path) as upstream:
         assert (upstream.base_url, upstream.api_key, upstream.model) == (
@@ -111,3 +112,13 @@ async def test_anthropic_reads_its_key_and_host(monkeypatch: pytest.MonkeyPatch,
             "claude-x",
         )
         assert upstream.api_format == "anthropic-messages"
+
+
+def test_a_missing_provider_key_is_refused_when_the_spec_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for spec in ("openai/gpt-4o", "openai-responses/gpt-5-pro"):
+        with pytest.raises(ModelError, match=f"model '{spec}' needs OPENAI_API_KEY"):
+            parse_model(spec, None)
+    monkeypatch.setenv("REROLL_UPSTREAM_URL", "http://127.0.0.1:9/v1")  # its key is optional
+    assert parse_model("openai/gpt-4o", None).name == "gpt-4o"

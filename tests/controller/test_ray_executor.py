@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.jobfile import JobSpec
+from reroll.jobfile import JobSpec, RunnerOptions
 from reroll.jobreport import JobSummary
 from reroll.jobs import continue_job, run_job
 from rich.console import Console
 
 from tests.controller.test_jobs import write_task
+
+pytestmark = pytest.mark.spawns  # every test starts Ray and sandboxes
 
 pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")
 
@@ -95,18 +97,22 @@ def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-async def test_continue_all_on_ray_reraises_errors_from_the_task(tmp_path: Path) -> None:
-    """``continue --all`` on Ray: an error raised inside the Ray task (here: an oracle run has no
+async def test_continue_job_on_ray_reraises_errors_from_the_task(tmp_path: Path) -> None:
+    """``continue-job`` on Ray: an error raised inside the Ray task (here: an oracle run has no
     recorded trajectory to replay) ends the rollout as it does in-process, unwrapped."""
     task = write_task(tmp_path / "tasks", "slow", "sleep 60")
     spec = JobSpec(name="c", tasks=[task], agents=["oracle"], timeout_seconds=1)
     first = await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
     assert first.totals.status_counts == {"timeout": 1}
     summaries = [
-        await continue_job(tmp_path / "c", concurrency=1, console=Console(quiet=True), executor=executor)
+        await continue_job(
+            tmp_path / "c",
+            console=Console(quiet=True),
+            runner=RunnerOptions(concurrency=1, executor=executor),
+        )
         for executor in ("asyncio", "ray")
     ]
     assert comparable(summaries[1]) == comparable(summaries[0])
     (rollout,) = summaries[1].rollouts
-    assert rollout.error_category == "RunFolderError" and rollout.attempts == 1
+    assert rollout.error_category == "config" and rollout.attempts == 1
     assert rollout.error is not None and "llm_trajectory.jsonl: missing" in rollout.error

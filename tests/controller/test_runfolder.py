@@ -98,6 +98,17 @@ def test_result_status_wins_over_category() -> None:
     assert RunResult(error="boom").effective_status == "error"
 
 
+def test_a_null_status_reads_as_unknown_never_ok(tmp_path: Path) -> None:
+    """reroll writes ``status: null`` only for a rollout interrupted before it ended; BenchFlow's
+    files have no ``status`` key, and theirs is still derived."""
+    interrupted = make_run_folder(
+        tmp_path / "run", [exchange_line(0)], result={"status": None, "error": None}
+    )
+    run = load_run_folder(interrupted)
+    assert run.result is not None and run.result.effective_status == "unknown"
+    assert RunResult.model_validate({"error": None}).effective_status == "ok"
+
+
 def test_create_run_folder_never_reuses_a_name(tmp_path: Path) -> None:
     first = create_run_folder(tmp_path, "r")
     second = create_run_folder(tmp_path, "r")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from reroll.scripted_answers import Answer, RequestShapeError, answer_body, turn_index
+from reroll.errors import RequestShapeError
+from reroll.scripted_answers import Answer, answer_body, turn_index
 
 
 def test_chat_and_messages_count_assistant_messages() -> None:

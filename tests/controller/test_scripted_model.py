@@ -17,6 +17,8 @@ from reroll.errors import ModelError
 from reroll.processes import ChildProcess
 from reroll.scripted_model import load_script
 
+from tests.conftest import spawning
+
 SCRIPT = """
 turns:
   - content: "I'll list the files."
@@ -34,6 +36,7 @@ turns:
 
 
 @pytest.fixture
+@spawning
 async def client(tmp_path: Path) -> AsyncIterator[openai.AsyncOpenAI]:
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
@@ -41,7 +44,7 @@ async def client(tmp_path: Path) -> AsyncIterator[openai.AsyncOpenAI]:
         ChildProcess(
             "reroll.scripted_model", ["--script", str(script)], workdir=tmp_path, name="model"
         ) as server,
-        openai.AsyncOpenAI(base_url=server.ready["base_url"], api_key="any", max_retries=0) as sdk,
+        openai.AsyncOpenAI(base_url=server.ready.address, api_key="any", max_retries=0) as sdk,
     ):
         yield sdk
 
@@ -147,6 +150,7 @@ def test_bad_script_files_name_the_file(tmp_path: Path, name: str, text: str | N
     assert str(path) in str(caught.value)
 
 
+@pytest.mark.spawns
 def test_bad_script_stops_the_server_with_exit_code_2(tmp_path: Path) -> None:
     script = tmp_path / "bad.yaml"
     script.write_text("turns: 3\n")

@@ -18,6 +18,10 @@ from typing import Any
 
 import openai
 import pytest
+from reroll_proxy.contract import DivergencePolicy, ProxyConfig, ProxyStatus, ReadyFile, UpstreamConfig
+from reroll_proxy.formats import FormatName
+
+from tests.conftest import spawning
 
 READY_TIMEOUT_SECONDS = 20.0
 TOKEN = "rollout-token-for-tests"
@@ -46,12 +50,13 @@ class Service:
     """A ``python -m MODULE`` subprocess that announced itself through a ready file."""
 
     process: subprocess.Popen[bytes]
-    ready: dict[str, Any]
+    ready: ReadyFile | None
     log_path: Path
 
     @property
     def base_url(self) -> str:
-        return str(self.ready["base_url"])
+        assert self.ready is not None
+        return self.ready.address
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 5 s."""
@@ -79,11 +84,11 @@ def start_service(module: str, args: list[str], workdir: Path, name: str) -> Ser
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while not ready_file.exists():
         if process.poll() is not None or time.monotonic() > deadline:
-            service = Service(process, {}, log_path)
+            service = Service(process, None, log_path)
             service.stop()
             pytest.fail(f"{name} did not start (exit {process.returncode}):\n{log_path.read_text()}")
         time.sleep(0.02)
-    return Service(process, json.loads(ready_file.read_text()), log_path)
+    return Service(process, ReadyFile.model_validate_json(ready_file.read_bytes()), log_path)
 
 
 @dataclass
@@ -109,12 +114,12 @@ class Proxy:
         """The URL without ``/v1``."""
         return self.base_url.removesuffix("/v1")
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ProxyStatus:
         code, _, body = http_json(
             "GET", self.root_url + "/_reroll/status", headers={"Authorization": f"Bearer {TOKEN}"}
         )
         assert code == 200, body
-        return dict(body)
+        return ProxyStatus.model_validate(body)
 
     def lines(self) -> list[dict[str, Any]]:
         """The trajectory's exchange lines."""
@@ -143,6 +148,7 @@ def http_json(
 
 
 @pytest.fixture(scope="module")
+@spawning
 def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """The scripted model serving `SCRIPT` (stateless, so one per module is enough)."""
     workdir = tmp_path_factory.mktemp("scripted-model")
@@ -154,6 +160,7 @@ def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
 
 
 @pytest.fixture(scope="module")
+@spawning
 def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy]:
     """Start proxies: ``start_proxy(upstream_url=, replay_path=, cut_index=, model=, policy=,
     upstream_format=, **config)``."""
@@ -166,30 +173,31 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
         model: str | None = None,
         replay_path: Path | None = None,
         cut_index: int | None = None,
-        policy: str = "warn",
-        upstream_format: str | None = None,
+        policy: DivergencePolicy = "warn",
+        upstream_format: FormatName | None = None,
         **more_config: Any,
     ) -> Proxy:
         workdir = tmp_path_factory.mktemp(f"proxy-{next(counter)}")
         trajectory = workdir / "run" / "trajectory" / "llm_trajectory.jsonl"
-        config: dict[str, Any] = {
-            "token": TOKEN,
-            "trajectory_path": str(trajectory),
-            "replay_path": str(replay_path) if replay_path else None,
-            "cut_index": cut_index,
-            "divergence_policy": policy,
-            "upstream": None,
-            **more_config,
-        }
+        upstream = None
         if upstream_url is not None:
-            config["upstream"] = {
-                "base_url": upstream_url,
-                "model": model,
-                "api_key_env": "REROLL_TEST_UPSTREAM_KEY",
-                "timeout_seconds": 10,
-                "api_format": upstream_format,
-            }
-        (workdir / "proxy.json").write_text(json.dumps(config))
+            upstream = UpstreamConfig(
+                base_url=upstream_url,
+                model=model,
+                api_key_env="REROLL_TEST_UPSTREAM_KEY",
+                timeout_seconds=10,
+                api_format=upstream_format,
+            )
+        config = ProxyConfig(
+            token=TOKEN,
+            trajectory_path=trajectory,
+            replay_path=replay_path,
+            cut_index=cut_index,
+            divergence_policy=policy,
+            upstream=upstream,
+            **more_config,
+        )
+        (workdir / "proxy.json").write_text(config.model_dump_json())
         service = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
         proxy = Proxy(service, trajectory)
         proxies.append(proxy)

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anthropic
 import openai
 
 AGENT_MODEL = "gpt-test"
@@ -177,6 +176,8 @@ class MessagesAgent(Agent):
     """Anthropic Messages: ``messages.create`` / ``messages.stream``, tool results as user blocks."""
 
     def make_client(self, base_url: str | None, token: str, use_async: bool, max_retries: int) -> Any:
+        import anthropic  # on use: ~3 s of imports that the fast tier's users of this module skip
+
         kind = anthropic.AsyncAnthropic if use_async else anthropic.Anthropic
         root = base_url.removesuffix("/v1") if base_url else None
         return kind(base_url=root, api_key=token, max_retries=max_retries, timeout=30)

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll_proxy.config import ProxyConfig, ProxyConfigError, UpstreamConfig, load_config
+from reroll.errors import ProxyConfigError
+from reroll_proxy.config import load_config
+from reroll_proxy.contract import ProxyConfig, ReadyFile, UpstreamConfig
 from reroll_proxy.server import start_proxy
 
 
@@ -76,19 +78,30 @@ async def test_start_proxy_in_process(tmp_path: Path) -> None:
     )
     proxy = await start_proxy(config)
     try:
-        ready = json.loads((tmp_path / "ready.json").read_text())
-        assert ready["port"] == proxy.port > 0 and ready["base_url"] == proxy.base_url
+        ready = ReadyFile.model_validate_json((tmp_path / "ready.json").read_bytes())
+        assert ready.address == proxy.base_url and proxy.port > 0
         assert proxy.base_url == f"http://127.0.0.1:{proxy.port}/v1"
     finally:
         await proxy.stop()
 
 
-def test_main_exits_2_on_a_corrupt_replay(tmp_path: Path) -> None:
-    (tmp_path / "rec.jsonl").write_text('{"bad": \n{}\n')
+@pytest.mark.spawns
+@pytest.mark.parametrize(
+    ("field", "file", "content", "message"),
+    [
+        ("replay_path", "rec.jsonl", '{"bad": \n{}\n', "rec.jsonl: line 1"),
+        ("faults_path", "plan.yaml", "rules: [{fault: {kind: nonsense}}]\n", "plan.yaml: invalid fault plan"),
+    ],
+)
+def test_main_exits_2_on_a_corrupt_replay_or_fault_plan(
+    tmp_path: Path, field: str, file: str, content: str, message: str
+) -> None:
+    (tmp_path / file).write_text(content)
     config = {
         "token": "t",
         "trajectory_path": str(tmp_path / "out.jsonl"),
-        "replay_path": str(tmp_path / "rec.jsonl"),
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        field: str(tmp_path / file),
     }
     path = write(tmp_path / "p.json", config)
     done = subprocess.run(
@@ -97,5 +110,6 @@ def test_main_exits_2_on_a_corrupt_replay(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2
-    assert f"{tmp_path / 'rec.jsonl'}: line 1" in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert f"reroll_proxy: error: {tmp_path / message}" in done.stderr
+    assert "Traceback" not in done.stderr

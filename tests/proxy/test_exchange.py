@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll_proxy.exchange import Exchange, TrajectoryFormatError, load_trajectory, sanitize_headers
+from reroll.errors import RunFolderError, TrajectoryFormatError
+from reroll_proxy.exchange import Exchange, load_trajectory, sanitize_headers
 
 
 def line(step: int, **extra: Any) -> dict[str, Any]:
@@ -90,7 +91,7 @@ def test_line_that_is_not_an_exchange_names_file_line_and_field(tmp_path: Path) 
         load_trajectory(path)
     message = str(caught.value)
     assert str(path) in message and "line 2" in message and "response.status_code" in message
-    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, RunFolderError) and caught.value.error_category == "config"
 
 
 def test_missing_and_empty_files(tmp_path: Path) -> None:

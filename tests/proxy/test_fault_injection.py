@@ -15,6 +15,8 @@ import yaml
 
 from tests.proxy.conftest import AGENT_MODEL, TOKEN, TURNS, Proxy, Service, StartProxy, ask, converse
 
+pytestmark = pytest.mark.spawns  # every test runs the proxy and the scripted model as subprocesses
+
 ask_twice = functools.partial(ask, attempts=2)
 """One agent turn that tries again once when a fault broke the first try."""
 
@@ -204,7 +206,7 @@ def test_replay_reproduces_recorded_faults(
     assert [line["metadata"]["fault"]["replayed"] for line in lines if line["metadata"]["fault"]] == [
         True
     ] * 3
-    assert replay.status()["divergences"] == []
+    assert replay.status().divergences == []
 
 
 def test_plan_faults_on_replayed_steps_do_not_consume_the_recording(
@@ -221,4 +223,4 @@ def test_plan_faults_on_replayed_steps_do_not_consume_the_recording(
     assert [turn.tool_calls for turn in turns] == [turn.tool_calls for turn in stream_recording.turns]
     assert faults(proxy) == ["status", None, "cut", None, None]
     status = proxy.status()
-    assert status["divergences"] == [] and status["served_replayed"] == TURNS
+    assert status.divergences == [] and status.served_replayed == TURNS

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from reroll.errors import FaultPlanError
 from reroll_proxy.faults import (
     FaultPlan,
-    FaultPlanError,
     FaultSelector,
     StatusFault,
     last_message_text,

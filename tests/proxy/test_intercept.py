@@ -27,6 +27,8 @@ from tests.proxy.intercept_client import HARD_CODED_KEY
 from tests.proxy.sdk_agents import AGENTS
 from tests.proxy.test_formats import SCRIPT, TURNS, model, texts, without_model
 
+pytestmark = pytest.mark.spawns  # every test runs mitmproxy and the proxy as subprocesses
+
 __all__ = ["model"]  # the module-scoped scripted model fixture of test_formats (SCRIPT, every format)
 CLIENT_TIMEOUT_SECONDS = 120
 PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses",
@@ -108,7 +110,7 @@ async def test_hard_coded_provider_url_is_recorded_replayed_and_cut_over(
     env = sandbox_environment(await intercept(replayer), tmp_path)
     assert run_client(env, name, stream=stream, use_async=use_async) == recorded
     status = replayer.status()
-    assert (status["served_replayed"], status["served_live"], status["divergences"]) == (TURNS, 0, [])
+    assert (status.served_replayed, status.served_live, status.divergences) == (TURNS, 0, [])
     replay_lines = replayer.lines()
     for key in ("events", "body"):
         assert [line["response"][key] for line in replay_lines] == [line["response"][key] for line in lines]

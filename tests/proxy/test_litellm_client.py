@@ -65,4 +65,4 @@ def test_litellm_records_and_replays(
     replayer = start_proxy(replay_path=recorder.trajectory_path, policy="strict")
     assert run_client(api_format, replayer.base_url) == recorded
     status = replayer.status()
-    assert (status["served_replayed"], status["divergences"], status["aborted"]) == (2 * TURNS, [], None)
+    assert (status.served_replayed, status.divergences, status.stop) == (2 * TURNS, [], None)

@@ -10,6 +10,7 @@ from typing import Any
 
 import openai
 import pytest
+from reroll_proxy.volatile import VolatileRule
 
 from tests.proxy.conftest import (
     AGENT_MODEL,
@@ -23,6 +24,8 @@ from tests.proxy.conftest import (
     converse,
     http_json,
 )
+
+pytestmark = pytest.mark.spawns  # every test runs the proxy and the scripted model as subprocesses
 
 
 def chat_url(base_url: str) -> str:
@@ -38,6 +41,7 @@ def test_record_non_stream(start_proxy: StartProxy, scripted_model: Service) -> 
     turns, _ = converse(proxy.client(), TURNS, stream=False)
     lines = proxy.lines()
     assert [line["metadata"]["step"] for line in lines] == [0, 1, 2]
+    assert [line["metadata"]["thread"] for line in lines] == [0, 0, 0]
     assert {line["metadata"]["source"] for line in lines} == {"live"}
     for turn, line in zip(turns, lines, strict=True):
         assert line["metadata"]["stream"] is False and line["response"]["events"] is None
@@ -90,11 +94,40 @@ def test_replay_non_stream_without_upstream(start_proxy: StartProxy, recording: 
     turns, _ = converse(proxy.client(), TURNS, stream=False)
     assert turns == recording.turns
     status = proxy.status()
-    assert (status["served_replayed"], status["served_live"], status["cut_index"]) == (TURNS, 0, TURNS)
-    assert status["divergences"] == []
+    assert (status.served_replayed, status.served_live, status.cut_index) == (TURNS, 0, TURNS)
+    assert status.divergences == []
     lines = proxy.lines()
     assert [line["metadata"]["source"] for line in lines] == ["replayed"] * TURNS
     assert [line["metadata"]["model"] for line in lines] == [AGENT_MODEL] * TURNS
+    assert [line["metadata"]["thread"] for line in lines] == [0] * TURNS
+
+
+def test_a_side_call_replays_by_thread_in_any_order_with_the_sandbox_paths_volatile(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    side = [
+        {"role": "system", "content": "Name this session."},
+        {"role": "user", "content": "List the files."},
+    ]
+    recorded = [VolatileRule(value="/tmp/sandbox-1/app", label="workspace")]
+    recorder = start_proxy(upstream_url=scripted_model.base_url, volatile=recorded)
+    main_turns, _ = converse(
+        recorder.client(), TURNS, stream=False, task="List the files in /tmp/sandbox-1/app."
+    )
+    title = ask(recorder.client(), side, stream=False)
+    recorder.service.stop()
+    assert [line["metadata"]["thread"] for line in recorder.lines()] == [0] * TURNS + [1]
+
+    volatile = [*recorded, VolatileRule(value="/tmp/sandbox-2/app", label="workspace")]
+    proxy = start_proxy(replay_path=recorder.trajectory_path, policy="strict", volatile=volatile)
+    assert ask(proxy.client(), side, stream=False) == title  # the side call arrives first now
+    turns, _ = converse(proxy.client(), TURNS, stream=False, task="List the files in /tmp/sandbox-2/app.")
+    assert turns == main_turns
+    status = proxy.status()
+    assert (status.served_replayed, status.divergences, status.stop) == (TURNS + 1, [], None)
+    lines = proxy.lines()
+    assert [line["metadata"]["thread"] for line in lines] == [1] + [0] * TURNS
+    assert [line["metadata"]["replayed_from"] for line in lines] == [TURNS, *range(TURNS)]
 
 
 def test_replay_stream_reemits_the_recorded_events(
@@ -140,7 +173,7 @@ def test_cutover_after_n_with_the_model_swapped(
     turns, _ = converse(proxy.client(), TURNS, stream=False)
     assert turns == recording.turns
     status = proxy.status()
-    assert (status["served_replayed"], status["served_live"]) == (2, 1)
+    assert (status.served_replayed, status.served_live) == (2, 1)
     lines = proxy.lines()
     assert [line["metadata"]["source"] for line in lines] == ["replayed", "replayed", "live"]
     assert [line["request"]["body"]["model"] for line in lines] == [AGENT_MODEL, AGENT_MODEL, "live-model"]
@@ -223,7 +256,8 @@ def test_replay_only_exhaustion_is_409(start_proxy: StartProxy, recording: Recor
     error = error_body(caught.value)
     assert error["type"] == "replay_exhausted" and "exhausted at step 1" in error["message"]
     status = proxy.status()
-    assert status["replay_exhausted"] is True and status["served_replayed"] == 1
+    assert status.stop is not None and status.served_replayed == 1
+    assert (status.stop.kind, status.stop.step) == ("replay_exhausted", 1)
     assert len(proxy.lines()) == 1
 
 
@@ -234,8 +268,8 @@ def test_strict_divergence_aborts(start_proxy: StartProxy, recording: Recording)
     assert error_body(caught.value)["type"] == "replay_diverged"
     assert "Delete the files." in error_body(caught.value)["message"]
     status = proxy.status()
-    assert status["aborted"] and status["served_replayed"] == 0
-    assert status["divergences"][0]["message_index"] == 1
+    assert status.stop is not None and status.stop.kind == "replay_diverged" and status.served_replayed == 0
+    assert status.stop.reason.startswith("step 0: ") and status.divergences[0].message_index == 1
     assert proxy.lines() == []
 
 
@@ -244,12 +278,12 @@ def test_warn_divergence_serves_and_reports(start_proxy: StartProxy, recording: 
     turns, _ = converse(proxy.client(), TURNS, stream=False, task="Delete the files.")
     assert turns == recording.turns
     status = proxy.status()
-    assert status["aborted"] is None and status["served_replayed"] == TURNS
-    assert [d["step"] for d in status["divergences"]] == [0, 1, 2]
-    first = status["divergences"][0]
-    assert (first["message_index"], first["field"]) == (1, "messages[1].content[0].text")
-    assert first["classification"] == "observation_changed"
-    assert "-List the files." in first["diff"] and "+Delete the files." in first["diff"]
+    assert status.stop is None and status.served_replayed == TURNS
+    assert [d.step for d in status.divergences] == [0, 1, 2]
+    first = status.divergences[0]
+    assert (first.message_index, first.field) == (1, "messages[1].content[0].text")
+    assert first.classification == "observation_changed"
+    assert "-List the files." in first.diff and "+Delete the files." in first.diff
     assert proxy.lines()[0]["metadata"]["divergence"]["field"] == "messages[1].content[0].text"
 
 

@@ -28,6 +28,8 @@ from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from tests.proxy.conftest import TOKEN, TURNS, Service, StartProxy, Turn, ask, converse
 
+pytestmark = pytest.mark.spawns  # every test runs the Toxiproxy-compatible server and the proxy
+
 FAULTS: dict[str, dict[str, int]] = {
     "latency": {"latency": 150, "jitter": 0},
     "bandwidth": {"rate": 2},
@@ -137,7 +139,7 @@ def test_fault_keeps_the_recording_whole_and_replayable(
             else:
                 assert same(ask(client, body["messages"], stream=body.get("stream", False)), expected)
     status = replay.status()
-    assert (status["served_replayed"], status["served_live"], status["divergences"]) == (len(lines), 0, [])
+    assert (status.served_replayed, status.served_live, status.divergences) == (len(lines), 0, [])
 
 
 def test_toxiproxy_rest_api(toxiproxy: ToxiproxyServer, scripted_model: Service) -> None:
@@ -173,6 +175,7 @@ def test_toxiproxy_rest_api(toxiproxy: ToxiproxyServer, scripted_model: Service)
     assert client.get_proxy("api") is None
 
 
+@pytest.mark.spawns
 def test_a_server_that_does_not_start_is_reported(tmp_path: Path) -> None:
     fake = tmp_path / "toxiproxy-server"
     fake.write_text("#!/bin/sh\necho 'cannot bind: address in use'\nexit 3\n")

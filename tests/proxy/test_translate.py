@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from reroll.errors import TranslationError
 from reroll_proxy.formats import format_named
-from reroll_proxy.translate import TranslationError, supported_pairs, translation_for
+from reroll_proxy.translate import supported_pairs, translation_for
 
+from tests.conftest import spawning
 from tests.proxy.conftest import TOKEN, Service, StartProxy, http_json, start_service
 from tests.proxy.sdk_agents import AGENTS
 from tests.proxy.test_formats import SCRIPT, TURNS
@@ -36,6 +38,7 @@ OWN_KEY = {"openai-chat": "messages", "openai-responses": "input", "anthropic-me
 
 
 @pytest.fixture(scope="module")
+@spawning
 def only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service]]:
     """One scripted model per API format, each serving only that format."""
     workdir = tmp_path_factory.mktemp("translate-models")
@@ -133,7 +136,7 @@ async def test_tool_calls_round_trip_across_formats(
         TURNS, stream=stream
     )
     assert [answer(agent_format, final) for final in replayed.finals] == answers
-    assert replayer.status()["divergences"] == []
+    assert replayer.status().divergences == []
 
 
 def test_an_untranslatable_request_is_refused_with_its_cause(

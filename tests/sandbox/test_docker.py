@@ -20,6 +20,8 @@ from reroll.sandbox import docker as docker_backend
 from reroll.sandbox.docker import DockerSandbox, owner_label, prune
 from reroll.tasks import Task, load_task
 
+from tests.conftest import labelled_containers
+
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
@@ -56,7 +58,7 @@ def networks(sandbox: DockerSandbox) -> list[str]:
 
 
 async def connect(sandbox: DockerSandbox, host: str, port: int) -> str:
-    result = await sandbox.client.exec(["python3", "-c", CONNECT_SCRIPT, host, str(port)], timeout_seconds=20)
+    result = await sandbox.exec(["python3", "-c", CONNECT_SCRIPT, host, str(port)], timeout_seconds=20)
     return result.output_text().strip()
 
 
@@ -82,10 +84,18 @@ async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated
     host_config = isolated.container.attrs["HostConfig"]
     assert host_config["NanoCpus"] == 500_000_000 and host_config["Memory"] == 256 * 1024 * 1024
     assert isolated.container.labels["reroll.run_id"] == isolated.run_id
-    result = await isolated.client.exec(
+    result = await isolated.exec(
         ["sh", "-c", "cat /run/reroll/token || ls /run/reroll"], user=isolated.layout.agent_user
     )
     assert result.exit_code != 0 and b"Permission denied" in result.stderr
+
+
+async def test_stop_removes_the_container(task: Task) -> None:
+    run_id = f"stopped-{uuid.uuid4().hex[:8]}"
+    async with DockerSandbox(task, run_id) as sandbox:
+        assert len(labelled_containers(run_id)) == 1
+    await sandbox.stop()  # twice is fine
+    assert labelled_containers(run_id) == []
 
 
 async def test_prune_removes_a_leftover_container(task: Task) -> None:
@@ -94,7 +104,7 @@ async def test_prune_removes_a_leftover_container(task: Task) -> None:
     await sandbox.start()
     container = sandbox.container
     assert container is not None
-    await sandbox.client.close()  # a controller that died: nothing stopped the container
+    await sandbox.disconnect()  # a controller that died: nothing stopped the container
     assert await asyncio.to_thread(prune, "no-such-run") == {"containers": [], "kept": [], "networks": []}
     reroll = str(Path(sys.executable).parent / "reroll")
     done = await asyncio.to_thread(
@@ -123,7 +133,7 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
     orphan = DockerSandbox(task, f"orphan-{uuid.uuid4().hex[:8]}")
     await orphan.start()
     assert live.container is not None and orphan.container is not None
-    await orphan.client.close()  # its controller "died": nothing stops the container
+    await orphan.disconnect()  # its controller "died": nothing stops the container
     reroll = str(Path(sys.executable).parent / "reroll")
     try:
         done = await asyncio.to_thread(
@@ -134,7 +144,7 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
         assert "containers of running rollouts (--all removes them too)" in done.stdout
         with pytest.raises(docker.errors.NotFound):
             orphan.container.reload()
-        assert (await live.client.exec(["true"])).exit_code == 0  # its socket folder is kept too
+        assert (await live.exec(["true"])).exit_code == 0  # its socket folder is kept too
         by_run_id = await asyncio.to_thread(prune, live.run_id)
         assert by_run_id["containers"] == [live.container.name]
         with pytest.raises(docker.errors.NotFound):

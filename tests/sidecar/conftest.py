@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import shutil
@@ -19,6 +18,9 @@ from typing import Protocol
 
 import pytest
 from reroll.sandbox.sidecar_client import SidecarClient
+from reroll_proxy.contract import ReadyFile
+
+from tests.conftest import spawning
 
 READY_TIMEOUT_SECONDS = 20.0
 MARKER_ENV = "SIDECAR_TEST_MARKER"
@@ -64,6 +66,7 @@ def short_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
+@spawning
 async def start_sidecar(short_dir: Path) -> AsyncIterator[StartSidecar]:
     """A `StartSidecar` function (token: random when empty); every sidecar it started stops after the test."""
     started: list[RunningSidecar] = []
@@ -86,8 +89,8 @@ async def start_sidecar(short_dir: Path) -> AsyncIterator[StartSidecar]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"sidecar did not start (exit {process.poll()}):\n{log_path.read_text()}")
             await asyncio.sleep(0.02)
-        sidecar.ready = json.loads(ready_file.read_text())
-        sidecar.address = str(sidecar.ready["address"])
+        ready = ReadyFile.model_validate_json(ready_file.read_bytes())  # what the controller reads
+        sidecar.ready, sidecar.address = ready.model_dump(), ready.address
         return sidecar
 
     yield start

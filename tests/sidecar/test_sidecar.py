@@ -15,13 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.sidecar_client import (
-    ExecExit,
-    SidecarClient,
-    SidecarError,
-    SidecarUnavailable,
-    VerifyOutcome,
-)
+from reroll.errors import SidecarError, SidecarUnavailable
+from reroll.sandbox.results import VerifyOutcome
+from reroll.sandbox.sidecar_client import ExecExit, SidecarClient
 from reroll.tasks import HardeningOptions
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
@@ -58,10 +54,8 @@ async def test_health_reports_the_sidecar(client: SidecarClient, sidecar: Runnin
 async def test_wait_ready_names_the_address_when_nothing_listens(short_dir: Path) -> None:
     address = f"unix:{short_dir}/nobody-listens.sock"
     async with SidecarClient(address, "token") as client:
-        started = time.monotonic()
         with pytest.raises(SidecarUnavailable, match=r"not ready after 0\.5 s") as raised:
-            await client.wait_ready(timeout_seconds=0.5)
-        assert time.monotonic() - started < 3
+            await asyncio.wait_for(client.wait_ready(timeout_seconds=0.5), 60)  # 60: a hang guard only
         assert address in str(raised.value)
         with pytest.raises(SidecarUnavailable, match="UNAVAILABLE"):
             await client.health()
@@ -279,6 +273,7 @@ async def test_sigterm_kills_running_commands(client: SidecarClient, sidecar: Ru
         assert [item async for item in stream] == [ExecExit(exit_code=-9, timed_out=False)]
 
 
+@pytest.mark.spawns
 def test_sidecar_refuses_to_start_without_a_token(short_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "REROLL_SIDECAR_TOKEN"}
     completed = subprocess.run(

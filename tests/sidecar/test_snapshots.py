@@ -43,6 +43,7 @@ async def test_a_file_system_that_clones_gets_large_files_cloned(reflink_dir: Pa
     assert (workspace / "small.txt").read_text() == "small"
 
 
+@pytest.mark.spawns
 async def test_a_file_system_without_clones_gets_everything_archived(tmp_path: Path) -> None:
     if snapshot_io.can_clone(str(tmp_path)):
         pytest.skip(f"{tmp_path} clones files")
@@ -52,6 +53,7 @@ async def test_a_file_system_without_clones_gets_everything_archived(tmp_path: P
     assert saved.size_bytes > len(big)
 
 
+@pytest.mark.spawns
 def test_member_ranges_make_archives_of_chosen_members_long_names_included(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     long_folder = tree / ("d" * 120)
@@ -71,6 +73,7 @@ def test_member_ranges_make_archives_of_chosen_members_long_names_included(tmp_p
     assert any(line.endswith("t" * 150) for line in lines)
 
 
+@pytest.mark.spawns
 async def test_entries_changed_while_the_snapshot_runs_are_always_put_back(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -99,6 +102,7 @@ async def test_bad_paths_are_refused(tmp_path: Path, paths: list[str]) -> None:
     assert raised.value.kind == "invalid"
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("damage", [b"\xff" * 2048, b"truncated", b""])
 async def test_a_damaged_archive_fails_naming_it(tmp_path: Path, damage: bytes) -> None:
     (tmp_path / "ws").mkdir()
@@ -114,6 +118,7 @@ async def test_a_damaged_archive_fails_naming_it(tmp_path: Path, damage: bytes) 
     assert not (tmp_path / "ws" / "file").exists()
 
 
+@pytest.mark.spawns
 async def test_a_deleted_tree_comes_back_whole(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     files = {workspace / f"d{index % 7}" / f"f{index}": os.urandom(index * 97) for index in range(300)}
@@ -127,6 +132,7 @@ async def test_a_deleted_tree_comes_back_whole(tmp_path: Path) -> None:
     assert {path: path.read_bytes() for path in workspace.rglob("f*")} == files
 
 
+@pytest.mark.spawns
 async def test_entries_find_saw_but_tar_did_not_are_absent_unless_the_archive_is_damaged(
     tmp_path: Path,
 ) -> None:
@@ -150,3 +156,23 @@ async def test_entries_find_saw_but_tar_did_not_are_absent_unless_the_archive_is
     stamps_file.write_bytes(listing + late + b"\0" + late_stamp + b"\0")  # not marked: the archive lost it
     with pytest.raises(SnapshotError, match=r"content\.tar lacks 1 saved entries, such as .*/late"):
         await store.restore("s")
+
+
+@pytest.mark.spawns
+async def test_restore_replaces_a_symlinked_folder_instead_of_writing_through_it(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "workspace", tmp_path / "outside"
+    (workspace / "tests").mkdir(parents=True)
+    outside.mkdir()
+    hook = workspace / "tests" / "conftest.py"
+    hook.write_text("the task's own hook")
+    store = SnapshotStore(str(tmp_path / "state"))
+    await store.save("baseline", [str(hook)], {str(hook): str(workspace)})
+    shutil.rmtree(workspace / "tests")
+    (workspace / "tests").symlink_to(outside)  # the agent's folder symlink
+    with pytest.raises(SnapshotError, match="tests is a symlink"):
+        await store.save("again", [str(hook)], {str(hook): str(workspace)})
+    notes: list[str] = []
+    assert await store.restore("baseline", notes) == [str(hook)]
+    assert not (workspace / "tests").is_symlink() and hook.read_text() == "the task's own hook"
+    assert list(outside.iterdir()) == []
+    assert notes and "replaced by an empty folder" in notes[0]

@@ -1,21 +1,25 @@
 """The `Sandbox` protocol every backend implements, and the lazy registry of backends.
 
-A backend's only job is the sandbox's lifecycle: create it, start the sidecar inside it, hand out
-a connected `SidecarClient`, and tear everything down. Everything the controller does inside a
-sandbox (exec, files, kill, verify) then goes through that client, whatever the backend.
+A sandbox is one isolated place where one rollout's agent and verifier run. Everything the
+controller does inside it goes through this protocol — exec, files, kill, snapshots, verify —
+never through a backend's transport (reroll's own backends talk to a sidecar over gRPC; see
+`reroll.sandbox.sidecar_sandbox`, the implementation they share). A backend outside reroll
+implements the protocol, proves it with `reroll.sandbox.conformance`, and is named by its
+dotted path (``--sandbox mypackage.backends:MySandbox``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Self
 
-from reroll.errors import SandboxError
-from reroll.sandbox.sidecar_client import SidecarClient
-from reroll.tasks import Task
+from reroll.errors import SandboxBackendError
+from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
+from reroll.tasks import HardeningOptions, Task
 
 
 @dataclass(frozen=True)
@@ -56,16 +60,29 @@ class SandboxLayout:
 class Sandbox(Protocol):
     """A sandbox backend: one isolated place where one rollout's agent and verifier run.
 
-    Use as an async context manager (``async with backend(...) as sandbox``), or call `start` and
-    `stop` explicitly; `stop` must run even when the rollout failed. Never rely on finalisers.
+    Use as an async context manager (``async with backend(task, run_id) as sandbox``), or call
+    `start` and `stop` explicitly; `stop` must run even when the rollout failed. Never rely on
+    finalisers. Every method but `host_address`, `egress`, `start` and `stop` needs a started
+    sandbox and raises SandboxError ("... is not started") before `start` or after `stop`.
+
+    Limits of reroll's own backends (the sidecar's): exec output arrives in chunks of at most
+    64 KiB and is also kept whole in memory for the result; files move in 1 MiB chunks, held
+    whole in memory, each transfer within 120 s; a snapshot or restore within 660 s.
     """
 
     layout: SandboxLayout
-    """Paths inside the sandbox."""
+    """Paths inside the sandbox, and the environment variables that name them (`SandboxLayout.env`)."""
 
-    @property
-    def client(self) -> SidecarClient:
-        """The connected sidecar client. Raises SandboxError before `start`."""
+    async def __aenter__(self) -> Self:
+        """`start` the sandbox and return it.
+
+        Raises:
+            SandboxError: as `start`.
+        """
+        ...
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """`stop` the sandbox, whether or not the block raised."""
         ...
 
     async def host_address(self) -> str:
@@ -88,10 +105,11 @@ class Sandbox(Protocol):
         ...
 
     async def start(self) -> None:
-        """Create the sandbox, start its sidecar and wait until it is ready.
+        """Create the sandbox, start what runs commands in it and wait until it is ready.
 
         Raises:
-            SandboxError: the sandbox or its sidecar could not start (the cause is in the message).
+            SandboxError: the sandbox could not start (the cause is in the message); what was
+                created is removed again.
         """
         ...
 
@@ -99,79 +117,232 @@ class Sandbox(Protocol):
         """Stop every process of the sandbox and delete it. Safe to call twice or after a failed start."""
         ...
 
+    async def exec(
+        self,
+        argv: list[str],
+        *,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        user: str = "",
+        timeout_seconds: float = 0.0,
+        stdin: bytes = b"",
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> ExecResult:
+        """Run `argv` in the sandbox, in a process group of its own, to its end.
+
+        Cancelling the awaiting task kills the process group.
+
+        Args:
+            argv: the program and its arguments (looked up in the child's PATH).
+            cwd: absolute working directory in the sandbox; empty = the backend's default.
+            env: environment variables of the child.
+            inherit_env: True: the backend's base environment updated by `env`; False: exactly `env`.
+            user: run as this user (e.g. ``layout.agent_user``); empty = the backend's own user.
+            timeout_seconds: kill the whole process group after this many seconds; 0 = no timeout.
+            stdin: bytes fed to the child's stdin, which is then closed.
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+
+        Returns:
+            The exit code (127 for a program that does not exist, with the error on stderr; the
+            negative signal number when killed, -9 after a timeout), the whole stdout and
+            stderr, whether it timed out, and its duration in seconds.
+
+        Raises:
+            SandboxError: not started, the command could not be started (e.g. a nonexistent
+                `cwd` or `user`), or the sandbox died.
+        """
+        ...
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
+        """Write `data` to the absolute `path` in the sandbox, atomically, creating parent folders.
+
+        Args:
+            path: absolute path in the sandbox.
+            data: the file's whole content.
+            mode: permission bits, e.g. ``0o755``.
+
+        Returns:
+            The size written, in bytes.
+
+        Raises:
+            SandboxError: not started, a relative path, or no permission.
+        """
+        ...
+
+    async def get_file(self, path: str) -> bytes:
+        """Read the file at the absolute `path` in the sandbox.
+
+        Returns:
+            The file's whole content.
+
+        Raises:
+            FileNotFoundError: the file does not exist (the message names `path`).
+            SandboxError: not started, or any other failure (no permission, a directory).
+        """
+        ...
+
+    async def upload_dir(self, source: Path, destination: str) -> int:
+        """Copy every file under host folder `source` to `destination` in the sandbox, keeping modes.
+
+        Returns:
+            The number of files copied.
+
+        Raises:
+            SandboxError: as `put_file`.
+        """
+        ...
+
+    async def kill(self, user: str = "") -> int:
+        """Quiesce the agent's processes, then SIGKILL the process groups started through `exec`
+        for `user` (empty: for every user).
+
+        Quiesce freezes, then kills, every process the agent left, whatever it does to escape
+        (fork storms, ``setsid``, double forks): with an empty `user` every process `exec`
+        started and all their descendants; where the backend runs as root and `user` is
+        another, non-root user, every process of that user. None is left when this returns.
+
+        Returns:
+            How many process groups were signalled.
+
+        Raises:
+            QuiesceError: processes were still alive after the backend's time limit.
+            SandboxError: not started, or the sandbox died.
+        """
+        ...
+
     async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
-        """Save `paths` (absolute, in the sandbox; default: the workspace) as snapshot `name`.
+        """Save `paths` (absolute, in the sandbox; default: the workspace) as snapshot `name`,
+        replacing one of that name.
 
         Returns:
             The snapshot's size in bytes.
 
         Raises:
-            SidecarError: a bad name or path, or the sidecar failed to store it.
+            SandboxError: not started, a bad name or path, or the snapshot could not be stored.
         """
         ...
 
     async def restore(self, name: str) -> list[str]:
-        """Restore snapshot `name` exactly: contents, modes, symlinks, and deletions of what came since.
+        """Restore snapshot `name` exactly: contents, modes, owners, symlinks, hard links, and
+        deletions of what came since.
 
         Returns:
-            The paths restored.
+            The paths restored (those given to `snapshot`).
 
         Raises:
-            SidecarError: no snapshot of that name, or the sidecar failed to restore it.
+            SandboxError: not started, no snapshot of that name, or the restore failed.
+        """
+        ...
+
+    async def prepare_verify(self, hardening: HardeningOptions, env: Mapping[str, str]) -> VerifyBaseline:
+        """Record the verification baseline before the agent runs (replacing an earlier one):
+        the start-up hooks in the workspace and HOME, and a snapshot of the build-config files.
+
+        Args:
+            hardening: the task's hardening options, which the later `verify` applies.
+            env: the environment in which the sandbox's ``python3`` is found (PATH).
+
+        Raises:
+            SandboxError: not started, or a scan or the snapshot failed.
+        """
+        ...
+
+    async def verify(
+        self,
+        *,
+        verifier_dir: str,
+        script: str,
+        reward_dir: str,
+        env: Mapping[str, str],
+        timeout_seconds: float,
+        on_output: Callable[[str, bytes], None] | None = None,
+        on_hardening: Callable[[HardeningReport], None] | None = None,
+    ) -> VerifyOutcome:
+        """Harden the sandbox as `prepare_verify` recorded (kill the agent's processes, undo
+        planted build config and hooks, delete old reward files), run the test script in a
+        clean environment as root, and read its reward.
+
+        Args:
+            verifier_dir: the folder in the sandbox holding the verifier's files; the script runs there.
+            script: the test script, relative to `verifier_dir` (``test.sh``).
+            reward_dir: where the script writes ``reward.txt`` or ``reward.json``.
+            env: the script's base environment; cleaned, then the hardening variables are added.
+            timeout_seconds: kill the script's process group after this many seconds; 0 = no timeout.
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+            on_hardening: called with the hardening report once it is done, before the script runs.
+
+        Returns:
+            The hardening report, the script's exit, output and reward (or why there is none).
+
+        Raises:
+            FileNotFoundError: the test script is missing (the message names it).
+            SandboxError: not started, `prepare_verify` did not run before, or the sandbox died.
         """
         ...
 
 
-class SidecarSandbox:
-    """What every backend shares once its sidecar runs (snapshots); backends subclass it."""
-
-    layout: SandboxLayout
-
-    @property
-    def client(self) -> SidecarClient:
-        """The connected sidecar client; each backend provides it."""
-        raise NotImplementedError
-
-    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
-        """See `Sandbox.snapshot`."""
-        return await self.client.snapshot(name, paths or [self.layout.workspace])
-
-    async def restore(self, name: str) -> list[str]:
-        """See `Sandbox.restore`."""
-        return await self.client.restore(name)
-
+SandboxFactory = Callable[[Task, str], Sandbox]
+"""Makes an unstarted sandbox for a task and a run id, e.g. a backend class."""
 
 BACKENDS: dict[str, str] = {
     "local": "reroll.sandbox.local:LocalSandbox",
     "docker": "reroll.sandbox.docker:DockerSandbox",
 }
-"""Backend name → ``module:class``, imported only when used."""
+"""Built-in backend name → ``module:class``, imported only when used."""
 WITHOUT_NETWORK_POLICY = frozenset({"local"})
 """Backends that run on the host's network and enforce no ``environment.network`` policy."""
+
+
+def load_backend(name: str) -> SandboxFactory:
+    """The backend class `name` stands for, imported now, so a typo or a missing package is
+    refused before anything is written.
+
+    Args:
+        name: a key of `BACKENDS`, or the dotted path of a class outside reroll that implements
+            `Sandbox` and takes ``(task, run_id)``: ``package.module:Class`` or ``package.module.Class``.
+
+    Raises:
+        SandboxBackendError: an unknown name without a dot (the message lists the known ones), a module
+            that cannot be imported (for a built-in backend: what to install), or no such class.
+    """
+    target = BACKENDS.get(name)
+    if target is None:
+        if "." not in name and ":" not in name:
+            raise SandboxBackendError(
+                f"unknown sandbox backend {name!r}; known: {', '.join(sorted(BACKENDS))}, "
+                "or the dotted path of a Sandbox class (package.module:Class)"
+            )
+        target = name
+    module_name, colon, class_name = target.partition(":")
+    if not colon:
+        module_name, _, class_name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if name in BACKENDS:
+            raise SandboxBackendError(f"sandbox backend {name!r} needs a missing package: {exc}") from exc
+        raise SandboxBackendError(
+            f"sandbox backend {name!r}: cannot import module {module_name!r}: {exc}"
+        ) from exc
+    factory = getattr(module, class_name, None)
+    if not callable(factory):
+        raise SandboxBackendError(
+            f"sandbox backend {name!r}: module {module_name!r} has no class {class_name!r}"
+        )
+    loaded: SandboxFactory = factory
+    return loaded
 
 
 def create_sandbox(backend: str, task: Task, run_id: str) -> Sandbox:
     """Create (not start) a sandbox of the named backend for `task`.
 
     Args:
-        backend: a key of `BACKENDS`.
+        backend: a key of `BACKENDS` or a dotted path (see `load_backend`).
         task: the task whose environment the sandbox provides.
         run_id: an id unique to this rollout, used to label what the sandbox creates.
 
     Raises:
-        SandboxError: unknown backend name (the message lists the known ones), or its module
-            could not be imported (the message says what to install).
+        SandboxBackendError: as `load_backend`.
     """
-    try:
-        target = BACKENDS[backend]
-    except KeyError:
-        raise SandboxError(
-            f"unknown sandbox backend {backend!r}; known: {', '.join(sorted(BACKENDS))}"
-        ) from None
-    module_name, class_name = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SandboxError(f"sandbox backend {backend!r} needs a missing package: {exc}") from exc
-    sandbox: Sandbox = getattr(module, class_name)(task, run_id)
-    return sandbox
+    return load_backend(backend)(task, run_id)

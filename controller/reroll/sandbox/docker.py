@@ -36,13 +36,13 @@ import docker.errors
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
+from pydantic import BaseModel, ConfigDict
 
 from reroll.config import host_ca_bundle
-from reroll.errors import SandboxError
-from reroll.sandbox.base import SandboxLayout, SidecarSandbox
-from reroll.sandbox.files import upload_dir
+from reroll.errors import SandboxError, SidecarError
+from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.images import MANAGED_LABEL, SIDECAR_ENTRYPOINT, ensure_images, task_image
-from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
+from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks import Task
 
 RUN_ID_LABEL = "reroll.run_id"
@@ -56,8 +56,6 @@ MOUNT_POINT = "/run/reroll"
 HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
-READY_TIMEOUT_SECONDS = 60.0
-STOP_TIMEOUT_SECONDS = 5
 NETWORKS = {"none": "reroll-none", "full": "reroll-full"}
 """Network policy → the reroll-managed bridge network the container joins."""
 
@@ -121,6 +119,17 @@ def gateway(network: Network) -> str:
     raise SandboxError(f"docker network {network.name} has no gateway address")
 
 
+class DockerSandboxConfig(BaseModel):
+    """Settings of the `docker` backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ready_timeout_seconds: float = 60.0
+    """How long `start` waits for the container's sidecar to answer ready."""
+    setup_timeout_seconds: float = 60.0
+    """How long the one-time setup in a new container (agent user, folders) may take."""
+
+
 class DockerSandbox(SidecarSandbox):
     """A sandbox in a Docker container; see the module docstring.
 
@@ -128,13 +137,15 @@ class DockerSandbox(SidecarSandbox):
         task: the task; its ``environment/Dockerfile`` (if any) and ``environment`` section
             (cpus, memory_mb, network) shape the container.
         run_id: the rollout's id, the container's ``reroll.run_id`` label and part of its name.
+        config: the backend's settings; default: `DockerSandboxConfig()`.
     """
 
-    def __init__(self, task: Task, run_id: str) -> None:
+    def __init__(self, task: Task, run_id: str, config: DockerSandboxConfig | None = None) -> None:
         self.task = task
         self.run_id = run_id
+        self.config = config or DockerSandboxConfig()
         self.policy = task.spec.environment.network
-        self.layout = SandboxLayout(
+        layout = SandboxLayout(
             root="/",
             workspace="/app",
             logs_dir="/logs",
@@ -142,18 +153,11 @@ class DockerSandbox(SidecarSandbox):
             agents_dir=AGENTS_DIR,
             agent_user=AGENT_USER,
         )
+        super().__init__(layout, f"docker sandbox {run_id}")
         self.container: Container | None = None
         self._docker: docker.DockerClient | None = None
         self._mount_dir: Path | None = None
         self._token = ""
-        self._client: SidecarClient | None = None
-
-    @property
-    def client(self) -> SidecarClient:
-        """The connected sidecar client."""
-        if self._client is None:
-            raise SandboxError(f"docker sandbox {self.run_id} is not started")
-        return self._client
 
     @property
     def _engine(self) -> docker.DockerClient:
@@ -171,20 +175,21 @@ class DockerSandbox(SidecarSandbox):
 
         Raises:
             SandboxError: an image failed to build, the container failed to start, or its
-                sidecar was not ready within `READY_TIMEOUT_SECONDS` (the container's log is quoted).
+                sidecar was not ready within ``config.ready_timeout_seconds`` (the container's log is quoted).
         """
         try:
             await asyncio.to_thread(self._create)
             assert self._mount_dir is not None
-            self._client = SidecarClient(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
-            await self._client.__aenter__()
+            await self._connect(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
             await self._wait_ready()
-            setup = await self._client.exec(["sh", "-c", _SETUP_SCRIPT], timeout_seconds=60)
+            setup = await self.exec(
+                ["sh", "-c", _SETUP_SCRIPT], timeout_seconds=self.config.setup_timeout_seconds
+            )
             if setup.exit_code != 0:
                 raise SandboxError(f"setting up the container failed: {setup.output_text()[-2000:]}")
             if self.task.dockerfile is None and self.task.workspace_seed_dir is not None:
-                await upload_dir(self._client, self.task.workspace_seed_dir, self.layout.workspace)
-                await self._client.exec(["chown", "-R", f"{AGENT_USER}:", self.layout.workspace])
+                await self.upload_dir(self.task.workspace_seed_dir, self.layout.workspace)
+                await self.exec(["chown", "-R", f"{AGENT_USER}:", self.layout.workspace])
         except BaseException:
             await self.stop()
             raise
@@ -230,12 +235,12 @@ class DockerSandbox(SidecarSandbox):
 
     async def _wait_ready(self) -> None:
         """Poll the sidecar until ready; fail early with the container's log when it exited."""
-        assert self._client is not None and self.container is not None
+        assert self.container is not None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + READY_TIMEOUT_SECONDS
+        deadline = loop.time() + self.config.ready_timeout_seconds
         while True:
             try:
-                await self._client.wait_ready(timeout_seconds=min(2.0, max(0.1, deadline - loop.time())))
+                await self._sidecar.wait_ready(timeout_seconds=min(2.0, max(0.1, deadline - loop.time())))
                 return
             except SidecarError as exc:
                 await asyncio.to_thread(self.container.reload)
@@ -256,8 +261,8 @@ class DockerSandbox(SidecarSandbox):
         """
         env: dict[str, str] = {}
         bundle = host_ca_bundle()
-        if bundle is not None and self._client is not None:
-            await self._client.put_file(HOST_CA_PATH, bundle.read_bytes())
+        if bundle is not None and self.connected:
+            await self.put_file(HOST_CA_PATH, bundle.read_bytes())
             env = {
                 "PIP_CERT": HOST_CA_PATH,
                 "SSL_CERT_FILE": HOST_CA_PATH,
@@ -276,9 +281,7 @@ class DockerSandbox(SidecarSandbox):
 
     async def stop(self) -> None:
         """Remove the container (and its anonymous volumes) and the mount folder. Safe to call twice."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self.disconnect()
         if self.container is not None:
             container, self.container = self.container, None
             with contextlib.suppress(docker.errors.NotFound):
@@ -289,13 +292,6 @@ class DockerSandbox(SidecarSandbox):
         if self._docker is not None:
             self._docker.close()
             self._docker = None
-
-    async def __aenter__(self) -> DockerSandbox:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
 
 def owner_label(pid: int | None = None) -> str:

@@ -4,10 +4,12 @@ Three layers, each tagged with a hash of what it is built from, so a rebuild is 
 nothing changed:
 
 - ``reroll/base:<hash>`` (alias ``reroll/base:bookworm``): a Debian bookworm root file system made
-  with debootstrap from the host's Debian mirror (packages in ``images/base/packages.txt``), then
+  with debootstrap from the host's Debian mirror (packages in ``reroll/images/base/packages.txt``), then
   ``docker import``-ed. Needs root and the ``debootstrap`` package (installed with apt-get if missing).
-- ``reroll/sandbox:<hash>``: the base plus the sidecar in ``/opt/reroll`` (``images/sandbox/``),
+- ``reroll/sandbox:<hash>``: the base plus the sidecar in ``/opt/reroll`` (``reroll/images/sandbox/``),
   built offline (``network_mode=none``) from grpcio/protobuf wheels downloaded on the host first.
+  The recipes and the sidecar's packages are read with ``importlib.resources``, so an installed
+  wheel builds the same images as a checkout.
 - ``reroll/task-<name>:<hash>``: a task's ``environment/Dockerfile`` (usually ``FROM reroll/base:bookworm``)
   with ``/opt/reroll`` copied in from the sandbox image.
 
@@ -31,7 +33,8 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import metadata
+from importlib import metadata, resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import docker
@@ -39,11 +42,11 @@ import docker.errors
 from docker.models.images import Image
 
 from reroll.config import cache_dir, cache_lock
-from reroll.errors import SandboxError
+from reroll.errors import ImageBuildError
 from reroll.tasks import Task
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-IMAGES_DIR = REPO_ROOT / "images"
+IMAGES = resources.files("reroll") / "images"
+"""reroll's own image recipes (package data): ``base/packages.txt`` and ``sandbox/Dockerfile``."""
 SUITE = "bookworm"
 BASE_REPO = "reroll/base"
 BASE_ALIAS = f"{BASE_REPO}:{SUITE}"
@@ -53,16 +56,18 @@ SIDECAR_ENTRYPOINT = ["/opt/reroll/venv/bin/python", "-m", "reroll_sidecar"]
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _BASE_RECIPE = "debootstrap --variant=minbase; apt lists and caches removed; v1"
 """Changing how the base is made must change its hash: bump this text with the recipe."""
-_SIDECAR_PACKAGES = ("reroll_sidecar", "reroll_protos")
+_SIDECAR_LIB: dict[str, tuple[str, ...] | None] = {
+    "reroll_sidecar": None,
+    "reroll_protos": None,
+    "reroll": ("__init__.py", "errors.py"),
+}
+"""What the sandbox image's ``/opt/reroll/lib`` holds: package → its files (None: all of them).
+Of ``reroll`` the sidecar needs only the exception tree, which imports nothing."""
 COMMAND_TIMEOUT_SECONDS = 1800
 
 Log = Callable[[str], None]
 """Where build steps are reported, one line each; the default is this module's logger (INFO)."""
 logger = logging.getLogger(__name__)
-
-
-class ImageBuildError(SandboxError):
-    """An image could not be built; the message names the step and carries its output's end."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,35 @@ def _tree_bytes(root: Path) -> Iterator[bytes]:
             continue
         yield f"{path.relative_to(root).as_posix()}:{path.stat().st_mode & 0o777:o}".encode()
         yield path.read_bytes()
+
+
+def _resource_files(root: Traversable, prefix: str = "") -> Iterator[tuple[str, bytes]]:
+    """Relative path and content of every file of package data under `root`, sorted; caches left out.
+
+    Modes are not part of package data (a wheel may install them differently), so none are read.
+    """
+    for child in sorted(root.iterdir(), key=lambda item: item.name):
+        if child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            yield from _resource_files(child, f"{prefix}{child.name}/")
+        else:
+            yield f"{prefix}{child.name}", child.read_bytes()
+
+
+def _resource_bytes(root: Traversable) -> Iterator[bytes]:
+    """`_resource_files` of `root` flattened for `_digest`: path, then content, per file."""
+    for name, content in _resource_files(root):
+        yield name.encode()
+        yield content
+
+
+def _copy_resources(root: Traversable, dest: Path) -> None:
+    """Write the files of package data under `root` below `dest` (caches left out)."""
+    for name, content in _resource_files(root):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
 
 
 def _exists(client: docker.DockerClient, tag: str) -> bool:
@@ -135,7 +169,7 @@ def debian_mirror() -> str:
 
 
 def _packages() -> list[str]:
-    lines = (IMAGES_DIR / "base" / "packages.txt").read_text().splitlines()
+    lines = IMAGES.joinpath("base", "packages.txt").read_text(encoding="utf-8").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
@@ -239,16 +273,22 @@ def _wheels(python: str, log: Log) -> Path:
 
 def sandbox_tag(base: str, wheels_key: str) -> str:
     """``reroll/sandbox:<hash>`` of the base tag, the wheel pins, the Dockerfile and the sidecar's source."""
-    parts = [base.encode(), wheels_key.encode(), *_tree_bytes(IMAGES_DIR / "sandbox")]
-    for package in _SIDECAR_PACKAGES:
-        parts += list(_tree_bytes(REPO_ROOT / _package_dir(package)))
+    parts = [base.encode(), wheels_key.encode(), *_resource_bytes(IMAGES / "sandbox")]
+    for relative, content in _sidecar_lib():
+        parts += [relative.encode(), content]
     return f"{SANDBOX_REPO}:{_digest(*parts)}"
 
 
-def _package_dir(package: str) -> Path:
-    """The source folder of one of our packages (``sidecar/reroll_sidecar`` …)."""
-    folder = {"reroll_sidecar": "sidecar", "reroll_protos": "protos"}[package]
-    return REPO_ROOT / folder / package
+def _sidecar_lib() -> list[tuple[str, bytes]]:
+    """(path under ``lib/``, content) of every file of `_SIDECAR_LIB` (package data, caches left out)."""
+    files = []
+    for package, names in _SIDECAR_LIB.items():
+        root = resources.files(package)
+        if names is None:
+            files += [(f"{package}/{name}", content) for name, content in _resource_files(root)]
+        else:
+            files += [(f"{package}/{name}", root.joinpath(name).read_bytes()) for name in names]
+    return files
 
 
 def _python_of(client: docker.DockerClient, base: str) -> str:
@@ -270,14 +310,12 @@ def build_sandbox(client: docker.DockerClient, base: str, log: Log) -> tuple[str
     if _exists(client, tag):
         return tag, False
     with tempfile.TemporaryDirectory(prefix="reroll-sandbox-ctx-") as context:
-        shutil.copytree(IMAGES_DIR / "sandbox", context, dirs_exist_ok=True)
+        _copy_resources(IMAGES / "sandbox", Path(context))
         shutil.copytree(wheels, Path(context) / "wheels", ignore=shutil.ignore_patterns(".complete"))
-        for package in _SIDECAR_PACKAGES:
-            shutil.copytree(
-                _package_dir(package),
-                Path(context) / "lib" / package,
-                ignore=shutil.ignore_patterns("__pycache__"),
-            )
+        for relative, content in _sidecar_lib():
+            target = Path(context) / "lib" / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
         log(f"docker build {tag} (offline)")
         _build(client, tag, path=context, tag=tag, buildargs={"BASE": base}, network_mode="none")
     return tag, True

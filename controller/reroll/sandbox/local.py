@@ -18,15 +18,27 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from reroll.config import cache_dir
-from reroll.errors import RerollError, SandboxError
+from reroll.errors import RerollError, SandboxError, SidecarError
 from reroll.processes import ChildProcess
-from reroll.sandbox.base import SandboxLayout, SidecarSandbox
-from reroll.sandbox.sidecar_client import SidecarClient, SidecarError
+from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks import Task
 
 MAX_NAME_IN_ROOT = 32
-"""How much of the run id goes into the sandbox folder's name."""
+"""How much of the run id goes into the sandbox folder's name: the sidecar's Unix socket lives
+below it, and a socket path may hold at most 107 bytes (sockaddr_un)."""
+
+
+class LocalSandboxConfig(BaseModel):
+    """Settings of the `local` backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ready_timeout_seconds: float = 30.0
+    """How long `start` waits for the sidecar to answer ready."""
 
 
 class LocalSandbox(SidecarSandbox):
@@ -35,31 +47,24 @@ class LocalSandbox(SidecarSandbox):
     Args:
         task: the task; its ``environment/workspace/`` seeds the workspace.
         run_id: the rollout's id, part of the folder's name.
+        config: the backend's settings; default: `LocalSandboxConfig()`.
     """
 
-    def __init__(self, task: Task, run_id: str) -> None:
+    def __init__(self, task: Task, run_id: str, config: LocalSandboxConfig | None = None) -> None:
         self.task = task
         self.run_id = run_id
-        # The name is cut short: the sidecar's Unix socket lives below it, and a socket path may
-        # hold at most 107 bytes (sockaddr_un), however long the run folder's name is.
+        self.config = config or LocalSandboxConfig()
         self.root = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
-        self.layout = SandboxLayout(
+        layout = SandboxLayout(
             root=str(self.root),
             workspace=str(self.root / "app"),
             logs_dir=str(self.root / "logs"),
             home=str(self.root / "home"),
             agents_dir=str(cache_dir() / "agents"),
         )
+        super().__init__(layout, f"local sandbox {self.root}")
         self._token = secrets.token_urlsafe(24)
-        self._sidecar: ChildProcess | None = None
-        self._client: SidecarClient | None = None
-
-    @property
-    def client(self) -> SidecarClient:
-        """The connected sidecar client."""
-        if self._client is None:
-            raise SandboxError(f"local sandbox {self.root} is not started")
-        return self._client
+        self._sidecar_process: ChildProcess | None = None
 
     async def host_address(self) -> str:
         """Loopback: the sandbox's processes run on the host."""
@@ -71,7 +76,12 @@ class LocalSandbox(SidecarSandbox):
         yield {}
 
     async def start(self) -> None:
-        """Lay out the folders, seed the workspace, start the sidecar and wait until it is ready."""
+        """Lay out the folders, seed the workspace, start the sidecar and wait until it is ready.
+
+        Raises:
+            SandboxError: the sidecar did not start or answer ready within
+                ``config.ready_timeout_seconds``.
+        """
         for sub in ("app", "logs/agent", "logs/verifier", "home", "tmp", ".reroll"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         if self.task.workspace_seed_dir is not None:
@@ -80,7 +90,7 @@ class LocalSandbox(SidecarSandbox):
             )
         socket_path = self.root / ".reroll" / "sidecar.sock"
         env = dict(os.environ, REROLL_SIDECAR_TOKEN=self._token, TMPDIR=str(self.root / "tmp"))
-        self._sidecar = ChildProcess(
+        self._sidecar_process = ChildProcess(
             "reroll_sidecar",
             ["--listen", f"unix:{socket_path}", "--state-dir", str(self.root / ".reroll" / "state")],
             workdir=self.root / ".reroll",
@@ -88,34 +98,25 @@ class LocalSandbox(SidecarSandbox):
             env=env,
         )
         try:
-            await self._sidecar.start()
-            self._client = SidecarClient(f"unix:{socket_path}", self._token)
-            await self._client.__aenter__()
-            await self._client.wait_ready(timeout_seconds=30.0)
-        except (RerollError, SidecarError) as exc:
+            await self._sidecar_process.start()
+            client = await self._connect(f"unix:{socket_path}", self._token)
+            await client.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
+        except RerollError as exc:
             await self.stop()
-            raise SandboxError(f"local sandbox {self.root}: sidecar did not start: {exc}") from exc
+            raise SandboxError(f"{self.label}: sidecar did not start: {exc}") from exc
 
     async def stop(self) -> None:
         """Kill the sandbox's processes, stop the sidecar and delete the folder."""
-        if self._client is not None:
+        if self.connected:
             # A dead sidecar cannot kill; its process groups are then gone or orphaned already.
             with contextlib.suppress(SidecarError):
-                await self._client.kill()
-            await self._client.close()
-            self._client = None
-        if self._sidecar is not None:
-            await self._sidecar.stop()
-            self._sidecar = None
+                await self.kill()
+        await self.disconnect()
+        if self._sidecar_process is not None:
+            await self._sidecar_process.stop()
+            self._sidecar_process = None
         kill_sandbox_processes(self.layout.root)
         shutil.rmtree(self.root, ignore_errors=True)
-
-    async def __aenter__(self) -> LocalSandbox:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
 
 def kill_sandbox_processes(root: str) -> None:

@@ -1,10 +1,10 @@
 """The host side of the sidecar contract: an async client for the sidecar daemon of a sandbox.
 
-Every backend hands out one `SidecarClient`; exec, files and kill inside the sandbox all go
-through it. gRPC errors are converted at this boundary::
-
-    SidecarError (a SandboxError)   an RPC failed; the message names the RPC, the status and the details
-    └── SidecarUnavailable          no connection, or the sidecar was not ready in time
+`SidecarSandbox` (what reroll's backends share) drives its sidecar through one `SidecarClient`;
+nothing outside ``reroll.sandbox`` uses it — callers use the `Sandbox` protocol. gRPC errors are
+converted at this boundary into `reroll.errors.SidecarError` (an RPC failed; the message names the
+RPC, the status and the details) and its subclass `reroll.errors.SidecarUnavailable` (no
+connection, or the sidecar was not ready in time).
 
 `get_file` raises the built-in FileNotFoundError for a missing file, `verify` for a missing test script.
 """
@@ -22,7 +22,8 @@ import grpc
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
-from reroll.errors import SandboxError
+from reroll.errors import QuiesceError, SidecarError, SidecarUnavailable
+from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.tasks import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
@@ -42,14 +43,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
-
-
-class SidecarError(SandboxError):
-    """An RPC to the sidecar failed; the message says which one, with the gRPC status and details."""
-
-
-class SidecarUnavailable(SidecarError):
-    """The sidecar cannot be reached (connection refused, socket missing, not ready in time)."""
 
 
 @dataclass(frozen=True)
@@ -76,65 +69,6 @@ class ExecExit:
 
 ExecItem = tuple[Literal["stdout", "stderr"], bytes] | ExecExit
 """One item of `SidecarClient.exec_stream`: an output chunk, or the exit at the end."""
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """The outcome of `SidecarClient.exec`."""
-
-    exit_code: int
-    """The exit code, or the negative signal number when killed by a signal (-9 after a timeout)."""
-    stdout: bytes
-    stderr: bytes
-    timed_out: bool
-    """Whether the process group was killed because the timeout elapsed."""
-    duration_seconds: float
-    """Wall-clock time from the request to the exit, as the client saw it."""
-
-    def output_text(self) -> str:
-        """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""
-        return (self.stdout + self.stderr).decode("utf-8", errors="replace")
-
-
-@dataclass(frozen=True)
-class VerifyBaseline:
-    """What PrepareVerify recorded before the agent ran."""
-
-    hooks: list[str]
-    """Start-up hook files that existed (absolute paths in the sandbox)."""
-    snapshot_paths: list[str]
-    """What the baseline snapshot holds (build config and hooks); empty when none was needed."""
-
-
-@dataclass(frozen=True)
-class HardeningReport:
-    """What Verify's hardening did; the run folder's ``verifier/hardening.json``."""
-
-    killed_groups: int
-    restored: list[str]
-    deleted: list[str]
-
-
-@dataclass(frozen=True)
-class VerifyOutcome:
-    """The outcome of `SidecarClient.verify`."""
-
-    hardening: HardeningReport
-    exit_code: int
-    """The test script's exit code, or the negative signal number (-9 after a timeout)."""
-    timed_out: bool
-    stdout: bytes
-    stderr: bytes
-    reward_file: str
-    """``reward.txt`` or ``reward.json``, whichever the script wrote; empty: neither (or timed out)."""
-    reward_content: bytes
-    rewards: dict[str, float]
-    """Parsed from the reward file; empty when `reward_error` says why not."""
-    reward_error: str
-
-    def output_text(self) -> str:
-        """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""
-        return (self.stdout + self.stderr).decode("utf-8", errors="replace")
 
 
 def _raise(exc: grpc.aio.AioRpcError, what: str) -> NoReturn:
@@ -399,15 +333,18 @@ class SidecarClient:
         return b"".join(parts)
 
     async def kill(self, user: str = "") -> int:
-        """SIGKILL the process groups started through exec for `user` (empty: for every user).
+        """Quiesce (freeze, then kill) the agent's processes, then SIGKILL the process groups
+        started through exec for `user` (empty: for every user).
 
-        When the sidecar is root and `user` is another, non-root user, every process of that
-        user dies too.
+        The agent's processes are every descendant of the sidecar outside its session (empty
+        `user`) or, when the sidecar is root and `user` is another, non-root user, every process
+        of that user (``reroll_sidecar.quiesce``).
 
         Returns:
             How many process groups were signalled.
 
         Raises:
+            QuiesceError: the processes were not all gone within the sidecar's time limit.
             SidecarError: the RPC failed.
         """
         try:
@@ -415,6 +352,8 @@ class SidecarClient:
                 pb.KillRequest(user=user), timeout=KILL_DEADLINE_SECONDS, metadata=self._metadata
             )
         except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.ABORTED:
+                raise QuiesceError(f"sidecar {self.address} Kill {user or 'all'}: {exc.details()}") from exc
             _raise(exc, f"{self.address} Kill")
         return response.killed_groups
 
@@ -535,7 +474,10 @@ class SidecarClient:
                 if kind == "hardening":
                     hardening = event.hardening
                     report = HardeningReport(
-                        hardening.killed_groups, list(hardening.restored), list(hardening.deleted)
+                        hardening.killed_groups,
+                        list(hardening.restored),
+                        list(hardening.deleted),
+                        list(hardening.notes),
                     )
                     if on_hardening is not None:
                         on_hardening(report)

@@ -10,7 +10,7 @@ name                          agent-facing paths                      upstream p
 
 (each path also without the ``/v1`` prefix). The record / replay / cutover engine never looks
 inside a body: what differs between formats (SSE assembly, errors, auth, normalisation for the
-divergence check) is asked of the request's `WireFormat`.
+divergence check, the answer in a common shape for exports) is asked of the request's `WireFormat`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol
 
-from reroll_proxy.formats.normal import NormalRequest
+from reroll_proxy.formats.normal import NormalRequest, NormalResponse
 from reroll_proxy.sse import SseEvent
 
 FormatName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
@@ -41,6 +41,12 @@ class WireFormat(Protocol):
     @property
     def upstream_path(self) -> str:
         """Appended to the upstream ``base_url`` (which ends in ``/v1``)."""
+        ...
+
+    @property
+    def conversation_key(self) -> str:
+        """The body field holding the conversation's list (``messages``, ``input``): `normalise`
+        gives one normal message per entry, after what other fields add first (a system prompt)."""
         ...
 
     def upstream_headers(self, api_key: str | None, agent_headers: Mapping[str, str]) -> dict[str, str]:
@@ -73,6 +79,11 @@ class WireFormat(Protocol):
 
     def normalise(self, body: dict[str, Any]) -> NormalRequest:
         """The request `body` in the common shape (`reroll_proxy.formats.normal`)."""
+        ...
+
+    def normalise_response(self, body: dict[str, Any]) -> NormalResponse:
+        """The assistant message of a successful response `body` (non-streamed, or assembled
+        from the events) in the common shape, verbatim, with tool-call ids and usage."""
         ...
 
 

@@ -12,6 +12,12 @@ Normalisation: ``system`` (a string or text blocks) becomes the first message; `
 blocks become ``tool_call`` blocks (``input`` as arguments), ``tool_result`` blocks keep their
 content and ``is_error``, ``thinking`` blocks their text; tools are ``name``, ``description``
 and ``input_schema`` (as parameters).
+
+Response normalisation: the ``content`` blocks in order (``thinking`` a ``thinking`` block,
+``text``, ``tool_use`` a ``tool_call`` with its id and ``input``; ``redacted_thinking`` dropped);
+prompt tokens are ``input_tokens`` + ``cache_read_input_tokens`` +
+``cache_creation_input_tokens``, of which ``cache_read_input_tokens`` are cached (0 when the
+usage has input tokens but no cache fields: caching is opt-in).
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ from typing import Any, Final
 import orjson
 
 from reroll_proxy.formats import normal
-from reroll_proxy.formats.normal import NormalRequest
+from reroll_proxy.formats.normal import NormalRequest, NormalResponse
 from reroll_proxy.sse import SseEvent, json_payloads, pieces
 
 ANTHROPIC_VERSION = "2023-06-01"
 """Sent upstream as ``anthropic-version`` when the agent sent none."""
 _PASSED_ON = ("anthropic-version", "anthropic-beta")
+_PROMPT_TOKENS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 _EMPTY_BLOCKS: dict[str, dict[str, Any]] = {
     "text": {"text": ""},
     "thinking": {"thinking": "", "signature": ""},
@@ -41,6 +48,7 @@ class AnthropicMessages:
     name: Final = "anthropic-messages"
     paths = ("/v1/messages", "/messages")
     upstream_path = "/messages"
+    conversation_key = "messages"
 
     def upstream_headers(self, api_key: str | None, agent_headers: Mapping[str, str]) -> dict[str, str]:
         """``x-api-key`` (when a key is configured), ``anthropic-version`` and ``anthropic-beta``."""
@@ -112,8 +120,39 @@ class AnthropicMessages:
             "params": normal.params_of(body, ("system", "messages", "tools")),
         }
 
+    def normalise_response(self, body: dict[str, Any]) -> NormalResponse:
+        """See the module docstring."""
+        blocks: list[dict[str, Any]] = []
+        for block in body.get("content") or []:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text":
+                blocks.append(normal.text_block(block.get("text", "")))
+            elif kind == "thinking":
+                blocks.append({"type": "thinking", "text": str(block.get("thinking", ""))})
+            elif kind == "tool_use":
+                blocks.append(
+                    normal.response_tool_call(block.get("id"), block.get("name"), block.get("input"))
+                )
+            elif kind != "redacted_thinking" and isinstance(block, dict):
+                blocks.append(block)
+        usage = body.get("usage")
+        return {
+            "message": normal.assistant(blocks),
+            "usage": _usage(usage) if isinstance(usage, dict) else None,
+            "stop_reason": body.get("stop_reason"),
+        }
+
 
 FORMAT = AnthropicMessages()
+
+
+def _usage(usage: dict[str, Any]) -> normal.NormalUsage:
+    counts = [normal.token_count(usage.get(key)) for key in _PROMPT_TOKENS]
+    return {
+        "prompt_tokens": None if counts[0] is None else sum(count or 0 for count in counts),
+        "completion_tokens": normal.token_count(usage.get("output_tokens")),
+        "cached_tokens": counts[1] if counts[1] is not None or counts[0] is None else 0,
+    }
 
 
 def _event(kind: str, payload: dict[str, Any]) -> SseEvent:

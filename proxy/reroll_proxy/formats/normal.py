@@ -12,6 +12,12 @@ A `NormalRequest` is ``{"messages": [...], "tools": [...], "params": {...}}``:
 - ``tools``: ``{"name", "description", "parameters"}`` per function tool, others as sent, cleaned;
 - ``params``: every other body field, cleaned, except `IGNORED_PARAMS`.
 
+A `NormalResponse` is the assistant message a response body carries, for exports and viewers:
+``{"message": {"role": "assistant", "content": [block, ...]}, "usage", "stop_reason"}`` with the
+blocks above, but verbatim (nothing cleaned or stripped: it is what the model said) and each
+``tool_call`` block with its ``id`` (the id the next request's tool result answers);
+``usage`` in `NormalUsage`'s terms, None when the body has none.
+
 Cleaning (`clean`) drops the keys in `VOLATILE_KEYS` at every depth (ids, timestamps,
 ``cache_control``, signatures) and strips leading and trailing whitespace from strings.
 """
@@ -52,6 +58,60 @@ class NormalRequest(TypedDict):
     messages: list[dict[str, Any]]
     tools: list[Any]
     params: dict[str, Any]
+
+
+class NormalUsage(TypedDict):
+    """A response's token counts, the same for every format (None: the body does not say)."""
+
+    prompt_tokens: int | None
+    """Every input token, cached or not (Anthropic: input + cache reads + cache writes)."""
+    completion_tokens: int | None
+    """Tokens generated, reasoning included."""
+    cached_tokens: int | None
+    """The part of `prompt_tokens` read from the provider's prompt cache."""
+
+
+class NormalResponse(TypedDict):
+    """A response's assistant message in the common shape (see the module docstring)."""
+
+    message: dict[str, Any]
+    usage: NormalUsage | None
+    stop_reason: str | None
+    """The format's own finish / stop reason, as sent."""
+
+
+def response_tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A verbatim ``tool_call`` block of a response, with its id; JSON string arguments parsed."""
+    if isinstance(arguments, str):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            arguments = orjson.loads(arguments)
+    return {"type": "tool_call", "id": call_id, "name": name, "arguments": arguments}
+
+
+def assistant(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message of a `NormalResponse`: `blocks` as given, empty text blocks dropped."""
+    kept = [
+        block for block in blocks if not (block.get("type") in ("text", "thinking") and not block["text"])
+    ]
+    return {"role": "assistant", "content": kept}
+
+
+def openai_usage(usage: Any, prompt: str, completion: str, details: str) -> NormalUsage | None:
+    """`NormalUsage` from an OpenAI usage object: its `prompt` and `completion` token counts, and
+    ``cached_tokens`` of its `details` object (names differ between Chat and Responses)."""
+    if not isinstance(usage, dict):
+        return None
+    cached = (usage.get(details) or {}).get("cached_tokens")
+    return {
+        "prompt_tokens": token_count(usage.get(prompt)),
+        "completion_tokens": token_count(usage.get(completion)),
+        "cached_tokens": token_count(cached),
+    }
+
+
+def token_count(value: Any) -> int | None:
+    """`value` when it is a token count (an int, not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def clean(value: Any) -> Any:

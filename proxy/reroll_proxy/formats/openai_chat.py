@@ -5,6 +5,9 @@ events (no ``event:`` field) ending in ``data: [DONE]``.
   non-streamed request would have returned;
 - `completion_to_events` goes the other way, the way OpenAI streams (text in pieces, tool-call
   name first, then its arguments in pieces);
+- `OpenAIChat.normalise_response`: the first choice's ``message`` (``reasoning_content`` or
+  ``reasoning`` a ``thinking`` block, then the content, then the ``tool_calls``); usage
+  ``prompt_tokens`` / ``completion_tokens`` / ``prompt_tokens_details.cached_tokens``;
 - `OpenAIChat.normalise`: ``messages`` (``tool_calls`` become ``tool_call`` blocks, a ``tool``
   message one ``tool_result`` block), ``tools`` (``function`` definitions), the rest params.
 """
@@ -17,7 +20,7 @@ from typing import Any, Final
 import orjson
 
 from reroll_proxy.formats import normal
-from reroll_proxy.formats.normal import NormalRequest
+from reroll_proxy.formats.normal import NormalRequest, NormalResponse
 from reroll_proxy.sse import DONE, SseEvent, json_payloads, pieces
 
 
@@ -39,6 +42,7 @@ class OpenAIChat(OpenAIAuthAndErrors):
     name: Final = "openai-chat"
     paths = ("/v1/chat/completions", "/chat/completions")
     upstream_path = "/chat/completions"
+    conversation_key = "messages"
 
     def is_terminal(self, event: SseEvent) -> bool:
         """``data: [DONE]``."""
@@ -66,8 +70,43 @@ class OpenAIChat(OpenAIAuthAndErrors):
             "params": normal.params_of(body, ("messages", "tools")),
         }
 
+    def normalise_response(self, body: dict[str, Any]) -> NormalResponse:
+        """See the module docstring."""
+        choices = body.get("choices") or [{}]
+        choice = choices[0] if isinstance(choices[0], dict) else {}
+        answer = choice.get("message") or {}
+        blocks: list[dict[str, Any]] = []
+        reasoning = answer.get("reasoning_content") or answer.get("reasoning")
+        if isinstance(reasoning, str):
+            blocks.append({"type": "thinking", "text": reasoning})
+        blocks += _verbatim_content(answer.get("content"))
+        for call in answer.get("tool_calls") or []:
+            function = call.get("function") or {}
+            blocks.append(
+                normal.response_tool_call(call.get("id"), function.get("name"), function.get("arguments"))
+            )
+        return {
+            "message": normal.assistant(blocks),
+            "usage": normal.openai_usage(
+                body.get("usage"), "prompt_tokens", "completion_tokens", "prompt_tokens_details"
+            ),
+            "stop_reason": choice.get("finish_reason"),
+        }
+
 
 FORMAT = OpenAIChat()
+
+
+def _verbatim_content(content: Any) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if not isinstance(content, list):
+        return [normal.text_block(content)]
+    return [
+        normal.text_block(part.get("text", "")) if part.get("type") == "text" else part
+        for part in content
+        if isinstance(part, dict)
+    ]
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import Any, Final
 import orjson
 
 from reroll_proxy.formats import normal
-from reroll_proxy.formats.normal import NormalRequest
+from reroll_proxy.formats.normal import NormalRequest, NormalResponse
 from reroll_proxy.formats.openai_chat import OpenAIAuthAndErrors
 from reroll_proxy.sse import SseEvent, json_payloads, pieces
 
@@ -38,6 +38,7 @@ class OpenAIResponses(OpenAIAuthAndErrors):
     name: Final = "openai-responses"
     paths = ("/v1/responses", "/responses")
     upstream_path = "/responses"
+    conversation_key = "input"
 
     def is_terminal(self, event: SseEvent) -> bool:
         """One of `TERMINAL_EVENTS`."""
@@ -91,6 +92,33 @@ class OpenAIResponses(OpenAIAuthAndErrors):
             "messages": messages,
             "tools": [_normal_tool(t) for t in tools] if isinstance(tools, list) else [],
             "params": normal.params_of(body, ("instructions", "input", "tools")),
+        }
+
+    def normalise_response(self, body: dict[str, Any]) -> NormalResponse:
+        """See the module docstring."""
+        blocks: list[dict[str, Any]] = []
+        for item in body.get("output") or []:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "reasoning":
+                summary = "".join(str(part.get("text", "")) for part in item.get("summary") or [])
+                blocks.append({"type": "thinking", "text": summary})
+            elif kind == "message":
+                blocks += [
+                    normal.text_block(part.get("text", "")) if part.get("type") in _TEXT_PARTS else part
+                    for part in item.get("content") or []
+                    if isinstance(part, dict)
+                ]
+            elif kind == "function_call":
+                blocks.append(
+                    normal.response_tool_call(item.get("call_id"), item.get("name"), item.get("arguments"))
+                )
+        cut = (body.get("incomplete_details") or {}).get("reason")
+        return {
+            "message": normal.assistant(blocks),
+            "usage": normal.openai_usage(
+                body.get("usage"), "input_tokens", "output_tokens", "input_tokens_details"
+            ),
+            "stop_reason": cut or body.get("status"),
         }
 
 

@@ -2,8 +2,10 @@
 
 Run as ``PYTHON addon.py --target URL [--listen-host H] [--hosts A,B] [--other-hosts pass|refuse]
 --confdir D --ready-file F`` with mitmproxy's interpreter; it starts ``mitmdump`` (regular proxy
-mode, a free port) with itself as the script, and writes ``{"port", "pid", "proxy_url"}`` to the
-ready file once listening. The rollout token comes from ``$REROLL_INTERCEPT_TOKEN``.
+mode, a free port) with itself as the script, and writes ``{"pid", "address"}`` (the
+``http://HOST:PORT`` for ``HTTPS_PROXY``) to the ready file once listening: the shape of
+`reroll_proxy.contract.ReadyFile`, written with the standard library. The rollout token comes
+from ``$REROLL_INTERCEPT_TOKEN``.
 
 - A request to a provider host (``--hosts``; TLS intercepted with the CA of ``--confdir``) is sent
   over plain HTTP to ``--target``, the aiohttp proxy, with the same path (``/v1/chat/completions``,
@@ -58,7 +60,7 @@ class RerollIntercept:
         if not ctx.options.reroll_ready_file:
             return
         host, port = ctx.master.addons.get("proxyserver").listen_addrs()[0][:2]
-        ready = {"port": port, "pid": os.getpid(), "proxy_url": f"http://{host}:{port}"}
+        ready = {"pid": os.getpid(), "address": f"http://{host}:{port}"}  # a contract.ReadyFile
         path = Path(ctx.options.reroll_ready_file)
         partial = path.with_suffix(".partial")
         partial.write_text(json.dumps(ready))

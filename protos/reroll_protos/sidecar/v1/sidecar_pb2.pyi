@@ -629,6 +629,7 @@ class HardeningReport(_message.Message):
     KILLED_GROUPS_FIELD_NUMBER: _builtins.int
     RESTORED_FIELD_NUMBER: _builtins.int
     DELETED_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
     killed_groups: _builtins.int
     """Process groups (and, as root, processes of the agent user) killed."""
     @_builtins.property
@@ -639,16 +640,21 @@ class HardeningReport(_message.Message):
     def deleted(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Start-up hooks deleted."""
 
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What else hardening did or skipped: symlinked folders replaced, non-regular files left alone."""
+
     def __init__(
         self,
         *,
         killed_groups: _builtins.int = ...,
         restored: _abc.Iterable[_builtins.str] | None = ...,
         deleted: _abc.Iterable[_builtins.str] | None = ...,
+        notes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "killed_groups", b"killed_groups", "restored", b"restored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "killed_groups", b"killed_groups", "notes", b"notes", "restored", b"restored"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,291 @@
+"""The one path of every new rollout: `start_rollout`, and `continue_run` (``reroll continue``).
+
+Every rollout reroll starts — a recording (`reroll.record.run_task`), a continuation
+(`continue_run`), a replay check (`reroll.fidelity.replay_run`) and each branch
+(`reroll.branching`) — goes through `start_rollout`: from an origin (a `NewRecording`, or a
+`reroll.checkpoint.Checkpoint` of a recorded run) it creates the new run folder, writes the one
+`RunConfig` (with its provenance), and executes the `RolloutPlan` (`reroll.rollout`). The callers
+differ only in how they pick the origin, the live model and the provenance.
+
+A continuation (seeds/continue-timed-out-runs.txt) boots a fresh sandbox from the same task and
+launches the same agent with the original prompt; the proxy serves the recorded responses in
+order, so the agent re-executes its own past steps for real, then cuts over to the live model.
+The new run folder gets the stitched trajectory and ``continued_from`` provenance. With a
+checkpoint (``--at K``, see `reroll.checkpoint`) only the first K exchanges are replayed, so a
+finished run can be continued from any step, by the same model or another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from reroll_proxy.contract import DivergencePolicy
+from rich.console import Console
+
+from reroll import __version__
+from reroll.agents import AgentSpec
+from reroll.checkpoint import At, Checkpoint, open_checkpoint
+from reroll.errors import TaskError
+from reroll.llm_proxy import ReplayPlan, recorded_sandbox_values
+from reroll.models import ModelSpec, parse_model
+from reroll.rollout import RolloutPlan, execute_rollout
+from reroll.runfolder import (
+    TRAJECTORY,
+    BranchedFrom,
+    ContinuedFrom,
+    FaultsUsed,
+    RunConfig,
+    RunResult,
+    create_run_folder,
+    now_iso,
+)
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.tasks import NetworkPolicy, Task, with_network
+
+CONTROLLER_LOG = Path("harness") / "controller.log"
+"""Where a rollout started without a console writes its progress, in its run folder."""
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """A finished rollout: where its folder is and what result.json says."""
+
+    run_dir: Path
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """How a new rollout runs: the flags ``run``, ``continue``, ``replay`` and ``branch`` share.
+
+    Every None takes the default named; for a rollout from a checkpoint, "the original's" is
+    what the recorded run's config.json says.
+    """
+
+    timeout_seconds: float | None = None
+    """The agent's wall-clock budget, seconds [default: the original's, else the task's]."""
+    sandbox: str | None = None
+    """Sandbox backend, ``local`` or ``docker`` [default: the original's, else ``local``]."""
+    network: NetworkPolicy | None = None
+    """The sandbox's network policy [default: the original's override, else the task's
+    ``environment.network``]; ``none`` needs a container backend."""
+    faults: FaultsUsed | None = None
+    """The fault plan the proxy injects (`reroll.llm_proxy.faults_used`), or None; faults
+    recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
+    divergence_policy: DivergencePolicy = "warn"
+    """What the proxy does when a replayed request differs from the recording (``warn``,
+    ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
+
+
+@dataclass(frozen=True)
+class NewRecording:
+    """The origin of a fresh recording: a task and an agent, nothing to replay."""
+
+    task: Task
+    agent: AgentSpec
+
+
+@dataclass(frozen=True)
+class FromCheckpoint:
+    """The origin of a rollout that replays a checkpoint of a recorded run, then goes live."""
+
+    checkpoint: Checkpoint
+    provenance: ContinuedFrom
+    """config.json's ``continued_from`` — or ``branched_from`` when it is a `BranchedFrom`."""
+
+
+Origin = NewRecording | FromCheckpoint
+"""Where a rollout starts: from scratch, or from a checkpoint of a recorded run."""
+
+
+async def start_rollout(
+    origin: Origin,
+    *,
+    live_model: ModelSpec | None,
+    parent: Path,
+    name: str,
+    options: RolloutOptions,
+    console: Console | None = None,
+    start_gate: asyncio.Semaphore | None = None,
+) -> RolloutOutcome:
+    """Create the run folder ``parent/name``, write its config, and run the rollout.
+
+    Args:
+        origin: a `NewRecording`, or `FromCheckpoint`: the checkpoint's first ``cut_index``
+            exchanges are replayed before `live_model` takes over.
+        live_model: the live model, None when none goes live (an agent that calls none, or a
+            replay-only continuation: then the provenance says ``replay_only``).
+        parent: the folder the run folder goes in (created if missing).
+        name: the run folder's name; ``name-2``, ``name-3`` … when it is taken.
+        options: timeout, sandbox, network, faults, divergence policy.
+        console: where progress goes [default: ``harness/controller.log`` in the run folder].
+        start_gate: held while the model server, LLM proxy and sandbox start (see
+            `reroll.rollout.execute_rollout`); None: no bound.
+
+    Returns:
+        The new run folder and its result.
+
+    Raises:
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        TaskError: network ``none`` is asked of a sandbox without a network policy.
+        Nothing is written when any of these is raised.
+    """
+    config = _run_config(origin, live_model, options)
+    load_backend(config.sandbox)
+    if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
+        raise TaskError(
+            f"--network none needs --sandbox docker: the {config.sandbox} sandbox has the host's network"
+        )
+    run_dir = create_run_folder(parent, name)
+    if isinstance(origin, NewRecording):
+        task, agent, prompt, replay = origin.task, origin.agent, origin.task.instruction, None
+    else:
+        checkpoint = origin.checkpoint
+        task, agent, original = checkpoint.task, checkpoint.agent, checkpoint.original
+        prompt = original.prompts[0] if original.prompts else task.instruction
+        replay = ReplayPlan(
+            trajectory_path=original.path / TRAJECTORY,
+            cut_index=checkpoint.cut_index,
+            divergence_policy=options.divergence_policy,
+            recorded_values=recorded_sandbox_values(original.path),
+        )
+    plan = RolloutPlan(
+        task=with_network(task, config.network),
+        agent=agent,
+        prompt=prompt,
+        run_dir=run_dir,
+        config=config,
+        replay=replay,
+    )
+    with _progress(console, run_dir) as progress:
+        progress.print(f"run folder: {run_dir}")
+        return RolloutOutcome(run_dir, await execute_rollout(plan, progress, start_gate))
+
+
+def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOptions) -> RunConfig:
+    """config.json of the new rollout: the recording's fresh one, or the original's updated."""
+    live_spec = live_model.spec if live_model else None
+    if isinstance(origin, NewRecording):
+        return RunConfig(
+            task_path=str(origin.task.path),
+            task_name=origin.task.name,
+            agent=origin.agent.name,
+            model=live_spec,
+            timeout_sec=options.timeout_seconds or origin.task.spec.agent.timeout_sec,
+            started_at=now_iso(),
+            sandbox=options.sandbox or "local",
+            network=options.network,
+            reroll_version=__version__,
+            faults=options.faults,
+        )
+    original = origin.checkpoint.original.config
+    task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
+    key = "branched_from" if isinstance(origin.provenance, BranchedFrom) else "continued_from"
+    return original.model_copy(
+        update={
+            "model": live_spec or original.model,
+            "timeout_sec": options.timeout_seconds or original.timeout_sec or task_timeout,
+            "started_at": now_iso(),
+            "sandbox": options.sandbox or original.sandbox,
+            "network": options.network or original.network,
+            "reroll_version": __version__,
+            "continued_from": None,
+            "branched_from": None,
+            "faults": options.faults,
+            key: origin.provenance,
+        }
+    )
+
+
+@contextlib.contextmanager
+def _progress(console: Console | None, run_dir: Path) -> Iterator[Console]:
+    """`console`, or a console writing to the run folder's ``harness/controller.log``."""
+    if console is not None:
+        yield console
+        return
+    log_file = run_dir / CONTROLLER_LOG
+    log_file.parent.mkdir(exist_ok=True)
+    with open(log_file, "w") as log:
+        yield Console(file=log, highlight=False, soft_wrap=True)
+
+
+async def continue_run(
+    run_folder: Path,
+    *,
+    at: At | None = None,
+    model: str | None = None,
+    replay_only: bool = False,
+    require_timeout: bool = False,
+    tasks_dir: Path | None = None,
+    options: RolloutOptions = RolloutOptions(),
+    output: Path | None = None,
+    console: Console | None = None,
+    start_gate: asyncio.Semaphore | None = None,
+) -> RolloutOutcome:
+    """Continue a recorded run (``reroll continue``); see the module docstring.
+
+    Args:
+        run_folder: the recorded run.
+        at: the checkpoint (a step index or a fraction, see `reroll.checkpoint`); None replays
+            every recorded exchange (a timed-out run's cut point).
+        model: the live model after the cut [default: the original's]; with `at`, this swaps the
+            model mid-run.
+        replay_only: stop at the cut point (no live model, no verifier).
+        require_timeout: refuse runs whose status is not ``timeout``.
+        tasks_dir: folder holding the task [default: the recorded ``task_path``].
+        options: how the continuation runs (timeout, sandbox, network, faults, divergence policy).
+        output: jobs dir of the new run folder [default: ``<original's parent>/continued``].
+        console: where progress goes [default: ``harness/controller.log`` in the new run folder].
+        start_gate: held while the model server, proxy and sandbox start (see `start_rollout`).
+
+    Returns:
+        The new run folder and its result.
+
+    Raises:
+        RunFolderError: the folder is missing or corrupt, `at` is malformed or out of range, or
+            `require_timeout` is set and the run did not time out.
+        TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
+        ModelError: the live model cannot be resolved, or its provider's key is missing.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        Nothing is written when any of these is raised.
+    """
+    checkpoint = open_checkpoint(
+        run_folder, at=at, tasks_dir=tasks_dir, require_timeout=require_timeout, console=console
+    )
+    live_spec = None if replay_only else (model or checkpoint.original.config.model)
+    live_model = model_for(checkpoint.agent.api_format, live_spec, checkpoint.task) if live_spec else None
+    original = checkpoint.original
+    if console is not None:
+        where = "" if at is None else f", cut at {checkpoint.cut_index} (--at {at})"
+        console.print(
+            f"continuing {original.path} ({checkpoint.status}, {len(original.exchanges)} recorded "
+            f"exchanges{where})"
+        )
+    provenance = checkpoint.continued_from(live_model.spec if live_model else None, replay_only=replay_only)
+    return await start_rollout(
+        FromCheckpoint(checkpoint, provenance),
+        live_model=live_model,
+        parent=output or original.path.parent / "continued",
+        name=original.path.name,
+        options=options,
+        console=console,
+        start_gate=start_gate,
+    )
+
+
+def model_for(api_format: str, model: str | None, task: Task) -> ModelSpec | None:
+    """The parsed live model for an agent speaking `api_format` (None for agents that call none).
+
+    Raises:
+        TaskError: the agent calls a model and `model` is None.
+        ModelError: `model` cannot be parsed (see `reroll.models.parse_model`).
+    """
+    if api_format == "none":
+        return None
+    if model is None:
+        raise TaskError("this agent calls a model: pass --model (e.g. --model scripted)")
+    return parse_model(model, task.path)

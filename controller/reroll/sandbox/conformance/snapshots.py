@@ -1,0 +1,183 @@
+"""Conformance checks of snapshot and restore."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from reroll.errors import SandboxError
+from reroll.sandbox.base import Sandbox, SandboxFactory
+from reroll.sandbox.conformance.support import expect, expect_raises, probe_task, sh, started
+
+# Prints {relative path: [type, mode, content or link target]} of a tree, run inside the sandbox.
+TREE_SCRIPT = r"""
+import json, os, stat, sys
+root = sys.argv[1]
+out = {}
+for base, dirs, files in os.walk(root):
+    for name in sorted(dirs + files):
+        full = os.path.join(base, name)
+        st = os.lstat(full)
+        rel = os.path.relpath(full, root)
+        if stat.S_ISLNK(st.st_mode):
+            out[rel] = ["link", 0, os.readlink(full)]
+        elif stat.S_ISDIR(st.st_mode):
+            out[rel] = ["dir", stat.S_IMODE(st.st_mode), ""]
+        else:
+            out[rel] = ["file", stat.S_IMODE(st.st_mode), open(full, "rb").read().decode("latin-1")]
+json.dump(out, sys.stdout, sort_keys=True)
+"""
+
+# Prints {relative path: [type, mode, uid, gid, mtime (s), nlink, content or target]} and the
+# groups of names sharing an inode, run inside the sandbox.
+FULL_TREE_SCRIPT = r"""
+import json, os, stat, sys
+root = sys.argv[1]
+out, inodes = {}, {}
+for base, dirs, files in os.walk(root):
+    for name in dirs + files:
+        full = os.path.join(base, name)
+        st = os.lstat(full)
+        rel = os.path.relpath(full, root)
+        if stat.S_ISLNK(st.st_mode):
+            body = os.readlink(full)
+        elif not stat.S_ISREG(st.st_mode):
+            body = ""
+        else:
+            body = open(full, "rb").read().decode("latin-1")
+            inodes.setdefault(st.st_ino, []).append(rel)
+        out[rel] = [stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
+                    int(st.st_mtime), st.st_nlink, body]
+out[".root"] = [stat.S_IMODE(os.lstat(root).st_mode), int(os.lstat(root).st_mtime)]
+out[".links"] = sorted(sorted(names) for names in inodes.values() if len(names) > 1)
+json.dump(out, sys.stdout, sort_keys=True)
+"""
+
+
+async def tree(sandbox: Sandbox, script: str, root: str) -> dict[str, list[object]]:
+    """What `script` (TREE_SCRIPT or FULL_TREE_SCRIPT) prints about the tree at `root`."""
+    loaded: dict[str, list[object]] = json.loads(await sh(sandbox, f"python3 -c '{script}' {root}"))
+    return loaded
+
+
+HARD_CASES_BEFORE = r"""
+mkdir -p d2f/sub gone/deeper f2d.parent && printf in > d2f/sub/x && printf f > f2d && printf g > gone/deeper/y
+printf p > perm && chmod 640 perm && printf s > f2l && ln -s perm l2f && printf o > owned
+printf h > hard && ln hard hard2 && head -c 300000 /dev/urandom > big && chmod 604 big
+printf keep > same && printf sp > 'sp ace' && printf bs > 'back\slash' && printf d > ./-dash
+mkdir -p "$(printf 'n%.0s' $(seq 60))/$(printf 'm%.0s' $(seq 60))" && printf deep > n*/m*/file
+mkdir quiet && printf a > quiet/inplace
+touch -d 2001-01-01 gone same d2f/sub quiet && chmod 750 gone/deeper
+"""
+"""Every kind of entry restore must get right, made in the workspace."""
+
+HARD_CASES_CHANGES = r"""
+rm -r d2f && printf now-a-file > d2f && rm f2d && mkdir f2d && printf z > f2d/z && rm -r gone
+chmod 600 perm && rm f2l && ln -s perm f2l && rm l2f && printf real > l2f
+if [ "$(id -u)" = 0 ]; then chown 65534:65534 owned; else chmod 604 owned; fi
+printf b > quiet/inplace && printf H > hard && printf X | dd of=big bs=1 seek=1000 conv=notrunc 2>/dev/null
+printf new > 'sp ace' && rm 'back\slash' ./-dash && rm -r n*/m* && ln -s / escape && mkfifo fifo
+"""
+"""Type changes both ways, a deleted folder, permission- and owner-only changes, files replaced by
+symlinks and back, hard links edited in place, a file edited in place in an otherwise untouched
+folder, a large file edited in place, odd and long names, a new fifo."""
+
+
+async def restore_hard_cases(sandbox: Sandbox) -> None:
+    """Snapshot a tree of HARD_CASES_BEFORE in the started `sandbox`, apply HARD_CASES_CHANGES,
+    restore, compare; twice. The snapshot is named ``hard``.
+
+    Raises:
+        ConformanceError: a restore was not exact, or rewrote an unchanged file.
+    """
+    workspace = sandbox.layout.workspace
+    await sh(sandbox, HARD_CASES_BEFORE)
+    # Older than the snapshot's start (entries changed while it runs are always put back): this
+    # way restore must tell changed entries from unchanged ones by their stamps.
+    await asyncio.sleep(0.3)
+    before = await tree(sandbox, FULL_TREE_SCRIPT, workspace)
+    expect(before[".links"] == [["hard", "hard2"]], f"hard links not made: {before['.links']}")
+    same_inode = await sh(sandbox, "stat -c %i same")
+    await sandbox.snapshot("hard")
+    for round_trip in ("first", "second"):
+        await sh(sandbox, HARD_CASES_CHANGES)
+        expect(await tree(sandbox, FULL_TREE_SCRIPT, workspace) != before, "the changes changed nothing")
+        restored = await sandbox.restore("hard")
+        expect(restored == [workspace], f"restore returned {restored}, not [{workspace!r}]")
+        after = await tree(sandbox, FULL_TREE_SCRIPT, workspace)
+        differing = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+        expect(not differing, f"{round_trip} restore differs at {differing}")
+    expect(await sh(sandbox, "stat -c %i same") == same_inode, "restore rewrote an unchanged file")
+
+
+async def check_restore_puts_back_contents_modes_symlinks_and_deletions(
+    factory: SandboxFactory, workdir: Path
+) -> None:
+    """snapshot of the workspace, then restore: contents, modes, symlinks, deletions, same-size edits."""
+    async with started(factory, probe_task(workdir / "task")) as sandbox:
+        workspace = sandbox.layout.workspace
+        await sh(
+            sandbox,
+            "mkdir -p pkg/deep && printf 'one' > pkg/a.txt && printf 'two' > pkg/deep/b.txt && "
+            "printf 'x' > run.sh && chmod 755 run.sh && chmod 700 pkg/deep && ln -s pkg/a.txt link && "
+            "printf 'gone later' > doomed.txt && printf 'abc' > same.txt && touch -d 2001-01-01 same.txt",
+        )
+        before = await tree(sandbox, TREE_SCRIPT, workspace)
+        size = await sandbox.snapshot("before")
+        expect(size > 0, f"snapshot reported {size} bytes")
+        await sh(
+            sandbox,
+            "printf 'changed' > pkg/a.txt && chmod 600 run.sh && rm doomed.txt && rm -r pkg/deep && "
+            "rm link && ln -s run.sh link && printf 'new' > added.txt && mkdir newdir && "
+            "printf 'xyz' > same.txt && touch -d 2001-01-01 same.txt",  # same size and mtime, new content
+        )
+        restored = await sandbox.restore("before")
+        expect(restored == [workspace], f"restore returned {restored}, not [{workspace!r}]")
+        after = await tree(sandbox, TREE_SCRIPT, workspace)
+        differing = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+        expect(not differing, f"restore differs at {differing}")
+
+
+async def check_restore_gets_types_owners_permissions_links_and_names_right(
+    factory: SandboxFactory, workdir: Path
+) -> None:
+    """restore, twice, after every kind of change (see `restore_hard_cases`)."""
+    async with started(factory, probe_task(workdir / "task")) as sandbox:
+        await restore_hard_cases(sandbox)
+
+
+async def check_snapshot_of_named_paths_records_absent_ones(factory: SandboxFactory, workdir: Path) -> None:
+    """snapshot of named paths: only those are restored, and one absent at snapshot time is deleted."""
+    async with started(factory, probe_task(workdir / "task")) as sandbox:
+        workspace = sandbox.layout.workspace
+        keep, absent = f"{workspace}/keep.txt", f"{workspace}/absent.txt"
+        await sh(sandbox, "printf 'kept' > keep.txt && printf 'other' > other.txt")
+        await sandbox.snapshot("named", [keep, absent])
+        await sh(
+            sandbox, "printf 'changed' > keep.txt && printf 'created' > absent.txt && printf 'x' > other.txt"
+        )
+        restored = await sandbox.restore("named")
+        expect(restored == [keep, absent], f"restore returned {restored}")
+        expect(await sandbox.get_file(keep) == b"kept", "a named file was not restored")
+        with expect_raises(FileNotFoundError, "absent"):
+            await sandbox.get_file(absent)
+        expect(
+            await sandbox.get_file(f"{workspace}/other.txt") == b"x", "a file outside the snapshot changed"
+        )
+        await sandbox.snapshot("nothing-yet", [absent])
+        await sh(sandbox, "printf 'created' > absent.txt")
+        await sandbox.restore("nothing-yet")
+        with expect_raises(FileNotFoundError, "absent"):
+            await sandbox.get_file(absent)
+
+
+async def check_restore_of_an_unknown_snapshot_or_bad_name_fails_clearly(
+    factory: SandboxFactory, workdir: Path
+) -> None:
+    """restore of an unknown name, snapshot of a name with a path in it: SandboxError saying so."""
+    async with started(factory, probe_task(workdir / "task")) as sandbox:
+        with expect_raises(SandboxError, "no snapshot named 'never'"):
+            await sandbox.restore("never")
+        with expect_raises(SandboxError, "snapshot name"):
+            await sandbox.snapshot("../escape")

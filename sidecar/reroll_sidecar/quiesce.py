@@ -1,0 +1,294 @@
+"""Quiesce: stop, then kill, every process of the agent, whatever it does to escape.
+
+A single pass of SIGKILL over /proc misses a process that forks and lets its parent exit every few
+milliseconds (its pid keeps changing: a full scan of /proc is slower than the hops), and killing
+process groups misses whatever left them with ``setsid``. `quiesce` therefore freezes first, then
+kills, then checks that none is left (walking the sidecar's descendants; for the agent's user,
+with a full scan of /proc). The whole takes at most a time
+limit, after which `QuiesceError` is raised.
+
+Which processes are the agent's (`Selection`), and how each kind is frozen:
+
+- by user: every process one of whose user ids (real, effective, saved, file system) is the
+  agent's — in a container, where the sidecar is root and the agent runs as its own user. A
+  helper shell running *as that user* sends ``kill -s STOP -1``, then ``kill -s KILL -1``: the
+  kernel signals every process of the user in one walk of its task list, which a fork cannot
+  race (a fork that overlaps a group signal is restarted), so no pid hopping escapes;
+- by descent: every descendant of the sidecar outside the sidecar's own session — what Exec
+  started (each Exec child leads a new session) and everything those started, even after
+  ``setsid`` or a double fork, because the sidecar makes itself a *child subreaper*
+  (``prctl(PR_SET_CHILD_SUBREAPER)``, `become_subreaper`), so orphans are re-parented to it
+  rather than to init. The sidecar's own helpers (find, tar, python3) stay in its session. They
+  are frozen by walking the kernel's children lists (``/proc/PID/task/TID/children``) from the
+  sidecar down, sending SIGSTOP to each process as it is found, until two walks in a row find
+  only stopped processes (a stopped process cannot fork; adopted zombies are reaped on the way
+  so the lists stay short); then each gets SIGKILL.
+
+cgroups (``cgroup.freeze`` / ``cgroup.kill``) would do the same in one write, but an unprivileged
+Docker container sees its cgroup file system read-only, and the local sandbox has no cgroup of
+its own; the signal loop works in both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import pwd
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from reroll.errors import QuiesceError
+
+QUIESCE_TIMEOUT_SECONDS = 20.0
+"""The longest a quiesce may take before `QuiesceError` (less than the controller's Kill deadline)."""
+SCAN_PAUSE_SECONDS = 0.002
+"""The pause between scans while signalled processes have not stopped or died yet."""
+CALM_WALKS = 2
+"""Walks in a row that must find every descendant stopped before the kill."""
+AS_USER_TIMEOUT_SECONDS = 10.0
+"""The longest the helper shell that signals every process of the agent's user may take."""
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl option (linux/prctl.h): orphaned descendants are re-parented to the caller."""
+STOPPED_STATES = frozenset("tTD")
+"""States in which a signalled process cannot fork: stopped, traced, or in an uninterruptible wait
+(it handles the pending SIGSTOP before it returns to user space; a vfork parent waits in D until
+its stopped child dies)."""
+DEAD_STATES = frozenset("ZXx")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as /proc shows it."""
+
+    pid: int
+    state: str
+    """One letter of ``/proc/PID/stat`` (R, S, D, T, t, Z, …)."""
+    ppid: int
+    session: int
+    uids: tuple[int, ...]
+    """Real, effective, saved and file-system user ids."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which processes are the agent's (see the module docstring).
+
+    Attributes:
+        uid: every process with this user id among its ids; None: none by user.
+        descendants: every descendant of the sidecar outside its session.
+    """
+
+    uid: int | None
+    descendants: bool = True
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """`pid`'s state letter, parent pid and session from ``/proc/PID/stat`` (proc(5): fields 3, 4
+    and 6); None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # comm (field 2) is in parentheses and may hold any byte: split after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return fields[0].decode(), int(fields[1]), int(fields[3])
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _read_proc(pid: int) -> Proc | None:
+    """`pid`'s state, parent, session and user ids; None when it is gone or unreadable."""
+    stat = _stat(pid)
+    if stat is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            uid_line = next(line for line in handle if line.startswith("Uid:"))
+        uids = tuple(int(value) for value in uid_line.split()[1:])
+    except (OSError, StopIteration, ValueError):
+        return None
+    state, ppid, session = stat
+    return Proc(pid=pid, state=state, ppid=ppid, session=session, uids=uids)
+
+
+def scan() -> dict[int, Proc]:
+    """Every process in /proc, by pid (empty without /proc)."""
+    try:
+        entries = os.listdir("/proc")
+    except FileNotFoundError:
+        return {}
+    procs = (_read_proc(int(entry)) for entry in entries if entry.isdigit())
+    return {proc.pid: proc for proc in procs if proc is not None}
+
+
+def _signal(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _children(pid: int) -> list[int]:
+    """The children of `pid` (all its threads'), from the kernel's lists; empty when it is gone."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children", "rb") as handle:
+                found.extend(int(child) for child in handle.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _freeze_descendants(deadline: float, keep: set[int]) -> set[int]:
+    """SIGSTOP every descendant of the sidecar outside its session, walking down from it, until
+    two walks in a row find only stopped ones; returns their pids.
+
+    Raises:
+        QuiesceError: they were still not all stopped at `deadline` (`time.monotonic`).
+    """
+    own_pid, own_session = os.getpid(), os.getsid(0)
+    signalled: set[int] = set()
+    calm = 0
+    while calm < CALM_WALKS:
+        _reap_adopted(keep)
+        found: set[int] = set()
+        running: set[int] = set()
+        queue = _children(own_pid)
+        while queue:
+            pid = queue.pop()
+            info = _stat(pid)
+            if info is None or info[0] in DEAD_STATES or pid in found:
+                continue
+            state, _, session = info
+            if session == own_session and pid not in signalled:
+                continue  # the sidecar's own helper
+            if pid not in signalled:
+                _signal([pid], signal.SIGSTOP)
+                signalled.add(pid)
+                running.add(pid)
+            elif state not in STOPPED_STATES:
+                running.add(pid)
+            found.add(pid)
+            queue.extend(_children(pid))
+        calm = 0 if running else calm + 1
+        if running and time.monotonic() > deadline:
+            raise QuiesceError(
+                f"quiesce: {len(running)} of the agent's processes still running (such as pid {min(running)})"
+            )
+    return found
+
+
+def _signal_all_as(uid: int, signal_name: str) -> None:
+    """Send `signal_name` to every process of user `uid` (``kill -1`` from a shell running as
+    `uid`: one walk of the kernel's task list; the shell itself is spared)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run(
+            ["sh", "-c", f"kill -s {signal_name} -1"],
+            user=uid,
+            group=uid_gid(uid),
+            extra_groups=[],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=AS_USER_TIMEOUT_SECONDS,
+            check=False,
+        )
+
+
+def uid_gid(uid: int) -> int:
+    """The primary group of user `uid` (its uid when it has no passwd entry)."""
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
+
+
+def quiesce(
+    selection: Selection, *, keep_reaped: Iterable[int] = (), timeout_seconds: float = QUIESCE_TIMEOUT_SECONDS
+) -> int:
+    """Freeze, then kill, every process `selection` picks, until a scan of /proc finds none.
+
+    Args:
+        selection: which processes are the agent's.
+        keep_reaped: pids another thread waits for (Exec's children): never reaped here. Other
+            zombie children of the sidecar (adopted orphans) are reaped.
+        timeout_seconds: the time limit of the whole.
+
+    Returns:
+        How many processes were frozen by descent and killed (those killed by user through
+        ``kill -1`` are not counted).
+
+    Raises:
+        QuiesceError: processes were still running, or not yet gone, after `timeout_seconds`.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    keep = set(keep_reaped)
+    if selection.uid is not None:
+        _signal_all_as(selection.uid, "STOP")
+    frozen = _freeze_descendants(deadline, keep) if selection.descendants else set()
+    if selection.uid is not None:
+        _signal_all_as(selection.uid, "KILL")
+    _signal(frozen, signal.SIGKILL)
+    while True:
+        _reap_adopted(keep)
+        left = _live_descendants() if selection.descendants else set()
+        if selection.uid is not None:  # a full scan: the user's processes need not descend from us
+            left |= {p.pid for p in scan().values() if selection.uid in p.uids and p.state not in DEAD_STATES}
+        if not left:
+            break
+        if time.monotonic() > deadline:
+            raise QuiesceError(f"quiesce: pid {min(left)} (and {len(left) - 1} more) survived SIGKILL")
+        _signal(left, signal.SIGKILL)
+        if selection.uid is not None:
+            _signal_all_as(selection.uid, "KILL")
+        time.sleep(SCAN_PAUSE_SECONDS)
+    if frozen:
+        log.info("quiesce: %d processes frozen and killed", len(frozen))
+    return len(frozen)
+
+
+def _reap_adopted(keep: set[int]) -> None:
+    """Reap the sidecar's zombie children but `keep` (adopted orphans die as its children)."""
+    own_session = os.getsid(0)
+    for pid in _children(os.getpid()):
+        info = _stat(pid)
+        if info is not None and info[0] == "Z" and info[2] != own_session and pid not in keep:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def _live_descendants() -> set[int]:
+    """The sidecar's live descendants outside its session, from the kernel's children lists."""
+    own_session = os.getsid(0)
+    found: set[int] = set()
+    queue = _children(os.getpid())
+    while queue:
+        pid = queue.pop()
+        info = _stat(pid)
+        if pid in found or info is None or info[0] in DEAD_STATES or info[2] == own_session:
+            continue
+        found.add(pid)
+        queue.extend(_children(pid))
+    return found
+
+
+def become_subreaper() -> bool:
+    """Make the calling process a child subreaper (Linux ``prctl``); False where it cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False

@@ -1,0 +1,81 @@
+"""The one rollout path (`start_rollout`): the run config it writes, its refusals, its log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from reroll.agents import get_agent
+from reroll.checkpoint import open_checkpoint
+from reroll.continuation import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
+from reroll.errors import TaskError
+from reroll.rollout import RolloutPlan
+from reroll.runfolder import ContinuedFrom, RunConfig
+from reroll.tasks import load_task
+
+from tests.controller.test_runfolder import exchange_line, make_run_folder
+
+
+def recorded_run(tmp_path: Path, examples: Path, **config: object) -> Path:
+    """A two-exchange mini-swe-agent run folder of the example task, with `config` overrides."""
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0), exchange_line(1)], result={"status": "ok"})
+    base = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "scripted"}
+    (folder / "config.json").write_text(json.dumps(base | config))
+    return folder
+
+
+async def test_a_continuation_keeps_the_runs_network_override(tmp_path: Path, examples: Path) -> None:
+    """config.json's ``network`` (``reroll run --network none``) outlives the task's own policy:
+    continued in the local sandbox (no network policy) it is refused, before anything is written."""
+    task = examples / "hello-file"
+    assert load_task(task).spec.environment.network == "full"
+    folder = recorded_run(tmp_path, examples, task_path=str(task), network="none", sandbox="docker")
+    checkpoint = open_checkpoint(folder)
+    origin = FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True))
+    with pytest.raises(TaskError, match=r"--network none needs --sandbox docker: the local sandbox"):
+        await start_rollout(
+            origin,
+            live_model=None,
+            parent=tmp_path / "out",
+            name="x",
+            options=RolloutOptions(sandbox="local"),
+        )
+    assert not (tmp_path / "out").exists()
+
+
+async def test_a_recording_refuses_network_none_in_the_local_sandbox(tmp_path: Path, examples: Path) -> None:
+    origin = NewRecording(load_task(examples / "hello-file"), get_agent("oracle"))
+    with pytest.raises(TaskError, match="--network none needs --sandbox docker"):
+        await start_rollout(
+            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions(network="none")
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_plan_reads_model_timeout_and_agent_model_from_the_one_config(
+    examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RolloutPlan says nothing twice: the live model, the agent's model name and the timeout
+    come from config.json's fields (a continuation keeps the original's model name)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # openai/gpt-x is parsed, and a missing key refused
+    task = load_task(examples / "fix-failing-test")
+    recording = RunConfig(task_path=str(task.path), agent="mini-swe-agent", model="scripted", timeout_sec=7)
+    plan = RolloutPlan(task, get_agent("mini-swe-agent"), "p", Path("/nowhere"), recording)
+    assert plan.timeout_seconds == 7 and plan.agent_model == "scripted"
+    assert plan.live_model is not None and plan.live_model.spec == "scripted"
+    provenance = ContinuedFrom(
+        path="/r", status="ok", cut_index=1, original_model="scripted", live_model="openai/gpt-x"
+    )
+    swapped = recording.model_copy(
+        update={"model": "openai/gpt-x", "timeout_sec": None, "continued_from": provenance}
+    )
+    plan = RolloutPlan(task, get_agent("mini-swe-agent"), "p", Path("/nowhere"), swapped)
+    assert plan.agent_model == "scripted" and plan.live_model is not None
+    assert plan.live_model.name == "gpt-x" and plan.timeout_seconds == task.spec.agent.timeout_sec
+    replay_only = swapped.model_copy(
+        update={"continued_from": provenance.model_copy(update={"replay_only": True})}
+    )
+    assert (
+        RolloutPlan(task, get_agent("mini-swe-agent"), "p", Path("/nowhere"), replay_only).live_model is None
+    )
