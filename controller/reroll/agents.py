@@ -52,6 +52,11 @@ class AgentSpec(BaseModel):
     ``pattern`` (a regular expression matched inside every string, e.g. a datetime or
     ``Chunk ID: \\w+``) or ``value`` (a literal string), with an optional ``label``; see
     `reroll_proxy.volatile`. The sandbox's paths (workspace, HOME) are volatile for every agent."""
+    volatile_files: list[str] = []
+    """Workspace files whose bytes legitimately differ between a run and its replay although
+    the agent did the same (``fnmatch`` patterns of paths relative to the workspace, e.g.
+    ``.git/index``, which holds file times and inode numbers): ``reroll replay`` compares
+    their presence, not their hashes."""
 
     @property
     def install_key(self) -> str:

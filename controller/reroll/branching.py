@@ -229,8 +229,14 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
     original = checkpoint.original
     parent = create_run_folder(output, original.path.name).resolve()
     provenance = BranchedFrom(**checkpoint.continued_from(None).model_dump())
+    lineage = original.config.lineage_started_at or original.config.started_at
     config = original.config.model_copy(
-        update={"started_at": now_iso(), "continued_from": None, "branched_from": provenance}
+        update={
+            "started_at": now_iso(),
+            "lineage_started_at": lineage,
+            "continued_from": None,
+            "branched_from": provenance,
+        }
     )
     write_json(parent / "config.json", config)
     write_json(parent / "prompts.json", original.prompts)

@@ -122,6 +122,7 @@ def open_checkpoint(
     tasks_dir: Path | None = None,
     require_timeout: bool = False,
     console: Console | None = None,
+    agent: str | None = None,
 ) -> Checkpoint:
     """Load `run_folder`, find its task and agent, and resolve `at` to a cut index.
 
@@ -131,12 +132,15 @@ def open_checkpoint(
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
         require_timeout: refuse a run whose status is not ``timeout``.
         console: where a warning about a truncated trajectory goes [default: nowhere].
+        agent: the agent that replays and continues the run [default: the recorded one, e.g.
+            ``openhands`` in a folder written by BenchFlow].
 
     Raises:
         RunFolderError: the folder is missing or corrupt, `at` is malformed or out of range, or
             `require_timeout` is set and the run's status is not ``timeout``.
         TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
-        AgentError: the recorded agent is unknown.
+        AgentError: the agent (`agent`, else the recorded one) is unknown; the message says how
+            to declare it.
     """
     original = load_run_folder(run_folder)
     if original.trajectory.warning and console is not None:
@@ -146,8 +150,8 @@ def open_checkpoint(
     if require_timeout and status != "timeout":
         raise RunFolderError(f"{original.path}: status is {status!r}, not 'timeout' (--require-timeout)")
     task = _find_original_task(original.config, tasks_dir)
-    agent = get_agent(original.config.agent)
-    return Checkpoint(original, task, agent, status, cut_index, None if at is None else str(at))
+    spec = get_agent(agent or original.config.agent)
+    return Checkpoint(original, task, spec, status, cut_index, None if at is None else str(at))
 
 
 def _find_original_task(config: RunConfig, tasks_dir: Path | None) -> Task:

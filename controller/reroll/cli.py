@@ -226,7 +226,8 @@ def run(
         str | None,
         typer.Option(
             help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], scripted-responses[:PATH], "
-            "openai/NAME, openai-responses/NAME, anthropic/NAME"
+            "openai/NAME, openai-responses/NAME, anthropic/NAME, gemini/NAME, PROVIDER/NAME "
+            "(with PROVIDER_BASE_URL)"
         ),
     ] = None,
     timeout: Annotated[
@@ -266,6 +267,10 @@ def continue_(
     model: Annotated[
         str | None, typer.Option(help="Live model after the cut [default: the original's].")
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent that replays and continues the run [default: the recorded one]."),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option(help="Wall-clock budget in seconds [default: the original's].")
     ] = None,
@@ -299,6 +304,7 @@ def continue_(
                 run_folder,
                 at=at,
                 model=model,
+                agent=agent,
                 replay_only=replay_only,
                 require_timeout=require_timeout,
                 tasks_dir=tasks_dir,

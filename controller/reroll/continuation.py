@@ -169,6 +169,7 @@ async def start_rollout(
 def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOptions) -> RunConfig:
     """config.json of the new rollout: the recording's fresh one, or the original's updated."""
     live_spec = live_model.spec if live_model else None
+    started_at = now_iso()
     if isinstance(origin, NewRecording):
         return RunConfig(
             task_path=str(origin.task.path),
@@ -176,7 +177,8 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             agent=origin.agent.name,
             model=live_spec,
             timeout_sec=options.timeout_seconds or origin.task.spec.agent.timeout_sec,
-            started_at=now_iso(),
+            started_at=started_at,
+            lineage_started_at=started_at,
             sandbox=options.sandbox or "local",
             network=options.network,
             reroll_version=__version__,
@@ -187,9 +189,11 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
     key = "branched_from" if isinstance(origin.provenance, BranchedFrom) else "continued_from"
     return original.model_copy(
         update={
+            "agent": origin.checkpoint.agent.name,  # `continue --agent` may override the recorded one
             "model": live_spec or original.model,
             "timeout_sec": options.timeout_seconds or original.timeout_sec or task_timeout,
-            "started_at": now_iso(),
+            "started_at": started_at,
+            "lineage_started_at": original.lineage_started_at or original.started_at or started_at,
             "sandbox": options.sandbox or original.sandbox,
             "network": options.network or original.network,
             "reroll_version": __version__,
@@ -218,6 +222,7 @@ async def continue_run(
     *,
     at: At | None = None,
     model: str | None = None,
+    agent: str | None = None,
     replay_only: bool = False,
     require_timeout: bool = False,
     tasks_dir: Path | None = None,
@@ -234,6 +239,7 @@ async def continue_run(
             every recorded exchange (a timed-out run's cut point).
         model: the live model after the cut [default: the original's]; with `at`, this swaps the
             model mid-run.
+        agent: the agent that replays and continues [default: the recorded one].
         replay_only: stop at the cut point (no live model, no verifier).
         require_timeout: refuse runs whose status is not ``timeout``.
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
@@ -254,7 +260,7 @@ async def continue_run(
         Nothing is written when any of these is raised.
     """
     checkpoint = open_checkpoint(
-        run_folder, at=at, tasks_dir=tasks_dir, require_timeout=require_timeout, console=console
+        run_folder, at=at, tasks_dir=tasks_dir, require_timeout=require_timeout, console=console, agent=agent
     )
     live_spec = None if replay_only else (model or checkpoint.original.config.model)
     live_model = model_for(checkpoint.agent, live_spec, checkpoint.task) if live_spec else None

@@ -7,7 +7,8 @@ no live model — and compared with the original:
   in the exchange's ``metadata.divergence``; the replayed line names the recorded step it was
   served in ``metadata.replayed_from``: requests are matched by thread, not position), and
   whether the step was reached at all;
-- whether the final workspace equals the original's (workspace_manifest.json: sha256 per file);
+- whether the final workspace equals the original's (workspace_manifest.json: sha256 per file;
+  the files the agent declares volatile, `reroll.agents.AgentSpec.volatile_files`, by presence);
 - whether the rebuild ended as the original did: a finished original (``ok``) must finish by
   itself after its last exchange, a timed-out one asks for more and is stopped at the cut point.
 
@@ -17,6 +18,8 @@ are equal and the endings agree. The report is written to ``fidelity.json`` in t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Literal
 
@@ -52,6 +55,8 @@ class WorkspaceReport(BaseModel):
     files: int
     """Files in the original's manifest."""
     changed: list[str] = []
+    volatile: list[str] = []
+    """Differing files the agent declares volatile (not counted as changed)."""
     missing: list[str] = []
     """In the original, not in the rebuild."""
     extra: list[str] = []
@@ -135,7 +140,9 @@ async def replay_run(
     )
     run_dir, result = outcome.run_dir, outcome.result
     steps = _step_reports(run_dir, checkpoint.cut_index)
-    workspace = _compare_workspaces(original_manifest, _manifest(run_dir / MANIFEST))
+    workspace = _compare_workspaces(
+        original_manifest, _manifest(run_dir / MANIFEST), checkpoint.agent.volatile_files
+    )
     stopped_at_cut = result.error_category == "replay_only"
     same_ending = {"ok": result.status == "ok", "timeout": stopped_at_cut}.get(checkpoint.status, True)
     report = FidelityReport(
@@ -190,16 +197,21 @@ def _manifest(path: Path) -> dict[str, str] | None:
     return {str(key): str(value) for key, value in data.items()}
 
 
-def _compare_workspaces(original: dict[str, str], rebuilt: dict[str, str] | None) -> WorkspaceReport | None:
+def _compare_workspaces(
+    original: dict[str, str], rebuilt: dict[str, str] | None, volatile_files: Sequence[str] = ()
+) -> WorkspaceReport | None:
     if rebuilt is None:
         return None
-    changed = sorted(path for path in original.keys() & rebuilt.keys() if original[path] != rebuilt[path])
+    differing = sorted(path for path in original.keys() & rebuilt.keys() if original[path] != rebuilt[path])
+    volatile = [path for path in differing if any(fnmatch(path, pattern) for pattern in volatile_files)]
+    changed = [path for path in differing if path not in volatile]
     missing = sorted(original.keys() - rebuilt.keys())
     extra = sorted(rebuilt.keys() - original.keys())
     return WorkspaceReport(
         equal=not (changed or missing or extra),
         files=len(original),
         changed=changed,
+        volatile=volatile,
         missing=missing,
         extra=extra,
     )

@@ -18,6 +18,13 @@ A model spec is what users pass as ``--model``:
 - ``anthropic/NAME`` — Anthropic's Messages API (``ANTHROPIC_API_KEY``; ``ANTHROPIC_BASE_URL``
   overrides the host, as in Anthropic's SDK: ``/v1`` is appended); the proxy translates
   whatever the agent speaks;
+- ``gemini/NAME`` (or a bare ``gemini-…`` name, as BenchFlow records it) — Google's Gemini over
+  its OpenAI-compatible endpoint (``GEMINI_API_KEY``; ``GEMINI_BASE_URL`` overrides the URL),
+  spoken in whatever API the agent speaks (the proxy translates Messages / Responses to Chat);
+- ``PROVIDER/NAME`` with ``PROVIDER_BASE_URL`` set (the provider upper-cased, ``-`` and ``.``
+  as ``_``; e.g. ``deepseek/deepseek-chat`` and ``DEEPSEEK_BASE_URL``) — any OpenAI-compatible
+  provider (key in ``PROVIDER_API_KEY``, optional): a BenchFlow folder's litellm-style model
+  is usable as the live model once its base URL is named;
 - ``NAME`` with ``REROLL_UPSTREAM_URL`` set — any OpenAI-compatible server at that URL
   (key in ``REROLL_UPSTREAM_API_KEY``, optional).
 
@@ -42,6 +49,15 @@ from reroll.processes import ChildProcess
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
 """A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""
+GEMINI_OPENAI_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
+"""Google's OpenAI-compatible endpoint for Gemini models (Chat Completions)."""
+_PROVIDER_FORMATS: dict[str, FormatName | None] = {
+    "anthropic": "anthropic-messages",
+    "openai-responses": "openai-responses",
+    "openai": None,
+    "gemini": "openai-chat",
+}
+"""Known providers → the one API format they speak (None: whatever the agent speaks)."""
 _SCRIPTED_FORMATS: dict[str, FormatName | None] = {
     "scripted": None,
     "scripted-anthropic": "anthropic-messages",
@@ -130,21 +146,31 @@ def parse_model(spec: str, task_path: Path | None, agent: str | None = None) -> 
         stored = f"{kind}:{script.resolve()}" if colon else spec
         api_format = _SCRIPTED_FORMATS[kind]
         return ModelSpec(spec=stored, name=model_name(spec), script=script.resolve(), api_format=api_format)
-    provider = spec.rpartition("/")[0]
-    api_formats: dict[str, FormatName | None] = {
-        "anthropic": "anthropic-messages",
-        "openai-responses": "openai-responses",
-        "openai": None,
-    }
-    if provider in api_formats or os.environ.get("REROLL_UPSTREAM_URL"):
-        model = ModelSpec(spec=spec, name=model_name(spec), api_format=api_formats.get(provider))
+    provider = provider_of(spec)
+    known = provider in _PROVIDER_FORMATS or (provider and os.environ.get(provider_env(provider, "BASE_URL")))
+    if known or os.environ.get("REROLL_UPSTREAM_URL"):
+        model = ModelSpec(spec=spec, name=model_name(spec), api_format=_PROVIDER_FORMATS.get(provider))
         _endpoint(model)  # a missing key is refused now, before anything is written
         return model
     raise ModelError(
         f"model {spec!r}: unknown provider {provider or '(none)'!r}; use scripted, scripted:PATH, "
         "scripted-anthropic[:PATH], scripted-responses[:PATH], openai/NAME, openai-responses/NAME, "
-        "anthropic/NAME, or set REROLL_UPSTREAM_URL for an OpenAI-compatible server"
+        "anthropic/NAME, gemini/NAME, PROVIDER/NAME with PROVIDER_BASE_URL set, or set "
+        "REROLL_UPSTREAM_URL for an OpenAI-compatible server"
     )
+
+
+def provider_of(spec: str) -> str:
+    """The provider part of a provider model spec: ``gemini`` of ``gemini/NAME`` and of a bare
+    ``gemini-…`` name (as BenchFlow records Gemini models), "" for another bare name."""
+    provider = spec.rpartition("/")[0]
+    return "gemini" if not provider and spec.startswith("gemini-") else provider
+
+
+def provider_env(provider: str, suffix: str) -> str:
+    """The environment variable of `provider` ending in `suffix`: ``provider_env("my-llm",
+    "BASE_URL")`` is ``MY_LLM_BASE_URL``."""
+    return re.sub(r"[^A-Za-z0-9]", "_", provider).upper() + "_" + suffix
 
 
 @contextlib.asynccontextmanager
@@ -183,6 +209,13 @@ def _endpoint(model: ModelSpec) -> tuple[str, str | None]:
         if not key:
             raise ModelError(f"model {model.spec!r} needs ANTHROPIC_API_KEY in the environment")
         return os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/") + "/v1", key
+    provider = provider_of(model.spec)
+    if provider == "gemini":
+        if not (key := os.environ.get("GEMINI_API_KEY")):
+            raise ModelError(f"model {model.spec!r} needs GEMINI_API_KEY in the environment")
+        return os.environ.get("GEMINI_BASE_URL", GEMINI_OPENAI_URL), key
+    if provider and provider not in _PROVIDER_FORMATS and (url := os.environ.get(provider_env(provider, "BASE_URL"))):
+        return url, os.environ.get(provider_env(provider, "API_KEY"))
     if url := os.environ.get("REROLL_UPSTREAM_URL"):
         return url, os.environ.get("REROLL_UPSTREAM_API_KEY")
     key = os.environ.get("OPENAI_API_KEY")

@@ -266,6 +266,27 @@ def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
     }
 
 
+AGENT_IDENTITY = {"name": "reroll agent", "email": "agent@reroll.invalid", "user": "agent"}
+"""Who the agent is, the same in every sandbox: git's author and committer, ``USER``/``LOGNAME``."""
+
+
+def stable_agent_env(config: RunConfig) -> dict[str, str]:
+    """Environment that makes what the agent sees the same in every sandbox of a run's lineage.
+
+    git's author and committer (name, e-mail, date: the lineage's first start,
+    ``config.lineage_started_at``), so commits an agent makes (aider's, after each edit) get the
+    same ids in the recording and its replay; ``USER`` and ``LOGNAME``. Empty dates (a config
+    without any start time) are left to git.
+    """
+    name, email = AGENT_IDENTITY["name"], AGENT_IDENTITY["email"]
+    env = {"USER": AGENT_IDENTITY["user"], "LOGNAME": AGENT_IDENTITY["user"]}
+    for role in ("AUTHOR", "COMMITTER"):
+        env |= {f"GIT_{role}_NAME": name, f"GIT_{role}_EMAIL": email}
+        if date := config.lineage_started_at or config.started_at:
+            env[f"GIT_{role}_DATE"] = date
+    return env
+
+
 async def _intercept_agent(
     sandbox: Sandbox, interceptor: intercept.Interceptor, proxy: LlmProxy
 ) -> dict[str, str]:
@@ -312,6 +333,7 @@ async def _run_agent(
     await sandbox.put_file(prompt_file, plan.prompt.encode())
     agent_env = {
         **env,
+        **stable_agent_env(plan.config),
         "REROLL_AGENT_HOME": f"{layout.agents_dir}/{plan.agent.install_key}",
         "REROLL_PROMPT_FILE": prompt_file,
     }

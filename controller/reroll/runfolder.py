@@ -87,6 +87,11 @@ class RunConfig(BaseModel):
     timeout_sec: float | None = None
     agent_env: dict[str, str] = Field(default_factory=dict)
     started_at: str | None = None
+    lineage_started_at: str | None = None
+    """When the first recording of this run's lineage started (ISO 8601): the same in every
+    continuation, replay and branch of it, and the agent's git author/committer date
+    (`reroll.rollout.stable_agent_env`). None in folders written before it existed (and by
+    BenchFlow): ``started_at`` stands in."""
     sandbox: str = "local"
     network: Literal["none", "full"] | None = None
     """The run's network policy override (``--network``); None: the task's ``environment.network``."""

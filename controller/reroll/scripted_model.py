@@ -22,7 +22,9 @@ A request is answered by the first thread whose ``match`` it satisfies (every co
 messages, summaries) and its subagents. Within the thread, the turn is chosen by the number of
 assistant turns already in the request (see `reroll.scripted_answers`), so a continuation that
 starts at turn k gets turn k; the server keeps no state but how many requests each turn got (for
-``errors``). Everything is
+``errors``). ``count: own`` (top level for ``turns``, or per thread) counts only the assistant
+messages whose text is one of that thread's scripted ``content``s: for agents that put example
+exchanges of their own before the conversation (aider's few-shot SEARCH/REPLACE examples). Everything is
 deterministic: ids per turn, ``created`` fixed per turn, token counts of about one per four
 characters. ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (each also
 without ``/v1``) answer in their API's shape, or with ``"stream": true`` as that API's SSE
@@ -42,7 +44,7 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import yaml
@@ -177,6 +179,20 @@ def _blocks_text(blocks: Any) -> str:
     return "\n".join(parts)
 
 
+TurnCount = Literal["assistant", "own"]
+"""How a thread's turn is counted: every assistant turn in the request (``assistant``), or only
+the assistant messages whose text is one of the thread's scripted contents (``own``)."""
+
+
+def own_turns(request: NormalRequest, turns: list[ScriptedTurn]) -> int:
+    """The number of assistant messages in `request` whose text (stripped) is the ``content`` of
+    one of `turns`: the turns of this script already answered, whatever else the agent put
+    among its messages."""
+    contents = {turn.content.strip() for turn in turns if turn.content}
+    assistants = (m for m in request["messages"] if m.get("role") == "assistant")
+    return sum(1 for message in assistants if _text(message).strip() in contents)
+
+
 class ScriptedThread(BaseModel):
     """A conversation of the script other than the main one: a side call or a subagent."""
 
@@ -188,6 +204,8 @@ class ScriptedThread(BaseModel):
     """Which requests it answers."""
     turns: list[ScriptedTurn] = Field(min_length=1)
     """Its answers, by turn as for the main conversation."""
+    count: TurnCount = "assistant"
+    """How its turn is counted (`TurnCount`)."""
 
 
 class ModelScript(BaseModel):
@@ -200,13 +218,16 @@ class ModelScript(BaseModel):
     messages."""
     threads: list[ScriptedThread] = Field(default_factory=list)
     """Other conversations, tried in order before the main one (see the module docstring)."""
+    count: TurnCount = "assistant"
+    """How the main conversation's turn is counted (`TurnCount`)."""
 
-    def thread_for(self, request: NormalRequest, model: str) -> tuple[str, list[ScriptedTurn]]:
-        """The name ("" for the main conversation) and turns of the thread answering `request`."""
+    def thread_for(self, request: NormalRequest, model: str) -> tuple[str, list[ScriptedTurn], TurnCount]:
+        """The name ("" for the main conversation), turns and turn count of the thread answering
+        `request`."""
         for thread in self.threads:
             if thread.match.matches(request, model):
-                return thread.name, thread.turns
-        return "", self.turns
+                return thread.name, thread.turns, thread.count
+        return "", self.turns, self.count
 
 
 def load_script(path: Path) -> ModelScript:
@@ -263,7 +284,10 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
                 raise RequestShapeError("request body must be a JSON object")
             index = turn_index(wire.name, body)
             model = body.get("model")
-            thread, turns = script.thread_for(wire.normalise(body), model if isinstance(model, str) else "")
+            normal = wire.normalise(body)
+            thread, turns, count = script.thread_for(normal, model if isinstance(model, str) else "")
+            if count == "own":
+                index = own_turns(normal, turns)
         except (orjson.JSONDecodeError, RequestShapeError) as exc:
             return _error(wire, 400, "invalid_request_error", f"bad request: {exc}")
         if index >= len(turns):

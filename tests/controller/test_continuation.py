@@ -79,3 +79,25 @@ def test_the_plan_reads_model_timeout_and_agent_model_from_the_one_config(
     assert (
         RolloutPlan(task, get_agent("mini-swe-agent"), "p", Path("/nowhere"), replay_only).live_model is None
     )
+
+
+def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_dates(
+    tmp_path: Path, examples: Path
+) -> None:
+    """Stable environments: the lineage's start time is set by the recording and kept by its
+    continuations (a folder without one, e.g. BenchFlow's, lends its ``started_at``)."""
+    from reroll.continuation import _run_config
+    from reroll.rollout import stable_agent_env
+
+    recording = _run_config(
+        NewRecording(load_task(examples / "hello-file"), get_agent("oracle")), None, RolloutOptions()
+    )
+    assert recording.lineage_started_at == recording.started_at is not None
+    first = "2026-01-02T03:04:05+00:00"
+    for config, lineage in (({"started_at": first}, first), ({"lineage_started_at": "L", "started_at": first}, "L")):
+        checkpoint = open_checkpoint(recorded_run(tmp_path / lineage[:1], examples, **config))
+        continued = _run_config(FromCheckpoint(checkpoint, checkpoint.continued_from(None)), None, RolloutOptions())
+        assert continued.started_at != first and continued.lineage_started_at == lineage
+        env = stable_agent_env(continued)
+        assert env["GIT_AUTHOR_DATE"] == env["GIT_COMMITTER_DATE"] == lineage
+        assert env["GIT_AUTHOR_EMAIL"] == env["GIT_COMMITTER_EMAIL"] and env["USER"] == env["LOGNAME"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from reroll.errors import ModelError
-from reroll.models import live_upstream, model_name, parse_model
+from reroll.models import GEMINI_OPENAI_URL, live_upstream, model_name, parse_model
 
 
 def test_a_scripted_path_is_stored_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,3 +139,39 @@ def test_a_missing_provider_key_is_refused_when_the_spec_is_parsed(monkeypatch: 
             parse_model(spec, None)
     monkeypatch.setenv("REROLL_UPSTREAM_URL", "http://127.0.0.1:9/v1")  # its key is optional
     assert parse_model("openai/gpt-4o", None).name == "gpt-4o"
+
+
+@pytest.mark.parametrize("spec", ["gemini/gemini-3.1-flash-lite-preview", "gemini-3.1-flash-lite-preview"])
+async def test_gemini_goes_to_googles_openai_endpoint(
+    spec: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``gemini/NAME`` and BenchFlow's bare ``gemini-…`` names: Chat over Google's endpoint."""
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_BASE_URL", raising=False)
+    monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
+    with pytest.raises(ModelError, match=f"model '{spec}' needs GEMINI_API_KEY"):
+        parse_model(spec, None)
+    monkeypatch.setenv("GEMINI_API_KEY", "gm-test")
+    model = parse_model(spec, None)
+    assert (model.name, model.api_format) == ("gemini-3.1-flash-lite-preview", "openai-chat")
+    async with live_upstream(model, tmp_path) as upstream:
+        assert (upstream.base_url, upstream.api_key) == (GEMINI_OPENAI_URL, "gm-test")
+    monkeypatch.setenv("GEMINI_BASE_URL", "http://127.0.0.1:9/v1")
+    async with live_upstream(model, tmp_path) as upstream:
+        assert upstream.base_url == "http://127.0.0.1:9/v1"
+
+
+async def test_any_provider_with_a_base_url_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
+    monkeypatch.delenv("MY_LLM_BASE_URL", raising=False)
+    with pytest.raises(ModelError, match=r"unknown provider 'my-llm'.*PROVIDER_BASE_URL"):
+        parse_model("my-llm/big-1", None)
+    monkeypatch.setenv("MY_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.delenv("MY_LLM_API_KEY", raising=False)
+    model = parse_model("my-llm/big-1", None)  # the key is optional
+    assert (model.name, model.api_format) == ("big-1", None)
+    monkeypatch.setenv("MY_LLM_API_KEY", "k-1")
+    async with live_upstream(model, tmp_path) as upstream:
+        assert (upstream.base_url, upstream.api_key, upstream.model) == ("http://127.0.0.1:9/v1", "k-1", "big-1")
+    with pytest.raises(ModelError, match="unknown provider '\\(none\\)'"):
+        parse_model("plain-name", None)

@@ -15,7 +15,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 from reroll.errors import ModelError
 from reroll.processes import ChildProcess
-from reroll.scripted_model import ModelScript, load_script
+from reroll.scripted_model import ModelScript, load_script, own_turns
 from reroll_proxy.formats import format_named
 
 from tests.conftest import spawning
@@ -188,7 +188,7 @@ def test_bad_script_stops_the_server_with_exit_code_2(tmp_path: Path) -> None:
 
 
 def test_the_bundled_example_scripts_load(examples: Path) -> None:
-    for script in examples.glob("*/scripted-model.yaml"):
+    for script in examples.glob("*/scripted-model*.yaml"):
         assert load_script(script).turns
 
 
@@ -238,3 +238,49 @@ def test_a_request_goes_to_the_first_thread_that_matches(body: dict[str, Any], t
     )
     normal = format_named("anthropic-messages").normalise(body)
     assert script.thread_for(normal, str(body.get("model", "")))[0] == thread
+
+
+AIDER_FEW_SHOT = [
+    {"role": "system", "content": "Act as an expert software developer. Use SEARCH/REPLACE blocks."},
+    {"role": "user", "content": "Change get_factorial() to use math.factorial"},
+    {"role": "assistant", "content": "mathweb/flask/app.py\n<<<<<<< SEARCH\n..."},
+    {"role": "user", "content": "I switched to a new code base."},
+    {"role": "assistant", "content": "Ok."},
+]
+"""The start of every main request aider sends (shortened): example exchanges of its own."""
+
+
+def aider_request(*answers: str) -> dict[str, Any]:
+    """An aider-shaped Chat request after the script's `answers` (each followed by aider's reply)."""
+    messages = [*AIDER_FEW_SHOT, {"role": "user", "content": "The unit tests in test_calc.py fail."}]
+    for answer in answers:
+        messages += [
+            {"role": "assistant", "content": answer + "\n"},  # aider may add whitespace
+            {"role": "user", "content": "I added these files to the chat: calc.py"},
+            {"role": "assistant", "content": "Ok, any changes I propose will be to those files."},
+        ]
+    return {"model": "scripted", "messages": messages, "stream": True}
+
+
+@pytest.mark.parametrize("task", ["fix-failing-test", "hello-file"])
+def test_aider_scripts_answer_aider_requests_turn_by_turn(examples: Path, task: str) -> None:
+    script = load_script(examples / task / "scripted-model.aider.yaml")
+    chat = format_named("openai-chat")
+    answered: list[str] = []
+    for turn in script.turns:
+        normal = chat.normalise(aider_request(*answered))
+        name, turns, count = script.thread_for(normal, "scripted")
+        assert (name, count) == ("", "own")
+        assert turns[own_turns(normal, turns)] is turn
+        answered.append(turn.content or "")
+    commit = chat.normalise(
+        {"model": "scripted", "messages": [{"role": "system", "content": "Write a one-line commit message."}]}
+    )
+    name, turns, _ = script.thread_for(commit, "scripted")
+    assert name == "commit" and own_turns(commit, turns) == 0
+
+
+def test_own_count_ignores_assistant_messages_the_script_did_not_write() -> None:
+    script = ModelScript.model_validate({"count": "own", "turns": [{"content": "A"}, {"content": "B"}]})
+    normal = format_named("openai-chat").normalise(aider_request("A"))
+    assert own_turns(normal, script.turns) == 1

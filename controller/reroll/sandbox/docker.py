@@ -49,6 +49,9 @@ RUN_ID_LABEL = "reroll.run_id"
 OWNER_LABEL = "reroll.owner"
 """``<host name>/<pid>/<start time in clock ticks>`` of the controller process that started the
 container (the start time tells a reused pid apart)."""
+SANDBOX_HOSTNAME = "sandbox"
+"""The hostname every container has, so what an agent sees does not change between the
+sandboxes of a run's lineage (record, replay, continue)."""
 AGENT_USER = "agent"
 AGENTS_VOLUME = "reroll-agents"
 AGENTS_DIR = "/opt/reroll-agents"
@@ -215,6 +218,7 @@ class DockerSandbox(SidecarSandbox):
                 detach=True,
                 init=True,
                 name=f"reroll-{self.run_id}-{secrets.token_hex(3)}",
+                hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
                 labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, OWNER_LABEL: owner_label()},
                 network=network.name,
                 mounts=[
