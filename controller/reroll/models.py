@@ -214,7 +214,11 @@ def _endpoint(model: ModelSpec) -> tuple[str, str | None]:
         if not (key := os.environ.get("GEMINI_API_KEY")):
             raise ModelError(f"model {model.spec!r} needs GEMINI_API_KEY in the environment")
         return os.environ.get("GEMINI_BASE_URL", GEMINI_OPENAI_URL), key
-    if provider and provider not in _PROVIDER_FORMATS and (url := os.environ.get(provider_env(provider, "BASE_URL"))):
+    if (
+        provider
+        and provider not in _PROVIDER_FORMATS
+        and (url := os.environ.get(provider_env(provider, "BASE_URL")))
+    ):
         return url, os.environ.get(provider_env(provider, "API_KEY"))
     if url := os.environ.get("REROLL_UPSTREAM_URL"):
         return url, os.environ.get("REROLL_UPSTREAM_API_KEY")

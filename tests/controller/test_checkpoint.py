@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from reroll.checkpoint import At, open_checkpoint, resolve_cut
-from reroll.errors import RunFolderError, TaskError
+from reroll.errors import AgentError, RunFolderError, TaskError
 
 from tests.controller.test_runfolder import exchange_line, make_run_folder
 
@@ -69,3 +69,31 @@ def test_open_checkpoint_of_a_moved_task_asks_for_tasks_dir(tmp_path: Path) -> N
     folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
     with pytest.raises(TaskError, match=r"task /tasks/t no longer exists; pass --tasks-dir"):
         open_checkpoint(folder)
+
+
+def benchflow_openhands_folder(path: Path, task_path: Path, lines: list[str]) -> Path:
+    """A run folder as BenchFlow writes it for OpenHands (its only continuable agent): config.json
+    with ``agent: openhands`` and a litellm-style Gemini model, a timed-out result.json."""
+    folder = make_run_folder(path, lines, result={"rewards": None, "error_category": "timeout"})
+    config = {
+        "task_path": str(task_path),
+        "agent": "openhands",
+        "model": "gemini/gemini-3.1-flash-lite-preview",
+        "timeout_sec": 900,
+        "agent_env": {},
+        "started_at": "2026-05-01T10:00:00+00:00",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_benchflow_openhands_folder_opens_with_openhands_or_the_agent_given(
+    tmp_path: Path, examples: Path
+) -> None:
+    folder = benchflow_openhands_folder(tmp_path / "run", examples / "hello-file", [exchange_line(0)])
+    checkpoint = open_checkpoint(folder)
+    assert (checkpoint.agent.name, checkpoint.status, checkpoint.cut_index) == ("openhands", "timeout", 1)
+    assert checkpoint.agent_model == "gemini-3.1-flash-lite-preview"
+    assert open_checkpoint(folder, agent="mini-swe-agent").agent.name == "mini-swe-agent"
+    with pytest.raises(AgentError, match=r"unknown agent 'nope'.*REROLL_AGENTS_FILE"):
+        open_checkpoint(folder, agent="nope")

@@ -94,9 +94,14 @@ def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_d
     )
     assert recording.lineage_started_at == recording.started_at is not None
     first = "2026-01-02T03:04:05+00:00"
-    for config, lineage in (({"started_at": first}, first), ({"lineage_started_at": "L", "started_at": first}, "L")):
+    for config, lineage in (
+        ({"started_at": first}, first),
+        ({"lineage_started_at": "L", "started_at": first}, "L"),
+    ):
         checkpoint = open_checkpoint(recorded_run(tmp_path / lineage[:1], examples, **config))
-        continued = _run_config(FromCheckpoint(checkpoint, checkpoint.continued_from(None)), None, RolloutOptions())
+        continued = _run_config(
+            FromCheckpoint(checkpoint, checkpoint.continued_from(None)), None, RolloutOptions()
+        )
         assert continued.started_at != first and continued.lineage_started_at == lineage
         env = stable_agent_env(continued)
         assert env["GIT_AUTHOR_DATE"] == env["GIT_COMMITTER_DATE"] == lineage

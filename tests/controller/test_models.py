@@ -172,6 +172,10 @@ async def test_any_provider_with_a_base_url_variable(monkeypatch: pytest.MonkeyP
     assert (model.name, model.api_format) == ("big-1", None)
     monkeypatch.setenv("MY_LLM_API_KEY", "k-1")
     async with live_upstream(model, tmp_path) as upstream:
-        assert (upstream.base_url, upstream.api_key, upstream.model) == ("http://127.0.0.1:9/v1", "k-1", "big-1")
+        assert (upstream.base_url, upstream.api_key, upstream.model) == (
+            "http://127.0.0.1:9/v1",
+            "k-1",
+            "big-1",
+        )
     with pytest.raises(ModelError, match="unknown provider '\\(none\\)'"):
         parse_model("plain-name", None)
