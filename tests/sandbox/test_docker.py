@@ -17,7 +17,7 @@ import docker
 import pytest
 from reroll.errors import SandboxError
 from reroll.sandbox import docker as docker_backend
-from reroll.sandbox.docker import DockerSandbox, owner_label, prune
+from reroll.sandbox.docker import SANDBOX_HOSTNAME, DockerSandbox, owner_label, prune
 from reroll.tasks import Task, load_task
 
 from tests.conftest import labelled_containers
@@ -88,6 +88,8 @@ async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated
         ["sh", "-c", "cat /run/reroll/token || ls /run/reroll"], user=isolated.layout.agent_user
     )
     assert result.exit_code != 0 and b"Permission denied" in result.stderr
+    hostname = await isolated.exec(["hostname"])
+    assert hostname.stdout.strip() == SANDBOX_HOSTNAME.encode()  # the same in every sandbox
 
 
 async def test_stop_removes_the_container(task: Task) -> None:
