@@ -95,3 +95,34 @@ def test_an_unknown_agent_says_how_to_declare_one(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
     with pytest.raises(AgentError, match=f"unknown agent 'nobody'.*mini-swe-agent.*{AGENTS_FILE_ENV}"):
         get_agent("nobody")
+
+
+def system_prompt_of(agent: str, text: str) -> str:
+    """`text` as a system message of `agent`'s request after its declared volatile rules."""
+    from reroll_proxy.volatile import Volatility
+
+    body = {"messages": [{"role": "system", "content": text}]}
+    return str(Volatility(get_agent(agent).volatile).apply(body)["messages"][0]["content"])
+
+
+def test_aider_date_and_platform_are_volatile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    recorded = (
+        "- Platform: Linux-6.1-x86_64-with-glibc2.36\n- Shell: SHELL=None\n- Current date: 2026-11-23\n"
+    )
+    replayed = (
+        "- Platform: Linux-6.8-x86_64-with-glibc2.41\n- Shell: SHELL=None\n- Current date: 2026-11-24\n"
+    )
+    assert system_prompt_of("aider", recorded) == system_prompt_of("aider", replayed)
+    assert "SHELL=None" in system_prompt_of("aider", recorded)  # nothing else is dropped
+    assert get_agent("aider").volatile_files == [".git/index", ".aider.tags.cache.v4/*"]
+
+
+def test_openhands_datetime_with_microseconds_is_volatile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    recorded = system_prompt_of("openhands", "The current date and time is: 2026-11-23T22:45:01.123456")
+    assert recorded == system_prompt_of(
+        "openhands", "The current date and time is: 2026-11-24 08:00:59.000001"
+    )
+    assert recorded.endswith("<datetime>")
+    assert system_prompt_of("openhands", "version 2026-11-23") == "version 2026-11-23"  # a date alone is kept
