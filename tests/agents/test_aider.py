@@ -22,7 +22,9 @@ from tests.test_main_job import only_folder, read_json, reroll, trajectory
 TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 RECORD_TIMEOUT_SECONDS = 90
 """Generous: aider takes 5 to 15 s to start on a loaded machine; turn 2 never comes in time."""
-pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+# The first test's set-up installs aider when the agent cache or docker volume lacks it (~5 min
+# once, more on a loaded machine), beyond the suite's 300 s default.
+pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="module")
