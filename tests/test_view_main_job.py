@@ -32,8 +32,10 @@ from tests.controller.test_branching import AGENT
 REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-WINDOW = (1280, 900)
+WINDOW = (1280, 800)
 """A laptop screen, in CSS pixels."""
+SCREENSHOTS = "REROLL_VIEW_SCREENSHOTS"
+"""Folder for the screenshots [default: the test's temporary folder]; docs/ holds the README's."""
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 
@@ -149,6 +151,13 @@ def click(browser: WebDriver, element: WebElement) -> None:
     element.click()
 
 
+def screenshots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get(SCREENSHOTS) or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    print("screenshots:", folder)
+    return folder
+
+
 def view(path: Path, output: Path) -> str:
     done = subprocess.run(
         [REROLL, "view", str(path), "--output", str(output)], capture_output=True, text=True
@@ -183,13 +192,11 @@ def test_a_continued_run_shows_its_cutover_and_divergence(
         "median" in span.text
         for span in divergence.find_elements(By.CSS_SELECTOR, "pre.diff span.del, pre.diff span.add")
     )
-    browser.save_screenshot(str(tmp_path / "divergence.png"))
     click(browser, browser.find_element(By.LINK_TEXT, "jump to the cutover"))
-    browser.save_screenshot(str(tmp_path / "run.png"))
+    browser.save_screenshot(str(screenshots(tmp_path) / "view-run.png"))
     click(browser, browser.find_element(By.ID, "hide-replayed"))
     assert not any(t.is_displayed() for t in turns if "replayed" in (t.get_attribute("class") or ""))
     assert browser.execute_script("return document.documentElement.scrollWidth") <= WINDOW[0]
-    print("screenshots:", tmp_path)
 
 
 def test_a_branch_tree_shows_rewards_and_links_each_branch(
@@ -199,7 +206,7 @@ def test_a_branch_tree_shows_rewards_and_links_each_branch(
     rewards = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".node.child .reward")]
     means = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".node.model .mean-reward")]
     assert rewards == ["1.000", "0.000"] and means == ["1.000", "0.000"]
-    browser.save_screenshot(str(tmp_path / "tree.png"))
+    browser.find_element(By.TAG_NAME, "main").screenshot(str(screenshots(tmp_path) / "view-tree.png"))
     click(browser, browser.find_elements(By.CSS_SELECTOR, ".node.child a")[1])
     assert browser.find_element(By.ID, "reward").text == "0.000"
     assert browser.find_element(By.ID, "cutover").get_attribute("data-step") == "2"
@@ -207,7 +214,6 @@ def test_a_branch_tree_shows_rewards_and_links_each_branch(
     assert browser.current_url.endswith("/runs/prefix.html")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#exchange-table tbody tr")) == 2
     assert browser.execute_script("return document.documentElement.scrollWidth") <= WINDOW[0]
-    print("screenshots:", tmp_path)
 
 
 def test_a_job_table_sorts_and_filters(browser: WebDriver, tmp_path: Path) -> None:

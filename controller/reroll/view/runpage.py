@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 from reroll_proxy.divergence import Divergence
 from reroll_proxy.exchange import Exchange
-from reroll_proxy.formats import format_named
+from reroll_proxy.formats.normal import NormalUsage
 
 from reroll.branching import primary_reward
 from reroll.export.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
@@ -138,7 +138,16 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
     threads = threads_of(exchanges)
     provenance = run.config.continued_from or run.config.branched_from
     first = _seconds(exchanges[0].request.timestamp) if exchanges else None
-    rows = [_exchange_row(index, exchange, first) for index, exchange in enumerate(exchanges)]
+    usages = {
+        id(turn.exchange): turn.usage
+        for thread in threads
+        for turn in thread.turns
+        if turn.source == "agent" and not turn.from_request
+    }
+    rows = [
+        _exchange_row(index, exchange, first, usages.get(id(exchange)))
+        for index, exchange in enumerate(exchanges)
+    ]
     index = {id(exchange): position for position, exchange in enumerate(exchanges)}
     starts = {row.index: row.start_seconds for row in rows}
     commands = [
@@ -205,15 +214,12 @@ def _attached(path: Path) -> AttachedFile | None:
     return AttachedFile(path.name, data.decode("utf-8", errors="replace"), cut)
 
 
-def _exchange_row(index: int, exchange: Exchange, first: float | None) -> ExchangeRow:
+def _exchange_row(
+    index: int, exchange: Exchange, first: float | None, usage: NormalUsage | None
+) -> ExchangeRow:
     metadata = exchange.metadata
-    tokens = None
-    body = exchange.response.body
-    if exchange.response.status_code == 200 and isinstance(body, dict):
-        usage = format_named(metadata.api_format).normalise_response(body)["usage"]
-        counted = [usage[key] for key in ("prompt_tokens", "completion_tokens")] if usage else []
-        if any(count is not None for count in counted):
-            tokens = sum(count or 0 for count in counted)
+    counted = [usage["prompt_tokens"], usage["completion_tokens"]] if usage else []
+    tokens = sum(count or 0 for count in counted) if any(c is not None for c in counted) else None
     start = _seconds(exchange.request.timestamp)
     fault = metadata.fault
     return ExchangeRow(

@@ -165,3 +165,12 @@ def test_verifier_links_and_fifos_are_not_followed(tmp_path: Path) -> None:
     html = (run / "view" / "index.html").read_text()
     assert "SECRET-OUTSIDE" not in html and "fifo.txt" not in html
     assert "THE-END" in html and "7 bytes before left out" in html
+
+
+def test_open_hands_the_index_to_the_browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+    monkeypatch.setattr("webbrowser.open", opened.append)
+    run = write_run(tmp_path / "run", chat_exchanges())
+    done = CliRunner().invoke(app, ["view", str(run), "--output", str(tmp_path / "site"), "--open"])
+    assert done.exit_code == 0, done.output
+    assert opened == [(tmp_path / "site" / "index.html").as_uri()]
