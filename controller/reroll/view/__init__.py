@@ -176,16 +176,18 @@ def _row(view: RunView, href: str) -> RolloutRow:
     )
 
 
-def _render_run(view: RunView, *, home: str, link: Callable[[str], str]) -> str:
+def _render_run(view: RunView, *, home: str, link: Callable[[str], str | None]) -> str:
     return _env().get_template("run.html.j2").render(view=view, home=home, link=link)
 
 
-def _folder_link(folder: str) -> str:
-    """A link to a run folder outside the site: its ``file://`` URL."""
-    return Path(folder).as_uri() + "/"
+def _folder_link(folder: str) -> str | None:
+    """A link to a run folder outside the site: its ``file://`` URL; None for a relative path
+    (a file written elsewhere: nothing says what it is relative to)."""
+    path = Path(folder)
+    return path.as_uri() + "/" if path.is_absolute() else None
 
 
-def _site_link(pages: dict[str, str]) -> Callable[[str], str]:
+def _site_link(pages: dict[str, str]) -> Callable[[str], str | None]:
     """Links from one run page to another: a sibling page when the run is in the site."""
     return lambda folder: pages.get(folder) or _folder_link(folder)
 

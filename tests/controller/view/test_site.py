@@ -174,3 +174,11 @@ def test_open_hands_the_index_to_the_browser(tmp_path: Path, monkeypatch: pytest
     done = CliRunner().invoke(app, ["view", str(run), "--output", str(tmp_path / "site"), "--open"])
     assert done.exit_code == 0, done.output
     assert opened == [(tmp_path / "site" / "index.html").as_uri()]
+
+
+def test_a_relative_provenance_path_is_shown_without_a_link(tmp_path: Path) -> None:
+    provenance = {"path": "elsewhere/run", "status": "timeout", "cut_index": 1, "original_model": None,
+                  "live_model": None}  # fmt: skip
+    run = write_run(tmp_path / "run", chat_exchanges(), replayed=1, config={"continued_from": provenance})
+    page = build_site(run).read_text()
+    assert "<code>elsewhere/run</code>" in page and 'id="provenance-link"' not in page
