@@ -1,7 +1,7 @@
 """``reroll view`` in a real headless Chromium: a run recorded, continued (with a divergence) and
 branched by the real `reroll` executable with the bundled scripted model, and a job table.
 
-The browser is Debian's ``chromium`` driven through Debian's ``chromidriver`` by Selenium: the
+The browser is Debian's ``chromium`` driven through Debian's ``chromedriver`` by Selenium: the
 driver's path is given, so Selenium Manager never looks for one on the network, and the driver
 always matches the browser (both come from the same Debian source package). When they are
 missing they are installed with apt-get; the tests skip, with the reason, when that fails.
@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from reroll.view import build_site
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -45,15 +46,12 @@ def chromium() -> tuple[Path, Path]:
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
         if shutil.which("apt-get") is None or os.geteuid() != 0:
             pytest.skip("chromium and chromium-driver are not installed and apt-get cannot install them")
-        done = subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-            timeout=900,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"apt-get install chromium chromium-driver failed: {done.stderr.strip()[-300:]}")
+        apt = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"]
+        for command in (["apt-get", "update"], install):
+            done = subprocess.run(command, capture_output=True, text=True, env=apt, timeout=900)
+            if done.returncode != 0:
+                pytest.skip(f"{' '.join(command)} failed: {done.stderr.strip()[-300:]}")
     return CHROMIUM, CHROMEDRIVER
 
 
@@ -74,8 +72,10 @@ def browser(chromium: tuple[Path, Path]) -> Iterator[WebDriver]:
 
 
 def reroll(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """`reroll ARGS` started in `cwd`, with the test agent's registry (cwd/agents.yaml)."""
+    env = {**os.environ, "REROLL_AGENTS_FILE": str(cwd / "agents.yaml")}
     return subprocess.Popen(
-        [REROLL, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [REROLL, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
 
 
@@ -86,7 +86,7 @@ def finished(process: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A recorded run of a urllib Chat Completions agent (reward 1); its continuation from step 3
     of a copy whose observation at step 1 was changed (a divergence); a branch tree from step 2
     with two models (the bundled script, reward 1; its wrong-fix variant, reward 0)."""
@@ -110,39 +110,29 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
         turn.pop("delay_seconds", None)
     (workdir / "fast.yaml").write_text(yaml.safe_dump(script))
     fast, wrong = f"scripted:{workdir / 'fast.yaml'}", f"scripted:{TASK / 'scripted-model-wrong-fix.yaml'}"
-    saved = os.environ.get("REROLL_AGENTS_FILE")
-    os.environ["REROLL_AGENTS_FILE"] = str(workdir / "agents.yaml")
-    try:
-        recording = reroll(
-            "run", str(TASK), "--agent", "urllib-chat", "--model", fast, "--sandbox", "local",
-            "--jobs-dir", "jobs", "--job-name", "record", cwd=workdir,
-        )  # fmt: skip
-        finished(recording)
-        (recorded,) = (workdir / "jobs" / "record").iterdir()
-        tampered = workdir / "tampered" / recorded.name
-        shutil.copytree(recorded, tampered)
-        trajectory = tampered / "trajectory" / "llm_trajectory.jsonl"
-        lines = [orjson.loads(line) for line in trajectory.read_bytes().splitlines()]
-        observation = next(
-            m for m in reversed(lines[1]["request"]["body"]["messages"]) if m["role"] == "tool"
-        )
-        observation["content"] = observation["content"].replace("def mean", "def median")
-        trajectory.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-        continuing = reroll("continue", str(tampered), "--at", "3", "--output", "continued", cwd=workdir)
-        branching = reroll(
-            "branch", str(recorded), "--at", "2", "--model", fast, "--model", wrong, "--output", "tree",
-            cwd=workdir,
-        )  # fmt: skip
-        finished(continuing)
-        finished(branching)
-    finally:
-        if saved is None:
-            os.environ.pop("REROLL_AGENTS_FILE")
-        else:
-            os.environ["REROLL_AGENTS_FILE"] = saved
+    recording = reroll(
+        "run", str(TASK), "--agent", "urllib-chat", "--model", fast, "--sandbox", "local",
+        "--jobs-dir", "jobs", "--job-name", "record", cwd=workdir,
+    )  # fmt: skip
+    finished(recording)
+    (recorded,) = (workdir / "jobs" / "record").iterdir()
+    tampered = workdir / "tampered" / recorded.name
+    shutil.copytree(recorded, tampered)
+    trajectory = tampered / "trajectory" / "llm_trajectory.jsonl"
+    lines = [orjson.loads(line) for line in trajectory.read_bytes().splitlines()]
+    observation = next(m for m in reversed(lines[1]["request"]["body"]["messages"]) if m["role"] == "tool")
+    observation["content"] = observation["content"].replace("def mean", "def median")
+    trajectory.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    continuing = reroll("continue", str(tampered), "--at", "3", "--output", "continued", cwd=workdir)
+    branching = reroll(
+        "branch", str(recorded), "--at", "2", "--model", fast, "--model", wrong, "--output", "tree",
+        cwd=workdir,
+    )  # fmt: skip
+    finished(continuing)
+    finished(branching)
     (continued,) = (workdir / "continued").iterdir()
     (tree,) = (workdir / "tree").iterdir()
-    yield {"workdir": workdir, "continued": continued, "tree": tree}
+    return {"continued": continued, "tree": tree}
 
 
 def click(browser: WebDriver, element: WebElement) -> None:
@@ -159,11 +149,9 @@ def screenshots(tmp_path: Path) -> Path:
 
 
 def view(path: Path, output: Path) -> str:
-    done = subprocess.run(
-        [REROLL, "view", str(path), "--output", str(output)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return (output / "index.html").as_uri()
+    """The URL of the site of `path` (built in this process: `reroll view` itself is tested in
+    tests/controller/view/test_site.py)."""
+    return build_site(path, output).as_uri()
 
 
 def test_a_continued_run_shows_its_cutover_and_divergence(
@@ -227,10 +215,10 @@ def test_a_job_table_sorts_and_filters(browser: WebDriver, tmp_path: Path) -> No
         return [row.find_element(By.TAG_NAME, "a").text for row in rows if row.is_displayed()]
 
     assert names() == ["a", "b", "c"]
-    reward = browser.find_element(By.XPATH, "//table[@id='rollouts']//th[text()='reward']")
-    click(browser, reward)
+    reward_header = browser.find_element(By.XPATH, "//table[@id='rollouts']//th[text()='reward']")
+    click(browser, reward_header)
     assert names() == ["b", "c", "a"]
-    click(browser, reward)
+    click(browser, reward_header)
     assert names() == ["a", "c", "b"]
     Select(browser.find_element(By.ID, "status-filter")).select_by_value("ok")
     assert names() == ["c", "b"] and browser.find_element(By.ID, "shown").text == "2"
