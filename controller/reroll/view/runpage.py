@@ -113,6 +113,27 @@ class RunView:
         """The trajectory position of the exchange holding `turn`."""
         return self.exchange_index[id(turn.exchange)]
 
+    def unanswered_before(self, thread: Thread) -> dict[int, list[ExchangeRow]]:
+        """The exchanges of `thread` that got no answer (an error status, an injected fault, a
+        reset), by the position in `thread.turns` of the answer that followed them
+        (``len(thread.turns)`` for those after the last answer)."""
+        positions = {
+            id(turn.exchange): position
+            for position, turn in enumerate(thread.turns)
+            if turn.source == "agent" and not turn.from_request
+        }
+        placed: dict[int, list[ExchangeRow]] = {}
+        pending: list[ExchangeRow] = []
+        for exchange in thread.exchanges:
+            position = positions.get(id(exchange))
+            if position is None:
+                pending.append(self.exchanges[self.exchange_index[id(exchange)]])
+            elif pending:
+                placed[position], pending = pending, []
+        if pending:
+            placed[len(thread.turns)] = pending
+        return placed
+
     def cutover_before(self, thread: Thread) -> int | None:
         """The position in `thread.turns` of the first answer of the live model (the cutover
         marker goes before it); None when the thread has none or the run is no continuation."""

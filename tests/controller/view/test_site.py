@@ -64,6 +64,12 @@ def test_a_continued_run_shows_cutover_divergence_and_fault(tmp_path: Path) -> N
     assert "messages[3].content[0].content[0].text" in page and "observation_changed" in page
     assert '<span class="add">+def test_sub(): 1</span>' in page
     assert 'class="fault-row" data-step="2"' in page and "rate-limit" in page
+    # The 429 is shown in the conversation too, before the answer that followed it.
+    assert (
+        page.index('id="step-1"')
+        < page.index('class="failed-call" data-step="2"')
+        < page.index('id="step-3"')
+    )
     assert 'href="file:///runs/original/"' in page and "Continued" in page
     assert "sed -i" in page and "Ran 2 tests" in page
     assert "cutover: live from step 2" in page  # the exchange timeline: the cut is after 2 exchanges
