@@ -105,14 +105,13 @@ def _build_tree(writer: _Writer, path: Path, summary: BranchSummary, console: Co
     link = _site_link(pages)
     writer.write(f"runs/{PREFIX_PAGE}", _render_run(prefix, home="../index.html", link=link))
     rows = _build_runs(writer, folders, console, label=f"branches of {path.name}", pages=pages)
-    by_folder = {row.name: row for row in rows}
     return (
         _env()
         .get_template("tree.html.j2")
         .render(
             summary=summary,
-            prefix=_row(prefix, f"runs/{PREFIX_PAGE}"),
-            children=[(child, by_folder[child.folder]) for child in summary.children],
+            prefix=_row(prefix, path.name, f"runs/{PREFIX_PAGE}"),
+            children=list(zip(summary.children, rows, strict=True)),
             original=_folder_link(summary.original),
             home="index.html",
         )
@@ -143,9 +142,9 @@ def _build_runs(
         task = progress.add_task(f"view: {label}", total=len(folders))
         for folder in folders:
             view = _view(load_run_folder(folder))
-            page = pages[str(view.run.path)]
+            page = pages[str(folder)]
             writer.write(f"runs/{page}", _render_run(view, home="../index.html", link=link))
-            rows.append(_row(view, f"runs/{page}"))
+            rows.append(_row(view, folder.name, f"runs/{page}"))
             progress.advance(task)
     return rows
 
@@ -157,10 +156,10 @@ def _view(run: RunFolder) -> RunView:
         raise ExportError(f"{run.path}: {exc.args[0]}") from exc
 
 
-def _row(view: RunView, href: str) -> RolloutRow:
+def _row(view: RunView, name: str, href: str) -> RolloutRow:
     run = view.run
     return RolloutRow(
-        name=run.path.name,
+        name=name,
         href=href,
         task=run.config.task_name or Path(run.config.task_path).name,
         agent=run.config.agent,

@@ -107,6 +107,15 @@ def test_a_job_table_links_every_run(tmp_path: Path) -> None:
     assert 'href="../index.html"' in (tmp_path / "site" / "runs" / "a.html").read_text()
 
 
+def test_a_job_with_a_linked_run_folder_gets_its_page(tmp_path: Path) -> None:
+    write_run(tmp_path / "elsewhere", chat_exchanges())
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "linked").symlink_to(tmp_path / "elsewhere")
+    page = build_site(tmp_path / "job", tmp_path / "site").read_text()
+    assert '<a href="runs/linked.html">linked</a>' in page
+    assert (tmp_path / "site" / "runs" / "linked.html").is_file()
+
+
 def test_a_branch_tree_shows_each_reward_and_the_mean_per_model(tmp_path: Path) -> None:
     tree = write_tree(tmp_path / "tree", [1.0, 0.0])
     page = build_site(tree, tmp_path / "site").read_text()
