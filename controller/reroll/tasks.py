@@ -56,6 +56,11 @@ class HardeningOptions(BaseModel):
     """Let pytest load every installed plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
     pytest_plugins: list[str] = []
     """Plugins loaded explicitly (``-p NAME`` each) while autoloading is off."""
+    pytest_report: bool = True
+    """With `pytest_addopts`: trust pytest's own JUnit report (written to a root-only folder) over
+    the script's exit status — a pytest that started but wrote no report (``os._exit(0)`` at
+    import), or whose report counts failures or errors, zeroes every reward. Off for a task whose
+    test.sh passes its own ``--junitxml`` or ``--log-file``, or expects failing tests."""
 
 
 class VerifierSection(BaseModel):
