@@ -34,7 +34,7 @@ class AgentSection(BaseModel):
     """The `agent` section of a task."""
 
     model_config = ConfigDict(extra="allow")
-    timeout_sec: float = 600.0
+    timeout_sec: float = Field(default=600.0, gt=0)
     """Wall-clock budget of the agent phase, in seconds."""
 
 
@@ -67,7 +67,7 @@ class VerifierSection(BaseModel):
     """The `verifier` section of a task."""
 
     model_config = ConfigDict(extra="allow")
-    timeout_sec: float = 300.0
+    timeout_sec: float = Field(default=300.0, gt=0)
     """Wall-clock budget of the verifier's test script, in seconds."""
     hardening: HardeningOptions = Field(default_factory=HardeningOptions)
     """Which hardening steps run before the test script."""
@@ -81,9 +81,9 @@ class EnvironmentSection(BaseModel):
     """The `environment` section of a task: what the sandbox needs."""
 
     model_config = ConfigDict(extra="allow")
-    cpus: float = 1.0
+    cpus: float = Field(default=1.0, gt=0)
     """CPU limit (cores) for container backends."""
-    memory_mb: int = 2048
+    memory_mb: int = Field(default=2048, gt=0)
     """Memory limit in MiB for container backends."""
     network: NetworkPolicy = "full"
     """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends)."""
@@ -144,7 +144,10 @@ def load_task(path: Path) -> Task:
         TaskError: the folder does not exist, holds neither task.md nor task.toml, a file is
             invalid (the message names it), or the verifier's test.sh is missing.
     """
-    path = path.resolve()
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise TaskError(f"task {path}: cannot be resolved ({exc})") from exc
     if not path.is_dir():
         raise TaskError(f"task not found: {path} is not a directory")
     if (path / "task.md").is_file():

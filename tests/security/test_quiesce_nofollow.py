@@ -87,7 +87,8 @@ ATTACKS = {
     # The code under test ends pytest with status 0: at import, or after the tests failed.
     "exit-at-import": "printf 'import os\\nos._exit(0)\\n' > answer.py\n",
     "exit-after-failed-tests": (
-        "printf 'import atexit, os\\natexit.register(os._exit, 0)\\ndef answer():\\n    return 41\\n' > answer.py\n"
+        "printf 'import atexit, os\\natexit.register(os._exit, 0)\\n' > answer.py\n"
+        "printf 'def answer():\\n    return 41\\n' >> answer.py\n"
     ),
 }
 
