@@ -37,13 +37,15 @@ PR_SET_DUMPABLE = 4
 """prctl option (linux/prctl.h)."""
 
 
-def child_environment(environ: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+def child_environment(
+    extra: Mapping[str, str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The `KEPT`, non-secret variables of `environ` (default: ``os.environ``), plus `extra`."""
     source = os.environ if environ is None else environ
     kept = {
         name: value for name, value in source.items() if KEPT.fullmatch(name) and not SECRET_NAME.search(name)
     }
-    return kept | extra
+    return kept | dict(extra or {})
 
 
 def hide_from_same_user() -> bool:

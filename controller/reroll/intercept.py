@@ -154,7 +154,7 @@ class Interceptor:
             args,
             workdir=workdir,
             name="intercept",
-            env=child_environment(**{_TOKEN_ENV: token}),  # the agent's user must not read ours
+            env=child_environment({_TOKEN_ENV: token}),  # the agent's user must not read ours
             command=[str(_venv_python()), str(ADDON)],
         )
 

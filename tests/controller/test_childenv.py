@@ -25,7 +25,7 @@ def test_a_child_keeps_locale_paths_and_tls_but_no_secret() -> None:
         "PIP_PASSWORD": "x",
         "SOMETHING_ELSE": "x",
     }
-    kept = child_environment(controller, EXTRA="1")
+    kept = child_environment({"EXTRA": "1"}, environ=controller)
     assert kept == {
         "PATH": "/usr/bin",
         "HOME": "/home/u",

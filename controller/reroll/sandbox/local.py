@@ -112,7 +112,7 @@ class LocalSandbox(SidecarSandbox):
             ],
             workdir=self.root / ".reroll",
             name="sidecar",
-            env=child_environment(TMPDIR=str(self.root / "tmp")),  # the agent inherits it
+            env=child_environment({"TMPDIR": str(self.root / "tmp")}),  # the agent inherits it
         )
         try:
             await self._sidecar_process.start()
