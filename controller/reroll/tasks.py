@@ -84,7 +84,10 @@ class EnvironmentSection(BaseModel):
     cpus: float = Field(default=1.0, gt=0)
     """CPU limit (cores) for container backends."""
     memory_mb: int = Field(default=2048, gt=0)
-    """Memory limit in MiB for container backends."""
+    """Memory limit in MiB for container backends (swap included: none beyond it)."""
+    pids_max: int = Field(default=1024, gt=0)
+    """How many processes and threads the sandbox may hold at once (container backends): a fork
+    bomb gets EAGAIN instead of exhausting the host's process table."""
     network: NetworkPolicy = "full"
     """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends)."""
 
