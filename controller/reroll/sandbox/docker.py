@@ -10,14 +10,14 @@ Network policy (the task's ``environment.network``): ``full`` joins the bridge n
 ``reroll-full``; ``none`` joins ``reroll-none-isolated``, an *internal* bridge with no route out
 and inter-container traffic off (``enable_icc=false``: concurrent rollouts do not reach each
 other), where the only host address reachable is the bridge's gateway — that is where the LLM
-proxy listens (`host_address`). Not filtered yet: other services of the host listening on that
+proxy listens (`host_address`). Installing an agent needs PyPI, so `egress` lends
+``reroll-full`` for the install only. Not filtered yet: other services of the host listening on that
 gateway address (or on all addresses) are reachable too; only a firewall rule in the container's
 network namespace or on the host would stop them (issue 12, item 3).
 
 Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included) and ``pids_max``.
 The workspace's disk use is not capped: the engine's storage driver here (fuse-overlayfs) has no
-size option, and the workspace is an anonymous volume of the host's file system. Installing an agent needs PyPI, so `egress` lends ``reroll-full`` for the
-install only.
+size option, and the workspace is an anonymous volume of the host's file system.
 
 The agent runs as the unprivileged user ``agent`` (created when the image lacks it); agents
 are installed once into the shared volume ``reroll-agents``. Every container carries the labels
