@@ -285,8 +285,16 @@ class Verifier:
             return
         yield pb.VerifyEvent(hardening=report)
         for name in REWARD_FILES:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(os.path.join(reward_dir, name))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # e.g. an immutable file planted by the agent: a verifier error
+                error = (
+                    f"cannot delete the old {reward_dir}/{name}: {exc.strerror}; the test script was not run"
+                )
+                yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
+                return
         os.chmod(script, stat.S_IMODE(os.stat(script).st_mode) | 0o111)
         options = baseline.hardening
         with contextlib.ExitStack() as stack:

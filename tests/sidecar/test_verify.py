@@ -35,3 +35,24 @@ async def test_hardening_that_outlives_its_time_limit_skips_the_script_with_a_re
 def test_the_default_hardening_time_limit_is_two_minutes() -> None:
     verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore("/nonexistent"))
     assert verifier.harden_timeout_seconds == verify.HARDEN_TIMEOUT_SECONDS == 120.0
+
+
+async def test_an_old_reward_file_that_cannot_be_deleted_is_a_reward_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team: a reward file the agent made undeletable (``chattr +i``, here a folder) was an
+    unhandled error, so an infrastructure error a job retries."""
+    monkeypatch.setattr(verify.quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
+    verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")))
+    verifier.baseline = verify.Baseline(pb.Hardening(), agent_user="", roots=[str(tmp_path)], site_dirs=[])
+    (tmp_path / "test.sh").write_text("#!/bin/sh\ntouch ran\n")
+    (tmp_path / "reward.txt").mkdir()
+    (tmp_path / "reward.txt" / "x").write_text("1")
+    request = pb.VerifyRequest(verifier_dir=str(tmp_path), script="test.sh", reward_dir=str(tmp_path))
+    events = [event async for event in verifier.verify(request)]
+    result = events[-1].result
+    assert (
+        result.reward_error.startswith(f"cannot delete the old {tmp_path}/reward.txt: ")
+        and not result.rewards
+    )
+    assert not (tmp_path / "ran").exists()
