@@ -23,6 +23,8 @@ fields reroll adds have defaults for the same reason.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,11 @@ from reroll_proxy.divergence import Divergence
 from reroll_proxy.faults import FaultNote
 from reroll_proxy.formats import FormatName
 from reroll_proxy.sse import SseEvent
+
+MAX_TRAJECTORY_BYTES = 4 * 1024**3
+"""The largest trajectory file read (a longer one is refused with a clear error, never read)."""
+MAX_LINE_BYTES = 1024**3
+"""The largest exchange line (a request body is at most 256 MiB; its response and events add to it)."""
 
 ApiFormat = FormatName
 Source = Literal["live", "replayed"]
@@ -167,16 +174,22 @@ def load_trajectory(path: Path) -> LoadedTrajectory:
 
     Raises:
         FileNotFoundError: `path` does not exist (the message names it).
-        TrajectoryFormatError: any other line is not JSON or not an exchange; the message names
-            the file, the 1-based line number and the cause.
+        TrajectoryFormatError: any other line is not JSON or not an exchange, or longer than
+            `MAX_LINE_BYTES`; the file is not a regular file (a device, a FIFO), larger than
+            `MAX_TRAJECTORY_BYTES`, or unreadable (a symlink loop); the message names the file,
+            the 1-based line number and the cause.
     """
     try:
-        data = path.read_bytes()
+        data = read_capped(path, MAX_TRAJECTORY_BYTES)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"trajectory file not found: {path}") from exc
+    except (OSError, ValueError) as exc:
+        raise TrajectoryFormatError(f"{path}: {_reason(exc)}") from exc
     lines = data.split(b"\n")
     loaded = LoadedTrajectory()
     for number, line in enumerate(lines, start=1):
+        if len(line) > MAX_LINE_BYTES:
+            raise TrajectoryFormatError(f"{path}: line {number} is larger than {MAX_LINE_BYTES} bytes")
         if not line.strip():
             continue
         try:
@@ -193,6 +206,33 @@ def load_trajectory(path: Path) -> LoadedTrajectory:
             causes = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in exc.errors())
             raise TrajectoryFormatError(f"{path}: line {number}: not an exchange ({causes})") from exc
     return loaded
+
+
+def read_capped(path: Path, limit_bytes: int) -> bytes:
+    """The content of the regular file `path` (symlinks followed), refused beyond `limit_bytes`.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        OSError: it cannot be opened or read (a symlink loop, a folder, no permission).
+        ValueError: it is not a regular file (a device such as /dev/zero, a FIFO: opened without
+            waiting for a writer), or larger than `limit_bytes`.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > limit_bytes:
+            raise ValueError(f"{info.st_size} bytes, more than the limit of {limit_bytes}")
+        data = handle.read(limit_bytes + 1)
+    if len(data) > limit_bytes:  # it grew while read
+        raise ValueError(f"more than the limit of {limit_bytes} bytes")
+    return data
+
+
+def _reason(exc: OSError | ValueError) -> str:
+    """`exc` as the end of a message that names the file."""
+    return (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
 
 
 def _location(loc: tuple[int | str, ...]) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,6 +127,24 @@ class UpstreamEvents(EventSource):
             yield events
 
 
+def peer_closed(request: web.Request) -> bool:
+    """Whether the agent has closed its end of `request`'s connection (its FIN is waiting to be
+    read: an HTTP/1.1 client sends nothing while it reads a response). One non-blocking peek."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return True
+    raw = transport.get_extra_info("socket")
+    if raw is None:
+        return False
+    with socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno())) as sock:
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+
 @dataclass
 class ServedStep:
     """A request the engine decided to serve (replay or live), and what its exchange line needs."""
@@ -181,33 +201,50 @@ class ServedStep:
     ) -> web.StreamResponse:
         """Stream `source` to the agent one write per batch; record before sending the terminal event.
 
+        An agent that hangs up after it received some events gets an exchange of those events
+        only, its ``metadata.error`` saying so (``the agent closed the connection after N of M
+        events``); one that hangs up before the first event, none (it received nothing).
+
         Args:
             status: HTTP status for the agent (and the record).
             headers: upstream (or recorded) response headers, without secrets.
             source: the events to forward.
             sent_body: the request body to record (as forwarded upstream).
             model: the model that produced the response, unless the chunks name one.
+
+        Raises:
+            ConnectionResetError, asyncio.CancelledError: the agent hung up (after the recording).
         """
         response = web.StreamResponse(status=status, headers=self._agent_headers(headers, SSE_CONTENT_TYPE))
         await response.prepare(self.request)
         events: list[SseEvent] = []
         offsets_ms: list[float] = []
         held: list[SseEvent] = []
-        async with contextlib.aclosing(source.batches()) as stream:
-            async for batch in stream:
-                offset_ms = round((time.monotonic() - self.received) * 1000, 3)
-                events += batch
-                offsets_ms += [offset_ms] * len(batch)
-                ready: list[SseEvent] = []
-                for event in batch:
-                    (held if held or self.wire.is_terminal(event) else ready).append(event)
-                if ready:
-                    await response.write(b"".join(map(encode_event, ready)))
-                    if self.first_byte is None:
-                        self.first_byte = time.monotonic()
-        body = self.wire.assemble(events)
-        model = body.get("model") or model
-        exchange = self._exchange(sent_body, status, headers, body, events, model, source.error)
+        delivered = 0  # how many of `events` were written to the agent
+        try:
+            async with contextlib.aclosing(source.batches()) as stream:
+                async for batch in stream:
+                    offset_ms = round((time.monotonic() - self.received) * 1000, 3)
+                    events += batch
+                    offsets_ms += [offset_ms] * len(batch)
+                    ready: list[SseEvent] = []
+                    for event in batch:
+                        (held if held or self.wire.is_terminal(event) else ready).append(event)
+                    if ready:
+                        await response.write(b"".join(map(encode_event, ready)))
+                        delivered = len(events) - len(held)
+                        if self.first_byte is None:
+                            self.first_byte = time.monotonic()
+        except (ConnectionResetError, asyncio.CancelledError):  # the agent hung up mid-stream
+            if delivered:  # it received part of a response: the trajectory says which part
+                await asyncio.shield(
+                    self._record_aborted(sent_body, status, headers, model, events, offsets_ms, delivered)
+                )
+            raise
+        if peer_closed(self.request):  # it hung up; the writes went to its kernel, the end never
+            await self._record_aborted(sent_body, status, headers, model, events, offsets_ms, delivered)
+            return response
+        exchange = self._stream_exchange(sent_body, status, headers, events, model, source.error)
         exchange.response.event_offsets_ms = offsets_ms
         await self.recorder.record(self.number, exchange)
         if await source.after_recorded(self.request):
@@ -216,6 +253,35 @@ class ServedStep:
             await response.write(encode_event(event))
         await response.write_eof()
         return response
+
+    async def _record_aborted(
+        self,
+        sent_body: Any,
+        status: int,
+        headers: dict[str, str],
+        model: str | None,
+        events: list[SseEvent],
+        offsets_ms: list[float],
+        delivered: int,
+    ) -> None:
+        """Record the first `delivered` of `events`: what the agent got before it hung up."""
+        error = f"the agent closed the connection after {delivered} of {len(events)} events"
+        exchange = self._stream_exchange(sent_body, status, headers, events[:delivered], model, error)
+        exchange.response.event_offsets_ms = offsets_ms[:delivered]
+        await self.recorder.record(self.number, exchange)
+
+    def _stream_exchange(
+        self,
+        sent_body: Any,
+        status: int,
+        headers: dict[str, str],
+        events: list[SseEvent],
+        model: str | None,
+        error: str | None,
+    ) -> Exchange:
+        """The exchange of a stream whose agent received `events`."""
+        body = self.wire.assemble(events)
+        return self._exchange(sent_body, status, headers, body, events, body.get("model") or model, error)
 
     def _agent_headers(self, headers: Mapping[str, str], content_type: str) -> dict[str, str]:
         kept = {name: value for name, value in headers.items() if name not in _NOT_FORWARDED}

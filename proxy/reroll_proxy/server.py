@@ -52,6 +52,7 @@ from reroll_proxy.faults import (
 )
 from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
 from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
+from reroll_proxy.limits import read_body_in_time, runner_options
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
 from reroll_proxy.runtime import base_url_for, write_ready_file
@@ -59,8 +60,6 @@ from reroll_proxy.translate import translation_for
 from reroll_proxy.volatile import Volatility
 
 log = logging.getLogger("reroll_proxy")
-MAX_REQUEST_BYTES = 256 * 1024 * 1024
-"""Largest request body accepted (long conversations exceed aiohttp's 1 MiB default)."""
 SHUTDOWN_SECONDS = 0.5
 """How long stopping the proxy waits for requests in flight before cancelling them."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -90,7 +89,11 @@ class ProxyServer:
         self._session: aiohttp.ClientSession | None = None
         self._stopped = asyncio.Event()
         """Set with ``engine.stop``, before the first 409 is sent (see `reroll_proxy.contract`)."""
-        self.app = web.Application(middlewares=[self._authenticate], client_max_size=MAX_REQUEST_BYTES)
+        limits = config.client_limits
+        self.app = web.Application(
+            middlewares=[self._authenticate, read_body_in_time(limits)],
+            client_max_size=limits.max_request_bytes,
+        )
         for wire in all_formats():
             for path in wire.paths:
                 self.app.router.add_post(path, functools.partial(self._serve, wire))
@@ -346,7 +349,11 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     # An agent that hangs up (killed at its timeout) cancels its request: the response it never
     # received is not recorded. Shutdown does not wait for requests still in flight.
     runner = web.AppRunner(
-        server.app, access_log=None, handler_cancellation=True, shutdown_timeout=SHUTDOWN_SECONDS
+        server.app,
+        access_log=None,
+        handler_cancellation=True,
+        shutdown_timeout=SHUTDOWN_SECONDS,
+        **runner_options(config.client_limits),
     )
     await runner.setup()
     try:

@@ -152,3 +152,12 @@ def test_missing_provider_key(tmp_path: Path, examples: Path) -> None:
     done = run("continue-job", str(tmp_path), "--model", "openai/gpt-4o")
     assert done.returncode == 2 and "needs OPENAI_API_KEY" in done.stderr
     assert tree(tmp_path) == before
+
+
+def test_continue_of_a_symlink_loop_exits_2_naming_the_path(tmp_path: Path) -> None:
+    (tmp_path / "run").symlink_to(tmp_path / "run")
+    done = reroll("continue", str(tmp_path / "run"), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"run folder {tmp_path / 'run'}: cannot be resolved" in done.stderr and "Traceback" not in done.stderr
+    )
