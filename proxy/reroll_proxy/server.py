@@ -14,6 +14,8 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   its end (see `reroll_proxy.recorder`). An unreachable upstream gives 502 (recorded, with
   ``metadata.error``). An upstream of another API format (``upstream.api_format``) gets the
   request translated, and the agent the answer translated back (`reroll_proxy.translate`).
+- ``GET /v1/responses`` (and ``/responses``) — a Responses WebSocket upgrade, refused at once
+  with 426 so the client falls back to HTTP (`reroll_proxy.endpoints_websocket`).
 - ``GET /_reroll/status`` — the engine's counters, divergences and stop: a
   `reroll_proxy.contract.ProxyStatus`.
 - ``GET /_reroll/stop`` — a long poll: answers a `reroll_proxy.contract.ProxyStop` once the proxy
@@ -40,6 +42,8 @@ from aiohttp import web
 from reroll.errors import ProxyConfigError, TranslationError
 
 from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
+from reroll_proxy.endpoints_websocket import WebsocketRefusals
+from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
 from reroll_proxy.faults import (
@@ -94,6 +98,9 @@ class ProxyServer:
         for wire in all_formats():
             for path in wire.paths:
                 self.app.router.add_post(path, functools.partial(self._serve, wire))
+        self.websockets = WebsocketRefusals()
+        for path in WEBSOCKET_PATHS:
+            self.app.router.add_get(path, self.websockets.refuse)
         self.app.router.add_get("/_reroll/status", self._status)
         self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
         self.app.router.add_get("/healthz", self._health)
@@ -146,6 +153,7 @@ class ProxyServer:
                 StepDivergence(step=note.step, **note.divergence.model_dump()) for note in engine.divergences
             ],
             stop=_proxy_stop(engine.stop),
+            websocket_upgrades_refused=self.websockets.count,
         )
         return web.Response(body=status.model_dump_json(), content_type="application/json")
 
