@@ -6,7 +6,7 @@
      "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
      "metadata": {"step", "thread", "replayed_from", "source", "model", "api_format",
-                  "upstream_format", "stream", "ttfb_ms", "divergence", "error", "fault"}}
+                  "upstream_format", "translation_notes", "stream", "ttfb_ms", "divergence", "error", "fault"}}
 
 ``body`` is the JSON as sent (for a streamed response: the body a non-streamed request would
 have got, assembled from the events by the API format's module: ``chat.completion``,
@@ -115,6 +115,10 @@ class ExchangeMetadata(_Record):
     upstream_format: ApiFormat | None = None
     """The API the live upstream spoke when it was not `api_format` (the proxy translated the
     request and the response; both are recorded as the agent sent and received them)."""
+    translation_notes: list[str] = []
+    """What the translation to `upstream_format` dropped from the request, one line each (built-in
+    tools, encrypted reasoning, fields the upstream's API has no counterpart for:
+    `reroll_proxy.translate.SHEDS`); empty when nothing was dropped."""
     stream: bool = False
     """Whether the response was streamed (SSE) to the agent."""
     ttfb_ms: float | None = None

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -144,6 +144,8 @@ class ServedStep:
     first_byte: float | None = None
     upstream_format: FormatName | None = None
     """The upstream's API when the proxy translated (recorded as ``metadata.upstream_format``)."""
+    translation_notes: list[str] = field(default_factory=list)
+    """What the translation dropped (recorded as ``metadata.translation_notes``)."""
     fault: FaultNote | None = None
     """The fault injected at this step, recorded as ``metadata.fault``."""
     thread: int | None = None
@@ -251,6 +253,7 @@ class ServedStep:
                 source=self.source,
                 api_format=self.wire.name,
                 upstream_format=self.upstream_format,
+                translation_notes=self.translation_notes,
                 model=model,
                 stream=events is not None,
                 ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,

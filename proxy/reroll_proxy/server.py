@@ -254,7 +254,7 @@ class ProxyServer:
         sent = {**body, "model": upstream.model} if upstream.model else body
         try:
             translation = translation_for(step.wire, upstream.api_format)
-            forwarded = translation.request(sent) if translation else sent
+            forwarded, step.translation_notes = translation.request_with_notes(sent) if translation else (sent, [])
         except TranslationError as exc:
             return error_response(step.wire, 400, "invalid_request_error", str(exc))
         upstream_wire = translation.upstream if translation else step.wire
