@@ -28,6 +28,7 @@ from reroll_proxy.exchange import (
     ExchangeMetadata,
     ExchangeRequest,
     ExchangeResponse,
+    RetryNote,
     Source,
     sanitize_headers,
 )
@@ -152,6 +153,8 @@ class ServedStep:
     """The request's thread (`reroll_proxy.threads`), recorded as ``metadata.thread``."""
     replayed_from: int | None = None
     """The recorded exchange served (replayed steps), recorded as ``metadata.replayed_from``."""
+    retry: RetryNote | None = None
+    """Set when the request repeats an earlier attempt, recorded as ``metadata.retry``."""
 
     async def send_json(
         self,
@@ -260,5 +263,6 @@ class ServedStep:
                 divergence=self.divergence,
                 error=error,
                 fault=self.fault,
+                retry=self.retry,
             ),
         )

@@ -137,7 +137,9 @@ def shed_for_chat(body: Body) -> tuple[Body, list[str]]:
         reasoning = [item for item in given if isinstance(item, dict) and item.get("type") == "reasoning"]
         if reasoning:
             kept["input"] = [item for item in given if item not in reasoning]
-            notes.append(f"dropped {len(reasoning)} reasoning item(s) (encrypted_content): no Chat counterpart")
+            notes.append(
+                f"dropped {len(reasoning)} reasoning item(s) (encrypted_content): no Chat counterpart"
+            )
     unmapped = sorted(key for key in body if key not in _CHAT_PARAMS and key != "previous_response_id")
     notes += [f"dropped field {key}: no Chat counterpart" for key in unmapped]
     return kept, notes

@@ -137,7 +137,9 @@ def test_a_tampered_observation_is_caught_at_its_step_and_field(continued_run: P
     )  # fmt: skip
     assert done.returncode == 1, done.stdout
     result = read_json(only_folder(workdir / "tampered-out") / "result.json")
-    assert result["error_category"] == "divergence" and result["error"].startswith("strict divergence: step 1:")
+    assert result["error_category"] == "divergence" and result["error"].startswith(
+        "strict divergence: step 1:"
+    )
     assert "input" in result["error"] or "messages" in result["error"]
 
 

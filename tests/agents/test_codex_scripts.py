@@ -49,7 +49,10 @@ def test_without_codex_rules_its_chunk_ids_and_session_ids_diverge() -> None:
 @pytest.mark.parametrize(
     ("text", "kept"),
     [
-        ("Chunk ID: 7ef4c3\nWall time: 0.9849 seconds\nProcess exited with code 0", "Process exited with code 0"),
+        (
+            "Chunk ID: 7ef4c3\nWall time: 0.9849 seconds\nProcess exited with code 0",
+            "Process exited with code 0",
+        ),
         ("<current_date>2026-11-23</current_date>", "<current-date>"),
     ],
 )
@@ -83,6 +86,9 @@ def test_codex_continued_over_chat_or_messages_sheds_what_they_cannot_hold_with_
         forwarded, notes = translation.request_with_notes(FIXTURE["recorded"])
         assert "dropped tool web_search: no Chat counterpart" in notes
         assert "dropped tool namespace multi_agent_v1: no Chat counterpart" in notes
-        assert {"dropped field include: no Chat counterpart", "dropped field reasoning: no Chat counterpart"} <= set(notes)
+        assert {
+            "dropped field include: no Chat counterpart",
+            "dropped field reasoning: no Chat counterpart",
+        } <= set(notes)
         names = [tool.get("name") or tool.get("function", {}).get("name") for tool in forwarded["tools"]]
         assert "exec_command" in names and "multi_agent_v1" not in names

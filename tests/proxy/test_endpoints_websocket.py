@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-import openai
 import pytest
 from reroll_proxy.endpoints_websocket import REFUSAL_STATUS
 
@@ -55,9 +54,11 @@ def test_the_refusal_needs_the_token_and_has_the_responses_error_shape(
 
     async def upgrade(token: str) -> tuple[int, dict[str, object]]:
         headers = {"Authorization": f"Bearer {token}", "Upgrade": "websocket", "Connection": "Upgrade"}
-        async with aiohttp.ClientSession() as session:
-            async with session.get(proxy.base_url + "/responses", headers=headers) as response:
-                return response.status, await response.json()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(proxy.base_url + "/responses", headers=headers) as response,
+        ):
+            return response.status, await response.json()
 
     status, body = asyncio.run(upgrade(TOKEN))
     assert status == REFUSAL_STATUS and "HTTP only" in str(body["error"])
