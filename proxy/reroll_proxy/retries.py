@@ -9,13 +9,13 @@ earlier request with the same idempotency key, else with the same body bytes).
 An attempt whose connection dropped before its answer was recorded left no line (the proxy
 cancels its handler): its retry is then a retry of nothing served (``of_step`` None), and a
 replay serves it like any turn. An attempt dropped after it was recorded (a stream whose last
-event the agent never got) does leave one. What a replay does with that (`superseded`): when the attempt a retry repeats got a complete,
-successful answer (status < 400, no error) the agent still sent the request again, so its
-connection dropped before the answer arrived: the agent went on with the retry's answer. That
-attempt is *superseded*: a replay never serves it (the agent, whose connection no longer drops,
-sends the request once and is served the retry's answer) and the fidelity report lists it as
-``retried``, not ``missing``. An attempt that got an error keeps its place: the agent saw the
-error, and in the replay sees it again and retries again.
+event the agent never got) does leave one. What a replay does with that (`superseded`): when
+the attempt a retry repeats got a complete, successful answer (status < 400, no error) the agent
+still sent the request again, so its connection dropped before the answer arrived: the agent
+went on with the retry's answer. That attempt is *superseded*: a replay never serves it (the
+agent, whose connection no longer drops, sends the request once and is served the retry's
+answer) and the fidelity report lists it as ``retried``, not ``missing``. An attempt that got an
+error keeps its place: the agent saw the error, and in the replay sees it again and retries again.
 """
 
 from __future__ import annotations
