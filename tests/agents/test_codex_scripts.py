@@ -54,6 +54,7 @@ def test_without_codex_rules_its_chunk_ids_and_session_ids_diverge() -> None:
             "Process exited with code 0",
         ),
         ("<current_date>2026-11-23</current_date>", "<current-date>"),
+        ("Wall time: 0.2511 seconds\nProcess running with session ID 88008\n", "<exec-session>"),
     ],
 )
 def test_the_patterns_replace_only_the_volatile_part(text: str, kept: str) -> None:
