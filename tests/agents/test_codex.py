@@ -30,7 +30,8 @@ from tests.proxy.conftest import start_proxy as start_proxy  # the fixture, for 
 REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 RECORD_TIMEOUT_SECONDS = 40
-pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(600)]
+"""600 s a test: the first recording installs ~260 MB into the agent cache / docker volume."""
 
 
 def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
