@@ -148,6 +148,8 @@ class ProxyStatus(BaseModel):
     """Every divergence seen, in step order."""
     stop: ProxyStop | None = None
     """Set (before the first 409 is sent) once the proxy refuses every further request."""
+    websocket_upgrades_refused: int = Field(default=0, ge=0)
+    """Responses WebSocket upgrades answered with 426 (`reroll_proxy.endpoints_websocket`)."""
 
 
 class ReadyFile(BaseModel):

@@ -6,7 +6,8 @@
      "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
      "metadata": {"step", "thread", "replayed_from", "source", "model", "api_format",
-                  "upstream_format", "stream", "ttfb_ms", "divergence", "error", "fault"}}
+                  "upstream_format", "translation_notes", "stream", "ttfb_ms", "divergence",
+                  "error", "fault", "retry"}}
 
 ``body`` is the JSON as sent (for a streamed response: the body a non-streamed request would
 have got, assembled from the events by the API format's module: ``chat.completion``,
@@ -101,6 +102,18 @@ class ExchangeResponse(_Record):
     """Milliseconds from receiving the request to receiving each event (parallel to `events`)."""
 
 
+class RetryNote(_Record):
+    """Recorded as ``metadata.retry`` of an exchange whose request repeats an earlier attempt."""
+
+    attempt: int = Field(ge=1)
+    """1 for the first retry, 2 for the second...: ``x-stainless-retry-count`` when sent, else the
+    earlier requests with the same idempotency key."""
+    of_step: int | None = None
+    """The step of the attempt repeated, when the proxy served it; None when it never arrived."""
+    idempotency_key: str | None = None
+    """The ``Idempotency-Key`` the attempts shared, if the client sent one."""
+
+
 class ExchangeMetadata(_Record):
     """What reroll adds to BenchFlow's shape."""
 
@@ -122,6 +135,10 @@ class ExchangeMetadata(_Record):
     upstream_format: ApiFormat | None = None
     """The API the live upstream spoke when it was not `api_format` (the proxy translated the
     request and the response; both are recorded as the agent sent and received them)."""
+    translation_notes: list[str] = []
+    """What the translation to `upstream_format` dropped from the request, one line each (built-in
+    tools, encrypted reasoning, fields the upstream's API has no counterpart for:
+    `reroll_proxy.translate.SHEDS`); empty when nothing was dropped."""
     stream: bool = False
     """Whether the response was streamed (SSE) to the agent."""
     ttfb_ms: float | None = None
@@ -133,6 +150,8 @@ class ExchangeMetadata(_Record):
     """Why the upstream could not answer (connection failure, broken stream), if so."""
     fault: FaultNote | None = None
     """The fault injected at this step (`reroll_proxy.faults`), else None."""
+    retry: RetryNote | None = None
+    """Set when the request repeats an earlier attempt (an SDK retry: `reroll_proxy.retries`)."""
 
 
 class Exchange(_Record):

@@ -16,7 +16,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from reroll_proxy.exchange import (
     ExchangeMetadata,
     ExchangeRequest,
     ExchangeResponse,
+    RetryNote,
     Source,
     sanitize_headers,
 )
@@ -164,12 +165,16 @@ class ServedStep:
     first_byte: float | None = None
     upstream_format: FormatName | None = None
     """The upstream's API when the proxy translated (recorded as ``metadata.upstream_format``)."""
+    translation_notes: list[str] = field(default_factory=list)
+    """What the translation dropped (recorded as ``metadata.translation_notes``)."""
     fault: FaultNote | None = None
     """The fault injected at this step, recorded as ``metadata.fault``."""
     thread: int | None = None
     """The request's thread (`reroll_proxy.threads`), recorded as ``metadata.thread``."""
     replayed_from: int | None = None
     """The recorded exchange served (replayed steps), recorded as ``metadata.replayed_from``."""
+    retry: RetryNote | None = None
+    """Set when the request repeats an earlier attempt, recorded as ``metadata.retry``."""
 
     async def send_json(
         self,
@@ -317,11 +322,13 @@ class ServedStep:
                 source=self.source,
                 api_format=self.wire.name,
                 upstream_format=self.upstream_format,
+                translation_notes=self.translation_notes,
                 model=model,
                 stream=events is not None,
                 ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,
                 divergence=self.divergence,
                 error=error,
                 fault=self.fault,
+                retry=self.retry,
             ),
         )

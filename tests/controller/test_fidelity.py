@@ -1,8 +1,29 @@
-"""The workspace comparison of ``reroll replay`` (pure)."""
+"""The fidelity report from a rebuilt run's files (no replay run): per-step verdicts from its
+trajectory, and the workspace comparison."""
 
 from __future__ import annotations
 
-from reroll.fidelity import _compare_workspaces
+import json
+from pathlib import Path
+
+from reroll.fidelity import _compare_workspaces, _step_reports
+from reroll.runfolder import TRAJECTORY
+
+
+def test_an_attempt_superseded_by_its_retry_is_retried_not_missing(tmp_path: Path) -> None:
+    lines = [
+        {
+            "request": {"timestamp": "t", "path": "/v1/chat/completions", "body": {}},
+            "response": {"timestamp": "t", "status_code": 200, "body": {}},
+            "metadata": {"step": step, "source": "replayed", "replayed_from": served},
+        }
+        for step, served in enumerate([1, 2])
+    ]
+    path = tmp_path / TRAJECTORY
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    reports = _step_reports(tmp_path, 4, retried={0})
+    assert [r.verdict for r in reports] == ["retried", "match", "match", "missing"]
 
 
 def test_a_volatile_file_that_differs_is_reported_but_not_a_change() -> None:
