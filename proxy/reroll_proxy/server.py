@@ -14,6 +14,8 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   its end (see `reroll_proxy.recorder`). An unreachable upstream gives 502 (recorded, with
   ``metadata.error``). An upstream of another API format (``upstream.api_format``) gets the
   request translated, and the agent the answer translated back (`reroll_proxy.translate`).
+- ``POST /v1/messages/count_tokens``, ``GET /v1/models`` (each also without ``/v1``): answered
+  beside the trajectory, see `reroll_proxy.endpoints_models`.
 - ``GET /_reroll/status`` — the engine's counters, divergences and stop: a
   `reroll_proxy.contract.ProxyStatus`.
 - ``GET /_reroll/stop`` — a long poll: answers a `reroll_proxy.contract.ProxyStop` once the proxy
@@ -40,6 +42,7 @@ from aiohttp import web
 from reroll.errors import ProxyConfigError, TranslationError
 
 from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
+from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
 from reroll_proxy.faults import (
@@ -94,6 +97,8 @@ class ProxyServer:
         for wire in all_formats():
             for path in wire.paths:
                 self.app.router.add_post(path, functools.partial(self._serve, wire))
+        models = ModelEndpoints(config.upstream, engine.recorded, engine.volatility, lambda: self._session)
+        models.add_routes(self.app)
         self.app.router.add_get("/_reroll/status", self._status)
         self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
         self.app.router.add_get("/healthz", self._health)
@@ -252,6 +257,8 @@ class ProxyServer:
         upstream_wire = translation.upstream if translation else step.wire
         step.upstream_format = upstream_wire.name if translation else None
         url = upstream.base_url.rstrip("/") + upstream_wire.upstream_path
+        if translation is None and step.request.query_string:
+            url += "?" + step.request.query_string  # e.g. ?beta=true: the provider sees what the agent sent
         log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
         faults = Injector(step)
         await faults.delay()
