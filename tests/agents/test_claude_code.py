@@ -1,0 +1,275 @@
+"""Claude Code end to end with real parts: the `claude` CLI from the claude-agent-sdk wheel
+(installed unmodified from PyPI, once per machine into the agent cache / docker volume), the
+sidecar, the LLM proxy and the bundled scripted model (its script for Claude Code's own tools),
+once in the `local` sandbox and once in `docker`.
+
+Per sandbox: a recording cut by its timeout → `reroll continue` to reward 1.0 → `reroll replay`
+matches every step with the same workspace → `--strict-divergence` replays every step of the
+untampered recording and stops at the tampered step of a tampered one. Then (local only) two
+background subagents (the `Agent` tool): recorded once, replayed ten times, every request served
+its own thread's answer whatever the order in which the concurrent requests arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import labelled_containers
+
+REROLL = str(Path(sys.executable).parent / "reroll")
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples" / "tasks"
+TASK = EXAMPLES / "fix-failing-test"
+AGENT = "claude-code"
+RECORD_TIMEOUT_SECONDS = 40
+REPLAYS = 10
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+
+
+def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([REROLL, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    print(done.stdout, done.stderr, sep="\n")
+    return done
+
+
+def only_folder(path: Path) -> Path:
+    (folder,) = [p for p in path.iterdir() if p.is_dir() and p.name not in ("continued", "replayed")]
+    return folder
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def trajectory(folder: Path) -> list[dict]:
+    lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
+    return tmp_path_factory.mktemp(f"claude-code-{sandbox_backend}")
+
+
+@pytest.fixture(scope="module")
+def timed_out_run(workdir: Path, sandbox_backend: str) -> Path:
+    """A recorded Claude Code run cut by its timeout after two exchanges (Read, Bash)."""
+    script = yaml.safe_load((TASK / f"scripted-model.{AGENT}.yaml").read_text())
+    script["turns"][2]["delay_seconds"] = 3600
+    stalling = workdir / "stall-at-turn-3.yaml"
+    stalling.write_text(yaml.safe_dump(script))
+    done = reroll(
+        "run", str(TASK), "--agent", AGENT, "--model", f"scripted:{stalling}",
+        "--timeout", str(RECORD_TIMEOUT_SECONDS), "--jobs-dir", "jobs", "--job-name", "record",
+        "--sandbox", sandbox_backend,
+        cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return only_folder(workdir / "jobs" / "record")
+
+
+def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
+    result = read_json(timed_out_run / "result.json")
+    assert result["status"] == "timeout" and result["error_category"] == "timeout"
+    lines = trajectory(timed_out_run)
+    assert len(lines) == 2 == result["counts"]["live"]
+    assert {line["request"]["path"] for line in lines} == {"/v1/messages?beta=true"}
+    assert all(line["metadata"]["api_format"] == "anthropic-messages" for line in lines)
+    first = lines[0]["request"]
+    assert first["body"]["stream"] is True and first["body"]["model"] == "scripted"
+    # the `role: system` message with the cwd and the date, which the volatile rules cover
+    assert any(m["role"] == "system" for m in first["body"]["messages"])
+    assert not {"x-api-key", "authorization"} & {k.lower() for k in first["headers"]}
+    assert not labelled_containers(timed_out_run.name)
+
+
+def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll("continue", str(timed_out_run), "--model", "scripted", "--timeout", "120", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(timed_out_run.parent / "continued")
+    result = read_json(continued / "result.json")
+    assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
+    sources = [line["metadata"]["source"] for line in trajectory(continued)]
+    assert sources == ["replayed", "replayed", "live", "live", "live"]
+    assert result["counts"]["divergences"] == 0
+
+
+def test_replay_matches_every_step_and_the_workspace(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll("replay", str(timed_out_run), "--output", "replayed", cwd=workdir)
+    assert done.returncode == 0, done.stdout
+    assert "requests matched: 2/2" in done.stdout
+    assert "workspace: equal" in done.stdout and "verdict: faithful" in done.stdout
+
+
+def test_strict_replays_every_step_then_catches_a_tampered_one(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll(
+        "continue", str(timed_out_run), "--replay-only", "--strict-divergence", "--timeout", "120",
+        "--output", "strict", cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    assert "2 replayed, 0 live" in done.stdout
+    tampered = workdir / "tampered" / timed_out_run.name
+    shutil.copytree(timed_out_run, tampered)
+    lines = trajectory(tampered)
+    result_block = lines[1]["request"]["body"]["messages"][-1]["content"][0]
+    assert result_block["type"] == "tool_result" and "def mean" in result_block["content"]
+    result_block["content"] = result_block["content"].replace("def mean", "def median")
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    (tampered / "trajectory" / "llm_trajectory.jsonl").write_text(text)
+    done = reroll(
+        "continue", str(tampered), "--strict-divergence", "--timeout", "120", "--output", "strict-tampered",
+        cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 1
+    aborted = only_folder(workdir / "strict-tampered")
+    result = read_json(aborted / "result.json")
+    assert result["error_category"] == "divergence" and "step 1" in result["error"]
+
+
+SUBAGENTS_SCRIPT = {
+    "threads": [
+        {
+            "name": name,
+            "match": {"first_user": f"SUBTASK {name.upper()}"},
+            "turns": [
+                {
+                    "content": f"Writing {name}.txt.",
+                    "delay_seconds": delay,
+                    "tool_calls": [{"name": "Bash", "arguments": {"command": f"echo {name} > {name}.txt"}}],
+                },
+                {"content": f"{name}.txt written."},
+            ],
+        }
+        for name, delay in (("alpha", 0.5), ("beta", 0.0))
+    ],
+    "turns": [
+        {
+            "content": "I'll hand two parts to background agents.",
+            "tool_calls": [
+                {
+                    "name": "Agent",
+                    "arguments": {
+                        "description": f"Write {name}",
+                        "prompt": f"SUBTASK {name.upper()}: run `echo {name} > {name}.txt`.",
+                        "subagent_type": "general-purpose",
+                        "run_in_background": True,
+                    },
+                }
+                for name in ("alpha", "beta")
+            ],
+        },
+        {
+            "content": "Meanwhile I'll create the file.",
+            "tool_calls": [
+                {"name": "Write", "arguments": {"file_path": "hello.txt", "content": "Hello, reroll!\n"}}
+            ],
+        },
+        {"content": "Done."},
+        {"content": "Done."},
+        {"content": "Done."},
+    ],
+}
+"""Main thread: two background subagents (the Agent tool), then a Write; each subagent: one Bash."""
+
+
+def thread_of(request: dict) -> str:
+    """The script thread a recorded request belongs to, from its first user message."""
+    first_user = next(m for m in request["messages"] if m["role"] == "user")
+    text = json.dumps(first_user["content"])
+    return next((name for name in ("alpha", "beta") if f"SUBTASK {name.upper()}" in text), "")
+
+
+def answered_by(response: dict) -> tuple[str, int]:
+    """The script thread and turn that answered (the scripted ids: ``msg_scripted_[T-]k``)."""
+    match = re.fullmatch(r"msg_scripted_(?:([a-z]+)-)?(\d+)", response["id"])
+    assert match, response["id"]
+    return match.group(1) or "", int(match.group(2))
+
+
+@pytest.mark.parametrize("sandbox_backend", ["local"], indirect=True)
+def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: str, tmp_path: Path) -> None:
+    """Recorded once, replayed ten times by the proxy with the agent run directly (no sandbox:
+    ten rollouts would cost minutes): every request, whatever the order the concurrent ones
+    arrived in, is served the next answer of its own thread."""
+    from reroll.agents import get_agent
+    from reroll.config import cache_dir
+    from reroll.llm_proxy import recorded_sandbox_values
+    from reroll_proxy.contract import ProxyConfig
+    from reroll_proxy.volatile import VolatileRule
+
+    from tests.proxy.conftest import TOKEN, start_service
+
+    script = tmp_path / "subagents.yaml"
+    script.write_text(yaml.safe_dump(SUBAGENTS_SCRIPT))
+    done = reroll(
+        "run", str(EXAMPLES / "hello-file"), "--agent", AGENT, "--model", f"scripted:{script}",
+        "--timeout", "120", "--jobs-dir", "jobs", "--job-name", "subagents", "--sandbox", sandbox_backend,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    recorded_run = only_folder(tmp_path / "jobs" / "subagents")
+    assert read_json(recorded_run / "result.json")["rewards"] == {"reward": 1.0}
+    recorded = trajectory(recorded_run)
+    assert {thread_of(line["request"]["body"]) for line in recorded} == {"", "alpha", "beta"}
+    threads_recorded = {line["metadata"]["thread"] for line in recorded}
+    assert len(threads_recorded) >= 3  # main, alpha, beta (and any side call)
+
+    agent = get_agent(AGENT)
+    home = cache_dir() / "agents" / agent.install_key
+    orders, divergent = [], 0
+    for replay in range(REPLAYS):
+        workdir = tmp_path / f"replay-{replay}"
+        workspace, agent_home = workdir / "app", workdir / "home"
+        shutil.copytree(EXAMPLES / "hello-file" / "environment" / "workspace", workspace)
+        agent_home.mkdir()
+        volatile = [
+            VolatileRule(value=str(workspace), label="workspace"),
+            VolatileRule(value=str(agent_home), label="home"),
+            *recorded_sandbox_values(recorded_run),
+            *agent.volatile,
+        ]
+        config = ProxyConfig(
+            token=TOKEN,
+            trajectory_path=workdir / "trajectory.jsonl",
+            replay_path=recorded_run / "trajectory" / "llm_trajectory.jsonl",
+            volatile=volatile,
+        )
+        (workdir / "proxy.json").write_text(config.model_dump_json())
+        proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
+        prompt = workdir / "prompt.txt"
+        prompt.write_text("Create hello.txt containing Hello, reroll!")
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(agent_home),
+            "REROLL_AGENT_HOME": str(home),
+            "REROLL_PROMPT_FILE": str(prompt),
+            **agent.launch_env(base_url=proxy.base_url, api_key=TOKEN, model="scripted"),
+        }
+        try:
+            ran = subprocess.run(
+                ["sh", "-c", agent.launch], cwd=workspace, env=env, capture_output=True, timeout=180
+            )
+        finally:
+            proxy.stop()
+        lines = [json.loads(line) for line in (workdir / "trajectory.jsonl").read_text().splitlines()]
+        assert ran.returncode == 0, ran.stderr.decode()[-2000:]
+        assert (workspace / "alpha.txt").read_text() == "alpha\n" and (workspace / "beta.txt").is_file()
+        for line in lines:
+            request, metadata = line["request"]["body"], line["metadata"]
+            assert metadata["source"] == "replayed"
+            thread, turn = answered_by(line["response"]["body"])
+            assert thread == thread_of(request), (replay, metadata["step"], thread)
+            assert turn == sum(m["role"] == "assistant" for m in request["messages"])
+            # the thread the proxy names is the recorded exchange's thread
+            assert metadata["thread"] == recorded[metadata["replayed_from"]]["metadata"]["thread"]
+            divergent += metadata.get("divergence") is not None
+        orders.append("".join(thread_of(line["request"]["body"])[:1] or "m" for line in lines))
+    print(f"arrival orders over {REPLAYS} replays (m main, a alpha, b beta): {sorted(set(orders))}")
+    print(f"divergent requests (notifications in another order): {divergent}")
