@@ -48,6 +48,10 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def read_json_list(path: Path) -> list:
+    return json.loads(path.read_text())
+
+
 def trajectory(folder: Path) -> list[dict]:
     lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
@@ -244,7 +248,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
         (workdir / "proxy.json").write_text(config.model_dump_json())
         proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
         prompt = workdir / "prompt.txt"
-        prompt.write_text("Create hello.txt containing Hello, reroll!")
+        prompt.write_text(read_json_list(recorded_run / "prompts.json")[0])
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": str(agent_home),
