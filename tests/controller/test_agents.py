@@ -106,7 +106,8 @@ def claude_code_request(run: dict[str, str]) -> dict[str, object]:
     )
     notification = (
         f"agentId: {run['agent']} (internal ID)\n"
-        f"output_file: /tmp/claude-0/{run['slug']}/{run['session']}/tasks/{run['agent']}.output\n<usage><subagent_tokens>{run['tokens']}</subagent_tokens></usage>"
+        f"output_file: /tmp/claude-0/{run['slug']}/{run['session']}/tasks/{run['agent']}.output\n"
+        f"<usage><subagent_tokens>{run['tokens']}</subagent_tokens></usage>"
     )
     return {
         "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.327.{run['cc']};"}],
