@@ -116,6 +116,10 @@ class ExchangeMetadata(_Record):
     upstream_format: ApiFormat | None = None
     """The API the live upstream spoke when it was not `api_format` (the proxy translated the
     request and the response; both are recorded as the agent sent and received them)."""
+    dropped: list[str] | None = None
+    """When the proxy translated: what of the agent's request the upstream's API could not
+    hold and was left out rather than refused (e.g. ``field thinking``, ``field
+    context_management``, ``betas …``); None when nothing was."""
     stream: bool = False
     """Whether the response was streamed (SSE) to the agent."""
     ttfb_ms: float | None = None

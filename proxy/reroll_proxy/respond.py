@@ -144,6 +144,8 @@ class ServedStep:
     first_byte: float | None = None
     upstream_format: FormatName | None = None
     """The upstream's API when the proxy translated (recorded as ``metadata.upstream_format``)."""
+    dropped: list[str] | None = None
+    """What the translation left out of the request (recorded as ``metadata.dropped``)."""
     fault: FaultNote | None = None
     """The fault injected at this step, recorded as ``metadata.fault``."""
     thread: int | None = None
@@ -251,6 +253,7 @@ class ServedStep:
                 source=self.source,
                 api_format=self.wire.name,
                 upstream_format=self.upstream_format,
+                dropped=self.dropped,
                 model=model,
                 stream=events is not None,
                 ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,

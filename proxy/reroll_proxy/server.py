@@ -256,6 +256,8 @@ class ProxyServer:
             return error_response(step.wire, 400, "invalid_request_error", str(exc))
         upstream_wire = translation.upstream if translation else step.wire
         step.upstream_format = upstream_wire.name if translation else None
+        if translation is not None:
+            step.dropped = translation.dropped(sent, step.request.headers) or None
         url = upstream.base_url.rstrip("/") + upstream_wire.upstream_path
         if translation is None and step.request.query_string:
             url += "?" + step.request.query_string  # e.g. ?beta=true: the provider sees what the agent sent

@@ -105,6 +105,28 @@ def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -
     assert result["counts"]["divergences"] == 0
 
 
+def test_continue_by_a_chat_only_model(timed_out_run: Path, workdir: Path, sandbox_backend: str) -> None:
+    """Claude Code (Anthropic Messages) continued by a model served over Chat Completions only:
+    the proxy translates, leaves out what Chat cannot hold and notes it, never a 400."""
+    if sandbox_backend != "local":
+        pytest.skip("the translation does not depend on the sandbox: checked once, on local")
+    done = reroll(
+        "continue", str(timed_out_run), "--model", "scripted-chat", "--timeout", "120", "--output", "chat",
+        cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(workdir / "chat")
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
+    live = [line for line in trajectory(continued) if line["metadata"]["source"] == "live"]
+    assert len(live) == 3 and all(line["response"]["status_code"] == 200 for line in live)
+    for line in live:
+        metadata = line["metadata"]
+        assert metadata["api_format"] == "anthropic-messages" and metadata["upstream_format"] == "openai-chat"
+        assert "field thinking" in metadata["dropped"] and any(
+            n.startswith("betas ") for n in metadata["dropped"]
+        )
+
+
 def test_replay_matches_every_step_and_the_workspace(timed_out_run: Path, workdir: Path) -> None:
     done = reroll("replay", str(timed_out_run), "--output", "replayed", cwd=workdir)
     assert done.returncode == 0, done.stdout
