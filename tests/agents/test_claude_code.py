@@ -223,11 +223,14 @@ def answered_by(response: dict) -> tuple[str, int]:
 def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: str, tmp_path: Path) -> None:
     """Recorded once, replayed ten times by the proxy with the agent run directly (no sandbox:
     ten rollouts would cost minutes): every request, whatever the order the concurrent ones
-    arrived in, is served the next answer of its own thread."""
+    arrived in, is served the next answer of its own thread. The notifications of the subagents'
+    ends reach the main conversation one by one or together, so its request count varies by one
+    between runs: a request past its thread's recording goes live to the same script (as in
+    `reroll continue`), and gets its own thread's answer there too."""
     from reroll.agents import get_agent
     from reroll.config import cache_dir
     from reroll.llm_proxy import recorded_sandbox_values
-    from reroll_proxy.contract import ProxyConfig
+    from reroll_proxy.contract import ProxyConfig, UpstreamConfig
     from reroll_proxy.volatile import VolatileRule
 
     from tests.proxy.conftest import TOKEN, start_service
@@ -249,53 +252,63 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
 
     agent = get_agent(AGENT)
     home = cache_dir() / "agents" / agent.install_key
-    orders, divergent = [], 0
-    for replay in range(REPLAYS):
-        workdir = tmp_path / f"replay-{replay}"
-        workspace, agent_home = workdir / "app", workdir / "home"
-        shutil.copytree(EXAMPLES / "hello-file" / "environment" / "workspace", workspace)
-        agent_home.mkdir()
-        volatile = [
-            VolatileRule(value=str(workspace), label="workspace"),
-            VolatileRule(value=str(agent_home), label="home"),
-            *recorded_sandbox_values(recorded_run),
-            *agent.volatile,
-        ]
-        config = ProxyConfig(
-            token=TOKEN,
-            trajectory_path=workdir / "trajectory.jsonl",
-            replay_path=recorded_run / "trajectory" / "llm_trajectory.jsonl",
-            volatile=volatile,
-        )
-        (workdir / "proxy.json").write_text(config.model_dump_json())
-        proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
-        prompt = workdir / "prompt.txt"
-        prompt.write_text(read_json_list(recorded_run / "prompts.json")[0])
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(agent_home),
-            "REROLL_AGENT_HOME": str(home),
-            "REROLL_PROMPT_FILE": str(prompt),
-            **agent.launch_env(base_url=proxy.base_url, api_key=TOKEN, model="scripted"),
-        }
-        try:
-            ran = subprocess.run(
-                ["sh", "-c", agent.launch], cwd=workspace, env=env, capture_output=True, timeout=180
+    model = start_service("reroll.scripted_model", ["--script", str(script)], tmp_path, "model")
+    orders, divergent, live = [], 0, 0
+    try:
+        for replay in range(REPLAYS):
+            workdir = tmp_path / f"replay-{replay}"
+            workspace, agent_home = workdir / "app", workdir / "home"
+            shutil.copytree(EXAMPLES / "hello-file" / "environment" / "workspace", workspace)
+            agent_home.mkdir()
+            volatile = [
+                VolatileRule(value=str(workspace), label="workspace"),
+                VolatileRule(value=str(agent_home), label="home"),
+                *recorded_sandbox_values(recorded_run),
+                *agent.volatile,
+            ]
+            config = ProxyConfig(
+                token=TOKEN,
+                trajectory_path=workdir / "trajectory.jsonl",
+                replay_path=recorded_run / "trajectory" / "llm_trajectory.jsonl",
+                volatile=volatile,
+                upstream=UpstreamConfig(base_url=model.base_url),
             )
-        finally:
-            proxy.stop()
-        lines = [json.loads(line) for line in (workdir / "trajectory.jsonl").read_text().splitlines()]
-        assert ran.returncode == 0, ran.stderr.decode()[-2000:]
-        assert (workspace / "alpha.txt").read_text() == "alpha\n" and (workspace / "beta.txt").is_file()
-        for line in lines:
-            request, metadata = line["request"]["body"], line["metadata"]
-            assert metadata["source"] == "replayed"
-            thread, turn = answered_by(line["response"]["body"])
-            assert thread == thread_of(request), (replay, metadata["step"], thread)
-            assert turn == sum(m["role"] == "assistant" for m in request["messages"])
-            # the thread the proxy names is the recorded exchange's thread
-            assert metadata["thread"] == recorded[metadata["replayed_from"]]["metadata"]["thread"]
-            divergent += metadata.get("divergence") is not None
-        orders.append("".join(thread_of(line["request"]["body"])[:1] or "m" for line in lines))
+            (workdir / "proxy.json").write_text(config.model_dump_json())
+            proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
+            prompt = workdir / "prompt.txt"
+            prompt.write_text(read_json_list(recorded_run / "prompts.json")[0])
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": str(agent_home),
+                "REROLL_AGENT_HOME": str(home),
+                "REROLL_PROMPT_FILE": str(prompt),
+                **agent.launch_env(base_url=proxy.base_url, api_key=TOKEN, model="scripted"),
+            }
+            try:
+                ran = subprocess.run(
+                    ["sh", "-c", agent.launch], cwd=workspace, env=env, capture_output=True, timeout=120
+                )
+            finally:
+                proxy.stop()
+            lines = [json.loads(line) for line in (workdir / "trajectory.jsonl").read_text().splitlines()]
+            assert ran.returncode == 0, ran.stderr.decode()[-2000:]
+            assert (workspace / "alpha.txt").read_text() == "alpha\n" and (workspace / "beta.txt").is_file()
+            for line in lines:
+                request, metadata = line["request"]["body"], line["metadata"]
+                thread, turn = answered_by(line["response"]["body"])
+                assert thread == thread_of(request), (replay, metadata["step"], thread)
+                assert turn == sum(m["role"] == "assistant" for m in request["messages"])
+                if metadata["source"] == "replayed":
+                    # the thread the proxy names is the recorded exchange's thread
+                    assert metadata["thread"] == recorded[metadata["replayed_from"]]["metadata"]["thread"]
+                else:
+                    assert thread == "" and turn >= 2, "only the main thread's last turns may go live"
+                divergent += metadata.get("divergence") is not None
+                live += metadata["source"] == "live"
+            orders.append("".join(thread_of(line["request"]["body"])[:1] or "m" for line in lines))
+    finally:
+        model.stop()
     print(f"arrival orders over {REPLAYS} replays (m main, a alpha, b beta): {sorted(set(orders))}")
-    print(f"divergent requests (notifications in another order): {divergent}")
+    print(
+        f"divergent requests (notifications in another order): {divergent}; live (one more main turn): {live}"
+    )
