@@ -14,7 +14,7 @@ from reroll.scripted_answers import answer_body, turn_index
 from reroll.scripted_model import answer_for, load_script
 from reroll_proxy.formats import format_named
 
-from tests.agents.test_claude_code import SUBAGENTS_SCRIPT, answered_by
+from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples" / "tasks"
 SCHEMAS: dict[str, tuple[set[str], set[str]]] = {
