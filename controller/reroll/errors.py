@@ -17,9 +17,10 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── FaultPlanError                                a fault plan (--faults) is missing or invalid
     │   ├── ProxyConfigError                              the proxy's config file is invalid
     │   ├── SandboxBackendError                           unknown sandbox backend, or its package missing
-    │   └── RunFolderError                                a run folder lacks a file or one is corrupt
-    │       ├── TrajectoryFormatError                     a trajectory line is not an exchange
-    │       └── ExportError                               a run cannot be exported (reroll export)
+    │   ├── RunFolderError                                a run folder lacks a file or one is corrupt
+    │   │   ├── TrajectoryFormatError                     a trajectory line is not an exchange
+    │   │   └── ExportError                               a run cannot be exported (reroll export)
+    │   └── ViewError                                     reroll view cannot write its site
     ├── RequestError             agent_error     no       an agent's request cannot be served (HTTP 400)
     │   ├── TranslationError                              no counterpart in the upstream's format
     │   │   └── UntranslatableError                       a part of a body has no counterpart
@@ -133,6 +134,11 @@ class TrajectoryFormatError(RunFolderError):
 class ExportError(RunFolderError):
     """A run, job or branch tree cannot be exported (``reroll export``): not one of the three, an
     unknown API format in its trajectory, or a result its target format refuses."""
+
+
+class ViewError(ConfigError):
+    """``reroll view`` cannot write its site: the output folder cannot be created or written (the
+    message names it and the cause)."""
 
 
 class RequestError(RerollError):
