@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 lock: $(UV)
 	$(UV) lock
 
-demo: env
-	$(BIN)/python scripts/demo.py
+AGENT ?= mini-swe-agent
+SANDBOX ?= local
+demo: env  # make demo AGENT=claude-code SANDBOX=docker: record, continue and replay the main job
+	$(BIN)/python scripts/demo.py --agent $(AGENT) --sandbox $(SANDBOX)
 
 test: env
 	$(BIN)/python scripts/gen_protos.py --check

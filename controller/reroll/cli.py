@@ -226,7 +226,7 @@ def run(
         str | None,
         typer.Option(
             help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], scripted-responses[:PATH], "
-            "openai/NAME, openai-responses/NAME, anthropic/NAME"
+            "scripted-chat[:PATH], openai/NAME, openai-responses/NAME, anthropic/NAME"
         ),
     ] = None,
     timeout: Annotated[
