@@ -64,9 +64,11 @@ NETWORKS = {"none": "reroll-none", "full": "reroll-full"}
 
 # Runs once in every new container, as root: the agent's user, folders and ownership. POSIX sh
 # with useradd (Debian), adduser (Alpine, busybox) or neither (a bare busybox image: the passwd
-# and group entries are written, uid and gid the first free from 1000).
+# and group entries are written, uid and gid the first free from 1000; root's too when missing).
 _SETUP_SCRIPT = f"""
 set -e
+grep -q "^root:" /etc/passwd 2>/dev/null || echo "root:x:0:0:root:/root:/bin/sh" >>/etc/passwd
+grep -q "^root:" /etc/group 2>/dev/null || echo "root:x:0:" >>/etc/group
 if ! id -u {AGENT_USER} >/dev/null 2>&1; then
   if command -v useradd >/dev/null 2>&1; then useradd --create-home --shell /bin/sh {AGENT_USER}
   elif command -v adduser >/dev/null 2>&1; then adduser -D -s /bin/sh {AGENT_USER}
