@@ -28,6 +28,7 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     ├── InfrastructureError      infrastructure  yes      a proxy or model server did not start or died
     │   └── SandboxError                                  the sandbox or its sidecar did not start / died
     │       ├── ImageBuildError                           a Docker image could not be built
+    │       │   └── ImageUnavailableError  config   no       a FROM image is neither local nor pullable
     │       ├── SidecarError                              an RPC to the sidecar failed
     │       │   └── SidecarUnavailable                    no connection, or not ready in time
     │       ├── SidecarRequestError                       in the sidecar: a request it cannot serve
@@ -166,7 +167,7 @@ class InfrastructureError(RerollError):
     A rollout that fails this way gets ``error_category: infrastructure``; jobs retry it.
     """
 
-    error_category = "infrastructure"
+    error_category: ClassVar[ErrorCategory] = "infrastructure"
     retryable = True
 
 
@@ -176,6 +177,15 @@ class SandboxError(InfrastructureError):
 
 class ImageBuildError(SandboxError):
     """A Docker image could not be built; the message names the step and carries its output's end."""
+
+
+class ImageUnavailableError(ImageBuildError):
+    """A task's Dockerfile starts ``FROM`` an image that is not local and cannot be pulled; the
+    message names it and the remedies (build or tag it locally, or map it with ``--image-map``).
+    Not retried: another attempt would fail the same way."""
+
+    error_category: ClassVar[ErrorCategory] = "config"
+    retryable = False
 
 
 class SidecarError(SandboxError):

@@ -37,8 +37,8 @@ import contextlib
 import ctypes
 import logging
 import os
-import pwd
 import platform
+import pwd
 import signal
 import threading
 import time

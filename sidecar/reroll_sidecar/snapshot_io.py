@@ -52,6 +52,7 @@ async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:
         ToolError: it exited non-zero (with the tail of its stderr) or took longer than
             SUBPROCESS_TIMEOUT_SECONDS.
     """
+    program = os.path.basename(args[0])
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -73,14 +74,14 @@ async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:
             asyncio.gather(feed(), stdout.read(), stderr.read(), process.wait()), SUBPROCESS_TIMEOUT_SECONDS
         )
     except TimeoutError:
-        raise ToolError(f"{os.path.basename(args[0])} took longer than {SUBPROCESS_TIMEOUT_SECONDS:.0f} s") from None
+        raise ToolError(f"{program} took longer than {SUBPROCESS_TIMEOUT_SECONDS:.0f} s") from None
     finally:  # timed out or cancelled: no process left behind
         if process.returncode is None:
             process.kill()
             await process.wait()
     if process.returncode != 0:
         message = errors.decode(errors="replace")[-2000:].strip()
-        raise ToolError(f"{os.path.basename(args[0])} {args[1]} failed (exit {process.returncode}): {message}")
+        raise ToolError(f"{program} {args[1]} failed (exit {process.returncode}): {message}")
     return output
 
 
@@ -128,9 +129,8 @@ async def stamp_entries(paths: list[bytes]) -> dict[bytes, bytes]:
     if not paths:
         return {}
     listing = b"".join(path + b"\0" for path in paths)
-    return parse_stamps(
-        await run([tool("find"), "-P", "-files0-from", "-", "-maxdepth", "0", "-printf", STAMP_FORMAT], [listing])
-    )
+    argv = [tool("find"), "-P", "-files0-from", "-", "-maxdepth", "0", "-printf", STAMP_FORMAT]
+    return parse_stamps(await run(argv, [listing]))
 
 
 def mark_changing(stamps: dict[bytes, bytes], since_seconds: float) -> None:

@@ -37,7 +37,7 @@ def task() -> Task:
 
 
 def _build(client: docker.DockerClient, repository: str, dockerfile: str, files: dict[str, bytes]) -> str:
-    """Build `dockerfile` with `files` as its context, tagged ``repository:<hash of both>`` unless it exists."""
+    """Build `dockerfile` with `files` as its context, as ``repository:<hash of both>`` unless it exists."""
     digest = hashlib.sha256(dockerfile.encode())
     for name, content in sorted(files.items()):
         digest.update(name.encode() + hashlib.sha256(content).digest())

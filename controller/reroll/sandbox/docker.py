@@ -3,10 +3,11 @@
 The container runs the task's image as it is (see `reroll.sandbox.images`; built on first use,
 no registry needed) with the sidecar as its main process: the self-contained sidecar bundle
 (`reroll.sandbox.sidecar_bundle`, built once per machine) is mounted read-only at
-``/opt/reroll-sidecar``, so the image needs neither Python nor any tool of reroll's. The controller reaches the sidecar over
-a Unix socket in a host folder bind-mounted at ``/run/reroll`` (mode 0700, root only, so the
-agent cannot reach it; the token file lies beside it) — a socket works under every network
-policy, where a published port does not on an internal network.
+``/opt/reroll-sidecar``, so the image needs neither Python nor any tool of reroll's. The
+controller reaches the sidecar over a Unix socket in a host folder bind-mounted at
+``/run/reroll`` (mode 0700, root only, so the agent cannot reach it; the token file lies
+beside it) — a socket works under every network policy, where a published port does not on an
+internal network.
 
 Network policy (the task's ``environment.network``): ``full`` joins the bridge network
 ``reroll-full``; ``none`` joins ``reroll-none``, an *internal* bridge with no route out, where
@@ -38,12 +39,12 @@ import docker.errors
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from reroll.config import host_ca_bundle
 from reroll.errors import SandboxError, SidecarError
 from reroll.sandbox.base import SandboxLayout
-from reroll.sandbox.images import MANAGED_LABEL, ensure_images, task_image
+from reroll.sandbox.images import IMAGE_MAP_ENV, MANAGED_LABEL, ensure_images, parse_image_map, task_image
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks import Task
@@ -146,6 +147,11 @@ class DockerSandboxConfig(BaseModel):
     """How long `start` waits for the container's sidecar to answer ready."""
     image: str | None = None
     """Run this image (a local tag) instead of the task's; its Dockerfile is then not built."""
+    image_map: dict[str, str] = Field(
+        default_factory=lambda: parse_image_map(os.environ.get(IMAGE_MAP_ENV, ""))
+    )
+    """Source image → local replacement, applied to the FROM lines of a task's Dockerfile before
+    it is built [default: ``$REROLL_IMAGE_MAP``, which ``--image-map`` sets]."""
     setup_timeout_seconds: float = 60.0
     """How long the one-time setup in a new container (agent user, folders) may take."""
 
@@ -218,7 +224,9 @@ class DockerSandbox(SidecarSandbox):
         """Blocking part of `start`: images, network, mount folder, container."""
         engine = self._engine
         bundle = ensure_bundle()
-        image = self.config.image or task_image(engine, self.task, ensure_images(engine).base)
+        image = self.config.image or task_image(
+            engine, self.task, ensure_images(engine).base, image_map=self.config.image_map
+        )
         network = ensure_network(engine, self.policy)
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
         self._mount_dir.chmod(0o700)

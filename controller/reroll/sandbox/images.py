@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -33,7 +33,7 @@ import docker.errors
 from docker.models.images import Image
 
 from reroll.config import cache_lock
-from reroll.errors import ImageBuildError
+from reroll.errors import ConfigError, ImageBuildError, ImageUnavailableError
 from reroll.tasks import Task
 
 IMAGES = resources.files("reroll") / "images"
@@ -232,22 +232,96 @@ def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images
     return Images(base=base, built=tuple(built))
 
 
-def task_image(client: docker.DockerClient, task: Task, base: str, log: Log = logger.info) -> str:
-    """The image a task's containers run: its Dockerfile's image, built when missing.
+IMAGE_MAP_ENV = "REROLL_IMAGE_MAP"
+"""Environment variable holding the image map (``SRC=DST,SRC=DST``) that ``reroll run/job
+--image-map`` and a job file's ``image_map`` set for the docker backend (`DockerSandboxConfig`)."""
+_FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
+"""A Dockerfile's FROM line: the keyword and its flags, the image, the rest (``AS name``)."""
 
-    A task without ``environment/Dockerfile`` runs in `base` itself.
+
+def parse_image_map(pairs: list[str] | str) -> dict[str, str]:
+    """``{source image: replacement}`` from ``SRC=DST`` items (a list, or one string separated by commas).
 
     Raises:
-        ImageBuildError: the task's Dockerfile failed to build (the message carries the log).
+        ConfigError: an item is not ``SRC=DST`` with both sides non-empty.
+    """
+    items = pairs.split(",") if isinstance(pairs, str) else pairs
+    mapping: dict[str, str] = {}
+    for item in (item.strip() for item in items):
+        if not item:
+            continue
+        source, equals, target = item.partition("=")
+        if not (equals and source.strip() and target.strip()):
+            raise ConfigError(
+                f"image map item {item!r} must be SRC=DST, e.g. ubuntu:24.04=reroll/base:bookworm"
+            )
+        mapping[source.strip()] = target.strip()
+    return mapping
+
+
+def map_from_lines(dockerfile: str, image_map: Mapping[str, str]) -> tuple[str, list[str]]:
+    """`dockerfile` with the images of its FROM lines replaced per `image_map`, and the images it
+    then starts from (stage names and ``scratch`` left out)."""
+    stages: set[str] = set()
+    bases: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        image = image_map.get(match[2], match[2])
+        if image.lower() != "scratch" and image not in stages and "$" not in image:
+            bases.append(image)
+        if alias := re.match(r"\s+AS\s+(\S+)", match[3], re.IGNORECASE):
+            stages.add(alias[1])
+        return f"{match[1]}{image}{match[3]}"
+
+    return _FROM.sub(replace, dockerfile), bases
+
+
+def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableError:
+    """The error for a Dockerfile whose FROM `images` are not all local (and the build failed)."""
+    missing = ", ".join(images)
+    first = images[0]
+    return ImageUnavailableError(
+        f"{task.dockerfile} starts FROM {missing}, which is not a local image and could not be pulled "
+        f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
+        f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
+        f"{first}={BASE_ALIAS} (also a job file's image_map). Docker said: {cause[-500:]}"
+    )
+
+
+def task_image(
+    client: docker.DockerClient,
+    task: Task,
+    base: str,
+    log: Log = logger.info,
+    image_map: Mapping[str, str] | None = None,
+) -> str:
+    """The image a task's containers run: its Dockerfile's image, built when missing.
+
+    A task without ``environment/Dockerfile`` runs in `base` itself. The images of the
+    Dockerfile's FROM lines are first replaced per `image_map` (source → replacement).
+
+    Raises:
+        ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled).
+        ImageBuildError: the task's Dockerfile failed to build otherwise (the message carries the log).
     """
     if task.dockerfile is None:
         return base
     context = task.dockerfile.parent
+    dockerfile, bases = map_from_lines(task.dockerfile.read_text(encoding="utf-8"), image_map or {})
     slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
-    tag = f"reroll/task-{slug}:{_digest(base.encode(), *_tree_bytes(context))}"
+    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), *_tree_bytes(context))}"
     with cache_lock("images"):
         if _exists(client, tag):
             return tag
         log(f"docker build {task.dockerfile}")
-        _build(client, str(task.dockerfile), path=str(context), tag=tag)
+        with tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
+            mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
+            mapped.write_text(dockerfile, encoding="utf-8")
+            try:
+                _build(client, str(task.dockerfile), path=str(context), dockerfile=str(mapped), tag=tag)
+            except ImageBuildError as exc:
+                missing = [image for image in bases if not _exists(client, image)]
+                if missing:
+                    raise _unavailable(missing, task, str(exc)) from exc
+                raise
     return tag

