@@ -17,6 +17,7 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── FaultPlanError                                a fault plan (--faults) is missing or invalid
     │   ├── ProxyConfigError                              the proxy's config file is invalid
     │   ├── SandboxBackendError                           unknown sandbox backend, or its package missing
+    │   ├── ImageUnavailableError                         a FROM image is neither local nor pullable
     │   └── RunFolderError                                a run folder lacks a file or one is corrupt
     │       ├── TrajectoryFormatError                     a trajectory line is not an exchange
     │       └── ExportError                               a run cannot be exported (reroll export)
@@ -28,7 +29,6 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     ├── InfrastructureError      infrastructure  yes      a proxy or model server did not start or died
     │   └── SandboxError                                  the sandbox or its sidecar did not start / died
     │       ├── ImageBuildError                           a Docker image could not be built
-    │       │   └── ImageUnavailableError  config   no       a FROM image is neither local nor pullable
     │       ├── SidecarError                              an RPC to the sidecar failed
     │       │   └── SidecarUnavailable                    no connection, or not ready in time
     │       ├── SidecarRequestError                       in the sidecar: a request it cannot serve
@@ -167,7 +167,7 @@ class InfrastructureError(RerollError):
     A rollout that fails this way gets ``error_category: infrastructure``; jobs retry it.
     """
 
-    error_category: ClassVar[ErrorCategory] = "infrastructure"
+    error_category = "infrastructure"
     retryable = True
 
 
@@ -179,13 +179,10 @@ class ImageBuildError(SandboxError):
     """A Docker image could not be built; the message names the step and carries its output's end."""
 
 
-class ImageUnavailableError(ImageBuildError):
+class ImageUnavailableError(ConfigError):
     """A task's Dockerfile starts ``FROM`` an image that is not local and cannot be pulled; the
     message names it and the remedies (build or tag it locally, or map it with ``--image-map``).
     Not retried: another attempt would fail the same way."""
-
-    error_category: ClassVar[ErrorCategory] = "config"
-    retryable = False
 
 
 class SidecarError(SandboxError):

@@ -57,7 +57,7 @@ def test_a_from_that_cannot_be_pulled_names_the_image_and_the_remedies_and_the_m
             task_image(client, task, BASE_ALIAS)
         message = str(caught.value)
         assert MISSING in message and f"--image-map {MISSING}=" in message and "docker tag" in message
-        assert not caught.value.retryable and caught.value.error_category == "config"
+        assert not caught.value.retryable and caught.value.error_category == "config"  # a ConfigError
         tag = task_image(client, task, BASE_ALIAS, image_map={MISSING: BASE_ALIAS})
         assert client.containers.run(tag, ["ls", "/mapped"], remove=True).strip() == b"/mapped"
         client.images.remove(tag)
