@@ -28,14 +28,17 @@ class AgentSpec(BaseModel):
     """Registry name, e.g. ``mini-swe-agent``."""
     description: str
     """One line shown by ``reroll agents``."""
-    api_format: Literal["openai-chat", "none"]
-    """The LLM API the agent speaks; ``none`` for agents that call no model (oracle)."""
+    api_format: Literal["openai-chat", "openai-responses", "anthropic-messages", "none"]
+    """The LLM API the agent speaks (a `reroll_proxy.formats` name); ``none`` for agents that call
+    no model (oracle)."""
     install: str | None = None
     """Shell script that installs the agent into ``$REROLL_AGENT_HOME``; run once, then cached."""
     launch: str
     """Shell command that runs the agent headless in the workspace until it finishes."""
     env: dict[str, str] = {}
-    """Extra environment; values may use ``{base_url}``, ``{api_key}`` and ``{model}``."""
+    """Extra environment; values may use ``{base_url}`` (the LLM proxy, OpenAI-style, ending in
+    ``/v1``), ``{proxy_url}`` (the same without ``/v1``, for clients that add it themselves, such
+    as Anthropic's), ``{api_key}`` (the per-rollout proxy token) and ``{model}``."""
     needs_solution: bool = False
     """Upload the task's solution folder before launch (``$REROLL_SOLUTION_DIR``)."""
     proxy_mode: Literal["base_url", "intercept"] = "base_url"
@@ -57,8 +60,9 @@ class AgentSpec(BaseModel):
         return f"{self.name}-{digest}"
 
     def launch_env(self, *, base_url: str, api_key: str, model: str) -> dict[str, str]:
-        """The `env` values with their placeholders filled in."""
-        values = {"base_url": base_url, "api_key": api_key, "model": model}
+        """The `env` values with their placeholders filled in (`base_url` ends in ``/v1``)."""
+        values = {"base_url": base_url, "proxy_url": base_url.removesuffix("/v1")}
+        values |= {"api_key": api_key, "model": model}
         return {key: value.format_map(values) for key, value in self.env.items()}
 
 
@@ -98,9 +102,12 @@ def get_agent(name: str) -> AgentSpec:
     """The declaration of agent `name`.
 
     Raises:
-        AgentError: no such agent; the message lists the known ones.
+        AgentError: no such agent; the message lists the known ones and how to declare another.
     """
     agents = registry()
     if name not in agents:
-        raise AgentError(f"unknown agent {name!r}; known agents: {', '.join(sorted(agents))}")
+        raise AgentError(
+            f"unknown agent {name!r}; known agents: {', '.join(sorted(agents))} "
+            f"(declare another in a YAML file shaped like reroll's agents.yaml, named by ${AGENTS_FILE_ENV})"
+        )
     return agents[name]

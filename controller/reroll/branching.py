@@ -143,7 +143,7 @@ async def branch(
         raise AgentError(
             f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"
         )
-    parsed = (parse_model(spec, checkpoint.task.path) for spec in models)
+    parsed = (parse_model(spec, checkpoint.task.path, checkpoint.agent.name) for spec in models)
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
     parent = _write_parent(checkpoint, output or original.path.parent / "branched")
@@ -216,7 +216,7 @@ async def run_branch(
     provenance = BranchedFrom(**(continued.model_dump() | {"path": str(parent), "branch_index": index}))
     return await start_rollout(
         FromCheckpoint(checkpoint, provenance),
-        live_model=parse_model(model, checkpoint.task.path),
+        live_model=parse_model(model, checkpoint.task.path, checkpoint.agent.name),
         parent=parent,
         name=name,
         options=options,

@@ -257,7 +257,7 @@ async def continue_run(
         run_folder, at=at, tasks_dir=tasks_dir, require_timeout=require_timeout, console=console
     )
     live_spec = None if replay_only else (model or checkpoint.original.config.model)
-    live_model = model_for(checkpoint.agent.api_format, live_spec, checkpoint.task) if live_spec else None
+    live_model = model_for(checkpoint.agent, live_spec, checkpoint.task) if live_spec else None
     original = checkpoint.original
     if console is not None:
         where = "" if at is None else f", cut at {checkpoint.cut_index} (--at {at})"
@@ -277,15 +277,15 @@ async def continue_run(
     )
 
 
-def model_for(api_format: str, model: str | None, task: Task) -> ModelSpec | None:
-    """The parsed live model for an agent speaking `api_format` (None for agents that call none).
+def model_for(agent: AgentSpec, model: str | None, task: Task) -> ModelSpec | None:
+    """The parsed live model for `agent` (None for agents that call none).
 
     Raises:
         TaskError: the agent calls a model and `model` is None.
         ModelError: `model` cannot be parsed (see `reroll.models.parse_model`).
     """
-    if api_format == "none":
+    if agent.api_format == "none":
         return None
     if model is None:
         raise TaskError("this agent calls a model: pass --model (e.g. --model scripted)")
-    return parse_model(model, task.path)
+    return parse_model(model, task.path, agent.name)

@@ -18,9 +18,10 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── ProxyConfigError                              the proxy's config file is invalid
     │   ├── SandboxBackendError                           unknown sandbox backend, or its package missing
     │   ├── ImageUnavailableError                         a FROM image is neither local nor pullable
-    │   └── RunFolderError                                a run folder lacks a file or one is corrupt
-    │       ├── TrajectoryFormatError                     a trajectory line is not an exchange
-    │       └── ExportError                               a run cannot be exported (reroll export)
+    │   ├── RunFolderError                                a run folder lacks a file or one is corrupt
+    │   │   ├── TrajectoryFormatError                     a trajectory line is not an exchange
+    │   │   └── ExportError                               a run cannot be exported (reroll export)
+    │   └── ViewError                                     reroll view cannot write its site
     ├── RequestError             agent_error     no       an agent's request cannot be served (HTTP 400)
     │   ├── TranslationError                              no counterpart in the upstream's format
     │   │   └── UntranslatableError                       a part of a body has no counterpart
@@ -134,6 +135,11 @@ class TrajectoryFormatError(RunFolderError):
 class ExportError(RunFolderError):
     """A run, job or branch tree cannot be exported (``reroll export``): not one of the three, an
     unknown API format in its trajectory, or a result its target format refuses."""
+
+
+class ViewError(ConfigError):
+    """``reroll view`` cannot write its site: the output folder cannot be created or written (the
+    message names it and the cause)."""
 
 
 class RequestError(RerollError):

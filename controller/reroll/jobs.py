@@ -113,9 +113,9 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
     agents = [get_agent(name) for name in spec.agents]
     planned = []
     for task in tasks:
-        for spec_model in spec.models:
-            parse_model(spec_model, task.path)
         for agent in agents:
+            for spec_model in spec.models:
+                parse_model(spec_model, task.path, agent.name)
             models: list[str | None] = [None] if agent.api_format == "none" else list(spec.models)
             if not models:
                 raise JobError(f"agent {agent.name!r} calls a model: give the job models (--model)")

@@ -2,7 +2,9 @@
 
 A model spec is what users pass as ``--model``:
 
-- ``scripted`` — the bundled scripted model with the task's ``scripted-model.yaml``;
+- ``scripted`` — the bundled scripted model with the task's script for the agent:
+  ``scripted-model.AGENT.yaml`` when the task has one (each agent has its own tools), else
+  ``scripted-model.yaml``;
 - ``scripted:PATH`` — the bundled scripted model with the script at PATH;
 - ``scripted-anthropic`` / ``scripted-anthropic:PATH`` — the same, served over Anthropic
   Messages only (``--only-format anthropic-messages``): an agent speaking another API is
@@ -39,6 +41,7 @@ from reroll.errors import ModelError
 from reroll.processes import ChildProcess
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
+"""A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""
 _SCRIPTED_FORMATS: dict[str, FormatName | None] = {
     "scripted": None,
     "scripted-anthropic": "anthropic-messages",
@@ -103,8 +106,16 @@ def check_model(spec: str) -> None:
         parse_model(spec, None)
 
 
-def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
-    """Parse a model spec (see the module docstring).
+def task_script(task_path: Path | None, agent: str | None) -> Path:
+    """The task's scripted-model script for `agent`: ``scripted-model.AGENT.yaml`` when the task
+    has one, else ``scripted-model.yaml`` (which may not exist)."""
+    folder = task_path or Path()
+    own = folder / SCRIPT_FILE_NAME.replace(".yaml", f".{agent}.yaml") if agent else None
+    return own if own is not None and own.is_file() else folder / SCRIPT_FILE_NAME
+
+
+def parse_model(spec: str, task_path: Path | None, agent: str | None = None) -> ModelSpec:
+    """Parse a model spec (see the module docstring); `agent` picks the task's script for it.
 
     Raises:
         ModelError: a scripted model without a script file, an unknown provider without
@@ -112,7 +123,7 @@ def parse_model(spec: str, task_path: Path | None) -> ModelSpec:
     """
     kind, colon, path = spec.partition(":")
     if kind in _SCRIPTED_FORMATS:
-        script = Path(path) if colon else (task_path or Path()) / SCRIPT_FILE_NAME
+        script = Path(path) if colon else task_script(task_path, agent)
         if not script.is_file():
             raise ModelError(f"model {spec!r}: script file {script} not found")
         # An explicit path is stored absolute, so the spec in config.json works from any folder.

@@ -54,7 +54,7 @@ async def run_task(
     """
     task = load_task(task_path)
     agent = get_agent(agent_name)
-    live_model = model_for(agent.api_format, model, task)
+    live_model = model_for(agent, model, task)
     job = job_name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     return await start_rollout(
         NewRecording(task, agent),

@@ -86,7 +86,7 @@ class RolloutPlan:
             return None
         if provenance is not None and provenance.replay_only:
             return None
-        return parse_model(self.config.model, self.task.path)
+        return parse_model(self.config.model, self.task.path, self.agent.name)
 
     @property
     def agent_model(self) -> str:

@@ -10,7 +10,9 @@ The turn is the number of assistant turns already in the request:
   ``resp_scripted_<turn>``).
 
 Ids are deterministic per turn k: ``chatcmpl-scripted-k`` / ``resp_scripted_k`` /
-``msg_scripted_k``, tool calls ``call_k_j`` (Anthropic: ``toolu_k_j``).
+``msg_scripted_k``, tool calls ``call_k_j`` (Anthropic: ``toolu_k_j``); in a named thread T of the
+script, ``T-k`` stands for k (``resp_scripted_T-k``, ``toolu_T-k_j``), so two threads never
+hand out the same id.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from reroll.errors import RequestShapeError
 CREATED_BASE = 1_700_000_000
 """``created`` of turn k is CREATED_BASE + k (seconds since the epoch)."""
 DEFAULT_MODEL = "scripted"
-_RESPONSE_ID = re.compile(r"resp_scripted_(\d+)")
+_RESPONSE_ID = re.compile(r"resp_scripted_(?:[a-z][a-z0-9_]*-)?(\d+)")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,13 @@ class Answer:
     """(name, JSON arguments) per function tool call."""
     thinking: str | None
     """Reasoning text (Anthropic thinking block, Responses reasoning summary, Chat ``reasoning_content``)."""
+    thread: str = ""
+    """The script thread that answers ("": the default one); part of every id."""
+
+    @property
+    def key(self) -> str:
+        """What the ids carry for this turn: ``k``, or ``T-k`` in thread T."""
+        return f"{self.thread}-{self.index}" if self.thread else str(self.index)
 
 
 def turn_index(api_format: str, body: dict[str, Any]) -> int:
@@ -92,7 +101,7 @@ def _responses_turn(body: dict[str, Any]) -> int:
 
 
 def _completion(answer: Answer, model: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    k = answer.index
+    k, created = answer.key, CREATED_BASE + answer.index
     calls = [
         {"id": f"call_{k}_{j}", "type": "function", "function": {"name": name, "arguments": arguments}}
         for j, (name, arguments) in enumerate(answer.tool_calls)
@@ -108,7 +117,7 @@ def _completion(answer: Answer, model: str, prompt_tokens: int, completion_token
     return {
         "id": f"chatcmpl-scripted-{k}",
         "object": "chat.completion",
-        "created": CREATED_BASE + k,
+        "created": created,
         "model": model,
         "choices": [
             {
@@ -127,7 +136,7 @@ def _completion(answer: Answer, model: str, prompt_tokens: int, completion_token
 
 
 def _response(answer: Answer, model: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    k = answer.index
+    k, created = answer.key, CREATED_BASE + answer.index
     output: list[dict[str, Any]] = []
     if answer.thinking is not None:
         summary = [{"type": "summary_text", "text": answer.thinking}]
@@ -157,7 +166,7 @@ def _response(answer: Answer, model: str, prompt_tokens: int, completion_tokens:
     return {
         "id": f"resp_scripted_{k}",
         "object": "response",
-        "created_at": CREATED_BASE + k,
+        "created_at": created,
         "status": "completed",
         "model": model,
         "output": output,
@@ -182,7 +191,7 @@ def _response(answer: Answer, model: str, prompt_tokens: int, completion_tokens:
 
 
 def _message(answer: Answer, model: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    k = answer.index
+    k = answer.key
     content: list[dict[str, Any]] = []
     if answer.thinking is not None:
         content.append({"type": "thinking", "thinking": answer.thinking, "signature": f"sig-scripted-{k}"})

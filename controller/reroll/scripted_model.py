@@ -12,10 +12,17 @@ It needs no network and no key, so the main job runs end to end on a fresh machi
         delay_seconds: 0.5                    # optional latency before answering
         errors: [{status: 500}]               # optional: errors before the answer, one per request
       - content: "Done."
+    threads:                                  # optional: conversations other than the main one
+      - name: title                           # [a-z][a-z0-9_]*, part of the answers' ids
+        match: {without_tools: true, system: "(?i)title"}
+        turns: [{content: "Fix the failing test"}]
 
-The turn is chosen by the number of assistant turns already in the request (see
-`reroll.scripted_answers`), so a continuation that starts at turn k gets turn k; the server
-keeps no state but how many requests each turn got (for ``errors``). Everything is
+A request is answered by the first thread whose ``match`` it satisfies (every condition given:
+`ThreadMatch`), else by ``turns``: one script serves an agent's side calls (titles, commit
+messages, summaries) and its subagents. Within the thread, the turn is chosen by the number of
+assistant turns already in the request (see `reroll.scripted_answers`), so a continuation that
+starts at turn k gets turn k; the server keeps no state but how many requests each turn got (for
+``errors``). Everything is
 deterministic: ids per turn, ``created`` fixed per turn, token counts of about one per four
 characters. ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (each also
 without ``/v1``) answer in their API's shape, or with ``"stream": true`` as that API's SSE
@@ -31,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -39,8 +47,9 @@ from typing import Any
 import orjson
 import yaml
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from reroll_proxy.formats import WireFormat, all_formats, format_named
+from reroll_proxy.formats.normal import NormalRequest
 from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
 from reroll_proxy.sse import encode_event
 
@@ -96,13 +105,108 @@ class ScriptedTurn(BaseModel):
     """Latency before the answer (or error) starts, in seconds."""
 
 
+class ThreadMatch(BaseModel):
+    """Which requests a script thread answers: every condition given must hold (none: all).
+
+    Texts are those of the request normalised to `reroll_proxy.formats.normal.NormalRequest`
+    (the same for all three API formats); the patterns are Python regular expressions,
+    searched (not anchored).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tools: list[str] = Field(default_factory=list)
+    """Tool names that must all be offered (function tools, by name)."""
+    without_tools: bool = False
+    """True: the request offers no tools at all."""
+    system: str | None = None
+    """A pattern searched in the system prompt (``system``, ``instructions``, system messages)."""
+    first_user: str | None = None
+    """A pattern searched in the first user message's text."""
+    last_message: str | None = None
+    """A pattern searched in the last message's text (tool results included)."""
+    model: str | None = None
+    """A pattern searched in the request's ``model``."""
+
+    @field_validator("system", "first_user", "last_message", "model")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from exc
+        return pattern
+
+    def matches(self, request: NormalRequest, model: str) -> bool:
+        """Whether the request (normalised, and its ``model``) satisfies every condition."""
+        offered = {tool.get("name") for tool in request["tools"] if isinstance(tool, dict)}
+        messages = request["messages"]
+        users = [m for m in messages if m.get("role") == "user"]
+        texts = {
+            "system": "\n".join(_text(m) for m in messages if m.get("role") == "system"),
+            "first_user": _text(users[0]) if users else "",
+            "last_message": _text(messages[-1]) if messages else "",
+            "model": model,
+        }
+        patterns = {"system": self.system, "first_user": self.first_user}
+        patterns |= {"last_message": self.last_message, "model": self.model}
+        return (
+            set(self.tools) <= offered
+            and not (self.without_tools and request["tools"])
+            and all(
+                re.search(pattern, texts[where]) for where, pattern in patterns.items() if pattern is not None
+            )
+        )
+
+
+def _text(message: dict[str, Any]) -> str:
+    """A normalised message's text: its text blocks and tool results, one per line."""
+    return _blocks_text(message.get("content", []))
+
+
+def _blocks_text(blocks: Any) -> str:
+    if isinstance(blocks, str):
+        return blocks
+    parts: list[str] = []
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        elif isinstance(block, dict) and block.get("type") == "tool_result":
+            parts.append(_blocks_text(block.get("content")))
+    return "\n".join(parts)
+
+
+class ScriptedThread(BaseModel):
+    """A conversation of the script other than the main one: a side call or a subagent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """Names the thread in logs and in the answers' ids."""
+    match: ThreadMatch
+    """Which requests it answers."""
+    turns: list[ScriptedTurn] = Field(min_length=1)
+    """Its answers, by turn as for the main conversation."""
+
+
 class ModelScript(BaseModel):
     """A scripted model's whole script."""
 
     model_config = ConfigDict(extra="forbid")
 
     turns: list[ScriptedTurn] = Field(min_length=1)
-    """One answer per turn; turn k answers requests holding k assistant messages."""
+    """One answer per turn of the main conversation; turn k answers requests holding k assistant
+    messages."""
+    threads: list[ScriptedThread] = Field(default_factory=list)
+    """Other conversations, tried in order before the main one (see the module docstring)."""
+
+    def thread_for(self, request: NormalRequest, model: str) -> tuple[str, list[ScriptedTurn]]:
+        """The name ("" for the main conversation) and turns of the thread answering `request`."""
+        for thread in self.threads:
+            if thread.match.matches(request, model):
+                return thread.name, thread.turns
+        return "", self.turns
 
 
 def load_script(path: Path) -> ModelScript:
@@ -127,8 +231,8 @@ def load_script(path: Path) -> ModelScript:
         raise ModelError(f"{path}: invalid model script:\n{exc}") from exc
 
 
-def answer_for(turn: ScriptedTurn, index: int) -> Answer:
-    """The format-neutral answer of `turn` (number `index`, from 0)."""
+def answer_for(turn: ScriptedTurn, index: int, thread: str = "") -> Answer:
+    """The format-neutral answer of `turn` (number `index`, from 0, of `thread`)."""
     calls = [
         (
             call.name,
@@ -136,7 +240,7 @@ def answer_for(turn: ScriptedTurn, index: int) -> Answer:
         )
         for call in turn.tool_calls
     ]
-    return Answer(index=index, content=turn.content, tool_calls=calls, thinking=turn.thinking)
+    return Answer(index=index, content=turn.content, tool_calls=calls, thinking=turn.thinking, thread=thread)
 
 
 def build_app(script: ModelScript, only_format: str | None = None) -> web.Application:
@@ -150,7 +254,7 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
         KeyError: `only_format` names no format.
     """
     served = [format_named(only_format)] if only_format else all_formats()
-    requests_per_turn: Counter[tuple[str, int]] = Counter()
+    requests_per_turn: Counter[tuple[str, str, int]] = Counter()
 
     async def serve_turn(wire: WireFormat, request: web.Request) -> web.StreamResponse:
         try:
@@ -158,25 +262,24 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
             if not isinstance(body, dict):
                 raise RequestShapeError("request body must be a JSON object")
             index = turn_index(wire.name, body)
+            model = body.get("model")
+            thread, turns = script.thread_for(wire.normalise(body), model if isinstance(model, str) else "")
         except (orjson.JSONDecodeError, RequestShapeError) as exc:
             return _error(wire, 400, "invalid_request_error", f"bad request: {exc}")
-        if index >= len(script.turns):
-            return _error(
-                wire,
-                400,
-                "invalid_request_error",
-                f"script exhausted: turn {index + 1} of {len(script.turns)}",
-            )
-        turn = script.turns[index]
-        seen = requests_per_turn[wire.name, index]
-        requests_per_turn[wire.name, index] += 1
+        if index >= len(turns):
+            where = f" of thread {thread!r}" if thread else ""
+            message = f"script exhausted: turn {index + 1} of {len(turns)}{where}"
+            return _error(wire, 400, "invalid_request_error", message)
+        turn = turns[index]
+        seen = requests_per_turn[wire.name, thread, index]
+        requests_per_turn[wire.name, thread, index] += 1
         if turn.delay_seconds:
             await asyncio.sleep(turn.delay_seconds)
         if seen < len(turn.errors):
             failure = turn.errors[seen]
             headers = {"retry-after-ms": str(round(failure.retry_after_seconds * 1000))}
             return _error(wire, failure.status, failure.kind, failure.message, headers)
-        answer = answer_body(wire.name, answer_for(turn, index), body)
+        answer = answer_body(wire.name, answer_for(turn, index, thread), body)
         if body.get("stream") is not True:
             return web.Response(body=orjson.dumps(answer), content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})

@@ -74,3 +74,24 @@ def test_missing_agents_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv(AGENTS_FILE_ENV, str(tmp_path / "absent.yaml"))
     with pytest.raises(AgentError, match=r"absent\.yaml"):
         registry()
+
+
+def test_an_anthropic_agent_gets_the_proxy_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "agents.yaml"
+    path.write_text(
+        "claude:\n  description: d\n  api_format: anthropic-messages\n  launch: ./run\n"
+        "  env: {ANTHROPIC_BASE_URL: '{proxy_url}', OPENAI_BASE_URL: '{base_url}', KEY: '{api_key}'}\n"
+    )
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(path))
+    env = get_agent("claude").launch_env(base_url="http://127.0.0.1:9/v1", api_key="tok", model="m")
+    assert env == {
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+        "KEY": "tok",
+    }
+
+
+def test_an_unknown_agent_says_how_to_declare_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    with pytest.raises(AgentError, match=f"unknown agent 'nobody'.*mini-swe-agent.*{AGENTS_FILE_ENV}"):
+        get_agent("nobody")

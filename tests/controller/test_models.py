@@ -23,6 +23,23 @@ def test_the_task_script_keeps_its_short_spec(examples: Path) -> None:
     assert model.spec == "scripted" and model.script == examples / "fix-failing-test" / "scripted-model.yaml"
 
 
+@pytest.mark.parametrize(
+    ("agent", "chosen"),
+    [
+        ("claude-code", "scripted-model.claude-code.yaml"),
+        ("aider", "scripted-model.yaml"),
+        (None, "scripted-model.yaml"),
+    ],
+)
+def test_an_agent_gets_its_own_task_script_when_there_is_one(
+    tmp_path: Path, agent: str | None, chosen: str
+) -> None:
+    for name in ("scripted-model.yaml", "scripted-model.claude-code.yaml"):
+        (tmp_path / name).write_text("turns: [{content: hi}]\n")
+    model = parse_model("scripted", tmp_path, agent)
+    assert model.spec == "scripted" and model.script == tmp_path / chosen
+
+
 def test_a_missing_script_is_named(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match=r"script file .*nope\.yaml not found"):
         parse_model(f"scripted:{tmp_path / 'nope.yaml'}", None)

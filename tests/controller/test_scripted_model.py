@@ -15,7 +15,8 @@ import pytest
 from openai.types.chat import ChatCompletion
 from reroll.errors import ModelError
 from reroll.processes import ChildProcess
-from reroll.scripted_model import load_script
+from reroll.scripted_model import ModelScript, load_script
+from reroll_proxy.formats import format_named
 
 from tests.conftest import spawning
 
@@ -32,6 +33,10 @@ turns:
         arguments: '{"path": "b.txt"}'
     delay_seconds: 0.3
   - content: "Done: every file is listed, read and written."
+threads:
+  - name: title
+    match: {without_tools: true, first_user: "(?i)^write a title"}
+    turns: [{content: "Listing files"}]
 """
 
 
@@ -124,6 +129,19 @@ async def test_stream_matches_the_non_streamed_answer(client: openai.AsyncOpenAI
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
 
 
+async def test_a_side_call_gets_its_thread_and_its_own_ids(client: openai.AsyncOpenAI) -> None:
+    title = [{"role": "user", "content": "Write a title for: list the files"}]
+    side = await client.chat.completions.create(model="m", messages=title)  # type: ignore[arg-type]
+    main = await client.chat.completions.create(model="m", messages=conversation(0))
+    assert side.choices[0].message.content == "Listing files" and side.id == "chatcmpl-scripted-title-0"
+    assert main.choices[0].message.content == "I'll list the files." and main.id == "chatcmpl-scripted-0"
+    with pytest.raises(openai.BadRequestError, match="turn 2 of 1 of thread 'title'"):
+        await client.chat.completions.create(
+            model="m",
+            messages=[*title, {"role": "assistant", "content": "x"}, {"role": "user", "content": "again"}],  # type: ignore[list-item]
+        )
+
+
 async def test_exhausted_script_is_a_400(client: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         await client.chat.completions.create(model="m", messages=conversation(3))
@@ -138,6 +156,12 @@ async def test_exhausted_script_is_a_400(client: openai.AsyncOpenAI) -> None:
         ("bad.yaml", "turns:\n  - content: hi\n    colour: red\n", "colour"),
         ("bad.yaml", "turns: []\n", "turns"),
         ("bad.yaml", "turns:\n  - errors: [{status: 200}]\n", "errors.0.status"),
+        (
+            "bad.yaml",
+            "turns: [{}]\nthreads: [{name: t, match: {system: '(x'}, turns: [{}]}]\n",
+            "not a regular",
+        ),
+        ("bad.yaml", "turns: [{}]\nthreads: [{name: T-1, match: {}, turns: [{}]}]\n", "threads.0.name"),
         ("missing.yaml", None, "cannot read"),
     ],
 )
@@ -166,3 +190,51 @@ def test_bad_script_stops_the_server_with_exit_code_2(tmp_path: Path) -> None:
 def test_the_bundled_example_scripts_load(examples: Path) -> None:
     for script in examples.glob("*/scripted-model.yaml"):
         assert load_script(script).turns
+
+
+BASH_TOOL = {"name": "Bash", "description": "run", "input_schema": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "thread"),
+    [
+        ({"messages": [{"role": "user", "content": "fix it"}], "tools": [BASH_TOOL]}, ""),
+        ({"system": "Summarise as a title", "messages": [{"role": "user", "content": "fix it"}]}, "title"),
+        (
+            {"messages": [{"role": "user", "content": "Explore: find the test"}], "tools": [BASH_TOOL]},
+            "explore",
+        ),
+        ({"model": "claude-haiku-4-5", "messages": [{"role": "user", "content": "fix it"}]}, "small"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "Explore: find the test"},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "a", "name": "Bash", "input": {}}],
+                    },
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "a", "content": "OK-42"}],
+                    },
+                ],
+                "tools": [BASH_TOOL],
+            },
+            "last",
+        ),
+    ],
+)
+def test_a_request_goes_to_the_first_thread_that_matches(body: dict[str, Any], thread: str) -> None:
+    script = ModelScript.model_validate(
+        {
+            "turns": [{}],
+            "threads": [
+                {"name": "last", "match": {"last_message": "OK-\\d+"}, "turns": [{}]},
+                {"name": "title", "match": {"without_tools": True, "system": "(?i)title"}, "turns": [{}]},
+                {"name": "explore", "match": {"tools": ["Bash"], "first_user": "^Explore:"}, "turns": [{}]},
+                {"name": "small", "match": {"model": "haiku"}, "turns": [{}]},
+            ],
+        }
+    )
+    normal = format_named("anthropic-messages").normalise(body)
+    assert script.thread_for(normal, str(body.get("model", "")))[0] == thread

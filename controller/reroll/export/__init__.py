@@ -7,8 +7,9 @@ What is exported (`sources`):
   one entry per child, each with ``checkpoint`` (the cut, and the mean reward of the child's
   model there: the value estimate of the checkpoint state) in its verifiers ``info`` / its ATIF
   ``extra.reroll``;
-- a job folder (it has job.json or a summary.json of rollouts): every run folder directly in
-  it, by name (``_attempts/`` and ``continued/`` are not).
+- a job folder (it has job.json or a summary.json of rollouts, or run folders directly in it, as
+  ``reroll run``'s job folders): every run folder directly in it, by name (``_attempts/`` and
+  ``continued/`` are not).
 
 Formats: ``atif`` (`reroll.export.atif`): one run gives one JSON document, a job or a tree one
 trajectory per line (JSONL); ``verifiers`` (`reroll.export.verifiers`): one record per line.
@@ -50,14 +51,15 @@ def kind_of(path: Path) -> SourceKind:
     Raises:
         ExportError: `path` is none of them (the message names it).
     """
-    if _branch_summary(path) is not None:
+    if branch_summary(path) is not None:
         return "tree"
     if (path / "config.json").is_file():
         return "run"
-    if (path / "job.json").is_file() or (path / SUMMARY).is_file():
+    if (path / "job.json").is_file() or (path / SUMMARY).is_file() or _run_folders_in(path):
         return "job"
     raise ExportError(
-        f"{path}: not a run folder (no config.json), a job folder (no job.json) or a branch tree"
+        f"{path}: not a run folder (no config.json), a job folder (no job.json, no run folder in it) "
+        "or a branch tree"
     )
 
 
@@ -75,7 +77,7 @@ def sources(path: Path) -> Iterator[Source]:
         yield Source(load_run_folder(path), 0, {})
         return
     if kind == "tree":
-        summary = _branch_summary(path)
+        summary = branch_summary(path)
         assert summary is not None
         means = {model.model: model.mean_reward for model in summary.models}
         for child in summary.children:
@@ -90,16 +92,33 @@ def sources(path: Path) -> Iterator[Source]:
             }
             yield Source(load_run_folder(path / child.folder), 0, {"checkpoint": checkpoint})
         return
-    folders = sorted(
-        p for p in path.iterdir() if p.is_dir() and p.name not in _SKIPPED and (p / "config.json").is_file()
-    )
-    if not folders:
-        raise ExportError(f"{path}: a job folder without run folders")
     tasks: dict[str, int] = {}
-    for folder in folders:
+    for folder in job_run_folders(path):
         run = load_run_folder(folder)
         task = run.config.task_name or run.config.task_path
         yield Source(run, tasks.setdefault(task, len(tasks)), {})
+
+
+def job_run_folders(path: Path) -> list[Path]:
+    """The run folders directly in the job folder `path`, by name (not ``_attempts/`` or ``continued/``).
+
+    Raises:
+        ExportError: there is none.
+    """
+    folders = _run_folders_in(path)
+    if not folders:
+        raise ExportError(f"{path}: a job folder without run folders")
+    return folders
+
+
+def _run_folders_in(path: Path) -> list[Path]:
+    try:
+        children = list(path.iterdir())
+    except OSError:
+        return []
+    return sorted(
+        p for p in children if p.is_dir() and p.name not in _SKIPPED and (p / "config.json").is_file()
+    )
 
 
 def export_lines(path: Path, fmt: ExportFormat) -> Iterator[bytes]:
@@ -129,7 +148,8 @@ def export_lines(path: Path, fmt: ExportFormat) -> Iterator[bytes]:
             yield orjson.dumps(record.model_dump(mode="json")) + b"\n"
 
 
-def _branch_summary(path: Path) -> BranchSummary | None:
+def branch_summary(path: Path) -> BranchSummary | None:
+    """The branch tree's summary.json in `path`, or None when `path` is not a branch tree."""
     try:
         return BranchSummary.model_validate(orjson.loads((path / SUMMARY).read_bytes()))
     except (OSError, orjson.JSONDecodeError, ValidationError):

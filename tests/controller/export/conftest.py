@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
+from reroll.branching import BranchSummary, ChildSummary, ModelSummary
 from reroll.runfolder import RunConfig, RunResult, write_json
 from reroll_proxy import chat_anthropic, responses_chat
 from reroll_proxy.exchange import Exchange
@@ -144,6 +145,49 @@ def write_run(
     )
     write_json(folder / "prompts.json", [TASK])
     return folder
+
+
+def write_tree(tree: Path, rewards: list[float]) -> Path:
+    """A branch tree (as `reroll.branching` writes it): a two-exchange parent and one child of
+    model ``gpt-test`` per reward, each replaying the first two exchanges of `chat_exchanges`."""
+    write_run(tree, chat_exchanges()[:2])
+    children = []
+    for index, reward in enumerate(rewards):
+        name = f"gpt-test__{index}"
+        branched = {
+            "path": str(tree),
+            "status": "ok",
+            "cut_index": 2,
+            "original_model": "gpt-test",
+            "live_model": "gpt-test",
+            "branch_index": index,
+        }
+        write_run(
+            tree / name,
+            chat_exchanges(),
+            replayed=2,
+            config={"branched_from": branched},
+            result={"rewards": {"reward": reward}},
+        )
+        children.append(
+            ChildSummary(
+                folder=name,
+                model="gpt-test",
+                branch_index=index,
+                status="ok",
+                reward=reward,
+                rewards={"reward": reward},
+            )
+        )
+    mean = sum(rewards) / len(rewards)
+    model = ModelSummary(model="gpt-test", branches=len(rewards), scored=len(rewards), mean_reward=mean)
+    write_json(
+        tree / "summary.json",
+        BranchSummary(
+            parent=str(tree), original="/orig", cut_index=2, at="2", children=children, models=[model]
+        ),
+    )
+    return tree
 
 
 @pytest.fixture

@@ -9,13 +9,12 @@ from typing import Any
 import orjson
 import pytest
 from atif import Trajectory
-from reroll.branching import BranchSummary, ChildSummary, ModelSummary
 from reroll.errors import RunFolderError, TrajectoryFormatError
 from reroll.export import export_lines, kind_of
 from reroll.export.atif import run_to_atif
-from reroll.runfolder import load_run_folder, write_json
+from reroll.runfolder import load_run_folder
 
-from tests.controller.export.conftest import chat_exchanges, in_format, write_run
+from tests.controller.export.conftest import chat_exchanges, in_format, write_run, write_tree
 
 FORMATS = ["openai-chat", "openai-responses", "anthropic-messages"]
 
@@ -90,42 +89,7 @@ def test_a_side_call_becomes_a_subagent_trajectory(tmp_path: Path) -> None:
 
 
 def test_a_branch_tree_exports_one_trajectory_per_child(tmp_path: Path) -> None:
-    tree = write_run(tmp_path / "tree", chat_exchanges()[:2])
-    children = []
-    for index, reward in enumerate([1.0, 0.0]):
-        name = f"gpt-test__{index}"
-        branched = {
-            "path": str(tree),
-            "status": "ok",
-            "cut_index": 2,
-            "original_model": "gpt-test",
-            "live_model": "gpt-test",
-            "branch_index": index,
-        }
-        write_run(
-            tree / name,
-            chat_exchanges(),
-            replayed=2,
-            config={"branched_from": branched},
-            result={"rewards": {"reward": reward}},
-        )
-        children.append(
-            ChildSummary(
-                folder=name,
-                model="gpt-test",
-                branch_index=index,
-                status="ok",
-                reward=reward,
-                rewards={"reward": reward},
-            )
-        )
-    model = ModelSummary(model="gpt-test", branches=2, scored=2, mean_reward=0.5)
-    write_json(
-        tree / "summary.json",
-        BranchSummary(
-            parent=str(tree), original="/orig", cut_index=2, at="2", children=children, models=[model]
-        ),
-    )
+    tree = write_tree(tmp_path / "tree", [1.0, 0.0])
     assert kind_of(tree) == "tree"
     lines = b"".join(export_lines(tree, "atif")).splitlines()
     assert len(lines) == 2
