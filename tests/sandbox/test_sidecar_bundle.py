@@ -32,3 +32,24 @@ def test_the_sidecar_lib_runs_the_sidecar_on_its_own(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(lib / "reroll" / "errors.py")
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+async def test_the_bundle_leaves_nothing_of_itself_in_the_environment_of_the_commands_it_runs(
+    variant_images: dict[str, str], tmp_path: Path
+) -> None:
+    """On the busybox-only image: commands see neither PyInstaller's variables nor its library
+    path (they would load the bundle's libraries), and the bundle's own GNU find runs there."""
+    from reroll.sandbox.conformance import probe_task
+    from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
+    from reroll.sandbox.sidecar_bundle import MOUNT_DIR
+
+    config = DockerSandboxConfig(image=variant_images["busybox"])
+    async with DockerSandbox(probe_task(tmp_path / "task"), "bundle-env", config) as sandbox:
+        env = await sandbox.exec(["env"], inherit_env=True)
+        assert env.exit_code == 0, env.output_text()
+        names = {line.split("=", 1)[0] for line in env.stdout.decode().splitlines()}
+        assert not {name for name in names if name.startswith(("_PYI_", "LD_"))}, names
+        find = await sandbox.exec([f"{MOUNT_DIR}/_internal/tools/find", "--version"])
+        assert find.exit_code == 0 and b"GNU findutils" in find.stdout, find.output_text()
