@@ -84,7 +84,7 @@ class JobSpec(RunnerOptions):
     """Every rollout's network policy (``none`` needs a container backend); None: each task's."""
     image_map: dict[str, str] = Field(default_factory=dict)
     """docker sandbox: the FROM images of tasks' Dockerfiles replaced by local images (source →
-    replacement) before they are built; ``--image-map SRC=DST`` adds to it."""
+    replacement) before they are built; ``--image-map SRC=DST`` flags replace it."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:

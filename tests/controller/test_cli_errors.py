@@ -152,3 +152,14 @@ def test_missing_provider_key(tmp_path: Path, examples: Path) -> None:
     done = run("continue-job", str(tmp_path), "--model", "openai/gpt-4o")
     assert done.returncode == 2 and "needs OPENAI_API_KEY" in done.stderr
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["run", "job"])
+def test_an_image_map_item_that_is_not_src_eq_dst_is_refused(
+    tmp_path: Path, examples: Path, command: str
+) -> None:
+    args = [str(examples / "hello-file")] if command == "run" else ["--task", str(examples / "hello-file")]
+    done = reroll(command, *args, "--agent", "oracle", "--image-map", "ubuntu:24.04", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "'ubuntu:24.04' must be SRC=DST" in done.stdout + done.stderr
+    assert tree(tmp_path) == []
