@@ -23,6 +23,7 @@ from typing import Literal
 import orjson
 from pydantic import BaseModel
 from reroll_proxy.exchange import load_trajectory
+from reroll_proxy.retries import superseded
 from rich.console import Console
 
 from reroll.checkpoint import open_checkpoint
@@ -31,7 +32,7 @@ from reroll.errors import RunFolderError
 from reroll.runfolder import TRAJECTORY, write_json
 
 MANIFEST = "workspace_manifest.json"
-StepVerdict = Literal["match", "diverged", "missing"]
+StepVerdict = Literal["match", "diverged", "missing", "retried"]
 
 
 class StepReport(BaseModel):
@@ -40,7 +41,9 @@ class StepReport(BaseModel):
     step: int
     verdict: StepVerdict
     """``match``: the request equalled the recording; ``diverged``: it differed (served anyway);
-    ``missing``: the agent never sent it (it stopped or crashed earlier)."""
+    ``missing``: the agent never sent it (it stopped or crashed earlier); ``retried``: an attempt
+    the agent's SDK sent again after its connection dropped, never replayed (the retry's answer
+    is: `reroll_proxy.retries`)."""
     detail: str = ""
     """The divergence's one-line summary, or why the step is missing."""
 
@@ -134,14 +137,15 @@ async def replay_run(
         console=console,
     )
     run_dir, result = outcome.run_dir, outcome.result
-    steps = _step_reports(run_dir, checkpoint.cut_index)
+    retried = superseded(original.exchanges[: checkpoint.cut_index])
+    steps = _step_reports(run_dir, checkpoint.cut_index, retried)
     workspace = _compare_workspaces(original_manifest, _manifest(run_dir / MANIFEST))
     stopped_at_cut = result.error_category == "replay_only"
     same_ending = {"ok": result.status == "ok", "timeout": stopped_at_cut}.get(checkpoint.status, True)
     report = FidelityReport(
         original=str(original.path),
         rebuilt=str(run_dir),
-        faithful=all(step.verdict == "match" for step in steps)
+        faithful=all(step.verdict in ("match", "retried") for step in steps)
         and workspace is not None
         and workspace.equal
         and same_ending,
@@ -159,7 +163,7 @@ async def replay_run(
     return report
 
 
-def _step_reports(run_dir: Path, recorded: int) -> list[StepReport]:
+def _step_reports(run_dir: Path, recorded: int, retried: set[int]) -> list[StepReport]:
     path = run_dir / TRAJECTORY
     lines = load_trajectory(path).exchanges if path.is_file() else []
     # Requests are matched to recorded exchanges by thread, not position: each replayed line
@@ -167,7 +171,10 @@ def _step_reports(run_dir: Path, recorded: int) -> list[StepReport]:
     served = {line.metadata.replayed_from: line for line in lines if line.metadata.replayed_from is not None}
     reports = []
     for step in range(recorded):
-        if step not in served:
+        if step in retried:
+            detail = "its connection dropped; the agent's retry was served instead"
+            reports.append(StepReport(step=step, verdict="retried", detail=detail))
+        elif step not in served:
             reports.append(
                 StepReport(step=step, verdict="missing", detail="the agent never sent this request")
             )

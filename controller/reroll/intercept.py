@@ -18,7 +18,6 @@ on first use (about 40 s) under a file lock, with the CA generated once beside i
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import urllib.parse
@@ -26,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from reroll.childenv import child_environment
 from reroll.config import cache_dir, cache_lock, host_ca_bundle
 from reroll.errors import InfrastructureError
 from reroll.processes import ChildProcess
@@ -154,7 +154,7 @@ class Interceptor:
             args,
             workdir=workdir,
             name="intercept",
-            env={**os.environ, _TOKEN_ENV: token},
+            env=child_environment({_TOKEN_ENV: token}),  # the agent's user must not read ours
             command=[str(_venv_python()), str(ADDON)],
         )
 

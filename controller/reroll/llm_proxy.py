@@ -6,7 +6,6 @@ What passes between the two (config, status, stop, ready file) is typed once, in
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from reroll_proxy import faults
 from reroll_proxy.contract import DivergencePolicy, ProxyConfig, ProxyStatus, ProxyStop, UpstreamConfig
 from reroll_proxy.volatile import VolatileRule
 
+from reroll.childenv import child_environment
 from reroll.errors import InfrastructureError
 from reroll.processes import ChildProcess
 from reroll.runfolder import FaultsUsed
@@ -83,18 +83,20 @@ def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
 class LlmProxy:
     """Start, query and stop the per-rollout proxy.
 
-    The proxy's config file (``proxy.json`` in `workdir`) is a `reroll_proxy.contract.ProxyConfig`;
-    the upstream key reaches the proxy through its environment (``api_key_env``), never the file.
+        The proxy's config file (``proxy.json`` in `workdir`) is a `reroll_proxy.contract.ProxyConfig`;
+        the upstream key reaches the proxy through its environment (``api_key_env``), never the file;
+    that environment holds nothing else of the controller's (`reroll.childenv`), and the proxy makes
+    it unreadable to other processes of its user once started.
 
-    Args:
-        workdir: folder for the proxy's config, ready file and log.
-        trajectory_path: where the proxy appends the exchanges it serves.
-        upstream: the live model, or None (replay only).
-        replay: what to replay first, or None (record only).
-        listen_host: the interface to listen on, which the agent's base URL names: loopback for
-            the local sandbox, the container network's gateway for docker.
-        faults: the fault plan to inject, or None.
-        volatile: the parts of a request that may differ from the recording (`reroll_proxy.volatile`).
+        Args:
+            workdir: folder for the proxy's config, ready file and log.
+            trajectory_path: where the proxy appends the exchanges it serves.
+            upstream: the live model, or None (replay only).
+            replay: what to replay first, or None (record only).
+            listen_host: the interface to listen on, which the agent's base URL names: loopback for
+                the local sandbox, the container network's gateway for docker.
+            faults: the fault plan to inject, or None.
+            volatile: the parts of a request that may differ from the recording (`reroll_proxy.volatile`).
     """
 
     def __init__(
@@ -109,7 +111,7 @@ class LlmProxy:
         volatile: Sequence[VolatileRule] = (),
     ) -> None:
         self.token = secrets.token_urlsafe(24)
-        env = dict(os.environ)
+        env = child_environment()  # nothing of ours but the key (`reroll.childenv`)
         if upstream is not None:
             env[_KEY_ENV] = upstream.api_key or "unused"
             upstream = upstream.model_copy(update={"api_key": None, "api_key_env": _KEY_ENV})

@@ -8,7 +8,7 @@ from rich.table import Table
 from reroll.branching import BranchSummary
 from reroll.fidelity import FidelityReport
 
-_VERDICT_STYLE = {"match": "green", "diverged": "red", "missing": "yellow"}
+_VERDICT_STYLE = {"match": "green", "diverged": "red", "missing": "yellow", "retried": "cyan"}
 
 
 def fidelity_report(report: FidelityReport) -> RenderableType:

@@ -25,11 +25,13 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory
+from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
 from reroll.errors import RunFolderError
 
 TRAJECTORY = Path("trajectory") / "llm_trajectory.jsonl"
+MAX_JSON_BYTES = 64 * 1024 * 1024
+"""The largest config.json, result.json or prompts.json read."""
 CONTINUABLE_CATEGORIES = ("timeout", "idle_timeout")
 Status = Literal["ok", "timeout", "error"]
 
@@ -181,9 +183,15 @@ def load_run_folder(path: Path) -> RunFolder:
 
     Raises:
         RunFolderError: the folder, config.json, prompts.json or the trajectory is missing, or
-            any of them is corrupt; the message names the file (and the line, for the trajectory).
+            any of them is corrupt, unreadable (a symlink loop), not a regular file or too large;
+            the message names the file (and the line, for the trajectory).
     """
-    path = path.resolve()
+    try:
+        path = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise RunFolderError(f"run folder not found: {path}") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise RunFolderError(f"run folder {path}: cannot be resolved ({exc})") from exc
     if not path.is_dir():
         raise RunFolderError(f"run folder not found: {path}")
     config: RunConfig = _validated(
@@ -207,13 +215,17 @@ def load_run_folder(path: Path) -> RunFolder:
 
 def _read_json(file: Path, *, required: bool) -> Any:
     try:
-        data = orjson.loads(file.read_bytes())
+        data = orjson.loads(read_capped(file, MAX_JSON_BYTES))
     except FileNotFoundError as exc:
         if not required:
             return None
         raise RunFolderError(f"{file}: missing") from exc
+    except OSError as exc:
+        raise RunFolderError(f"{file}: cannot be read ({exc.strerror or exc})") from exc
     except orjson.JSONDecodeError as exc:
         raise RunFolderError(f"{file}: invalid JSON: {exc}") from exc
+    except ValueError as exc:  # not a regular file, or too large
+        raise RunFolderError(f"{file}: {exc}") from exc
     return data
 
 

@@ -34,7 +34,7 @@ class AgentSection(BaseModel):
     """The `agent` section of a task."""
 
     model_config = ConfigDict(extra="allow")
-    timeout_sec: float = 600.0
+    timeout_sec: float = Field(default=600.0, gt=0)
     """Wall-clock budget of the agent phase, in seconds."""
 
 
@@ -56,13 +56,18 @@ class HardeningOptions(BaseModel):
     """Let pytest load every installed plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
     pytest_plugins: list[str] = []
     """Plugins loaded explicitly (``-p NAME`` each) while autoloading is off."""
+    pytest_report: bool = True
+    """With `pytest_addopts`: trust pytest's own JUnit report (written to a root-only folder) over
+    the script's exit status — a pytest that started but wrote no report (``os._exit(0)`` at
+    import), or whose report counts failures or errors, zeroes every reward. Off for a task whose
+    test.sh passes its own ``--junitxml`` or ``--log-file``, or expects failing tests."""
 
 
 class VerifierSection(BaseModel):
     """The `verifier` section of a task."""
 
     model_config = ConfigDict(extra="allow")
-    timeout_sec: float = 300.0
+    timeout_sec: float = Field(default=300.0, gt=0)
     """Wall-clock budget of the verifier's test script, in seconds."""
     hardening: HardeningOptions = Field(default_factory=HardeningOptions)
     """Which hardening steps run before the test script."""
@@ -76,10 +81,13 @@ class EnvironmentSection(BaseModel):
     """The `environment` section of a task: what the sandbox needs."""
 
     model_config = ConfigDict(extra="allow")
-    cpus: float = 1.0
+    cpus: float = Field(default=1.0, gt=0)
     """CPU limit (cores) for container backends."""
-    memory_mb: int = 2048
-    """Memory limit in MiB for container backends."""
+    memory_mb: int = Field(default=2048, gt=0)
+    """Memory limit in MiB for container backends (swap included: none beyond it)."""
+    pids_max: int = Field(default=1024, gt=0)
+    """How many processes and threads the sandbox may hold at once (container backends): a fork
+    bomb gets EAGAIN instead of exhausting the host's process table."""
     network: NetworkPolicy = "full"
     """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends)."""
 
@@ -139,7 +147,10 @@ def load_task(path: Path) -> Task:
         TaskError: the folder does not exist, holds neither task.md nor task.toml, a file is
             invalid (the message names it), or the verifier's test.sh is missing.
     """
-    path = path.resolve()
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise TaskError(f"task {path}: cannot be resolved ({exc})") from exc
     if not path.is_dir():
         raise TaskError(f"task not found: {path} is not a directory")
     if (path / "task.md").is_file():

@@ -10,7 +10,9 @@ quiesces once more, undoes planted build config and start-up hooks, deletes old 
 runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
 ``reward.json`` (an object of numbers), the wire formats BenchFlow and Harbor use. The run
 folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
-``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs) and the reward file.
+``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs), the reward file and
+``pytest-report.txt`` (what pytest's own report said, when the script ran pytest: the rewards are
+zeroed when it counts failures or errors, or when pytest ended without one).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from reroll.sandbox.results import HardeningReport, VerifyBaseline
 from reroll.tasks import Task
 
 TEST_SCRIPT = "test.sh"
+PYTEST_REPORT_FILE = "pytest-report.txt"
+"""What pytest's own report said (its counts, or why the rewards were zeroed), in ``verifier/``."""
 OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
 
@@ -114,6 +118,8 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
         raise VerifierError(f"verifier timed out after {task.spec.verifier.timeout_sec:.0f} s:\n{tail}")
     if outcome.reward_file:
         (output_dir / outcome.reward_file).write_bytes(outcome.reward_content)
+    if outcome.pytest_report:
+        (output_dir / PYTEST_REPORT_FILE).write_text(outcome.pytest_report + "\n")
     if outcome.reward_error:
         raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
     return Verdict(rewards=outcome.rewards, duration_seconds=time.monotonic() - started)

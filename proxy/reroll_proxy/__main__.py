@@ -14,6 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
+from reroll.childenv import hide_from_same_user
 from reroll.errors import ConfigError
 
 from reroll_proxy.config import load_config
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True, help="JSON proxy config file")
     parser.add_argument("--ready-file", type=Path, help="overrides the config's ready_file")
     args = parser.parse_args(argv)
+    hide_from_same_user()  # its environment holds the provider key (`reroll.childenv`)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)

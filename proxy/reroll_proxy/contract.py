@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reroll_proxy.divergence import Divergence
 from reroll_proxy.formats import FormatName
+from reroll_proxy.limits import ClientLimits
 from reroll_proxy.volatile import VolatileRule
 
 DivergencePolicy = Literal["warn", "strict", "cutover"]
@@ -100,6 +101,8 @@ class ProxyConfig(BaseModel):
     """The parts of a request that may differ between the recording and its replay (the
     sandbox's paths, the agent's declared ones): removed from both before matching and
     divergence checks (`reroll_proxy.volatile`)."""
+    client_limits: ClientLimits = Field(default_factory=ClientLimits)
+    """How long a client may take to send a request, and how large it may be (`reroll_proxy.limits`)."""
 
 
 class ProxyStop(BaseModel):
@@ -145,6 +148,8 @@ class ProxyStatus(BaseModel):
     """Every divergence seen, in step order."""
     stop: ProxyStop | None = None
     """Set (before the first 409 is sent) once the proxy refuses every further request."""
+    websocket_upgrades_refused: int = Field(default=0, ge=0)
+    """Responses WebSocket upgrades answered with 426 (`reroll_proxy.endpoints_websocket`)."""
 
 
 class ReadyFile(BaseModel):

@@ -33,6 +33,9 @@ servable exchange. An arriving request is matched in this order:
 3. matching no thread: it diverges from the first unserved servable exchange (the summary
    says it matches no recorded thread).
 
+A recorded attempt that an SDK retried after its connection dropped (`reroll_proxy.retries`) is
+not servable: the agent, whose connection no longer drops, asks once and gets the retry's answer.
+
 In 2 and 3, when every servable exchange was served, or a request already went live, the
 request is a new conversation and goes live.
 
@@ -64,6 +67,7 @@ from reroll_proxy.contract import DivergencePolicy
 from reroll_proxy.divergence import Divergence, compare_normal, format_changed
 from reroll_proxy.exchange import Exchange
 from reroll_proxy.formats import format_for_path, format_named
+from reroll_proxy.retries import superseded
 from reroll_proxy.threads import ThreadBook, Turn, assign_threads
 from reroll_proxy.volatile import Volatility
 
@@ -165,6 +169,9 @@ class ReplayEngine:
     """Steps taken by injected faults that consumed no recorded exchange."""
     threads: list[int] = field(default_factory=list, init=False)
     """The thread of each recorded exchange (`reroll_proxy.threads.assign_threads`)."""
+    superseded: list[int] = field(default_factory=list, init=False)
+    """Servable recorded attempts an SDK retried after its connection dropped: never served, the
+    retry's answer is (`reroll_proxy.retries.superseded`)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.cut_index <= len(self.recorded):
@@ -172,7 +179,8 @@ class ReplayEngine:
             raise ValueError(f"cut_index {self.cut_index} is outside 0..{count} (the recorded exchanges)")
         self._turns = [self._recorded_turn(exchange) for exchange in self.recorded]
         self.threads = assign_threads(self._turns)
-        self._served = [False] * len(self.recorded)
+        self.superseded = sorted(i for i in superseded(self.recorded) if i < self.cut_index)
+        self._served = [i in self.superseded for i in range(len(self.recorded))]
         self._book = ThreadBook([None] * (max(self.threads) + 1 if self.threads else 0))
         """The last request served in each thread (replayed or live), for `ThreadBook.find`."""
         self._before: dict[int, Turn | None] = {}

@@ -6,7 +6,8 @@
      "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
      "metadata": {"step", "thread", "replayed_from", "source", "model", "api_format",
-                  "upstream_format", "stream", "ttfb_ms", "divergence", "error", "fault"}}
+                  "upstream_format", "translation_notes", "stream", "ttfb_ms", "divergence",
+                  "error", "fault", "retry"}}
 
 ``body`` is the JSON as sent (for a streamed response: the body a non-streamed request would
 have got, assembled from the events by the API format's module: ``chat.completion``,
@@ -23,6 +24,8 @@ fields reroll adds have defaults for the same reason.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +39,11 @@ from reroll_proxy.divergence import Divergence
 from reroll_proxy.faults import FaultNote
 from reroll_proxy.formats import FormatName
 from reroll_proxy.sse import SseEvent
+
+MAX_TRAJECTORY_BYTES = 4 * 1024**3
+"""The largest trajectory file read (a longer one is refused with a clear error, never read)."""
+MAX_LINE_BYTES = 1024**3
+"""The largest exchange line (a request body is at most 256 MiB; its response and events add to it)."""
 
 ApiFormat = FormatName
 Source = Literal["live", "replayed"]
@@ -94,6 +102,18 @@ class ExchangeResponse(_Record):
     """Milliseconds from receiving the request to receiving each event (parallel to `events`)."""
 
 
+class RetryNote(_Record):
+    """Recorded as ``metadata.retry`` of an exchange whose request repeats an earlier attempt."""
+
+    attempt: int = Field(ge=1)
+    """1 for the first retry, 2 for the second...: ``x-stainless-retry-count`` when sent, else the
+    earlier requests with the same idempotency key."""
+    of_step: int | None = None
+    """The step of the attempt repeated, when the proxy served it; None when it never arrived."""
+    idempotency_key: str | None = None
+    """The ``Idempotency-Key`` the attempts shared, if the client sent one."""
+
+
 class ExchangeMetadata(_Record):
     """What reroll adds to BenchFlow's shape."""
 
@@ -115,6 +135,10 @@ class ExchangeMetadata(_Record):
     upstream_format: ApiFormat | None = None
     """The API the live upstream spoke when it was not `api_format` (the proxy translated the
     request and the response; both are recorded as the agent sent and received them)."""
+    translation_notes: list[str] = []
+    """What the translation to `upstream_format` dropped from the request, one line each (built-in
+    tools, encrypted reasoning, fields the upstream's API has no counterpart for:
+    `reroll_proxy.translate.SHEDS`); empty when nothing was dropped."""
     stream: bool = False
     """Whether the response was streamed (SSE) to the agent."""
     ttfb_ms: float | None = None
@@ -126,6 +150,8 @@ class ExchangeMetadata(_Record):
     """Why the upstream could not answer (connection failure, broken stream), if so."""
     fault: FaultNote | None = None
     """The fault injected at this step (`reroll_proxy.faults`), else None."""
+    retry: RetryNote | None = None
+    """Set when the request repeats an earlier attempt (an SDK retry: `reroll_proxy.retries`)."""
 
 
 class Exchange(_Record):
@@ -167,16 +193,22 @@ def load_trajectory(path: Path) -> LoadedTrajectory:
 
     Raises:
         FileNotFoundError: `path` does not exist (the message names it).
-        TrajectoryFormatError: any other line is not JSON or not an exchange; the message names
-            the file, the 1-based line number and the cause.
+        TrajectoryFormatError: any other line is not JSON or not an exchange, or longer than
+            `MAX_LINE_BYTES`; the file is not a regular file (a device, a FIFO), larger than
+            `MAX_TRAJECTORY_BYTES`, or unreadable (a symlink loop); the message names the file,
+            the 1-based line number and the cause.
     """
     try:
-        data = path.read_bytes()
+        data = read_capped(path, MAX_TRAJECTORY_BYTES)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"trajectory file not found: {path}") from exc
+    except (OSError, ValueError) as exc:
+        raise TrajectoryFormatError(f"{path}: {_reason(exc)}") from exc
     lines = data.split(b"\n")
     loaded = LoadedTrajectory()
     for number, line in enumerate(lines, start=1):
+        if len(line) > MAX_LINE_BYTES:
+            raise TrajectoryFormatError(f"{path}: line {number} is larger than {MAX_LINE_BYTES} bytes")
         if not line.strip():
             continue
         try:
@@ -193,6 +225,33 @@ def load_trajectory(path: Path) -> LoadedTrajectory:
             causes = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in exc.errors())
             raise TrajectoryFormatError(f"{path}: line {number}: not an exchange ({causes})") from exc
     return loaded
+
+
+def read_capped(path: Path, limit_bytes: int) -> bytes:
+    """The content of the regular file `path` (symlinks followed), refused beyond `limit_bytes`.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        OSError: it cannot be opened or read (a symlink loop, a folder, no permission).
+        ValueError: it is not a regular file (a device such as /dev/zero, a FIFO: opened without
+            waiting for a writer), or larger than `limit_bytes`.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > limit_bytes:
+            raise ValueError(f"{info.st_size} bytes, more than the limit of {limit_bytes}")
+        data = handle.read(limit_bytes + 1)
+    if len(data) > limit_bytes:  # it grew while read
+        raise ValueError(f"more than the limit of {limit_bytes} bytes")
+    return data
+
+
+def _reason(exc: OSError | ValueError) -> str:
+    """`exc` as the end of a message that names the file."""
+    return (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
 
 
 def _location(loc: tuple[int | str, ...]) -> str:

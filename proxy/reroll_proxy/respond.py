@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +30,7 @@ from reroll_proxy.exchange import (
     ExchangeMetadata,
     ExchangeRequest,
     ExchangeResponse,
+    RetryNote,
     Source,
     sanitize_headers,
 )
@@ -125,6 +128,24 @@ class UpstreamEvents(EventSource):
             yield events
 
 
+def peer_closed(request: web.Request) -> bool:
+    """Whether the agent has closed its end of `request`'s connection (its FIN is waiting to be
+    read: an HTTP/1.1 client sends nothing while it reads a response). One non-blocking peek."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return True
+    raw = transport.get_extra_info("socket")
+    if raw is None:
+        return False
+    with socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno())) as sock:
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+
 @dataclass
 class ServedStep:
     """A request the engine decided to serve (replay or live), and what its exchange line needs."""
@@ -144,12 +165,16 @@ class ServedStep:
     first_byte: float | None = None
     upstream_format: FormatName | None = None
     """The upstream's API when the proxy translated (recorded as ``metadata.upstream_format``)."""
+    translation_notes: list[str] = field(default_factory=list)
+    """What the translation dropped (recorded as ``metadata.translation_notes``)."""
     fault: FaultNote | None = None
     """The fault injected at this step, recorded as ``metadata.fault``."""
     thread: int | None = None
     """The request's thread (`reroll_proxy.threads`), recorded as ``metadata.thread``."""
     replayed_from: int | None = None
     """The recorded exchange served (replayed steps), recorded as ``metadata.replayed_from``."""
+    retry: RetryNote | None = None
+    """Set when the request repeats an earlier attempt, recorded as ``metadata.retry``."""
 
     async def send_json(
         self,
@@ -181,33 +206,50 @@ class ServedStep:
     ) -> web.StreamResponse:
         """Stream `source` to the agent one write per batch; record before sending the terminal event.
 
+        An agent that hangs up after it received some events gets an exchange of those events
+        only, its ``metadata.error`` saying so (``the agent closed the connection after N of M
+        events``); one that hangs up before the first event, none (it received nothing).
+
         Args:
             status: HTTP status for the agent (and the record).
             headers: upstream (or recorded) response headers, without secrets.
             source: the events to forward.
             sent_body: the request body to record (as forwarded upstream).
             model: the model that produced the response, unless the chunks name one.
+
+        Raises:
+            ConnectionResetError, asyncio.CancelledError: the agent hung up (after the recording).
         """
         response = web.StreamResponse(status=status, headers=self._agent_headers(headers, SSE_CONTENT_TYPE))
         await response.prepare(self.request)
         events: list[SseEvent] = []
         offsets_ms: list[float] = []
         held: list[SseEvent] = []
-        async with contextlib.aclosing(source.batches()) as stream:
-            async for batch in stream:
-                offset_ms = round((time.monotonic() - self.received) * 1000, 3)
-                events += batch
-                offsets_ms += [offset_ms] * len(batch)
-                ready: list[SseEvent] = []
-                for event in batch:
-                    (held if held or self.wire.is_terminal(event) else ready).append(event)
-                if ready:
-                    await response.write(b"".join(map(encode_event, ready)))
-                    if self.first_byte is None:
-                        self.first_byte = time.monotonic()
-        body = self.wire.assemble(events)
-        model = body.get("model") or model
-        exchange = self._exchange(sent_body, status, headers, body, events, model, source.error)
+        delivered = 0  # how many of `events` were written to the agent
+        try:
+            async with contextlib.aclosing(source.batches()) as stream:
+                async for batch in stream:
+                    offset_ms = round((time.monotonic() - self.received) * 1000, 3)
+                    events += batch
+                    offsets_ms += [offset_ms] * len(batch)
+                    ready: list[SseEvent] = []
+                    for event in batch:
+                        (held if held or self.wire.is_terminal(event) else ready).append(event)
+                    if ready:
+                        await response.write(b"".join(map(encode_event, ready)))
+                        delivered = len(events) - len(held)
+                        if self.first_byte is None:
+                            self.first_byte = time.monotonic()
+        except (ConnectionResetError, asyncio.CancelledError):  # the agent hung up mid-stream
+            if delivered:  # it received part of a response: the trajectory says which part
+                await asyncio.shield(
+                    self._record_aborted(sent_body, status, headers, model, events, offsets_ms, delivered)
+                )
+            raise
+        if peer_closed(self.request):  # it hung up; the writes went to its kernel, the end never
+            await self._record_aborted(sent_body, status, headers, model, events, offsets_ms, delivered)
+            return response
+        exchange = self._stream_exchange(sent_body, status, headers, events, model, source.error)
         exchange.response.event_offsets_ms = offsets_ms
         await self.recorder.record(self.number, exchange)
         if await source.after_recorded(self.request):
@@ -216,6 +258,35 @@ class ServedStep:
             await response.write(encode_event(event))
         await response.write_eof()
         return response
+
+    async def _record_aborted(
+        self,
+        sent_body: Any,
+        status: int,
+        headers: dict[str, str],
+        model: str | None,
+        events: list[SseEvent],
+        offsets_ms: list[float],
+        delivered: int,
+    ) -> None:
+        """Record the first `delivered` of `events`: what the agent got before it hung up."""
+        error = f"the agent closed the connection after {delivered} of {len(events)} events"
+        exchange = self._stream_exchange(sent_body, status, headers, events[:delivered], model, error)
+        exchange.response.event_offsets_ms = offsets_ms[:delivered]
+        await self.recorder.record(self.number, exchange)
+
+    def _stream_exchange(
+        self,
+        sent_body: Any,
+        status: int,
+        headers: dict[str, str],
+        events: list[SseEvent],
+        model: str | None,
+        error: str | None,
+    ) -> Exchange:
+        """The exchange of a stream whose agent received `events`."""
+        body = self.wire.assemble(events)
+        return self._exchange(sent_body, status, headers, body, events, body.get("model") or model, error)
 
     def _agent_headers(self, headers: Mapping[str, str], content_type: str) -> dict[str, str]:
         kept = {name: value for name, value in headers.items() if name not in _NOT_FORWARDED}
@@ -251,11 +322,13 @@ class ServedStep:
                 source=self.source,
                 api_format=self.wire.name,
                 upstream_format=self.upstream_format,
+                translation_notes=self.translation_notes,
                 model=model,
                 stream=events is not None,
                 ttfb_ms=None if self.first_byte is None else (self.first_byte - self.received) * 1000,
                 divergence=self.divergence,
                 error=error,
                 fault=self.fault,
+                retry=self.retry,
             ),
         )

@@ -102,6 +102,54 @@ def responses_to_chat(body: Body) -> Body:
     return request
 
 
+_CHAT_PARAMS = frozenset(
+    {"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens", "temperature", "top_p"}
+    | {"parallel_tool_calls", "user", "stream"}
+)
+"""The Responses request fields `responses_to_chat` maps."""
+
+
+def shed_for_chat(body: Body) -> tuple[Body, list[str]]:
+    """`body` without what Chat cannot hold but a model can do without, and a note per part shed.
+
+    What a Responses agent such as Codex CLI sends besides its conversation: built-in tools
+    (``web_search``...) and ``namespace`` tool groups (its subagent tools) are dropped, as are
+    ``reasoning`` input items (their ``encrypted_content`` is readable by the provider that wrote
+    it only), and the fields `responses_to_chat` does not map (``reasoning``, ``include``,
+    ``client_metadata``, ``prompt_cache_key``, ``store``, ``text``...) are named. What cannot be
+    shed (``previous_response_id``, another item or part) is left for `responses_to_chat` to refuse.
+
+    Args:
+        body: a Responses request body (not changed).
+
+    Returns:
+        (the body to translate, one line per part dropped), the notes in a stable order.
+    """
+    notes: list[str] = []
+    kept = dict(body)
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        shed = [tool for tool in tools if isinstance(tool, dict) and tool.get("type") != "function"]
+        kept["tools"] = [tool for tool in tools if tool not in shed]
+        notes += [f"dropped tool {_tool_label(tool)}: no Chat counterpart" for tool in shed]
+    given = body.get("input")
+    if isinstance(given, list):
+        reasoning = [item for item in given if isinstance(item, dict) and item.get("type") == "reasoning"]
+        if reasoning:
+            kept["input"] = [item for item in given if item not in reasoning]
+            notes.append(
+                f"dropped {len(reasoning)} reasoning item(s) (encrypted_content): no Chat counterpart"
+            )
+    unmapped = sorted(key for key in body if key not in _CHAT_PARAMS and key != "previous_response_id")
+    notes += [f"dropped field {key}: no Chat counterpart" for key in unmapped]
+    return kept, notes
+
+
+def _tool_label(tool: Body) -> str:
+    kind = str(tool.get("type"))
+    return f"{kind} {tool['name']}" if tool.get("name") else kind
+
+
 def _text(parts: Any) -> str:
     return "".join(part.get("text", "") for part in parts or [] if part.get("type") in _TEXT_PARTS)
 

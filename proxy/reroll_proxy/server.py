@@ -11,9 +11,13 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   mode; neither is recorded). Faults of the plan (``faults_path``) are injected by
   `reroll_proxy.inject`, and a replayed line that records a fault reproduces it. Every served
   response, upstream errors included, is appended to the trajectory before the agent can see
-  its end (see `reroll_proxy.recorder`). An unreachable upstream gives 502 (recorded, with
-  ``metadata.error``). An upstream of another API format (``upstream.api_format``) gets the
-  request translated, and the agent the answer translated back (`reroll_proxy.translate`).
+  its end (see `reroll_proxy.recorder`); an SDK retry (``x-stainless-retry-count`` > 0, or an
+  ``Idempotency-Key`` seen before) is recorded with ``metadata.retry`` (`reroll_proxy.retries`).
+  An unreachable upstream gives 502 (recorded, with ``metadata.error``). An upstream of another
+  API format (``upstream.api_format``) gets the request translated, and the agent the answer
+  translated back (`reroll_proxy.translate`).
+- ``GET /v1/responses`` (and ``/responses``) — a Responses WebSocket upgrade, refused at once
+  with 426 so the client falls back to HTTP (`reroll_proxy.endpoints_websocket`).
 - ``GET /_reroll/status`` — the engine's counters, divergences and stop: a
   `reroll_proxy.contract.ProxyStatus`.
 - ``GET /_reroll/stop`` — a long poll: answers a `reroll_proxy.contract.ProxyStop` once the proxy
@@ -40,6 +44,8 @@ from aiohttp import web
 from reroll.errors import ProxyConfigError, TranslationError
 
 from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
+from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
+from reroll_proxy.endpoints_websocket import WebsocketRefusals
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
 from reroll_proxy.faults import (
@@ -52,15 +58,15 @@ from reroll_proxy.faults import (
 )
 from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
 from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
+from reroll_proxy.limits import read_body_in_time, runner_options
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
+from reroll_proxy.retries import RetryTracker
 from reroll_proxy.runtime import base_url_for, write_ready_file
 from reroll_proxy.translate import translation_for
 from reroll_proxy.volatile import Volatility
 
 log = logging.getLogger("reroll_proxy")
-MAX_REQUEST_BYTES = 256 * 1024 * 1024
-"""Largest request body accepted (long conversations exceed aiohttp's 1 MiB default)."""
 SHUTDOWN_SECONDS = 0.5
 """How long stopping the proxy waits for requests in flight before cancelling them."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -90,10 +96,19 @@ class ProxyServer:
         self._session: aiohttp.ClientSession | None = None
         self._stopped = asyncio.Event()
         """Set with ``engine.stop``, before the first 409 is sent (see `reroll_proxy.contract`)."""
-        self.app = web.Application(middlewares=[self._authenticate], client_max_size=MAX_REQUEST_BYTES)
+        limits = config.client_limits
+        self.app = web.Application(
+            middlewares=[self._authenticate, read_body_in_time(limits)],
+            client_max_size=limits.max_request_bytes,
+        )
         for wire in all_formats():
             for path in wire.paths:
                 self.app.router.add_post(path, functools.partial(self._serve, wire))
+        self.retries = RetryTracker()
+        """Tells SDK retries from new turns (`reroll_proxy.retries`)."""
+        self.websockets = WebsocketRefusals()
+        for path in WEBSOCKET_PATHS:
+            self.app.router.add_get(path, self.websockets.refuse)
         self.app.router.add_get("/_reroll/status", self._status)
         self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
         self.app.router.add_get("/healthz", self._health)
@@ -146,6 +161,7 @@ class ProxyServer:
                 StepDivergence(step=note.step, **note.divergence.model_dump()) for note in engine.divergences
             ],
             stop=_proxy_stop(engine.stop),
+            websocket_upgrades_refused=self.websockets.count,
         )
         return web.Response(body=status.model_dump_json(), content_type="application/json")
 
@@ -157,8 +173,9 @@ class ProxyServer:
 
     async def _serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
         received, received_at = time.monotonic(), now_iso()
+        raw = await request.read()
         try:
-            body = orjson.loads(await request.read())
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return error_response(wire, 400, "invalid_request_error", f"request body is not JSON: {exc}")
         if not isinstance(body, dict):
@@ -169,6 +186,7 @@ class ProxyServer:
             step = ServedStep(
                 self.engine.inject(), wire, request, source, None, self.recorder, received, received_at
             )
+            step.retry = self.retries.observe(request.headers, raw, step.number)
             log.warning("step %d: fault %s (%s) injected", step.number, note.rule, note.spec.kind)
             try:
                 return await serve_in_place(step, note, body)
@@ -198,6 +216,7 @@ class ProxyServer:
             thread=decision.thread,
             replayed_from=replay.index if replay else None,
         )
+        step.retry = self.retries.observe(request.headers, raw, step.number)
         if step.divergence is not None:
             then = "going live (cutover policy)" if replay is None else "serving the recording"
             log.warning("step %d: divergence, %s; %s", step.number, step.divergence.summary, then)
@@ -246,7 +265,9 @@ class ProxyServer:
         sent = {**body, "model": upstream.model} if upstream.model else body
         try:
             translation = translation_for(step.wire, upstream.api_format)
-            forwarded = translation.request(sent) if translation else sent
+            forwarded, step.translation_notes = (
+                translation.request_with_notes(sent) if translation else (sent, [])
+            )
         except TranslationError as exc:
             return error_response(step.wire, 400, "invalid_request_error", str(exc))
         upstream_wire = translation.upstream if translation else step.wire
@@ -346,7 +367,11 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     # An agent that hangs up (killed at its timeout) cancels its request: the response it never
     # received is not recorded. Shutdown does not wait for requests still in flight.
     runner = web.AppRunner(
-        server.app, access_log=None, handler_cancellation=True, shutdown_timeout=SHUTDOWN_SECONDS
+        server.app,
+        access_log=None,
+        handler_cancellation=True,
+        shutdown_timeout=SHUTDOWN_SECONDS,
+        **runner_options(config.client_limits),
     )
     await runner.setup()
     try:

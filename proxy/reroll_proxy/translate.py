@@ -7,7 +7,9 @@ answer translated back. Pairs (`supported_pairs`): all six. ``openai-chat`` ↔
 ``openai-responses`` ↔ ``openai-chat`` (`reroll_proxy.responses_chat`) have a hop of their own;
 ``openai-responses`` ↔ ``anthropic-messages`` go through Chat (`PIVOT`: two hops). An upstream
 format with no route is refused with a `TranslationError`, as is a request with a part the
-upstream's API cannot hold.
+upstream's API cannot hold — except the parts a model can do without (`SHEDS`: Codex's built-in
+tools, ``namespace`` tool groups, encrypted reasoning, unmapped fields such as ``include``), which
+are dropped with a note recorded in the exchange's ``metadata.translation_notes``.
 
 Streams are assembled, then re-emitted: the upstream's events are collected until its stream
 ends, folded into one body by the upstream format (`WireFormat.assemble`), translated, and
@@ -48,6 +50,7 @@ class Translation:
     """The format the upstream speaks."""
     _request: Callable[[Body], Body]
     _response: Callable[[Body], Body]
+    _shed: Callable[[Body], tuple[Body, list[str]]] | None = None
 
     def request(self, body: Body) -> Body:
         """The agent's request `body` in the upstream's format.
@@ -55,8 +58,19 @@ class Translation:
         Raises:
             TranslationError: a part of `body` has no counterpart upstream.
         """
+        return self.request_with_notes(body)[0]
+
+    def request_with_notes(self, body: Body) -> tuple[Body, list[str]]:
+        """The agent's request `body` in the upstream's format, after dropping what the upstream
+        cannot hold but the model can do without (see `SHEDS`), and one note per part dropped
+        (recorded as the exchange's ``metadata.translation_notes``).
+
+        Raises:
+            TranslationError: a part of `body` that cannot be dropped has no counterpart upstream.
+        """
+        body, notes = self._shed(body) if self._shed is not None else (body, [])
         try:
-            return self._request(body)
+            return self._request(body), notes
         except UntranslatableError as exc:
             raise TranslationError(f"{self.agent.name} → {self.upstream.name}: {exc}") from exc
 
@@ -115,6 +129,11 @@ _HOPS: dict[tuple[str, str], Hop] = {
         responses_chat.response_to_completion,
     ),
 }
+SHEDS: dict[tuple[str, str], Callable[[Body], tuple[Body, list[str]]]] = {
+    ("openai-responses", "openai-chat"): responses_chat.shed_for_chat,
+}
+"""Per first hop, what is dropped (with a note) before translating rather than refused: the
+parts of an agent's request a model can do without (Codex's built-in tools, encrypted reasoning)."""
 PIVOT = "openai-chat"
 """Pairs without a hop of their own go through this format (Responses ↔ Chat ↔ Messages)."""
 
@@ -163,4 +182,5 @@ def translation_for(agent: WireFormat, upstream_format: str | None) -> Translati
             body = backward(body)
         return body
 
-    return Translation(agent, format_named(upstream_format), request, response)
+    first = (agent.name, PIVOT if (agent.name, upstream_format) not in _HOPS else upstream_format)
+    return Translation(agent, format_named(upstream_format), request, response, SHEDS.get(first))

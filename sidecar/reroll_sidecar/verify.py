@@ -17,10 +17,13 @@ files. `Verifier.verify` then:
    in a clean environment: a fixed PATH, no PYTHONPATH, no user site, HOME of the sidecar's user
    in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
    and plugin autoloading off; a timeout kills the script's whole process group;
-5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers).
+5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers);
+6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
+   started and wrote no report, or whose report counts failures or errors, zeroes every reward
+   (`pytest_report`).
 
-Steps 2, 3 and the pytest variables can each be turned off per task (`pb.Hardening`). Steps 1
-to 3 together have a time limit (`HARDEN_TIMEOUT_SECONDS`); when they fail or run out of time,
+Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`). Steps 1
+to 3 together have a time limit (`Verifier.harden_timeout_seconds`); when they fail or run out of time,
 the script does not run and the result carries a reward error (a verifier error for the
 controller, never a retried infrastructure error); the report's notes say why.
 """
@@ -41,7 +44,7 @@ from dataclasses import dataclass, field
 from reroll.errors import QuiesceError, SnapshotError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll_sidecar import nofollow, processes, quiesce
+from reroll_sidecar import nofollow, processes, pytest_report, quiesce
 from reroll_sidecar.snapshots import SnapshotStore
 
 BASELINE_SNAPSHOT = "reroll-pre-agent"
@@ -208,11 +211,18 @@ class Verifier:
     Args:
         groups: the Exec process groups (killed before the script runs; the script's joins them).
         snapshots: where the baseline snapshot is kept.
+        harden_timeout_seconds: the time limit of steps 1 to 3 together.
     """
 
-    def __init__(self, groups: processes.ProcessGroups, snapshots: SnapshotStore) -> None:
+    def __init__(
+        self,
+        groups: processes.ProcessGroups,
+        snapshots: SnapshotStore,
+        harden_timeout_seconds: float = HARDEN_TIMEOUT_SECONDS,
+    ) -> None:
         self.groups = groups
         self.snapshots = snapshots
+        self.harden_timeout_seconds = harden_timeout_seconds
         self.baseline: Baseline | None = None
 
     async def prepare(self, request: pb.PrepareVerifyRequest) -> Baseline:
@@ -268,40 +278,70 @@ class Verifier:
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
         try:
-            await asyncio.wait_for(self._harden(baseline, report), HARDEN_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self._harden(baseline, report), self.harden_timeout_seconds)
         except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
-            failure = str(exc) or f"hardening took longer than {HARDEN_TIMEOUT_SECONDS:.0f} s"
+            failure = str(exc) or f"hardening took longer than {self.harden_timeout_seconds:g} s"
             report.notes.append(f"hardening failed, the test script was not run: {failure}")
             yield pb.VerifyEvent(hardening=report)
             yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=report.notes[-1]))
             return
         yield pb.VerifyEvent(hardening=report)
         for name in REWARD_FILES:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(os.path.join(reward_dir, name))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # e.g. an immutable file planted by the agent: a verifier error
+                error = (
+                    f"cannot delete the old {reward_dir}/{name}: {exc.strerror}; the test script was not run"
+                )
+                yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
+                return
         os.chmod(script, stat.S_IMODE(os.stat(script).st_mode) | 0o111)
+        options = baseline.hardening
+        with contextlib.ExitStack() as stack:
+            folder = None
+            if options.pytest_addopts and options.pytest_report:
+                folder = stack.enter_context(pytest_report.ReportFolder())
+            env = self._script_env(baseline, request, folder)
+            exit_status = pb.ExecExit()
+            async for event in self._run_script(script, verifier_dir, env, request.timeout_seconds):
+                if isinstance(event, pb.ExecExit):
+                    exit_status = event
+                else:
+                    yield event
+            result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir)
+            if folder is not None and not exit_status.timed_out:
+                judgement = pytest_report.judge(folder.path)
+                result.pytest_report = judgement.note
+                if judgement.zero_rewards:
+                    for key in result.rewards:
+                        result.rewards[key] = 0.0
+        result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+        log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
+        yield pb.VerifyEvent(result=result)
+
+    async def _run_script(
+        self, script: str, verifier_dir: str, env: dict[str, str], timeout_seconds: float
+    ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
+        """Run the test script as the sidecar's user; yields its output events, then its exit."""
         command = processes.Command(
             argv=["sh", "-c", 'exec "$0"', script],  # sh runs a script without #! line itself
             cwd=verifier_dir,
-            env=self._script_env(baseline, request),
+            env=env,
             user=processes.user_name(os.geteuid()),
             switch_to=None,
-            timeout_seconds=request.timeout_seconds,
+            timeout_seconds=timeout_seconds,
             stdin=b"",
         )
-        exit_status = pb.ExecExit()
         async with contextlib.aclosing(processes.run(command, self.groups)) as events:
             async for event in events:
                 if event.HasField("exit"):
-                    exit_status = event.exit
+                    yield event.exit
                 elif event.HasField("stdout"):
                     yield pb.VerifyEvent(stdout=event.stdout)
                 else:
                     yield pb.VerifyEvent(stderr=event.stderr)
-        result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir)
-        result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
-        log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
-        yield pb.VerifyEvent(result=result)
 
     async def _harden(self, baseline: Baseline, report: pb.HardeningReport) -> None:
         """Steps 1 to 3 of the module docstring, filling `report`.
@@ -342,9 +382,11 @@ class Verifier:
         log.info("hardening: killed %d, deleted %s, notes %s", report.killed_groups, report.deleted, notes)
 
     @staticmethod
-    def _script_env(baseline: Baseline, request: pb.VerifyRequest) -> dict[str, str]:
+    def _script_env(
+        baseline: Baseline, request: pb.VerifyRequest, report: pytest_report.ReportFolder | None
+    ) -> dict[str, str]:
         """The test script's environment: the request's, cleaned and locked down as the baseline's
-        hardening options say."""
+        hardening options say; pytest writes its report into `report` when given."""
         env = {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
         env.setdefault("PATH", DEFAULT_PATH)
         if baseline.agent_user:  # not the agent's HOME, whose dotfiles and user site it controls
@@ -361,6 +403,8 @@ class Verifier:
             env["PYTEST_ADDOPTS"] = (
                 f"-c /dev/null --confcutdir={request.verifier_dir} -p no:cacheprovider{plugins}"
             )
+            if report is not None:
+                env["PYTEST_ADDOPTS"] += report.addopts()
         if not options.plugin_autoload:
             env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         return env

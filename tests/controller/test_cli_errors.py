@@ -163,3 +163,12 @@ def test_an_image_map_item_that_is_not_src_eq_dst_is_refused(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "'ubuntu:24.04' must be SRC=DST" in done.stdout + done.stderr
     assert tree(tmp_path) == []
+
+
+def test_continue_of_a_symlink_loop_exits_2_naming_the_path(tmp_path: Path) -> None:
+    (tmp_path / "run").symlink_to(tmp_path / "run")
+    done = reroll("continue", str(tmp_path / "run"), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"run folder {tmp_path / 'run'}: cannot be resolved" in done.stderr and "Traceback" not in done.stderr
+    )

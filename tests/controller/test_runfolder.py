@@ -114,3 +114,17 @@ def test_create_run_folder_never_reuses_a_name(tmp_path: Path) -> None:
     second = create_run_folder(tmp_path, "r")
     assert (first.name, second.name) == ("r", "r-2")
     assert (second / "trajectory").is_dir()
+
+
+def test_a_run_folder_that_is_a_symlink_loop_names_the_path(tmp_path: Path) -> None:
+    (tmp_path / "run").symlink_to(tmp_path / "run")
+    with pytest.raises(RunFolderError, match=f"run folder {tmp_path / 'run'}: cannot be resolved"):
+        load_run_folder(tmp_path / "run")
+
+
+def test_a_config_that_is_a_device_is_refused_unread(tmp_path: Path) -> None:
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
+    (folder / "config.json").unlink()
+    (folder / "config.json").symlink_to("/dev/zero")
+    with pytest.raises(RunFolderError, match=f"{folder / 'config.json'}: not a regular file"):
+        load_run_folder(folder)

@@ -57,6 +57,23 @@ def test_invalid_field_type_names_the_file(tmp_path: Path, examples: Path) -> No
         load_task(task_dir)
 
 
+@pytest.mark.parametrize(
+    "front", ["agent:\n  timeout_sec: -5", "verifier:\n  timeout_sec: 0", "environment:\n  memory_mb: -1"]
+)
+def test_a_negative_or_zero_budget_is_refused(tmp_path: Path, examples: Path, front: str) -> None:
+    task_dir = tmp_path / "bad"
+    shutil.copytree(examples / "hello-file", task_dir)
+    (task_dir / "task.md").write_text(f"---\n{front}\n---\nDo it.\n")
+    with pytest.raises(TaskError, match=r"(?s)task.md: invalid task configuration.*greater than 0"):
+        load_task(task_dir)
+
+
+def test_a_task_folder_that_is_a_symlink_loop_names_the_path(tmp_path: Path) -> None:
+    (tmp_path / "task").symlink_to(tmp_path / "task")
+    with pytest.raises(TaskError, match=f"task {tmp_path / 'task'}: cannot be resolved"):
+        load_task(tmp_path / "task")
+
+
 def test_missing_verifier_script(tmp_path: Path, examples: Path) -> None:
     task_dir = tmp_path / "t"
     shutil.copytree(examples / "hello-file", task_dir)

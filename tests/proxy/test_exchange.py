@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from reroll.errors import RunFolderError, TrajectoryFormatError
+from reroll_proxy import exchange
 from reroll_proxy.exchange import Exchange, load_trajectory, sanitize_headers
 
 
@@ -115,3 +116,32 @@ def test_sanitize_headers_drops_secrets() -> None:
         ("User-Agent", "OpenAI/Python"),
     ]
     assert sanitize_headers(headers) == {"content-type": "application/json", "user-agent": "OpenAI/Python"}
+
+
+@pytest.mark.parametrize(
+    ("target", "cause"),
+    [("/dev/zero", "not a regular file"), ("loop", "Too many levels of symbolic links")],
+)
+def test_a_trajectory_that_is_a_device_or_a_symlink_loop_is_refused_unread(
+    tmp_path: Path, target: str, cause: str
+) -> None:
+    path = tmp_path / "llm_trajectory.jsonl"
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    path.symlink_to(target if target.startswith("/") else tmp_path / target)
+    with pytest.raises(TrajectoryFormatError, match=f"{path}: {cause}"):
+        load_trajectory(path)
+
+
+def test_a_trajectory_or_a_line_over_its_limit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "t.jsonl", [line(0), line(1)])
+    size = path.stat().st_size
+    monkeypatch.setattr(exchange, "MAX_LINE_BYTES", size // 2 - 10)
+    with pytest.raises(TrajectoryFormatError, match=rf"{path}: line 1 is larger than {size // 2 - 10} bytes"):
+        load_trajectory(path)
+    monkeypatch.setattr(exchange, "MAX_TRAJECTORY_BYTES", size - 1)
+    with pytest.raises(
+        TrajectoryFormatError, match=rf"{path}: {size} bytes, more than the limit of {size - 1}"
+    ):
+        load_trajectory(path)

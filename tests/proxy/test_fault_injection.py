@@ -224,3 +224,20 @@ def test_plan_faults_on_replayed_steps_do_not_consume_the_recording(
     assert faults(proxy) == ["status", None, "cut", None, None]
     status = proxy.status()
     assert status.divergences == [] and status.served_replayed == TURNS
+
+
+def test_an_agent_that_hangs_up_mid_stream_is_recorded_with_what_it_received(
+    start_proxy: StartProxy, scripted_model: Service, tmp_path: Path
+) -> None:
+    rule = {"times": 1, "fault": {"kind": "stall", "after_events": 1, "seconds": 1.0}}
+    proxy = faulted_proxy(start_proxy, tmp_path, [rule], upstream_url=scripted_model.base_url)
+    sdk = client(proxy, retries=0)
+    with sdk.chat.completions.create(model=AGENT_MODEL, messages=MESSAGES, stream=True) as stream:  # type: ignore[arg-type]
+        next(iter(stream))  # the first chunk, then hang up during the stall
+    deadline = time.monotonic() + 10
+    while not proxy.lines() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (line,) = proxy.lines()
+    events = line["response"]["events"]
+    assert line["metadata"]["error"].startswith(f"the agent closed the connection after {len(events)} of ")
+    assert 1 <= len(events) < 10 and events[-1]["data"] != "[DONE]", events

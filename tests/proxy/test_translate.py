@@ -153,6 +153,41 @@ def test_an_untranslatable_request_is_refused_with_its_cause(
     assert proxy.lines() == []  # refused before anything was served
 
 
+@pytest.mark.parametrize("upstream", ["openai-chat", "anthropic-messages"])
+def test_a_codex_shaped_request_sheds_what_the_upstream_cannot_hold_with_notes_in_metadata(
+    start_proxy: StartProxy, only: dict[str, Service], upstream: str
+) -> None:
+    proxy = start_proxy(upstream_url=only[upstream].base_url, upstream_format=upstream)
+    body = {
+        "model": "m",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-opaque"},
+        ],
+        "tools": [
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+            {"type": "web_search", "external_web_access": True},
+            {"type": "namespace", "name": "multi_agent_v1", "tools": []},
+        ],
+        "include": ["reasoning.encrypted_content"],
+        "reasoning": {"summary": "auto"},
+    }
+    code, _, answer_body = http_json(
+        "POST", proxy.base_url + "/responses", body, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert code == 200, answer_body
+    (line,) = proxy.lines()
+    assert line["metadata"]["upstream_format"] == upstream
+    assert line["metadata"]["translation_notes"] == [
+        "dropped tool web_search: no Chat counterpart",
+        "dropped tool namespace multi_agent_v1: no Chat counterpart",
+        "dropped 1 reasoning item(s) (encrypted_content): no Chat counterpart",
+        "dropped field include: no Chat counterpart",
+        "dropped field reasoning: no Chat counterpart",
+    ]
+    assert line["request"]["body"] == body  # recorded as the agent sent it
+
+
 def test_every_pair_is_routed_and_an_unknown_format_is_named() -> None:
     assert len(supported_pairs()) == 6  # three formats, each to each other
     with pytest.raises(

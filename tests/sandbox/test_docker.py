@@ -35,9 +35,26 @@ except OSError as exc:
 print("connected")
 """
 
+FORK_BOMB = """
+import os, signal, time
+children = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            os.close(1), os.close(2), time.sleep(30), os._exit(0)
+        children.append(pid)
+    print("forked", len(children))
+except OSError as exc:
+    print("EAGAIN" if exc.errno == 11 else exc, len(children))
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+"""
+
 
 def with_network(task: Task, policy: str) -> Task:
-    environment = task.spec.environment.model_copy(update={"network": policy, "cpus": 0.5, "memory_mb": 256})
+    limits = {"network": policy, "cpus": 0.5, "memory_mb": 256, "pids_max": 64}
+    environment = task.spec.environment.model_copy(update=limits)
     return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
 
 
@@ -69,13 +86,32 @@ async def test_network_none_reaches_only_the_host_address(isolated: DockerSandbo
         assert await connect(isolated, host, port) == "connected"
     # A public address: refused at once inside the container (no route), nothing leaves the machine.
     assert await connect(isolated, "192.0.2.1", 80) != "connected"
-    assert networks(isolated) == ["reroll-none"]
+    assert networks(isolated) == ["reroll-none-isolated"]
     async with isolated.egress() as env:
         assert "SSL_CERT_FILE" in env
-        assert networks(isolated) == ["reroll-full", "reroll-none"], (
+        assert networks(isolated) == ["reroll-full", "reroll-none-isolated"], (
             "egress (agent installs) joins reroll-full"
         )
-    assert networks(isolated) == ["reroll-none"], "and leaves it afterwards"
+    assert networks(isolated) == ["reroll-none-isolated"], "and leaves it afterwards"
+
+
+async def test_rollouts_under_network_none_do_not_reach_each_other(
+    isolated: DockerSandbox, task: Task
+) -> None:
+    """Red team (issue 12 item 3): before ``enable_icc=false`` B connected to A's listener."""
+    listener = "import socket, time; s = socket.create_server(('0.0.0.0', 8000)); time.sleep(60)"
+    async with DockerSandbox(with_network(task, "none"), f"docker-{uuid.uuid4().hex[:8]}") as other:
+        await other.exec(["sh", "-c", f'setsid python3 -c "{listener}" </dev/null >/dev/null 2>&1 &'])
+        assert other.container is not None
+        other.container.reload()
+        address = other.container.attrs["NetworkSettings"]["Networks"]["reroll-none-isolated"]["IPAddress"]
+        for _ in range(20):  # until the listener is up
+            if await connect(other, "127.0.0.1", 8000) == "connected":
+                break
+            await asyncio.sleep(0.5)
+        else:
+            pytest.fail("the listener never came up")
+        assert await connect(isolated, address, 8000) != "connected"
 
 
 async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated: DockerSandbox) -> None:
@@ -83,11 +119,17 @@ async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated
     isolated.container.reload()
     host_config = isolated.container.attrs["HostConfig"]
     assert host_config["NanoCpus"] == 500_000_000 and host_config["Memory"] == 256 * 1024 * 1024
+    assert (host_config["MemorySwap"], host_config["PidsLimit"]) == (256 * 1024 * 1024, 64)
     assert isolated.container.labels["reroll.run_id"] == isolated.run_id
     result = await isolated.exec(
         ["sh", "-c", "cat /run/reroll/token || ls /run/reroll"], user=isolated.layout.agent_user
     )
     assert result.exit_code != 0 and b"Permission denied" in result.stderr
+    # A fork bomb (red team, issue 12 item 4: before, pids.max was "max") gets EAGAIN at the limit.
+    result = await isolated.exec(
+        ["python3", "-c", FORK_BOMB], user=isolated.layout.agent_user, timeout_seconds=60
+    )
+    assert result.stdout.split()[0] == b"EAGAIN" and int(result.stdout.split()[1]) < 64, result
 
 
 async def test_stop_removes_the_container(task: Task) -> None:

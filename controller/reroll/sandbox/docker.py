@@ -10,10 +10,17 @@ beside it) — a socket works under every network policy, where a published port
 internal network.
 
 Network policy (the task's ``environment.network``): ``full`` joins the bridge network
-``reroll-full``; ``none`` joins ``reroll-none``, an *internal* bridge with no route out, where
-the only host address reachable is the bridge's gateway — that is where the LLM proxy listens
-(`host_address`). Installing an agent needs PyPI, so `egress` lends ``reroll-full`` for the
-install only.
+``reroll-full``; ``none`` joins ``reroll-none-isolated``, an *internal* bridge with no route out
+and inter-container traffic off (``enable_icc=false``: concurrent rollouts do not reach each
+other), where the only host address reachable is the bridge's gateway — that is where the LLM
+proxy listens (`host_address`). Installing an agent needs PyPI, so `egress` lends
+``reroll-full`` for the install only. Not filtered yet: other services of the host listening on that
+gateway address (or on all addresses) are reachable too; only a firewall rule in the container's
+network namespace or on the host would stop them (issue 12, item 3).
+
+Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included) and ``pids_max``.
+The workspace's disk use is not capped: the engine's storage driver here (fuse-overlayfs) has no
+size option, and the workspace is an anonymous volume of the host's file system.
 
 The agent runs as the unprivileged user ``agent`` (created when the image lacks it); agents
 are installed once into the shared volume ``reroll-agents``. Every container carries the labels
@@ -60,8 +67,10 @@ MOUNT_POINT = "/run/reroll"
 HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
-NETWORKS = {"none": "reroll-none", "full": "reroll-full"}
+NETWORKS = {"none": "reroll-none-isolated", "full": "reroll-full"}
 """Network policy → the reroll-managed bridge network the container joins."""
+ICC_OPTION = "com.docker.network.bridge.enable_icc"
+"""Bridge option: whether containers on the network reach each other (off for ``none``)."""
 
 # Runs once in every new container, as root: the agent's user, folders and ownership. POSIX sh
 # with useradd (Debian), adduser (Alpine, busybox) or neither (a bare busybox image: the passwd
@@ -115,6 +124,8 @@ def ensure_network(client: docker.DockerClient, policy: str) -> Network:
     bridge_options = client.networks.get("bridge").attrs.get("Options") or {}
     mtu_key = "com.docker.network.driver.mtu"
     options = {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
+    if policy == "none":  # rollouts on it do not reach each other
+        options[ICC_OPTION] = "false"
     try:
         return client.networks.create(
             name, driver="bridge", internal=policy == "none", labels={MANAGED_LABEL: "1"}, options=options
@@ -257,6 +268,8 @@ class DockerSandbox(SidecarSandbox):
                 ],
                 nano_cpus=int(environment.cpus * 1e9),
                 mem_limit=f"{environment.memory_mb}m",
+                memswap_limit=f"{environment.memory_mb}m",  # no swap beyond the memory limit
+                pids_limit=environment.pids_max,
                 working_dir="/app",
             )
         except docker.errors.APIError as exc:

@@ -1,10 +1,15 @@
 """The `local` sandbox backend: a private folder on the host and a sidecar child process.
 
 No isolation beyond a separate working tree, HOME and process group: meant for trusted agents,
-tests and the embedded demo, where no container engine is needed. The sandbox paths live under
-the root folder (``<root>/app``, ``<root>/logs``), so task scripts that run here read them from
-``$REROLL_WORKSPACE`` and ``$REROLL_LOGS_DIR`` (falling back to ``/app`` and ``/logs`` in
-containers). The workspace starts as a copy of the task's ``environment/workspace/``.
+tests and the embedded demo, where no container engine is needed. Still, nothing secret is in an
+environment the agent can read (`reroll.childenv`): the sidecar, whose environment the agent
+inherits, gets a minimal one and its token through a 0600 file deleted once it is ready; the
+controller and the proxy make their ``/proc/PID/environ`` unreadable to the agent's user.
+
+The sandbox paths live under the root folder (``<root>/app``, ``<root>/logs``), so task scripts
+that run here read them from ``$REROLL_WORKSPACE`` and ``$REROLL_LOGS_DIR`` (falling back to
+``/app`` and ``/logs`` in containers). The workspace starts as a copy of the task's
+``environment/workspace/``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from reroll.childenv import child_environment, hide_from_same_user
 from reroll.config import cache_dir
 from reroll.errors import RerollError, SandboxError, SidecarError
 from reroll.processes import ChildProcess
@@ -88,14 +94,25 @@ class LocalSandbox(SidecarSandbox):
             shutil.copytree(
                 self.task.workspace_seed_dir, self.root / "app", dirs_exist_ok=True, symlinks=True
             )
+        hide_from_same_user()  # the agent runs as our user: our environment holds provider keys
         socket_path = self.root / ".reroll" / "sidecar.sock"
-        env = dict(os.environ, REROLL_SIDECAR_TOKEN=self._token, TMPDIR=str(self.root / "tmp"))
+        token_file = self.root / ".reroll" / "token"
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self._token)
         self._sidecar_process = ChildProcess(
             "reroll_sidecar",
-            ["--listen", f"unix:{socket_path}", "--state-dir", str(self.root / ".reroll" / "state")],
+            [
+                "--listen",
+                f"unix:{socket_path}",
+                "--state-dir",
+                str(self.root / ".reroll" / "state"),
+                "--token-file",
+                str(token_file),
+            ],
             workdir=self.root / ".reroll",
             name="sidecar",
-            env=env,
+            env=child_environment({"TMPDIR": str(self.root / "tmp")}),  # the agent inherits it
         )
         try:
             await self._sidecar_process.start()
@@ -104,6 +121,8 @@ class LocalSandbox(SidecarSandbox):
         except RerollError as exc:
             await self.stop()
             raise SandboxError(f"{self.label}: sidecar did not start: {exc}") from exc
+        finally:
+            token_file.unlink(missing_ok=True)  # read by now (or never needed): before any agent runs
 
     async def stop(self) -> None:
         """Kill the sandbox's processes, stop the sidecar and delete the folder."""

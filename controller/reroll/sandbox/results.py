@@ -60,6 +60,8 @@ class VerifyOutcome:
     rewards: dict[str, float]
     """Parsed from the reward file; empty when `reward_error` says why not."""
     reward_error: str
+    pytest_report: str = ""
+    """What pytest's own report said (its counts, or why the rewards were zeroed); empty: not judged."""
 
     def output_text(self) -> str:
         """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""

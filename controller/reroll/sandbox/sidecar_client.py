@@ -506,4 +506,5 @@ class SidecarClient:
             reward_content=result.reward_content,
             rewards=dict(result.rewards),
             reward_error=result.reward_error,
+            pytest_report=result.pytest_report,
         )

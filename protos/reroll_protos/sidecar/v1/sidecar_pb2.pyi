@@ -403,6 +403,7 @@ class Hardening(_message.Message):
     PYTEST_ADDOPTS_FIELD_NUMBER: _builtins.int
     PLUGIN_AUTOLOAD_FIELD_NUMBER: _builtins.int
     PYTEST_PLUGINS_FIELD_NUMBER: _builtins.int
+    PYTEST_REPORT_FIELD_NUMBER: _builtins.int
     restore_build_config: _builtins.bool
     """Put the workspace's build-config files (pyproject.toml, setup.py, setup.cfg, pytest.ini,
     .pytest.ini, tox.ini) back as they were at PrepareVerify.
@@ -415,6 +416,12 @@ class Hardening(_message.Message):
     """Set PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"."""
     plugin_autoload: _builtins.bool
     """Let pytest autoload installed plugins (false: PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)."""
+    pytest_report: _builtins.bool
+    """With pytest_addopts: pytest also writes a JUnit report into a root-only folder, and Verify
+    trusts it over the script's exit status: a pytest that started but wrote no report (it
+    exited early, e.g. os._exit at import), or whose report counts failures or errors, zeroes
+    every reward.
+    """
     @_builtins.property
     def pytest_plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Plugins loaded explicitly (`-p NAME` each, added to PYTEST_ADDOPTS)."""
@@ -427,10 +434,11 @@ class Hardening(_message.Message):
         pytest_addopts: _builtins.bool = ...,
         plugin_autoload: _builtins.bool = ...,
         pytest_plugins: _abc.Iterable[_builtins.str] | None = ...,
+        pytest_report: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete_injected_hooks", b"delete_injected_hooks", "plugin_autoload", b"plugin_autoload", "pytest_addopts", b"pytest_addopts", "pytest_plugins", b"pytest_plugins", "restore_build_config", b"restore_build_config"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete_injected_hooks", b"delete_injected_hooks", "plugin_autoload", b"plugin_autoload", "pytest_addopts", b"pytest_addopts", "pytest_plugins", b"pytest_plugins", "pytest_report", b"pytest_report", "restore_build_config", b"restore_build_config"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -690,6 +698,7 @@ class VerifyResult(_message.Message):
     REWARD_CONTENT_FIELD_NUMBER: _builtins.int
     REWARDS_FIELD_NUMBER: _builtins.int
     REWARD_ERROR_FIELD_NUMBER: _builtins.int
+    PYTEST_REPORT_FIELD_NUMBER: _builtins.int
     exit_code: _builtins.int
     """The script's exit code, or the negative signal number (-9 after a timeout)."""
     timed_out: _builtins.bool
@@ -701,6 +710,10 @@ class VerifyResult(_message.Message):
     reward_error: _builtins.str
     """Why no rewards could be read (no file, not a number, not an object of finite numbers);
     empty when `rewards` holds them. Not set after a timeout.
+    """
+    pytest_report: _builtins.str
+    """What pytest's own report said (Hardening.pytest_report): its counts, or why the rewards
+    were zeroed; empty when pytest did not run under the hardened PYTEST_ADDOPTS.
     """
     @_builtins.property
     def rewards(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
@@ -715,10 +728,11 @@ class VerifyResult(_message.Message):
         reward_content: _builtins.bytes = ...,
         rewards: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         reward_error: _builtins.str = ...,
+        pytest_report: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "reward_content", b"reward_content", "reward_error", b"reward_error", "reward_file", b"reward_file", "rewards", b"rewards", "timed_out", b"timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "pytest_report", b"pytest_report", "reward_content", b"reward_content", "reward_error", b"reward_error", "reward_file", b"reward_file", "rewards", b"rewards", "timed_out", b"timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,63 @@
+"""What the proxy grants one client connection: time to send its headers and its body, and size.
+
+Everything an agent sends is hostile input. Without these limits a client that sends half a
+request keeps a connection (and its memory) forever: aiohttp closes a connection that has not
+sent a complete request head within ``keepalive_timeout`` (`ClientLimits.header_timeout_seconds`,
+given to the runner by `runner_options`), but waits without limit for a body announced and never
+sent — `read_body_in_time` puts a limit on that. Responses (a stream may rightly last minutes)
+have no limit here: the upstream's own timeout and the agent's budget bound them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from pydantic import BaseModel, ConfigDict, Field
+
+LINGER_SECONDS = 1.0
+"""After a response sent before its request's body was read (a 401, a 408), how long aiohttp
+still reads (and drops) the rest before it closes (its default: 10 s)."""
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ClientLimits(BaseModel):
+    """The limits of one client connection to the proxy (`ProxyConfig.client_limits`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A connection that has not sent a complete request head this long after it opened (or
+    after its last response, between keep-alive requests) is closed."""
+    body_timeout_seconds: float = Field(default=60.0, gt=0)
+    """A request whose body has not fully arrived this long after its head gets a 408."""
+    max_request_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Largest request body accepted (413 beyond; long conversations exceed aiohttp's 1 MiB default)."""
+
+
+def runner_options(limits: ClientLimits) -> dict[str, Any]:
+    """The `aiohttp.web.AppRunner` keyword arguments that enforce `limits`' header timeout."""
+    return {"keepalive_timeout": limits.header_timeout_seconds, "lingering_time": LINGER_SECONDS}
+
+
+def read_body_in_time(limits: ClientLimits) -> Middleware:
+    """A middleware that reads the request's body (aiohttp keeps it for the handler) within
+    `ClientLimits.body_timeout_seconds`, else answers 408 and closes the connection (after
+    `LINGER_SECONDS`)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            await asyncio.wait_for(request.read(), limits.body_timeout_seconds)
+        except TimeoutError:
+            message = f"the request body did not arrive within {limits.body_timeout_seconds:g} s"
+            error = {"type": "error", "error": {"type": "request_timeout", "message": message}}
+            response = web.json_response(error, status=408)
+            response.force_close()
+            return response
+        return await handler(request)
+
+    return middleware

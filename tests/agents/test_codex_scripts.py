@@ -1,0 +1,95 @@
+"""Codex CLI's scripts and normalisation rules, without the agent: recorded Codex requests
+(codex_requests.json: step 1 of hello-file, recorded and replayed in two local sandboxes) fed
+to the scripted model's turn logic and to the proxy's volatile rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reroll.agents import get_agent
+from reroll.scripted_answers import answer_body, turn_index
+from reroll.scripted_model import answer_for, load_script
+from reroll_proxy.divergence import compare_normal
+from reroll_proxy.formats import format_named
+from reroll_proxy.translate import translation_for
+from reroll_proxy.volatile import VolatileRule, Volatility
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = json.loads((Path(__file__).with_name("codex_requests.json")).read_text())
+RESPONSES = format_named("openai-responses")
+
+
+def normal(body: dict[str, Any], root: str, agent_rules: bool = True) -> Any:
+    rules = [VolatileRule(value=root, label="sandbox")]
+    rules += get_agent("codex").volatile if agent_rules else []
+    return RESPONSES.normalise(Volatility(rules).apply(body))
+
+
+def test_two_runs_requests_are_equal_once_the_declared_volatile_parts_are_removed() -> None:
+    roots = FIXTURE["sandbox_roots"]
+    recorded = normal(FIXTURE["recorded"], roots["recorded"])
+    replayed = normal(FIXTURE["replayed"], roots["replayed"])
+    assert compare_normal(recorded, replayed) is None
+
+
+def test_without_codex_rules_its_chunk_ids_and_session_ids_diverge() -> None:
+    roots = FIXTURE["sandbox_roots"]
+    recorded = normal(FIXTURE["recorded"], roots["recorded"], agent_rules=False)
+    replayed = normal(FIXTURE["replayed"], roots["replayed"], agent_rules=False)
+    divergence = compare_normal(recorded, replayed)
+    assert divergence is not None and "Chunk ID" in divergence.diff
+    del recorded["messages"], replayed["messages"]
+    divergence = compare_normal({**recorded, "messages": []}, {**replayed, "messages": []})
+    assert divergence is not None and divergence.field.startswith("params.client_metadata")
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        (
+            "Chunk ID: 7ef4c3\nWall time: 0.9849 seconds\nProcess exited with code 0",
+            "Process exited with code 0",
+        ),
+        ("<current_date>2026-11-23</current_date>", "<current-date>"),
+        ("Wall time: 0.2511 seconds\nProcess running with session ID 88008\n", "<exec-session>"),
+    ],
+)
+def test_the_patterns_replace_only_the_volatile_part(text: str, kept: str) -> None:
+    applied = Volatility(get_agent("codex").volatile).apply({"t": text})["t"]
+    assert kept in applied and not any(ch.isdigit() for ch in applied.split("Process")[0])
+
+
+@pytest.mark.parametrize("task", ["fix-failing-test", "hello-file"])
+def test_each_script_calls_codex_tools_and_ends_without_a_tool_call(task: str) -> None:
+    script = load_script(ROOT / "examples" / "tasks" / task / "scripted-model.codex.yaml")
+    offered = {tool.get("name") for tool in FIXTURE["recorded"]["tools"]}
+    for turn in script.turns[:-1]:
+        assert turn.tool_calls and {call.name for call in turn.tool_calls} <= offered
+        assert all(isinstance(call.arguments, dict) and call.arguments.get("cmd") for call in turn.tool_calls)
+    assert not script.turns[-1].tool_calls
+
+
+def test_a_recorded_codex_request_gets_the_turn_of_its_history() -> None:
+    body = FIXTURE["recorded"]  # one exec_command call and its output so far
+    assert turn_index("openai-responses", body) == 1
+    script = load_script(ROOT / "examples" / "tasks" / "hello-file" / "scripted-model.codex.yaml")
+    answer = answer_body("openai-responses", answer_for(script.turns[1], 1), body)
+    assert [item["type"] for item in answer["output"]] == ["message"]
+
+
+def test_codex_continued_over_chat_or_messages_sheds_what_they_cannot_hold_with_notes() -> None:
+    for upstream in ("openai-chat", "anthropic-messages"):
+        translation = translation_for(RESPONSES, upstream)
+        assert translation is not None
+        forwarded, notes = translation.request_with_notes(FIXTURE["recorded"])
+        assert "dropped tool web_search: no Chat counterpart" in notes
+        assert "dropped tool namespace multi_agent_v1: no Chat counterpart" in notes
+        assert {
+            "dropped field include: no Chat counterpart",
+            "dropped field reasoning: no Chat counterpart",
+        } <= set(notes)
+        names = [tool.get("name") or tool.get("function", {}).get("name") for tool in forwarded["tools"]]
+        assert "exec_command" in names and "multi_agent_v1" not in names

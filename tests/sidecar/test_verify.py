@@ -1,0 +1,58 @@
+"""The Verifier in this process: hardening's time limit ends in a reward error, never a hang."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
+from reroll_sidecar import processes, verify
+from reroll_sidecar.snapshots import SnapshotStore
+
+
+async def test_hardening_that_outlives_its_time_limit_skips_the_script_with_a_reward_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stuck_quiesce(*_: object, **__: object) -> int:
+        time.sleep(1.0)  # e.g. a /proc scan that never ends: far beyond the limit below
+        return 0
+
+    monkeypatch.setattr(verify.quiesce, "quiesce", stuck_quiesce)
+    verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")), 0.05)
+    verifier.baseline = verify.Baseline(pb.Hardening(), agent_user="", roots=[str(tmp_path)], site_dirs=[])
+    (tmp_path / "test.sh").write_text("#!/bin/sh\ntouch ran\necho 1 > reward.txt\n")
+    request = pb.VerifyRequest(verifier_dir=str(tmp_path), script="test.sh", reward_dir=str(tmp_path))
+    started = time.monotonic()
+    events = [event async for event in verifier.verify(request)]
+    assert time.monotonic() - started < 0.9, "the limit did not cut the stuck step short"
+    report, result = events[0].hardening, events[-1].result
+    expected = "hardening failed, the test script was not run: hardening took longer than 0.05 s"
+    assert (list(report.notes), result.reward_error, len(events)) == ([expected], expected, 2)
+    assert not (tmp_path / "ran").exists() and not result.rewards
+
+
+def test_the_default_hardening_time_limit_is_two_minutes() -> None:
+    verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore("/nonexistent"))
+    assert verifier.harden_timeout_seconds == verify.HARDEN_TIMEOUT_SECONDS == 120.0
+
+
+async def test_an_old_reward_file_that_cannot_be_deleted_is_a_reward_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team: a reward file the agent made undeletable (``chattr +i``, here a folder) was an
+    unhandled error, so an infrastructure error a job retries."""
+    monkeypatch.setattr(verify.quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
+    verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")))
+    verifier.baseline = verify.Baseline(pb.Hardening(), agent_user="", roots=[str(tmp_path)], site_dirs=[])
+    (tmp_path / "test.sh").write_text("#!/bin/sh\ntouch ran\n")
+    (tmp_path / "reward.txt").mkdir()
+    (tmp_path / "reward.txt" / "x").write_text("1")
+    request = pb.VerifyRequest(verifier_dir=str(tmp_path), script="test.sh", reward_dir=str(tmp_path))
+    events = [event async for event in verifier.verify(request)]
+    result = events[-1].result
+    assert (
+        result.reward_error.startswith(f"cannot delete the old {tmp_path}/reward.txt: ")
+        and not result.rewards
+    )
+    assert not (tmp_path / "ran").exists()
