@@ -46,9 +46,9 @@ from aiohttp import web
 from reroll.errors import ProxyConfigError, TranslationError
 
 from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
+from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
-from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
 from reroll_proxy.faults import (
