@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV := $(BIN)/uv
+# pytest-xdist workers of `make test` (a module runs on one worker; see tests/conftest.py).
+TEST_WORKERS ?= 2
 # uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 
@@ -24,13 +26,15 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 lock: $(UV)
 	$(UV) lock
 
-demo: env
-	$(BIN)/python scripts/demo.py
+AGENT ?= mini-swe-agent
+SANDBOX ?= local
+demo: env  # make demo AGENT=claude-code SANDBOX=docker: record, continue and replay the main job
+	$(BIN)/python scripts/demo.py --agent $(AGENT) --sandbox $(SANDBOX)
 
 test: env
 	$(BIN)/python scripts/gen_protos.py --check
 	-scripts/install-toxiproxy  # optional: the TCP fault tests skip (with the reason) without it
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 test-fast: env  # the edit loop: every in-process test (no slow or spawns mark), well under a minute
 	$(BIN)/python -m pytest -q -p no:cacheprovider --fast

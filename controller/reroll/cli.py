@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -90,6 +91,14 @@ SandboxOption = Annotated[
 NetworkOption = Annotated[
     NetworkPolicy | None,
     typer.Option(help="Egress: none (only the LLM proxy; needs docker) or full [default: the task's]."),
+]
+ImageMapOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--image-map",
+        help="Build a task's Dockerfile FROM a local image instead: SRC=DST, e.g. "
+        "ubuntu:24.04=reroll/base:bookworm (repeatable; docker sandbox; no registry needed).",
+    ),
 ]
 ExecutorOption = Annotated[
     str | None, typer.Option(help="Where rollouts run: asyncio (this process) or ray [default: asyncio].")
@@ -226,8 +235,8 @@ def run(
         str | None,
         typer.Option(
             help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], scripted-responses[:PATH], "
-            "openai/NAME, openai-responses/NAME, anthropic/NAME, gemini/NAME, PROVIDER/NAME "
-            "(with PROVIDER_BASE_URL)"
+            "scripted-chat[:PATH], openai/NAME, openai-responses/NAME, anthropic/NAME, gemini/NAME, "
+            "PROVIDER/NAME (with PROVIDER_BASE_URL)"
         ),
     ] = None,
     timeout: Annotated[
@@ -239,9 +248,14 @@ def run(
     network: NetworkOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
+    image_map: ImageMapOption = None,
 ) -> None:
     """Record one rollout: run AGENT on TASK, record every LLM exchange, verify."""
     used = _faults(faults, fault_seed)
+    try:
+        _use_image_map(_parse_image_map(image_map or []))
+    except RerollError as exc:
+        _refuse(exc)
     _finish(
         _guarded(
             run_task(
@@ -469,12 +483,18 @@ def job(
     executor: ExecutorOption = None,
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
+    image_map: ImageMapOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary."""
     from reroll.jobfile import job_spec, load_job_file, load_saved_spec
     from reroll.jobs import run_job
 
+    try:
+        mapped = _parse_image_map(image_map) if image_map else None
+    except RerollError as exc:
+        _refuse(exc)
     flags = {
+        "image_map": mapped,
         "tasks": task,
         "agents": agent,
         "models": model,
@@ -504,7 +524,28 @@ def job(
             spec = job_spec(overrides, "the command line")
     except RerollError as exc:
         _refuse(exc)
+    _use_image_map(spec.image_map)
     _job_guarded(run_job(spec, jobs_dir=jobs_dir, console=console))
+
+
+def _parse_image_map(pairs: list[str]) -> dict[str, str]:
+    """`reroll.sandbox.images.parse_image_map`, imported late (it loads the docker SDK).
+
+    Raises:
+        ConfigError: an item is not SRC=DST.
+    """
+    from reroll.sandbox.images import parse_image_map
+
+    return parse_image_map(pairs)
+
+
+def _use_image_map(image_map: dict[str, str]) -> None:
+    """Hand `image_map` to the docker backend of this process (and the processes it starts) through
+    ``$REROLL_IMAGE_MAP``; nothing when empty."""
+    if image_map:
+        os.environ["REROLL_IMAGE_MAP"] = ",".join(
+            f"{source}={target}" for source, target in image_map.items()
+        )
 
 
 def _job_guarded(coro: Coroutine[Any, Any, JobSummary]) -> None:

@@ -17,6 +17,7 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── FaultPlanError                                a fault plan (--faults) is missing or invalid
     │   ├── ProxyConfigError                              the proxy's config file is invalid
     │   ├── SandboxBackendError                           unknown sandbox backend, or its package missing
+    │   ├── ImageUnavailableError                         a FROM image is neither local nor pullable
     │   ├── RunFolderError                                a run folder lacks a file or one is corrupt
     │   │   ├── TrajectoryFormatError                     a trajectory line is not an exchange
     │   │   └── ExportError                               a run cannot be exported (reroll export)
@@ -182,6 +183,12 @@ class SandboxError(InfrastructureError):
 
 class ImageBuildError(SandboxError):
     """A Docker image could not be built; the message names the step and carries its output's end."""
+
+
+class ImageUnavailableError(ConfigError):
+    """A task's Dockerfile starts ``FROM`` an image that is not local and cannot be pulled; the
+    message names it and the remedies (build or tag it locally, or map it with ``--image-map``).
+    Not retried: another attempt would fail the same way."""
 
 
 class SidecarError(SandboxError):

@@ -14,6 +14,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     retry_backoff_seconds: 1 # wait before retry k: backoff x 2^(k-1)
     sandbox: local
     network: null            # none or full: every rollout's egress [default: each task's]
+    image_map: {ubuntu:24.04: reroll/base:bookworm}  # docker: FROM images replaced by local ones
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.executors
     ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
 
@@ -81,6 +82,9 @@ class JobSpec(RunnerOptions):
     """Sandbox backend."""
     network: NetworkPolicy | None = None
     """Every rollout's network policy (``none`` needs a container backend); None: each task's."""
+    image_map: dict[str, str] = Field(default_factory=dict)
+    """docker sandbox: the FROM images of tasks' Dockerfiles replaced by local images (source →
+    replacement) before they are built; ``--image-map SRC=DST`` flags replace it."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:

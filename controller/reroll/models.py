@@ -11,6 +11,9 @@ A model spec is what users pass as ``--model``:
   translated at the proxy (`reroll_proxy.translate`);
 - ``scripted-responses`` / ``scripted-responses:PATH`` — the same, served over OpenAI
   Responses only (``--only-format openai-responses``);
+- ``scripted-chat`` / ``scripted-chat:PATH`` — the same, served over OpenAI Chat Completions
+  only (``--only-format openai-chat``): how an Anthropic agent (Claude Code) is continued by a
+  Chat-only model;
 - ``openai/NAME`` — OpenAI's API (``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` overrides the URL),
   spoken in whatever API the agent speaks;
 - ``openai-responses/NAME`` — the same, always over the Responses API (for Responses-only
@@ -62,6 +65,7 @@ _SCRIPTED_FORMATS: dict[str, FormatName | None] = {
     "scripted": None,
     "scripted-anthropic": "anthropic-messages",
     "scripted-responses": "openai-responses",
+    "scripted-chat": "openai-chat",
 }
 """Scripted model spec prefixes → the one API format the server speaks (None: all of them)."""
 
@@ -154,9 +158,9 @@ def parse_model(spec: str, task_path: Path | None, agent: str | None = None) -> 
         return model
     raise ModelError(
         f"model {spec!r}: unknown provider {provider or '(none)'!r}; use scripted, scripted:PATH, "
-        "scripted-anthropic[:PATH], scripted-responses[:PATH], openai/NAME, openai-responses/NAME, "
-        "anthropic/NAME, gemini/NAME, PROVIDER/NAME with PROVIDER_BASE_URL set, or set "
-        "REROLL_UPSTREAM_URL for an OpenAI-compatible server"
+        "scripted-anthropic[:PATH], scripted-responses[:PATH], scripted-chat[:PATH], openai/NAME, "
+        "openai-responses/NAME, anthropic/NAME, gemini/NAME, PROVIDER/NAME with PROVIDER_BASE_URL set, "
+        "or set REROLL_UPSTREAM_URL for an OpenAI-compatible server"
     )
 
 

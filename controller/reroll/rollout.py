@@ -107,6 +107,8 @@ class AgentOutcome:
     status: ProxyStatus = field(default_factory=ProxyStatus)
     """The proxy's status once the agent is gone; ``status.stop`` is set when the proxy refused
     every request from some point on (replay-only cut point, strict divergence)."""
+    output_tail: str = ""
+    """The last lines of the agent's output (stdout and stderr), for the error of a failed agent."""
 
 
 def new_run_id() -> str:
@@ -174,12 +176,15 @@ async def execute_rollout(
                 result.rewards = verdict.rewards
                 result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     except Exception as exc:  # every failure ends in status error, never null
+        agent_failure = result.error if result.error_category == "agent_error" else None
         result.status = "error"
         result.error_category = result.error_category or error_category(exc)
         result.error = str(exc)
         if not isinstance(exc, RerollError):  # a bug: keep its traceback
             (plan.run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
             result.error = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
+        if agent_failure is not None:  # the agent failed first: its error stays the headline
+            result.error = headline(agent_failure, result.error)
     finally:
         trajectory = plan.run_dir / TRAJECTORY
         if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
@@ -375,6 +380,7 @@ async def _run_agent(
             executed = await run
             outcome.exit_code = executed.exit_code
             outcome.timed_out = executed.timed_out
+            outcome.output_tail = output_tail(executed.output_text())
     if proxy is not None:
         # Read after the agent is gone: the proxy sets its stop before it sends the 409 that tells
         # the agent, so an agent that exits right after that 409 still gets its run stopped.
@@ -404,6 +410,25 @@ async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool
     return True
 
 
+OUTPUT_TAIL_LINES = 3
+OUTPUT_TAIL_CHARS = 400
+
+
+def output_tail(output: str) -> str:
+    """The last `OUTPUT_TAIL_LINES` non-empty lines of `output`, joined with `` | ``, at most
+    `OUTPUT_TAIL_CHARS` characters (the end kept): what a failed agent said last."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    joined = " | ".join(lines[-OUTPUT_TAIL_LINES:])
+    return joined if len(joined) <= OUTPUT_TAIL_CHARS else "…" + joined[-OUTPUT_TAIL_CHARS:]
+
+
+def headline(agent_failure: str, later_error: str) -> str:
+    """The error of a rollout whose agent failed before a later step (verification) failed too:
+    the agent's failure first, the later error's first line after it."""
+    first_line = later_error.strip().split("\n", 1)[0]
+    return f"{agent_failure}; then: {first_line}"
+
+
 def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) -> None:
     """Set status, error and error_category from how the agent phase ended."""
     stop = outcome.status.stop
@@ -420,6 +445,7 @@ def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) 
         result.error = f"agent timed out after {plan.timeout_seconds:.0f} s"
     elif outcome.exit_code != 0:
         result.status, result.error_category = "error", "agent_error"
-        result.error = f"agent exited with code {outcome.exit_code}; see agent/output.log"
+        tail = f": {outcome.output_tail}" if outcome.output_tail else ""
+        result.error = f"agent exited with code {outcome.exit_code}{tail} (see agent/output.log)"
     else:
         result.status = "ok"

@@ -70,8 +70,7 @@ def answer_body(api_format: str, answer: Answer, request: dict[str, Any]) -> dic
     """The non-streamed response body of `answer` in `api_format`, answering `request`."""
     model = request.get("model")
     model = model if isinstance(model, str) and model else DEFAULT_MODEL
-    prompt = [request.get(key) for key in ("system", "instructions", "messages", "input")]
-    prompt_tokens = len(orjson.dumps(prompt)) // 4
+    prompt_tokens = count_prompt_tokens(request)
     written = (answer.content or "") + "".join(arguments for _, arguments in answer.tool_calls)
     completion_tokens = max(1, len(written) // 4)
     if api_format == "openai-responses":
@@ -79,6 +78,14 @@ def answer_body(api_format: str, answer: Answer, request: dict[str, Any]) -> dic
     if api_format == "anthropic-messages":
         return _message(answer, model, prompt_tokens, completion_tokens)
     return _completion(answer, model, prompt_tokens, completion_tokens)
+
+
+def count_prompt_tokens(request: dict[str, Any]) -> int:
+    """The scripted model's token count of `request`'s prompt (its system prompt, instructions,
+    messages and input): one per four bytes of their JSON. The ``usage`` of its answers and its
+    ``count_tokens`` endpoint both say this number."""
+    prompt = [request.get(key) for key in ("system", "instructions", "messages", "input")]
+    return len(orjson.dumps(prompt)) // 4
 
 
 def _responses_turn(body: dict[str, Any]) -> int:

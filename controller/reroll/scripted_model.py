@@ -29,7 +29,9 @@ deterministic: ids per turn, ``created`` fixed per turn, token counts of about o
 characters. ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (each also
 without ``/v1``) answer in their API's shape, or with ``"stream": true`` as that API's SSE
 events (``--only-format NAME`` serves one API only, the others answering 404: how a test makes
-sure a translating proxy spoke the right one). A request past the last turn gets HTTP 400
+sure a translating proxy spoke the right one). ``POST /v1/messages/count_tokens`` answers the
+count its answers' ``usage`` would give (`reroll.scripted_answers.count_prompt_tokens`).
+A request past the last turn gets HTTP 400
 ``script exhausted: turn N of M``. Any token is accepted.
 
 Run it with ``python -m reroll.scripted_model --script FILE [--host H] [--port P] [--ready-file F]``.
@@ -56,7 +58,7 @@ from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
 from reroll_proxy.sse import encode_event
 
 from reroll.errors import ModelError, RequestShapeError
-from reroll.scripted_answers import Answer, answer_body, turn_index
+from reroll.scripted_answers import Answer, answer_body, count_prompt_tokens, turn_index
 
 PIECE_CHARS = 8
 """Characters of text or tool-call arguments per streamed chunk."""
@@ -313,10 +315,23 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
         await response.write_eof()
         return response
 
+    async def count_tokens(request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return _error(anthropic, 400, "invalid_request_error", f"bad request: {exc}")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(anthropic, 400, "invalid_request_error", "count_tokens needs a 'messages' list")
+        return web.json_response({"input_tokens": count_prompt_tokens(body)})
+
     app = web.Application(client_max_size=256 * 1024 * 1024)
+    anthropic = format_named("anthropic-messages")
     for wire in served:
         for path in wire.paths:
             app.router.add_post(path, functools.partial(serve_turn, wire))
+        if wire is anthropic:
+            for path in wire.paths:
+                app.router.add_post(path + "/count_tokens", count_tokens)
     return app
 
 

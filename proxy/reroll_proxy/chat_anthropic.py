@@ -22,7 +22,10 @@ assistant ``tool_calls``               ``tool_use`` blocks (arguments parsed as 
 Consecutive messages of one role are merged (Anthropic alternates user / assistant). Other
 Chat parameters (``n``, ``seed``, ``logprobs``, ``response_format``, penalties...) have no
 Messages counterpart and are dropped; ``thinking`` blocks sent back by an Anthropic agent are
-dropped towards Chat (Chat has no field for them).
+dropped towards Chat (Chat has no field for them), as are the Messages fields Chat lacks
+(``thinking``, ``context_management``, ``output_config``...) and the ``anthropic-beta`` betas:
+`messages_dropped` lists them, and the proxy notes them in the exchange's metadata
+(``translation_notes``).
 
 Responses, Messages → Chat (`message_to_completion`; `completion_to_message` is the inverse):
 text blocks become ``content``, ``tool_use`` blocks ``tool_calls`` (input JSON-encoded as
@@ -35,6 +38,7 @@ text blocks become ``content``, ``tool_use`` blocks ``tool_calls`` (input JSON-e
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -257,6 +261,33 @@ def messages_to_chat(body: Body) -> Body:
         if choice.get("disable_parallel_tool_use"):
             request["parallel_tool_calls"] = False
     return request
+
+
+_CARRIED_TO_CHAT = frozenset(
+    {"model", "messages", "system", "max_tokens", "temperature", "top_p", "stream", "stop_sequences",
+     "metadata", "tools", "tool_choice"}
+)  # fmt: skip
+"""The Messages request fields `messages_to_chat` carries over."""
+
+
+def messages_dropped(body: Body, headers: Mapping[str, str]) -> list[str]:
+    """What `messages_to_chat` leaves out of the Messages request `body` sent with `headers`:
+    the fields Chat has no counterpart for (``thinking``, ``context_management``,
+    ``output_config``, ``top_k``...), the ``thinking`` blocks sent back, and the betas asked
+    for in ``anthropic-beta``; one note per kind, for the exchange's metadata."""
+    notes = [f"field {key}" for key in sorted(body) if key not in _CARRIED_TO_CHAT]
+    thinking = sum(
+        1
+        for entry in body.get("messages") or []
+        if isinstance(entry, dict) and isinstance(entry.get("content"), list)
+        for block in entry["content"]
+        if isinstance(block, dict) and block.get("type") in ("thinking", "redacted_thinking")
+    )
+    if thinking:
+        notes.append(f"{thinking} thinking block(s)")
+    if betas := headers.get("anthropic-beta"):
+        notes.append(f"betas {betas}")
+    return notes
 
 
 def _chat_text(content: Any) -> str:

@@ -79,7 +79,8 @@ class ExchangeRequest(_Record):
     """When the proxy received it (ISO 8601, UTC)."""
     method: str = "POST"
     path: str
-    """The URL path, e.g. ``/v1/chat/completions``."""
+    """The URL path with its query, if any, as the agent sent it, e.g. ``/v1/chat/completions`` or
+    ``/v1/messages?beta=true``."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Request headers without secrets."""
     body: Any = None

@@ -307,7 +307,7 @@ class ServedStep:
             request=ExchangeRequest(
                 timestamp=self.received_at,
                 method=self.request.method,
-                path=self.request.path,
+                path=self.request.path_qs,  # the query too, e.g. Claude Code's ?beta=true
                 headers=sanitize_headers(self.request.headers.items()),
                 body=sent_body,
             ),

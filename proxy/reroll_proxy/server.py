@@ -18,6 +18,8 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   translated back (`reroll_proxy.translate`).
 - ``GET /v1/responses`` (and ``/responses``) — a Responses WebSocket upgrade, refused at once
   with 426 so the client falls back to HTTP (`reroll_proxy.endpoints_websocket`).
+- ``POST /v1/messages/count_tokens``, ``GET /v1/models`` (each also without ``/v1``): answered
+  beside the trajectory, see `reroll_proxy.endpoints_models`.
 - ``GET /_reroll/status`` — the engine's counters, divergences and stop: a
   `reroll_proxy.contract.ProxyStatus`.
 - ``GET /_reroll/stop`` — a long poll: answers a `reroll_proxy.contract.ProxyStop` once the proxy
@@ -44,6 +46,7 @@ from aiohttp import web
 from reroll.errors import ProxyConfigError, TranslationError
 
 from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
+from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
@@ -109,6 +112,8 @@ class ProxyServer:
         self.websockets = WebsocketRefusals()
         for path in WEBSOCKET_PATHS:
             self.app.router.add_get(path, self.websockets.refuse)
+        models = ModelEndpoints(config.upstream, engine.recorded, engine.volatility, lambda: self._session)
+        models.add_routes(self.app)
         self.app.router.add_get("/_reroll/status", self._status)
         self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
         self.app.router.add_get("/healthz", self._health)
@@ -272,7 +277,11 @@ class ProxyServer:
             return error_response(step.wire, 400, "invalid_request_error", str(exc))
         upstream_wire = translation.upstream if translation else step.wire
         step.upstream_format = upstream_wire.name if translation else None
+        if translation is not None:
+            step.translation_notes += translation.dropped(sent, step.request.headers)
         url = upstream.base_url.rstrip("/") + upstream_wire.upstream_path
+        if translation is None and step.request.query_string:
+            url += "?" + step.request.query_string  # e.g. ?beta=true: the provider sees what the agent sent
         log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
         faults = Injector(step)
         await faults.delay()

@@ -25,7 +25,7 @@ shape, with the upstream's ``error.type`` and ``error.message`` (both APIs nest 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,14 @@ class Translation:
             return self._request(body), notes
         except UntranslatableError as exc:
             raise TranslationError(f"{self.agent.name} → {self.upstream.name}: {exc}") from exc
+
+    def dropped(self, body: Body, headers: Mapping[str, str]) -> list[str]:
+        """What the translation leaves out of the agent's request `body` (sent with `headers`),
+        one note per kind; empty when nothing is known to be lost (see
+        `reroll_proxy.chat_anthropic.messages_dropped`)."""
+        if self.agent.name == "anthropic-messages":
+            return chat_anthropic.messages_dropped(body, headers)
+        return []
 
     def response_payload(self, status: int, payload: bytes) -> bytes:
         """The upstream's non-streamed response bytes, rewritten for the agent (see the module docstring)."""

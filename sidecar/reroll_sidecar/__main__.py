@@ -1,7 +1,8 @@
 """Command line of the sidecar: ``python -m reroll_sidecar --listen ADDRESS [options]``.
 
 The auth token comes from ``--token-file`` or the environment variable ``REROLL_SIDECAR_TOKEN``,
-which is removed from the environment so that the commands the sidecar runs never see it.
+which is removed from the environment so that the commands the sidecar runs never see it. Run
+as a bundle (`reroll_sidecar.bundle`), the launcher's variables are removed too.
 
 gRPC's fork handlers are turned off (``GRPC_ENABLE_FORK_SUPPORT=false``, which the commands
 inherit): a child started as another user is forked (not vforked) before it switches user, and
@@ -15,6 +16,8 @@ import asyncio
 import logging
 import os
 import sys
+
+from reroll_sidecar import bundle
 
 TOKEN_ENV = "REROLL_SIDECAR_TOKEN"
 DEFAULT_STATE_DIR = "/var/lib/reroll-sidecar"
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         "--state-dir", default=DEFAULT_STATE_DIR, help=f"private folder for snapshots [{DEFAULT_STATE_DIR}]"
     )
     args = parser.parse_args(argv)
+    bundle.scrub_environment()
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s reroll-sidecar %(levelname)s %(message)s"
     )

@@ -11,9 +11,11 @@ Which processes are the agent's (`Selection`), and how each kind is frozen:
 
 - by user: every process one of whose user ids (real, effective, saved, file system) is the
   agent's — in a container, where the sidecar is root and the agent runs as its own user. A
-  helper shell running *as that user* sends ``kill -s STOP -1``, then ``kill -s KILL -1``: the
-  kernel signals every process of the user in one walk of its task list, which a fork cannot
-  race (a fork that overlaps a group signal is restarted), so no pid hopping escapes;
+  helper thread of the sidecar takes that user's ids (Linux credentials are per thread; the raw
+  ``setresuid`` system call, not libc's, which would change every thread's) and sends
+  ``kill(-1, SIGSTOP)``, then ``kill(-1, SIGKILL)``: the kernel signals every process of the user
+  in one walk of its task list, which a fork cannot race (a fork that overlaps a group signal is
+  restarted), so no pid hopping escapes. No tool of the image is needed;
 - by descent: every descendant of the sidecar outside the sidecar's own session — what Exec
   started (each Exec child leads a new session) and everything those started, even after
   ``setsid`` or a double fork, because the sidecar makes itself a *child subreaper*
@@ -35,9 +37,10 @@ import contextlib
 import ctypes
 import logging
 import os
+import platform
 import pwd
 import signal
-import subprocess
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -50,8 +53,8 @@ SCAN_PAUSE_SECONDS = 0.002
 """The pause between scans while signalled processes have not stopped or died yet."""
 CALM_WALKS = 2
 """Walks in a row that must find every descendant stopped before the kill."""
-AS_USER_TIMEOUT_SECONDS = 10.0
-"""The longest the helper shell that signals every process of the agent's user may take."""
+SETRESUID = {"x86_64": 117, "aarch64": 147}
+"""The ``setresuid`` system call's number per machine (asm/unistd.h)."""
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h): orphaned descendants are re-parented to the caller."""
 STOPPED_STATES = frozenset("tTD")
@@ -192,20 +195,34 @@ def _freeze_descendants(deadline: float, keep: set[int]) -> set[int]:
 
 
 def _signal_all_as(uid: int, signal_name: str) -> None:
-    """Send `signal_name` to every process of user `uid` (``kill -1`` from a shell running as
-    `uid`: one walk of the kernel's task list; the shell itself is spared)."""
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        subprocess.run(
-            ["sh", "-c", f"kill -s {signal_name} -1"],
-            user=uid,
-            group=uid_gid(uid),
-            extra_groups=[],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=AS_USER_TIMEOUT_SECONDS,
-            check=False,
-        )
+    """Send `signal_name` to every process of user `uid`: ``kill(-1)`` from a helper thread that
+    holds `uid` as its real and effective user id (one walk of the kernel's task list; the
+    sidecar itself is spared, as the caller of ``kill(-1)``).
+
+    Raises:
+        QuiesceError: the thread could not take the user's ids (an unknown machine, say).
+    """
+    number = signal.Signals[f"SIG{signal_name}"]
+    failure: list[str] = []
+
+    def as_user() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = SETRESUID.get(platform.machine())
+        # Saved uid 0 is kept so the thread can become root again (or simply ends).
+        if call is None or libc.syscall(call, uid, uid, 0) != 0:
+            failure.append(f"cannot act as uid {uid}: errno {ctypes.get_errno()}")
+            return
+        try:
+            with contextlib.suppress(ProcessLookupError):  # no process of that user
+                os.kill(-1, number)
+        finally:
+            libc.syscall(call, 0, 0, 0)
+
+    helper = threading.Thread(target=as_user, name=f"quiesce-as-{uid}")
+    helper.start()
+    helper.join()
+    if failure:
+        raise QuiesceError(f"quiesce: {failure[0]}")
 
 
 def uid_gid(uid: int) -> int:

@@ -1,5 +1,7 @@
 """The tools behind snapshots: entry stamps from GNU find, tar member offsets, reflink clones.
 
+find and tar are the sidecar bundle's own copies when it runs as one (`bundle.tool`).
+
 A *stamp* is one entry's state as GNU find prints it: type, link count, inode, mode, owner,
 group, size, mtime and ctime (``f 1 1234 644 0 0 4096 1700000000.1234567890 1700000000.12…``).
 Paths and stamps are bytes, exactly as the file system holds them; stamps are compared as
@@ -18,6 +20,8 @@ from decimal import Decimal
 from typing import TypeVar
 
 from reroll.errors import ToolError
+
+from reroll_sidecar.bundle import tool
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -48,6 +52,7 @@ async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:
         ToolError: it exited non-zero (with the tail of its stderr) or took longer than
             SUBPROCESS_TIMEOUT_SECONDS.
     """
+    program = os.path.basename(args[0])
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -69,14 +74,14 @@ async def run(args: list[str], chunks: Iterable[bytes] = ()) -> bytes:
             asyncio.gather(feed(), stdout.read(), stderr.read(), process.wait()), SUBPROCESS_TIMEOUT_SECONDS
         )
     except TimeoutError:
-        raise ToolError(f"{args[0]} took longer than {SUBPROCESS_TIMEOUT_SECONDS:.0f} s") from None
+        raise ToolError(f"{program} took longer than {SUBPROCESS_TIMEOUT_SECONDS:.0f} s") from None
     finally:  # timed out or cancelled: no process left behind
         if process.returncode is None:
             process.kill()
             await process.wait()
     if process.returncode != 0:
         message = errors.decode(errors="replace")[-2000:].strip()
-        raise ToolError(f"{args[0]} {args[1]} failed (exit {process.returncode}): {message}")
+        raise ToolError(f"{program} {args[1]} failed (exit {process.returncode}): {message}")
     return output
 
 
@@ -112,7 +117,7 @@ async def stamp_trees(roots: list[bytes]) -> dict[bytes, bytes]:
     """
     if not roots:
         return {}
-    return parse_stamps(await run(["find", "-P", *map(os.fsdecode, roots), "-printf", STAMP_FORMAT]))
+    return parse_stamps(await run([tool("find"), "-P", *map(os.fsdecode, roots), "-printf", STAMP_FORMAT]))
 
 
 async def stamp_entries(paths: list[bytes]) -> dict[bytes, bytes]:
@@ -124,9 +129,8 @@ async def stamp_entries(paths: list[bytes]) -> dict[bytes, bytes]:
     if not paths:
         return {}
     listing = b"".join(path + b"\0" for path in paths)
-    return parse_stamps(
-        await run(["find", "-P", "-files0-from", "-", "-maxdepth", "0", "-printf", STAMP_FORMAT], [listing])
-    )
+    argv = [tool("find"), "-P", "-files0-from", "-", "-maxdepth", "0", "-printf", STAMP_FORMAT]
+    return parse_stamps(await run(argv, [listing]))
 
 
 def mark_changing(stamps: dict[bytes, bytes], since_seconds: float) -> None:

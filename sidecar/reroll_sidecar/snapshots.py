@@ -36,6 +36,7 @@ from typing import Any
 from reroll.errors import SnapshotError, ToolError
 
 from reroll_sidecar import nofollow, snapshot_io
+from reroll_sidecar.bundle import tool
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 CLONE_MIN_BYTES = 64 * 1024
@@ -48,10 +49,10 @@ ARCHIVE = "content.tar"
 STAMPS = "stamps"
 INDEX = "index.json"
 CLONES = "clones"
-_TAR_CREATE = ("tar", "--create", "--numeric-owner", "--directory", "/")
+_TAR_CREATE = (tool("tar"), "--create", "--numeric-owner", "--directory", "/")
 _TAR_LIST = ("--null", "--verbatim-files-from", "--no-unquote", "--files-from", "-")
 _TAR_EXTRACT = (
-    *("tar", "--extract", "--file", "-", "--numeric-owner", "--directory", "/"),
+    *(tool("tar"), "--extract", "--file", "-", "--numeric-owner", "--directory", "/"),
     *("--same-permissions", "--delay-directory-restore"),
 )
 

@@ -116,7 +116,7 @@ def find_hooks(roots: Iterable[str], site_dirs: Iterable[str]) -> list[str]:
 
 
 async def _site_dirs(env: dict[str, str]) -> list[str]:
-    """The site directories of the ``python3`` found in `env`'s PATH.
+    """The site directories of the ``python3`` found in `env`'s PATH; none without a python3.
 
     Raises:
         VerifyError: python3 cannot be run, or fails.
@@ -132,6 +132,8 @@ async def _site_dirs(env: dict[str, str]) -> list[str]:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
+    except FileNotFoundError:
+        return []  # an image without python3: no site directories (the agent's later ones are new)
     except OSError as exc:
         raise VerifyError("failed", f"cannot run python3 to list its site directories: {exc}") from exc
     try:

@@ -97,6 +97,54 @@ def test_an_unknown_agent_says_how_to_declare_one(monkeypatch: pytest.MonkeyPatc
         get_agent("nobody")
 
 
+def claude_code_request(run: dict[str, str]) -> dict[str, object]:
+    """A Claude Code request in the shape the CLI sends, with one run's volatile values."""
+    environment = (
+        f"# Environment\n - Primary working directory: /app\n - OS Version: {run['os']}\n"
+        f"memory at `/home/agent/.claude/projects/{run['slug']}/memory/`\n"
+        f"Today's date is {run['date']}."
+    )
+    notification = (
+        f"agentId: {run['agent']} (internal ID)\n"
+        f"output_file: /tmp/claude-0/{run['slug']}/{run['session']}/tasks/{run['agent']}.output\n"
+        f"<usage><subagent_tokens>{run['tokens']}</subagent_tokens></usage>"
+    )
+    return {
+        "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.327.{run['cc']};"}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Fix the test."}]},
+            {"role": "system", "content": environment},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t", "content": notification}],
+            },
+        ],
+        "metadata": {"user_id": f'{{"device_id":"{run["agent"]}","session_id":"{run["session"]}"}}'},
+    }
+
+
+def test_claude_codes_volatile_parts_are_declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs' requests differ only where the declaration says; anything else still differs."""
+    from reroll_proxy.volatile import Volatility
+
+    monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    registry.cache_clear()
+    volatility = Volatility(get_agent("claude-code").volatile)
+    first = {
+        "os": "Linux 6.18.44-fc", "slug": "-tmp-a-app", "date": "2026-11-23", "agent": "a968774365cde25a5",
+        "session": "d1880b95-ab55-4537-a975-5b782566d368", "tokens": "3255", "cc": "17f",
+    }  # fmt: skip
+    second = {
+        "os": "Linux 6.1.0-13", "slug": "-tmp-b-app", "date": "2026-11-24", "agent": "ad149a8d70f692e94",
+        "session": "0f3dc32f-65b4-45ce-aeb3-f7d083dee4a9", "tokens": "3301", "cc": "644",
+    }  # fmt: skip
+    assert claude_code_request(first) != claude_code_request(second)
+    assert volatility.apply(claude_code_request(first)) == volatility.apply(claude_code_request(second))
+    tampered = claude_code_request(second)
+    tampered["messages"][0]["content"][0]["text"] = "Break the test."  # type: ignore[index]
+    assert volatility.apply(claude_code_request(first)) != volatility.apply(tampered)
+
+
 def system_prompt_of(agent: str, text: str) -> str:
     """`text` as a system message of `agent`'s request after its declared volatile rules."""
     from reroll_proxy.volatile import Volatility

@@ -154,6 +154,17 @@ def test_missing_provider_key(tmp_path: Path, examples: Path) -> None:
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("command", ["run", "job"])
+def test_an_image_map_item_that_is_not_src_eq_dst_is_refused(
+    tmp_path: Path, examples: Path, command: str
+) -> None:
+    args = [str(examples / "hello-file")] if command == "run" else ["--task", str(examples / "hello-file")]
+    done = reroll(command, *args, "--agent", "oracle", "--image-map", "ubuntu:24.04", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "'ubuntu:24.04' must be SRC=DST" in done.stdout + done.stderr
+    assert tree(tmp_path) == []
+
+
 def test_continue_of_a_symlink_loop_exits_2_naming_the_path(tmp_path: Path) -> None:
     (tmp_path / "run").symlink_to(tmp_path / "run")
     done = reroll("continue", str(tmp_path / "run"), cwd=tmp_path)

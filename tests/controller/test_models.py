@@ -72,6 +72,13 @@ def test_scripted_anthropic_speaks_only_anthropic_messages(examples: Path, tmp_p
     assert parse_model("scripted", examples / "fix-failing-test").api_format is None
 
 
+def test_scripted_chat_speaks_only_chat_with_the_agents_script(examples: Path) -> None:
+    model = parse_model("scripted-chat", examples / "fix-failing-test", "claude-code")
+    assert model.api_format == "openai-chat" and model.name == "scripted"
+    assert model.script == (examples / "fix-failing-test" / "scripted-model.claude-code.yaml").resolve()
+    assert model_name("scripted-chat:/x.yaml") == "scripted"
+
+
 @pytest.mark.spawns
 async def test_responses_specs_speak_only_openai_responses(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path

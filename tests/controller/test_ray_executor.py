@@ -20,7 +20,8 @@ from rich.console import Console
 
 from tests.controller.test_jobs import write_task
 
-pytestmark = pytest.mark.spawns  # every test starts Ray and sandboxes
+# every test starts Ray and sandboxes; one local Ray cluster at a time (tests/conftest.py)
+pytestmark = [pytest.mark.spawns, pytest.mark.xdist_group("ray")]
 
 pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from reroll import rollout
 
 from tests.controller.test_runfolder import exchange_line, make_run_folder
 
@@ -108,3 +109,38 @@ def test_strict_divergence_aborts_even_when_the_agent_exits_at_once(tmp_path: Pa
     assert (result["status"], result["error_category"]) == ("error", "divergence"), result
     assert result["error"].startswith("strict divergence: step 0: ")
     assert result["counts"]["exchanges"] == 0
+
+
+def test_an_agent_that_fails_before_verification_is_the_headline_not_the_verifier(tmp_path: Path) -> None:
+    """oracle's solve.sh imports a missing module; the verifier then finds no reward. The status
+    line and result.json name the agent's failure (with its last output) first."""
+    task = tmp_path / "agent-fails"
+    (task / "oracle").mkdir(parents=True)
+    (task / "verifier").mkdir()
+    (task / "task.md").write_text("---\nname: agent-fails\n---\nNothing to do.\n")
+    (task / "oracle" / "solve.sh").write_text("#!/bin/sh\nexec python3 -c 'import reroll_no_such_module'\n")
+    (task / "verifier" / "test.sh").write_text("#!/bin/sh\necho 'no reward written'\n")
+    done = subprocess.run(
+        [REROLL, "run", str(task), "--agent", "oracle", "--job-name", "h"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    (run_dir,) = (tmp_path / "jobs" / "h").iterdir()
+    result = json.loads((run_dir / "result.json").read_text())
+    assert (result["status"], result["error_category"]) == ("error", "agent_error"), result
+    assert result["error"].startswith("agent exited with code 1: "), result["error"]
+    assert "No module named 'reroll_no_such_module'" in result["error"].split("; then: ")[0]
+    assert "; then: " in result["error"] and "reward" in result["error"].split("; then: ")[1]
+    status_line = next(line for line in done.stdout.splitlines() if line.startswith("status:"))
+    assert "agent exited with code 1" in status_line, done.stdout
+
+
+def test_output_tail_keeps_the_last_non_empty_lines_and_headline_puts_the_agent_first() -> None:
+    assert rollout.output_tail("one\n\ntwo\nthree\n  four  \n\n") == "two | three | four"
+    assert rollout.output_tail("x" * 1000).startswith("…") and len(rollout.output_tail("x" * 1000)) == 401
+    assert rollout.headline("agent exited with code 2", "verifier: no reward\ntest output:\n...") == (
+        "agent exited with code 2; then: verifier: no reward"
+    )

@@ -234,3 +234,31 @@ async def test_a_stream_is_assembled_then_re_emitted_in_the_agent_format() -> No
         == '{"command":"ls -la"}'
     )
     assert completion["usage"]["total_tokens"] == 6
+
+
+def test_what_chat_cannot_hold_of_a_claude_code_request_is_noted_not_refused() -> None:
+    from reroll_proxy.chat_anthropic import messages_dropped, messages_to_chat
+
+    body = {
+        "model": "m", "max_tokens": 32000, "stream": True,
+        "thinking": {"type": "adaptive"}, "context_management": {"edits": []},
+        "output_config": {"effort": "high"},
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Fix it."}]},
+            {"role": "system", "content": "cwd: /app"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}},
+            ]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]},
+        ],
+    }  # fmt: skip
+    chat = messages_to_chat(body)
+    assert not {"thinking", "context_management", "output_config"} & set(chat)
+    assert [m["role"] for m in chat["messages"]] == ["user", "system", "assistant", "tool"]
+    notes = messages_dropped(body, {"anthropic-beta": "claude-code-20250219,effort-2025-11-24"})
+    assert notes == [
+        "field context_management", "field output_config", "field thinking", "1 thinking block(s)",
+        "betas claude-code-20250219,effort-2025-11-24",
+    ]  # fmt: skip
+    assert messages_dropped({"model": "m", "messages": []}, {}) == []

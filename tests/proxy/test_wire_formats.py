@@ -78,6 +78,7 @@ def test_paths_and_names() -> None:
     assert format_for_path("/v1/messages") is format_named("anthropic-messages")
     assert format_for_path("/responses") is format_named("openai-responses")
     assert format_for_path("/v1/embeddings") is None
+    assert format_for_path("/v1/messages?beta=true") is format_named("anthropic-messages")
     with pytest.raises(
         KeyError, match=r"unknown API format 'x'.*openai-chat, openai-responses, anthropic-messages"
     ):

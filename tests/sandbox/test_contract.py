@@ -1,5 +1,7 @@
 """The sandbox contract (`reroll.sandbox.conformance`) run against every built-in backend:
-`local`, and `docker` on a real Docker engine (slow: its images are built on first use)."""
+`local`, and `docker` on a real Docker engine (slow: its images are built on first use) — on
+reroll's base image, and on images the injected sidecar must work in unchanged: one without
+Python and one with nothing but a static busybox."""
 
 from __future__ import annotations
 
@@ -9,18 +11,29 @@ from pathlib import Path
 import pytest
 from reroll.sandbox import conformance
 from reroll.sandbox.base import SandboxFactory, create_sandbox
+from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
 
 pytestmark = pytest.mark.spawns  # every test starts a sandbox (its sidecar, or a container)
 
-BACKENDS = [pytest.param("local"), pytest.param("docker", marks=pytest.mark.slow)]
+BACKENDS = [
+    pytest.param("local"),
+    pytest.param("docker", marks=pytest.mark.slow),
+    pytest.param("docker:no-python", marks=pytest.mark.slow),
+    pytest.param("docker:busybox", marks=pytest.mark.slow),
+]
 
 
 @pytest.fixture(params=BACKENDS)
 def factory(request: pytest.FixtureRequest) -> SandboxFactory:
-    """Makes sandboxes of one built-in backend; docker gets its images built once per session first."""
-    if request.param == "docker":
+    """Makes sandboxes of one built-in backend (``docker:<variant>``: docker on a variant image);
+    docker gets its images built once per session first."""
+    backend, _, variant = str(request.param).partition(":")
+    if backend == "docker":
         request.getfixturevalue("docker_images")
-    return functools.partial(create_sandbox, str(request.param))
+    if variant:
+        image = request.getfixturevalue("variant_images")[variant]
+        return functools.partial(DockerSandbox, config=DockerSandboxConfig(image=image))
+    return functools.partial(create_sandbox, backend)
 
 
 @pytest.mark.parametrize("check", conformance.CHECKS, ids=conformance.check_name)

@@ -1,10 +1,13 @@
 """The `docker` sandbox backend: one container per rollout, its sidecar as the entrypoint.
 
-The container runs the task's image (see `reroll.sandbox.images`; built on first use, no
-registry needed) with the sidecar as its main process. The controller reaches the sidecar over
-a Unix socket in a host folder bind-mounted at ``/run/reroll`` (mode 0700, root only, so the
-agent cannot reach it; the token file lies beside it) — a socket works under every network
-policy, where a published port does not on an internal network.
+The container runs the task's image as it is (see `reroll.sandbox.images`; built on first use,
+no registry needed) with the sidecar as its main process: the self-contained sidecar bundle
+(`reroll.sandbox.sidecar_bundle`, built once per machine) is mounted read-only at
+``/opt/reroll-sidecar``, so the image needs neither Python nor any tool of reroll's. The
+controller reaches the sidecar over a Unix socket in a host folder bind-mounted at
+``/run/reroll`` (mode 0700, root only, so the agent cannot reach it; the token file lies
+beside it) — a socket works under every network policy, where a published port does not on an
+internal network.
 
 Network policy (the task's ``environment.network``): ``full`` joins the bridge network
 ``reroll-full``; ``none`` joins ``reroll-none-isolated``, an *internal* bridge with no route out
@@ -43,12 +46,13 @@ import docker.errors
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from reroll.config import host_ca_bundle
 from reroll.errors import SandboxError, SidecarError
 from reroll.sandbox.base import SandboxLayout
-from reroll.sandbox.images import MANAGED_LABEL, SIDECAR_ENTRYPOINT, ensure_images, task_image
+from reroll.sandbox.images import IMAGE_MAP_ENV, MANAGED_LABEL, ensure_images, parse_image_map, task_image
+from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks import Task
 
@@ -71,12 +75,27 @@ NETWORKS = {"none": "reroll-none-isolated", "full": "reroll-full"}
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
 """Bridge option: whether containers on the network reach each other (off for ``none``)."""
 
-# Runs once in every new container, as root: the agent's user, folders and ownership.
+# Runs once in every new container, as root: the agent's user, folders and ownership. POSIX sh
+# with useradd (Debian), adduser (Alpine, busybox) or neither (a bare busybox image: the passwd
+# and group entries are written, uid and gid the first free from 1000; root's too when missing).
 _SETUP_SCRIPT = f"""
 set -e
-id -u {AGENT_USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/sh {AGENT_USER}
-mkdir -p /app /logs/agent /logs/verifier {AGENTS_DIR}
-chown -R {AGENT_USER}: /app /logs/agent "$(getent passwd {AGENT_USER} | cut -d: -f6)"
+grep -q "^root:" /etc/passwd 2>/dev/null || echo "root:x:0:0:root:/root:/bin/sh" >>/etc/passwd
+grep -q "^root:" /etc/group 2>/dev/null || echo "root:x:0:" >>/etc/group
+if ! id -u {AGENT_USER} >/dev/null 2>&1; then
+  if command -v useradd >/dev/null 2>&1; then useradd --create-home --shell /bin/sh {AGENT_USER}
+  elif command -v adduser >/dev/null 2>&1; then adduser -D -s /bin/sh {AGENT_USER}
+  else
+    n=1000
+    while cut -d: -f3 /etc/passwd /etc/group 2>/dev/null | grep -qx "$n"; do n=$((n + 1)); done
+    echo "{AGENT_USER}:x:$n:$n::/home/{AGENT_USER}:/bin/sh" >>/etc/passwd
+    echo "{AGENT_USER}:x:$n:" >>/etc/group
+    mkdir -p /home/{AGENT_USER}
+  fi
+fi
+home=$(grep "^{AGENT_USER}:" /etc/passwd | cut -d: -f6)
+mkdir -p /app /logs/agent /logs/verifier {AGENTS_DIR} "$home"
+chown -R "{AGENT_USER}:$(id -g {AGENT_USER})" /app /logs/agent "$home"
 """
 
 
@@ -140,6 +159,13 @@ class DockerSandboxConfig(BaseModel):
 
     ready_timeout_seconds: float = 60.0
     """How long `start` waits for the container's sidecar to answer ready."""
+    image: str | None = None
+    """Run this image (a local tag) instead of the task's; its Dockerfile is then not built."""
+    image_map: dict[str, str] = Field(
+        default_factory=lambda: parse_image_map(os.environ.get(IMAGE_MAP_ENV, ""))
+    )
+    """Source image → local replacement, applied to the FROM lines of a task's Dockerfile before
+    it is built [default: ``$REROLL_IMAGE_MAP``, which ``--image-map`` sets]."""
     setup_timeout_seconds: float = 60.0
     """How long the one-time setup in a new container (agent user, folders) may take."""
 
@@ -211,8 +237,10 @@ class DockerSandbox(SidecarSandbox):
     def _create(self) -> None:
         """Blocking part of `start`: images, network, mount folder, container."""
         engine = self._engine
-        images = ensure_images(engine)
-        image = task_image(engine, self.task, images.sandbox)
+        bundle = ensure_bundle()
+        image = self.config.image or task_image(
+            engine, self.task, ensure_images(engine).base, image_map=self.config.image_map
+        )
         network = ensure_network(engine, self.policy)
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
         self._mount_dir.chmod(0o700)
@@ -224,7 +252,7 @@ class DockerSandbox(SidecarSandbox):
         try:
             self.container = engine.containers.run(
                 image,
-                entrypoint=[*SIDECAR_ENTRYPOINT, "--listen", f"unix:{MOUNT_POINT}/sidecar.sock"],
+                entrypoint=[*ENTRYPOINT, "--listen", f"unix:{MOUNT_POINT}/sidecar.sock"],
                 command=["--token-file", f"{MOUNT_POINT}/token"],
                 detach=True,
                 init=True,
@@ -234,6 +262,7 @@ class DockerSandbox(SidecarSandbox):
                 network=network.name,
                 mounts=[
                     Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
+                    Mount(MOUNT_DIR, str(bundle), type="bind", read_only=True),
                     Mount(AGENTS_DIR, AGENTS_VOLUME, type="volume", labels={MANAGED_LABEL: "1"}),
                     # Anonymous volumes (seeded from the image, removed with the container): the
                     # workspace and the snapshots live on the host's file system, not the

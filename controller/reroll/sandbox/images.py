@@ -1,17 +1,13 @@
 """Build the Docker images of the `docker` backend without any registry.
 
-Three layers, each tagged with a hash of what it is built from, so a rebuild is skipped when
-nothing changed:
-
 - ``reroll/base:<hash>`` (alias ``reroll/base:bookworm``): a Debian bookworm root file system made
   with debootstrap from the host's Debian mirror (packages in ``reroll/images/base/packages.txt``), then
   ``docker import``-ed. Needs root and the ``debootstrap`` package (installed with apt-get if missing).
-- ``reroll/sandbox:<hash>``: the base plus the sidecar in ``/opt/reroll`` (``reroll/images/sandbox/``),
-  built offline (``network_mode=none``) from grpcio/protobuf wheels downloaded on the host first.
-  The recipes and the sidecar's packages are read with ``importlib.resources``, so an installed
-  wheel builds the same images as a checkout.
-- ``reroll/task-<name>:<hash>``: a task's ``environment/Dockerfile`` (usually ``FROM reroll/base:bookworm``)
-  with ``/opt/reroll`` copied in from the sandbox image.
+  Tasks without a Dockerfile run in it; it is tagged with a hash of what it is built from, so a
+  rebuild is skipped when nothing changed.
+- ``reroll/task-<name>:<hash>``: a task's ``environment/Dockerfile`` (often ``FROM reroll/base:bookworm``),
+  as it is: reroll adds nothing to it. The sidecar is not part of any image: the docker backend
+  mounts the self-contained sidecar bundle (`reroll.sandbox.sidecar_bundle`) into every container.
 
 Every image carries the label ``reroll.managed=1``. All builds hold a file lock, so concurrent
 rollouts build each image once.
@@ -21,48 +17,34 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
-import json
 import logging
 import os
-import platform
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from importlib import metadata, resources
-from importlib.resources.abc import Traversable
+from importlib import resources
 from pathlib import Path
 
 import docker
 import docker.errors
 from docker.models.images import Image
 
-from reroll.config import cache_dir, cache_lock
-from reroll.errors import ImageBuildError
+from reroll.config import cache_lock
+from reroll.errors import ConfigError, ImageBuildError, ImageUnavailableError
 from reroll.tasks import Task
 
 IMAGES = resources.files("reroll") / "images"
-"""reroll's own image recipes (package data): ``base/packages.txt`` and ``sandbox/Dockerfile``."""
+"""reroll's own image recipes (package data): ``base/packages.txt``."""
 SUITE = "bookworm"
 BASE_REPO = "reroll/base"
 BASE_ALIAS = f"{BASE_REPO}:{SUITE}"
-SANDBOX_REPO = "reroll/sandbox"
 MANAGED_LABEL = "reroll.managed"
-SIDECAR_ENTRYPOINT = ["/opt/reroll/venv/bin/python", "-m", "reroll_sidecar"]
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _BASE_RECIPE = "debootstrap --variant=minbase; apt lists and caches removed; v1"
 """Changing how the base is made must change its hash: bump this text with the recipe."""
-_SIDECAR_LIB: dict[str, tuple[str, ...] | None] = {
-    "reroll_sidecar": None,
-    "reroll_protos": None,
-    "reroll": ("__init__.py", "errors.py"),
-}
-"""What the sandbox image's ``/opt/reroll/lib`` holds: package → its files (None: all of them).
-Of ``reroll`` the sidecar needs only the exception tree, which imports nothing."""
 COMMAND_TIMEOUT_SECONDS = 1800
 
 Log = Callable[[str], None]
@@ -72,10 +54,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Images:
-    """The tags of the base and sandbox images, and which of them were built just now."""
+    """The tag of the base image, and the images built just now."""
 
     base: str
-    sandbox: str
     built: tuple[str, ...]
 
 
@@ -94,35 +75,6 @@ def _tree_bytes(root: Path) -> Iterator[bytes]:
             continue
         yield f"{path.relative_to(root).as_posix()}:{path.stat().st_mode & 0o777:o}".encode()
         yield path.read_bytes()
-
-
-def _resource_files(root: Traversable, prefix: str = "") -> Iterator[tuple[str, bytes]]:
-    """Relative path and content of every file of package data under `root`, sorted; caches left out.
-
-    Modes are not part of package data (a wheel may install them differently), so none are read.
-    """
-    for child in sorted(root.iterdir(), key=lambda item: item.name):
-        if child.name == "__pycache__":
-            continue
-        if child.is_dir():
-            yield from _resource_files(child, f"{prefix}{child.name}/")
-        else:
-            yield f"{prefix}{child.name}", child.read_bytes()
-
-
-def _resource_bytes(root: Traversable) -> Iterator[bytes]:
-    """`_resource_files` of `root` flattened for `_digest`: path, then content, per file."""
-    for name, content in _resource_files(root):
-        yield name.encode()
-        yield content
-
-
-def _copy_resources(root: Traversable, dest: Path) -> None:
-    """Write the files of package data under `root` below `dest` (caches left out)."""
-    for name, content in _resource_files(root):
-        target = dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
 
 
 def _exists(client: docker.DockerClient, tag: str) -> bool:
@@ -252,75 +204,6 @@ def build_base(client: docker.DockerClient, log: Log) -> str:
     return tag
 
 
-def _wheels(python: str, log: Log) -> Path:
-    """grpcio and protobuf wheels (the host's versions) for CPython `python` ("3.11"), cached."""
-    pins = [f"{name}=={metadata.version(name)}" for name in ("grpcio", "protobuf")]
-    arch = platform.machine()
-    dest = cache_dir() / "wheels" / f"cp{python.replace('.', '')}-{arch}-{'-'.join(pins)}".replace("==", "")
-    if (dest / ".complete").exists():
-        return dest
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    platforms = [f"manylinux_2_{minor}_{arch}" for minor in (36, 34, 28, 17)] + [f"manylinux2014_{arch}"]
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(dest)]
-    argv += ["--python-version", python, "--implementation", "cp"]
-    for tag in platforms:
-        argv += ["--platform", tag]
-    _run([*argv, *pins], f"pip download {' '.join(pins)} for Python {python}", log)
-    (dest / ".complete").touch()
-    return dest
-
-
-def sandbox_tag(base: str, wheels_key: str) -> str:
-    """``reroll/sandbox:<hash>`` of the base tag, the wheel pins, the Dockerfile and the sidecar's source."""
-    parts = [base.encode(), wheels_key.encode(), *_resource_bytes(IMAGES / "sandbox")]
-    for relative, content in _sidecar_lib():
-        parts += [relative.encode(), content]
-    return f"{SANDBOX_REPO}:{_digest(*parts)}"
-
-
-def _sidecar_lib() -> list[tuple[str, bytes]]:
-    """(path under ``lib/``, content) of every file of `_SIDECAR_LIB` (package data, caches left out)."""
-    files = []
-    for package, names in _SIDECAR_LIB.items():
-        root = resources.files(package)
-        if names is None:
-            files += [(f"{package}/{name}", content) for name, content in _resource_files(root)]
-        else:
-            files += [(f"{package}/{name}", root.joinpath(name).read_bytes()) for name in names]
-    return files
-
-
-def _python_of(client: docker.DockerClient, base: str) -> str:
-    labels = client.images.get(base).labels or {}
-    return str(labels.get("reroll.python", "3.11"))
-
-
-def build_sandbox(client: docker.DockerClient, base: str, log: Log) -> tuple[str, bool]:
-    """Build the sandbox image on `base`, offline, unless it exists.
-
-    Returns:
-        Its tag, and whether it was built just now.
-
-    Raises:
-        ImageBuildError: the wheels could not be downloaded, or the build failed (with its log's end).
-    """
-    wheels = _wheels(_python_of(client, base), log)
-    tag = sandbox_tag(base, wheels.name)
-    if _exists(client, tag):
-        return tag, False
-    with tempfile.TemporaryDirectory(prefix="reroll-sandbox-ctx-") as context:
-        _copy_resources(IMAGES / "sandbox", Path(context))
-        shutil.copytree(wheels, Path(context) / "wheels", ignore=shutil.ignore_patterns(".complete"))
-        for relative, content in _sidecar_lib():
-            target = Path(context) / "lib" / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        log(f"docker build {tag} (offline)")
-        _build(client, tag, path=context, tag=tag, buildargs={"BASE": base}, network_mode="none")
-    return tag, True
-
-
 def _build(client: docker.DockerClient, what: str, **kwargs: object) -> Image:
     """``docker build`` with reroll's label; errors name `what` and carry the log's end."""
     try:
@@ -334,7 +217,7 @@ def _build(client: docker.DockerClient, what: str, **kwargs: object) -> Image:
 
 
 def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images:
-    """Build the base and sandbox images unless they exist; returns their tags.
+    """Build the base image unless it exists; returns its tag.
 
     Raises:
         ImageBuildError: a build step failed.
@@ -346,33 +229,99 @@ def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images
             build_base(client, log)
             built.append(base)
         client.images.get(base).tag(BASE_REPO, SUITE)
-        sandbox, fresh = build_sandbox(client, base, log)
-        if fresh:
-            built.append(sandbox)
-    return Images(base=base, sandbox=sandbox, built=tuple(built))
+    return Images(base=base, built=tuple(built))
 
 
-def task_image(client: docker.DockerClient, task: Task, sandbox: str, log: Log = logger.info) -> str:
-    """The image a task's containers run: its Dockerfile's image plus ``/opt/reroll``, built when missing.
+IMAGE_MAP_ENV = "REROLL_IMAGE_MAP"
+"""Environment variable holding the image map (``SRC=DST,SRC=DST``) that ``reroll run/job
+--image-map`` and a job file's ``image_map`` set for the docker backend (`DockerSandboxConfig`)."""
+_FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
+"""A Dockerfile's FROM line: the keyword and its flags, the image, the rest (``AS name``)."""
 
-    A task without ``environment/Dockerfile`` runs in the sandbox image itself.
+
+def parse_image_map(pairs: list[str] | str) -> dict[str, str]:
+    """``{source image: replacement}`` from ``SRC=DST`` items (a list, or one string separated by commas).
 
     Raises:
-        ImageBuildError: the task's Dockerfile failed to build (the message carries the log).
+        ConfigError: an item is not ``SRC=DST`` with both sides non-empty.
+    """
+    items = pairs.split(",") if isinstance(pairs, str) else pairs
+    mapping: dict[str, str] = {}
+    for item in (item.strip() for item in items):
+        if not item:
+            continue
+        source, equals, target = item.partition("=")
+        if not (equals and source.strip() and target.strip()):
+            raise ConfigError(
+                f"image map item {item!r} must be SRC=DST, e.g. ubuntu:24.04=reroll/base:bookworm"
+            )
+        mapping[source.strip()] = target.strip()
+    return mapping
+
+
+def map_from_lines(dockerfile: str, image_map: Mapping[str, str]) -> tuple[str, list[str]]:
+    """`dockerfile` with the images of its FROM lines replaced per `image_map`, and the images it
+    then starts from (stage names and ``scratch`` left out)."""
+    stages: set[str] = set()
+    bases: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        image = image_map.get(match[2], match[2])
+        if image.lower() != "scratch" and image not in stages and "$" not in image:
+            bases.append(image)
+        if alias := re.match(r"\s+AS\s+(\S+)", match[3], re.IGNORECASE):
+            stages.add(alias[1])
+        return f"{match[1]}{image}{match[3]}"
+
+    return _FROM.sub(replace, dockerfile), bases
+
+
+def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableError:
+    """The error for a Dockerfile whose FROM `images` are not all local (and the build failed)."""
+    missing = ", ".join(images)
+    first = images[0]
+    return ImageUnavailableError(
+        f"{task.dockerfile} starts FROM {missing}, which is not a local image and could not be pulled "
+        f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
+        f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
+        f"{first}={BASE_ALIAS} (also a job file's image_map). Docker said: {cause[-500:]}"
+    )
+
+
+def task_image(
+    client: docker.DockerClient,
+    task: Task,
+    base: str,
+    log: Log = logger.info,
+    image_map: Mapping[str, str] | None = None,
+) -> str:
+    """The image a task's containers run: its Dockerfile's image, built when missing.
+
+    A task without ``environment/Dockerfile`` runs in `base` itself. The images of the
+    Dockerfile's FROM lines are first replaced per `image_map` (source → replacement).
+
+    Raises:
+        ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled).
+        ImageBuildError: the task's Dockerfile failed to build otherwise (the message carries the log).
     """
     if task.dockerfile is None:
-        return sandbox
+        return base
     context = task.dockerfile.parent
+    dockerfile, bases = map_from_lines(task.dockerfile.read_text(encoding="utf-8"), image_map or {})
     slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
-    tag = f"reroll/task-{slug}:{_digest(sandbox.encode(), *_tree_bytes(context))}"
+    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), *_tree_bytes(context))}"
     with cache_lock("images"):
         if _exists(client, tag):
             return tag
         log(f"docker build {task.dockerfile}")
-        own = _build(client, str(task.dockerfile), path=str(context), tag=f"{tag}-env")
-        overlay = (
-            f"FROM {own.id}\nCOPY --from={sandbox} /opt/reroll /opt/reroll\n"
-            f"ENTRYPOINT {json.dumps(SIDECAR_ENTRYPOINT)}\n"
-        )
-        _build(client, f"{tag} (the sidecar layer)", fileobj=io.BytesIO(overlay.encode()), tag=tag)
+        with tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
+            mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
+            mapped.write_text(dockerfile, encoding="utf-8")
+            try:
+                _build(client, str(task.dockerfile), path=str(context), dockerfile=str(mapped), tag=tag)
+            except ImageBuildError as exc:
+                missing = [image for image in bases if not _exists(client, image)]
+                if missing:
+                    raise _unavailable(missing, task, str(exc)) from exc
+                raise
     return tag

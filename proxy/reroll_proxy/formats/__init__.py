@@ -109,7 +109,8 @@ def format_named(name: str) -> WireFormat:
 
 
 def format_for_path(path: str) -> WireFormat | None:
-    """The format serving the agent-facing URL `path`, or None."""
+    """The format serving the agent-facing URL `path` (a query, as in ``?beta=true``, ignored), or None."""
+    path = path.partition("?")[0]
     for wire in all_formats():
         if path in wire.paths:
             return wire

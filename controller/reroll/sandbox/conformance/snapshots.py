@@ -3,62 +3,62 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import io
+import os
+import tarfile
 from pathlib import Path
 
 from reroll.errors import SandboxError
 from reroll.sandbox.base import Sandbox, SandboxFactory
 from reroll.sandbox.conformance.support import expect, expect_raises, probe_task, sh, started
 
-# Prints {relative path: [type, mode, content or link target]} of a tree, run inside the sandbox.
-TREE_SCRIPT = r"""
-import json, os, stat, sys
-root = sys.argv[1]
-out = {}
-for base, dirs, files in os.walk(root):
-    for name in sorted(dirs + files):
-        full = os.path.join(base, name)
-        st = os.lstat(full)
-        rel = os.path.relpath(full, root)
-        if stat.S_ISLNK(st.st_mode):
-            out[rel] = ["link", 0, os.readlink(full)]
-        elif stat.S_ISDIR(st.st_mode):
-            out[rel] = ["dir", stat.S_IMODE(st.st_mode), ""]
-        else:
-            out[rel] = ["file", stat.S_IMODE(st.st_mode), open(full, "rb").read().decode("latin-1")]
-json.dump(out, sys.stdout, sort_keys=True)
-"""
 
-# Prints {relative path: [type, mode, uid, gid, mtime (s), nlink, content or target]} and the
-# groups of names sharing an inode, run inside the sandbox.
-FULL_TREE_SCRIPT = r"""
-import json, os, stat, sys
-root = sys.argv[1]
-out, inodes = {}, {}
-for base, dirs, files in os.walk(root):
-    for name in dirs + files:
-        full = os.path.join(base, name)
-        st = os.lstat(full)
-        rel = os.path.relpath(full, root)
-        if stat.S_ISLNK(st.st_mode):
-            body = os.readlink(full)
-        elif not stat.S_ISREG(st.st_mode):
-            body = ""
-        else:
-            body = open(full, "rb").read().decode("latin-1")
-            inodes.setdefault(st.st_ino, []).append(rel)
-        out[rel] = [stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
-                    int(st.st_mtime), st.st_nlink, body]
-out[".root"] = [stat.S_IMODE(os.lstat(root).st_mode), int(os.lstat(root).st_mtime)]
-out[".links"] = sorted(sorted(names) for names in inodes.values() if len(names) > 1)
-json.dump(out, sys.stdout, sort_keys=True)
-"""
+async def tree(sandbox: Sandbox, root: str, *, full: bool = False) -> dict[str, list[object]]:
+    """The tree at `root` in the sandbox, read from a ``tar`` archive of it (GNU or busybox tar:
+    the sandbox's image needs no Python), keyed by relative path.
 
+    Returns:
+        ``{path: [type, mode, content or link target]}``; with `full`, ``{path: [type, mode, uid,
+        gid, mtime (s), link count (files), content or target]}`` plus ``".root": [mode, mtime]``
+        and ``".links"``: the sorted groups of names sharing an inode.
 
-async def tree(sandbox: Sandbox, script: str, root: str) -> dict[str, list[object]]:
-    """What `script` (TREE_SCRIPT or FULL_TREE_SCRIPT) prints about the tree at `root`."""
-    loaded: dict[str, list[object]] = json.loads(await sh(sandbox, f"python3 -c '{script}' {root}"))
-    return loaded
+    Raises:
+        ConformanceError: tar failed.
+    """
+    result = await sandbox.exec(["tar", "-cf", "-", "-C", root, "."], cwd=root)
+    expect(result.exit_code == 0, f"tar of {root} exited {result.exit_code}: {result.stderr.decode()[-500:]}")
+    out: dict[str, list[object]] = {}
+    bodies: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}  # first name of an inode → all its names
+    with tarfile.open(fileobj=io.BytesIO(result.stdout)) as archive:
+        for member in archive.getmembers():
+            name = os.path.normpath(member.name)
+            if member.islnk():  # another name of an inode archived before
+                first = os.path.normpath(member.linkname)
+                groups.setdefault(first, [first]).append(name)
+                kind, body = "file", bodies[first]
+            elif member.issym():
+                kind, body = "link", member.linkname
+            elif member.isdir():
+                kind, body = "dir", ""
+            elif member.isfile():
+                handle = archive.extractfile(member)
+                kind, body = "file", handle.read().decode("latin-1") if handle else ""
+                bodies[name] = body
+            else:
+                kind, body = "other", ""
+            if name == ".":
+                if full:
+                    out[".root"] = [member.mode, int(member.mtime)]
+                continue
+            stamp = [member.uid, member.gid, int(member.mtime), 1] if full else []
+            out[name] = [kind, member.mode, *stamp, body]
+    if full:
+        for names in groups.values():
+            for name in names:
+                out[name][5] = len(names)
+        out[".links"] = [sorted(names) for names in sorted(groups.values(), key=sorted)]
+    return out
 
 
 HARD_CASES_BEFORE = r"""
@@ -96,16 +96,16 @@ async def restore_hard_cases(sandbox: Sandbox) -> None:
     # Older than the snapshot's start (entries changed while it runs are always put back): this
     # way restore must tell changed entries from unchanged ones by their stamps.
     await asyncio.sleep(0.3)
-    before = await tree(sandbox, FULL_TREE_SCRIPT, workspace)
+    before = await tree(sandbox, workspace, full=True)
     expect(before[".links"] == [["hard", "hard2"]], f"hard links not made: {before['.links']}")
     same_inode = await sh(sandbox, "stat -c %i same")
     await sandbox.snapshot("hard")
     for round_trip in ("first", "second"):
         await sh(sandbox, HARD_CASES_CHANGES)
-        expect(await tree(sandbox, FULL_TREE_SCRIPT, workspace) != before, "the changes changed nothing")
+        expect(await tree(sandbox, workspace, full=True) != before, "the changes changed nothing")
         restored = await sandbox.restore("hard")
         expect(restored == [workspace], f"restore returned {restored}, not [{workspace!r}]")
-        after = await tree(sandbox, FULL_TREE_SCRIPT, workspace)
+        after = await tree(sandbox, workspace, full=True)
         differing = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
         expect(not differing, f"{round_trip} restore differs at {differing}")
     expect(await sh(sandbox, "stat -c %i same") == same_inode, "restore rewrote an unchanged file")
@@ -123,7 +123,7 @@ async def check_restore_puts_back_contents_modes_symlinks_and_deletions(
             "printf 'x' > run.sh && chmod 755 run.sh && chmod 700 pkg/deep && ln -s pkg/a.txt link && "
             "printf 'gone later' > doomed.txt && printf 'abc' > same.txt && touch -d 2001-01-01 same.txt",
         )
-        before = await tree(sandbox, TREE_SCRIPT, workspace)
+        before = await tree(sandbox, workspace)
         size = await sandbox.snapshot("before")
         expect(size > 0, f"snapshot reported {size} bytes")
         await sh(
@@ -134,7 +134,7 @@ async def check_restore_puts_back_contents_modes_symlinks_and_deletions(
         )
         restored = await sandbox.restore("before")
         expect(restored == [workspace], f"restore returned {restored}, not [{workspace!r}]")
-        after = await tree(sandbox, TREE_SCRIPT, workspace)
+        after = await tree(sandbox, workspace)
         differing = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
         expect(not differing, f"restore differs at {differing}")
 

