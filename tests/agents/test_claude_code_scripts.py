@@ -68,7 +68,7 @@ def play(script_path: Path, prompt: str) -> list[dict[str, Any]]:
     answers: list[dict[str, Any]] = []
     while True:
         request = claude_code_request(prompt, answers)
-        thread, turns = script.thread_for(WIRE.normalise(request), "scripted")
+        thread, turns, _ = script.thread_for(WIRE.normalise(request), "scripted")
         index = turn_index(WIRE.name, request)
         assert thread == "" and index < len(turns), f"{script_path}: no turn {index}"
         answers.append(answer_body(WIRE.name, answer_for(turns[index], index, thread), request))
@@ -124,7 +124,7 @@ def test_subagents_get_their_own_threads(tmp_path: Path) -> None:
     assert assert_accepted([first]) == ["Agent", "Agent"]
     for call in (b for b in first["content"] if b["type"] == "tool_use"):
         subagent = claude_code_request(call["input"]["prompt"], [])
-        thread, turns = script.thread_for(WIRE.normalise(subagent), "scripted")
+        thread, turns, _ = script.thread_for(WIRE.normalise(subagent), "scripted")
         answer = answer_body(WIRE.name, answer_for(turns[0], 0, thread), subagent)
         assert answered_by(answer) == (thread, 0) and thread in call["input"]["prompt"].lower()
         assert assert_accepted([answer]) == ["Bash"]
