@@ -132,21 +132,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks tests that use a spawning fixture ``spawns``; under ``--fast`` leaves out the
-    ``spawns`` and ``slow`` ones.
-
-    For pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), every test without an
-    ``xdist_group`` mark is grouped with its module: a module runs on one worker, so its module
-    fixtures (a recorded run, an installed agent) are built once. Tests that start a local Ray
-    cluster share the group ``ray``: two at once contend for its ports and time out.
-    """
     for item in items:
         if SPAWNING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spawns)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     if not config.getoption("fast"):
         return
     left_out = {i for i in items if i.get_closest_marker("spawns") or i.get_closest_marker("slow")}

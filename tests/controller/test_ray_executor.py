@@ -20,8 +20,7 @@ from rich.console import Console
 
 from tests.controller.test_jobs import write_task
 
-# every test starts Ray and sandboxes; one local Ray cluster at a time (tests/conftest.py)
-pytestmark = [pytest.mark.spawns, pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.spawns  # every test starts Ray and sandboxes
 
 pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")
 
