@@ -16,6 +16,8 @@ went on with the retry's answer. That attempt is *superseded*: a replay never se
 agent, whose connection no longer drops, sends the request once and is served the retry's
 answer) and the fidelity report lists it as ``retried``, not ``missing``. An attempt that got an
 error keeps its place: the agent saw the error, and in the replay sees it again and retries again.
+So does an attempt that carries an injected fault (``metadata.fault``, e.g. a stream cut after
+some events): a replay reproduces the fault, and the agent retries as it did.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ def superseded(exchanges: Sequence[Exchange]) -> set[int]:
             continue
         index = position[retry.of_step]
         attempt = exchanges[index]
-        if 0 < attempt.response.status_code < 400 and attempt.metadata.error is None:
+        answered = 0 < attempt.response.status_code < 400 and attempt.metadata.error is None
+        if answered and attempt.metadata.fault is None:
             skipped.add(index)
     return skipped

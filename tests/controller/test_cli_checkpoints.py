@@ -143,12 +143,12 @@ def test_branch_of_an_agent_without_a_model(run: Path, tmp_path: Path, examples:
 
 
 def test_continue_a_run_whose_model_is_unavailable_here(run: Path, tmp_path: Path, examples: Path) -> None:
-    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "gemini-3"}
+    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "acme/m1"}
     (run / "config.json").write_text(json.dumps(config))
     before = tree(tmp_path)
     done = reroll("continue", str(run), "--at", "1", cwd=tmp_path)
     assert done.returncode == 2
-    assert "model 'gemini-3': unknown provider" in done.stderr
+    assert "model 'acme/m1': unknown provider 'acme'" in done.stderr
     assert tree(tmp_path) == before
 
 

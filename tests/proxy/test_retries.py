@@ -38,10 +38,14 @@ def test_a_retry_count_or_a_repeated_idempotency_key_is_a_retry_of_the_earlier_a
     assert tracker.observe(headers(x_stainless_retry_count="x"), b"B", 7) is None  # junk is no retry
 
 
-def exchange(step: int, body: dict[str, Any], status: int = 200, retry_of: int | None = None) -> Exchange:
+def exchange(
+    step: int, body: dict[str, Any], status: int = 200, retry_of: int | None = None, fault: str | None = None
+) -> Exchange:
     metadata: dict[str, Any] = {"step": step}
     if retry_of is not None:
         metadata["retry"] = {"attempt": 1, "of_step": retry_of}
+    if fault is not None:
+        metadata["fault"] = {"rule": "r0", "spec": {"kind": fault}}
     return Exchange.model_validate(
         {
             "request": {"timestamp": "t", "path": "/v1/chat/completions", "body": body},
@@ -70,6 +74,13 @@ def test_an_attempt_that_got_an_error_keeps_its_place() -> None:
     engine = ReplayEngine(exchanges, cut_index=3, has_live_upstream=False, divergence_policy="strict")
     decisions = [engine.decide(body) for body in (request(0), request(0), request(1))]
     assert [d.index if isinstance(d, Replay) else None for d in decisions] == [0, 1, 2]
+
+
+def test_an_attempt_cut_by_an_injected_fault_keeps_its_place() -> None:
+    # Step 0's stream was cut by the fault plan (status 200, metadata.fault): a replay reproduces
+    # the cut, so the agent retries again and gets step 1.
+    exchanges = [exchange(0, request(0), fault="cut"), exchange(1, request(0), retry_of=0)]
+    assert superseded(exchanges) == set()
 
 
 @pytest.mark.spawns
