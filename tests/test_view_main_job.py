@@ -28,7 +28,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 
 from tests.controller.export.conftest import chat_exchanges, write_run
-from tests.controller.test_branching import AGENT
+from tests.controller.test_branching import URLLIB_AGENTS
 
 REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
@@ -91,20 +91,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     of a copy whose observation at step 1 was changed (a divergence); a branch tree from step 2
     with two models (the bundled script, reward 1; its wrong-fix variant, reward 0)."""
     workdir = tmp_path_factory.mktemp("view-main-job")
-    agents = {
-        "urllib-chat": {
-            "description": "urllib Chat Completions agent (tests)",
-            "api_format": "openai-chat",
-            "install": f"cat > \"$REROLL_AGENT_HOME/agent.py\" <<'EOF'\n{AGENT}\nEOF\n",
-            "launch": 'python3 "$REROLL_AGENT_HOME/agent.py"',
-            "env": {
-                "OPENAI_BASE_URL": "{base_url}",
-                "OPENAI_API_KEY": "{api_key}",
-                "REROLL_MODEL": "{model}",
-            },
-        }
-    }
-    (workdir / "agents.yaml").write_text(yaml.safe_dump(agents))
+    (workdir / "agents.yaml").write_text(yaml.safe_dump(URLLIB_AGENTS))
     script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
     for turn in script["turns"]:
         turn.pop("delay_seconds", None)

@@ -44,23 +44,22 @@ sys.exit(1)
 """
 
 
+URLLIB_AGENTS = {
+    "urllib-chat": {
+        "description": "urllib Chat Completions agent (tests)",
+        "api_format": "openai-chat",
+        "install": f"cat > \"$REROLL_AGENT_HOME/agent.py\" <<'EOF'\n{AGENT}\nEOF\n",
+        "launch": 'python3 "$REROLL_AGENT_HOME/agent.py"',
+        "env": {"OPENAI_BASE_URL": "{base_url}", "OPENAI_API_KEY": "{api_key}", "REROLL_MODEL": "{model}"},
+    }
+}
+"""`AGENT` declared as the agent ``urllib-chat`` (an agents file's content)."""
+
+
 @pytest.fixture
 def urllib_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A Chat Completions agent in a dozen lines of urllib (installs in no time)."""
-    agents = {
-        "urllib-chat": {
-            "description": "urllib Chat Completions agent (tests)",
-            "api_format": "openai-chat",
-            "install": f"cat > \"$REROLL_AGENT_HOME/agent.py\" <<'EOF'\n{AGENT}\nEOF\n",
-            "launch": 'python3 "$REROLL_AGENT_HOME/agent.py"',
-            "env": {
-                "OPENAI_BASE_URL": "{base_url}",
-                "OPENAI_API_KEY": "{api_key}",
-                "REROLL_MODEL": "{model}",
-            },
-        }
-    }
-    (tmp_path / "agents.yaml").write_text(yaml.safe_dump(agents))
+    (tmp_path / "agents.yaml").write_text(yaml.safe_dump(URLLIB_AGENTS))
     monkeypatch.setenv(AGENTS_FILE_ENV, str(tmp_path / "agents.yaml"))
     registry.cache_clear()
     yield "urllib-chat"
