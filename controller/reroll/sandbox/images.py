@@ -32,7 +32,7 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from reroll.config import cache_lock
+from reroll.config import cache_lock, host_ca_bundle
 from reroll.errors import ConfigError, ImageBuildError, ImageUnavailableError
 from reroll.tasks import Task
 
@@ -276,6 +276,23 @@ def map_from_lines(dockerfile: str, image_map: Mapping[str, str]) -> tuple[str, 
     return _FROM.sub(replace, dockerfile), bases
 
 
+BUILD_CA_FILE = ".reroll-host-ca.pem"
+"""The host's CA bundle, put into a task image's build context (see `trust_host_ca`)."""
+BUILD_CA_PATH = "/etc/reroll/build-ca.pem"
+
+
+def trust_host_ca(dockerfile: str) -> str:
+    """`dockerfile` with the host's CA bundle trusted after every FROM line: copied from the build
+    context (`BUILD_CA_FILE`) to `BUILD_CA_PATH`, named by ``PIP_CERT``, ``SSL_CERT_FILE`` and
+    ``REQUESTS_CA_BUNDLE``. So ``pip install`` in a task's Dockerfile works where the host reaches
+    PyPI through a TLS-intercepting proxy, as the agent installs do (`DockerSandbox.egress`)."""
+    trust = (
+        f"COPY {BUILD_CA_FILE} {BUILD_CA_PATH}\n"
+        f"ENV PIP_CERT={BUILD_CA_PATH} SSL_CERT_FILE={BUILD_CA_PATH} REQUESTS_CA_BUNDLE={BUILD_CA_PATH}"
+    )
+    return _FROM.sub(lambda match: f"{match[0]}\n{trust}", dockerfile)
+
+
 def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableError:
     """The error for a Dockerfile whose FROM `images` are not all local (and the build failed)."""
     missing = ", ".join(images)
@@ -298,7 +315,8 @@ def task_image(
     """The image a task's containers run: its Dockerfile's image, built when missing.
 
     A task without ``environment/Dockerfile`` runs in `base` itself. The images of the
-    Dockerfile's FROM lines are first replaced per `image_map` (source → replacement).
+    Dockerfile's FROM lines are first replaced per `image_map` (source → replacement); each
+    stage then trusts the host's CA bundle (`trust_host_ca`), when the host has one.
 
     Raises:
         ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled).
@@ -308,17 +326,24 @@ def task_image(
         return base
     context = task.dockerfile.parent
     dockerfile, bases = map_from_lines(task.dockerfile.read_text(encoding="utf-8"), image_map or {})
+    ca_bundle = host_ca_bundle()
+    ca = ca_bundle.read_bytes() if ca_bundle is not None else b""
+    if ca:
+        dockerfile = trust_host_ca(dockerfile)
     slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
-    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), *_tree_bytes(context))}"
+    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), ca, *_tree_bytes(context))}"
     with cache_lock("images"):
         if _exists(client, tag):
             return tag
         log(f"docker build {task.dockerfile}")
         with tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
+            build_context = Path(folder) / "context"  # a copy, so the task's folder is not written to
+            shutil.copytree(context, build_context, symlinks=True)
+            (build_context / BUILD_CA_FILE).write_bytes(ca)
             mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
             mapped.write_text(dockerfile, encoding="utf-8")
             try:
-                _build(client, str(task.dockerfile), path=str(context), dockerfile=str(mapped), tag=tag)
+                _build(client, str(task.dockerfile), path=str(build_context), dockerfile=str(mapped), tag=tag)
             except ImageBuildError as exc:
                 missing = [image for image in bases if not _exists(client, image)]
                 if missing:
