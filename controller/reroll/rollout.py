@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 import traceback
@@ -39,6 +40,7 @@ from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, 
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
 from reroll.sandbox.files import workspace_manifest
 from reroll.sandbox.results import ExecResult
+from reroll.task_compat import resolve_env
 from reroll.tasks import Task
 from reroll.verify import prepare, quiesce, verify
 
@@ -144,13 +146,17 @@ async def execute_rollout(
     harness_dir.mkdir(exist_ok=True)
     try:
         async with contextlib.AsyncExitStack() as stack:
+            task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
+            if plan.task.ignored:
+                fields = ", ".join(note.field for note in plan.task.ignored)
+                console.print(f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]")
             sandbox = create_sandbox(plan.config.sandbox, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
                 proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)
                 network = f"network {plan.task.spec.environment.network}"
                 if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
-                    network = "the host's network"
+                    network = "the host's network; cpus and memory not limited"
                 console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
@@ -160,7 +166,7 @@ async def execute_rollout(
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
-            outcome = await _run_agent(sandbox, plan, proxy, env | agent_env, console)
+            outcome = await _run_agent(sandbox, plan, proxy, env | task_env | agent_env, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
@@ -172,7 +178,7 @@ async def execute_rollout(
             _apply_outcome(result, outcome, plan)
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier")
+                verdict = await verify(sandbox, plan.task, env | task_env, plan.run_dir / "verifier")
                 result.rewards = verdict.rewards
                 result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     except Exception as exc:  # every failure ends in status error, never null
@@ -346,6 +352,7 @@ async def _run_agent(
         solution_dir = layout.path(plan.task.solution_mount)
         await sandbox.upload_dir(plan.task.solution_dir, solution_dir)
         agent_env["REROLL_SOLUTION_DIR"] = solution_dir
+        agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= plan.agent.launch_env(
             base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from reroll.childenv import SECRET_NAME
 from reroll.errors import TaskError
 
 SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", re.IGNORECASE)
@@ -221,3 +223,36 @@ def prompt_of(body: str) -> tuple[str, list[tuple[str, str]]]:
         sections[match.group(1).lower()] = body[match.end() : end]
     prompt = sections.pop("prompt", body[: matches[0].start()])
     return prompt, [(f"## {name}", "task.md roles, scenes and simulated users are not supported") for name in sections]
+
+
+TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")
+"""Harbor's host-variable template in a task's env values: ``${VAR}`` or ``${VAR:-default}``."""
+
+
+def resolve_env(env: dict[str, str], environ: Mapping[str, str], field: str) -> dict[str, str]:
+    """`env` (a task's ``environment.env``, ``verifier.env`` or ``solution.env``) with each value
+    that is a template (`TEMPLATE`) replaced by the host's variable, as Harbor resolves them.
+
+    Raises:
+        TaskError: a template names a variable the host lacks and gives no default, or one named
+            like a secret (a provider key must never reach the sandbox: the LLM proxy holds it).
+    """
+    resolved: dict[str, str] = {}
+    for name, value in env.items():
+        match = TEMPLATE.fullmatch(value)
+        if match is None:
+            resolved[name] = value
+            continue
+        variable, default = match.group(1), match.group(2)
+        if SECRET_NAME.search(variable):
+            raise TaskError(
+                f"{field}.{name} asks for the host's {variable}, which looks like a secret: reroll never "
+                "passes the host's keys into a sandbox (agents reach models through the LLM proxy)"
+            )
+        if variable in environ:
+            resolved[name] = environ[variable]
+        elif default is not None:
+            resolved[name] = default
+        else:
+            raise TaskError(f"{field}.{name} needs the host variable {variable}, which is not set")
+    return resolved

@@ -17,7 +17,7 @@ def test_native_task_loads_front_matter_and_prompt(examples: Path) -> None:
     assert task.instruction.startswith("The unit tests in `test_calc.py` fail.")
     assert task.spec.agent.timeout_sec == 300
     assert task.spec.environment.network == "none"
-    assert task.verifier_mount == "verifier"
+    assert task.verifier_mount == "/verifier"
     assert task.solution_dir == examples / "fix-failing-test" / "oracle"
     assert task.workspace_seed_dir is not None and (task.workspace_seed_dir / "calc.py").is_file()
 
@@ -27,7 +27,7 @@ def test_legacy_task_loads_toml_and_instruction(examples: Path) -> None:
     assert task.layout == "legacy"
     assert task.spec.verifier.timeout_sec == 60
     assert task.verifier_dir.name == "tests"
-    assert task.solution_mount == "solution"
+    assert task.solution_mount == "/solution"
     assert "wordcount.py" in task.instruction
 
 
@@ -78,7 +78,7 @@ def test_missing_verifier_script(tmp_path: Path, examples: Path) -> None:
     task_dir = tmp_path / "t"
     shutil.copytree(examples / "hello-file", task_dir)
     (task_dir / "verifier" / "test.sh").unlink()
-    with pytest.raises(TaskError, match=r"test\.sh is missing"):
+    with pytest.raises(TaskError, match=r"verifier entry point is missing"):
         load_task(task_dir)
 
 

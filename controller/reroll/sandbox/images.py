@@ -314,16 +314,28 @@ def task_image(
 ) -> str:
     """The image a task's containers run: its Dockerfile's image, built when missing.
 
-    A task without ``environment/Dockerfile`` runs in `base` itself. The images of the
+    A task without ``environment/Dockerfile`` runs its ``environment.docker_image`` (mapped per
+    `image_map`; it must be local), else `base` itself. The images of the
     Dockerfile's FROM lines are first replaced per `image_map` (source → replacement); each
     stage then trusts the host's CA bundle (`trust_host_ca`), when the host has one.
 
     Raises:
-        ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled).
+        ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled),
+            or the task's ``docker_image`` is not local.
         ImageBuildError: the task's Dockerfile failed to build otherwise (the message carries the log).
     """
     if task.dockerfile is None:
-        return base
+        declared = task.spec.environment.docker_image
+        if declared is None:
+            return base
+        image = (image_map or {}).get(declared, declared)
+        if not _exists(client, image):
+            raise ImageUnavailableError(
+                f"task {task.name} runs the prebuilt image {image} (environment.docker_image), which is "
+                f"not a local image. Remedies: build or tag it locally (docker tag IMAGE {image}), or map "
+                f"it to a local image: reroll run … --image-map {declared}={BASE_ALIAS}"
+            )
+        return image
     context = task.dockerfile.parent
     dockerfile, bases = map_from_lines(task.dockerfile.read_text(encoding="utf-8"), image_map or {})
     ca_bundle = host_ca_bundle()
