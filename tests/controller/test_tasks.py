@@ -86,3 +86,64 @@ def test_find_task_prefers_tasks_dir(examples: Path) -> None:
     assert find_task("hello-file", examples).path == examples / "hello-file"
     with pytest.raises(TaskError, match="looked in"):
         find_task("no-such-task", examples)
+
+
+def write_task(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+BENCHFLOW_NATIVE = {
+    "task.md": "---\nsandbox:\n  memory_mb: 512\nverifier:\n  hardening:\n    cleanup_conftests: true\n---\n\n"
+    "## prompt\n\nSay hello.\n",
+    "tests/test.sh": "#!/bin/sh\n",
+}
+
+
+def test_benchflow_native_task_with_tests_folder_and_prompt_heading(tmp_path: Path) -> None:
+    task = load_task(write_task(tmp_path, BENCHFLOW_NATIVE))
+    assert task.instruction == "Say hello.\n"
+    assert task.verifier_dir == tmp_path / "tests" and task.verifier_mount == "/tests"
+    assert task.spec.environment.memory_mb == 512
+    assert task.ignored == []
+
+
+def test_task_md_that_does_not_load_falls_back_to_task_toml(tmp_path: Path) -> None:
+    files = {
+        **BENCHFLOW_NATIVE,
+        "task.md": "---\nagent: [unclosed\n---\nHi\n",
+        "task.toml": '[environment]\nmemory = "4G"\n',
+        "instruction.md": "From the toml.\n",
+    }
+    task = load_task(write_task(tmp_path, files))
+    assert task.layout == "legacy" and task.instruction == "From the toml.\n"
+    assert task.spec.environment.memory_mb == 4096
+    assert task.ignored[0].field == "task.md" and "invalid YAML" in task.ignored[0].note
+
+
+def test_both_configurations_broken_names_both(tmp_path: Path) -> None:
+    files = {**BENCHFLOW_NATIVE, "task.md": "---\nagent: [unclosed\n---\nHi\n", "task.toml": "[agent\n"}
+    with pytest.raises(TaskError, match=r"(?s)task\.md: invalid YAML.*task\.toml does not load either.*invalid TOML"):
+        load_task(write_task(tmp_path, files))
+
+
+def test_a_valid_task_md_beside_task_toml_wins_and_says_so(tmp_path: Path) -> None:
+    files = {**BENCHFLOW_NATIVE, "task.toml": "[agent]\n", "instruction.md": "other\n"}
+    task = load_task(write_task(tmp_path, files))
+    assert task.layout == "native" and [note.field for note in task.ignored] == ["task.toml"]
+
+
+def test_conventions_per_layout(examples: Path, tmp_path: Path) -> None:
+    native, legacy = load_task(examples / "native-verifier"), load_task(examples / "harbor-ctrf")
+    assert (native.agent_user, native.verifier_mount, native.solution_mount) == ("agent", "/verifier", "/oracle")
+    assert (legacy.agent_user, legacy.verifier_mount, legacy.solution_mount) == (None, "/tests", "/solution")
+    assert native.workdir is None and load_task(examples / "skillsbench-yaml").workdir == "/root"
+    files = {**BENCHFLOW_NATIVE, "task.md": "---\nagent:\n  user: root\n---\nHi\n"}
+    assert load_task(write_task(tmp_path, files)).agent_user == "root"
+
+
+def test_prompt_prefix_goes_before_the_prompt(tmp_path: Path) -> None:
+    files = {**BENCHFLOW_NATIVE, "task.md": "---\nagent:\n  prompt_prefix: Do not cheat.\n---\nSay hello.\n"}
+    assert load_task(write_task(tmp_path, files)).instruction == "Do not cheat.\n\nSay hello.\n"

@@ -1,0 +1,48 @@
+"""The example tasks of both benchmark layouts, each run by the `oracle` agent to reward 1.0 with
+the real `reroll run`, once per sandbox backend (docker builds each task's image once; the second
+run of the module reuses it):
+
+- ``harbor-ctrf``: Terminal-Bench / Harbor legacy layout, root in /app, pytest with the CTRF plugin
+  installed in its image;
+- ``skillsbench-yaml``: SkillsBench-style task.toml, workdir /root, PyYAML installed in its image;
+- ``native-verifier``: benchflow's native task.md (``sandbox:``, ``## prompt``, ``verifier/``),
+  whose environment variable reaches the oracle and the verifier.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REROLL = str(Path(sys.executable).parent / "reroll")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
+pytestmark = pytest.mark.slow
+
+PLUGINS_BLOCKED = pytest.mark.xfail(
+    reason="verifier hardening (PYTEST_DISABLE_PLUGIN_AUTOLOAD) blocks the root-owned ctrf plugin of the "
+    "image, so `pytest --ctrf` is refused; issue 11 item 3 (the plugins branch) lets such plugins load",
+    strict=True,
+)
+
+
+@pytest.mark.parametrize(
+    "example", [pytest.param("harbor-ctrf", marks=PLUGINS_BLOCKED), "skillsbench-yaml", "native-verifier"]
+)
+def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [REROLL, "run", str(EXAMPLES / example), "--agent", "oracle", "--sandbox", sandbox_backend,
+         "--jobs-dir", str(tmp_path), "--job-name", "j"],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    print(done.stdout, done.stderr, sep="\n")
+    assert done.returncode == 0
+    (run,) = (tmp_path / "j").iterdir()
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}, (run / "verifier" / "test-stderr.txt").read_text()[-2000:]
