@@ -12,6 +12,7 @@ run of the module reuses it):
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,19 @@ PLUGINS_BLOCKED = pytest.mark.xfail(
 )
 def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [REROLL, "run", str(EXAMPLES / example), "--agent", "oracle", "--sandbox", sandbox_backend,
-         "--jobs-dir", str(tmp_path), "--job-name", "j"],
+        [
+            REROLL,
+            "run",
+            str(EXAMPLES / example),
+            "--agent",
+            "oracle",
+            "--sandbox",
+            sandbox_backend,
+            "--jobs-dir",
+            str(tmp_path),
+            "--job-name",
+            "j",
+        ],
         capture_output=True,
         text=True,
         timeout=1500,
@@ -46,3 +58,20 @@ def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path:
     result = json.loads((run / "result.json").read_text())
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"] == {"reward": 1.0}, (run / "verifier" / "test-stderr.txt").read_text()[-2000:]
+
+
+@pytest.mark.parametrize(
+    "example", [pytest.param("harbor-ctrf", marks=PLUGINS_BLOCKED), "skillsbench-yaml", "native-verifier"]
+)
+def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
+    oracle_run(EXAMPLES / example, sandbox_backend, tmp_path)
+
+
+def test_declared_pytest_plugin_loads(sandbox_backend: str, tmp_path: Path) -> None:
+    """benchflow's ``verifier.pytest_plugins`` (mapped onto reroll's hardening option) lets the
+    image's ctrf plugin load (``-p ctrf``), so the Harbor example's ``pytest --ctrf`` runs."""
+    task = tmp_path / "harbor-ctrf"  # the same folder name: the same image
+    shutil.copytree(EXAMPLES / "harbor-ctrf", task)
+    config = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(config.replace("[verifier]\n", '[verifier]\npytest_plugins = ["ctrf"]\n'))
+    oracle_run(task, sandbox_backend, tmp_path / "jobs")

@@ -149,7 +149,9 @@ async def execute_rollout(
             task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
             if plan.task.ignored:
                 fields = ", ".join(note.field for note in plan.task.ignored)
-                console.print(f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]")
+                console.print(
+                    f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]"
+                )
             sandbox = create_sandbox(plan.config.sandbox, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():

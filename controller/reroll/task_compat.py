@@ -3,7 +3,7 @@ mapped onto one of reroll's, or reported once as ignored — never silently drop
 foreign field is never an error.
 
 Sources (read in November 2026): Harbor's ``TaskConfig`` (``harbor/models/task/config.py``,
-schema 1.1–1.4: ``[environment]`` with ``memory``/``storage`` strings, ``allow_internet``,
+schema 1.1 to 1.4: ``[environment]`` with ``memory``/``storage`` strings, ``allow_internet``,
 ``network_mode``, ``workdir``, ``[agent] user``, ``[verifier] env``/``user``, ``[solution] env``,
 ``[[steps]]``, ``artifacts``), which ignores unknown keys; benchflow's ``TaskConfig``
 (``benchflow/task/config.py``), which spells the environment ``sandbox`` and the solution
@@ -39,7 +39,10 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     # path: (why reroll ignores it, values that ask for nothing beyond what reroll does anyway)
     "task": ("package metadata (org/name, authors, keywords) is informational", ()),
     "source": ("informational", ()),
-    "reward": ("task-level reward expressions are not supported: the verifier's reward file is the reward", ()),
+    "reward": (
+        "task-level reward expressions are not supported: the verifier's reward file is the reward",
+        (),
+    ),
     "artifacts": ("copying paths out of the sandbox after the run is not supported", ([],)),
     "steps": ("multi-step tasks are not supported: the task runs as one step", (None, [])),
     "multi_step_reward_strategy": ("multi-step tasks are not supported", (None,)),
@@ -53,7 +56,10 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "agent.allowed_hosts": ("host allowlists are " + _NOT_ENFORCED, (None, [])),
     "verifier.type": ("only test-script verifiers run (test.sh)", ("test-script",)),
     "verifier.user": ("the verifier runs as root", (None, "root", 0)),
-    "verifier.network_mode": ("a per-phase network policy: the task's policy applies to every phase", (None,)),
+    "verifier.network_mode": (
+        "a per-phase network policy: the task's policy applies to every phase",
+        (None,),
+    ),
     "verifier.allowed_hosts": ("host allowlists are " + _NOT_ENFORCED, (None, [])),
     "verifier.service": ("the verifier runs in the agent's sandbox", ("main",)),
     "verifier.sandbox_mode": ("the verifier runs in the agent's sandbox", (None, "shared")),
@@ -74,8 +80,14 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.healthcheck": ("no healthcheck runs: the sandbox is ready when its sidecar is", (None,)),
     "environment.setup_commands": ("setup commands do not run (bake them into the Dockerfile)", ([],)),
     "environment.bugswarm_image_tag": ("informational", (None,)),
-    "environment.allowed_hosts": ("host allowlists are " + _NOT_ENFORCED + ": network_mode allowlist runs as full", (None, [])),
-    "environment.storage_mb": ("disk use is " + _NOT_ENFORCED + " (Docker's storage driver here has no size option)", (10240,)),
+    "environment.allowed_hosts": (
+        "host allowlists are " + _NOT_ENFORCED + ": network_mode allowlist runs as full",
+        (None, []),
+    ),
+    "environment.storage_mb": (
+        "disk use is " + _NOT_ENFORCED + " (Docker's storage driver here has no size option)",
+        (10240,),
+    ),
     "solution.timeout_sec": ("the oracle agent has the agent's timeout", (None,)),
 }
 """Every field of Harbor's and benchflow's schemas that reroll does not model, with the reason.
@@ -184,14 +196,19 @@ def split_ignored(data: dict[str, Any], model: type[BaseModel], prefix: str = ""
                 ignored += split_ignored(data[key], sub, f"{path}.")
             continue
         value = data.pop(key)
-        reason, harmless = IGNORED.get(path, ("unknown field (not in reroll's, Harbor's or benchflow's task schema)", ()))
+        reason, harmless = IGNORED.get(
+            path, ("unknown field (not in reroll's, Harbor's or benchflow's task schema)", ())
+        )
         if not _harmless(value, harmless):
             ignored.append((path, reason))
     return ignored
 
 
 def _harmless(value: Any, harmless: tuple[Any, ...]) -> bool:
-    return any(value == candidate and isinstance(value, bool) == isinstance(candidate, bool) for candidate in harmless)
+    return any(
+        value == candidate and isinstance(value, bool) == isinstance(candidate, bool)
+        for candidate in harmless
+    )
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -203,7 +220,8 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 PROMPT_SECTIONS = re.compile(
-    r"^##\s+(prompt|role:[A-Za-z0-9_.-]+|scene:[A-Za-z0-9_.-]+|user-persona)\s*$", re.IGNORECASE | re.MULTILINE
+    r"^##\s+(prompt|role:[A-Za-z0-9_.-]+|scene:[A-Za-z0-9_.-]+|user-persona)\s*$",
+    re.IGNORECASE | re.MULTILINE,
 )
 """benchflow's reserved task.md body headings (``benchflow/task/_document_parse.py``)."""
 
@@ -222,7 +240,9 @@ def prompt_of(body: str) -> tuple[str, list[tuple[str, str]]]:
         end = matches[index + 1].start() if index + 1 < len(matches) else len(body)
         sections[match.group(1).lower()] = body[match.end() : end]
     prompt = sections.pop("prompt", body[: matches[0].start()])
-    return prompt, [(f"## {name}", "task.md roles, scenes and simulated users are not supported") for name in sections]
+    return prompt, [
+        (f"## {name}", "task.md roles, scenes and simulated users are not supported") for name in sections
+    ]
 
 
 TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")

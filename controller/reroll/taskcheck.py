@@ -70,7 +70,10 @@ def resolved(task: Task) -> list[tuple[str, str]]:
     hardening = spec.verifier.hardening
     plugins = ", ".join(hardening.pytest_plugins) or "none"
     return [
-        ("layout", f"{task.layout} ({'task.md' if task.layout == 'native' else 'task.toml + instruction.md'})"),
+        (
+            "layout",
+            f"{task.layout} ({'task.md' if task.layout == 'native' else 'task.toml + instruction.md'})",
+        ),
         ("image (docker)", image),
         ("workdir", task.workdir or f"the image's WORKDIR, else {DEFAULT_WORKDIR}"),
         ("agent user", task.agent_user or "the image's USER, else root"),
@@ -80,7 +83,10 @@ def resolved(task: Task) -> list[tuple[str, str]]:
         ("env", _keys(environment.env)),
         ("verifier env", _keys(spec.verifier.env)),
         ("solution env", _keys(spec.solution.env)),
-        ("cpus / memory / pids", f"{environment.cpus:g} / {environment.memory_mb} MiB / {environment.pids_max}"),
+        (
+            "cpus / memory / pids",
+            f"{environment.cpus:g} / {environment.memory_mb} MiB / {environment.pids_max}",
+        ),
         ("network", environment.network),
         ("timeouts", f"agent {spec.agent.timeout_sec:g} s, verifier {spec.verifier.timeout_sec:g} s"),
         ("pytest plugins", f"{plugins}; autoload {'on' if hardening.plugin_autoload else 'off'}"),

@@ -312,7 +312,9 @@ def _load_legacy(path: Path) -> Task:
 def _spec(raw: object, source: Path) -> tuple[TaskSpec, list[tuple[str, str]], list[tuple[str, str]]]:
     """`raw` normalised (`reroll.task_compat`) and validated: the spec, the ignored and the mapped fields."""
     if not isinstance(raw, dict):
-        raise TaskError(f"{source}: invalid task configuration: a mapping is expected, not {type(raw).__name__}")
+        raise TaskError(
+            f"{source}: invalid task configuration: a mapping is expected, not {type(raw).__name__}"
+        )
     try:
         data, mapped = normalise(raw)
     except TaskError as exc:

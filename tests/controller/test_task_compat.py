@@ -14,7 +14,9 @@ def spec(raw: dict) -> tuple[TaskSpec, list[tuple[str, str]]]:
     return TaskSpec.model_validate(data), ignored
 
 
-@pytest.mark.parametrize(("size", "mib"), [("4G", 4096), ("512M", 512), ("1.5G", 1536), ("2Gi", 2048), (768, 768)])
+@pytest.mark.parametrize(
+    ("size", "mib"), [("4G", 4096), ("512M", 512), ("1.5G", 1536), ("2Gi", 2048), (768, 768)]
+)
 def test_sizes_as_harbor_writes_them(size: object, mib: int) -> None:
     assert parse_size_mib(size, "environment.memory") == mib
 
@@ -82,7 +84,13 @@ def test_both_spellings_of_one_section_are_refused() -> None:
 def test_foreign_fields_are_reported_once_with_the_reason_and_defaults_are_not() -> None:
     _, ignored = spec(
         {
-            "environment": {"gpus": 0, "mcp_servers": [], "os": "linux", "gpus_extra": 1, "build_timeout_sec": 600},
+            "environment": {
+                "gpus": 0,
+                "mcp_servers": [],
+                "os": "linux",
+                "gpus_extra": 1,
+                "build_timeout_sec": 600,
+            },
             "verifier": {"type": "test-script", "service": "main", "judge": {"model": "m"}},
             "steps": [{"name": "one"}],
             "artifacts": [],
@@ -96,7 +104,11 @@ def test_foreign_fields_are_reported_once_with_the_reason_and_defaults_are_not()
 
 def test_a_foreign_field_asking_for_more_is_reported() -> None:
     _, ignored = spec({"environment": {"gpus": 2, "storage": "20G"}, "verifier": {"user": "tester"}})
-    assert sorted(field for field, _ in ignored) == ["environment.gpus", "environment.storage_mb", "verifier.user"]
+    assert sorted(field for field, _ in ignored) == [
+        "environment.gpus",
+        "environment.storage_mb",
+        "verifier.user",
+    ]
 
 
 def test_a_typo_in_a_field_of_reroll_is_still_an_error_of_its_type() -> None:

@@ -16,7 +16,8 @@ def test_task_check_of_a_mixed_folder(tmp_path: Path, examples: Path) -> None:
     (foreign / "tests" / "test.sh").write_text("#!/bin/sh\n")
     (foreign / "instruction.md").write_text("Do it.\n")
     (foreign / "task.toml").write_text(
-        'version = "1.0"\n[environment]\nmemory = "4G"\ngpus = 1\nallow_internet = false\n[[steps]]\nname = "a"\n'
+        'version = "1.0"\n[environment]\nmemory = "4G"\ngpus = 1\nallow_internet = false\n'
+        '[[steps]]\nname = "a"\n'
     )
     broken = tmp_path / "broken"
     broken.mkdir()

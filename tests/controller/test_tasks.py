@@ -96,8 +96,8 @@ def write_task(folder: Path, files: dict[str, str]) -> Path:
 
 
 BENCHFLOW_NATIVE = {
-    "task.md": "---\nsandbox:\n  memory_mb: 512\nverifier:\n  hardening:\n    cleanup_conftests: true\n---\n\n"
-    "## prompt\n\nSay hello.\n",
+    "task.md": "---\nsandbox:\n  memory_mb: 512\nverifier:\n  hardening:\n    cleanup_conftests: true\n"
+    "---\n\n## prompt\n\nSay hello.\n",
     "tests/test.sh": "#!/bin/sh\n",
 }
 
@@ -125,7 +125,9 @@ def test_task_md_that_does_not_load_falls_back_to_task_toml(tmp_path: Path) -> N
 
 def test_both_configurations_broken_names_both(tmp_path: Path) -> None:
     files = {**BENCHFLOW_NATIVE, "task.md": "---\nagent: [unclosed\n---\nHi\n", "task.toml": "[agent\n"}
-    with pytest.raises(TaskError, match=r"(?s)task\.md: invalid YAML.*task\.toml does not load either.*invalid TOML"):
+    with pytest.raises(
+        TaskError, match=r"(?s)task\.md: invalid YAML.*task\.toml does not load either.*invalid TOML"
+    ):
         load_task(write_task(tmp_path, files))
 
 
@@ -137,7 +139,11 @@ def test_a_valid_task_md_beside_task_toml_wins_and_says_so(tmp_path: Path) -> No
 
 def test_conventions_per_layout(examples: Path, tmp_path: Path) -> None:
     native, legacy = load_task(examples / "native-verifier"), load_task(examples / "harbor-ctrf")
-    assert (native.agent_user, native.verifier_mount, native.solution_mount) == ("agent", "/verifier", "/oracle")
+    assert (native.agent_user, native.verifier_mount, native.solution_mount) == (
+        "agent",
+        "/verifier",
+        "/oracle",
+    )
     assert (legacy.agent_user, legacy.verifier_mount, legacy.solution_mount) == (None, "/tests", "/solution")
     assert native.workdir is None and load_task(examples / "skillsbench-yaml").workdir == "/root"
     files = {**BENCHFLOW_NATIVE, "task.md": "---\nagent:\n  user: root\n---\nHi\n"}

@@ -96,11 +96,14 @@ case $user in *[!0-9]*) ;; *) uid=$user
   [ -n "$user" ] || user={AGENT_USER} ;;
 esac
 if ! grep -q "^$user:" /etc/passwd; then
-  if command -v useradd >/dev/null 2>&1; then useradd --create-home --shell /bin/sh ${{uid:+--uid "$uid"}} "$user"
+  if command -v useradd >/dev/null 2>&1; then
+    useradd --create-home --shell /bin/sh ${{uid:+--uid "$uid"}} "$user"
   elif command -v adduser >/dev/null 2>&1; then adduser -D -s /bin/sh ${{uid:+-u "$uid"}} "$user"
   else
     n=${{uid:-1000}}
-    while [ -z "$uid" ] && cut -d: -f3 /etc/passwd /etc/group 2>/dev/null | grep -qx "$n"; do n=$((n + 1)); done
+    while [ -z "$uid" ] && cut -d: -f3 /etc/passwd /etc/group 2>/dev/null | grep -qx "$n"; do
+      n=$((n + 1))
+    done
     echo "$user:x:$n:$n::/home/$user:/bin/sh" >>/etc/passwd
     echo "$user:x:$n:" >>/etc/group
     mkdir -p "/home/$user"
@@ -274,7 +277,9 @@ class DockerSandbox(SidecarSandbox):
                 raise SandboxError(f"setting up the container failed: {setup.output_text()[-2000:]}")
             user, home = setup.stdout.decode().split()[-2:]
             # The sidecar's own user (root) is "": quiesce then kills every process Exec started.
-            self.layout = dataclasses.replace(self.layout, home=home, agent_user="" if user == "root" else user)
+            self.layout = dataclasses.replace(
+                self.layout, home=home, agent_user="" if user == "root" else user
+            )
             if self.task.dockerfile is None and self.task.workspace_seed_dir is not None:
                 await self.upload_dir(self.task.workspace_seed_dir, self.layout.workspace)
                 if self.layout.agent_user:

@@ -8,8 +8,12 @@ from pathlib import Path
 SCRIPT = Path(os.environ.get("REROLL_WORKSPACE", "/app")) / "fizzbuzz.py"
 
 
+def word(i: int) -> str:
+    return "FizzBuzz" if i % 15 == 0 else "Fizz" if i % 3 == 0 else "Buzz" if i % 5 == 0 else str(i)
+
+
 def expected(n: int) -> list[str]:
-    return ["FizzBuzz" if i % 15 == 0 else "Fizz" if i % 3 == 0 else "Buzz" if i % 5 == 0 else str(i) for i in range(1, n + 1)]
+    return [word(i) for i in range(1, n + 1)]
 
 
 def run(n: int) -> list[str]:

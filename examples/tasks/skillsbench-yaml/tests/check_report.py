@@ -13,7 +13,8 @@ for item in items:
     expected[item["category"]] = expected.get(item["category"], 0) + item["quantity"] * item["unit_price"]
 try:
     report = json.loads((workdir / "report.json").read_text())
-    ok = set(report) == set(expected) and all(abs(report[k] - round(v, 2)) < 0.005 for k, v in expected.items())
+    ok = set(report) == set(expected)
+    ok = ok and all(abs(report[name] - round(total, 2)) < 0.005 for name, total in expected.items())
 except (OSError, ValueError, TypeError):
     ok = False
 print(1 if ok else 0)
