@@ -23,11 +23,19 @@ REROLL = str(Path(sys.executable).parent / "reroll")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
 pytestmark = pytest.mark.slow
 
-PLUGINS_BLOCKED = pytest.mark.xfail(
-    reason="verifier hardening (PYTEST_DISABLE_PLUGIN_AUTOLOAD) blocks the root-owned ctrf plugin of the "
-    "image, so `pytest --ctrf` is refused; issue 11 item 3 (the plugins branch) lets such plugins load",
-    strict=True,
-)
+PLUGINS_BLOCKED = {
+    "docker": pytest.mark.xfail(
+        reason="verifier hardening (PYTEST_DISABLE_PLUGIN_AUTOLOAD) blocks the root-owned ctrf plugin of the "
+        "image, so `pytest --ctrf` is refused; issue 11 item 3 (the plugins branch) lets such plugins load",
+        strict=True,
+    ),
+    "local": pytest.mark.xfail(
+        reason="the local sandbox has no image: test.sh installs pytest-json-ctrf into a throwaway venv at "
+        "verify time, and hardening blocks a plugin that was not there before the agent ran",
+        strict=False,
+    ),
+}
+"""Why ``harbor-ctrf`` scores 0 for now, per backend (its ``pytest --ctrf`` needs the plugin)."""
 
 
 def oracle_run(task: Path, sandbox_backend: str, tmp_path: Path) -> None:
@@ -47,10 +55,12 @@ def oracle_run(task: Path, sandbox_backend: str, tmp_path: Path) -> None:
     assert result["rewards"] == {"reward": 1.0}, (run / "verifier" / "test-stderr.txt").read_text()[-2000:]
 
 
-@pytest.mark.parametrize(
-    "example", [pytest.param("harbor-ctrf", marks=PLUGINS_BLOCKED), "skillsbench-yaml", "native-verifier"]
-)
-def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("example", ["harbor-ctrf", "skillsbench-yaml", "native-verifier"])
+def test_oracle_reaches_reward_one(
+    example: str, sandbox_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if example == "harbor-ctrf":
+        request.applymarker(PLUGINS_BLOCKED[sandbox_backend])
     oracle_run(EXAMPLES / example, sandbox_backend, tmp_path)
 
 
