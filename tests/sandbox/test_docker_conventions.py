@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from reroll.errors import ImageUnavailableError
 from reroll.sandbox.docker import DockerSandbox
 from reroll.tasks import load_task
 
@@ -60,3 +61,14 @@ async def test_legacy_defaults_are_the_images_user_and_workdir(tmp_path: Path) -
 
 async def test_legacy_default_without_user_is_root_in_app(tmp_path: Path) -> None:
     assert await who_and_where(tmp_path, "") == ("", "root", "/app")
+
+
+async def test_a_prebuilt_docker_image_runs_when_there_is_no_dockerfile(tmp_path: Path) -> None:
+    config = '[environment]\ndocker_image = "reroll/base:bookworm"\nworkdir = "/work"\n'
+    assert await who_and_where(tmp_path, config) == ("", "root", "/work")
+
+
+async def test_a_docker_image_that_is_not_local_names_the_remedies(tmp_path: Path) -> None:
+    config = '[environment]\ndocker_image = "example.invalid/nothing:1"\n'
+    with pytest.raises(ImageUnavailableError, match=r"(?s)example\.invalid/nothing:1.*--image-map"):
+        await who_and_where(tmp_path, config)
