@@ -31,6 +31,7 @@ SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", re.IGNORECASE)
 """A size as Harbor writes it (``"4G"``, ``"512M"``, ``"1.5Gi"``); the unit is binary (1G = 1024M)."""
 MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "": 1 / (1024 * 1024)}
 
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 NETWORK_MODES = {"public": "full", "no-network": "none", "allowlist": "full"}
 """Harbor's and benchflow's ``network_mode`` → reroll's network policy."""
 
@@ -46,6 +47,7 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "artifacts": ("copying paths out of the sandbox after the run is not supported", ([],)),
     "steps": ("multi-step tasks are not supported: the task runs as one step", (None, [])),
     "multi_step_reward_strategy": ("multi-step tasks are not supported", (None,)),
+    "multi_step_reward_mode": ("multi-step tasks are not supported", (None,)),
     "agents": ("task.md roles are not supported: one agent runs the task", ()),
     "scenes": ("task.md scenes are not supported: the prompt is sent once", ()),
     "user": ("task.md simulated users are not supported", ()),
@@ -118,8 +120,9 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     Harbor), ``network_mode``/``allow_internet`` to ``network`` (``network_mode`` first, as in
     Harbor's ``resolve_baseline``; reroll's own ``network`` wins over both), a numeric
     ``agent.user`` to its string, ``verifier.pytest_plugins`` and
-    ``verifier.hardening.cleanup_conftests`` to reroll's hardening options, and the package
-    name ``task.name`` (``org/name``) to ``name`` when the task has none.
+    ``verifier.hardening.cleanup_conftests`` to reroll's hardening options, SkillsBench's
+    ``[solution] FOO = "..."`` to ``solution.env``, and the package name ``task.name``
+    (``org/name``) to ``name`` when the task has none.
 
     Returns:
         ``(mapping, [(field, what it became)])``; `raw` is not changed.
@@ -142,6 +145,9 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
         data["name"] = str(package["name"]).rpartition("/")[2]
         mapped.append(("task.name", "name"))
     environment = _section(data, "environment")
+    if "image" in environment:  # benchflow's alias
+        environment.setdefault("docker_image", environment.pop("image"))
+        mapped.append(("environment.image", "environment.docker_image"))
     for size in ("memory", "storage"):
         if size in environment:
             environment[f"{size}_mb"] = parse_size_mib(environment.pop(size), f"environment.{size}")
@@ -156,6 +162,11 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
         if mode is None:
             environment.setdefault("network", "full" if allow else "none")
         mapped.append(("environment.allow_internet", f"environment.network = {environment['network']}"))
+    solution = _section(data, "solution")
+    for key in [k for k, v in solution.items() if k not in ("env", "timeout_sec") and isinstance(v, str)]:
+        if ENV_NAME.fullmatch(key):  # SkillsBench's [solution] FOO = "..." shorthand (benchflow)
+            solution.setdefault("env", {})[key] = solution.pop(key)
+            mapped.append((f"solution.{key}", f"solution.env.{key}"))
     agent = _section(data, "agent")
     if isinstance(agent.get("user"), int) and not isinstance(agent["user"], bool):
         agent["user"] = str(agent["user"])

@@ -77,8 +77,16 @@ def resolved(task: Task) -> list[tuple[str, str]]:
         ("image (docker)", image),
         ("workdir", task.workdir or f"the image's WORKDIR, else {DEFAULT_WORKDIR}"),
         ("agent user", task.agent_user or "the image's USER, else root"),
-        ("verifier", f"{task.verifier_dir.name}/test.sh → {task.verifier_mount}, run as root"),
-        ("solution", f"{task.solution_dir.name}/ → {task.solution_mount}" if task.solution_dir else "none"),
+        (
+            "verifier",
+            f"{task.verifier_dir.relative_to(task.path)}/test.sh → {task.verifier_mount}, run as root",
+        ),
+        (
+            "solution",
+            f"{task.solution_dir.relative_to(task.path)}/ → {task.solution_mount}"
+            if task.solution_dir
+            else "none",
+        ),
         ("logs", f"{task.logs_mount} (reward: {task.logs_mount}/verifier/reward.txt or reward.json)"),
         ("env", _keys(environment.env)),
         ("verifier env", _keys(spec.verifier.env)),

@@ -292,8 +292,12 @@ def _load_native(path: Path) -> Task:
             raise TaskError(f"{source}: invalid YAML front matter: {exc}") from exc
         body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
     prompt, sections = prompt_of(body)
+    folders: dict[str, str] = {}
+    if isinstance(front, dict):  # benchflow's path shorthands: `verifier: checks/`, `oracle: ref/`
+        folders = {key: front.pop(key) for key in ("verifier", "oracle") if isinstance(front.get(key), str)}
     spec, ignored, mapped = _spec(front, source)
-    return _task(path, "native", prompt, spec, ignored + sections, mapped)
+    mapped += [(key, f"the folder {folder}") for key, folder in folders.items()]
+    return _task(path, "native", prompt, spec, ignored + sections, mapped, folders)
 
 
 def _load_legacy(path: Path) -> Task:
@@ -333,14 +337,23 @@ def _task(
     spec: TaskSpec,
     ignored: list[tuple[str, str]],
     mapped: list[tuple[str, str]],
+    folders: dict[str, str] | None = None,
 ) -> Task:
     """The task, its verifier and solution folders found as benchflow finds them: ``verifier/``
-    (→ /verifier) else ``tests/`` (→ /tests); ``oracle/`` (→ /oracle) else ``solution/`` (→ /solution)."""
-    verifier = "verifier" if (path / "verifier").is_dir() else "tests"
-    solution = "oracle" if (path / "oracle").is_dir() else "solution"
+    (→ /verifier) else ``tests/`` (→ /tests); ``oracle/`` (→ /oracle) else ``solution/`` (→
+    /solution); `folders` (``{"verifier": PATH, "oracle": PATH}``, task.md's path shorthands)
+    name others, which go to /verifier and /oracle."""
+    folders = folders or {}
+    for key, folder in folders.items():
+        if Path(folder).is_absolute() or ".." in Path(folder).parts:
+            raise TaskError(f"{path}: {key}: {folder!r} must be a relative path inside the task")
+    verifier = folders.get("verifier") or ("verifier" if (path / "verifier").is_dir() else "tests")
+    solution = folders.get("oracle") or ("oracle" if (path / "oracle").is_dir() else "solution")
     if not (path / verifier / "test.sh").is_file():
-        looked = "verifier/test.sh or tests/test.sh"
+        looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"
         raise TaskError(f"{path}: the verifier entry point is missing (looked for {looked})")
+    verifier_mount = "/verifier" if "verifier" in folders else f"/{verifier}"
+    solution_mount = "/oracle" if "oracle" in folders else f"/{solution}"
     if spec.agent.prompt_prefix:
         instruction = f"{spec.agent.prompt_prefix.strip()}\n\n{instruction.strip()}"
     if not instruction.strip():
@@ -353,8 +366,8 @@ def _task(
         spec=spec,
         verifier_dir=path / verifier,
         solution_dir=path / solution if (path / solution).is_dir() else None,
-        verifier_mount=f"/{verifier}",
-        solution_mount=f"/{solution}",
+        verifier_mount=verifier_mount,
+        solution_mount=solution_mount,
         ignored=[FieldNote(field=field, note=note) for field, note in ignored],
         mapped=[FieldNote(field=field, note=note) for field, note in mapped],
     )

@@ -144,3 +144,11 @@ def test_env_templates_resolved_from_the_host() -> None:
 def test_env_templates_never_pass_the_host_secrets_in() -> None:
     with pytest.raises(TaskError, match="looks like a secret"):
         resolve_env({"KEY": "${OPENAI_API_KEY}"}, {"OPENAI_API_KEY": "sk-x"}, "verifier.env")
+
+
+def test_skillsbench_inline_solution_env_and_the_image_alias() -> None:
+    parsed, ignored = spec(
+        {"solution": {"API_URL": "http://x", "env": {"A": "1"}}, "sandbox": {"image": "img:1"}}
+    )
+    assert parsed.solution.env == {"A": "1", "API_URL": "http://x"}
+    assert parsed.environment.docker_image == "img:1" and ignored == []

@@ -153,3 +153,17 @@ def test_conventions_per_layout(examples: Path, tmp_path: Path) -> None:
 def test_prompt_prefix_goes_before_the_prompt(tmp_path: Path) -> None:
     files = {**BENCHFLOW_NATIVE, "task.md": "---\nagent:\n  prompt_prefix: Do not cheat.\n---\nSay hello.\n"}
     assert load_task(write_task(tmp_path, files)).instruction == "Do not cheat.\n\nSay hello.\n"
+
+
+def test_benchflow_path_shorthands_name_the_verifier_and_oracle_folders(tmp_path: Path) -> None:
+    files = {
+        "task.md": "---\nverifier: checks\noracle: reference/\n---\nSay hello.\n",
+        "checks/test.sh": "#!/bin/sh\n",
+        "reference/solve.sh": "#!/bin/sh\n",
+    }
+    task = load_task(write_task(tmp_path, files))
+    assert (task.verifier_dir, task.verifier_mount) == (tmp_path / "checks", "/verifier")
+    assert (task.solution_dir, task.solution_mount) == (tmp_path / "reference/", "/oracle")
+    files["task.md"] = "---\nverifier: ../elsewhere\n---\nSay hello.\n"
+    with pytest.raises(TaskError, match="must be a relative path inside the task"):
+        load_task(write_task(tmp_path, files))
