@@ -38,7 +38,6 @@ from reroll.llm_proxy import LlmProxy, ReplayPlan
 from reroll.models import ModelSpec, live_upstream, model_name, parse_model
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
-from reroll.sandbox.files import workspace_manifest
 from reroll.sandbox.results import ExecResult
 from reroll.task_compat import resolve_env
 from reroll.tasks import Task
@@ -175,7 +174,7 @@ async def execute_rollout(
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
-            manifest = await workspace_manifest(sandbox, sandbox.layout.workspace, env)
+            manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / "workspace_manifest.json", manifest)
             _apply_outcome(result, outcome, plan)
             if outcome.status.stop is None:
