@@ -190,7 +190,8 @@ async def check_manifest_hashes_files_and_follows_no_link(factory: SandboxFactor
         root = f"{sandbox.layout.workspace}/tree"
         await sh(
             sandbox,
-            "mkdir -p tree/src/__pycache__ && cd tree && printf 'print(1)\\n' > src/a.py && printf x > src/__pycache__/a.pyc"
+            "mkdir -p tree/src/__pycache__ && cd tree && printf 'print(1)\\n' > src/a.py"
+            " && printf x > src/__pycache__/a.pyc"
             " && ln -s /etc etc-link && ln -s src/a.py file-link && mkfifo pipe && printf '' > empty",
         )
         manifest = await sandbox.manifest(root)
