@@ -1,0 +1,199 @@
+"""Which pytest plugins the verifier may load, from a scan of the sandbox's ``python3``.
+
+The verifier's pytest runs with plugin autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``), so
+a plugin the agent installed never loads by itself. The plugins that stay loadable, as BenchFlow
+has it (its ``[verifier] pytest_plugins`` and "auto-discovered root-owned plugins"), are passed to
+pytest explicitly as ``-p NAME`` (`addopts`):
+
+- the task's declared ones (``verifier.pytest_plugins``; entry-point or module names), and
+- the image's own: ``pytest11`` entry points of the sandbox's ``python3`` (its ``sys.path`` in
+  isolated mode: no user site, no ``PYTHONPATH``) whose distribution is *trusted* — its metadata
+  folder and the plugin's top-level module or package lie in the same site directory, every file
+  and folder of them is owned by root and writable by nobody else (group root excepted), and so
+  is every folder from ``/`` down to them (a sticky folder such as ``/tmp`` excepted). `scan`
+  runs before the agent (PrepareVerify) and again before the test script (Verify); a name is
+  loaded only if it was trusted both times, and never when some distribution seen at Verify
+  offers the same name untrusted (pytest loads the first one on ``sys.path``, which could be
+  the agent's).
+
+Residual risk (the README's): an agent running as root can edit a trusted plugin's files; a
+``pytest`` started from an agent-writable folder with ``python -m pytest`` imports from that folder
+first (as it would ``pytest`` itself); a test script that runs pytest from another environment
+(``uvx``, a venv) gets the same ``-p`` names, and pytest stops with "Error importing plugin"
+when one of the image's is missing there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from reroll.errors import VerifyError
+
+SCAN_TIMEOUT_SECONDS = 60.0
+
+# Run by the sandbox's python3 in isolated mode (-I) as the sidecar's user, with / as its folder.
+# Prints {"site_dirs": [...], "trusted": {name: dist folder}, "untrusted": {name: dist folder}}.
+# Python 3.8+ (importlib.metadata); an older python3 reports site directories only.
+_SCAN_SCRIPT = r"""
+import json, os, site, stat, sys, sysconfig
+dirs = set(site.getsitepackages()) | {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+dirs |= {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+
+def writable_by_others(st):
+    return st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != 0)
+
+def safe_chain(path):
+    # Every folder from / down to path (as given and resolved) is root's; symlinks root-owned.
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        parts, prefix = candidate.split("/")[1:], "/"
+        for part in [""] + parts:
+            prefix = os.path.join(prefix, part)
+            st = os.lstat(prefix)
+            if st.st_uid != 0:
+                return False
+            sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and prefix != candidate
+            if not stat.S_ISLNK(st.st_mode) and writable_by_others(st) and not sticky:
+                return False
+    return True
+
+def safe_tree(path):
+    if not safe_chain(path):
+        return False
+    for base, folders, files in os.walk(path):
+        for name in folders + files:
+            entry = os.path.join(base, name)
+            st = os.lstat(entry)
+            if st.st_uid != 0 or (not stat.S_ISLNK(st.st_mode) and writable_by_others(st)):
+                return False
+            if stat.S_ISLNK(st.st_mode) and not safe_chain(entry):
+                return False
+    return True
+
+def module_paths(site_dir, module):
+    # The plugin's top-level package folder, module file or extension, in site_dir.
+    top = module.split(":")[0].strip().split(".")[0]
+    found = []
+    for name in os.listdir(site_dir):
+        path = os.path.join(site_dir, name)
+        if name == top + ".py" or (name == top and os.path.isdir(path)):
+            found.append(path)
+        elif name.startswith(top + ".") and name.endswith((".so", ".pyd")):
+            found.append(path)
+    return found
+
+trusted, untrusted = {}, {}
+try:
+    from importlib.metadata import distributions
+except ImportError:
+    distributions = list
+for dist in distributions():
+    folder = getattr(dist, "_path", None)
+    if folder is None:
+        continue
+    folder = str(folder)
+    for ep in dist.entry_points:
+        if ep.group != "pytest11":
+            continue
+        try:
+            paths = module_paths(os.path.dirname(folder), ep.value)
+            ok = bool(paths) and safe_tree(folder) and all(safe_tree(p) for p in paths)
+        except OSError:
+            ok = False
+        (trusted if ok else untrusted).setdefault(ep.name, folder)
+print(json.dumps({"site_dirs": sorted(d for d in dirs if d), "trusted": trusted, "untrusted": untrusted}))
+"""
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What the sandbox's ``python3`` holds: its site directories and its pytest plugins.
+
+    An image without ``python3`` has none of either.
+    """
+
+    site_dirs: list[str] = field(default_factory=list)
+    """Its site directories (absolute paths)."""
+    trusted: dict[str, str] = field(default_factory=dict)
+    """Trusted ``pytest11`` entry points: name → the distribution's metadata folder."""
+    untrusted: dict[str, str] = field(default_factory=dict)
+    """The other ``pytest11`` entry points (some file is not root's, or the module lies elsewhere)."""
+
+
+async def scan(env: dict[str, str]) -> Scan:
+    """Run the scan (module docstring) with the ``python3`` found in `env`'s PATH, from ``/``.
+
+    Raises:
+        VerifyError: ``failed`` when python3 cannot be run, fails, or takes longer than
+            `SCAN_TIMEOUT_SECONDS`.
+    """
+    try:
+        child = await asyncio.create_subprocess_exec(
+            "python3",
+            "-I",
+            "-c",
+            _SCAN_SCRIPT,
+            env=env,
+            cwd="/",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except FileNotFoundError:
+        return Scan()  # an image without python3: nothing to scan (the agent's later ones are new)
+    except OSError as exc:
+        raise VerifyError("failed", f"cannot run python3 to scan its site directories: {exc}") from exc
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), SCAN_TIMEOUT_SECONDS)
+    except asyncio.TimeoutError as exc:  # noqa: UP041 - the sidecar also runs on Python 3.10
+        child.kill()
+        await child.wait()
+        raise VerifyError(
+            "failed", f"python3 did not scan its site directories in {SCAN_TIMEOUT_SECONDS:.0f} s"
+        ) from exc
+    if child.returncode != 0:
+        raise VerifyError("failed", f"python3 failed to scan its site directories: {err.decode()[-2000:]}")
+    found = json.loads(out)
+    return Scan(site_dirs=found["site_dirs"], trusted=found["trusted"], untrusted=found["untrusted"])
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The plugins the test script's pytest gets (`allowed`), and the notes for the hardening report."""
+
+    names: list[str]
+    notes: list[str]
+
+
+def allowed(declared: list[str], before: Scan, now: Scan) -> Allowed:
+    """The plugins to load: the `declared` ones and those trusted in both scans (`before` the
+    agent, `now` before the test script), less every name `now` also finds untrusted.
+
+    Returns:
+        The names, sorted, and one note for what was loaded and one per plugin left out.
+    """
+    names: set[str] = set()
+    notes: list[str] = []
+    for name in sorted(set(declared) | set(before.trusted) | set(before.untrusted) | set(now.untrusted)):
+        if name in now.untrusted:
+            notes.append(
+                f"pytest plugin {name!r} not loaded: {now.untrusted[name]} is writable by others than root"
+                " or its module lies elsewhere"
+            )
+        elif name in declared or (name in before.trusted and now.trusted.get(name) == before.trusted[name]):
+            names.add(name)
+        elif name in before.trusted:
+            notes.append(
+                f"pytest plugin {name!r} not loaded: {before.trusted[name]} changed since the agent started"
+            )
+        else:
+            notes.append(f"pytest plugin {name!r} not loaded: {before.untrusted[name]} is not root's alone")
+    if names:
+        notes.insert(0, "pytest plugins loaded (-p): " + ", ".join(sorted(names)))
+    return Allowed(sorted(names), notes)
+
+
+def addopts(names: list[str]) -> str:
+    """``" -p NAME"`` for each of `names` (entry-point or module names), for ``PYTEST_ADDOPTS``."""
+    return "".join(f" -p {shlex.quote(name)}" for name in names)
