@@ -171,27 +171,32 @@ def allowed(declared: list[str], before: Scan, now: Scan) -> Allowed:
     agent, `now` before the test script), less every name `now` also finds untrusted.
 
     Returns:
-        The names, sorted, and one note for what was loaded and one per plugin left out.
+        The names, sorted, and one note for what was loaded (each name followed by its sources,
+        ``declared`` and/or ``image``) and one per plugin left out.
     """
-    names: set[str] = set()
+    sources: dict[str, str] = {}
     notes: list[str] = []
     for name in sorted(set(declared) | set(before.trusted) | set(before.untrusted) | set(now.untrusted)):
+        image = name in before.trusted and now.trusted.get(name) == before.trusted[name]
         if name in now.untrusted:
             notes.append(
                 f"pytest plugin {name!r} not loaded: {now.untrusted[name]} is writable by others than root"
                 " or its module lies elsewhere"
             )
-        elif name in declared or (name in before.trusted and now.trusted.get(name) == before.trusted[name]):
-            names.add(name)
+        elif name in declared or image:
+            sources[name] = ", ".join(
+                s for s, yes in (("declared", name in declared), ("image", image)) if yes
+            )
         elif name in before.trusted:
             notes.append(
                 f"pytest plugin {name!r} not loaded: {before.trusted[name]} changed since the agent started"
             )
         else:
             notes.append(f"pytest plugin {name!r} not loaded: {before.untrusted[name]} is not root's alone")
-    if names:
-        notes.insert(0, "pytest plugins loaded (-p): " + ", ".join(sorted(names)))
-    return Allowed(sorted(names), notes)
+    if sources:
+        loaded = ", ".join(f"{name} ({source})" for name, source in sorted(sources.items()))
+        notes.insert(0, f"pytest plugins loaded (-p): {loaded}")
+    return Allowed(sorted(sources), notes)
 
 
 def addopts(names: list[str]) -> str:

@@ -116,7 +116,7 @@ def test_allowed_keeps_declared_and_twice_trusted_plugins_and_drops_the_rest() -
     )
     decision = pytest_plugins.allowed(["declared", "spoof"], before, now)
     assert decision.names == ["ctrf", "declared"]
-    assert decision.notes[0] == "pytest plugins loaded (-p): ctrf, declared"
+    assert decision.notes[0] == "pytest plugins loaded (-p): ctrf (image), declared (declared)"
     assert any("'moved' not loaded: /s/a.dist-info changed" in note for note in decision.notes)
     assert any("'spoof' not loaded: /h/spoof.dist-info is writable" in note for note in decision.notes)
     assert any("'mine' not loaded" in note for note in decision.notes)
@@ -186,7 +186,7 @@ async def test_verify_loads_the_image_plugins_and_not_those_installed_after_prep
     assert dict(result.rewards) == {"reward": 0.0}, output
     assert (tmp_path / "stamp.txt").read_text() == "stamped\n", output  # the image plugin's option worked
     loaded = next(note for note in report.notes if note.startswith("pytest plugins loaded (-p): "))
-    assert "stamp_plugin" in loaded and "cheat_plugin" not in loaded
+    assert "stamp_plugin (image)" in loaded and "cheat_plugin" not in loaded
     if owner == AGENT_UID:
         assert any(note.startswith("pytest plugin 'cheat_plugin' not loaded") for note in report.notes)
 
