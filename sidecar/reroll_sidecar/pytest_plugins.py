@@ -120,6 +120,8 @@ class Scan:
     """Trusted ``pytest11`` entry points: name → the distribution's metadata folder."""
     untrusted: dict[str, str] = field(default_factory=dict)
     """The other ``pytest11`` entry points (some file is not root's, or the module lies elsewhere)."""
+    error: str = ""
+    """Why the scan failed (`scan_or_error`); then it found nothing."""
 
 
 async def scan(env: dict[str, str]) -> Scan:
@@ -158,6 +160,15 @@ async def scan(env: dict[str, str]) -> Scan:
     return Scan(site_dirs=found["site_dirs"], trusted=found["trusted"], untrusted=found["untrusted"])
 
 
+async def scan_or_error(env: dict[str, str]) -> Scan:
+    """`scan`, or an empty `Scan` carrying the error when it fails: the image's plugins are then
+    not loaded (the declared ones are), and the hardening report says why."""
+    try:
+        return await scan(env)
+    except VerifyError as exc:
+        return Scan(error=str(exc))
+
+
 @dataclass(frozen=True)
 class Allowed:
     """The plugins the test script's pytest gets (`allowed`), and the notes for the hardening report."""
@@ -193,6 +204,9 @@ def allowed(declared: list[str], before: Scan, now: Scan) -> Allowed:
             )
         else:
             notes.append(f"pytest plugin {name!r} not loaded: {before.untrusted[name]} is not root's alone")
+    notes += [
+        f"the image's pytest plugins are not loaded: {scan.error}" for scan in (before, now) if scan.error
+    ]
     if sources:
         loaded = ", ".join(f"{name} ({source})" for name, source in sorted(sources.items()))
         notes.insert(0, f"pytest plugins loaded (-p): {loaded}")

@@ -198,8 +198,11 @@ class Verifier:
         if in_container:
             roots += SCRATCH_DIRS
         scan = pytest_plugins.Scan()
-        if (options.delete_injected_hooks and in_container) or not options.plugin_autoload:
-            scan = await pytest_plugins.scan({"PATH": DEFAULT_PATH, **request.env})
+        env = {"PATH": DEFAULT_PATH, **request.env}
+        if options.delete_injected_hooks and in_container:  # its site directories are needed
+            scan = await pytest_plugins.scan(env)
+        elif not options.plugin_autoload:
+            scan = await pytest_plugins.scan_or_error(env)
         site_dirs = scan.site_dirs if options.delete_injected_hooks and in_container else []
         hooks: list[str] = []
         if options.delete_injected_hooks:
@@ -354,7 +357,7 @@ class Verifier:
         declared = list(baseline.hardening.pytest_plugins)
         plugins = declared
         if not baseline.hardening.plugin_autoload:
-            now = await pytest_plugins.scan({"PATH": DEFAULT_PATH, **env})
+            now = await pytest_plugins.scan_or_error({"PATH": DEFAULT_PATH, **env})
             decision = pytest_plugins.allowed(declared, baseline.plugins, now)
             plugins = decision.names
             notes.extend(decision.notes)

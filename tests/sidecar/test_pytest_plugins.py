@@ -106,6 +106,19 @@ async def test_scan_without_python3_finds_nothing(tmp_path: Path) -> None:
     assert await pytest_plugins.scan({"PATH": str(tmp_path)}) == Scan()
 
 
+async def test_a_failing_python3_loads_only_the_declared_plugins_and_says_why(tmp_path: Path) -> None:
+    (tmp_path / "python3").write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
+    (tmp_path / "python3").chmod(0o755)
+    failed = await pytest_plugins.scan_or_error({"PATH": str(tmp_path)})
+    assert failed.error.startswith("python3 failed to scan its site directories: broken")
+    decision = pytest_plugins.allowed(["ctrf"], failed, Scan())
+    assert decision.names == ["ctrf"]
+    assert decision.notes == [
+        "pytest plugins loaded (-p): ctrf (declared)",
+        f"the image's pytest plugins are not loaded: {failed.error}",
+    ]
+
+
 def test_allowed_keeps_declared_and_twice_trusted_plugins_and_drops_the_rest() -> None:
     before = Scan(
         trusted={"ctrf": "/s/ctrf.dist-info", "moved": "/s/a.dist-info"}, untrusted={"mine": "/h/m"}
