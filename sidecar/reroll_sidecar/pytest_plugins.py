@@ -36,9 +36,8 @@ SCAN_TIMEOUT_SECONDS = 60.0
 
 # Run by the sandbox's python3 in isolated mode (-I) as the sidecar's user, with / as its folder.
 # Prints {"site_dirs": [...], "trusted": {name: dist folder}, "untrusted": {name: dist folder}}.
-# Python 3.8+ (importlib.metadata); an older python3 reports site directories only.
 _SCAN_SCRIPT = r"""
-import json, os, site, stat, sys, sysconfig
+import configparser, json, os, site, stat, sys, sysconfig
 dirs = set(site.getsitepackages()) | {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
 dirs |= {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
 
@@ -85,24 +84,26 @@ def module_paths(site_dir, module):
     return found
 
 trusted, untrusted = {}, {}
-try:
-    from importlib.metadata import distributions
-except ImportError:
-    distributions = list
-for dist in distributions():
-    folder = getattr(dist, "_path", None)
-    if folder is None:
+for entry in sys.path:  # in sys.path's order, as pytest meets them (importlib.metadata is slower)
+    try:
+        metas = sorted(n for n in os.listdir(entry) if n.endswith((".dist-info", ".egg-info")))
+    except OSError:
         continue
-    folder = str(folder)
-    for ep in dist.entry_points:
-        if ep.group != "pytest11":
-            continue
+    for meta in metas:
+        folder = os.path.join(entry, meta)
+        points = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+        points.optionxform = str
         try:
-            paths = module_paths(os.path.dirname(folder), ep.value)
-            ok = bool(paths) and safe_tree(folder) and all(safe_tree(p) for p in paths)
-        except OSError:
-            ok = False
-        (trusted if ok else untrusted).setdefault(ep.name, folder)
+            points.read(os.path.join(folder, "entry_points.txt"), encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError):
+            continue
+        for name, value in points.items("pytest11") if points.has_section("pytest11") else []:
+            try:
+                paths = module_paths(entry, value)
+                ok = bool(paths) and safe_tree(folder) and all(safe_tree(p) for p in paths)
+            except OSError:
+                ok = False
+            (trusted if ok else untrusted).setdefault(name, folder)
 print(json.dumps({"site_dirs": sorted(d for d in dirs if d), "trusted": trusted, "untrusted": untrusted}))
 """
 

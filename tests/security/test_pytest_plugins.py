@@ -21,14 +21,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.test_reward_hacks import write_files
+from tests.test_reward_hacks import run_oracle, write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.usefixtures("docker_images")]
-REROLL = str(Path(sys.executable).parent / "reroll")
 WHEELS = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")
 """What the image installs (pytest-json-ctrf needs a pytest newer than Debian's 7.2)."""
 
@@ -118,25 +116,11 @@ def make_task(root: Path, attack: str, wheels: dict[str, bytes], hardening: dict
     return task
 
 
-def run(task: Path, workdir: Path) -> tuple[dict[str, Any], Path]:
-    """Run the oracle "agent" of `task` on docker; returns result.json and the run folder."""
-    done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", "docker", "--jobs-dir", "jobs"],
-        capture_output=True,
-        text=True,
-        cwd=workdir,
-        timeout=600,
-    )
-    print(done.stdout, done.stderr, sep="\n")
-    (result_file,) = (workdir / "jobs").glob("*/plugin-attack__*/result.json")
-    return json.loads(result_file.read_text()), result_file.parent
-
-
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_agent_installed_plugins_stay_blocked_and_the_images_ctrf_loads(
     attack: str, wheels: dict[str, bytes], tmp_path: Path
 ) -> None:
-    result, run_dir = run(make_task(tmp_path, attack, wheels, {}), tmp_path)
+    result, run_dir = run_oracle(make_task(tmp_path, attack, wheels, {}), tmp_path)
     assert result["rewards"] == {"reward": 1.0 if attack == "honest" else 0.0}, result
     notes = json.loads((run_dir / "verifier" / "hardening.json").read_text())["notes"]
     stdout = (run_dir / "verifier" / "test-stdout.txt").read_text()
@@ -156,5 +140,5 @@ def test_agent_installed_plugins_stay_blocked_and_the_images_ctrf_loads(
 
 def test_with_plugin_autoload_the_writable_site_plugin_wins(wheels: dict[str, bytes], tmp_path: Path) -> None:
     task = make_task(tmp_path, "writable-site-plugin", wheels, {"plugin_autoload": True})
-    result, _ = run(task, tmp_path)
+    result, _ = run_oracle(task, tmp_path)
     assert result["rewards"] == {"reward": 1.0}, result
