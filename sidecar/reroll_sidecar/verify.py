@@ -5,14 +5,16 @@ planted to game the score, then run the verifier's test script and read its rewa
 (``conftest.py``, ``sitecustomize.py``, ``usercustomize.py``, ``*.pth``) under the workspace, the
 agent's HOME and, in a container (an agent user is set), the scratch folders and the site
 directories of the sandbox's ``python3``; it snapshots them with the workspace's build-config
-files. `Verifier.verify` then:
+files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.scan`).
+`Verifier.verify` then:
 
 1. quiesces the agent (`quiesce`: freezes, then kills, every process of the agent's user and
    every descendant Exec started, until a scan finds none), then kills every Exec process group;
 2. restores that snapshot: build-config edits are undone, build-config files the agent created
    are deleted, the recorded hooks are put back, owned by root; a folder on the way that the
    agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
-3. deletes every start-up hook that was not there before (never through a symlinked folder);
+3. deletes every start-up hook that was not there before (never through a symlinked folder), and
+   scans the pytest plugins again (`pytest_plugins.allowed` decides which load);
 4. deletes old reward files and runs the test script as the sidecar's user (root in a container)
    in a clean environment: a fixed PATH, no PYTHONPATH, no user site, HOME of the sidecar's user
    in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
@@ -64,7 +66,7 @@ UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE
 REWARD_FILES = ("reward.txt", "reward.json")
 MAX_REWARD_BYTES = 1024 * 1024
 HARDEN_TIMEOUT_SECONDS = 120.0
-"""The time limit of steps 1 to 3 (quiesce, restore, hook deletion) together."""
+"""The time limit of steps 1 to 3 (quiesce, restore, hook deletion, plugin scan) together."""
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +188,8 @@ class Verifier:
         self.baseline: Baseline | None = None
 
     async def prepare(self, request: pb.PrepareVerifyRequest) -> Baseline:
-        """Record the hooks and snapshot them with the build-config files; replaces the baseline.
+        """Record the hooks and snapshot them with the build-config files, and scan the pytest
+        plugins (unless the task autoloads them); replaces the baseline.
 
         Raises:
             VerifyError: ``invalid`` for a relative path, ``failed`` when a scan or the snapshot failed.
