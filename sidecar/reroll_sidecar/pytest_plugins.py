@@ -71,11 +71,11 @@ def safe_tree(path):
                 return False
     return True
 
-def module_paths(site_dir, module):
-    # The plugin's top-level package folder, module file or extension, in site_dir.
+def module_paths(site_dir, names, module):
+    # The plugin's top-level package folder, module file or extension among site_dir's names.
     top = module.split(":")[0].strip().split(".")[0]
     found = []
-    for name in os.listdir(site_dir):
+    for name in names:
         path = os.path.join(site_dir, name)
         if name == top + ".py" or (name == top and os.path.isdir(path)):
             found.append(path)
@@ -86,9 +86,10 @@ def module_paths(site_dir, module):
 trusted, untrusted = {}, {}
 for entry in sys.path:  # in sys.path's order, as pytest meets them (importlib.metadata is slower)
     try:
-        metas = sorted(n for n in os.listdir(entry) if n.endswith((".dist-info", ".egg-info")))
+        names = os.listdir(entry)
     except OSError:
         continue
+    metas = sorted(n for n in names if n.endswith((".dist-info", ".egg-info")))
     for meta in metas:
         folder = os.path.join(entry, meta)
         points = configparser.ConfigParser(delimiters=("=",), interpolation=None)
@@ -99,7 +100,7 @@ for entry in sys.path:  # in sys.path's order, as pytest meets them (importlib.m
             continue
         for name, value in points.items("pytest11") if points.has_section("pytest11") else []:
             try:
-                paths = module_paths(entry, value)
+                paths = module_paths(entry, names, value)
                 ok = bool(paths) and safe_tree(folder) and all(safe_tree(p) for p in paths)
             except OSError:
                 ok = False
