@@ -12,7 +12,6 @@ run of the module reuses it):
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
