@@ -221,6 +221,7 @@ async def _start_llm_side(
         volatile=volatile_rules(plan, sandbox.layout),
     )
     await stack.enter_async_context(proxy)
+    await sandbox.allow_host_port(_port(proxy.base_url))
     if plan.agent.proxy_mode != "intercept":
         return proxy, None
     console.print("[dim]starting the HTTPS interceptor (mitmproxy; installed on first use)[/dim]")
@@ -232,7 +233,15 @@ async def _start_llm_side(
         other_hosts="pass" if plan.task.spec.environment.network == "full" else "refuse",
     )
     await stack.enter_async_context(interceptor)
+    await sandbox.allow_host_port(_port(interceptor.proxy_url))
     return proxy, interceptor
+
+
+def _port(url: str) -> int:
+    """The port of an ``http://HOST:PORT…`` URL of a listener reroll started."""
+    port = urllib.parse.urlsplit(url).port
+    assert port is not None, url
+    return port
 
 
 def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRule]:

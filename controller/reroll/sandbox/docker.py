@@ -9,14 +9,15 @@ controller reaches the sidecar over a Unix socket in a host folder bind-mounted 
 beside it) — a socket works under every network policy, where a published port does not on an
 internal network.
 
-Network policy (the task's ``environment.network``): ``full`` joins the bridge network
-``reroll-full``; ``none`` joins ``reroll-none-isolated``, an *internal* bridge with no route out
-and inter-container traffic off (``enable_icc=false``: concurrent rollouts do not reach each
-other), where the only host address reachable is the bridge's gateway — that is where the LLM
-proxy listens (`host_address`). Installing an agent needs PyPI, so `egress` lends
-``reroll-full`` for the install only. Not filtered yet: other services of the host listening on that
-gateway address (or on all addresses) are reachable too; only a firewall rule in the container's
-network namespace or on the host would stop them (issue 12, item 3).
+Network policy (the task's ``environment.network``): ``full`` joins the shared bridge network
+``reroll-full``. ``none`` gets a network of its own, ``reroll-none-<key>`` (bridge interface
+``rr-<key>``): *internal* (no route out), and firewalled on the host (`reroll.sandbox.firewall`,
+nftables): from it only the bridge's gateway (`host_address`, where the LLM proxy listens) is
+reachable, and there only the ports `allow_host_port` opens (the proxy's, the interceptor's);
+no other host address (docker0, the host's own IPs, services on all addresses), no other
+network, so no other rollout's sandbox either. The network and its table are made by the first
+of `host_address` and `start`, and removed by `stop`. Installing an agent needs PyPI, so
+`egress` lends ``reroll-full`` for the install only.
 
 Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included) and ``pids_max``.
 The workspace's disk use is not capped: the engine's storage driver here (fuse-overlayfs) has no
@@ -50,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reroll.config import host_ca_bundle
 from reroll.errors import SandboxError, SidecarError
+from reroll.sandbox import firewall
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.images import IMAGE_MAP_ENV, MANAGED_LABEL, ensure_images, parse_image_map, task_image
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
@@ -70,10 +72,14 @@ MOUNT_POINT = "/run/reroll"
 HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
-NETWORKS = {"none": "reroll-none-isolated", "full": "reroll-full"}
-"""Network policy → the reroll-managed bridge network the container joins."""
+FULL_NETWORK = "reroll-full"
+"""The bridge network every sandbox under network policy ``full`` joins (and `egress` lends)."""
+ISOLATED_PREFIX = "reroll-none-"
+"""A rollout's own network under policy ``none`` is ``reroll-none-<key>``, its bridge ``rr-<key>``."""
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
 """Bridge option: whether containers on the network reach each other (off for ``none``)."""
+BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
+"""Bridge option: the host's interface name of the bridge (the firewall's rules name it)."""
 
 # Runs once in every new container, as root: the agent's user, folders and ownership. POSIX sh
 # with useradd (Debian), adduser (Alpine, busybox) or neither (a bare busybox image: the passwd
@@ -111,32 +117,85 @@ def docker_client() -> docker.DockerClient:
         raise SandboxError(f"cannot reach the Docker Engine: {exc}") from exc
 
 
-def ensure_network(client: docker.DockerClient, policy: str) -> Network:
-    """The reroll network for `policy` (``none``: internal, ``full``), created when missing.
-
-    Raises:
-        SandboxError: unknown policy, or the network cannot be created.
-    """
-    try:
-        name = NETWORKS[policy]
-    except KeyError:
-        raise SandboxError(f"unknown network policy {policy!r}; known: {', '.join(NETWORKS)}") from None
-    with contextlib.suppress(docker.errors.NotFound):
-        return client.networks.get(name)
-    # Keep the engine's MTU (the default bridge's), which custom networks would not inherit.
+def _bridge_options(client: docker.DockerClient) -> dict[str, str]:
+    """Options every reroll bridge gets: the engine's MTU (the default bridge's), which custom
+    networks would not inherit."""
     bridge_options = client.networks.get("bridge").attrs.get("Options") or {}
     mtu_key = "com.docker.network.driver.mtu"
-    options = {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
-    if policy == "none":  # rollouts on it do not reach each other
-        options[ICC_OPTION] = "false"
+    return {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
+
+
+def ensure_full_network(client: docker.DockerClient) -> Network:
+    """The shared network `FULL_NETWORK` (network policy ``full``), created when missing.
+
+    Raises:
+        SandboxError: the network cannot be created.
+    """
+    with contextlib.suppress(docker.errors.NotFound):
+        return client.networks.get(FULL_NETWORK)
     try:
         return client.networks.create(
-            name, driver="bridge", internal=policy == "none", labels={MANAGED_LABEL: "1"}, options=options
+            FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=_bridge_options(client)
         )
     except docker.errors.APIError as exc:
         with contextlib.suppress(docker.errors.NotFound):
-            return client.networks.get(name)  # created by a concurrent rollout meanwhile
-        raise SandboxError(f"cannot create the docker network {name}: {exc}") from exc
+            return client.networks.get(FULL_NETWORK)  # created by a concurrent rollout meanwhile
+        raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
+
+
+def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[Network, str]:
+    """A new network of one rollout under policy ``none``, firewalled (`reroll.sandbox.firewall`).
+
+    Returns:
+        The network ``reroll-none-<key>`` (internal, bridge ``rr-<key>``, labelled with `run_id`)
+        and its key.
+
+    Raises:
+        SandboxError: the network or its firewall cannot be made (nothing is left behind); the
+            engine's address pools are exhausted (the message says how to widen them).
+    """
+    key = secrets.token_hex(5)
+    options = _bridge_options(client) | {ICC_OPTION: "false", BRIDGE_NAME_OPTION: f"rr-{key}"}
+    try:
+        network = client.networks.create(
+            ISOLATED_PREFIX + key,
+            driver="bridge",
+            internal=True,
+            labels={MANAGED_LABEL: "1", RUN_ID_LABEL: run_id, OWNER_LABEL: owner_label()},
+            options=options,
+        )
+    except docker.errors.APIError as exc:
+        hint = ""
+        if "address pool" in str(exc):
+            hint = " (every rollout under network none has its own; widen default-address-pools in daemon.json)"
+        raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
+    try:
+        firewall.install(key, f"rr-{key}", gateway(network))
+    except BaseException:
+        with contextlib.suppress(docker.errors.APIError):
+            network.remove()
+        raise
+    return network, key
+
+
+def remove_isolated_network(network: Network) -> bool:
+    """Remove a network of `create_isolated_network` and then its firewall table (in this order,
+    so no packet of a sandbox passes unfiltered); either may be gone already.
+
+    Returns:
+        Whether it was removed; False when the engine refused (still in use), when the table is kept too.
+
+    Raises:
+        SandboxError: nft failed.
+    """
+    try:
+        network.remove()
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError:
+        return False
+    firewall.remove(str(network.name).removeprefix(ISOLATED_PREFIX))
+    return True
 
 
 def gateway(network: Network) -> str:
@@ -198,6 +257,9 @@ class DockerSandbox(SidecarSandbox):
         self._docker: docker.DockerClient | None = None
         self._mount_dir: Path | None = None
         self._token = ""
+        self._network: Network | None = None
+        self._firewall_key = ""
+        """The key of the network's firewall table (`reroll.sandbox.firewall`); "" under ``full``."""
 
     @property
     def _engine(self) -> docker.DockerClient:
@@ -205,10 +267,33 @@ class DockerSandbox(SidecarSandbox):
             self._docker = docker_client()
         return self._docker
 
+    def _ensure_network(self) -> Network:
+        """The container's network: ``reroll-full``, or for ``none`` its own (made on first call)."""
+        if self._network is None:
+            if self.policy == "full":
+                self._network = ensure_full_network(self._engine)
+            else:
+                self._network, self._firewall_key = create_isolated_network(self._engine, self.run_id)
+        return self._network
+
     async def host_address(self) -> str:
-        """The address of the host on the container's network (its gateway): the LLM proxy listens there."""
-        network = await asyncio.to_thread(ensure_network, self._engine, self.policy)
+        """The address of the host on the container's network (its gateway): the LLM proxy listens there.
+
+        Under network ``none`` this makes the rollout's own network and firewall (see the module
+        docstring), which `stop` removes.
+        """
+        network = await asyncio.to_thread(self._ensure_network)
         return await asyncio.to_thread(gateway, network)
+
+    async def allow_host_port(self, port: int) -> None:
+        """Let the container reach TCP `port` on `host_address` (under ``full`` it reaches every port).
+
+        Raises:
+            SandboxError: the firewall could not be changed.
+        """
+        await asyncio.to_thread(self._ensure_network)
+        if self._firewall_key:
+            await asyncio.to_thread(firewall.allow_port, self._firewall_key, port)
 
     async def start(self) -> None:
         """Build or reuse the task's image, start the container and wait for its sidecar.
@@ -241,7 +326,7 @@ class DockerSandbox(SidecarSandbox):
         image = self.config.image or task_image(
             engine, self.task, ensure_images(engine).base, image_map=self.config.image_map
         )
-        network = ensure_network(engine, self.policy)
+        network = self._ensure_network()
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
         self._mount_dir.chmod(0o700)
         self._token = secrets.token_urlsafe(24)
@@ -317,7 +402,7 @@ class DockerSandbox(SidecarSandbox):
         if self.policy == "full" or self.container is None:
             yield env
             return
-        network = await asyncio.to_thread(ensure_network, self._engine, "full")
+        network = await asyncio.to_thread(ensure_full_network, self._engine)
         await asyncio.to_thread(network.connect, self.container)
         try:
             yield env
@@ -326,12 +411,16 @@ class DockerSandbox(SidecarSandbox):
                 await asyncio.to_thread(network.disconnect, self.container, force=True)
 
     async def stop(self) -> None:
-        """Remove the container (and its anonymous volumes) and the mount folder. Safe to call twice."""
+        """Remove the container (and its anonymous volumes), its own network and firewall table
+        (network ``none``) and the mount folder. Safe to call twice."""
         await self.disconnect()
         if self.container is not None:
             container, self.container = self.container, None
             with contextlib.suppress(docker.errors.NotFound):
                 await asyncio.to_thread(container.remove, force=True, v=True)
+        if self._firewall_key and self._network is not None:
+            await asyncio.to_thread(remove_isolated_network, self._network)
+        self._network, self._firewall_key = None, ""
         if self._mount_dir is not None:
             shutil.rmtree(self._mount_dir, ignore_errors=True)
             self._mount_dir = None
@@ -367,7 +456,8 @@ def _owner_runs(owner: str | None) -> bool:
 
 
 def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
-    """Remove reroll's leftover containers (their controller is gone) and unused networks.
+    """Remove reroll's leftover containers (their controller is gone), unused networks and the
+    firewall tables of removed networks (`reroll.sandbox.firewall`; reroll's own tables only).
 
     Args:
         run_id: only this run's containers, whether its controller runs or not.
@@ -375,13 +465,13 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
 
     Returns:
         ``{"containers": [names removed], "kept": [names of live rollouts' containers kept],
-        "networks": [names removed]}``.
+        "networks": [names removed], "firewall_tables": [nftables tables removed]}``.
 
     Raises:
-        SandboxError: no Docker Engine answers.
+        SandboxError: no Docker Engine answers, or nft failed.
     """
     engine = docker_client()
-    removed: dict[str, list[str]] = {"containers": [], "kept": [], "networks": []}
+    removed: dict[str, list[str]] = {"containers": [], "kept": [], "networks": [], "firewall_tables": []}
     in_use: set[str] = set()  # the mount folders of the containers kept
     labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
     filters: dict[str, Any] = {"label": labels}
@@ -397,11 +487,26 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True, v=True)
                 removed["containers"].append(name)
-        if run_id is None:
-            for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"}):
-                with contextlib.suppress(docker.errors.APIError):  # still in use by a live run
+        for network in engine.networks.list(filters={"label": labels}):
+            name = network.name or ""
+            if not (running or run_id) and _owner_runs((network.attrs.get("Labels") or {}).get(OWNER_LABEL)):
+                continue  # a live rollout's own network, maybe still without its container
+            if name.startswith(ISOLATED_PREFIX):
+                removed_network = remove_isolated_network(network)
+            else:
+                removed_network = True
+                try:
                     network.remove()
-                    removed["networks"].append(network.name or "")
+                except docker.errors.APIError:  # still in use by a live run
+                    removed_network = False
+            if removed_network:
+                removed["networks"].append(name)
+        if run_id is None:  # firewall tables whose network is gone (a controller killed in between)
+            names = {network.name for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"})}
+            for key in firewall.tables():
+                if ISOLATED_PREFIX + key not in names:
+                    firewall.remove(key)
+                    removed["firewall_tables"].append(firewall.table_name(key))
     finally:
         engine.close()
     for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
