@@ -601,6 +601,8 @@ def sandbox_prune(
     except RerollError as exc:
         _refuse(exc)
     console.print(f"removed {len(removed['containers'])} containers: {' '.join(removed['containers'])}")
+    if removed["volumes"]:
+        console.print(f"removed {len(removed['volumes'])} volumes: {' '.join(removed['volumes'])}")
     console.print(f"removed {len(removed['networks'])} networks: {' '.join(removed['networks'])}")
     if removed["firewall_tables"]:
         tables = " ".join(removed["firewall_tables"])

@@ -169,7 +169,7 @@ async def execute_rollout(
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
             manifest = await workspace_manifest(sandbox, sandbox.layout.workspace, env)
             write_json(plan.run_dir / "workspace_manifest.json", manifest)
-            _apply_outcome(result, outcome, plan)
+            _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
                 verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier")
@@ -438,8 +438,9 @@ def headline(agent_failure: str, later_error: str) -> str:
     return f"{agent_failure}; then: {first_line}"
 
 
-def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) -> None:
-    """Set status, error and error_category from how the agent phase ended."""
+def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan, limits_hit: list[str]) -> None:
+    """Set status, error and error_category from how the agent phase ended; a resource limit the
+    sandbox hit (`Sandbox.limits_hit`) ends it as ``resource_limit``, whatever the agent did then."""
     stop = outcome.status.stop
     if stop is not None and stop.kind == "replay_diverged":
         result.status, result.error_category = "error", "divergence"
@@ -449,6 +450,10 @@ def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) 
         result.error = (
             f"replay-only: stopped at the cut point after {outcome.status.served_replayed} replayed exchanges"
         )
+    elif limits_hit:
+        result.status, result.error_category = "error", "resource_limit"
+        ended = "timed out" if outcome.timed_out else f"exited with code {outcome.exit_code}"
+        result.error = f"the sandbox hit a resource limit: {'; '.join(limits_hit)}; the agent {ended}"
     elif outcome.timed_out:
         result.status, result.error_category = "timeout", "timeout"
         result.error = f"agent timed out after {plan.timeout_seconds:.0f} s"

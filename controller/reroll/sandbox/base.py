@@ -165,6 +165,16 @@ class Sandbox(Protocol):
         """
         ...
 
+    async def limits_hit(self) -> list[str]:
+        """The resource limits of the task's ``environment`` the sandbox's processes hit so far,
+        each as a sentence naming the limit (memory: the kernel's OOM killer ended a process;
+        disk: the quota is full); empty when none was, or the backend enforces none (`local`).
+
+        Raises:
+            SandboxError: not started, or the sandbox died.
+        """
+        ...
+
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
         """Write `data` to the absolute `path` in the sandbox, atomically, creating parent folders.
 

@@ -19,9 +19,12 @@ network, so no other rollout's sandbox either. The network and its table are mad
 of `host_address` and `start`, and removed by `stop`. Installing an agent needs PyPI, so
 `egress` lends ``reroll-full`` for the install only.
 
-Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included) and ``pids_max``.
-The workspace's disk use is not capped: the engine's storage driver here (fuse-overlayfs) has no
-size option, and the workspace is an anonymous volume of the host's file system.
+Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``pids_max`` and
+``storage_mb``: the workspace and ``/tmp`` are volumes on a loop-mounted file system of that size
+(`reroll.sandbox.disk`; the engine's storage driver may have no size option, fuse-overlayfs has
+none). `limits_hit` tells when the kernel's OOM killer struck in the container or that file
+system is full. Not capped: what is written elsewhere in the container's own layer (HOME,
+``/var/tmp``), and the sidecar's snapshots.
 
 The agent runs as the unprivileged user ``agent`` (created when the image lacks it); agents
 are installed once into the shared volume ``reroll-agents``. Every container carries the labels
@@ -51,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reroll.config import host_ca_bundle
 from reroll.errors import SandboxError, SidecarError
-from reroll.sandbox import firewall
+from reroll.sandbox import disk, firewall
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.images import IMAGE_MAP_ENV, MANAGED_LABEL, ensure_images, parse_image_map, task_image
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
@@ -78,6 +81,8 @@ ISOLATED_PREFIX = "reroll-none-"
 """A rollout's own network under policy ``none`` is ``reroll-none-<key>``, its bridge ``rr-<key>``."""
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
 """Bridge option: whether containers on the network reach each other (off for ``none``)."""
+DISK_LABEL = "reroll.disk"
+"""Label of a volume on a sized file system: the host folder of that file system (`reroll.sandbox.disk`)."""
 BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
 """Bridge option: the host's interface name of the bridge (the firewall's rules name it)."""
 
@@ -257,6 +262,9 @@ class DockerSandbox(SidecarSandbox):
         self._docker: docker.DockerClient | None = None
         self._mount_dir: Path | None = None
         self._token = ""
+        self._disk: disk.SizedDisk | None = None
+        self._volumes: list[str] = []
+        """The named volumes on `_disk` (removed by `stop`)."""
         self._network: Network | None = None
         self._firewall_key = ""
         """The key of the network's firewall table (`reroll.sandbox.firewall`); "" under ``full``."""
@@ -334,6 +342,7 @@ class DockerSandbox(SidecarSandbox):
         token_file.touch(mode=0o600)
         token_file.write_text(self._token)
         environment = self.task.spec.environment
+        sized = self._sized_volumes(environment.storage_mb)
         try:
             self.container = engine.containers.run(
                 image,
@@ -349,10 +358,10 @@ class DockerSandbox(SidecarSandbox):
                     Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
                     Mount(MOUNT_DIR, str(bundle), type="bind", read_only=True),
                     Mount(AGENTS_DIR, AGENTS_VOLUME, type="volume", labels={MANAGED_LABEL: "1"}),
-                    # Anonymous volumes (seeded from the image, removed with the container): the
-                    # workspace and the snapshots live on the host's file system, not the
-                    # container's fuse-overlayfs, several times faster for trees of small files.
-                    Mount(self.layout.workspace, None, type="volume"),
+                    # Volumes (seeded from the image) on the host's file system, not the
+                    # container's fuse-overlayfs, several times faster for trees of small files:
+                    # the workspace and /tmp on the sized one, the snapshots anonymous.
+                    *(Mount(target, name, type="volume") for target, name in sized.items()),
                     Mount(STATE_DIR, None, type="volume"),
                 ],
                 nano_cpus=int(environment.cpus * 1e9),
@@ -363,6 +372,45 @@ class DockerSandbox(SidecarSandbox):
             )
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
+
+    def _sized_volumes(self, storage_mb: int) -> dict[str, str]:
+        """Make the sandbox's sized file system and its volumes: container path → volume name."""
+        self._disk = disk.SizedDisk.create(self.run_id, storage_mb << 20, {"app": 0o755, "tmp": 0o1777})
+        volumes = {}
+        for target, folder in ((self.layout.workspace, "app"), ("/tmp", "tmp")):
+            name = f"{self._disk.folder.name}-{folder}"
+            try:
+                self._engine.volumes.create(
+                    name,
+                    driver="local",
+                    driver_opts={"type": "none", "o": "bind", "device": str(self._disk.mountpoint / folder)},
+                    labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, DISK_LABEL: str(self._disk.folder)},
+                )
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot create the docker volume {name}: {exc}") from exc
+            self._volumes.append(name)
+            volumes[target] = name
+        return volumes
+
+    async def limits_hit(self) -> list[str]:
+        """See `Sandbox.limits_hit`: the kernel's OOM kills in the container's memory cgroup, and
+        whether its sized file system (`reroll.sandbox.disk`) is full."""
+        hit = []
+        environment = self.task.spec.environment
+        if self.container is not None:
+            await asyncio.to_thread(self.container.reload)
+            kills = _oom_kills(int(self.container.attrs["State"].get("Pid") or 0))
+            if kills or self.container.attrs["State"].get("OOMKilled"):
+                hit.append(
+                    f"out of memory: the kernel killed {kills or 'a'} process(es) at the sandbox's limit "
+                    f"of {environment.memory_mb} MiB (the task's environment.memory_mb)"
+                )
+        if self._disk is not None and await asyncio.to_thread(self._disk.full):
+            hit.append(
+                f"out of disk: the workspace and /tmp filled the sandbox's quota of {environment.storage_mb} MiB "
+                "(the task's environment.storage_mb)"
+            )
+        return hit
 
     async def _wait_ready(self) -> None:
         """Poll the sidecar until ready; fail early with the container's log when it exited."""
@@ -418,6 +466,13 @@ class DockerSandbox(SidecarSandbox):
             container, self.container = self.container, None
             with contextlib.suppress(docker.errors.NotFound):
                 await asyncio.to_thread(container.remove, force=True, v=True)
+        for name in self._volumes:
+            with contextlib.suppress(docker.errors.NotFound):
+                await asyncio.to_thread(self._engine.volumes.get(name).remove, force=True)
+        self._volumes = []
+        if self._disk is not None:
+            await asyncio.to_thread(disk.remove, self._disk.folder)
+            self._disk = None
         if self._firewall_key and self._network is not None:
             await asyncio.to_thread(remove_isolated_network, self._network)
         self._network, self._firewall_key = None, ""
@@ -427,6 +482,30 @@ class DockerSandbox(SidecarSandbox):
         if self._docker is not None:
             self._docker.close()
             self._docker = None
+
+
+def _oom_kills(pid: int) -> int:
+    """How many processes the OOM killer ended in the memory cgroup of host process `pid` (the
+    container's init); 0 when unknown. Reads ``oom_kill`` of cgroup v1's ``memory.oom_control``
+    or cgroup v2's ``memory.events`` (Linux's Documentation/admin-guide/cgroup-v{1,2})."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid > 0 else []
+    except OSError:
+        return 0
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            counters = Path("/sys/fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
+        elif controllers == "":
+            counters = Path("/sys/fs/cgroup", path.lstrip("/"), "memory.events")
+        else:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            for counter in counters.read_text().splitlines():
+                name, _, value = counter.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    return 0
 
 
 def owner_label(pid: int | None = None) -> str:
@@ -456,8 +535,8 @@ def _owner_runs(owner: str | None) -> bool:
 
 
 def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
-    """Remove reroll's leftover containers (their controller is gone), unused networks and the
-    firewall tables of removed networks (`reroll.sandbox.firewall`; reroll's own tables only).
+    """Remove reroll's leftover containers (their controller is gone), their volumes and sized
+    file systems (`reroll.sandbox.disk`), unused networks and the firewall tables of removed networks (`reroll.sandbox.firewall`; reroll's own tables only).
 
     Args:
         run_id: only this run's containers, whether its controller runs or not.
@@ -465,14 +544,22 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
 
     Returns:
         ``{"containers": [names removed], "kept": [names of live rollouts' containers kept],
-        "networks": [names removed], "firewall_tables": [nftables tables removed]}``.
+        "volumes": [names removed], "networks": [names removed], "firewall_tables": [nftables
+        tables removed]}``; the sized file systems of removed volumes are unmounted and deleted.
 
     Raises:
         SandboxError: no Docker Engine answers, or nft failed.
     """
     engine = docker_client()
-    removed: dict[str, list[str]] = {"containers": [], "kept": [], "networks": [], "firewall_tables": []}
-    in_use: set[str] = set()  # the mount folders of the containers kept
+    removed: dict[str, list[str]] = {
+        "containers": [],
+        "kept": [],
+        "volumes": [],
+        "networks": [],
+        "firewall_tables": [],
+    }
+    in_use: set[str] = set()  # the mount folders (and sized file systems) of the containers kept
+    volumes_in_use: set[str | None] = set()
     labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
     filters: dict[str, Any] = {"label": labels}
     try:
@@ -483,10 +570,19 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
                 in_use.update(
                     m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == MOUNT_POINT
                 )
+                volumes_in_use.update(m.get("Name") for m in container.attrs["Mounts"])
                 continue
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True, v=True)
                 removed["containers"].append(name)
+        for volume in engine.volumes.list(filters={"label": labels}):
+            folder = (volume.attrs.get("Labels") or {}).get(DISK_LABEL)
+            if volume.name in volumes_in_use:
+                in_use.add(str(folder))
+                continue
+            with contextlib.suppress(docker.errors.APIError):
+                volume.remove(force=True)
+                removed["volumes"].append(volume.name or "")
         for network in engine.networks.list(filters={"label": labels}):
             name = network.name or ""
             if not (running or run_id) and _owner_runs((network.attrs.get("Labels") or {}).get(OWNER_LABEL)):
@@ -512,4 +608,7 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
     for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
         if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
             shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in disk.leftovers():
+        if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
+            disk.remove(leftover)
     return removed
