@@ -438,7 +438,9 @@ def headline(agent_failure: str, later_error: str) -> str:
     return f"{agent_failure}; then: {first_line}"
 
 
-def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan, limits_hit: list[str]) -> None:
+def _apply_outcome(
+    result: RunResult, outcome: AgentOutcome, plan: RolloutPlan, limits_hit: list[str]
+) -> None:
     """Set status, error and error_category from how the agent phase ended; a resource limit the
     sandbox hit (`Sandbox.limits_hit`) ends it as ``resource_limit``, whatever the agent did then."""
     stop = outcome.status.stop

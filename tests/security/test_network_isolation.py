@@ -179,9 +179,10 @@ async def test_the_network_and_its_firewall_go_with_the_rollout() -> None:
 def test_an_honest_agent_reaches_the_proxy_and_scores(tmp_path: Path) -> None:
     """A real rollout under ``--network none``: the agent's model calls pass, reward 1."""
     (tmp_path / "agents.yaml").write_text(yaml.safe_dump(URLLIB_AGENTS))
+    task = str(EXAMPLES / "fix-failing-test")
+    options = ["--sandbox", "docker", "--network", "none", "--jobs-dir", "jobs"]
     done = subprocess.run(
-        [REROLL, "run", str(EXAMPLES / "fix-failing-test"), "--agent", "urllib-chat", "--model", "scripted"]
-        + ["--sandbox", "docker", "--network", "none", "--jobs-dir", "jobs"],
+        [REROLL, "run", task, "--agent", "urllib-chat", "--model", "scripted", *options],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -32,7 +32,9 @@ MEMORY_MB = 256
 ATTACKS = {
     "honest": "echo 42 > answer.txt\n",
     # Writes until ENOSPC (dd fails then: the agent exits 1), in the workspace and in /tmp.
-    "fill-disk": "dd if=/dev/zero of=/tmp/fill bs=1M count=1000 || true\ndd if=/dev/zero of=big bs=1M count=1000\n",
+    "fill-disk": (
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=1000 || true\ndd if=/dev/zero of=big bs=1M count=1000\n"
+    ),
     "allocate-memory": 'python3 -c "x = bytearray(1 << 30)"\n',
 }
 
@@ -46,7 +48,7 @@ def make_task(root: Path, attack: str) -> Path:
     files = {
         "task.md": f"---\n{json.dumps(front)}\n---\nWrite 42 into answer.txt.\n",
         "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n",
-        "verifier/test.sh": '#!/bin/sh\nmkdir -p /logs/verifier\n'
+        "verifier/test.sh": "#!/bin/sh\nmkdir -p /logs/verifier\n"
         'if [ "$(cat /app/answer.txt)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
         "oracle/solve.sh": f"#!/bin/sh\nset -e\ncd /app\n{ATTACKS[attack]}",
     }
@@ -84,7 +86,9 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
     task = load_task(EXAMPLES / "hello-file")
     environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
-    sandbox = DockerSandbox(task, f"limits-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm"))
+    sandbox = DockerSandbox(
+        task, f"limits-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm")
+    )
     await sandbox.start()
     try:
         assert sandbox._disk is not None

@@ -62,8 +62,8 @@ class Sandbox(Protocol):
 
     Use as an async context manager (``async with backend(task, run_id) as sandbox``), or call
     `start` and `stop` explicitly; `stop` must run even when the rollout failed. Never rely on
-    finalisers. Every method but `host_address`, `allow_host_port`, `egress`, `start` and `stop` needs a started
-    sandbox and raises SandboxError ("... is not started") before `start` or after `stop`.
+    finalisers. Every method but `host_address`, `allow_host_port`, `egress`, `start` and `stop`
+    needs a started sandbox and raises SandboxError ("... is not started") before `start` or after `stop`.
 
     Limits of reroll's own backends (the sidecar's): exec output arrives in chunks of at most
     64 KiB and is also kept whole in memory for the result; files move in 1 MiB chunks, held

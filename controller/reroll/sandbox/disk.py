@@ -28,6 +28,8 @@ PREFIX = "reroll-disk-"
 """Host folders of these file systems are ``<tmp>/reroll-disk-<run id>-<random>``."""
 IMAGE = "disk.img"
 MOUNTPOINT = "mnt"
+OWNER = "owner"
+"""A file in the host folder naming the process that made it (`reroll.sandbox.docker.owner_label`)."""
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less than this free counts as full (`SizedDisk.full`)."""
 _TIMEOUT_SECONDS = 60.0
@@ -45,9 +47,7 @@ def _run(argv: list[str]) -> None:
         raise SandboxError(f"the sandbox's disk quota: {argv[0]} failed: {exc}") from exc
     if done.returncode != 0:
         hint = " (mounting the sandbox's sized file system needs root)" if os.geteuid() != 0 else ""
-        raise SandboxError(
-            f"the sandbox's disk quota: {' '.join(argv)} failed{hint}: {done.stderr.strip()}"
-        )
+        raise SandboxError(f"the sandbox's disk quota: {' '.join(argv)} failed{hint}: {done.stderr.strip()}")
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,9 @@ class SizedDisk:
         return self.folder / MOUNTPOINT
 
     @classmethod
-    def create(cls, run_id: str, size_bytes: int, subfolders: dict[str, int]) -> SizedDisk:
-        """Make and mount a file system of `size_bytes`, with `subfolders` (name → mode) in it.
+    def create(cls, run_id: str, size_bytes: int, subfolders: dict[str, int], owner: str) -> SizedDisk:
+        """Make and mount a file system of `size_bytes`, with `subfolders` (name → mode) in it;
+        `owner` (who makes it) is written beside it, for `owner` to read back.
 
         Raises:
             SandboxError: a tool failed (not root, no loop device); nothing is left behind.
@@ -73,6 +74,7 @@ class SizedDisk:
         disk = cls(folder, size_bytes)
         try:
             folder.chmod(0o700)
+            (folder / OWNER).write_text(owner)
             image = folder / IMAGE
             with open(image, "wb") as handle:
                 handle.truncate(size_bytes)
@@ -96,11 +98,19 @@ class SizedDisk:
 def remove(folder: Path) -> None:
     """Unmount the file system in `folder` (if mounted) and delete the folder; never raises."""
     mountpoint = folder / MOUNTPOINT
-    if os.path.ismount(mountpoint):
-        if subprocess.run(["umount", str(mountpoint)], capture_output=True, check=False).returncode != 0:
-            subprocess.run(["umount", "--lazy", str(mountpoint)], capture_output=True, check=False)
+    unmount = ["umount", str(mountpoint)]
+    if os.path.ismount(mountpoint) and subprocess.run(unmount, capture_output=True, check=False).returncode:
+        subprocess.run(["umount", "--lazy", str(mountpoint)], capture_output=True, check=False)
     if not os.path.ismount(mountpoint):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def owner(folder: Path) -> str:
+    """The owner written by `SizedDisk.create` into `folder`; "" when there is none."""
+    try:
+        return (folder / OWNER).read_text()
+    except OSError:
+        return ""
 
 
 def leftovers() -> list[Path]:

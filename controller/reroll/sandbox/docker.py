@@ -172,7 +172,9 @@ def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[N
     except docker.errors.APIError as exc:
         hint = ""
         if "address pool" in str(exc):
-            hint = " (every rollout under network none has its own; widen default-address-pools in daemon.json)"
+            hint = (
+                " (every rollout under network none has its own; widen default-address-pools in daemon.json)"
+            )
         raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
     try:
         firewall.install(key, f"rr-{key}", gateway(network))
@@ -375,7 +377,10 @@ class DockerSandbox(SidecarSandbox):
 
     def _sized_volumes(self, storage_mb: int) -> dict[str, str]:
         """Make the sandbox's sized file system and its volumes: container path → volume name."""
-        self._disk = disk.SizedDisk.create(self.run_id, storage_mb << 20, {"app": 0o755, "tmp": 0o1777})
+        owner = owner_label()
+        self._disk = disk.SizedDisk.create(
+            self.run_id, storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
+        )
         volumes = {}
         for target, folder in ((self.layout.workspace, "app"), ("/tmp", "tmp")):
             name = f"{self._disk.folder.name}-{folder}"
@@ -384,7 +389,12 @@ class DockerSandbox(SidecarSandbox):
                     name,
                     driver="local",
                     driver_opts={"type": "none", "o": "bind", "device": str(self._disk.mountpoint / folder)},
-                    labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, DISK_LABEL: str(self._disk.folder)},
+                    labels={
+                        MANAGED_LABEL: "1",
+                        RUN_ID_LABEL: self.run_id,
+                        OWNER_LABEL: owner,
+                        DISK_LABEL: str(self._disk.folder),
+                    },
                 )
             except docker.errors.APIError as exc:
                 raise SandboxError(f"cannot create the docker volume {name}: {exc}") from exc
@@ -407,7 +417,8 @@ class DockerSandbox(SidecarSandbox):
                 )
         if self._disk is not None and await asyncio.to_thread(self._disk.full):
             hit.append(
-                f"out of disk: the workspace and /tmp filled the sandbox's quota of {environment.storage_mb} MiB "
+                "out of disk: the workspace and /tmp filled the sandbox's quota of "
+                f"{environment.storage_mb} MiB "
                 "(the task's environment.storage_mb)"
             )
         return hit
@@ -536,7 +547,8 @@ def _owner_runs(owner: str | None) -> bool:
 
 def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
     """Remove reroll's leftover containers (their controller is gone), their volumes and sized
-    file systems (`reroll.sandbox.disk`), unused networks and the firewall tables of removed networks (`reroll.sandbox.firewall`; reroll's own tables only).
+    file systems (`reroll.sandbox.disk`), unused networks, and the firewall tables of removed
+    networks (`reroll.sandbox.firewall`; reroll's own tables only).
 
     Args:
         run_id: only this run's containers, whether its controller runs or not.
@@ -576,8 +588,10 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
                 container.remove(force=True, v=True)
                 removed["containers"].append(name)
         for volume in engine.volumes.list(filters={"label": labels}):
-            folder = (volume.attrs.get("Labels") or {}).get(DISK_LABEL)
-            if volume.name in volumes_in_use:
+            volume_labels = volume.attrs.get("Labels") or {}
+            folder = volume_labels.get(DISK_LABEL)
+            live = not (running or run_id) and _owner_runs(volume_labels.get(OWNER_LABEL))
+            if volume.name in volumes_in_use or live:  # in use, or its rollout is still starting
                 in_use.add(str(folder))
                 continue
             with contextlib.suppress(docker.errors.APIError):
@@ -598,7 +612,9 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
             if removed_network:
                 removed["networks"].append(name)
         if run_id is None:  # firewall tables whose network is gone (a controller killed in between)
-            names = {network.name for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"})}
+            names = {
+                network.name for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"})
+            }
             for key in firewall.tables():
                 if ISOLATED_PREFIX + key not in names:
                     firewall.remove(key)
@@ -609,6 +625,9 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
         if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
             shutil.rmtree(leftover, ignore_errors=True)
     for leftover in disk.leftovers():
-        if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
-            disk.remove(leftover)
+        if str(leftover) in in_use or (run_id is not None and run_id[-24:] not in leftover.name):
+            continue
+        if run_id is None and not running and _owner_runs(disk.owner(leftover)):
+            continue  # a live rollout's, maybe still without its volumes
+        disk.remove(leftover)
     return removed

@@ -20,10 +20,11 @@ daemon restarts; a table of our own is never touched by it, nor does it touch Do
 in any base chain on a hook is final whatever another table accepts, so the rules hold next to
 Docker's; the table is created and deleted in one transaction (``nft -f``), and the ``inet``
 family covers IPv4 and IPv6 alike. What is refused is rejected (TCP reset, ICMP "administratively
-prohibited") rather than dropped, so a try fails at once instead of hanging until its timeout. The ``nft`` program (Debian's ``nftables``) is used rather
-than a Python binding: its rule language is the stable interface (pyroute2's nftables module is
-incomplete). Changing the host's firewall needs root (CAP_NET_ADMIN); without it network
-``none`` refuses to start rather than run unfiltered.
+prohibited") rather than dropped, so a try fails at once instead of hanging until its timeout.
+The ``nft`` program (Debian's ``nftables``) is used rather than a Python binding: its rule
+language is the stable interface (pyroute2's nftables module is incomplete). Changing the host's
+firewall needs root (CAP_NET_ADMIN); without it network ``none`` refuses to start rather than
+run unfiltered.
 """
 
 from __future__ import annotations

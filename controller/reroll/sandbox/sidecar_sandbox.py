@@ -1,8 +1,9 @@
 """What reroll's own backends share: a `Sandbox` whose every operation is an RPC to its sidecar.
 
 A backend subclasses `SidecarSandbox` and supplies only the lifecycle — create the sandbox, start
-the sidecar in it, `_connect` to it, tear down — plus `host_address`, `allow_host_port`, `limits_hit` and `egress`. Exec, files,
-kill, snapshots and verification are implemented here once, documented on `Sandbox`.
+the sidecar in it, `_connect` to it, tear down — plus `host_address`, `allow_host_port`,
+`limits_hit` and `egress`. Exec, files, kill, snapshots and verification are implemented here
+once, documented on `Sandbox`.
 """
 
 from __future__ import annotations
