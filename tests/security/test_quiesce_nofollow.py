@@ -130,7 +130,7 @@ def make_task(root: Path, attack: str) -> Path:
 
 
 def run(task: Path, workdir: Path, backend: str) -> tuple[dict[str, Any], Path]:
-    """Run the oracle "agent" of `task`; returns result.json and the run folder."""
+    """Run the oracle "agent" of `task` in `workdir` (its only run); returns result.json, run folder."""
     done = subprocess.run(
         [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", "jobs"],
         capture_output=True,
@@ -139,7 +139,7 @@ def run(task: Path, workdir: Path, backend: str) -> tuple[dict[str, Any], Path]:
         timeout=300,
     )
     print(done.stdout, done.stderr, sep="\n")
-    (result_file,) = (workdir / "jobs").glob("*/verifier-attack__*/result.json")
+    (result_file,) = (workdir / "jobs").glob("*/*__*/result.json")
     return json.loads(result_file.read_text()), result_file.parent
 
 

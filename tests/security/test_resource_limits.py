@@ -11,17 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from reroll.tasks import load_task
 
 from tests.conftest import EXAMPLES
+from tests.security.test_quiesce_nofollow import run
 from tests.test_reward_hacks import write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.usefixtures("docker_images")]
@@ -55,23 +54,9 @@ def make_task(root: Path, attack: str) -> Path:
     return write_files(root / attack, files)
 
 
-def run(task: Path, workdir: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", "docker", "--jobs-dir", "jobs"],
-        capture_output=True,
-        text=True,
-        cwd=workdir,
-        timeout=600,
-    )
-    print(done.stdout, done.stderr, sep="\n")
-    (result_file,) = (workdir / "jobs").glob("*/limits-attack__*/result.json")
-    result: dict[str, Any] = json.loads(result_file.read_text())
-    return result
-
-
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
-    result = run(make_task(tmp_path, attack), tmp_path)
+    result, _ = run(make_task(tmp_path, attack), tmp_path, "docker")
     if attack == "honest":
         assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
         return
