@@ -47,4 +47,4 @@ def oracle_run(task: Path, sandbox_backend: str, tmp_path: Path) -> str:
 def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
     output = oracle_run(EXAMPLES / example, sandbox_backend, tmp_path)
     if example == "skillsbench-yaml":  # reported once, by name
-        assert output.count("ignores environment.storage_mb") == 1
+        assert output.count("ignores environment.skills_dir") == 1

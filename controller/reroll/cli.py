@@ -594,7 +594,8 @@ def sandbox_prune(
         bool, typer.Option("--all", help="Also the containers of rollouts still running.")
     ] = False,
 ) -> None:
-    """Remove leftover docker containers (their reroll process is gone) and unused networks."""
+    """Remove leftover docker containers (their reroll process is gone), unused networks and their
+    firewall tables (nftables ``inet reroll_*``; reroll's own only)."""
     from reroll.sandbox.docker import prune
 
     try:
@@ -602,7 +603,12 @@ def sandbox_prune(
     except RerollError as exc:
         _refuse(exc)
     console.print(f"removed {len(removed['containers'])} containers: {' '.join(removed['containers'])}")
+    if removed["volumes"]:
+        console.print(f"removed {len(removed['volumes'])} volumes: {' '.join(removed['volumes'])}")
     console.print(f"removed {len(removed['networks'])} networks: {' '.join(removed['networks'])}")
+    if removed["firewall_tables"]:
+        tables = " ".join(removed["firewall_tables"])
+        console.print(f"removed {len(removed['firewall_tables'])} firewall tables (nftables): {tables}")
     if removed["kept"]:
         console.print(f"kept {len(removed['kept'])} containers of running rollouts (--all removes them too)")
 

@@ -49,8 +49,10 @@ A rollout also ends with categories no exception carries: ``timeout`` (the agent
 it and BenchFlow's ``idle_timeout`` mark a run ``reroll continue`` takes), ``replay_only`` (a
 ``--replay-only`` continuation stopped at its cut point), ``divergence`` (the proxy aborted on
 strict divergence: a replayed request left the recorded rails), ``agent_error`` (the agent exited
-non-zero). Any exception outside this tree ends a rollout with status ``error``, category
-``internal`` and its traceback in ``error.txt`` of the run folder.
+non-zero), ``resource_limit`` (the sandbox hit a limit of the task's ``environment``: the
+kernel's OOM killer struck at ``memory_mb``, or the ``storage_mb`` disk quota filled up; not
+retried, the same agent would hit it again). Any exception outside this tree ends a rollout
+with status ``error``, category ``internal`` and its traceback in ``error.txt`` of the run folder.
 
 The proxy and the sidecar import this module without loading the controller: it imports nothing,
 and ``reroll/__init__.py`` loads its submodules lazily, so the sandbox image ships only
@@ -70,6 +72,7 @@ ErrorCategory = Literal[
     "divergence",
     "timeout",
     "idle_timeout",
+    "resource_limit",
     "replay_only",
     "internal",
 ]

@@ -176,7 +176,7 @@ async def execute_rollout(
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
             manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / "workspace_manifest.json", manifest)
-            _apply_outcome(result, outcome, plan)
+            _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
                 verdict = await verify(sandbox, plan.task, env | task_env, plan.run_dir / "verifier")
@@ -228,6 +228,7 @@ async def _start_llm_side(
         volatile=volatile_rules(plan, sandbox.layout),
     )
     await stack.enter_async_context(proxy)
+    await sandbox.allow_host_port(_port(proxy.base_url))
     if plan.agent.proxy_mode != "intercept":
         return proxy, None
     console.print("[dim]starting the HTTPS interceptor (mitmproxy; installed on first use)[/dim]")
@@ -239,7 +240,15 @@ async def _start_llm_side(
         other_hosts="pass" if plan.task.spec.environment.network == "full" else "refuse",
     )
     await stack.enter_async_context(interceptor)
+    await sandbox.allow_host_port(_port(interceptor.proxy_url))
     return proxy, interceptor
+
+
+def _port(url: str) -> int:
+    """The port of an ``http://HOST:PORT…`` URL of a listener reroll started."""
+    port = urllib.parse.urlsplit(url).port
+    assert port is not None, url
+    return port
 
 
 def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRule]:
@@ -437,8 +446,11 @@ def headline(agent_failure: str, later_error: str) -> str:
     return f"{agent_failure}; then: {first_line}"
 
 
-def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) -> None:
-    """Set status, error and error_category from how the agent phase ended."""
+def _apply_outcome(
+    result: RunResult, outcome: AgentOutcome, plan: RolloutPlan, limits_hit: list[str]
+) -> None:
+    """Set status, error and error_category from how the agent phase ended; a resource limit the
+    sandbox hit (`Sandbox.limits_hit`) ends it as ``resource_limit``, whatever the agent did then."""
     stop = outcome.status.stop
     if stop is not None and stop.kind == "replay_diverged":
         result.status, result.error_category = "error", "divergence"
@@ -448,6 +460,10 @@ def _apply_outcome(result: RunResult, outcome: AgentOutcome, plan: RolloutPlan) 
         result.error = (
             f"replay-only: stopped at the cut point after {outcome.status.served_replayed} replayed exchanges"
         )
+    elif limits_hit:
+        result.status, result.error_category = "error", "resource_limit"
+        ended = "timed out" if outcome.timed_out else f"exited with code {outcome.exit_code}"
+        result.error = f"the sandbox hit a resource limit: {'; '.join(limits_hit)}; the agent {ended}"
     elif outcome.timed_out:
         result.status, result.error_category = "timeout", "timeout"
         result.error = f"agent timed out after {plan.timeout_seconds:.0f} s"

@@ -86,10 +86,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
         "host allowlists are " + _NOT_ENFORCED + ": network_mode allowlist runs as full",
         (None, []),
     ),
-    "environment.storage_mb": (
-        "disk use is " + _NOT_ENFORCED + " (Docker's storage driver here has no size option)",
-        (10240,),
-    ),
     "solution.timeout_sec": ("the oracle agent has the agent's timeout", (None,)),
 }
 """Every field of Harbor's and benchflow's schemas that reroll does not model, with the reason.

@@ -110,6 +110,9 @@ class EnvironmentSection(BaseModel):
     pids_max: int = Field(default=1024, gt=0)
     """How many processes and threads the sandbox may hold at once (container backends): a fork
     bomb gets EAGAIN instead of exhausting the host's process table."""
+    storage_mb: int = Field(default=10240, gt=0)
+    """Disk quota in MiB of what the agent writes (container backends: the workspace and ``/tmp``
+    share it); Harbor's field and default."""
     network: NetworkPolicy = "full"
     """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends).
     Harbor's ``allow_internet`` and ``network_mode`` map onto it."""

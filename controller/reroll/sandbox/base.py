@@ -62,8 +62,8 @@ class Sandbox(Protocol):
 
     Use as an async context manager (``async with backend(task, run_id) as sandbox``), or call
     `start` and `stop` explicitly; `stop` must run even when the rollout failed. Never rely on
-    finalisers. Every method but `host_address`, `egress`, `start` and `stop` needs a started
-    sandbox and raises SandboxError ("... is not started") before `start` or after `stop`.
+    finalisers. Every method but `host_address`, `allow_host_port`, `egress`, `start` and `stop`
+    needs a started sandbox and raises SandboxError ("... is not started") before `start` or after `stop`.
 
     Limits of reroll's own backends (the sidecar's): exec output arrives in chunks of at most
     64 KiB and is also kept whole in memory for the result; files move in 1 MiB chunks, held
@@ -92,6 +92,17 @@ class Sandbox(Protocol):
 
         Raises:
             SandboxError: the backend's network cannot be set up.
+        """
+        ...
+
+    async def allow_host_port(self, port: int) -> None:
+        """Let the sandbox's processes reach TCP `port` on `host_address` (the LLM proxy's, the
+        HTTPS interceptor's); under network policy ``none`` nothing else of the host is reachable.
+
+        Callable before `start`; a no-op where the policy does not filter (``full``, `local`).
+
+        Raises:
+            SandboxError: the backend's firewall cannot be changed.
         """
         ...
 
@@ -151,6 +162,16 @@ class Sandbox(Protocol):
         Raises:
             SandboxError: not started, the command could not be started (e.g. a nonexistent
                 `cwd` or `user`), or the sandbox died.
+        """
+        ...
+
+    async def limits_hit(self) -> list[str]:
+        """The resource limits of the task's ``environment`` the sandbox's processes hit so far,
+        each as a sentence naming the limit (memory: the kernel's OOM killer ended a process;
+        disk: the quota is full); empty when none was, or the backend enforces none (`local`).
+
+        Raises:
+            SandboxError: not started, or the sandbox died.
         """
         ...
 

@@ -9,18 +9,22 @@ controller reaches the sidecar over a Unix socket in a host folder bind-mounted 
 beside it) — a socket works under every network policy, where a published port does not on an
 internal network.
 
-Network policy (the task's ``environment.network``): ``full`` joins the bridge network
-``reroll-full``; ``none`` joins ``reroll-none-isolated``, an *internal* bridge with no route out
-and inter-container traffic off (``enable_icc=false``: concurrent rollouts do not reach each
-other), where the only host address reachable is the bridge's gateway — that is where the LLM
-proxy listens (`host_address`). Installing an agent needs PyPI, so `egress` lends
-``reroll-full`` for the install only. Not filtered yet: other services of the host listening on that
-gateway address (or on all addresses) are reachable too; only a firewall rule in the container's
-network namespace or on the host would stop them (issue 12, item 3).
+Network policy (the task's ``environment.network``): ``full`` joins the shared bridge network
+``reroll-full``. ``none`` gets a network of its own, ``reroll-none-<key>`` (bridge interface
+``rr-<key>``): *internal* (no route out), and firewalled on the host (`reroll.sandbox.firewall`,
+nftables): from it only the bridge's gateway (`host_address`, where the LLM proxy listens) is
+reachable, and there only the ports `allow_host_port` opens (the proxy's, the interceptor's);
+no other host address (docker0, the host's own IPs, services on all addresses), no other
+network, so no other rollout's sandbox either. The network and its table are made by the first
+of `host_address` and `start`, and removed by `stop`. Installing an agent needs PyPI, so
+`egress` lends ``reroll-full`` for the install only.
 
-Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included) and ``pids_max``.
-The workspace's disk use is not capped: the engine's storage driver here (fuse-overlayfs) has no
-size option, and the workspace is an anonymous volume of the host's file system.
+Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``pids_max`` and
+``storage_mb``: the workspace and ``/tmp`` are volumes on a loop-mounted file system of that size
+(`reroll.sandbox.disk`; the engine's storage driver may have no size option, fuse-overlayfs has
+none). `limits_hit` tells when the kernel's OOM killer struck in the container or that file
+system is full. Not capped: what is written elsewhere in the container's own layer (HOME,
+``/var/tmp``), and the sidecar's snapshots.
 
 Conventions (the task's, `reroll.tasks.Task`): the agent works in the task's ``workdir``, else
 the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
@@ -55,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reroll.config import host_ca_bundle
 from reroll.errors import SandboxError, SidecarError
+from reroll.sandbox import disk, firewall
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.images import IMAGE_MAP_ENV, MANAGED_LABEL, ensure_images, parse_image_map, task_image
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
@@ -75,10 +80,16 @@ MOUNT_POINT = "/run/reroll"
 HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
-NETWORKS = {"none": "reroll-none-isolated", "full": "reroll-full"}
-"""Network policy → the reroll-managed bridge network the container joins."""
+FULL_NETWORK = "reroll-full"
+"""The bridge network every sandbox under network policy ``full`` joins (and `egress` lends)."""
+ISOLATED_PREFIX = "reroll-none-"
+"""A rollout's own network under policy ``none`` is ``reroll-none-<key>``, its bridge ``rr-<key>``."""
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
 """Bridge option: whether containers on the network reach each other (off for ``none``)."""
+DISK_LABEL = "reroll.disk"
+"""Label of a volume on a sized file system: the host folder of that file system (`reroll.sandbox.disk`)."""
+BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
+"""Bridge option: the host's interface name of the bridge (the firewall's rules name it)."""
 
 # Runs once in every new container, as root, with $1 the agent's user (a name or a uid) and $2
 # its working folder: the user, folders and ownership; prints the user's name and HOME. POSIX sh
@@ -156,32 +167,87 @@ def docker_client() -> docker.DockerClient:
         raise SandboxError(f"cannot reach the Docker Engine: {exc}") from exc
 
 
-def ensure_network(client: docker.DockerClient, policy: str) -> Network:
-    """The reroll network for `policy` (``none``: internal, ``full``), created when missing.
-
-    Raises:
-        SandboxError: unknown policy, or the network cannot be created.
-    """
-    try:
-        name = NETWORKS[policy]
-    except KeyError:
-        raise SandboxError(f"unknown network policy {policy!r}; known: {', '.join(NETWORKS)}") from None
-    with contextlib.suppress(docker.errors.NotFound):
-        return client.networks.get(name)
-    # Keep the engine's MTU (the default bridge's), which custom networks would not inherit.
+def _bridge_options(client: docker.DockerClient) -> dict[str, str]:
+    """Options every reroll bridge gets: the engine's MTU (the default bridge's), which custom
+    networks would not inherit."""
     bridge_options = client.networks.get("bridge").attrs.get("Options") or {}
     mtu_key = "com.docker.network.driver.mtu"
-    options = {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
-    if policy == "none":  # rollouts on it do not reach each other
-        options[ICC_OPTION] = "false"
+    return {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
+
+
+def ensure_full_network(client: docker.DockerClient) -> Network:
+    """The shared network `FULL_NETWORK` (network policy ``full``), created when missing.
+
+    Raises:
+        SandboxError: the network cannot be created.
+    """
+    with contextlib.suppress(docker.errors.NotFound):
+        return client.networks.get(FULL_NETWORK)
     try:
         return client.networks.create(
-            name, driver="bridge", internal=policy == "none", labels={MANAGED_LABEL: "1"}, options=options
+            FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=_bridge_options(client)
         )
     except docker.errors.APIError as exc:
         with contextlib.suppress(docker.errors.NotFound):
-            return client.networks.get(name)  # created by a concurrent rollout meanwhile
-        raise SandboxError(f"cannot create the docker network {name}: {exc}") from exc
+            return client.networks.get(FULL_NETWORK)  # created by a concurrent rollout meanwhile
+        raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
+
+
+def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[Network, str]:
+    """A new network of one rollout under policy ``none``, firewalled (`reroll.sandbox.firewall`).
+
+    Returns:
+        The network ``reroll-none-<key>`` (internal, bridge ``rr-<key>``, labelled with `run_id`)
+        and its key.
+
+    Raises:
+        SandboxError: the network or its firewall cannot be made (nothing is left behind); the
+            engine's address pools are exhausted (the message says how to widen them).
+    """
+    key = secrets.token_hex(5)
+    options = _bridge_options(client) | {ICC_OPTION: "false", BRIDGE_NAME_OPTION: f"rr-{key}"}
+    try:
+        network = client.networks.create(
+            ISOLATED_PREFIX + key,
+            driver="bridge",
+            internal=True,
+            labels={MANAGED_LABEL: "1", RUN_ID_LABEL: run_id, OWNER_LABEL: owner_label()},
+            options=options,
+        )
+    except docker.errors.APIError as exc:
+        hint = ""
+        if "address pool" in str(exc):
+            hint = (
+                " (every rollout under network none has its own; widen default-address-pools in daemon.json)"
+            )
+        raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
+    try:
+        firewall.install(key, f"rr-{key}", gateway(network))
+    except BaseException:
+        with contextlib.suppress(docker.errors.APIError):
+            network.remove()
+        raise
+    return network, key
+
+
+def remove_isolated_network(network: Network) -> bool:
+    """Remove a network of `create_isolated_network` and then its firewall table (in this order,
+    so no packet of a sandbox passes unfiltered); either may be gone already.
+
+    Returns:
+        Whether it was removed; False when the engine refused (still in use), when the table is kept too.
+
+    Raises:
+        SandboxError: nft failed.
+    """
+    try:
+        network.remove()
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError:
+        return False
+    firewall.remove(str(network.name).removeprefix(ISOLATED_PREFIX))
+    return True
 
 
 def gateway(network: Network) -> str:
@@ -245,6 +311,12 @@ class DockerSandbox(SidecarSandbox):
         self._token = ""
         self._user = AGENT_USER
         """The agent's user as asked (the task's, else the image's USER), settled by the setup script."""
+        self._disk: disk.SizedDisk | None = None
+        self._volumes: list[str] = []
+        """The named volumes on `_disk` (removed by `stop`)."""
+        self._network: Network | None = None
+        self._firewall_key = ""
+        """The key of the network's firewall table (`reroll.sandbox.firewall`); "" under ``full``."""
 
     @property
     def _engine(self) -> docker.DockerClient:
@@ -252,10 +324,33 @@ class DockerSandbox(SidecarSandbox):
             self._docker = docker_client()
         return self._docker
 
+    def _ensure_network(self) -> Network:
+        """The container's network: ``reroll-full``, or for ``none`` its own (made on first call)."""
+        if self._network is None:
+            if self.policy == "full":
+                self._network = ensure_full_network(self._engine)
+            else:
+                self._network, self._firewall_key = create_isolated_network(self._engine, self.run_id)
+        return self._network
+
     async def host_address(self) -> str:
-        """The address of the host on the container's network (its gateway): the LLM proxy listens there."""
-        network = await asyncio.to_thread(ensure_network, self._engine, self.policy)
+        """The address of the host on the container's network (its gateway): the LLM proxy listens there.
+
+        Under network ``none`` this makes the rollout's own network and firewall (see the module
+        docstring), which `stop` removes.
+        """
+        network = await asyncio.to_thread(self._ensure_network)
         return await asyncio.to_thread(gateway, network)
+
+    async def allow_host_port(self, port: int) -> None:
+        """Let the container reach TCP `port` on `host_address` (under ``full`` it reaches every port).
+
+        Raises:
+            SandboxError: the firewall could not be changed.
+        """
+        await asyncio.to_thread(self._ensure_network)
+        if self._firewall_key:
+            await asyncio.to_thread(firewall.allow_port, self._firewall_key, port)
 
     async def start(self) -> None:
         """Build or reuse the task's image, start the container and wait for its sidecar.
@@ -298,7 +393,7 @@ class DockerSandbox(SidecarSandbox):
         defaults = image_defaults(engine, image)
         self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
         self._user = self.task.agent_user or defaults.user
-        network = ensure_network(engine, self.policy)
+        network = self._ensure_network()
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
         self._mount_dir.chmod(0o700)
         self._token = secrets.token_urlsafe(24)
@@ -306,6 +401,7 @@ class DockerSandbox(SidecarSandbox):
         token_file.touch(mode=0o600)
         token_file.write_text(self._token)
         environment = self.task.spec.environment
+        sized = self._sized_volumes(environment.storage_mb)
         try:
             self.container = engine.containers.run(
                 image,
@@ -321,10 +417,10 @@ class DockerSandbox(SidecarSandbox):
                     Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
                     Mount(MOUNT_DIR, str(bundle), type="bind", read_only=True),
                     Mount(AGENTS_DIR, AGENTS_VOLUME, type="volume", labels={MANAGED_LABEL: "1"}),
-                    # Anonymous volumes (seeded from the image, removed with the container): the
-                    # workspace and the snapshots live on the host's file system, not the
-                    # container's fuse-overlayfs, several times faster for trees of small files.
-                    Mount(self.layout.workspace, None, type="volume"),
+                    # Volumes (seeded from the image) on the host's file system, not the
+                    # container's fuse-overlayfs, several times faster for trees of small files:
+                    # the workspace and /tmp on the sized one, the snapshots anonymous.
+                    *(Mount(target, name, type="volume") for target, name in sized.items()),
                     Mount(STATE_DIR, None, type="volume"),
                 ],
                 nano_cpus=int(environment.cpus * 1e9),
@@ -336,6 +432,54 @@ class DockerSandbox(SidecarSandbox):
             )
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
+
+    def _sized_volumes(self, storage_mb: int) -> dict[str, str]:
+        """Make the sandbox's sized file system and its volumes: container path → volume name."""
+        owner = owner_label()
+        self._disk = disk.SizedDisk.create(
+            self.run_id, storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
+        )
+        volumes = {}
+        for target, folder in ((self.layout.workspace, "app"), ("/tmp", "tmp")):
+            name = f"{self._disk.folder.name}-{folder}"
+            try:
+                self._engine.volumes.create(
+                    name,
+                    driver="local",
+                    driver_opts={"type": "none", "o": "bind", "device": str(self._disk.mountpoint / folder)},
+                    labels={
+                        MANAGED_LABEL: "1",
+                        RUN_ID_LABEL: self.run_id,
+                        OWNER_LABEL: owner,
+                        DISK_LABEL: str(self._disk.folder),
+                    },
+                )
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot create the docker volume {name}: {exc}") from exc
+            self._volumes.append(name)
+            volumes[target] = name
+        return volumes
+
+    async def limits_hit(self) -> list[str]:
+        """See `Sandbox.limits_hit`: the kernel's OOM kills in the container's memory cgroup, and
+        whether its sized file system (`reroll.sandbox.disk`) is full."""
+        hit = []
+        environment = self.task.spec.environment
+        if self.container is not None:
+            await asyncio.to_thread(self.container.reload)
+            kills = _oom_kills(int(self.container.attrs["State"].get("Pid") or 0))
+            if kills or self.container.attrs["State"].get("OOMKilled"):
+                hit.append(
+                    f"out of memory: the kernel killed {kills or 'a'} process(es) at the sandbox's limit "
+                    f"of {environment.memory_mb} MiB (the task's environment.memory_mb)"
+                )
+        if self._disk is not None and await asyncio.to_thread(self._disk.full):
+            hit.append(
+                "out of disk: the workspace and /tmp filled the sandbox's quota of "
+                f"{environment.storage_mb} MiB "
+                "(the task's environment.storage_mb)"
+            )
+        return hit
 
     async def _wait_ready(self) -> None:
         """Poll the sidecar until ready; fail early with the container's log when it exited."""
@@ -375,7 +519,7 @@ class DockerSandbox(SidecarSandbox):
         if self.policy == "full" or self.container is None:
             yield env
             return
-        network = await asyncio.to_thread(ensure_network, self._engine, "full")
+        network = await asyncio.to_thread(ensure_full_network, self._engine)
         await asyncio.to_thread(network.connect, self.container)
         try:
             yield env
@@ -384,18 +528,53 @@ class DockerSandbox(SidecarSandbox):
                 await asyncio.to_thread(network.disconnect, self.container, force=True)
 
     async def stop(self) -> None:
-        """Remove the container (and its anonymous volumes) and the mount folder. Safe to call twice."""
+        """Remove the container (and its anonymous volumes), its own network and firewall table
+        (network ``none``) and the mount folder. Safe to call twice."""
         await self.disconnect()
         if self.container is not None:
             container, self.container = self.container, None
             with contextlib.suppress(docker.errors.NotFound):
                 await asyncio.to_thread(container.remove, force=True, v=True)
+        for name in self._volumes:
+            with contextlib.suppress(docker.errors.NotFound):
+                await asyncio.to_thread(self._engine.volumes.get(name).remove, force=True)
+        self._volumes = []
+        if self._disk is not None:
+            await asyncio.to_thread(disk.remove, self._disk.folder)
+            self._disk = None
+        if self._firewall_key and self._network is not None:
+            await asyncio.to_thread(remove_isolated_network, self._network)
+        self._network, self._firewall_key = None, ""
         if self._mount_dir is not None:
             shutil.rmtree(self._mount_dir, ignore_errors=True)
             self._mount_dir = None
         if self._docker is not None:
             self._docker.close()
             self._docker = None
+
+
+def _oom_kills(pid: int) -> int:
+    """How many processes the OOM killer ended in the memory cgroup of host process `pid` (the
+    container's init); 0 when unknown. Reads ``oom_kill`` of cgroup v1's ``memory.oom_control``
+    or cgroup v2's ``memory.events`` (Linux's Documentation/admin-guide/cgroup-v{1,2})."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid > 0 else []
+    except OSError:
+        return 0
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            counters = Path("/sys/fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
+        elif controllers == "":
+            counters = Path("/sys/fs/cgroup", path.lstrip("/"), "memory.events")
+        else:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            for counter in counters.read_text().splitlines():
+                name, _, value = counter.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    return 0
 
 
 def owner_label(pid: int | None = None) -> str:
@@ -425,7 +604,9 @@ def _owner_runs(owner: str | None) -> bool:
 
 
 def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
-    """Remove reroll's leftover containers (their controller is gone) and unused networks.
+    """Remove reroll's leftover containers (their controller is gone), their volumes and sized
+    file systems (`reroll.sandbox.disk`), unused networks, and the firewall tables of removed
+    networks (`reroll.sandbox.firewall`; reroll's own tables only).
 
     Args:
         run_id: only this run's containers, whether its controller runs or not.
@@ -433,14 +614,22 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
 
     Returns:
         ``{"containers": [names removed], "kept": [names of live rollouts' containers kept],
-        "networks": [names removed]}``.
+        "volumes": [names removed], "networks": [names removed], "firewall_tables": [nftables
+        tables removed]}``; the sized file systems of removed volumes are unmounted and deleted.
 
     Raises:
-        SandboxError: no Docker Engine answers.
+        SandboxError: no Docker Engine answers, or nft failed.
     """
     engine = docker_client()
-    removed: dict[str, list[str]] = {"containers": [], "kept": [], "networks": []}
-    in_use: set[str] = set()  # the mount folders of the containers kept
+    removed: dict[str, list[str]] = {
+        "containers": [],
+        "kept": [],
+        "volumes": [],
+        "networks": [],
+        "firewall_tables": [],
+    }
+    in_use: set[str] = set()  # the mount folders (and sized file systems) of the containers kept
+    volumes_in_use: set[str | None] = set()
     labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
     filters: dict[str, Any] = {"label": labels}
     try:
@@ -451,18 +640,52 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
                 in_use.update(
                     m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == MOUNT_POINT
                 )
+                volumes_in_use.update(m.get("Name") for m in container.attrs["Mounts"])
                 continue
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True, v=True)
                 removed["containers"].append(name)
-        if run_id is None:
-            for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"}):
-                with contextlib.suppress(docker.errors.APIError):  # still in use by a live run
+        for volume in engine.volumes.list(filters={"label": labels}):
+            volume_labels = volume.attrs.get("Labels") or {}
+            folder = volume_labels.get(DISK_LABEL)
+            live = not (running or run_id) and _owner_runs(volume_labels.get(OWNER_LABEL))
+            if volume.name in volumes_in_use or live:  # in use, or its rollout is still starting
+                in_use.add(str(folder))
+                continue
+            with contextlib.suppress(docker.errors.APIError):
+                volume.remove(force=True)
+                removed["volumes"].append(volume.name or "")
+        for network in engine.networks.list(filters={"label": labels}):
+            name = network.name or ""
+            if not (running or run_id) and _owner_runs((network.attrs.get("Labels") or {}).get(OWNER_LABEL)):
+                continue  # a live rollout's own network, maybe still without its container
+            if name.startswith(ISOLATED_PREFIX):
+                removed_network = remove_isolated_network(network)
+            else:
+                removed_network = True
+                try:
                     network.remove()
-                    removed["networks"].append(network.name or "")
+                except docker.errors.APIError:  # still in use by a live run
+                    removed_network = False
+            if removed_network:
+                removed["networks"].append(name)
+        if run_id is None:  # firewall tables whose network is gone (a controller killed in between)
+            names = {
+                network.name for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"})
+            }
+            for key in firewall.tables():
+                if ISOLATED_PREFIX + key not in names:
+                    firewall.remove(key)
+                    removed["firewall_tables"].append(firewall.table_name(key))
     finally:
         engine.close()
     for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
         if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
             shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in disk.leftovers():
+        if str(leftover) in in_use or (run_id is not None and run_id[-24:] not in leftover.name):
+            continue
+        if run_id is None and not running and _owner_runs(disk.owner(leftover)):
+            continue  # a live rollout's, maybe still without its volumes
+        disk.remove(leftover)
     return removed

@@ -77,6 +77,13 @@ class LocalSandbox(SidecarSandbox):
         """Loopback: the sandbox's processes run on the host."""
         return "127.0.0.1"
 
+    async def allow_host_port(self, port: int) -> None:
+        """A no-op: the sandbox's processes reach every port of the host."""
+
+    async def limits_hit(self) -> list[str]:
+        """None: the local sandbox enforces no resource limits."""
+        return []
+
     @contextlib.asynccontextmanager
     async def egress(self) -> AsyncIterator[dict[str, str]]:
         """A no-op: the local sandbox has the host's network and trusts what the host trusts."""

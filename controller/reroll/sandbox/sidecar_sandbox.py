@@ -1,8 +1,9 @@
 """What reroll's own backends share: a `Sandbox` whose every operation is an RPC to its sidecar.
 
 A backend subclasses `SidecarSandbox` and supplies only the lifecycle — create the sandbox, start
-the sidecar in it, `_connect` to it, tear down — plus `host_address` and `egress`. Exec, files,
-kill, snapshots and verification are implemented here once, documented on `Sandbox`.
+the sidecar in it, `_connect` to it, tear down — plus `host_address`, `allow_host_port`,
+`limits_hit` and `egress`. Exec, files, kill, snapshots and verification are implemented here
+once, documented on `Sandbox`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ class SidecarSandbox(abc.ABC):
     @abc.abstractmethod
     async def host_address(self) -> str:
         """See `Sandbox.host_address`."""
+
+    @abc.abstractmethod
+    async def allow_host_port(self, port: int) -> None:
+        """See `Sandbox.allow_host_port`."""
+
+    @abc.abstractmethod
+    async def limits_hit(self) -> list[str]:
+        """See `Sandbox.limits_hit`."""
 
     @abc.abstractmethod
     def egress(self) -> contextlib.AbstractAsyncContextManager[dict[str, str]]:

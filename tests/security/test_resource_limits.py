@@ -1,0 +1,92 @@
+"""Red team, issue 12 item 4: an agent that fills the disk or allocates beyond its memory ends
+the rollout with status ``error``, category ``resource_limit`` (not retried) and a message naming
+the limit, and the host's disk grows by at most the quota; the honest agent still scores 1.
+
+Before the sized file system (`reroll.sandbox.disk`) an agent wrote 4 GiB into the workspace,
+a volume of the host's file system; an agent killed by the OOM killer ended as ``agent_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
+from reroll.tasks import load_task
+
+from tests.conftest import EXAMPLES
+from tests.test_reward_hacks import run_oracle, write_files
+
+pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.usefixtures("docker_images")]
+REROLL = str(Path(sys.executable).parent / "reroll")
+STORAGE_MB = 64
+MEMORY_MB = 256
+
+ATTACKS = {
+    "honest": "echo 42 > answer.txt\n",
+    # Writes until ENOSPC (dd fails then: the agent exits 1), in the workspace and in /tmp.
+    "fill-disk": (
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=1000 || true\ndd if=/dev/zero of=big bs=1M count=1000\n"
+    ),
+    "allocate-memory": 'python3 -c "x = bytearray(1 << 30)"\n',
+}
+
+
+def make_task(root: Path, attack: str) -> Path:
+    front = {
+        "name": "limits-attack",
+        "verifier": {"timeout_sec": 60},
+        "environment": {"network": "none", "storage_mb": STORAGE_MB, "memory_mb": MEMORY_MB},
+    }
+    files = {
+        "task.md": f"---\n{json.dumps(front)}\n---\nWrite 42 into answer.txt.\n",
+        "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n",
+        "verifier/test.sh": "#!/bin/sh\nmkdir -p /logs/verifier\n"
+        'if [ "$(cat /app/answer.txt)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
+        "oracle/solve.sh": f"#!/bin/sh\nset -e\ncd /app\n{ATTACKS[attack]}",
+    }
+    return write_files(root / attack, files)
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
+    result, _ = run_oracle(make_task(tmp_path, attack), tmp_path)
+    if attack == "honest":
+        assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
+        return
+    assert (result["status"], result["error_category"]) == ("error", "resource_limit"), result
+    assert result["rewards"] == {"reward": 0.0}, "verified all the same"
+    expected = "out of disk" if attack == "fill-disk" else "out of memory"
+    field = "storage_mb" if attack == "fill-disk" else "memory_mb"
+    assert expected in result["error"] and f"environment.{field}" in result["error"], result["error"]
+
+
+async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
+    task = load_task(EXAMPLES / "hello-file")
+    environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    sandbox = DockerSandbox(
+        task, f"limits-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm")
+    )
+    await sandbox.start()
+    try:
+        assert sandbox._disk is not None
+        image = sandbox._disk.folder / "disk.img"
+        before = os.stat(image).st_blocks * 512
+        fill = "for f in /app/a /tmp/b; do dd if=/dev/urandom of=$f bs=1M count=200 2>&1; done"
+        result = await sandbox.exec(["sh", "-c", fill], user=sandbox.layout.agent_user, timeout_seconds=120)
+        assert b"No space left on device" in result.stdout, result.output_text()
+        grown = os.stat(image).st_blocks * 512 - before
+        assert STORAGE_MB << 19 < grown <= STORAGE_MB << 20, grown  # filled, and no more
+        assert len(await sandbox.limits_hit()) == 1
+        await sandbox.exec(["rm", "/app/a", "/tmp/b"])
+        await asyncio.sleep(0.5)
+        assert await sandbox.limits_hit() == []
+    finally:
+        await sandbox.stop()
+    assert not sandbox._disk and not image.parent.exists(), "unmounted and deleted with the sandbox"
