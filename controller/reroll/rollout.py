@@ -38,6 +38,7 @@ from reroll.models import ModelSpec, live_upstream, model_name, parse_model
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
 from reroll.sandbox.files import workspace_manifest
+from reroll.sandbox.python_runtime import provide_python
 from reroll.sandbox.results import ExecResult
 from reroll.tasks import Task
 from reroll.verify import prepare, quiesce, verify
@@ -316,6 +317,8 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
         f'(set -e\n{agent.install}\n) && touch "{home}/.installed" || {{ rm -rf "{home}"; exit 1; }}; fi'
     )
     with console.status(f"installing {agent.name} (first time only)"):
+        if agent.python is not None:
+            env = {**env, "REROLL_PYTHON": await provide_python(sandbox, agent.python, env, console.print)}
         async with sandbox.egress() as egress_env:
             result = await sandbox.exec(
                 ["sh", "-c", script],
