@@ -1,12 +1,21 @@
 """The end-to-end flow every real agent's test module runs (one module per agent, once per
 sandbox): record until the timeout → ``reroll continue`` to reward 1.0 → ``reroll replay``
-matches every step with the same workspace → a strict replay-only rebuild replays every step."""
+matches every step with the same workspace → a strict replay-only rebuild replays every step →
+a tampered observation in the recording is caught at its step and field."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
+from reroll.agents import get_agent
+from reroll.runfolder import TRAJECTORY
+from reroll_proxy.divergence import Divergence
+from reroll_proxy.engine import Abort, Replay, ReplayEngine
+from reroll_proxy.exchange import load_trajectory
+from reroll_proxy.volatile import Volatility
 
 from tests.test_main_job import only_folder, read_json, reroll, trajectory
 
@@ -65,3 +74,48 @@ def strict_rebuild(continued: Path, workdir: Path) -> list[dict]:
     lines = trajectory(rebuilt)
     assert [line["metadata"]["replayed_from"] for line in lines] == list(range(recorded))
     return lines
+
+
+def tampered_divergence(run: Path, step: int, tamper: Callable[[dict[str, Any]], None]) -> Divergence:
+    """What a strict replay meets when the request recorded at `step` of `run` was tampered with
+    (`tamper` edits that request's body in place: an observation, say) and the agent sends what
+    it sent when recorded: the engine (`reroll_proxy.engine`, in process, with the agent's
+    volatile rules) is fed `run`'s requests in recorded order. Checks that every earlier step
+    is replayed without a divergence and that `step` is aborted; returns its divergence."""
+    exchanges = load_trajectory(run / TRAJECTORY).exchanges
+    tampered = [exchange.model_copy(deep=True) for exchange in exchanges]
+    tamper(tampered[step].request.body)
+    assert tampered[step].request.body != exchanges[step].request.body, "the tamper changed nothing"
+    engine = ReplayEngine(
+        tampered,
+        cut_index=len(tampered),
+        has_live_upstream=False,
+        divergence_policy="strict",
+        volatility=Volatility(get_agent(read_json(run / "config.json")["agent"]).volatile),
+    )
+    decisions = [engine.decide(e.request.body, e.metadata.api_format) for e in exchanges[: step + 1]]
+    assert all(isinstance(d, Replay) and d.divergence is None for d in decisions[:step]), decisions
+    aborted = decisions[step]
+    assert isinstance(aborted, Abort) and aborted.step == step, aborted
+    return aborted.divergence
+
+
+def replace_in_last_observation(old: str, new: str) -> Callable[[dict[str, Any]], None]:
+    """A `tampered_divergence` tamper: `old` → `new` in every string of the request's last
+    conversation item (``messages``: Chat Completions, Anthropic Messages; ``input``:
+    Responses), which is the observation the agent's last step brought back."""
+
+    def replaced(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(old, new)
+        if isinstance(value, list):
+            return [replaced(item) for item in value]
+        if isinstance(value, dict):
+            return {key: replaced(item) for key, item in value.items()}
+        return value
+
+    def tamper(body: dict[str, Any]) -> None:
+        items = body["messages"] if "messages" in body else body["input"]
+        items[-1] = replaced(items[-1])
+
+    return tamper
