@@ -1,22 +1,30 @@
-"""OpenHands (the ``openhands`` CLI from PyPI, unmodified) end to end in the `local` sandbox
-(`tests.agents.e2e`); not in `docker`: it needs Python 3.12 and reroll's image has Debian
-bookworm's 3.11.
+"""OpenHands (the ``openhands`` CLI from PyPI, unmodified) end to end, once in the `local`
+sandbox and once in `docker` (`tests.agents.e2e`).
 
-OpenHands calls its own tools (``terminal``, ``finish``) over Chat Completions; its system prompt
-carries a datetime with microseconds and every request a random ``prompt_cache_key`` (both
-declared volatile). The install (~750 MB) happens once per machine, with a python3.12 from PATH
-or pyenv; the module is skipped, saying so, where there is none.
+OpenHands needs Python 3.12 exactly: the local sandbox uses the host's (pyenv's), docker a
+relocatable copy of it uploaded once into the agents volume (`reroll.sandbox.python_runtime`),
+since reroll's image has Debian bookworm's 3.11. It calls its own tools (``terminal``,
+``finish``) over Chat Completions; its system prompt carries a datetime with microseconds and
+every request a random ``prompt_cache_key`` (both declared volatile). The install (~750 MB)
+happens once per machine (agent cache) and per docker volume; the module is skipped, saying
+so, where the host has no Python 3.12.
 """
 
 from __future__ import annotations
 
-import glob
-import shutil
 from pathlib import Path
 
 import pytest
+from reroll.sandbox.python_runtime import host_python
 
-from tests.agents.e2e import continue_live, record_until_stalled, replay_report, strict_rebuild
+from tests.agents.e2e import (
+    continue_live,
+    record_until_stalled,
+    replace_in_last_observation,
+    replay_report,
+    strict_rebuild,
+    tampered_divergence,
+)
 from tests.test_main_job import read_json, trajectory
 
 pytestmark = [
@@ -24,21 +32,21 @@ pytestmark = [
     pytest.mark.spawns,
     pytest.mark.timeout(1800),  # the first set-up installs OpenHands (~200 packages)
     pytest.mark.skipif(
-        not (shutil.which("python3.12") or glob.glob("/root/.pyenv/versions/3.12.*/bin/python3.12")),
-        reason="OpenHands needs a Python 3.12 (python3.12 on PATH, or pyenv's): none here",
+        host_python("3.12") is None,
+        reason="OpenHands needs a Python 3.12 (pyenv's, or python3.12 on PATH): none here",
     ),
 ]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("openhands-local")
+def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
+    return tmp_path_factory.mktemp(f"openhands-{sandbox_backend}")
 
 
 @pytest.fixture(scope="module")
-def recorded(workdir: Path) -> Path:
+def recorded(workdir: Path, sandbox_backend: str) -> Path:
     """Cut before turn 2; 120 s: OpenHands takes 20 to 60 s to start on a loaded machine."""
-    return record_until_stalled(workdir, "local", "openhands", stall_turn=2, timeout_seconds=120)
+    return record_until_stalled(workdir, sandbox_backend, "openhands", stall_turn=2, timeout_seconds=120)
 
 
 @pytest.fixture(scope="module")
@@ -59,5 +67,18 @@ def test_replay_matches_every_step_and_the_workspace(continued: Path, workdir: P
     assert len(replay_report(continued, workdir)["steps"]) == 4
 
 
-def test_a_strict_replay_only_rebuild_replays_every_step(continued: Path, workdir: Path) -> None:
+def test_a_strict_replay_only_rebuild_replays_every_step(
+    continued: Path, workdir: Path, sandbox_backend: str
+) -> None:
+    if sandbox_backend != "local":
+        pytest.skip(
+            "the replay above matched every step already; one more OpenHands run (~1 min) on local only"
+        )
     strict_rebuild(continued, workdir)
+
+
+def test_a_tampered_observation_is_caught_at_its_step_and_field(continued: Path) -> None:
+    """Step 1's request ends with the terminal's output of step 0's ``cat calc.py``."""
+    divergence = tampered_divergence(continued, 1, replace_in_last_observation("def mean", "def median"))
+    assert divergence.classification == "observation_changed"
+    assert divergence.field.startswith("messages[") and "def median" in divergence.diff
