@@ -262,10 +262,14 @@ def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRul
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
     """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
     layout = sandbox.layout
-    # The interpreter reroll runs on comes first, so `python3` works even where PATH holds shims.
-    python_bin = str(Path(sys.base_prefix) / "bin")
+    # Where the sandbox is a folder of the host (local), the interpreter reroll runs on comes
+    # first, so `python3` works even where PATH holds shims. Not in a container (root ``/``):
+    # there the host's folder (pyenv's, under /root) is one the agent's user may not search, and
+    # a program looked up past it fails with EACCES instead of "not found" (OpenHands' probe
+    # for tmux crashed on that).
+    host_bin = f"{Path(sys.base_prefix) / 'bin'}:" if layout.root != "/" else ""
     return {
-        "PATH": f"{python_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{host_bin}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         **layout.env(),
