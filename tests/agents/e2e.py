@@ -1,7 +1,14 @@
 """The end-to-end flow every real agent's test module runs (one module per agent, once per
 sandbox): record until the timeout → ``reroll continue`` to reward 1.0 → ``reroll replay``
 matches every step with the same workspace → a strict replay-only rebuild replays every step →
-a tampered observation in the recording is caught at its step and field."""
+a tampered observation in the recording is caught at its step and field.
+
+A module names its agent (``AGENT``), defines its ``recorded`` fixture (`record_until_stalled`
+with its script's stall turn) and imports the shared fixtures and tests below by name
+(``from tests.agents.e2e import *``: `__all__`); a test it defines under the same name replaces
+the shared one. ``TAMPERED_OBSERVATION`` (step, text, replacement) overrides
+`TAMPERED_OBSERVATION` below.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from reroll.agents import get_agent
 from reroll.runfolder import TRAJECTORY
@@ -20,6 +28,48 @@ from reroll_proxy.volatile import Volatility
 from tests.test_main_job import only_folder, read_json, reroll, trajectory
 
 TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
+__all__ = [
+    "continued",
+    "test_a_strict_replay_only_rebuild_replays_every_step",
+    "test_a_tampered_observation_is_caught_at_its_step_and_field",
+    "test_replay_matches_every_step_and_the_workspace",
+    "workdir",
+]
+"""The shared fixtures and tests every agent's module imports."""
+TAMPERED_OBSERVATION = (1, "def mean", "def median")
+"""(step, text, replacement) of the shared tampered-observation test: in every agent's script
+step 0 looks at calc.py, so step 1's request ends with its text."""
+
+
+@pytest.fixture(scope="module")
+def workdir(
+    tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str, request: pytest.FixtureRequest
+) -> Path:
+    """The module's folder for its runs, one per agent and sandbox."""
+    return tmp_path_factory.mktemp(f"{request.module.AGENT}-{sandbox_backend}")
+
+
+@pytest.fixture(scope="module")
+def continued(recorded: Path, workdir: Path) -> Path:
+    """The module's recording continued live to its end (`continue_live`)."""
+    return continue_live(recorded, workdir)
+
+
+def test_replay_matches_every_step_and_the_workspace(continued: Path, workdir: Path) -> None:
+    assert len(replay_report(continued, workdir)["steps"]) == len(trajectory(continued))
+
+
+def test_a_strict_replay_only_rebuild_replays_every_step(continued: Path, workdir: Path) -> None:
+    strict_rebuild(continued, workdir)
+
+
+def test_a_tampered_observation_is_caught_at_its_step_and_field(
+    continued: Path, request: pytest.FixtureRequest
+) -> None:
+    step, text, replacement = getattr(request.module, "TAMPERED_OBSERVATION", TAMPERED_OBSERVATION)
+    divergence = tampered_divergence(continued, step, replace_in_last_observation(text, replacement))
+    assert divergence.classification == "observation_changed"
+    assert divergence.field.startswith("messages[") and replacement in divergence.diff
 
 
 def record_until_stalled(

@@ -17,16 +17,11 @@ from pathlib import Path
 import pytest
 from reroll.sandbox.python_runtime import host_python
 
-from tests.agents.e2e import (
-    continue_live,
-    record_until_stalled,
-    replace_in_last_observation,
-    replay_report,
-    strict_rebuild,
-    tampered_divergence,
-)
+from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
+from tests.agents.e2e import record_until_stalled, strict_rebuild
 from tests.test_main_job import read_json, trajectory
 
+AGENT = "openhands"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.spawns,
@@ -39,19 +34,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
-    return tmp_path_factory.mktemp(f"openhands-{sandbox_backend}")
-
-
-@pytest.fixture(scope="module")
 def recorded(workdir: Path, sandbox_backend: str) -> Path:
     """Cut before turn 2; 120 s: OpenHands takes 20 to 60 s to start on a loaded machine."""
-    return record_until_stalled(workdir, sandbox_backend, "openhands", stall_turn=2, timeout_seconds=120)
-
-
-@pytest.fixture(scope="module")
-def continued(recorded: Path, workdir: Path) -> Path:
-    return continue_live(recorded, workdir)
+    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=2, timeout_seconds=120)
 
 
 def test_continue_finishes_with_reward_one(recorded: Path, continued: Path) -> None:
@@ -63,10 +48,6 @@ def test_continue_finishes_with_reward_one(recorded: Path, continued: Path) -> N
     assert {"terminal", "finish"} <= tools
 
 
-def test_replay_matches_every_step_and_the_workspace(continued: Path, workdir: Path) -> None:
-    assert len(replay_report(continued, workdir)["steps"]) == 4
-
-
 def test_a_strict_replay_only_rebuild_replays_every_step(
     continued: Path, workdir: Path, sandbox_backend: str
 ) -> None:
@@ -75,10 +56,3 @@ def test_a_strict_replay_only_rebuild_replays_every_step(
             "the replay above matched every step already; one more OpenHands run (~1 min) on local only"
         )
     strict_rebuild(continued, workdir)
-
-
-def test_a_tampered_observation_is_caught_at_its_step_and_field(continued: Path) -> None:
-    """Step 1's request ends with the terminal's output of step 0's ``cat calc.py``."""
-    divergence = tampered_divergence(continued, 1, replace_in_last_observation("def mean", "def median"))
-    assert divergence.classification == "observation_changed"
-    assert divergence.field.startswith("messages[") and "def median" in divergence.diff
