@@ -30,14 +30,14 @@ import re
 import secrets
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from reroll.config import cache_dir, cache_lock
+from reroll.config import cache_dir
 from reroll.errors import AgentInstallError, ImageBuildError
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.sidecar_bundle import (
     Log,
+    build_once,
     copy_libraries,
     elf_files,
     folder_size_bytes,
@@ -94,25 +94,15 @@ def ensure_runtime(python: Path, prefix: str, log: Log = logger.info) -> Path:
             ``<prefix>/bin/pythonX.Y`` of a CPython built with ``--enable-shared``.
     """
     target = cache_dir() / "python" / runtime_key(python, prefix) / "runtime"
-    complete = target.parent / ".complete"
-    if complete.exists():
-        return target
-    with cache_lock("python-runtime"):
-        if complete.exists():  # built by a concurrent process meanwhile
-            return target
-        shutil.rmtree(target.parent, ignore_errors=True)
-        target.parent.mkdir(parents=True)
-        with tempfile.TemporaryDirectory(prefix="reroll-python-") as scratch:
-            built = Path(scratch) / "runtime"
-            _build(python, prefix, built)
-            shutil.move(built, target)
-        complete.touch()
-    log(f"python runtime for {prefix}: {target} ({folder_size_bytes(target) / 1e6:.0f} MB)")
+    if not (target.parent / ".complete").exists():
+        build_once(target, "python-runtime", lambda scratch, folder: _build(python, prefix, scratch, folder))
+        log(f"python runtime for {prefix}: {target} ({folder_size_bytes(target) / 1e6:.0f} MB)")
     return target
 
 
-def _build(python: Path, prefix: str, built: Path) -> None:
-    """Copy the interpreter's installation into `built` and make it run at `prefix`."""
+def _build(python: Path, prefix: str, scratch: Path, target: Path) -> None:
+    """Copy the interpreter's installation into `target` (through `scratch`) and make it run at `prefix`."""
+    built = scratch / "runtime"
     home = python.parent.parent
     name = python.name
     version = name.removeprefix("python")
@@ -143,6 +133,7 @@ def _build(python: Path, prefix: str, built: Path) -> None:
         argv += ["--add-needed", soname]
     run_build_step([*argv, str(program)], f"patchelf of {name}")
     set_modes(built)
+    shutil.move(built, target)
 
 
 async def provide_python(sandbox: Sandbox, version: str, env: dict[str, str], log: Log = logger.info) -> str:

@@ -143,17 +143,27 @@ def ensure_bundle(log: Log = logger.info) -> Path:
     Raises:
         ImageBuildError: a build step failed (the message carries its output's end).
     """
-    target = bundle_dir()
+    return build_once(bundle_dir(), "sidecar-bundle", lambda scratch, target: _build(scratch, target, log))
+
+
+def build_once(target: Path, lock: str, build: Callable[[Path, Path], None]) -> Path:
+    """`target` (a folder ``<cache>/<kind>/<key>/<name>``), made by ``build(scratch, target)``
+    unless its ``<key>/.complete`` marker exists; under the cache lock `lock`, so concurrent
+    processes build it once. `scratch` is a temporary folder removed afterwards.
+
+    Raises:
+        ImageBuildError: as `build`.
+    """
     complete = target.parent / ".complete"
     if complete.exists():
         return target
-    with cache_lock("sidecar-bundle"):
+    with cache_lock(lock):
         if complete.exists():  # built by a concurrent process meanwhile
             return target
         shutil.rmtree(target.parent, ignore_errors=True)
         target.parent.mkdir(parents=True)
-        with tempfile.TemporaryDirectory(prefix="reroll-bundle-") as scratch:
-            _build(Path(scratch), target, log)
+        with tempfile.TemporaryDirectory(prefix=f"reroll-{lock}-") as scratch:
+            build(Path(scratch), target)
         complete.touch()
     return target
 
