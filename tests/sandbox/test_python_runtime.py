@@ -13,8 +13,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from reroll.errors import AgentInstallError
 from reroll.sandbox import python_runtime
-from reroll.sandbox.python_runtime import LIBS, ensure_runtime, host_python
+from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.python_runtime import LIBS, ensure_runtime, host_python, provide_python
+from reroll.sandbox.results import ExecResult
 
 HOST_PYTHON = host_python("3.12")
 
@@ -76,3 +79,31 @@ def test_the_runtime_runs_at_its_prefix_on_its_own_libraries(
         timeout=60,
     )
     assert base.stdout.strip() == str(prefix), base.stderr
+
+
+class ProbedSandbox:
+    """A sandbox whose every command prints `stdout` and exits with `exit_code`."""
+
+    def __init__(self, exit_code: int, stdout: bytes) -> None:
+        self.layout = SandboxLayout(
+            root="/", workspace="/app", logs_dir="/logs", home="/h", agents_dir="/opt/a"
+        )
+        self.result = ExecResult(
+            exit_code=exit_code, stdout=stdout, stderr=b"", timed_out=False, duration_seconds=0.0
+        )
+
+    async def exec(self, argv: list[str], **_: object) -> ExecResult:
+        return self.result
+
+
+async def test_the_sandboxs_own_python_comes_first() -> None:
+    found = await provide_python(ProbedSandbox(0, b"/usr/bin/python3.12\n"), "3.12", {})  # type: ignore[arg-type]
+    assert found == "/usr/bin/python3.12"
+
+
+async def test_without_a_python_in_the_sandbox_or_on_the_host_the_install_fails_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(python_runtime, "host_python", lambda version: None)
+    with pytest.raises(AgentInstallError, match=r"needs Python 3\.12: the sandbox has no python3\.12"):
+        await provide_python(ProbedSandbox(127, b""), "3.12", {})  # type: ignore[arg-type]
