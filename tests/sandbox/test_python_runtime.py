@@ -45,6 +45,10 @@ def test_the_runtime_runs_at_its_prefix_on_its_own_libraries(
     prefix = tmp_path / "opt" / "python3.12"
     shutil.copytree(ensure_runtime(HOST_PYTHON, str(prefix)), prefix, symlinks=True)
     assert not (prefix / "lib" / "python3.12" / "test").exists()
+    # byte code compiled in advance, valid whatever the files' times after an upload
+    assert (prefix / "lib" / "python3.12" / "__pycache__" / "os.cpython-312.pyc").read_bytes()[
+        4:8
+    ] == b"\x01\0\0\0"
     probe = (
         "import ssl, sqlite3, ctypes, lzma, bz2, zlib, sys\n"
         "print(sys.prefix)\n"

@@ -12,7 +12,8 @@ nothing is taken from the sandbox's image. ``libstdc++`` and ``libgcc_s`` are bu
 preloaded too: the wheels of an agent (pydantic-core, tokenizers, …) link them and expect them
 from the system. The loader's path is absolute, so a runtime is built for the one path
 `prefix` it is used at (the sandbox's agents folder); the standard library's tests, IDLE,
-tkinter and the base site-packages are left out (a venv brings its own pip).
+tkinter and the base site-packages are left out (a venv brings its own pip); its byte code is
+compiled in advance (the agent's user cannot write it at run time).
 
 `provide_python` chooses per sandbox: its own ``pythonX.Y`` on PATH, else the host's build where
 the sandbox sees the host's files (the `local` sandbox), else the relocatable runtime, uploaded
@@ -56,7 +57,7 @@ already loaded whatever RUNPATH they carry."""
 LEFT_OUT = ("test", "idlelib", "tkinter", "turtledemo", "lib2to3", "site-packages", "__pycache__", "config-*")
 """Folder names of the standard library the runtime does without (``config-*``: the static
 library and Makefile for building against it)."""
-_RECIPE = "pyenv copy; rpath + interpreter patched; glibc, loader, libstdc++, libgcc_s bundled; v1"
+_RECIPE = "pyenv copy; rpath + interpreter patched; glibc, loader, libstdc++, libgcc_s bundled; pyc; v2"
 """Changing how a runtime is made must change its key: bump this text with the recipe."""
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,10 @@ def _build(python: Path, prefix: str, scratch: Path, target: Path) -> None:
     for soname in PRELOADED:
         argv += ["--add-needed", soname]
     run_build_step([*argv, str(program)], f"patchelf of {name}")
+    # Byte code for the agent's user, who cannot write __pycache__ at `prefix`; checked by hash,
+    # not by the source's time, which an upload does not keep.
+    compile_all = [str(python), "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash"]
+    run_build_step([*compile_all, str(built / stdlib)], "compileall of the standard library")
     set_modes(built)
     shutil.move(built, target)
 
