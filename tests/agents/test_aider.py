@@ -4,8 +4,10 @@
 aider speaks plain Chat Completions with its own few-shot examples first (the script counts only
 its own answers: ``count: own``), edits by SEARCH/REPLACE blocks, makes the workspace a git
 repository and asks for a commit message after each applied edit (the script's ``commit``
-thread). The install (~690 MB, ~5 min) happens once per machine (agent cache) and per docker
-volume; the tests share it.
+thread). The shared tampered-observation test tampers that side call's request (step 1: the
+diff of calc.py aider committed first), which then matches no recorded thread. The install
+(~690 MB, ~5 min) happens once per machine (agent cache) and per docker volume; the tests share
+it.
 """
 
 from __future__ import annotations
