@@ -10,8 +10,9 @@
    over to the live model (the task's own script), finishes, and verifies.
 3. `reroll replay` rebuilds the recorded run by replay only and compares it step by step.
 
-Exits non-zero unless the continued run scores 1.0 and the replay is faithful (every step
-matched, the same workspace). `make demo AGENT=NAME SANDBOX=NAME` passes both flags.
+Exits non-zero unless the recording holds an exchange, the continued run scores 1.0 and the
+replay is faithful (every step matched, the same workspace). `make demo AGENT=NAME
+SANDBOX=NAME` passes both flags.
 """
 
 from __future__ import annotations
@@ -109,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         rewards[label] = (result.get("rewards") or {}).get("reward")
         print(f"{label:>9}: status={result['status']:<8} reward={rewards[label]}  {folder}")
     print(f"   replay: {'faithful' if faithful else 'NOT faithful'}")
-    return 0 if rewards["continued"] == 1.0 and faithful else 1
+    recorded = json.loads((original / "result.json").read_text())["counts"]["exchanges"]
+    if not recorded:
+        print(
+            f"the recording holds no exchange: {args.agent} did not reach the model "
+            f"within {timeout:g} s (--timeout)"
+        )
+    return 0 if rewards["continued"] == 1.0 and faithful and recorded else 1
 
 
 if __name__ == "__main__":
