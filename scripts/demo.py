@@ -3,14 +3,16 @@
 
 1. `reroll run` records the agent (`--agent NAME`, default mini-swe-agent; installed unmodified
    from PyPI) on the bundled task `fix-failing-test` in the sandbox (`--sandbox`, default
-   `local`), with the bundled scripted model as the live model (the task's script for that
-   agent). The scripted model answers turn 3 slowly, so the run hits its timeout there.
+   `local`), with the bundled scripted model as the live model: a copy of the task's script for
+   that agent whose slow turn never comes in time, so the run hits its timeout there, whatever
+   the agent's start-up takes (`--timeout`: a default per agent, ample for its start-up).
 2. `reroll continue` replays the recorded exchanges (the agent re-executes its own steps), cuts
-   over to the live model, finishes, and verifies.
+   over to the live model (the task's own script), finishes, and verifies.
 3. `reroll replay` rebuilds the recorded run by replay only and compares it step by step.
 
-Exits non-zero unless the continued run scores 1.0 and the replay is faithful (every step
-matched, the same workspace). `make demo AGENT=NAME SANDBOX=NAME` passes both flags.
+Exits non-zero unless the recording holds an exchange, the continued run scores 1.0 and the
+replay is faithful (every step matched, the same workspace). `make demo AGENT=NAME
+SANDBOX=NAME` passes both flags.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import yaml
+from reroll.models import task_script
 
 ROOT = Path(__file__).resolve().parent.parent
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -37,34 +42,67 @@ def only_run_folder(jobs: Path) -> Path:
     return folder
 
 
+RECORD_TIMEOUT_SECONDS = {
+    "mini-swe-agent": 15.0,
+    "claude-code": 40.0,
+    "codex": 40.0,
+    "aider": 90.0,
+    "openhands": 120.0,
+}
+"""How long the recording runs by default: the agent's start-up on a loaded machine and its
+first turns (OpenHands takes 20 to 60 s to start, aider 5 to 15 s); other agents get 60 s."""
+STALL_SECONDS = 3600
+"""The slow turn's delay in the recording's script: the timeout always comes first."""
+FOLLOW_UP_TIMEOUT = "300"
+"""The timeout of `continue` and `replay` (seconds): the agent starts again in each."""
+
+
+def stalled_script(agent: str, path: Path) -> Path:
+    """Write to `path` the task's script for `agent` with its slow turn (the one that has a
+    ``delay_seconds``) stalled for `STALL_SECONDS`; returns `path`."""
+    script = yaml.safe_load(task_script(TASK, agent).read_text())
+    slow = [turn for turn in script["turns"] if "delay_seconds" in turn]
+    if not slow:
+        raise SystemExit(f"{task_script(TASK, agent)}: no turn with delay_seconds to stall the recording at")
+    slow[0]["delay_seconds"] = STALL_SECONDS
+    path.write_text(yaml.safe_dump(script, sort_keys=False))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", default="mini-swe-agent", help="the agent (see `reroll agents`)")
     parser.add_argument("--sandbox", default="local", help="the sandbox backend")
+    parser.add_argument(
+        "--timeout", type=float, help="the recording's timeout, seconds [default: per agent, else 60]"
+    )
     args = parser.parse_args(argv)
     job = time.strftime(f"demo-{args.agent}-{args.sandbox}-%Y%m%d-%H%M%S")
     jobs_dir = ROOT / "jobs"
+    jobs_dir.mkdir(exist_ok=True)
+    script = stalled_script(args.agent, jobs_dir / f"{job}.stalled-script.yaml")
+    timeout = args.timeout or RECORD_TIMEOUT_SECONDS.get(args.agent, 60.0)
     started = time.monotonic()
     reroll(
-        "run",
-        str(TASK),
-        "--agent",
-        args.agent,
-        "--sandbox",
-        args.sandbox,
+        "run", str(TASK), "--agent", args.agent, "--sandbox", args.sandbox, "--model", f"scripted:{script}",
+        "--timeout", f"{timeout:g}", "--jobs-dir", str(jobs_dir), "--job-name", job,
+    )  # fmt: skip
+    original = only_run_folder(jobs_dir / job)
+    reroll(
+        "continue",
+        str(original),
         "--model",
         "scripted",
         "--timeout",
-        "15",
-        "--jobs-dir",
-        str(jobs_dir),
-        "--job-name",
-        job,
+        FOLLOW_UP_TIMEOUT,
+        "--sandbox",
+        args.sandbox,
     )
-    original = only_run_folder(jobs_dir / job)
-    reroll("continue", str(original), "--timeout", "120", "--sandbox", args.sandbox)
     continued = only_run_folder(original.parent / "continued")
-    faithful = reroll("replay", str(original), "--sandbox", args.sandbox, check=False) == 0
+    replayed = reroll(
+        "replay", str(original), "--timeout", FOLLOW_UP_TIMEOUT, "--sandbox", args.sandbox, check=False
+    )
+    faithful = replayed == 0
     print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
     rewards = {}
     for label, folder in (("original", original), ("continued", continued)):
@@ -72,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         rewards[label] = (result.get("rewards") or {}).get("reward")
         print(f"{label:>9}: status={result['status']:<8} reward={rewards[label]}  {folder}")
     print(f"   replay: {'faithful' if faithful else 'NOT faithful'}")
-    return 0 if rewards["continued"] == 1.0 and faithful else 1
+    recorded = json.loads((original / "result.json").read_text())["counts"]["exchanges"]
+    if not recorded:
+        print(
+            f"the recording holds no exchange: {args.agent} did not reach the model "
+            f"within {timeout:g} s (--timeout)"
+        )
+    return 0 if rewards["continued"] == 1.0 and faithful and recorded else 1
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ class AgentSpec(BaseModel):
     no model (oracle)."""
     install: str | None = None
     """Shell script that installs the agent into ``$REROLL_AGENT_HOME``; run once, then cached."""
+    python: str | None = None
+    """A CPython version (``3.12``) the install script needs, given to it as ``$REROLL_PYTHON``:
+    the sandbox's own ``python3.12``, the host's (local sandbox), or a relocatable copy of the
+    host's uploaded into the agents folder (see `reroll.sandbox.python_runtime`)."""
     launch: str
     """Shell command that runs the agent headless in the workspace until it finishes."""
     env: dict[str, str] = {}
@@ -60,8 +64,9 @@ class AgentSpec(BaseModel):
 
     @property
     def install_key(self) -> str:
-        """Name of the install folder: the agent's name and a hash of its install script."""
-        digest = hashlib.sha256((self.install or "").encode()).hexdigest()[:12]
+        """Name of the install folder: the agent's name and a hash of its install script (and
+        of the Python version it needs)."""
+        digest = hashlib.sha256(f"{self.install or ''}{self.python or ''}".encode()).hexdigest()[:12]
         return f"{self.name}-{digest}"
 
     def launch_env(self, *, base_url: str, api_key: str, model: str) -> dict[str, str]:

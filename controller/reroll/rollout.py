@@ -38,6 +38,7 @@ from reroll.llm_proxy import LlmProxy, ReplayPlan
 from reroll.models import ModelSpec, live_upstream, model_name, parse_model
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
+from reroll.sandbox.python_runtime import provide_python
 from reroll.sandbox.results import ExecResult
 from reroll.task_compat import resolve_env
 from reroll.tasks import Task
@@ -277,10 +278,14 @@ def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRul
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
     """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
     layout = sandbox.layout
-    # The interpreter reroll runs on comes first, so `python3` works even where PATH holds shims.
-    python_bin = str(Path(sys.base_prefix) / "bin")
+    # Where the sandbox is a folder of the host (local), the interpreter reroll runs on comes
+    # first, so `python3` works even where PATH holds shims. Not in a container (root ``/``):
+    # there the host's folder (pyenv's, under /root) is one the agent's user may not search, and
+    # a program looked up past it fails with EACCES instead of "not found" (OpenHands' probe
+    # for tmux crashed on that).
+    host_bin = f"{Path(sys.base_prefix) / 'bin'}:" if layout.root != "/" else ""
     return {
-        "PATH": f"{python_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{host_bin}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         **layout.env(),
@@ -332,6 +337,8 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
         f'(set -e\n{agent.install}\n) && touch "{home}/.installed" || {{ rm -rf "{home}"; exit 1; }}; fi'
     )
     with console.status(f"installing {agent.name} (first time only)"):
+        if agent.python is not None:
+            env = {**env, "REROLL_PYTHON": await provide_python(sandbox, agent.python, env, console.print)}
         async with sandbox.egress() as egress_env:
             result = await sandbox.exec(
                 ["sh", "-c", script],

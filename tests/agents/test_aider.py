@@ -4,8 +4,10 @@
 aider speaks plain Chat Completions with its own few-shot examples first (the script counts only
 its own answers: ``count: own``), edits by SEARCH/REPLACE blocks, makes the workspace a git
 repository and asks for a commit message after each applied edit (the script's ``commit``
-thread). The install (~690 MB, ~5 min) happens once per machine (agent cache) and per docker
-volume; the tests share it.
+thread). The shared tampered-observation test tampers that side call's request (step 1: the
+diff of calc.py aider committed first), which then matches no recorded thread. The install
+(~690 MB, ~5 min) happens once per machine (agent cache) and per docker volume; the tests share
+it.
 """
 
 from __future__ import annotations
@@ -14,29 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents.e2e import continue_live, record_until_stalled, replay_report, strict_rebuild
+from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
+from tests.agents.e2e import record_until_stalled, replay_report, strict_rebuild
 from tests.test_main_job import read_json, trajectory
 
 # The first test's set-up installs aider when the agent cache or docker volume lacks it (~5 min
 # once, more on a loaded machine), beyond the suite's 300 s default.
+AGENT = "aider"
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(1200)]
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
-    return tmp_path_factory.mktemp(f"aider-{sandbox_backend}")
 
 
 @pytest.fixture(scope="module")
 def recorded(workdir: Path, sandbox_backend: str) -> Path:
     """Cut after turn 1 (a SEARCH block that fails to match) and its commit message side call;
     90 s: aider takes 5 to 15 s to start on a loaded machine."""
-    return record_until_stalled(workdir, sandbox_backend, "aider", stall_turn=1, timeout_seconds=90)
-
-
-@pytest.fixture(scope="module")
-def continued(recorded: Path, workdir: Path) -> Path:
-    return continue_live(recorded, workdir)
+    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=1, timeout_seconds=90)
 
 
 def test_the_recording_holds_the_failed_edit_and_its_commit_message(recorded: Path) -> None:

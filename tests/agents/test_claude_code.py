@@ -3,9 +3,9 @@
 sidecar, the LLM proxy and the bundled scripted model (its script for Claude Code's own tools),
 once in the `local` sandbox and once in `docker`.
 
-Per sandbox: a recording cut by its timeout → `reroll continue` to reward 1.0 → `reroll replay`
-matches every step with the same workspace → `--strict-divergence` replays every step of the
-untampered recording and stops at the tampered step of a tampered one. Then (local only) two
+Per sandbox (`tests.agents.e2e`): a recording cut by its timeout → `reroll continue` to reward
+1.0 → `reroll replay` matches every step with the same workspace → a strict replay-only rebuild
+replays every step → a tampered observation is caught at its step and field. Then (local only) two
 background subagents (the `Agent` tool): recorded once, replayed ten times, every request served
 its own thread's answer whatever the order in which the concurrent requests arrived.
 """
@@ -15,74 +15,33 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
+from tests.agents.e2e import TASK, record_until_stalled
 from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by, thread_of
 from tests.conftest import labelled_containers
+from tests.test_main_job import only_folder, read_json, reroll, trajectory
 
-REROLL = str(Path(sys.executable).parent / "reroll")
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples" / "tasks"
-TASK = EXAMPLES / "fix-failing-test"
+EXAMPLES = TASK.parent
 AGENT = "claude-code"
-RECORD_TIMEOUT_SECONDS = 40
 REPLAYS = 10
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 
-def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([REROLL, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
-    print(done.stdout, done.stderr, sep="\n")
-    return done
-
-
-def only_folder(path: Path) -> Path:
-    (folder,) = [p for p in path.iterdir() if p.is_dir() and p.name not in ("continued", "replayed")]
-    return folder
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def read_json_list(path: Path) -> list:
-    return json.loads(path.read_text())
-
-
-def trajectory(folder: Path) -> list[dict]:
-    lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
-
-
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
-    return tmp_path_factory.mktemp(f"claude-code-{sandbox_backend}")
-
-
-@pytest.fixture(scope="module")
-def timed_out_run(workdir: Path, sandbox_backend: str) -> Path:
+def recorded(workdir: Path, sandbox_backend: str) -> Path:
     """A recorded Claude Code run cut by its timeout after two exchanges (Read, Bash)."""
-    script = yaml.safe_load((TASK / f"scripted-model.{AGENT}.yaml").read_text())
-    script["turns"][2]["delay_seconds"] = 3600
-    stalling = workdir / "stall-at-turn-3.yaml"
-    stalling.write_text(yaml.safe_dump(script))
-    done = reroll(
-        "run", str(TASK), "--agent", AGENT, "--model", f"scripted:{stalling}",
-        "--timeout", str(RECORD_TIMEOUT_SECONDS), "--jobs-dir", "jobs", "--job-name", "record",
-        "--sandbox", sandbox_backend,
-        cwd=workdir,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return only_folder(workdir / "jobs" / "record")
+    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=2, timeout_seconds=40)
 
 
-def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
-    result = read_json(timed_out_run / "result.json")
+def test_recorded_run_times_out_with_its_exchanges(recorded: Path) -> None:
+    result = read_json(recorded / "result.json")
     assert result["status"] == "timeout" and result["error_category"] == "timeout"
-    lines = trajectory(timed_out_run)
+    lines = trajectory(recorded)
     assert len(lines) == 2 == result["counts"]["live"]
     assert {line["request"]["path"] for line in lines} == {"/v1/messages?beta=true"}
     assert all(line["metadata"]["api_format"] == "anthropic-messages" for line in lines)
@@ -91,13 +50,10 @@ def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
     # the `role: system` message with the cwd and the date, which the volatile rules cover
     assert any(m["role"] == "system" for m in first["body"]["messages"])
     assert not {"x-api-key", "authorization"} & {k.lower() for k in first["headers"]}
-    assert not labelled_containers(timed_out_run.name)
+    assert not labelled_containers(recorded.name)
 
 
-def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -> None:
-    done = reroll("continue", str(timed_out_run), "--model", "scripted", "--timeout", "120", cwd=workdir)
-    assert done.returncode == 0, done.stderr
-    continued = only_folder(timed_out_run.parent / "continued")
+def test_continue_finishes_with_reward_one(continued: Path) -> None:
     result = read_json(continued / "result.json")
     assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
     sources = [line["metadata"]["source"] for line in trajectory(continued)]
@@ -105,13 +61,13 @@ def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -
     assert result["counts"]["divergences"] == 0
 
 
-def test_continue_by_a_chat_only_model(timed_out_run: Path, workdir: Path, sandbox_backend: str) -> None:
+def test_continue_by_a_chat_only_model(recorded: Path, workdir: Path, sandbox_backend: str) -> None:
     """Claude Code (Anthropic Messages) continued by a model served over Chat Completions only:
     the proxy translates, leaves out what Chat cannot hold and notes it, never a 400."""
     if sandbox_backend != "local":
         pytest.skip("the translation does not depend on the sandbox: checked once, on local")
     done = reroll(
-        "continue", str(timed_out_run), "--model", "scripted-chat", "--timeout", "120", "--output", "chat",
+        "continue", str(recorded), "--model", "scripted-chat", "--timeout", "120", "--output", "chat",
         cwd=workdir,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -125,38 +81,6 @@ def test_continue_by_a_chat_only_model(timed_out_run: Path, workdir: Path, sandb
         assert "field thinking" in metadata["translation_notes"] and any(
             n.startswith("betas ") for n in metadata["translation_notes"]
         )
-
-
-def test_replay_matches_every_step_and_the_workspace(timed_out_run: Path, workdir: Path) -> None:
-    done = reroll("replay", str(timed_out_run), "--output", "replayed", cwd=workdir)
-    assert done.returncode == 0, done.stdout
-    assert "requests matched: 2/2" in done.stdout
-    assert "workspace: equal" in done.stdout and "verdict: faithful" in done.stdout
-
-
-def test_strict_replays_every_step_then_catches_a_tampered_one(timed_out_run: Path, workdir: Path) -> None:
-    done = reroll(
-        "continue", str(timed_out_run), "--replay-only", "--strict-divergence", "--timeout", "120",
-        "--output", "strict", cwd=workdir,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout
-    assert "2 replayed, 0 live" in done.stdout
-    tampered = workdir / "tampered" / timed_out_run.name
-    shutil.copytree(timed_out_run, tampered)
-    lines = trajectory(tampered)
-    result_block = lines[1]["request"]["body"]["messages"][-1]["content"][0]
-    assert result_block["type"] == "tool_result" and "def mean" in result_block["content"]
-    result_block["content"] = result_block["content"].replace("def mean", "def median")
-    text = "".join(json.dumps(x) + "\n" for x in lines)
-    (tampered / "trajectory" / "llm_trajectory.jsonl").write_text(text)
-    done = reroll(
-        "continue", str(tampered), "--strict-divergence", "--timeout", "120", "--output", "strict-tampered",
-        cwd=workdir,
-    )  # fmt: skip
-    assert done.returncode == 1
-    aborted = only_folder(workdir / "strict-tampered")
-    result = read_json(aborted / "result.json")
-    assert result["error_category"] == "divergence" and "step 1" in result["error"]
 
 
 @pytest.mark.parametrize("sandbox_backend", ["local"], indirect=True)
@@ -216,7 +140,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
             (workdir / "proxy.json").write_text(config.model_dump_json())
             proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
             prompt = workdir / "prompt.txt"
-            prompt.write_text(read_json_list(recorded_run / "prompts.json")[0])
+            prompt.write_text(json.loads((recorded_run / "prompts.json").read_text())[0])
             env = {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "HOME": str(agent_home),

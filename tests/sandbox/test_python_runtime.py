@@ -1,0 +1,113 @@
+"""The relocatable CPython for agents that need a Python the sandbox lacks (OpenHands: 3.12).
+
+The runtime is built for a path under the test's folder and run there on the host with an empty
+environment: every shared library it maps comes from its own folder, none from the host's (in
+docker the same runtime runs on reroll's bookworm image: tests/agents/test_openhands.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from reroll.errors import AgentInstallError
+from reroll.sandbox import python_runtime
+from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.python_runtime import LIBS, ensure_runtime, host_python, provide_python
+from reroll.sandbox.results import ExecResult
+
+HOST_PYTHON = host_python("3.12")
+
+
+def test_host_python_takes_pyenvs_newest_by_version_not_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for version in ("3.12.1", "3.12.10", "3.12.9", "3.11.7"):
+        program = tmp_path / version / "bin" / ("python" + version.rsplit(".", 1)[0])
+        program.parent.mkdir(parents=True)
+        program.touch(mode=0o755)
+    monkeypatch.setattr(python_runtime, "PYENV_VERSIONS", str(tmp_path))
+    assert host_python("3.12") == tmp_path / "3.12.10" / "bin" / "python3.12"
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert host_python("3.13") is None
+
+
+@pytest.mark.spawns
+@pytest.mark.skipif(HOST_PYTHON is None, reason="no Python 3.12 on this host (pyenv's or on PATH)")
+def test_the_runtime_runs_at_its_prefix_on_its_own_libraries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert HOST_PYTHON is not None
+    monkeypatch.setenv("REROLL_CACHE_DIR", str(tmp_path / "cache"))
+    prefix = tmp_path / "opt" / "python3.12"
+    shutil.copytree(ensure_runtime(HOST_PYTHON, str(prefix)), prefix, symlinks=True)
+    assert not (prefix / "lib" / "python3.12" / "test").exists()
+    # byte code compiled in advance, valid whatever the files' times after an upload
+    assert (prefix / "lib" / "python3.12" / "__pycache__" / "os.cpython-312.pyc").read_bytes()[
+        4:8
+    ] == b"\x01\0\0\0"
+    probe = (
+        "import ssl, sqlite3, ctypes, lzma, bz2, zlib, sys\n"
+        "print(sys.prefix)\n"
+        "print('\\n'.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if '.so' in l})))"
+    )
+    done = subprocess.run(
+        [str(prefix / "bin" / "python3.12"), "-c", probe], env={}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    first, *libraries = done.stdout.splitlines()
+    assert first == str(prefix)
+    assert {
+        f"{prefix}/{LIBS}/libc.so.6",
+        f"{prefix}/{LIBS}/libssl.so.3",
+        f"{prefix}/{LIBS}/libstdc++.so.6",
+    } <= set(libraries)
+    assert all(library.startswith(f"{prefix}/") for library in libraries), libraries
+    venv = tmp_path / "venv"
+    made = subprocess.run(
+        [str(prefix / "bin" / "python3.12"), "-m", "venv", "--without-pip", str(venv)],
+        env={"PATH": os.defpath},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    base = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"],
+        env={},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert base.stdout.strip() == str(prefix), base.stderr
+
+
+class ProbedSandbox:
+    """A sandbox whose every command prints `stdout` and exits with `exit_code`."""
+
+    def __init__(self, exit_code: int, stdout: bytes) -> None:
+        self.layout = SandboxLayout(
+            root="/", workspace="/app", logs_dir="/logs", home="/h", agents_dir="/opt/a"
+        )
+        self.result = ExecResult(
+            exit_code=exit_code, stdout=stdout, stderr=b"", timed_out=False, duration_seconds=0.0
+        )
+
+    async def exec(self, argv: list[str], **_: object) -> ExecResult:
+        return self.result
+
+
+async def test_the_sandboxs_own_python_comes_first() -> None:
+    found = await provide_python(ProbedSandbox(0, b"/usr/bin/python3.12\n"), "3.12", {})  # type: ignore[arg-type]
+    assert found == "/usr/bin/python3.12"
+
+
+async def test_without_a_python_in_the_sandbox_or_on_the_host_the_install_fails_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(python_runtime, "host_python", lambda version: None)
+    with pytest.raises(AgentInstallError, match=r"needs Python 3\.12: the sandbox has no python3\.12"):
+        await provide_python(ProbedSandbox(127, b""), "3.12", {})  # type: ignore[arg-type]
