@@ -6,7 +6,8 @@ run of the module reuses it):
   installed in its image;
 - ``skillsbench-yaml``: SkillsBench-style task.toml, workdir /root, PyYAML installed in its image;
 - ``native-verifier``: benchflow's native task.md (``sandbox:``, ``## prompt``, ``verifier/``),
-  whose environment variable reaches the oracle and the verifier.
+  whose environment variable reaches the oracle and the verifier; FROM ``debian:trixie-slim``
+  (the catalogue's trixie, no Python), and once more on a busybox-only image.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ REROLL = str(Path(sys.executable).parent / "reroll")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
 pytestmark = pytest.mark.slow
 
-"""Why ``harbor-ctrf`` scores 0 for now, per backend (its ``pytest --ctrf`` needs the plugin)."""
 
-
-def oracle_run(task: Path, sandbox_backend: str, tmp_path: Path) -> str:
-    """`reroll run TASK --agent oracle` ends ok with reward 1.0; returns what it printed."""
+def oracle_run(task: Path, sandbox_backend: str, tmp_path: Path, *flags: str) -> str:
+    """`reroll run TASK --agent oracle [flags]` ends ok with reward 1.0; returns what it printed."""
     args = ["run", str(task), "--agent", "oracle", "--sandbox", sandbox_backend, "--jobs-dir", str(tmp_path)]
+    args += flags
     done = subprocess.run(
         [REROLL, *args, "--job-name", "j"],
         capture_output=True,
@@ -48,3 +48,10 @@ def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path:
     output = oracle_run(EXAMPLES / example, sandbox_backend, tmp_path)
     if example == "skillsbench-yaml":  # reported once, by name
         assert output.count("ignores environment.skills_dir") == 1
+
+
+def test_native_example_runs_on_a_busybox_only_image(variant_images: dict[str, str], tmp_path: Path) -> None:
+    """``native-verifier`` (FROM debian:trixie-slim, so the catalogue's trixie without Python in
+    the test above) mapped onto an image holding nothing but a static busybox."""
+    mapping = f"debian:trixie-slim={variant_images['busybox']}"
+    oracle_run(EXAMPLES / "native-verifier", "docker", tmp_path, "--image-map", mapping)
