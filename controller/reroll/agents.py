@@ -35,6 +35,10 @@ class AgentSpec(BaseModel):
     """Shell script that installs the agent into ``$REROLL_AGENT_HOME``; run once, then cached."""
     launch: str
     """Shell command that runs the agent headless in the workspace until it finishes."""
+    resume: str | None = None
+    """Shell command that sends the next prompt (``$REROLL_PROMPT_FILE``) to the agent's previous
+    session in the workspace (a trial's ``resume: true`` turn, multi-turn), run like `launch`;
+    None: the agent has no session to resume, and such a turn is refused."""
     env: dict[str, str] = {}
     """Extra environment; values may use ``{base_url}`` (the LLM proxy, OpenAI-style, ending in
     ``/v1``), ``{proxy_url}`` (the same without ``/v1``, for clients that add it themselves, such

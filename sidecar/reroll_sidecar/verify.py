@@ -278,7 +278,9 @@ class Verifier:
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
         try:
-            await asyncio.wait_for(self._harden(baseline, report), self.harden_timeout_seconds)
+            await asyncio.wait_for(
+                self._harden(baseline, report, soft=request.soft), self.harden_timeout_seconds
+            )
         except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
             failure = str(exc) or f"hardening took longer than {self.harden_timeout_seconds:g} s"
             report.notes.append(f"hardening failed, the test script was not run: {failure}")
@@ -343,8 +345,10 @@ class Verifier:
                 else:
                     yield pb.VerifyEvent(stderr=event.stderr)
 
-    async def _harden(self, baseline: Baseline, report: pb.HardeningReport) -> None:
-        """Steps 1 to 3 of the module docstring, filling `report`.
+    async def _harden(self, baseline: Baseline, report: pb.HardeningReport, *, soft: bool = False) -> None:
+        """Steps 1 to 3 of the module docstring, filling `report`; `soft` (a soft verify between
+        the rounds of a trial) stops after step 1: the agent goes on in the workspace afterwards,
+        so its build config and start-up hooks stay as it left them.
 
         Raises:
             QuiesceError: the agent's processes outlived the quiesce's time limit.
@@ -361,6 +365,9 @@ class Verifier:
         selection = quiesce.Selection(uid=uid, descendants=True)
         killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
         report.killed_groups = killed + self.groups.kill()
+        if soft:
+            report.notes.append("soft verify: build config and start-up hooks left as the agent left them")
+            return
         notes: list[str] = []
         if baseline.snapshot_paths:
             try:
