@@ -152,7 +152,7 @@ async def _run_rounds(ctx: TrialContext, scene: Scene, console: Console) -> Agen
             prompt = await next_prompt(user, round_index, ctx.task.instruction, result)
             if prompt is None:
                 console.print(
-                    f"[dim]scene {scene.name}: the User ended it after {round_index} round(s)[/dim]"
+                    f"[dim]scene {scene.name}: the User ended it after {round_index} rounds[/dim]"
                 )
                 ctx.record.user_stopped.append(scene.name)
                 _write_record(ctx)

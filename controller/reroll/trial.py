@@ -198,8 +198,8 @@ class TrialConfig(BaseModel):
 
 
 def load_trial(path: Path) -> TrialConfig:
-    """Load a trial file (YAML, see the module docstring): ``task`` and ``user`` file paths are
-    made absolute, relative to the file's folder.
+    """Load a trial file (YAML, see the module docstring): ``task``, ``user`` file paths and
+    ``scripted:PATH`` models are made absolute, relative to the file's folder.
 
     Raises:
         TrialError: the file is missing, not YAML, or not a valid trial (the message names it).
@@ -218,11 +218,27 @@ def load_trial(path: Path) -> TrialConfig:
         raise TrialError(f"trial file {path}: invalid:\n{exc}") from exc
     base = path.resolve().parent
     scenes = [
-        Scene(scene.name, scene.roles, scene.turns, _anchored(scene.user, base), scene.max_rounds)
+        Scene(
+            scene.name,
+            [Role(role.name, role.agent, _anchored_model(role.model, base)) for role in scene.roles],
+            scene.turns,
+            _anchored(scene.user, base),
+            scene.max_rounds,
+        )
         for scene in trial.scenes
     ]
     task = (base / trial.task).resolve() if trial.task is not None else None
     return trial.model_copy(update={"task": task, "scenes": scenes})
+
+
+def _anchored_model(model: str | None, base: Path) -> str | None:
+    """A ``scripted…:PATH`` model with a relative PATH made absolute against `base`."""
+    if model is None:
+        return None
+    kind, colon, script = model.partition(":")
+    if colon and kind.startswith("scripted") and not Path(script).is_absolute():
+        return f"{kind}:{(base / script).resolve()}"
+    return model
 
 
 def _anchored(user: str | None, base: Path) -> str | None:
