@@ -151,9 +151,7 @@ async def _run_rounds(ctx: TrialContext, scene: Scene, console: Console) -> Agen
         if len(ctx.record.turns) >= len(ctx.recorded):  # live from the cut: the User decides
             prompt = await next_prompt(user, round_index, ctx.task.instruction, result)
             if prompt is None:
-                console.print(
-                    f"[dim]scene {scene.name}: the User ended it after {round_index} rounds[/dim]"
-                )
+                console.print(f"[dim]scene {scene.name}: the User ended it after {round_index} rounds[/dim]")
                 ctx.record.user_stopped.append(scene.name)
                 _write_record(ctx)
                 break

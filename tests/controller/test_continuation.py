@@ -11,9 +11,9 @@ from reroll.checkpoint import open_checkpoint
 from reroll.continuation import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
 from reroll.errors import TaskError
 from reroll.rollout import RolloutPlan
-from reroll.trial import TrialConfig
 from reroll.runfolder import ContinuedFrom, RunConfig
 from reroll.tasks import load_task
+from reroll.trial import TrialConfig
 
 from tests.controller.test_runfolder import exchange_line, make_run_folder
 
