@@ -428,7 +428,10 @@ def branch(
     run_folder: Annotated[Path, typer.Argument(help="The run folder to branch.")],
     at: Annotated[
         str,
-        typer.Option(help="Checkpoint: replay this many exchanges (0..N), or a fraction of them (e.g. 0.5)."),
+        typer.Option(
+            help="Checkpoint: replay this many exchanges (0..N), a fraction of them (e.g. 0.5), or in a "
+            "trial TURN:STEP (at a round boundary: TURN:0)."
+        ),
     ],
     model: Annotated[
         list[str], typer.Option("--model", help="Live model of a group of branches; repeat for more models.")

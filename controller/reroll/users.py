@@ -132,7 +132,8 @@ def load_user(spec: str) -> BaseUser:
     Args:
         spec: ``package.module:attribute`` (importable) or ``/path/to/file.py:attribute``; the
             attribute is a `BaseUser` subclass (instantiated without arguments), a `BaseUser`
-            instance, or a function (wrapped in `FunctionUser`).
+            instance, or a function (wrapped in `FunctionUser`). A file's folder is put on
+            ``sys.path`` (as Python does for a script), so it imports the modules beside it.
 
     Raises:
         TrialError: `spec` is malformed, the module or file cannot be imported, the attribute is
@@ -166,5 +167,7 @@ def _import_file(path: Path) -> Any:
         raise TrialError(f"user file {path}: not importable")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    if (folder := str(path.resolve().parent)) not in sys.path:
+        sys.path.append(folder)  # as Python runs a script: the file imports its siblings
     spec.loader.exec_module(module)
     return module
