@@ -187,5 +187,6 @@ def test_skill_gen_then_solve_in_two_scenes(tmp_path: Path) -> None:
     assert [(scene, role) for _, scene, role in places(lines)] == [("skill-gen", "gen")] * 2 + [
         ("solve", "solver")
     ] * 3
-    assert "skills/fix-tests.md" in json.dumps(lines[2]["request"]["body"]["messages"])  # the solver read it
+    # the solver's second request carries the skill the first scene wrote (its `cat` output)
+    assert "Fix the code, never the tests" in json.dumps(lines[3]["request"]["body"]["messages"])
     assert "skills/fix-tests.md" in read_json(run / "workspace_manifest.json")

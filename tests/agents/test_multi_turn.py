@@ -1,0 +1,37 @@
+"""Multi-turn end to end: Claude Code (from PyPI, unmodified) told two prompts in one session
+(`examples/trials/multi-turn.yaml`, its `resume` command: ``claude --continue``), in the local
+sandbox; then continued from the start of the resumed turn (``--at 1:0``): turn 0 replayed, the
+resumed turn live in the session the replay rebuilt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_main_job import read_json, reroll, trajectory
+
+TRIALS = Path(__file__).resolve().parents[2] / "examples" / "trials"
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+
+
+def test_a_resumed_turn_continues_the_session_and_continues_from_it(tmp_path: Path) -> None:
+    done = reroll("run", "--trial", str(TRIALS / "multi-turn.yaml"), "--timeout", "120",
+                  "--jobs-dir", "jobs", "--job-name", "mt", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = [path for path in (tmp_path / "jobs" / "mt").iterdir() if path.is_dir()]
+    assert read_json(run / "result.json")["rewards"] == {"reward": 1.0}
+    assert "bye.txt" in read_json(run / "workspace_manifest.json")
+    lines = trajectory(run)
+    assert [line["metadata"]["place"]["turn"] for line in lines] == [0, 0, 1, 1]
+    assert {line["metadata"]["thread"] for line in lines} == {0}  # one conversation
+    first, resumed = lines[1]["request"]["body"]["messages"], lines[2]["request"]["body"]["messages"]
+    assert resumed[: len(first)] == first  # the resumed turn's prompt extends the first session
+    assert read_json(run / "trial.json")["turns"][1]["resume"] is True
+
+    done = reroll("continue", str(run), "--at", "1:0", "--timeout", "120", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (continued,) = [path for path in (run.parent / "continued").iterdir() if path.is_dir()]
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
+    sources = [line["metadata"]["source"] for line in trajectory(continued)]
+    assert sources == ["replayed", "replayed", "live", "live"]
