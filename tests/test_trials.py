@@ -23,7 +23,7 @@ from tests.test_main_job import read_json, reroll, trajectory
 
 TRIALS = Path(__file__).resolve().parent.parent / "examples" / "trials"
 RECORD_TIMEOUT_SECONDS = 40
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # docker: four rounds, a 40 s cut
 
 COUNTING_USER = '''
 """The example's User, counting its calls (one line per call in calls.txt beside this file)."""

@@ -36,12 +36,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 from reroll_proxy.exchange import Place
 
 from reroll.errors import RunFolderError, TrialError
+from reroll.yamlfiles import read_mapping
 
 TRIAL_RECORD = "trial.json"
 """In the run folder: the turns a trial ran (a `TrialRecord`)."""
@@ -204,18 +204,11 @@ def load_trial(path: Path) -> TrialConfig:
     Raises:
         TrialError: the file is missing, not YAML, or not a valid trial (the message names it).
     """
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TrialError(f"trial file {path}: cannot be read ({exc.strerror or exc})") from exc
-    except yaml.YAMLError as exc:
-        raise TrialError(f"trial file {path}: not YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise TrialError(f"trial file {path}: expected a mapping with 'scenes'")
+    data = read_mapping(path, TrialError, "trial file", "scenes:")
     try:
         trial = TrialConfig.model_validate(data)
     except ValidationError as exc:
-        raise TrialError(f"trial file {path}: invalid:\n{exc}") from exc
+        raise TrialError(f"{path}: not a valid trial file:\n{exc}") from exc
     base = path.resolve().parent
     scenes = [
         Scene(
@@ -233,22 +226,18 @@ def load_trial(path: Path) -> TrialConfig:
 
 def _anchored_model(model: str | None, base: Path) -> str | None:
     """A ``scripted…:PATH`` model with a relative PATH made absolute against `base`."""
-    if model is None:
-        return None
-    kind, colon, script = model.partition(":")
-    if colon and kind.startswith("scripted") and not Path(script).is_absolute():
-        return f"{kind}:{(base / script).resolve()}"
-    return model
+    kind, colon, script = (model or "").partition(":")
+    return f"{kind}:{_absolute(script, base)}" if colon and kind.startswith("scripted") else model
 
 
 def _anchored(user: str | None, base: Path) -> str | None:
-    """A ``FILE.py:attribute`` User made absolute against `base`; a module path as it is."""
-    if user is None:
-        return None
-    target, colon, attribute = user.rpartition(":")
-    if colon and target.endswith(".py") and not Path(target).is_absolute():
-        return f"{(base / target).resolve()}:{attribute}"
-    return user
+    """A ``FILE.py:attribute`` User with a relative FILE made absolute against `base`."""
+    target, colon, attribute = (user or "").rpartition(":")
+    return f"{_absolute(target, base)}:{attribute}" if colon and target.endswith(".py") else user
+
+
+def _absolute(path: str, base: Path) -> str:
+    return path if Path(path).is_absolute() else str((base / path).resolve())
 
 
 class TurnRecord(BaseModel):

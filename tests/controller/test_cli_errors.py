@@ -184,7 +184,7 @@ def test_trial_refusals_name_the_cause_and_write_nothing(tmp_path: Path, example
                   "--jobs-dir", "jobs", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 2 and "mini-swe-agent, which has no session to resume" in done.stderr
     done = reroll("run", "--trial", str(tmp_path / "missing.yaml"), "--jobs-dir", "jobs", cwd=tmp_path)
-    assert done.returncode == 2 and "missing.yaml: cannot be read" in done.stderr
+    assert done.returncode == 2 and "missing.yaml: cannot read the trial file" in done.stderr
     done = reroll("run", "--agent", "oracle", "--jobs-dir", "jobs", cwd=tmp_path)
     assert done.returncode == 2 and "no task" in done.stderr
     trial.write_text("scenes: [{roles: [{name: a}], turns: [{role: a}]}]\n")

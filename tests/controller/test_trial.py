@@ -75,10 +75,10 @@ def test_a_trial_file_anchors_its_task_user_and_script_at_its_folder() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (None, "cannot be read"),
-        ("scenes: [", "not YAML"),
-        ("- a list", "expected a mapping"),
-        ("scenes: []", "invalid"),
+        (None, "cannot read the trial file"),
+        ("scenes: [", "not valid YAML"),
+        ("- a list", "a trial file is a mapping"),
+        ("scenes: []", "not a valid trial file"),
         ("scenes: [{roles: [{name: a}], turns: [{role: a}]}]\nextra: 1", "extra"),
     ],
 )
