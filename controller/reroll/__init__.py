@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from reroll.fidelity import FidelityReport, replay_run
     from reroll.record import run_task
     from reroll.trial import Role, Scene, TrialConfig, Turn, load_trial
-    from reroll.users import BaseUser, FunctionUser, RoundResult
+    from reroll.users import BaseUser, FunctionUser, RoundResult, user_spec
 
 _API = {
     "run_task": "reroll.record",
@@ -77,6 +77,7 @@ _API = {
     "BaseUser": "reroll.users",
     "FunctionUser": "reroll.users",
     "RoundResult": "reroll.users",
+    "user_spec": "reroll.users",
 }
 __all__ = [
     "BaseUser",
@@ -95,6 +96,7 @@ __all__ = [
     "load_trial",
     "replay_run",
     "run_task",
+    "user_spec",
 ]
 
 

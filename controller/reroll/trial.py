@@ -41,6 +41,7 @@ from pydantic.dataclasses import dataclass
 from reroll_proxy.exchange import Place
 
 from reroll.errors import RunFolderError, TrialError
+from reroll.users import BaseUser, UserFunction, user_spec
 from reroll.yamlfiles import read_mapping
 
 TRIAL_RECORD = "trial.json"
@@ -87,7 +88,8 @@ class Scene:
     """The fixed prompt sequence; empty in a scene a `user` drives."""
     user: str | None = None
     """A User deciding each round's prompt (`reroll.users.load_user`): ``module:attribute`` or
-    ``path/to/file.py:attribute`` (a function, a `BaseUser` subclass or instance)."""
+    ``path/to/file.py:attribute`` (a function, a `BaseUser` subclass or instance); in Python,
+    `reroll.users.user_spec` names a function or class."""
     max_rounds: int = Field(default=10, ge=1)
     """With a `user`: at most this many rounds."""
 
@@ -125,10 +127,17 @@ class Scene:
         prompt: str | None = None,
         *,
         name: str = DEFAULT_SCENE,
-        user: str | None = None,
+        user: str | UserFunction | type[BaseUser] | None = None,
         max_rounds: int = 10,
     ) -> Scene:
-        """The one-role scene: `agent` told `prompt` (None: the instruction), or driven by `user`."""
+        """The one-role scene: `agent` told `prompt` (None: the instruction), or driven by `user`
+        (a spec, or a module-level function or `BaseUser` subclass: `reroll.users.user_spec`).
+
+        Raises:
+            TrialError: `user` cannot be named (`reroll.users.user_spec`).
+        """
+        if user is not None and not isinstance(user, str):
+            user = user_spec(user)
         role = Role(DEFAULT_ROLE, agent, model)
         turns = [] if user is not None else [Turn(DEFAULT_ROLE, prompt)]
         return cls(name=name, roles=[role], turns=turns, user=user, max_rounds=max_rounds)

@@ -158,6 +158,26 @@ def load_user(spec: str) -> BaseUser:
     raise TrialError(f"user {spec!r}: {target} has no function or BaseUser {attribute!r}")
 
 
+def user_spec(user: UserFunction | type[BaseUser]) -> str:
+    """The spec (`load_user`) naming a module-level function or `BaseUser` subclass: how the
+    Python API puts a User into a `reroll.trial.Scene` (a spec is what config.json records, and
+    what a continuation loads again). One defined in the script Python runs (``__main__``) is
+    named by that script's file.
+
+    Raises:
+        TrialError: `user` has no importable name (a lambda, a nested function, a script without a file).
+    """
+    module, name = getattr(user, "__module__", None), getattr(user, "__qualname__", "")
+    if not module or not name or "<" in name:
+        raise TrialError(f"user {user!r}: not a module-level function or class, so it cannot be named")
+    if module == "__main__":
+        script = getattr(sys.modules["__main__"], "__file__", None)
+        if script is None:
+            raise TrialError(f"user {name}: defined in {module} without a file; put it in a module")
+        return f"{Path(script).resolve()}:{name}"
+    return f"{module}:{name}"
+
+
 def _import_file(path: Path) -> Any:
     if not path.is_file():
         raise TrialError(f"user file {path} not found")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from reroll.errors import TrialError, UserCallbackError
-from reroll.users import BaseUser, FunctionUser, RoundResult, call_setup, load_user, next_prompt
+from reroll.trial import Scene
+from reroll.users import BaseUser, FunctionUser, RoundResult, call_setup, load_user, next_prompt, user_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "trials"
 
@@ -64,3 +65,16 @@ async def test_async_users_are_awaited_and_bad_answers_are_user_errors() -> None
     with pytest.raises(UserCallbackError, match="setup raised RuntimeError"):
         await call_setup(Broken(), "", None)
     assert UserCallbackError.error_category == "user_error"
+
+
+def module_level_user(round: int, instruction: str, result: RoundResult | None) -> str | None:
+    return "go" if round == 0 else None
+
+
+def test_the_python_api_names_a_user_so_a_continuation_loads_it_again() -> None:
+    spec = user_spec(module_level_user)
+    assert spec == f"{__name__}:module_level_user"
+    assert Scene.single("mini-swe-agent", user=module_level_user).user == spec
+    assert load_user(spec).run(0, "", None) == "go"
+    with pytest.raises(TrialError, match="cannot be named"):
+        user_spec(lambda *_: None)
