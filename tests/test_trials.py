@@ -4,9 +4,10 @@ scripted model, as real subprocesses of `reroll`, on the bundled trial examples.
 Progressive disclosure (multi-round, a Python User) is recorded with a copy of its script whose
 round 3 never answers in time, so the run is cut by its timeout in round 3; its continuation
 replays rounds 0-2 (the agent's exchanges and the User's recorded prompts; the User is not
-called for them: its calls are counted) and goes on live, User included, to reward 1.0. That
-runs once per sandbox backend; the coder + reviewer (outbox) and skill-gen → solve (two scenes)
-examples run once, in the local sandbox.
+called for them: its calls are counted) and goes on live, User included, to reward 1.0; a
+branch at a round boundary asks the User again from there. These run in the local sandbox, the
+coder + reviewer example (outbox) too; skill-gen → solve (two scenes, the agent stopped between
+them) runs once per sandbox backend.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import labelled_containers
+from tests.conftest import labelled_containers, spawning
 from tests.test_main_job import read_json, reroll, trajectory
 
 TRIALS = Path(__file__).resolve().parent.parent / "examples" / "trials"
 RECORD_TIMEOUT_SECONDS = 40
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # docker: four rounds, a 40 s cut
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # four rounds, a 40 s cut, on a busy machine
 
 COUNTING_USER = '''
 """The example's User, counting its calls (one line per call in calls.txt beside this file)."""
@@ -56,10 +57,10 @@ def user_calls(folder: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def trial_dir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) -> Path:
+def trial_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the progressive-disclosure example whose User counts its calls and whose script
     stalls at round 3's first answer."""
-    folder = tmp_path_factory.mktemp(f"trials-{sandbox_backend}")
+    folder = tmp_path_factory.mktemp("trials")
     for name in ("progressive-disclosure.yaml", "progressive_user.py", "progressive-disclosure.script.yaml"):
         shutil.copy(TRIALS / name, folder / name)
     (folder / "counting_user.py").write_text(COUNTING_USER)
@@ -75,13 +76,14 @@ def trial_dir(tmp_path_factory: pytest.TempPathFactory, sandbox_backend: str) ->
 
 
 @pytest.fixture(scope="module")
-def cut_run(trial_dir: Path, sandbox_backend: str) -> Path:
+@spawning
+def cut_run(trial_dir: Path) -> Path:
     """A progressive-disclosure run cut by its timeout in round 3."""
     done = reroll(
         "run", "--trial", "progressive-disclosure.yaml", "--agent", "mini-swe-agent",
         "--model", f"scripted:{trial_dir / 'stall-in-round-3.yaml'}",
         "--timeout", str(RECORD_TIMEOUT_SECONDS),
-        "--jobs-dir", "jobs", "--job-name", "record", "--sandbox", sandbox_backend,
+        "--jobs-dir", "jobs", "--job-name", "record",
         cwd=trial_dir,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -139,11 +141,7 @@ def test_continue_replays_rounds_0_to_2_without_the_user_then_reaches_reward_one
     assert read_json(continued / "config.json")["continued_from"]["cut_index"] == 6
 
 
-def test_branch_at_a_round_boundary_goes_live_from_that_round(
-    cut_run: Path, trial_dir: Path, sandbox_backend: str
-) -> None:
-    if sandbox_backend != "local":
-        pytest.skip("one backend is enough for the boundary arithmetic")
+def test_branch_at_a_round_boundary_goes_live_from_that_round(cut_run: Path, trial_dir: Path) -> None:
     (trial_dir / "calls.txt").unlink(missing_ok=True)
     script = trial_dir / "progressive-disclosure.script.yaml"
     done = reroll("branch", str(cut_run), "--at", "2:0", "--model", f"scripted:{script}",
@@ -177,9 +175,10 @@ def test_coder_and_reviewer_talk_through_the_outbox(tmp_path: Path) -> None:
     assert {role for _, _, role in places(trajectory(run))} == {"coder", "reviewer"}
 
 
-def test_skill_gen_then_solve_in_two_scenes(tmp_path: Path) -> None:
+def test_skill_gen_then_solve_in_two_scenes(tmp_path: Path, sandbox_backend: str) -> None:
     done = reroll("run", "--trial", str(TRIALS / "skill-gen-solve.yaml"), "--agent", "mini-swe-agent",
-                  "--jobs-dir", "jobs", "--job-name", "sg", cwd=tmp_path)  # fmt: skip
+                  "--jobs-dir", "jobs", "--job-name", "sg", "--sandbox", sandbox_backend,
+                  cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     (run,) = [path for path in (tmp_path / "jobs" / "sg").iterdir() if path.is_dir()]
     assert read_json(run / "result.json")["rewards"] == {"reward": 1.0}
@@ -190,3 +189,4 @@ def test_skill_gen_then_solve_in_two_scenes(tmp_path: Path) -> None:
     # the solver's second request carries the skill the first scene wrote (its `cat` output)
     assert "Fix the code, never the tests" in json.dumps(lines[3]["request"]["body"]["messages"])
     assert "skills/fix-tests.md" in read_json(run / "workspace_manifest.json")
+    assert not labelled_containers(run.name)
