@@ -44,7 +44,7 @@ from reroll.runfolder import (
     now_iso,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
-from reroll.scenes import check_resumable
+from reroll.scenes import check_trial
 from reroll.tasks import NetworkPolicy, Task, with_network
 from reroll.trial import TrialConfig, TurnRecord
 
@@ -138,8 +138,8 @@ async def start_rollout(
         SandboxBackendError: the sandbox backend is unknown, or its package is missing.
         TaskError: network ``none`` is asked of a sandbox without a network policy.
         AgentError: a role's agent is unknown.
-        TrialError: the trial's roles name different models, or a ``resume`` turn's agent has no
-            session to resume.
+        TrialError: the trial's roles name different models, a User cannot be loaded, or a
+            ``resume`` turn's agent has no session to resume.
         Nothing is written when any of these is raised.
     """
     config = _run_config(origin, live_model, options)
@@ -164,7 +164,7 @@ async def start_rollout(
         )
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
-    check_resumable(trial, agents)
+    check_trial(trial, agents)
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_network(task, config.network),

@@ -36,7 +36,17 @@ from reroll.llm_proxy import LlmProxy
 from reroll.runfolder import TRAJECTORY, write_json
 from reroll.sandbox.base import Sandbox
 from reroll.tasks import Task
-from reroll.trial import OUTBOX, TRIAL_RECORD, Scene, TrialConfig, TrialRecord, Turn, TurnRecord
+from reroll.trial import (
+    OUTBOX,
+    TRIAL_RECORD,
+    PromptSource,
+    Scene,
+    TrialConfig,
+    TrialRecord,
+    Turn,
+    TurnRecord,
+    TurnStatus,
+)
 from reroll.users import BaseUser, RoundResult, call_setup, load_user, next_prompt
 from reroll.verify import quiesce, soft_verify
 
@@ -64,7 +74,7 @@ class AgentOutcome:
         return self.exit_code == 0 and not self.timed_out and self.status.stop is None
 
     @property
-    def status_word(self) -> str:
+    def status_word(self) -> TurnStatus:
         """The turn's ``TurnRecord.status``."""
         if self.status.stop is not None:
             return "stopped"
@@ -125,7 +135,7 @@ async def _run_turns(ctx: TrialContext, scene: Scene, console: Console) -> Agent
     inbox: dict[str, list[str]] = {}
     for turn in scene.turns:
         base = turn.prompt if turn.prompt is not None else ctx.task.instruction
-        source = "trial" if turn.prompt is not None else "instruction"
+        source: PromptSource = "trial" if turn.prompt is not None else "instruction"
         prompt = with_messages(base, inbox.pop(turn.role, []))
         outcome = await _turn(ctx, scene, turn, prompt, source, None, console)
         if not outcome.ended_well:
@@ -167,7 +177,7 @@ async def _turn(
     scene: Scene,
     turn: Turn,
     prompt: str,
-    source: str,
+    source: PromptSource,
     round_index: int | None,
     console: Console,
 ) -> AgentOutcome:
@@ -196,9 +206,9 @@ async def _turn(
         TurnRecord(
             place=place,
             prompt=prompt,
-            prompt_source=source,  # type: ignore[arg-type]
+            prompt_source=source,
             resume=turn.resume,
-            status=outcome.status_word,  # type: ignore[arg-type]
+            status=outcome.status_word,
             exit_code=outcome.exit_code,
         )
     )
@@ -296,13 +306,17 @@ def _write_record(ctx: TrialContext) -> None:
     write_json(ctx.run_dir / TRIAL_RECORD, ctx.record)
 
 
-def check_resumable(trial: TrialConfig, agents: dict[str, AgentSpec]) -> None:
-    """Refuse, before anything runs, a trial resuming a session of an agent that has none.
+def check_trial(trial: TrialConfig, agents: dict[str, AgentSpec]) -> None:
+    """Refuse, before anything runs, a trial that cannot run: a User that cannot be loaded, a
+    session resumed on an agent that has none.
 
     Raises:
-        TrialError: a ``resume`` turn's agent declares no ``resume`` command.
+        TrialError: a scene's User cannot be loaded (`reroll.users.load_user`), or a ``resume``
+            turn's agent declares no ``resume`` command.
     """
     for scene in trial.scenes:
+        if scene.user is not None:
+            load_user(scene.user)
         for index, turn in enumerate(scene.turns):
             agent = agents[scene.role(turn.role).agent or ""]
             if turn.resume and agent.resume is None:

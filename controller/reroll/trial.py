@@ -249,6 +249,12 @@ def _absolute(path: str, base: Path) -> str:
     return path if Path(path).is_absolute() else str((base / path).resolve())
 
 
+PromptSource = Literal["instruction", "trial", "user", "recorded"]
+"""Where a turn's prompt came from (`TurnRecord.prompt_source`)."""
+TurnStatus = Literal["ok", "timeout", "error", "stopped"]
+"""How a turn's agent ended (`TurnRecord.status`)."""
+
+
 class TurnRecord(BaseModel):
     """One turn that ran: where, what the agent was told, how it ended."""
 
@@ -256,12 +262,12 @@ class TurnRecord(BaseModel):
     place: Place
     prompt: str
     """The whole prompt sent (outbox messages included)."""
-    prompt_source: Literal["instruction", "trial", "user", "recorded"]
+    prompt_source: PromptSource
     """``instruction``: the task's; ``trial``: the turn's ``prompt``; ``user``: the User decided
     it (live); ``recorded``: a continuation re-sent the original's (the User was not called)."""
     resume: bool = False
     """The prompt went to the role's previous session (multi-turn)."""
-    status: Literal["ok", "timeout", "error", "stopped"]
+    status: TurnStatus
     """How the agent's turn ended (``stopped``: the proxy stopped it, replay-only or strict divergence)."""
     exit_code: int | None = None
     rewards: dict[str, float] | None = None

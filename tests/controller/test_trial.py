@@ -11,7 +11,7 @@ from reroll.agents import get_agent
 from reroll.checkpoint import first_step, recorded_turns, trial_cut
 from reroll.errors import RunFolderError, TrialError
 from reroll.runfolder import load_run_folder
-from reroll.scenes import check_resumable, with_messages
+from reroll.scenes import check_trial, with_messages
 from reroll.trial import Role, Scene, TrialConfig, TrialRecord, Turn, TurnRecord, load_trial
 from reroll_proxy.exchange import Place
 
@@ -95,9 +95,9 @@ def test_resume_on_an_agent_without_sessions_is_refused_and_allowed_on_one_with(
     trial = TrialConfig(scenes=[Scene("s", [Role("a")], [Turn("a"), Turn("a", "now a test", resume=True)])])
     mini = trial.resolved("mini-swe-agent", None)
     with pytest.raises(TrialError, match="mini-swe-agent, which has no session to resume"):
-        check_resumable(mini, {"mini-swe-agent": get_agent("mini-swe-agent")})
+        check_trial(mini, {"mini-swe-agent": get_agent("mini-swe-agent")})
     for agent in ("claude-code", "codex"):
-        check_resumable(trial.resolved(agent, None), {agent: get_agent(agent)})
+        check_trial(trial.resolved(agent, None), {agent: get_agent(agent)})
 
 
 def test_outbox_messages_follow_the_prompt() -> None:
@@ -154,3 +154,9 @@ def test_a_run_without_trial_json_is_one_turn_of_its_first_prompt(tmp_path: Path
     (original.path / "trial.json").write_text("{")
     with pytest.raises(RunFolderError, match=r"trial\.json: invalid"):
         recorded_turns(original)
+
+
+def test_a_user_that_cannot_be_loaded_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    trial = TrialConfig(scenes=[Scene.single("mini-swe-agent", user=f"{tmp_path / 'missing.py'}:f")])
+    with pytest.raises(TrialError, match=r"missing\.py not found"):
+        check_trial(trial, {"mini-swe-agent": get_agent("mini-swe-agent")})
