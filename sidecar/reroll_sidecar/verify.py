@@ -22,7 +22,9 @@ files. `Verifier.verify` then:
    started and wrote no report, or whose report counts failures or errors, zeroes every reward
    (`pytest_report`).
 
-Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`). Steps 1
+Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`). A soft
+verify (``VerifyRequest.soft``: between the rounds of a trial, the agent working on afterwards)
+skips steps 2 and 3. Steps 1
 to 3 together have a time limit (`Verifier.harden_timeout_seconds`); when they fail or run out of time,
 the script does not run and the result carries a reward error (a verifier error for the
 controller, never a retried infrastructure error); the report's notes say why.
