@@ -83,6 +83,8 @@ sandbox_app = typer.Typer(
     help="Sandbox housekeeping.", no_args_is_help=True, cls=PlainHelpGroup, rich_markup_mode=None
 )
 app.add_typer(sandbox_app, name="sandbox")
+task_app = typer.Typer(help="Task folders.", no_args_is_help=True, cls=PlainHelpGroup, rich_markup_mode=None)
+app.add_typer(task_app, name="task")
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -626,6 +628,26 @@ def sandbox_prune(
     console.print(f"removed {len(removed['networks'])} networks: {' '.join(removed['networks'])}")
     if removed["kept"]:
         console.print(f"kept {len(removed['kept'])} containers of running rollouts (--all removes them too)")
+
+
+@task_app.command("check")
+def task_check(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Task folders, or folders searched recursively for tasks.")
+    ],
+) -> None:
+    """Load tasks and print each one's resolved configuration and the fields reroll ignores.
+
+    Exit code 0 when every task loads, 2 when any does not (the reason is printed).
+    """
+    from reroll.taskcheck import check, render
+
+    results = check(paths)
+    render(results, console)
+    failed = sum(result.task is None for result in results)
+    console.print(f"\n{len(results) - failed} of {len(results)} tasks load")
+    if failed:
+        raise typer.Exit(2)
 
 
 @app.command()

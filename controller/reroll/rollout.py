@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import sys
 import time
 import traceback
@@ -37,9 +38,9 @@ from reroll.llm_proxy import LlmProxy, ReplayPlan
 from reroll.models import ModelSpec, live_upstream, model_name, parse_model
 from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
-from reroll.sandbox.files import workspace_manifest
 from reroll.sandbox.results import ExecResult
 from reroll.scenes import AgentOutcome, TrialContext, run_trial
+from reroll.task_compat import resolve_env
 from reroll.tasks import Task
 from reroll.trial import TrialConfig, TurnRecord
 from reroll.verify import prepare, quiesce, verify
@@ -142,13 +143,19 @@ async def execute_rollout(
     harness_dir.mkdir(exist_ok=True)
     try:
         async with contextlib.AsyncExitStack() as stack:
+            task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
+            if plan.task.ignored:
+                fields = ", ".join(note.field for note in plan.task.ignored)
+                console.print(
+                    f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]"
+                )
             sandbox = create_sandbox(plan.config.sandbox, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
                 proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)
                 network = f"network {plan.task.spec.environment.network}"
                 if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
-                    network = "the host's network"
+                    network = "the host's network; cpus and memory not limited"
                 console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
@@ -164,10 +171,12 @@ async def execute_rollout(
                 agents=plan.agents,
                 task=plan.task,
                 sandbox=sandbox,
-                env=env,
+                env=env | task_env,
                 run_dir=plan.run_dir,
                 proxy=proxy,
-                run_turn=functools.partial(_run_agent, sandbox, plan, proxy, env | agent_env, console),
+                run_turn=functools.partial(
+                    _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
+                ),
                 recorded=plan.recorded,
             )
             outcome = await run_trial(trial, console)
@@ -177,12 +186,12 @@ async def execute_rollout(
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
-            manifest = await workspace_manifest(sandbox, sandbox.layout.workspace, env)
+            manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / "workspace_manifest.json", manifest)
             _apply_outcome(result, outcome, plan)
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                verdict = await verify(sandbox, plan.task, env, plan.run_dir / "verifier")
+                verdict = await verify(sandbox, plan.task, env | task_env, plan.run_dir / "verifier")
                 result.rewards = verdict.rewards
                 result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     except Exception as exc:  # every failure ends in status error, never null
@@ -365,6 +374,7 @@ async def _run_agent(
         solution_dir = layout.path(plan.task.solution_mount)
         await sandbox.upload_dir(plan.task.solution_dir, solution_dir)
         agent_env["REROLL_SOLUTION_DIR"] = solution_dir
+        agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
     log_dir = plan.run_dir / "agent"

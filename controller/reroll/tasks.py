@@ -1,21 +1,27 @@
 """Load tasks from disk, in both layouts BenchFlow reads (see seeds/concepts.txt, "Verifier file map").
 
-Native layout::
+Native layout (benchflow)::
 
     my-task/
-      task.md              YAML front matter (name, agent, verifier, environment) + the prompt body
+      task.md              YAML front matter (name, agent, verifier, environment or sandbox) + the prompt
       environment/         Dockerfile; workspace/ is the initial content of the agent's workspace
-      verifier/test.sh     the verifier's entry point, uploaded to /verifier
+      verifier/test.sh     the verifier's entry point, uploaded to /verifier (tests/ → /tests also works)
       oracle/solve.sh      optional reference solution, uploaded to /oracle for the `oracle` agent
 
 Legacy (Harbor / Terminal-Bench) split layout::
 
     my-task/
-      task.toml            [agent] timeout_sec, [verifier] timeout_sec, [environment] cpus, memory_mb ...
+      task.toml            [agent] timeout_sec, user; [verifier] timeout_sec, env; [environment] ...
       instruction.md       the prompt
       environment/         as above
       tests/test.sh        uploaded to /tests
       solution/solve.sh    uploaded to /solution
+
+Either configuration is read by `reroll.task_compat` first: Harbor's and benchflow's fields are
+mapped onto reroll's (``memory = "4G"`` → ``memory_mb = 4096``, ``allow_internet = false`` →
+``network = "none"``), and those reroll does not model are kept in `Task.ignored` with the
+reason. The conventions that differ between the layouts — the agent's user and working folder,
+where the verifier goes — are resolved by `Task` (`Task.agent_user`, `Task.workdir`, `Task.verifier_mount`).
 """
 
 from __future__ import annotations
@@ -25,17 +31,29 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reroll.errors import TaskError
+from reroll.task_compat import normalise, prompt_of, split_ignored
+
+DEFAULT_WORKDIR = "/app"
+"""The agent's working folder when neither the task nor its image's WORKDIR names one."""
+NATIVE_AGENT_USER = "agent"
+"""The agent's user in native tasks that name none (benchflow's default ``sandbox_user``)."""
 
 
 class AgentSection(BaseModel):
     """The `agent` section of a task."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     timeout_sec: float = Field(default=600.0, gt=0)
     """Wall-clock budget of the agent phase, in seconds."""
+    user: str | None = None
+    """The user the agent runs as (a name, or a uid as text; ``root``). None: the layout's
+    default — ``agent`` (unprivileged, created when missing) for native tasks, the image's
+    ``USER`` (root when unset) for legacy ones, as benchflow and Harbor do."""
+    prompt_prefix: str | None = None
+    """Text put before the prompt (benchflow's ``agent.prompt_prefix``)."""
 
 
 class HardeningOptions(BaseModel):
@@ -66,11 +84,13 @@ class HardeningOptions(BaseModel):
 class VerifierSection(BaseModel):
     """The `verifier` section of a task."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     timeout_sec: float = Field(default=300.0, gt=0)
     """Wall-clock budget of the verifier's test script, in seconds."""
     hardening: HardeningOptions = Field(default_factory=HardeningOptions)
     """Which hardening steps run before the test script."""
+    env: dict[str, str] = {}
+    """Extra environment of the test script (after hardening's own variables are set)."""
 
 
 NetworkPolicy = Literal["none", "full"]
@@ -78,9 +98,9 @@ NetworkPolicy = Literal["none", "full"]
 
 
 class EnvironmentSection(BaseModel):
-    """The `environment` section of a task: what the sandbox needs."""
+    """The `environment` section of a task (benchflow's `sandbox`): what the sandbox needs."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     cpus: float = Field(default=1.0, gt=0)
     """CPU limit (cores) for container backends."""
     memory_mb: int = Field(default=2048, gt=0)
@@ -89,35 +109,95 @@ class EnvironmentSection(BaseModel):
     """How many processes and threads the sandbox may hold at once (container backends): a fork
     bomb gets EAGAIN instead of exhausting the host's process table."""
     network: NetworkPolicy = "full"
-    """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends)."""
+    """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends).
+    Harbor's ``allow_internet`` and ``network_mode`` map onto it."""
+    workdir: str | None = None
+    """The agent's working folder (absolute, not ``/``). None: the image's WORKDIR, else ``/app``."""
+    env: dict[str, str] = {}
+    """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
+    docker_image: str | None = None
+    """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or value.rstrip("/") == ""):
+            raise ValueError("workdir must be an absolute path other than /")
+        return value.rstrip("/") if value else value
+
+
+class SolutionSection(BaseModel):
+    """The `solution` section of a task (benchflow's `oracle`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    env: dict[str, str] = {}
+    """Extra environment of the reference solution (the `oracle` agent)."""
 
 
 class TaskSpec(BaseModel):
-    """The configuration of a task: task.md front matter or task.toml, same fields in both."""
+    """The configuration of a task: task.md front matter or task.toml, same fields in both
+    (after `reroll.task_compat.normalise`)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     name: str | None = None
+    schema_version: str | None = None
+    """Informational."""
+    metadata: dict[str, Any] = {}
+    """Informational (author, difficulty, category, tags ...), kept as it is."""
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    solution: SolutionSection = Field(default_factory=SolutionSection)
+
+
+class FieldNote(BaseModel):
+    """A field of a task's configuration, and what became of it."""
+
+    field: str
+    """Its dotted path (``environment.gpus``), or a file or body section (``task.toml``, ``## role:x``)."""
+    note: str
+    """Why it is ignored, or what it was mapped to."""
 
 
 class Task(BaseModel):
-    """A task loaded from disk.
+    """A task loaded from disk, with its conventions resolved.
 
     Attributes hold host paths; `verifier_mount` and `solution_mount` are where the verifier and
-    the solution go inside the sandbox (relative to the sandbox root).
+    the solution go inside the sandbox (absolute, under the sandbox root).
     """
 
     name: str
     path: Path
     layout: Literal["native", "legacy"]
+    """Which configuration file was loaded: task.md (native) or task.toml (legacy)."""
     instruction: str
     spec: TaskSpec
     verifier_dir: Path
     solution_dir: Path | None
     verifier_mount: str
+    """``/verifier`` for a ``verifier/`` folder, ``/tests`` for ``tests/`` (benchflow's rule)."""
     solution_mount: str
+    """``/oracle`` for an ``oracle/`` folder, ``/solution`` for ``solution/``."""
+    logs_mount: str = "/logs"
+    """Holds ``agent/`` and ``verifier/`` (the reward file), in every layout."""
+    ignored: list[FieldNote] = []
+    """Fields (and files) of the task reroll does not honour, with the reason; reported once."""
+    mapped: list[FieldNote] = []
+    """Foreign fields honoured under reroll's name (``environment.memory`` → ``memory_mb``)."""
+
+    @property
+    def agent_user(self) -> str | None:
+        """The user the agent runs as: the task's ``agent.user``, else ``agent`` for native tasks;
+        None for legacy ones: the image's USER (root when unset), as Harbor does."""
+        if self.spec.agent.user is not None:
+            return self.spec.agent.user
+        return NATIVE_AGENT_USER if self.layout == "native" else None
+
+    @property
+    def workdir(self) -> str | None:
+        """The agent's working folder: the task's ``environment.workdir``; None: the image's
+        WORKDIR, else `DEFAULT_WORKDIR`."""
+        return self.spec.environment.workdir
 
     @property
     def workspace_seed_dir(self) -> Path | None:
@@ -141,11 +221,15 @@ def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
 
 
 def load_task(path: Path) -> Task:
-    """Load the task in folder `path`, native layout first, then the legacy one.
+    """Load the task in folder `path`: task.md (native) first, then task.toml (legacy).
+
+    A folder holding both loads task.md, and task.toml when task.md does not load (the reason is
+    then in `Task.ignored`).
 
     Raises:
-        TaskError: the folder does not exist, holds neither task.md nor task.toml, a file is
-            invalid (the message names it), or the verifier's test.sh is missing.
+        TaskError: the folder does not exist, holds neither task.md nor task.toml, no
+            configuration loads (the message names the file and the cause), or the verifier's
+            test.sh is missing.
     """
     try:
         path = path.resolve()
@@ -153,11 +237,28 @@ def load_task(path: Path) -> Task:
         raise TaskError(f"task {path}: cannot be resolved ({exc})") from exc
     if not path.is_dir():
         raise TaskError(f"task not found: {path} is not a directory")
-    if (path / "task.md").is_file():
-        return _load_native(path)
-    if (path / "task.toml").is_file():
+    native, legacy = (path / "task.md").is_file(), (path / "task.toml").is_file()
+    if not native and not legacy:
+        raise TaskError(f"{path} is not a task: it holds neither task.md nor task.toml")
+    if not native:
         return _load_legacy(path)
-    raise TaskError(f"{path} is not a task: it holds neither task.md nor task.toml")
+    try:
+        task = _load_native(path)
+    except TaskError as exc:
+        if not legacy:
+            raise
+        try:
+            task = _load_legacy(path)
+        except TaskError as legacy_exc:
+            raise TaskError(f"{exc}\nand task.toml does not load either: {legacy_exc}") from exc
+        return _noted(task, "task.md", f"does not load, task.toml was loaded instead: {exc}")
+    if legacy:
+        return _noted(task, "task.toml", "task.md takes precedence")
+    return task
+
+
+def _noted(task: Task, field: str, note: str) -> Task:
+    return task.model_copy(update={"ignored": [FieldNote(field=field, note=note), *task.ignored]})
 
 
 def find_task(name_or_path: str, tasks_dir: Path | None = None) -> Task:
@@ -178,8 +279,8 @@ def find_task(name_or_path: str, tasks_dir: Path | None = None) -> Task:
 
 def _load_native(path: Path) -> Task:
     source = path / "task.md"
-    text = source.read_text(encoding="utf-8")
-    front: dict[str, Any] = {}
+    text = source.read_text(encoding="utf-8").replace("\r\n", "\n")
+    front: object = {}
     body = text
     if text.startswith("---"):
         parts = text.split("\n---", 1)
@@ -190,8 +291,13 @@ def _load_native(path: Path) -> Task:
         except yaml.YAMLError as exc:
             raise TaskError(f"{source}: invalid YAML front matter: {exc}") from exc
         body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
-    spec = _validate(front, source)
-    return _task(path, "native", body, spec, path / "verifier", path / "oracle", "verifier", "oracle")
+    prompt, sections = prompt_of(body)
+    folders: dict[str, str] = {}
+    if isinstance(front, dict):  # benchflow's path shorthands: `verifier: checks/`, `oracle: ref/`
+        folders = {key: front.pop(key) for key in ("verifier", "oracle") if isinstance(front.get(key), str)}
+    spec, ignored, mapped = _spec(front, source)
+    mapped += [(key, f"the folder {folder}") for key, folder in folders.items()]
+    return _task(path, "native", prompt, spec, ignored + sections, mapped, folders)
 
 
 def _load_legacy(path: Path) -> Task:
@@ -203,14 +309,23 @@ def _load_legacy(path: Path) -> Task:
     instruction_file = path / "instruction.md"
     if not instruction_file.is_file():
         raise TaskError(f"{path}: legacy task without instruction.md")
-    spec = _validate(raw, source)
-    instruction = instruction_file.read_text(encoding="utf-8")
-    return _task(path, "legacy", instruction, spec, path / "tests", path / "solution", "tests", "solution")
+    spec, ignored, mapped = _spec(raw, source)
+    return _task(path, "legacy", instruction_file.read_text(encoding="utf-8"), spec, ignored, mapped)
 
 
-def _validate(raw: dict[str, Any], source: Path) -> TaskSpec:
+def _spec(raw: object, source: Path) -> tuple[TaskSpec, list[tuple[str, str]], list[tuple[str, str]]]:
+    """`raw` normalised (`reroll.task_compat`) and validated: the spec, the ignored and the mapped fields."""
+    if not isinstance(raw, dict):
+        raise TaskError(
+            f"{source}: invalid task configuration: a mapping is expected, not {type(raw).__name__}"
+        )
     try:
-        return TaskSpec.model_validate(raw)
+        data, mapped = normalise(raw)
+    except TaskError as exc:
+        raise TaskError(f"{source}: invalid task configuration: {exc}") from exc
+    ignored = split_ignored(data, TaskSpec)
+    try:
+        return TaskSpec.model_validate(data), ignored, mapped
     except ValidationError as exc:
         raise TaskError(f"{source}: invalid task configuration:\n{exc}") from exc
 
@@ -220,13 +335,27 @@ def _task(
     layout: Literal["native", "legacy"],
     instruction: str,
     spec: TaskSpec,
-    verifier_dir: Path,
-    solution_dir: Path,
-    verifier_mount: str,
-    solution_mount: str,
+    ignored: list[tuple[str, str]],
+    mapped: list[tuple[str, str]],
+    folders: dict[str, str] | None = None,
 ) -> Task:
-    if not (verifier_dir / "test.sh").is_file():
-        raise TaskError(f"{path}: the verifier entry point {verifier_dir / 'test.sh'} is missing")
+    """The task, its verifier and solution folders found as benchflow finds them: ``verifier/``
+    (→ /verifier) else ``tests/`` (→ /tests); ``oracle/`` (→ /oracle) else ``solution/`` (→
+    /solution); `folders` (``{"verifier": PATH, "oracle": PATH}``, task.md's path shorthands)
+    name others, which go to /verifier and /oracle."""
+    folders = folders or {}
+    for key, folder in folders.items():
+        if Path(folder).is_absolute() or ".." in Path(folder).parts:
+            raise TaskError(f"{path}: {key}: {folder!r} must be a relative path inside the task")
+    verifier = folders.get("verifier") or ("verifier" if (path / "verifier").is_dir() else "tests")
+    solution = folders.get("oracle") or ("oracle" if (path / "oracle").is_dir() else "solution")
+    if not (path / verifier / "test.sh").is_file():
+        looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"
+        raise TaskError(f"{path}: the verifier entry point is missing (looked for {looked})")
+    verifier_mount = "/verifier" if "verifier" in folders else f"/{verifier}"
+    solution_mount = "/oracle" if "oracle" in folders else f"/{solution}"
+    if spec.agent.prompt_prefix:
+        instruction = f"{spec.agent.prompt_prefix.strip()}\n\n{instruction.strip()}"
     if not instruction.strip():
         raise TaskError(f"{path}: the task's prompt is empty")
     return Task(
@@ -235,8 +364,10 @@ def _task(
         layout=layout,
         instruction=instruction.strip() + "\n",
         spec=spec,
-        verifier_dir=verifier_dir,
-        solution_dir=solution_dir if solution_dir.is_dir() else None,
+        verifier_dir=path / verifier,
+        solution_dir=path / solution if (path / solution).is_dir() else None,
         verifier_mount=verifier_mount,
         solution_mount=solution_mount,
+        ignored=[FieldNote(field=field, note=note) for field, note in ignored],
+        mapped=[FieldNote(field=field, note=note) for field, note in mapped],
     )

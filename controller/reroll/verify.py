@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 from reroll.errors import VerifierError
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline
+from reroll.task_compat import resolve_env
 from reroll.tasks import Task
 
 TEST_SCRIPT = "test.sh"
@@ -125,7 +127,7 @@ async def verify(
                 verifier_dir=verifier_dir,
                 script=TEST_SCRIPT,
                 reward_dir=f"{layout.logs_dir}/verifier",
-                env=env,
+                env=env | resolve_env(task.spec.verifier.env, os.environ, "verifier.env"),
                 timeout_seconds=task.spec.verifier.timeout_sec,
                 on_output=write,
                 on_hardening=write_report,

@@ -99,27 +99,39 @@ def measure(label: str, path: Path) -> None:
     print(f"  export verifiers {verifiers:.2f} s  ({verifiers / load:.1f}x load)")
 
 
-def main() -> None:
+def workloads(tmp: Path, description: str | None) -> list[tuple[str, Path]]:
+    """Parse the workload flags and write the two workloads into `tmp`.
+
+    Returns ``[(label, folder)]``: one run of ``--exchanges`` exchanges, then a job folder of
+    ``--rollouts`` run folders of ``--rollout-exchanges`` exchanges each (shared by the view
+    benchmark, so both measure the same folders).
+    """
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--exchanges", type=int, default=1000)
     parser.add_argument("--rollouts", type=int, default=100)
     parser.add_argument("--rollout-exchanges", type=int, default=20)
     args = parser.parse_args()
+    run = tmp / "run"
+    size = write_run(run, args.exchanges)
+    job = tmp / "job"
+    sizes = [write_run(job / f"fix__bench__m__r{k}", args.rollout_exchanges) for k in range(args.rollouts)]
+    (job / "job.json").write_text("{}")
+    return [
+        (f"one run of {args.exchanges} exchanges ({size / 1e6:.0f} MB of JSONL)", run),
+        (
+            f"a job of {args.rollouts} rollouts x {args.rollout_exchanges} exchanges "
+            f"({sum(sizes) / 1e6:.0f} MB)",
+            job,
+        ),
+    ]
+
+
+def main() -> None:
     with tempfile.TemporaryDirectory(prefix="reroll-bench-export-") as tmp:
-        run = Path(tmp) / "run"
-        size = write_run(run, args.exchanges)
-        measure(f"one run of {args.exchanges} exchanges ({size / 1e6:.0f} MB of JSONL)", run)
-        job = Path(tmp) / "job"
-        sizes = [
-            write_run(job / f"fix__bench__m__r{k}", args.rollout_exchanges) for k in range(args.rollouts)
-        ]
-        (job / "job.json").write_text("{}")
-        size_mb = sum(sizes) / 1e6
-        measure(
-            f"a job of {args.rollouts} rollouts x {args.rollout_exchanges} exchanges ({size_mb:.0f} MB)", job
-        )
+        for label, folder in workloads(Path(tmp), __doc__):
+            measure(label, folder)
 
 
 if __name__ == "__main__":

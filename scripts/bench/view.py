@@ -13,7 +13,6 @@ the site's size.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from reroll.export import sources
 from reroll.view import build_site
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from export import write_run  # the same synthetic runs as the export benchmark
+from export import workloads  # the same synthetic runs as the export benchmark
 
 
 def measure(label: str, path: Path, site: Path) -> None:
@@ -39,27 +38,9 @@ def measure(label: str, path: Path, site: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--exchanges", type=int, default=1000)
-    parser.add_argument("--rollouts", type=int, default=100)
-    parser.add_argument("--rollout-exchanges", type=int, default=20)
-    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-bench-view-") as tmp:
-        run = Path(tmp) / "run"
-        size = write_run(run, args.exchanges)
-        measure(
-            f"one run of {args.exchanges} exchanges ({size / 1e6:.0f} MB of JSONL)", run, Path(tmp) / "s1"
-        )
-        job = Path(tmp) / "job"
-        sizes = [
-            write_run(job / f"fix__bench__m__r{k}", args.rollout_exchanges) for k in range(args.rollouts)
-        ]
-        (job / "job.json").write_text("{}")
-        size_mb = sum(sizes) / 1e6
-        label = f"a job of {args.rollouts} rollouts x {args.rollout_exchanges} exchanges ({size_mb:.0f} MB)"
-        measure(label, job, Path(tmp) / "s2")
+        for number, (label, folder) in enumerate(workloads(Path(tmp), __doc__)):
+            measure(label, folder, Path(tmp) / f"site{number}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from reroll.errors import QuiesceError, SidecarRequestError, SidecarRequestKind
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
-from reroll_sidecar import __version__, processes, quiesce
+from reroll_sidecar import __version__, manifest, processes, quiesce
 from reroll_sidecar.auth import BearerTokenInterceptor
 from reroll_sidecar.snapshots import SnapshotStore
 from reroll_sidecar.verify import Verifier
@@ -244,6 +244,18 @@ class SidecarService(pb_grpc.SidecarServicer):
                     yield event
         except SidecarRequestError as exc:
             await context.abort(_CODES[exc.kind], str(exc))
+
+    async def Manifest(
+        self, request: pb.ManifestRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ManifestResponse:
+        """Hash the tree at `request.root` (see `manifest.tree_manifest`)."""
+        if not os.path.isabs(request.root):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"root {request.root!r} is not absolute")
+        try:
+            entries = await asyncio.to_thread(manifest.tree_manifest, request.root)
+        except OSError as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"cannot hash {request.root}: {exc}")
+        return pb.ManifestResponse(entries=entries)
 
 
 _CODES: dict[SidecarRequestKind, grpc.StatusCode] = {

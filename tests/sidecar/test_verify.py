@@ -58,6 +58,7 @@ async def test_an_old_reward_file_that_cannot_be_deleted_is_a_reward_error(
     assert not (tmp_path / "ran").exists()
 
 
+@pytest.mark.spawns  # the test script runs
 @pytest.mark.parametrize("soft", [False, True])
 async def test_a_soft_verify_leaves_planted_hooks_a_full_one_deletes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, soft: bool

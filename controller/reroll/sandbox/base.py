@@ -193,6 +193,23 @@ class Sandbox(Protocol):
         """
         ...
 
+    async def manifest(self, root: str) -> dict[str, str]:
+        """Hash every regular file under the absolute folder `root` (the workspace manifest),
+        by the backend's own code (no tool of the image), following no symlink and opening
+        nothing but regular files.
+
+        Returns:
+            ``{relative path: sha256 hex}``, sorted by path; a symlink (to a file or a folder) as
+            ``"symlink:<target>"``, a FIFO, socket or device as ``"fifo:"``, ``"socket:"``,
+            ``"device:"`` (never opened), a file that cannot be read as ``"unreadable:<why>"``;
+            bytecode caches (``__pycache__/``, ``*.pyc``) are left out.
+
+        Raises:
+            VerifierError: the hashing ran out of time (the agent controls the tree).
+            SandboxError: `root` is not a folder, not started, or the sandbox died.
+        """
+        ...
+
     async def kill(self, user: str = "") -> int:
         """Quiesce the agent's processes, then SIGKILL the process groups started through `exec`
         for `user` (empty: for every user).

@@ -22,8 +22,11 @@ Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included) and
 The workspace's disk use is not capped: the engine's storage driver here (fuse-overlayfs) has no
 size option, and the workspace is an anonymous volume of the host's file system.
 
-The agent runs as the unprivileged user ``agent`` (created when the image lacks it); agents
-are installed once into the shared volume ``reroll-agents``. Every container carries the labels
+Conventions (the task's, `reroll.tasks.Task`): the agent works in the task's ``workdir``, else
+the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
+when the image lacks it) for native tasks, the image's USER (root when unset) for legacy ones, or
+``agent.user`` — and the sidecar itself always runs as root. Agents are installed once into the
+shared volume ``reroll-agents``. Every container carries the labels
 ``reroll.managed=1``, ``reroll.run_id=<run id>`` and ``reroll.owner`` (the controller process
 that started it); `stop` removes it, and `prune` sweeps what killed controllers left behind.
 """
@@ -32,12 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import secrets
 import shutil
 import socket
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +59,7 @@ from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.images import IMAGE_MAP_ENV, MANAGED_LABEL, ensure_images, parse_image_map, task_image
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.tasks import Task
+from reroll.tasks import DEFAULT_WORKDIR, Task
 
 RUN_ID_LABEL = "reroll.run_id"
 OWNER_LABEL = "reroll.owner"
@@ -75,28 +80,68 @@ NETWORKS = {"none": "reroll-none-isolated", "full": "reroll-full"}
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
 """Bridge option: whether containers on the network reach each other (off for ``none``)."""
 
-# Runs once in every new container, as root: the agent's user, folders and ownership. POSIX sh
+# Runs once in every new container, as root, with $1 the agent's user (a name or a uid) and $2
+# its working folder: the user, folders and ownership; prints the user's name and HOME. POSIX sh
 # with useradd (Debian), adduser (Alpine, busybox) or neither (a bare busybox image: the passwd
 # and group entries are written, uid and gid the first free from 1000; root's too when missing).
+# A uid without a passwd entry becomes user `agent` with that uid.
 _SETUP_SCRIPT = f"""
 set -e
+user=$1 workdir=$2
 grep -q "^root:" /etc/passwd 2>/dev/null || echo "root:x:0:0:root:/root:/bin/sh" >>/etc/passwd
 grep -q "^root:" /etc/group 2>/dev/null || echo "root:x:0:" >>/etc/group
-if ! id -u {AGENT_USER} >/dev/null 2>&1; then
-  if command -v useradd >/dev/null 2>&1; then useradd --create-home --shell /bin/sh {AGENT_USER}
-  elif command -v adduser >/dev/null 2>&1; then adduser -D -s /bin/sh {AGENT_USER}
+uid=
+case $user in *[!0-9]*) ;; *) uid=$user
+  user=$(awk -F: -v u="$uid" '$3 == u {{ print $1; exit }}' /etc/passwd)
+  [ -n "$user" ] || user={AGENT_USER} ;;
+esac
+if ! grep -q "^$user:" /etc/passwd; then
+  if command -v useradd >/dev/null 2>&1; then
+    useradd --create-home --shell /bin/sh ${{uid:+--uid "$uid"}} "$user"
+  elif command -v adduser >/dev/null 2>&1; then adduser -D -s /bin/sh ${{uid:+-u "$uid"}} "$user"
   else
-    n=1000
-    while cut -d: -f3 /etc/passwd /etc/group 2>/dev/null | grep -qx "$n"; do n=$((n + 1)); done
-    echo "{AGENT_USER}:x:$n:$n::/home/{AGENT_USER}:/bin/sh" >>/etc/passwd
-    echo "{AGENT_USER}:x:$n:" >>/etc/group
-    mkdir -p /home/{AGENT_USER}
+    n=${{uid:-1000}}
+    while [ -z "$uid" ] && cut -d: -f3 /etc/passwd /etc/group 2>/dev/null | grep -qx "$n"; do
+      n=$((n + 1))
+    done
+    echo "$user:x:$n:$n::/home/$user:/bin/sh" >>/etc/passwd
+    echo "$user:x:$n:" >>/etc/group
+    mkdir -p "/home/$user"
   fi
 fi
-home=$(grep "^{AGENT_USER}:" /etc/passwd | cut -d: -f6)
-mkdir -p /app /logs/agent /logs/verifier {AGENTS_DIR} "$home"
-chown -R "{AGENT_USER}:$(id -g {AGENT_USER})" /app /logs/agent "$home"
+home=$(grep "^$user:" /etc/passwd | cut -d: -f6)
+mkdir -p "$workdir" /logs/agent /logs/verifier {AGENTS_DIR} "$home"
+if [ "$(grep "^$user:" /etc/passwd | cut -d: -f3)" != 0 ]; then
+  chown -R "$user:$(grep "^$user:" /etc/passwd | cut -d: -f4)" "$workdir" /logs/agent "$home"
+fi
+echo "$user"
+echo "$home"
 """
+
+
+@dataclass(frozen=True)
+class ImageDefaults:
+    """What an image says about its processes (``docker inspect``'s ``Config``)."""
+
+    workdir: str
+    """Its WORKDIR, `DEFAULT_WORKDIR` when unset or ``/``."""
+    user: str
+    """Its USER without the group (a name or a uid), ``root`` when unset."""
+
+
+def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
+    """The WORKDIR and USER of the local `image` (Harbor's defaults for the agent).
+
+    Raises:
+        SandboxError: no such local image.
+    """
+    try:
+        config = client.images.get(image).attrs.get("Config") or {}
+    except docker.errors.ImageNotFound as exc:
+        raise SandboxError(f"image {image} is not a local image") from exc
+    workdir = (config.get("WorkingDir") or "").rstrip("/")
+    user = (config.get("User") or "").partition(":")[0]
+    return ImageDefaults(workdir=workdir or DEFAULT_WORKDIR, user=user or "root")
 
 
 def docker_client() -> docker.DockerClient:
@@ -185,19 +230,21 @@ class DockerSandbox(SidecarSandbox):
         self.run_id = run_id
         self.config = config or DockerSandboxConfig()
         self.policy = task.spec.environment.network
-        layout = SandboxLayout(
+        layout = SandboxLayout(  # workspace, home and user are settled by `start` (the image's defaults)
             root="/",
-            workspace="/app",
-            logs_dir="/logs",
+            workspace=task.workdir or DEFAULT_WORKDIR,
+            logs_dir=task.logs_mount,
             home=f"/home/{AGENT_USER}",
             agents_dir=AGENTS_DIR,
-            agent_user=AGENT_USER,
+            agent_user=task.agent_user or AGENT_USER,
         )
         super().__init__(layout, f"docker sandbox {run_id}")
         self.container: Container | None = None
         self._docker: docker.DockerClient | None = None
         self._mount_dir: Path | None = None
         self._token = ""
+        self._user = AGENT_USER
+        """The agent's user as asked (the task's, else the image's USER), settled by the setup script."""
 
     @property
     def _engine(self) -> docker.DockerClient:
@@ -223,13 +270,20 @@ class DockerSandbox(SidecarSandbox):
             await self._connect(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
             await self._wait_ready()
             setup = await self.exec(
-                ["sh", "-c", _SETUP_SCRIPT], timeout_seconds=self.config.setup_timeout_seconds
+                ["sh", "-c", _SETUP_SCRIPT, "setup", self._user, self.layout.workspace],
+                timeout_seconds=self.config.setup_timeout_seconds,
             )
             if setup.exit_code != 0:
                 raise SandboxError(f"setting up the container failed: {setup.output_text()[-2000:]}")
+            user, home = setup.stdout.decode().split()[-2:]
+            # The sidecar's own user (root) is "": quiesce then kills every process Exec started.
+            self.layout = dataclasses.replace(
+                self.layout, home=home, agent_user="" if user == "root" else user
+            )
             if self.task.dockerfile is None and self.task.workspace_seed_dir is not None:
                 await self.upload_dir(self.task.workspace_seed_dir, self.layout.workspace)
-                await self.exec(["chown", "-R", f"{AGENT_USER}:", self.layout.workspace])
+                if self.layout.agent_user:
+                    await self.exec(["chown", "-R", f"{self.layout.agent_user}:", self.layout.workspace])
         except BaseException:
             await self.stop()
             raise
@@ -241,6 +295,9 @@ class DockerSandbox(SidecarSandbox):
         image = self.config.image or task_image(
             engine, self.task, ensure_images(engine).base, image_map=self.config.image_map
         )
+        defaults = image_defaults(engine, image)
+        self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
+        self._user = self.task.agent_user or defaults.user
         network = ensure_network(engine, self.policy)
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
         self._mount_dir.chmod(0o700)
@@ -274,7 +331,8 @@ class DockerSandbox(SidecarSandbox):
                 mem_limit=f"{environment.memory_mb}m",
                 memswap_limit=f"{environment.memory_mb}m",  # no swap beyond the memory limit
                 pids_limit=environment.pids_max,
-                working_dir="/app",
+                working_dir=self.layout.workspace,
+                user="0:0",  # the sidecar is root whatever the image's USER; the agent's user is Exec's
             )
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc

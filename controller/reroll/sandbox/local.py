@@ -6,7 +6,8 @@ environment the agent can read (`reroll.childenv`): the sidecar, whose environme
 inherits, gets a minimal one and its token through a 0600 file deleted once it is ready; the
 controller and the proxy make their ``/proc/PID/environ`` unreadable to the agent's user.
 
-The sandbox paths live under the root folder (``<root>/app``, ``<root>/logs``), so task scripts
+The sandbox paths live under the root folder (``<root>/app`` — the task's ``workdir`` below the
+root, ``<root>/logs``, ``<root>/tests`` or ``<root>/verifier``), so task scripts
 that run here read them from ``$REROLL_WORKSPACE`` and ``$REROLL_LOGS_DIR`` (falling back to
 ``/app`` and ``/logs`` in containers). The workspace starts as a copy of the task's
 ``environment/workspace/``.
@@ -31,7 +32,7 @@ from reroll.errors import RerollError, SandboxError, SidecarError
 from reroll.processes import ChildProcess
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.tasks import Task
+from reroll.tasks import DEFAULT_WORKDIR, Task
 
 MAX_NAME_IN_ROOT = 32
 """How much of the run id goes into the sandbox folder's name: the sidecar's Unix socket lives
@@ -61,9 +62,9 @@ class LocalSandbox(SidecarSandbox):
         self.run_id = run_id
         self.config = config or LocalSandboxConfig()
         self.root = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
-        layout = SandboxLayout(
+        layout = SandboxLayout(  # the task's working folder, below the root: /root → <root>/root
             root=str(self.root),
-            workspace=str(self.root / "app"),
+            workspace=str(self.root / (task.workdir or DEFAULT_WORKDIR).lstrip("/")),
             logs_dir=str(self.root / "logs"),
             home=str(self.root / "home"),
             agents_dir=str(cache_dir() / "agents"),
@@ -88,11 +89,11 @@ class LocalSandbox(SidecarSandbox):
             SandboxError: the sidecar did not start or answer ready within
                 ``config.ready_timeout_seconds``.
         """
-        for sub in ("app", "logs/agent", "logs/verifier", "home", "tmp", ".reroll"):
+        for sub in (self.layout.workspace, "logs/agent", "logs/verifier", "home", "tmp", ".reroll"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         if self.task.workspace_seed_dir is not None:
             shutil.copytree(
-                self.task.workspace_seed_dir, self.root / "app", dirs_exist_ok=True, symlinks=True
+                self.task.workspace_seed_dir, self.layout.workspace, dirs_exist_ok=True, symlinks=True
             )
         hide_from_same_user()  # the agent runs as our user: our environment holds provider keys
         socket_path = self.root / ".reroll" / "sidecar.sock"

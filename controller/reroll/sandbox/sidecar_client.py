@@ -22,7 +22,7 @@ import grpc
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
-from reroll.errors import QuiesceError, SidecarError, SidecarUnavailable
+from reroll.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.tasks import HardeningOptions
 
@@ -30,6 +30,9 @@ HEALTH_DEADLINE_SECONDS = 5.0
 FILE_DEADLINE_SECONDS = 120.0
 KILL_DEADLINE_SECONDS = 30.0
 SNAPSHOT_DEADLINE_SECONDS = 660.0
+MANIFEST_DEADLINE_SECONDS = 300.0
+"""The longest the workspace manifest may take; the agent controls the tree, so running out is
+a verifier error, never an infrastructure one."""
 EXEC_DEADLINE_MARGIN_SECONDS = 30.0
 """Added to an Exec's own timeout for its RPC deadline, so the sidecar reports the timeout first."""
 VERIFY_DEADLINE_MARGIN_SECONDS = SNAPSHOT_DEADLINE_SECONDS
@@ -331,6 +334,29 @@ class SidecarClient:
                 raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
             _raise(exc, f"{self.address} GetFile {path}")
         return b"".join(parts)
+
+    async def manifest(self, root: str) -> dict[str, str]:
+        """Hash the tree at the absolute `root` in the sidecar (``reroll_sidecar.manifest``).
+
+        Returns:
+            ``{relative path: sha256 hex, or "symlink:<target>", "fifo:", "socket:", "device:",
+            "unreadable:<why>"}``, sorted by path.
+
+        Raises:
+            VerifierError: the hashing took longer than `MANIFEST_DEADLINE_SECONDS`.
+            SidecarError: `root` is not an absolute folder, or the RPC failed.
+        """
+        try:
+            response = await self._rpc.Manifest(
+                pb.ManifestRequest(root=root), timeout=MANIFEST_DEADLINE_SECONDS, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise VerifierError(
+                    f"hashing the workspace {root} took longer than {MANIFEST_DEADLINE_SECONDS:.0f} s"
+                ) from exc
+            _raise(exc, f"{self.address} Manifest {root}")
+        return dict(sorted(response.entries.items()))
 
     async def kill(self, user: str = "") -> int:
         """Quiesce (freeze, then kill) the agent's processes, then SIGKILL the process groups

@@ -123,6 +123,10 @@ class SidecarSandbox(abc.ABC):
             count += 1
         return count
 
+    async def manifest(self, root: str) -> dict[str, str]:
+        """See `Sandbox.manifest`."""
+        return await self._sidecar.manifest(root)
+
     async def kill(self, user: str = "") -> int:
         """See `Sandbox.kill`."""
         return await self._sidecar.kill(user)

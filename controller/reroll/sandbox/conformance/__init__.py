@@ -64,6 +64,7 @@ CHECKS: tuple[Check, ...] = (
     snapshots.check_restore_gets_types_owners_permissions_links_and_names_right,
     snapshots.check_snapshot_of_named_paths_records_absent_ones,
     snapshots.check_restore_of_an_unknown_snapshot_or_bad_name_fails_clearly,
+    snapshots.check_manifest_hashes_files_and_follows_no_link,
     verification.check_verify_scores_the_workspace_and_undoes_planted_hooks,
     verification.check_verify_runs_the_script_in_a_clean_environment,
     verification.check_verify_honours_the_tasks_opt_outs,

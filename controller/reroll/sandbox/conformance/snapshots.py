@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import os
 import tarfile
@@ -181,3 +182,27 @@ async def check_restore_of_an_unknown_snapshot_or_bad_name_fails_clearly(
             await sandbox.restore("never")
         with expect_raises(SandboxError, "snapshot name"):
             await sandbox.snapshot("../escape")
+
+
+async def check_manifest_hashes_files_and_follows_no_link(factory: SandboxFactory, workdir: Path) -> None:
+    """manifest: sha256 of regular files; links, FIFOs and bytecode caches recorded, never opened."""
+    async with started(factory, probe_task(workdir / "task")) as sandbox:
+        root = f"{sandbox.layout.workspace}/tree"
+        await sh(
+            sandbox,
+            "mkdir -p tree/src/__pycache__ && cd tree && printf 'print(1)\\n' > src/a.py"
+            " && printf x > src/__pycache__/a.pyc"
+            " && ln -s /etc etc-link && ln -s src/a.py file-link && mkfifo pipe && printf '' > empty",
+        )
+        manifest = await sandbox.manifest(root)
+        expected = {
+            "empty": hashlib.sha256(b"").hexdigest(),
+            "etc-link": "symlink:/etc",
+            "file-link": "symlink:src/a.py",
+            "pipe": "fifo:",
+            "src/a.py": hashlib.sha256(b"print(1)\n").hexdigest(),
+        }
+        expect(manifest == expected, f"manifest of the workspace: {manifest}, expected {expected}")
+        expect(list(manifest) == sorted(manifest), f"manifest not sorted by path: {list(manifest)}")
+        with expect_raises(SandboxError, "not a folder"):
+            await sandbox.manifest(f"{root}/etc-link")

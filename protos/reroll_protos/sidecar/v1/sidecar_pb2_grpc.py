@@ -80,6 +80,11 @@ class SidecarStub:
                 request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyRequest.SerializeToString,
                 response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyEvent.FromString,
                 _registered_method=True)
+        self.Manifest = channel.unary_unary(
+                '/reroll.sidecar.v1.Sidecar/Manifest',
+                request_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.ManifestRequest.SerializeToString,
+                response_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.ManifestResponse.FromString,
+                _registered_method=True)
 
 
 class SidecarServicer:
@@ -164,6 +169,15 @@ class SidecarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Manifest(self, request, context):
+        """Hash every regular file under `root` (the workspace manifest), as the sidecar's user, in the
+        sidecar's own code (nothing of the image runs): no symlink is followed and nothing but a
+        regular file is opened. INVALID_ARGUMENT: a relative root. NOT_FOUND: root is not a folder.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -211,6 +225,11 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Verify,
                     request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyRequest.FromString,
                     response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyEvent.SerializeToString,
+            ),
+            'Manifest': grpc.unary_unary_rpc_method_handler(
+                    servicer.Manifest,
+                    request_deserializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.ManifestRequest.FromString,
+                    response_serializer=reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.ManifestResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -457,6 +476,33 @@ class Sidecar:
             '/reroll.sidecar.v1.Sidecar/Verify',
             reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyRequest.SerializeToString,
             reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.VerifyEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Manifest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reroll.sidecar.v1.Sidecar/Manifest',
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.ManifestRequest.SerializeToString,
+            reroll__protos_dot_sidecar_dot_v1_dot_sidecar__pb2.ManifestResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,6 +75,11 @@ class SidecarStub:
     INVALID_ARGUMENT: a relative verifier_dir or reward_dir. The script's timeout kills its
     process group and is reported in the result, not as an RPC error.
     """
+    Manifest: _grpc.UnaryUnaryMultiCallable[_sidecar_pb2.ManifestRequest, _sidecar_pb2.ManifestResponse]
+    """Hash every regular file under `root` (the workspace manifest), as the sidecar's user, in the
+    sidecar's own code (nothing of the image runs): no symlink is followed and nothing but a
+    regular file is opened. INVALID_ARGUMENT: a relative root. NOT_FOUND: root is not a folder.
+    """
 
 @_typing.type_check_only
 class SidecarAsyncStub(SidecarStub):
@@ -118,6 +123,11 @@ class SidecarAsyncStub(SidecarStub):
     FAILED_PRECONDITION: no PrepareVerify before. NOT_FOUND: the test script is missing.
     INVALID_ARGUMENT: a relative verifier_dir or reward_dir. The script's timeout kills its
     process group and is reported in the result, not as an RPC error.
+    """
+    Manifest: _aio.UnaryUnaryMultiCallable[_sidecar_pb2.ManifestRequest, _sidecar_pb2.ManifestResponse]  # type: ignore[assignment]
+    """Hash every regular file under `root` (the workspace manifest), as the sidecar's user, in the
+    sidecar's own code (nothing of the image runs): no symlink is followed and nothing but a
+    regular file is opened. INVALID_ARGUMENT: a relative root. NOT_FOUND: root is not a folder.
     """
 
 class SidecarServicer(metaclass=_abc_1.ABCMeta):
@@ -213,6 +223,17 @@ class SidecarServicer(metaclass=_abc_1.ABCMeta):
         FAILED_PRECONDITION: no PrepareVerify before. NOT_FOUND: the test script is missing.
         INVALID_ARGUMENT: a relative verifier_dir or reward_dir. The script's timeout kills its
         process group and is reported in the result, not as an RPC error.
+        """
+
+    @_abc_1.abstractmethod
+    def Manifest(
+        self,
+        request: _sidecar_pb2.ManifestRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sidecar_pb2.ManifestResponse, _abc.Awaitable[_sidecar_pb2.ManifestResponse]]:
+        """Hash every regular file under `root` (the workspace manifest), as the sidecar's user, in the
+        sidecar's own code (nothing of the image runs): no symlink is followed and nothing but a
+        regular file is opened. INVALID_ARGUMENT: a relative root. NOT_FOUND: root is not a folder.
         """
 
 def add_SidecarServicer_to_server(servicer: SidecarServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,2 @@
+#!/bin/sh
+printf 'Hello, %s!\n' "$GREETING_NAME" > greeting.txt

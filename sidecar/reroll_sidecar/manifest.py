@@ -1,0 +1,68 @@
+"""The workspace manifest: a sha256 of every regular file of a tree the agent wrote.
+
+Runs in the sidecar (root in a container) on a hostile tree: every entry is looked at with
+``lstat`` and opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked again with ``fstat``, so no
+symlink is followed, no FIFO blocks and a file swapped while hashed is reported, not read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+_BLOCK_BYTES = 1 << 20
+
+
+def _entry(full: str) -> str:
+    """The manifest value of the path `full` (see `tree_manifest`). Raises OSError."""
+    info = os.lstat(full)
+    if stat.S_ISLNK(info.st_mode):
+        return "symlink:" + os.readlink(full)
+    if stat.S_ISFIFO(info.st_mode):
+        return "fifo:"
+    if stat.S_ISSOCK(info.st_mode):
+        return "socket:"
+    if not stat.S_ISREG(info.st_mode):
+        return "device:"
+    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "unreadable:replaced while hashed"
+        digest = hashlib.sha256()
+        for block in iter(lambda: handle.read(_BLOCK_BYTES), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_manifest(root: str) -> dict[str, str]:
+    """Hash the tree at the absolute folder `root`.
+
+    Returns:
+        ``{relative path: value}`` sorted by path, the value being the sha256 hex of a regular
+        file, ``"symlink:<target>"`` for a symlink (to a file or a folder: never descended),
+        ``"fifo:"``, ``"socket:"`` or ``"device:"`` (never opened), or ``"unreadable:<why>"``.
+        Bytecode caches (``__pycache__/``, ``*.pyc``, ``*.pyo``) are left out: they embed the
+        source's mtime, so a faithful replay differs there.
+
+    Raises:
+        NotADirectoryError: `root` is not a folder (or is a symlink).
+    """
+    if not stat.S_ISDIR(os.lstat(root).st_mode):
+        raise NotADirectoryError(f"{root} is not a folder")
+    out: dict[str, str] = {}
+    for base, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in [d for d in dirs if os.path.islink(os.path.join(base, d))]:
+            dirs.remove(name)
+            files.append(name)
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            full = os.path.join(base, name)
+            try:
+                out[os.path.relpath(full, root)] = _entry(full)
+            except OSError as exc:
+                out[os.path.relpath(full, root)] = "unreadable:" + (exc.strerror or str(exc))
+    return dict(sorted(out.items()))
