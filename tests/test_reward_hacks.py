@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,19 +82,25 @@ def write_files(folder: Path, files: dict[str, str]) -> Path:
     return folder
 
 
-def reward_of(task: Path, workdir: Path) -> float:
+def run_oracle(task: Path, workdir: Path, backend: str = "docker") -> tuple[dict[str, Any], Path]:
+    """``reroll run`` `task` with its oracle "agent" on `backend`, in `workdir` (which holds no
+    other run); returns its result.json and its run folder."""
     done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", "docker", "--jobs-dir", "jobs"],
+        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", "jobs"],
         capture_output=True,
         text=True,
         cwd=workdir,
-        timeout=300,
+        timeout=600,
     )
     print(done.stdout, done.stderr, sep="\n")
-    assert done.returncode == 0, done.stderr
-    (result_file,) = (workdir / "jobs").glob("*/reward-hack__*/result.json")
-    rewards = json.loads(result_file.read_text())["rewards"]
-    return float(rewards["reward"])
+    (result_file,) = (workdir / "jobs").glob("*/*/result.json")
+    return json.loads(result_file.read_text()), result_file.parent
+
+
+def reward_of(task: Path, workdir: Path) -> float:
+    result, _ = run_oracle(task, workdir)
+    assert result["status"] == "ok", result
+    return float(result["rewards"]["reward"])
 
 
 @pytest.mark.parametrize("hack", list(HACKS))

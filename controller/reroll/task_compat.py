@@ -119,8 +119,8 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     ``memory``/``storage`` strings to ``memory_mb``/``storage_mb`` (the string wins, as in
     Harbor), ``network_mode``/``allow_internet`` to ``network`` (``network_mode`` first, as in
     Harbor's ``resolve_baseline``; reroll's own ``network`` wins over both), a numeric
-    ``agent.user`` to its string, ``verifier.pytest_plugins`` and
-    ``verifier.hardening.cleanup_conftests`` to reroll's hardening options, SkillsBench's
+    ``agent.user`` to its string, ``verifier.hardening.cleanup_conftests`` to
+    ``delete_injected_hooks``, SkillsBench's
     ``[solution] FOO = "..."`` to ``solution.env``, and the package name ``task.name``
     (``org/name``) to ``name`` when the task has none.
 
@@ -175,11 +175,6 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     if isinstance(hardening, dict) and "cleanup_conftests" in hardening:
         hardening.setdefault("delete_injected_hooks", hardening.pop("cleanup_conftests"))
         mapped.append(("verifier.hardening.cleanup_conftests", "verifier.hardening.delete_injected_hooks"))
-    if isinstance(plugins := verifier.pop("pytest_plugins", None), list):
-        hardening = verifier.setdefault("hardening", {})
-        if isinstance(hardening, dict):
-            hardening["pytest_plugins"] = [*hardening.get("pytest_plugins", []), *plugins]
-        mapped.append(("verifier.pytest_plugins", "verifier.hardening.pytest_plugins"))
     return data, mapped
 
 

@@ -68,7 +68,7 @@ def resolved(task: Task) -> list[tuple[str, str]]:
     spec, environment = task.spec, task.spec.environment
     image = "environment/Dockerfile" if task.dockerfile else environment.docker_image or "reroll's base image"
     hardening = spec.verifier.hardening
-    plugins = ", ".join(hardening.pytest_plugins) or "none"
+    plugins = ", ".join(spec.verifier.pytest_plugins) or "none"
     return [
         (
             "layout",

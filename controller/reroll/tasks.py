@@ -72,8 +72,6 @@ class HardeningOptions(BaseModel):
     """Set ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``."""
     plugin_autoload: bool = False
     """Let pytest load every installed plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
-    pytest_plugins: list[str] = []
-    """Plugins loaded explicitly (``-p NAME`` each) while autoloading is off."""
     pytest_report: bool = True
     """With `pytest_addopts`: trust pytest's own JUnit report (written to a root-only folder) over
     the script's exit status — a pytest that started but wrote no report (``os._exit(0)`` at
@@ -91,6 +89,10 @@ class VerifierSection(BaseModel):
     """Which hardening steps run before the test script."""
     env: dict[str, str] = {}
     """Extra environment of the test script (after hardening's own variables are set)."""
+    pytest_plugins: list[str] = []
+    """pytest plugins (``pytest11`` entry-point or module names, e.g. ``ctrf``) the verifier's pytest
+    loads with ``-p NAME`` while autoloading is off, beside the image's root-owned ones present
+    before the agent ran (BenchFlow's ``[verifier] pytest_plugins``)."""
 
 
 NetworkPolicy = Literal["none", "full"]

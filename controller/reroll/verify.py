@@ -2,9 +2,10 @@
 
 The hardening lives in the sidecar (``reroll_sidecar.verify``; the PrepareVerify and Verify
 RPCs); this module is its host side. `prepare`, before the agent runs, records the baseline
-(start-up hooks, a snapshot of them and of the build-config files) with the task's hardening
-options. `quiesce` freezes, then kills, every process the agent left (the rollout calls it as soon
-as the agent is done, before the workspace is hashed). `verify` quiesces again, only then uploads
+(start-up hooks, a snapshot of them and of the build-config files, the image's trusted pytest
+plugins) with the task's hardening options and declared pytest plugins (`declared_plugins`).
+`quiesce` freezes, then kills, every process the agent left (the rollout calls it as soon as the
+agent is done, before the workspace is hashed). `verify` quiesces again, only then uploads
 the verifier folder (no process of the agent ever sees the hidden tests), then one Verify RPC
 quiesces once more, undoes planted build config and start-up hooks, deletes old reward files,
 runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,8 @@ PYTEST_REPORT_FILE = "pytest-report.txt"
 """What pytest's own report said (its counts, or why the rewards were zeroed), in ``verifier/``."""
 OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
+CTRF_OPTION = re.compile(r"(^|[^\w-])--ctrf([=\s]|$)", re.MULTILINE)
+"""pytest-json-ctrf's option in a test script: its plugin (``ctrf``) is then declared."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,23 @@ async def prepare(sandbox: Sandbox, task: Task, env: dict[str, str]) -> VerifyBa
     Raises:
         SandboxError: the scan or the snapshot failed, or the sandbox died.
     """
-    return await sandbox.prepare_verify(task.spec.verifier.hardening, env)
+    return await sandbox.prepare_verify(task.spec.verifier.hardening, env, declared_plugins(task))
+
+
+def declared_plugins(task: Task) -> list[str]:
+    """The pytest plugins `task` declares (``verifier.pytest_plugins``), plus ``ctrf`` when its
+    ``test.sh`` passes ``--ctrf`` outside a comment, as BenchFlow infers it: test scripts often
+    install pytest-json-ctrf themselves (``pip install`` or ``uvx --with``) while they run, so no
+    scan before the agent sees it."""
+    plugins = list(task.spec.verifier.pytest_plugins)
+    try:
+        script = (task.verifier_dir / TEST_SCRIPT).read_text(encoding="utf-8", errors="replace")
+    except OSError:  # a missing test.sh is `verify`'s error to report
+        return plugins
+    uncommented = "\n".join(line.split("#", 1)[0] for line in script.splitlines())
+    if CTRF_OPTION.search(uncommented) and "ctrf" not in plugins:
+        plugins.append("ctrf")
+    return plugins
 
 
 async def quiesce(sandbox: Sandbox) -> None:

@@ -231,7 +231,11 @@ class SidecarService(pb_grpc.SidecarServicer):
             baseline = await self.verifier.prepare(request)
         except SidecarRequestError as exc:
             await context.abort(_CODES[exc.kind], str(exc))
-        return pb.PrepareVerifyResponse(hooks=baseline.hooks, snapshot_paths=baseline.snapshot_paths)
+        return pb.PrepareVerifyResponse(
+            hooks=baseline.hooks,
+            snapshot_paths=baseline.snapshot_paths,
+            pytest_plugins=sorted(baseline.plugins.trusted),
+        )
 
     async def Verify(
         self, request: pb.VerifyRequest, context: grpc.aio.ServicerContext[object, object]

@@ -5,28 +5,31 @@ planted to game the score, then run the verifier's test script and read its rewa
 (``conftest.py``, ``sitecustomize.py``, ``usercustomize.py``, ``*.pth``) under the workspace, the
 agent's HOME and, in a container (an agent user is set), the scratch folders and the site
 directories of the sandbox's ``python3``; it snapshots them with the workspace's build-config
-files. `Verifier.verify` then:
+files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.scan`).
+`Verifier.verify` then:
 
 1. quiesces the agent (`quiesce`: freezes, then kills, every process of the agent's user and
    every descendant Exec started, until a scan finds none), then kills every Exec process group;
 2. restores that snapshot: build-config edits are undone, build-config files the agent created
    are deleted, the recorded hooks are put back, owned by root; a folder on the way that the
    agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
-3. deletes every start-up hook that was not there before (never through a symlinked folder);
+3. deletes every start-up hook that was not there before (never through a symlinked folder), and
+   scans the pytest plugins again (`pytest_plugins.allowed` decides which load);
 4. deletes old reward files and runs the test script as the sidecar's user (root in a container)
    in a clean environment: a fixed PATH, no PYTHONPATH, no user site, HOME of the sidecar's user
    in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
-   and plugin autoloading off; a timeout kills the script's whole process group;
+   and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
+   and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
+   kills the script's whole process group;
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers);
 6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
    started and wrote no report, or whose report counts failures or errors, zeroes every reward
    (`pytest_report`).
 
-Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`). A soft
+Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`); a soft
 verify (``VerifyRequest.soft``: between the rounds of a trial, the agent working on afterwards)
-skips steps 2 and 3. Steps 1
-to 3 together have a time limit (`Verifier.harden_timeout_seconds`); when they fail or run out of time,
-the script does not run and the result carries a reward error (a verifier error for the
+skips steps 2 and 3. Steps 1 to 3 together have a time limit (`Verifier.harden_timeout_seconds`);
+when they fail or run out of time, the script does not run and the result carries a reward error (a verifier error for the
 controller, never a retried infrastructure error); the report's notes say why.
 """
 
@@ -46,7 +49,7 @@ from dataclasses import dataclass, field
 from reroll.errors import QuiesceError, SnapshotError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll_sidecar import nofollow, processes, pytest_report, quiesce
+from reroll_sidecar import nofollow, processes, pytest_plugins, pytest_report, quiesce
 from reroll_sidecar.snapshots import SnapshotStore
 
 BASELINE_SNAPSHOT = "reroll-pre-agent"
@@ -63,17 +66,8 @@ UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE
 """Removed from the test script's environment."""
 REWARD_FILES = ("reward.txt", "reward.json")
 MAX_REWARD_BYTES = 1024 * 1024
-SITE_DIRS_TIMEOUT_SECONDS = 60.0
 HARDEN_TIMEOUT_SECONDS = 120.0
-"""The time limit of steps 1 to 3 (quiesce, restore, hook deletion) together."""
-
-# Run by the sandbox's python3 (isolated mode): prints its site directories as a JSON list.
-_SITE_DIRS_SCRIPT = r"""
-import json, site, sys, sysconfig
-dirs = set(site.getsitepackages()) | {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
-dirs |= {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
-print(json.dumps(sorted(dirs)))
-"""
+"""The time limit of steps 1 to 3 (quiesce, restore, hook deletion, plugin scan) together."""
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +84,8 @@ class Baseline:
     """Folders listed (not walked) for start-up hooks."""
     hooks: list[str] = field(default_factory=list)
     snapshot_paths: list[str] = field(default_factory=list)
+    plugins: pytest_plugins.Scan = field(default_factory=pytest_plugins.Scan)
+    """The sandbox's ``python3`` before the agent ran (its pytest plugins, its site directories)."""
 
 
 def _is_hook(name: str) -> bool:
@@ -115,41 +111,6 @@ def find_hooks(roots: Iterable[str], site_dirs: Iterable[str]) -> list[str]:
         with contextlib.suppress(OSError):
             found.update(os.path.join(folder, name) for name in os.listdir(folder) if _is_hook(name))
     return sorted(found)
-
-
-async def _site_dirs(env: dict[str, str]) -> list[str]:
-    """The site directories of the ``python3`` found in `env`'s PATH; none without a python3.
-
-    Raises:
-        VerifyError: python3 cannot be run, or fails.
-    """
-    env = {"PATH": DEFAULT_PATH, **env}
-    try:
-        child = await asyncio.create_subprocess_exec(
-            "python3",
-            "-I",
-            "-c",
-            _SITE_DIRS_SCRIPT,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    except FileNotFoundError:
-        return []  # an image without python3: no site directories (the agent's later ones are new)
-    except OSError as exc:
-        raise VerifyError("failed", f"cannot run python3 to list its site directories: {exc}") from exc
-    try:
-        out, err = await asyncio.wait_for(child.communicate(), SITE_DIRS_TIMEOUT_SECONDS)
-    except asyncio.TimeoutError as exc:  # noqa: UP041 - the sidecar also runs on Python 3.10
-        child.kill()
-        await child.wait()
-        raise VerifyError(
-            "failed", f"python3 did not list its site directories in {SITE_DIRS_TIMEOUT_SECONDS:.0f} s"
-        ) from exc
-    if child.returncode != 0:
-        raise VerifyError("failed", f"python3 failed to list its site directories: {err.decode()[-2000:]}")
-    dirs: list[str] = json.loads(out)
-    return dirs
 
 
 def _absolute(value: str, what: str) -> str:
@@ -228,7 +189,8 @@ class Verifier:
         self.baseline: Baseline | None = None
 
     async def prepare(self, request: pb.PrepareVerifyRequest) -> Baseline:
-        """Record the hooks and snapshot them with the build-config files; replaces the baseline.
+        """Record the hooks and snapshot them with the build-config files, and scan the pytest
+        plugins (unless the task autoloads them); replaces the baseline.
 
         Raises:
             VerifyError: ``invalid`` for a relative path, ``failed`` when a scan or the snapshot failed.
@@ -239,10 +201,15 @@ class Verifier:
         in_container = bool(request.agent_user)
         if in_container:
             roots += SCRATCH_DIRS
-        site_dirs: list[str] = []
+        scan = pytest_plugins.Scan()
+        env = {"PATH": DEFAULT_PATH, **request.env}
+        if options.delete_injected_hooks and in_container:  # its site directories are needed
+            scan = await pytest_plugins.scan(env)
+        elif not options.plugin_autoload:
+            scan = await pytest_plugins.scan_or_error(env)
+        site_dirs = scan.site_dirs if options.delete_injected_hooks and in_container else []
         hooks: list[str] = []
         if options.delete_injected_hooks:
-            site_dirs = await _site_dirs(dict(request.env)) if in_container else []
             hooks = await asyncio.to_thread(find_hooks, roots, site_dirs)
         paths = (
             [os.path.join(workspace, name) for name in BUILD_CONFIG_FILES]
@@ -256,8 +223,13 @@ class Verifier:
                 await self.snapshots.save(BASELINE_SNAPSHOT, paths, trusted)
             except SnapshotError as exc:
                 raise VerifyError("failed", f"snapshotting the verification baseline: {exc}") from exc
-        self.baseline = Baseline(options, request.agent_user, roots, site_dirs, hooks, paths)
-        log.info("verification baseline: %d hooks, %d paths snapshotted", len(hooks), len(paths))
+        self.baseline = Baseline(options, request.agent_user, roots, site_dirs, hooks, paths, scan)
+        log.info(
+            "verification baseline: %d hooks, %d paths snapshotted, pytest plugins %s",
+            len(hooks),
+            len(paths),
+            sorted(scan.trusted),
+        )
         return self.baseline
 
     async def verify(self, request: pb.VerifyRequest) -> AsyncGenerator[pb.VerifyEvent, None]:
@@ -280,8 +252,9 @@ class Verifier:
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
         try:
-            await asyncio.wait_for(
-                self._harden(baseline, report, soft=request.soft), self.harden_timeout_seconds
+            plugins = await asyncio.wait_for(
+                self._harden(baseline, report, dict(request.env), soft=request.soft),
+                self.harden_timeout_seconds,
             )
         except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
             failure = str(exc) or f"hardening took longer than {self.harden_timeout_seconds:g} s"
@@ -307,7 +280,7 @@ class Verifier:
             folder = None
             if options.pytest_addopts and options.pytest_report:
                 folder = stack.enter_context(pytest_report.ReportFolder())
-            env = self._script_env(baseline, request, folder)
+            env = self._script_env(baseline, request, folder, plugins)
             exit_status = pb.ExecExit()
             async for event in self._run_script(script, verifier_dir, env, request.timeout_seconds):
                 if isinstance(event, pb.ExecExit):
@@ -347,10 +320,16 @@ class Verifier:
                 else:
                     yield pb.VerifyEvent(stderr=event.stderr)
 
-    async def _harden(self, baseline: Baseline, report: pb.HardeningReport, *, soft: bool = False) -> None:
-        """Steps 1 to 3 of the module docstring, filling `report`; `soft` (a soft verify between
-        the rounds of a trial) stops after step 1: the agent goes on in the workspace afterwards,
-        so its build config and start-up hooks stay as it left them.
+    async def _harden(
+        self, baseline: Baseline, report: pb.HardeningReport, env: dict[str, str], *, soft: bool = False
+    ) -> list[str]:
+        """Steps 1 to 3 of the module docstring, filling `report`; then, with plugin autoloading
+        off, scans the sandbox's ``python3`` (found in `env`'s PATH) again. `soft` (a soft verify
+        between the rounds of a trial) skips steps 2 and 3: the agent goes on in the workspace
+        afterwards, so its build config and start-up hooks stay as it left them.
+
+        Returns:
+            The pytest plugins the test script's pytest loads (`pytest_plugins.allowed`).
 
         Raises:
             QuiesceError: the agent's processes outlived the quiesce's time limit.
@@ -367,11 +346,10 @@ class Verifier:
         selection = quiesce.Selection(uid=uid, descendants=True)
         killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
         report.killed_groups = killed + self.groups.kill()
-        if soft:
-            report.notes.append("soft verify: build config and start-up hooks left as the agent left them")
-            return
         notes: list[str] = []
-        if baseline.snapshot_paths:
+        if soft:
+            notes.append("soft verify: build config and start-up hooks left as the agent left them")
+        if baseline.snapshot_paths and not soft:
             try:
                 report.restored.extend(await self.snapshots.restore(BASELINE_SNAPSHOT, notes))
             except SnapshotError as exc:
@@ -380,22 +358,34 @@ class Verifier:
                 folders = [*baseline.roots, *baseline.site_dirs]
                 for path in baseline.snapshot_paths:
                     nofollow.chown_root(path, trusted_folder(path, folders))
-        if baseline.hardening.delete_injected_hooks:
+        if baseline.hardening.delete_injected_hooks and not soft:
             known = set(baseline.hooks)
             found = await asyncio.to_thread(find_hooks, baseline.roots, baseline.site_dirs)
             folders = [*baseline.roots, *baseline.site_dirs]
             for path in (path for path in found if path not in known):
                 nofollow.unlink(path, trusted_folder(path, folders))
                 report.deleted.append(path)
+        declared = list(baseline.hardening.pytest_plugins)
+        plugins = declared
+        if not baseline.hardening.plugin_autoload:
+            now = await pytest_plugins.scan_or_error({"PATH": DEFAULT_PATH, **env})
+            decision = pytest_plugins.allowed(declared, baseline.plugins, now)
+            plugins = decision.names
+            notes.extend(decision.notes)
         report.notes.extend(notes)
         log.info("hardening: killed %d, deleted %s, notes %s", report.killed_groups, report.deleted, notes)
+        return plugins
 
     @staticmethod
     def _script_env(
-        baseline: Baseline, request: pb.VerifyRequest, report: pytest_report.ReportFolder | None
+        baseline: Baseline,
+        request: pb.VerifyRequest,
+        report: pytest_report.ReportFolder | None,
+        plugins: list[str],
     ) -> dict[str, str]:
         """The test script's environment: the request's, cleaned and locked down as the baseline's
-        hardening options say; pytest writes its report into `report` when given."""
+        hardening options say; pytest loads `plugins` (``-p NAME``) and writes its report into
+        `report` when given."""
         env = {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
         env.setdefault("PATH", DEFAULT_PATH)
         if baseline.agent_user:  # not the agent's HOME, whose dotfiles and user site it controls
@@ -407,13 +397,15 @@ class Verifier:
         }
         options = baseline.hardening
         env.pop("PYTEST_ADDOPTS", None)
+        flags = pytest_plugins.addopts(plugins)
         if options.pytest_addopts:
-            plugins = "".join(f" -p {plugin}" for plugin in options.pytest_plugins)
             env["PYTEST_ADDOPTS"] = (
-                f"-c /dev/null --confcutdir={request.verifier_dir} -p no:cacheprovider{plugins}"
+                f"-c /dev/null --confcutdir={request.verifier_dir} -p no:cacheprovider{flags}"
             )
             if report is not None:
                 env["PYTEST_ADDOPTS"] += report.addopts()
+        elif flags:
+            env["PYTEST_ADDOPTS"] = flags.lstrip()
         if not options.plugin_autoload:
             env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         return env

@@ -72,7 +72,7 @@ def test_benchflow_spelling_sandbox_oracle_and_hardening() -> None:
     assert parsed.environment.workdir == "/root"
     assert parsed.solution.env == {"B": "2"}
     assert parsed.verifier.hardening.delete_injected_hooks is False
-    assert parsed.verifier.hardening.pytest_plugins == ["ctrf"]
+    assert parsed.verifier.pytest_plugins == ["ctrf"]
     assert parsed.agent.user == "1000"
 
 

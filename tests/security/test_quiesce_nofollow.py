@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.test_reward_hacks import write_files
+from tests.test_reward_hacks import run_oracle, write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
-REROLL = str(Path(sys.executable).parent / "reroll")
 
 SURVIVOR = r"""
 import os, random, sys, time
@@ -129,20 +125,6 @@ def make_task(root: Path, attack: str) -> Path:
     return write_files(task, files)
 
 
-def run(task: Path, workdir: Path, backend: str) -> tuple[dict[str, Any], Path]:
-    """Run the oracle "agent" of `task`; returns result.json and the run folder."""
-    done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", "jobs"],
-        capture_output=True,
-        text=True,
-        cwd=workdir,
-        timeout=300,
-    )
-    print(done.stdout, done.stderr, sep="\n")
-    (result_file,) = (workdir / "jobs").glob("*/verifier-attack__*/result.json")
-    return json.loads(result_file.read_text()), result_file.parent
-
-
 @pytest.fixture(scope="module", params=["docker", "local"])
 def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "docker":
@@ -168,7 +150,7 @@ CASES = {
 def test_attack_fails_and_honest_scores(attack: str, backend: str, tmp_path: Path) -> None:
     if attack not in CASES[backend]:
         pytest.skip(f"{attack} does not apply to the {backend} sandbox")
-    result, run_dir = run(make_task(tmp_path, attack), tmp_path, backend)
+    result, run_dir = run_oracle(make_task(tmp_path, attack), tmp_path, backend)
     assert (result["status"], result["error_category"]) == ("ok", None), result
     assert result["rewards"] == {"reward": 1.0 if attack == "honest" else 0.0}
     stdout = (run_dir / "verifier" / "test-stdout.txt").read_text()

@@ -44,7 +44,8 @@ async def test_an_old_reward_file_that_cannot_be_deleted_is_a_reward_error(
     unhandled error, so an infrastructure error a job retries."""
     monkeypatch.setattr(verify.quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
     verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")))
-    verifier.baseline = verify.Baseline(pb.Hardening(), agent_user="", roots=[str(tmp_path)], site_dirs=[])
+    hardening = pb.Hardening(plugin_autoload=True)  # no python3 to scan for plugins in this tier
+    verifier.baseline = verify.Baseline(hardening, agent_user="", roots=[str(tmp_path)], site_dirs=[])
     (tmp_path / "test.sh").write_text("#!/bin/sh\ntouch ran\n")
     (tmp_path / "reward.txt").mkdir()
     (tmp_path / "reward.txt" / "x").write_text("1")

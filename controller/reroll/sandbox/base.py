@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Self
@@ -252,13 +252,17 @@ class Sandbox(Protocol):
         """
         ...
 
-    async def prepare_verify(self, hardening: HardeningOptions, env: Mapping[str, str]) -> VerifyBaseline:
+    async def prepare_verify(
+        self, hardening: HardeningOptions, env: Mapping[str, str], pytest_plugins: Sequence[str] = ()
+    ) -> VerifyBaseline:
         """Record the verification baseline before the agent runs (replacing an earlier one):
-        the start-up hooks in the workspace and HOME, and a snapshot of the build-config files.
+        the start-up hooks in the workspace and HOME, a snapshot of the build-config files, and
+        the trusted pytest plugins of the sandbox's ``python3``.
 
         Args:
             hardening: the task's hardening options, which the later `verify` applies.
             env: the environment in which the sandbox's ``python3`` is found (PATH).
+            pytest_plugins: the plugins the task declares, which the test script's pytest loads.
 
         Raises:
             SandboxError: not started, or a scan or the snapshot failed.

@@ -31,6 +31,9 @@ class VerifyBaseline:
     """Start-up hook files that existed (absolute paths in the sandbox)."""
     snapshot_paths: list[str]
     """What the baseline snapshot holds (build config and hooks); empty when none was needed."""
+    pytest_plugins: list[str]
+    """The trusted pytest plugins of the sandbox's ``python3`` (root's alone), sorted; empty with
+    ``plugin_autoload`` or without a ``python3``."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NoReturn
 
@@ -427,6 +427,7 @@ class SidecarClient:
         agent_user: str,
         hardening: HardeningOptions,
         env: Mapping[str, str],
+        pytest_plugins: Sequence[str] = (),
     ) -> VerifyBaseline:
         """Record the verification baseline before the agent runs (replacing an earlier one).
 
@@ -436,6 +437,7 @@ class SidecarClient:
             agent_user: the agent's user; empty = the sidecar's own (local: no /tmp, no site dirs).
             hardening: the task's hardening options, which the later `verify` applies.
             env: the environment in which the sandbox's ``python3`` is found (PATH).
+            pytest_plugins: the plugins the task declares, which the test script's pytest loads.
 
         Raises:
             SidecarError: the RPC failed (INTERNAL when a scan or the snapshot failed).
@@ -444,7 +446,7 @@ class SidecarClient:
             workspace=workspace,
             home=home,
             agent_user=agent_user,
-            hardening=pb.Hardening(**hardening.model_dump()),
+            hardening=pb.Hardening(**hardening.model_dump(), pytest_plugins=pytest_plugins),
             env=dict(env),
         )
         try:
@@ -453,7 +455,11 @@ class SidecarClient:
             )
         except grpc.aio.AioRpcError as exc:
             _raise(exc, f"{self.address} PrepareVerify")
-        return VerifyBaseline(hooks=list(response.hooks), snapshot_paths=list(response.snapshot_paths))
+        return VerifyBaseline(
+            hooks=list(response.hooks),
+            snapshot_paths=list(response.snapshot_paths),
+            pytest_plugins=list(response.pytest_plugins),
+        )
 
     async def verify(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -139,7 +139,9 @@ class SidecarSandbox(abc.ABC):
         """See `Sandbox.restore`."""
         return await self._sidecar.restore(name)
 
-    async def prepare_verify(self, hardening: HardeningOptions, env: Mapping[str, str]) -> VerifyBaseline:
+    async def prepare_verify(
+        self, hardening: HardeningOptions, env: Mapping[str, str], pytest_plugins: Sequence[str] = ()
+    ) -> VerifyBaseline:
         """See `Sandbox.prepare_verify`."""
         return await self._sidecar.prepare_verify(
             workspace=self.layout.workspace,
@@ -147,6 +149,7 @@ class SidecarSandbox(abc.ABC):
             agent_user=self.layout.agent_user,
             hardening=hardening,
             env=env,
+            pytest_plugins=pytest_plugins,
         )
 
     async def verify(

@@ -100,7 +100,7 @@ async def check_verify_scores_the_workspace_and_undoes_planted_hooks(
 
 async def check_verify_runs_the_script_in_a_clean_environment(factory: SandboxFactory, workdir: Path) -> None:
     """verify: the script's environment is cleaned and hardened; in a container it runs as root."""
-    task = probe_task(workdir / "task", ENV_TEST_SH, {"hardening": {"pytest_plugins": ["myplugin"]}})
+    task = probe_task(workdir / "task", ENV_TEST_SH, {"pytest_plugins": ["myplugin"]})
     async with started(factory, task) as sandbox:
         env = base_env(sandbox)
         await prepare(sandbox, task, env)
@@ -112,9 +112,13 @@ async def check_verify_runs_the_script_in_a_clean_environment(factory: SandboxFa
             "PYTHONPATH" not in seen and "PYTHONHOME" not in seen, "PYTHONPATH/PYTHONHOME reached the script"
         )
         expect(seen["PATH"] == env["PATH"], f"PATH {seen['PATH']}")
-        addopts = f"-c /dev/null --confcutdir={verifier_dir} -p no:cacheprovider -p myplugin"
-        # Followed by the options of the sidecar's own pytest report (--junitxml, --log-file).
-        expect(seen["PYTEST_ADDOPTS"].startswith(addopts), f"PYTEST_ADDOPTS {seen['PYTEST_ADDOPTS']!r}")
+        addopts = f"-c /dev/null --confcutdir={verifier_dir} -p no:cacheprovider -p "
+        # Then the declared plugin (beside the image's trusted ones), then the options of the
+        # sidecar's own pytest report (--junitxml, --log-file).
+        expect(
+            seen["PYTEST_ADDOPTS"].startswith(addopts) and " -p myplugin " in seen["PYTEST_ADDOPTS"],
+            f"PYTEST_ADDOPTS {seen['PYTEST_ADDOPTS']!r}",
+        )
         expect(
             seen["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and seen["PYTHONNOUSERSITE"] == "1",
             "plugin autoload or the user site left on",

@@ -424,7 +424,10 @@ class Hardening(_message.Message):
     """
     @_builtins.property
     def pytest_plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Plugins loaded explicitly (`-p NAME` each, added to PYTEST_ADDOPTS)."""
+        """The plugins the task declares (its `verifier.pytest_plugins`), loaded with `-p NAME` each in
+        PYTEST_ADDOPTS. With plugin_autoload false, the trusted pytest11 plugins of the sandbox's
+        python3 found both at PrepareVerify and at Verify (root's alone) are loaded the same way.
+        """
 
     def __init__(
         self,
@@ -510,6 +513,7 @@ class PrepareVerifyResponse(_message.Message):
 
     HOOKS_FIELD_NUMBER: _builtins.int
     SNAPSHOT_PATHS_FIELD_NUMBER: _builtins.int
+    PYTEST_PLUGINS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hooks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The start-up hooks found (absolute paths), sorted."""
@@ -518,15 +522,22 @@ class PrepareVerifyResponse(_message.Message):
     def snapshot_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """What the baseline snapshot holds; empty when nothing needed one."""
 
+    @_builtins.property
+    def pytest_plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The trusted pytest11 plugins of the sandbox's python3 (Hardening.pytest_plugins), sorted;
+        empty with plugin_autoload, or without python3.
+        """
+
     def __init__(
         self,
         *,
         hooks: _abc.Iterable[_builtins.str] | None = ...,
         snapshot_paths: _abc.Iterable[_builtins.str] | None = ...,
+        pytest_plugins: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "snapshot_paths", b"snapshot_paths"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "pytest_plugins", b"pytest_plugins", "snapshot_paths", b"snapshot_paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
