@@ -29,8 +29,9 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
 Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`); a soft
 verify (``VerifyRequest.soft``: between the rounds of a trial, the agent working on afterwards)
 skips steps 2 and 3. Steps 1 to 3 together have a time limit (`Verifier.harden_timeout_seconds`);
-when they fail or run out of time, the script does not run and the result carries a reward error (a verifier error for the
-controller, never a retried infrastructure error); the report's notes say why.
+when they fail or run out of time, the script does not run and the result carries a reward error
+(a verifier error for the controller, never a retried infrastructure error); the report's notes
+say why.
 """
 
 from __future__ import annotations
