@@ -20,6 +20,14 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
     print([(m.model, m.mean_reward) for m in summary.models])
 
 - `run_task` — record a rollout (``reroll run``); returns a `RolloutOutcome` (run folder, result).
+  With ``trial=TrialConfig(scenes=[Scene(...), ...])`` (or `load_trial` of a trial file) it runs
+  several scenes, roles, turns and User-driven rounds in one sandbox (`reroll.trial`)::
+
+      trial = reroll.TrialConfig(scenes=[
+          reroll.Scene("prep", [reroll.Role("gen", "mini-swe-agent")],
+                       [reroll.Turn("gen", "Write a skill to /app/skill.md")]),
+          reroll.Scene.single("mini-swe-agent", name="solve")])
+      asyncio.run(reroll.run_task(task, model="scripted", trial=trial))
 - `continue_run` — continue a recorded run, from its end or from checkpoint ``at`` (a step index
   or a fraction), with its model or another (``reroll continue``); returns a `RolloutOutcome`.
 - `replay_run` — rebuild a run by replay only and check its fidelity (``reroll replay``);
@@ -49,6 +57,8 @@ if TYPE_CHECKING:
     from reroll.continuation import RolloutOptions, RolloutOutcome, continue_run
     from reroll.fidelity import FidelityReport, replay_run
     from reroll.record import run_task
+    from reroll.trial import Role, Scene, TrialConfig, Turn, load_trial
+    from reroll.users import BaseUser, FunctionUser, RoundResult, user_spec
 
 _API = {
     "run_task": "reroll.record",
@@ -59,16 +69,34 @@ _API = {
     "FidelityReport": "reroll.fidelity",
     "branch": "reroll.branching",
     "BranchSummary": "reroll.branching",
+    "TrialConfig": "reroll.trial",
+    "Scene": "reroll.trial",
+    "Role": "reroll.trial",
+    "Turn": "reroll.trial",
+    "load_trial": "reroll.trial",
+    "BaseUser": "reroll.users",
+    "FunctionUser": "reroll.users",
+    "RoundResult": "reroll.users",
+    "user_spec": "reroll.users",
 }
 __all__ = [
+    "BaseUser",
     "BranchSummary",
     "FidelityReport",
+    "FunctionUser",
+    "Role",
     "RolloutOptions",
     "RolloutOutcome",
+    "RoundResult",
+    "Scene",
+    "TrialConfig",
+    "Turn",
     "branch",
     "continue_run",
+    "load_trial",
     "replay_run",
     "run_task",
+    "user_spec",
 ]
 
 

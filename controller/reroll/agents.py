@@ -39,6 +39,10 @@ class AgentSpec(BaseModel):
     host's uploaded into the agents folder (see `reroll.sandbox.python_runtime`)."""
     launch: str
     """Shell command that runs the agent headless in the workspace until it finishes."""
+    resume: str | None = None
+    """Shell command that sends the next prompt (``$REROLL_PROMPT_FILE``) to the agent's previous
+    session in the workspace (a trial's ``resume: true`` turn, multi-turn), run like `launch`;
+    None: the agent has no session to resume, and such a turn is refused."""
     env: dict[str, str] = {}
     """Extra environment; values may use ``{base_url}`` (the LLM proxy, OpenAI-style, ending in
     ``/v1``), ``{proxy_url}`` (the same without ``/v1``, for clients that add it themselves, such

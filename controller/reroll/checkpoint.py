@@ -9,15 +9,25 @@ goes to the live model. It is given (``--at``, or ``at=`` in the Python API) eit
 - as a step index, an ``int`` (or a string of digits): ``0`` goes live at once, ``N`` (the
   number of recorded exchanges) replays them all; or
 - as a fraction of the recorded exchanges, a ``float`` (or a string with a decimal point) in
-  0.0..1.0: K = floor(fraction * N), so ``0.5`` of 5 exchanges is K = 2.
+  0.0..1.0: K = floor(fraction * N), so ``0.5`` of 5 exchanges is K = 2;
+- in a trial (`reroll.trial`), as ``TURN:STEP``: the STEP-th exchange of turn TURN (a User's
+  round is a turn; `reroll_proxy.exchange.Place`), e.g. ``3:0`` replays turns 0..2 and goes live
+  at the first exchange of turn 3.
+
+A continuation of a trial re-sends the recorded prompts of the turns the checkpoint reaches
+(`Checkpoint.recorded_turns`) — the User is not called for them — and runs the rest live: with
+``TURN:STEP``, turns 0..TURN; with a step K, every turn that started at or before K (so ``--at
+K`` at a round boundary re-sends the next round's prompt, and ``--at TURN:END`` — END that
+turn's exchange count — lets the User decide the next round live).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from reroll_proxy.exchange import Exchange, Place
 from rich.console import Console
 
 from reroll.agents import AgentSpec, get_agent
@@ -25,6 +35,7 @@ from reroll.errors import RunFolderError, TaskError
 from reroll.models import model_name
 from reroll.runfolder import ContinuedFrom, RunConfig, RunFolder, load_run_folder
 from reroll.tasks import Task, find_task, load_task
+from reroll.trial import DEFAULT_ROLE, DEFAULT_SCENE, TurnRecord, load_trial_record
 
 At = int | float | str
 """A checkpoint as given: a step index, a fraction, or their text (see the module docstring)."""
@@ -91,6 +102,8 @@ class Checkpoint:
     """How many recorded exchanges are replayed before the live model takes over."""
     at: str | None
     """The checkpoint as given (``--at``), None for the end of the recording."""
+    recorded_turns: list[TurnRecord] = field(default_factory=list)
+    """The original's turns whose prompts a continuation re-sends as recorded (the module docstring)."""
 
     @property
     def agent_model(self) -> str:
@@ -145,13 +158,72 @@ def open_checkpoint(
     original = load_run_folder(run_folder)
     if original.trajectory.warning and console is not None:
         console.print(f"[yellow]warning:[/yellow] {original.trajectory.warning}")
-    cut_index = resolve_cut(at, len(original.exchanges), original.path)
+    turns = recorded_turns(original)
+    if isinstance(at, str) and ":" in at:
+        cut_index, reused = trial_cut(at, turns, original)
+    else:
+        cut_index = resolve_cut(at, len(original.exchanges), original.path)
+        firsts = [first_step(original.exchanges, index) for index in range(len(turns))]
+        reused = sum(1 for first in firsts if first <= cut_index)
     status = original.result.effective_status if original.result else "unknown"
     if require_timeout and status != "timeout":
         raise RunFolderError(f"{original.path}: status is {status!r}, not 'timeout' (--require-timeout)")
     task = _find_original_task(original.config, tasks_dir)
     spec = get_agent(agent or original.config.agent)
-    return Checkpoint(original, task, spec, status, cut_index, None if at is None else str(at))
+    given = None if at is None else str(at)
+    return Checkpoint(original, task, spec, status, cut_index, given, turns[:reused])
+
+
+def recorded_turns(original: RunFolder) -> list[TurnRecord]:
+    """The turns `original` ran: its ``trial.json``; for a run without one (a plain run of an
+    earlier version, BenchFlow's), one turn holding the first prompt of prompts.json.
+
+    Raises:
+        RunFolderError: trial.json is invalid.
+    """
+    record = load_trial_record(original.path)
+    if record is not None:
+        return record.turns
+    if not original.prompts:
+        return []
+    place = Place(turn=0, scene=DEFAULT_SCENE, role=DEFAULT_ROLE)
+    return [TurnRecord(place=place, prompt=original.prompts[0], prompt_source="instruction", status="ok")]
+
+
+def first_step(exchanges: list[Exchange], turn: int) -> int:
+    """How many exchanges come before turn `turn` (exchanges without a place count as turn 0's)."""
+    return sum(1 for exchange in exchanges if _turn_of(exchange) < turn)
+
+
+def _turn_of(exchange: Exchange) -> int:
+    place = exchange.metadata.place
+    return place.turn if place is not None else 0
+
+
+def trial_cut(at: str, turns: list[TurnRecord], original: RunFolder) -> tuple[int, int]:
+    """The cut index of ``TURN:STEP`` and how many recorded turns are re-sent (TURN + 1).
+
+    Raises:
+        RunFolderError: `at` is malformed, TURN is not a recorded turn, or STEP is outside
+            0..(the turn's exchange count).
+    """
+    turn_text, _, step_text = at.strip().partition(":")
+    try:
+        turn, step = int(turn_text), int(step_text)
+    except ValueError:
+        raise RunFolderError(f"{original.path}: --at {at!r}: expected TURN:STEP, two integers") from None
+    if not 0 <= turn < len(turns):
+        raise RunFolderError(
+            f"{original.path}: --at {at}: the run has {len(turns)} recorded turns, so TURN must be within "
+            f"0..{len(turns) - 1}"
+        )
+    steps = sum(1 for exchange in original.exchanges if _turn_of(exchange) == turn)
+    if not 0 <= step <= steps:
+        raise RunFolderError(
+            f"{original.path}: --at {at}: turn {turn} has {steps} recorded exchanges, so STEP must be "
+            f"within 0..{steps}"
+        )
+    return first_step(original.exchanges, turn) + step, turn + 1
 
 
 def _find_original_task(config: RunConfig, tasks_dir: Path | None) -> Task:

@@ -42,6 +42,7 @@ from reroll.record import run_task
 from reroll.reports import branch_report, fidelity_report
 from reroll.runfolder import FaultsUsed, write_bytes_atomically
 from reroll.tasks import NetworkPolicy
+from reroll.trial import load_trial
 
 if TYPE_CHECKING:
     from reroll.jobreport import JobSummary
@@ -122,7 +123,10 @@ TasksDirOption = Annotated[
 ]
 AtOption = Annotated[
     str | None,
-    typer.Option(help="Checkpoint: replay this many exchanges (0..N), or a fraction of them (e.g. 0.5)."),
+    typer.Option(
+        help="Checkpoint: replay this many exchanges (0..N), a fraction of them (e.g. 0.5), or in a "
+        "trial TURN:STEP (the STEP-th exchange of turn TURN; a User's round is a turn)."
+    ),
 ]
 FaultsOption = Annotated[
     Path | None,
@@ -231,8 +235,22 @@ def _guarded(coro: Coroutine[Any, Any, T]) -> T:
 
 @app.command()
 def run(
-    task: Annotated[Path, typer.Argument(help="Task folder (task.md, or task.toml + instruction.md).")],
-    agent: Annotated[str, typer.Option(help="Agent name; see `reroll agents`.")],
+    task: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Task folder (task.md, or task.toml + instruction.md) [default: the trial's task]."
+        ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent name; see `reroll agents` (with --trial: of the roles that name none)."),
+    ] = None,
+    trial: Annotated[
+        Path | None,
+        typer.Option(
+            help="Trial file (YAML): scenes, roles, turns, User-driven rounds; see the README's Trials."
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -252,10 +270,11 @@ def run(
     fault_seed: FaultSeedOption = None,
     image_map: ImageMapOption = None,
 ) -> None:
-    """Record one rollout: run AGENT on TASK, record every LLM exchange, verify."""
+    """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify."""
     used = _faults(faults, fault_seed)
     try:
         _use_image_map(_parse_image_map(image_map or []))
+        trial_config = load_trial(trial) if trial is not None else None
     except RerollError as exc:
         _refuse(exc)
     _finish(
@@ -264,6 +283,7 @@ def run(
                 task,
                 agent_name=agent,
                 model=model,
+                trial=trial_config,
                 options=RolloutOptions(
                     timeout_seconds=timeout, sandbox=sandbox, network=network, faults=used
                 ),
@@ -410,7 +430,10 @@ def branch(
     run_folder: Annotated[Path, typer.Argument(help="The run folder to branch.")],
     at: Annotated[
         str,
-        typer.Option(help="Checkpoint: replay this many exchanges (0..N), or a fraction of them (e.g. 0.5)."),
+        typer.Option(
+            help="Checkpoint: replay this many exchanges (0..N), a fraction of them (e.g. 0.5), or in a "
+            "trial TURN:STEP (at a round boundary: TURN:0)."
+        ),
     ],
     model: Annotated[
         list[str], typer.Option("--model", help="Live model of a group of branches; repeat for more models.")

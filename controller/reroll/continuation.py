@@ -27,7 +27,7 @@ from reroll_proxy.contract import DivergencePolicy
 from rich.console import Console
 
 from reroll import __version__
-from reroll.agents import AgentSpec
+from reroll.agents import AgentSpec, get_agent
 from reroll.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.errors import TaskError
 from reroll.llm_proxy import ReplayPlan, recorded_sandbox_values
@@ -44,7 +44,9 @@ from reroll.runfolder import (
     now_iso,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.scenes import check_trial
 from reroll.tasks import NetworkPolicy, Task, with_network
+from reroll.trial import TrialConfig, TurnRecord
 
 CONTROLLER_LOG = Path("harness") / "controller.log"
 """Where a rollout started without a console writes its progress, in its run folder."""
@@ -83,10 +85,13 @@ class RolloutOptions:
 
 @dataclass(frozen=True)
 class NewRecording:
-    """The origin of a fresh recording: a task and an agent, nothing to replay."""
+    """The origin of a fresh recording: a task and an agent (or a trial), nothing to replay."""
 
     task: Task
     agent: AgentSpec
+    """The agent (of a trial: its first role's)."""
+    trial: TrialConfig | None = None
+    """The scenes, roles and turns, resolved (`reroll.trial`); None: `agent` told the instruction once."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,9 @@ async def start_rollout(
     Raises:
         SandboxBackendError: the sandbox backend is unknown, or its package is missing.
         TaskError: network ``none`` is asked of a sandbox without a network policy.
+        AgentError: a role's agent is unknown.
+        TrialError: the trial's roles name different models, a User cannot be loaded, or a
+            ``resume`` turn's agent has no session to resume.
         Nothing is written when any of these is raised.
     """
     config = _run_config(origin, live_model, options)
@@ -140,26 +148,32 @@ async def start_rollout(
         raise TaskError(
             f"--network none needs --sandbox docker: the {config.sandbox} sandbox has the host's network"
         )
-    run_dir = create_run_folder(parent, name)
+    recorded: list[TurnRecord] = []
+    replay = None
     if isinstance(origin, NewRecording):
-        task, agent, prompt, replay = origin.task, origin.agent, origin.task.instruction, None
+        task, agent = origin.task, origin.agent
     else:
         checkpoint = origin.checkpoint
         task, agent, original = checkpoint.task, checkpoint.agent, checkpoint.original
-        prompt = original.prompts[0] if original.prompts else task.instruction
+        recorded = checkpoint.recorded_turns
         replay = ReplayPlan(
             trajectory_path=original.path / TRAJECTORY,
             cut_index=checkpoint.cut_index,
             divergence_policy=options.divergence_policy,
             recorded_values=recorded_sandbox_values(original.path),
         )
+    trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
+    agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
+    check_trial(trial, agents)
+    run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_network(task, config.network),
-        agent=agent,
-        prompt=prompt,
+        agents=agents,
+        trial=trial,
         run_dir=run_dir,
         config=config,
         replay=replay,
+        recorded=recorded,
     )
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
@@ -183,6 +197,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             network=options.network,
             reroll_version=__version__,
             faults=options.faults,
+            trial=origin.trial,
         )
     original = origin.checkpoint.original.config
     task_timeout = origin.checkpoint.task.spec.agent.timeout_sec

@@ -21,12 +21,14 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── RunFolderError                                a run folder lacks a file or one is corrupt
     │   │   ├── TrajectoryFormatError                     a trajectory line is not an exchange
     │   │   └── ExportError                               a run cannot be exported (reroll export)
+    │   ├── TrialError                                    a trial (file, config, User callable) is invalid
     │   └── ViewError                                     reroll view cannot write its site
     ├── RequestError             agent_error     no       an agent's request cannot be served (HTTP 400)
     │   ├── TranslationError                              no counterpart in the upstream's format
     │   │   └── UntranslatableError                       a part of a body has no counterpart
     │   └── RequestShapeError                             a body lacks what its format needs
     ├── AgentInstallError        agent_error     no       the agent's install script failed
+    ├── UserCallbackError        user_error      no       a trial's User callback raised or returned junk
     ├── InfrastructureError      infrastructure  yes      a proxy or model server did not start or died
     │   └── SandboxError                                  the sandbox or its sidecar did not start / died
     │       ├── ImageBuildError                           a Docker image could not be built
@@ -74,6 +76,7 @@ ErrorCategory = Literal[
     "idle_timeout",
     "resource_limit",
     "replay_only",
+    "user_error",
     "internal",
 ]
 """The words result.json's ``error_category`` holds for runs reroll writes (see the module docstring)."""
@@ -140,6 +143,10 @@ class ExportError(RunFolderError):
     unknown API format in its trajectory, or a result its target format refuses."""
 
 
+class TrialError(ConfigError):
+    """A trial is invalid: its YAML file, a scene's roles or turns, or its User callable."""
+
+
 class ViewError(ConfigError):
     """``reroll view`` cannot write its site: the output folder cannot be created or written (the
     message names it and the cause)."""
@@ -168,6 +175,12 @@ class AgentInstallError(RerollError):
     """The agent's install script failed in the sandbox (the message carries its output's end)."""
 
     error_category = "agent_error"
+
+
+class UserCallbackError(RerollError):
+    """A trial's User callback (`reroll.users`) raised, or returned something but a string or None."""
+
+    error_category = "user_error"
 
 
 class InfrastructureError(RerollError):

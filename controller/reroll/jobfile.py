@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reroll.errors import JobError
 from reroll.tasks import NetworkPolicy
+from reroll.yamlfiles import read_mapping
 
 JOB_SPEC_FILE = "job.json"
 DEFAULT_MAX_STARTING = 4
@@ -112,14 +112,7 @@ def load_job_file(path: Path, overrides: dict[str, Any] | None = None) -> JobSpe
     Raises:
         JobError: the file is missing, not YAML, not a mapping, or invalid; the message names it.
     """
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise JobError(f"{path}: cannot read the job file ({exc.strerror or exc})") from exc
-    except yaml.YAMLError as exc:
-        raise JobError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise JobError(f"{path}: a job file is a mapping (tasks:, agents:, ...), got {type(raw).__name__}")
+    raw = read_mapping(path, JobError, "job file", "tasks:, agents:, ...")
     return job_spec({**raw, **(overrides or {})}, str(path), path.resolve().parent)
 
 

@@ -16,6 +16,7 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 from reroll_proxy import faults
 from reroll_proxy.contract import DivergencePolicy, ProxyConfig, ProxyStatus, ProxyStop, UpstreamConfig
+from reroll_proxy.exchange import Place
 from reroll_proxy.volatile import VolatileRule
 
 from reroll.childenv import child_environment
@@ -153,6 +154,24 @@ class LlmProxy:
                 or answered something that is not a `ProxyStatus`.
         """
         return await self._get("/_reroll/status", ProxyStatus, STATUS_TIMEOUT_SECONDS)
+
+    async def set_place(self, place: Place) -> None:
+        """Tag every exchange served from now on with `place` (``POST /_reroll/place``).
+
+        Raises:
+            InfrastructureError: the proxy died or did not accept it within `STATUS_TIMEOUT_SECONDS`.
+        """
+        assert self._session is not None, "start() first"
+        url = self.base_url.removesuffix("/v1") + "/_reroll/place"
+        try:
+            async with self._session.post(
+                url, data=place.model_dump_json(), timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
+            ) as response:
+                response.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise InfrastructureError(
+                f"LLM proxy did not take the trial place ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
 
     async def wait_for_stop(self) -> ProxyStop:
         """Wait until the proxy refuses every further request (``GET /_reroll/stop``, a long poll).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -20,7 +21,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reroll_proxy.contract import ProxyStatus
 from reroll_proxy.exchange import load_trajectory
 from reroll_proxy.volatile import VolatileRule
 from rich.console import Console
@@ -40,8 +40,10 @@ from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, 
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
 from reroll.sandbox.python_runtime import provide_python
 from reroll.sandbox.results import ExecResult
+from reroll.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.task_compat import resolve_env
 from reroll.tasks import Task
+from reroll.trial import TrialConfig, TurnRecord
 from reroll.verify import prepare, quiesce, verify
 
 ERROR_FILE = "error.txt"
@@ -62,13 +64,22 @@ class RolloutPlan:
 
     task: Task
     """The task, with ``config.network`` applied."""
-    agent: AgentSpec
-    prompt: str
-    """The prompt the agent gets (for a continuation: the original's, from prompts.json)."""
+    agents: dict[str, AgentSpec]
+    """The agents of ``trial``'s roles, by name (the first role's first)."""
+    trial: TrialConfig
+    """The scenes, roles and turns, resolved (`reroll.trial`); a plain run is `TrialConfig.single`."""
     run_dir: Path
     config: RunConfig
     replay: ReplayPlan | None = None
     """What the proxy replays before it goes live; None for a fresh recording."""
+    recorded: list[TurnRecord] = field(default_factory=list)
+    """For a continuation: the original's turns up to the cut, whose prompts are sent again as
+    recorded (`reroll.scenes`)."""
+
+    @property
+    def agent(self) -> AgentSpec:
+        """The first role's agent: its API format and proxy mode are the rollout's."""
+        return next(iter(self.agents.values()))
 
     @property
     def timeout_seconds(self) -> float:
@@ -99,20 +110,6 @@ class RolloutPlan:
         return model_name(spec) if spec else ""
 
 
-@dataclass
-class AgentOutcome:
-    """How the agent phase ended."""
-
-    exit_code: int | None = None
-    """The agent's exit code; None when it timed out or the controller stopped it."""
-    timed_out: bool = False
-    status: ProxyStatus = field(default_factory=ProxyStatus)
-    """The proxy's status once the agent is gone; ``status.stop`` is set when the proxy refused
-    every request from some point on (replay-only cut point, strict divergence)."""
-    output_tail: str = ""
-    """The last lines of the agent's output (stdout and stderr), for the error of a failed agent."""
-
-
 def new_run_id() -> str:
     """A short random id for a rollout (8 hex digits)."""
     return uuid.uuid4().hex[:8]
@@ -123,7 +120,8 @@ async def execute_rollout(
 ) -> RunResult:
     """Run one rollout end to end and write its run folder.
 
-    config.json and prompts.json are written first; result.json last, also when the rollout
+    config.json is written first; prompts.json and trial.json as each turn of the trial starts
+    and ends (`reroll.scenes`); result.json last, also when the rollout
     failed: status ``error`` with the cause and its class's ``error_category`` (`reroll.errors`);
     an exception outside reroll's tree (a bug) gets category ``internal`` and its traceback in
     ``error.txt``. Exchanges are written by the proxy as they happen.
@@ -141,7 +139,7 @@ async def execute_rollout(
     started = time.monotonic()
     result = RunResult(started_at=now_iso())
     write_json(plan.run_dir / "config.json", plan.config)
-    write_json(plan.run_dir / "prompts.json", [plan.prompt])
+    write_json(plan.run_dir / "prompts.json", [])
     harness_dir = plan.run_dir / "harness"
     harness_dir.mkdir(exist_ok=True)
     try:
@@ -162,13 +160,27 @@ async def execute_rollout(
                 console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
-            await _install_agent(sandbox, plan.agent, env, console)
+            for agent in plan.agents.values():
+                await _install_agent(sandbox, agent, env, console)
             await prepare(sandbox, plan.task, env)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
-            outcome = await _run_agent(sandbox, plan, proxy, env | task_env | agent_env, console)
+            trial = TrialContext(
+                trial=plan.trial,
+                agents=plan.agents,
+                task=plan.task,
+                sandbox=sandbox,
+                env=env | task_env,
+                run_dir=plan.run_dir,
+                proxy=proxy,
+                run_turn=functools.partial(
+                    _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
+                ),
+                recorded=plan.recorded,
+            )
+            outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
@@ -256,7 +268,7 @@ def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRul
     """What may differ between the recording and this rollout's requests (`reroll_proxy.volatile`).
 
     Args:
-        plan: the rollout (its agent's declared rules, and the recorded sandbox's values when it replays).
+        plan: the rollout (its agents' declared rules, and the recorded sandbox's values when it replays).
         layout: this rollout's sandbox paths.
 
     Returns:
@@ -272,7 +284,8 @@ def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRul
     }
     rules = [VolatileRule(value=path, label=label) for label, path in paths.items() if path]
     recorded = plan.replay.recorded_values if plan.replay is not None else ()
-    return [*rules, *(rule for rule in recorded if rule not in rules), *plan.agent.volatile]
+    declared = [rule for agent in plan.agents.values() for rule in agent.volatile]
+    return [*rules, *(rule for rule in recorded if rule not in rules), *declared]
 
 
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
@@ -353,31 +366,37 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
 
 
 async def _run_agent(
-    sandbox: Sandbox, plan: RolloutPlan, proxy: LlmProxy | None, env: dict[str, str], console: Console
+    sandbox: Sandbox,
+    plan: RolloutPlan,
+    proxy: LlmProxy | None,
+    env: dict[str, str],
+    console: Console,
+    agent: AgentSpec,
+    prompt: str,
+    resume: bool,
 ) -> AgentOutcome:
-    """Launch the agent and wait for it to exit, time out, or be stopped by the proxy's stop."""
+    """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn) and wait
+    for it to exit, time out, or be stopped by the proxy's stop: one turn (`reroll.scenes.TurnRunner`)."""
     layout = sandbox.layout
     prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
-    await sandbox.put_file(prompt_file, plan.prompt.encode())
+    await sandbox.put_file(prompt_file, prompt.encode())
     agent_env = {
         **env,
         **stable_agent_env(plan.config),
-        "REROLL_AGENT_HOME": f"{layout.agents_dir}/{plan.agent.install_key}",
+        "REROLL_AGENT_HOME": f"{layout.agents_dir}/{agent.install_key}",
         "REROLL_PROMPT_FILE": prompt_file,
     }
-    if plan.agent.needs_solution and plan.task.solution_dir is not None:
+    if agent.needs_solution and plan.task.solution_dir is not None:
         solution_dir = layout.path(plan.task.solution_mount)
         await sandbox.upload_dir(plan.task.solution_dir, solution_dir)
         agent_env["REROLL_SOLUTION_DIR"] = solution_dir
         agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
-        agent_env |= plan.agent.launch_env(
-            base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model
-        )
+        agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
     log_dir = plan.run_dir / "agent"
     log_dir.mkdir(exist_ok=True)
     outcome = AgentOutcome()
-    console.print(f"running {plan.agent.name} (timeout {plan.timeout_seconds:.0f} s)")
+    console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
     with open(log_dir / "output.log", "ab") as log:
 
         def write_output(_stream: str, chunk: bytes) -> None:
@@ -386,7 +405,7 @@ async def _run_agent(
 
         run = asyncio.create_task(
             sandbox.exec(
-                ["sh", "-c", plan.agent.launch],
+                ["sh", "-c", agent.resume if resume and agent.resume else agent.launch],
                 cwd=layout.workspace,
                 env=agent_env,
                 inherit_env=False,

@@ -5,7 +5,8 @@
     <jobs-dir>/<job>/<rollout>/
       config.json                      RunConfig: what was run; continued_from / branched_from provenance
       result.json                      RunResult: status, rewards, timings, counts, error
-      prompts.json                     the prompts sent to the agent (a JSON list of strings)
+      prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
+      trial.json                       the trial's turns: place, prompt, how each ended (reroll.trial)
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (reroll_proxy.exchange)
       verifier/                        the verifier's output and logs
       agent/                           the agent's console output
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
 from reroll.errors import RunFolderError
+from reroll.trial import TrialConfig
 
 TRAJECTORY = Path("trajectory") / "llm_trajectory.jsonl"
 MAX_JSON_BYTES = 64 * 1024 * 1024
@@ -102,6 +104,9 @@ class RunConfig(BaseModel):
     branched_from: BranchedFrom | None = None
     faults: FaultsUsed | None = None
     """The fault plan injected by the proxy, if any."""
+    trial: TrialConfig | None = None
+    """The scenes, roles and turns run (`reroll.trial`, resolved), when they are more than the one
+    prompt of a plain run; None: ``agent`` told the task's instruction once."""
 
 
 class Timings(BaseModel):

@@ -90,7 +90,25 @@ async def quiesce(sandbox: Sandbox) -> None:
     await sandbox.kill(sandbox.layout.agent_user)
 
 
-async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
+async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
+    """Score the workspace between two rounds of a trial: `verify` without its destructive
+    hardening steps (planted build config and start-up hooks are left as the agent left them,
+    since it goes on working), then the verifier folder removed again, so no later round sees
+    the hidden tests.
+
+    Raises:
+        As `verify`.
+    """
+    try:
+        return await verify(sandbox, task, env, output_dir, soft=True)
+    finally:
+        verifier_dir = sandbox.layout.path(task.verifier_mount)
+        await sandbox.exec(["rm", "-rf", "--", verifier_dir], env=env, inherit_env=False)
+
+
+async def verify(
+    sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path, *, soft: bool = False
+) -> Verdict:
     """Run the task's verifier in `sandbox`, hardened as `prepare` recorded, and parse its reward.
 
     Args:
@@ -98,6 +116,7 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
         task: the task whose ``test.sh`` scores the run.
         env: the base environment of sandbox processes.
         output_dir: host folder (the run folder's ``verifier/``) for the test output and reward file.
+        soft: skip the restore of build config and start-up hooks (`soft_verify`).
 
     Raises:
         VerifierError: the test script is missing (the message names it), timed out, or left no
@@ -132,6 +151,7 @@ async def verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: 
                 timeout_seconds=task.spec.verifier.timeout_sec,
                 on_output=write,
                 on_hardening=write_report,
+                soft=soft,
             )
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc

@@ -5,7 +5,7 @@
     {"request":  {"timestamp", "method", "path", "headers", "body"},
      "response": {"timestamp", "status_code", "headers", "body", "events", "event_offsets_ms"},
      "duration_ms",
-     "metadata": {"step", "thread", "replayed_from", "source", "model", "api_format",
+     "metadata": {"step", "thread", "place", "replayed_from", "source", "model", "api_format",
                   "upstream_format", "translation_notes", "stream", "ttfb_ms", "divergence",
                   "error", "fault", "retry"}}
 
@@ -14,7 +14,8 @@ have got, assembled from the events by the API format's module: ``chat.completio
 ``response`` or ``message``), ``events`` the raw SSE events in order and ``event_offsets_ms``
 when each was received (streamed responses only). ``metadata.api_format`` names the API
 (`reroll_proxy.formats`), ``metadata.thread`` the conversation the request belongs to
-(`reroll_proxy.threads`: subagents and side calls are threads of their own). Error responses
+(`reroll_proxy.threads`: subagents and side calls are threads of their own), ``metadata.place``
+where in a trial it was sent (scene, role, turn, round: a `Place`). Error responses
 (4xx / 5xx) are exchanges like any other; an injected fault (`reroll_proxy.faults`) is described
 in ``metadata.fault``, and a connection reset, which has no response, is recorded with
 ``status_code`` 0. Headers are stored without
@@ -115,6 +116,23 @@ class RetryNote(_Record):
     """The ``Idempotency-Key`` the attempts shared, if the client sent one."""
 
 
+class Place(BaseModel):
+    """Where in a trial (`reroll.trial`) an exchange was sent: set by the controller on the proxy
+    (``POST /_reroll/place``) before each turn, recorded as ``metadata.place``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int = Field(ge=0)
+    """0-based index of the turn in the trial, every scene counted (a User's round is a turn):
+    what ``--at TURN:STEP`` names."""
+    scene: str
+    """The scene's name."""
+    role: str
+    """The role that acts (its agent sent the request)."""
+    round: int | None = Field(default=None, ge=0)
+    """The User's round (0-based) in a scene a User drives; None elsewhere."""
+
+
 class ExchangeMetadata(_Record):
     """What reroll adds to BenchFlow's shape."""
 
@@ -124,6 +142,8 @@ class ExchangeMetadata(_Record):
     """The conversation (thread) the request continues, numbered from 0 in order of first
     appearance (`reroll_proxy.threads`; a replay keeps the recording's numbers); None for an
     injected fault and in files written before threads were recorded."""
+    place: Place | None = None
+    """Where in the trial it was sent; None outside a trial turn (files written before trials)."""
     replayed_from: int | None = None
     """For a replayed exchange, the 0-based position in the recording of the exchange served
     (the engine matches requests by thread, so it may differ from `step`); None for live ones."""

@@ -30,6 +30,7 @@ from reroll_proxy.exchange import (
     ExchangeMetadata,
     ExchangeRequest,
     ExchangeResponse,
+    Place,
     RetryNote,
     Source,
     sanitize_headers,
@@ -175,6 +176,8 @@ class ServedStep:
     """The recorded exchange served (replayed steps), recorded as ``metadata.replayed_from``."""
     retry: RetryNote | None = None
     """Set when the request repeats an earlier attempt, recorded as ``metadata.retry``."""
+    place: Place | None = None
+    """Where in the trial the request was sent, recorded as ``metadata.place``."""
 
     async def send_json(
         self,
@@ -318,6 +321,7 @@ class ServedStep:
             metadata=ExchangeMetadata(
                 step=self.number,
                 thread=self.thread,
+                place=self.place,
                 replayed_from=self.replayed_from,
                 source=self.source,
                 api_format=self.wire.name,

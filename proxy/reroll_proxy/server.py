@@ -25,6 +25,9 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
 - ``GET /_reroll/stop`` — a long poll: answers a `reroll_proxy.contract.ProxyStop` once the proxy
   refuses every further request (replay-only cut point, strict divergence). The stop is set
   before the first 409 is sent, so it is in every status read after the agent saw that 409.
+- ``POST /_reroll/place`` — the controller says where in a trial the next requests are sent
+  (a `reroll_proxy.exchange.Place`, the body); every exchange served from then on records it as
+  ``metadata.place``. Answers 204; 400 for a body that is not a Place.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.
@@ -43,6 +46,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from pydantic import ValidationError
 from reroll.errors import ProxyConfigError, TranslationError
 
 from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
@@ -50,7 +54,7 @@ from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
-from reroll_proxy.exchange import Exchange, Source, load_trajectory, sanitize_headers
+from reroll_proxy.exchange import Exchange, Place, Source, load_trajectory, sanitize_headers
 from reroll_proxy.faults import (
     IN_PLACE,
     FaultNote,
@@ -116,6 +120,9 @@ class ProxyServer:
         models.add_routes(self.app)
         self.app.router.add_get("/_reroll/status", self._status)
         self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
+        self.app.router.add_post("/_reroll/place", self._set_place)
+        self.place: Place | None = None
+        """Where in a trial the requests are sent now (``POST /_reroll/place``)."""
         self.app.router.add_get("/healthz", self._health)
         self.app.cleanup_ctx.append(self._client_session)
         self.app.on_cleanup.append(self._close_recorder)
@@ -176,6 +183,13 @@ class ProxyServer:
         assert stop is not None
         return web.Response(body=stop.model_dump_json(), content_type="application/json")
 
+    async def _set_place(self, request: web.Request) -> web.Response:
+        try:
+            self.place = Place.model_validate_json(await request.read())
+        except ValidationError as exc:
+            return web.json_response({"error": f"not a place: {exc}"}, status=400)
+        return web.Response(status=204)
+
     async def _serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
         received, received_at = time.monotonic(), now_iso()
         raw = await request.read()
@@ -192,6 +206,7 @@ class ProxyServer:
                 self.engine.inject(), wire, request, source, None, self.recorder, received, received_at
             )
             step.retry = self.retries.observe(request.headers, raw, step.number)
+            step.place = self.place
             log.warning("step %d: fault %s (%s) injected", step.number, note.rule, note.spec.kind)
             try:
                 return await serve_in_place(step, note, body)
@@ -220,6 +235,7 @@ class ProxyServer:
             fault=note,
             thread=decision.thread,
             replayed_from=replay.index if replay else None,
+            place=self.place,
         )
         step.retry = self.retries.observe(request.headers, raw, step.number)
         if step.divergence is not None:

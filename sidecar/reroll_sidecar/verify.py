@@ -26,10 +26,12 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    started and wrote no report, or whose report counts failures or errors, zeroes every reward
    (`pytest_report`).
 
-Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`). Steps 1
-to 3 together have a time limit (`Verifier.harden_timeout_seconds`); when they fail or run out of time,
-the script does not run and the result carries a reward error (a verifier error for the
-controller, never a retried infrastructure error); the report's notes say why.
+Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`); a soft
+verify (``VerifyRequest.soft``: between the rounds of a trial, the agent working on afterwards)
+skips steps 2 and 3. Steps 1 to 3 together have a time limit (`Verifier.harden_timeout_seconds`);
+when they fail or run out of time, the script does not run and the result carries a reward error
+(a verifier error for the controller, never a retried infrastructure error); the report's notes
+say why.
 """
 
 from __future__ import annotations
@@ -252,7 +254,8 @@ class Verifier:
         report = pb.HardeningReport()
         try:
             plugins = await asyncio.wait_for(
-                self._harden(baseline, report, dict(request.env)), self.harden_timeout_seconds
+                self._harden(baseline, report, dict(request.env), soft=request.soft),
+                self.harden_timeout_seconds,
             )
         except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
             failure = str(exc) or f"hardening took longer than {self.harden_timeout_seconds:g} s"
@@ -318,9 +321,13 @@ class Verifier:
                 else:
                     yield pb.VerifyEvent(stderr=event.stderr)
 
-    async def _harden(self, baseline: Baseline, report: pb.HardeningReport, env: dict[str, str]) -> list[str]:
+    async def _harden(
+        self, baseline: Baseline, report: pb.HardeningReport, env: dict[str, str], *, soft: bool = False
+    ) -> list[str]:
         """Steps 1 to 3 of the module docstring, filling `report`; then, with plugin autoloading
-        off, scans the sandbox's ``python3`` (found in `env`'s PATH) again.
+        off, scans the sandbox's ``python3`` (found in `env`'s PATH) again. `soft` (a soft verify
+        between the rounds of a trial) skips steps 2 and 3: the agent goes on in the workspace
+        afterwards, so its build config and start-up hooks stay as it left them.
 
         Returns:
             The pytest plugins the test script's pytest loads (`pytest_plugins.allowed`).
@@ -341,7 +348,9 @@ class Verifier:
         killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
         report.killed_groups = killed + self.groups.kill()
         notes: list[str] = []
-        if baseline.snapshot_paths:
+        if soft:
+            notes.append("soft verify: build config and start-up hooks left as the agent left them")
+        if baseline.snapshot_paths and not soft:
             try:
                 report.restored.extend(await self.snapshots.restore(BASELINE_SNAPSHOT, notes))
             except SnapshotError as exc:
@@ -350,7 +359,7 @@ class Verifier:
                 folders = [*baseline.roots, *baseline.site_dirs]
                 for path in baseline.snapshot_paths:
                     nofollow.chown_root(path, trusted_folder(path, folders))
-        if baseline.hardening.delete_injected_hooks:
+        if baseline.hardening.delete_injected_hooks and not soft:
             known = set(baseline.hooks)
             found = await asyncio.to_thread(find_hooks, baseline.roots, baseline.site_dirs)
             folders = [*baseline.roots, *baseline.site_dirs]

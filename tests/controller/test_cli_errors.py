@@ -172,3 +172,24 @@ def test_continue_of_a_symlink_loop_exits_2_naming_the_path(tmp_path: Path) -> N
     assert (
         f"run folder {tmp_path / 'run'}: cannot be resolved" in done.stderr and "Traceback" not in done.stderr
     )
+
+
+def test_trial_refusals_name_the_cause_and_write_nothing(tmp_path: Path, examples: Path) -> None:
+    trial = tmp_path / "trial.yaml"
+    trial.write_text(
+        f"task: {examples / 'hello-file'}\nscenes:\n  - roles: [{{name: a}}]\n"
+        "    turns: [{role: a}, {role: a, prompt: more, resume: true}]\n"
+    )
+    done = reroll("run", "--trial", str(trial), "--agent", "mini-swe-agent", "--model", "scripted",
+                  "--jobs-dir", "jobs", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and "mini-swe-agent, which has no session to resume" in done.stderr
+    done = reroll("run", "--trial", str(tmp_path / "missing.yaml"), "--jobs-dir", "jobs", cwd=tmp_path)
+    assert done.returncode == 2 and "missing.yaml: cannot read the trial file" in done.stderr
+    done = reroll("run", "--agent", "oracle", "--jobs-dir", "jobs", cwd=tmp_path)
+    assert done.returncode == 2 and "no task" in done.stderr
+    trial.write_text("scenes: [{roles: [{name: a}], turns: [{role: a}]}]\n")
+    done = reroll(
+        "run", str(examples / "hello-file"), "--trial", str(trial), "--jobs-dir", "jobs", cwd=tmp_path
+    )
+    assert done.returncode == 2 and "role 'a': no agent" in done.stderr
+    assert not (tmp_path / "jobs").exists()

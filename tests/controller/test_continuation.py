@@ -13,6 +13,7 @@ from reroll.errors import TaskError
 from reroll.rollout import RolloutPlan
 from reroll.runfolder import ContinuedFrom, RunConfig
 from reroll.tasks import load_task
+from reroll.trial import TrialConfig
 
 from tests.controller.test_runfolder import exchange_line, make_run_folder
 
@@ -53,6 +54,10 @@ async def test_a_recording_refuses_network_none_in_the_local_sandbox(tmp_path: P
     assert not (tmp_path / "out").exists()
 
 
+MINI = {"mini-swe-agent": get_agent("mini-swe-agent")}
+SINGLE = TrialConfig.single("mini-swe-agent")
+
+
 def test_the_plan_reads_model_timeout_and_agent_model_from_the_one_config(
     examples: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,7 +66,7 @@ def test_the_plan_reads_model_timeout_and_agent_model_from_the_one_config(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # openai/gpt-x is parsed, and a missing key refused
     task = load_task(examples / "fix-failing-test")
     recording = RunConfig(task_path=str(task.path), agent="mini-swe-agent", model="scripted", timeout_sec=7)
-    plan = RolloutPlan(task, get_agent("mini-swe-agent"), "p", Path("/nowhere"), recording)
+    plan = RolloutPlan(task, MINI, SINGLE, Path("/nowhere"), recording)
     assert plan.timeout_seconds == 7 and plan.agent_model == "scripted"
     assert plan.live_model is not None and plan.live_model.spec == "scripted"
     provenance = ContinuedFrom(
@@ -70,15 +75,13 @@ def test_the_plan_reads_model_timeout_and_agent_model_from_the_one_config(
     swapped = recording.model_copy(
         update={"model": "openai/gpt-x", "timeout_sec": None, "continued_from": provenance}
     )
-    plan = RolloutPlan(task, get_agent("mini-swe-agent"), "p", Path("/nowhere"), swapped)
+    plan = RolloutPlan(task, MINI, SINGLE, Path("/nowhere"), swapped)
     assert plan.agent_model == "scripted" and plan.live_model is not None
     assert plan.live_model.name == "gpt-x" and plan.timeout_seconds == task.spec.agent.timeout_sec
     replay_only = swapped.model_copy(
         update={"continued_from": provenance.model_copy(update={"replay_only": True})}
     )
-    assert (
-        RolloutPlan(task, get_agent("mini-swe-agent"), "p", Path("/nowhere"), replay_only).live_model is None
-    )
+    assert RolloutPlan(task, MINI, SINGLE, Path("/nowhere"), replay_only).live_model is None
 
 
 def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_dates(

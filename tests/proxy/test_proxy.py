@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.error
 import urllib.parse
+import urllib.request
 from http.client import HTTPConnection
 from typing import Any
 
@@ -310,3 +312,32 @@ def test_unreachable_upstream_is_502_and_recorded(start_proxy: StartProxy) -> No
     assert caught.value.status_code == 502 and "unreachable" in error_body(caught.value)["message"]
     (line,) = proxy.lines()
     assert line["response"]["status_code"] == 502 and "unreachable" in line["metadata"]["error"]
+
+
+def test_every_exchange_records_the_trial_place_the_controller_set(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    place = {"turn": 3, "scene": "solve", "role": "solver", "round": 3}
+
+    def set_place(body: object, token: str = TOKEN) -> int:
+        request = urllib.request.Request(
+            proxy.root_url + "/_reroll/place",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code
+
+    hello = [{"role": "user", "content": "hi"}]
+    ask(proxy.client(), hello, stream=False)
+    assert set_place(place) == 204
+    ask(proxy.client(), [{"role": "user", "content": "again"}], stream=False)
+    assert set_place({**place, "turn": -1}) == 400 and set_place({"scene": "x"}) == 400
+    assert set_place(place, token="wrong") == 401
+    assert [line["metadata"]["place"] for line in proxy.lines()] == [None, place]

@@ -57,3 +57,29 @@ async def test_an_old_reward_file_that_cannot_be_deleted_is_a_reward_error(
         and not result.rewards
     )
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.spawns  # the test script runs
+@pytest.mark.parametrize("soft", [False, True])
+async def test_a_soft_verify_leaves_planted_hooks_a_full_one_deletes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, soft: bool
+) -> None:
+    """Between a trial's rounds (``soft``) the agent goes on working: what it planted stays; the
+    test script runs either way."""
+    monkeypatch.setattr(verify.quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
+    workspace, verifier_dir = tmp_path / "app", tmp_path / "verifier"
+    workspace.mkdir()
+    verifier_dir.mkdir()
+    (workspace / "conftest.py").write_text("planted = True\n")
+    (verifier_dir / "test.sh").write_text("#!/bin/sh\necho 1 > reward.txt\n")
+    verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")))
+    options = pb.Hardening(delete_injected_hooks=True)
+    verifier.baseline = verify.Baseline(options, agent_user="", roots=[str(workspace)], site_dirs=[])
+    request = pb.VerifyRequest(
+        verifier_dir=str(verifier_dir), script="test.sh", reward_dir=str(verifier_dir), soft=soft
+    )
+    events = [event async for event in verifier.verify(request)]
+    assert dict(events[-1].result.rewards) == {"reward": 1.0}
+    assert (workspace / "conftest.py").exists() is soft
+    notes = list(events[0].hardening.notes)
+    assert any("soft verify" in note for note in notes) is soft

@@ -300,6 +300,7 @@ class Sandbox(Protocol):
         timeout_seconds: float,
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
+        soft: bool = False,
     ) -> VerifyOutcome:
         """Harden the sandbox as `prepare_verify` recorded (kill the agent's processes, undo
         planted build config and hooks, delete old reward files), run the test script in a
@@ -313,6 +314,9 @@ class Sandbox(Protocol):
             timeout_seconds: kill the script's process group after this many seconds; 0 = no timeout.
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
             on_hardening: called with the hardening report once it is done, before the script runs.
+            soft: a soft verify (between a trial's rounds): the agent's processes are killed, the
+                script runs in the same clean environment, but planted build config and start-up
+                hooks are left as the agent left them (it goes on working afterwards).
 
         Returns:
             The hardening report, the script's exit, output and reward (or why there is none).

@@ -471,6 +471,7 @@ class SidecarClient:
         timeout_seconds: float,
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
+        soft: bool = False,
     ) -> VerifyOutcome:
         """Harden the sandbox, run the test script and read its reward (see sidecar.proto, Verify).
 
@@ -482,6 +483,7 @@ class SidecarClient:
             timeout_seconds: kill the script's process group after this long; 0 = no timeout.
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
             on_hardening: called with the hardening report once it arrives, before the script runs.
+            soft: skip the restore of build config and hooks (see `Sandbox.verify`).
 
         Raises:
             FileNotFoundError: the test script is missing (the message names it).
@@ -494,6 +496,7 @@ class SidecarClient:
             reward_dir=reward_dir,
             env=dict(env),
             timeout_seconds=timeout_seconds,
+            soft=soft,
         )
         deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)

@@ -171,6 +171,7 @@ class SidecarSandbox(abc.ABC):
         timeout_seconds: float,
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
+        soft: bool = False,
     ) -> VerifyOutcome:
         """See `Sandbox.verify`."""
         return await self._sidecar.verify(
@@ -181,4 +182,5 @@ class SidecarSandbox(abc.ABC):
             timeout_seconds=timeout_seconds,
             on_output=on_output,
             on_hardening=on_hardening,
+            soft=soft,
         )

@@ -572,6 +572,7 @@ class VerifyRequest(_message.Message):
     REWARD_DIR_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    SOFT_FIELD_NUMBER: _builtins.int
     verifier_dir: _builtins.str
     """The folder holding the verifier's files (absolute); the script runs in it."""
     script: _builtins.str
@@ -580,6 +581,11 @@ class VerifyRequest(_message.Message):
     """Where the script writes reward.txt or reward.json (absolute)."""
     timeout_seconds: _builtins.float
     """Kill the script's whole process group after this many seconds; 0 = no timeout."""
+    soft: _builtins.bool
+    """A soft verify (between the rounds of a trial): the agent's processes are killed and the
+    script runs in the same locked-down environment, but planted build config and start-up
+    hooks are left in place (the agent goes on working in the workspace afterwards).
+    """
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The script's base environment (PATH and the sandbox's layout variables); Verify removes
@@ -594,10 +600,11 @@ class VerifyRequest(_message.Message):
         reward_dir: _builtins.str = ...,
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         timeout_seconds: _builtins.float = ...,
+        soft: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "reward_dir", b"reward_dir", "script", b"script", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
