@@ -286,11 +286,12 @@ SandboxFactory = Callable[[Task, str], Sandbox]
 """Makes an unstarted sandbox for a task and a run id, e.g. a backend class."""
 
 BACKENDS: dict[str, str] = {
-    "local": "reroll.sandbox.local:LocalSandbox",
+    "local": "reroll.sandbox.isolated:local_sandbox",
+    "local-plain": "reroll.sandbox.local:LocalSandbox",
     "docker": "reroll.sandbox.docker:DockerSandbox",
 }
 """Built-in backend name → ``module:class``, imported only when used."""
-WITHOUT_NETWORK_POLICY = frozenset({"local"})
+WITHOUT_NETWORK_POLICY = frozenset({"local-plain"})
 """Backends that run on the host's network and enforce no ``environment.network`` policy."""
 
 
