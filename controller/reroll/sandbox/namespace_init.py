@@ -13,7 +13,7 @@ file system:
    the sidecar's control folder) into it, gives it a fresh ``/proc`` (this PID namespace), a
    minimal ``/dev`` (null, zero, full, random, urandom, tty, its own pts and shm), a read-only
    ``/sys``, and private tmpfs ``/tmp`` and ``/run`` (hiding the host's sockets there, Docker's
-   included);
+   included); the upper layer is seen read-only by root at `UPPER_VIEW`;
 3. brings the loopback interface up (a new network namespace starts with it down);
 4. makes ``merged`` the root (``pivot_root``; the host's root is detached), forks the sidecar
    and reaps every process until the sidecar exits, then exits with its code: the kernel then
@@ -46,6 +46,9 @@ MNT_DETACH = 0x2
 SYS_PIVOT_ROOT = 155
 """x86_64 syscall number of pivot_root (glibc has no wrapper)."""
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+UPPER_VIEW = "/run/reroll-overlay/upper"
+"""Where root inside the sandbox sees the overlay's upper layer, read-only: everything the
+sandbox wrote outside its bound folders (what a layer snapshot copies; ``scripts/bench/local_sandbox``)."""
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 """Device nodes bound from the host's ``/dev`` (the ones a container gets)."""
 
@@ -163,6 +166,7 @@ def build_root(spec: NamespaceSpec) -> str:
     for bind in spec.binds:
         target = _makedirs(merged, bind.target, bind.mode)
         _bind(bind.source, target, read_only=bind.read_only)
+    _bind(os.path.join(layers, "upper"), _makedirs(merged, UPPER_VIEW, 0o700), read_only=True)
     if spec.network_namespace:
         _loopback_up()
     if _libc.sethostname(spec.hostname.encode(), len(spec.hostname.encode())):
