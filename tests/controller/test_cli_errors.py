@@ -88,17 +88,28 @@ def test_network_none_needs_a_container_backend(tmp_path: Path, examples: Path) 
         "oracle",
         "--network",
         "none",
+        "--sandbox",
+        "local-plain",
         "--jobs-dir",
         "jobs",
         cwd=tmp_path,
     )
     assert done.returncode == 2
-    assert "--network none needs --sandbox docker" in done.stderr
+    assert "--network none needs --sandbox local or docker: the local-plain sandbox" in done.stderr
     assert not (tmp_path / "jobs").exists()
     job = reroll(
-        "job", "--task", str(examples / "hello-file"), "--agent", "oracle", "--network", "none", cwd=tmp_path
+        "job",
+        "--task",
+        str(examples / "hello-file"),
+        "--agent",
+        "oracle",
+        "--network",
+        "none",
+        "--sandbox",
+        "local-plain",
+        cwd=tmp_path,
     )
-    assert job.returncode == 2 and "network none needs sandbox docker" in job.stderr
+    assert job.returncode == 2 and "network none needs sandbox local or docker" in job.stderr
 
 
 def timed_out(path: Path, config: dict[str, str]) -> Path:

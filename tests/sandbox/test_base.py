@@ -19,7 +19,8 @@ def test_a_built_in_name_loads_its_backend() -> None:
 
 def test_a_misspelt_name_lists_the_known_ones() -> None:
     with pytest.raises(
-        SandboxBackendError, match=r"unknown sandbox backend 'locl'; known: docker, local, local-plain, or the dotted"
+        SandboxBackendError,
+        match=r"unknown sandbox backend 'locl'; known: docker, local, local-plain, or the dotted",
     ) as typo:
         load_backend("locl")
     assert typo.value.error_category == "config" and not typo.value.retryable, "a typo is never retried"

@@ -22,7 +22,7 @@ from reroll.sandbox import conformance, isolated
 from reroll.sandbox.isolated import IsolatedSandbox, local_sandbox
 from reroll.sandbox.local import LocalSandbox
 from reroll.sandbox.netns import listening_ports
-from reroll.tasks import Task
+from reroll.tasks import Task, with_network
 
 pytestmark = [
     pytest.mark.spawns,
@@ -35,7 +35,8 @@ echo planted > /usr/local/bin/reroll-planted
 echo planted > /etc/reroll-planted
 echo planted > "$HOST_HOME/reroll-planted"
 rm -f /etc/hostname.reroll-absent
-python3 -m pip install --quiet --no-index --no-deps --disable-pip-version-check /tmp/reroll_planted-1.0-py3-none-any.whl
+python3 -m pip install --quiet --no-index --no-deps --disable-pip-version-check \
+  /tmp/reroll_planted-1-py3-none-any.whl
 python3 -c 'import reroll_planted; print(reroll_planted.VALUE)'
 """
 
@@ -44,14 +45,18 @@ def _wheel() -> bytes:
     """A minimal pure-Python wheel (PEP 427) of the package ``reroll_planted``, built in memory."""
     files = {
         "reroll_planted/__init__.py": b"VALUE = 'planted'\n",
-        "reroll_planted-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: reroll-planted\nVersion: 1.0\n",
-        "reroll_planted-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "reroll_planted-1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: reroll-planted\nVersion: 1\n",
+        "reroll_planted-1.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = []
     for name, content in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
         record.append(f"{name},sha256={digest},{len(content)}")
-    files["reroll_planted-1.0.dist-info/RECORD"] = ("\n".join([*record, "reroll_planted-1.0.dist-info/RECORD,,"]) + "\n").encode()
+    files["reroll_planted-1.dist-info/RECORD"] = (
+        "\n".join([*record, "reroll_planted-1.dist-info/RECORD,,"]) + "\n"
+    ).encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         for name, content in files.items():
@@ -69,7 +74,9 @@ def _state(*roots: Path) -> str:
             for name in sorted([*names, *dirs]):
                 path = os.path.join(folder, name)
                 with_stat = os.lstat(path)
-                digest.update(f"{path}\0{with_stat.st_size}\0{with_stat.st_mode}\0{with_stat.st_mtime_ns}\n".encode())
+                digest.update(
+                    f"{path}\0{with_stat.st_size}\0{with_stat.st_mode}\0{with_stat.st_mtime_ns}\n".encode()
+                )
     return digest.hexdigest()
 
 
@@ -85,8 +92,11 @@ async def test_writes_to_usr_etc_home_and_pip_install_stay_in_the_sandbox(
 ) -> None:
     before = _state(*host_places[:3]) + _state_top(host_places[3])
     async with IsolatedSandbox(task, "host-unchanged") as sandbox:
-        await sandbox.put_file("/tmp/reroll_planted-1.0-py3-none-any.whl", _wheel())
-        env = {"PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOST_HOME": str(Path.home())}
+        await sandbox.put_file("/tmp/reroll_planted-1-py3-none-any.whl", _wheel())
+        env = {
+            "PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOST_HOME": str(Path.home()),
+        }
         out = await conformance.sh(sandbox, WRITES, env=env)
         assert out.strip().endswith("planted"), out  # the writes and the install happened, inside
         assert (await conformance.sh(sandbox, "cat /etc/reroll-planted")).strip() == "planted"
@@ -98,16 +108,15 @@ async def test_writes_to_usr_etc_home_and_pip_install_stay_in_the_sandbox(
 
 def _state_top(folder: Path) -> str:
     """A hash of the names, sizes and mtimes of `folder`'s own entries (not recursive)."""
-    entries = sorted((p.name, p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.iterdir() if p.name != ".cache")
+    entries = sorted(
+        (p.name, p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.iterdir() if p.name != ".cache"
+    )
     return hashlib.sha256(repr(entries).encode()).hexdigest()
 
 
 @pytest.fixture
 def none_task(task: Task) -> Task:
-    spec = task.spec.model_copy(
-        update={"environment": task.spec.environment.model_copy(update={"network": "none"})}
-    )
-    return task.model_copy(update={"spec": spec})
+    return with_network(task, "none")
 
 
 PROBE = r"""
@@ -141,7 +150,9 @@ async def echo_server(host: str) -> AsyncIterator[int]:
 
 def _host_addresses() -> list[str]:
     """The host's own IPv4 addresses but loopback ones (eth0's, docker0's…), from ``ip``."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
     addresses = [line.split()[3].partition("/")[0] for line in out.splitlines()]
     return [address for address in addresses if not address.startswith("127.")]
 

@@ -176,7 +176,9 @@ class IsolatedSandbox(SidecarSandbox):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         control.mkdir(mode=0o700)
         if self.task.workspace_seed_dir is not None:
-            shutil.copytree(self.task.workspace_seed_dir, self.folder / "app", dirs_exist_ok=True, symlinks=True)
+            shutil.copytree(
+                self.task.workspace_seed_dir, self.folder / "app", dirs_exist_ok=True, symlinks=True
+            )
         socket_path, token_file = control / "sidecar.sock", control / "token"
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -186,7 +188,14 @@ class IsolatedSandbox(SidecarSandbox):
         init = [python, "-m", "reroll.sandbox.namespace_init", self._spec(control).to_json(), "--"]
         self._sidecar_process = ChildProcess(
             "reroll_sidecar",
-            ["--listen", f"unix:{socket_path}", "--state-dir", str(control / "state"), "--token-file", str(token_file)],
+            [
+                "--listen",
+                f"unix:{socket_path}",
+                "--state-dir",
+                str(control / "state"),
+                "--token-file",
+                str(token_file),
+            ],
             workdir=control,
             name="sidecar",
             env=child_environment(),
@@ -197,9 +206,14 @@ class IsolatedSandbox(SidecarSandbox):
             self._init_pid = _child_of(self._sidecar_process.pid)
             client = await self._connect(f"unix:{socket_path}", self._token)
             await client.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
-            reach = [str(Path(python).resolve().parent), str(Path(sys.base_prefix) / "bin"), self.layout.agents_dir]
+            reach = [
+                str(Path(python).resolve().parent),
+                str(Path(sys.base_prefix) / "bin"),
+                self.layout.agents_dir,
+            ]
             setup = await self.exec(
-                ["sh", "-c", _SETUP_SCRIPT, "setup", *reach], timeout_seconds=self.config.setup_timeout_seconds
+                ["sh", "-c", _SETUP_SCRIPT, "setup", *reach],
+                timeout_seconds=self.config.setup_timeout_seconds,
             )
             if setup.exit_code != 0:
                 raise SandboxError(f"setting up the sandbox failed: {setup.output_text()[-2000:]}")
@@ -264,7 +278,9 @@ def namespaces_unavailable() -> str:
         "umount -l $d/m $d/u 2>/dev/null; rm -rf $d; exit $r",
     ]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_TIMEOUT_SECONDS, check=False)
+        done = subprocess.run(
+            probe, capture_output=True, text=True, timeout=PROBE_TIMEOUT_SECONDS, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
@@ -282,7 +298,8 @@ def local_sandbox(task: Task, run_id: str) -> Sandbox:
         return IsolatedSandbox(task, run_id)
     if task.spec.environment.network == "none":
         raise SandboxError(
-            f"network none needs the isolated local sandbox (or docker), and this machine forbids it: {reason}"
+            "network none needs the isolated local sandbox (or docker), "
+            f"and this machine forbids it: {reason}"
         )
     _warn_plain_once(reason)
     return LocalSandbox(task, run_id)

@@ -94,7 +94,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
     """mount(2). Raises OSError naming the target."""
     if _libc.mount(
-        source.encode(), target.encode(), fstype.encode() if fstype else None, flags, data.encode() if data else None
+        source.encode(),
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
     ):
         code = ctypes.get_errno()
         raise OSError(code, f"mount {fstype or 'bind'} {source} on {target}: {os.strerror(code)}")
@@ -125,7 +129,7 @@ def _dev(merged: str) -> None:
     dev = os.path.join(merged, "dev")
     _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k")
     for name in DEVICES:
-        open(os.path.join(dev, name), "w").close()  # noqa: SIM115 - a mount point
+        open(os.path.join(dev, name), "w").close()  # a mount point
         _bind(f"/dev/{name}", os.path.join(dev, name))
     for sub, fstype, options in (
         ("pts", "devpts", "newinstance,ptmxmode=0666,mode=620"),
@@ -140,7 +144,7 @@ def _dev(merged: str) -> None:
 
 
 def build_root(spec: NamespaceSpec) -> str:
-    """Steps 1–3 of the module docstring; returns the new root's path (not yet pivoted to).
+    """Steps 1 to 3 of the module docstring; returns the new root's path (not yet pivoted to).
 
     Raises:
         OSError: a mount failed (the message names it).

@@ -101,7 +101,8 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def _splice(
-    inner: tuple[asyncio.StreamReader, asyncio.StreamWriter], outer: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    inner: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    outer: tuple[asyncio.StreamReader, asyncio.StreamWriter],
 ) -> None:
     """Copy both ways between two connections until both ends are done, then close them."""
     try:
@@ -141,7 +142,9 @@ async def _connect_handler(reader: asyncio.StreamReader, writer: asyncio.StreamW
         writer.close()
         return
     try:
-        outer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECONDS)
+        outer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECONDS
+        )
     except (OSError, TimeoutError) as exc:
         writer.write(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{exc}\n".encode())
         writer.close()
