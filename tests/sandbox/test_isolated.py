@@ -157,20 +157,31 @@ def _host_addresses() -> list[str]:
     return [address for address in addresses if not address.startswith("127.")]
 
 
-async def test_network_none_reaches_the_proxy_port_and_nothing_else(none_task: Task) -> None:
-    sandbox = IsolatedSandbox(none_task, "network-none")
-    address = await sandbox.host_address()
-    assert address.startswith("127.") and address not in ("127.0.0.1",)
-    async with echo_server(address) as proxy_port, echo_server("0.0.0.0") as host_port:
+async def test_network_none_reaches_its_proxy_port_and_nothing_else(none_task: Task) -> None:
+    """A listener of the test's own on all the host's addresses, and a second sandbox's proxy
+    port running at the same time: both unreachable; the sandbox's own proxy port answers."""
+    sandbox, other = IsolatedSandbox(none_task, "network-none"), IsolatedSandbox(none_task, "network-none-2")
+    address, other_address = await sandbox.host_address(), await other.host_address()
+    assert address.startswith("127.") and address != "127.0.0.1" and other_address != address
+    async with (
+        echo_server(address) as proxy_port,
+        echo_server(other_address) as other_port,
+        echo_server("0.0.0.0") as host_port,
+    ):
         assert listening_ports(address) == [proxy_port]
-        async with sandbox:
+        async with sandbox, other:
             targets = [f"{address}:{proxy_port}", f"127.0.0.1:{host_port}", f"{address}:{host_port}"]
+            targets += [f"{other_address}:{other_port}", f"{address}:{other_port}"]
             targets += [f"{ip}:{host_port}" for ip in _host_addresses()]
             out = await conformance.sh(sandbox, f"python3 -c '{PROBE}' {' '.join(targets)}", env=_env())
             results = dict(line.split(" ", 1) for line in out.strip().splitlines())
             assert results.pop(f"{address}:{proxy_port}") == "echo:ping", out
             assert all(not value.startswith("echo") for value in results.values()), out
             assert len(results) == len(targets) - 1
+            other_out = await conformance.sh(
+                other, f"python3 -c '{PROBE}' {other_address}:{other_port}", env=_env()
+            )
+            assert other_out.split() == [f"{other_address}:{other_port}", "echo:ping"], other_out
             async with sandbox.egress() as egress_env:  # an installer's way out: CONNECT only
                 proxy = egress_env["HTTPS_PROXY"].removeprefix("http://")
                 tunnel = await conformance.sh(

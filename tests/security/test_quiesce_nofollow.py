@@ -143,7 +143,7 @@ def run(task: Path, workdir: Path, backend: str) -> tuple[dict[str, Any], Path]:
     return json.loads(result_file.read_text()), result_file.parent
 
 
-@pytest.fixture(scope="module", params=["docker", "local"])
+@pytest.fixture(scope="module", params=["docker", "local", "local-plain"])
 def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "docker":
         request.getfixturevalue("docker_images")
@@ -160,7 +160,16 @@ CASES = {
         "exit-at-import",
         "exit-after-failed-tests",
     ],
-    "local": ["honest", "survivor-hidden-tests"],
+    "local": [  # isolated: the agent is a user of its own, as in docker
+        "honest",
+        "survivor-folder-symlink",
+        "survivor-hidden-tests",
+        "restore-follows-folder-symlink",
+        "fifo",
+        "exit-at-import",
+        "exit-after-failed-tests",
+    ],
+    "local-plain": ["honest", "survivor-hidden-tests"],
 }
 
 
@@ -173,7 +182,7 @@ def test_attack_fails_and_honest_scores(attack: str, backend: str, tmp_path: Pat
     assert result["rewards"] == {"reward": 1.0 if attack == "honest" else 0.0}
     stdout = (run_dir / "verifier" / "test-stdout.txt").read_text()
     hardening = json.loads((run_dir / "verifier" / "hardening.json").read_text())
-    if backend == "docker":
+    if backend != "local-plain":  # an /etc of the sandbox's own
         assert "PROBE-ETC-CONFTEST-ABSENT" in stdout, stdout
     manifest = json.loads((run_dir / "workspace_manifest.json").read_text())
     if attack.startswith("survivor"):
@@ -182,7 +191,7 @@ def test_attack_fails_and_honest_scores(attack: str, backend: str, tmp_path: Pat
         assert any("tests was a symlink" in note for note in hardening["notes"]), hardening
     if attack == "restore-follows-folder-symlink":
         assert any("/app/x was a symlink" in note for note in hardening["notes"]), hardening
-    if backend == "docker" and (attack == "honest" or attack.startswith("exit-")):  # pytest's report was read
+    if backend != "local-plain" and (attack == "honest" or attack.startswith("exit-")):  # pytest's report was read
         pytest_note = (run_dir / "verifier" / "pytest-report.txt").read_text()
         assert ("rewards zeroed" in pytest_note) is (attack != "honest"), pytest_note
     if attack == "fifo":
