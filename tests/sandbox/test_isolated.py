@@ -9,9 +9,11 @@ import contextlib
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -261,3 +263,44 @@ def test_local_is_isolated_where_namespaces_work(task: Task) -> None:
     sandbox = local_sandbox(task, "isolated")
     assert isinstance(sandbox, IsolatedSandbox)
     os.rmdir(sandbox.folder)
+
+
+CONTROLLER = r"""
+import asyncio, sys
+from pathlib import Path
+from reroll.sandbox.isolated import IsolatedSandbox
+from reroll.tasks import load_task
+
+async def main():
+    sandbox = IsolatedSandbox(load_task(Path(sys.argv[1])), "killed-controller")
+    await sandbox.start()
+    await sandbox.exec(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 &"], user="agent")
+    print(sandbox._init_pid, sandbox.folder, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_controller_takes_the_sandboxs_processes_with_it(task: Task) -> None:
+    """SIGKILL of the controller: ``unshare`` dies (parent-death signal), its ``--kill-child``
+    kills the sandbox's PID 1, and the kernel every process of the namespace."""
+    folder = ""
+    with subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(task.path)], stdout=subprocess.PIPE, text=True
+    ) as controller:
+        try:
+            assert controller.stdout is not None
+            init_pid, folder = controller.stdout.readline().split()
+            namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
+            assert len(_namespace_members(namespace)) >= 3  # PID 1, the sidecar, the sleep
+            controller.kill()
+            controller.wait(timeout=30)
+            for _ in range(100):
+                if not _namespace_members(namespace):
+                    break
+                time.sleep(0.1)
+            assert _namespace_members(namespace) == [], "a process of the sandbox outlived its controller"
+        finally:
+            controller.kill()
+            shutil.rmtree(folder, ignore_errors=True)
