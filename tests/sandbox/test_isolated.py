@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from reroll.errors import SandboxError
 from reroll.sandbox import conformance, isolated
+from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.isolated import IsolatedSandbox, local_sandbox
 from reroll.sandbox.local import LocalSandbox
 from reroll.sandbox.netns import listening_ports
@@ -231,6 +232,7 @@ async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Tas
         ps = await conformance.sh(sandbox, "ps -eo user=,comm=")
         assert "agent" in ps and "sleep" in ps, ps
         assert "reroll" not in ps.replace("reroll_sidecar", ""), f"host processes are visible: {ps}"
+        assert (await conformance.sh(sandbox, "hostname")).strip() == SANDBOX_HOSTNAME
         init = sandbox._init_pid
         namespace = os.readlink(f"/proc/{init}/ns/pid")
         assert len(_namespace_members(namespace)) >= 4

@@ -21,6 +21,10 @@ from reroll.errors import SandboxBackendError
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.tasks import HardeningOptions, Task
 
+SANDBOX_HOSTNAME = "sandbox"
+"""The hostname of every container and isolated local sandbox, so what an agent sees does not
+change between the sandboxes of a run's lineage (record, replay, continue)."""
+
 
 @dataclass(frozen=True)
 class SandboxLayout:

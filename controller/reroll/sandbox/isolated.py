@@ -46,7 +46,7 @@ from reroll.childenv import child_environment
 from reroll.config import cache_dir
 from reroll.errors import RerollError, SandboxError, SidecarError
 from reroll.processes import ChildProcess
-from reroll.sandbox.base import Sandbox, SandboxLayout
+from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
 from reroll.sandbox.local import MAX_NAME_IN_ROOT, LocalSandbox
 from reroll.sandbox.namespace_init import Bind, NamespaceSpec
 from reroll.sandbox.netns import Forwarder, private_loopback
@@ -152,7 +152,7 @@ class IsolatedSandbox(SidecarSandbox):
         return NamespaceSpec(
             state_dir=str(control),
             upper_size_bytes=self.config.upper_size_bytes,
-            hostname=f"reroll-{self.run_id[:40]}",
+            hostname=SANDBOX_HOSTNAME,
             network_namespace=self.policy == "none",
             binds=[
                 Bind(str(self.folder / "app"), self.layout.workspace),
