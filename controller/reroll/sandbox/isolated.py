@@ -198,7 +198,7 @@ class IsolatedSandbox(SidecarSandbox):
             ],
             workdir=control,
             name="sidecar",
-            env=child_environment(),
+            env=child_environment({"TMPDIR": "/tmp"}),  # the sandbox's own /tmp, whatever the controller's
             command=["unshare", *unshare, "--", *init, python, "-m", "reroll_sidecar"],
         )
         try:
