@@ -233,7 +233,7 @@ async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Tas
         assert "agent" in ps and "sleep" in ps, ps
         assert "reroll" not in ps.replace("reroll_sidecar", ""), f"host processes are visible: {ps}"
         assert (await conformance.sh(sandbox, "hostname")).strip() == SANDBOX_HOSTNAME
-        init = sandbox._init_pid
+        init = sandbox.init_pid
         namespace = os.readlink(f"/proc/{init}/ns/pid")
         assert len(_namespace_members(namespace)) >= 4
     finally:
@@ -277,7 +277,7 @@ async def main():
     sandbox = IsolatedSandbox(load_task(Path(sys.argv[1])), "killed-controller")
     await sandbox.start()
     await sandbox.exec(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 &"], user="agent")
-    print(sandbox._init_pid, sandbox.folder, flush=True)
+    print(sandbox.init_pid, sandbox.folder, flush=True)
     await asyncio.sleep(600)
 
 asyncio.run(main())

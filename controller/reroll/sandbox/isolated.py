@@ -130,6 +130,11 @@ class IsolatedSandbox(SidecarSandbox):
         self._init_pid: int | None = None
         self._forwarder: Forwarder | None = None
 
+    @property
+    def init_pid(self) -> int | None:
+        """The host's pid of the sandbox's PID 1 while it runs (its namespaces are ``/proc/PID/ns/*``)."""
+        return self._init_pid
+
     async def host_address(self) -> str:
         """``127.0.0.1`` for network ``full``; for ``none``, a loopback address of this sandbox's
         own: whatever listens on it when the sandbox starts is forwarded inside (`reroll.sandbox.netns`)."""
