@@ -6,7 +6,9 @@ reroll.sandbox.namespace_init SPEC_JSON -- SIDECAR_ARGV…``. It then, still see
 file system:
 
 1. mounts a tmpfs (``size`` = `NamespaceSpec.upper_size_bytes`) holding the overlay's upper and
-   work folders, and the overlay (lower: the host's ``/``, read-only through it) on ``merged``;
+   work folders — a file system apart from the lower one, since overlayfs does not support an
+   upper layer inside a lower layer (the kernel's overlayfs.rst) — and the overlay (lower: the
+   host's ``/``, read-only through it) on ``merged``; tmpfs pages live in RAM (or swap);
    the lower layer is the root file system alone: the host's other mounts (``/var/lib/docker``,
    ``/proc``…) are not in it;
 2. binds the sandbox's host folders (`NamespaceSpec.binds`: workspace, logs, verifier, agents,
