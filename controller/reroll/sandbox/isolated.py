@@ -61,30 +61,6 @@ PROBE_TIMEOUT_SECONDS = 10.0
 
 logger = logging.getLogger(__name__)
 
-_SETUP_SCRIPT = f"""
-set -e
-if ! id -u {AGENT_USER} >/dev/null 2>&1; then
-  useradd --no-create-home --home-dir /home/{AGENT_USER} --shell /bin/sh {AGENT_USER} 2>/dev/null \\
-  || {{ n=1000
-        while cut -d: -f3 /etc/passwd /etc/group | grep -qx "$n"; do n=$((n + 1)); done
-        echo "{AGENT_USER}:x:$n:$n::/home/{AGENT_USER}:/bin/sh" >>/etc/passwd
-        echo "{AGENT_USER}:x:$n:" >>/etc/group; }}
-fi
-mkdir -p /home/{AGENT_USER}
-chown -R "{AGENT_USER}:$(id -g {AGENT_USER})" /app /logs/agent /home/{AGENT_USER}
-# the agent's user must reach the host's interpreter and the agents folder (e.g. under /root):
-# let it traverse (not list) their parents, in the overlay only
-for d in "$@"; do
-  while [ "$d" != / ] && [ "$d" != . ]; do
-    [ -d "$d" ] && [ "$(stat -c %u "$d")" = 0 ] && chmod o+x "$d"
-    d=$(dirname "$d")
-  done
-done
-exit 0
-"""
-"""Run in the sandbox as root once its sidecar is ready (the overlay's files only); ``$@``: the
-folders the agent's user must reach."""
-
 
 class IsolatedSandboxConfig(BaseModel):
     """Settings of the isolated `local` backend."""
@@ -95,8 +71,6 @@ class IsolatedSandboxConfig(BaseModel):
     """How long `start` waits for the sidecar to answer ready."""
     upper_size_bytes: int = 8 * 1024**3
     """The most the sandbox can write outside its bound folders (the overlay's tmpfs), in bytes."""
-    setup_timeout_seconds: float = 60.0
-    """How long the one-time setup (agent user, ownership) may take."""
 
 
 class IsolatedSandbox(SidecarSandbox):
@@ -159,6 +133,13 @@ class IsolatedSandbox(SidecarSandbox):
             upper_size_bytes=self.config.upper_size_bytes,
             hostname=SANDBOX_HOSTNAME,
             network_namespace=self.policy == "none",
+            agent_user=AGENT_USER,
+            agent_owned=[self.layout.workspace, f"{self.layout.logs_dir}/agent"],
+            agent_reachable=[
+                str(Path(sys.executable).resolve().parent),  # the venv's interpreter
+                str(Path(sys.base_prefix) / "bin"),  # the python3 first on the sandbox's PATH
+                self.layout.agents_dir,
+            ],
             binds=[
                 Bind(str(self.folder / "app"), self.layout.workspace),
                 Bind(str(self.folder / "logs"), self.layout.logs_dir),
@@ -211,17 +192,6 @@ class IsolatedSandbox(SidecarSandbox):
             self._init_pid = _child_of(self._sidecar_process.pid)
             client = await self._connect(f"unix:{socket_path}", self._token)
             await client.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
-            reach = [
-                str(Path(python).resolve().parent),
-                str(Path(sys.base_prefix) / "bin"),
-                self.layout.agents_dir,
-            ]
-            setup = await self.exec(
-                ["sh", "-c", _SETUP_SCRIPT, "setup", *reach],
-                timeout_seconds=self.config.setup_timeout_seconds,
-            )
-            if setup.exit_code != 0:
-                raise SandboxError(f"setting up the sandbox failed: {setup.output_text()[-2000:]}")
             if self.policy == "none":
                 self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
                 await self._forwarder.forward_host_ports()

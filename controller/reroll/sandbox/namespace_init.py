@@ -16,7 +16,8 @@ file system:
    minimal ``/dev`` (null, zero, full, random, urandom, tty, its own pts and shm), a read-only
    ``/sys``, and private tmpfs ``/tmp`` and ``/run`` (hiding the host's sockets there, Docker's
    included); the upper layer is seen read-only by root at `UPPER_VIEW`;
-3. brings the loopback interface up (a new network namespace starts with it down);
+3. adds the agent's user (`add_agent_user`), brings the loopback interface up (a new network
+   namespace starts with it down);
 4. makes ``merged`` the root (``pivot_root``; the host's root is detached), forks the sidecar
    and reaps every process until the sidecar exits, then exits with its code: the kernel then
    kills every process left in the PID namespace. SIGTERM and SIGINT are passed to the sidecar.
@@ -33,6 +34,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import sys
 from dataclasses import asdict, dataclass, field
@@ -80,6 +82,14 @@ class NamespaceSpec:
     network_namespace: bool
     """True: this runs in a new network namespace (policy ``none``): bring its loopback up."""
     binds: list[Bind] = field(default_factory=list)
+    agent_user: str = ""
+    """A user to add to the overlay's ``/etc/passwd`` and ``/etc/group`` unless it exists (first
+    free id from 1000), with HOME ``/home/<agent_user>``; empty: none."""
+    agent_owned: list[str] = field(default_factory=list)
+    """Paths inside the sandbox handed (recursively) to `agent_user`."""
+    agent_reachable: list[str] = field(default_factory=list)
+    """Paths inside the sandbox whose root-owned parents get ``o+x`` in the overlay, so that
+    `agent_user` can reach them (the host's interpreter and agents folder, e.g. under ``/root``)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -173,11 +183,53 @@ def build_root(spec: NamespaceSpec) -> str:
         target = _makedirs(merged, bind.target, bind.mode)
         _bind(bind.source, target, read_only=bind.read_only)
     _bind(os.path.join(layers, "upper"), _makedirs(merged, UPPER_VIEW, 0o700), read_only=True)
+    if spec.agent_user:
+        add_agent_user(merged, spec)
     if spec.network_namespace:
         _loopback_up()
     if _libc.sethostname(spec.hostname.encode(), len(spec.hostname.encode())):
         raise OSError(ctypes.get_errno(), "sethostname")
     return merged
+
+
+def _ids_in_use(path: str) -> set[int]:
+    with open(path, encoding="utf-8") as lines:
+        return {
+            int(fields[2])
+            for fields in (line.split(":") for line in lines)
+            if len(fields) > 2 and fields[2].isdigit()
+        }
+
+
+def add_agent_user(merged: str, spec: NamespaceSpec) -> None:
+    """The agent's user, its HOME, ownership and reach (`NamespaceSpec.agent_user` and after),
+    written in the overlay below `merged`: the host's files are untouched."""
+    etc = os.path.join(merged, "etc")
+    user = spec.agent_user
+    with open(os.path.join(etc, "passwd"), encoding="utf-8") as lines:
+        entry = next((line.split(":") for line in lines if line.split(":")[0] == user), None)
+    if entry is None:
+        used = _ids_in_use(os.path.join(etc, "passwd")) | _ids_in_use(os.path.join(etc, "group"))
+        uid = next(n for n in range(1000, 60000) if n not in used)
+        with open(os.path.join(etc, "passwd"), "a", encoding="utf-8") as out:
+            out.write(f"{user}:x:{uid}:{uid}::/home/{user}:/bin/sh\n")
+        with open(os.path.join(etc, "group"), "a", encoding="utf-8") as out:
+            out.write(f"{user}:x:{uid}:\n")
+        uid_gid = (uid, uid)
+    else:
+        uid_gid = (int(entry[2]), int(entry[3]))
+    for path in [f"/home/{user}", *spec.agent_owned]:
+        top = _makedirs(merged, path, 0o755)
+        for folder, dirs, files in os.walk(top):
+            for name in [folder, *(os.path.join(folder, item) for item in dirs + files)]:
+                os.lchown(name, *uid_gid)
+    for path in spec.agent_reachable:
+        while path not in ("/", ""):
+            full = os.path.join(merged, path.lstrip("/"))
+            status = os.stat(full)
+            if stat.S_ISDIR(status.st_mode) and status.st_uid == 0 and not status.st_mode & 0o001:
+                os.chmod(full, stat.S_IMODE(status.st_mode) | 0o001)
+            path = os.path.dirname(path.rstrip("/"))
 
 
 def pivot(new_root: str) -> None:
