@@ -233,6 +233,8 @@ async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Tas
         assert "agent" in ps and "sleep" in ps, ps
         assert "reroll" not in ps.replace("reroll_sidecar", ""), f"host processes are visible: {ps}"
         assert (await conformance.sh(sandbox, "hostname")).strip() == SANDBOX_HOSTNAME
+        root_options = await conformance.sh(sandbox, "awk '$2 == \"/\" {print $4}' /proc/mounts")
+        assert "nosuid" in root_options.split(","), root_options
         sockets = await conformance.sh(sandbox, "ls /var/run/docker.sock /run/containerd 2>&1 || true")
         assert sockets.count("No such file") == 2, f"the host's sockets are visible: {sockets}"
         init = sandbox.init_pid

@@ -19,10 +19,15 @@ started through util-linux ``unshare``; `reroll.sandbox.namespace_init` (PID 1) 
   only the LLM proxy (`reroll.sandbox.netns`, which says why not a veth pair).
 
 The agent runs as the unprivileged user ``agent``, added to the overlay's ``/etc/passwd`` when
-the host has none (the host's file is untouched), with HOME ``/home/agent``; the sidecar and
-the verifier run as root. This needs root (or CAP_SYS_ADMIN) on a kernel with overlayfs: where
-that is missing, `local_sandbox` falls back to the plain `reroll.sandbox.local.LocalSandbox`
-and says so once; ``--sandbox local-plain`` chooses that explicitly.
+the host has none (the host's file is untouched), with HOME ``/home/agent``; the overlay is
+mounted ``nosuid``, so the host's set-user-ID programs give it nothing. The sidecar and the
+verifier run as root — the host's root, without a user namespace: the task's own scripts are
+trusted as in a container run with all capabilities, the agent is not. This needs root (or
+CAP_SYS_ADMIN) on a kernel with overlayfs: where that is missing, `local_sandbox` falls back to
+the plain `reroll.sandbox.local.LocalSandbox` and says so once; ``--sandbox local-plain``
+chooses that explicitly. Not done: an unprivileged variant in a user namespace (its
+``none`` network would need the listening sockets passed out by file descriptor, since an
+unprivileged controller cannot join the namespace).
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def build_root(spec: NamespaceSpec) -> str:
         "overlay",
         merged,
         "overlay",
-        0,
+        MS_NOSUID | MS_NODEV,  # the host's set-user-ID programs give the agent nothing
         f"lowerdir=/,upperdir={layers}/upper,workdir={layers}/work",
     )
     _mount("proc", _makedirs(merged, "/proc", 0o555), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
