@@ -1,6 +1,9 @@
 """Crash safety of whole rollouts (real `reroll` subprocesses): a SIGKILLed proxy or sidecar
 ends the rollout with status ``error`` and its cause, never a hang, and a rollout whose proxy
-was killed is completed by ``reroll continue``."""
+was killed is completed by ``reroll continue``.
+
+They run on `local-plain`, whose sidecar and agent are host processes the test finds and kills by
+pid; the isolated `local` sandbox's end with a killed controller is in tests/sandbox/test_isolated.py."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from reroll.runfolder import load_run_folder
 from reroll.sandbox.local import kill_sandbox_processes
 
 REROLL = str(Path(sys.executable).parent / "reroll")
+SANDBOX = ("--sandbox", "local-plain")
 pytestmark = pytest.mark.slow
 
 
@@ -92,7 +96,7 @@ def test_dead_sidecar_is_an_error_with_its_cause(tmp_path: Path, short_tmp: Path
     (task / "task.md").write_text("---\nname: slow\n---\nWait.\n")
     (task / "oracle" / "solve.sh").write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 120\n")
     (task / "verifier" / "test.sh").write_text("#!/bin/sh\nexit 0\n")
-    args = ("run", str(task), "--agent", "oracle", "--job-name", "k")
+    args = ("run", str(task), "--agent", "oracle", "--job-name", "k", *SANDBOX)
     try:
         with reroll_process(*args, cwd=tmp_path, tmp=short_tmp) as process:
             wait_for(pid_file.exists, 60, "the agent to start")
@@ -128,7 +132,7 @@ def test_sidecar_dying_during_verify_is_an_infrastructure_error(tmp_path: Path, 
     (task / "task.md").write_text("---\nname: doomed\n---\nNothing to do.\n")
     (task / "oracle" / "solve.sh").write_text("#!/bin/sh\nexit 0\n")
     (task / "verifier" / "test.sh").write_text(KILL_SIDECAR_TEST_SH)
-    args = ("run", str(task), "--agent", "oracle", "--job-name", "v")
+    args = ("run", str(task), "--agent", "oracle", "--job-name", "v", *SANDBOX)
     with reroll_process(*args, cwd=tmp_path, tmp=short_tmp) as process:
         output = finish(process, 60)
     assert process.returncode == 1, output
@@ -160,7 +164,7 @@ def steady_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def steady_run_argv(task: Path) -> tuple[str, ...]:
     """``reroll run`` of `task` with mini-swe-agent and the scripted model, in job ``k``."""
-    return ("run", str(task), "--agent", "mini-swe-agent", "--model", "scripted", "--job-name", "k")
+    return ("run", str(task), "--agent", "mini-swe-agent", "--model", "scripted", "--job-name", "k", *SANDBOX)
 
 
 def first_exchange_recorded(job: Path) -> Path:

@@ -74,7 +74,7 @@ class RolloutOptions:
     """Sandbox backend, ``local`` or ``docker`` [default: the original's, else ``local``]."""
     network: NetworkPolicy | None = None
     """The sandbox's network policy [default: the original's override, else the task's
-    ``environment.network``]; ``none`` needs a container backend."""
+    ``environment.network``]; ``none`` needs docker or the isolated ``local``."""
     faults: FaultsUsed | None = None
     """The fault plan the proxy injects (`reroll.llm_proxy.faults_used`), or None; faults
     recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
@@ -146,7 +146,8 @@ async def start_rollout(
     load_backend(config.sandbox)
     if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
         raise TaskError(
-            f"--network none needs --sandbox docker: the {config.sandbox} sandbox has the host's network"
+            f"--network none needs --sandbox local or docker: "
+            f"the {config.sandbox} sandbox has the host's network"
         )
     recorded: list[TurnRecord] = []
     replay = None

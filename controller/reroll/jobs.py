@@ -108,7 +108,9 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
     """
     load_backend(spec.sandbox)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
-        raise JobError("network none needs sandbox docker: the local sandbox has the host's network")
+        raise JobError(
+            f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
+        )
     tasks = [load_task(path) for path in spec.tasks]
     agents = [get_agent(name) for name in spec.agents]
     planned = []

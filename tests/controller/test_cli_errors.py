@@ -80,25 +80,14 @@ def test_require_timeout_refuses_finished_runs(tmp_path: Path) -> None:
     assert "not 'timeout'" in done.stderr
 
 
-def test_network_none_needs_a_container_backend(tmp_path: Path, examples: Path) -> None:
-    done = reroll(
-        "run",
-        str(examples / "hello-file"),
-        "--agent",
-        "oracle",
-        "--network",
-        "none",
-        "--jobs-dir",
-        "jobs",
-        cwd=tmp_path,
-    )
+def test_network_none_needs_a_backend_with_a_network_policy(tmp_path: Path, examples: Path) -> None:
+    refused = ("--agent", "oracle", "--network", "none", "--sandbox", "local-plain")
+    done = reroll("run", str(examples / "hello-file"), *refused, "--jobs-dir", "jobs", cwd=tmp_path)
     assert done.returncode == 2
-    assert "--network none needs --sandbox docker" in done.stderr
+    assert "--network none needs --sandbox local or docker: the local-plain sandbox" in done.stderr
     assert not (tmp_path / "jobs").exists()
-    job = reroll(
-        "job", "--task", str(examples / "hello-file"), "--agent", "oracle", "--network", "none", cwd=tmp_path
-    )
-    assert job.returncode == 2 and "network none needs sandbox docker" in job.stderr
+    job = reroll("job", "--task", str(examples / "hello-file"), *refused, cwd=tmp_path)
+    assert job.returncode == 2 and "network none needs sandbox local or docker" in job.stderr
 
 
 def timed_out(path: Path, config: dict[str, str]) -> Path:

@@ -28,28 +28,36 @@ def recorded_run(tmp_path: Path, examples: Path, **config: object) -> Path:
 
 async def test_a_continuation_keeps_the_runs_network_override(tmp_path: Path, examples: Path) -> None:
     """config.json's ``network`` (``reroll run --network none``) outlives the task's own policy:
-    continued in the local sandbox (no network policy) it is refused, before anything is written."""
+    continued in the local-plain sandbox (no network policy) it is refused, before anything is written."""
     task = examples / "hello-file"
     assert load_task(task).spec.environment.network == "full"
     folder = recorded_run(tmp_path, examples, task_path=str(task), network="none", sandbox="docker")
     checkpoint = open_checkpoint(folder)
     origin = FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True))
-    with pytest.raises(TaskError, match=r"--network none needs --sandbox docker: the local sandbox"):
+    with pytest.raises(
+        TaskError, match=r"--network none needs --sandbox local or docker: the local-plain sandbox"
+    ):
         await start_rollout(
             origin,
             live_model=None,
             parent=tmp_path / "out",
             name="x",
-            options=RolloutOptions(sandbox="local"),
+            options=RolloutOptions(sandbox="local-plain"),
         )
     assert not (tmp_path / "out").exists()
 
 
-async def test_a_recording_refuses_network_none_in_the_local_sandbox(tmp_path: Path, examples: Path) -> None:
+async def test_a_recording_refuses_network_none_in_the_local_plain_sandbox(
+    tmp_path: Path, examples: Path
+) -> None:
     origin = NewRecording(load_task(examples / "hello-file"), get_agent("oracle"))
-    with pytest.raises(TaskError, match="--network none needs --sandbox docker"):
+    with pytest.raises(TaskError, match="--network none needs --sandbox local or docker"):
         await start_rollout(
-            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions(network="none")
+            origin,
+            live_model=None,
+            parent=tmp_path / "out",
+            name="x",
+            options=RolloutOptions(network="none", sandbox="local-plain"),
         )
     assert not (tmp_path / "out").exists()
 

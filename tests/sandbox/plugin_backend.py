@@ -1,4 +1,4 @@
-"""Backends from outside reroll's registry, loaded by dotted path in `test_base`: the `local`
+"""Backends from outside reroll's registry, loaded by dotted path in `test_base`: the `local-plain`
 backend under another name (conforms), and one whose restore forgets to restore (does not)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from reroll.sandbox.local import LocalSandbox
 
 
 class PluginSandbox(LocalSandbox):
-    """An out-of-tree backend: reroll's `local` one, named ``tests.sandbox.plugin_backend:PluginSandbox``."""
+    """Out-of-tree backend: reroll's `local-plain`, named ``tests.sandbox.plugin_backend:PluginSandbox``."""
 
 
 class ForgetfulSandbox(LocalSandbox):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from reroll.errors import SandboxBackendError
 from reroll.sandbox.base import create_sandbox, load_backend
+from reroll.sandbox.isolated import local_sandbox
 from reroll.sandbox.local import LocalSandbox
 from reroll.tasks import Task
 
@@ -12,12 +13,14 @@ from tests.sandbox.plugin_backend import PluginSandbox
 
 
 def test_a_built_in_name_loads_its_backend() -> None:
-    assert load_backend("local") is LocalSandbox
+    assert load_backend("local") is local_sandbox
+    assert load_backend("local-plain") is LocalSandbox
 
 
 def test_a_misspelt_name_lists_the_known_ones() -> None:
     with pytest.raises(
-        SandboxBackendError, match=r"unknown sandbox backend 'locl'; known: docker, local, or the dotted"
+        SandboxBackendError,
+        match=r"unknown sandbox backend 'locl'; known: docker, local, local-plain, or the dotted",
     ) as typo:
         load_backend("locl")
     assert typo.value.error_category == "config" and not typo.value.retryable, "a typo is never retried"

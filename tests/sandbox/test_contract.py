@@ -1,7 +1,8 @@
 """The sandbox contract (`reroll.sandbox.conformance`) run against every built-in backend:
-`local`, and `docker` on a real Docker engine (slow: its images are built on first use) — on
-reroll's base image, and on images the injected sidecar must work in unchanged: one without
-Python and one with nothing but a static busybox."""
+`local` (isolated: namespaces and an overlay of the host's root), `local-plain`, and `docker`
+on a real Docker engine (slow: its images are built on first use) — on reroll's base image,
+and on images the injected sidecar must work in unchanged: one without Python and one with
+nothing but a static busybox."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.spawns  # every test starts a sandbox (its sidecar, or 
 
 BACKENDS = [
     pytest.param("local"),
+    pytest.param("local-plain"),
     pytest.param("docker", marks=pytest.mark.slow),
     pytest.param("docker:no-python", marks=pytest.mark.slow),
     pytest.param("docker:busybox", marks=pytest.mark.slow),

@@ -17,7 +17,8 @@ import docker
 import pytest
 from reroll.errors import SandboxError
 from reroll.sandbox import docker as docker_backend
-from reroll.sandbox.docker import SANDBOX_HOSTNAME, DockerSandbox, owner_label, prune
+from reroll.sandbox.base import SANDBOX_HOSTNAME
+from reroll.sandbox.docker import DockerSandbox, owner_label, prune
 from reroll.tasks import Task, load_task
 
 from tests.conftest import labelled_containers

@@ -1,4 +1,4 @@
-"""What only the local backend does: leave nothing on the host, clone large files on btrfs / XFS."""
+"""What only the `local-plain` backend does: leave nothing on the host, clone large files on btrfs / XFS."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Red team, issue 12 item 6: on the `local` sandbox the agent runs as the controller's user; it
-must still find no provider key and no sidecar token in any environment it can read.
+"""Red team, issue 12 item 6: the agent must find no provider key and no sidecar token in any
+environment it can read — on `local-plain`, where it runs as the controller's user, and on the
+isolated `local`, where it runs as a user of its own in a PID namespace of its own.
 
 The malicious agent (declared through ``REROLL_AGENTS_FILE``) searches its own environment, every
 ``/proc/PID/environ`` it can open (the controller's, the proxy's, the sidecar's) and the sandbox's
@@ -52,7 +53,8 @@ echo $REWARD > "$REROLL_LOGS_DIR/verifier/reward.txt"
 """
 
 
-def test_the_agent_finds_no_key_and_no_token_on_the_local_sandbox(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", "local-plain"])
+def test_the_agent_finds_no_key_and_no_token_on_the_local_sandbox(backend: str, tmp_path: Path) -> None:
     prefix = f"sk-canary-{secrets.token_hex(4)}-"  # unique: other rollouts on the machine differ
     agents = {"snoop": {"description": "looks for secrets", "api_format": "openai-chat", "launch": SNOOP}}
     (tmp_path / "agents.yaml").write_text(json.dumps(agents))
@@ -69,7 +71,7 @@ def test_the_agent_finds_no_key_and_no_token_on_the_local_sandbox(tmp_path: Path
     )
     argv = [REROLL, "run", str(task), "--agent", "snoop", "--model", "openai/gpt-test"]
     done = subprocess.run(
-        [*argv, "--sandbox", "local", "--jobs-dir", "jobs"],
+        [*argv, "--sandbox", backend, "--jobs-dir", "jobs"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -125,7 +125,7 @@ def make_task(root: Path, attack: str) -> Path:
     return write_files(task, files)
 
 
-@pytest.fixture(scope="module", params=["docker", "local"])
+@pytest.fixture(scope="module", params=["docker", "local", "local-plain"])
 def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "docker":
         request.getfixturevalue("docker_images")
@@ -142,7 +142,15 @@ CASES = {
         "exit-at-import",
         "exit-after-failed-tests",
     ],
-    "local": ["honest", "survivor-hidden-tests"],
+    "local": [  # isolated: the agent is a user of its own, as in docker; the exit-* attacks need
+        # pytest, which the host's python3 (the sandbox's) may lack: the test runs without it there
+        "honest",
+        "survivor-folder-symlink",
+        "survivor-hidden-tests",
+        "restore-follows-folder-symlink",
+        "fifo",
+    ],
+    "local-plain": ["honest", "survivor-hidden-tests"],
 }
 
 
@@ -155,7 +163,7 @@ def test_attack_fails_and_honest_scores(attack: str, backend: str, tmp_path: Pat
     assert result["rewards"] == {"reward": 1.0 if attack == "honest" else 0.0}
     stdout = (run_dir / "verifier" / "test-stdout.txt").read_text()
     hardening = json.loads((run_dir / "verifier" / "hardening.json").read_text())
-    if backend == "docker":
+    if backend != "local-plain":  # an /etc of the sandbox's own
         assert "PROBE-ETC-CONFTEST-ABSENT" in stdout, stdout
     manifest = json.loads((run_dir / "workspace_manifest.json").read_text())
     if attack.startswith("survivor"):

@@ -21,6 +21,10 @@ from reroll.errors import SandboxBackendError
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.tasks import HardeningOptions, Task
 
+SANDBOX_HOSTNAME = "sandbox"
+"""The hostname of every container and isolated local sandbox, so what an agent sees does not
+change between the sandboxes of a run's lineage (record, replay, continue)."""
+
 
 @dataclass(frozen=True)
 class SandboxLayout:
@@ -332,11 +336,12 @@ SandboxFactory = Callable[[Task, str], Sandbox]
 """Makes an unstarted sandbox for a task and a run id, e.g. a backend class."""
 
 BACKENDS: dict[str, str] = {
-    "local": "reroll.sandbox.local:LocalSandbox",
+    "local": "reroll.sandbox.isolated:local_sandbox",
+    "local-plain": "reroll.sandbox.local:LocalSandbox",
     "docker": "reroll.sandbox.docker:DockerSandbox",
 }
 """Built-in backend name → ``module:class``, imported only when used."""
-WITHOUT_NETWORK_POLICY = frozenset({"local"})
+WITHOUT_NETWORK_POLICY = frozenset({"local-plain"})
 """Backends that run on the host's network and enforce no ``environment.network`` policy."""
 
 

@@ -60,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reroll.config import host_ca_bundle
 from reroll.errors import SandboxError, SidecarError
 from reroll.sandbox import disk, firewall
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.images import IMAGE_MAP_ENV, MANAGED_LABEL, ensure_images, parse_image_map, task_image
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
@@ -70,9 +70,6 @@ RUN_ID_LABEL = "reroll.run_id"
 OWNER_LABEL = "reroll.owner"
 """``<host name>/<pid>/<start time in clock ticks>`` of the controller process that started the
 container (the start time tells a reused pid apart)."""
-SANDBOX_HOSTNAME = "sandbox"
-"""The hostname every container has, so what an agent sees does not change between the
-sandboxes of a run's lineage (record, replay, continue)."""
 AGENT_USER = "agent"
 AGENTS_VOLUME = "reroll-agents"
 AGENTS_DIR = "/opt/reroll-agents"

@@ -1,0 +1,228 @@
+"""Network policy ``none`` of the isolated local sandbox: a loopback-only network namespace into
+which the controller forwards the LLM proxy's ports, and nothing else.
+
+Why not a veth pair: a veth gives the namespace a route to the host, and the host accepts on it
+every address it owns (its other interfaces, ``0.0.0.0`` listeners); only firewall rules kept in
+step with the proxy's ports would close that, and they outlive a killed controller. A namespace
+with nothing but ``lo`` has no route anywhere by construction: the only way out is a listening
+socket the controller creates *inside* it (a socket stays in the namespace it was made in, see
+`listen_in`) and serves from its own, host-side event loop.
+
+Which ports: the sandbox gets a loopback address of its own on the host (`private_loopback`,
+e.g. ``127.83.17.201``), and its `host_address` is that one; the LLM proxy (and the HTTPS
+interceptor) bind there before the sandbox starts, so every TCP port listening on exactly that
+address (`listening_ports`, from ``/proc/net/tcp``) is the sandbox's and is forwarded at the
+same address and port inside. A listener of anything else on the host (on ``127.0.0.1``,
+``0.0.0.0`` or another address) is unreachable.
+
+Installing an agent needs PyPI: `connect_proxy` lends an HTTP ``CONNECT`` proxy inside the
+namespace for the install only (`Sandbox.egress`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import secrets
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+CLONE_NEWNET = 0x40000000
+LISTEN_STATE = "0A"
+"""TCP state LISTEN in ``/proc/net/tcp``."""
+BUFFER_BYTES = 64 * 1024
+REQUEST_HEAD_LIMIT_BYTES = 16 * 1024
+CONNECT_TIMEOUT_SECONDS = 30.0
+
+
+def private_loopback() -> str:
+    """A random address of ``127.0.0.0/8`` other than the usual ``127.0.0.x``/``127.0.1.x``."""
+    return f"127.{secrets.randbelow(250) + 3}.{secrets.randbelow(256)}.{secrets.randbelow(254) + 1}"
+
+
+def listening_ports(address: str, proc_net_tcp: Path = Path("/proc/net/tcp")) -> list[int]:
+    """TCP ports listening on exactly `address` (IPv4) in this process's network namespace, sorted."""
+    wanted = socket.inet_aton(address)[::-1].hex().upper()  # /proc shows the address little-endian
+    ports = set()
+    for line in proc_net_tcp.read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state = fields[1], fields[3]
+        host, _, port = local.partition(":")
+        if host == wanted and state == LISTEN_STATE:
+            ports.add(int(port, 16))
+    return sorted(ports)
+
+
+def listen_in(namespace: str, address: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``address:port`` inside the network namespace at path `namespace`
+    (``/proc/PID/ns/net``), made on a thread of its own that joins the namespace and then ends.
+
+    Raises:
+        OSError: the namespace cannot be joined (needs CAP_SYS_ADMIN) or the bind failed.
+    """
+    made: list[socket.socket | BaseException] = []
+
+    def make() -> None:
+        try:
+            with open(namespace, "rb") as handle:
+                if ctypes.CDLL(None, use_errno=True).setns(handle.fileno(), CLONE_NEWNET):
+                    code = ctypes.get_errno()
+                    raise OSError(code, f"joining {namespace}: {os.strerror(code)}")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, port))
+            sock.listen(128)
+            sock.setblocking(False)
+            made.append(sock)
+        except BaseException as exc:  # handed to the caller's thread
+            made.append(exc)
+
+    thread = threading.Thread(target=make, name="netns-listen")  # never reused in another namespace
+    thread.start()
+    thread.join()
+    (result,) = made
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy `reader` to `writer` until end of file, then half-close `writer`."""
+    with contextlib.suppress(OSError):
+        while data := await reader.read(BUFFER_BYTES):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+
+async def _splice(
+    inner: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    outer: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+) -> None:
+    """Copy both ways between two connections until both ends are done, then close them."""
+    try:
+        await asyncio.gather(_pump(inner[0], outer[1]), _pump(outer[0], inner[1]))
+    finally:
+        for _, writer in (inner, outer):
+            writer.close()
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def _forward_to(host: str, port: int) -> Handler:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            outer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_SECONDS)
+        except (OSError, TimeoutError):
+            writer.close()
+            return
+        await _splice((reader, writer), outer)
+
+    return handle
+
+
+async def _connect_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One HTTP ``CONNECT host:port`` request: a tunnel to that address from the host's network."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT_SECONDS)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+        writer.close()
+        return
+    method, _, rest = head.decode("latin-1").partition(" ")
+    target = rest.partition(" ")[0]
+    host, _, port = target.rpartition(":")
+    if method != "CONNECT" or not port.isdigit():
+        writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\n\r\nonly CONNECT\n")
+        writer.close()
+        return
+    try:
+        outer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECONDS
+        )
+    except (OSError, TimeoutError) as exc:
+        writer.write(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{exc}\n".encode())
+        writer.close()
+        return
+    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+    await _splice((reader, writer), outer)
+
+
+class Forwarder:
+    """The host-side servers of one sandbox's network namespace; `close` stops them all."""
+
+    def __init__(self, namespace: str, address: str) -> None:
+        self.namespace = namespace
+        self.address = address
+        self._servers: list[asyncio.Server] = []
+        self._open: set[asyncio.StreamWriter] = set()
+        self._forwarded: set[int] = set()
+
+    async def _serve(self, port: int, handler: Handler) -> int:
+        sock = await asyncio.to_thread(listen_in, self.namespace, self.address, port)
+
+        async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._open.add(writer)
+            try:
+                await handler(reader, writer)
+            finally:
+                self._open.discard(writer)
+
+        server = await asyncio.start_server(tracked, sock=sock, limit=REQUEST_HEAD_LIMIT_BYTES)
+        self._servers.append(server)
+        bound: int = sock.getsockname()[1]
+        return bound
+
+    async def forward_host_ports(self) -> list[int]:
+        """Forward every port listening on the host at `address` to the same port inside.
+
+        Returns:
+            The ports forwarded.
+
+        Raises:
+            OSError: as `listen_in`.
+        """
+        ports = listening_ports(self.address)
+        for port in ports:
+            await self.forward_port(port)
+        return ports
+
+    async def forward_port(self, port: int) -> None:
+        """Forward the host's `address`:`port` to the same port inside (once; again is a no-op).
+
+        Raises:
+            OSError: as `listen_in`.
+        """
+        if port not in self._forwarded:
+            await self._serve(port, _forward_to(self.address, port))
+            self._forwarded.add(port)
+
+    @contextlib.asynccontextmanager
+    async def connect_proxy(self) -> AsyncIterator[str]:
+        """An HTTP CONNECT proxy inside the namespace while the context lasts.
+
+        Yields:
+            The proxy's URL (``http://ADDRESS:PORT``).
+        """
+        port = await self._serve(0, _connect_handler)
+        server = self._servers[-1]
+        try:
+            yield f"http://{self.address}:{port}"
+        finally:
+            self._servers.remove(server)
+            server.close()
+
+    async def close(self) -> None:
+        """Stop every server and close the connections they accepted."""
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        for writer in list(self._open):
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2.0)
