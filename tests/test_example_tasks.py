@@ -45,7 +45,10 @@ def oracle_run(task: Path, sandbox_backend: str, tmp_path: Path, *flags: str) ->
 
 @pytest.mark.parametrize("example", ["harbor-ctrf", "skillsbench-yaml", "native-verifier"])
 def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
-    output = oracle_run(EXAMPLES / example, sandbox_backend, tmp_path)
+    # Without an image, harbor-ctrf's test.sh installs pytest and its ctrf plugin from PyPI when it
+    # runs: the local sandbox must have the network (its allow_internet = false is network none).
+    network = ["--network", "full"] if (example, sandbox_backend) == ("harbor-ctrf", "local") else []
+    output = oracle_run(EXAMPLES / example, sandbox_backend, tmp_path, *network)
     if example == "skillsbench-yaml":  # reported once, by name
         assert output.count("ignores environment.skills_dir") == 1
 

@@ -8,7 +8,8 @@ started through util-linux ``unshare``; `reroll.sandbox.namespace_init` (PID 1) 
   see the host's programs (Python, the agents installed under reroll's cache), and what they
   write — ``pip install`` into ``/usr``, ``/etc``, HOME — lands in the overlay's upper layer, a
   tmpfs of `IsolatedSandboxConfig.upper_size_bytes` that dies with the sandbox;
-- the workspace (the task's ``workdir``, else ``/app``), ``/logs`` and the task's verifier
+- the workspace (the task's ``workdir``, else ``/app``; ``/app`` where the workdir would hide
+  the host's interpreter or reroll's cache, see `_workspace`), ``/logs`` and the task's verifier
   folder are bound to the sandbox
   folder's ``app/``, ``logs/`` and ``verifier/``, so task scripts with absolute paths run
   unchanged, as in a container; the agents folder (``<cache>/agents``) is bound read-write at its
@@ -98,7 +99,7 @@ class IsolatedSandbox(SidecarSandbox):
         self.folder = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         layout = SandboxLayout(
             root="/",
-            workspace=task.workdir or DEFAULT_WORKDIR,
+            workspace=_workspace(task),
             logs_dir=task.logs_mount,
             home=f"/home/{AGENT_USER}",
             agents_dir=str(cache_dir() / "agents"),
@@ -243,6 +244,18 @@ class IsolatedSandbox(SidecarSandbox):
             await self._sidecar_process.stop()
             self._sidecar_process = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _workspace(task: Task) -> str:
+    """The task's working folder (``workdir``, else `DEFAULT_WORKDIR`), unless binding the
+    sandbox's folder there would hide host files the sandbox runs from (the interpreter, its
+    virtualenv, reroll's cache: ``workdir = "/root"`` with Python under ``/root/.pyenv``); then
+    `DEFAULT_WORKDIR`. Task scripts that read ``$REROLL_WORKSPACE`` run either way."""
+    wanted = Path(task.workdir or DEFAULT_WORKDIR)
+    needed = (Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).resolve(), cache_dir())
+    if any(path == wanted or wanted in path.parents for path in needed):
+        return DEFAULT_WORKDIR
+    return str(wanted)
 
 
 def _child_of(pid: int | None) -> int:
