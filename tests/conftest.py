@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 import pytest
+from reroll.sandbox.images import ensure_catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -317,11 +318,13 @@ def _static_busybox() -> bytes:
 @pytest.fixture(scope="session")
 @spawning
 def variant_images(docker_images: str) -> dict[str, str]:
-    """``{"no-python": tag, "busybox": tag}``: images built once (cached by tag) from reroll's base
-    image minus Python, and from scratch with Debian's static busybox alone."""
+    """``{"no-python": tag, "busybox": tag, "trixie": tag}``: images built once (cached by tag) from
+    reroll's base image minus Python, from scratch with Debian's static busybox alone, and the
+    catalogue's Debian trixie (no Python; debootstrapped on first use)."""
     client = docker.from_env()
     try:
         return {
+            "trixie": ensure_catalogue(client, "trixie"),
             "no-python": _build(client, "reroll-test/no-python", _NO_PYTHON_DOCKERFILE, {}),
             "busybox": _build(
                 client, "reroll-test/busybox", _BUSYBOX_DOCKERFILE, {"busybox": _static_busybox()}

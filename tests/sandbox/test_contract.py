@@ -1,8 +1,8 @@
 """The sandbox contract (`reroll.sandbox.conformance`) run against every built-in backend:
 `local` (isolated: namespaces and an overlay of the host's root), `local-plain`, and `docker`
 on a real Docker engine (slow: its images are built on first use) — on reroll's base image,
-and on images the injected sidecar must work in unchanged: one without Python and one with
-nothing but a static busybox."""
+and on images the injected sidecar must work in unchanged: one without Python, one with
+nothing but a static busybox, and Debian trixie (the catalogue's, also without Python)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ BACKENDS = [
     pytest.param("docker", marks=pytest.mark.slow),
     pytest.param("docker:no-python", marks=pytest.mark.slow),
     pytest.param("docker:busybox", marks=pytest.mark.slow),
+    pytest.param("docker:trixie", marks=pytest.mark.slow),
 ]
 
 
