@@ -89,11 +89,15 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SandboxOption = Annotated[
-    str | None, typer.Option(help="Sandbox backend: local, docker, or a dotted path (package.module:Class).")
+    str | None,
+    typer.Option(
+        help="Sandbox backend: local (isolated by namespaces), local-plain, docker, or a dotted path "
+        "(package.module:Class)."
+    ),
 ]
 NetworkOption = Annotated[
     NetworkPolicy | None,
-    typer.Option(help="Egress: none (only the LLM proxy; needs docker) or full [default: the task's]."),
+    typer.Option(help="Egress: none (only the LLM proxy; local or docker) or full [default: the task's]."),
 ]
 ImageMapOption = Annotated[
     list[str] | None,
