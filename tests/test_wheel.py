@@ -11,12 +11,16 @@ wheel's copy of the sidecar hashes to the same image tags).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from reroll.config import cache_dir
 
 from tests.conftest import EXAMPLES, ROOT
 
@@ -47,9 +51,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
-    """``bin/`` of a fresh virtualenv outside the checkout holding the wheel and its locked dependencies."""
-    work = tmp_path_factory.mktemp("wheel-venv")
+def installed(wheel: Path) -> Iterator[Path]:
+    """``bin/`` of a fresh virtualenv outside the checkout holding the wheel and its locked
+    dependencies. It lives under reroll's cache, not ``/tmp``: the isolated local sandbox has a
+    ``/tmp`` of its own, where a venv from the host's ``/tmp`` is bound read-only, so the
+    verifier's hardening of ``/tmp``'s start-up hooks (PyInstaller ships a conftest.py) fails."""
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="test-wheel-", dir=cache_dir()))
+    try:
+        yield _install(work, wheel)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _install(work: Path, wheel: Path) -> Path:
+    """Make the virtualenv in `work` and install `wheel` into it; returns its ``bin/``."""
     constraints = work / "constraints.txt"
     export = [UV, "export", "--quiet", "--frozen", "--no-hashes", "--no-emit-project"]
     run([*export, "--project", str(ROOT), "--output-file", str(constraints)], cwd=work)

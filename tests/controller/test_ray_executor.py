@@ -68,7 +68,8 @@ async def test_ray_job_gives_the_same_summary_and_resumes(tmp_path: Path, exampl
 
 @pytest.mark.slow
 def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
-    """The first attempt's oracle SIGKILLs its Ray worker: Ray loses the task, the job retries it."""
+    """The first attempt's oracle SIGKILLs its Ray worker: Ray loses the task, the job retries it.
+    (On `local-plain`: the isolated `local` sandbox's PID namespace hides the worker from it.)"""
     marker = tmp_path / "killed-once"
     task = write_task(
         tmp_path / "tasks",
@@ -81,7 +82,7 @@ def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             *(REROLL, "job", "--task", str(task), "--agent", "oracle", "--executor", "ray"),
-            *("--job-name", "k", "--concurrency", "1", "--max-retries", "1"),
+            *("--job-name", "k", "--concurrency", "1", "--max-retries", "1", "--sandbox", "local-plain"),
         ],
         capture_output=True,
         text=True,

@@ -170,6 +170,7 @@ class IsolatedSandbox(SidecarSandbox):
                 Bind(str(self.folder / "logs"), self.layout.logs_dir),
                 Bind(str(self.folder / "verifier"), verifier),
                 Bind(str(agents), str(agents)),
+                *_hidden_interpreter_binds(),
                 Bind(str(control), str(control), mode=0o700),
             ],
         )
@@ -244,6 +245,18 @@ class IsolatedSandbox(SidecarSandbox):
             await self._sidecar_process.stop()
             self._sidecar_process = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _hidden_interpreter_binds() -> list[Bind]:
+    """Read-only binds of the controller's virtualenv and base Python at their own paths where
+    the sandbox's private ``/tmp`` or ``/run`` would hide them (a venv made under ``/tmp``)."""
+    private = (Path("/tmp"), Path("/run"))
+    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    return [
+        Bind(str(prefix), str(prefix), read_only=True)
+        for prefix in sorted(prefixes)
+        if any(folder in prefix.parents for folder in private)
+    ]
 
 
 def _workspace(task: Task) -> str:

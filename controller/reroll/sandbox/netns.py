@@ -27,6 +27,7 @@ import ctypes
 import os
 import secrets
 import socket
+import struct
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -91,23 +92,47 @@ def listen_in(namespace: str, address: str, port: int) -> socket.socket:
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy `reader` to `writer` until end of file, then half-close `writer`."""
+    """Copy `reader` to `writer` until end of file, then half-close `writer`.
+
+    Raises:
+        OSError: either connection failed (a reset): `_splice` passes that on as a reset.
+    """
+    while data := await reader.read(BUFFER_BYTES):
+        writer.write(data)
+        await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close `writer`'s connection with a TCP reset (SO_LINGER 0), as the other side's was."""
+    sock = writer.get_extra_info("socket")
     with contextlib.suppress(OSError):
-        while data := await reader.read(BUFFER_BYTES):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
 
 
 async def _splice(
     inner: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     outer: tuple[asyncio.StreamReader, asyncio.StreamWriter],
 ) -> None:
-    """Copy both ways between two connections until both ends are done, then close them."""
+    """Copy both ways between two connections until both ends are done, then close them. A
+    reset of either connection resets the other, so the agent sees what the proxy did (a cut,
+    an injected reset) and does not wait for bytes that will never come."""
+    pumps = [
+        asyncio.ensure_future(_pump(inner[0], outer[1])),
+        asyncio.ensure_future(_pump(outer[0], inner[1])),
+    ]
     try:
-        await asyncio.gather(_pump(inner[0], outer[1]), _pump(outer[0], inner[1]))
+        done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
+        if any(not pump.cancelled() and pump.exception() is not None for pump in done):
+            for _, writer in (inner, outer):
+                _reset(writer)
+        await asyncio.gather(*pumps, return_exceptions=True)
     finally:
+        for pump in pumps:
+            pump.cancel()
         for _, writer in (inner, outer):
             writer.close()
 
