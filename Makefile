@@ -41,7 +41,7 @@ test-fast: env  # the edit loop: every in-process test (no slow or spawns mark),
 	$(BIN)/python -m pytest -q -p no:cacheprovider --fast
 
 check: env
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy controller/reroll sidecar/reroll_sidecar proxy/reroll_proxy
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy controller/reroll contracts/reroll_contracts sidecar/reroll_sidecar proxy/reroll_proxy
 
 images: env
 	$(BIN)/python scripts/build-images

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import yaml
-from reroll.models import task_script
+from reroll.models.spec import task_script
 
 ROOT = Path(__file__).resolve().parent.parent
 REROLL = str(Path(sys.executable).parent / "reroll")

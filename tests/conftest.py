@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 import pytest
-from reroll.sandbox.images import ensure_catalogue
+from reroll.sandbox.docker.images import ensure_catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "tasks"

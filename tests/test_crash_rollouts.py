@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from reroll.runfolder import load_run_folder
-from reroll.sandbox.local import kill_sandbox_processes
+from reroll.runfolder.run import load_run_folder
+from reroll.sandbox.local.plain import kill_sandbox_processes
 
 REROLL = str(Path(sys.executable).parent / "reroll")
 SANDBOX = ("--sandbox", "local-plain")

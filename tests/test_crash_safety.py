@@ -27,7 +27,7 @@ from typing import Any
 
 import openai
 import pytest
-from reroll.runfolder import TRAJECTORY, RunConfig, create_run_folder, load_run_folder, write_json
+from reroll.runfolder.run import TRAJECTORY, RunConfig, create_run_folder, load_run_folder, write_json
 
 from tests.proxy.conftest import TOKEN, Service, Turn, ask, converse, start_service
 
@@ -93,7 +93,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     workdir = tmp_path_factory.mktemp("crash-model")
     (workdir / "script.json").write_text(json.dumps(SCRIPT))
     service = start_service(
-        "reroll.scripted_model", ["--script", str(workdir / "script.json")], workdir, "model"
+        "reroll.models.scripted", ["--script", str(workdir / "script.json")], workdir, "model"
     )
     yield service
     service.stop()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from reroll.runfolder import load_run_folder
+from reroll.runfolder.run import load_run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "examples" / "tasks" / "fix-failing-test"

@@ -27,8 +27,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 
-from tests.controller.export.conftest import chat_exchanges, write_run
-from tests.controller.test_branching import URLLIB_AGENTS
+from tests.export.conftest import chat_exchanges, write_run
+from tests.jobs.test_branch import URLLIB_AGENTS
 
 REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
@@ -137,7 +137,7 @@ def screenshots(tmp_path: Path) -> Path:
 
 def view(path: Path, output: Path) -> str:
     """The URL of the site of `path` (built in this process: `reroll view` itself is tested in
-    tests/controller/view/test_site.py)."""
+    tests/view/test_site.py)."""
     return build_site(path, output).as_uri()
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reroll.config import cache_dir
+from reroll.cache import cache_dir
 
 from tests.conftest import EXAMPLES, ROOT
 

@@ -21,7 +21,7 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
 
 - `run_task` — record a rollout (``reroll run``); returns a `RolloutOutcome` (run folder, result).
   With ``trial=TrialConfig(scenes=[Scene(...), ...])`` (or `load_trial` of a trial file) it runs
-  several scenes, roles, turns and User-driven rounds in one sandbox (`reroll.trial`)::
+  several scenes, roles, turns and User-driven rounds in one sandbox (`reroll.trials.config`)::
 
       trial = reroll.TrialConfig(scenes=[
           reroll.Scene("prep", [reroll.Role("gen", "mini-swe-agent")],
@@ -35,14 +35,14 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
 - `branch` — N continuations per model from one checkpoint, concurrently (``reroll branch``);
   returns a `BranchSummary`.
 
-All four go through one path, `reroll.continuation.start_rollout` (a recording starts from a
-task, the others from a `reroll.checkpoint.Checkpoint`). Each takes ``options=RolloutOptions(...)``
+All four go through one path, `reroll.rollout.start.start_rollout` (a recording starts from a
+task, the others from a `reroll.rollout.checkpoint.Checkpoint`). Each takes ``options=RolloutOptions(...)``
 (timeout_seconds, sandbox, network, faults, divergence_policy) and
 ``console=rich.console.Console()`` to show progress (default: ``harness/controller.log`` in the
-new run folder), and raises a `reroll.errors.ConfigError` on bad input, before anything is
+new run folder), and raises a `reroll_contracts.errors.ConfigError` on bad input, before anything is
 written; a rollout's own failure is its result (status ``error`` and an ``error_category``), never
 an exception. The submodules are imported on first use, so ``import reroll`` stays light (the
-proxy and the sidecar import `reroll.errors` alone).
+proxy and the sidecar import `reroll_contracts.errors` alone).
 """
 
 from __future__ import annotations
@@ -53,31 +53,33 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from reroll.branching import BranchSummary, branch
-    from reroll.continuation import RolloutOptions, RolloutOutcome, continue_run
-    from reroll.fidelity import FidelityReport, replay_run
-    from reroll.record import run_task
-    from reroll.trial import Role, Scene, TrialConfig, Turn, load_trial
-    from reroll.users import BaseUser, FunctionUser, RoundResult, user_spec
+    from reroll.jobs.branch import branch
+    from reroll.rollout.continue_ import continue_run
+    from reroll.rollout.record import run_task
+    from reroll.rollout.replay import FidelityReport, replay_run
+    from reroll.rollout.start import RolloutOptions, RolloutOutcome
+    from reroll.runfolder.summary import BranchSummary
+    from reroll.trials.config import Role, Scene, TrialConfig, Turn, load_trial
+    from reroll.trials.users import BaseUser, FunctionUser, RoundResult, user_spec
 
 _API = {
-    "run_task": "reroll.record",
-    "continue_run": "reroll.continuation",
-    "RolloutOptions": "reroll.continuation",
-    "RolloutOutcome": "reroll.continuation",
-    "replay_run": "reroll.fidelity",
-    "FidelityReport": "reroll.fidelity",
-    "branch": "reroll.branching",
-    "BranchSummary": "reroll.branching",
-    "TrialConfig": "reroll.trial",
-    "Scene": "reroll.trial",
-    "Role": "reroll.trial",
-    "Turn": "reroll.trial",
-    "load_trial": "reroll.trial",
-    "BaseUser": "reroll.users",
-    "FunctionUser": "reroll.users",
-    "RoundResult": "reroll.users",
-    "user_spec": "reroll.users",
+    "run_task": "reroll.rollout.record",
+    "continue_run": "reroll.rollout.start",
+    "RolloutOptions": "reroll.rollout.start",
+    "RolloutOutcome": "reroll.rollout.start",
+    "replay_run": "reroll.rollout.replay",
+    "FidelityReport": "reroll.rollout.replay",
+    "branch": "reroll.jobs.branch",
+    "BranchSummary": "reroll.jobs.branch",
+    "TrialConfig": "reroll.trials.config",
+    "Scene": "reroll.trials.config",
+    "Role": "reroll.trials.config",
+    "Turn": "reroll.trials.config",
+    "load_trial": "reroll.trials.config",
+    "BaseUser": "reroll.trials.users",
+    "FunctionUser": "reroll.trials.users",
+    "RoundResult": "reroll.trials.users",
+    "user_spec": "reroll.trials.users",
 }
 __all__ = [
     "BaseUser",

@@ -15,9 +15,8 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
-from reroll_proxy.volatile import VolatileRule
-
-from reroll.errors import AgentError
+from reroll_contracts.errors import AgentError
+from reroll_contracts.proxy import VolatileRule
 
 
 class AgentSpec(BaseModel):
@@ -52,7 +51,7 @@ class AgentSpec(BaseModel):
     proxy_mode: Literal["base_url", "intercept"] = "base_url"
     """How the agent reaches the LLM proxy: ``base_url`` (its base-URL variables, from `env`), or
     ``intercept`` for agents with the provider's URL hard-coded: ``HTTPS_PROXY`` to a mitmproxy
-    front end and its CA trusted in the sandbox (see `reroll.intercept`)."""
+    front end and its CA trusted in the sandbox (see `reroll.host.intercept`)."""
     volatile: list[VolatileRule] = []
     """The parts of the agent's requests that legitimately differ from run to run, so a replay
     does not count them as divergences: each rule is one of ``path`` (a dotted JSON path into

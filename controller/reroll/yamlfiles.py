@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from reroll.errors import ConfigError
+from reroll_contracts.errors import ConfigError
 
 
 def read_mapping(path: Path, error: type[ConfigError], what: str, keys: str) -> dict[str, Any]:
@@ -15,7 +14,7 @@ def read_mapping(path: Path, error: type[ConfigError], what: str, keys: str) -> 
 
     Args:
         path: the file.
-        error: the error class raised (e.g. `reroll.errors.JobError`).
+        error: the error class raised (e.g. `reroll_contracts.errors.JobError`).
         what: what the file is, for the messages (``job file``).
         keys: the keys it should have, for the message of a file that is no mapping (``scenes:``).
 

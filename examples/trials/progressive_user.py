@@ -1,4 +1,4 @@
-"""The User of progressive-disclosure.yaml (a `reroll.users.FunctionUser` function).
+"""The User of progressive-disclosure.yaml (a `reroll.trials.users.FunctionUser` function).
 
 Round 0 gets a terse spec, round 1 the failing tests' output as hints, round 2 the task's full
 instruction, every later round the latest failures again; it stops (returns None) as soon as
@@ -7,7 +7,7 @@ the soft verify after a round gives reward 1.0.
 
 from __future__ import annotations
 
-from reroll.users import RoundResult
+from reroll.trials.users import RoundResult
 
 TERSE = "Terse spec: make calc.py correct."
 HINT_LINES = 12

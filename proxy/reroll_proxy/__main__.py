@@ -1,8 +1,8 @@
 """``python -m reroll_proxy --config FILE [--ready-file F]``: run one rollout's proxy until SIGTERM.
 
-The config is a JSON `reroll_proxy.contract.ProxyConfig`, where ``upstream.api_key_env`` names
+The config is a JSON `reroll_contracts.proxy.ProxyConfig`, where ``upstream.api_key_env`` names
 the environment variable holding the upstream key. Once listening, the proxy writes its
-`reroll_proxy.contract.ReadyFile` (``{"pid", "address"}``, the address its base URL). Exit code
+`reroll_contracts.proxy.ReadyFile` (``{"pid", "address"}``, the address its base URL). Exit code
 2: the config, the replayed trajectory or the fault plan is invalid (the message on stderr names the file).
 """
 
@@ -14,11 +14,11 @@ import logging
 import sys
 from pathlib import Path
 
-from reroll.childenv import hide_from_same_user
-from reroll.errors import ConfigError
+from reroll_contracts.childenv import hide_from_same_user
+from reroll_contracts.errors import ConfigError
+from reroll_contracts.proxy import ProxyConfig
 
 from reroll_proxy.config import load_config
-from reroll_proxy.contract import ProxyConfig
 from reroll_proxy.runtime import run_service
 from reroll_proxy.server import start_proxy
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True, help="JSON proxy config file")
     parser.add_argument("--ready-file", type=Path, help="overrides the config's ready_file")
     args = parser.parse_args(argv)
-    hide_from_same_user()  # its environment holds the provider key (`reroll.childenv`)
+    hide_from_same_user()  # its environment holds the provider key (`reroll_contracts.childenv`)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)

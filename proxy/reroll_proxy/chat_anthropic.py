@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from reroll.errors import UntranslatableError
+from reroll_contracts.errors import UntranslatableError
 
 Body = dict[str, Any]
 DEFAULT_MAX_TOKENS = 4096

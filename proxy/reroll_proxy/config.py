@@ -1,4 +1,4 @@
-"""Reading the proxy's configuration: one `reroll_proxy.contract.ProxyConfig` per rollout, from a JSON file.
+"""Reading the proxy's configuration: one `reroll_contracts.proxy.ProxyConfig` per rollout, from a JSON file.
 
 In a config file the upstream key is given indirectly as ``"api_key_env": "NAME"`` (the
 environment variable holding it), so the key is never written to disk; `load_config` resolves
@@ -13,9 +13,8 @@ from pathlib import Path
 
 import orjson
 from pydantic import ValidationError
-from reroll.errors import ProxyConfigError
-
-from reroll_proxy.contract import ProxyConfig
+from reroll_contracts.errors import ProxyConfigError
+from reroll_contracts.proxy import ProxyConfig
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> ProxyConfig:

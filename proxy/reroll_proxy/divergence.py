@@ -24,10 +24,10 @@ then ``params``. Its classification:
 from __future__ import annotations
 
 import difflib
-from typing import Any, Literal
+from typing import Any
 
 import orjson
-from pydantic import BaseModel
+from reroll_contracts.proxy import Classification, Divergence
 
 from reroll_proxy.formats import format_named
 from reroll_proxy.formats.normal import NormalRequest
@@ -36,25 +36,6 @@ MAX_DIFF_LINES = 40
 """Longest `Divergence.diff`, in lines (longer diffs are cut, with a last line saying so)."""
 _PREVIEW_CHARS = 60
 _OBSERVATION_ROLES = frozenset({"user", "tool"})
-Classification = Literal["observation_changed", "agent_changed"]
-
-
-class Divergence(BaseModel):
-    """Where a live request first differs from the recorded one."""
-
-    message_index: int | None
-    """0-based index of the first differing message in the normalised conversation (the system
-    prompt is message 0 when the format carries it outside the list); None when the
-    difference is not in a message."""
-    field: str
-    """What differs, as a path: ``messages[3].content[0].text``, ``message_count``,
-    ``tools[1].parameters``, ``params.temperature``, ``api_format``."""
-    classification: Classification = "agent_changed"
-    """``observation_changed`` (a user or tool message differs) or ``agent_changed`` (the rest)."""
-    summary: str
-    """One line for humans."""
-    diff: str
-    """Unified diff (recorded → live) of the differing values, at most `MAX_DIFF_LINES` lines."""
 
 
 def compare_requests(

@@ -25,8 +25,8 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from reroll_contracts.proxy import UpstreamConfig
 
-from reroll_proxy.contract import UpstreamConfig
 from reroll_proxy.exchange import Exchange
 from reroll_proxy.formats import format_for_path, format_named
 from reroll_proxy.respond import error_response

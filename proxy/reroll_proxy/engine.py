@@ -47,7 +47,7 @@ them) is recorded as the exchange's ``metadata.thread``.
 
 The first `Abort`, or the first `Exhausted` once every servable exchange was served, is kept
 as `ReplayEngine.stop`: the front end reports it as the proxy's stop
-(`reroll_proxy.contract.ProxyStop`). An `Exhausted` while other threads still have servable
+(`reroll_contracts.proxy.ProxyStop`). An `Exhausted` while other threads still have servable
 exchanges refuses that request only.
 
 Steps count the served requests (`Replay`, `Live`, and faults injected in place of the model:
@@ -63,8 +63,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reroll_proxy.contract import DivergencePolicy
-from reroll_proxy.divergence import Divergence, compare_normal, format_changed
+from reroll_contracts.proxy import Divergence, DivergencePolicy
+
+from reroll_proxy.divergence import compare_normal, format_changed
 from reroll_proxy.exchange import Exchange
 from reroll_proxy.formats import format_for_path, format_named
 from reroll_proxy.retries import superseded

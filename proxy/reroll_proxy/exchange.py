@@ -34,11 +34,10 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from reroll.errors import TrajectoryFormatError
+from reroll_contracts.errors import TrajectoryFormatError
+from reroll_contracts.proxy import Divergence, FormatName
 
-from reroll_proxy.divergence import Divergence
 from reroll_proxy.faults import FaultNote
-from reroll_proxy.formats import FormatName
 from reroll_proxy.sse import SseEvent
 
 MAX_TRAJECTORY_BYTES = 4 * 1024**3
@@ -117,7 +116,7 @@ class RetryNote(_Record):
 
 
 class Place(BaseModel):
-    """Where in a trial (`reroll.trial`) an exchange was sent: set by the controller on the proxy
+    """Where in a trial (`reroll.trials.config`) an exchange was sent: set by the controller on the proxy
     (``POST /_reroll/place``) before each turn, recorded as ``metadata.place``."""
 
     model_config = ConfigDict(extra="forbid")

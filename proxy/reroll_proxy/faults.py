@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from reroll.errors import FaultPlanError
+from reroll_contracts.errors import FaultPlanError
 
 from reroll_proxy.formats import WireFormat
 

@@ -16,26 +16,12 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from pydantic import BaseModel, ConfigDict, Field
+from reroll_contracts.proxy import ClientLimits
 
 LINGER_SECONDS = 1.0
 """After a response sent before its request's body was read (a 401, a 408), how long aiohttp
 still reads (and drops) the rest before it closes (its default: 10 s)."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class ClientLimits(BaseModel):
-    """The limits of one client connection to the proxy (`ProxyConfig.client_limits`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    header_timeout_seconds: float = Field(default=30.0, gt=0)
-    """A connection that has not sent a complete request head this long after it opened (or
-    after its last response, between keep-alive requests) is closed."""
-    body_timeout_seconds: float = Field(default=60.0, gt=0)
-    """A request whose body has not fully arrived this long after its head gets a 408."""
-    max_request_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
-    """Largest request body accepted (413 beyond; long conversations exceed aiohttp's 1 MiB default)."""
 
 
 def runner_options(limits: ClientLimits) -> dict[str, Any]:

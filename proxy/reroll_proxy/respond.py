@@ -23,8 +23,8 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from reroll_contracts.proxy import Divergence, FormatName
 
-from reroll_proxy.divergence import Divergence
 from reroll_proxy.exchange import (
     Exchange,
     ExchangeMetadata,
@@ -36,7 +36,7 @@ from reroll_proxy.exchange import (
     sanitize_headers,
 )
 from reroll_proxy.faults import FaultNote
-from reroll_proxy.formats import FormatName, WireFormat
+from reroll_proxy.formats import WireFormat
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.sse import SseEvent, SseParser, encode_event
 

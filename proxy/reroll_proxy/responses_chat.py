@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reroll.errors import UntranslatableError
+from reroll_contracts.errors import UntranslatableError
 
 Body = dict[str, Any]
 _TEXT_PARTS = ("input_text", "output_text", "text")

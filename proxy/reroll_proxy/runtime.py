@@ -1,8 +1,8 @@
 """Process plumbing shared by the proxy and the scripted model server (``python -m`` entry points).
 
 - `base_url_for` is the URL clients use for a listening address.
-- `write_ready_file` announces a listening server the way `reroll.processes.ChildProcess`
-  waits for: a `reroll_proxy.contract.ReadyFile` written atomically (temp file + rename).
+- `write_ready_file` announces a listening server the way `reroll.host.child_process.ChildProcess`
+  waits for: a `reroll_contracts.proxy.ReadyFile` written atomically (temp file + rename).
 - `run_service` runs a server coroutine until SIGTERM / SIGINT, on uvloop when installed.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from reroll_proxy.contract import ReadyFile
+from reroll_contracts.proxy import ReadyFile
 
 
 def base_url_for(host: str, port: int) -> str:

@@ -21,8 +21,8 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
 - ``POST /v1/messages/count_tokens``, ``GET /v1/models`` (each also without ``/v1``): answered
   beside the trajectory, see `reroll_proxy.endpoints_models`.
 - ``GET /_reroll/status`` — the engine's counters, divergences and stop: a
-  `reroll_proxy.contract.ProxyStatus`.
-- ``GET /_reroll/stop`` — a long poll: answers a `reroll_proxy.contract.ProxyStop` once the proxy
+  `reroll_contracts.proxy.ProxyStatus`.
+- ``GET /_reroll/stop`` — a long poll: answers a `reroll_contracts.proxy.ProxyStop` once the proxy
   refuses every further request (replay-only cut point, strict divergence). The stop is set
   before the first 409 is sent, so it is in every status read after the agent saw that 409.
 - ``POST /_reroll/place`` — the controller says where in a trial the next requests are sent
@@ -47,9 +47,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
-from reroll.errors import ProxyConfigError, TranslationError
+from reroll_contracts.errors import ProxyConfigError, TranslationError
+from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
 
-from reroll_proxy.contract import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
 from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
@@ -102,7 +102,7 @@ class ProxyServer:
         self.faults = faults
         self._session: aiohttp.ClientSession | None = None
         self._stopped = asyncio.Event()
-        """Set with ``engine.stop``, before the first 409 is sent (see `reroll_proxy.contract`)."""
+        """Set with ``engine.stop``, before the first 409 is sent (see `reroll_contracts.proxy`)."""
         limits = config.client_limits
         self.app = web.Application(
             middlewares=[self._authenticate, read_body_in_time(limits)],

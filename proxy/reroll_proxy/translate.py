@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from reroll.errors import TranslationError, UntranslatableError
+from reroll_contracts.errors import TranslationError, UntranslatableError
 
 from reroll_proxy import chat_anthropic, responses_chat
 from reroll_proxy.formats import WireFormat, all_formats, format_named

@@ -6,7 +6,7 @@ through the same layers, so a difference in a volatile part is never a divergenc
 other difference still is:
 
 1. per sandbox and per agent, the `VolatileRule` list of the proxy's config
-   (`reroll_proxy.contract.ProxyConfig.volatile`), applied to the raw JSON body by `Volatility`:
+   (`reroll_contracts.proxy.ProxyConfig.volatile`), applied to the raw JSON body by `Volatility`:
    the controller adds one ``value`` rule per path the sandbox knows (workspace, HOME, sandbox
    root, the recorded sandbox's too) and the agent's declared rules (``volatile:`` in an agent
    declaration, `reroll.agents.AgentSpec.volatile`) — e.g. a datetime in the system prompt,
@@ -34,38 +34,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, Self
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-
-class VolatileRule(BaseModel):
-    """One part of a request that may differ between a recording and its replay (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str | None = Field(default=None, min_length=1)
-    """A dotted path into the request body whose value is dropped; ``*`` matches every key or element."""
-    pattern: str | None = Field(default=None, min_length=1)
-    """A regular expression; every match inside a string of the body is replaced by ``<label>``."""
-    value: str | None = Field(default=None, min_length=1)
-    """A literal string (e.g. the sandbox's workspace path); every occurrence is replaced by ``<label>``."""
-    label: str = Field(default="volatile", min_length=1)
-    """What a replaced part reads as in bodies compared and in divergence diffs: ``<label>``."""
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Self:
-        kinds = [name for name in ("path", "pattern", "value") if getattr(self, name) is not None]
-        if len(kinds) != 1:
-            raise ValueError(
-                f"a volatile rule has exactly one of path, pattern, value (got {kinds or 'none'})"
-            )
-        if self.pattern is not None:
-            try:
-                re.compile(self.pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern {self.pattern!r} is not a regular expression: {exc}") from exc
-        return self
+from reroll_contracts.proxy import VolatileRule
 
 
 class Volatility:

@@ -5,7 +5,7 @@
 
 Writes synthetic run folders into a temporary folder (Chat Completions, every request holding
 the whole conversation so far, one tool call and its result per exchange, as a tool-calling
-agent sends them), then times, in this process, loading them (`reroll.runfolder.load_run_folder`:
+agent sends them), then times, in this process, loading them (`reroll.runfolder.run.load_run_folder`:
 reading and validating every JSONL line, the baseline) and exporting them to ATIF and to
 verifiers records (`reroll.export.export_lines`, loading included). Prints seconds and the ratio
 of each export to the baseline measured in the same run.
@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 from reroll.export import export_lines, sources
-from reroll.runfolder import RunConfig, RunResult, write_json
+from reroll.runfolder.run import RunConfig, RunResult, write_json
 from reroll_proxy.exchange import Exchange
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]

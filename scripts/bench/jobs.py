@@ -4,7 +4,7 @@
         [--agent mini-swe-agent|oracle] [--task examples/tasks/hello-file] [--max-retries 2]
         [--max-starting 4] [--executor asyncio|ray]
 
-Runs the job in this process (`reroll.jobs.run_job`) with the bundled scripted model, in the
+Runs the job in this process (`reroll.jobs.runner.run_job`) with the bundled scripted model, in the
 `local` sandbox, into a temporary jobs dir, while sampling every 0.2 s the resident memory
 (RSS) of this process and all its descendants (proxies, scripted model servers, sidecars,
 agents). Prints the figures, and exits 1 if any rollout did not end ``ok``.
@@ -21,8 +21,8 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
-from reroll.jobfile import DEFAULT_MAX_STARTING, JobSpec
-from reroll.jobs import run_job
+from reroll.jobs.jobfile import DEFAULT_MAX_STARTING, JobSpec
+from reroll.jobs.runner import run_job
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ comparison, a plain ``mitmdump --mode reverse:UPSTREAM``, no addon, with ``strea
 so that SSE streams through); ``replay`` (a proxy replays the ``record`` trajectory with no
 upstream: the divergence check runs on every request, each replayed exchange is fsynced to its
 own trajectory). The figures printed are p50 / p95 of each target, the added p50 / p95 (target
-minus direct) and their ratio. mitmproxy is installed on first use (see `reroll.intercept`).
+minus direct) and their ratio. mitmproxy is installed on first use (see `reroll.host.intercept`).
 
 Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat]``.
 """
@@ -40,9 +40,9 @@ from typing import Any
 
 import aiohttp
 import orjson
-from reroll import intercept
-from reroll.processes import ChildProcess
-from reroll_proxy.contract import ProxyConfig, UpstreamConfig
+from reroll.host import intercept
+from reroll.host.child_process import ChildProcess
+from reroll_contracts.proxy import ProxyConfig, UpstreamConfig
 
 TOKEN = "bench-token"
 WARMUP_EXCHANGES = 50
@@ -218,7 +218,7 @@ async def main(exchanges: int, api_format: str) -> None:
         await asyncio.to_thread(intercept.ensure_mitmproxy)
         ca_file.write_bytes(intercept.ca_bundle())
         async with ChildProcess(
-            "reroll.scripted_model", ["--script", str(work / "script.json")], workdir=work, name="model"
+            "reroll.models.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
         ) as model:
             upstream = model.ready.address
             record_config = ProxyConfig(

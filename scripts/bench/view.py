@@ -5,7 +5,7 @@
 
 Writes the synthetic run folders of scripts/bench/export.py (Chat Completions, every request
 holding the whole conversation so far, one tool call and its result per exchange) into a
-temporary folder, then times, in this process, loading them (`reroll.runfolder.load_run_folder`
+temporary folder, then times, in this process, loading them (`reroll.runfolder.run.load_run_folder`
 on every run folder: the baseline) and building their site (`reroll.view.build_site`, loading
 included). Prints seconds, the ratio of the build to the baseline measured in the same run, and
 the site's size.

@@ -34,9 +34,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 from reroll.agents import get_agent
-from reroll.config import cache_dir
-from reroll.processes import ChildProcess
-from reroll_proxy.contract import ProxyConfig, UpstreamConfig
+from reroll.cache import cache_dir
+from reroll.host.child_process import ChildProcess
+from reroll_contracts.proxy import ProxyConfig, UpstreamConfig
 
 TOKEN = "bench-token"
 
@@ -105,7 +105,7 @@ async def main(runs: int, codex: Path) -> None:
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps({"turns": [{"content": "Done."}]}))
         async with ChildProcess(
-            "reroll.scripted_model", ["--script", str(work / "script.json")], workdir=work, name="model"
+            "reroll.models.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
         ) as model:
             config = ProxyConfig(
                 token=TOKEN,

@@ -30,7 +30,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from reroll.errors import VerifyError
+from reroll_contracts.errors import VerifyError
 
 SCAN_TIMEOUT_SECONDS = 60.0
 

@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reroll.errors import QuiesceError
+from reroll_contracts.errors import QuiesceError
 
 QUIESCE_TIMEOUT_SECONDS = 20.0
 """The longest a quiesce may take before `QuiesceError` (less than the controller's Kill deadline)."""

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import NoReturn
 
 import grpc
-from reroll.errors import QuiesceError, SidecarRequestError, SidecarRequestKind
+from reroll_contracts.errors import QuiesceError, SidecarRequestError, SidecarRequestKind
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
@@ -280,7 +280,7 @@ def _bound_address(listen: str, port: int) -> str:
 
 
 def _write_ready_file(path: str, address: str) -> None:
-    """Write ``{"address", "pid"}`` to `path` atomically (the shape of `reroll_proxy.contract.ReadyFile`;
+    """Write ``{"address", "pid"}`` to `path` atomically (the shape of `reroll_contracts.proxy.ReadyFile`;
     the sidecar ships without pydantic, the controller validates it)."""
     temp_path = f"{path}.{os.getpid()}.tmp"
     with open(temp_path, "w", encoding="utf-8") as out:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Iterable
 from decimal import Decimal
 from typing import TypeVar
 
-from reroll.errors import ToolError
+from reroll_contracts.errors import ToolError
 
 from reroll_sidecar.bundle import tool
 

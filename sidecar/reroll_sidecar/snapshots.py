@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from reroll.errors import SnapshotError, ToolError
+from reroll_contracts.errors import SnapshotError, ToolError
 
 from reroll_sidecar import nofollow, snapshot_io
 from reroll_sidecar.bundle import tool

@@ -47,7 +47,7 @@ import stat
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
 
-from reroll.errors import QuiesceError, SnapshotError, VerifyError
+from reroll_contracts.errors import QuiesceError, SnapshotError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
 from reroll_sidecar import nofollow, processes, pytest_plugins, pytest_report, quiesce

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 from reroll.agents import get_agent
-from reroll.runfolder import TRAJECTORY
-from reroll_proxy.divergence import Divergence
+from reroll.runfolder.run import TRAJECTORY
+from reroll_contracts.proxy import Divergence
 from reroll_proxy.engine import Abort, Replay, ReplayEngine
 from reroll_proxy.exchange import load_trajectory
 from reroll_proxy.volatile import Volatility

@@ -92,10 +92,9 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
     between runs: a request past its thread's recording goes live to the same script (as in
     `reroll continue`), and gets its own thread's answer there too."""
     from reroll.agents import get_agent
-    from reroll.config import cache_dir
-    from reroll.llm_proxy import recorded_sandbox_values
-    from reroll_proxy.contract import ProxyConfig, UpstreamConfig
-    from reroll_proxy.volatile import VolatileRule
+    from reroll.cache import cache_dir
+    from reroll.host.llm_proxy import recorded_sandbox_values
+    from reroll_contracts.proxy import ProxyConfig, UpstreamConfig, VolatileRule
 
     from tests.proxy.conftest import TOKEN, start_service
 
@@ -116,7 +115,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
 
     agent = get_agent(AGENT)
     home = cache_dir() / "agents" / agent.install_key
-    model = start_service("reroll.scripted_model", ["--script", str(script)], tmp_path, "model")
+    model = start_service("reroll.models.scripted", ["--script", str(script)], tmp_path, "model")
     orders, divergent, live = [], 0, 0
     try:
         for replay in range(REPLAYS):

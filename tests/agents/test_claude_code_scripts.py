@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.scripted_answers import answer_body, turn_index
-from reroll.scripted_model import answer_for, load_script
+from reroll.models.scripted import answer_for, load_script
+from reroll.models.scripted_answers import answer_body, turn_index
 from reroll_proxy.formats import format_named
 
 from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from reroll.agents import get_agent
-from reroll.scripted_answers import answer_body, turn_index
-from reroll.scripted_model import answer_for, load_script
+from reroll.models.scripted import answer_for, load_script
+from reroll.models.scripted_answers import answer_body, turn_index
+from reroll_contracts.proxy import VolatileRule
 from reroll_proxy.divergence import compare_normal
 from reroll_proxy.formats import format_named
 from reroll_proxy.translate import translation_for
-from reroll_proxy.volatile import VolatileRule, Volatility
+from reroll_proxy.volatile import Volatility
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads((Path(__file__).with_name("codex_requests.json")).read_text())

@@ -18,8 +18,14 @@ from typing import Any
 
 import openai
 import pytest
-from reroll_proxy.contract import DivergencePolicy, ProxyConfig, ProxyStatus, ReadyFile, UpstreamConfig
-from reroll_proxy.formats import FormatName
+from reroll_contracts.proxy import (
+    DivergencePolicy,
+    FormatName,
+    ProxyConfig,
+    ProxyStatus,
+    ReadyFile,
+    UpstreamConfig,
+)
 
 from tests.conftest import spawning
 
@@ -154,7 +160,7 @@ def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
     workdir = tmp_path_factory.mktemp("scripted-model")
     script = workdir / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    service = start_service("reroll.scripted_model", ["--script", str(script)], workdir, "scripted-model")
+    service = start_service("reroll.models.scripted", ["--script", str(script)], workdir, "scripted-model")
     yield service
     service.stop()
 

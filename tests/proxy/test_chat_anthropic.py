@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from reroll.errors import TranslationError
+from reroll_contracts.errors import TranslationError
 from reroll_proxy.chat_anthropic import (
     DEFAULT_MAX_TOKENS,
     chat_to_messages,

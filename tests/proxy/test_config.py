@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.errors import ProxyConfigError
+from reroll_contracts.errors import ProxyConfigError
+from reroll_contracts.proxy import ProxyConfig, ReadyFile, UpstreamConfig
 from reroll_proxy.config import load_config
-from reroll_proxy.contract import ProxyConfig, ReadyFile, UpstreamConfig
 from reroll_proxy.server import start_proxy
 
 

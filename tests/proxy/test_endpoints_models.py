@@ -10,12 +10,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from reroll.scripted_answers import count_prompt_tokens
-from reroll.scripted_model import ModelScript, build_app
-from reroll_proxy.contract import UpstreamConfig
+from reroll.models.scripted import ModelScript, build_app
+from reroll.models.scripted_answers import count_prompt_tokens
+from reroll_contracts.proxy import UpstreamConfig, VolatileRule
 from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.exchange import Exchange
-from reroll_proxy.volatile import VolatileRule, Volatility
+from reroll_proxy.volatile import Volatility
 
 PROMPT: dict[str, Any] = {
     "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],

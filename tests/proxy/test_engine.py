@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reroll_contracts.proxy import VolatileRule
 from reroll_proxy.engine import Abort, Exhausted, Live, Replay, ReplayEngine
 from reroll_proxy.exchange import Exchange
-from reroll_proxy.volatile import VolatileRule, Volatility
+from reroll_proxy.volatile import Volatility
 
 
 def request(step: int, task: str = "Do it.") -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.errors import RunFolderError, TrajectoryFormatError
+from reroll_contracts.errors import RunFolderError, TrajectoryFormatError
 from reroll_proxy import exchange
 from reroll_proxy.exchange import Exchange, load_trajectory, sanitize_headers
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from reroll.errors import FaultPlanError
+from reroll_contracts.errors import FaultPlanError
 from reroll_proxy.faults import (
     FaultPlan,
     FaultSelector,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.errors import InfrastructureError
-from reroll.intercept import Interceptor, OtherHosts, ca_bundle, ensure_mitmproxy, sandbox_env
+from reroll.host.intercept import Interceptor, OtherHosts, ca_bundle, ensure_mitmproxy, sandbox_env
+from reroll_contracts.errors import InfrastructureError
 
 from tests.conftest import ROOT
 from tests.proxy.conftest import TOKEN, Proxy, Service, StartProxy

@@ -12,7 +12,7 @@ from typing import Any
 
 import openai
 import pytest
-from reroll_proxy.volatile import VolatileRule
+from reroll_contracts.proxy import VolatileRule
 
 from tests.proxy.conftest import (
     AGENT_MODEL,

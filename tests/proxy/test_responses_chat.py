@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reroll.errors import UntranslatableError
+from reroll_contracts.errors import UntranslatableError
 from reroll_proxy.responses_chat import (
     chat_to_responses,
     completion_to_response,

@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from reroll.config import cache_dir
-from reroll.errors import InfrastructureError
-from reroll.tcpfaults import Front, ToxiproxyServer, find_server
+from reroll.cache import cache_dir
+from reroll.host.tcpfaults import Front, ToxiproxyServer, find_server
+from reroll_contracts.errors import InfrastructureError
 from reroll_proxy.exchange import load_trajectory
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 

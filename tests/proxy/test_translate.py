@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from reroll.errors import TranslationError
+from reroll_contracts.errors import TranslationError
 from reroll_proxy.formats import format_named
 from reroll_proxy.translate import supported_pairs, translation_for
 
@@ -45,7 +45,7 @@ def only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service
     (workdir / "script.json").write_text(json.dumps(SCRIPT))
     services = {
         name: start_service(
-            "reroll.scripted_model",
+            "reroll.models.scripted",
             ["--script", str(workdir / "script.json"), "--only-format", name],
             workdir,
             f"model-{name}",

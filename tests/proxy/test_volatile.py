@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from reroll_proxy.contract import ProxyConfig
-from reroll_proxy.volatile import VolatileRule, Volatility
+from reroll_contracts.proxy import ProxyConfig, VolatileRule
+from reroll_proxy.volatile import Volatility
 
 BODY = {
     "metadata": {"user_id": "u-123", "keep": 1},

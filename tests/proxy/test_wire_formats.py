@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from reroll.scripted_answers import Answer, answer_body
+from reroll.models.scripted_answers import Answer, answer_body
 from reroll_proxy.formats import all_formats, format_for_path, format_named
 from reroll_proxy.sse import SseParser, encode_event
 

@@ -4,7 +4,7 @@ and busybox-only, are `tests.conftest.variant_images`)."""
 from __future__ import annotations
 
 import pytest
-from reroll.tasks import Task, load_task
+from reroll.tasks.task import Task, load_task
 
 from tests.conftest import EXAMPLES
 

@@ -3,7 +3,7 @@ backend under another name (conforms), and one whose restore forgets to restore 
 
 from __future__ import annotations
 
-from reroll.sandbox.local import LocalSandbox
+from reroll.sandbox.local.plain import LocalSandbox
 
 
 class PluginSandbox(LocalSandbox):

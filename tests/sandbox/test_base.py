@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from reroll.errors import SandboxBackendError
 from reroll.sandbox.base import create_sandbox, load_backend
-from reroll.sandbox.isolated import local_sandbox
-from reroll.sandbox.local import LocalSandbox
-from reroll.tasks import Task
+from reroll.sandbox.local.isolated import local_sandbox
+from reroll.sandbox.local.plain import LocalSandbox
+from reroll.tasks.task import Task
+from reroll_contracts.errors import SandboxBackendError
 
 from tests.sandbox.plugin_backend import PluginSandbox
 

@@ -1,4 +1,4 @@
-"""The sandbox contract (`reroll.sandbox.conformance`) run against every built-in backend:
+"""The sandbox contract (`reroll.conformance`) run against every built-in backend:
 `local` (isolated: namespaces and an overlay of the host's root), `local-plain`, and `docker`
 on a real Docker engine (slow: its images are built on first use) — on reroll's base image,
 and on images the injected sidecar must work in unchanged: one without Python, one with
@@ -10,9 +10,9 @@ import functools
 from pathlib import Path
 
 import pytest
-from reroll.sandbox import conformance
+from reroll import conformance
 from reroll.sandbox.base import SandboxFactory, create_sandbox
-from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
 
 pytestmark = pytest.mark.spawns  # every test starts a sandbox (its sidecar, or a container)
 

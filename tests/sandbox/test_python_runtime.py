@@ -13,11 +13,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from reroll.errors import AgentInstallError
 from reroll.sandbox import python_runtime
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.python_runtime import LIBS, ensure_runtime, host_python, provide_python
 from reroll.sandbox.results import ExecResult
+from reroll_contracts.errors import AgentInstallError
 
 HOST_PYTHON = host_python("3.12")
 

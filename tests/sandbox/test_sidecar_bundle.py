@@ -13,15 +13,14 @@ from reroll.sandbox.sidecar_bundle import sidecar_lib
 
 @pytest.mark.spawns
 def test_the_sidecar_lib_runs_the_sidecar_on_its_own(tmp_path: Path) -> None:
-    """Only the files the bundle is frozen from: the sidecar finds the exception tree among them,
-    and no more of the controller than ``reroll/errors.py`` (under an empty ``reroll/__init__.py``)."""
+    """Only the files the bundle is frozen from: the sidecar finds the exception tree among them
+    (``reroll_contracts``, a normal package), and nothing of the controller (``reroll``)."""
     lib = tmp_path / "lib"
     for relative, content in sidecar_lib():
         (lib / relative).parent.mkdir(parents=True, exist_ok=True)
         (lib / relative).write_bytes(content)
-    assert sorted(p.name for p in (lib / "reroll").iterdir()) == ["__init__.py", "errors.py"]
-    assert "import" not in (lib / "reroll" / "__init__.py").read_text()
-    probe = "import reroll.errors, reroll_sidecar.server; print(reroll.errors.__file__)"
+    assert sorted(p.name for p in lib.iterdir()) == ["reroll_contracts", "reroll_protos", "reroll_sidecar"]
+    probe = "import reroll_contracts.errors, reroll_sidecar.server; print(reroll_contracts.errors.__file__)"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
@@ -31,7 +30,7 @@ def test_the_sidecar_lib_runs_the_sidecar_on_its_own(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(lib)},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(lib / "reroll" / "errors.py")
+    assert done.stdout.strip() == str(lib / "reroll_contracts" / "errors.py")
 
 
 @pytest.mark.slow
@@ -41,8 +40,8 @@ async def test_the_bundle_leaves_nothing_of_itself_in_the_environment_of_the_com
 ) -> None:
     """On the busybox-only image: commands see neither PyInstaller's variables nor its library
     path (they would load the bundle's libraries), and the bundle's own GNU find runs there."""
-    from reroll.sandbox.conformance import probe_task
-    from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
+    from reroll.conformance import probe_task
+    from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
     from reroll.sandbox.sidecar_bundle import MOUNT_DIR
 
     config = DockerSandboxConfig(image=variant_images["busybox"])

@@ -7,7 +7,7 @@ The malicious agent (declared through ``REROLL_AGENTS_FILE``) searches its own e
 private folder for a canary provider key and the sidecar's token; the verifier pays 1 for any
 find. Run as root (the agent is then root too, and root reads every process whatever they do),
 it searches only its sidecar's environment (what they hold, not who may read it). Before
-`reroll.childenv` it found, as root, the key and the token in its sidecar's environment (the
+`reroll_contracts.childenv` it found, as root, the key and the token in its sidecar's environment (the
 controller's whole environment; ``os.environ.pop`` of the token leaves ``/proc/PID/environ``).
 """
 

@@ -1,7 +1,7 @@
 """Red team, issue 12 item 3: under network ``none`` a docker sandbox reaches the LLM proxy's port
 on its gateway and nothing else — no other host address or port, no other rollout.
 
-Before the rollout's own network and firewall (`reroll.sandbox.firewall`), the agent connected
+Before the rollout's own network and firewall (`reroll.sandbox.docker.firewall`), the agent connected
 to the test's listeners on the bridge's gateway, on docker0 and on the host's own address (all
 rollouts shared one internal bridge, which filtered nothing towards the host), and, before
 ``enable_icc=false``, to another rollout's container.
@@ -24,12 +24,12 @@ import docker
 import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV
-from reroll.sandbox import firewall
-from reroll.sandbox.docker import ISOLATED_PREFIX, DockerSandbox, DockerSandboxConfig, prune
-from reroll.tasks import Task, load_task
+from reroll.sandbox.docker import firewall
+from reroll.sandbox.docker.backend import ISOLATED_PREFIX, DockerSandbox, DockerSandboxConfig, prune
+from reroll.tasks.task import Task, load_task
 
 from tests.conftest import EXAMPLES
-from tests.controller.test_branching import URLLIB_AGENTS
+from tests.jobs.test_branch import URLLIB_AGENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.usefixtures("docker_images")]
 REROLL = str(Path(sys.executable).parent / "reroll")

@@ -2,7 +2,7 @@
 the rollout with status ``error``, category ``resource_limit`` (not retried) and a message naming
 the limit, and the host's disk grows by at most the quota; the honest agent still scores 1.
 
-Before the sized file system (`reroll.sandbox.disk`) an agent wrote 4 GiB into the workspace,
+Before the sized file system (`reroll.sandbox.docker.disk`) an agent wrote 4 GiB into the workspace,
 a volume of the host's file system; an agent killed by the OOM killer ended as ``agent_error``.
 """
 
@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
-from reroll.tasks import load_task
+from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.tasks.task import load_task
 
 from tests.conftest import EXAMPLES
 from tests.test_reward_hacks import run_oracle, write_files

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import pytest
 from reroll.sandbox.sidecar_client import SidecarClient
-from reroll_proxy.contract import ReadyFile
+from reroll_contracts.proxy import ReadyFile
 
 from tests.conftest import spawning
 

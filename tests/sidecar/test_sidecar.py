@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from reroll.errors import SidecarError, SidecarUnavailable
 from reroll.sandbox.results import VerifyOutcome
 from reroll.sandbox.sidecar_client import ExecExit, SidecarClient
-from reroll.tasks import HardeningOptions
+from reroll.tasks.task import HardeningOptions
+from reroll_contracts.errors import SidecarError, SidecarUnavailable
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
 from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar

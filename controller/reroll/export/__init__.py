@@ -3,7 +3,7 @@
 What is exported (`sources`):
 
 - a run folder (it has config.json): that run;
-- a branch tree (`reroll.branching`: a parent folder with a summary.json listing ``children``):
+- a branch tree (`reroll.jobs.branch`: a parent folder with a summary.json listing ``children``):
   one entry per child, each with ``checkpoint`` (the cut, and the mean reward of the child's
   model there: the value estimate of the checkpoint state) in its verifiers ``info`` / its ATIF
   ``extra.reroll``;
@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import ValidationError
+from reroll_contracts.errors import ExportError
 
-from reroll.branching import SUMMARY, BranchSummary
-from reroll.errors import ExportError
-from reroll.runfolder import RunFolder, load_run_folder
+from reroll.runfolder.run import RunFolder, load_run_folder
+from reroll.runfolder.summary import SUMMARY, BranchSummary
 
 ExportFormat = Literal["atif", "verifiers"]
 SourceKind = Literal["run", "job", "tree"]

@@ -44,10 +44,10 @@ from atif import (
     Trajectory,
 )
 from pydantic import ValidationError
+from reroll_contracts.errors import ExportError
 
-from reroll.errors import ExportError
 from reroll.export.conversation import Thread, Turn, function_tool, threads_of
-from reroll.runfolder import RunFolder
+from reroll.runfolder.run import RunFolder
 
 SCHEMA_VERSION = "ATIF-v1.8"
 

@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from reroll.branching import primary_reward
 from reroll.export.conversation import Turn, function_tool, threads_of
-from reroll.runfolder import RunFolder
+from reroll.runfolder.run import RunFolder
+from reroll.runfolder.summary import primary_reward
 
 
 class RolloutTiming(BaseModel):

@@ -4,7 +4,7 @@ A sandbox is one isolated place where one rollout's agent and verifier run. Ever
 controller does inside it goes through this protocol — exec, files, kill, snapshots, verify —
 never through a backend's transport (reroll's own backends talk to a sidecar over gRPC; see
 `reroll.sandbox.sidecar_sandbox`, the implementation they share). A backend outside reroll
-implements the protocol, proves it with `reroll.sandbox.conformance`, and is named by its
+implements the protocol, proves it with `reroll.conformance`, and is named by its
 dotted path (``--sandbox mypackage.backends:MySandbox``).
 """
 
@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Self
 
-from reroll.errors import SandboxBackendError
+from reroll_contracts.errors import SandboxBackendError
+
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
-from reroll.tasks import HardeningOptions, Task
+from reroll.tasks.task import HardeningOptions, Task
 
 SANDBOX_HOSTNAME = "sandbox"
 """The hostname of every container and isolated local sandbox, so what an agent sees does not
@@ -336,9 +337,9 @@ SandboxFactory = Callable[[Task, str], Sandbox]
 """Makes an unstarted sandbox for a task and a run id, e.g. a backend class."""
 
 BACKENDS: dict[str, str] = {
-    "local": "reroll.sandbox.isolated:local_sandbox",
-    "local-plain": "reroll.sandbox.local:LocalSandbox",
-    "docker": "reroll.sandbox.docker:DockerSandbox",
+    "local": "reroll.sandbox.local.isolated:local_sandbox",
+    "local-plain": "reroll.sandbox.local.plain:LocalSandbox",
+    "docker": "reroll.sandbox.docker.backend:DockerSandbox",
 }
 """Built-in backend name → ``module:class``, imported only when used."""
 WITHOUT_NETWORK_POLICY = frozenset({"local-plain"})

@@ -33,8 +33,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from reroll.config import cache_dir
-from reroll.errors import AgentInstallError, ImageBuildError
+from reroll_contracts.errors import AgentInstallError, ImageBuildError
+
+from reroll.cache import cache_dir
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.sidecar_bundle import (
     Log,

@@ -5,7 +5,7 @@ The docker backend mounts this folder read-only at `MOUNT_DIR` in every containe
 no tools (a busybox-only image works). The folder holds
 
 - the sidecar frozen by PyInstaller (one-folder mode): its interpreter (``libpython``), grpcio,
-  protobuf, the generated protos, ``reroll.errors`` and the sidecar's own package;
+  protobuf, the generated protos, ``reroll_contracts.errors`` and the sidecar's own package;
 - ``_internal/tools/``: the build host's GNU find and tar, which snapshots run (`reroll_sidecar.bundle`);
 - the build host's C library (glibc) and its loader: every program of the folder has the loader
   at its fixed path under `MOUNT_DIR` as its ELF interpreter and `MOUNT_DIR`'s ``_internal`` as
@@ -39,8 +39,9 @@ from importlib import metadata, resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from reroll.config import cache_dir, cache_lock
-from reroll.errors import ImageBuildError
+from reroll_contracts.errors import ImageBuildError
+
+from reroll.cache import cache_dir, cache_lock
 
 MOUNT_DIR = "/opt/reroll-sidecar"
 """Where the bundle is mounted in every container (its programs' interpreter path depends on it)."""
@@ -52,11 +53,11 @@ TOOLS = ("find", "tar")
 SIDECAR_LIB: dict[str, tuple[str, ...] | None] = {
     "reroll_sidecar": None,
     "reroll_protos": None,
-    "reroll": ("errors.py",),
+    "reroll_contracts": None,
 }
-"""What the bundle's Python code holds: package → its files (None: all of them). Of ``reroll``
-the sidecar needs only the exception tree, which imports nothing (``reroll/__init__.py`` is
-replaced by an empty one, so the bundler does not follow the controller's imports)."""
+"""What the bundle's Python code holds: package → its files (None: all of them). The bundler
+follows imports from the sidecar's entry point, so of ``reroll_contracts`` it freezes what the
+sidecar imports (the exception tree, which imports nothing)."""
 _RECIPE = "pyinstaller onedir; runpath stripped; glibc + loader bundled; interpreter and rpath patched; v1"
 """Changing how the bundle is made must change its hash: bump this text with the recipe."""
 BUILD_TIMEOUT_SECONDS = 1800
@@ -78,11 +79,8 @@ def _resource_files(root: Traversable, prefix: str = "") -> Iterator[tuple[str, 
 
 
 def sidecar_lib() -> list[tuple[str, bytes]]:
-    """(path relative to the import root, content) of every Python file the bundle is built from.
-
-    ``reroll/__init__.py`` is an empty stand-in: see `SIDECAR_LIB`.
-    """
-    files = [("reroll/__init__.py", b'"""reroll: only the exception tree, for the sidecar."""\n')]
+    """(path relative to the import root, content) of every Python file the bundle is built from."""
+    files: list[tuple[str, bytes]] = []
     for package, names in SIDECAR_LIB.items():
         root = resources.files(package)
         if names is None:

@@ -2,8 +2,8 @@
 
 `SidecarSandbox` (what reroll's backends share) drives its sidecar through one `SidecarClient`;
 nothing outside ``reroll.sandbox`` uses it — callers use the `Sandbox` protocol. gRPC errors are
-converted at this boundary into `reroll.errors.SidecarError` (an RPC failed; the message names the
-RPC, the status and the details) and its subclass `reroll.errors.SidecarUnavailable` (no
+converted at this boundary into `reroll_contracts.errors.SidecarError` (an RPC failed; the message names the
+RPC, the status and the details) and its subclass `reroll_contracts.errors.SidecarUnavailable` (no
 connection, or the sidecar was not ready in time).
 
 `get_file` raises the built-in FileNotFoundError for a missing file, `verify` for a missing test script.
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Literal, NoReturn
 
 import grpc
+from reroll_contracts.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
-from reroll.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
-from reroll.tasks import HardeningOptions
+from reroll.tasks.task import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
 FILE_DEADLINE_SECONDS = 120.0

@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from reroll.errors import SandboxError
+from reroll_contracts.errors import SandboxError
+
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.sandbox.sidecar_client import SidecarClient
-from reroll.tasks import HardeningOptions
+from reroll.tasks.task import HardeningOptions
 
 
 class SidecarSandbox(abc.ABC):

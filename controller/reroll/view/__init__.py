@@ -13,7 +13,7 @@ cutover marker before the live model's first answer, each divergence with its fi
 injected faults, the timeline of exchanges (start, duration, time to first byte, tokens) and of
 the agent's commands, the verifier's files and rewards, the agent's log, and provenance links
 (continued from / branched from: to the page of that run when it is in the site, else to its
-folder). Run folders are read with `reroll.runfolder.load_run_folder`, one at a time.
+folder). Run folders are read with `reroll.runfolder.run.load_run_folder`, one at a time.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from reroll_contracts.errors import ExportError, ViewError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from reroll.branching import BranchSummary
-from reroll.errors import ExportError, ViewError
 from reroll.export import branch_summary, job_run_folders, kind_of
-from reroll.runfolder import RunFolder, load_run_folder
+from reroll.runfolder.run import RunFolder, load_run_folder
+from reroll.runfolder.summary import BranchSummary
 from reroll.view.runpage import RunView, calls_and_results, command_text, run_view
 
 PREFIX_PAGE = "prefix.html"

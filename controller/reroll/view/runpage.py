@@ -15,13 +15,13 @@ from datetime import datetime
 from pathlib import Path
 
 import orjson
-from reroll_proxy.divergence import Divergence
+from reroll_contracts.proxy import Divergence
 from reroll_proxy.exchange import Exchange
 from reroll_proxy.formats.normal import NormalUsage
 
-from reroll.branching import primary_reward
 from reroll.export.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
-from reroll.runfolder import BranchedFrom, ContinuedFrom, RunFolder
+from reroll.runfolder.run import BranchedFrom, ContinuedFrom, RunFolder
+from reroll.runfolder.summary import primary_reward
 
 MAX_FILE_BYTES = 64 * 1024
 """Most bytes shown of one attached file (verifier output, agent log): the last ones."""
@@ -149,7 +149,7 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
     """The page contents of `run`.
 
     Args:
-        run: a loaded run folder (`reroll.runfolder.load_run_folder`).
+        run: a loaded run folder (`reroll.runfolder.run.load_run_folder`).
         attach_files: read the verifier's files and the agent's log (last `MAX_FILE_BYTES` each).
 
     Raises:

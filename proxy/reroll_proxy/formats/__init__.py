@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
+
+from reroll_contracts.proxy import FormatName
 
 from reroll_proxy.formats.normal import NormalRequest, NormalResponse
 from reroll_proxy.sse import SseEvent
-
-FormatName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
 
 
 class WireFormat(Protocol):

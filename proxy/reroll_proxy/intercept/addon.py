@@ -4,7 +4,7 @@ Run as ``PYTHON addon.py --target URL [--listen-host H] [--hosts A,B] [--other-h
 --confdir D --ready-file F`` with mitmproxy's interpreter; it starts ``mitmdump`` (regular proxy
 mode, a free port) with itself as the script, and writes ``{"pid", "address"}`` (the
 ``http://HOST:PORT`` for ``HTTPS_PROXY``) to the ready file once listening: the shape of
-`reroll_proxy.contract.ReadyFile`, written with the standard library. The rollout token comes
+`reroll_contracts.proxy.ReadyFile`, written with the standard library. The rollout token comes
 from ``$REROLL_INTERCEPT_TOKEN``.
 
 - A request to a provider host (``--hosts``; TLS intercepted with the CA of ``--confdir``) is sent

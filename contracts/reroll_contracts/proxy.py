@@ -1,0 +1,228 @@
+"""The contract between the controller and its child processes: one typed model per message.
+
+Both sides import these models (the proxy never imports the controller); every model forbids
+unknown fields, so a field added on one side only fails loudly instead of being dropped.
+
+- `ProxyConfig` (with `UpstreamConfig`): the controller writes ``ProxyConfig(...).model_dump_json()``
+  to the proxy's config file, the proxy reads it with `reroll_proxy.config.load_config`. The
+  upstream key is never in the file: `UpstreamConfig.api_key` is excluded from every dump, and
+  `UpstreamConfig.api_key_env` names the environment variable that carries it to the proxy.
+- `ProxyStatus`: the body of ``GET /_reroll/status`` (the engine's counters, divergences, stop).
+- `ProxyStop`: why the proxy refuses every further request (replay-only reached the cut point,
+  or a strict divergence aborted the replay). The proxy records it *before* it sends the 409
+  that tells the agent, and pushes it: ``GET /_reroll/stop`` answers as soon as it happens
+  (long poll), so the controller stops a running agent at once, and a status read after the
+  agent exited always carries it — an agent that exits right after the 409 cannot race it.
+- `ReadyFile`: what a child process (LLM proxy, scripted model server, HTTPS interceptor,
+  sidecar) writes once it listens, read by `reroll.host.child_process.ChildProcess`. The interceptor runs
+  under mitmproxy's interpreter and the sidecar ships without pydantic: both write the same
+  JSON object with the standard library, and the controller validates it against this model.
+- `DivergencePolicy`: what the proxy does with a replayed request that differs from the recording.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FormatName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+
+
+Classification = Literal["observation_changed", "agent_changed"]
+
+
+class Divergence(BaseModel):
+    """Where a live request first differs from the recorded one."""
+
+    message_index: int | None
+    """0-based index of the first differing message in the normalised conversation (the system
+    prompt is message 0 when the format carries it outside the list); None when the
+    difference is not in a message."""
+    field: str
+    """What differs, as a path: ``messages[3].content[0].text``, ``message_count``,
+    ``tools[1].parameters``, ``params.temperature``, ``api_format``."""
+    classification: Classification = "agent_changed"
+    """``observation_changed`` (a user or tool message differs) or ``agent_changed`` (the rest)."""
+    summary: str
+    """One line for humans."""
+    diff: str
+    """Unified diff (recorded → live) of the differing values, at most `MAX_DIFF_LINES` lines."""
+
+
+class ClientLimits(BaseModel):
+    """The limits of one client connection to the proxy (`ProxyConfig.client_limits`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A connection that has not sent a complete request head this long after it opened (or
+    after its last response, between keep-alive requests) is closed."""
+    body_timeout_seconds: float = Field(default=60.0, gt=0)
+    """A request whose body has not fully arrived this long after its head gets a 408."""
+    max_request_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Largest request body accepted (413 beyond; long conversations exceed aiohttp's 1 MiB default)."""
+
+
+class VolatileRule(BaseModel):
+    """One part of a request that may differ between a recording and its replay (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str | None = Field(default=None, min_length=1)
+    """A dotted path into the request body whose value is dropped; ``*`` matches every key or element."""
+    pattern: str | None = Field(default=None, min_length=1)
+    """A regular expression; every match inside a string of the body is replaced by ``<label>``."""
+    value: str | None = Field(default=None, min_length=1)
+    """A literal string (e.g. the sandbox's workspace path); every occurrence is replaced by ``<label>``."""
+    label: str = Field(default="volatile", min_length=1)
+    """What a replaced part reads as in bodies compared and in divergence diffs: ``<label>``."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        kinds = [name for name in ("path", "pattern", "value") if getattr(self, name) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"a volatile rule has exactly one of path, pattern, value (got {kinds or 'none'})"
+            )
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {self.pattern!r} is not a regular expression: {exc}") from exc
+        return self
+
+
+DivergencePolicy = Literal["warn", "strict", "cutover"]
+"""On a replayed request that differs from the recording: ``warn`` serves the recording and notes
+it, ``strict`` answers 409 and aborts, ``cutover`` goes live from that request on (409 and abort,
+like ``strict``, without an upstream)."""
+
+
+class UpstreamConfig(BaseModel):
+    """The live model the proxy forwards to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    """The provider's base URL ending in ``/v1``, e.g. ``https://api.openai.com/v1``,
+    ``https://api.anthropic.com/v1`` or ``http://127.0.0.1:8000/v1``; a request goes to
+    ``base_url`` + its format's path (``/chat/completions``, ``/responses``, ``/messages``)."""
+    api_key: str | None = Field(default=None, repr=False, exclude=True)
+    """Sent upstream as the format wants it (``Authorization: Bearer`` for OpenAI, ``x-api-key``
+    for Anthropic); None sends no credentials. Never dumped: a config file carries `api_key_env`."""
+    api_key_env: str | None = None
+    """The environment variable holding `api_key`, resolved by `reroll_proxy.config.load_config`
+    (so the key never reaches the disk); None: no indirection."""
+    model: str | None = None
+    """When set, replaces ``model`` in every live request body (how the live model is swapped)."""
+    api_format: FormatName | None = None
+    """The API the upstream speaks; when it differs from the agent's request, the proxy
+    translates (`reroll_proxy.translate`). None: whatever the agent speaks."""
+    timeout_seconds: float = Field(default=600.0, gt=0)
+    """Longest wait for the upstream to connect, to start answering, and between two chunks of a stream."""
+
+
+class ProxyConfig(BaseModel):
+    """One rollout's proxy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    listen_host: str = "127.0.0.1"
+    """Interface to listen on."""
+    listen_port: int = Field(default=0, ge=0, le=65535)
+    """TCP port; 0 picks a free one (see the ready file / `RunningProxy.port`)."""
+    token: str = Field(min_length=1, repr=False)
+    """The per-rollout token the agent presents (``Authorization: Bearer``, ``x-api-key`` or ``api-key``)."""
+    trajectory_path: Path
+    """Output JSONL: every served exchange is appended here."""
+    replay_path: Path | None = None
+    """A recorded JSONL to replay before going live; None records only."""
+    cut_index: int | None = Field(default=None, ge=0)
+    """How many recorded exchanges to replay (default: all of them); must be 0 or None without
+    `replay_path`."""
+    upstream: UpstreamConfig | None = None
+    """The live model after the cut; None is replay-only (requests past the cut get 409)."""
+    divergence_policy: DivergencePolicy = "warn"
+    """See `DivergencePolicy`."""
+    replay_timing_factor: float = Field(default=0.0, ge=0)
+    """A replayed stream waits the recorded time between two events times this factor: 0 sends
+    them as fast as possible, 1 at the recorded pace."""
+    fsync_each_exchange: bool = True
+    """``fsync`` each trajectory line (while its response is sent, before the next line is
+    written), so the file survives a machine crash; False only flushes lines to the OS (they
+    still survive the proxy being killed). See `reroll_proxy.recorder`."""
+    faults_path: Path | None = None
+    """A YAML fault plan (`reroll_proxy.faults`) applied to the exchanges served; None injects none."""
+    fault_seed: int | None = None
+    """Seed of the plan's probability draws [default: the plan's ``seed``]."""
+    ready_file: Path | None = None
+    """Written atomically once listening (a `ReadyFile`)."""
+    volatile: list[VolatileRule] = []
+    """The parts of a request that may differ between the recording and its replay (the
+    sandbox's paths, the agent's declared ones): removed from both before matching and
+    divergence checks (`reroll_proxy.volatile`)."""
+    client_limits: ClientLimits = Field(default_factory=ClientLimits)
+    """How long a client may take to send a request, and how large it may be (`reroll_proxy.limits`)."""
+
+
+class ProxyStop(BaseModel):
+    """Why the proxy refuses every request from now on (each refused with a 409)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["replay_exhausted", "replay_diverged"]
+    """``replay_exhausted``: replay-only mode served every recorded exchange up to the cut;
+    ``replay_diverged``: a replayed request differed from the recording under the ``strict``
+    policy (or ``cutover`` without an upstream)."""
+    step: int = Field(ge=0)
+    """The step the first refused request would have had."""
+    reason: str
+    """One line for humans (for ``replay_diverged``: the step and the divergence's summary)."""
+
+
+class StepDivergence(Divergence):
+    """A divergence seen at a step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0)
+    """The step of the replayed request that differed."""
+
+
+class ProxyStatus(BaseModel):
+    """The proxy's counters (``GET /_reroll/status``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    served_replayed: int = Field(default=0, ge=0)
+    """Requests answered from the recording."""
+    served_live: int = Field(default=0, ge=0)
+    """Requests forwarded to the live upstream."""
+    cut_index: int = Field(default=0, ge=0)
+    """How many recorded exchanges are replayed before going live."""
+    divergence_policy: DivergencePolicy = "warn"
+    """The policy in force."""
+    cutover_step: int | None = None
+    """The step at which the ``cutover`` policy went live early, else None."""
+    divergences: list[StepDivergence] = []
+    """Every divergence seen, in step order."""
+    stop: ProxyStop | None = None
+    """Set (before the first 409 is sent) once the proxy refuses every further request."""
+    websocket_upgrades_refused: int = Field(default=0, ge=0)
+    """Responses WebSocket upgrades answered with 426 (`reroll_proxy.endpoints_websocket`)."""
+
+
+class ReadyFile(BaseModel):
+    """What a child process writes atomically (temp file + rename) once it listens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int = Field(gt=0)
+    """The listening process's id."""
+    address: str = Field(min_length=1)
+    """Where clients reach it: the LLM proxy and the scripted model server give their base URL
+    (``http://HOST:PORT/v1``), the interceptor its ``http://HOST:PORT`` (the ``HTTPS_PROXY``
+    value), the sidecar its gRPC target (``unix:/PATH`` or ``HOST:PORT``)."""

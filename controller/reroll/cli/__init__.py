@@ -1,0 +1,1 @@
+"""The `reroll` command line: one module per command group."""

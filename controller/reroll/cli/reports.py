@@ -1,0 +1,72 @@
+"""Rich renderings of the reports of ``reroll replay`` and ``reroll branch`` (for the CLI)."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+
+from reroll.rollout.replay import FidelityReport
+from reroll.runfolder.summary import BranchSummary
+
+_VERDICT_STYLE = {"match": "green", "diverged": "red", "missing": "yellow", "retried": "cyan"}
+
+
+def fidelity_report(report: FidelityReport) -> RenderableType:
+    """The per-step table of a fidelity check, then the workspace comparison and the verdict."""
+    table = Table(title="replay fidelity, per step")
+    table.add_column("step", justify="right")
+    table.add_column("request")
+    table.add_column("detail", overflow="fold")
+    for step in report.steps:
+        style = _VERDICT_STYLE[step.verdict]
+        table.add_row(str(step.step), f"[{style}]{step.verdict}[/{style}]", step.detail)
+    workspace = report.workspace
+    if workspace is None:
+        files = "[red]not compared[/red] (the rebuild left no workspace manifest)"
+    elif workspace.equal:
+        files = f"[green]equal[/green] ({workspace.files} files)"
+    else:
+        differences = [
+            f"{label}: {', '.join(paths)}"
+            for label, paths in (
+                ("changed", workspace.changed),
+                ("missing", workspace.missing),
+                ("extra", workspace.extra),
+            )
+            if paths
+        ]
+        files = "[red]differs[/red] — " + "; ".join(differences)
+    verdict = "[green]faithful[/green]" if report.faithful else "[red]not faithful[/red]"
+    ending = "[green]same[/green]" if report.same_ending else "[red]differs[/red]"
+    lines = [
+        f"requests matched: {report.matched}/{len(report.steps)}",
+        f"workspace: {files}",
+        f"ending: {ending} (rebuild {report.status}, original {report.original_status})",
+        f"rewards: original {report.original_rewards}, rebuilt {report.rebuilt_rewards}",
+    ]
+    if report.error:
+        lines.append(f"rebuild error: {report.error}")
+    lines += [f"rebuilt run folder: {report.rebuilt}", f"verdict: {verdict}"]
+    return Group(table, *lines)
+
+
+def branch_report(summary: BranchSummary) -> RenderableType:
+    """A table of the branches, then one of the mean reward per model."""
+    children = Table(title=f"branches from step {summary.cut_index} (--at {summary.at})")
+    for column in ("branch", "model", "status", "reward"):
+        children.add_column(column, justify="right" if column == "reward" else "left", overflow="fold")
+    for child in summary.children:
+        colour = {"ok": "green", "timeout": "yellow"}.get(child.status or "", "red")
+        children.add_row(
+            child.folder, child.model, f"[{colour}]{child.status}[/{colour}]", _number(child.reward)
+        )
+    models = Table(title="value estimate of the checkpoint: mean reward per model")
+    for column in ("model", "branches", "scored", "mean reward"):
+        models.add_column(column, justify="left" if column == "model" else "right", overflow="fold")
+    for model in summary.models:
+        models.add_row(model.model, str(model.branches), str(model.scored), _number(model.mean_reward))
+    return Group(children, models, f"parent folder: {summary.parent}")
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"

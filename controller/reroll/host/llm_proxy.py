@@ -1,0 +1,223 @@
+"""The controller's handle on one rollout's LLM proxy process (package ``reroll_proxy``).
+
+What passes between the two (config, status, stop, ready file) is typed once, in
+`reroll_contracts.proxy`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import aiohttp
+from pydantic import BaseModel, ValidationError
+from reroll_contracts.childenv import child_environment
+from reroll_contracts.errors import InfrastructureError
+from reroll_contracts.proxy import (
+    DivergencePolicy,
+    ProxyConfig,
+    ProxyStatus,
+    ProxyStop,
+    UpstreamConfig,
+    VolatileRule,
+)
+from reroll_proxy import faults
+from reroll_proxy.exchange import Place
+
+from reroll.host.child_process import ChildProcess
+from reroll.runfolder.run import FaultsUsed
+
+STATUS_TIMEOUT_SECONDS = 5.0
+"""Longest wait for the proxy's status."""
+_KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What the proxy replays before it goes live."""
+
+    trajectory_path: Path
+    """The recorded llm_trajectory.jsonl."""
+    cut_index: int
+    """How many recorded exchanges to serve before the live model takes over."""
+    divergence_policy: DivergencePolicy = "warn"
+    """``warn``: serve the recording and note the divergence; ``strict``: abort the rollout;
+    ``cutover``: go live at the first divergence (implemented by the proxy engine)."""
+    recorded_values: tuple[VolatileRule, ...] = ()
+    """The recorded rollout's sandbox values (workspace, HOME...: `recorded_sandbox_values`),
+    volatile in this replay next to the new sandbox's own."""
+
+
+PROXY_CONFIG = Path("harness") / "proxy.json"
+"""Where a run folder keeps its proxy's config (`LlmProxy` writes it into its workdir, ``harness/``)."""
+
+
+def recorded_sandbox_values(run_dir: Path) -> tuple[VolatileRule, ...]:
+    """The ``value`` rules (the sandbox's paths) of the proxy that recorded `run_dir`.
+
+    Args:
+        run_dir: a run folder.
+
+    Returns:
+        The rules of its ``harness/proxy.json``; none when the folder has no such file (a run
+        folder written by another tool) or it is not a valid `ProxyConfig`.
+    """
+    try:
+        config = ProxyConfig.model_validate_json((run_dir / PROXY_CONFIG).read_bytes())
+    except (OSError, ValidationError):
+        return ()
+    return tuple(rule for rule in config.volatile if rule.value is not None)
+
+
+def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
+    """Check the fault plan at `plan_path` and say what config.json records of it.
+
+    Args:
+        plan_path: the YAML plan (see `reroll_proxy.faults`).
+        seed: the seed of its probability draws [default: the plan's ``seed``].
+
+    Raises:
+        FaultPlanError: the file is missing or not a valid plan (the message names it).
+    """
+    plan = faults.load_plan(plan_path)
+    return FaultsUsed(plan_path=str(plan_path.resolve()), seed=plan.seed if seed is None else seed)
+
+
+class LlmProxy:
+    """Start, query and stop the per-rollout proxy.
+
+        The proxy's config file (``proxy.json`` in `workdir`) is a `reroll_contracts.proxy.ProxyConfig`;
+        the upstream key reaches the proxy through its environment (``api_key_env``), never the file;
+    that environment holds nothing else of the controller's (`reroll_contracts.childenv`), and the proxy makes
+    it unreadable to other processes of its user once started.
+
+        Args:
+            workdir: folder for the proxy's config, ready file and log.
+            trajectory_path: where the proxy appends the exchanges it serves.
+            upstream: the live model, or None (replay only).
+            replay: what to replay first, or None (record only).
+            listen_host: the interface to listen on, which the agent's base URL names: loopback for
+                the local sandbox, the container network's gateway for docker.
+            faults: the fault plan to inject, or None.
+            volatile: the parts of a request that may differ from the recording (`reroll_proxy.volatile`).
+    """
+
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        trajectory_path: Path,
+        upstream: UpstreamConfig | None,
+        replay: ReplayPlan | None,
+        listen_host: str = "127.0.0.1",
+        faults: FaultsUsed | None = None,
+        volatile: Sequence[VolatileRule] = (),
+    ) -> None:
+        self.token = secrets.token_urlsafe(24)
+        env = child_environment()  # nothing of ours but the key (`reroll_contracts.childenv`)
+        if upstream is not None:
+            env[_KEY_ENV] = upstream.api_key or "unused"
+            upstream = upstream.model_copy(update={"api_key": None, "api_key_env": _KEY_ENV})
+        config = ProxyConfig(
+            listen_host=listen_host,
+            token=self.token,
+            trajectory_path=trajectory_path,
+            replay_path=replay.trajectory_path if replay else None,
+            cut_index=replay.cut_index if replay else 0,
+            divergence_policy=replay.divergence_policy if replay else "warn",
+            upstream=upstream,
+            faults_path=Path(faults.plan_path) if faults else None,
+            fault_seed=faults.seed if faults else None,
+            volatile=list(volatile),
+        )
+        self.config_file = workdir / "proxy.json"
+        """The config file the proxy reads."""
+        self.config_file.write_text(config.model_dump_json(indent=2))
+        self._process = ChildProcess(
+            "reroll_proxy", ["--config", str(self.config_file)], workdir=workdir, name="proxy", env=env
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The URL the agent uses, ending in ``/v1``."""
+        return self._process.ready.address
+
+    async def start(self) -> None:
+        """Start the proxy and wait until it listens."""
+        await self._process.start()
+        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.token}"})
+
+    async def status(self) -> ProxyStatus:
+        """The proxy's counters, divergences and stop (``GET /_reroll/status``).
+
+        Raises:
+            InfrastructureError: the proxy died, did not answer within `STATUS_TIMEOUT_SECONDS`,
+                or answered something that is not a `ProxyStatus`.
+        """
+        return await self._get("/_reroll/status", ProxyStatus, STATUS_TIMEOUT_SECONDS)
+
+    async def set_place(self, place: Place) -> None:
+        """Tag every exchange served from now on with `place` (``POST /_reroll/place``).
+
+        Raises:
+            InfrastructureError: the proxy died or did not accept it within `STATUS_TIMEOUT_SECONDS`.
+        """
+        assert self._session is not None, "start() first"
+        url = self.base_url.removesuffix("/v1") + "/_reroll/place"
+        try:
+            async with self._session.post(
+                url, data=place.model_dump_json(), timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
+            ) as response:
+                response.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise InfrastructureError(
+                f"LLM proxy did not take the trial place ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
+
+    async def wait_for_stop(self) -> ProxyStop:
+        """Wait until the proxy refuses every further request (``GET /_reroll/stop``, a long poll).
+
+        Returns as soon as the proxy decided to stop (replay-only cut point, strict divergence);
+        waits forever otherwise: cancel it when the agent is done.
+
+        Raises:
+            InfrastructureError: the proxy died, or answered something that is not a `ProxyStop`.
+        """
+        return await self._get("/_reroll/stop", ProxyStop, None)
+
+    async def _get(self, path: str, model: type[Answer], timeout_seconds: float | None) -> Answer:
+        assert self._session is not None, "start() first"
+        url = self.base_url.removesuffix("/v1") + path
+        try:
+            async with self._session.get(
+                url, timeout=aiohttp.ClientTimeout(total=timeout_seconds)
+            ) as response:
+                response.raise_for_status()
+                return model.model_validate_json(await response.read())
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise InfrastructureError(
+                f"LLM proxy is not answering {path} ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
+        except ValidationError as exc:
+            raise InfrastructureError(
+                f"LLM proxy: invalid answer to {path} ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
+
+    async def stop(self) -> None:
+        """Stop the proxy."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        await self._process.stop()
+
+    async def __aenter__(self) -> LlmProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

@@ -1,0 +1,145 @@
+"""Where a job's rollouts run: the `Executor` seam, its lazy registry, and the asyncio executor.
+
+A job (`reroll.jobs.runner`) hands each attempt of each rollout to an executor as an `Attempt` — plain
+data (a picklable `functools.partial` of `reroll.rollout.record.run_task`,
+`reroll.rollout.continue_.continue_run` or `reroll.jobs.branch.run_branch`), so it can
+be shipped to another process. Retries, backoff, resume and the progress bar and summary stay in
+the job's loop, whatever the executor: an executor only runs one attempt and returns its
+`RolloutOutcome`.
+
+Executors, by name (``reroll job --executor NAME``), imported only when used:
+
+- ``asyncio`` (default): every rollout in this process's event loop, at most ``concurrency`` at
+  once, at most ``max_starting`` of them in their start-up phase (model server, LLM proxy,
+  sandbox) at once.
+- ``ray``: each attempt is a Ray task (`reroll.jobs.ray_executor`); needs ``pip install 'reroll[ray]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+from reroll_contracts.errors import JobError
+
+from reroll.rollout.start import RolloutOutcome
+
+EXECUTORS: dict[str, str] = {
+    "asyncio": "reroll.jobs.executors:AsyncioExecutor",
+    "ray": "reroll.jobs.ray_executor:RayExecutor",
+}
+"""Executor name → ``module:class``, imported only when used."""
+
+EXTRAS: dict[str, str] = {"ray": "reroll[ray]"}
+"""Executor name → the pip requirement that brings its optional dependency."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of one rollout, as data that pickles (a Ray task receives it as it is)."""
+
+    run_dir: Path
+    """The run folder the attempt writes (absolute); a job sets it aside when the attempt is retried."""
+    run: Callable[..., Awaitable[RolloutOutcome]]
+    """``run(start_gate=...)`` runs the attempt: a `functools.partial` of `reroll.rollout.record.run_task`,
+    `reroll.rollout.continue_.continue_run` or `reroll.jobs.branch.run_branch` with every other
+    argument bound."""
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """What every executor is built from (the job's fields of the same names)."""
+
+    concurrency: int
+    """Most attempts running at once (≥ 1)."""
+    max_starting: int
+    """Most attempts in their start-up phase at once (≥ 1); see `AsyncioExecutor`."""
+    ray_address: str | None = None
+    """``ray`` only: the cluster to join (e.g. ``auto``); None starts a local Ray instance."""
+
+
+class Executor(Protocol):
+    """Runs attempts of rollouts; used as an async context manager around a whole job.
+
+    Entering starts what the executor needs (nothing, or a Ray connection); leaving releases it.
+    """
+
+    async def __aenter__(self) -> Executor: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    async def run(self, attempt: Attempt) -> RolloutOutcome:
+        """Run `attempt` to its end (waiting for a free slot first) and return its outcome.
+
+        Raises:
+            InfrastructureError: the executor lost the attempt (e.g. its Ray worker died); the
+                job retries it like an infrastructure failure of the rollout itself.
+            RerollError: the attempt found bad input late (e.g. its task folder was deleted).
+        """
+        ...
+
+
+class AsyncioExecutor:
+    """Runs attempts as coroutines of this process's event loop.
+
+    At most ``options.concurrency`` attempts run at once; within them at most
+    ``options.max_starting`` are starting (model server, LLM proxy, sandbox and its sidecar) at
+    once, so that many rollouts starting together on few cores do not hit the 30 s start-up
+    timeouts of those processes.
+    """
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        self._slots = asyncio.Semaphore(options.concurrency)
+        self._starting = asyncio.Semaphore(options.max_starting)
+
+    async def __aenter__(self) -> AsyncioExecutor:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        return None
+
+    async def run(self, attempt: Attempt) -> RolloutOutcome:
+        """Run `attempt` in this event loop once a slot is free; see `Executor.run`."""
+        async with self._slots:
+            return await attempt.run(start_gate=self._starting)
+
+
+def create_executor(name: str, options: ExecutorOptions) -> Executor:
+    """Build (not enter) the executor called `name`.
+
+    Raises:
+        JobError: the name is unknown, the options are out of range, or the executor's optional
+            package is not installed (the message says what to install).
+    """
+    if options.concurrency < 1 or options.max_starting < 1:
+        raise JobError(
+            f"concurrency and max_starting must be at least 1, got {options.concurrency}, "
+            f"{options.max_starting}"
+        )
+    try:
+        target = EXECUTORS[name]
+    except KeyError:
+        raise JobError(f"unknown executor {name!r}; known: {', '.join(sorted(EXECUTORS))}") from None
+    module_name, class_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = EXTRAS.get(name, "its dependencies")
+        raise JobError(f"executor {name!r} needs a missing package ({exc}): pip install '{extra}'") from exc
+    executor: Executor = getattr(module, class_name)(options)
+    return executor

@@ -1,0 +1,134 @@
+"""The job file: which rollouts a job runs (tasks x agents x models x repeats) and how.
+
+A YAML file (every field but ``tasks`` and ``agents`` optional)::
+
+    name: nightly            # job folder name [default: the start time]
+    tasks: [examples/tasks/hello-file, examples/tasks/word-count]   # relative to this file
+    agents: [oracle, mini-swe-agent]
+    models: [scripted]       # agents that call no model (oracle) run once per task and repeat
+    repeats: 2
+    timeout_seconds: 120     # agent budget [default: each task's]
+    concurrency: 4           # rollouts at once
+    max_starting: 4          # rollouts starting (model server, proxy, sandbox) at once
+    max_retries: 2           # extra attempts for an infrastructure failure
+    retry_backoff_seconds: 1 # wait before retry k: backoff x 2^(k-1)
+    sandbox: local
+    network: null            # none or full: every rollout's egress [default: each task's]
+    image_map: {ubuntu:24.04: reroll/base:bookworm}  # docker: FROM images replaced by local ones
+    executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
+    ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
+
+CLI flags of ``reroll job`` override the file's values field by field. The resolved spec is
+saved as ``job.json`` in the job folder, so ``reroll job --resume JOB_DIR`` needs nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from reroll_contracts.errors import JobError
+
+from reroll.tasks.task import NetworkPolicy
+from reroll.yamlfiles import read_mapping
+
+JOB_SPEC_FILE = "job.json"
+DEFAULT_MAX_STARTING = 4
+"""Default bound on rollouts in their start-up phase at once (see `JobSpec.max_starting`)."""
+
+
+class RunnerOptions(BaseModel):
+    """How a batch of rollouts runs together — a job's, ``continue-job``'s, ``branch``'s
+    (`reroll.jobs.runner.Runner`); a `JobSpec` holds these fields too."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    concurrency: int = Field(default=4, ge=1)
+    """Most rollouts running at once."""
+    max_starting: int = Field(default=DEFAULT_MAX_STARTING, ge=1)
+    """Most rollouts in their start-up phase (model server, LLM proxy, sandbox start) at once,
+    so that many rollouts starting together on few cores stay within the 30 s start-up
+    timeouts (asyncio executor; under Ray the cluster's CPUs bound it)."""
+    executor: str = "asyncio"
+    """Where rollouts run: ``asyncio`` (this process) or ``ray`` (one Ray task per attempt)."""
+    ray_address: str | None = None
+    """``ray`` executor: the cluster to join (``auto``, ``ray://host:10001``); None starts a
+    local Ray instance for the job."""
+    max_retries: int = Field(default=2, ge=0)
+    """Extra attempts for a rollout that failed for an infrastructure reason (never for an
+    agent timeout or an agent error)."""
+    retry_backoff_seconds: float = Field(default=1.0, ge=0)
+    """Wait before the k-th retry: ``retry_backoff_seconds * 2 ** (k - 1)`` seconds."""
+
+
+class JobSpec(RunnerOptions):
+    """What a job runs, and how (the `RunnerOptions` fields); see the module docstring for the
+    file format."""
+
+    name: str | None = Field(default=None, min_length=1, pattern=r"^[^/\\]+$")
+    """Job folder name under the jobs dir; None: the start time."""
+    tasks: list[Path] = Field(min_length=1)
+    """Task folders (a relative path in a job file is relative to the file's folder)."""
+    agents: list[str] = Field(min_length=1)
+    """Agent names from the registry (``reroll agents``)."""
+    models: list[str] = Field(default_factory=list)
+    """Model specs for agents that call a model; may be empty if none does."""
+    repeats: int = Field(default=1, ge=1)
+    """Rollouts per (task, agent, model)."""
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    """Agent wall-clock budget in seconds; None: each task's own."""
+    sandbox: str = "local"
+    """Sandbox backend."""
+    network: NetworkPolicy | None = None
+    """Every rollout's network policy (``none`` needs a container backend); None: each task's."""
+    image_map: dict[str, str] = Field(default_factory=dict)
+    """docker sandbox: the FROM images of tasks' Dockerfiles replaced by local images (source →
+    replacement) before they are built; ``--image-map SRC=DST`` flags replace it."""
+
+
+def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:
+    """Validate `data` as a JobSpec, resolving relative task paths against `base_dir`.
+
+    Args:
+        data: the fields, e.g. a parsed job file merged with CLI flags.
+        source: what to name in errors (a file, or "the command line").
+        base_dir: folder relative task paths are taken from (default: the current one).
+
+    Raises:
+        JobError: a field is missing, unknown or invalid; the message names `source`.
+    """
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise JobError(f"{source}: invalid job:\n{exc}") from exc
+    base = base_dir or Path.cwd()
+    return spec.model_copy(update={"tasks": [(base / task).resolve() for task in spec.tasks]})
+
+
+def load_job_file(path: Path, overrides: dict[str, Any] | None = None) -> JobSpec:
+    """Read a YAML (or JSON) job file, apply `overrides` (CLI flags), validate.
+
+    Raises:
+        JobError: the file is missing, not YAML, not a mapping, or invalid; the message names it.
+    """
+    raw = read_mapping(path, JobError, "job file", "tasks:, agents:, ...")
+    return job_spec({**raw, **(overrides or {})}, str(path), path.resolve().parent)
+
+
+def load_saved_spec(job_dir: Path) -> JobSpec:
+    """The spec a job folder was started with (its ``job.json``), for ``--resume``.
+
+    Raises:
+        JobError: the folder has no job.json, or it is invalid.
+    """
+    file = job_dir / JOB_SPEC_FILE
+    try:
+        raw = orjson.loads(file.read_bytes())
+    except FileNotFoundError as exc:
+        raise JobError(f"{file}: missing; {job_dir} is not a job folder started by `reroll job`") from exc
+    except orjson.JSONDecodeError as exc:
+        raise JobError(f"{file}: invalid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise JobError(f"{file}: expected a JSON object")
+    return job_spec(raw, str(file), job_dir)

@@ -1,0 +1,445 @@
+"""Jobs: many rollouts (tasks x agents x models x repeats) at bounded concurrency.
+
+``reroll job`` / `run_job` runs a `JobSpec` into ``<jobs-dir>/<job>/``::
+
+    <job>/
+      job.json                      the resolved JobSpec (``reroll job --resume <job>`` reads it)
+      <task>__<agent>__<model>__r<k>/   one run folder per rollout (names are deterministic)
+      _attempts/                    folders of failed attempts that were retried, or cut short
+      summary.json                  JobSummary (see reroll.runfolder.summary), rewritten at the end
+      continued/                    ``reroll continue-job <job>``: one continuation per timed-out run
+
+Retries: a rollout that ends with ``error_category: infrastructure`` (its proxy, model server or
+sandbox did not start or died: `reroll_contracts.errors.InfrastructureError`, the one retryable branch of
+the tree) runs again, up to ``max_retries`` more times, after ``retry_backoff_seconds * 2 ** (k -
+1)`` seconds; an agent timeout, an agent error or a configuration error (``config``: e.g. an
+unknown sandbox backend) is an outcome, never retried. A rollout that raises instead of leaving a
+result ends in the summary with status ``error`` (category ``internal`` for a bug, with its
+traceback), so summary.json is written whatever happens. The failed attempt's folder is moved to
+``_attempts/``, so the rollout's name always holds its last attempt.
+
+Executors (`reroll.jobs.executors`): each attempt runs on the job's executor — ``asyncio`` (this
+process, the default) or ``ray`` (one Ray task per attempt). Retries, backoff, resume, the
+progress bar and the summary are this module's, the same for every executor; an attempt the
+executor lost (a Ray worker died) is retried like an infrastructure failure.
+
+The same runner (`Runner`: executor, retries, resume, progress bar) runs a job's rollouts,
+``reroll continue-job``'s continuations and ``reroll branch``'s branches (`reroll.jobs.branch`).
+
+Resume: running a job into an existing job folder skips every rollout whose folder holds a
+complete result.json (status and ``finished_at`` set); a folder without one (the job was
+interrupted there) is moved to ``_attempts/`` and the rollout runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import traceback
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+from pydantic import ValidationError
+from reroll_contracts.errors import RETRIED_CATEGORIES, JobError, RerollError, error_category
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from reroll.agents import get_agent
+from reroll.jobs.executors import Attempt, Executor, ExecutorOptions, create_executor
+from reroll.jobs.jobfile import JOB_SPEC_FILE, JobSpec, RunnerOptions
+from reroll.jobs.report import print_summary
+from reroll.models.spec import check_model, model_slug, parse_model
+from reroll.rollout.continue_ import continue_run
+from reroll.rollout.record import run_task
+from reroll.rollout.start import RolloutOptions
+from reroll.runfolder.run import RunConfig, now_iso, write_json
+from reroll.runfolder.summary import (
+    SUMMARY_FILE,
+    JobSummary,
+    RolloutSummary,
+    is_complete,
+    read_result,
+    summarise_rollout,
+    totals,
+)
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.tasks.task import load_task
+
+ATTEMPTS_DIR = "_attempts"
+CONTINUED_DIR = "continued"
+
+
+@dataclass(frozen=True)
+class PlannedRollout:
+    """One rollout of a job: what runs, and the folder it runs into."""
+
+    name: str
+    """The run folder's name, ``<task>__<agent>__<model>__r<k>``."""
+    task_path: Path
+    task: str
+    agent: str
+    model: str | None
+    """None for an agent that calls no model."""
+    repeat: int
+    """1-based repeat index."""
+
+
+def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
+    """Expand `spec` into its rollouts, checking every task, agent and model first.
+
+    An agent that calls no model runs once per (task, repeat), whatever `spec.models` holds.
+
+    Raises:
+        TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
+            of the local backend.
+    """
+    load_backend(spec.sandbox)
+    if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
+        raise JobError(
+            f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
+        )
+    tasks = [load_task(path) for path in spec.tasks]
+    agents = [get_agent(name) for name in spec.agents]
+    planned = []
+    for task in tasks:
+        for agent in agents:
+            for spec_model in spec.models:
+                parse_model(spec_model, task.path, agent.name)
+            models: list[str | None] = [None] if agent.api_format == "none" else list(spec.models)
+            if not models:
+                raise JobError(f"agent {agent.name!r} calls a model: give the job models (--model)")
+            for model in models:
+                for repeat in range(1, spec.repeats + 1):
+                    name = f"{task.name}__{agent.name}__{model_slug(model)}__r{repeat}"
+                    planned.append(PlannedRollout(name, task.path, task.name, agent.name, model, repeat))
+    return planned
+
+
+@dataclass(frozen=True)
+class RunnerRollout:
+    """One rollout handed to a `Runner`: how to run an attempt of it, and its summary's identity."""
+
+    attempt: Attempt
+    """Its run folder (the summary's ``name`` is the folder's name) and the attempt's call."""
+    task: str
+    agent: str
+    model: str | None
+
+
+class Runner:
+    """Runs rollouts on an executor: retries, backoff, resume, a progress bar (module docstring).
+
+    Built before anything is written, so bad options are refused first.
+    """
+
+    def __init__(self, options: RunnerOptions) -> None:
+        """Build the executor `options` names (not started yet).
+
+        Raises:
+            JobError: `concurrency` or `max_starting` < 1, or the executor is unknown or its
+                package missing.
+        """
+        self._options = options
+        executor = ExecutorOptions(options.concurrency, options.max_starting, options.ray_address)
+        self._executor = create_executor(options.executor, executor)
+
+    async def run(self, rollouts: Sequence[RunnerRollout], console: Console) -> list[RolloutSummary]:
+        """Run every rollout to its end, under a progress bar on `console`; their summaries, in order.
+
+        A rollout whose folder holds a complete result.json is skipped (``attempts`` 0); a folder
+        without one (cut short) is moved to ``_attempts/`` first.
+
+        Raises:
+            InfrastructureError: the executor could not start (e.g. Ray).
+        """
+        async with self._executor:
+            return await _run_all([partial(self._one, rollout) for rollout in rollouts], console)
+
+    async def _one(self, rollout: RunnerRollout) -> RolloutSummary:
+        folder = rollout.attempt.run_dir
+        identity = (folder.name, rollout.task, rollout.agent, rollout.model)
+        if is_complete(folder):
+            return summarise_rollout(
+                folder, task=rollout.task, agent=rollout.agent, model=rollout.model, attempts=0
+            )
+        if folder.exists():
+            _set_aside(folder, folder.parent, "interrupted")
+        return await _with_retries(
+            self._executor,
+            rollout.attempt,
+            folder.parent,
+            max_retries=self._options.max_retries,
+            backoff_seconds=self._options.retry_backoff_seconds,
+            identity=identity,
+        )
+
+
+async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSummary:
+    """Run (or resume) the job `spec` into ``jobs_dir/<name>``; see the module docstring.
+
+    Shows a progress bar and, at the end, the summary table on `console`; writes job.json
+    first and summary.json last.
+
+    Returns:
+        The summary, as written to summary.json.
+
+    Raises:
+        TaskError, AgentError, ModelError, JobError, SandboxBackendError: bad input (an unknown
+            executor or sandbox backend, or one whose package is missing, included), before
+            anything runs.
+        InfrastructureError: the executor could not start (e.g. Ray).
+    """
+    planned = plan_rollouts(spec)
+    runner = Runner(spec)
+    name = spec.name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
+    jobs_dir = jobs_dir.resolve()  # attempts may run in other processes (Ray workers)
+    job_dir = jobs_dir / name
+    saved = spec.model_copy(update={"name": name})
+    job_dir.mkdir(parents=True, exist_ok=True)
+    write_json(job_dir / JOB_SPEC_FILE, saved.model_dump(mode="json"))
+    options = RolloutOptions(timeout_seconds=spec.timeout_seconds, sandbox=spec.sandbox, network=spec.network)
+    rollouts = [
+        RunnerRollout(
+            Attempt(
+                job_dir / rollout.name,
+                partial(
+                    run_task,
+                    rollout.task_path,
+                    agent_name=rollout.agent,
+                    model=rollout.model,
+                    options=options,
+                    jobs_dir=jobs_dir,
+                    job_name=name,
+                    run_name=rollout.name,
+                ),
+            ),
+            rollout.task,
+            rollout.agent,
+            rollout.model,
+        )
+        for rollout in planned
+    ]
+    return await _summarised(runner, rollouts, job_dir, job_dir, console)
+
+
+async def continue_job(
+    job_dir: Path,
+    *,
+    console: Console,
+    model: str | None = None,
+    tasks_dir: Path | None = None,
+    options: RolloutOptions = RolloutOptions(),
+    runner: RunnerOptions = RunnerOptions(),
+) -> JobSummary:
+    """Continue every timed-out rollout of the job in `job_dir` (``reroll continue-job JOB_DIR``).
+
+    Each continuation replays its whole recording, then goes live, into
+    ``job_dir/continued/<name>``; one already complete there is skipped, so the command can be
+    run again after an interruption. The summary is written to ``job_dir/continued/summary.json``.
+
+    Args:
+        job_dir: a folder of run folders (a job folder, or a ``--jobs-dir/--job-name`` of `reroll run`).
+        console: where the progress bar and the summary table go.
+        model: the live model after the cut [default: each original's].
+        tasks_dir: folder holding the tasks [default: each recorded ``task_path``].
+        options: how each continuation runs (as for `reroll.rollout.continue_.continue_run`).
+        runner: concurrency, executor, retries (as in `JobSpec`).
+
+    Raises:
+        JobError: `job_dir` is not a folder or holds no run folder, `concurrency` or
+            `max_starting` < 1, or the executor is unknown or its package missing.
+        SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing.
+        ModelError: `model` cannot be resolved (an unknown provider, a missing key).
+        InfrastructureError: the executor could not start (e.g. Ray).
+    """
+    if not job_dir.is_dir():
+        raise JobError(f"job folder not found: {job_dir}")
+    batch = Runner(runner)
+    if options.sandbox is not None:
+        load_backend(options.sandbox)
+    if model is not None:
+        check_model(model)
+    job_dir = job_dir.resolve()
+    output = job_dir / CONTINUED_DIR
+    folders = _run_folders(job_dir)
+    if not folders:
+        raise JobError(f"{job_dir}: no run folders (folders with a config.json) in it")
+    rollouts = []
+    for original in folders:
+        if _status(original) != "timeout":
+            continue
+        run = partial(
+            continue_run,
+            original,
+            model=model,
+            require_timeout=True,
+            tasks_dir=tasks_dir.resolve() if tasks_dir else None,
+            options=options,
+            output=output,
+        )
+        task, agent, original_model = _identity(original)
+        rollouts.append(
+            RunnerRollout(Attempt(output / original.name, run), task, agent, model or original_model)
+        )
+    output.mkdir(exist_ok=True)
+    return await _summarised(batch, rollouts, job_dir, output, console)
+
+
+def _run_folders(job_dir: Path) -> list[Path]:
+    """The run folders directly under `job_dir` (those with a config.json), sorted by name."""
+    return sorted(p for p in job_dir.iterdir() if p.is_dir() and (p / "config.json").is_file())
+
+
+def _identity(folder: Path) -> tuple[str, str, str | None]:
+    """(task, agent, model) of run folder `folder` for its summary; ``unknown`` for the task and
+    agent when its config.json cannot be read (the continuation then fails on it, naming the file,
+    and the job's summary is written all the same)."""
+    try:
+        config = RunConfig.model_validate_json((folder / "config.json").read_bytes())
+    except (OSError, ValidationError):
+        return "unknown", "unknown", None
+    return config.task_name or Path(config.task_path).name, config.agent, config.model
+
+
+def _status(folder: Path) -> str:
+    result = read_result(folder)
+    return result.effective_status if result is not None else "unknown"
+
+
+async def _with_retries(
+    executor: Executor,
+    attempt: Attempt,
+    parent: Path,
+    *,
+    max_retries: int,
+    backoff_seconds: float,
+    identity: tuple[str, str, str, str | None],
+) -> RolloutSummary:
+    """Run `attempt` on `executor` until it ends other than by a retryable error (an
+    infrastructure error of the rollout, or of the executor that lost it), or retries run out.
+
+    Never raises (but for cancellation): an attempt that raises instead of leaving a result gets a
+    summary with status ``error``, its error's category (``internal`` for an exception outside
+    `reroll_contracts.errors`) and, for such a bug, its traceback as the error text.
+
+    `identity` is the rollout's (name, task, agent, model) for its summary.
+    """
+    _, task, agent, model = identity
+    retried_errors: list[str] = []
+    for number in range(1, max_retries + 2):
+        try:
+            outcome = await executor.run(attempt)
+        except Exception as exc:  # the executor lost the attempt, bad input found late, or a bug
+            if not (isinstance(exc, RerollError) and exc.retryable and number <= max_retries):
+                return _error_summary(identity, exc, number, retried_errors)
+            retried_errors.append(str(exc))
+            if attempt.run_dir.exists():
+                _set_aside(attempt.run_dir, parent, f"attempt{number}")
+            await asyncio.sleep(backoff_seconds * 2 ** (number - 1))
+            continue
+        retry = outcome.result.error_category in RETRIED_CATEGORIES and number <= max_retries
+        if not retry:
+            return summarise_rollout(
+                outcome.run_dir,
+                task=task,
+                agent=agent,
+                model=model,
+                attempts=number,
+                retried_errors=retried_errors,
+            )
+        retried_errors.append(outcome.result.error or "")
+        _set_aside(outcome.run_dir, parent, f"attempt{number}")
+        await asyncio.sleep(backoff_seconds * 2 ** (number - 1))
+    raise AssertionError("unreachable: the last attempt always returns")
+
+
+def _error_summary(
+    identity: tuple[str, str, str, str | None], exc: Exception, attempts: int, retried_errors: list[str]
+) -> RolloutSummary:
+    """The summary of a rollout whose last attempt raised `exc` instead of leaving a result."""
+    name, task, agent, model = identity
+    error = str(exc)
+    if not isinstance(exc, RerollError):  # a bug: keep its traceback
+        error = "internal error: " + "".join(traceback.format_exception(exc))
+    return RolloutSummary(
+        name=name,
+        task=task,
+        agent=agent,
+        model=model,
+        status="error",
+        error_category=error_category(exc),
+        error=error,
+        attempts=attempts,
+        retried_errors=retried_errors,
+    )
+
+
+def _set_aside(folder: Path, parent: Path, reason: str) -> None:
+    """Move `folder` to ``parent/_attempts/<name>.<reason>`` (``-2``, ``-3`` … if taken)."""
+    aside = parent / ATTEMPTS_DIR
+    aside.mkdir(exist_ok=True)
+    target = aside / f"{folder.name}.{reason}"
+    suffix = 2
+    while target.exists():
+        target = aside / f"{folder.name}.{reason}-{suffix}"
+        suffix += 1
+    shutil.move(folder, target)
+
+
+async def _summarised(
+    runner: Runner, rollouts: Sequence[RunnerRollout], job_dir: Path, summary_dir: Path, console: Console
+) -> JobSummary:
+    """Run `rollouts`; write the job summary to `summary_dir` and print it."""
+    started_at, started = now_iso(), time.monotonic()
+    summaries = await runner.run(rollouts, console)
+    summary = JobSummary(
+        job=job_dir.name,
+        path=str(job_dir.resolve()),
+        started_at=started_at,
+        finished_at=now_iso(),
+        wall_seconds=round(time.monotonic() - started, 3),
+        rollouts=summaries,
+        totals=totals(summaries),
+    )
+    write_json(summary_dir / SUMMARY_FILE, summary)
+    print_summary(summary, console)
+    console.print(f"summary: {summary_dir / SUMMARY_FILE}")
+    return summary
+
+
+async def _run_all(
+    jobs: list[Callable[[], Awaitable[RolloutSummary]]], console: Console
+) -> list[RolloutSummary]:
+    """Run `jobs` (each bounded by its executor) under a progress bar; their summaries, in order."""
+    counts: Counter[str] = Counter()
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as progress:
+        bar = progress.add_task(_progress_text(counts), total=len(jobs))
+
+        async def tracked(job: Callable[[], Awaitable[RolloutSummary]]) -> RolloutSummary:
+            summary = await job()
+            counts[summary.status] += 1
+            progress.update(bar, advance=1, description=_progress_text(counts))
+            return summary
+
+        return list(await asyncio.gather(*(tracked(job) for job in jobs)))
+
+
+def _progress_text(counts: Counter[str]) -> str:
+    return " · ".join(f"{status} {counts.get(status, 0)}" for status in ("ok", "timeout", "error")) + (
+        f" · unknown {counts['unknown']}" if counts.get("unknown") else ""
+    )

@@ -1,0 +1,1 @@
+"""Models: specs and providers, and the bundled scripted model server."""

@@ -1,0 +1,408 @@
+"""The bundled scripted model: a deterministic server that answers from a script in three APIs.
+
+It needs no network and no key, so the main job runs end to end on a fresh machine. The script
+(YAML or JSON) lists one answer per turn::
+
+    turns:
+      - content: "I'll list the files."       # optional text
+        tool_calls:                           # optional OpenAI function tool calls
+          - name: bash
+            arguments: {command: "ls"}        # an object (sent JSON-encoded) or a string
+        thinking: "Look first."               # optional reasoning
+        delay_seconds: 0.5                    # optional latency before answering
+        errors: [{status: 500}]               # optional: errors before the answer, one per request
+      - content: "Done."
+    threads:                                  # optional: conversations other than the main one
+      - name: title                           # [a-z][a-z0-9_]*, part of the answers' ids
+        match: {without_tools: true, system: "(?i)title"}
+        turns: [{content: "Fix the failing test"}]
+
+A request is answered by the first thread whose ``match`` it satisfies (every condition given:
+`ThreadMatch`), else by ``turns``: one script serves an agent's side calls (titles, commit
+messages, summaries) and its subagents. Within the thread, the turn is chosen by the number of
+assistant turns already in the request (see `reroll.models.scripted_answers`), so a continuation that
+starts at turn k gets turn k; the server keeps no state but how many requests each turn got (for
+``errors``). ``count: own`` (top level for ``turns``, or per thread) counts only the assistant
+messages whose text is one of that thread's scripted ``content``s: for agents that put example
+exchanges of their own before the conversation (aider's few-shot SEARCH/REPLACE examples). Everything is
+deterministic: ids per turn, ``created`` fixed per turn, token counts of about one per four
+characters. ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` (each also
+without ``/v1``) answer in their API's shape, or with ``"stream": true`` as that API's SSE
+events (``--only-format NAME`` serves one API only, the others answering 404: how a test makes
+sure a translating proxy spoke the right one). ``POST /v1/messages/count_tokens`` answers the
+count its answers' ``usage`` would give (`reroll.models.scripted_answers.count_prompt_tokens`).
+A request past the last turn gets HTTP 400
+``script exhausted: turn N of M``. Any token is accepted.
+
+Run it with ``python -m reroll.models.scripted --script FILE [--host H] [--port P] [--ready-file F]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import yaml
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from reroll_contracts.errors import ModelError, RequestShapeError
+from reroll_proxy.formats import WireFormat, all_formats, format_named
+from reroll_proxy.formats.normal import NormalRequest
+from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
+from reroll_proxy.sse import encode_event
+
+from reroll.models.scripted_answers import Answer, answer_body, count_prompt_tokens, turn_index
+
+PIECE_CHARS = 8
+"""Characters of text or tool-call arguments per streamed chunk."""
+
+
+class ScriptedToolCall(BaseModel):
+    """One function tool call the scripted model makes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    """The function name."""
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    """The arguments: an object (JSON-encoded in the response) or a ready JSON string."""
+
+
+class ScriptedError(BaseModel):
+    """An error the scripted model answers with instead of its turn (once)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: int = Field(ge=400, le=599)
+    """The HTTP status, e.g. 429 or 500."""
+    message: str = "scripted error"
+    """The error message, in the format's error body."""
+    kind: str = "api_error"
+    """The error type in the body (``error.type``)."""
+    retry_after_seconds: float = Field(default=0.01, gt=0, le=60)
+    """Sent as the ``retry-after-ms`` header, which the OpenAI and Anthropic SDKs honour."""
+
+
+class ScriptedTurn(BaseModel):
+    """The model's answer at one turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str | None = None
+    """The text of the answer (None: no text; then ``content`` is null, or "" without tool calls)."""
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    """Function tool calls, in order."""
+    thinking: str | None = None
+    """Reasoning text: an Anthropic ``thinking`` block, a Responses ``reasoning`` item, Chat
+    ``reasoning_content``."""
+    errors: list[ScriptedError] = Field(default_factory=list)
+    """Errors answered, one per request, to the first requests for this turn (per API format),
+    before the answer: how an SDK's retries are exercised."""
+    delay_seconds: float = Field(default=0.0, ge=0)
+    """Latency before the answer (or error) starts, in seconds."""
+
+
+class ThreadMatch(BaseModel):
+    """Which requests a script thread answers: every condition given must hold (none: all).
+
+    Texts are those of the request normalised to `reroll_proxy.formats.normal.NormalRequest`
+    (the same for all three API formats); the patterns are Python regular expressions,
+    searched (not anchored).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tools: list[str] = Field(default_factory=list)
+    """Tool names that must all be offered (function tools, by name)."""
+    without_tools: bool = False
+    """True: the request offers no tools at all."""
+    system: str | None = None
+    """A pattern searched in the system prompt (``system``, ``instructions``, system messages)."""
+    first_user: str | None = None
+    """A pattern searched in the first user message's text."""
+    last_message: str | None = None
+    """A pattern searched in the last message's text (tool results included)."""
+    model: str | None = None
+    """A pattern searched in the request's ``model``."""
+
+    @field_validator("system", "first_user", "last_message", "model")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from exc
+        return pattern
+
+    def matches(self, request: NormalRequest, model: str) -> bool:
+        """Whether the request (normalised, and its ``model``) satisfies every condition."""
+        offered = {tool.get("name") for tool in request["tools"] if isinstance(tool, dict)}
+        messages = request["messages"]
+        users = [m for m in messages if m.get("role") == "user"]
+        texts = {
+            "system": "\n".join(_text(m) for m in messages if m.get("role") == "system"),
+            "first_user": _text(users[0]) if users else "",
+            "last_message": _text(messages[-1]) if messages else "",
+            "model": model,
+        }
+        patterns = {"system": self.system, "first_user": self.first_user}
+        patterns |= {"last_message": self.last_message, "model": self.model}
+        return (
+            set(self.tools) <= offered
+            and not (self.without_tools and request["tools"])
+            and all(
+                re.search(pattern, texts[where]) for where, pattern in patterns.items() if pattern is not None
+            )
+        )
+
+
+def _text(message: dict[str, Any]) -> str:
+    """A normalised message's text: its text blocks and tool results, one per line."""
+    return _blocks_text(message.get("content", []))
+
+
+def _blocks_text(blocks: Any) -> str:
+    if isinstance(blocks, str):
+        return blocks
+    parts: list[str] = []
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        elif isinstance(block, dict) and block.get("type") == "tool_result":
+            parts.append(_blocks_text(block.get("content")))
+    return "\n".join(parts)
+
+
+TurnCount = Literal["assistant", "own"]
+"""How a thread's turn is counted: every assistant turn in the request (``assistant``), or only
+the assistant messages whose text is one of the thread's scripted contents (``own``)."""
+
+
+def own_turns(request: NormalRequest, turns: list[ScriptedTurn]) -> int:
+    """The number of assistant messages in `request` whose text (stripped) is the ``content`` of
+    one of `turns`: the turns of this script already answered, whatever else the agent put
+    among its messages."""
+    contents = {turn.content.strip() for turn in turns if turn.content}
+    assistants = (m for m in request["messages"] if m.get("role") == "assistant")
+    return sum(1 for message in assistants if _text(message).strip() in contents)
+
+
+class ScriptedThread(BaseModel):
+    """A conversation of the script other than the main one: a side call or a subagent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """Names the thread in logs and in the answers' ids."""
+    match: ThreadMatch
+    """Which requests it answers."""
+    turns: list[ScriptedTurn] = Field(min_length=1)
+    """Its answers, by turn as for the main conversation."""
+    count: TurnCount = "assistant"
+    """How its turn is counted (`TurnCount`)."""
+
+
+class ModelScript(BaseModel):
+    """A scripted model's whole script."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns: list[ScriptedTurn] = Field(min_length=1)
+    """One answer per turn of the main conversation; turn k answers requests holding k assistant
+    messages."""
+    threads: list[ScriptedThread] = Field(default_factory=list)
+    """Other conversations, tried in order before the main one (see the module docstring)."""
+    count: TurnCount = "assistant"
+    """How the main conversation's turn is counted (`TurnCount`)."""
+
+    def thread_for(self, request: NormalRequest, model: str) -> tuple[str, list[ScriptedTurn], TurnCount]:
+        """The name ("" for the main conversation), turns and turn count of the thread answering
+        `request`."""
+        for thread in self.threads:
+            if thread.match.matches(request, model):
+                return thread.name, thread.turns, thread.count
+        return "", self.turns, self.count
+
+
+def load_script(path: Path) -> ModelScript:
+    """Load a script file: JSON when its name ends in ``.json``, YAML otherwise.
+
+    Raises:
+        ModelError: the file is missing, not YAML / JSON, or not a valid script; the message names it.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path}: cannot read the model script ({exc})") from exc
+    is_json = path.suffix == ".json"
+    try:
+        raw = orjson.loads(text) if is_json else yaml.safe_load(text)
+    except (yaml.YAMLError, orjson.JSONDecodeError) as exc:
+        kind = "JSON" if is_json else "YAML"
+        raise ModelError(f"{path}: the model script is not valid {kind}:\n{exc}") from exc
+    try:
+        return ModelScript.model_validate(raw)
+    except ValidationError as exc:
+        raise ModelError(f"{path}: invalid model script:\n{exc}") from exc
+
+
+def answer_for(turn: ScriptedTurn, index: int, thread: str = "") -> Answer:
+    """The format-neutral answer of `turn` (number `index`, from 0, of `thread`)."""
+    calls = [
+        (
+            call.name,
+            call.arguments if isinstance(call.arguments, str) else orjson.dumps(call.arguments).decode(),
+        )
+        for call in turn.tool_calls
+    ]
+    return Answer(index=index, content=turn.content, tool_calls=calls, thinking=turn.thinking, thread=thread)
+
+
+def build_app(script: ModelScript, only_format: str | None = None) -> web.Application:
+    """The scripted model as an aiohttp application (see the module docstring).
+
+    Args:
+        script: the script.
+        only_format: serve only this API format's paths (the others answer 404); None serves all.
+
+    Raises:
+        KeyError: `only_format` names no format.
+    """
+    served = [format_named(only_format)] if only_format else all_formats()
+    requests_per_turn: Counter[tuple[str, str, int]] = Counter()
+
+    async def serve_turn(wire: WireFormat, request: web.Request) -> web.StreamResponse:
+        try:
+            body = orjson.loads(await request.read())
+            if not isinstance(body, dict):
+                raise RequestShapeError("request body must be a JSON object")
+            index = turn_index(wire.name, body)
+            model = body.get("model")
+            normal = wire.normalise(body)
+            thread, turns, count = script.thread_for(normal, model if isinstance(model, str) else "")
+            if count == "own":
+                index = own_turns(normal, turns)
+        except (orjson.JSONDecodeError, RequestShapeError) as exc:
+            return _error(wire, 400, "invalid_request_error", f"bad request: {exc}")
+        if index >= len(turns):
+            where = f" of thread {thread!r}" if thread else ""
+            message = f"script exhausted: turn {index + 1} of {len(turns)}{where}"
+            return _error(wire, 400, "invalid_request_error", message)
+        turn = turns[index]
+        seen = requests_per_turn[wire.name, thread, index]
+        requests_per_turn[wire.name, thread, index] += 1
+        if turn.delay_seconds:
+            await asyncio.sleep(turn.delay_seconds)
+        if seen < len(turn.errors):
+            failure = turn.errors[seen]
+            headers = {"retry-after-ms": str(round(failure.retry_after_seconds * 1000))}
+            return _error(wire, failure.status, failure.kind, failure.message, headers)
+        answer = answer_body(wire.name, answer_for(turn, index, thread), body)
+        if body.get("stream") is not True:
+            return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+        for event in wire.to_events(answer, body, piece_chars=PIECE_CHARS):
+            await response.write(encode_event(event))
+        await response.write_eof()
+        return response
+
+    async def count_tokens(request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return _error(anthropic, 400, "invalid_request_error", f"bad request: {exc}")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(anthropic, 400, "invalid_request_error", "count_tokens needs a 'messages' list")
+        return web.json_response({"input_tokens": count_prompt_tokens(body)})
+
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    anthropic = format_named("anthropic-messages")
+    for wire in served:
+        for path in wire.paths:
+            app.router.add_post(path, functools.partial(serve_turn, wire))
+        if wire is anthropic:
+            for path in wire.paths:
+                app.router.add_post(path + "/count_tokens", count_tokens)
+    return app
+
+
+def _error(
+    wire: WireFormat, status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    body = wire.error_body(kind, message)
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+
+async def serve(
+    script_path: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    ready_file: Path | None = None,
+    only_format: str | None = None,
+) -> None:
+    """Serve the script at `script_path` until cancelled.
+
+    Args:
+        script_path: the script file.
+        host: interface to listen on.
+        port: TCP port; 0 picks a free one.
+        ready_file: where to write the `reroll_contracts.proxy.ReadyFile` once listening.
+        only_format: serve only this API format (see `build_app`).
+
+    Raises:
+        ModelError: the script is missing or invalid.
+        OSError: the port cannot be bound.
+    """
+    app = build_app(load_script(script_path), only_format)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = int(runner.addresses[0][1])
+        if ready_file is not None:
+            write_ready_file(ready_file, host, bound)
+        print(f"scripted model ({script_path}) on {base_url_for(host, bound)}", file=sys.stderr, flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reroll.models.scripted``: serve until SIGTERM / SIGINT.
+
+    Returns:
+        0 after a signal, 2 when the script is invalid.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m reroll.models.scripted", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--script", type=Path, required=True, help="the script file (YAML or JSON)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0 picks a free one)")
+    parser.add_argument("--ready-file", type=Path, help='written with {"pid", "address"} once listening')
+    parser.add_argument(
+        "--only-format",
+        choices=[wire.name for wire in all_formats()],
+        help="serve only this API format's paths (the others answer 404)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        run_service(lambda: serve(args.script, args.host, args.port, args.ready_file, args.only_format))
+    except ModelError as exc:
+        print(f"scripted model: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

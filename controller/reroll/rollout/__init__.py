@@ -1,0 +1,1 @@
+"""The rollout lifecycle: record, continue, replay, checkpoints, scenes and the verifier's host side."""

@@ -1,0 +1,242 @@
+"""The one path of every new rollout: `start_rollout`.
+
+Every rollout reroll starts — a recording (`reroll.rollout.record.run_task`), a continuation
+(`reroll.rollout.continue_.continue_run`), a replay check (`reroll.rollout.replay.replay_run`) and each branch
+(`reroll.jobs.branch`) — goes through `start_rollout`: from an origin (a `NewRecording`, or a
+`reroll.rollout.checkpoint.Checkpoint` of a recorded run) it creates the new run folder, writes the one
+`RunConfig` (with its provenance), and executes the `RolloutPlan` (`reroll.rollout.lifecycle`). The callers
+differ only in how they pick the origin, the live model and the provenance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from reroll_contracts.errors import TaskError
+from reroll_contracts.proxy import DivergencePolicy
+from rich.console import Console
+
+from reroll import __version__
+from reroll.agents import AgentSpec, get_agent
+from reroll.host.llm_proxy import ReplayPlan, recorded_sandbox_values
+from reroll.models.spec import ModelSpec, parse_model
+from reroll.rollout.checkpoint import Checkpoint
+from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
+from reroll.rollout.scenes import check_trial
+from reroll.runfolder.run import (
+    TRAJECTORY,
+    BranchedFrom,
+    ContinuedFrom,
+    FaultsUsed,
+    RunConfig,
+    RunResult,
+    create_run_folder,
+    now_iso,
+)
+from reroll.runfolder.trial import TurnRecord
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.tasks.task import NetworkPolicy, Task, with_network
+from reroll.trials.config import TrialConfig
+
+CONTROLLER_LOG = Path("harness") / "controller.log"
+"""Where a rollout started without a console writes its progress, in its run folder."""
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """A finished rollout: where its folder is and what result.json says."""
+
+    run_dir: Path
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """How a new rollout runs: the flags ``run``, ``continue``, ``replay`` and ``branch`` share.
+
+    Every None takes the default named; for a rollout from a checkpoint, "the original's" is
+    what the recorded run's config.json says.
+    """
+
+    timeout_seconds: float | None = None
+    """The agent's wall-clock budget, seconds [default: the original's, else the task's]."""
+    sandbox: str | None = None
+    """Sandbox backend, ``local`` or ``docker`` [default: the original's, else ``local``]."""
+    network: NetworkPolicy | None = None
+    """The sandbox's network policy [default: the original's override, else the task's
+    ``environment.network``]; ``none`` needs docker or the isolated ``local``."""
+    faults: FaultsUsed | None = None
+    """The fault plan the proxy injects (`reroll.host.llm_proxy.faults_used`), or None; faults
+    recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
+    divergence_policy: DivergencePolicy = "warn"
+    """What the proxy does when a replayed request differs from the recording (``warn``,
+    ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
+
+
+@dataclass(frozen=True)
+class NewRecording:
+    """The origin of a fresh recording: a task and an agent (or a trial), nothing to replay."""
+
+    task: Task
+    agent: AgentSpec
+    """The agent (of a trial: its first role's)."""
+    trial: TrialConfig | None = None
+    """The scenes, roles and turns, resolved (`reroll.trials.config`); None: `agent` told the
+    instruction once."""
+
+
+@dataclass(frozen=True)
+class FromCheckpoint:
+    """The origin of a rollout that replays a checkpoint of a recorded run, then goes live."""
+
+    checkpoint: Checkpoint
+    provenance: ContinuedFrom
+    """config.json's ``continued_from`` — or ``branched_from`` when it is a `BranchedFrom`."""
+
+
+Origin = NewRecording | FromCheckpoint
+"""Where a rollout starts: from scratch, or from a checkpoint of a recorded run."""
+
+
+async def start_rollout(
+    origin: Origin,
+    *,
+    live_model: ModelSpec | None,
+    parent: Path,
+    name: str,
+    options: RolloutOptions,
+    console: Console | None = None,
+    start_gate: asyncio.Semaphore | None = None,
+) -> RolloutOutcome:
+    """Create the run folder ``parent/name``, write its config, and run the rollout.
+
+    Args:
+        origin: a `NewRecording`, or `FromCheckpoint`: the checkpoint's first ``cut_index``
+            exchanges are replayed before `live_model` takes over.
+        live_model: the live model, None when none goes live (an agent that calls none, or a
+            replay-only continuation: then the provenance says ``replay_only``).
+        parent: the folder the run folder goes in (created if missing).
+        name: the run folder's name; ``name-2``, ``name-3`` … when it is taken.
+        options: timeout, sandbox, network, faults, divergence policy.
+        console: where progress goes [default: ``harness/controller.log`` in the run folder].
+        start_gate: held while the model server, LLM proxy and sandbox start (see
+            `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
+
+    Returns:
+        The new run folder and its result.
+
+    Raises:
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        TaskError: network ``none`` is asked of a sandbox without a network policy.
+        AgentError: a role's agent is unknown.
+        TrialError: the trial's roles name different models, a User cannot be loaded, or a
+            ``resume`` turn's agent has no session to resume.
+        Nothing is written when any of these is raised.
+    """
+    config = _run_config(origin, live_model, options)
+    load_backend(config.sandbox)
+    if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
+        raise TaskError(
+            f"--network none needs --sandbox local or docker: "
+            f"the {config.sandbox} sandbox has the host's network"
+        )
+    recorded: list[TurnRecord] = []
+    replay = None
+    if isinstance(origin, NewRecording):
+        task, agent = origin.task, origin.agent
+    else:
+        checkpoint = origin.checkpoint
+        task, agent, original = checkpoint.task, checkpoint.agent, checkpoint.original
+        recorded = checkpoint.recorded_turns
+        replay = ReplayPlan(
+            trajectory_path=original.path / TRAJECTORY,
+            cut_index=checkpoint.cut_index,
+            divergence_policy=options.divergence_policy,
+            recorded_values=recorded_sandbox_values(original.path),
+        )
+    trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
+    agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
+    check_trial(trial, agents)
+    run_dir = create_run_folder(parent, name)
+    plan = RolloutPlan(
+        task=with_network(task, config.network),
+        agents=agents,
+        trial=trial,
+        run_dir=run_dir,
+        config=config,
+        replay=replay,
+        recorded=recorded,
+    )
+    with _progress(console, run_dir) as progress:
+        progress.print(f"run folder: {run_dir}")
+        return RolloutOutcome(run_dir, await execute_rollout(plan, progress, start_gate))
+
+
+def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOptions) -> RunConfig:
+    """config.json of the new rollout: the recording's fresh one, or the original's updated."""
+    live_spec = live_model.spec if live_model else None
+    started_at = now_iso()
+    if isinstance(origin, NewRecording):
+        return RunConfig(
+            task_path=str(origin.task.path),
+            task_name=origin.task.name,
+            agent=origin.agent.name,
+            model=live_spec,
+            timeout_sec=options.timeout_seconds or origin.task.spec.agent.timeout_sec,
+            started_at=started_at,
+            lineage_started_at=started_at,
+            sandbox=options.sandbox or "local",
+            network=options.network,
+            reroll_version=__version__,
+            faults=options.faults,
+            trial=origin.trial,
+        )
+    original = origin.checkpoint.original.config
+    task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
+    key = "branched_from" if isinstance(origin.provenance, BranchedFrom) else "continued_from"
+    return original.model_copy(
+        update={
+            "agent": origin.checkpoint.agent.name,  # `continue --agent` may override the recorded one
+            "model": live_spec or original.model,
+            "timeout_sec": options.timeout_seconds or original.timeout_sec or task_timeout,
+            "started_at": started_at,
+            "lineage_started_at": original.lineage_started_at or original.started_at or started_at,
+            "sandbox": options.sandbox or original.sandbox,
+            "network": options.network or original.network,
+            "reroll_version": __version__,
+            "continued_from": None,
+            "branched_from": None,
+            "faults": options.faults,
+            key: origin.provenance,
+        }
+    )
+
+
+@contextlib.contextmanager
+def _progress(console: Console | None, run_dir: Path) -> Iterator[Console]:
+    """`console`, or a console writing to the run folder's ``harness/controller.log``."""
+    if console is not None:
+        yield console
+        return
+    log_file = run_dir / CONTROLLER_LOG
+    log_file.parent.mkdir(exist_ok=True)
+    with open(log_file, "w") as log:
+        yield Console(file=log, highlight=False, soft_wrap=True)
+
+
+def model_for(agent: AgentSpec, model: str | None, task: Task) -> ModelSpec | None:
+    """The parsed live model for `agent` (None for agents that call none).
+
+    Raises:
+        TaskError: the agent calls a model and `model` is None.
+        ModelError: `model` cannot be parsed (see `reroll.models.spec.parse_model`).
+    """
+    if agent.api_format == "none":
+        return None
+    if model is None:
+        raise TaskError("this agent calls a model: pass --model (e.g. --model scripted)")
+    return parse_model(model, task.path, agent.name)

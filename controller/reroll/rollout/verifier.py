@@ -1,0 +1,168 @@
+"""The verifier: score the workspace the agent left behind with the task's test script.
+
+The hardening lives in the sidecar (``reroll_sidecar.verify``; the PrepareVerify and Verify
+RPCs); this module is its host side. `prepare`, before the agent runs, records the baseline
+(start-up hooks, a snapshot of them and of the build-config files, the image's trusted pytest
+plugins) with the task's hardening options and declared pytest plugins (`declared_plugins`).
+`quiesce` freezes, then kills, every process the agent left (the rollout calls it as soon as the
+agent is done, before the workspace is hashed). `verify` quiesces again, only then uploads
+the verifier folder (no process of the agent ever sees the hidden tests), then one Verify RPC
+quiesces once more, undoes planted build config and start-up hooks, deletes old reward files,
+runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
+``reward.json`` (an object of numbers), the wire formats BenchFlow and Harbor use. The run
+folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
+``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs), the reward file and
+``pytest-report.txt`` (what pytest's own report said, when the script ran pytest: the rewards are
+zeroed when it counts failures or errors, or when pytest ended without one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from reroll_contracts.errors import VerifierError
+
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.results import HardeningReport, VerifyBaseline
+from reroll.tasks.compat import resolve_env
+from reroll.tasks.task import Task
+
+TEST_SCRIPT = "test.sh"
+PYTEST_REPORT_FILE = "pytest-report.txt"
+"""What pytest's own report said (its counts, or why the rewards were zeroed), in ``verifier/``."""
+OUTPUT_TAIL_CHARS = 1500
+"""How much of the end of the test script's output a VerifierError quotes."""
+CTRF_OPTION = re.compile(r"(^|[^\w-])--ctrf([=\s]|$)", re.MULTILINE)
+"""pytest-json-ctrf's option in a test script: its plugin (``ctrf``) is then declared."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the verifier found."""
+
+    rewards: dict[str, float]
+    """``{"reward": 1.0}`` for reward.txt, the object itself for reward.json."""
+    duration_seconds: float
+
+
+async def prepare(sandbox: Sandbox, task: Task, env: dict[str, str]) -> VerifyBaseline:
+    """Record the verification baseline in `sandbox` before the agent runs; `verify` needs it.
+
+    Args:
+        sandbox: the started sandbox, agent installed but not yet run.
+        task: the task whose ``verifier.hardening`` options apply.
+        env: the base environment of sandbox processes (its PATH finds ``python3``).
+
+    Raises:
+        SandboxError: the scan or the snapshot failed, or the sandbox died.
+    """
+    return await sandbox.prepare_verify(task.spec.verifier.hardening, env, declared_plugins(task))
+
+
+def declared_plugins(task: Task) -> list[str]:
+    """The pytest plugins `task` declares (``verifier.pytest_plugins``), plus ``ctrf`` when its
+    ``test.sh`` passes ``--ctrf`` outside a comment, as BenchFlow infers it: test scripts often
+    install pytest-json-ctrf themselves (``pip install`` or ``uvx --with``) while they run, so no
+    scan before the agent sees it."""
+    plugins = list(task.spec.verifier.pytest_plugins)
+    try:
+        script = (task.verifier_dir / TEST_SCRIPT).read_text(encoding="utf-8", errors="replace")
+    except OSError:  # a missing test.sh is `verify`'s error to report
+        return plugins
+    uncommented = "\n".join(line.split("#", 1)[0] for line in script.splitlines())
+    if CTRF_OPTION.search(uncommented) and "ctrf" not in plugins:
+        plugins.append("ctrf")
+    return plugins
+
+
+async def quiesce(sandbox: Sandbox) -> None:
+    """Freeze, then kill, every process the agent left in `sandbox` (`Sandbox.kill` of its agent user).
+
+    Raises:
+        QuiesceError: some were still alive after the sandbox's time limit (a verifier error).
+        SandboxError: the sandbox failed or died.
+    """
+    await sandbox.kill(sandbox.layout.agent_user)
+
+
+async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
+    """Score the workspace between two rounds of a trial: `verify` without its destructive
+    hardening steps (planted build config and start-up hooks are left as the agent left them,
+    since it goes on working), then the verifier folder removed again, so no later round sees
+    the hidden tests.
+
+    Raises:
+        As `verify`.
+    """
+    try:
+        return await verify(sandbox, task, env, output_dir, soft=True)
+    finally:
+        verifier_dir = sandbox.layout.path(task.verifier_mount)
+        await sandbox.exec(["rm", "-rf", "--", verifier_dir], env=env, inherit_env=False)
+
+
+async def verify(
+    sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path, *, soft: bool = False
+) -> Verdict:
+    """Run the task's verifier in `sandbox`, hardened as `prepare` recorded, and parse its reward.
+
+    Args:
+        sandbox: the started sandbox, agent finished or stopped, `prepare` done before the agent.
+        task: the task whose ``test.sh`` scores the run.
+        env: the base environment of sandbox processes.
+        output_dir: host folder (the run folder's ``verifier/``) for the test output and reward file.
+        soft: skip the restore of build config and start-up hooks (`soft_verify`).
+
+    Raises:
+        VerifierError: the test script is missing (the message names it), timed out, or left no
+            valid reward file (the message carries the end of the script's output); hardening
+            failed or ran out of time (`QuiesceError` when the agent's processes outlived it).
+        SandboxError: the sandbox failed or died (an infrastructure error).
+    """
+    started = time.monotonic()
+    layout = sandbox.layout
+    verifier_dir = layout.path(task.verifier_mount)
+    await quiesce(sandbox)  # before the hidden tests are in the sandbox
+    await sandbox.upload_dir(task.verifier_dir, verifier_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with (
+        (output_dir / "test-stdout.txt").open("wb") as out,
+        (output_dir / "test-stderr.txt").open("wb") as err,
+    ):
+        files = {"stdout": out, "stderr": err}
+
+        def write(name: str, chunk: bytes) -> None:
+            files[name].write(chunk)
+
+        def write_report(report: HardeningReport) -> None:
+            (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
+
+        try:
+            outcome = await sandbox.verify(
+                verifier_dir=verifier_dir,
+                script=TEST_SCRIPT,
+                reward_dir=f"{layout.logs_dir}/verifier",
+                env=env | resolve_env(task.spec.verifier.env, os.environ, "verifier.env"),
+                timeout_seconds=task.spec.verifier.timeout_sec,
+                on_output=write,
+                on_hardening=write_report,
+                soft=soft,
+            )
+        except FileNotFoundError as exc:
+            raise VerifierError(f"task {task.name}: {exc}") from exc
+    tail = outcome.output_text()[-OUTPUT_TAIL_CHARS:]
+    if outcome.timed_out:
+        raise VerifierError(f"verifier timed out after {task.spec.verifier.timeout_sec:.0f} s:\n{tail}")
+    if outcome.reward_file:
+        (output_dir / outcome.reward_file).write_bytes(outcome.reward_content)
+    if outcome.pytest_report:
+        (output_dir / PYTEST_REPORT_FILE).write_text(outcome.pytest_report + "\n")
+    if outcome.reward_error:
+        raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
+    return Verdict(rewards=outcome.rewards, duration_seconds=time.monotonic() - started)

@@ -1,0 +1,289 @@
+"""The run folder: what one rollout leaves on disk (format in DESIGN.md, compatible with BenchFlow's).
+
+::
+
+    <jobs-dir>/<job>/<rollout>/
+      config.json                      RunConfig: what was run; continued_from / branched_from provenance
+      result.json                      RunResult: status, rewards, timings, counts, error
+      prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
+      trial.json                       the trial's turns: place, prompt, how each ended (reroll.trials.config)
+      trajectory/llm_trajectory.jsonl  one LLM exchange per line (reroll_proxy.exchange)
+      verifier/                        the verifier's output and logs
+      agent/                           the agent's console output
+      workspace_manifest.json          sha256 of every workspace file when the agent stopped
+
+Folders written by BenchFlow load too: fields reroll adds are optional, and a result.json
+without ``status`` gets one from ``error_category``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from reroll_contracts.errors import RunFolderError
+from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory, read_capped
+
+from reroll.trials.config import TrialConfig
+
+TRAJECTORY = Path("trajectory") / "llm_trajectory.jsonl"
+MAX_JSON_BYTES = 64 * 1024 * 1024
+"""The largest config.json, result.json or prompts.json read."""
+CONTINUABLE_CATEGORIES = ("timeout", "idle_timeout")
+Status = Literal["ok", "timeout", "error"]
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with microseconds."""
+    return datetime.now(UTC).isoformat()
+
+
+class ContinuedFrom(BaseModel):
+    """Provenance of a continued run."""
+
+    path: str
+    """Resolved absolute path of the original run folder."""
+    status: str
+    """The original run's status (``timeout`` for the main use)."""
+    cut_index: int
+    """Number of recorded exchanges replayed before the live model took over."""
+    at: str | None = None
+    """The checkpoint as given with ``--at`` (a step or a fraction), None when the cut is the end
+    of the recording."""
+    original_model: str | None
+    """The model the original run used."""
+    live_model: str | None
+    """The model used after the cut (None with ``--replay-only``)."""
+    replay_only: bool = False
+    """True when the continuation stopped at the cut point."""
+
+
+class BranchedFrom(ContinuedFrom):
+    """Provenance of a branch: in the tree's parent folder (the shared prefix) `path` is the run
+    branched from; in each child run folder it is the parent folder."""
+
+    branch_index: int | None = None
+    """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
+
+
+class FaultsUsed(BaseModel):
+    """The fault plan a rollout ran under (``reroll run --faults``)."""
+
+    plan_path: str
+    """The YAML plan, absolute."""
+    seed: int
+    """The seed of its probability draws."""
+
+
+class RunConfig(BaseModel):
+    """config.json: what was run."""
+
+    model_config = ConfigDict(extra="allow")
+    task_path: str
+    task_name: str | None = None
+    agent: str
+    model: str | None = None
+    timeout_sec: float | None = None
+    agent_env: dict[str, str] = Field(default_factory=dict)
+    started_at: str | None = None
+    lineage_started_at: str | None = None
+    """When the first recording of this run's lineage started (ISO 8601): the same in every
+    continuation, replay and branch of it, and the agent's git author/committer date
+    (`reroll.rollout.lifecycle.stable_agent_env`). None in folders written before it existed (and by
+    BenchFlow): ``started_at`` stands in."""
+    sandbox: str = "local"
+    network: Literal["none", "full"] | None = None
+    """The run's network policy override (``--network``); None: the task's ``environment.network``."""
+    reroll_version: str | None = None
+    continued_from: ContinuedFrom | None = None
+    branched_from: BranchedFrom | None = None
+    faults: FaultsUsed | None = None
+    """The fault plan injected by the proxy, if any."""
+    trial: TrialConfig | None = None
+    """The scenes, roles and turns run (`reroll.trials.config`, resolved), when they are more than the one
+    prompt of a plain run; None: ``agent`` told the task's instruction once."""
+
+
+class Timings(BaseModel):
+    """Durations of the rollout's phases, in seconds."""
+
+    setup_seconds: float | None = None
+    agent_seconds: float | None = None
+    verifier_seconds: float | None = None
+    total_seconds: float | None = None
+
+
+class Counts(BaseModel):
+    """The exchanges in the rollout's trajectory: what the agent received, by source."""
+
+    exchanges: int = 0
+    replayed: int = 0
+    live: int = 0
+    divergences: int = 0
+
+
+class RunResult(BaseModel):
+    """result.json: how the rollout ended."""
+
+    model_config = ConfigDict(extra="allow")
+    status: Status | None = None
+    rewards: dict[str, float] | None = None
+    error: str | None = None
+    error_category: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    timings: Timings = Field(default_factory=Timings)
+    counts: Counts = Field(default_factory=Counts)
+
+    @property
+    def effective_status(self) -> Status | Literal["unknown"]:
+        """`status`; for BenchFlow's files (which have none) the one `error_category` implies.
+
+        ``unknown`` when reroll wrote ``status: null``: the rollout was interrupted before it ended
+        (a cancelled job), so nothing says how it went.
+        """
+        if self.status is not None:
+            return self.status
+        if "status" in self.model_fields_set:
+            return "unknown"
+        if self.error_category in CONTINUABLE_CATEGORIES:
+            return "timeout"
+        return "error" if self.error else "ok"
+
+
+class RunFolder(BaseModel):
+    """A loaded run folder."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    path: Path
+    config: RunConfig
+    result: RunResult | None
+    prompts: list[str]
+    trajectory: LoadedTrajectory
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        """The recorded exchanges, in order."""
+        return self.trajectory.exchanges
+
+
+def count_exchanges(trajectory: LoadedTrajectory) -> Counts:
+    """Count a trajectory's exchanges by ``metadata.source``, and those with a divergence."""
+    exchanges = trajectory.exchanges
+    replayed = sum(1 for exchange in exchanges if exchange.metadata.source == "replayed")
+    return Counts(
+        exchanges=len(exchanges),
+        replayed=replayed,
+        live=len(exchanges) - replayed,
+        divergences=sum(1 for exchange in exchanges if exchange.metadata.divergence is not None),
+    )
+
+
+def load_run_folder(path: Path) -> RunFolder:
+    """Load a run folder written by reroll or BenchFlow.
+
+    A truncated last trajectory line (a run killed mid-write) is tolerated: it is ignored and
+    reported in ``trajectory.warning``. A missing result.json is tolerated too (a run killed before
+    it finished); its status then reads as unknown (`result` is None).
+
+    Raises:
+        RunFolderError: the folder, config.json, prompts.json or the trajectory is missing, or
+            any of them is corrupt, unreadable (a symlink loop), not a regular file or too large;
+            the message names the file (and the line, for the trajectory).
+    """
+    try:
+        path = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise RunFolderError(f"run folder not found: {path}") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise RunFolderError(f"run folder {path}: cannot be resolved ({exc})") from exc
+    if not path.is_dir():
+        raise RunFolderError(f"run folder not found: {path}")
+    config: RunConfig = _validated(
+        RunConfig, _read_json(path / "config.json", required=True), path / "config.json"
+    )
+    raw_result = _read_json(path / "result.json", required=False)
+    result: RunResult | None = (
+        _validated(RunResult, raw_result, path / "result.json") if raw_result is not None else None
+    )
+    prompts = _read_json(path / "prompts.json", required=True)
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise RunFolderError(f"{path / 'prompts.json'}: expected a JSON list of strings")
+    try:
+        trajectory = load_trajectory(path / TRAJECTORY)
+    except FileNotFoundError as exc:
+        raise RunFolderError(
+            f"{path / TRAJECTORY}: missing (not a run folder, or nothing was recorded)"
+        ) from exc
+    return RunFolder(path=path, config=config, result=result, prompts=prompts, trajectory=trajectory)
+
+
+def _read_json(file: Path, *, required: bool) -> Any:
+    try:
+        data = orjson.loads(read_capped(file, MAX_JSON_BYTES))
+    except FileNotFoundError as exc:
+        if not required:
+            return None
+        raise RunFolderError(f"{file}: missing") from exc
+    except OSError as exc:
+        raise RunFolderError(f"{file}: cannot be read ({exc.strerror or exc})") from exc
+    except orjson.JSONDecodeError as exc:
+        raise RunFolderError(f"{file}: invalid JSON: {exc}") from exc
+    except ValueError as exc:  # not a regular file, or too large
+        raise RunFolderError(f"{file}: {exc}") from exc
+    return data
+
+
+def _validated(model: type[BaseModel], data: Any, file: Path) -> Any:
+    """Validate `data` as `model`, converting errors to RunFolderError naming `file`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RunFolderError(f"{file}: invalid content:\n{exc}") from exc
+
+
+def write_json(file: Path, data: BaseModel | list[Any] | dict[str, Any]) -> None:
+    """Write JSON atomically (temp file + rename), pretty-printed, fsynced."""
+    payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
+    write_bytes_atomically(file, [orjson.dumps(payload, option=orjson.OPT_INDENT_2) + b"\n"])
+
+
+def write_bytes_atomically(file: Path, pieces: Iterable[bytes]) -> None:
+    """Write `pieces` one after the other to `file` atomically (temp file beside it + rename), fsynced.
+
+    If producing a piece raises, `file` is left as it was and the temp file removed.
+    """
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f".{file.name}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            for piece in pieces:
+                out.write(piece)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, file)
+
+
+def create_run_folder(parent: Path, name: str) -> Path:
+    """Create a new, empty run folder ``parent/name`` — never reusing an existing one.
+
+    If ``name`` is taken, ``name-2``, ``name-3``, … is used instead, so nothing is written over.
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 1000):
+        candidate = parent / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        (candidate / "trajectory").mkdir()
+        return candidate
+    raise RunFolderError(f"{parent}: could not find a free folder name for {name}")

@@ -1,0 +1,210 @@
+"""What a job leaves besides its run folders: ``summary.json`` and the summary table.
+
+``<job>/summary.json`` (a `JobSummary`) lists every rollout of the job, with its status,
+rewards, attempts, exchange and token counts, and the totals: status counts, the mean of each
+reward key, exchanges and tokens. Tokens are the ``usage.total_tokens`` the upstream reported
+in the recorded responses (0 when none was recorded, e.g. an agent that calls no model).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel, Field, ValidationError
+from reroll_contracts.errors import TrajectoryFormatError
+from reroll_proxy.exchange import load_trajectory
+
+from reroll.runfolder.run import TRAJECTORY, RunResult
+
+SUMMARY_FILE = "summary.json"
+
+
+class RolloutSummary(BaseModel):
+    """One rollout of a job, as it ended."""
+
+    name: str
+    """The run folder's name (under the job folder)."""
+    task: str
+    agent: str
+    model: str | None = None
+    status: str
+    """``ok``, ``timeout``, ``error``, or ``unknown`` (no result.json, or ``status: null``: the
+    rollout was interrupted before it ended)."""
+    error_category: str | None = None
+    error: str | None = None
+    rewards: dict[str, float] | None = None
+    attempts: int = 1
+    """How many times it ran (retries after infrastructure failures included); 0 when it was
+    skipped because an earlier run of the job had completed it."""
+    retried_errors: list[str] = Field(default_factory=list)
+    """The errors of the attempts that were retried, in order."""
+    exchanges: int = 0
+    """LLM exchanges the agent received."""
+    tokens: int = 0
+    """``usage.total_tokens`` summed over the recorded responses."""
+    total_seconds: float | None = None
+    """Wall-clock time of the last attempt, in seconds."""
+
+
+class JobTotals(BaseModel):
+    """Totals over a job's rollouts."""
+
+    rollouts: int
+    status_counts: dict[str, int]
+    reward_means: dict[str, float]
+    """Mean of each reward key over the rollouts that reported it."""
+    retries: int
+    """Attempts beyond the first, over all rollouts."""
+    exchanges: int
+    tokens: int
+
+
+class JobSummary(BaseModel):
+    """``summary.json`` of a job folder."""
+
+    job: str
+    path: str
+    started_at: str
+    finished_at: str
+    wall_seconds: float
+    rollouts: list[RolloutSummary] = Field(default_factory=list)
+    totals: JobTotals
+
+
+def read_result(run_dir: Path) -> RunResult | None:
+    """The run's result.json, or None when it is missing or unreadable (a run cut short)."""
+    try:
+        return RunResult.model_validate(orjson.loads((run_dir / "result.json").read_bytes()))
+    except (OSError, orjson.JSONDecodeError, ValidationError):
+        return None
+
+
+def is_complete(run_dir: Path) -> bool:
+    """Whether the run finished: its result.json has a status and ``finished_at``."""
+    result = read_result(run_dir)
+    return result is not None and result.status is not None and result.finished_at is not None
+
+
+def summarise_rollout(
+    run_dir: Path,
+    *,
+    task: str,
+    agent: str,
+    model: str | None,
+    attempts: int,
+    retried_errors: list[str] | None = None,
+) -> RolloutSummary:
+    """Read what the rollout in `run_dir` left: result.json and the trajectory's counts."""
+    result = read_result(run_dir)
+    exchanges, tokens = _trajectory_counts(run_dir / TRAJECTORY)
+    if result is None:
+        return RolloutSummary(
+            name=run_dir.name,
+            task=task,
+            agent=agent,
+            model=model,
+            status="unknown",
+            attempts=attempts,
+            exchanges=exchanges,
+            tokens=tokens,
+            error="no result.json",
+        )
+    return RolloutSummary(
+        name=run_dir.name,
+        task=task,
+        agent=agent,
+        model=model,
+        status=result.effective_status,
+        error_category=result.error_category,
+        error=result.error,
+        rewards=result.rewards,
+        attempts=attempts,
+        retried_errors=retried_errors or [],
+        exchanges=exchanges,
+        tokens=tokens,
+        total_seconds=result.timings.total_seconds,
+    )
+
+
+def _trajectory_counts(path: Path) -> tuple[int, int]:
+    """(exchanges, tokens) of a trajectory file; (0, 0) when there is none."""
+    try:
+        exchanges = load_trajectory(path).exchanges
+    except (FileNotFoundError, TrajectoryFormatError):
+        return 0, 0
+    tokens = 0
+    for exchange in exchanges:
+        body = exchange.response.body
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
+            tokens += usage["total_tokens"]
+    return len(exchanges), tokens
+
+
+def totals(rollouts: list[RolloutSummary]) -> JobTotals:
+    """Status counts, reward means, retries, exchanges and tokens over `rollouts`."""
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for rollout in rollouts:
+        for key, value in (rollout.rewards or {}).items():
+            rewards[key].append(value)
+    return JobTotals(
+        rollouts=len(rollouts),
+        status_counts=dict(Counter(rollout.status for rollout in rollouts)),
+        reward_means={key: round(sum(values) / len(values), 6) for key, values in sorted(rewards.items())},
+        retries=sum(max(0, rollout.attempts - 1) for rollout in rollouts),
+        exchanges=sum(rollout.exchanges for rollout in rollouts),
+        tokens=sum(rollout.tokens for rollout in rollouts),
+    )
+
+
+SUMMARY = "summary.json"
+
+
+class ChildSummary(BaseModel):
+    """One branch's outcome."""
+
+    folder: str
+    """The child run folder's name, inside the parent folder."""
+    model: str
+    branch_index: int
+    """Which continuation of `model` this is (0-based)."""
+    status: str | None
+    reward: float | None
+    """The primary reward (see `primary_reward`), None when the verifier gave none."""
+    rewards: dict[str, float] | None
+    error: str | None = None
+
+
+class ModelSummary(BaseModel):
+    """The branches of one model: the value estimate of the checkpoint state under it."""
+
+    model: str
+    branches: int
+    scored: int
+    """Branches that produced a reward (the others ended in error before the verifier)."""
+    mean_reward: float | None
+    """Mean primary reward over the scored branches; None when none was scored."""
+
+
+class BranchSummary(BaseModel):
+    """summary.json in the parent folder."""
+
+    parent: str
+    """The parent folder (the shared prefix)."""
+    original: str
+    """The run branched from."""
+    cut_index: int
+    at: str | None
+    children: list[ChildSummary]
+    models: list[ModelSummary]
+
+
+def primary_reward(rewards: dict[str, float] | None) -> float | None:
+    """The ``reward`` entry of a rewards object, else its only entry, else None."""
+    if not rewards:
+        return None
+    if "reward" in rewards:
+        return rewards["reward"]
+    return next(iter(rewards.values())) if len(rewards) == 1 else None

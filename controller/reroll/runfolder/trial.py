@@ -1,0 +1,59 @@
+"""``trial.json`` in a run folder: the turns a trial ran (place, prompt, how each ended)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from reroll_contracts.errors import RunFolderError
+from reroll_proxy.exchange import Place
+
+from reroll.trials.config import PromptSource, TurnStatus
+
+TRIAL_RECORD = "trial.json"
+"""In the run folder: the turns a trial ran (a `TrialRecord`)."""
+
+
+class TurnRecord(BaseModel):
+    """One turn that ran: where, what the agent was told, how it ended."""
+
+    model_config = ConfigDict(extra="forbid")
+    place: Place
+    prompt: str
+    """The whole prompt sent (outbox messages included)."""
+    prompt_source: PromptSource
+    """``instruction``: the task's; ``trial``: the turn's ``prompt``; ``user``: the User decided
+    it (live); ``recorded``: a continuation re-sent the original's (the User was not called)."""
+    resume: bool = False
+    """The prompt went to the role's previous session (multi-turn)."""
+    status: TurnStatus
+    """How the agent's turn ended (``stopped``: the proxy stopped it, replay-only or strict divergence)."""
+    exit_code: int | None = None
+    rewards: dict[str, float] | None = None
+    """The soft verify's rewards after a User's round (None elsewhere, or when it left none)."""
+    verifier_error: str | None = None
+    """Why the soft verify left no reward, if so."""
+
+
+class TrialRecord(BaseModel):
+    """``trial.json``: the turns a trial ran, in order, and where its Users stopped it."""
+
+    model_config = ConfigDict(extra="forbid")
+    turns: list[TurnRecord] = []
+    user_stopped: list[str] = []
+    """The scenes whose User returned None (ended its rounds before ``max_rounds``)."""
+
+
+def load_trial_record(run_dir: Path) -> TrialRecord | None:
+    """``trial.json`` of `run_dir`; None when it has none (a run of a version without trials, BenchFlow's).
+
+    Raises:
+        RunFolderError: the file is not a valid `TrialRecord` (the message names it).
+    """
+    file = run_dir / TRIAL_RECORD
+    try:
+        return TrialRecord.model_validate_json(file.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValidationError) as exc:
+        raise RunFolderError(f"{file}: invalid: {exc}") from exc

@@ -1,0 +1,1 @@
+"""The `docker` backend: containers, images, firewall and disk limits."""

@@ -1,0 +1,695 @@
+"""The `docker` sandbox backend: one container per rollout, its sidecar as the entrypoint.
+
+The container runs the task's image as it is (see `reroll.sandbox.docker.images`; built on first use,
+no registry needed) with the sidecar as its main process: the self-contained sidecar bundle
+(`reroll.sandbox.sidecar_bundle`, built once per machine) is mounted read-only at
+``/opt/reroll-sidecar``, so the image needs neither Python nor any tool of reroll's. The
+controller reaches the sidecar over a Unix socket in a host folder bind-mounted at
+``/run/reroll`` (mode 0700, root only, so the agent cannot reach it; the token file lies
+beside it) — a socket works under every network policy, where a published port does not on an
+internal network.
+
+Network policy (the task's ``environment.network``): ``full`` joins the shared bridge network
+``reroll-full``. ``none`` gets a network of its own, ``reroll-none-<key>`` (bridge interface
+``rr-<key>``): *internal* (no route out), and firewalled on the host (`reroll.sandbox.docker.firewall`,
+nftables): from it only the bridge's gateway (`host_address`, where the LLM proxy listens) is
+reachable, and there only the ports `allow_host_port` opens (the proxy's, the interceptor's);
+no other host address (docker0, the host's own IPs, services on all addresses), no other
+network, so no other rollout's sandbox either. The network and its table are made by the first
+of `host_address` and `start`, and removed by `stop`. Installing an agent needs PyPI, so
+`egress` lends ``reroll-full`` for the install only.
+
+Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``pids_max`` and
+``storage_mb``: the workspace and ``/tmp`` are volumes on a loop-mounted file system of that size
+(`reroll.sandbox.docker.disk`; the engine's storage driver may have no size option, fuse-overlayfs has
+none). `limits_hit` tells when the kernel's OOM killer struck in the container or that file
+system is full. Not capped: what is written elsewhere in the container's own layer (HOME,
+``/var/tmp``), and the sidecar's snapshots.
+
+Conventions (the task's, `reroll.tasks.task.Task`): the agent works in the task's ``workdir``, else
+the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
+when the image lacks it) for native tasks, the image's USER (root when unset) for legacy ones, or
+``agent.user`` — and the sidecar itself always runs as root. Agents are installed once into the
+shared volume ``reroll-agents``. Every container carries the labels
+``reroll.managed=1``, ``reroll.run_id=<run id>`` and ``reroll.owner`` (the controller process
+that started it); `stop` removes it, and `prune` sweeps what killed controllers left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.models.networks import Network
+from docker.types import Mount
+from pydantic import BaseModel, ConfigDict, Field
+from reroll_contracts.errors import SandboxError, SidecarError
+
+from reroll.cache import host_ca_bundle
+from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
+from reroll.sandbox.docker import disk, firewall
+from reroll.sandbox.docker.images import (
+    IMAGE_MAP_ENV,
+    MANAGED_LABEL,
+    ensure_images,
+    parse_image_map,
+    task_image,
+)
+from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
+from reroll.sandbox.sidecar_sandbox import SidecarSandbox
+from reroll.tasks.task import DEFAULT_WORKDIR, Task
+
+RUN_ID_LABEL = "reroll.run_id"
+OWNER_LABEL = "reroll.owner"
+"""``<host name>/<pid>/<start time in clock ticks>`` of the controller process that started the
+container (the start time tells a reused pid apart)."""
+AGENT_USER = "agent"
+AGENTS_VOLUME = "reroll-agents"
+AGENTS_DIR = "/opt/reroll-agents"
+MOUNT_POINT = "/run/reroll"
+HOST_CA_PATH = "/etc/reroll/host-ca.pem"
+STATE_DIR = "/var/lib/reroll-sidecar"
+"""The sidecar's private folder (its default ``--state-dir``): snapshots."""
+FULL_NETWORK = "reroll-full"
+"""The bridge network every sandbox under network policy ``full`` joins (and `egress` lends)."""
+ISOLATED_PREFIX = "reroll-none-"
+"""A rollout's own network under policy ``none`` is ``reroll-none-<key>``, its bridge ``rr-<key>``."""
+ICC_OPTION = "com.docker.network.bridge.enable_icc"
+"""Bridge option: whether containers on the network reach each other (off for ``none``)."""
+DISK_LABEL = "reroll.disk"
+"""Label of a volume on a sized file system: the host folder of that file system
+(`reroll.sandbox.docker.disk`)."""
+BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
+"""Bridge option: the host's interface name of the bridge (the firewall's rules name it)."""
+
+# Runs once in every new container, as root, with $1 the agent's user (a name or a uid) and $2
+# its working folder: the user, folders and ownership; prints the user's name and HOME. POSIX sh
+# with useradd (Debian), adduser (Alpine, busybox) or neither (a bare busybox image: the passwd
+# and group entries are written, uid and gid the first free from 1000; root's too when missing).
+# A uid without a passwd entry becomes user `agent` with that uid.
+_SETUP_SCRIPT = f"""
+set -e
+user=$1 workdir=$2
+grep -q "^root:" /etc/passwd 2>/dev/null || echo "root:x:0:0:root:/root:/bin/sh" >>/etc/passwd
+grep -q "^root:" /etc/group 2>/dev/null || echo "root:x:0:" >>/etc/group
+uid=
+case $user in *[!0-9]*) ;; *) uid=$user
+  user=$(awk -F: -v u="$uid" '$3 == u {{ print $1; exit }}' /etc/passwd)
+  [ -n "$user" ] || user={AGENT_USER} ;;
+esac
+if ! grep -q "^$user:" /etc/passwd; then
+  if command -v useradd >/dev/null 2>&1; then
+    useradd --create-home --shell /bin/sh ${{uid:+--uid "$uid"}} "$user"
+  elif command -v adduser >/dev/null 2>&1; then adduser -D -s /bin/sh ${{uid:+-u "$uid"}} "$user"
+  else
+    n=${{uid:-1000}}
+    while [ -z "$uid" ] && cut -d: -f3 /etc/passwd /etc/group 2>/dev/null | grep -qx "$n"; do
+      n=$((n + 1))
+    done
+    echo "$user:x:$n:$n::/home/$user:/bin/sh" >>/etc/passwd
+    echo "$user:x:$n:" >>/etc/group
+    mkdir -p "/home/$user"
+  fi
+fi
+home=$(grep "^$user:" /etc/passwd | cut -d: -f6)
+mkdir -p "$workdir" /logs/agent /logs/verifier {AGENTS_DIR} "$home"
+if [ "$(grep "^$user:" /etc/passwd | cut -d: -f3)" != 0 ]; then
+  chown -R "$user:$(grep "^$user:" /etc/passwd | cut -d: -f4)" "$workdir" /logs/agent "$home"
+fi
+echo "$user"
+echo "$home"
+"""
+
+
+@dataclass(frozen=True)
+class ImageDefaults:
+    """What an image says about its processes (``docker inspect``'s ``Config``)."""
+
+    workdir: str
+    """Its WORKDIR, `DEFAULT_WORKDIR` when unset or ``/``."""
+    user: str
+    """Its USER without the group (a name or a uid), ``root`` when unset."""
+
+
+def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
+    """The WORKDIR and USER of the local `image` (Harbor's defaults for the agent).
+
+    Raises:
+        SandboxError: no such local image.
+    """
+    try:
+        config = client.images.get(image).attrs.get("Config") or {}
+    except docker.errors.ImageNotFound as exc:
+        raise SandboxError(f"image {image} is not a local image") from exc
+    workdir = (config.get("WorkingDir") or "").rstrip("/")
+    user = (config.get("User") or "").partition(":")[0]
+    return ImageDefaults(workdir=workdir or DEFAULT_WORKDIR, user=user or "root")
+
+
+def docker_client() -> docker.DockerClient:
+    """A client of the local Docker Engine (``DOCKER_HOST`` and friends honoured).
+
+    Raises:
+        SandboxError: no engine answers.
+    """
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"cannot reach the Docker Engine: {exc}") from exc
+
+
+def _bridge_options(client: docker.DockerClient) -> dict[str, str]:
+    """Options every reroll bridge gets: the engine's MTU (the default bridge's), which custom
+    networks would not inherit."""
+    bridge_options = client.networks.get("bridge").attrs.get("Options") or {}
+    mtu_key = "com.docker.network.driver.mtu"
+    return {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
+
+
+def ensure_full_network(client: docker.DockerClient) -> Network:
+    """The shared network `FULL_NETWORK` (network policy ``full``), created when missing.
+
+    Raises:
+        SandboxError: the network cannot be created.
+    """
+    with contextlib.suppress(docker.errors.NotFound):
+        return client.networks.get(FULL_NETWORK)
+    try:
+        return client.networks.create(
+            FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=_bridge_options(client)
+        )
+    except docker.errors.APIError as exc:
+        with contextlib.suppress(docker.errors.NotFound):
+            return client.networks.get(FULL_NETWORK)  # created by a concurrent rollout meanwhile
+        raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
+
+
+def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[Network, str]:
+    """A new network of one rollout under policy ``none``, firewalled (`reroll.sandbox.docker.firewall`).
+
+    Returns:
+        The network ``reroll-none-<key>`` (internal, bridge ``rr-<key>``, labelled with `run_id`)
+        and its key.
+
+    Raises:
+        SandboxError: the network or its firewall cannot be made (nothing is left behind); the
+            engine's address pools are exhausted (the message says how to widen them).
+    """
+    key = secrets.token_hex(5)
+    options = _bridge_options(client) | {ICC_OPTION: "false", BRIDGE_NAME_OPTION: f"rr-{key}"}
+    try:
+        network = client.networks.create(
+            ISOLATED_PREFIX + key,
+            driver="bridge",
+            internal=True,
+            labels={MANAGED_LABEL: "1", RUN_ID_LABEL: run_id, OWNER_LABEL: owner_label()},
+            options=options,
+        )
+    except docker.errors.APIError as exc:
+        hint = ""
+        if "address pool" in str(exc):
+            hint = (
+                " (every rollout under network none has its own; widen default-address-pools in daemon.json)"
+            )
+        raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
+    try:
+        firewall.install(key, f"rr-{key}", gateway(network))
+    except BaseException:
+        with contextlib.suppress(docker.errors.APIError):
+            network.remove()
+        raise
+    return network, key
+
+
+def remove_isolated_network(network: Network) -> bool:
+    """Remove a network of `create_isolated_network` and then its firewall table (in this order,
+    so no packet of a sandbox passes unfiltered); either may be gone already.
+
+    Returns:
+        Whether it was removed; False when the engine refused (still in use), when the table is kept too.
+
+    Raises:
+        SandboxError: nft failed.
+    """
+    try:
+        network.remove()
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError:
+        return False
+    firewall.remove(str(network.name).removeprefix(ISOLATED_PREFIX))
+    return True
+
+
+def gateway(network: Network) -> str:
+    """The host's address on `network` (its bridge's gateway).
+
+    Raises:
+        SandboxError: the network has no IPv4 gateway.
+    """
+    network.reload()
+    for config in network.attrs.get("IPAM", {}).get("Config") or []:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+    raise SandboxError(f"docker network {network.name} has no gateway address")
+
+
+class DockerSandboxConfig(BaseModel):
+    """Settings of the `docker` backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ready_timeout_seconds: float = 60.0
+    """How long `start` waits for the container's sidecar to answer ready."""
+    image: str | None = None
+    """Run this image (a local tag) instead of the task's; its Dockerfile is then not built."""
+    image_map: dict[str, str] = Field(
+        default_factory=lambda: parse_image_map(os.environ.get(IMAGE_MAP_ENV, ""))
+    )
+    """Source image → local replacement, applied to the FROM lines of a task's Dockerfile before
+    it is built [default: ``$REROLL_IMAGE_MAP``, which ``--image-map`` sets]."""
+    setup_timeout_seconds: float = 60.0
+    """How long the one-time setup in a new container (agent user, folders) may take."""
+
+
+class DockerSandbox(SidecarSandbox):
+    """A sandbox in a Docker container; see the module docstring.
+
+    Args:
+        task: the task; its ``environment/Dockerfile`` (if any) and ``environment`` section
+            (cpus, memory_mb, network) shape the container.
+        run_id: the rollout's id, the container's ``reroll.run_id`` label and part of its name.
+        config: the backend's settings; default: `DockerSandboxConfig()`.
+    """
+
+    def __init__(self, task: Task, run_id: str, config: DockerSandboxConfig | None = None) -> None:
+        self.task = task
+        self.run_id = run_id
+        self.config = config or DockerSandboxConfig()
+        self.policy = task.spec.environment.network
+        layout = SandboxLayout(  # workspace, home and user are settled by `start` (the image's defaults)
+            root="/",
+            workspace=task.workdir or DEFAULT_WORKDIR,
+            logs_dir=task.logs_mount,
+            home=f"/home/{AGENT_USER}",
+            agents_dir=AGENTS_DIR,
+            agent_user=task.agent_user or AGENT_USER,
+        )
+        super().__init__(layout, f"docker sandbox {run_id}")
+        self.container: Container | None = None
+        self._docker: docker.DockerClient | None = None
+        self._mount_dir: Path | None = None
+        self._token = ""
+        self._user = AGENT_USER
+        """The agent's user as asked (the task's, else the image's USER), settled by the setup script."""
+        self._disk: disk.SizedDisk | None = None
+        self._volumes: list[str] = []
+        """The named volumes on `_disk` (removed by `stop`)."""
+        self._network: Network | None = None
+        self._firewall_key = ""
+        """The key of the network's firewall table (`reroll.sandbox.docker.firewall`); "" under ``full``."""
+
+    @property
+    def _engine(self) -> docker.DockerClient:
+        if self._docker is None:
+            self._docker = docker_client()
+        return self._docker
+
+    def _ensure_network(self) -> Network:
+        """The container's network: ``reroll-full``, or for ``none`` its own (made on first call)."""
+        if self._network is None:
+            if self.policy == "full":
+                self._network = ensure_full_network(self._engine)
+            else:
+                self._network, self._firewall_key = create_isolated_network(self._engine, self.run_id)
+        return self._network
+
+    async def host_address(self) -> str:
+        """The address of the host on the container's network (its gateway): the LLM proxy listens there.
+
+        Under network ``none`` this makes the rollout's own network and firewall (see the module
+        docstring), which `stop` removes.
+        """
+        network = await asyncio.to_thread(self._ensure_network)
+        return await asyncio.to_thread(gateway, network)
+
+    async def allow_host_port(self, port: int) -> None:
+        """Let the container reach TCP `port` on `host_address` (under ``full`` it reaches every port).
+
+        Raises:
+            SandboxError: the firewall could not be changed.
+        """
+        await asyncio.to_thread(self._ensure_network)
+        if self._firewall_key:
+            await asyncio.to_thread(firewall.allow_port, self._firewall_key, port)
+
+    async def start(self) -> None:
+        """Build or reuse the task's image, start the container and wait for its sidecar.
+
+        Raises:
+            SandboxError: an image failed to build, the container failed to start, or its
+                sidecar was not ready within ``config.ready_timeout_seconds`` (the container's log is quoted).
+        """
+        try:
+            await asyncio.to_thread(self._create)
+            assert self._mount_dir is not None
+            await self._connect(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
+            await self._wait_ready()
+            setup = await self.exec(
+                ["sh", "-c", _SETUP_SCRIPT, "setup", self._user, self.layout.workspace],
+                timeout_seconds=self.config.setup_timeout_seconds,
+            )
+            if setup.exit_code != 0:
+                raise SandboxError(f"setting up the container failed: {setup.output_text()[-2000:]}")
+            user, home = setup.stdout.decode().split()[-2:]
+            # The sidecar's own user (root) is "": quiesce then kills every process Exec started.
+            self.layout = dataclasses.replace(
+                self.layout, home=home, agent_user="" if user == "root" else user
+            )
+            if self.task.dockerfile is None and self.task.workspace_seed_dir is not None:
+                await self.upload_dir(self.task.workspace_seed_dir, self.layout.workspace)
+                if self.layout.agent_user:
+                    await self.exec(["chown", "-R", f"{self.layout.agent_user}:", self.layout.workspace])
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _create(self) -> None:
+        """Blocking part of `start`: images, network, mount folder, container."""
+        engine = self._engine
+        bundle = ensure_bundle()
+        image = self.config.image or task_image(
+            engine, self.task, ensure_images(engine).base, image_map=self.config.image_map
+        )
+        defaults = image_defaults(engine, image)
+        self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
+        self._user = self.task.agent_user or defaults.user
+        network = self._ensure_network()
+        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
+        self._mount_dir.chmod(0o700)
+        self._token = secrets.token_urlsafe(24)
+        token_file = self._mount_dir / "token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(self._token)
+        environment = self.task.spec.environment
+        sized = self._sized_volumes(environment.storage_mb)
+        try:
+            self.container = engine.containers.run(
+                image,
+                entrypoint=[*ENTRYPOINT, "--listen", f"unix:{MOUNT_POINT}/sidecar.sock"],
+                command=["--token-file", f"{MOUNT_POINT}/token"],
+                detach=True,
+                init=True,
+                name=f"reroll-{self.run_id}-{secrets.token_hex(3)}",
+                hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
+                labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, OWNER_LABEL: owner_label()},
+                network=network.name,
+                mounts=[
+                    Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
+                    Mount(MOUNT_DIR, str(bundle), type="bind", read_only=True),
+                    Mount(AGENTS_DIR, AGENTS_VOLUME, type="volume", labels={MANAGED_LABEL: "1"}),
+                    # Volumes (seeded from the image) on the host's file system, not the
+                    # container's fuse-overlayfs, several times faster for trees of small files:
+                    # the workspace and /tmp on the sized one, the snapshots anonymous.
+                    *(Mount(target, name, type="volume") for target, name in sized.items()),
+                    Mount(STATE_DIR, None, type="volume"),
+                ],
+                nano_cpus=int(environment.cpus * 1e9),
+                mem_limit=f"{environment.memory_mb}m",
+                memswap_limit=f"{environment.memory_mb}m",  # no swap beyond the memory limit
+                pids_limit=environment.pids_max,
+                working_dir=self.layout.workspace,
+                user="0:0",  # the sidecar is root whatever the image's USER; the agent's user is Exec's
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
+
+    def _sized_volumes(self, storage_mb: int) -> dict[str, str]:
+        """Make the sandbox's sized file system and its volumes: container path → volume name."""
+        owner = owner_label()
+        self._disk = disk.SizedDisk.create(
+            self.run_id, storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
+        )
+        volumes = {}
+        for target, folder in ((self.layout.workspace, "app"), ("/tmp", "tmp")):
+            name = f"{self._disk.folder.name}-{folder}"
+            try:
+                self._engine.volumes.create(
+                    name,
+                    driver="local",
+                    driver_opts={"type": "none", "o": "bind", "device": str(self._disk.mountpoint / folder)},
+                    labels={
+                        MANAGED_LABEL: "1",
+                        RUN_ID_LABEL: self.run_id,
+                        OWNER_LABEL: owner,
+                        DISK_LABEL: str(self._disk.folder),
+                    },
+                )
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot create the docker volume {name}: {exc}") from exc
+            self._volumes.append(name)
+            volumes[target] = name
+        return volumes
+
+    async def limits_hit(self) -> list[str]:
+        """See `Sandbox.limits_hit`: the kernel's OOM kills in the container's memory cgroup, and
+        whether its sized file system (`reroll.sandbox.docker.disk`) is full."""
+        hit = []
+        environment = self.task.spec.environment
+        if self.container is not None:
+            await asyncio.to_thread(self.container.reload)
+            kills = _oom_kills(int(self.container.attrs["State"].get("Pid") or 0))
+            if kills or self.container.attrs["State"].get("OOMKilled"):
+                hit.append(
+                    f"out of memory: the kernel killed {kills or 'a'} process(es) at the sandbox's limit "
+                    f"of {environment.memory_mb} MiB (the task's environment.memory_mb)"
+                )
+        if self._disk is not None and await asyncio.to_thread(self._disk.full):
+            hit.append(
+                "out of disk: the workspace and /tmp filled the sandbox's quota of "
+                f"{environment.storage_mb} MiB "
+                "(the task's environment.storage_mb)"
+            )
+        return hit
+
+    async def _wait_ready(self) -> None:
+        """Poll the sidecar until ready; fail early with the container's log when it exited."""
+        assert self.container is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.ready_timeout_seconds
+        while True:
+            try:
+                await self._sidecar.wait_ready(timeout_seconds=min(2.0, max(0.1, deadline - loop.time())))
+                return
+            except SidecarError as exc:
+                await asyncio.to_thread(self.container.reload)
+                if self.container.status == "exited" or loop.time() >= deadline:
+                    logs = await asyncio.to_thread(self.container.logs, tail=40)
+                    raise SandboxError(
+                        f"sidecar of container {self.container.name} not ready ({self.container.status}): "
+                        f"{exc}\n{logs.decode(errors='replace')}"
+                    ) from exc
+
+    @contextlib.asynccontextmanager
+    async def egress(self) -> AsyncIterator[dict[str, str]]:
+        """Full network access while inside (to install agents), whatever the task's policy.
+
+        Yields:
+            Environment for the installer: the host's CA bundle (copied in) for pip and
+            requests, since the host may reach the internet through a proxy with its own CA.
+        """
+        env: dict[str, str] = {}
+        bundle = host_ca_bundle()
+        if bundle is not None and self.connected:
+            await self.put_file(HOST_CA_PATH, bundle.read_bytes())
+            env = {
+                "PIP_CERT": HOST_CA_PATH,
+                "SSL_CERT_FILE": HOST_CA_PATH,
+                "REQUESTS_CA_BUNDLE": HOST_CA_PATH,
+            }
+        if self.policy == "full" or self.container is None:
+            yield env
+            return
+        network = await asyncio.to_thread(ensure_full_network, self._engine)
+        await asyncio.to_thread(network.connect, self.container)
+        try:
+            yield env
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                await asyncio.to_thread(network.disconnect, self.container, force=True)
+
+    async def stop(self) -> None:
+        """Remove the container (and its anonymous volumes), its own network and firewall table
+        (network ``none``) and the mount folder. Safe to call twice."""
+        await self.disconnect()
+        if self.container is not None:
+            container, self.container = self.container, None
+            with contextlib.suppress(docker.errors.NotFound):
+                await asyncio.to_thread(container.remove, force=True, v=True)
+        for name in self._volumes:
+            with contextlib.suppress(docker.errors.NotFound):
+                await asyncio.to_thread(self._engine.volumes.get(name).remove, force=True)
+        self._volumes = []
+        if self._disk is not None:
+            await asyncio.to_thread(disk.remove, self._disk.folder)
+            self._disk = None
+        if self._firewall_key and self._network is not None:
+            await asyncio.to_thread(remove_isolated_network, self._network)
+        self._network, self._firewall_key = None, ""
+        if self._mount_dir is not None:
+            shutil.rmtree(self._mount_dir, ignore_errors=True)
+            self._mount_dir = None
+        if self._docker is not None:
+            self._docker.close()
+            self._docker = None
+
+
+def _oom_kills(pid: int) -> int:
+    """How many processes the OOM killer ended in the memory cgroup of host process `pid` (the
+    container's init); 0 when unknown. Reads ``oom_kill`` of cgroup v1's ``memory.oom_control``
+    or cgroup v2's ``memory.events`` (Linux's Documentation/admin-guide/cgroup-v{1,2})."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid > 0 else []
+    except OSError:
+        return 0
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            counters = Path("/sys/fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
+        elif controllers == "":
+            counters = Path("/sys/fs/cgroup", path.lstrip("/"), "memory.events")
+        else:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            for counter in counters.read_text().splitlines():
+                name, _, value = counter.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    return 0
+
+
+def owner_label(pid: int | None = None) -> str:
+    """The `OWNER_LABEL` value naming process `pid` (default: this one) on this host."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}/{pid}/{_start_ticks(pid)}"
+
+
+def _start_ticks(pid: int) -> str:
+    """Field 22 of ``/proc/<pid>/stat`` (start time since boot, clock ticks); "" if no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _owner_runs(owner: str | None) -> bool:
+    """Whether the controller named by an `OWNER_LABEL` value still runs (another host's: assumed so)."""
+    if not owner:
+        return False  # no owner label: a container from before labels had owners
+    host, _, process = owner.partition("/")
+    if host != socket.gethostname():
+        return True
+    pid, _, ticks = process.partition("/")
+    return pid.isdigit() and ticks != "" and _start_ticks(int(pid)) == ticks
+
+
+def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
+    """Remove reroll's leftover containers (their controller is gone), their volumes and sized
+    file systems (`reroll.sandbox.docker.disk`), unused networks, and the firewall tables of removed
+    networks (`reroll.sandbox.docker.firewall`; reroll's own tables only).
+
+    Args:
+        run_id: only this run's containers, whether its controller runs or not.
+        running: also the containers of rollouts whose controller still runs.
+
+    Returns:
+        ``{"containers": [names removed], "kept": [names of live rollouts' containers kept],
+        "volumes": [names removed], "networks": [names removed], "firewall_tables": [nftables
+        tables removed]}``; the sized file systems of removed volumes are unmounted and deleted.
+
+    Raises:
+        SandboxError: no Docker Engine answers, or nft failed.
+    """
+    engine = docker_client()
+    removed: dict[str, list[str]] = {
+        "containers": [],
+        "kept": [],
+        "volumes": [],
+        "networks": [],
+        "firewall_tables": [],
+    }
+    in_use: set[str] = set()  # the mount folders (and sized file systems) of the containers kept
+    volumes_in_use: set[str | None] = set()
+    labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
+    filters: dict[str, Any] = {"label": labels}
+    try:
+        for container in engine.containers.list(all=True, filters=filters):
+            name = container.name or container.id or ""
+            if not (running or run_id) and _owner_runs(container.labels.get(OWNER_LABEL)):
+                removed["kept"].append(name)
+                in_use.update(
+                    m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == MOUNT_POINT
+                )
+                volumes_in_use.update(m.get("Name") for m in container.attrs["Mounts"])
+                continue
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True, v=True)
+                removed["containers"].append(name)
+        for volume in engine.volumes.list(filters={"label": labels}):
+            volume_labels = volume.attrs.get("Labels") or {}
+            folder = volume_labels.get(DISK_LABEL)
+            live = not (running or run_id) and _owner_runs(volume_labels.get(OWNER_LABEL))
+            if volume.name in volumes_in_use or live:  # in use, or its rollout is still starting
+                in_use.add(str(folder))
+                continue
+            with contextlib.suppress(docker.errors.APIError):
+                volume.remove(force=True)
+                removed["volumes"].append(volume.name or "")
+        for network in engine.networks.list(filters={"label": labels}):
+            name = network.name or ""
+            if not (running or run_id) and _owner_runs((network.attrs.get("Labels") or {}).get(OWNER_LABEL)):
+                continue  # a live rollout's own network, maybe still without its container
+            if name.startswith(ISOLATED_PREFIX):
+                removed_network = remove_isolated_network(network)
+            else:
+                removed_network = True
+                try:
+                    network.remove()
+                except docker.errors.APIError:  # still in use by a live run
+                    removed_network = False
+            if removed_network:
+                removed["networks"].append(name)
+        if run_id is None:  # firewall tables whose network is gone (a controller killed in between)
+            names = {
+                network.name for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"})
+            }
+            for key in firewall.tables():
+                if ISOLATED_PREFIX + key not in names:
+                    firewall.remove(key)
+                    removed["firewall_tables"].append(firewall.table_name(key))
+    finally:
+        engine.close()
+    for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
+        if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
+            shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in disk.leftovers():
+        if str(leftover) in in_use or (run_id is not None and run_id[-24:] not in leftover.name):
+            continue
+        if run_id is None and not running and _owner_runs(disk.owner(leftover)):
+            continue  # a live rollout's, maybe still without its volumes
+        disk.remove(leftover)
+    return removed

@@ -1,0 +1,118 @@
+"""A sized file system for a docker sandbox's writable folders (its disk quota).
+
+Docker's storage driver here (fuse-overlayfs) has no ``--storage-opt size``, and the workspace
+is a volume of the host's file system, so an agent could fill the host's disk (issue 12, item
+4). Each sandbox therefore gets a sparse file of the task's ``storage_mb`` holding an ext4 file
+system (no journal, no reserved blocks), loop-mounted on the host (``nosuid,nodev``, ``discard``
+so deleted files give their blocks back) and handed to the container as volumes: the workspace
+and ``/tmp`` share it. Writing beyond it fails with ENOSPC in the sandbox; the host's file grows
+to at most the quota. The cost: ``mkfs.ext4``, ``mount`` and ``umount`` of a sparse file, about
+0.2 s a rollout (``scripts/bench/sandbox_isolation.py``); mounting needs root.
+
+Root-side safety: the host never walks the agent's files in it — `remove` unmounts the file
+system (lazily, should a process still hold it) and deletes the image file as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from reroll_contracts.errors import SandboxError
+
+PREFIX = "reroll-disk-"
+"""Host folders of these file systems are ``<tmp>/reroll-disk-<run id>-<random>``."""
+IMAGE = "disk.img"
+MOUNTPOINT = "mnt"
+OWNER = "owner"
+"""A file in the host folder naming the process that made it (`reroll.sandbox.docker.backend.owner_label`)."""
+FULL_BELOW_BYTES = 1 << 20
+"""A file system with less than this free counts as full (`SizedDisk.full`)."""
+_TIMEOUT_SECONDS = 60.0
+
+
+def _run(argv: list[str]) -> None:
+    """Run a file-system tool on the host.
+
+    Raises:
+        SandboxError: it is missing, failed (its message quoted) or hung.
+    """
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxError(f"the sandbox's disk quota: {argv[0]} failed: {exc}") from exc
+    if done.returncode != 0:
+        hint = " (mounting the sandbox's sized file system needs root)" if os.geteuid() != 0 else ""
+        raise SandboxError(f"the sandbox's disk quota: {' '.join(argv)} failed{hint}: {done.stderr.strip()}")
+
+
+@dataclass(frozen=True)
+class SizedDisk:
+    """A mounted file system of a fixed size; see the module docstring."""
+
+    folder: Path
+    """The host folder holding the image file and the mount point."""
+    size_bytes: int
+
+    @property
+    def mountpoint(self) -> Path:
+        return self.folder / MOUNTPOINT
+
+    @classmethod
+    def create(cls, run_id: str, size_bytes: int, subfolders: dict[str, int], owner: str) -> SizedDisk:
+        """Make and mount a file system of `size_bytes`, with `subfolders` (name → mode) in it;
+        `owner` (who makes it) is written beside it, for `owner` to read back.
+
+        Raises:
+            SandboxError: a tool failed (not root, no loop device); nothing is left behind.
+        """
+        folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id[-24:]}-"))
+        disk = cls(folder, size_bytes)
+        try:
+            folder.chmod(0o700)
+            (folder / OWNER).write_text(owner)
+            image = folder / IMAGE
+            with open(image, "wb") as handle:
+                handle.truncate(size_bytes)
+            _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard", str(image)])
+            disk.mountpoint.mkdir()
+            _run(["mount", "-o", "loop,nosuid,nodev,discard", str(image), str(disk.mountpoint)])
+            for name, mode in subfolders.items():
+                (disk.mountpoint / name).mkdir()
+                (disk.mountpoint / name).chmod(mode)
+        except BaseException:
+            remove(folder)
+            raise
+        return disk
+
+    def full(self) -> bool:
+        """Whether less than `FULL_BELOW_BYTES` is free (the sandbox's writes hit the quota)."""
+        stat = os.statvfs(self.mountpoint)
+        return stat.f_bavail * stat.f_frsize < FULL_BELOW_BYTES
+
+
+def remove(folder: Path) -> None:
+    """Unmount the file system in `folder` (if mounted) and delete the folder; never raises."""
+    mountpoint = folder / MOUNTPOINT
+    unmount = ["umount", str(mountpoint)]
+    if os.path.ismount(mountpoint) and subprocess.run(unmount, capture_output=True, check=False).returncode:
+        subprocess.run(["umount", "--lazy", str(mountpoint)], capture_output=True, check=False)
+    if not os.path.ismount(mountpoint):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def owner(folder: Path) -> str:
+    """The owner written by `SizedDisk.create` into `folder`; "" when there is none."""
+    try:
+        return (folder / OWNER).read_text()
+    except OSError:
+        return ""
+
+
+def leftovers() -> list[Path]:
+    """The host folders of sized file systems on this host (live sandboxes' and leftovers)."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*"))

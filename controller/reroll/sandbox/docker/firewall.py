@@ -1,0 +1,136 @@
+"""Host firewall of a rollout's own bridge network under network policy ``none`` (nftables).
+
+Docker's internal network stops routing out, but not packets *to the host*: from the container,
+every host address (the bridge's gateway, docker0, the host's own IPs) answered a listener bound
+to it or to all addresses (issue 12, item 3). So each rollout under ``none`` gets a bridge of its
+own (`reroll.sandbox.docker.backend`) and one nftables table of its own, keyed by the bridge interface::
+
+    table inet reroll_<key> {
+      set ports { type inet_service; }          # the LLM proxy's port, the interceptor's
+      chain input   { hook input priority filter - 1;
+                      iifname "rr-<key>" ip daddr <gateway> tcp dport @ports accept
+                      iifname "rr-<key>" reject }  # any other host address, port, protocol
+      chain forward { hook forward priority filter - 1;
+                      iifname "rr-<key>" drop; oifname "rr-<key>" drop }  # other sandboxes
+    }
+
+nftables, not iptables: Docker (20.10 here, through iptables' nf_tables backend) owns the
+``ip filter`` and ``ip nat`` tables and rewrites its chains when networks come and go or the
+daemon restarts; a table of our own is never touched by it, nor does it touch Docker's. A drop
+in any base chain on a hook is final whatever another table accepts, so the rules hold next to
+Docker's; the table is created and deleted in one transaction (``nft -f``), and the ``inet``
+family covers IPv4 and IPv6 alike. What is refused is rejected (TCP reset, ICMP "administratively
+prohibited") rather than dropped, so a try fails at once instead of hanging until its timeout.
+The ``nft`` program (Debian's ``nftables``) is used rather than a Python binding: its rule
+language is the stable interface (pyroute2's nftables module is incomplete). Changing the host's
+firewall needs root (CAP_NET_ADMIN); without it network ``none`` refuses to start rather than
+run unfiltered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from reroll_contracts.errors import SandboxError
+
+TABLE_PREFIX = "reroll_"
+"""Every table reroll creates is ``inet reroll_<key>``; `tables` lists only those."""
+_KEY = re.compile(r"[0-9a-f]{1,12}")
+_TIMEOUT_SECONDS = 30.0
+
+
+def table_name(key: str) -> str:
+    """The table of the rollout network whose key (hex, at most 12 digits) is `key`."""
+    if not _KEY.fullmatch(key):
+        raise ValueError(f"not a firewall key: {key!r}")
+    return TABLE_PREFIX + key
+
+
+def _nft(args: list[str], script: str = "") -> str:
+    """Run ``nft`` with `args` (and `script` on stdin); its stdout.
+
+    Raises:
+        SandboxError: nft is missing, failed (its message quoted, e.g. no permission) or hung.
+    """
+    program = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if program is None:
+        raise SandboxError("network none needs nftables' nft program (Debian: apt-get install nftables)")
+    try:
+        done = subprocess.run(
+            [program, *args], input=script, capture_output=True, text=True, timeout=_TIMEOUT_SECONDS
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise SandboxError(f"nft {' '.join(args)} did not finish within {_TIMEOUT_SECONDS:.0f} s") from exc
+    if done.returncode != 0:
+        raise SandboxError(
+            f"nft {' '.join(args)} failed (network none needs root to firewall its bridge): "
+            f"{done.stderr.strip()}"
+        )
+    return done.stdout
+
+
+def install(key: str, bridge: str, gateway: str) -> None:
+    """Create the table of `key`: the sandbox behind interface `bridge` reaches `gateway` (IPv4)
+    on the ports `allow_port` adds, and nothing else of the host nor any other network.
+
+    Raises:
+        SandboxError: as `_nft`.
+    """
+    table = table_name(key)
+    _nft(
+        ["-f", "-"],
+        f"""table inet {table} {{
+  set ports {{ type inet_service; }}
+  chain input {{
+    type filter hook input priority filter - 1; policy accept;
+    iifname "{bridge}" ip daddr {gateway} tcp dport @ports accept
+    iifname "{bridge}" meta l4proto tcp reject with tcp reset
+    iifname "{bridge}" reject with icmpx admin-prohibited
+  }}
+  chain forward {{
+    type filter hook forward priority filter - 1; policy accept;
+    iifname "{bridge}" drop
+    oifname "{bridge}" drop
+  }}
+}}
+""",
+    )
+
+
+def allow_port(key: str, port: int) -> None:
+    """Let the sandbox of `key` reach TCP `port` on its gateway.
+
+    Raises:
+        ValueError: not a port number.
+        SandboxError: as `_nft` (e.g. no such table).
+    """
+    if not 0 < port < 65536:
+        raise ValueError(f"not a TCP port: {port}")
+    _nft(["add", "element", "inet", table_name(key), "ports", f"{{ {port} }}"])
+
+
+def remove(key: str) -> None:
+    """Delete the table of `key`; nothing happens when there is none.
+
+    Raises:
+        SandboxError: as `_nft`.
+    """
+    if key in tables():
+        _nft(["delete", "table", "inet", table_name(key)])
+
+
+def tables() -> list[str]:
+    """The keys of reroll's tables on this host (``inet reroll_<key>``), no other table's.
+
+    Raises:
+        SandboxError: as `_nft`.
+    """
+    keys = []
+    for line in _nft(["list", "tables", "inet"]).splitlines():
+        name = line.removeprefix("table inet ").strip()
+        if name.startswith(TABLE_PREFIX) and _KEY.fullmatch(key := name.removeprefix(TABLE_PREFIX)):
+            keys.append(key)
+    return keys

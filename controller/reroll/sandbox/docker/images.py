@@ -1,0 +1,472 @@
+"""Build the Docker images of the `docker` backend without any registry.
+
+- ``reroll/base:<hash>`` (alias ``reroll/base:bookworm``): a Debian bookworm root file system made
+  with debootstrap from the host's Debian mirror (packages in ``reroll/images/base/packages.txt``), then
+  ``docker import``-ed. Needs root and the ``debootstrap`` package (installed with apt-get if missing).
+  Tasks without a Dockerfile run in it; it is tagged with a hash of what it is built from, so a
+  rebuild is skipped when nothing changed.
+- ``reroll/debian:<variant>-<hash>`` (alias ``reroll/debian:<variant>``), the catalogue: Debian
+  bookworm and trixie, each without Python (minbase and CA certificates) and with it (``python3``,
+  venv, pip, ``python`` on PATH, pip allowed to install system-wide as in the official ``python``
+  images), built the same way on first use. A task Dockerfile ``FROM`` a common public base that is
+  not local (``debian:trixie-slim``, ``python:3.11-slim``… see `PUBLIC_BASES`) is built from its
+  catalogue image instead, and the build log says so; ``--image-map`` chooses otherwise.
+- ``reroll/task-<name>:<hash>``: a task's ``environment/Dockerfile`` (often ``FROM reroll/base:bookworm``),
+  as it is: reroll adds nothing to it. The sidecar is not part of any image: the docker backend
+  mounts the self-contained sidecar bundle (`reroll.sandbox.sidecar_bundle`) into every container.
+
+Every image carries the label ``reroll.managed=1``. All builds hold a file lock, so concurrent
+rollouts build each image once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.models.images import Image
+from reroll_contracts.errors import ConfigError, ImageBuildError, ImageUnavailableError
+
+from reroll.cache import cache_lock, host_ca_bundle
+from reroll.tasks.task import Task
+
+IMAGES = resources.files("reroll") / "images"
+"""reroll's own image recipes (package data): ``base/packages.txt``."""
+SUITE = "bookworm"
+BASE_REPO = "reroll/base"
+BASE_ALIAS = f"{BASE_REPO}:{SUITE}"
+MANAGED_LABEL = "reroll.managed"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+_BASE_RECIPE = "debootstrap --variant=minbase; apt lists and caches removed; v1"
+"""Changing how the base is made must change its hash: bump this text with the recipe."""
+COMMAND_TIMEOUT_SECONDS = 1800
+
+Log = Callable[[str], None]
+"""Where build steps are reported, one line each; the default is this module's logger (INFO)."""
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Images:
+    """The tag of the base image, and the images built just now."""
+
+    base: str
+    built: tuple[str, ...]
+
+
+def _digest(*parts: bytes) -> str:
+    """The first 12 hex digits of the sha256 of `parts` (each length-prefixed)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()[:12]
+
+
+def _tree_bytes(root: Path) -> Iterator[bytes]:
+    """Relative path, mode and content of every file under `root`, sorted; caches left out."""
+    for path in sorted(root.rglob("*")):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        yield f"{path.relative_to(root).as_posix()}:{path.stat().st_mode & 0o777:o}".encode()
+        yield path.read_bytes()
+
+
+def _exists(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def _run(argv: list[str], what: str, log: Log) -> str:
+    """Run a host command; raise ImageBuildError naming `what` with the end of its output."""
+    log(f"$ {' '.join(argv[:6])}{' …' if len(argv) > 6 else ''}")
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageBuildError(f"{what}: {exc}") from exc
+    if done.returncode != 0:
+        raise ImageBuildError(
+            f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
+        )
+    return done.stdout
+
+
+def debian_mirror() -> str:
+    """The Debian mirror: ``$REROLL_DEBIAN_MIRROR``, else the host's apt sources, else deb.debian.org."""
+    if env := os.environ.get("REROLL_DEBIAN_MIRROR"):
+        return env
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for source in sources:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = source.read_text()
+            # deb822 (.sources): "URIs: URL" in a stanza naming the suite; one-line: "deb URL SUITE main".
+            for stanza in text.split("\n\n"):
+                uris = re.search(r"^URIs:\s*(\S+)", stanza, re.MULTILINE)
+                suites = re.search(r"^Suites:(.*)$", stanza, re.MULTILINE)
+                if uris and suites and SUITE in suites.group(1).split() and "security" not in uris.group(1):
+                    return uris.group(1)
+            if match := re.search(rf"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+{SUITE}\s", text, re.MULTILINE):
+                return match.group(1)
+    return DEFAULT_MIRROR
+
+
+def _packages() -> list[str]:
+    lines = IMAGES.joinpath("base", "packages.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def base_recipe() -> Recipe:
+    """The base image's recipe: bookworm with ``reroll/images/base/packages.txt``."""
+    return Recipe(SUITE, tuple(_packages()))
+
+
+def base_tag() -> str:
+    """``reroll/base:<hash>`` of the package list and the recipe."""
+    return f"{BASE_REPO}:{base_recipe().digest()}"
+
+
+def _ensure_debootstrap(log: Log) -> str:
+    if found := shutil.which("debootstrap"):
+        return found
+    if os.geteuid() != 0:
+        raise ImageBuildError(
+            "debootstrap is missing and installing it needs root: apt-get install debootstrap"
+        )
+    log("installing debootstrap with apt-get")
+    _run(["apt-get", "update", "-qq"], "apt-get update", log)
+    _run(["apt-get", "install", "-y", "-qq", "debootstrap"], "apt-get install debootstrap", log)
+    found = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
+    if not Path(found).exists():
+        raise ImageBuildError("apt-get installed debootstrap but it is not on PATH")
+    return found
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a debootstrapped image holds: a Debian `suite` and `packages` beyond minbase.
+
+    `python` also removes the ``EXTERNALLY-MANAGED`` marker (PEP 668), so ``pip install`` works
+    system-wide as in the official ``python`` images these stand in for.
+    """
+
+    suite: str
+    packages: tuple[str, ...]
+    python: bool = False
+
+    def digest(self) -> str:
+        """12 hex digits of the suite, the packages and `_BASE_RECIPE` (changes with any of them)."""
+        return _digest(self.suite.encode(), _BASE_RECIPE.encode(), " ".join(self.packages).encode())
+
+
+_WITH_PYTHON = ("ca-certificates", "python3", "python3-venv", "python3-pip", "python-is-python3")
+CATALOGUE_REPO = "reroll/debian"
+CATALOGUE: dict[str, Recipe] = {
+    "bookworm": Recipe("bookworm", ("ca-certificates",)),
+    "bookworm-python": Recipe("bookworm", _WITH_PYTHON, python=True),
+    "trixie": Recipe("trixie", ("ca-certificates",)),
+    "trixie-python": Recipe("trixie", _WITH_PYTHON, python=True),
+}
+"""The local catalogue, by variant: ``reroll/debian:<variant>``, built with debootstrap on first use."""
+
+PUBLIC_BASES: dict[str, str] = {
+    **dict.fromkeys(
+        ("debian:bookworm", "debian:bookworm-slim", "debian:12", "debian:12-slim", "debian:oldstable"),
+        "bookworm",
+    ),
+    **dict.fromkeys(
+        (
+            "debian:trixie",
+            "debian:trixie-slim",
+            "debian:13",
+            "debian:13-slim",
+            "debian:stable",
+            "debian:latest",
+        ),
+        "trixie",
+    ),
+    **dict.fromkeys(
+        ("python:3.11", "python:3.11-bookworm", "python:3.11-slim", "python:3.11-slim-bookworm"),
+        "bookworm-python",
+    ),
+    **dict.fromkeys(
+        ("python:3.13", "python:3.13-trixie", "python:3.13-slim", "python:3.13-slim-trixie"),
+        "trixie-python",
+    ),
+}
+"""Public images (as Dockerfiles name them, also with a ``docker.io/`` or ``library/`` prefix) →
+the catalogue variant that stands in for them when they are not local: same Debian release, same
+Python minor version. Other bases (``ubuntu:24.04``, ``python:3.12``) have no equal here: map them
+yourself (``--image-map``)."""
+
+
+def catalogue_variant(image: str) -> str | None:
+    """The catalogue variant standing in for the public `image`, or None (see `PUBLIC_BASES`)."""
+    for prefix in ("docker.io/library/", "docker.io/", "library/"):
+        image = image.removeprefix(prefix)
+    return PUBLIC_BASES.get(image)
+
+
+def catalogue_tag(variant: str) -> str:
+    """``reroll/debian:<variant>-<hash>`` of the catalogue `variant` (a key of `CATALOGUE`)."""
+    return f"{CATALOGUE_REPO}:{variant}-{CATALOGUE[variant].digest()}"
+
+
+def _debootstrap_image(client: docker.DockerClient, tag: str, recipe: Recipe, log: Log) -> None:
+    """debootstrap `recipe` and ``docker import`` it as `tag`.
+
+    Raises:
+        ImageBuildError: not root, debootstrap failed (with its log's end), or the import failed.
+    """
+    if os.geteuid() != 0:
+        raise ImageBuildError(f"building {tag} runs debootstrap, which needs root")
+    debootstrap = _ensure_debootstrap(log)
+    mirror = debian_mirror()
+    with tempfile.TemporaryDirectory(prefix="reroll-rootfs-") as workdir:
+        root = Path(workdir) / "root"
+        log(f"debootstrap {recipe.suite} from {mirror} for {tag} (a few minutes)")
+        argv = [debootstrap, "--variant=minbase", f"--include={','.join(recipe.packages)}"]
+        _run([*argv, recipe.suite, str(root), mirror], "debootstrap", log)
+        for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (root / leftover).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        labels = f"LABEL {MANAGED_LABEL}=1"
+        if "python3" in recipe.packages:
+            python = _run(
+                ["chroot", str(root), "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                "python3 in the root file system",
+                log,
+            ).strip()
+            labels += f" reroll.python={python}"
+            if recipe.python:
+                (root / f"usr/lib/python{python}/EXTERNALLY-MANAGED").unlink(missing_ok=True)
+        tarball = Path(workdir) / "rootfs.tar"
+        _run(
+            ["tar", "--numeric-owner", "-C", str(root), "-cf", str(tarball), "."],
+            "tar of the root file system",
+            log,
+        )
+        log(f"docker import as {tag}")
+        changes = [
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            labels,
+            'CMD ["bash"]',
+        ]
+        repository, version = tag.split(":")
+        try:
+            client.api.import_image_from_file(
+                str(tarball), repository=repository, tag=version, changes=changes
+            )
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"docker import of {tag} failed: {exc}") from exc
+
+
+def ensure_catalogue(client: docker.DockerClient, variant: str, log: Log = logger.info) -> str:
+    """The tag of the catalogue image `variant`, built first if missing (and aliased
+    ``reroll/debian:<variant>``).
+
+    Raises:
+        ImageBuildError: a build step failed.
+    """
+    tag = catalogue_tag(variant)
+    with cache_lock("images"):
+        if not _exists(client, tag):
+            _debootstrap_image(client, tag, CATALOGUE[variant], log)
+        client.images.get(tag).tag(CATALOGUE_REPO, variant)
+    return tag
+
+
+def _build(client: docker.DockerClient, what: str, **kwargs: object) -> Image:
+    """``docker build`` with reroll's label; errors name `what` and carry the log's end."""
+    try:
+        image, _ = client.images.build(rm=True, forcerm=True, labels={MANAGED_LABEL: "1"}, **kwargs)
+    except docker.errors.BuildError as exc:
+        output = "".join(str(item.get("stream") or item.get("error") or "") for item in exc.build_log)
+        raise ImageBuildError(f"docker build of {what} failed: {exc.msg}\n{output[-3000:]}") from exc
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker build of {what} failed: {exc}") from exc
+    return image
+
+
+def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images:
+    """Build the base image unless it exists; returns its tag.
+
+    Raises:
+        ImageBuildError: a build step failed.
+    """
+    built: list[str] = []
+    with cache_lock("images"):
+        base = base_tag()
+        if not _exists(client, base):
+            _debootstrap_image(client, base, base_recipe(), log)
+            built.append(base)
+        client.images.get(base).tag(BASE_REPO, SUITE)
+    return Images(base=base, built=tuple(built))
+
+
+IMAGE_MAP_ENV = "REROLL_IMAGE_MAP"
+"""Environment variable holding the image map (``SRC=DST,SRC=DST``) that ``reroll run/job
+--image-map`` and a job file's ``image_map`` set for the docker backend (`DockerSandboxConfig`)."""
+_FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
+"""A Dockerfile's FROM line: the keyword and its flags, the image, the rest (``AS name``)."""
+
+
+def parse_image_map(pairs: list[str] | str) -> dict[str, str]:
+    """``{source image: replacement}`` from ``SRC=DST`` items (a list, or one string separated by commas).
+
+    Raises:
+        ConfigError: an item is not ``SRC=DST`` with both sides non-empty.
+    """
+    items = pairs.split(",") if isinstance(pairs, str) else pairs
+    mapping: dict[str, str] = {}
+    for item in (item.strip() for item in items):
+        if not item:
+            continue
+        source, equals, target = item.partition("=")
+        if not (equals and source.strip() and target.strip()):
+            raise ConfigError(
+                f"image map item {item!r} must be SRC=DST, e.g. ubuntu:24.04=reroll/base:bookworm"
+            )
+        mapping[source.strip()] = target.strip()
+    return mapping
+
+
+def map_from_lines(dockerfile: str, image_map: Mapping[str, str]) -> tuple[str, list[str]]:
+    """`dockerfile` with the images of its FROM lines replaced per `image_map`, and the images it
+    then starts from (stage names and ``scratch`` left out)."""
+    stages: set[str] = set()
+    bases: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        image = image_map.get(match[2], match[2])
+        if image.lower() != "scratch" and image not in stages and "$" not in image:
+            bases.append(image)
+        if alias := re.match(r"\s+AS\s+(\S+)", match[3], re.IGNORECASE):
+            stages.add(alias[1])
+        return f"{match[1]}{image}{match[3]}"
+
+    return _FROM.sub(replace, dockerfile), bases
+
+
+BUILD_CA_FILE = ".reroll-host-ca.pem"
+"""The host's CA bundle, put into a task image's build context (see `trust_host_ca`)."""
+BUILD_CA_PATH = "/etc/reroll/build-ca.pem"
+
+
+def trust_host_ca(dockerfile: str) -> str:
+    """`dockerfile` with the host's CA bundle trusted after every FROM line: copied from the build
+    context (`BUILD_CA_FILE`) to `BUILD_CA_PATH`, named by ``PIP_CERT``, ``SSL_CERT_FILE`` and
+    ``REQUESTS_CA_BUNDLE``. So ``pip install`` in a task's Dockerfile works where the host reaches
+    PyPI through a TLS-intercepting proxy, as the agent installs do (`DockerSandbox.egress`)."""
+    trust = (
+        f"COPY {BUILD_CA_FILE} {BUILD_CA_PATH}\n"
+        f"ENV PIP_CERT={BUILD_CA_PATH} SSL_CERT_FILE={BUILD_CA_PATH} REQUESTS_CA_BUNDLE={BUILD_CA_PATH}"
+    )
+    return _FROM.sub(lambda match: f"{match[0]}\n{trust}", dockerfile)
+
+
+def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableError:
+    """The error for a Dockerfile whose FROM `images` are not all local (and the build failed)."""
+    missing = ", ".join(images)
+    first = images[0]
+    return ImageUnavailableError(
+        f"{task.dockerfile} starts FROM {missing}, which is not a local image and could not be pulled "
+        f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
+        f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
+        f"{first}={BASE_ALIAS} (also a job file's image_map). reroll's catalogue stands in for "
+        f"common Debian and Python bases by itself ({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). "
+        f"Docker said: {cause[-500:]}"
+    )
+
+
+def _with_standins(
+    client: docker.DockerClient, dockerfile: str, image_map: Mapping[str, str], log: Log
+) -> dict[str, str]:
+    """`image_map`, completed so that each FROM image that is not local and has a catalogue
+    variant (`PUBLIC_BASES`) is replaced by that catalogue image, built first if missing."""
+    _, bases = map_from_lines(dockerfile, image_map)
+    standins: dict[str, str] = {}
+    for image in bases:
+        if (variant := catalogue_variant(image)) and image not in standins and not _exists(client, image):
+            standins[image] = ensure_catalogue(client, variant, log)
+            log(f"FROM {image} is not a local image: reroll's catalogue image {standins[image]} stands in")
+    return {**standins, **{source: standins.get(target, target) for source, target in image_map.items()}}
+
+
+def task_image(
+    client: docker.DockerClient,
+    task: Task,
+    base: str,
+    log: Log = logger.info,
+    image_map: Mapping[str, str] | None = None,
+) -> str:
+    """The image a task's containers run: its Dockerfile's image, built when missing.
+
+    A task without ``environment/Dockerfile`` runs its ``environment.docker_image`` (mapped per
+    `image_map`; it must be local), else `base` itself. The images of the Dockerfile's FROM lines
+    are first replaced per `image_map` (source → replacement), then a common public base that is
+    not local by its catalogue image (`PUBLIC_BASES`); each stage then trusts the host's CA bundle
+    (`trust_host_ca`), when the host has one.
+
+    Raises:
+        ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled),
+            or the task's ``docker_image`` is not local.
+        ImageBuildError: the task's Dockerfile failed to build otherwise (the message carries the
+            log), or building a catalogue image failed.
+    """
+    if task.dockerfile is None:
+        declared = task.spec.environment.docker_image
+        if declared is None:
+            return base
+        image = (image_map or {}).get(declared, declared)
+        if not _exists(client, image):
+            raise ImageUnavailableError(
+                f"task {task.name} runs the prebuilt image {image} (environment.docker_image), which is "
+                f"not a local image. Remedies: build or tag it locally (docker tag IMAGE {image}), or map "
+                f"it to a local image: reroll run … --image-map {declared}={BASE_ALIAS}"
+            )
+        return image
+    context = task.dockerfile.parent
+    written = task.dockerfile.read_text(encoding="utf-8")
+    dockerfile, bases = map_from_lines(written, _with_standins(client, written, image_map or {}, log))
+    ca_bundle = host_ca_bundle()
+    ca = ca_bundle.read_bytes() if ca_bundle is not None else b""
+    if ca:
+        dockerfile = trust_host_ca(dockerfile)
+    slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
+    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), ca, *_tree_bytes(context))}"
+    with cache_lock("images"):
+        if _exists(client, tag):
+            return tag
+        log(f"docker build {task.dockerfile}")
+        with tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
+            build_context = Path(folder) / "context"  # a copy, so the task's folder is not written to
+            shutil.copytree(context, build_context, symlinks=True)
+            (build_context / BUILD_CA_FILE).write_bytes(ca)
+            mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
+            mapped.write_text(dockerfile, encoding="utf-8")
+            try:
+                _build(client, str(task.dockerfile), path=str(build_context), dockerfile=str(mapped), tag=tag)
+            except ImageBuildError as exc:
+                missing = [image for image in bases if not _exists(client, image)]
+                if missing:
+                    raise _unavailable(missing, task, str(exc)) from exc
+                raise
+    return tag

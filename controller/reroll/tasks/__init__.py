@@ -1,0 +1,1 @@
+"""Tasks: loading (native, Harbor, SkillsBench, BenchFlow layouts), compatibility notes, checks."""

@@ -1,0 +1,136 @@
+"""``reroll task check``: load task folders and show what reroll makes of each.
+
+For every task under the paths given (a task folder, or a folder searched recursively for
+task.md / task.toml, not below a task folder), `check` loads it as a rollout would
+(`reroll.tasks.task.load_task`) and `render` prints its resolved configuration — the conventions
+(working folder, the agent's user, where the verifier and the solution go), environment,
+resources, network policy, time limits — then the foreign fields mapped onto reroll's and the
+fields it ignores, each with the reason; a task that does not load is shown with the cause.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from reroll_contracts.errors import TaskError
+from rich.console import Console
+from rich.table import Table
+
+from reroll.tasks.task import DEFAULT_WORKDIR, Task, load_task
+
+TASK_FILES = ("task.md", "task.toml")
+
+
+@dataclass(frozen=True)
+class CheckedTask:
+    """One task folder and what loading it gave: the task, or the reason it does not load."""
+
+    path: Path
+    task: Task | None
+    error: str | None = None
+
+
+def find_task_dirs(path: Path) -> list[Path]:
+    """`path` when it is a task folder, else every task folder below it (sorted; symlinked folders
+    not followed, nothing searched below a task folder)."""
+    if any((path / name).is_file() for name in TASK_FILES):
+        return [path]
+    found: list[Path] = []
+    for root, dirs, files in os.walk(path):
+        if any(name in files for name in TASK_FILES):
+            found.append(Path(root))
+            dirs.clear()
+        else:
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return sorted(found)
+
+
+def check(paths: list[Path]) -> list[CheckedTask]:
+    """Load every task under `paths` (see `find_task_dirs`); a path that is no folder, or holds
+    no task, is a failure."""
+    results: list[CheckedTask] = []
+    for path in paths:
+        found = find_task_dirs(path) if path.is_dir() else [path]
+        if not found:
+            results.append(CheckedTask(path, None, f"{path}: no task.md or task.toml in it or below it"))
+        for folder in found:
+            try:
+                results.append(CheckedTask(folder, load_task(folder)))
+            except TaskError as exc:
+                results.append(CheckedTask(folder, None, str(exc)))
+    return results
+
+
+def resolved(task: Task) -> list[tuple[str, str]]:
+    """The settings a rollout of `task` uses, as ``(setting, value)`` rows."""
+    spec, environment = task.spec, task.spec.environment
+    image = "environment/Dockerfile" if task.dockerfile else environment.docker_image or "reroll's base image"
+    hardening = spec.verifier.hardening
+    plugins = ", ".join(spec.verifier.pytest_plugins) or "none"
+    return [
+        (
+            "layout",
+            f"{task.layout} ({'task.md' if task.layout == 'native' else 'task.toml + instruction.md'})",
+        ),
+        ("image (docker)", image),
+        ("workdir", task.workdir or f"the image's WORKDIR, else {DEFAULT_WORKDIR}"),
+        ("agent user", task.agent_user or "the image's USER, else root"),
+        (
+            "verifier",
+            f"{task.verifier_dir.relative_to(task.path)}/test.sh → {task.verifier_mount}, run as root",
+        ),
+        (
+            "solution",
+            f"{task.solution_dir.relative_to(task.path)}/ → {task.solution_mount}"
+            if task.solution_dir
+            else "none",
+        ),
+        ("logs", f"{task.logs_mount} (reward: {task.logs_mount}/verifier/reward.txt or reward.json)"),
+        ("env", _keys(environment.env)),
+        ("verifier env", _keys(spec.verifier.env)),
+        ("solution env", _keys(spec.solution.env)),
+        (
+            "cpus / memory / pids",
+            f"{environment.cpus:g} / {environment.memory_mb} MiB / {environment.pids_max}",
+        ),
+        ("network", environment.network),
+        ("timeouts", f"agent {spec.agent.timeout_sec:g} s, verifier {spec.verifier.timeout_sec:g} s"),
+        ("pytest plugins", f"{plugins}; autoload {'on' if hardening.plugin_autoload else 'off'}"),
+    ]
+
+
+def _keys(env: dict[str, str]) -> str:
+    return ", ".join(sorted(env)) or "none"
+
+
+def render(results: list[CheckedTask], console: Console) -> None:
+    """Print a summary table of `results`, then each task's resolved configuration, mapped and
+    ignored fields (or why it does not load)."""
+    summary = Table(title="tasks", title_justify="left")
+    for column in ("task", "layout", "status", "ignored"):
+        summary.add_column(column)
+    for result in results:
+        task = result.task
+        if task is None:
+            summary.add_row(str(result.path), "-", "[red]does not load[/red]", "-")
+        else:
+            summary.add_row(str(result.path), task.layout, "[green]ok[/green]", str(len(task.ignored)))
+    console.print(summary)
+    for result in results:
+        console.print()
+        if result.task is None:
+            console.print(f"[bold]{result.path}[/bold]: [red]does not load[/red]\n{result.error}")
+            continue
+        task = result.task
+        table = Table(title=f"{task.name}  ({task.path})", title_justify="left", show_header=False)
+        table.add_column("setting", style="bold")
+        table.add_column("value")
+        for name, value in resolved(task):
+            table.add_row(name, value)
+        for note in task.mapped:
+            table.add_row("mapped", f"{note.field} → {note.note}")
+        for note in task.ignored:
+            table.add_row("[yellow]ignored[/yellow]", f"{note.field}: {note.note}")
+        console.print(table)

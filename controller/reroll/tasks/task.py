@@ -1,0 +1,378 @@
+"""Load tasks from disk, in both layouts BenchFlow reads (see seeds/concepts.txt, "Verifier file map").
+
+Native layout (benchflow)::
+
+    my-task/
+      task.md              YAML front matter (name, agent, verifier, environment or sandbox) + the prompt
+      environment/         Dockerfile; workspace/ is the initial content of the agent's workspace
+      verifier/test.sh     the verifier's entry point, uploaded to /verifier (tests/ → /tests also works)
+      oracle/solve.sh      optional reference solution, uploaded to /oracle for the `oracle` agent
+
+Legacy (Harbor / Terminal-Bench) split layout::
+
+    my-task/
+      task.toml            [agent] timeout_sec, user; [verifier] timeout_sec, env; [environment] ...
+      instruction.md       the prompt
+      environment/         as above
+      tests/test.sh        uploaded to /tests
+      solution/solve.sh    uploaded to /solution
+
+Either configuration is read by `reroll.tasks.compat` first: Harbor's and benchflow's fields are
+mapped onto reroll's (``memory = "4G"`` → ``memory_mb = 4096``, ``allow_internet = false`` →
+``network = "none"``), and those reroll does not model are kept in `Task.ignored` with the
+reason. The conventions that differ between the layouts — the agent's user and working folder,
+where the verifier goes — are resolved by `Task` (`Task.agent_user`, `Task.workdir`, `Task.verifier_mount`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from reroll_contracts.errors import TaskError
+
+from reroll.tasks.compat import normalise, prompt_of, split_ignored
+
+DEFAULT_WORKDIR = "/app"
+"""The agent's working folder when neither the task nor its image's WORKDIR names one."""
+NATIVE_AGENT_USER = "agent"
+"""The agent's user in native tasks that name none (benchflow's default ``sandbox_user``)."""
+
+
+class AgentSection(BaseModel):
+    """The `agent` section of a task."""
+
+    model_config = ConfigDict(extra="forbid")
+    timeout_sec: float = Field(default=600.0, gt=0)
+    """Wall-clock budget of the agent phase, in seconds."""
+    user: str | None = None
+    """The user the agent runs as (a name, or a uid as text; ``root``). None: the layout's
+    default — ``agent`` (unprivileged, created when missing) for native tasks, the image's
+    ``USER`` (root when unset) for legacy ones, as benchflow and Harbor do."""
+    prompt_prefix: str | None = None
+    """Text put before the prompt (benchflow's ``agent.prompt_prefix``)."""
+
+
+class HardeningOptions(BaseModel):
+    """``verifier.hardening``: the anti-reward-hacking steps before the test script (all on by default).
+
+    A task that legitimately needs one off opts out, e.g. ``delete_injected_hooks: false`` when
+    the agent is asked to write a conftest.py.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    restore_build_config: bool = True
+    """Put the workspace's pyproject.toml, setup.py, setup.cfg, pytest.ini, tox.ini back as they were."""
+    delete_injected_hooks: bool = True
+    """Delete conftest.py, sitecustomize.py, usercustomize.py and .pth files the agent added."""
+    pytest_addopts: bool = True
+    """Set ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``."""
+    plugin_autoload: bool = False
+    """Let pytest load every installed plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
+    pytest_report: bool = True
+    """With `pytest_addopts`: trust pytest's own JUnit report (written to a root-only folder) over
+    the script's exit status — a pytest that started but wrote no report (``os._exit(0)`` at
+    import), or whose report counts failures or errors, zeroes every reward. Off for a task whose
+    test.sh passes its own ``--junitxml`` or ``--log-file``, or expects failing tests."""
+
+
+class VerifierSection(BaseModel):
+    """The `verifier` section of a task."""
+
+    model_config = ConfigDict(extra="forbid")
+    timeout_sec: float = Field(default=300.0, gt=0)
+    """Wall-clock budget of the verifier's test script, in seconds."""
+    hardening: HardeningOptions = Field(default_factory=HardeningOptions)
+    """Which hardening steps run before the test script."""
+    env: dict[str, str] = {}
+    """Extra environment of the test script (after hardening's own variables are set)."""
+    pytest_plugins: list[str] = []
+    """pytest plugins (``pytest11`` entry-point or module names, e.g. ``ctrf``) the verifier's pytest
+    loads with ``-p NAME`` while autoloading is off, beside the image's root-owned ones present
+    before the agent ran (BenchFlow's ``[verifier] pytest_plugins``)."""
+
+
+NetworkPolicy = Literal["none", "full"]
+"""A sandbox's egress: ``none`` (only the LLM proxy is reachable) or ``full``."""
+
+
+class EnvironmentSection(BaseModel):
+    """The `environment` section of a task (benchflow's `sandbox`): what the sandbox needs."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpus: float = Field(default=1.0, gt=0)
+    """CPU limit (cores) for container backends."""
+    memory_mb: int = Field(default=2048, gt=0)
+    """Memory limit in MiB for container backends (swap included: none beyond it)."""
+    pids_max: int = Field(default=1024, gt=0)
+    """How many processes and threads the sandbox may hold at once (container backends): a fork
+    bomb gets EAGAIN instead of exhausting the host's process table."""
+    storage_mb: int = Field(default=10240, gt=0)
+    """Disk quota in MiB of what the agent writes (container backends: the workspace and ``/tmp``
+    share it); Harbor's field and default."""
+    network: NetworkPolicy = "full"
+    """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends).
+    Harbor's ``allow_internet`` and ``network_mode`` map onto it."""
+    workdir: str | None = None
+    """The agent's working folder (absolute, not ``/``). None: the image's WORKDIR, else ``/app``."""
+    env: dict[str, str] = {}
+    """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
+    docker_image: str | None = None
+    """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or value.rstrip("/") == ""):
+            raise ValueError("workdir must be an absolute path other than /")
+        return value.rstrip("/") if value else value
+
+
+class SolutionSection(BaseModel):
+    """The `solution` section of a task (benchflow's `oracle`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    env: dict[str, str] = {}
+    """Extra environment of the reference solution (the `oracle` agent)."""
+
+
+class TaskSpec(BaseModel):
+    """The configuration of a task: task.md front matter or task.toml, same fields in both
+    (after `reroll.tasks.compat.normalise`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    schema_version: str | None = None
+    """Informational."""
+    metadata: dict[str, Any] = {}
+    """Informational (author, difficulty, category, tags ...), kept as it is."""
+    agent: AgentSection = Field(default_factory=AgentSection)
+    verifier: VerifierSection = Field(default_factory=VerifierSection)
+    environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    solution: SolutionSection = Field(default_factory=SolutionSection)
+
+
+class FieldNote(BaseModel):
+    """A field of a task's configuration, and what became of it."""
+
+    field: str
+    """Its dotted path (``environment.gpus``), or a file or body section (``task.toml``, ``## role:x``)."""
+    note: str
+    """Why it is ignored, or what it was mapped to."""
+
+
+class Task(BaseModel):
+    """A task loaded from disk, with its conventions resolved.
+
+    Attributes hold host paths; `verifier_mount` and `solution_mount` are where the verifier and
+    the solution go inside the sandbox (absolute, under the sandbox root).
+    """
+
+    name: str
+    path: Path
+    layout: Literal["native", "legacy"]
+    """Which configuration file was loaded: task.md (native) or task.toml (legacy)."""
+    instruction: str
+    spec: TaskSpec
+    verifier_dir: Path
+    solution_dir: Path | None
+    verifier_mount: str
+    """``/verifier`` for a ``verifier/`` folder, ``/tests`` for ``tests/`` (benchflow's rule)."""
+    solution_mount: str
+    """``/oracle`` for an ``oracle/`` folder, ``/solution`` for ``solution/``."""
+    logs_mount: str = "/logs"
+    """Holds ``agent/`` and ``verifier/`` (the reward file), in every layout."""
+    ignored: list[FieldNote] = []
+    """Fields (and files) of the task reroll does not honour, with the reason; reported once."""
+    mapped: list[FieldNote] = []
+    """Foreign fields honoured under reroll's name (``environment.memory`` → ``memory_mb``)."""
+
+    @property
+    def agent_user(self) -> str | None:
+        """The user the agent runs as: the task's ``agent.user``, else ``agent`` for native tasks;
+        None for legacy ones: the image's USER (root when unset), as Harbor does."""
+        if self.spec.agent.user is not None:
+            return self.spec.agent.user
+        return NATIVE_AGENT_USER if self.layout == "native" else None
+
+    @property
+    def workdir(self) -> str | None:
+        """The agent's working folder: the task's ``environment.workdir``; None: the image's
+        WORKDIR, else `DEFAULT_WORKDIR`."""
+        return self.spec.environment.workdir
+
+    @property
+    def workspace_seed_dir(self) -> Path | None:
+        """The folder whose content seeds the workspace (`environment/workspace/`), if the task has one."""
+        seed = self.path / "environment" / "workspace"
+        return seed if seed.is_dir() else None
+
+    @property
+    def dockerfile(self) -> Path | None:
+        """The task's `environment/Dockerfile`, if it has one."""
+        dockerfile = self.path / "environment" / "Dockerfile"
+        return dockerfile if dockerfile.is_file() else None
+
+
+def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
+    """`task` with its ``environment.network`` replaced by `policy` (a run's override); None: `task`."""
+    if policy is None:
+        return task
+    environment = task.spec.environment.model_copy(update={"network": policy})
+    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+
+
+def load_task(path: Path) -> Task:
+    """Load the task in folder `path`: task.md (native) first, then task.toml (legacy).
+
+    A folder holding both loads task.md, and task.toml when task.md does not load (the reason is
+    then in `Task.ignored`).
+
+    Raises:
+        TaskError: the folder does not exist, holds neither task.md nor task.toml, no
+            configuration loads (the message names the file and the cause), or the verifier's
+            test.sh is missing.
+    """
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise TaskError(f"task {path}: cannot be resolved ({exc})") from exc
+    if not path.is_dir():
+        raise TaskError(f"task not found: {path} is not a directory")
+    native, legacy = (path / "task.md").is_file(), (path / "task.toml").is_file()
+    if not native and not legacy:
+        raise TaskError(f"{path} is not a task: it holds neither task.md nor task.toml")
+    if not native:
+        return _load_legacy(path)
+    try:
+        task = _load_native(path)
+    except TaskError as exc:
+        if not legacy:
+            raise
+        try:
+            task = _load_legacy(path)
+        except TaskError as legacy_exc:
+            raise TaskError(f"{exc}\nand task.toml does not load either: {legacy_exc}") from exc
+        return _noted(task, "task.md", f"does not load, task.toml was loaded instead: {exc}")
+    if legacy:
+        return _noted(task, "task.toml", "task.md takes precedence")
+    return task
+
+
+def _noted(task: Task, field: str, note: str) -> Task:
+    return task.model_copy(update={"ignored": [FieldNote(field=field, note=note), *task.ignored]})
+
+
+def find_task(name_or_path: str, tasks_dir: Path | None = None) -> Task:
+    """Resolve a task given as a path, or as a name inside `tasks_dir`.
+
+    Raises:
+        TaskError: nothing found under either reading; the message lists where it looked.
+    """
+    candidates = [Path(name_or_path)]
+    if tasks_dir is not None:
+        candidates.insert(0, tasks_dir / Path(name_or_path).name)
+    for candidate in candidates:
+        if candidate.is_dir():
+            return load_task(candidate)
+    looked = ", ".join(str(c) for c in candidates)
+    raise TaskError(f"task {name_or_path!r} not found (looked in: {looked})")
+
+
+def _load_native(path: Path) -> Task:
+    source = path / "task.md"
+    text = source.read_text(encoding="utf-8").replace("\r\n", "\n")
+    front: object = {}
+    body = text
+    if text.startswith("---"):
+        parts = text.split("\n---", 1)
+        if len(parts) != 2:
+            raise TaskError(f"{source}: front matter opened with '---' is never closed")
+        try:
+            front = yaml.safe_load(parts[0][3:]) or {}
+        except yaml.YAMLError as exc:
+            raise TaskError(f"{source}: invalid YAML front matter: {exc}") from exc
+        body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
+    prompt, sections = prompt_of(body)
+    folders: dict[str, str] = {}
+    if isinstance(front, dict):  # benchflow's path shorthands: `verifier: checks/`, `oracle: ref/`
+        folders = {key: front.pop(key) for key in ("verifier", "oracle") if isinstance(front.get(key), str)}
+    spec, ignored, mapped = _spec(front, source)
+    mapped += [(key, f"the folder {folder}") for key, folder in folders.items()]
+    return _task(path, "native", prompt, spec, ignored + sections, mapped, folders)
+
+
+def _load_legacy(path: Path) -> Task:
+    source = path / "task.toml"
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(f"{source}: invalid TOML: {exc}") from exc
+    instruction_file = path / "instruction.md"
+    if not instruction_file.is_file():
+        raise TaskError(f"{path}: legacy task without instruction.md")
+    spec, ignored, mapped = _spec(raw, source)
+    return _task(path, "legacy", instruction_file.read_text(encoding="utf-8"), spec, ignored, mapped)
+
+
+def _spec(raw: object, source: Path) -> tuple[TaskSpec, list[tuple[str, str]], list[tuple[str, str]]]:
+    """`raw` normalised (`reroll.tasks.compat`) and validated: the spec, the ignored and the mapped fields."""
+    if not isinstance(raw, dict):
+        raise TaskError(
+            f"{source}: invalid task configuration: a mapping is expected, not {type(raw).__name__}"
+        )
+    try:
+        data, mapped = normalise(raw)
+    except TaskError as exc:
+        raise TaskError(f"{source}: invalid task configuration: {exc}") from exc
+    ignored = split_ignored(data, TaskSpec)
+    try:
+        return TaskSpec.model_validate(data), ignored, mapped
+    except ValidationError as exc:
+        raise TaskError(f"{source}: invalid task configuration:\n{exc}") from exc
+
+
+def _task(
+    path: Path,
+    layout: Literal["native", "legacy"],
+    instruction: str,
+    spec: TaskSpec,
+    ignored: list[tuple[str, str]],
+    mapped: list[tuple[str, str]],
+    folders: dict[str, str] | None = None,
+) -> Task:
+    """The task, its verifier and solution folders found as benchflow finds them: ``verifier/``
+    (→ /verifier) else ``tests/`` (→ /tests); ``oracle/`` (→ /oracle) else ``solution/`` (→
+    /solution); `folders` (``{"verifier": PATH, "oracle": PATH}``, task.md's path shorthands)
+    name others, which go to /verifier and /oracle."""
+    folders = folders or {}
+    for key, folder in folders.items():
+        if Path(folder).is_absolute() or ".." in Path(folder).parts:
+            raise TaskError(f"{path}: {key}: {folder!r} must be a relative path inside the task")
+    verifier = folders.get("verifier") or ("verifier" if (path / "verifier").is_dir() else "tests")
+    solution = folders.get("oracle") or ("oracle" if (path / "oracle").is_dir() else "solution")
+    if not (path / verifier / "test.sh").is_file():
+        looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"
+        raise TaskError(f"{path}: the verifier entry point is missing (looked for {looked})")
+    verifier_mount = "/verifier" if "verifier" in folders else f"/{verifier}"
+    solution_mount = "/oracle" if "oracle" in folders else f"/{solution}"
+    if spec.agent.prompt_prefix:
+        instruction = f"{spec.agent.prompt_prefix.strip()}\n\n{instruction.strip()}"
+    if not instruction.strip():
+        raise TaskError(f"{path}: the task's prompt is empty")
+    return Task(
+        name=spec.name or path.name,
+        path=path,
+        layout=layout,
+        instruction=instruction.strip() + "\n",
+        spec=spec,
+        verifier_dir=path / verifier,
+        solution_dir=path / solution if (path / solution).is_dir() else None,
+        verifier_mount=verifier_mount,
+        solution_mount=solution_mount,
+        ignored=[FieldNote(field=field, note=note) for field, note in ignored],
+        mapped=[FieldNote(field=field, note=note) for field, note in mapped],
+    )

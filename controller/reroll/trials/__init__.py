@@ -1,0 +1,1 @@
+"""Trials: scenes, roles, turns and Users (the trial file format and the User API)."""

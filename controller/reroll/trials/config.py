@@ -1,0 +1,252 @@
+"""Trials: a sequence of scenes in one shared sandbox (seeds/runtime-api-guide.txt, concepts.txt).
+
+A `TrialConfig` holds `Scene`\\ s; a scene declares its `Role`\\ s (each an agent, optionally with
+its model) and its `Turn`\\ s (which role acts, told what: ``prompt`` None is the task's
+instruction), or names a User (`reroll.trials.users`) that decides each round's prompt. The three axes:
+
+- multi-turn: a role's later turn with ``resume: true`` goes to the same agent session (the
+  agent must declare a ``resume`` command in agents.yaml);
+- multi-round: a scene with a ``user``: a new agent session per round, the sandbox kept, a soft
+  verify between rounds, the User deciding the next prompt (or stopping);
+- multi-scene: several scenes; the agent's processes are stopped between two scenes.
+
+Roles of a scene share the sandbox; a role may leave messages for another in
+``<workspace>/.outbox/<recipient>.json`` (``{"to": ..., "content": ...}``), read after each turn
+and put into the recipient's next prompt. A trial file (YAML)::
+
+    task: ../tasks/fix-failing-test        # optional, relative to this file
+    scenes:
+      - name: solve
+        roles: [{name: solver, agent: mini-swe-agent, model: scripted}]
+        user: progressive.py:disclose      # module:function, or FILE.py:function (relative)
+        max_rounds: 3
+      - name: review
+        roles: [{name: coder}, {name: reviewer}]
+        turns:
+          - {role: coder}
+          - {role: reviewer, prompt: "Review the code ..."}
+
+A role without ``agent`` / ``model`` takes the run's (``reroll run --agent/--model``); every
+role's model is the one live model of the run. What ran is recorded in ``trial.json`` of the run
+folder (a `TrialRecord`); each exchange carries its `reroll_proxy.exchange.Place`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
+from reroll_contracts.errors import TrialError
+
+from reroll.trials.users import BaseUser, UserFunction, user_spec
+from reroll.yamlfiles import read_mapping
+
+OUTBOX = ".outbox"
+"""The folder, under the workspace, where a role leaves messages for another (``<role>.json``)."""
+DEFAULT_SCENE = "main"
+DEFAULT_ROLE = "agent"
+_FORBID = ConfigDict(extra="forbid")
+
+
+@dataclass(config=_FORBID)
+class Role:
+    """An agent taking part in a scene."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The role's name (turns and outbox files name it)."""
+    agent: str | None = None
+    """The agent (``reroll agents``) [default: the run's ``--agent``]."""
+    model: str | None = None
+    """The live model [default: the run's ``--model``]; all roles of a trial share one."""
+
+
+@dataclass(config=_FORBID)
+class Turn:
+    """One prompt to one role."""
+
+    role: str
+    """The role that acts."""
+    prompt: str | None = None
+    """What it is told; None: the task's instruction."""
+    resume: bool = False
+    """Continue the role's previous session of this scene (multi-turn) instead of a new one;
+    the agent must declare ``resume`` in agents.yaml."""
+
+
+@dataclass(config=_FORBID)
+class Scene:
+    """One interaction region: its roles take turns (or a User drives rounds) in the shared sandbox."""
+
+    name: str = DEFAULT_SCENE
+    roles: list[Role] = Field(default_factory=list)
+    turns: list[Turn] = Field(default_factory=list)
+    """The fixed prompt sequence; empty in a scene a `user` drives."""
+    user: str | None = None
+    """A User deciding each round's prompt (`reroll.trials.users.load_user`): ``module:attribute`` or
+    ``path/to/file.py:attribute`` (a function, a `BaseUser` subclass or instance); in Python,
+    `reroll.trials.users.user_spec` names a function or class."""
+    max_rounds: int = Field(default=10, ge=1)
+    """With a `user`: at most this many rounds."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scene:
+        names = [role.name for role in self.roles]
+        if not names:
+            raise ValueError(f"scene {self.name!r}: no roles")
+        if len(set(names)) != len(names):
+            raise ValueError(f"scene {self.name!r}: role names repeat: {names}")
+        if self.user is not None:
+            if len(self.roles) != 1 or self.turns:
+                raise ValueError(f"scene {self.name!r}: a User drives one role and declares no turns")
+            return self
+        if not self.turns:
+            raise ValueError(f"scene {self.name!r}: no turns (and no user)")
+        acted: set[str] = set()
+        for index, turn in enumerate(self.turns):
+            if turn.role not in names:
+                raise ValueError(
+                    f"scene {self.name!r}, turn {index}: unknown role {turn.role!r} (roles: {names})"
+                )
+            if turn.resume and turn.role not in acted:
+                raise ValueError(
+                    f"scene {self.name!r}, turn {index}: resume needs an earlier turn of {turn.role!r}"
+                )
+            acted.add(turn.role)
+        return self
+
+    @classmethod
+    def single(
+        cls,
+        agent: str | None = None,
+        model: str | None = None,
+        prompt: str | None = None,
+        *,
+        name: str = DEFAULT_SCENE,
+        user: str | UserFunction | type[BaseUser] | None = None,
+        max_rounds: int = 10,
+    ) -> Scene:
+        """The one-role scene: `agent` told `prompt` (None: the instruction), or driven by `user`
+        (a spec, or a module-level function or `BaseUser` subclass: `reroll.trials.users.user_spec`).
+
+        Raises:
+            TrialError: `user` cannot be named (`reroll.trials.users.user_spec`).
+        """
+        if user is not None and not isinstance(user, str):
+            user = user_spec(user)
+        role = Role(DEFAULT_ROLE, agent, model)
+        turns = [] if user is not None else [Turn(DEFAULT_ROLE, prompt)]
+        return cls(name=name, roles=[role], turns=turns, user=user, max_rounds=max_rounds)
+
+    def role(self, name: str) -> Role:
+        """The role called `name` (validated to exist for every turn)."""
+        return next(role for role in self.roles if role.name == name)
+
+
+class TrialConfig(BaseModel):
+    """A trial: scenes in one shared sandbox, on one task (see the module docstring)."""
+
+    model_config = _FORBID
+    task: Path | None = None
+    """The task folder (a trial file's is relative to the file); None: the task given to ``run``."""
+    scenes: list[Scene] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_scenes(self) -> TrialConfig:
+        names = [scene.name for scene in self.scenes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"scene names repeat: {names}")
+        return self
+
+    @classmethod
+    def single(cls, agent: str | None = None, model: str | None = None) -> TrialConfig:
+        """The one-prompt trial every plain ``reroll run`` is."""
+        return cls(scenes=[Scene.single(agent, model)])
+
+    def resolved(self, agent: str | None, model: str | None) -> TrialConfig:
+        """This trial with every role's agent and model filled in.
+
+        Args:
+            agent: the agent of roles that name none (``--agent``).
+            model: the live model (``--model``); wins over the roles' own.
+
+        Raises:
+            TrialError: a role has no agent and `agent` is None, or roles name different models.
+        """
+        models = {role.model for scene in self.scenes for role in scene.roles if role.model}
+        if model is None and len(models) > 1:
+            raise TrialError(
+                f"the trial's roles name different models {sorted(models)}: one live model per trial"
+            )
+        live = model or (models.pop() if models else None)
+        scenes = []
+        for scene in self.scenes:
+            roles = []
+            for role in scene.roles:
+                if (role_agent := role.agent or agent) is None:
+                    raise TrialError(
+                        f"scene {scene.name!r}, role {role.name!r}: no agent (name one, or pass --agent)"
+                    )
+                roles.append(Role(role.name, role_agent, live))
+            scenes.append(Scene(scene.name, roles, scene.turns, scene.user, scene.max_rounds))
+        return self.model_copy(update={"scenes": scenes})
+
+    @property
+    def model(self) -> str | None:
+        """The live model of a `resolved` trial."""
+        return self.scenes[0].roles[0].model
+
+    @property
+    def agents(self) -> list[str]:
+        """The agents of a `resolved` trial, each once, first use first."""
+        return list(dict.fromkeys(role.agent for scene in self.scenes for role in scene.roles if role.agent))
+
+
+def load_trial(path: Path) -> TrialConfig:
+    """Load a trial file (YAML, see the module docstring): ``task``, ``user`` file paths and
+    ``scripted:PATH`` models are made absolute, relative to the file's folder.
+
+    Raises:
+        TrialError: the file is missing, not YAML, or not a valid trial (the message names it).
+    """
+    data = read_mapping(path, TrialError, "trial file", "scenes:")
+    try:
+        trial = TrialConfig.model_validate(data)
+    except ValidationError as exc:
+        raise TrialError(f"{path}: not a valid trial file:\n{exc}") from exc
+    base = path.resolve().parent
+    scenes = [
+        Scene(
+            scene.name,
+            [Role(role.name, role.agent, _anchored_model(role.model, base)) for role in scene.roles],
+            scene.turns,
+            _anchored(scene.user, base),
+            scene.max_rounds,
+        )
+        for scene in trial.scenes
+    ]
+    task = (base / trial.task).resolve() if trial.task is not None else None
+    return trial.model_copy(update={"task": task, "scenes": scenes})
+
+
+def _anchored_model(model: str | None, base: Path) -> str | None:
+    """A ``scripted…:PATH`` model with a relative PATH made absolute against `base`."""
+    kind, colon, script = (model or "").partition(":")
+    return f"{kind}:{_absolute(script, base)}" if colon and kind.startswith("scripted") else model
+
+
+def _anchored(user: str | None, base: Path) -> str | None:
+    """A ``FILE.py:attribute`` User with a relative FILE made absolute against `base`."""
+    target, colon, attribute = (user or "").rpartition(":")
+    return f"{_absolute(target, base)}:{attribute}" if colon and target.endswith(".py") else user
+
+
+def _absolute(path: str, base: Path) -> str:
+    return path if Path(path).is_absolute() else str((base / path).resolve())
+
+
+PromptSource = Literal["instruction", "trial", "user", "recorded"]
+"""Where a turn's prompt came from (`TurnRecord.prompt_source`)."""
+TurnStatus = Literal["ok", "timeout", "error", "stopped"]
+"""How a turn's agent ended (`TurnRecord.status`)."""

@@ -1,0 +1,88 @@
+"""The import graph points down only: the layers of README's "Layout" and docs/architecture.md.
+
+Read from the sources (no import): every ``from reroll… import`` of a module names the package it
+comes from, and that package must sit below the importing one (or be the same).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTROLLER = ROOT / "controller" / "reroll"
+LAYERS: dict[str, int] = {
+    "cli": 8,
+    "conformance": 7,
+    "jobs": 7,
+    "rollout": 6,
+    "sandbox": 5,
+    "host": 5,
+    "models": 5,
+    "view": 4,
+    "export": 3,
+    "agents": 2,
+    "runfolder": 2,
+    "tasks": 2,
+    "trials": 1,
+    "cache": 0,
+    "yamlfiles": 0,
+}
+"""Controller packages and top-level modules → layer; a module may import its own layer's
+packages only where noted in `SAME_LAYER`, lower layers always."""
+SAME_LAYER = {("models", "host"), ("sandbox", "host")}
+
+
+def _imports(file: Path) -> set[str]:
+    """Top-level names of the ``reroll…`` modules `file` imports (``reroll.x.y`` → ``reroll.x``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module if node.module != "reroll" else f"reroll.{node.names[0].name}")
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("component", ["proxy", "sidecar", "contracts"])
+def test_no_module_of_the_proxy_the_sidecar_or_the_contracts_imports_the_controller(component: str) -> None:
+    offenders = [
+        f"{file.relative_to(ROOT)}: {name}"
+        for file in sorted((ROOT / component).rglob("*.py"))
+        for name in _imports(file)
+        if name == "reroll" or name.startswith("reroll.")
+    ]
+    assert offenders == []
+
+
+def test_the_contracts_import_nothing_of_reroll_but_themselves() -> None:
+    offenders = [
+        f"{file.relative_to(ROOT)}: {name}"
+        for file in sorted((ROOT / "contracts").rglob("*.py"))
+        for name in _imports(file)
+        if name.startswith("reroll") and not name.startswith("reroll_contracts")
+    ]
+    assert offenders == []
+
+
+def test_every_controller_package_imports_only_downwards() -> None:
+    offenders = []
+    for file in sorted(CONTROLLER.rglob("*.py")):
+        parts = file.relative_to(CONTROLLER).with_suffix("").parts
+        if parts[0] == "__init__":
+            continue  # the public API re-exports from every layer
+        own = parts[0]
+        assert own in LAYERS, f"{own}: a controller package without a layer in LAYERS"
+        for name in _imports(file):
+            if not name.startswith("reroll."):
+                continue
+            target = name.split(".")[1]
+            if target in (own, "__init__") or target not in LAYERS:
+                continue
+            if LAYERS[target] > LAYERS[own] or (
+                LAYERS[target] == LAYERS[own] and (own, target) not in SAME_LAYER
+            ):
+                offenders.append(f"{file.relative_to(ROOT)} ({own}) imports {name} ({target})")
+    assert offenders == []

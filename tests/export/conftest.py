@@ -1,0 +1,196 @@
+"""Run folders with one conversation recorded in each of the three wire formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from reroll.runfolder.run import RunConfig, RunResult, write_json
+from reroll.runfolder.summary import BranchSummary, ChildSummary, ModelSummary
+from reroll_proxy import chat_anthropic, responses_chat
+from reroll_proxy.exchange import Exchange
+
+SYSTEM = "You are a careful engineer."
+TASK = "Fix the failing test."
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
+COMMANDS = ["cat test_math.py", "sed -i 's/a - b/a + b/' math.py"]
+OUTPUTS = ["def test_add(): assert add(1, 2) == 3", ""]
+
+
+def _completion(index: int) -> dict[str, Any]:
+    """The chat completion of step `index`: a tool call per command, then a final answer."""
+    usage = {"prompt_tokens": 100 + index, "completion_tokens": 10 + index, "total_tokens": 110 + 2 * index}
+    usage["prompt_tokens_details"] = {"cached_tokens": 0}
+    if index < len(COMMANDS):
+        call = {
+            "id": f"call_{index}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": orjson.dumps({"command": COMMANDS[index]}).decode()},
+        }
+        message: dict[str, Any] = {"role": "assistant", "content": f"Step {index}.", "tool_calls": [call]}
+        finish = "tool_calls"
+    else:
+        message, finish = {"role": "assistant", "content": "Done: the test passes."}, "stop"
+    return {
+        "id": f"chatcmpl-{index}",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+def chat_exchanges() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(request, response) pairs of one Chat Completions conversation with two tool calls."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": TASK},
+    ]
+    pairs = []
+    for index in range(len(COMMANDS) + 1):
+        request = {"model": "gpt-test", "messages": [dict(m) for m in messages], "tools": TOOLS}
+        completion = _completion(index)
+        pairs.append((request, completion))
+        answer = completion["choices"][0]["message"]
+        messages.append(answer)
+        for call in answer.get("tool_calls", []):
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": OUTPUTS[index]})
+    return pairs
+
+
+_PATHS = {
+    "openai-chat": "/v1/chat/completions",
+    "openai-responses": "/v1/responses",
+    "anthropic-messages": "/v1/messages",
+}
+
+
+def in_format(api_format: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """`chat_exchanges` translated into `api_format` by the proxy's own translators."""
+    pairs = chat_exchanges()
+    if api_format == "anthropic-messages":
+        return [
+            (chat_anthropic.chat_to_messages(r), chat_anthropic.completion_to_message(c)) for r, c in pairs
+        ]
+    if api_format == "openai-responses":
+        return [
+            (responses_chat.chat_to_responses(r), responses_chat.completion_to_response(c)) for r, c in pairs
+        ]
+    return pairs
+
+
+def write_run(
+    folder: Path,
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    *,
+    api_format: str = "openai-chat",
+    replayed: int = 0,
+    config: dict[str, Any] | None = None,
+    result: dict[str, Any] | None = None,
+) -> Path:
+    """A run folder holding `pairs` as exchanges (the first `replayed` marked replayed)."""
+    (folder / "trajectory").mkdir(parents=True)
+    lines = b""
+    for step, (request, response) in enumerate(pairs):
+        exchange = Exchange.model_validate(
+            {
+                "request": {
+                    "timestamp": f"2026-01-01T00:00:{step:02d}+00:00",
+                    "path": _PATHS[api_format],
+                    "body": request,
+                },
+                "response": {
+                    "timestamp": f"2026-01-01T00:00:{step:02d}.5+00:00",
+                    "status_code": 200,
+                    "body": response,
+                },
+                "duration_ms": 500.0,
+                "metadata": {
+                    "step": step,
+                    "source": "replayed" if step < replayed else "live",
+                    "model": "gpt-test",
+                    "api_format": api_format,
+                },
+            }
+        )
+        lines += exchange.to_line()
+    (folder / "trajectory" / "llm_trajectory.jsonl").write_bytes(lines)
+    write_json(
+        folder / "config.json",
+        RunConfig.model_validate(
+            {
+                "task_path": "/tasks/fix",
+                "task_name": "fix",
+                "agent": "tool-agent",
+                "model": "gpt-test",
+                **(config or {}),
+            }
+        ),
+    )
+    write_json(
+        folder / "result.json",
+        RunResult.model_validate({"status": "ok", "rewards": {"reward": 1.0}, **(result or {})}),
+    )
+    write_json(folder / "prompts.json", [TASK])
+    return folder
+
+
+def write_tree(tree: Path, rewards: list[float]) -> Path:
+    """A branch tree (as `reroll.jobs.branch` writes it): a two-exchange parent and one child of
+    model ``gpt-test`` per reward, each replaying the first two exchanges of `chat_exchanges`."""
+    write_run(tree, chat_exchanges()[:2])
+    children = []
+    for index, reward in enumerate(rewards):
+        name = f"gpt-test__{index}"
+        branched = {
+            "path": str(tree),
+            "status": "ok",
+            "cut_index": 2,
+            "original_model": "gpt-test",
+            "live_model": "gpt-test",
+            "branch_index": index,
+        }
+        write_run(
+            tree / name,
+            chat_exchanges(),
+            replayed=2,
+            config={"branched_from": branched},
+            result={"rewards": {"reward": reward}},
+        )
+        children.append(
+            ChildSummary(
+                folder=name,
+                model="gpt-test",
+                branch_index=index,
+                status="ok",
+                reward=reward,
+                rewards={"reward": reward},
+            )
+        )
+    mean = sum(rewards) / len(rewards)
+    model = ModelSummary(model="gpt-test", branches=len(rewards), scored=len(rewards), mean_reward=mean)
+    write_json(
+        tree / "summary.json",
+        BranchSummary(
+            parent=str(tree), original="/orig", cut_index=2, at="2", children=children, models=[model]
+        ),
+    )
+    return tree
+
+
+@pytest.fixture
+def chat_run(tmp_path: Path) -> Path:
+    """A run folder of `chat_exchanges` in Chat Completions."""
+    return write_run(tmp_path / "run", chat_exchanges())

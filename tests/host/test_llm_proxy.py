@@ -1,0 +1,118 @@
+"""The controller's proxy handle against the real proxy process: the typed config file, typed
+status, and the stop pushed to the controller before the agent sees the cut-point 409."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import openai
+import pytest
+from reroll.host.llm_proxy import LlmProxy, ReplayPlan, recorded_sandbox_values
+from reroll.models.spec import ModelSpec, live_upstream
+from reroll_contracts.errors import InfrastructureError
+from reroll_contracts.proxy import ProxyConfig, ReadyFile, VolatileRule
+
+pytestmark = pytest.mark.spawns  # the real proxy and scripted model processes
+SCRIPT = "turns:\n  - content: first\n  - content: second\n"
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> ModelSpec:
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    return ModelSpec(spec=f"scripted:{script}", name="scripted", script=script)
+
+
+async def ask(proxy: LlmProxy, turn: int) -> str | None:
+    """One Chat Completions call through `proxy` with the official SDK, as an agent makes it."""
+    messages: list[dict[str, str]] = [{"role": "user", "content": "go"}]
+    messages += [{"role": "assistant", "content": "x"}, {"role": "user", "content": "go on"}] * turn
+    async with openai.AsyncOpenAI(base_url=proxy.base_url, api_key=proxy.token, max_retries=0) as sdk:
+        reply = await sdk.chat.completions.create(model="scripted", messages=messages)  # type: ignore[arg-type]
+    return reply.choices[0].message.content
+
+
+async def test_the_config_file_is_a_proxy_config_without_the_key(tmp_path: Path, model: ModelSpec) -> None:
+    async with live_upstream(model, tmp_path) as upstream:
+        secret = upstream.model_copy(update={"api_key": "sk-never-on-disk"})
+        replay = ReplayPlan(
+            trajectory_path=tmp_path / "recorded.jsonl", cut_index=0, divergence_policy="strict"
+        )
+        proxy = LlmProxy(
+            workdir=tmp_path, trajectory_path=tmp_path / "out.jsonl", upstream=secret, replay=replay
+        )
+        text = proxy.config_file.read_text()
+        assert "sk-never-on-disk" not in text
+        written = ProxyConfig.model_validate_json(text)
+        assert written.upstream is not None and written.upstream.api_key_env is not None
+        assert (written.divergence_policy, written.cut_index) == ("strict", 0)
+
+
+def test_the_sandbox_values_written_are_read_back_for_a_replay(tmp_path: Path) -> None:
+    (tmp_path / "harness").mkdir()
+    rules = [VolatileRule(value="/tmp/s1/app", label="workspace"), VolatileRule(pattern=r"\d+")]
+    LlmProxy(
+        workdir=tmp_path / "harness",
+        trajectory_path=tmp_path / "out.jsonl",
+        upstream=None,
+        replay=None,
+        volatile=rules,
+    )
+    assert recorded_sandbox_values(tmp_path) == (rules[0],)
+    assert recorded_sandbox_values(tmp_path / "harness") == ()  # no proxy.json: a foreign run folder
+
+
+@contextlib.asynccontextmanager
+async def recording_proxy(model: ModelSpec, workdir: Path) -> AsyncIterator[LlmProxy]:
+    """A running proxy recording `model`'s answers into ``workdir/out.jsonl``."""
+    async with (
+        live_upstream(model, workdir) as upstream,
+        LlmProxy(
+            workdir=workdir, trajectory_path=workdir / "out.jsonl", upstream=upstream, replay=None
+        ) as proxy,
+    ):
+        yield proxy
+
+
+async def test_record_status_is_typed_and_never_stops(tmp_path: Path, model: ModelSpec) -> None:
+    async with recording_proxy(model, tmp_path) as proxy:
+        waiting = asyncio.create_task(proxy.wait_for_stop())
+        assert await ask(proxy, 0) == "first"
+        status = await proxy.status()
+        assert (status.served_live, status.served_replayed, status.stop) == (1, 0, None)
+        assert not waiting.done()
+        waiting.cancel()
+
+
+async def test_the_stop_is_pushed_and_set_before_the_409(tmp_path: Path, model: ModelSpec) -> None:
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    async with recording_proxy(model, recorded) as proxy:
+        assert [await ask(proxy, turn) for turn in (0, 1)] == ["first", "second"]
+    replay = ReplayPlan(trajectory_path=recorded / "out.jsonl", cut_index=1)
+    async with LlmProxy(
+        workdir=tmp_path, trajectory_path=tmp_path / "out.jsonl", upstream=None, replay=replay
+    ) as proxy:
+        waiting = asyncio.create_task(proxy.wait_for_stop())
+        assert await ask(proxy, 0) == "first"
+        assert not waiting.done()
+        with pytest.raises(openai.ConflictError):
+            await ask(proxy, 1)
+        status = await proxy.status()  # right after the 409, as an agent that exits at once
+        assert status.stop is not None and status.stop.kind == "replay_exhausted"
+        assert (status.stop.step, status.served_replayed) == (1, 1)
+        assert await asyncio.wait_for(waiting, 10) == status.stop
+
+
+async def test_a_dead_proxy_is_an_infrastructure_error(tmp_path: Path, model: ModelSpec) -> None:
+    async with recording_proxy(model, tmp_path) as proxy:
+        waiting = asyncio.create_task(proxy.wait_for_stop())
+        ready = ReadyFile.model_validate_json((tmp_path / "proxy.ready.json").read_bytes())
+        os.kill(ready.pid, signal.SIGKILL)
+        with pytest.raises(InfrastructureError, match="/_reroll/stop"):
+            await asyncio.wait_for(waiting, 10)

@@ -1,0 +1,65 @@
+"""The executor seam: registry errors, a missing optional package, the start-up bound."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from reroll.jobs.executors import AsyncioExecutor, ExecutorOptions, create_executor
+from reroll.jobs.jobfile import JobSpec
+from reroll.jobs.runner import run_job
+from reroll.sandbox import base
+from reroll_contracts.errors import JobError
+from rich.console import Console
+
+from tests.jobs import flaky_sandbox
+
+
+def test_registry_errors_say_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(create_executor("asyncio", ExecutorOptions(2, 1)), AsyncioExecutor)
+    with pytest.raises(JobError, match=r"unknown executor 'dask'; known: asyncio, ray"):
+        create_executor("dask", ExecutorOptions(2, 1))
+    with pytest.raises(JobError, match=r"at least 1, got 2, 0"):
+        create_executor("asyncio", ExecutorOptions(2, 0))
+    # ray not installed: importing it fails, and the error names the extra to install.
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.delitem(sys.modules, "reroll.jobs.ray_executor", raising=False)
+    missing = r"executor 'ray' needs a missing package .*pip install 'reroll\[ray\]'"
+    with pytest.raises(JobError, match=missing):
+        create_executor("ray", ExecutorOptions(2, 1))
+
+
+async def test_job_with_missing_executor_package_fails_before_writing(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.delitem(sys.modules, "reroll.jobs.ray_executor", raising=False)
+    spec = JobSpec(name="j", tasks=[examples / "hello-file"], agents=["oracle"], executor="ray")
+    with pytest.raises(JobError, match=r"reroll\[ray\]"):
+        await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
+    assert not (tmp_path / "j").exists()
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize(("max_starting", "expect_peak"), [(1, 1), (4, 4)])
+async def test_max_starting_bounds_overlapping_starts(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch, max_starting: int, expect_peak: int
+) -> None:
+    """4 rollouts at concurrency 4: with max_starting 1 the sandbox starts never overlap; with 4
+    they all do (each start waits for the others, see CountingSandbox)."""
+    monkeypatch.setitem(base.BACKENDS, "counting", "tests.jobs.flaky_sandbox:CountingSandbox")
+    monkeypatch.setitem(flaky_sandbox.STARTING, "peak", 0)
+    monkeypatch.setitem(flaky_sandbox.STARTING, "overlap", expect_peak)
+    spec = JobSpec(
+        name="s",
+        tasks=[examples / "hello-file"],
+        agents=["oracle"],
+        repeats=4,
+        concurrency=4,
+        max_starting=max_starting,
+        sandbox="counting",
+    )
+    summary = await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
+    assert summary.totals.status_counts == {"ok": 4}
+    assert flaky_sandbox.STARTING["peak"] == expect_peak

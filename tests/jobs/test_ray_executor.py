@@ -1,0 +1,119 @@
+"""``--executor ray`` against a local Ray instance on this machine (2 logical CPUs).
+
+The same job runs on the asyncio and the Ray executor and must give the same summary; resume
+and the executor-lost retry work under Ray as they do in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reroll.jobs.jobfile import JobSpec, RunnerOptions
+from reroll.jobs.runner import continue_job, run_job
+from reroll.runfolder.summary import JobSummary
+from rich.console import Console
+
+from tests.jobs.test_runner import write_task
+
+pytestmark = pytest.mark.spawns  # every test starts Ray and sandboxes
+
+pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")
+
+REROLL = str(Path(sys.executable).parent / "reroll")
+
+
+def comparable(summary: JobSummary) -> dict[str, Any]:
+    """The summary without what differs between any two runs (paths, times)."""
+    fields = ("name", "task", "agent", "model", "status", "error_category", "rewards", "attempts")
+    return {
+        "rollouts": [r.model_dump(include={*fields, "exchanges", "tokens"}) for r in summary.rollouts],
+        "totals": summary.totals.model_dump(),
+    }
+
+
+@pytest.mark.slow
+async def test_ray_job_gives_the_same_summary_and_resumes(tmp_path: Path, examples: Path) -> None:
+    """2 tasks x (oracle, mini-swe-agent on the scripted model), on both executors."""
+    spec = JobSpec(
+        tasks=[examples / "hello-file", examples / "word-count"],
+        agents=["oracle", "mini-swe-agent"],
+        models=["scripted"],
+        concurrency=2,
+    )
+    in_process = await run_job(
+        spec.model_copy(update={"name": "local"}), jobs_dir=tmp_path, console=Console(quiet=True)
+    )
+    ray_spec = spec.model_copy(update={"name": "ray", "executor": "ray"})
+    on_ray = await run_job(ray_spec, jobs_dir=tmp_path, console=Console(quiet=True))
+    assert comparable(on_ray) == comparable(in_process)
+    assert on_ray.totals.status_counts == {"ok": 4}
+    assert on_ray.totals.exchanges > 0 and on_ray.totals.tokens > 0
+    # (That rollouts really run in Ray workers is shown by the lost-worker test below.)
+    saved = json.loads((tmp_path / "ray" / "job.json").read_text())
+    assert saved["executor"] == "ray"
+
+    # Resume under Ray: only the rollout without a complete result.json runs again.
+    (tmp_path / "ray" / "word-count__oracle__no-model__r1" / "result.json").unlink()
+    resumed = await run_job(ray_spec, jobs_dir=tmp_path, console=Console(quiet=True))
+    attempts = {r.name: r.attempts for r in resumed.rollouts}
+    assert attempts["word-count__oracle__no-model__r1"] == 1
+    assert sum(attempts.values()) == 1
+    assert resumed.totals.status_counts == {"ok": 4}
+
+
+@pytest.mark.slow
+def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
+    """The first attempt's oracle SIGKILLs its Ray worker: Ray loses the task, the job retries it.
+    (On `local-plain`: the isolated `local` sandbox's PID namespace hides the worker from it.)"""
+    marker = tmp_path / "killed-once"
+    task = write_task(
+        tmp_path / "tasks",
+        "kill-worker",
+        # Walk up the ancestors to the Ray worker (its title starts with ray::) and kill it.
+        f"if [ ! -e {marker} ]; then touch {marker}; pid=$$; while [ $pid -gt 1 ]; do "
+        "if tr '\\0' ' ' < /proc/$pid/cmdline | grep -q '^ray::'; then kill -9 $pid; fi; "
+        "pid=$(awk '{print $4}' /proc/$pid/stat); done; sleep 30; fi",
+    )
+    done = subprocess.run(
+        [
+            *(REROLL, "job", "--task", str(task), "--agent", "oracle", "--executor", "ray"),
+            *("--job-name", "k", "--concurrency", "1", "--max-retries", "1", "--sandbox", "local-plain"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "jobs" / "k" / "summary.json").read_text())
+    (rollout,) = summary["rollouts"]
+    assert rollout["status"] == "ok" and rollout["attempts"] == 2
+    assert "Ray lost the task" in rollout["retried_errors"][0]
+    assert (tmp_path / "jobs" / "k" / "_attempts" / "kill-worker__oracle__no-model__r1.attempt1").is_dir()
+
+
+@pytest.mark.slow
+async def test_continue_job_on_ray_reraises_errors_from_the_task(tmp_path: Path) -> None:
+    """``continue-job`` on Ray: an error raised inside the Ray task (here: an oracle run has no
+    recorded trajectory to replay) ends the rollout as it does in-process, unwrapped."""
+    task = write_task(tmp_path / "tasks", "slow", "sleep 60")
+    spec = JobSpec(name="c", tasks=[task], agents=["oracle"], timeout_seconds=1)
+    first = await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
+    assert first.totals.status_counts == {"timeout": 1}
+    summaries = [
+        await continue_job(
+            tmp_path / "c",
+            console=Console(quiet=True),
+            runner=RunnerOptions(concurrency=1, executor=executor),
+        )
+        for executor in ("asyncio", "ray")
+    ]
+    assert comparable(summaries[1]) == comparable(summaries[0])
+    (rollout,) = summaries[1].rollouts
+    assert rollout.error_category == "config" and rollout.attempts == 1
+    assert rollout.error is not None and "llm_trajectory.jsonl: missing" in rollout.error

@@ -1,0 +1,31 @@
+"""``reroll run`` / `run_task`: a recording through the one rollout path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from reroll.rollout.record import run_task
+from reroll.rollout.start import RolloutOptions
+
+pytestmark = pytest.mark.spawns  # a real rollout: sidecar and proxy processes
+
+
+async def test_a_recording_writes_its_options_and_logs_into_the_run_folder(
+    tmp_path: Path, examples: Path
+) -> None:
+    """Without a console, progress goes to harness/controller.log; the options land in config.json."""
+    outcome = await run_task(
+        examples / "hello-file",
+        agent_name="oracle",
+        options=RolloutOptions(timeout_seconds=50),
+        jobs_dir=tmp_path,
+        job_name="j",
+        run_name="r",
+    )
+    assert outcome.run_dir == tmp_path / "j" / "r" and outcome.result.status == "ok"
+    config = json.loads((outcome.run_dir / "config.json").read_text())
+    assert (config["timeout_sec"], config["sandbox"], config["model"]) == (50, "local", None)
+    log = (outcome.run_dir / "harness" / "controller.log").read_text()
+    assert f"run folder: {outcome.run_dir}" in log and "running oracle (timeout 50 s)" in log

@@ -1,0 +1,119 @@
+"""The one rollout path (`start_rollout`): the run config it writes, its refusals, its log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from reroll.agents import get_agent
+from reroll.rollout.checkpoint import open_checkpoint
+from reroll.rollout.lifecycle import RolloutPlan
+from reroll.rollout.start import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
+from reroll.runfolder.run import ContinuedFrom, RunConfig
+from reroll.tasks.task import load_task
+from reroll.trials.config import TrialConfig
+from reroll_contracts.errors import TaskError
+
+from tests.runfolder.test_run import exchange_line, make_run_folder
+
+
+def recorded_run(tmp_path: Path, examples: Path, **config: object) -> Path:
+    """A two-exchange mini-swe-agent run folder of the example task, with `config` overrides."""
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0), exchange_line(1)], result={"status": "ok"})
+    base = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "scripted"}
+    (folder / "config.json").write_text(json.dumps(base | config))
+    return folder
+
+
+async def test_a_continuation_keeps_the_runs_network_override(tmp_path: Path, examples: Path) -> None:
+    """config.json's ``network`` (``reroll run --network none``) outlives the task's own policy:
+    continued in the local-plain sandbox (no network policy) it is refused, before anything is written."""
+    task = examples / "hello-file"
+    assert load_task(task).spec.environment.network == "full"
+    folder = recorded_run(tmp_path, examples, task_path=str(task), network="none", sandbox="docker")
+    checkpoint = open_checkpoint(folder)
+    origin = FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True))
+    with pytest.raises(
+        TaskError, match=r"--network none needs --sandbox local or docker: the local-plain sandbox"
+    ):
+        await start_rollout(
+            origin,
+            live_model=None,
+            parent=tmp_path / "out",
+            name="x",
+            options=RolloutOptions(sandbox="local-plain"),
+        )
+    assert not (tmp_path / "out").exists()
+
+
+async def test_a_recording_refuses_network_none_in_the_local_plain_sandbox(
+    tmp_path: Path, examples: Path
+) -> None:
+    origin = NewRecording(load_task(examples / "hello-file"), get_agent("oracle"))
+    with pytest.raises(TaskError, match="--network none needs --sandbox local or docker"):
+        await start_rollout(
+            origin,
+            live_model=None,
+            parent=tmp_path / "out",
+            name="x",
+            options=RolloutOptions(network="none", sandbox="local-plain"),
+        )
+    assert not (tmp_path / "out").exists()
+
+
+MINI = {"mini-swe-agent": get_agent("mini-swe-agent")}
+SINGLE = TrialConfig.single("mini-swe-agent")
+
+
+def test_the_plan_reads_model_timeout_and_agent_model_from_the_one_config(
+    examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RolloutPlan says nothing twice: the live model, the agent's model name and the timeout
+    come from config.json's fields (a continuation keeps the original's model name)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # openai/gpt-x is parsed, and a missing key refused
+    task = load_task(examples / "fix-failing-test")
+    recording = RunConfig(task_path=str(task.path), agent="mini-swe-agent", model="scripted", timeout_sec=7)
+    plan = RolloutPlan(task, MINI, SINGLE, Path("/nowhere"), recording)
+    assert plan.timeout_seconds == 7 and plan.agent_model == "scripted"
+    assert plan.live_model is not None and plan.live_model.spec == "scripted"
+    provenance = ContinuedFrom(
+        path="/r", status="ok", cut_index=1, original_model="scripted", live_model="openai/gpt-x"
+    )
+    swapped = recording.model_copy(
+        update={"model": "openai/gpt-x", "timeout_sec": None, "continued_from": provenance}
+    )
+    plan = RolloutPlan(task, MINI, SINGLE, Path("/nowhere"), swapped)
+    assert plan.agent_model == "scripted" and plan.live_model is not None
+    assert plan.live_model.name == "gpt-x" and plan.timeout_seconds == task.spec.agent.timeout_sec
+    replay_only = swapped.model_copy(
+        update={"continued_from": provenance.model_copy(update={"replay_only": True})}
+    )
+    assert RolloutPlan(task, MINI, SINGLE, Path("/nowhere"), replay_only).live_model is None
+
+
+def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_dates(
+    tmp_path: Path, examples: Path
+) -> None:
+    """Stable environments: the lineage's start time is set by the recording and kept by its
+    continuations (a folder without one, e.g. BenchFlow's, lends its ``started_at``)."""
+    from reroll.rollout.lifecycle import stable_agent_env
+    from reroll.rollout.start import _run_config
+
+    recording = _run_config(
+        NewRecording(load_task(examples / "hello-file"), get_agent("oracle")), None, RolloutOptions()
+    )
+    assert recording.lineage_started_at == recording.started_at is not None
+    first = "2026-01-02T03:04:05+00:00"
+    for config, lineage in (
+        ({"started_at": first}, first),
+        ({"lineage_started_at": "L", "started_at": first}, "L"),
+    ):
+        checkpoint = open_checkpoint(recorded_run(tmp_path / lineage[:1], examples, **config))
+        continued = _run_config(
+            FromCheckpoint(checkpoint, checkpoint.continued_from(None)), None, RolloutOptions()
+        )
+        assert continued.started_at != first and continued.lineage_started_at == lineage
+        env = stable_agent_env(continued)
+        assert env["GIT_AUTHOR_DATE"] == env["GIT_COMMITTER_DATE"] == lineage
+        assert env["GIT_AUTHOR_EMAIL"] == env["GIT_COMMITTER_EMAIL"] and env["USER"] == env["LOGNAME"]

@@ -1,0 +1,130 @@
+"""Loading run folders: reroll's, BenchFlow's, and damaged ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from reroll.runfolder.run import RunResult, create_run_folder, load_run_folder
+from reroll_contracts.errors import RunFolderError
+
+
+def exchange_line(step: int) -> str:
+    """One BenchFlow-shaped exchange line (what BenchFlow writes: no reroll metadata)."""
+    return json.dumps(
+        {
+            "request": {
+                "timestamp": "2026-01-01T00:00:00Z",
+                "method": "POST",
+                "path": "/v1/chat/completions",
+                "headers": {"content-type": "application/json"},
+                "body": {"model": "m", "messages": [{"role": "user", "content": f"step {step}"}]},
+            },
+            "response": {
+                "timestamp": "2026-01-01T00:00:01Z",
+                "status_code": 200,
+                "headers": {},
+                "body": {"choices": [{"message": {"role": "assistant", "content": "ok"}}]},
+            },
+            "duration_ms": 12.5,
+            "metadata": {},
+        }
+    )
+
+
+def make_run_folder(path: Path, lines: list[str], *, result: dict | None = None) -> Path:
+    (path / "trajectory").mkdir(parents=True)
+    (path / "config.json").write_text(
+        json.dumps({"task_path": "/tasks/t", "agent": "openhands", "model": "m"})
+    )
+    (path / "prompts.json").write_text(json.dumps(["do it"]))
+    if result is not None:
+        (path / "result.json").write_text(json.dumps(result))
+    (path / "trajectory" / "llm_trajectory.jsonl").write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_benchflow_folder_loads_and_timeout_status_is_derived(tmp_path: Path) -> None:
+    folder = make_run_folder(
+        tmp_path / "run",
+        [exchange_line(0), exchange_line(1)],
+        result={"rewards": None, "error_category": "timeout"},
+    )
+    run = load_run_folder(folder)
+    assert len(run.exchanges) == 2
+    assert run.result is not None and run.result.effective_status == "timeout"
+    assert run.prompts == ["do it"]
+
+
+def test_truncated_last_line_is_reported_and_ignored(tmp_path: Path) -> None:
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
+    trajectory = folder / "trajectory" / "llm_trajectory.jsonl"
+    with trajectory.open("a") as out:
+        out.write(exchange_line(1)[:57])  # killed mid-write: no newline, half a JSON object
+    run = load_run_folder(folder)
+    assert len(run.exchanges) == 1
+    assert run.trajectory.truncated_line == 2
+    assert run.trajectory.warning
+
+
+def test_corrupt_middle_line_names_file_and_line(tmp_path: Path) -> None:
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0), "{not json", exchange_line(2)])
+    with pytest.raises(RunFolderError, match=r"llm_trajectory\.jsonl.*line 2|line 2.*llm_trajectory\.jsonl"):
+        load_run_folder(folder)
+
+
+def test_missing_config_names_the_file(tmp_path: Path) -> None:
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
+    (folder / "config.json").unlink()
+    with pytest.raises(RunFolderError, match=r"config\.json: missing"):
+        load_run_folder(folder)
+
+
+def test_invalid_config_names_the_file(tmp_path: Path) -> None:
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
+    (folder / "config.json").write_text('{"agent": 3}')
+    with pytest.raises(RunFolderError, match=r"config\.json: invalid content"):
+        load_run_folder(folder)
+
+
+def test_missing_result_is_tolerated(tmp_path: Path) -> None:
+    run = load_run_folder(make_run_folder(tmp_path / "run", [exchange_line(0)]))
+    assert run.result is None
+
+
+def test_result_status_wins_over_category() -> None:
+    assert RunResult(status="ok", error_category="timeout").effective_status == "ok"
+    assert RunResult(error="boom").effective_status == "error"
+
+
+def test_a_null_status_reads_as_unknown_never_ok(tmp_path: Path) -> None:
+    """reroll writes ``status: null`` only for a rollout interrupted before it ended; BenchFlow's
+    files have no ``status`` key, and theirs is still derived."""
+    interrupted = make_run_folder(
+        tmp_path / "run", [exchange_line(0)], result={"status": None, "error": None}
+    )
+    run = load_run_folder(interrupted)
+    assert run.result is not None and run.result.effective_status == "unknown"
+    assert RunResult.model_validate({"error": None}).effective_status == "ok"
+
+
+def test_create_run_folder_never_reuses_a_name(tmp_path: Path) -> None:
+    first = create_run_folder(tmp_path, "r")
+    second = create_run_folder(tmp_path, "r")
+    assert (first.name, second.name) == ("r", "r-2")
+    assert (second / "trajectory").is_dir()
+
+
+def test_a_run_folder_that_is_a_symlink_loop_names_the_path(tmp_path: Path) -> None:
+    (tmp_path / "run").symlink_to(tmp_path / "run")
+    with pytest.raises(RunFolderError, match=f"run folder {tmp_path / 'run'}: cannot be resolved"):
+        load_run_folder(tmp_path / "run")
+
+
+def test_a_config_that_is_a_device_is_refused_unread(tmp_path: Path) -> None:
+    folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
+    (folder / "config.json").unlink()
+    (folder / "config.json").symlink_to("/dev/zero")
+    with pytest.raises(RunFolderError, match=f"{folder / 'config.json'}: not a regular file"):
+        load_run_folder(folder)

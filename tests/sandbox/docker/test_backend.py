@@ -1,0 +1,249 @@
+"""What only the docker backend does: network policies, limits, labels, the private sidecar socket, prune."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import docker
+import pytest
+from reroll.sandbox.base import SANDBOX_HOSTNAME
+from reroll.sandbox.docker import backend as docker_backend
+from reroll.sandbox.docker.backend import DockerSandbox, owner_label, prune
+from reroll.tasks.task import Task, load_task
+from reroll_contracts.errors import SandboxError
+
+from tests.conftest import labelled_containers
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+
+CONNECT_SCRIPT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+except OSError as exc:
+    print(type(exc).__name__, exc)
+    sys.exit(1)
+print("connected")
+"""
+
+FORK_BOMB = """
+import os, signal, time
+children = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            os.close(1), os.close(2), time.sleep(30), os._exit(0)
+        children.append(pid)
+    print("forked", len(children))
+except OSError as exc:
+    print("EAGAIN" if exc.errno == 11 else exc, len(children))
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+def with_network(task: Task, policy: str) -> Task:
+    limits = {"network": policy, "cpus": 0.5, "memory_mb": 256, "pids_max": 64}
+    environment = task.spec.environment.model_copy(update=limits)
+    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+
+
+@pytest.fixture
+async def isolated(task: Task) -> AsyncIterator[DockerSandbox]:
+    sandbox = DockerSandbox(with_network(task, "none"), f"docker-{uuid.uuid4().hex[:8]}")
+    await sandbox.start()
+    try:
+        yield sandbox
+    finally:
+        await sandbox.stop()
+
+
+def networks(sandbox: DockerSandbox) -> list[str]:
+    assert sandbox.container is not None
+    sandbox.container.reload()
+    return sorted(sandbox.container.attrs["NetworkSettings"]["Networks"])
+
+
+async def connect(sandbox: DockerSandbox, host: str, port: int) -> str:
+    result = await sandbox.exec(["python3", "-c", CONNECT_SCRIPT, host, str(port)], timeout_seconds=20)
+    return result.output_text().strip()
+
+
+async def test_network_none_reaches_only_the_ports_it_opens(isolated: DockerSandbox) -> None:
+    """The rollout's own network; its gateway's other ports are refused (more in tests/security/)."""
+    host = await isolated.host_address()
+    with socket.create_server((host, 0)) as server, socket.create_server((host, 0)) as closed:
+        await isolated.allow_host_port(server.getsockname()[1])
+        assert await connect(isolated, host, server.getsockname()[1]) == "connected"
+        assert await connect(isolated, host, closed.getsockname()[1]) != "connected"
+    # A public address: refused at once inside the container (no route), nothing leaves the machine.
+    assert await connect(isolated, "192.0.2.1", 80) != "connected"
+    own = f"reroll-none-{isolated._firewall_key}"
+    assert networks(isolated) == [own]
+    async with isolated.egress() as env:
+        assert "SSL_CERT_FILE" in env
+        assert networks(isolated) == ["reroll-full", own], "egress (agent installs) joins reroll-full"
+    assert networks(isolated) == [own], "and leaves it afterwards"
+
+
+async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated: DockerSandbox) -> None:
+    assert isolated.container is not None
+    isolated.container.reload()
+    host_config = isolated.container.attrs["HostConfig"]
+    assert host_config["NanoCpus"] == 500_000_000 and host_config["Memory"] == 256 * 1024 * 1024
+    assert (host_config["MemorySwap"], host_config["PidsLimit"]) == (256 * 1024 * 1024, 64)
+    assert isolated.container.labels["reroll.run_id"] == isolated.run_id
+    result = await isolated.exec(
+        ["sh", "-c", "cat /run/reroll/token || ls /run/reroll"], user=isolated.layout.agent_user
+    )
+    assert result.exit_code != 0 and b"Permission denied" in result.stderr
+    hostname = await isolated.exec(["hostname"])
+    assert hostname.stdout.strip() == SANDBOX_HOSTNAME.encode()  # the same in every sandbox
+    # A fork bomb (red team, issue 12 item 4: before, pids.max was "max") gets EAGAIN at the limit.
+    result = await isolated.exec(
+        ["python3", "-c", FORK_BOMB], user=isolated.layout.agent_user, timeout_seconds=60
+    )
+    assert result.stdout.split()[0] == b"EAGAIN" and int(result.stdout.split()[1]) < 64, result
+
+
+async def test_stop_removes_the_container(task: Task) -> None:
+    run_id = f"stopped-{uuid.uuid4().hex[:8]}"
+    async with DockerSandbox(task, run_id) as sandbox:
+        assert len(labelled_containers(run_id)) == 1
+    await sandbox.stop()  # twice is fine
+    assert labelled_containers(run_id) == []
+
+
+async def test_prune_removes_a_leftover_container(task: Task) -> None:
+    run_id = f"leftover-{uuid.uuid4().hex[:8]}"
+    sandbox = DockerSandbox(task, run_id)
+    await sandbox.start()
+    container = sandbox.container
+    assert container is not None
+    await sandbox.disconnect()  # a controller that died: nothing stopped the container
+    nothing: dict[str, list[str]] = {
+        "containers": [],
+        "kept": [],
+        "volumes": [],
+        "networks": [],
+        "firewall_tables": [],
+    }
+    assert await asyncio.to_thread(prune, "no-such-run") == nothing
+    reroll = str(Path(sys.executable).parent / "reroll")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [reroll, "sandbox", "prune", "--run-id", run_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and f"removed 1 containers: {container.name}" in done.stdout
+    with pytest.raises(docker.errors.NotFound):
+        container.reload()
+    await sandbox.stop()
+
+
+async def test_prune_keeps_running_rollouts_and_removes_orphans(
+    task: Task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --run-id, prune removes only containers whose reroll process is gone, unless --all."""
+    live = DockerSandbox(task, f"live-{uuid.uuid4().hex[:8]}")
+    await live.start()
+    dead_owner = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    monkeypatch.setattr(docker_backend, "owner_label", lambda: owner_label(int(dead_owner.stdout)))
+    orphan = DockerSandbox(task, f"orphan-{uuid.uuid4().hex[:8]}")
+    await orphan.start()
+    assert live.container is not None and orphan.container is not None
+    await orphan.disconnect()  # its controller "died": nothing stops the container
+    reroll = str(Path(sys.executable).parent / "reroll")
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run, [reroll, "sandbox", "prune"], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert orphan.container.name in done.stdout and live.container.name not in done.stdout
+        assert "containers of running rollouts (--all removes them too)" in done.stdout
+        with pytest.raises(docker.errors.NotFound):
+            orphan.container.reload()
+        assert (await live.exec(["true"])).exit_code == 0  # its socket folder is kept too
+        by_run_id = await asyncio.to_thread(prune, live.run_id)
+        assert by_run_id["containers"] == [live.container.name]
+        with pytest.raises(docker.errors.NotFound):
+            live.container.reload()
+    finally:
+        await live.stop()
+        await orphan.stop()
+
+
+async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tmp_path: Path) -> None:
+    task_dir = tmp_path / "broken"
+    (task_dir / "environment").mkdir(parents=True)
+    (task_dir / "verifier").mkdir()
+    (task_dir / "task.md").write_text("---\nname: broken-env\n---\nNothing to do.\n")
+    (task_dir / "verifier" / "test.sh").write_text("#!/bin/sh\n")
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(f"FROM reroll/base:bookworm\nRUN echo broken-{uuid.uuid4().hex} && exit 3\n")
+    run_id = f"broken-{uuid.uuid4().hex[:8]}"
+    sandbox = DockerSandbox(load_task(task_dir), run_id)
+    with pytest.raises(SandboxError, match=rf"docker build of {re.escape(str(dockerfile))} failed.*code: 3"):
+        await sandbox.start()
+    assert sandbox.container is None
+    engine = docker.from_env()
+    try:
+        assert engine.containers.list(all=True, filters={"label": f"reroll.run_id={run_id}"}) == []
+    finally:
+        engine.close()
+
+
+def test_the_cli_reports_image_builds_on_stderr(tmp_path: Path) -> None:
+    """A first use builds the task's image (minutes for the base): `reroll run` says so as it goes."""
+    task_dir = tmp_path / "hello-file"
+    shutil.copytree(EXAMPLES / "hello-file", task_dir)
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + f"RUN echo fresh-{uuid.uuid4().hex}\n")
+    reroll = Path(sys.executable).parent / "reroll"
+    argv = [
+        str(reroll),
+        "run",
+        str(task_dir),
+        "--agent",
+        "oracle",
+        "--sandbox",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"building images: docker build {dockerfile}\n" in done.stderr
+    again = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0 and "building images" not in again.stderr
+
+
+def test_a_run_overrides_the_tasks_network_policy(tmp_path: Path) -> None:
+    """`--network none` puts a task that declares full egress on the internal network."""
+    task = EXAMPLES / "word-count"
+    assert load_task(task).spec.environment.network == "full"
+    reroll = Path(sys.executable).parent / "reroll"
+    argv = [str(reroll), "run", str(task), "--agent", "oracle", "--sandbox", "docker", "--network", "none"]
+    done = subprocess.run(
+        [*argv, "--jobs-dir", "jobs"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "starting docker sandbox (network none)" in done.stdout
+    (run_dir,) = (tmp_path / "jobs").glob("*/*")
+    assert json.loads((run_dir / "config.json").read_text())["network"] == "none"
+    assert json.loads((run_dir / "result.json").read_text())["rewards"]["reward"] == 1.0

@@ -1,0 +1,43 @@
+"""The nftables table of a rollout network (`reroll.sandbox.docker.firewall`): names, refusals, and rules
+that nft accepts (checked with ``nft -c``, which changes nothing)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from reroll.sandbox.docker import firewall
+from reroll_contracts.errors import SandboxError
+
+
+def test_only_reroll_keys_name_a_table() -> None:
+    assert firewall.table_name("0a1b2c3d4e") == "reroll_0a1b2c3d4e"
+    for bad in ("", "x;flush ruleset", "0a1b2c3d4e5f6"):
+        with pytest.raises(ValueError, match="not a firewall key"):
+            firewall.table_name(bad)
+
+
+def test_a_port_outside_the_tcp_range_is_refused() -> None:
+    for port in (0, 65536, -1):
+        with pytest.raises(ValueError, match="not a TCP port"):
+            firewall.allow_port("0a1b2c3d4e", port)
+
+
+def test_without_nft_network_none_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda *args, **kwargs: None)
+    with pytest.raises(SandboxError, match="needs nftables' nft program"):
+        firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1")
+
+
+@pytest.mark.spawns
+def test_nft_accepts_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    scripts: list[str] = []
+    monkeypatch.setattr(firewall, "_nft", lambda args, script="": scripts.append(script) or "")
+    firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1")
+    nft = shutil.which("nft", path="/usr/sbin:/sbin")
+    if nft is None:
+        pytest.skip("no nft on this machine")
+    checked = subprocess.run([nft, "-c", "-f", "-"], input=scripts[0], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert 'iifname "rr-0a1b2c3d4e" ip daddr 172.30.0.1 tcp dport @ports accept' in scripts[0]

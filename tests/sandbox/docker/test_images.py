@@ -1,0 +1,127 @@
+"""Task images: the image map applied to FROM lines, a FROM that cannot be pulled, and the local
+catalogue that stands in for common public bases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker
+import pytest
+from reroll.sandbox.docker.images import (
+    BASE_ALIAS,
+    CATALOGUE,
+    PUBLIC_BASES,
+    Recipe,
+    catalogue_tag,
+    catalogue_variant,
+    map_from_lines,
+    parse_image_map,
+    task_image,
+)
+from reroll.tasks.task import load_task
+from reroll_contracts.errors import ConfigError, ImageUnavailableError
+
+MISSING = "reroll-test/never-built:1"
+
+
+def test_parse_image_map_takes_items_or_one_comma_separated_string() -> None:
+    assert parse_image_map(["ubuntu:24.04=reroll/base:bookworm", " a = b "]) == {
+        "ubuntu:24.04": "reroll/base:bookworm",
+        "a": "b",
+    }
+    assert parse_image_map("x=y,,z=w") == {"x": "y", "z": "w"}
+    assert parse_image_map("") == {}
+
+
+@pytest.mark.parametrize("item", ["ubuntu:24.04", "=reroll/base:bookworm", "ubuntu="])
+def test_parse_image_map_refuses_an_item_that_is_not_src_eq_dst(item: str) -> None:
+    with pytest.raises(ConfigError, match="must be SRC=DST"):
+        parse_image_map([item])
+
+
+def test_map_from_lines_rewrites_images_keeps_flags_stages_and_scratch() -> None:
+    dockerfile = (
+        "FROM --platform=linux/amd64 ubuntu:24.04 AS build\nRUN make\n"
+        "from build\nFROM scratch\nCOPY --from=build /x /x\nFROM python:3.12-slim\n"
+    )
+    mapped, bases = map_from_lines(dockerfile, {"ubuntu:24.04": "reroll/base:bookworm"})
+    assert mapped.splitlines()[0] == "FROM --platform=linux/amd64 reroll/base:bookworm AS build"
+    assert "from build\nFROM scratch\n" in mapped and mapped.endswith("FROM python:3.12-slim\n")
+    assert bases == ["reroll/base:bookworm", "python:3.12-slim"]
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+def test_a_from_that_cannot_be_pulled_names_the_image_and_the_remedies_and_the_map_fixes_it(
+    tmp_path: Path, docker_images: str
+) -> None:
+    task = load_task(_write_task(tmp_path / "unpullable", f"FROM {MISSING}\nRUN touch /mapped\n"))
+    client = docker.from_env()
+    try:
+        with pytest.raises(ImageUnavailableError) as caught:
+            task_image(client, task, BASE_ALIAS)
+        message = str(caught.value)
+        assert MISSING in message and f"--image-map {MISSING}=" in message and "docker tag" in message
+        assert not caught.value.retryable and caught.value.error_category == "config"  # a ConfigError
+        tag = task_image(client, task, BASE_ALIAS, image_map={MISSING: BASE_ALIAS})
+        assert client.containers.run(tag, ["ls", "/mapped"], remove=True).strip() == b"/mapped"
+        client.images.remove(tag)
+    finally:
+        client.close()
+
+
+def test_catalogue_variant_knows_public_bases_under_every_spelling() -> None:
+    assert catalogue_variant("python:3.13-slim") == "trixie-python"
+    assert catalogue_variant("docker.io/library/debian:bookworm-slim") == "bookworm"
+    assert catalogue_variant("library/debian:13") == "trixie"
+    assert catalogue_variant("ubuntu:24.04") is None  # no equal here: the user maps it
+    assert set(PUBLIC_BASES.values()) == set(CATALOGUE)
+
+
+def test_a_catalogue_tag_changes_with_its_recipe() -> None:
+    assert catalogue_tag("trixie").startswith("reroll/debian:trixie-")
+    recipe = CATALOGUE["trixie"]
+    assert Recipe(recipe.suite, (*recipe.packages, "git")).digest() != recipe.digest()
+    assert Recipe("bookworm", recipe.packages).digest() != recipe.digest()
+
+
+def _write_task(root: Path, dockerfile: str) -> Path:
+    """A task folder whose environment/Dockerfile is `dockerfile`."""
+    (root / "environment").mkdir(parents=True)
+    (root / "verifier").mkdir()
+    (root / "task.md").write_text(f"---\nname: {root.name}\n---\nNothing.\n")
+    (root / "verifier" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+    (root / "environment" / "Dockerfile").write_text(dockerfile)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
+    tmp_path: Path, docker_images: str
+) -> None:
+    """``FROM python:3.13-slim`` with no registry: trixie with Python 3.13, pip allowed system-wide."""
+    public = "python:3.13-slim"
+    client = docker.from_env()
+    try:
+        if any(public in image.tags for image in client.images.list(name="python")):
+            pytest.skip(f"{public} is a local image here: the catalogue is not needed")
+        dockerfile = (
+            f"FROM {public}\n"
+            "RUN python -c 'import sys; assert sys.version_info[:2] == (3, 13), sys.version'\n"
+            "RUN grep -q VERSION_CODENAME=trixie /etc/os-release && pip --version && touch /built\n"
+            "RUN test ! -e /usr/lib/python3.13/EXTERNALLY-MANAGED\n"
+        )
+        lines: list[str] = []
+        tag = task_image(
+            client, load_task(_write_task(tmp_path / "py313", dockerfile)), BASE_ALIAS, lines.append
+        )
+        assert any(public in line and catalogue_tag("trixie-python") in line for line in lines), lines
+        assert client.containers.run(tag, ["ls", "/built"], remove=True).strip() == b"/built"
+        assert (
+            client.images.get("reroll/debian:trixie-python").id
+            == client.images.get(catalogue_tag("trixie-python")).id
+        )
+        client.images.remove(tag)
+    finally:
+        client.close()

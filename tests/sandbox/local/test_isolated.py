@@ -1,0 +1,313 @@
+"""The isolated local sandbox: nothing it does reaches the host, network ``none`` reaches only the
+proxy's ports, its processes die with it; and the plain fallback where namespaces are forbidden."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from reroll import conformance
+from reroll.sandbox.base import SANDBOX_HOSTNAME
+from reroll.sandbox.local import isolated
+from reroll.sandbox.local.isolated import IsolatedSandbox, local_sandbox
+from reroll.sandbox.local.netns import listening_ports
+from reroll.sandbox.local.plain import LocalSandbox
+from reroll.tasks.task import Task, with_network
+from reroll_contracts.errors import SandboxError
+
+pytestmark = [
+    pytest.mark.spawns,
+    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+]
+
+WRITES = r"""
+set -e
+echo planted > /usr/local/bin/reroll-planted
+echo planted > /etc/reroll-planted
+echo planted > "$HOST_HOME/reroll-planted"
+rm -f /etc/hostname.reroll-absent
+python3 -m pip install --quiet --no-index --no-deps --disable-pip-version-check \
+  /tmp/reroll_planted-1-py3-none-any.whl
+python3 -c 'import reroll_planted; print(reroll_planted.VALUE)'
+"""
+
+
+def _wheel() -> bytes:
+    """A minimal pure-Python wheel (PEP 427) of the package ``reroll_planted``, built in memory."""
+    files = {
+        "reroll_planted/__init__.py": b"VALUE = 'planted'\n",
+        "reroll_planted-1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: reroll-planted\nVersion: 1\n",
+        "reroll_planted-1.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    for name, content in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(content)}")
+    files["reroll_planted-1.dist-info/RECORD"] = (
+        "\n".join([*record, "reroll_planted-1.dist-info/RECORD,,"]) + "\n"
+    ).encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, content in files.items():
+            archive.writestr(name, content)
+    return buffer.getvalue()
+
+
+def _state(*roots: Path) -> str:
+    """A hash of every path, size, mode and mtime under `roots` (the host's ``.cache`` left out:
+    other processes of the machine write there)."""
+    digest = hashlib.sha256()
+    for root in roots:
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != ".cache")
+            for name in sorted([*names, *dirs]):
+                path = os.path.join(folder, name)
+                with_stat = os.lstat(path)
+                digest.update(
+                    f"{path}\0{with_stat.st_size}\0{with_stat.st_mode}\0{with_stat.st_mtime_ns}\n".encode()
+                )
+    return digest.hexdigest()
+
+
+@pytest.fixture
+def host_places() -> list[Path]:
+    """The places of the host the test writes to through the sandbox: /etc, /usr/local, the
+    interpreter's site-packages (where ``pip install`` goes), HOME's top level."""
+    return [Path("/etc"), Path("/usr/local"), Path(sysconfig.get_paths()["purelib"]), Path.home()]
+
+
+async def test_writes_to_usr_etc_home_and_pip_install_stay_in_the_sandbox(
+    task: Task, host_places: list[Path]
+) -> None:
+    before = _state(*host_places[:3]) + _state_top(host_places[3])
+    async with IsolatedSandbox(task, "host-unchanged") as sandbox:
+        await sandbox.put_file("/tmp/reroll_planted-1-py3-none-any.whl", _wheel())
+        env = {
+            "PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOST_HOME": str(Path.home()),
+        }
+        out = await conformance.sh(sandbox, WRITES, env=env)
+        assert out.strip().endswith("planted"), out  # the writes and the install happened, inside
+        assert (await conformance.sh(sandbox, "cat /etc/reroll-planted")).strip() == "planted"
+    assert not Path("/etc/reroll-planted").exists()
+    assert not Path("/usr/local/bin/reroll-planted").exists()
+    assert not (Path.home() / "reroll-planted").exists()
+    assert _state(*host_places[:3]) + _state_top(host_places[3]) == before, "the host changed"
+
+
+def _state_top(folder: Path) -> str:
+    """A hash of the names, sizes and mtimes of `folder`'s own entries (not recursive)."""
+    entries = sorted(
+        (p.name, p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.iterdir() if p.name != ".cache"
+    )
+    return hashlib.sha256(repr(entries).encode()).hexdigest()
+
+
+@pytest.fixture
+def none_task(task: Task) -> Task:
+    return with_network(task, "none")
+
+
+PROBE = r"""
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=3) as conn:
+            conn.sendall(b"ping")
+            print(target, conn.recv(16).decode() or "closed")
+    except OSError as exc:
+        print(target, "refused" if isinstance(exc, ConnectionRefusedError) else f"failed {exc}")
+"""
+
+
+@contextlib.asynccontextmanager
+async def echo_server(host: str) -> AsyncIterator[int]:
+    """A TCP server of the test's own on `host` that answers ``echo:<data>``; yields its port."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"echo:" + await reader.read(4))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, host, 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+def _host_addresses() -> list[str]:
+    """The host's own IPv4 addresses but loopback ones (eth0's, docker0's…), from ``ip``."""
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    addresses = [line.split()[3].partition("/")[0] for line in out.splitlines()]
+    return [address for address in addresses if not address.startswith("127.")]
+
+
+async def test_network_none_reaches_its_proxy_port_and_nothing_else(none_task: Task) -> None:
+    """A listener of the test's own on all the host's addresses, and a second sandbox's proxy
+    port running at the same time: both unreachable; the sandbox's own proxy port answers."""
+    sandbox, other = IsolatedSandbox(none_task, "network-none"), IsolatedSandbox(none_task, "network-none-2")
+    address, other_address = await sandbox.host_address(), await other.host_address()
+    assert address.startswith("127.") and address != "127.0.0.1" and other_address != address
+    async with (
+        echo_server(address) as proxy_port,
+        echo_server(other_address) as other_port,
+        echo_server("0.0.0.0") as host_port,
+    ):
+        assert listening_ports(address) == [proxy_port]
+        async with sandbox, other:
+            targets = [f"{address}:{proxy_port}", f"127.0.0.1:{host_port}", f"{address}:{host_port}"]
+            targets += [f"{other_address}:{other_port}", f"{address}:{other_port}"]
+            targets += [f"{ip}:{host_port}" for ip in _host_addresses()]
+            out = await conformance.sh(sandbox, f"python3 -c '{PROBE}' {' '.join(targets)}", env=_env())
+            results = dict(line.split(" ", 1) for line in out.strip().splitlines())
+            assert results.pop(f"{address}:{proxy_port}") == "echo:ping", out
+            assert all(not value.startswith("echo") for value in results.values()), out
+            assert len(results) == len(targets) - 1
+            other_out = await conformance.sh(
+                other, f"python3 -c '{PROBE}' {other_address}:{other_port}", env=_env()
+            )
+            assert other_out.split() == [f"{other_address}:{other_port}", "echo:ping"], other_out
+            async with sandbox.egress() as egress_env:  # an installer's way out: CONNECT only
+                proxy = egress_env["HTTPS_PROXY"].removeprefix("http://")
+                tunnel = await conformance.sh(
+                    sandbox, f"python3 -c '{CONNECT_PROBE}' {proxy} 127.0.0.1:{host_port}", env=_env()
+                )
+                assert tunnel.strip() == "echo:ping", tunnel
+            after = await conformance.sh(sandbox, f"python3 -c '{PROBE}' {proxy}", env=_env())
+            assert "echo" not in after, "the egress proxy outlived its context"
+
+
+CONNECT_PROBE = r"""
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+with socket.create_connection((host, int(port)), timeout=5) as conn:
+    conn.sendall(f"CONNECT {sys.argv[2]} HTTP/1.1\r\nHost: {sys.argv[2]}\r\n\r\n".encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        head += conn.recv(1)
+    assert b" 200 " in head, head
+    conn.sendall(b"ping")
+    print(conn.recv(16).decode())
+"""
+
+
+def _env() -> dict[str, str]:
+    return {"PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/bin:/bin"}
+
+
+def _namespace_members(pid_namespace: str) -> list[int]:
+    """Host pids of the processes in PID namespace `pid_namespace` (``pid:[inode]``)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "ns" / "pid") == pid_namespace:
+                    members.append(int(entry.name))
+    return members
+
+
+async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Task) -> None:
+    sandbox = IsolatedSandbox(task, "die-with-it")
+    await sandbox.start()
+    try:
+        await conformance.sh(sandbox, "setsid sh -c 'sleep 600 & sleep 600' >/dev/null 2>&1 &", user="agent")
+        ps = await conformance.sh(sandbox, "ps -eo user=,comm=")
+        assert "agent" in ps and "sleep" in ps, ps
+        assert "reroll" not in ps.replace("reroll_sidecar", ""), f"host processes are visible: {ps}"
+        assert (await conformance.sh(sandbox, "hostname")).strip() == SANDBOX_HOSTNAME
+        root_options = await conformance.sh(sandbox, "awk '$2 == \"/\" {print $4}' /proc/mounts")
+        assert "nosuid" in root_options.split(","), root_options
+        sockets = await conformance.sh(sandbox, "ls /var/run/docker.sock /run/containerd 2>&1 || true")
+        assert sockets.count("No such file") == 2, f"the host's sockets are visible: {sockets}"
+        init = sandbox.init_pid
+        namespace = os.readlink(f"/proc/{init}/ns/pid")
+        assert len(_namespace_members(namespace)) >= 4
+    finally:
+        await sandbox.stop()
+    for _ in range(50):
+        if not _namespace_members(namespace):
+            break
+        await asyncio.sleep(0.1)
+    assert _namespace_members(namespace) == [], "a process of the sandbox survived stop"
+    assert not sandbox.folder.exists()
+
+
+def test_where_namespaces_are_forbidden_local_falls_back_to_plain_and_says_so_once(
+    task: Task, none_task: Task, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(isolated, "namespaces_unavailable", lambda: "unshare: Operation not permitted")
+    isolated._warn_plain_once.cache_clear()
+    sandboxes = [local_sandbox(task, "fallback-1"), local_sandbox(task, "fallback-2")]
+    assert all(type(sandbox) is LocalSandbox for sandbox in sandboxes)
+    err = capsys.readouterr().err
+    assert err.count("cannot isolate here (unshare: Operation not permitted)") == 1, err
+    with pytest.raises(SandboxError, match="network none needs the isolated local sandbox"):
+        local_sandbox(none_task, "fallback-none")
+    for sandbox in sandboxes:
+        os.rmdir(sandbox.root)
+
+
+def test_local_is_isolated_where_namespaces_work(task: Task) -> None:
+    sandbox = local_sandbox(task, "isolated")
+    assert isinstance(sandbox, IsolatedSandbox)
+    os.rmdir(sandbox.folder)
+
+
+CONTROLLER = r"""
+import asyncio, sys
+from pathlib import Path
+from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.tasks.task import load_task
+
+async def main():
+    sandbox = IsolatedSandbox(load_task(Path(sys.argv[1])), "killed-controller")
+    await sandbox.start()
+    await sandbox.exec(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 &"], user="agent")
+    print(sandbox.init_pid, sandbox.folder, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_controller_takes_the_sandboxs_processes_with_it(task: Task) -> None:
+    """SIGKILL of the controller: ``unshare`` dies (parent-death signal), its ``--kill-child``
+    kills the sandbox's PID 1, and the kernel every process of the namespace."""
+    folder = ""
+    with subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(task.path)], stdout=subprocess.PIPE, text=True
+    ) as controller:
+        try:
+            assert controller.stdout is not None
+            init_pid, folder = controller.stdout.readline().split()
+            namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
+            assert len(_namespace_members(namespace)) >= 3  # PID 1, the sidecar, the sleep
+            controller.kill()
+            controller.wait(timeout=30)
+            for _ in range(100):
+                if not _namespace_members(namespace):
+                    break
+                time.sleep(0.1)
+            assert _namespace_members(namespace) == [], "a process of the sandbox outlived its controller"
+        finally:
+            controller.kill()
+            shutil.rmtree(folder, ignore_errors=True)

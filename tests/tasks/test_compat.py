@@ -1,0 +1,151 @@
+"""Harbor's and benchflow's task fields mapped onto reroll's, or reported as ignored (unit tests)."""
+
+from __future__ import annotations
+
+import pytest
+from reroll.tasks.compat import normalise, parse_size_mib, prompt_of, resolve_env, split_ignored
+from reroll.tasks.task import TaskSpec
+from reroll_contracts.errors import TaskError
+
+
+def spec(raw: dict) -> tuple[TaskSpec, list[tuple[str, str]]]:
+    data, _ = normalise(raw)
+    ignored = split_ignored(data, TaskSpec)
+    return TaskSpec.model_validate(data), ignored
+
+
+@pytest.mark.parametrize(
+    ("size", "mib"), [("4G", 4096), ("512M", 512), ("1.5G", 1536), ("2Gi", 2048), (768, 768)]
+)
+def test_sizes_as_harbor_writes_them(size: object, mib: int) -> None:
+    assert parse_size_mib(size, "environment.memory") == mib
+
+
+def test_a_bad_size_names_the_field() -> None:
+    with pytest.raises(TaskError, match=r"environment\.memory: 'lots' is not a size"):
+        parse_size_mib("lots", "environment.memory")
+
+
+def test_harbor_memory_string_wins_over_memory_mb_and_is_reported_as_mapped() -> None:
+    data, mapped = normalise({"environment": {"memory": "4G", "memory_mb": 1024}})
+    assert data["environment"]["memory_mb"] == 4096
+    assert ("environment.memory", "environment.memory_mb") in mapped
+
+
+@pytest.mark.parametrize(
+    ("environment", "network"),
+    [
+        ({"allow_internet": False}, "none"),
+        ({"allow_internet": True}, "full"),
+        ({"network_mode": "no-network"}, "none"),
+        ({"network_mode": "public", "allow_internet": False}, "full"),  # network_mode first, as Harbor
+        ({"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}, "full"),
+        ({"network": "none", "allow_internet": True}, "none"),  # reroll's own field wins
+        ({}, "full"),
+    ],
+)
+def test_network_policy_from_allow_internet_and_network_mode(environment: dict, network: str) -> None:
+    assert spec({"environment": environment})[0].environment.network == network
+
+
+def test_an_allowlist_reports_its_hosts_as_ignored() -> None:
+    _, ignored = spec({"environment": {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}})
+    assert [field for field, _ in ignored] == ["environment.allowed_hosts"]
+
+
+def test_an_unknown_network_mode_is_refused() -> None:
+    with pytest.raises(TaskError, match="network_mode: 'intranet'"):
+        normalise({"environment": {"network_mode": "intranet"}})
+
+
+def test_benchflow_spelling_sandbox_oracle_and_hardening() -> None:
+    parsed, ignored = spec(
+        {
+            "sandbox": {"memory_mb": 1024, "env": {"A": "1"}, "workdir": "/root"},
+            "oracle": {"env": {"B": "2"}},
+            "verifier": {"hardening": {"cleanup_conftests": False}, "pytest_plugins": ["ctrf"]},
+            "agent": {"user": 1000, "prompt_prefix": "Be careful."},
+        }
+    )
+    assert ignored == []
+    assert parsed.environment.memory_mb == 1024 and parsed.environment.env == {"A": "1"}
+    assert parsed.environment.workdir == "/root"
+    assert parsed.solution.env == {"B": "2"}
+    assert parsed.verifier.hardening.delete_injected_hooks is False
+    assert parsed.verifier.pytest_plugins == ["ctrf"]
+    assert parsed.agent.user == "1000"
+
+
+def test_both_spellings_of_one_section_are_refused() -> None:
+    with pytest.raises(TaskError, match="both 'sandbox' and 'environment'"):
+        normalise({"sandbox": {}, "environment": {}})
+
+
+def test_foreign_fields_are_reported_once_with_the_reason_and_defaults_are_not() -> None:
+    _, ignored = spec(
+        {
+            "environment": {
+                "gpus": 0,
+                "mcp_servers": [],
+                "os": "linux",
+                "gpus_extra": 1,
+                "build_timeout_sec": 600,
+            },
+            "verifier": {"type": "test-script", "service": "main", "judge": {"model": "m"}},
+            "steps": [{"name": "one"}],
+            "artifacts": [],
+            "frobnicate": True,
+        }
+    )
+    reasons = dict(ignored)
+    assert sorted(reasons) == ["environment.gpus_extra", "frobnicate", "steps", "verifier.judge"]
+    assert "unknown field" in reasons["frobnicate"] and "multi-step" in reasons["steps"]
+
+
+def test_a_foreign_field_asking_for_more_is_reported() -> None:
+    parsed, ignored = spec({"environment": {"gpus": 2, "storage": "20G"}, "verifier": {"user": "tester"}})
+    assert sorted(field for field, _ in ignored) == ["environment.gpus", "verifier.user"]
+    assert parsed.environment.storage_mb == 20480  # honoured: the docker sandbox's disk quota
+
+
+def test_a_typo_in_a_field_of_reroll_is_still_an_error_of_its_type() -> None:
+    with pytest.raises(ValueError, match="timeout_sec"):
+        spec({"agent": {"timeout_sec": "soon"}})
+
+
+def test_workdir_must_be_absolute_and_not_root() -> None:
+    for workdir in ("relative", "/"):
+        with pytest.raises(ValueError, match="workdir must be an absolute path"):
+            spec({"environment": {"workdir": workdir}})
+
+
+def test_prompt_section_and_the_sections_left_out() -> None:
+    body = "Intro kept out.\n\n## prompt\n\nDo the thing.\n\n## role:reviewer\n\nReview it.\n"
+    prompt, ignored = prompt_of(body)
+    assert prompt.strip() == "Do the thing."
+    assert [field for field, _ in ignored] == ["## role:reviewer"]
+    assert prompt_of("Just a prompt.\n## Notes\nmore") == ("Just a prompt.\n## Notes\nmore", [])
+
+
+def test_env_templates_resolved_from_the_host() -> None:
+    env = {"PLAIN": "x", "FROM_HOST": "${HOME_DIR}", "DEFAULTED": "${MISSING:-fallback}"}
+    assert resolve_env(env, {"HOME_DIR": "/h"}, "environment.env") == {
+        "PLAIN": "x",
+        "FROM_HOST": "/h",
+        "DEFAULTED": "fallback",
+    }
+    with pytest.raises(TaskError, match=r"environment\.env\.X needs the host variable MISSING"):
+        resolve_env({"X": "${MISSING}"}, {}, "environment.env")
+
+
+def test_env_templates_never_pass_the_host_secrets_in() -> None:
+    with pytest.raises(TaskError, match="looks like a secret"):
+        resolve_env({"KEY": "${OPENAI_API_KEY}"}, {"OPENAI_API_KEY": "sk-x"}, "verifier.env")
+
+
+def test_skillsbench_inline_solution_env_and_the_image_alias() -> None:
+    parsed, ignored = spec(
+        {"solution": {"API_URL": "http://x", "env": {"A": "1"}}, "sandbox": {"image": "img:1"}}
+    )
+    assert parsed.solution.env == {"A": "1", "API_URL": "http://x"}
+    assert parsed.environment.docker_image == "img:1" and ignored == []
