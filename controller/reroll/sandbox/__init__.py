@@ -1,1 +1,12 @@
-"""Sandbox backends: the `Sandbox` protocol, the sidecar client and the `local` backend."""
+"""Sandbox backends behind one `Sandbox` protocol (`reroll.sandbox.base`, with the registry).
+
+- `local` (`reroll.sandbox.local.isolated`): Linux namespaces without Docker, the default;
+  ``local-plain`` (`reroll.sandbox.local.plain`): a folder and a process tree, no isolation.
+- `docker` (`reroll.sandbox.docker.backend`): one container per rollout, images built locally.
+- A backend of another package: ``--sandbox package.module:Class``, checked by
+  `reroll.conformance`.
+
+Every reroll backend talks to the sidecar inside its sandbox through the same client
+(`reroll.sandbox.sidecar_client`, `reroll.sandbox.sidecar_sandbox`) and ships it as one
+self-contained executable (`reroll.sandbox.sidecar_bundle`).
+"""
