@@ -36,7 +36,15 @@ from reroll.errors import (
 )
 from reroll.llm_proxy import LlmProxy, ReplayPlan
 from reroll.models import ModelSpec, live_upstream, model_name, parse_model
-from reroll.runfolder import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
+from reroll.runfolder import (
+    TRAJECTORY,
+    RunConfig,
+    RunResult,
+    count_exchanges,
+    harness_folder,
+    now_iso,
+    write_json,
+)
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
 from reroll.sandbox.python_runtime import provide_python
 from reroll.sandbox.results import ExecResult
@@ -140,8 +148,7 @@ async def execute_rollout(
     result = RunResult(started_at=now_iso())
     write_json(plan.run_dir / "config.json", plan.config)
     write_json(plan.run_dir / "prompts.json", [])
-    harness_dir = plan.run_dir / "harness"
-    harness_dir.mkdir(exist_ok=True)
+    harness_dir = harness_folder(plan.run_dir)
     try:
         async with contextlib.AsyncExitStack() as stack:
             task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
