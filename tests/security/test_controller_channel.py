@@ -258,3 +258,14 @@ def test_an_agent_cannot_forge_its_place_in_a_real_rollout(tmp_path: Path) -> No
     assert place is not None and (place["turn"], place["role"]) == (0, "agent"), place
     assert stat.S_IMODE((run / PROXY_CONFIG).stat().st_mode) == 0o600
     assert stat.S_IMODE((run / PROXY_CONFIG).parent.stat().st_mode) == 0o700
+    token = json.loads((run / PROXY_CONFIG).read_text())["token"].encode()
+    holding = [path for path in run.rglob("*") if path.is_file() and token in path.read_bytes()]
+    assert holding == [run / PROXY_CONFIG]
+    assert [path for path in holding if readable_by_others(run, path)] == []
+
+
+def readable_by_others(run: Path, path: Path) -> bool:
+    """Whether a user who may enter `run` may also read `path` in it (o+x on each folder, o+r)."""
+    folders = [run / parent for parent in reversed(path.relative_to(run).parents)]  # run, run/harness…
+    searchable = all(folder.stat().st_mode & stat.S_IXOTH for folder in folders)
+    return searchable and bool(path.stat().st_mode & stat.S_IROTH)
