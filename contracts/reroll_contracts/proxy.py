@@ -5,8 +5,9 @@ unknown fields, so a field added on one side only fails loudly instead of being 
 
 - `ProxyConfig` (with `UpstreamConfig`): the controller writes ``ProxyConfig(...).model_dump_json()``
   to the proxy's config file, the proxy reads it with `reroll_proxy.config.load_config`. The
-  upstream key is never in the file: `UpstreamConfig.api_key` is excluded from every dump, and
-  `UpstreamConfig.api_key_env` names the environment variable that carries it to the proxy.
+  upstream key and the controller's token are never in the file: `UpstreamConfig.api_key` and
+  `ProxyConfig.controller_token` are excluded from every dump, and ``api_key_env`` /
+  ``controller_token_env`` name the environment variables that carry them to the proxy.
 - `ProxyStatus`: the body of ``GET /_reroll/status`` (the engine's counters, divergences, stop).
 - `ProxyStop`: why the proxy refuses every further request (replay-only reached the cut point,
   or a strict divergence aborted the replay). The proxy records it *before* it sends the 409
@@ -135,7 +136,15 @@ class ProxyConfig(BaseModel):
     listen_port: int = Field(default=0, ge=0, le=65535)
     """TCP port; 0 picks a free one (see the ready file / `RunningProxy.port`)."""
     token: str = Field(min_length=1, repr=False)
-    """The per-rollout token the agent presents (``Authorization: Bearer``, ``x-api-key`` or ``api-key``)."""
+    """The per-rollout token the agent presents (``Authorization: Bearer``, ``x-api-key`` or
+    ``api-key``); it opens the model endpoints only, never ``/_reroll/*``."""
+    controller_token: str | None = Field(default=None, min_length=1, repr=False, exclude=True)
+    """The controller's own token, the only credential ``/_reroll/*`` accepts (same headers as
+    `token`); the sandbox never sees it. None: those endpoints refuse every request. Never
+    dumped: a config file carries `controller_token_env`."""
+    controller_token_env: str | None = None
+    """The environment variable holding `controller_token`, resolved by
+    `reroll_proxy.config.load_config` (so the token never reaches the disk); None: no indirection."""
     trajectory_path: Path
     """Output JSONL: every served exchange is appended here."""
     replay_path: Path | None = None

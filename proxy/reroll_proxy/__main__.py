@@ -1,7 +1,8 @@
 """``python -m reroll_proxy --config FILE [--ready-file F]``: run one rollout's proxy until SIGTERM.
 
-The config is a JSON `reroll_contracts.proxy.ProxyConfig`, where ``upstream.api_key_env`` names
-the environment variable holding the upstream key. Once listening, the proxy writes its
+The config is a JSON `reroll_contracts.proxy.ProxyConfig`, where ``upstream.api_key_env`` and
+``controller_token_env`` name the environment variables holding the upstream key and the token
+that opens ``/_reroll/*``. Once listening, the proxy writes its
 `reroll_contracts.proxy.ReadyFile` (``{"pid", "address"}``, the address its base URL). Exit code
 2: the config, the replayed trajectory or the fault plan is invalid (the message on stderr names the file).
 """

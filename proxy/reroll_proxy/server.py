@@ -1,6 +1,11 @@
 """The aiohttp front end of the proxy: one server per rollout, around a `ReplayEngine`.
 
-Routes (every one but ``/healthz`` needs the rollout token, else 401 with an error in the API's shape):
+Routes (every one but ``/healthz`` needs a token, else 401 with an error in the API's shape): the
+model endpoints take the rollout token (the agent's) and nothing else; ``/_reroll/*`` (the
+controller's channel: whatever route is registered under it) takes the controller's token
+(``controller_token``, which the sandbox never sees) and nothing else — the rollout token gets
+403 there, so an agent can neither forge the trial place nor read the status. Tokens are compared
+in constant time (`secrets.compare_digest`).
 
 - the API paths of every format in `reroll_proxy.formats` (``POST /v1/chat/completions``,
   ``/v1/responses``, ``/v1/messages``, each also without ``/v1``) — the engine decides per
@@ -144,19 +149,26 @@ class ProxyServer:
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path == "/healthz" or self._authorized(request):
+        if request.path == "/healthz":
+            return await handler(request)
+        presented = _credentials(request)
+        if _controller_route(request):
+            # Decided by the route that matched, not by how the path was spelt.
+            if self.config.controller_token is not None and _matches(presented, self.config.controller_token):
+                return await handler(request)
+            if _matches(presented, self.config.token):
+                log.warning(
+                    "refused %s %s: the rollout token does not open /_reroll/*", request.method, request.path
+                )
+                message = "the rollout token does not open the controller's endpoints (/_reroll/*)"
+                return error_response(format_named("openai-chat"), 403, "controller_only", message)
+            message = "missing or wrong controller token (Authorization: Bearer, or x-api-key)"
+            return error_response(format_named("openai-chat"), 401, "invalid_api_key", message)
+        if _matches(presented, self.config.token):
             return await handler(request)
         message = "missing or wrong rollout token (Authorization: Bearer, or x-api-key)"
         wire = format_for_path(request.path) or format_named("openai-chat")
         return error_response(wire, 401, "invalid_api_key", message)
-
-    def _authorized(self, request: web.Request) -> bool:
-        authorization = request.headers.get("Authorization", "")
-        scheme, _, credential = authorization.partition(" ")
-        presented = [credential.strip()] if scheme.lower() == "bearer" else []
-        presented += [request.headers.get(name, "") for name in ("x-api-key", "api-key")]
-        expected = self.config.token.encode()
-        return any(secrets.compare_digest(value.encode(), expected) for value in presented if value)
 
     async def _health(self, _request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -327,6 +339,31 @@ class ProxyServer:
         log.error("step %d: %s", step.number, error)
         payload = step.wire.error_body("upstream_error", error)
         return await step.send_json(502, {}, payload, sent, sent.get("model"), error=error)
+
+
+CONTROLLER_PREFIX = "/_reroll/"
+"""Routes under this prefix are the controller's: only `ProxyConfig.controller_token` opens them."""
+
+
+def _controller_route(request: web.Request) -> bool:
+    """Whether the route `request` matched is one of the controller's (or, unmatched, its path is)."""
+    resource = request.match_info.route.resource
+    path = resource.canonical if resource is not None else request.path
+    return path.startswith(CONTROLLER_PREFIX)
+
+
+def _credentials(request: web.Request) -> list[bytes]:
+    """The tokens `request` presents: ``Authorization: Bearer``, ``x-api-key``, ``api-key``."""
+    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+    presented = [credential.strip()] if scheme.lower() == "bearer" else []
+    presented += [request.headers.get(name, "") for name in ("x-api-key", "api-key")]
+    return [value.encode() for value in presented if value]
+
+
+def _matches(presented: list[bytes], expected: str) -> bool:
+    """Whether one of the `presented` tokens is `expected` (each compared in constant time)."""
+    wanted = expected.encode()
+    return any([secrets.compare_digest(value, wanted) for value in presented])
 
 
 def _proxy_stop(stop: Abort | Exhausted | None) -> ProxyStop | None:

@@ -31,6 +31,8 @@ from tests.conftest import spawning
 
 READY_TIMEOUT_SECONDS = 20.0
 TOKEN = "rollout-token-for-tests"
+CONTROLLER_TOKEN = "controller-token-for-tests"
+"""Opens ``/_reroll/*`` (given through ``REROLL_TEST_CONTROLLER_TOKEN``); `TOKEN` gets 403 there."""
 UPSTREAM_KEY = "sk-upstream-secret-never-on-disk"
 AGENT_MODEL = "gpt-test"
 SCRIPT = {
@@ -85,7 +87,11 @@ def start_service(module: str, args: list[str], workdir: Path, name: str) -> Ser
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "REROLL_TEST_UPSTREAM_KEY": UPSTREAM_KEY},
+            env={
+                **os.environ,
+                "REROLL_TEST_UPSTREAM_KEY": UPSTREAM_KEY,
+                "REROLL_TEST_CONTROLLER_TOKEN": CONTROLLER_TOKEN,
+            },
         )
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while not ready_file.exists():
@@ -122,7 +128,7 @@ class Proxy:
 
     def status(self) -> ProxyStatus:
         code, _, body = http_json(
-            "GET", self.root_url + "/_reroll/status", headers={"Authorization": f"Bearer {TOKEN}"}
+            "GET", self.root_url + "/_reroll/status", headers={"Authorization": f"Bearer {CONTROLLER_TOKEN}"}
         )
         assert code == 200, body
         return ProxyStatus.model_validate(body)
@@ -183,6 +189,7 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
         upstream_format: FormatName | None = None,
         **more_config: Any,
     ) -> Proxy:
+        more_config.setdefault("controller_token_env", "REROLL_TEST_CONTROLLER_TOKEN")
         workdir = tmp_path_factory.mktemp(f"proxy-{next(counter)}")
         trajectory = workdir / "run" / "trajectory" / "llm_trajectory.jsonl"
         upstream = None

@@ -30,6 +30,22 @@ def test_api_key_env_is_resolved_and_hidden(tmp_path: Path) -> None:
         load_config(path, {})
 
 
+def test_controller_token_env_is_resolved_and_never_dumped(tmp_path: Path) -> None:
+    fields = {"token": "t", "trajectory_path": "x.jsonl", "controller_token_env": "CTL"}
+    path = write(tmp_path / "p.json", fields)
+    config = load_config(path, {"CTL": "controller-secret"})
+    assert config.controller_token == "controller-secret" and config.controller_token_env == "CTL"
+    assert "controller-secret" not in repr(config) and "controller-secret" not in config.model_dump_json()
+    assert (
+        load_config(write(tmp_path / "q.json", {"token": "t", "trajectory_path": "x"})).controller_token
+        is None
+    )
+    with pytest.raises(ProxyConfigError, match="controller_token_env names 'CTL', which is not set"):
+        load_config(path, {})
+    with pytest.raises(ProxyConfigError, match="'CTL', which is empty"):
+        load_config(path, {"CTL": ""})
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

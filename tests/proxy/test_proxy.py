@@ -16,9 +16,11 @@ from reroll_contracts.proxy import VolatileRule
 
 from tests.proxy.conftest import (
     AGENT_MODEL,
+    CONTROLLER_TOKEN,
     TOKEN,
     TURNS,
     UPSTREAM_KEY,
+    Proxy,
     Recording,
     Service,
     StartProxy,
@@ -314,30 +316,74 @@ def test_unreachable_upstream_is_502_and_recorded(start_proxy: StartProxy) -> No
     assert line["response"]["status_code"] == 502 and "unreachable" in line["metadata"]["error"]
 
 
+def post_place(proxy: Proxy, body: object, headers: dict[str, str], path: str = "/_reroll/place") -> int:
+    """POST `body` to the proxy's place endpoint as a plain HTTP client; the status code."""
+    request = urllib.request.Request(
+        proxy.root_url + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={**headers, "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code
+
+
 def test_every_exchange_records_the_trial_place_the_controller_set(
     start_proxy: StartProxy, scripted_model: Service
 ) -> None:
     proxy = start_proxy(upstream_url=scripted_model.base_url)
     place = {"turn": 3, "scene": "solve", "role": "solver", "round": 3}
-
-    def set_place(body: object, token: str = TOKEN) -> int:
-        request = urllib.request.Request(
-            proxy.root_url + "/_reroll/place",
-            data=json.dumps(body).encode(),
-            method="POST",
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return int(response.status)
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code
-
+    controller = {"Authorization": f"Bearer {CONTROLLER_TOKEN}"}
     hello = [{"role": "user", "content": "hi"}]
     ask(proxy.client(), hello, stream=False)
-    assert set_place(place) == 204
+    assert post_place(proxy, place, controller) == 204
     ask(proxy.client(), [{"role": "user", "content": "again"}], stream=False)
-    assert set_place({**place, "turn": -1}) == 400 and set_place({"scene": "x"}) == 400
-    assert set_place(place, token="wrong") == 401
+    assert post_place(proxy, {**place, "turn": -1}, controller) == 400
+    assert post_place(proxy, {"scene": "x"}, controller) == 400
+    assert post_place(proxy, place, {"Authorization": "Bearer wrong"}) == 401
     assert [line["metadata"]["place"] for line in proxy.lines()] == [None, place]
+
+
+def test_the_agent_token_cannot_forge_the_place_or_read_the_status(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    """Attack (issue 19 item 6): the agent POSTs a forged place with the token it was given."""
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    place = {"turn": 0, "scene": "main", "role": "agent", "round": 0}
+    assert post_place(proxy, place, {"Authorization": f"Bearer {CONTROLLER_TOKEN}"}) == 204
+    forged = {"turn": 7, "scene": "main", "role": "reviewer", "round": 7}
+    for headers in ({"Authorization": f"Bearer {TOKEN}"}, {"x-api-key": TOKEN}, {"api-key": TOKEN}):
+        assert post_place(proxy, forged, headers) == 403, headers
+    # Other spellings of the path reach the same route, or none: never a 204.
+    for path in ("/_reroll/place/", "//_reroll/place", "/_reroll/./place", "/%5Freroll/place"):
+        assert post_place(proxy, forged, {"Authorization": f"Bearer {TOKEN}"}, path) in (403, 404, 405), path
+    agent = {"Authorization": f"Bearer {TOKEN}"}
+    assert http_json("GET", proxy.root_url + "/_reroll/status", headers=agent)[0] == 403
+    # The controller's token is no model credential either.
+    code, _, _ = http_json(
+        "POST", chat_url(proxy.base_url), {"model": "m", "messages": hello_world()},
+        headers={"Authorization": f"Bearer {CONTROLLER_TOKEN}"},
+    )  # fmt: skip
+    assert code == 401
+    ask(proxy.client(), hello_world(), stream=False)
+    assert [line["metadata"]["place"] for line in proxy.lines()] == [place]
+    assert proxy.status().served_live == 1  # the controller still reads it
+
+
+def test_without_a_controller_token_the_controller_endpoints_are_closed(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url, controller_token_env=None)
+    forged = {"turn": 7, "scene": "main", "role": "reviewer", "round": 7}
+    assert post_place(proxy, forged, {"Authorization": f"Bearer {TOKEN}"}) == 403
+    assert post_place(proxy, forged, {"Authorization": f"Bearer {CONTROLLER_TOKEN}"}) == 401
+    ask(proxy.client(), hello_world(), stream=False)
+    assert [line["metadata"]["place"] for line in proxy.lines()] == [None]
+
+
+def hello_world() -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "hi"}]

@@ -28,11 +28,12 @@ from reroll_proxy import faults
 from reroll_proxy.exchange import Place
 
 from reroll.host.child_process import ChildProcess
-from reroll.runfolder.run import FaultsUsed
+from reroll.runfolder.run import FaultsUsed, write_private
 
 STATUS_TIMEOUT_SECONDS = 5.0
 """Longest wait for the proxy's status."""
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
+_CONTROLLER_TOKEN_ENV = "REROLL_PROXY_CONTROLLER_TOKEN"
 Answer = TypeVar("Answer", bound=BaseModel)
 
 
@@ -90,20 +91,23 @@ def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
 class LlmProxy:
     """Start, query and stop the per-rollout proxy.
 
-        The proxy's config file (``proxy.json`` in `workdir`) is a `reroll_contracts.proxy.ProxyConfig`;
-        the upstream key reaches the proxy through its environment (``api_key_env``), never the file;
-    that environment holds nothing else of the controller's (`reroll_contracts.childenv`), and the proxy makes
-    it unreadable to other processes of its user once started.
+    The proxy's config file (``proxy.json`` in `workdir`, mode 0600) is a
+    `reroll_contracts.proxy.ProxyConfig` holding the rollout token the agent presents; the
+    upstream key and the controller's token (the only one ``/_reroll/*`` accepts, never given
+    to the sandbox) reach the proxy through its environment (``api_key_env``,
+    ``controller_token_env``), never the file; that environment holds nothing else of the
+    controller's (`reroll_contracts.childenv`), and the proxy makes it unreadable to other processes of
+    its user once started.
 
-        Args:
-            workdir: folder for the proxy's config, ready file and log.
-            trajectory_path: where the proxy appends the exchanges it serves.
-            upstream: the live model, or None (replay only).
-            replay: what to replay first, or None (record only).
-            listen_host: the interface to listen on, which the agent's base URL names: loopback for
-                the local sandbox, the container network's gateway for docker.
-            faults: the fault plan to inject, or None.
-            volatile: the parts of a request that may differ from the recording (`reroll_proxy.volatile`).
+    Args:
+        workdir: folder for the proxy's config, ready file and log.
+        trajectory_path: where the proxy appends the exchanges it serves.
+        upstream: the live model, or None (replay only).
+        replay: what to replay first, or None (record only).
+        listen_host: the interface to listen on, which the agent's base URL names: loopback for
+            the local sandbox, the container network's gateway for docker.
+        faults: the fault plan to inject, or None.
+        volatile: the parts of a request that may differ from the recording (`reroll_proxy.volatile`).
     """
 
     def __init__(
@@ -118,13 +122,19 @@ class LlmProxy:
         volatile: Sequence[VolatileRule] = (),
     ) -> None:
         self.token = secrets.token_urlsafe(24)
-        env = child_environment()  # nothing of ours but the key (`reroll_contracts.childenv`)
+        """The rollout token: the agent's credential, for the model endpoints only."""
+        self.controller_token = secrets.token_urlsafe(32)
+        """The controller's credential for ``/_reroll/*``: never in the sandbox, never on disk."""
+        env = child_environment(
+            {_CONTROLLER_TOKEN_ENV: self.controller_token}
+        )  # (`reroll_contracts.childenv`)
         if upstream is not None:
             env[_KEY_ENV] = upstream.api_key or "unused"
             upstream = upstream.model_copy(update={"api_key": None, "api_key_env": _KEY_ENV})
         config = ProxyConfig(
             listen_host=listen_host,
             token=self.token,
+            controller_token_env=_CONTROLLER_TOKEN_ENV,
             trajectory_path=trajectory_path,
             replay_path=replay.trajectory_path if replay else None,
             cut_index=replay.cut_index if replay else 0,
@@ -136,7 +146,7 @@ class LlmProxy:
         )
         self.config_file = workdir / "proxy.json"
         """The config file the proxy reads."""
-        self.config_file.write_text(config.model_dump_json(indent=2))
+        write_private(self.config_file, config.model_dump_json(indent=2).encode())
         self._process = ChildProcess(
             "reroll_proxy", ["--config", str(self.config_file)], workdir=workdir, name="proxy", env=env
         )
@@ -150,7 +160,7 @@ class LlmProxy:
     async def start(self) -> None:
         """Start the proxy and wait until it listens."""
         await self._process.start()
-        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.token}"})
+        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.controller_token}"})
 
     async def status(self) -> ProxyStatus:
         """The proxy's counters, divergences and stop (``GET /_reroll/status``).

@@ -38,7 +38,15 @@ from reroll.host.llm_proxy import LlmProxy, ReplayPlan
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.verifier import prepare, quiesce, verify
-from reroll.runfolder.run import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
+from reroll.runfolder.run import (
+    TRAJECTORY,
+    RunConfig,
+    RunResult,
+    count_exchanges,
+    harness_folder,
+    now_iso,
+    write_json,
+)
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
 from reroll.sandbox.python_runtime import provide_python
@@ -141,8 +149,7 @@ async def execute_rollout(
     result = RunResult(started_at=now_iso())
     write_json(plan.run_dir / "config.json", plan.config)
     write_json(plan.run_dir / "prompts.json", [])
-    harness_dir = plan.run_dir / "harness"
-    harness_dir.mkdir(exist_ok=True)
+    harness_dir = harness_folder(plan.run_dir)
     try:
         async with contextlib.AsyncExitStack() as stack:
             task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")

@@ -35,6 +35,7 @@ from reroll.runfolder.run import (
     RunConfig,
     RunResult,
     create_run_folder,
+    harness_folder,
     now_iso,
 )
 from reroll.runfolder.trial import TurnRecord
@@ -222,8 +223,7 @@ def _progress(console: Console | None, run_dir: Path) -> Iterator[Console]:
     if console is not None:
         yield console
         return
-    log_file = run_dir / CONTROLLER_LOG
-    log_file.parent.mkdir(exist_ok=True)
+    log_file = harness_folder(run_dir) / CONTROLLER_LOG.name
     with open(log_file, "w") as log:
         yield Console(file=log, highlight=False, soft_wrap=True)
 

@@ -11,6 +11,8 @@
       verifier/                        the verifier's output and logs
       agent/                           the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
+      harness/                         reroll's own files (proxy config with the rollout token, logs):
+                                       mode 0700, its token files 0600 (`harness_folder`)
 
 Folders written by BenchFlow load too: fields reroll adds are optional, and a result.json
 without ``status`` gets one from ``error_category``.
@@ -32,6 +34,8 @@ from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory, r
 from reroll.trials.config import TrialConfig
 
 TRAJECTORY = Path("trajectory") / "llm_trajectory.jsonl"
+HARNESS = Path("harness")
+"""reroll's own files in a run folder; only their owner (root, for a root controller) may enter it."""
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """The largest config.json, result.json or prompts.json read."""
 CONTINUABLE_CATEGORIES = ("timeout", "idle_timeout")
@@ -287,3 +291,31 @@ def create_run_folder(parent: Path, name: str) -> Path:
         (candidate / "trajectory").mkdir()
         return candidate
     raise RunFolderError(f"{parent}: could not find a free folder name for {name}")
+
+
+def harness_folder(run_dir: Path) -> Path:
+    """``run_dir/harness``, created if missing, mode 0700 (also when it existed).
+
+    It holds the proxy's config with the rollout token (``harness/proxy.json``): an agent of
+    another rollout that can see this run folder (a local sandbox with ``--network full``) must
+    not read it and call this rollout's proxy.
+
+    Raises:
+        OSError: the folder cannot be created or its mode set.
+    """
+    folder = run_dir / HARNESS
+    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
+
+
+def write_private(file: Path, data: bytes) -> None:
+    """Write `data` to `file`, mode 0600 (also when it existed), not following a symlink at `file`.
+
+    Raises:
+        OSError: the file cannot be written (e.g. `file` is a symlink: ELOOP).
+    """
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with open(fd, "wb") as out:
+        os.fchmod(fd, 0o600)
+        out.write(data)
