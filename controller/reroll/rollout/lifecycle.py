@@ -23,6 +23,7 @@ from pathlib import Path
 
 from reroll_contracts.errors import (
     AgentInstallError,
+    ErrorCategory,
     RerollError,
     SidecarError,
     TrajectoryFormatError,
@@ -37,7 +38,8 @@ from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy, ReplayPlan
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
-from reroll.rollout.verifier import prepare, quiesce, verify
+from reroll.rollout.verifier import quiesce
+from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
 from reroll.runfolder.run import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
@@ -151,6 +153,7 @@ async def execute_rollout(
                 console.print(
                     f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]"
                 )
+            verifier = verifier_for(plan.task)
             sandbox = create_sandbox(plan.config.sandbox, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
@@ -163,7 +166,7 @@ async def execute_rollout(
             env = sandbox_env(sandbox)
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
-            await prepare(sandbox, plan.task, env)
+            await verifier.prepare(sandbox, env)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
@@ -179,6 +182,7 @@ async def execute_rollout(
                 run_turn=functools.partial(
                     _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
                 ),
+                verifier=verifier,
                 recorded=plan.recorded,
             )
             outcome = await run_trial(trial, console)
@@ -193,19 +197,14 @@ async def execute_rollout(
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                verdict = await verify(sandbox, plan.task, env | task_env, plan.run_dir / "verifier")
-                result.rewards = verdict.rewards
-                result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
+                request = VerifyRequest(sandbox, env | task_env, plan.run_dir, plan.run_dir / "verifier")
+                _apply_verdict(result, await verifier.verify(request))
     except Exception as exc:  # every failure ends in status error, never null
-        agent_failure = result.error if result.error_category == "agent_error" else None
-        result.status = "error"
-        result.error_category = result.error_category or error_category(exc)
-        result.error = str(exc)
+        message = str(exc)
         if not isinstance(exc, RerollError):  # a bug: keep its traceback
             (plan.run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
-            result.error = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
-        if agent_failure is not None:  # the agent failed first: its error stays the headline
-            result.error = headline(agent_failure, result.error)
+            message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
+        _fail(result, error_category(exc), message)
     finally:
         trajectory = plan.run_dir / TRAJECTORY
         if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
@@ -465,6 +464,24 @@ def output_tail(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     joined = " | ".join(lines[-OUTPUT_TAIL_LINES:])
     return joined if len(joined) <= OUTPUT_TAIL_CHARS else "…" + joined[-OUTPUT_TAIL_CHARS:]
+
+
+def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
+    """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
+    result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
+    if verdict.status == "ok":
+        result.rewards = verdict.rewards
+    else:
+        _fail(result, verdict.error_category or "verifier_error", verdict.error)
+
+
+def _fail(result: RunResult, category: ErrorCategory, message: str) -> None:
+    """End `result` in status ``error`` with `message`: the category of an earlier failure stays,
+    and an agent's failure stays the headline (`headline`)."""
+    agent_failure = result.error if result.error_category == "agent_error" else None
+    result.status = "error"
+    result.error_category = result.error_category or category
+    result.error = message if agent_failure is None else headline(agent_failure, message)
 
 
 def headline(agent_failure: str, later_error: str) -> str:
