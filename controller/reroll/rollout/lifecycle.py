@@ -40,6 +40,7 @@ from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.verifier import quiesce
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
+from reroll.runfolder.agent_log import AGENT_LOG, AgentLog
 from reroll.runfolder.run import TRAJECTORY, RunConfig, RunResult, count_exchanges, now_iso, write_json
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
@@ -394,15 +395,13 @@ async def _run_agent(
         agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
-    log_dir = plan.run_dir / "agent"
-    log_dir.mkdir(exist_ok=True)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
-    with open(log_dir / "output.log", "ab") as log:
+    # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
+    with AgentLog(plan.run_dir / AGENT_LOG) as log:
 
         def write_output(_stream: str, chunk: bytes) -> None:
             log.write(chunk)
-            log.flush()
 
         run = asyncio.create_task(
             sandbox.exec(
@@ -425,6 +424,11 @@ async def _run_agent(
             outcome.exit_code = executed.exit_code
             outcome.timed_out = executed.timed_out
             outcome.output_tail = output_tail(executed.output_text())
+    if log.dropped:
+        console.print(
+            f"[yellow]{agent.name}'s output cut: {AGENT_LOG} keeps the first {log.limit} bytes, "
+            f"{log.dropped} more were dropped[/yellow]"
+        )
     if proxy is not None:
         # Read after the agent is gone: the proxy sets its stop before it sends the 409 that tells
         # the agent, so an agent that exits right after that 409 still gets its run stopped.
