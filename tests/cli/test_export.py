@@ -41,7 +41,17 @@ def test_a_corrupt_line_exits_2_naming_file_and_line_and_writes_nothing(tmp_path
     assert not out.exists() and not list(tmp_path.glob(".out.jsonl.tmp"))
 
 
-def test_an_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
-    done = CliRunner().invoke(app, ["export", str(tmp_path), "--format", "sft"])
+def test_an_unknown_format_exits_2_naming_the_known_ones_and_writes_nothing(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", chat_exchanges())
+    out = tmp_path / "out.jsonl"
+    done = CliRunner().invoke(app, ["export", str(run), "--format", "nope", "--output", str(out)])
     assert done.exit_code == 2
-    assert "sft" in done.output
+    assert "unknown export format 'nope'; known: atif, verifiers" in " ".join(done.stderr.split())
+    assert not out.exists()
+
+
+def test_the_help_lists_every_registered_format() -> None:
+    done = CliRunner().invoke(app, ["export", "--help"])
+    assert done.exit_code == 0
+    text = " ".join(done.output.split())
+    assert "atif (Harbor's ATIF v1.8 trajectory)" in text and "verifiers (verifiers RolloutOutput" in text

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.results import VerifyOutcome
+from reroll.sandbox.results import STREAMED_TAIL_BYTES, VerifyOutcome
 from reroll.sandbox.sidecar_client import ExecExit, SidecarClient
 from reroll.tasks.task import HardeningOptions
 from reroll_contracts.errors import SidecarError, SidecarUnavailable
@@ -114,22 +114,35 @@ async def test_exec_timeout_kills_the_whole_process_group(client: SidecarClient,
     assert await wait_gone(grandchild), f"the background sleep {grandchild} survived the timeout"
 
 
-async def test_exec_streams_large_output(client: SidecarClient) -> None:
-    block = bytes(range(256)) * 4096 + b"\n"  # 1 MiB + 1: chunks do not align with it
-    program = (
-        "import sys\n"
-        "block = bytes(range(256)) * 4096 + b'\\n'\n"
-        "for _ in range(20): sys.stdout.buffer.write(block)"
-    )
+LARGE_OUTPUT = (
+    "import sys\n"
+    "block = bytes(range(256)) * 4096 + b'\\n'\n"
+    "for _ in range(20): sys.stdout.buffer.write(block)"
+)
+"""Prints 20 times `BLOCK` (20 MiB and 20 bytes)."""
+BLOCK = bytes(range(256)) * 4096 + b"\n"  # 1 MiB + 1: chunks do not align with it
+
+
+async def test_exec_streams_large_output_and_keeps_only_its_tail(client: SidecarClient) -> None:
+    streamed = hashlib.sha256()
     chunk_sizes: list[int] = []
-    result = await client.exec(
-        [sys.executable, "-c", program], on_output=lambda _name, chunk: chunk_sizes.append(len(chunk))
-    )
+
+    def on_output(_name: str, chunk: bytes) -> None:
+        streamed.update(chunk)
+        chunk_sizes.append(len(chunk))
+
+    result = await client.exec([sys.executable, "-c", LARGE_OUTPUT], on_output=on_output)
     assert result.exit_code == 0, result.stderr
-    assert len(result.stdout) == 20 * len(block) > 20_000_000
-    assert hashlib.sha256(result.stdout).hexdigest() == hashlib.sha256(block * 20).hexdigest()
+    assert sum(chunk_sizes) == 20 * len(BLOCK) > 20_000_000
+    assert streamed.hexdigest() == hashlib.sha256(BLOCK * 20).hexdigest()
     assert max(chunk_sizes) <= 64 * 1024
-    assert len(chunk_sizes) >= len(result.stdout) // (64 * 1024)
+    assert result.stdout == (BLOCK * 20)[-STREAMED_TAIL_BYTES:]  # the caller had every chunk
+
+
+async def test_exec_without_on_output_keeps_the_whole_output(client: SidecarClient) -> None:
+    result = await client.exec([sys.executable, "-c", LARGE_OUTPUT])
+    assert result.exit_code == 0, result.stderr
+    assert hashlib.sha256(result.stdout).hexdigest() == hashlib.sha256(BLOCK * 20).hexdigest()
 
 
 async def test_exec_output_is_binary_safe(client: SidecarClient) -> None:

@@ -33,7 +33,7 @@ from typer import _click  # typer's own copy of click: the types TyperGroup's me
 from reroll import __version__
 from reroll.agents import registry
 from reroll.cli.reports import branch_report, fidelity_report
-from reroll.export import ExportFormat
+from reroll.export.formats import EXPORTERS
 from reroll.host.llm_proxy import faults_used
 from reroll.jobs.branch import branch as branch_run
 from reroll.jobs.jobfile import RunnerOptions
@@ -667,9 +667,10 @@ def export(
         Path, typer.Argument(help="A run folder, a job folder or a branch tree (reroll branch's output).")
     ],
     format: Annotated[
-        ExportFormat,
+        str,
         typer.Option(
-            "--format", help="atif (Harbor's ATIF v1.8 trajectory) or verifiers (RolloutOutput records)."
+            "--format",
+            help="; ".join(f"{name} ({exporter.summary})" for name, exporter in sorted(EXPORTERS.items())),
         ),
     ],
     output: Annotated[
@@ -683,8 +684,8 @@ def export(
     of the child's model). --format atif: one ATIF v1.8 JSON document for a run, JSON lines (one
     trajectory each) for a job or a tree; the replayed prefix of a continuation is marked
     is_copied_context. --format verifiers: JSON lines, one verifiers RolloutOutput per rollout
-    (prompt, completion, reward, metrics, is_truncated, info). Exit 2 when PATH is not a run, job
-    or tree, or a file in it is corrupt (the message names the file and the line).
+    (prompt, completion, reward, metrics, is_truncated, info). Exit 2 when the format is unknown,
+    PATH is not a run, job or tree, or a file in it is corrupt (the message names the file and the line).
     """
     from reroll.export import export_lines
 

@@ -1,4 +1,4 @@
-"""``reroll export RUN|JOB|TREE --format atif|verifiers``: run folders for trainers and viewers.
+"""``reroll export RUN|JOB|TREE --format FORMAT``: run folders for trainers and viewers.
 
 What is exported (`sources`):
 
@@ -11,7 +11,8 @@ What is exported (`sources`):
   ``reroll run``'s job folders): every run folder directly in it, by name (``_attempts/`` and
   ``continued/`` are not).
 
-Formats: ``atif`` (`reroll.export.atif`): one run gives one JSON document, a job or a tree one
+Formats, by name in `reroll.export.formats.EXPORTERS` (an unknown name is an `ExportError`):
+``atif`` (`reroll.export.atif`): one run gives one JSON document, a job or a tree one
 trajectory per line (JSONL); ``verifiers`` (`reroll.export.verifiers`): one record per line.
 """
 
@@ -26,10 +27,12 @@ import orjson
 from pydantic import ValidationError
 from reroll_contracts.errors import ExportError
 
+from reroll.export.formats import exporter
 from reroll.runfolder.run import RunFolder, load_run_folder
 from reroll.runfolder.summary import SUMMARY, BranchSummary
 
-ExportFormat = Literal["atif", "verifiers"]
+ExportFormat = str
+"""The name of an export format: a key of `reroll.export.formats.EXPORTERS`."""
 SourceKind = Literal["run", "job", "tree"]
 _SKIPPED = frozenset({"_attempts", "continued"})
 
@@ -121,31 +124,20 @@ def _run_folders_in(path: Path) -> list[Path]:
     )
 
 
-def export_lines(path: Path, fmt: ExportFormat) -> Iterator[bytes]:
-    """The export of `path` in `fmt`, as the bytes to write, one piece per run.
+def export_lines(path: Path, fmt: str) -> Iterator[bytes]:
+    """The export of `path` in the format `fmt` names (`reroll.export.formats.EXPORTERS`), as the
+    bytes to write, one piece per run.
 
     One run in ``atif`` gives one indented JSON document; everything else JSON lines.
 
     Raises:
-        ExportError, RunFolderError: as `sources`, or a run that cannot be exported.
+        ExportError: no format is called `fmt` (before anything is read), or as `sources`.
+        RunFolderError: as `sources`, or a run that cannot be exported.
     """
-    from reroll.export.atif import run_to_atif
-    from reroll.export.verifiers import run_to_record
-
+    encoder = exporter(fmt)
     single = kind_of(path.resolve()) == "run"
     for source in sources(path):
-        if fmt == "atif":
-            trajectory = run_to_atif(source.run)
-            if source.extra and trajectory.extra is not None:
-                trajectory.extra["reroll"] |= source.extra
-            data = trajectory.to_json_dict()
-            yield orjson.dumps(data, option=orjson.OPT_INDENT_2 if single else 0) + b"\n"
-        else:
-            try:
-                record = run_to_record(source.run, example_id=source.example_id, info=source.extra)
-            except KeyError as exc:
-                raise ExportError(f"{source.run.path}: {exc.args[0]}") from exc
-            yield orjson.dumps(record.model_dump(mode="json")) + b"\n"
+        yield encoder.encode(source, single=single)
 
 
 def branch_summary(path: Path) -> BranchSummary | None:

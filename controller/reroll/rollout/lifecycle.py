@@ -23,6 +23,7 @@ from pathlib import Path
 
 from reroll_contracts.errors import (
     AgentInstallError,
+    ErrorCategory,
     RerollError,
     SidecarError,
     TrajectoryFormatError,
@@ -37,7 +38,9 @@ from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy, ReplayPlan
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
-from reroll.rollout.verifier import prepare, quiesce, verify
+from reroll.rollout.verifier import quiesce
+from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
+from reroll.runfolder.agent_log import AGENT_LOG, AgentLog
 from reroll.runfolder.run import (
     TRAJECTORY,
     RunConfig,
@@ -158,6 +161,7 @@ async def execute_rollout(
                 console.print(
                     f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]"
                 )
+            verifier = verifier_for(plan.task)
             sandbox = create_sandbox(plan.config.sandbox, plan.task, plan.run_dir.name)
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
@@ -170,7 +174,7 @@ async def execute_rollout(
             env = sandbox_env(sandbox)
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
-            await prepare(sandbox, plan.task, env)
+            await verifier.prepare(sandbox, env)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
@@ -186,6 +190,7 @@ async def execute_rollout(
                 run_turn=functools.partial(
                     _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
                 ),
+                verifier=verifier,
                 recorded=plan.recorded,
             )
             outcome = await run_trial(trial, console)
@@ -200,19 +205,14 @@ async def execute_rollout(
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                verdict = await verify(sandbox, plan.task, env | task_env, plan.run_dir / "verifier")
-                result.rewards = verdict.rewards
-                result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
+                request = VerifyRequest(sandbox, env | task_env, plan.run_dir, plan.run_dir / "verifier")
+                _apply_verdict(result, await verifier.verify(request))
     except Exception as exc:  # every failure ends in status error, never null
-        agent_failure = result.error if result.error_category == "agent_error" else None
-        result.status = "error"
-        result.error_category = result.error_category or error_category(exc)
-        result.error = str(exc)
+        message = str(exc)
         if not isinstance(exc, RerollError):  # a bug: keep its traceback
             (plan.run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
-            result.error = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
-        if agent_failure is not None:  # the agent failed first: its error stays the headline
-            result.error = headline(agent_failure, result.error)
+            message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
+        _fail(result, error_category(exc), message)
     finally:
         trajectory = plan.run_dir / TRAJECTORY
         if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
@@ -402,15 +402,13 @@ async def _run_agent(
         agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
-    log_dir = plan.run_dir / "agent"
-    log_dir.mkdir(exist_ok=True)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
-    with open(log_dir / "output.log", "ab") as log:
+    # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
+    with AgentLog(plan.run_dir / AGENT_LOG) as log:
 
         def write_output(_stream: str, chunk: bytes) -> None:
             log.write(chunk)
-            log.flush()
 
         run = asyncio.create_task(
             sandbox.exec(
@@ -433,6 +431,11 @@ async def _run_agent(
             outcome.exit_code = executed.exit_code
             outcome.timed_out = executed.timed_out
             outcome.output_tail = output_tail(executed.output_text())
+    if log.dropped:
+        console.print(
+            f"[yellow]{agent.name}'s output cut: {AGENT_LOG} keeps the first {log.limit} bytes, "
+            f"{log.dropped} more were dropped[/yellow]"
+        )
     if proxy is not None:
         # Read after the agent is gone: the proxy sets its stop before it sends the 409 that tells
         # the agent, so an agent that exits right after that 409 still gets its run stopped.
@@ -472,6 +475,24 @@ def output_tail(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     joined = " | ".join(lines[-OUTPUT_TAIL_LINES:])
     return joined if len(joined) <= OUTPUT_TAIL_CHARS else "…" + joined[-OUTPUT_TAIL_CHARS:]
+
+
+def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
+    """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
+    result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
+    if verdict.status == "ok":
+        result.rewards = verdict.rewards
+    else:
+        _fail(result, verdict.error_category or "verifier_error", verdict.error)
+
+
+def _fail(result: RunResult, category: ErrorCategory, message: str) -> None:
+    """End `result` in status ``error`` with `message`: the category of an earlier failure stays,
+    and an agent's failure stays the headline (`headline`)."""
+    agent_failure = result.error if result.error_category == "agent_error" else None
+    result.status = "error"
+    result.error_category = result.error_category or category
+    result.error = message if agent_failure is None else headline(agent_failure, message)
 
 
 def headline(agent_failure: str, later_error: str) -> str:

@@ -13,9 +13,10 @@ through the rollout's `TurnRunner` and records the turn in ``trial.json`` and th
 
 After each turn of a scene with several roles the outbox (``<workspace>/.outbox/<role>.json``)
 is read, as the agent's user (so a planted symlink reaches nothing the agent could not read
-itself), and emptied. After each round of a User scene a soft verify (`reroll.rollout.verifier.soft_verify`)
-scores the workspace for the User's `RoundResult`. The first turn that does not end well (a
-timeout, an agent error, a proxy stop) ends the trial: its outcome is the rollout's.
+itself), and emptied. After each round of a User scene a soft verify (the rollout's verifier,
+`reroll.rollout.verifiers.Verifier.verify` with ``soft``) scores the workspace for the User's
+`RoundResult`. The first turn that does not end well (a timeout, an agent error, a proxy stop)
+ends the trial: its outcome is the rollout's.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reroll_contracts.errors import RunFolderError, TrialError, VerifierError
+from reroll_contracts.errors import RunFolderError, TrialError
 from reroll_contracts.proxy import ProxyStatus
 from reroll_proxy.exchange import Place, load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
-from reroll.rollout.verifier import quiesce, soft_verify
+from reroll.rollout.verifier import quiesce
+from reroll.rollout.verifiers import Verifier, VerifyRequest
 from reroll.runfolder.run import TRAJECTORY, write_json
 from reroll.runfolder.trial import TRIAL_RECORD, TrialRecord, TurnRecord
 from reroll.sandbox.base import Sandbox
@@ -91,6 +93,8 @@ class TrialContext:
     run_dir: Path
     proxy: LlmProxy | None
     run_turn: TurnRunner
+    verifier: Verifier
+    """Scores the workspace after each round of a User scene (a soft verify)."""
     recorded: list[TurnRecord] = field(default_factory=list)
     """A continuation's turns whose prompts are re-sent as recorded (the first ones)."""
     record: TrialRecord = field(default_factory=TrialRecord)
@@ -211,17 +215,10 @@ async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutco
     """Soft-verify the workspace after a round; its result (also put into the round's record)."""
     turn = len(ctx.record.turns) - 1
     output_dir = ctx.run_dir / "verifier" / "rounds" / str(turn)
-    rewards, error = None, None
-    try:
-        verdict = await soft_verify(ctx.sandbox, ctx.task, ctx.env, output_dir)
-        rewards = verdict.rewards
-    except VerifierError as exc:
-        error = str(exc)
-    output = "".join(
-        (output_dir / name).read_text(errors="replace")
-        for name in ("test-stdout.txt", "test-stderr.txt")
-        if (output_dir / name).is_file()
-    )
+    request = VerifyRequest(ctx.sandbox, ctx.env, ctx.run_dir, output_dir, soft=True)
+    verdict = await ctx.verifier.verify(request)
+    rewards = verdict.rewards if verdict.status == "ok" else None
+    error = verdict.error if verdict.status != "ok" else None
     record = ctx.record.turns[turn]
     ctx.record.turns[turn] = record.model_copy(update={"rewards": rewards, "verifier_error": error})
     _write_record(ctx)
@@ -237,7 +234,7 @@ async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutco
         prompt=record.prompt,
         trajectory=exchanges,
         rewards=rewards,
-        verifier_output=output,
+        verifier_output=verdict.output,
         verifier_error=error,
         exit_code=outcome.exit_code,
     )

@@ -27,6 +27,7 @@ from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.scenes import check_trial
+from reroll.rollout.verifiers import verifier_for
 from reroll.runfolder.run import (
     TRAJECTORY,
     BranchedFrom,
@@ -132,7 +133,8 @@ async def start_rollout(
 
     Raises:
         SandboxBackendError: the sandbox backend is unknown, or its package is missing.
-        TaskError: network ``none`` is asked of a sandbox without a network policy.
+        TaskError: network ``none`` is asked of a sandbox without a network policy, or the
+            task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
         AgentError: a role's agent is unknown.
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
             ``resume`` turn's agent has no session to resume.
@@ -162,6 +164,7 @@ async def start_rollout(
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
+    verifier_for(task)  # an unknown verifier.type is refused before anything is written
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_network(task, config.network),

@@ -1,4 +1,8 @@
-"""The verifier: score the workspace the agent left behind with the task's test script.
+"""The test-script verifier: score the workspace the agent left behind with the task's test script.
+
+`TestScriptVerifier` is its face on the verifier seam (`reroll.rollout.verifiers`, the task's
+``verifier.type: test-script``, the default); the functions below are its steps, which the
+conformance suite also calls one by one.
 
 The hardening lives in the sidecar (``reroll_sidecar.verify``; the PrepareVerify and Verify
 RPCs); this module is its host side. `prepare`, before the agent runs, records the baseline
@@ -23,11 +27,13 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from reroll_contracts.errors import VerifierError
+from reroll_contracts.errors import TaskError, VerifierError
 
+from reroll.rollout.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline
 from reroll.tasks.compat import resolve_env
@@ -40,15 +46,6 @@ OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
 CTRF_OPTION = re.compile(r"(^|[^\w-])--ctrf([=\s]|$)", re.MULTILINE)
 """pytest-json-ctrf's option in a test script: its plugin (``ctrf``) is then declared."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the verifier found."""
-
-    rewards: dict[str, float]
-    """``{"reward": 1.0}`` for reward.txt, the object itself for reward.json."""
-    duration_seconds: float
 
 
 async def prepare(sandbox: Sandbox, task: Task, env: dict[str, str]) -> VerifyBaseline:
@@ -166,3 +163,80 @@ async def verify(
     if outcome.reward_error:
         raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
     return Verdict(rewards=outcome.rewards, duration_seconds=time.monotonic() - started)
+
+
+VERDICT_OUTPUT_BYTES = 256 * 1024
+"""How much of the end of ``test-stdout.txt`` and of ``test-stderr.txt`` a `Verdict`'s
+``output`` holds (each), in bytes: the files in the run folder keep all of it."""
+
+
+class TestScriptVerifier:
+    """The ``test-script`` verifier (`reroll.rollout.verifiers.Verifier`): the task's ``test.sh``,
+    hardened as `prepare` recorded; a soft verify is `soft_verify`. Options: none (the test
+    script's own settings are the ``verifier`` section's fields).
+
+    Its verdict's ``output`` is the end of the script's stdout then stderr
+    (`VERDICT_OUTPUT_BYTES` of each); ``details`` holds ``reward_file`` and ``pytest_report``
+    when the script left them.
+    """
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def __init__(self, task: Task, options: Mapping[str, Any]) -> None:
+        """Raises: TaskError: `options` is not empty (the message names the task)."""
+        if options:
+            raise TaskError(
+                f"task {task.name} ({task.path}): verifier.type test-script takes no verifier.options "
+                f"(got {', '.join(sorted(options))})"
+            )
+        self.task = task
+
+    async def prepare(self, sandbox: Sandbox, env: dict[str, str]) -> None:
+        """`prepare`: the verification baseline (see `reroll.rollout.verifiers.Verifier.prepare`)."""
+        await prepare(sandbox, self.task, env)
+
+    async def verify(self, request: VerifyRequest) -> Verdict:
+        """`verify`, or `soft_verify` for a soft request; a `VerifierError` becomes a verdict
+        with status ``error`` (see `reroll.rollout.verifiers.Verifier.verify`).
+
+        Raises:
+            SandboxError: the sandbox failed or died.
+            RerollError: any other error of `verify` but a `VerifierError` (a soft verify's leftovers).
+        """
+        started = time.monotonic()
+        step = soft_verify if request.soft else verify
+        try:
+            verdict = await step(request.sandbox, self.task, request.env, request.output_dir)
+        except VerifierError as exc:
+            verdict = Verdict(
+                rewards={},
+                duration_seconds=time.monotonic() - started,
+                status="error",
+                error_category=exc.error_category,
+                error=str(exc),
+            )
+        output = "".join(_tail(request.output_dir / name) for name in ("test-stdout.txt", "test-stderr.txt"))
+        details = {
+            name: found.name
+            for name, found in (
+                ("reward_file", _first_file(request.output_dir, ("reward.txt", "reward.json"))),
+                ("pytest_report", _first_file(request.output_dir, (PYTEST_REPORT_FILE,))),
+            )
+            if found is not None
+        }
+        return dataclasses.replace(verdict, output=output, details=details)
+
+
+def _tail(path: Path) -> str:
+    """The last `VERDICT_OUTPUT_BYTES` of `path`, decoded (invalid bytes replaced); "" when missing."""
+    try:
+        with path.open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - VERDICT_OUTPUT_BYTES))
+            return file.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
+    return next((folder / name for name in names if (folder / name).is_file()), None)

@@ -71,8 +71,11 @@ class Sandbox(Protocol):
     needs a started sandbox and raises SandboxError ("... is not started") before `start` or after `stop`.
 
     Limits of reroll's own backends (the sidecar's): exec output arrives in chunks of at most
-    64 KiB and is also kept whole in memory for the result; files move in 1 MiB chunks, held
-    whole in memory, each transfer within 120 s; a snapshot or restore within 660 s.
+    64 KiB and is also kept in memory for the result: whole, or only the last
+    `reroll.sandbox.results.STREAMED_TAIL_BYTES` of each stream when the caller takes every
+    chunk through ``on_output`` (the agent's run: its output goes to the run folder); files
+    move in 1 MiB chunks, held whole in memory, each transfer within 120 s; a snapshot or
+    restore within 660 s.
     """
 
     layout: SandboxLayout
@@ -157,12 +160,14 @@ class Sandbox(Protocol):
             user: run as this user (e.g. ``layout.agent_user``); empty = the backend's own user.
             timeout_seconds: kill the whole process group after this many seconds; 0 = no timeout.
             stdin: bytes fed to the child's stdin, which is then closed.
-            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
+                the result may then hold only the end of each stream (reroll's backends keep
+                the last `reroll.sandbox.results.STREAMED_TAIL_BYTES`).
 
         Returns:
             The exit code (127 for a program that does not exist, with the error on stderr; the
-            negative signal number when killed, -9 after a timeout), the whole stdout and
-            stderr, whether it timed out, and its duration in seconds.
+            negative signal number when killed, -9 after a timeout), the stdout and stderr
+            (whole without `on_output`), whether it timed out, and its duration in seconds.
 
         Raises:
             SandboxError: not started, the command could not be started (e.g. a nonexistent
@@ -317,7 +322,8 @@ class Sandbox(Protocol):
             reward_dir: where the script writes ``reward.txt`` or ``reward.json``.
             env: the script's base environment; cleaned, then the hardening variables are added.
             timeout_seconds: kill the script's process group after this many seconds; 0 = no timeout.
-            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
+                the outcome may then hold only the end of each stream (as `exec`).
             on_hardening: called with the hardening report once it is done, before the script runs.
             soft: a soft verify (between a trial's rounds): the agent's processes are killed, the
                 script runs in the same clean environment, but planted build config and start-up

@@ -4,6 +4,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+STREAMED_TAIL_BYTES = 64 * 1024
+"""What `Sandbox.exec` and `Sandbox.verify` of reroll's backends keep of each output stream in
+their result when the caller takes every chunk through ``on_output``: its last 64 KiB, in bytes
+(the caller streams the rest to a file, so an agent that prints gigabytes costs the controller
+no memory). Without ``on_output`` the result holds the whole output."""
+
+
+class OutputTail:
+    """The last `limit` bytes of a stream, kept as its chunks arrive (all of them when `limit` is None)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self._kept = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        """Append `chunk`, then drop what is older than the last `limit` bytes."""
+        self._kept += chunk
+        if self.limit is not None and len(self._kept) > self.limit:
+            del self._kept[: len(self._kept) - self.limit]
+
+    def value(self) -> bytes:
+        """What is kept."""
+        return bytes(self._kept)
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -12,7 +36,9 @@ class ExecResult:
     exit_code: int
     """The exit code, or the negative signal number when killed by a signal (-9 after a timeout)."""
     stdout: bytes
+    """The whole stdout; its last `STREAMED_TAIL_BYTES` when the caller passed ``on_output``."""
     stderr: bytes
+    """The whole stderr; its last `STREAMED_TAIL_BYTES` when the caller passed ``on_output``."""
     timed_out: bool
     """Whether the process group was killed because the timeout elapsed."""
     duration_seconds: float
@@ -56,7 +82,9 @@ class VerifyOutcome:
     """The test script's exit code, or the negative signal number (-9 after a timeout)."""
     timed_out: bool
     stdout: bytes
+    """The script's stdout; its last `STREAMED_TAIL_BYTES` when the caller passed ``on_output``."""
     stderr: bytes
+    """The script's stderr; its last `STREAMED_TAIL_BYTES` when the caller passed ``on_output``."""
     reward_file: str
     """``reward.txt`` or ``reward.json``, whichever the script wrote; empty: neither (or timed out)."""
     reward_content: bytes

@@ -23,7 +23,14 @@ from reroll_contracts.errors import QuiesceError, SidecarError, SidecarUnavailab
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
-from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
+from reroll.sandbox.results import (
+    STREAMED_TAIL_BYTES,
+    ExecResult,
+    HardeningReport,
+    OutputTail,
+    VerifyBaseline,
+    VerifyOutcome,
+)
 from reroll.tasks.task import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
@@ -248,14 +255,16 @@ class SidecarClient:
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
 
         Returns:
-            The exit code, the whole stdout and stderr, whether it timed out, and how long it took.
+            The exit code, the whole stdout and stderr (with `on_output`: the last
+            `STREAMED_TAIL_BYTES` of each), whether it timed out, and how long it took.
 
         Raises:
             SidecarError: the RPC failed (see `exec_stream`).
             SidecarUnavailable: the sidecar cannot be reached.
         """
         started = time.monotonic()
-        output: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        kept = STREAMED_TAIL_BYTES if on_output is not None else None
+        output = {"stdout": OutputTail(kept), "stderr": OutputTail(kept)}
         exit_status: ExecExit | None = None
         stream = self.exec_stream(
             argv,
@@ -272,14 +281,14 @@ class SidecarClient:
                     exit_status = item
                     continue
                 name, chunk = item
-                output[name].append(chunk)
+                output[name].add(chunk)
                 if on_output is not None:
                     on_output(name, chunk)
         assert exit_status is not None, "exec_stream ends with an ExecExit or raises"
         return ExecResult(
             exit_code=exit_status.exit_code,
-            stdout=b"".join(output["stdout"]),
-            stderr=b"".join(output["stderr"]),
+            stdout=output["stdout"].value(),
+            stderr=output["stderr"].value(),
             timed_out=exit_status.timed_out,
             duration_seconds=time.monotonic() - started,
         )
@@ -481,7 +490,8 @@ class SidecarClient:
             reward_dir: where the script writes ``reward.txt`` or ``reward.json``.
             env: the script's base environment; the sidecar cleans it and adds the hardening variables.
             timeout_seconds: kill the script's process group after this long; 0 = no timeout.
-            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
+                the outcome then keeps the last `STREAMED_TAIL_BYTES` of each stream.
             on_hardening: called with the hardening report once it arrives, before the script runs.
             soft: skip the restore of build config and hooks (see `Sandbox.verify`).
 
@@ -500,7 +510,8 @@ class SidecarClient:
         )
         deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)
-        output: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        kept = STREAMED_TAIL_BYTES if on_output is not None else None
+        output = {"stdout": OutputTail(kept), "stderr": OutputTail(kept)}
         report = HardeningReport(killed_groups=0, restored=[], deleted=[])
         result: pb.VerifyResult | None = None
         try:
@@ -518,7 +529,7 @@ class SidecarClient:
                         on_hardening(report)
                 elif kind in ("stdout", "stderr"):
                     chunk: bytes = getattr(event, kind)
-                    output[kind].append(chunk)
+                    output[kind].add(chunk)
                     if on_output is not None:
                         on_output(kind, chunk)
                 elif kind == "result":
@@ -535,8 +546,8 @@ class SidecarClient:
             hardening=report,
             exit_code=result.exit_code,
             timed_out=result.timed_out,
-            stdout=b"".join(output["stdout"]),
-            stderr=b"".join(output["stderr"]),
+            stdout=output["stdout"].value(),
+            stderr=output["stderr"].value(),
             reward_file=result.reward_file,
             reward_content=result.reward_content,
             rewards=dict(result.rewards),

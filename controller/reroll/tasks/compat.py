@@ -55,7 +55,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "profiles": ("benchflow authoring profiles are not supported", ()),
     "agent.network_mode": ("a per-phase network policy: the task's policy applies to every phase", (None,)),
     "agent.allowed_hosts": ("host allowlists are " + _NOT_ENFORCED, (None, [])),
-    "verifier.type": ("only test-script verifiers run (test.sh)", ("test-script",)),
     "verifier.user": ("the verifier runs as root", (None, "root", 0)),
     "verifier.network_mode": (
         "a per-phase network policy: the task's policy applies to every phase",

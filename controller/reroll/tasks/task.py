@@ -83,6 +83,13 @@ class VerifierSection(BaseModel):
     """The `verifier` section of a task."""
 
     model_config = ConfigDict(extra="forbid")
+    type: str = "test-script"
+    """Which verifier scores the task (benchflow's ``verifier.type``): a name of
+    `reroll.rollout.verifiers.VERIFIERS` (``test-script``: the task's ``test.sh``, the fields
+    below), or the dotted path of a verifier class (``package.module:Class``); checked before a
+    rollout starts."""
+    options: dict[str, Any] = {}
+    """What that verifier is made with (a judge's model, rubric ...); ``test-script`` takes none."""
     timeout_sec: float = Field(default=300.0, gt=0)
     """Wall-clock budget of the verifier's test script, in seconds."""
     hardening: HardeningOptions = Field(default_factory=HardeningOptions)
