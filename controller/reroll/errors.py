@@ -242,6 +242,14 @@ class VerifierError(RerollError):
     error_category = "verifier_error"
 
 
+class VerifyLeftoverError(RerollError):
+    """A soft verify left something it could not undo (a file outside the agent's folders changed
+    or vanished, or the clean-up after it failed): the sandbox may hold the hidden tests, so the
+    trial ends. Not a `VerifierError`, which a trial's round records and goes on after."""
+
+    error_category = "verifier_error"
+
+
 class QuiesceError(VerifierError):
     """The agent's processes were not all stopped and killed within the quiesce time limit (raised
     by ``reroll_sidecar.quiesce``; the controller receives it from Kill as an ABORTED status)."""

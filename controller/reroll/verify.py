@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from reroll.errors import VerifierError
+from reroll.errors import VerifierError, VerifyLeftoverError
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline
 from reroll.task_compat import resolve_env
@@ -93,11 +93,14 @@ async def quiesce(sandbox: Sandbox) -> None:
 async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
     """Score the workspace between two rounds of a trial: `verify` without its destructive
     hardening steps (planted build config and start-up hooks are left as the agent left them,
-    since it goes on working), then the verifier folder removed again, so no later round sees
-    the hidden tests.
+    since it goes on working), fenced in the sandbox (``reroll_sidecar.fence``: every process
+    the verify started is killed, the agent's folders are restored to their state before it,
+    new files elsewhere deleted), then the verifier folder removed again, so no later round sees
+    the hidden tests or anything made of them.
 
     Raises:
-        As `verify`.
+        VerifyLeftoverError: the verify changed what the fence cannot undo (the trial ends).
+        As `verify` otherwise.
     """
     try:
         return await verify(sandbox, task, env, output_dir, soft=True)
@@ -122,6 +125,7 @@ async def verify(
         VerifierError: the test script is missing (the message names it), timed out, or left no
             valid reward file (the message carries the end of the script's output); hardening
             failed or ran out of time (`QuiesceError` when the agent's processes outlived it).
+        VerifyLeftoverError: a soft verify left what its fence cannot undo.
         SandboxError: the sandbox failed or died (an infrastructure error).
     """
     started = time.monotonic()
@@ -162,6 +166,8 @@ async def verify(
         (output_dir / outcome.reward_file).write_bytes(outcome.reward_content)
     if outcome.pytest_report:
         (output_dir / PYTEST_REPORT_FILE).write_text(outcome.pytest_report + "\n")
+    if outcome.leftover:
+        raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
     if outcome.reward_error:
         raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
     return Verdict(rewards=outcome.rewards, duration_seconds=time.monotonic() - started)

@@ -65,6 +65,9 @@ class VerifyOutcome:
     reward_error: str
     pytest_report: str = ""
     """What pytest's own report said (its counts, or why the rewards were zeroed); empty: not judged."""
+    leftover: str = ""
+    """What the verify changed that could not be undone (a soft verify's fence), or why cleaning
+    up after it failed; empty: nothing is left of it."""
 
     def output_text(self) -> str:
         """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""
