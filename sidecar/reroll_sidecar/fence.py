@@ -263,8 +263,7 @@ class Fence:
         selection = quiesce.Selection(uid=self.agent_uid, descendants=True)
         left.killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.keep_reaped)
         for folder in self.discard:
-            with contextlib.suppress(FileNotFoundError):
-                await asyncio.to_thread(_remove, os.fsencode(folder))
+            await asyncio.to_thread(_discard, os.fsencode(folder))
         after = await stamp_rest(self._roots, [*self.areas, *self.discard])
         await asyncio.to_thread(_undo, self._before, after, left)
         if not left.unrecoverable and self._saved:
@@ -340,6 +339,25 @@ def _compare(path: bytes, old: bytes, new: bytes, left: Left) -> None:
         left.repaired.append(os.fsdecode(path))
         return
     left.unrecoverable.append(f"{os.fsdecode(path)} (changed)")
+
+
+def _discard(folder: bytes) -> None:
+    """Delete `folder` and what it holds; a mount point (the local sandbox binds the verifier
+    folder) is emptied and kept.
+
+    Raises:
+        OSError: an entry cannot be deleted.
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            os.unlink(folder)
+            return
+    except FileNotFoundError:
+        return
+    for name in os.listdir(folder):
+        _remove(os.path.join(folder, name))
+    with contextlib.suppress(OSError):  # EBUSY: a mount point
+        os.rmdir(folder)
 
 
 def _remove(path: bytes) -> None:
