@@ -2,8 +2,8 @@
 
 The cheat replaces the module the verifier runs with ``import os; os._exit(0)``: a verifier that
 imports it and rewards exit status 0 pays 1.0 (shown with fix-failing-test's former test.sh),
-the bundled verifiers pay 0 — fix-failing-test reads the JUnit report of its hidden tests, which
-a run ended early never writes; word-count compares the program's output itself. Run on the local
+the bundled one pays 0: it reads the JUnit report of its hidden tests, which a run ended early
+never writes. (The other bundled tasks compare the agent's output themselves.) Run on the local
 sandbox, where fix-failing-test's verifier falls back to its unittest runner (no pytest on the
 host) and reroll's own check of pytest's report does not apply: the task's verifier holds alone.
 """
@@ -57,17 +57,10 @@ def reward_of(task: Path, tmp_path: Path) -> tuple[dict[str, float] | None, str]
     return result["rewards"], output
 
 
-@pytest.mark.parametrize(
-    ("example", "module", "solution"),
-    [("fix-failing-test", "calc.py", "oracle"), ("word-count", "wordcount.py", "solution")],
-)
-def test_an_early_exit_with_status_zero_scores_zero(
-    example: str, module: str, solution: str, tmp_path: Path
-) -> None:
-    rewards, output = reward_of(cheat_task(tmp_path, example, module, solution), tmp_path)
-    assert rewards is not None and rewards["reward"] == 0.0, output
-    if example == "fix-failing-test":
-        assert "no readable test report" in output, output
+def test_an_early_exit_with_status_zero_scores_zero(tmp_path: Path) -> None:
+    rewards, output = reward_of(cheat_task(tmp_path, "fix-failing-test", "calc.py", "oracle"), tmp_path)
+    assert rewards == {"reward": 0.0}, output
+    assert "no readable test report" in output, output
 
 
 def test_the_former_exit_status_verifier_paid_the_cheat(tmp_path: Path) -> None:

@@ -115,10 +115,9 @@ def make_trial(root: Path) -> Path:
     return root / "trial.yaml"
 
 
-@pytest.mark.parametrize("backend", ["local"])
-def test_round_two_finds_nothing_the_soft_verify_ran(backend: str, tmp_path: Path) -> None:
+def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_path: Path) -> None:
     trial = make_trial(tmp_path)
-    args = ["run", "--trial", str(trial), "--agent", "oracle", "--sandbox", backend]
+    args = ["run", "--trial", str(trial), "--agent", "oracle", "--sandbox", sandbox_backend]
     done = subprocess.run(
         [REROLL, *args, "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
         capture_output=True,
