@@ -13,7 +13,10 @@ runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt``
 folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
 ``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs), the reward file and
 ``pytest-report.txt`` (what pytest's own report said, when the script ran pytest: the rewards are
-zeroed when it counts failures or errors, or when pytest ended without one).
+zeroed when it counts failures or errors, or when pytest ended without one). A soft verify (between
+the rounds of a trial) is fenced (``reroll_sidecar.fence``): afterwards every process it started
+is killed, the agent's folders are put back as they were before it and new files elsewhere are
+deleted; ``cleanup.txt`` says what was done, and a change it cannot undo ends the trial.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from reroll.tasks import Task
 TEST_SCRIPT = "test.sh"
 PYTEST_REPORT_FILE = "pytest-report.txt"
 """What pytest's own report said (its counts, or why the rewards were zeroed), in ``verifier/``."""
+CLEANUP_FILE = "cleanup.txt"
+"""What the clean-up after a soft verify did (its fence), in ``verifier/``."""
 OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
 CTRF_OPTION = re.compile(r"(^|[^\w-])--ctrf([=\s]|$)", re.MULTILINE)
@@ -166,6 +171,9 @@ async def verify(
         (output_dir / outcome.reward_file).write_bytes(outcome.reward_content)
     if outcome.pytest_report:
         (output_dir / PYTEST_REPORT_FILE).write_text(outcome.pytest_report + "\n")
+    if outcome.cleanup or outcome.leftover:
+        lines = [*outcome.cleanup, *([f"left over: {outcome.leftover}"] if outcome.leftover else [])]
+        (output_dir / CLEANUP_FILE).write_text("\n".join(lines) + "\n")
     if outcome.leftover:
         raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
     if outcome.reward_error:

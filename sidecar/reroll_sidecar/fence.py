@@ -40,6 +40,7 @@ import contextlib
 import os
 import shutil
 import stat
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -169,10 +170,18 @@ class Left:
     """Folders outside the areas whose mode or owner was put back."""
     unrecoverable: list[str] = field(default_factory=list)
     """Entries outside the areas that changed or vanished: the fence cannot undo them."""
+    enter_seconds: float = 0.0
+    """How long `Fence.enter` took (the snapshot of the areas and the first walk)."""
+    leave_seconds: float = 0.0
+    """How long `Fence.leave` took (the quiesce, the second walk, the undo and the restore)."""
 
     def notes(self) -> list[str]:
         """One line per kind of thing done, for the hardening report."""
-        lines = [f"soft verify fence: {self.killed} processes killed, the agent's folders restored"]
+        lines = [
+            f"soft verify fence: {self.killed} processes killed, the agent's folders "
+            f"{'left as they are' if self.unrecoverable else 'restored'} "
+            f"(entered in {self.enter_seconds:.2f} s, left in {self.leave_seconds:.2f} s)"
+        ]
         if self.deleted:
             count = len(self.deleted)
             lines.append(f"soft verify fence: deleted {count} new entries: {_listed(self.deleted)}")
@@ -231,6 +240,7 @@ class Fence:
         self._roots: list[str] = []
         self._before: dict[bytes, bytes] | None = None
         self._saved = False
+        self._enter_seconds = 0.0
 
     async def enter(self) -> None:
         """Snapshot the areas, stamp the rest.
@@ -238,6 +248,7 @@ class Fence:
         Raises:
             SnapshotError: the snapshot failed. ToolError: find failed. OSError: no mountinfo.
         """
+        started = time.monotonic()
         present = [area for area in self.areas if os.path.lexists(area)]
         if present:
             await self.snapshots.save(SNAPSHOT_NAME, present)
@@ -245,6 +256,7 @@ class Fence:
         roots = self.rest if self.rest is not None else writable_mounts()
         self._roots = [os.path.normpath(root) for root in roots]
         self._before = await stamp_rest(self._roots, [*self.areas, *self.discard])
+        self._enter_seconds = time.monotonic() - started
 
     async def leave(self) -> Left:
         """Kill the verify's processes, delete the discarded folders, undo the verify's changes
@@ -259,7 +271,8 @@ class Fence:
         """
         if self._before is None:
             raise SnapshotError("failed", "the soft verify fence was left before it was entered")
-        left = Left()
+        started = time.monotonic()
+        left = Left(enter_seconds=self._enter_seconds)
         selection = quiesce.Selection(uid=self.agent_uid, descendants=True)
         left.killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.keep_reaped)
         for folder in self.discard:
@@ -268,6 +281,7 @@ class Fence:
         await asyncio.to_thread(_undo, self._before, after, left)
         if not left.unrecoverable and self._saved:
             await self.snapshots.restore(SNAPSHOT_NAME)
+        left.leave_seconds = time.monotonic() - started
         return left
 
 

@@ -44,7 +44,7 @@ import math
 import os
 import pwd
 import stat
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, MutableSequence
 from dataclasses import dataclass, field
 
 from reroll.errors import QuiesceError, SnapshotError, ToolError, VerifyError
@@ -319,7 +319,7 @@ class Verifier:
                     for key in result.rewards:
                         result.rewards[key] = 0.0
         result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
-        result.leftover = await self._clean_up(baseline, fenced)
+        result.leftover = await self._clean_up(baseline, fenced, result.cleanup)
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
         yield pb.VerifyEvent(result=result)
 
@@ -348,9 +348,11 @@ class Verifier:
             keep_reaped=self.groups.waited,
         )
 
-    async def _clean_up(self, baseline: Baseline, fenced: fence.Fence | None) -> str:
-        """After the script: kill every process it left (all of a soft verify, `fence.Fence.leave`);
-        returns what could not be undone, or empty."""
+    async def _clean_up(
+        self, baseline: Baseline, fenced: fence.Fence | None, notes: MutableSequence[str]
+    ) -> str:
+        """After the script: kill every process it left (all of a soft verify, `fence.Fence.leave`),
+        appending what was done to `notes`; returns what could not be undone, or empty."""
         try:
             if fenced is None:
                 selection = quiesce.Selection(uid=_agent_uid(baseline), descendants=True)
@@ -363,6 +365,7 @@ class Verifier:
             return f"cleaning up after the verify failed: {exc}"
         for note in left.notes():
             log.info("%s", note)
+            notes.append(note)
         return left.error()
 
     async def _run_script(

@@ -543,4 +543,5 @@ class SidecarClient:
             reward_error=result.reward_error,
             pytest_report=result.pytest_report,
             leftover=result.leftover,
+            cleanup=list(result.cleanup),
         )
