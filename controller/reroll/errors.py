@@ -38,9 +38,11 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │       │   ├── VerifyError                           PrepareVerify / Verify
     │       │   └── SnapshotError                         Snapshot / Restore
     │       └── ToolError                                 in the sidecar: find or tar failed
-    └── VerifierError            verifier_error  no       the verifier left no valid reward
-        └── QuiesceError                                  the agent's processes outlived the time
-                                                          limit of the freeze-and-kill before verify
+    ├── VerifierError            verifier_error  no       the verifier left no valid reward
+    │   └── QuiesceError                                  the agent's processes outlived the time
+    │                                                     limit of the freeze-and-kill before verify
+    └── VerifyLeftoverError      verifier_error  no       a soft verify changed what its fence cannot
+                                                          undo (the trial ends)
 
 Raised outside the controller: `FaultPlanError`, `ProxyConfigError`, `TrajectoryFormatError`,
 `TranslationError` and `UntranslatableError` by `reroll_proxy`; `SidecarRequestError` (its `kind`
