@@ -100,7 +100,8 @@ def test_the_fence_leaves_no_copy_no_daemon_and_the_agents_work_as_it_was(tmp_pa
     assert (tmp_path / "work" / "calc.py").read_text() == "def mean(v): return sum(v) / len(v)\n"
     assert (tmp_path / "home" / ".profile").read_text() == "# the agent's\n"
     assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".profile"]
-    assert not (tmp_path / "rest" / "lib" / "new").exists() and not (tmp_path / "rest" / "state" / "leak").exists()
+    assert not (tmp_path / "rest" / "lib" / "new").exists()
+    assert not (tmp_path / "rest" / "state" / "leak").exists()
     assert (tmp_path / "rest" / "lib").stat().st_mode & 0o777 == 0o755
     assert report["repaired"] == [str(tmp_path / "rest" / "lib")]
     daemon = int((tmp_path / "daemon.pid").read_text())
@@ -123,9 +124,12 @@ def test_a_tampered_snapshot_of_the_agents_folders_is_never_restored(tmp_path: P
     """The payload runs as the sidecar's user: it could rewrite the snapshot so that the restore
     plants the tests in the workspace. The snapshot is part of the walked rest, so that is seen."""
     make_sandbox(tmp_path)
-    payload = 'for f in "$1"/rest/state/snapshots/reroll-soft-verify/*; do [ -f "$f" ] && echo x >> "$f"; done'
+    snapshot = '"$1"/rest/state/snapshots/reroll-soft-verify'
+    payload = f'for f in {snapshot}/*; do [ -f "$f" ] && echo x >> "$f"; done'
     report = run_scenario(tmp_path, payload)
-    assert any("reroll-soft-verify" in entry and "(changed)" in entry for entry in report["unrecoverable"])  # type: ignore[attr-defined]
+    unrecoverable = report["unrecoverable"]
+    assert isinstance(unrecoverable, list)
+    assert any("reroll-soft-verify" in entry and "(changed)" in entry for entry in unrecoverable)
 
 
 def test_split_areas_keeps_the_snapshots_folder_out_and_drops_nested_areas(tmp_path: Path) -> None:
