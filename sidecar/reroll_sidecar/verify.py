@@ -24,7 +24,11 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers);
 6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
    started and wrote no report, or whose report counts failures or errors, zeroes every reward
-   (`pytest_report`).
+   (`pytest_report`);
+7. kills every process the script left (`quiesce`, as in step 1). A soft verify in a sandbox of
+   its own (an agent user is set) is fenced instead (`fence`: entered before the script, left
+   after it): its processes are killed, the agent's folders restored, new files elsewhere
+   deleted, and what cannot be undone is returned as ``VerifyResult.leftover``.
 
 Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`); a soft
 verify (``VerifyRequest.soft``: between the rounds of a trial, the agent working on afterwards)
@@ -291,11 +295,13 @@ class Verifier:
                 yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
                 return
         os.chmod(script, stat.S_IMODE(os.stat(script).st_mode) | 0o111)
-        fenced = self._fence(baseline, request, verifier_dir, reward_dir) if request.soft else None
-        if fenced is not None:
+        fenced = None
+        if request.soft:
             try:
-                await fenced.enter()
-            except (SnapshotError, ToolError, OSError) as exc:
+                fenced = self._fence(baseline, request, verifier_dir, reward_dir)
+                if fenced is not None:
+                    await fenced.enter()
+            except (SnapshotError, ToolError, VerifyError, OSError) as exc:
                 error = f"the soft verify fence could not be set up ({exc}); the test script was not run"
                 yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
                 return
