@@ -2,8 +2,10 @@
 the real `reroll run`, once per sandbox backend (docker builds each task's image once; the second
 run of the module reuses it):
 
+- ``fix-failing-test``: reroll's own layout; its reward comes from the hidden tests' JUnit report
+  (pytest in the docker image, its unittest runner where the host has no pytest);
 - ``harbor-ctrf``: Terminal-Bench / Harbor legacy layout, root in /app, pytest with the CTRF plugin
-  installed in its image;
+  installed in its image, the reward from the CTRF report;
 - ``skillsbench-yaml``: SkillsBench-style task.toml, workdir /root, PyYAML installed in its image;
 - ``native-verifier``: benchflow's native task.md (``sandbox:``, ``## prompt``, ``verifier/``),
   whose environment variable reaches the oracle and the verifier; FROM ``debian:trixie-slim``
@@ -43,7 +45,10 @@ def oracle_run(task: Path, sandbox_backend: str, tmp_path: Path, *flags: str) ->
     return done.stdout
 
 
-@pytest.mark.parametrize("example", ["harbor-ctrf", "skillsbench-yaml", "native-verifier"])
+EXAMPLE_TASKS = ["fix-failing-test", "harbor-ctrf", "skillsbench-yaml", "native-verifier"]
+
+
+@pytest.mark.parametrize("example", EXAMPLE_TASKS)
 def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
     # Without an image, harbor-ctrf's test.sh installs pytest and its ctrf plugin from PyPI when it
     # runs: the local sandbox must have the network (its allow_internet = false is network none).

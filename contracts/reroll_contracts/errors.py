@@ -38,9 +38,11 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │       │   ├── VerifyError                           PrepareVerify / Verify
     │       │   └── SnapshotError                         Snapshot / Restore
     │       └── ToolError                                 in the sidecar: find or tar failed
-    └── VerifierError            verifier_error  no       the verifier left no valid reward
-        └── QuiesceError                                  the agent's processes outlived the time
-                                                          limit of the freeze-and-kill before verify
+    ├── VerifierError            verifier_error  no       the verifier left no valid reward
+    │   └── QuiesceError                                  the agent's processes outlived the time
+    │                                                     limit of the freeze-and-kill before verify
+    └── VerifyLeftoverError      verifier_error  no       a soft verify changed what its fence cannot
+                                                          undo (the trial ends)
 
 Raised outside the controller: `FaultPlanError`, `ProxyConfigError`, `TrajectoryFormatError`,
 `TranslationError` and `UntranslatableError` by `reroll_proxy`; `SidecarRequestError` (its `kind`
@@ -238,6 +240,14 @@ class ToolError(SandboxError):
 
 class VerifierError(RerollError):
     """The verifier ran but left no valid reward."""
+
+    error_category = "verifier_error"
+
+
+class VerifyLeftoverError(RerollError):
+    """A soft verify left something it could not undo (a file outside the agent's folders changed
+    or vanished, or the clean-up after it failed): the sandbox may hold the hidden tests, so the
+    trial ends. Not a `VerifierError`, which a trial's round records and goes on after."""
 
     error_category = "verifier_error"
 

@@ -24,7 +24,11 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers);
 6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
    started and wrote no report, or whose report counts failures or errors, zeroes every reward
-   (`pytest_report`).
+   (`pytest_report`);
+7. kills every process the script left (`quiesce`, as in step 1). A soft verify in a sandbox of
+   its own (an agent user is set) is fenced instead (`fence`: entered before the script, left
+   after it): its processes are killed, the agent's folders restored, new files elsewhere
+   deleted, and what cannot be undone is returned as ``VerifyResult.leftover``.
 
 Steps 2, 3, 6 and the pytest variables can each be turned off per task (`pb.Hardening`); a soft
 verify (``VerifyRequest.soft``: between the rounds of a trial, the agent working on afterwards)
@@ -44,13 +48,13 @@ import math
 import os
 import pwd
 import stat
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, MutableSequence
 from dataclasses import dataclass, field
 
-from reroll_contracts.errors import QuiesceError, SnapshotError, VerifyError
+from reroll_contracts.errors import QuiesceError, SnapshotError, ToolError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll_sidecar import nofollow, processes, pytest_plugins, pytest_report, quiesce
+from reroll_sidecar import fence, nofollow, processes, pytest_plugins, pytest_report, quiesce
 from reroll_sidecar.snapshots import SnapshotStore
 
 BASELINE_SNAPSHOT = "reroll-pre-agent"
@@ -169,6 +173,21 @@ def _parse_rewards(name: str, text: str) -> dict[str, float]:
     return rewards
 
 
+def _agent_uid(baseline: Baseline) -> int | None:
+    """The agent's user id when it is another user than root and the sidecar's, else None.
+
+    Raises:
+        VerifyError: ``failed`` when the agent user is unknown.
+    """
+    if not baseline.agent_user:
+        return None
+    try:
+        uid = pwd.getpwnam(baseline.agent_user).pw_uid
+    except KeyError:
+        raise VerifyError("failed", f"unknown agent user {baseline.agent_user!r}") from None
+    return None if uid in (0, os.geteuid()) else uid
+
+
 class Verifier:
     """Holds the baseline between PrepareVerify and Verify; see the module docstring.
 
@@ -276,6 +295,16 @@ class Verifier:
                 yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
                 return
         os.chmod(script, stat.S_IMODE(os.stat(script).st_mode) | 0o111)
+        fenced = None
+        if request.soft:
+            try:
+                fenced = self._fence(baseline, request, verifier_dir, reward_dir)
+                if fenced is not None:
+                    await fenced.enter()
+            except (SnapshotError, ToolError, VerifyError, OSError) as exc:
+                error = f"the soft verify fence could not be set up ({exc}); the test script was not run"
+                yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
+                return
         options = baseline.hardening
         with contextlib.ExitStack() as stack:
             folder = None
@@ -296,8 +325,54 @@ class Verifier:
                     for key in result.rewards:
                         result.rewards[key] = 0.0
         result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+        result.leftover = await self._clean_up(baseline, fenced, result.cleanup)
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
         yield pb.VerifyEvent(result=result)
+
+    def _fence(
+        self, baseline: Baseline, request: pb.VerifyRequest, verifier_dir: str, reward_dir: str
+    ) -> fence.Fence | None:
+        """The fence around a soft verify in a sandbox of its own (an agent user is set); None
+        elsewhere (the agent runs as the sidecar's user on the host: nothing to fence it from)."""
+        if not baseline.agent_user:
+            return None
+        areas = [*baseline.roots[:2], *SCRATCH_DIRS]  # the workspace, the agent's HOME
+        logs = os.path.dirname(os.path.normpath(reward_dir))
+        if logs != "/":
+            areas.append(logs)
+        rest: list[str] | None = None
+        if fence.host_overlay_root():  # / is the host's: only the sandbox's own mounts are walked
+            rest = [mount for mount in fence.writable_mounts() if mount != "/"]
+        else:
+            areas.append(pwd.getpwuid(os.geteuid()).pw_dir)  # the verifier's HOME (root's)
+        return fence.Fence(
+            self.snapshots,
+            areas,
+            discard=[verifier_dir],
+            rest=rest,
+            agent_uid=_agent_uid(baseline),
+            keep_reaped=self.groups.waited,
+        )
+
+    async def _clean_up(
+        self, baseline: Baseline, fenced: fence.Fence | None, notes: MutableSequence[str]
+    ) -> str:
+        """After the script: kill every process it left (all of a soft verify, `fence.Fence.leave`),
+        appending what was done to `notes`; returns what could not be undone, or empty."""
+        try:
+            if fenced is None:
+                selection = quiesce.Selection(uid=_agent_uid(baseline), descendants=True)
+                await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
+                self.groups.kill()
+                return ""
+            left = await fenced.leave()
+            self.groups.kill()
+        except (QuiesceError, SnapshotError, ToolError, VerifyError, OSError) as exc:
+            return f"cleaning up after the verify failed: {exc}"
+        for note in left.notes():
+            log.info("%s", note)
+            notes.append(note)
+        return left.error()
 
     async def _run_script(
         self, script: str, verifier_dir: str, env: dict[str, str], timeout_seconds: float
@@ -336,15 +411,7 @@ class Verifier:
             QuiesceError: the agent's processes outlived the quiesce's time limit.
             VerifyError: ``failed`` when the agent user is unknown or the restore failed.
         """
-        uid: int | None = None
-        if baseline.agent_user:
-            try:
-                uid = pwd.getpwnam(baseline.agent_user).pw_uid
-            except KeyError:
-                raise VerifyError("failed", f"unknown agent user {baseline.agent_user!r}") from None
-            if uid in (0, os.geteuid()):
-                uid = None
-        selection = quiesce.Selection(uid=uid, descendants=True)
+        selection = quiesce.Selection(uid=_agent_uid(baseline), descendants=True)
         killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
         report.killed_groups = killed + self.groups.kill()
         notes: list[str] = []

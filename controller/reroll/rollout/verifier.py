@@ -17,7 +17,10 @@ runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt``
 folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
 ``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs), the reward file and
 ``pytest-report.txt`` (what pytest's own report said, when the script ran pytest: the rewards are
-zeroed when it counts failures or errors, or when pytest ended without one).
+zeroed when it counts failures or errors, or when pytest ended without one). A soft verify (between
+the rounds of a trial) is fenced (``reroll_sidecar.fence``): afterwards every process it started
+is killed, the agent's folders are put back as they were before it and new files elsewhere are
+deleted; ``cleanup.txt`` says what was done, and a change it cannot undo ends the trial.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reroll_contracts.errors import TaskError, VerifierError
+from reroll_contracts.errors import TaskError, VerifierError, VerifyLeftoverError
 
 from reroll.rollout.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
@@ -42,6 +45,8 @@ from reroll.tasks.task import Task
 TEST_SCRIPT = "test.sh"
 PYTEST_REPORT_FILE = "pytest-report.txt"
 """What pytest's own report said (its counts, or why the rewards were zeroed), in ``verifier/``."""
+CLEANUP_FILE = "cleanup.txt"
+"""What the clean-up after a soft verify did (its fence), in ``verifier/``."""
 OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
 CTRF_OPTION = re.compile(r"(^|[^\w-])--ctrf([=\s]|$)", re.MULTILINE)
@@ -91,11 +96,14 @@ async def quiesce(sandbox: Sandbox) -> None:
 async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:
     """Score the workspace between two rounds of a trial: `verify` without its destructive
     hardening steps (planted build config and start-up hooks are left as the agent left them,
-    since it goes on working), then the verifier folder removed again, so no later round sees
-    the hidden tests.
+    since it goes on working), fenced in the sandbox (``reroll_sidecar.fence``: every process
+    the verify started is killed, the agent's folders are restored to their state before it,
+    new files elsewhere deleted), then the verifier folder removed again, so no later round sees
+    the hidden tests or anything made of them.
 
     Raises:
-        As `verify`.
+        VerifyLeftoverError: the verify changed what the fence cannot undo (the trial ends).
+        As `verify` otherwise.
     """
     try:
         return await verify(sandbox, task, env, output_dir, soft=True)
@@ -120,6 +128,7 @@ async def verify(
         VerifierError: the test script is missing (the message names it), timed out, or left no
             valid reward file (the message carries the end of the script's output); hardening
             failed or ran out of time (`QuiesceError` when the agent's processes outlived it).
+        VerifyLeftoverError: a soft verify left what its fence cannot undo.
         SandboxError: the sandbox failed or died (an infrastructure error).
     """
     started = time.monotonic()
@@ -160,6 +169,11 @@ async def verify(
         (output_dir / outcome.reward_file).write_bytes(outcome.reward_content)
     if outcome.pytest_report:
         (output_dir / PYTEST_REPORT_FILE).write_text(outcome.pytest_report + "\n")
+    if outcome.cleanup or outcome.leftover:
+        lines = [*outcome.cleanup, *([f"left over: {outcome.leftover}"] if outcome.leftover else [])]
+        (output_dir / CLEANUP_FILE).write_text("\n".join(lines) + "\n")
+    if outcome.leftover:
+        raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
     if outcome.reward_error:
         raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
     return Verdict(rewards=outcome.rewards, duration_seconds=time.monotonic() - started)

@@ -93,6 +93,11 @@ class VerifyOutcome:
     reward_error: str
     pytest_report: str = ""
     """What pytest's own report said (its counts, or why the rewards were zeroed); empty: not judged."""
+    leftover: str = ""
+    """What the verify changed that could not be undone (a soft verify's fence), or why cleaning
+    up after it failed; empty: nothing is left of it."""
+    cleanup: list[str] = field(default_factory=list)
+    """What the clean-up after the script did (a soft verify's fence), one line each."""
 
     def output_text(self) -> str:
         """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""

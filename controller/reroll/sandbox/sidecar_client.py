@@ -553,4 +553,6 @@ class SidecarClient:
             rewards=dict(result.rewards),
             reward_error=result.reward_error,
             pytest_report=result.pytest_report,
+            leftover=result.leftover,
+            cleanup=list(result.cleanup),
         )

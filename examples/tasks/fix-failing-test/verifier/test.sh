@@ -1,11 +1,20 @@
 #!/bin/sh
-# Runs hidden tests against the agent's calc.py; writes 1 or 0 to reward.txt.
+# Runs the hidden tests against the agent's calc.py; the reward comes from their JUnit report.
+# Why a report and not the exit status: the agent's code runs inside the test process (importing
+# calc runs it), so it can end that process early with status 0 (os._exit(0) at import); a report
+# is written only when the whole run finishes, into a fresh folder the agent cannot write.
 WORKSPACE="${REROLL_WORKSPACE:-/app}"
 LOGS="${REROLL_LOGS_DIR:-/logs}"
+HERE="${REROLL_VERIFIER_DIR:-/verifier}"
 mkdir -p "$LOGS/verifier"
-cd "$WORKSPACE" || exit 1
-if python3 "${REROLL_VERIFIER_DIR:-/verifier}/test_hidden.py"; then
-  echo 1 > "$LOGS/verifier/reward.txt"
-else
-  echo 0 > "$LOGS/verifier/reward.txt"
+REPORTS=$(mktemp -d) || exit 1  # mode 0700, owned by the verifier's user: no planted report
+cd "$HERE" || exit 1  # not the workspace: a planted pytest.py there is never imported
+export REROLL_WORKSPACE="$WORKSPACE"
+if python3 -c "import pytest" 2>/dev/null; then
+  python3 -m pytest -q -p no:cacheprovider --junitxml="$REPORTS/junit.xml" test_hidden.py
+else  # no pytest (e.g. the local sandbox on a host without it): the same report, from unittest
+  python3 run_unittest.py "$REPORTS/junit.xml" test_hidden.py
 fi
+cp "$REPORTS/junit.xml" "$LOGS/verifier/junit.xml" 2>/dev/null
+python3 -I reward_from_junit.py "$REPORTS/junit.xml" > "$LOGS/verifier/reward.txt"
+rm -rf "$REPORTS"

@@ -2,7 +2,7 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.environ.get("REROLL_WORKSPACE", "/app"))
 from calc import add, mean
 
 

@@ -717,6 +717,8 @@ class VerifyResult(_message.Message):
     REWARDS_FIELD_NUMBER: _builtins.int
     REWARD_ERROR_FIELD_NUMBER: _builtins.int
     PYTEST_REPORT_FIELD_NUMBER: _builtins.int
+    LEFTOVER_FIELD_NUMBER: _builtins.int
+    CLEANUP_FIELD_NUMBER: _builtins.int
     exit_code: _builtins.int
     """The script's exit code, or the negative signal number (-9 after a timeout)."""
     timed_out: _builtins.bool
@@ -733,9 +735,20 @@ class VerifyResult(_message.Message):
     """What pytest's own report said (Hardening.pytest_report): its counts, or why the rewards
     were zeroed; empty when pytest did not run under the hardened PYTEST_ADDOPTS.
     """
+    leftover: _builtins.str
+    """What the verify changed that could not be undone afterwards (a soft verify's fence: a file
+    outside the agent's folders changed or vanished, or the clean-up failed); empty: nothing.
+    The controller ends the trial: the sandbox may hold the hidden tests.
+    """
     @_builtins.property
     def rewards(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """The rewards parsed from it: {"reward": x} for reward.txt, the object for reward.json."""
+
+    @_builtins.property
+    def cleanup(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the clean-up after the script did (a soft verify's fence: processes killed, entries
+        deleted, the agent's folders restored, and how long it took), one line each.
+        """
 
     def __init__(
         self,
@@ -747,10 +760,12 @@ class VerifyResult(_message.Message):
         rewards: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         reward_error: _builtins.str = ...,
         pytest_report: _builtins.str = ...,
+        leftover: _builtins.str = ...,
+        cleanup: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "pytest_report", b"pytest_report", "reward_content", b"reward_content", "reward_error", b"reward_error", "reward_file", b"reward_file", "rewards", b"rewards", "timed_out", b"timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleanup", b"cleanup", "exit_code", b"exit_code", "leftover", b"leftover", "pytest_report", b"pytest_report", "reward_content", b"reward_content", "reward_error", b"reward_error", "reward_file", b"reward_file", "rewards", b"rewards", "timed_out", b"timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
