@@ -70,7 +70,7 @@ async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) ->
         with pytest.raises(SandboxBackendError, match="invalid sandbox_config"):
             create_sandbox(path, task, "bare", {"ready_timeout_seconds": 1})
     finally:
-        BareBackend.config_model = None  # type: ignore[assignment]
+        BareBackend.config_model = None
 
 
 def test_the_local_backends_have_nothing_to_prune() -> None:

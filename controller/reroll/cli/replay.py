@@ -41,8 +41,8 @@ def replay(
     Reports per step whether the request matched the recording, and whether the final workspace
     equals the original's. Exit 1 when not faithful. The sandbox, its settings and the network
     are the original's unless given. No --faults (faults recorded in the run are reproduced; new
-    ones would make the rebuild differ) and no --on-divergence (every step is served and
-    compared, so the report names each divergence).
+    ones would make the rebuild differ). No --on-divergence: every step is served and
+    compared, so the report names each divergence.
     """
     report = guarded(
         replay_run(
