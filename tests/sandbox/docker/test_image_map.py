@@ -10,9 +10,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reroll.sandbox.docker.images import BASE_ALIAS
+
+from tests.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 
@@ -27,16 +30,17 @@ def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def config(folder: Path) -> dict:
-    return json.loads((folder / "config.json").read_text())
+def config(folder: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((folder / "config.json").read_text())
+    return loaded
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory, examples: Path) -> Path:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """hello-file FROM `ONLY_IN_THE_MAP`, recorded on docker with mini-swe-agent and the scripted model."""
     workdir = tmp_path_factory.mktemp("image-map")
     task = workdir / "mapped-hello"
-    shutil.copytree(examples / "hello-file", task)
+    shutil.copytree(EXAMPLES / "hello-file", task)
     dockerfile = task / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace(f"FROM {BASE_ALIAS}", f"FROM {ONLY_IN_THE_MAP}"))
     done = reroll(
