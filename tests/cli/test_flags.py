@@ -74,3 +74,10 @@ def test_a_continuation_starts_from_the_originals_settings_on_the_same_backend()
     elsewhere = RolloutOptions(sandbox="local-plain", sandbox_config={"ready_timeout_seconds": 5})
     assert _sandbox_config(original, elsewhere) == {"ready_timeout_seconds": 5}
     assert _sandbox_config(original, RolloutOptions(sandbox="local")) == {}
+
+
+def test_prune_goes_through_the_named_backend(tmp_path: Path) -> None:
+    code, output = invoke("sandbox", "prune", "--sandbox", "local-plain", cwd=tmp_path)
+    assert code == 0 and "nothing to prune for the local-plain sandbox" in output, output
+    code, output = invoke("sandbox", "prune", "--sandbox", "lokal", cwd=tmp_path)
+    assert code == 2 and "unknown sandbox backend 'lokal'" in output, output
