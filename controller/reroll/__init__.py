@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 _API = {
     "run_task": "reroll.rollout.record",
-    "continue_run": "reroll.rollout.start",
+    "continue_run": "reroll.rollout.continue_",
     "RolloutOptions": "reroll.rollout.start",
     "RolloutOutcome": "reroll.rollout.start",
     "replay_run": "reroll.rollout.replay",
