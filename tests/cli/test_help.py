@@ -59,6 +59,7 @@ def test_every_command_is_checked() -> None:
     assert {"", "run", "continue", "branch", "job", "model serve", "sandbox prune"} <= paths
 
 
+@pytest.mark.spawns  # a fresh interpreter: the import order is its own
 def test_the_command_modules_import_in_any_order_and_register_once() -> None:
     """Each command module is a plain module (no registration on import): importing one before
     the app changes neither the commands nor their order in ``reroll --help``."""
