@@ -37,7 +37,7 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
 
 All four go through one path, `reroll.rollout.start.start_rollout` (a recording starts from a
 task, the others from a `reroll.rollout.checkpoint.Checkpoint`). Each takes ``options=RolloutOptions(...)``
-(timeout_seconds, sandbox, network, faults, divergence_policy) and
+(timeout_seconds, sandbox and its settings sandbox_config, network, faults, divergence_policy) and
 ``console=rich.console.Console()`` to show progress (default: ``harness/controller.log`` in the
 new run folder), and raises a `reroll_contracts.errors.ConfigError` on bad input, before anything is
 written; a rollout's own failure is its result (status ``error`` and an ``error_category``), never
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 _API = {
     "run_task": "reroll.rollout.record",
-    "continue_run": "reroll.rollout.start",
+    "continue_run": "reroll.rollout.continue_",
     "RolloutOptions": "reroll.rollout.start",
     "RolloutOutcome": "reroll.rollout.start",
     "replay_run": "reroll.rollout.replay",

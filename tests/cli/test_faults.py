@@ -46,3 +46,21 @@ def test_seed_and_plan_recorded_in_config(tmp_path: Path, examples: Path) -> Non
     assert done.returncode == 0, done.stderr
     (config,) = (tmp_path / "jobs" / "j").glob("*/config.json")
     assert json.loads(config.read_text())["faults"] == {"plan_path": str(plan), "seed": 42}
+
+
+def test_a_jobs_fault_plan_and_backend_settings_are_recorded_in_each_runs_config(
+    tmp_path: Path, examples: Path
+) -> None:
+    plan = Path(__file__).resolve().parents[2] / "examples" / "faults" / "chaos.yaml"
+    done = reroll(
+        "job", "--task", str(examples / "hello-file"), "--agent", "oracle", "--jobs-dir", "jobs",
+        "--job-name", "j", "--sandbox", "local-plain", "--sandbox-config", '{"ready_timeout_seconds": 45}',
+        "--faults", str(plan), "--fault-seed", "7", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (config,) = (tmp_path / "jobs" / "j").glob("*/config.json")
+    recorded = json.loads(config.read_text())
+    assert recorded["faults"] == {"plan_path": str(plan), "seed": 7}
+    assert recorded["sandbox_config"] == {"ready_timeout_seconds": 45.0}
+    job = json.loads((tmp_path / "jobs" / "j" / "job.json").read_text())
+    assert job["faults"] == str(plan) and job["sandbox_config"] == {"ready_timeout_seconds": 45}

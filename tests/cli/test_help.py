@@ -4,6 +4,7 @@ pipe or a CI log): every option's whole name is there, and every line fits."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -56,3 +57,20 @@ def test_every_command_is_checked() -> None:
     """The walk reaches the subcommands of subcommand groups (here: ``model serve``)."""
     paths = {" ".join(path) for path, _ in ALL}
     assert {"", "run", "continue", "branch", "job", "model serve", "sandbox prune"} <= paths
+
+
+@pytest.mark.spawns  # a fresh interpreter: the import order is its own
+def test_the_command_modules_import_in_any_order_and_register_once() -> None:
+    """Each command module is a plain module (no registration on import): importing one before
+    the app changes neither the commands nor their order in ``reroll --help``."""
+    code = (
+        "import reroll.cli.job, reroll.cli.sandbox, reroll.cli.run\n"
+        "import typer.main\nfrom reroll.cli.app import app\n"
+        "print(' '.join(typer.main.get_command(app).commands))"
+    )
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == [
+        *("run", "continue", "continue-job", "replay", "branch", "job", "agents", "export", "view"),
+        *("model", "sandbox", "task"),
+    ]

@@ -1,21 +1,40 @@
-"""The job file's image map (`JobSpec.image_map`), read with the rest of the spec."""
+"""The job file's backend settings (`JobSpec.sandbox_config`) and fault plan, read with the spec."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from reroll.jobs.jobfile import load_job_file
+from reroll_contracts.errors import JobError
 
 
-def test_a_job_files_image_map_is_kept_and_the_flag_replaces_it(tmp_path: Path, examples: Path) -> None:
+def test_a_job_files_sandbox_config_is_kept_and_the_flags_update_it_key_by_key(
+    tmp_path: Path, examples: Path
+) -> None:
     job_file = tmp_path / "job.yaml"
     job_file.write_text(
-        f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\n"
-        "image_map: {ubuntu:24.04: reroll/base:bookworm, 'python:3.12-slim': reroll/base:bookworm}\n"
+        f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\nsandbox: docker\n"
+        "sandbox_config:\n  ready_timeout_seconds: 90\n"
+        "  image_map: {ubuntu:24.04: reroll/base:bookworm, 'python:3.12-slim': reroll/base:bookworm}\n"
     )
     spec = load_job_file(job_file, {})
-    assert spec.image_map == {
-        "ubuntu:24.04": "reroll/base:bookworm",
-        "python:3.12-slim": "reroll/base:bookworm",
+    assert spec.sandbox_config == {
+        "ready_timeout_seconds": 90,
+        "image_map": {"ubuntu:24.04": "reroll/base:bookworm", "python:3.12-slim": "reroll/base:bookworm"},
     }
-    assert load_job_file(job_file, {"image_map": {"a": "b"}}).image_map == {"a": "b"}
+    flagged = load_job_file(job_file, {"sandbox_config": {"image_map": {"a": "b"}}})
+    assert flagged.sandbox_config == {"ready_timeout_seconds": 90, "image_map": {"a": "b"}}
+
+
+def test_a_job_files_fault_plan_is_relative_to_the_file(tmp_path: Path, examples: Path) -> None:
+    job_file = tmp_path / "sub" / "job.yaml"
+    job_file.parent.mkdir()
+    job_file.write_text(
+        f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\nfaults: plans/f.yaml\nfault_seed: 3\n"
+    )
+    spec = load_job_file(job_file, {})
+    assert spec.faults == tmp_path / "sub" / "plans" / "f.yaml" and spec.fault_seed == 3
+    job_file.write_text(f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\nfault_seed: 3\n")
+    with pytest.raises(JobError, match="fault_seed needs faults"):
+        load_job_file(job_file, {})

@@ -343,7 +343,7 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
     for args, flag in [
         (["continue-job", "empty", "--output", "x"], "--output"),
         (["continue-job", "empty", "--at", "1"], "--at"),
-        (["continue-job", "empty", "--faults", "plan.yaml"], "--faults"),
+        (["continue-job", "empty", "--replay-only"], "--replay-only"),
         (["continue", "empty", "--all"], "--all"),
         (["continue", "empty", "--concurrency", "2"], "--concurrency"),
         (["continue", "empty", "--executor", "ray"], "--executor"),

@@ -3,18 +3,79 @@
 from __future__ import annotations
 
 import pytest
-from reroll.sandbox.base import create_sandbox, load_backend
-from reroll.sandbox.local.isolated import local_sandbox
-from reroll.sandbox.local.plain import LocalSandbox
+from reroll.sandbox.base import NoSettings, create_sandbox, load_backend
+from reroll.sandbox.docker.config import DockerSandboxConfig
+from reroll.sandbox.local.isolated import IsolatedSandboxConfig, local_sandbox
+from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxBackendError
 
 from tests.sandbox.plugin_backend import PluginSandbox
 
 
-def test_a_built_in_name_loads_its_backend() -> None:
-    assert load_backend("local") is local_sandbox
-    assert load_backend("local-plain") is LocalSandbox
+def test_a_built_in_name_loads_its_backend_and_the_model_of_its_settings() -> None:
+    assert load_backend("local").factory is local_sandbox
+    assert load_backend("local").config_model is IsolatedSandboxConfig
+    assert load_backend("local-plain").factory is LocalSandbox
+    assert load_backend("local-plain").config_model is LocalSandboxConfig
+    assert load_backend("docker").config_model is DockerSandboxConfig
+
+
+async def test_a_backend_is_constructed_with_its_validated_settings(task: Task) -> None:
+    sandbox = create_sandbox("local-plain", task, "configured", {"ready_timeout_seconds": 7})
+    try:
+        assert isinstance(sandbox, LocalSandbox)
+        assert sandbox.config == LocalSandboxConfig(ready_timeout_seconds=7)
+    finally:
+        await sandbox.stop()
+    docker = load_backend("docker").settings({"image_map": {"ubuntu:24.04": "reroll/base:bookworm"}})
+    assert docker == DockerSandboxConfig(image_map={"ubuntu:24.04": "reroll/base:bookworm"})
+
+
+@pytest.mark.parametrize(
+    ("backend", "settings", "field"),
+    [
+        ("local", {"image_map": {"a": "b"}}, "image_map"),  # a docker setting
+        ("local-plain", {"ready_timeout_seconds": "soon"}, "ready_timeout_seconds"),
+        ("docker", {"image_map": ["a=b"]}, "image_map"),
+        ("docker", {"ready_timeout_seconds": -1}, "ready_timeout_seconds"),
+    ],
+)
+def test_invalid_settings_are_refused_naming_the_backend_and_the_field(
+    backend: str, settings: dict[str, object], field: str
+) -> None:
+    with pytest.raises(
+        SandboxBackendError, match=rf"(?s)sandbox '{backend}': invalid sandbox_config.*{field}"
+    ):
+        load_backend(backend).settings(settings)
+
+
+class BareBackend(LocalSandbox):
+    """An out-of-tree backend of the old kind: no config model, constructed with (task, run_id)."""
+
+    config_model = None  # type: ignore[assignment]
+
+    def __init__(self, task: Task, run_id: str) -> None:
+        super().__init__(task, run_id)
+
+
+async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) -> None:
+    path = "tests.sandbox.test_base:BareBackend"
+    with pytest.raises(SandboxBackendError, match="config_model None is not a pydantic model"):
+        load_backend(path)
+    BareBackend.config_model = NoSettings  # type: ignore[assignment]
+    try:
+        sandbox = create_sandbox(path, task, "bare")
+        await sandbox.stop()
+        with pytest.raises(SandboxBackendError, match="invalid sandbox_config"):
+            create_sandbox(path, task, "bare", {"ready_timeout_seconds": 1})
+    finally:
+        BareBackend.config_model = None
+
+
+def test_the_local_backends_have_nothing_to_prune() -> None:
+    assert load_backend("local").prune() == {}
+    assert load_backend("local-plain").prune(None, "some-run", running=True) == {}
 
 
 def test_a_misspelt_name_lists_the_known_ones() -> None:
@@ -31,7 +92,7 @@ def test_a_misspelt_name_lists_the_known_ones() -> None:
     "path", ["tests.sandbox.plugin_backend:PluginSandbox", "tests.sandbox.plugin_backend.PluginSandbox"]
 )
 async def test_a_dotted_path_loads_an_out_of_tree_backend(path: str, task: Task) -> None:
-    assert load_backend(path) is PluginSandbox
+    assert load_backend(path).factory is PluginSandbox
     async with create_sandbox(path, task, "plugin") as sandbox:
         assert isinstance(sandbox, PluginSandbox)
         assert (await sandbox.exec(["true"])).exit_code == 0

@@ -83,7 +83,8 @@ async def branch(
     Raises:
         ConfigError: `models` is empty, or `n` is below 1.
         JobError: the runner options are out of range, or the executor unknown or missing.
-        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing, or its
+            settings are invalid.
         RunFolderError: the folder is missing or corrupt, or `at` is malformed or out of range.
         TaskError, ModelError: the task or a model cannot be resolved.
         AgentError: the recorded agent is unknown or calls no model.
@@ -94,7 +95,11 @@ async def branch(
     batch = Runner(runner)
     console = console or Console(quiet=True)
     checkpoint = open_checkpoint(run_folder, at=at, tasks_dir=tasks_dir, console=console)
-    load_backend(options.sandbox or checkpoint.original.config.sandbox)
+    if options.sandbox not in (None, checkpoint.original.config.sandbox):
+        load_backend(options.sandbox).settings(options.sandbox_config)
+    else:
+        settings = {**checkpoint.original.config.sandbox_config, **(options.sandbox_config or {})}
+        load_backend(checkpoint.original.config.sandbox).settings(settings)
     if checkpoint.agent.api_format == "none":
         raise AgentError(
             f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"

@@ -13,12 +13,16 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     max_retries: 2           # extra attempts for an infrastructure failure
     retry_backoff_seconds: 1 # wait before retry k: backoff x 2^(k-1)
     sandbox: local
+    sandbox_config: {}       # the backend's settings, e.g. docker's:
+                             # {image_map: {ubuntu:24.04: reroll/base:bookworm}}
     network: null            # none or full: every rollout's egress [default: each task's]
-    image_map: {ubuntu:24.04: reroll/base:bookworm}  # docker: FROM images replaced by local ones
+    faults: null             # a fault plan (YAML, relative to this file) the LLM proxy injects
+    fault_seed: null         # the seed of its draws [default: the plan's]
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
 
-CLI flags of ``reroll job`` override the file's values field by field. The resolved spec is
+CLI flags of ``reroll job`` override the file's values field by field (``sandbox_config`` key by
+key: ``--image-map`` sets its ``image_map``). The resolved spec is
 saved as ``job.json`` in the job folder, so ``reroll job --resume JOB_DIR`` needs nothing else.
 """
 
@@ -82,9 +86,15 @@ class JobSpec(RunnerOptions):
     """Sandbox backend."""
     network: NetworkPolicy | None = None
     """Every rollout's network policy (``none`` needs a container backend); None: each task's."""
-    image_map: dict[str, str] = Field(default_factory=dict)
-    """docker sandbox: the FROM images of tasks' Dockerfiles replaced by local images (source →
-    replacement) before they are built; ``--image-map SRC=DST`` flags replace it."""
+    sandbox_config: dict[str, Any] = Field(default_factory=dict)
+    """Settings of the sandbox backend, checked by its config model (`reroll.sandbox.base.Backend`),
+    e.g. docker's ``image_map`` (FROM images of tasks' Dockerfiles replaced by local images);
+    ``--sandbox-config`` and ``--image-map`` update it key by key. Recorded in each run's config.json."""
+    faults: Path | None = None
+    """A fault plan (YAML) the LLM proxy of every rollout injects (a relative path in a job file
+    is relative to the file's folder); None: no faults."""
+    fault_seed: int | None = None
+    """The seed of the fault plan's probability draws [default: the plan's ``seed``]."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:
@@ -102,8 +112,21 @@ def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) ->
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         raise JobError(f"{source}: invalid job:\n{exc}") from exc
+    if spec.fault_seed is not None and spec.faults is None:
+        raise JobError(f"{source}: invalid job: fault_seed needs faults (a fault plan)")
     base = base_dir or Path.cwd()
-    return spec.model_copy(update={"tasks": [(base / task).resolve() for task in spec.tasks]})
+    faults = (base / spec.faults).resolve() if spec.faults is not None else None
+    tasks = [(base / task).resolve() for task in spec.tasks]
+    return spec.model_copy(update={"tasks": tasks, "faults": faults})
+
+
+def with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a job file's or job.json's fields) with `overrides` (CLI flags) applied: field by
+    field, ``sandbox_config`` key by key."""
+    merged = {**data, **overrides}
+    if isinstance(data.get("sandbox_config"), dict) and "sandbox_config" in overrides:
+        merged["sandbox_config"] = {**data["sandbox_config"], **overrides["sandbox_config"]}
+    return merged
 
 
 def load_job_file(path: Path, overrides: dict[str, Any] | None = None) -> JobSpec:
@@ -113,7 +136,7 @@ def load_job_file(path: Path, overrides: dict[str, Any] | None = None) -> JobSpe
         JobError: the file is missing, not YAML, not a mapping, or invalid; the message names it.
     """
     raw = read_mapping(path, JobError, "job file", "tasks:, agents:, ...")
-    return job_spec({**raw, **(overrides or {})}, str(path), path.resolve().parent)
+    return job_spec(with_overrides(raw, overrides or {}), str(path), path.resolve().parent)
 
 
 def load_saved_spec(job_dir: Path) -> JobSpec:

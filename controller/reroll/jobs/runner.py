@@ -57,6 +57,7 @@ from rich.progress import (
 )
 
 from reroll.agents import get_agent
+from reroll.host.llm_proxy import faults_used
 from reroll.jobs.executors import Attempt, Executor, ExecutorOptions, create_executor
 from reroll.jobs.jobfile import JOB_SPEC_FILE, JobSpec, RunnerOptions
 from reroll.jobs.report import print_summary
@@ -103,11 +104,12 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
 
     Raises:
         TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid.
-        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing, or its
+            settings (``sandbox_config``) are invalid.
         JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
             of the local backend.
     """
-    load_backend(spec.sandbox)
+    load_backend(spec.sandbox).settings(spec.sandbox_config)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
         raise JobError(
             f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
@@ -204,6 +206,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         InfrastructureError: the executor could not start (e.g. Ray).
     """
     planned = plan_rollouts(spec)
+    faults = faults_used(spec.faults, spec.fault_seed) if spec.faults is not None else None
     runner = Runner(spec)
     name = spec.name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     jobs_dir = jobs_dir.resolve()  # attempts may run in other processes (Ray workers)
@@ -211,7 +214,13 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
     saved = spec.model_copy(update={"name": name})
     job_dir.mkdir(parents=True, exist_ok=True)
     write_json(job_dir / JOB_SPEC_FILE, saved.model_dump(mode="json"))
-    options = RolloutOptions(timeout_seconds=spec.timeout_seconds, sandbox=spec.sandbox, network=spec.network)
+    options = RolloutOptions(
+        timeout_seconds=spec.timeout_seconds,
+        sandbox=spec.sandbox,
+        sandbox_config=spec.sandbox_config,
+        network=spec.network,
+        faults=faults,
+    )
     rollouts = [
         RunnerRollout(
             Attempt(
@@ -262,7 +271,8 @@ async def continue_job(
     Raises:
         JobError: `job_dir` is not a folder or holds no run folder, `concurrency` or
             `max_starting` < 1, or the executor is unknown or its package missing.
-        SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing.
+        SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing, or
+            ``options.sandbox_config`` is not valid for it.
         ModelError: `model` cannot be resolved (an unknown provider, a missing key).
         InfrastructureError: the executor could not start (e.g. Ray).
     """
@@ -270,7 +280,7 @@ async def continue_job(
         raise JobError(f"job folder not found: {job_dir}")
     batch = Runner(runner)
     if options.sandbox is not None:
-        load_backend(options.sandbox)
+        load_backend(options.sandbox).settings(options.sandbox_config)
     if model is not None:
         check_model(model)
     job_dir = job_dir.resolve()

@@ -162,7 +162,9 @@ async def execute_rollout(
                     f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]"
                 )
             verifier = verifier_for(plan.task)
-            sandbox = create_sandbox(plan.config.sandbox, plan.task, plan.run_dir.name)
+            sandbox = create_sandbox(
+                plan.config.sandbox, plan.task, plan.run_dir.name, plan.config.sandbox_config
+            )
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
                 proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reroll_contracts.errors import TaskError
 from reroll_contracts.proxy import DivergencePolicy
@@ -68,6 +69,11 @@ class RolloutOptions:
     """The agent's wall-clock budget, seconds [default: the original's, else the task's]."""
     sandbox: str | None = None
     """Sandbox backend, ``local`` or ``docker`` [default: the original's, else ``local``]."""
+    sandbox_config: Mapping[str, Any] | None = None
+    """Settings of the sandbox backend, validated by its config model (`reroll.sandbox.base.Backend`),
+    e.g. ``{"image_map": {...}}`` for docker. From a checkpoint on the original's backend, they
+    update the original's settings key by key (so its recorded ``image_map`` rebuilds the same
+    image); on another backend, the original's are dropped [default: the original's, else none]."""
     network: NetworkPolicy | None = None
     """The sandbox's network policy [default: the original's override, else the task's
     ``environment.network``]; ``none`` needs docker or the isolated ``local``."""
@@ -132,7 +138,8 @@ async def start_rollout(
         The new run folder and its result.
 
     Raises:
-        SandboxBackendError: the sandbox backend is unknown, or its package is missing.
+        SandboxBackendError: the sandbox backend is unknown, or its package is missing, or its
+            settings are invalid.
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
         AgentError: a role's agent is unknown.
@@ -141,7 +148,9 @@ async def start_rollout(
         Nothing is written when any of these is raised.
     """
     config = _run_config(origin, live_model, options)
-    load_backend(config.sandbox)
+    settings = load_backend(config.sandbox).settings(config.sandbox_config)
+    given = settings.model_dump(mode="json", exclude_unset=True)
+    config = config.model_copy(update={"sandbox_config": given})
     if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
         raise TaskError(
             f"--network none needs --sandbox local or docker: "
@@ -194,6 +203,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             started_at=started_at,
             lineage_started_at=started_at,
             sandbox=options.sandbox or "local",
+            sandbox_config=dict(options.sandbox_config or {}),
             network=options.network,
             reroll_version=__version__,
             faults=options.faults,
@@ -210,6 +220,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "started_at": started_at,
             "lineage_started_at": original.lineage_started_at or original.started_at or started_at,
             "sandbox": options.sandbox or original.sandbox,
+            "sandbox_config": _sandbox_config(original, options),
             "network": options.network or original.network,
             "reroll_version": __version__,
             "continued_from": None,
@@ -218,6 +229,15 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             key: origin.provenance,
         }
     )
+
+
+def _sandbox_config(original: RunConfig, options: RolloutOptions) -> dict[str, Any]:
+    """The backend settings of a rollout from a checkpoint of `original` (see
+    `RolloutOptions.sandbox_config`)."""
+    given = dict(options.sandbox_config or {})
+    if options.sandbox not in (None, original.sandbox):
+        return given
+    return {**original.sandbox_config, **given}
 
 
 @contextlib.contextmanager

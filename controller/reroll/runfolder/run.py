@@ -101,6 +101,10 @@ class RunConfig(BaseModel):
     (`reroll.rollout.lifecycle.stable_agent_env`). None in folders written before it existed (and by
     BenchFlow): ``started_at`` stands in."""
     sandbox: str = "local"
+    sandbox_config: dict[str, Any] = Field(default_factory=dict)
+    """The settings of the sandbox backend as given (``--sandbox-config``, ``--image-map``, a job
+    file's), validated by the backend's config model (`reroll.sandbox.base.Backend`); a
+    continuation, replay or branch on the same backend starts from them."""
     network: Literal["none", "full"] | None = None
     """The run's network policy override (``--network``); None: the task's ``environment.network``."""
     reroll_version: str | None = None

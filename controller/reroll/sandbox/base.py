@@ -5,7 +5,9 @@ controller does inside it goes through this protocol — exec, files, kill, snap
 never through a backend's transport (reroll's own backends talk to a sidecar over gRPC; see
 `reroll.sandbox.sidecar_sandbox`, the implementation they share). A backend outside reroll
 implements the protocol, proves it with `reroll.conformance`, and is named by its
-dotted path (``--sandbox mypackage.backends:MySandbox``).
+dotted path (``--sandbox mypackage.backends:MySandbox``). A backend is a class plus a pydantic
+model of its settings (`Backend`): a run's ``sandbox_config`` (``--sandbox-config``, a job
+file's, config.json's) is validated by it and handed to the constructor.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import SandboxBackendError
 
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
@@ -341,6 +344,9 @@ class Sandbox(Protocol):
 
 SandboxFactory = Callable[[Task, str], Sandbox]
 """Makes an unstarted sandbox for a task and a run id, e.g. a backend class."""
+PruneReport = dict[str, list[str]]
+"""What a backend's ``prune`` did, by kind: names removed (``containers``, ``volumes``,
+``networks``, ``firewall_tables`` …) and, under ``kept``, what it left to rollouts still running."""
 
 BACKENDS: dict[str, str] = {
     "local": "reroll.sandbox.local.isolated:local_sandbox",
@@ -352,17 +358,95 @@ WITHOUT_NETWORK_POLICY = frozenset({"local-plain"})
 """Backends that run on the host's network and enforce no ``environment.network`` policy."""
 
 
-def load_backend(name: str) -> SandboxFactory:
-    """The backend class `name` stands for, imported now, so a typo or a missing package is
+class NoSettings(BaseModel):
+    """The settings of a backend class that declares no ``config_model``: none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A sandbox backend, loaded (`load_backend`): a class and the pydantic model of its settings.
+
+    A backend class has a ``config_model`` class attribute (a pydantic model; its instance is the
+    backend's validated ``sandbox_config``) and is constructed as ``Class(task, run_id, config)``;
+    it may have a classmethod ``prune(config, run_id, *, running)`` returning a `PruneReport`. A
+    class outside reroll without ``config_model`` is constructed as ``Class(task, run_id)`` and
+    takes no settings; one without ``prune`` has nothing to sweep.
+    """
+
+    name: str
+    """The name it was loaded by (a key of `BACKENDS` or a dotted path)."""
+    factory: Callable[..., Sandbox]
+    """The backend class (for ``local``: `reroll.sandbox.local.isolated.local_sandbox`, which
+    picks one of two classes)."""
+    config_model: type[BaseModel]
+    """The model of its settings (`NoSettings` when it declares none)."""
+
+    def settings(self, config: Mapping[str, Any] | None = None) -> BaseModel:
+        """`config` (a run's ``sandbox_config``) validated by the backend's `config_model`.
+
+        Raises:
+            SandboxBackendError: a setting is unknown or invalid (the message names the backend,
+                its config model and the field).
+        """
+        try:
+            return self.config_model.model_validate(dict(config or {}))
+        except ValidationError as exc:
+            raise SandboxBackendError(
+                f"sandbox {self.name!r}: invalid sandbox_config (the settings of "
+                f"{self.config_model.__name__}): {exc}"
+            ) from exc
+
+    def create(self, task: Task, run_id: str, config: Mapping[str, Any] | None = None) -> Sandbox:
+        """An unstarted sandbox for `task`, made with `config` validated (see `settings`).
+
+        Raises:
+            SandboxBackendError: as `settings`.
+        """
+        settings = self.settings(config)
+        if self.config_model is NoSettings:
+            return self.factory(task, run_id)
+        return self.factory(task, run_id, settings)
+
+    def prune(
+        self, config: Mapping[str, Any] | None = None, run_id: str | None = None, *, running: bool = False
+    ) -> PruneReport:
+        """Remove what killed rollouts of this backend left behind (see each backend's ``prune``).
+
+        Args:
+            config: the backend's settings (validated as by `settings`).
+            run_id: only this run's leftovers, whether its controller runs or not.
+            running: also what rollouts still running use.
+
+        Returns:
+            What was removed and kept, by kind; empty for a backend with nothing to sweep.
+
+        Raises:
+            SandboxBackendError: as `settings`.
+            SandboxError: the backend's sweep failed (e.g. no Docker Engine answers).
+        """
+        settings = self.settings(config)
+        pruner = getattr(self.factory, "prune", None)
+        if pruner is None:
+            return {}
+        report: PruneReport = pruner(settings, run_id, running=running)
+        return report
+
+
+def load_backend(name: str) -> Backend:
+    """The backend `name` stands for, its class imported now, so a typo or a missing package is
     refused before anything is written.
 
     Args:
         name: a key of `BACKENDS`, or the dotted path of a class outside reroll that implements
-            `Sandbox` and takes ``(task, run_id)``: ``package.module:Class`` or ``package.module.Class``.
+            `Sandbox` (see `Backend` for its constructor): ``package.module:Class`` or
+            ``package.module.Class``.
 
     Raises:
         SandboxBackendError: an unknown name without a dot (the message lists the known ones), a module
-            that cannot be imported (for a built-in backend: what to install), or no such class.
+            that cannot be imported (for a built-in backend: what to install), no such class, or
+            a ``config_model`` that is not a pydantic model.
     """
     target = BACKENDS.get(name)
     if target is None:
@@ -388,19 +472,24 @@ def load_backend(name: str) -> SandboxFactory:
         raise SandboxBackendError(
             f"sandbox backend {name!r}: module {module_name!r} has no class {class_name!r}"
         )
-    loaded: SandboxFactory = factory
-    return loaded
+    config_model = getattr(factory, "config_model", NoSettings)
+    if not (isinstance(config_model, type) and issubclass(config_model, BaseModel)):
+        raise SandboxBackendError(
+            f"sandbox backend {name!r}: its config_model {config_model!r} is not a pydantic model"
+        )
+    return Backend(name, factory, config_model)
 
 
-def create_sandbox(backend: str, task: Task, run_id: str) -> Sandbox:
+def create_sandbox(backend: str, task: Task, run_id: str, config: Mapping[str, Any] | None = None) -> Sandbox:
     """Create (not start) a sandbox of the named backend for `task`.
 
     Args:
         backend: a key of `BACKENDS` or a dotted path (see `load_backend`).
         task: the task whose environment the sandbox provides.
         run_id: an id unique to this rollout, used to label what the sandbox creates.
+        config: the backend's settings (a run's ``sandbox_config``) [default: none, its defaults].
 
     Raises:
-        SandboxBackendError: as `load_backend`.
+        SandboxBackendError: as `load_backend` and `Backend.settings`.
     """
-    return load_backend(backend)(task, run_id)
+    return load_backend(backend).create(task, run_id, config)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from reroll.sandbox.docker.config import parse_image_map
 from reroll.sandbox.docker.images import (
     BASE_ALIAS,
     CATALOGUE,
@@ -15,7 +16,6 @@ from reroll.sandbox.docker.images import (
     catalogue_tag,
     catalogue_variant,
     map_from_lines,
-    parse_image_map,
     task_image,
 )
 from reroll.tasks.task import load_task

@@ -48,26 +48,20 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import docker
 import docker.errors
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
-from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.errors import SandboxError, SidecarError
 
 from reroll.cache import host_ca_bundle
 from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.docker import disk, firewall
-from reroll.sandbox.docker.images import (
-    IMAGE_MAP_ENV,
-    MANAGED_LABEL,
-    ensure_images,
-    parse_image_map,
-    task_image,
-)
+from reroll.sandbox.docker.config import DockerSandboxConfig
+from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
@@ -267,24 +261,6 @@ def gateway(network: Network) -> str:
     raise SandboxError(f"docker network {network.name} has no gateway address")
 
 
-class DockerSandboxConfig(BaseModel):
-    """Settings of the `docker` backend."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ready_timeout_seconds: float = 60.0
-    """How long `start` waits for the container's sidecar to answer ready."""
-    image: str | None = None
-    """Run this image (a local tag) instead of the task's; its Dockerfile is then not built."""
-    image_map: dict[str, str] = Field(
-        default_factory=lambda: parse_image_map(os.environ.get(IMAGE_MAP_ENV, ""))
-    )
-    """Source image → local replacement, applied to the FROM lines of a task's Dockerfile before
-    it is built [default: ``$REROLL_IMAGE_MAP``, which ``--image-map`` sets]."""
-    setup_timeout_seconds: float = 60.0
-    """How long the one-time setup in a new container (agent user, folders) may take."""
-
-
 class DockerSandbox(SidecarSandbox):
     """A sandbox in a Docker container; see the module docstring.
 
@@ -294,6 +270,20 @@ class DockerSandbox(SidecarSandbox):
         run_id: the rollout's id, the container's ``reroll.run_id`` label and part of its name.
         config: the backend's settings; default: `DockerSandboxConfig()`.
     """
+
+    config_model: ClassVar[type[DockerSandboxConfig]] = DockerSandboxConfig
+    """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
+
+    @classmethod
+    def prune(
+        cls, config: DockerSandboxConfig, run_id: str | None = None, *, running: bool = False
+    ) -> dict[str, list[str]]:
+        """The backend's sweep: the module's `prune` (`config` changes nothing of it).
+
+        Raises:
+            SandboxError: as the module's `prune`.
+        """
+        return prune(run_id, running=running)
 
     def __init__(self, task: Task, run_id: str, config: DockerSandboxConfig | None = None) -> None:
         self.task = task

@@ -37,7 +37,7 @@ from pathlib import Path
 import docker
 import docker.errors
 from docker.models.images import Image
-from reroll_contracts.errors import ConfigError, ImageBuildError, ImageUnavailableError
+from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, host_ca_bundle
 from reroll.tasks.task import Task
@@ -321,31 +321,8 @@ def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images
     return Images(base=base, built=tuple(built))
 
 
-IMAGE_MAP_ENV = "REROLL_IMAGE_MAP"
-"""Environment variable holding the image map (``SRC=DST,SRC=DST``) that ``reroll run/job
---image-map`` and a job file's ``image_map`` set for the docker backend (`DockerSandboxConfig`)."""
 _FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
 """A Dockerfile's FROM line: the keyword and its flags, the image, the rest (``AS name``)."""
-
-
-def parse_image_map(pairs: list[str] | str) -> dict[str, str]:
-    """``{source image: replacement}`` from ``SRC=DST`` items (a list, or one string separated by commas).
-
-    Raises:
-        ConfigError: an item is not ``SRC=DST`` with both sides non-empty.
-    """
-    items = pairs.split(",") if isinstance(pairs, str) else pairs
-    mapping: dict[str, str] = {}
-    for item in (item.strip() for item in items):
-        if not item:
-            continue
-        source, equals, target = item.partition("=")
-        if not (equals and source.strip() and target.strip()):
-            raise ConfigError(
-                f"image map item {item!r} must be SRC=DST, e.g. ubuntu:24.04=reroll/base:bookworm"
-            )
-        mapping[source.strip()] = target.strip()
-    return mapping
 
 
 def map_from_lines(dockerfile: str, image_map: Mapping[str, str]) -> tuple[str, list[str]]:
@@ -390,7 +367,8 @@ def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableE
         f"{task.dockerfile} starts FROM {missing}, which is not a local image and could not be pulled "
         f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
         f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
-        f"{first}={BASE_ALIAS} (also a job file's image_map). reroll's catalogue stands in for "
+        f"{first}={BASE_ALIAS} (run, job, continue, continue-job, replay and branch take it; a job file's "
+        f"sandbox_config: {{image_map: …}}). reroll's catalogue stands in for "
         f"common Debian and Python bases by itself ({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). "
         f"Docker said: {cause[-500:]}"
     )

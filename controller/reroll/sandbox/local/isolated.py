@@ -47,8 +47,9 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
@@ -57,7 +58,7 @@ from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
 from reroll.sandbox.local.namespace_init import Bind, NamespaceSpec
 from reroll.sandbox.local.netns import Forwarder, private_loopback
-from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox
+from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
@@ -75,9 +76,9 @@ class IsolatedSandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    ready_timeout_seconds: float = 30.0
-    """How long `start` waits for the sidecar to answer ready."""
-    upper_size_bytes: int = 8 * 1024**3
+    ready_timeout_seconds: float = Field(default=30.0, gt=0)
+    """How long `start` waits for the sidecar to answer ready (also the plain fallback's)."""
+    upper_size_bytes: int = Field(default=8 * 1024**3, gt=0)
     """The most the sandbox can write outside its bound folders (the overlay's tmpfs), in bytes."""
 
 
@@ -90,6 +91,10 @@ class IsolatedSandbox(SidecarSandbox):
         run_id: the rollout's id, part of the folder's name.
         config: the backend's settings; default: `IsolatedSandboxConfig()`.
     """
+
+    config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
+    """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
+    prune = LocalSandbox.prune
 
     def __init__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> None:
         self.task = task
@@ -312,23 +317,37 @@ def namespaces_unavailable() -> str:
     return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
-def local_sandbox(task: Task, run_id: str) -> Sandbox:
+class LocalBackend:
     """The `local` backend: an `IsolatedSandbox`, or where this machine forbids namespaces (or
-    overlayfs), the plain `LocalSandbox` — said once per process on stderr, as a warning.
+    overlayfs), the plain `LocalSandbox` — said once per process on stderr, as a warning. Its
+    settings are `IsolatedSandboxConfig` (the fallback takes their ``ready_timeout_seconds``)."""
 
-    Raises:
-        SandboxError: the plain fallback cannot honour network ``none``.
-    """
-    reason = namespaces_unavailable()
-    if not reason:
-        return IsolatedSandbox(task, run_id)
-    if task.spec.environment.network == "none":
-        raise SandboxError(
-            "network none needs the isolated local sandbox (or docker), "
-            f"and this machine forbids it: {reason}"
-        )
-    _warn_plain_once(reason)
-    return LocalSandbox(task, run_id)
+    config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
+    """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
+    prune = LocalSandbox.prune
+
+    def __call__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> Sandbox:
+        """An unstarted sandbox for `task` (see the class docstring).
+
+        Raises:
+            SandboxError: the plain fallback cannot honour network ``none``.
+        """
+        config = config or IsolatedSandboxConfig()
+        reason = namespaces_unavailable()
+        if not reason:
+            return IsolatedSandbox(task, run_id, config)
+        if task.spec.environment.network == "none":
+            raise SandboxError(
+                "network none needs the isolated local sandbox (or docker), "
+                f"and this machine forbids it: {reason}"
+            )
+        _warn_plain_once(reason)
+        plain = LocalSandboxConfig(ready_timeout_seconds=config.ready_timeout_seconds)
+        return LocalSandbox(task, run_id, plain)
+
+
+local_sandbox = LocalBackend()
+"""The `local` backend (``--sandbox local``, the default), as `reroll.sandbox.base.BACKENDS` names it."""
 
 
 @functools.cache

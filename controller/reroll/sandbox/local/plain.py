@@ -23,6 +23,7 @@ import signal
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 from reroll_contracts.childenv import child_environment, hide_from_same_user
@@ -56,6 +57,22 @@ class LocalSandbox(SidecarSandbox):
         run_id: the rollout's id, part of the folder's name.
         config: the backend's settings; default: `LocalSandboxConfig()`.
     """
+
+    config_model: ClassVar[type[LocalSandboxConfig]] = LocalSandboxConfig
+    """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
+
+    @classmethod
+    def prune(
+        cls, config: BaseModel, run_id: str | None = None, *, running: bool = False
+    ) -> dict[str, list[str]]:
+        """Nothing to sweep: a local sandbox's processes end with its controller's sidecar
+        (`stop` kills any orphan); a folder a killed controller left in the temporary folder
+        (``reroll-local-*``) is not removed, as it cannot be told from a live one.
+
+        Returns:
+            An empty report.
+        """
+        return {}
 
     def __init__(self, task: Task, run_id: str, config: LocalSandboxConfig | None = None) -> None:
         self.task = task

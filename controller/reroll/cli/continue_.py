@@ -1,0 +1,148 @@
+"""``reroll continue`` (one run) and ``reroll continue-job`` (every timed-out run of a job folder,
+on the job runner `reroll.jobs.runner.Runner`): two commands, so each has only the flags it honours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from reroll.cli.common import (
+    AtOption,
+    ExecutorOption,
+    FaultSeedOption,
+    FaultsOption,
+    ImageMapOption,
+    MaxRetriesOption,
+    MaxStartingOption,
+    NetworkOption,
+    OnDivergenceOption,
+    RayAddressOption,
+    SandboxConfigOption,
+    SandboxOption,
+    StrictDivergenceOption,
+    TasksDirOption,
+    console,
+    divergence_policy,
+    faults_from_flags,
+    finish,
+    guarded,
+    job_guarded,
+    runner_options,
+    sandbox_settings,
+)
+from reroll.rollout.continue_ import continue_run
+from reroll.rollout.start import RolloutOptions
+
+
+def continue_(
+    run_folder: Annotated[Path, typer.Argument(help="The run folder to continue.")],
+    at: AtOption = None,
+    tasks_dir: TasksDirOption = None,
+    model: Annotated[
+        str | None, typer.Option(help="Live model after the cut [default: the original's].")
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent that replays and continues the run [default: the recorded one]."),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Wall-clock budget in seconds [default: the original's].")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Jobs dir for the new run [default: <orig-parent>/continued].")
+    ] = None,
+    require_timeout: Annotated[bool, typer.Option(help="Refuse runs whose status is not timeout.")] = False,
+    on_divergence: OnDivergenceOption = None,
+    strict_divergence: StrictDivergenceOption = False,
+    replay_only: Annotated[
+        bool, typer.Option(help="Rebuild via replay, stop at the cut point (no live model).")
+    ] = False,
+    sandbox: SandboxOption = None,
+    sandbox_config: SandboxConfigOption = None,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
+    faults: FaultsOption = None,
+    fault_seed: FaultSeedOption = None,
+) -> None:
+    """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
+
+    Faults recorded in the run are reproduced where they happened; --faults injects new ones.
+    The sandbox, its settings (e.g. docker's image map) and the network are the original's
+    unless given. Every timed-out run of a job: `reroll continue-job JOB_DIR`."""
+    used = faults_from_flags(faults, fault_seed)
+    options = RolloutOptions(
+        timeout_seconds=timeout,
+        sandbox=sandbox,
+        sandbox_config=sandbox_settings(sandbox_config, image_map),
+        network=network,
+        faults=used,
+        divergence_policy=divergence_policy(on_divergence, strict_divergence),
+    )
+    finish(
+        guarded(
+            continue_run(
+                run_folder,
+                at=at,
+                model=model,
+                agent=agent,
+                replay_only=replay_only,
+                require_timeout=require_timeout,
+                tasks_dir=tasks_dir,
+                options=options,
+                output=output,
+                console=console,
+            )
+        )
+    )
+
+
+def continue_job(
+    job_dir: Annotated[Path, typer.Argument(help="A job folder (or any folder of run folders).")],
+    tasks_dir: TasksDirOption = None,
+    model: Annotated[
+        str | None, typer.Option(help="Live model after the cut [default: each original's].")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Wall-clock budget in seconds [default: each original's].")
+    ] = None,
+    on_divergence: OnDivergenceOption = None,
+    strict_divergence: StrictDivergenceOption = False,
+    sandbox: SandboxOption = None,
+    sandbox_config: SandboxConfigOption = None,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
+    faults: FaultsOption = None,
+    fault_seed: FaultSeedOption = None,
+    concurrency: Annotated[int | None, typer.Option(help="Continuations at once [default: 4].")] = None,
+    max_retries: MaxRetriesOption = None,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
+) -> None:
+    """Continue every timed-out run of a job: each replays its whole recording, then goes live.
+
+    Writes JOB_DIR/continued/<run> and JOB_DIR/continued/summary.json, skipping runs done there.
+    Each run's sandbox, settings and network are its own unless given. Exit 1 when a
+    continuation ended in error."""
+    from reroll.jobs.runner import continue_job as continue_job_run
+
+    options = RolloutOptions(
+        timeout_seconds=timeout,
+        sandbox=sandbox,
+        sandbox_config=sandbox_settings(sandbox_config, image_map),
+        network=network,
+        faults=faults_from_flags(faults, fault_seed),
+        divergence_policy=divergence_policy(on_divergence, strict_divergence),
+    )
+    job_guarded(
+        continue_job_run(
+            job_dir,
+            console=console,
+            model=model,
+            tasks_dir=tasks_dir,
+            options=options,
+            runner=runner_options(concurrency, max_starting, executor, ray_address, max_retries),
+        )
+    )

@@ -1,0 +1,100 @@
+"""``reroll job``: every task x agent x model x repeat of a job file or the flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from reroll_contracts.errors import RerollError
+
+from reroll.cli.common import (
+    ExecutorOption,
+    FaultSeedOption,
+    FaultsOption,
+    ImageMapOption,
+    MaxRetriesOption,
+    MaxStartingOption,
+    NetworkOption,
+    RayAddressOption,
+    SandboxConfigOption,
+    SandboxOption,
+    console,
+    err_console,
+    job_guarded,
+    refuse,
+    sandbox_settings,
+)
+
+
+def job(
+    job_file: Annotated[
+        Path | None, typer.Argument(help="YAML job file (tasks, agents, models, repeats, ...).")
+    ] = None,
+    task: Annotated[list[Path] | None, typer.Option(help="Task folder (repeatable).")] = None,
+    agent: Annotated[list[str] | None, typer.Option(help="Agent name (repeatable).")] = None,
+    model: Annotated[list[str] | None, typer.Option(help="Model spec (repeatable).")] = None,
+    repeats: Annotated[int | None, typer.Option(help="Rollouts per (task, agent, model).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Rollouts at once [default: 4].")] = None,
+    max_retries: MaxRetriesOption = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Agent budget in seconds [default: the task's].")
+    ] = None,
+    jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
+    job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Resume the job folder RESUME (its job.json); skips finished rollouts."),
+    ] = None,
+    sandbox: SandboxOption = None,
+    sandbox_config: SandboxConfigOption = None,
+    network: NetworkOption = None,
+    faults: FaultsOption = None,
+    fault_seed: FaultSeedOption = None,
+    executor: ExecutorOption = None,
+    max_starting: MaxStartingOption = None,
+    ray_address: RayAddressOption = None,
+    image_map: ImageMapOption = None,
+) -> None:
+    """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
+
+    No --on-divergence: a job records, it replays nothing."""
+    from reroll.jobs.jobfile import job_spec, load_job_file, load_saved_spec, with_overrides
+    from reroll.jobs.runner import run_job
+
+    flags = {
+        "sandbox_config": sandbox_settings(sandbox_config, image_map),
+        "tasks": task,
+        "agents": agent,
+        "models": model,
+        "repeats": repeats,
+        "concurrency": concurrency,
+        "max_retries": max_retries,
+        "timeout_seconds": timeout,
+        "name": job_name,
+        "sandbox": sandbox,
+        "network": network,
+        "faults": faults.resolve() if faults is not None else None,
+        "fault_seed": fault_seed,
+        "executor": executor,
+        "max_starting": max_starting,
+        "ray_address": ray_address,
+    }
+    overrides = {key: value for key, value in flags.items() if value is not None}
+    if resume is not None and job_file is not None:
+        err_console.print("[red]error:[/red] give a JOB_FILE or --resume JOB_DIR, not both")
+        raise typer.Exit(2)
+    try:
+        if resume is not None:
+            saved = load_saved_spec(resume).model_dump(mode="json")
+            spec = job_spec(
+                {**with_overrides(saved, overrides), "name": resume.name}, f"{resume}/job.json", resume
+            )
+            jobs_dir = resume.parent
+        elif job_file is not None:
+            spec = load_job_file(job_file, overrides)
+        else:
+            spec = job_spec(overrides, "the command line")
+    except RerollError as exc:
+        refuse(exc)
+    job_guarded(run_job(spec, jobs_dir=jobs_dir, console=console))

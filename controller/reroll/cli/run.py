@@ -1,0 +1,95 @@
+"""``reroll run``: record one rollout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from reroll_contracts.errors import RerollError
+
+from reroll.cli.common import (
+    FaultSeedOption,
+    FaultsOption,
+    ImageMapOption,
+    NetworkOption,
+    SandboxConfigOption,
+    SandboxOption,
+    console,
+    faults_from_flags,
+    finish,
+    guarded,
+    refuse,
+    sandbox_settings,
+)
+from reroll.rollout.record import run_task
+from reroll.rollout.start import RolloutOptions
+from reroll.trials.config import load_trial
+
+
+def run(
+    task: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Task folder (task.md, or task.toml + instruction.md) [default: the trial's task]."
+        ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent name; see `reroll agents` (with --trial: of the roles that name none)."),
+    ] = None,
+    trial: Annotated[
+        Path | None,
+        typer.Option(
+            help="Trial file (YAML): scenes, roles, turns, User-driven rounds; see the README's Trials."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Live model: scripted, scripted:PATH, scripted-anthropic[:PATH], scripted-responses[:PATH], "
+            "scripted-chat[:PATH], openai/NAME, openai-responses/NAME, anthropic/NAME, gemini/NAME, "
+            "PROVIDER/NAME (with PROVIDER_BASE_URL)"
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Agent wall-clock budget in seconds [default: the task's].")
+    ] = None,
+    jobs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("jobs"),
+    job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
+    sandbox: SandboxOption = None,
+    sandbox_config: SandboxConfigOption = None,
+    network: NetworkOption = None,
+    faults: FaultsOption = None,
+    fault_seed: FaultSeedOption = None,
+    image_map: ImageMapOption = None,
+) -> None:
+    """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
+
+    No --on-divergence: a recording replays nothing, so nothing can diverge."""
+    used = faults_from_flags(faults, fault_seed)
+    settings = sandbox_settings(sandbox_config, image_map)
+    try:
+        trial_config = load_trial(trial) if trial is not None else None
+    except RerollError as exc:
+        refuse(exc)
+    finish(
+        guarded(
+            run_task(
+                task,
+                agent_name=agent,
+                model=model,
+                trial=trial_config,
+                options=RolloutOptions(
+                    timeout_seconds=timeout,
+                    sandbox=sandbox,
+                    sandbox_config=settings,
+                    network=network,
+                    faults=used,
+                ),
+                jobs_dir=jobs_dir,
+                job_name=job_name,
+                console=console,
+            )
+        )
+    )
