@@ -64,9 +64,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reroll_contracts.proxy import Divergence, DivergencePolicy
+from reroll_contracts.trajectory import Exchange
 
 from reroll_proxy.divergence import compare_normal, format_changed
-from reroll_proxy.exchange import Exchange
 from reroll_proxy.formats import format_for_path, format_named
 from reroll_proxy.retries import superseded
 from reroll_proxy.threads import ThreadBook, Turn, assign_threads

@@ -26,7 +26,7 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   refuses every further request (replay-only cut point, strict divergence). The stop is set
   before the first 409 is sent, so it is in every status read after the agent saw that 409.
 - ``POST /_reroll/place`` — the controller says where in a trial the next requests are sent
-  (a `reroll_proxy.exchange.Place`, the body); every exchange served from then on records it as
+  (a `reroll_contracts.trajectory.Place`, the body); every exchange served from then on records it as
   ``metadata.place``. Answers 204; 400 for a body that is not a Place.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
@@ -48,21 +48,15 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 from reroll_contracts.errors import ProxyConfigError, TranslationError
+from reroll_contracts.faults import FaultNote, ResetFault, load_plan
 from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
+from reroll_contracts.trajectory import Exchange, Place, Source, load_trajectory, sanitize_headers
 
 from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
-from reroll_proxy.exchange import Exchange, Place, Source, load_trajectory, sanitize_headers
-from reroll_proxy.faults import (
-    IN_PLACE,
-    FaultNote,
-    FaultSelector,
-    ResetFault,
-    last_message_text,
-    load_plan,
-)
+from reroll_proxy.faults import IN_PLACE, FaultSelector, last_message_text
 from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
 from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
 from reroll_proxy.limits import read_body_in_time, runner_options

@@ -21,8 +21,8 @@ import yaml
 from reroll.agents import get_agent
 from reroll.runfolder.run import TRAJECTORY
 from reroll_contracts.proxy import Divergence
+from reroll_contracts.trajectory import load_trajectory
 from reroll_proxy.engine import Abort, Replay, ReplayEngine
-from reroll_proxy.exchange import load_trajectory
 from reroll_proxy.volatile import Volatility
 
 from tests.test_main_job import only_folder, read_json, reroll, trajectory

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reroll_contracts.proxy import VolatileRule
+from reroll_contracts.trajectory import Exchange
 from reroll_proxy.engine import Abort, Exhausted, Live, Replay, ReplayEngine
-from reroll_proxy.exchange import Exchange
 from reroll_proxy.volatile import Volatility
 
 

@@ -16,6 +16,7 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import InfrastructureError
+from reroll_contracts.faults import load_plan
 from reroll_contracts.proxy import (
     DivergencePolicy,
     ProxyConfig,
@@ -24,8 +25,7 @@ from reroll_contracts.proxy import (
     UpstreamConfig,
     VolatileRule,
 )
-from reroll_proxy import faults
-from reroll_proxy.exchange import Place
+from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
 from reroll.runfolder.run import FaultsUsed
@@ -77,13 +77,13 @@ def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
     """Check the fault plan at `plan_path` and say what config.json records of it.
 
     Args:
-        plan_path: the YAML plan (see `reroll_proxy.faults`).
+        plan_path: the YAML plan (see `reroll_contracts.faults`).
         seed: the seed of its probability draws [default: the plan's ``seed``].
 
     Raises:
         FaultPlanError: the file is missing or not a valid plan (the message names it).
     """
-    plan = faults.load_plan(plan_path)
+    plan = load_plan(plan_path)
     return FaultsUsed(plan_path=str(plan_path.resolve()), seed=plan.seed if seed is None else seed)
 
 

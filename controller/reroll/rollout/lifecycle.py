@@ -29,7 +29,7 @@ from reroll_contracts.errors import (
     error_category,
 )
 from reroll_contracts.proxy import VolatileRule
-from reroll_proxy.exchange import load_trajectory
+from reroll_contracts.trajectory import load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec

@@ -26,7 +26,7 @@ from typing import Literal
 import orjson
 from pydantic import BaseModel
 from reroll_contracts.errors import RunFolderError
-from reroll_proxy.exchange import load_trajectory
+from reroll_contracts.trajectory import load_trajectory
 from reroll_proxy.retries import superseded
 from rich.console import Console
 

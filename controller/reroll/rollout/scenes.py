@@ -28,7 +28,7 @@ from pathlib import Path
 
 from reroll_contracts.errors import RunFolderError, TrialError, VerifierError
 from reroll_contracts.proxy import ProxyStatus
-from reroll_proxy.exchange import Place, load_trajectory
+from reroll_contracts.trajectory import Place, load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec

@@ -7,7 +7,7 @@
       result.json                      RunResult: status, rewards, timings, counts, error
       prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
       trial.json                       the trial's turns: place, prompt, how each ended (reroll.trials.config)
-      trajectory/llm_trajectory.jsonl  one LLM exchange per line (reroll_proxy.exchange)
+      trajectory/llm_trajectory.jsonl  one LLM exchange per line (reroll_contracts.trajectory)
       verifier/                        the verifier's output and logs
       agent/                           the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
@@ -27,7 +27,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import RunFolderError
-from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory, read_capped
+from reroll_contracts.trajectory import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
 from reroll.trials.config import TrialConfig
 

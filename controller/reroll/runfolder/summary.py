@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 from reroll_contracts.errors import TrajectoryFormatError
-from reroll_proxy.exchange import load_trajectory
+from reroll_contracts.trajectory import load_trajectory
 
 from reroll.runfolder.run import TRAJECTORY, RunResult
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 from reroll_contracts.proxy import Divergence
-from reroll_proxy.exchange import Exchange
+from reroll_contracts.trajectory import Exchange
 from reroll_proxy.formats.normal import NormalUsage
 
 from reroll.export.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
