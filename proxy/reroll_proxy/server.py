@@ -8,7 +8,7 @@ Routes (every one but ``/healthz`` needs the rollout token, else 401 with an err
   by ``replay_timing_factor``, when the request streams; a recorded error status as it was),
   forward to the live upstream (streamed through event by event), or refuse with 409
   (``replay_diverged`` under the strict policy, ``replay_exhausted`` past the cut in replay-only
-  mode; neither is recorded). Faults of the plan (``faults_path``) are injected by
+  mode; neither is recorded). Faults of the plan (``faults``) are injected by
   `reroll_proxy.inject`, and a replayed line that records a fault reproduces it. Every served
   response, upstream errors included, is appended to the trajectory before the agent can see
   its end (see `reroll_proxy.recorder`); an SDK retry (``x-stainless-retry-count`` > 0, or an
@@ -49,8 +49,8 @@ from aiohttp import web
 from pydantic import ValidationError
 from reroll_contracts.errors import ProxyConfigError, TranslationError
 from reroll_contracts.faults import FaultNote, ResetFault, load_plan
-from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
-from reroll_contracts.trajectory import Exchange, Place, Source, load_trajectory, sanitize_headers
+from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop
+from reroll_contracts.trajectory import Place, Source, load_trajectory, sanitize_headers
 
 from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
@@ -163,9 +163,7 @@ class ProxyServer:
             cut_index=engine.cut_index,
             divergence_policy=engine.divergence_policy,
             cutover_step=engine.cutover_step,
-            divergences=[
-                StepDivergence(step=note.step, **note.divergence.model_dump()) for note in engine.divergences
-            ],
+            divergences=list(engine.divergences),
             stop=_proxy_stop(engine.stop),
             websocket_upgrades_refused=self.websockets.count,
         )
@@ -368,17 +366,17 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
         The running proxy; call ``await proxy.stop()`` when done.
 
     Raises:
-        FileNotFoundError: `config.replay_path` does not exist.
+        FileNotFoundError: the replayed trajectory (`config.replay`) does not exist.
         TrajectoryFormatError: the replayed trajectory is corrupt (the message names file and line).
-        FaultPlanError: `config.faults_path` is missing or not a valid fault plan (named in the message).
+        FaultPlanError: the plan of `config.faults` is missing or invalid (named in the message).
         ProxyConfigError: nothing to serve (neither replay nor upstream), or cut_index is out of range.
         OSError: the trajectory cannot be opened or the port cannot be bound.
     """
     engine = _engine_for(config)
     faults = (
         None
-        if config.faults_path is None
-        else FaultSelector(load_plan(config.faults_path), config.fault_seed)
+        if config.faults is None
+        else FaultSelector(load_plan(config.faults.plan_path), config.faults.seed)
     )
     recorder = Recorder(config.trajectory_path, fsync=config.fsync_each_exchange)
     recorder.open()
@@ -409,22 +407,24 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
 
 
 def _engine_for(config: ProxyConfig) -> ReplayEngine:
-    if config.replay_path is None and config.upstream is None:
-        raise ProxyConfigError("nothing to serve: the config has neither replay_path nor upstream")
-    recorded: list[Exchange] = []
-    if config.replay_path is not None:
-        loaded = load_trajectory(config.replay_path)
-        if loaded.warning:
-            log.warning("%s", loaded.warning)
-        recorded = loaded.exchanges
-    cut_index = len(recorded) if config.cut_index is None else config.cut_index
+    replay = config.replay
+    if replay is None and config.upstream is None:
+        raise ProxyConfigError("nothing to serve: the config has neither replay nor upstream")
+    if replay is None:
+        return ReplayEngine([], 0, True, volatility=Volatility(config.volatile))
+    loaded = load_trajectory(replay.trajectory_path)
+    if loaded.warning:
+        log.warning("%s", loaded.warning)
+    recorded = loaded.exchanges
+    cut_index = len(recorded) if replay.cut_index is None else replay.cut_index
     if cut_index > len(recorded):
-        source = config.replay_path or "(no replay_path)"
-        raise ProxyConfigError(f"cut_index {cut_index} exceeds the {len(recorded)} exchanges in {source}")
+        raise ProxyConfigError(
+            f"cut_index {cut_index} exceeds the {len(recorded)} exchanges in {replay.trajectory_path}"
+        )
     return ReplayEngine(
         recorded,
         cut_index,
         config.upstream is not None,
-        config.divergence_policy,
+        replay.divergence_policy,
         Volatility(config.volatile),
     )

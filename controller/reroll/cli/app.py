@@ -26,6 +26,8 @@ import typer
 import typer.core
 from pydantic import ValidationError
 from reroll_contracts.errors import ConfigError, RerollError
+from reroll_contracts.faults import FaultsUsed
+from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.proxy import DivergencePolicy
 from rich.console import Console
 from typer import _click  # typer's own copy of click: the types TyperGroup's methods take
@@ -41,8 +43,7 @@ from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
 from reroll.rollout.replay import replay_run
 from reroll.rollout.start import RolloutOptions, RolloutOutcome
-from reroll.runfolder.run import FaultsUsed, write_bytes_atomically
-from reroll.tasks.task import NetworkPolicy
+from reroll.runfolder.run import write_bytes_atomically
 from reroll.trials.config import load_trial
 
 if TYPE_CHECKING:

@@ -36,9 +36,17 @@ from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
-from reroll.runfolder.run import TRAJECTORY, BranchedFrom, create_run_folder, now_iso, write_json
+from reroll.runfolder.run import (
+    CONFIG_FILE,
+    PROMPTS_FILE,
+    TRAJECTORY,
+    BranchedFrom,
+    create_run_folder,
+    now_iso,
+    write_json,
+)
 from reroll.runfolder.summary import (
-    SUMMARY,
+    TREE_SUMMARY_FILE,
     BranchSummary,
     ChildSummary,
     ModelSummary,
@@ -144,7 +152,7 @@ async def branch(
         children=children,
         models=[_model_summary(spec, children) for spec in specs],
     )
-    write_json(parent / SUMMARY, summary)
+    write_json(parent / TREE_SUMMARY_FILE, summary)
     return summary
 
 
@@ -194,8 +202,8 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
             "branched_from": provenance,
         }
     )
-    write_json(parent / "config.json", config)
-    write_json(parent / "prompts.json", original.prompts)
+    write_json(parent / CONFIG_FILE, config)
+    write_json(parent / PROMPTS_FILE, original.prompts)
     prefix = original.exchanges[: checkpoint.cut_index]
     (parent / TRAJECTORY).write_bytes(b"".join(exchange.to_line() for exchange in prefix))
     return parent

@@ -34,7 +34,7 @@ from rich.console import Console
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.verifier import quiesce, soft_verify
-from reroll.runfolder.run import TRAJECTORY, write_json
+from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
 from reroll.runfolder.trial import TRIAL_RECORD, TrialRecord, TurnRecord
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task
@@ -210,7 +210,7 @@ async def _turn(
 async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutcome) -> RoundResult:
     """Soft-verify the workspace after a round; its result (also put into the round's record)."""
     turn = len(ctx.record.turns) - 1
-    output_dir = ctx.run_dir / "verifier" / "rounds" / str(turn)
+    output_dir = ctx.run_dir / VERIFIER_DIR / "rounds" / str(turn)
     rewards, error = None, None
     try:
         verdict = await soft_verify(ctx.sandbox, ctx.task, ctx.env, output_dir)
@@ -290,7 +290,7 @@ async def read_outbox(sandbox: Sandbox, env: dict[str, str]) -> list[tuple[str, 
 
 def _write_prompts(ctx: TrialContext, prompt: str) -> None:
     prompts = [turn.prompt for turn in ctx.record.turns] + [prompt]
-    write_json(ctx.run_dir / "prompts.json", prompts)
+    write_json(ctx.run_dir / PROMPTS_FILE, prompts)
 
 
 def _write_record(ctx: TrialContext) -> None:

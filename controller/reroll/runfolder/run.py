@@ -6,14 +6,19 @@
       config.json                      RunConfig: what was run; continued_from / branched_from provenance
       result.json                      RunResult: status, rewards, timings, counts, error
       prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
-      trial.json                       the trial's turns: place, prompt, how each ended (reroll.trials.config)
-      trajectory/llm_trajectory.jsonl  one LLM exchange per line (reroll_contracts.trajectory)
+      trial.json                       the trial's turns: place, prompt, how each ended (a TrialRecord)
+      trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
       verifier/                        the verifier's output and logs
-      agent/                           the agent's console output
+      agent/output.log                 the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
+      error.txt                        the traceback of a bug that ended the rollout, if one did
+      fidelity.json                    ``reroll replay``'s report, in the rebuilt run folder
+      harness/                         controller.log, proxy.json (the LLM proxy's config), ready files, logs
 
-Folders written by BenchFlow load too: fields reroll adds are optional, and a result.json
-without ``status`` gets one from ``error_category``.
+Every name above is a constant of this module; the job folder and the branch tree are
+`reroll.runfolder.folders` and `reroll.runfolder.summary`. Folders written by BenchFlow load
+too: fields reroll adds are optional, and a result.json without ``status`` gets one from
+``error_category``.
 """
 
 from __future__ import annotations
@@ -27,11 +32,31 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import RunFolderError
+from reroll_contracts.faults import FaultsUsed
+from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.trajectory import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
 from reroll.trials.config import TrialConfig
 
-TRAJECTORY = Path("trajectory") / "llm_trajectory.jsonl"
+CONFIG_FILE = "config.json"
+RESULT_FILE = "result.json"
+PROMPTS_FILE = "prompts.json"
+TRAJECTORY_DIR = "trajectory"
+TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
+VERIFIER_DIR = "verifier"
+AGENT_DIR = "agent"
+AGENT_LOG = Path(AGENT_DIR) / "output.log"
+MANIFEST_FILE = "workspace_manifest.json"
+ERROR_FILE = "error.txt"
+"""The traceback of an exception outside reroll's tree that ended the rollout."""
+FIDELITY_FILE = "fidelity.json"
+HARNESS_DIR = Path("harness")
+"""What reroll's own processes leave: their configs, ready files and logs."""
+CONTROLLER_LOG = HARNESS_DIR / "controller.log"
+"""Where a rollout started without a console writes its progress."""
+PROXY_CONFIG = HARNESS_DIR / "proxy.json"
+"""The LLM proxy's config (`reroll_contracts.proxy.ProxyConfig`): a later replay reads its
+recorded sandbox values (`reroll.host.llm_proxy.recorded_sandbox_values`)."""
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """The largest config.json, result.json or prompts.json read."""
 CONTINUABLE_CATEGORIES = ("timeout", "idle_timeout")
@@ -71,15 +96,6 @@ class BranchedFrom(ContinuedFrom):
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
 
 
-class FaultsUsed(BaseModel):
-    """The fault plan a rollout ran under (``reroll run --faults``)."""
-
-    plan_path: str
-    """The YAML plan, absolute."""
-    seed: int
-    """The seed of its probability draws."""
-
-
 class RunConfig(BaseModel):
     """config.json: what was run."""
 
@@ -97,7 +113,7 @@ class RunConfig(BaseModel):
     (`reroll.rollout.lifecycle.stable_agent_env`). None in folders written before it existed (and by
     BenchFlow): ``started_at`` stands in."""
     sandbox: str = "local"
-    network: Literal["none", "full"] | None = None
+    network: NetworkPolicy | None = None
     """The run's network policy override (``--network``); None: the task's ``environment.network``."""
     reroll_version: str | None = None
     continued_from: ContinuedFrom | None = None
@@ -205,15 +221,15 @@ def load_run_folder(path: Path) -> RunFolder:
     if not path.is_dir():
         raise RunFolderError(f"run folder not found: {path}")
     config: RunConfig = _validated(
-        RunConfig, _read_json(path / "config.json", required=True), path / "config.json"
+        RunConfig, _read_json(path / CONFIG_FILE, required=True), path / CONFIG_FILE
     )
-    raw_result = _read_json(path / "result.json", required=False)
+    raw_result = _read_json(path / RESULT_FILE, required=False)
     result: RunResult | None = (
-        _validated(RunResult, raw_result, path / "result.json") if raw_result is not None else None
+        _validated(RunResult, raw_result, path / RESULT_FILE) if raw_result is not None else None
     )
-    prompts = _read_json(path / "prompts.json", required=True)
+    prompts = _read_json(path / PROMPTS_FILE, required=True)
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
-        raise RunFolderError(f"{path / 'prompts.json'}: expected a JSON list of strings")
+        raise RunFolderError(f"{path / PROMPTS_FILE}: expected a JSON list of strings")
     try:
         trajectory = load_trajectory(path / TRAJECTORY)
     except FileNotFoundError as exc:
@@ -221,6 +237,21 @@ def load_run_folder(path: Path) -> RunFolder:
             f"{path / TRAJECTORY}: missing (not a run folder, or nothing was recorded)"
         ) from exc
     return RunFolder(path=path, config=config, result=result, prompts=prompts, trajectory=trajectory)
+
+
+def load_manifest(run_dir: Path) -> dict[str, str] | None:
+    """The run's workspace manifest (``{relative path: sha256 hex or a kind}``); None when it has none.
+
+    Raises:
+        RunFolderError: the file is not a JSON object, or unreadable or too large (the message names it).
+    """
+    file = run_dir / MANIFEST_FILE
+    data = _read_json(file, required=False)
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{file}: expected a JSON object of path → sha256")
+    return {str(key): str(value) for key, value in data.items()}
 
 
 def _read_json(file: Path, *, required: bool) -> Any:
@@ -284,6 +315,6 @@ def create_run_folder(parent: Path, name: str) -> Path:
             candidate.mkdir()
         except FileExistsError:
             continue
-        (candidate / "trajectory").mkdir()
+        (candidate / TRAJECTORY_DIR).mkdir()
         return candidate
     raise RunFolderError(f"{parent}: could not find a free folder name for {name}")

@@ -1,9 +1,14 @@
-"""What a job leaves besides its run folders: ``summary.json`` and the summary table.
+"""The two ``summary.json`` files: a job's (`JobSummary`, `JOB_SUMMARY_FILE`) and a branch tree's
+(`BranchSummary`, `TREE_SUMMARY_FILE`). Same file name, two schemas: `reroll.runfolder.folders.kind_of`
+tells the folders apart.
 
-``<job>/summary.json`` (a `JobSummary`) lists every rollout of the job, with its status,
-rewards, attempts, exchange and token counts, and the totals: status counts, the mean of each
-reward key, exchanges and tokens. Tokens are the ``usage.total_tokens`` the upstream reported
-in the recorded responses (0 when none was recorded, e.g. an agent that calls no model).
+``<job>/summary.json`` lists every rollout of the job, with its status, rewards, attempts,
+exchange and token counts, and the totals: status counts, the mean of each reward key, exchanges
+and tokens. Tokens are the ``usage.total_tokens`` the upstream reported in the recorded responses
+(0 when none was recorded, e.g. an agent that calls no model).
+
+``<tree>/summary.json`` (`reroll.jobs.branch`'s parent folder) lists the branches (children) of a
+checkpoint with their rewards, and the mean reward per model.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ from pydantic import BaseModel, Field, ValidationError
 from reroll_contracts.errors import TrajectoryFormatError
 from reroll_contracts.trajectory import load_trajectory
 
-from reroll.runfolder.run import TRAJECTORY, RunResult
+from reroll.runfolder.run import RESULT_FILE, TRAJECTORY, RunResult
 
-SUMMARY_FILE = "summary.json"
+JOB_SUMMARY_FILE = "summary.json"
+"""In a job folder (or its ``continued/``): a `JobSummary`."""
+TREE_SUMMARY_FILE = "summary.json"
+"""In a branch tree's parent folder: a `BranchSummary`."""
 
 
 class RolloutSummary(BaseModel):
@@ -62,7 +70,7 @@ class JobTotals(BaseModel):
 
 
 class JobSummary(BaseModel):
-    """``summary.json`` of a job folder."""
+    """``summary.json`` of a job folder (`JOB_SUMMARY_FILE`)."""
 
     job: str
     path: str
@@ -76,7 +84,7 @@ class JobSummary(BaseModel):
 def read_result(run_dir: Path) -> RunResult | None:
     """The run's result.json, or None when it is missing or unreadable (a run cut short)."""
     try:
-        return RunResult.model_validate(orjson.loads((run_dir / "result.json").read_bytes()))
+        return RunResult.model_validate(orjson.loads((run_dir / RESULT_FILE).read_bytes()))
     except (OSError, orjson.JSONDecodeError, ValidationError):
         return None
 
@@ -159,9 +167,6 @@ def totals(rollouts: list[RolloutSummary]) -> JobTotals:
     )
 
 
-SUMMARY = "summary.json"
-
-
 class ChildSummary(BaseModel):
     """One branch's outcome."""
 
@@ -189,7 +194,7 @@ class ModelSummary(BaseModel):
 
 
 class BranchSummary(BaseModel):
-    """summary.json in the parent folder."""
+    """``summary.json`` in a branch tree's parent folder (`TREE_SUMMARY_FILE`)."""
 
     parent: str
     """The parent folder (the shared prefix)."""
@@ -208,3 +213,12 @@ def primary_reward(rewards: dict[str, float] | None) -> float | None:
     if "reward" in rewards:
         return rewards["reward"]
     return next(iter(rewards.values())) if len(rewards) == 1 else None
+
+
+def read_tree_summary(path: Path) -> BranchSummary | None:
+    """The branch tree's summary.json in `path`, or None when `path` is not a branch tree (no such
+    file, or one that is not a `BranchSummary`: a job's summary.json, for one)."""
+    try:
+        return BranchSummary.model_validate(orjson.loads((path / TREE_SUMMARY_FILE).read_bytes()))
+    except (OSError, orjson.JSONDecodeError, ValidationError):
+        return None
