@@ -224,7 +224,7 @@ async def execute_rollout(
             result.error = headline(agent_failure, result.error)
     finally:
         trajectory = plan.run_dir / TRAJECTORY
-        if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
+        if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
             with contextlib.suppress(TrajectoryFormatError):
                 result.counts = count_exchanges(load_trajectory(trajectory))
         result.finished_at = now_iso()

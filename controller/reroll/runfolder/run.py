@@ -141,6 +141,9 @@ class Counts(BaseModel):
     replayed: int = 0
     live: int = 0
     divergences: int = 0
+    tokens: int | None = None
+    """``usage.total_tokens`` summed over the recorded responses (0 when none reported usage);
+    None when not counted: in result.json files of earlier versions, and before the count."""
 
 
 class RunResult(BaseModel):
@@ -189,7 +192,8 @@ class RunFolder(BaseModel):
 
 
 def count_exchanges(trajectory: LoadedTrajectory) -> Counts:
-    """Count a trajectory's exchanges by ``metadata.source``, and those with a divergence."""
+    """Count a trajectory's exchanges by ``metadata.source``, those with a divergence, and the
+    tokens their responses report."""
     exchanges = trajectory.exchanges
     replayed = sum(1 for exchange in exchanges if exchange.metadata.source == "replayed")
     return Counts(
@@ -197,7 +201,16 @@ def count_exchanges(trajectory: LoadedTrajectory) -> Counts:
         replayed=replayed,
         live=len(exchanges) - replayed,
         divergences=sum(1 for exchange in exchanges if exchange.metadata.divergence is not None),
+        tokens=sum(map(response_tokens, exchanges)),
     )
+
+
+def response_tokens(exchange: Exchange) -> int:
+    """The ``usage.total_tokens`` the exchange's response body reports; 0 when it reports none."""
+    body = exchange.response.body
+    usage = body.get("usage") if isinstance(body, dict) else None
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) else 0
 
 
 def load_run_folder(path: Path) -> RunFolder:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 from reroll_contracts.errors import TrajectoryFormatError
 from reroll_contracts.trajectory import load_trajectory
 
-from reroll.runfolder.run import RESULT_FILE, TRAJECTORY, RunResult
+from reroll.runfolder.run import RESULT_FILE, TRAJECTORY, RunResult, count_exchanges
 
 JOB_SUMMARY_FILE = "summary.json"
 """In a job folder (or its ``continued/``): a `JobSummary`."""
@@ -104,9 +104,13 @@ def summarise_rollout(
     attempts: int,
     retried_errors: list[str] | None = None,
 ) -> RolloutSummary:
-    """Read what the rollout in `run_dir` left: result.json and the trajectory's counts."""
+    """Read what the rollout in `run_dir` left: result.json, with its counts (the trajectory's
+    counts for a result.json of an earlier version, which has no tokens, or none)."""
     result = read_result(run_dir)
-    exchanges, tokens = _trajectory_counts(run_dir / TRAJECTORY)
+    if result is not None and result.counts.tokens is not None:
+        exchanges, tokens = result.counts.exchanges, result.counts.tokens
+    else:
+        exchanges, tokens = _trajectory_counts(run_dir / TRAJECTORY)
     if result is None:
         return RolloutSummary(
             name=run_dir.name,
@@ -139,16 +143,10 @@ def summarise_rollout(
 def _trajectory_counts(path: Path) -> tuple[int, int]:
     """(exchanges, tokens) of a trajectory file; (0, 0) when there is none."""
     try:
-        exchanges = load_trajectory(path).exchanges
+        counts = count_exchanges(load_trajectory(path))
     except (FileNotFoundError, TrajectoryFormatError):
         return 0, 0
-    tokens = 0
-    for exchange in exchanges:
-        body = exchange.response.body
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
-            tokens += usage["total_tokens"]
-    return len(exchanges), tokens
+    return counts.exchanges, counts.tokens or 0
 
 
 def totals(rollouts: list[RolloutSummary]) -> JobTotals:
