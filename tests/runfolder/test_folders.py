@@ -24,10 +24,17 @@ from tests.export.conftest import chat_exchanges, write_run, write_tree
 
 def test_the_run_folders_of_a_job_leave_out_attempts_continuations_and_rebuilds(tmp_path: Path) -> None:
     job = tmp_path / "job"
-    for name in ("b__r1", "a__r1", "_attempts/a__r1.attempt1", "continued/b__r1", "replayed/a__r1"):
+    for name in (
+        "b__r1",
+        "a__r1",
+        "_attempts/a__r1.attempt1",
+        "continued/b__r1",
+        "replayed/a__r1",
+        "branched/a__r1",
+    ):
         write_run(job / name, chat_exchanges()[:1])
     # Folders that are named like the side folders but hold a config.json are left out too.
-    for side in ("_attempts", "continued", "replayed"):
+    for side in ("_attempts", "continued", "replayed", "branched"):
         (job / side / "config.json").write_text("{}")
     (job / "notes").mkdir()  # no config.json: not a run folder
     assert job_run_folders(job) == [job / "a__r1", job / "b__r1"]

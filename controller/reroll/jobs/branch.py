@@ -36,6 +36,7 @@ from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
+from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
     PROMPTS_FILE,
@@ -110,7 +111,7 @@ async def branch(
     parsed = (parse_model(spec, checkpoint.task.path, checkpoint.agent.name) for spec in models)
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
-    parent = _write_parent(checkpoint, output or original.path.parent / "branched")
+    parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
     console.print(
         f"branching {original.path} at step {checkpoint.cut_index} (--at {at}): "
         f"{len(specs)} model(s) x {n}, {runner.concurrency} at a time"

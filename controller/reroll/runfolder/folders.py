@@ -11,7 +11,7 @@
 
     <tree>/                         a branch tree (`reroll branch`): the shared prefix is a run folder
       summary.json                  a `reroll.runfolder.summary.BranchSummary`
-      <model>__b<k>/                one run folder per branch
+      <model>__<i>/                 one run folder per branch
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ CONTINUED_DIR = "continued"
 """Beside a run folder: ``reroll continue``'s continuations (``reroll continue-job``'s, in a job folder)."""
 REPLAYED_DIR = "replayed"
 """Beside a run folder: ``reroll replay``'s rebuilds."""
+BRANCHED_DIR = "branched"
+"""Beside a run folder: ``reroll branch``'s trees."""
 FolderKind = Literal["run", "job", "tree"]
 
 
@@ -57,7 +59,8 @@ def kind_of(path: Path) -> FolderKind:
 
 def job_run_folders(job_dir: Path) -> list[Path]:
     """The run folders directly in `job_dir` (those with a config.json; not ``_attempts/``,
-    ``continued/`` or ``replayed/``), sorted by name; none when it holds none or cannot be listed."""
+    ``continued/``, ``replayed/`` or ``branched/``), sorted by name; none when it holds none or
+    cannot be listed."""
     try:
         children = list(job_dir.iterdir())
     except OSError:
@@ -65,7 +68,7 @@ def job_run_folders(job_dir: Path) -> list[Path]:
     return sorted(
         child
         for child in children
-        if child.name not in (ATTEMPTS_DIR, CONTINUED_DIR, REPLAYED_DIR)
+        if child.name not in (ATTEMPTS_DIR, CONTINUED_DIR, REPLAYED_DIR, BRANCHED_DIR)
         and child.is_dir()
         and (child / CONFIG_FILE).is_file()
     )
