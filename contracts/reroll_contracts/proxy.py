@@ -3,9 +3,11 @@
 Both sides import these models (the proxy never imports the controller); every model forbids
 unknown fields, so a field added on one side only fails loudly instead of being dropped.
 
-- `ProxyConfig` (with `UpstreamConfig`): the controller writes ``ProxyConfig(...).model_dump_json()``
-  to the proxy's config file, the proxy reads it with `reroll_proxy.config.load_config`. The
-  upstream key is never in the file: `UpstreamConfig.api_key` is excluded from every dump, and
+- `ProxyConfig` (with `UpstreamConfig`, `ReplayConfig` and `reroll_contracts.faults.FaultsUsed`:
+  what to replay, where to go live, which faults to inject): the controller writes
+  ``ProxyConfig(...).model_dump_json()`` to the proxy's config file, the proxy reads it with
+  `reroll_proxy.config.load_config`. The upstream key is never in the file:
+  `UpstreamConfig.api_key` is excluded from every dump, and
   `UpstreamConfig.api_key_env` names the environment variable that carries it to the proxy.
 - `ProxyStatus`: the body of ``GET /_reroll/status`` (the engine's counters, divergences, stop).
 - `ProxyStop`: why the proxy refuses every further request (replay-only reached the cut point,
