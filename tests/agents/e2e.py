@@ -120,7 +120,10 @@ def strict_rebuild(continued: Path, workdir: Path) -> list[dict]:
     rebuilt = only_folder(workdir / "strict")
     recorded = len(trajectory(continued))
     result = read_json(rebuilt / "result.json")
-    assert result["counts"] == {"exchanges": recorded, "replayed": recorded, "live": 0, "divergences": 0}
+    assert (
+        result["counts"].items()
+        >= {"exchanges": recorded, "replayed": recorded, "live": 0, "divergences": 0}.items()
+    )
     lines = trajectory(rebuilt)
     assert [line["metadata"]["replayed_from"] for line in lines] == list(range(recorded))
     return lines
