@@ -57,7 +57,7 @@ def start_proxy(workdir: Path, trajectory: Path, upstream: str, replay: Path | N
         "upstream": {"base_url": upstream, "api_key_env": "REROLL_TEST_UPSTREAM_KEY", "timeout_seconds": 10},
     }
     if replay is not None:
-        config["replay_path"] = str(replay)
+        config["replay"] = {"trajectory_path": str(replay)}
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "proxy.json").write_text(json.dumps(config))
     return start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")

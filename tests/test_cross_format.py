@@ -49,7 +49,7 @@ def test_a_chat_agent_is_continued_by_a_model_of_another_api(
     swapped = only_folder(tmp_path / "swapped")
     result = read_json(swapped / "result.json")
     assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
-    assert result["counts"] == {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}
+    assert result["counts"].items() >= {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}.items()
     lines = trajectory(swapped)
     assert [line["metadata"]["source"] for line in lines] == ["replayed"] * 2 + ["live"] * 3
     assert [line["metadata"]["api_format"] for line in lines] == ["openai-chat"] * 5

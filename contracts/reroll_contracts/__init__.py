@@ -1,6 +1,8 @@
 """The contracts shared by reroll's controller, proxy and sidecar.
 
 `reroll_contracts.errors` (the exception tree, each class with the stable category that lands in
-result.json) and `reroll_contracts.proxy` (the LLM proxy's config, status and ready files). They
+result.json), `reroll_contracts.proxy` (the LLM proxy's config, status and ready files),
+`reroll_contracts.trajectory` (the exchange line the proxy writes and the run folder reads) and
+`reroll_contracts.faults` (the fault plan file and the fault notes of exchange lines). They
 import nothing of the controller, the proxy or the sidecar; all three import them.
 """

@@ -3,11 +3,13 @@
 Both sides import these models (the proxy never imports the controller); every model forbids
 unknown fields, so a field added on one side only fails loudly instead of being dropped.
 
-- `ProxyConfig` (with `UpstreamConfig`): the controller writes ``ProxyConfig(...).model_dump_json()``
-  to the proxy's config file, the proxy reads it with `reroll_proxy.config.load_config`. The
-  upstream key and the controller's token are never in the file: `UpstreamConfig.api_key` and
-  `ProxyConfig.controller_token` are excluded from every dump, and ``api_key_env`` /
-  ``controller_token_env`` name the environment variables that carry them to the proxy.
+- `ProxyConfig` (with `UpstreamConfig`, `ReplayConfig` and `reroll_contracts.faults.FaultsUsed`:
+  what to replay, where to go live, which faults to inject): the controller writes
+  ``ProxyConfig(...).model_dump_json()`` to the proxy's config file, the proxy reads it with
+  `reroll_proxy.config.load_config`. The upstream key and the controller's token are never in
+  the file: `UpstreamConfig.api_key` and `ProxyConfig.controller_token` are excluded from every
+  dump, and ``api_key_env`` / ``controller_token_env`` name the environment variables that carry
+  them to the proxy.
 - `ProxyStatus`: the body of ``GET /_reroll/status`` (the engine's counters, divergences, stop).
 - `ProxyStop`: why the proxy refuses every further request (replay-only reached the cut point,
   or a strict divergence aborted the replay). The proxy records it *before* it sends the 409
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from reroll_contracts.faults import FaultsUsed
 
 FormatName = Literal["openai-chat", "openai-responses", "anthropic-messages"]
 
@@ -102,6 +106,19 @@ it, ``strict`` answers 409 and aborts, ``cutover`` goes live from that request o
 like ``strict``, without an upstream)."""
 
 
+class ReplayConfig(BaseModel):
+    """What the proxy replays before it goes live (`ProxyConfig.replay`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trajectory_path: Path
+    """The recorded ``llm_trajectory.jsonl``."""
+    cut_index: int | None = Field(default=None, ge=0)
+    """How many recorded exchanges to serve before the live model takes over [default: all of them]."""
+    divergence_policy: DivergencePolicy = "warn"
+    """See `DivergencePolicy`."""
+
+
 class UpstreamConfig(BaseModel):
     """The live model the proxy forwards to."""
 
@@ -147,15 +164,10 @@ class ProxyConfig(BaseModel):
     `reroll_proxy.config.load_config` (so the token never reaches the disk); None: no indirection."""
     trajectory_path: Path
     """Output JSONL: every served exchange is appended here."""
-    replay_path: Path | None = None
-    """A recorded JSONL to replay before going live; None records only."""
-    cut_index: int | None = Field(default=None, ge=0)
-    """How many recorded exchanges to replay (default: all of them); must be 0 or None without
-    `replay_path`."""
+    replay: ReplayConfig | None = None
+    """The recording to replay before going live; None records only."""
     upstream: UpstreamConfig | None = None
     """The live model after the cut; None is replay-only (requests past the cut get 409)."""
-    divergence_policy: DivergencePolicy = "warn"
-    """See `DivergencePolicy`."""
     replay_timing_factor: float = Field(default=0.0, ge=0)
     """A replayed stream waits the recorded time between two events times this factor: 0 sends
     them as fast as possible, 1 at the recorded pace."""
@@ -163,10 +175,8 @@ class ProxyConfig(BaseModel):
     """``fsync`` each trajectory line (while its response is sent, before the next line is
     written), so the file survives a machine crash; False only flushes lines to the OS (they
     still survive the proxy being killed). See `reroll_proxy.recorder`."""
-    faults_path: Path | None = None
-    """A YAML fault plan (`reroll_proxy.faults`) applied to the exchanges served; None injects none."""
-    fault_seed: int | None = None
-    """Seed of the plan's probability draws [default: the plan's ``seed``]."""
+    faults: FaultsUsed | None = None
+    """The fault plan (`reroll_contracts.faults`) applied to the exchanges served; None injects none."""
     ready_file: Path | None = None
     """Written atomically once listening (a `ReadyFile`)."""
     volatile: list[VolatileRule] = []

@@ -16,7 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import AgentError
-from reroll_contracts.proxy import VolatileRule
+from reroll_contracts.proxy import FormatName, VolatileRule
 
 
 class AgentSpec(BaseModel):
@@ -27,7 +27,7 @@ class AgentSpec(BaseModel):
     """Registry name, e.g. ``mini-swe-agent``."""
     description: str
     """One line shown by ``reroll agents``."""
-    api_format: Literal["openai-chat", "openai-responses", "anthropic-messages", "none"]
+    api_format: FormatName | Literal["none"]
     """The LLM API the agent speaks (a `reroll_proxy.formats` name); ``none`` for agents that call
     no model (oracle)."""
     install: str | None = None

@@ -63,10 +63,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reroll_contracts.proxy import Divergence, DivergencePolicy
+from reroll_contracts.proxy import Divergence, DivergencePolicy, StepDivergence
+from reroll_contracts.trajectory import Exchange
 
 from reroll_proxy.divergence import compare_normal, format_changed
-from reroll_proxy.exchange import Exchange
 from reroll_proxy.formats import format_for_path, format_named
 from reroll_proxy.retries import superseded
 from reroll_proxy.threads import ThreadBook, Turn, assign_threads
@@ -123,14 +123,6 @@ class Exhausted:
 Decision = Replay | Live | Abort | Exhausted
 
 
-@dataclass(frozen=True)
-class DivergenceNote:
-    """A divergence seen at a step."""
-
-    step: int
-    divergence: Divergence
-
-
 @dataclass
 class ReplayEngine:
     """Decides, request by request, between replaying, going live, aborting and stopping.
@@ -159,7 +151,7 @@ class ReplayEngine:
     """Requests answered from the recording."""
     served_live: int = field(default=0, init=False)
     """Requests forwarded to the live upstream."""
-    divergences: list[DivergenceNote] = field(default_factory=list, init=False)
+    divergences: list[StepDivergence] = field(default_factory=list, init=False)
     """Every divergence seen, in step order."""
     stop: Abort | Exhausted | None = field(default=None, init=False)
     """The first refused request (strict divergence, or replay-only past the cut once every
@@ -304,7 +296,7 @@ class ReplayEngine:
 
     def _diverged(self, step: int, index: int, turn: Turn, divergence: Divergence | None) -> Decision:
         if divergence is not None:
-            self.divergences.append(DivergenceNote(step, divergence))
+            self.divergences.append(StepDivergence(step=step, **divergence.model_dump()))
             if self.divergence_policy == "cutover" and self.has_live_upstream:
                 self.cutover_step = step
                 return self._live(step, turn, divergence, self.threads[index])

@@ -24,19 +24,11 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from reroll_contracts.faults import CutFault, FaultNote, LatencyFault, MalformedFault, StallFault, StatusFault
+from reroll_contracts.trajectory import SseEvent
 
-from reroll_proxy.faults import (
-    MALFORMED_BODY,
-    CutFault,
-    FaultNote,
-    LatencyFault,
-    MalformedFault,
-    StallFault,
-    StatusFault,
-    status_response,
-)
+from reroll_proxy.faults import MALFORMED_BODY, status_response
 from reroll_proxy.respond import EventSource, ServedStep
-from reroll_proxy.sse import SseEvent
 
 log = logging.getLogger("reroll_proxy")
 

@@ -8,7 +8,7 @@ The guarantees, for each exchange's line (orjson, ``\\n``-terminated):
   the next line is written and before `Recorder.aclose` returns. So the file on disk is always
   a whole-line prefix of the run (a machine crash can lose at most the exchange whose fsync
   was in flight, together with the sandbox that was acting on it; a torn last line is ignored
-  by `reroll_proxy.exchange.load_trajectory`). Overlapping the fsync with the response keeps
+  by `reroll_contracts.trajectory.load_trajectory`). Overlapping the fsync with the response keeps
   the disk off the exchange's latency (``scripts/bench/proxy.py``).
 
 The server calls `record` before the agent can see the end of the response it records:
@@ -32,7 +32,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from reroll_proxy.exchange import Exchange
+from reroll_contracts.trajectory import Exchange
 
 
 class Recorder:

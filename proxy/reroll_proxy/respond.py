@@ -23,9 +23,9 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from reroll_contracts.faults import FaultNote
 from reroll_contracts.proxy import Divergence, FormatName
-
-from reroll_proxy.exchange import (
+from reroll_contracts.trajectory import (
     Exchange,
     ExchangeMetadata,
     ExchangeRequest,
@@ -33,12 +33,13 @@ from reroll_proxy.exchange import (
     Place,
     RetryNote,
     Source,
+    SseEvent,
     sanitize_headers,
 )
-from reroll_proxy.faults import FaultNote
+
 from reroll_proxy.formats import WireFormat
 from reroll_proxy.recorder import Recorder
-from reroll_proxy.sse import SseEvent, SseParser, encode_event
+from reroll_proxy.sse import SseParser, encode_event
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 _NOT_FORWARDED = frozenset(

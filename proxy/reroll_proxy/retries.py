@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from reroll_proxy.exchange import Exchange, RetryNote
+from reroll_contracts.trajectory import Exchange, RetryNote
 
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 """The SDKs' attempt counter: 0 on the first attempt."""

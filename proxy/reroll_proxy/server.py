@@ -13,7 +13,7 @@ in constant time (`secrets.compare_digest`).
   by ``replay_timing_factor``, when the request streams; a recorded error status as it was),
   forward to the live upstream (streamed through event by event), or refuse with 409
   (``replay_diverged`` under the strict policy, ``replay_exhausted`` past the cut in replay-only
-  mode; neither is recorded). Faults of the plan (``faults_path``) are injected by
+  mode; neither is recorded). Faults of the plan (``faults``) are injected by
   `reroll_proxy.inject`, and a replayed line that records a fault reproduces it. Every served
   response, upstream errors included, is appended to the trajectory before the agent can see
   its end (see `reroll_proxy.recorder`); an SDK retry (``x-stainless-retry-count`` > 0, or an
@@ -31,7 +31,7 @@ in constant time (`secrets.compare_digest`).
   refuses every further request (replay-only cut point, strict divergence). The stop is set
   before the first 409 is sent, so it is in every status read after the agent saw that 409.
 - ``POST /_reroll/place`` — the controller says where in a trial the next requests are sent
-  (a `reroll_proxy.exchange.Place`, the body); every exchange served from then on records it as
+  (a `reroll_contracts.trajectory.Place`, the body); every exchange served from then on records it as
   ``metadata.place``. Answers 204; 400 for a body that is not a Place.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
@@ -53,21 +53,15 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 from reroll_contracts.errors import ProxyConfigError, TranslationError
-from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop, StepDivergence
+from reroll_contracts.faults import FaultNote, ResetFault, load_plan
+from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop
+from reroll_contracts.trajectory import Place, Source, load_trajectory, sanitize_headers
 
 from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
-from reroll_proxy.exchange import Exchange, Place, Source, load_trajectory, sanitize_headers
-from reroll_proxy.faults import (
-    IN_PLACE,
-    FaultNote,
-    FaultSelector,
-    ResetFault,
-    last_message_text,
-    load_plan,
-)
+from reroll_proxy.faults import IN_PLACE, FaultSelector, last_message_text
 from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
 from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
 from reroll_proxy.limits import read_body_in_time, runner_options
@@ -181,9 +175,7 @@ class ProxyServer:
             cut_index=engine.cut_index,
             divergence_policy=engine.divergence_policy,
             cutover_step=engine.cutover_step,
-            divergences=[
-                StepDivergence(step=note.step, **note.divergence.model_dump()) for note in engine.divergences
-            ],
+            divergences=list(engine.divergences),
             stop=_proxy_stop(engine.stop),
             websocket_upgrades_refused=self.websockets.count,
         )
@@ -411,17 +403,17 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
         The running proxy; call ``await proxy.stop()`` when done.
 
     Raises:
-        FileNotFoundError: `config.replay_path` does not exist.
+        FileNotFoundError: the replayed trajectory (`config.replay`) does not exist.
         TrajectoryFormatError: the replayed trajectory is corrupt (the message names file and line).
-        FaultPlanError: `config.faults_path` is missing or not a valid fault plan (named in the message).
+        FaultPlanError: the plan of `config.faults` is missing or invalid (named in the message).
         ProxyConfigError: nothing to serve (neither replay nor upstream), or cut_index is out of range.
         OSError: the trajectory cannot be opened or the port cannot be bound.
     """
     engine = _engine_for(config)
     faults = (
         None
-        if config.faults_path is None
-        else FaultSelector(load_plan(config.faults_path), config.fault_seed)
+        if config.faults is None
+        else FaultSelector(load_plan(config.faults.plan_path), config.faults.seed)
     )
     recorder = Recorder(config.trajectory_path, fsync=config.fsync_each_exchange)
     recorder.open()
@@ -452,22 +444,24 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
 
 
 def _engine_for(config: ProxyConfig) -> ReplayEngine:
-    if config.replay_path is None and config.upstream is None:
-        raise ProxyConfigError("nothing to serve: the config has neither replay_path nor upstream")
-    recorded: list[Exchange] = []
-    if config.replay_path is not None:
-        loaded = load_trajectory(config.replay_path)
-        if loaded.warning:
-            log.warning("%s", loaded.warning)
-        recorded = loaded.exchanges
-    cut_index = len(recorded) if config.cut_index is None else config.cut_index
+    replay = config.replay
+    if replay is None and config.upstream is None:
+        raise ProxyConfigError("nothing to serve: the config has neither replay nor upstream")
+    if replay is None:
+        return ReplayEngine([], 0, True, volatility=Volatility(config.volatile))
+    loaded = load_trajectory(replay.trajectory_path)
+    if loaded.warning:
+        log.warning("%s", loaded.warning)
+    recorded = loaded.exchanges
+    cut_index = len(recorded) if replay.cut_index is None else replay.cut_index
     if cut_index > len(recorded):
-        source = config.replay_path or "(no replay_path)"
-        raise ProxyConfigError(f"cut_index {cut_index} exceeds the {len(recorded)} exchanges in {source}")
+        raise ProxyConfigError(
+            f"cut_index {cut_index} exceeds the {len(recorded)} exchanges in {replay.trajectory_path}"
+        )
     return ReplayEngine(
         recorded,
         cut_index,
         config.upstream is not None,
-        config.divergence_policy,
+        replay.divergence_policy,
         Volatility(config.volatile),
     )

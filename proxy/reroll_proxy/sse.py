@@ -1,6 +1,7 @@
 """Server-sent events, the wire form of every streamed API response (pure: no I/O).
 
-- `SseParser` turns bytes, in chunks of any size, into `SseEvent` objects (the WHATWG
+- `SseParser` turns bytes, in chunks of any size, into `SseEvent` objects
+  (`reroll_contracts.trajectory`: they are recorded in exchange lines; the WHATWG
   event-stream rules: ``\\n``, ``\\r\\n`` or ``\\r`` line ends, ``:`` comments, multi-line
   ``data``; ``id`` and ``retry`` fields are ignored).
 - `encode_event` is its inverse for one event.
@@ -14,26 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict
-
-DONE = "[DONE]"
-"""The data of the event that ends an OpenAI stream."""
-
-
-class SseEvent(BaseModel):
-    """One server-sent event."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    event: str | None = None
-    """The ``event:`` field, or None when the event had none (OpenAI sends none)."""
-    data: str
-    """The ``data:`` lines joined with ``\\n``."""
-
-    @property
-    def is_done(self) -> bool:
-        """Whether this is the ``data: [DONE]`` end-of-stream marker."""
-        return self.data.strip() == DONE
+from reroll_contracts.trajectory import SseEvent
 
 
 class SseParser:

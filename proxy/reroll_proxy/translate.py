@@ -31,11 +31,11 @@ from typing import Any
 
 import orjson
 from reroll_contracts.errors import TranslationError, UntranslatableError
+from reroll_contracts.trajectory import SseEvent
 
 from reroll_proxy import chat_anthropic, responses_chat
 from reroll_proxy.formats import WireFormat, all_formats, format_named
 from reroll_proxy.respond import EventSource, parse_json
-from reroll_proxy.sse import SseEvent
 
 Body = dict[str, Any]
 

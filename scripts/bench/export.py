@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from reroll.export import export_lines, sources
 from reroll.runfolder.run import RunConfig, RunResult, write_json
-from reroll_proxy.exchange import Exchange
+from reroll_contracts.trajectory import Exchange
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 

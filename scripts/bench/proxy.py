@@ -42,7 +42,7 @@ import aiohttp
 import orjson
 from reroll.host import intercept
 from reroll.host.child_process import ChildProcess
-from reroll_contracts.proxy import ProxyConfig, UpstreamConfig
+from reroll_contracts.proxy import ProxyConfig, ReplayConfig, UpstreamConfig
 
 TOKEN = "bench-token"
 WARMUP_EXCHANGES = 50
@@ -255,7 +255,9 @@ async def main(exchanges: int, api_format: str) -> None:
                     for stream in (False, True)
                 }
         replay_config = ProxyConfig(
-            token=TOKEN, trajectory_path=work / "replay.jsonl", replay_path=trajectory
+            token=TOKEN,
+            trajectory_path=work / "replay.jsonl",
+            replay=ReplayConfig(trajectory_path=trajectory),
         )
         async with proxy_process("replay", replay_config, work) as replay:
             for stream in (False, True):

@@ -21,8 +21,8 @@ import yaml
 from reroll.agents import get_agent
 from reroll.runfolder.run import TRAJECTORY
 from reroll_contracts.proxy import Divergence
+from reroll_contracts.trajectory import load_trajectory
 from reroll_proxy.engine import Abort, Replay, ReplayEngine
-from reroll_proxy.exchange import load_trajectory
 from reroll_proxy.volatile import Volatility
 
 from tests.test_main_job import only_folder, read_json, reroll, trajectory
@@ -120,7 +120,10 @@ def strict_rebuild(continued: Path, workdir: Path) -> list[dict]:
     rebuilt = only_folder(workdir / "strict")
     recorded = len(trajectory(continued))
     result = read_json(rebuilt / "result.json")
-    assert result["counts"] == {"exchanges": recorded, "replayed": recorded, "live": 0, "divergences": 0}
+    assert (
+        result["counts"].items()
+        >= {"exchanges": recorded, "replayed": recorded, "live": 0, "divergences": 0}.items()
+    )
     lines = trajectory(rebuilt)
     assert [line["metadata"]["replayed_from"] for line in lines] == list(range(recorded))
     return lines

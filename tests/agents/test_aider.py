@@ -44,7 +44,7 @@ def test_the_recording_holds_the_failed_edit_and_its_commit_message(recorded: Pa
 def test_continue_finishes_with_reward_one(continued: Path) -> None:
     result = read_json(continued / "result.json")
     assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
-    assert result["counts"] == {"exchanges": 4, "replayed": 2, "live": 2, "divergences": 0}
+    assert result["counts"].items() >= {"exchanges": 4, "replayed": 2, "live": 2, "divergences": 0}.items()
     assert ".git/HEAD" in read_json(continued / "workspace_manifest.json")  # aider committed
 
 

@@ -94,7 +94,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
     from reroll.agents import get_agent
     from reroll.cache import cache_dir
     from reroll.host.llm_proxy import recorded_sandbox_values
-    from reroll_contracts.proxy import ProxyConfig, UpstreamConfig, VolatileRule
+    from reroll_contracts.proxy import ProxyConfig, ReplayConfig, UpstreamConfig, VolatileRule
 
     from tests.proxy.conftest import TOKEN, start_service
 
@@ -132,7 +132,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
             config = ProxyConfig(
                 token=TOKEN,
                 trajectory_path=workdir / "trajectory.jsonl",
-                replay_path=recorded_run / "trajectory" / "llm_trajectory.jsonl",
+                replay=ReplayConfig(trajectory_path=recorded_run / "trajectory" / "llm_trajectory.jsonl"),
                 volatile=volatile,
                 upstream=UpstreamConfig(base_url=model.base_url),
             )

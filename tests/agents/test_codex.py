@@ -55,7 +55,7 @@ def test_recorded_codex_run_times_out_after_two_responses_exchanges(recorded: Pa
 def test_continue_finishes_with_reward_one(continued: Path) -> None:
     result = read_json(continued / "result.json")
     assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
-    assert result["counts"] == {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}
+    assert result["counts"].items() >= {"exchanges": 5, "replayed": 2, "live": 3, "divergences": 0}.items()
     sources = [line["metadata"]["source"] for line in trajectory(continued)]
     assert sources == ["replayed", "replayed", "live", "live", "live"]
 

@@ -43,7 +43,7 @@ def test_continue_finishes_with_reward_one(recorded: Path, continued: Path) -> N
     assert read_json(recorded / "result.json")["counts"]["live"] == 2
     result = read_json(continued / "result.json")
     assert result["status"] == "ok" and result["rewards"] == {"reward": 1.0}
-    assert result["counts"] == {"exchanges": 4, "replayed": 2, "live": 2, "divergences": 0}
+    assert result["counts"].items() >= {"exchanges": 4, "replayed": 2, "live": 2, "divergences": 0}.items()
     tools = {tool["function"]["name"] for tool in trajectory(continued)[0]["request"]["body"]["tools"]}
     assert {"terminal", "finish"} <= tools
 

@@ -23,7 +23,7 @@ from reroll_contracts.errors import (
     SandboxBackendError,
     error_category,
 )
-from reroll_proxy.faults import load_plan
+from reroll_contracts.faults import load_plan
 
 CLASSES = [cls for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, RerollError)]
 
@@ -39,17 +39,17 @@ def test_every_class_is_drawn_in_the_tree_with_a_stable_category() -> None:
 
 
 def test_the_proxys_and_sidecars_errors_are_the_trees() -> None:
+    import reroll_contracts.faults
+    import reroll_contracts.trajectory
     import reroll_proxy.config
-    import reroll_proxy.exchange
-    import reroll_proxy.faults
     import reroll_proxy.translate
     import reroll_sidecar.snapshot_io
     import reroll_sidecar.snapshots
     import reroll_sidecar.verify
 
-    assert reroll_proxy.faults.FaultPlanError is FaultPlanError  # defined once
+    assert reroll_contracts.faults.FaultPlanError is FaultPlanError  # defined once
     assert issubclass(reroll_proxy.config.ProxyConfigError, ConfigError)
-    assert issubclass(reroll_proxy.exchange.TrajectoryFormatError, errors.RunFolderError)
+    assert issubclass(reroll_contracts.trajectory.TrajectoryFormatError, errors.RunFolderError)
     assert reroll_proxy.translate.TranslationError.error_category == "agent_error"
     for cls in (
         reroll_sidecar.verify.VerifyError,

@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "sandbox": 5,
     "host": 5,
     "models": 5,
-    "view": 4,
+    "view": 3,
     "export": 3,
     "agents": 2,
     "runfolder": 2,
@@ -31,7 +31,8 @@ LAYERS: dict[str, int] = {
     "yamlfiles": 0,
 }
 """Controller packages and top-level modules → layer; a module may import its own layer's
-packages only where noted in `SAME_LAYER`, lower layers always."""
+packages only where noted in `SAME_LAYER`, lower layers always. view and export read run
+folders: they sit just above runfolder, neither importing the other nor the rollout stack."""
 SAME_LAYER = {("models", "host"), ("sandbox", "host")}
 
 
@@ -85,4 +86,16 @@ def test_every_controller_package_imports_only_downwards() -> None:
                 LAYERS[target] == LAYERS[own] and (own, target) not in SAME_LAYER
             ):
                 offenders.append(f"{file.relative_to(ROOT)} ({own}) imports {name} ({target})")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("reader", ["view", "export"])
+def test_view_and_export_read_run_folders_through_the_runfolder_package_only(reader: str) -> None:
+    allowed = {reader, "runfolder"}
+    offenders = [
+        f"{file.relative_to(ROOT)}: {name}"
+        for file in sorted((CONTROLLER / reader).rglob("*.py"))
+        for name in _imports(file)
+        if name.startswith("reroll.") and name.split(".")[1] not in allowed
+    ]
     assert offenders == []

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from reroll.runfolder.run import RunConfig, RunResult, write_json
 from reroll.runfolder.summary import BranchSummary, ChildSummary, ModelSummary
+from reroll_contracts.trajectory import Exchange
 from reroll_proxy import chat_anthropic, responses_chat
-from reroll_proxy.exchange import Exchange
 
 SYSTEM = "You are a careful engineer."
 TASK = "Fix the failing test."

@@ -9,8 +9,9 @@ from typing import Any
 import orjson
 import pytest
 from atif import Trajectory
-from reroll.export import export_lines, kind_of
+from reroll.export import export_lines
 from reroll.export.atif import run_to_atif
+from reroll.runfolder.folders import kind_of
 from reroll.runfolder.run import load_run_folder
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-from reroll.export import export_lines, kind_of
+from reroll.export import export_lines
 from reroll.export.verifiers import RolloutRecord
+from reroll.runfolder.folders import kind_of
 
 from tests.export.conftest import SYSTEM, TASK, chat_exchanges, in_format, write_run
 

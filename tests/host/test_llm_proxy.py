@@ -12,10 +12,11 @@ from pathlib import Path
 
 import openai
 import pytest
-from reroll.host.llm_proxy import LlmProxy, ReplayPlan, recorded_sandbox_values
+from reroll.host.llm_proxy import LlmProxy, recorded_sandbox_values
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll_contracts.errors import InfrastructureError
-from reroll_contracts.proxy import ProxyConfig, ReadyFile, VolatileRule
+from reroll_contracts.faults import FaultsUsed
+from reroll_contracts.proxy import ProxyConfig, ReadyFile, ReplayConfig, VolatileRule
 
 pytestmark = pytest.mark.spawns  # the real proxy and scripted model processes
 SCRIPT = "turns:\n  - content: first\n  - content: second\n"
@@ -40,17 +41,22 @@ async def ask(proxy: LlmProxy, turn: int) -> str | None:
 async def test_the_config_file_is_a_proxy_config_without_the_key(tmp_path: Path, model: ModelSpec) -> None:
     async with live_upstream(model, tmp_path) as upstream:
         secret = upstream.model_copy(update={"api_key": "sk-never-on-disk"})
-        replay = ReplayPlan(
+        replay = ReplayConfig(
             trajectory_path=tmp_path / "recorded.jsonl", cut_index=0, divergence_policy="strict"
         )
+        faults = FaultsUsed(plan_path=tmp_path / "plan.yaml", seed=7)
         proxy = LlmProxy(
-            workdir=tmp_path, trajectory_path=tmp_path / "out.jsonl", upstream=secret, replay=replay
+            workdir=tmp_path,
+            trajectory_path=tmp_path / "out.jsonl",
+            upstream=secret,
+            replay=replay,
+            faults=faults,
         )
         text = proxy.config_file.read_text()
         assert "sk-never-on-disk" not in text
         written = ProxyConfig.model_validate_json(text)
         assert written.upstream is not None and written.upstream.api_key_env is not None
-        assert (written.divergence_policy, written.cut_index) == ("strict", 0)
+        assert (written.replay, written.faults) == (replay, faults)  # as given: one model each
 
 
 def test_the_sandbox_values_written_are_read_back_for_a_replay(tmp_path: Path) -> None:
@@ -65,6 +71,20 @@ def test_the_sandbox_values_written_are_read_back_for_a_replay(tmp_path: Path) -
     )
     assert recorded_sandbox_values(tmp_path) == (rules[0],)
     assert recorded_sandbox_values(tmp_path / "harness") == ()  # no proxy.json: a foreign run folder
+
+
+def test_the_sandbox_values_of_an_earlier_versions_proxy_json_are_read(tmp_path: Path) -> None:
+    """A run recorded before the replay and the faults were nested (flat ``replay_path``,
+    ``cut_index``, ``faults_path``...) still gives its recorded sandbox values to a replay."""
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "proxy.json").write_text(
+        '{"token": "t", "trajectory_path": "/r/out.jsonl", "replay_path": null, "cut_index": 0,'
+        ' "divergence_policy": "warn", "faults_path": null, "fault_seed": null,'
+        ' "volatile": [{"value": "/tmp/s1/app", "label": "workspace"}, {"path": "metadata.id"}]}'
+    )
+    assert recorded_sandbox_values(tmp_path) == (VolatileRule(value="/tmp/s1/app", label="workspace"),)
+    (tmp_path / "harness" / "proxy.json").write_text('{"volatile": [{"value": 3}]}')  # not rules
+    assert recorded_sandbox_values(tmp_path) == ()
 
 
 @contextlib.asynccontextmanager
@@ -94,7 +114,7 @@ async def test_the_stop_is_pushed_and_set_before_the_409(tmp_path: Path, model: 
     recorded.mkdir()
     async with recording_proxy(model, recorded) as proxy:
         assert [await ask(proxy, turn) for turn in (0, 1)] == ["first", "second"]
-    replay = ReplayPlan(trajectory_path=recorded / "out.jsonl", cut_index=1)
+    replay = ReplayConfig(trajectory_path=recorded / "out.jsonl", cut_index=1)
     async with LlmProxy(
         workdir=tmp_path, trajectory_path=tmp_path / "out.jsonl", upstream=None, replay=replay
     ) as proxy:

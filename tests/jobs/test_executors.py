@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from reroll.jobs.executors import AsyncioExecutor, ExecutorOptions, create_executor
-from reroll.jobs.jobfile import JobSpec
+from pydantic import ValidationError
+from reroll.jobs.executors import AsyncioExecutor, create_executor
+from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import run_job
 from reroll.sandbox import base
 from reroll_contracts.errors import JobError
@@ -17,17 +18,17 @@ from tests.jobs import flaky_sandbox
 
 
 def test_registry_errors_say_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert isinstance(create_executor("asyncio", ExecutorOptions(2, 1)), AsyncioExecutor)
+    assert isinstance(create_executor(RunnerOptions(concurrency=2, max_starting=1)), AsyncioExecutor)
     with pytest.raises(JobError, match=r"unknown executor 'dask'; known: asyncio, ray"):
-        create_executor("dask", ExecutorOptions(2, 1))
-    with pytest.raises(JobError, match=r"at least 1, got 2, 0"):
-        create_executor("asyncio", ExecutorOptions(2, 0))
+        create_executor(RunnerOptions(executor="dask"))
+    with pytest.raises(ValidationError, match=r"max_starting\n  Input should be greater than or equal to 1"):
+        RunnerOptions(concurrency=2, max_starting=0)  # the bounds are checked once, by the options
     # ray not installed: importing it fails, and the error names the extra to install.
     monkeypatch.setitem(sys.modules, "ray", None)
     monkeypatch.delitem(sys.modules, "reroll.jobs.ray_executor", raising=False)
     missing = r"executor 'ray' needs a missing package .*pip install 'reroll\[ray\]'"
     with pytest.raises(JobError, match=missing):
-        create_executor("ray", ExecutorOptions(2, 1))
+        create_executor(RunnerOptions(executor="ray"))
 
 
 async def test_job_with_missing_executor_package_fails_before_writing(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from reroll.jobs.executors import AsyncioExecutor, Attempt, ExecutorOptions
+from reroll.jobs.executors import AsyncioExecutor, Attempt
 from reroll.jobs.jobfile import JobSpec, RunnerOptions, load_job_file
 from reroll.jobs.runner import _with_retries, continue_job, plan_rollouts, run_job
 from reroll.rollout.start import RolloutOutcome
@@ -197,7 +197,7 @@ async def test_an_attempt_that_raises_still_gets_a_summary(tmp_path: Path) -> No
 
     attempt = Attempt(tmp_path / "r", crash)
     summary = await _with_retries(
-        AsyncioExecutor(ExecutorOptions(1, 1)),
+        AsyncioExecutor(RunnerOptions(concurrency=1, max_starting=1)),
         attempt,
         tmp_path,
         max_retries=2,

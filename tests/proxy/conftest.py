@@ -24,6 +24,7 @@ from reroll_contracts.proxy import (
     ProxyConfig,
     ProxyStatus,
     ReadyFile,
+    ReplayConfig,
     UpstreamConfig,
 )
 
@@ -204,9 +205,9 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
         config = ProxyConfig(
             token=TOKEN,
             trajectory_path=trajectory,
-            replay_path=replay_path,
-            cut_index=cut_index,
-            divergence_policy=policy,
+            replay=None
+            if replay_path is None
+            else ReplayConfig(trajectory_path=replay_path, cut_index=cut_index, divergence_policy=policy),
             upstream=upstream,
             **more_config,
         )

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from reroll_contracts.errors import TranslationError
+from reroll_contracts.trajectory import SseEvent
 from reroll_proxy.chat_anthropic import (
     DEFAULT_MAX_TOKENS,
     chat_to_messages,
@@ -15,7 +16,6 @@ from reroll_proxy.chat_anthropic import (
 )
 from reroll_proxy.formats import format_named
 from reroll_proxy.respond import EventSource
-from reroll_proxy.sse import SseEvent
 from reroll_proxy.translate import translation_for
 
 CHAT_REQUEST = {

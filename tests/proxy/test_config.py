@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from reroll_contracts.errors import ProxyConfigError
-from reroll_contracts.proxy import ProxyConfig, ReadyFile, UpstreamConfig
+from reroll_contracts.proxy import ProxyConfig, ReadyFile, ReplayConfig, UpstreamConfig
 from reroll_proxy.config import load_config
 from reroll_proxy.server import start_proxy
 
@@ -71,14 +71,13 @@ def test_invalid_files_name_the_file(tmp_path: Path, text: str, expected: str) -
 
 
 async def test_start_proxy_refuses_nothing_to_serve_and_a_cut_past_the_recording(tmp_path: Path) -> None:
-    with pytest.raises(ProxyConfigError, match="neither replay_path nor upstream"):
+    with pytest.raises(ProxyConfigError, match="neither replay nor upstream"):
         await start_proxy(ProxyConfig(token="t", trajectory_path=tmp_path / "out.jsonl"))
     (tmp_path / "rec.jsonl").write_text("")
     config = ProxyConfig(
         token="t",
         trajectory_path=tmp_path / "out.jsonl",
-        replay_path=tmp_path / "rec.jsonl",
-        cut_index=1,
+        replay=ReplayConfig(trajectory_path=tmp_path / "rec.jsonl", cut_index=1),
         upstream=UpstreamConfig(base_url="http://127.0.0.1:1/v1"),
     )
     with pytest.raises(ProxyConfigError, match="cut_index 1 exceeds the 0 exchanges"):
@@ -105,8 +104,8 @@ async def test_start_proxy_in_process(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("field", "file", "content", "message"),
     [
-        ("replay_path", "rec.jsonl", '{"bad": \n{}\n', "rec.jsonl: line 1"),
-        ("faults_path", "plan.yaml", "rules: [{fault: {kind: nonsense}}]\n", "plan.yaml: invalid fault plan"),
+        ("replay", "rec.jsonl", '{"bad": \n{}\n', "rec.jsonl: line 1"),
+        ("faults", "plan.yaml", "rules: [{fault: {kind: nonsense}}]\n", "plan.yaml: invalid fault plan"),
     ],
 )
 def test_main_exits_2_on_a_corrupt_replay_or_fault_plan(
@@ -117,7 +116,7 @@ def test_main_exits_2_on_a_corrupt_replay_or_fault_plan(
         "token": "t",
         "trajectory_path": str(tmp_path / "out.jsonl"),
         "upstream": {"base_url": "http://127.0.0.1:9/v1"},
-        field: str(tmp_path / file),
+        field: {"trajectory_path" if field == "replay" else "plan_path": str(tmp_path / file)},
     }
     path = write(tmp_path / "p.json", config)
     done = subprocess.run(

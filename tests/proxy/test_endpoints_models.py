@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from reroll.models.scripted import ModelScript, build_app
 from reroll.models.scripted_answers import count_prompt_tokens
 from reroll_contracts.proxy import UpstreamConfig, VolatileRule
+from reroll_contracts.trajectory import Exchange
 from reroll_proxy.endpoints_models import ModelEndpoints
-from reroll_proxy.exchange import Exchange
 from reroll_proxy.volatile import Volatility
 
 PROMPT: dict[str, Any] = {

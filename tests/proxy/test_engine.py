@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reroll_contracts.proxy import VolatileRule
+from reroll_contracts.trajectory import Exchange
 from reroll_proxy.engine import Abort, Exhausted, Live, Replay, ReplayEngine
-from reroll_proxy.exchange import Exchange
 from reroll_proxy.volatile import Volatility
 
 
@@ -68,9 +68,7 @@ def test_warn_policy_serves_and_notes_the_divergence() -> None:
     decision = engine.decide(request(0, task="Do something else."))
     assert isinstance(decision, Replay) and decision.exchange is exchanges[0]
     assert decision.divergence is not None and decision.divergence.message_index == 0
-    assert [(note.step, note.divergence.field) for note in engine.divergences] == [
-        (0, "messages[0].content[0].text")
-    ]
+    assert [(note.step, note.field) for note in engine.divergences] == [(0, "messages[0].content[0].text")]
     assert engine.decide(request(1)) == Replay(1, exchanges[1], None, 0, 1)
 
 

@@ -12,6 +12,7 @@ import anthropic
 import openai
 import pytest
 import yaml
+from reroll_contracts.faults import FaultsUsed
 
 from tests.proxy.conftest import AGENT_MODEL, TOKEN, TURNS, Proxy, Service, StartProxy, ask, converse
 
@@ -28,7 +29,7 @@ def faulted_proxy(
 ) -> Proxy:
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({"seed": 1, "rules": rules}))
-    return start_proxy(faults_path=str(plan), **config)
+    return start_proxy(faults=FaultsUsed(plan_path=plan), **config)
 
 
 def client(proxy: Proxy, retries: int, timeout: float = 30) -> openai.OpenAI:

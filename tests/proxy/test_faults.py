@@ -7,14 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 from reroll_contracts.errors import FaultPlanError
-from reroll_proxy.faults import (
-    FaultPlan,
-    FaultSelector,
-    StatusFault,
-    last_message_text,
-    load_plan,
-    status_response,
-)
+from reroll_contracts.faults import FaultPlan, StatusFault, load_plan
+from reroll_proxy.faults import FaultSelector, last_message_text, status_response
 from reroll_proxy.formats import format_named
 
 PATH = "/v1/chat/completions"

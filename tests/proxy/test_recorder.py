@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from reroll_proxy.exchange import Exchange, load_trajectory
+from reroll_contracts.trajectory import Exchange, load_trajectory
 from reroll_proxy.recorder import Recorder
 
 

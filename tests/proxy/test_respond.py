@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from reroll_contracts.trajectory import SseEvent
 from reroll_proxy.respond import EventSource
-from reroll_proxy.sse import SseEvent
 
 EVENTS = [SseEvent(data=str(i)) for i in range(3)]
 OFFSETS_MS = [0.0, 200.0, 600.0]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from multidict import CIMultiDict
+from reroll_contracts.trajectory import Exchange, RetryNote
 from reroll_proxy.engine import Replay, ReplayEngine
-from reroll_proxy.exchange import Exchange, RetryNote
 from reroll_proxy.retries import RetryTracker, superseded
 
 from tests.proxy.conftest import AGENT_MODEL, TOKEN, Service, StartProxy

@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 import pytest
+from reroll_contracts.trajectory import SseEvent
 from reroll_proxy.formats.openai_chat import assemble_chat_completion, completion_to_events
-from reroll_proxy.sse import SseEvent, SseParser, encode_event
+from reroll_proxy.sse import SseParser, encode_event
 
 
 def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> SseEvent:

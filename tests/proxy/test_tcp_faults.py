@@ -23,7 +23,7 @@ import pytest
 from reroll.cache import cache_dir
 from reroll.host.tcpfaults import Front, ToxiproxyServer, find_server
 from reroll_contracts.errors import InfrastructureError
-from reroll_proxy.exchange import load_trajectory
+from reroll_contracts.trajectory import load_trajectory
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from tests.proxy.conftest import TOKEN, TURNS, Service, StartProxy, Turn, ask, converse

@@ -99,7 +99,7 @@ def test_replay_only_stops_at_the_cut(tmp_path: Path, examples: Path, on_refusal
     result = rebuilt_result(tmp_path)
     assert (result["status"], result["error_category"]) == ("timeout", "replay_only"), result
     assert result["error"] == "replay-only: stopped at the cut point after 2 replayed exchanges"
-    assert result["counts"] == {"exchanges": 2, "replayed": 2, "live": 0, "divergences": 2}
+    assert result["counts"] == {"exchanges": 2, "replayed": 2, "live": 0, "divergences": 2, "tokens": 0}
 
 
 def test_strict_divergence_aborts_even_when_the_agent_exits_at_once(tmp_path: Path, examples: Path) -> None:

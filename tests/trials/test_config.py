@@ -14,7 +14,7 @@ from reroll.runfolder.run import load_run_folder
 from reroll.runfolder.trial import TrialRecord, TurnRecord
 from reroll.trials.config import Role, Scene, TrialConfig, Turn, load_trial
 from reroll_contracts.errors import RunFolderError, TrialError
-from reroll_proxy.exchange import Place
+from reroll_contracts.trajectory import Place
 
 from tests.runfolder.test_run import exchange_line, make_run_folder
 

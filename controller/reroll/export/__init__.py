@@ -1,6 +1,6 @@
 """``reroll export RUN|JOB|TREE --format FORMAT``: run folders for trainers and viewers.
 
-What is exported (`sources`):
+What is exported (`sources`; which folder is what: `reroll.runfolder.folders.kind_of`):
 
 - a run folder (it has config.json): that run;
 - a branch tree (`reroll.jobs.branch`: a parent folder with a summary.json listing ``children``):
@@ -24,17 +24,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import ValidationError
 from reroll_contracts.errors import ExportError
 
 from reroll.export.formats import exporter
+from reroll.runfolder.folders import job_run_folders, kind_of
 from reroll.runfolder.run import RunFolder, load_run_folder
-from reroll.runfolder.summary import SUMMARY, BranchSummary
+from reroll.runfolder.summary import read_tree_summary
 
 ExportFormat = str
 """The name of an export format: a key of `reroll.export.formats.EXPORTERS`."""
-SourceKind = Literal["run", "job", "tree"]
-_SKIPPED = frozenset({"_attempts", "continued"})
 
 
 @dataclass
@@ -48,31 +46,13 @@ class Source:
     """Entries for verifiers' ``info`` / ATIF's ``extra.reroll`` (a branch's ``checkpoint``)."""
 
 
-def kind_of(path: Path) -> SourceKind:
-    """Whether `path` is a run folder, a job folder or a branch tree.
-
-    Raises:
-        ExportError: `path` is none of them (the message names it).
-    """
-    if branch_summary(path) is not None:
-        return "tree"
-    if (path / "config.json").is_file():
-        return "run"
-    if (path / "job.json").is_file() or (path / SUMMARY).is_file() or _run_folders_in(path):
-        return "job"
-    raise ExportError(
-        f"{path}: not a run folder (no config.json), a job folder (no job.json, no run folder in it) "
-        "or a branch tree"
-    )
-
-
 def sources(path: Path) -> Iterator[Source]:
     """The run folders under `path` (see the module docstring), loaded one at a time.
 
     Raises:
-        ExportError: `path` is not a run, job or tree folder, or a job has no run folder.
-        RunFolderError: a run folder is missing a file or one is corrupt (a trajectory line:
-            `TrajectoryFormatError`, naming the file and the line).
+        ExportError: a job folder holds no run folder.
+        RunFolderError: `path` is not a run, job or tree folder, or a run folder is missing a file
+            or one is corrupt (a trajectory line: `TrajectoryFormatError`, naming the file and the line).
     """
     path = path.resolve()
     kind = kind_of(path)
@@ -80,7 +60,7 @@ def sources(path: Path) -> Iterator[Source]:
         yield Source(load_run_folder(path), 0, {})
         return
     if kind == "tree":
-        summary = branch_summary(path)
+        summary = read_tree_summary(path)
         assert summary is not None
         means = {model.model: model.mean_reward for model in summary.models}
         for child in summary.children:
@@ -96,32 +76,13 @@ def sources(path: Path) -> Iterator[Source]:
             yield Source(load_run_folder(path / child.folder), 0, {"checkpoint": checkpoint})
         return
     tasks: dict[str, int] = {}
-    for folder in job_run_folders(path):
+    folders = job_run_folders(path)
+    if not folders:
+        raise ExportError(f"{path}: a job folder without run folders")
+    for folder in folders:
         run = load_run_folder(folder)
         task = run.config.task_name or run.config.task_path
         yield Source(run, tasks.setdefault(task, len(tasks)), {})
-
-
-def job_run_folders(path: Path) -> list[Path]:
-    """The run folders directly in the job folder `path`, by name (not ``_attempts/`` or ``continued/``).
-
-    Raises:
-        ExportError: there is none.
-    """
-    folders = _run_folders_in(path)
-    if not folders:
-        raise ExportError(f"{path}: a job folder without run folders")
-    return folders
-
-
-def _run_folders_in(path: Path) -> list[Path]:
-    try:
-        children = list(path.iterdir())
-    except OSError:
-        return []
-    return sorted(
-        p for p in children if p.is_dir() and p.name not in _SKIPPED and (p / "config.json").is_file()
-    )
 
 
 def export_lines(path: Path, fmt: str) -> Iterator[bytes]:
@@ -138,11 +99,3 @@ def export_lines(path: Path, fmt: str) -> Iterator[bytes]:
     single = kind_of(path.resolve()) == "run"
     for source in sources(path):
         yield encoder.encode(source, single=single)
-
-
-def branch_summary(path: Path) -> BranchSummary | None:
-    """The branch tree's summary.json in `path`, or None when `path` is not a branch tree."""
-    try:
-        return BranchSummary.model_validate(orjson.loads((path / SUMMARY).read_bytes()))
-    except (OSError, orjson.JSONDecodeError, ValidationError):
-        return None

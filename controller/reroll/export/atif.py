@@ -6,7 +6,7 @@ pydantic models are PyPI's ``atif`` (the same as Harbor's).
 
 What maps to what:
 
-- the main thread (`reroll.export.conversation`) gives ``steps``: a system or user message a
+- the main thread (`reroll.runfolder.conversation`) gives ``steps``: a system or user message a
   ``system`` / ``user`` step, an answer an ``agent`` step with ``message`` (its text),
   ``reasoning_content`` (its thinking), ``tool_calls`` (with the provider's call ids),
   ``observation`` (the tool results the next request sent back, ``source_call_id`` = the call
@@ -46,7 +46,7 @@ from atif import (
 from pydantic import ValidationError
 from reroll_contracts.errors import ExportError
 
-from reroll.export.conversation import Thread, Turn, function_tool, threads_of
+from reroll.runfolder.conversation import Thread, Turn, function_tool, threads_of
 from reroll.runfolder.run import RunFolder
 
 SCHEMA_VERSION = "ATIF-v1.8"

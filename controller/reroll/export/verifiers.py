@@ -8,7 +8,7 @@ PrimeIntellect-ai/verifiers, the records ``vf-eval`` saves one per line in ``res
 on PyPI ships only the newer ``verifiers.v1`` trace and pulls numpy, mcp and the prime-*
 clients).
 
-What maps to what: the main thread's turns (`reroll.export.conversation`) become OpenAI Chat
+What maps to what: the main thread's turns (`reroll.runfolder.conversation`) become OpenAI Chat
 messages (an agent turn an ``assistant`` message with ``tool_calls`` and, if any,
 ``reasoning_content``; its tool results ``tool`` messages with their ``tool_call_id``);
 ``prompt`` is every message before the first ``assistant`` one, ``completion`` the rest;
@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from reroll.export.conversation import Turn, function_tool, threads_of
+from reroll.runfolder.conversation import Turn, function_tool, threads_of
 from reroll.runfolder.run import RunFolder
 from reroll.runfolder.summary import primary_reward
 

@@ -8,53 +8,34 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
-from pydantic import BaseModel, ValidationError
+import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import InfrastructureError
+from reroll_contracts.faults import FaultsUsed, load_plan
 from reroll_contracts.proxy import (
-    DivergencePolicy,
     ProxyConfig,
     ProxyStatus,
     ProxyStop,
+    ReplayConfig,
     UpstreamConfig,
     VolatileRule,
 )
-from reroll_proxy import faults
-from reroll_proxy.exchange import Place
+from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
-from reroll.runfolder.run import FaultsUsed, write_private
+from reroll.runfolder.run import PROXY_CONFIG, write_private
 
 STATUS_TIMEOUT_SECONDS = 5.0
 """Longest wait for the proxy's status."""
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
 _CONTROLLER_TOKEN_ENV = "REROLL_PROXY_CONTROLLER_TOKEN"
 Answer = TypeVar("Answer", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class ReplayPlan:
-    """What the proxy replays before it goes live."""
-
-    trajectory_path: Path
-    """The recorded llm_trajectory.jsonl."""
-    cut_index: int
-    """How many recorded exchanges to serve before the live model takes over."""
-    divergence_policy: DivergencePolicy = "warn"
-    """``warn``: serve the recording and note the divergence; ``strict``: abort the rollout;
-    ``cutover``: go live at the first divergence (implemented by the proxy engine)."""
-    recorded_values: tuple[VolatileRule, ...] = ()
-    """The recorded rollout's sandbox values (workspace, HOME...: `recorded_sandbox_values`),
-    volatile in this replay next to the new sandbox's own."""
-
-
-PROXY_CONFIG = Path("harness") / "proxy.json"
-"""Where a run folder keeps its proxy's config (`LlmProxy` writes it into its workdir, ``harness/``)."""
+_VOLATILE_RULES = TypeAdapter(list[VolatileRule])
 
 
 def recorded_sandbox_values(run_dir: Path) -> tuple[VolatileRule, ...]:
@@ -65,27 +46,29 @@ def recorded_sandbox_values(run_dir: Path) -> tuple[VolatileRule, ...]:
 
     Returns:
         The rules of its ``harness/proxy.json``; none when the folder has no such file (a run
-        folder written by another tool) or it is not a valid `ProxyConfig`.
+        folder written by another tool) or its ``volatile`` list is not one of rules. Only that
+        list is read, so a proxy.json of any reroll version gives its rules.
     """
     try:
-        config = ProxyConfig.model_validate_json((run_dir / PROXY_CONFIG).read_bytes())
-    except (OSError, ValidationError):
+        data = orjson.loads((run_dir / PROXY_CONFIG).read_bytes())
+        rules = _VOLATILE_RULES.validate_python(data.get("volatile", []) if isinstance(data, dict) else [])
+    except (OSError, orjson.JSONDecodeError, ValidationError):
         return ()
-    return tuple(rule for rule in config.volatile if rule.value is not None)
+    return tuple(rule for rule in rules if rule.value is not None)
 
 
 def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
     """Check the fault plan at `plan_path` and say what config.json records of it.
 
     Args:
-        plan_path: the YAML plan (see `reroll_proxy.faults`).
+        plan_path: the YAML plan (see `reroll_contracts.faults`).
         seed: the seed of its probability draws [default: the plan's ``seed``].
 
     Raises:
         FaultPlanError: the file is missing or not a valid plan (the message names it).
     """
-    plan = faults.load_plan(plan_path)
-    return FaultsUsed(plan_path=str(plan_path.resolve()), seed=plan.seed if seed is None else seed)
+    plan = load_plan(plan_path)
+    return FaultsUsed(plan_path=plan_path.resolve(), seed=plan.seed if seed is None else seed)
 
 
 class LlmProxy:
@@ -116,7 +99,7 @@ class LlmProxy:
         workdir: Path,
         trajectory_path: Path,
         upstream: UpstreamConfig | None,
-        replay: ReplayPlan | None,
+        replay: ReplayConfig | None,
         listen_host: str = "127.0.0.1",
         faults: FaultsUsed | None = None,
         volatile: Sequence[VolatileRule] = (),
@@ -136,15 +119,12 @@ class LlmProxy:
             token=self.token,
             controller_token_env=_CONTROLLER_TOKEN_ENV,
             trajectory_path=trajectory_path,
-            replay_path=replay.trajectory_path if replay else None,
-            cut_index=replay.cut_index if replay else 0,
-            divergence_policy=replay.divergence_policy if replay else "warn",
+            replay=replay,
             upstream=upstream,
-            faults_path=Path(faults.plan_path) if faults else None,
-            fault_seed=faults.seed if faults else None,
+            faults=faults,
             volatile=list(volatile),
         )
-        self.config_file = workdir / "proxy.json"
+        self.config_file = workdir / PROXY_CONFIG.name
         """The config file the proxy reads."""
         write_private(self.config_file, config.model_dump_json(indent=2).encode())
         self._process = ChildProcess(

@@ -36,9 +36,18 @@ from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
-from reroll.runfolder.run import TRAJECTORY, BranchedFrom, create_run_folder, now_iso, write_json
+from reroll.runfolder.folders import BRANCHED_DIR
+from reroll.runfolder.run import (
+    CONFIG_FILE,
+    PROMPTS_FILE,
+    TRAJECTORY,
+    BranchedFrom,
+    create_run_folder,
+    now_iso,
+    write_json,
+)
 from reroll.runfolder.summary import (
-    SUMMARY,
+    TREE_SUMMARY_FILE,
     BranchSummary,
     ChildSummary,
     ModelSummary,
@@ -107,7 +116,7 @@ async def branch(
     parsed = (parse_model(spec, checkpoint.task.path, checkpoint.agent.name) for spec in models)
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
-    parent = _write_parent(checkpoint, output or original.path.parent / "branched")
+    parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
     console.print(
         f"branching {original.path} at step {checkpoint.cut_index} (--at {at}): "
         f"{len(specs)} model(s) x {n}, {runner.concurrency} at a time"
@@ -149,7 +158,7 @@ async def branch(
         children=children,
         models=[_model_summary(spec, children) for spec in specs],
     )
-    write_json(parent / SUMMARY, summary)
+    write_json(parent / TREE_SUMMARY_FILE, summary)
     return summary
 
 
@@ -199,8 +208,8 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
             "branched_from": provenance,
         }
     )
-    write_json(parent / "config.json", config)
-    write_json(parent / "prompts.json", original.prompts)
+    write_json(parent / CONFIG_FILE, config)
+    write_json(parent / PROMPTS_FILE, original.prompts)
     prefix = original.exchanges[: checkpoint.cut_index]
     (parent / TRAJECTORY).write_bytes(b"".join(exchange.to_line() for exchange in prefix))
     return parent

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from reroll_contracts.errors import JobError
 
+from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.start import RolloutOutcome
 
 EXECUTORS: dict[str, str] = {
@@ -49,18 +50,6 @@ class Attempt:
     """``run(start_gate=...)`` runs the attempt: a `functools.partial` of `reroll.rollout.record.run_task`,
     `reroll.rollout.continue_.continue_run` or `reroll.jobs.branch.run_branch` with every other
     argument bound."""
-
-
-@dataclass(frozen=True)
-class ExecutorOptions:
-    """What every executor is built from (the job's fields of the same names)."""
-
-    concurrency: int
-    """Most attempts running at once (≥ 1)."""
-    max_starting: int
-    """Most attempts in their start-up phase at once (≥ 1); see `AsyncioExecutor`."""
-    ray_address: str | None = None
-    """``ray`` only: the cluster to join (e.g. ``auto``); None starts a local Ray instance."""
 
 
 class Executor(Protocol):
@@ -98,7 +87,7 @@ class AsyncioExecutor:
     timeouts of those processes.
     """
 
-    def __init__(self, options: ExecutorOptions) -> None:
+    def __init__(self, options: RunnerOptions) -> None:
         self._slots = asyncio.Semaphore(options.concurrency)
         self._starting = asyncio.Semaphore(options.max_starting)
 
@@ -119,18 +108,15 @@ class AsyncioExecutor:
             return await attempt.run(start_gate=self._starting)
 
 
-def create_executor(name: str, options: ExecutorOptions) -> Executor:
-    """Build (not enter) the executor called `name`.
+def create_executor(options: RunnerOptions) -> Executor:
+    """Build (not enter) the executor ``options.executor`` names, bounded as `options` says
+    (`RunnerOptions` has checked the bounds: ``concurrency`` and ``max_starting`` are at least 1).
 
     Raises:
-        JobError: the name is unknown, the options are out of range, or the executor's optional
-            package is not installed (the message says what to install).
+        JobError: the name is unknown, or the executor's optional package is not installed (the
+            message says what to install).
     """
-    if options.concurrency < 1 or options.max_starting < 1:
-        raise JobError(
-            f"concurrency and max_starting must be at least 1, got {options.concurrency}, "
-            f"{options.max_starting}"
-        )
+    name = options.executor
     try:
         target = EXECUTORS[name]
     except KeyError:

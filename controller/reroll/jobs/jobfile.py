@@ -34,11 +34,11 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import JobError
+from reroll_contracts.network import NetworkPolicy
 
-from reroll.tasks.task import NetworkPolicy
+from reroll.runfolder.folders import JOB_SPEC_FILE
 from reroll.yamlfiles import read_mapping
 
-JOB_SPEC_FILE = "job.json"
 DEFAULT_MAX_STARTING = 4
 """Default bound on rollouts in their start-up phase at once (see `JobSpec.max_starting`)."""
 

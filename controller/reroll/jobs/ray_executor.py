@@ -28,7 +28,8 @@ import ray
 import ray.exceptions
 from reroll_contracts.errors import InfrastructureError
 
-from reroll.jobs.executors import Attempt, ExecutorOptions
+from reroll.jobs.executors import Attempt
+from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.start import RolloutOutcome
 
 
@@ -44,7 +45,7 @@ def _run_in_worker(attempt: Attempt) -> RolloutOutcome:
 class RayExecutor:
     """Runs attempts as Ray tasks; see the module docstring."""
 
-    def __init__(self, options: ExecutorOptions) -> None:
+    def __init__(self, options: RunnerOptions) -> None:
         self._options = options
         self._slots = asyncio.Semaphore(options.concurrency)
         self._started_ray = False

@@ -57,17 +57,18 @@ from rich.progress import (
 )
 
 from reroll.agents import get_agent
+from reroll.jobs.executors import Attempt, Executor, create_executor
+from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.host.llm_proxy import faults_used
-from reroll.jobs.executors import Attempt, Executor, ExecutorOptions, create_executor
-from reroll.jobs.jobfile import JOB_SPEC_FILE, JobSpec, RunnerOptions
 from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, model_slug, parse_model
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
 from reroll.rollout.start import RolloutOptions
-from reroll.runfolder.run import RunConfig, now_iso, write_json
+from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
+from reroll.runfolder.run import CONFIG_FILE, RunConfig, now_iso, write_json
 from reroll.runfolder.summary import (
-    SUMMARY_FILE,
+    JOB_SUMMARY_FILE,
     JobSummary,
     RolloutSummary,
     is_complete,
@@ -77,9 +78,6 @@ from reroll.runfolder.summary import (
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.tasks.task import load_task
-
-ATTEMPTS_DIR = "_attempts"
-CONTINUED_DIR = "continued"
 
 
 @dataclass(frozen=True)
@@ -152,12 +150,10 @@ class Runner:
         """Build the executor `options` names (not started yet).
 
         Raises:
-            JobError: `concurrency` or `max_starting` < 1, or the executor is unknown or its
-                package missing.
+            JobError: the executor is unknown or its package missing.
         """
         self._options = options
-        executor = ExecutorOptions(options.concurrency, options.max_starting, options.ray_address)
-        self._executor = create_executor(options.executor, executor)
+        self._executor = create_executor(options)
 
     async def run(self, rollouts: Sequence[RunnerRollout], console: Console) -> list[RolloutSummary]:
         """Run every rollout to its end, under a progress bar on `console`; their summaries, in order.
@@ -269,8 +265,8 @@ async def continue_job(
         runner: concurrency, executor, retries (as in `JobSpec`).
 
     Raises:
-        JobError: `job_dir` is not a folder or holds no run folder, `concurrency` or
-            `max_starting` < 1, or the executor is unknown or its package missing.
+        JobError: `job_dir` is not a folder or holds no run folder, or the executor is unknown or
+            its package missing.
         SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing, or
             ``options.sandbox_config`` is not valid for it.
         ModelError: `model` cannot be resolved (an unknown provider, a missing key).
@@ -285,7 +281,7 @@ async def continue_job(
         check_model(model)
     job_dir = job_dir.resolve()
     output = job_dir / CONTINUED_DIR
-    folders = _run_folders(job_dir)
+    folders = job_run_folders(job_dir)
     if not folders:
         raise JobError(f"{job_dir}: no run folders (folders with a config.json) in it")
     rollouts = []
@@ -309,17 +305,12 @@ async def continue_job(
     return await _summarised(batch, rollouts, job_dir, output, console)
 
 
-def _run_folders(job_dir: Path) -> list[Path]:
-    """The run folders directly under `job_dir` (those with a config.json), sorted by name."""
-    return sorted(p for p in job_dir.iterdir() if p.is_dir() and (p / "config.json").is_file())
-
-
 def _identity(folder: Path) -> tuple[str, str, str | None]:
     """(task, agent, model) of run folder `folder` for its summary; ``unknown`` for the task and
     agent when its config.json cannot be read (the continuation then fails on it, naming the file,
     and the job's summary is written all the same)."""
     try:
-        config = RunConfig.model_validate_json((folder / "config.json").read_bytes())
+        config = RunConfig.model_validate_json((folder / CONFIG_FILE).read_bytes())
     except (OSError, ValidationError):
         return "unknown", "unknown", None
     return config.task_name or Path(config.task_path).name, config.agent, config.model
@@ -425,9 +416,9 @@ async def _summarised(
         rollouts=summaries,
         totals=totals(summaries),
     )
-    write_json(summary_dir / SUMMARY_FILE, summary)
+    write_json(summary_dir / JOB_SUMMARY_FILE, summary)
     print_summary(summary, console)
-    console.print(f"summary: {summary_dir / SUMMARY_FILE}")
+    console.print(f"summary: {summary_dir / JOB_SUMMARY_FILE}")
     return summary
 
 

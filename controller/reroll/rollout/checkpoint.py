@@ -11,7 +11,7 @@ goes to the live model. It is given (``--at``, or ``at=`` in the Python API) eit
 - as a fraction of the recorded exchanges, a ``float`` (or a string with a decimal point) in
   0.0..1.0: K = floor(fraction * N), so ``0.5`` of 5 exchanges is K = 2;
 - in a trial (`reroll.trials.config`), as ``TURN:STEP``: the STEP-th exchange of turn TURN (a User's
-  round is a turn; `reroll_proxy.exchange.Place`), e.g. ``3:0`` replays turns 0..2 and goes live
+  round is a turn; `reroll_contracts.trajectory.Place`), e.g. ``3:0`` replays turns 0..2 and goes live
   at the first exchange of turn 3.
 
 A continuation of a trial re-sends the recorded prompts of the turns the checkpoint reaches
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reroll_contracts.errors import RunFolderError, TaskError
-from reroll_proxy.exchange import Exchange, Place
+from reroll_contracts.trajectory import Exchange, Place
 from rich.console import Console
 
 from reroll.agents import AgentSpec, get_agent

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from reroll.rollout.checkpoint import At, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, model_for, start_rollout
+from reroll.runfolder.folders import CONTINUED_DIR
 
 
 async def continue_run(
@@ -78,7 +79,7 @@ async def continue_run(
     return await start_rollout(
         FromCheckpoint(checkpoint, provenance),
         live_model=live_model,
-        parent=output or original.path.parent / "continued",
+        parent=output or original.path.parent / CONTINUED_DIR,
         name=original.path.name,
         options=options,
         console=console,

@@ -1,7 +1,7 @@
 """One rollout's lifecycle: setup → start → install → execute → verify → cleanup.
 
 `execute_rollout` drives it for a fresh recording (`reroll run`) and for a continuation
-(`reroll continue`, ``replay``, ``branch``, which add a `ReplayPlan`); `reroll.rollout.start`
+(`reroll continue`, ``replay``, ``branch``, which add a `ReplayConfig`); `reroll.rollout.start`
 builds the `RolloutPlan`: the live model and the LLM proxy are started on
 the host, the sandbox and its sidecar next, the agent is installed and launched with the proxy's
 URL and token, and the result and the run folder are written whatever happens.
@@ -29,20 +29,27 @@ from reroll_contracts.errors import (
     TrajectoryFormatError,
     error_category,
 )
-from reroll_contracts.proxy import VolatileRule
-from reroll_proxy.exchange import load_trajectory
+from reroll_contracts.proxy import ReplayConfig, VolatileRule
+from reroll_contracts.trajectory import load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.host import intercept
-from reroll.host.llm_proxy import LlmProxy, ReplayPlan
+from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.verifier import quiesce
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
-from reroll.runfolder.agent_log import AGENT_LOG, AgentLog
+from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import (
+    AGENT_LOG,
+    CONFIG_FILE,
+    ERROR_FILE,
+    MANIFEST_FILE,
+    PROMPTS_FILE,
+    RESULT_FILE,
     TRAJECTORY,
+    VERIFIER_DIR,
     RunConfig,
     RunResult,
     count_exchanges,
@@ -58,8 +65,6 @@ from reroll.tasks.compat import resolve_env
 from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
 
-ERROR_FILE = "error.txt"
-"""In the run folder: the traceback of an exception outside reroll's tree that ended the rollout."""
 INSTALL_TIMEOUT_SECONDS = 900.0
 INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
 """Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
@@ -82,8 +87,11 @@ class RolloutPlan:
     """The scenes, roles and turns, resolved (`reroll.trials.config`); a plain run is `TrialConfig.single`."""
     run_dir: Path
     config: RunConfig
-    replay: ReplayPlan | None = None
+    replay: ReplayConfig | None = None
     """What the proxy replays before it goes live; None for a fresh recording."""
+    recorded_values: tuple[VolatileRule, ...] = ()
+    """When it replays: the recorded rollout's sandbox values (workspace, HOME...:
+    `reroll.host.llm_proxy.recorded_sandbox_values`), volatile next to the new sandbox's own."""
     recorded: list[TurnRecord] = field(default_factory=list)
     """For a continuation: the original's turns up to the cut, whose prompts are sent again as
     recorded (`reroll.rollout.scenes`)."""
@@ -150,8 +158,8 @@ async def execute_rollout(
     """
     started = time.monotonic()
     result = RunResult(started_at=now_iso())
-    write_json(plan.run_dir / "config.json", plan.config)
-    write_json(plan.run_dir / "prompts.json", [])
+    write_json(plan.run_dir / CONFIG_FILE, plan.config)
+    write_json(plan.run_dir / PROMPTS_FILE, [])
     harness_dir = harness_folder(plan.run_dir)
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -203,11 +211,11 @@ async def execute_rollout(
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
             manifest = await sandbox.manifest(sandbox.layout.workspace)
-            write_json(plan.run_dir / "workspace_manifest.json", manifest)
+            write_json(plan.run_dir / MANIFEST_FILE, manifest)
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                request = VerifyRequest(sandbox, env | task_env, plan.run_dir, plan.run_dir / "verifier")
+                request = VerifyRequest(sandbox, env | task_env, plan.run_dir, plan.run_dir / VERIFIER_DIR)
                 _apply_verdict(result, await verifier.verify(request))
     except Exception as exc:  # every failure ends in status error, never null
         message = str(exc)
@@ -217,12 +225,12 @@ async def execute_rollout(
         _fail(result, error_category(exc), message)
     finally:
         trajectory = plan.run_dir / TRAJECTORY
-        if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
+        if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
             with contextlib.suppress(TrajectoryFormatError):
                 result.counts = count_exchanges(load_trajectory(trajectory))
         result.finished_at = now_iso()
         result.timings.total_seconds = round(time.monotonic() - started, 3)
-        write_json(plan.run_dir / "result.json", result)
+        write_json(plan.run_dir / RESULT_FILE, result)
     return result
 
 
@@ -293,7 +301,7 @@ def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRul
         "sandbox": layout.root if layout.root != "/" else "",
     }
     rules = [VolatileRule(value=path, label=label) for label, path in paths.items() if path]
-    recorded = plan.replay.recorded_values if plan.replay is not None else ()
+    recorded = plan.recorded_values
     declared = [rule for agent in plan.agents.values() for rule in agent.volatile]
     return [*rules, *(rule for rule in recorded if rule not in rules), *declared]
 
@@ -528,6 +536,6 @@ def _apply_outcome(
     elif outcome.exit_code != 0:
         result.status, result.error_category = "error", "agent_error"
         tail = f": {outcome.output_tail}" if outcome.output_tail else ""
-        result.error = f"agent exited with code {outcome.exit_code}{tail} (see agent/output.log)"
+        result.error = f"agent exited with code {outcome.exit_code}{tail} (see {AGENT_LOG})"
     else:
         result.status = "ok"

@@ -23,18 +23,17 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Literal
 
-import orjson
 from pydantic import BaseModel
 from reroll_contracts.errors import RunFolderError
-from reroll_proxy.exchange import load_trajectory
+from reroll_contracts.trajectory import load_trajectory
 from reroll_proxy.retries import superseded
 from rich.console import Console
 
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, start_rollout
-from reroll.runfolder.run import TRAJECTORY, write_json
+from reroll.runfolder.folders import REPLAYED_DIR
+from reroll.runfolder.run import FIDELITY_FILE, MANIFEST_FILE, TRAJECTORY, load_manifest, write_json
 
-MANIFEST = "workspace_manifest.json"
 StepVerdict = Literal["match", "diverged", "missing", "retried"]
 
 
@@ -128,15 +127,15 @@ async def replay_run(
     """
     checkpoint = open_checkpoint(run_folder, tasks_dir=tasks_dir, console=console)
     original = checkpoint.original
-    original_manifest = _manifest(original.path / MANIFEST)
+    original_manifest = load_manifest(original.path)
     if original_manifest is None:
-        raise RunFolderError(f"{original.path / MANIFEST}: missing; nothing to compare the rebuild with")
+        raise RunFolderError(f"{original.path / MANIFEST_FILE}: missing; nothing to compare the rebuild with")
     if console is not None:
         console.print(f"replaying {original.path} ({checkpoint.cut_index} recorded exchanges)")
     outcome = await start_rollout(
         FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
         live_model=None,
-        parent=output or original.path.parent / "replayed",
+        parent=output or original.path.parent / REPLAYED_DIR,
         name=original.path.name,
         options=options,
         console=console,
@@ -145,7 +144,7 @@ async def replay_run(
     retried = superseded(original.exchanges[: checkpoint.cut_index])
     steps = _step_reports(run_dir, checkpoint.cut_index, retried)
     workspace = _compare_workspaces(
-        original_manifest, _manifest(run_dir / MANIFEST), checkpoint.agent.volatile_files
+        original_manifest, load_manifest(run_dir), checkpoint.agent.volatile_files
     )
     stopped_at_cut = result.error_category == "replay_only"
     same_ending = {"ok": result.status == "ok", "timeout": stopped_at_cut}.get(checkpoint.status, True)
@@ -166,7 +165,7 @@ async def replay_run(
         original_rewards=original.result.rewards if original.result else None,
         rebuilt_rewards=result.rewards,
     )
-    write_json(run_dir / "fidelity.json", report)
+    write_json(run_dir / FIDELITY_FILE, report)
     return report
 
 
@@ -190,18 +189,6 @@ def _step_reports(run_dir: Path, recorded: int, retried: set[int]) -> list[StepR
         else:
             reports.append(StepReport(step=step, verdict="match"))
     return reports
-
-
-def _manifest(path: Path) -> dict[str, str] | None:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except orjson.JSONDecodeError as exc:
-        raise RunFolderError(f"{path}: invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RunFolderError(f"{path}: expected a JSON object of path → sha256")
-    return {str(key): str(value) for key, value in data.items()}
 
 
 def _compare_workspaces(

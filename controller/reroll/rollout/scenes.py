@@ -29,14 +29,14 @@ from pathlib import Path
 
 from reroll_contracts.errors import RunFolderError, TrialError
 from reroll_contracts.proxy import ProxyStatus
-from reroll_proxy.exchange import Place, load_trajectory
+from reroll_contracts.trajectory import Place, load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.verifier import quiesce
 from reroll.rollout.verifiers import Verifier, VerifyRequest
-from reroll.runfolder.run import TRAJECTORY, write_json
+from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
 from reroll.runfolder.trial import TRIAL_RECORD, TrialRecord, TurnRecord
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task
@@ -214,7 +214,7 @@ async def _turn(
 async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutcome) -> RoundResult:
     """Soft-verify the workspace after a round; its result (also put into the round's record)."""
     turn = len(ctx.record.turns) - 1
-    output_dir = ctx.run_dir / "verifier" / "rounds" / str(turn)
+    output_dir = ctx.run_dir / VERIFIER_DIR / "rounds" / str(turn)
     request = VerifyRequest(ctx.sandbox, ctx.env, ctx.run_dir, output_dir, soft=True)
     verdict = await ctx.verifier.verify(request)
     rewards = verdict.rewards if verdict.status == "ok" else None
@@ -287,7 +287,7 @@ async def read_outbox(sandbox: Sandbox, env: dict[str, str]) -> list[tuple[str, 
 
 def _write_prompts(ctx: TrialContext, prompt: str) -> None:
     prompts = [turn.prompt for turn in ctx.record.turns] + [prompt]
-    write_json(ctx.run_dir / "prompts.json", prompts)
+    write_json(ctx.run_dir / PROMPTS_FILE, prompts)
 
 
 def _write_record(ctx: TrialContext) -> None:

@@ -18,22 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from reroll_contracts.errors import TaskError
-from reroll_contracts.proxy import DivergencePolicy
+from reroll_contracts.faults import FaultsUsed
+from reroll_contracts.network import NetworkPolicy
+from reroll_contracts.proxy import DivergencePolicy, ReplayConfig, VolatileRule
 from rich.console import Console
 
 from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
-from reroll.host.llm_proxy import ReplayPlan, recorded_sandbox_values
+from reroll.host.llm_proxy import recorded_sandbox_values
 from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.verifiers import verifier_for
 from reroll.runfolder.run import (
+    CONTROLLER_LOG,
     TRAJECTORY,
     BranchedFrom,
     ContinuedFrom,
-    FaultsUsed,
     RunConfig,
     RunResult,
     create_run_folder,
@@ -42,11 +44,8 @@ from reroll.runfolder.run import (
 )
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
-from reroll.tasks.task import NetworkPolicy, Task, with_network
+from reroll.tasks.task import Task, with_network
 from reroll.trials.config import TrialConfig
-
-CONTROLLER_LOG = Path("harness") / "controller.log"
-"""Where a rollout started without a console writes its progress, in its run folder."""
 
 
 @dataclass(frozen=True)
@@ -157,19 +156,20 @@ async def start_rollout(
             f"the {config.sandbox} sandbox has the host's network"
         )
     recorded: list[TurnRecord] = []
-    replay = None
+    replay: ReplayConfig | None = None
+    recorded_values: tuple[VolatileRule, ...] = ()
     if isinstance(origin, NewRecording):
         task, agent = origin.task, origin.agent
     else:
         checkpoint = origin.checkpoint
         task, agent, original = checkpoint.task, checkpoint.agent, checkpoint.original
         recorded = checkpoint.recorded_turns
-        replay = ReplayPlan(
+        replay = ReplayConfig(
             trajectory_path=original.path / TRAJECTORY,
             cut_index=checkpoint.cut_index,
             divergence_policy=options.divergence_policy,
-            recorded_values=recorded_sandbox_values(original.path),
         )
+        recorded_values = recorded_sandbox_values(original.path)
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
@@ -182,6 +182,7 @@ async def start_rollout(
         run_dir=run_dir,
         config=config,
         replay=replay,
+        recorded_values=recorded_values,
         recorded=recorded,
     )
     with _progress(console, run_dir) as progress:

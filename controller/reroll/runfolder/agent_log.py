@@ -18,8 +18,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-AGENT_LOG = Path("agent") / "output.log"
-"""The agent's log, relative to the run folder."""
+from reroll.runfolder.run import AGENT_LOG
+
+__all__ = ["AGENT_LOG", "AGENT_LOG_MAX_BYTES", "AgentLog"]
 AGENT_LOG_MAX_BYTES = 64 * 1024 * 1024
 """The most of the agent's output the log holds, in bytes (64 MiB), note lines not counted."""
 CUT_NOTE = "[reroll] agent output cut:"

@@ -6,16 +6,20 @@
       config.json                      RunConfig: what was run; continued_from / branched_from provenance
       result.json                      RunResult: status, rewards, timings, counts, error
       prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
-      trial.json                       the trial's turns: place, prompt, how each ended (reroll.trials.config)
-      trajectory/llm_trajectory.jsonl  one LLM exchange per line (reroll_proxy.exchange)
+      trial.json                       the trial's turns: place, prompt, how each ended (a TrialRecord)
+      trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
       verifier/                        the verifier's output and logs
-      agent/                           the agent's console output
+      agent/output.log                 the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
-      harness/                         reroll's own files (proxy config with the rollout token, logs):
-                                       mode 0700, its token files 0600 (`harness_folder`)
+      error.txt                        the traceback of a bug that ended the rollout, if one did
+      fidelity.json                    ``reroll replay``'s report, in the rebuilt run folder
+      harness/                         controller.log, proxy.json (the LLM proxy's config, with the rollout
+                                       token), ready files, logs: mode 0700, token files 0600 (`harness_folder`)
 
-Folders written by BenchFlow load too: fields reroll adds are optional, and a result.json
-without ``status`` gets one from ``error_category``.
+Every name above is a constant of this module; the job folder and the branch tree are
+`reroll.runfolder.folders` and `reroll.runfolder.summary`. Folders written by BenchFlow load
+too: fields reroll adds are optional, and a result.json without ``status`` gets one from
+``error_category``.
 """
 
 from __future__ import annotations
@@ -29,13 +33,32 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import RunFolderError
-from reroll_proxy.exchange import Exchange, LoadedTrajectory, load_trajectory, read_capped
+from reroll_contracts.faults import FaultsUsed
+from reroll_contracts.network import NetworkPolicy
+from reroll_contracts.trajectory import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
 from reroll.trials.config import TrialConfig
 
-TRAJECTORY = Path("trajectory") / "llm_trajectory.jsonl"
-HARNESS = Path("harness")
-"""reroll's own files in a run folder; only their owner (root, for a root controller) may enter it."""
+CONFIG_FILE = "config.json"
+RESULT_FILE = "result.json"
+PROMPTS_FILE = "prompts.json"
+TRAJECTORY_DIR = "trajectory"
+TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
+VERIFIER_DIR = "verifier"
+AGENT_DIR = "agent"
+AGENT_LOG = Path(AGENT_DIR) / "output.log"
+MANIFEST_FILE = "workspace_manifest.json"
+ERROR_FILE = "error.txt"
+"""The traceback of an exception outside reroll's tree that ended the rollout."""
+FIDELITY_FILE = "fidelity.json"
+HARNESS_DIR = Path("harness")
+"""What reroll's own processes leave: their configs, ready files and logs; only their owner (root,
+for a root controller) may enter it."""
+CONTROLLER_LOG = HARNESS_DIR / "controller.log"
+"""Where a rollout started without a console writes its progress."""
+PROXY_CONFIG = HARNESS_DIR / "proxy.json"
+"""The LLM proxy's config (`reroll_contracts.proxy.ProxyConfig`): a later replay reads its
+recorded sandbox values (`reroll.host.llm_proxy.recorded_sandbox_values`)."""
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """The largest config.json, result.json or prompts.json read."""
 CONTINUABLE_CATEGORIES = ("timeout", "idle_timeout")
@@ -75,15 +98,6 @@ class BranchedFrom(ContinuedFrom):
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
 
 
-class FaultsUsed(BaseModel):
-    """The fault plan a rollout ran under (``reroll run --faults``)."""
-
-    plan_path: str
-    """The YAML plan, absolute."""
-    seed: int
-    """The seed of its probability draws."""
-
-
 class RunConfig(BaseModel):
     """config.json: what was run."""
 
@@ -105,7 +119,7 @@ class RunConfig(BaseModel):
     """The settings of the sandbox backend as given (``--sandbox-config``, ``--image-map``, a job
     file's), validated by the backend's config model (`reroll.sandbox.base.Backend`); a
     continuation, replay or branch on the same backend starts from them."""
-    network: Literal["none", "full"] | None = None
+    network: NetworkPolicy | None = None
     """The run's network policy override (``--network``); None: the task's ``environment.network``."""
     reroll_version: str | None = None
     continued_from: ContinuedFrom | None = None
@@ -133,6 +147,9 @@ class Counts(BaseModel):
     replayed: int = 0
     live: int = 0
     divergences: int = 0
+    tokens: int | None = None
+    """``usage.total_tokens`` summed over the recorded responses (0 when none reported usage);
+    None when not counted: in result.json files of earlier versions, and before the count."""
 
 
 class RunResult(BaseModel):
@@ -181,7 +198,8 @@ class RunFolder(BaseModel):
 
 
 def count_exchanges(trajectory: LoadedTrajectory) -> Counts:
-    """Count a trajectory's exchanges by ``metadata.source``, and those with a divergence."""
+    """Count a trajectory's exchanges by ``metadata.source``, those with a divergence, and the
+    tokens their responses report."""
     exchanges = trajectory.exchanges
     replayed = sum(1 for exchange in exchanges if exchange.metadata.source == "replayed")
     return Counts(
@@ -189,7 +207,16 @@ def count_exchanges(trajectory: LoadedTrajectory) -> Counts:
         replayed=replayed,
         live=len(exchanges) - replayed,
         divergences=sum(1 for exchange in exchanges if exchange.metadata.divergence is not None),
+        tokens=sum(map(response_tokens, exchanges)),
     )
+
+
+def response_tokens(exchange: Exchange) -> int:
+    """The ``usage.total_tokens`` the exchange's response body reports; 0 when it reports none."""
+    body = exchange.response.body
+    usage = body.get("usage") if isinstance(body, dict) else None
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) else 0
 
 
 def load_run_folder(path: Path) -> RunFolder:
@@ -213,15 +240,15 @@ def load_run_folder(path: Path) -> RunFolder:
     if not path.is_dir():
         raise RunFolderError(f"run folder not found: {path}")
     config: RunConfig = _validated(
-        RunConfig, _read_json(path / "config.json", required=True), path / "config.json"
+        RunConfig, _read_json(path / CONFIG_FILE, required=True), path / CONFIG_FILE
     )
-    raw_result = _read_json(path / "result.json", required=False)
+    raw_result = _read_json(path / RESULT_FILE, required=False)
     result: RunResult | None = (
-        _validated(RunResult, raw_result, path / "result.json") if raw_result is not None else None
+        _validated(RunResult, raw_result, path / RESULT_FILE) if raw_result is not None else None
     )
-    prompts = _read_json(path / "prompts.json", required=True)
+    prompts = _read_json(path / PROMPTS_FILE, required=True)
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
-        raise RunFolderError(f"{path / 'prompts.json'}: expected a JSON list of strings")
+        raise RunFolderError(f"{path / PROMPTS_FILE}: expected a JSON list of strings")
     try:
         trajectory = load_trajectory(path / TRAJECTORY)
     except FileNotFoundError as exc:
@@ -229,6 +256,21 @@ def load_run_folder(path: Path) -> RunFolder:
             f"{path / TRAJECTORY}: missing (not a run folder, or nothing was recorded)"
         ) from exc
     return RunFolder(path=path, config=config, result=result, prompts=prompts, trajectory=trajectory)
+
+
+def load_manifest(run_dir: Path) -> dict[str, str] | None:
+    """The run's workspace manifest (``{relative path: sha256 hex or a kind}``); None when it has none.
+
+    Raises:
+        RunFolderError: the file is not a JSON object, or unreadable or too large (the message names it).
+    """
+    file = run_dir / MANIFEST_FILE
+    data = _read_json(file, required=False)
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{file}: expected a JSON object of path → sha256")
+    return {str(key): str(value) for key, value in data.items()}
 
 
 def _read_json(file: Path, *, required: bool) -> Any:
@@ -292,7 +334,7 @@ def create_run_folder(parent: Path, name: str) -> Path:
             candidate.mkdir()
         except FileExistsError:
             continue
-        (candidate / "trajectory").mkdir()
+        (candidate / TRAJECTORY_DIR).mkdir()
         return candidate
     raise RunFolderError(f"{parent}: could not find a free folder name for {name}")
 

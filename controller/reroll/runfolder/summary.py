@@ -1,9 +1,14 @@
-"""What a job leaves besides its run folders: ``summary.json`` and the summary table.
+"""The two ``summary.json`` files: a job's (`JobSummary`, `JOB_SUMMARY_FILE`) and a branch tree's
+(`BranchSummary`, `TREE_SUMMARY_FILE`). Same file name, two schemas: `reroll.runfolder.folders.kind_of`
+tells the folders apart.
 
-``<job>/summary.json`` (a `JobSummary`) lists every rollout of the job, with its status,
-rewards, attempts, exchange and token counts, and the totals: status counts, the mean of each
-reward key, exchanges and tokens. Tokens are the ``usage.total_tokens`` the upstream reported
-in the recorded responses (0 when none was recorded, e.g. an agent that calls no model).
+``<job>/summary.json`` lists every rollout of the job, with its status, rewards, attempts,
+exchange and token counts, and the totals: status counts, the mean of each reward key, exchanges
+and tokens. Tokens are the ``usage.total_tokens`` the upstream reported in the recorded responses
+(0 when none was recorded, e.g. an agent that calls no model).
+
+``<tree>/summary.json`` (`reroll.jobs.branch`'s parent folder) lists the branches (children) of a
+checkpoint with their rewards, and the mean reward per model.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 from reroll_contracts.errors import TrajectoryFormatError
-from reroll_proxy.exchange import load_trajectory
+from reroll_contracts.trajectory import load_trajectory
 
-from reroll.runfolder.run import TRAJECTORY, RunResult
+from reroll.runfolder.run import RESULT_FILE, TRAJECTORY, RunResult, count_exchanges
 
-SUMMARY_FILE = "summary.json"
+JOB_SUMMARY_FILE = "summary.json"
+"""In a job folder (or its ``continued/``): a `JobSummary`."""
+TREE_SUMMARY_FILE = "summary.json"
+"""In a branch tree's parent folder: a `BranchSummary`."""
 
 
 class RolloutSummary(BaseModel):
@@ -62,7 +70,7 @@ class JobTotals(BaseModel):
 
 
 class JobSummary(BaseModel):
-    """``summary.json`` of a job folder."""
+    """``summary.json`` of a job folder (`JOB_SUMMARY_FILE`)."""
 
     job: str
     path: str
@@ -76,7 +84,7 @@ class JobSummary(BaseModel):
 def read_result(run_dir: Path) -> RunResult | None:
     """The run's result.json, or None when it is missing or unreadable (a run cut short)."""
     try:
-        return RunResult.model_validate(orjson.loads((run_dir / "result.json").read_bytes()))
+        return RunResult.model_validate(orjson.loads((run_dir / RESULT_FILE).read_bytes()))
     except (OSError, orjson.JSONDecodeError, ValidationError):
         return None
 
@@ -96,9 +104,13 @@ def summarise_rollout(
     attempts: int,
     retried_errors: list[str] | None = None,
 ) -> RolloutSummary:
-    """Read what the rollout in `run_dir` left: result.json and the trajectory's counts."""
+    """Read what the rollout in `run_dir` left: result.json, with its counts (the trajectory's
+    counts for a result.json of an earlier version, which has no tokens, or none)."""
     result = read_result(run_dir)
-    exchanges, tokens = _trajectory_counts(run_dir / TRAJECTORY)
+    if result is not None and result.counts.tokens is not None:
+        exchanges, tokens = result.counts.exchanges, result.counts.tokens
+    else:
+        exchanges, tokens = _trajectory_counts(run_dir / TRAJECTORY)
     if result is None:
         return RolloutSummary(
             name=run_dir.name,
@@ -131,16 +143,10 @@ def summarise_rollout(
 def _trajectory_counts(path: Path) -> tuple[int, int]:
     """(exchanges, tokens) of a trajectory file; (0, 0) when there is none."""
     try:
-        exchanges = load_trajectory(path).exchanges
+        counts = count_exchanges(load_trajectory(path))
     except (FileNotFoundError, TrajectoryFormatError):
         return 0, 0
-    tokens = 0
-    for exchange in exchanges:
-        body = exchange.response.body
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
-            tokens += usage["total_tokens"]
-    return len(exchanges), tokens
+    return counts.exchanges, counts.tokens or 0
 
 
 def totals(rollouts: list[RolloutSummary]) -> JobTotals:
@@ -157,9 +163,6 @@ def totals(rollouts: list[RolloutSummary]) -> JobTotals:
         exchanges=sum(rollout.exchanges for rollout in rollouts),
         tokens=sum(rollout.tokens for rollout in rollouts),
     )
-
-
-SUMMARY = "summary.json"
 
 
 class ChildSummary(BaseModel):
@@ -189,7 +192,7 @@ class ModelSummary(BaseModel):
 
 
 class BranchSummary(BaseModel):
-    """summary.json in the parent folder."""
+    """``summary.json`` in a branch tree's parent folder (`TREE_SUMMARY_FILE`)."""
 
     parent: str
     """The parent folder (the shared prefix)."""
@@ -208,3 +211,12 @@ def primary_reward(rewards: dict[str, float] | None) -> float | None:
     if "reward" in rewards:
         return rewards["reward"]
     return next(iter(rewards.values())) if len(rewards) == 1 else None
+
+
+def read_tree_summary(path: Path) -> BranchSummary | None:
+    """The branch tree's summary.json in `path`, or None when `path` is not a branch tree (no such
+    file, or one that is not a `BranchSummary`: a job's summary.json, for one)."""
+    try:
+        return BranchSummary.model_validate(orjson.loads((path / TREE_SUMMARY_FILE).read_bytes()))
+    except (OSError, orjson.JSONDecodeError, ValidationError):
+        return None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import RunFolderError
-from reroll_proxy.exchange import Place
+from reroll_contracts.trajectory import Place
 
 from reroll.trials.config import PromptSource, TurnStatus
 

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from reroll_contracts.errors import TaskError
+from reroll_contracts.network import NetworkPolicy
 
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
 
@@ -100,10 +101,6 @@ class VerifierSection(BaseModel):
     """pytest plugins (``pytest11`` entry-point or module names, e.g. ``ctrf``) the verifier's pytest
     loads with ``-p NAME`` while autoloading is off, beside the image's root-owned ones present
     before the agent ran (BenchFlow's ``[verifier] pytest_plugins``)."""
-
-
-NetworkPolicy = Literal["none", "full"]
-"""A sandbox's egress: ``none`` (only the LLM proxy is reachable) or ``full``."""
 
 
 class EnvironmentSection(BaseModel):

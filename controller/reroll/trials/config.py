@@ -28,7 +28,7 @@ and put into the recipient's next prompt. A trial file (YAML)::
 
 A role without ``agent`` / ``model`` takes the run's (``reroll run --agent/--model``); every
 role's model is the one live model of the run. What ran is recorded in ``trial.json`` of the run
-folder (a `TrialRecord`); each exchange carries its `reroll_proxy.exchange.Place`.
+folder (a `TrialRecord`); each exchange carries its `reroll_contracts.trajectory.Place`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from reroll_contracts.errors import TrialError, UserCallbackError
-from reroll_proxy.exchange import Exchange
+from reroll_contracts.trajectory import Exchange
 
 
 @dataclass(frozen=True)

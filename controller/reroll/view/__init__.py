@@ -8,7 +8,7 @@ The site, in DIR [default: ``PATH/view``]::
     runs/<folder>.html   a job's or a tree's run pages (a tree's shared prefix: runs/prefix.html)
 
 A run's page (`reroll.view.runpage`): the conversation as the agent saw it (the turns
-`reroll.export.conversation` builds from every wire format), replayed and live steps, the
+`reroll.runfolder.conversation` builds from every wire format), replayed and live steps, the
 cutover marker before the live model's first answer, each divergence with its field and diff,
 injected faults, the timeline of exchanges (start, duration, time to first byte, tokens) and of
 the agent's commands, the verifier's files and rewards, the agent's log, and provenance links
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from reroll_contracts.errors import ExportError, ViewError
+from reroll_contracts.errors import ExportError, RunFolderError, ViewError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from reroll.export import branch_summary, job_run_folders, kind_of
+from reroll.runfolder.folders import job_run_folders, kind_of
 from reroll.runfolder.run import RunFolder, load_run_folder
-from reroll.runfolder.summary import BranchSummary
+from reroll.runfolder.summary import BranchSummary, read_tree_summary
 from reroll.view.runpage import RunView, calls_and_results, command_text, run_view
 
 PREFIX_PAGE = "prefix.html"
@@ -72,10 +72,10 @@ def build_site(path: Path, output: Path | None = None, *, console: Console | Non
         The site's index.html.
 
     Raises:
-        ExportError: `path` is not a run, job or tree folder (the message names it), or a
-            trajectory names an unknown API format.
-        RunFolderError: a run folder lacks a file or one is corrupt (the message names the file,
-            and the line for a trajectory).
+        ExportError: a trajectory names an unknown API format.
+        RunFolderError: `path` is not a run, job or tree folder, or a job holds no run folder (the
+            message names it); a run folder lacks a file or one is corrupt (the message names the
+            file, and the line for a trajectory).
         ViewError: the output folder cannot be created or written.
     """
     path = path.resolve()
@@ -87,12 +87,14 @@ def build_site(path: Path, output: Path | None = None, *, console: Console | Non
         writer.write("index.html", _render_run(_view(run), home="index.html", link=_folder_link))
     elif kind == "job":
         folders = job_run_folders(path)
+        if not folders:
+            raise RunFolderError(f"{path}: a job folder without run folders")
         rows = _build_runs(writer, folders, console, label=f"job {path.name}")
         writer.write(
             "index.html", _env().get_template("job.html.j2").render(job=path, rows=rows, home="index.html")
         )
     else:
-        summary = branch_summary(path)
+        summary = read_tree_summary(path)
         assert summary is not None
         writer.write("index.html", _build_tree(writer, path, summary, console))
     return output / "index.html"

@@ -1,6 +1,6 @@
 """What a run's page shows, computed from a loaded run folder (pure, except `attached_files`).
 
-The conversation comes from `reroll.export.conversation` (the same turns the exports write,
+The conversation comes from `reroll.runfolder.conversation` (the same turns the exports write,
 whatever wire format the agent spoke); the rest from the exchanges' metadata: where the live model
 took over (the cutover), divergences, injected faults, and when each exchange and each command
 happened, as offsets in seconds from the first request.
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import orjson
 from reroll_contracts.proxy import Divergence
-from reroll_proxy.exchange import Exchange
+from reroll_contracts.trajectory import Exchange
 from reroll_proxy.formats.normal import NormalUsage
 
-from reroll.export.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
-from reroll.runfolder.run import BranchedFrom, ContinuedFrom, RunFolder
+from reroll.runfolder.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
+from reroll.runfolder.run import AGENT_LOG, VERIFIER_DIR, BranchedFrom, ContinuedFrom, RunFolder
 from reroll.runfolder.summary import primary_reward
 
 MAX_FILE_BYTES = 64 * 1024
@@ -204,8 +204,8 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
         total_seconds=max(end, 0.001),
     )
     if attach_files:
-        view.verifier_files = attached_files(run.path / "verifier")
-        view.agent_log = _attached(run.path / "agent" / "output.log")
+        view.verifier_files = attached_files(run.path / VERIFIER_DIR)
+        view.agent_log = _attached(run.path / AGENT_LOG)
     return view
 
 

@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from reroll_contracts.proxy import FormatName
+from reroll_contracts.trajectory import SseEvent
 
 from reroll_proxy.formats.normal import NormalRequest, NormalResponse
-from reroll_proxy.sse import SseEvent
 
 
 class WireFormat(Protocol):

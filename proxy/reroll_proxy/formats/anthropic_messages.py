@@ -26,10 +26,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import orjson
+from reroll_contracts.trajectory import SseEvent
 
 from reroll_proxy.formats import normal
 from reroll_proxy.formats.normal import NormalRequest, NormalResponse
-from reroll_proxy.sse import SseEvent, json_payloads, pieces
+from reroll_proxy.sse import json_payloads, pieces
 
 ANTHROPIC_VERSION = "2023-06-01"
 """Sent upstream as ``anthropic-version`` when the agent sent none."""

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import orjson
+from reroll_contracts.trajectory import DONE, SseEvent
 
 from reroll_proxy.formats import normal
 from reroll_proxy.formats.normal import NormalRequest, NormalResponse
-from reroll_proxy.sse import DONE, SseEvent, json_payloads, pieces
+from reroll_proxy.sse import json_payloads, pieces
 
 
 class OpenAIAuthAndErrors:

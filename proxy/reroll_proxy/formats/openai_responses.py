@@ -21,11 +21,12 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 import orjson
+from reroll_contracts.trajectory import SseEvent
 
 from reroll_proxy.formats import normal
 from reroll_proxy.formats.normal import NormalRequest, NormalResponse
 from reroll_proxy.formats.openai_chat import OpenAIAuthAndErrors
-from reroll_proxy.sse import SseEvent, json_payloads, pieces
+from reroll_proxy.sse import json_payloads, pieces
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 """Events that end a Responses stream."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from reroll_proxy.exchange import Exchange
+from reroll_contracts.trajectory import Exchange
 from reroll_proxy.formats import WireFormat, format_named
 from reroll_proxy.formats.normal import NormalUsage
 

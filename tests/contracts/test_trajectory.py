@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reroll_contracts import trajectory
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError
-from reroll_proxy import exchange
-from reroll_proxy.exchange import Exchange, load_trajectory, sanitize_headers
+from reroll_contracts.trajectory import Exchange, load_trajectory, sanitize_headers
 
 
 def line(step: int, **extra: Any) -> dict[str, Any]:
@@ -137,10 +137,10 @@ def test_a_trajectory_or_a_line_over_its_limit_is_refused(
 ) -> None:
     path = write(tmp_path / "t.jsonl", [line(0), line(1)])
     size = path.stat().st_size
-    monkeypatch.setattr(exchange, "MAX_LINE_BYTES", size // 2 - 10)
+    monkeypatch.setattr(trajectory, "MAX_LINE_BYTES", size // 2 - 10)
     with pytest.raises(TrajectoryFormatError, match=rf"{path}: line 1 is larger than {size // 2 - 10} bytes"):
         load_trajectory(path)
-    monkeypatch.setattr(exchange, "MAX_TRAJECTORY_BYTES", size - 1)
+    monkeypatch.setattr(trajectory, "MAX_TRAJECTORY_BYTES", size - 1)
     with pytest.raises(
         TrajectoryFormatError, match=rf"{path}: {size} bytes, more than the limit of {size - 1}"
     ):

@@ -1,11 +1,11 @@
-"""`reroll.export.conversation`: incremental normalisation equals the format's own."""
+"""`reroll.runfolder.conversation`: incremental normalisation equals the format's own."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from reroll.export.conversation import _Normaliser
+from reroll.runfolder.conversation import _Normaliser
 from reroll_proxy.formats import format_named
 
 from tests.export.conftest import in_format

@@ -1,4 +1,5 @@
-"""One LLM exchange: a line of ``trajectory/llm_trajectory.jsonl`` (BenchFlow-compatible).
+"""The exchange line: one line of ``trajectory/llm_trajectory.jsonl`` (BenchFlow-compatible), the
+contract between the LLM proxy (which writes it) and the run folder (which reads it).
 
 ::
 
@@ -13,10 +14,10 @@
 have got, assembled from the events by the API format's module: ``chat.completion``,
 ``response`` or ``message``), ``events`` the raw SSE events in order and ``event_offsets_ms``
 when each was received (streamed responses only). ``metadata.api_format`` names the API
-(`reroll_proxy.formats`), ``metadata.thread`` the conversation the request belongs to
+(`reroll_contracts.proxy.FormatName`), ``metadata.thread`` the conversation the request belongs to
 (`reroll_proxy.threads`: subagents and side calls are threads of their own), ``metadata.place``
 where in a trial it was sent (scene, role, turn, round: a `Place`). Error responses
-(4xx / 5xx) are exchanges like any other; an injected fault (`reroll_proxy.faults`) is described
+(4xx / 5xx) are exchanges like any other; an injected fault (`reroll_contracts.faults`) is described
 in ``metadata.fault``, and a connection reset, which has no response, is recorded with
 ``status_code`` 0. Headers are stored without
 secrets (`sanitize_headers`). Unknown keys are kept on load, so BenchFlow's files load; the
@@ -34,11 +35,10 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from reroll_contracts.errors import TrajectoryFormatError
-from reroll_contracts.proxy import Divergence, FormatName
 
-from reroll_proxy.faults import FaultNote
-from reroll_proxy.sse import SseEvent
+from reroll_contracts.errors import TrajectoryFormatError
+from reroll_contracts.faults import FaultNote
+from reroll_contracts.proxy import Divergence, FormatName
 
 MAX_TRAJECTORY_BYTES = 4 * 1024**3
 """The largest trajectory file read (a longer one is refused with a clear error, never read)."""
@@ -49,6 +49,26 @@ ApiFormat = FormatName
 Source = Literal["live", "replayed"]
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 _SECRET_PARTS = ("key", "token", "cookie", "secret")
+
+
+DONE = "[DONE]"
+"""The data of the event that ends an OpenAI stream."""
+
+
+class SseEvent(BaseModel):
+    """One server-sent event."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    event: str | None = None
+    """The ``event:`` field, or None when the event had none (OpenAI sends none)."""
+    data: str
+    """The ``data:`` lines joined with ``\\n``."""
+
+    @property
+    def is_done(self) -> bool:
+        """Whether this is the ``data: [DONE]`` end-of-stream marker."""
+        return self.data.strip() == DONE
 
 
 def sanitize_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -169,7 +189,7 @@ class ExchangeMetadata(_Record):
     error: str | None = None
     """Why the upstream could not answer (connection failure, broken stream), if so."""
     fault: FaultNote | None = None
-    """The fault injected at this step (`reroll_proxy.faults`), else None."""
+    """The fault injected at this step (`reroll_contracts.faults.FaultNote`), else None."""
     retry: RetryNote | None = None
     """Set when the request repeats an earlier attempt (an SDK retry: `reroll_proxy.retries`)."""
 
