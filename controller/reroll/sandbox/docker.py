@@ -509,11 +509,7 @@ class DockerSandbox(SidecarSandbox):
             SandboxError: a volume cannot be made, or its folder is not readable here (a remote
                 engine, or a controller that is not root).
         """
-        folders = [
-            await asyncio.to_thread(_volume_folder, self._engine, name)
-            for name in (AGENTS_VOLUME, MANIFESTS_VOLUME)
-        ]
-        return InstallStore(folder=folders[0], manifests=folders[1])
+        return await asyncio.to_thread(install_store, self._engine)
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[DockerSandbox]:
@@ -622,6 +618,18 @@ class DockerSandbox(SidecarSandbox):
         if self._docker is not None:
             self._docker.close()
             self._docker = None
+
+
+def install_store(engine: docker.DockerClient) -> InstallStore:
+    """The docker backend's shared installs: `AGENTS_VOLUME` and `MANIFESTS_VOLUME` at their host
+    folders, each made when missing.
+
+    Raises:
+        SandboxError: as `DockerSandbox.install_store`.
+    """
+    return InstallStore(
+        folder=_volume_folder(engine, AGENTS_VOLUME), manifests=_volume_folder(engine, MANIFESTS_VOLUME)
+    )
 
 
 def _volume_folder(engine: docker.DockerClient, name: str) -> Path:

@@ -355,7 +355,7 @@ async def ensure_installed(sandbox: Sandbox, unit: str, install: Install, log: L
         if reason != NOT_INSTALLED:
             log(f"refusing the install {store.folder / unit}: {reason}; installing it again")
         await asyncio.to_thread(store.discard, unit)
-        log(f"installing {unit} (first time only)")
+        log(f"installing {unit}")
         async with sandbox.installer() as installer:
             made = await installer.exec(["mkdir", "-p", home], inherit_env=False)
             if made.exit_code != 0:
