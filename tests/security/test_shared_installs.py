@@ -209,7 +209,7 @@ def test_a_tampered_install_is_refused_and_installed_again(
     kind = TAMPERS[tamper]
     if kind == "same-size":  # what the host (or an old reroll's container root) could do
         before = tool.stat()
-        tool.write_text("#!/bin/sh\necho POISON\n")
+        tool.write_text("#!/bin/sh\necho POISON tool\n")
         os.utime(tool, ns=(before.st_atime_ns, before.st_mtime_ns))
         assert tool.stat().st_size == before.st_size
     elif kind == "plant":
