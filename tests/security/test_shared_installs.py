@@ -177,7 +177,7 @@ def test_root_in_a_rollout_cannot_change_what_later_rollouts_run(
     output = (folder / "agent" / "output.log").read_text()
     assert result["status"] == "ok", result
     assert "honest tool" in output and "POISON" not in output, output
-    assert listed(output, "INSTALL") == ["tool.sh"], output
+    assert listed(output, "INSTALL") == [".installed", "tool.sh"], output
     if name == "docker":
         assert not [n for n in listed(output, "AGENTS FOLDER") if n.startswith("planted")], output
     elif "done" in said.values():  # root of today's local sandbox could remount the folder
@@ -221,5 +221,5 @@ def test_a_tampered_install_is_refused_and_installed_again(
     assert result["status"] == "ok", result
     assert f"refusing the install {store.folder / unit()}" in log, log
     assert "honest tool" in output and "POISON" not in output, output
-    assert listed(output, "INSTALL") == ["tool.sh"], output
+    assert listed(output, "INSTALL") == [".installed", "tool.sh"], output
     assert store.check(unit(), full=True) == "", "installed again and recorded"

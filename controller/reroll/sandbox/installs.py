@@ -58,6 +58,8 @@ LOCK_POLL_SECONDS = 0.2
 NOT_INSTALLED = "not installed"
 """`InstallStore.check`'s reason for a unit whose folder is missing (nothing to refuse)."""
 UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+OLD_MARK = ".installed"
+"""The file that marked a finished install before manifests (still written: see `ensure_installed`)."""
 REFUSED_PREFIX = ".refused-"
 """A refused unit is renamed ``.refused-<unit>-<random>`` in its store, then deleted."""
 
@@ -362,6 +364,9 @@ async def ensure_installed(sandbox: Sandbox, unit: str, install: Install, log: L
                 raise AgentInstallError(f"cannot make the install folder {home}: {made.output_text()}")
             try:
                 requires = await install(installer, home)
+                # The mark of a finished install of older reroll versions, which would otherwise
+                # install again over this one where they share the store (the same volume).
+                await installer.exec(["touch", f"{home}/{OLD_MARK}"], inherit_env=False)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await installer.exec(["rm", "-rf", home], inherit_env=False)
@@ -376,12 +381,12 @@ async def _install_in_place(sandbox: Sandbox, unit: str, install: Install, log: 
     did before, marked done by ``<home>/.installed``, one install at a time on this host."""
     home = f"{sandbox.layout.agents_dir}/{unit}"
     async with _flock(cache_dir() / "install-locks" / f"{unit}.lock"):
-        if (await sandbox.exec(["test", "-f", f"{home}/.installed"], inherit_env=False)).exit_code == 0:
+        if (await sandbox.exec(["test", "-f", f"{home}/{OLD_MARK}"], inherit_env=False)).exit_code == 0:
             return
         log(f"installing {unit} into {home} (first time only)")
         await sandbox.exec(["sh", "-c", f'rm -rf "{home}" && mkdir -p "{home}"'], inherit_env=False)
         await install(sandbox, home)
-        await sandbox.exec(["touch", f"{home}/.installed"], inherit_env=False)
+        await sandbox.exec(["touch", f"{home}/{OLD_MARK}"], inherit_env=False)
 
 
 async def provide_runtime(
