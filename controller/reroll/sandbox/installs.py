@@ -200,10 +200,10 @@ class InstallStore:
         """The manifest of `unit` (JSON)."""
         return self.manifests / f"{_unit_name(unit)}.json"
 
-    def locked(self, unit: str) -> contextlib.AbstractAsyncContextManager[None]:
-        """Hold the lock of `unit` (``<manifests>/<unit>.lock``): one install or check of a unit
-        at a time on this host."""
-        return _flock(self.manifests / f"{_unit_name(unit)}.lock")
+    def locked(self, unit: str, *, shared: bool = False) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold the lock of `unit` (``<manifests>/<unit>.lock``): exclusive to install it, `shared`
+        to check it (checks run together, never during an install)."""
+        return _flock(self.manifests / f"{_unit_name(unit)}.lock", shared=shared)
 
     def check(self, unit: str, *, full: bool = False) -> str:
         """Whether `unit` may be used: "" when its folder matches its manifest, and so do the units
@@ -265,14 +265,15 @@ class InstallStore:
 
 
 @contextlib.asynccontextmanager
-async def _flock(path: Path) -> AsyncIterator[None]:
-    """Hold an exclusive flock on `path` (created, with its folder, mode 0700), polled every
-    `LOCK_POLL_SECONDS` so the event loop is not blocked and a cancelled wait leaves nothing held."""
+async def _flock(path: Path, *, shared: bool = False) -> AsyncIterator[None]:
+    """Hold a flock on `path` (created, with its folder, mode 0700), exclusive unless `shared`,
+    polled every `LOCK_POLL_SECONDS` so the event loop is not blocked and a cancelled wait leaves
+    nothing held."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with open(path, "w") as handle:
+    with open(path, "a") as handle:
         while True:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 await asyncio.sleep(LOCK_POLL_SECONDS)
@@ -328,10 +329,11 @@ returns the units it made the unit depend on (their manifests are checked with i
 async def ensure_installed(sandbox: Sandbox, unit: str, install: Install, log: Log = logger.info) -> None:
     """Make sure `unit` is installed and intact in `sandbox`'s agents folder before it is used.
 
-    With a `SharedInstalls` backend: under the unit's lock, `InstallStore.check` it; when missing
-    or refused (the reason is logged), discard it, run `install` in the backend's installer
-    (once), and record its manifest. With another backend (one outside reroll): install in the
-    rollout's own sandbox, once per agents folder (a ``.installed`` file marks it), unchecked.
+    With a `SharedInstalls` backend: `InstallStore.check` it (under its lock, shared); when missing
+    or refused (the reason is logged), under its lock held alone: discard it, run `install` in
+    the backend's installer, and record its manifest. With another backend (one outside
+    reroll): install in the rollout's own sandbox, once per agents folder (a ``.installed`` file
+    marks it), unchecked.
 
     Args:
         sandbox: the rollout's (started) sandbox.
@@ -348,11 +350,15 @@ async def ensure_installed(sandbox: Sandbox, unit: str, install: Install, log: L
         await _install_in_place(sandbox, unit, install, log)
         return
     store = await sandbox.install_store()
-    async with store.locked(unit):
+    async with store.locked(unit, shared=True):
         started = time.monotonic()
         reason = await asyncio.to_thread(store.check, unit)
+        logger.debug("install %s checked in %.3f s: %s", unit, time.monotonic() - started, reason or "ok")
+    if not reason:
+        return
+    async with store.locked(unit):
+        reason = await asyncio.to_thread(store.check, unit)  # another process may have installed it
         if not reason:
-            logger.debug("install %s checked in %.3f s", unit, time.monotonic() - started)
             return
         if reason != NOT_INSTALLED:
             log(f"refusing the install {store.folder / unit}: {reason}; installing it again")
