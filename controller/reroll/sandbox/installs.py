@@ -356,7 +356,9 @@ async def ensure_installed(sandbox: Sandbox, unit: str, install: Install, log: L
         logger.debug("install %s checked in %.3f s: %s", unit, time.monotonic() - started, reason or "ok")
     if not reason:
         return
-    async with store.locked(unit):
+    # Also the lock older reroll versions take in the store (``<unit>.lock`` beside the unit), so
+    # that one sharing the store waits, then finds the `OLD_MARK` and leaves the install alone.
+    async with store.locked(unit), _flock(store.folder / f"{unit}.lock"):
         reason = await asyncio.to_thread(store.check, unit)  # another process may have installed it
         if not reason:
             return
