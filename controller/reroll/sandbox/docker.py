@@ -88,6 +88,8 @@ MANIFESTS_VOLUME = "reroll-agents-manifests"
 """The manifests of the installs in `AGENTS_VOLUME` (`reroll.sandbox.installs`); mounted in no container."""
 SHARED_VOLUMES = frozenset({AGENTS_VOLUME, MANIFESTS_VOLUME})
 """Volumes `prune` keeps: the shared installs and their manifests."""
+SHARED_LABEL = "reroll.shared"
+"""Label of `MANIFESTS_VOLUME` (instead of ``reroll.managed``, which `prune` looks at)."""
 ROLE_LABEL = "reroll.role"
 """``rollout``, or ``install`` for an install container (`DockerSandbox.installer`)."""
 MOUNT_POINT = "/run/reroll"
@@ -628,12 +630,14 @@ def install_store(engine: docker.DockerClient) -> InstallStore:
         SandboxError: as `DockerSandbox.install_store`.
     """
     return InstallStore(
-        folder=_volume_folder(engine, AGENTS_VOLUME), manifests=_volume_folder(engine, MANIFESTS_VOLUME)
+        folder=_volume_folder(engine, AGENTS_VOLUME, {MANAGED_LABEL: "1"}),
+        # Not labelled managed: the prune of older reroll versions removes such volumes when unused.
+        manifests=_volume_folder(engine, MANIFESTS_VOLUME, {SHARED_LABEL: "install-manifests"}),
     )
 
 
-def _volume_folder(engine: docker.DockerClient, name: str) -> Path:
-    """The host folder of the named volume `name` (made, labelled managed, when missing).
+def _volume_folder(engine: docker.DockerClient, name: str, labels: dict[str, str]) -> Path:
+    """The host folder of the named volume `name` (made with `labels` when missing).
 
     Raises:
         SandboxError: the volume cannot be made, or its folder is not readable here.
@@ -642,7 +646,7 @@ def _volume_folder(engine: docker.DockerClient, name: str) -> Path:
         try:
             volume = engine.volumes.get(name)
         except docker.errors.NotFound:
-            volume = engine.volumes.create(name, driver="local", labels={MANAGED_LABEL: "1"})
+            volume = engine.volumes.create(name, driver="local", labels=labels)
     except docker.errors.APIError as exc:
         raise SandboxError(f"cannot make the docker volume {name}: {exc}") from exc
     folder = Path(volume.attrs.get("Mountpoint") or "")
