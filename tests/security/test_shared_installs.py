@@ -19,14 +19,18 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from reroll.agents import AgentSpec
-from reroll.sandbox.installs import InstallStore
+from reroll.sandbox.installs import InstallStore, provide_runtime
+from reroll.sandbox.python_runtime import host_python
+from reroll.tasks import load_task
 
+from tests.conftest import EXAMPLES
 from tests.test_reward_hacks import write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
@@ -223,3 +227,39 @@ def test_a_tampered_install_is_refused_and_installed_again(
     assert "honest tool" in output and "POISON" not in output, output
     assert listed(output, "INSTALL") == [".installed", "tool.sh"], output
     assert store.check(unit(), full=True) == "", "installed again and recorded"
+
+
+@pytest.mark.skipif(host_python("3.12") is None, reason="no Python 3.12 on this host to lend")
+async def test_the_python_runtime_is_an_install_of_its_own_checked_and_uploaded_again(
+    docker_images: str,
+) -> None:
+    """docker: the relocatable runtime is uploaded by an install container, runs read-only in
+    the rollout's, and once changed on the host it is refused and uploaded again."""
+    from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
+
+    task = load_task(EXAMPLES / "hello-file")
+    sandbox = DockerSandbox(
+        task, f"runtime-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm")
+    )
+    said: list[str] = []
+    await sandbox.start()
+    try:
+        store = await sandbox.install_store()
+        for attempt in ("first", "after tampering"):
+            async with sandbox.installer() as installer:
+                python, requires = await provide_runtime(
+                    installer, "3.12", {"PATH": "/usr/bin:/bin"}, said.append
+                )
+            (unit,) = requires
+            assert python == f"{sandbox.layout.agents_dir}/{unit}/bin/python3.12" and store.check(unit) == ""
+            ran = await sandbox.exec([python, "-c", "import ssl, sys; print(sys.version_info[:2])"])
+            assert ran.stdout.strip() == b"(3, 12)", ran.output_text()
+            if attempt == "first":
+                (store.folder / unit / "lib" / "python3.12" / "sitecustomize.py").write_text(
+                    "print('POISON')\n"
+                )
+        assert any(line.startswith(f"refusing the Python runtime {store.folder / unit}") for line in said), (
+            said
+        )
+    finally:
+        await sandbox.stop()

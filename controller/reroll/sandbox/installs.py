@@ -25,6 +25,11 @@ system's clock, which a container cannot); any other file is hashed again and re
 hash differs. A refused unit (changed after its install, or made by an older reroll: no
 manifest) is moved aside, deleted and installed again, saying why. Cost: one ``lstat`` per
 entry; ``scripts/bench/install_check`` measures it against hashing every file.
+
+Older reroll versions sharing a store (the same cache or volume) installed in place in their
+rollouts' sandboxes, under a lock file ``<unit>.lock`` in the store, skipping units marked by a
+``.installed`` file: an install here holds that lock too and leaves that mark, so they wait for
+it and then leave it alone (what they change anyway is refused here and installed again).
 """
 
 from __future__ import annotations
