@@ -59,7 +59,7 @@ from reroll.runfolder.run import (
 )
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
-from reroll.sandbox.python_runtime import provide_python
+from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.task import Task
@@ -355,32 +355,31 @@ async def _intercept_agent(
 
 
 async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str], console: Console) -> None:
-    """Install `agent` once per install key, under a lock so concurrent rollouts share the install."""
+    """Install `agent` once per install key in a step of its own, and check the install before
+    this rollout uses it (`reroll.sandbox.installs`: the rollout's sandbox sees it read-only)."""
     if agent.install is None:
         return
-    home = f"{sandbox.layout.agents_dir}/{agent.install_key}"
-    installed = await sandbox.exec(["test", "-f", f"{home}/.installed"], inherit_env=False)
-    if installed.exit_code == 0:
-        return
-    script = (
-        f'mkdir -p "{home}" && exec 9>"{home}.lock" && flock 9 && '
-        f'if [ ! -f "{home}/.installed" ]; then echo "installing {agent.name} into {home}" >&2; '
-        f'(set -e\n{agent.install}\n) && touch "{home}/.installed" || {{ rm -rf "{home}"; exit 1; }}; fi'
-    )
-    with console.status(f"installing {agent.name} (first time only)"):
+    script = agent.install
+
+    async def install(installer: Sandbox, home: str) -> list[str]:
+        install_env, requires = {**env, "REROLL_AGENT_HOME": home}, list[str]()
         if agent.python is not None:
-            env = {**env, "REROLL_PYTHON": await provide_python(sandbox, agent.python, env, console.print)}
-        async with sandbox.egress() as egress_env:
-            result = await sandbox.exec(
-                ["sh", "-c", script],
-                env={**env, **egress_env, "REROLL_AGENT_HOME": home},
+            python, requires = await provide_runtime(installer, agent.python, env, console.print)
+            install_env["REROLL_PYTHON"] = python
+        async with installer.egress() as egress_env:
+            result = await installer.exec(
+                ["sh", "-c", f"(set -e\n{script}\n)"],
+                env={**install_env, **egress_env},
                 inherit_env=False,
                 timeout_seconds=INSTALL_TIMEOUT_SECONDS,
             )
-    if result.exit_code != 0:
-        raise AgentInstallError(
-            f"installing {agent.name} failed (exit {result.exit_code}):\n{result.output_text()[-3000:]}"
-        )
+        if result.exit_code != 0:
+            raise AgentInstallError(
+                f"installing {agent.name} failed (exit {result.exit_code}):\n{result.output_text()[-3000:]}"
+            )
+        return requires
+
+    await ensure_installed(sandbox, agent.install_key, install, console.print)
 
 
 async def _run_agent(

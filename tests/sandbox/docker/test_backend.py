@@ -17,7 +17,7 @@ import docker
 import pytest
 from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.docker import backend as docker_backend
-from reroll.sandbox.docker.backend import DockerSandbox, owner_label, prune
+from reroll.sandbox.docker.backend import AGENTS_DIR, SHARED_VOLUMES, DockerSandbox, owner_label, prune
 from reroll.tasks.task import Task, load_task
 from reroll_contracts.errors import SandboxError
 
@@ -117,6 +117,29 @@ async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated
     assert result.stdout.split()[0] == b"EAGAIN" and int(result.stdout.split()[1]) < 64, result
 
 
+def mounts(sandbox: DockerSandbox) -> dict[str, dict]:
+    assert sandbox.container is not None
+    sandbox.container.reload()
+    return {mount["Destination"]: mount for mount in sandbox.container.attrs["Mounts"]}
+
+
+async def test_installs_are_read_only_but_in_an_install_container_of_their_own(
+    isolated: DockerSandbox,
+) -> None:
+    """Shared installs (issue 19 item 4; the attacks are in tests/security/test_shared_installs.py)."""
+    assert mounts(isolated)[AGENTS_DIR]["RW"] is False
+    probe = f"{AGENTS_DIR}/.probe-{isolated.run_id}"
+    assert (await isolated.exec(["touch", probe])).exit_code != 0, "root wrote the agents volume"
+    async with isolated.installer() as installer:
+        assert installer.container is not None and installer.container.name is not None
+        labels = installer.container.labels
+        assert (labels["reroll.role"], labels["reroll.run_id"]) == ("install", isolated.run_id)
+        assert installer.container.name in labelled_containers(isolated.run_id)
+        assert mounts(installer)[AGENTS_DIR]["RW"] is True and networks(installer) == ["reroll-full"]
+        assert (await installer.exec(["sh", "-c", f"touch {probe} && rm {probe}"])).exit_code == 0
+    assert labelled_containers(isolated.run_id) == [isolated.container and isolated.container.name]
+
+
 async def test_stop_removes_the_container(task: Task) -> None:
     run_id = f"stopped-{uuid.uuid4().hex[:8]}"
     async with DockerSandbox(task, run_id) as sandbox:
@@ -169,6 +192,7 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
     assert live.container is not None and orphan.container is not None
     await orphan.disconnect()  # its controller "died": nothing stops the container
     reroll = str(Path(sys.executable).parent / "reroll")
+    docker_backend.install_store(docker.from_env())  # the shared volumes exist; the manifests' is unused
     try:
         done = await asyncio.to_thread(
             subprocess.run, [reroll, "sandbox", "prune"], capture_output=True, text=True, timeout=120
@@ -176,6 +200,7 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
         assert done.returncode == 0, done.stderr
         assert orphan.container.name in done.stdout and live.container.name not in done.stdout
         assert "containers of running rollouts (--all removes them too)" in done.stdout
+        assert not SHARED_VOLUMES & set(done.stdout.replace(",", " ").split()), "shared installs pruned"
         with pytest.raises(docker.errors.NotFound):
             orphan.container.reload()
         assert (await live.exec(["true"])).exit_code == 0  # its socket folder is kept too

@@ -29,10 +29,20 @@ system is full. Not capped: what is written elsewhere in the container's own lay
 Conventions (the task's, `reroll.tasks.task.Task`): the agent works in the task's ``workdir``, else
 the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
 when the image lacks it) for native tasks, the image's USER (root when unset) for legacy ones, or
-``agent.user`` — and the sidecar itself always runs as root. Agents are installed once into the
-shared volume ``reroll-agents``. Every container carries the labels
-``reroll.managed=1``, ``reroll.run_id=<run id>`` and ``reroll.owner`` (the controller process
-that started it); `stop` removes it, and `prune` sweeps what killed controllers left behind.
+``agent.user`` — and the sidecar itself always runs as root.
+
+Shared installs (`reroll.sandbox.installs`): agents and the Python runtime are installed once into
+the volume ``reroll-agents``, mounted read-only at ``/opt/reroll-agents`` in every rollout's
+container, so not even its root can change what later rollouts run. Installs are made in a
+short-lived *install container* of their own (`DockerSandbox.installer`: the same image, the
+volume read-write, network ``full``, no workspace; labelled ``reroll.role=install``), which runs
+only the install script. Their manifests are in the volume ``reroll-agents-manifests``, which no
+container mounts; the controller reads both volumes at their host folders (a local engine, as
+the sized file systems need already). `prune` keeps both volumes.
+
+Every container carries the labels ``reroll.managed=1``, ``reroll.run_id=<run id>`` and
+``reroll.owner`` (the controller process that started it); `stop` removes it, and `prune` sweeps
+what killed controllers left behind.
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.docker import disk, firewall
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
+from reroll.sandbox.installs import InstallStore
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
@@ -73,6 +84,14 @@ container (the start time tells a reused pid apart)."""
 AGENT_USER = "agent"
 AGENTS_VOLUME = "reroll-agents"
 AGENTS_DIR = "/opt/reroll-agents"
+MANIFESTS_VOLUME = "reroll-agents-manifests"
+"""The manifests of the installs in `AGENTS_VOLUME` (`reroll.sandbox.installs`); mounted in no container."""
+SHARED_VOLUMES = frozenset({AGENTS_VOLUME, MANIFESTS_VOLUME})
+"""Volumes `prune` keeps: the shared installs and their manifests."""
+SHARED_LABEL = "reroll.shared"
+"""Label of `MANIFESTS_VOLUME` (instead of ``reroll.managed``, which `prune` looks at)."""
+ROLE_LABEL = "reroll.role"
+"""``rollout``, or ``install`` for an install container (`DockerSandbox.installer`)."""
 MOUNT_POINT = "/run/reroll"
 HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
@@ -269,6 +288,8 @@ class DockerSandbox(SidecarSandbox):
             (cpus, memory_mb, network) shape the container.
         run_id: the rollout's id, the container's ``reroll.run_id`` label and part of its name.
         config: the backend's settings; default: `DockerSandboxConfig()`.
+        installs_writable: an install container (see `installer`): `AGENTS_VOLUME` read-write,
+            network ``full``, no workspace or sized file system.
     """
 
     config_model: ClassVar[type[DockerSandboxConfig]] = DockerSandboxConfig
@@ -285,11 +306,19 @@ class DockerSandbox(SidecarSandbox):
         """
         return prune(run_id, running=running)
 
-    def __init__(self, task: Task, run_id: str, config: DockerSandboxConfig | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        run_id: str,
+        config: DockerSandboxConfig | None = None,
+        *,
+        installs_writable: bool = False,
+    ) -> None:
         self.task = task
         self.run_id = run_id
         self.config = config or DockerSandboxConfig()
-        self.policy = task.spec.environment.network
+        self.installs_writable = installs_writable
+        self.policy = "full" if installs_writable else task.spec.environment.network
         layout = SandboxLayout(  # workspace, home and user are settled by `start` (the image's defaults)
             root="/",
             workspace=task.workdir or DEFAULT_WORKDIR,
@@ -311,6 +340,8 @@ class DockerSandbox(SidecarSandbox):
         self._network: Network | None = None
         self._firewall_key = ""
         """The key of the network's firewall table (`reroll.sandbox.docker.firewall`); "" under ``full``."""
+        self._image = ""
+        """The image the container runs (settled by `start`)."""
 
     @property
     def _engine(self) -> docker.DockerClient:
@@ -369,8 +400,9 @@ class DockerSandbox(SidecarSandbox):
             self.layout = dataclasses.replace(
                 self.layout, home=home, agent_user="" if user == "root" else user
             )
-            if self.task.dockerfile is None and self.task.workspace_seed_dir is not None:
-                await self.upload_dir(self.task.workspace_seed_dir, self.layout.workspace)
+            seed = self.task.workspace_seed_dir
+            if self.task.dockerfile is None and seed is not None and not self.installs_writable:
+                await self.upload_dir(seed, self.layout.workspace)
                 if self.layout.agent_user:
                     await self.exec(["chown", "-R", f"{self.layout.agent_user}:", self.layout.workspace])
         except BaseException:
@@ -385,6 +417,7 @@ class DockerSandbox(SidecarSandbox):
             engine, self.task, ensure_images(engine).base, image_map=self.config.image_map
         )
         defaults = image_defaults(engine, image)
+        self._image = image
         self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
         self._user = self.task.agent_user or defaults.user
         network = self._ensure_network()
@@ -395,7 +428,8 @@ class DockerSandbox(SidecarSandbox):
         token_file.touch(mode=0o600)
         token_file.write_text(self._token)
         environment = self.task.spec.environment
-        sized = self._sized_volumes(environment.storage_mb)
+        sized = {} if self.installs_writable else self._sized_volumes(environment.storage_mb)
+        role = "install" if self.installs_writable else "rollout"
         try:
             self.container = engine.containers.run(
                 image,
@@ -403,14 +437,26 @@ class DockerSandbox(SidecarSandbox):
                 command=["--token-file", f"{MOUNT_POINT}/token"],
                 detach=True,
                 init=True,
-                name=f"reroll-{self.run_id}-{secrets.token_hex(3)}",
+                name=f"reroll-{self.run_id}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
                 hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
-                labels={MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, OWNER_LABEL: owner_label()},
+                labels={
+                    MANAGED_LABEL: "1",
+                    RUN_ID_LABEL: self.run_id,
+                    OWNER_LABEL: owner_label(),
+                    ROLE_LABEL: role,
+                },
                 network=network.name,
                 mounts=[
                     Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
                     Mount(MOUNT_DIR, str(bundle), type="bind", read_only=True),
-                    Mount(AGENTS_DIR, AGENTS_VOLUME, type="volume", labels={MANAGED_LABEL: "1"}),
+                    # Read-only but in an install container: no rollout changes what later ones run.
+                    Mount(
+                        AGENTS_DIR,
+                        AGENTS_VOLUME,
+                        type="volume",
+                        read_only=not self.installs_writable,
+                        labels={MANAGED_LABEL: "1"},
+                    ),
                     # Volumes (seeded from the image) on the host's file system, not the
                     # container's fuse-overlayfs, several times faster for trees of small files:
                     # the workspace and /tmp on the sized one, the snapshots anonymous.
@@ -453,6 +499,32 @@ class DockerSandbox(SidecarSandbox):
             self._volumes.append(name)
             volumes[target] = name
         return volumes
+
+    async def install_store(self) -> InstallStore:
+        """See `reroll.sandbox.installs.SharedInstalls`: `AGENTS_VOLUME` and `MANIFESTS_VOLUME`
+        at their host folders, each made when missing.
+
+        Raises:
+            SandboxError: a volume cannot be made, or its folder is not readable here (a remote
+                engine, or a controller that is not root).
+        """
+        return await asyncio.to_thread(install_store, self._engine)
+
+    @contextlib.asynccontextmanager
+    async def installer(self) -> AsyncIterator[DockerSandbox]:
+        """See `reroll.sandbox.installs.SharedInstalls`: an install container of this rollout's
+        image (labelled ``reroll.role=install`` and with this rollout's run id), removed at the end.
+
+        Raises:
+            SandboxError: it could not start.
+        """
+        config = self.config.model_copy(update={"image": self._image or self.config.image})
+        installer = DockerSandbox(self.task, self.run_id, config, installs_writable=True)
+        await installer.start()
+        try:
+            yield installer
+        finally:
+            await installer.stop()
 
     async def limits_hit(self) -> list[str]:
         """See `Sandbox.limits_hit`: the kernel's OOM kills in the container's memory cgroup, and
@@ -545,6 +617,42 @@ class DockerSandbox(SidecarSandbox):
         if self._docker is not None:
             self._docker.close()
             self._docker = None
+
+
+def install_store(engine: docker.DockerClient) -> InstallStore:
+    """The docker backend's shared installs: `AGENTS_VOLUME` and `MANIFESTS_VOLUME` at their host
+    folders, each made when missing.
+
+    Raises:
+        SandboxError: as `DockerSandbox.install_store`.
+    """
+    return InstallStore(
+        folder=_volume_folder(engine, AGENTS_VOLUME, {MANAGED_LABEL: "1"}),
+        # Not labelled managed: the prune of older reroll versions removes such volumes when unused.
+        manifests=_volume_folder(engine, MANIFESTS_VOLUME, {SHARED_LABEL: "install-manifests"}),
+    )
+
+
+def _volume_folder(engine: docker.DockerClient, name: str, labels: dict[str, str]) -> Path:
+    """The host folder of the named volume `name` (made with `labels` when missing).
+
+    Raises:
+        SandboxError: the volume cannot be made, or its folder is not readable here.
+    """
+    try:
+        try:
+            volume = engine.volumes.get(name)
+        except docker.errors.NotFound:
+            volume = engine.volumes.create(name, driver="local", labels=labels)
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"cannot make the docker volume {name}: {exc}") from exc
+    folder = Path(volume.attrs.get("Mountpoint") or "")
+    if not folder.is_absolute() or not os.access(folder, os.R_OK | os.X_OK):
+        raise SandboxError(
+            f"the docker volume {name} is at {folder or '?'} on the engine's host, which this process "
+            "cannot read: the docker backend needs a local engine and a controller that is root"
+        )
+    return folder
 
 
 def _oom_kills(pid: int) -> int:
@@ -640,6 +748,8 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
                 container.remove(force=True, v=True)
                 removed["containers"].append(name)
         for volume in engine.volumes.list(filters={"label": labels}):
+            if volume.name in SHARED_VOLUMES:
+                continue  # installs shared by every rollout, not a leftover
             volume_labels = volume.attrs.get("Labels") or {}
             folder = volume_labels.get(DISK_LABEL)
             live = not (running or run_id) and _owner_runs(volume_labels.get(OWNER_LABEL))

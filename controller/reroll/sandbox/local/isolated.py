@@ -12,8 +12,9 @@ started through util-linux ``unshare``; `reroll.sandbox.local.namespace_init` (P
   the host's interpreter or reroll's cache, see `_workspace`), ``/logs`` and the task's verifier
   folder are bound to the sandbox
   folder's ``app/``, ``logs/`` and ``verifier/``, so task scripts with absolute paths run
-  unchanged, as in a container; the agents folder (``<cache>/agents``) is bound read-write at its
-  own path (installs are shared by every rollout; the agent's user cannot write there);
+  unchanged, as in a container; the agents folder (``<cache>/agents``) is bound read-only at its
+  own path (installs are shared by every rollout and made in an install sandbox of their own,
+  `IsolatedSandbox.installer`, where it is writable: `reroll.sandbox.installs`);
 - ``/tmp``, ``/run`` and ``/dev`` are private; ``/proc`` shows the sandbox's processes only (the
   controller, the proxy and their environments are invisible), and when the sandbox stops, its
   PID 1 exits and the kernel kills whatever is left in it;
@@ -56,6 +57,7 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
+from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.local.namespace_init import Bind, NamespaceSpec
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
@@ -90,16 +92,25 @@ class IsolatedSandbox(SidecarSandbox):
             ``environment.network`` chooses the network.
         run_id: the rollout's id, part of the folder's name.
         config: the backend's settings; default: `IsolatedSandboxConfig()`.
+        installs_writable: an install sandbox (see `installer`): the agents folder is bound read-write.
     """
 
     config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
     prune = LocalSandbox.prune
 
-    def __init__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        run_id: str,
+        config: IsolatedSandboxConfig | None = None,
+        *,
+        installs_writable: bool = False,
+    ) -> None:
         self.task = task
         self.run_id = run_id
         self.config = config or IsolatedSandboxConfig()
+        self.installs_writable = installs_writable
         self.policy = task.spec.environment.network
         self.folder = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         layout = SandboxLayout(
@@ -145,6 +156,25 @@ class IsolatedSandbox(SidecarSandbox):
         """None: only the overlay's upper layer is capped (a full one is ENOSPC to the agent)."""
         return []
 
+    async def install_store(self) -> InstallStore:
+        """See `reroll.sandbox.installs.SharedInstalls`: `local_install_store`."""
+        return local_install_store()
+
+    @contextlib.asynccontextmanager
+    async def installer(self) -> AsyncIterator[IsolatedSandbox]:
+        """See `reroll.sandbox.installs.SharedInstalls`: a sandbox of its own, the agents folder
+        writable, stopped at the end.
+
+        Raises:
+            SandboxError: it could not start.
+        """
+        installer = IsolatedSandbox(self.task, self.run_id, self.config, installs_writable=True)
+        await installer.start()
+        try:
+            yield installer
+        finally:
+            await installer.stop()
+
     @contextlib.asynccontextmanager
     async def egress(self) -> AsyncIterator[dict[str, str]]:
         """``full``: nothing to do. ``none``: an HTTP CONNECT proxy inside the sandbox's network
@@ -175,7 +205,7 @@ class IsolatedSandbox(SidecarSandbox):
                 Bind(str(self.folder / "app"), self.layout.workspace),
                 Bind(str(self.folder / "logs"), self.layout.logs_dir),
                 Bind(str(self.folder / "verifier"), verifier),
-                Bind(str(agents), str(agents)),
+                Bind(str(agents), str(agents), read_only=not self.installs_writable),
                 *_hidden_interpreter_binds(),
                 Bind(str(control), str(control), mode=0o700),
             ],

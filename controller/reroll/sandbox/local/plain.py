@@ -32,6 +32,7 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
@@ -100,6 +101,16 @@ class LocalSandbox(SidecarSandbox):
     async def limits_hit(self) -> list[str]:
         """None: the local sandbox enforces no resource limits."""
         return []
+
+    async def install_store(self) -> InstallStore:
+        """See `reroll.sandbox.installs.SharedInstalls`: `local_install_store` (checked before
+        each use; this backend does not stop the agent, our own user, from writing there)."""
+        return local_install_store()
+
+    @contextlib.asynccontextmanager
+    async def installer(self) -> AsyncIterator[LocalSandbox]:
+        """See `reroll.sandbox.installs.SharedInstalls`: this sandbox itself (it isolates nothing)."""
+        yield self
 
     @contextlib.asynccontextmanager
     async def egress(self) -> AsyncIterator[dict[str, str]]:
