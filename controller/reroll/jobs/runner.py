@@ -57,9 +57,9 @@ from rich.progress import (
 )
 
 from reroll.agents import get_agent
+from reroll.host.llm_proxy import faults_used
 from reroll.jobs.executors import Attempt, Executor, create_executor
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
-from reroll.host.llm_proxy import faults_used
 from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, model_slug, parse_model
 from reroll.rollout.continue_ import continue_run
