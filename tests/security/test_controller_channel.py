@@ -29,7 +29,7 @@ import pytest
 from reroll.host.llm_proxy import PROXY_CONFIG, LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll.runfolder.run import TRAJECTORY, create_run_folder, harness_folder
-from reroll_proxy.exchange import Place
+from reroll_contracts.trajectory import Place
 
 from tests.test_reward_hacks import write_files
 

@@ -19,15 +19,15 @@ import orjson
 import typer
 from pydantic import ValidationError
 from reroll_contracts.errors import ConfigError, RerollError
+from reroll_contracts.faults import FaultsUsed
+from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.proxy import DivergencePolicy
 from rich.console import Console
 
 from reroll.host.llm_proxy import faults_used
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.start import RolloutOutcome
-from reroll.runfolder.run import FaultsUsed
 from reroll.sandbox.docker.config import parse_image_map
-from reroll.tasks.task import NetworkPolicy
 
 if TYPE_CHECKING:
     from reroll.runfolder.summary import JobSummary

@@ -21,9 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import orjson
 from reroll_contracts.errors import ExportError
 
 from reroll.export.formats import exporter

@@ -13,8 +13,8 @@
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
       error.txt                        the traceback of a bug that ended the rollout, if one did
       fidelity.json                    ``reroll replay``'s report, in the rebuilt run folder
-      harness/                         controller.log, proxy.json (the LLM proxy's config, with the rollout
-                                       token), ready files, logs: mode 0700, token files 0600 (`harness_folder`)
+      harness/                         controller.log, proxy.json (the proxy's config, with the rollout
+                                       token), ready files, logs: mode 0700, token files 0600
 
 Every name above is a constant of this module; the job folder and the branch tree are
 `reroll.runfolder.folders` and `reroll.runfolder.summary`. Folders written by BenchFlow load
@@ -349,7 +349,7 @@ def harness_folder(run_dir: Path) -> Path:
     Raises:
         OSError: the folder cannot be created or its mode set.
     """
-    folder = run_dir / HARNESS
+    folder = run_dir / HARNESS_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
     folder.chmod(0o700)
     return folder
