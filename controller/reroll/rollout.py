@@ -349,16 +349,20 @@ async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str]
         f'if [ ! -f "{home}/.installed" ]; then echo "installing {agent.name} into {home}" >&2; '
         f'(set -e\n{agent.install}\n) && touch "{home}/.installed" || {{ rm -rf "{home}"; exit 1; }}; fi'
     )
+    # Where the rollout's sandbox sees the agents folder read-only (the isolated local one), the
+    # install runs in a short-lived installer sandbox of its own.
+    installer = getattr(sandbox, "installer", None)
     with console.status(f"installing {agent.name} (first time only)"):
-        if agent.python is not None:
-            env = {**env, "REROLL_PYTHON": await provide_python(sandbox, agent.python, env, console.print)}
-        async with sandbox.egress() as egress_env:
-            result = await sandbox.exec(
-                ["sh", "-c", script],
-                env={**env, **egress_env, "REROLL_AGENT_HOME": home},
-                inherit_env=False,
-                timeout_seconds=INSTALL_TIMEOUT_SECONDS,
-            )
+        async with installer() if installer else contextlib.nullcontext(sandbox) as target:
+            if agent.python is not None:
+                env = {**env, "REROLL_PYTHON": await provide_python(target, agent.python, env, console.print)}
+            async with target.egress() as egress_env:
+                result = await target.exec(
+                    ["sh", "-c", script],
+                    env={**env, **egress_env, "REROLL_AGENT_HOME": home},
+                    inherit_env=False,
+                    timeout_seconds=INSTALL_TIMEOUT_SECONDS,
+                )
     if result.exit_code != 0:
         raise AgentInstallError(
             f"installing {agent.name} failed (exit {result.exit_code}):\n{result.output_text()[-3000:]}"
