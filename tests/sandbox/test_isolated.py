@@ -34,14 +34,19 @@ pytestmark = [
 
 WRITES = r"""
 set -e
-echo planted > /usr/local/bin/reroll-planted
+for target in /usr/local/bin/reroll-planted /etc/ssl/reroll-planted /etc/passwd "$HOST_HOME/reroll-planted"; do
+  if (echo planted > "$target") 2>/dev/null; then echo "wrote $target"; fi
+done
 echo planted > /etc/reroll-planted
-echo planted > "$HOST_HOME/reroll-planted"
+echo planted > /root/reroll-planted
 rm -f /etc/hostname.reroll-absent
-python3 -m pip install --quiet --no-index --no-deps --disable-pip-version-check \
+python3 -m venv /tmp/venv
+/tmp/venv/bin/python -m pip install --quiet --no-index --no-deps --disable-pip-version-check \
   /tmp/reroll_planted-1-py3-none-any.whl
-python3 -c 'import reroll_planted; print(reroll_planted.VALUE)'
+/tmp/venv/bin/python -c 'import reroll_planted; print(reroll_planted.VALUE)'
 """
+"""The system's folders are read-only in the sandbox; its own ``/`` (``/etc``, ``/root``,
+``/tmp``…) is writable; HOST_HOME is not in the sandbox at all (made there on the tmpfs at most)."""
 
 
 def _wheel() -> bytes:
@@ -90,18 +95,16 @@ def host_places() -> list[Path]:
     return [Path("/etc"), Path("/usr/local"), Path(sysconfig.get_paths()["purelib"]), Path.home()]
 
 
-async def test_writes_to_usr_etc_home_and_pip_install_stay_in_the_sandbox(
+async def test_system_folders_are_read_only_and_writes_stay_in_the_sandbox(
     task: Task, host_places: list[Path]
 ) -> None:
     before = _state(*host_places[:3]) + _state_top(host_places[3])
     async with IsolatedSandbox(task, "host-unchanged") as sandbox:
         await sandbox.put_file("/tmp/reroll_planted-1-py3-none-any.whl", _wheel())
-        env = {
-            "PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-            "HOST_HOME": str(Path.home()),
-        }
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOST_HOME": str(Path.home())}
         out = await conformance.sh(sandbox, WRITES, env=env)
         assert out.strip().endswith("planted"), out  # the writes and the install happened, inside
+        assert "wrote /usr" not in out and "wrote /etc" not in out, out  # read-only system files
         assert (await conformance.sh(sandbox, "cat /etc/reroll-planted")).strip() == "planted"
     assert not Path("/etc/reroll-planted").exists()
     assert not Path("/usr/local/bin/reroll-planted").exists()
@@ -231,7 +234,7 @@ async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Tas
         await conformance.sh(sandbox, "setsid sh -c 'sleep 600 & sleep 600' >/dev/null 2>&1 &", user="agent")
         ps = await conformance.sh(sandbox, "ps -eo user=,comm=")
         assert "agent" in ps and "sleep" in ps, ps
-        assert "reroll" not in ps.replace("reroll_sidecar", ""), f"host processes are visible: {ps}"
+        assert "reroll" not in ps.replace("reroll-sidecar", ""), f"host processes are visible: {ps}"
         assert (await conformance.sh(sandbox, "hostname")).strip() == SANDBOX_HOSTNAME
         root_options = await conformance.sh(sandbox, "awk '$2 == \"/\" {print $4}' /proc/mounts")
         assert "nosuid" in root_options.split(","), root_options

@@ -68,6 +68,7 @@ from reroll.sandbox.rootview import (
     RootView,
     chown_tree,
     read_child_pid,
+    system_args,
     write_id_maps,
 )
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
@@ -386,8 +387,8 @@ def namespaces_unavailable() -> str:
         "--",
         "bwrap",
         *("--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-net"),
-        *("--unshare-ipc", "--unshare-uts", "--tmpfs", "/", "--ro-bind", "/usr", "/usr"),
-        *("--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"),
+        *("--unshare-ipc", "--unshare-uts", "--tmpfs", "/", *system_args()),
+        *("--proc", "/proc", "--dev", "/dev", "--", "true"),
     ]
     try:
         done = subprocess.run(

@@ -187,14 +187,7 @@ class RootView:
             *("--hostname", self.hostname, "--die-with-parent", "--new-session"),
             *("--size", str(self.storage_bytes), "--perms", "0755", "--tmpfs", "/"),
         ]
-        for path in SYSTEM_DIRS:
-            bwrap += ["--ro-bind", path, path]
-        for path in TOP_LEVEL:
-            if os.path.islink(path):
-                bwrap += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                bwrap += ["--ro-bind", path, path]
-        bwrap += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/etc"]
+        bwrap += [*system_args(), "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/etc"]
         for name in SHARED_ETC:
             if os.path.lexists(f"/etc/{name}"):
                 bwrap += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
@@ -223,6 +216,20 @@ class RootView:
             stage = [str(tools["unshare"]), "--mount", "--propagation", "private", "--", "sh", "-c", script]
             command = [*stage, "sh", *command]
         return command
+
+
+def system_args() -> list[str]:
+    """``bwrap`` arguments that show the host's programs and libraries read-only: `SYSTEM_DIRS`
+    bound, `TOP_LEVEL` entries as on the host (the same link, or a read-only bind)."""
+    args = []
+    for path in SYSTEM_DIRS:
+        args += ["--ro-bind", path, path]
+    for path in TOP_LEVEL:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 def read_child_pid(info_fd: int) -> int:
