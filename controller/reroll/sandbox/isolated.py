@@ -46,6 +46,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -78,6 +79,8 @@ from reroll.tasks import DEFAULT_WORKDIR, Task
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""
 PROBE_TIMEOUT_SECONDS = 10.0
+PASTA_PID_TIMEOUT_SECONDS = 2.0
+"""How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
 PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
 PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
 """pasta (network ``full``): configure the namespace's interface like the host's, map no port
@@ -316,23 +319,28 @@ class IsolatedSandbox(SidecarSandbox):
         # another user's /proc/PID/ns/net: it gets the namespace as a descriptor opened here.
         netns = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            process = await asyncio.create_subprocess_exec(
-                pasta,
-                *PASTA_OPTIONS,
-                *("--runas", "0:0", "--pid", str(pid_file)),
-                *("--netns", f"/proc/self/fd/{netns}", "--netns-only"),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                pass_fds=(netns,),
-            )
+            with open(self.folder / "pasta.log", "ab") as log:  # the daemon keeps it: no pipe to wait on
+                process = await asyncio.create_subprocess_exec(
+                    pasta,
+                    *PASTA_OPTIONS,
+                    *("--runas", "0:0", "--pid", str(pid_file)),
+                    *("--netns", f"/proc/self/fd/{netns}", "--netns-only"),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=(netns,),
+                )
+                code = await process.wait()  # pasta forks to the background once configured
         finally:
             os.close(netns)
-        output, _ = await process.communicate()  # pasta forks to the background once configured
-        if process.returncode != 0:
-            raise SandboxError(f"pasta failed (exit {process.returncode}): {output.decode()[-2000:]}")
-        with contextlib.suppress(OSError, ValueError):
-            self._pasta_pid = int(pid_file.read_text().strip())
+        if code != 0:
+            log_text = (self.folder / "pasta.log").read_text(errors="replace")
+            raise SandboxError(f"pasta failed (exit {code}): {log_text[-2000:]}")
+        deadline = time.monotonic() + PASTA_PID_TIMEOUT_SECONDS
+        while self._pasta_pid is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                self._pasta_pid = int(pid_file.read_text().strip())
+            await asyncio.sleep(0.005)
         pid_file.unlink(missing_ok=True)
 
     async def stop(self) -> None:
