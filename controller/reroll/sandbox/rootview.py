@@ -193,8 +193,15 @@ class RootView:
                 bwrap += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         for name in ("passwd", "group", "hostname", "hosts", "resolv.conf"):
             bwrap += ["--ro-bind", str(self.folder / "etc" / name), f"/etc/{name}"]
+        made = {"/", "/etc"}
         for path, mode in [("/tmp", 0o1777), ("/var/tmp", 0o1777), ("/run", 0o755), *self.folders]:
+            made |= {str(parent) for parent in Path(path).parents} | {path}
             bwrap += ["--perms", f"{mode:04o}", "--dir", path]
+        for piece in self.pieces:  # bwrap would make their missing parents 0700: the agent could not pass
+            for parent in reversed(Path(piece.target).parents):
+                if str(parent) not in made:
+                    made.add(str(parent))
+                    bwrap += ["--perms", "0755", "--dir", str(parent)]
         stage_script = []
         for index, piece in enumerate(self.pieces):
             source = piece.source
