@@ -34,7 +34,8 @@ pytestmark = [
 
 WRITES = r"""
 set -e
-for target in /usr/local/bin/reroll-planted /etc/ssl/reroll-planted /etc/passwd "$HOST_HOME/reroll-planted"; do
+for target in /usr/local/bin/reroll-planted /etc/ssl/reroll-planted /etc/passwd \
+    "$HOST_HOME/reroll-planted"; do
   if (echo planted > "$target") 2>/dev/null; then echo "wrote $target"; fi
 done
 echo planted > /etc/reroll-planted
@@ -313,3 +314,71 @@ def test_a_killed_controller_takes_the_sandboxs_processes_with_it(task: Task) ->
         finally:
             controller.kill()
             shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_network_full_reaches_out_but_not_the_host_loopback_nor_other_proxies(task: Task) -> None:
+    """pasta gives outbound access; the host's loopback listeners and a second sandbox's proxy
+    port stay unreachable; the sandbox's own proxy port answers (forwarded as for ``none``)."""
+    full = with_network(task, "full")
+    sandbox, other = IsolatedSandbox(full, "network-full"), IsolatedSandbox(full, "network-full-2")
+    address, other_address = await sandbox.host_address(), await other.host_address()
+    async with (
+        echo_server(address) as proxy_port,
+        echo_server(other_address) as other_port,
+        echo_server("127.0.0.1") as host_port,
+        sandbox,
+        other,
+    ):
+        targets = [f"{address}:{proxy_port}", f"127.0.0.1:{host_port}", f"{other_address}:{other_port}"]
+        outside = _reachable_from_host("pypi.org", 443)
+        targets += [outside] if outside else []
+        out = await conformance.sh(sandbox, f"python3 -c '{PROBE}' {' '.join(targets)}", env=_env())
+        results = dict(line.split(" ", 1) for line in out.strip().splitlines())
+        assert results[f"{address}:{proxy_port}"] == "echo:ping", out
+        assert not results[f"127.0.0.1:{host_port}"].startswith("echo"), out
+        assert not results[f"{other_address}:{other_port}"].startswith("echo"), out
+        if outside:  # the world answers (pypi.org closes a TLS port on "ping": "closed" or data)
+            assert not results[outside].startswith(("refused", "failed")), out
+        pasta = sandbox._pasta_pid
+    assert pasta is not None
+    for _ in range(100):  # killed; init reaps it
+        if not Path(f"/proc/{pasta}").exists():
+            break
+        await asyncio.sleep(0.02)
+    assert not Path(f"/proc/{pasta}").exists(), "pasta outlived its sandbox"
+
+
+def _reachable_from_host(host: str, port: int) -> str:
+    """``HOST:PORT`` when the host itself can connect there (the machine has a way out), else ""."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return ""
+    return f"{host}:{port}"
+
+
+async def test_root_inside_is_an_unprivileged_host_user_in_a_view_of_its_own(task: Task) -> None:
+    """The sidecar's root (the verifier's) maps to the host's 100000; it cannot write the kernel's
+    core_pattern, mount, write the agents folder or see the host's checkout, /root or /work."""
+    checkout = Path(__file__).resolve().parents[2]
+    script = f"""
+cat /proc/self/uid_map
+(echo x > /proc/sys/kernel/core_pattern) 2>/dev/null && echo core_pattern-written
+mount -t tmpfs t /mnt 2>/dev/null && echo mounted
+mount -o remount,rw "$AGENTS" 2>/dev/null && echo remounted
+touch "$AGENTS/planted" 2>/dev/null && echo agents-written
+for p in {checkout} /root/.pyenv /work /srv "$HOST_HOME/.gitconfig"; do [ -e "$p" ] && echo "sees $p"; done
+stat -c '%u' /app
+true
+"""
+    async with IsolatedSandbox(task, "root-view") as sandbox:
+        env = {**_env(), "AGENTS": sandbox.layout.agents_dir, "HOST_HOME": str(Path.home())}
+        out = await conformance.sh(sandbox, script, env=env)
+        host_owner = (sandbox.folder / "app").stat().st_uid
+    lines = out.split("\n")
+    assert lines[0].split() == ["0", "100000", "65536"], out
+    assert not any(word in out for word in ("written", "mounted", "remounted", "sees ")), out
+    assert lines[-2] == "1000" and host_owner == 101000, out  # the agent's workspace, mapped
+    assert not (Path(sandbox.layout.agents_dir) / "planted").exists()
