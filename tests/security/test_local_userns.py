@@ -16,9 +16,11 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,12 +124,24 @@ def listener(host: str) -> Iterator[str]:
         server.close()
 
 
-def test_hunting_agent_and_verifier_payload_reach_nothing_of_the_host(tmp_path: Path) -> None:
+@pytest.fixture
+def task_home() -> Iterator[Path]:
+    """A folder for the task outside ``/tmp`` (which the old sandbox hid too), as a user's
+    checkout of tasks is; removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="reroll-hunt-", dir="/var/tmp"))
+    folder.chmod(0o755)  # readable by all, as a checkout of tasks is
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_hunting_agent_and_verifier_payload_reach_nothing_of_the_host(
+    tmp_path: Path, task_home: Path
+) -> None:
     secret = secrets.token_hex(16)
     mark = f"reroll-hunt-{secrets.token_hex(4)}"
     other_run = write_files(tmp_path / "other-jobs" / "run", {"harness/proxy.json": '{"token": "t"}'})
     agents = cache_dir() / "agents"
-    host_paths = [str(CHECKOUT), str(other_run), str(tmp_path / "task"), str(Path.home() / ".gitconfig")]
+    host_paths = [str(CHECKOUT), str(other_run), str(task_home / "task"), str(Path.home() / ".gitconfig")]
     host_paths = [path for path in host_paths if Path(path).exists() or path.endswith("task")]
     with listener("127.0.0.1") as loopback, listener(f"127.{secrets.randbelow(200) + 20}.7.9") as other_proxy:
         targets = [loopback, other_proxy]
@@ -138,7 +152,7 @@ def test_hunting_agent_and_verifier_payload_reach_nothing_of_the_host(tmp_path: 
         (tmp_path / "agents.yaml").write_text(json.dumps(spec))
         front = {"name": "secret", "verifier": {"timeout_sec": 120}}
         task = write_files(
-            tmp_path / "task",
+            task_home / "task",
             {
                 "task.md": f"---\n{json.dumps(front)}\n---\n{mark}\nWrite the secret into answer.txt.\n",
                 "verifier/test.sh": TEST_SH,
