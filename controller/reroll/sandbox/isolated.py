@@ -53,7 +53,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from reroll.childenv import child_environment
-from reroll.config import cache_dir
+from reroll.config import cache_dir, host_ca_bundle
 from reroll.errors import RerollError, SandboxError, SidecarError
 from reroll.processes import ChildProcess
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
@@ -79,6 +79,8 @@ from reroll.tasks import DEFAULT_WORKDIR, Task
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""
 PROBE_TIMEOUT_SECONDS = 10.0
+HOST_CA_PATH = "/etc/reroll/host-ca.pem"
+"""Where `IsolatedSandbox.egress` puts the host's CA bundle (the docker backend's path too)."""
 PASTA_PID_TIMEOUT_SECONDS = 2.0
 """How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
 PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
@@ -166,13 +168,21 @@ class IsolatedSandbox(SidecarSandbox):
 
     @contextlib.asynccontextmanager
     async def egress(self) -> AsyncIterator[dict[str, str]]:
-        """``full``: nothing to do (pasta). ``none``: an HTTP CONNECT proxy inside the sandbox's
-        network namespace while the context lasts, named by the usual proxy variables."""
+        """Outbound access while inside (to install agents): ``full`` has it (pasta); ``none``
+        gets an HTTP CONNECT proxy inside the sandbox's network namespace while the context
+        lasts, named by the usual proxy variables. Either way the host's CA bundle is copied in
+        (`HOST_CA_PATH`) and named for pip and requests: the host may reach the internet through
+        a proxy with its own CA, and an interpreter of the agents folder has no system bundle."""
+        env: dict[str, str] = {}
+        bundle = host_ca_bundle()
+        if bundle is not None and self.connected:
+            await self.put_file(HOST_CA_PATH, bundle.read_bytes())
+            env = {name: HOST_CA_PATH for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
         if self._forwarder is None or self.policy != "none":
-            yield {}
+            yield env
             return
         async with self._forwarder.connect_proxy() as url:
-            yield {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
+            yield env | {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[IsolatedSandbox]:
