@@ -61,6 +61,7 @@ from reroll.sandbox.local import MAX_NAME_IN_ROOT, LocalSandbox
 from reroll.sandbox.netns import Forwarder, private_loopback
 from reroll.sandbox.rootview import (
     AGENT_ID,
+    DNS_FORWARD,
     INSTALLER_ID_BASE,
     ROLLOUT_ID_BASE,
     SYSTEM_DIRS,
@@ -84,7 +85,7 @@ HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 PASTA_PID_TIMEOUT_SECONDS = 2.0
 """How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
 PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
-PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
+PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none", "--dns-forward", DNS_FORWARD]
 """pasta (network ``full``): configure the namespace's interface like the host's, map no port
 either way and not the gateway to the host's loopback."""
 

@@ -105,6 +105,9 @@ SHARED_ETC = (
 )
 """Entries of the host's ``/etc`` bound read-only where present: what the loader, the shells,
 Python and TLS read. Nothing with credentials (no ``shadow``, ``gitconfig``, ``pip.conf``, ``npmrc``)."""
+DNS_FORWARD = "169.254.0.53"
+"""The nameserver of a sandbox whose host resolves through a loopback resolver: pasta
+(``--dns-forward``) sends what reaches it to the host's resolver."""
 STAGE = ".stage"
 """The sandbox folder's sub-folder holding the staging mount points (see the module docstring)."""
 
@@ -156,7 +159,7 @@ class RootView:
             resolv = Path("/etc/resolv.conf").read_text()
         except OSError:
             resolv = ""
-        (etc / "resolv.conf").write_text(resolv)
+        (etc / "resolv.conf").write_text(sandbox_resolv_conf(resolv))
         for path in etc.iterdir():
             path.chmod(0o644)
         return etc
@@ -223,6 +226,20 @@ class RootView:
             stage = [str(tools["unshare"]), "--mount", "--propagation", "private", "--", "sh", "-c", script]
             command = [*stage, "sh", *command]
         return command
+
+
+def sandbox_resolv_conf(host: str) -> str:
+    """The sandbox's ``resolv.conf`` from the host's text: the same, unless every nameserver is
+    a loopback address (systemd-resolved's ``127.0.0.53``), unreachable from the sandbox's own
+    network namespace; then `DNS_FORWARD`, which pasta forwards to the host's resolver."""
+    lines = host.splitlines()
+    servers = [
+        line.split()[1] for line in lines if line.split()[:1] == ["nameserver"] and len(line.split()) > 1
+    ]
+    if servers and all(server.startswith("127.") or server == "::1" for server in servers):
+        kept = [line for line in lines if line.split()[:1] != ["nameserver"]]
+        return "\n".join([f"nameserver {DNS_FORWARD}", *kept]) + "\n"
+    return host
 
 
 def system_args() -> list[str]:
