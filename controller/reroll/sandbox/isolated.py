@@ -85,7 +85,7 @@ HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 PASTA_PID_TIMEOUT_SECONDS = 2.0
 """How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
 PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
-PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none", "--dns-forward", DNS_FORWARD]
+PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
 """pasta (network ``full``): configure the namespace's interface like the host's, map no port
 either way and not the gateway to the host's loopback."""
 
@@ -334,6 +334,7 @@ class IsolatedSandbox(SidecarSandbox):
                 process = await asyncio.create_subprocess_exec(
                     pasta,
                     *PASTA_OPTIONS,
+                    *(["--dns-forward", DNS_FORWARD] if self._dns_forwarded() else []),
                     *("--runas", "0:0", "--pid", str(pid_file)),
                     *("--netns", f"/proc/self/fd/{netns}", "--netns-only"),
                     stdin=asyncio.subprocess.DEVNULL,
@@ -353,6 +354,12 @@ class IsolatedSandbox(SidecarSandbox):
                 self._pasta_pid = int(pid_file.read_text().strip())
             await asyncio.sleep(0.005)
         pid_file.unlink(missing_ok=True)
+
+    def _dns_forwarded(self) -> bool:
+        """Whether the sandbox's resolv.conf names pasta's forwarded address (a loopback host resolver)."""
+        with contextlib.suppress(OSError):
+            return DNS_FORWARD in (self.folder / "etc" / "resolv.conf").read_text()
+        return False
 
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
