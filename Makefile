@@ -10,11 +10,16 @@ TEST_WORKERS ?= 2
 # uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 
-.PHONY: env lock demo test test-fast check protos images clean
+.PHONY: env sandbox-tools lock demo test test-fast check protos images clean
 
 # The versions installed are those of uv.lock (`make lock` re-resolves it after editing
 # pyproject.toml's dependencies); uv comes from PyPI into the venv, so python3.11 is all it needs.
-env: $(STAMP)
+env: $(STAMP) sandbox-tools
+
+# bubblewrap and passt for the isolated local sandbox (optional: without them `local` falls back
+# to the plain sandbox and says so).
+sandbox-tools:
+	-scripts/install-sandbox-tools
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)

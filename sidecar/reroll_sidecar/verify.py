@@ -97,6 +97,15 @@ def _is_hook(name: str) -> bool:
     return name in HOOK_FILES or name.endswith(".pth")
 
 
+def _read_only(path: str) -> bool:
+    """Whether `path` lies on a read-only mount (the system folders of the isolated local
+    sandbox): no process of the sandbox can change it, so it needs no snapshot."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def trusted_folder(path: str, folders: Iterable[str]) -> str:
     """The deepest of `folders` that holds `path` (where the agent's tree begins), else `path`'s folder."""
     holding = [os.path.normpath(f) for f in folders if os.path.commonpath([f, path]) == os.path.normpath(f)]
@@ -236,7 +245,7 @@ class Verifier:
             if options.restore_build_config
             else []
         )
-        paths += hooks
+        paths += [path for path in hooks if not _read_only(path)]  # nothing can change those
         if paths:
             trusted = {path: trusted_folder(path, [*roots, *site_dirs]) for path in paths}
             try:

@@ -42,6 +42,7 @@ class ChildProcess:
         env: the child's environment (default: the controller's).
         command: the program and its arguments before `args` (default: ``[python, "-m", module]``
             with the controller's interpreter), e.g. another virtualenv's interpreter and a script.
+        pass_fds: file descriptors the child inherits (besides its standard streams).
     """
 
     def __init__(
@@ -53,12 +54,14 @@ class ChildProcess:
         name: str,
         env: dict[str, str] | None = None,
         command: list[str] | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.module = module
         self.command = command or [sys.executable, "-m", module]
         self.args = args
         self.name = name
         self.env = env
+        self.pass_fds = pass_fds
         self.ready_file = workdir / f"{name}.ready.json"
         self.log_path = workdir / f"{name}.log"
         self._ready: ReadyFile | None = None
@@ -102,6 +105,7 @@ class ChildProcess:
                 stderr=log,
                 env=self.env,
                 preexec_fn=preexec,
+                pass_fds=self.pass_fds,
             )
         deadline = time.monotonic() + ready_timeout_seconds
         while not self.ready_file.exists():

@@ -24,7 +24,7 @@ from reroll_contracts.errors import SandboxError
 from tests.conftest import labelled_containers
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
 
 CONNECT_SCRIPT = """
 import socket, sys

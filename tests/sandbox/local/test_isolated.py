@@ -35,14 +35,20 @@ pytestmark = [
 
 WRITES = r"""
 set -e
-echo planted > /usr/local/bin/reroll-planted
+for target in /usr/local/bin/reroll-planted /etc/ssl/reroll-planted /etc/passwd \
+    "$HOST_HOME/reroll-planted"; do
+  if (echo planted > "$target") 2>/dev/null; then echo "wrote $target"; fi
+done
 echo planted > /etc/reroll-planted
-echo planted > "$HOST_HOME/reroll-planted"
+echo planted > /root/reroll-planted
 rm -f /etc/hostname.reroll-absent
-python3 -m pip install --quiet --no-index --no-deps --disable-pip-version-check \
+python3 -m venv /tmp/venv
+/tmp/venv/bin/python -m pip install --quiet --no-index --no-deps --disable-pip-version-check \
   /tmp/reroll_planted-1-py3-none-any.whl
-python3 -c 'import reroll_planted; print(reroll_planted.VALUE)'
+/tmp/venv/bin/python -c 'import reroll_planted; print(reroll_planted.VALUE)'
 """
+"""The system's folders are read-only in the sandbox; its own ``/`` (``/etc``, ``/root``,
+``/tmp``…) is writable; HOST_HOME is not in the sandbox at all (made there on the tmpfs at most)."""
 
 
 def _wheel() -> bytes:
@@ -91,18 +97,16 @@ def host_places() -> list[Path]:
     return [Path("/etc"), Path("/usr/local"), Path(sysconfig.get_paths()["purelib"]), Path.home()]
 
 
-async def test_writes_to_usr_etc_home_and_pip_install_stay_in_the_sandbox(
+async def test_system_folders_are_read_only_and_writes_stay_in_the_sandbox(
     task: Task, host_places: list[Path]
 ) -> None:
     before = _state(*host_places[:3]) + _state_top(host_places[3])
     async with IsolatedSandbox(task, "host-unchanged") as sandbox:
         await sandbox.put_file("/tmp/reroll_planted-1-py3-none-any.whl", _wheel())
-        env = {
-            "PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-            "HOST_HOME": str(Path.home()),
-        }
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOST_HOME": str(Path.home())}
         out = await conformance.sh(sandbox, WRITES, env=env)
         assert out.strip().endswith("planted"), out  # the writes and the install happened, inside
+        assert "wrote /usr" not in out and "wrote /etc" not in out, out  # read-only system files
         assert (await conformance.sh(sandbox, "cat /etc/reroll-planted")).strip() == "planted"
     assert not Path("/etc/reroll-planted").exists()
     assert not Path("/usr/local/bin/reroll-planted").exists()
@@ -232,7 +236,7 @@ async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Tas
         await conformance.sh(sandbox, "setsid sh -c 'sleep 600 & sleep 600' >/dev/null 2>&1 &", user="agent")
         ps = await conformance.sh(sandbox, "ps -eo user=,comm=")
         assert "agent" in ps and "sleep" in ps, ps
-        assert "reroll" not in ps.replace("reroll_sidecar", ""), f"host processes are visible: {ps}"
+        assert "reroll" not in ps.replace("reroll-sidecar", ""), f"host processes are visible: {ps}"
         assert (await conformance.sh(sandbox, "hostname")).strip() == SANDBOX_HOSTNAME
         root_options = await conformance.sh(sandbox, "awk '$2 == \"/\" {print $4}' /proc/mounts")
         assert "nosuid" in root_options.split(","), root_options
@@ -311,3 +315,70 @@ def test_a_killed_controller_takes_the_sandboxs_processes_with_it(task: Task) ->
         finally:
             controller.kill()
             shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_network_full_reaches_out_but_not_the_host_loopback_nor_other_proxies(task: Task) -> None:
+    """pasta gives outbound access; the host's loopback listeners and a second sandbox's proxy
+    port stay unreachable; the sandbox's own proxy port answers (forwarded as for ``none``)."""
+    full = with_network(task, "full")
+    sandbox, other = IsolatedSandbox(full, "network-full"), IsolatedSandbox(full, "network-full-2")
+    address, other_address = await sandbox.host_address(), await other.host_address()
+    async with (
+        echo_server(address) as proxy_port,
+        echo_server(other_address) as other_port,
+        echo_server("127.0.0.1") as host_port,
+        sandbox,
+        other,
+    ):
+        targets = [f"{address}:{proxy_port}", f"127.0.0.1:{host_port}", f"{other_address}:{other_port}"]
+        out = await conformance.sh(sandbox, f"python3 -c '{PROBE}' {' '.join(targets)}", env=_env())
+        results = dict(line.split(" ", 1) for line in out.strip().splitlines())
+        assert results[f"{address}:{proxy_port}"] == "echo:ping", out
+        assert not results[f"127.0.0.1:{host_port}"].startswith("echo"), out
+        assert not results[f"{other_address}:{other_port}"].startswith("echo"), out
+        if _reachable_from_host("pypi.org", 443):  # the machine has a way out: so has the sandbox
+            connect = "import socket; socket.create_connection(('pypi.org', 443), timeout=10); print('ok')"
+            assert (await conformance.sh(sandbox, f'python3 -c "{connect}"', env=_env())).strip() == "ok"
+        pasta = sandbox._pasta_pid
+    assert pasta is not None
+    for _ in range(100):  # killed; init reaps it
+        if not Path(f"/proc/{pasta}").exists():
+            break
+        await asyncio.sleep(0.02)
+    assert not Path(f"/proc/{pasta}").exists(), "pasta outlived its sandbox"
+
+
+def _reachable_from_host(host: str, port: int) -> bool:
+    """Whether the host itself can connect to `host`:`port` (the machine has a way out)."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+async def test_root_inside_is_an_unprivileged_host_user_in_a_view_of_its_own(task: Task) -> None:
+    """The sidecar's root (the verifier's) maps to the host's 100000; it cannot write the kernel's
+    core_pattern, mount, write the agents folder or see the host's checkout, /root or /work."""
+    checkout = Path(__file__).resolve().parents[3]
+    script = f"""
+cat /proc/self/uid_map
+(echo x > /proc/sys/kernel/core_pattern) 2>/dev/null && echo core_pattern-written
+mount -t tmpfs t /mnt 2>/dev/null && echo mounted
+mount -o remount,rw "$AGENTS" 2>/dev/null && echo remounted
+touch "$AGENTS/planted" 2>/dev/null && echo agents-written
+for p in {checkout} /root/.pyenv /work /srv "$HOST_HOME/.gitconfig"; do [ -e "$p" ] && echo "sees $p"; done
+stat -c '%u' /app
+true
+"""
+    async with IsolatedSandbox(task, "root-view") as sandbox:
+        env = {**_env(), "AGENTS": sandbox.layout.agents_dir, "HOST_HOME": str(Path.home())}
+        out = await conformance.sh(sandbox, script, env=env)
+        host_owner = (sandbox.folder / "app").stat().st_uid
+    lines = out.split("\n")
+    assert lines[0].split() == ["0", "100000", "65536"], out
+    assert not any(word in out for word in ("written", "mounted", "remounted", "sees ")), out
+    assert lines[-2] == "1000" and host_owner == 101000, out  # the agent's workspace, mapped
+    assert not (Path(sandbox.layout.agents_dir) / "planted").exists()

@@ -1,41 +1,41 @@
 """The `local` backend's default: a sandbox isolated by Linux namespaces, without Docker.
 
-Each sandbox is a host folder (``/tmp/reroll-local-<run id>-…``, root only) and a process tree
-in fresh mount, PID, IPC and UTS namespaces — plus a network namespace for policy ``none`` —
-started through util-linux ``unshare``; `reroll.sandbox.local.namespace_init` (PID 1) builds its root:
+Each sandbox is a host folder (``/tmp/reroll-local-<run id>-…``, owned by the sandbox's host
+user) and a process tree that Debian's bubblewrap starts in fresh user, mount, PID, IPC, UTS and
+network namespaces (`reroll.sandbox.local.rootview` says how, and why ``bwrap`` needs the controller's
+help for the id maps):
 
-- ``/`` is a copy-on-write overlay of the host's root file system: the agent and the verifier
-  see the host's programs (Python, the agents installed under reroll's cache), and what they
-  write — ``pip install`` into ``/usr``, ``/etc``, HOME — lands in the overlay's upper layer, a
-  tmpfs of `IsolatedSandboxConfig.upper_size_bytes` that dies with the sandbox;
-- the workspace (the task's ``workdir``, else ``/app``; ``/app`` where the workdir would hide
-  the host's interpreter or reroll's cache, see `_workspace`), ``/logs`` and the task's verifier
-  folder are bound to the sandbox
-  folder's ``app/``, ``logs/`` and ``verifier/``, so task scripts with absolute paths run
-  unchanged, as in a container; the agents folder (``<cache>/agents``) is bound read-only at its
-  own path (installs are shared by every rollout and made in an install sandbox of their own,
-  `IsolatedSandbox.installer`, where it is writable: `reroll.sandbox.installs`);
-- ``/tmp``, ``/run`` and ``/dev`` are private; ``/proc`` shows the sandbox's processes only (the
-  controller, the proxy and their environments are invisible), and when the sandbox stops, its
-  PID 1 exits and the kernel kills whatever is left in it;
-- network ``full`` shares the host's network; ``none`` is a loopback-only namespace reaching
-  only the LLM proxy (`reroll.sandbox.local.netns`, which says why not a veth pair).
+- root inside is the host's unprivileged ``ROLLOUT_ID_BASE`` (the agent's user ``agent``, uid
+  1000, is ``ROLLOUT_ID_BASE + 1000``), with Docker's default capabilities over the sandbox's
+  namespaces only: the host's root files are ``nobody``'s to it, it cannot mount, and what it
+  writes into the bound host folders is owned by its mapped ids;
+- ``/`` is a tmpfs of the task's ``storage_mb`` holding only what the rollout needs: the host's
+  ``/usr`` (``/bin``, ``/lib*``…) read-only, a minimal ``/etc`` with the sandbox's users, the
+  workspace (the task's ``workdir``, else ``/app``; see `_workspace`), ``/logs``, the verifier
+  folder (filled at verify time), ``/home/agent``, the agents folder read-only (writable only in
+  `IsolatedSandbox.installer`, whose root is another host user) and the self-contained sidecar
+  bundle at ``/opt/reroll-sidecar`` (`reroll.sandbox.sidecar_bundle`: the sidecar never runs
+  from the controller's virtualenv, so reroll runs from a clone or a venv anywhere, ``/tmp``
+  included). Not the host's ``/root``, ``/home``, ``/tmp``, checkouts, task or jobs folders,
+  nor the rest of reroll's cache;
+- ``/proc`` shows the sandbox's processes only; when the sandbox stops, its PID 1 is killed and
+  the kernel kills whatever is left in it;
+- network ``none`` is a loopback-only namespace reaching only the LLM proxy's ports
+  (`reroll.sandbox.local.netns`); ``full`` is the same namespace with outbound access through
+  ``pasta`` (Debian's ``passt``: user-mode networking, no veth, no firewall rules to leave
+  behind), started with every port mapping off (``-t/-u/-T/-U none``, ``--no-map-gw``), so
+  neither the host's loopback services nor other rollouts' proxies are reachable; its own proxy
+  is forwarded in at the sandbox's own loopback address, as for ``none``.
 
-The agent runs as the unprivileged user ``agent`` whatever the task asks (a legacy task's root
-agent too: root here is the host's), added to the overlay's ``/etc/passwd`` when
-the host has none (the host's file is untouched), with HOME ``/home/agent``; the overlay is
-mounted ``nosuid``, so the host's set-user-ID programs give it nothing. The sidecar and the
-verifier run as root — the host's root, without a user namespace: the task's own scripts are
-trusted as in a container run with all capabilities, the agent is not. This needs root (or
-CAP_SYS_ADMIN) on a kernel with overlayfs: where that is missing, `local_sandbox` falls back to
-the plain `reroll.sandbox.local.plain.LocalSandbox` and says so once; ``--sandbox local-plain``
-chooses that explicitly. Not done: an unprivileged variant in a user namespace (its
-``none`` network would need the listening sockets passed out by file descriptor, since an
-unprivileged controller cannot join the namespace).
+This needs root, ``bwrap``, ``setpriv``, ``unshare`` (util-linux) and unprivileged user
+namespaces (``scripts/install-sandbox-tools`` installs the packages): where that is missing,
+`local_sandbox` falls back to the plain `reroll.sandbox.local.plain.LocalSandbox` and says so once;
+``--sandbox local-plain`` chooses that explicitly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -46,6 +46,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
@@ -54,21 +55,41 @@ from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
-from reroll.cache import cache_dir
+from reroll.cache import cache_dir, host_ca_bundle
 from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
 from reroll.sandbox.installs import InstallStore, local_install_store
-from reroll.sandbox.local.namespace_init import Bind, NamespaceSpec
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
+from reroll.sandbox.local.rootview import (
+    AGENT_ID,
+    DNS_FORWARD,
+    INSTALLER_ID_BASE,
+    ROLLOUT_ID_BASE,
+    SYSTEM_DIRS,
+    TOP_LEVEL,
+    Piece,
+    RootView,
+    chown_tree,
+    read_child_pid,
+    system_args,
+    write_id_maps,
+)
+from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""
-UNSHARE_FLAGS = ["--mount", "--pid", "--fork", "--ipc", "--uts", "--kill-child", "--propagation", "private"]
-"""util-linux ``unshare`` options of every isolated sandbox (``--net`` is added for policy ``none``)."""
 PROBE_TIMEOUT_SECONDS = 10.0
+HOST_CA_PATH = "/etc/reroll/host-ca.pem"
+"""Where `IsolatedSandbox.egress` puts the host's CA bundle (the docker backend's path too)."""
+PASTA_PID_TIMEOUT_SECONDS = 2.0
+"""How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
+PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
+PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
+"""pasta (network ``full``): configure the namespace's interface like the host's, map no port
+either way and not the gateway to the host's loopback."""
 
 logger = logging.getLogger(__name__)
 
@@ -80,38 +101,34 @@ class IsolatedSandboxConfig(BaseModel):
 
     ready_timeout_seconds: float = Field(default=30.0, gt=0)
     """How long `start` waits for the sidecar to answer ready (also the plain fallback's)."""
-    upper_size_bytes: int = Field(default=8 * 1024**3, gt=0)
-    """The most the sandbox can write outside its bound folders (the overlay's tmpfs), in bytes."""
+    storage_bytes: int | None = None
+    """The most the sandbox can write outside its bound folders (its tmpfs ``/``), in bytes;
+    None: the task's ``storage_mb``."""
+    agents_writable: bool = False
+    """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
+    sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
 
 
 class IsolatedSandbox(SidecarSandbox):
-    """A local sandbox in its own namespaces, on an overlay of the host's root; see the module docstring.
+    """A local sandbox in its own namespaces with a root view of its own; see the module docstring.
 
     Args:
         task: the task; its ``environment/workspace/`` seeds the workspace, its
-            ``environment.network`` chooses the network.
+            ``environment.network`` chooses the network, its ``storage_mb`` sizes ``/``.
         run_id: the rollout's id, part of the folder's name.
         config: the backend's settings; default: `IsolatedSandboxConfig()`.
-        installs_writable: an install sandbox (see `installer`): the agents folder is bound read-write.
     """
 
     config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
     prune = LocalSandbox.prune
 
-    def __init__(
-        self,
-        task: Task,
-        run_id: str,
-        config: IsolatedSandboxConfig | None = None,
-        *,
-        installs_writable: bool = False,
-    ) -> None:
+    def __init__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> None:
         self.task = task
         self.run_id = run_id
         self.config = config or IsolatedSandboxConfig()
-        self.installs_writable = installs_writable
         self.policy = task.spec.environment.network
+        self.id_base = INSTALLER_ID_BASE if self.config.agents_writable else ROLLOUT_ID_BASE
         self.folder = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         layout = SandboxLayout(
             root="/",
@@ -122,11 +139,12 @@ class IsolatedSandbox(SidecarSandbox):
             agent_user=AGENT_USER,
         )
         super().__init__(layout, f"isolated local sandbox {self.folder}")
-        self._address = private_loopback() if self.policy == "none" else "127.0.0.1"
+        self._address = private_loopback()
         self._token = secrets.token_urlsafe(24)
         self._sidecar_process: ChildProcess | None = None
         self._init_pid: int | None = None
         self._forwarder: Forwarder | None = None
+        self._pasta_pid: int | None = None
 
     @property
     def init_pid(self) -> int | None:
@@ -134,14 +152,13 @@ class IsolatedSandbox(SidecarSandbox):
         return self._init_pid
 
     async def host_address(self) -> str:
-        """``127.0.0.1`` for network ``full``; for ``none``, a loopback address of this sandbox's
-        own: whatever listens on it when the sandbox starts is forwarded inside
-        (`reroll.sandbox.local.netns`)."""
+        """A loopback address of this sandbox's own: whatever listens on it when the sandbox
+        starts is forwarded inside (`reroll.sandbox.local.netns`), whatever the network policy."""
         return self._address
 
     async def allow_host_port(self, port: int) -> None:
-        """``none``: forward the host's `port` on this sandbox's own address inside (the ports
-        listening there at `start` already are). ``full``: a no-op, the host's network is shared.
+        """Forward the host's `port` on this sandbox's own address inside (the ports listening
+        there at `start` already are).
 
         Raises:
             SandboxError: the forwarding socket could not be made in the namespace.
@@ -153,8 +170,26 @@ class IsolatedSandbox(SidecarSandbox):
                 raise SandboxError(f"{self.label}: cannot forward port {port} inside: {exc}") from exc
 
     async def limits_hit(self) -> list[str]:
-        """None: only the overlay's upper layer is capped (a full one is ENOSPC to the agent)."""
+        """None: only ``/`` is capped (a full one is ENOSPC to the agent)."""
         return []
+
+    @contextlib.asynccontextmanager
+    async def egress(self) -> AsyncIterator[dict[str, str]]:
+        """Outbound access while inside (to install agents): ``full`` has it (pasta); ``none``
+        gets an HTTP CONNECT proxy inside the sandbox's network namespace while the context
+        lasts, named by the usual proxy variables. Either way the host's CA bundle is copied in
+        (`HOST_CA_PATH`) and named for pip and requests: the host may reach the internet through
+        a proxy with its own CA, and an interpreter of the agents folder has no system bundle."""
+        env: dict[str, str] = {}
+        bundle = host_ca_bundle()
+        if bundle is not None and self.connected:
+            await self.put_file(HOST_CA_PATH, bundle.read_bytes())
+            env = {name: HOST_CA_PATH for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
+        if self._forwarder is None or self.policy != "none":
+            yield env
+            return
+        async with self._forwarder.connect_proxy() as url:
+            yield env | {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
 
     async def install_store(self) -> InstallStore:
         """See `reroll.sandbox.installs.SharedInstalls`: `local_install_store`."""
@@ -162,110 +197,183 @@ class IsolatedSandbox(SidecarSandbox):
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[IsolatedSandbox]:
-        """See `reroll.sandbox.installs.SharedInstalls`: a sandbox of its own, the agents folder
-        writable, stopped at the end.
+        """A started sandbox of the same task in which the agents folder is writable, stopped
+        when the context ends; for installs only (nothing of the task's or the agent's runs in it).
 
         Raises:
             SandboxError: it could not start.
         """
-        installer = IsolatedSandbox(self.task, self.run_id, self.config, installs_writable=True)
-        await installer.start()
-        try:
-            yield installer
-        finally:
-            await installer.stop()
+        config = self.config.model_copy(update={"agents_writable": True})
+        async with IsolatedSandbox(self.task, f"{self.run_id[:20]}-install", config) as sandbox:
+            yield sandbox
 
-    @contextlib.asynccontextmanager
-    async def egress(self) -> AsyncIterator[dict[str, str]]:
-        """``full``: nothing to do. ``none``: an HTTP CONNECT proxy inside the sandbox's network
-        namespace while the context lasts, named by the usual proxy variables."""
-        if self._forwarder is None:
-            yield {}
-            return
-        async with self._forwarder.connect_proxy() as url:
-            yield {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
-
-    def _spec(self, control: Path) -> NamespaceSpec:
-        verifier = self.layout.path(self.task.verifier_mount)
+    def _view(self, control: Path, bundle: Path) -> RootView:
+        storage_mb = self.task.spec.environment.storage_mb
         agents = Path(self.layout.agents_dir)
-        agents.mkdir(parents=True, exist_ok=True)
-        return NamespaceSpec(
-            state_dir=str(control),
-            upper_size_bytes=self.config.upper_size_bytes,
+        verifier = self.layout.path(self.task.verifier_mount)
+        return RootView(
+            folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
-            network_namespace=self.policy == "none",
-            agent_user=AGENT_USER,
-            agent_owned=[self.layout.workspace, f"{self.layout.logs_dir}/agent"],
-            agent_reachable=[
-                str(Path(sys.executable).resolve().parent),  # the venv's interpreter
-                str(Path(sys.base_prefix) / "bin"),  # the python3 first on the sandbox's PATH
-                self.layout.agents_dir,
-            ],
-            binds=[
-                Bind(str(self.folder / "app"), self.layout.workspace),
-                Bind(str(self.folder / "logs"), self.layout.logs_dir),
-                Bind(str(self.folder / "verifier"), verifier),
-                Bind(str(agents), str(agents), read_only=not self.installs_writable),
-                *_hidden_interpreter_binds(),
-                Bind(str(control), str(control), mode=0o700),
+            storage_bytes=self.config.storage_bytes or storage_mb * 1024 * 1024,
+            id_base=self.id_base,
+            folders=[("/root", 0o711), ("/home", 0o755), ("/opt", 0o755)],
+            pieces=[
+                Piece(str(self.folder / "app"), self.layout.workspace, writable=True),
+                Piece(str(self.folder / "logs"), self.layout.logs_dir, writable=True),
+                Piece(str(self.folder / "verifier"), verifier, writable=True),
+                Piece(str(self.folder / "home"), self.layout.home, writable=True),
+                Piece(str(agents), str(agents), writable=self.config.agents_writable, staged=True),
+                Piece(str(bundle), MOUNT_DIR, staged=True),
+                Piece(str(control), str(control), writable=True),
             ],
         )
 
-    async def start(self) -> None:
-        """Lay out the folder, seed the workspace, start the namespaces and the sidecar in them,
-        add the agent's user; for network ``none``, forward the proxy's ports in.
-
-        Raises:
-            SandboxError: the namespaces, the sidecar or the setup failed, or the sidecar did not
-                answer ready within ``config.ready_timeout_seconds``; what was made is removed.
-        """
-        control = self.folder / ".reroll"
-        for sub in ("app", "logs/agent", "logs/verifier", "verifier"):
+    def _lay_out(self, control: Path) -> None:
+        """Make the sandbox's host folders, seed the workspace, give them to the mapped ids."""
+        for sub in ("app", "logs/agent", "logs/verifier", "verifier", "home"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         control.mkdir(mode=0o700)
         if self.task.workspace_seed_dir is not None:
             shutil.copytree(
                 self.task.workspace_seed_dir, self.folder / "app", dirs_exist_ok=True, symlinks=True
             )
+        root, agent = self.id_base, self.id_base + AGENT_ID
+        chown_tree(self.folder, root, root)
+        for sub in ("app", "logs/agent", "home"):
+            chown_tree(self.folder / sub, agent, agent)
+        (self.folder / "verifier").chmod(0o700)
+        agents = Path(self.layout.agents_dir)
+        agents.mkdir(parents=True, exist_ok=True)
+        if self.config.agents_writable and agents.stat().st_uid != INSTALLER_ID_BASE:
+            chown_tree(agents, INSTALLER_ID_BASE, INSTALLER_ID_BASE)  # once: installs made before
+        agents.chmod(0o755)
+
+    async def start(self) -> None:
+        """Lay out the folder, seed the workspace, start the namespaces and the sidecar in them;
+        forward the proxy's ports in; for network ``full``, attach pasta.
+
+        Raises:
+            SandboxError: the namespaces, the sidecar or the setup failed, or the sidecar did not
+                answer ready within ``config.ready_timeout_seconds``; what was made is removed.
+        """
+        control = self.folder / ".reroll"
+        try:
+            bundle = await asyncio.to_thread(ensure_bundle)
+            self._lay_out(control)
+        except (RerollError, OSError) as exc:
+            await self.stop()
+            raise SandboxError(f"{self.label}: cannot lay out: {exc}") from exc
+        view = self._view(control, bundle)
+        view.write_etc(AGENT_USER)
         socket_path, token_file = control / "sidecar.sock", control / "token"
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(self._token)
-        python = sys.executable
-        unshare = [*UNSHARE_FLAGS, *(["--net"] if self.policy == "none" else [])]
-        init = [python, "-m", "reroll.sandbox.local.namespace_init", self._spec(control).to_json(), "--"]
+        os.chown(token_file, self.id_base, self.id_base)
+        info_read, info_write = os.pipe()
+        block_read, block_write = os.pipe()
+        sidecar = [*ENTRYPOINT, "--listen", f"unix:{socket_path}", "--state-dir", str(control / "state")]
         self._sidecar_process = ChildProcess(
             "reroll_sidecar",
-            [
-                "--listen",
-                f"unix:{socket_path}",
-                "--state-dir",
-                str(control / "state"),
-                "--token-file",
-                str(token_file),
-            ],
+            ["--token-file", str(token_file)],
             workdir=control,
             name="sidecar",
-            env=child_environment({"TMPDIR": "/tmp"}),  # the sandbox's own /tmp, whatever the controller's
-            command=["unshare", *unshare, "--", *init, python, "-m", "reroll_sidecar"],
+            env=child_environment({"TMPDIR": "/tmp", "HOME": "/root"}),
+            command=view.command(sidecar, info_write, block_read),
+            pass_fds=(info_write, block_read),
         )
+        process = self._sidecar_process
+        unclosed = [info_read, info_write, block_read, block_write]
         try:
-            await self._sidecar_process.start(self.config.ready_timeout_seconds)
-            self._init_pid = _child_of(self._sidecar_process.pid)
+            starting = asyncio.ensure_future(process.start(self.config.ready_timeout_seconds))
+            while process.pid is None and not starting.done():  # spawned: its copies of the pipes exist
+                await asyncio.sleep(0.002)
+            for end in (info_write, block_read):
+                os.close(end)
+                unclosed.remove(end)
+            unclosed.remove(info_read)  # the handshake closes it
+            handshake = asyncio.ensure_future(asyncio.to_thread(self._map_ids, info_read, block_write))
+            await asyncio.wait([handshake, starting], return_when=asyncio.FIRST_EXCEPTION)
+            if handshake.done() and handshake.exception() is not None:
+                starting.cancel()
+            self._init_pid = await handshake
+            await starting
             client = await self._connect(f"unix:{socket_path}", self._token)
             await client.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
-            if self.policy == "none":
-                self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
-                await self._forwarder.forward_host_ports()
+            self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
+            await self._forwarder.forward_host_ports()
+            if self.policy != "none":
+                await self._attach_pasta(self._init_pid)
         except (RerollError, OSError) as exc:
             await self.stop()
             raise SandboxError(f"{self.label}: did not start: {exc}") from exc
         finally:
+            for end in unclosed:
+                with contextlib.suppress(OSError):
+                    os.close(end)
             token_file.unlink(missing_ok=True)
+
+    def _map_ids(self, info_read: int, block_write: int) -> int:
+        """bwrap's handshake: read its child's pid, write the id maps, let it go on; the pid.
+
+        Raises:
+            OSError: bwrap exited first, or the maps could not be written.
+        """
+        pid = read_child_pid(info_read)
+        write_id_maps(pid, self.id_base)
+        os.write(block_write, b"1")
+        return pid
+
+    async def _attach_pasta(self, pid: int) -> None:
+        """Give the sandbox's network namespace outbound access (see the module docstring).
+
+        Raises:
+            SandboxError: pasta is missing or failed.
+        """
+        pasta = shutil.which("pasta")
+        if pasta is None:
+            raise SandboxError("network full in the isolated local sandbox needs pasta (Debian's passt)")
+        handle, pid_path = tempfile.mkstemp(prefix="reroll-pasta-", suffix=".pid")  # root's: pasta writes it
+        os.close(handle)
+        pid_file = Path(pid_path)
+        # pasta drops its capabilities before it opens the namespace, and then may not open
+        # another user's /proc/PID/ns/net: it gets the namespace as a descriptor opened here.
+        netns = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            with open(self.folder / "pasta.log", "ab") as log:  # the daemon keeps it: no pipe to wait on
+                process = await asyncio.create_subprocess_exec(
+                    pasta,
+                    *PASTA_OPTIONS,
+                    *(["--dns-forward", DNS_FORWARD] if self._dns_forwarded() else []),
+                    *("--runas", "0:0", "--pid", str(pid_file)),
+                    *("--netns", f"/proc/self/fd/{netns}", "--netns-only"),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=(netns,),
+                )
+                code = await process.wait()  # pasta forks to the background once configured
+        finally:
+            os.close(netns)
+        if code != 0:
+            log_text = (self.folder / "pasta.log").read_text(errors="replace")
+            raise SandboxError(f"pasta failed (exit {code}): {log_text[-2000:]}")
+        deadline = time.monotonic() + PASTA_PID_TIMEOUT_SECONDS
+        while self._pasta_pid is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                self._pasta_pid = int(pid_file.read_text().strip())
+            await asyncio.sleep(0.005)
+        pid_file.unlink(missing_ok=True)
+
+    def _dns_forwarded(self) -> bool:
+        """Whether the sandbox's resolv.conf names pasta's forwarded address (a loopback host resolver)."""
+        with contextlib.suppress(OSError):
+            return DNS_FORWARD in (self.folder / "etc" / "resolv.conf").read_text()
+        return False
 
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
-        and delete the folder. Safe to call twice."""
+        and pasta, and delete the folder. Safe to call twice."""
         if self.connected:
             with contextlib.suppress(SidecarError):
                 await self.kill()
@@ -273,70 +381,50 @@ class IsolatedSandbox(SidecarSandbox):
         if self._forwarder is not None:
             await self._forwarder.close()
             self._forwarder = None
-        if self._init_pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._init_pid, signal.SIGKILL)
-            self._init_pid = None
+        for attribute in ("_init_pid", "_pasta_pid"):
+            pid = getattr(self, attribute)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                setattr(self, attribute, None)
         if self._sidecar_process is not None:
             await self._sidecar_process.stop()
             self._sidecar_process = None
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _hidden_interpreter_binds() -> list[Bind]:
-    """Read-only binds of the controller's virtualenv and base Python at their own paths where
-    the sandbox's private ``/tmp`` or ``/run`` would hide them (a venv made under ``/tmp``)."""
-    private = (Path("/tmp"), Path("/run"))
-    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    return [
-        Bind(str(prefix), str(prefix), read_only=True)
-        for prefix in sorted(prefixes)
-        if any(folder in prefix.parents for folder in private)
-    ]
-
-
 def _workspace(task: Task) -> str:
-    """The task's working folder (``workdir``, else `DEFAULT_WORKDIR`), unless binding the
-    sandbox's folder there would hide host files the sandbox runs from (the interpreter, its
-    virtualenv, reroll's cache: ``workdir = "/root"`` with Python under ``/root/.pyenv``); then
-    `DEFAULT_WORKDIR`. Task scripts that read ``$REROLL_WORKSPACE`` run either way."""
+    """The task's working folder (``workdir``, else `DEFAULT_WORKDIR`), unless a folder bound
+    there would hide the agents folder or land in a read-only system folder (``/usr/src/app``);
+    then `DEFAULT_WORKDIR`. Task scripts that read ``$REROLL_WORKSPACE`` run either way."""
     wanted = Path(task.workdir or DEFAULT_WORKDIR)
-    needed = (Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).resolve(), cache_dir())
-    if any(path == wanted or wanted in path.parents for path in needed):
+    agents = cache_dir() / "agents"
+    system = [Path(path) for path in (*SYSTEM_DIRS, *TOP_LEVEL, "/etc", "/proc", "/dev", MOUNT_DIR)]
+    if wanted == Path("/") or wanted == agents or wanted in agents.parents:
+        return DEFAULT_WORKDIR
+    if any(wanted == path or path in wanted.parents for path in system):
         return DEFAULT_WORKDIR
     return str(wanted)
-
-
-def _child_of(pid: int | None) -> int:
-    """The one child of process `pid` (``unshare --fork``'s: the sandbox's PID 1), by its host pid.
-
-    Raises:
-        SandboxError: `pid` has no child (it exited).
-    """
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
-    if not children:
-        raise SandboxError(f"unshare (pid {pid}) has no child: the sandbox's PID 1 is gone")
-    return int(children[0])
 
 
 @functools.cache
 def namespaces_unavailable() -> str:
     """Why this machine cannot run an isolated sandbox (empty when it can): runs a tiny one."""
-    if shutil.which("unshare") is None:
-        return "util-linux unshare is not installed"
+    if os.geteuid() != 0:
+        return "the isolated local sandbox needs root (it maps the sandbox's ids to a host range)"
+    missing = [name for name in ("bwrap", "setpriv", "unshare") if shutil.which(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (scripts/install-sandbox-tools)"
     probe = [
-        "unshare",
-        *UNSHARE_FLAGS,
-        "--net",
+        "setpriv",
+        f"--reuid={ROLLOUT_ID_BASE}",
+        f"--regid={ROLLOUT_ID_BASE}",
+        "--clear-groups",
         "--",
-        "sh",
-        "-c",
-        "d=$(mktemp -d) && mkdir $d/u $d/w $d/m && mount -t tmpfs t $d/u && mkdir $d/u/u $d/u/w "
-        "&& mount -t overlay o -o lowerdir=/,upperdir=$d/u/u,workdir=$d/u/w $d/m; r=$?; "
-        "umount -l $d/m $d/u 2>/dev/null; rm -rf $d; exit $r",
+        "bwrap",
+        *("--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-net"),
+        *("--unshare-ipc", "--unshare-uts", "--tmpfs", "/", *system_args()),
+        *("--proc", "/proc", "--dev", "/dev", "--", "true"),
     ]
     try:
         done = subprocess.run(
@@ -348,9 +436,9 @@ def namespaces_unavailable() -> str:
 
 
 class LocalBackend:
-    """The `local` backend: an `IsolatedSandbox`, or where this machine forbids namespaces (or
-    overlayfs), the plain `LocalSandbox` — said once per process on stderr, as a warning. Its
-    settings are `IsolatedSandboxConfig` (the fallback takes their ``ready_timeout_seconds``)."""
+    """The `local` backend: an `IsolatedSandbox`, or where this machine forbids namespaces, the
+    plain `LocalSandbox` — said once per process on stderr, as a warning. Its settings are
+    `IsolatedSandboxConfig` (the fallback takes their ``ready_timeout_seconds``)."""
 
     config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
