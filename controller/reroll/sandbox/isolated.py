@@ -7,16 +7,20 @@ started through util-linux ``unshare``; `reroll.sandbox.namespace_init` (PID 1) 
 - ``/`` is a copy-on-write overlay of the host's root file system: the agent and the verifier
   see the host's programs (Python, the agents installed under reroll's cache), and what they
   write — ``pip install`` into ``/usr``, ``/etc``, HOME — lands in the overlay's upper layer, a
-  tmpfs of `IsolatedSandboxConfig.upper_size_bytes` that dies with the sandbox;
+  tmpfs that dies with the sandbox, sized by the task's ``storage_mb`` (and ``memory_mb``: see
+  `reroll.sandbox.cgroups`) and shared with ``/tmp``;
 - the workspace (the task's ``workdir``, else ``/app``; ``/app`` where the workdir would hide
   the host's interpreter or reroll's cache, see `_workspace`), ``/logs`` and the task's verifier
   folder are bound to the sandbox
   folder's ``app/``, ``logs/`` and ``verifier/``, so task scripts with absolute paths run
   unchanged, as in a container; the agents folder (``<cache>/agents``) is bound read-write at its
   own path (installs are shared by every rollout; the agent's user cannot write there);
-- ``/tmp``, ``/run`` and ``/dev`` are private; ``/proc`` shows the sandbox's processes only (the
-  controller, the proxy and their environments are invisible), and when the sandbox stops, its
-  PID 1 exits and the kernel kills whatever is left in it;
+- ``/tmp``, ``/run`` and ``/dev`` are private (``/dev/shm`` sized); ``/proc`` shows the
+  sandbox's processes only (the controller, the proxy and their environments are invisible),
+  and when the sandbox stops, its PID 1 exits and the kernel kills whatever is left in it;
+- the task's ``memory_mb``, ``cpus`` and ``pids_max`` hold for the whole process tree: it starts
+  in a cgroup of its own (v1 or v2, `reroll.sandbox.cgroups`), removed by `stop` with whatever
+  is left in it; where no cgroup can be made, a warning says so once and the limits are not set;
 - network ``full`` shares the host's network; ``none`` is a loopback-only namespace reaching
   only the LLM proxy (`reroll.sandbox.netns`, which says why not a veth pair).
 
@@ -35,6 +39,7 @@ unprivileged controller cannot join the namespace).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -55,6 +60,7 @@ from reroll.config import cache_dir
 from reroll.errors import RerollError, SandboxError, SidecarError
 from reroll.processes import ChildProcess
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
+from reroll.sandbox.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local import MAX_NAME_IN_ROOT, LocalSandbox
 from reroll.sandbox.namespace_init import Bind, NamespaceSpec
 from reroll.sandbox.netns import Forwarder, private_loopback
@@ -77,8 +83,6 @@ class IsolatedSandboxConfig(BaseModel):
 
     ready_timeout_seconds: float = 30.0
     """How long `start` waits for the sidecar to answer ready."""
-    upper_size_bytes: int = 8 * 1024**3
-    """The most the sandbox can write outside its bound folders (the overlay's tmpfs), in bytes."""
 
 
 class IsolatedSandbox(SidecarSandbox):
@@ -111,6 +115,8 @@ class IsolatedSandbox(SidecarSandbox):
         self._sidecar_process: ChildProcess | None = None
         self._init_pid: int | None = None
         self._forwarder: Forwarder | None = None
+        self.limits = SandboxLimits.of(task.spec.environment)
+        self._cgroup: SandboxCgroup | None = None
 
     @property
     def init_pid(self) -> int | None:
@@ -136,8 +142,22 @@ class IsolatedSandbox(SidecarSandbox):
                 raise SandboxError(f"{self.label}: cannot forward port {port} inside: {exc}") from exc
 
     async def limits_hit(self) -> list[str]:
-        """None: only the overlay's upper layer is capped (a full one is ENOSPC to the agent)."""
-        return []
+        """See `Sandbox.limits_hit`: the OOM kills and refused forks in the sandbox's cgroup, and
+        whether its writable tmpfs (upper layer and ``/tmp``) or ``/dev/shm`` is full
+        (`reroll.sandbox.cgroups`). Works after the sandbox's processes died, until `stop`."""
+        hit = self._cgroup.limits_hit() if self._cgroup is not None else []
+        if self._init_pid is not None:
+            limits = self.limits
+            hit += full_filesystems(
+                Path(f"/proc/{self._init_pid}/root"),
+                {
+                    "/tmp": "the sandbox's writable layer and /tmp share "
+                    f"{limits.writable_bytes >> 20} MiB (the task's environment.storage_mb, "
+                    f"{limits.storage_mb} MiB, at most 3/4 of its memory_mb on local: they are in RAM)",
+                    "/dev/shm": f"{limits.shm_bytes >> 20} MiB (part of the task's environment.memory_mb)",
+                },
+            )
+        return hit
 
     @contextlib.asynccontextmanager
     async def egress(self) -> AsyncIterator[dict[str, str]]:
@@ -155,7 +175,8 @@ class IsolatedSandbox(SidecarSandbox):
         agents.mkdir(parents=True, exist_ok=True)
         return NamespaceSpec(
             state_dir=str(control),
-            upper_size_bytes=self.config.upper_size_bytes,
+            upper_size_bytes=self.limits.writable_bytes,
+            shm_size_bytes=self.limits.shm_bytes,
             hostname=SANDBOX_HOSTNAME,
             network_namespace=self.policy == "none",
             agent_user=AGENT_USER,
@@ -198,6 +219,12 @@ class IsolatedSandbox(SidecarSandbox):
         python = sys.executable
         unshare = [*UNSHARE_FLAGS, *(["--net"] if self.policy == "none" else [])]
         init = [python, "-m", "reroll.sandbox.namespace_init", self._spec(control).to_json(), "--"]
+        command = ["unshare", *unshare, "--", *init, python, "-m", "reroll_sidecar"]
+        try:
+            self._cgroup = SandboxCgroup.create(self.folder.name, self.limits)
+            command = self._cgroup.enter_command(command)
+        except CgroupError as exc:
+            _warn_unlimited_once(str(exc))
         self._sidecar_process = ChildProcess(
             "reroll_sidecar",
             [
@@ -211,7 +238,7 @@ class IsolatedSandbox(SidecarSandbox):
             workdir=control,
             name="sidecar",
             env=child_environment({"TMPDIR": "/tmp"}),  # the sandbox's own /tmp, whatever the controller's
-            command=["unshare", *unshare, "--", *init, python, "-m", "reroll_sidecar"],
+            command=command,
         )
         try:
             await self._sidecar_process.start(self.config.ready_timeout_seconds)
@@ -244,6 +271,9 @@ class IsolatedSandbox(SidecarSandbox):
         if self._sidecar_process is not None:
             await self._sidecar_process.stop()
             self._sidecar_process = None
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
+            self._cgroup = None
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -328,6 +358,16 @@ def local_sandbox(task: Task, run_id: str) -> Sandbox:
         )
     _warn_plain_once(reason)
     return LocalSandbox(task, run_id)
+
+
+@functools.cache
+def _warn_unlimited_once(reason: str) -> None:
+    message = (
+        f"reroll: the local sandbox's cgroup cannot be made here ({reason}); its processes run "
+        "without the task's memory, cpus and pids limits"
+    )
+    print(message, file=sys.stderr)
+    logger.warning(message)
 
 
 @functools.cache

@@ -13,9 +13,10 @@ file system:
    ``/proc``…) are not in it;
 2. binds the sandbox's host folders (`NamespaceSpec.binds`: workspace, logs, verifier, agents,
    the sidecar's control folder) into it, gives it a fresh ``/proc`` (this PID namespace), a
-   minimal ``/dev`` (null, zero, full, random, urandom, tty, its own pts and shm), a read-only
-   ``/sys``, and private tmpfs ``/tmp`` and ``/run`` (hiding the host's sockets there, Docker's
-   included); the upper layer is seen read-only by root at `UPPER_VIEW`;
+   minimal ``/dev`` (null, zero, full, random, urandom, tty, its own pts and shm, the latter of
+   `NamespaceSpec.shm_size_bytes`), a read-only ``/sys``, a private ``/tmp`` (a folder of the
+   upper layer's tmpfs, sharing its size) and tmpfs ``/run`` (hiding the host's sockets there,
+   Docker's included); the upper layer is seen read-only by root at `UPPER_VIEW`;
 3. adds the agent's user (`add_agent_user`), brings the loopback interface up (a new network
    namespace starts with it down);
 4. makes ``merged`` the root (``pivot_root``; the host's root is detached), forks the sidecar
@@ -77,7 +78,8 @@ class NamespaceSpec:
     state_dir: str
     """Host folder (root only) under which the overlay's tmpfs is mounted, in this namespace only."""
     upper_size_bytes: int
-    """Size limit of the tmpfs holding everything the sandbox writes outside its bound folders."""
+    """Size limit of the tmpfs holding everything the sandbox writes outside its bound folders
+    (the overlay's upper layer and ``/tmp``)."""
     hostname: str
     network_namespace: bool
     """True: this runs in a new network namespace (policy ``none``): bring its loopback up."""
@@ -87,6 +89,8 @@ class NamespaceSpec:
     free id from 1000), with HOME ``/home/<agent_user>``; empty: none."""
     agent_owned: list[str] = field(default_factory=list)
     """Paths inside the sandbox handed (recursively) to `agent_user`."""
+    shm_size_bytes: int = 0
+    """Size limit of ``/dev/shm`` (0: the kernel's default, half the host's RAM)."""
     agent_reachable: list[str] = field(default_factory=list)
     """Paths inside the sandbox whose root-owned parents get ``o+x`` in the overlay, so that
     `agent_user` can reach them (the host's interpreter and agents folder, e.g. under ``/root``)."""
@@ -137,7 +141,7 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP) + b"\0" * 14)
 
 
-def _dev(merged: str) -> None:
+def _dev(merged: str, shm_size_bytes: int = 0) -> None:
     dev = os.path.join(merged, "dev")
     _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k")
     for name in DEVICES:
@@ -145,7 +149,7 @@ def _dev(merged: str) -> None:
         _bind(f"/dev/{name}", os.path.join(dev, name))
     for sub, fstype, options in (
         ("pts", "devpts", "newinstance,ptmxmode=0666,mode=620"),
-        ("shm", "tmpfs", "mode=1777"),
+        ("shm", "tmpfs", f"mode=1777,size={shm_size_bytes}" if shm_size_bytes else "mode=1777"),
     ):
         os.mkdir(os.path.join(dev, sub))
         _mount(fstype, os.path.join(dev, sub), fstype, MS_NOSUID | MS_NOEXEC, options)
@@ -164,8 +168,9 @@ def build_root(spec: NamespaceSpec) -> str:
     layers = os.path.join(spec.state_dir, "overlay")
     os.makedirs(layers, mode=0o700, exist_ok=True)
     _mount("tmpfs", layers, "tmpfs", 0, f"mode=700,size={spec.upper_size_bytes}")
-    for sub in ("upper", "work", "merged"):
+    for sub in ("upper", "work", "merged", "tmp"):
         os.mkdir(os.path.join(layers, sub), 0o755)
+    os.chmod(os.path.join(layers, "tmp"), 0o1777)  # /tmp: counted in the same size
     merged = os.path.join(layers, "merged")
     _mount(
         "overlay",
@@ -176,8 +181,10 @@ def build_root(spec: NamespaceSpec) -> str:
     )
     _mount("proc", _makedirs(merged, "/proc", 0o555), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _bind("/sys", _makedirs(merged, "/sys", 0o555), read_only=True)
-    _dev(merged)
-    _mount("tmpfs", _makedirs(merged, "/tmp", 0o1777), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    _dev(merged, spec.shm_size_bytes)
+    tmp = _makedirs(merged, "/tmp", 0o1777)
+    _bind(os.path.join(layers, "tmp"), tmp)
+    _mount("none", tmp, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV)
     _mount("tmpfs", _makedirs(merged, "/run", 0o755), "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     for bind in spec.binds:
         target = _makedirs(merged, bind.target, bind.mode)
