@@ -30,6 +30,7 @@ from reroll.agents import AgentSpec
 from reroll.errors import (
     AgentInstallError,
     RerollError,
+    SandboxError,
     SidecarError,
     TrajectoryFormatError,
     error_category,
@@ -142,6 +143,7 @@ async def execute_rollout(
     write_json(plan.run_dir / "prompts.json", [])
     harness_dir = plan.run_dir / "harness"
     harness_dir.mkdir(exist_ok=True)
+    sandbox: Sandbox | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
             task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
@@ -205,6 +207,10 @@ async def execute_rollout(
             result.error = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
         if agent_failure is not None:  # the agent failed first: its error stays the headline
             result.error = headline(agent_failure, result.error)
+        elif isinstance(exc, SandboxError) and (hit := await _limits_hit_after(sandbox)):
+            # e.g. the OOM killer ended the sidecar: the limit is the cause, not retried
+            result.error_category = "resource_limit"
+            result.error = headline(f"the sandbox hit a resource limit: {'; '.join(hit)}", result.error)
     finally:
         trajectory = plan.run_dir / TRAJECTORY
         if result.counts.exchanges == 0 and trajectory.exists():  # ended early: count what was recorded
@@ -214,6 +220,16 @@ async def execute_rollout(
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / "result.json", result)
     return result
+
+
+async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
+    """`Sandbox.limits_hit` of a sandbox that failed (and may be stopped); empty when unknown."""
+    if sandbox is None:
+        return []
+    try:
+        return await sandbox.limits_hit()
+    except RerollError:
+        return []
 
 
 async def _start_llm_side(

@@ -1,4 +1,4 @@
-"""Resource limits of the isolated `local` sandbox: a cgroup per sandbox, and its RAM-backed file systems' sizes.
+"""Resource limits of the isolated `local` sandbox: its cgroup, and the sizes of its RAM-backed file systems.
 
 The task's ``environment.memory_mb`` (swap included: none beyond it), ``cpus`` and ``pids_max``
 (defaults 2048 MiB, 1 core, 1024: `reroll.tasks.EnvironmentSection`) are enforced by a cgroup
@@ -53,7 +53,7 @@ PARENT = "reroll"
 CONTROLLERS = ("memory", "cpu", "pids")
 """The controllers a sandbox's group needs."""
 CPU_PERIOD_US = 100_000
-"""The CFS period of ``cpus``: a sandbox may run ``cpus × 100 ms`` of CPU time every 100 ms."""
+"""The CFS period of ``cpus``: a sandbox may run ``cpus * 100 ms`` of CPU time every 100 ms."""
 MIN_CPU_QUOTA_US = 1000
 """The kernel's smallest CFS quota (1 ms)."""
 SHM_MB = 64
@@ -376,10 +376,10 @@ def full_filesystems(root: Path, mounts: dict[str, str]) -> list[str]:
 
     Args:
         root: the sandbox's root seen from the host (``/proc/<its PID 1>/root``).
-        mounts: path inside the sandbox → what the message calls it.
+        mounts: path inside the sandbox → what the message says of it (its size, the task's field).
 
     Returns:
-        One sentence per full file system naming its size; empty when none is (or the sandbox is gone).
+        One sentence per full file system; empty when none is (or the sandbox is gone).
     """
     full = []
     for path, what in mounts.items():
@@ -388,5 +388,5 @@ def full_filesystems(root: Path, mounts: dict[str, str]) -> list[str]:
         except OSError:
             continue
         if stat.f_bavail * stat.f_frsize < FULL_BELOW_BYTES:
-            full.append(f"out of space: {path} is full, {what} of {(stat.f_blocks * stat.f_frsize) >> 20} MiB")
+            full.append(f"out of storage: {path} is full ({what})")
     return full

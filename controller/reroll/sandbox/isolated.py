@@ -117,6 +117,7 @@ class IsolatedSandbox(SidecarSandbox):
         self._forwarder: Forwarder | None = None
         self.limits = SandboxLimits.of(task.spec.environment)
         self._cgroup: SandboxCgroup | None = None
+        self._hits_at_stop: list[str] = []
 
     @property
     def init_pid(self) -> int | None:
@@ -144,17 +145,20 @@ class IsolatedSandbox(SidecarSandbox):
     async def limits_hit(self) -> list[str]:
         """See `Sandbox.limits_hit`: the OOM kills and refused forks in the sandbox's cgroup, and
         whether its writable tmpfs (upper layer and ``/tmp``) or ``/dev/shm`` is full
-        (`reroll.sandbox.cgroups`). Works after the sandbox's processes died, until `stop`."""
+        (`reroll.sandbox.cgroups`). Works after the sandbox's processes died; after `stop`, what
+        was hit when it stopped."""
+        if self._cgroup is None and self._init_pid is None:
+            return list(self._hits_at_stop)
         hit = self._cgroup.limits_hit() if self._cgroup is not None else []
         if self._init_pid is not None:
             limits = self.limits
             hit += full_filesystems(
                 Path(f"/proc/{self._init_pid}/root"),
                 {
-                    "/tmp": "the sandbox's writable layer and /tmp share "
-                    f"{limits.writable_bytes >> 20} MiB (the task's environment.storage_mb, "
-                    f"{limits.storage_mb} MiB, at most 3/4 of its memory_mb on local: they are in RAM)",
-                    "/dev/shm": f"{limits.shm_bytes >> 20} MiB (part of the task's environment.memory_mb)",
+                    "/tmp": f"the writable layer and /tmp share {limits.writable_bytes >> 20} MiB: the "
+                    f"task's environment.storage_mb ({limits.storage_mb} MiB), at most 3/4 of its "
+                    "memory_mb as they are in RAM",
+                    "/dev/shm": f"{limits.shm_bytes >> 20} MiB, counted in the task's environment.memory_mb",
                 },
             )
         return hit
@@ -256,7 +260,9 @@ class IsolatedSandbox(SidecarSandbox):
 
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
-        and delete the folder. Safe to call twice."""
+        and delete the folder (and the cgroup, killing what is left in it). Safe to call twice."""
+        if self._cgroup is not None or self._init_pid is not None:
+            self._hits_at_stop = await self.limits_hit()
         if self.connected:
             with contextlib.suppress(SidecarError):
                 await self.kill()
