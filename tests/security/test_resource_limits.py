@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from reroll.sandbox.cgroups import CgroupError, detect
 from reroll.sandbox.docker import DockerSandbox, DockerSandboxConfig
-from reroll.sandbox.isolated import namespaces_unavailable
+from reroll.sandbox.isolated import IsolatedSandbox, namespaces_unavailable
 from reroll.tasks import load_task
 
 from tests.conftest import EXAMPLES
@@ -113,10 +113,11 @@ LOCAL_PIDS_MAX = 128
 LOCAL_ATTACKS = {  # attack → its script, and what result.json's error must say
     "honest": ("echo 42 > answer.txt\n", ()),
     "touch-memory": ("python3 -c \"x = b'x' * (1536 << 20)\"\n", ("out of memory", "environment.memory_mb")),
-    # The sidecar (about 50 MiB) is the largest process: the OOM killer ends it, and the sandbox.
+    # 40 forks of 40 MiB each: the sidecar (about 50 MiB) is the largest process, so the OOM
+    # killer ends it first, and with it the sandbox.
     "many-small-processes": (
-        f"for i in $(seq 40); do {sys.executable} -c "
-        "\"import time; x = b'x' * (30 << 20); time.sleep(10)\" & done\nwait\n",
+        f'{sys.executable} -c "import os, time\nfor _ in range(40):\n'
+        "    if os.fork() == 0: x = b'x' * (30 << 20); time.sleep(10); os._exit(0)\nos.wait()\"\n",
         ("out of memory", "environment.memory_mb"),
     ),
     "fill-tmp": (
@@ -127,8 +128,9 @@ LOCAL_ATTACKS = {  # attack → its script, and what result.json's error must sa
         "dd if=/dev/zero of=/dev/shm/fill bs=1M count=256\n",
         ("out of storage: /dev/shm is full", "environment.memory_mb"),
     ),
-    "fork-400": (
-        "for i in $(seq 400); do sleep 60 & done\n",
+    "fork-400": (  # in Python: bash retries a refused fork for seconds
+        f'{sys.executable} -c "import os, time\nfor _ in range(400):\n'
+        '    if os.fork() == 0: time.sleep(60); os._exit(0)"\n',
         ("out of processes", f"limit of {LOCAL_PIDS_MAX} processes", "environment.pids_max"),
     ),
 }
@@ -162,3 +164,41 @@ def test_a_limit_ends_a_local_rollout_clearly(attack: str, tmp_path: Path) -> No
     assert result["rewards"] in (None, {"reward": 0.0}), "paid all the same"
     for words in LOCAL_ATTACKS[attack][1]:
         assert words in result["error"], result["error"]
+
+
+SPIN = """
+import multiprocessing, os, time
+def spin():
+    start = time.monotonic()
+    while time.monotonic() - start < 1.5:
+        pass
+workers = [multiprocessing.Process(target=spin) for _ in range(2)]
+start = time.monotonic()
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+times = os.times()
+print(times.children_user + times.children_system, time.monotonic() - start)
+"""
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason="this machine forbids the isolated local sandbox")
+@pytest.mark.skipif(not _cgroups_here(), reason="no cgroup can be made here (not root, or no hierarchy)")
+async def test_local_cpus_cap_cpu_time_and_the_cgroup_goes_with_the_sandbox() -> None:
+    task = load_task(EXAMPLES / "hello-file")
+    environment = task.spec.environment.model_copy(update={"cpus": 0.5})
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    sandbox = IsolatedSandbox(task, f"limits-{uuid.uuid4().hex[:8]}")
+    await sandbox.start()
+    try:
+        assert sandbox._cgroup is not None
+        folders = list(sandbox._cgroup.paths.values())
+        assert all(folder.is_dir() for folder in folders)
+        result = await sandbox.exec([sys.executable, "-c", SPIN], user=sandbox.layout.agent_user)
+        cpu, wall = map(float, result.stdout.split())
+        assert cpu <= 0.5 * wall * 1.2, (cpu, wall)  # two busy processes: unlimited, twice the wall time
+        await sandbox.exec(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 &"], user=sandbox.layout.agent_user)
+    finally:
+        await sandbox.stop()
+    assert not any(folder.exists() for folder in folders), "the cgroup goes with the sandbox"
