@@ -54,7 +54,8 @@ it and BenchFlow's ``idle_timeout`` mark a run ``reroll continue`` takes), ``rep
 ``--replay-only`` continuation stopped at its cut point), ``divergence`` (the proxy aborted on
 strict divergence: a replayed request left the recorded rails), ``agent_error`` (the agent exited
 non-zero), ``resource_limit`` (the sandbox hit a limit of the task's ``environment``: the
-kernel's OOM killer struck at ``memory_mb``, or the ``storage_mb`` disk quota filled up; not
+kernel's OOM killer struck at ``memory_mb``, the ``storage_mb`` disk quota filled up, or — on
+`local` — a fork was refused at ``pids_max`` or ``/tmp`` or ``/dev/shm`` filled up; not
 retried, the same agent would hit it again). Any exception outside this tree ends a rollout
 with status ``error``, category ``internal`` and its traceback in ``error.txt`` of the run folder.
 

@@ -4,6 +4,11 @@ the limit, and the host's disk grows by at most the quota; the honest agent stil
 
 Before the sized file system (`reroll.sandbox.docker.disk`) an agent wrote 4 GiB into the workspace,
 a volume of the host's file system; an agent killed by the OOM killer ended as ``agent_error``.
+
+Issue 19 item 3, the same on the isolated `local` sandbox (`reroll.sandbox.local.cgroups`): before its
+cgroup an agent of a task with ``memory_mb = 1024`` touched 1.5 GiB, wrote 1 GiB into ``/tmp``
+and 256 MiB into ``/dev/shm`` (tmpfs of half the host's RAM each) and ran 400 processes, all
+without a limit; and ``cpus`` was not enforced.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from pathlib import Path
 
 import pytest
 from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.local.cgroups import CgroupError, detect
+from reroll.sandbox.local.isolated import IsolatedSandbox, namespaces_unavailable
 from reroll.tasks.task import load_task
 
 from tests.conftest import EXAMPLES
 from tests.test_reward_hacks import run_oracle, write_files
 
-pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.usefixtures("docker_images")]
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 REROLL = str(Path(sys.executable).parent / "reroll")
 STORAGE_MB = 64
 MEMORY_MB = 256
@@ -35,6 +42,13 @@ ATTACKS = {
     ),
     "allocate-memory": 'python3 -c "x = bytearray(1 << 30)"\n',
 }
+
+
+def _cgroups_here() -> bool:
+    try:
+        return os.geteuid() == 0 and bool(detect())
+    except CgroupError:
+        return False
 
 
 def make_task(root: Path, attack: str) -> Path:
@@ -53,6 +67,7 @@ def make_task(root: Path, attack: str) -> Path:
     return write_files(root / attack, files)
 
 
+@pytest.mark.usefixtures("docker_images")
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
     result, _ = run_oracle(make_task(tmp_path, attack), tmp_path)
@@ -66,6 +81,7 @@ def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
     assert expected in result["error"] and f"environment.{field}" in result["error"], result["error"]
 
 
+@pytest.mark.usefixtures("docker_images")
 async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
     task = load_task(EXAMPLES / "hello-file")
     environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
@@ -90,3 +106,99 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
     finally:
         await sandbox.stop()
     assert not sandbox._disk and not image.parent.exists(), "unmounted and deleted with the sandbox"
+
+
+LOCAL_MEMORY_MB = 1024
+LOCAL_PIDS_MAX = 128
+LOCAL_ATTACKS = {  # attack → its script, and what result.json's error must say
+    "honest": ("echo 42 > answer.txt\n", ()),
+    "touch-memory": ("python3 -c \"x = b'x' * (1536 << 20)\"\n", ("out of memory", "environment.memory_mb")),
+    # 40 forks of 40 MiB each: the sidecar (about 50 MiB) is the largest process, so the OOM
+    # killer ends it first, and with it the sandbox.
+    "many-small-processes": (
+        f'{sys.executable} -c "import os, time\nfor _ in range(40):\n'
+        "    if os.fork() == 0: x = b'x' * (30 << 20); time.sleep(10); os._exit(0)\nos.wait()\"\n",
+        ("out of memory", "environment.memory_mb"),
+    ),
+    "fill-tmp": (
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=1024\n",
+        ("out of storage: /tmp is full", "environment.storage_mb"),
+    ),
+    "fill-shm": (
+        "dd if=/dev/zero of=/dev/shm/fill bs=1M count=256\n",
+        ("out of storage: /dev/shm is full", "environment.memory_mb"),
+    ),
+    "fork-400": (  # in Python: bash retries a refused fork for seconds
+        f'{sys.executable} -c "import os, time\nfor _ in range(400):\n'
+        '    if os.fork() == 0: time.sleep(60); os._exit(0)"\n',
+        ("out of processes", f"limit of {LOCAL_PIDS_MAX} processes", "environment.pids_max"),
+    ),
+}
+
+
+def make_local_task(root: Path, attack: str) -> Path:
+    front = {
+        "name": "local-limits-attack",
+        "verifier": {"timeout_sec": 60},
+        "agent": {"timeout_sec": 120},
+        "environment": {"network": "none", "memory_mb": LOCAL_MEMORY_MB, "pids_max": LOCAL_PIDS_MAX},
+    }
+    files = {
+        "task.md": f"---\n{json.dumps(front)}\n---\nWrite 42 into answer.txt.\n",
+        "verifier/test.sh": "#!/bin/sh\nmkdir -p /logs/verifier\n"
+        'if [ "$(cat /app/answer.txt)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
+        "oracle/solve.sh": f"#!/bin/sh\nset -e\ncd /app\n{LOCAL_ATTACKS[attack][0]}",
+    }
+    return write_files(root / attack, files)
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason="this machine forbids the isolated local sandbox")
+@pytest.mark.skipif(not _cgroups_here(), reason="no cgroup can be made here (not root, or no hierarchy)")
+@pytest.mark.parametrize("attack", list(LOCAL_ATTACKS))
+def test_a_limit_ends_a_local_rollout_clearly(attack: str, tmp_path: Path) -> None:
+    result, _ = run_oracle(make_local_task(tmp_path, attack), tmp_path, backend="local")
+    if attack == "honest":
+        assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
+        return
+    assert (result["status"], result["error_category"]) == ("error", "resource_limit"), result
+    assert result["rewards"] in (None, {"reward": 0.0}), "paid all the same"
+    for words in LOCAL_ATTACKS[attack][1]:
+        assert words in result["error"], result["error"]
+
+
+SPIN = """
+import multiprocessing, os, time
+def spin():
+    start = time.monotonic()
+    while time.monotonic() - start < 1.5:
+        pass
+workers = [multiprocessing.Process(target=spin) for _ in range(2)]
+start = time.monotonic()
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+times = os.times()
+print(times.children_user + times.children_system, time.monotonic() - start)
+"""
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason="this machine forbids the isolated local sandbox")
+@pytest.mark.skipif(not _cgroups_here(), reason="no cgroup can be made here (not root, or no hierarchy)")
+async def test_local_cpus_cap_cpu_time_and_the_cgroup_goes_with_the_sandbox() -> None:
+    task = load_task(EXAMPLES / "hello-file")
+    environment = task.spec.environment.model_copy(update={"cpus": 0.5})
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    sandbox = IsolatedSandbox(task, f"limits-{uuid.uuid4().hex[:8]}")
+    await sandbox.start()
+    try:
+        assert sandbox._cgroup is not None
+        folders = list(sandbox._cgroup.paths.values())
+        assert all(folder.is_dir() for folder in folders)
+        result = await sandbox.exec([sys.executable, "-c", SPIN], user=sandbox.layout.agent_user)
+        cpu, wall = map(float, result.stdout.split())
+        assert cpu <= 0.5 * wall * 1.2, (cpu, wall)  # two busy processes: unlimited, twice the wall time
+        await sandbox.exec(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 &"], user=sandbox.layout.agent_user)
+    finally:
+        await sandbox.stop()
+    assert not any(folder.exists() for folder in folders), "the cgroup goes with the sandbox"

@@ -25,6 +25,7 @@ from reroll_contracts.errors import (
     AgentInstallError,
     ErrorCategory,
     RerollError,
+    SandboxError,
     SidecarError,
     TrajectoryFormatError,
     error_category,
@@ -161,6 +162,7 @@ async def execute_rollout(
     write_json(plan.run_dir / CONFIG_FILE, plan.config)
     write_json(plan.run_dir / PROMPTS_FILE, [])
     harness_dir = harness_folder(plan.run_dir)
+    sandbox: Sandbox | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
             task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
@@ -222,6 +224,11 @@ async def execute_rollout(
         if not isinstance(exc, RerollError):  # a bug: keep its traceback
             (plan.run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
             message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
+        limited = isinstance(exc, SandboxError) and result.error_category != "agent_error"
+        if limited and (hit := await _limits_hit_after(sandbox)):
+            # e.g. the OOM killer ended the sidecar: the limit is the cause (not retried)
+            result.error_category = "resource_limit"
+            message = headline(f"the sandbox hit a resource limit: {'; '.join(hit)}", message)
         _fail(result, error_category(exc), message)
     finally:
         trajectory = plan.run_dir / TRAJECTORY
@@ -232,6 +239,16 @@ async def execute_rollout(
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)
     return result
+
+
+async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
+    """`Sandbox.limits_hit` of a sandbox that failed (and may be stopped); empty when unknown."""
+    if sandbox is None:
+        return []
+    try:
+        return await sandbox.limits_hit()
+    except RerollError:
+        return []
 
 
 async def _start_llm_side(

@@ -181,7 +181,8 @@ class Sandbox(Protocol):
     async def limits_hit(self) -> list[str]:
         """The resource limits of the task's ``environment`` the sandbox's processes hit so far,
         each as a sentence naming the limit (memory: the kernel's OOM killer ended a process;
-        disk: the quota is full); empty when none was, or the backend enforces none (`local`).
+        disk: the quota is full; pids: a fork was refused); empty when none was, or the backend
+        enforces none (`local-plain`). A stopped sandbox may answer what it hit when it stopped.
 
         Raises:
             SandboxError: not started, or the sandbox died.

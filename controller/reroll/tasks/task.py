@@ -108,15 +108,17 @@ class EnvironmentSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     cpus: float = Field(default=1.0, gt=0)
-    """CPU limit (cores) for container backends."""
+    """CPU limit (cores) for container backends and the isolated `local` sandbox (its cgroup)."""
     memory_mb: int = Field(default=2048, gt=0)
-    """Memory limit in MiB for container backends (swap included: none beyond it)."""
+    """Memory limit in MiB for container backends and the isolated `local` sandbox (swap included:
+    none beyond it; in `local`, what it writes outside its bound folders counts too)."""
     pids_max: int = Field(default=1024, gt=0)
-    """How many processes and threads the sandbox may hold at once (container backends): a fork
-    bomb gets EAGAIN instead of exhausting the host's process table."""
+    """How many processes and threads the sandbox may hold at once (container backends, the
+    isolated `local`): a fork bomb gets EAGAIN instead of exhausting the host's process table."""
     storage_mb: int = Field(default=10240, gt=0)
     """Disk quota in MiB of what the agent writes (container backends: the workspace and ``/tmp``
-    share it); Harbor's field and default."""
+    share it; the isolated `local`: its RAM-backed writable layer and ``/tmp``, at most 3/4 of
+    ``memory_mb``); Harbor's field and default."""
     network: NetworkPolicy = "full"
     """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends).
     Harbor's ``allow_internet`` and ``network_mode`` map onto it."""

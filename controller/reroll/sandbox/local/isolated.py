@@ -59,6 +59,7 @@ from reroll.cache import cache_dir, host_ca_bundle
 from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
 from reroll.sandbox.installs import InstallStore, local_install_store
+from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.local.rootview import (
@@ -143,6 +144,10 @@ class IsolatedSandbox(SidecarSandbox):
         self._token = secrets.token_urlsafe(24)
         self._sidecar_process: ChildProcess | None = None
         self._init_pid: int | None = None
+        self.limits = SandboxLimits.of(task.spec.environment)
+        """The task's memory, cpus, pids and sizes, as the sandbox's cgroup and tmpfs hold them."""
+        self._cgroup: SandboxCgroup | None = None
+        self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
 
@@ -170,8 +175,35 @@ class IsolatedSandbox(SidecarSandbox):
                 raise SandboxError(f"{self.label}: cannot forward port {port} inside: {exc}") from exc
 
     async def limits_hit(self) -> list[str]:
-        """None: only ``/`` is capped (a full one is ENOSPC to the agent)."""
-        return []
+        """See `Sandbox.limits_hit`: the OOM kills and refused forks in the sandbox's cgroup, and
+        whether its tmpfs ``/`` (``/tmp`` included) or ``/dev/shm`` is full
+        (`reroll.sandbox.local.cgroups`). Works after the sandbox's processes died; after `stop`,
+        what was hit when it stopped."""
+        if self._cgroup is None and self._init_pid is None:
+            return list(self._hits_at_stop)
+        hit = self._cgroup.limits_hit() if self._cgroup is not None else []
+        if self._init_pid is not None:
+            limits = self.limits
+            hit += full_filesystems(
+                Path(f"/proc/{self._init_pid}/root"),
+                {
+                    "/tmp": f"the writable root and /tmp share {limits.writable_bytes >> 20} MiB: the "
+                    f"task's environment.storage_mb ({limits.storage_mb} MiB), at most 3/4 of its "
+                    "memory_mb as they are in RAM",
+                    "/dev/shm": f"{limits.shm_bytes >> 20} MiB, counted in the task's environment.memory_mb",
+                },
+            )
+        return hit
+
+    def _limited(self, command: list[str]) -> list[str]:
+        """`command` started inside a cgroup of its own holding the task's memory, cpus and pids
+        (`reroll.sandbox.local.cgroups`); unchanged, with a warning once, where none can be made."""
+        try:
+            self._cgroup = SandboxCgroup.create(self.folder.name, self.limits)
+        except CgroupError as exc:
+            _warn_unlimited_once(str(exc))
+            return command
+        return self._cgroup.enter_command(command)
 
     @contextlib.asynccontextmanager
     async def egress(self) -> AsyncIterator[dict[str, str]]:
@@ -208,13 +240,13 @@ class IsolatedSandbox(SidecarSandbox):
             yield sandbox
 
     def _view(self, control: Path, bundle: Path) -> RootView:
-        storage_mb = self.task.spec.environment.storage_mb
         agents = Path(self.layout.agents_dir)
         verifier = self.layout.path(self.task.verifier_mount)
         return RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
-            storage_bytes=self.config.storage_bytes or storage_mb * 1024 * 1024,
+            storage_bytes=self.config.storage_bytes or self.limits.writable_bytes,
+            shm_bytes=self.limits.shm_bytes,
             id_base=self.id_base,
             folders=[("/root", 0o711), ("/home", 0o755), ("/opt", 0o755)],
             pieces=[
@@ -279,7 +311,7 @@ class IsolatedSandbox(SidecarSandbox):
             workdir=control,
             name="sidecar",
             env=child_environment({"TMPDIR": "/tmp", "HOME": "/root"}),
-            command=view.command(sidecar, info_write, block_read),
+            command=self._limited(view.command(sidecar, info_write, block_read)),
             pass_fds=(info_write, block_read),
         )
         process = self._sidecar_process
@@ -373,7 +405,9 @@ class IsolatedSandbox(SidecarSandbox):
 
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
-        and pasta, and delete the folder. Safe to call twice."""
+        and pasta, delete the folder and the cgroup (killing what is left in it). Safe to call twice."""
+        if self._cgroup is not None or self._init_pid is not None:
+            self._hits_at_stop = await self.limits_hit()
         if self.connected:
             with contextlib.suppress(SidecarError):
                 await self.kill()
@@ -390,6 +424,9 @@ class IsolatedSandbox(SidecarSandbox):
         if self._sidecar_process is not None:
             await self._sidecar_process.stop()
             self._sidecar_process = None
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
+            self._cgroup = None
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -466,6 +503,16 @@ class LocalBackend:
 
 local_sandbox = LocalBackend()
 """The `local` backend (``--sandbox local``, the default), as `reroll.sandbox.base.BACKENDS` names it."""
+
+
+@functools.cache
+def _warn_unlimited_once(reason: str) -> None:
+    message = (
+        f"reroll: the local sandbox's cgroup cannot be made here ({reason}); its processes run "
+        "without the task's memory, cpus and pids limits"
+    )
+    print(message, file=sys.stderr)
+    logger.warning(message)
 
 
 @functools.cache

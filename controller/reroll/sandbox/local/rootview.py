@@ -135,6 +135,8 @@ class RootView:
     hostname: str
     storage_bytes: int
     """Size of the tmpfs ``/``: the most the sandbox writes outside its bound folders, bytes."""
+    shm_bytes: int = 0
+    """Size of ``/dev/shm`` (a tmpfs of its own), bytes; 0: the ``/dev`` tmpfs's folder."""
     id_base: int = ROLLOUT_ID_BASE
     pieces: list[Piece] = field(default_factory=list)
     folders: list[tuple[str, int]] = field(default_factory=list)
@@ -191,6 +193,8 @@ class RootView:
             *("--size", str(self.storage_bytes), "--perms", "0755", "--tmpfs", "/"),
         ]
         bwrap += [*system_args(), "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/etc"]
+        if self.shm_bytes:
+            bwrap += ["--size", str(self.shm_bytes), "--perms", "1777", "--tmpfs", "/dev/shm"]
         for name in SHARED_ETC:
             if os.path.lexists(f"/etc/{name}"):
                 bwrap += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
