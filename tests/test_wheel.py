@@ -11,22 +11,19 @@ wheel's copy of the sidecar hashes to the same image tags).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reroll.cache import cache_dir
 
 from tests.conftest import EXAMPLES, ROOT
 
 UV = str(Path(sys.executable).parent / "uv")
 PACKAGE_FOLDERS = {
     "reroll": ROOT / "controller" / "reroll",
+    "reroll_contracts": ROOT / "contracts" / "reroll_contracts",
     "reroll_sidecar": ROOT / "sidecar" / "reroll_sidecar",
     "reroll_proxy": ROOT / "proxy" / "reroll_proxy",
     "reroll_protos": ROOT / "protos" / "reroll_protos",
@@ -51,17 +48,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(wheel: Path) -> Iterator[Path]:
-    """``bin/`` of a fresh virtualenv outside the checkout holding the wheel and its locked
-    dependencies. It lives under reroll's cache, not ``/tmp``: the isolated local sandbox has a
-    ``/tmp`` of its own, where a venv from the host's ``/tmp`` is bound read-only, so the
-    verifier's hardening of ``/tmp``'s start-up hooks (PyInstaller ships a conftest.py) fails."""
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="test-wheel-", dir=cache_dir()))
-    try:
-        yield _install(work, wheel)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``bin/`` of a fresh virtualenv under ``/tmp`` (outside the checkout) holding the wheel and
+    its locked dependencies: the sandbox is built from what the rollout needs (its sidecar from
+    its own bundle), so a controller installed anywhere works, ``/tmp`` included."""
+    return _install(tmp_path_factory.mktemp("test-wheel"), wheel)
 
 
 def _install(work: Path, wheel: Path) -> Path:
@@ -77,7 +68,7 @@ def _install(work: Path, wheel: Path) -> Path:
     return venv / "bin"
 
 
-def test_the_wheel_carries_every_file_of_the_four_packages(wheel: Path) -> None:
+def test_the_wheel_carries_every_file_of_the_five_packages(wheel: Path) -> None:
     """Modules of every subpackage (formats/, intercept/ were once missing) and the data files the
     runtime reads (agents.yaml, images/, the protos)."""
     in_tree = {
