@@ -25,7 +25,9 @@ import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.sandbox.docker import firewall
-from reroll.sandbox.docker.backend import ISOLATED_PREFIX, DockerSandbox, DockerSandboxConfig, prune
+from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.networks import ISOLATED_PREFIX
+from reroll.sandbox.docker.prune import prune
 from reroll.tasks.task import Task, load_task
 
 from tests.conftest import EXAMPLES

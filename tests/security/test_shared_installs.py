@@ -142,7 +142,8 @@ def backend(
     volumes; for local a cache folder of this module's own."""
     if request.param == "docker":
         request.getfixturevalue("docker_images")
-        from reroll.sandbox.docker.backend import docker_client, install_store
+        from reroll.sandbox.docker.backend import install_store
+        from reroll.sandbox.docker.engine import docker_client
 
         return "docker", install_store(docker_client()), {}
     cache = tmp_path_factory.mktemp("installs-cache")

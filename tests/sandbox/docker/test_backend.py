@@ -17,7 +17,9 @@ import docker
 import pytest
 from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.docker import backend as docker_backend
-from reroll.sandbox.docker.backend import AGENTS_DIR, SHARED_VOLUMES, DockerSandbox, owner_label, prune
+from reroll.sandbox.docker.backend import AGENTS_DIR, DockerSandbox
+from reroll.sandbox.docker.engine import SHARED_VOLUMES, owner_label
+from reroll.sandbox.docker.prune import prune
 from reroll.tasks.task import Task, load_task
 from reroll_contracts.errors import SandboxError
 

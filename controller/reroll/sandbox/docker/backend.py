@@ -53,12 +53,11 @@ import dataclasses
 import os
 import secrets
 import shutil
-import socket
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import docker
 import docker.errors
@@ -71,42 +70,36 @@ from reroll.cache import host_ca_bundle
 from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.docker import disk, firewall
 from reroll.sandbox.docker.config import DockerSandboxConfig
+from reroll.sandbox.docker.engine import (
+    AGENTS_VOLUME,
+    DISK_LABEL,
+    MANIFESTS_VOLUME,
+    MOUNT_POINT,
+    OWNER_LABEL,
+    ROLE_LABEL,
+    RUN_ID_LABEL,
+    SHARED_LABEL,
+    docker_client,
+    owner_label,
+)
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
+from reroll.sandbox.docker.networks import (
+    create_isolated_network,
+    ensure_full_network,
+    gateway,
+    remove_isolated_network,
+)
+from reroll.sandbox.docker.prune import prune as prune_leftovers
 from reroll.sandbox.installs import InstallStore
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
-RUN_ID_LABEL = "reroll.run_id"
-OWNER_LABEL = "reroll.owner"
-"""``<host name>/<pid>/<start time in clock ticks>`` of the controller process that started the
-container (the start time tells a reused pid apart)."""
 AGENT_USER = "agent"
-AGENTS_VOLUME = "reroll-agents"
 AGENTS_DIR = "/opt/reroll-agents"
-MANIFESTS_VOLUME = "reroll-agents-manifests"
-"""The manifests of the installs in `AGENTS_VOLUME` (`reroll.sandbox.installs`); mounted in no container."""
-SHARED_VOLUMES = frozenset({AGENTS_VOLUME, MANIFESTS_VOLUME})
-"""Volumes `prune` keeps: the shared installs and their manifests."""
-SHARED_LABEL = "reroll.shared"
-"""Label of `MANIFESTS_VOLUME` (instead of ``reroll.managed``, which `prune` looks at)."""
-ROLE_LABEL = "reroll.role"
-"""``rollout``, or ``install`` for an install container (`DockerSandbox.installer`)."""
-MOUNT_POINT = "/run/reroll"
 HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
-FULL_NETWORK = "reroll-full"
-"""The bridge network every sandbox under network policy ``full`` joins (and `egress` lends)."""
-ISOLATED_PREFIX = "reroll-none-"
-"""A rollout's own network under policy ``none`` is ``reroll-none-<key>``, its bridge ``rr-<key>``."""
-ICC_OPTION = "com.docker.network.bridge.enable_icc"
-"""Bridge option: whether containers on the network reach each other (off for ``none``)."""
-DISK_LABEL = "reroll.disk"
-"""Label of a volume on a sized file system: the host folder of that file system
-(`reroll.sandbox.docker.disk`)."""
-BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
-"""Bridge option: the host's interface name of the bridge (the firewall's rules name it)."""
 
 # Runs once in every new container, as root, with $1 the agent's user (a name or a uid) and $2
 # its working folder: the user, folders and ownership; prints the user's name and HOME. POSIX sh
@@ -172,114 +165,6 @@ def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
     return ImageDefaults(workdir=workdir or DEFAULT_WORKDIR, user=user or "root")
 
 
-def docker_client() -> docker.DockerClient:
-    """A client of the local Docker Engine (``DOCKER_HOST`` and friends honoured).
-
-    Raises:
-        SandboxError: no engine answers.
-    """
-    try:
-        return docker.from_env()
-    except docker.errors.DockerException as exc:
-        raise SandboxError(f"cannot reach the Docker Engine: {exc}") from exc
-
-
-def _bridge_options(client: docker.DockerClient) -> dict[str, str]:
-    """Options every reroll bridge gets: the engine's MTU (the default bridge's), which custom
-    networks would not inherit."""
-    bridge_options = client.networks.get("bridge").attrs.get("Options") or {}
-    mtu_key = "com.docker.network.driver.mtu"
-    return {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
-
-
-def ensure_full_network(client: docker.DockerClient) -> Network:
-    """The shared network `FULL_NETWORK` (network policy ``full``), created when missing.
-
-    Raises:
-        SandboxError: the network cannot be created.
-    """
-    with contextlib.suppress(docker.errors.NotFound):
-        return client.networks.get(FULL_NETWORK)
-    try:
-        return client.networks.create(
-            FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=_bridge_options(client)
-        )
-    except docker.errors.APIError as exc:
-        with contextlib.suppress(docker.errors.NotFound):
-            return client.networks.get(FULL_NETWORK)  # created by a concurrent rollout meanwhile
-        raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
-
-
-def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[Network, str]:
-    """A new network of one rollout under policy ``none``, firewalled (`reroll.sandbox.docker.firewall`).
-
-    Returns:
-        The network ``reroll-none-<key>`` (internal, bridge ``rr-<key>``, labelled with `run_id`)
-        and its key.
-
-    Raises:
-        SandboxError: the network or its firewall cannot be made (nothing is left behind); the
-            engine's address pools are exhausted (the message says how to widen them).
-    """
-    key = secrets.token_hex(5)
-    options = _bridge_options(client) | {ICC_OPTION: "false", BRIDGE_NAME_OPTION: f"rr-{key}"}
-    try:
-        network = client.networks.create(
-            ISOLATED_PREFIX + key,
-            driver="bridge",
-            internal=True,
-            labels={MANAGED_LABEL: "1", RUN_ID_LABEL: run_id, OWNER_LABEL: owner_label()},
-            options=options,
-        )
-    except docker.errors.APIError as exc:
-        hint = ""
-        if "address pool" in str(exc):
-            hint = (
-                " (every rollout under network none has its own; widen default-address-pools in daemon.json)"
-            )
-        raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
-    try:
-        firewall.install(key, f"rr-{key}", gateway(network))
-    except BaseException:
-        with contextlib.suppress(docker.errors.APIError):
-            network.remove()
-        raise
-    return network, key
-
-
-def remove_isolated_network(network: Network) -> bool:
-    """Remove a network of `create_isolated_network` and then its firewall table (in this order,
-    so no packet of a sandbox passes unfiltered); either may be gone already.
-
-    Returns:
-        Whether it was removed; False when the engine refused (still in use), when the table is kept too.
-
-    Raises:
-        SandboxError: nft failed.
-    """
-    try:
-        network.remove()
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError:
-        return False
-    firewall.remove(str(network.name).removeprefix(ISOLATED_PREFIX))
-    return True
-
-
-def gateway(network: Network) -> str:
-    """The host's address on `network` (its bridge's gateway).
-
-    Raises:
-        SandboxError: the network has no IPv4 gateway.
-    """
-    network.reload()
-    for config in network.attrs.get("IPAM", {}).get("Config") or []:
-        if config.get("Gateway"):
-            return str(config["Gateway"])
-    raise SandboxError(f"docker network {network.name} has no gateway address")
-
-
 class DockerSandbox(SidecarSandbox):
     """A sandbox in a Docker container; see the module docstring.
 
@@ -304,7 +189,7 @@ class DockerSandbox(SidecarSandbox):
         Raises:
             SandboxError: as the module's `prune`.
         """
-        return prune(run_id, running=running)
+        return prune_leftovers(run_id, running=running)
 
     def __init__(
         self,
@@ -677,119 +562,3 @@ def _oom_kills(pid: int) -> int:
                 if name == "oom_kill":
                     return int(value)
     return 0
-
-
-def owner_label(pid: int | None = None) -> str:
-    """The `OWNER_LABEL` value naming process `pid` (default: this one) on this host."""
-    pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}/{pid}/{_start_ticks(pid)}"
-
-
-def _start_ticks(pid: int) -> str:
-    """Field 22 of ``/proc/<pid>/stat`` (start time since boot, clock ticks); "" if no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rpartition(")")[2].split()[19]
-
-
-def _owner_runs(owner: str | None) -> bool:
-    """Whether the controller named by an `OWNER_LABEL` value still runs (another host's: assumed so)."""
-    if not owner:
-        return False  # no owner label: a container from before labels had owners
-    host, _, process = owner.partition("/")
-    if host != socket.gethostname():
-        return True
-    pid, _, ticks = process.partition("/")
-    return pid.isdigit() and ticks != "" and _start_ticks(int(pid)) == ticks
-
-
-def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
-    """Remove reroll's leftover containers (their controller is gone), their volumes and sized
-    file systems (`reroll.sandbox.docker.disk`), unused networks, and the firewall tables of removed
-    networks (`reroll.sandbox.docker.firewall`; reroll's own tables only).
-
-    Args:
-        run_id: only this run's containers, whether its controller runs or not.
-        running: also the containers of rollouts whose controller still runs.
-
-    Returns:
-        ``{"containers": [names removed], "kept": [names of live rollouts' containers kept],
-        "volumes": [names removed], "networks": [names removed], "firewall_tables": [nftables
-        tables removed]}``; the sized file systems of removed volumes are unmounted and deleted.
-
-    Raises:
-        SandboxError: no Docker Engine answers, or nft failed.
-    """
-    engine = docker_client()
-    removed: dict[str, list[str]] = {
-        "containers": [],
-        "kept": [],
-        "volumes": [],
-        "networks": [],
-        "firewall_tables": [],
-    }
-    in_use: set[str] = set()  # the mount folders (and sized file systems) of the containers kept
-    volumes_in_use: set[str | None] = set()
-    labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
-    filters: dict[str, Any] = {"label": labels}
-    try:
-        for container in engine.containers.list(all=True, filters=filters):
-            name = container.name or container.id or ""
-            if not (running or run_id) and _owner_runs(container.labels.get(OWNER_LABEL)):
-                removed["kept"].append(name)
-                in_use.update(
-                    m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == MOUNT_POINT
-                )
-                volumes_in_use.update(m.get("Name") for m in container.attrs["Mounts"])
-                continue
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True, v=True)
-                removed["containers"].append(name)
-        for volume in engine.volumes.list(filters={"label": labels}):
-            if volume.name in SHARED_VOLUMES:
-                continue  # installs shared by every rollout, not a leftover
-            volume_labels = volume.attrs.get("Labels") or {}
-            folder = volume_labels.get(DISK_LABEL)
-            live = not (running or run_id) and _owner_runs(volume_labels.get(OWNER_LABEL))
-            if volume.name in volumes_in_use or live:  # in use, or its rollout is still starting
-                in_use.add(str(folder))
-                continue
-            with contextlib.suppress(docker.errors.APIError):
-                volume.remove(force=True)
-                removed["volumes"].append(volume.name or "")
-        for network in engine.networks.list(filters={"label": labels}):
-            name = network.name or ""
-            if not (running or run_id) and _owner_runs((network.attrs.get("Labels") or {}).get(OWNER_LABEL)):
-                continue  # a live rollout's own network, maybe still without its container
-            if name.startswith(ISOLATED_PREFIX):
-                removed_network = remove_isolated_network(network)
-            else:
-                removed_network = True
-                try:
-                    network.remove()
-                except docker.errors.APIError:  # still in use by a live run
-                    removed_network = False
-            if removed_network:
-                removed["networks"].append(name)
-        if run_id is None:  # firewall tables whose network is gone (a controller killed in between)
-            names = {
-                network.name for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"})
-            }
-            for key in firewall.tables():
-                if ISOLATED_PREFIX + key not in names:
-                    firewall.remove(key)
-                    removed["firewall_tables"].append(firewall.table_name(key))
-    finally:
-        engine.close()
-    for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
-        if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
-            shutil.rmtree(leftover, ignore_errors=True)
-    for leftover in disk.leftovers():
-        if str(leftover) in in_use or (run_id is not None and run_id[-24:] not in leftover.name):
-            continue
-        if run_id is None and not running and _owner_runs(disk.owner(leftover)):
-            continue  # a live rollout's, maybe still without its volumes
-        disk.remove(leftover)
-    return removed

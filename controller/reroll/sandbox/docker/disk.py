@@ -29,7 +29,7 @@ PREFIX = "reroll-disk-"
 IMAGE = "disk.img"
 MOUNTPOINT = "mnt"
 OWNER = "owner"
-"""A file in the host folder naming the process that made it (`reroll.sandbox.docker.backend.owner_label`)."""
+"""A file in the host folder naming the process that made it (`reroll.sandbox.docker.engine.owner_label`)."""
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less than this free counts as full (`SizedDisk.full`)."""
 _TIMEOUT_SECONDS = 60.0

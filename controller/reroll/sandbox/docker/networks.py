@@ -1,0 +1,131 @@
+"""The docker backend's networks: the shared ``full`` network and each rollout's own ``none`` one.
+
+Under policy ``full`` every sandbox joins `FULL_NETWORK`; under ``none`` a rollout gets a bridge
+of its own (`create_isolated_network`) whose only way out is the LLM proxy on its gateway, held
+by the firewall (`reroll.sandbox.docker.firewall`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+
+import docker
+import docker.errors
+from docker.models.networks import Network
+from reroll_contracts.errors import SandboxError
+
+from reroll.sandbox.docker import firewall
+from reroll.sandbox.docker.engine import OWNER_LABEL, RUN_ID_LABEL, owner_label
+from reroll.sandbox.docker.images import MANAGED_LABEL
+
+FULL_NETWORK = "reroll-full"
+"""The bridge network every sandbox under network policy ``full`` joins (and `egress` lends)."""
+
+
+ISOLATED_PREFIX = "reroll-none-"
+"""A rollout's own network under policy ``none`` is ``reroll-none-<key>``, its bridge ``rr-<key>``."""
+
+
+ICC_OPTION = "com.docker.network.bridge.enable_icc"
+"""Bridge option: whether containers on the network reach each other (off for ``none``)."""
+
+
+BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
+"""Bridge option: the host's interface name of the bridge (the firewall's rules name it)."""
+
+
+def _bridge_options(client: docker.DockerClient) -> dict[str, str]:
+    """Options every reroll bridge gets: the engine's MTU (the default bridge's), which custom
+    networks would not inherit."""
+    bridge_options = client.networks.get("bridge").attrs.get("Options") or {}
+    mtu_key = "com.docker.network.driver.mtu"
+    return {mtu_key: bridge_options[mtu_key]} if mtu_key in bridge_options else {}
+
+
+def ensure_full_network(client: docker.DockerClient) -> Network:
+    """The shared network `FULL_NETWORK` (network policy ``full``), created when missing.
+
+    Raises:
+        SandboxError: the network cannot be created.
+    """
+    with contextlib.suppress(docker.errors.NotFound):
+        return client.networks.get(FULL_NETWORK)
+    try:
+        return client.networks.create(
+            FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=_bridge_options(client)
+        )
+    except docker.errors.APIError as exc:
+        with contextlib.suppress(docker.errors.NotFound):
+            return client.networks.get(FULL_NETWORK)  # created by a concurrent rollout meanwhile
+        raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
+
+
+def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[Network, str]:
+    """A new network of one rollout under policy ``none``, firewalled (`reroll.sandbox.docker.firewall`).
+
+    Returns:
+        The network ``reroll-none-<key>`` (internal, bridge ``rr-<key>``, labelled with `run_id`)
+        and its key.
+
+    Raises:
+        SandboxError: the network or its firewall cannot be made (nothing is left behind); the
+            engine's address pools are exhausted (the message says how to widen them).
+    """
+    key = secrets.token_hex(5)
+    options = _bridge_options(client) | {ICC_OPTION: "false", BRIDGE_NAME_OPTION: f"rr-{key}"}
+    try:
+        network = client.networks.create(
+            ISOLATED_PREFIX + key,
+            driver="bridge",
+            internal=True,
+            labels={MANAGED_LABEL: "1", RUN_ID_LABEL: run_id, OWNER_LABEL: owner_label()},
+            options=options,
+        )
+    except docker.errors.APIError as exc:
+        hint = ""
+        if "address pool" in str(exc):
+            hint = (
+                " (every rollout under network none has its own; widen default-address-pools in daemon.json)"
+            )
+        raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
+    try:
+        firewall.install(key, f"rr-{key}", gateway(network))
+    except BaseException:
+        with contextlib.suppress(docker.errors.APIError):
+            network.remove()
+        raise
+    return network, key
+
+
+def remove_isolated_network(network: Network) -> bool:
+    """Remove a network of `create_isolated_network` and then its firewall table (in this order,
+    so no packet of a sandbox passes unfiltered); either may be gone already.
+
+    Returns:
+        Whether it was removed; False when the engine refused (still in use), when the table is kept too.
+
+    Raises:
+        SandboxError: nft failed.
+    """
+    try:
+        network.remove()
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError:
+        return False
+    firewall.remove(str(network.name).removeprefix(ISOLATED_PREFIX))
+    return True
+
+
+def gateway(network: Network) -> str:
+    """The host's address on `network` (its bridge's gateway).
+
+    Raises:
+        SandboxError: the network has no IPv4 gateway.
+    """
+    network.reload()
+    for config in network.attrs.get("IPAM", {}).get("Config") or []:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+    raise SandboxError(f"docker network {network.name} has no gateway address")
