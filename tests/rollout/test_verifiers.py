@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from reroll.rollout.record import run_task
-from reroll.rollout.verifier import TestScriptVerifier
+from reroll.rollout.script_verifier import TestScriptVerifier
 from reroll.rollout.verifiers import VERIFIERS, Verdict, VerifyRequest, verifier_for
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task, load_task

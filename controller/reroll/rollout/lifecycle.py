@@ -39,7 +39,7 @@ from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
-from reroll.rollout.verifier import quiesce
+from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
 from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import (

@@ -34,7 +34,7 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
-from reroll.rollout.verifier import quiesce
+from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verifier, VerifyRequest
 from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
 from reroll.runfolder.trial import TRIAL_RECORD, TrialRecord, TurnRecord

@@ -1,8 +1,8 @@
 """The verifier seam: what scores a rollout, chosen by the task's ``verifier.type``.
 
 A verifier is a class implementing `Verifier`, registered in `VERIFIERS` under the name a
-task's ``verifier.type`` gives (``test-script``, the default: `reroll.rollout.verifier.TestScriptVerifier`,
-which runs the task's ``test.sh``), or named by the dotted path of a class outside reroll
+task's ``verifier.type`` gives (``test-script``, the default:
+`reroll.rollout.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``), or named by the dotted path of a class outside reroll
 (``mypackage.judges:Judge``). `verifier_for` makes the rollout's one from its task: the class is
 called with the task and the task's ``verifier.options``. The rollout (`reroll.rollout.lifecycle`)
 then calls `Verifier.prepare` once, after the agent is installed and before it runs, and
@@ -121,7 +121,7 @@ VerifierFactory = Callable[[Task, Mapping[str, Any]], Verifier]
 """A `Verifier` class, or anything called the same way: ``(task, options) -> Verifier``."""
 
 VERIFIERS: dict[str, str] = {
-    DEFAULT_VERIFIER: "reroll.rollout.verifier:TestScriptVerifier",
+    DEFAULT_VERIFIER: "reroll.rollout.script_verifier:TestScriptVerifier",
 }
 """``verifier.type`` → the ``module:attribute`` of its factory, imported on first use."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reroll.rollout.verifier import declared_plugins
+from reroll.rollout.script_verifier import declared_plugins
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
 
