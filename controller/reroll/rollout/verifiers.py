@@ -3,8 +3,9 @@
 A verifier is a class implementing `Verifier`, registered in `VERIFIERS` under the name a
 task's ``verifier.type`` gives (``test-script``, the default:
 `reroll.rollout.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``), or
-named by the dotted path of a class outside reroll (``mypackage.judges:Judge``). `verifier_for` makes the rollout's one from its task: the class is
-called with the task and the task's ``verifier.options``. The rollout (`reroll.rollout.lifecycle`)
+named by the dotted path of a class outside reroll (``mypackage.judges:Judge``). `verifier_for`
+makes the rollout's one from its task: the class is called with the task and the task's
+``verifier.options``. The rollout (`reroll.rollout.lifecycle`)
 then calls `Verifier.prepare` once, after the agent is installed and before it runs, and
 `Verifier.verify` once after the agent phase (every process of the agent killed, the workspace
 hashed); the turn scheduler (`reroll.rollout.scenes`) calls `verify` with ``soft=True`` after
