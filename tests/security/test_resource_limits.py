@@ -116,7 +116,7 @@ LOCAL_ATTACKS = {  # attack → its script, and what result.json's error must sa
     # 40 forks of 40 MiB each: the sidecar (about 50 MiB) is the largest process, so the OOM
     # killer ends it first, and with it the sandbox.
     "many-small-processes": (
-        f'{sys.executable} -c "import os, time\nfor _ in range(40):\n'
+        'python3 -c "import os, time\nfor _ in range(40):\n'
         "    if os.fork() == 0: x = b'x' * (30 << 20); time.sleep(10); os._exit(0)\nos.wait()\"\n",
         ("out of memory", "environment.memory_mb"),
     ),
@@ -129,7 +129,7 @@ LOCAL_ATTACKS = {  # attack → its script, and what result.json's error must sa
         ("out of storage: /dev/shm is full", "environment.memory_mb"),
     ),
     "fork-400": (  # in Python: bash retries a refused fork for seconds
-        f'{sys.executable} -c "import os, time\nfor _ in range(400):\n'
+        'python3 -c "import os, time\nfor _ in range(400):\n'
         '    if os.fork() == 0: time.sleep(60); os._exit(0)"\n',
         ("out of processes", f"limit of {LOCAL_PIDS_MAX} processes", "environment.pids_max"),
     ),
