@@ -11,6 +11,7 @@ wheel's copy of the sidecar hashes to the same image tags).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -71,11 +72,12 @@ def _install(work: Path, wheel: Path) -> Path:
 def test_the_wheel_carries_every_file_of_the_five_packages(wheel: Path) -> None:
     """Modules of every subpackage (formats/, intercept/ were once missing) and the data files the
     runtime reads (agents.yaml, images/, the protos)."""
-    in_tree = {
-        f"{package}/{path.relative_to(folder).as_posix()}"
+    in_tree = {  # controller/reroll/images is a link to the top-level images/: followed
+        f"{package}/{(Path(top) / name).relative_to(folder).as_posix()}"
         for package, folder in PACKAGE_FOLDERS.items()
-        for path in folder.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
+        for top, _, names in os.walk(folder, followlinks=True)
+        for name in names
+        if "__pycache__" not in Path(top).parts
     }
     with zipfile.ZipFile(wheel) as archive:
         in_wheel = {name for name in archive.namelist() if ".dist-info/" not in name}

@@ -26,33 +26,35 @@ from tests.runfolder.test_run import exchange_line, make_run_folder
 pytestmark = pytest.mark.spawns  # real rollouts: reroll, sidecar, proxy and agent processes
 REROLL = str(Path(sys.executable).parent / "reroll")
 AGENT = """
-import os, sys, time
-import openai
+import json, os, sys, time, urllib.error, urllib.request
 
-client = openai.OpenAI(max_retries=0)  # OPENAI_BASE_URL and OPENAI_API_KEY: the rollout's proxy
+url = os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions"  # the rollout's proxy
+headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
 messages = [{"role": "user", "content": open(os.environ["REROLL_PROMPT_FILE"]).read()}]
 while True:
+    body = json.dumps({"model": os.environ["REROLL_MODEL"], "messages": messages}).encode()
     try:
-        reply = client.chat.completions.create(model=os.environ["REROLL_MODEL"], messages=messages)
-    except openai.APIStatusError as exc:
-        print(f"refused: HTTP {exc.status_code}", flush=True)
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers)) as response:
+            reply = json.load(response)
+    except urllib.error.HTTPError as exc:
+        print(f"refused: HTTP {exc.code}", flush=True)
         if os.environ["ON_REFUSAL"] == "exit":
             os._exit(3)  # at once: no cleanup
         time.sleep(3600)  # carries on: only the controller can stop it
-    messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+    messages += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
                  {"role": "user", "content": "go on"}]
 """
 
 
 def agents_file(path: Path) -> Path:
-    """Declare the agent above (run by this interpreter: it has the SDK) as ``exit`` and ``hang``,
+    """Declare the agent above (the sandbox's ``python3``, standard library only) as ``exit`` and ``hang``,
     after what it does when a request is refused; return `path`."""
     agents = {
         name: {
             "description": f"openai SDK loop; on a refused request: {name}",
             "api_format": "openai-chat",
             "install": f"cat > \"$REROLL_AGENT_HOME/agent.py\" <<'EOF'\n{AGENT}\nEOF\n",
-            "launch": f'"{sys.executable}" "$REROLL_AGENT_HOME/agent.py"',
+            "launch": 'python3 "$REROLL_AGENT_HOME/agent.py"',
             "env": {
                 "OPENAI_BASE_URL": "{base_url}",
                 "OPENAI_API_KEY": "{api_key}",

@@ -159,7 +159,12 @@ def test_attack_fails_and_honest_scores(attack: str, backend: str, tmp_path: Pat
     if attack not in CASES[backend]:
         pytest.skip(f"{attack} does not apply to the {backend} sandbox")
     result, run_dir = run_oracle(make_task(tmp_path, attack), tmp_path, backend)
-    assert (result["status"], result["error_category"]) == ("ok", None), result
+    if attack.startswith("survivor") and result["error_category"] == "resource_limit":
+        # A survivor forking in a loop may meet the sandbox's pids_max (local, docker) first: the
+        # rollout ends as resource_limit, verified all the same, and the attack fails as well.
+        assert result["status"] == "error" and "pids_max" in result["error"], result
+    else:
+        assert (result["status"], result["error_category"]) == ("ok", None), result
     assert result["rewards"] == {"reward": 1.0 if attack == "honest" else 0.0}
     stdout = (run_dir / "verifier" / "test-stdout.txt").read_text()
     hardening = json.loads((run_dir / "verifier" / "hardening.json").read_text())

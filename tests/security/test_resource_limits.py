@@ -195,7 +195,7 @@ async def test_local_cpus_cap_cpu_time_and_the_cgroup_goes_with_the_sandbox() ->
         assert sandbox._cgroup is not None
         folders = list(sandbox._cgroup.paths.values())
         assert all(folder.is_dir() for folder in folders)
-        result = await sandbox.exec([sys.executable, "-c", SPIN], user=sandbox.layout.agent_user)
+        result = await sandbox.exec(["python3", "-c", SPIN], user=sandbox.layout.agent_user)
         cpu, wall = map(float, result.stdout.split())
         assert cpu <= 0.5 * wall * 1.2, (cpu, wall)  # two busy processes: unlimited, twice the wall time
         await sandbox.exec(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 &"], user=sandbox.layout.agent_user)
