@@ -91,6 +91,24 @@ def _octal_unescape(field: str) -> str:
     return "".join(out)
 
 
+def _mount_points(mountinfo: str) -> list[tuple[str, bool]]:
+    """(mount point, mounted read-write) of every mount of this mount namespace but pseudo file
+    systems (`PSEUDO_FILE_SYSTEMS`).
+
+    Raises:
+        OSError: `mountinfo` cannot be read.
+    """
+    found: list[tuple[str, bool]] = []
+    with open(mountinfo, encoding="utf-8", errors="surrogateescape") as handle:
+        for line in handle:
+            before, _, after = line.partition(" - ")
+            fields, tail = before.split(), after.split()
+            if len(fields) < 6 or not tail or tail[0] in PSEUDO_FILE_SYSTEMS:
+                continue
+            found.append((_octal_unescape(fields[4]), "rw" in fields[5].split(",")))
+    return found
+
+
 def writable_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """The mount points of this mount namespace that are mounted read-write, pseudo file systems
     (`PSEUDO_FILE_SYSTEMS`) left out, sorted and without repeats.
@@ -98,17 +116,20 @@ def writable_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     Raises:
         OSError: `mountinfo` cannot be read.
     """
-    found: set[str] = set()
-    with open(mountinfo, encoding="utf-8", errors="surrogateescape") as handle:
-        for line in handle:
-            before, _, after = line.partition(" - ")
-            fields, tail = before.split(), after.split()
-            if len(fields) < 6 or not tail:
-                continue
-            options = fields[5].split(",")
-            if "rw" in options and tail[0] not in PSEUDO_FILE_SYSTEMS:
-                found.add(_octal_unescape(fields[4]))
-    return sorted(found)
+    return sorted({point for point, writable in _mount_points(mountinfo) if writable})
+
+
+def read_only_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """The mount points mounted read-only (a shared install, the sidecar's bundle), sorted: inside
+    an area they are left out of its snapshot (nothing there can change, and a shared install
+    may be large or written by an install of another rollout meanwhile).
+
+    Raises:
+        OSError: `mountinfo` cannot be read.
+    """
+    points = _mount_points(mountinfo)
+    writable = {point for point, rw in points if rw}
+    return sorted({point for point, rw in points if not rw and point not in writable})
 
 
 def host_overlay_root(mountinfo: str = "/proc/self/mountinfo") -> bool:
@@ -249,7 +270,15 @@ class Fence:
             SnapshotError: the snapshot failed. ToolError: find failed. OSError: no mountinfo.
         """
         started = time.monotonic()
-        present = [area for area in self.areas if os.path.lexists(area)]
+        # Not in the snapshot (still pruned from the rest's walk): read-only mounts inside an area
+        # (a shared install: large, and written meanwhile by another rollout's install), and the
+        # sidecar's own folder, its state folder's parent (local: the root-only control folder,
+        # whose log the sidecar writes while tar reads it).
+        areas = self.areas
+        for excluded in [*read_only_mounts(), os.path.dirname(os.path.dirname(self.snapshots.root))]:
+            if any(_under(excluded, [area]) and excluded != area for area in areas):
+                areas = split_areas(areas, excluded)
+        present = [area for area in areas if os.path.lexists(area)]
         if present:
             await self.snapshots.save(SNAPSHOT_NAME, present)
             self._saved = True

@@ -155,6 +155,7 @@ def test_writable_mounts_and_the_hosts_overlay_from_mountinfo(tmp_path: Path) ->
         "5 1 0:5 / /dev/pts rw - devpts devpts rw\n"
     )
     assert fence.writable_mounts(str(info)) == ["/", "/my app"]
+    assert fence.read_only_mounts(str(info)) == ["/usr"]
     assert fence.host_overlay_root(str(info))
     info.write_text("1 0 0:1 / / rw - overlay overlay rw,lowerdir=/var/lib/docker/l/A:/var/lib/docker/l/B\n")
     assert not fence.host_overlay_root(str(info))
