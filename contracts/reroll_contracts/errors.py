@@ -38,6 +38,12 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │       │   ├── VerifyError                           PrepareVerify / Verify
     │       │   └── SnapshotError                         Snapshot / Restore
     │       └── ToolError                                 in the sidecar: find or tar failed
+    ├── TaskEnvironmentError     environment_error no     a task's service or its state failed
+    │   ├── ServiceNotReadyError                          a service never passed its readiness probe
+    │   │                                                 (or exited) before the agent could start
+    │   ├── ServiceCrashedError                           a service exited while the agent ran
+    │   └── EnvironmentStateError                         snapshot / restore / query of the
+    │                                                     environment's state failed
     ├── VerifierError            verifier_error  no       the verifier left no valid reward
     │   └── QuiesceError                                  the agent's processes outlived the time
     │                                                     limit of the freeze-and-kill before verify
@@ -74,6 +80,7 @@ ErrorCategory = Literal[
     "agent_error",
     "infrastructure",
     "verifier_error",
+    "environment_error",
     "divergence",
     "timeout",
     "idle_timeout",
@@ -237,6 +244,27 @@ class SnapshotError(SidecarRequestError):
 
 class ToolError(SandboxError):
     """In the sidecar: find or tar failed or took too long, or an archive is damaged."""
+
+
+class TaskEnvironmentError(RerollError):
+    """The task's environment — its services or their state — failed (not reroll's engine: a
+    service that never gets healthy fails the same way on a retry, so it is not retried)."""
+
+    error_category = "environment_error"
+
+
+class ServiceNotReadyError(TaskEnvironmentError):
+    """A service of the task did not pass its readiness probe within the readiness timeout, or
+    exited before it did; the message names the service, its probe and the last lines of its log."""
+
+
+class ServiceCrashedError(TaskEnvironmentError):
+    """A service of the task exited while the agent ran; the message names it and its log's tail."""
+
+
+class EnvironmentStateError(TaskEnvironmentError):
+    """Snapshot, restore or query of the environment's state (``environment.state``) failed, or a
+    checkpoint's layers do not belong together."""
 
 
 class VerifierError(RerollError):

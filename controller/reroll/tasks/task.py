@@ -31,11 +31,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from reroll_contracts.errors import TaskError
 from reroll_contracts.network import NetworkPolicy
 
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
+from reroll.tasks.environment import (
+    ForwardEnv,
+    HealthCheck,
+    McpServerSpec,
+    Readiness,
+    ServiceSpec,
+    StateSpec,
+    TaskSelection,
+    check_services,
+)
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
@@ -128,6 +138,38 @@ class EnvironmentSection(BaseModel):
     """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
     docker_image: str | None = None
     """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+    services: list[ServiceSpec] = []
+    """Services the framework starts before the agent (``[[environment.services]]``), in
+    ``depends_on`` order; the agent starts when all are healthy."""
+    owns_lifecycle: bool = False
+    """The image's own entrypoint starts the services (chi-bench): reroll starts none and only
+    gates on `readiness` and `healthcheck`. Exclusive with `services`."""
+    readiness: Readiness = Field(default_factory=Readiness)
+    """Extra probes the agent waits for, and the time limit of the whole readiness gate."""
+    healthcheck: HealthCheck | None = None
+    """A probe of the whole environment (benchflow's ``healthcheck``), part of the readiness gate."""
+    task_selection: TaskSelection | None = None
+    """How an image serving many tasks is told which one this is; None: it is not told."""
+    forward_env: ForwardEnv = Field(default_factory=ForwardEnv)
+    """Host variables passed into the environment."""
+    state: StateSpec | None = None
+    """The environment's state that a checkpoint captures; None: stateless."""
+    mcp_servers: list[McpServerSpec] = []
+    """MCP servers offered to the agent through its native MCP configuration."""
+
+    @field_validator("services")
+    @classmethod
+    def _services_consistent(cls, value: list[ServiceSpec]) -> list[ServiceSpec]:
+        return check_services(value)
+
+    @model_validator(mode="after")
+    def _lifecycle_consistent(self) -> EnvironmentSection:
+        if self.owns_lifecycle and self.services:
+            raise ValueError(
+                "owns_lifecycle = true means the image starts its services: "
+                "remove [[environment.services]] or set owns_lifecycle = false"
+            )
+        return self
 
     @field_validator("workdir")
     @classmethod
@@ -215,6 +257,15 @@ class Task(BaseModel):
         """The folder whose content seeds the workspace (`environment/workspace/`), if the task has one."""
         seed = self.path / "environment" / "workspace"
         return seed if seed.is_dir() else None
+
+    @property
+    def compose_file(self) -> Path | None:
+        """Harbor's `environment/docker-compose.yaml` (or ``.yml``), if the task has one."""
+        for name in ("docker-compose.yaml", "docker-compose.yml"):
+            compose = self.path / "environment" / name
+            if compose.is_file():
+                return compose
+        return None
 
     @property
     def dockerfile(self) -> Path | None:
