@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV, registry
+from reroll.export import export_lines
 from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import JobSpec, load_job_file
 from reroll.jobs.runner import run_job
 from reroll.rollout.continue_ import continue_run
 from reroll.runfolder.store import list_generations, load_head, rollback_store
+from reroll.view import build_site
 from reroll_contracts.errors import JobError
 from rich.console import Console
 
@@ -115,6 +117,19 @@ async def test_sequential_shared_job_rollback_and_continue(tmp_path: Path, learn
     assert four.parent == 1 and skills(four.files) == ["skill-1", "skill-2"]
     head = load_head(store)
     assert head.generation == 4 and [(r.from_generation, r.to_generation) for r in head.rollbacks] == [(3, 1)]
+
+    # The view's job page lists the generations; the run page and the exports carry the generation.
+    index = build_site(job, tmp_path / "site").read_text()
+    assert 'id="generations"' in index and "+skills/skill-3/SKILL.md" in index
+    assert "rollback" in index and "generation 3 → 1" in index
+    fourth_page = (tmp_path / "site" / "runs" / f"{fourth.name}.html").read_text()
+    assert 'id="learner-store">generation 1 (written back)' in fourth_page
+    for format, extract in (
+        ("atif", lambda record: record["extra"]["reroll"]["learner_store"]),
+        ("verifiers", lambda record: record["info"]["learner_store"]),
+    ):
+        records = [json.loads(line) for line in b"".join(export_lines(job, format)).splitlines()]
+        assert [extract(record)["generation"] for record in records] == [0, 1, 2, 1], format
 
 
 def test_store_needs_the_sequential_schedule(tmp_path: Path) -> None:

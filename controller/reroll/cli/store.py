@@ -19,9 +19,8 @@ def store_log(job_dir: JobArgument) -> None:
 
     Exit 2 when JOB has no learner store or a file of it is corrupt (the message names it).
     """
-    from reroll.jobs.learning import summarise_store
     from reroll.jobs.report import print_generations
-    from reroll.runfolder.store import load_head, store_of
+    from reroll.runfolder.store import load_head, store_of, summarise_store
 
     try:
         generations = summarise_store(store_of(job_dir))

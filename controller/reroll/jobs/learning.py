@@ -24,13 +24,11 @@ from reroll.runfolder.store import (
     Generation,
     commit_generation,
     create_store,
-    diff_files,
     find_generation,
-    list_generations,
     load_head,
     store_of,
 )
-from reroll.runfolder.summary import GenerationSummary, RolloutSummary, read_result
+from reroll.runfolder.summary import RolloutSummary, read_result
 
 
 def start_store(job_dir: Path, seed: Path | None) -> Path:
@@ -99,30 +97,3 @@ def with_generations(summary: RolloutSummary, used: int | None, made: Generation
     return summary.model_copy(
         update={"store_generation": used, "made_generation": made.number if made is not None else None}
     )
-
-
-def summarise_store(store: Path) -> list[GenerationSummary]:
-    """Per generation: its parent, rollout, status, reward and what changed from its parent.
-
-    Raises:
-        StoreError: the store is missing or corrupt.
-    """
-    generations = {g.number: g for g in list_generations(store)}
-    head = load_head(store).generation
-    summaries = []
-    for number, generation in generations.items():
-        parent = generations.get(generation.parent) if generation.parent is not None else None
-        changes = diff_files(parent.files if parent is not None else {}, generation.files)
-        summaries.append(
-            GenerationSummary(
-                generation=number,
-                parent=generation.parent,
-                rollout=generation.rollout,
-                status=generation.status,
-                reward=generation.reward,
-                files=len(generation.files),
-                changes=changes,
-                head=number == head,
-            )
-        )
-    return summaries

@@ -66,7 +66,6 @@ from reroll.jobs.learning import (
     record_generation,
     resumed_generation,
     start_store,
-    summarise_store,
     with_generations,
 )
 from reroll.jobs.report import print_summary
@@ -76,6 +75,7 @@ from reroll.rollout.record import run_task
 from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
 from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse, now_iso, write_json
+from reroll.runfolder.store import summarise_store
 from reroll.runfolder.summary import (
     JOB_SUMMARY_FILE,
     JobSummary,

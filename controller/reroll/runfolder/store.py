@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import StoreError
 
 from reroll.runfolder.run import now_iso, write_bytes_atomically, write_json
-from reroll.runfolder.summary import StoreDiff, primary_reward
+from reroll.runfolder.summary import GenerationSummary, StoreDiff, primary_reward
 
 STORE_DIR = "store"
 """In a job folder: its learner store."""
@@ -302,6 +302,33 @@ def rollback_store(store: Path, number: int) -> StoreHead:
     )
     write_json(store / HEAD_FILE, moved)
     return moved
+
+
+def summarise_store(store: Path) -> list[GenerationSummary]:
+    """Per generation: its parent, rollout, status, reward and what changed from its parent.
+
+    Raises:
+        StoreError: the store is missing or corrupt.
+    """
+    generations = {g.number: g for g in list_generations(store)}
+    head = load_head(store).generation
+    summaries = []
+    for number, generation in generations.items():
+        parent = generations.get(generation.parent) if generation.parent is not None else None
+        changes = diff_files(parent.files if parent is not None else {}, generation.files)
+        summaries.append(
+            GenerationSummary(
+                generation=number,
+                parent=generation.parent,
+                rollout=generation.rollout,
+                status=generation.status,
+                reward=generation.reward,
+                files=len(generation.files),
+                changes=changes,
+                head=number == head,
+            )
+        )
+    return summaries
 
 
 def _blob_path(store: Path, sha: str) -> Path:
