@@ -140,3 +140,29 @@ def test_store_needs_the_sequential_schedule(tmp_path: Path) -> None:
     file.write_text("tasks: [t]\nagents: [oracle]\nschedule: sequential\n")
     with pytest.raises(JobError, match=r"job\.yaml: invalid job:(.|\n)*schedule(.|\n)*sequential-shared"):
         load_job_file(file)
+
+
+PLANT = (
+    'ln -s /etc/passwd "$REROLL_SKILLS_DIR/passwd" && mkfifo "$REROLL_MEMORY_DIR/pipe" && '
+    'ln -s / "$REROLL_LEARNER_STORE/root" && mkdir -p "$REROLL_SKILLS_DIR/ok" && '
+    'echo fine > "$REROLL_SKILLS_DIR/ok/SKILL.md" && ! mv "$REROLL_LEARNER_STORE" /tmp/moved'
+)
+
+
+@pytest.mark.spawns
+async def test_the_store_takes_back_regular_files_only(tmp_path: Path) -> None:
+    """An agent that plants links (to /etc/passwd, to /) and a FIFO in the store, and tries to
+    move the store itself away (its parent is root's): only its regular file becomes part of the next generation, the rest
+    is listed as left out, and nothing outside the store is read."""
+    task = write_task(tmp_path, "plant", PLANT)
+    spec = JobSpec(name="p", tasks=[task], agents=["oracle"], schedule="sequential-shared")
+    summary = await run_job(spec, jobs_dir=tmp_path / "jobs", console=Console(quiet=True))
+    assert summary.rollouts[0].status == "ok", summary.rollouts[0].error
+    store = tmp_path / "jobs" / "p" / "store"
+    assert list_generations(store)[1].files.keys() == {"skills/ok/SKILL.md"}
+    result = json.loads((tmp_path / "jobs" / "p" / summary.rollouts[0].name / "result.json").read_text())
+    assert sorted(result["learner_store"]["left_out"]) == [
+        "memory/pipe: fifo",
+        "root: symlink",
+        "skills/passwd: symlink",
+    ]
