@@ -152,8 +152,8 @@ PLANT = (
 @pytest.mark.spawns
 async def test_the_store_takes_back_regular_files_only(tmp_path: Path) -> None:
     """An agent that plants links (to /etc/passwd, to /) and a FIFO in the store, and tries to
-    move the store itself away (its parent is root's): only its regular file becomes part of the next generation, the rest
-    is listed as left out, and nothing outside the store is read."""
+    move the store itself away (its parent is root's): only its regular file becomes part of
+    the next generation, the rest is listed as left out, and nothing outside the store is read."""
     task = write_task(tmp_path, "plant", PLANT)
     spec = JobSpec(name="p", tasks=[task], agents=["oracle"], schedule="sequential-shared")
     summary = await run_job(spec, jobs_dir=tmp_path / "jobs", console=Console(quiet=True))

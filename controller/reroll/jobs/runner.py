@@ -8,6 +8,11 @@
       _attempts/                    folders of failed attempts that were retried, or cut short
       summary.json                  JobSummary (see reroll.runfolder.summary), rewritten at the end
       continued/                    ``reroll continue-job <job>``: one continuation per timed-out run
+      store/                        ``schedule: sequential-shared``: its learner store (reroll.jobs.learning)
+
+Schedule: ``parallel-independent`` (the default) runs the rollouts at once, bounded by the
+executor; ``sequential-shared`` runs them in plan order, one at a time, each from the learner
+store's head generation, and records the store its agent left as the next generation.
 
 Retries: a rollout that ends with ``error_category: infrastructure`` (its proxy, model server or
 sandbox did not start or died: `reroll_contracts.errors.InfrastructureError`, the one retryable branch of
