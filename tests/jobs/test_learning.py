@@ -105,6 +105,14 @@ async def test_sequential_shared_job_rollback_and_continue(tmp_path: Path, learn
     assert json.loads((child / "config.json").read_text())["learner_store"]["writes_back"] is False
     assert len(list_generations(store)) == 4 and load_head(store).generation == 3
 
+    # A job killed after rollout 3 ended but before its generation was recorded: resume records it.
+    (store / "generations" / "3.json").unlink()
+    (store / "head.json").write_text('{"generation": 2}')
+    again = await run_job(spec, jobs_dir=tmp_path / "jobs", console=Console(quiet=True))
+    assert [r.attempts for r in again.rollouts] == [0, 0, 0]
+    assert (again.rollouts[2].store_generation, again.rollouts[2].made_generation) == (2, 3)
+    assert skills(list_generations(store)[3].files) == ["skill-1", "skill-2", "skill-3"]
+
     # Rollback to 1, then a fourth rollout (the job resumed with one more repeat) starts from it.
     rollback_store(store, 1)
     resumed = await run_job(

@@ -274,19 +274,18 @@ async def _shared_step(
     runner: Runner,
     store: Path,
     rollout: PlannedRollout,
-    runner_rollout: Callable[[PlannedRollout, StoreUse], RunnerRollout],
+    runner_rollout: Callable[[PlannedRollout, StoreUse | None], RunnerRollout],
 ) -> RolloutSummary:
     """Run `rollout` of a sequential-shared job from the store's head generation, and record the
     store its agent left as the next one (`reroll.jobs.learning`)."""
     folder = store.parent / rollout.name
-    if is_complete(folder):
+    if is_complete(folder):  # done by an earlier run of the job: `run_one` skips it
         made = resumed_generation(store, folder)
-        summary = await runner.run_one(runner_rollout(rollout, next_use(store)))  # skipped: complete
+        summary = await runner.run_one(runner_rollout(rollout, None))
         return with_generations(summary, made.parent if made is not None else None, made)
     use = next_use(store)
     summary = await runner.run_one(runner_rollout(rollout, use))
-    made = record_generation(store, folder, use) if summary.status != "unknown" else None
-    return with_generations(summary, use.generation, made)
+    return with_generations(summary, use.generation, record_generation(store, folder, use))
 
 
 async def continue_job(
