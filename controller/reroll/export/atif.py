@@ -21,8 +21,10 @@ What maps to what:
 - ``agent``: name, version (config.json's ``agent_version`` if any, else ``unknown``), model,
   ``tool_definitions`` (OpenAI function definitions from the first request);
 - ``final_metrics``: token sums over agent steps, ``total_steps``;
-- ``extra.reroll``: task, status, rewards, error, counts, and the provenance
-  (``continued_from`` / ``branched_from``: the original run's folder and the cut). ATIF's own
+- ``extra.reroll``: task, status, rewards, error, counts, the provenance
+  (``continued_from`` / ``branched_from``: the original run's folder and the cut), and the
+  learner store generation the run started from (``learner_store``: path, generation,
+  writes_back; a sequential-shared job's rollout or a continuation of one, else null). ATIF's own
   ``continued_trajectory_ref`` points forward (from a trajectory to the one that continues it),
   so a continuation's link back to its original is in ``extra.reroll.continued_from``;
 - per step ``extra``: the exchange's index, source, duration and time to first byte (ms), its
@@ -203,5 +205,6 @@ def _provenance(run: RunFolder) -> dict[str, Any]:
         "error_category": result.error_category if result is not None else None,
         "continued_from": config.continued_from.model_dump(mode="json") if config.continued_from else None,
         "branched_from": config.branched_from.model_dump(mode="json") if config.branched_from else None,
+        "learner_store": config.learner_store.model_dump(mode="json") if config.learner_store else None,
         "truncated_line": run.trajectory.truncated_line,
     }

@@ -16,7 +16,8 @@ messages (an agent turn an ``assistant`` message with ``tool_calls`` and, if any
 ``metrics`` all of ``rewards``; ``is_truncated`` true when the agent timed out;
 ``stop_condition`` the status; ``info``: task, agent, model, status, error category, exchange
 counts, the number of leading completion messages copied from an original run
-(``copied_completion_messages``: its replayed prefix), and the provenance.
+(``copied_completion_messages``: its replayed prefix), the provenance, and the learner store
+generation the run started from (``learner_store``: path, generation, writes_back; else null).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def run_to_record(run: RunFolder, *, example_id: int, info: dict[str, Any] | Non
             if config.continued_from
             else None,
             "branched_from": config.branched_from.model_dump(mode="json") if config.branched_from else None,
+            "learner_store": config.learner_store.model_dump(mode="json") if config.learner_store else None,
             **(info or {}),
         },
         tools=[function_tool(tool) for tool in tools] or None,

@@ -38,6 +38,7 @@ from reroll.agents import AgentSpec
 from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
+from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
@@ -186,6 +187,9 @@ async def execute_rollout(
             env = sandbox_env(sandbox)
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
+            if (store := plan.config.learner_store) is not None:
+                console.print(f"[dim]learner store: generation {store.generation}[/dim]")
+                env |= await mount_learner_store(sandbox, store, env)
             await verifier.prepare(sandbox, env)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
@@ -214,6 +218,8 @@ async def execute_rollout(
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
             manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / MANIFEST_FILE, manifest)
+            if store is not None and store.writes_back:
+                result.learner_store = await harvest_learner_store(sandbox, Path(store.path))
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")

@@ -38,10 +38,12 @@ from reroll.runfolder.run import (
     ContinuedFrom,
     RunConfig,
     RunResult,
+    StoreUse,
     create_run_folder,
     harness_folder,
     now_iso,
 )
+from reroll.runfolder.store import load_generation
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.tasks.task import Task, with_network
@@ -82,6 +84,10 @@ class RolloutOptions:
     divergence_policy: DivergencePolicy = "warn"
     """What the proxy does when a replayed request differs from the recording (``warn``,
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
+    learner_store: StoreUse | None = None
+    """A new recording's learner store generation (a ``sequential-shared`` job's rollout,
+    `reroll.jobs.learning`); None: none. A rollout from a checkpoint ignores it: it mounts the
+    original's generation, read-only to the store (``writes_back`` False)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ async def start_rollout(
         AgentError: a role's agent is unknown.
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
             ``resume`` turn's agent has no session to resume.
+        StoreError: the learner store generation to mount is missing or corrupt.
         Nothing is written when any of these is raised.
     """
     config = _run_config(origin, live_model, options)
@@ -174,6 +181,8 @@ async def start_rollout(
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
+    if (store := config.learner_store) is not None:
+        load_generation(Path(store.path), store.generation)
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_network(task, config.network),
@@ -209,6 +218,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             reroll_version=__version__,
             faults=options.faults,
             trial=origin.trial,
+            learner_store=options.learner_store,
         )
     original = origin.checkpoint.original.config
     task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
@@ -227,9 +237,15 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "continued_from": None,
             "branched_from": None,
             "faults": options.faults,
+            "learner_store": _read_only(original.learner_store),
             key: origin.provenance,
         }
     )
+
+
+def _read_only(store: StoreUse | None) -> StoreUse | None:
+    """The original's learner store generation, mounted again but never written back."""
+    return store.model_copy(update={"writes_back": False}) if store is not None else None
 
 
 def _sandbox_config(original: RunConfig, options: RolloutOptions) -> dict[str, Any]:

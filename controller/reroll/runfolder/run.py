@@ -98,6 +98,33 @@ class BranchedFrom(ContinuedFrom):
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
 
 
+class StoreUse(BaseModel):
+    """config.json's ``learner_store``: the generation of a job's learner store the rollout started
+    from (`reroll.runfolder.store`; a ``sequential-shared`` job's rollout, or a continuation or
+    branch of one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    """The store folder (absolute): ``<job>/store``."""
+    generation: int = Field(ge=0)
+    """The generation mounted into the sandbox."""
+    writes_back: bool
+    """True: the store as the agent left it becomes the job's next generation (a job's rollout);
+    False: nothing goes back to the store (a continuation or branch: read-only to the store)."""
+
+
+class StoreHarvest(BaseModel):
+    """result.json's ``learner_store``: the learner store as the agent left it (a rollout whose
+    `StoreUse` writes back); its job commits it as the next generation."""
+
+    model_config = ConfigDict(extra="forbid")
+    files: dict[str, str]
+    """``{path relative to the store: sha256 hex}`` of its regular files, sorted; the contents are
+    blobs of the store (``objects/``)."""
+    left_out: list[str] = Field(default_factory=list)
+    """What was not taken, each ``path: why`` (a symlink, a FIFO, a file over the size limit)."""
+
+
 class RunConfig(BaseModel):
     """config.json: what was run."""
 
@@ -129,6 +156,9 @@ class RunConfig(BaseModel):
     trial: TrialConfig | None = None
     """The scenes, roles and turns run (`reroll.trials.config`, resolved), when they are more than the one
     prompt of a plain run; None: ``agent`` told the task's instruction once."""
+    learner_store: StoreUse | None = None
+    """The learner store generation mounted (a ``sequential-shared`` job's rollout, or a
+    continuation or branch of one); None: no store."""
 
 
 class Timings(BaseModel):
@@ -164,6 +194,9 @@ class RunResult(BaseModel):
     finished_at: str | None = None
     timings: Timings = Field(default_factory=Timings)
     counts: Counts = Field(default_factory=Counts)
+    learner_store: StoreHarvest | None = None
+    """The learner store when the agent stopped, for a rollout whose store writes back; None
+    otherwise, or when the rollout failed before the store was read."""
 
     @property
     def effective_status(self) -> Status | Literal["unknown"]:
