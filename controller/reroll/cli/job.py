@@ -19,6 +19,8 @@ from reroll.cli.common import (
     RayAddressOption,
     SandboxConfigOption,
     SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
     console,
     err_console,
     job_guarded,
@@ -55,6 +57,8 @@ def job(
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
     image_map: ImageMapOption = None,
+    skills: SkillsOption = None,
+    skills_dir: SkillsDirOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
@@ -79,6 +83,8 @@ def job(
         "executor": executor,
         "max_starting": max_starting,
         "ray_address": ray_address,
+        "skills": skills,
+        "skills_dir": skills_dir.resolve() if skills_dir is not None else None,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:
