@@ -76,7 +76,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.gpu_types": ("GPUs are not attached", (None, [])),
     "environment.tpu": ("TPUs are not attached", (None,)),
     "environment.mcp_servers": ("MCP servers are not started", ([],)),
-    "environment.skills_dir": ("skills are not deployed into agents' configuration", (None,)),
     "environment.healthcheck": ("no healthcheck runs: the sandbox is ready when its sidecar is", (None,)),
     "environment.setup_commands": ("setup commands do not run (bake them into the Dockerfile)", ([],)),
     "environment.bugswarm_image_tag": ("informational", (None,)),

@@ -130,6 +130,9 @@ class EnvironmentSection(BaseModel):
     """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
     docker_image: str | None = None
     """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+    skills_dir: str | None = None
+    """Where the task's image puts its skills (SkillsBench's, informational): reroll mounts the
+    task's ``environment/skills`` at each agent's native skill paths instead (``--skills``)."""
 
     @field_validator("workdir")
     @classmethod
