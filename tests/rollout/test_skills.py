@@ -12,6 +12,8 @@ the skills (docker).
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,12 +88,14 @@ def observations(run: Path, scene: str) -> str:
     return json.dumps(lines[1]["request"]["body"])
 
 
-AGENTS = pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def e2e(test: Callable[..., None]) -> Callable[..., None]:
+    """An end-to-end test of each agent (slow, spawns processes)."""
+    return pytest.mark.slow(
+        pytest.mark.spawns(pytest.mark.parametrize("agent", ["claude-code", "codex"])(test))
+    )
 
 
-@pytest.mark.slow
-@pytest.mark.spawns
-@AGENTS
+@e2e
 def test_with_skill_mounts_the_task_s_skills_read_only_at_the_native_path(
     runs: dict, tmp_path_factory: pytest.TempPathFactory, agent: str
 ) -> None:
@@ -115,9 +119,7 @@ def test_with_skill_mounts_the_task_s_skills_read_only_at_the_native_path(
     assert run_to_record(loaded, example_id=0).info["skill_mode"] == "with-skill"
 
 
-@pytest.mark.slow
-@pytest.mark.spawns
-@AGENTS
+@e2e
 def test_no_skill_shows_the_agent_no_skill(
     runs: dict, tmp_path_factory: pytest.TempPathFactory, agent: str
 ) -> None:
@@ -130,9 +132,7 @@ def test_no_skill_shows_the_agent_no_skill(
     assert result["skills_opened"] is None
 
 
-@pytest.mark.slow
-@pytest.mark.spawns
-@AGENTS
+@e2e
 def test_self_gen_gives_the_creator_only_skill_creator_and_the_solver_only_what_it_wrote(
     runs: dict, tmp_path_factory: pytest.TempPathFactory, agent: str
 ) -> None:
@@ -184,3 +184,56 @@ def test_a_no_skill_image_is_built_without_the_skills(docker_images: str) -> Non
         ).decode()
     assert "greeting" in listing[False]
     assert "No such file" in listing[True] and "notes.txt" in listing[True]
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+def test_a_continuation_mounts_the_original_s_skills_again(
+    runs: dict, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The mode is the original's: the replayed probe sees the same skill, so nothing diverges."""
+    run = rollout(runs, tmp_path_factory, "claude-code", "with-skill")
+    done = reroll("continue", str(run), "--at", "1", "--output", "continued", cwd=run.parent)
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(run.parent / "continued")
+    result, config = read_json(continued / "result.json"), read_json(continued / "config.json")
+    assert result["rewards"] == {"reward": 1.0} and result["counts"]["divergences"] == 0
+    assert (config["skill_mode"], config["skills"]) == (
+        "with-skill",
+        read_json(run / "config.json")["skills"],
+    )
+    assert result["skills_opened"] == ["greeting"]
+
+
+PLANTING_CREATOR = """#!/bin/sh
+# A hostile creator (and solver: the oracle runs this in both scenes): a skill whose SKILL.md is a
+# link (followed, the copy would hold /etc/passwd as a regular file), a skill with a FIFO beside
+# its SKILL.md (read, the copy would block), a folder without SKILL.md.
+cd "$REROLL_WORKSPACE"
+if [ -d generated-skills ] || [ ! -e answer.txt ]; then
+  mkdir -p generated-skills/linked generated-skills/piped generated-skills/empty
+  ln -sf /etc/passwd generated-skills/linked/SKILL.md
+  printf -- '---\nname: piped\ndescription: d\n---\n' > generated-skills/piped/SKILL.md
+  mkfifo generated-skills/piped/pipe
+fi
+echo done > answer.txt
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+def test_self_gen_copies_what_the_creator_wrote_without_following_its_links(tmp_path: Path) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(TASK, task)
+    (task / "oracle").mkdir()
+    (task / "oracle" / "solve.sh").write_text(PLANTING_CREATOR)
+    done = reroll(
+        "run", str(task), "--agent", "oracle", "--skills", "self-gen", "--timeout", "60",
+        "--jobs-dir", "jobs", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = (tmp_path / "jobs").glob("*/*")
+    result = read_json(run / "result.json")
+    assert result["status"] == "ok", result
+    assert list(result["skills_generated"]) == ["piped"]  # the linked SKILL.md and the empty folder left out
+    assert "linked/ has no SKILL.md: left out" in done.stdout
