@@ -17,13 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from reroll.agents import get_agent
 from reroll.export.atif import run_to_atif
 from reroll.export.verifiers import run_to_record
-from reroll.rollout.skills import creator_skills_dir, select_skills
+from reroll.rollout.skills import SceneSkills, creator_skills_dir, select_skills
 from reroll.runfolder.run import load_run_folder
 from reroll.tasks.task import load_task, with_skills_hidden
 from reroll.view import build_site
 from reroll_contracts.errors import TaskError
+from rich.console import Console
 
 from tests.test_main_job import only_folder, read_json, reroll, trajectory
 
@@ -50,6 +52,30 @@ def test_bad_skill_flags_are_refused_with_the_cause(tmp_path: Path) -> None:
         select_skills(bare, "with-skill", None)
     assert [skill.name for skill in select_skills(task, "self-gen", None).skills] == ["skill-creator"]
     assert (creator_skills_dir() / "skill-creator" / "SKILL.md").is_file()
+
+
+def test_an_agent_without_native_skills_gets_them_named_in_its_prompt() -> None:
+    task = load_task(TASK)
+    selection = select_skills(task, "with-skill", None)
+    skills = SceneSkills(
+        sandbox=None,  # type: ignore[arg-type]  # prompt() needs none
+        env={},
+        agents={},
+        selection=selection,
+        nudge=None,
+        console=Console(),
+        mounted=selection.skills,
+        folder="/etc/reroll/skills/mounted",
+    )
+    claude, mini = get_agent("claude-code"), get_agent("mini-swe-agent")
+    assert skills.prompt(claude, "Do it.") == "Do it."  # it discovers them natively
+    assert skills.prompt(mini, "Do it.").startswith(
+        "Skills available at /etc/reroll/skills/mounted:\n\n- **greeting**: The word to write"
+    )
+    skills.nudge = "name"
+    assert skills.prompt(claude, "Do it.").startswith("Skills available at ~/.claude/skills: greeting.")
+    codex = get_agent("codex")
+    assert skills.prompt(codex, "Do it.").startswith("Skills available at ~/.agents/skills: greeting.")
 
 
 @pytest.mark.slow
