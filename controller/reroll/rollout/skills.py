@@ -46,7 +46,16 @@ from reroll.tasks.skills import (
     with_nudge,
 )
 from reroll.tasks.task import Task
-from reroll.trials.config import Role, Scene, SkillMode, SkillNudge, SkillSource, TrialConfig, Turn
+from reroll.trials.config import (
+    DEFAULT_SCENE,
+    Role,
+    Scene,
+    SkillMode,
+    SkillNudge,
+    SkillSource,
+    TrialConfig,
+    Turn,
+)
 
 SKILLS_ROOT = "/etc/reroll/skills"
 """Where mounted skills are copied, one folder per mount (under the sandbox root)."""
@@ -129,7 +138,7 @@ def self_gen_trial(trial: TrialConfig, task_prompt: str) -> TrialConfig:
         [Turn("skill_creator", creator_prompt(task_prompt))],
     )
     scenes = list(trial.scenes)
-    if len(scenes) == 1 and scenes[0].name == TrialConfig.single().scenes[0].name:
+    if len(scenes) == 1 and scenes[0].name == DEFAULT_SCENE:
         only = scenes[0]
         scenes = [Scene(SOLVER_SCENE, only.roles, only.turns, only.user, only.max_rounds)]
     return trial.model_copy(update={"scenes": [creator, *scenes]})
