@@ -28,6 +28,7 @@ from reroll.host.llm_proxy import faults_used
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.start import RolloutOutcome
 from reroll.sandbox.docker.config import parse_image_map
+from reroll.trials.config import SkillMode
 
 if TYPE_CHECKING:
     from reroll.runfolder.summary import JobSummary
@@ -60,6 +61,23 @@ ImageMapOption = Annotated[
         help="Build a task's Dockerfile FROM a local image instead: SRC=DST, e.g. "
         "ubuntu:24.04=reroll/base:bookworm (repeatable; docker sandbox; no registry needed; "
         "= the docker setting image_map).",
+    ),
+]
+SkillsOption = Annotated[
+    SkillMode | None,
+    typer.Option(
+        "--skills",
+        help="Skill mode: no-skill (the task's environment/skills hidden), with-skill (mounted at each "
+        "agent's native skill paths), self-gen (a creator scene writes the skills the solver gets) "
+        "[default: the original's, else the trial's, else no-skill]. "
+        "$REROLL_SKILL_NUDGE=name|description|full also names them in the prompt.",
+    ),
+]
+SkillsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--skills-dir",
+        help="with-skill: mount this folder of <name>/SKILL.md instead of the task's environment/skills.",
     ),
 ]
 ExecutorOption = Annotated[

@@ -19,6 +19,8 @@ from reroll.cli.common import (
     RayAddressOption,
     SandboxConfigOption,
     SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
     console,
     err_console,
     job_guarded,
@@ -69,6 +71,8 @@ def job(
             help="sequential-shared: a folder (skills/, memory/) whose files are the store's generation 0."
         ),
     ] = None,
+    skills: SkillsOption = None,
+    skills_dir: SkillsDirOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
@@ -95,6 +99,8 @@ def job(
         "ray_address": ray_address,
         "schedule": schedule,
         "store": store.resolve() if store is not None else None,
+        "skills": skills,
+        "skills_dir": skills_dir.resolve() if skills_dir is not None else None,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:

@@ -15,6 +15,8 @@ from reroll.cli.common import (
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
     console,
     faults_from_flags,
     finish,
@@ -63,6 +65,8 @@ def run(
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     image_map: ImageMapOption = None,
+    skills: SkillsOption = None,
+    skills_dir: SkillsDirOption = None,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -86,6 +90,8 @@ def run(
                     sandbox_config=settings,
                     network=network,
                     faults=used,
+                    skill_mode=skills,
+                    skills_dir=skills_dir,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

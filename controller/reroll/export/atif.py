@@ -199,6 +199,8 @@ def _provenance(run: RunFolder) -> dict[str, Any]:
         "task": config.task_name or config.task_path,
         "task_path": config.task_path,
         "sandbox": config.sandbox,
+        "skill_mode": config.skill_mode,
+        "skills_opened": result.skills_opened if result is not None else None,
         "status": result.effective_status if result is not None else "unknown",
         "rewards": result.rewards if result is not None else None,
         "error": result.error if result is not None else None,

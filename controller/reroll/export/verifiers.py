@@ -100,6 +100,7 @@ def run_to_record(run: RunFolder, *, example_id: int, info: dict[str, Any] | Non
             "agent": config.agent,
             "model": config.model,
             "status": status,
+            "skill_mode": config.skill_mode,
             "error_category": result.error_category if result is not None else None,
             "run_folder": str(run.path),
             "exchanges": len(run.exchanges),

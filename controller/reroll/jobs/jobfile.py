@@ -18,6 +18,9 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     network: null            # none or full: every rollout's egress [default: each task's]
     faults: null             # a fault plan (YAML, relative to this file) the LLM proxy injects
     fault_seed: null         # the seed of its draws [default: the plan's]
+    skills: no-skill         # no-skill, with-skill or self-gen (reroll.rollout.skills)
+    skills_dir: null         # with-skill: a folder of <name>/SKILL.md (relative to this file)
+                             # [default: each task's environment/skills]
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     schedule: parallel-independent   # or sequential-shared: one rollout after another over a
                              # learner store (reroll.jobs.learning)
@@ -41,6 +44,7 @@ from reroll_contracts.errors import JobError
 from reroll_contracts.network import NetworkPolicy
 
 from reroll.runfolder.folders import JOB_SPEC_FILE
+from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode
 from reroll.yamlfiles import read_mapping
 
 Schedule = Literal["parallel-independent", "sequential-shared"]
@@ -109,6 +113,11 @@ class JobSpec(RunnerOptions):
     store: Path | None = None
     """``sequential-shared`` only: the folder whose files are the store's generation 0 (a relative
     path in a job file is relative to the file's folder); None: an empty store."""
+    skills: SkillMode = DEFAULT_SKILL_MODE
+    """Every rollout's skill mode (`reroll.trials.config.SkillMode`)."""
+    skills_dir: Path | None = None
+    """``with-skill``: the folder of skills mounted for every task (a relative path in a job file
+    is relative to the file's folder); None: each task's ``environment/skills``."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:
@@ -134,7 +143,10 @@ def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) ->
     faults = (base / spec.faults).resolve() if spec.faults is not None else None
     store = (base / spec.store).resolve() if spec.store is not None else None
     tasks = [(base / task).resolve() for task in spec.tasks]
-    return spec.model_copy(update={"tasks": tasks, "faults": faults, "store": store})
+    skills_dir = (base / spec.skills_dir).resolve() if spec.skills_dir is not None else None
+    return spec.model_copy(
+        update={"tasks": tasks, "faults": faults, "store": store, "skills_dir": skills_dir}
+    )
 
 
 def with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -77,6 +77,7 @@ from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, model_slug, parse_model
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
+from reroll.rollout.skills import select_skills
 from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
 from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse, now_iso, write_json
@@ -120,6 +121,7 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             settings (``sandbox_config``) are invalid.
         JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
             of the local backend.
+        TaskError: also: the skill mode cannot run on a task (`reroll.rollout.skills.select_skills`).
     """
     load_backend(spec.sandbox).settings(spec.sandbox_config)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
@@ -127,6 +129,8 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
         )
     tasks = [load_task(path) for path in spec.tasks]
+    for task in tasks:  # bad skill flags are refused before any rollout starts
+        select_skills(task, spec.skills, spec.skills_dir)
     agents = [get_agent(name) for name in spec.agents]
     planned = []
     for task in tasks:
@@ -247,6 +251,8 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         sandbox_config=spec.sandbox_config,
         network=spec.network,
         faults=faults,
+        skill_mode=spec.skills,
+        skills_dir=spec.skills_dir,
     )
 
     def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:

@@ -41,6 +41,7 @@ from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
+from reroll.rollout.skills import SceneSkills, SkillSelection
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
 from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import (
@@ -97,6 +98,8 @@ class RolloutPlan:
     recorded: list[TurnRecord] = field(default_factory=list)
     """For a continuation: the original's turns up to the cut, whose prompts are sent again as
     recorded (`reroll.rollout.scenes`)."""
+    skills: SkillSelection = field(default_factory=lambda: SkillSelection("no-skill", "none", None, []))
+    """What ``config.skill_mode`` mounts (`reroll.rollout.skills`)."""
 
     @property
     def agent(self) -> AgentSpec:
@@ -195,6 +198,7 @@ async def execute_rollout(
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
+            skills = SceneSkills(sandbox, env, plan.agents, plan.skills, plan.config.skill_nudge, console)
             trial = TrialContext(
                 trial=plan.trial,
                 agents=plan.agents,
@@ -208,6 +212,7 @@ async def execute_rollout(
                 ),
                 verifier=verifier,
                 recorded=plan.recorded,
+                hook=skills,
             )
             outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
@@ -215,6 +220,9 @@ async def execute_rollout(
                 # Stopped now, so no response the agent never received gets recorded later.
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
+            if plan.skills.mode != "no-skill":
+                exchanges = load_trajectory(plan.run_dir / TRAJECTORY).exchanges if proxy else []
+                result.skills_opened, result.skills_generated = skills.opened(exchanges), skills.generated
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
             manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / MANIFEST_FILE, manifest)

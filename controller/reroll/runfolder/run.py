@@ -37,7 +37,7 @@ from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.trajectory import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
-from reroll.trials.config import TrialConfig
+from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge, SkillSource, TrialConfig
 
 CONFIG_FILE = "config.json"
 RESULT_FILE = "result.json"
@@ -159,6 +159,20 @@ class RunConfig(BaseModel):
     learner_store: StoreUse | None = None
     """The learner store generation mounted (a ``sequential-shared`` job's rollout, or a
     continuation or branch of one); None: no store."""
+    skill_mode: SkillMode = DEFAULT_SKILL_MODE
+    """How the agents got skills (BenchFlow's field; `reroll.trials.config.SkillMode`)."""
+    skill_source: SkillSource = "none"
+    """Where the skills came from (BenchFlow's field and values): ``task_bundled`` (the task's
+    ``environment/skills``), ``custom_runtime`` (``--skills-dir``), ``self_generated``, ``none``."""
+    effective_skills_dir: str | None = None
+    """The host folder of the skills mounted (BenchFlow's field); for ``self-gen``, reroll's
+    bundled skill-creator; None: none mounted."""
+    skills: dict[str, str] = Field(default_factory=dict)
+    """The skills of `effective_skills_dir` by name → sha256 of their files
+    (`reroll.tasks.skills.Skill.digest`)."""
+    skill_nudge: SkillNudge | None = None
+    """The prompt nudge layered on top (``$REROLL_SKILL_NUDGE`` or ``$BENCHFLOW_SKILL_NUDGE`` when
+    the run started); None: none."""
 
 
 class Timings(BaseModel):
@@ -197,6 +211,11 @@ class RunResult(BaseModel):
     learner_store: StoreHarvest | None = None
     """The learner store when the agent stopped, for a rollout whose store writes back; None
     otherwise, or when the rollout failed before the store was read."""
+    skills_opened: list[str] | None = None
+    """The mounted skills the agents opened (read a file of, or invoked), from the tool calls of
+    the recorded exchanges (`reroll.tasks.skills.skills_opened`); None: no skill was mounted."""
+    skills_generated: dict[str, str] | None = None
+    """``self-gen``: the skills the creator scene wrote, by name → sha256 of their files."""
 
     @property
     def effective_status(self) -> Status | Literal["unknown"]:

@@ -26,6 +26,8 @@ where the verifier goes — are resolved by `Task` (`Task.agent_user`, `Task.wor
 
 from __future__ import annotations
 
+import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -138,6 +140,9 @@ class EnvironmentSection(BaseModel):
     """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
     docker_image: str | None = None
     """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+    skills_dir: str | None = None
+    """Where the task's image puts its skills (SkillsBench's, informational): reroll mounts the
+    task's ``environment/skills`` at each agent's native skill paths instead (``--skills``)."""
     services: list[ServiceSpec] = []
     """Services the framework starts before the agent (``[[environment.services]]``), in
     ``depends_on`` order; the agent starts when all are healthy."""
@@ -237,6 +242,10 @@ class Task(BaseModel):
     """Fields (and files) of the task reroll does not honour, with the reason; reported once."""
     mapped: list[FieldNote] = []
     """Foreign fields honoured under reroll's name (``environment.memory`` → ``memory_mb``)."""
+    skills_hidden: bool = False
+    """The rollout's agents must not see the task's ``environment/skills`` (skill modes
+    ``no-skill`` and ``self-gen``, or skills from elsewhere): an image build leaves the folder out
+    of its context and drops the Dockerfile's COPY lines of it alone (`with_skills_hidden`)."""
 
     @property
     def agent_user(self) -> str | None:
@@ -280,6 +289,34 @@ def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
         return task
     environment = task.spec.environment.model_copy(update={"network": policy})
     return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+
+
+def with_skills_hidden(task: Task, hidden: bool) -> Task:
+    """`task` with `Task.skills_hidden` set to `hidden`."""
+    return task if task.skills_hidden == hidden else task.model_copy(update={"skills_hidden": hidden})
+
+
+SKILLS_FOLDER = "skills"
+"""The folder of ``environment/`` that holds a task's skills (SkillsBench's, BenchFlow's)."""
+_COPY_LINE = re.compile(r"^\s*(?:COPY|ADD)\s+(?:--\S+\s+)*(?P<args>.+?)\s*$", re.IGNORECASE)
+
+
+def without_skill_copies(dockerfile: str) -> str:
+    """`dockerfile` without its COPY / ADD lines whose every source is the ``skills`` folder
+    (``COPY skills /root/.claude/skills``), as BenchFlow strips them for ``no-skill``; a line
+    copying other sources too is kept (its build then fails on the missing folder: visible)."""
+    kept = []
+    for line in dockerfile.splitlines():
+        match = _COPY_LINE.match(line)
+        try:
+            args = shlex.split(match.group("args")) if match else []
+        except ValueError:
+            args = []
+        sources = args[:-1]
+        if sources and all(source.rstrip("/").removeprefix("./") == SKILLS_FOLDER for source in sources):
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 def load_task(path: Path) -> Task:
