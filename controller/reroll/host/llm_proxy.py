@@ -32,6 +32,7 @@ from reroll_contracts.proxy import (
     ProxyConfig,
     ProxyStatus,
     ProxyStop,
+    ReadyFile,
     ReplayConfig,
     RolloutAdded,
     RolloutRegistration,
@@ -324,6 +325,10 @@ class LlmProxy:
                 host.release()
                 raise
             self._host = host
+            # Which process serves the rollout, where a per-rollout proxy's ready file would be.
+            assert host.pid is not None
+            ready = ReadyFile(pid=host.pid, address=self._added.base_url)
+            write_private(self._process.ready_file, ready.model_dump_json().encode())
         else:
             await self._process.start()
         self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.controller_token}"})
