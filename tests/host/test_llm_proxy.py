@@ -12,7 +12,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from reroll.host.llm_proxy import MODE_ENV, LlmProxy, recorded_sandbox_values
+from reroll.host.llm_proxy import LlmProxy, recorded_sandbox_values
+from reroll.host.shared_process import MODE_ENV
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll_contracts.errors import InfrastructureError
 from reroll_contracts.faults import FaultsUsed

@@ -1,9 +1,8 @@
 """The controller's handle on a rollout's LLM proxy (package ``reroll_proxy``).
 
 By default every rollout of this controller process is served by one shared proxy process
-(`SharedProxy`, ``python -m reroll_proxy --shared``): a rollout joining registers with it, one
-leaving is removed, and neither starts a process. The shared proxy starts with the first rollout of
-an event loop and stops a few seconds after the last one left (or when the loop ends).
+(``python -m reroll_proxy --shared``, run as a `reroll.host.shared_process.SharedProcess`): a
+rollout joining registers with it, one leaving is removed, and neither starts a process.
 ``REROLL_PROXY=per-rollout`` gives each rollout its own process instead (easier to debug: one log
 per rollout, in its ``harness/``). What passes between controller and proxy (config,
 registration, status, stop, ready file) is typed once, in `reroll_contracts.proxy`.
@@ -11,13 +10,7 @@ registration, status, stop, ready file) is typed once, in `reroll_contracts.prox
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import secrets
-import shutil
-import tempfile
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -42,17 +35,15 @@ from reroll_contracts.proxy import (
 from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
+from reroll.host.shared_process import SharedProcess, per_rollout, shared_process
 from reroll.runfolder.run import PROXY_CONFIG, write_private
 
 STATUS_TIMEOUT_SECONDS = 5.0
 """Longest wait for the proxy's status (and a shared proxy's answer to adding or removing a rollout)."""
-SHARED_LINGER_SECONDS = 5.0
-"""How long a shared proxy with no rollout left keeps running, for the next rollout to join."""
-MODE_ENV = "REROLL_PROXY"
-"""``per-rollout``: one proxy process per rollout; unset or ``shared``: one per controller process."""
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
 _CONTROLLER_TOKEN_ENV = "REROLL_PROXY_CONTROLLER_TOKEN"
-_ADMIN_TOKEN_ENV = "REROLL_PROXY_ADMIN_TOKEN"
+ROLLOUTS_ROUTE = "/_reroll/rollouts"
+"""The shared proxy's admin route (`reroll_proxy.server.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 _VOLATILE_RULES = TypeAdapter(list[VolatileRule])
 
@@ -88,150 +79,6 @@ def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
     """
     plan = load_plan(plan_path)
     return FaultsUsed(plan_path=plan_path.resolve(), seed=plan.seed if seed is None else seed)
-
-
-class SharedProxy:
-    """One ``python -m reroll_proxy --shared`` process serving the rollouts of this controller
-    process on one event loop (`reroll_proxy.server.ProxyHost`); get it with `shared_proxy`.
-
-    Its control site listens on loopback; the admin token that adds and removes rollouts reaches
-    it through its environment and is never on disk. Its log is ``proxy.log`` in a private
-    temporary folder (removed when it stops); its tail is in every error about it.
-    """
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        """The event loop it serves (its subprocess belongs to that loop)."""
-        self.admin_token = secrets.token_urlsafe(32)
-        self.workdir = Path(tempfile.mkdtemp(prefix="reroll-proxy-"))
-        self._process = ChildProcess(
-            "reroll_proxy",
-            ["--shared", "--admin-token-env", _ADMIN_TOKEN_ENV],
-            workdir=self.workdir,
-            name="proxy",
-            env=child_environment({_ADMIN_TOKEN_ENV: self.admin_token}),
-        )
-        self._session: aiohttp.ClientSession | None = None
-        self.users = 0
-        """Rollouts served now."""
-        self._linger: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        """Start the process and wait until it listens.
-
-        Raises:
-            InfrastructureError: it exited or was not ready in time (the message has its log's tail).
-        """
-        await self._process.start()
-        self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.admin_token}"})
-
-    def alive(self) -> bool:
-        """Whether the process still runs."""
-        return self._process.alive()
-
-    @property
-    def pid(self) -> int | None:
-        """Its process id, once started."""
-        return self._process.pid
-
-    def log_tail(self) -> str:
-        """The end of its log."""
-        return self._process.log_tail()
-
-    async def add(self, registration: RolloutRegistration) -> RolloutAdded:
-        """Have it serve one more rollout.
-
-        Raises:
-            InfrastructureError: it refused (the rollout's recording or fault plan does not load, its
-                port cannot be bound: the cause is in the message), died, or did not answer in time.
-        """
-        assert self._session is not None, "start() first"
-        url = self._process.ready.address.removesuffix("/v1") + "/_reroll/rollouts"
-        try:
-            async with self._session.post(
-                url,
-                data=registration.model_dump_json(),
-                timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS * 6),
-            ) as response:
-                body = await response.read()
-                if response.status != 200:
-                    raise InfrastructureError(f"the LLM proxy refused the rollout: {_error_of(body)}")
-                return RolloutAdded.model_validate_json(body)
-        except (aiohttp.ClientError, TimeoutError, ValidationError) as exc:
-            raise InfrastructureError(
-                f"the shared LLM proxy did not add the rollout ({exc!r}):\n{self.log_tail()}"
-            ) from exc
-
-    async def remove(self, rollout_id: str) -> None:
-        """Stop serving a rollout (a dead proxy or an unknown rollout: nothing to do)."""
-        if self._session is None or not self.alive():
-            return
-        url = self._process.ready.address.removesuffix("/v1") + f"/_reroll/rollouts/{rollout_id}"
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self._session.delete(
-                url, timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS * 6)
-            ):
-                pass
-
-    def acquire(self) -> None:
-        """Count one more rollout (cancelling a pending stop)."""
-        self.users += 1
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
-
-    def release(self) -> None:
-        """Count one rollout less; with none left, stop after `SHARED_LINGER_SECONDS`."""
-        self.users -= 1
-        if self.users == 0:
-            self._linger = asyncio.ensure_future(self._stop_later())
-
-    async def _stop_later(self) -> None:
-        try:
-            await asyncio.sleep(SHARED_LINGER_SECONDS)
-        finally:  # also when the loop ends and cancels it
-            if self.users == 0:
-                await self.stop()
-
-    async def stop(self) -> None:
-        """Stop the process and remove its folder."""
-        if _SHARED.get(self.loop) is self:
-            del _SHARED[self.loop]
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        await self._process.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedProxy] = weakref.WeakKeyDictionary()
-"""The shared proxy of each running event loop."""
-_STARTING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
-"""Held while a loop's shared proxy starts, so that two rollouts joining at once start one."""
-
-
-async def shared_proxy() -> SharedProxy:
-    """The shared proxy of the running event loop, started if there is none (or it died).
-
-    Raises:
-        InfrastructureError: it could not be started.
-    """
-    loop = asyncio.get_running_loop()
-    async with _STARTING.setdefault(loop, asyncio.Lock()):
-        proxy = _SHARED.get(loop)
-        if proxy is None or not proxy.alive():
-            proxy = SharedProxy()
-            await proxy.start()
-            _SHARED[loop] = proxy
-        return proxy
-
-
-def _error_of(body: bytes) -> str:
-    try:
-        error = orjson.loads(body).get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        error = None
-    return str(error) if error else body.decode("utf-8", "replace")[:500]
 
 
 class LlmProxy:
@@ -292,7 +139,7 @@ class LlmProxy:
         self.config_file = workdir / PROXY_CONFIG.name
         """The config file (a per-rollout proxy reads it)."""
         write_private(self.config_file, config.model_dump_json(indent=2).encode())
-        self.shared = os.environ.get(MODE_ENV, "shared") != "per-rollout"
+        self.shared = not per_rollout()
         """Whether the rollout is served by the `SharedProxy` (else by its own process)."""
         self._registration = RolloutRegistration(
             config=config, controller_token=self.controller_token, upstream_api_key=env.get(_KEY_ENV)
@@ -300,7 +147,7 @@ class LlmProxy:
         self._process = ChildProcess(
             "reroll_proxy", ["--config", str(self.config_file)], workdir=workdir, name="proxy", env=env
         )
-        self._host: SharedProxy | None = None
+        self._host: SharedProcess | None = None
         self._added: RolloutAdded | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -317,10 +164,10 @@ class LlmProxy:
             InfrastructureError: the proxy did not start, or refused the rollout (the cause in the message).
         """
         if self.shared:
-            host = await shared_proxy()
+            host = await shared_process("reroll_proxy", "proxy")
             host.acquire()
             try:
-                self._added = await host.add(self._registration)
+                self._added = await host.post(ROLLOUTS_ROUTE, self._registration, RolloutAdded)
             except BaseException:
                 host.release()
                 raise
@@ -407,7 +254,7 @@ class LlmProxy:
         if host is not None:
             try:
                 if self._added is not None:
-                    await host.remove(self._added.rollout_id)
+                    await host.delete(f"{ROLLOUTS_ROUTE}/{self._added.rollout_id}")
             finally:
                 host.release()
         await self._process.stop()
