@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import ipaddress
 import logging
 import operator
 import secrets
@@ -337,9 +338,9 @@ class ProxyHost:
     """One aiohttp server for any number of rollouts, each a `RolloutProxy` found by the token
     its request presents (``Authorization: Bearer``, ``x-api-key``, ``api-key``).
 
-    The rollout token opens the model endpoints of its rollout only, and only on the site (host,
-    port) its rollout listens on; the controller token opens ``/_reroll/status``, ``stop`` and
-    ``place`` of its rollout only; the admin token opens ``/_reroll/rollouts`` (add: ``POST`` a
+    Each rollout listens on a site (host, port) of its own, and its tokens open nothing elsewhere:
+    the rollout token opens its model endpoints, the controller token its ``/_reroll/status``,
+    ``stop`` and ``place``; the admin token opens ``/_reroll/rollouts`` (add: ``POST`` a
     `reroll_contracts.proxy.RolloutRegistration`, answered with a `RolloutAdded`; remove:
     ``DELETE /_reroll/rollouts/{rollout_id}``). Tokens are looked up by their SHA-256 digest, so
     the time a lookup takes tells nothing of a token's characters. A rollout whose recording or
@@ -357,8 +358,8 @@ class ProxyHost:
         self._by_token: dict[bytes, RolloutProxy] = {}
         self._by_controller: dict[bytes, RolloutProxy] = {}
         self._by_id: dict[str, RolloutProxy] = {}
-        self._sites: dict[tuple[str, int], tuple[web.SockSite, int, int]] = {}
-        """Listening sites by (host, port asked): the site, how many rollouts use it, its port."""
+        self._sites: dict[str, web.SockSite] = {}
+        """Each rollout's listening site, by rollout id: its agent reaches it there and only there."""
         self.runner: web.AppRunner | None = None
         self.app = web.Application(
             middlewares=[self._authenticate, read_body_in_time(limits)],
@@ -403,21 +404,16 @@ class ProxyHost:
         if self.runner is not None:
             await self.runner.cleanup()
 
-    async def listen(self, host: str, port: int = 0) -> tuple[str, int]:
-        """Listen on (`host`, `port`) — once: a second call for the same pair shares the site.
+    async def listen(self, host: str, port: int = 0) -> tuple[web.SockSite, tuple[str, int]]:
+        """Listen on a site of its own at (`host`, `port`).
 
         Returns:
-            The (host, port) listened on (`port` 0 picks a free one).
+            The site and the (host, port) it listens on (`port` 0 picks a free one).
 
         Raises:
             OSError: the address cannot be bound.
         """
         assert self.runner is not None, "start() first"
-        known = self._sites.get((host, port))
-        if known is not None:
-            site, users, bound = known
-            self._sites[(host, port)] = (site, users + 1, bound)
-            return host, bound
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -428,17 +424,7 @@ class ProxyHost:
         except BaseException:
             sock.close()
             raise
-        bound = int(sock.getsockname()[1])
-        self._sites[(host, port)] = (site, 1, bound)
-        return host, bound
-
-    async def _unlisten(self, host: str, port: int) -> None:
-        site, users, bound = self._sites[(host, port)]
-        if users > 1:
-            self._sites[(host, port)] = (site, users - 1, bound)
-            return
-        del self._sites[(host, port)]
-        await site.stop()
+        return site, (host, int(sock.getsockname()[1]))
 
     async def add(self, config: ProxyConfig) -> RolloutProxy:
         """Load a rollout's replay and fault plan, open its trajectory, and listen where it asks.
@@ -468,11 +454,12 @@ class ProxyHost:
         recorder.open()
         rollout = RolloutProxy(config, engine, recorder, faults)
         try:
-            rollout.address = await self.listen(config.listen_host, config.listen_port)
-            await rollout.open()
+            site, rollout.address = await self.listen(config.listen_host, config.listen_port)
         except BaseException:
             await recorder.aclose()
             raise
+        self._sites[rollout.rollout_id] = site
+        await rollout.open()
         self._by_token[_digest(config.token)] = rollout
         if config.controller_token is not None:
             self._by_controller[_digest(config.controller_token)] = rollout
@@ -501,7 +488,7 @@ class ProxyHost:
         try:
             await rollout.close()
         finally:
-            await self._unlisten(rollout.config.listen_host, rollout.config.listen_port)
+            await self._sites.pop(rollout.rollout_id).stop()
         log.info("rollout %s removed", rollout.rollout_id)
 
     async def _close_all(self, _app: web.Application) -> None:
@@ -523,10 +510,11 @@ class ProxyHost:
         if route.startswith(CONTROLLER_PREFIX):
             # Decided by the route that matched, not by how the path was spelt.
             rollout = self._find(self._by_controller, presented)
-            if rollout is not None:
+            if rollout is not None and _arrived_at(request, rollout.address):
                 request["rollout"] = rollout
                 return await handler(request)
-            if self._find(self._by_token, presented) is not None:
+            own = self._find(self._by_token, presented)
+            if own is not None and _arrived_at(request, own.address):
                 log.warning(
                     "refused %s %s: the rollout token does not open /_reroll/*", request.method, request.path
                 )
@@ -596,10 +584,20 @@ def _route_path(request: web.Request) -> str:
 
 
 def _arrived_at(request: web.Request, address: tuple[str, int]) -> bool:
-    """Whether `request` came in on the site at `address` (a rollout's agent uses its own site)."""
+    """Whether `request` came in on the site at `address`: a rollout's token opens its own site
+    only (its port; and its address, unless it listens on every interface)."""
     transport = request.transport
     sockname = transport.get_extra_info("sockname") if transport is not None else None
-    return sockname is None or int(sockname[1]) == address[1]
+    if sockname is None:
+        return False
+    host, port = address
+    if int(sockname[1]) != port:
+        return False
+    try:
+        listened = ipaddress.ip_address(host)
+    except ValueError:  # a host name: its port decides
+        return True
+    return listened.is_unspecified or ipaddress.ip_address(sockname[0]) == listened
 
 
 def _digest(token: str) -> bytes:
@@ -693,7 +691,7 @@ async def start_shared(host: str, admin_token: str, ready_file: Path | None) -> 
     proxy_host = ProxyHost(ClientLimits(), admin_token)
     await proxy_host.start()
     try:
-        address = await proxy_host.listen(host)
+        _, address = await proxy_host.listen(host)
     except BaseException:
         await proxy_host.stop()
         raise

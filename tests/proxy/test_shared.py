@@ -33,7 +33,7 @@ pytestmark = pytest.mark.spawns  # the real shared proxy and scripted model proc
 def stable(line: dict[str, Any]) -> Any:
     """An exchange line without what differs between two runs of the same conversation (times,
     durations, the ids the scripted model draws)."""
-    varying = {"timestamp", "duration_ms", "ttfb_ms", "event_offsets_ms", "id", "created", "date"}
+    varying = {"timestamp", "duration_ms", "ttfb_ms", "event_offsets_ms", "id", "created", "date", "host"}
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
@@ -141,7 +141,8 @@ def test_each_token_opens_its_own_rollout_only(
     root = first["base_url"].removesuffix("/v1")
     code, _, status = http_json("GET", root + "/_reroll/status", headers={"Authorization": "Bearer c1"})
     assert code == 200 and status["served_live"] == TURNS
-    code, _, status = http_json("GET", root + "/_reroll/status", headers={"Authorization": "Bearer c2"})
+    other = second["base_url"].removesuffix("/v1")
+    code, _, status = http_json("GET", other + "/_reroll/status", headers={"Authorization": "Bearer c2"})
     assert code == 200 and status["served_live"] == 0  # the second rollout's own counters
     assert http_json("GET", root + "/_reroll/status", headers={"Authorization": "Bearer t1"})[0] == 403
     assert http_json("GET", root + "/_reroll/rollouts", headers={"Authorization": "Bearer c1"})[0] in (
@@ -156,14 +157,17 @@ def test_each_token_opens_its_own_rollout_only(
         "DELETE", root + f"/_reroll/rollouts/{second['rollout_id']}", headers={"Authorization": "Bearer t1"}
     )
     assert code == 401
+    with pytest.raises(openai.AuthenticationError):  # a token opens its own rollout's site only
+        conversation(second["base_url"], "t1")
+    assert http_json("GET", other + "/_reroll/status", headers={"Authorization": "Bearer c1"})[0] == 401
     assert lines(tmp_path / "2.jsonl") == []
     # Removed: its tokens open nothing any more, and the other rollout is still served.
     url = root + f"/_reroll/rollouts/{first['rollout_id']}"
     with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=admin())) as done:
         assert done.status == 204
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.APIConnectionError):  # its own site is closed with it
         conversation(first["base_url"], "t1")
-    assert http_json("GET", root + "/_reroll/status", headers={"Authorization": "Bearer c1"})[0] == 401
+    assert http_json("GET", other + "/_reroll/status", headers={"Authorization": "Bearer c1"})[0] == 401
     assert len(conversation(second["base_url"], "t2")) == TURNS
 
 
