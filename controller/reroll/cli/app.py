@@ -27,7 +27,20 @@ import typer.core
 from typer import _click  # typer's own copy of click: the types TyperGroup's methods take
 
 from reroll import __version__
-from reroll.cli import agents, branch, continue_, export, job, model, replay, run, sandbox, task, view
+from reroll.cli import (
+    agents,
+    branch,
+    continue_,
+    export,
+    job,
+    model,
+    replay,
+    rescore,
+    run,
+    sandbox,
+    task,
+    view,
+)
 from reroll.cli.common import console
 
 
@@ -67,6 +80,7 @@ app.command("run")(run.run)
 app.command("continue")(continue_.continue_)
 app.command("continue-job")(continue_.continue_job)
 app.command("replay")(replay.replay)
+app.command("rescore")(rescore.rescore)
 app.command("branch")(branch.branch)
 app.command("job")(job.job)
 app.command("agents")(agents.agents)

@@ -53,6 +53,12 @@ NetworkOption = Annotated[
     NetworkPolicy | None,
     typer.Option(help="Egress: none (only the LLM proxy; local or docker) or full [default: the task's]."),
 ]
+JudgeModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="An LLM judge's model (a --model spec) for a task scored by llm-judge [default: the task's]."
+    ),
+]
 ImageMapOption = Annotated[
     list[str] | None,
     typer.Option(

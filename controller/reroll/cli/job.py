@@ -13,6 +13,7 @@ from reroll.cli.common import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    JudgeModelOption,
     MaxRetriesOption,
     MaxStartingOption,
     NetworkOption,
@@ -55,6 +56,7 @@ def job(
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
     image_map: ImageMapOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
@@ -79,6 +81,7 @@ def job(
         "executor": executor,
         "max_starting": max_starting,
         "ray_address": ray_address,
+        "judge_model": judge_model,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:

@@ -12,6 +12,7 @@ from reroll.cli.common import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    JudgeModelOption,
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
@@ -63,6 +64,7 @@ def run(
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     image_map: ImageMapOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -86,6 +88,7 @@ def run(
                     sandbox_config=settings,
                     network=network,
                     faults=used,
+                    judge_model=judge_model,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

@@ -18,6 +18,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     network: null            # none or full: every rollout's egress [default: each task's]
     faults: null             # a fault plan (YAML, relative to this file) the LLM proxy injects
     fault_seed: null         # the seed of its draws [default: the plan's]
+    judge_model: null        # an LLM judge's model (judged tasks) [default: each task's]
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
 
@@ -95,6 +96,8 @@ class JobSpec(RunnerOptions):
     is relative to the file's folder); None: no faults."""
     fault_seed: int | None = None
     """The seed of the fault plan's probability draws [default: the plan's ``seed``]."""
+    judge_model: str | None = None
+    """An LLM judge's model for every rollout of a judged task; None: each task's."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:

@@ -216,6 +216,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         sandbox_config=spec.sandbox_config,
         network=spec.network,
         faults=faults,
+        judge_model=spec.judge_model,
     )
     rollouts = [
         RunnerRollout(

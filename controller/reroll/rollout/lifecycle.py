@@ -46,6 +46,7 @@ from reroll.runfolder.run import (
     AGENT_LOG,
     CONFIG_FILE,
     ERROR_FILE,
+    JUDGE_TRAJECTORY,
     MANIFEST_FILE,
     PROMPTS_FILE,
     RESULT_FILE,
@@ -217,7 +218,14 @@ async def execute_rollout(
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                request = VerifyRequest(sandbox, env | task_env, plan.run_dir, plan.run_dir / VERIFIER_DIR)
+                request = VerifyRequest(
+                    sandbox,
+                    env | task_env,
+                    plan.run_dir,
+                    plan.run_dir / VERIFIER_DIR,
+                    judge_model=plan.config.judge_model,
+                    judge_replay=_judge_replay(plan.config),
+                )
                 _apply_verdict(result, await verifier.verify(request))
     except Exception as exc:  # every failure ends in status error, never null
         message = str(exc)
@@ -503,11 +511,21 @@ def output_tail(output: str) -> str:
     return joined if len(joined) <= OUTPUT_TAIL_CHARS else "…" + joined[-OUTPUT_TAIL_CHARS:]
 
 
+def _judge_replay(config: RunConfig) -> Path | None:
+    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
+    judge model); None otherwise."""
+    rescored = config.rescored_from
+    if rescored is None or rescored.judge_model is not None:
+        return None
+    return Path(rescored.path) / JUDGE_TRAJECTORY
+
+
 def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
     """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
     result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     if verdict.status == "ok":
         result.rewards = verdict.rewards
+        result.verify_result = verdict.result
     else:
         _fail(result, verdict.error_category or "verifier_error", verdict.error)
 

@@ -26,7 +26,7 @@ from rich.console import Console
 from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
-from reroll.models.spec import ModelSpec, parse_model
+from reroll.models.spec import ModelSpec, check_model, parse_model
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.scenes import check_trial
@@ -36,6 +36,7 @@ from reroll.runfolder.run import (
     TRAJECTORY,
     BranchedFrom,
     ContinuedFrom,
+    RescoredFrom,
     RunConfig,
     RunResult,
     create_run_folder,
@@ -82,6 +83,8 @@ class RolloutOptions:
     divergence_policy: DivergencePolicy = "warn"
     """What the proxy does when a replayed request differs from the recording (``warn``,
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
+    judge_model: str | None = None
+    """An LLM judge's model (``--judge-model``) [default: the original's, else the task's]."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ async def start_rollout(
     options: RolloutOptions,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,
+    rescored_from: RescoredFrom | None = None,
 ) -> RolloutOutcome:
     """Create the run folder ``parent/name``, write its config, and run the rollout.
 
@@ -132,6 +136,7 @@ async def start_rollout(
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
+        rescored_from: config.json's ``rescored_from`` (``reroll rescore``), or None.
 
     Returns:
         The new run folder and its result.
@@ -141,12 +146,13 @@ async def start_rollout(
             settings are invalid.
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
+        ModelError: the judge model cannot be used (``--judge-model``).
         AgentError: a role's agent is unknown.
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
             ``resume`` turn's agent has no session to resume.
         Nothing is written when any of these is raised.
     """
-    config = _run_config(origin, live_model, options)
+    config = _run_config(origin, live_model, options).model_copy(update={"rescored_from": rescored_from})
     settings = load_backend(config.sandbox).settings(config.sandbox_config)
     given = settings.model_dump(mode="json", exclude_unset=True)
     config = config.model_copy(update={"sandbox_config": given})
@@ -174,6 +180,8 @@ async def start_rollout(
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
+    if options.judge_model is not None:
+        check_model(options.judge_model)
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_network(task, config.network),
@@ -208,6 +216,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             network=options.network,
             reroll_version=__version__,
             faults=options.faults,
+            judge_model=options.judge_model,
             trial=origin.trial,
         )
     original = origin.checkpoint.original.config
@@ -227,6 +236,8 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "continued_from": None,
             "branched_from": None,
             "faults": options.faults,
+            "judge_model": options.judge_model or original.judge_model,
+            "rescored_from": None,
             key: origin.provenance,
         }
     )
