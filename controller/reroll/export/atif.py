@@ -164,7 +164,7 @@ def _step(number: int, turn: Turn, events: dict[int, list[dict[str, Any]]]) -> S
         ),
         llm_call_count=1,
         is_copied_context=copied,
-        extra=_step_extra(turn, events.get(turn.exchange.metadata.step, [])),
+        extra=_step_extra(turn, events.get(metadata.step, []) if metadata.step is not None else []),
     )
 
 

@@ -13,7 +13,8 @@ messages (an agent turn an ``assistant`` message with ``tool_calls`` and, if any
 ``reasoning_content``; its tool results ``tool`` messages with their ``tool_call_id``);
 ``prompt`` is every message before the first ``assistant`` one, ``completion`` the rest;
 ``reward`` the primary reward (``rewards.reward``, else the only entry; None without one),
-``metrics`` all of ``rewards`` (a graded reward's items among them); ``is_truncated`` true when the agent timed out;
+``metrics`` all of ``rewards`` (a graded reward's items among them); ``is_truncated`` true
+when the agent timed out;
 ``stop_condition`` the status; ``info``: task, agent, model, status, error category, exchange
 counts, the number of leading completion messages copied from an original run
 (``copied_completion_messages``: its replayed prefix), the provenance, and ``verify_result``

@@ -39,7 +39,14 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from reroll_contracts.errors import ModelError, TaskError, VerifierError
+from reroll_contracts.errors import (
+    ErrorCategory,
+    InfrastructureError,
+    ModelError,
+    SandboxError,
+    TaskError,
+    VerifierError,
+)
 from reroll_contracts.proxy import ReplayConfig, StepDivergence, UpstreamConfig
 from reroll_contracts.reward import RewardEvent, VerifyResult
 
@@ -155,8 +162,9 @@ class LlmJudgeVerifier:
 
     async def verify(self, request: VerifyRequest) -> Verdict:
         """Judge the workspace (see the module docstring); a judge that cannot score is a
-        verdict with status ``error`` (``verifier_error``; ``infrastructure`` when the live
-        model could not be reached or refused).
+        verdict with status ``error``: ``verifier_error`` (no judge model, an answer that does
+        not parse, a recording that ran out), ``infrastructure`` when the live model could not be
+        reached or answered an error.
 
         Raises:
             SandboxError: the sandbox failed or died.
@@ -167,8 +175,14 @@ class LlmJudgeVerifier:
             spec = self.model_spec(request.judge_model)
             files = await self._deliverables(request.sandbox)
             record = await self._judge(request, spec, files)
-        except (VerifierError, ModelError) as exc:
-            category = "infrastructure" if isinstance(exc, ModelError) else exc.error_category
+        except SandboxError:
+            raise
+        except (VerifierError, ModelError, InfrastructureError) as exc:
+            # a judge model that is missing or misconfigured is the verifier's error; one that
+            # could not be reached or refused is the infrastructure's (a job retries it)
+            category: ErrorCategory = (
+                "infrastructure" if isinstance(exc, InfrastructureError) else "verifier_error"
+            )
             return Verdict(
                 {}, time.monotonic() - started, status="error", error_category=category, error=str(exc)
             )
@@ -222,8 +236,9 @@ class LlmJudgeVerifier:
 
         Raises:
             VerifierError: an answer is not the JSON object asked for, or the proxy answered an
-                error while replaying.
-            ModelError: the live judge model cannot be started or answered an error.
+                error while replaying (the recording is exhausted).
+            ModelError: the judge model cannot be used (an unknown provider, a missing key or script).
+            InfrastructureError: the live judge model could not be reached or answered an error.
         """
         replay = request.judge_replay
         workdir = harness_folder(request.run_dir) / "judge"
@@ -265,9 +280,10 @@ class LlmJudgeVerifier:
         shape = ANSWER_SHAPES[criterion.type].replace("POINTS", str(criterion.points))
         shape = shape.replace("MIN", f"{criterion.min:g}").replace("MAX", f"{criterion.max:g}")
         wanted = set(criterion.files or self.rubric.files)
-        shown = "\n\n".join(
-            f"=== {path} ===\n{text}" for path, text in files if not wanted or path in wanted
-        ) or "(no deliverable)"
+        shown = (
+            "\n\n".join(f"=== {path} ===\n{text}" for path, text in files if not wanted or path in wanted)
+            or "(no deliverable)"
+        )
         context = self.options.context or self.task.instruction
         notes = f"\nRubric notes:\n{self.rubric.notes.strip()}\n" if self.rubric.notes.strip() else ""
         user = (
@@ -282,7 +298,7 @@ class LlmJudgeVerifier:
                 {"role": "user", "content": user},
             ],
         }
-        error = ModelError if live else VerifierError
+        error = InfrastructureError if live else VerifierError
         try:
             async with session.post(
                 f"{base_url}/chat/completions",
@@ -293,7 +309,8 @@ class LlmJudgeVerifier:
                 text = await response.text()
                 if response.status != 200:
                     raise error(
-                        f"judge model {model}: HTTP {response.status} on criterion {criterion.name!r}: {text[:500]}"
+                        f"judge model {model}: HTTP {response.status} on criterion {criterion.name!r}: "
+                        + text[:500]
                     )
                 answer = orjson.loads(text)
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:

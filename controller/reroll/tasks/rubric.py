@@ -143,7 +143,7 @@ def load_rubric(path: Path) -> Rubric:
         raise TaskError(f"{path}: cannot load the rubric: {exc}") from exc
     if not isinstance(data, dict):
         raise TaskError(f"{path}: a rubric must be an object")
-    judge = data.get("judge") if isinstance(data.get("judge"), dict) else {}
+    judge = data["judge"] if isinstance(data.get("judge"), dict) else {}
     notes_file = path.parent / Path(RUBRIC_NOTES).name
     notes = str(data.get("title", ""))
     if path.name == "verifier.toml" and notes_file.is_file():
