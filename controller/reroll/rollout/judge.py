@@ -361,7 +361,7 @@ def _answer(criterion: Criterion, text: str) -> JudgeAnswer:
     elif isinstance(score, int | float) and not isinstance(score, bool):
         value = float(score)
     else:
-        wanted = "a verdict 'pass' or 'fail'" if criterion.type == "binary" else "a numeric score"
+        wanted = "verdict 'pass' or 'fail'" if criterion.type == "binary" else "numeric score"
         raise VerifierError(f"the judge's answer on criterion {criterion.name!r} has no {wanted}: {quoted!r}")
     return JudgeAnswer(
         criterion=criterion.name,
