@@ -113,3 +113,37 @@ async def test_a_verifier_from_outside_reroll_scores_a_real_rollout(
     assert result["rewards"]["reward"] == 1.0, result
     assert "file: 'Hello, reroll!\\n'" in (outcome.run_dir / "verifier" / "judge.txt").read_text()
     assert not (outcome.run_dir / "verifier" / "test-stdout.txt").exists()  # test.sh never ran
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize("valid", [True, False])
+async def test_a_test_script_may_write_the_structured_reward(
+    tmp_path: Path, examples: Path, valid: bool
+) -> None:
+    """reward.json's structured form (`reroll_contracts.reward`) from test.sh: result.json keeps the
+    flat rewards and adds verify_result; an invalid one is a verifier error naming the file."""
+    task = task_with_verifier(tmp_path, examples, "verifier:\n  timeout_sec: 30\n")
+    space = "action" if valid else "vibes"
+    reward = (
+        '{"reward": 0.5, "items": {"file": 1.0, "style": 0.0}, '
+        f'"events": [{{"source": "wrote-file", "reward": 1.0, "step": 0, "space": "{space}", '
+        '"granularity": "step"}]}'
+    )
+    (task / "verifier" / "test.sh").write_text(f"#!/bin/sh\necho '{reward}' > /logs/verifier/reward.json\n")
+    outcome = await run_task(task, agent_name="oracle", jobs_dir=tmp_path / "jobs", job_name="j")
+    result = json.loads((outcome.run_dir / "result.json").read_text())
+    if not valid:
+        assert (result["status"], result["error_category"]) == ("error", "verifier_error")
+        assert "verifier/reward.json: invalid structured reward" in result["error"]
+        assert "events.0.space" in result["error"]
+        return
+    assert result["status"] == "ok", result
+    assert result["rewards"] == {"reward": 0.5, "file": 1.0, "style": 0.0}
+    assert result["verify_result"]["events"][0] == {
+        "source": "wrote-file",
+        "reward": 1.0,
+        "step": 0,
+        "space": "action",
+        "granularity": "step",
+        "note": "",
+    }
