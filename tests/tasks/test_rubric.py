@@ -102,7 +102,7 @@ def test_a_harvey_lab_rubric_json_is_read(tmp_path: Path) -> None:
         ("[[criterion]\nname = 1", r"rubric\.toml: cannot load the rubric"),
         ('[scoring]\naggregation = "weighted_mean"\n', r"(?s)rubric\.toml: invalid rubric:\n.*criteria"),
         ('[[criterion]]\ndescription = "x"\ntype = "stars"\n', r"(?s)rubric\.toml: invalid rubric:\n.*type"),
-        ('[[criterion]]\ndescription = "x"\nspace = "vibes"\n', r"(?s)rubric\.toml: invalid rubric:\n.*space"),
+        ('[[criterion]]\ndescription = "x"\nspace = "vibes"\n', r"(?s)invalid rubric:\n.*space"),
         (
             '[[criterion]]\ndescription = "x"\ntype = "numeric"\nmin = 5\nmax = 5\n',
             r"max \(5.0\) must be above",
