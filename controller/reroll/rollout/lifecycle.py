@@ -162,6 +162,9 @@ async def execute_rollout(
     result = RunResult(started_at=now_iso())
     write_json(plan.run_dir / CONFIG_FILE, plan.config)
     write_json(plan.run_dir / PROMPTS_FILE, [])
+    if plan.agent.api_format == "none":  # no proxy records one: an empty trajectory, so the run
+        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)  # can be replayed and rescored
+        (plan.run_dir / TRAJECTORY).touch()
     harness_dir = harness_folder(plan.run_dir)
     sandbox: Sandbox | None = None
     try:
@@ -192,6 +195,14 @@ async def execute_rollout(
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
+            request = VerifyRequest(
+                sandbox,
+                env | task_env,
+                plan.run_dir,
+                plan.run_dir / VERIFIER_DIR,
+                judge_model=plan.config.judge_model,
+                judge_replay=_judge_replay(plan.config),
+            )
             trial = TrialContext(
                 trial=plan.trial,
                 agents=plan.agents,
@@ -204,6 +215,7 @@ async def execute_rollout(
                     _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
                 ),
                 verifier=verifier,
+                verify_request=request,
                 recorded=plan.recorded,
             )
             outcome = await run_trial(trial, console)
@@ -218,14 +230,6 @@ async def execute_rollout(
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                request = VerifyRequest(
-                    sandbox,
-                    env | task_env,
-                    plan.run_dir,
-                    plan.run_dir / VERIFIER_DIR,
-                    judge_model=plan.config.judge_model,
-                    judge_replay=_judge_replay(plan.config),
-                )
                 _apply_verdict(result, await verifier.verify(request))
     except Exception as exc:  # every failure ends in status error, never null
         message = str(exc)
