@@ -17,12 +17,13 @@ from reroll.models.spec import live_upstream, parse_model
 from reroll.rollout.judge import _answer as answer_of
 from reroll.rollout.judge import judge_proxy
 from reroll.rollout.record import run_task
+from reroll.rollout.rescore import rescore_run
 from reroll.rollout.start import RolloutOptions
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.tasks.rubric import Criterion
 from reroll.tasks.task import load_task
-from reroll_contracts.errors import VerifierError
+from reroll_contracts.errors import RunFolderError, VerifierError
 
 BINARY = Criterion(name="accurate", description="The answer is accurate.")
 LIKERT = Criterion(name="clear", description="The answer is clear.", type="likert", points=5)
@@ -134,3 +135,30 @@ async def test_the_sandbox_cannot_reach_the_judges_proxy(tmp_path: Path, example
         ):
             assert response.status == 200, await response.text()
             assert "About 35 words." in await response.text()
+
+
+@pytest.mark.spawns
+async def test_an_oracle_run_is_rescored_with_another_judge(tmp_path: Path, examples: Path) -> None:
+    """An agent that calls no model leaves an empty trajectory: its run is rebuilt (the oracle
+    runs again) and judged by another model."""
+    outcome = await run_task(examples / "release-note", agent_name="oracle", jobs_dir=tmp_path, job_name="j")
+    assert outcome.result.rewards is not None and outcome.result.rewards["reward"] == 0.9375
+    assert (outcome.run_dir / "trajectory" / "llm_trajectory.jsonl").read_bytes() == b""
+    strict = f"scripted:{examples / 'release-note' / 'scripted-judge-strict.yaml'}"
+    again = await rescore_run(outcome.run_dir, judge_model=strict, output=tmp_path / "rescored")
+    assert again.result.rewards is not None and again.result.rewards["reward"] == 0.5625
+    assert again.result.verify_result is not None and again.result.verify_result.items["short"] == 0.0
+
+
+async def test_rescore_without_recorded_judge_answers_asks_for_a_judge_model(
+    tmp_path: Path, examples: Path
+) -> None:
+    run = tmp_path / "run"
+    (run / "trajectory").mkdir(parents=True)
+    (run / "trajectory" / "llm_trajectory.jsonl").write_bytes(b"")
+    config = {"task_path": str(examples / "release-note"), "agent": "oracle"}
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "prompts.json").write_text("[]")
+    with pytest.raises(RunFolderError, match=r"judge_trajectory\.jsonl: missing.*pass --judge-model"):
+        await rescore_run(run, output=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
