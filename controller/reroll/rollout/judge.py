@@ -6,7 +6,7 @@ BenchFlow's llm-judge strategy fields (`JudgeOptions`).
 
 How it scores, all from the host (root side): the agent's processes are killed
 (`reroll.rollout.script_verifier.quiesce`), the deliverables are read through the sidecar
-(`Sandbox.manifest` then `Sandbox.get_file` of each regular text file under ``input_dir``;
+(`Sandbox.manifest` then `Sandbox.get_file` of the start of each regular text file under ``input_dir``;
 no link is followed, nothing of the agent runs), and the judge model is asked once per rubric
 item (BenchFlow's ``individual`` mode) in OpenAI Chat Completions through an LLM proxy of its
 own (`reroll.host.llm_proxy.LlmProxy`) that records every exchange into
@@ -223,7 +223,8 @@ class LlmJudgeVerifier:
         for relative, digest in manifest.items():
             if not _HEX.fullmatch(digest) or any(part.startswith(".") for part in Path(relative).parts):
                 continue  # links, FIFOs, unreadable files, hidden files
-            data = await sandbox.get_file(f"{root.rstrip('/')}/{relative}")
+            # 4 bytes a character at most: enough for max_file_chars, never a whole huge file
+            data = await sandbox.get_file(f"{root.rstrip('/')}/{relative}", 4 * self.options.max_file_chars)
             if b"\0" in data:
                 continue
             files.append((relative, data.decode("utf-8", errors="replace")[: self.options.max_file_chars]))
