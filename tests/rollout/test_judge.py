@@ -23,7 +23,7 @@ from reroll.sandbox.local import isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.tasks.rubric import Criterion
 from reroll.tasks.task import load_task
-from reroll_contracts.errors import RunFolderError, VerifierError
+from reroll_contracts.errors import ModelError, RunFolderError, VerifierError
 
 BINARY = Criterion(name="accurate", description="The answer is accurate.")
 LIKERT = Criterion(name="clear", description="The answer is clear.", type="likert", points=5)
@@ -162,3 +162,17 @@ async def test_rescore_without_recorded_judge_answers_asks_for_a_judge_model(
     with pytest.raises(RunFolderError, match=r"judge_trajectory\.jsonl: missing.*pass --judge-model"):
         await rescore_run(run, output=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+async def test_a_judge_model_that_cannot_be_used_is_refused_before_anything_is_written(
+    tmp_path: Path, examples: Path
+) -> None:
+    with pytest.raises(ModelError, match=r"missing\.yaml not found"):
+        await run_task(
+            examples / "release-note",
+            agent_name="oracle",
+            options=RolloutOptions(judge_model=f"scripted:{tmp_path / 'missing.yaml'}"),
+            jobs_dir=tmp_path / "jobs",
+            job_name="j",
+        )
+    assert not (tmp_path / "jobs").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 from reroll_contracts.errors import RunFolderError
 from rich.console import Console
 
-from reroll.models.spec import check_model
+from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RescoredFrom
@@ -59,11 +59,10 @@ async def rescore_run(
     """
     checkpoint = open_checkpoint(run_folder, tasks_dir=tasks_dir, console=console)
     original = checkpoint.original
-    if judge_model is not None:
-        check_model(judge_model)
-    elif (
-        checkpoint.task.spec.verifier.type == "llm-judge" and not (original.path / JUDGE_TRAJECTORY).is_file()
-    ):
+    if judge_model is not None:  # a scripted:PATH stored absolute, as config.json's judge_model
+        judge_model = parse_model(judge_model, checkpoint.task.path).spec
+    recorded = (original.path / JUDGE_TRAJECTORY).is_file()
+    if judge_model is None and checkpoint.task.spec.verifier.type == "llm-judge" and not recorded:
         raise RunFolderError(
             f"{original.path / JUDGE_TRAJECTORY}: missing, no judge answers to replay; "
             "pass --judge-model to ask a judge live"

@@ -26,7 +26,7 @@ from rich.console import Console
 from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
-from reroll.models.spec import ModelSpec, check_model, parse_model
+from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.scenes import check_trial
@@ -180,8 +180,8 @@ async def start_rollout(
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
-    if options.judge_model is not None:
-        check_model(options.judge_model)
+    if options.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
+        config = config.model_copy(update={"judge_model": parse_model(options.judge_model, task.path).spec})
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_network(task, config.network),
