@@ -137,6 +137,9 @@ def test_rescore_replays_the_judge_to_the_same_reward_byte_for_byte(judged_run: 
     assert [line["metadata"]["source"] for line in judge] == ["replayed"] * 3
     assert all(line["metadata"].get("divergence") is None for line in judge)
     assert read_json(rescored / "verifier" / "judge.json")["divergences"] == []
+    assert again["judge_counts"] | {"tokens": 0} == {
+        "exchanges": 3, "replayed": 3, "live": 0, "divergences": 0, "tokens": 0
+    }  # fmt: skip
     config = read_json(rescored / "config.json")
     assert config["rescored_from"] == {"path": str(judged_run), "judge_model": None}
     assert config["continued_from"]["replay_only"] is True
@@ -170,6 +173,8 @@ def test_a_judge_request_that_differs_is_reported_as_a_divergence(workdir: Path,
     judge = lines(folder / "trajectory" / "judge_trajectory.jsonl")
     assert all(line["metadata"]["divergence"] is not None for line in judge)
     assert len(read_json(folder / "verifier" / "judge.json")["divergences"]) == 3
+    assert read_json(folder / "result.json")["judge_counts"]["divergences"] == 3
+    assert "judge exchanges: 3 (3 replayed, 0 live, 3 divergent)" in done.stdout
     assert read_json(folder / "result.json")["rewards"] == REWARDS  # the recording was served
 
 

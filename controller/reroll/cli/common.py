@@ -204,6 +204,11 @@ def finish(outcome: RolloutOutcome) -> None:
         f"exchanges served: {counts.exchanges} ({counts.replayed} replayed, {counts.live} live, "
         f"{counts.divergences} divergent)"
     )
+    if (judge := result.judge_counts) is not None:
+        console.print(
+            f"judge exchanges: {judge.exchanges} ({judge.replayed} replayed, {judge.live} live, "
+            f"{judge.divergences} divergent)"
+        )
     console.print(f"run folder: {outcome.run_dir}")
     if result.status == "error":
         raise typer.Exit(1)

@@ -231,6 +231,8 @@ async def execute_rollout(
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
                 _apply_verdict(result, await verifier.verify(request))
+                if (plan.run_dir / JUDGE_TRAJECTORY).is_file():
+                    result.judge_counts = count_exchanges(load_trajectory(plan.run_dir / JUDGE_TRAJECTORY))
     except Exception as exc:  # every failure ends in status error, never null
         message = str(exc)
         if not isinstance(exc, RerollError):  # a bug: keep its traceback

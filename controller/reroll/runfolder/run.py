@@ -185,6 +185,9 @@ class RunResult(BaseModel):
     finished_at: str | None = None
     timings: Timings = Field(default_factory=Timings)
     counts: Counts = Field(default_factory=Counts)
+    judge_counts: Counts | None = None
+    """An LLM judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
+    judge request that differs from the recording) and tokens; None without a judge."""
 
     @property
     def effective_status(self) -> Status | Literal["unknown"]:
