@@ -71,6 +71,6 @@ def test_the_command_modules_import_in_any_order_and_register_once() -> None:
     command = [sys.executable, "-c", code]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == [
-        *("run", "continue", "continue-job", "replay", "branch", "job", "agents", "export", "view"),
-        *("model", "sandbox", "task", "store"),
+        *("run", "continue", "continue-job", "replay", "rescore", "branch", "job", "agents", "export"),
+        *("view", "model", "sandbox", "task", "store"),
     ]

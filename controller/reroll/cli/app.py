@@ -35,6 +35,7 @@ from reroll.cli import (
     job,
     model,
     replay,
+    rescore,
     run,
     sandbox,
     store,
@@ -80,6 +81,7 @@ app.command("run")(run.run)
 app.command("continue")(continue_.continue_)
 app.command("continue-job")(continue_.continue_job)
 app.command("replay")(replay.replay)
+app.command("rescore")(rescore.rescore)
 app.command("branch")(branch.branch)
 app.command("job")(job.job)
 app.command("agents")(agents.agents)

@@ -54,6 +54,12 @@ NetworkOption = Annotated[
     NetworkPolicy | None,
     typer.Option(help="Egress: none (only the LLM proxy; local or docker) or full [default: the task's]."),
 ]
+JudgeModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="An LLM judge's model (a --model spec) for a task scored by llm-judge [default: the task's]."
+    ),
+]
 ImageMapOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -216,6 +222,11 @@ def finish(outcome: RolloutOutcome) -> None:
         f"exchanges served: {counts.exchanges} ({counts.replayed} replayed, {counts.live} live, "
         f"{counts.divergences} divergent)"
     )
+    if (judge := result.judge_counts) is not None:
+        console.print(
+            f"judge exchanges: {judge.exchanges} ({judge.replayed} replayed, {judge.live} live, "
+            f"{judge.divergences} divergent)"
+        )
     console.print(f"run folder: {outcome.run_dir}")
     if result.status == "error":
         raise typer.Exit(1)

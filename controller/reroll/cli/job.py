@@ -13,6 +13,7 @@ from reroll.cli.common import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    JudgeModelOption,
     MaxRetriesOption,
     MaxStartingOption,
     NetworkOption,
@@ -73,6 +74,7 @@ def job(
     ] = None,
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
@@ -101,6 +103,7 @@ def job(
         "store": store.resolve() if store is not None else None,
         "skills": skills,
         "skills_dir": skills_dir.resolve() if skills_dir is not None else None,
+        "judge_model": judge_model,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:

@@ -12,6 +12,7 @@ from reroll.cli.common import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    JudgeModelOption,
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
@@ -67,6 +68,7 @@ def run(
     image_map: ImageMapOption = None,
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -92,6 +94,7 @@ def run(
                     faults=used,
                     skill_mode=skills,
                     skills_dir=skills_dir,
+                    judge_model=judge_model,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

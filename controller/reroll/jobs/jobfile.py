@@ -21,6 +21,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     skills: no-skill         # no-skill, with-skill or self-gen (reroll.rollout.skills)
     skills_dir: null         # with-skill: a folder of <name>/SKILL.md (relative to this file)
                              # [default: each task's environment/skills]
+    judge_model: null        # an LLM judge's model (judged tasks) [default: each task's]
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     schedule: parallel-independent   # or sequential-shared: one rollout after another over a
                              # learner store (reroll.jobs.learning)
@@ -118,6 +119,8 @@ class JobSpec(RunnerOptions):
     skills_dir: Path | None = None
     """``with-skill``: the folder of skills mounted for every task (a relative path in a job file
     is relative to the file's folder); None: each task's ``environment/skills``."""
+    judge_model: str | None = None
+    """An LLM judge's model for every rollout of a judged task; None: each task's."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:

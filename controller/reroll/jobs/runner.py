@@ -253,6 +253,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         faults=faults,
         skill_mode=spec.skills,
         skills_dir=spec.skills_dir,
+        judge_model=spec.judge_model,
     )
 
     def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:

@@ -48,6 +48,7 @@ from reroll.runfolder.run import (
     AGENT_LOG,
     CONFIG_FILE,
     ERROR_FILE,
+    JUDGE_TRAJECTORY,
     MANIFEST_FILE,
     PROMPTS_FILE,
     RESULT_FILE,
@@ -165,6 +166,9 @@ async def execute_rollout(
     result = RunResult(started_at=now_iso())
     write_json(plan.run_dir / CONFIG_FILE, plan.config)
     write_json(plan.run_dir / PROMPTS_FILE, [])
+    if plan.agent.api_format == "none":  # no proxy records one: an empty trajectory, so the run
+        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)  # can be replayed and rescored
+        (plan.run_dir / TRAJECTORY).touch()
     harness_dir = harness_folder(plan.run_dir)
     sandbox: Sandbox | None = None
     try:
@@ -199,6 +203,14 @@ async def execute_rollout(
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
             skills = SceneSkills(sandbox, env, plan.agents, plan.skills, plan.config.skill_nudge, console)
+            request = VerifyRequest(
+                sandbox,
+                env | task_env,
+                plan.run_dir,
+                plan.run_dir / VERIFIER_DIR,
+                judge_model=plan.config.judge_model,
+                judge_replay=_judge_replay(plan.config),
+            )
             trial = TrialContext(
                 trial=plan.trial,
                 agents=plan.agents,
@@ -211,6 +223,7 @@ async def execute_rollout(
                     _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
                 ),
                 verifier=verifier,
+                verify_request=request,
                 recorded=plan.recorded,
                 hook=skills,
             )
@@ -231,8 +244,9 @@ async def execute_rollout(
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                request = VerifyRequest(sandbox, env | task_env, plan.run_dir, plan.run_dir / VERIFIER_DIR)
                 _apply_verdict(result, await verifier.verify(request))
+                if (plan.run_dir / JUDGE_TRAJECTORY).is_file():
+                    result.judge_counts = count_exchanges(load_trajectory(plan.run_dir / JUDGE_TRAJECTORY))
     except Exception as exc:  # every failure ends in status error, never null
         message = str(exc)
         if not isinstance(exc, RerollError):  # a bug: keep its traceback
@@ -517,11 +531,21 @@ def output_tail(output: str) -> str:
     return joined if len(joined) <= OUTPUT_TAIL_CHARS else "…" + joined[-OUTPUT_TAIL_CHARS:]
 
 
+def _judge_replay(config: RunConfig) -> Path | None:
+    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
+    judge model); None otherwise."""
+    rescored = config.rescored_from
+    if rescored is None or rescored.judge_model is not None:
+        return None
+    return Path(rescored.path) / JUDGE_TRAJECTORY
+
+
 def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
     """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
     result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     if verdict.status == "ok":
         result.rewards = verdict.rewards
+        result.verify_result = verdict.result
     else:
         _fail(result, verdict.error_category or "verifier_error", verdict.error)
 

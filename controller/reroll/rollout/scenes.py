@@ -22,6 +22,7 @@ ends the trial: its outcome is the rollout's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -109,6 +110,9 @@ class TrialContext:
     run_turn: TurnRunner
     verifier: Verifier
     """Scores the workspace after each round of a User scene (a soft verify)."""
+    verify_request: VerifyRequest
+    """The rollout's final verify request; a round's is this one with its own output folder and
+    ``soft`` (same sandbox, environment and judge settings)."""
     recorded: list[TurnRecord] = field(default_factory=list)
     """A continuation's turns whose prompts are re-sent as recorded (the first ones)."""
     record: TrialRecord = field(default_factory=TrialRecord)
@@ -235,7 +239,7 @@ async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutco
     """Soft-verify the workspace after a round; its result (also put into the round's record)."""
     turn = len(ctx.record.turns) - 1
     output_dir = ctx.run_dir / VERIFIER_DIR / "rounds" / str(turn)
-    request = VerifyRequest(ctx.sandbox, ctx.env, ctx.run_dir, output_dir, soft=True)
+    request = dataclasses.replace(ctx.verify_request, output_dir=output_dir, soft=True)
     verdict = await ctx.verifier.verify(request)
     rewards = verdict.rewards if verdict.status == "ok" else None
     error = verdict.error if verdict.status != "ok" else None

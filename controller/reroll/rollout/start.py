@@ -37,6 +37,7 @@ from reroll.runfolder.run import (
     TRAJECTORY,
     BranchedFrom,
     ContinuedFrom,
+    RescoredFrom,
     RunConfig,
     RunResult,
     StoreUse,
@@ -96,6 +97,8 @@ class RolloutOptions:
     skills_dir: Path | None = None
     """The skills folder of ``with-skill`` [default: the original's ``--skills-dir``, else the
     trial's, else the task's ``environment/skills``]."""
+    judge_model: str | None = None
+    """An LLM judge's model (``--judge-model``) [default: the original's, else the task's]."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ async def start_rollout(
     options: RolloutOptions,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,
+    rescored_from: RescoredFrom | None = None,
 ) -> RolloutOutcome:
     """Create the run folder ``parent/name``, write its config, and run the rollout.
 
@@ -146,6 +150,7 @@ async def start_rollout(
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
+        rescored_from: config.json's ``rescored_from`` (``reroll rescore``), or None.
 
     Returns:
         The new run folder and its result.
@@ -155,6 +160,7 @@ async def start_rollout(
             settings are invalid.
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
+        ModelError: the judge model cannot be used (``--judge-model``).
         AgentError: a role's agent is unknown.
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
             ``resume`` turn's agent has no session to resume.
@@ -164,7 +170,7 @@ async def start_rollout(
             ``$REROLL_SKILL_NUDGE`` (`reroll.rollout.skills.select_skills`).
         Nothing is written when any of these is raised.
     """
-    config = _run_config(origin, live_model, options)
+    config = _run_config(origin, live_model, options).model_copy(update={"rescored_from": rescored_from})
     settings = load_backend(config.sandbox).settings(config.sandbox_config)
     given = settings.model_dump(mode="json", exclude_unset=True)
     config = config.model_copy(update={"sandbox_config": given})
@@ -199,6 +205,8 @@ async def start_rollout(
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
     if (store := config.learner_store) is not None:
         load_generation(Path(store.path), store.generation)
+    if options.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
+        config = config.model_copy(update={"judge_model": parse_model(options.judge_model, task.path).spec})
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_skills_hidden(with_network(task, config.network), config.skill_source != "task_bundled"),
@@ -234,6 +242,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             network=options.network,
             reroll_version=__version__,
             faults=options.faults,
+            judge_model=options.judge_model,
             trial=origin.trial,
             learner_store=options.learner_store,
         )
@@ -255,6 +264,8 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "branched_from": None,
             "faults": options.faults,
             "learner_store": _read_only(original.learner_store),
+            "judge_model": options.judge_model or original.judge_model,
+            "rescored_from": None,
             key: origin.provenance,
         }
     )

@@ -4,10 +4,11 @@
 
     <jobs-dir>/<job>/<rollout>/
       config.json                      RunConfig: what was run; continued_from / branched_from provenance
-      result.json                      RunResult: status, rewards, timings, counts, error
+      result.json                      RunResult: status, rewards (and verify_result), timings, counts, error
       prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
       trial.json                       the trial's turns: place, prompt, how each ended (a TrialRecord)
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
+      trajectory/judge_trajectory.jsonl  an LLM judge's exchanges, same format (`reroll.rollout.judge`)
       verifier/                        the verifier's output and logs
       agent/output.log                 the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
@@ -35,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import RunFolderError
 from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
+from reroll_contracts.reward import VerifyResult
 from reroll_contracts.trajectory import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
 from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge, SkillSource, TrialConfig
@@ -44,6 +46,8 @@ RESULT_FILE = "result.json"
 PROMPTS_FILE = "prompts.json"
 TRAJECTORY_DIR = "trajectory"
 TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
+JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
+"""An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.judge`)."""
 VERIFIER_DIR = "verifier"
 AGENT_DIR = "agent"
 AGENT_LOG = Path(AGENT_DIR) / "output.log"
@@ -125,6 +129,16 @@ class StoreHarvest(BaseModel):
     """What was not taken, each ``path: why`` (a symlink, a FIFO, a file over the size limit)."""
 
 
+class RescoredFrom(BaseModel):
+    """Provenance of a re-scored run (``reroll rescore``): the workspace rebuilt by replay, the
+    verifier run again."""
+
+    path: str
+    """Resolved absolute path of the original run folder."""
+    judge_model: str | None
+    """The judge model asked live; None: the original's recorded judge answers were replayed."""
+
+
 class RunConfig(BaseModel):
     """config.json: what was run."""
 
@@ -153,6 +167,9 @@ class RunConfig(BaseModel):
     branched_from: BranchedFrom | None = None
     faults: FaultsUsed | None = None
     """The fault plan injected by the proxy, if any."""
+    judge_model: str | None = None
+    """An LLM judge's model as given (``--judge-model``); None: the task's."""
+    rescored_from: RescoredFrom | None = None
     trial: TrialConfig | None = None
     """The scenes, roles and turns run (`reroll.trials.config`, resolved), when they are more than the one
     prompt of a plain run; None: ``agent`` told the task's instruction once."""
@@ -202,6 +219,10 @@ class RunResult(BaseModel):
     model_config = ConfigDict(extra="allow")
     status: Status | None = None
     rewards: dict[str, float] | None = None
+    """BenchFlow's flat rewards: ``{"reward": x, ...}``."""
+    verify_result: VerifyResult | None = None
+    """The structured form of the rewards (items, events with their step, space, granularity),
+    when the verifier gave one (`reroll_contracts.reward`)."""
     error: str | None = None
     error_category: str | None = None
     started_at: str | None = None
@@ -216,6 +237,9 @@ class RunResult(BaseModel):
     the recorded exchanges (`reroll.tasks.skills.skills_opened`); None: no skill was mounted."""
     skills_generated: dict[str, str] | None = None
     """``self-gen``: the skills the creator scene wrote, by name → sha256 of their files."""
+    judge_counts: Counts | None = None
+    """An LLM judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
+    judge request that differs from the recording) and tokens; None without a judge."""
 
     @property
     def effective_status(self) -> Status | Literal["unknown"]:

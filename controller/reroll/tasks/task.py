@@ -6,6 +6,8 @@ Native layout (benchflow)::
       task.md              YAML front matter (name, agent, verifier, environment or sandbox) + the prompt
       environment/         Dockerfile; workspace/ is the initial content of the agent's workspace
       verifier/test.sh     the verifier's entry point, uploaded to /verifier (tests/ → /tests also works)
+      verifier/verifier.md optional: the strategy (script, llm-judge), see `reroll.tasks.rubric`
+      verifier/rubrics/    an llm-judge task's rubric (verifier.toml + verifier.md), instead of test.sh
       oracle/solve.sh      optional reference solution, uploaded to /oracle for the `oracle` agent
 
 Legacy (Harbor / Terminal-Bench) split layout::
@@ -48,9 +50,12 @@ from reroll.tasks.environment import (
     TaskSelection,
     check_services,
 )
+from reroll.tasks.rubric import document_strategy
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
+JUDGED_TYPES = ("llm-judge", "agent-judge")
+"""Verifier types that score without a test.sh (the folder may then hold only a rubric)."""
 NATIVE_AGENT_USER = "agent"
 """The agent's user in native tasks that name none (benchflow's default ``sandbox_user``)."""
 
@@ -448,7 +453,13 @@ def _task(
             raise TaskError(f"{path}: {key}: {folder!r} must be a relative path inside the task")
     verifier = folders.get("verifier") or ("verifier" if (path / "verifier").is_dir() else "tests")
     solution = folders.get("oracle") or ("oracle" if (path / "oracle").is_dir() else "solution")
-    if not (path / verifier / "test.sh").is_file():
+    if (declared := document_strategy(path / verifier)) is not None:
+        kind, options = declared
+        section = spec.verifier.model_copy(update={"type": kind, "options": spec.verifier.options | options})
+        spec = spec.model_copy(update={"verifier": section})
+        mapped = [*mapped, (f"{verifier}/verifier.md", f"verifier.type = {kind}")]
+    judged = spec.verifier.type in JUDGED_TYPES
+    if not judged and not (path / verifier / "test.sh").is_file():
         looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"
         raise TaskError(f"{path}: the verifier entry point is missing (looked for {looked})")
     verifier_mount = "/verifier" if "verifier" in folders else f"/{verifier}"
