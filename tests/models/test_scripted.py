@@ -59,7 +59,7 @@ async def client(
         yield sdk
 
 
-@spawning
+@pytest.mark.spawns  # the shared scripted model server
 async def test_one_shared_server_serves_each_script_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
