@@ -185,6 +185,8 @@ class Outcome:
     controller_mib: float
     shared_mib: float
     errors: int
+    failures: list[str]
+    """One line per rollout counted in `errors`: its folder, status, category and error."""
 
 
 def run_job(size: int, sandbox: str, work: Path) -> Outcome:
@@ -207,16 +209,22 @@ def run_job(size: int, sandbox: str, work: Path) -> Outcome:
         sampler.stop()
         thread.join()
     seconds = time.monotonic() - started
-    durations, errors = [], 0
+    durations: list[float] = []
+    failures: list[str] = []
     runs = [path.parent for path in (jobs / name).glob("*/result.json")]
     for run in runs:
         result = json.loads((run / "result.json").read_text())
         rewards = result.get("rewards") or {}
-        errors += result.get("status") != "ok" or rewards.get("reward") != 1
+        if result.get("status") != "ok" or rewards.get("reward") != 1:
+            error = ((result.get("error") or "").strip().splitlines() or [""])[0][:200]
+            how = f"{result.get('status')} {result.get('error_category')} reward {rewards.get('reward')}"
+            failures.append(f"{run.name}: {how} {error}")
         trajectory = run / "trajectory" / "llm_trajectory.jsonl"
         for line in trajectory.read_text().splitlines() if trajectory.exists() else []:
             durations.append(json.loads(line).get("duration_ms", 0.0))
-    errors += size - len(runs)  # rollouts that left no result at all
+    errors = len(failures) + size - len(runs)  # and those that left no result at all
+    if len(runs) < size:
+        failures.append(f"{size - len(runs)} rollouts left no result.json")
     busy = [s for s in sampler.samples if s.sidecars] or [Sample(sidecars=1)]
     peak = max(busy, key=lambda s: s.per_rollout_kib / s.sidecars)
     return Outcome(
@@ -229,6 +237,7 @@ def run_job(size: int, sandbox: str, work: Path) -> Outcome:
         controller_mib=max(s.controller_kib for s in busy) / 1024,
         shared_mib=max(s.shared_kib for s in busy) / 1024,
         errors=errors,
+        failures=failures,
     )
 
 
@@ -258,6 +267,9 @@ def main() -> None:
                 f"{o.p99_ms:>8.1f} {o.harness_mib:>20.1f} {o.controller_mib:>15.1f} {o.shared_mib:>11.1f} "
                 f"{o.errors:>7}"
             )
+        for o in outcomes:
+            for failure in o.failures:
+                print(f"  {o.sandbox} N={o.size}: {failure}")
         last = [o for o in outcomes if o.sandbox == "local"][-1] if args.sizes else outcomes[-1]
         print(f"harness PSS per rollout: {last.harness_mib:.1f} MiB")
         print(f"errors: {last.errors}")
