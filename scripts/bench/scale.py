@@ -8,7 +8,10 @@ sandbox) and then writes the answer file, so nearly all the memory and CPU measu
 
 Printed per N:
 
-- ``rollouts/s``: N / the job's wall time (from the command's start to its end);
+- ``alive``: the most rollouts alive at once (sidecars running at one sample); each agent first
+  waits ``--hold`` seconds (default 0.7 s × N) so that all N overlap although start-up is bounded by
+  the job's ``max_starting``;
+- ``rollouts/s``: N / the job's wall time (from the command's start to its end; the hold included);
 - ``exchanges/s``: the exchanges recorded in all run folders / that wall time;
 - ``p99 exchange ms``: the 99th percentile of the recorded exchanges' ``duration_ms`` (the proxy's
   time from request to response, upstream included);
@@ -51,15 +54,23 @@ CALL = (
     "url = os.environ['OPENAI_BASE_URL'] + '/chat/completions'; "
     "u.urlopen(u.Request(url, data=body, headers=headers), timeout=120).read()"
 )
-AGENTS = {
-    "tiny-loop": {
-        "description": f"A shell loop: {CALLS} LLM calls, then the answer file (scripts/bench/scale.py).",
-        "api_format": "openai-chat",
-        "launch": f'for i in $(seq {CALLS}); do python3 -c "{CALL}" || exit 1; done; '
-        "echo 'Hello, reroll!' > hello.txt",
-        "env": {"OPENAI_BASE_URL": "{base_url}", "OPENAI_API_KEY": "{api_key}"},
+
+
+def agents(hold_seconds: float) -> dict[str, object]:
+    """The tiny agent's declaration: it waits `hold_seconds` (so that the rollouts of one N are
+    alive at once: start-up is bounded by ``--max-starting``), makes its calls, writes the file."""
+    return {
+        "tiny-loop": {
+            "description": f"A shell loop: {CALLS} LLM calls, then the answer file (scripts/bench/scale.py).",
+            "api_format": "openai-chat",
+            "launch": f"sleep {hold_seconds:g}; "
+            f'for i in $(seq {CALLS}); do python3 -c "{CALL}" || exit 1; done; '
+            "echo 'Hello, reroll!' > hello.txt",
+            "env": {"OPENAI_BASE_URL": "{base_url}", "OPENAI_API_KEY": "{api_key}"},
+        }
     }
-}
+
+
 SCRIPT = "turns:\n  - content: ok\n"
 SHARED = ("reroll_proxy --shared", "reroll.models.scripted --shared")
 """Command-line marks of the processes shared by every rollout."""
@@ -77,6 +88,7 @@ class Sample:
     shared_kib: int = 0
     per_rollout_kib: int = 0
     sidecars: int = 0
+    """Rollouts alive (their sidecars)."""
 
 
 @dataclass
@@ -150,8 +162,7 @@ def container_processes(controller: int) -> list[int]:
         if not init:
             continue
         pids += [init, *descendants(init)]
-        shim = int(Path(f"/proc/{init}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        pids.append(shim)
+        pids.append(parent_of(init))  # its containerd-shim
         upper = container.attrs.get("GraphDriver", {}).get("Data", {}).get("UpperDir", "")
         pids += [pid for pid, command in fuse.items() if upper and upper.rsplit("/", 1)[0] in command]
     return pids
@@ -162,14 +173,25 @@ def sample(controller: int, docker_sandbox: bool) -> Sample:
     the module docstring)."""
     taken = Sample(controller_kib=pss_kib(controller))
     pids = descendants(controller) + (container_processes(controller) if docker_sandbox else [])
+    sidecars: set[int] = set()
     for pid in pids:
         command = command_of(pid)
         if any(mark in command for mark in SHARED):
             taken.shared_kib += pss_kib(pid)
         elif any(mark in command for mark in PER_ROLLOUT) or command.startswith("fuse-overlayfs"):
             taken.per_rollout_kib += pss_kib(pid)
-            taken.sidecars += any(mark in command for mark in SIDECAR)
+            if any(mark in command for mark in SIDECAR):
+                sidecars.add(pid)
+    # A sidecar is one bundle process that may start others of its own binary: count the topmost.
+    taken.sidecars = sum(1 for pid in sidecars if parent_of(pid) not in sidecars)
     return taken
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 @dataclass
@@ -182,6 +204,8 @@ class Outcome:
     exchanges: int
     p99_ms: float
     harness_mib: float
+    peak_alive: int
+    """The most rollouts alive at one sample."""
     controller_mib: float
     shared_mib: float
     errors: int
@@ -189,8 +213,9 @@ class Outcome:
     """One line per rollout counted in `errors`: its folder, status, category and error."""
 
 
-def run_job(size: int, sandbox: str, work: Path) -> Outcome:
+def run_job(size: int, sandbox: str, work: Path, hold_seconds: float) -> Outcome:
     """``reroll job`` of `size` tiny-loop rollouts at concurrency `size` in `sandbox`."""
+    (work / "agents.yaml").write_text(json.dumps(agents(hold_seconds)))
     jobs = work / "jobs"
     name = f"scale-{sandbox}-{size}"
     argv = [
@@ -234,6 +259,7 @@ def run_job(size: int, sandbox: str, work: Path) -> Outcome:
         exchanges=len(durations),
         p99_ms=statistics.quantiles(durations, n=100)[98] if len(durations) > 1 else 0.0,
         harness_mib=peak.per_rollout_kib / peak.sidecars / 1024,
+        peak_alive=max(s.sidecars for s in busy),
         controller_mib=max(s.controller_kib for s in busy) / 1024,
         shared_mib=max(s.shared_kib for s in busy) / 1024,
         errors=errors,
@@ -245,10 +271,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[16, 64, 256], help="local rollouts at once")
     parser.add_argument("--docker-sizes", type=int, nargs="*", default=[32], help="docker rollouts at once")
+    parser.add_argument(
+        "--hold",
+        type=float,
+        help="seconds each agent waits before its calls [default: 0.7 s × N, so all N overlap]",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-scale-") as folder:
         work = Path(folder)
-        (work / "agents.yaml").write_text(json.dumps(AGENTS))
         (work / "script.yaml").write_text(SCRIPT)
         plan = [(size, "docker") for size in args.docker_sizes] + [
             (size, "local") for size in sorted(args.sizes)
@@ -256,16 +286,17 @@ def main() -> None:
         outcomes = []
         for size, sandbox in plan:
             print(f"running {size} rollouts on {sandbox} ...", flush=True)
-            outcomes.append(run_job(size, sandbox, work))
+            hold = args.hold if args.hold is not None else size * 0.7
+            outcomes.append(run_job(size, sandbox, work, hold))
         print(
-            f"\n{'sandbox':<8} {'N':>5} {'rollouts/s':>11} {'exchanges/s':>12} {'p99 ms':>8} "
+            f"\n{'sandbox':<8} {'N':>5} {'alive':>6} {'rollouts/s':>11} {'exchanges/s':>12} {'p99 ms':>8} "
             f"{'harness MiB/rollout':>20} {'controller MiB':>15} {'shared MiB':>11} {'errors':>7}"
         )
         for o in outcomes:
             print(
-                f"{o.sandbox:<8} {o.size:>5} {o.size / o.seconds:>11.2f} {o.exchanges / o.seconds:>12.1f} "
-                f"{o.p99_ms:>8.1f} {o.harness_mib:>20.1f} {o.controller_mib:>15.1f} {o.shared_mib:>11.1f} "
-                f"{o.errors:>7}"
+                f"{o.sandbox:<8} {o.size:>5} {o.peak_alive:>6} {o.size / o.seconds:>11.2f} "
+                f"{o.exchanges / o.seconds:>12.1f} {o.p99_ms:>8.1f} {o.harness_mib:>20.1f} "
+                f"{o.controller_mib:>15.1f} {o.shared_mib:>11.1f} {o.errors:>7}"
             )
         for o in outcomes:
             for failure in o.failures:
