@@ -9,7 +9,7 @@ sandbox) and then writes the answer file, so nearly all the memory and CPU measu
 Printed per N:
 
 - ``alive``: the most rollouts alive at once (sidecars running at one sample); each agent first
-  waits ``--hold`` seconds (default 0.7 s × N) so that all N overlap although start-up is bounded by
+  waits ``--hold`` seconds (default 0.7 s per rollout) so that all N overlap although start-up is bounded by
   the job's ``max_starting``;
 - ``rollouts/s``: N / the job's wall time (from the command's start to its end; the hold included);
 - ``exchanges/s``: the exchanges recorded in all run folders / that wall time;
@@ -274,7 +274,7 @@ def main() -> None:
     parser.add_argument(
         "--hold",
         type=float,
-        help="seconds each agent waits before its calls [default: 0.7 s × N, so all N overlap]",
+        help="seconds each agent waits before its calls [default: 0.7 s per rollout, so all N overlap]",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-scale-") as folder:
