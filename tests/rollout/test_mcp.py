@@ -27,8 +27,13 @@ STDIO = McpServerSpec(
     tools=["list_messages", "archive_message"],
 )
 IN_FOLDER = STDIO.model_copy(update={"name": "cal", "cwd": "/srv/cal", "tools": None, "env": {}})
-HTTP = McpServerSpec(
-    name="remote", transport="http", url="http://mail:9001/mcp", headers={"Authorization": "Bearer t"}
+HTTP = McpServerSpec.model_validate(  # benchflow's ``http``: streamable HTTP
+    {
+        "name": "remote",
+        "transport": "http",
+        "url": "http://mail:9001/mcp",
+        "headers": {"Authorization": "Bearer t"},
+    }
 )
 SSE = McpServerSpec(name="events", transport="sse", url="http://localhost:9002/sse")
 
