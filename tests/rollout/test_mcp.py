@@ -62,6 +62,7 @@ def test_claude_code_gets_an_mcp_config_json_file() -> None:
     assert servers["events"]["type"] == "sse"
 
 
+@pytest.mark.spawns
 def test_claude_codes_own_parser_accepts_each_entry(tmp_path: Path) -> None:
     claude = installed("claude-code", "claude")
     config = render_mcp_config(get_agent("claude-code"), [STDIO, IN_FOLDER, HTTP, SSE])
@@ -104,6 +105,7 @@ def test_codex_gets_mcp_servers_tables_with_its_tool_filter() -> None:
     assert servers["remote"] == {"url": HTTP.url, "http_headers": HTTP.headers}
 
 
+@pytest.mark.spawns
 def test_codexs_own_parser_reads_the_file(tmp_path: Path) -> None:
     codex = installed("codex", "venv", "bin", "codex")
     config = render_mcp_config(get_agent("codex"), [STDIO, IN_FOLDER, HTTP])
