@@ -96,10 +96,13 @@ def rows(db: Path, query: str) -> list[tuple[Any, ...]]:
         return conn.execute(query).fetchall()
 
 
-def verify(url: str, tmp_path: Path) -> tuple[float, str]:
+def verify(source: str | Path, tmp_path: Path) -> tuple[float, str]:
+    """The verifier's reward and what it printed, the state read from a URL (the service's API) or
+    a path (its database)."""
     reward = tmp_path / "reward.txt"
+    flag = "--db" if isinstance(source, Path) else "--url"
     done = subprocess.run(
-        [PYTHON, str(TASK / "tests" / "check_mailbox.py"), "--url", url, "--reward", str(reward)],
+        [PYTHON, str(TASK / "tests" / "check_mailbox.py"), flag, str(source), "--reward", str(reward)],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     return float(reward.read_text()), done.stdout
@@ -148,7 +151,8 @@ def test_the_mcp_server_changes_the_database_through_the_service(
     assert rows(db, "SELECT start, end FROM events WHERE id = 6") == [
         ("2026-12-03T11:30", "2026-12-03T12:00")
     ]
-    assert verify(url, tmp_path)[0] == 1.0
+    assert verify(url, tmp_path) == verify(db, tmp_path)
+    assert verify(db, tmp_path)[0] == 1.0
 
 
 def test_the_oracle_scores_one_and_an_untouched_mailbox_a_quarter(
@@ -171,7 +175,7 @@ def test_the_oracle_scores_one_and_an_untouched_mailbox_a_quarter(
 def test_a_second_booking_or_a_wrong_archive_costs_the_last_point(
     service: tuple[str, Path], tmp_path: Path
 ) -> None:
-    url, _ = service
+    url, db = service
     subprocess.run(
         ["sh", str(TASK / "solution" / "solve.sh")],
         env={**os.environ, "MAIL_URL": url},
@@ -183,7 +187,7 @@ def test_a_second_booking_or_a_wrong_archive_costs_the_last_point(
         client.call("archive_message", id=4)
     finally:
         client.close()
-    reward, printed = verify(url, tmp_path)
+    reward, printed = verify(db, tmp_path)
     assert reward == 0.75 and "FAIL: nothing else changed" in printed
 
 
