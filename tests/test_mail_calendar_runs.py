@@ -14,13 +14,7 @@ import pytest
 from tests.test_example_tasks import EXAMPLES, REROLL, oracle_run
 
 TASK = EXAMPLES / "mail-calendar"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skip(
-        reason="needs the services runner (issue 20, part 1: branch `services`): nothing starts "
-        "[[environment.services]] yet, so the mail service is not there when the agent runs"
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 def test_oracle_reaches_reward_one(sandbox_backend: str, tmp_path: Path) -> None:
