@@ -140,8 +140,10 @@ def test_openhands_gets_its_cli_mcp_json() -> None:
     assert servers["events"]["transport"] == "sse"
 
 
-def test_no_servers_no_file() -> None:
+def test_no_servers_no_file_and_no_config_for_an_agent_that_cannot_take_them() -> None:
     assert render_mcp_config(get_agent("claude-code"), []) is None
+    with pytest.raises(AgentError, match="codex cannot take the MCP servers events"):
+        render_mcp_config(get_agent("codex"), [STDIO, SSE])
 
 
 def test_an_agent_without_mcp_is_refused_naming_the_servers_and_the_way_out() -> None:
@@ -163,8 +165,10 @@ def test_optional_servers_let_an_agent_without_mcp_run_without_them() -> None:
 
 
 def test_codex_is_refused_an_sse_server_unless_it_is_optional() -> None:
-    with pytest.raises(AgentError, match="codex's MCP client speaks only stdio, streamable-http"):
+    with pytest.raises(AgentError) as refused:
         mcp_servers_for(get_agent("codex"), [STDIO, SSE])
+    assert "'events' (sse), but codex's MCP client speaks only stdio, streamable-http" in str(refused.value)
+    assert "(claude-code, openhands)" in str(refused.value)  # the agents that do speak SSE
     optional_sse = SSE.model_copy(update={"optional": True})
     assert mcp_servers_for(get_agent("codex"), [STDIO, optional_sse]) == [STDIO]
 

@@ -153,7 +153,8 @@ def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpS
             why = f"{agent.name} has no MCP client"
         else:
             why = f"{agent.name}'s MCP client speaks only {', '.join(sorted(client.transports))}"
-        able = ", ".join(sorted(_CLIENTS))
+        needed = {server.transport for server in refused}
+        able = ", ".join(sorted(name for name, other in _CLIENTS.items() if needed <= other.transports))
         raise AgentError(
             f"the task offers its tools over MCP servers {names}, but {why}: run it with an agent "
             f"that takes them ({able}), or mark the servers `optional = true` in the task"
