@@ -52,7 +52,9 @@ sleep "${SOLVE_SLEEP:-0}"
 """
 
 
-def service_task(folder: Path, services: list[dict[str, Any]], timeout: float = 30, solve_sleep: int = 0) -> Path:
+def service_task(
+    folder: Path, services: list[dict[str, Any]], timeout: float = 30, solve_sleep: int = 0
+) -> Path:
     """A native task whose oracle GETs the service on port 8123 and records when it started."""
     front = {
         "name": "with-service",
@@ -78,8 +80,19 @@ def service_task(folder: Path, services: list[dict[str, Any]], timeout: float = 
 
 def oracle_run(task: Path, tmp_path: Path) -> tuple[dict[str, Any], Path]:
     done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", "local", "--jobs-dir", str(tmp_path)]
-        + ["--job-name", "j"],
+        [
+            REROLL,
+            "run",
+            str(task),
+            "--agent",
+            "oracle",
+            "--sandbox",
+            "local",
+            "--job-name",
+            "j",
+            "--jobs-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -152,5 +165,3 @@ def test_dependencies_start_in_order(tmp_path: Path) -> None:
     assert result["status"] == "ok", result.get("error")
     records = {r["name"]: r for r in json.loads((run / "services" / "services.json").read_text())}
     assert records["slow"]["started_at"] >= records["first"]["ready_at"]
-
-

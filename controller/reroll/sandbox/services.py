@@ -462,7 +462,9 @@ class Environment:
 
     def _write_records(self) -> None:
         if self.records:
-            write_json(self.run_dir / SERVICES_FILE, [r.model_dump(mode="json") for r in self.records.values()])
+            write_json(
+                self.run_dir / SERVICES_FILE, [r.model_dump(mode="json") for r in self.records.values()]
+            )
 
 
 def _tail(text: str, lines: int) -> str:
