@@ -165,3 +165,17 @@ def test_dependencies_start_in_order(tmp_path: Path) -> None:
     assert result["status"] == "ok", result.get("error")
     records = {r["name"]: r for r in json.loads((run / "services" / "services.json").read_text())}
     assert records["slow"]["started_at"] >= records["first"]["ready_at"]
+
+
+def test_owns_lifecycle_on_local_gates_on_the_probes_alone(tmp_path: Path) -> None:
+    task = service_task(tmp_path / "task", [], timeout=2)
+    text = (
+        (task / "task.md")
+        .read_text()
+        .replace("services: []", "owns_lifecycle: true\n  healthcheck:\n    command: test -e /tmp/never")
+    )
+    (task / "task.md").write_text(text)
+    result, _ = oracle_run(task, tmp_path / "jobs")
+    assert result["error_category"] == "environment_error"
+    assert "the environment was not ready within 2 s" in result["error"]
+    assert "probe failing: `test -e /tmp/never` exits 0" in result["error"]

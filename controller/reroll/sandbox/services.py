@@ -284,7 +284,8 @@ class Environment:
         if self.spec.owns_lifecycle and isinstance(self.sandbox, SiblingServices):
             command = await self.sandbox.image_command()
             if command:
-                await self._start_process(ENTRYPOINT_SERVICE, shlex.join(command), None, {}, "the image's")
+                probe = "[environment.readiness] and healthcheck"
+                await self._start_process(ENTRYPOINT_SERVICE, shlex.join(command), None, {}, probe)
         ready: dict[str, asyncio.Event] = {service.name: asyncio.Event() for service in self.spec.services}
 
         async def bring_up(service: ServiceSpec) -> None:
@@ -308,7 +309,7 @@ class Environment:
             *([self.spec.healthcheck] if self.spec.healthcheck else []),
         ]
         for probe in probes:
-            await self._until_healthy("readiness", probe, None)
+            await self._until_healthy("readiness", probe, None, watch=ENTRYPOINT_SERVICE)
 
     async def _start(self, service: ServiceSpec) -> None:
         env = {**self.service_env(), **service.env}
@@ -344,22 +345,29 @@ class Environment:
             started_at=time.time(),
         )
 
-    async def _until_healthy(self, name: str, probe: HealthCheck | None, service: ServiceSpec | None) -> None:
-        """Probe until `probe` passes; raise ServiceNotReadyError when service `name` exits first.
-        No probe: ready once it runs (not exited at the first look)."""
-        process = self.processes.get(name)
+    async def _until_healthy(
+        self, name: str, probe: HealthCheck | None, service: ServiceSpec | None, watch: str = ""
+    ) -> None:
+        """Probe until `probe` passes; raise ServiceNotReadyError when the service `watch` (default:
+        `name`) exits first — but for the image's entrypoint exiting 0 (it started its daemons
+        and left). No probe: ready once it runs (not exited at the first look)."""
+        watch = watch or name
+        process = self.processes.get(watch)
         while True:
             if process is not None and (code := await process.exit_code()) is not None:
-                if probe is None and code == 0 and name == ENTRYPOINT_SERVICE:
-                    return  # an entrypoint that started its daemons and exited
-                self._exited(name, code)
+                if watch == ENTRYPOINT_SERVICE and code == 0:
+                    process = None
+                    continue
+                self._exited(watch, code)
                 raise ServiceNotReadyError(
-                    await self._describe(name, f"exited with code {code} before it was ready")
+                    await self._describe(watch, f"exited with code {code} before it was ready")
                 )
             if probe is None:
                 return
             healthy, seen = await self._probe(probe, service, process)
-            self._last_seen[name] = seen
+            self._last_seen[name] = seen or "failed, without output"
+            if name == "readiness":
+                self._last_seen[name] = f"{probe.describe()}: {self._last_seen[name]}"
             if healthy:
                 return
             await asyncio.sleep(probe.interval_sec)
@@ -425,7 +433,7 @@ class Environment:
         text = await self._describe(ENTRYPOINT_SERVICE, "") if ENTRYPOINT_SERVICE in self.processes else ""
         return ServiceNotReadyError(
             f"the environment was not ready within {timeout:g} s: [environment.readiness] / healthcheck "
-            f"probe failing: {seen or 'never answered'}" + (f"\n{text}" if text else "")
+            f"probe failing: {seen or 'no answer yet'}" + (f"\n{text}" if text else "")
         )
 
     async def check_alive(self) -> None:

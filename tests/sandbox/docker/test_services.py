@@ -138,3 +138,37 @@ async def test_under_network_none_a_service_reaches_neither_the_host_nor_another
         assert await service_connect(first, address(second), 8000) != "connected"  # another rollout's
         result = await first.exec(["python3", "-c", CONNECT, address(second), "8000"], timeout_seconds=20)
         assert result.output_text().strip() != "connected"  # nor from its sandbox
+
+
+def test_an_image_that_owns_its_lifecycle_is_started_and_gated(tmp_path: Path) -> None:
+    """chi-bench's archetype: its manifest says the image's entrypoint starts the services; reroll
+    starts that entrypoint (the sidecar took its place), tells it the task by an env var, and
+    gates the agent on the manifest's readiness probe."""
+    folder = tmp_path / "chi-task"
+    (folder / "environment").mkdir(parents=True)
+    (folder / "verifier").mkdir()
+    (folder / "oracle").mkdir()
+    (folder / "environment" / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nWORKDIR /app\n"
+        'CMD ["sh", "-c", "echo serving $CHI_TASK; sleep 2; cd /tmp && exec python3 -m http.server 8023"]\n'
+    )
+    (folder / "environment.toml").write_text(
+        '[environment]\nname = "chi"\nbase_image = "x"\n'
+        '[environment.task_selection]\nkey = "CHI_TASK"\n'
+        '[environment.readiness]\nhttp = ["http://localhost:8023/"]\ntimeout_sec = 60\n'
+    )
+    (folder / "task.md").write_text("---\nname: chi-one\n---\nFetch it.\n")
+    (folder / "oracle" / "solve.sh").write_text(
+        "python3 -c \"import urllib.request as u; u.urlopen('http://localhost:8023/')\" && touch /app/done\n"
+    )
+    (folder / "verifier" / "test.sh").write_text("test -e /app/done && echo 1 > /logs/verifier/reward.txt\n")
+    args = ["run", str(folder), "--agent", "oracle", "--sandbox", "docker", "--job-name", "j"]
+    done = subprocess.run(
+        [REROLL, *args, "--jobs-dir", str(tmp_path / "jobs")], capture_output=True, text=True, timeout=900
+    )
+    print(done.stdout, done.stderr, sep="\n")
+    (run,) = (tmp_path / "jobs" / "j").iterdir()
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}
+    assert "serving chi-one" in (run / "services" / "entrypoint.log").read_text()
