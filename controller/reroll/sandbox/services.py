@@ -303,13 +303,13 @@ class Environment:
         except BaseExceptionGroup as failed:  # the first failure; the others were cancelled
             raise failed.exceptions[0] from None
         readiness = self.spec.readiness
-        probes = [
+        checks = [
             *(HealthCheck(http=url) for url in readiness.http),
             *(HealthCheck(http=f"tcp://localhost:{port}") for port in readiness.tcp),
             *([self.spec.healthcheck] if self.spec.healthcheck else []),
         ]
-        for probe in probes:
-            await self._until_healthy("readiness", probe, None, watch=ENTRYPOINT_SERVICE)
+        for check in checks:
+            await self._until_healthy("readiness", check, None, watch=ENTRYPOINT_SERVICE)
 
     async def _start(self, service: ServiceSpec) -> None:
         env = {**self.service_env(), **service.env}
