@@ -157,7 +157,7 @@ def test_a_service_crashing_while_the_agent_runs_is_reported(tmp_path: Path) -> 
 
 
 def test_dependencies_start_in_order(tmp_path: Path) -> None:
-    first = {"name": "first", "command": "sleep 1; touch /tmp/first.ready; exec sleep 600"}
+    first: dict[str, Any] = {"name": "first", "command": "sleep 1; touch /tmp/first.ready; exec sleep 600"}
     first["health"] = {"command": "test -e /tmp/first.ready", "interval_sec": 0.2}
     dependent = service(0) | {"depends_on": ["first"]}
     dependent["command"] = "test -e /tmp/first.ready || exit 9; " + str(dependent["command"])

@@ -22,21 +22,13 @@ from reroll.sandbox.services import Environment
 from reroll.tasks.task import Task, load_task
 
 from tests.conftest import labelled_containers
+from tests.sandbox.docker.test_backend import CONNECT_SCRIPT
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 REROLL = str(Path(sys.executable).parent / "reroll")
 IMAGE = "reroll/base:bookworm"
 WEB = "mkdir -p /srv && echo hello-from-web > /srv/index.html && cd /srv && exec python3 -m http.server 8000"
 HEALTH = ["CMD-SHELL", "python3 -c \"import urllib.request as u; u.urlopen('http://localhost:8000/')\""]
-CONNECT = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
-except OSError as exc:
-    print(type(exc).__name__, exc)
-    sys.exit(1)
-print("connected")
-"""
 
 
 def compose_task(folder: Path, network: str) -> Path:
@@ -110,7 +102,9 @@ async def two_rollouts(tmp_path: Path) -> AsyncIterator[list[tuple[DockerSandbox
 
 async def service_connect(sandbox: DockerSandbox, host: str, port: int) -> str:
     (container,) = sandbox._siblings
-    _, output = await asyncio.to_thread(container.exec_run, ["python3", "-c", CONNECT, host, str(port)])
+    _, output = await asyncio.to_thread(
+        container.exec_run, ["python3", "-c", CONNECT_SCRIPT, host, str(port)]
+    )
     return output.decode().strip()
 
 
@@ -136,7 +130,9 @@ async def test_under_network_none_a_service_reaches_neither_the_host_nor_another
         assert await service_connect(first, host, everywhere.getsockname()[1]) != "connected"
         assert await service_connect(first, "192.0.2.1", 80) != "connected"  # the internet
         assert await service_connect(first, address(second), 8000) != "connected"  # another rollout's
-        result = await first.exec(["python3", "-c", CONNECT, address(second), "8000"], timeout_seconds=20)
+        result = await first.exec(
+            ["python3", "-c", CONNECT_SCRIPT, address(second), "8000"], timeout_seconds=20
+        )
         assert result.output_text().strip() != "connected"  # nor from its sandbox
 
 
