@@ -109,7 +109,8 @@ class SiblingServices(Protocol):
         under the sandbox's limits and labels, with `env` as its environment.
 
         Raises:
-            TaskEnvironmentError: its image is missing and cannot be pulled, or it cannot start.
+            TaskEnvironmentError: its image is missing and cannot be pulled.
+            SandboxError: the engine failed to start it.
         """
         ...
 

@@ -40,9 +40,17 @@ only the install script. Their manifests are in the volume ``reroll-agents-manif
 container mounts; the controller reads both volumes at their host folders (a local engine, as
 the sized file systems need already). `prune` keeps both volumes.
 
+Services (`reroll.sandbox.services`): the task's image services are sibling containers
+(`DockerSandbox.start_sibling`, labelled ``reroll.role=service``) on the rollout's network under
+their names, with the task's cpus, memory and pids limits; such a rollout always has a network of
+its own — ``reroll-services-<key>`` under ``full`` (`reroll.sandbox.docker.networks`), and under
+``none`` its ``reroll-none-<key>`` with inter-container traffic on (the firewall lets it pass on
+that bridge only). `image_command` gives the image's own ENTRYPOINT and CMD, which an image that
+owns its services' lifecycle needs started (the sidecar took its place).
+
 Every container carries the labels ``reroll.managed=1``, ``reroll.run_id=<run id>`` and
-``reroll.owner`` (the controller process that started it); `stop` removes it, and `prune` sweeps
-what killed controllers left behind.
+``reroll.owner`` (the controller process that started it); `stop` removes it (and its siblings),
+and `prune` sweeps what killed controllers left behind.
 """
 
 from __future__ import annotations
@@ -500,8 +508,8 @@ class DockerSandbox(SidecarSandbox):
         image's user; ``spec.command`` replaces the image's entrypoint and command (``sh -c``).
 
         Raises:
-            TaskEnvironmentError: the image is missing and cannot be pulled, or the container
-                does not start.
+            TaskEnvironmentError: the image is missing and cannot be pulled (the task's fault).
+            SandboxError: the engine failed to start the container (infrastructure, retried).
         """
         return await asyncio.to_thread(self._start_sibling, spec, dict(env))
 
@@ -543,7 +551,7 @@ class DockerSandbox(SidecarSandbox):
                 pids_limit=environment.pids_max,
             )
         except docker.errors.APIError as exc:
-            raise TaskEnvironmentError(
+            raise SandboxError(
                 f"service {spec.name}: cannot start a container of {spec.image}: {exc}"
             ) from exc
         self._siblings.append(container)
