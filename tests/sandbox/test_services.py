@@ -10,10 +10,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.services import Environment
+from reroll.tasks.environment import ForwardEnv
+from reroll.tasks.task import load_task
 
 pytestmark = pytest.mark.spawns
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -179,3 +183,16 @@ def test_owns_lifecycle_on_local_gates_on_the_probes_alone(tmp_path: Path) -> No
     assert result["error_category"] == "environment_error"
     assert "the environment was not ready within 2 s" in result["error"]
     assert "probe failing: `test -e /tmp/never` exits 0" in result["error"]
+
+
+def test_task_selection_and_forwarded_variables(tmp_path: Path) -> None:
+    task = load_task(service_task(tmp_path / "task", [service(0)]))
+    environment = task.spec.environment.model_copy(
+        update={"forward_env": ForwardEnv(keys=["REGION", "OPENAI_API_KEY", "UNSET"])}
+    )
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    host = {"REGION": "eu", "OPENAI_API_KEY": "sk-secret"}
+    services = Environment(cast(Sandbox, None), task, tmp_path, {}, host)
+    assert services.service_env() == {"REGION": "eu", "WHICH_TASK": "with-service"}
+    assert services.exec_env() == {"REGION": "eu"}  # inject_into "entrypoint": the services only
+    assert services.log_path("slow") == tmp_path / "services" / "slow.log"
