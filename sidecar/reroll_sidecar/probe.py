@@ -45,6 +45,7 @@ def probe(target: str, timeout: float) -> tuple[bool, str]:
             status = response.status
     except urllib.error.HTTPError as exc:
         status = exc.code
+        exc.close()
     except (OSError, ValueError) as exc:
         return False, f"GET {target}: {exc}"
     return 200 <= status < 300, f"GET {target}: HTTP {status}"

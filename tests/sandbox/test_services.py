@@ -10,10 +10,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.services import Environment
+from reroll.tasks.environment import ForwardEnv
+from reroll.tasks.task import load_task
 
 pytestmark = pytest.mark.spawns
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -52,7 +56,9 @@ sleep "${SOLVE_SLEEP:-0}"
 """
 
 
-def service_task(folder: Path, services: list[dict[str, Any]], timeout: float = 30, solve_sleep: int = 0) -> Path:
+def service_task(
+    folder: Path, services: list[dict[str, Any]], timeout: float = 30, solve_sleep: int = 0
+) -> Path:
     """A native task whose oracle GETs the service on port 8123 and records when it started."""
     front = {
         "name": "with-service",
@@ -78,8 +84,19 @@ def service_task(folder: Path, services: list[dict[str, Any]], timeout: float = 
 
 def oracle_run(task: Path, tmp_path: Path) -> tuple[dict[str, Any], Path]:
     done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", "local", "--jobs-dir", str(tmp_path)]
-        + ["--job-name", "j"],
+        [
+            REROLL,
+            "run",
+            str(task),
+            "--agent",
+            "oracle",
+            "--sandbox",
+            "local",
+            "--job-name",
+            "j",
+            "--jobs-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -144,7 +161,7 @@ def test_a_service_crashing_while_the_agent_runs_is_reported(tmp_path: Path) -> 
 
 
 def test_dependencies_start_in_order(tmp_path: Path) -> None:
-    first = {"name": "first", "command": "sleep 1; touch /tmp/first.ready; exec sleep 600"}
+    first: dict[str, Any] = {"name": "first", "command": "sleep 1; touch /tmp/first.ready; exec sleep 600"}
     first["health"] = {"command": "test -e /tmp/first.ready", "interval_sec": 0.2}
     dependent = service(0) | {"depends_on": ["first"]}
     dependent["command"] = "test -e /tmp/first.ready || exit 9; " + str(dependent["command"])
@@ -154,3 +171,28 @@ def test_dependencies_start_in_order(tmp_path: Path) -> None:
     assert records["slow"]["started_at"] >= records["first"]["ready_at"]
 
 
+def test_owns_lifecycle_on_local_gates_on_the_probes_alone(tmp_path: Path) -> None:
+    task = service_task(tmp_path / "task", [], timeout=2)
+    text = (
+        (task / "task.md")
+        .read_text()
+        .replace("services: []", "owns_lifecycle: true\n  healthcheck:\n    command: test -e /tmp/never")
+    )
+    (task / "task.md").write_text(text)
+    result, _ = oracle_run(task, tmp_path / "jobs")
+    assert result["error_category"] == "environment_error"
+    assert "the environment was not ready within 2 s" in result["error"]
+    assert "probe failing: `test -e /tmp/never` exits 0" in result["error"]
+
+
+def test_task_selection_and_forwarded_variables(tmp_path: Path) -> None:
+    task = load_task(service_task(tmp_path / "task", [service(0)]))
+    environment = task.spec.environment.model_copy(
+        update={"forward_env": ForwardEnv(keys=["REGION", "OPENAI_API_KEY", "UNSET"])}
+    )
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    host = {"REGION": "eu", "OPENAI_API_KEY": "sk-secret"}
+    services = Environment(cast(Sandbox, None), task, tmp_path, {}, host)
+    assert services.service_env() == {"REGION": "eu", "WHICH_TASK": "with-service"}
+    assert services.exec_env() == {"REGION": "eu"}  # inject_into "entrypoint": the services only
+    assert services.log_path("slow") == tmp_path / "services" / "slow.log"

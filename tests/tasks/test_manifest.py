@@ -27,6 +27,9 @@ mechanism = "image"
 [environment.readiness]
 timeout_sec = 60
 
+[environment.forward_env]
+keys = ["ANTHROPIC_API_KEY"]
+
 [[environment.services]]
 name    = "gmail"
 command = "claw-gmail --db /data/gmail.db serve --port 9001"
@@ -223,3 +226,4 @@ def test_task_check_shows_services_readiness_and_state(tmp_path: Path) -> None:
     assert "within 60 s" in text
     assert "sqlite: /data/gmail.db" in text
     assert "manifest.ports" in text  # ignored, with the reason
+    assert "ANTHROPIC_API_KEY (never: named like a secret)" in text

@@ -109,7 +109,8 @@ class SiblingServices(Protocol):
         under the sandbox's limits and labels, with `env` as its environment.
 
         Raises:
-            TaskEnvironmentError: its image is missing and cannot be pulled, or it cannot start.
+            TaskEnvironmentError: its image is missing and cannot be pulled.
+            SandboxError: the engine failed to start it.
         """
         ...
 
@@ -284,7 +285,8 @@ class Environment:
         if self.spec.owns_lifecycle and isinstance(self.sandbox, SiblingServices):
             command = await self.sandbox.image_command()
             if command:
-                await self._start_process(ENTRYPOINT_SERVICE, shlex.join(command), None, {}, "the image's")
+                probe = "[environment.readiness] and healthcheck"
+                await self._start_process(ENTRYPOINT_SERVICE, shlex.join(command), None, {}, probe)
         ready: dict[str, asyncio.Event] = {service.name: asyncio.Event() for service in self.spec.services}
 
         async def bring_up(service: ServiceSpec) -> None:
@@ -302,13 +304,13 @@ class Environment:
         except BaseExceptionGroup as failed:  # the first failure; the others were cancelled
             raise failed.exceptions[0] from None
         readiness = self.spec.readiness
-        probes = [
+        checks = [
             *(HealthCheck(http=url) for url in readiness.http),
             *(HealthCheck(http=f"tcp://localhost:{port}") for port in readiness.tcp),
             *([self.spec.healthcheck] if self.spec.healthcheck else []),
         ]
-        for probe in probes:
-            await self._until_healthy("readiness", probe, None)
+        for check in checks:
+            await self._until_healthy("readiness", check, None, watch=ENTRYPOINT_SERVICE)
 
     async def _start(self, service: ServiceSpec) -> None:
         env = {**self.service_env(), **service.env}
@@ -344,22 +346,29 @@ class Environment:
             started_at=time.time(),
         )
 
-    async def _until_healthy(self, name: str, probe: HealthCheck | None, service: ServiceSpec | None) -> None:
-        """Probe until `probe` passes; raise ServiceNotReadyError when service `name` exits first.
-        No probe: ready once it runs (not exited at the first look)."""
-        process = self.processes.get(name)
+    async def _until_healthy(
+        self, name: str, probe: HealthCheck | None, service: ServiceSpec | None, watch: str = ""
+    ) -> None:
+        """Probe until `probe` passes; raise ServiceNotReadyError when the service `watch` (default:
+        `name`) exits first — but for the image's entrypoint exiting 0 (it started its daemons
+        and left). No probe: ready once it runs (not exited at the first look)."""
+        watch = watch or name
+        process = self.processes.get(watch)
         while True:
             if process is not None and (code := await process.exit_code()) is not None:
-                if probe is None and code == 0 and name == ENTRYPOINT_SERVICE:
-                    return  # an entrypoint that started its daemons and exited
-                self._exited(name, code)
+                if watch == ENTRYPOINT_SERVICE and code == 0:
+                    process = None
+                    continue
+                self._exited(watch, code)
                 raise ServiceNotReadyError(
-                    await self._describe(name, f"exited with code {code} before it was ready")
+                    await self._describe(watch, f"exited with code {code} before it was ready")
                 )
             if probe is None:
                 return
             healthy, seen = await self._probe(probe, service, process)
-            self._last_seen[name] = seen
+            self._last_seen[name] = seen or "failed, without output"
+            if name == "readiness":
+                self._last_seen[name] = f"{probe.describe()}: {self._last_seen[name]}"
             if healthy:
                 return
             await asyncio.sleep(probe.interval_sec)
@@ -425,7 +434,7 @@ class Environment:
         text = await self._describe(ENTRYPOINT_SERVICE, "") if ENTRYPOINT_SERVICE in self.processes else ""
         return ServiceNotReadyError(
             f"the environment was not ready within {timeout:g} s: [environment.readiness] / healthcheck "
-            f"probe failing: {seen or 'never answered'}" + (f"\n{text}" if text else "")
+            f"probe failing: {seen or 'no answer yet'}" + (f"\n{text}" if text else "")
         )
 
     async def check_alive(self) -> None:
@@ -462,7 +471,9 @@ class Environment:
 
     def _write_records(self) -> None:
         if self.records:
-            write_json(self.run_dir / SERVICES_FILE, [r.model_dump(mode="json") for r in self.records.values()])
+            write_json(
+                self.run_dir / SERVICES_FILE, [r.model_dump(mode="json") for r in self.records.values()]
+            )
 
 
 def _tail(text: str, lines: int) -> str:

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
 from rich.console import Console
 from rich.table import Table
@@ -124,7 +125,11 @@ def environment_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
         how = f" {selection.key} (into the {selection.inject_into})" * (selection.mechanism == "env_var")
         rows.append(("task selection", f"{selection.mechanism}{how}"))
     if environment.forward_env.keys:
-        rows.append(("forwarded env", ", ".join(environment.forward_env.keys)))
+        keys = [
+            f"{key} (never: named like a secret)" if SECRET_NAME.search(key) else key
+            for key in environment.forward_env.keys
+        ]
+        rows.append(("forwarded env", ", ".join(keys)))
     if (state := environment.state) is not None:
         where = f" in service {state.service}" if state.service else ""
         what = ", ".join(state.paths) or "snapshot/restore commands"

@@ -52,7 +52,9 @@ class HealthCheck(BaseModel):
     start_period_sec: float = Field(default=0.0, ge=0)
     """Seconds after the start during which failed probes are not counted (the service boots)."""
     retries: int = Field(default=3, ge=1)
-    """Consecutive failed probes after the service was healthy that mark it unhealthy."""
+    """Consecutive failed probes after the service was healthy that mark it unhealthy (Docker's
+    meaning; reroll's readiness gate waits for the first pass and probes nothing after it yet: a
+    service that exits is what counts as a crash, `reroll.sandbox.services`)."""
 
     def describe(self) -> str:
         """The probe and its timing as a phrase (``GET /health (every 1 s, 3 retries)``)."""
