@@ -6,6 +6,7 @@ subagents to their threads."""
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,23 @@ def test_subagents_get_their_own_threads(tmp_path: Path) -> None:
         answer = answer_body(WIRE.name, answer_for(turns[0], 0, thread), subagent)
         assert answered_by(answer) == (thread, 0) and thread in call["input"]["prompt"].lower()
         assert assert_accepted([answer]) == ["Bash"]
+
+
+def test_mail_calendar_script_calls_the_mail_mcp_servers_tools_as_declared() -> None:
+    """Every call is ``mcp__mail__<tool>`` (Claude Code's name for an MCP tool) of a tool the task's
+    MCP server lists, with its required inputs and no other."""
+    task = EXAMPLES / "mail-calendar"
+    server = runpy.run_path(str(task / "environment" / "workspace" / ".services" / "mail" / "mcp_server.py"))
+    schemas = {tool["name"]: tool["inputSchema"] for tool in server["TOOLS"]}
+    answers = play(task / "scripted-model.claude-code.yaml", "Do the task.")
+    called = []
+    for block in (b for answer in answers for b in answer["content"] if b["type"] == "tool_use"):
+        prefix, _, tool = block["name"].rpartition("__")
+        assert prefix == "mcp__mail" and tool in schemas, block["name"]
+        assert (
+            set(schemas[tool].get("required", [])) <= set(block["input"]) <= set(schemas[tool]["properties"])
+        )
+        called.append(tool)
+    assert called == ["list_messages", "read_message", "read_message", "list_events",
+                      "archive_message", "reply_to_message", "book_event"]  # fmt: skip
+    assert answers[-1]["stop_reason"] == "end_turn"

@@ -1,4 +1,5 @@
-"""One rollout's lifecycle: setup → start → install → execute → verify → cleanup.
+"""One rollout's lifecycle: setup → start → install → provision the task's services → readiness
+gate → execute → verify → cleanup (the services torn down before the sandbox stops).
 
 `execute_rollout` drives it for a fresh recording (`reroll run`) and for a continuation
 (`reroll continue`, ``replay``, ``branch``, which add a `ReplayConfig`); `reroll.rollout.start`
@@ -39,6 +40,7 @@ from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
+from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.skills import SceneSkills, SkillSelection
@@ -65,7 +67,9 @@ from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
 from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
+from reroll.sandbox.services import Environment
 from reroll.tasks.compat import resolve_env
+from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
 
@@ -197,6 +201,10 @@ async def execute_rollout(
             if (store := plan.config.learner_store) is not None:
                 console.print(f"[dim]learner store: generation {store.generation}[/dim]")
                 env |= await mount_learner_store(sandbox, store, env)
+            environment = Environment(sandbox, plan.task, plan.run_dir, env | task_env)
+            stack.push_async_callback(environment.teardown)  # before the sandbox stops
+            await _provision(environment, console)
+            task_env |= environment.exec_env()
             await verifier.prepare(sandbox, env)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
@@ -229,6 +237,8 @@ async def execute_rollout(
             )
             outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
+            if outcome.status.stop is None:  # a stopped replay killed every process, services too
+                await environment.check_alive()
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
                 await proxy.stop()
@@ -267,6 +277,20 @@ async def execute_rollout(
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)
     return result
+
+
+async def _provision(environment: Environment, console: Console) -> None:
+    """Start the task's services and hold the rollout until all are ready (the readiness gate:
+    `reroll.sandbox.services`); nothing to do for a task without any."""
+    if not environment.declared:
+        return
+    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
+    timeout = environment.spec.readiness.timeout_sec
+    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
+    gate = time.monotonic()
+    await environment.provision()
+    await environment.wait_ready()
+    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
 
 
 async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
@@ -456,6 +480,7 @@ async def _run_agent(
         agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
+    agent_env |= await _offer_mcp(sandbox, agent, plan.task.spec.environment.mcp_servers, console)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
     # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
@@ -495,6 +520,26 @@ async def _run_agent(
         # the agent, so an agent that exits right after that 409 still gets its run stopped.
         outcome.status = await proxy.status()
     return outcome
+
+
+async def _offer_mcp(
+    sandbox: Sandbox, agent: AgentSpec, servers: list[McpServerSpec], console: Console
+) -> dict[str, str]:
+    """Write `agent`'s native MCP configuration offering `servers` (those it can take,
+    `reroll.rollout.mcp.mcp_servers_for`) into the sandbox's agent logs; the environment naming
+    it (``$REROLL_MCP_CONFIG``), empty when the agent gets none."""
+    given = mcp_servers_for(agent, servers)
+    left_out = [server.name for server in servers if server not in given]
+    if left_out and agent.api_format != "none":
+        missing = ", ".join(left_out)
+        console.print(f"[yellow]{agent.name} runs without the optional MCP servers {missing}[/yellow]")
+    config = render_mcp_config(agent, given)
+    if config is None:
+        return {}
+    path = f"{sandbox.layout.logs_dir}/agent/mcp/{config.filename}"
+    await sandbox.put_file(path, config.text.encode())
+    console.print(f"[dim]MCP servers for {agent.name}: {describe(given)}[/dim]")
+    return {MCP_CONFIG_ENV: path}
 
 
 async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool:

@@ -29,6 +29,7 @@ from reroll.host.llm_proxy import recorded_sandbox_values
 from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
+from reroll.rollout.mcp import mcp_servers_for
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.skills import select_skills, self_gen_trial, skill_config
 from reroll.rollout.verifiers import verifier_for
@@ -161,7 +162,8 @@ async def start_rollout(
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
         ModelError: the judge model cannot be used (``--judge-model``).
-        AgentError: a role's agent is unknown.
+        AgentError: a role's agent is unknown, or cannot take the task's MCP servers that are
+            not optional (`reroll.rollout.mcp.mcp_servers_for`).
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
             ``resume`` turn's agent has no session to resume.
         StoreError: the learner store generation to mount is missing or corrupt.
@@ -202,6 +204,8 @@ async def start_rollout(
         config = config.model_copy(update={"trial": trial})
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
+    for role_agent in agents.values():  # an agent without the MCP client the task needs is refused now
+        mcp_servers_for(role_agent, task.spec.environment.mcp_servers)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
     if (store := config.learner_store) is not None:
         load_generation(Path(store.path), store.generation)
