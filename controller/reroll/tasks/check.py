@@ -18,6 +18,7 @@ from pathlib import Path
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from reroll.tasks.environment import ServiceSpec, start_order
@@ -168,16 +169,18 @@ def render(results: list[CheckedTask], console: Console) -> None:
     for result in results:
         console.print()
         if result.task is None:
-            console.print(f"[bold]{result.path}[/bold]: [red]does not load[/red]\n{result.error}")
+            console.print(
+                f"[bold]{result.path}[/bold]: [red]does not load[/red]\n{escape(result.error or '')}"
+            )
             continue
         task = result.task
         table = Table(title=f"{task.name}  ({task.path})", title_justify="left", show_header=False)
         table.add_column("setting", style="bold")
         table.add_column("value")
         for name, value in resolved(task):
-            table.add_row(name, value)
+            table.add_row(name, escape(value))  # values quote the task: "[environment]" is no markup
         for note in task.mapped:
-            table.add_row("mapped", f"{note.field} → {note.note}")
+            table.add_row("mapped", escape(f"{note.field} → {note.note}"))
         for note in task.ignored:
-            table.add_row("[yellow]ignored[/yellow]", f"{note.field}: {note.note}")
+            table.add_row("[yellow]ignored[/yellow]", escape(f"{note.field}: {note.note}"))
         console.print(table)
