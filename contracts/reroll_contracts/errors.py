@@ -20,7 +20,8 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── ImageUnavailableError                         a FROM image is neither local nor pullable
     │   ├── RunFolderError                                a run folder lacks a file or one is corrupt
     │   │   ├── TrajectoryFormatError                     a trajectory line is not an exchange
-    │   │   └── ExportError                               a run cannot be exported (reroll export)
+    │   │   ├── ExportError                               a run cannot be exported (reroll export)
+    │   │   └── StoreError                                a job's learner store is missing or corrupt
     │   ├── TrialError                                    a trial (file, config, User callable) is invalid
     │   └── ViewError                                     reroll view cannot write its site
     ├── RequestError             agent_error     no       an agent's request cannot be served (HTTP 400)
@@ -151,6 +152,11 @@ class TrajectoryFormatError(RunFolderError):
 class ExportError(RunFolderError):
     """A run, job or branch tree cannot be exported (``reroll export``): not one of the three, an
     unknown API format in its trajectory, or a result its target format refuses."""
+
+
+class StoreError(RunFolderError):
+    """A job's learner store (``<job>/store/``: its head, a generation's manifest, a blob) is
+    missing or corrupt, or a generation asked for does not exist; the message names the file."""
 
 
 class TrialError(ConfigError):

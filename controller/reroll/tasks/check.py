@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from reroll.tasks.environment import ServiceSpec, start_order
+from reroll.tasks.skills import bundled_skills_dir, load_skills
 from reroll.tasks.task import DEFAULT_WORKDIR, EnvironmentSection, Task, load_task
 
 TASK_FILES = ("task.md", "task.toml")
@@ -102,13 +103,31 @@ def resolved(task: Task) -> list[tuple[str, str]]:
         ("network", environment.network),
         ("timeouts", f"agent {spec.agent.timeout_sec:g} s, verifier {spec.verifier.timeout_sec:g} s"),
         ("pytest plugins", f"{plugins}; autoload {'on' if hardening.plugin_autoload else 'off'}"),
+        ("skills", _skills(task)),
         *environment_rows(environment),
     ]
+
+
+def _skills(task: Task) -> str:
+    """The skills of the task's ``environment/skills`` (what ``--skills with-skill`` mounts)."""
+    folder = bundled_skills_dir(task.path)
+    if not folder.is_dir():
+        return "none"
+    try:
+        skills = load_skills(folder)
+    except TaskError as exc:
+        return f"[red]{exc}[/red]"
+    found = ", ".join(f"{skill.name} ({skill.description or 'no description'})" for skill in skills)
+    return f"{folder.relative_to(task.path)}: {found}"
 
 
 def environment_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
     """The environment plane of a task as ``(setting, value)`` rows: one per service (in start
     order, with its probe), the lifecycle, readiness, task selection, state and MCP servers."""
+    return [(name, escape(value)) for name, value in _plane_rows(environment)]  # they quote the task
+
+
+def _plane_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
     rows = [
         (f"service {service.name}", f"{_runs(service)}; ready: {service.describe_probe()}")
         for service in start_order(environment.services)
@@ -178,7 +197,7 @@ def render(results: list[CheckedTask], console: Console) -> None:
         table.add_column("setting", style="bold")
         table.add_column("value")
         for name, value in resolved(task):
-            table.add_row(name, escape(value))  # values quote the task: "[environment]" is no markup
+            table.add_row(name, value)
         for note in task.mapped:
             table.add_row("mapped", escape(f"{note.field} → {note.note}"))
         for note in task.ignored:

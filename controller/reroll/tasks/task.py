@@ -6,6 +6,8 @@ Native layout (benchflow)::
       task.md              YAML front matter (name, agent, verifier, environment or sandbox) + the prompt
       environment/         Dockerfile; workspace/ is the initial content of the agent's workspace
       verifier/test.sh     the verifier's entry point, uploaded to /verifier (tests/ → /tests also works)
+      verifier/verifier.md optional: the strategy (script, llm-judge), see `reroll.tasks.rubric`
+      verifier/rubrics/    an llm-judge task's rubric (verifier.toml + verifier.md), instead of test.sh
       oracle/solve.sh      optional reference solution, uploaded to /oracle for the `oracle` agent
 
 Legacy (Harbor / Terminal-Bench) split layout::
@@ -26,6 +28,8 @@ where the verifier goes — are resolved by `Task` (`Task.agent_user`, `Task.wor
 
 from __future__ import annotations
 
+import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -47,11 +51,14 @@ from reroll.tasks.environment import (
     check_services,
 )
 from reroll.tasks.manifest import apply_manifest, compose_services, pinned_manifest
+from reroll.tasks.rubric import document_strategy
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
 """Harbor's compose file names in a task's ``environment/`` folder."""
+JUDGED_TYPES = ("llm-judge", "agent-judge")
+"""Verifier types that score without a test.sh (the folder may then hold only a rubric)."""
 NATIVE_AGENT_USER = "agent"
 """The agent's user in native tasks that name none (benchflow's default ``sandbox_user``)."""
 
@@ -141,6 +148,9 @@ class EnvironmentSection(BaseModel):
     """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
     docker_image: str | None = None
     """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+    skills_dir: str | None = None
+    """Where the task's image puts its skills (SkillsBench's, informational): reroll mounts the
+    task's ``environment/skills`` at each agent's native skill paths instead (``--skills``)."""
     services: list[ServiceSpec] = []
     """Services the framework starts before the agent (``[[environment.services]]``), in
     ``depends_on`` order; the agent starts when all are healthy."""
@@ -240,6 +250,10 @@ class Task(BaseModel):
     """Fields (and files) of the task reroll does not honour, with the reason; reported once."""
     mapped: list[FieldNote] = []
     """Foreign fields honoured under reroll's name (``environment.memory`` → ``memory_mb``)."""
+    skills_hidden: bool = False
+    """The rollout's agents must not see the task's ``environment/skills`` (skill modes
+    ``no-skill`` and ``self-gen``, or skills from elsewhere): an image build leaves the folder out
+    of its context and drops the Dockerfile's COPY lines of it alone (`with_skills_hidden`)."""
 
     @property
     def agent_user(self) -> str | None:
@@ -286,6 +300,34 @@ def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
         return task
     environment = task.spec.environment.model_copy(update={"network": policy})
     return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+
+
+def with_skills_hidden(task: Task, hidden: bool) -> Task:
+    """`task` with `Task.skills_hidden` set to `hidden`."""
+    return task if task.skills_hidden == hidden else task.model_copy(update={"skills_hidden": hidden})
+
+
+SKILLS_FOLDER = "skills"
+"""The folder of ``environment/`` that holds a task's skills (SkillsBench's, BenchFlow's)."""
+_COPY_LINE = re.compile(r"^\s*(?:COPY|ADD)\s+(?:--\S+\s+)*(?P<args>.+?)\s*$", re.IGNORECASE)
+
+
+def without_skill_copies(dockerfile: str) -> str:
+    """`dockerfile` without its COPY / ADD lines whose every source is the ``skills`` folder
+    (``COPY skills /root/.claude/skills``), as BenchFlow strips them for ``no-skill``; a line
+    copying other sources too is kept (its build then fails on the missing folder: visible)."""
+    kept = []
+    for line in dockerfile.splitlines():
+        match = _COPY_LINE.match(line)
+        try:
+            args = shlex.split(match.group("args")) if match else []
+        except ValueError:
+            args = []
+        sources = args[:-1]
+        if sources and all(source.rstrip("/").removeprefix("./") == SKILLS_FOLDER for source in sources):
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 def load_task(path: Path) -> Task:
@@ -433,7 +475,13 @@ def _task(
             raise TaskError(f"{path}: {key}: {folder!r} must be a relative path inside the task")
     verifier = folders.get("verifier") or ("verifier" if (path / "verifier").is_dir() else "tests")
     solution = folders.get("oracle") or ("oracle" if (path / "oracle").is_dir() else "solution")
-    if not (path / verifier / "test.sh").is_file():
+    if (declared := document_strategy(path / verifier)) is not None:
+        kind, options = declared
+        section = spec.verifier.model_copy(update={"type": kind, "options": spec.verifier.options | options})
+        spec = spec.model_copy(update={"verifier": section})
+        mapped = [*mapped, (f"{verifier}/verifier.md", f"verifier.type = {kind}")]
+    judged = spec.verifier.type in JUDGED_TYPES
+    if not judged and not (path / verifier / "test.sh").is_file():
         looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"
         raise TaskError(f"{path}: the verifier entry point is missing (looked for {looked})")
     verifier_mount = "/verifier" if "verifier" in folders else f"/{verifier}"
