@@ -224,6 +224,7 @@ def test_task_check_shows_services_readiness_and_state(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "service gmail" in text and "GET http://localhost:9001/health" in text
     assert "within 60 s" in text
+    assert "its [environment] under the task's" in text  # the task's brackets are no markup
     assert "sqlite: /data/gmail.db" in text
     assert "manifest.ports" in text  # ignored, with the reason
     assert "ANTHROPIC_API_KEY (never: named like a secret)" in text

@@ -237,12 +237,12 @@ async def execute_rollout(
             )
             outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
-            if outcome.status.stop is None:  # a stopped replay killed every process, services too
-                await environment.check_alive()
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
+            if outcome.status.stop is None:  # a stopped replay killed every process, services too
+                await environment.check_alive()
             if plan.skills.mode != "no-skill":
                 exchanges = load_trajectory(plan.run_dir / TRAJECTORY).exchanges if proxy else []
                 result.skills_opened, result.skills_generated = skills.opened(exchanges), skills.generated

@@ -87,8 +87,10 @@ class ServiceProcess(Protocol):
         """Its exit code once it exited (negative: the signal), None while it runs."""
         ...
 
-    async def run_probe(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
-        """Run the shell `command` where the service runs, as root: (exited 0, its output's end)."""
+    async def run_command(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
+        """Run the shell `command` where the service runs (in the sandbox, or in its own
+        container), as root, within `timeout_seconds`: (exited 0, its output's end). Its
+        health checks use it; so may the state's snapshot and query commands."""
         ...
 
     async def output(self) -> bytes:
@@ -150,7 +152,7 @@ class _ExecService:
             return -1
         return self.run.result().exit_code
 
-    async def run_probe(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
+    async def run_command(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
         result = await self.sandbox.exec(["sh", "-c", command], timeout_seconds=timeout_seconds)
         return result.exit_code == 0, _tail(result.output_text(), 3)
 
@@ -380,7 +382,7 @@ class Environment:
         timeout = probe.timeout_sec
         if probe.command is not None:
             if process is not None and service is not None and service.image:
-                return await process.run_probe(probe.command, timeout)
+                return await process.run_command(probe.command, timeout)
             result = await self.sandbox.exec(
                 ["sh", "-c", probe.command], env=self.env, inherit_env=False, timeout_seconds=timeout
             )

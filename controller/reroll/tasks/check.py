@@ -18,6 +18,7 @@ from pathlib import Path
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from reroll.tasks.environment import ServiceSpec, start_order
@@ -110,6 +111,10 @@ def resolved(task: Task) -> list[tuple[str, str]]:
 def environment_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
     """The environment plane of a task as ``(setting, value)`` rows: one per service (in start
     order, with its probe), the lifecycle, readiness, task selection, state and MCP servers."""
+    return [(name, escape(value)) for name, value in _plane_rows(environment)]  # they quote the task
+
+
+def _plane_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
     rows = [
         (f"service {service.name}", f"{_runs(service)}; ready: {service.describe_probe()}")
         for service in start_order(environment.services)
@@ -183,7 +188,9 @@ def render(results: list[CheckedTask], console: Console) -> None:
     for result in results:
         console.print()
         if result.task is None:
-            console.print(f"[bold]{result.path}[/bold]: [red]does not load[/red]\n{result.error}")
+            console.print(
+                f"[bold]{result.path}[/bold]: [red]does not load[/red]\n{escape(result.error or '')}"
+            )
             continue
         task = result.task
         table = Table(title=f"{task.name}  ({task.path})", title_justify="left", show_header=False)
@@ -192,7 +199,7 @@ def render(results: list[CheckedTask], console: Console) -> None:
         for name, value in resolved(task):
             table.add_row(name, value)
         for note in task.mapped:
-            table.add_row("mapped", f"{note.field} → {note.note}")
+            table.add_row("mapped", escape(f"{note.field} → {note.note}"))
         for note in task.ignored:
-            table.add_row("[yellow]ignored[/yellow]", f"{note.field}: {note.note}")
+            table.add_row("[yellow]ignored[/yellow]", escape(f"{note.field}: {note.note}"))
         console.print(table)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from reroll.rollout.lifecycle import sandbox_env
 from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.prune import prune
 from reroll.sandbox.services import Environment
 from reroll.tasks.task import Task, load_task
 
@@ -168,3 +169,24 @@ def test_an_image_that_owns_its_lifecycle_is_started_and_gated(tmp_path: Path) -
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"] == {"reward": 1.0}
     assert "serving chi-one" in (run / "services" / "entrypoint.log").read_text()
+
+
+async def test_prune_removes_the_services_of_a_killed_controller(tmp_path: Path) -> None:
+    """A controller killed mid-rollout leaves the sandbox, its service and its network: `reroll
+    sandbox prune` (here for that run) removes all three, the sibling by its labels."""
+    task = load_task(compose_task(tmp_path / "task", "public"))
+    sandbox = DockerSandbox(task, f"svc-prune-{uuid.uuid4().hex[:8]}")
+    await sandbox.start()
+    try:
+        environment = Environment(sandbox, task, tmp_path, sandbox_env(sandbox))
+        await environment.provision()
+        await environment.wait_ready()
+        network = sandbox._network
+        assert network is not None and str(network.name).startswith("reroll-services-")
+        assert len(labelled_containers(sandbox.run_id)) == 2  # the sandbox and its web service
+        await sandbox.disconnect()  # the controller dies: nothing is stopped
+        removed = await asyncio.to_thread(prune, sandbox.run_id)
+        assert len(removed["containers"]) == 2 and removed["networks"] == [network.name]
+        assert labelled_containers(sandbox.run_id) == []
+    finally:
+        await sandbox.stop()

@@ -609,7 +609,7 @@ class SiblingContainer:
         state = self.container.attrs.get("State") or {}
         return None if state.get("Running", True) else int(state.get("ExitCode", -1))
 
-    async def run_probe(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
+    async def run_command(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
         """Run `command` with ``sh -c`` in the container as root (compose's healthcheck)."""
         run = asyncio.to_thread(self.container.exec_run, ["sh", "-c", command], user="0")
         try:
