@@ -150,12 +150,17 @@ def container_processes(controller: int) -> list[int]:
     """The processes of the docker containers `controller` started (label ``reroll.owner``), with
     each one's shim and fuse-overlayfs mount."""
     import docker
+    import docker.errors
 
     client = docker.from_env()
     pids: list[int] = []
     fuse = {pid: command_of(pid) for pid in map(int, filter(str.isdigit, os.listdir("/proc")))}
     fuse = {pid: command for pid, command in fuse.items() if command.startswith("fuse-overlayfs")}
-    for container in client.containers.list(filters={"label": "reroll.owner"}):
+    try:
+        containers = client.containers.list(filters={"label": "reroll.owner"})
+    except docker.errors.NotFound:  # one went away while it was listed
+        return []
+    for container in containers:
         if f"/{controller}/" not in container.labels.get("reroll.owner", ""):
             continue
         init = int(container.attrs["State"]["Pid"] or 0)
