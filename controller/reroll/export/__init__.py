@@ -4,9 +4,10 @@ What is exported (`sources`; which folder is what: `reroll.runfolder.folders.kin
 
 - a run folder (it has config.json): that run;
 - a branch tree (`reroll.jobs.branch`: a parent folder with a summary.json listing ``children``):
-  one entry per child, each with ``checkpoint`` (the cut, and the mean reward of the child's
-  model there: the value estimate of the checkpoint state) in its verifiers ``info`` / its ATIF
-  ``extra.reroll``;
+  one entry per child, each with ``checkpoint`` (the child's cut, the prompt or answer it was
+  given there, the mean reward of the child's model there: the value estimate of the checkpoint
+  state, and ``value_curve``: ``[{at, cut_index, mean_reward}]`` per branch point of the tree,
+  the value along the run) in its verifiers ``info`` / its ATIF ``extra.reroll``;
 - a job folder (it has job.json or a summary.json of rollouts, or run folders directly in it, as
   ``reroll run``'s job folders): every run folder directly in it, by name (``_attempts/`` and
   ``continued/`` are not).
@@ -61,16 +62,24 @@ def sources(path: Path) -> Iterator[Source]:
     if kind == "tree":
         summary = read_tree_summary(path)
         assert summary is not None
-        means = {model.model: model.mean_reward for model in summary.models}
+        points = summary.branch_points
+        curve = [
+            {"at": point.at, "cut_index": point.cut_index, "mean_reward": point.mean_reward}
+            for point in points
+        ]
         for child in summary.children:
+            point = points[child.point]
             checkpoint = {
                 "parent": summary.parent,
                 "original": summary.original,
-                "cut_index": summary.cut_index,
-                "at": summary.at,
+                "cut_index": point.cut_index,
+                "at": point.at,
+                "prompt": point.prompt,
+                "answer": point.answer,
                 "model": child.model,
                 "branch_index": child.branch_index,
-                "value_estimate": means.get(child.model),
+                "value_estimate": summary.value_estimate(child),
+                "value_curve": curve,
             }
             yield Source(load_run_folder(path / child.folder), 0, {"checkpoint": checkpoint})
         return

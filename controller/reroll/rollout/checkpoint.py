@@ -24,7 +24,7 @@ turn's exchange count — lets the User decide the next round live).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from reroll_contracts.errors import RunFolderError, TaskError
@@ -127,6 +127,25 @@ class Checkpoint:
             live_model=live_model,
             replay_only=replay_only,
         )
+
+    def with_prompt(self, prompt: str) -> Checkpoint:
+        """This checkpoint with `prompt` instead of the recorded prompt of the turn its cut starts
+        (``branch --prompt``): the cut must be that turn's first exchange (``--at TURN:0``), as
+        the prompt is in every request of the turn.
+
+        Raises:
+            RunFolderError: the cut is not at the start of a recorded turn.
+        """
+        turn = len(self.recorded_turns) - 1
+        if turn < 0 or first_step(self.original.exchanges, turn) != self.cut_index:
+            starts = [first_step(self.original.exchanges, index) for index in range(len(self.recorded_turns))]
+            raise RunFolderError(
+                f"{self.original.path}: --prompt needs a cut at the start of a turn (--at TURN:0), as the "
+                f"turn's prompt is in every request it makes; --at {self.at} cuts at exchange "
+                f"{self.cut_index}, and the turns start at {starts or 'no exchange (no turn recorded)'}"
+            )
+        recorded = self.recorded_turns[turn].model_copy(update={"prompt": prompt, "prompt_source": "branch"})
+        return replace(self, recorded_turns=[*self.recorded_turns[:turn], recorded])
 
 
 def open_checkpoint(

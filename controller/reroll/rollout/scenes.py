@@ -187,7 +187,7 @@ async def _turn(
                 f"recorded turn {position} is {recorded.place.scene}/{recorded.place.role}, "
                 f"but the trial reaches {place.scene}/{place.role} there"
             )
-        prompt, source = recorded.prompt, "recorded"
+        prompt, source = recorded.prompt, "branch" if recorded.prompt_source == "branch" else "recorded"
     agent = ctx.agents[scene.role(turn.role).agent or ""]
     if ctx.proxy is not None:
         await ctx.proxy.set_place(place)

@@ -96,6 +96,12 @@ class BranchedFrom(ContinuedFrom):
 
     branch_index: int | None = None
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
+    prompt: str | None = None
+    """The prompt the child was given for the turn its cut starts (``branch --prompt``), instead
+    of the recorded one."""
+    answer: str | None = None
+    """The answer the child was given to the recorded ask_user question at its cut
+    (``branch --at-ask``), instead of the recorded one."""
 
 
 class RunConfig(BaseModel):
