@@ -262,3 +262,38 @@ async def test_value_curve_along_a_run(tmp_path: Path, examples: Path, urllib_ag
     ]
     page = build_site(parent, tmp_path / "site").read_text()
     assert 'id="value-curve"' in page and page.count('class="num point-value"') == 3
+
+
+@pytest.mark.slow
+async def test_branches_vary_the_next_prompt(tmp_path: Path, examples: Path, urllib_agent: str) -> None:
+    """``branch --at 0:0 --prompt A --prompt B``: one group of branches per prompt, each told its
+    prompt instead of the recorded instruction (trial.json says ``branch``); a model that fixes
+    the bug unless told to just submit gives the two prompts different values."""
+    run, fast = branchable_run(tmp_path, examples, urllib_agent)
+    script = yaml.safe_load(Path(fast.partition(":")[2]).read_text())
+    lazy = {"name": "lazy", "match": {"first_user": "(?i)just submit"}} | SUBMIT_AT_ONCE
+    script["threads"] = [lazy]
+    (tmp_path / "moody.yaml").write_text(yaml.safe_dump(script))
+    prompts = ["Fix the failing test in calc.py.", "Just submit, do nothing."]
+    summary = await branch(
+        run,
+        at="0:0",
+        prompts=prompts,
+        models=[f"scripted:{tmp_path / 'moody.yaml'}"],
+        options=RolloutOptions(timeout_seconds=120),
+        runner=RunnerOptions(concurrency=2),
+        output=tmp_path / "branched",
+    )
+    assert [(p.prompt, p.cut_index, p.mean_reward) for p in summary.points] == [
+        (prompts[0], 0, 1.0),
+        (prompts[1], 0, 0.0),
+    ]
+    parent = Path(summary.parent)
+    for child, prompt in zip(summary.children, prompts, strict=True):
+        assert child.folder.startswith(f"prompt{child.point}__")
+        turn = json.loads((parent / child.folder / "trial.json").read_text())["turns"][0]
+        assert (turn["prompt"], turn["prompt_source"]) == (prompt, "branch")
+        assert (
+            json.loads((parent / child.folder / "config.json").read_text())["branched_from"]["prompt"]
+            == prompt
+        )
