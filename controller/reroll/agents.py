@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import AgentError
 from reroll_contracts.proxy import FormatName, VolatileRule
 
+McpFormat = Literal["claude-code", "codex", "openhands"]
+"""The native MCP configurations reroll writes for agents (`reroll.rollout.mcp` renders them)."""
+
 
 class AgentSpec(BaseModel):
     """One agent declaration."""
@@ -52,6 +55,12 @@ class AgentSpec(BaseModel):
     """How the agent reaches the LLM proxy: ``base_url`` (its base-URL variables, from `env`), or
     ``intercept`` for agents with the provider's URL hard-coded: ``HTTPS_PROXY`` to a mitmproxy
     front end and its CA trusted in the sandbox (see `reroll.host.intercept`)."""
+    mcp: McpFormat | None = None
+    """The MCP configuration the agent reads (``claude-code``: a ``--mcp-config`` JSON file;
+    ``codex``: ``[mcp_servers]`` tables of its config.toml; ``openhands``: its ``mcp.json``):
+    `reroll.rollout.mcp` writes the task's MCP servers in it and names the file in
+    ``$REROLL_MCP_CONFIG``, which `launch` and `resume` pass on. None: the agent has no MCP
+    client, and a task with MCP servers that are not optional refuses it."""
     volatile: list[VolatileRule] = []
     """The parts of the agent's requests that legitimately differ from run to run, so a replay
     does not count them as divergences: each rule is one of ``path`` (a dotted JSON path into

@@ -11,9 +11,10 @@ from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.lifecycle import RolloutPlan
 from reroll.rollout.start import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
 from reroll.runfolder.run import ContinuedFrom, RunConfig
+from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import load_task
 from reroll.trials.config import TrialConfig
-from reroll_contracts.errors import TaskError
+from reroll_contracts.errors import AgentError, TaskError
 
 from tests.runfolder.test_run import exchange_line, make_run_folder
 
@@ -117,3 +118,20 @@ def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_d
         env = stable_agent_env(continued)
         assert env["GIT_AUTHOR_DATE"] == env["GIT_COMMITTER_DATE"] == lineage
         assert env["GIT_AUTHOR_EMAIL"] == env["GIT_COMMITTER_EMAIL"] and env["USER"] == env["LOGNAME"]
+
+
+async def test_an_agent_without_mcp_is_refused_a_task_with_mcp_servers_before_anything_is_written(
+    tmp_path: Path, examples: Path
+) -> None:
+    task = load_task(examples / "hello-file")
+    server = McpServerSpec(name="mail", transport="stdio", command="python3", args=["/app/mcp.py"])
+    environment = task.spec.environment.model_copy(update={"mcp_servers": [server]})
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    origin = NewRecording(task, get_agent("mini-swe-agent"))
+    with pytest.raises(
+        AgentError, match=r"MCP servers 'mail' \(stdio\), but mini-swe-agent has no MCP client"
+    ):
+        await start_rollout(
+            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions()
+        )
+    assert not (tmp_path / "out").exists()

@@ -38,6 +38,7 @@ from reroll.agents import AgentSpec
 from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
+from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
@@ -63,6 +64,7 @@ from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, 
 from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
 from reroll.tasks.compat import resolve_env
+from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
 
@@ -428,6 +430,7 @@ async def _run_agent(
         agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
+    agent_env |= await _offer_mcp(sandbox, agent, plan.task.spec.environment.mcp_servers, console)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
     # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
@@ -467,6 +470,26 @@ async def _run_agent(
         # the agent, so an agent that exits right after that 409 still gets its run stopped.
         outcome.status = await proxy.status()
     return outcome
+
+
+async def _offer_mcp(
+    sandbox: Sandbox, agent: AgentSpec, servers: list[McpServerSpec], console: Console
+) -> dict[str, str]:
+    """Write `agent`'s native MCP configuration offering `servers` (those it can take,
+    `reroll.rollout.mcp.mcp_servers_for`) into the sandbox's agent logs; the environment naming
+    it (``$REROLL_MCP_CONFIG``), empty when the agent gets none."""
+    given = mcp_servers_for(agent, servers)
+    left_out = [server.name for server in servers if server not in given]
+    if left_out and agent.api_format != "none":
+        missing = ", ".join(left_out)
+        console.print(f"[yellow]{agent.name} runs without the optional MCP servers {missing}[/yellow]")
+    config = render_mcp_config(agent, given)
+    if config is None:
+        return {}
+    path = f"{sandbox.layout.logs_dir}/agent/mcp/{config.filename}"
+    await sandbox.put_file(path, config.text.encode())
+    console.print(f"[dim]MCP servers for {agent.name}: {describe(given)}[/dim]")
+    return {MCP_CONFIG_ENV: path}
 
 
 async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool:

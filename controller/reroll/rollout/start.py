@@ -29,6 +29,7 @@ from reroll.host.llm_proxy import recorded_sandbox_values
 from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
+from reroll.rollout.mcp import mcp_servers_for
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.verifiers import verifier_for
 from reroll.runfolder.run import (
@@ -141,7 +142,8 @@ async def start_rollout(
             settings are invalid.
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
-        AgentError: a role's agent is unknown.
+        AgentError: a role's agent is unknown, or cannot take the task's MCP servers that are
+            not optional (`reroll.rollout.mcp.mcp_servers_for`).
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
             ``resume`` turn's agent has no session to resume.
         Nothing is written when any of these is raised.
@@ -173,6 +175,8 @@ async def start_rollout(
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
+    for role_agent in agents.values():  # an agent without the MCP client the task needs is refused now
+        mcp_servers_for(role_agent, task.spec.environment.mcp_servers)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(

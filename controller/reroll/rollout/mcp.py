@@ -1,0 +1,189 @@
+"""The task's MCP servers (`reroll.tasks.environment.McpServerSpec`) in each agent's native MCP
+configuration.
+
+An agent declares in ``agents.yaml`` which configuration it reads (``mcp: claude-code | codex |
+openhands``); none means it has no MCP client. `render_mcp_config` turns a list of servers into
+that configuration's text; the rollout writes it into the sandbox and names it in
+``$REROLL_MCP_CONFIG``, which the agent's ``launch`` passes on (Claude Code's ``--mcp-config``,
+Codex's ``$CODEX_HOME/config.toml``, OpenHands' ``~/.openhands/mcp.json``). The formats, read in
+November 2026:
+
+- ``claude-code`` — ``claude --mcp-config FILE`` (Claude Code 2.1): ``{"mcpServers": {NAME:
+  {"type": "stdio", "command", "args", "env"} | {"type": "sse" | "http", "url", "headers"}}}``;
+  no working folder and no tool filter in a server's entry.
+- ``codex`` — ``[mcp_servers.NAME]`` tables of ``$CODEX_HOME/config.toml`` (codex 0.147, checked
+  with ``codex mcp list --json``): ``command``, ``args``, ``env``, ``cwd`` (stdio) or ``url``,
+  ``http_headers`` (streamable HTTP; Codex has no SSE client), and ``enabled_tools``.
+- ``openhands`` — ``~/.openhands/mcp.json`` of the OpenHands CLI 1.x (``openhands_cli/mcp/
+  mcp_utils.py``, FastMCP's ``MCPConfig``): ``{"mcpServers": {NAME: {"command", "args", "env",
+  "cwd", "transport": "stdio"} | {"url", "transport": "http" | "sse", "headers"}}}``.
+
+A server the agent cannot take (no MCP client, or a transport its client lacks) refuses the task
+before anything starts, unless the server is ``optional``: then the agent runs without it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from reroll_contracts.errors import AgentError
+
+from reroll.agents import AgentSpec, McpFormat
+from reroll.tasks.environment import McpServerSpec
+
+MCP_CONFIG_ENV = "REROLL_MCP_CONFIG"
+"""The variable naming the rendered configuration file in the sandbox, for the agent's ``launch``;
+unset when the agent gets no MCP server."""
+
+Transport = Literal["stdio", "sse", "streamable-http"]
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    """An agent's MCP configuration, rendered."""
+
+    filename: str
+    """The file's name (``mcp.json``, ``config.toml``): where it goes is the agent's launch's business."""
+    text: str
+    """Its content."""
+
+
+def _stdio_in(server: McpServerSpec) -> tuple[str, list[str]]:
+    """`server`'s command and arguments, started in its ``cwd`` by a shell when it names one (for
+    clients whose configuration has no working folder)."""
+    if server.cwd is None:
+        return server.command or "", server.args
+    return "sh", ["-c", 'cd "$0" && exec "$@"', server.cwd, server.command or "", *server.args]
+
+
+def _claude_code(servers: list[McpServerSpec]) -> McpConfig:
+    entries: dict[str, dict[str, Any]] = {}
+    for server in servers:
+        if server.transport == "stdio":
+            command, args = _stdio_in(server)
+            entries[server.name] = {"type": "stdio", "command": command, "args": args, "env": server.env}
+        else:
+            kind = "sse" if server.transport == "sse" else "http"
+            entries[server.name] = {"type": kind, "url": server.url, "headers": server.headers}
+    return McpConfig("mcp.json", json.dumps({"mcpServers": entries}, indent=2))
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a TOML basic string (same escapes)
+
+
+def _toml_inline(values: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{_toml_string(k)} = {_toml_string(v)}" for k, v in values.items()) + "}"
+
+
+def _toml_list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_toml_string(value) for value in values) + "]"
+
+
+def _codex(servers: list[McpServerSpec]) -> McpConfig:
+    tables: list[str] = []
+    for server in servers:
+        lines = [f"[mcp_servers.{_toml_string(server.name)}]"]
+        if server.transport == "stdio":
+            lines += [f"command = {_toml_string(server.command or '')}", f"args = {_toml_list(server.args)}"]
+            if server.env:
+                lines.append(f"env = {_toml_inline(server.env)}")
+            if server.cwd:
+                lines.append(f"cwd = {_toml_string(server.cwd)}")
+        else:
+            lines.append(f"url = {_toml_string(server.url or '')}")
+            if server.headers:
+                lines.append(f"http_headers = {_toml_inline(server.headers)}")
+        if server.tools is not None:
+            lines.append(f"enabled_tools = {_toml_list(server.tools)}")
+        tables.append("\n".join(lines))
+    return McpConfig("config.toml", "\n\n".join(tables) + "\n")
+
+
+def _openhands(servers: list[McpServerSpec]) -> McpConfig:
+    entries: dict[str, dict[str, Any]] = {}
+    for server in servers:
+        if server.transport == "stdio":
+            entries[server.name] = {
+                "command": server.command,
+                "args": server.args,
+                "env": server.env,
+                "transport": "stdio",
+            } | ({"cwd": server.cwd} if server.cwd else {})
+        else:
+            kind = "sse" if server.transport == "sse" else "http"
+            entries[server.name] = {"url": server.url, "transport": kind, "headers": server.headers}
+    return McpConfig("mcp.json", json.dumps({"mcpServers": entries}, indent=2))
+
+
+@dataclass(frozen=True)
+class _Client:
+    transports: frozenset[Transport]
+    render: Callable[[list[McpServerSpec]], McpConfig]
+
+
+_CLIENTS: dict[McpFormat, _Client] = {
+    "claude-code": _Client(frozenset({"stdio", "sse", "streamable-http"}), _claude_code),
+    "codex": _Client(frozenset({"stdio", "streamable-http"}), _codex),
+    "openhands": _Client(frozenset({"stdio", "sse", "streamable-http"}), _openhands),
+}
+
+
+def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpServerSpec]:
+    """The servers of `servers` that `agent` gets: all of them, less the ``optional`` ones its MCP
+    client cannot take; none for an agent that calls no model (``api_format: none``, the oracle).
+
+    Raises:
+        AgentError: a server that is not ``optional`` cannot be given to `agent` (it has no MCP
+            client, or none for that transport); the message names the agent, the servers and
+            the way out.
+    """
+    if agent.api_format == "none":  # the oracle: it calls no model, so it uses no tools
+        return []
+    client = _CLIENTS[agent.mcp] if agent.mcp else None
+    given = [server for server in servers if client is not None and server.transport in client.transports]
+    refused = [server for server in servers if server not in given and not server.optional]
+    if refused:
+        names = ", ".join(f"{server.name!r} ({server.transport})" for server in refused)
+        if client is None:
+            why = f"{agent.name} has no MCP client"
+        else:
+            why = f"{agent.name}'s MCP client speaks only {', '.join(sorted(client.transports))}"
+        able = ", ".join(sorted(_CLIENTS))
+        raise AgentError(
+            f"the task offers its tools over MCP servers {names}, but {why}: run it with an agent "
+            f"that takes them ({able}), or mark the servers `optional = true` in the task"
+        )
+    return given
+
+
+def render_mcp_config(agent: AgentSpec, servers: list[McpServerSpec]) -> McpConfig | None:
+    """`agent`'s native MCP configuration offering `servers` (the one function to call for any
+    agent; `mcp_servers_for` first picks what it gets).
+
+    Returns:
+        The configuration, or None when `servers` is empty (the agent gets no MCP file).
+
+    Raises:
+        AgentError: `agent` has no MCP client (`AgentSpec.mcp` unset) or one without a server's transport.
+    """
+    if not servers:
+        return None
+    client = _CLIENTS[agent.mcp] if agent.mcp else None
+    unfit = [server.name for server in servers if client is None or server.transport not in client.transports]
+    if client is None or unfit:
+        raise AgentError(f"{agent.name} cannot take the MCP servers {', '.join(unfit)}")
+    return client.render(servers)
+
+
+def describe(servers: list[McpServerSpec]) -> str:
+    """One line naming `servers` for the console (``mail (stdio: python3 /app/mcp.py)``)."""
+    return ", ".join(
+        f"{server.name} ({server.transport}: "
+        f"{shlex.join([server.command or '', *server.args]) if server.transport == 'stdio' else server.url})"
+        for server in servers
+    )

@@ -1,0 +1,171 @@
+"""The task's MCP servers in each agent's native MCP configuration, and the refusal of an agent
+that cannot take them. The rendered files are read back by the agents' own parsers where the
+agent is installed on this machine (Claude Code's ``mcp add-json``/``mcp get``, Codex's ``mcp
+list --json``), else checked against the documented shapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from reroll.agents import get_agent
+from reroll.cache import cache_dir
+from reroll.rollout.mcp import mcp_servers_for, render_mcp_config
+from reroll.tasks.environment import McpServerSpec
+from reroll_contracts.errors import AgentError
+
+STDIO = McpServerSpec(
+    name="mail",
+    transport="stdio",
+    command="python3",
+    args=["/app/.services/mail/mcp_server.py", "--url", "http://localhost:9001"],
+    env={"MAIL_TOKEN": 'a "quoted" value'},
+    tools=["list_messages", "archive_message"],
+)
+IN_FOLDER = STDIO.model_copy(update={"name": "cal", "cwd": "/srv/cal", "tools": None, "env": {}})
+HTTP = McpServerSpec.model_validate(  # benchflow's ``http``: streamable HTTP
+    {
+        "name": "remote",
+        "transport": "http",
+        "url": "http://mail:9001/mcp",
+        "headers": {"Authorization": "Bearer t"},
+    }
+)
+SSE = McpServerSpec(name="events", transport="sse", url="http://localhost:9002/sse")
+
+
+def installed(agent: str, *relative: str) -> Path:
+    """The installed agent's program, or a skip when this machine has not installed it."""
+    program = cache_dir() / "agents" / get_agent(agent).install_key / Path(*relative)
+    if not program.exists():
+        pytest.skip(f"{agent} is not installed on this machine ({program})")
+    return program
+
+
+def test_claude_code_gets_an_mcp_config_json_file() -> None:
+    config = render_mcp_config(get_agent("claude-code"), [STDIO, IN_FOLDER, HTTP, SSE])
+    assert config is not None and config.filename == "mcp.json"
+    servers = json.loads(config.text)["mcpServers"]
+    assert servers["mail"] == {
+        "type": "stdio",
+        "command": "python3",
+        "args": ["/app/.services/mail/mcp_server.py", "--url", "http://localhost:9001"],
+        "env": {"MAIL_TOKEN": 'a "quoted" value'},
+    }
+    # Claude Code's stdio entry has no working folder: a shell changes into it
+    assert servers["cal"]["command"] == "sh" and servers["cal"]["args"][2:4] == ["/srv/cal", "python3"]
+    assert servers["remote"] == {"type": "http", "url": HTTP.url, "headers": HTTP.headers}
+    assert servers["events"]["type"] == "sse"
+
+
+def test_claude_codes_own_parser_accepts_each_entry(tmp_path: Path) -> None:
+    claude = installed("claude-code", "claude")
+    config = render_mcp_config(get_agent("claude-code"), [STDIO, IN_FOLDER, HTTP, SSE])
+    assert config is not None
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DISABLE_AUTOUPDATER": "1"}
+    expected = {"mail": "stdio", "cal": "stdio", "remote": "http", "events": "sse"}
+    for name, entry in json.loads(config.text)["mcpServers"].items():
+        added = subprocess.run(
+            [str(claude), "mcp", "add-json", name, json.dumps(entry)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr + added.stdout
+        shown = subprocess.run(
+            [str(claude), "mcp", "get", name],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert f"Type: {expected[name]}" in shown.stdout, shown.stdout
+    refused = subprocess.run(
+        [str(claude), "mcp", "add-json", "bad", json.dumps({"type": "stdio", "args": ["x"]})],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0  # the parser does check: an entry without a command is refused
+
+
+def test_codex_gets_mcp_servers_tables_with_its_tool_filter() -> None:
+    config = render_mcp_config(get_agent("codex"), [STDIO, IN_FOLDER, HTTP])
+    assert config is not None and config.filename == "config.toml"
+    servers = tomllib.loads(config.text)["mcp_servers"]
+    assert servers["mail"] == {
+        "command": "python3",
+        "args": STDIO.args,
+        "env": STDIO.env,
+        "enabled_tools": ["list_messages", "archive_message"],
+    }
+    assert servers["cal"]["cwd"] == "/srv/cal" and servers["cal"]["command"] == "python3"
+    assert servers["remote"] == {"url": HTTP.url, "http_headers": HTTP.headers}
+
+
+def test_codexs_own_parser_reads_the_file(tmp_path: Path) -> None:
+    codex = installed("codex", "venv", "bin", "codex")
+    config = render_mcp_config(get_agent("codex"), [STDIO, IN_FOLDER, HTTP])
+    assert config is not None
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / config.filename).write_text(config.text)
+    listed = subprocess.run(
+        [str(codex), "mcp", "list", "--json"],
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(home)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    servers = {server["name"]: server["transport"] for server in json.loads(listed.stdout)}
+    assert servers["mail"]["type"] == "stdio" and servers["mail"]["env"] == STDIO.env
+    assert servers["cal"]["cwd"] == "/srv/cal"
+    assert servers["remote"] == servers["remote"] | {"type": "streamable_http", "http_headers": HTTP.headers}
+
+
+def test_openhands_gets_its_cli_mcp_json() -> None:
+    config = render_mcp_config(get_agent("openhands"), [IN_FOLDER, HTTP, SSE])
+    assert config is not None and config.filename == "mcp.json"
+    servers = json.loads(config.text)["mcpServers"]
+    assert servers["cal"] == {
+        "command": "python3",
+        "args": IN_FOLDER.args,
+        "env": {},
+        "cwd": "/srv/cal",
+        "transport": "stdio",
+    }
+    assert servers["remote"] == {"url": HTTP.url, "transport": "http", "headers": HTTP.headers}
+    assert servers["events"]["transport"] == "sse"
+
+
+def test_no_servers_no_file() -> None:
+    assert render_mcp_config(get_agent("claude-code"), []) is None
+
+
+def test_an_agent_without_mcp_is_refused_naming_the_servers_and_the_way_out() -> None:
+    with pytest.raises(AgentError) as refused:
+        mcp_servers_for(get_agent("mini-swe-agent"), [STDIO, HTTP])
+    message = str(refused.value)
+    assert "mini-swe-agent has no MCP client" in message
+    assert "'mail' (stdio)" in message and "'remote' (streamable-http)" in message
+    assert "claude-code, codex, openhands" in message and "optional = true" in message
+    with pytest.raises(AgentError, match="aider has no MCP client"):
+        mcp_servers_for(get_agent("aider"), [STDIO])
+
+
+def test_optional_servers_let_an_agent_without_mcp_run_without_them() -> None:
+    optional = [server.model_copy(update={"optional": True}) for server in (STDIO, HTTP)]
+    assert mcp_servers_for(get_agent("mini-swe-agent"), optional) == []
+    with pytest.raises(AgentError):  # one required server is enough to refuse
+        mcp_servers_for(get_agent("mini-swe-agent"), [*optional, SSE])
+
+
+def test_codex_is_refused_an_sse_server_unless_it_is_optional() -> None:
+    with pytest.raises(AgentError, match="codex's MCP client speaks only stdio, streamable-http"):
+        mcp_servers_for(get_agent("codex"), [STDIO, SSE])
+    optional_sse = SSE.model_copy(update={"optional": True})
+    assert mcp_servers_for(get_agent("codex"), [STDIO, optional_sse]) == [STDIO]
+
+
+def test_the_oracle_calls_no_model_and_needs_no_mcp() -> None:
+    assert mcp_servers_for(get_agent("oracle"), [STDIO]) == []
