@@ -33,6 +33,8 @@ in constant time (`secrets.compare_digest`).
 - ``POST /_reroll/place`` — the controller says where in a trial the next requests are sent
   (a `reroll_contracts.trajectory.Place`, the body); every exchange served from then on records it as
   ``metadata.place``. Answers 204; 400 for a body that is not a Place.
+- ``POST /reroll/ask_user`` (the rollout token), ``GET /_reroll/asks``, ``POST /_reroll/asks/{id}``
+  — the agent's ask_user questions, held until the controller answers: `reroll_proxy.asks`.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.
@@ -57,6 +59,7 @@ from reroll_contracts.faults import FaultNote, ResetFault, load_plan
 from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop
 from reroll_contracts.trajectory import Place, Source, load_trajectory, sanitize_headers
 
+from reroll_proxy.asks import AskDesk
 from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
@@ -122,6 +125,9 @@ class ProxyServer:
         self.app.router.add_post("/_reroll/place", self._set_place)
         self.place: Place | None = None
         """Where in a trial the requests are sent now (``POST /_reroll/place``)."""
+        self.asks = AskDesk(lambda: self.engine.next_step, lambda: self.place)
+        """The agent's ask_user questions, held until the controller answers (`reroll_proxy.asks`)."""
+        self.asks.add_routes(self.app)
         self.app.router.add_get("/healthz", self._health)
         self.app.cleanup_ctx.append(self._client_session)
         self.app.on_cleanup.append(self._close_recorder)

@@ -58,6 +58,20 @@ def branch(
             "repeat for more: one group of branches per prompt.",
         ),
     ] = None,
+    at_ask: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Instead of --at: the run's ask_user question N (0-based, asks.json); one group of branches "
+            "per option it offered (or per --answer), cut where it was asked.",
+        ),
+    ] = None,
+    answer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--answer", help="With --at-ask: give this answer instead of the options; repeat for more."
+        ),
+    ] = None,
     n: Annotated[int, typer.Option("-n", "--n", min=1, help="Branches per model and branch point.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Most branches running at once.")] = 4,
     max_retries: MaxRetriesOption = None,
@@ -84,7 +98,8 @@ def branch(
     """Branch a run: N continuations per model from checkpoint --at K, concurrently, each verified.
 
     Several checkpoints (--at 10,20,30, --every N) estimate the value at each: a value curve
-    along the run. --prompt TEXT (repeated) varies the prompt of the turn the cut starts.
+    along the run. --prompt TEXT (repeated) varies the prompt of the turn the cut starts; --at-ask N
+    gives each option of the run's ask_user question N (or each --answer) to its own branches.
 
     Branches run like a job's rollouts (executor, start gate, retries of infrastructure
     failures). Prints each branch's reward and the mean reward per model (the value estimate of the
@@ -107,6 +122,8 @@ def branch(
             n=n,
             every=every,
             prompts=prompt or (),
+            at_ask=at_ask,
+            answers=answer or (),
             tasks_dir=tasks_dir,
             options=options,
             runner=runner_options(concurrency, max_starting, executor, ray_address, max_retries),

@@ -63,6 +63,14 @@ def run(
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     image_map: ImageMapOption = None,
+    ask_user: Annotated[
+        bool,
+        typer.Option(
+            "--ask-user",
+            help="Offer the agent an ask_user tool (over MCP: claude-code, codex, openhands); the trial's "
+            "User answers (its `answer` method), the questions and answers go to asks.json.",
+        ),
+    ] = False,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -86,6 +94,7 @@ def run(
                     sandbox_config=settings,
                     network=network,
                     faults=used,
+                    ask_user=ask_user,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

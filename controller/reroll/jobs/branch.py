@@ -20,7 +20,7 @@ The output is a tree::
       <model>__<i>/                     one run folder per branch, branched_from.path = the parent
                                         (<model>: `reroll.models.spec.model_slug`)
       <point>__<model>__<i>/            the same with several branch points (<point>: ``at<K>``,
-                                        ``prompt<j>``)
+                                        ``prompt<j>``, ``option<j>``, ``answer<j>``)
 
 The parent's trajectory holds the first K exchanges of the latest cut point K (each child replays
 its own cut's).
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from reroll_contracts.errors import AgentError, ConfigError
+from reroll_contracts.errors import AgentError, ConfigError, RunFolderError
 from rich.console import Console
 
 from reroll.jobs.executors import Attempt
@@ -43,6 +43,7 @@ from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
+from reroll.runfolder.asks import ASKS_FILE, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
@@ -75,8 +76,11 @@ class BranchPoint:
     prompt: str | None = None
     """The prompt of the turn the cut starts, instead of the recorded one
     (`reroll.rollout.checkpoint.Checkpoint.with_prompt`)."""
+    answer: str | None = None
+    """The answer to the recorded ask_user question asked at the cut (``--at-ask``)."""
     label: str = ""
-    """The prefix of its children's folders (``at10``, ``prompt0``); "" for a tree of one point."""
+    """The prefix of its children's folders (``at10``, ``prompt0``, ``option0``, ``answer0``); ""
+    for a tree of one point."""
 
 
 def branch_points(
@@ -85,23 +89,38 @@ def branch_points(
     *,
     every: int | None = None,
     prompts: Sequence[str] = (),
+    at_ask: int | None = None,
+    answers: Sequence[str] = (),
 ) -> list[BranchPoint]:
-    """The branch points that `at`, `every` and `prompts` name (``reroll branch``'s flags).
+    """The branch points that `at`, `every`, `prompts`, `at_ask` and `answers` name (``reroll
+    branch``'s flags).
 
     Args:
-        run_folder: the recorded run (its length bounds `every`).
+        run_folder: the recorded run (its length bounds `every`, its asks.json `at_ask`).
         at: one checkpoint, several (a sequence, or a text with commas: ``10,20,30``); a value
             curve when several.
         every: instead of `at`: the cut points 0, N, 2N, … up to the run's recorded exchanges.
         prompts: one point per prompt, at the one checkpoint `at` names.
+        at_ask: instead of `at`: the run's ask_user question N (0-based, `reroll.runfolder.asks`): one
+            point per option it offered (or per answer of `answers`), cut where it was asked.
+        answers: with `at_ask`: the answers to give instead of the question's options.
 
     Raises:
-        ConfigError: neither or both of `at` and `every`, `every` below 1, or `prompts` with
-            several checkpoints.
-        RunFolderError: the run folder cannot be loaded (with `every`).
+        ConfigError: not exactly one of `at`, `every`, `at_ask`; `every` below 1; `prompts` with
+            several checkpoints or with `at_ask`; `answers` without `at_ask`; a question without
+            options and no `answers`.
+        RunFolderError: the run folder cannot be loaded (with `every`), or has no question `at_ask`.
     """
-    if (at is None) == (every is None):
-        raise ConfigError("branch needs a checkpoint: --at K (or K1,K2,…) or --every N, not both")
+    if sum(given is not None for given in (at, every, at_ask)) != 1:
+        raise ConfigError(
+            "branch needs a checkpoint: --at K (or K1,K2,…), --every N or --at-ask N, one of them"
+        )
+    if answers and at_ask is None:
+        raise ConfigError("--answer needs --at-ask N (the question it answers)")
+    if at_ask is not None:
+        if prompts:
+            raise ConfigError("--prompt and --at-ask cannot be combined (--answer gives the answers)")
+        return _ask_points(run_folder, at_ask, answers)
     if every is not None:
         if every < 1:
             raise ConfigError(f"--every {every}: the step between cut points must be at least 1")
@@ -118,10 +137,38 @@ def branch_points(
     if prompts:
         if len(cuts) != 1:
             raise ConfigError(f"--prompt needs one checkpoint (--at TURN:0), not {len(cuts)}")
-        return [BranchPoint(cuts[0], prompt, f"prompt{index}") for index, prompt in enumerate(prompts)]
+        return [BranchPoint(cuts[0], prompt, label=f"prompt{index}") for index, prompt in enumerate(prompts)]
     if len(cuts) == 1:
         return [BranchPoint(cuts[0])]
     return [BranchPoint(cut, label=f"at{cut.replace(':', '-')}") for cut in cuts]
+
+
+def _ask_points(run_folder: Path, number: int, answers: Sequence[str]) -> list[BranchPoint]:
+    """One point per answer to question `number` of `run_folder`: `answers`, else its options.
+
+    Raises:
+        RunFolderError: the run has no such question.
+        ConfigError: it offered no options and `answers` is empty.
+    """
+    asks = load_asks(run_folder)
+    if not asks:
+        raise RunFolderError(
+            f"{run_folder}: --at-ask {number}: the run asked no ask_user question (no {ASKS_FILE}); "
+            "record it with --ask-user and an agent that asks"
+        )
+    if not 0 <= number < len(asks):
+        raise RunFolderError(
+            f"{run_folder}: --at-ask {number}: the run asked {len(asks)} question(s), so N must be "
+            f"within 0..{len(asks) - 1}"
+        )
+    ask = asks[number]
+    if answers:
+        return [BranchPoint(str(ask.step), answer=text, label=f"answer{j}") for j, text in enumerate(answers)]
+    if not ask.options:
+        raise ConfigError(
+            f"--at-ask {number}: question {ask.question!r} offered no options: give answers (--answer TEXT)"
+        )
+    return [BranchPoint(str(ask.step), answer=text, label=f"option{j}") for j, text in enumerate(ask.options)]
 
 
 async def branch(
@@ -132,6 +179,8 @@ async def branch(
     n: int = 1,
     every: int | None = None,
     prompts: Sequence[str] = (),
+    at_ask: int | None = None,
+    answers: Sequence[str] = (),
     tasks_dir: Path | None = None,
     options: RolloutOptions = RolloutOptions(),
     runner: RunnerOptions = RunnerOptions(),
@@ -150,6 +199,9 @@ async def branch(
         every: instead of `at`: a cut point every `every` exchanges, from 0 to the run's length.
         prompts: one branch point per prompt at `at`, the start of a turn: the prompt replaces
             the turn's recorded one.
+        at_ask: instead of `at`: the run's ask_user question N; one branch point per option it
+            offered, or per answer of `answers`, each cut where it was asked.
+        answers: with `at_ask`: the answers to give instead of the options.
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
         options: how each branch runs (timeout, sandbox, network [default: the original's],
             faults, the divergence policy while replaying the prefix).
@@ -176,7 +228,7 @@ async def branch(
     """
     if not models or n < 1:
         raise ConfigError(f"branch needs models (got {list(models)}) and n >= 1 (got {n})")
-    points = branch_points(run_folder, at, every=every, prompts=prompts)
+    points = branch_points(run_folder, at, every=every, prompts=prompts, at_ask=at_ask, answers=answers)
     batch = Runner(runner)
     console = console or Console(quiet=True)
     checkpoints = [_open_point(run_folder, point, tasks_dir, console) for point in points]
@@ -194,7 +246,9 @@ async def branch(
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
     parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
-    given = ",".join(point.at for point in points) if every is None else f"every {every}"
+    given = ",".join(dict.fromkeys(point.at for point in points))
+    if every is not None or at_ask is not None:
+        given = f"every {every}" if every is not None else f"ask {at_ask} (step {given})"
     cuts = [opened.cut_index for opened in checkpoints]
     console.print(
         f"branching {original.path} at step(s) {cuts} (--at {given}): "
@@ -213,6 +267,7 @@ async def branch(
                     original.path,
                     at=points[number].at,
                     prompt=points[number].prompt,
+                    answer=points[number].answer,
                     tasks_dir=tasks_dir.resolve() if tasks_dir else None,
                     parent=parent,
                     name=_folder(points[number], spec, index),
@@ -271,6 +326,7 @@ async def run_branch(
     *,
     at: str,
     prompt: str | None = None,
+    answer: str | None = None,
     tasks_dir: Path | None,
     parent: Path,
     name: str,
@@ -281,7 +337,7 @@ async def run_branch(
 ) -> RolloutOutcome:
     """Run branch `index` of `model`: continue checkpoint `at` of `original` with `model` into
     ``parent/name`` (an attempt of `branch`'s runner, a picklable call for Ray), with `prompt`
-    for the turn the cut starts when given.
+    for the turn the cut starts and `answer` for the ask_user question at the cut when given.
 
     Raises:
         RunFolderError, TaskError, ModelError: the original, its task or `model` cannot be
@@ -289,7 +345,7 @@ async def run_branch(
     """
     checkpoint = _open_point(original, BranchPoint(at, prompt), tasks_dir, Console(quiet=True))
     continued = checkpoint.continued_from(model)
-    update = {"path": str(parent), "branch_index": index, "prompt": prompt}
+    update = {"path": str(parent), "branch_index": index, "prompt": prompt, "answer": answer}
     provenance = BranchedFrom(**(continued.model_dump() | update))
     return await start_rollout(
         FromCheckpoint(checkpoint, provenance),
@@ -344,6 +400,7 @@ def _point_summary(
         at=point.at,
         cut_index=cut_index,
         prompt=point.prompt,
+        answer=point.answer,
         branches=len(children),
         scored=len(rewards),
         mean_reward=_mean(rewards),

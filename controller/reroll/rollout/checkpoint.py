@@ -33,6 +33,7 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec, get_agent
 from reroll.models.spec import model_name
+from reroll.runfolder.asks import AskRecord, load_asks
 from reroll.runfolder.run import ContinuedFrom, RunConfig, RunFolder, load_run_folder
 from reroll.runfolder.trial import TurnRecord, load_trial_record
 from reroll.tasks.task import Task, find_task, load_task
@@ -105,6 +106,9 @@ class Checkpoint:
     """The checkpoint as given (``--at``), None for the end of the recording."""
     recorded_turns: list[TurnRecord] = field(default_factory=list)
     """The original's turns whose prompts a continuation re-sends as recorded (the module docstring)."""
+    recorded_asks: list[AskRecord] = field(default_factory=list)
+    """The original's ask_user questions before the cut (their answers are in replayed exchanges):
+    a continuation answers them as recorded (`reroll.rollout.asks`)."""
 
     @property
     def agent_model(self) -> str:
@@ -169,8 +173,8 @@ def open_checkpoint(
             ``openhands`` in a folder written by BenchFlow].
 
     Raises:
-        RunFolderError: the folder is missing or corrupt, `at` is malformed or out of range, or
-            `require_timeout` is set and the run's status is not ``timeout``.
+        RunFolderError: the folder is missing or corrupt (asks.json included), `at` is malformed
+            or out of range, or `require_timeout` is set and the run's status is not ``timeout``.
         TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
         AgentError: the agent (`agent`, else the recorded one) is unknown; the message says how
             to declare it.
@@ -191,7 +195,8 @@ def open_checkpoint(
     task = _find_original_task(original.config, tasks_dir)
     spec = get_agent(agent or original.config.agent)
     given = None if at is None else str(at)
-    return Checkpoint(original, task, spec, status, cut_index, given, turns[:reused])
+    asks = [ask for ask in load_asks(original.path) if ask.step < cut_index]
+    return Checkpoint(original, task, spec, status, cut_index, given, turns[:reused], asks)
 
 
 def recorded_turns(original: RunFolder) -> list[TurnRecord]:

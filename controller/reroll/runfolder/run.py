@@ -135,6 +135,10 @@ class RunConfig(BaseModel):
     trial: TrialConfig | None = None
     """The scenes, roles and turns run (`reroll.trials.config`, resolved), when they are more than the one
     prompt of a plain run; None: ``agent`` told the task's instruction once."""
+    ask_user: bool = False
+    """The agent was offered reroll's ``ask_user`` tool over MCP (``reroll run --ask-user``); its
+    questions and the answers are in asks.json (`reroll.runfolder.asks`). Its continuations and
+    branches offer it too."""
 
 
 class Timings(BaseModel):
