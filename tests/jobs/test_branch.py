@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,9 +18,11 @@ from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.record import run_task
 from reroll.rollout.start import RolloutOptions
+from reroll.runfolder.asks import ASKS_FILE, AskLog, AskRecord
+from reroll.runfolder.run import write_json
 from reroll.sandbox import base
 from reroll.view import build_site
-from reroll_contracts.errors import ConfigError
+from reroll_contracts.errors import ConfigError, RunFolderError
 
 from tests.jobs import flaky_sandbox
 from tests.runfolder.test_run import exchange_line, make_run_folder
@@ -297,3 +300,55 @@ async def test_branches_vary_the_next_prompt(tmp_path: Path, examples: Path, url
             json.loads((parent / child.folder / "config.json").read_text())["branched_from"]["prompt"]
             == prompt
         )
+
+
+def asked_run(tmp_path: Path, options: list[str]) -> Path:
+    """A three-exchange run folder whose agent asked two questions (at steps 1 and 2)."""
+    run = make_run_folder(tmp_path / "run", [exchange_line(i) for i in range(3)], result={"status": "ok"})
+    asks = [
+        AskRecord(
+            question="Which?", options=options, index=0, step=1, asked_at="t", answer="x", answered_by="user"
+        ),
+        AskRecord(question="Sure?", index=1, step=2, asked_at="t", answer="yes", answered_by="user"),
+    ]
+    write_json(run / ASKS_FILE, AskLog(asks=asks))
+    return run
+
+
+def test_at_ask_gives_one_point_per_option_or_answer(tmp_path: Path) -> None:
+    run = asked_run(tmp_path, ["en", "fr", "de"])
+    found = branch_points(run, at_ask=0)
+    assert [(p.at, p.answer, p.label) for p in found] == [
+        ("1", "en", "option0"),
+        ("1", "fr", "option1"),
+        ("1", "de", "option2"),
+    ]
+    found = branch_points(run, at_ask=1, answers=["no", "maybe"])
+    assert [(p.at, p.answer, p.label) for p in found] == [("2", "no", "answer0"), ("2", "maybe", "answer1")]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"at_ask": 2}, RunFolderError, "--at-ask 2: the run asked 2 question(s), so N must be within 0..1"),
+        (
+            {"at_ask": 1},
+            ConfigError,
+            "--at-ask 1: question 'Sure?' offered no options: give answers (--answer TEXT)",
+        ),
+        ({"at_ask": 0, "at": "1"}, ConfigError, "branch needs a checkpoint"),
+        ({"at": "1", "answers": ["x"]}, ConfigError, "--answer needs --at-ask N"),
+        ({"at_ask": 0, "prompts": ["x"]}, ConfigError, "--prompt and --at-ask cannot be combined"),
+    ],
+)
+def test_bad_at_ask(tmp_path: Path, kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        branch_points(asked_run(tmp_path, ["en"]), **kwargs)
+
+
+def test_at_ask_on_a_run_without_a_question(tmp_path: Path) -> None:
+    run = make_run_folder(tmp_path / "run", [exchange_line(0)], result={"status": "ok"})
+    with pytest.raises(
+        RunFolderError, match=r"--at-ask 0: the run asked no ask_user question \(no asks\.json\)"
+    ):
+        branch_points(run, at_ask=0)

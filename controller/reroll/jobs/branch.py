@@ -43,7 +43,7 @@ from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
-from reroll.runfolder.asks import ASKS_FILE, load_asks
+from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
@@ -358,7 +358,8 @@ async def run_branch(
 
 
 def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
-    """Create the parent folder: the original's config with provenance, prompts, the prefix."""
+    """Create the parent folder: the original's config with provenance, prompts, the prefix (and
+    the questions asked in it)."""
     original = checkpoint.original
     parent = create_run_folder(output, original.path.name).resolve()
     provenance = BranchedFrom(**checkpoint.continued_from(None).model_dump())
@@ -375,6 +376,8 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
     write_json(parent / PROMPTS_FILE, original.prompts)
     prefix = original.exchanges[: checkpoint.cut_index]
     (parent / TRAJECTORY).write_bytes(b"".join(exchange.to_line() for exchange in prefix))
+    if checkpoint.recorded_asks:
+        write_json(parent / ASKS_FILE, AskLog(asks=checkpoint.recorded_asks))
     return parent
 
 
