@@ -14,9 +14,12 @@ does not say the user's language; its trial's User reads French.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from reroll.export import export_lines
+from reroll.view import build_site
 
 from tests.test_main_job import only_folder, read_json, reroll, trajectory
 
@@ -58,6 +61,18 @@ def test_the_question_and_the_users_answer_are_recorded(recorded: Path) -> None:
     assert "mcp__reroll__ask_user" in tools
     result = lines[1]["request"]["body"]["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["content"] == [{"type": "text", "text": "French"}]
+
+
+def test_export_and_view_show_the_question(recorded: Path, tmp_path: Path) -> None:
+    (record,) = [json.loads(line) for line in b"".join(export_lines(recorded, "verifiers")).splitlines()]
+    (ask,) = record["info"]["asks"]
+    assert (ask["question"], ask["answer"], ask["step"]) == (
+        "Which language should the greeting be in?",
+        "French",
+        1,
+    )
+    page = build_site(recorded, tmp_path / "site").read_text()
+    assert 'id="ask-table"' in page and '<td class="ask-answer">French</td>' in page
 
 
 def test_a_continuation_gives_the_recorded_answer_again(recorded: Path, workdir: Path) -> None:
