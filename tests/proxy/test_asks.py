@@ -10,43 +10,18 @@ import os
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
 from reroll.rollout.asks import SERVER_SOURCE
 
 from tests.proxy.conftest import CONTROLLER_TOKEN, TOKEN, Service, StartProxy, http_json
+from tests.proxy.test_proxy import post_place
+from tests.rollout.test_asks import call
 
 pytestmark = pytest.mark.spawns  # the proxy, the scripted model and the MCP server run as subprocesses
 CONTROLLER = {"Authorization": f"Bearer {CONTROLLER_TOKEN}"}
 AGENT = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def post(url: str, body: Any, headers: dict[str, str]) -> int:
-    """POST `body` as JSON; the status code (the body may be empty: 204)."""
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={**headers, "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code
-
-
-def call(ident: int, name: str, arguments: Any) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": ident,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
 
 
 class McpServer:
@@ -80,7 +55,7 @@ def test_a_question_is_held_until_the_controller_answers(
 ) -> None:
     proxy = start_proxy(upstream_url=scripted_model.base_url)
     place = {"turn": 0, "scene": "main", "role": "agent", "round": None}
-    assert post(proxy.root_url + "/_reroll/place", place, CONTROLLER) == 204
+    assert post_place(proxy, place, CONTROLLER) == 204
     server = McpServer(proxy.root_url + "/reroll/ask_user", TOKEN)
     try:
         started = server.send(
@@ -100,12 +75,12 @@ def test_a_question_is_held_until_the_controller_answers(
             "Which language?", ["English", "French"], 0, place,
         )  # fmt: skip
         assert asking.is_alive()  # held until answered
-        assert post(proxy.root_url + f"/_reroll/asks/{ask['id']}", {"answer": "French"}, AGENT) == 403
-        assert post(proxy.root_url + f"/_reroll/asks/{ask['id']}", {"answer": 3}, CONTROLLER) == 400
-        assert post(proxy.root_url + f"/_reroll/asks/{ask['id']}", {"answer": "French"}, CONTROLLER) == 204
+        assert post_place(proxy, {"answer": "French"}, AGENT, f"/_reroll/asks/{ask['id']}") == 403
+        assert post_place(proxy, {"answer": 3}, CONTROLLER, f"/_reroll/asks/{ask['id']}") == 400
+        assert post_place(proxy, {"answer": "French"}, CONTROLLER, f"/_reroll/asks/{ask['id']}") == 204
         asking.join(timeout=10)
         assert answered["result"] == {"content": [{"type": "text", "text": "French"}], "isError": False}
-        assert post(proxy.root_url + f"/_reroll/asks/{ask['id']}", {"answer": "x"}, CONTROLLER) == 404
+        assert post_place(proxy, {"answer": "x"}, CONTROLLER, f"/_reroll/asks/{ask['id']}") == 404
         assert http_json("GET", proxy.root_url + "/_reroll/asks?wait=0", headers=CONTROLLER)[2] == []
     finally:
         server.close()

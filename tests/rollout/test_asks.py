@@ -96,7 +96,7 @@ async def test_answers_come_from_the_recording_then_the_branch_then_the_user(tmp
 
 
 async def test_a_user_answering_a_non_string_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(UserCallbackError, match="the User's answer to 'q0\\?' is int, not str or None"):
+    with pytest.raises(UserCallbackError, match="the User's answer to 'q0\\?' returned int, not str or None"):
         await Answerer(tmp_path).answer(pending(0, 0), Broken())
 
 

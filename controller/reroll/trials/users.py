@@ -125,17 +125,7 @@ async def next_prompt(user: BaseUser, round: int, instruction: str, result: Roun
     Raises:
         UserCallbackError: ``run`` raised, or returned something but a string or None.
     """
-    try:
-        prompt = user.run(round, instruction, result)
-        if inspect.isawaitable(prompt):
-            prompt = await prompt
-    except Exception as exc:
-        raise UserCallbackError(f"the User's run (round {round}) raised {exc!r}") from exc
-    if prompt is not None and not isinstance(prompt, str):
-        raise UserCallbackError(
-            f"the User's run (round {round}) returned {type(prompt).__name__}, not str or None"
-        )
-    return prompt
+    return await _text_from(lambda: user.run(round, instruction, result), f"the User's run (round {round})")
 
 
 async def user_answer(user: BaseUser, question: str, options: list[str]) -> str | None:
@@ -144,17 +134,24 @@ async def user_answer(user: BaseUser, question: str, options: list[str]) -> str 
     Raises:
         UserCallbackError: ``answer`` raised, or returned something but a string or None.
     """
+    return await _text_from(lambda: user.answer(question, options), f"the User's answer to {question!r}")
+
+
+async def _text_from(callback: Callable[[], Any], what: str) -> str | None:
+    """What `callback` returns (awaited when it is a coroutine): a string or None.
+
+    Raises:
+        UserCallbackError: it raised, or returned something else (`what` names it).
+    """
     try:
-        answer = user.answer(question, options)
-        if inspect.isawaitable(answer):
-            answer = await answer
+        text = callback()
+        if inspect.isawaitable(text):
+            text = await text
     except Exception as exc:
-        raise UserCallbackError(f"the User's answer to {question!r} raised {exc!r}") from exc
-    if answer is not None and not isinstance(answer, str):
-        raise UserCallbackError(
-            f"the User's answer to {question!r} is {type(answer).__name__}, not str or None"
-        )
-    return answer
+        raise UserCallbackError(f"{what} raised {exc!r}") from exc
+    if text is not None and not isinstance(text, str):
+        raise UserCallbackError(f"{what} returned {type(text).__name__}, not str or None")
+    return text
 
 
 def load_user(spec: str) -> BaseUser:
