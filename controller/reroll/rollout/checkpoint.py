@@ -142,7 +142,8 @@ class Checkpoint:
         """
         turn = len(self.recorded_turns) - 1
         if turn < 0 or first_step(self.original.exchanges, turn) != self.cut_index:
-            starts = [first_step(self.original.exchanges, index) for index in range(len(self.recorded_turns))]
+            turns = range(len(recorded_turns(self.original)))
+            starts = [first_step(self.original.exchanges, index) for index in turns]
             raise RunFolderError(
                 f"{self.original.path}: --prompt needs a cut at the start of a turn (--at TURN:0), as the "
                 f"turn's prompt is in every request it makes; --at {self.at} cuts at exchange "
