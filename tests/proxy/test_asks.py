@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from reroll.rollout.asks import SERVER_SOURCE
+from reroll_contracts.asks import MAX_PENDING_ASKS
 
 from tests.proxy.conftest import CONTROLLER_TOKEN, TOKEN, Service, StartProxy, http_json
 from tests.proxy.test_proxy import post_place
@@ -115,3 +116,35 @@ def test_malformed_questions_sent_to_the_proxy_get_400_naming_the_field(
     for body, message in MALFORMED:
         code, _, answer = http_json("POST", proxy.root_url + "/reroll/ask_user", body, AGENT)
         assert code == 400 and message in answer["error"], (body, answer)
+
+
+def test_a_flood_of_questions_is_refused_past_the_limit(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    """Attack: an agent posting questions without end holds at most MAX_PENDING_ASKS requests."""
+    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    answers: list[Any] = []
+    url = proxy.root_url + "/reroll/ask_user"
+    askers = [
+        threading.Thread(
+            target=lambda n=n: answers.append(http_json("POST", url, {"question": f"q{n}"}, AGENT))
+        )
+        for n in range(MAX_PENDING_ASKS)
+    ]
+    for asker in askers:
+        asker.start()
+    waiting: list[dict[str, Any]] = []
+    while len(waiting) < MAX_PENDING_ASKS:
+        waiting += http_json("GET", proxy.root_url + "/_reroll/asks?wait=5", headers=CONTROLLER)[2]
+    code, _, refused = http_json("POST", url, {"question": "one more"}, AGENT)
+    assert code == 429 and f"{MAX_PENDING_ASKS} questions are waiting already" in refused["error"]
+    for ask in waiting:
+        assert (
+            post_place(proxy, {"answer": ask["question"].upper()}, CONTROLLER, f"/_reroll/asks/{ask['id']}")
+            == 204
+        )
+    for asker in askers:
+        asker.join(timeout=10)
+    assert sorted(body["answer"] for code, _, body in answers) == sorted(
+        f"Q{n}" for n in range(MAX_PENDING_ASKS)
+    )
