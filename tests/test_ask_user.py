@@ -100,6 +100,9 @@ def test_at_ask_branches_one_verified_child_per_option(recorded: Path, workdir: 
         assert (ask["answer"], ask["answered_by"]) == (option, "branch")
         assert [line["metadata"]["source"] for line in trajectory(folder)] == ["replayed", "live", "live"]
         assert read_json(folder / "config.json")["branched_from"]["answer"] == option
+    page = build_site(parent, workdir / "tree-site").read_text()
+    assert "Value per branch point" in page and 'id="value-curve"' not in page  # one cut: no curve
+    assert all(f"answer: <q>{option}</q>" in page for option in ("English", "French", "German"))
 
 
 def test_at_ask_beyond_the_questions_is_refused(recorded: Path, workdir: Path) -> None:
