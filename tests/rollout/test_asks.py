@@ -4,6 +4,8 @@ note when nobody can answer; asks.json records each with its step and place."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from reroll.trials.users import BaseUser
 from reroll_contracts.asks import PendingAsk
 from reroll_contracts.errors import RunFolderError, UserCallbackError
 from reroll_contracts.trajectory import Place
+from rich.console import Console
 
 
 def call(ident: int, name: str, arguments: Any) -> dict[str, Any]:
@@ -104,3 +107,35 @@ def test_a_corrupt_asks_file_names_itself(tmp_path: Path) -> None:
     (tmp_path / "asks.json").write_text(json.dumps({"asks": [{"question": "q"}]}))
     with pytest.raises(RunFolderError, match=r"asks\.json: invalid"):
         load_asks(tmp_path)
+
+
+class FakeProxy:
+    """The two calls `Answerer.serve` makes, for one batch of questions."""
+
+    def __init__(self, asks: list[PendingAsk]) -> None:
+        self.asks, self.answered = asks, asyncio.Event()
+        self.answers: dict[int, str] = {}
+
+    async def next_asks(self) -> list[PendingAsk]:
+        asks, self.asks = self.asks, []
+        if not asks:
+            await asyncio.sleep(3600)
+        return asks
+
+    async def answer_ask(self, ask: int, answer: str) -> bool:
+        self.answers[ask] = answer
+        self.answered.set()
+        return True
+
+
+async def test_the_agents_text_is_no_console_markup(tmp_path: Path) -> None:
+    """Attack: a question made of rich markup (an unbalanced closing tag raises in rich) neither
+    stops the answering nor styles the console."""
+    hostile = PendingAsk(id=0, question="[/dim][bold red]x[/]", step=0, asked_at="t")
+    proxy = FakeProxy([hostile])
+    console = Console(file=io.StringIO(), width=200)
+    desk = asyncio.ensure_future(Answerer(tmp_path).serve(proxy, Picky(), console))  # type: ignore[arg-type]
+    await asyncio.wait_for(proxy.answered.wait(), 5)
+    desk.cancel()
+    assert proxy.answers == {0: NO_ANSWER}
+    assert "'[/dim][bold red]x[/]'" in console.file.getvalue()  # type: ignore[attr-defined]

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from reroll_contracts.asks import PendingAsk
 from rich.console import Console
+from rich.markup import escape
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.runfolder.asks import ASKS_FILE, AnsweredBy, AskLog, AskRecord
@@ -90,9 +91,9 @@ class Answerer:
         while True:
             for pending in await proxy.next_asks():
                 record = await self.answer(pending, user)
+                said = escape(f"{record.question!r} -> {record.answer!r}")  # the agent's text: no markup
                 console.print(
-                    f"[dim]ask_user {record.index} at step {record.step}: {record.question!r} -> "
-                    f"{record.answer!r} ({record.answered_by})[/dim]"
+                    f"[dim]ask_user {record.index} at step {record.step}: {said} ({record.answered_by})[/dim]"
                 )
                 await proxy.answer_ask(pending.id, record.answer)
 
