@@ -33,6 +33,8 @@ in constant time (`secrets.compare_digest`).
 - ``POST /_reroll/place`` — the controller says where in a trial the next requests are sent
   (a `reroll_contracts.trajectory.Place`, the body); every exchange served from then on records it as
   ``metadata.place``. Answers 204; 400 for a body that is not a Place.
+- ``POST /reroll/ask_user`` (the rollout token), ``GET /_reroll/asks``, ``POST /_reroll/asks/{id}``
+  — the agent's ask_user questions, held until the controller answers: `reroll_proxy.asks`.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.
@@ -70,6 +72,7 @@ from reroll_contracts.proxy import (
 )
 from reroll_contracts.trajectory import Place, Source, load_trajectory, sanitize_headers
 
+from reroll_proxy.asks import AskDesk
 from reroll_proxy.endpoints_models import COUNT_TOKENS_PATHS, MODELS_PATHS, ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
@@ -129,6 +132,8 @@ class RolloutProxy:
         )
         self.place: Place | None = None
         """Where in a trial the requests are sent now (``POST /_reroll/place``)."""
+        self.asks = AskDesk(lambda: self.engine.next_step, lambda: self.place)
+        """The agent's ask_user questions, held until the controller answers (`reroll_proxy.asks`)."""
 
     @property
     def base_url(self) -> str:
@@ -383,6 +388,9 @@ class ProxyHost:
         add("GET", "/_reroll/status", operator.attrgetter("status"))
         add("GET", "/_reroll/stop", operator.attrgetter("wait_for_stop"))
         add("POST", "/_reroll/place", operator.attrgetter("set_place"))
+        add("POST", "/reroll/ask_user", operator.attrgetter("asks.ask"))  # the agent's token
+        add("GET", "/_reroll/asks", operator.attrgetter("asks.pending"))
+        add("POST", "/_reroll/asks/{id}", operator.attrgetter("asks.answer"))
         route.add_post(ADMIN_PREFIX, self._add_request)
         route.add_delete(ADMIN_PREFIX + "/{rollout_id}", self._remove_request)
         route.add_get("/healthz", self._health)

@@ -108,7 +108,12 @@ def test_branch_missing_scripted_model_file(run: Path, tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--at", "1"], "Missing option '--model'"),
-        (["--model", "scripted"], "Missing option '--at'"),
+        (["--model", "scripted"], "branch needs a checkpoint: --at K (or K1,K2,…), --every N or --at-ask N"),
+        (["--at", "0,1,5", "--model", "scripted"], "--at 5 is out of range: the run has 2 recorded"),
+        (
+            ["--at", "1", "--model", "scripted", "--prompt", "hi"],
+            "--prompt needs a cut at the start of a turn",
+        ),
         (
             ["--at", "1", "--model", "scripted", "-n", "0"],
             "'-n' / '--n': Input should be greater than or equal to 1",

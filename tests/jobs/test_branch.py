@@ -4,17 +4,25 @@ named by `model_slug`, the summary tree."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV, registry
-from reroll.jobs.branch import branch
+from reroll.export import export_lines
+from reroll.jobs.branch import branch, branch_points
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
+from reroll.rollout.record import run_task
 from reroll.rollout.start import RolloutOptions
+from reroll.runfolder.asks import ASKS_FILE, AskLog, AskRecord
+from reroll.runfolder.run import write_json
 from reroll.sandbox import base
+from reroll.view import build_site
+from reroll_contracts.errors import ConfigError, RunFolderError
 
 from tests.jobs import flaky_sandbox
 from tests.runfolder.test_run import exchange_line, make_run_folder
@@ -150,3 +158,197 @@ async def test_branches_run_on_the_ray_executor(tmp_path: Path, examples: Path, 
         ("ok", 1.0, 0),
         ("ok", 1.0, 1),
     ]
+
+
+@pytest.mark.parametrize(
+    ("at", "every", "prompts", "points"),
+    [
+        ("1", None, (), [("1", None, "")]),
+        ("0, 1,2", None, (), [("0", None, "at0"), ("1", None, "at1"), ("2", None, "at2")]),
+        ([0, 0.5], None, (), [("0", None, "at0"), ("0.5", None, "at0.5")]),
+        (None, 1, (), [("0", None, "at0"), ("1", None, "at1"), ("2", None, "at2")]),
+        (None, 2, (), [("0", None, "at0"), ("2", None, "at2")]),
+        ("0:0", None, ("a", "b"), [("0:0", "a", "prompt0"), ("0:0", "b", "prompt1")]),
+    ],
+)
+def test_branch_points(
+    tmp_path: Path, at: str | None, every: int | None, prompts: tuple[str, ...], points: list[tuple]
+) -> None:
+    """``--at`` with commas and ``--every`` give one point per cut (a value curve), ``--prompt``
+    one per prompt; a single point keeps the plain folder names."""
+    run = make_run_folder(tmp_path / "run", [exchange_line(0), exchange_line(1)], result={"status": "ok"})
+    found = branch_points(run, at, every=every, prompts=prompts)
+    assert [(point.at, point.prompt, point.label) for point in found] == points
+
+
+@pytest.mark.parametrize(
+    ("at", "every", "prompts", "message"),
+    [
+        (None, None, (), "branch needs a checkpoint"),
+        ("1", 2, (), "branch needs a checkpoint"),
+        (None, 0, (), "--every 0: the step between cut points must be at least 1"),
+        ("1,1", None, (), "expected distinct checkpoints"),
+        ("1,", None, (), "expected distinct checkpoints"),
+        ("0:0,1", None, ("a",), "--prompt needs one checkpoint"),
+    ],
+)
+def test_bad_branch_points(
+    tmp_path: Path, at: str | None, every: int | None, prompts: tuple[str, ...], message: str
+) -> None:
+    run = make_run_folder(tmp_path / "run", [exchange_line(0), exchange_line(1)], result={"status": "ok"})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        branch_points(run, at, every=every, prompts=prompts)
+
+
+SUBMIT_AT_ONCE = {
+    "count": "own",
+    "turns": [
+        {
+            "content": "Submitting as it is.",
+            "tool_calls": [
+                {"name": "bash", "arguments": {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}
+            ],
+        }
+    ],
+}
+"""A live model that submits at once, whatever came before (its own turns counted)."""
+
+
+@pytest.mark.slow
+async def test_value_curve_along_a_run(tmp_path: Path, examples: Path, urllib_agent: str) -> None:
+    """``branch --at 0,2,4`` of a recorded five-exchange run that fixes the bug at exchange 3,
+    with a model that submits at once: the children at 0 and 2 submit the bug (reward 0), the
+    children at 4 replay the fix first (reward 1). The summary holds the value per cut point,
+    the export each child's point and the curve, the view the curve."""
+    _, fast = branchable_run(tmp_path, examples, urllib_agent)
+    recorded = await run_task(
+        examples / "fix-failing-test",
+        agent_name=urllib_agent,
+        model=fast,
+        options=RolloutOptions(timeout_seconds=120),
+        jobs_dir=tmp_path / "jobs",
+    )
+    assert recorded.result.rewards == {"reward": 1.0} and recorded.result.counts.exchanges == 5
+    submit = tmp_path / "submit.yaml"
+    submit.write_text(yaml.safe_dump(SUBMIT_AT_ONCE))
+    summary = await branch(
+        recorded.run_dir,
+        at="0,2,4",
+        models=[f"scripted:{submit}"],
+        n=2,
+        options=RolloutOptions(timeout_seconds=120),
+        runner=RunnerOptions(concurrency=2),
+        output=tmp_path / "branched",
+    )
+    assert [(p.at, p.cut_index, p.scored, p.mean_reward) for p in summary.points] == [
+        ("0", 0, 2, 0.0),
+        ("2", 2, 2, 0.0),
+        ("4", 4, 2, 1.0),
+    ]
+    assert summary.cut_index == 4 and summary.at == "0,2,4"
+    slug = model_slug(f"scripted:{submit}")
+    assert [c.folder for c in summary.children][::2] == [
+        f"at0__{slug}__0",
+        f"at2__{slug}__0",
+        f"at4__{slug}__0",
+    ]
+    parent = Path(summary.parent)
+    child = json.loads((parent / f"at2__{slug}__1" / "config.json").read_text())["branched_from"]
+    assert (child["cut_index"], child["at"], child["branch_index"]) == (2, "2", 1)
+    records = [json.loads(line) for line in b"".join(export_lines(parent, "verifiers")).splitlines()]
+    checkpoints = [record["info"]["checkpoint"] for record in records]
+    assert [(c["cut_index"], c["value_estimate"]) for c in checkpoints][::2] == [(0, 0.0), (2, 0.0), (4, 1.0)]
+    assert checkpoints[0]["value_curve"] == [
+        {"at": "0", "cut_index": 0, "mean_reward": 0.0},
+        {"at": "2", "cut_index": 2, "mean_reward": 0.0},
+        {"at": "4", "cut_index": 4, "mean_reward": 1.0},
+    ]
+    page = build_site(parent, tmp_path / "site").read_text()
+    assert 'id="value-curve"' in page and page.count('class="num point-value"') == 3
+
+
+@pytest.mark.slow
+async def test_branches_vary_the_next_prompt(tmp_path: Path, examples: Path, urllib_agent: str) -> None:
+    """``branch --at 0:0 --prompt A --prompt B``: one group of branches per prompt, each told its
+    prompt instead of the recorded instruction (trial.json says ``branch``); a model that fixes
+    the bug unless told to just submit gives the two prompts different values."""
+    run, fast = branchable_run(tmp_path, examples, urllib_agent)
+    script = yaml.safe_load(Path(fast.partition(":")[2]).read_text())
+    lazy = {"name": "lazy", "match": {"first_user": "(?i)just submit"}} | SUBMIT_AT_ONCE
+    script["threads"] = [lazy]
+    (tmp_path / "moody.yaml").write_text(yaml.safe_dump(script))
+    prompts = ["Fix the failing test in calc.py.", "Just submit, do nothing."]
+    summary = await branch(
+        run,
+        at="0:0",
+        prompts=prompts,
+        models=[f"scripted:{tmp_path / 'moody.yaml'}"],
+        options=RolloutOptions(timeout_seconds=120),
+        runner=RunnerOptions(concurrency=2),
+        output=tmp_path / "branched",
+    )
+    assert [(p.prompt, p.cut_index, p.mean_reward) for p in summary.points] == [
+        (prompts[0], 0, 1.0),
+        (prompts[1], 0, 0.0),
+    ]
+    parent = Path(summary.parent)
+    for child, prompt in zip(summary.children, prompts, strict=True):
+        assert child.folder.startswith(f"prompt{child.point}__")
+        turn = json.loads((parent / child.folder / "trial.json").read_text())["turns"][0]
+        assert (turn["prompt"], turn["prompt_source"]) == (prompt, "branch")
+        assert (
+            json.loads((parent / child.folder / "config.json").read_text())["branched_from"]["prompt"]
+            == prompt
+        )
+
+
+def asked_run(tmp_path: Path, options: list[str]) -> Path:
+    """A three-exchange run folder whose agent asked two questions (at steps 1 and 2)."""
+    run = make_run_folder(tmp_path / "run", [exchange_line(i) for i in range(3)], result={"status": "ok"})
+    asks = [
+        AskRecord(
+            question="Which?", options=options, index=0, step=1, asked_at="t", answer="x", answered_by="user"
+        ),
+        AskRecord(question="Sure?", index=1, step=2, asked_at="t", answer="yes", answered_by="user"),
+    ]
+    write_json(run / ASKS_FILE, AskLog(asks=asks))
+    return run
+
+
+def test_at_ask_gives_one_point_per_option_or_answer(tmp_path: Path) -> None:
+    run = asked_run(tmp_path, ["en", "fr", "de"])
+    found = branch_points(run, at_ask=0)
+    assert [(p.at, p.answer, p.label) for p in found] == [
+        ("1", "en", "option0"),
+        ("1", "fr", "option1"),
+        ("1", "de", "option2"),
+    ]
+    found = branch_points(run, at_ask=1, answers=["no", "maybe"])
+    assert [(p.at, p.answer, p.label) for p in found] == [("2", "no", "answer0"), ("2", "maybe", "answer1")]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"at_ask": 2}, RunFolderError, "--at-ask 2: the run asked 2 question(s), so N must be within 0..1"),
+        (
+            {"at_ask": 1},
+            ConfigError,
+            "--at-ask 1: question 'Sure?' offered no options: give answers (--answer TEXT)",
+        ),
+        ({"at_ask": 0, "at": "1"}, ConfigError, "branch needs a checkpoint"),
+        ({"at": "1", "answers": ["x"]}, ConfigError, "--answer needs --at-ask N"),
+        ({"at_ask": 0, "prompts": ["x"]}, ConfigError, "--prompt and --at-ask cannot be combined"),
+    ],
+)
+def test_bad_at_ask(tmp_path: Path, kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        branch_points(asked_run(tmp_path, ["en"]), **kwargs)
+
+
+def test_at_ask_on_a_run_without_a_question(tmp_path: Path) -> None:
+    run = make_run_folder(tmp_path / "run", [exchange_line(0)], result={"status": "ok"})
+    with pytest.raises(
+        RunFolderError, match=r"--at-ask 0: the run asked no ask_user question \(no asks\.json\)"
+    ):
+        branch_points(run, at_ask=0)

@@ -97,3 +97,51 @@ def test_a_benchflow_openhands_folder_opens_with_openhands_or_the_agent_given(
     assert open_checkpoint(folder, agent="mini-swe-agent").agent.name == "mini-swe-agent"
     with pytest.raises(AgentError, match=r"unknown agent 'nope'.*REROLL_AGENTS_FILE"):
         open_checkpoint(folder, agent="nope")
+
+
+def two_round_run(tmp_path: Path, examples: Path) -> Path:
+    """A User-driven run: round 0 made exchanges 0 and 1, round 1 exchange 2; it asked one
+    question at step 1 (answered in exchange 1's request)."""
+    lines = []
+    for step, turn in enumerate([0, 0, 1]):
+        line = json.loads(exchange_line(step))
+        line["metadata"] = {"step": step, "place": {"turn": turn, "scene": "s", "role": "r", "round": turn}}
+        lines.append(json.dumps(line))
+    folder = make_run_folder(tmp_path / "run", lines, result={"status": "ok"})
+    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "scripted"}
+    (folder / "config.json").write_text(json.dumps(config))
+    turns = [
+        {"place": {"turn": turn, "scene": "s", "role": "r", "round": turn}, "prompt": f"round {turn}",
+         "prompt_source": "user", "status": "ok"}
+        for turn in (0, 1)
+    ]  # fmt: skip
+    (folder / "trial.json").write_text(json.dumps({"turns": turns}))
+    ask = {"question": "q?", "index": 0, "step": 1, "asked_at": "t", "answer": "a", "answered_by": "user"}
+    (folder / "asks.json").write_text(json.dumps({"asks": [ask]}))
+    return folder
+
+
+@pytest.mark.parametrize("at", ["1:0", "2"])
+def test_a_prompt_replaces_the_users_prompt_of_the_round_the_cut_starts(
+    tmp_path: Path, examples: Path, at: str
+) -> None:
+    checkpoint = open_checkpoint(two_round_run(tmp_path, examples), at=at).with_prompt("be brief")
+    assert [(t.prompt, t.prompt_source) for t in checkpoint.recorded_turns] == [
+        ("round 0", "user"),
+        ("be brief", "branch"),
+    ]
+    assert [ask.answer for ask in checkpoint.recorded_asks] == ["a"]  # asked before the cut
+
+
+@pytest.mark.parametrize(("at", "cut"), [("1:1", 3), ("0:1", 1), ("1", 1)])
+def test_a_prompt_needs_a_cut_at_the_start_of_a_round(
+    tmp_path: Path, examples: Path, at: str, cut: int
+) -> None:
+    checkpoint = open_checkpoint(two_round_run(tmp_path, examples), at=at)
+    assert checkpoint.cut_index == cut
+    with pytest.raises(
+        RunFolderError,
+        match=rf"--prompt needs a cut at the start .*exchange {cut}, and the turns start at \[0, 2\]",
+    ):
+        checkpoint.with_prompt("be brief")
+    assert len(checkpoint.recorded_asks) == (0 if cut == 1 else 1)  # the question at step 1 is the cut's

@@ -37,17 +37,44 @@ from reroll.rollout.start import RolloutOptions
 
 def branch(
     run_folder: Annotated[Path, typer.Argument(help="The run folder to branch.")],
-    at: Annotated[
-        str,
-        typer.Option(
-            help="Checkpoint: replay this many exchanges (0..N), a fraction of them (e.g. 0.5), or in a "
-            "trial TURN:STEP (at a round boundary: TURN:0)."
-        ),
-    ],
     model: Annotated[
         list[str], typer.Option("--model", help="Live model of a group of branches; repeat for more models.")
     ],
-    n: Annotated[int, typer.Option("-n", "--n", min=1, help="Branches per model.")] = 1,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            help="Checkpoint: replay this many exchanges (0..N), a fraction of them (e.g. 0.5), or in a "
+            "trial TURN:STEP (at a round boundary: TURN:0); several separated by commas (10,20,30) "
+            "give the value at each: a value curve along the run."
+        ),
+    ] = None,
+    every: Annotated[
+        int | None,
+        typer.Option(min=1, help="Instead of --at: a cut point every N exchanges, from 0 to the run's end."),
+    ] = None,
+    prompt: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prompt",
+            help="Give the turn the cut starts (--at TURN:0) this prompt instead of the recorded one; "
+            "repeat for more: one group of branches per prompt.",
+        ),
+    ] = None,
+    at_ask: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Instead of --at: the run's ask_user question N (0-based, asks.json); one group of branches "
+            "per option it offered (or per --answer), cut where it was asked.",
+        ),
+    ] = None,
+    answer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--answer", help="With --at-ask: give this answer instead of the options; repeat for more."
+        ),
+    ] = None,
+    n: Annotated[int, typer.Option("-n", "--n", min=1, help="Branches per model and branch point.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Most branches running at once.")] = 4,
     max_retries: MaxRetriesOption = None,
     executor: ExecutorOption = None,
@@ -74,6 +101,10 @@ def branch(
 ) -> None:
     """Branch a run: N continuations per model from checkpoint --at K, concurrently, each verified.
 
+    Several checkpoints (--at 10,20,30, --every N) estimate the value at each: a value curve
+    along the run. --prompt TEXT (repeated) varies the prompt of the turn the cut starts; --at-ask N
+    gives each option of the run's ask_user question N (or each --answer) to its own branches.
+
     Branches run like a job's rollouts (executor, start gate, retries of infrastructure
     failures). Prints each branch's reward and the mean reward per model (the value estimate of the
     checkpoint state). The sandbox, its settings and the network are the original's unless
@@ -95,6 +126,10 @@ def branch(
             at=at,
             models=model,
             n=n,
+            every=every,
+            prompts=prompt or (),
+            at_ask=at_ask,
+            answers=answer or (),
             tasks_dir=tasks_dir,
             options=options,
             runner=runner_options(concurrency, max_starting, executor, ray_address, max_retries),

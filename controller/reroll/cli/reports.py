@@ -51,7 +51,8 @@ def fidelity_report(report: FidelityReport) -> RenderableType:
 
 
 def branch_report(summary: BranchSummary) -> RenderableType:
-    """A table of the branches, then one of the mean reward per model."""
+    """A table of the branches, one of the mean reward per model, and with several branch points
+    one of the value per point (the value curve)."""
     children = Table(title=f"branches from step {summary.cut_index} (--at {summary.at})")
     for column in ("branch", "model", "status", "reward"):
         children.add_column(column, justify="right" if column == "reward" else "left", overflow="fold")
@@ -65,7 +66,23 @@ def branch_report(summary: BranchSummary) -> RenderableType:
         models.add_column(column, justify="left" if column == "model" else "right", overflow="fold")
     for model in summary.models:
         models.add_row(model.model, str(model.branches), str(model.scored), _number(model.mean_reward))
-    return Group(children, models, f"parent folder: {summary.parent}")
+    tables: list[RenderableType] = [children, models]
+    if len(summary.points) > 1:
+        points = Table(title="value per branch point: mean reward of its branches")
+        for column in ("--at", "step", "given", "branches", "scored", "mean reward"):
+            points.add_column(column, justify="right" if column in ("step", "mean reward") else "left")
+        for point in summary.points:
+            given = point.prompt if point.prompt is not None else point.answer
+            points.add_row(
+                point.at,
+                str(point.cut_index),
+                "" if given is None else repr(given),
+                str(point.branches),
+                str(point.scored),
+                _number(point.mean_reward),
+            )
+        tables.append(points)
+    return Group(*tables, f"parent folder: {summary.parent}")
 
 
 def _number(value: float | None) -> str:

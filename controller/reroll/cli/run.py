@@ -69,6 +69,14 @@ def run(
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
     judge_model: JudgeModelOption = None,
+    ask_user: Annotated[
+        bool,
+        typer.Option(
+            "--ask-user",
+            help="Offer the agent an ask_user tool (over MCP: claude-code, codex, openhands); the trial's "
+            "User answers (its `answer` method), the questions and answers go to asks.json.",
+        ),
+    ] = False,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -95,6 +103,7 @@ def run(
                     skill_mode=skills,
                     skills_dir=skills_dir,
                     judge_model=judge_model,
+                    ask_user=ask_user,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

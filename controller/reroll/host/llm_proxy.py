@@ -17,7 +17,8 @@ from typing import TypeVar
 
 import aiohttp
 import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, RootModel, TypeAdapter, ValidationError
+from reroll_contracts.asks import AskAnswer, PendingAsk
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import InfrastructureError
 from reroll_contracts.faults import FaultsUsed, load_plan
@@ -45,6 +46,7 @@ _CONTROLLER_TOKEN_ENV = "REROLL_PROXY_CONTROLLER_TOKEN"
 ROLLOUTS_ROUTE = "/_reroll/rollouts"
 """The shared proxy's admin route (`reroll_proxy.server.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
+_PendingAsks = RootModel[list[PendingAsk]]
 _VOLATILE_RULES = TypeAdapter(list[VolatileRule])
 
 
@@ -213,6 +215,48 @@ class LlmProxy:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise InfrastructureError(
                 f"LLM proxy did not take the trial place ({exc!r}):\n{self._log_tail()}"
+            ) from exc
+
+    @property
+    def ask_url(self) -> str:
+        """Where the sandbox posts an ask_user question (``/reroll/ask_user``, the rollout token)."""
+        return self.base_url.removesuffix("/v1") + "/reroll/ask_user"
+
+    async def next_asks(self, wait_seconds: float = 20.0) -> list[PendingAsk]:
+        """The agent's questions not handed out yet (``GET /_reroll/asks``): waits up to
+        `wait_seconds` for one, then answers an empty list.
+
+        Raises:
+            InfrastructureError: the proxy died, or answered something that is not a list of questions.
+        """
+        asks = await self._get(
+            f"/_reroll/asks?wait={wait_seconds}", _PendingAsks, wait_seconds + STATUS_TIMEOUT_SECONDS
+        )
+        return asks.root
+
+    async def answer_ask(self, ask: int, answer: str) -> bool:
+        """Answer question `ask` (``POST /_reroll/asks/{id}``).
+
+        Returns:
+            False when the question no longer waits (its agent gave up), else True.
+
+        Raises:
+            InfrastructureError: the proxy died or refused the answer.
+        """
+        assert self._session is not None, "start() first"
+        url = self.base_url.removesuffix("/v1") + f"/_reroll/asks/{ask}"
+        body = AskAnswer(answer=answer).model_dump_json()
+        try:
+            async with self._session.post(
+                url, data=body, timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
+            ) as response:
+                if response.status == 404:
+                    return False
+                response.raise_for_status()
+                return True
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise InfrastructureError(
+                f"LLM proxy did not take the answer to question {ask} ({exc!r}):\n{self._process.log_tail()}"
             ) from exc
 
     async def wait_for_stop(self) -> ProxyStop:

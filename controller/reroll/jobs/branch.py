@@ -1,4 +1,4 @@
-"""``reroll branch RUN --at K --model A [--model B …] [-n N]``: many continuations of one checkpoint.
+"""``reroll branch RUN --at K --model A [--model B …] [-n N]``: many continuations of checkpoints.
 
 Every branch replays the first K recorded exchanges — so its fresh sandbox reaches the state the
 original run had at step K — then continues live with its model, and is verified: it is a
@@ -15,19 +15,26 @@ The output is a tree::
       config.json                       the original's, with branched_from (path = the original run)
       prompts.json
       trajectory/llm_trajectory.jsonl   the first K recorded exchanges
-      summary.json                      BranchSummary: per-child rewards, mean reward per model
+      summary.json                      BranchSummary: per-child rewards, mean reward per model and
+                                        per branch point
       <model>__<i>/                     one run folder per branch, branched_from.path = the parent
                                         (<model>: `reroll.models.spec.model_slug`)
+      <point>__<model>__<i>/            the same with several branch points (<point>: ``at<K>``,
+                                        ``prompt<j>``, ``option<j>``, ``answer<j>``)
+
+The parent's trajectory holds the first K exchanges of the latest cut point K (each child replays
+its own cut's).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from reroll_contracts.errors import AgentError, ConfigError
+from reroll_contracts.errors import AgentError, ConfigError, RunFolderError
 from rich.console import Console
 
 from reroll.jobs.executors import Attempt
@@ -36,6 +43,7 @@ from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
+from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
@@ -43,6 +51,7 @@ from reroll.runfolder.run import (
     TRAJECTORY,
     BranchedFrom,
     create_run_folder,
+    load_run_folder,
     now_iso,
     write_json,
 )
@@ -51,32 +60,148 @@ from reroll.runfolder.summary import (
     BranchSummary,
     ChildSummary,
     ModelSummary,
+    PointSummary,
     RolloutSummary,
     primary_reward,
 )
 from reroll.sandbox.base import load_backend
 
 
+@dataclass(frozen=True)
+class BranchPoint:
+    """Where a group of branches starts: a checkpoint, and what they are given there."""
+
+    at: str
+    """The checkpoint (see `reroll.rollout.checkpoint`)."""
+    prompt: str | None = None
+    """The prompt of the turn the cut starts, instead of the recorded one
+    (`reroll.rollout.checkpoint.Checkpoint.with_prompt`)."""
+    answer: str | None = None
+    """The answer to the recorded ask_user question asked at the cut (``--at-ask``)."""
+    label: str = ""
+    """The prefix of its children's folders (``at10``, ``prompt0``, ``option0``, ``answer0``); ""
+    for a tree of one point."""
+
+
+def branch_points(
+    run_folder: Path,
+    at: At | Sequence[At] | None = None,
+    *,
+    every: int | None = None,
+    prompts: Sequence[str] = (),
+    at_ask: int | None = None,
+    answers: Sequence[str] = (),
+) -> list[BranchPoint]:
+    """The branch points that `at`, `every`, `prompts`, `at_ask` and `answers` name (``reroll
+    branch``'s flags).
+
+    Args:
+        run_folder: the recorded run (its length bounds `every`, its asks.json `at_ask`).
+        at: one checkpoint, several (a sequence, or a text with commas: ``10,20,30``); a value
+            curve when several.
+        every: instead of `at`: the cut points 0, N, 2N, … up to the run's recorded exchanges.
+        prompts: one point per prompt, at the one checkpoint `at` names.
+        at_ask: instead of `at`: the run's ask_user question N (0-based, `reroll.runfolder.asks`): one
+            point per option it offered (or per answer of `answers`), cut where it was asked.
+        answers: with `at_ask`: the answers to give instead of the question's options.
+
+    Raises:
+        ConfigError: not exactly one of `at`, `every`, `at_ask`; `every` below 1; `prompts` with
+            several checkpoints or with `at_ask`; `answers` without `at_ask`; a question without
+            options and no `answers`.
+        RunFolderError: the run folder cannot be loaded (with `every`), or has no question `at_ask`.
+    """
+    if sum(given is not None for given in (at, every, at_ask)) != 1:
+        raise ConfigError(
+            "branch needs a checkpoint: --at K (or K1,K2,…), --every N or --at-ask N, one of them"
+        )
+    if answers and at_ask is None:
+        raise ConfigError("--answer needs --at-ask N (the question it answers)")
+    if at_ask is not None:
+        if prompts:
+            raise ConfigError("--prompt and --at-ask cannot be combined (--answer gives the answers)")
+        return _ask_points(run_folder, at_ask, answers)
+    if every is not None:
+        if every < 1:
+            raise ConfigError(f"--every {every}: the step between cut points must be at least 1")
+        recorded = len(load_run_folder(run_folder).exchanges)
+        cuts: list[str] = [str(step) for step in range(0, recorded + 1, every)]
+    elif isinstance(at, str):
+        cuts = [part.strip() for part in at.split(",")]
+    elif isinstance(at, Sequence):
+        cuts = [str(point) for point in at]
+    else:
+        cuts = [str(at)]
+    if any(not cut for cut in cuts) or len(set(cuts)) != len(cuts):
+        raise ConfigError(f"--at {at}: expected distinct checkpoints separated by commas")
+    if prompts:
+        if len(cuts) != 1:
+            raise ConfigError(f"--prompt needs one checkpoint (--at TURN:0), not {len(cuts)}")
+        return [BranchPoint(cuts[0], prompt, label=f"prompt{index}") for index, prompt in enumerate(prompts)]
+    if len(cuts) == 1:
+        return [BranchPoint(cuts[0])]
+    return [BranchPoint(cut, label=f"at{cut.replace(':', '-')}") for cut in cuts]
+
+
+def _ask_points(run_folder: Path, number: int, answers: Sequence[str]) -> list[BranchPoint]:
+    """One point per answer to question `number` of `run_folder`: `answers`, else its options.
+
+    Raises:
+        RunFolderError: the run has no such question.
+        ConfigError: it offered no options and `answers` is empty.
+    """
+    asks = load_asks(run_folder)
+    if not asks:
+        raise RunFolderError(
+            f"{run_folder}: --at-ask {number}: the run asked no ask_user question (no {ASKS_FILE}); "
+            "record it with --ask-user and an agent that asks"
+        )
+    if not 0 <= number < len(asks):
+        raise RunFolderError(
+            f"{run_folder}: --at-ask {number}: the run asked {len(asks)} question(s), so N must be "
+            f"within 0..{len(asks) - 1}"
+        )
+    ask = asks[number]
+    if answers:
+        return [BranchPoint(str(ask.step), answer=text, label=f"answer{j}") for j, text in enumerate(answers)]
+    if not ask.options:
+        raise ConfigError(
+            f"--at-ask {number}: question {ask.question!r} offered no options: give answers (--answer TEXT)"
+        )
+    return [BranchPoint(str(ask.step), answer=text, label=f"option{j}") for j, text in enumerate(ask.options)]
+
+
 async def branch(
     run_folder: Path,
     *,
-    at: At,
+    at: At | Sequence[At] | None = None,
     models: Sequence[str],
     n: int = 1,
+    every: int | None = None,
+    prompts: Sequence[str] = (),
+    at_ask: int | None = None,
+    answers: Sequence[str] = (),
     tasks_dir: Path | None = None,
     options: RolloutOptions = RolloutOptions(),
     runner: RunnerOptions = RunnerOptions(),
     output: Path | None = None,
     console: Console | None = None,
 ) -> BranchSummary:
-    """Run `n` continuations per model from checkpoint `at` of `run_folder` (``reroll branch``).
+    """Run `n` continuations per model from each branch point of `run_folder` (``reroll branch``).
 
     Args:
         run_folder: the recorded run.
-        at: the checkpoint: a step index or a fraction (see `reroll.rollout.checkpoint`).
+        at: the checkpoint: a step index or a fraction (see `reroll.rollout.checkpoint`); several
+            (a sequence, or text with commas) estimate the value at each (`branch_points`).
         models: live model specs, one group of `n` branches each (a model given twice counts once;
             a ``scripted:PATH`` is recorded with its absolute path).
-        n: branches per model, >= 1.
+        n: branches per model and branch point, >= 1.
+        every: instead of `at`: a cut point every `every` exchanges, from 0 to the run's length.
+        prompts: one branch point per prompt at `at`, the start of a turn: the prompt replaces
+            the turn's recorded one.
+        at_ask: instead of `at`: the run's ask_user question N; one branch point per option it
+            offered, or per answer of `answers`, each cut where it was asked.
+        answers: with `at_ask`: the answers to give instead of the options.
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
         options: how each branch runs (timeout, sandbox, network [default: the original's],
             faults, the divergence policy while replaying the prefix).
@@ -90,20 +215,24 @@ async def branch(
         The summary (also written to summary.json in the parent folder).
 
     Raises:
-        ConfigError: `models` is empty, or `n` is below 1.
+        ConfigError: `models` is empty, `n` is below 1, or the branch points are malformed
+            (`branch_points`).
         JobError: the runner options are out of range, or the executor unknown or missing.
         SandboxBackendError: the sandbox backend is unknown, or its package is missing, or its
             settings are invalid.
-        RunFolderError: the folder is missing or corrupt, or `at` is malformed or out of range.
+        RunFolderError: the folder is missing or corrupt, a checkpoint is malformed or out of
+            range, or a prompt is given at a cut that is not the start of a turn.
         TaskError, ModelError: the task or a model cannot be resolved.
         AgentError: the recorded agent is unknown or calls no model.
         Nothing is written when any of these is raised.
     """
     if not models or n < 1:
         raise ConfigError(f"branch needs models (got {list(models)}) and n >= 1 (got {n})")
+    points = branch_points(run_folder, at, every=every, prompts=prompts, at_ask=at_ask, answers=answers)
     batch = Runner(runner)
     console = console or Console(quiet=True)
-    checkpoint = open_checkpoint(run_folder, at=at, tasks_dir=tasks_dir, console=console)
+    checkpoints = [_open_point(run_folder, point, tasks_dir, console) for point in points]
+    checkpoint = max(checkpoints, key=lambda opened: opened.cut_index)
     if options.sandbox not in (None, checkpoint.original.config.sandbox):
         load_backend(options.sandbox).settings(options.sandbox_config)
     else:
@@ -117,23 +246,31 @@ async def branch(
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
     parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
+    given = ",".join(dict.fromkeys(point.at for point in points))
+    if every is not None or at_ask is not None:
+        given = f"every {every}" if every is not None else f"ask {at_ask} (step {given})"
+    cuts = [opened.cut_index for opened in checkpoints]
     console.print(
-        f"branching {original.path} at step {checkpoint.cut_index} (--at {at}): "
-        f"{len(specs)} model(s) x {n}, {runner.concurrency} at a time"
+        f"branching {original.path} at step(s) {cuts} (--at {given}): "
+        f"{len(points)} point(s) x {len(specs)} model(s) x {n}, {runner.concurrency} at a time"
     )
     console.print(f"parent folder: {parent}")
-    branches = [(spec, index) for spec in specs for index in range(n)]
+    branches = [
+        (number, spec, index) for number in range(len(points)) for spec in specs for index in range(n)
+    ]
     rollouts = [
         RunnerRollout(
             Attempt(
-                parent / f"{model_slug(spec)}__{index}",
+                parent / _folder(points[number], spec, index),
                 partial(
                     run_branch,
                     original.path,
-                    at=str(at),
+                    at=points[number].at,
+                    prompt=points[number].prompt,
+                    answer=points[number].answer,
                     tasks_dir=tasks_dir.resolve() if tasks_dir else None,
                     parent=parent,
-                    name=f"{model_slug(spec)}__{index}",
+                    name=_folder(points[number], spec, index),
                     model=spec,
                     index=index,
                     options=options,
@@ -143,29 +280,53 @@ async def branch(
             checkpoint.agent.name,
             spec,
         )
-        for spec, index in branches
+        for number, spec, index in branches
     ]
     summaries = await batch.run(rollouts, console)
     children = [
-        _child_summary(summary, spec, index)
-        for summary, (spec, index) in zip(summaries, branches, strict=True)
+        _child_summary(summary, spec, index, number)
+        for summary, (number, spec, index) in zip(summaries, branches, strict=True)
     ]
     summary = BranchSummary(
         parent=str(parent),
         original=str(original.path),
         cut_index=checkpoint.cut_index,
-        at=str(at),
+        at=given,
         children=children,
         models=[_model_summary(spec, children) for spec in specs],
+        points=[
+            _point_summary(
+                point, opened.cut_index, [child for child in children if child.point == number], specs
+            )
+            for number, (point, opened) in enumerate(zip(points, checkpoints, strict=True))
+        ],
     )
     write_json(parent / TREE_SUMMARY_FILE, summary)
     return summary
+
+
+def _open_point(run_folder: Path, point: BranchPoint, tasks_dir: Path | None, console: Console) -> Checkpoint:
+    """The checkpoint of `point`, with its prompt.
+
+    Raises:
+        RunFolderError, TaskError, AgentError: as `reroll.rollout.checkpoint.open_checkpoint`,
+            and `Checkpoint.with_prompt`.
+    """
+    checkpoint = open_checkpoint(run_folder, at=point.at, tasks_dir=tasks_dir, console=console)
+    return checkpoint.with_prompt(point.prompt) if point.prompt is not None else checkpoint
+
+
+def _folder(point: BranchPoint, model: str, index: int) -> str:
+    """A child's folder name: ``[<point>__]<model>__<i>``."""
+    return f"{point.label}__" * bool(point.label) + f"{model_slug(model)}__{index}"
 
 
 async def run_branch(
     original: Path,
     *,
     at: str,
+    prompt: str | None = None,
+    answer: str | None = None,
     tasks_dir: Path | None,
     parent: Path,
     name: str,
@@ -175,15 +336,17 @@ async def run_branch(
     start_gate: asyncio.Semaphore | None = None,
 ) -> RolloutOutcome:
     """Run branch `index` of `model`: continue checkpoint `at` of `original` with `model` into
-    ``parent/name`` (an attempt of `branch`'s runner, a picklable call for Ray).
+    ``parent/name`` (an attempt of `branch`'s runner, a picklable call for Ray), with `prompt`
+    for the turn the cut starts and `answer` for the ask_user question at the cut when given.
 
     Raises:
         RunFolderError, TaskError, ModelError: the original, its task or `model` cannot be
             loaded any more (found late; `branch` checked them before it started).
     """
-    checkpoint = open_checkpoint(original, at=at, tasks_dir=tasks_dir)
+    checkpoint = _open_point(original, BranchPoint(at, prompt), tasks_dir, Console(quiet=True))
     continued = checkpoint.continued_from(model)
-    provenance = BranchedFrom(**(continued.model_dump() | {"path": str(parent), "branch_index": index}))
+    update = {"path": str(parent), "branch_index": index, "prompt": prompt, "answer": answer}
+    provenance = BranchedFrom(**(continued.model_dump() | update))
     return await start_rollout(
         FromCheckpoint(checkpoint, provenance),
         live_model=parse_model(model, checkpoint.task.path, checkpoint.agent.name),
@@ -195,7 +358,8 @@ async def run_branch(
 
 
 def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
-    """Create the parent folder: the original's config with provenance, prompts, the prefix."""
+    """Create the parent folder: the original's config with provenance, prompts, the prefix (and
+    the questions asked in it)."""
     original = checkpoint.original
     parent = create_run_folder(output, original.path.name).resolve()
     provenance = BranchedFrom(**checkpoint.continued_from(None).model_dump())
@@ -212,10 +376,12 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
     write_json(parent / PROMPTS_FILE, original.prompts)
     prefix = original.exchanges[: checkpoint.cut_index]
     (parent / TRAJECTORY).write_bytes(b"".join(exchange.to_line() for exchange in prefix))
+    if checkpoint.recorded_asks:
+        write_json(parent / ASKS_FILE, AskLog(asks=checkpoint.recorded_asks))
     return parent
 
 
-def _child_summary(summary: RolloutSummary, model: str, index: int) -> ChildSummary:
+def _child_summary(summary: RolloutSummary, model: str, index: int, point: int) -> ChildSummary:
     return ChildSummary(
         folder=summary.name,
         model=model,
@@ -224,7 +390,29 @@ def _child_summary(summary: RolloutSummary, model: str, index: int) -> ChildSumm
         reward=primary_reward(summary.rewards),
         rewards=summary.rewards,
         error=summary.error,
+        point=point,
     )
+
+
+def _point_summary(
+    point: BranchPoint, cut_index: int, children: list[ChildSummary], models: list[str]
+) -> PointSummary:
+    """The value estimate at `point`: the mean reward of its `children`, overall and per model."""
+    rewards = [child.reward for child in children if child.reward is not None]
+    return PointSummary(
+        at=point.at,
+        cut_index=cut_index,
+        prompt=point.prompt,
+        answer=point.answer,
+        branches=len(children),
+        scored=len(rewards),
+        mean_reward=_mean(rewards),
+        models=[_model_summary(model, children) for model in models],
+    )
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _model_summary(model: str, children: list[ChildSummary]) -> ModelSummary:
@@ -234,5 +422,5 @@ def _model_summary(model: str, children: list[ChildSummary]) -> ModelSummary:
         model=model,
         branches=len(mine),
         scored=len(rewards),
-        mean_reward=sum(rewards) / len(rewards) if rewards else None,
+        mean_reward=_mean(rewards),
     )

@@ -24,7 +24,7 @@ turn's exchange count — lets the User decide the next round live).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from reroll_contracts.errors import RunFolderError, TaskError
@@ -33,6 +33,7 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec, get_agent
 from reroll.models.spec import model_name
+from reroll.runfolder.asks import AskRecord, load_asks
 from reroll.runfolder.run import ContinuedFrom, RunConfig, RunFolder, load_run_folder
 from reroll.runfolder.trial import TurnRecord, load_trial_record
 from reroll.tasks.task import Task, find_task, load_task
@@ -105,6 +106,9 @@ class Checkpoint:
     """The checkpoint as given (``--at``), None for the end of the recording."""
     recorded_turns: list[TurnRecord] = field(default_factory=list)
     """The original's turns whose prompts a continuation re-sends as recorded (the module docstring)."""
+    recorded_asks: list[AskRecord] = field(default_factory=list)
+    """The original's ask_user questions before the cut (their answers are in replayed exchanges):
+    a continuation answers them as recorded (`reroll.rollout.asks`)."""
 
     @property
     def agent_model(self) -> str:
@@ -128,6 +132,26 @@ class Checkpoint:
             replay_only=replay_only,
         )
 
+    def with_prompt(self, prompt: str) -> Checkpoint:
+        """This checkpoint with `prompt` instead of the recorded prompt of the turn its cut starts
+        (``branch --prompt``): the cut must be that turn's first exchange (``--at TURN:0``), as
+        the prompt is in every request of the turn.
+
+        Raises:
+            RunFolderError: the cut is not at the start of a recorded turn.
+        """
+        turn = len(self.recorded_turns) - 1
+        if turn < 0 or first_step(self.original.exchanges, turn) != self.cut_index:
+            turns = range(len(recorded_turns(self.original)))
+            starts = [first_step(self.original.exchanges, index) for index in turns]
+            raise RunFolderError(
+                f"{self.original.path}: --prompt needs a cut at the start of a turn (--at TURN:0), as the "
+                f"turn's prompt is in every request it makes; --at {self.at} cuts at exchange "
+                f"{self.cut_index}, and the turns start at {starts or 'no exchange (no turn recorded)'}"
+            )
+        recorded = self.recorded_turns[turn].model_copy(update={"prompt": prompt, "prompt_source": "branch"})
+        return replace(self, recorded_turns=[*self.recorded_turns[:turn], recorded])
+
 
 def open_checkpoint(
     run_folder: Path,
@@ -150,8 +174,8 @@ def open_checkpoint(
             ``openhands`` in a folder written by BenchFlow].
 
     Raises:
-        RunFolderError: the folder is missing or corrupt, `at` is malformed or out of range, or
-            `require_timeout` is set and the run's status is not ``timeout``.
+        RunFolderError: the folder is missing or corrupt (asks.json included), `at` is malformed
+            or out of range, or `require_timeout` is set and the run's status is not ``timeout``.
         TaskError: the task can be found neither at the recorded path nor in `tasks_dir`.
         AgentError: the agent (`agent`, else the recorded one) is unknown; the message says how
             to declare it.
@@ -172,7 +196,8 @@ def open_checkpoint(
     task = _find_original_task(original.config, tasks_dir)
     spec = get_agent(agent or original.config.agent)
     given = None if at is None else str(at)
-    return Checkpoint(original, task, spec, status, cut_index, given, turns[:reused])
+    asks = [ask for ask in load_asks(original.path) if ask.step < cut_index]
+    return Checkpoint(original, task, spec, status, cut_index, given, turns[:reused], asks)
 
 
 def recorded_turns(original: RunFolder) -> list[TurnRecord]:

@@ -39,6 +39,7 @@ from reroll.agents import AgentSpec
 from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
+from reroll.rollout.asks import Answerer, offer_ask_user
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
 from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
@@ -105,6 +106,9 @@ class RolloutPlan:
     recorded (`reroll.rollout.scenes`)."""
     skills: SkillSelection = field(default_factory=lambda: SkillSelection("no-skill", "none", None, []))
     """What ``config.skill_mode`` mounts (`reroll.rollout.skills`)."""
+    asks: Answerer | None = None
+    """Answers the agent's ask_user questions when the rollout offers the tool (``config.ask_user``,
+    `reroll.rollout.asks`); None: it does not."""
 
     @property
     def agent(self) -> AgentSpec:
@@ -234,6 +238,7 @@ async def execute_rollout(
                 verify_request=request,
                 recorded=plan.recorded,
                 hook=skills,
+                asks=plan.asks,
             )
             outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
@@ -480,7 +485,10 @@ async def _run_agent(
         agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
-    agent_env |= await _offer_mcp(sandbox, agent, plan.task.spec.environment.mcp_servers, console)
+    servers = plan.task.spec.environment.mcp_servers
+    if plan.asks is not None and proxy is not None and agent.api_format != "none":
+        servers = [*servers, await offer_ask_user(sandbox, proxy)]
+    agent_env |= await _offer_mcp(sandbox, agent, servers, console)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
     # The whole output goes to the run folder's log (capped), only a short tail stays in memory.

@@ -15,7 +15,8 @@ After each turn of a scene with several roles the outbox (``<workspace>/.outbox/
 is read, as the agent's user (so a planted symlink reaches nothing the agent could not read
 itself), and emptied. After each round of a User scene a soft verify (the rollout's verifier,
 `reroll.rollout.verifiers.Verifier.verify` with ``soft``) scores the workspace for the User's
-`RoundResult`. The first turn that does not end well (a timeout, an agent error, a proxy stop)
+`RoundResult`. While a turn runs, the agent's ask_user questions are answered (by the scene's
+User: `reroll.rollout.asks`). The first turn that does not end well (a timeout, an agent error, a proxy stop)
 ends the trial: its outcome is the rollout's.
 """
 
@@ -36,6 +37,7 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
+from reroll.rollout.asks import Answerer, answering
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verifier, VerifyRequest
 from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
@@ -119,6 +121,9 @@ class TrialContext:
     """What ran so far (written to ``trial.json`` after each turn)."""
     hook: SceneHook | None = None
     """Called as each scene begins and for each new session's prompt (not for a recorded or resumed turn)."""
+    asks: Answerer | None = None
+    """Answers the agent's ask_user questions during each turn (`reroll.rollout.asks`); None: the
+    rollout does not offer the tool."""
 
 
 async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
@@ -154,7 +159,7 @@ async def _run_turns(ctx: TrialContext, scene: Scene, console: Console) -> Agent
         base = turn.prompt if turn.prompt is not None else ctx.task.instruction
         source: PromptSource = "trial" if turn.prompt is not None else "instruction"
         prompt = with_messages(base, inbox.pop(turn.role, []))
-        outcome = await _turn(ctx, scene, turn, prompt, source, None, console)
+        outcome = await _turn(ctx, scene, turn, prompt, source, None, None, console)
         if not outcome.ended_well:
             break
         if len(scene.roles) > 1:
@@ -182,7 +187,7 @@ async def _run_rounds(ctx: TrialContext, scene: Scene, console: Console) -> Agen
                 ctx.record.user_stopped.append(scene.name)
                 _write_record(ctx)
                 break
-        outcome = await _turn(ctx, scene, turn, prompt or "", "user", round_index, console)
+        outcome = await _turn(ctx, scene, turn, prompt or "", "user", round_index, user, console)
         if not outcome.ended_well or round_index == scene.max_rounds - 1:
             break
         result = await _round_result(ctx, round_index, outcome)
@@ -196,10 +201,11 @@ async def _turn(
     prompt: str,
     source: PromptSource,
     round_index: int | None,
+    user: BaseUser | None,
     console: Console,
 ) -> AgentOutcome:
     """Run one turn: its place to the proxy, the prompt (the recorded one in a continuation's
-    replayed part), the agent, then its record."""
+    replayed part), the agent (its ask_user questions answered by `user`, if any), then its record."""
     position = len(ctx.record.turns)
     place = Place(turn=position, scene=scene.name, role=turn.role, round=round_index)
     if position < len(ctx.recorded):
@@ -209,7 +215,7 @@ async def _turn(
                 f"recorded turn {position} is {recorded.place.scene}/{recorded.place.role}, "
                 f"but the trial reaches {place.scene}/{place.role} there"
             )
-        prompt, source = recorded.prompt, "recorded"
+        prompt, source = recorded.prompt, "branch" if recorded.prompt_source == "branch" else "recorded"
     agent = ctx.agents[scene.role(turn.role).agent or ""]
     if ctx.hook is not None and source != "recorded" and not turn.resume:
         prompt = ctx.hook.prompt(agent, prompt)
@@ -220,7 +226,7 @@ async def _turn(
         f"[dim]scene {scene.name}, {where}: {turn.role} ({agent.name}{', resumed' * turn.resume})[/dim]"
     )
     _write_prompts(ctx, prompt)
-    outcome = await ctx.run_turn(agent, prompt, turn.resume)
+    outcome = await answering(ctx.run_turn(agent, prompt, turn.resume), ctx.asks, ctx.proxy, user, console)
     ctx.record.turns.append(
         TurnRecord(
             place=place,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reroll_contracts.errors import TaskError
+from reroll_contracts.errors import AgentError, TaskError
 from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.proxy import DivergencePolicy, ReplayConfig, VolatileRule
@@ -27,12 +27,14 @@ from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
 from reroll.models.spec import ModelSpec, parse_model
+from reroll.rollout.asks import Answerer
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.mcp import mcp_servers_for
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.skills import select_skills, self_gen_trial, skill_config
 from reroll.rollout.verifiers import verifier_for
+from reroll.runfolder.asks import AskRecord
 from reroll.runfolder.run import (
     CONTROLLER_LOG,
     TRAJECTORY,
@@ -100,6 +102,9 @@ class RolloutOptions:
     trial's, else the task's ``environment/skills``]."""
     judge_model: str | None = None
     """An LLM judge's model (``--judge-model``) [default: the original's, else the task's]."""
+    ask_user: bool = False
+    """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.asks`) [default: the
+    original's, else not]; every agent of the rollout must have an MCP client."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,8 @@ async def start_rollout(
             f"the {config.sandbox} sandbox has the host's network"
         )
     recorded: list[TurnRecord] = []
+    recorded_asks: list[AskRecord] = []
+    branch_answer: str | None = None
     replay: ReplayConfig | None = None
     recorded_values: tuple[VolatileRule, ...] = ()
     if isinstance(origin, NewRecording):
@@ -190,6 +197,8 @@ async def start_rollout(
         checkpoint = origin.checkpoint
         task, agent, original = checkpoint.task, checkpoint.agent, checkpoint.original
         recorded = checkpoint.recorded_turns
+        recorded_asks = checkpoint.recorded_asks
+        branch_answer = origin.provenance.answer if isinstance(origin.provenance, BranchedFrom) else None
         replay = ReplayConfig(
             trajectory_path=original.path / TRAJECTORY,
             cut_index=checkpoint.cut_index,
@@ -204,6 +213,8 @@ async def start_rollout(
         config = config.model_copy(update={"trial": trial})
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
+    if config.ask_user:
+        _check_ask_user(agents)
     for role_agent in agents.values():  # an agent without the MCP client the task needs is refused now
         mcp_servers_for(role_agent, task.spec.environment.mcp_servers)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
@@ -222,10 +233,25 @@ async def start_rollout(
         recorded_values=recorded_values,
         recorded=recorded,
         skills=skills,
+        asks=Answerer(run_dir, recorded_asks, branch_answer) if config.ask_user else None,
     )
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
         return RolloutOutcome(run_dir, await execute_rollout(plan, progress, start_gate))
+
+
+def _check_ask_user(agents: dict[str, AgentSpec]) -> None:
+    """Refuse ask_user to a rollout with an agent that has no MCP client (the tool is offered over MCP).
+
+    Raises:
+        AgentError: one of `agents` calls a model but has no MCP client.
+    """
+    without = [name for name, agent in agents.items() if agent.mcp is None and agent.api_format != "none"]
+    if without:
+        raise AgentError(
+            f"--ask-user: the ask_user tool is offered over MCP, and {', '.join(without)} has no MCP client; "
+            "use an agent that has one (claude-code, codex, openhands)"
+        )
 
 
 def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOptions) -> RunConfig:
@@ -249,6 +275,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             judge_model=options.judge_model,
             trial=origin.trial,
             learner_store=options.learner_store,
+            ask_user=options.ask_user,
         )
     original = origin.checkpoint.original.config
     task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
@@ -270,6 +297,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "learner_store": _read_only(original.learner_store),
             "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
+            "ask_user": options.ask_user or original.ask_user,
             key: origin.provenance,
         }
     )

@@ -107,6 +107,12 @@ class BranchedFrom(ContinuedFrom):
 
     branch_index: int | None = None
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
+    prompt: str | None = None
+    """The prompt the child was given for the turn its cut starts (``branch --prompt``), instead
+    of the recorded one."""
+    answer: str | None = None
+    """The answer the child was given to the recorded ask_user question at its cut
+    (``branch --at-ask``), instead of the recorded one."""
 
 
 class StoreUse(BaseModel):
@@ -197,6 +203,10 @@ class RunConfig(BaseModel):
     skill_nudge: SkillNudge | None = None
     """The prompt nudge layered on top (``$REROLL_SKILL_NUDGE`` or ``$BENCHFLOW_SKILL_NUDGE`` when
     the run started); None: none."""
+    ask_user: bool = False
+    """The agent was offered reroll's ``ask_user`` tool over MCP (``reroll run --ask-user``); its
+    questions and the answers are in asks.json (`reroll.runfolder.asks`). Its continuations and
+    branches offer it too."""
 
 
 class Timings(BaseModel):

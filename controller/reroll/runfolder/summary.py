@@ -7,8 +7,10 @@ exchange and token counts, and the totals: status counts, the mean of each rewar
 and tokens. Tokens are the ``usage.total_tokens`` the upstream reported in the recorded responses
 (0 when none was recorded, e.g. an agent that calls no model).
 
-``<tree>/summary.json`` (`reroll.jobs.branch`'s parent folder) lists the branches (children) of a
-checkpoint with their rewards, and the mean reward per model.
+``<tree>/summary.json`` (`reroll.jobs.branch`'s parent folder) lists the branches (children) with
+their rewards, the mean reward per model, and per branch point (a cut point of the run, and the
+prompt or answer its children were given there) the mean reward: the value estimate V(s) of that
+state; the points of ``--at 10,20,30`` are a value curve along the run (process reward).
 """
 
 from __future__ import annotations
@@ -223,6 +225,8 @@ class ChildSummary(BaseModel):
     """The primary reward (see `primary_reward`), None when the verifier gave none."""
     rewards: dict[str, float] | None
     error: str | None = None
+    point: int = 0
+    """The branch point (`BranchSummary.points`) the child continues from."""
 
 
 class ModelSummary(BaseModel):
@@ -236,6 +240,25 @@ class ModelSummary(BaseModel):
     """Mean primary reward over the scored branches; None when none was scored."""
 
 
+class PointSummary(BaseModel):
+    """One branch point: a checkpoint of the run and what its children were given there; the
+    mean reward of its children estimates the value of that state."""
+
+    at: str
+    """The checkpoint as given (``--at``: a step, a fraction, ``TURN:STEP``)."""
+    cut_index: int
+    """How many recorded exchanges its children replay."""
+    prompt: str | None = None
+    """The prompt its children were given for the turn the cut starts (``--prompt``)."""
+    answer: str | None = None
+    """The answer its children were given to the recorded ask_user question (``--at-ask``)."""
+    branches: int
+    scored: int
+    mean_reward: float | None
+    """Mean primary reward over its scored children, all models; None when none was scored."""
+    models: list[ModelSummary]
+
+
 class BranchSummary(BaseModel):
     """``summary.json`` in a branch tree's parent folder (`TREE_SUMMARY_FILE`)."""
 
@@ -244,9 +267,38 @@ class BranchSummary(BaseModel):
     original: str
     """The run branched from."""
     cut_index: int
+    """How many recorded exchanges the parent folder holds: the latest cut point's."""
     at: str | None
+    """The checkpoints as given (``--at``, comma-separated for several)."""
     children: list[ChildSummary]
     models: list[ModelSummary]
+    """Mean reward per model over all its children (all points)."""
+    points: list[PointSummary] = Field(default_factory=list)
+    """The branch points in order (empty in a summary written before they existed: one point);
+    several cut points make the value curve along the run."""
+
+    @property
+    def branch_points(self) -> list[PointSummary]:
+        """`points`; for a summary written before they existed, its one point."""
+        if self.points:
+            return self.points
+        scored = [child.reward for child in self.children if child.reward is not None]
+        return [
+            PointSummary(
+                at=self.at or str(self.cut_index),
+                cut_index=self.cut_index,
+                branches=len(self.children),
+                scored=len(scored),
+                mean_reward=sum(scored) / len(scored) if scored else None,
+                models=self.models,
+            )
+        ]
+
+    def value_estimate(self, child: ChildSummary) -> float | None:
+        """The mean reward of `child`'s model at its branch point: the value estimate of the state
+        it continued from."""
+        models = self.branch_points[child.point].models
+        return next((model.mean_reward for model in models if model.model == child.model), None)
 
 
 def primary_reward(rewards: dict[str, float] | None) -> float | None:

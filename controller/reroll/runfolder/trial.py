@@ -23,7 +23,8 @@ class TurnRecord(BaseModel):
     """The whole prompt sent (outbox messages included)."""
     prompt_source: PromptSource
     """``instruction``: the task's; ``trial``: the turn's ``prompt``; ``user``: the User decided
-    it (live); ``recorded``: a continuation re-sent the original's (the User was not called)."""
+    it (live); ``recorded``: a continuation re-sent the original's (the User was not called);
+    ``branch``: a branch's ``--prompt`` replaced the original's."""
     resume: bool = False
     """The prompt went to the role's previous session (multi-turn)."""
     status: TurnStatus

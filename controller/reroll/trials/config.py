@@ -268,7 +268,7 @@ def _absolute(path: str, base: Path) -> str:
     return path if Path(path).is_absolute() else str((base / path).resolve())
 
 
-PromptSource = Literal["instruction", "trial", "user", "recorded"]
+PromptSource = Literal["instruction", "trial", "user", "recorded", "branch"]
 """Where a turn's prompt came from (`TurnRecord.prompt_source`)."""
 TurnStatus = Literal["ok", "timeout", "error", "stopped"]
 """How a turn's agent ended (`TurnRecord.status`)."""

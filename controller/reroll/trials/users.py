@@ -7,6 +7,9 @@ scene starts; ``run(round, instruction, round_result)`` before each round — ro
 verify's rewards and output) — and returns the round's prompt, or None to end the scene. Both
 may be coroutines.
 
+A `BaseUser` also answers the agent's ask_user questions (``answer(question, options)``, when
+the run offers the tool: `reroll.rollout.asks`); the default answers none.
+
 A continuation re-sends the prompts the User decided before the cut (recorded in ``trial.json``)
 without calling ``run``; ``run`` is called live from the first round after the cut (``setup``
 is called once either way, so a User keeping state should derive it from ``round`` and
@@ -81,6 +84,16 @@ class BaseUser:
         """
         raise NotImplementedError
 
+    def answer(self, question: str, options: list[str]) -> Any:
+        """The answer to the agent's ask_user question (a str), or None for no answer (the agent
+        is told nobody answered); may be a coroutine. The default answers nothing.
+
+        Args:
+            question: what the agent asked.
+            options: the answers it offered (empty: a free answer).
+        """
+        return None
+
 
 class FunctionUser(BaseUser):
     """A User from a function ``fn(round, instruction, round_result) -> str | None`` (sync or async)."""
@@ -112,17 +125,33 @@ async def next_prompt(user: BaseUser, round: int, instruction: str, result: Roun
     Raises:
         UserCallbackError: ``run`` raised, or returned something but a string or None.
     """
+    return await _text_from(lambda: user.run(round, instruction, result), f"the User's run (round {round})")
+
+
+async def user_answer(user: BaseUser, question: str, options: list[str]) -> str | None:
+    """The answer `user` gives to an ask_user question (None: no answer).
+
+    Raises:
+        UserCallbackError: ``answer`` raised, or returned something but a string or None.
+    """
+    return await _text_from(lambda: user.answer(question, options), f"the User's answer to {question!r}")
+
+
+async def _text_from(callback: Callable[[], Any], what: str) -> str | None:
+    """What `callback` returns (awaited when it is a coroutine): a string or None.
+
+    Raises:
+        UserCallbackError: it raised, or returned something else (`what` names it).
+    """
     try:
-        prompt = user.run(round, instruction, result)
-        if inspect.isawaitable(prompt):
-            prompt = await prompt
+        text = callback()
+        if inspect.isawaitable(text):
+            text = await text
     except Exception as exc:
-        raise UserCallbackError(f"the User's run (round {round}) raised {exc!r}") from exc
-    if prompt is not None and not isinstance(prompt, str):
-        raise UserCallbackError(
-            f"the User's run (round {round}) returned {type(prompt).__name__}, not str or None"
-        )
-    return prompt
+        raise UserCallbackError(f"{what} raised {exc!r}") from exc
+    if text is not None and not isinstance(text, str):
+        raise UserCallbackError(f"{what} returned {type(text).__name__}, not str or None")
+    return text
 
 
 def load_user(spec: str) -> BaseUser:

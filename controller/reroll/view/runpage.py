@@ -19,6 +19,7 @@ from reroll_contracts.proxy import Divergence
 from reroll_contracts.trajectory import Exchange
 from reroll_proxy.formats.normal import NormalUsage
 
+from reroll.runfolder.asks import AskRecord, load_asks
 from reroll.runfolder.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
 from reroll.runfolder.run import AGENT_LOG, VERIFIER_DIR, BranchedFrom, ContinuedFrom, RunFolder
 from reroll.runfolder.summary import primary_reward
@@ -98,6 +99,8 @@ class RunView:
     """From the first request to the last response (the timeline's width), at least 0.001."""
     verifier_files: list[AttachedFile] = field(default_factory=list)
     agent_log: AttachedFile | None = None
+    asks: list[AskRecord] = field(default_factory=list)
+    """The agent's ask_user questions and their answers (`reroll.runfolder.asks`)."""
 
     @property
     def divergent(self) -> list[ExchangeRow]:
@@ -154,6 +157,7 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
 
     Raises:
         KeyError: an exchange names an unknown API format.
+        RunFolderError: the run's asks.json is invalid.
     """
     exchanges = run.exchanges
     threads = threads_of(exchanges)
@@ -202,6 +206,7 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
         exchanges=rows,
         commands=commands,
         total_seconds=max(end, 0.001),
+        asks=load_asks(run.path),
     )
     if attach_files:
         view.verifier_files = attached_files(run.path / VERIFIER_DIR)

@@ -1,0 +1,3 @@
+#!/bin/sh
+# The oracle knows what asking reveals: the user reads French.
+echo 'Bonjour !' > greeting.txt
