@@ -1,0 +1,224 @@
+"""Run inside a sandbox as root (``python3 state_script.py`` with a JSON request on stdin): the
+root side of `reroll.sandbox.state`. Standard library only (the sandbox's ``python3``), no reroll
+import: its text is sent into the sandbox and run there.
+
+Requests (one JSON object on stdin), each answered by one JSON object on stdout::
+
+    {"op": "pack", "kind": "sqlite"|"files", "paths": [...], "out": FILE}
+        → {"digest": HEX, "size": BYTES}      the state as one tar file at `out`
+    {"op": "unpack", "kind": ..., "paths": [...], "tar": FILE}
+        → {"digest": HEX}                     the state put back from `tar`
+    {"op": "digest", "kind": ..., "paths": [...]}
+        → {"digest": HEX}                     a digest of the state as it is
+
+The digest is of the content, not of the bytes a copy happens to have: for ``sqlite`` the SQL of
+``iterdump`` (so a database restored through the backup API digests as its original), for
+``files`` every entry's relative path, type, mode and content (a symlink's target, never what it
+points at). A path absent at ``pack`` is recorded as absent, and ``unpack`` deletes it.
+
+Never follows the agent's links: every component of every state path is checked with ``lstat``
+first and a symbolic link refuses the request (exit 3, the reason on stderr). The callers run it
+only while no process of the agent lives (quiesced before a snapshot, not yet started before a
+restore), so nothing can swap a component between the check and the use.
+"""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import sys
+import tarfile
+import tempfile
+
+
+class Refused(Exception):
+    """A request this script will not carry out (a planted link, a missing database)."""
+
+
+def check_no_links(path):
+    """Refuse `path` when any component of it (the last one too) is a symbolic link."""
+    if not os.path.isabs(path):
+        raise Refused(f"state path {path!r} is not absolute")
+    current = "/"
+    for part in [part for part in path.split("/") if part]:
+        if part in (".", ".."):
+            raise Refused(f"state path {path!r} has a '.' or '..' component")
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(info.st_mode):
+            raise Refused(f"state path {path!r}: {current} is a symbolic link; reroll does not follow it")
+    return True
+
+
+def digest_sqlite(path, hasher):
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        for line in connection.iterdump():
+            hasher.update(line.encode() + b"\n")
+    finally:
+        connection.close()
+
+
+def digest_tree(path, hasher):
+    info = os.lstat(path)
+    entries = [("", info)]
+    if stat.S_ISDIR(info.st_mode):
+        for folder, dirs, files in os.walk(path):  # os.walk does not follow links by default
+            dirs.sort()
+            for name in sorted(dirs + files):
+                full = os.path.join(folder, name)
+                entries.append((os.path.relpath(full, path), os.lstat(full)))
+        entries.sort(key=lambda entry: entry[0])
+    for relative, entry in entries:
+        mode = stat.S_IMODE(entry.st_mode)
+        full = os.path.join(path, relative) if relative else path
+        if stat.S_ISLNK(entry.st_mode):
+            content = "link:" + os.readlink(full)
+        elif stat.S_ISREG(entry.st_mode):
+            file_hash = hashlib.sha256()
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    file_hash.update(chunk)
+            content = "file:" + file_hash.hexdigest()
+        elif stat.S_ISDIR(entry.st_mode):
+            content = "dir"
+        else:
+            content = "special"
+        hasher.update(f"{relative}\0{mode:o}\0{content}\n".encode())
+
+
+def digest(kind, paths):
+    hasher = hashlib.sha256()
+    for index, path in enumerate(paths):
+        present = check_no_links(path)
+        hasher.update(f"#{index} {path} {'present' if present else 'absent'}\n".encode())
+        if not present:
+            continue
+        if kind == "sqlite":
+            digest_sqlite(path, hasher)
+        else:
+            digest_tree(path, hasher)
+    return hasher.hexdigest()
+
+
+def pack(kind, paths, out):
+    present = []
+    with tempfile.TemporaryDirectory(prefix="reroll-state-") as scratch, tarfile.open(out, "w") as tar:
+        for index, path in enumerate(paths):
+            if not check_no_links(path):
+                if kind == "sqlite":
+                    raise Refused(f"state database {path} does not exist")
+                continue
+            present.append(index)
+            if kind == "sqlite":
+                copy = os.path.join(scratch, f"{index}.db")
+                source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                target = sqlite3.connect(copy)
+                try:
+                    source.backup(target)  # SQLite's online backup API: a consistent copy
+                finally:
+                    target.close()
+                    source.close()
+                info = os.lstat(path)
+                member = tar.gettarinfo(copy, arcname=str(index))
+                member.uid, member.gid, member.mode = info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)
+                with open(copy, "rb") as handle:
+                    tar.addfile(member, handle)
+            else:
+                tar.add(path, arcname=str(index), recursive=True)  # links stored as links
+        index_file = json.dumps({"paths": paths, "present": present}).encode()
+        member = tarfile.TarInfo("state.json")
+        member.size = len(index_file)
+        tar.addfile(member, io.BytesIO(index_file))
+    os.chmod(out, 0o600)
+    return {"digest": digest(kind, paths), "size": os.path.getsize(out)}
+
+
+def check_members(members):
+    """Refuse a member outside the staging folder, or under a member that is a link (a tar
+    reroll wrote never has one; the check does not depend on tarfile's filters, which the
+    sandbox's python3 may lack)."""
+    links = {member.name for member in members if member.issym() or member.islnk()}
+    for member in members:
+        parts = member.name.split("/")
+        if member.name.startswith("/") or ".." in parts:
+            raise Refused(f"snapshot member {member.name!r} points outside its folder")
+        if any("/".join(parts[:end]) in links for end in range(1, len(parts))):
+            raise Refused(f"snapshot member {member.name!r} lies under a link")
+        if member.islnk() and (member.linkname.startswith("/") or ".." in member.linkname.split("/")):
+            raise Refused(f"snapshot hard link {member.name!r} points outside its folder")
+
+
+def remove(path):
+    info = os.lstat(path)
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(path)  # fd-based on Linux: never follows a link inside
+    else:
+        os.unlink(path)
+
+
+def unpack(kind, paths, tar_path):
+    with tarfile.open(tar_path) as tar:
+        index = json.load(tar.extractfile("state.json"))
+        if index["paths"] != paths:
+            raise Refused(f"the snapshot holds the state paths {index['paths']}, the task declares {paths}")
+        for position, path in enumerate(paths):
+            exists = check_no_links(path)
+            parent = os.path.dirname(path)
+            check_no_links(parent)
+            if position not in index["present"]:
+                if exists:
+                    remove(path)
+                continue
+            os.makedirs(parent, exist_ok=True)
+            members = [
+                member for member in tar.getmembers()
+                if member.name == str(position) or member.name.startswith(f"{position}/")
+            ]
+            staging = tempfile.mkdtemp(prefix=".reroll-restore-", dir=parent)
+            try:
+                check_members(members)
+                tar.extractall(staging, members=members, numeric_owner=True)
+                staged = os.path.join(staging, str(position))
+                if kind == "sqlite" and exists:
+                    source = sqlite3.connect(staged)
+                    target = sqlite3.connect(path)
+                    try:
+                        source.backup(target)  # in place, through the backup API
+                    finally:
+                        target.close()
+                        source.close()
+                else:
+                    if exists:
+                        remove(path)
+                    os.rename(staged, path)
+            finally:
+                shutil.rmtree(staging)
+    return {"digest": digest(kind, paths)}
+
+
+def main():
+    request = json.load(sys.stdin)
+    kind, paths = request["kind"], request["paths"]
+    try:
+        if request["op"] == "pack":
+            answer = pack(kind, paths, request["out"])
+        elif request["op"] == "unpack":
+            answer = unpack(kind, paths, request["tar"])
+        else:
+            answer = {"digest": digest(kind, paths)}
+    except (Refused, sqlite3.Error, OSError, tarfile.TarError) as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(3)
+    print(json.dumps(answer))
+
+
+if __name__ == "__main__":
+    main()
