@@ -15,7 +15,14 @@ from reroll_contracts.errors import EnvironmentStateError
 
 pytestmark = pytest.mark.spawns
 
-SQL = "python3 -c \"import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()\""
+SQL = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1])
+connection.executescript(sys.argv[2])
+connection.commit()
+print(connection.execute("select x from m order by x").fetchall())
+"""
+"""Runs statements (argument 2) on a database (argument 1) with a table ``m``; prints its rows."""
 
 
 @pytest.fixture
@@ -30,27 +37,41 @@ async def sh(sandbox: Sandbox, command: str, user: str = "") -> str:
     return result.stdout.decode()
 
 
+async def sql(sandbox: Sandbox, statements: str) -> str:
+    result = await sandbox.exec(
+        ["python3", "-c", SQL, "/srv/mail/mail.db", statements], env=sandbox_env(sandbox)
+    )
+    assert result.exit_code == 0, result.output_text()
+    return result.stdout.decode().strip()
+
+
 async def test_a_sqlite_state_restores_to_its_snapshot(sandbox: Sandbox) -> None:
     env = sandbox_env(sandbox)
-    await sh(sandbox, f"mkdir -p /srv/mail && {SQL} /srv/mail/mail.db 'create table m(x); insert into m values (1)'")
+    await sh(sandbox, "mkdir -p /srv/mail")
+    await sql(sandbox, "create table m(x); insert into m values (1)")
     spec = StateSpec(kind="sqlite", paths=["/srv/mail/mail.db"])
     copy = await snapshot_state(sandbox, spec, env)
-    await sh(sandbox, f"{SQL} /srv/mail/mail.db 'insert into m values (2); delete from m where x = 1'")
+    assert await sql(sandbox, "insert into m values (2); delete from m where x = 1") == "[(2,)]"
     assert await digest_paths(sandbox, "sqlite", spec.paths, env) != copy.digest
     assert await restore_state(sandbox, spec, copy.data, env) == copy.digest
-    rows = await sh(sandbox, "python3 -c \"import sqlite3; print(sqlite3.connect('/srv/mail/mail.db').execute('select x from m').fetchall())\"")
-    assert rows.strip() == "[(1,)]"
+    assert await sql(sandbox, "") == "[(1,)]"
 
 
 async def test_a_data_folder_restores_to_its_snapshot(sandbox: Sandbox) -> None:
     env = sandbox_env(sandbox)
-    await sh(sandbox, "mkdir -p /srv/data/sub && echo a > /srv/data/a && echo b > /srv/data/sub/b && ln -s a /srv/data/l")
+    await sh(sandbox, "mkdir -p /srv/data/sub && cd /srv/data && echo a > a && echo b > sub/b && ln -s a l")
     spec = StateSpec(kind="files", paths=["/srv/data", "/srv/absent"])
     copy = await snapshot_state(sandbox, spec, env)
-    await sh(sandbox, "echo changed > /srv/data/a && rm -r /srv/data/sub && mkdir /srv/absent && echo x > /srv/data/new")
+    await sh(
+        sandbox,
+        "echo changed > /srv/data/a && rm -r /srv/data/sub && mkdir /srv/absent && echo x > /srv/data/new",
+    )
     assert await digest_paths(sandbox, "files", spec.paths, env) != copy.digest
     assert await restore_state(sandbox, spec, copy.data, env) == copy.digest
-    assert await sh(sandbox, "cat /srv/data/a /srv/data/sub/b; readlink /srv/data/l; ls /srv") == "a\nb\na\ndata\n"
+    assert (
+        await sh(sandbox, "cat /srv/data/a /srv/data/sub/b; readlink /srv/data/l; ls /srv")
+        == "a\nb\na\ndata\n"
+    )
 
 
 async def test_a_command_state_and_its_query(sandbox: Sandbox) -> None:

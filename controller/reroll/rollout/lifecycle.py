@@ -38,6 +38,7 @@ from reroll.agents import AgentSpec
 from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
+from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
@@ -67,6 +68,9 @@ from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
 
 INSTALL_TIMEOUT_SECONDS = 900.0
+RESTORED_FILE = "restored-checkpoint.json"
+"""In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
+layers' digests, which the restore reproduced)."""
 INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
 """Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
 
@@ -96,6 +100,14 @@ class RolloutPlan:
     recorded: list[TurnRecord] = field(default_factory=list)
     """For a continuation: the original's turns up to the cut, whose prompts are sent again as
     recorded (`reroll.rollout.scenes`)."""
+    capture_to: Path | None = None
+    """Capture the rollout's layers (`reroll.rollout.layers`) into this folder when the proxy
+    stops at the replay's cut (a replay-only rollout: the prefix a branch by snapshot forks)."""
+    restore_from: Path | None = None
+    """Restore the layers of the checkpoint in this folder before the agent starts (a branch
+    forked by snapshot); its step must be `restore_step`."""
+    restore_step: int = 0
+    """The step of the checkpoint restored or captured: the cut index K."""
 
     @property
     def agent(self) -> AgentSpec:
@@ -187,6 +199,12 @@ async def execute_rollout(
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
             await verifier.prepare(sandbox, env)
+            if plan.restore_from is not None:
+                console.print(f"[dim]restoring the checkpoint layers of step {plan.restore_step}[/dim]")
+                restored = await restore_checkpoint(
+                    sandbox, plan.task, plan.agent, plan.restore_from, env | task_env, step=plan.restore_step
+                )
+                write_json(harness_dir / RESTORED_FILE, restored)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
@@ -212,6 +230,10 @@ async def execute_rollout(
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
+            if plan.capture_to is not None and _stopped_at_cut(outcome):
+                step, folder = plan.restore_step, plan.capture_to
+                console.print(f"[dim]capturing the checkpoint layers of step {step}[/dim]")
+                await capture_checkpoint(sandbox, plan.task, plan.agent, step, folder, env | task_env)
             manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / MANIFEST_FILE, manifest)
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
@@ -239,6 +261,12 @@ async def execute_rollout(
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)
     return result
+
+
+def _stopped_at_cut(outcome: AgentOutcome) -> bool:
+    """The proxy stopped the agent at the replay's cut (a replay-only rollout reached it)."""
+    stop = outcome.status.stop
+    return stop is not None and stop.kind == "replay_exhausted"
 
 
 async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:

@@ -45,7 +45,7 @@ from reroll.runfolder.run import (
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.tasks.task import Task, with_network
-from reroll.trials.config import TrialConfig
+from reroll.trials.config import DEFAULT_ROLE, DEFAULT_SCENE, Role, Scene, TrialConfig, Turn
 
 
 @dataclass(frozen=True)
@@ -96,13 +96,30 @@ class NewRecording:
     instruction once."""
 
 
+RESUME_PROMPT = "Continue the task from where you left off."
+"""What a rollout forked from checkpoint layers tells the resumed session (`FromCheckpoint.layers`)."""
+
+
 @dataclass(frozen=True)
 class FromCheckpoint:
-    """The origin of a rollout that replays a checkpoint of a recorded run, then goes live."""
+    """The origin of a rollout that replays a checkpoint of a recorded run, then goes live — or,
+    with `layers`, that starts from the checkpoint's captured layers without replaying."""
 
     checkpoint: Checkpoint
     provenance: ContinuedFrom
     """config.json's ``continued_from`` — or ``branched_from`` when it is a `BranchedFrom`."""
+    layers: Path | None = None
+    """A checkpoint folder of the run at ``checkpoint.cut_index`` (`reroll.rollout.layers`): its
+    environment state, workspace and agent session are restored before the agent starts, and the
+    agent resumes its session (its ``resume`` command, told `RESUME_PROMPT`) with the proxy live
+    from the first request; the run folder's trajectory holds the exchanges after the cut."""
+
+    def trial(self) -> TrialConfig | None:
+        """The trial the rollout runs: the original's, or with `layers` one resumed turn."""
+        if self.layers is None:
+            return self.checkpoint.original.config.trial
+        turn = Turn(DEFAULT_ROLE, RESUME_PROMPT, resume=True)
+        return TrialConfig(scenes=[Scene(name=DEFAULT_SCENE, roles=[Role(DEFAULT_ROLE)], turns=[turn])])
 
 
 Origin = NewRecording | FromCheckpoint
@@ -118,6 +135,7 @@ async def start_rollout(
     options: RolloutOptions,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,
+    capture_to: Path | None = None,
 ) -> RolloutOutcome:
     """Create the run folder ``parent/name``, write its config, and run the rollout.
 
@@ -132,6 +150,8 @@ async def start_rollout(
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
+        capture_to: for a replay-only rollout from a checkpoint: capture the three layers
+            (`reroll.rollout.layers`) into this folder when the proxy stops at the cut.
 
     Returns:
         The new run folder and its result.
@@ -160,6 +180,8 @@ async def start_rollout(
     recorded_values: tuple[VolatileRule, ...] = ()
     if isinstance(origin, NewRecording):
         task, agent = origin.task, origin.agent
+    elif origin.layers is not None:  # forked: nothing replayed, the session resumed
+        task, agent = origin.checkpoint.task, origin.checkpoint.agent
     else:
         checkpoint = origin.checkpoint
         task, agent, original = checkpoint.task, checkpoint.agent, checkpoint.original
@@ -184,6 +206,9 @@ async def start_rollout(
         replay=replay,
         recorded_values=recorded_values,
         recorded=recorded,
+        capture_to=capture_to,
+        restore_from=origin.layers if isinstance(origin, FromCheckpoint) else None,
+        restore_step=origin.checkpoint.cut_index if isinstance(origin, FromCheckpoint) else 0,
     )
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
@@ -227,6 +252,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "continued_from": None,
             "branched_from": None,
             "faults": options.faults,
+            "trial": origin.trial(),
             key: origin.provenance,
         }
     )

@@ -96,6 +96,9 @@ class BranchedFrom(ContinuedFrom):
 
     branch_index: int | None = None
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
+    via: Literal["snapshot", "replay"] = "replay"
+    """How the child reached the cut: forked from the tree's checkpoint layers (its trajectory
+    then holds only the exchanges after the cut; the prefix is the parent's) or by replaying."""
 
 
 class RunConfig(BaseModel):

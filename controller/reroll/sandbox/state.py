@@ -58,7 +58,9 @@ class StateCopy:
     """sha256 hex of the content at the time of the copy (`reroll.sandbox.state_script`)."""
 
 
-async def snapshot_paths(sandbox: Sandbox, kind: CopyKind, paths: list[str], env: dict[str, str]) -> StateCopy:
+async def snapshot_paths(
+    sandbox: Sandbox, kind: CopyKind, paths: list[str], env: dict[str, str]
+) -> StateCopy:
     """Copy `paths` (absolute, in the sandbox) out of `sandbox`, as root.
 
     Args:
@@ -166,7 +168,8 @@ async def query_state(sandbox: Sandbox, command: str, env: dict[str, str]) -> st
     result = await sandbox.exec(["sh", "-c", command], env=env, timeout_seconds=QUERY_TIMEOUT_SECONDS)
     if result.exit_code != 0:
         raise EnvironmentStateError(
-            f"environment.state.query_command failed (exit {result.exit_code}): {result.output_text()[-1000:]}"
+            f"environment.state.query_command failed (exit {result.exit_code}): "
+            f"{result.output_text()[-1000:]}"
         )
     return result.stdout.decode(errors="replace")
 

@@ -22,6 +22,8 @@ only while no process of the agent lives (quiesced before a snapshot, not yet st
 restore), so nothing can swap a component between the check and the use.
 """
 
+from __future__ import annotations
+
 import hashlib
 import io
 import json
@@ -32,13 +34,14 @@ import stat
 import sys
 import tarfile
 import tempfile
+from typing import Any
 
 
 class Refused(Exception):
     """A request this script will not carry out (a planted link, a missing database)."""
 
 
-def check_no_links(path):
+def check_no_links(path: str) -> bool:
     """Refuse `path` when any component of it (the last one too) is a symbolic link."""
     if not os.path.isabs(path):
         raise Refused(f"state path {path!r} is not absolute")
@@ -56,7 +59,7 @@ def check_no_links(path):
     return True
 
 
-def digest_sqlite(path, hasher):
+def digest_sqlite(path: str, hasher: Any) -> None:
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         for line in connection.iterdump():
@@ -65,7 +68,7 @@ def digest_sqlite(path, hasher):
         connection.close()
 
 
-def digest_tree(path, hasher):
+def digest_tree(path: str, hasher: Any) -> None:
     info = os.lstat(path)
     entries = [("", info)]
     if stat.S_ISDIR(info.st_mode):
@@ -94,7 +97,7 @@ def digest_tree(path, hasher):
         hasher.update(f"{relative}\0{mode:o}\0{content}\n".encode())
 
 
-def digest(kind, paths):
+def digest(kind: str, paths: list[str]) -> str:
     hasher = hashlib.sha256()
     for index, path in enumerate(paths):
         present = check_no_links(path)
@@ -108,7 +111,7 @@ def digest(kind, paths):
     return hasher.hexdigest()
 
 
-def pack(kind, paths, out):
+def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
     present = []
     with tempfile.TemporaryDirectory(prefix="reroll-state-") as scratch, tarfile.open(out, "w") as tar:
         for index, path in enumerate(paths):
@@ -141,7 +144,7 @@ def pack(kind, paths, out):
     return {"digest": digest(kind, paths), "size": os.path.getsize(out)}
 
 
-def check_members(members):
+def check_members(members: list[tarfile.TarInfo]) -> None:
     """Refuse a member outside the staging folder, or under a member that is a link (a tar
     reroll wrote never has one; the check does not depend on tarfile's filters, which the
     sandbox's python3 may lack)."""
@@ -156,7 +159,7 @@ def check_members(members):
             raise Refused(f"snapshot hard link {member.name!r} points outside its folder")
 
 
-def remove(path):
+def remove(path: str) -> None:
     info = os.lstat(path)
     if stat.S_ISDIR(info.st_mode):
         shutil.rmtree(path)  # fd-based on Linux: never follows a link inside
@@ -164,9 +167,9 @@ def remove(path):
         os.unlink(path)
 
 
-def unpack(kind, paths, tar_path):
+def unpack(kind: str, paths: list[str], tar_path: str) -> dict[str, Any]:
     with tarfile.open(tar_path) as tar:
-        index = json.load(tar.extractfile("state.json"))
+        index = json.load(tar.extractfile("state.json") or io.BytesIO(b"{}"))
         if index["paths"] != paths:
             raise Refused(f"the snapshot holds the state paths {index['paths']}, the task declares {paths}")
         for position, path in enumerate(paths):
@@ -179,7 +182,8 @@ def unpack(kind, paths, tar_path):
                 continue
             os.makedirs(parent, exist_ok=True)
             members = [
-                member for member in tar.getmembers()
+                member
+                for member in tar.getmembers()
                 if member.name == str(position) or member.name.startswith(f"{position}/")
             ]
             staging = tempfile.mkdtemp(prefix=".reroll-restore-", dir=parent)
@@ -204,7 +208,7 @@ def unpack(kind, paths, tar_path):
     return {"digest": digest(kind, paths)}
 
 
-def main():
+def main() -> None:
     request = json.load(sys.stdin)
     kind, paths = request["kind"], request["paths"]
     try:
