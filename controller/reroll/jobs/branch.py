@@ -57,11 +57,11 @@ from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome,
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
+    HARNESS_DIR,
     PROMPTS_FILE,
     TRAJECTORY,
     BranchedFrom,
     create_run_folder,
-    harness_folder,
     now_iso,
     write_json,
 )
@@ -277,9 +277,8 @@ async def _checkpoint_layers(
         except EnvironmentStateError as exc:
             console.print(f"[yellow]{exc}; rebuilding the prefix[/yellow]")
     console.print(f"rebuilding the prefix once (replay-only, {PREFIX_NAME}/) and capturing its layers")
-    provenance = BranchedFrom(**checkpoint.continued_from(None, replay_only=True).model_dump())
     outcome = await start_rollout(
-        FromCheckpoint(checkpoint, provenance),
+        FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
         live_model=None,
         parent=parent,
         name=PREFIX_NAME,
@@ -318,7 +317,7 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
 
 
 def _child_summary(summary: RolloutSummary, model: str, index: int, parent: Path) -> ChildSummary:
-    restored = harness_folder(parent / summary.name) / RESTORED_FILE
+    restored = parent / summary.name / HARNESS_DIR / RESTORED_FILE
     digests = (
         LayeredCheckpoint.model_validate_json(restored.read_bytes()).digests if restored.is_file() else None
     )

@@ -441,6 +441,7 @@ async def _run_agent(
     for it to exit, time out, or be stopped by the proxy's stop: one turn
     (`reroll.rollout.scenes.TurnRunner`)."""
     layout = sandbox.layout
+    resume = resume or plan.restore_from is not None  # forked: every turn continues the restored session
     prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
     await sandbox.put_file(prompt_file, prompt.encode())
     agent_env = {

@@ -45,7 +45,7 @@ from reroll.runfolder.run import (
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.tasks.task import Task, with_network
-from reroll.trials.config import DEFAULT_ROLE, DEFAULT_SCENE, Role, Scene, TrialConfig, Turn
+from reroll.trials.config import Scene, TrialConfig
 
 
 @dataclass(frozen=True)
@@ -115,11 +115,11 @@ class FromCheckpoint:
     from the first request; the run folder's trajectory holds the exchanges after the cut."""
 
     def trial(self) -> TrialConfig | None:
-        """The trial the rollout runs: the original's, or with `layers` one resumed turn."""
+        """The trial the rollout runs: the original's, or with `layers` one turn told
+        `RESUME_PROMPT` (its agent resumes the restored session)."""
         if self.layers is None:
             return self.checkpoint.original.config.trial
-        turn = Turn(DEFAULT_ROLE, RESUME_PROMPT, resume=True)
-        return TrialConfig(scenes=[Scene(name=DEFAULT_SCENE, roles=[Role(DEFAULT_ROLE)], turns=[turn])])
+        return TrialConfig(scenes=[Scene.single(prompt=RESUME_PROMPT)])  # resumed: `RolloutPlan.restore_from`
 
 
 Origin = NewRecording | FromCheckpoint

@@ -14,7 +14,8 @@ Requests (one JSON object on stdin), each answered by one JSON object on stdout:
 The digest is of the content, not of the bytes a copy happens to have: for ``sqlite`` the SQL of
 ``iterdump`` (so a database restored through the backup API digests as its original), for
 ``files`` every entry's relative path, type, mode and content (a symlink's target, never what it
-points at). A path absent at ``pack`` is recorded as absent, and ``unpack`` deletes it.
+points at). A path absent at ``pack`` is recorded as absent, and ``unpack`` deletes it; a path's missing
+parent folder is made with the owner and mode the snapshot's had.
 
 Never follows the agent's links: every component of every state path is checked with ``lstat``
 first and a symbolic link refuses the request (exit 3, the reason on stderr). The callers run it
@@ -113,6 +114,7 @@ def digest(kind: str, paths: list[str]) -> str:
 
 def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
     present = []
+    parents = {}
     with tempfile.TemporaryDirectory(prefix="reroll-state-") as scratch, tarfile.open(out, "w") as tar:
         for index, path in enumerate(paths):
             if not check_no_links(path):
@@ -120,6 +122,8 @@ def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
                     raise Refused(f"state database {path} does not exist")
                 continue
             present.append(index)
+            info = os.lstat(os.path.dirname(path))
+            parents[index] = [info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)]
             if kind == "sqlite":
                 copy = os.path.join(scratch, f"{index}.db")
                 source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -136,7 +140,7 @@ def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
                     tar.addfile(member, handle)
             else:
                 tar.add(path, arcname=str(index), recursive=True)  # links stored as links
-        index_file = json.dumps({"paths": paths, "present": present}).encode()
+        index_file = json.dumps({"paths": paths, "present": present, "parents": parents}).encode()
         member = tarfile.TarInfo("state.json")
         member.size = len(index_file)
         tar.addfile(member, io.BytesIO(index_file))
@@ -180,25 +184,27 @@ def unpack(kind: str, paths: list[str], tar_path: str) -> dict[str, Any]:
                 if exists:
                     remove(path)
                 continue
-            os.makedirs(parent, exist_ok=True)
+            if not os.path.lexists(parent):  # a fresh sandbox: made as the snapshot's was
+                os.makedirs(parent)
+                uid, gid, mode = index.get("parents", {}).get(str(position), [0, 0, 0o755])
+                os.chown(parent, uid, gid)
+                os.chmod(parent, mode)
             members = [
                 member
                 for member in tar.getmembers()
                 if member.name == str(position) or member.name.startswith(f"{position}/")
             ]
-            staging = tempfile.mkdtemp(prefix=".reroll-restore-", dir=parent)
+            check_members(members)
+            folder = exists and stat.S_ISDIR(os.lstat(path).st_mode) and members[0].isdir()
+            # a folder is refilled in place (it may be a mount point: the workspace, HOME)
+            staging = tempfile.mkdtemp(prefix=".reroll-restore-", dir=path if folder else parent)
             try:
-                check_members(members)
                 tar.extractall(staging, members=members, numeric_owner=True)
                 staged = os.path.join(staging, str(position))
                 if kind == "sqlite" and exists:
-                    source = sqlite3.connect(staged)
-                    target = sqlite3.connect(path)
-                    try:
-                        source.backup(target)  # in place, through the backup API
-                    finally:
-                        target.close()
-                        source.close()
+                    restore_database(staged, path)
+                elif folder:
+                    refill(path, staged, os.path.basename(staging))
                 else:
                     if exists:
                         remove(path)
@@ -206,6 +212,30 @@ def unpack(kind: str, paths: list[str], tar_path: str) -> dict[str, Any]:
             finally:
                 shutil.rmtree(staging)
     return {"digest": digest(kind, paths)}
+
+
+def restore_database(copy: str, path: str) -> None:
+    """Restore the database at `path` from `copy` in place, through the backup API."""
+    source = sqlite3.connect(copy)
+    target = sqlite3.connect(path)
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
+
+
+def refill(path: str, staged: str, staging_name: str) -> None:
+    """Make folder `path` hold exactly what folder `staged` (inside it, in `staging_name`) holds,
+    with its owner and mode, keeping `path` itself."""
+    for name in os.listdir(path):
+        if name != staging_name:
+            remove(os.path.join(path, name))
+    for name in os.listdir(staged):
+        os.rename(os.path.join(staged, name), os.path.join(path, name))
+    info = os.lstat(staged)
+    os.chown(path, info.st_uid, info.st_gid)
+    os.chmod(path, stat.S_IMODE(info.st_mode))
 
 
 def main() -> None:
