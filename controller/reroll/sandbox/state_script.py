@@ -11,9 +11,9 @@ Requests (one JSON object on stdin), each answered by one JSON object on stdout:
     {"op": "digest", "kind": ..., "paths": [...]}
         → {"digest": HEX}                     a digest of the state as it is
 
-The digest is of the content, not of the bytes a copy happens to have: for ``sqlite`` the SQL of
-``iterdump`` (so a database restored through the backup API digests as its original), for
-``files`` every entry's relative path, type, mode and content (a symlink's target, never what it
+The digest is of the content, not of the bytes a file happens to have: for ``sqlite`` the pages
+of a backup copy (so a database restored through the backup API digests as its original,
+whatever its journal held), for ``files`` every entry's relative path, type, mode and content (a symlink's target, never what it
 points at). A path absent at ``pack`` is recorded as absent, and ``unpack`` deletes it; a path's missing
 parent folder is made with the owner and mode the snapshot's had.
 
@@ -61,12 +61,34 @@ def check_no_links(path: str) -> bool:
 
 
 def digest_sqlite(path: str, hasher: Any) -> None:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    with tempfile.TemporaryDirectory(prefix="reroll-digest-") as scratch:
+        copy = os.path.join(scratch, "copy.db")
+        backup(f"file:{path}?mode=ro", copy)
+        hash_database_copy(copy, hasher)
+
+
+def backup(source_uri: str, target: str) -> None:
+    """Copy the database at `source_uri` into `target` through SQLite's online backup API."""
+    source = sqlite3.connect(source_uri, uri=True)
+    destination = sqlite3.connect(target)
     try:
-        for line in connection.iterdump():
-            hasher.update(line.encode() + b"\n")
+        source.backup(destination)
     finally:
-        connection.close()
+        destination.close()
+        source.close()
+
+
+def hash_database_copy(copy: str, hasher: Any) -> None:
+    """Hash a backup copy's pages, leaving out the header fields a copy changes by itself (the
+    file change counter, bytes 24-27; the version-valid-for number and SQLite's version, 92-99:
+    https://www.sqlite.org/fileformat.html#the_database_header)."""
+    with open(copy, "rb") as handle:
+        header = bytearray(handle.read(100))
+        header[24:28] = bytes(4)
+        header[92:100] = bytes(8)
+        hasher.update(bytes(header))
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(chunk)
 
 
 def digest_tree(path: str, hasher: Any) -> None:
@@ -98,14 +120,18 @@ def digest_tree(path: str, hasher: Any) -> None:
         hasher.update(f"{relative}\0{mode:o}\0{content}\n".encode())
 
 
-def digest(kind: str, paths: list[str]) -> str:
+def digest(kind: str, paths: list[str], copies: dict[int, str] | None = None) -> str:
+    """The content digest of `paths`; `copies`: backup copies of the databases just made (by
+    position), hashed instead of copying them again."""
     hasher = hashlib.sha256()
     for index, path in enumerate(paths):
         present = check_no_links(path)
         hasher.update(f"#{index} {path} {'present' if present else 'absent'}\n".encode())
         if not present:
             continue
-        if kind == "sqlite":
+        if kind == "sqlite" and copies is not None and index in copies:
+            hash_database_copy(copies[index], hasher)
+        elif kind == "sqlite":
             digest_sqlite(path, hasher)
         else:
             digest_tree(path, hasher)
@@ -115,6 +141,7 @@ def digest(kind: str, paths: list[str]) -> str:
 def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
     present = []
     parents = {}
+    copies: dict[int, str] = {}
     with tempfile.TemporaryDirectory(prefix="reroll-state-") as scratch, tarfile.open(out, "w") as tar:
         for index, path in enumerate(paths):
             if not check_no_links(path):
@@ -126,13 +153,8 @@ def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
             parents[index] = [info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)]
             if kind == "sqlite":
                 copy = os.path.join(scratch, f"{index}.db")
-                source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-                target = sqlite3.connect(copy)
-                try:
-                    source.backup(target)  # SQLite's online backup API: a consistent copy
-                finally:
-                    target.close()
-                    source.close()
+                backup(f"file:{path}?mode=ro", copy)  # a consistent copy, writers or not
+                copies[index] = copy
                 info = os.lstat(path)
                 member = tar.gettarinfo(copy, arcname=str(index))
                 member.uid, member.gid, member.mode = info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)
@@ -144,8 +166,9 @@ def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
         member = tarfile.TarInfo("state.json")
         member.size = len(index_file)
         tar.addfile(member, io.BytesIO(index_file))
+        content = digest(kind, paths, copies)
     os.chmod(out, 0o600)
-    return {"digest": digest(kind, paths), "size": os.path.getsize(out)}
+    return {"digest": content, "size": os.path.getsize(out)}
 
 
 def check_members(members: list[tarfile.TarInfo]) -> None:
@@ -202,7 +225,7 @@ def unpack(kind: str, paths: list[str], tar_path: str) -> dict[str, Any]:
                 tar.extractall(staging, members=members, numeric_owner=True)
                 staged = os.path.join(staging, str(position))
                 if kind == "sqlite" and exists:
-                    restore_database(staged, path)
+                    backup(f"file:{staged}", path)  # in place, through the backup API
                 elif folder:
                     refill(path, staged, os.path.basename(staging))
                 else:
@@ -212,17 +235,6 @@ def unpack(kind: str, paths: list[str], tar_path: str) -> dict[str, Any]:
             finally:
                 shutil.rmtree(staging)
     return {"digest": digest(kind, paths)}
-
-
-def restore_database(copy: str, path: str) -> None:
-    """Restore the database at `path` from `copy` in place, through the backup API."""
-    source = sqlite3.connect(copy)
-    target = sqlite3.connect(path)
-    try:
-        source.backup(target)
-    finally:
-        target.close()
-        source.close()
 
 
 def refill(path: str, staged: str, staging_name: str) -> None:
