@@ -114,7 +114,9 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
     options = RolloutOptions(sandbox=args.sandbox)
     print(f"recording {args.steps} steps of urllib-session on sqlite-ledger ({args.sandbox})", flush=True)
     original, wall, cpu = await measured(
-        lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=folder / "jobs")
+        lambda: run_task(
+            TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=folder / "jobs"
+        )
     )
     if original.result.status != "ok":
         raise SystemExit(f"the recording ended {original.result.status}: {original.result.error}")
@@ -156,7 +158,8 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--at", type=int, default=30)
     parser.add_argument("-n", type=int, default=8)

@@ -13,9 +13,10 @@ Requests (one JSON object on stdin), each answered by one JSON object on stdout:
 
 The digest is of the content, not of the bytes a file happens to have: for ``sqlite`` the pages
 of a backup copy (so a database restored through the backup API digests as its original,
-whatever its journal held), for ``files`` every entry's relative path, type, mode and content (a symlink's target, never what it
-points at). A path absent at ``pack`` is recorded as absent, and ``unpack`` deletes it; a path's missing
-parent folder is made with the owner and mode the snapshot's had.
+whatever its journal held), for ``files`` every entry's relative path, type, mode and content
+(a symlink's target, never what it points at). A path absent at ``pack`` is recorded as
+absent, and ``unpack`` deletes it; a path's missing parent folder is made with the owner and
+mode the snapshot's had; a folder that exists is refilled in place (it may be a mount point).
 
 Never follows the agent's links: every component of every state path is checked with ``lstat``
 first and a symbolic link refuses the request (exit 3, the reason on stderr). The callers run it
