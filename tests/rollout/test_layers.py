@@ -52,7 +52,7 @@ def test_a_capture_that_stopped_between_layers_is_refused(tmp_path: Path) -> Non
 def test_a_layer_file_changed_after_the_capture_is_refused(tmp_path: Path) -> None:
     write_checkpoint(tmp_path)
     (tmp_path / "sandbox.tar").write_bytes(b"another sandbox")
-    with pytest.raises(EnvironmentStateError, match="sandbox.tar's sha256 is not the one recorded"):
+    with pytest.raises(EnvironmentStateError, match=r"sandbox\.tar's sha256 is not the one recorded"):
         load_checkpoint(tmp_path)
 
 
@@ -73,5 +73,5 @@ def test_a_checkpoint_of_another_step_or_none_at_all_is_refused(tmp_path: Path) 
     write_checkpoint(tmp_path)
     with pytest.raises(EnvironmentStateError, match="is of step 5, not of step 6"):
         load_checkpoint(tmp_path, step=6)
-    with pytest.raises(EnvironmentStateError, match="cannot read checkpoint.json"):
+    with pytest.raises(EnvironmentStateError, match=r"cannot read checkpoint\.json"):
         load_checkpoint(tmp_path / "absent")
