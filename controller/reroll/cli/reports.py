@@ -52,7 +52,8 @@ def fidelity_report(report: FidelityReport) -> RenderableType:
 
 def branch_report(summary: BranchSummary) -> RenderableType:
     """A table of the branches, then one of the mean reward per model."""
-    children = Table(title=f"branches from step {summary.cut_index} (--at {summary.at})")
+    via = f"via {summary.via}" + (f": {summary.note}" if summary.note else "")
+    children = Table(title=f"branches from step {summary.cut_index} (--at {summary.at}, {via})")
     for column in ("branch", "model", "status", "reward"):
         children.add_column(column, justify="right" if column == "reward" else "left", overflow="fold")
     for child in summary.children:
