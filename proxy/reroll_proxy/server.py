@@ -33,6 +33,9 @@ in constant time (`secrets.compare_digest`).
 - ``POST /_reroll/place`` — the controller says where in a trial the next requests are sent
   (a `reroll_contracts.trajectory.Place`, the body); every exchange served from then on records it as
   ``metadata.place``. Answers 204; 400 for a body that is not a Place.
+- ``GET /_reroll/held`` — a long poll: answers ``{"step": K}`` once a live request of step K
+  (a positive multiple of ``hold_every``) is held, unanswered; ``POST /_reroll/release?step=K``
+  lets it go on (204; 404 for a step not held). The controller captures a checkpoint in between.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.
@@ -101,6 +104,10 @@ class ProxyServer:
         self.faults = faults
         self._session: aiohttp.ClientSession | None = None
         self._stopped = asyncio.Event()
+        self._held: asyncio.Queue[int] = asyncio.Queue()
+        """Steps held for the controller, in the order they were held."""
+        self._holding: dict[int, asyncio.Event] = {}
+        """Each held step's release."""
         """Set with ``engine.stop``, before the first 409 is sent (see `reroll_contracts.proxy`)."""
         limits = config.client_limits
         self.app = web.Application(
@@ -120,6 +127,8 @@ class ProxyServer:
         self.app.router.add_get("/_reroll/status", self._status)
         self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
         self.app.router.add_post("/_reroll/place", self._set_place)
+        self.app.router.add_get("/_reroll/held", self._wait_for_held)
+        self.app.router.add_post("/_reroll/release", self._release)
         self.place: Place | None = None
         """Where in a trial the requests are sent now (``POST /_reroll/place``)."""
         self.app.router.add_get("/healthz", self._health)
@@ -194,6 +203,26 @@ class ProxyServer:
             return web.json_response({"error": f"not a place: {exc}"}, status=400)
         return web.Response(status=204)
 
+    async def _wait_for_held(self, _request: web.Request) -> web.Response:
+        return web.json_response({"step": await self._held.get()})
+
+    async def _release(self, request: web.Request) -> web.Response:
+        held = self._holding.pop(int(request.query.get("step", "-1")), None)
+        if held is None:
+            return web.json_response({"error": "no request of that step is held"}, status=404)
+        held.set()
+        return web.Response(status=204)
+
+    async def _hold(self, step: int) -> None:
+        """Hold the request of `step` until the controller releases it (`ProxyConfig.hold_every`)."""
+        every = self.config.hold_every
+        if not every or step == 0 or step % every:
+            return
+        release = self._holding[step] = asyncio.Event()
+        log.info("step %d: held for a checkpoint", step)
+        self._held.put_nowait(step)
+        await release.wait()
+
     async def _serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
         received, received_at = time.monotonic(), now_iso()
         raw = await request.read()
@@ -246,6 +275,8 @@ class ProxyServer:
             then = "going live (cutover policy)" if replay is None else "serving the recording"
             log.warning("step %d: divergence, %s; %s", step.number, step.divergence.summary, then)
         try:
+            if replay is None:
+                await self._hold(step.number)
             return await (self._replay(step, body, replay) if replay else self._live(step, body))
         finally:
             await self.recorder.skip(step.number)

@@ -4,6 +4,7 @@ agent without a resumable session falls back to replay with a note."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from reroll.agents import AGENTS_FILE_ENV, get_agent, registry
 from reroll.jobs.branch import CHECKPOINT_NAME, PREFIX_NAME, branch, choose_via
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
+from reroll.rollout.lifecycle import CHECKPOINTS_DIR
 from reroll.rollout.record import run_task
 from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.run import TRAJECTORY
@@ -57,21 +59,34 @@ def test_an_agent_without_a_resumable_session_falls_back_to_replay_with_a_note()
     assert choose_via(get_agent("claude-code"), "replay") == ("replay", None)
 
 
-@pytest.mark.slow
-async def test_a_fork_on_local_gives_children_the_parents_state_at_k_that_then_diverge(
-    tmp_path: Path, session_agent: str
-) -> None:
-    original = await run_task(
+@pytest.fixture(scope="module")
+def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> Path:
+    """A six-step run of the ledger task, with a checkpoint recorded every `CUT` steps."""
+    folder = tmp_path_factory.mktemp("original")
+    recording = run_task(
         LEDGER,
         agent_name=session_agent,
-        model=ledger_script(tmp_path, "original", 6),
-        options=RolloutOptions(sandbox="local"),
-        jobs_dir=tmp_path / "jobs",
+        model=ledger_script(folder, "original", 6),
+        options=RolloutOptions(sandbox="local", checkpoint_every=CUT),
+        jobs_dir=folder / "jobs",
     )
-    assert original.result.status == "ok", original.result.error
+    outcome = asyncio.run(recording)
+    assert outcome.result.status == "ok", outcome.result.error
+    return outcome.run_dir
+
+
+@pytest.mark.slow
+async def test_a_fork_on_local_gives_children_the_parents_state_at_k_that_then_diverge(
+    tmp_path: Path, original: Path
+) -> None:
+    """From the checkpoint recorded during the run: no prefix re-executed at all."""
+    assert sorted(p.name for p in (original / CHECKPOINTS_DIR).iterdir()) == [
+        f"step-{CUT}",
+        f"step-{2 * CUT}",
+    ]
     a, b = (ledger_script(tmp_path, name, CUT, f"child {name}") for name in ("a", "b"))
     summary = await branch(
-        original.run_dir,
+        original,
         at=CUT,
         models=[a, b],
         options=RolloutOptions(timeout_seconds=120),
@@ -79,11 +94,12 @@ async def test_a_fork_on_local_gives_children_the_parents_state_at_k_that_then_d
         output=tmp_path / "tree",
     )
     parent = Path(summary.parent)
-    assert summary.via == "snapshot" and summary.checkpoint == str(parent / CHECKPOINT_NAME)
+    assert summary.via == "snapshot" and summary.checkpoint == str(original / CHECKPOINTS_DIR / f"step-{CUT}")
+    assert summary.note is not None and "recorded during the run" in summary.note
+    assert not (parent / PREFIX_NAME).exists()
     assert summary.layers is not None and sorted(summary.layers) == ["environment", "sandbox", "session"]
     assert [(c.status, c.reward) for c in summary.children] == [("ok", 1.0), ("ok", 1.0)], summary.children
     assert all(child.restored == summary.layers for child in summary.children)
-    assert (parent / PREFIX_NAME / "config.json").is_file()
     for spec, name in ((a, "a"), (b, "b")):
         child = parent / f"{model_slug(spec)}__0"
         rows = (child / "verifier" / "environment_state.txt").read_text()
@@ -92,3 +108,21 @@ async def test_a_fork_on_local_gives_children_the_parents_state_at_k_that_then_d
         config = json.loads((child / "config.json").read_text())
         assert config["branched_from"]["via"] == "snapshot"
         assert len((child / TRAJECTORY).read_text().splitlines()) == 2  # live from K: its step, done
+
+
+@pytest.mark.slow
+async def test_without_a_recorded_checkpoint_the_prefix_is_rebuilt_once(
+    tmp_path: Path, original: Path
+) -> None:
+    at = CUT - 1
+    spec = ledger_script(tmp_path, "c", at, "child c")
+    summary = await branch(original, at=at, models=[spec], options=RolloutOptions(timeout_seconds=120))
+    parent = Path(summary.parent)
+    assert (
+        summary.checkpoint == str(parent / CHECKPOINT_NAME)
+        and (parent / PREFIX_NAME / "config.json").is_file()
+    )
+    assert [(c.status, c.reward) for c in summary.children] == [("ok", 1.0)], summary.children
+    assert summary.children[0].restored == summary.layers
+    rows = (parent / f"{model_slug(spec)}__0" / "verifier" / "environment_state.txt").read_text()
+    assert rows.strip() == repr([(0, "entry 0"), (1, "entry 1"), (2, "child c")])

@@ -63,6 +63,15 @@ def run(
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     image_map: ImageMapOption = None,
+    checkpoint_every: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Capture a checkpoint (environment state, workspace, agent session) every N steps, "
+            "into <run>/checkpoints/step-K/: `reroll branch --at K --via snapshot` forks from it "
+            "without rebuilding the prefix [default: 0, none].",
+        ),
+    ] = 0,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -86,6 +95,7 @@ def run(
                     sandbox_config=settings,
                     network=network,
                     faults=used,
+                    checkpoint_every=checkpoint_every,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

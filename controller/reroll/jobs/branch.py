@@ -52,7 +52,7 @@ from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
-from reroll.rollout.lifecycle import RESTORED_FILE
+from reroll.rollout.lifecycle import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
@@ -80,8 +80,6 @@ PREFIX_NAME = "_prefix"
 """The replay-only rollout that rebuilds the prefix once (``via = "snapshot"``), in the parent."""
 CHECKPOINT_NAME = "checkpoint"
 """Its checkpoint layers, in the parent."""
-RECORDED_CHECKPOINTS = "checkpoints"
-"""In a run folder: checkpoints recorded during the run, ``step-K/`` each (`reroll.rollout.layers`)."""
 
 
 def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:
@@ -269,7 +267,7 @@ async def _checkpoint_layers(
     Raises:
         EnvironmentStateError: the rebuilt prefix left no consistent checkpoint (its result named).
     """
-    recorded = checkpoint.original.path / RECORDED_CHECKPOINTS / f"step-{checkpoint.cut_index}"
+    recorded = checkpoint.original.path / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
     if (recorded / CHECKPOINT_FILE).is_file():
         try:
             load_checkpoint(recorded, step=checkpoint.cut_index)

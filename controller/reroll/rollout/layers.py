@@ -117,7 +117,14 @@ def layer_plans(sandbox: Sandbox, task: Task, agent: AgentSpec) -> list[LayerPla
 
 
 async def capture_checkpoint(
-    sandbox: Sandbox, task: Task, agent: AgentSpec, step: int, folder: Path, env: dict[str, str]
+    sandbox: Sandbox,
+    task: Task,
+    agent: AgentSpec,
+    step: int,
+    folder: Path,
+    env: dict[str, str],
+    *,
+    quiesce_agent: bool = True,
 ) -> LayeredCheckpoint:
     """Quiesce the agent and capture its rollout's layers at `step` into `folder` (the module
     docstring).
@@ -129,6 +136,8 @@ async def capture_checkpoint(
         step: how many exchanges the rollout made.
         folder: the checkpoint folder on the host (created; an earlier checkpoint there is replaced).
         env: the base environment of processes in the sandbox (PATH).
+        quiesce_agent: freeze and kill the agent's processes first; False: the caller holds the
+            agent otherwise (the proxy holds its model request: ``--checkpoint-every``).
 
     Returns:
         The checkpoint as written to ``folder/checkpoint.json``.
@@ -137,7 +146,8 @@ async def capture_checkpoint(
         QuiesceError: the agent's processes outlived the quiesce.
         EnvironmentStateError: a layer could not be copied (a planted link, a failed command...).
     """
-    await quiesce(sandbox)  # nothing of the agent runs while the layers are copied
+    if quiesce_agent:
+        await quiesce(sandbox)  # nothing of the agent runs while the layers are copied
     folder.mkdir(parents=True, exist_ok=True)
     plans = layer_plans(sandbox, task, agent)
     checkpoint = LayeredCheckpoint(

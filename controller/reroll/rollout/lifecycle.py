@@ -18,6 +18,7 @@ import time
 import traceback
 import urllib.parse
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,6 +109,9 @@ class RolloutPlan:
     forked by snapshot); its step must be `restore_step`."""
     restore_step: int = 0
     """The step of the checkpoint restored or captured: the cut index K."""
+    checkpoint_every: int = 0
+    """Capture a checkpoint (`reroll.rollout.layers`) every this many steps while the agent runs
+    live, into ``checkpoints/step-K/`` of the run folder (``reroll run --checkpoint-every``); 0: none."""
 
     @property
     def agent(self) -> AgentSpec:
@@ -223,7 +227,8 @@ async def execute_rollout(
                 verifier=verifier,
                 recorded=plan.recorded,
             )
-            outcome = await run_trial(trial, console)
+            async with _checkpoints_while(plan, proxy, sandbox, env | task_env, console):
+                outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
@@ -261,6 +266,46 @@ async def execute_rollout(
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)
     return result
+
+
+CHECKPOINTS_DIR = "checkpoints"
+"""In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
+
+
+@contextlib.asynccontextmanager
+async def _checkpoints_while(
+    plan: RolloutPlan, proxy: LlmProxy | None, sandbox: Sandbox, env: dict[str, str], console: Console
+) -> AsyncIterator[None]:
+    """While the block runs the agent: each time the proxy holds a request at a step boundary
+    (`RolloutPlan.checkpoint_every`), capture the layers into ``checkpoints/step-K/`` and let the
+    request go on. The agent waits for its model meanwhile: its conversation is quiescent (a
+    process it left running in the background is not frozen). A failed capture is reported, the
+    run goes on (a branch refuses the incomplete checkpoint and rebuilds the prefix)."""
+    if proxy is None or not plan.checkpoint_every:
+        yield
+        return
+
+    async def capture() -> None:
+        while True:
+            step = await proxy.wait_for_held()
+            folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+            try:
+                await capture_checkpoint(
+                    sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False
+                )
+                console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
+            except RerollError as exc:
+                console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
+            finally:
+                await proxy.release(step)
+
+    capturing = asyncio.create_task(capture())
+    try:
+        yield
+    finally:
+        capturing.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RerollError):
+            await capturing
 
 
 def _stopped_at_cut(outcome: AgentOutcome) -> bool:
@@ -302,6 +347,7 @@ async def _start_llm_side(
         listen_host=host,
         faults=plan.config.faults,
         volatile=volatile_rules(plan, sandbox.layout),
+        hold_every=plan.checkpoint_every,
     )
     await stack.enter_async_context(proxy)
     await sandbox.allow_host_port(_port(proxy.base_url))

@@ -79,6 +79,10 @@ class RolloutOptions:
     faults: FaultsUsed | None = None
     """The fault plan the proxy injects (`reroll.host.llm_proxy.faults_used`), or None; faults
     recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
+    checkpoint_every: int = 0
+    """Capture a three-layer checkpoint every this many steps while the agent runs live
+    (`reroll.rollout.layers`; ``<run>/checkpoints/step-K/``), which ``branch --via snapshot``
+    forks from instead of rebuilding the prefix; 0: none."""
     divergence_policy: DivergencePolicy = "warn"
     """What the proxy does when a replayed request differs from the recording (``warn``,
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
@@ -207,6 +211,7 @@ async def start_rollout(
         recorded_values=recorded_values,
         recorded=recorded,
         capture_to=capture_to,
+        checkpoint_every=options.checkpoint_every,
         restore_from=origin.layers if isinstance(origin, FromCheckpoint) else None,
         restore_step=origin.checkpoint.cut_index if isinstance(origin, FromCheckpoint) else 0,
     )
