@@ -2,14 +2,16 @@
 snapshot + restore.
 
     .venv/bin/python scripts/bench/branch.py [--steps 40] [--at 30] [-n 8] [--concurrency 4]
-        [--step-seconds 0] [--sandbox local] [--db-mb 100]
+        [--step-seconds 0] [--checkpoint-every 10] [--sandbox local] [--db-mb 100]
 
 Records one run of the resumable ``urllib-session`` agent (examples/agents/urllib-session.yaml)
 on examples/tasks/sqlite-ledger (a SQLite state) with its scripted model: `--steps` bash steps,
 each adding a row to the ledger (after sleeping `--step-seconds`, the tool time a real step
-has), then done. It is branched at step `--at` into `-n` children (the same script: each
-child runs the remaining steps live), once by replay (every child re-executes the prefix) and
-once by snapshot (the prefix rebuilt once, its layers captured and restored into each child).
+has), then done; once plainly, once with a checkpoint every `--checkpoint-every` steps. It is
+branched at step `--at` into `-n` children (the same script: each child runs the remaining
+steps live): by replay (every child re-executes the prefix), by snapshot from the plain run (the
+prefix rebuilt once, its layers captured and restored into each child) and by snapshot from the
+checkpointed run (its recorded checkpoint restored into each child, no prefix re-executed).
 Prints wall time and CPU-seconds (this process and every descendant it waited for: proxies,
 model servers, sidecars, agents, tools; ``getrusage``) of each, and their ratios; then the
 seconds a snapshot and a restore of a `--db-mb` MB SQLite database take in a sandbox. Exits 1
@@ -108,52 +110,64 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
         return snapshot, restore, len(copy.data)
 
 
+async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> Path:
+    """Record the ledger run (with a checkpoint every `every` steps); its run folder."""
+    options = RolloutOptions(sandbox=args.sandbox, checkpoint_every=every)
+    jobs = folder / f"jobs-{every}"
+    outcome, wall, cpu = await measured(
+        lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs)
+    )
+    if outcome.result.status != "ok":
+        raise SystemExit(f"the recording ended {outcome.result.status}: {outcome.result.error}")
+    checkpoints = f", a checkpoint every {every} steps" if every else ""
+    print(f"  recorded{checkpoints} in {wall:.1f} s wall, {cpu:.1f} CPU-s", flush=True)
+    return outcome.run_dir
+
+
 async def bench(args: argparse.Namespace, folder: Path) -> int:
     os.environ[AGENTS_FILE_ENV] = str(AGENTS)
     model = script(folder, args.steps, args.step_seconds)
-    options = RolloutOptions(sandbox=args.sandbox)
     print(f"recording {args.steps} steps of urllib-session on sqlite-ledger ({args.sandbox})", flush=True)
-    original, wall, cpu = await measured(
-        lambda: run_task(
-            TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=folder / "jobs"
-        )
-    )
-    if original.result.status != "ok":
-        raise SystemExit(f"the recording ended {original.result.status}: {original.result.error}")
-    print(f"  recorded in {wall:.1f} s wall, {cpu:.1f} CPU-s: {original.run_dir}", flush=True)
-    rows: dict[Via, tuple[float, float, BranchSummary]] = {}
-    for via in ("replay", "snapshot"):
-        print(f"branching at step {args.at} into {args.n} children --via {via}", flush=True)
+    plain = await record(args, folder, model, 0)
+    checkpointed = await record(args, folder, model, args.checkpoint_every)
+    ways: list[tuple[str, Path, Via]] = [
+        ("--via replay", plain, "replay"),
+        ("--via snapshot (prefix rebuilt once)", plain, "snapshot"),
+        (f"--via snapshot (run --checkpoint-every {args.checkpoint_every})", checkpointed, "snapshot"),
+    ]
+    rows: list[tuple[str, float, float, BranchSummary]] = []
+    for index, (label, run, via) in enumerate(ways):
+        print(f"branching at step {args.at} into {args.n} children {label}", flush=True)
         summary, wall, cpu = await measured(
-            lambda via=via: branch(  # type: ignore[misc]
-                original.run_dir,
+            lambda run=run, via=via, index=index: branch(  # type: ignore[misc]
+                run,
                 at=args.at,
                 models=[model],
                 n=args.n,
-                options=options,
+                options=RolloutOptions(sandbox=args.sandbox),
                 runner=RunnerOptions(concurrency=args.concurrency),
-                output=folder / via,
+                output=folder / f"tree-{index}",
                 via=via,
             )
         )
-        rows[via] = (wall, cpu, summary)
+        rows.append((label, wall, cpu, summary))
         statuses = [child.status for child in summary.children]
-        print(f"  {wall:.1f} s wall, {cpu:.1f} CPU-s; children: {statuses}", flush=True)
-    replay_wall, replay_cpu, _ = rows["replay"]
-    snap_wall, snap_cpu, snap = rows["snapshot"]
+        print(f"  {wall:.1f} s wall, {cpu:.1f} CPU-s; children: {statuses}; {summary.note}", flush=True)
+    _, replay_wall, replay_cpu, _ = rows[0]
     print()
-    print(f"| branch at {args.at} of {args.steps}, {args.n} children | wall s | CPU-s |")
-    print("|---|---|---|")
-    print(f"| --via replay | {replay_wall:.1f} | {replay_cpu:.1f} |")
-    print(f"| --via snapshot | {snap_wall:.1f} | {snap_cpu:.1f} |")
-    print(f"| snapshot / replay | {snap_wall / replay_wall:.2f}x | {snap_cpu / replay_cpu:.2f}x |")
-    print(f"\nsnapshot layers: {snap.layers}")
+    title = f"branch at {args.at} of {args.steps} steps, {args.n} children"
+    print(f"| {title} | wall s | CPU-s | wall / replay | CPU / replay |")
+    print("|---|---|---|---|---|")
+    for label, wall, cpu, _ in rows:
+        print(f"| {label} | {wall:.1f} | {cpu:.1f} | {wall / replay_wall:.2f}x | {cpu / replay_cpu:.2f}x |")
+    layers = {summary.checkpoint: summary.layers for _, _, _, summary in rows[1:]}
+    print(f"\nsnapshot layers (digests): {layers}")
     snapshot, restore, size = await state_seconds(args.sandbox, args.db_mb)
     print(
         f"\nSQLite state of {args.db_mb} MB ({size / 1e6:.0f} MB copied): "
         f"snapshot {snapshot:.2f} s, restore {restore:.2f} s"
     )
-    children = [child for _, _, summary in rows.values() for child in summary.children]
+    children = [child for _, _, _, summary in rows for child in summary.children]
     return 0 if all(child.status == "ok" for child in children) else 1
 
 
@@ -165,6 +179,7 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--sandbox", default="local")
     parser.add_argument("--db-mb", type=int, default=100)
     args = parser.parse_args()
