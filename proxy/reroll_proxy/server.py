@@ -34,8 +34,9 @@ in constant time (`secrets.compare_digest`).
   (a `reroll_contracts.trajectory.Place`, the body); every exchange served from then on records it as
   ``metadata.place``. Answers 204; 400 for a body that is not a Place.
 - ``GET /_reroll/held`` — a long poll: answers ``{"step": K}`` once a live request of step K
-  (a positive multiple of ``hold_every``) is held, unanswered; ``POST /_reroll/release?step=K``
-  lets it go on (204; 404 for a step not held). The controller captures a checkpoint in between.
+  (a positive multiple of ``hold_every``), or one past a replay-only cut, is held, unanswered;
+  ``POST /_reroll/release?step=K`` lets it go on (204; 404 for a step not held). The controller
+  captures a checkpoint in between.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.
@@ -246,6 +247,8 @@ class ProxyServer:
             finally:
                 await self.recorder.skip(step.number)
         decision = self.engine.decide(body, wire.name)
+        if isinstance(decision, Exhausted):  # the cut of a replay-only rollout: a checkpoint first
+            await self._hold(decision.step)
         if self.engine.stop is not None:
             self._stopped.set()  # before the 409: a status read after the agent saw it has the stop
         if isinstance(decision, Exhausted):

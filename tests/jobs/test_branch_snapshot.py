@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV, get_agent, registry
-from reroll.jobs.branch import CHECKPOINT_NAME, PREFIX_NAME, branch, choose_via
+from reroll.jobs.branch import PREFIX_NAME, branch, choose_via
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.lifecycle import CHECKPOINTS_DIR
@@ -119,7 +119,7 @@ async def test_without_a_recorded_checkpoint_the_prefix_is_rebuilt_once(
     summary = await branch(original, at=at, models=[spec], options=RolloutOptions(timeout_seconds=120))
     parent = Path(summary.parent)
     assert (
-        summary.checkpoint == str(parent / CHECKPOINT_NAME)
+        summary.checkpoint == str(parent / PREFIX_NAME / CHECKPOINTS_DIR / f"step-{at}")
         and (parent / PREFIX_NAME / "config.json").is_file()
     )
     assert [(c.status, c.reward) for c in summary.children] == [("ok", 1.0)], summary.children

@@ -28,8 +28,8 @@ The output is a tree::
       trajectory/llm_trajectory.jsonl   the first K recorded exchanges
       summary.json                      BranchSummary: per-child rewards, mean reward per model,
                                         via, the layers' digests (snapshot)
-      _prefix/                          snapshot: the replay-only rollout that rebuilt the prefix
-      checkpoint/                       snapshot: its layers (`reroll.rollout.layers`)
+      _prefix/                          snapshot: the replay-only rollout that rebuilt the prefix,
+                                        its layers in checkpoints/step-K/ (`reroll.rollout.layers`)
       <model>__<i>/                     one run folder per branch, branched_from.path = the parent
                                         (<model>: `reroll.models.spec.model_slug`)
 """
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -78,8 +79,6 @@ from reroll.sandbox.base import load_backend
 Via = Literal["snapshot", "replay"]
 PREFIX_NAME = "_prefix"
 """The replay-only rollout that rebuilds the prefix once (``via = "snapshot"``), in the parent."""
-CHECKPOINT_NAME = "checkpoint"
-"""Its checkpoint layers, in the parent."""
 
 
 def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:
@@ -171,6 +170,8 @@ async def branch(
     )
     console.print(f"parent folder: {parent}")
     chosen, note = choose_via(checkpoint.agent, via)
+    if chosen == "snapshot" and checkpoint.cut_index == 0:
+        chosen, note = "replay", "step 0: nothing to replay, nothing to fork"
     layers: Path | None = None
     digests: dict[str, str] | None = None
     if chosen == "snapshot":
@@ -262,7 +263,8 @@ async def _checkpoint_layers(
 ) -> tuple[Path, str]:
     """The checkpoint folder of step K the children fork from, and where it came from: one
     recorded during the run (``<run>/checkpoints/step-K``) when it is consistent, else the prefix
-    rebuilt once by a replay-only rollout (`PREFIX_NAME`) that captures it (`CHECKPOINT_NAME`).
+    rebuilt once by a replay-only rollout (`PREFIX_NAME`) that captures it when the proxy holds
+    the agent's request at the cut (``_prefix/checkpoints/step-K``).
 
     Raises:
         EnvironmentStateError: the rebuilt prefix left no consistent checkpoint (its result named).
@@ -280,17 +282,17 @@ async def _checkpoint_layers(
         live_model=None,
         parent=parent,
         name=PREFIX_NAME,
-        options=options,
-        capture_to=parent / CHECKPOINT_NAME,
+        options=replace(options, checkpoint_every=checkpoint.cut_index),  # held at the cut: captured
     )
-    if not (parent / CHECKPOINT_NAME / CHECKPOINT_FILE).is_file():
+    captured = outcome.run_dir / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
+    if not (captured / CHECKPOINT_FILE).is_file():
         result = outcome.result
         raise EnvironmentStateError(
             f"rebuilding the prefix to step {checkpoint.cut_index} captured no checkpoint: "
             f"{PREFIX_NAME} ended {result.status} ({result.error_category}: {result.error}); "
             f"see {outcome.run_dir}"
         )
-    return parent / CHECKPOINT_NAME, f"the prefix rebuilt once in {PREFIX_NAME}/"
+    return captured, f"the prefix rebuilt once in {PREFIX_NAME}/"
 
 
 def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:

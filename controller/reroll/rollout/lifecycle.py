@@ -101,17 +101,15 @@ class RolloutPlan:
     recorded: list[TurnRecord] = field(default_factory=list)
     """For a continuation: the original's turns up to the cut, whose prompts are sent again as
     recorded (`reroll.rollout.scenes`)."""
-    capture_to: Path | None = None
-    """Capture the rollout's layers (`reroll.rollout.layers`) into this folder when the proxy
-    stops at the replay's cut (a replay-only rollout: the prefix a branch by snapshot forks)."""
     restore_from: Path | None = None
     """Restore the layers of the checkpoint in this folder before the agent starts (a branch
     forked by snapshot); its step must be `restore_step`."""
     restore_step: int = 0
-    """The step of the checkpoint restored or captured: the cut index K."""
+    """The step of the checkpoint restored: the cut index K."""
     checkpoint_every: int = 0
     """Capture a checkpoint (`reroll.rollout.layers`) every this many steps while the agent runs
-    live, into ``checkpoints/step-K/`` of the run folder (``reroll run --checkpoint-every``); 0: none."""
+    live, into ``checkpoints/step-K/`` of the run folder (``reroll run --checkpoint-every``), and
+    at the cut of a replay-only rollout when it is such a step (a branch's rebuilt prefix); 0: none."""
 
     @property
     def agent(self) -> AgentSpec:
@@ -235,10 +233,6 @@ async def execute_rollout(
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
-            if plan.capture_to is not None and _stopped_at_cut(outcome):
-                step, folder = plan.restore_step, plan.capture_to
-                console.print(f"[dim]capturing the checkpoint layers of step {step}[/dim]")
-                await capture_checkpoint(sandbox, plan.task, plan.agent, step, folder, env | task_env)
             manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / MANIFEST_FILE, manifest)
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
@@ -306,12 +300,6 @@ async def _checkpoints_while(
         capturing.cancel()
         with contextlib.suppress(asyncio.CancelledError, RerollError):
             await capturing
-
-
-def _stopped_at_cut(outcome: AgentOutcome) -> bool:
-    """The proxy stopped the agent at the replay's cut (a replay-only rollout reached it)."""
-    stop = outcome.status.stop
-    return stop is not None and stop.kind == "replay_exhausted"
 
 
 async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:

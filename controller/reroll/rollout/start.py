@@ -139,7 +139,6 @@ async def start_rollout(
     options: RolloutOptions,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,
-    capture_to: Path | None = None,
 ) -> RolloutOutcome:
     """Create the run folder ``parent/name``, write its config, and run the rollout.
 
@@ -154,9 +153,6 @@ async def start_rollout(
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
-        capture_to: for a replay-only rollout from a checkpoint: capture the three layers
-            (`reroll.rollout.layers`) into this folder when the proxy stops at the cut.
-
     Returns:
         The new run folder and its result.
 
@@ -210,7 +206,6 @@ async def start_rollout(
         replay=replay,
         recorded_values=recorded_values,
         recorded=recorded,
-        capture_to=capture_to,
         checkpoint_every=options.checkpoint_every,
         restore_from=origin.layers if isinstance(origin, FromCheckpoint) else None,
         restore_step=origin.checkpoint.cut_index if isinstance(origin, FromCheckpoint) else 0,
