@@ -1,6 +1,8 @@
-"""``branch --via snapshot``: the prefix rebuilt once, its three layers captured and forked into
-children that start at step K with the parent's database, workspace and session, and diverge; an
-agent without a resumable session falls back to replay with a note."""
+"""``branch --via snapshot``: three layers (a SQLite database, the workspace, the agent's session)
+captured during the run (``--checkpoint-every``) or by rebuilding the prefix once, forked into
+children that start at step K with the parent's state and diverge (on local and docker); an agent
+without a resumable session falls back to replay with a note. The docker runs take the machine's
+docker lock: ``flock /tmp/reroll-docker-tests.lock .venv/bin/python -m pytest ...``."""
 
 from __future__ import annotations
 
@@ -60,14 +62,15 @@ def test_an_agent_without_a_resumable_session_falls_back_to_replay_with_a_note()
 
 
 @pytest.fixture(scope="module")
-def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> Path:
-    """A six-step run of the ledger task, with a checkpoint recorded every `CUT` steps."""
+def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str, sandbox_backend: str) -> Path:
+    """A six-step run of the ledger task on each sandbox backend, with a checkpoint recorded
+    every `CUT` steps."""
     folder = tmp_path_factory.mktemp("original")
     recording = run_task(
         LEDGER,
         agent_name=session_agent,
         model=ledger_script(folder, "original", 6),
-        options=RolloutOptions(sandbox="local", checkpoint_every=CUT),
+        options=RolloutOptions(sandbox=sandbox_backend, checkpoint_every=CUT),
         jobs_dir=folder / "jobs",
     )
     outcome = asyncio.run(recording)
@@ -76,7 +79,7 @@ def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> Pa
 
 
 @pytest.mark.slow
-async def test_a_fork_on_local_gives_children_the_parents_state_at_k_that_then_diverge(
+async def test_a_fork_gives_children_the_parents_state_at_k_that_then_diverge(
     tmp_path: Path, original: Path
 ) -> None:
     """From the checkpoint recorded during the run: no prefix re-executed at all."""
@@ -112,8 +115,10 @@ async def test_a_fork_on_local_gives_children_the_parents_state_at_k_that_then_d
 
 @pytest.mark.slow
 async def test_without_a_recorded_checkpoint_the_prefix_is_rebuilt_once(
-    tmp_path: Path, original: Path
+    tmp_path: Path, original: Path, sandbox_backend: str
 ) -> None:
+    if sandbox_backend != "local":
+        pytest.skip("the rebuild does not depend on the sandbox: checked once, on local")
     at = CUT - 1
     spec = ledger_script(tmp_path, "c", at, "child c")
     summary = await branch(original, at=at, models=[spec], options=RolloutOptions(timeout_seconds=120))

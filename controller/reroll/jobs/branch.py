@@ -172,6 +172,8 @@ async def branch(
     chosen, note = choose_via(checkpoint.agent, via)
     if chosen == "snapshot" and checkpoint.cut_index == 0:
         chosen, note = "replay", "step 0: nothing to replay, nothing to fork"
+    elif chosen == "snapshot" and checkpoint.original.config.trial is not None:
+        chosen, note = "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
     layers: Path | None = None
     digests: dict[str, str] | None = None
     if chosen == "snapshot":

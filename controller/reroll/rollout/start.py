@@ -153,6 +153,7 @@ async def start_rollout(
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
+
     Returns:
         The new run folder and its result.
 
