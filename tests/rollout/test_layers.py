@@ -6,10 +6,22 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, LayerRecord, load_checkpoint
+from reroll.agents import get_agent
+from reroll.rollout.layers import (
+    CHECKPOINT_FILE,
+    LayeredCheckpoint,
+    LayerRecord,
+    load_checkpoint,
+    restore_checkpoint,
+)
+from reroll.sandbox.base import SandboxLayout
+from reroll.tasks.task import load_task
 from reroll_contracts.errors import EnvironmentStateError
+
+from tests.conftest import EXAMPLES
 
 
 def write_checkpoint(
@@ -75,3 +87,14 @@ def test_a_checkpoint_of_another_step_or_none_at_all_is_refused(tmp_path: Path) 
         load_checkpoint(tmp_path, step=6)
     with pytest.raises(EnvironmentStateError, match=r"cannot read checkpoint\.json"):
         load_checkpoint(tmp_path / "absent")
+
+
+async def test_a_checkpoint_of_another_agent_or_task_is_not_restored(tmp_path: Path) -> None:
+    """Checked before the sandbox is touched: the sandbox here has nothing but its layout."""
+    write_checkpoint(tmp_path)
+    sandbox = SimpleNamespace(
+        layout=SandboxLayout(root="/", workspace="/app", logs_dir="/logs", home="/h", agents_dir="/a")
+    )
+    task = load_task(EXAMPLES / "sqlite-ledger")
+    with pytest.raises(EnvironmentStateError, match="is of a on t, not of claude-code on sqlite-ledger"):
+        await restore_checkpoint(sandbox, task, get_agent("claude-code"), tmp_path, {}, step=5)  # type: ignore[arg-type]
