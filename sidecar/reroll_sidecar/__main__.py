@@ -1,4 +1,5 @@
-"""Command line of the sidecar: ``python -m reroll_sidecar --listen ADDRESS [options]``.
+"""Command line of the sidecar: ``python -m reroll_sidecar --listen ADDRESS [options]``, or
+``python -m reroll_sidecar probe TARGET`` for one readiness probe (`reroll_sidecar.probe`).
 
 The auth token comes from ``--token-file`` or the environment variable ``REROLL_SIDECAR_TOKEN``,
 which is removed from the environment so that the commands the sidecar runs never see it. Run
@@ -38,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The exit code: 0 after a clean stop, 2 for a usage error (such as a missing token).
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["probe"]:
+        from reroll_sidecar import probe
+
+        return probe.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m reroll_sidecar", description="The reroll sidecar daemon."
     )

@@ -1,4 +1,5 @@
-"""One rollout's lifecycle: setup → start → install → execute → verify → cleanup.
+"""One rollout's lifecycle: setup → start → install → provision the task's services → readiness
+gate → execute → verify → cleanup (the services torn down before the sandbox stops).
 
 `execute_rollout` drives it for a fresh recording (`reroll run`) and for a continuation
 (`reroll continue`, ``replay``, ``branch``, which add a `ReplayConfig`); `reroll.rollout.start`
@@ -64,6 +65,7 @@ from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
 from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
+from reroll.sandbox.services import Environment
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
@@ -200,6 +202,10 @@ async def execute_rollout(
             env = sandbox_env(sandbox)
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
+            environment = Environment(sandbox, plan.task, plan.run_dir, env | task_env)
+            stack.push_async_callback(environment.teardown)  # before the sandbox stops
+            await _provision(environment, console)
+            task_env |= environment.exec_env()
             await verifier.prepare(sandbox, env)
             if plan.restore_from is not None:
                 console.print(f"[dim]restoring the checkpoint layers of step {plan.restore_step}[/dim]")
@@ -228,6 +234,8 @@ async def execute_rollout(
             async with _checkpoints_while(plan, proxy, sandbox, env | task_env, console):
                 outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
+            if outcome.status.stop is None:  # a stopped replay killed every process, services too
+                await environment.check_alive()
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
                 await proxy.stop()
@@ -300,6 +308,20 @@ async def _checkpoints_while(
         capturing.cancel()
         with contextlib.suppress(asyncio.CancelledError, RerollError):
             await capturing
+
+
+async def _provision(environment: Environment, console: Console) -> None:
+    """Start the task's services and hold the rollout until all are ready (the readiness gate:
+    `reroll.sandbox.services`); nothing to do for a task without any."""
+    if not environment.declared:
+        return
+    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
+    timeout = environment.spec.readiness.timeout_sec
+    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
+    gate = time.monotonic()
+    await environment.provision()
+    await environment.wait_ready()
+    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
 
 
 async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:

@@ -13,6 +13,9 @@
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
       error.txt                        the traceback of a bug that ended the rollout, if one did
       fidelity.json                    ``reroll replay``'s report, in the rebuilt run folder
+      services/                        the environment's services: <name>.log (each one's output,
+                                       entrypoint.log for an image that owns its lifecycle) and
+                                       services.json (`ServiceRecord`s: started, ready, exited)
       harness/                         controller.log, proxy.json (the proxy's config, with the rollout
                                        token), ready files, logs: mode 0700, token files 0600
 
@@ -51,6 +54,10 @@ MANIFEST_FILE = "workspace_manifest.json"
 ERROR_FILE = "error.txt"
 """The traceback of an exception outside reroll's tree that ended the rollout."""
 FIDELITY_FILE = "fidelity.json"
+SERVICES_DIR = Path("services")
+"""The task's services' logs (``<name>.log``) and `SERVICES_FILE` (`reroll.sandbox.services`)."""
+SERVICES_FILE = SERVICES_DIR / "services.json"
+"""A JSON list of `ServiceRecord`: when each service started, was ready and exited."""
 HARNESS_DIR = Path("harness")
 """What reroll's own processes leave: their configs, ready files and logs; only their owner (root,
 for a root controller) may enter it."""
@@ -141,6 +148,26 @@ class Timings(BaseModel):
     agent_seconds: float | None = None
     verifier_seconds: float | None = None
     total_seconds: float | None = None
+
+
+class ServiceRecord(BaseModel):
+    """One service of the task's environment in a rollout (`SERVICES_FILE`); times are Unix
+    seconds (wall clock), None for what did not happen."""
+
+    name: str
+    """The service's name (``entrypoint`` for the image's own entrypoint, ``owns_lifecycle``)."""
+    runs: Literal["command", "image"]
+    """``command``: a process inside the sandbox; ``image``: a sibling container (docker)."""
+    probe: str
+    """Its readiness probe, as a phrase."""
+    log: str
+    """Its log, relative to the run folder (``services/<name>.log``)."""
+    started_at: float | None = None
+    ready_at: float | None = None
+    """When its probe first passed (the agent starts after every service's)."""
+    exited_at: float | None = None
+    """When it was seen exited before the teardown (a crash, or a failed start)."""
+    exit_code: int | None = None
 
 
 class Counts(BaseModel):

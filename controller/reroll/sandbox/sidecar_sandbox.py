@@ -12,12 +12,13 @@ import abc
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import ClassVar, Self
 
 from reroll_contracts.errors import SandboxError
 
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
+from reroll.sandbox.sidecar_bundle import ENTRYPOINT
 from reroll.sandbox.sidecar_client import SidecarClient
 from reroll.tasks.task import HardeningOptions
 
@@ -29,6 +30,11 @@ class SidecarSandbox(abc.ABC):
         layout: the sandbox's paths.
         label: how messages name the sandbox (``local sandbox /tmp/reroll-local-…``).
     """
+
+    sidecar_program: ClassVar[tuple[str, ...]] = tuple(ENTRYPOINT)
+    """The sidecar's program as the sandbox's processes run it (its ``probe`` command probes a
+    service's URL or port from inside the sandbox: `reroll.sandbox.services`): the bundle mounted
+    at ``/opt/reroll-sidecar``."""
 
     def __init__(self, layout: SandboxLayout, label: str) -> None:
         self.layout = layout

@@ -5,7 +5,8 @@ task.md / task.toml, not below a task folder), `check` loads it as a rollout wou
 (`reroll.tasks.task.load_task`) and `render` prints its resolved configuration — the conventions
 (working folder, the agent's user, where the verifier and the solution go), environment,
 resources, network policy, time limits — then the foreign fields mapped onto reroll's and the
-fields it ignores, each with the reason; a task that does not load is shown with the cause.
+fields it ignores, each with the reason; the environment plane (services with their probes,
+readiness, task selection, state, MCP servers); a task that does not load is shown with the cause.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from reroll.tasks.task import DEFAULT_WORKDIR, Task, load_task
+from reroll.tasks.environment import ServiceSpec, start_order
+from reroll.tasks.task import DEFAULT_WORKDIR, EnvironmentSection, Task, load_task
 
 TASK_FILES = ("task.md", "task.toml")
 
@@ -98,7 +102,51 @@ def resolved(task: Task) -> list[tuple[str, str]]:
         ("network", environment.network),
         ("timeouts", f"agent {spec.agent.timeout_sec:g} s, verifier {spec.verifier.timeout_sec:g} s"),
         ("pytest plugins", f"{plugins}; autoload {'on' if hardening.plugin_autoload else 'off'}"),
+        *environment_rows(environment),
     ]
+
+
+def environment_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
+    """The environment plane of a task as ``(setting, value)`` rows: one per service (in start
+    order, with its probe), the lifecycle, readiness, task selection, state and MCP servers."""
+    rows = [
+        (f"service {service.name}", f"{_runs(service)}; ready: {service.describe_probe()}")
+        for service in start_order(environment.services)
+    ]
+    if environment.owns_lifecycle:
+        rows.append(("lifecycle", "the image's entrypoint starts its services; reroll gates on readiness"))
+    readiness = environment.readiness
+    probes = [*readiness.http, *(f"tcp {port}" for port in readiness.tcp)]
+    if environment.healthcheck is not None:
+        probes.append(environment.healthcheck.describe())
+    if rows or probes:
+        within = f"within {readiness.timeout_sec:g} s"
+        rows.append(("readiness", f"{', '.join(probes) or 'the services'}; {within}"))
+    if (selection := environment.task_selection) is not None:
+        how = f" {selection.key} (into the {selection.inject_into})" * (selection.mechanism == "env_var")
+        rows.append(("task selection", f"{selection.mechanism}{how}"))
+    if environment.forward_env.keys:
+        keys = [
+            f"{key} (never: named like a secret)" if SECRET_NAME.search(key) else key
+            for key in environment.forward_env.keys
+        ]
+        rows.append(("forwarded env", ", ".join(keys)))
+    if (state := environment.state) is not None:
+        where = f" in service {state.service}" if state.service else ""
+        what = ", ".join(state.paths) or "snapshot/restore commands"
+        rows.append(("state", f"{state.kind}: {what}{where}"))
+    for server in environment.mcp_servers:
+        target = server.url if server.transport != "stdio" else " ".join([server.command or "", *server.args])
+        rows.append((f"mcp {server.name}", f"{server.transport} {target}{' (optional)' * server.optional}"))
+    return rows
+
+
+def _runs(service: ServiceSpec) -> str:
+    if service.image is not None:
+        command = f", command {service.command}" if service.command else ""
+        return f"image {service.image} (a sibling container, docker only{command})"
+    port = f", port {service.port}" if service.port else ""
+    return f"command {service.command} (inside the sandbox, as root{port})"
 
 
 def _keys(env: dict[str, str]) -> str:
@@ -121,16 +169,18 @@ def render(results: list[CheckedTask], console: Console) -> None:
     for result in results:
         console.print()
         if result.task is None:
-            console.print(f"[bold]{result.path}[/bold]: [red]does not load[/red]\n{result.error}")
+            console.print(
+                f"[bold]{result.path}[/bold]: [red]does not load[/red]\n{escape(result.error or '')}"
+            )
             continue
         task = result.task
         table = Table(title=f"{task.name}  ({task.path})", title_justify="left", show_header=False)
         table.add_column("setting", style="bold")
         table.add_column("value")
         for name, value in resolved(task):
-            table.add_row(name, value)
+            table.add_row(name, escape(value))  # values quote the task: "[environment]" is no markup
         for note in task.mapped:
-            table.add_row("mapped", f"{note.field} → {note.note}")
+            table.add_row("mapped", escape(f"{note.field} → {note.note}"))
         for note in task.ignored:
-            table.add_row("[yellow]ignored[/yellow]", f"{note.field}: {note.note}")
+            table.add_row("[yellow]ignored[/yellow]", escape(f"{note.field}: {note.note}"))
         console.print(table)

@@ -52,7 +52,14 @@ class HealthCheck(BaseModel):
     start_period_sec: float = Field(default=0.0, ge=0)
     """Seconds after the start during which failed probes are not counted (the service boots)."""
     retries: int = Field(default=3, ge=1)
-    """Consecutive failed probes after the service was healthy that mark it unhealthy."""
+    """Consecutive failed probes after the service was healthy that mark it unhealthy (Docker's
+    meaning; reroll's readiness gate waits for the first pass and probes nothing after it yet: a
+    service that exits is what counts as a crash, `reroll.sandbox.services`)."""
+
+    def describe(self) -> str:
+        """The probe and its timing as a phrase (``GET /health (every 1 s, 3 retries)``)."""
+        probe = f"GET {self.http}" if self.http else f"`{self.command}` exits 0"
+        return f"{probe} (every {self.interval_sec:g} s, {self.retries} retries)"
 
     @model_validator(mode="after")
     def _one_probe(self) -> HealthCheck:
@@ -96,6 +103,24 @@ class ServiceSpec(BaseModel):
         if not SERVICE_NAME.fullmatch(value):
             raise ValueError(f"service name {value!r} must be a lowercase DNS label (a-z, 0-9, _ . -)")
         return value
+
+    @property
+    def probe(self) -> HealthCheck | None:
+        """Its readiness probe: `health`, else a GET of `health_path` on `port` (benchflow's
+        derived probe), else None (ready as soon as it runs)."""
+        if self.health is not None:
+            return self.health
+        return HealthCheck(http=self.health_path) if self.port is not None else None
+
+    def describe_probe(self) -> str:
+        """`probe` as a phrase, a path shown on the host the service is reached at."""
+        probe = self.probe
+        if probe is None:
+            return "running"
+        if probe.http and probe.http.startswith("/"):
+            host = self.name if self.image else "localhost"
+            probe = probe.model_copy(update={"http": f"http://{host}:{self.port}{probe.http}"})
+        return probe.describe()
 
     @model_validator(mode="after")
     def _runs_something(self) -> ServiceSpec:

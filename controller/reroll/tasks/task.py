@@ -46,9 +46,12 @@ from reroll.tasks.environment import (
     TaskSelection,
     check_services,
 )
+from reroll.tasks.manifest import apply_manifest, compose_services, pinned_manifest
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
+"""Harbor's compose file names in a task's ``environment/`` folder."""
 NATIVE_AGENT_USER = "agent"
 """The agent's user in native tasks that name none (benchflow's default ``sandbox_user``)."""
 
@@ -260,18 +263,21 @@ class Task(BaseModel):
 
     @property
     def compose_file(self) -> Path | None:
-        """Harbor's `environment/docker-compose.yaml` (or ``.yml``), if the task has one."""
-        for name in ("docker-compose.yaml", "docker-compose.yml"):
-            compose = self.path / "environment" / name
-            if compose.is_file():
-                return compose
-        return None
+        """Harbor's `environment/docker-compose.yaml` (or ``.yml``), if the task has one; its
+        services are among ``spec.environment.services`` (`reroll.tasks.manifest.compose_services`)."""
+        return compose_file(self.path)
 
     @property
     def dockerfile(self) -> Path | None:
         """The task's `environment/Dockerfile`, if it has one."""
         dockerfile = self.path / "environment" / "Dockerfile"
         return dockerfile if dockerfile.is_file() else None
+
+
+def compose_file(task_dir: Path) -> Path | None:
+    """Harbor's compose file in `task_dir`'s ``environment/`` folder (`COMPOSE_FILES`), if any."""
+    found = (task_dir / "environment" / name for name in COMPOSE_FILES)
+    return next((path for path in found if path.is_file()), None)
 
 
 def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
@@ -357,7 +363,7 @@ def _load_native(path: Path) -> Task:
     folders: dict[str, str] = {}
     if isinstance(front, dict):  # benchflow's path shorthands: `verifier: checks/`, `oracle: ref/`
         folders = {key: front.pop(key) for key in ("verifier", "oracle") if isinstance(front.get(key), str)}
-    spec, ignored, mapped = _spec(front, source)
+    spec, ignored, mapped = _spec(front, source, path)
     mapped += [(key, f"the folder {folder}") for key, folder in folders.items()]
     return _task(path, "native", prompt, spec, ignored + sections, mapped, folders)
 
@@ -371,23 +377,39 @@ def _load_legacy(path: Path) -> Task:
     instruction_file = path / "instruction.md"
     if not instruction_file.is_file():
         raise TaskError(f"{path}: legacy task without instruction.md")
-    spec, ignored, mapped = _spec(raw, source)
+    spec, ignored, mapped = _spec(raw, source, path)
     return _task(path, "legacy", instruction_file.read_text(encoding="utf-8"), spec, ignored, mapped)
 
 
-def _spec(raw: object, source: Path) -> tuple[TaskSpec, list[tuple[str, str]], list[tuple[str, str]]]:
-    """`raw` normalised (`reroll.tasks.compat`) and validated: the spec, the ignored and the mapped fields."""
+def _spec(
+    raw: object, source: Path, task_dir: Path
+) -> tuple[TaskSpec, list[tuple[str, str]], list[tuple[str, str]]]:
+    """`raw` with the task's environment manifest and compose services merged in
+    (`reroll.tasks.manifest`), normalised (`reroll.tasks.compat`) and validated: the spec, the
+    ignored and the mapped fields."""
     if not isinstance(raw, dict):
         raise TaskError(
             f"{source}: invalid task configuration: a mapping is expected, not {type(raw).__name__}"
         )
+    environment_mapped: list[tuple[str, str]] = []
+    environment_ignored: list[tuple[str, str]] = []
     try:
+        if (manifest := pinned_manifest(raw, task_dir)) is not None:
+            has_dockerfile = (task_dir / "environment" / "Dockerfile").is_file()
+            environment_mapped, environment_ignored = apply_manifest(raw, manifest, has_dockerfile)
         data, mapped = normalise(raw)
     except TaskError as exc:
         raise TaskError(f"{source}: invalid task configuration: {exc}") from exc
-    ignored = split_ignored(data, TaskSpec)
+    if (compose := compose_file(task_dir)) is not None:
+        services, compose_mapped, compose_ignored = compose_services(compose)
+        environment = data.setdefault("environment", {})
+        if isinstance(environment, dict) and services:
+            environment["services"] = [*(environment.get("services") or []), *services]
+        environment_mapped += compose_mapped
+        environment_ignored += compose_ignored
+    ignored = environment_ignored + split_ignored(data, TaskSpec)
     try:
-        return TaskSpec.model_validate(data), ignored, mapped
+        return TaskSpec.model_validate(data), ignored, environment_mapped + mapped
     except ValidationError as exc:
         raise TaskError(f"{source}: invalid task configuration:\n{exc}") from exc
 

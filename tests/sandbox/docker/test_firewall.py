@@ -31,10 +31,13 @@ def test_without_nft_network_none_says_what_to_install(monkeypatch: pytest.Monke
 
 
 @pytest.mark.spawns
-def test_nft_accepts_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("within", [False, True])
+def test_nft_accepts_the_rules(monkeypatch: pytest.MonkeyPatch, within: bool) -> None:
     scripts: list[str] = []
     monkeypatch.setattr(firewall, "_nft", lambda args, script="": scripts.append(script) or "")
-    firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1")
+    firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1", within=within)
+    among = 'iifname "rr-0a1b2c3d4e" oifname "rr-0a1b2c3d4e" accept'
+    assert (among in scripts[0]) == within  # a rollout with services: its containers meet
     nft = shutil.which("nft", path="/usr/sbin:/sbin")
     if nft is None:
         pytest.skip("no nft on this machine")

@@ -40,9 +40,17 @@ only the install script. Their manifests are in the volume ``reroll-agents-manif
 container mounts; the controller reads both volumes at their host folders (a local engine, as
 the sized file systems need already). `prune` keeps both volumes.
 
+Services (`reroll.sandbox.services`): the task's image services are sibling containers
+(`DockerSandbox.start_sibling`, labelled ``reroll.role=service``) on the rollout's network under
+their names, with the task's cpus, memory and pids limits; such a rollout always has a network of
+its own — ``reroll-services-<key>`` under ``full`` (`reroll.sandbox.docker.networks`), and under
+``none`` its ``reroll-none-<key>`` with inter-container traffic on (the firewall lets it pass on
+that bridge only). `image_command` gives the image's own ENTRYPOINT and CMD, which an image that
+owns its services' lifecycle needs started (the sidecar took its place).
+
 Every container carries the labels ``reroll.managed=1``, ``reroll.run_id=<run id>`` and
-``reroll.owner`` (the controller process that started it); `stop` removes it, and `prune` sweeps
-what killed controllers left behind.
+``reroll.owner`` (the controller process that started it); `stop` removes it (and its siblings),
+and `prune` sweeps what killed controllers left behind.
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -64,7 +72,7 @@ import docker.errors
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
-from reroll_contracts.errors import SandboxError, SidecarError
+from reroll_contracts.errors import SandboxError, SidecarError, TaskEnvironmentError
 
 from reroll.cache import host_ca_bundle
 from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
@@ -84,15 +92,19 @@ from reroll.sandbox.docker.engine import (
 )
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
 from reroll.sandbox.docker.networks import (
+    SERVICES_PREFIX,
     create_isolated_network,
+    create_services_network,
     ensure_full_network,
     gateway,
     remove_isolated_network,
 )
 from reroll.sandbox.docker.prune import prune as prune_leftovers
 from reroll.sandbox.installs import InstallStore
+from reroll.sandbox.services import ServiceProcess
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
+from reroll.tasks.environment import ServiceSpec
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
 AGENT_USER = "agent"
@@ -227,6 +239,8 @@ class DockerSandbox(SidecarSandbox):
         """The key of the network's firewall table (`reroll.sandbox.docker.firewall`); "" under ``full``."""
         self._image = ""
         """The image the container runs (settled by `start`)."""
+        self._siblings: list[Container] = []
+        """The containers of the task's image services (`start_sibling`), removed by `stop`."""
 
     @property
     def _engine(self) -> docker.DockerClient:
@@ -235,12 +249,21 @@ class DockerSandbox(SidecarSandbox):
         return self._docker
 
     def _ensure_network(self) -> Network:
-        """The container's network: ``reroll-full``, or for ``none`` its own (made on first call)."""
+        """The container's network (made on first call): ``reroll-full``, or for ``none`` its own;
+        a task with image services always gets its own (`create_services_network` under ``full``;
+        under ``none`` its containers reach each other)."""
         if self._network is None:
-            if self.policy == "full":
+            services = not self.installs_writable and any(
+                s.image for s in self.task.spec.environment.services
+            )
+            if self.policy == "full" and services:
+                self._network = create_services_network(self._engine, self.run_id)
+            elif self.policy == "full":
                 self._network = ensure_full_network(self._engine)
             else:
-                self._network, self._firewall_key = create_isolated_network(self._engine, self.run_id)
+                self._network, self._firewall_key = create_isolated_network(
+                    self._engine, self.run_id, services=services
+                )
         return self._network
 
     async def host_address(self) -> str:
@@ -478,10 +501,75 @@ class DockerSandbox(SidecarSandbox):
             with contextlib.suppress(docker.errors.APIError):
                 await asyncio.to_thread(network.disconnect, self.container, force=True)
 
+    async def start_sibling(self, spec: ServiceSpec, env: Mapping[str, str]) -> ServiceProcess:
+        """See `reroll.sandbox.services.SiblingServices`: a container of ``spec.image`` (pulled
+        when not local) on the sandbox's network under the alias ``spec.name``, with the task's
+        cpus, memory and pids limits and the sandbox's labels (``reroll.role=service``), as the
+        image's user; ``spec.command`` replaces the image's entrypoint and command (``sh -c``).
+
+        Raises:
+            TaskEnvironmentError: the image is missing and cannot be pulled (the task's fault).
+            SandboxError: the engine failed to start the container (infrastructure, retried).
+        """
+        return await asyncio.to_thread(self._start_sibling, spec, dict(env))
+
+    def _start_sibling(self, spec: ServiceSpec, env: dict[str, str]) -> SiblingContainer:
+        assert spec.image is not None
+        engine, network = self._engine, self._ensure_network()
+        try:
+            try:
+                engine.images.get(spec.image)
+            except docker.errors.ImageNotFound:
+                engine.images.pull(spec.image)
+        except docker.errors.APIError as exc:
+            raise TaskEnvironmentError(
+                f"service {spec.name}: image {spec.image} is not available: {exc}"
+            ) from exc
+        environment = self.task.spec.environment
+        command = {"entrypoint": ["sh", "-c"], "command": [spec.command]} if spec.command else {}
+        try:
+            container = engine.containers.run(
+                spec.image,
+                **command,
+                detach=True,
+                init=True,
+                name=f"reroll-{self.run_id}-service-{spec.name}-{secrets.token_hex(3)}",
+                hostname=spec.name,
+                labels={
+                    MANAGED_LABEL: "1",
+                    RUN_ID_LABEL: self.run_id,
+                    OWNER_LABEL: owner_label(),
+                    ROLE_LABEL: "service",
+                },
+                environment=env,
+                working_dir=spec.workdir,
+                network=network.name,
+                networking_config={network.name: engine.api.create_endpoint_config(aliases=[spec.name])},
+                nano_cpus=int(environment.cpus * 1e9),
+                mem_limit=f"{environment.memory_mb}m",
+                memswap_limit=f"{environment.memory_mb}m",
+                pids_limit=environment.pids_max,
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxError(
+                f"service {spec.name}: cannot start a container of {spec.image}: {exc}"
+            ) from exc
+        self._siblings.append(container)
+        return SiblingContainer(container)
+
+    async def image_command(self) -> list[str]:
+        """See `reroll.sandbox.services.SiblingServices`: the image's ENTRYPOINT and CMD."""
+        config = (await asyncio.to_thread(self._engine.images.get, self._image)).attrs.get("Config") or {}
+        return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+
     async def stop(self) -> None:
-        """Remove the container (and its anonymous volumes), its own network and firewall table
-        (network ``none``) and the mount folder. Safe to call twice."""
+        """Remove the container (and its anonymous volumes), its services' containers, its own
+        network (and firewall table, network ``none``) and the mount folder. Safe to call twice."""
         await self.disconnect()
+        for sibling in self._siblings:
+            with contextlib.suppress(docker.errors.NotFound):
+                await asyncio.to_thread(sibling.remove, force=True, v=True)
+        self._siblings = []
         if self.container is not None:
             container, self.container = self.container, None
             with contextlib.suppress(docker.errors.NotFound):
@@ -495,6 +583,9 @@ class DockerSandbox(SidecarSandbox):
             self._disk = None
         if self._firewall_key and self._network is not None:
             await asyncio.to_thread(remove_isolated_network, self._network)
+        elif self._network is not None and str(self._network.name).startswith(SERVICES_PREFIX):
+            with contextlib.suppress(docker.errors.APIError):
+                await asyncio.to_thread(self._network.remove)
         self._network, self._firewall_key = None, ""
         if self._mount_dir is not None:
             shutil.rmtree(self._mount_dir, ignore_errors=True)
@@ -502,6 +593,44 @@ class DockerSandbox(SidecarSandbox):
         if self._docker is not None:
             self._docker.close()
             self._docker = None
+
+
+class SiblingContainer:
+    """A service's sibling container (`DockerSandbox.start_sibling`), as a
+    `reroll.sandbox.services.ServiceProcess`."""
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+
+    async def exit_code(self) -> int | None:
+        """Its exit code once it stopped, None while it runs."""
+        with contextlib.suppress(docker.errors.NotFound):
+            await asyncio.to_thread(self.container.reload)
+        state = self.container.attrs.get("State") or {}
+        return None if state.get("Running", True) else int(state.get("ExitCode", -1))
+
+    async def run_probe(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
+        """Run `command` with ``sh -c`` in the container as root (compose's healthcheck)."""
+        run = asyncio.to_thread(self.container.exec_run, ["sh", "-c", command], user="0")
+        try:
+            code, output = await asyncio.wait_for(run, timeout_seconds)
+        except TimeoutError:
+            return False, f"`{command}` did not finish within {timeout_seconds:g} s"
+        except docker.errors.APIError as exc:
+            return False, f"`{command}` could not run: {exc}"
+        return code == 0, output.decode(errors="replace").strip()[-500:]
+
+    async def output(self) -> bytes:
+        """Its container's log (stdout and stderr)."""
+        try:
+            return bytes(await asyncio.to_thread(self.container.logs))
+        except docker.errors.APIError:
+            return b""
+
+    async def stop(self) -> None:
+        """Remove the container."""
+        with contextlib.suppress(docker.errors.NotFound):
+            await asyncio.to_thread(self.container.remove, force=True, v=True)
 
 
 def install_store(engine: docker.DockerClient) -> InstallStore:

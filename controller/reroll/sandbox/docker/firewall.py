@@ -11,8 +11,12 @@ own (`reroll.sandbox.docker.backend`) and one nftables table of its own, keyed b
                       iifname "rr-<key>" ip daddr <gateway> tcp dport @ports accept
                       iifname "rr-<key>" reject }  # any other host address, port, protocol
       chain forward { hook forward priority filter - 1;
+                      [iifname "rr-<key>" oifname "rr-<key>" accept]   # its own services
                       iifname "rr-<key>" drop; oifname "rr-<key>" drop }  # other sandboxes
     }
+
+The bracketed rule is there only for a rollout with image services (sibling containers on the
+same bridge, `reroll.sandbox.services`); its network then has inter-container traffic on.
 
 nftables, not iptables: Docker (20.10 here, through iptables' nf_tables backend) owns the
 ``ip filter`` and ``ip nat`` tables and rewrites its chains when networks come and go or the
@@ -72,14 +76,17 @@ def _nft(args: list[str], script: str = "") -> str:
     return done.stdout
 
 
-def install(key: str, bridge: str, gateway: str) -> None:
+def install(key: str, bridge: str, gateway: str, *, within: bool = False) -> None:
     """Create the table of `key`: the sandbox behind interface `bridge` reaches `gateway` (IPv4)
-    on the ports `allow_port` adds, and nothing else of the host nor any other network.
+    on the ports `allow_port` adds, and nothing else of the host nor any other network; with
+    `within`, the containers on `bridge` reach each other (the rollout's sandbox and its
+    services' sibling containers: ``iifname "<bridge>" oifname "<bridge>" accept`` first).
 
     Raises:
         SandboxError: as `_nft`.
     """
     table = table_name(key)
+    among = f'iifname "{bridge}" oifname "{bridge}" accept\n    ' if within else ""
     _nft(
         ["-f", "-"],
         f"""table inet {table} {{
@@ -92,7 +99,7 @@ def install(key: str, bridge: str, gateway: str) -> None:
   }}
   chain forward {{
     type filter hook forward priority filter - 1; policy accept;
-    iifname "{bridge}" drop
+    {among}iifname "{bridge}" drop
     oifname "{bridge}" drop
   }}
 }}

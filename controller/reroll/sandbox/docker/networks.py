@@ -61,8 +61,16 @@ def ensure_full_network(client: docker.DockerClient) -> Network:
         raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
 
 
-def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[Network, str]:
+def create_isolated_network(
+    client: docker.DockerClient, run_id: str, *, services: bool = False
+) -> tuple[Network, str]:
     """A new network of one rollout under policy ``none``, firewalled (`reroll.sandbox.docker.firewall`).
+
+    Args:
+        client: the engine.
+        run_id: the rollout's id (the network's label).
+        services: the rollout has image services: its containers reach each other on the network
+            (inter-container traffic on, and the firewall lets it pass), nothing else changes.
 
     Returns:
         The network ``reroll-none-<key>`` (internal, bridge ``rr-<key>``, labelled with `run_id`)
@@ -73,7 +81,8 @@ def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[N
             engine's address pools are exhausted (the message says how to widen them).
     """
     key = secrets.token_hex(5)
-    options = _bridge_options(client) | {ICC_OPTION: "false", BRIDGE_NAME_OPTION: f"rr-{key}"}
+    icc = "true" if services else "false"
+    options = _bridge_options(client) | {ICC_OPTION: icc, BRIDGE_NAME_OPTION: f"rr-{key}"}
     try:
         network = client.networks.create(
             ISOLATED_PREFIX + key,
@@ -90,12 +99,37 @@ def create_isolated_network(client: docker.DockerClient, run_id: str) -> tuple[N
             )
         raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
     try:
-        firewall.install(key, f"rr-{key}", gateway(network))
+        firewall.install(key, f"rr-{key}", gateway(network), within=services)
     except BaseException:
         with contextlib.suppress(docker.errors.APIError):
             network.remove()
         raise
     return network, key
+
+
+SERVICES_PREFIX = "reroll-services-"
+"""Under policy ``full``, a rollout with image services gets a network of its own,
+``reroll-services-<key>``, instead of the shared `FULL_NETWORK`: its services' names resolve to
+its own sibling containers only, and no other rollout reaches them."""
+
+
+def create_services_network(client: docker.DockerClient, run_id: str) -> Network:
+    """A new bridge network (with the engine's outbound NAT) of one rollout under policy ``full``
+    whose task has image services; `prune` removes it with its rollout.
+
+    Raises:
+        SandboxError: the network cannot be created.
+    """
+    name = SERVICES_PREFIX + secrets.token_hex(5)
+    try:
+        return client.networks.create(
+            name,
+            driver="bridge",
+            labels={MANAGED_LABEL: "1", RUN_ID_LABEL: run_id, OWNER_LABEL: owner_label()},
+            options=_bridge_options(client),
+        )
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"cannot create the docker network {name}: {exc}") from exc
 
 
 def remove_isolated_network(network: Network) -> bool:

@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -60,6 +61,8 @@ class LocalSandbox(SidecarSandbox):
     """
 
     config_model: ClassVar[type[LocalSandboxConfig]] = LocalSandboxConfig
+    sidecar_program: ClassVar[tuple[str, ...]] = (sys.executable, "-m", "reroll_sidecar")
+    """The sidecar runs from the controller's interpreter here (no bundle)."""
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
 
     @classmethod

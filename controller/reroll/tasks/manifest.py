@@ -1,0 +1,280 @@
+"""Where a task's environment plane comes from besides its own configuration: BenchFlow's
+``environment.toml`` manifest and Harbor's ``environment/docker-compose.yaml``.
+
+**The manifest** (BenchFlow's ``EnvironmentManifest``, ``src/benchflow/environment/manifest.py``
+and ``docs/environment-plane.md``, read in November 2026) is read as it is: its ``[environment]``
+table (``.toml``; an ``environment:`` mapping in ``.yaml``/``.yml``) from the file task.md's front
+matter pins with ``benchflow: {environment: {manifest: PATH}}`` (relative to the task folder;
+``../environment.toml`` shares one between a benchmark's tasks), else from ``environment.toml``
+in the task folder. `apply_manifest` merges it under the task's own ``environment`` (``sandbox``)
+section, whose fields win. Field by field:
+
+- ``image`` → ``environment.docker_image`` (a ready-to-run image, chi-bench);
+- ``base_image`` → ``environment.docker_image`` when the task has no ``environment/Dockerfile``;
+  with one, the Dockerfile builds ``FROM`` it (smolclaws) and it is informational;
+- ``owns_lifecycle`` defaults to true in a manifest (BenchFlow's default; false in a task's own
+  section); ``owns_lifecycle = false`` needs ``[[environment.services]]``, as BenchFlow checks;
+- ``task_selection``, ``readiness``, ``forward_env``, ``state``, ``services`` as they are (reroll's
+  models are supersets of BenchFlow's, `reroll.tasks.environment`);
+- ``name``: informational (the task's own name selects the task); ``ports``: ignored (services
+  are reached on the rollout's private network by name or on the sandbox's localhost, nothing is
+  published to the host); ``keep_alive = true`` and ``isolation = "per_task"`` are what every
+  rollout gets (other values are reported as ignored).
+
+**Harbor's compose file** (``environment/docker-compose.yaml``, the compose specification) is
+parsed here with PyYAML into `ServiceSpec` s rather than run by Docker Compose: reroll makes the
+rollout's own container itself (its sidecar as entrypoint, its sized volumes, network and
+firewall), which Compose would not, and the engine here has no compose plugin. The service that
+``build``s (Harbor's ``main``) is the sandbox itself; every other service becomes an image service
+(a sibling container on docker): ``image``, ``command``, ``environment``, ``depends_on``,
+``healthcheck`` (``test``, ``interval``, ``timeout``, ``start_period``, ``retries``) and
+``working_dir`` are honoured, the rest (``ports``, ``volumes``, ``networks`` …) reported as ignored.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from reroll_contracts.errors import TaskError
+
+MANIFEST_FILE = "environment.toml"
+"""A manifest in the task folder is loaded when task.md pins none."""
+MANIFEST_IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "ports": (
+        "nothing is published to the host: services are reached on the rollout's private network "
+        "by name, or on the sandbox's localhost",
+        ([],),
+    ),
+    "keep_alive": ("services always live for the whole rollout", (True,)),
+    "isolation": ("every rollout gets a fresh environment (per_task)", ("per_task",)),
+}
+"""Manifest fields reroll does not model: (why, values that ask for nothing more than it does)."""
+COMPOSE_HONOURED = {
+    "image",
+    "command",
+    "entrypoint",
+    "environment",
+    "depends_on",
+    "healthcheck",
+    "working_dir",
+}
+"""Keys of a compose service `compose_services` maps; the others are reported as ignored."""
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)")
+"""One part of a compose duration (``1m30s``, ``500ms``)."""
+SECONDS_PER_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+Notes = list[tuple[str, str]]
+"""``[(dotted field, what became of it)]``, as `reroll.tasks.task.Task.mapped` / ``ignored``."""
+
+
+def pinned_manifest(raw: dict[str, Any], task_dir: Path) -> Path | None:
+    """The manifest `raw` (task.md front matter or task.toml) pins with ``benchflow.environment
+    .manifest`` (taken out of `raw`), else ``environment.toml`` in `task_dir`, else None.
+
+    Raises:
+        TaskError: the pinned path is not a string or names no file.
+    """
+    block = raw.get("benchflow")
+    environment = block.get("environment") if isinstance(block, dict) else None
+    pin = environment.pop("manifest", None) if isinstance(environment, dict) else None
+    if isinstance(block, dict):
+        if environment == {}:
+            block.pop("environment")
+        if not block:
+            raw.pop("benchflow")
+    if pin is None:
+        default = task_dir / MANIFEST_FILE
+        return default if default.is_file() else None
+    if not isinstance(pin, str):
+        raise TaskError(f"benchflow.environment.manifest: {pin!r} is not a path")
+    path = task_dir / pin
+    if not path.is_file():
+        raise TaskError(f"benchflow.environment.manifest: {pin} names no file (looked at {path})")
+    return path
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The ``environment`` table of the manifest at `path` (TOML; YAML for ``.yaml``/``.yml``).
+
+    Raises:
+        TaskError: it cannot be read or parsed, or has no ``environment`` table (the file named).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise TaskError(f"{path}: the environment manifest does not load: {exc}") from exc
+    environment = data.get("environment") if isinstance(data, dict) else None
+    if not isinstance(environment, dict):
+        raise TaskError(f"{path}: an environment manifest needs an [environment] table")
+    return environment
+
+
+def apply_manifest(raw: dict[str, Any], manifest: Path, has_dockerfile: bool) -> tuple[Notes, Notes]:
+    """Merge the manifest at `manifest` under `raw`'s environment section (``sandbox`` or
+    ``environment``; `raw` changed in place), the task's own fields winning; see the module
+    docstring for each field.
+
+    Returns:
+        ``(mapped, ignored)`` notes, fields named ``manifest.<field>``.
+
+    Raises:
+        TaskError: as `read_manifest`; neither ``image`` nor ``base_image``, or ``owns_lifecycle
+            = false`` without services (BenchFlow's rules), the file named.
+    """
+    table = dict(read_manifest(manifest))
+    where = f"manifest {manifest.name}"
+    mapped: Notes = [("benchflow.environment.manifest", f"{where}: its [environment] under the task's")]
+    ignored: Notes = []
+    image, base_image = table.pop("image", None), table.pop("base_image", None)
+    if not image and not base_image:
+        raise TaskError(f"{manifest}: the manifest must set either 'image' or 'base_image'")
+    table.setdefault("owns_lifecycle", True)
+    if table["owns_lifecycle"] is False and not table.get("services"):
+        raise TaskError(
+            f"{manifest}: owns_lifecycle = false needs [[environment.services]]: something has to start them"
+        )
+    if "name" in table:
+        mapped.append(
+            ("manifest.name", f"informational ({table.pop('name')}): the task's own name selects it")
+        )
+    for key, (reason, harmless) in MANIFEST_IGNORED.items():
+        if key in table and table.pop(key) not in harmless:
+            ignored.append((f"manifest.{key}", reason))
+    if image:
+        table["docker_image"] = image
+        mapped.append(("manifest.image", "environment.docker_image"))
+    elif has_dockerfile:
+        mapped.append(("manifest.base_image", "informational: environment/Dockerfile builds the image"))
+    else:
+        table["docker_image"] = base_image
+        mapped.append(("manifest.base_image", "environment.docker_image"))
+    section = "sandbox" if "sandbox" in raw else "environment"
+    own = raw.get(section)
+    if own is None:
+        own = {}
+    if not isinstance(own, dict):
+        raise TaskError(f"{section}: a mapping is expected, not {type(own).__name__}")
+    if "docker_image" in table and ("image" in own or "docker_image" in own or "image" in raw):
+        table.pop("docker_image")  # the task names its own image
+    raw[section] = table | own
+    return mapped, ignored
+
+
+def compose_services(path: Path) -> tuple[list[dict[str, Any]], Notes, Notes]:
+    """The services of Harbor's compose file at `path` as ``[[environment.services]]`` entries
+    (mappings `ServiceSpec` validates), with notes; see the module docstring.
+
+    Returns:
+        ``(services, mapped, ignored)``; fields named ``docker-compose.services.<name>[.<key>]``.
+
+    Raises:
+        TaskError: the file does not parse, has no ``services`` mapping, or a service other than
+            the one that builds has no ``image`` (the file and service named).
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise TaskError(f"{path}: the compose file does not load: {exc}") from exc
+    services = data.get("services") if isinstance(data, dict) else None
+    if not isinstance(services, dict):
+        raise TaskError(f"{path}: a compose file needs a 'services' mapping")
+    result: list[dict[str, Any]] = []
+    mapped: Notes = []
+    ignored: Notes = []
+    for name, body in services.items():
+        field = f"docker-compose.services.{name}"
+        if not isinstance(body, dict):
+            raise TaskError(f"{path}: service {name!r} is not a mapping")
+        if "build" in body:
+            mapped.append((field, "the sandbox itself (built from environment/Dockerfile)"))
+            continue
+        if not body.get("image"):
+            raise TaskError(f"{path}: service {name!r} has neither 'build' nor 'image'")
+        spec: dict[str, Any] = {"name": str(name), "image": str(body["image"])}
+        if "command" in body or "entrypoint" in body:
+            spec["command"] = _shell_line(body.get("entrypoint"), body.get("command"))
+        if body.get("environment"):
+            spec["env"] = _compose_env(body["environment"], path, str(name))
+        if body.get("depends_on"):
+            depends = body["depends_on"]
+            spec["depends_on"] = list(depends) if isinstance(depends, dict | list) else [depends]
+        if body.get("working_dir"):
+            spec["workdir"] = str(body["working_dir"])
+        if isinstance(check := body.get("healthcheck"), dict) and not check.get("disable"):
+            health = _compose_health(check, path, str(name))
+            if health is not None:
+                spec["health"] = health
+        result.append(spec)
+        mapped.append((field, f"environment.services {name} (image {body['image']}, a sibling container)"))
+        ignored += [
+            (
+                f"{field}.{key}",
+                "compose options beyond image, command, environment, depends_on, "
+                "healthcheck and working_dir are not applied (the rollout's limits and network are)",
+            )
+            for key in body
+            if key not in COMPOSE_HONOURED
+        ]
+    return result, mapped, ignored
+
+
+def _shell_line(entrypoint: object, command: object) -> str:
+    """A compose ``entrypoint`` and ``command`` (strings or lists) as one shell line."""
+    parts: list[str] = []
+    for value in (entrypoint, command):
+        if isinstance(value, list):
+            parts.append(shlex.join(str(item) for item in value))
+        elif value is not None:
+            parts.append(str(value))
+    return " ".join(parts)
+
+
+def _compose_env(environment: object, path: Path, name: str) -> dict[str, str]:
+    """A compose ``environment`` (a mapping, or a list of ``KEY=VALUE``) as a mapping."""
+    if isinstance(environment, dict):
+        return {str(key): "" if value is None else str(value) for key, value in environment.items()}
+    if isinstance(environment, list):
+        return dict(str(item).partition("=")[::2] for item in environment)
+    raise TaskError(f"{path}: service {name!r}: 'environment' must be a mapping or a list")
+
+
+def _compose_health(check: dict[str, Any], path: Path, name: str) -> dict[str, Any] | None:
+    """A compose ``healthcheck`` as a `HealthCheck` mapping; None for ``test: ["NONE"]``."""
+    test = check.get("test")
+    if isinstance(test, str):
+        command = test
+    elif isinstance(test, list) and test and test[0] == "NONE":
+        return None
+    elif isinstance(test, list) and len(test) > 1 and test[0] in ("CMD", "CMD-SHELL"):
+        command = shlex.join(test[1:]) if test[0] == "CMD" else " ".join(test[1:])
+    else:
+        raise TaskError(f"{path}: service {name!r}: healthcheck.test {test!r} is not a command")
+    health: dict[str, Any] = {"command": command}
+    for key in ("interval", "timeout", "start_period"):
+        if key in check:
+            target = f"{key}_sec"
+            health[target] = compose_seconds(check[key], f"{path}: service {name!r}: healthcheck.{key}")
+    if "retries" in check:
+        health["retries"] = check["retries"]
+    return health
+
+
+def compose_seconds(value: object, field: str) -> float:
+    """A compose duration (``"1m30s"``, ``"500ms"``, a number of seconds) in seconds.
+
+    Raises:
+        TaskError: not a duration (the message names `field`).
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    parts = DURATION.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        raise TaskError(f"{field}: {value!r} is not a duration like '10s' or '1m30s'")
+    return sum(float(number) * SECONDS_PER_UNIT[unit] for number, unit in parts)

@@ -1,0 +1,198 @@
+"""The task's services in a real rollout (`reroll run --agent oracle`, the `local` sandbox): the
+readiness gate holds the agent until a slow service is healthy; one never healthy, or one that
+exits before it is, ends the rollout as ``environment_error`` naming it, its probe and its log;
+one crashing while the agent runs is reported after the agent. Services are stdlib Python
+scripts run by the sandbox's ``python3``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.services import Environment
+from reroll.tasks.environment import ForwardEnv
+from reroll.tasks.task import load_task
+
+pytestmark = pytest.mark.spawns
+REROLL = str(Path(sys.executable).parent / "reroll")
+
+SERVICE = """
+import http.server, sys, threading, time, os
+delay, port, lifetime = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+print(f"booting, ready in {delay} s; task {os.environ.get('WHICH_TASK', '-')}", flush=True)
+time.sleep(delay)
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"healthy")
+
+server = http.server.HTTPServer(("127.0.0.1", port), Health)
+print("listening", flush=True)
+if lifetime > 0:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    time.sleep(lifetime)
+    print("giving up", flush=True)
+    os._exit(3)
+server.serve_forever()
+"""
+
+SOLVE = """
+python3 - <<'EOF'
+import time, urllib.request
+started = time.time()
+answer = urllib.request.urlopen("http://127.0.0.1:8123/health", timeout=5).read().decode()
+open("seen.txt", "w").write(answer)
+print(f"agent started at {started}", flush=True)
+EOF
+sleep "${SOLVE_SLEEP:-0}"
+"""
+
+
+def service_task(
+    folder: Path, services: list[dict[str, Any]], timeout: float = 30, solve_sleep: int = 0
+) -> Path:
+    """A native task whose oracle GETs the service on port 8123 and records when it started."""
+    front = {
+        "name": "with-service",
+        "agent": {"timeout_sec": 60},
+        "solution": {"env": {"SOLVE_SLEEP": str(solve_sleep)}},
+        "environment": {
+            "services": services,
+            "readiness": {"timeout_sec": timeout},
+            "task_selection": {"key": "WHICH_TASK"},
+        },
+    }
+    (folder / "verifier").mkdir(parents=True)
+    (folder / "oracle").mkdir()
+    (folder / "environment" / "workspace").mkdir(parents=True)
+    (folder / "environment" / "workspace" / "service.py").write_text(SERVICE)
+    (folder / "task.md").write_text(f"---\n{yaml.safe_dump(front)}---\nGET the service.\n")
+    (folder / "oracle" / "solve.sh").write_text(SOLVE)
+    (folder / "verifier" / "test.sh").write_text(
+        'grep -q healthy "$REROLL_WORKSPACE/seen.txt" && echo 1 > /logs/verifier/reward.txt\n'
+    )
+    return folder
+
+
+def oracle_run(task: Path, tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    done = subprocess.run(
+        [
+            REROLL,
+            "run",
+            str(task),
+            "--agent",
+            "oracle",
+            "--sandbox",
+            "local",
+            "--job-name",
+            "j",
+            "--jobs-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    print(done.stdout, done.stderr, sep="\n")
+    (run,) = (tmp_path / "j").iterdir()
+    return json.loads((run / "result.json").read_text()), run
+
+
+def service(delay: float, lifetime: float = 0) -> dict[str, Any]:
+    return {
+        "name": "slow",
+        "command": f"exec python3 service.py {delay} 8123 {lifetime}",
+        "port": 8123,
+        "health": {"http": "/health", "interval_sec": 0.5},
+    }
+
+
+def test_the_agent_starts_only_after_the_service_is_healthy(tmp_path: Path) -> None:
+    result, run = oracle_run(service_task(tmp_path / "task", [service(3)]), tmp_path / "jobs")
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}
+    (record,) = json.loads((run / "services" / "services.json").read_text())
+    assert record["ready_at"] - record["started_at"] >= 3
+    log = (run / "services" / "slow.log").read_text()
+    assert "booting, ready in 3.0 s; task with-service" in log  # the task selection variable
+    output = (run / "agent" / "output.log").read_text()
+    agent_started = float(output.split("agent started at ", 1)[1].split()[0])
+    assert agent_started > record["ready_at"]
+    assert record["exit_code"] is None  # torn down, not crashed
+
+
+def test_a_service_never_healthy_ends_the_rollout_as_environment_error(tmp_path: Path) -> None:
+    never = {"name": "never", "command": "echo starting up; exec sleep 600", "port": 8124}
+    result, run = oracle_run(service_task(tmp_path / "task", [never], timeout=3), tmp_path / "jobs")
+    assert (result["status"], result["error_category"]) == ("error", "environment_error")
+    error = result["error"]
+    assert "service never was not ready within 3 s" in error
+    assert "GET http://localhost:8124/health" in error
+    assert "starting up" in error  # the end of its log
+    assert not (run / "agent" / "output.log").exists()  # the agent never started
+
+
+def test_a_service_exiting_before_it_is_ready_is_named_at_once(tmp_path: Path) -> None:
+    broken = {"name": "broken", "command": "echo no config >&2; exit 4", "port": 8125}
+    result, _ = oracle_run(service_task(tmp_path / "task", [broken], timeout=60), tmp_path / "jobs")
+    assert result["error_category"] == "environment_error"
+    assert "service broken exited with code 4 before it was ready" in result["error"]
+    assert "no config" in result["error"]
+    assert result["timings"]["total_seconds"] < 45
+
+
+def test_a_service_crashing_while_the_agent_runs_is_reported(tmp_path: Path) -> None:
+    task = service_task(tmp_path / "task", [service(0, lifetime=1)], solve_sleep=4)
+    result, run = oracle_run(task, tmp_path / "jobs")
+    assert (result["status"], result["error_category"]) == ("error", "environment_error")
+    assert "service slow crashed while the agent ran (exit code 3)" in result["error"]
+    assert "giving up" in result["error"]
+    assert "rewards" not in result or not result["rewards"]  # not verified on a broken world
+    (record,) = json.loads((run / "services" / "services.json").read_text())
+    assert record["exit_code"] == 3
+
+
+def test_dependencies_start_in_order(tmp_path: Path) -> None:
+    first: dict[str, Any] = {"name": "first", "command": "sleep 1; touch /tmp/first.ready; exec sleep 600"}
+    first["health"] = {"command": "test -e /tmp/first.ready", "interval_sec": 0.2}
+    dependent = service(0) | {"depends_on": ["first"]}
+    dependent["command"] = "test -e /tmp/first.ready || exit 9; " + str(dependent["command"])
+    result, run = oracle_run(service_task(tmp_path / "task", [dependent, first]), tmp_path / "jobs")
+    assert result["status"] == "ok", result.get("error")
+    records = {r["name"]: r for r in json.loads((run / "services" / "services.json").read_text())}
+    assert records["slow"]["started_at"] >= records["first"]["ready_at"]
+
+
+def test_owns_lifecycle_on_local_gates_on_the_probes_alone(tmp_path: Path) -> None:
+    task = service_task(tmp_path / "task", [], timeout=2)
+    text = (
+        (task / "task.md")
+        .read_text()
+        .replace("services: []", "owns_lifecycle: true\n  healthcheck:\n    command: test -e /tmp/never")
+    )
+    (task / "task.md").write_text(text)
+    result, _ = oracle_run(task, tmp_path / "jobs")
+    assert result["error_category"] == "environment_error"
+    assert "the environment was not ready within 2 s" in result["error"]
+    assert "probe failing: `test -e /tmp/never` exits 0" in result["error"]
+
+
+def test_task_selection_and_forwarded_variables(tmp_path: Path) -> None:
+    task = load_task(service_task(tmp_path / "task", [service(0)]))
+    environment = task.spec.environment.model_copy(
+        update={"forward_env": ForwardEnv(keys=["REGION", "OPENAI_API_KEY", "UNSET"])}
+    )
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    host = {"REGION": "eu", "OPENAI_API_KEY": "sk-secret"}
+    services = Environment(cast(Sandbox, None), task, tmp_path, {}, host)
+    assert services.service_env() == {"REGION": "eu", "WHICH_TASK": "with-service"}
+    assert services.exec_env() == {"REGION": "eu"}  # inject_into "entrypoint": the services only
+    assert services.log_path("slow") == tmp_path / "services" / "slow.log"

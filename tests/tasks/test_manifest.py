@@ -1,0 +1,230 @@
+"""Loading a task's environment plane: BenchFlow's environment.toml manifest (pinned from task.md
+or beside it), the same fields inline, and Harbor's compose file; `reroll task check` shows them."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from reroll.tasks.check import check, render
+from reroll.tasks.manifest import compose_seconds
+from reroll.tasks.task import Task, load_task
+from reroll_contracts.errors import TaskError
+from rich.console import Console
+
+CLAWSBENCH_MANIFEST = """
+[environment]
+name           = "clawsbench"
+base_image     = "kywch/smolclaws-base:latest"
+owns_lifecycle = false
+isolation      = "per_task"
+ports          = [9001]
+
+[environment.task_selection]
+mechanism = "image"
+
+[environment.readiness]
+timeout_sec = 60
+
+[environment.forward_env]
+keys = ["ANTHROPIC_API_KEY"]
+
+[[environment.services]]
+name    = "gmail"
+command = "claw-gmail --db /data/gmail.db serve --port 9001"
+port    = 9001
+"""
+
+CHI_BENCH_MANIFEST = """
+[environment]
+name  = "chi-bench"
+image = "chi-bench:latest"
+
+[environment.task_selection]
+mechanism   = "env_var"
+key         = "CHI_BENCH_TASK_ID"
+
+[environment.readiness]
+http        = ["http://localhost:8023/health"]
+tcp         = [8020]
+timeout_sec = 120
+"""
+
+
+def _task(folder: Path, front: str = "", files: dict[str, str] | None = None) -> Task:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.md").write_text(f"---\n{front}\n---\nDo it.\n" if front else "Do it.\n")
+    (folder / "verifier").mkdir(exist_ok=True)
+    (folder / "verifier" / "test.sh").write_text("exit 0\n")
+    for name, text in (files or {}).items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return load_task(folder)
+
+
+def test_a_pinned_manifest_is_read_as_benchflow_writes_it(tmp_path: Path) -> None:
+    (tmp_path / "clawsbench.toml").write_text(CLAWSBENCH_MANIFEST)
+    task = _task(tmp_path / "tasks" / "t1", "benchflow:\n  environment:\n    manifest: ../../clawsbench.toml")
+    environment = task.spec.environment
+    assert environment.owns_lifecycle is False
+    assert [service.name for service in environment.services] == ["gmail"]
+    assert environment.services[0].describe_probe().startswith("GET http://localhost:9001/health")
+    assert environment.readiness.timeout_sec == 60
+    assert environment.task_selection is not None and environment.task_selection.mechanism == "image"
+    assert environment.docker_image == "kywch/smolclaws-base:latest"  # no Dockerfile: it runs as is
+    assert {note.field for note in task.ignored} == {"manifest.ports"}
+    assert "manifest.base_image" in {note.field for note in task.mapped}
+
+
+def test_an_environment_toml_beside_the_task_owns_its_lifecycle_by_default(tmp_path: Path) -> None:
+    task = _task(tmp_path / "chi", files={"environment.toml": CHI_BENCH_MANIFEST})
+    environment = task.spec.environment
+    assert environment.owns_lifecycle is True  # BenchFlow's manifest default
+    assert environment.docker_image == "chi-bench:latest"
+    assert environment.readiness.http == ["http://localhost:8023/health"]
+    assert environment.readiness.tcp == [8020]
+    assert environment.task_selection is not None and environment.task_selection.key == "CHI_BENCH_TASK_ID"
+    assert task.ignored == []
+
+
+def test_the_tasks_own_fields_win_over_its_manifest(tmp_path: Path) -> None:
+    task = _task(
+        tmp_path / "chi",
+        "environment:\n  readiness:\n    timeout_sec: 5\n  docker_image: mine:1",
+        files={"environment.toml": CHI_BENCH_MANIFEST},
+    )
+    assert task.spec.environment.readiness.timeout_sec == 5
+    assert task.spec.environment.docker_image == "mine:1"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ('[environment]\nname = "x"\n', "either 'image' or 'base_image'"),
+        ('[environment]\nimage = "x"\nowns_lifecycle = false\n', "needs \\[\\[environment.services\\]\\]"),
+        ('name = "x"\n', "needs an \\[environment\\] table"),
+        ("[environment\n", "does not load"),
+        (
+            CHI_BENCH_MANIFEST + '[[environment.services]]\nname = "a"\ncommand = "x"\nport = 1\n',
+            "owns_lifecycle",
+        ),
+    ],
+)
+def test_a_bad_manifest_is_refused_naming_the_file(tmp_path: Path, manifest: str, message: str) -> None:
+    with pytest.raises(TaskError, match=message) as caught:
+        _task(tmp_path / "t", files={"environment.toml": manifest})
+    assert "task.md" in str(caught.value)
+
+
+def test_a_pin_to_a_missing_manifest_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="names no file"):
+        _task(tmp_path / "t", "benchflow:\n  environment:\n    manifest: nope.toml")
+
+
+def test_inline_services_with_probes_load_from_task_md(tmp_path: Path) -> None:
+    front = """
+sandbox:
+  services:
+    - name: api
+      command: python3 -m http.server 8000
+      port: 8000
+      depends_on: [db]
+    - name: db
+      command: ./db
+      health: {command: "test -e /tmp/db.ready", interval_sec: 0.5, retries: 2}
+  owns_lifecycle: false
+  healthcheck: {http: "http://localhost:8000/", timeout_sec: 2}
+"""
+    environment = _task(tmp_path / "t", front).spec.environment
+    api, db = environment.services
+    assert api.depends_on == ["db"] and api.probe is not None and api.probe.http == "/health"
+    assert db.describe_probe() == "`test -e /tmp/db.ready` exits 0 (every 0.5 s, 2 retries)"
+    assert environment.healthcheck is not None and environment.healthcheck.timeout_sec == 2
+
+
+def test_owns_lifecycle_with_a_probe_inline_in_task_toml(tmp_path: Path) -> None:
+    folder = tmp_path / "t"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "tests" / "test.sh").write_text("exit 0\n")
+    (folder / "instruction.md").write_text("Do it.\n")
+    (folder / "task.toml").write_text(
+        '[environment]\nowns_lifecycle = true\n[environment.healthcheck]\ncommand = "curl -f localhost:1"\n'
+        'retries = 5\n[environment.task_selection]\nkey = "TASK"\ninject_into = "exec"\n'
+    )
+    environment = load_task(folder).spec.environment
+    assert environment.owns_lifecycle and environment.services == []
+    assert environment.healthcheck is not None and environment.healthcheck.retries == 5
+    assert environment.task_selection is not None and environment.task_selection.inject_into == "exec"
+
+
+COMPOSE = """
+services:
+  main:
+    build: {context: .}
+    volumes: ["./x:/x"]
+  db:
+    image: postgres:16
+    environment: [POSTGRES_PASSWORD=pw, EMPTY=]
+    ports: ["5432:5432"]
+    healthcheck:
+      test: ["CMD-SHELL", "pg_isready -U postgres"]
+      interval: 1m30s
+      timeout: 500ms
+      retries: 4
+  api:
+    image: api:1
+    command: ["serve", "--port", "80"]
+    depends_on: {db: {condition: service_healthy}}
+"""
+
+
+def test_harbors_compose_file_becomes_image_services(tmp_path: Path) -> None:
+    task = _task(tmp_path / "t", files={"environment/docker-compose.yaml": COMPOSE})
+    db, api = task.spec.environment.services
+    assert (db.image, db.env) == ("postgres:16", {"POSTGRES_PASSWORD": "pw", "EMPTY": ""})
+    assert db.health is not None and db.health.command == "pg_isready -U postgres"
+    assert (db.health.interval_sec, db.health.timeout_sec, db.health.retries) == (90.0, 0.5, 4)
+    assert (api.command, api.depends_on) == ("serve --port 80", ["db"])
+    assert task.compose_file == tmp_path / "t" / "environment" / "docker-compose.yaml"
+    assert {note.field for note in task.ignored} == {"docker-compose.services.db.ports"}
+    assert "docker-compose.services.main" in {note.field for note in task.mapped}
+
+
+@pytest.mark.parametrize(
+    ("compose", "message"),
+    [
+        ("services: [a]", "needs a 'services' mapping"),
+        ("services:\n  x: {command: run}", "neither 'build' nor 'image'"),
+        ("services:\n  x: {image: a, healthcheck: {test: 3}}", "not a command"),
+        ("services:\n  x: {image: a, healthcheck: {test: [CMD, x], interval: soon}}", "not a duration"),
+        ("services: {\n", "does not load"),
+    ],
+)
+def test_a_bad_compose_file_is_refused_naming_it(tmp_path: Path, compose: str, message: str) -> None:
+    with pytest.raises(TaskError, match=message) as caught:
+        _task(tmp_path / "t", files={"environment/docker-compose.yaml": compose})
+    assert "docker-compose.yaml" in str(caught.value)
+
+
+def test_compose_durations() -> None:
+    assert compose_seconds("1h2m3.5s", "f") == 3723.5
+    assert compose_seconds(7, "f") == 7.0
+    with pytest.raises(TaskError, match="f: '1x'"):
+        compose_seconds("1x", "f")
+
+
+def test_task_check_shows_services_readiness_and_state(tmp_path: Path) -> None:
+    (tmp_path / "clawsbench.toml").write_text(
+        CLAWSBENCH_MANIFEST + '[environment.state]\nkind = "sqlite"\npaths = ["/data/gmail.db"]\n'
+    )
+    _task(tmp_path / "t", "benchflow:\n  environment:\n    manifest: ../clawsbench.toml")
+    out = io.StringIO()
+    render(check([tmp_path / "t"]), Console(file=out, width=250))
+    text = out.getvalue()
+    assert "service gmail" in text and "GET http://localhost:9001/health" in text
+    assert "within 60 s" in text
+    assert "its [environment] under the task's" in text  # the task's brackets are no markup
+    assert "sqlite: /data/gmail.db" in text
+    assert "manifest.ports" in text  # ignored, with the reason
+    assert "ANTHROPIC_API_KEY (never: named like a secret)" in text
