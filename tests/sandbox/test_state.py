@@ -55,6 +55,11 @@ async def test_a_sqlite_state_restores_to_its_snapshot(sandbox: Sandbox) -> None
     assert await digest_paths(sandbox, "sqlite", spec.paths, env) != copy.digest
     assert await restore_state(sandbox, spec, copy.data, env) == copy.digest
     assert await sql(sandbox, "") == "[(1,)]"
+    absent = StateSpec(kind="sqlite", paths=["/srv/mail/later.db"])  # not made yet at the snapshot
+    before = await snapshot_state(sandbox, absent, env)
+    await sh(sandbox, "cp /srv/mail/mail.db /srv/mail/later.db")
+    assert await restore_state(sandbox, absent, before.data, env) == before.digest
+    assert await sh(sandbox, "ls /srv/mail") == "mail.db\n"
 
 
 async def test_a_data_folder_restores_to_its_snapshot(sandbox: Sandbox) -> None:

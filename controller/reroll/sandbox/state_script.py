@@ -146,9 +146,7 @@ def pack(kind: str, paths: list[str], out: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="reroll-state-") as scratch, tarfile.open(out, "w") as tar:
         for index, path in enumerate(paths):
             if not check_no_links(path):
-                if kind == "sqlite":
-                    raise Refused(f"state database {path} does not exist")
-                continue
+                continue  # recorded as absent: a restore deletes it
             present.append(index)
             info = os.lstat(os.path.dirname(path))
             parents[index] = [info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)]
