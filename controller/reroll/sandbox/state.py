@@ -66,12 +66,13 @@ async def snapshot_paths(
     Args:
         sandbox: a started sandbox whose agent is quiesced.
         kind: ``sqlite`` (databases, through the backup API) or ``files`` (copied whole).
-        paths: absolute paths in the sandbox; an absent one is recorded as absent (``files``).
+        paths: absolute paths in the sandbox; an absent one is recorded as absent (a restore
+            deletes it).
         env: the environment the sandbox's ``python3`` is found in (PATH).
 
     Raises:
         EnvironmentStateError: a path (or a folder on its way) is a symbolic link, a database is
-            missing or damaged, or the copy failed (the script's message).
+            damaged, or the copy failed (the script's message).
     """
     scratch = await _scratch(sandbox, env)
     try:
