@@ -183,6 +183,11 @@ class ProxyConfig(BaseModel):
     """The parts of a request that may differ between the recording and its replay (the
     sandbox's paths, the agent's declared ones): removed from both before matching and
     divergence checks (`reroll_proxy.volatile`)."""
+    hold_every: int = Field(default=0, ge=0)
+    """Hold every live request whose step is a positive multiple of this (and one a replay-only
+    proxy refuses at such a step, before it refuses it) until the controller releases it (``GET
+    /_reroll/held``, ``POST /_reroll/release``): the agent waits for its model at a step boundary
+    while the controller captures a checkpoint; 0: never hold."""
     client_limits: ClientLimits = Field(default_factory=ClientLimits)
     """How long a client may take to send a request, and how large it may be (`reroll_proxy.limits`)."""
 

@@ -47,6 +47,11 @@ class AgentSpec(BaseModel):
     """Shell command that sends the next prompt (``$REROLL_PROMPT_FILE``) to the agent's previous
     session in the workspace (a trial's ``resume: true`` turn, multi-turn), run like `launch`;
     None: the agent has no session to resume, and such a turn is refused."""
+    session_paths: list[str] = []
+    """Where the agent keeps its native session (files and folders relative to its HOME, e.g.
+    ``.claude``): a checkpoint's session layer copies them, and a branch forked from the
+    checkpoint runs `resume` on them (`reroll.rollout.layers`). Empty: the agent cannot be forked,
+    its branches replay the prefix."""
     env: dict[str, str] = {}
     """Extra environment; values may use ``{base_url}`` (the LLM proxy, OpenAI-style, ending in
     ``/v1``), ``{proxy_url}`` (the same without ``/v1``, for clients that add it themselves, such
@@ -88,6 +93,12 @@ class AgentSpec(BaseModel):
             if not path.startswith(SKILL_PATH_ROOTS) or ".." in path.split("/"):
                 raise ValueError(f"skill path {path!r} must start with $HOME/ or $WORKSPACE/, without ..")
         return paths
+
+    @property
+    def forkable(self) -> bool:
+        """A checkpoint can capture its session and a branch resume it: it declares `resume`
+        and `session_paths`."""
+        return self.resume is not None and bool(self.session_paths)
 
     @property
     def install_key(self) -> str:

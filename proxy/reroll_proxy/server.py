@@ -35,6 +35,10 @@ in constant time (`secrets.compare_digest`).
   ``metadata.place``. Answers 204; 400 for a body that is not a Place.
 - ``POST /reroll/ask_user`` (the rollout token), ``GET /_reroll/asks``, ``POST /_reroll/asks/{id}``
   — the agent's ask_user questions, held until the controller answers: `reroll_proxy.asks`.
+- ``GET /_reroll/held`` — a long poll: answers ``{"step": K}`` once a live request of step K
+  (a positive multiple of ``hold_every``), or one past a replay-only cut, is held, unanswered;
+  ``POST /_reroll/release?step=K`` lets it go on (204; 404 for a step not held). The controller
+  captures a checkpoint in between.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.
@@ -123,6 +127,10 @@ class RolloutProxy:
         """The (host, port) of the site its agent reaches (set by the host once listening)."""
         self._session: aiohttp.ClientSession | None = None
         self._stopped = asyncio.Event()
+        self._held: asyncio.Queue[int] = asyncio.Queue()
+        """Steps held for the controller, in the order they were held."""
+        self._holding: dict[int, asyncio.Event] = {}
+        """Each held step's release."""
         """Set with ``engine.stop``, before the first 409 is sent (see `reroll_contracts.proxy`)."""
         self.retries = RetryTracker()
         """Tells SDK retries from new turns (`reroll_proxy.retries`)."""
@@ -193,6 +201,28 @@ class RolloutProxy:
             return web.json_response({"error": f"not a place: {exc}"}, status=400)
         return web.Response(status=204)
 
+    async def wait_for_held(self, _request: web.Request) -> web.Response:
+        """``GET /_reroll/held``: ``{"step": K}`` once a request of step K is held (a long poll)."""
+        return web.json_response({"step": await self._held.get()})
+
+    async def release(self, request: web.Request) -> web.Response:
+        """``POST /_reroll/release?step=K``: let the held request of step K go on."""
+        held = self._holding.pop(int(request.query.get("step", "-1")), None)
+        if held is None:
+            return web.json_response({"error": "no request of that step is held"}, status=404)
+        held.set()
+        return web.Response(status=204)
+
+    async def _hold(self, step: int) -> None:
+        """Hold the request of `step` until the controller releases it (`ProxyConfig.hold_every`)."""
+        every = self.config.hold_every
+        if not every or step == 0 or step % every:
+            return
+        release = self._holding[step] = asyncio.Event()
+        log.info("step %d: held for a checkpoint", step)
+        self._held.put_nowait(step)
+        await release.wait()
+
     async def serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
         """A model endpoint of `wire`'s format: replay, forward live, or refuse (the module docstring)."""
         received, received_at = time.monotonic(), now_iso()
@@ -217,6 +247,8 @@ class RolloutProxy:
             finally:
                 await self.recorder.skip(step.number)
         decision = self.engine.decide(body, wire.name)
+        if isinstance(decision, Exhausted):  # the cut of a replay-only rollout: a checkpoint first
+            await self._hold(decision.step)
         if self.engine.stop is not None:
             self._stopped.set()  # before the 409: a status read after the agent saw it has the stop
         if isinstance(decision, Exhausted):
@@ -246,6 +278,8 @@ class RolloutProxy:
             then = "going live (cutover policy)" if replay is None else "serving the recording"
             log.warning("step %d: divergence, %s; %s", step.number, step.divergence.summary, then)
         try:
+            if replay is None:
+                await self._hold(step.number)
             return await (self._replay(step, body, replay) if replay else self._live(step, body))
         finally:
             await self.recorder.skip(step.number)
@@ -388,6 +422,8 @@ class ProxyHost:
         add("GET", "/_reroll/status", operator.attrgetter("status"))
         add("GET", "/_reroll/stop", operator.attrgetter("wait_for_stop"))
         add("POST", "/_reroll/place", operator.attrgetter("set_place"))
+        add("GET", "/_reroll/held", operator.attrgetter("wait_for_held"))
+        add("POST", "/_reroll/release", operator.attrgetter("release"))
         add("POST", "/reroll/ask_user", operator.attrgetter("asks.ask"))  # the agent's token
         add("GET", "/_reroll/asks", operator.attrgetter("asks.pending"))
         add("POST", "/_reroll/asks/{id}", operator.attrgetter("asks.answer"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import socket
 import urllib.error
@@ -387,3 +388,23 @@ def test_without_a_controller_token_the_controller_endpoints_are_closed(
 
 def hello_world() -> list[dict[str, Any]]:
     return [{"role": "user", "content": "hi"}]
+
+
+def test_a_request_at_a_checkpoint_step_is_held_until_the_controller_releases_it(
+    start_proxy: StartProxy, scripted_model: Service
+) -> None:
+    """``hold_every = 2``: step 2 waits, unanswered and unrecorded, while the controller (and only
+    it) learns the step and releases it (``reroll run --checkpoint-every``)."""
+    proxy = start_proxy(upstream_url=scripted_model.base_url, hold_every=2)
+    controller = {"Authorization": f"Bearer {CONTROLLER_TOKEN}"}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        agent = pool.submit(converse, proxy.client(), TURNS, stream=False)
+        status, _, held = http_json("GET", proxy.root_url + "/_reroll/held", headers=controller)
+        assert (status, held) == (200, {"step": 2})
+        assert len(proxy.lines()) == 2 and not agent.done()
+        release = "/_reroll/release?step="
+        assert post_place(proxy, {}, {"Authorization": f"Bearer {TOKEN}"}, release + "2") == 403
+        assert post_place(proxy, {}, controller, release + "1") == 404
+        assert post_place(proxy, {}, controller, release + "2") == 204
+        agent.result(timeout=30)
+    assert [line["metadata"]["step"] for line in proxy.lines()] == [0, 1, 2]

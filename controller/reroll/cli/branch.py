@@ -31,6 +31,7 @@ from reroll.cli.common import (
     sandbox_settings,
 )
 from reroll.cli.reports import branch_report
+from reroll.jobs.branch import Via
 from reroll.jobs.branch import branch as branch_run
 from reroll.rollout.start import RolloutOptions
 
@@ -98,6 +99,14 @@ def branch(
     fault_seed: FaultSeedOption = None,
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
+    via: Annotated[
+        Via | None,
+        typer.Option(
+            help="How branches reach step K: snapshot (the prefix rebuilt once, its environment state, "
+            "workspace and agent session forked into each branch) or replay (each branch re-executes the "
+            "prefix) [default: snapshot where the agent has a resumable session, else replay]."
+        ),
+    ] = None,
 ) -> None:
     """Branch a run: N continuations per model from checkpoint --at K, concurrently, each verified.
 
@@ -108,7 +117,7 @@ def branch(
     Branches run like a job's rollouts (executor, start gate, retries of infrastructure
     failures). Prints each branch's reward and the mean reward per model (the value estimate of the
     checkpoint state). The sandbox, its settings and the network are the original's unless
-    given. Exit 1 when a branch ended in error.
+    given. Says which way (--via) the branches reached step K. Exit 1 when a branch ended in error.
     """
     options = RolloutOptions(
         timeout_seconds=timeout,
@@ -135,6 +144,7 @@ def branch(
             runner=runner_options(concurrency, max_starting, executor, ray_address, max_retries),
             output=output,
             console=console,
+            via=via,
         )
     )
     console.print(branch_report(summary))

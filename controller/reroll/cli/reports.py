@@ -51,9 +51,10 @@ def fidelity_report(report: FidelityReport) -> RenderableType:
 
 
 def branch_report(summary: BranchSummary) -> RenderableType:
-    """A table of the branches, one of the mean reward per model, and with several branch points
-    one of the value per point (the value curve)."""
-    children = Table(title=f"branches from step {summary.cut_index} (--at {summary.at})")
+    """A table of the branches (and how they reached their cut), one of the mean reward per model,
+    and with several branch points one of the value per point (the value curve)."""
+    via = f"via {summary.via}" + (f": {summary.note}" if summary.note else "")
+    children = Table(title=f"branches from step {summary.cut_index} (--at {summary.at}, {via})")
     for column in ("branch", "model", "status", "reward"):
         children.add_column(column, justify="right" if column == "reward" else "left", overflow="fold")
     for child in summary.children:

@@ -77,6 +77,15 @@ def run(
             "User answers (its `answer` method), the questions and answers go to asks.json.",
         ),
     ] = False,
+    checkpoint_every: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Capture a checkpoint (environment state, workspace, agent session) every N steps, "
+            "into <run>/checkpoints/step-K/: `reroll branch --at K --via snapshot` forks from it "
+            "without rebuilding the prefix [default: 0, none].",
+        ),
+    ] = 0,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -104,6 +113,7 @@ def run(
                     skills_dir=skills_dir,
                     judge_model=judge_model,
                     ask_user=ask_user,
+                    checkpoint_every=checkpoint_every,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

@@ -47,6 +47,14 @@ ROLLOUTS_ROUTE = "/_reroll/rollouts"
 """The shared proxy's admin route (`reroll_proxy.server.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 _PendingAsks = RootModel[list[PendingAsk]]
+
+
+class HeldStep(BaseModel):
+    """The proxy's answer to ``GET /_reroll/held``: the step of the request it holds."""
+
+    step: int
+
+
 _VOLATILE_RULES = TypeAdapter(list[VolatileRule])
 
 
@@ -117,6 +125,7 @@ class LlmProxy:
         listen_host: str = "127.0.0.1",
         faults: FaultsUsed | None = None,
         volatile: Sequence[VolatileRule] = (),
+        hold_every: int = 0,
     ) -> None:
         self.token = secrets.token_urlsafe(24)
         """The rollout token: the agent's credential, for the model endpoints only."""
@@ -137,6 +146,7 @@ class LlmProxy:
             upstream=upstream,
             faults=faults,
             volatile=list(volatile),
+            hold_every=hold_every,
         )
         self.config_file = workdir / PROXY_CONFIG.name
         """The config file (a per-rollout proxy reads it)."""
@@ -269,6 +279,32 @@ class LlmProxy:
             InfrastructureError: the proxy died, or answered something that is not a `ProxyStop`.
         """
         return await self._get("/_reroll/stop", ProxyStop, None)
+
+    async def wait_for_held(self) -> int:
+        """Wait until the proxy holds a live request at a step boundary (``hold_every``) and
+        return its step (``GET /_reroll/held``, a long poll); `release` it after the checkpoint.
+
+        Raises:
+            InfrastructureError: the proxy died, or answered something that is not a step.
+        """
+        return (await self._get("/_reroll/held", HeldStep, None)).step
+
+    async def release(self, step: int) -> None:
+        """Let the held request of `step` go on (``POST /_reroll/release``).
+
+        Raises:
+            InfrastructureError: the proxy died or holds no request of that step.
+        """
+        assert self._session is not None, "start() first"
+        url = self.base_url.removesuffix("/v1") + f"/_reroll/release?step={step}"
+        try:
+            timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
+            async with self._session.post(url, timeout=timeout) as response:
+                response.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise InfrastructureError(
+                f"LLM proxy did not release step {step} ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
 
     async def _get(self, path: str, model: type[Answer], timeout_seconds: float | None) -> Answer:
         assert self._session is not None, "start() first"

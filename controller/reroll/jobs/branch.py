@@ -1,8 +1,19 @@
 """``reroll branch RUN --at K --model A [--model B …] [-n N]``: many continuations of checkpoints.
 
-Every branch replays the first K recorded exchanges — so its fresh sandbox reaches the state the
-original run had at step K — then continues live with its model, and is verified: it is a
-continuation (`reroll.rollout.start.start_rollout`) with ``branched_from`` provenance. The
+Every branch reaches the state the original run had at step K, then continues live with its
+model, and is verified: it is a continuation (`reroll.rollout.start.start_rollout`) with
+``branched_from`` provenance. It gets there ``via``
+
+- ``replay``: each branch replays the first K recorded exchanges in its fresh sandbox (the
+  agent re-executes the prefix, once per branch);
+- ``snapshot``: the prefix is re-executed once (a replay-only rollout, ``_prefix/``, that stops
+  at the cut) — or taken from a checkpoint recorded during the run
+  (``<run>/checkpoints/step-K/``) — and its three layers captured there (environment state →
+  workspace → agent session, `reroll.rollout.layers`); each branch restores them into its fresh
+  sandbox and resumes the agent's native session, the proxy live from its first request.
+
+The default is ``snapshot`` when the agent has a resumable session (`AgentSpec.forkable`: Claude
+Code, Codex), else ``replay`` with a note in summary.json (mini-swe-agent, aider, OpenHands). The
 branches run on the job runner (`reroll.jobs.runner.Runner`): each in its own sandbox, at most
 ``concurrency`` at a time and ``max_starting`` starting at once, on the asyncio or Ray executor,
 with infrastructure failures retried (the failed attempt's folder goes to ``_attempts/`` in the
@@ -16,7 +27,9 @@ The output is a tree::
       prompts.json
       trajectory/llm_trajectory.jsonl   the first K recorded exchanges
       summary.json                      BranchSummary: per-child rewards, mean reward per model and
-                                        per branch point
+                                        per branch point, via, the layers' digests (snapshot)
+      _prefix/                          snapshot: the replay-only rollout that rebuilt the prefix,
+                                        its layers in checkpoints/step-K/ (`reroll.rollout.layers`)
       <model>__<i>/                     one run folder per branch, branched_from.path = the parent
                                         (<model>: `reroll.models.spec.model_slug`)
       <point>__<model>__<i>/            the same with several branch points (<point>: ``at<K>``,
@@ -30,23 +43,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
-from reroll_contracts.errors import AgentError, ConfigError, RunFolderError
+from reroll_contracts.errors import AgentError, ConfigError, EnvironmentStateError, RunFolderError
 from rich.console import Console
 
+from reroll.agents import AgentSpec
 from reroll.jobs.executors import Attempt
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
+from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
+from reroll.rollout.lifecycle import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
 from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
+    HARNESS_DIR,
     PROMPTS_FILE,
     TRAJECTORY,
     BranchedFrom,
@@ -65,6 +83,27 @@ from reroll.runfolder.summary import (
     primary_reward,
 )
 from reroll.sandbox.base import load_backend
+
+Via = Literal["snapshot", "replay"]
+PREFIX_NAME = "_prefix"
+"""The replay-only rollout that rebuilds the prefix once (``via = "snapshot"``), in the parent."""
+
+
+def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:
+    """How branches of `agent` reach the cut, and the note saying why it is not a snapshot.
+
+    Args:
+        agent: the run's agent.
+        via: asked for (``--via``); None: snapshot where the agent can be forked.
+    """
+    if via == "replay":
+        return "replay", None
+    if agent.forkable:
+        return "snapshot", None
+    return "replay", (
+        f"{agent.name} has no resumable session (no `resume` and `session_paths` in its declaration): "
+        "its branches replay the prefix"
+    )
 
 
 @dataclass(frozen=True)
@@ -186,6 +225,7 @@ async def branch(
     runner: RunnerOptions = RunnerOptions(),
     output: Path | None = None,
     console: Console | None = None,
+    via: Via | None = None,
 ) -> BranchSummary:
     """Run `n` continuations per model from each branch point of `run_folder` (``reroll branch``).
 
@@ -210,6 +250,9 @@ async def branch(
         output: where the parent folder goes [default: ``<original's parent>/branched``].
         console: where the progress bar goes [default: nowhere]; each branch's own progress goes
             to ``harness/controller.log`` in its folder.
+        via: ``snapshot`` or ``replay`` (the module docstring) [default: snapshot where the agent
+            can be forked, else replay]; an agent that cannot be forked replays either way, with
+            a note in the summary.
 
     Returns:
         The summary (also written to summary.json in the parent folder).
@@ -225,6 +268,8 @@ async def branch(
         TaskError, ModelError: the task or a model cannot be resolved.
         AgentError: the recorded agent is unknown or calls no model.
         Nothing is written when any of these is raised.
+        EnvironmentStateError: ``snapshot``: the prefix could not be rebuilt and captured, or its
+            checkpoint is inconsistent (the parent folder says how far it got).
     """
     if not models or n < 1:
         raise ConfigError(f"branch needs models (got {list(models)}) and n >= 1 (got {n})")
@@ -255,6 +300,19 @@ async def branch(
         f"{len(points)} point(s) x {len(specs)} model(s) x {n}, {runner.concurrency} at a time"
     )
     console.print(f"parent folder: {parent}")
+    chosen, note = choose_via(checkpoint.agent, via)
+    if chosen == "snapshot" and checkpoint.cut_index == 0:
+        chosen, note = "replay", "step 0: nothing to replay, nothing to fork"
+    elif chosen == "snapshot" and checkpoint.original.config.trial is not None:
+        chosen, note = "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
+    elif chosen == "snapshot" and (len(points) > 1 or points[0].prompt is not None or at_ask is not None):
+        chosen, note = "replay", "several branch points, a varied prompt or an ask_user answer fork by replay"
+    layers: Path | None = None
+    digests: dict[str, str] | None = None
+    if chosen == "snapshot":
+        layers, note = await _checkpoint_layers(checkpoint, parent, options, console)
+        digests = load_checkpoint(layers, step=checkpoint.cut_index).digests
+    console.print(f"branches reach their cut via {chosen}" + (f" ({note})" if note else ""))
     branches = [
         (number, spec, index) for number in range(len(points)) for spec in specs for index in range(n)
     ]
@@ -274,6 +332,7 @@ async def branch(
                     model=spec,
                     index=index,
                     options=options,
+                    layers=layers,
                 ),
             ),
             checkpoint.task.name,
@@ -284,7 +343,7 @@ async def branch(
     ]
     summaries = await batch.run(rollouts, console)
     children = [
-        _child_summary(summary, spec, index, number)
+        _child_summary(summary, spec, index, number, parent)
         for summary, (number, spec, index) in zip(summaries, branches, strict=True)
     ]
     summary = BranchSummary(
@@ -300,6 +359,10 @@ async def branch(
             )
             for number, (point, opened) in enumerate(zip(points, checkpoints, strict=True))
         ],
+        via=chosen,
+        note=note,
+        layers=digests,
+        checkpoint=str(layers) if layers else None,
     )
     write_json(parent / TREE_SUMMARY_FILE, summary)
     return summary
@@ -333,11 +396,13 @@ async def run_branch(
     model: str,
     index: int,
     options: RolloutOptions,
+    layers: Path | None = None,
     start_gate: asyncio.Semaphore | None = None,
 ) -> RolloutOutcome:
     """Run branch `index` of `model`: continue checkpoint `at` of `original` with `model` into
     ``parent/name`` (an attempt of `branch`'s runner, a picklable call for Ray), with `prompt`
-    for the turn the cut starts and `answer` for the ask_user question at the cut when given.
+    for the turn the cut starts and `answer` for the ask_user question at the cut when given;
+    with `layers` (a checkpoint folder of step K), forked from them instead of replaying the prefix.
 
     Raises:
         RunFolderError, TaskError, ModelError: the original, its task or `model` cannot be
@@ -345,16 +410,59 @@ async def run_branch(
     """
     checkpoint = _open_point(original, BranchPoint(at, prompt), tasks_dir, Console(quiet=True))
     continued = checkpoint.continued_from(model)
-    update = {"path": str(parent), "branch_index": index, "prompt": prompt, "answer": answer}
+    update = {
+        "path": str(parent),
+        "branch_index": index,
+        "prompt": prompt,
+        "answer": answer,
+        "via": "snapshot" if layers else "replay",
+    }
     provenance = BranchedFrom(**(continued.model_dump() | update))
     return await start_rollout(
-        FromCheckpoint(checkpoint, provenance),
+        FromCheckpoint(checkpoint, provenance, layers),
         live_model=parse_model(model, checkpoint.task.path, checkpoint.agent.name),
         parent=parent,
         name=name,
         options=options,
         start_gate=start_gate,
     )
+
+
+async def _checkpoint_layers(
+    checkpoint: Checkpoint, parent: Path, options: RolloutOptions, console: Console
+) -> tuple[Path, str]:
+    """The checkpoint folder of step K the children fork from, and where it came from: one
+    recorded during the run (``<run>/checkpoints/step-K``) when it is consistent, else the prefix
+    rebuilt once by a replay-only rollout (`PREFIX_NAME`) that captures it when the proxy holds
+    the agent's request at the cut (``_prefix/checkpoints/step-K``).
+
+    Raises:
+        EnvironmentStateError: the rebuilt prefix left no consistent checkpoint (its result named).
+    """
+    recorded = checkpoint.original.path / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
+    if (recorded / CHECKPOINT_FILE).is_file():
+        try:
+            load_checkpoint(recorded, step=checkpoint.cut_index)
+            return recorded, f"layers recorded during the run, {recorded}"
+        except EnvironmentStateError as exc:
+            console.print(f"[yellow]{exc}; rebuilding the prefix[/yellow]")
+    console.print(f"rebuilding the prefix once (replay-only, {PREFIX_NAME}/) and capturing its layers")
+    outcome = await start_rollout(
+        FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
+        live_model=None,
+        parent=parent,
+        name=PREFIX_NAME,
+        options=replace(options, checkpoint_every=checkpoint.cut_index),  # held at the cut: captured
+    )
+    captured = outcome.run_dir / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
+    if not (captured / CHECKPOINT_FILE).is_file():
+        result = outcome.result
+        raise EnvironmentStateError(
+            f"rebuilding the prefix to step {checkpoint.cut_index} captured no checkpoint: "
+            f"{PREFIX_NAME} ended {result.status} ({result.error_category}: {result.error}); "
+            f"see {outcome.run_dir}"
+        )
+    return captured, f"the prefix rebuilt once in {PREFIX_NAME}/"
 
 
 def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
@@ -381,8 +489,13 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
     return parent
 
 
-def _child_summary(summary: RolloutSummary, model: str, index: int, point: int) -> ChildSummary:
+def _child_summary(summary: RolloutSummary, model: str, index: int, point: int, parent: Path) -> ChildSummary:
+    restored = parent / summary.name / HARNESS_DIR / RESTORED_FILE
+    digests = (
+        LayeredCheckpoint.model_validate_json(restored.read_bytes()).digests if restored.is_file() else None
+    )
     return ChildSummary(
+        restored=digests,
         folder=summary.name,
         model=model,
         branch_index=index,

@@ -19,6 +19,7 @@ import time
 import traceback
 import urllib.parse
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
 from reroll.rollout.asks import Answerer, offer_ask_user
+from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
 from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
@@ -75,6 +77,9 @@ from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
 
 INSTALL_TIMEOUT_SECONDS = 900.0
+RESTORED_FILE = "restored-checkpoint.json"
+"""In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
+layers' digests, which the restore reproduced)."""
 INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
 """Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
 
@@ -109,6 +114,15 @@ class RolloutPlan:
     asks: Answerer | None = None
     """Answers the agent's ask_user questions when the rollout offers the tool (``config.ask_user``,
     `reroll.rollout.asks`); None: it does not."""
+    restore_from: Path | None = None
+    """Restore the layers of the checkpoint in this folder before the agent starts (a branch
+    forked by snapshot); its step must be `restore_step`."""
+    restore_step: int = 0
+    """The step of the checkpoint restored: the cut index K."""
+    checkpoint_every: int = 0
+    """Capture a checkpoint (`reroll.rollout.layers`) every this many steps while the agent runs
+    live, into ``checkpoints/step-K/`` of the run folder (``reroll run --checkpoint-every``), and
+    at the cut of a replay-only rollout when it is such a step (a branch's rebuilt prefix); 0: none."""
 
     @property
     def agent(self) -> AgentSpec:
@@ -210,6 +224,12 @@ async def execute_rollout(
             await _provision(environment, console)
             task_env |= environment.exec_env()
             await verifier.prepare(sandbox, env)
+            if plan.restore_from is not None:
+                console.print(f"[dim]restoring the checkpoint layers of step {plan.restore_step}[/dim]")
+                restored = await restore_checkpoint(
+                    sandbox, plan.task, plan.agent, plan.restore_from, env | task_env, step=plan.restore_step
+                )
+                write_json(harness_dir / RESTORED_FILE, restored)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
@@ -240,7 +260,8 @@ async def execute_rollout(
                 hook=skills,
                 asks=plan.asks,
             )
-            outcome = await run_trial(trial, console)
+            async with _checkpoints_while(plan, proxy, sandbox, env | task_env, console):
+                outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             if proxy is not None:
                 # Stopped now, so no response the agent never received gets recorded later.
@@ -282,6 +303,46 @@ async def execute_rollout(
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)
     return result
+
+
+CHECKPOINTS_DIR = "checkpoints"
+"""In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
+
+
+@contextlib.asynccontextmanager
+async def _checkpoints_while(
+    plan: RolloutPlan, proxy: LlmProxy | None, sandbox: Sandbox, env: dict[str, str], console: Console
+) -> AsyncIterator[None]:
+    """While the block runs the agent: each time the proxy holds a request at a step boundary
+    (`RolloutPlan.checkpoint_every`), capture the layers into ``checkpoints/step-K/`` and let the
+    request go on. The agent waits for its model meanwhile: its conversation is quiescent (a
+    process it left running in the background is not frozen). A failed capture is reported, the
+    run goes on (a branch refuses the incomplete checkpoint and rebuilds the prefix)."""
+    if proxy is None or not plan.checkpoint_every:
+        yield
+        return
+
+    async def capture() -> None:
+        while True:
+            step = await proxy.wait_for_held()
+            folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+            try:
+                await capture_checkpoint(
+                    sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False
+                )
+                console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
+            except RerollError as exc:
+                console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
+            finally:
+                await proxy.release(step)
+
+    capturing = asyncio.create_task(capture())
+    try:
+        yield
+    finally:
+        capturing.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RerollError):
+            await capturing
 
 
 async def _provision(environment: Environment, console: Console) -> None:
@@ -331,6 +392,7 @@ async def _start_llm_side(
         listen_host=host,
         faults=plan.config.faults,
         volatile=volatile_rules(plan, sandbox.layout),
+        hold_every=plan.checkpoint_every,
     )
     await stack.enter_async_context(proxy)
     await sandbox.allow_host_port(_port(proxy.base_url))
@@ -470,6 +532,7 @@ async def _run_agent(
     for it to exit, time out, or be stopped by the proxy's stop: one turn
     (`reroll.rollout.scenes.TurnRunner`)."""
     layout = sandbox.layout
+    resume = resume or plan.restore_from is not None  # forked: every turn continues the restored session
     prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
     await sandbox.put_file(prompt_file, prompt.encode())
     agent_env = {

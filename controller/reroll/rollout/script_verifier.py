@@ -42,6 +42,7 @@ from reroll_contracts.reward import VerifyResult, parse_reward_json
 from reroll.rollout.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline
+from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.task import Task
 
@@ -131,6 +132,7 @@ async def verify(
         VerifierError: the test script is missing (the message names it), timed out, or left no
             valid reward file (the message carries the end of the script's output); hardening
             failed or ran out of time (`QuiesceError` when the agent's processes outlived it).
+        EnvironmentStateError: the task's ``environment.state.query_command`` failed.
         VerifyLeftoverError: a soft verify left what its fence cannot undo.
         SandboxError: the sandbox failed or died (an infrastructure error).
     """
@@ -140,6 +142,12 @@ async def verify(
     await quiesce(sandbox)  # before the hidden tests are in the sandbox
     await sandbox.upload_dir(task.verifier_dir, verifier_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    state = task.spec.environment.state
+    if state is not None and state.query_command is not None:
+        # the environment's state as the verifier receives it, next to test.sh
+        queried = (await query_state(sandbox, state.query_command, env)).encode()
+        await sandbox.put_file(f"{verifier_dir}/{QUERY_FILE}", queried, mode=0o644)
+        (output_dir / QUERY_FILE).write_bytes(queried)
     with (
         (output_dir / "test-stdout.txt").open("wb") as out,
         (output_dir / "test-stderr.txt").open("wb") as err,

@@ -53,7 +53,7 @@ from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.tasks.skills import nudge_level
 from reroll.tasks.task import Task, with_network, with_skills_hidden
-from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge, TrialConfig
+from reroll.trials.config import DEFAULT_SKILL_MODE, Scene, SkillMode, SkillNudge, TrialConfig
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,10 @@ class RolloutOptions:
     faults: FaultsUsed | None = None
     """The fault plan the proxy injects (`reroll.host.llm_proxy.faults_used`), or None; faults
     recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
+    checkpoint_every: int = 0
+    """Capture a three-layer checkpoint every this many steps while the agent runs live
+    (`reroll.rollout.layers`; ``<run>/checkpoints/step-K/``), which ``branch --via snapshot``
+    forks from instead of rebuilding the prefix; 0: none."""
     divergence_policy: DivergencePolicy = "warn"
     """What the proxy does when a replayed request differs from the recording (``warn``,
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
@@ -119,13 +123,30 @@ class NewRecording:
     instruction once."""
 
 
+RESUME_PROMPT = "Continue the task from where you left off."
+"""What a rollout forked from checkpoint layers tells the resumed session (`FromCheckpoint.layers`)."""
+
+
 @dataclass(frozen=True)
 class FromCheckpoint:
-    """The origin of a rollout that replays a checkpoint of a recorded run, then goes live."""
+    """The origin of a rollout that replays a checkpoint of a recorded run, then goes live — or,
+    with `layers`, that starts from the checkpoint's captured layers without replaying."""
 
     checkpoint: Checkpoint
     provenance: ContinuedFrom
     """config.json's ``continued_from`` — or ``branched_from`` when it is a `BranchedFrom`."""
+    layers: Path | None = None
+    """A checkpoint folder of the run at ``checkpoint.cut_index`` (`reroll.rollout.layers`): its
+    environment state, workspace and agent session are restored before the agent starts, and the
+    agent resumes its session (its ``resume`` command, told `RESUME_PROMPT`) with the proxy live
+    from the first request; the run folder's trajectory holds the exchanges after the cut."""
+
+    def trial(self) -> TrialConfig | None:
+        """The trial the rollout runs: the original's, or with `layers` one turn told
+        `RESUME_PROMPT` (its agent resumes the restored session)."""
+        if self.layers is None:
+            return self.checkpoint.original.config.trial
+        return TrialConfig(scenes=[Scene.single(prompt=RESUME_PROMPT)])  # resumed: `RolloutPlan.restore_from`
 
 
 Origin = NewRecording | FromCheckpoint
@@ -193,6 +214,8 @@ async def start_rollout(
     recorded_values: tuple[VolatileRule, ...] = ()
     if isinstance(origin, NewRecording):
         task, agent = origin.task, origin.agent
+    elif origin.layers is not None:  # forked: nothing replayed, the session resumed
+        task, agent = origin.checkpoint.task, origin.checkpoint.agent
     else:
         checkpoint = origin.checkpoint
         task, agent, original = checkpoint.task, checkpoint.agent, checkpoint.original
@@ -234,6 +257,9 @@ async def start_rollout(
         recorded=recorded,
         skills=skills,
         asks=Answerer(run_dir, recorded_asks, branch_answer) if config.ask_user else None,
+        checkpoint_every=options.checkpoint_every,
+        restore_from=origin.layers if isinstance(origin, FromCheckpoint) else None,
+        restore_step=origin.checkpoint.cut_index if isinstance(origin, FromCheckpoint) else 0,
     )
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
@@ -298,6 +324,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
             "ask_user": options.ask_user or original.ask_user,
+            "trial": origin.trial(),
             key: origin.provenance,
         }
     )

@@ -113,6 +113,9 @@ class BranchedFrom(ContinuedFrom):
     answer: str | None = None
     """The answer the child was given to the recorded ask_user question at its cut
     (``branch --at-ask``), instead of the recorded one."""
+    via: Literal["snapshot", "replay"] = "replay"
+    """How the child reached the cut: forked from the tree's checkpoint layers (its trajectory
+    then holds only the exchanges after the cut; the prefix is the parent's) or by replaying."""
 
 
 class StoreUse(BaseModel):

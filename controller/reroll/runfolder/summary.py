@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Literal
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError
@@ -227,6 +228,10 @@ class ChildSummary(BaseModel):
     error: str | None = None
     point: int = 0
     """The branch point (`BranchSummary.points`) the child continues from."""
+    restored: dict[str, str] | None = None
+    """A child forked by snapshot: the content digest of each layer it restored (environment,
+    sandbox, session), equal to the tree's `BranchSummary.layers` (the restore checks it); None
+    for a child that replayed the prefix."""
 
 
 class ModelSummary(BaseModel):
@@ -299,6 +304,17 @@ class BranchSummary(BaseModel):
         it continued from."""
         models = self.branch_points[child.point].models
         return next((model.mean_reward for model in models if model.model == child.model), None)
+
+    via: Literal["snapshot", "replay"] = "replay"
+    """How the children reached step K: forked from checkpoint layers (``snapshot``) or by
+    re-executing the prefix each (``replay``)."""
+    note: str | None = None
+    """Why the tree replays although a snapshot was possible or asked (the agent has no resumable
+    session), or where its checkpoint came from."""
+    layers: dict[str, str] | None = None
+    """``via = "snapshot"``: the checkpoint's content digest per layer (environment, sandbox, session)."""
+    checkpoint: str | None = None
+    """``via = "snapshot"``: the checkpoint folder the children were forked from."""
 
 
 def primary_reward(rewards: dict[str, float] | None) -> float | None:

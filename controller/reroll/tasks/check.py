@@ -140,7 +140,8 @@ def _plane_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
     if (state := environment.state) is not None:
         where = f" in service {state.service}" if state.service else ""
         what = ", ".join(state.paths) or "snapshot/restore commands"
-        rows.append(("state", f"{state.kind}: {what}{where}"))
+        queried = "; query_command → the verifier's environment_state.txt" if state.query_command else ""
+        rows.append(("state", f"{state.kind}: {what}{where}{queried}"))
     for server in environment.mcp_servers:
         target = server.url if server.transport != "stdio" else " ".join([server.command or "", *server.args])
         rows.append((f"mcp {server.name}", f"{server.transport} {target}{' (optional)' * server.optional}"))

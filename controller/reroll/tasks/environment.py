@@ -177,6 +177,10 @@ class StateSpec(BaseModel):
     """``command`` kind: writes the state into the folder named by ``$REROLL_STATE_DIR``."""
     restore_command: str | None = None
     """``command`` kind: reads the state back from ``$REROLL_STATE_DIR``."""
+    query_command: str | None = None
+    """The environment's ``query``: a shell command run as root in the sandbox before the verifier;
+    its stdout is written to ``environment_state.txt`` in the verifier's folder (next to test.sh,
+    and to the run folder's ``verifier/``), so a test reads the state without reaching the service."""
     service: str | None = None
     """The service whose container holds the state (docker image services); None: the sandbox."""
 

@@ -1,0 +1,269 @@
+"""A checkpoint of a live rollout in three layers, and its restore into another sandbox: what a
+branch by snapshot forks (seeds/architecture.txt, "The hard part"; DESIGN.md, "The environment
+plane").
+
+`capture_checkpoint` quiesces (freezes, then kills) the agent's processes, then copies, in this
+order:
+
+1. ``environment`` — the task's ``environment.state`` (`reroll.sandbox.state.snapshot_state`);
+   absent when the task declares none;
+2. ``sandbox`` — the workspace, whole (the sandbox's filesystem as the agent changed it);
+3. ``session`` — the agent's native session (`AgentSpec.session_paths` under its HOME: Claude
+   Code's ``~/.claude``, Codex's ``~/.codex``), which `AgentSpec.resume` continues.
+
+The folder it writes::
+
+    checkpoint.json       LayeredCheckpoint: the step, the layers expected, one record per layer
+                          captured (its file, the file's sha256, the content digest, the step)
+    environment.tar       one tar per layer (`reroll.sandbox.state_script`'s format)
+    sandbox.tar
+    session.tar
+
+checkpoint.json is rewritten after each layer, so a crash between layers leaves a checkpoint
+that lists fewer layers than it expects (and perhaps a layer file it does not list):
+`load_checkpoint` refuses it, as it refuses a layer file whose sha256 differs from its record
+and layers recorded at different steps. `restore_checkpoint` puts the layers back in the same
+order and checks each restored content digest against the one captured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+from reroll_contracts.errors import EnvironmentStateError
+
+from reroll.agents import AgentSpec
+from reroll.rollout.script_verifier import quiesce
+from reroll.runfolder.run import now_iso
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.state import (
+    CopyKind,
+    StateCopy,
+    restore_paths,
+    restore_state,
+    snapshot_paths,
+    snapshot_state,
+)
+from reroll.tasks.task import Task
+
+LayerName = Literal["environment", "sandbox", "session"]
+LAYER_ORDER: tuple[LayerName, ...] = ("environment", "sandbox", "session")
+"""The capture and restore order (the seeds': environment state → container → agent session)."""
+CHECKPOINT_FILE = "checkpoint.json"
+
+
+class LayerRecord(BaseModel):
+    """One captured layer."""
+
+    name: LayerName
+    file: str
+    """The layer's tar file, in the checkpoint folder."""
+    step: int
+    """The step it was captured at (every layer of a checkpoint has the checkpoint's)."""
+    sha256: str
+    """sha256 hex of the file's bytes."""
+    size_bytes: int
+    digest: str
+    """The content digest at capture (`reroll.sandbox.state.StateCopy.digest`); a restore must
+    reproduce it."""
+
+
+class LayeredCheckpoint(BaseModel):
+    """checkpoint.json: a checkpoint of a rollout after `step` exchanges."""
+
+    step: int
+    """How many exchanges the rollout had made: the branch's cut index K."""
+    task: str
+    agent: str
+    expected: list[LayerName]
+    """The layers this checkpoint must have (``environment`` only for a task with a state,
+    ``session`` only for an agent with `AgentSpec.session_paths`)."""
+    layers: list[LayerRecord] = []
+    """The layers captured so far, in `LAYER_ORDER`."""
+    created_at: str
+
+    @property
+    def digests(self) -> dict[str, str]:
+        """Each layer's content digest, by layer name."""
+        return {layer.name: layer.digest for layer in self.layers}
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """What one layer copies: a kind and absolute paths in the sandbox (none for ``environment``,
+    which follows the task's `StateSpec`)."""
+
+    name: LayerName
+    kind: CopyKind
+    paths: list[str]
+
+
+def layer_plans(sandbox: Sandbox, task: Task, agent: AgentSpec) -> list[LayerPlan]:
+    """The layers a checkpoint of `agent` on `task` in `sandbox` has, in `LAYER_ORDER`."""
+    layout = sandbox.layout
+    plans = []
+    if task.spec.environment.state is not None:
+        plans.append(LayerPlan("environment", "files", []))
+    plans.append(LayerPlan("sandbox", "files", [layout.workspace]))
+    if agent.session_paths:
+        session = [f"{layout.home.rstrip('/')}/{path.lstrip('/')}" for path in agent.session_paths]
+        plans.append(LayerPlan("session", "files", session))
+    return plans
+
+
+async def capture_checkpoint(
+    sandbox: Sandbox,
+    task: Task,
+    agent: AgentSpec,
+    step: int,
+    folder: Path,
+    env: dict[str, str],
+    *,
+    quiesce_agent: bool = True,
+) -> LayeredCheckpoint:
+    """Quiesce the agent and capture its rollout's layers at `step` into `folder` (the module
+    docstring).
+
+    Args:
+        sandbox: the rollout's started sandbox.
+        task: its task (``environment.state`` says what the environment layer is).
+        agent: its agent (``session_paths`` say what the session layer is).
+        step: how many exchanges the rollout made.
+        folder: the checkpoint folder on the host (created; an earlier checkpoint there is replaced).
+        env: the base environment of processes in the sandbox (PATH).
+        quiesce_agent: freeze and kill the agent's processes first; False: the caller holds the
+            agent otherwise (the proxy holds its model request: ``--checkpoint-every``).
+
+    Returns:
+        The checkpoint as written to ``folder/checkpoint.json``.
+
+    Raises:
+        QuiesceError: the agent's processes outlived the quiesce.
+        EnvironmentStateError: a layer could not be copied (a planted link, a failed command...).
+    """
+    if quiesce_agent:
+        await quiesce(sandbox)  # nothing of the agent runs while the layers are copied
+    folder.mkdir(parents=True, exist_ok=True)
+    plans = layer_plans(sandbox, task, agent)
+    checkpoint = LayeredCheckpoint(
+        step=step, task=task.name, agent=agent.name, expected=[p.name for p in plans], created_at=now_iso()
+    )
+    _write_atomic(folder / CHECKPOINT_FILE, checkpoint.model_dump_json(indent=2).encode())
+    for plan in plans:
+        copy = await _copy_out(sandbox, task, plan, env)
+        name = f"{plan.name}.tar"
+        _write_atomic(folder / name, copy.data)
+        checkpoint.layers.append(
+            LayerRecord(
+                name=plan.name,
+                file=name,
+                step=step,
+                sha256=hashlib.sha256(copy.data).hexdigest(),
+                size_bytes=len(copy.data),
+                digest=copy.digest,
+            )
+        )
+        _write_atomic(folder / CHECKPOINT_FILE, checkpoint.model_dump_json(indent=2).encode())
+    return checkpoint
+
+
+def load_checkpoint(folder: Path, *, step: int | None = None) -> LayeredCheckpoint:
+    """Read and check the checkpoint in `folder`: every expected layer present, in order, each
+    file's sha256 its record's, every layer of the checkpoint's step (and of `step` if given).
+
+    Raises:
+        EnvironmentStateError: the checkpoint is missing, unreadable or inconsistent (named).
+    """
+    path = folder / CHECKPOINT_FILE
+    try:
+        checkpoint = LayeredCheckpoint.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError) as exc:
+        raise EnvironmentStateError(f"checkpoint {folder}: cannot read {CHECKPOINT_FILE}: {exc}") from exc
+    names = [layer.name for layer in checkpoint.layers]
+    if names != checkpoint.expected:
+        missing = [name for name in checkpoint.expected if name not in names]
+        raise EnvironmentStateError(
+            f"checkpoint {folder} is inconsistent: it expects the layers {checkpoint.expected} but holds "
+            f"{names}" + (f" (missing {missing}: the capture stopped between layers)" if missing else "")
+        )
+    if step is not None and checkpoint.step != step:
+        raise EnvironmentStateError(f"checkpoint {folder} is of step {checkpoint.step}, not of step {step}")
+    for layer in checkpoint.layers:
+        if layer.step != checkpoint.step:
+            raise EnvironmentStateError(
+                f"checkpoint {folder} is inconsistent: layer {layer.name} is of step {layer.step}, "
+                f"the checkpoint of step {checkpoint.step}"
+            )
+        try:
+            data = (folder / layer.file).read_bytes()
+        except OSError as exc:
+            raise EnvironmentStateError(f"checkpoint {folder}: layer {layer.name}: {exc}") from exc
+        if hashlib.sha256(data).hexdigest() != layer.sha256:
+            raise EnvironmentStateError(
+                f"checkpoint {folder} is inconsistent: {layer.file}'s sha256 is not the one recorded"
+            )
+    return checkpoint
+
+
+async def restore_checkpoint(
+    sandbox: Sandbox, task: Task, agent: AgentSpec, folder: Path, env: dict[str, str], *, step: int
+) -> LayeredCheckpoint:
+    """Check the checkpoint in `folder` (`load_checkpoint`) and put its layers into `sandbox` (a
+    fresh sandbox of the same task, before the agent starts), in `LAYER_ORDER`.
+
+    Returns:
+        The checkpoint; each restored layer's digest equals its record's.
+
+    Raises:
+        EnvironmentStateError: the checkpoint is inconsistent, is of another agent or task, has
+            other layers than this rollout would capture, or a restored layer's digest differs.
+    """
+    checkpoint = load_checkpoint(folder, step=step)
+    plans = layer_plans(sandbox, task, agent)
+    if (checkpoint.task, checkpoint.agent) != (task.name, agent.name):
+        raise EnvironmentStateError(
+            f"checkpoint {folder} is of {checkpoint.agent} on {checkpoint.task}, "
+            f"not of {agent.name} on {task.name}"
+        )
+    if checkpoint.expected != [plan.name for plan in plans]:
+        raise EnvironmentStateError(
+            f"checkpoint {folder} has the layers {checkpoint.expected}; "
+            f"this rollout needs {[p.name for p in plans]}"
+        )
+    for plan, layer in zip(plans, checkpoint.layers, strict=True):
+        data = (folder / layer.file).read_bytes()
+        if plan.name == "environment":
+            state = task.spec.environment.state
+            assert state is not None
+            restored = await restore_state(sandbox, state, data, env)
+        else:
+            restored = await restore_paths(sandbox, plan.kind, plan.paths, data, env)
+        if restored != layer.digest:
+            raise EnvironmentStateError(
+                f"checkpoint {folder}: layer {layer.name} restored to content {restored[:12]}, "
+                f"captured as {layer.digest[:12]}"
+            )
+    return checkpoint
+
+
+async def _copy_out(sandbox: Sandbox, task: Task, plan: LayerPlan, env: dict[str, str]) -> StateCopy:
+    if plan.name == "environment":
+        state = task.spec.environment.state
+        assert state is not None
+        return await snapshot_state(sandbox, state, env)
+    return await snapshot_paths(sandbox, plan.kind, plan.paths, env)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all (a temporary file renamed, fsynced)."""
+    partial = path.with_name(f".{path.name}.partial")
+    with open(partial, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(partial, path)
