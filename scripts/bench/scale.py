@@ -46,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REROLL = Path(sys.executable).with_name("reroll")
 TASK = ROOT / "examples" / "tasks" / "hello-file"
 CALLS = 5
+AGENT_SECONDS = 120.0
+"""The agent's budget beyond its hold (the job's ``--timeout`` is both)."""
 CALL = (
     "import json, os, urllib.request as u; "
     "body = json.dumps({'model': 'scripted', 'messages': [{'role': 'user', 'content': 'step'}]}).encode(); "
@@ -227,6 +229,7 @@ def run_job(size: int, sandbox: str, work: Path, hold_seconds: float) -> Outcome
         str(REROLL), "job", "--task", str(TASK), "--agent", "tiny-loop",
         "--model", f"scripted:{work / 'script.yaml'}", "--repeats", str(size),
         "--concurrency", str(size), "--sandbox", sandbox, "--jobs-dir", str(jobs), "--job-name", name,
+        "--timeout", str(hold_seconds + AGENT_SECONDS),
     ]  # fmt: skip
     env = os.environ | {"REROLL_AGENTS_FILE": str(work / "agents.yaml")}
     started = time.monotonic()
