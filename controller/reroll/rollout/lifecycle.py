@@ -59,7 +59,13 @@ from reroll.runfolder.run import (
     write_json,
 )
 from reroll.runfolder.trial import TurnRecord
-from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
+from reroll.sandbox.base import (
+    WITHOUT_NETWORK_POLICY,
+    Sandbox,
+    SandboxLayout,
+    create_sandbox,
+    trust_host_ca,
+)
 from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
 from reroll.tasks.compat import resolve_env
@@ -184,6 +190,8 @@ async def execute_rollout(
                 console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
+            if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
+                env |= await trust_host_ca(sandbox)
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
             await verifier.prepare(sandbox, env)

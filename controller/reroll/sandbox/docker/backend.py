@@ -66,8 +66,7 @@ from docker.models.networks import Network
 from docker.types import Mount
 from reroll_contracts.errors import SandboxError, SidecarError
 
-from reroll.cache import host_ca_bundle
-from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
+from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
 from reroll.sandbox.docker import disk, firewall
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.engine import (
@@ -97,7 +96,6 @@ from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
 AGENT_USER = "agent"
 AGENTS_DIR = "/opt/reroll-agents"
-HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
 
@@ -458,15 +456,7 @@ class DockerSandbox(SidecarSandbox):
             Environment for the installer: the host's CA bundle (copied in) for pip and
             requests, since the host may reach the internet through a proxy with its own CA.
         """
-        env: dict[str, str] = {}
-        bundle = host_ca_bundle()
-        if bundle is not None and self.connected:
-            await self.put_file(HOST_CA_PATH, bundle.read_bytes())
-            env = {
-                "PIP_CERT": HOST_CA_PATH,
-                "SSL_CERT_FILE": HOST_CA_PATH,
-                "REQUESTS_CA_BUNDLE": HOST_CA_PATH,
-            }
+        env = await trust_host_ca(self) if self.connected else {}
         if self.policy == "full" or self.container is None:
             yield env
             return

@@ -42,6 +42,7 @@ from docker.models.images import Image
 from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, host_ca_bundle
+from reroll.sandbox.base import HOST_CA_VARIABLES
 from reroll.tasks.task import Task
 
 IMAGES = resources.files("reroll") / "images"
@@ -373,10 +374,11 @@ def trust_host_ca(dockerfile: str) -> str:
     """`dockerfile` with the host's CA bundle trusted after every FROM line: copied from the build
     context (`BUILD_CA_FILE`) to `BUILD_CA_PATH`, named by ``PIP_CERT``, ``SSL_CERT_FILE`` and
     ``REQUESTS_CA_BUNDLE``. So ``pip install`` in a task's Dockerfile works where the host reaches
-    PyPI through a TLS-intercepting proxy, as the agent installs do (`DockerSandbox.egress`)."""
+    PyPI through a TLS-intercepting proxy, as installs, agents and verifiers do
+    (`reroll.sandbox.base.trust_host_ca`)."""
     trust = (
         f"COPY {BUILD_CA_FILE} {BUILD_CA_PATH}\n"
-        f"ENV PIP_CERT={BUILD_CA_PATH} SSL_CERT_FILE={BUILD_CA_PATH} REQUESTS_CA_BUNDLE={BUILD_CA_PATH}"
+        f"ENV {' '.join(f'{name}={BUILD_CA_PATH}' for name in HOST_CA_VARIABLES)}"
     )
     return _FROM.sub(lambda match: f"{match[0]}\n{trust}", dockerfile)
 
