@@ -128,6 +128,9 @@ class EnvironmentSection(BaseModel):
     """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
     docker_image: str | None = None
     """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+    build_timeout_sec: float = Field(default=600.0, gt=0)
+    """How long building the task's ``environment/Dockerfile`` may take, in seconds (docker; Harbor's
+    field and default); the catalogue images it starts from are built before, not counted."""
 
     @field_validator("workdir")
     @classmethod

@@ -3,6 +3,7 @@ catalogue that stands in for common public bases."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import docker
@@ -19,7 +20,7 @@ from reroll.sandbox.docker.images import (
     task_image,
 )
 from reroll.tasks.task import load_task
-from reroll_contracts.errors import ConfigError, ImageUnavailableError
+from reroll_contracts.errors import ConfigError, ImageBuildError, ImageUnavailableError
 
 MISSING = "reroll-test/never-built:1"
 
@@ -137,3 +138,25 @@ def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
         client.images.remove(tag)
     finally:
         client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.parametrize(
+    "step", ["RUN for i in $(seq 60); do echo tick $i; sleep 1; done", "RUN sleep 60"], ids=["talking", "silent"]
+)
+def test_a_build_longer_than_build_timeout_sec_is_cut(tmp_path: Path, docker_images: str, step: str) -> None:
+    """``environment.build_timeout_sec`` (Harbor's): checked at each line of the build's output,
+    and a build silent for that long is cut too."""
+    root = _write_task(tmp_path / "slow-build", f"FROM {BASE_ALIAS}\n{step}\n")
+    (root / "task.md").write_text("---\nname: slow-build\nenvironment:\n  build_timeout_sec: 3\n---\nNothing.\n")
+    task = load_task(root)
+    assert task.spec.environment.build_timeout_sec == 3 and not task.ignored
+    client = docker.from_env()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ImageBuildError, match=r"took longer than its 3 s \(the task's environment.build_timeout_sec\)"):
+            task_image(client, task, BASE_ALIAS)
+    finally:
+        client.close()
+    assert time.monotonic() - started < 20  # the step alone takes 60 s

@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -38,7 +39,8 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from docker.models.images import Image
+import requests
+import urllib3
 from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, host_ca_bundle
@@ -316,16 +318,46 @@ def ensure_catalogue(client: docker.DockerClient, variant: str, log: Log = logge
     return tag
 
 
-def _build(client: docker.DockerClient, what: str, **kwargs: object) -> Image:
-    """``docker build`` with reroll's label; errors name `what` and carry the log's end."""
+def _build(client: docker.DockerClient, what: str, timeout_seconds: float, **kwargs: object) -> None:
+    """``docker build`` with reroll's label, cut at `timeout_seconds` (a task's
+    ``environment.build_timeout_sec``, Harbor's field). The limit is checked at each line of the
+    build's output, and a build that prints nothing for that long is cut as well (the HTTP read
+    timeout), so a build ends within twice the limit at worst; the daemon stops a build whose
+    connection closes.
+
+    Raises:
+        ImageBuildError: the build failed (naming `what`, with the log's end) or ran out of time.
+    """
+    started = time.monotonic()
+    output: list[str] = []
+    overtime = ImageBuildError(
+        f"docker build of {what} took longer than its {timeout_seconds:g} s "
+        f"(the task's environment.build_timeout_sec)"
+    )
     try:
-        image, _ = client.images.build(rm=True, forcerm=True, labels={MANAGED_LABEL: "1"}, **kwargs)
-    except docker.errors.BuildError as exc:
-        output = "".join(str(item.get("stream") or item.get("error") or "") for item in exc.build_log)
-        raise ImageBuildError(f"docker build of {what} failed: {exc.msg}\n{output[-3000:]}") from exc
+        stream = client.api.build(
+            rm=True,
+            forcerm=True,
+            labels={MANAGED_LABEL: "1"},
+            decode=True,
+            timeout=timeout_seconds,
+            **kwargs,
+        )
+        for chunk in stream:
+            output.append(str(chunk.get("stream") or chunk.get("error") or ""))
+            if "error" in chunk:
+                raise ImageBuildError(
+                    f"docker build of {what} failed: {chunk['error']}\n{''.join(output)[-3000:]}"
+                )
+            if time.monotonic() - started > timeout_seconds:
+                stream.close()
+                raise overtime
     except docker.errors.APIError as exc:
         raise ImageBuildError(f"docker build of {what} failed: {exc}") from exc
-    return image
+    except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        if time.monotonic() - started >= timeout_seconds:
+            raise overtime from exc
+        raise ImageBuildError(f"docker build of {what} failed: {exc}") from exc
 
 
 def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images:
@@ -465,7 +497,14 @@ def task_image(
             mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
             mapped.write_text(dockerfile, encoding="utf-8")
             try:
-                _build(client, str(task.dockerfile), path=str(build_context), dockerfile=str(mapped), tag=tag)
+                _build(
+                    client,
+                    str(task.dockerfile),
+                    task.spec.environment.build_timeout_sec,
+                    path=str(build_context),
+                    dockerfile=str(mapped),
+                    tag=tag,
+                )
             except ImageBuildError as exc:
                 missing = [image for image in bases if not _exists(client, image)]
                 if missing:
