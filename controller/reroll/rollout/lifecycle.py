@@ -35,6 +35,7 @@ from reroll_contracts.trajectory import load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec
+from reroll.cache import host_cpus, host_memory_mb
 from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
@@ -46,6 +47,7 @@ from reroll.runfolder.run import (
     AGENT_LOG,
     CONFIG_FILE,
     ERROR_FILE,
+    LIMITS_FILE,
     MANIFEST_FILE,
     PROMPTS_FILE,
     RESULT_FILE,
@@ -69,7 +71,7 @@ from reroll.sandbox.base import (
 from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
 from reroll.tasks.compat import resolve_env
-from reroll.tasks.task import Task
+from reroll.tasks.task import Task, capped_to_host
 from reroll.trials.config import TrialConfig
 
 INSTALL_TIMEOUT_SECONDS = 900.0
@@ -179,7 +181,10 @@ async def execute_rollout(
                 )
             verifier = verifier_for(plan.task)
             sandbox = create_sandbox(
-                plan.config.sandbox, plan.task, plan.run_dir.name, plan.config.sandbox_config
+                plan.config.sandbox,
+                _fit_to_host(plan, console),
+                plan.run_dir.name,
+                plan.config.sandbox_config,
             )
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
@@ -247,6 +252,20 @@ async def execute_rollout(
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)
     return result
+
+
+def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
+    """The task the sandbox gets: `plan.task` with its cpus and memory capped to the host's
+    (`capped_to_host`), each cap on the console and in the run folder's `LIMITS_FILE`; as it is
+    on a backend that enforces no limits."""
+    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
+        return plan.task
+    task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
+    if notes:
+        (plan.run_dir / LIMITS_FILE).write_text("".join(f"{note}\n" for note in notes))
+        for note in notes:
+            console.print(f"[yellow]{note}[/yellow]")
+    return task
 
 
 async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:

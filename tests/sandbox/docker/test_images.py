@@ -83,7 +83,9 @@ def test_catalogue_variant_knows_public_bases_under_every_spelling() -> None:
 def test_ubuntu_is_stood_in_for_by_bookworm_and_22_04_pip_installs_system_wide() -> None:
     """SkillsBench's ``FROM ubuntu:24.04`` (PEP 668: ``pip install --break-system-packages``) and
     ``ubuntu:22.04`` (plain ``pip install``): bookworm, the second with pip allowed system-wide."""
-    assert catalogue_variant("ubuntu:24.04") == catalogue_variant("docker.io/library/ubuntu:noble") == "bookworm"
+    assert (
+        catalogue_variant("ubuntu:24.04") == catalogue_variant("docker.io/library/ubuntu:noble") == "bookworm"
+    )
     assert catalogue_variant("ubuntu:22.04") == catalogue_variant("ubuntu:jammy") == "bookworm-pip-system"
     system_wide = CATALOGUE["bookworm-pip-system"]
     assert system_wide.suite == "bookworm" and "break-system-packages = true" in system_wide.pip_config
@@ -143,19 +145,25 @@ def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
 @pytest.mark.slow
 @pytest.mark.spawns
 @pytest.mark.parametrize(
-    "step", ["RUN for i in $(seq 60); do echo tick $i; sleep 1; done", "RUN sleep 60"], ids=["talking", "silent"]
+    "step",
+    ["RUN for i in $(seq 60); do echo tick $i; sleep 1; done", "RUN sleep 60"],
+    ids=["talking", "silent"],
 )
 def test_a_build_longer_than_build_timeout_sec_is_cut(tmp_path: Path, docker_images: str, step: str) -> None:
     """``environment.build_timeout_sec`` (Harbor's): checked at each line of the build's output,
     and a build silent for that long is cut too."""
     root = _write_task(tmp_path / "slow-build", f"FROM {BASE_ALIAS}\n{step}\n")
-    (root / "task.md").write_text("---\nname: slow-build\nenvironment:\n  build_timeout_sec: 3\n---\nNothing.\n")
+    (root / "task.md").write_text(
+        "---\nname: slow-build\nenvironment:\n  build_timeout_sec: 3\n---\nNothing.\n"
+    )
     task = load_task(root)
     assert task.spec.environment.build_timeout_sec == 3 and not task.ignored
     client = docker.from_env()
     started = time.monotonic()
     try:
-        with pytest.raises(ImageBuildError, match=r"took longer than its 3 s \(the task's environment.build_timeout_sec\)"):
+        with pytest.raises(
+            ImageBuildError, match=r"took longer than its 3 s \(the task's environment.build_timeout_sec\)"
+        ):
             task_image(client, task, BASE_ALIAS)
     finally:
         client.close()

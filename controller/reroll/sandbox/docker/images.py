@@ -424,8 +424,8 @@ def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableE
         f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
         f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
         f"{first}={BASE_ALIAS} (run, job, continue, continue-job, replay and branch take it; a job file's "
-        f"sandbox_config: {{image_map: …}}). reroll's catalogue stands in for "
-        f"common Debian, Ubuntu and Python bases by itself ({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). "
+        f"sandbox_config: {{image_map: …}}). reroll's catalogue stands in for common Debian, Ubuntu "
+        f"and Python bases by itself ({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). "
         f"Docker said: {cause[-500:]}"
     )
 

@@ -209,7 +209,8 @@ class IsolatedSandbox(SidecarSandbox):
         gets an HTTP CONNECT proxy inside the sandbox's network namespace while the context
         lasts, named by the usual proxy variables. Either way the host's CA bundle is copied in
         and named for pip and requests (`reroll.sandbox.base.trust_host_ca`): the host may reach
-        the internet through a proxy with its own CA, and an interpreter of the agents folder has no system bundle."""
+        the internet through a proxy with its own CA, and an interpreter of the agents folder has
+        no system bundle."""
         env = await trust_host_ca(self) if self.connected else {}
         if self._forwarder is None or self.policy != "none":
             yield env
