@@ -38,7 +38,8 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │       │   ├── VerifyError                           PrepareVerify / Verify
     │       │   └── SnapshotError                         Snapshot / Restore
     │       └── ToolError                                 in the sidecar: find or tar failed
-    ├── VerifierError            verifier_error  no       the verifier left no valid reward
+    ├── VerifierError            verifier_error  no       the verifier left no valid reward, or
+    │                                                     crashed before its tests ran
     │   └── QuiesceError                                  the agent's processes outlived the time
     │                                                     limit of the freeze-and-kill before verify
     └── VerifyLeftoverError      verifier_error  no       a soft verify changed what its fence cannot
