@@ -1,0 +1,47 @@
+"""Real SkillsBench tasks, unmodified (``tests/fixtures/skillsbench``, whose README names the
+source), run with the oracle agent on docker to reward 1.0, with no flag: ``FROM ubuntu:24.04`` is
+built from reroll's catalogue (Debian bookworm stands in), the test script's ``pip install`` of
+pytest and pytest-json-ctrf reaches PyPI through the host's CA bundle, and ``r2r-mpc-control``'s
+``cpus = 4`` runs capped on a smaller host."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from reroll.cache import host_cpus
+from reroll.runfolder.run import LIMITS_FILE
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
+
+FIXTURES = Path(__file__).parent / "fixtures" / "skillsbench"
+REROLL = str(Path(sys.executable).parent / "reroll")
+
+
+@pytest.mark.timeout(1800)  # a first run builds the catalogue image and apt- and pip-installs
+@pytest.mark.parametrize(("task", "cpus"), [("r2r-mpc-control", 4), ("hvac-control", 2)])
+def test_a_skillsbench_task_runs_unmodified_with_its_oracle_to_reward_1(
+    tmp_path: Path, task: str, cpus: int
+) -> None:
+    folder = shutil.copytree(FIXTURES / task, tmp_path / task)  # its run builds from a copy anyway
+    done = subprocess.run(
+        [REROLL, "run", str(folder), "--agent", "oracle", "--sandbox", "docker", "--jobs-dir", "jobs"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1700,
+    )
+    print(done.stdout, done.stderr, sep="\n")
+    (run,) = (tmp_path / "jobs").glob("*/*")
+    result = json.loads((run / "result.json").read_text())
+    assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
+    assert "Range of CPUs" not in done.stdout + done.stderr
+    if cpus > host_cpus():
+        note = f"asks for environment.cpus = {cpus} but this host has {host_cpus()}"
+        assert note in (run / LIMITS_FILE).read_text() and note in done.stdout
+    else:
+        assert not (run / LIMITS_FILE).exists()
