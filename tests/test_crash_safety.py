@@ -9,6 +9,9 @@ random delay, and checks that
 - a continuation (a new proxy replaying the killed recording, then live) completes the run:
   the client gets every turn, the first ones replayed, and the stitched trajectory loads.
 
+The shared proxy (one process, several rollouts) is killed the same way while two rollouts record
+at once: each one's run folder holds every exchange its client received.
+
 This is the proxy-level form of ``reroll continue``; the full command is exercised on a killed
 mini-swe-agent rollout in tests/test_crash_rollouts.py.
 """
@@ -29,11 +32,22 @@ import openai
 import pytest
 from reroll.runfolder.run import TRAJECTORY, RunConfig, create_run_folder, load_run_folder, write_json
 
-from tests.proxy.conftest import TOKEN, Service, Turn, ask, converse, start_service
+from tests.proxy.conftest import (
+    ADMIN_TOKEN,
+    TOKEN,
+    Service,
+    Turn,
+    ask,
+    converse,
+    register_rollout,
+    start_service,
+)
 
 pytestmark = pytest.mark.spawns  # the proxy and the scripted model run as subprocesses, SIGKILLed
 
 KILL_POINTS = 52
+SHARED_KILL_POINTS = 8
+"""Kill points of the shared proxy, each with two rollouts recording at once."""
 SEED = 20261123
 TURNS = 6
 SCRIPT = {
@@ -63,7 +77,7 @@ def start_proxy(workdir: Path, trajectory: Path, upstream: str, replay: Path | N
     return start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
 
 
-def agent_loop(base_url: str, *, stream: bool, received: list[Turn]) -> None:
+def agent_loop(base_url: str, *, stream: bool, received: list[Turn], token: str = TOKEN) -> None:
     """A tiny agent: `TURNS` tool-calling turns; appends each turn once fully received; stops
     at the first connection error (the proxy was killed)."""
 
@@ -73,7 +87,7 @@ def agent_loop(base_url: str, *, stream: bool, received: list[Turn]) -> None:
         return turn
 
     with (
-        openai.OpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, timeout=10) as client,
+        openai.OpenAI(base_url=base_url, api_key=token, max_retries=0, timeout=10) as client,
         contextlib.suppress(openai.APIError),
     ):
         converse(client, TURNS, stream=stream, task="Work through the steps.", ask_turn=ask_and_keep)
@@ -184,3 +198,58 @@ def test_proxy_sigkill_at_random_points(
     with capsys.disabled():  # shown in every test run, not only on failure
         print(f"\nproxy SIGKILL: {KILL_POINTS} kill points tried, {passed} passed ({elapsed:.1f} s)")
     assert not failures, "\n".join(failures)
+
+
+def test_shared_proxy_sigkill_keeps_what_each_rollout_received(
+    model: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REROLL_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
+    rng = random.Random(SEED + 1)
+    longest = run_seconds(model.base_url, tmp_path / "probe", stream=True)
+    for point in range(SHARED_KILL_POINTS):
+        root = tmp_path / f"s{point}"
+        root.mkdir()
+        shared = start_service(
+            "reroll_proxy", ["--shared", "--admin-token-env", "REROLL_TEST_ADMIN_TOKEN"], root, "shared"
+        )
+        stream = rng.random() < 0.5
+        agents: list[tuple[Path, list[Turn], threading.Thread]] = []
+        for name in ("a", "b"):
+            run_dir = create_run_folder(root, name)
+            write_json(
+                run_dir / "config.json", RunConfig(task_path="crash-test", agent="loop", model="scripted")
+            )
+            write_json(run_dir / "prompts.json", ["Work through the steps."])
+            code, added = register_rollout(
+                shared,
+                run_dir / TRAJECTORY,
+                token=f"{name}-token",
+                controller_token=f"{name}-c",
+                upstream=model.base_url,
+            )
+            assert code == 200, added
+            received: list[Turn] = []
+            thread = threading.Thread(
+                target=agent_loop,
+                args=(added["base_url"],),
+                kwargs={"stream": stream, "received": received, "token": f"{name}-token"},
+            )
+            agents.append((run_dir, received, thread))
+        for _, _, thread in agents:
+            thread.start()
+        time.sleep(rng.uniform(0.0, longest))
+        os.kill(shared.process.pid, signal.SIGKILL)
+        shared.process.wait(timeout=10)
+        for run_dir, received, thread in agents:
+            thread.join(timeout=30)
+            assert not thread.is_alive(), f"kill point {point}: an agent hung after the proxy died"
+            recorded = [
+                as_received(exchange.response.body) for exchange in load_run_folder(run_dir).exchanges
+            ]
+            assert len(recorded) >= len(received), (
+                f"kill point {point}, {run_dir.name}: lost a received exchange"
+            )
+            for step, turn in enumerate(received):
+                assert recorded[step] == (turn.content, turn.tool_calls), (
+                    f"kill point {point}: step {step} differs"
+                )

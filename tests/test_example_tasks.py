@@ -54,8 +54,8 @@ def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path:
     # runs: the local sandbox must have the network (its allow_internet = false is network none).
     network = ["--network", "full"] if (example, sandbox_backend) == ("harbor-ctrf", "local") else []
     output = oracle_run(EXAMPLES / example, sandbox_backend, tmp_path, *network)
-    if example == "skillsbench-yaml":  # reported once, by name
-        assert output.count("ignores environment.skills_dir") == 1
+    if example == "skillsbench-yaml":  # its skills_dir is honoured (informational), nothing ignored
+        assert "ignores" not in output
 
 
 def test_native_example_runs_on_a_busybox_only_image(variant_images: dict[str, str], tmp_path: Path) -> None:

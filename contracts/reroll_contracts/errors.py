@@ -20,7 +20,8 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── ImageUnavailableError                         a FROM image is neither local nor pullable
     │   ├── RunFolderError                                a run folder lacks a file or one is corrupt
     │   │   ├── TrajectoryFormatError                     a trajectory line is not an exchange
-    │   │   └── ExportError                               a run cannot be exported (reroll export)
+    │   │   ├── ExportError                               a run cannot be exported (reroll export)
+    │   │   └── StoreError                                a job's learner store is missing or corrupt
     │   ├── TrialError                                    a trial (file, config, User callable) is invalid
     │   └── ViewError                                     reroll view cannot write its site
     ├── RequestError             agent_error     no       an agent's request cannot be served (HTTP 400)
@@ -38,6 +39,12 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │       │   ├── VerifyError                           PrepareVerify / Verify
     │       │   └── SnapshotError                         Snapshot / Restore
     │       └── ToolError                                 in the sidecar: find or tar failed
+    ├── TaskEnvironmentError     environment_error no     a task's service or its state failed
+    │   ├── ServiceNotReadyError                          a service never passed its readiness probe
+    │   │                                                 (or exited) before the agent could start
+    │   ├── ServiceCrashedError                           a service exited while the agent ran
+    │   └── EnvironmentStateError                         snapshot / restore / query of the
+    │                                                     environment's state failed
     ├── VerifierError            verifier_error  no       the verifier left no valid reward, or
     │                                                     crashed before its tests ran
     │   └── QuiesceError                                  the agent's processes outlived the time
@@ -75,6 +82,7 @@ ErrorCategory = Literal[
     "agent_error",
     "infrastructure",
     "verifier_error",
+    "environment_error",
     "divergence",
     "timeout",
     "idle_timeout",
@@ -145,6 +153,11 @@ class TrajectoryFormatError(RunFolderError):
 class ExportError(RunFolderError):
     """A run, job or branch tree cannot be exported (``reroll export``): not one of the three, an
     unknown API format in its trajectory, or a result its target format refuses."""
+
+
+class StoreError(RunFolderError):
+    """A job's learner store (``<job>/store/``: its head, a generation's manifest, a blob) is
+    missing or corrupt, or a generation asked for does not exist; the message names the file."""
 
 
 class TrialError(ConfigError):
@@ -238,6 +251,27 @@ class SnapshotError(SidecarRequestError):
 
 class ToolError(SandboxError):
     """In the sidecar: find or tar failed or took too long, or an archive is damaged."""
+
+
+class TaskEnvironmentError(RerollError):
+    """The task's environment — its services or their state — failed (not reroll's engine: a
+    service that never gets healthy fails the same way on a retry, so it is not retried)."""
+
+    error_category = "environment_error"
+
+
+class ServiceNotReadyError(TaskEnvironmentError):
+    """A service of the task did not pass its readiness probe within the readiness timeout, or
+    exited before it did; the message names the service, its probe and the last lines of its log."""
+
+
+class ServiceCrashedError(TaskEnvironmentError):
+    """A service of the task exited while the agent ran; the message names it and its log's tail."""
+
+
+class EnvironmentStateError(TaskEnvironmentError):
+    """Snapshot, restore or query of the environment's state (``environment.state``) failed, or a
+    checkpoint's layers do not belong together."""
 
 
 class VerifierError(RerollError):

@@ -187,6 +187,45 @@ class ProxyConfig(BaseModel):
     """How long a client may take to send a request, and how large it may be (`reroll_proxy.limits`)."""
 
 
+class RolloutRegistration(BaseModel):
+    """What the controller sends a shared proxy (``POST /_reroll/rollouts``, with the proxy's
+    admin token) to have it serve one more rollout. Over loopback only: it carries the rollout's
+    secrets, which a config file never does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: ProxyConfig
+    """The rollout's proxy configuration (`ProxyConfig.ready_file` is not used)."""
+    controller_token: str = Field(min_length=1, repr=False)
+    """Opens that rollout's ``/_reroll/status``, ``stop`` and ``place``."""
+    upstream_api_key: str | None = Field(default=None, repr=False)
+    """The upstream's key (`UpstreamConfig.api_key`), None: none is sent."""
+
+    def resolved(self) -> ProxyConfig:
+        """`config` with its controller token and upstream key in place."""
+        upstream = self.config.upstream
+        if upstream is not None:
+            upstream = upstream.model_copy(update={"api_key": self.upstream_api_key, "api_key_env": None})
+        return self.config.model_copy(
+            update={
+                "controller_token": self.controller_token,
+                "controller_token_env": None,
+                "upstream": upstream,
+            }
+        )
+
+
+class RolloutAdded(BaseModel):
+    """A shared proxy's answer to a `RolloutRegistration`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str = Field(min_length=1)
+    """Names the rollout in ``DELETE /_reroll/rollouts/{rollout_id}``."""
+    base_url: str = Field(min_length=1)
+    """The URL its agent uses, ``http://HOST:PORT/v1``."""
+
+
 class ProxyStop(BaseModel):
     """Why the proxy refuses every request from now on (each refused with a 409)."""
 

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from reroll_contracts.errors import AgentError
 from reroll_contracts.proxy import FormatName, VolatileRule
+
+SKILL_PATH_ROOTS = ("$HOME/", "$WORKSPACE/")
+"""What an agent's ``skill_paths`` start with: its HOME or its workspace in the sandbox."""
 
 
 class AgentSpec(BaseModel):
@@ -46,6 +49,11 @@ class AgentSpec(BaseModel):
     """Extra environment; values may use ``{base_url}`` (the LLM proxy, OpenAI-style, ending in
     ``/v1``), ``{proxy_url}`` (the same without ``/v1``, for clients that add it themselves, such
     as Anthropic's), ``{api_key}`` (the per-rollout proxy token) and ``{model}``."""
+    skill_paths: list[str] = []
+    """Where the agent discovers skills natively (``$HOME/.claude/skills``): each a path starting
+    with ``$HOME/`` or ``$WORKSPACE/``, where `reroll.rollout.skills.mount_skills` links the
+    mounted skills folder. Empty: the agent reads no skills natively, and they are named in its
+    prompt instead (as the ``description`` nudge does, `reroll.tasks.skills.with_nudge`)."""
     needs_solution: bool = False
     """Upload the task's solution folder before launch (``$REROLL_SOLUTION_DIR``)."""
     proxy_mode: Literal["base_url", "intercept"] = "base_url"
@@ -64,6 +72,14 @@ class AgentSpec(BaseModel):
     the agent did the same (``fnmatch`` patterns of paths relative to the workspace, e.g.
     ``.git/index``, which holds file times and inode numbers): ``reroll replay`` compares
     their presence, not their hashes."""
+
+    @field_validator("skill_paths")
+    @classmethod
+    def _rooted_skill_paths(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path.startswith(SKILL_PATH_ROOTS) or ".." in path.split("/"):
+                raise ValueError(f"skill path {path!r} must start with $HOME/ or $WORKSPACE/, without ..")
+        return paths
 
     @property
     def install_key(self) -> str:

@@ -1,10 +1,17 @@
-"""``python -m reroll_proxy --config FILE [--ready-file F]``: run one rollout's proxy until SIGTERM.
+"""Run the LLM proxy until SIGTERM.
 
-The config is a JSON `reroll_contracts.proxy.ProxyConfig`, where ``upstream.api_key_env`` and
-``controller_token_env`` name the environment variables holding the upstream key and the token
-that opens ``/_reroll/*``. Once listening, the proxy writes its
-`reroll_contracts.proxy.ReadyFile` (``{"pid", "address"}``, the address its base URL). Exit code
-2: the config, the replayed trajectory or the fault plan is invalid (the message on stderr names the file).
+- ``python -m reroll_proxy --config FILE [--ready-file F]``: one rollout's proxy. The config is a
+  JSON `reroll_contracts.proxy.ProxyConfig`, where ``upstream.api_key_env`` and
+  ``controller_token_env`` name the environment variables holding the upstream key and the token
+  that opens ``/_reroll/*``.
+- ``python -m reroll_proxy --shared --admin-token-env NAME [--listen-host H] [--ready-file F]``:
+  a proxy for any number of rollouts, each added with a `reroll_contracts.proxy.RolloutRegistration`
+  (``POST /_reroll/rollouts`` with the admin token held by the variable NAME) and removed with
+  ``DELETE /_reroll/rollouts/{rollout_id}`` (`reroll_proxy.server.ProxyHost`).
+
+Once listening, the proxy writes its `reroll_contracts.proxy.ReadyFile` (``{"pid", "address"}``,
+the address its base URL). Exit code 2: the config, the replayed trajectory or the fault plan is
+invalid, or the admin token's variable is unset (the message on stderr names the file or variable).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +29,7 @@ from reroll_contracts.proxy import ProxyConfig
 
 from reroll_proxy.config import load_config
 from reroll_proxy.runtime import run_service
-from reroll_proxy.server import start_proxy
+from reroll_proxy.server import start_proxy, start_shared
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,11 +39,24 @@ def main(argv: list[str] | None = None) -> int:
         The process exit code: 0 after a signal, 2 on an invalid config, trajectory or fault plan.
     """
     parser = argparse.ArgumentParser(prog="python -m reroll_proxy", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, required=True, help="JSON proxy config file")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--config", type=Path, help="JSON proxy config file (one rollout)")
+    mode.add_argument("--shared", action="store_true", help="serve rollouts added over /_reroll/rollouts")
+    parser.add_argument("--admin-token-env", help="--shared: the variable holding the admin token")
+    parser.add_argument("--listen-host", default="127.0.0.1", help="--shared: the control site's interface")
     parser.add_argument("--ready-file", type=Path, help="overrides the config's ready_file")
     args = parser.parse_args(argv)
     hide_from_same_user()  # its environment holds the provider key (`reroll_contracts.childenv`)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.shared:
+        token = os.environ.get(args.admin_token_env or "", "")
+        if not token:
+            print(
+                "reroll_proxy: error: --shared needs --admin-token-env naming a set variable", file=sys.stderr
+            )
+            return 2
+        run_service(lambda: _serve_shared(args.listen_host, token, args.ready_file))
+        return 0
     try:
         config = load_config(args.config)
         if args.ready_file is not None:
@@ -53,6 +74,14 @@ async def _serve(config: ProxyConfig) -> None:
         await asyncio.Event().wait()
     finally:
         await proxy.stop()
+
+
+async def _serve_shared(host: str, admin_token: str, ready_file: Path | None) -> None:
+    proxy_host = await start_shared(host, admin_token, ready_file)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await proxy_host.stop()
 
 
 if __name__ == "__main__":

@@ -41,23 +41,36 @@ Upstream credentials are only ever sent upstream: never to the agent, never to d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import hashlib
+import ipaddress
 import logging
+import operator
 import secrets
+import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
-from reroll_contracts.errors import ProxyConfigError, TranslationError
+from reroll_contracts.errors import ConfigError, ProxyConfigError, TranslationError
 from reroll_contracts.faults import FaultNote, ResetFault, load_plan
-from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop
+from reroll_contracts.proxy import (
+    ClientLimits,
+    ProxyConfig,
+    ProxyStatus,
+    ProxyStop,
+    RolloutAdded,
+    RolloutRegistration,
+)
 from reroll_contracts.trajectory import Place, Source, load_trajectory, sanitize_headers
 
-from reroll_proxy.endpoints_models import ModelEndpoints
+from reroll_proxy.endpoints_models import COUNT_TOKENS_PATHS, MODELS_PATHS, ModelEndpoints
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
@@ -78,13 +91,15 @@ SHUTDOWN_SECONDS = 0.5
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class ProxyServer:
-    """The request handlers of one proxy.
+class RolloutProxy:
+    """The handlers and state of one rollout's proxy: its engine, recorder, fault plan, trial
+    place and upstream session. A `ProxyHost` routes each request to one of these by the token
+    it presents.
 
     Args:
-        config: the proxy's configuration.
+        config: the rollout's configuration (``controller_token`` and ``upstream.api_key`` resolved).
         engine: decides replay / live / refuse per request.
-        recorder: where served exchanges are appended.
+        recorder: where served exchanges are appended (opened).
         faults: chooses the faults to inject (`reroll_proxy.faults`), or None.
     """
 
@@ -99,75 +114,52 @@ class ProxyServer:
         self.engine = engine
         self.recorder = recorder
         self.faults = faults
+        self.rollout_id = secrets.token_hex(8)
+        """How the host's admin endpoints name this rollout."""
+        self.address: tuple[str, int] = (config.listen_host, config.listen_port)
+        """The (host, port) of the site its agent reaches (set by the host once listening)."""
         self._session: aiohttp.ClientSession | None = None
         self._stopped = asyncio.Event()
         """Set with ``engine.stop``, before the first 409 is sent (see `reroll_contracts.proxy`)."""
-        limits = config.client_limits
-        self.app = web.Application(
-            middlewares=[self._authenticate, read_body_in_time(limits)],
-            client_max_size=limits.max_request_bytes,
-        )
-        for wire in all_formats():
-            for path in wire.paths:
-                self.app.router.add_post(path, functools.partial(self._serve, wire))
         self.retries = RetryTracker()
         """Tells SDK retries from new turns (`reroll_proxy.retries`)."""
         self.websockets = WebsocketRefusals()
-        for path in WEBSOCKET_PATHS:
-            self.app.router.add_get(path, self.websockets.refuse)
-        models = ModelEndpoints(config.upstream, engine.recorded, engine.volatility, lambda: self._session)
-        models.add_routes(self.app)
-        self.app.router.add_get("/_reroll/status", self._status)
-        self.app.router.add_get("/_reroll/stop", self._wait_for_stop)
-        self.app.router.add_post("/_reroll/place", self._set_place)
+        self.models = ModelEndpoints(
+            config.upstream, engine.recorded, engine.volatility, lambda: self._session
+        )
         self.place: Place | None = None
         """Where in a trial the requests are sent now (``POST /_reroll/place``)."""
-        self.app.router.add_get("/healthz", self._health)
-        self.app.cleanup_ctx.append(self._client_session)
-        self.app.on_cleanup.append(self._close_recorder)
 
-    async def _client_session(self, _app: web.Application) -> AsyncIterator[None]:
+    @property
+    def base_url(self) -> str:
+        """The URL its agent uses, ``http://HOST:PORT/v1``."""
+        return base_url_for(*self.address)
+
+    async def open(self) -> None:
+        """Open the client session to the upstream (none without one)."""
         upstream = self.config.upstream
-        if upstream is None:
-            yield
+        if upstream is None or self._session is not None:
             return
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=upstream.timeout_seconds, sock_read=upstream.timeout_seconds
         )
-        async with aiohttp.ClientSession(timeout=timeout) as self._session:
-            yield
-        self._session = None
+        self._session = aiohttp.ClientSession(timeout=timeout)
 
-    async def _close_recorder(self, _app: web.Application) -> None:
-        await self.recorder.aclose()
+    async def close(self) -> None:
+        """Close the upstream session, then the trajectory (after its last fsync).
 
-    @web.middleware
-    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path == "/healthz":
-            return await handler(request)
-        presented = _credentials(request)
-        if _controller_route(request):
-            # Decided by the route that matched, not by how the path was spelt.
-            if self.config.controller_token is not None and _matches(presented, self.config.controller_token):
-                return await handler(request)
-            if _matches(presented, self.config.token):
-                log.warning(
-                    "refused %s %s: the rollout token does not open /_reroll/*", request.method, request.path
-                )
-                message = "the rollout token does not open the controller's endpoints (/_reroll/*)"
-                return error_response(format_named("openai-chat"), 403, "controller_only", message)
-            message = "missing or wrong controller token (Authorization: Bearer, or x-api-key)"
-            return error_response(format_named("openai-chat"), 401, "invalid_api_key", message)
-        if _matches(presented, self.config.token):
-            return await handler(request)
-        message = "missing or wrong rollout token (Authorization: Bearer, or x-api-key)"
-        wire = format_for_path(request.path) or format_named("openai-chat")
-        return error_response(wire, 401, "invalid_api_key", message)
+        Raises:
+            OSError: that fsync failed (everything is closed all the same).
+        """
+        session, self._session = self._session, None
+        try:
+            if session is not None:
+                await session.close()
+        finally:
+            await self.recorder.aclose()
 
-    async def _health(self, _request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    async def _status(self, _request: web.Request) -> web.Response:
+    async def status(self, _request: web.Request) -> web.Response:
+        """``GET /_reroll/status``: a `ProxyStatus`."""
         engine = self.engine
         status = ProxyStatus(
             served_replayed=engine.served_replayed,
@@ -181,20 +173,23 @@ class ProxyServer:
         )
         return web.Response(body=status.model_dump_json(), content_type="application/json")
 
-    async def _wait_for_stop(self, _request: web.Request) -> web.Response:
+    async def wait_for_stop(self, _request: web.Request) -> web.Response:
+        """``GET /_reroll/stop``: a `ProxyStop`, once there is one (a long poll)."""
         await self._stopped.wait()
         stop = _proxy_stop(self.engine.stop)
         assert stop is not None
         return web.Response(body=stop.model_dump_json(), content_type="application/json")
 
-    async def _set_place(self, request: web.Request) -> web.Response:
+    async def set_place(self, request: web.Request) -> web.Response:
+        """``POST /_reroll/place``: tag the exchanges from now on with the body's `Place`."""
         try:
             self.place = Place.model_validate_json(await request.read())
         except ValidationError as exc:
             return web.json_response({"error": f"not a place: {exc}"}, status=400)
         return web.Response(status=204)
 
-    async def _serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
+    async def serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
+        """A model endpoint of `wire`'s format: replay, forward live, or refuse (the module docstring)."""
         received, received_at = time.monotonic(), now_iso()
         raw = await request.read()
         try:
@@ -335,13 +330,278 @@ class ProxyServer:
 
 CONTROLLER_PREFIX = "/_reroll/"
 """Routes under this prefix are the controller's: only `ProxyConfig.controller_token` opens them."""
+ADMIN_PREFIX = "/_reroll/rollouts"
+"""Routes under this prefix are the host's: only its admin token opens them."""
 
 
-def _controller_route(request: web.Request) -> bool:
-    """Whether the route `request` matched is one of the controller's (or, unmatched, its path is)."""
+class ProxyHost:
+    """One aiohttp server for any number of rollouts, each a `RolloutProxy` found by the token
+    its request presents (``Authorization: Bearer``, ``x-api-key``, ``api-key``).
+
+    Each rollout listens on a site (host, port) of its own, and its tokens open nothing elsewhere:
+    the rollout token opens its model endpoints, the controller token its ``/_reroll/status``,
+    ``stop`` and ``place``; the admin token opens ``/_reroll/rollouts`` (add: ``POST`` a
+    `reroll_contracts.proxy.RolloutRegistration`, answered with a `RolloutAdded`; remove:
+    ``DELETE /_reroll/rollouts/{rollout_id}``). Tokens are looked up by their SHA-256 digest, so
+    the time a lookup takes tells nothing of a token's characters. A rollout whose recording or
+    fault plan does not load is refused at ``POST`` (400, the cause in the body) and never
+    affects another; a handler's exception is that request's 500.
+
+    Args:
+        limits: what one client connection is granted (`reroll_proxy.limits`).
+        admin_token: opens ``/_reroll/rollouts``; None: those routes refuse every request.
+    """
+
+    def __init__(self, limits: ClientLimits, admin_token: str | None = None) -> None:
+        self.limits = limits
+        self._admin_token = admin_token
+        self._by_token: dict[bytes, RolloutProxy] = {}
+        self._by_controller: dict[bytes, RolloutProxy] = {}
+        self._by_id: dict[str, RolloutProxy] = {}
+        self._sites: dict[str, web.SockSite] = {}
+        """Each rollout's listening site, by rollout id: its agent reaches it there and only there."""
+        self.runner: web.AppRunner | None = None
+        self.app = web.Application(
+            middlewares=[self._authenticate, read_body_in_time(limits)],
+            client_max_size=limits.max_request_bytes,
+        )
+        route = self.app.router
+
+        def add(method: str, path: str, pick: Callable[[RolloutProxy], Handler]) -> None:
+            route.add_route(method, path, functools.partial(_rollout_handler, pick))
+
+        for wire in all_formats():
+            for path in wire.paths:
+                add("POST", path, functools.partial(_serve_as, wire))
+        for path in WEBSOCKET_PATHS:
+            add("GET", path, operator.attrgetter("websockets.refuse"))
+        for path in COUNT_TOKENS_PATHS:
+            add("POST", path, operator.attrgetter("models.count_tokens"))
+        for path in MODELS_PATHS:
+            add("GET", path, operator.attrgetter("models.list_models"))
+            add("GET", path + "/{model_id}", operator.attrgetter("models.get_model"))
+        add("GET", "/_reroll/status", operator.attrgetter("status"))
+        add("GET", "/_reroll/stop", operator.attrgetter("wait_for_stop"))
+        add("POST", "/_reroll/place", operator.attrgetter("set_place"))
+        route.add_post(ADMIN_PREFIX, self._add_request)
+        route.add_delete(ADMIN_PREFIX + "/{rollout_id}", self._remove_request)
+        route.add_get("/healthz", self._health)
+        self.app.on_cleanup.append(self._close_all)
+
+    async def start(self) -> None:
+        """Set up the server (it listens once a site is added)."""
+        self.runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handler_cancellation=True,
+            shutdown_timeout=SHUTDOWN_SECONDS,
+            **runner_options(self.limits),
+        )
+        await self.runner.setup()
+
+    async def stop(self) -> None:
+        """Stop listening, close every rollout's upstream session and trajectory."""
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    async def listen(self, host: str, port: int = 0) -> tuple[web.SockSite, tuple[str, int]]:
+        """Listen on a site of its own at (`host`, `port`).
+
+        Returns:
+            The site and the (host, port) it listens on (`port` 0 picks a free one).
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        assert self.runner is not None, "start() first"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            site = web.SockSite(self.runner, sock)
+            await site.start()
+        except BaseException:
+            sock.close()
+            raise
+        return site, (host, int(sock.getsockname()[1]))
+
+    async def add(self, config: ProxyConfig) -> RolloutProxy:
+        """Load a rollout's replay and fault plan, open its trajectory, and listen where it asks.
+
+        Args:
+            config: the rollout's configuration, ``controller_token`` and ``upstream.api_key`` resolved.
+
+        Raises:
+            FileNotFoundError: the replayed trajectory (`config.replay`) does not exist.
+            TrajectoryFormatError: the replayed trajectory is corrupt (the message names file and line).
+            FaultPlanError: the plan of `config.faults` is missing or invalid (named in the message).
+            ProxyConfigError: nothing to serve, cut_index out of range, or a token already in use.
+            OSError: the trajectory cannot be opened or the port cannot be bound.
+        """
+        for token in (config.token, config.controller_token):
+            if token is not None and (
+                _digest(token) in self._by_token or _digest(token) in self._by_controller
+            ):
+                raise ProxyConfigError("a rollout with this token is already served")
+        engine = _engine_for(config)
+        faults = (
+            None
+            if config.faults is None
+            else FaultSelector(load_plan(config.faults.plan_path), config.faults.seed)
+        )
+        recorder = Recorder(config.trajectory_path, fsync=config.fsync_each_exchange)
+        recorder.open()
+        rollout = RolloutProxy(config, engine, recorder, faults)
+        try:
+            site, rollout.address = await self.listen(config.listen_host, config.listen_port)
+        except BaseException:
+            await recorder.aclose()
+            raise
+        self._sites[rollout.rollout_id] = site
+        await rollout.open()
+        self._by_token[_digest(config.token)] = rollout
+        if config.controller_token is not None:
+            self._by_controller[_digest(config.controller_token)] = rollout
+        self._by_id[rollout.rollout_id] = rollout
+        after = "live" if config.upstream else "stop"
+        log.info(
+            "rollout %s on %s: replay %d exchanges, then %s",
+            rollout.rollout_id,
+            rollout.base_url,
+            engine.cut_index,
+            after,
+        )
+        return rollout
+
+    async def remove(self, rollout: RolloutProxy) -> None:
+        """Stop serving `rollout`: its tokens open nothing from now on; close its trajectory.
+
+        Raises:
+            OSError: its last fsync failed (it is removed all the same).
+        """
+        if self._by_id.pop(rollout.rollout_id, None) is None:
+            return
+        self._by_token.pop(_digest(rollout.config.token), None)
+        if rollout.config.controller_token is not None:
+            self._by_controller.pop(_digest(rollout.config.controller_token), None)
+        try:
+            await rollout.close()
+        finally:
+            await self._sites.pop(rollout.rollout_id).stop()
+        log.info("rollout %s removed", rollout.rollout_id)
+
+    async def _close_all(self, _app: web.Application) -> None:
+        for rollout in list(self._by_id.values()):
+            with contextlib.suppress(OSError):
+                await rollout.close()
+        self._by_id.clear()
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == "/healthz":
+            return await handler(request)
+        presented = _credentials(request)
+        route = _route_path(request)
+        if route.startswith(ADMIN_PREFIX):
+            if self._admin_token is not None and _matches(presented, self._admin_token):
+                return await handler(request)
+            return web.json_response({"error": "missing or wrong admin token"}, status=401)
+        if route.startswith(CONTROLLER_PREFIX):
+            # Decided by the route that matched, not by how the path was spelt.
+            rollout = self._find(self._by_controller, presented)
+            if rollout is not None and _arrived_at(request, rollout.address):
+                request["rollout"] = rollout
+                return await handler(request)
+            own = self._find(self._by_token, presented)
+            if own is not None and _arrived_at(request, own.address):
+                log.warning(
+                    "refused %s %s: the rollout token does not open /_reroll/*", request.method, request.path
+                )
+                message = "the rollout token does not open the controller's endpoints (/_reroll/*)"
+                return error_response(format_named("openai-chat"), 403, "controller_only", message)
+            message = "missing or wrong controller token (Authorization: Bearer, or x-api-key)"
+            return error_response(format_named("openai-chat"), 401, "invalid_api_key", message)
+        rollout = self._find(self._by_token, presented)
+        if rollout is not None and _arrived_at(request, rollout.address):
+            request["rollout"] = rollout
+            return await handler(request)
+        message = "missing or wrong rollout token (Authorization: Bearer, or x-api-key)"
+        wire = format_for_path(request.path) or format_named("openai-chat")
+        return error_response(wire, 401, "invalid_api_key", message)
+
+    @staticmethod
+    def _find(table: dict[bytes, RolloutProxy], presented: list[bytes]) -> RolloutProxy | None:
+        for value in presented:
+            found = table.get(hashlib.sha256(value).digest())
+            if found is not None:
+                return found
+        return None
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def _add_request(self, request: web.Request) -> web.Response:
+        try:
+            registration = RolloutRegistration.model_validate_json(await request.read())
+        except ValidationError as exc:
+            return web.json_response({"error": f"not a rollout registration: {exc}"}, status=400)
+        try:
+            rollout = await self.add(registration.resolved())
+        except (ConfigError, FileNotFoundError, OSError) as exc:
+            log.error("refused a rollout: %s", exc)
+            return web.json_response({"error": str(exc)}, status=400)
+        added = RolloutAdded(rollout_id=rollout.rollout_id, base_url=rollout.base_url)
+        return web.Response(body=added.model_dump_json(), content_type="application/json")
+
+    async def _remove_request(self, request: web.Request) -> web.Response:
+        rollout = self._by_id.get(request.match_info["rollout_id"])
+        if rollout is None:
+            return web.json_response({"error": "no such rollout"}, status=404)
+        try:
+            await self.remove(rollout)
+        except OSError as exc:
+            return web.json_response({"error": f"its trajectory's last fsync failed: {exc}"}, status=500)
+        return web.Response(status=204)
+
+
+def _serve_as(wire: WireFormat, rollout: RolloutProxy) -> Handler:
+    """`rollout`'s handler of the model endpoint of `wire`'s format."""
+    return functools.partial(rollout.serve, wire)
+
+
+async def _rollout_handler(
+    pick: Callable[[RolloutProxy], Handler], request: web.Request
+) -> web.StreamResponse:
+    """Serve `request` with the handler `pick` chooses of the rollout the middleware found."""
+    return await pick(request["rollout"])(request)
+
+
+def _route_path(request: web.Request) -> str:
+    """The canonical path of the route `request` matched (or, unmatched, its path)."""
     resource = request.match_info.route.resource
-    path = resource.canonical if resource is not None else request.path
-    return path.startswith(CONTROLLER_PREFIX)
+    return resource.canonical if resource is not None else request.path
+
+
+def _arrived_at(request: web.Request, address: tuple[str, int]) -> bool:
+    """Whether `request` came in on the site at `address`: a rollout's token opens its own site
+    only (its port; and its address, unless it listens on every interface)."""
+    transport = request.transport
+    sockname = transport.get_extra_info("sockname") if transport is not None else None
+    if sockname is None:
+        return False
+    host, port = address
+    if int(sockname[1]) != port:
+        return False
+    try:
+        listened = ipaddress.ip_address(host)
+    except ValueError:  # a host name: its port decides
+        return True
+    return listened.is_unspecified or ipaddress.ip_address(sockname[0]) == listened
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
 
 
 def _credentials(request: web.Request) -> list[bytes]:
@@ -373,28 +633,31 @@ def _model_of(body: Any) -> str | None:
 
 
 class RunningProxy:
-    """A proxy listening in this process (from `start_proxy`)."""
+    """A proxy serving one rollout in this process (from `start_proxy`)."""
 
-    def __init__(self, runner: web.AppRunner, server: ProxyServer, host: str, port: int) -> None:
-        self._runner = runner
-        self.server = server
-        """The handlers; ``server.engine`` holds the counters."""
+    def __init__(self, host: ProxyHost, rollout: RolloutProxy) -> None:
         self.host = host
-        self.port = port
+        self.rollout = rollout
+        """Its handlers; ``rollout.engine`` holds the counters."""
+
+    @property
+    def port(self) -> int:
         """The TCP port it listens on."""
+        return self.rollout.address[1]
 
     @property
     def base_url(self) -> str:
         """The URL to give the agent, ``http://HOST:PORT/v1``."""
-        return base_url_for(self.host, self.port)
+        return self.rollout.base_url
 
     async def stop(self) -> None:
         """Stop listening, close the upstream session and the trajectory file."""
-        await self._runner.cleanup()
+        await self.host.stop()
 
 
 async def start_proxy(config: ProxyConfig) -> RunningProxy:
-    """Load the replay, open the trajectory, listen, and write the ready file (if configured).
+    """Serve one rollout: load the replay, open the trajectory, listen, and write the ready file
+    (if configured).
 
     Args:
         config: the proxy's configuration.
@@ -403,44 +666,39 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
         The running proxy; call ``await proxy.stop()`` when done.
 
     Raises:
-        FileNotFoundError: the replayed trajectory (`config.replay`) does not exist.
-        TrajectoryFormatError: the replayed trajectory is corrupt (the message names file and line).
-        FaultPlanError: the plan of `config.faults` is missing or invalid (named in the message).
-        ProxyConfigError: nothing to serve (neither replay nor upstream), or cut_index is out of range.
-        OSError: the trajectory cannot be opened or the port cannot be bound.
+        As `ProxyHost.add`.
     """
-    engine = _engine_for(config)
-    faults = (
-        None
-        if config.faults is None
-        else FaultSelector(load_plan(config.faults.plan_path), config.faults.seed)
-    )
-    recorder = Recorder(config.trajectory_path, fsync=config.fsync_each_exchange)
-    recorder.open()
-    server = ProxyServer(config, engine, recorder, faults)
-    # An agent that hangs up (killed at its timeout) cancels its request: the response it never
-    # received is not recorded. Shutdown does not wait for requests still in flight.
-    runner = web.AppRunner(
-        server.app,
-        access_log=None,
-        handler_cancellation=True,
-        shutdown_timeout=SHUTDOWN_SECONDS,
-        **runner_options(config.client_limits),
-    )
-    await runner.setup()
+    host = ProxyHost(config.client_limits)
+    await host.start()
     try:
-        site = web.TCPSite(runner, config.listen_host, config.listen_port)
-        await site.start()
+        rollout = await host.add(config)
     except BaseException:
-        await runner.cleanup()
+        await host.stop()
         raise
-    port = int(runner.addresses[0][1])
     if config.ready_file is not None:
-        write_ready_file(config.ready_file, config.listen_host, port)
-    proxy = RunningProxy(runner, server, config.listen_host, port)
-    after = "live" if config.upstream else "stop"
-    log.info("listening on %s: replay %d exchanges, then %s", proxy.base_url, engine.cut_index, after)
-    return proxy
+        write_ready_file(config.ready_file, *rollout.address)
+    return RunningProxy(host, rollout)
+
+
+async def start_shared(host: str, admin_token: str, ready_file: Path | None) -> ProxyHost:
+    """Serve any number of rollouts, added and removed through ``/_reroll/rollouts`` with
+    `admin_token`: listen on (`host`, a free port) and write the ready file (its address is that
+    control site's base URL).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    proxy_host = ProxyHost(ClientLimits(), admin_token)
+    await proxy_host.start()
+    try:
+        _, address = await proxy_host.listen(host)
+    except BaseException:
+        await proxy_host.stop()
+        raise
+    if ready_file is not None:
+        write_ready_file(ready_file, *address)
+    log.info("shared proxy listening on %s", base_url_for(*address))
+    return proxy_host
 
 
 def _engine_for(config: ProxyConfig) -> ReplayEngine:

@@ -21,7 +21,8 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
    kills the script's whole process group;
-5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers);
+5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
+   structured form's items, events, space and granularity);
 6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
    started and wrote no report, or whose report counts failures or errors, zeroes every reward
    (`pytest_report`);
@@ -70,6 +71,9 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTEST_PLUGINS")
 """Removed from the test script's environment."""
 REWARD_FILES = ("reward.txt", "reward.json")
+STRUCTURED_REWARD_KEYS = frozenset({"items", "events", "space", "granularity"})
+"""The keys of reward.json's structured form (``reroll_contracts.reward.VerifyResult``), which the
+controller validates; the sidecar reads the numbers beside them."""
 MAX_REWARD_BYTES = 1024 * 1024
 HARDEN_TIMEOUT_SECONDS = 120.0
 """The time limit of steps 1 to 3 (quiesce, restore, hook deletion, plugin scan) together."""
@@ -171,6 +175,8 @@ def _parse_rewards(name: str, text: str) -> dict[str, float]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"reward.json is not valid JSON: {exc}") from exc
+        if isinstance(data, dict):  # the structured form's own keys: the controller reads them
+            data = {key: value for key, value in data.items() if key not in STRUCTURED_REWARD_KEYS}
         if not isinstance(data, dict) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) for v in data.values()
         ):

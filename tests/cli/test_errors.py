@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reroll.runfolder.store import create_store
 
 from tests.runfolder.test_run import exchange_line, make_run_folder
 
@@ -182,3 +183,24 @@ def test_trial_refusals_name_the_cause_and_write_nothing(tmp_path: Path, example
     )
     assert done.returncode == 2 and "role 'a': no agent" in done.stderr
     assert not (tmp_path / "jobs").exists()
+
+
+def test_store_commands_on_bad_stores(tmp_path: Path) -> None:
+    """A job without a store, a missing generation, a corrupt generation manifest: exit 2, the file
+    named, nothing changed."""
+    job = tmp_path / "job"
+    job.mkdir()
+    done = reroll("store", "rollback", str(job), "0", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "job/store/head.json: missing" in done.stderr and "no learner store" in done.stderr
+    create_store(job / "store")
+    before = {p: p.read_bytes() for p in (job / "store").rglob("*") if p.is_file()}
+    done = reroll("store", "rollback", str(job), "3", cwd=tmp_path)
+    assert done.returncode == 2 and "generations/3.json: missing" in done.stderr
+    done = reroll("store", "diff", str(job), "0", "3", cwd=tmp_path)
+    assert done.returncode == 2 and "the store has no generation 3 (it has 0)" in done.stderr
+    assert {p: p.read_bytes() for p in (job / "store").rglob("*") if p.is_file()} == before
+    (job / "store" / "generations" / "0.json").write_text('{"number": 0}')
+    done = reroll("store", "log", str(job), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "generations/0.json: corrupt" in done.stderr and "created_at" in done.stderr

@@ -56,7 +56,7 @@ def test_help_names_every_option_whole_at_80_columns(path: tuple[str, ...], comm
 def test_every_command_is_checked() -> None:
     """The walk reaches the subcommands of subcommand groups (here: ``model serve``)."""
     paths = {" ".join(path) for path, _ in ALL}
-    assert {"", "run", "continue", "branch", "job", "model serve", "sandbox prune"} <= paths
+    assert {"", "run", "continue", "branch", "job", "model serve", "sandbox prune", "store rollback"} <= paths
 
 
 @pytest.mark.spawns  # a fresh interpreter: the import order is its own
@@ -71,6 +71,6 @@ def test_the_command_modules_import_in_any_order_and_register_once() -> None:
     command = [sys.executable, "-c", code]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == [
-        *("run", "continue", "continue-job", "replay", "branch", "job", "agents", "export", "view"),
-        *("model", "sandbox", "task"),
+        *("run", "continue", "continue-job", "replay", "rescore", "branch", "job", "agents", "export"),
+        *("view", "model", "sandbox", "task", "store"),
     ]

@@ -28,6 +28,18 @@ COMMANDS = ["cat test_math.py", "sed -i 's/a - b/a + b/' math.py"]
 OUTPUTS = ["def test_add(): assert add(1, 2) == 3", ""]
 
 
+GRADED = {
+    "reward": 0.5,
+    "items": {"ran-tests": 1.0, "no-edits-to-tests": 0.0},
+    "events": [
+        {"source": "ran-tests", "reward": 1.0, "step": 0, "space": "action", "granularity": "step"},
+        {"source": "no-edits-to-tests", "reward": 0.0, "step": 1, "space": "action", "granularity": "step"},
+        {"source": "answer", "reward": 0.5, "note": "whole run"},
+    ],
+}
+"""A structured reward.json's content (`reroll_contracts.reward.VerifyResult`): two step events."""
+
+
 def _completion(index: int) -> dict[str, Any]:
     """The chat completion of step `index`: a tool call per command, then a final answer."""
     usage = {"prompt_tokens": 100 + index, "completion_tokens": 10 + index, "total_tokens": 110 + 2 * index}

@@ -15,7 +15,7 @@ from reroll.runfolder.folders import kind_of
 from reroll.runfolder.run import load_run_folder
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError
 
-from tests.export.conftest import chat_exchanges, in_format, write_run, write_tree
+from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_tree
 
 FORMATS = ["openai-chat", "openai-responses", "anthropic-messages"]
 
@@ -120,3 +120,20 @@ def test_a_truncated_last_line_is_ignored_and_noted(chat_run: Path) -> None:
 def test_a_folder_that_is_no_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RunFolderError, match="not a run folder"):
         kind_of(tmp_path)
+
+
+def test_a_graded_reward_and_its_step_events_reach_the_atif_steps(tmp_path: Path) -> None:
+    result = {"rewards": {"reward": 0.5, "ran-tests": 1.0, "no-edits-to-tests": 0.0}, "verify_result": GRADED}
+    run = write_run(tmp_path / "run", chat_exchanges(), result=result)
+    data = _export(run)
+    Trajectory.model_validate(data)  # the atif package's own check
+    by_exchange = {step["extra"]["exchange"]: step for step in data["steps"] if step["source"] == "agent"}
+    assert [event["source"] for event in by_exchange[0]["extra"]["reward_events"]] == ["ran-tests"]
+    assert by_exchange[1]["extra"]["reward_events"][0]["reward"] == 0.0
+    assert "reward_events" not in by_exchange[2]["extra"]  # no event names the last step
+    graded = data["extra"]["reroll"]["verify_result"]
+    assert (graded["items"], graded["events"][2]["step"], graded["space"]) == (
+        GRADED["items"],
+        None,
+        "output",
+    )

@@ -9,7 +9,7 @@ from reroll.export import export_lines
 from reroll.export.verifiers import RolloutRecord
 from reroll.runfolder.folders import kind_of
 
-from tests.export.conftest import SYSTEM, TASK, chat_exchanges, in_format, write_run
+from tests.export.conftest import GRADED, SYSTEM, TASK, chat_exchanges, in_format, write_run
 
 
 def _records(path: Path) -> list[RolloutRecord]:
@@ -82,4 +82,18 @@ def test_a_job_gives_one_record_per_rollout_grouped_by_task(tmp_path: Path) -> N
         ("fix", 0, 1.0),
         ("fix", 0, 0.0),
         ("other", 1, 1.0),
+    ]
+
+
+def test_a_graded_rewards_items_are_metrics_and_its_events_are_info(tmp_path: Path) -> None:
+    result = {"rewards": {"reward": 0.5, "ran-tests": 1.0, "no-edits-to-tests": 0.0}, "verify_result": GRADED}
+    (record,) = _records(write_run(tmp_path / "run", chat_exchanges(), result=result))
+    assert (record.reward, record.metrics) == (
+        0.5,
+        {"reward": 0.5, "ran-tests": 1.0, "no-edits-to-tests": 0.0},
+    )
+    events = record.info["verify_result"]["events"]
+    assert [(event["source"], event["step"], event["space"]) for event in events[:2]] == [
+        ("ran-tests", 0, "action"),
+        ("no-edits-to-tests", 1, "action"),
     ]

@@ -13,13 +13,21 @@ from pathlib import Path
 import openai
 import pytest
 from reroll.host.llm_proxy import LlmProxy, recorded_sandbox_values
+from reroll.host.shared_process import MODE_ENV
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll_contracts.errors import InfrastructureError
 from reroll_contracts.faults import FaultsUsed
-from reroll_contracts.proxy import ProxyConfig, ReadyFile, ReplayConfig, VolatileRule
+from reroll_contracts.proxy import ProxyConfig, ReplayConfig, VolatileRule
 
 pytestmark = pytest.mark.spawns  # the real proxy and scripted model processes
 SCRIPT = "turns:\n  - content: first\n  - content: second\n"
+
+
+@pytest.fixture(autouse=True, params=["shared", "per-rollout"])
+def proxy_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test against the shared proxy and against a proxy process of the rollout's own."""
+    monkeypatch.setenv(MODE_ENV, request.param)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -132,7 +140,7 @@ async def test_the_stop_is_pushed_and_set_before_the_409(tmp_path: Path, model: 
 async def test_a_dead_proxy_is_an_infrastructure_error(tmp_path: Path, model: ModelSpec) -> None:
     async with recording_proxy(model, tmp_path) as proxy:
         waiting = asyncio.create_task(proxy.wait_for_stop())
-        ready = ReadyFile.model_validate_json((tmp_path / "proxy.ready.json").read_bytes())
-        os.kill(ready.pid, signal.SIGKILL)
+        assert proxy.pid is not None
+        os.kill(proxy.pid, signal.SIGKILL)
         with pytest.raises(InfrastructureError, match="/_reroll/stop"):
             await asyncio.wait_for(waiting, 10)

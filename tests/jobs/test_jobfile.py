@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from reroll.jobs.jobfile import load_job_file
-from reroll_contracts.errors import JobError
+from reroll.jobs.runner import plan_rollouts
+from reroll_contracts.errors import JobError, TaskError
 
 
 def test_a_job_files_sandbox_config_is_kept_and_the_flags_update_it_key_by_key(
@@ -38,3 +39,16 @@ def test_a_job_files_fault_plan_is_relative_to_the_file(tmp_path: Path, examples
     job_file.write_text(f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\nfault_seed: 3\n")
     with pytest.raises(JobError, match="fault_seed needs faults"):
         load_job_file(job_file, {})
+
+
+def test_a_job_files_skills_dir_is_relative_to_it_and_bad_skill_flags_are_refused(tmp_path: Path) -> None:
+    task = Path(__file__).resolve().parents[1] / "rollout" / "skills_task"
+    job = tmp_path / "job.yaml"
+    job.write_text(f"tasks: [{task}]\nagents: [oracle]\nskills: with-skill\nskills_dir: skills\n")
+    (tmp_path / "skills" / "one").mkdir(parents=True)
+    (tmp_path / "skills" / "one" / "SKILL.md").write_text("---\nname: one\ndescription: d\n---\n")
+    spec = load_job_file(job)
+    assert (spec.skills, spec.skills_dir) == ("with-skill", tmp_path / "skills")
+    assert len(plan_rollouts(spec)) == 1
+    with pytest.raises(TaskError, match="needs --skills with-skill"):
+        plan_rollouts(load_job_file(job, {"skills": "no-skill"}))

@@ -10,12 +10,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
-from reroll.host.child_process import ChildProcess
-from reroll.models.scripted import ModelScript, load_script, own_turns
-from reroll_contracts.errors import ModelError
+from reroll.host.shared_process import MODE_ENV
+from reroll.models.scripted import SCRIPTS_ROUTE, ModelScript, load_script, own_turns
+from reroll.models.spec import ModelSpec, live_upstream
+from reroll_contracts.errors import InfrastructureError, ModelError
 from reroll_proxy.formats import format_named
 
 from tests.conftest import spawning
@@ -40,18 +42,53 @@ threads:
 """
 
 
-@pytest.fixture
+@pytest.fixture(params=["per-rollout", "shared"])
 @spawning
-async def client(tmp_path: Path) -> AsyncIterator[openai.AsyncOpenAI]:
+async def client(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The SDK against the script, served by a process of its own or by the shared server."""
+    monkeypatch.setenv(MODE_ENV, request.param)
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
+    model = ModelSpec(spec=f"scripted:{script}", name="scripted", script=script)
     async with (
-        ChildProcess(
-            "reroll.models.scripted", ["--script", str(script)], workdir=tmp_path, name="model"
-        ) as server,
-        openai.AsyncOpenAI(base_url=server.ready.address, api_key="any", max_retries=0) as sdk,
+        live_upstream(model, tmp_path) as upstream,
+        openai.AsyncOpenAI(base_url=upstream.base_url, api_key="any", max_retries=0) as sdk,
     ):
         yield sdk
+
+
+@pytest.mark.spawns  # the shared scripted model server
+async def test_one_shared_server_serves_each_script_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MODE_ENV, "shared")
+    first, second, bad = tmp_path / "first.yaml", tmp_path / "second.yaml", tmp_path / "bad.yaml"
+    first.write_text("turns: [{content: first script}]")
+    second.write_text("turns: [{content: second script}]")
+    bad.write_text("turns: [{not_a_field: 1}]")
+    spec = {
+        path: ModelSpec(spec=f"scripted:{path}", name="scripted", script=path)
+        for path in (first, second, bad)
+    }
+    async with live_upstream(spec[first], tmp_path) as one, live_upstream(spec[second], tmp_path) as two:
+        assert one.base_url.rsplit("/", 2)[0] == two.base_url.rsplit("/", 2)[0]  # one process
+        answers = []
+        for upstream in (one, two):
+            async with openai.AsyncOpenAI(base_url=upstream.base_url, api_key="any", max_retries=0) as sdk:
+                reply = await sdk.chat.completions.create(model="m", messages=conversation(0))
+                answers.append(reply.choices[0].message.content)
+        assert answers == ["first script", "second script"]
+        with pytest.raises(InfrastructureError, match=str(bad)):
+            async with live_upstream(spec[bad], tmp_path):
+                pass
+        root = one.base_url.rsplit("/", 2)[0]
+        async with aiohttp.ClientSession() as session:  # no admin token: nothing is added
+            async with session.post(root + SCRIPTS_ROUTE, json={"script": str(first)}) as response:
+                assert response.status == 401
+            async with session.post(root + "/unknown/v1/chat/completions", json={"messages": []}) as response:
+                assert response.status == 404
 
 
 def function_calls(completion: ChatCompletion) -> list[tuple[str, str, str]]:

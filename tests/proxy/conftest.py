@@ -18,6 +18,7 @@ from typing import Any
 
 import openai
 import pytest
+import yaml
 from reroll_contracts.proxy import (
     DivergencePolicy,
     FormatName,
@@ -333,3 +334,52 @@ def recording(start_proxy: StartProxy, scripted_model: Service) -> Recording:
 def stream_recording(start_proxy: StartProxy, scripted_model: Service) -> Recording:
     """A streamed recording of the whole script."""
     return record(start_proxy, scripted_model, stream=True)
+
+
+ADMIN_TOKEN = "admin-token-for-tests"
+
+
+@pytest.fixture(scope="module")
+@spawning
+def shared_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """A ``python -m reroll_proxy --shared`` subprocess with the admin token `ADMIN_TOKEN`."""
+    workdir = tmp_path_factory.mktemp("shared-proxy")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REROLL_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
+        service = start_service(
+            "reroll_proxy", ["--shared", "--admin-token-env", "REROLL_TEST_ADMIN_TOKEN"], workdir, "shared"
+        )
+    yield service
+    service.stop()
+
+
+def admin(token: str = ADMIN_TOKEN) -> dict[str, str]:
+    """The headers of a request with the shared proxy's admin token (or `token`)."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def register_rollout(
+    shared: Service,
+    trajectory: Path,
+    *,
+    token: str,
+    controller_token: str,
+    upstream: str | None = None,
+    replay: Path | None = None,
+    plan: list[dict[str, Any]] | None = None,
+) -> tuple[int, Any]:
+    """Add a rollout to `shared` (``POST /_reroll/rollouts``): (status, answer body)."""
+    config: dict[str, Any] = {"token": token, "trajectory_path": str(trajectory)}
+    if upstream is not None:
+        config["upstream"] = {"base_url": upstream, "timeout_seconds": 10}
+    if replay is not None:
+        config["replay"] = {"trajectory_path": str(replay), "divergence_policy": "strict"}
+    if plan is not None:
+        plan_path = trajectory.with_suffix(".plan.yaml")
+        plan_path.write_text(yaml.safe_dump({"seed": 1, "rules": plan}))
+        config["faults"] = {"plan_path": str(plan_path), "seed": 1}
+    registration = {"config": config, "controller_token": controller_token, "upstream_api_key": UPSTREAM_KEY}
+    code, _, body = http_json(
+        "POST", shared.base_url.removesuffix("/v1") + "/_reroll/rollouts", registration, admin()
+    )
+    return code, body

@@ -58,7 +58,7 @@ def task_with_verifier(tmp_path: Path, examples: Path, verifier: str) -> Path:
 
 def test_the_default_is_the_test_script_verifier(examples: Path) -> None:
     task = load_task(examples / "hello-file")
-    assert task.spec.verifier.type == "test-script" and sorted(VERIFIERS) == ["test-script"]
+    assert task.spec.verifier.type == "test-script" and sorted(VERIFIERS) == ["llm-judge", "test-script"]
     assert isinstance(verifier_for(task), TestScriptVerifier)
 
 
@@ -66,8 +66,8 @@ def test_the_default_is_the_test_script_verifier(examples: Path) -> None:
     ("section", "message"),
     [
         (
-            "verifier:\n  type: llm-judge\n",
-            r"task hello-file \(.*\): unknown verifier.type 'llm-judge'; known: test-scr",
+            "verifier:\n  type: reward-kit\n",
+            r"task hello-file \(.*\): unknown verifier.type 'reward-kit'; known: llm-judge, test-scr",
         ),
         ("verifier:\n  type: nowhere.at_all:Judge\n", r"verifier.type 'nowhere.at_all:Judge': cannot import"),
         ("verifier:\n  options: {model: m}\n", r"test-script takes no verifier.options \(got model\)"),
@@ -84,8 +84,8 @@ def test_a_verifier_that_cannot_be_made_is_a_task_error_naming_the_task(
 async def test_an_unknown_verifier_type_is_refused_before_anything_is_written(
     tmp_path: Path, examples: Path
 ) -> None:
-    task = task_with_verifier(tmp_path, examples, "verifier:\n  type: llm-judge\n")
-    with pytest.raises(TaskError, match=r"unknown verifier\.type 'llm-judge'"):
+    task = task_with_verifier(tmp_path, examples, "verifier:\n  type: reward-kit\n")
+    with pytest.raises(TaskError, match=r"unknown verifier\.type 'reward-kit'"):
         await run_task(task, agent_name="oracle", jobs_dir=tmp_path / "jobs", job_name="j")
     assert not (tmp_path / "jobs").exists()
 
@@ -113,3 +113,37 @@ async def test_a_verifier_from_outside_reroll_scores_a_real_rollout(
     assert result["rewards"]["reward"] == 1.0, result
     assert "file: 'Hello, reroll!\\n'" in (outcome.run_dir / "verifier" / "judge.txt").read_text()
     assert not (outcome.run_dir / "verifier" / "test-stdout.txt").exists()  # test.sh never ran
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize("valid", [True, False])
+async def test_a_test_script_may_write_the_structured_reward(
+    tmp_path: Path, examples: Path, valid: bool
+) -> None:
+    """reward.json's structured form (`reroll_contracts.reward`) from test.sh: result.json keeps the
+    flat rewards and adds verify_result; an invalid one is a verifier error naming the file."""
+    task = task_with_verifier(tmp_path, examples, "verifier:\n  timeout_sec: 30\n")
+    space = "action" if valid else "vibes"
+    reward = (
+        '{"reward": 0.5, "items": {"file": 1.0, "style": 0.0}, '
+        f'"events": [{{"source": "wrote-file", "reward": 1.0, "step": 0, "space": "{space}", '
+        '"granularity": "step"}]}'
+    )
+    (task / "verifier" / "test.sh").write_text(f"#!/bin/sh\necho '{reward}' > /logs/verifier/reward.json\n")
+    outcome = await run_task(task, agent_name="oracle", jobs_dir=tmp_path / "jobs", job_name="j")
+    result = json.loads((outcome.run_dir / "result.json").read_text())
+    if not valid:
+        assert (result["status"], result["error_category"]) == ("error", "verifier_error")
+        assert "verifier/reward.json: invalid structured reward" in result["error"]
+        assert "events.0.space" in result["error"]
+        return
+    assert result["status"] == "ok", result
+    assert result["rewards"] == {"reward": 0.5, "file": 1.0, "style": 0.0}
+    assert result["verify_result"]["events"][0] == {
+        "source": "wrote-file",
+        "reward": 1.0,
+        "step": 0,
+        "space": "action",
+        "granularity": "step",
+        "note": "",
+    }

@@ -338,6 +338,12 @@ async def verify_script(client: SidecarClient, root: Path, test_sh: str) -> Veri
         ("echo 0.5 > $LOGS/reward.txt", {"reward": 0.5}, ""),
         ("""echo '{"a": 1, "b": 0.25}' > $LOGS/reward.json""", {"a": 1.0, "b": 0.25}, ""),
         ("echo 1 > $LOGS/reward.txt; echo '{}' > $LOGS/reward.json", {"reward": 1.0}, ""),
+        (  # the structured form: its items and events are the controller's to read
+            """echo '{"reward": 0.5, "items": {"a": 1}, "events": [], "space": "action"}' """
+            "> $LOGS/reward.json",
+            {"reward": 0.5},
+            "",
+        ),
         ("echo yes > $LOGS/reward.txt", {}, "reward.txt holds 'yes', not a number"),
         ("echo nan > $LOGS/reward.txt", {}, "reward.txt holds nan, not a finite number"),
         ("echo '[1]' > $LOGS/reward.json", {}, "reward.json must be an object of numbers"),

@@ -40,7 +40,7 @@ def test_task_check_of_a_mixed_folder(tmp_path: Path, examples: Path) -> None:
 def test_task_check_exits_0_when_every_task_loads(examples: Path) -> None:
     done = CliRunner().invoke(app, ["task", "check", str(examples)], terminal_width=200)
     assert done.exit_code == 0, done.output
-    assert "6 of 6 tasks load" in done.output
+    assert "7 of 7 tasks load" in done.output
 
 
 def test_task_check_of_a_folder_without_tasks(tmp_path: Path) -> None:

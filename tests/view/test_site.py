@@ -15,7 +15,7 @@ from reroll.view.runpage import MAX_FILE_BYTES
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError, ViewError
 from typer.testing import CliRunner
 
-from tests.export.conftest import chat_exchanges, in_format, write_run, write_tree
+from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_tree
 
 DIVERGENCE = {
     "message_index": 3,
@@ -197,3 +197,13 @@ def test_a_relative_provenance_path_is_shown_without_a_link(tmp_path: Path) -> N
     run = write_run(tmp_path / "run", chat_exchanges(), replayed=1, config={"continued_from": provenance})
     page = build_site(run).read_text()
     assert "<code>elsewhere/run</code>" in page and 'id="provenance-link"' not in page
+
+
+def test_a_graded_reward_shows_its_events_linked_to_their_steps(tmp_path: Path) -> None:
+    graded = {**GRADED, "events": [*GRADED["events"], {"source": "<b>x</b>", "reward": 0.0}]}
+    result = {"rewards": {"reward": 0.5, "ran-tests": 1.0, "no-edits-to-tests": 0.0}, "verify_result": graded}
+    page = build_site(write_run(tmp_path / "run", chat_exchanges(), result=result)).read_text()
+    events = page.split('id="reward-events"', 1)[1].split("</table>", 1)[0]
+    assert '<a href="#exchange-1">1</a>' in events and "no-edits-to-tests" in events
+    assert "&lt;b&gt;x&lt;/b&gt;" in events  # a verifier's text is escaped too
+    assert "space output, granularity terminal" in page

@@ -3,9 +3,9 @@
 Each command lives in a module named after what a user types (`reroll.cli.run`,
 `reroll.cli.continue_` for ``continue`` and ``continue-job``, `reroll.cli.replay`,
 `reroll.cli.branch`, `reroll.cli.job`, `reroll.cli.export`, `reroll.cli.view`, `reroll.cli.agents`,
-`reroll.cli.model`, `reroll.cli.sandbox`, `reroll.cli.task`) as a plain function; this module
-registers them, in the order ``reroll --help`` lists them. What they share (options, consoles,
-exit codes) is `reroll.cli.common`.
+`reroll.cli.model`, `reroll.cli.sandbox`, `reroll.cli.store`, `reroll.cli.task`) as a plain
+function; this module registers them, in the order ``reroll --help`` lists them. What they share
+(options, consoles, exit codes) is `reroll.cli.common`.
 
 Exit codes: 0 the rollout ran (status ``ok`` or ``timeout``); 1 it ended with status ``error``
 (agent crash, strict divergence, verifier failure) — for ``replay``: the rebuild is not
@@ -27,7 +27,21 @@ import typer.core
 from typer import _click  # typer's own copy of click: the types TyperGroup's methods take
 
 from reroll import __version__
-from reroll.cli import agents, branch, continue_, export, job, model, replay, run, sandbox, task, view
+from reroll.cli import (
+    agents,
+    branch,
+    continue_,
+    export,
+    job,
+    model,
+    replay,
+    rescore,
+    run,
+    sandbox,
+    store,
+    task,
+    view,
+)
 from reroll.cli.common import console
 
 
@@ -67,6 +81,7 @@ app.command("run")(run.run)
 app.command("continue")(continue_.continue_)
 app.command("continue-job")(continue_.continue_job)
 app.command("replay")(replay.replay)
+app.command("rescore")(rescore.rescore)
 app.command("branch")(branch.branch)
 app.command("job")(job.job)
 app.command("agents")(agents.agents)
@@ -82,6 +97,11 @@ app.add_typer(sandbox_app, name="sandbox")
 task_app = _group("Task folders.")
 task_app.command("check")(task.task_check)
 app.add_typer(task_app, name="task")
+store_app = _group("A sequential-shared job's learner store: its generations, diffs, rollback.")
+store_app.command("log")(store.store_log)
+store_app.command("diff")(store.store_diff)
+store_app.command("rollback")(store.store_rollback)
+app.add_typer(store_app, name="store")
 
 
 def _version(value: bool) -> None:

@@ -19,6 +19,8 @@ from reroll.cli.common import (
     RayAddressOption,
     SandboxConfigOption,
     SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
     StrictDivergenceOption,
     TasksDirOption,
     console,
@@ -67,6 +69,8 @@ def branch(
     network: NetworkOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
+    skills: SkillsOption = None,
+    skills_dir: SkillsDirOption = None,
 ) -> None:
     """Branch a run: N continuations per model from checkpoint --at K, concurrently, each verified.
 
@@ -82,6 +86,8 @@ def branch(
         network=network,
         faults=faults_from_flags(faults, fault_seed),
         divergence_policy=divergence_policy(on_divergence, strict_divergence),
+        skill_mode=skills,
+        skills_dir=skills_dir,
     )
     summary = guarded(
         branch_run(

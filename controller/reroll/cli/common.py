@@ -28,6 +28,7 @@ from reroll.host.llm_proxy import faults_used
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.start import RolloutOutcome
 from reroll.sandbox.docker.config import parse_image_map
+from reroll.trials.config import SkillMode
 
 if TYPE_CHECKING:
     from reroll.runfolder.summary import JobSummary
@@ -53,6 +54,12 @@ NetworkOption = Annotated[
     NetworkPolicy | None,
     typer.Option(help="Egress: none (only the LLM proxy; local or docker) or full [default: the task's]."),
 ]
+JudgeModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="An LLM judge's model (a --model spec) for a task scored by llm-judge [default: the task's]."
+    ),
+]
 ImageMapOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -60,6 +67,23 @@ ImageMapOption = Annotated[
         help="Build a task's Dockerfile FROM a local image instead: SRC=DST, e.g. "
         "ubuntu:24.04=reroll/base:bookworm (repeatable; docker sandbox; no registry needed; "
         "= the docker setting image_map).",
+    ),
+]
+SkillsOption = Annotated[
+    SkillMode | None,
+    typer.Option(
+        "--skills",
+        help="Skill mode: no-skill (the task's environment/skills hidden), with-skill (mounted at each "
+        "agent's native skill paths), self-gen (a creator scene writes the skills the solver gets) "
+        "[default: the original's, else the trial's, else no-skill]. "
+        "$REROLL_SKILL_NUDGE=name|description|full also names them in the prompt.",
+    ),
+]
+SkillsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--skills-dir",
+        help="with-skill: mount this folder of <name>/SKILL.md instead of the task's environment/skills.",
     ),
 ]
 ExecutorOption = Annotated[
@@ -198,6 +222,11 @@ def finish(outcome: RolloutOutcome) -> None:
         f"exchanges served: {counts.exchanges} ({counts.replayed} replayed, {counts.live} live, "
         f"{counts.divergences} divergent)"
     )
+    if (judge := result.judge_counts) is not None:
+        console.print(
+            f"judge exchanges: {judge.exchanges} ({judge.replayed} replayed, {judge.live} live, "
+            f"{judge.divergences} divergent)"
+        )
     console.print(f"run folder: {outcome.run_dir}")
     if result.status == "error":
         raise typer.Exit(1)

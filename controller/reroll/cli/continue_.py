@@ -21,6 +21,8 @@ from reroll.cli.common import (
     RayAddressOption,
     SandboxConfigOption,
     SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
     StrictDivergenceOption,
     TasksDirOption,
     console,
@@ -65,6 +67,8 @@ def continue_(
     network: NetworkOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
+    skills: SkillsOption = None,
+    skills_dir: SkillsDirOption = None,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
 
@@ -79,6 +83,8 @@ def continue_(
         network=network,
         faults=used,
         divergence_policy=divergence_policy(on_divergence, strict_divergence),
+        skill_mode=skills,
+        skills_dir=skills_dir,
     )
     finish(
         guarded(

@@ -13,12 +13,15 @@ from reroll.cli.common import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    JudgeModelOption,
     MaxRetriesOption,
     MaxStartingOption,
     NetworkOption,
     RayAddressOption,
     SandboxConfigOption,
     SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
     console,
     err_console,
     job_guarded,
@@ -55,6 +58,23 @@ def job(
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
     image_map: ImageMapOption = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option(
+            help="parallel-independent (each rollout on its own) or sequential-shared (one after "
+            "another over a versioned learner store in JOB/store: skills and memory) "
+            "[default: parallel-independent]."
+        ),
+    ] = None,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            help="sequential-shared: a folder (skills/, memory/) whose files are the store's generation 0."
+        ),
+    ] = None,
+    skills: SkillsOption = None,
+    skills_dir: SkillsDirOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
@@ -79,6 +99,11 @@ def job(
         "executor": executor,
         "max_starting": max_starting,
         "ray_address": ray_address,
+        "schedule": schedule,
+        "store": store.resolve() if store is not None else None,
+        "skills": skills,
+        "skills_dir": skills_dir.resolve() if skills_dir is not None else None,
+        "judge_model": judge_model,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:

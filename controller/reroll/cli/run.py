@@ -12,9 +12,12 @@ from reroll.cli.common import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    JudgeModelOption,
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
     console,
     faults_from_flags,
     finish,
@@ -63,6 +66,9 @@ def run(
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     image_map: ImageMapOption = None,
+    skills: SkillsOption = None,
+    skills_dir: SkillsDirOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
@@ -86,6 +92,9 @@ def run(
                     sandbox_config=settings,
                     network=network,
                     faults=used,
+                    skill_mode=skills,
+                    skills_dir=skills_dir,
+                    judge_model=judge_model,
                 ),
                 jobs_dir=jobs_dir,
                 job_name=job_name,

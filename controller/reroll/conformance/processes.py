@@ -89,13 +89,16 @@ async def check_the_agent_user_runs_commands_in_a_writable_workspace(
 
 
 async def check_files_round_trip_with_modes(factory: SandboxFactory, workdir: Path) -> None:
-    """put_file / get_file / upload_dir: bytes and modes kept; a missing file is FileNotFoundError."""
+    """put_file / get_file (whole, or its start) / upload_dir: bytes and modes kept; a missing file
+    is FileNotFoundError."""
     async with started(factory, probe_task(workdir / "task")) as sandbox:
         path = f"{sandbox.layout.workspace}/sub/dir/run.sh"
         data = bytes(range(256)) * 5000  # > 1 MiB
         written = await sandbox.put_file(path, data, mode=0o750)
         expect(written == len(data), f"put_file reported {written} bytes, not {len(data)}")
         expect(await sandbox.get_file(path) == data, "get_file returned other bytes than put_file wrote")
+        start = await sandbox.get_file(path, max_bytes=1_100_000)  # over one 1 MiB chunk, not all
+        expect(start == data[:1_100_000], f"get_file(max_bytes=1100000) returned {len(start)} other bytes")
         mode = (await sh(sandbox, f"stat -c %a {path}")).strip()
         expect(mode == "750", f"mode {mode}, not 750")
         with expect_raises(FileNotFoundError, r"missing\.txt"):

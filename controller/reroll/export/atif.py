@@ -21,12 +21,16 @@ What maps to what:
 - ``agent``: name, version (config.json's ``agent_version`` if any, else ``unknown``), model,
   ``tool_definitions`` (OpenAI function definitions from the first request);
 - ``final_metrics``: token sums over agent steps, ``total_steps``;
-- ``extra.reroll``: task, status, rewards, error, counts, and the provenance
-  (``continued_from`` / ``branched_from``: the original run's folder and the cut). ATIF's own
+- ``extra.reroll``: task, status, rewards (and ``verify_result``), error, counts, the provenance
+  (``continued_from`` / ``branched_from``: the original run's folder and the cut), and the
+  learner store generation the run started from (``learner_store``: path, generation,
+  writes_back; a sequential-shared job's rollout or a continuation of one, else null). ATIF's own
   ``continued_trajectory_ref`` points forward (from a trajectory to the one that continues it),
   so a continuation's link back to its original is in ``extra.reroll.continued_from``;
 - per step ``extra``: the exchange's index, source, duration and time to first byte (ms), its
-  divergence and injected fault, if any.
+  divergence and injected fault, if any, and ``reward_events``: the events of result.json's
+  ``verify_result`` whose ``step`` is that exchange (ATIF has no reward field of its own);
+- ``extra.reroll.verify_result``: the structured reward (items, events, space, granularity).
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ def run_to_atif(run: RunFolder) -> Trajectory:
 
 def _trajectory(run: RunFolder, thread: Thread, *, trajectory_id: str) -> Trajectory:
     config = run.config
-    steps = [_step(number, turn) for number, turn in enumerate(thread.turns, start=1)]
+    events = step_events(run)
+    steps = [_step(number, turn, events) for number, turn in enumerate(thread.turns, start=1)]
     agent_steps = [step for step in steps if step.metrics is not None]
     return Trajectory(
         schema_version=SCHEMA_VERSION,
@@ -109,7 +114,18 @@ def _trajectory(run: RunFolder, thread: Thread, *, trajectory_id: str) -> Trajec
     )
 
 
-def _step(number: int, turn: Turn) -> Step:
+def step_events(run: RunFolder) -> dict[int, list[dict[str, Any]]]:
+    """The reward events of the run's ``verify_result`` that name a step, by that step (the
+    exchange's ``metadata.step``), as JSON."""
+    graded = run.result.verify_result if run.result is not None else None
+    found: dict[int, list[dict[str, Any]]] = {}
+    for event in graded.events if graded is not None else []:
+        if event.step is not None:
+            found.setdefault(event.step, []).append(event.model_dump(mode="json"))
+    return found
+
+
+def _step(number: int, turn: Turn, events: dict[int, list[dict[str, Any]]]) -> Step:
     metadata = turn.exchange.metadata
     copied = True if turn.replayed else None
     if turn.source != "agent":
@@ -150,11 +166,11 @@ def _step(number: int, turn: Turn) -> Step:
         ),
         llm_call_count=1,
         is_copied_context=copied,
-        extra=_step_extra(turn),
+        extra=_step_extra(turn, events.get(metadata.step, []) if metadata.step is not None else []),
     )
 
 
-def _step_extra(turn: Turn) -> dict[str, Any]:
+def _step_extra(turn: Turn, events: list[dict[str, Any]]) -> dict[str, Any]:
     metadata = turn.exchange.metadata
     extra: dict[str, Any] = {
         "exchange": metadata.step,
@@ -168,6 +184,8 @@ def _step_extra(turn: Turn) -> dict[str, Any]:
         extra["divergence"] = metadata.divergence.model_dump(mode="json")
     if metadata.fault is not None:
         extra["fault"] = metadata.fault.model_dump(mode="json")
+    if events:
+        extra["reward_events"] = events
     return extra
 
 
@@ -197,11 +215,17 @@ def _provenance(run: RunFolder) -> dict[str, Any]:
         "task": config.task_name or config.task_path,
         "task_path": config.task_path,
         "sandbox": config.sandbox,
+        "skill_mode": config.skill_mode,
+        "skills_opened": result.skills_opened if result is not None else None,
         "status": result.effective_status if result is not None else "unknown",
         "rewards": result.rewards if result is not None else None,
+        "verify_result": result.verify_result.model_dump(mode="json")
+        if result is not None and result.verify_result is not None
+        else None,
         "error": result.error if result is not None else None,
         "error_category": result.error_category if result is not None else None,
         "continued_from": config.continued_from.model_dump(mode="json") if config.continued_from else None,
         "branched_from": config.branched_from.model_dump(mode="json") if config.branched_from else None,
+        "learner_store": config.learner_store.model_dump(mode="json") if config.learner_store else None,
         "truncated_line": run.trajectory.truncated_line,
     }

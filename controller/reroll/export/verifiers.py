@@ -13,10 +13,14 @@ messages (an agent turn an ``assistant`` message with ``tool_calls`` and, if any
 ``reasoning_content``; its tool results ``tool`` messages with their ``tool_call_id``);
 ``prompt`` is every message before the first ``assistant`` one, ``completion`` the rest;
 ``reward`` the primary reward (``rewards.reward``, else the only entry; None without one),
-``metrics`` all of ``rewards``; ``is_truncated`` true when the agent timed out;
+``metrics`` all of ``rewards`` (a graded reward's items among them); ``is_truncated`` true
+when the agent timed out;
 ``stop_condition`` the status; ``info``: task, agent, model, status, error category, exchange
 counts, the number of leading completion messages copied from an original run
-(``copied_completion_messages``: its replayed prefix), and the provenance.
+(``copied_completion_messages``: its replayed prefix), the provenance, the learner store
+generation the run started from (``learner_store``: path, generation, writes_back; else null),
+and ``verify_result`` (result.json's structured reward: items, events with the step they refer
+to, space, granularity).
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ def run_to_record(run: RunFolder, *, example_id: int, info: dict[str, Any] | Non
             "agent": config.agent,
             "model": config.model,
             "status": status,
+            "skill_mode": config.skill_mode,
             "error_category": result.error_category if result is not None else None,
             "run_folder": str(run.path),
             "exchanges": len(run.exchanges),
@@ -107,6 +112,10 @@ def run_to_record(run: RunFolder, *, example_id: int, info: dict[str, Any] | Non
             if config.continued_from
             else None,
             "branched_from": config.branched_from.model_dump(mode="json") if config.branched_from else None,
+            "learner_store": config.learner_store.model_dump(mode="json") if config.learner_store else None,
+            "verify_result": result.verify_result.model_dump(mode="json")
+            if result is not None and result.verify_result is not None
+            else None,
             **(info or {}),
         },
         tools=[function_tool(tool) for tool in tools] or None,

@@ -1,7 +1,11 @@
-"""The controller's handle on one rollout's LLM proxy process (package ``reroll_proxy``).
+"""The controller's handle on a rollout's LLM proxy (package ``reroll_proxy``).
 
-What passes between the two (config, status, stop, ready file) is typed once, in
-`reroll_contracts.proxy`.
+By default every rollout of this controller process is served by one shared proxy process
+(``python -m reroll_proxy --shared``, run as a `reroll.host.shared_process.SharedProcess`): a
+rollout joining registers with it, one leaving is removed, and neither starts a process.
+``REROLL_PROXY=per-rollout`` gives each rollout its own process instead (easier to debug: one log
+per rollout, in its ``harness/``). What passes between controller and proxy (config,
+registration, status, stop, ready file) is typed once, in `reroll_contracts.proxy`.
 """
 
 from __future__ import annotations
@@ -21,19 +25,25 @@ from reroll_contracts.proxy import (
     ProxyConfig,
     ProxyStatus,
     ProxyStop,
+    ReadyFile,
     ReplayConfig,
+    RolloutAdded,
+    RolloutRegistration,
     UpstreamConfig,
     VolatileRule,
 )
 from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
+from reroll.host.shared_process import SharedProcess, per_rollout, shared_process
 from reroll.runfolder.run import PROXY_CONFIG, write_private
 
 STATUS_TIMEOUT_SECONDS = 5.0
-"""Longest wait for the proxy's status."""
+"""Longest wait for the proxy's status (and a shared proxy's answer to adding or removing a rollout)."""
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
 _CONTROLLER_TOKEN_ENV = "REROLL_PROXY_CONTROLLER_TOKEN"
+ROLLOUTS_ROUTE = "/_reroll/rollouts"
+"""The shared proxy's admin route (`reroll_proxy.server.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 _VOLATILE_RULES = TypeAdapter(list[VolatileRule])
 
@@ -72,15 +82,17 @@ def faults_used(plan_path: Path, seed: int | None = None) -> FaultsUsed:
 
 
 class LlmProxy:
-    """Start, query and stop the per-rollout proxy.
+    """Start, query and stop one rollout's proxy: a rollout of the `SharedProxy` (default), or
+    its own process when ``REROLL_PROXY=per-rollout``.
 
-    The proxy's config file (``proxy.json`` in `workdir`, mode 0600) is a
-    `reroll_contracts.proxy.ProxyConfig` holding the rollout token the agent presents; the
-    upstream key and the controller's token (the only one ``/_reroll/*`` accepts, never given
-    to the sandbox) reach the proxy through its environment (``api_key_env``,
-    ``controller_token_env``), never the file; that environment holds nothing else of the
-    controller's (`reroll_contracts.childenv`), and the proxy makes it unreadable to other processes of
-    its user once started.
+    The rollout's config is written to ``proxy.json`` in `workdir` (mode 0600; a later replay
+    reads its volatile rules), a `reroll_contracts.proxy.ProxyConfig` holding the rollout token
+    the agent presents. The upstream key and the controller's token (the only one ``/_reroll/*``
+    accepts, never given to the sandbox) never reach the file: a per-rollout process gets them
+    through its environment (``api_key_env``, ``controller_token_env``), which holds nothing else
+    of the controller's (`reroll_contracts.childenv`) and which the proxy makes unreadable to
+    other processes of its user once started; the shared proxy gets them in the rollout's
+    registration, over loopback, with its admin token.
 
     Args:
         workdir: folder for the proxy's config, ready file and log.
@@ -125,22 +137,56 @@ class LlmProxy:
             volatile=list(volatile),
         )
         self.config_file = workdir / PROXY_CONFIG.name
-        """The config file the proxy reads."""
+        """The config file (a per-rollout proxy reads it)."""
         write_private(self.config_file, config.model_dump_json(indent=2).encode())
+        self.shared = not per_rollout()
+        """Whether the rollout is served by the `SharedProxy` (else by its own process)."""
+        self._registration = RolloutRegistration(
+            config=config, controller_token=self.controller_token, upstream_api_key=env.get(_KEY_ENV)
+        )
         self._process = ChildProcess(
             "reroll_proxy", ["--config", str(self.config_file)], workdir=workdir, name="proxy", env=env
         )
+        self._host: SharedProcess | None = None
+        self._added: RolloutAdded | None = None
         self._session: aiohttp.ClientSession | None = None
 
     @property
     def base_url(self) -> str:
         """The URL the agent uses, ending in ``/v1``."""
-        return self._process.ready.address
+        return self._added.base_url if self._added is not None else self._process.ready.address
 
     async def start(self) -> None:
-        """Start the proxy and wait until it listens."""
-        await self._process.start()
+        """Start serving the rollout: join the shared proxy (started if none runs), or start its
+        own process, and wait until it listens.
+
+        Raises:
+            InfrastructureError: the proxy did not start, or refused the rollout (the cause in the message).
+        """
+        if self.shared:
+            host = await shared_process("reroll_proxy", "proxy")
+            host.acquire()
+            try:
+                self._added = await host.post(ROLLOUTS_ROUTE, self._registration, RolloutAdded)
+            except BaseException:
+                host.release()
+                raise
+            self._host = host
+            # Which process serves the rollout, where a per-rollout proxy's ready file would be.
+            assert host.pid is not None
+            ready = ReadyFile(pid=host.pid, address=self._added.base_url)
+            write_private(self._process.ready_file, ready.model_dump_json().encode())
+        else:
+            await self._process.start()
         self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.controller_token}"})
+
+    @property
+    def pid(self) -> int | None:
+        """The id of the process serving the rollout (the shared one, or its own), once started."""
+        return self._host.pid if self._host is not None else self._process.pid
+
+    def _log_tail(self) -> str:
+        return self._host.log_tail() if self._host is not None else self._process.log_tail()
 
     async def status(self) -> ProxyStatus:
         """The proxy's counters, divergences and stop (``GET /_reroll/status``).
@@ -166,7 +212,7 @@ class LlmProxy:
                 response.raise_for_status()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise InfrastructureError(
-                f"LLM proxy did not take the trial place ({exc!r}):\n{self._process.log_tail()}"
+                f"LLM proxy did not take the trial place ({exc!r}):\n{self._log_tail()}"
             ) from exc
 
     async def wait_for_stop(self) -> ProxyStop:
@@ -191,18 +237,26 @@ class LlmProxy:
                 return model.model_validate_json(await response.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise InfrastructureError(
-                f"LLM proxy is not answering {path} ({exc!r}):\n{self._process.log_tail()}"
+                f"LLM proxy is not answering {path} ({exc!r}):\n{self._log_tail()}"
             ) from exc
         except ValidationError as exc:
             raise InfrastructureError(
-                f"LLM proxy: invalid answer to {path} ({exc!r}):\n{self._process.log_tail()}"
+                f"LLM proxy: invalid answer to {path} ({exc!r}):\n{self._log_tail()}"
             ) from exc
 
     async def stop(self) -> None:
-        """Stop the proxy."""
+        """Stop serving the rollout: leave the shared proxy (its trajectory closed after the last
+        fsync), or stop its own process."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        host, self._host = self._host, None
+        if host is not None:
+            try:
+                if self._added is not None:
+                    await host.delete(f"{ROLLOUTS_ROUTE}/{self._added.rollout_id}")
+            finally:
+                host.release()
         await self._process.stop()
 
     async def __aenter__(self) -> LlmProxy:

@@ -18,7 +18,15 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     network: null            # none or full: every rollout's egress [default: each task's]
     faults: null             # a fault plan (YAML, relative to this file) the LLM proxy injects
     fault_seed: null         # the seed of its draws [default: the plan's]
+    skills: no-skill         # no-skill, with-skill or self-gen (reroll.rollout.skills)
+    skills_dir: null         # with-skill: a folder of <name>/SKILL.md (relative to this file)
+                             # [default: each task's environment/skills]
+    judge_model: null        # an LLM judge's model (judged tasks) [default: each task's]
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
+    schedule: parallel-independent   # or sequential-shared: one rollout after another over a
+                             # learner store (reroll.jobs.learning)
+    store: null              # sequential-shared only: a folder (skills/, memory/) holding the store's
+                             # generation 0 (relative to this file) [default: an empty store]
     ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
 
 CLI flags of ``reroll job`` override the file's values field by field (``sandbox_config`` key by
@@ -29,7 +37,7 @@ saved as ``job.json`` in the job folder, so ``reroll job --resume JOB_DIR`` need
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -37,7 +45,12 @@ from reroll_contracts.errors import JobError
 from reroll_contracts.network import NetworkPolicy
 
 from reroll.runfolder.folders import JOB_SPEC_FILE
+from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode
 from reroll.yamlfiles import read_mapping
+
+Schedule = Literal["parallel-independent", "sequential-shared"]
+"""How a job's rollouts are scheduled: each on its own (at ``concurrency``), or one after another
+over a shared, versioned learner store (`reroll.jobs.learning`)."""
 
 DEFAULT_MAX_STARTING = 4
 """Default bound on rollouts in their start-up phase at once (see `JobSpec.max_starting`)."""
@@ -95,6 +108,19 @@ class JobSpec(RunnerOptions):
     is relative to the file's folder); None: no faults."""
     fault_seed: int | None = None
     """The seed of the fault plan's probability draws [default: the plan's ``seed``]."""
+    schedule: Schedule = "parallel-independent"
+    """``parallel-independent``: every rollout on its own; ``sequential-shared``: one after
+    another, each starting from the learner store its predecessor left (`reroll.jobs.learning`)."""
+    store: Path | None = None
+    """``sequential-shared`` only: the folder whose files are the store's generation 0 (a relative
+    path in a job file is relative to the file's folder); None: an empty store."""
+    skills: SkillMode = DEFAULT_SKILL_MODE
+    """Every rollout's skill mode (`reroll.trials.config.SkillMode`)."""
+    skills_dir: Path | None = None
+    """``with-skill``: the folder of skills mounted for every task (a relative path in a job file
+    is relative to the file's folder); None: each task's ``environment/skills``."""
+    judge_model: str | None = None
+    """An LLM judge's model for every rollout of a judged task; None: each task's."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:
@@ -114,10 +140,16 @@ def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) ->
         raise JobError(f"{source}: invalid job:\n{exc}") from exc
     if spec.fault_seed is not None and spec.faults is None:
         raise JobError(f"{source}: invalid job: fault_seed needs faults (a fault plan)")
+    if spec.store is not None and spec.schedule != "sequential-shared":
+        raise JobError(f"{source}: invalid job: store needs schedule sequential-shared")
     base = base_dir or Path.cwd()
     faults = (base / spec.faults).resolve() if spec.faults is not None else None
+    store = (base / spec.store).resolve() if spec.store is not None else None
     tasks = [(base / task).resolve() for task in spec.tasks]
-    return spec.model_copy(update={"tasks": tasks, "faults": faults})
+    skills_dir = (base / spec.skills_dir).resolve() if spec.skills_dir is not None else None
+    return spec.model_copy(
+        update={"tasks": tasks, "faults": faults, "store": store, "skills_dir": skills_dir}
+    )
 
 
 def with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The job summary table ``reroll job`` and ``reroll continue-job`` print (from a `JobSummary`)."""
+"""The job summary table ``reroll job`` and ``reroll continue-job`` print (from a `JobSummary`), and
+the learner store's generations (``reroll store log``, a ``sequential-shared`` job's summary)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import defaultdict
 from rich.console import Console
 from rich.table import Table
 
-from reroll.runfolder.summary import JobSummary, JobTotals, RolloutSummary, totals
+from reroll.runfolder.summary import GenerationSummary, JobSummary, JobTotals, RolloutSummary, totals
 
 
 def print_summary(summary: JobSummary, console: Console) -> None:
@@ -34,6 +35,8 @@ def print_summary(summary: JobSummary, console: Console) -> None:
     table.add_section()
     table.add_row("all", "", "", *_cells(summary.totals), style="bold")
     console.print(table)
+    if summary.store is not None:
+        print_generations(summary.store, console)
     for rollout in summary.rollouts:
         if rollout.status == "error":
             console.print(f"[red]error[/red] {rollout.name}: {rollout.error_category}: {rollout.error}")
@@ -51,3 +54,23 @@ def _cells(group: JobTotals) -> list[str]:
         str(group.exchanges),
         str(group.tokens),
     ]
+
+
+def print_generations(generations: list[GenerationSummary], console: Console) -> None:
+    """One row per generation of a learner store: parent, rollout, status, reward, files, and what
+    changed from its parent (``+added ~modified -removed``); ``*`` marks the head."""
+    table = Table(title="learner store")
+    for column in ("gen", "parent", "rollout", "status", "reward", "files", "changes"):
+        numeric = column in ("gen", "parent", "reward", "files")
+        table.add_column(column, justify="right" if numeric else "left")
+    for generation in generations:
+        table.add_row(
+            f"{generation.generation}{'*' if generation.head else ''}",
+            "-" if generation.parent is None else str(generation.parent),
+            generation.rollout or "(initial)",
+            generation.status or "-",
+            "-" if generation.reward is None else f"{generation.reward:.3f}",
+            str(generation.files),
+            generation.changes.describe(),
+        )
+    console.print(table)

@@ -8,6 +8,11 @@
       _attempts/                    folders of failed attempts that were retried, or cut short
       summary.json                  JobSummary (see reroll.runfolder.summary), rewritten at the end
       continued/                    ``reroll continue-job <job>``: one continuation per timed-out run
+      store/                        ``schedule: sequential-shared``: its learner store (reroll.jobs.learning)
+
+Schedule: ``parallel-independent`` (the default) runs the rollouts at once, bounded by the
+executor; ``sequential-shared`` runs them in plan order, one at a time, each from the learner
+store's head generation, and records the store its agent left as the next generation.
 
 Retries: a rollout that ends with ``error_category: infrastructure`` (its proxy, model server or
 sandbox did not start or died: `reroll_contracts.errors.InfrastructureError`, the one retryable branch of
@@ -34,6 +39,7 @@ interrupted there) is moved to ``_attempts/`` and the rollout runs again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import time
 import traceback
@@ -60,13 +66,22 @@ from reroll.agents import get_agent
 from reroll.host.llm_proxy import faults_used
 from reroll.jobs.executors import Attempt, Executor, create_executor
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
+from reroll.jobs.learning import (
+    next_use,
+    record_generation,
+    resumed_generation,
+    start_store,
+    with_generations,
+)
 from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, model_slug, parse_model
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
+from reroll.rollout.skills import select_skills
 from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
-from reroll.runfolder.run import CONFIG_FILE, RunConfig, now_iso, write_json
+from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse, now_iso, write_json
+from reroll.runfolder.store import summarise_store
 from reroll.runfolder.summary import (
     JOB_SUMMARY_FILE,
     JobSummary,
@@ -106,6 +121,7 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             settings (``sandbox_config``) are invalid.
         JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
             of the local backend.
+        TaskError: also: the skill mode cannot run on a task (`reroll.rollout.skills.select_skills`).
     """
     load_backend(spec.sandbox).settings(spec.sandbox_config)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
@@ -113,6 +129,8 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
         )
     tasks = [load_task(path) for path in spec.tasks]
+    for task in tasks:  # bad skill flags are refused before any rollout starts
+        select_skills(task, spec.skills, spec.skills_dir)
     agents = [get_agent(name) for name in spec.agents]
     planned = []
     for task in tasks:
@@ -127,6 +145,10 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
                     name = f"{task.name}__{agent.name}__{model_slug(model)}__r{repeat}"
                     planned.append(PlannedRollout(name, task.path, task.name, agent.name, model, repeat))
     return planned
+
+
+Step = Callable[[], Awaitable[RolloutSummary]]
+"""One rollout's part of a run (`Runner.run_steps`): runs it, returns its summary."""
 
 
 @dataclass(frozen=True)
@@ -164,10 +186,23 @@ class Runner:
         Raises:
             InfrastructureError: the executor could not start (e.g. Ray).
         """
-        async with self._executor:
-            return await _run_all([partial(self._one, rollout) for rollout in rollouts], console)
+        return await self.run_steps([partial(self.run_one, rollout) for rollout in rollouts], console)
 
-    async def _one(self, rollout: RunnerRollout) -> RolloutSummary:
+    async def run_steps(
+        self, steps: Sequence[Step], console: Console, *, in_order: bool = False
+    ) -> list[RolloutSummary]:
+        """Run `steps` (each ends in one rollout's summary, e.g. `run_one`) under a progress bar
+        on `console`: at once (each bounded by the executor), or one after the other when
+        `in_order`; their summaries, in order.
+
+        Raises:
+            InfrastructureError: the executor could not start (e.g. Ray).
+        """
+        async with self._executor:
+            return await _run_all(list(steps), console, in_order=in_order)
+
+    async def run_one(self, rollout: RunnerRollout) -> RolloutSummary:
+        """Run `rollout` with retries (or skip it when complete; see `run`); its summary."""
         folder = rollout.attempt.run_dir
         identity = (folder.name, rollout.task, rollout.agent, rollout.model)
         if is_complete(folder):
@@ -216,29 +251,48 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         sandbox_config=spec.sandbox_config,
         network=spec.network,
         faults=faults,
+        skill_mode=spec.skills,
+        skills_dir=spec.skills_dir,
+        judge_model=spec.judge_model,
     )
-    rollouts = [
-        RunnerRollout(
-            Attempt(
-                job_dir / rollout.name,
-                partial(
-                    run_task,
-                    rollout.task_path,
-                    agent_name=rollout.agent,
-                    model=rollout.model,
-                    options=options,
-                    jobs_dir=jobs_dir,
-                    job_name=name,
-                    run_name=rollout.name,
-                ),
-            ),
-            rollout.task,
-            rollout.agent,
-            rollout.model,
+
+    def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:
+        run = partial(
+            run_task,
+            rollout.task_path,
+            agent_name=rollout.agent,
+            model=rollout.model,
+            options=dataclasses.replace(options, learner_store=store),
+            jobs_dir=jobs_dir,
+            job_name=name,
+            run_name=rollout.name,
         )
-        for rollout in planned
-    ]
-    return await _summarised(runner, rollouts, job_dir, job_dir, console)
+        return RunnerRollout(Attempt(job_dir / rollout.name, run), rollout.task, rollout.agent, rollout.model)
+
+    if spec.schedule == "sequential-shared":
+        store = start_store(job_dir, spec.store)
+        steps = [partial(_shared_step, runner, store, rollout, runner_rollout) for rollout in planned]
+        return await _summarised(runner, steps, job_dir, job_dir, console, store=store)
+    steps = [partial(runner.run_one, runner_rollout(rollout)) for rollout in planned]
+    return await _summarised(runner, steps, job_dir, job_dir, console)
+
+
+async def _shared_step(
+    runner: Runner,
+    store: Path,
+    rollout: PlannedRollout,
+    runner_rollout: Callable[[PlannedRollout, StoreUse | None], RunnerRollout],
+) -> RolloutSummary:
+    """Run `rollout` of a sequential-shared job from the store's head generation, and record the
+    store its agent left as the next one (`reroll.jobs.learning`)."""
+    folder = store.parent / rollout.name
+    if is_complete(folder):  # done by an earlier run of the job: `run_one` skips it
+        made = resumed_generation(store, folder)
+        summary = await runner.run_one(runner_rollout(rollout, None))
+        return with_generations(summary, made.parent if made is not None else None, made)
+    use = next_use(store)
+    summary = await runner.run_one(runner_rollout(rollout, use))
+    return with_generations(summary, use.generation, record_generation(store, folder, use))
 
 
 async def continue_job(
@@ -302,7 +356,8 @@ async def continue_job(
             RunnerRollout(Attempt(output / original.name, run), task, agent, model or original_model)
         )
     output.mkdir(exist_ok=True)
-    return await _summarised(batch, rollouts, job_dir, output, console)
+    steps = [partial(batch.run_one, rollout) for rollout in rollouts]
+    return await _summarised(batch, steps, job_dir, output, console)
 
 
 def _identity(folder: Path) -> tuple[str, str, str | None]:
@@ -402,11 +457,18 @@ def _set_aside(folder: Path, parent: Path, reason: str) -> None:
 
 
 async def _summarised(
-    runner: Runner, rollouts: Sequence[RunnerRollout], job_dir: Path, summary_dir: Path, console: Console
+    runner: Runner,
+    steps: Sequence[Step],
+    job_dir: Path,
+    summary_dir: Path,
+    console: Console,
+    *,
+    store: Path | None = None,
 ) -> JobSummary:
-    """Run `rollouts`; write the job summary to `summary_dir` and print it."""
+    """Run `steps` (in order when the job has a learner `store`); write the job summary to
+    `summary_dir` and print it."""
     started_at, started = now_iso(), time.monotonic()
-    summaries = await runner.run(rollouts, console)
+    summaries = await runner.run_steps(steps, console, in_order=store is not None)
     summary = JobSummary(
         job=job_dir.name,
         path=str(job_dir.resolve()),
@@ -415,6 +477,8 @@ async def _summarised(
         wall_seconds=round(time.monotonic() - started, 3),
         rollouts=summaries,
         totals=totals(summaries),
+        schedule="sequential-shared" if store is not None else "parallel-independent",
+        store=summarise_store(store) if store is not None else None,
     )
     write_json(summary_dir / JOB_SUMMARY_FILE, summary)
     print_summary(summary, console)
@@ -422,21 +486,22 @@ async def _summarised(
     return summary
 
 
-async def _run_all(
-    jobs: list[Callable[[], Awaitable[RolloutSummary]]], console: Console
-) -> list[RolloutSummary]:
-    """Run `jobs` (each bounded by its executor) under a progress bar; their summaries, in order."""
+async def _run_all(jobs: list[Step], console: Console, *, in_order: bool = False) -> list[RolloutSummary]:
+    """Run `jobs` (each bounded by its executor; one after the other when `in_order`) under a
+    progress bar; their summaries, in order."""
     counts: Counter[str] = Counter()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as progress:
         bar = progress.add_task(_progress_text(counts), total=len(jobs))
 
-        async def tracked(job: Callable[[], Awaitable[RolloutSummary]]) -> RolloutSummary:
+        async def tracked(job: Step) -> RolloutSummary:
             summary = await job()
             counts[summary.status] += 1
             progress.update(bar, advance=1, description=_progress_text(counts))
             return summary
 
+        if in_order:
+            return [await tracked(job) for job in jobs]
         return list(await asyncio.gather(*(tracked(job) for job in jobs)))
 
 

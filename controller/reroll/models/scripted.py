@@ -34,7 +34,10 @@ count its answers' ``usage`` would give (`reroll.models.scripted_answers.count_p
 A request past the last turn gets HTTP 400
 ``script exhausted: turn N of M``. Any token is accepted.
 
-Run it with ``python -m reroll.models.scripted --script FILE [--host H] [--port P] [--ready-file F]``.
+Run it with ``python -m reroll.models.scripted --script FILE [--host H] [--port P] [--ready-file F]``,
+or ``python -m reroll.models.scripted --shared --admin-token-env NAME`` to serve any number of
+scripts, each added with a `ScriptRegistration` (`SharedScripts`): how every rollout of a
+``reroll`` command shares one (`reroll.models.spec.live_upstream`).
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import re
+import secrets
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +59,7 @@ import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from reroll_contracts.errors import ModelError, RequestShapeError
+from reroll_contracts.proxy import FormatName
 from reroll_proxy.formats import WireFormat, all_formats, format_named
 from reroll_proxy.formats.normal import NormalRequest
 from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
@@ -62,6 +69,9 @@ from reroll.models.scripted_answers import Answer, answer_body, count_prompt_tok
 
 PIECE_CHARS = 8
 """Characters of text or tool-call arguments per streamed chunk."""
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+"""The largest request body it reads."""
+_ANTHROPIC = format_named("anthropic-messages")
 
 
 class ScriptedToolCall(BaseModel):
@@ -266,20 +276,33 @@ def answer_for(turn: ScriptedTurn, index: int, thread: str = "") -> Answer:
     return Answer(index=index, content=turn.content, tool_calls=calls, thinking=turn.thinking, thread=thread)
 
 
-def build_app(script: ModelScript, only_format: str | None = None) -> web.Application:
-    """The scripted model as an aiohttp application (see the module docstring).
+class ScriptServer:
+    """The handlers of one script (see the module docstring).
 
     Args:
         script: the script.
-        only_format: serve only this API format's paths (the others answer 404); None serves all.
+        only_format: serve only this API format (the others answer 404); None serves all.
 
     Raises:
         KeyError: `only_format` names no format.
     """
-    served = [format_named(only_format)] if only_format else all_formats()
-    requests_per_turn: Counter[tuple[str, str, int]] = Counter()
 
-    async def serve_turn(wire: WireFormat, request: web.Request) -> web.StreamResponse:
+    def __init__(self, script: ModelScript, only_format: str | None = None) -> None:
+        self.script = script
+        self.served = [format_named(only_format)] if only_format else all_formats()
+        self._requests_per_turn: Counter[tuple[str, str, int]] = Counter()
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        """Route its API paths on `router`."""
+        for wire in self.served:
+            for path in wire.paths:
+                router.add_post(path, functools.partial(self.serve_turn, wire))
+            if wire is _ANTHROPIC:
+                for path in wire.paths:
+                    router.add_post(path + "/count_tokens", self.count_tokens)
+
+    async def serve_turn(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
+        """Answer `request` (in `wire`'s format) with its turn of the script."""
         try:
             body = orjson.loads(await request.read())
             if not isinstance(body, dict):
@@ -287,7 +310,7 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
             index = turn_index(wire.name, body)
             model = body.get("model")
             normal = wire.normalise(body)
-            thread, turns, count = script.thread_for(normal, model if isinstance(model, str) else "")
+            thread, turns, count = self.script.thread_for(normal, model if isinstance(model, str) else "")
             if count == "own":
                 index = own_turns(normal, turns)
         except (orjson.JSONDecodeError, RequestShapeError) as exc:
@@ -297,8 +320,8 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
             message = f"script exhausted: turn {index + 1} of {len(turns)}{where}"
             return _error(wire, 400, "invalid_request_error", message)
         turn = turns[index]
-        seen = requests_per_turn[wire.name, thread, index]
-        requests_per_turn[wire.name, thread, index] += 1
+        seen = self._requests_per_turn[wire.name, thread, index]
+        self._requests_per_turn[wire.name, thread, index] += 1
         if turn.delay_seconds:
             await asyncio.sleep(turn.delay_seconds)
         if seen < len(turn.errors):
@@ -315,24 +338,117 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
         await response.write_eof()
         return response
 
-    async def count_tokens(request: web.Request) -> web.Response:
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """``POST …/messages/count_tokens``: the count its answers' ``usage`` would give."""
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as exc:
-            return _error(anthropic, 400, "invalid_request_error", f"bad request: {exc}")
+            return _error(_ANTHROPIC, 400, "invalid_request_error", f"bad request: {exc}")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return _error(anthropic, 400, "invalid_request_error", "count_tokens needs a 'messages' list")
+            return _error(_ANTHROPIC, 400, "invalid_request_error", "count_tokens needs a 'messages' list")
         return web.json_response({"input_tokens": count_prompt_tokens(body)})
 
-    app = web.Application(client_max_size=256 * 1024 * 1024)
-    anthropic = format_named("anthropic-messages")
-    for wire in served:
-        for path in wire.paths:
-            app.router.add_post(path, functools.partial(serve_turn, wire))
-        if wire is anthropic:
-            for path in wire.paths:
-                app.router.add_post(path + "/count_tokens", count_tokens)
+
+def build_app(script: ModelScript, only_format: str | None = None) -> web.Application:
+    """The scripted model serving one script as an aiohttp application (see `ScriptServer`).
+
+    Raises:
+        KeyError: `only_format` names no format.
+    """
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    ScriptServer(script, only_format).add_routes(app.router)
     return app
+
+
+class ScriptRegistration(BaseModel):
+    """What the controller sends a shared scripted model (``POST /_reroll/scripts``, with its
+    admin token) to serve one more script."""
+
+    model_config = ConfigDict(extra="forbid")
+    script: Path
+    """The script file (YAML or JSON)."""
+    only_format: FormatName | None = None
+    """Serve only this API format (see `ScriptServer`)."""
+
+
+class ScriptAdded(BaseModel):
+    """A shared scripted model's answer to a `ScriptRegistration`."""
+
+    model_config = ConfigDict(extra="forbid")
+    script_id: str
+    """Names it in ``DELETE /_reroll/scripts/{script_id}`` and in its base URL."""
+    base_url: str
+    """Where its requests go: ``http://HOST:PORT/<script_id>/v1``."""
+
+
+SCRIPTS_ROUTE = "/_reroll/scripts"
+"""A shared scripted model's admin route."""
+
+
+class SharedScripts:
+    """A scripted model serving any number of scripts, each under its own path prefix
+    (``/<script_id>/v1/chat/completions`` …), added and removed on `SCRIPTS_ROUTE` with the
+    admin token (so nothing that reaches the port can make it read a file). A script that does
+    not load is refused alone (400, the cause in the body).
+
+    Args:
+        admin_token: opens `SCRIPTS_ROUTE`.
+    """
+
+    def __init__(self, admin_token: str) -> None:
+        self._admin_token = admin_token.encode()
+        self._scripts: dict[str, ScriptServer] = {}
+        self.base_url = ""
+        """Its own base URL (set once listening); each script's is below it."""
+        self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        for wire in all_formats():
+            for path in wire.paths:
+                self.app.router.add_post("/{script_id}" + path, functools.partial(self._serve, wire))
+        for path in _ANTHROPIC.paths:
+            self.app.router.add_post("/{script_id}" + path + "/count_tokens", self._count_tokens)
+        self.app.router.add_post(SCRIPTS_ROUTE, self._add)
+        self.app.router.add_delete(SCRIPTS_ROUTE + "/{script_id}", self._remove)
+
+    def _server(self, request: web.Request, wire: WireFormat) -> ScriptServer | None:
+        server = self._scripts.get(request.match_info["script_id"])
+        return server if server is not None and wire in server.served else None
+
+    async def _serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
+        server = self._server(request, wire)
+        if server is None:
+            return _error(wire, 404, "not_found_error", f"no script serves {request.path}")
+        return await server.serve_turn(wire, request)
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        server = self._server(request, _ANTHROPIC)
+        if server is None:
+            return _error(_ANTHROPIC, 404, "not_found_error", f"no script serves {request.path}")
+        return await server.count_tokens(request)
+
+    def _admin(self, request: web.Request) -> bool:
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ").encode()
+        return secrets.compare_digest(presented, self._admin_token)
+
+    async def _add(self, request: web.Request) -> web.Response:
+        if not self._admin(request):
+            return web.json_response({"error": "missing or wrong admin token"}, status=401)
+        try:
+            registration = ScriptRegistration.model_validate_json(await request.read())
+            server = ScriptServer(load_script(registration.script), registration.only_format)
+        except (ValidationError, ModelError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        script_id = secrets.token_hex(8)
+        self._scripts[script_id] = server
+        added = ScriptAdded(
+            script_id=script_id, base_url=self.base_url.removesuffix("/v1") + f"/{script_id}/v1"
+        )
+        return web.Response(body=added.model_dump_json(), content_type="application/json")
+
+    async def _remove(self, request: web.Request) -> web.Response:
+        if not self._admin(request):
+            return web.json_response({"error": "missing or wrong admin token"}, status=401)
+        self._scripts.pop(request.match_info["script_id"], None)
+        return web.Response(status=204)
 
 
 def _error(
@@ -363,15 +479,43 @@ async def serve(
         OSError: the port cannot be bound.
     """
     app = build_app(load_script(script_path), only_format)
+    await _listen(app, host, port, ready_file, f"scripted model ({script_path})")
+
+
+async def serve_shared(admin_token: str, host: str = "127.0.0.1", ready_file: Path | None = None) -> None:
+    """Serve scripts added with `admin_token` (`SharedScripts`) until cancelled.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    shared = SharedScripts(admin_token)
+
+    def announce(url: str) -> None:
+        shared.base_url = url
+
+    await _listen(shared.app, host, 0, ready_file, "shared scripted model", announce)
+
+
+async def _listen(
+    app: web.Application,
+    host: str,
+    port: int,
+    ready_file: Path | None,
+    what: str,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Run `app` on (`host`, `port`) until cancelled; write the ready file once listening."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = int(runner.addresses[0][1])
+        if announce is not None:
+            announce(base_url_for(host, bound))
         if ready_file is not None:
             write_ready_file(ready_file, host, bound)
-        print(f"scripted model ({script_path}) on {base_url_for(host, bound)}", file=sys.stderr, flush=True)
+        print(f"{what} on {base_url_for(host, bound)}", file=sys.stderr, flush=True)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
@@ -386,7 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reroll.models.scripted", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--script", type=Path, required=True, help="the script file (YAML or JSON)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--script", type=Path, help="the script file (YAML or JSON)")
+    mode.add_argument("--shared", action="store_true", help=f"serve scripts added on {SCRIPTS_ROUTE}")
+    parser.add_argument("--admin-token-env", help="--shared: the variable holding the admin token")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     parser.add_argument("--port", type=int, default=0, help="TCP port (0 picks a free one)")
     parser.add_argument("--ready-file", type=Path, help='written with {"pid", "address"} once listening')
@@ -396,6 +543,16 @@ def main(argv: list[str] | None = None) -> int:
         help="serve only this API format's paths (the others answer 404)",
     )
     args = parser.parse_args(argv)
+    if args.shared:
+        token = os.environ.get(args.admin_token_env or "", "")
+        if not token:
+            print(
+                "scripted model: error: --shared needs --admin-token-env naming a set variable",
+                file=sys.stderr,
+            )
+            return 2
+        run_service(lambda: serve_shared(token, args.host, args.ready_file))
+        return 0
     try:
         run_service(lambda: serve(args.script, args.host, args.port, args.ready_file, args.only_format))
     except ModelError as exc:

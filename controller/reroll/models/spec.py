@@ -48,6 +48,8 @@ from reroll_contracts.errors import ModelError
 from reroll_contracts.proxy import FormatName, UpstreamConfig
 
 from reroll.host.child_process import ChildProcess
+from reroll.host.shared_process import per_rollout, shared_process
+from reroll.models.scripted import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
 """A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""
@@ -178,13 +180,28 @@ def provider_env(provider: str, suffix: str) -> str:
 
 @contextlib.asynccontextmanager
 async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[UpstreamConfig]:
-    """Provide the live upstream for `model`, starting the scripted model server when needed.
+    """Provide the live upstream for `model`: a scripted model is served by the controller's
+    shared scripted model server (`reroll.host.shared_process`), or by its own process under
+    ``REROLL_PROXY=per-rollout``.
 
     The upstream's ``api_key`` is the provider key (it stays in the proxy, see `reroll.host.llm_proxy`).
 
     Raises:
         ModelError: the provider's key is missing from the environment.
     """
+    if model.script is not None and not per_rollout():
+        shared = await shared_process("reroll.models.scripted", "scripted-model")
+        shared.acquire()
+        try:
+            registration = ScriptRegistration(script=model.script, only_format=model.api_format)
+            added = await shared.post(SCRIPTS_ROUTE, registration, ScriptAdded)
+            try:
+                yield UpstreamConfig(base_url=added.base_url, model=model.name, api_format=model.api_format)
+            finally:
+                await shared.delete(f"{SCRIPTS_ROUTE}/{added.script_id}")
+        finally:
+            shared.release()
+        return
     if model.script is not None:
         only = ["--only-format", model.api_format] if model.api_format else []
         server = ChildProcess(

@@ -39,14 +39,17 @@ from reroll.cache import host_cpus, host_memory_mb
 from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
+from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
+from reroll.rollout.skills import SceneSkills, SkillSelection
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
 from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import (
     AGENT_LOG,
     CONFIG_FILE,
     ERROR_FILE,
+    JUDGE_TRAJECTORY,
     LIMITS_FILE,
     MANIFEST_FILE,
     PROMPTS_FILE,
@@ -104,6 +107,8 @@ class RolloutPlan:
     recorded: list[TurnRecord] = field(default_factory=list)
     """For a continuation: the original's turns up to the cut, whose prompts are sent again as
     recorded (`reroll.rollout.scenes`)."""
+    skills: SkillSelection = field(default_factory=lambda: SkillSelection("no-skill", "none", None, []))
+    """What ``config.skill_mode`` mounts (`reroll.rollout.skills`)."""
 
     @property
     def agent(self) -> AgentSpec:
@@ -169,6 +174,9 @@ async def execute_rollout(
     result = RunResult(started_at=now_iso())
     write_json(plan.run_dir / CONFIG_FILE, plan.config)
     write_json(plan.run_dir / PROMPTS_FILE, [])
+    if plan.agent.api_format == "none":  # no proxy records one: an empty trajectory, so the run
+        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)  # can be replayed and rescored
+        (plan.run_dir / TRAJECTORY).touch()
     harness_dir = harness_folder(plan.run_dir)
     sandbox: Sandbox | None = None
     try:
@@ -199,11 +207,23 @@ async def execute_rollout(
                 env |= await trust_host_ca(sandbox)
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
+            if (store := plan.config.learner_store) is not None:
+                console.print(f"[dim]learner store: generation {store.generation}[/dim]")
+                env |= await mount_learner_store(sandbox, store, env)
             await verifier.prepare(sandbox, env)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
                 agent_env = await _intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
+            skills = SceneSkills(sandbox, env, plan.agents, plan.skills, plan.config.skill_nudge, console)
+            request = VerifyRequest(
+                sandbox,
+                env | task_env,
+                plan.run_dir,
+                plan.run_dir / VERIFIER_DIR,
+                judge_model=plan.config.judge_model,
+                judge_replay=_judge_replay(plan.config),
+            )
             trial = TrialContext(
                 trial=plan.trial,
                 agents=plan.agents,
@@ -216,7 +236,9 @@ async def execute_rollout(
                     _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
                 ),
                 verifier=verifier,
+                verify_request=request,
                 recorded=plan.recorded,
+                hook=skills,
             )
             outcome = await run_trial(trial, console)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
@@ -224,14 +246,20 @@ async def execute_rollout(
                 # Stopped now, so no response the agent never received gets recorded later.
                 await proxy.stop()
                 result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
+            if plan.skills.mode != "no-skill":
+                exchanges = load_trajectory(plan.run_dir / TRAJECTORY).exchanges if proxy else []
+                result.skills_opened, result.skills_generated = skills.opened(exchanges), skills.generated
             await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
             manifest = await sandbox.manifest(sandbox.layout.workspace)
             write_json(plan.run_dir / MANIFEST_FILE, manifest)
+            if store is not None and store.writes_back:
+                result.learner_store = await harvest_learner_store(sandbox, Path(store.path))
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                request = VerifyRequest(sandbox, env | task_env, plan.run_dir, plan.run_dir / VERIFIER_DIR)
                 _apply_verdict(result, await verifier.verify(request))
+                if (plan.run_dir / JUDGE_TRAJECTORY).is_file():
+                    result.judge_counts = count_exchanges(load_trajectory(plan.run_dir / JUDGE_TRAJECTORY))
     except Exception as exc:  # every failure ends in status error, never null
         message = str(exc)
         if not isinstance(exc, RerollError):  # a bug: keep its traceback
@@ -530,11 +558,21 @@ def output_tail(output: str) -> str:
     return joined if len(joined) <= OUTPUT_TAIL_CHARS else "…" + joined[-OUTPUT_TAIL_CHARS:]
 
 
+def _judge_replay(config: RunConfig) -> Path | None:
+    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
+    judge model); None otherwise."""
+    rescored = config.rescored_from
+    if rescored is None or rescored.judge_model is not None:
+        return None
+    return Path(rescored.path) / JUDGE_TRAJECTORY
+
+
 def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
     """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
     result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
     if verdict.status == "ok":
         result.rewards = verdict.rewards
+        result.verify_result = verdict.result
     else:
         _fail(result, verdict.error_category or "verifier_error", verdict.error)
 

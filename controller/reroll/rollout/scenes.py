@@ -22,10 +22,12 @@ ends the trial: its outcome is the rollout's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from reroll_contracts.errors import RunFolderError, TrialError
 from reroll_contracts.proxy import ProxyStatus
@@ -78,6 +80,19 @@ TurnRunner = Callable[[AgentSpec, str, bool], Awaitable[AgentOutcome]]
 """Runs one turn: ``(agent, prompt, resume)`` → how it ended (`reroll.rollout.lifecycle` provides it)."""
 
 
+class SceneHook(Protocol):
+    """What the scheduler asks of the rollout at each scene (the skills it sees:
+    `reroll.rollout.skills.SceneSkills`)."""
+
+    async def enter(self, scene: Scene, index: int) -> None:
+        """Prepare `scene` (the `index`-th) before its first turn."""
+        ...
+
+    def prompt(self, agent: AgentSpec, prompt: str) -> str:
+        """The prompt `agent` is told for `prompt` in a new session (a nudge may come before it)."""
+        ...
+
+
 @dataclass
 class TrialContext:
     """What the scheduler needs of the rollout."""
@@ -95,10 +110,15 @@ class TrialContext:
     run_turn: TurnRunner
     verifier: Verifier
     """Scores the workspace after each round of a User scene (a soft verify)."""
+    verify_request: VerifyRequest
+    """The rollout's final verify request; a round's is this one with its own output folder and
+    ``soft`` (same sandbox, environment and judge settings)."""
     recorded: list[TurnRecord] = field(default_factory=list)
     """A continuation's turns whose prompts are re-sent as recorded (the first ones)."""
     record: TrialRecord = field(default_factory=TrialRecord)
     """What ran so far (written to ``trial.json`` after each turn)."""
+    hook: SceneHook | None = None
+    """Called as each scene begins and for each new session's prompt (not for a recorded or resumed turn)."""
 
 
 async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
@@ -118,6 +138,8 @@ async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
     for index, scene in enumerate(ctx.trial.scenes):
         if index > 0:
             await quiesce(ctx.sandbox)  # the previous scene's agent processes are gone
+        if ctx.hook is not None:
+            await ctx.hook.enter(scene, index)
         run = _run_rounds if scene.user is not None else _run_turns
         outcome = await run(ctx, scene, console)
         if not outcome.ended_well:
@@ -189,6 +211,8 @@ async def _turn(
             )
         prompt, source = recorded.prompt, "recorded"
     agent = ctx.agents[scene.role(turn.role).agent or ""]
+    if ctx.hook is not None and source != "recorded" and not turn.resume:
+        prompt = ctx.hook.prompt(agent, prompt)
     if ctx.proxy is not None:
         await ctx.proxy.set_place(place)
     where = f"round {round_index}" if round_index is not None else f"turn {position}"
@@ -215,7 +239,7 @@ async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutco
     """Soft-verify the workspace after a round; its result (also put into the round's record)."""
     turn = len(ctx.record.turns) - 1
     output_dir = ctx.run_dir / VERIFIER_DIR / "rounds" / str(turn)
-    request = VerifyRequest(ctx.sandbox, ctx.env, ctx.run_dir, output_dir, soft=True)
+    request = dataclasses.replace(ctx.verify_request, output_dir=output_dir, soft=True)
     verdict = await ctx.verifier.verify(request)
     rewards = verdict.rewards if verdict.status == "ok" else None
     error = verdict.error if verdict.status != "ok" else None

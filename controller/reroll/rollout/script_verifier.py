@@ -13,9 +13,11 @@ agent is done, before the workspace is hashed). `verify` quiesces again, only th
 the verifier folder (no process of the agent ever sees the hidden tests), then one Verify RPC
 quiesces once more, undoes planted build config and start-up hooks, deletes old reward files,
 runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
-``reward.json`` (an object of numbers), the wire formats BenchFlow and Harbor use. A script that
-left no reward file, or ran pytest that never started (`crashed_before_its_tests`), is a verifier
-error (``verifier_error``), never a reward of 0 for the agent. The run
+``reward.json`` (an object of numbers, or the structured form of `reroll_contracts.reward`: its
+items, events, space and granularity become the verdict's ``result``), the wire formats BenchFlow
+and Harbor use. A script that left no reward file, or ran pytest that never started
+(`crashed_before_its_tests`), is a verifier error (``verifier_error``), never a reward of 0
+for the agent. The run
 folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
 ``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs), the reward file and
 ``pytest-report.txt`` (what pytest's own report said, when the script ran pytest: the rewards are
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from reroll_contracts.errors import TaskError, VerifierError, VerifyLeftoverError
+from reroll_contracts.reward import VerifyResult, parse_reward_json
 
 from reroll.rollout.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
@@ -212,7 +215,28 @@ async def verify(
             f"--ctrf without pytest-json-ctrf), so its reward {dict(outcome.rewards)} is not the agent's; "
             f"test output:\n{tail}"
         )
-    return Verdict(rewards=outcome.rewards, duration_seconds=time.monotonic() - started)
+    graded = _graded(outcome.reward_file, outcome.reward_content, dict(outcome.rewards), output_dir)
+    rewards = graded.flat() if graded is not None else outcome.rewards
+    return Verdict(rewards=rewards, duration_seconds=time.monotonic() - started, result=graded)
+
+
+def _graded(name: str, content: bytes, rewards: dict[str, float], output_dir: Path) -> VerifyResult | None:
+    """The structured result of the script's ``reward.json`` (`reroll_contracts.reward`); None
+    for reward.txt, the flat form, and when the sidecar zeroed the rewards (pytest's own report
+    counted failures: the zeroes stand).
+
+    Raises:
+        VerifierError: the structured form is invalid (the message names the file and the field).
+    """
+    if name != "reward.json":
+        return None
+    try:
+        graded = parse_reward_json(content, str(output_dir / name))
+    except ValueError as exc:
+        raise VerifierError(str(exc)) from exc
+    if graded is None or rewards.get("reward") != graded.reward:
+        return None
+    return graded
 
 
 VERDICT_OUTPUT_BYTES = 256 * 1024

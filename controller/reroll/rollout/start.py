@@ -30,22 +30,27 @@ from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.scenes import check_trial
+from reroll.rollout.skills import select_skills, self_gen_trial, skill_config
 from reroll.rollout.verifiers import verifier_for
 from reroll.runfolder.run import (
     CONTROLLER_LOG,
     TRAJECTORY,
     BranchedFrom,
     ContinuedFrom,
+    RescoredFrom,
     RunConfig,
     RunResult,
+    StoreUse,
     create_run_folder,
     harness_folder,
     now_iso,
 )
+from reroll.runfolder.store import load_generation
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
-from reroll.tasks.task import Task, with_network
-from reroll.trials.config import TrialConfig
+from reroll.tasks.skills import nudge_level
+from reroll.tasks.task import Task, with_network, with_skills_hidden
+from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge, TrialConfig
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,18 @@ class RolloutOptions:
     divergence_policy: DivergencePolicy = "warn"
     """What the proxy does when a replayed request differs from the recording (``warn``,
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
+    learner_store: StoreUse | None = None
+    """A new recording's learner store generation (a ``sequential-shared`` job's rollout,
+    `reroll.jobs.learning`); None: none. A rollout from a checkpoint ignores it: it mounts the
+    original's generation, read-only to the store (``writes_back`` False)."""
+    skill_mode: SkillMode | None = None
+    """How the agents get skills (`reroll.rollout.skills`) [default: the original's, else the
+    trial's, else ``no-skill``]."""
+    skills_dir: Path | None = None
+    """The skills folder of ``with-skill`` [default: the original's ``--skills-dir``, else the
+    trial's, else the task's ``environment/skills``]."""
+    judge_model: str | None = None
+    """An LLM judge's model (``--judge-model``) [default: the original's, else the task's]."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +135,7 @@ async def start_rollout(
     options: RolloutOptions,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,
+    rescored_from: RescoredFrom | None = None,
 ) -> RolloutOutcome:
     """Create the run folder ``parent/name``, write its config, and run the rollout.
 
@@ -132,6 +150,7 @@ async def start_rollout(
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
+        rescored_from: config.json's ``rescored_from`` (``reroll rescore``), or None.
 
     Returns:
         The new run folder and its result.
@@ -141,12 +160,17 @@ async def start_rollout(
             settings are invalid.
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
+        ModelError: the judge model cannot be used (``--judge-model``).
         AgentError: a role's agent is unknown.
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
             ``resume`` turn's agent has no session to resume.
+        StoreError: the learner store generation to mount is missing or corrupt.
+        TaskError: also: ``--skills-dir`` without ``with-skill``, ``with-skill`` without skills, a
+            skills folder that is missing or holds a folder without SKILL.md, or a bad
+            ``$REROLL_SKILL_NUDGE`` (`reroll.rollout.skills.select_skills`).
         Nothing is written when any of these is raised.
     """
-    config = _run_config(origin, live_model, options)
+    config = _run_config(origin, live_model, options).model_copy(update={"rescored_from": rescored_from})
     settings = load_backend(config.sandbox).settings(config.sandbox_config)
     given = settings.model_dump(mode="json", exclude_unset=True)
     config = config.model_copy(update={"sandbox_config": given})
@@ -171,12 +195,21 @@ async def start_rollout(
         )
         recorded_values = recorded_sandbox_values(original.path)
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
+    skills = select_skills(task, *_skill_request(origin, options))
+    config = config.model_copy(update=skill_config(skills) | {"skill_nudge": _nudge(origin)})
+    if skills.mode == "self-gen":
+        trial = self_gen_trial(trial, task.instruction)
+        config = config.model_copy(update={"trial": trial})
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
+    if (store := config.learner_store) is not None:
+        load_generation(Path(store.path), store.generation)
+    if options.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
+        config = config.model_copy(update={"judge_model": parse_model(options.judge_model, task.path).spec})
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
-        task=with_network(task, config.network),
+        task=with_skills_hidden(with_network(task, config.network), config.skill_source != "task_bundled"),
         agents=agents,
         trial=trial,
         run_dir=run_dir,
@@ -184,6 +217,7 @@ async def start_rollout(
         replay=replay,
         recorded_values=recorded_values,
         recorded=recorded,
+        skills=skills,
     )
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
@@ -208,7 +242,9 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             network=options.network,
             reroll_version=__version__,
             faults=options.faults,
+            judge_model=options.judge_model,
             trial=origin.trial,
+            learner_store=options.learner_store,
         )
     original = origin.checkpoint.original.config
     task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
@@ -227,9 +263,40 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "continued_from": None,
             "branched_from": None,
             "faults": options.faults,
+            "learner_store": _read_only(original.learner_store),
+            "judge_model": options.judge_model or original.judge_model,
+            "rescored_from": None,
             key: origin.provenance,
         }
     )
+
+
+def _read_only(store: StoreUse | None) -> StoreUse | None:
+    """The original's learner store generation, mounted again but never written back."""
+    return store.model_copy(update={"writes_back": False}) if store is not None else None
+
+
+def _skill_request(origin: Origin, options: RolloutOptions) -> tuple[SkillMode, Path | None]:
+    """The skill mode and ``--skills-dir`` of the new rollout (see `RolloutOptions.skill_mode`)."""
+    if isinstance(origin, NewRecording):
+        trial = origin.trial or TrialConfig.single()
+        return (
+            options.skill_mode or trial.skills or DEFAULT_SKILL_MODE,
+            options.skills_dir or trial.skills_dir,
+        )
+    original = origin.checkpoint.original.config
+    mode = options.skill_mode or original.skill_mode
+    recorded_dir = original.effective_skills_dir if original.skill_source == "custom_runtime" else None
+    if options.skills_dir is None and mode == "with-skill" and recorded_dir is not None:
+        return mode, Path(recorded_dir)
+    return mode, options.skills_dir
+
+
+def _nudge(origin: Origin) -> SkillNudge | None:
+    """The nudge asked for now (`reroll.tasks.skills.nudge_level`), else the original's."""
+    if isinstance(origin, NewRecording):
+        return nudge_level()
+    return nudge_level() or origin.checkpoint.original.config.skill_nudge
 
 
 def _sandbox_config(original: RunConfig, options: RolloutOptions) -> dict[str, Any]:

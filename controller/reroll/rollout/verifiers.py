@@ -2,7 +2,8 @@
 
 A verifier is a class implementing `Verifier`, registered in `VERIFIERS` under the name a
 task's ``verifier.type`` gives (``test-script``, the default:
-`reroll.rollout.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``), or
+`reroll.rollout.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``;
+``llm-judge``: `reroll.rollout.judge.LlmJudgeVerifier`, a model over the task's rubric), or
 named by the dotted path of a class outside reroll (``mypackage.judges:Judge``). `verifier_for`
 makes the rollout's one from its task: the class is called with the task and the task's
 ``verifier.options``. The rollout (`reroll.rollout.lifecycle`)
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from reroll_contracts.errors import ErrorCategory, TaskError
+from reroll_contracts.reward import VerifyResult
 
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task
@@ -65,6 +67,10 @@ class Verdict:
     judge's reasoning. A User's ``RoundResult.verifier_output``."""
     details: dict[str, Any] = field(default_factory=dict)
     """Verifier-specific facts, JSON-able (a test script's reward file and pytest report)."""
+    result: VerifyResult | None = None
+    """The structured result (items, events, space, granularity) when the verifier graded more
+    than one number: a judge's rubric items, a structured ``reward.json``; `rewards` is then its
+    `VerifyResult.flat` form. result.json's ``verify_result``."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,11 @@ class VerifyRequest:
     output_dir: Path
     """The host folder for the verifier's own files: the run folder's ``verifier/``, or
     ``verifier/rounds/<turn>/`` for a soft verify. Created by the verifier when it writes."""
+    judge_model: str | None = None
+    """The judge model a judge uses over the task's (``--judge-model``, config.json's ``judge_model``)."""
+    judge_replay: Path | None = None
+    """A recorded judge trajectory a judge serves its answers from instead of a live model
+    (``reroll rescore`` without ``--judge-model``)."""
     soft: bool = False
     """Between two rounds of a trial: the agent goes on working afterwards, so the verifier must
     leave the workspace as it found it and leave nothing of the hidden tests behind."""
@@ -123,6 +134,7 @@ VerifierFactory = Callable[[Task, Mapping[str, Any]], Verifier]
 
 VERIFIERS: dict[str, str] = {
     DEFAULT_VERIFIER: "reroll.rollout.script_verifier:TestScriptVerifier",
+    "llm-judge": "reroll.rollout.judge:LlmJudgeVerifier",
 }
 """``verifier.type`` → the ``module:attribute`` of its factory, imported on first use."""
 

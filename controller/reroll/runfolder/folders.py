@@ -7,6 +7,7 @@
       <rollout>/                    one run folder per rollout (`reroll.runfolder.run`)
       _attempts/                    failed attempts that were retried, or cut short
       continued/                    ``reroll continue-job``: the continuations, and their summary.json
+      store/                        a ``sequential-shared`` job's learner store (`reroll.runfolder.store`)
       summary.json                  a `reroll.runfolder.summary.JobSummary`
 
     <tree>/                         a branch tree (`reroll branch`): the shared prefix is a run folder

@@ -4,10 +4,11 @@
 
     <jobs-dir>/<job>/<rollout>/
       config.json                      RunConfig: what was run; continued_from / branched_from provenance
-      result.json                      RunResult: status, rewards, timings, counts, error
+      result.json                      RunResult: status, rewards (and verify_result), timings, counts, error
       prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
       trial.json                       the trial's turns: place, prompt, how each ended (a TrialRecord)
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
+      trajectory/judge_trajectory.jsonl  an LLM judge's exchanges, same format (`reroll.rollout.judge`)
       verifier/                        the verifier's output and logs
       agent/output.log                 the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
@@ -35,15 +36,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import RunFolderError
 from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
+from reroll_contracts.reward import VerifyResult
 from reroll_contracts.trajectory import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
-from reroll.trials.config import TrialConfig
+from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge, SkillSource, TrialConfig
 
 CONFIG_FILE = "config.json"
 RESULT_FILE = "result.json"
 PROMPTS_FILE = "prompts.json"
 TRAJECTORY_DIR = "trajectory"
 TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
+JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
+"""An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.judge`)."""
 VERIFIER_DIR = "verifier"
 AGENT_DIR = "agent"
 AGENT_LOG = Path(AGENT_DIR) / "output.log"
@@ -101,6 +105,43 @@ class BranchedFrom(ContinuedFrom):
     """Which continuation of `live_model` the child is (0-based); None in the parent folder."""
 
 
+class StoreUse(BaseModel):
+    """config.json's ``learner_store``: the generation of a job's learner store the rollout started
+    from (`reroll.runfolder.store`; a ``sequential-shared`` job's rollout, or a continuation or
+    branch of one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    """The store folder (absolute): ``<job>/store``."""
+    generation: int = Field(ge=0)
+    """The generation mounted into the sandbox."""
+    writes_back: bool
+    """True: the store as the agent left it becomes the job's next generation (a job's rollout);
+    False: nothing goes back to the store (a continuation or branch: read-only to the store)."""
+
+
+class StoreHarvest(BaseModel):
+    """result.json's ``learner_store``: the learner store as the agent left it (a rollout whose
+    `StoreUse` writes back); its job commits it as the next generation."""
+
+    model_config = ConfigDict(extra="forbid")
+    files: dict[str, str]
+    """``{path relative to the store: sha256 hex}`` of its regular files, sorted; the contents are
+    blobs of the store (``objects/``)."""
+    left_out: list[str] = Field(default_factory=list)
+    """What was not taken, each ``path: why`` (a symlink, a FIFO, a file over the size limit)."""
+
+
+class RescoredFrom(BaseModel):
+    """Provenance of a re-scored run (``reroll rescore``): the workspace rebuilt by replay, the
+    verifier run again."""
+
+    path: str
+    """Resolved absolute path of the original run folder."""
+    judge_model: str | None
+    """The judge model asked live; None: the original's recorded judge answers were replayed."""
+
+
 class RunConfig(BaseModel):
     """config.json: what was run."""
 
@@ -129,9 +170,29 @@ class RunConfig(BaseModel):
     branched_from: BranchedFrom | None = None
     faults: FaultsUsed | None = None
     """The fault plan injected by the proxy, if any."""
+    judge_model: str | None = None
+    """An LLM judge's model as given (``--judge-model``); None: the task's."""
+    rescored_from: RescoredFrom | None = None
     trial: TrialConfig | None = None
     """The scenes, roles and turns run (`reroll.trials.config`, resolved), when they are more than the one
     prompt of a plain run; None: ``agent`` told the task's instruction once."""
+    learner_store: StoreUse | None = None
+    """The learner store generation mounted (a ``sequential-shared`` job's rollout, or a
+    continuation or branch of one); None: no store."""
+    skill_mode: SkillMode = DEFAULT_SKILL_MODE
+    """How the agents got skills (BenchFlow's field; `reroll.trials.config.SkillMode`)."""
+    skill_source: SkillSource = "none"
+    """Where the skills came from (BenchFlow's field and values): ``task_bundled`` (the task's
+    ``environment/skills``), ``custom_runtime`` (``--skills-dir``), ``self_generated``, ``none``."""
+    effective_skills_dir: str | None = None
+    """The host folder of the skills mounted (BenchFlow's field); for ``self-gen``, reroll's
+    bundled skill-creator; None: none mounted."""
+    skills: dict[str, str] = Field(default_factory=dict)
+    """The skills of `effective_skills_dir` by name → sha256 of their files
+    (`reroll.tasks.skills.Skill.digest`)."""
+    skill_nudge: SkillNudge | None = None
+    """The prompt nudge layered on top (``$REROLL_SKILL_NUDGE`` or ``$BENCHFLOW_SKILL_NUDGE`` when
+    the run started); None: none."""
 
 
 class Timings(BaseModel):
@@ -161,12 +222,27 @@ class RunResult(BaseModel):
     model_config = ConfigDict(extra="allow")
     status: Status | None = None
     rewards: dict[str, float] | None = None
+    """BenchFlow's flat rewards: ``{"reward": x, ...}``."""
+    verify_result: VerifyResult | None = None
+    """The structured form of the rewards (items, events with their step, space, granularity),
+    when the verifier gave one (`reroll_contracts.reward`)."""
     error: str | None = None
     error_category: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
     timings: Timings = Field(default_factory=Timings)
     counts: Counts = Field(default_factory=Counts)
+    learner_store: StoreHarvest | None = None
+    """The learner store when the agent stopped, for a rollout whose store writes back; None
+    otherwise, or when the rollout failed before the store was read."""
+    skills_opened: list[str] | None = None
+    """The mounted skills the agents opened (read a file of, or invoked), from the tool calls of
+    the recorded exchanges (`reroll.tasks.skills.skills_opened`); None: no skill was mounted."""
+    skills_generated: dict[str, str] | None = None
+    """``self-gen``: the skills the creator scene wrote, by name → sha256 of their files."""
+    judge_counts: Counts | None = None
+    """An LLM judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
+    judge request that differs from the recording) and tokens; None without a judge."""
 
     @property
     def effective_status(self) -> Status | Literal["unknown"]:

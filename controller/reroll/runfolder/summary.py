@@ -54,6 +54,11 @@ class RolloutSummary(BaseModel):
     """``usage.total_tokens`` summed over the recorded responses."""
     total_seconds: float | None = None
     """Wall-clock time of the last attempt, in seconds."""
+    store_generation: int | None = None
+    """A ``sequential-shared`` job: the learner store generation the rollout started from."""
+    made_generation: int | None = None
+    """A ``sequential-shared`` job: the generation the store as its agent left it became; None
+    when it made none (it failed before the store was read)."""
 
 
 class JobTotals(BaseModel):
@@ -69,6 +74,42 @@ class JobTotals(BaseModel):
     tokens: int
 
 
+class StoreDiff(BaseModel):
+    """What changed between two generations' files of a learner store (`reroll.runfolder.store`),
+    each list sorted."""
+
+    added: list[str] = Field(default_factory=list)
+    modified: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line: ``+skills/a/SKILL.md ~memory/notes.md -old`` (``no change`` when empty)."""
+        marks = [
+            *(f"+{p}" for p in self.added),
+            *(f"~{p}" for p in self.modified),
+            *(f"-{p}" for p in self.removed),
+        ]
+        return " ".join(marks) or "no change"
+
+
+class GenerationSummary(BaseModel):
+    """One generation of a ``sequential-shared`` job's learner store (`reroll.runfolder.store`)."""
+
+    generation: int
+    parent: int | None
+    rollout: str | None
+    """The rollout that made it; None for generation 0."""
+    status: str | None
+    reward: float | None
+    """Its rollout's primary reward (`primary_reward`)."""
+    files: int
+    """How many files it holds."""
+    changes: StoreDiff
+    """What changed since its parent (generation 0: all its files are added)."""
+    head: bool = False
+    """Whether the job's next rollout starts from it."""
+
+
 class JobSummary(BaseModel):
     """``summary.json`` of a job folder (`JOB_SUMMARY_FILE`)."""
 
@@ -79,6 +120,10 @@ class JobSummary(BaseModel):
     wall_seconds: float
     rollouts: list[RolloutSummary] = Field(default_factory=list)
     totals: JobTotals
+    schedule: str = "parallel-independent"
+    """``parallel-independent`` or ``sequential-shared`` (`reroll.jobs.jobfile.JobSpec.schedule`)."""
+    store: list[GenerationSummary] | None = None
+    """A ``sequential-shared`` job: its learner store's generations, by number."""
 
 
 def read_result(run_dir: Path) -> RunResult | None:

@@ -206,11 +206,15 @@ class Sandbox(Protocol):
         """
         ...
 
-    async def get_file(self, path: str) -> bytes:
+    async def get_file(self, path: str, max_bytes: int | None = None) -> bytes:
         """Read the file at the absolute `path` in the sandbox.
 
+        Args:
+            path: absolute path in the sandbox.
+            max_bytes: read at most this many bytes (the start of the file); None: all of it.
+
         Returns:
-            The file's whole content.
+            The file's whole content (its first `max_bytes` bytes).
 
         Raises:
             FileNotFoundError: the file does not exist (the message names `path`).

@@ -321,28 +321,38 @@ class SidecarClient:
             _raise(exc, f"{self.address} PutFile {path}")
         return response.size_bytes
 
-    async def get_file(self, path: str) -> bytes:
+    async def get_file(self, path: str, max_bytes: int | None = None) -> bytes:
         """Read the file at the absolute `path` in the sandbox.
 
+        Args:
+            path: absolute path in the sandbox.
+            max_bytes: stop after this many bytes (the stream is cancelled); None: read it all.
+
         Returns:
-            The file's content.
+            The file's content (its first `max_bytes` bytes).
 
         Raises:
             FileNotFoundError: the file does not exist (the message names `path`).
             SidecarError: any other failure (e.g. PERMISSION_DENIED, a directory).
         """
         parts: list[bytes] = []
+        size = 0
         call = self._rpc.GetFile(
             pb.GetFileRequest(path=path), timeout=FILE_DEADLINE_SECONDS, metadata=self._metadata
         )
         try:
             async for chunk in call:
                 parts.append(chunk.data)
+                size += len(chunk.data)
+                if max_bytes is not None and size >= max_bytes:
+                    call.cancel()
+                    break
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
             _raise(exc, f"{self.address} GetFile {path}")
-        return b"".join(parts)
+        content = b"".join(parts)
+        return content if max_bytes is None else content[:max_bytes]
 
     async def manifest(self, root: str) -> dict[str, str]:
         """Hash the tree at the absolute `root` in the sidecar (``reroll_sidecar.manifest``).

@@ -120,9 +120,9 @@ class SidecarSandbox(abc.ABC):
         """See `Sandbox.put_file`."""
         return await self._sidecar.put_file(path, data, mode)
 
-    async def get_file(self, path: str) -> bytes:
+    async def get_file(self, path: str, max_bytes: int | None = None) -> bytes:
         """See `Sandbox.get_file`."""
-        return await self._sidecar.get_file(path)
+        return await self._sidecar.get_file(path, max_bytes)
 
     async def upload_dir(self, source: Path, destination: str) -> int:
         """See `Sandbox.upload_dir`."""

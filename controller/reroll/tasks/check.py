@@ -18,6 +18,7 @@ from reroll_contracts.errors import TaskError
 from rich.console import Console
 from rich.table import Table
 
+from reroll.tasks.skills import bundled_skills_dir, load_skills
 from reroll.tasks.task import DEFAULT_WORKDIR, Task, load_task
 
 TASK_FILES = ("task.md", "task.toml")
@@ -102,7 +103,21 @@ def resolved(task: Task) -> list[tuple[str, str]]:
             f"image build {environment.build_timeout_sec:g} s",
         ),
         ("pytest plugins", f"{plugins}; autoload {'on' if hardening.plugin_autoload else 'off'}"),
+        ("skills", _skills(task)),
     ]
+
+
+def _skills(task: Task) -> str:
+    """The skills of the task's ``environment/skills`` (what ``--skills with-skill`` mounts)."""
+    folder = bundled_skills_dir(task.path)
+    if not folder.is_dir():
+        return "none"
+    try:
+        skills = load_skills(folder)
+    except TaskError as exc:
+        return f"[red]{exc}[/red]"
+    found = ", ".join(f"{skill.name} ({skill.description or 'no description'})" for skill in skills)
+    return f"{folder.relative_to(task.path)}: {found}"
 
 
 def _keys(env: dict[str, str]) -> str:

@@ -66,7 +66,7 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "verifier.environment_mode": ("the verifier runs in the agent's sandbox", (None, "shared")),
     "verifier.sandbox": ("a separate verifier sandbox is not supported", (None,)),
     "verifier.environment": ("a separate verifier sandbox is not supported", (None,)),
-    "verifier.judge": ("LLM-judge verifiers are not supported", ()),
+    "verifier.judge": ("read only with verifier.type llm-judge", ()),
     "verifier.memory": ("memory-space scoring is not supported", ()),
     "verifier.reward_range": ("rewards are not range-checked", (None,)),
     "verifier.collect": ("collect hooks are not supported", (None, [])),
@@ -74,9 +74,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.gpus": ("GPUs are not attached", (0, None)),
     "environment.gpu_types": ("GPUs are not attached", (None, [])),
     "environment.tpu": ("TPUs are not attached", (None,)),
-    "environment.mcp_servers": ("MCP servers are not started", ([],)),
-    "environment.skills_dir": ("skills are not deployed into agents' configuration", (None,)),
-    "environment.healthcheck": ("no healthcheck runs: the sandbox is ready when its sidecar is", (None,)),
     "environment.setup_commands": ("setup commands do not run (bake them into the Dockerfile)", ([],)),
     "environment.bugswarm_image_tag": ("informational", (None,)),
     "environment.allowed_hosts": (
@@ -113,7 +110,8 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     Harbor), ``network_mode``/``allow_internet`` to ``network`` (``network_mode`` first, as in
     Harbor's ``resolve_baseline``; reroll's own ``network`` wins over both), a numeric
     ``agent.user`` to its string, ``verifier.hardening.cleanup_conftests`` to
-    ``delete_injected_hooks``, SkillsBench's
+    ``delete_injected_hooks``, ``verifier.type`` ``script`` to ``test-script``, an llm-judge's
+    ``[verifier.judge]`` to ``verifier.options`` (`reroll.tasks.rubric`), SkillsBench's
     ``[solution] FOO = "..."`` to ``solution.env``, and the package name ``task.name``
     (``org/name``) to ``name`` when the task has none.
 
@@ -168,6 +166,13 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     if isinstance(hardening, dict) and "cleanup_conftests" in hardening:
         hardening.setdefault("delete_injected_hooks", hardening.pop("cleanup_conftests"))
         mapped.append(("verifier.hardening.cleanup_conftests", "verifier.hardening.delete_injected_hooks"))
+    if verifier.get("type") == "script":  # benchflow's name of the test-script strategy
+        verifier["type"] = "test-script"
+        mapped.append(("verifier.type = script", "verifier.type = test-script"))
+    if verifier.get("type") == "llm-judge" and isinstance(judge := verifier.get("judge"), dict):
+        verifier["options"] = {**judge, **_section(verifier, "options")}
+        del verifier["judge"]
+        mapped.append(("verifier.judge", "verifier.options"))
     return data, mapped
 
 

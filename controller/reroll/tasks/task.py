@@ -6,6 +6,8 @@ Native layout (benchflow)::
       task.md              YAML front matter (name, agent, verifier, environment or sandbox) + the prompt
       environment/         Dockerfile; workspace/ is the initial content of the agent's workspace
       verifier/test.sh     the verifier's entry point, uploaded to /verifier (tests/ → /tests also works)
+      verifier/verifier.md optional: the strategy (script, llm-judge), see `reroll.tasks.rubric`
+      verifier/rubrics/    an llm-judge task's rubric (verifier.toml + verifier.md), instead of test.sh
       oracle/solve.sh      optional reference solution, uploaded to /oracle for the `oracle` agent
 
 Legacy (Harbor / Terminal-Bench) split layout::
@@ -26,19 +28,34 @@ where the verifier goes — are resolved by `Task` (`Task.agent_user`, `Task.wor
 
 from __future__ import annotations
 
+import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from reroll_contracts.errors import TaskError
 from reroll_contracts.network import NetworkPolicy
 
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
+from reroll.tasks.environment import (
+    ForwardEnv,
+    HealthCheck,
+    McpServerSpec,
+    Readiness,
+    ServiceSpec,
+    StateSpec,
+    TaskSelection,
+    check_services,
+)
+from reroll.tasks.rubric import document_strategy
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
+JUDGED_TYPES = ("llm-judge", "agent-judge")
+"""Verifier types that score without a test.sh (the folder may then hold only a rubric)."""
 NATIVE_AGENT_USER = "agent"
 """The agent's user in native tasks that name none (benchflow's default ``sandbox_user``)."""
 
@@ -131,6 +148,41 @@ class EnvironmentSection(BaseModel):
     build_timeout_sec: float = Field(default=600.0, gt=0)
     """How long building the task's ``environment/Dockerfile`` may take, in seconds (docker; Harbor's
     field and default); the catalogue images it starts from are built before, not counted."""
+    skills_dir: str | None = None
+    """Where the task's image puts its skills (SkillsBench's, informational): reroll mounts the
+    task's ``environment/skills`` at each agent's native skill paths instead (``--skills``)."""
+    services: list[ServiceSpec] = []
+    """Services the framework starts before the agent (``[[environment.services]]``), in
+    ``depends_on`` order; the agent starts when all are healthy."""
+    owns_lifecycle: bool = False
+    """The image's own entrypoint starts the services (chi-bench): reroll starts none and only
+    gates on `readiness` and `healthcheck`. Exclusive with `services`."""
+    readiness: Readiness = Field(default_factory=Readiness)
+    """Extra probes the agent waits for, and the time limit of the whole readiness gate."""
+    healthcheck: HealthCheck | None = None
+    """A probe of the whole environment (benchflow's ``healthcheck``), part of the readiness gate."""
+    task_selection: TaskSelection | None = None
+    """How an image serving many tasks is told which one this is; None: it is not told."""
+    forward_env: ForwardEnv = Field(default_factory=ForwardEnv)
+    """Host variables passed into the environment."""
+    state: StateSpec | None = None
+    """The environment's state that a checkpoint captures; None: stateless."""
+    mcp_servers: list[McpServerSpec] = []
+    """MCP servers offered to the agent through its native MCP configuration."""
+
+    @field_validator("services")
+    @classmethod
+    def _services_consistent(cls, value: list[ServiceSpec]) -> list[ServiceSpec]:
+        return check_services(value)
+
+    @model_validator(mode="after")
+    def _lifecycle_consistent(self) -> EnvironmentSection:
+        if self.owns_lifecycle and self.services:
+            raise ValueError(
+                "owns_lifecycle = true means the image starts its services: "
+                "remove [[environment.services]] or set owns_lifecycle = false"
+            )
+        return self
 
     @field_validator("workdir")
     @classmethod
@@ -198,6 +250,10 @@ class Task(BaseModel):
     """Fields (and files) of the task reroll does not honour, with the reason; reported once."""
     mapped: list[FieldNote] = []
     """Foreign fields honoured under reroll's name (``environment.memory`` → ``memory_mb``)."""
+    skills_hidden: bool = False
+    """The rollout's agents must not see the task's ``environment/skills`` (skill modes
+    ``no-skill`` and ``self-gen``, or skills from elsewhere): an image build leaves the folder out
+    of its context and drops the Dockerfile's COPY lines of it alone (`with_skills_hidden`)."""
 
     @property
     def agent_user(self) -> str | None:
@@ -218,6 +274,15 @@ class Task(BaseModel):
         """The folder whose content seeds the workspace (`environment/workspace/`), if the task has one."""
         seed = self.path / "environment" / "workspace"
         return seed if seed.is_dir() else None
+
+    @property
+    def compose_file(self) -> Path | None:
+        """Harbor's `environment/docker-compose.yaml` (or ``.yml``), if the task has one."""
+        for name in ("docker-compose.yaml", "docker-compose.yml"):
+            compose = self.path / "environment" / name
+            if compose.is_file():
+                return compose
+        return None
 
     @property
     def dockerfile(self) -> Path | None:
@@ -267,6 +332,34 @@ def capped_to_host(task: Task, host_cpus: float, host_memory_mb: int) -> tuple[T
         return task, []
     capped = environment.model_copy(update=update)
     return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": capped})}), notes
+
+
+def with_skills_hidden(task: Task, hidden: bool) -> Task:
+    """`task` with `Task.skills_hidden` set to `hidden`."""
+    return task if task.skills_hidden == hidden else task.model_copy(update={"skills_hidden": hidden})
+
+
+SKILLS_FOLDER = "skills"
+"""The folder of ``environment/`` that holds a task's skills (SkillsBench's, BenchFlow's)."""
+_COPY_LINE = re.compile(r"^\s*(?:COPY|ADD)\s+(?:--\S+\s+)*(?P<args>.+?)\s*$", re.IGNORECASE)
+
+
+def without_skill_copies(dockerfile: str) -> str:
+    """`dockerfile` without its COPY / ADD lines whose every source is the ``skills`` folder
+    (``COPY skills /root/.claude/skills``), as BenchFlow strips them for ``no-skill``; a line
+    copying other sources too is kept (its build then fails on the missing folder: visible)."""
+    kept = []
+    for line in dockerfile.splitlines():
+        match = _COPY_LINE.match(line)
+        try:
+            args = shlex.split(match.group("args")) if match else []
+        except ValueError:
+            args = []
+        sources = args[:-1]
+        if sources and all(source.rstrip("/").removeprefix("./") == SKILLS_FOLDER for source in sources):
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 def load_task(path: Path) -> Task:
@@ -398,7 +491,13 @@ def _task(
             raise TaskError(f"{path}: {key}: {folder!r} must be a relative path inside the task")
     verifier = folders.get("verifier") or ("verifier" if (path / "verifier").is_dir() else "tests")
     solution = folders.get("oracle") or ("oracle" if (path / "oracle").is_dir() else "solution")
-    if not (path / verifier / "test.sh").is_file():
+    if (declared := document_strategy(path / verifier)) is not None:
+        kind, options = declared
+        section = spec.verifier.model_copy(update={"type": kind, "options": spec.verifier.options | options})
+        spec = spec.model_copy(update={"verifier": section})
+        mapped = [*mapped, (f"{verifier}/verifier.md", f"verifier.type = {kind}")]
+    judged = spec.verifier.type in JUDGED_TYPES
+    if not judged and not (path / verifier / "test.sh").is_file():
         looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"
         raise TaskError(f"{path}: the verifier entry point is missing (looked for {looked})")
     verifier_mount = "/verifier" if "verifier" in folders else f"/{verifier}"

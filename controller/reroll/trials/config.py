@@ -15,6 +15,8 @@ Roles of a scene share the sandbox; a role may leave messages for another in
 and put into the recipient's next prompt. A trial file (YAML)::
 
     task: ../tasks/fix-failing-test        # optional, relative to this file
+    skills: with-skill                     # optional: no-skill, with-skill, self-gen (`reroll run --skills`)
+    skills_dir: ../skills                  # optional, with-skill only, relative to this file
     scenes:
       - name: solve
         roles: [{name: solver, agent: mini-swe-agent, model: scripted}]
@@ -42,6 +44,20 @@ from reroll_contracts.errors import TrialError
 
 from reroll.trials.users import BaseUser, UserFunction, user_spec
 from reroll.yamlfiles import read_mapping
+
+SkillMode = Literal["no-skill", "with-skill", "self-gen"]
+"""How a rollout's agents get skills (BenchFlow's ``skill_mode``): ``no-skill`` hides the task's
+``environment/skills``; ``with-skill`` mounts them (or ``--skills-dir``) at each agent's native
+skill paths; ``self-gen`` runs a creator scene with only a skill-creator skill, then the solver
+with only the skills it wrote (`reroll.rollout.skills`)."""
+DEFAULT_SKILL_MODE: SkillMode = "no-skill"
+"""BenchFlow's default (``normalize_skill_mode(None)``)."""
+SkillSource = Literal["none", "task_bundled", "custom_runtime", "self_generated"]
+"""Where a rollout's skills came from (BenchFlow's ``skill_source`` values)."""
+SkillNudge = Literal["name", "description", "full"]
+"""How much of the mounted skills a prompt nudge names (BenchFlow's ``BENCHFLOW_SKILL_NUDGE``):
+their names, names and descriptions, or every SKILL.md whole."""
+
 
 OUTBOX = ".outbox"
 """The folder, under the workspace, where a role leaves messages for another (``<role>.json``)."""
@@ -150,6 +166,11 @@ class TrialConfig(BaseModel):
     model_config = _FORBID
     task: Path | None = None
     """The task folder (a trial file's is relative to the file); None: the task given to ``run``."""
+    skills: SkillMode | None = None
+    """The skill mode (``reroll run --skills``, which wins); None: the run's."""
+    skills_dir: Path | None = None
+    """The skills folder of ``with-skill`` (``--skills-dir``; a trial file's is relative to the
+    file); None: the run's, else the task's ``environment/skills``."""
     scenes: list[Scene] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -227,7 +248,8 @@ def load_trial(path: Path) -> TrialConfig:
         for scene in trial.scenes
     ]
     task = (base / trial.task).resolve() if trial.task is not None else None
-    return trial.model_copy(update={"task": task, "scenes": scenes})
+    skills_dir = (base / trial.skills_dir).resolve() if trial.skills_dir is not None else None
+    return trial.model_copy(update={"task": task, "skills_dir": skills_dir, "scenes": scenes})
 
 
 def _anchored_model(model: str | None, base: Path) -> str | None:

@@ -3,7 +3,8 @@ folder, a job folder or a branch tree (no server; CSS and JavaScript inlined, no
 
 The site, in DIR [default: ``PATH/view``]::
 
-    index.html           a run: its page; a job: the table of its rollouts (sorts and filters);
+    index.html           a run: its page; a job: the table of its rollouts (sorts and filters)
+                         and, for a sequential-shared job, its learner store's generations;
                          a branch tree: the tree, each child's reward, the mean reward per model
     runs/<folder>.html   a job's or a tree's run pages (a tree's shared prefix: runs/prefix.html)
 
@@ -32,7 +33,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from reroll.runfolder.folders import job_run_folders, kind_of
 from reroll.runfolder.run import RunFolder, load_run_folder
-from reroll.runfolder.summary import BranchSummary, read_tree_summary
+from reroll.runfolder.store import Rollback, load_head, store_of, summarise_store
+from reroll.runfolder.summary import BranchSummary, GenerationSummary, read_tree_summary
 from reroll.view.runpage import RunView, calls_and_results, command_text, run_view
 
 PREFIX_PAGE = "prefix.html"
@@ -90,14 +92,30 @@ def build_site(path: Path, output: Path | None = None, *, console: Console | Non
         if not folders:
             raise RunFolderError(f"{path}: a job folder without run folders")
         rows = _build_runs(writer, folders, console, label=f"job {path.name}")
-        writer.write(
-            "index.html", _env().get_template("job.html.j2").render(job=path, rows=rows, home="index.html")
+        store, rollbacks = _store_of(path)
+        page = _env().get_template("job.html.j2")
+        pages = {row.name: row.href for row in rows}
+        html = page.render(
+            job=path, rows=rows, home="index.html", store=store, rollbacks=rollbacks, pages=pages
         )
+        writer.write("index.html", html)
     else:
         summary = read_tree_summary(path)
         assert summary is not None
         writer.write("index.html", _build_tree(writer, path, summary, console))
     return output / "index.html"
+
+
+def _store_of(job: Path) -> tuple[list[GenerationSummary] | None, list[Rollback]]:
+    """A sequential-shared job's learner store: its generations and rollbacks; (None, []) when it has none.
+
+    Raises:
+        StoreError: the store exists but a file of it is corrupt (the message names it).
+    """
+    store = store_of(job)
+    if not store.exists():
+        return None, []
+    return summarise_store(store), load_head(store).rollbacks
 
 
 def _build_tree(writer: _Writer, path: Path, summary: BranchSummary, console: Console | None) -> str:

@@ -45,7 +45,7 @@ from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, host_ca_bundle
 from reroll.sandbox.base import HOST_CA_VARIABLES
-from reroll.tasks.task import Task
+from reroll.tasks.task import SKILLS_FOLDER, Task, without_skill_copies
 
 IMAGES = resources.files("reroll") / "images"
 """reroll's own image recipes (package data): ``base/packages.txt``."""
@@ -79,13 +79,21 @@ def _digest(*parts: bytes) -> str:
     return digest.hexdigest()[:12]
 
 
-def _tree_bytes(root: Path) -> Iterator[bytes]:
-    """Relative path, mode and content of every file under `root`, sorted; caches left out."""
+def _tree_bytes(root: Path, leave_out: frozenset[str] = frozenset()) -> Iterator[bytes]:
+    """Relative path, mode and content of every file under `root`, sorted; caches and the
+    top-level folders named in `leave_out` left out."""
     for path in sorted(root.rglob("*")):
         if "__pycache__" in path.parts or not path.is_file():
             continue
+        if path.relative_to(root).parts[0] in leave_out:
+            continue
         yield f"{path.relative_to(root).as_posix()}:{path.stat().st_mode & 0o777:o}".encode()
         yield path.read_bytes()
+
+
+def _top_level(root: Path, names: frozenset[str]) -> Callable[[str, list[str]], set[str]]:
+    """A `shutil.copytree` ``ignore`` leaving out the folders `names` right under `root`."""
+    return lambda folder, entries: set(entries) & names if Path(folder) == root else set()
 
 
 def _exists(client: docker.DockerClient, tag: str) -> bool:
@@ -457,7 +465,9 @@ def task_image(
     `image_map`; it must be local), else `base` itself. The images of the Dockerfile's FROM lines
     are first replaced per `image_map` (source → replacement), then a common public base that is
     not local by its catalogue image (`PUBLIC_BASES`); each stage then trusts the host's CA bundle
-    (`trust_host_ca`), when the host has one.
+    (`trust_host_ca`), when the host has one. A task whose skills are hidden
+    (`reroll.tasks.task.Task.skills_hidden`) builds without ``skills/`` in its context and without
+    the COPY lines of it alone (`reroll.tasks.task.without_skill_copies`).
 
     Raises:
         ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled),
@@ -479,20 +489,24 @@ def task_image(
         return image
     context = task.dockerfile.parent
     written = task.dockerfile.read_text(encoding="utf-8")
+    leave_out = frozenset({SKILLS_FOLDER}) if task.skills_hidden else frozenset()
+    if task.skills_hidden:
+        written = without_skill_copies(written)
     dockerfile, bases = map_from_lines(written, _with_standins(client, written, image_map or {}, log))
     ca_bundle = host_ca_bundle()
     ca = ca_bundle.read_bytes() if ca_bundle is not None else b""
     if ca:
         dockerfile = trust_host_ca(dockerfile)
     slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
-    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), ca, *_tree_bytes(context))}"
+    files = _tree_bytes(context, leave_out)
+    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), ca, *files)}"
     with cache_lock("images"):
         if _exists(client, tag):
             return tag
         log(f"docker build {task.dockerfile}")
         with tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
             build_context = Path(folder) / "context"  # a copy, so the task's folder is not written to
-            shutil.copytree(context, build_context, symlinks=True)
+            shutil.copytree(context, build_context, symlinks=True, ignore=_top_level(context, leave_out))
             (build_context / BUILD_CA_FILE).write_bytes(ca)
             mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
             mapped.write_text(dockerfile, encoding="utf-8")

@@ -1,0 +1,228 @@
+"""LLM-judge rubrics and verifier strategy declarations, in BenchFlow's files.
+
+Where a task declares how it is scored (seeds/concepts.txt, "Verifier file map"; BenchFlow's
+``docs/llm-judge.md`` and ``benchflow.task.verifier_document``):
+
+- native: ``verifier/verifier.md``, whose YAML front matter names the strategies and the
+  default one (``verifier: {default_strategy: judge, strategies: {judge: {type: llm-judge,
+  model: ..., rubric: rubrics/verifier.toml}}}``); `document_strategy` reads it;
+- legacy: ``[verifier] type = "llm-judge"`` in task.toml, the judge's settings in
+  ``[verifier.judge]`` (``model``, ``rubric_path`` relative to the task folder, default
+  ``tests/rubric.toml``); `reroll.tasks.compat.normalise` moves them to ``verifier.options``;
+- reroll's own: ``verifier: {type: llm-judge, options: {...}}`` in task.md or task.toml.
+
+A rubric (`Rubric`) is ``verifier/rubrics/verifier.toml`` (with a human-readable
+``verifier/rubrics/verifier.md`` beside it, shown to the judge), ``tests/rubric.toml``, or a
+Harvey LAB style ``rubric.json`` (``{"title", "criteria": [{"id", "title", "match_criteria"}]}``);
+`find_rubric` looks in that order. Criteria are BenchFlow's: ``binary`` (the judge answers
+``{"verdict": "pass" | "fail", "reasoning"}``), ``likert`` (``{"score": 1..points}``) and
+``numeric`` (``{"score": min..max}``), each normalised to [0, 1] and weighted; ``[scoring]
+aggregation`` is ``weighted_mean`` (default), ``all_pass``, ``any_pass`` or ``threshold``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from reroll_contracts.errors import TaskError
+from reroll_contracts.reward import Space
+
+DOCUMENT = "verifier.md"
+"""The native strategy declaration, in the verifier folder."""
+RUBRICS = ("rubrics/verifier.toml", "rubrics/verifier.json", "rubric.toml", "rubric.json")
+"""Where a rubric is looked for, relative to the verifier folder, in order."""
+RUBRIC_NOTES = "rubrics/verifier.md"
+"""The human-readable rubric beside ``rubrics/verifier.toml``."""
+STRATEGY_TYPES = {"script": "test-script", "llm-judge": "llm-judge", "agent-judge": "agent-judge"}
+"""BenchFlow's strategy ``type`` → reroll's ``verifier.type`` (``reward-kit`` and ``ors-episode``
+have no reroll verifier)."""
+SCRIPT_COMMANDS = ("./test.sh", "test.sh", "bash test.sh", "sh test.sh", "bash ./test.sh")
+"""A ``script`` strategy's ``command`` values that mean the folder's test.sh."""
+
+
+class Criterion(BaseModel):
+    """One rubric item (BenchFlow's ``[[criterion]]``, or a ``rubric.json`` criterion)."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1)
+    """The item's name: ``name``, else ``id``, else ``title`` (the first 40 characters of the
+    description when none is given)."""
+    description: str = Field(min_length=1)
+    """What the judge checks (``description``, or ``match_criteria``)."""
+    type: Literal["binary", "likert", "numeric"] = "binary"
+    weight: float = Field(default=1.0, ge=0)
+    points: int = Field(default=5, ge=2)
+    """The likert scale's top (1 to `points`)."""
+    min: float = 0.0
+    max: float = 100.0
+    space: Space = "output"
+    """The space the item reads (its reward event's tag)."""
+    files: list[str] = []
+    """The workspace files the item judges (relative paths); empty: the rubric's, else all."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        data = dict(raw)
+        description = data.get("description") or data.get("match_criteria") or data.get("title")
+        if description:
+            data["description"] = description
+        name = data.get("name") or data.get("id") or data.get("title")
+        data["name"] = name or str(description or "")[:40]
+        return data
+
+    @model_validator(mode="after")
+    def _range(self) -> Criterion:
+        if self.type == "numeric" and self.max <= self.min:
+            raise ValueError(f"criterion {self.name!r}: max ({self.max}) must be above min ({self.min})")
+        return self
+
+    def normalise(self, raw: float) -> float:
+        """A judge's raw answer in [0, 1]: pass 1 / fail 0, ``(score-1)/(points-1)``, or
+        ``(score-min)/(max-min)``, clamped."""
+        if self.type == "binary":
+            return 1.0 if raw >= 0.5 else 0.0
+        low, high = (1.0, float(self.points)) if self.type == "likert" else (self.min, self.max)
+        return max(0.0, min(1.0, (raw - low) / (high - low)))
+
+
+class Scoring(BaseModel):
+    """``[scoring]``: how the items make the reward."""
+
+    model_config = ConfigDict(extra="ignore")
+    aggregation: Literal["weighted_mean", "all_pass", "any_pass", "threshold"] = "weighted_mean"
+    threshold: float = Field(default=0.7, ge=0, le=1)
+
+    def reward(self, criteria: list[Criterion], scores: list[float]) -> float:
+        """The reward of `scores` (one per criterion, in [0, 1])."""
+        total = sum(c.weight for c in criteria)
+        mean = sum(c.weight * s for c, s in zip(criteria, scores, strict=True)) / total if total else 0.0
+        if self.aggregation == "all_pass":
+            return float(all(s >= 0.5 for s in scores))
+        if self.aggregation == "any_pass":
+            return float(any(s >= 0.5 for s in scores))
+        if self.aggregation == "threshold":
+            return float(mean >= self.threshold)
+        return mean
+
+
+class Rubric(BaseModel):
+    """A loaded rubric: its criteria, scoring and the judge settings it carries."""
+
+    model_config = ConfigDict(extra="ignore")
+    path: Path
+    """The file it was loaded from (on the host; it never enters the sandbox)."""
+    criteria: list[Criterion] = Field(min_length=1)
+    scoring: Scoring = Field(default_factory=Scoring)
+    model: str | None = None
+    """``[judge] model``: the judge model the rubric names, if any."""
+    files: list[str] = []
+    """``[judge] files``: the workspace files judged by default (relative paths)."""
+    notes: str = ""
+    """The human-readable rubric (``rubrics/verifier.md``), or a JSON rubric's ``title``."""
+
+
+def load_rubric(path: Path) -> Rubric:
+    """Load a rubric file: JSON (Harvey LAB style) when it ends in ``.json``, TOML otherwise.
+
+    Raises:
+        TaskError: the file cannot be read, does not parse, declares no criterion or an invalid
+            one (the message names the file and the cause).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSON and TOML errors are ValueErrors
+        raise TaskError(f"{path}: cannot load the rubric: {exc}") from exc
+    if not isinstance(data, dict):
+        raise TaskError(f"{path}: a rubric must be an object")
+    judge = data["judge"] if isinstance(data.get("judge"), dict) else {}
+    notes_file = path.parent / Path(RUBRIC_NOTES).name
+    notes = str(data.get("title", ""))
+    if path.name == "verifier.toml" and notes_file.is_file():
+        notes = notes_file.read_text(encoding="utf-8", errors="replace")
+    raw = {
+        "path": path,
+        "criteria": data.get("criterion", data.get("criteria", [])),
+        "scoring": data.get("scoring", {}),
+        "model": judge.get("model"),
+        "files": judge.get("files", []),
+        "notes": notes,
+    }
+    try:
+        return Rubric.model_validate(raw)
+    except ValidationError as exc:
+        raise TaskError(f"{path}: invalid rubric:\n{exc}") from exc
+
+
+def find_rubric(task_path: Path, verifier_dir: Path, options: dict[str, Any]) -> Path:
+    """The rubric file of a judged task: ``options["rubric"]`` (relative to the verifier folder,
+    BenchFlow's native field), ``options["rubric_path"]`` (relative to the task folder, the legacy
+    ``[verifier.judge]`` field), else the first of `RUBRICS` that exists.
+
+    Raises:
+        TaskError: the named file is missing or outside the task, or none of `RUBRICS` exists.
+    """
+    for key, base in (("rubric", verifier_dir), ("rubric_path", task_path)):
+        if (value := options.get(key)) is not None:
+            relative = Path(str(value))
+            if relative.is_absolute() or ".." in relative.parts:
+                raise TaskError(
+                    f"{task_path}: verifier {key} {value!r} must be a relative path inside the task"
+                )
+            if not (base / relative).is_file():
+                raise TaskError(f"{task_path}: the rubric {base / relative} (verifier {key}) is missing")
+            return base / relative
+    for name in RUBRICS:
+        if (verifier_dir / name).is_file():
+            return verifier_dir / name
+    looked = ", ".join(str(verifier_dir / name) for name in RUBRICS)
+    raise TaskError(f"{task_path}: an llm-judge task needs a rubric (looked for {looked})")
+
+
+def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
+    """The default strategy ``verifier/verifier.md`` declares: ``(verifier.type, options)``;
+    None when the folder has no such file.
+
+    Raises:
+        TaskError: the file's front matter is not YAML, names no strategy or an unknown default,
+            or a type reroll has no verifier for (the message names the file).
+    """
+    path = verifier_dir / DOCUMENT
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+    front: Any = {}
+    if text.startswith("---"):
+        head = text[3:].split("\n---", 1)[0]
+        try:
+            front = yaml.safe_load(head) or {}
+        except yaml.YAMLError as exc:
+            raise TaskError(f"{path}: invalid YAML front matter: {exc}") from exc
+    section = front.get("verifier") if isinstance(front, dict) else None
+    strategies = section.get("strategies") if isinstance(section, dict) else None
+    if not isinstance(section, dict) or not isinstance(strategies, dict) or not strategies:
+        raise TaskError(f"{path}: the front matter declares no verifier.strategies")
+    name = section.get("default_strategy") or next(iter(strategies))
+    strategy = strategies.get(name)
+    if not isinstance(strategy, dict):
+        raise TaskError(f"{path}: default_strategy {name!r} is not one of {', '.join(map(str, strategies))}")
+    options = {key: value for key, value in strategy.items() if key != "type"}
+    kind = strategy.get("type", "script")
+    if kind not in STRATEGY_TYPES:
+        raise TaskError(
+            f"{path}: strategy {name!r} has type {kind!r}; reroll scores {', '.join(STRATEGY_TYPES)}"
+        )
+    if kind == "script":  # reroll runs the folder's test.sh, which is what BenchFlow's command names
+        command = str(options.pop("command", "./test.sh")).strip()
+        if command not in SCRIPT_COMMANDS:
+            raise TaskError(f"{path}: strategy {name!r}: reroll runs test.sh, not {command!r}")
+        options.pop("timeout_sec", None)
+    return STRATEGY_TYPES[kind], options

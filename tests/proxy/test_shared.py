@@ -1,0 +1,218 @@
+"""One ``python -m reroll_proxy --shared`` process serving several rollouts at once: each keeps its
+own recording, replay, fault plan and tokens, as if it were alone; one rollout's bad recording
+refuses that rollout only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.proxy.conftest import (
+    TURNS,
+    Recording,
+    Service,
+    Turn,
+    admin,
+    converse,
+    http_json,
+    register_rollout,
+)
+
+pytestmark = pytest.mark.spawns  # the real shared proxy and scripted model processes
+
+
+def stable(line: dict[str, Any]) -> Any:
+    """An exchange line without what differs between two runs of the same conversation (times,
+    durations, the ids the scripted model draws)."""
+    varying = {"timestamp", "duration_ms", "ttfb_ms", "event_offsets_ms", "id", "created", "date", "host"}
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in varying}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(line)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def conversation(base_url: str, token: str, *, retries: int = 0) -> list[Turn]:
+    """A whole scripted conversation through a rollout's base URL: its turns."""
+    with openai.OpenAI(base_url=base_url, api_key=token, max_retries=retries, timeout=30) as client:
+        turns, _ = converse(client, TURNS, stream=False)
+    return turns
+
+
+FAULT_PLAN = [{"steps": [1], "times": 1, "fault": {"kind": "status", "status_code": 529}}]
+"""A 529 at the second step, once (the agent's second attempt is served)."""
+
+
+def test_concurrent_rollouts_record_and_replay_as_if_alone(
+    shared_proxy: Service, scripted_model: Service, recording: Recording, tmp_path: Path
+) -> None:
+    # Alone: a recording with a fault plan, then a strict replay of the module's recording.
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    code, solo_added = register_rollout(
+        shared_proxy,
+        solo / "record.jsonl",
+        token="solo",
+        controller_token="solo-c",
+        upstream=scripted_model.base_url,
+        plan=FAULT_PLAN,
+    )
+    assert code == 200, solo_added
+    solo_turns = conversation(solo_added["base_url"], "solo", retries=1)
+    code, solo_replay = register_rollout(
+        shared_proxy, solo / "replay.jsonl", token="solo-r", controller_token="solo-rc", replay=recording.path
+    )
+    assert code == 200, solo_replay
+    assert conversation(solo_replay["base_url"], "solo-r") == recording.turns
+
+    # Together: the same two at once, interleaved in one process.
+    both = tmp_path / "both"
+    both.mkdir()
+    code, recorder = register_rollout(
+        shared_proxy,
+        both / "record.jsonl",
+        token="a",
+        controller_token="a-c",
+        upstream=scripted_model.base_url,
+        plan=FAULT_PLAN,
+    )
+    assert code == 200, recorder
+    code, replayer = register_rollout(
+        shared_proxy, both / "replay.jsonl", token="b", controller_token="b-c", replay=recording.path
+    )
+    assert code == 200, replayer
+    results: dict[str, list[Any]] = {}
+    threads = [
+        threading.Thread(
+            target=lambda: results.__setitem__("a", conversation(recorder["base_url"], "a", retries=1))
+        ),
+        threading.Thread(target=lambda: results.__setitem__("b", conversation(replayer["base_url"], "b"))),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == {"a": solo_turns, "b": recording.turns}
+    assert [stable(line) for line in lines(both / "record.jsonl")] == [
+        stable(line) for line in lines(solo / "record.jsonl")
+    ]
+    assert [stable(line) for line in lines(both / "replay.jsonl")] == [
+        stable(line) for line in lines(solo / "replay.jsonl")
+    ]
+    assert any(line["metadata"]["fault"] for line in lines(both / "record.jsonl"))  # the plan was applied
+    assert not any(line["metadata"]["fault"] for line in lines(both / "replay.jsonl"))  # to its rollout only
+
+
+def test_each_token_opens_its_own_rollout_only(
+    shared_proxy: Service, scripted_model: Service, tmp_path: Path
+) -> None:
+    _, first = register_rollout(
+        shared_proxy,
+        tmp_path / "1.jsonl",
+        token="t1",
+        controller_token="c1",
+        upstream=scripted_model.base_url,
+    )
+    _, second = register_rollout(
+        shared_proxy,
+        tmp_path / "2.jsonl",
+        token="t2",
+        controller_token="c2",
+        upstream=scripted_model.base_url,
+    )
+    conversation(first["base_url"], "t1")
+    root = first["base_url"].removesuffix("/v1")
+    code, _, status = http_json("GET", root + "/_reroll/status", headers={"Authorization": "Bearer c1"})
+    assert code == 200 and status["served_live"] == TURNS
+    other = second["base_url"].removesuffix("/v1")
+    code, _, status = http_json("GET", other + "/_reroll/status", headers={"Authorization": "Bearer c2"})
+    assert code == 200 and status["served_live"] == 0  # the second rollout's own counters
+    assert http_json("GET", root + "/_reroll/status", headers={"Authorization": "Bearer t1"})[0] == 403
+    assert http_json("GET", root + "/_reroll/rollouts", headers={"Authorization": "Bearer c1"})[0] in (
+        401,
+        405,
+    )
+    code, _, _ = http_json(
+        "POST", root + "/_reroll/rollouts", {"config": {}}, headers={"Authorization": "Bearer c1"}
+    )
+    assert code == 401  # a controller token does not open the host's admin routes
+    code, _, _ = http_json(
+        "DELETE", root + f"/_reroll/rollouts/{second['rollout_id']}", headers={"Authorization": "Bearer t1"}
+    )
+    assert code == 401
+    with pytest.raises(openai.AuthenticationError):  # a token opens its own rollout's site only
+        conversation(second["base_url"], "t1")
+    assert http_json("GET", other + "/_reroll/status", headers={"Authorization": "Bearer c1"})[0] == 401
+    assert lines(tmp_path / "2.jsonl") == []
+    # Removed: its tokens open nothing any more, and the other rollout is still served.
+    url = root + f"/_reroll/rollouts/{first['rollout_id']}"
+    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=admin())) as done:
+        assert done.status == 204
+    with pytest.raises(openai.APIConnectionError):  # its own site is closed with it
+        conversation(first["base_url"], "t1")
+    assert http_json("GET", other + "/_reroll/status", headers={"Authorization": "Bearer c1"})[0] == 401
+    assert len(conversation(second["base_url"], "t2")) == TURNS
+
+
+def test_a_rollout_with_a_corrupt_recording_is_refused_alone(
+    shared_proxy: Service, scripted_model: Service, tmp_path: Path
+) -> None:
+    _, healthy = register_rollout(
+        shared_proxy,
+        tmp_path / "ok.jsonl",
+        token="ok",
+        controller_token="ok-c",
+        upstream=scripted_model.base_url,
+    )
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_text('{"request": {"not": "an exchange"}}\n{"also": "bad"}\n')
+    code, answer = register_rollout(
+        shared_proxy, tmp_path / "out.jsonl", token="bad", controller_token="bad-c", replay=corrupt
+    )
+    assert code == 400 and str(corrupt) in answer["error"]
+    code, answer = register_rollout(
+        shared_proxy,
+        tmp_path / "dup.jsonl",
+        token="ok",
+        controller_token="dup-c",
+        upstream=scripted_model.base_url,
+    )
+    assert code == 400 and "already served" in answer["error"]  # a token is never shared by two rollouts
+    assert len(conversation(healthy["base_url"], "ok")) == TURNS
+
+
+def test_the_admin_routes_need_the_admin_token(shared_proxy: Service, tmp_path: Path) -> None:
+    root = shared_proxy.base_url.removesuffix("/v1")
+    body = {"config": {"token": "x", "trajectory_path": str(tmp_path / "x.jsonl")}, "controller_token": "y"}
+    assert http_json("POST", root + "/_reroll/rollouts", body)[0] == 401
+    assert http_json("POST", root + "/_reroll/rollouts", body, admin("wrong"))[0] == 401
+    assert not (tmp_path / "x.jsonl").exists()
+    assert http_json("POST", root + "/_reroll/rollouts", {"config": "junk"}, admin())[0] == 400
+
+
+def test_shared_mode_needs_an_admin_token() -> None:
+    os.environ.pop("REROLL_TEST_UNSET_TOKEN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "reroll_proxy", "--shared", "--admin-token-env", "REROLL_TEST_UNSET_TOKEN"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "--admin-token-env" in done.stderr
