@@ -3,11 +3,13 @@ catalogue that stands in for common public bases."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import docker
 import pytest
+from reroll.sandbox.docker.backend import docker_name
 from reroll.sandbox.docker.config import parse_image_map
 from reroll.sandbox.docker.images import (
     BASE_ALIAS,
@@ -168,3 +170,11 @@ def test_a_build_longer_than_build_timeout_sec_is_cut(tmp_path: Path, docker_ima
     finally:
         client.close()
     assert time.monotonic() - started < 20  # the step alone takes 60 s
+
+
+def test_docker_names_of_a_run_id_with_spaces_are_valid() -> None:
+    """SkillsBench's ``[task] name = "Parallel TF-IDF Similarity Search"`` makes run ids with
+    spaces, which Docker refuses in container and volume names (``invalid characters``)."""
+    name = docker_name("Parallel TF-IDF Similarity Search__1fea9c78")
+    assert name == "Parallel-TF-IDF-Similarity-Search__1fea9c78"
+    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", f"reroll-{name}")

@@ -51,6 +51,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -136,6 +137,13 @@ fi
 echo "$user"
 echo "$home"
 """
+
+
+def docker_name(run_id: str) -> str:
+    """`run_id` as Docker names allow it (containers, volumes: ``[a-zA-Z0-9_.-]``): every other
+    run of characters becomes ``-``. A task named ``Parallel TF-IDF Similarity Search`` (SkillsBench's
+    ``[task] name``) gives run folders, hence run ids, with spaces."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id)
 
 
 @dataclass(frozen=True)
@@ -304,7 +312,7 @@ class DockerSandbox(SidecarSandbox):
         self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
         self._user = self.task.agent_user or defaults.user
         network = self._ensure_network()
-        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
+        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{docker_name(self.run_id)[-24:]}-"))
         self._mount_dir.chmod(0o700)
         self._token = secrets.token_urlsafe(24)
         token_file = self._mount_dir / "token"
@@ -313,6 +321,7 @@ class DockerSandbox(SidecarSandbox):
         environment = self.task.spec.environment
         sized = {} if self.installs_writable else self._sized_volumes(environment.storage_mb)
         role = "install" if self.installs_writable else "rollout"
+        name = docker_name(self.run_id)
         try:
             self.container = engine.containers.run(
                 image,
@@ -320,7 +329,7 @@ class DockerSandbox(SidecarSandbox):
                 command=["--token-file", f"{MOUNT_POINT}/token"],
                 detach=True,
                 init=True,
-                name=f"reroll-{self.run_id}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
+                name=f"reroll-{name}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
                 hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
                 labels={
                     MANAGED_LABEL: "1",
@@ -360,7 +369,7 @@ class DockerSandbox(SidecarSandbox):
         """Make the sandbox's sized file system and its volumes: container path → volume name."""
         owner = owner_label()
         self._disk = disk.SizedDisk.create(
-            self.run_id, storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
+            docker_name(self.run_id), storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
         )
         volumes = {}
         for target, folder in ((self.layout.workspace, "app"), ("/tmp", "tmp")):
