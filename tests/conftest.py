@@ -126,6 +126,10 @@ MODULE_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.(spawns|slow)\b", re.
 """A module-level ``spawns`` or ``slow`` mark, read from the source: ``--fast`` skips the import."""
 
 
+collect_ignore = ["fixtures/skillsbench"]
+"""Third-party tasks kept unmodified: their ``tests/test_outputs.py`` run only inside their sandbox."""
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """With ``--fast``, skip test modules marked ``spawns`` or ``slow`` as a whole, unimported
     (the imports of the modules left out would be half the fast tier's time)."""

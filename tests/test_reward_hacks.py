@@ -82,7 +82,9 @@ def write_files(folder: Path, files: dict[str, str]) -> Path:
     return folder
 
 
-def run_oracle(task: Path, workdir: Path, backend: str = "docker") -> tuple[dict[str, Any], Path]:
+def run_oracle(
+    task: Path, workdir: Path, backend: str = "docker", timeout_seconds: float = 600
+) -> tuple[dict[str, Any], Path]:
     """``reroll run`` `task` with its oracle "agent" on `backend`, in `workdir` (which holds no
     other run); returns its result.json and its run folder."""
     done = subprocess.run(
@@ -90,7 +92,7 @@ def run_oracle(task: Path, workdir: Path, backend: str = "docker") -> tuple[dict
         capture_output=True,
         text=True,
         cwd=workdir,
-        timeout=600,
+        timeout=timeout_seconds,
     )
     print(done.stdout, done.stderr, sep="\n")
     (result_file,) = (workdir / "jobs").glob("*/*/result.json")

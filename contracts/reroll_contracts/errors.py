@@ -45,7 +45,8 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   ├── ServiceCrashedError                           a service exited while the agent ran
     │   └── EnvironmentStateError                         snapshot / restore / query of the
     │                                                     environment's state failed
-    ├── VerifierError            verifier_error  no       the verifier left no valid reward
+    ├── VerifierError            verifier_error  no       the verifier left no valid reward, or
+    │                                                     crashed before its tests ran
     │   └── QuiesceError                                  the agent's processes outlived the time
     │                                                     limit of the freeze-and-kill before verify
     └── VerifyLeftoverError      verifier_error  no       a soft verify changed what its fence cannot

@@ -33,6 +33,17 @@ def host_ca_bundle() -> Path | None:
     return None
 
 
+def host_cpus() -> int:
+    """How many CPUs this process may run on (its affinity mask: what a container engine on this
+    host offers too)."""
+    return len(os.sched_getaffinity(0))
+
+
+def host_memory_mb() -> int:
+    """This host's physical memory in MiB."""
+    return (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) >> 20
+
+
 @contextlib.contextmanager
 def cache_lock(name: str) -> Iterator[None]:
     """Hold the exclusive lock ``<cache>/<name>.lock`` (blocking), so that concurrent processes

@@ -1,16 +1,18 @@
 """The verifier's host side: which pytest plugins a task declares (``[verifier] pytest_plugins``,
-and ``ctrf`` inferred from a test script that passes ``--ctrf``, as BenchFlow does)."""
+and ``ctrf`` inferred from a test script that passes ``--ctrf``, as BenchFlow does), and a test
+script that crashed before its tests ran (a ``verifier_error``, not a reward of 0)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from reroll.rollout.script_verifier import declared_plugins
+from reroll.rollout.script_verifier import crashed_before_its_tests, declared_plugins
+from reroll.sandbox.results import HardeningReport, VerifyOutcome
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
 
-from tests.test_reward_hacks import write_files
+from tests.test_reward_hacks import run_oracle, write_files
 
 
 def legacy_task(root: Path, toml: str, test_sh: str) -> Path:
@@ -41,3 +43,67 @@ def test_declared_plugins_without_a_test_script_are_the_declared_ones(tmp_path: 
 def test_pytest_plugins_must_be_a_list_of_names(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match=r"task.toml: invalid task configuration(.|\n)*pytest_plugins"):
         load_task(legacy_task(tmp_path, '[verifier]\npytest_plugins = "ctrf"\n', "exit 0\n"))
+
+
+def _outcome(rewards: dict[str, float], pytest_report: str = "", timed_out: bool = False) -> VerifyOutcome:
+    return VerifyOutcome(
+        hardening=HardeningReport(killed_groups=0, restored=[], deleted=[]),
+        exit_code=0,
+        timed_out=timed_out,
+        stdout=b"",
+        stderr=b"",
+        reward_file="reward.txt",
+        reward_content=b"0\n",
+        rewards=rewards,
+        reward_error="",
+        pytest_report=pytest_report,
+    )
+
+
+SKILLSBENCH_TEST_SH = (
+    "pip3 install --break-system-packages pytest==8.4.1 pytest-json-ctrf==0.3.5\n"
+    "pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA -v\n"
+    "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("toml", "test_sh", "outcome", "crashed"),
+    [
+        ("", SKILLSBENCH_TEST_SH, _outcome({"reward": 0.0}), True),  # pytest never started
+        ("", "python3 -m pytest /tests\n", _outcome({"reward": 0.0}), True),
+        ("", SKILLSBENCH_TEST_SH, _outcome({"reward": 0.0}, "pytest's report: 3 tests, 1 failures"), False),
+        ("", SKILLSBENCH_TEST_SH, _outcome({"reward": 1.0}), False),  # a pass is not overruled
+        ("", SKILLSBENCH_TEST_SH, _outcome({"reward": 0.0}, timed_out=True), False),  # a timeout says so
+        ("", "python3 /tests/check.py  # not pytest\n", _outcome({"reward": 0.0}), False),
+        ("", "pip install pytest-json-ctrf\npython3 check.py\n", _outcome({"reward": 0.0}), False),
+        (
+            "[verifier.hardening]\npytest_report = false\n",
+            SKILLSBENCH_TEST_SH,
+            _outcome({"reward": 0.0}),
+            False,
+        ),
+    ],
+)
+def test_crashed_before_its_tests_only_when_pytest_was_due_and_never_started(
+    tmp_path: Path, toml: str, test_sh: str, outcome: VerifyOutcome, crashed: bool
+) -> None:
+    task = load_task(legacy_task(tmp_path, toml, test_sh))
+    assert crashed_before_its_tests(task, outcome) is crashed
+
+
+@pytest.mark.spawns
+def test_a_test_script_that_crashes_before_its_tests_is_a_verifier_error(tmp_path: Path) -> None:
+    """On the local sandbox: pytest refuses its command line (or is missing) before any test
+    runs, and the script writes reward 0 as SkillsBench's do: ``error`` / ``verifier_error``."""
+    test_sh = (
+        "python3 -m pytest --no-such-option /tests\n"
+        'if [ $? -eq 0 ]; then r=1; else r=0; fi; mkdir -p "$REROLL_LOGS_DIR/verifier"\n'
+        'echo $r > "$REROLL_LOGS_DIR/verifier/reward.txt"\n'
+    )
+    task = legacy_task(tmp_path / "crash", "", test_sh)
+    (task / "solution").mkdir()
+    (task / "solution" / "solve.sh").write_text("#!/bin/sh\ntrue\n")
+    result, _ = run_oracle(task, tmp_path, backend="local")
+    assert (result["status"], result["error_category"]) == ("error", "verifier_error"), result
+    assert "crashed before its tests ran" in result["error"]

@@ -37,6 +37,7 @@ from reroll_contracts.trajectory import load_trajectory
 from rich.console import Console
 
 from reroll.agents import AgentSpec
+from reroll.cache import host_cpus, host_memory_mb
 from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
@@ -54,6 +55,7 @@ from reroll.runfolder.run import (
     CONFIG_FILE,
     ERROR_FILE,
     JUDGE_TRAJECTORY,
+    LIMITS_FILE,
     MANIFEST_FILE,
     PROMPTS_FILE,
     RESULT_FILE,
@@ -67,13 +69,19 @@ from reroll.runfolder.run import (
     write_json,
 )
 from reroll.runfolder.trial import TurnRecord
-from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, SandboxLayout, create_sandbox
+from reroll.sandbox.base import (
+    WITHOUT_NETWORK_POLICY,
+    Sandbox,
+    SandboxLayout,
+    create_sandbox,
+    trust_host_ca,
+)
 from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
 from reroll.sandbox.services import Environment
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.environment import McpServerSpec
-from reroll.tasks.task import Task
+from reroll.tasks.task import Task, capped_to_host
 from reroll.trials.config import TrialConfig
 
 INSTALL_TIMEOUT_SECONDS = 900.0
@@ -203,7 +211,10 @@ async def execute_rollout(
                 )
             verifier = verifier_for(plan.task)
             sandbox = create_sandbox(
-                plan.config.sandbox, plan.task, plan.run_dir.name, plan.config.sandbox_config
+                plan.config.sandbox,
+                _fit_to_host(plan, console),
+                plan.run_dir.name,
+                plan.config.sandbox_config,
             )
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
@@ -214,6 +225,8 @@ async def execute_rollout(
                 console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
                 await sandbox.start()
             env = sandbox_env(sandbox)
+            if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
+                env |= await trust_host_ca(sandbox)
             for agent in plan.agents.values():
                 await _install_agent(sandbox, agent, env, console)
             if (store := plan.config.learner_store) is not None:
@@ -357,6 +370,20 @@ async def _provision(environment: Environment, console: Console) -> None:
     await environment.provision()
     await environment.wait_ready()
     console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
+
+
+def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
+    """The task the sandbox gets: `plan.task` with its cpus and memory capped to the host's
+    (`capped_to_host`), each cap on the console and in the run folder's `LIMITS_FILE`; as it is
+    on a backend that enforces no limits."""
+    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
+        return plan.task
+    task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
+    if notes:
+        (plan.run_dir / LIMITS_FILE).write_text("".join(f"{note}\n" for note in notes))
+        for note in notes:
+            console.print(f"[yellow]{note}[/yellow]")
+    return task
 
 
 async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:

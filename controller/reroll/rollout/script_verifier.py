@@ -15,7 +15,9 @@ quiesces once more, undoes planted build config and start-up hooks, deletes old 
 runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
 ``reward.json`` (an object of numbers, or the structured form of `reroll_contracts.reward`: its
 items, events, space and granularity become the verdict's ``result``), the wire formats BenchFlow
-and Harbor use. The run
+and Harbor use. A script that left no reward file, or ran pytest that never started
+(`crashed_before_its_tests`), is a verifier error (``verifier_error``), never a reward of 0
+for the agent. The run
 folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
 ``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs), the reward file and
 ``pytest-report.txt`` (what pytest's own report said, when the script ran pytest: the rewards are
@@ -41,7 +43,7 @@ from reroll_contracts.reward import VerifyResult, parse_reward_json
 
 from reroll.rollout.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.results import HardeningReport, VerifyBaseline
+from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.task import Task
@@ -55,6 +57,9 @@ OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
 CTRF_OPTION = re.compile(r"(^|[^\w-])--ctrf([=\s]|$)", re.MULTILINE)
 """pytest-json-ctrf's option in a test script: its plugin (``ctrf``) is then declared."""
+PYTEST_COMMAND = re.compile(r"(^|[^\w.-])pytest([^\w.-]|$)", re.MULTILINE)
+"""pytest named in a test script (``pytest``, ``python -m pytest``, ``uvx … pytest``), not as a
+part of another name (``pytest-json-ctrf``, ``pytest_plugins``)."""
 
 
 async def prepare(sandbox: Sandbox, task: Task, env: dict[str, str]) -> VerifyBaseline:
@@ -77,14 +82,37 @@ def declared_plugins(task: Task) -> list[str]:
     install pytest-json-ctrf themselves (``pip install`` or ``uvx --with``) while they run, so no
     scan before the agent sees it."""
     plugins = list(task.spec.verifier.pytest_plugins)
-    try:
-        script = (task.verifier_dir / TEST_SCRIPT).read_text(encoding="utf-8", errors="replace")
-    except OSError:  # a missing test.sh is `verify`'s error to report
-        return plugins
-    uncommented = "\n".join(line.split("#", 1)[0] for line in script.splitlines())
-    if CTRF_OPTION.search(uncommented) and "ctrf" not in plugins:
+    if CTRF_OPTION.search(_uncommented_script(task)) and "ctrf" not in plugins:
         plugins.append("ctrf")
     return plugins
+
+
+def _uncommented_script(task: Task) -> str:
+    """`task`'s ``test.sh`` without its comments (what follows a ``#``); "" when it is missing
+    (`verify`'s error to report)."""
+    try:
+        script = (task.verifier_dir / TEST_SCRIPT).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(line.split("#", 1)[0] for line in script.splitlines())
+
+
+def crashed_before_its_tests(task: Task, outcome: VerifyOutcome) -> bool:
+    """Whether the test script ended without running its tests, so its zero reward is the
+    verifier's failure, not the agent's: it runs pytest (named outside a comment), pytest's own
+    report was watched (``verifier.hardening``'s ``pytest_addopts`` and ``pytest_report``, the
+    defaults) and pytest never started — not installed (a ``pip install`` that failed), or it
+    refused its command line (``--ctrf`` without pytest-json-ctrf) — and no reward is above 0.
+    A test script that scores without pytest is judged by its reward alone."""
+    hardening = task.spec.verifier.hardening
+    return (
+        hardening.pytest_addopts
+        and hardening.pytest_report
+        and not outcome.timed_out
+        and not outcome.pytest_report  # empty: pytest never started (its log file was never made)
+        and not any(outcome.rewards.values())
+        and PYTEST_COMMAND.search(_uncommented_script(task)) is not None
+    )
 
 
 async def quiesce(sandbox: Sandbox) -> None:
@@ -130,8 +158,9 @@ async def verify(
 
     Raises:
         VerifierError: the test script is missing (the message names it), timed out, or left no
-            valid reward file (the message carries the end of the script's output); hardening
-            failed or ran out of time (`QuiesceError` when the agent's processes outlived it).
+            valid reward file (the message carries the end of the script's output), or crashed
+            before its tests ran (`crashed_before_its_tests`); hardening failed or ran out of time
+            (`QuiesceError` when the agent's processes outlived it).
         EnvironmentStateError: the task's ``environment.state.query_command`` failed.
         VerifyLeftoverError: a soft verify left what its fence cannot undo.
         SandboxError: the sandbox failed or died (an infrastructure error).
@@ -187,6 +216,13 @@ async def verify(
         raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
     if outcome.reward_error:
         raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
+    if crashed_before_its_tests(task, outcome):
+        raise VerifierError(
+            f"the verifier crashed before its tests ran: {TEST_SCRIPT} runs pytest, but pytest never "
+            "started (not installed, e.g. its pip install failed, or it refused its command line, e.g. "
+            f"--ctrf without pytest-json-ctrf), so its reward {dict(outcome.rewards)} is not the agent's; "
+            f"test output:\n{tail}"
+        )
     graded = _graded(outcome.reward_file, outcome.reward_content, dict(outcome.rewards), output_dir)
     rewards = graded.flat() if graded is not None else outcome.rewards
     return Verdict(rewards=rewards, duration_seconds=time.monotonic() - started, result=graded)

@@ -22,6 +22,7 @@ from typing import Any, Protocol, Self
 from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import SandboxBackendError
 
+from reroll.cache import host_ca_bundle
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.tasks.task import HardeningOptions, Task
 
@@ -361,6 +362,30 @@ BACKENDS: dict[str, str] = {
 """Built-in backend name → ``module:class``, imported only when used."""
 WITHOUT_NETWORK_POLICY = frozenset({"local-plain"})
 """Backends that run on the host's network and enforce no ``environment.network`` policy."""
+
+HOST_CA_PATH = "/etc/reroll/host-ca.pem"
+"""Where `trust_host_ca` puts the host's CA bundle, below the sandbox root."""
+HOST_CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+"""The variables that name it: pip's, OpenSSL's (Python's ``ssl``, curl's OpenSSL builds), requests'."""
+
+
+async def trust_host_ca(sandbox: Sandbox) -> dict[str, str]:
+    """Put the host's CA bundle (`reroll.cache.host_ca_bundle`) into the started `sandbox` at
+    `HOST_CA_PATH` and return the environment that names it (`HOST_CA_VARIABLES`); empty when the
+    host has none. The host may reach the internet through a TLS-intercepting proxy with its own
+    CA: installs (`Sandbox.egress`) and, under network ``full``, the agent and the verifier
+    (``pip install`` in a test script) need to trust it. Image builds get the same bundle
+    (`reroll.sandbox.docker.images.trust_host_ca`).
+
+    Raises:
+        SandboxError: not started, or the sandbox died.
+    """
+    bundle = host_ca_bundle()
+    if bundle is None:
+        return {}
+    path = sandbox.layout.path(HOST_CA_PATH)
+    await sandbox.put_file(path, bundle.read_bytes())
+    return dict.fromkeys(HOST_CA_VARIABLES, path)
 
 
 class NoSettings(BaseModel):

@@ -101,7 +101,11 @@ def resolved(task: Task) -> list[tuple[str, str]]:
             f"{environment.cpus:g} / {environment.memory_mb} MiB / {environment.pids_max}",
         ),
         ("network", environment.network),
-        ("timeouts", f"agent {spec.agent.timeout_sec:g} s, verifier {spec.verifier.timeout_sec:g} s"),
+        (
+            "timeouts",
+            f"agent {spec.agent.timeout_sec:g} s, verifier {spec.verifier.timeout_sec:g} s, "
+            f"image build {environment.build_timeout_sec:g} s",
+        ),
         ("pytest plugins", f"{plugins}; autoload {'on' if hardening.plugin_autoload else 'off'}"),
         ("skills", _skills(task)),
         *environment_rows(environment),

@@ -70,7 +70,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "verifier.memory": ("memory-space scoring is not supported", ()),
     "verifier.reward_range": ("rewards are not range-checked", (None,)),
     "verifier.collect": ("collect hooks are not supported", (None, [])),
-    "environment.build_timeout_sec": ("image builds have no time limit", (600,)),
     "environment.os": ("reroll's sandboxes are Linux", ("linux", "Linux")),
     "environment.gpus": ("GPUs are not attached", (0, None)),
     "environment.gpu_types": ("GPUs are not attached", (None, [])),

@@ -3,10 +3,13 @@ catalogue that stands in for common public bases."""
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import docker
 import pytest
+from reroll.sandbox.docker.backend import docker_name
 from reroll.sandbox.docker.config import parse_image_map
 from reroll.sandbox.docker.images import (
     BASE_ALIAS,
@@ -19,7 +22,7 @@ from reroll.sandbox.docker.images import (
     task_image,
 )
 from reroll.tasks.task import load_task
-from reroll_contracts.errors import ConfigError, ImageUnavailableError
+from reroll_contracts.errors import ConfigError, ImageBuildError, ImageUnavailableError
 
 MISSING = "reroll-test/never-built:1"
 
@@ -74,8 +77,21 @@ def test_catalogue_variant_knows_public_bases_under_every_spelling() -> None:
     assert catalogue_variant("python:3.13-slim") == "trixie-python"
     assert catalogue_variant("docker.io/library/debian:bookworm-slim") == "bookworm"
     assert catalogue_variant("library/debian:13") == "trixie"
-    assert catalogue_variant("ubuntu:24.04") is None  # no equal here: the user maps it
+    assert catalogue_variant("python:3.12-slim") is None  # no equal here: the user maps it
+    assert catalogue_variant("ubuntu:20.04") is None
     assert set(PUBLIC_BASES.values()) == set(CATALOGUE)
+
+
+def test_ubuntu_is_stood_in_for_by_bookworm_and_22_04_pip_installs_system_wide() -> None:
+    """SkillsBench's ``FROM ubuntu:24.04`` (PEP 668: ``pip install --break-system-packages``) and
+    ``ubuntu:22.04`` (plain ``pip install``): bookworm, the second with pip allowed system-wide."""
+    assert (
+        catalogue_variant("ubuntu:24.04") == catalogue_variant("docker.io/library/ubuntu:noble") == "bookworm"
+    )
+    assert catalogue_variant("ubuntu:22.04") == catalogue_variant("ubuntu:jammy") == "bookworm-pip-system"
+    system_wide = CATALOGUE["bookworm-pip-system"]
+    assert system_wide.suite == "bookworm" and "break-system-packages = true" in system_wide.pip_config
+    assert not CATALOGUE["bookworm"].pip_config  # 24.04: apt's pip keeps its EXTERNALLY-MANAGED marker
 
 
 def test_a_catalogue_tag_changes_with_its_recipe() -> None:
@@ -83,6 +99,7 @@ def test_a_catalogue_tag_changes_with_its_recipe() -> None:
     recipe = CATALOGUE["trixie"]
     assert Recipe(recipe.suite, (*recipe.packages, "git")).digest() != recipe.digest()
     assert Recipe("bookworm", recipe.packages).digest() != recipe.digest()
+    assert Recipe(recipe.suite, recipe.packages, pip_config="x").digest() != recipe.digest()
 
 
 def _write_task(root: Path, dockerfile: str) -> Path:
@@ -125,3 +142,39 @@ def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
         client.images.remove(tag)
     finally:
         client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.parametrize(
+    "step",
+    ["RUN for i in $(seq 60); do echo tick $i; sleep 1; done", "RUN sleep 60"],
+    ids=["talking", "silent"],
+)
+def test_a_build_longer_than_build_timeout_sec_is_cut(tmp_path: Path, docker_images: str, step: str) -> None:
+    """``environment.build_timeout_sec`` (Harbor's): checked at each line of the build's output,
+    and a build silent for that long is cut too."""
+    root = _write_task(tmp_path / "slow-build", f"FROM {BASE_ALIAS}\n{step}\n")
+    (root / "task.md").write_text(
+        "---\nname: slow-build\nenvironment:\n  build_timeout_sec: 3\n---\nNothing.\n"
+    )
+    task = load_task(root)
+    assert task.spec.environment.build_timeout_sec == 3 and not task.ignored
+    client = docker.from_env()
+    started = time.monotonic()
+    try:
+        with pytest.raises(
+            ImageBuildError, match=r"took longer than its 3 s \(the task's environment.build_timeout_sec\)"
+        ):
+            task_image(client, task, BASE_ALIAS)
+    finally:
+        client.close()
+    assert time.monotonic() - started < 20  # the step alone takes 60 s
+
+
+def test_docker_names_of_a_run_id_with_spaces_are_valid() -> None:
+    """SkillsBench's ``[task] name = "Parallel TF-IDF Similarity Search"`` makes run ids with
+    spaces, which Docker refuses in container and volume names (``invalid characters``)."""
+    name = docker_name("Parallel TF-IDF Similarity Search__1fea9c78")
+    assert name == "Parallel-TF-IDF-Similarity-Search__1fea9c78"
+    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", f"reroll-{name}")

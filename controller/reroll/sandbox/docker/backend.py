@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -74,8 +75,7 @@ from docker.models.networks import Network
 from docker.types import Mount
 from reroll_contracts.errors import SandboxError, SidecarError, TaskEnvironmentError
 
-from reroll.cache import host_ca_bundle
-from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout
+from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
 from reroll.sandbox.docker import disk, firewall
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.engine import (
@@ -109,7 +109,6 @@ from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
 AGENT_USER = "agent"
 AGENTS_DIR = "/opt/reroll-agents"
-HOST_CA_PATH = "/etc/reroll/host-ca.pem"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
 
@@ -150,6 +149,13 @@ fi
 echo "$user"
 echo "$home"
 """
+
+
+def docker_name(run_id: str) -> str:
+    """`run_id` as Docker names allow it (containers, volumes: ``[a-zA-Z0-9_.-]``): every other
+    run of characters becomes ``-``. A task named ``Parallel TF-IDF Similarity Search`` (SkillsBench's
+    ``[task] name``) gives run folders, hence run ids, with spaces."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id)
 
 
 @dataclass(frozen=True)
@@ -329,7 +335,7 @@ class DockerSandbox(SidecarSandbox):
         self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
         self._user = self.task.agent_user or defaults.user
         network = self._ensure_network()
-        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{self.run_id[-24:]}-"))
+        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{docker_name(self.run_id)[-24:]}-"))
         self._mount_dir.chmod(0o700)
         self._token = secrets.token_urlsafe(24)
         token_file = self._mount_dir / "token"
@@ -338,6 +344,7 @@ class DockerSandbox(SidecarSandbox):
         environment = self.task.spec.environment
         sized = {} if self.installs_writable else self._sized_volumes(environment.storage_mb)
         role = "install" if self.installs_writable else "rollout"
+        name = docker_name(self.run_id)
         try:
             self.container = engine.containers.run(
                 image,
@@ -345,7 +352,7 @@ class DockerSandbox(SidecarSandbox):
                 command=["--token-file", f"{MOUNT_POINT}/token"],
                 detach=True,
                 init=True,
-                name=f"reroll-{self.run_id}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
+                name=f"reroll-{name}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
                 hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
                 labels={
                     MANAGED_LABEL: "1",
@@ -385,7 +392,7 @@ class DockerSandbox(SidecarSandbox):
         """Make the sandbox's sized file system and its volumes: container path → volume name."""
         owner = owner_label()
         self._disk = disk.SizedDisk.create(
-            self.run_id, storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
+            docker_name(self.run_id), storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
         )
         volumes = {}
         for target, folder in ((self.layout.workspace, "app"), ("/tmp", "tmp")):
@@ -481,15 +488,7 @@ class DockerSandbox(SidecarSandbox):
             Environment for the installer: the host's CA bundle (copied in) for pip and
             requests, since the host may reach the internet through a proxy with its own CA.
         """
-        env: dict[str, str] = {}
-        bundle = host_ca_bundle()
-        if bundle is not None and self.connected:
-            await self.put_file(HOST_CA_PATH, bundle.read_bytes())
-            env = {
-                "PIP_CERT": HOST_CA_PATH,
-                "SSL_CERT_FILE": HOST_CA_PATH,
-                "REQUESTS_CA_BUNDLE": HOST_CA_PATH,
-            }
+        env = await trust_host_ca(self) if self.connected else {}
         if self.policy == "full" or self.container is None:
             yield env
             return

@@ -8,9 +8,11 @@
 - ``reroll/debian:<variant>-<hash>`` (alias ``reroll/debian:<variant>``), the catalogue: Debian
   bookworm and trixie, each without Python (minbase and CA certificates) and with it (``python3``,
   venv, pip, ``python`` on PATH, pip allowed to install system-wide as in the official ``python``
-  images), built the same way on first use. A task Dockerfile ``FROM`` a common public base that is
-  not local (``debian:trixie-slim``, ``python:3.11-slim``… see `PUBLIC_BASES`) is built from its
-  catalogue image instead, and the build log says so; ``--image-map`` chooses otherwise.
+  images), and bookworm whose pip installs system-wide (``bookworm-pip-system``), built the same
+  way on first use. A task Dockerfile ``FROM`` a common public base that is not local
+  (``debian:trixie-slim``, ``python:3.11-slim``, ``ubuntu:24.04``… see `PUBLIC_BASES`, which says
+  how the stand-ins for Ubuntu differ) is built from its catalogue image instead, and the build log
+  says so; ``--image-map`` chooses otherwise.
 - ``reroll/task-<name>:<hash>``: a task's ``environment/Dockerfile`` (often ``FROM reroll/base:bookworm``),
   as it is: reroll adds nothing to it. The sidecar is not part of any image: the docker backend
   mounts the self-contained sidecar bundle (`reroll.sandbox.sidecar_bundle`) into every container.
@@ -29,6 +31,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -36,10 +39,12 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from docker.models.images import Image
+import requests
+import urllib3
 from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, host_ca_bundle
+from reroll.sandbox.base import HOST_CA_VARIABLES
 from reroll.tasks.task import SKILLS_FOLDER, Task, without_skill_copies
 
 IMAGES = resources.files("reroll") / "images"
@@ -170,16 +175,21 @@ class Recipe:
     """What a debootstrapped image holds: a Debian `suite` and `packages` beyond minbase.
 
     `python` also removes the ``EXTERNALLY-MANAGED`` marker (PEP 668), so ``pip install`` works
-    system-wide as in the official ``python`` images these stand in for.
+    system-wide as in the official ``python`` images these stand in for. `pip_config` is written to
+    ``/etc/pip.conf`` (read by every later pip, also one that apt installs in a task's Dockerfile).
     """
 
     suite: str
     packages: tuple[str, ...]
     python: bool = False
+    pip_config: str = ""
 
     def digest(self) -> str:
-        """12 hex digits of the suite, the packages and `_BASE_RECIPE` (changes with any of them)."""
-        return _digest(self.suite.encode(), _BASE_RECIPE.encode(), " ".join(self.packages).encode())
+        """12 hex digits of the suite, the packages, `pip_config` and `_BASE_RECIPE` (changes with any)."""
+        parts = [self.suite.encode(), _BASE_RECIPE.encode(), " ".join(self.packages).encode()]
+        if self.pip_config:  # so the hashes of the recipes without one stay as they were
+            parts.append(self.pip_config.encode())
+        return _digest(*parts)
 
 
 _WITH_PYTHON = ("ca-certificates", "python3", "python3-venv", "python3-pip", "python-is-python3")
@@ -189,8 +199,13 @@ CATALOGUE: dict[str, Recipe] = {
     "bookworm-python": Recipe("bookworm", _WITH_PYTHON, python=True),
     "trixie": Recipe("trixie", ("ca-certificates",)),
     "trixie-python": Recipe("trixie", _WITH_PYTHON, python=True),
+    "bookworm-pip-system": Recipe(
+        "bookworm", ("ca-certificates",), pip_config="[global]\nbreak-system-packages = true\n"
+    ),
 }
-"""The local catalogue, by variant: ``reroll/debian:<variant>``, built with debootstrap on first use."""
+"""The local catalogue, by variant: ``reroll/debian:<variant>``, built with debootstrap on first use.
+``bookworm-pip-system`` is ``bookworm`` whose pip installs system-wide without
+``--break-system-packages`` (``/etc/pip.conf``), as on Ubuntu 22.04, which has no PEP 668 marker."""
 
 PUBLIC_BASES: dict[str, str] = {
     **dict.fromkeys(
@@ -216,11 +231,19 @@ PUBLIC_BASES: dict[str, str] = {
         ("python:3.13", "python:3.13-trixie", "python:3.13-slim", "python:3.13-slim-trixie"),
         "trixie-python",
     ),
+    **dict.fromkeys(("ubuntu:24.04", "ubuntu:noble"), "bookworm"),
+    **dict.fromkeys(("ubuntu:22.04", "ubuntu:jammy"), "bookworm-pip-system"),
 }
 """Public images (as Dockerfiles name them, also with a ``docker.io/`` or ``library/`` prefix) →
 the catalogue variant that stands in for them when they are not local: same Debian release, same
-Python minor version. Other bases (``ubuntu:24.04``, ``python:3.12``) have no equal here: map them
-yourself (``--image-map``)."""
+Python minor version. Ubuntu has no equal here; Debian bookworm stands in for it (SkillsBench
+tasks start ``FROM ubuntu:24.04`` and apt-get install ``python3-pip``): apt works as on Ubuntu
+(Debian's archive: ``main`` only, no ``universe``; a few package names differ), its ``python3`` is
+3.11 where Ubuntu 24.04 has 3.12 and 22.04 has 3.10 (wheels pinned for those mostly exist for
+3.11 too; trixie's 3.13 lacks many older pins), and pip refuses system installs without
+``--break-system-packages`` (PEP 668) as on 24.04, but not for ``ubuntu:22.04``, as there (see
+`CATALOGUE`). Other bases (``ubuntu:20.04``, ``python:3.12``) have no equal: map them yourself
+(``--image-map``)."""
 
 
 def catalogue_variant(image: str) -> str | None:
@@ -264,6 +287,8 @@ def _debootstrap_image(client: docker.DockerClient, tag: str, recipe: Recipe, lo
             labels += f" reroll.python={python}"
             if recipe.python:
                 (root / f"usr/lib/python{python}/EXTERNALLY-MANAGED").unlink(missing_ok=True)
+        if recipe.pip_config:
+            (root / "etc/pip.conf").write_text(recipe.pip_config)
         tarball = Path(workdir) / "rootfs.tar"
         _run(
             ["tar", "--numeric-owner", "-C", str(root), "-cf", str(tarball), "."],
@@ -301,16 +326,46 @@ def ensure_catalogue(client: docker.DockerClient, variant: str, log: Log = logge
     return tag
 
 
-def _build(client: docker.DockerClient, what: str, **kwargs: object) -> Image:
-    """``docker build`` with reroll's label; errors name `what` and carry the log's end."""
+def _build(client: docker.DockerClient, what: str, timeout_seconds: float, **kwargs: object) -> None:
+    """``docker build`` with reroll's label, cut at `timeout_seconds` (a task's
+    ``environment.build_timeout_sec``, Harbor's field). The limit is checked at each line of the
+    build's output, and a build that prints nothing for that long is cut as well (the HTTP read
+    timeout), so a build ends within twice the limit at worst; the daemon stops a build whose
+    connection closes.
+
+    Raises:
+        ImageBuildError: the build failed (naming `what`, with the log's end) or ran out of time.
+    """
+    started = time.monotonic()
+    output: list[str] = []
+    overtime = ImageBuildError(
+        f"docker build of {what} took longer than its {timeout_seconds:g} s "
+        f"(the task's environment.build_timeout_sec)"
+    )
     try:
-        image, _ = client.images.build(rm=True, forcerm=True, labels={MANAGED_LABEL: "1"}, **kwargs)
-    except docker.errors.BuildError as exc:
-        output = "".join(str(item.get("stream") or item.get("error") or "") for item in exc.build_log)
-        raise ImageBuildError(f"docker build of {what} failed: {exc.msg}\n{output[-3000:]}") from exc
+        stream = client.api.build(
+            rm=True,
+            forcerm=True,
+            labels={MANAGED_LABEL: "1"},
+            decode=True,
+            timeout=timeout_seconds,
+            **kwargs,
+        )
+        for chunk in stream:
+            output.append(str(chunk.get("stream") or chunk.get("error") or ""))
+            if "error" in chunk:
+                raise ImageBuildError(
+                    f"docker build of {what} failed: {chunk['error']}\n{''.join(output)[-3000:]}"
+                )
+            if time.monotonic() - started > timeout_seconds:
+                stream.close()
+                raise overtime
     except docker.errors.APIError as exc:
         raise ImageBuildError(f"docker build of {what} failed: {exc}") from exc
-    return image
+    except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        if time.monotonic() - started >= timeout_seconds:
+            raise overtime from exc
+        raise ImageBuildError(f"docker build of {what} failed: {exc}") from exc
 
 
 def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images:
@@ -359,10 +414,11 @@ def trust_host_ca(dockerfile: str) -> str:
     """`dockerfile` with the host's CA bundle trusted after every FROM line: copied from the build
     context (`BUILD_CA_FILE`) to `BUILD_CA_PATH`, named by ``PIP_CERT``, ``SSL_CERT_FILE`` and
     ``REQUESTS_CA_BUNDLE``. So ``pip install`` in a task's Dockerfile works where the host reaches
-    PyPI through a TLS-intercepting proxy, as the agent installs do (`DockerSandbox.egress`)."""
+    PyPI through a TLS-intercepting proxy, as installs, agents and verifiers do
+    (`reroll.sandbox.base.trust_host_ca`)."""
     trust = (
         f"COPY {BUILD_CA_FILE} {BUILD_CA_PATH}\n"
-        f"ENV PIP_CERT={BUILD_CA_PATH} SSL_CERT_FILE={BUILD_CA_PATH} REQUESTS_CA_BUNDLE={BUILD_CA_PATH}"
+        f"ENV {' '.join(f'{name}={BUILD_CA_PATH}' for name in HOST_CA_VARIABLES)}"
     )
     return _FROM.sub(lambda match: f"{match[0]}\n{trust}", dockerfile)
 
@@ -376,8 +432,8 @@ def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableE
         f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
         f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
         f"{first}={BASE_ALIAS} (run, job, continue, continue-job, replay and branch take it; a job file's "
-        f"sandbox_config: {{image_map: …}}). reroll's catalogue stands in for "
-        f"common Debian and Python bases by itself ({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). "
+        f"sandbox_config: {{image_map: …}}). reroll's catalogue stands in for common Debian, Ubuntu "
+        f"and Python bases by itself ({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). "
         f"Docker said: {cause[-500:]}"
     )
 
@@ -455,7 +511,14 @@ def task_image(
             mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
             mapped.write_text(dockerfile, encoding="utf-8")
             try:
-                _build(client, str(task.dockerfile), path=str(build_context), dockerfile=str(mapped), tag=tag)
+                _build(
+                    client,
+                    str(task.dockerfile),
+                    task.spec.environment.build_timeout_sec,
+                    path=str(build_context),
+                    dockerfile=str(mapped),
+                    tag=tag,
+                )
             except ImageBuildError as exc:
                 missing = [image for image in bases if not _exists(client, image)]
                 if missing:

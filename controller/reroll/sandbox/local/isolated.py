@@ -55,9 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
-from reroll.cache import cache_dir, host_ca_bundle
+from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
-from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout
+from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout, trust_host_ca
 from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
@@ -83,8 +83,6 @@ from reroll.tasks.task import DEFAULT_WORKDIR, Task
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""
 PROBE_TIMEOUT_SECONDS = 10.0
-HOST_CA_PATH = "/etc/reroll/host-ca.pem"
-"""Where `IsolatedSandbox.egress` puts the host's CA bundle (the docker backend's path too)."""
 PASTA_PID_TIMEOUT_SECONDS = 2.0
 """How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
 PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
@@ -210,13 +208,10 @@ class IsolatedSandbox(SidecarSandbox):
         """Outbound access while inside (to install agents): ``full`` has it (pasta); ``none``
         gets an HTTP CONNECT proxy inside the sandbox's network namespace while the context
         lasts, named by the usual proxy variables. Either way the host's CA bundle is copied in
-        (`HOST_CA_PATH`) and named for pip and requests: the host may reach the internet through
-        a proxy with its own CA, and an interpreter of the agents folder has no system bundle."""
-        env: dict[str, str] = {}
-        bundle = host_ca_bundle()
-        if bundle is not None and self.connected:
-            await self.put_file(HOST_CA_PATH, bundle.read_bytes())
-            env = {name: HOST_CA_PATH for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
+        and named for pip and requests (`reroll.sandbox.base.trust_host_ca`): the host may reach
+        the internet through a proxy with its own CA, and an interpreter of the agents folder has
+        no system bundle."""
+        env = await trust_host_ca(self) if self.connected else {}
         if self._forwarder is None or self.policy != "none":
             yield env
             return
