@@ -30,11 +30,11 @@ from pathlib import Path
 from reroll_contracts.errors import AgentError, ConfigError
 from rich.console import Console
 
-from reroll.jobs.executors import Attempt
+from reroll.jobs.executors import Attempt, RecordedTask
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
-from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
+from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
@@ -138,6 +138,8 @@ async def branch(
                     index=index,
                     options=options,
                 ),
+                reads=(original.path,),
+                recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
             ),
             checkpoint.task.name,
             checkpoint.agent.name,

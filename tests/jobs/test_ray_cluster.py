@@ -1,0 +1,186 @@
+"""``--executor ray`` on a two-node cluster that shares no file system with the controller.
+
+The head node runs on this machine (no CPU, so it runs no rollout); the worker node is a Docker
+container with its own file system (host network, so Ray's many ports need no mapping), holding
+reroll installed from the wheel into a venv of Debian bookworm's Python 3.11 (the host's minor
+version: Ray is told to match minor versions only). Rollouts run there in the ``local-plain``
+sandbox; their task folder travels to the container and their run folders come back. The job's
+summary must equal a one-node (asyncio) run's.
+
+The worker image is built once per content (base image, wheel, locked requirements, the host's CA
+bundle), so the suite builds it once; Docker's layer cache keeps the requirements layer (ray and
+the rest from PyPI, through the host's TLS-intercepting proxy) across wheel changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from reroll.cache import host_ca_bundle
+from reroll.jobs.folder_archive import pack
+from reroll.runfolder.summary import JobSummary
+from reroll.sandbox.docker.images import BUILD_CA_FILE, ensure_images, trust_host_ca
+
+from tests.conftest import EXAMPLES, ROOT, UV, build_test_image
+from tests.jobs.test_ray_executor import comparable
+
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+
+pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")
+
+BIN = Path(sys.executable).parent
+WORKER_VENV = "/opt/reroll"
+MATCH_MINOR = {"RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL": "minor"}
+"""Ray refuses a node whose Python differs in the patch version unless told so (3.11.2 vs the host's)."""
+OBJECT_STORE_BYTES = 100 * 1024 * 1024
+WORKER_DOCKERFILE = """FROM {base}
+COPY requirements.txt /tmp/requirements.txt
+RUN python3 -m venv {venv} && {venv}/bin/pip install -q --no-cache-dir -r /tmp/requirements.txt
+COPY {wheel} /tmp/{wheel}
+RUN {venv}/bin/pip install -q --no-cache-dir --no-deps /tmp/{wheel}
+ENV RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor PATH={venv}/bin:$PATH
+"""
+
+
+@pytest.fixture(scope="module")
+def worker_image(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The worker node's image: reroll's base image plus a venv with the wheel at the locked versions."""
+    requirements = tmp_path_factory.mktemp("requirements") / "requirements.txt"
+    export = [UV, "export", "--quiet", "--frozen", "--no-hashes", "--no-emit-project", "--extra", "ray"]
+    subprocess.run([*export, "--project", str(ROOT), "--output-file", str(requirements)], check=True)
+    client = docker.from_env()
+    try:
+        base = ensure_images(client).base
+        dockerfile = WORKER_DOCKERFILE.format(base=base, venv=WORKER_VENV, wheel=wheel.name)
+        files = {"requirements.txt": requirements.read_bytes(), wheel.name: wheel.read_bytes()}
+        ca = host_ca_bundle()
+        if ca is not None:
+            dockerfile = trust_host_ca(dockerfile)
+            files[BUILD_CA_FILE] = ca.read_bytes()
+        return build_test_image(client, "reroll-test/ray-worker", dockerfile, files, network="host")
+    finally:
+        client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _alive_nodes(address: str) -> int:
+    script = (
+        "import ray; ray.init(address=%r, logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
+    )
+    done = subprocess.run(
+        [str(BIN / "python"), "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | MATCH_MINOR,
+    )
+    return int(done.stdout.strip() or 0)
+
+
+@pytest.fixture(scope="module")
+def cluster(worker_image: str) -> Iterator[tuple[str, str]]:
+    """``(address, container name)`` of a running two-node cluster: the head here (0 CPUs), the
+    worker node in a container (2 CPUs). Both are stopped after the module, by their ids."""
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    temp = Path(tempfile.mkdtemp(prefix="rr-ray-", dir="/tmp"))  # short: Ray's socket paths
+    head = subprocess.Popen(
+        [
+            *(str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=0"),
+            *("--node-ip-address=127.0.0.1", f"--temp-dir={temp}", "--include-dashboard=false"),
+            *("--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=os.environ | MATCH_MINOR,
+    )
+    container = f"reroll-test-ray-worker-{port}"
+    try:
+        subprocess.run(
+            [
+                *("docker", "run", "--detach", "--rm", "--name", container, "--network", "host"),
+                *("--shm-size", "256m", "--label", "reroll.managed=1", worker_image),
+                *("ray", "start", f"--address={address}", "--node-ip-address=127.0.0.1", "--num-cpus=2"),
+                *("--block", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 180
+        while _alive_nodes(address) < 2:
+            assert time.monotonic() < deadline, "the worker node did not join in 180 s"
+            assert head.poll() is None, "the head node exited"
+            time.sleep(2)
+        yield address, container
+    finally:
+        subprocess.run(["docker", "rm", "--force", container], capture_output=True, timeout=60)
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)
+        _kill_leftovers(temp)
+
+
+def _kill_leftovers(temp: Path) -> None:
+    """SIGKILL what is left of the head node's processes (they name `temp` on their command line)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(temp).encode() in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def _job(name: str, cwd: Path, *extra: str) -> JobSummary:
+    """``reroll job`` of 3 oracle rollouts of hello-file on ``local-plain``; its summary."""
+    argv = [
+        *(str(BIN / "reroll"), "job", "--task", str(EXAMPLES / "hello-file"), "--agent", "oracle"),
+        *("--repeats", "3", "--concurrency", "2", "--sandbox", "local-plain", "--job-name", name, *extra),
+    ]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, cwd=cwd, timeout=600, env=os.environ | MATCH_MINOR
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return JobSummary.model_validate_json((cwd / "jobs" / name / "summary.json").read_bytes())
+
+
+def test_two_node_job_equals_a_one_node_job(cluster: tuple[str, str], tmp_path: Path) -> None:
+    """The rollouts run in the container (the head has no CPU); the summary equals an in-process
+    run's, every run folder came back whole, and the task folder sits in the worker's cache."""
+    address, container = cluster
+    started = time.monotonic()
+    on_cluster = _job("two", tmp_path, "--executor", "ray", "--ray-address", address)
+    seconds = time.monotonic() - started
+    one_node = _job("one", tmp_path)
+    assert comparable(on_cluster) == comparable(one_node)
+    assert on_cluster.totals.status_counts == {"ok": 3}
+    runs = [tmp_path / "jobs" / "two" / rollout.name for rollout in on_cluster.rollouts]
+    for run in runs:
+        assert json.loads((run / "result.json").read_text())["rewards"] == {"reward": 1.0}
+        assert (run / "config.json").is_file()
+    task = pack(EXAMPLES / "hello-file")
+    cached = subprocess.run(
+        ["docker", "exec", container, "ls", f"/root/.cache/reroll/ray/folders/{task.digest}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert "task.md" in cached.stdout.split(), cached.stdout + cached.stderr
+    sizes = [len(pack(run).data) for run in runs]
+    print(f"\ntwo-node job: {seconds:.1f} s; task archive {len(task.data)} B; run folders {sizes} B")
