@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import socket
 import tarfile
 from pathlib import Path
 
@@ -20,6 +21,7 @@ def make_folder(root: Path) -> Path:
     (root / "sub" / "solve.sh").write_text("#!/bin/sh\necho hi\n")
     (root / "sub" / "solve.sh").chmod(0o755)
     (root / "link").symlink_to("sub/solve.sh")
+    (root / "hard").hardlink_to(root / "task.md")  # packed as a second file
     return root
 
 
@@ -27,11 +29,20 @@ def test_round_trip_keeps_files_modes_links_and_empty_folders(tmp_path: Path) ->
     packed = pack(make_folder(tmp_path / "src"))
     unpack(packed.data, tmp_path / "out", source="test")
     out = tmp_path / "out"
-    assert (out / "task.md").read_text() == "hello\n"
+    assert (out / "task.md").read_text() == (out / "hard").read_text() == "hello\n"
     assert os.access(out / "sub" / "solve.sh", os.X_OK)
     assert os.readlink(out / "link") == "sub/solve.sh"
     assert (out / "sub" / "empty").is_dir()
     assert pack(out).digest == packed.digest
+
+
+def test_sockets_and_fifos_are_left_out(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "src")
+    os.mkfifo(folder / "fifo")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(folder / "sock"))
+        unpack(pack(folder).data, tmp_path / "out", source="test")
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["hard", "link", "sub", "task.md"]
 
 
 def test_the_digest_follows_content_not_times(tmp_path: Path) -> None:

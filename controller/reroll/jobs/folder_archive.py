@@ -39,11 +39,11 @@ class PackedFolder:
 
 
 def pack(folder: Path) -> PackedFolder:
-    """Pack `folder` (its files, sub-folders and links; links are kept as links, never followed).
+    """Pack `folder`: its files, sub-folders and links (kept as links, never followed); sockets,
+    FIFOs and devices are left out.
 
     Raises:
-        JobError: a link in `folder` points outside it (absolute, or up through ``..``), or it holds
-            something other than files, folders and links (a socket, a FIFO, a device).
+        JobError: a link in `folder` points outside it (absolute, or up through ``..``).
         OSError: `folder` cannot be read (e.g. it does not exist).
     """
     folder = Path(folder)
@@ -54,10 +54,9 @@ def pack(folder: Path) -> PackedFolder:
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for path in _walk(folder):
             name = path.relative_to(folder).as_posix()
-            info = archive.gettarinfo(str(path), arcname=name)
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mode &= 0o777
+            info = _member(path, name)
+            if info is None:
+                continue  # a socket, FIFO or device (a process's endpoint, not content): left out
             if info.issym():
                 if not _inside(PurePosixPath(name).parent, info.linkname):
                     raise JobError(f"{path}: a link to {info.linkname}, outside {folder}; it cannot travel")
@@ -71,9 +70,24 @@ def pack(folder: Path) -> PackedFolder:
                 info.size = len(data)
                 content.update(f"f\0{name}\0{info.mode:o}\0{len(data)}\0".encode() + data)
                 archive.addfile(info, io.BytesIO(data))
-            else:
-                raise JobError(f"{path}: neither a file, a folder nor a link; it cannot travel")
     return PackedFolder(content.hexdigest(), gzip.compress(raw.getvalue(), compresslevel=6, mtime=0))
+
+
+def _member(path: Path, name: str) -> tarfile.TarInfo | None:
+    """The tar header of `path` named `name` (owners left out, every file whole: a hard link is
+    packed as a file), or None for what is neither a file, a folder nor a link."""
+    status = os.lstat(path)
+    info = tarfile.TarInfo(name)
+    info.mode, info.mtime = stat.S_IMODE(status.st_mode) & 0o777, int(status.st_mtime)
+    if stat.S_ISLNK(status.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+    elif stat.S_ISDIR(status.st_mode):
+        info.type = tarfile.DIRTYPE
+    elif stat.S_ISREG(status.st_mode):
+        info.type = tarfile.REGTYPE
+    else:
+        return None
+    return info
 
 
 def _walk(folder: Path) -> list[Path]:

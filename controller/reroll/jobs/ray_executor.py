@@ -126,7 +126,7 @@ def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder]) -> Returned:
     root = worker_root()
     (root / "runs").mkdir(parents=True, exist_ok=True)
     folders = {folder.source: _cached(folder, root / "folders") for folder in inputs}
-    with tempfile.TemporaryDirectory(prefix="run-", dir=root / "runs") as name:
+    with tempfile.TemporaryDirectory(prefix="run-", dir=root / "runs", ignore_cleanup_errors=True) as name:
         scratch = Path(name)
         tasks_dir = None
         if attempt.recorded_task is not None and attempt.recorded_task.path in folders:
@@ -219,7 +219,8 @@ class RayExecutor:
 
         Raises:
             InfrastructureError: Ray lost the task (worker or node died, task cancelled).
-            JobError: a folder the attempt reads cannot travel (a link out of it).
+            JobError: a folder the attempt reads cannot travel (a link out of it); raised inside the
+                task when its run folder holds one.
             RunFolderError: the run folder came back unsafe (a member out of it).
             Exception: whatever the attempt itself raised, unwrapped.
         """
