@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,8 +43,14 @@ pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray
 
 BIN = Path(sys.executable).parent
 WORKER_VENV = "/opt/reroll"
-MATCH_MINOR = {"RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL": "minor"}
-"""Ray refuses a node whose Python differs in the patch version unless told so (3.11.2 vs the host's)."""
+CLUSTER_ENV = {
+    "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL": "minor",
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": secrets.token_hex(32),
+}
+"""The environment of every process of the test's cluster (head, worker node, drivers): Ray refuses
+a node whose Python differs in the patch version unless told so (3.11.2 vs the host's), and a
+cluster gets a token of its own (else Ray would take ``~/.ray/auth_token`` on one side only)."""
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 WORKER_DOCKERFILE = """FROM {base}
 COPY requirements.txt /tmp/requirements.txt
@@ -79,6 +87,12 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _node_ports() -> list[str]:
+    """Free ports for a node's fixed-port services: both nodes share this host's network, and
+    other engineers' Ray instances may hold the defaults."""
+    return [f"--dashboard-agent-listen-port={_free_port()}", f"--metrics-export-port={_free_port()}"]
+
+
 def _alive_nodes(address: str) -> int:
     script = (
         "import ray; ray.init(address=%r, logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
@@ -88,7 +102,7 @@ def _alive_nodes(address: str) -> int:
         capture_output=True,
         text=True,
         timeout=60,
-        env=os.environ | MATCH_MINOR,
+        env=os.environ | CLUSTER_ENV,
     )
     return int(done.stdout.strip() or 0)
 
@@ -105,24 +119,30 @@ def cluster(worker_image: str) -> Iterator[tuple[str, str]]:
             *(str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=0"),
             *("--node-ip-address=127.0.0.1", f"--temp-dir={temp}", "--include-dashboard=false"),
             *("--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"),
+            *(f"--ray-client-server-port={_free_port()}", f"--dashboard-port={_free_port()}"),
+            *_node_ports(),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env=os.environ | MATCH_MINOR,
+        env=os.environ | CLUSTER_ENV,
     )
     container = f"reroll-test-ray-worker-{port}"
     try:
         subprocess.run(
             [
                 *("docker", "run", "--detach", "--rm", "--name", container, "--network", "host"),
-                *("--shm-size", "256m", "--label", "reroll.managed=1", worker_image),
+                *("--shm-size", "256m", "--label", "reroll.managed=1"),
+                *(arg for name in CLUSTER_ENV for arg in ("--env", name)),  # values from this environment
+                worker_image,
                 *("ray", "start", f"--address={address}", "--node-ip-address=127.0.0.1", "--num-cpus=2"),
                 *("--block", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"),
+                *_node_ports(),
             ],
             check=True,
             capture_output=True,
             timeout=60,
+            env=os.environ | CLUSTER_ENV,
         )
         deadline = time.monotonic() + 180
         while _alive_nodes(address) < 2:
@@ -133,8 +153,13 @@ def cluster(worker_image: str) -> Iterator[tuple[str, str]]:
     finally:
         subprocess.run(["docker", "rm", "--force", container], capture_output=True, timeout=60)
         os.killpg(head.pid, signal.SIGTERM)
-        head.wait(timeout=60)
+        try:
+            head.wait(timeout=20)
+        except subprocess.TimeoutExpired:  # `ray start --block` may outlive its children
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=20)
         _kill_leftovers(temp)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _kill_leftovers(temp: Path) -> None:
@@ -154,7 +179,7 @@ def _job(name: str, cwd: Path, *extra: str) -> JobSummary:
         *("--repeats", "3", "--concurrency", "2", "--sandbox", "local-plain", "--job-name", name, *extra),
     ]
     done = subprocess.run(
-        argv, capture_output=True, text=True, cwd=cwd, timeout=600, env=os.environ | MATCH_MINOR
+        argv, capture_output=True, text=True, cwd=cwd, timeout=600, env=os.environ | CLUSTER_ENV
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return JobSummary.model_validate_json((cwd / "jobs" / name / "summary.json").read_bytes())
