@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -37,7 +38,7 @@ from reroll.sandbox.docker.images import BUILD_CA_FILE, ensure_images, trust_hos
 from tests.conftest import EXAMPLES, ROOT, UV, build_test_image
 from tests.jobs.test_ray_executor import comparable
 
-pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(900)]  # an image build on first use
 
 pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")
 
@@ -52,6 +53,7 @@ CLUSTER_ENV = {
 a node whose Python differs in the patch version unless told so (3.11.2 vs the host's), and a
 cluster gets a token of its own (else Ray would take ``~/.ray/auth_token`` on one side only)."""
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
+NODE_LOG = "/tmp/ray-node.log"
 WORKER_DOCKERFILE = """FROM {base}
 COPY requirements.txt /tmp/requirements.txt
 RUN python3 -m venv {venv} && {venv}/bin/pip install -q --no-cache-dir -r /tmp/requirements.txt
@@ -94,9 +96,9 @@ def _node_ports() -> list[str]:
 
 
 def _alive_nodes(address: str) -> int:
-    script = (
-        "import ray; ray.init(address=%r, logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
-    )
+    """How many nodes of the cluster at `address` are alive (0 while it cannot be reached)."""
+    script = f"import ray; ray.init(address={address!r}, logging_level='ERROR')\n"
+    script += "print(sum(node['Alive'] for node in ray.nodes()))"
     done = subprocess.run(
         [str(BIN / "python"), "-c", script],
         capture_output=True,
@@ -128,16 +130,18 @@ def cluster(worker_image: str) -> Iterator[tuple[str, str]]:
         env=os.environ | CLUSTER_ENV,
     )
     container = f"reroll-test-ray-worker-{port}"
+    node = [
+        *("ray", "start", f"--address={address}", "--node-ip-address=127.0.0.1", "--num-cpus=2"),
+        *("--block", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"),
+        *_node_ports(),
+    ]
     try:
         subprocess.run(
             [
-                *("docker", "run", "--detach", "--rm", "--name", container, "--network", "host"),
+                *("docker", "run", "--detach", "--name", container, "--network", "host"),
                 *("--shm-size", "256m", "--label", "reroll.managed=1"),
                 *(arg for name in CLUSTER_ENV for arg in ("--env", name)),  # values from this environment
-                worker_image,
-                *("ray", "start", f"--address={address}", "--node-ip-address=127.0.0.1", "--num-cpus=2"),
-                *("--block", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"),
-                *_node_ports(),
+                *(worker_image, "sh", "-c", f"exec {shlex.join(node)} >{NODE_LOG} 2>&1"),
             ],
             check=True,
             capture_output=True,
@@ -146,7 +150,7 @@ def cluster(worker_image: str) -> Iterator[tuple[str, str]]:
         )
         deadline = time.monotonic() + 180
         while _alive_nodes(address) < 2:
-            assert time.monotonic() < deadline, "the worker node did not join in 180 s"
+            assert time.monotonic() < deadline, f"the worker node did not join in 180 s: {_logs(container)}"
             assert head.poll() is None, "the head node exited"
             time.sleep(2)
         yield address, container
@@ -162,6 +166,15 @@ def cluster(worker_image: str) -> Iterator[tuple[str, str]]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _logs(container: str) -> str:
+    """The end of the worker node's ``ray start`` output (``docker logs`` may be off on the host)."""
+    with tempfile.TemporaryDirectory() as folder:
+        copy = ["docker", "cp", f"{container}:{NODE_LOG}", folder]
+        subprocess.run(copy, capture_output=True, timeout=60)
+        log = Path(folder) / Path(NODE_LOG).name
+        return log.read_text()[-3000:] if log.is_file() else "(no log)"
+
+
 def _kill_leftovers(temp: Path) -> None:
     """SIGKILL what is left of the head node's processes (they name `temp` on their command line)."""
     for proc in Path("/proc").iterdir():
@@ -172,14 +185,15 @@ def _kill_leftovers(temp: Path) -> None:
             continue
 
 
-def _job(name: str, cwd: Path, *extra: str) -> JobSummary:
-    """``reroll job`` of 3 oracle rollouts of hello-file on ``local-plain``; its summary."""
+def _job(name: str, cwd: Path, *extra: str, env: dict[str, str] | None = None) -> JobSummary:
+    """``reroll job`` of 3 oracle rollouts of hello-file on ``local-plain`` (`env` added to the
+    environment); its summary."""
     argv = [
         *(str(BIN / "reroll"), "job", "--task", str(EXAMPLES / "hello-file"), "--agent", "oracle"),
         *("--repeats", "3", "--concurrency", "2", "--sandbox", "local-plain", "--job-name", name, *extra),
     ]
     done = subprocess.run(
-        argv, capture_output=True, text=True, cwd=cwd, timeout=600, env=os.environ | CLUSTER_ENV
+        argv, capture_output=True, text=True, cwd=cwd, timeout=600, env=os.environ | CLUSTER_ENV | (env or {})
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return JobSummary.model_validate_json((cwd / "jobs" / name / "summary.json").read_bytes())
@@ -190,7 +204,8 @@ def test_two_node_job_equals_a_one_node_job(cluster: tuple[str, str], tmp_path: 
     run's, every run folder came back whole, and the task folder sits in the worker's cache."""
     address, container = cluster
     started = time.monotonic()
-    on_cluster = _job("two", tmp_path, "--executor", "ray", "--ray-address", address)
+    # The cluster named by RAY_ADDRESS, as the README says.
+    on_cluster = _job("two", tmp_path, "--executor", "ray", env={"RAY_ADDRESS": address})
     seconds = time.monotonic() - started
     one_node = _job("one", tmp_path)
     assert comparable(on_cluster) == comparable(one_node)
