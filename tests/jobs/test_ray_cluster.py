@@ -14,6 +14,7 @@ the rest from PyPI, through the host's TLS-intercepting proxy) across wheel chan
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,7 +75,7 @@ def worker_image(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     try:
         base = ensure_images(client).base
         dockerfile = WORKER_DOCKERFILE.format(base=base, venv=WORKER_VENV, wheel=wheel.name)
-        files = {"requirements.txt": requirements.read_bytes(), wheel.name: wheel.read_bytes()}
+        files = {"requirements.txt": requirements.read_bytes(), wheel.name: _stable_zip(wheel)}
         ca = host_ca_bundle()
         if ca is not None:
             dockerfile = trust_host_ca(dockerfile)
@@ -81,6 +83,18 @@ def worker_image(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
         return build_test_image(client, "reroll-test/ray-worker", dockerfile, files, network="host")
     finally:
         client.close()
+
+
+def _stable_zip(wheel: Path) -> bytes:
+    """`wheel` zipped again with fixed times, in name order: the same bytes for the same content
+    (a wheel built again differs in its times only), so the image is built once, not per session."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in sorted(source.infolist(), key=lambda member: member.filename):
+            copy = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            copy.external_attr, copy.compress_type = info.external_attr, zipfile.ZIP_DEFLATED
+            target.writestr(copy, source.read(info))
+    return out.getvalue()
 
 
 def _free_port() -> int:
@@ -158,7 +172,7 @@ def cluster(worker_image: str) -> Iterator[tuple[str, str]]:
         subprocess.run(["docker", "rm", "--force", container], capture_output=True, timeout=60)
         os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=20)
+            head.wait(timeout=5)
         except subprocess.TimeoutExpired:  # `ray start --block` may outlive its children
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=20)
