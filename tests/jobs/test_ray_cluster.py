@@ -69,7 +69,9 @@ ENV RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor PATH={venv}/bin:$PATH
 def worker_image(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The worker node's image: reroll's base image plus a venv with the wheel at the locked versions."""
     requirements = tmp_path_factory.mktemp("requirements") / "requirements.txt"
-    export = [UV, "export", "--quiet", "--frozen", "--no-hashes", "--no-emit-project", "--extra", "ray"]
+    # --no-header: the header names the output path, which differs per session (and the image's hash)
+    export = [UV, "export", "--quiet", "--frozen", "--no-hashes", "--no-header", "--no-emit-project"]
+    export += ["--extra", "ray"]
     subprocess.run([*export, "--project", str(ROOT), "--output-file", str(requirements)], check=True)
     client = docker.from_env()
     try:
