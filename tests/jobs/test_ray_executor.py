@@ -6,6 +6,7 @@ and the executor-lost retry work under Ray as they do in-process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.jobs.executors import Attempt
+from reroll.jobs.executors import Attempt, RecordedTask
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import continue_job, run_job
 from reroll.rollout.continue_ import continue_run
@@ -149,6 +150,8 @@ def test_an_attempt_is_relocated_to_the_worker() -> None:
     assert isinstance(worker.run, partial)
     assert worker.run.args == (Path("/cache/f/def"),)
     assert worker.run.keywords == {"tasks_dir": Path("/s/tasks"), "output": Path("/s/jobs/j/continued")}
+    with_task = dataclasses.replace(continued, recorded_task=RecordedTask("t", Path("/tasks/t")))
+    assert with_task.folders_read == (Path("/jobs/j/r1"), Path("/tasks/t"))  # its task travels too
     unshipped = relocated(continued, {}, Path("/s"), None)  # the recorded run could not be packed
     assert isinstance(unshipped.run, partial)
     assert unshipped.run.args == (Path("/jobs/j/r1"),) and unshipped.run.keywords["tasks_dir"] == Path(

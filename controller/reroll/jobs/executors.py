@@ -74,6 +74,12 @@ class Attempt:
     """A continuation's or branch's task, which `run` finds through its ``tasks_dir`` argument or the
     recording; None when it could not be found (the attempt then fails on it, naming it)."""
 
+    @property
+    def folders_read(self) -> tuple[Path, ...]:
+        """Every folder the attempt reads: `reads`, then the recorded task's folder, if any."""
+        task = (self.recorded_task.path,) if self.recorded_task is not None else ()
+        return (*self.reads, *task)
+
 
 class Executor(Protocol):
     """Runs attempts of rollouts; used as an async context manager around a whole job.

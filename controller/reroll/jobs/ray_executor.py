@@ -225,7 +225,7 @@ class RayExecutor:
             Exception: whatever the attempt itself raised, unwrapped.
         """
         async with self._slots:
-            inputs = [shipped for folder in attempt.reads if (shipped := await self._ship(folder))]
+            inputs = [shipped for folder in attempt.folders_read if (shipped := await self._ship(folder))]
             ref = self._remote.remote(attempt, inputs)
             try:
                 returned: Returned = await ref
