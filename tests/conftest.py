@@ -261,6 +261,21 @@ def reflink_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
         mount_point.rmdir()
 
 
+UV = str(Path(sys.executable).parent / "uv")
+
+
+@pytest.fixture(scope="session")
+@spawning
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `uv build` makes from the checkout (through the sdist), once per session."""
+    dist = tmp_path_factory.mktemp("dist")
+    argv = [UV, "build", "--quiet", "--out-dir", str(dist), str(ROOT)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=dist, timeout=900)
+    assert done.returncode == 0, f"uv build exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    (built,) = dist.glob("reroll-*.whl")
+    return built
+
+
 TEST_IMAGE_LABEL = "reroll.test-image"
 """Label of the images these fixtures build (``docker image prune --filter label=…`` removes them)."""
 
@@ -275,8 +290,16 @@ RUN ["/bin/busybox", "--install", "-s", "/bin"]
 """
 
 
-def _build(client: docker.DockerClient, repository: str, dockerfile: str, files: dict[str, bytes]) -> str:
-    """Build `dockerfile` with `files` as its context, as ``repository:<hash of both>`` unless it exists."""
+def build_test_image(
+    client: docker.DockerClient,
+    repository: str,
+    dockerfile: str,
+    files: dict[str, bytes],
+    *,
+    network: str = "none",
+) -> str:
+    """Build `dockerfile` with `files` as its context, as ``repository:<hash of both>`` unless it
+    exists; its RUN steps have the docker network `network` (``none``: no network)."""
     digest = hashlib.sha256(dockerfile.encode())
     for name, content in sorted(files.items()):
         digest.update(name.encode() + hashlib.sha256(content).digest())
@@ -298,7 +321,7 @@ def _build(client: docker.DockerClient, repository: str, dockerfile: str, files:
         custom_context=True,
         tag=tag,
         rm=True,
-        network_mode="none",
+        network_mode=network,
         labels={TEST_IMAGE_LABEL: "1"},
     )
     return tag
@@ -329,8 +352,8 @@ def variant_images(docker_images: str) -> dict[str, str]:
     try:
         return {
             "trixie": ensure_catalogue(client, "trixie"),
-            "no-python": _build(client, "reroll-test/no-python", _NO_PYTHON_DOCKERFILE, {}),
-            "busybox": _build(
+            "no-python": build_test_image(client, "reroll-test/no-python", _NO_PYTHON_DOCKERFILE, {}),
+            "busybox": build_test_image(
                 client, "reroll-test/busybox", _BUSYBOX_DOCKERFILE, {"busybox": _static_busybox()}
             ),
         }

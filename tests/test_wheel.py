@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, UV
 
-UV = str(Path(sys.executable).parent / "uv")
 PACKAGE_FOLDERS = {
     "reroll": ROOT / "controller" / "reroll",
     "reroll_contracts": ROOT / "contracts" / "reroll_contracts",
@@ -37,15 +36,6 @@ def run(argv: list[str], cwd: Path) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=900)
     assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel `uv build` makes from the checkout (through the sdist)."""
-    dist = tmp_path_factory.mktemp("dist")
-    run([UV, "build", "--quiet", "--out-dir", str(dist), str(ROOT)], cwd=dist)
-    (built,) = dist.glob("reroll-*.whl")
-    return built
 
 
 @pytest.fixture(scope="module")

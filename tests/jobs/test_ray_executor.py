@@ -6,15 +6,20 @@ and the executor-lost retry work under Ray as they do in-process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from reroll.jobs.executors import Attempt, RecordedTask
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import continue_job, run_job
+from reroll.rollout.continue_ import continue_run
+from reroll.rollout.record import run_task
 from reroll.runfolder.summary import JobSummary
 from rich.console import Console
 
@@ -94,7 +99,8 @@ def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
     (rollout,) = summary["rollouts"]
     assert rollout["status"] == "ok" and rollout["attempts"] == 2
     assert "Ray lost the task" in rollout["retried_errors"][0]
-    assert (tmp_path / "jobs" / "k" / "_attempts" / "kill-worker__oracle__no-model__r1.attempt1").is_dir()
+    # The lost attempt's run folder was on the worker: none of it came back to set aside.
+    assert not (tmp_path / "jobs" / "k" / "_attempts").exists()
 
 
 @pytest.mark.slow
@@ -117,3 +123,37 @@ async def test_continue_job_on_ray_reraises_errors_from_the_task(tmp_path: Path)
     (rollout,) = summaries[1].rollouts
     assert rollout.error_category == "config" and rollout.attempts == 1
     assert rollout.error is not None and "llm_trajectory.jsonl: missing" in rollout.error
+
+
+def test_an_attempt_is_relocated_to_the_worker() -> None:
+    """On a worker, paths inside a folder the attempt reads point into the worker's copy, the run
+    folder and its parents into the scratch folder, ``tasks_dir`` to the worker's; others stay."""
+    from reroll.jobs.ray_executor import relocated
+
+    new = Attempt(
+        Path("/home/u/jobs/j/hello__r1"),
+        partial(run_task, Path("/home/u/tasks/hello"), jobs_dir=Path("/home/u/jobs"), job_name="j"),
+        reads=(Path("/home/u/tasks/hello"),),
+    )
+    worker = relocated(new, {Path("/home/u/tasks/hello"): Path("/cache/f/abc")}, Path("/scratch"), None)
+    assert worker.run_dir == Path("/scratch/home/u/jobs/j/hello__r1")
+    assert isinstance(worker.run, partial)
+    assert worker.run.args == (Path("/cache/f/abc"),)
+    assert worker.run.keywords == {"jobs_dir": Path("/scratch/home/u/jobs"), "job_name": "j"}
+
+    continued = Attempt(
+        Path("/jobs/j/continued/r1"),
+        partial(continue_run, Path("/jobs/j/r1"), tasks_dir=Path("/tasks"), output=Path("/jobs/j/continued")),
+        reads=(Path("/jobs/j/r1"),),
+    )
+    worker = relocated(continued, {Path("/jobs/j/r1"): Path("/cache/f/def")}, Path("/s"), Path("/s/tasks"))
+    assert isinstance(worker.run, partial)
+    assert worker.run.args == (Path("/cache/f/def"),)
+    assert worker.run.keywords == {"tasks_dir": Path("/s/tasks"), "output": Path("/s/jobs/j/continued")}
+    with_task = dataclasses.replace(continued, recorded_task=RecordedTask("t", Path("/tasks/t")))
+    assert with_task.folders_read == (Path("/jobs/j/r1"), Path("/tasks/t"))  # its task travels too
+    unshipped = relocated(continued, {}, Path("/s"), None)  # the recorded run could not be packed
+    assert isinstance(unshipped.run, partial)
+    assert unshipped.run.args == (Path("/jobs/j/r1"),) and unshipped.run.keywords["tasks_dir"] == Path(
+        "/tasks"
+    )

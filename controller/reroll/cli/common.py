@@ -93,7 +93,11 @@ MaxStartingOption = Annotated[
     int | None, typer.Option(help="Rollouts starting (model server, proxy, sandbox) at once [default: 4].")
 ]
 RayAddressOption = Annotated[
-    str | None, typer.Option(help="--executor ray: cluster to join [default: a local instance].")
+    str | None,
+    typer.Option(
+        envvar="RAY_ADDRESS",
+        help="--executor ray: cluster to join (auto, HOST:6379, ray://HOST:10001) [default: a local one].",
+    ),
 ]
 MaxRetriesOption = Annotated[
     int | None, typer.Option(help="Retries of infrastructure failures [default: 2].")

@@ -52,11 +52,11 @@ from reroll_contracts.errors import AgentError, ConfigError, EnvironmentStateErr
 from rich.console import Console
 
 from reroll.agents import AgentSpec
-from reroll.jobs.executors import Attempt
+from reroll.jobs.executors import Attempt, RecordedTask
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout
 from reroll.models.spec import model_slug, parse_model
-from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint
+from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
 from reroll.rollout.lifecycle import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
@@ -334,6 +334,11 @@ async def branch(
                     options=options,
                     layers=layers,
                 ),
+                reads=(
+                    original.path,
+                    *([layers] if layers and not layers.is_relative_to(original.path) else []),
+                ),
+                recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
             ),
             checkpoint.task.name,
             checkpoint.agent.name,

@@ -12,7 +12,8 @@ Executors, by name (``reroll job --executor NAME``), imported only when used:
 - ``asyncio`` (default): every rollout in this process's event loop, at most ``concurrency`` at
   once, at most ``max_starting`` of them in their start-up phase (model server, LLM proxy,
   sandbox) at once.
-- ``ray``: each attempt is a Ray task (`reroll.jobs.ray_executor`); needs ``pip install 'reroll[ray]'``.
+- ``ray``: each attempt is a Ray task (`reroll.jobs.ray_executor`), its task folder shipped to the
+  worker and its run folder back; needs ``pip install 'reroll[ray]'``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,24 @@ EXTRAS: dict[str, str] = {"ray": "reroll[ray]"}
 
 
 @dataclass(frozen=True)
+class RecordedTask:
+    """The task a continuation or a branch finds through its recording (not an argument of its call)."""
+
+    name: str
+    """The name the recording looks the task up by in ``tasks_dir``
+    (`reroll.rollout.checkpoint.original_task_name`)."""
+    path: Path
+    """The task folder found on the controller (absolute)."""
+
+
+@dataclass(frozen=True)
 class Attempt:
-    """One attempt of one rollout, as data that pickles (a Ray task receives it as it is)."""
+    """One attempt of one rollout, as data that pickles (a Ray task receives it as it is).
+
+    What it reads and writes is declared, so an executor on another machine can carry it there
+    and back (`reroll.jobs.ray_executor`): every `pathlib.Path` among the bound arguments of `run`
+    is one of `reads` (or inside one), the run folder or one of its parents.
+    """
 
     run_dir: Path
     """The run folder the attempt writes (absolute); a job sets it aside when the attempt is retried."""
@@ -50,6 +67,18 @@ class Attempt:
     """``run(start_gate=...)`` runs the attempt: a `functools.partial` of `reroll.rollout.record.run_task`,
     `reroll.rollout.continue_.continue_run` or `reroll.jobs.branch.run_branch` with every other
     argument bound."""
+    reads: tuple[Path, ...] = ()
+    """The folders (absolute) the attempt reads, each bound as an argument of `run`: the task folder
+    of a new rollout, the recorded run folder of a continuation or branch."""
+    recorded_task: RecordedTask | None = None
+    """A continuation's or branch's task, which `run` finds through its ``tasks_dir`` argument or the
+    recording; None when it could not be found (the attempt then fails on it, naming it)."""
+
+    @property
+    def folders_read(self) -> tuple[Path, ...]:
+        """Every folder the attempt reads: `reads`, then the recorded task's folder, if any."""
+        task = (self.recorded_task.path,) if self.recorded_task is not None else ()
+        return (*self.reads, *task)
 
 
 class Executor(Protocol):

@@ -3,24 +3,41 @@
 Imported only when that executor is chosen (`reroll.jobs.executors.create_executor`); needs
 ``pip install 'reroll[ray]'``.
 
-- Cluster: with no ``ray_address`` a local Ray instance is started for the job
-  (``ray.init(address="local", num_cpus=concurrency)``: one logical CPU per rollout slot, since a
-  rollout mostly waits on its agent) and shut down after it; with an address (``auto``,
-  ``ray://host:10001``) the job joins that cluster and leaves it running. Every node needs reroll
-  installed (same version) and the task folders and jobs dir at the same paths (a shared file
-  system), since a task writes its run folder where the controller will read it.
+- Cluster: with no ``ray_address`` (``--ray-address``, else ``$RAY_ADDRESS``) a local Ray instance
+  is started for the job (``ray.init(address="local", num_cpus=concurrency)``: one logical CPU per
+  rollout slot, since a rollout mostly waits on its agent) and shut down after it; with an address
+  (``auto``, ``HOST:6379``, ``ray://host:10001``) the job joins that cluster and leaves it running.
+  Every node needs reroll installed (same reroll and ray version, same Python minor version) and
+  what its sandbox backend needs (e.g. Docker for ``docker``); no file system is shared.
+- What travels, always (a local instance too, so one code path is tested): the folders an attempt
+  reads (`Attempt.reads`: its task folder; for a continuation or branch the recorded run and its
+  task) are packed once per job (`reroll.jobs.folder_archive`, gzip'd tar with a content hash),
+  put in Ray's object store, and unpacked on a worker into ``<cache>/ray/folders/<hash>/`` (fetched
+  only when that folder is missing, and kept for later jobs). The attempt runs in a fresh scratch
+  folder ``<cache>/ray/runs/<random>/`` with its path arguments rebound there (`relocated`); when it
+  ends, its run folder is packed and returned with its result, unpacked at the attempt's run
+  folder in the controller's jobs dir, and the scratch folder deleted. So a lost node loses only
+  its in-flight rollouts. Nothing else travels: agents install on each node into its own cache,
+  docker images are built on each node, API keys come from each node's environment.
 - Each task asks for 1 CPU, so a node runs at most as many rollouts as it has CPUs; the
   controller keeps at most ``concurrency`` tasks in flight. ``max_starting`` is not applied:
   a Ray worker runs one rollout at a time, and the cluster's CPUs bound what starts at once.
 - Retries: Ray's own retries are off (``max_retries=0``); a task Ray lost (its worker or node
-  died) becomes an `InfrastructureError`, which the job's loop retries with backoff like any
-  infrastructure failure, setting the partial run folder aside. An exception raised inside the
-  task (bad input found late) is re-raised as it is, as with the asyncio executor.
+  died: `ray.exceptions.WorkerCrashedError`, `ray.exceptions.NodeDiedError`, a lost object, ...)
+  becomes an `InfrastructureError`, which the job's loop retries with backoff like any
+  infrastructure failure; nothing of that attempt's run folder comes back. An exception raised by
+  the attempt inside the task (bad input found late) is re-raised as it is, as with the asyncio
+  executor, after its partial run folder came back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import functools
+import tempfile
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -28,18 +45,108 @@ import ray
 import ray.exceptions
 from reroll_contracts.errors import InfrastructureError
 
+from reroll.cache import cache_dir
 from reroll.jobs.executors import Attempt
+from reroll.jobs.folder_archive import pack, unpack
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.start import RolloutOutcome
+from reroll.runfolder.run import RunResult
 
 
-def _run_in_worker(attempt: Attempt) -> RolloutOutcome:
-    """The Ray task's body: run the attempt in a fresh event loop of the worker process."""
+@dataclasses.dataclass(frozen=True)
+class ShippedFolder:
+    """A folder an attempt reads, in Ray's object store."""
 
-    async def main() -> RolloutOutcome:
-        return await attempt.run(start_gate=None)
+    source: Path
+    """Where it is on the controller (the path the attempt's arguments name)."""
+    digest: str
+    """Its content hash (`reroll.jobs.folder_archive.PackedFolder.digest`): its cache key on a worker."""
+    data: Any
+    """The `ray.ObjectRef` of its packed bytes; a worker fetches it only on a cache miss."""
 
-    return asyncio.run(main())
+
+@dataclasses.dataclass(frozen=True)
+class Returned:
+    """What a Ray task sends back: the attempt's result or error, and its run folder packed."""
+
+    result: RunResult | None
+    """result.json of the run folder; None when the attempt raised."""
+    error: Exception | None
+    """What the attempt raised (bad input found late, or a bug), re-raised on the controller."""
+    run_folder: bytes | None
+    """The run folder (`reroll.jobs.folder_archive.pack`), None if the attempt made none."""
+
+
+def worker_root() -> Path:
+    """``<cache>/ray`` on a worker: ``folders/<hash>/`` (unpacked inputs), ``runs/`` (scratch)."""
+    return cache_dir() / "ray"
+
+
+def relocated(attempt: Attempt, folders: dict[Path, Path], scratch: Path, tasks_dir: Path | None) -> Attempt:
+    """`attempt` with its path arguments rebound for a worker: a path inside a folder of `folders`
+    (controller path → worker path) moves with it, the run folder and its parents move under
+    `scratch` (``/jobs/x`` → ``scratch/jobs/x``), ``tasks_dir`` becomes `tasks_dir` if given, and
+    any other path stays as it is (the attempt then fails on it, naming it, as it would in-process:
+    a folder that could not be packed).
+    """
+    call = attempt.run
+    assert isinstance(call, functools.partial)
+    outputs = (attempt.run_dir, *attempt.run_dir.parents)
+
+    def moved(value: Path) -> Path:
+        for source, target in folders.items():
+            if value.is_relative_to(source):
+                return target / value.relative_to(source)
+        if value in outputs:
+            return scratch / value.relative_to(value.anchor)
+        return value
+
+    def argument(value: object) -> object:
+        return moved(value) if isinstance(value, Path) else value
+
+    keywords = {key: argument(value) for key, value in call.keywords.items()}
+    if tasks_dir is not None:
+        keywords["tasks_dir"] = tasks_dir
+    run = functools.partial(call.func, *map(argument, call.args), **keywords)
+    return dataclasses.replace(attempt, run_dir=moved(attempt.run_dir), run=run)
+
+
+def _cached(folder: ShippedFolder, root: Path) -> Path:
+    """The worker's copy of `folder`: ``root/<digest>``, unpacked from the object store if missing."""
+    target = root / folder.digest
+    if not target.is_dir():
+        with contextlib.suppress(FileExistsError):  # another worker of this node unpacked it meanwhile
+            unpack(ray.get(folder.data), target, source=str(folder.source))
+    return target
+
+
+def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder]) -> Returned:
+    """The Ray task's body: fetch the inputs, run the attempt in a scratch folder in a fresh event
+    loop of the worker process, and send its run folder back."""
+    root = worker_root()
+    (root / "runs").mkdir(parents=True, exist_ok=True)
+    folders = {folder.source: _cached(folder, root / "folders") for folder in inputs}
+    with tempfile.TemporaryDirectory(prefix="run-", dir=root / "runs", ignore_cleanup_errors=True) as name:
+        scratch = Path(name)
+        tasks_dir = None
+        if attempt.recorded_task is not None and attempt.recorded_task.path in folders:
+            tasks_dir = scratch / "tasks"
+            tasks_dir.mkdir()
+            (tasks_dir / Path(attempt.recorded_task.name).name).symlink_to(
+                folders[attempt.recorded_task.path]
+            )
+        local = relocated(attempt, folders, scratch, tasks_dir)
+
+        async def main() -> RolloutOutcome:
+            return await local.run(start_gate=None)
+
+        result, error = None, None
+        try:
+            result = asyncio.run(main()).result
+        except Exception as exc:  # re-raised on the controller, after the run folder came back
+            error = exc
+        run_folder = pack(local.run_dir).data if local.run_dir.is_dir() else None
+        return Returned(result, error, run_folder)
 
 
 class RayExecutor:
@@ -50,6 +157,7 @@ class RayExecutor:
         self._slots = asyncio.Semaphore(options.concurrency)
         self._started_ray = False
         self._remote: Any = None
+        self._shipped: dict[Path, asyncio.Task[ShippedFolder | None]] = {}
 
     async def __aenter__(self) -> RayExecutor:
         """Start a local Ray instance (or join ``ray_address``).
@@ -81,21 +189,46 @@ class RayExecutor:
         traceback: TracebackType | None,
     ) -> None:
         """Shut the Ray instance down if this executor started it."""
+        self._shipped.clear()
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
 
+    async def _ship(self, folder: Path) -> ShippedFolder | None:
+        """`folder` packed and put in the object store, once per job; None when it cannot be read
+        (the attempt then fails on it on the worker, naming it, as it would in-process).
+
+        Raises:
+            JobError: `folder` holds a link out of it, or a socket, FIFO or device.
+        """
+        if folder not in self._shipped:
+            self._shipped[folder] = asyncio.create_task(self._put(folder))
+        return await self._shipped[folder]
+
+    @staticmethod
+    async def _put(folder: Path) -> ShippedFolder | None:
+        try:
+            packed = await asyncio.to_thread(pack, folder)
+        except OSError:
+            return None
+        return ShippedFolder(folder, packed.digest, ray.put(packed.data))
+
     async def run(self, attempt: Attempt) -> RolloutOutcome:
-        """Run `attempt` as a Ray task once fewer than ``concurrency`` are in flight.
+        """Run `attempt` as a Ray task once fewer than ``concurrency`` are in flight, its inputs
+        shipped to the worker and its run folder shipped back to ``attempt.run_dir``.
 
         Raises:
             InfrastructureError: Ray lost the task (worker or node died, task cancelled).
+            JobError: a folder the attempt reads cannot travel (a link out of it); raised inside the
+                task when its run folder holds one.
+            RunFolderError: the run folder came back unsafe (a member out of it).
             Exception: whatever the attempt itself raised, unwrapped.
         """
         async with self._slots:
-            ref = self._remote.remote(attempt)
+            inputs = [shipped for folder in attempt.folders_read if (shipped := await self._ship(folder))]
+            ref = self._remote.remote(attempt, inputs)
             try:
-                outcome: RolloutOutcome = await ref
+                returned: Returned = await ref
             except asyncio.CancelledError:
                 ray.cancel(ref, force=True)  # the worker dies; its rollout's children die with it
                 raise
@@ -105,4 +238,12 @@ class RayExecutor:
                 raise InfrastructureError(f"{attempt.run_dir.name}: Ray task failed: {exc}") from exc
             except ray.exceptions.RayError as exc:
                 raise InfrastructureError(f"{attempt.run_dir.name}: Ray lost the task: {exc}") from exc
-            return outcome
+            if returned.run_folder is not None:
+                data = returned.run_folder
+                await asyncio.to_thread(
+                    unpack, data, attempt.run_dir, source=f"Ray task {attempt.run_dir.name}"
+                )
+            if returned.error is not None:
+                raise returned.error
+            assert returned.result is not None
+            return RolloutOutcome(attempt.run_dir, returned.result)

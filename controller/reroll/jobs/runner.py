@@ -64,7 +64,7 @@ from rich.progress import (
 
 from reroll.agents import get_agent
 from reroll.host.llm_proxy import faults_used
-from reroll.jobs.executors import Attempt, Executor, create_executor
+from reroll.jobs.executors import Attempt, Executor, RecordedTask, create_executor
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.learning import (
     next_use,
@@ -75,6 +75,7 @@ from reroll.jobs.learning import (
 )
 from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, model_slug, parse_model
+from reroll.rollout.checkpoint import find_original_task, original_task_name
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
 from reroll.rollout.skills import select_skills
@@ -267,7 +268,8 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             job_name=name,
             run_name=rollout.name,
         )
-        return RunnerRollout(Attempt(job_dir / rollout.name, run), rollout.task, rollout.agent, rollout.model)
+        attempt = Attempt(job_dir / rollout.name, run, reads=(rollout.task_path,))
+        return RunnerRollout(attempt, rollout.task, rollout.agent, rollout.model)
 
     if spec.schedule == "sequential-shared":
         store = start_store(job_dir, spec.store)
@@ -352,9 +354,13 @@ async def continue_job(
             output=output,
         )
         task, agent, original_model = _identity(original)
-        rollouts.append(
-            RunnerRollout(Attempt(output / original.name, run), task, agent, model or original_model)
+        attempt = Attempt(
+            output / original.name,
+            run,
+            reads=(original,),
+            recorded_task=_recorded_task(original, tasks_dir.resolve() if tasks_dir else None),
         )
+        rollouts.append(RunnerRollout(attempt, task, agent, model or original_model))
     output.mkdir(exist_ok=True)
     steps = [partial(batch.run_one, rollout) for rollout in rollouts]
     return await _summarised(batch, steps, job_dir, output, console)
@@ -369,6 +375,16 @@ def _identity(folder: Path) -> tuple[str, str, str | None]:
     except (OSError, ValidationError):
         return "unknown", "unknown", None
     return config.task_name or Path(config.task_path).name, config.agent, config.model
+
+
+def _recorded_task(folder: Path, tasks_dir: Path | None) -> RecordedTask | None:
+    """The task of run folder `folder` as its continuation will find it, or None when it cannot be
+    found (the continuation then fails on it, naming it)."""
+    try:
+        config = RunConfig.model_validate_json((folder / CONFIG_FILE).read_bytes())
+        return RecordedTask(original_task_name(config), find_original_task(config, tasks_dir).path)
+    except (OSError, ValidationError, RerollError):
+        return None
 
 
 def _status(folder: Path) -> str:

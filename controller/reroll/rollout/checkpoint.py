@@ -193,7 +193,7 @@ def open_checkpoint(
     status = original.result.effective_status if original.result else "unknown"
     if require_timeout and status != "timeout":
         raise RunFolderError(f"{original.path}: status is {status!r}, not 'timeout' (--require-timeout)")
-    task = _find_original_task(original.config, tasks_dir)
+    task = find_original_task(original.config, tasks_dir)
     spec = get_agent(agent or original.config.agent)
     given = None if at is None else str(at)
     asks = [ask for ask in load_asks(original.path) if ask.step < cut_index]
@@ -252,8 +252,19 @@ def trial_cut(at: str, turns: list[TurnRecord], original: RunFolder) -> tuple[in
     return first_step(original.exchanges, turn) + step, turn + 1
 
 
-def _find_original_task(config: RunConfig, tasks_dir: Path | None) -> Task:
-    name = config.task_name or Path(config.task_path).name
+def original_task_name(config: RunConfig) -> str:
+    """The name a recorded run's task is looked up by in a ``tasks_dir`` (`find_original_task`)."""
+    return config.task_name or Path(config.task_path).name
+
+
+def find_original_task(config: RunConfig, tasks_dir: Path | None) -> Task:
+    """The task of the recorded run whose config is `config`: ``tasks_dir/<original_task_name>``
+    when `tasks_dir` is given, else the recorded ``task_path``.
+
+    Raises:
+        TaskError: the task is not there, or invalid.
+    """
+    name = original_task_name(config)
     if tasks_dir is not None:
         return find_task(name, tasks_dir)
     if Path(config.task_path).is_dir():
