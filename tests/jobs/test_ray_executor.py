@@ -20,6 +20,7 @@ from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import continue_job, run_job
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
+from reroll.runfolder.run import TRAJECTORY
 from reroll.runfolder.summary import JobSummary
 from rich.console import Console
 
@@ -105,12 +106,14 @@ def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_continue_job_on_ray_reraises_errors_from_the_task(tmp_path: Path) -> None:
-    """``continue-job`` on Ray: an error raised inside the Ray task (here: an oracle run has no
-    recorded trajectory to replay) ends the rollout as it does in-process, unwrapped."""
+    """``continue-job`` on Ray: an error raised inside the Ray task (here: the timed-out run's
+    recorded trajectory is gone) ends the rollout as it does in-process, unwrapped."""
     task = write_task(tmp_path / "tasks", "slow", "sleep 60")
     spec = JobSpec(name="c", tasks=[task], agents=["oracle"], timeout_seconds=1)
     first = await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
     assert first.totals.status_counts == {"timeout": 1}
+    for trajectory in (tmp_path / "c").glob(f"*/{TRAJECTORY}"):
+        trajectory.unlink()  # an oracle's run has an empty one; without it there is nothing to replay
     summaries = [
         await continue_job(
             tmp_path / "c",
