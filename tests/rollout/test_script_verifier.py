@@ -45,12 +45,21 @@ def test_pytest_plugins_must_be_a_list_of_names(tmp_path: Path) -> None:
         load_task(legacy_task(tmp_path, '[verifier]\npytest_plugins = "ctrf"\n', "exit 0\n"))
 
 
-def _outcome(rewards: dict[str, float], pytest_report: str = "", timed_out: bool = False) -> VerifyOutcome:
+NOT_STARTED = b"ERROR: usage: pytest [options]\npytest: error: unrecognized arguments: --ctrf\n"
+
+
+def _outcome(
+    rewards: dict[str, float],
+    pytest_report: str = "",
+    timed_out: bool = False,
+    stdout: bytes = NOT_STARTED,
+    notes: tuple[str, ...] = (),
+) -> VerifyOutcome:
     return VerifyOutcome(
-        hardening=HardeningReport(killed_groups=0, restored=[], deleted=[]),
+        hardening=HardeningReport(killed_groups=0, restored=[], deleted=[], notes=list(notes)),
         exit_code=0,
         timed_out=timed_out,
-        stdout=b"",
+        stdout=stdout,
         stderr=b"",
         reward_file="reward.txt",
         reward_content=b"0\n",
@@ -77,6 +86,26 @@ SKILLSBENCH_TEST_SH = (
         ("", SKILLSBENCH_TEST_SH, _outcome({"reward": 0.0}, timed_out=True), False),  # a timeout says so
         ("", "python3 /tests/check.py  # not pytest\n", _outcome({"reward": 0.0}), False),
         ("", "pip install pytest-json-ctrf\npython3 check.py\n", _outcome({"reward": 0.0}), False),
+        (
+            "",
+            "python3 -m pytest /tests\n",
+            _outcome({"reward": 0.0}, stdout=b"No module named pytest\n"),
+            True,
+        ),
+        # a script that falls back when pytest is missing, and whose fallback failed: the agent's 0
+        (
+            "",
+            "python3 -m pytest /tests || python3 t.py\n",
+            _outcome({"reward": 0.0}, stdout=b"AssertionError\n"),
+            False,
+        ),
+        # the agent shadowed the image's ctrf: the hardening refused it, pytest refused --ctrf
+        (
+            "",
+            SKILLSBENCH_TEST_SH,
+            _outcome({"reward": 0.0}, notes=("pytest plugin 'ctrf' not loaded: /opt/agent-site/ctrf",)),
+            False,
+        ),
         (
             "[verifier.hardening]\npytest_report = false\n",
             SKILLSBENCH_TEST_SH,

@@ -97,13 +97,25 @@ def _uncommented_script(task: Task) -> str:
     return "\n".join(line.split("#", 1)[0] for line in script.splitlines())
 
 
+PYTEST_DID_NOT_START = re.compile(
+    r"No module named pytest|pytest: (command )?not found|pytest: error:|error: unrecognized arguments"
+)
+"""What a pytest that never started prints: not installed, or its command line refused."""
+REFUSED_BECAUSE_OF_THE_AGENT = "not loaded: "
+"""The start of a hardening note about a pytest plugin the agent installed or shadowed
+(`reroll_sidecar.pytest_plugins`): a pytest that then refuses its command line is the agent's doing."""
+
+
 def crashed_before_its_tests(task: Task, outcome: VerifyOutcome) -> bool:
     """Whether the test script ended without running its tests, so its zero reward is the
     verifier's failure, not the agent's: it runs pytest (named outside a comment), pytest's own
     report was watched (``verifier.hardening``'s ``pytest_addopts`` and ``pytest_report``, the
-    defaults) and pytest never started — not installed (a ``pip install`` that failed), or it
-    refused its command line (``--ctrf`` without pytest-json-ctrf) — and no reward is above 0.
-    A test script that scores without pytest is judged by its reward alone."""
+    defaults) and pytest never started — its output says it is not installed (a ``pip install``
+    that failed), or that it refused its command line (``--ctrf`` without pytest-json-ctrf) — and
+    no reward is above 0. Never when the hardening refused a plugin the agent installed or
+    shadowed (then pytest's refusal is the agent's doing, and its 0 stands: the agent cannot turn
+    its failure into a verifier error that way). A test script that scores without pytest, or
+    falls back to something else when pytest is missing, is judged by its reward alone."""
     hardening = task.spec.verifier.hardening
     return (
         hardening.pytest_addopts
@@ -112,6 +124,8 @@ def crashed_before_its_tests(task: Task, outcome: VerifyOutcome) -> bool:
         and not outcome.pytest_report  # empty: pytest never started (its log file was never made)
         and not any(outcome.rewards.values())
         and PYTEST_COMMAND.search(_uncommented_script(task)) is not None
+        and PYTEST_DID_NOT_START.search(outcome.output_text()) is not None
+        and not any(REFUSED_BECAUSE_OF_THE_AGENT in note for note in outcome.hardening.notes)
     )
 
 
