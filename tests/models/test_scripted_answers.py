@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from reroll.models.scripted_answers import Answer, answer_body, turn_index
+from reroll.models.scripted_answers import Answer, ToolCall, answer_body, turn_index
 from reroll_contracts.errors import RequestShapeError
 
 
@@ -44,7 +44,7 @@ def test_requests_without_a_conversation_are_refused(api_format: str, body: Any,
 
 
 def test_answers_carry_thinking_in_each_format() -> None:
-    answer = Answer(index=1, content=None, tool_calls=[("bash", '{"command": "ls"}')], thinking="hm")
+    answer = Answer(index=1, content=None, tool_calls=[ToolCall("bash", '{"command": "ls"}')], thinking="hm")
     request = {"model": "m", "messages": []}
     chat = answer_body("openai-chat", answer, request)["choices"][0]
     assert chat["message"]["reasoning_content"] == "hm" and chat["finish_reason"] == "tool_calls"
@@ -53,3 +53,17 @@ def test_answers_carry_thinking_in_each_format() -> None:
     message = answer_body("anthropic-messages", answer, request)
     assert [block["type"] for block in message["content"]] == ["thinking", "tool_use"]
     assert message["content"][1]["input"] == {"command": "ls"} and message["stop_reason"] == "tool_use"
+
+
+def test_a_namespaced_call_is_grouped_in_responses_and_prefixed_elsewhere() -> None:
+    """Codex offers an MCP server's tools as a Responses ``namespace`` (``mcp__mail``) and runs a
+    call only when it names both; the formats without groups get the prefixed name."""
+    call = ToolCall("list_messages", '{"folder": "inbox"}', "mcp__mail")
+    answer = Answer(index=0, content=None, tool_calls=[call], thinking=None)
+    request = {"model": "m", "messages": []}
+    (item,) = answer_body("openai-responses", answer, request)["output"]
+    assert (item["namespace"], item["name"]) == ("mcp__mail", "list_messages")
+    chat = answer_body("openai-chat", answer, request)["choices"][0]["message"]
+    assert chat["tool_calls"][0]["function"]["name"] == "mcp__mail__list_messages"
+    (block,) = answer_body("anthropic-messages", answer, request)["content"]
+    assert block["name"] == "mcp__mail__list_messages"

@@ -6,22 +6,27 @@ import json
 from typing import Any
 
 import pytest
-from reroll.models.scripted_answers import Answer, answer_body
+from reroll.models.scripted_answers import Answer, ToolCall, answer_body
 from reroll_proxy.formats import all_formats, format_for_path, format_named
 from reroll_proxy.sse import SseParser, encode_event
 
 ANSWER = Answer(
     index=2,
     content="Hello — wörld 🚀, a long enough text",
-    tool_calls=[("bash", '{"command": "ls"}')],
+    tool_calls=[ToolCall("bash", '{"command": "ls"}')],
     thinking="Think.",
 )
+GROUPED = Answer(
+    index=0, content=None, tool_calls=[ToolCall("list_messages", "{}", "mcp__mail")], thinking=None
+)
+"""A call in a tool group (Codex's MCP tools: a Responses ``namespace``), which the stream keeps."""
 
 
 @pytest.mark.parametrize("wire", all_formats(), ids=lambda wire: wire.name)
 @pytest.mark.parametrize("piece_chars", [1, 5, 1000])
-def test_events_fold_back_into_the_body_over_the_wire(wire: Any, piece_chars: int) -> None:
-    body = answer_body(wire.name, ANSWER, {"model": "m", "messages": [], "input": "x"})
+@pytest.mark.parametrize("answer", [ANSWER, GROUPED], ids=["plain", "grouped"])
+def test_events_fold_back_into_the_body_over_the_wire(wire: Any, piece_chars: int, answer: Answer) -> None:
+    body = answer_body(wire.name, answer, {"model": "m", "messages": [], "input": "x"})
     events = wire.to_events(body, {"stream_options": {"include_usage": True}}, piece_chars=piece_chars)
     for choice in body.get("choices", []):
         choice.pop("logprobs")  # not streamed by the chat splitter

@@ -8,6 +8,7 @@ It needs no network and no key, so the main job runs end to end on a fresh machi
         tool_calls:                           # optional OpenAI function tool calls
           - name: bash
             arguments: {command: "ls"}        # an object (sent JSON-encoded) or a string
+            namespace: mcp__mail              # optional tool group (Responses; elsewhere mcp__mail__NAME)
         thinking: "Look first."               # optional reasoning
         delay_seconds: 0.5                    # optional latency before answering
         errors: [{status: 500}]               # optional: errors before the answer, one per request
@@ -65,7 +66,7 @@ from reroll_proxy.formats.normal import NormalRequest
 from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
 from reroll_proxy.sse import encode_event
 
-from reroll.models.scripted_answers import Answer, answer_body, count_prompt_tokens, turn_index
+from reroll.models.scripted_answers import Answer, ToolCall, answer_body, count_prompt_tokens, turn_index
 
 PIECE_CHARS = 8
 """Characters of text or tool-call arguments per streamed chunk."""
@@ -83,6 +84,9 @@ class ScriptedToolCall(BaseModel):
     """The function name."""
     arguments: dict[str, Any] | str = Field(default_factory=dict)
     """The arguments: an object (JSON-encoded in the response) or a ready JSON string."""
+    namespace: str | None = Field(default=None, min_length=1)
+    """The tool group of the function (`reroll.models.scripted_answers.ToolCall.namespace`):
+    Codex's MCP tools are ``name: list_messages`` in ``namespace: mcp__mail``."""
 
 
 class ScriptedError(BaseModel):
@@ -267,9 +271,10 @@ def load_script(path: Path) -> ModelScript:
 def answer_for(turn: ScriptedTurn, index: int, thread: str = "") -> Answer:
     """The format-neutral answer of `turn` (number `index`, from 0, of `thread`)."""
     calls = [
-        (
+        ToolCall(
             call.name,
             call.arguments if isinstance(call.arguments, str) else orjson.dumps(call.arguments).decode(),
+            call.namespace,
         )
         for call in turn.tool_calls
     ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from reroll_contracts.errors import RequestShapeError
@@ -30,6 +30,23 @@ DEFAULT_MODEL = "scripted"
 _RESPONSE_ID = re.compile(r"resp_scripted_(?:[a-z][a-z0-9_]*-)?(\d+)")
 
 
+class ToolCall(NamedTuple):
+    """One function tool call of an answer."""
+
+    name: str
+    arguments: str
+    """Its arguments, JSON."""
+    namespace: str | None = None
+    """The tool group it belongs to (the Responses API's ``namespace`` tools: Codex offers each MCP
+    server's tools as one, ``mcp__<server>``): a Responses call carries it beside `name`; the other
+    formats have no groups and name the tool ``<namespace>__<name>``."""
+
+    @property
+    def flat_name(self) -> str:
+        """`name`, prefixed ``<namespace>__`` when it has a namespace."""
+        return f"{self.namespace}__{self.name}" if self.namespace else self.name
+
+
 @dataclass(frozen=True)
 class Answer:
     """What the model says at one turn, format-neutral."""
@@ -38,8 +55,8 @@ class Answer:
     """The turn, from 0."""
     content: str | None
     """The text (None: none)."""
-    tool_calls: list[tuple[str, str]]
-    """(name, JSON arguments) per function tool call."""
+    tool_calls: list[ToolCall]
+    """Its function tool calls, in order."""
     thinking: str | None
     """Reasoning text (Anthropic thinking block, Responses reasoning summary, Chat ``reasoning_content``)."""
     thread: str = ""
@@ -70,7 +87,7 @@ def answer_body(api_format: str, answer: Answer, request: dict[str, Any]) -> dic
     model = request.get("model")
     model = model if isinstance(model, str) and model else DEFAULT_MODEL
     prompt_tokens = count_prompt_tokens(request)
-    written = (answer.content or "") + "".join(arguments for _, arguments in answer.tool_calls)
+    written = (answer.content or "") + "".join(call.arguments for call in answer.tool_calls)
     completion_tokens = max(1, len(written) // 4)
     if api_format == "openai-responses":
         return _response(answer, model, prompt_tokens, completion_tokens)
@@ -109,8 +126,12 @@ def _responses_turn(body: dict[str, Any]) -> int:
 def _completion(answer: Answer, model: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     k, created = answer.key, CREATED_BASE + answer.index
     calls = [
-        {"id": f"call_{k}_{j}", "type": "function", "function": {"name": name, "arguments": arguments}}
-        for j, (name, arguments) in enumerate(answer.tool_calls)
+        {
+            "id": f"call_{k}_{j}",
+            "type": "function",
+            "function": {"name": call.flat_name, "arguments": call.arguments},
+        }
+        for j, call in enumerate(answer.tool_calls)
     ]
     message: dict[str, Any] = {
         "role": "assistant",
@@ -163,11 +184,12 @@ def _response(answer: Answer, model: str, prompt_tokens: int, completion_tokens:
             "id": f"fc_scripted_{k}_{j}",
             "type": "function_call",
             "call_id": f"call_{k}_{j}",
-            "name": name,
-            "arguments": arguments,
+            **({"namespace": call.namespace} if call.namespace else {}),
+            "name": call.name,
+            "arguments": call.arguments,
             "status": "completed",
         }
-        for j, (name, arguments) in enumerate(answer.tool_calls)
+        for j, call in enumerate(answer.tool_calls)
     ]
     return {
         "id": f"resp_scripted_{k}",
@@ -204,8 +226,8 @@ def _message(answer: Answer, model: str, prompt_tokens: int, completion_tokens: 
     if answer.content is not None or not answer.tool_calls:
         content.append({"type": "text", "text": answer.content or ""})
     content += [
-        {"type": "tool_use", "id": f"toolu_{k}_{j}", "name": name, "input": _input(arguments)}
-        for j, (name, arguments) in enumerate(answer.tool_calls)
+        {"type": "tool_use", "id": f"toolu_{k}_{j}", "name": call.flat_name, "input": _input(call.arguments)}
+        for j, call in enumerate(answer.tool_calls)
     ]
     return {
         "id": f"msg_scripted_{k}",

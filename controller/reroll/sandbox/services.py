@@ -19,9 +19,10 @@ How each service runs (``environment.services``, `reroll.tasks.environment.Servi
   `Sandbox.exec` as the sandbox's own user (root's side; never the agent's user, so the agent's
   quiesce does not kill it), in a process group of its own, its output streamed to
   ``services/<name>.log``;
-- an *image* service is a sibling container (`SiblingServices`, the docker backend) on the
-  rollout's private network, reachable by its name, under the same firewall, limits and labels
-  as the sandbox; a backend without siblings refuses it (``environment_error``);
+- an *image* service (an ``image``, or a ``build`` the backend builds) is a sibling container
+  (`SiblingServices`, the docker backend) on the rollout's private network, reachable by its
+  name, under the same firewall, limits and labels as the sandbox; a backend without siblings
+  refuses it (``environment_error``);
 - an image that owns its services' lifecycle (``owns_lifecycle``, chi-bench) gets its own
   ENTRYPOINT and CMD started in the sandbox (``services/entrypoint.log``), since the sidecar
   replaced them as the container's first process; elsewhere nothing is started.
@@ -107,7 +108,8 @@ class SiblingServices(Protocol):
     """A sandbox backend that runs image services as sibling containers (the docker backend)."""
 
     async def start_sibling(self, spec: ServiceSpec, env: Mapping[str, str]) -> ServiceProcess:
-        """Start `spec` (it has an ``image``) on the sandbox's network, reachable by its name,
+        """Start `spec` (it has an ``image`` or a ``build``, built when the sandbox started) on
+        the sandbox's network, reachable by its name,
         under the sandbox's limits and labels, with `env` as its environment.
 
         Raises:
@@ -252,7 +254,7 @@ class Environment:
         if not self.declared:
             return
         (self.run_dir / SERVICES_DIR).mkdir(exist_ok=True)
-        images = [service.name for service in self.spec.services if service.image]
+        images = [service.name for service in self.spec.services if service.sibling]
         if images and not isinstance(self.sandbox, SiblingServices):
             raise TaskEnvironmentError(
                 f"services {', '.join(images)} run an image: image services need the docker sandbox "
@@ -316,7 +318,7 @@ class Environment:
 
     async def _start(self, service: ServiceSpec) -> None:
         env = {**self.service_env(), **service.env}
-        if service.image is None:
+        if not service.sibling:
             assert service.command is not None  # ServiceSpec's validator
             probe = service.describe_probe()
             await self._start_process(service.name, service.command, service.workdir, env, probe)
@@ -381,7 +383,7 @@ class Environment:
         """Run `probe` once: its command where the service runs, its URL by the sidecar's probe."""
         timeout = probe.timeout_sec
         if probe.command is not None:
-            if process is not None and service is not None and service.image:
+            if process is not None and service is not None and service.sibling:
                 return await process.run_command(probe.command, timeout)
             result = await self.sandbox.exec(
                 ["sh", "-c", probe.command], env=self.env, inherit_env=False, timeout_seconds=timeout
@@ -389,7 +391,7 @@ class Environment:
             return result.exit_code == 0, _tail(result.output_text(), 3)
         target = probe.http or ""
         if target.startswith("/") and service is not None:
-            target = f"http://{service.name if service.image else 'localhost'}:{service.port}{target}"
+            target = f"http://{service.name if service.sibling else 'localhost'}:{service.port}{target}"
         result = await self.sandbox.exec(
             [*self.probe_command(), "probe", target, "--timeout", f"{timeout:g}"],
             env=self.env,

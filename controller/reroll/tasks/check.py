@@ -71,7 +71,11 @@ def check(paths: list[Path]) -> list[CheckedTask]:
 def resolved(task: Task) -> list[tuple[str, str]]:
     """The settings a rollout of `task` uses, as ``(setting, value)`` rows."""
     spec, environment = task.spec, task.spec.environment
-    image = "environment/Dockerfile" if task.dockerfile else environment.docker_image or "reroll's base image"
+    image = environment.docker_image or "reroll's base image"
+    if task.dockerfile is not None:
+        image = "environment/Dockerfile"
+        if environment.build is not None:
+            image = f"{environment.build.dockerfile} in {task.build_context} (build context)"
     hardening = spec.verifier.hardening
     plugins = ", ".join(spec.verifier.pytest_plugins) or "none"
     return [
@@ -153,6 +157,10 @@ def _plane_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
 
 
 def _runs(service: ServiceSpec) -> str:
+    if service.build is not None:
+        command = f", command {service.command}" if service.command else ""
+        where = f"{service.build.dockerfile} in {service.build.context}"
+        return f"image built from {where} (a sibling container, docker only{command})"
     if service.image is not None:
         command = f", command {service.command}" if service.command else ""
         return f"image {service.image} (a sibling container, docker only{command})"

@@ -68,12 +68,32 @@ class HealthCheck(BaseModel):
         return self
 
 
+class ImageBuild(BaseModel):
+    """How an image is built from a Dockerfile (compose's ``build``: its ``context`` and
+    ``dockerfile``), on the docker backend only; built once per content (the tag carries a hash of
+    the Dockerfile and every file of the context, `reroll.sandbox.docker.images`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    context: str
+    """The build context, a folder on the host: absolute, or relative to the task's folder (a
+    compose file's relative contexts are made absolute when it is read, from its own folder)."""
+    dockerfile: str = "Dockerfile"
+    """The Dockerfile, relative to `context`."""
+
+    @field_validator("dockerfile")
+    @classmethod
+    def _inside_context(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value.split("/"):
+            raise ValueError(f"dockerfile {value!r} must be a relative path inside the build context")
+        return value
+
+
 class ServiceSpec(BaseModel):
     """One service the framework starts for a rollout (``[[environment.services]]``).
 
-    On docker a service with an `image` is a sibling container on the rollout's private network,
-    reachable by its `name`; a service with only a `command` runs inside the sandbox (both
-    backends), as root's side of the sandbox, never as the agent's user.
+    On docker a service with an `image` or a `build` is a sibling container on the rollout's
+    private network, reachable by its `name`; a service with only a `command` runs inside the
+    sandbox (both backends), as root's side of the sandbox, never as the agent's user.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -83,6 +103,8 @@ class ServiceSpec(BaseModel):
     """The start command (a shell line); with an `image`, it replaces the image's command."""
     image: str | None = None
     """An image to run the service in, as a sibling container (docker only)."""
+    build: ImageBuild | None = None
+    """An image built for the service (compose's ``build``), run as `image` is; it wins over `image`."""
     port: int | None = Field(default=None, ge=1, le=65535)
     """The port it listens on (TCP)."""
     health_path: str = "/health"
@@ -105,6 +127,11 @@ class ServiceSpec(BaseModel):
         return value
 
     @property
+    def sibling(self) -> bool:
+        """Whether it runs in a container of its own (it has an `image` or a `build`), not in the sandbox."""
+        return self.image is not None or self.build is not None
+
+    @property
     def probe(self) -> HealthCheck | None:
         """Its readiness probe: `health`, else a GET of `health_path` on `port` (benchflow's
         derived probe), else None (ready as soon as it runs)."""
@@ -118,14 +145,14 @@ class ServiceSpec(BaseModel):
         if probe is None:
             return "running"
         if probe.http and probe.http.startswith("/"):
-            host = self.name if self.image else "localhost"
+            host = self.name if self.sibling else "localhost"
             probe = probe.model_copy(update={"http": f"http://{host}:{self.port}{probe.http}"})
         return probe.describe()
 
     @model_validator(mode="after")
     def _runs_something(self) -> ServiceSpec:
-        if self.command is None and self.image is None:
-            raise ValueError(f"service {self.name!r} has neither 'command' nor 'image'")
+        if self.command is None and not self.sibling:
+            raise ValueError(f"service {self.name!r} has neither 'command' nor 'image' nor 'build'")
         return self
 
 

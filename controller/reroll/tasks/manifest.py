@@ -24,11 +24,17 @@ section, whose fields win. Field by field:
 **Harbor's compose file** (``environment/docker-compose.yaml``, the compose specification) is
 parsed here with PyYAML into `ServiceSpec` s rather than run by Docker Compose: reroll makes the
 rollout's own container itself (its sidecar as entrypoint, its sized volumes, network and
-firewall), which Compose would not, and the engine here has no compose plugin. The service that
-``build``s (Harbor's ``main``) is the sandbox itself; every other service becomes an image service
-(a sibling container on docker): ``image``, ``command``, ``environment``, ``depends_on``,
-``healthcheck`` (``test``, ``interval``, ``timeout``, ``start_period``, ``retries``) and
-``working_dir`` are honoured, the rest (``ports``, ``volumes``, ``networks`` …) reported as ignored.
+firewall), which Compose would not, and the engine here has no compose plugin. The service named
+``main`` (Harbor's; in a file without one, the first service that ``build``s) is the sandbox
+itself: its ``build`` (``context``, ``dockerfile``) says where the sandbox's image is built from
+(``environment.build``; the default, ``.`` or Harbor's ``${CONTEXT_DIR}``, is ``environment/`` and
+its Dockerfile). Every other service becomes a sibling container on docker: ``image`` or ``build``
+(its image built by reroll, as the sandbox's is: images cannot be pulled everywhere), ``command``,
+``entrypoint``, ``environment``, ``depends_on``, ``healthcheck`` (``test``, ``interval``,
+``timeout``, ``start_period``, ``retries``) and ``working_dir`` are honoured, the rest (``ports``,
+``volumes``, ``networks``, ``build.args`` …) reported as ignored. Build contexts are relative to
+the compose file's folder, as in Compose, and may lie outside the task (a folder shared by tasks);
+they must exist when the task loads.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ MANIFEST_IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
 """Manifest fields reroll does not model: (why, values that ask for nothing more than it does)."""
 COMPOSE_HONOURED = {
     "image",
+    "build",
     "command",
     "entrypoint",
     "environment",
@@ -64,6 +71,12 @@ COMPOSE_HONOURED = {
     "working_dir",
 }
 """Keys of a compose service `compose_services` maps; the others are reported as ignored."""
+BUILD_HONOURED = {"context", "dockerfile"}
+"""Keys of a compose ``build`` mapping `compose_services` honours; the others are reported as ignored."""
+MAIN_SERVICE = "main"
+"""The compose service that is the sandbox (Harbor's name)."""
+CONTEXT_VARIABLES = ("${CONTEXT_DIR}", "$CONTEXT_DIR")
+"""Harbor's name for the ``environment/`` folder in a compose ``build.context``."""
 DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)")
 """One part of a compose duration (``1m30s``, ``500ms``)."""
 SECONDS_PER_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -166,16 +179,20 @@ def apply_manifest(raw: dict[str, Any], manifest: Path, has_dockerfile: bool) ->
     return mapped, ignored
 
 
-def compose_services(path: Path) -> tuple[list[dict[str, Any]], Notes, Notes]:
+def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] | None, Notes, Notes]:
     """The services of Harbor's compose file at `path` as ``[[environment.services]]`` entries
-    (mappings `ServiceSpec` validates), with notes; see the module docstring.
+    (mappings `ServiceSpec` validates), the sandbox's own build, and notes; see the module docstring.
 
     Returns:
-        ``(services, mapped, ignored)``; fields named ``docker-compose.services.<name>[.<key>]``.
+        ``(services, build, mapped, ignored)``: `build` is the sandbox's ``environment.build``
+        mapping (an absolute context) when the main service builds from elsewhere than
+        ``environment/`` and its Dockerfile, else None; fields named
+        ``docker-compose.services.<name>[.<key>]``.
 
     Raises:
-        TaskError: the file does not parse, has no ``services`` mapping, or a service other than
-            the one that builds has no ``image`` (the file and service named).
+        TaskError: the file does not parse, has no ``services`` mapping, a service has neither
+            ``build`` nor ``image``, or a ``build`` names a context folder or Dockerfile that does
+            not exist (the file and service named).
     """
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -184,19 +201,43 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], Notes, Notes]:
     services = data.get("services") if isinstance(data, dict) else None
     if not isinstance(services, dict):
         raise TaskError(f"{path}: a compose file needs a 'services' mapping")
+    main = MAIN_SERVICE if MAIN_SERVICE in services else None
+    if main is None:
+        main = next(
+            (name for name, body in services.items() if isinstance(body, dict) and "build" in body), None
+        )
     result: list[dict[str, Any]] = []
+    sandbox_build: dict[str, str] | None = None
     mapped: Notes = []
     ignored: Notes = []
     for name, body in services.items():
         field = f"docker-compose.services.{name}"
         if not isinstance(body, dict):
             raise TaskError(f"{path}: service {name!r} is not a mapping")
-        if "build" in body:
-            mapped.append((field, "the sandbox itself (built from environment/Dockerfile)"))
+        build, unapplied = _compose_build(body["build"], path, str(name)) if "build" in body else (None, [])
+        ignored += [
+            (f"{field}.build.{key}", "not applied: only context and dockerfile are") for key in unapplied
+        ]
+        own = {"context": str(path.parent.resolve()), "dockerfile": "Dockerfile"}
+        if build is not None and not (name == main and build == own):
+            dockerfile = Path(build["context"]) / build["dockerfile"]
+            if not dockerfile.is_file():
+                raise TaskError(f"{path}: service {name!r}: build.dockerfile: no such file {dockerfile}")
+        if name == main:
+            where = "environment/Dockerfile"
+            if build is not None and build != own:
+                sandbox_build, where = build, f"{build['dockerfile']} in {build['context']}"
+            mapped.append((field, f"the sandbox itself (built from {where})"))
             continue
-        if not body.get("image"):
+        if build is None and not body.get("image"):
             raise TaskError(f"{path}: service {name!r} has neither 'build' nor 'image'")
-        spec: dict[str, Any] = {"name": str(name), "image": str(body["image"])}
+        spec: dict[str, Any] = {"name": str(name)}
+        if build is not None:
+            spec["build"] = build
+            runs = f"built from {build['dockerfile']} in {build['context']}"
+        else:
+            spec["image"] = str(body["image"])
+            runs = f"image {body['image']}"
         if "command" in body or "entrypoint" in body:
             spec["command"] = _shell_line(body.get("entrypoint"), body.get("command"))
         if body.get("environment"):
@@ -211,17 +252,45 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], Notes, Notes]:
             if health is not None:
                 spec["health"] = health
         result.append(spec)
-        mapped.append((field, f"environment.services {name} (image {body['image']}, a sibling container)"))
+        mapped.append((field, f"environment.services {name} ({runs}, a sibling container)"))
         ignored += [
             (
                 f"{field}.{key}",
-                "compose options beyond image, command, environment, depends_on, "
+                "compose options beyond image, build, command, entrypoint, environment, depends_on, "
                 "healthcheck and working_dir are not applied (the rollout's limits and network are)",
             )
             for key in body
             if key not in COMPOSE_HONOURED
         ]
-    return result, mapped, ignored
+    return result, sandbox_build, mapped, ignored
+
+
+def _compose_build(build: object, path: Path, name: str) -> tuple[dict[str, str], list[str]]:
+    """A compose ``build`` (a context string, or a mapping) as an `ImageBuild` mapping with an
+    absolute context, and the mapping's keys reroll does not apply.
+
+    Raises:
+        TaskError: not a string or mapping, a variable other than Harbor's ``CONTEXT_DIR``, the
+            context folder missing, or a Dockerfile path leaving it (the file and service named).
+    """
+    where = f"{path}: service {name!r}: build"
+    if isinstance(build, str):
+        build = {"context": build}
+    if not isinstance(build, dict):
+        raise TaskError(f"{where}: a context path or a mapping is expected, not {build!r}")
+    context = str(build.get("context") or ".")
+    for variable in CONTEXT_VARIABLES:
+        context = context.replace(variable, str(path.parent))
+    dockerfile = str(build.get("dockerfile") or "Dockerfile")
+    if "$" in context:
+        raise TaskError(f"{where}.context {context!r}: only Harbor's ${{CONTEXT_DIR}} is substituted")
+    folder = (path.parent / context).resolve()
+    if not folder.is_dir():
+        raise TaskError(f"{where}.context {context!r}: no such folder ({folder})")
+    if dockerfile.startswith("/") or ".." in dockerfile.split("/"):
+        raise TaskError(f"{where}.dockerfile {dockerfile!r}: must be a relative path inside the context")
+    unapplied = sorted(str(key) for key in build if key not in BUILD_HONOURED)
+    return {"context": str(folder), "dockerfile": dockerfile}, unapplied
 
 
 def _shell_line(entrypoint: object, command: object) -> str:

@@ -43,6 +43,7 @@ from reroll.tasks.compat import normalise, prompt_of, split_ignored
 from reroll.tasks.environment import (
     ForwardEnv,
     HealthCheck,
+    ImageBuild,
     McpServerSpec,
     Readiness,
     ServiceSpec,
@@ -148,6 +149,9 @@ class EnvironmentSection(BaseModel):
     """Extra environment of every process in the sandbox (agent, oracle, verifier)."""
     docker_image: str | None = None
     """A prebuilt image to run when the task has no ``environment/Dockerfile`` (container backends)."""
+    build: ImageBuild | None = None
+    """Where the sandbox's image is built from when not ``environment/Dockerfile`` in the context
+    ``environment/`` (docker): Harbor's compose ``main`` service's ``build``, or set inline."""
     build_timeout_sec: float = Field(default=600.0, gt=0)
     """How long building the task's ``environment/Dockerfile`` may take, in seconds (docker; Harbor's
     field and default); the catalogue images it starts from are built before, not counted."""
@@ -286,9 +290,31 @@ class Task(BaseModel):
 
     @property
     def dockerfile(self) -> Path | None:
-        """The task's `environment/Dockerfile`, if it has one."""
+        """The Dockerfile of the sandbox's image, if it has one: ``environment.build``'s, else
+        `environment/Dockerfile`."""
+        build = self.spec.environment.build
+        if build is not None:
+            return self.path / build.context / build.dockerfile
         dockerfile = self.path / "environment" / "Dockerfile"
         return dockerfile if dockerfile.is_file() else None
+
+    @property
+    def build_context(self) -> Path:
+        """The folder sent to the image build of `dockerfile`: ``environment.build``'s context,
+        else ``environment/``."""
+        build = self.spec.environment.build
+        return self.path / build.context if build is not None else self.path / "environment"
+
+    def service_context(self, service: ServiceSpec) -> Path:
+        """The host folder `service`'s image is built from (its ``build.context``, relative to
+        the task's folder unless absolute).
+
+        Raises:
+            ValueError: `service` has no ``build``.
+        """
+        if service.build is None:
+            raise ValueError(f"service {service.name} is not built")
+        return self.path / service.build.context
 
 
 def compose_file(task_dir: Path) -> Path | None:
@@ -481,10 +507,12 @@ def _spec(
     except TaskError as exc:
         raise TaskError(f"{source}: invalid task configuration: {exc}") from exc
     if (compose := compose_file(task_dir)) is not None:
-        services, compose_mapped, compose_ignored = compose_services(compose)
+        services, build, compose_mapped, compose_ignored = compose_services(compose)
         environment = data.setdefault("environment", {})
         if isinstance(environment, dict) and services:
             environment["services"] = [*(environment.get("services") or []), *services]
+        if isinstance(environment, dict) and build is not None:
+            environment.setdefault("build", build)
         environment_mapped += compose_mapped
         environment_ignored += compose_ignored
     ignored = environment_ignored + split_ignored(data, TaskSpec)

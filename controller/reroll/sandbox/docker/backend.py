@@ -41,7 +41,8 @@ container mounts; the controller reads both volumes at their host folders (a loc
 the sized file systems need already). `prune` keeps both volumes.
 
 Services (`reroll.sandbox.services`): the task's image services are sibling containers
-(`DockerSandbox.start_sibling`, labelled ``reroll.role=service``) on the rollout's network under
+(`DockerSandbox.start_sibling`, labelled ``reroll.role=service``; a service with a ``build`` runs
+the image `start` built for it, `reroll.sandbox.docker.images.service_image`) on the rollout's network under
 their names, with the task's cpus, memory and pids limits; such a rollout always has a network of
 its own — ``reroll-services-<key>`` under ``full`` (`reroll.sandbox.docker.networks`), and under
 ``none`` its ``reroll-none-<key>`` with inter-container traffic on (the firewall lets it pass on
@@ -90,7 +91,7 @@ from reroll.sandbox.docker.engine import (
     docker_client,
     owner_label,
 )
-from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
+from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, service_image, task_image
 from reroll.sandbox.docker.networks import (
     SERVICES_PREFIX,
     create_isolated_network,
@@ -247,6 +248,8 @@ class DockerSandbox(SidecarSandbox):
         """The image the container runs (settled by `start`)."""
         self._siblings: list[Container] = []
         """The containers of the task's image services (`start_sibling`), removed by `stop`."""
+        self._service_images: dict[str, str] = {}
+        """The images built for the task's services that have a ``build``, by service (`start`)."""
 
     @property
     def _engine(self) -> docker.DockerClient:
@@ -260,7 +263,7 @@ class DockerSandbox(SidecarSandbox):
         under ``none`` its containers reach each other)."""
         if self._network is None:
             services = not self.installs_writable and any(
-                s.image for s in self.task.spec.environment.services
+                s.sibling for s in self.task.spec.environment.services
             )
             if self.policy == "full" and services:
                 self._network = create_services_network(self._engine, self.run_id)
@@ -292,7 +295,8 @@ class DockerSandbox(SidecarSandbox):
             await asyncio.to_thread(firewall.allow_port, self._firewall_key, port)
 
     async def start(self) -> None:
-        """Build or reuse the task's image, start the container and wait for its sidecar.
+        """Build or reuse the task's image (and its services' images that have a ``build``),
+        start the container and wait for its sidecar.
 
         Raises:
             SandboxError: an image failed to build, the container failed to start, or its
@@ -327,9 +331,14 @@ class DockerSandbox(SidecarSandbox):
         """Blocking part of `start`: images, network, mount folder, container."""
         engine = self._engine
         bundle = ensure_bundle()
-        image = self.config.image or task_image(
-            engine, self.task, ensure_images(engine).base, image_map=self.config.image_map
-        )
+        base = ensure_images(engine).base
+        image = self.config.image or task_image(engine, self.task, base, image_map=self.config.image_map)
+        if not self.installs_writable:  # built before the readiness gate's clock starts
+            self._service_images = {
+                spec.name: service_image(engine, self.task, spec, base, image_map=self.config.image_map)
+                for spec in self.task.spec.environment.services
+                if spec.build is not None
+            }
         defaults = image_defaults(engine, image)
         self._image = image
         self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
@@ -501,10 +510,11 @@ class DockerSandbox(SidecarSandbox):
                 await asyncio.to_thread(network.disconnect, self.container, force=True)
 
     async def start_sibling(self, spec: ServiceSpec, env: Mapping[str, str]) -> ServiceProcess:
-        """See `reroll.sandbox.services.SiblingServices`: a container of ``spec.image`` (pulled
-        when not local) on the sandbox's network under the alias ``spec.name``, with the task's
-        cpus, memory and pids limits and the sandbox's labels (``reroll.role=service``), as the
-        image's user; ``spec.command`` replaces the image's entrypoint and command (``sh -c``).
+        """See `reroll.sandbox.services.SiblingServices`: a container of the image built for
+        ``spec.build`` by `start`, else of ``spec.image`` (pulled when not local), on the sandbox's
+        network under the alias ``spec.name``, with the task's cpus, memory and pids limits and
+        the sandbox's labels (``reroll.role=service``), as the image's user; ``spec.command``
+        replaces the image's entrypoint and command (``sh -c``).
 
         Raises:
             TaskEnvironmentError: the image is missing and cannot be pulled (the task's fault).
@@ -513,22 +523,24 @@ class DockerSandbox(SidecarSandbox):
         return await asyncio.to_thread(self._start_sibling, spec, dict(env))
 
     def _start_sibling(self, spec: ServiceSpec, env: dict[str, str]) -> SiblingContainer:
-        assert spec.image is not None
         engine, network = self._engine, self._ensure_network()
+        image = self._service_images.get(spec.name) or spec.image
+        if image is None:
+            raise TaskEnvironmentError(
+                f"service {spec.name}: its image was not built (the sandbox did not start?)"
+            )
         try:
             try:
-                engine.images.get(spec.image)
+                engine.images.get(image)
             except docker.errors.ImageNotFound:
-                engine.images.pull(spec.image)
+                engine.images.pull(image)
         except docker.errors.APIError as exc:
-            raise TaskEnvironmentError(
-                f"service {spec.name}: image {spec.image} is not available: {exc}"
-            ) from exc
+            raise TaskEnvironmentError(f"service {spec.name}: image {image} is not available: {exc}") from exc
         environment = self.task.spec.environment
         command = {"entrypoint": ["sh", "-c"], "command": [spec.command]} if spec.command else {}
         try:
             container = engine.containers.run(
-                spec.image,
+                image,
                 **command,
                 detach=True,
                 init=True,
@@ -550,9 +562,7 @@ class DockerSandbox(SidecarSandbox):
                 pids_limit=environment.pids_max,
             )
         except docker.errors.APIError as exc:
-            raise SandboxError(
-                f"service {spec.name}: cannot start a container of {spec.image}: {exc}"
-            ) from exc
+            raise SandboxError(f"service {spec.name}: cannot start a container of {image}: {exc}") from exc
         self._siblings.append(container)
         return SiblingContainer(container)
 

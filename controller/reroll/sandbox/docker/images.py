@@ -14,8 +14,13 @@
   how the stand-ins for Ubuntu differ) is built from its catalogue image instead, and the build log
   says so; ``--image-map`` chooses otherwise.
 - ``reroll/task-<name>:<hash>``: a task's ``environment/Dockerfile`` (often ``FROM reroll/base:bookworm``),
-  as it is: reroll adds nothing to it. The sidecar is not part of any image: the docker backend
-  mounts the self-contained sidecar bundle (`reroll.sandbox.sidecar_bundle`) into every container.
+  as it is: reroll adds nothing to it (its context may be elsewhere: ``environment.build``, Harbor's
+  compose ``main`` service's ``build``).
+- ``reroll/task-<name>-<service>:<hash>``: the image of a task service that has a ``build``
+  (compose's ``build`` of a service other than the sandbox), built the same way (`service_image`).
+
+The sidecar is not part of any image: the docker backend mounts the self-contained sidecar bundle
+(`reroll.sandbox.sidecar_bundle`) into every container.
 
 Every image carries the label ``reroll.managed=1``. All builds hold a file lock, so concurrent
 rollouts build each image once.
@@ -45,6 +50,7 @@ from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, host_ca_bundle
 from reroll.sandbox.base import HOST_CA_VARIABLES
+from reroll.tasks.environment import ServiceSpec
 from reroll.tasks.task import SKILLS_FOLDER, Task, without_skill_copies
 
 IMAGES = resources.files("reroll") / "images"
@@ -423,12 +429,12 @@ def trust_host_ca(dockerfile: str) -> str:
     return _FROM.sub(lambda match: f"{match[0]}\n{trust}", dockerfile)
 
 
-def _unavailable(images: list[str], task: Task, cause: str) -> ImageUnavailableError:
+def _unavailable(images: list[str], dockerfile: Path, cause: str) -> ImageUnavailableError:
     """The error for a Dockerfile whose FROM `images` are not all local (and the build failed)."""
     missing = ", ".join(images)
     first = images[0]
     return ImageUnavailableError(
-        f"{task.dockerfile} starts FROM {missing}, which is not a local image and could not be pulled "
+        f"{dockerfile} starts FROM {missing}, which is not a local image and could not be pulled "
         f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
         f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
         f"{first}={BASE_ALIAS} (run, job, continue, continue-job, replay and branch take it; a job file's "
@@ -452,6 +458,11 @@ def _with_standins(
     return {**standins, **{source: standins.get(target, target) for source, target in image_map.items()}}
 
 
+def _slug(name: str) -> str:
+    """`name` as a Docker repository name's last part."""
+    return re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-.") or "task"
+
+
 def task_image(
     client: docker.DockerClient,
     task: Task,
@@ -461,13 +472,12 @@ def task_image(
 ) -> str:
     """The image a task's containers run: its Dockerfile's image, built when missing.
 
-    A task without ``environment/Dockerfile`` runs its ``environment.docker_image`` (mapped per
-    `image_map`; it must be local), else `base` itself. The images of the Dockerfile's FROM lines
-    are first replaced per `image_map` (source → replacement), then a common public base that is
-    not local by its catalogue image (`PUBLIC_BASES`); each stage then trusts the host's CA bundle
-    (`trust_host_ca`), when the host has one. A task whose skills are hidden
+    A task without a Dockerfile (`reroll.tasks.task.Task.dockerfile`: ``environment/Dockerfile``,
+    or where ``environment.build`` says) runs its ``environment.docker_image`` (mapped per
+    `image_map`; it must be local), else `base` itself. A task whose skills are hidden
     (`reroll.tasks.task.Task.skills_hidden`) builds without ``skills/`` in its context and without
-    the COPY lines of it alone (`reroll.tasks.task.without_skill_copies`).
+    the COPY lines of it alone (`reroll.tasks.task.without_skill_copies`). How it is built:
+    `build_image`.
 
     Raises:
         ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled),
@@ -487,23 +497,107 @@ def task_image(
                 f"it to a local image: reroll run … --image-map {declared}={BASE_ALIAS}"
             )
         return image
-    context = task.dockerfile.parent
-    written = task.dockerfile.read_text(encoding="utf-8")
-    leave_out = frozenset({SKILLS_FOLDER}) if task.skills_hidden else frozenset()
-    if task.skills_hidden:
+    return build_image(
+        client,
+        BuildRequest(
+            repository=f"reroll/task-{_slug(task.name)}",
+            context=task.build_context,
+            dockerfile=task.dockerfile,
+            timeout_seconds=task.spec.environment.build_timeout_sec,
+            hide_skills=task.skills_hidden,
+        ),
+        base,
+        log,
+        image_map,
+    )
+
+
+def service_image(
+    client: docker.DockerClient,
+    task: Task,
+    service: ServiceSpec,
+    base: str,
+    log: Log = logger.info,
+    image_map: Mapping[str, str] | None = None,
+) -> str:
+    """The image of `task`'s service `service` that has a ``build`` (compose's ``build`` of a
+    service other than the sandbox): ``reroll/task-<task>-<service>:<hash>``, built by
+    `build_image` like the task's own (same cache, label, stand-ins, CA and build timeout).
+
+    Raises:
+        ImageUnavailableError, ImageBuildError: as `task_image`.
+        ValueError: `service` has no ``build``.
+    """
+    if service.build is None:
+        raise ValueError(f"service {service.name} has no build")
+    context = task.service_context(service)
+    return build_image(
+        client,
+        BuildRequest(
+            repository=f"reroll/task-{_slug(task.name)}-{_slug(service.name)}",
+            context=context,
+            dockerfile=context / service.build.dockerfile,
+            timeout_seconds=task.spec.environment.build_timeout_sec,
+        ),
+        base,
+        log,
+        image_map,
+    )
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """One Dockerfile to build (`build_image`)."""
+
+    repository: str
+    """The image's repository; its tag is a hash of what it is built from."""
+    context: Path
+    """The build context: a host folder, copied (never written to)."""
+    dockerfile: Path
+    """The Dockerfile (a host file, usually in `context`)."""
+    timeout_seconds: float
+    """The build's time limit (the task's ``environment.build_timeout_sec``)."""
+    hide_skills: bool = False
+    """Leave ``skills/`` out of the context, and the Dockerfile's COPY lines of it alone."""
+
+
+def build_image(
+    client: docker.DockerClient,
+    request: BuildRequest,
+    base: str,
+    log: Log = logger.info,
+    image_map: Mapping[str, str] | None = None,
+) -> str:
+    """Build `request` unless an image of the same content exists; returns its tag
+    ``<repository>:<12 hex digits>``, a hash of `base`, the Dockerfile as built, the host's CA
+    bundle and every file (path, mode, content) of the context.
+
+    The images of the Dockerfile's FROM lines are first replaced per `image_map` (source →
+    replacement), then a common public base that is not local by its catalogue image
+    (`PUBLIC_BASES`); each stage then trusts the host's CA bundle (`trust_host_ca`), when the host
+    has one. The build holds the images lock, so concurrent rollouts build it once.
+
+    Raises:
+        ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled).
+        ImageBuildError: the Dockerfile failed to build otherwise (the message carries the log),
+            or building a catalogue image failed.
+    """
+    context = request.context
+    written = request.dockerfile.read_text(encoding="utf-8")
+    leave_out = frozenset({SKILLS_FOLDER}) if request.hide_skills else frozenset()
+    if request.hide_skills:
         written = without_skill_copies(written)
     dockerfile, bases = map_from_lines(written, _with_standins(client, written, image_map or {}, log))
     ca_bundle = host_ca_bundle()
     ca = ca_bundle.read_bytes() if ca_bundle is not None else b""
     if ca:
         dockerfile = trust_host_ca(dockerfile)
-    slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
     files = _tree_bytes(context, leave_out)
-    tag = f"reroll/task-{slug}:{_digest(base.encode(), dockerfile.encode(), ca, *files)}"
+    tag = f"{request.repository}:{_digest(base.encode(), dockerfile.encode(), ca, *files)}"
     with cache_lock("images"):
         if _exists(client, tag):
             return tag
-        log(f"docker build {task.dockerfile}")
+        log(f"docker build {request.dockerfile}")
         with tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
             build_context = Path(folder) / "context"  # a copy, so the task's folder is not written to
             shutil.copytree(context, build_context, symlinks=True, ignore=_top_level(context, leave_out))
@@ -513,8 +607,8 @@ def task_image(
             try:
                 _build(
                     client,
-                    str(task.dockerfile),
-                    task.spec.environment.build_timeout_sec,
+                    str(request.dockerfile),
+                    request.timeout_seconds,
                     path=str(build_context),
                     dockerfile=str(mapped),
                     tag=tag,
@@ -522,6 +616,6 @@ def task_image(
             except ImageBuildError as exc:
                 missing = [image for image in bases if not _exists(client, image)]
                 if missing:
-                    raise _unavailable(missing, task, str(exc)) from exc
+                    raise _unavailable(missing, request.dockerfile, str(exc)) from exc
                 raise
     return tag
