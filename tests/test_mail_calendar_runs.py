@@ -1,19 +1,25 @@
 """``mail-calendar`` end to end with the real ``reroll run``: the framework starts the mail
-service and gates the agent on its health, the oracle reaches 1.0 on each backend, and the scripted
-Claude Code solves it through the ``mail`` MCP server (its recording shows the MCP tool calls and
-their results from the service)."""
+service and gates the agent on its health, the oracle reaches 1.0 on each backend (and, on docker,
+in the task's compose form, the service a sibling container built from the same folder), and the
+scripted Claude Code and Codex solve it through the ``mail`` MCP server (their recordings show the
+MCP tool calls and their results from the service)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import labelled_containers
 from tests.test_example_tasks import EXAMPLES, REROLL, oracle_run
 
 TASK = EXAMPLES / "mail-calendar"
+COMPOSE_TASK = EXAMPLES / "mail-calendar-compose"
+TOOLS = ["list_messages", "read_message", "read_message", "list_events", "archive_message",
+         "reply_to_message", "book_event"]  # fmt: skip
 pytestmark = pytest.mark.slow
 
 
@@ -21,11 +27,62 @@ def test_oracle_reaches_reward_one(sandbox_backend: str, tmp_path: Path) -> None
     oracle_run(TASK, sandbox_backend, tmp_path)
 
 
-def test_scripted_claude_code_solves_it_through_the_mcp_tools(sandbox_backend: str, tmp_path: Path) -> None:
+def test_the_compose_form_runs_the_service_as_a_sibling_container(
+    sandbox_backend: str, tmp_path: Path
+) -> None:
+    """Harbor's compose form: the ``mail`` service is built from the original's folder (compose's
+    ``build``), runs beside the sandbox, is reached by its name and gates the agent on its
+    healthcheck; the verifier asks it for the state."""
+    if sandbox_backend != "docker":
+        pytest.skip("image services are sibling containers: docker only")
+    output = oracle_run(COMPOSE_TASK, sandbox_backend, tmp_path)
+    assert "starting services (mail)" in output
+    (run,) = (tmp_path / "j").iterdir()
+    (record,) = json.loads((run / "services" / "services.json").read_text())
+    assert (record["name"], record["runs"]) == ("mail", "image") and record["ready_at"] is not None
+    log = (run / "services" / "mail.log").read_text()
+    assert "mail service on 0.0.0.0:9001" in log and "POST /events" in log  # the oracle's calls, by name
+    assert "PASS: Bob's sync booked at 11:30" in (run / "verifier" / "test-stdout.txt").read_text()
+    assert labelled_containers(run.name) == []  # the sibling removed with the sandbox
+
+
+def _claude_code_calls(exchanges: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """Claude Code's tool calls (``mcp__<server>__<tool>``) and the last tool result."""
+    calls = [
+        block["name"]
+        for line in exchanges
+        for block in line["response"]["body"]["content"]
+        if block["type"] == "tool_use"
+    ]
+    last = exchanges[-1]["request"]["body"]["messages"][-1]["content"]
+    (booked,) = [block for block in last if block["type"] == "tool_result"]
+    assert not booked.get("is_error")
+    return calls, json.dumps(booked["content"])
+
+
+def _codex_calls(exchanges: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """Codex's tool calls (a Responses ``function_call`` in the namespace ``mcp__<server>``, named
+    here ``<namespace>__<tool>``) and the last tool result."""
+    calls = [
+        f"{item['namespace']}__{item['name']}"
+        for line in exchanges
+        for item in line["response"]["body"]["output"]
+        if item["type"] == "function_call"
+    ]
+    outputs = [
+        item for item in exchanges[-1]["request"]["body"]["input"] if item["type"] == "function_call_output"
+    ]
+    return calls, json.dumps(outputs[-1]["output"])
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_a_scripted_agent_solves_it_through_the_mcp_tools(
+    agent: str, sandbox_backend: str, tmp_path: Path
+) -> None:
     if sandbox_backend != "local":
-        pytest.skip("Claude Code's MCP wiring is the same on every backend: once is enough")
+        pytest.skip("an agent's MCP wiring is the same on every backend: once is enough")
     done = subprocess.run(
-        [REROLL, "run", str(TASK), "--agent", "claude-code", "--model", "scripted",
+        [REROLL, "run", str(TASK), "--agent", agent, "--model", "scripted",
          "--sandbox", sandbox_backend,
          "--jobs-dir", str(tmp_path), "--job-name", "j"],
         capture_output=True, text=True, timeout=900,
@@ -37,14 +94,6 @@ def test_scripted_claude_code_solves_it_through_the_mcp_tools(sandbox_backend: s
     exchanges = [
         json.loads(line) for line in (run / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
     ]
-    calls = [
-        block["name"]
-        for line in exchanges
-        for block in line["response"]["body"]["content"]
-        if block["type"] == "tool_use"
-    ]
-    assert calls == [f"mcp__mail__{tool}" for tool in ("list_messages", "read_message", "read_message",
-                     "list_events", "archive_message", "reply_to_message", "book_event")]  # fmt: skip
-    last = exchanges[-1]["request"]["body"]["messages"][-1]["content"]
-    (booked,) = [block for block in last if block["type"] == "tool_result"]
-    assert not booked.get("is_error") and "Project sync with Bob" in json.dumps(booked["content"])
+    calls, booked = (_claude_code_calls if agent == "claude-code" else _codex_calls)(exchanges)
+    assert calls == [f"mcp__mail__{tool}" for tool in TOOLS]
+    assert "Project sync with Bob" in booked

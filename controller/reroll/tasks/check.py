@@ -75,7 +75,7 @@ def resolved(task: Task) -> list[tuple[str, str]]:
     if task.dockerfile is not None:
         image = "environment/Dockerfile"
         if environment.build is not None:
-            image = f"{environment.build.dockerfile} in {task.build_context} (build context)"
+            image = f"{environment.build.dockerfile} in {_relative(task.build_context, task.path)}/"
     hardening = spec.verifier.hardening
     plugins = ", ".join(spec.verifier.pytest_plugins) or "none"
     return [
@@ -112,19 +112,22 @@ def resolved(task: Task) -> list[tuple[str, str]]:
         ),
         ("pytest plugins", f"{plugins}; autoload {'on' if hardening.plugin_autoload else 'off'}"),
         ("skills", _skills(task)),
-        *environment_rows(environment),
+        *environment_rows(environment, task.path),
     ]
 
 
-def environment_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
-    """The environment plane of a task as ``(setting, value)`` rows: one per service (in start
-    order, with its probe), the lifecycle, readiness, task selection, state and MCP servers."""
-    return [(name, escape(value)) for name, value in _plane_rows(environment)]  # they quote the task
+def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:
+    """The environment plane of the task in `task_dir` as ``(setting, value)`` rows: one per
+    service (in start order, with its probe; a built one's context seen from `task_dir`), the
+    lifecycle, readiness, task selection, state and MCP servers."""
+    return [
+        (name, escape(value)) for name, value in _plane_rows(environment, task_dir)
+    ]  # they quote the task
 
 
-def _plane_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
+def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:
     rows = [
-        (f"service {service.name}", f"{_runs(service)}; ready: {service.describe_probe()}")
+        (f"service {service.name}", f"{_runs(service, task_dir)}; ready: {service.describe_probe()}")
         for service in start_order(environment.services)
     ]
     if environment.owns_lifecycle:
@@ -156,10 +159,15 @@ def _plane_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
     return rows
 
 
-def _runs(service: ServiceSpec) -> str:
+def _relative(path: Path, task_dir: Path) -> str:
+    """`path` as seen from the task's folder (``../shared/environment``)."""
+    return os.path.relpath(path, task_dir)
+
+
+def _runs(service: ServiceSpec, task_dir: Path) -> str:
     if service.build is not None:
         command = f", command {service.command}" if service.command else ""
-        where = f"{service.build.dockerfile} in {service.build.context}"
+        where = f"{service.build.dockerfile} in {_relative(task_dir / service.build.context, task_dir)}/"
         return f"image built from {where} (a sibling container, docker only{command})"
     if service.image is not None:
         command = f", command {service.command}" if service.command else ""

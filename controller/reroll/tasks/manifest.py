@@ -39,6 +39,7 @@ they must exist when the task loads.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tomllib
@@ -226,7 +227,7 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] |
         if name == main:
             where = "environment/Dockerfile"
             if build is not None and build != own:
-                sandbox_build, where = build, f"{build['dockerfile']} in {build['context']}"
+                sandbox_build, where = build, f"{build['dockerfile']} in {_shown(build, path)}"
             mapped.append((field, f"the sandbox itself (built from {where})"))
             continue
         if build is None and not body.get("image"):
@@ -234,7 +235,7 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] |
         spec: dict[str, Any] = {"name": str(name)}
         if build is not None:
             spec["build"] = build
-            runs = f"built from {build['dockerfile']} in {build['context']}"
+            runs = f"built from {build['dockerfile']} in {_shown(build, path)}"
         else:
             spec["image"] = str(body["image"])
             runs = f"image {body['image']}"
@@ -263,6 +264,11 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] |
             if key not in COMPOSE_HONOURED
         ]
     return result, sandbox_build, mapped, ignored
+
+
+def _shown(build: dict[str, str], path: Path) -> str:
+    """`build`'s context as the compose file at `path` would name it (relative to its folder)."""
+    return os.path.relpath(build["context"], path.parent) + "/"
 
 
 def _compose_build(build: object, path: Path, name: str) -> tuple[dict[str, str], list[str]]:
