@@ -6,7 +6,8 @@ import shutil
 from pathlib import Path
 
 from reroll.cli.app import app
-from reroll.tasks.check import find_task_dirs
+from reroll.tasks.check import find_task_dirs, resolved
+from reroll.tasks.task import load_task
 from typer.testing import CliRunner
 
 
@@ -49,3 +50,23 @@ def test_task_check_of_a_folder_without_tasks(tmp_path: Path) -> None:
     done = CliRunner().invoke(app, ["task", "check", str(tmp_path)], terminal_width=200)
     assert done.exit_code == 2
     assert "no task.md or task.toml in it or below it" in done.output
+
+
+def test_task_check_of_the_compose_example(examples: Path) -> None:
+    """mail-calendar's compose form: both images built from the original's folder (compose's
+    ``build``, its context named from the task), the ``mail`` service a sibling container gated
+    on its compose healthcheck, the MCP server reaching it by name; nothing ignored."""
+    task = examples / "mail-calendar-compose"
+    done = CliRunner().invoke(app, ["task", "check", str(task)], terminal_width=200)
+    assert done.exit_code == 0 and "1 of 1 tasks load" in done.output, done.output
+    assert "ignored" not in done.output.split("mail-calendar-compose  (", 1)[1]
+    rows = dict(resolved(load_task(task)))
+    assert rows["image (docker)"] == "Dockerfile in ../mail-calendar/environment/"
+    assert rows["service mail"] == (
+        "image built from Dockerfile in ../mail-calendar/environment/ (a sibling container, docker only, "
+        "command python3 /app/.services/mail/service.py --db /var/lib/mail/mail.db --port 9001); "
+        "ready: `python3 -c \"import urllib.request as u; u.urlopen('http://localhost:9001/health', "
+        'timeout=2)"` exits 0 (every 0.5 s, 3 retries)'
+    )
+    assert rows["mcp mail"] == "stdio python3 /app/.services/mail/mcp_server.py --url http://mail:9001"
+    assert rows["env"] == "MAIL_URL" and rows["verifier"] == "tests/test.sh → /tests, run as root"

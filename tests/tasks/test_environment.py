@@ -35,7 +35,9 @@ def test_services_start_after_their_dependencies() -> None:
             "cycle: a -> b -> a",
         ),
         ([{"name": "Web Server", "command": "x"}], "DNS label"),
-        ([{"name": "a"}], "neither 'command' nor 'image'"),
+        ([{"name": "a"}], "neither 'command' nor 'image' nor 'build'"),
+        ([{"name": "a", "build": {"context": "x", "dockerfile": "../Dockerfile"}}], "inside the build context"),
+        ([{"name": "a", "build": {"context": "x", "dockerfile": "/Dockerfile"}}], "inside the build context"),
     ],
 )
 def test_bad_services_are_refused_with_the_cause(services: list[dict[str, object]], message: str) -> None:

@@ -4,6 +4,7 @@ or beside it), the same fields inline, and Harbor's compose file; `reroll task c
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,78 @@ def test_a_bad_compose_file_is_refused_naming_it(tmp_path: Path, compose: str, m
     with pytest.raises(TaskError, match=message) as caught:
         _task(tmp_path / "t", files={"environment/docker-compose.yaml": compose})
     assert "docker-compose.yaml" in str(caught.value)
+
+
+BUILT = """
+services:
+  main:
+    build: {context: ../../shared, args: {X: "1"}}
+  worker:
+    build: {dockerfile: Dockerfile.worker}
+    depends_on: [cache]
+  cache:
+    build: ../../shared
+"""
+
+
+def test_compose_builds_of_the_sandbox_and_of_services(tmp_path: Path) -> None:
+    """Compose's ``build``: contexts relative to the compose file's folder, also outside the task;
+    ``main`` is the sandbox built there, every other built service a sibling built by reroll."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "Dockerfile").write_text("FROM reroll/base:bookworm\n")
+    task = _task(
+        tmp_path / "t",
+        files={"environment/docker-compose.yaml": BUILT, "environment/Dockerfile.worker": "FROM x\n"},
+    )
+    environment = task.spec.environment
+    assert environment.build is not None and Path(environment.build.context) == shared
+    assert (task.dockerfile, task.build_context) == (shared / "Dockerfile", shared)
+    worker, cache = environment.services
+    assert worker.build is not None and worker.sibling and worker.image is None
+    assert task.service_context(worker) == tmp_path / "t" / "environment"
+    assert worker.build.dockerfile == "Dockerfile.worker" and worker.depends_on == ["cache"]
+    assert cache.build is not None and task.service_context(cache) == shared
+    assert worker.describe_probe() == "running"
+    assert {note.field for note in task.ignored} == {"docker-compose.services.main.build.args"}
+    mapped = {note.field: note.note for note in task.mapped}
+    assert (
+        mapped["docker-compose.services.main"]
+        == "the sandbox itself (built from Dockerfile in ../../shared/)"
+    )
+
+
+@pytest.mark.parametrize("context", [".", "${CONTEXT_DIR}", "$CONTEXT_DIR"])
+def test_a_main_service_built_from_environment_is_the_tasks_own_dockerfile(
+    tmp_path: Path, context: str
+) -> None:
+    compose = f"services:\n  main:\n    build: {{context: '{context}'}}\n"
+    task = _task(
+        tmp_path / "t",
+        files={"environment/docker-compose.yaml": compose, "environment/Dockerfile": "FROM x\n"},
+    )
+    assert task.spec.environment.build is None
+    assert (task.dockerfile, task.build_context) == (
+        task.path / "environment" / "Dockerfile",
+        task.path / "environment",
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        ("{context: ../nowhere}", "build.context '../nowhere': no such folder"),
+        ("{dockerfile: Missing.df}", "build.dockerfile: no such file"),
+        ("{dockerfile: ../task.toml}", "must be a relative path inside the context"),
+        ("{context: '${HOME}'}", "only Harbor's ${CONTEXT_DIR} is substituted"),
+        ("3", "a context path or a mapping is expected"),
+    ],
+)
+def test_a_bad_compose_build_is_refused_naming_the_service(tmp_path: Path, build: str, message: str) -> None:
+    compose = f"services:\n  main: {{build: .}}\n  api:\n    build: {build}\n"
+    with pytest.raises(TaskError, match=re.escape(message)) as caught:
+        _task(tmp_path / "t", files={"environment/docker-compose.yaml": compose})
+    assert "docker-compose.yaml: service 'api'" in str(caught.value)
 
 
 def test_compose_durations() -> None:
