@@ -36,7 +36,10 @@ def test_services_start_after_their_dependencies() -> None:
         ),
         ([{"name": "Web Server", "command": "x"}], "DNS label"),
         ([{"name": "a"}], "neither 'command' nor 'image' nor 'build'"),
-        ([{"name": "a", "build": {"context": "x", "dockerfile": "../Dockerfile"}}], "inside the build context"),
+        (
+            [{"name": "a", "build": {"context": "x", "dockerfile": "../Dockerfile"}}],
+            "inside the build context",
+        ),
         ([{"name": "a", "build": {"context": "x", "dockerfile": "/Dockerfile"}}], "inside the build context"),
     ],
 )

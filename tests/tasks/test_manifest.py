@@ -301,3 +301,14 @@ def test_task_check_shows_services_readiness_and_state(tmp_path: Path) -> None:
     assert "sqlite: /data/gmail.db" in text
     assert "manifest.ports" in text  # ignored, with the reason
     assert "ANTHROPIC_API_KEY (never: named like a secret)" in text
+
+
+def test_an_inline_build_is_relative_to_the_task_and_must_exist(tmp_path: Path) -> None:
+    front = "sandbox:\n  services:\n    - {name: api, build: {context: api}}\n"
+    with pytest.raises(
+        TaskError, match=r"task.md: service api: build: no Dockerfile Dockerfile in the context"
+    ):
+        _task(tmp_path / "t", front)
+    task = _task(tmp_path / "t", front, files={"api/Dockerfile": "FROM x\n"})
+    (api,) = task.spec.environment.services
+    assert task.service_context(api) == tmp_path / "t" / "api" and api.describe_probe() == "running"

@@ -517,9 +517,19 @@ def _spec(
         environment_ignored += compose_ignored
     ignored = environment_ignored + split_ignored(data, TaskSpec)
     try:
-        return TaskSpec.model_validate(data), ignored, environment_mapped + mapped
+        spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
         raise TaskError(f"{source}: invalid task configuration:\n{exc}") from exc
+    environment = spec.environment
+    builds = [("environment.build", environment.build)]
+    builds += [(f"service {service.name}: build", service.build) for service in environment.services]
+    for field, declared in builds:
+        if declared is not None and not (task_dir / declared.context / declared.dockerfile).is_file():
+            raise TaskError(
+                f"{source}: {field}: no Dockerfile {declared.dockerfile} in the context "
+                f"{task_dir / declared.context}"
+            )
+    return spec, ignored, environment_mapped + mapped
 
 
 def _task(
