@@ -1,5 +1,5 @@
-"""Task images: the image map applied to FROM lines, a FROM that cannot be pulled, and the local
-catalogue that stands in for common public bases."""
+"""Task images: the image map applied to FROM lines, a FROM that cannot be pulled, the local
+catalogue that stands in for common public bases, and the images built for a task's services."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from reroll.sandbox.docker.images import (
     catalogue_tag,
     catalogue_variant,
     map_from_lines,
+    service_image,
     task_image,
 )
 from reroll.tasks.task import load_task
@@ -170,6 +171,47 @@ def test_a_build_longer_than_build_timeout_sec_is_cut(tmp_path: Path, docker_ima
     finally:
         client.close()
     assert time.monotonic() - started < 20  # the step alone takes 60 s
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+def test_a_built_service_image_is_cached_by_its_content(tmp_path: Path, docker_images: str) -> None:
+    """A compose service's ``build``: built once (the tag is the hash of the Dockerfile and the
+    context's files), again after a file of the context changed; a failing build names its
+    Dockerfile."""
+    root = _write_task(tmp_path / "built", f"FROM {BASE_ALIAS}\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "Dockerfile").write_text(f"FROM {BASE_ALIAS}\nCOPY data.txt /srv/data.txt\n")
+    (shared / "data.txt").write_text("one\n")
+    (root / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  main: {build: .}\n  api: {build: ../../shared, command: sleep 60}\n"
+    )
+    task = load_task(root)
+    (api,) = task.spec.environment.services
+    client = docker.from_env()
+    built: list[str] = []
+    try:
+        tag = service_image(client, task, api, BASE_ALIAS, log=built.append)
+        assert tag.startswith("reroll/task-built-api:") and built, built
+        assert client.containers.run(tag, ["cat", "/srv/data.txt"], remove=True) == b"one\n"
+        built.clear()
+        assert service_image(client, task, api, BASE_ALIAS, log=built.append) == tag and built == []
+        (shared / "data.txt").write_text("two\n")
+        changed = service_image(client, task, api, BASE_ALIAS, log=built.append)
+        assert (
+            changed != tag
+            and client.containers.run(changed, ["cat", "/srv/data.txt"], remove=True) == b"two\n"
+        )
+        client.images.remove(tag)
+        client.images.remove(changed)
+        (shared / "Dockerfile").write_text(f"FROM {BASE_ALIAS}\nRUN exit 3\n")
+        with pytest.raises(
+            ImageBuildError, match=re.escape(f"docker build of {shared / 'Dockerfile'} failed")
+        ):
+            service_image(client, task, api, BASE_ALIAS)
+    finally:
+        client.close()
 
 
 def test_docker_names_of_a_run_id_with_spaces_are_valid() -> None:
