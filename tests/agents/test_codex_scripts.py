@@ -94,3 +94,28 @@ def test_codex_continued_over_chat_or_messages_sheds_what_they_cannot_hold_with_
         } <= set(notes)
         names = [tool.get("name") or tool.get("function", {}).get("name") for tool in forwarded["tools"]]
         assert "exec_command" in names and "multi_agent_v1" not in names
+
+
+def test_the_mail_calendar_script_calls_the_mcp_tools_codex_offers() -> None:
+    """Every call names the tool group Codex made of the task's ``mail`` MCP server (recorded:
+    codex_mcp_namespace.json) and one of its tools, with its required arguments and no other;
+    the Responses answer carries the group as ``namespace`` beside the tool's own name."""
+    recorded = json.loads((Path(__file__).with_name("codex_mcp_namespace.json")).read_text())["tool"]
+    offered = {tool["name"]: tool["parameters"] for tool in recorded["tools"]}
+    script = load_script(ROOT / "examples" / "tasks" / "mail-calendar" / "scripted-model.codex.yaml")
+    called = []
+    for index, turn in enumerate(script.turns[:-1]):
+        for call in turn.tool_calls:
+            assert call.namespace == recorded["name"] == "mcp__mail" and call.name in offered, call
+            schema = offered[call.name]
+            assert isinstance(call.arguments, dict)
+            assert set(schema.get("required", [])) <= set(call.arguments) <= set(schema["properties"])
+            called.append(call.name)
+        body = answer_body("openai-responses", answer_for(turn, index), {"model": "m", "input": "x"})
+        items = [item for item in body["output"] if item["type"] == "function_call"]
+        assert [(item["namespace"], item["name"]) for item in items] == [
+            ("mcp__mail", call.name) for call in turn.tool_calls
+        ]
+    assert called == ["list_messages", "read_message", "read_message", "list_events",
+                      "archive_message", "reply_to_message", "book_event"]  # fmt: skip
+    assert not script.turns[-1].tool_calls
