@@ -153,8 +153,9 @@ class EnvironmentSection(BaseModel):
     """Where the sandbox's image is built from when not ``environment/Dockerfile`` in the context
     ``environment/`` (docker): Harbor's compose ``main`` service's ``build``, or set inline."""
     build_timeout_sec: float = Field(default=600.0, gt=0)
-    """How long building the task's ``environment/Dockerfile`` may take, in seconds (docker; Harbor's
-    field and default); the catalogue images it starts from are built before, not counted."""
+    """How long building the task's ``environment/Dockerfile`` (and each image a service ``build``s)
+    may take, in seconds (docker; Harbor's field and default); the catalogue images it starts from
+    are built before, not counted."""
     skills_dir: str | None = None
     """Where the task's image puts its skills (SkillsBench's, informational): reroll mounts the
     task's ``environment/skills`` at each agent's native skill paths instead (``--skills``)."""
