@@ -13,7 +13,9 @@ November 2026:
   no working folder and no tool filter in a server's entry.
 - ``codex`` — ``[mcp_servers.NAME]`` tables of ``$CODEX_HOME/config.toml`` (codex 0.147, checked
   with ``codex mcp list --json``): ``command``, ``args``, ``env``, ``cwd`` (stdio) or ``url``,
-  ``http_headers`` (streamable HTTP; Codex has no SSE client), and ``enabled_tools``.
+  ``http_headers`` (streamable HTTP; Codex has no SSE client), and ``enabled_tools``. Codex offers
+  a server's tools to the model as one Responses ``namespace`` tool ``mcp__<NAME>`` and runs a
+  ``function_call`` only when it names that namespace beside the tool (seen in its recordings).
 - ``openhands`` — ``~/.openhands/mcp.json`` of the OpenHands CLI 1.x (``openhands_cli/mcp/
   mcp_utils.py``, FastMCP's ``MCPConfig``): ``{"mcpServers": {NAME: {"command", "args", "env",
   "cwd", "transport": "stdio"} | {"url", "transport": "http" | "sse", "headers"}}}``.
