@@ -220,7 +220,8 @@ class AgentJudgeVerifier:
         workdir.mkdir(mode=0o700, exist_ok=True)
         tar = workdir / f"workspace-{request.output_dir.name}.tar"
         write_private(tar, copy.data)
-        judge = judge_task(self.task, self._instruction(), tar, self.options.timeout_sec)
+        instruction = judge_instruction(self.task, self.rubric, self.instructions)
+        judge = judge_task(self.task, instruction, tar, self.options.timeout_sec)
         record = AgentJudgeRecord(agent=self.agent.name, model=spec, judge_run="")
         options = RolloutOptions(
             timeout_seconds=self.options.timeout_sec,
@@ -242,7 +243,6 @@ class AgentJudgeVerifier:
         except SandboxError:
             raise
         except RerollError as exc:
-            record.error = str(exc)
             return _failed(started, "verifier_error", f"agent-judge {self.agent.name} ({spec}): {exc}")
         finally:
             tar.unlink(missing_ok=True)
@@ -260,17 +260,12 @@ class AgentJudgeVerifier:
                 "infrastructure" if outcome.result.error_category == "infrastructure" else "verifier_error"
             )
             why = outcome.result.error or f"status {outcome.result.status}"
-            return _failed(
-                started, category, f"agent-judge {self.agent.name} ({spec}) gave no verdict: {why} "
-                f"(its run folder: {outcome.run_dir})",
-            )  # fmt: skip
+            where = f"its run folder: {outcome.run_dir}"
+            message = f"agent-judge {self.agent.name} ({spec}) gave no verdict: {why} ({where})"
+            return _failed(started, category, message)
         (request.output_dir / "reward.json").write_bytes(result.to_json())
         details = {"judge_agent": self.agent.name, "judge_model": spec, "judge_run": str(outcome.run_dir)}
         return Verdict(result.flat(), time.monotonic() - started, details=details, result=result)
-
-    def _instruction(self) -> str:
-        """What the judge is told (`judge_instruction`)."""
-        return judge_instruction(self.task, self.rubric, self.instructions)
 
     def _original_judge_run(self, config: RunConfig, request: VerifyRequest) -> Path:
         """The original's judge run folder that a re-score replays: the same place under the
