@@ -156,19 +156,24 @@ def test_rescore_with_another_judge_model_judges_live(workdir: Path, judged_run:
     ]
 
 
+NOT_READ = "the judge's verdict /verdict/reward.json is a {}, not a regular file: not read"
+
+
 @pytest.mark.parametrize(
-    ("name", "command", "kind"),
+    ("name", "command", "message"),
     [
-        (
+        (  # a link to a valid verdict: following it would pay 1.0
             "symlink",
             """echo '{"reward": 1.0}' > /tmp/r.json && ln -s /tmp/r.json /verdict/reward.json""",
-            "symlink",
+            NOT_READ.format("symlink"),
         ),
-        ("fifo", "mkfifo /verdict/reward.json", "fifo"),
+        ("fifo", "mkfifo /verdict/reward.json", NOT_READ.format("fifo")),  # opening it would block
+        ("missing", "echo no verdict", "the judge wrote no verdict: /verdict/reward.json is missing"),
+        ("not-json", "echo pass > /verdict/reward.json", "/verdict/reward.json is not valid JSON"),
     ],
 )
-def test_a_verdict_that_is_no_regular_file_is_a_verifier_error(
-    workdir: Path, name: str, command: str, kind: str
+def test_a_verdict_that_is_no_reward_file_is_a_verifier_error(
+    workdir: Path, name: str, command: str, message: str
 ) -> None:
     hostile = judge_script(workdir, f"{name}-judge.yaml", command)
     run = run_oracle(workdir, f"hostile-{name}", "--judge-model", hostile)
@@ -178,8 +183,5 @@ def test_a_verdict_that_is_no_regular_file_is_a_verifier_error(
         "verifier_error",
         None,
     )
-    assert (
-        f"the judge's verdict /verdict/reward.json is a {kind}, not a regular file: not read"
-        in result["error"]
-    )
+    assert message in result["error"]
     assert f"(its run folder: jobs/hostile-{name}/{run.name}/verifier/judge)" in result["error"]
