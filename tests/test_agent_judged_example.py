@@ -1,10 +1,11 @@
 """The agent-judged example (examples/tasks/changelog-entry) end to end in the `local` sandbox: the
-oracle writes the entry, the agent-judge verifier runs mini-swe-agent (from PyPI) on the task's
-scripted judge model in a fresh sandbox over a read-only copy of the workspace, its verdict file
-is the reward; the judge's exchanges are recorded in a run folder of its own and in
+oracle writes the entry (and plants links and a FIFO beside it), the agent-judge verifier runs
+mini-swe-agent (from PyPI) on the task's scripted judge model in a fresh sandbox over a read-only
+copy of the workspace (links copied as links, the FIFO never opened), its verdict file is the
+reward; the judge's exchanges are recorded in a run folder of its own and in
 trajectory/judge_trajectory.jsonl, ``reroll rescore`` replays them to the same reward byte for
-byte, ``rescore --judge-model`` judges live again, and a verdict that is a symlink or a FIFO is a
-``verifier_error`` (never followed, never opened)."""
+byte, ``rescore --judge-model`` judges live again, and a verdict that is a symlink, a FIFO,
+missing or not JSON is a ``verifier_error`` (never followed, never opened)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = EXAMPLES / "changelog-entry"
 REWARDS = {"reward": 0.6667, "mentions-flag": 1.0, "short": 0.0}
 """What the task's scripted judge gives the oracle's entry (see scripted-judge-agent.yaml)."""
+PLANTED = "ln -s /etc/shadow shadow\nmkfifo pipe\nln -s /verdict/reward.json verdict-link\n"
+"""What the judged agent (the oracle) leaves beside its entry: links to a root-only file and to
+the judge's verdict, a FIFO; the copy for the judge must neither follow nor open them."""
 
 
 def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -61,6 +65,8 @@ def judge_script(folder: Path, name: str, command: str) -> str:
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("agent-judged")
     shutil.copytree(TASK, folder / "changelog-entry")
+    with open(folder / "changelog-entry" / "oracle" / "solve.sh", "a") as oracle:
+        oracle.write(PLANTED)
     return folder
 
 
@@ -123,7 +129,8 @@ def test_the_judge_sees_the_workspace_read_only_and_no_tests_or_solution(judged_
     for folder in ("/tests", "/oracle", "/solution"):
         assert f"cannot access '{folder}': No such file or directory" in seen
     manifest = read_json(judged_run / "verifier" / "judge" / "workspace_manifest.json")
-    assert sorted(manifest) == ["CHANGES.md", "README.txt"]  # the judge changed nothing
+    assert manifest == read_json(judged_run / "workspace_manifest.json")  # copied whole, unchanged
+    assert (manifest["shadow"], manifest["pipe"]) == ("symlink:/etc/shadow", "fifo:")  # never opened
 
 
 def test_rescore_replays_the_judge_to_the_same_reward_byte_for_byte(judged_run: Path, rescored: Path) -> None:
