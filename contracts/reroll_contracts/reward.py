@@ -116,3 +116,31 @@ def parse_reward_json(content: bytes, where: str) -> VerifyResult | None:
         return VerifyResult.model_validate(data)
     except ValidationError as exc:
         raise ValueError(f"{where}: invalid structured reward: {exc}") from exc
+
+
+def verdict_from_json(content: bytes, where: str) -> VerifyResult:
+    """A ``reward.json`` in either form as a `VerifyResult`: the structured form as it is, the
+    flat form (``{"reward": 0.75, "accuracy": 1.0}``, BenchFlow's) as its ``reward`` and the
+    other numbers as items. What an agent judge writes as its verdict
+    (`reroll.rollout.agent_judge`).
+
+    Args:
+        content: the file's bytes.
+        where: what to name in an error (the file).
+
+    Raises:
+        ValueError: not JSON, not an object, an invalid structured form, or a flat form without a
+            numeric ``reward`` or with a value that is not a finite number (the message names
+            `where` and the field).
+    """
+    structured = parse_reward_json(content, where)
+    if structured is not None:
+        return structured
+    data = orjson.loads(content)  # parsed once already: valid JSON, an object
+    if "reward" not in data:
+        raise ValueError(f'{where} has no "reward" (and no "items": not the structured form either)')
+    items = {name: value for name, value in data.items() if name != "reward"}
+    try:
+        return VerifyResult.model_validate({"reward": data["reward"], "items": items})
+    except ValidationError as exc:
+        raise ValueError(f"{where}: invalid reward: {exc}") from exc

@@ -4,7 +4,7 @@ result.json, and clear errors for what is not one."""
 from __future__ import annotations
 
 import pytest
-from reroll_contracts.reward import RewardEvent, VerifyResult, parse_reward_json
+from reroll_contracts.reward import RewardEvent, VerifyResult, parse_reward_json, verdict_from_json
 
 STRUCTURED = b"""{"reward": 0.75, "items": {"tests": 1.0, "style": 0.5},
  "events": [{"source": "ran-tests", "reward": 1.0, "step": 3, "space": "action", "granularity": "step"}],
@@ -42,3 +42,26 @@ def test_the_flat_form_is_no_structured_result() -> None:
 def test_an_invalid_structured_reward_names_the_file_and_the_field(content: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_reward_json(content, "/logs/verifier/reward.json")
+
+
+def test_a_verdict_is_either_form_as_a_verify_result() -> None:
+    structured = verdict_from_json(STRUCTURED, "verdict")
+    assert structured == parse_reward_json(STRUCTURED, "verdict")
+    flat = verdict_from_json(b'{"reward": 0.25, "tone": 1}', "verdict")
+    assert flat == VerifyResult(reward=0.25, items={"tone": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", r"verdict\.json is not valid JSON"),
+        (b"[0.5]", r"verdict\.json must be a JSON object"),
+        (b'{"score": 0.5}', r"verdict\.json has no \"reward\""),
+        (b'{"reward": "high"}', r"verdict\.json: invalid reward"),
+        (b'{"reward": 1.0, "tone": "good"}', r"verdict\.json: invalid reward"),
+        (b'{"reward": 1.0, "items": {"tone": "x"}}', r"verdict\.json: invalid structured reward"),
+    ],
+)
+def test_a_verdict_that_is_no_reward_names_the_file(content: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        verdict_from_json(content, "verdict.json")

@@ -58,7 +58,8 @@ def task_with_verifier(tmp_path: Path, examples: Path, verifier: str) -> Path:
 
 def test_the_default_is_the_test_script_verifier(examples: Path) -> None:
     task = load_task(examples / "hello-file")
-    assert task.spec.verifier.type == "test-script" and sorted(VERIFIERS) == ["llm-judge", "test-script"]
+    assert task.spec.verifier.type == "test-script"
+    assert sorted(VERIFIERS) == ["agent-judge", "llm-judge", "test-script"]
     assert isinstance(verifier_for(task), TestScriptVerifier)
 
 
@@ -67,7 +68,7 @@ def test_the_default_is_the_test_script_verifier(examples: Path) -> None:
     [
         (
             "verifier:\n  type: reward-kit\n",
-            r"task hello-file \(.*\): unknown verifier.type 'reward-kit'; known: llm-judge, test-scr",
+            r"task hello-file \(.*\): unknown verifier.type 'reward-kit'; known: agent-judge, llm-judge,",
         ),
         ("verifier:\n  type: nowhere.at_all:Judge\n", r"verifier.type 'nowhere.at_all:Judge': cannot import"),
         ("verifier:\n  options: {model: m}\n", r"test-script takes no verifier.options \(got model\)"),

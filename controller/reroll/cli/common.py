@@ -57,7 +57,8 @@ NetworkOption = Annotated[
 JudgeModelOption = Annotated[
     str | None,
     typer.Option(
-        help="An LLM judge's model (a --model spec) for a task scored by llm-judge [default: the task's]."
+        help="A judge's model (a --model spec) for a task scored by llm-judge or agent-judge "
+        "[default: the task's]."
     ),
 ]
 ImageMapOption = Annotated[

@@ -37,9 +37,9 @@ def rescore(
 ) -> None:
     """Score a run again: rebuild its workspace by replay, then run its verifier.
 
-    An LLM judge replays its recorded answers (the same reward, byte for byte; a request that
-    differs from the recorded one is served and counted as a divergence), or asks --judge-model
-    live. The new run folder's config.json says rescored_from. Exit 1 when the rebuild or the
+    An LLM or agent judge replays its recorded answers (the same reward, byte for byte; a request
+    that differs from the recorded one is served and counted as a divergence), or asks
+    --judge-model live. The new run folder's config.json says rescored_from. Exit 1 when the rebuild or the
     verifier failed.
     """
     finish(

@@ -155,10 +155,7 @@ class LlmJudgeVerifier:
                 f"task {self.task.name}: no judge model (set verifier model, the rubric's [judge] model, "
                 "or --judge-model)"
             )
-        kind, colon, path = spec.partition(":")
-        if colon and kind.startswith("scripted") and not Path(path).is_absolute():
-            spec = f"{kind}:{self.task.path / path}"
-        return spec
+        return in_task(spec, self.task)
 
     async def verify(self, request: VerifyRequest) -> Verdict:
         """Judge the workspace (see the module docstring); a judge that cannot score is a
@@ -322,6 +319,15 @@ class LlmJudgeVerifier:
             raise VerifierError(
                 f"judge model {model}: not a chat completion on criterion {criterion.name!r}"
             ) from exc
+
+
+def in_task(spec: str, task: Task) -> str:
+    """A judge model `spec` as given in a task: a relative ``scripted:PATH`` made a path inside
+    the task folder (the judge's script sits beside task.md); other specs as they are."""
+    kind, colon, path = spec.partition(":")
+    if colon and kind.startswith("scripted") and not Path(path).is_absolute():
+        return f"{kind}:{task.path / path}"
+    return spec
 
 
 def judge_proxy(

@@ -23,6 +23,7 @@ from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RescoredFrom
+from reroll.tasks.task import JUDGED_TYPES
 
 RESCORED_DIR = "rescored"
 """The default jobs folder of re-scored runs, beside the original."""
@@ -62,7 +63,7 @@ async def rescore_run(
     if judge_model is not None:  # a scripted:PATH stored absolute, as config.json's judge_model
         judge_model = parse_model(judge_model, checkpoint.task.path).spec
     recorded = (original.path / JUDGE_TRAJECTORY).is_file()
-    if judge_model is None and checkpoint.task.spec.verifier.type == "llm-judge" and not recorded:
+    if judge_model is None and checkpoint.task.spec.verifier.type in JUDGED_TYPES and not recorded:
         raise RunFolderError(
             f"{original.path / JUDGE_TRAJECTORY}: missing, no judge answers to replay; "
             "pass --judge-model to ask a judge live"

@@ -105,7 +105,8 @@ class RolloutOptions:
     """The skills folder of ``with-skill`` [default: the original's ``--skills-dir``, else the
     trial's, else the task's ``environment/skills``]."""
     judge_model: str | None = None
-    """An LLM judge's model (``--judge-model``) [default: the original's, else the task's]."""
+    """A judge's model (``--judge-model``: an LLM or agent judge's) [default: the original's, else
+    the task's]."""
     ask_user: bool = False
     """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.asks`) [default: the
     original's, else not]; every agent of the rollout must have an MCP client."""

@@ -3,7 +3,9 @@
 A verifier is a class implementing `Verifier`, registered in `VERIFIERS` under the name a
 task's ``verifier.type`` gives (``test-script``, the default:
 `reroll.rollout.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``;
-``llm-judge``: `reroll.rollout.judge.LlmJudgeVerifier`, a model over the task's rubric), or
+``llm-judge``: `reroll.rollout.judge.LlmJudgeVerifier`, a model over the task's rubric;
+``agent-judge``: `reroll.rollout.agent_judge.AgentJudgeVerifier`, an agent in a sandbox of its
+own over a read-only copy of the workspace), or
 named by the dotted path of a class outside reroll (``mypackage.judges:Judge``). `verifier_for`
 makes the rollout's one from its task: the class is called with the task and the task's
 ``verifier.options``. The rollout (`reroll.rollout.lifecycle`)
@@ -135,6 +137,7 @@ VerifierFactory = Callable[[Task, Mapping[str, Any]], Verifier]
 VERIFIERS: dict[str, str] = {
     DEFAULT_VERIFIER: "reroll.rollout.script_verifier:TestScriptVerifier",
     "llm-judge": "reroll.rollout.judge:LlmJudgeVerifier",
+    "agent-judge": "reroll.rollout.agent_judge:AgentJudgeVerifier",
 }
 """``verifier.type`` → the ``module:attribute`` of its factory, imported on first use."""
 

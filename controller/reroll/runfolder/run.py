@@ -8,7 +8,8 @@
       prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
       trial.json                       the trial's turns: place, prompt, how each ended (a TrialRecord)
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
-      trajectory/judge_trajectory.jsonl  an LLM judge's exchanges, same format (`reroll.rollout.judge`)
+      trajectory/judge_trajectory.jsonl  a judge's exchanges, same format (`reroll.rollout.judge`,
+                                         `reroll.rollout.agent_judge`)
       verifier/                        the verifier's output and logs
       agent/output.log                 the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
@@ -50,7 +51,8 @@ PROMPTS_FILE = "prompts.json"
 TRAJECTORY_DIR = "trajectory"
 TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
 JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
-"""An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.judge`)."""
+"""An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.judge`); an agent
+judge's, appended from its own run folder (`reroll.rollout.agent_judge`)."""
 VERIFIER_DIR = "verifier"
 AGENT_DIR = "agent"
 AGENT_LOG = Path(AGENT_DIR) / "output.log"
@@ -281,7 +283,7 @@ class RunResult(BaseModel):
     skills_generated: dict[str, str] | None = None
     """``self-gen``: the skills the creator scene wrote, by name → sha256 of their files."""
     judge_counts: Counts | None = None
-    """An LLM judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
+    """An LLM or agent judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
     judge request that differs from the recording) and tokens; None without a judge."""
 
     @property

@@ -198,10 +198,9 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
     path = verifier_dir / DOCUMENT
     if not path.is_file():
         return None
-    text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+    head, _ = _split_document(path)
     front: Any = {}
-    if text.startswith("---"):
-        head = text[3:].split("\n---", 1)[0]
+    if head is not None:
         try:
             front = yaml.safe_load(head) or {}
         except yaml.YAMLError as exc:
@@ -226,3 +225,20 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
             raise TaskError(f"{path}: strategy {name!r}: reroll runs test.sh, not {command!r}")
         options.pop("timeout_sec", None)
     return STRATEGY_TYPES[kind], options
+
+
+def document_body(verifier_dir: Path) -> str:
+    """The text of ``verifier/verifier.md`` after its front matter (its "verifier intent": what
+    an agent judge is told to check, `reroll.rollout.agent_judge`); "" without the file."""
+    path = verifier_dir / DOCUMENT
+    return _split_document(path)[1].strip() if path.is_file() else ""
+
+
+def _split_document(path: Path) -> tuple[str | None, str]:
+    """``(front matter, body)`` of a Markdown file with YAML front matter between ``---`` lines;
+    the front matter is None when the file has none."""
+    text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+    if not text.startswith("---"):
+        return None, text
+    head, _, body = text[3:].partition("\n---")
+    return head, body.partition("\n")[2]
