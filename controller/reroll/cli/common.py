@@ -60,6 +60,13 @@ JudgeModelOption = Annotated[
         help="An LLM judge's model (a --model spec) for a task scored by llm-judge [default: the task's]."
     ),
 ]
+UserModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="A persona User's model (a --model spec; a trial scene's `persona`) [default: the "
+        "original's, else the persona's `model`]; recorded answers before a cut are replayed, not asked."
+    ),
+]
 ImageMapOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from reroll.rollout.asks import Answerer
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.mcp import mcp_servers_for
+from reroll.rollout.persona import PersonaPlan, persona_model
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.skills import select_skills, self_gen_trial, skill_config
 from reroll.rollout.verifiers import verifier_for
@@ -109,6 +111,9 @@ class RolloutOptions:
     ask_user: bool = False
     """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.asks`) [default: the
     original's, else not]; every agent of the rollout must have an MCP client."""
+    user_model: str | None = None
+    """A persona User's model (``--user-model``, `reroll.rollout.persona`) [default: the
+    original's, else the trial's persona's ``model``]."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,8 @@ async def start_rollout(
             settings are invalid.
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
-        ModelError: the judge model cannot be used (``--judge-model``).
+        ModelError: the judge model cannot be used (``--judge-model``), or the persona User's
+            (``--user-model``, else the trial's persona's): none, or an unusable one.
         AgentError: a role's agent is unknown, or cannot take the task's MCP servers that are
             not optional (`reroll.rollout.mcp.mcp_servers_for`).
         TrialError: the trial's roles name different models, a User cannot be loaded, or a
@@ -212,6 +218,7 @@ async def start_rollout(
     branch_answer: str | None = None
     replay: ReplayConfig | None = None
     recorded_values: tuple[VolatileRule, ...] = ()
+    persona = PersonaPlan()
     if isinstance(origin, NewRecording):
         task, agent = origin.task, origin.agent
     elif origin.layers is not None:  # forked: nothing replayed, the session resumed
@@ -228,6 +235,9 @@ async def start_rollout(
             divergence_policy=options.divergence_policy,
         )
         recorded_values = recorded_sandbox_values(original.path)
+        persona = PersonaPlan.from_recorded(
+            None, original.path, recorded_asks, live=not origin.provenance.replay_only
+        )
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
     skills = select_skills(task, *_skill_request(origin, options))
     config = config.model_copy(update=skill_config(skills) | {"skill_nudge": _nudge(origin)})
@@ -245,6 +255,11 @@ async def start_rollout(
         load_generation(Path(store.path), store.generation)
     if options.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
         config = config.model_copy(update={"judge_model": parse_model(options.judge_model, task.path).spec})
+    if options.user_model is not None:  # the same
+        config = config.model_copy(update={"user_model": parse_model(options.user_model, None).spec})
+    persona = dataclasses.replace(persona, user_model=config.user_model)
+    if trial.persona is not None and persona.live:  # its model is refused now
+        parse_model(persona_model(trial.persona, persona), None)
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_skills_hidden(with_network(task, config.network), config.skill_source != "task_bundled"),
@@ -257,6 +272,7 @@ async def start_rollout(
         recorded=recorded,
         skills=skills,
         asks=Answerer(run_dir, recorded_asks, branch_answer) if config.ask_user else None,
+        persona=persona,
         checkpoint_every=options.checkpoint_every,
         restore_from=origin.layers if isinstance(origin, FromCheckpoint) else None,
         restore_step=origin.checkpoint.cut_index if isinstance(origin, FromCheckpoint) else 0,
@@ -302,6 +318,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             trial=origin.trial,
             learner_store=options.learner_store,
             ask_user=options.ask_user,
+            user_model=options.user_model,
         )
     original = origin.checkpoint.original.config
     task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
@@ -324,6 +341,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
             "ask_user": options.ask_user or original.ask_user,
+            "user_model": options.user_model or original.user_model,
             "trial": origin.trial(),
             key: origin.provenance,
         }

@@ -50,6 +50,8 @@ PROMPTS_FILE = "prompts.json"
 TRAJECTORY_DIR = "trajectory"
 TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
 JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
+USER_TRAJECTORY = Path(TRAJECTORY_DIR) / "user_trajectory.jsonl"
+"""A persona User's model's exchanges (`reroll.rollout.persona`), in the agent's exchange format."""
 """An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.judge`)."""
 VERIFIER_DIR = "verifier"
 AGENT_DIR = "agent"
@@ -188,6 +190,9 @@ class RunConfig(BaseModel):
     """The fault plan injected by the proxy, if any."""
     judge_model: str | None = None
     """An LLM judge's model as given (``--judge-model``); None: the task's."""
+    user_model: str | None = None
+    """A persona User's model as given (``--user-model``, `reroll.rollout.persona`); None: the
+    trial's persona's ``model``."""
     rescored_from: RescoredFrom | None = None
     trial: TrialConfig | None = None
     """The scenes, roles and turns run (`reroll.trials.config`, resolved), when they are more than the one
