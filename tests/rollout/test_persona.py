@@ -1,0 +1,146 @@
+"""A persona User (`reroll.rollout.persona`) end to end, with the real CLI, Claude Code (from the
+claude-agent-sdk wheel, its MCP client unmodified) and the scripted model playing both the agent
+and the persona, in the local sandbox, on greet-the-user (the user reads French; the task does
+not say so):
+
+- ``reroll run --trial examples/trials/ask-a-persona.yaml --ask-user``: Claude Code asks, the
+  persona's model answers "French" (its script), reward 1; its exchange is in the run folder
+  (``trajectory/user_trajectory.jsonl``, the agent's exchange format) and asks.json names it;
+- ``reroll continue --at 2`` with a persona model that cannot be reached: the question before
+  the cut is answered from the persona's recording (the exchange replayed), so the model is
+  never called and the run scores 1 again;
+- ``reroll continue --at 0 --user-model`` a script that answers "German": live after the cut;
+- ``reroll replay``: the persona's exchange replayed, nothing live;
+- a persona model that cannot be reached, live: the rollout ends ``infrastructure`` with the
+  cause (model, question, HTTP status, the upstream's error), and what was recorded is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.test_main_job import only_folder, read_json, reroll, trajectory
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+AGENT_MODEL = (
+    f"scripted-anthropic:{EXAMPLES / 'tasks' / 'greet-the-user' / 'scripted-model.claude-code.yaml'}"
+)
+TRIAL = EXAMPLES / "trials" / "ask-a-persona.yaml"
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+
+
+def user_lines(folder: Path) -> list[dict]:
+    lines = (folder / "trajectory" / "user_trajectory.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def unreachable(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A persona model whose provider listens nowhere (``PERSONA_BASE_URL``, a closed port)."""
+    monkeypatch.setenv("PERSONA_BASE_URL", f"http://127.0.0.1:{closed_port()}/v1")
+    monkeypatch.setenv("PERSONA_API_KEY", "unused")
+    return "persona/camille-1"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("persona")
+    (folder / "german.yaml").write_text('turns:\n  - content: "German"\n')
+    return folder
+
+
+@pytest.fixture(scope="module")
+def recorded(workdir: Path) -> Path:
+    done = reroll(
+        "run", "--trial", str(TRIAL), "--agent", "claude-code", "--ask-user", "--model", AGENT_MODEL,
+        "--jobs-dir", "jobs", "--job-name", "asked", cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return only_folder(workdir / "jobs" / "asked")
+
+
+def test_the_persona_answers_and_its_exchange_is_recorded(recorded: Path) -> None:
+    assert read_json(recorded / "result.json")["rewards"] == {"reward": 1.0}
+    (ask,) = read_json(recorded / "asks.json")["asks"]
+    assert (ask["answer"], ask["answered_by"], ask["user_exchange"], ask["step"]) == ("French", "user", 0, 1)
+    (line,) = user_lines(recorded)
+    assert line["metadata"]["source"] == "live" and line["response"]["status_code"] == 200
+    system, question = line["request"]["body"]["messages"]
+    assert "You are Camille, a retired teacher from Lyon." in system["content"]
+    assert "Write a one-line greeting" in system["content"]  # the task the persona gave
+    assert question["content"] == (
+        "The agent asks: Which language should the greeting be in?\nOptions:\n- English\n- French\n- German"
+    )
+    assert line["response"]["body"]["choices"][0]["message"]["content"] == "French"
+    persona = read_json(recorded / "config.json")["trial"]["scenes"][0]["persona"]
+    assert persona["text"].startswith("You are Camille") and persona["model"].startswith("scripted:/")
+    assert len(trajectory(recorded)) == 3  # the agent's own, apart
+
+
+def test_a_continuation_serves_the_recorded_answer_without_asking_the_model(
+    recorded: Path, workdir: Path, unreachable: str
+) -> None:
+    done = reroll(
+        "continue", str(recorded), "--at", "2", "--user-model", unreachable, "--output", "at2", cwd=workdir
+    )
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(workdir / "at2")
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
+    (ask,) = read_json(continued / "asks.json")["asks"]
+    assert (ask["answer"], ask["answered_by"], ask["user_exchange"]) == ("French", "recorded", 0)
+    (line,) = user_lines(continued)
+    assert line["metadata"]["source"] == "replayed" and line["metadata"]["divergence"] is None
+    assert line["response"]["body"] == user_lines(recorded)[0]["response"]["body"]  # byte for byte
+    assert read_json(continued / "config.json")["user_model"] == unreachable
+
+
+def test_after_the_cut_the_persona_model_answers_live(recorded: Path, workdir: Path) -> None:
+    german = f"scripted:{workdir / 'german.yaml'}"
+    done = reroll(
+        "continue", str(recorded), "--at", "0", "--user-model", german, "--output", "at0", cwd=workdir
+    )
+    assert done.returncode == 0, done.stderr
+    continued = only_folder(workdir / "at0")
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 0.0}
+    (ask,) = read_json(continued / "asks.json")["asks"]
+    assert (ask["answer"], ask["answered_by"], ask["user_exchange"]) == ("German", "user", 0)
+    assert [line["metadata"]["source"] for line in user_lines(continued)] == ["live"]
+
+
+def test_a_replay_replays_the_persona_too(recorded: Path, workdir: Path) -> None:
+    done = reroll("replay", str(recorded), "--output", "replayed", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    replayed = only_folder(workdir / "replayed")
+    (ask,) = read_json(replayed / "asks.json")["asks"]
+    assert (ask["answer"], ask["answered_by"]) == ("French", "recorded")
+    assert [line["metadata"]["source"] for line in user_lines(replayed)] == ["replayed"]
+
+
+def test_an_unreachable_persona_model_ends_the_rollout_naming_the_cause(
+    recorded: Path, workdir: Path, unreachable: str
+) -> None:
+    done = reroll(
+        "continue", str(recorded), "--at", "0", "--user-model", unreachable, "--output", "down", cwd=workdir
+    )
+    assert done.returncode == 1
+    failed = only_folder(workdir / "down")
+    result = read_json(failed / "result.json")
+    assert (result["status"], result["error_category"]) == ("error", "infrastructure")
+    assert result["error"].startswith(
+        "the persona's model camille-1 on the question 'Which language should the greeting be in?': HTTP 502"
+    )
+    assert "unreachable" in result["error"]
+    # nothing recorded is lost: the agent's question and the persona's failed call are kept
+    assert [line["metadata"]["source"] for line in trajectory(failed)] == ["live"]
+    (line,) = user_lines(failed)
+    assert line["response"]["status_code"] == 502
