@@ -22,6 +22,11 @@ import socket
 from pathlib import Path
 
 import pytest
+from reroll.rollout.asks import Answerer
+from reroll.rollout.persona import PersonaPlan, open_persona, persona_model
+from reroll.trials.config import Persona
+from reroll_contracts.asks import PendingAsk
+from reroll_contracts.errors import ModelError
 
 from tests.test_main_job import only_folder, read_json, reroll, trajectory
 
@@ -30,7 +35,6 @@ AGENT_MODEL = (
     f"scripted-anthropic:{EXAMPLES / 'tasks' / 'greet-the-user' / 'scripted-model.claude-code.yaml'}"
 )
 TRIAL = EXAMPLES / "trials" / "ask-a-persona.yaml"
-pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 
 def user_lines(folder: Path) -> list[dict]:
@@ -69,6 +73,8 @@ def recorded(workdir: Path) -> Path:
     return only_folder(workdir / "jobs" / "asked")
 
 
+@pytest.mark.slow
+@pytest.mark.spawns
 def test_the_persona_answers_and_its_exchange_is_recorded(recorded: Path) -> None:
     assert read_json(recorded / "result.json")["rewards"] == {"reward": 1.0}
     (ask,) = read_json(recorded / "asks.json")["asks"]
@@ -87,6 +93,8 @@ def test_the_persona_answers_and_its_exchange_is_recorded(recorded: Path) -> Non
     assert len(trajectory(recorded)) == 3  # the agent's own, apart
 
 
+@pytest.mark.slow
+@pytest.mark.spawns
 def test_a_continuation_serves_the_recorded_answer_without_asking_the_model(
     recorded: Path, workdir: Path, unreachable: str
 ) -> None:
@@ -104,6 +112,8 @@ def test_a_continuation_serves_the_recorded_answer_without_asking_the_model(
     assert read_json(continued / "config.json")["user_model"] == unreachable
 
 
+@pytest.mark.slow
+@pytest.mark.spawns
 def test_after_the_cut_the_persona_model_answers_live(recorded: Path, workdir: Path) -> None:
     german = f"scripted:{workdir / 'german.yaml'}"
     done = reroll(
@@ -117,6 +127,8 @@ def test_after_the_cut_the_persona_model_answers_live(recorded: Path, workdir: P
     assert [line["metadata"]["source"] for line in user_lines(continued)] == ["live"]
 
 
+@pytest.mark.slow
+@pytest.mark.spawns
 def test_a_replay_replays_the_persona_too(recorded: Path, workdir: Path) -> None:
     done = reroll("replay", str(recorded), "--output", "replayed", cwd=workdir)
     assert done.returncode == 0, done.stderr
@@ -126,6 +138,8 @@ def test_a_replay_replays_the_persona_too(recorded: Path, workdir: Path) -> None
     assert [line["metadata"]["source"] for line in user_lines(replayed)] == ["replayed"]
 
 
+@pytest.mark.slow
+@pytest.mark.spawns
 def test_an_unreachable_persona_model_ends_the_rollout_naming_the_cause(
     recorded: Path, workdir: Path, unreachable: str
 ) -> None:
@@ -144,3 +158,39 @@ def test_an_unreachable_persona_model_ends_the_rollout_naming_the_cause(
     assert [line["metadata"]["source"] for line in trajectory(failed)] == ["live"]
     (line,) = user_lines(failed)
     assert line["response"]["status_code"] == 502
+
+
+@pytest.mark.spawns
+async def test_a_branch_answer_joins_the_personas_conversation(tmp_path: Path) -> None:
+    """In process (the shared proxy and scripted model server are real): a branch's answer to
+    question 0 is not the persona's, so no model call, but the model's request for question 1
+    holds it; asks.json names the exchange of the one answer the model gave."""
+    script = tmp_path / "persona.yaml"
+    script.write_text('turns:\n  - content: "(never asked)"\n  - content: "  Yes, please.  "\n')
+    persona = Persona(text="You are terse.", model=f"scripted:{script}")
+    answerer = Answerer(tmp_path, branch_answer="German")
+    async with open_persona(persona, PersonaPlan(), tmp_path) as user:
+        user.setup("Greet me.", None)
+        first = await answerer.answer(
+            PendingAsk(id=0, question="Language?", options=["French", "German"], step=1, asked_at="t"), user
+        )
+        second = await answerer.answer(PendingAsk(id=1, question="Add an emoji?", step=3, asked_at="t"), user)
+    assert (first.answer, first.answered_by, first.user_exchange) == ("German", "branch", None)
+    assert (second.answer, second.answered_by, second.user_exchange) == ("Yes, please.", "user", 0)
+    (line,) = user_lines(tmp_path)
+    assert [message["role"] for message in line["request"]["body"]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert line["request"]["body"]["messages"][2]["content"] == "German"
+    assert line["request"]["body"]["messages"][3]["content"] == "The agent asks: Add an emoji?"
+
+
+async def test_no_persona_model_is_refused() -> None:
+    with pytest.raises(
+        ModelError, match="the trial's persona has no model: set its `model`, or pass --user-model"
+    ):
+        persona_model(Persona(text="x"), PersonaPlan())
+    assert persona_model(Persona(text="x", model="a/b"), PersonaPlan(user_model="c/d")) == "c/d"
