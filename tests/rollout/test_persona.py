@@ -42,6 +42,16 @@ def user_lines(folder: Path) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+def continue_at(recorded: Path, workdir: Path, at: str, user_model: str, *, exit_code: int = 0) -> Path:
+    """``reroll continue RECORDED --at AT --user-model USER_MODEL``: the new run folder."""
+    output = f"at{at}-{len(list(workdir.iterdir()))}"
+    done = reroll(
+        "continue", str(recorded), "--at", at, "--user-model", user_model, "--output", output, cwd=workdir
+    )  # fmt: skip
+    assert done.returncode == exit_code, done.stderr
+    return only_folder(workdir / output)
+
+
 def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -91,6 +101,8 @@ def test_the_persona_answers_and_its_exchange_is_recorded(recorded: Path) -> Non
     persona = read_json(recorded / "config.json")["trial"]["scenes"][0]["persona"]
     assert persona["text"].startswith("You are Camille") and persona["model"].startswith("scripted:/")
     assert len(trajectory(recorded)) == 3  # the agent's own, apart
+    counts = read_json(recorded / "result.json")["user_counts"]
+    assert (counts["exchanges"], counts["live"], counts["replayed"]) == (1, 1, 0)
 
 
 @pytest.mark.slow
@@ -98,11 +110,7 @@ def test_the_persona_answers_and_its_exchange_is_recorded(recorded: Path) -> Non
 def test_a_continuation_serves_the_recorded_answer_without_asking_the_model(
     recorded: Path, workdir: Path, unreachable: str
 ) -> None:
-    done = reroll(
-        "continue", str(recorded), "--at", "2", "--user-model", unreachable, "--output", "at2", cwd=workdir
-    )
-    assert done.returncode == 0, done.stderr
-    continued = only_folder(workdir / "at2")
+    continued = continue_at(recorded, workdir, "2", unreachable)
     assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
     (ask,) = read_json(continued / "asks.json")["asks"]
     assert (ask["answer"], ask["answered_by"], ask["user_exchange"]) == ("French", "recorded", 0)
@@ -110,17 +118,14 @@ def test_a_continuation_serves_the_recorded_answer_without_asking_the_model(
     assert line["metadata"]["source"] == "replayed" and line["metadata"]["divergence"] is None
     assert line["response"]["body"] == user_lines(recorded)[0]["response"]["body"]  # byte for byte
     assert read_json(continued / "config.json")["user_model"] == unreachable
+    counts = read_json(continued / "result.json")["user_counts"]
+    assert (counts["exchanges"], counts["live"], counts["replayed"], counts["divergences"]) == (1, 0, 1, 0)
 
 
 @pytest.mark.slow
 @pytest.mark.spawns
 def test_after_the_cut_the_persona_model_answers_live(recorded: Path, workdir: Path) -> None:
-    german = f"scripted:{workdir / 'german.yaml'}"
-    done = reroll(
-        "continue", str(recorded), "--at", "0", "--user-model", german, "--output", "at0", cwd=workdir
-    )
-    assert done.returncode == 0, done.stderr
-    continued = only_folder(workdir / "at0")
+    continued = continue_at(recorded, workdir, "0", f"scripted:{workdir / 'german.yaml'}")
     assert read_json(continued / "result.json")["rewards"] == {"reward": 0.0}
     (ask,) = read_json(continued / "asks.json")["asks"]
     assert (ask["answer"], ask["answered_by"], ask["user_exchange"]) == ("German", "user", 0)
@@ -143,11 +148,7 @@ def test_a_replay_replays_the_persona_too(recorded: Path, workdir: Path) -> None
 def test_an_unreachable_persona_model_ends_the_rollout_naming_the_cause(
     recorded: Path, workdir: Path, unreachable: str
 ) -> None:
-    done = reroll(
-        "continue", str(recorded), "--at", "0", "--user-model", unreachable, "--output", "down", cwd=workdir
-    )
-    assert done.returncode == 1
-    failed = only_folder(workdir / "down")
+    failed = continue_at(recorded, workdir, "0", unreachable, exit_code=1)
     result = read_json(failed / "result.json")
     assert (result["status"], result["error_category"]) == ("error", "infrastructure")
     assert result["error"].startswith(

@@ -233,11 +233,12 @@ def finish(outcome: RolloutOutcome) -> None:
         f"exchanges served: {counts.exchanges} ({counts.replayed} replayed, {counts.live} live, "
         f"{counts.divergences} divergent)"
     )
-    if (judge := result.judge_counts) is not None:
-        console.print(
-            f"judge exchanges: {judge.exchanges} ({judge.replayed} replayed, {judge.live} live, "
-            f"{judge.divergences} divergent)"
-        )
+    for who, side in (("judge", result.judge_counts), ("persona", result.user_counts)):
+        if side is not None:
+            console.print(
+                f"{who} exchanges: {side.exchanges} ({side.replayed} replayed, {side.live} live, "
+                f"{side.divergences} divergent)"
+            )
     console.print(f"run folder: {outcome.run_dir}")
     if result.status == "error":
         raise typer.Exit(1)

@@ -61,6 +61,7 @@ from reroll.runfolder.run import (
     PROMPTS_FILE,
     RESULT_FILE,
     TRAJECTORY,
+    USER_TRAJECTORY,
     VERIFIER_DIR,
     RunConfig,
     RunResult,
@@ -316,6 +317,9 @@ async def execute_rollout(
         if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
             with contextlib.suppress(TrajectoryFormatError):
                 result.counts = count_exchanges(load_trajectory(trajectory))
+        if (plan.run_dir / USER_TRAJECTORY).is_file():
+            with contextlib.suppress(TrajectoryFormatError):
+                result.user_counts = count_exchanges(load_trajectory(plan.run_dir / USER_TRAJECTORY))
         result.finished_at = now_iso()
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)

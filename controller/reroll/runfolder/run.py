@@ -9,6 +9,8 @@
       trial.json                       the trial's turns: place, prompt, how each ended (a TrialRecord)
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
       trajectory/judge_trajectory.jsonl  an LLM judge's exchanges, same format (`reroll.rollout.judge`)
+      trajectory/user_trajectory.jsonl   a persona User's exchanges, same format (`reroll.rollout.persona`)
+      asks.json                        the agent's ask_user questions and answers (`reroll.runfolder.asks`)
       verifier/                        the verifier's output and logs
       agent/output.log                 the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
@@ -288,6 +290,8 @@ class RunResult(BaseModel):
     judge_counts: Counts | None = None
     """An LLM judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
     judge request that differs from the recording) and tokens; None without a judge."""
+    user_counts: Counts | None = None
+    """A persona User's exchanges (`USER_TRAJECTORY`), as `judge_counts`; None without one."""
 
     @property
     def effective_status(self) -> Status | Literal["unknown"]:
