@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 from reroll.rollout.asks import Answerer
-from reroll.rollout.persona import PersonaPlan, open_persona, persona_model
+from reroll.rollout.persona import PersonaPlan, PersonaUser, open_persona, persona_model
+from reroll.rollout.side_model import SideModel
 from reroll.trials.config import Persona
+from reroll.trials.users import RoundResult
 from reroll_contracts.asks import PendingAsk
 from reroll_contracts.errors import ModelError
 
@@ -195,3 +197,44 @@ async def test_no_persona_model_is_refused() -> None:
     ):
         persona_model(Persona(text="x"), PersonaPlan())
     assert persona_model(Persona(text="x", model="a/b"), PersonaPlan(user_model="c/d")) == "c/d"
+
+
+@pytest.mark.spawns
+async def test_a_persona_with_prompts_writes_the_next_rounds_and_its_recording_replays(
+    tmp_path: Path,
+) -> None:
+    """In process: with ``prompts``, the model reads each round's result and writes the next
+    prompt, DONE ending the scene; a second persona on the recording with a cut of 1 serves the
+    first prompt from it (not from its own script) and asks its model live after it."""
+    recorded, later = tmp_path / "recorded", tmp_path / "later"
+    recorded.mkdir(), later.mkdir()
+    first, other = tmp_path / "first.yaml", tmp_path / "other.yaml"
+    first.write_text('turns:\n  - content: "Now in French."\n  - content: "done."\n')
+    other.write_text('turns:\n  - content: "(not asked: replayed)"\n  - content: "One more time."\n')
+    persona = Persona(text="You are exacting.", model=f"scripted:{first}", prompts=True)
+    failed = RoundResult(round=0, prompt="Greet.", rewards={"reward": 0.0}, verifier_output="no Bonjour\n")
+    passed = RoundResult(round=1, prompt="Now in French.", rewards={"reward": 1.0}, exit_code=0)
+    async with open_persona(persona, PersonaPlan(), recorded) as user:
+        user.setup("Greet.", None)
+        assert await user.run(0, "Greet.", None) == "Greet."  # the instruction: no model call
+        assert await user.run(1, "Greet.", failed) == "Now in French."
+        assert await user.run(2, "Greet.", passed) is None  # "done." is DONE
+    report = user_lines(recorded)[0]["request"]["body"]["messages"][-1]["content"]
+    assert report.startswith(
+        "The agent finished round 0 (exit code None). The checks of your task: reward 0."
+    )
+    assert "no Bonjour" in report and report.endswith(
+        "or reply exactly DONE if the task is done as you want it."
+    )
+    plan = PersonaPlan(
+        user_model=f"scripted:{other}", replay=recorded / "trajectory" / "user_trajectory.jsonl", cut_index=1
+    )
+    async with open_persona(persona, plan, later) as user:
+        user.setup("Greet.", None)
+        assert await user.run(1, "Greet.", failed) == "Now in French."  # the recorded one
+        assert await user.run(2, "Greet.", passed) == "One more time."  # live, its own script
+    assert [line["metadata"]["source"] for line in user_lines(later)] == ["replayed", "live"]
+    assert (
+        PersonaUser(Persona(text="x"), SideModel(tmp_path / "t", tmp_path / "w", spec="s")).persona.prompts
+        is False
+    )

@@ -39,7 +39,7 @@ from rich.console import Console
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.asks import Answerer, answering
-from reroll.rollout.persona import PersonaPlan, open_persona
+from reroll.rollout.persona import PersonaPlan, PersonaUser, open_persona
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verifier, VerifyRequest
 from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
@@ -193,16 +193,22 @@ async def _rounds(ctx: TrialContext, scene: Scene, user: BaseUser, console: Cons
     outcome = AgentOutcome(exit_code=0)
     result: RoundResult | None = None
     turn = Turn(scene.roles[0].name)
+    persona = user if isinstance(user, PersonaUser) else None
     for round_index in range(scene.max_rounds):
         prompt: str | None = None
-        if len(ctx.record.turns) >= len(ctx.recorded):  # live from the cut: the User decides
+        position, made = len(ctx.record.turns), persona.exchanges if persona else 0
+        if position >= len(ctx.recorded):  # live from the cut: the User decides
             prompt = await next_prompt(user, round_index, ctx.task.instruction, result)
             if prompt is None:
                 console.print(f"[dim]scene {scene.name}: the User ended it after {round_index} rounds[/dim]")
                 ctx.record.user_stopped.append(scene.name)
                 _write_record(ctx)
                 break
-        outcome = await _turn(ctx, scene, turn, prompt or "", "user", round_index, user, console)
+        elif persona is not None and ctx.recorded[position].user_exchange is not None:
+            # its model wrote the recorded prompt: served again, so its conversation goes on
+            await next_prompt(persona, round_index, ctx.task.instruction, result)
+        exchange = persona.exchanges - 1 if persona is not None and persona.exchanges > made else None
+        outcome = await _turn(ctx, scene, turn, prompt or "", "user", round_index, user, console, exchange)
         if not outcome.ended_well or round_index == scene.max_rounds - 1:
             break
         result = await _round_result(ctx, round_index, outcome)
@@ -218,9 +224,11 @@ async def _turn(
     round_index: int | None,
     user: BaseUser | None,
     console: Console,
+    user_exchange: int | None = None,
 ) -> AgentOutcome:
     """Run one turn: its place to the proxy, the prompt (the recorded one in a continuation's
-    replayed part), the agent (its ask_user questions answered by `user`, if any), then its record."""
+    replayed part), the agent (its ask_user questions answered by `user`, if any), then its record
+    (`user_exchange`: the persona's exchange that wrote the prompt, if one did)."""
     position = len(ctx.record.turns)
     place = Place(turn=position, scene=scene.name, role=turn.role, round=round_index)
     if position < len(ctx.recorded):
@@ -250,6 +258,7 @@ async def _turn(
             resume=turn.resume,
             status=outcome.status_word,
             exit_code=outcome.exit_code,
+            user_exchange=user_exchange,
         )
     )
     _write_record(ctx)

@@ -236,7 +236,7 @@ async def start_rollout(
         )
         recorded_values = recorded_sandbox_values(original.path)
         persona = PersonaPlan.from_recorded(
-            None, original.path, recorded_asks, live=not origin.provenance.replay_only
+            original.path, recorded_asks, recorded, live=not origin.provenance.replay_only
         )
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
     skills = select_skills(task, *_skill_request(origin, options))

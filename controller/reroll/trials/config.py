@@ -97,12 +97,13 @@ class Turn:
 @dataclass(config=_FORBID)
 class Persona:
     """A User played by a model (`reroll.rollout.persona`): it gives the task's instruction in
-    round 0, ends the scene after it, and answers the agent's ask_user questions as the model
-    playing `text` says. A trial file's ``persona``::
+    round 0, and answers the agent's ask_user questions as the model playing `text` says; with
+    `prompts`, the model also writes each later round's prompt. A trial file's ``persona``::
 
         persona:
           text: "You are Camille, who reads only French ..."   # or file: camille.md (relative)
           model: scripted:persona.yaml                          # --user-model overrides it
+          prompts: false                                        # true: it writes later rounds' prompts
     """
 
     text: str | None = None
@@ -114,6 +115,10 @@ class Persona:
     trial file); ``--user-model`` overrides it."""
     timeout_sec: float = Field(default=120.0, gt=0)
     """Wall-clock budget of one call of the model, in seconds."""
+    prompts: bool = False
+    """Also decide each later round's prompt: the model reads the round's result (the soft
+    verify's rewards and output) and writes the next message, or ``DONE`` to end the scene (at
+    most the scene's ``max_rounds``); False: the scene is one round."""
 
     @model_validator(mode="after")
     def _one_source(self) -> Persona:
@@ -318,7 +323,12 @@ def _read_persona(path: Path, persona: Persona | None, base: Path) -> Persona | 
             raise TrialError(f"{path}: persona file {file}: cannot be read ({exc})") from exc
     if not (text or "").strip():
         raise TrialError(f"{path}: the persona's text is empty")
-    return Persona(text=text, model=_anchored_model(persona.model, base), timeout_sec=persona.timeout_sec)
+    return Persona(
+        text=text,
+        model=_anchored_model(persona.model, base),
+        timeout_sec=persona.timeout_sec,
+        prompts=persona.prompts,
+    )
 
 
 def _anchored_model(model: str | None, base: Path) -> str | None:
