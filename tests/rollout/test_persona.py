@@ -238,3 +238,49 @@ async def test_a_persona_with_prompts_writes_the_next_rounds_and_its_recording_r
         PersonaUser(Persona(text="x"), SideModel(tmp_path / "t", tmp_path / "w", spec="s")).persona.prompts
         is False
     )
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+def test_a_persona_writes_later_prompts_and_a_continuation_replays_them(tmp_path: Path) -> None:
+    """mini-swe-agent (scripted: the progressive-disclosure example's script) on fix-failing-test,
+    its rounds' prompts written by the persona's model (``prompts: true``): the instruction, then
+    the full spec (a wrong fix), then "still failing" (the right fix), then DONE. A continuation
+    at turn 2's start serves the persona's two recorded prompts and asks its model live (another
+    script) only for the decision after turn 2."""
+    (tmp_path / "persona.yaml").write_text(
+        'turns:\n  - content: "Full spec: mean() returns the arithmetic mean."\n'
+        '  - content: "Still failing: mean() is wrong."\n  - content: "DONE"\n'
+    )
+    (tmp_path / "other.yaml").write_text('turns:\n  - content: "A"\n  - content: "B"\n  - content: "Done."\n')
+    agent_script = EXAMPLES / "trials" / "progressive-disclosure.script.yaml"
+    (tmp_path / "trial.yaml").write_text(
+        f"task: {EXAMPLES / 'tasks' / 'fix-failing-test'}\nscenes:\n  - name: solve\n"
+        f"    roles: [{{name: solver, model: 'scripted:{agent_script}'}}]\n"
+        "    persona: {text: 'You maintain calc.py.', model: 'scripted:persona.yaml', prompts: true}\n"
+        "    max_rounds: 5\n"
+    )
+    done = reroll(
+        "run", "--trial", "trial.yaml", "--agent", "mini-swe-agent", "--jobs-dir", "jobs", "--job-name", "p",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    recorded = only_folder(tmp_path / "jobs" / "p")
+    assert read_json(recorded / "result.json")["rewards"] == {"reward": 1.0}
+    turns = read_json(recorded / "trial.json")["turns"]
+    assert [(t["prompt"][:20], t["prompt_source"], t["user_exchange"]) for t in turns] == [
+        ("The unit tests in `t", "user", None),
+        ("Full spec: mean() re", "user", 0),
+        ("Still failing: mean(", "user", 1),
+    ]
+    assert read_json(recorded / "trial.json")["user_stopped"] == ["solve"]
+    assert [line["metadata"]["source"] for line in user_lines(recorded)] == ["live"] * 3
+    continued = continue_at(recorded, tmp_path, "2:0", f"scripted:{tmp_path / 'other.yaml'}")
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
+    again = read_json(continued / "trial.json")
+    assert [t["prompt"] for t in again["turns"]] == [t["prompt"] for t in turns]
+    assert [t["user_exchange"] for t in again["turns"]] == [None, 0, 1]
+    assert again["user_stopped"] == ["solve"]  # "Done." from the live script
+    lines = user_lines(continued)
+    assert [line["metadata"]["source"] for line in lines] == ["replayed", "replayed", "live"]
+    assert lines[2]["response"]["body"]["choices"][0]["message"]["content"] == "Done."
