@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reroll_contracts.errors import InfrastructureError, ModelError
+from reroll_contracts.errors import InfrastructureError, ModelError, RunFolderError
 
 from reroll.rollout.side_model import SideModel
 from reroll.runfolder.asks import AskRecord
@@ -71,12 +71,31 @@ class PersonaPlan:
         """The plan of a rollout that replays `run_dir` up to a cut, whose recorded questions
         and turns before the cut are `asks` and `turns`
         (`reroll.rollout.checkpoint.Checkpoint.recorded_asks`, ``recorded_turns``): the
-        persona's exchanges that answered those questions or wrote those prompts are served."""
+        persona's exchanges that answered those questions or wrote those prompts are served.
+
+        Raises:
+            RunFolderError: they name exchanges of the persona's model that `run_dir`'s
+                ``user_trajectory.jsonl`` does not hold (missing, unreadable or short).
+        """
         replay = run_dir / USER_TRAJECTORY
         made = sum(ask.user_exchange is not None for ask in asks) + sum(
             turn.user_exchange is not None for turn in turns
         )
-        return cls(replay=replay if replay.is_file() else None, cut_index=made, live=live)
+        if not made:
+            return cls(replay=replay if replay.is_file() else None, live=live)
+        try:
+            with replay.open("rb") as lines:
+                recorded = sum(1 for line in lines if line.strip())
+        except OSError as exc:
+            recorded, cause = 0, f"cannot be read ({exc.strerror or exc})"
+        else:
+            cause = f"holds {recorded} exchange(s)"
+        if recorded < made:
+            raise RunFolderError(
+                f"{replay}: {cause}, but asks.json and trial.json name {made} exchange(s) of the "
+                "persona's model before the cut; its answers cannot be served again"
+            )
+        return cls(replay=replay, cut_index=made, live=live)
 
 
 class PersonaUser(BaseUser):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reroll_contracts.errors import AgentError, TaskError
+from reroll_contracts.errors import AgentError, TaskError, TrialError
 from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.proxy import DivergencePolicy, ReplayConfig, VolatileRule
@@ -196,8 +196,11 @@ async def start_rollout(
             (``--user-model``, else the trial's persona's): none, or an unusable one.
         AgentError: a role's agent is unknown, or cannot take the task's MCP servers that are
             not optional (`reroll.rollout.mcp.mcp_servers_for`).
-        TrialError: the trial's roles name different models, a User cannot be loaded, or a
-            ``resume`` turn's agent has no session to resume.
+        TrialError: the trial's roles name different models, a User cannot be loaded, a
+            ``resume`` turn's agent has no session to resume, or ``--user-model`` is given to a
+            trial without a persona.
+        RunFolderError: the original's persona recording lacks exchanges its records name
+            (`reroll.rollout.persona.PersonaPlan.from_recorded`).
         StoreError: the learner store generation to mount is missing or corrupt.
         TaskError: also: ``--skills-dir`` without ``with-skill``, ``with-skill`` without skills, a
             skills folder that is missing or holds a folder without SKILL.md, or a bad
@@ -255,6 +258,8 @@ async def start_rollout(
         load_generation(Path(store.path), store.generation)
     if options.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
         config = config.model_copy(update={"judge_model": parse_model(options.judge_model, task.path).spec})
+    if options.user_model is not None and trial.persona is None:
+        raise TrialError("--user-model: the trial has no persona (a scene's `persona`) to play")
     if options.user_model is not None:  # the same
         config = config.model_copy(update={"user_model": parse_model(options.user_model, None).spec})
     persona = dataclasses.replace(persona, user_model=config.user_model)
