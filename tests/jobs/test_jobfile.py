@@ -52,3 +52,14 @@ def test_a_job_files_skills_dir_is_relative_to_it_and_bad_skill_flags_are_refuse
     assert len(plan_rollouts(spec)) == 1
     with pytest.raises(TaskError, match="needs --skills with-skill"):
         plan_rollouts(load_job_file(job, {"skills": "no-skill"}))
+
+
+def test_a_job_file_may_offer_ask_user_and_a_bad_value_names_the_file(tmp_path: Path, examples: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"tasks: [{examples / 'greet-the-user'}]\nagents: [claude-code]\nask_user: true\n")
+    assert load_job_file(job_file, {}).ask_user is True
+    assert load_job_file(job_file, {"ask_user": False}).ask_user is False  # the flag wins
+    job_file.write_text(f"tasks: [{examples / 'greet-the-user'}]\nagents: [claude-code]\nask_user: maybe\n")
+    with pytest.raises(JobError, match="ask_user") as caught:
+        load_job_file(job_file, {})
+    assert str(job_file) in str(caught.value)

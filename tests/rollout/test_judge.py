@@ -15,10 +15,11 @@ import pytest
 from reroll import conformance
 from reroll.models.spec import live_upstream, parse_model
 from reroll.rollout.judge import _answer as answer_of
-from reroll.rollout.judge import judge_proxy
 from reroll.rollout.record import run_task
 from reroll.rollout.rescore import rescore_run
+from reroll.rollout.side_model import side_proxy
 from reroll.rollout.start import RolloutOptions
+from reroll.runfolder.run import JUDGE_TRAJECTORY
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.tasks.rubric import Criterion
@@ -116,7 +117,7 @@ async def test_the_sandbox_cannot_reach_the_judges_proxy(tmp_path: Path, example
         upstream = await stack.enter_async_context(
             live_upstream(parse_model(f"scripted:{script}", None), tmp_path)
         )
-        proxy = judge_proxy(run_dir, tmp_path, upstream, None)
+        proxy = side_proxy(run_dir / JUDGE_TRAJECTORY, tmp_path, upstream, None)
         await stack.enter_async_context(proxy)
         await stack.enter_async_context(sandbox)
         port = proxy.base_url.rsplit(":", 1)[1].split("/")[0]

@@ -9,12 +9,14 @@ import pytest
 from reroll.agents import get_agent
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.lifecycle import RolloutPlan
+from reroll.rollout.persona import PersonaPlan
 from reroll.rollout.start import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
+from reroll.runfolder.asks import AskRecord
 from reroll.runfolder.run import ContinuedFrom, RunConfig
 from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import load_task
-from reroll.trials.config import TrialConfig
-from reroll_contracts.errors import AgentError, TaskError
+from reroll.trials.config import Persona, Role, Scene, TrialConfig
+from reroll_contracts.errors import AgentError, ModelError, RunFolderError, TaskError, TrialError
 
 from tests.runfolder.test_run import exchange_line, make_run_folder
 
@@ -135,3 +137,53 @@ async def test_an_agent_without_mcp_is_refused_a_task_with_mcp_servers_before_an
             origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions()
         )
     assert not (tmp_path / "out").exists()
+
+
+async def test_a_user_model_without_a_persona_and_a_persona_without_a_model_are_refused(
+    tmp_path: Path, examples: Path
+) -> None:
+    task = load_task(examples / "greet-the-user")
+    plain = NewRecording(task, get_agent("claude-code"))
+    with pytest.raises(TrialError, match=r"--user-model: the trial has no persona \(a scene's `persona`\)"):
+        await start_rollout(
+            plain,
+            live_model=None,
+            parent=tmp_path / "out",
+            name="x",
+            options=RolloutOptions(user_model="scripted"),
+        )
+    persona = Scene("s", [Role("a", "claude-code")], persona=Persona(text="You read French."))
+    origin = NewRecording(task, get_agent("claude-code"), TrialConfig(scenes=[persona]))
+    with pytest.raises(
+        ModelError, match="the trial's persona has no model: set its `model`, or pass --user-model"
+    ):
+        await start_rollout(
+            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions()
+        )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("lines", [None, 0, 1])
+def test_a_persona_recording_shorter_than_its_records_is_refused_naming_it(
+    tmp_path: Path, lines: int | None
+) -> None:
+    asks = [
+        AskRecord(
+            question=f"q{n}?", index=n, step=n, asked_at="t", answer="a", answered_by="user", user_exchange=n
+        )
+        for n in range(2)
+    ]
+    trajectory = tmp_path / "trajectory" / "user_trajectory.jsonl"
+    if lines is not None:
+        trajectory.parent.mkdir()
+        trajectory.write_text("{}\n" * lines)
+    with pytest.raises(
+        RunFolderError, match="name 2 exchange\\(s\\) of the persona's model before the cut"
+    ) as caught:
+        PersonaPlan.from_recorded(tmp_path, asks, [], live=True)
+    assert str(trajectory) in str(caught.value)
+    trajectory.parent.mkdir(exist_ok=True)
+    trajectory.write_text("{}\n{}\n{}\n")
+    assert PersonaPlan.from_recorded(tmp_path, asks[:1], [], live=False) == PersonaPlan(
+        replay=trajectory, cut_index=1, live=False
+    )

@@ -161,3 +161,52 @@ def test_a_user_that_cannot_be_loaded_is_refused_before_anything_runs(tmp_path: 
     trial = TrialConfig(scenes=[Scene.single("mini-swe-agent", user=f"{tmp_path / 'missing.py'}:f")])
     with pytest.raises(TrialError, match=r"missing\.py not found"):
         check_trial(trial, {"mini-swe-agent": get_agent("mini-swe-agent")})
+
+
+def test_a_persona_trial_file_reads_its_text_and_anchors_its_model() -> None:
+    trial = load_trial(EXAMPLES / "ask-a-persona.yaml")
+    (scene,) = trial.scenes
+    assert scene.user is None and scene.driven and trial.persona is scene.persona
+    assert scene.persona is not None and scene.persona.file is None
+    assert scene.persona.text == (EXAMPLES / "persona" / "french-reader.md").read_text()
+    assert scene.persona.model == f"scripted:{(EXAMPLES / 'persona' / 'french-reader.script.yaml').resolve()}"
+    assert scene.persona.timeout_sec == 120.0
+    assert TrialConfig.model_validate_json(trial.model_dump_json()) == trial  # config.json round trip
+
+
+@pytest.mark.parametrize(
+    ("persona", "message"),
+    [
+        ("{}", "a persona has either text or file"),
+        ("{text: a, file: b.md}", "a persona has either text or file"),
+        ("{text: a, voice: b}", "voice"),
+        ("{text: a, timeout_sec: 0}", "greater than 0"),
+        ("{file: missing.md}", "persona file .*missing.md: cannot be read"),
+        ("{text: '  '}", "the persona's text is empty"),
+    ],
+)
+def test_a_bad_persona_is_refused_naming_the_trial_file(tmp_path: Path, persona: str, message: str) -> None:
+    path = tmp_path / "trial.yaml"
+    path.write_text(f"scenes: [{{name: s, roles: [{{name: a}}], persona: {persona}}}]\n")
+    with pytest.raises(TrialError, match=message) as caught:
+        load_trial(path)
+    assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("scenes", "message"),
+    [
+        ("[{roles: [{name: a}], user: 'u:f', persona: {text: p}}]", "a user or a persona, not both"),
+        ("[{roles: [{name: a}], turns: [{role: a}], persona: {text: p}}]", "a User drives one role"),
+        (
+            "[{name: x, roles: [{name: a}], persona: {text: p}},"
+            " {name: y, roles: [{name: a}], persona: {text: q}}]",
+            r"scenes \['x', 'y'\] each have a persona: one persona per trial",
+        ),
+    ],
+)
+def test_a_persona_scene_must_be_a_one_role_user_scene(tmp_path: Path, scenes: str, message: str) -> None:
+    path = tmp_path / "trial.yaml"
+    path.write_text(f"scenes: {scenes}\n")
+    with pytest.raises(TrialError, match=message):
+        load_trial(path)

@@ -13,6 +13,7 @@ from reroll.trials.users import (
     call_setup,
     load_user,
     next_prompt,
+    user_answer,
     user_spec,
 )
 from reroll_contracts.errors import TrialError, UserCallbackError
@@ -86,3 +87,19 @@ def test_the_python_api_names_a_user_so_a_continuation_loads_it_again() -> None:
     assert load_user(spec).run(0, "", None) == "go"
     with pytest.raises(TrialError, match="cannot be named"):
         user_spec(lambda *_: None)
+
+
+async def test_a_function_user_answers_with_its_answer_function(tmp_path: Path) -> None:
+    (tmp_path / "users.py").write_text(
+        "def prompts(round, instruction, result):\n    return instruction if round == 0 else None\n"
+        "async def answers(question, options):\n    return options[1] if options else 'free'\n"
+    )
+    user = load_user(f"{tmp_path / 'users.py'}:prompts,answers")
+    assert isinstance(user, FunctionUser) and user.run(0, "go", None) == "go"
+    assert await user_answer(user, "which?", ["a", "b"]) == "b"
+    assert await user_answer(user, "which?", []) == "free"
+    assert await user_answer(FunctionUser(module_level_user), "which?", ["a"]) is None  # no answer function
+    with pytest.raises(TrialError, match="has no functions 'prompts' and 'missing'"):
+        load_user(f"{tmp_path / 'users.py'}:prompts,missing")
+    with pytest.raises(TrialError, match="prompt_function,answer_function"):
+        load_user(f"{tmp_path / 'users.py'}:prompts,")

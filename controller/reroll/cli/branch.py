@@ -23,6 +23,7 @@ from reroll.cli.common import (
     SkillsOption,
     StrictDivergenceOption,
     TasksDirOption,
+    UserModelOption,
     console,
     divergence_policy,
     faults_from_flags,
@@ -99,6 +100,7 @@ def branch(
     fault_seed: FaultSeedOption = None,
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
+    user_model: UserModelOption = None,
     via: Annotated[
         Via | None,
         typer.Option(
@@ -128,6 +130,7 @@ def branch(
         divergence_policy=divergence_policy(on_divergence, strict_divergence),
         skill_mode=skills,
         skills_dir=skills_dir,
+        user_model=user_model,
     )
     summary = guarded(
         branch_run(

@@ -61,6 +61,13 @@ JudgeModelOption = Annotated[
         "[default: the task's]."
     ),
 ]
+UserModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="A persona User's model (a --model spec; a trial scene's `persona`) [default: the "
+        "original's, else the persona's `model`]; recorded answers before a cut are replayed, not asked."
+    ),
+]
 ImageMapOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -227,11 +234,12 @@ def finish(outcome: RolloutOutcome) -> None:
         f"exchanges served: {counts.exchanges} ({counts.replayed} replayed, {counts.live} live, "
         f"{counts.divergences} divergent)"
     )
-    if (judge := result.judge_counts) is not None:
-        console.print(
-            f"judge exchanges: {judge.exchanges} ({judge.replayed} replayed, {judge.live} live, "
-            f"{judge.divergences} divergent)"
-        )
+    for who, side in (("judge", result.judge_counts), ("persona", result.user_counts)):
+        if side is not None:
+            console.print(
+                f"{who} exchanges: {side.exchanges} ({side.replayed} replayed, {side.live} live, "
+                f"{side.divergences} divergent)"
+            )
     console.print(f"run folder: {outcome.run_dir}")
     if result.status == "error":
         raise typer.Exit(1)

@@ -25,6 +25,7 @@ from reroll.cli.common import (
     SkillsOption,
     StrictDivergenceOption,
     TasksDirOption,
+    UserModelOption,
     console,
     divergence_policy,
     faults_from_flags,
@@ -69,6 +70,7 @@ def continue_(
     fault_seed: FaultSeedOption = None,
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
+    user_model: UserModelOption = None,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
 
@@ -85,6 +87,7 @@ def continue_(
         divergence_policy=divergence_policy(on_divergence, strict_divergence),
         skill_mode=skills,
         skills_dir=skills_dir,
+        user_model=user_model,
     )
     finish(
         guarded(

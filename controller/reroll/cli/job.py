@@ -75,6 +75,14 @@ def job(
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
     judge_model: JudgeModelOption = None,
+    ask_user: Annotated[
+        bool | None,
+        typer.Option(
+            "--ask-user",
+            help="Offer every agent an ask_user tool over MCP (as reroll run --ask-user; the job "
+            "file's ask_user); a job's rollouts have no User, so the agent is told nobody answered.",
+        ),
+    ] = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
@@ -104,6 +112,7 @@ def job(
         "skills": skills,
         "skills_dir": skills_dir.resolve() if skills_dir is not None else None,
         "judge_model": judge_model,
+        "ask_user": ask_user,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:

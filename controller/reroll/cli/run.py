@@ -18,6 +18,7 @@ from reroll.cli.common import (
     SandboxOption,
     SkillsDirOption,
     SkillsOption,
+    UserModelOption,
     console,
     faults_from_flags,
     finish,
@@ -69,6 +70,7 @@ def run(
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
     judge_model: JudgeModelOption = None,
+    user_model: UserModelOption = None,
     ask_user: Annotated[
         bool,
         typer.Option(
@@ -112,6 +114,7 @@ def run(
                     skill_mode=skills,
                     skills_dir=skills_dir,
                     judge_model=judge_model,
+                    user_model=user_model,
                     ask_user=ask_user,
                     checkpoint_every=checkpoint_every,
                 ),

@@ -22,6 +22,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     skills_dir: null         # with-skill: a folder of <name>/SKILL.md (relative to this file)
                              # [default: each task's environment/skills]
     judge_model: null        # an LLM judge's model (judged tasks) [default: each task's]
+    ask_user: false          # offer every agent reroll's ask_user tool over MCP (reroll run --ask-user)
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     schedule: parallel-independent   # or sequential-shared: one rollout after another over a
                              # learner store (reroll.jobs.learning)
@@ -121,6 +122,10 @@ class JobSpec(RunnerOptions):
     is relative to the file's folder); None: each task's ``environment/skills``."""
     judge_model: str | None = None
     """An LLM judge's model for every rollout of a judged task; None: each task's."""
+    ask_user: bool = False
+    """Offer every rollout's agent reroll's ``ask_user`` tool over MCP (``reroll run --ask-user``,
+    `reroll.rollout.asks`); every agent of the job must have an MCP client. With no User (a job
+    runs plain rollouts), the agent is told nobody answered."""
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:

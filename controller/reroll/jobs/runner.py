@@ -255,6 +255,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         skill_mode=spec.skills,
         skills_dir=spec.skills_dir,
         judge_model=spec.judge_model,
+        ask_user=spec.ask_user,
     )
 
     def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:

@@ -13,6 +13,11 @@ the LLM proxy, which holds it for the controller (`reroll_contracts.asks`). Duri
 - else the scene's User answers (`reroll.trials.users.BaseUser.answer`, ``user``); with no User, or
   one that gives None, the agent is told nobody answered (``nobody``).
 
+A persona User (`reroll.rollout.persona`) is asked again for a recorded question its model
+answered (the record's ``user_exchange``): its proxy serves the recorded exchange, so the answer
+is the original's and the persona's conversation goes on as the original's did; every other
+answer joins its conversation (`reroll.rollout.persona.PersonaUser.heard`).
+
 Each question and its answer go to ``asks.json`` in the run folder with its step and place
 (`reroll.runfolder.asks`).
 """
@@ -31,6 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from reroll.host.llm_proxy import LlmProxy
+from reroll.rollout.persona import PersonaUser
 from reroll.runfolder.asks import ASKS_FILE, AnsweredBy, AskLog, AskRecord
 from reroll.runfolder.run import write_json
 from reroll.sandbox.base import Sandbox
@@ -67,15 +73,29 @@ class Answerer:
         index = len(self.asks)
         answer: str | None
         by: AnsweredBy
-        if index < len(self.recorded):
+        exchange: int | None = None
+        persona = user if isinstance(user, PersonaUser) else None
+        if index < len(self.recorded) and self.recorded[index].user_exchange is not None and persona:
+            # the persona's model gave it: its proxy serves the recorded exchange again
+            answer, by = await user_answer(persona, pending.question, pending.options), "recorded"
+            exchange = persona.exchanges - 1
+        elif index < len(self.recorded):
             answer, by = self.recorded[index].answer, "recorded"
         elif index == len(self.recorded) and self.branch_answer is not None:
             answer, by = self.branch_answer, "branch"
         else:
+            exchanges = persona.exchanges if persona else 0
             answer = await user_answer(user, pending.question, pending.options) if user is not None else None
             by = "user" if answer is not None else "nobody"
+            exchange = persona.exchanges - 1 if persona and persona.exchanges > exchanges else None
+        if persona is not None and exchange is None and answer is not None:
+            persona.heard(pending.question, pending.options, answer)
         record = AskRecord(
-            **pending.model_dump(exclude={"id"}), index=index, answer=answer or NO_ANSWER, answered_by=by
+            **pending.model_dump(exclude={"id"}),
+            index=index,
+            answer=answer or NO_ANSWER,
+            answered_by=by,
+            user_exchange=exchange,
         )
         self.asks.append(record)
         write_json(self.run_dir / ASKS_FILE, AskLog(asks=self.asks))

@@ -9,7 +9,7 @@ How it scores, all from the host (root side): the agent's processes are killed
 (`Sandbox.manifest` then `Sandbox.get_file` of the start of each regular text file under ``input_dir``;
 no link is followed, nothing of the agent runs), and the judge model is asked once per rubric
 item (BenchFlow's ``individual`` mode) in OpenAI Chat Completions through an LLM proxy of its
-own (`reroll.host.llm_proxy.LlmProxy`) that records every exchange into
+own (`reroll.rollout.side_model.SideModel`, as a persona User is asked) that records every exchange into
 ``trajectory/judge_trajectory.jsonl`` in the exchange format of the agent's trajectory. The
 judge's proxy listens on the host's loopback and is never opened to the sandbox (no
 `Sandbox.allow_host_port`), the rubric stays on the host, and the judge never runs as the agent.
@@ -29,14 +29,12 @@ folder's ``verifier/`` gets ``reward.json`` (the structured form, `reroll_contra
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import (
@@ -47,12 +45,12 @@ from reroll_contracts.errors import (
     TaskError,
     VerifierError,
 )
-from reroll_contracts.proxy import ReplayConfig, StepDivergence, UpstreamConfig
+from reroll_contracts.proxy import StepDivergence
 from reroll_contracts.reward import RewardEvent, VerifyResult
 
-from reroll.host.llm_proxy import LlmProxy
-from reroll.models.spec import live_upstream, model_name, parse_model
+from reroll.models.spec import model_name
 from reroll.rollout.script_verifier import quiesce
+from reroll.rollout.side_model import SideModel
 from reroll.rollout.verifiers import Verdict, VerifyRequest
 from reroll.runfolder.run import JUDGE_TRAJECTORY, harness_folder
 from reroll.sandbox.base import Sandbox
@@ -239,42 +237,33 @@ class LlmJudgeVerifier:
             InfrastructureError: the live judge model could not be reached or answered an error.
         """
         replay = request.judge_replay
-        workdir = harness_folder(request.run_dir) / "judge"
-        workdir.mkdir(mode=0o700, exist_ok=True)
         record = JudgeRecord(
             model=spec,
             rubric=str(self.rubric.path),
             replayed_from=str(replay) if replay is not None else None,
         )
-        async with contextlib.AsyncExitStack() as stack:
-            upstream: UpstreamConfig | None = None
-            if replay is None:
-                upstream = await stack.enter_async_context(
-                    live_upstream(parse_model(spec, self.task.path), workdir)
-                )
-            proxy = judge_proxy(request.run_dir, workdir, upstream, replay)
-            await stack.enter_async_context(proxy)
-            session = await stack.enter_async_context(
-                aiohttp.ClientSession(headers={"Authorization": f"Bearer {proxy.token}"})
-            )
+        model = SideModel(
+            request.run_dir / JUDGE_TRAJECTORY,
+            harness_folder(request.run_dir) / "judge",
+            spec=spec,
+            live=replay is None,
+            base=self.task.path,
+            replay=replay,
+            error=InfrastructureError if replay is None else VerifierError,
+        )
+        async with model:
             for criterion in self.rubric.criteria:
-                raw = await self._ask(
-                    session, proxy.base_url, model_name(spec), criterion, files, live=replay is None
+                raw = await model.complete(
+                    self._messages(criterion, files),
+                    what=f"judge model {model_name(spec)} on criterion {criterion.name!r}",
+                    timeout_seconds=self.options.timeout_sec,
                 )
                 record.answers.append(_answer(criterion, raw))
-            record.divergences = (await proxy.status()).divergences
+            record.divergences = await model.divergences()
         return record
 
-    async def _ask(
-        self,
-        session: aiohttp.ClientSession,
-        base_url: str,
-        model: str,
-        criterion: Criterion,
-        files: list[tuple[str, str]],
-        *,
-        live: bool,
-    ) -> str:
+    def _messages(self, criterion: Criterion, files: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """The judge's chat about `criterion`: the answer's shape, the task and the deliverables."""
         shape = ANSWER_SHAPES[criterion.type].replace("POINTS", str(criterion.points))
         shape = shape.replace("MIN", f"{criterion.min:g}").replace("MAX", f"{criterion.max:g}")
         wanted = set(criterion.files or self.rubric.files)
@@ -288,37 +277,10 @@ class LlmJudgeVerifier:
             f"Criterion: {criterion.name}\n{criterion.description}\n\n"
             f"The agent's task:\n{context.strip()}\n{notes}\nThe deliverables:\n{shown}\n"
         )
-        body = {
-            "model": model,
-            "temperature": 0,
-            "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT + shape},
-                {"role": "user", "content": user},
-            ],
-        }
-        error = InfrastructureError if live else VerifierError
-        try:
-            async with session.post(
-                f"{base_url}/chat/completions",
-                data=orjson.dumps(body),
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.options.timeout_sec),
-            ) as response:
-                text = await response.text()
-                if response.status != 200:
-                    raise error(
-                        f"judge model {model}: HTTP {response.status} on criterion {criterion.name!r}: "
-                        + text[:500]
-                    )
-                answer = orjson.loads(text)
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            raise error(f"judge model {model}: no answer on criterion {criterion.name!r} ({exc!r})") from exc
-        try:
-            return str(answer["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise VerifierError(
-                f"judge model {model}: not a chat completion on criterion {criterion.name!r}"
-            ) from exc
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT + shape},
+            {"role": "user", "content": user},
+        ]
 
 
 def in_task(spec: str, task: Task) -> str:
@@ -328,21 +290,6 @@ def in_task(spec: str, task: Task) -> str:
     if colon and kind.startswith("scripted") and not Path(path).is_absolute():
         return f"{kind}:{task.path / path}"
     return spec
-
-
-def judge_proxy(
-    run_dir: Path, workdir: Path, upstream: UpstreamConfig | None, replay: Path | None
-) -> LlmProxy:
-    """The judge's LLM proxy (not started): records into ``run_dir``'s `JUDGE_TRAJECTORY`,
-    forwards to `upstream` or serves the recorded judge trajectory `replay` (policy ``warn``),
-    listens on the host's loopback, and is never opened to a sandbox."""
-    return LlmProxy(
-        workdir=workdir,
-        trajectory_path=run_dir / JUDGE_TRAJECTORY,
-        upstream=upstream,
-        replay=ReplayConfig(trajectory_path=replay, divergence_policy="warn") if replay is not None else None,
-        listen_host="127.0.0.1",
-    )
 
 
 def _answer(criterion: Criterion, text: str) -> JudgeAnswer:

@@ -45,6 +45,7 @@ from reroll.rollout.asks import Answerer, offer_ask_user
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
 from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
+from reroll.rollout.persona import PersonaPlan
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.skills import SceneSkills, SkillSelection
@@ -60,6 +61,7 @@ from reroll.runfolder.run import (
     PROMPTS_FILE,
     RESULT_FILE,
     TRAJECTORY,
+    USER_TRAJECTORY,
     VERIFIER_DIR,
     RunConfig,
     RunResult,
@@ -122,6 +124,8 @@ class RolloutPlan:
     asks: Answerer | None = None
     """Answers the agent's ask_user questions when the rollout offers the tool (``config.ask_user``,
     `reroll.rollout.asks`); None: it does not."""
+    persona: PersonaPlan = field(default_factory=PersonaPlan)
+    """How a persona scene opens its model (`reroll.rollout.persona`)."""
     restore_from: Path | None = None
     """Restore the layers of the checkpoint in this folder before the agent starts (a branch
     forked by snapshot); its step must be `restore_step`."""
@@ -272,6 +276,7 @@ async def execute_rollout(
                 recorded=plan.recorded,
                 hook=skills,
                 asks=plan.asks,
+                persona=plan.persona,
             )
             async with _checkpoints_while(plan, proxy, sandbox, env | task_env, console):
                 outcome = await run_trial(trial, console)
@@ -312,6 +317,9 @@ async def execute_rollout(
         if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
             with contextlib.suppress(TrajectoryFormatError):
                 result.counts = count_exchanges(load_trajectory(trajectory))
+        if (plan.run_dir / USER_TRAJECTORY).is_file():
+            with contextlib.suppress(TrajectoryFormatError):
+                result.user_counts = count_exchanges(load_trajectory(plan.run_dir / USER_TRAJECTORY))
         result.finished_at = now_iso()
         result.timings.total_seconds = round(time.monotonic() - started, 3)
         write_json(plan.run_dir / RESULT_FILE, result)

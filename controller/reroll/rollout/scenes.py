@@ -15,7 +15,8 @@ After each turn of a scene with several roles the outbox (``<workspace>/.outbox/
 is read, as the agent's user (so a planted symlink reaches nothing the agent could not read
 itself), and emptied. After each round of a User scene a soft verify (the rollout's verifier,
 `reroll.rollout.verifiers.Verifier.verify` with ``soft``) scores the workspace for the User's
-`RoundResult`. While a turn runs, the agent's ask_user questions are answered (by the scene's
+`RoundResult`. A scene's ``persona`` is a User played by a model, opened for the scene
+(`reroll.rollout.persona`). While a turn runs, the agent's ask_user questions are answered (by the scene's
 User: `reroll.rollout.asks`). The first turn that does not end well (a timeout, an agent error, a proxy stop)
 ends the trial: its outcome is the rollout's.
 """
@@ -38,6 +39,7 @@ from rich.console import Console
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.asks import Answerer, answering
+from reroll.rollout.persona import PersonaPlan, PersonaUser, open_persona
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.verifiers import Verifier, VerifyRequest
 from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
@@ -124,6 +126,8 @@ class TrialContext:
     asks: Answerer | None = None
     """Answers the agent's ask_user questions during each turn (`reroll.rollout.asks`); None: the
     rollout does not offer the tool."""
+    persona: PersonaPlan = field(default_factory=PersonaPlan)
+    """How a persona scene opens its model (`reroll.rollout.persona`)."""
 
 
 async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
@@ -135,6 +139,7 @@ async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
     Raises:
         TrialError: a User cannot be loaded.
         UserCallbackError: a User's callback raised or returned a non-string.
+        ModelError: a persona's model cannot be used.
         RunFolderError: a recorded turn's place is not the one this trial reaches (a changed trial).
         SandboxError, InfrastructureError: the sandbox or the proxy failed.
     """
@@ -145,7 +150,7 @@ async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
             await quiesce(ctx.sandbox)  # the previous scene's agent processes are gone
         if ctx.hook is not None:
             await ctx.hook.enter(scene, index)
-        run = _run_rounds if scene.user is not None else _run_turns
+        run = _run_rounds if scene.driven else _run_turns
         outcome = await run(ctx, scene, console)
         if not outcome.ended_well:
             break
@@ -169,8 +174,18 @@ async def _run_turns(ctx: TrialContext, scene: Scene, console: Console) -> Agent
 
 
 async def _run_rounds(ctx: TrialContext, scene: Scene, console: Console) -> AgentOutcome:
-    assert scene.user is not None
-    user: BaseUser = load_user(scene.user)
+    async with contextlib.AsyncExitStack() as stack:
+        if scene.persona is not None:
+            user: BaseUser = await stack.enter_async_context(
+                open_persona(scene.persona, ctx.persona, ctx.run_dir)
+            )
+        else:
+            assert scene.user is not None
+            user = load_user(scene.user)
+        return await _rounds(ctx, scene, user, console)
+
+
+async def _rounds(ctx: TrialContext, scene: Scene, user: BaseUser, console: Console) -> AgentOutcome:
     solution = ctx.task.solution_dir / "solve.sh" if ctx.task.solution_dir else None
     await call_setup(
         user, ctx.task.instruction, solution.read_text() if solution and solution.is_file() else None
@@ -178,16 +193,22 @@ async def _run_rounds(ctx: TrialContext, scene: Scene, console: Console) -> Agen
     outcome = AgentOutcome(exit_code=0)
     result: RoundResult | None = None
     turn = Turn(scene.roles[0].name)
+    persona = user if isinstance(user, PersonaUser) else None
     for round_index in range(scene.max_rounds):
         prompt: str | None = None
-        if len(ctx.record.turns) >= len(ctx.recorded):  # live from the cut: the User decides
+        position, made = len(ctx.record.turns), persona.exchanges if persona else 0
+        if position >= len(ctx.recorded):  # live from the cut: the User decides
             prompt = await next_prompt(user, round_index, ctx.task.instruction, result)
             if prompt is None:
                 console.print(f"[dim]scene {scene.name}: the User ended it after {round_index} rounds[/dim]")
                 ctx.record.user_stopped.append(scene.name)
                 _write_record(ctx)
                 break
-        outcome = await _turn(ctx, scene, turn, prompt or "", "user", round_index, user, console)
+        elif persona is not None and ctx.recorded[position].user_exchange is not None:
+            # its model wrote the recorded prompt: served again, so its conversation goes on
+            await next_prompt(persona, round_index, ctx.task.instruction, result)
+        exchange = persona.exchanges - 1 if persona is not None and persona.exchanges > made else None
+        outcome = await _turn(ctx, scene, turn, prompt or "", "user", round_index, user, console, exchange)
         if not outcome.ended_well or round_index == scene.max_rounds - 1:
             break
         result = await _round_result(ctx, round_index, outcome)
@@ -203,9 +224,11 @@ async def _turn(
     round_index: int | None,
     user: BaseUser | None,
     console: Console,
+    user_exchange: int | None = None,
 ) -> AgentOutcome:
     """Run one turn: its place to the proxy, the prompt (the recorded one in a continuation's
-    replayed part), the agent (its ask_user questions answered by `user`, if any), then its record."""
+    replayed part), the agent (its ask_user questions answered by `user`, if any), then its record
+    (`user_exchange`: the persona's exchange that wrote the prompt, if one did)."""
     position = len(ctx.record.turns)
     place = Place(turn=position, scene=scene.name, role=turn.role, round=round_index)
     if position < len(ctx.recorded):
@@ -235,6 +258,7 @@ async def _turn(
             resume=turn.resume,
             status=outcome.status_word,
             exit_code=outcome.exit_code,
+            user_exchange=user_exchange,
         )
     )
     _write_record(ctx)

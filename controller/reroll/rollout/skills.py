@@ -140,7 +140,7 @@ def self_gen_trial(trial: TrialConfig, task_prompt: str) -> TrialConfig:
     scenes = list(trial.scenes)
     if len(scenes) == 1 and scenes[0].name == DEFAULT_SCENE:
         only = scenes[0]
-        scenes = [Scene(SOLVER_SCENE, only.roles, only.turns, only.user, only.max_rounds)]
+        scenes = [Scene(SOLVER_SCENE, only.roles, only.turns, only.user, only.max_rounds, only.persona)]
     return trial.model_copy(update={"scenes": [creator, *scenes]})
 
 

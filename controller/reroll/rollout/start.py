@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reroll_contracts.errors import AgentError, TaskError
+from reroll_contracts.errors import AgentError, TaskError, TrialError
 from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.proxy import DivergencePolicy, ReplayConfig, VolatileRule
@@ -31,6 +32,7 @@ from reroll.rollout.asks import Answerer
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
 from reroll.rollout.mcp import mcp_servers_for
+from reroll.rollout.persona import PersonaPlan, persona_model
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.skills import select_skills, self_gen_trial, skill_config
 from reroll.rollout.verifiers import verifier_for
@@ -110,6 +112,9 @@ class RolloutOptions:
     ask_user: bool = False
     """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.asks`) [default: the
     original's, else not]; every agent of the rollout must have an MCP client."""
+    user_model: str | None = None
+    """A persona User's model (``--user-model``, `reroll.rollout.persona`) [default: the
+    original's, else the trial's persona's ``model``]."""
 
 
 @dataclass(frozen=True)
@@ -188,11 +193,15 @@ async def start_rollout(
             settings are invalid.
         TaskError: network ``none`` is asked of a sandbox without a network policy, or the
             task's ``verifier.type`` is unknown or refuses its ``verifier.options``.
-        ModelError: the judge model cannot be used (``--judge-model``).
+        ModelError: the judge model cannot be used (``--judge-model``), or the persona User's
+            (``--user-model``, else the trial's persona's): none, or an unusable one.
         AgentError: a role's agent is unknown, or cannot take the task's MCP servers that are
             not optional (`reroll.rollout.mcp.mcp_servers_for`).
-        TrialError: the trial's roles name different models, a User cannot be loaded, or a
-            ``resume`` turn's agent has no session to resume.
+        TrialError: the trial's roles name different models, a User cannot be loaded, a
+            ``resume`` turn's agent has no session to resume, or ``--user-model`` is given to a
+            trial without a persona.
+        RunFolderError: the original's persona recording lacks exchanges its records name
+            (`reroll.rollout.persona.PersonaPlan.from_recorded`).
         StoreError: the learner store generation to mount is missing or corrupt.
         TaskError: also: ``--skills-dir`` without ``with-skill``, ``with-skill`` without skills, a
             skills folder that is missing or holds a folder without SKILL.md, or a bad
@@ -213,6 +222,7 @@ async def start_rollout(
     branch_answer: str | None = None
     replay: ReplayConfig | None = None
     recorded_values: tuple[VolatileRule, ...] = ()
+    persona = PersonaPlan()
     if isinstance(origin, NewRecording):
         task, agent = origin.task, origin.agent
     elif origin.layers is not None:  # forked: nothing replayed, the session resumed
@@ -229,6 +239,9 @@ async def start_rollout(
             divergence_policy=options.divergence_policy,
         )
         recorded_values = recorded_sandbox_values(original.path)
+        persona = PersonaPlan.from_recorded(
+            original.path, recorded_asks, recorded, live=not origin.provenance.replay_only
+        )
     trial = (config.trial or TrialConfig.single()).resolved(agent.name, config.model)
     skills = select_skills(task, *_skill_request(origin, options))
     config = config.model_copy(update=skill_config(skills) | {"skill_nudge": _nudge(origin)})
@@ -246,6 +259,13 @@ async def start_rollout(
         load_generation(Path(store.path), store.generation)
     if options.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
         config = config.model_copy(update={"judge_model": parse_model(options.judge_model, task.path).spec})
+    if options.user_model is not None and trial.persona is None:
+        raise TrialError("--user-model: the trial has no persona (a scene's `persona`) to play")
+    if options.user_model is not None:  # the same
+        config = config.model_copy(update={"user_model": parse_model(options.user_model, None).spec})
+    persona = dataclasses.replace(persona, user_model=config.user_model)
+    if trial.persona is not None and persona.live:  # its model is refused now
+        parse_model(persona_model(trial.persona, persona), None)
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=with_skills_hidden(with_network(task, config.network), config.skill_source != "task_bundled"),
@@ -258,6 +278,7 @@ async def start_rollout(
         recorded=recorded,
         skills=skills,
         asks=Answerer(run_dir, recorded_asks, branch_answer) if config.ask_user else None,
+        persona=persona,
         checkpoint_every=options.checkpoint_every,
         restore_from=origin.layers if isinstance(origin, FromCheckpoint) else None,
         restore_step=origin.checkpoint.cut_index if isinstance(origin, FromCheckpoint) else 0,
@@ -303,6 +324,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             trial=origin.trial,
             learner_store=options.learner_store,
             ask_user=options.ask_user,
+            user_model=options.user_model,
         )
     original = origin.checkpoint.original.config
     task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
@@ -325,6 +347,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
             "ask_user": options.ask_user or original.ask_user,
+            "user_model": options.user_model or original.user_model,
             "trial": origin.trial(),
             key: origin.provenance,
         }

@@ -37,6 +37,10 @@ class AskRecord(AskQuestion):
     asked_at: str
     answer: str
     answered_by: AnsweredBy
+    user_exchange: int | None = Field(default=None, ge=0)
+    """The exchange of a persona User's model that gave the answer (its line in
+    ``trajectory/user_trajectory.jsonl``, 0-based; `reroll.rollout.persona`), served again from
+    the recording by a continuation; None: no model gave it."""
 
 
 class AskLog(BaseModel):

@@ -10,6 +10,8 @@
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
       trajectory/judge_trajectory.jsonl  a judge's exchanges, same format (`reroll.rollout.judge`,
                                          `reroll.rollout.agent_judge`)
+      trajectory/user_trajectory.jsonl   a persona User's exchanges, same format (`reroll.rollout.persona`)
+      asks.json                        the agent's ask_user questions and answers (`reroll.runfolder.asks`)
       verifier/                        the verifier's output and logs
       agent/output.log                 the agent's console output
       workspace_manifest.json          sha256 of every workspace file when the agent stopped
@@ -53,6 +55,8 @@ TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
 JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
 """An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.judge`); an agent
 judge's, appended from its own run folder (`reroll.rollout.agent_judge`)."""
+USER_TRAJECTORY = Path(TRAJECTORY_DIR) / "user_trajectory.jsonl"
+"""A persona User's model's exchanges (`reroll.rollout.persona`), in the agent's exchange format."""
 VERIFIER_DIR = "verifier"
 AGENT_DIR = "agent"
 AGENT_LOG = Path(AGENT_DIR) / "output.log"
@@ -190,6 +194,9 @@ class RunConfig(BaseModel):
     """The fault plan injected by the proxy, if any."""
     judge_model: str | None = None
     """An LLM judge's model as given (``--judge-model``); None: the task's."""
+    user_model: str | None = None
+    """A persona User's model as given (``--user-model``, `reroll.rollout.persona`); None: the
+    trial's persona's ``model``."""
     rescored_from: RescoredFrom | None = None
     trial: TrialConfig | None = None
     """The scenes, roles and turns run (`reroll.trials.config`, resolved), when they are more than the one
@@ -285,6 +292,8 @@ class RunResult(BaseModel):
     judge_counts: Counts | None = None
     """An LLM or agent judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
     judge request that differs from the recording) and tokens; None without a judge."""
+    user_counts: Counts | None = None
+    """A persona User's exchanges (`USER_TRAJECTORY`), as `judge_counts`; None without one."""
 
     @property
     def effective_status(self) -> Status | Literal["unknown"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import RunFolderError
 from reroll_contracts.trajectory import Place
 
@@ -34,6 +34,10 @@ class TurnRecord(BaseModel):
     """The soft verify's rewards after a User's round (None elsewhere, or when it left none)."""
     verifier_error: str | None = None
     """Why the soft verify left no reward, if so."""
+    user_exchange: int | None = Field(default=None, ge=0)
+    """The exchange of a persona User's model that wrote the prompt (its line in
+    ``trajectory/user_trajectory.jsonl``, 0-based; `reroll.rollout.persona`), served again from
+    the recording by a continuation; None: no model wrote it."""
 
 
 class TrialRecord(BaseModel):

@@ -28,6 +28,9 @@ and put into the recipient's next prompt. A trial file (YAML)::
           - {role: coder}
           - {role: reviewer, prompt: "Review the code ..."}
 
+A scene may have a ``persona`` instead of a ``user``: a User played by a model (`Persona`,
+`reroll.rollout.persona`), which answers the agent's ask_user questions.
+
 A role without ``agent`` / ``model`` takes the run's (``reroll run --agent/--model``); every
 role's model is the one live model of the run. What ran is recorded in ``trial.json`` of the run
 folder (a `TrialRecord`); each exchange carries its `reroll_contracts.trajectory.Place`.
@@ -92,6 +95,39 @@ class Turn:
 
 
 @dataclass(config=_FORBID)
+class Persona:
+    """A User played by a model (`reroll.rollout.persona`): it gives the task's instruction in
+    round 0, and answers the agent's ask_user questions as the model playing `text` says; with
+    `prompts`, the model also writes each later round's prompt. A trial file's ``persona``::
+
+        persona:
+          text: "You are Camille, who reads only French ..."   # or file: camille.md (relative)
+          model: scripted:persona.yaml                          # --user-model overrides it
+          prompts: false                                        # true: it writes later rounds' prompts
+    """
+
+    text: str | None = None
+    """Who the model plays (its system prompt); `load_trial` reads `file` into it."""
+    file: Path | None = None
+    """A file holding `text` (a trial file's is relative to the file)."""
+    model: str | None = None
+    """The model playing it (a ``--model`` spec; a relative ``scripted:PATH`` is relative to the
+    trial file); ``--user-model`` overrides it."""
+    timeout_sec: float = Field(default=120.0, gt=0)
+    """Wall-clock budget of one call of the model, in seconds."""
+    prompts: bool = False
+    """Also decide each later round's prompt: the model reads the round's result (the soft
+    verify's rewards and output) and writes the next message, or ``DONE`` to end the scene (at
+    most the scene's ``max_rounds``); False: the scene is one round."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Persona:
+        if (self.text is None) == (self.file is None):
+            raise ValueError("a persona has either text or file (not both, not neither)")
+        return self
+
+
+@dataclass(config=_FORBID)
 class Scene:
     """One interaction region: its roles take turns (or a User drives rounds) in the shared sandbox."""
 
@@ -105,6 +141,13 @@ class Scene:
     `reroll.trials.users.user_spec` names a function or class."""
     max_rounds: int = Field(default=10, ge=1)
     """With a `user`: at most this many rounds."""
+    persona: Persona | None = None
+    """Instead of `user`: a User played by a model (`Persona`); at most one scene of a trial has one."""
+
+    @property
+    def driven(self) -> bool:
+        """A User (`user` or `persona`) decides the scene's rounds."""
+        return self.user is not None or self.persona is not None
 
     @model_validator(mode="after")
     def _consistent(self) -> Scene:
@@ -113,7 +156,9 @@ class Scene:
             raise ValueError(f"scene {self.name!r}: no roles")
         if len(set(names)) != len(names):
             raise ValueError(f"scene {self.name!r}: role names repeat: {names}")
-        if self.user is not None:
+        if self.user is not None and self.persona is not None:
+            raise ValueError(f"scene {self.name!r}: a user or a persona, not both")
+        if self.driven:
             if len(self.roles) != 1 or self.turns:
                 raise ValueError(f"scene {self.name!r}: a User drives one role and declares no turns")
             return self
@@ -178,7 +223,15 @@ class TrialConfig(BaseModel):
         names = [scene.name for scene in self.scenes]
         if len(set(names)) != len(names):
             raise ValueError(f"scene names repeat: {names}")
+        personas = [scene.name for scene in self.scenes if scene.persona is not None]
+        if len(personas) > 1:
+            raise ValueError(f"scenes {personas} each have a persona: one persona per trial")
         return self
+
+    @property
+    def persona(self) -> Persona | None:
+        """The trial's persona User, if a scene has one."""
+        return next((scene.persona for scene in self.scenes if scene.persona is not None), None)
 
     @classmethod
     def single(cls, agent: str | None = None, model: str | None = None) -> TrialConfig:
@@ -210,7 +263,7 @@ class TrialConfig(BaseModel):
                         f"scene {scene.name!r}, role {role.name!r}: no agent (name one, or pass --agent)"
                     )
                 roles.append(Role(role.name, role_agent, live))
-            scenes.append(Scene(scene.name, roles, scene.turns, scene.user, scene.max_rounds))
+            scenes.append(Scene(scene.name, roles, scene.turns, scene.user, scene.max_rounds, scene.persona))
         return self.model_copy(update={"scenes": scenes})
 
     @property
@@ -244,12 +297,38 @@ def load_trial(path: Path) -> TrialConfig:
             scene.turns,
             _anchored(scene.user, base),
             scene.max_rounds,
+            _read_persona(path, scene.persona, base),
         )
         for scene in trial.scenes
     ]
     task = (base / trial.task).resolve() if trial.task is not None else None
     skills_dir = (base / trial.skills_dir).resolve() if trial.skills_dir is not None else None
     return trial.model_copy(update={"task": task, "skills_dir": skills_dir, "scenes": scenes})
+
+
+def _read_persona(path: Path, persona: Persona | None, base: Path) -> Persona | None:
+    """`persona` with its file read into its text and its scripted model anchored at `base`.
+
+    Raises:
+        TrialError: the persona's file cannot be read (the message names it and the trial file).
+    """
+    if persona is None:
+        return None
+    text = persona.text
+    if persona.file is not None:
+        file = base / persona.file
+        try:
+            text = file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TrialError(f"{path}: persona file {file}: cannot be read ({exc})") from exc
+    if not (text or "").strip():
+        raise TrialError(f"{path}: the persona's text is empty")
+    return Persona(
+        text=text,
+        model=_anchored_model(persona.model, base),
+        timeout_sec=persona.timeout_sec,
+        prompts=persona.prompts,
+    )
 
 
 def _anchored_model(model: str | None, base: Path) -> str | None:

@@ -8,7 +8,9 @@ verify's rewards and output) — and returns the round's prompt, or None to end 
 may be coroutines.
 
 A `BaseUser` also answers the agent's ask_user questions (``answer(question, options)``, when
-the run offers the tool: `reroll.rollout.asks`); the default answers none.
+the run offers the tool: `reroll.rollout.asks`); the default answers none. A `FunctionUser`
+answers with its optional answer function (``FILE.py:prompts,answers`` in a trial file). A
+User played by a model is a trial scene's ``persona`` (`reroll.rollout.persona`).
 
 A continuation re-sends the prompts the User decided before the cut (recorded in ``trial.json``)
 without calling ``run``; ``run`` is called live from the first round after the cut (``setup``
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from reroll_contracts.errors import TrialError, UserCallbackError
+from reroll_contracts.errors import InfrastructureError, TrialError, UserCallbackError
 from reroll_contracts.trajectory import Exchange
 
 
@@ -61,6 +63,8 @@ class RoundResult:
 
 UserFunction = Callable[[int, str, "RoundResult | None"], "str | Awaitable[str | None] | None"]
 """A `FunctionUser`'s function: ``(round, instruction, round_result)`` → the prompt or None."""
+AnswerFunction = Callable[[str, list[str]], "str | Awaitable[str | None] | None"]
+"""A `FunctionUser`'s answer function: ``(question, options)`` → the answer or None."""
 
 
 class BaseUser:
@@ -96,13 +100,19 @@ class BaseUser:
 
 
 class FunctionUser(BaseUser):
-    """A User from a function ``fn(round, instruction, round_result) -> str | None`` (sync or async)."""
+    """A User from a function ``fn(round, instruction, round_result) -> str | None`` (sync or
+    async), and optionally one answering ask_user questions, ``answer_fn(question, options) ->
+    str | None`` (sync or async; without it, no question is answered)."""
 
-    def __init__(self, fn: UserFunction) -> None:
+    def __init__(self, fn: UserFunction, answer_fn: AnswerFunction | None = None) -> None:
         self.fn = fn
+        self.answer_fn = answer_fn
 
     def run(self, round: int, instruction: str, round_result: RoundResult | None) -> Any:
         return self.fn(round, instruction, round_result)
+
+    def answer(self, question: str, options: list[str]) -> Any:
+        return self.answer_fn(question, options) if self.answer_fn is not None else None
 
 
 async def call_setup(user: BaseUser, instruction: str, solution: str | None) -> None:
@@ -142,11 +152,14 @@ async def _text_from(callback: Callable[[], Any], what: str) -> str | None:
 
     Raises:
         UserCallbackError: it raised, or returned something else (`what` names it).
+        InfrastructureError: it raised one (a model it asks could not be reached).
     """
     try:
         text = callback()
         if inspect.isawaitable(text):
             text = await text
+    except InfrastructureError:
+        raise  # a model the User asks could not be reached: the infrastructure's, not the User's
     except Exception as exc:
         raise UserCallbackError(f"{what} raised {exc!r}") from exc
     if text is not None and not isinstance(text, str):
@@ -160,16 +173,22 @@ def load_user(spec: str) -> BaseUser:
     Args:
         spec: ``package.module:attribute`` (importable) or ``/path/to/file.py:attribute``; the
             attribute is a `BaseUser` subclass (instantiated without arguments), a `BaseUser`
-            instance, or a function (wrapped in `FunctionUser`). A file's folder is put on
-            ``sys.path`` (as Python does for a script), so it imports the modules beside it.
+            instance, or a function (wrapped in `FunctionUser`); ``…:prompts,answers`` names a
+            function deciding the prompts and one answering ask_user questions (`FunctionUser`'s
+            `AnswerFunction`). A file's folder is put on ``sys.path`` (as Python does for a
+            script), so it imports the modules beside it.
 
     Raises:
-        TrialError: `spec` is malformed, the module or file cannot be imported, the attribute is
-            missing or is none of those.
+        TrialError: `spec` is malformed, the module or file cannot be imported, an attribute is
+            missing or is none of those (an answer function: not a function).
     """
     target, colon, attribute = spec.rpartition(":")
-    if not colon or not target or not attribute:
-        raise TrialError(f"user {spec!r}: expected module:attribute or path/to/file.py:attribute")
+    attribute, comma, answers = attribute.partition(",")
+    if not colon or not target or not attribute or (comma and not answers):
+        raise TrialError(
+            f"user {spec!r}: expected module:attribute, path/to/file.py:attribute or "
+            "path/to/file.py:prompt_function,answer_function"
+        )
     try:
         module = _import_file(Path(target)) if target.endswith(".py") else importlib.import_module(target)
     except TrialError:
@@ -177,6 +196,16 @@ def load_user(spec: str) -> BaseUser:
     except Exception as exc:  # the module's own code may raise anything
         raise TrialError(f"user {spec!r}: cannot import {target}: {exc!r}") from exc
     found = getattr(module, attribute, None)
+    if comma:
+        answer_fn = getattr(module, answers, None)
+        if (
+            not callable(found)
+            or isinstance(found, type)
+            or not callable(answer_fn)
+            or isinstance(answer_fn, type)
+        ):
+            raise TrialError(f"user {spec!r}: {target} has no functions {attribute!r} and {answers!r}")
+        return FunctionUser(cast(UserFunction, found), cast(AnswerFunction, answer_fn))
     if isinstance(found, type) and issubclass(found, BaseUser):
         return found()
     if isinstance(found, BaseUser):
