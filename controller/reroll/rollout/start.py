@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from rich.console import Console
 from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
-from reroll.models.spec import ModelSpec, parse_model
+from reroll.models.spec import ModelSpec, parse_model, resolved_spec, script_file, with_script_file
 from reroll.rollout.asks import Answerer
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
@@ -96,8 +97,9 @@ class RolloutOptions:
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
     learner_store: StoreUse | None = None
     """A new recording's learner store generation (a ``sequential-shared`` job's rollout,
-    `reroll.jobs.learning`); None: none. A rollout from a checkpoint ignores it: it mounts the
-    original's generation, read-only to the store (``writes_back`` False)."""
+    `reroll.jobs.learning`); None: none. A rollout from a checkpoint mounts this generation
+    (`with_recorded_inputs` binds the original's) [default: the original's], always read-only to
+    the store (``writes_back`` False)."""
     skill_mode: SkillMode | None = None
     """How the agents get skills (`reroll.rollout.skills`) [default: the original's, else the
     trial's, else ``no-skill``]."""
@@ -109,6 +111,24 @@ class RolloutOptions:
     ask_user: bool = False
     """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.asks`) [default: the
     original's, else not]; every agent of the rollout must have an MCP client."""
+
+    def paths_read(self) -> tuple[Path, ...]:
+        """The host paths these options name, which the rollout reads (what an executor on another
+        machine carries there, `reroll.jobs.ray_executor`): the skills folder, the learner store's
+        folder and an LLM judge's script file (``scripted:PATH``); absolute, in that order."""
+        store = Path(self.learner_store.path) if self.learner_store is not None else None
+        judge = script_file(self.judge_model) if self.judge_model is not None else None
+        return tuple(path for path in (self.skills_dir, store, judge) if path is not None)
+
+    def relocated(self, moved: Callable[[Path], Path]) -> RolloutOptions:
+        """These options with each path of `paths_read` replaced by ``moved(path)``."""
+        store, judge = self.learner_store, self.judge_model
+        if store is not None:
+            store = store.model_copy(update={"path": str(moved(Path(store.path)))})
+        if judge is not None and (script := script_file(judge)) is not None:
+            judge = with_script_file(judge, moved(script))
+        skills_dir = moved(self.skills_dir) if self.skills_dir is not None else None
+        return dataclasses.replace(self, skills_dir=skills_dir, learner_store=store, judge_model=judge)
 
 
 @dataclass(frozen=True)
@@ -320,7 +340,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "continued_from": None,
             "branched_from": None,
             "faults": options.faults,
-            "learner_store": _read_only(original.learner_store),
+            "learner_store": _read_only(options.learner_store or original.learner_store),
             "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
             "ask_user": options.ask_user or original.ask_user,
@@ -344,11 +364,35 @@ def _skill_request(origin: Origin, options: RolloutOptions) -> tuple[SkillMode, 
             options.skills_dir or trial.skills_dir,
         )
     original = origin.checkpoint.original.config
+    return options.skill_mode or original.skill_mode, _recorded_skills_dir(original, options)
+
+
+def _recorded_skills_dir(original: RunConfig, options: RolloutOptions) -> Path | None:
+    """The ``--skills-dir`` of a rollout from a checkpoint of the run whose config is `original`:
+    the given one, else the original's own ``--skills-dir`` when the rollout runs ``with-skill``."""
     mode = options.skill_mode or original.skill_mode
     recorded_dir = original.effective_skills_dir if original.skill_source == "custom_runtime" else None
     if options.skills_dir is None and mode == "with-skill" and recorded_dir is not None:
-        return mode, Path(recorded_dir)
-    return mode, options.skills_dir
+        return Path(recorded_dir)
+    return options.skills_dir
+
+
+def with_recorded_inputs(options: RolloutOptions, original: RunConfig) -> RolloutOptions:
+    """`options` of a continuation or branch of the run whose config.json is `original`, with the
+    host paths the rollout would take from that config bound in them: its skills folder
+    (`_recorded_skills_dir`), its learner store generation and its LLM judge's script file — the same
+    rollout either way, but every host path it reads is then in `RolloutOptions.paths_read`, so
+    an executor on another machine can carry it there (`reroll.jobs.ray_executor`); a given
+    judge's relative script path is made absolute (`reroll.models.spec.resolved_spec`)."""
+    judge = resolved_spec(options.judge_model)
+    if judge is None and original.judge_model is not None and script_file(original.judge_model):
+        judge = original.judge_model  # a script file (a provider's model names no host path)
+    return dataclasses.replace(
+        options,
+        skills_dir=_recorded_skills_dir(original, options),
+        learner_store=options.learner_store or _read_only(original.learner_store),
+        judge_model=judge,
+    )
 
 
 def _nudge(origin: Origin) -> SkillNudge | None:
