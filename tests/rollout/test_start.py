@@ -9,8 +9,14 @@ import pytest
 from reroll.agents import get_agent
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.lifecycle import RolloutPlan
-from reroll.rollout.start import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
-from reroll.runfolder.run import ContinuedFrom, RunConfig
+from reroll.rollout.start import (
+    FromCheckpoint,
+    NewRecording,
+    RolloutOptions,
+    start_rollout,
+    with_recorded_inputs,
+)
+from reroll.runfolder.run import ContinuedFrom, RunConfig, StoreUse
 from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import load_task
 from reroll.trials.config import TrialConfig
@@ -135,3 +141,34 @@ async def test_an_agent_without_mcp_is_refused_a_task_with_mcp_servers_before_an
             origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions()
         )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_continuation_binds_the_host_paths_it_takes_from_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`with_recorded_inputs`: the original's own skills folder, learner store (read-only) and
+    judge script become options, so an executor sees every host path the rollout reads; what the
+    rollout would not read (another skill mode, a provider's judge) is not bound."""
+    original = RunConfig(
+        task_path="/tasks/t",
+        agent="claude-code",
+        skill_mode="with-skill",
+        skill_source="custom_runtime",
+        effective_skills_dir="/home/u/skills",
+        learner_store=StoreUse(path="/jobs/j/store", generation=3, writes_back=True),
+        judge_model="scripted:/home/u/judge.yaml",
+    )
+    bound = with_recorded_inputs(RolloutOptions(), original)
+    assert bound.skills_dir == Path("/home/u/skills")
+    assert bound.learner_store == StoreUse(path="/jobs/j/store", generation=3, writes_back=False)
+    assert bound.judge_model == "scripted:/home/u/judge.yaml"
+    assert bound.paths_read() == (Path("/home/u/skills"), Path("/jobs/j/store"), Path("/home/u/judge.yaml"))
+    given = RolloutOptions(skills_dir=Path("/other"), judge_model="scripted:rel.yaml")
+    monkeypatch.chdir(tmp_path)
+    bound = with_recorded_inputs(given, original)
+    assert (bound.skills_dir, bound.judge_model) == (Path("/other"), f"scripted:{tmp_path / 'rel.yaml'}")
+    bound = with_recorded_inputs(RolloutOptions(skill_mode="no-skill"), original)
+    assert bound.skills_dir is None
+    bundled = original.model_copy(update={"skill_source": "task_bundled", "judge_model": "openai/gpt-4o"})
+    bound = with_recorded_inputs(RolloutOptions(), bundled)
+    assert (bound.skills_dir, bound.judge_model) == (None, None)  # the task's skills travel with it

@@ -161,3 +161,15 @@ def test_a_user_that_cannot_be_loaded_is_refused_before_anything_runs(tmp_path: 
     trial = TrialConfig(scenes=[Scene.single("mini-swe-agent", user=f"{tmp_path / 'missing.py'}:f")])
     with pytest.raises(TrialError, match=r"missing\.py not found"):
         check_trial(trial, {"mini-swe-agent": get_agent("mini-swe-agent")})
+
+
+def test_user_files_are_the_users_a_file_holds() -> None:
+    """The host files a trial's rollout imports (a Ray worker cannot: `reroll.jobs.runner`)."""
+    trial = TrialConfig(
+        scenes=[
+            Scene.single("mini-swe-agent", user="/home/u/users.py:disclose", max_rounds=2),
+            Scene("b", [Role("r", "mini-swe-agent")], [], user="users:disclose", max_rounds=2),
+            Scene("c", [Role("r", "mini-swe-agent")], [Turn("r")]),
+        ]
+    )
+    assert trial.user_files() == ["/home/u/users.py:disclose"]

@@ -52,7 +52,7 @@ from reroll_contracts.errors import AgentError, ConfigError, EnvironmentStateErr
 from rich.console import Console
 
 from reroll.agents import AgentSpec
-from reroll.jobs.executors import REMOTE_EXECUTORS, Attempt, RecordedTask, attempt_reads
+from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
 from reroll.models.spec import model_slug, parse_model
@@ -298,8 +298,7 @@ async def branch(
     parsed = (parse_model(spec, checkpoint.task.path, checkpoint.agent.name) for spec in models)
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
-    if runner.executor in REMOTE_EXECUTORS:
-        refuse_untravelled(original.config, original.path, runner.executor)
+    refuse_untravelled(original.config, original.path, runner.executor)
     bound = with_recorded_inputs(options, original.config)  # every host path it reads, bound
     parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
     given = ",".join(dict.fromkeys(point.at for point in points))

@@ -369,7 +369,7 @@ async def continue_job(
         if _status(original) != "timeout":
             continue
         config = _config(original)
-        if config is not None and runner.executor in REMOTE_EXECUTORS:
+        if config is not None:
             refuse_untravelled(config, original, runner.executor)
         live = resolved_spec(model or (config.model if config is not None else None))
         bound = with_recorded_inputs(options, config) if config is not None else options
@@ -425,15 +425,16 @@ def _recorded_task(config: RunConfig | None, tasks_dir: Path | None) -> Recorded
 
 def refuse_untravelled(config: RunConfig, folder: Path, executor: str) -> None:
     """Refuse a continuation or branch of the run in `folder` (its config.json: `config`) on
-    `executor`, whose rollouts run on other machines, when it reads a host file that does not
-    travel there: a trial's User held in a file (``path/to/file.py:attribute``: Python code
-    importing what lies beside it, which a single file's copy would not carry).
+    `executor` when that runs rollouts on other machines (`REMOTE_EXECUTORS`) and the rollout
+    reads a host file that does not travel there: a trial's User held in a file
+    (``path/to/file.py:attribute``: Python code importing what lies beside it, which a single
+    file's copy would not carry).
 
     Raises:
         JobError: naming the run, the User and what to do instead.
     """
     files = config.trial.user_files() if config.trial is not None else []
-    if files:
+    if files and executor in REMOTE_EXECUTORS:
         raise JobError(
             f"{folder}: its trial's User {files[0]} is a file on this machine, which does not travel "
             f"to {executor} workers; make it an importable module:attribute installed on every node, "
