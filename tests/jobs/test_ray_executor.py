@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
+from reroll.jobs.folder_archive import pack
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import continue_job, run_job
 from reroll.rollout.continue_ import continue_run
@@ -228,3 +229,49 @@ def test_config_json_comes_back_with_the_controller_s_paths(tmp_path: Path) -> N
     }
     restore_paths(tmp_path / "missing.json", {}, scratch)  # a run that made no config.json
     assert not (tmp_path / "missing.json").exists()
+
+
+def skills_task(root: Path) -> tuple[Path, Path]:
+    """A task whose oracle copies the word of the mounted skill ``greeting`` into answer.txt and
+    whose verifier rewards the word, and a skills folder beside it (not in the task folder)."""
+    task = write_task(
+        root,
+        "skill-word",
+        'cat "$REROLL_SANDBOX_ROOT/etc/reroll/skills/mounted/greeting/SKILL.md" > "$REROLL_WORKSPACE/answer.txt"',
+    )
+    (task / "verifier" / "test.sh").write_text(
+        '#!/bin/sh\nmkdir -p "$REROLL_LOGS_DIR/verifier"\n'
+        'if grep -q marmalade "$REROLL_WORKSPACE/answer.txt"; then r=1; else r=0; fi\n'
+        'echo $r > "$REROLL_LOGS_DIR/verifier/reward.txt"\n'
+    )
+    skills = root / "skills"
+    (skills / "greeting").mkdir(parents=True)
+    (skills / "greeting" / "SKILL.md").write_text(
+        "---\nname: greeting\ndescription: The word to greet with.\n---\nThe word is marmalade.\n"
+    )
+    return task, skills
+
+
+@pytest.mark.slow
+async def test_a_skills_dir_travels_to_the_ray_worker(tmp_path: Path) -> None:
+    """``--skills with-skill --skills-dir DIR`` on Ray: the folder reaches the worker's cache, the
+    oracle reads the skill in its sandbox there, and config.json names the controller's paths."""
+    task, skills = skills_task(tmp_path / "in")
+    spec = JobSpec(tasks=[task], agents=["oracle"], skills="with-skill", skills_dir=skills, concurrency=1)
+    summaries = [
+        await run_job(
+            spec.model_copy(update={"name": executor, "executor": executor}),
+            jobs_dir=tmp_path / "jobs",
+            console=Console(quiet=True),
+        )
+        for executor in ("asyncio", "ray")
+    ]
+    assert comparable(summaries[1]) == comparable(summaries[0])
+    (rollout,) = summaries[1].rollouts
+    assert (rollout.status, rollout.rewards) == ("ok", {"reward": 1.0})
+    config = json.loads((tmp_path / "jobs" / "ray" / rollout.name / "config.json").read_text())
+    assert (config["task_path"], config["effective_skills_dir"]) == (str(task), str(skills))
+    assert config["skill_source"] == "custom_runtime" and list(config["skills"]) == ["greeting"]
+    from reroll.jobs.ray_executor import worker_root
+
+    assert (worker_root() / "folders" / pack(skills).digest / "greeting" / "SKILL.md").is_file()
