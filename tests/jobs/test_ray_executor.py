@@ -237,7 +237,8 @@ def skills_task(root: Path) -> tuple[Path, Path]:
     task = write_task(
         root,
         "skill-word",
-        'cat "$REROLL_SANDBOX_ROOT/etc/reroll/skills/mounted/greeting/SKILL.md" > "$REROLL_WORKSPACE/answer.txt"',
+        'cat "$REROLL_SANDBOX_ROOT/etc/reroll/skills/mounted/greeting/SKILL.md" '
+        '> "$REROLL_WORKSPACE/answer.txt"',
     )
     (task / "verifier" / "test.sh").write_text(
         '#!/bin/sh\nmkdir -p "$REROLL_LOGS_DIR/verifier"\n'

@@ -24,7 +24,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     judge_model: null        # an LLM judge's model (judged tasks) [default: each task's]
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     schedule: parallel-independent   # or sequential-shared: one rollout after another over a
-                             # learner store (reroll.jobs.learning)
+                             # learner store (reroll.jobs.learning; asyncio executor only)
     store: null              # sequential-shared only: a folder (skills/, memory/) holding the store's
                              # generation 0 (relative to this file) [default: an empty store]
     ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance
