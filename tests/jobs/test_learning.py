@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,8 @@ async def branch_on_ray(run: Path, model: str, store: Path, tmp_path: Path) -> N
     assert (cached / pack(store).digest / "generations" / "1.json").is_file()
     script = Path(model.partition(":")[2])
     assert (cached / pack_file(script).digest / script.name).read_bytes() == script.read_bytes()
+    agents = Path(os.environ[AGENTS_FILE_ENV])  # the urllib agent's declaration travelled too
+    assert (cached / pack_file(agents).digest / agents.name).read_bytes() == agents.read_bytes()
 
 
 @pytest.mark.slow

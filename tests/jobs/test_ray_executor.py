@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reroll.agents import AGENTS_FILE_ENV, registry
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.folder_archive import pack
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
@@ -276,3 +277,27 @@ async def test_a_skills_dir_travels_to_the_ray_worker(tmp_path: Path) -> None:
     from reroll.jobs.ray_executor import worker_root
 
     assert (worker_root() / "folders" / pack(skills).digest / "greeting" / "SKILL.md").is_file()
+
+
+def test_the_controller_s_agent_declarations_are_the_worker_s_for_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$REROLL_AGENTS_FILE`` of the controller, carried to the worker, is what the registry reads
+    during the task; the worker's own declarations are back after it."""
+    from reroll.jobs.ray_executor import _agents_declared_in
+
+    for name in ("own", "carried"):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"{name}-agent:\n  description: d\n  api_format: none\n  launch: 'true'\n"
+        )
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(tmp_path / "own.yaml"))
+    registry.cache_clear()
+    try:
+        assert "own-agent" in registry()
+        with _agents_declared_in(tmp_path / "carried.yaml"):
+            assert "carried-agent" in registry() and "own-agent" not in registry()
+        assert "own-agent" in registry() and "carried-agent" not in registry()
+        with _agents_declared_in(None):
+            assert "own-agent" in registry()
+    finally:
+        registry.cache_clear()

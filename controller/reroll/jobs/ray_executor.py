@@ -23,8 +23,10 @@ Imported only when that executor is chosen (`reroll.jobs.executors.create_execut
   run folder names the task, skills and scripts as they are on the controller, and the run
   folder is packed and returned with its result, unpacked at the attempt's run folder in the
   controller's jobs dir, and the scratch folder deleted. So a lost node loses only its in-flight
-  rollouts. Nothing else travels: agents install on each node into its own cache, docker images
-  are built on each node, API keys and ``$REROLL_AGENTS_FILE`` come from each node's environment.
+  rollouts. The controller's ``$REROLL_AGENTS_FILE`` (agents declared as data) travels the same
+  way and is the worker's for the task, so the agents the controller planned with are the ones
+  that run. Nothing else travels: agents install on each node into its own cache, docker images
+  are built on each node, API keys come from each node's environment.
 - What cannot travel is refused before the job starts (`reroll.jobs.runner`): a
   ``sequential-shared`` job (each rollout writes the store the next one starts from, on the
   controller), and a continuation or branch of a trial whose User is a file
@@ -46,7 +48,9 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,6 +60,7 @@ import ray
 import ray.exceptions
 from reroll_contracts.errors import InfrastructureError
 
+from reroll.agents import AGENTS_FILE_ENV, registry
 from reroll.cache import cache_dir
 from reroll.jobs.executors import Attempt
 from reroll.jobs.folder_archive import pack, pack_file, unpack
@@ -168,13 +173,39 @@ def restore_paths(config: Path, folders: dict[Path, Path], scratch: Path) -> Non
     write_json(config, restored(data))  # type: ignore[arg-type]  # a JSON object stays one
 
 
-def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder]) -> Returned:
-    """The Ray task's body: fetch the inputs, run the attempt in a scratch folder in a fresh event
-    loop of the worker process, and send its run folder back."""
+@contextlib.contextmanager
+def _agents_declared_in(file: Path | None) -> Iterator[None]:
+    """Within the block, the agent registry reads ``$REROLL_AGENTS_FILE`` = `file` (the
+    controller's declarations, carried here), as the controller's did when it planned the job;
+    the worker's own value is back after it. None: the worker's own, untouched."""
+    if file is None:
+        yield
+        return
+    before = os.environ.get(AGENTS_FILE_ENV)
+    os.environ[AGENTS_FILE_ENV] = str(file)
+    registry.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(AGENTS_FILE_ENV, None)
+        else:
+            os.environ[AGENTS_FILE_ENV] = before
+        registry.cache_clear()
+
+
+def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder], agents: ShippedFolder | None) -> Returned:
+    """The Ray task's body: fetch the inputs (and the controller's ``$REROLL_AGENTS_FILE``,
+    `agents`), run the attempt in a scratch folder in a fresh event loop of the worker process,
+    and send its run folder back."""
     root = worker_root()
     (root / "runs").mkdir(parents=True, exist_ok=True)
     folders = {folder.source: _cached(folder, root / "folders") for folder in inputs}
-    with tempfile.TemporaryDirectory(prefix="run-", dir=root / "runs", ignore_cleanup_errors=True) as name:
+    agents_file = _cached(agents, root / "folders") if agents is not None else None
+    with (
+        tempfile.TemporaryDirectory(prefix="run-", dir=root / "runs", ignore_cleanup_errors=True) as name,
+        _agents_declared_in(agents_file),
+    ):
         scratch = Path(name)
         tasks_dir = None
         if attempt.recorded_task is not None and attempt.recorded_task.path in folders:
@@ -277,7 +308,9 @@ class RayExecutor:
         """
         async with self._slots:
             inputs = [shipped for folder in attempt.folders_read if (shipped := await self._ship(folder))]
-            ref = self._remote.remote(attempt, inputs)
+            declared = os.environ.get(AGENTS_FILE_ENV)
+            agents = await self._ship(Path(declared).resolve()) if declared else None
+            ref = self._remote.remote(attempt, inputs, agents)
             try:
                 returned: Returned = await ref
             except asyncio.CancelledError:
