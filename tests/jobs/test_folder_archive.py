@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from reroll.jobs.folder_archive import pack, unpack
+from reroll.jobs.folder_archive import pack, pack_file, unpack
 from reroll_contracts.errors import JobError, RunFolderError
 
 
@@ -111,3 +111,34 @@ def test_unpack_refuses_what_is_not_an_archive(tmp_path: Path) -> None:
     with pytest.raises(RunFolderError, match="hostile: not a packed folder"):
         unpack(b"not gzip", tmp_path / "out", source="hostile")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_travels_as_a_folder_holding_it(tmp_path: Path) -> None:
+    """A ``scripted:PATH`` script outside any folder that travels: packed alone, under its name,
+    with a digest of its content (not of its folder's other files, nor its times)."""
+    (tmp_path / "src").mkdir()
+    script = tmp_path / "src" / "fast.yaml"
+    script.write_text("steps: []\n")
+    (tmp_path / "src" / "other.txt").write_text("not packed\n")
+    packed = pack_file(script)
+    unpack(packed.data, tmp_path / "out", source="test")
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["fast.yaml"]
+    assert (tmp_path / "out" / "fast.yaml").read_text() == "steps: []\n"
+    os.utime(script, (0, 0))
+    assert pack_file(script).digest == packed.digest
+    script.write_text("steps: [changed]\n")
+    assert pack_file(script).digest != packed.digest
+
+
+def test_pack_file_refuses_links_and_special_files(tmp_path: Path) -> None:
+    """A link named as a file is not followed (it could name any file of the controller), a FIFO
+    is refused without being opened (reading it would block), a folder is not a file."""
+    (tmp_path / "link.yaml").symlink_to("/etc/passwd")
+    os.mkfifo(tmp_path / "fifo.yaml")
+    for name in ("link.yaml", "fifo.yaml"):
+        with pytest.raises(JobError, match=f"{name}: not a regular file"):
+            pack_file(tmp_path / name)
+    with pytest.raises(JobError, match="not a regular file"):
+        pack_file(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        pack_file(tmp_path / "missing.yaml")

@@ -7,7 +7,9 @@ a link to the store's ``skills/``) and one line to ``memory/``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import yaml
 from reroll.agents import AGENTS_FILE_ENV, registry
 from reroll.export import export_lines
 from reroll.jobs.branch import branch
-from reroll.jobs.jobfile import JobSpec, load_job_file
+from reroll.jobs.folder_archive import pack, pack_file
+from reroll.jobs.jobfile import JobSpec, RunnerOptions, load_job_file
 from reroll.jobs.runner import run_job
 from reroll.rollout.continue_ import continue_run
 from reroll.runfolder.store import list_generations, load_head, rollback_store
@@ -56,6 +59,36 @@ def learner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
 
 def skills(generation_files: dict[str, str]) -> list[str]:
     return sorted(path.split("/")[1] for path in generation_files if path.startswith("skills/"))
+
+
+async def branch_on_ray(run: Path, model: str, store: Path, tmp_path: Path) -> None:
+    """A branch of `run` (a rollout of a sequential-shared job) on a local Ray instance: the store
+    and the model's script travel to the worker as they would to another machine (they reach its
+    cache), and the child's config.json names the controller's store."""
+    from reroll.jobs.ray_executor import worker_root  # needs ray (the dev extra)
+
+    on_ray = await branch(
+        run,
+        at=1,
+        models=[model],
+        output=tmp_path / "branched-ray",
+        runner=RunnerOptions(executor="ray", concurrency=1),
+        console=Console(quiet=True),
+    )
+    child = Path(on_ray.parent) / on_ray.children[0].folder
+    assert on_ray.children[0].status == "ok"
+    assert json.loads((child / "config.json").read_text())["learner_store"] == {
+        "path": str(store),
+        "generation": 1,
+        "writes_back": False,
+    }
+    assert "skills: skill-1 skill-2" in (child / "trajectory" / "llm_trajectory.jsonl").read_text()
+    cached = worker_root() / "folders"  # this machine is the worker node of the local Ray instance
+    assert (cached / pack(store).digest / "generations" / "1.json").is_file()
+    script = Path(model.partition(":")[2])
+    assert (cached / pack_file(script).digest / script.name).read_bytes() == script.read_bytes()
+    agents = Path(os.environ[AGENTS_FILE_ENV])  # the urllib agent's declaration travelled too
+    assert (cached / pack_file(agents).digest / agents.name).read_bytes() == agents.read_bytes()
 
 
 @pytest.mark.slow
@@ -103,6 +136,8 @@ async def test_sequential_shared_job_rollback_and_continue(tmp_path: Path, learn
     tree = await branch(r2, at=1, models=[model], output=tmp_path / "branched", console=Console(quiet=True))
     child = Path(tree.parent) / tree.children[0].folder
     assert json.loads((child / "config.json").read_text())["learner_store"]["writes_back"] is False
+    if importlib.util.find_spec("ray") is not None:  # the dev extra has it
+        await branch_on_ray(r2, model, store, tmp_path)
     assert len(list_generations(store)) == 4 and load_head(store).generation == 3
 
     # A job killed after rollout 3 ended but before its generation was recorded: resume records it.

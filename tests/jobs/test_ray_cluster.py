@@ -38,7 +38,7 @@ from reroll.runfolder.summary import JobSummary
 from reroll.sandbox.docker.images import BUILD_CA_FILE, ensure_images, trust_host_ca
 
 from tests.conftest import EXAMPLES, ROOT, UV, build_test_image
-from tests.jobs.test_ray_executor import comparable
+from tests.jobs.test_ray_executor import comparable, skills_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(900)]  # an image build on first use
 
@@ -201,12 +201,19 @@ def _kill_leftovers(temp: Path) -> None:
             continue
 
 
-def _job(name: str, cwd: Path, *extra: str, env: dict[str, str] | None = None) -> JobSummary:
-    """``reroll job`` of 3 oracle rollouts of hello-file on ``local-plain`` (`env` added to the
-    environment); its summary."""
+def _job(
+    name: str,
+    cwd: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    task: Path = EXAMPLES / "hello-file",
+    repeats: int = 3,
+) -> JobSummary:
+    """``reroll job`` of `repeats` oracle rollouts of `task` on ``local-plain`` (`env` added to
+    the environment); its summary."""
     argv = [
-        *(str(BIN / "reroll"), "job", "--task", str(EXAMPLES / "hello-file"), "--agent", "oracle"),
-        *("--repeats", "3", "--concurrency", "2", "--sandbox", "local-plain", "--job-name", name, *extra),
+        *(str(BIN / "reroll"), "job", "--task", str(task), "--agent", "oracle", "--repeats", str(repeats)),
+        *("--concurrency", "2", "--sandbox", "local-plain", "--job-name", name, *extra),
     ]
     done = subprocess.run(
         argv, capture_output=True, text=True, cwd=cwd, timeout=600, env=os.environ | CLUSTER_ENV | (env or {})
@@ -240,3 +247,24 @@ def test_two_node_job_equals_a_one_node_job(cluster: tuple[str, str], tmp_path: 
     assert "task.md" in cached.stdout.split(), cached.stdout + cached.stderr
     sizes = [len(pack(run).data) for run in runs]
     print(f"\ntwo-node job: {seconds:.1f} s; task archive {len(task.data)} B; run folders {sizes} B")
+
+
+def test_a_skills_dir_travels_to_the_worker_node(cluster: tuple[str, str], tmp_path: Path) -> None:
+    """``--skills with-skill --skills-dir DIR``, DIR outside the task: it reaches the container's
+    cache, the oracle there reads the skill in its sandbox (reward 1), and the run folder that
+    came back names the controller's task and skills folders."""
+    address, container = cluster
+    task, skills = skills_task(tmp_path / "in")
+    extra = ("--executor", "ray", "--skills", "with-skill", "--skills-dir", str(skills))
+    summary = _job("skills", tmp_path, *extra, env={"RAY_ADDRESS": address}, task=task, repeats=1)
+    (rollout,) = summary.rollouts
+    assert (rollout.status, rollout.rewards) == ("ok", {"reward": 1.0})
+    config = json.loads((tmp_path / "jobs" / "skills" / rollout.name / "config.json").read_text())
+    assert (config["task_path"], config["effective_skills_dir"]) == (str(task), str(skills))
+    cached = subprocess.run(
+        ["docker", "exec", container, "ls", f"/root/.cache/reroll/ray/folders/{pack(skills).digest}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert cached.stdout.split() == ["greeting"], cached.stdout + cached.stderr

@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.jobs.executors import Attempt, RecordedTask
+from reroll.agents import AGENTS_FILE_ENV, registry
+from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
+from reroll.jobs.folder_archive import pack
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import continue_job, run_job
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
-from reroll.runfolder.run import TRAJECTORY
+from reroll.rollout.start import RolloutOptions
+from reroll.runfolder.run import TRAJECTORY, StoreUse
 from reroll.runfolder.summary import JobSummary
 from rich.console import Console
 
@@ -160,3 +163,141 @@ def test_an_attempt_is_relocated_to_the_worker() -> None:
     assert unshipped.run.args == (Path("/jobs/j/r1"),) and unshipped.run.keywords["tasks_dir"] == Path(
         "/tasks"
     )
+
+
+def test_the_paths_of_an_attempt_s_options_and_model_are_relocated_too() -> None:
+    """The skills folder, the learner store and a judge's and a model's script file are carried
+    to the worker like the task folder: each is one of the attempt's reads, rebound there."""
+    from reroll.jobs.ray_executor import relocated
+
+    options = RolloutOptions(
+        skill_mode="with-skill",
+        skills_dir=Path("/home/u/skills"),
+        learner_store=StoreUse(path="/jobs/j/store", generation=2, writes_back=False),
+        judge_model="scripted:/home/u/judge.yaml",
+    )
+    call = partial(run_task, Path("/t/hello"), model="scripted-chat:/home/u/fast.yaml", options=options)
+    reads = attempt_reads(Path("/t/hello"), options=options, model="scripted-chat:/home/u/fast.yaml")
+    assert reads == tuple(
+        map(Path, ("/t/hello", "/home/u/skills", "/jobs/j/store", "/home/u/judge.yaml", "/home/u/fast.yaml"))
+    )
+    worker = relocated(
+        Attempt(Path("/jobs/j/hello__r1"), call, reads=reads),
+        {path: Path(f"/cache/{index}") for index, path in enumerate(reads)},
+        Path("/s"),
+        None,
+    )
+    assert isinstance(worker.run, partial)
+    moved = worker.run.keywords["options"]
+    assert moved.skills_dir == Path("/cache/1")
+    assert moved.learner_store == StoreUse(path="/cache/2", generation=2, writes_back=False)
+    assert moved.judge_model == "scripted:/cache/3"
+    assert worker.run.keywords["model"] == "scripted-chat:/cache/4"
+    assert dataclasses.replace(moved, skills_dir=None, learner_store=None, judge_model=None) == (
+        dataclasses.replace(options, skills_dir=None, learner_store=None, judge_model=None)
+    )
+
+
+def test_config_json_comes_back_with_the_controller_s_paths(tmp_path: Path) -> None:
+    """The run folder names the task, skills and script as they are on the controller, not in the
+    worker's cache (so ``reroll continue`` of it finds them there); other values are untouched."""
+    from reroll.jobs.ray_executor import restore_paths
+
+    cache, scratch = "/w/.cache/reroll/ray/folders/" + "a" * 64, tmp_path / "scratch"
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "task_path": f"{cache}/",
+                "effective_skills_dir": f"{cache}/environment/skills",
+                "model": f"scripted:{cache}/fast.yaml",
+                "branched_from": {"path": f"{scratch}/jobs/j/branched/r1"},
+                "skills": {"greeting": "b" * 64},
+                "timeout_sec": 30,
+                "notes": [f"{cache}", None],
+            }
+        )
+    )
+    restore_paths(config, {Path("/home/u/tasks/t"): Path(cache)}, scratch)
+    assert json.loads(config.read_text()) == {
+        "task_path": "/home/u/tasks/t/",
+        "effective_skills_dir": "/home/u/tasks/t/environment/skills",
+        "model": "scripted:/home/u/tasks/t/fast.yaml",
+        "branched_from": {"path": "/jobs/j/branched/r1"},
+        "skills": {"greeting": "b" * 64},
+        "timeout_sec": 30,
+        "notes": ["/home/u/tasks/t", None],
+    }
+    restore_paths(tmp_path / "missing.json", {}, scratch)  # a run that made no config.json
+    assert not (tmp_path / "missing.json").exists()
+
+
+def skills_task(root: Path) -> tuple[Path, Path]:
+    """A task whose oracle copies the word of the mounted skill ``greeting`` into answer.txt and
+    whose verifier rewards the word, and a skills folder beside it (not in the task folder)."""
+    task = write_task(
+        root,
+        "skill-word",
+        'cat "$REROLL_SANDBOX_ROOT/etc/reroll/skills/mounted/greeting/SKILL.md" '
+        '> "$REROLL_WORKSPACE/answer.txt"',
+    )
+    (task / "verifier" / "test.sh").write_text(
+        '#!/bin/sh\nmkdir -p "$REROLL_LOGS_DIR/verifier"\n'
+        'if grep -q marmalade "$REROLL_WORKSPACE/answer.txt"; then r=1; else r=0; fi\n'
+        'echo $r > "$REROLL_LOGS_DIR/verifier/reward.txt"\n'
+    )
+    skills = root / "skills"
+    (skills / "greeting").mkdir(parents=True)
+    (skills / "greeting" / "SKILL.md").write_text(
+        "---\nname: greeting\ndescription: The word to greet with.\n---\nThe word is marmalade.\n"
+    )
+    return task, skills
+
+
+@pytest.mark.slow
+async def test_a_skills_dir_travels_to_the_ray_worker(tmp_path: Path) -> None:
+    """``--skills with-skill --skills-dir DIR`` on Ray: the folder reaches the worker's cache, the
+    oracle reads the skill in its sandbox there, and config.json names the controller's paths."""
+    task, skills = skills_task(tmp_path / "in")
+    spec = JobSpec(tasks=[task], agents=["oracle"], skills="with-skill", skills_dir=skills, concurrency=1)
+    summaries = [
+        await run_job(
+            spec.model_copy(update={"name": executor, "executor": executor}),
+            jobs_dir=tmp_path / "jobs",
+            console=Console(quiet=True),
+        )
+        for executor in ("asyncio", "ray")
+    ]
+    assert comparable(summaries[1]) == comparable(summaries[0])
+    (rollout,) = summaries[1].rollouts
+    assert (rollout.status, rollout.rewards) == ("ok", {"reward": 1.0})
+    config = json.loads((tmp_path / "jobs" / "ray" / rollout.name / "config.json").read_text())
+    assert (config["task_path"], config["effective_skills_dir"]) == (str(task), str(skills))
+    assert config["skill_source"] == "custom_runtime" and list(config["skills"]) == ["greeting"]
+    from reroll.jobs.ray_executor import worker_root
+
+    assert (worker_root() / "folders" / pack(skills).digest / "greeting" / "SKILL.md").is_file()
+
+
+def test_the_controller_s_agent_declarations_are_the_worker_s_for_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$REROLL_AGENTS_FILE`` of the controller, carried to the worker, is what the registry reads
+    during the task; the worker's own declarations are back after it."""
+    from reroll.jobs.ray_executor import _agents_declared_in
+
+    for name in ("own", "carried"):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"{name}-agent:\n  description: d\n  api_format: none\n  launch: 'true'\n"
+        )
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(tmp_path / "own.yaml"))
+    registry.cache_clear()
+    try:
+        assert "own-agent" in registry()
+        with _agents_declared_in(tmp_path / "carried.yaml"):
+            assert "carried-agent" in registry() and "own-agent" not in registry()
+        assert "own-agent" in registry() and "carried-agent" not in registry()
+        with _agents_declared_in(None):
+            assert "own-agent" in registry()
+    finally:
+        registry.cache_clear()

@@ -13,9 +13,11 @@ import pytest
 import yaml
 from reroll.jobs.executors import AsyncioExecutor, Attempt
 from reroll.jobs.jobfile import JobSpec, RunnerOptions, load_job_file
-from reroll.jobs.runner import _with_retries, continue_job, plan_rollouts, run_job
+from reroll.jobs.runner import _with_retries, continue_job, plan_rollouts, refuse_untravelled, run_job
 from reroll.rollout.start import RolloutOutcome
+from reroll.runfolder.run import RunConfig
 from reroll.sandbox import base
+from reroll.trials.config import Scene, TrialConfig
 from reroll_contracts.errors import AgentError, JobError, SandboxBackendError
 from rich.console import Console
 
@@ -329,6 +331,50 @@ async def test_continue_job_summarises_a_run_whose_config_is_corrupt(tmp_path: P
     assert rollout.error is not None and "config.json" in rollout.error
     saved = json.loads((job_dir / "continued" / "summary.json").read_text())
     assert saved["totals"]["status_counts"] == {"error": 1}
+
+
+async def test_a_sequential_shared_job_is_refused_on_ray_before_anything_is_written(
+    tmp_path: Path, examples: Path
+) -> None:
+    """Its rollouts run one at a time, each from the store generation the one before it left in
+    the controller's job folder: refused with the reason, not run."""
+    spec = JobSpec(
+        name="s",
+        tasks=[examples / "hello-file"],
+        agents=["oracle"],
+        schedule="sequential-shared",
+        executor="ray",
+    )
+    with pytest.raises(
+        JobError, match=r"sequential-shared cannot run on the ray executor.*--executor asyncio"
+    ):
+        await run_job(spec, jobs_dir=tmp_path, console=quiet())
+    assert list(tmp_path.iterdir()) == []
+
+
+def file_user_run(job_dir: Path, user: str) -> Path:
+    """A timed-out run of a trial whose scene's User is `user`."""
+    folder = make_run_folder(job_dir / "r1", [exchange_line(0)], result={"status": "timeout"})
+    config = json.loads((folder / "config.json").read_text())
+    trial = TrialConfig(scenes=[Scene.single("mini-swe-agent", user=user, max_rounds=2)])
+    (folder / "config.json").write_text(json.dumps(config | {"trial": trial.model_dump(mode="json")}))
+    return folder
+
+
+async def test_continue_job_on_ray_refuses_a_trial_whose_user_is_a_file(tmp_path: Path) -> None:
+    """A User file is Python importing what lies beside it: it does not travel to a Ray worker,
+    so the continuation is refused before anything is written, naming the run and the User."""
+    folder = file_user_run(tmp_path / "job", "/home/u/users.py:disclose")
+    message = r"job/r1: its trial's User /home/u/users.py:disclose is a file on this machine.*ray workers"
+    with pytest.raises(JobError, match=message):
+        await continue_job(tmp_path / "job", console=quiet(), runner=RunnerOptions(executor="ray"))
+    assert not (tmp_path / "job" / "continued").exists()
+    config = RunConfig.model_validate_json((folder / "config.json").read_bytes())
+    refuse_untravelled(config, folder, "asyncio")  # in this process the file is at hand
+    importable = file_user_run(tmp_path / "other", "users:disclose")
+    refuse_untravelled(
+        RunConfig.model_validate_json((importable / "config.json").read_bytes()), importable, "ray"
+    )
 
 
 @pytest.mark.spawns

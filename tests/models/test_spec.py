@@ -6,7 +6,14 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from reroll.models.spec import GEMINI_OPENAI_URL, live_upstream, model_name, parse_model
+from reroll.models.spec import (
+    GEMINI_OPENAI_URL,
+    live_upstream,
+    model_name,
+    parse_model,
+    resolved_spec,
+    script_file,
+)
 from reroll_contracts.errors import ModelError
 
 
@@ -16,6 +23,20 @@ def test_a_scripted_path_is_stored_absolute(tmp_path: Path, monkeypatch: pytest.
     model = parse_model("scripted:s.yaml", None)
     assert model.spec == f"scripted:{tmp_path / 's.yaml'}" and model.script == tmp_path / "s.yaml"
     assert model.name == "scripted"
+
+
+def test_a_spec_s_script_file_is_found_and_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an executor on another machine must carry for a model (`reroll.jobs.ray_executor`)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real.yaml").write_text("turns: []\n")
+    (tmp_path / "link.yaml").symlink_to("real.yaml")
+    assert script_file("scripted-chat:link.yaml") == tmp_path / "link.yaml"
+    assert resolved_spec("scripted-chat:link.yaml") == f"scripted-chat:{tmp_path / 'real.yaml'}"
+    for spec in ("scripted", "openai/gpt-4o", "anthropic/claude:latest"):
+        assert script_file(spec) is None and resolved_spec(spec) == spec
+    assert resolved_spec(None) is None
 
 
 def test_the_task_script_keeps_its_short_spec(examples: Path) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,44 +61,51 @@ FAULT_PLAN = [{"steps": [1], "times": 1, "fault": {"kind": "status", "status_cod
 """A 529 at the second step, once (the agent's second attempt is served)."""
 
 
+Register = Callable[..., tuple[int, Any]]
+"""The `register` fixture's call: ``(trajectory, token, *, controller_token=, replay=, plan=)``."""
+
+
+@pytest.fixture
+def register(shared_proxy: Service, scripted_model: Service) -> Register:
+    """`register_rollout` on the shared proxy: a rollout recording into `trajectory`, live on the
+    scripted model unless it replays ``replay=`` (strictly; ``plan=`` as there), its controller
+    token ``<token>-c`` unless given; (status, answer body)."""
+
+    def call(
+        trajectory: Path, token: str, *, controller_token: str | None = None, **more: Any
+    ) -> tuple[int, Any]:
+        upstream = None if more.get("replay") is not None else scripted_model.base_url
+        controller = controller_token or f"{token}-c"
+        return register_rollout(
+            shared_proxy, trajectory, token=token, controller_token=controller, upstream=upstream, **more
+        )
+
+    return call
+
+
+def added(registered: tuple[int, Any]) -> Any:
+    """The answer of a `register` call that must have been accepted (its ``base_url``, ``rollout_id``)."""
+    code, answer = registered
+    assert code == 200, answer
+    return answer
+
+
 def test_concurrent_rollouts_record_and_replay_as_if_alone(
-    shared_proxy: Service, scripted_model: Service, recording: Recording, tmp_path: Path
+    register: Register, recording: Recording, tmp_path: Path
 ) -> None:
     # Alone: a recording with a fault plan, then a strict replay of the module's recording.
     solo = tmp_path / "solo"
     solo.mkdir()
-    code, solo_added = register_rollout(
-        shared_proxy,
-        solo / "record.jsonl",
-        token="solo",
-        controller_token="solo-c",
-        upstream=scripted_model.base_url,
-        plan=FAULT_PLAN,
-    )
-    assert code == 200, solo_added
+    solo_added = added(register(solo / "record.jsonl", "solo", plan=FAULT_PLAN))
     solo_turns = conversation(solo_added["base_url"], "solo", retries=1)
-    code, solo_replay = register_rollout(
-        shared_proxy, solo / "replay.jsonl", token="solo-r", controller_token="solo-rc", replay=recording.path
-    )
-    assert code == 200, solo_replay
+    solo_replay = added(register(solo / "replay.jsonl", "solo-r", replay=recording.path))
     assert conversation(solo_replay["base_url"], "solo-r") == recording.turns
 
     # Together: the same two at once, interleaved in one process.
     both = tmp_path / "both"
     both.mkdir()
-    code, recorder = register_rollout(
-        shared_proxy,
-        both / "record.jsonl",
-        token="a",
-        controller_token="a-c",
-        upstream=scripted_model.base_url,
-        plan=FAULT_PLAN,
-    )
-    assert code == 200, recorder
-    code, replayer = register_rollout(
-        shared_proxy, both / "replay.jsonl", token="b", controller_token="b-c", replay=recording.path
-    )
-    assert code == 200, replayer
+    recorder = added(register(both / "record.jsonl", "a", plan=FAULT_PLAN))
+    replayer = added(register(both / "replay.jsonl", "b", replay=recording.path))
     results: dict[str, list[Any]] = {}
     threads = [
         threading.Thread(
@@ -120,23 +128,9 @@ def test_concurrent_rollouts_record_and_replay_as_if_alone(
     assert not any(line["metadata"]["fault"] for line in lines(both / "replay.jsonl"))  # to its rollout only
 
 
-def test_each_token_opens_its_own_rollout_only(
-    shared_proxy: Service, scripted_model: Service, tmp_path: Path
-) -> None:
-    _, first = register_rollout(
-        shared_proxy,
-        tmp_path / "1.jsonl",
-        token="t1",
-        controller_token="c1",
-        upstream=scripted_model.base_url,
-    )
-    _, second = register_rollout(
-        shared_proxy,
-        tmp_path / "2.jsonl",
-        token="t2",
-        controller_token="c2",
-        upstream=scripted_model.base_url,
-    )
+def test_each_token_opens_its_own_rollout_only(register: Register, tmp_path: Path) -> None:
+    first = added(register(tmp_path / "1.jsonl", "t1", controller_token="c1"))
+    second = added(register(tmp_path / "2.jsonl", "t2", controller_token="c2"))
     conversation(first["base_url"], "t1")
     root = first["base_url"].removesuffix("/v1")
     code, _, status = http_json("GET", root + "/_reroll/status", headers={"Authorization": "Bearer c1"})
@@ -171,29 +165,13 @@ def test_each_token_opens_its_own_rollout_only(
     assert len(conversation(second["base_url"], "t2")) == TURNS
 
 
-def test_a_rollout_with_a_corrupt_recording_is_refused_alone(
-    shared_proxy: Service, scripted_model: Service, tmp_path: Path
-) -> None:
-    _, healthy = register_rollout(
-        shared_proxy,
-        tmp_path / "ok.jsonl",
-        token="ok",
-        controller_token="ok-c",
-        upstream=scripted_model.base_url,
-    )
+def test_a_rollout_with_a_corrupt_recording_is_refused_alone(register: Register, tmp_path: Path) -> None:
+    healthy = added(register(tmp_path / "ok.jsonl", "ok"))
     corrupt = tmp_path / "corrupt.jsonl"
     corrupt.write_text('{"request": {"not": "an exchange"}}\n{"also": "bad"}\n')
-    code, answer = register_rollout(
-        shared_proxy, tmp_path / "out.jsonl", token="bad", controller_token="bad-c", replay=corrupt
-    )
+    code, answer = register(tmp_path / "out.jsonl", "bad", replay=corrupt)
     assert code == 400 and str(corrupt) in answer["error"]
-    code, answer = register_rollout(
-        shared_proxy,
-        tmp_path / "dup.jsonl",
-        token="ok",
-        controller_token="dup-c",
-        upstream=scripted_model.base_url,
-    )
+    code, answer = register(tmp_path / "dup.jsonl", "ok", controller_token="dup-c")
     assert code == 400 and "already served" in answer["error"]  # a token is never shared by two rollouts
     assert len(conversation(healthy["base_url"], "ok")) == TURNS
 

@@ -10,9 +10,15 @@ from reroll.agents import get_agent
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.lifecycle import RolloutPlan
 from reroll.rollout.persona import PersonaPlan
-from reroll.rollout.start import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
+from reroll.rollout.start import (
+    FromCheckpoint,
+    NewRecording,
+    RolloutOptions,
+    start_rollout,
+    with_recorded_inputs,
+)
 from reroll.runfolder.asks import AskRecord
-from reroll.runfolder.run import ContinuedFrom, RunConfig
+from reroll.runfolder.run import ContinuedFrom, RunConfig, StoreUse
 from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import load_task
 from reroll.trials.config import Persona, Role, Scene, TrialConfig
@@ -186,4 +192,62 @@ def test_a_persona_recording_shorter_than_its_records_is_refused_naming_it(
     trajectory.write_text("{}\n{}\n{}\n")
     assert PersonaPlan.from_recorded(tmp_path, asks[:1], [], live=False) == PersonaPlan(
         replay=trajectory, cut_index=1, live=False
+    )
+
+
+def test_a_continuation_binds_the_host_paths_it_takes_from_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`with_recorded_inputs`: the original's own skills folder, learner store (read-only) and
+    judge script become options, so an executor sees every host path the rollout reads; what the
+    rollout would not read (another skill mode, a provider's judge) is not bound."""
+    original = RunConfig(
+        task_path="/tasks/t",
+        agent="claude-code",
+        skill_mode="with-skill",
+        skill_source="custom_runtime",
+        effective_skills_dir="/home/u/skills",
+        learner_store=StoreUse(path="/jobs/j/store", generation=3, writes_back=True),
+        judge_model="scripted:/home/u/judge.yaml",
+    )
+    bound = with_recorded_inputs(RolloutOptions(), original)
+    assert bound.skills_dir == Path("/home/u/skills")
+    assert bound.learner_store == StoreUse(path="/jobs/j/store", generation=3, writes_back=False)
+    assert bound.judge_model == "scripted:/home/u/judge.yaml"
+    assert bound.paths_read() == (Path("/home/u/skills"), Path("/jobs/j/store"), Path("/home/u/judge.yaml"))
+    given = RolloutOptions(skills_dir=Path("/other"), judge_model="scripted:rel.yaml")
+    monkeypatch.chdir(tmp_path)
+    bound = with_recorded_inputs(given, original)
+    assert (bound.skills_dir, bound.judge_model) == (Path("/other"), f"scripted:{tmp_path / 'rel.yaml'}")
+    bound = with_recorded_inputs(RolloutOptions(skill_mode="no-skill"), original)
+    assert bound.skills_dir is None
+    bundled = original.model_copy(update={"skill_source": "task_bundled", "judge_model": "openai/gpt-4o"})
+    bound = with_recorded_inputs(RolloutOptions(), bundled)
+    assert (bound.skills_dir, bound.judge_model) == (None, None)  # the task's skills travel with it
+
+
+def test_a_continuation_binds_a_persona_users_script_so_it_travels() -> None:
+    """The persona's model script (`RolloutOptions.user_model`): ``--user-model`` made absolute,
+    else the original's ``user_model``, else the trial's persona's own script; a provider's
+    model names no host path and stays unbound."""
+    persona = Scene(
+        "s", [Role("a", "claude-code")], persona=Persona(text="p", model="scripted:/u/persona.yaml")
+    )
+    original = RunConfig(task_path="/tasks/t", agent="claude-code", trial=TrialConfig(scenes=[persona]))
+    bound = with_recorded_inputs(RolloutOptions(), original)
+    assert bound.user_model == "scripted:/u/persona.yaml"
+    assert bound.paths_read() == (Path("/u/persona.yaml"),)
+    moved = bound.relocated(lambda path: Path("/worker") / path.name)
+    assert moved.user_model == "scripted:/worker/persona.yaml"
+    chosen = original.model_copy(update={"user_model": "scripted:/u/chosen.yaml"})
+    assert with_recorded_inputs(RolloutOptions(), chosen).user_model == "scripted:/u/chosen.yaml"
+    live = RolloutOptions(user_model="openai/gpt-4o")
+    assert with_recorded_inputs(live, chosen).user_model == "openai/gpt-4o"
+    provider = Scene("s", [Role("a", "claude-code")], persona=Persona(text="p", model="openai/gpt-4o"))
+    assert (
+        with_recorded_inputs(
+            RolloutOptions(),
+            RunConfig(task_path="/t", agent="claude-code", trial=TrialConfig(scenes=[provider])),
+        ).user_model
+        is None
     )

@@ -210,3 +210,15 @@ def test_a_persona_scene_must_be_a_one_role_user_scene(tmp_path: Path, scenes: s
     path.write_text(f"scenes: {scenes}\n")
     with pytest.raises(TrialError, match=message):
         load_trial(path)
+
+
+def test_user_files_are_the_users_a_file_holds() -> None:
+    """The host files a trial's rollout imports (a Ray worker cannot: `reroll.jobs.runner`)."""
+    trial = TrialConfig(
+        scenes=[
+            Scene.single("mini-swe-agent", user="/home/u/users.py:disclose", max_rounds=2),
+            Scene("b", [Role("r", "mini-swe-agent")], [], user="users:disclose", max_rounds=2),
+            Scene("c", [Role("r", "mini-swe-agent")], [Turn("r")]),
+        ]
+    )
+    assert trial.user_files() == ["/home/u/users.py:disclose"]

@@ -52,14 +52,20 @@ from reroll_contracts.errors import AgentError, ConfigError, EnvironmentStateErr
 from rich.console import Console
 
 from reroll.agents import AgentSpec
-from reroll.jobs.executors import Attempt, RecordedTask
+from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.jobfile import RunnerOptions
-from reroll.jobs.runner import Runner, RunnerRollout
+from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
 from reroll.rollout.lifecycle import CHECKPOINTS_DIR, RESTORED_FILE
-from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
+from reroll.rollout.start import (
+    FromCheckpoint,
+    RolloutOptions,
+    RolloutOutcome,
+    start_rollout,
+    with_recorded_inputs,
+)
 from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
@@ -260,7 +266,9 @@ async def branch(
     Raises:
         ConfigError: `models` is empty, `n` is below 1, or the branch points are malformed
             (`branch_points`).
-        JobError: the runner options are out of range, or the executor unknown or missing.
+        JobError: the runner options are out of range, or the executor unknown or missing; or
+            the executor runs rollouts on other machines and the run reads a host file that does
+            not travel (`reroll.jobs.runner.refuse_untravelled`).
         SandboxBackendError: the sandbox backend is unknown, or its package is missing, or its
             settings are invalid.
         RunFolderError: the folder is missing or corrupt, a checkpoint is malformed or out of
@@ -290,6 +298,8 @@ async def branch(
     parsed = (parse_model(spec, checkpoint.task.path, checkpoint.agent.name) for spec in models)
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
+    refuse_untravelled(original.config, original.path, runner.executor)
+    bound = with_recorded_inputs(options, original.config)  # every host path it reads, bound
     parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
     given = ",".join(dict.fromkeys(point.at for point in points))
     if every is not None or at_ask is not None:
@@ -331,12 +341,14 @@ async def branch(
                     name=_folder(points[number], spec, index),
                     model=spec,
                     index=index,
-                    options=options,
+                    options=bound,
                     layers=layers,
                 ),
-                reads=(
+                reads=attempt_reads(
                     original.path,
                     *([layers] if layers and not layers.is_relative_to(original.path) else []),
+                    options=bound,
+                    model=spec,
                 ),
                 recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
             ),

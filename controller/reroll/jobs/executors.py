@@ -29,7 +29,8 @@ from typing import Protocol
 from reroll_contracts.errors import JobError
 
 from reroll.jobs.jobfile import RunnerOptions
-from reroll.rollout.start import RolloutOutcome
+from reroll.models.spec import script_file
+from reroll.rollout.start import RolloutOptions, RolloutOutcome
 
 EXECUTORS: dict[str, str] = {
     "asyncio": "reroll.jobs.executors:AsyncioExecutor",
@@ -39,6 +40,10 @@ EXECUTORS: dict[str, str] = {
 
 EXTRAS: dict[str, str] = {"ray": "reroll[ray]"}
 """Executor name → the pip requirement that brings its optional dependency."""
+
+REMOTE_EXECUTORS = frozenset({"ray"})
+"""Executors whose attempts may run on other machines: only what `Attempt.reads` names reaches them
+(`reroll.jobs.runner` refuses before a job starts what cannot travel)."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,10 @@ class Attempt:
     """One attempt of one rollout, as data that pickles (a Ray task receives it as it is).
 
     What it reads and writes is declared, so an executor on another machine can carry it there
-    and back (`reroll.jobs.ray_executor`): every `pathlib.Path` among the bound arguments of `run`
-    is one of `reads` (or inside one), the run folder or one of its parents.
+    and back (`reroll.jobs.ray_executor`): every `pathlib.Path` among the bound arguments of `run`,
+    every path its ``options`` name (`reroll.rollout.start.RolloutOptions.paths_read`) and the
+    script of its ``model`` (``scripted:PATH``) is one of `reads` (or inside one), the run folder
+    or one of its parents (`attempt_reads` collects them).
     """
 
     run_dir: Path
@@ -68,8 +75,9 @@ class Attempt:
     `reroll.rollout.continue_.continue_run` or `reroll.jobs.branch.run_branch` with every other
     argument bound."""
     reads: tuple[Path, ...] = ()
-    """The folders (absolute) the attempt reads, each bound as an argument of `run`: the task folder
-    of a new rollout, the recorded run folder of a continuation or branch."""
+    """The folders and files (absolute) the attempt reads, each bound as an argument of `run`: the
+    task folder of a new rollout, the recorded run folder of a continuation or branch, and
+    `attempt_reads`'s others."""
     recorded_task: RecordedTask | None = None
     """A continuation's or branch's task, which `run` finds through its ``tasks_dir`` argument or the
     recording; None when it could not be found (the attempt then fails on it, naming it)."""
@@ -79,6 +87,15 @@ class Attempt:
         """Every folder the attempt reads: `reads`, then the recorded task's folder, if any."""
         task = (self.recorded_task.path,) if self.recorded_task is not None else ()
         return (*self.reads, *task)
+
+
+def attempt_reads(*folders: Path, options: RolloutOptions, model: str | None) -> tuple[Path, ...]:
+    """`Attempt.reads` of an attempt whose call binds `folders`, `options` and the live `model`
+    (absolute, `reroll.models.spec.resolved_spec`): `folders`, the paths of `options`
+    (`RolloutOptions.paths_read`) and the model's script file, once each, in that order."""
+    script = script_file(model) if model is not None else None
+    paths = (*folders, *options.paths_read(), *([script] if script is not None else []))
+    return tuple(dict.fromkeys(paths))
 
 
 class Executor(Protocol):

@@ -1,5 +1,7 @@
 """Folders that travel between machines as bytes: a task folder to a Ray worker, a run folder back.
 
+A single file travels as a folder holding it (`pack_file`).
+
 `pack` makes a gzip-compressed tar (POSIX pax) of a folder in memory, with a content hash of what it
 holds (names, kinds, permission bits, file contents and link targets; not times or owners), so the
 same folder packed twice, on any machine, gets the same `PackedFolder.digest`. `unpack` writes one
@@ -49,11 +51,30 @@ def pack(folder: Path) -> PackedFolder:
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder")
+    return _pack(folder, [(path, path.relative_to(folder).as_posix()) for path in _walk(folder)])
+
+
+def pack_file(file: Path) -> PackedFolder:
+    """Pack the one regular file `file` as a folder holding it under its own name (a file an
+    attempt reads outside any folder that travels: a ``scripted:PATH`` model's script).
+
+    Raises:
+        JobError: `file` is a link, or not a regular file (a FIFO, a device, a folder).
+        OSError: `file` cannot be read (e.g. it does not exist).
+    """
+    file = Path(file)
+    if not stat.S_ISREG(os.lstat(file).st_mode):
+        raise JobError(f"{file}: not a regular file (a link, a folder or a special file); it cannot travel")
+    return _pack(file.parent, [(file, file.name)])
+
+
+def _pack(folder: Path, entries: list[tuple[Path, str]]) -> PackedFolder:
+    """The archive of `entries` (a path, and its name in the archive), parents before children;
+    `folder` is the root links are checked against (named in errors)."""
     content = hashlib.sha256()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for path in _walk(folder):
-            name = path.relative_to(folder).as_posix()
+        for path, name in entries:
             info = _member(path, name)
             if info is None:
                 continue  # a socket, FIFO or device (a process's endpoint, not content): left out

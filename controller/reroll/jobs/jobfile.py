@@ -25,7 +25,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     ask_user: false          # offer every agent reroll's ask_user tool over MCP (reroll run --ask-user)
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     schedule: parallel-independent   # or sequential-shared: one rollout after another over a
-                             # learner store (reroll.jobs.learning)
+                             # learner store (reroll.jobs.learning; asyncio executor only)
     store: null              # sequential-shared only: a folder (skills/, memory/) holding the store's
                              # generation 0 (relative to this file) [default: an empty store]
     ray_address: null        # ray only: a cluster to join (auto, ray://...); null: a local instance

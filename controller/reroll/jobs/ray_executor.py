@@ -9,16 +9,28 @@ Imported only when that executor is chosen (`reroll.jobs.executors.create_execut
   (``auto``, ``HOST:6379``, ``ray://host:10001``) the job joins that cluster and leaves it running.
   Every node needs reroll installed (same reroll and ray version, same Python minor version) and
   what its sandbox backend needs (e.g. Docker for ``docker``); no file system is shared.
-- What travels, always (a local instance too, so one code path is tested): the folders an attempt
-  reads (`Attempt.reads`: its task folder; for a continuation or branch the recorded run and its
-  task) are packed once per job (`reroll.jobs.folder_archive`, gzip'd tar with a content hash),
-  put in Ray's object store, and unpacked on a worker into ``<cache>/ray/folders/<hash>/`` (fetched
-  only when that folder is missing, and kept for later jobs). The attempt runs in a fresh scratch
-  folder ``<cache>/ray/runs/<random>/`` with its path arguments rebound there (`relocated`); when it
-  ends, its run folder is packed and returned with its result, unpacked at the attempt's run
-  folder in the controller's jobs dir, and the scratch folder deleted. So a lost node loses only
-  its in-flight rollouts. Nothing else travels: agents install on each node into its own cache,
-  docker images are built on each node, API keys come from each node's environment.
+- What travels, always (a local instance too, so one code path is tested): the folders and files
+  an attempt reads (`Attempt.folders_read`: its task folder; for a continuation or branch the
+  recorded run and its task; the ``--skills-dir`` folder, a continuation's learner store, a
+  ``scripted:PATH`` model's or judge's script file) are packed once per job
+  (`reroll.jobs.folder_archive`, gzip'd tar with a content hash; a link out of a folder, or a
+  link or special file named as a file, is refused), put in Ray's object store, and unpacked on a
+  worker into ``<cache>/ray/folders/<hash>/`` (fetched only when that folder is missing, and kept
+  for later jobs; a file lies in it under its own name). The attempt runs in a fresh scratch
+  folder ``<cache>/ray/runs/<random>/`` with its path arguments rebound there (`relocated`: those
+  in its `reroll.rollout.start.RolloutOptions` and its model spec too); when it ends, the
+  worker's paths in its config.json are replaced by the controller's (`restore_paths`), so the
+  run folder names the task, skills and scripts as they are on the controller, and the run
+  folder is packed and returned with its result, unpacked at the attempt's run folder in the
+  controller's jobs dir, and the scratch folder deleted. So a lost node loses only its in-flight
+  rollouts. The controller's ``$REROLL_AGENTS_FILE`` (agents declared as data) travels the same
+  way and is the worker's for the task, so the agents the controller planned with are the ones
+  that run. Nothing else travels: agents install on each node into its own cache, docker images
+  are built on each node, API keys come from each node's environment.
+- What cannot travel is refused before the job starts (`reroll.jobs.runner`): a
+  ``sequential-shared`` job (each rollout writes the store the next one starts from, on the
+  controller), and a continuation or branch of a trial whose User is a file
+  (``path/to/file.py:attr``; importable modules work when installed on every node).
 - Each task asks for 1 CPU, so a node runs at most as many rollouts as it has CPUs; the
   controller keeps at most ``concurrency`` tasks in flight. ``max_starting`` is not applied:
   a Ray worker runs one rollout at a time, and the cluster's CPUs bound what starts at once.
@@ -36,26 +48,31 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import orjson
 import ray
 import ray.exceptions
 from reroll_contracts.errors import InfrastructureError
 
+from reroll.agents import AGENTS_FILE_ENV, registry
 from reroll.cache import cache_dir
 from reroll.jobs.executors import Attempt
-from reroll.jobs.folder_archive import pack, unpack
+from reroll.jobs.folder_archive import pack, pack_file, unpack
 from reroll.jobs.jobfile import RunnerOptions
-from reroll.rollout.start import RolloutOutcome
-from reroll.runfolder.run import RunResult
+from reroll.models.spec import script_file, with_script_file
+from reroll.rollout.start import RolloutOptions, RolloutOutcome
+from reroll.runfolder.run import CONFIG_FILE, RunResult, write_json
 
 
 @dataclasses.dataclass(frozen=True)
 class ShippedFolder:
-    """A folder an attempt reads, in Ray's object store."""
+    """A folder (or a file, packed as a folder holding it) an attempt reads, in Ray's object store."""
 
     source: Path
     """Where it is on the controller (the path the attempt's arguments name)."""
@@ -63,6 +80,8 @@ class ShippedFolder:
     """Its content hash (`reroll.jobs.folder_archive.PackedFolder.digest`): its cache key on a worker."""
     data: Any
     """The `ray.ObjectRef` of its packed bytes; a worker fetches it only on a cache miss."""
+    file: bool = False
+    """True: `source` is a file (`reroll.jobs.folder_archive.pack_file`), named in the folder as it is."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +103,12 @@ def worker_root() -> Path:
 
 def relocated(attempt: Attempt, folders: dict[Path, Path], scratch: Path, tasks_dir: Path | None) -> Attempt:
     """`attempt` with its path arguments rebound for a worker: a path inside a folder of `folders`
-    (controller path → worker path) moves with it, the run folder and its parents move under
-    `scratch` (``/jobs/x`` → ``scratch/jobs/x``), ``tasks_dir`` becomes `tasks_dir` if given, and
-    any other path stays as it is (the attempt then fails on it, naming it, as it would in-process:
-    a folder that could not be packed).
+    (controller path → worker path; a file's maps to the file) moves with it, the run folder and its
+    parents move under `scratch` (``/jobs/x`` → ``scratch/jobs/x``), ``tasks_dir`` becomes
+    `tasks_dir` if given, and any other path stays as it is (the attempt then fails on it, naming
+    it, as it would in-process: a folder that could not be packed). The same holds for the paths
+    in an ``options`` argument (`reroll.rollout.start.RolloutOptions.relocated`) and for the
+    script of a ``model`` argument (``scripted:PATH``).
     """
     call = attempt.run
     assert isinstance(call, functools.partial)
@@ -105,6 +126,10 @@ def relocated(attempt: Attempt, folders: dict[Path, Path], scratch: Path, tasks_
         return moved(value) if isinstance(value, Path) else value
 
     keywords = {key: argument(value) for key, value in call.keywords.items()}
+    if isinstance(options := keywords.get("options"), RolloutOptions):
+        keywords["options"] = options.relocated(moved)
+    if isinstance(model := keywords.get("model"), str) and (script := script_file(model)) is not None:
+        keywords["model"] = with_script_file(model, moved(script))
     if tasks_dir is not None:
         keywords["tasks_dir"] = tasks_dir
     run = functools.partial(call.func, *map(argument, call.args), **keywords)
@@ -112,21 +137,75 @@ def relocated(attempt: Attempt, folders: dict[Path, Path], scratch: Path, tasks_
 
 
 def _cached(folder: ShippedFolder, root: Path) -> Path:
-    """The worker's copy of `folder`: ``root/<digest>``, unpacked from the object store if missing."""
+    """The worker's copy of `folder`: ``root/<digest>`` (a file: the file in it), unpacked from the
+    object store if missing."""
     target = root / folder.digest
     if not target.is_dir():
         with contextlib.suppress(FileExistsError):  # another worker of this node unpacked it meanwhile
             unpack(ray.get(folder.data), target, source=str(folder.source))
-    return target
+    return target / folder.source.name if folder.file else target
 
 
-def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder]) -> Returned:
-    """The Ray task's body: fetch the inputs, run the attempt in a scratch folder in a fresh event
-    loop of the worker process, and send its run folder back."""
+def restore_paths(config: Path, folders: dict[Path, Path], scratch: Path) -> None:
+    """Rewrite the run folder's config.json at `config` with the controller's paths: every worker
+    path of `folders` (controller path → worker path, `relocated`) in its string values becomes the
+    controller's, and a path under `scratch` the path it stands for (``scratch/jobs/x`` →
+    ``/jobs/x``). A missing or unreadable config.json is left as it is (the run folder is then
+    incomplete, and says so on the controller).
+    """
+    try:
+        data = orjson.loads(config.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return
+    pairs = [(str(worker), str(source)) for source, worker in folders.items()] + [(str(scratch), "")]
+
+    def restored(value: object) -> object:
+        if isinstance(value, str):
+            for worker, source in pairs:
+                value = value.replace(worker, source)
+            return value
+        if isinstance(value, list):
+            return [restored(item) for item in value]
+        if isinstance(value, dict):
+            return {key: restored(item) for key, item in value.items()}
+        return value
+
+    write_json(config, restored(data))  # type: ignore[arg-type]  # a JSON object stays one
+
+
+@contextlib.contextmanager
+def _agents_declared_in(file: Path | None) -> Iterator[None]:
+    """Within the block, the agent registry reads ``$REROLL_AGENTS_FILE`` = `file` (the
+    controller's declarations, carried here), as the controller's did when it planned the job;
+    the worker's own value is back after it. None: the worker's own, untouched."""
+    if file is None:
+        yield
+        return
+    before = os.environ.get(AGENTS_FILE_ENV)
+    os.environ[AGENTS_FILE_ENV] = str(file)
+    registry.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(AGENTS_FILE_ENV, None)
+        else:
+            os.environ[AGENTS_FILE_ENV] = before
+        registry.cache_clear()
+
+
+def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder], agents: ShippedFolder | None) -> Returned:
+    """The Ray task's body: fetch the inputs (and the controller's ``$REROLL_AGENTS_FILE``,
+    `agents`), run the attempt in a scratch folder in a fresh event loop of the worker process,
+    and send its run folder back."""
     root = worker_root()
     (root / "runs").mkdir(parents=True, exist_ok=True)
     folders = {folder.source: _cached(folder, root / "folders") for folder in inputs}
-    with tempfile.TemporaryDirectory(prefix="run-", dir=root / "runs", ignore_cleanup_errors=True) as name:
+    agents_file = _cached(agents, root / "folders") if agents is not None else None
+    with (
+        tempfile.TemporaryDirectory(prefix="run-", dir=root / "runs", ignore_cleanup_errors=True) as name,
+        _agents_declared_in(agents_file),
+    ):
         scratch = Path(name)
         tasks_dir = None
         if attempt.recorded_task is not None and attempt.recorded_task.path in folders:
@@ -145,6 +224,7 @@ def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder]) -> Returned:
             result = asyncio.run(main()).result
         except Exception as exc:  # re-raised on the controller, after the run folder came back
             error = exc
+        restore_paths(local.run_dir / CONFIG_FILE, folders, scratch)
         run_folder = pack(local.run_dir).data if local.run_dir.is_dir() else None
         return Returned(result, error, run_folder)
 
@@ -195,23 +275,25 @@ class RayExecutor:
             self._started_ray = False
 
     async def _ship(self, folder: Path) -> ShippedFolder | None:
-        """`folder` packed and put in the object store, once per job; None when it cannot be read
-        (the attempt then fails on it on the worker, naming it, as it would in-process).
+        """`folder` (or a file) packed and put in the object store, once per job; None when it
+        cannot be read (the attempt then fails on it on the worker, naming it, as it would
+        in-process).
 
         Raises:
-            JobError: `folder` holds a link out of it, or a socket, FIFO or device.
+            JobError: `folder` holds a link out of it; a file is a link or a special file.
         """
         if folder not in self._shipped:
             self._shipped[folder] = asyncio.create_task(self._put(folder))
         return await self._shipped[folder]
 
     @staticmethod
-    async def _put(folder: Path) -> ShippedFolder | None:
+    async def _put(path: Path) -> ShippedFolder | None:
+        file = path.is_file() or path.is_symlink()  # a link named as a file is refused by pack_file
         try:
-            packed = await asyncio.to_thread(pack, folder)
+            packed = await asyncio.to_thread(pack_file if file else pack, path)
         except OSError:
             return None
-        return ShippedFolder(folder, packed.digest, ray.put(packed.data))
+        return ShippedFolder(path, packed.digest, ray.put(packed.data), file)
 
     async def run(self, attempt: Attempt) -> RolloutOutcome:
         """Run `attempt` as a Ray task once fewer than ``concurrency`` are in flight, its inputs
@@ -226,7 +308,9 @@ class RayExecutor:
         """
         async with self._slots:
             inputs = [shipped for folder in attempt.folders_read if (shipped := await self._ship(folder))]
-            ref = self._remote.remote(attempt, inputs)
+            declared = os.environ.get(AGENTS_FILE_ENV)
+            agents = await self._ship(Path(declared).resolve()) if declared else None
+            ref = self._remote.remote(attempt, inputs, agents)
             try:
                 returned: Returned = await ref
             except asyncio.CancelledError:

@@ -64,7 +64,14 @@ from rich.progress import (
 
 from reroll.agents import get_agent
 from reroll.host.llm_proxy import faults_used
-from reroll.jobs.executors import Attempt, Executor, RecordedTask, create_executor
+from reroll.jobs.executors import (
+    REMOTE_EXECUTORS,
+    Attempt,
+    Executor,
+    RecordedTask,
+    attempt_reads,
+    create_executor,
+)
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.learning import (
     next_use,
@@ -74,12 +81,12 @@ from reroll.jobs.learning import (
     with_generations,
 )
 from reroll.jobs.report import print_summary
-from reroll.models.spec import check_model, model_slug, parse_model
+from reroll.models.spec import check_model, model_slug, parse_model, resolved_spec
 from reroll.rollout.checkpoint import find_original_task, original_task_name
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
 from reroll.rollout.skills import select_skills
-from reroll.rollout.start import RolloutOptions
+from reroll.rollout.start import RolloutOptions, with_recorded_inputs
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
 from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse, now_iso, write_json
 from reroll.runfolder.store import summarise_store
@@ -123,7 +130,18 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
         JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
             of the local backend.
         TaskError: also: the skill mode cannot run on a task (`reroll.rollout.skills.select_skills`).
+        JobError: also: a ``sequential-shared`` job on an executor whose rollouts run on other
+            machines (``ray``): each rollout starts from the store generation the one before it
+            left and writes the next one into the job folder, so they run one at a time against
+            the controller's store — Ray would add a round trip of the store per rollout and no
+            parallelism.
     """
+    if spec.schedule == "sequential-shared" and spec.executor in REMOTE_EXECUTORS:
+        raise JobError(
+            f"schedule sequential-shared cannot run on the {spec.executor} executor: its rollouts run "
+            "one at a time, each from the learner store the one before it left in the job folder on "
+            "this machine; use --executor asyncio (on a machine with the sandbox backend)"
+        )
     load_backend(spec.sandbox).settings(spec.sandbox_config)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
         raise JobError(
@@ -254,22 +272,27 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         faults=faults,
         skill_mode=spec.skills,
         skills_dir=spec.skills_dir,
-        judge_model=spec.judge_model,
+        judge_model=resolved_spec(spec.judge_model),
         ask_user=spec.ask_user,
     )
 
     def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:
+        model, rollout_options = (
+            resolved_spec(rollout.model),
+            dataclasses.replace(options, learner_store=store),
+        )
         run = partial(
             run_task,
             rollout.task_path,
             agent_name=rollout.agent,
-            model=rollout.model,
-            options=dataclasses.replace(options, learner_store=store),
+            model=model,
+            options=rollout_options,
             jobs_dir=jobs_dir,
             job_name=name,
             run_name=rollout.name,
         )
-        attempt = Attempt(job_dir / rollout.name, run, reads=(rollout.task_path,))
+        reads = attempt_reads(rollout.task_path, options=rollout_options, model=model)
+        attempt = Attempt(job_dir / rollout.name, run, reads=reads)
         return RunnerRollout(attempt, rollout.task, rollout.agent, rollout.model)
 
     if spec.schedule == "sequential-shared":
@@ -323,7 +346,8 @@ async def continue_job(
 
     Raises:
         JobError: `job_dir` is not a folder or holds no run folder, or the executor is unknown or
-            its package missing.
+            its package missing; or the executor runs rollouts on other machines and a timed-out
+            run reads a host file that does not travel (`refuse_untravelled`).
         SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing, or
             ``options.sandbox_config`` is not valid for it.
         ModelError: `model` cannot be resolved (an unknown provider, a missing key).
@@ -345,21 +369,26 @@ async def continue_job(
     for original in folders:
         if _status(original) != "timeout":
             continue
+        config = _config(original)
+        if config is not None:
+            refuse_untravelled(config, original, runner.executor)
+        live = resolved_spec(model or (config.model if config is not None else None))
+        bound = with_recorded_inputs(options, config) if config is not None else options
         run = partial(
             continue_run,
             original,
-            model=model,
+            model=live,
             require_timeout=True,
             tasks_dir=tasks_dir.resolve() if tasks_dir else None,
-            options=options,
+            options=bound,
             output=output,
         )
-        task, agent, original_model = _identity(original)
+        task, agent, original_model = _identity(config, original)
         attempt = Attempt(
             output / original.name,
             run,
-            reads=(original,),
-            recorded_task=_recorded_task(original, tasks_dir.resolve() if tasks_dir else None),
+            reads=attempt_reads(original, options=bound, model=live),
+            recorded_task=_recorded_task(config, tasks_dir.resolve() if tasks_dir else None),
         )
         rollouts.append(RunnerRollout(attempt, task, agent, model or original_model))
     output.mkdir(exist_ok=True)
@@ -367,25 +396,51 @@ async def continue_job(
     return await _summarised(batch, steps, job_dir, output, console)
 
 
-def _identity(folder: Path) -> tuple[str, str, str | None]:
-    """(task, agent, model) of run folder `folder` for its summary; ``unknown`` for the task and
-    agent when its config.json cannot be read (the continuation then fails on it, naming the file,
-    and the job's summary is written all the same)."""
+def _config(folder: Path) -> RunConfig | None:
+    """config.json of run folder `folder`, or None when it cannot be read (its continuation then
+    fails on it, naming the file, and the job's summary is written all the same)."""
     try:
-        config = RunConfig.model_validate_json((folder / CONFIG_FILE).read_bytes())
+        return RunConfig.model_validate_json((folder / CONFIG_FILE).read_bytes())
     except (OSError, ValidationError):
+        return None
+
+
+def _identity(config: RunConfig | None, folder: Path) -> tuple[str, str, str | None]:
+    """(task, agent, model) of run folder `folder` (its config.json: `config`) for its summary;
+    ``unknown`` for the task and agent when its config.json could not be read."""
+    if config is None:
         return "unknown", "unknown", None
     return config.task_name or Path(config.task_path).name, config.agent, config.model
 
 
-def _recorded_task(folder: Path, tasks_dir: Path | None) -> RecordedTask | None:
-    """The task of run folder `folder` as its continuation will find it, or None when it cannot be
-    found (the continuation then fails on it, naming it)."""
-    try:
-        config = RunConfig.model_validate_json((folder / CONFIG_FILE).read_bytes())
-        return RecordedTask(original_task_name(config), find_original_task(config, tasks_dir).path)
-    except (OSError, ValidationError, RerollError):
+def _recorded_task(config: RunConfig | None, tasks_dir: Path | None) -> RecordedTask | None:
+    """The task of a run folder (its config.json: `config`) as its continuation will find it, or
+    None when it cannot be found (the continuation then fails on it, naming it)."""
+    if config is None:
         return None
+    try:
+        return RecordedTask(original_task_name(config), find_original_task(config, tasks_dir).path)
+    except RerollError:
+        return None
+
+
+def refuse_untravelled(config: RunConfig, folder: Path, executor: str) -> None:
+    """Refuse a continuation or branch of the run in `folder` (its config.json: `config`) on
+    `executor` when that runs rollouts on other machines (`REMOTE_EXECUTORS`) and the rollout
+    reads a host file that does not travel there: a trial's User held in a file
+    (``path/to/file.py:attribute``: Python code importing what lies beside it, which a single
+    file's copy would not carry).
+
+    Raises:
+        JobError: naming the run, the User and what to do instead.
+    """
+    files = config.trial.user_files() if config.trial is not None else []
+    if files and executor in REMOTE_EXECUTORS:
+        raise JobError(
+            f"{folder}: its trial's User {files[0]} is a file on this machine, which does not travel "
+            f"to {executor} workers; make it an importable module:attribute installed on every node, "
+            "or use --executor asyncio"
+        )
 
 
 def _status(folder: Path) -> str:

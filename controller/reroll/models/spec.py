@@ -96,6 +96,26 @@ def model_name(spec: str) -> str:
     return "scripted" if spec.partition(":")[0] in _SCRIPTED_FORMATS else spec.rpartition("/")[2]
 
 
+def script_file(spec: str) -> Path | None:
+    """The script file a ``scripted*:PATH`` spec names (absolute: as `parse_model` stores it,
+    relative to this process's folder otherwise); None for any other spec (``scripted`` alone
+    reads the task's script, which is in the task folder)."""
+    kind, colon, path = spec.partition(":")
+    return Path(path).absolute() if kind in _SCRIPTED_FORMATS and colon and path else None
+
+
+def with_script_file(spec: str, script: Path) -> str:
+    """`spec` (a ``scripted*:PATH`` one, `script_file`) naming the script at `script` instead."""
+    return f"{spec.partition(':')[0]}:{script}"
+
+
+def resolved_spec(spec: str | None) -> str | None:
+    """`spec` with a ``scripted*:PATH``'s path made absolute and free of links (as `parse_model`
+    stores it), so it names the same file from any folder; any other spec (or None) as it is."""
+    script = script_file(spec) if spec is not None else None
+    return with_script_file(spec, script.resolve()) if spec is not None and script is not None else spec
+
+
 def model_slug(spec: str | None) -> str:
     """The folder-name form of a model spec (job rollouts, branches), one per spec.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from rich.console import Console
 from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
-from reroll.models.spec import ModelSpec, parse_model
+from reroll.models.spec import ModelSpec, parse_model, resolved_spec, script_file, with_script_file
 from reroll.rollout.asks import Answerer
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
@@ -98,8 +98,9 @@ class RolloutOptions:
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
     learner_store: StoreUse | None = None
     """A new recording's learner store generation (a ``sequential-shared`` job's rollout,
-    `reroll.jobs.learning`); None: none. A rollout from a checkpoint ignores it: it mounts the
-    original's generation, read-only to the store (``writes_back`` False)."""
+    `reroll.jobs.learning`); None: none. A rollout from a checkpoint mounts this generation
+    (`with_recorded_inputs` binds the original's) [default: the original's], always read-only to
+    the store (``writes_back`` False)."""
     skill_mode: SkillMode | None = None
     """How the agents get skills (`reroll.rollout.skills`) [default: the original's, else the
     trial's, else ``no-skill``]."""
@@ -115,6 +116,36 @@ class RolloutOptions:
     user_model: str | None = None
     """A persona User's model (``--user-model``, `reroll.rollout.persona`) [default: the
     original's, else the trial's persona's ``model``]."""
+
+    def paths_read(self) -> tuple[Path, ...]:
+        """The host paths these options name, which the rollout reads (what an executor on another
+        machine carries there, `reroll.jobs.ray_executor`): the skills folder, the learner store's
+        folder, a judge's and a persona User's script file (``scripted:PATH``); absolute, in that
+        order."""
+        store = Path(self.learner_store.path) if self.learner_store is not None else None
+        judge = script_file(self.judge_model) if self.judge_model is not None else None
+        user = script_file(self.user_model) if self.user_model is not None else None
+        return tuple(path for path in (self.skills_dir, store, judge, user) if path is not None)
+
+    def relocated(self, moved: Callable[[Path], Path]) -> RolloutOptions:
+        """These options with each path of `paths_read` replaced by ``moved(path)``."""
+        store = self.learner_store
+        if store is not None:
+            store = store.model_copy(update={"path": str(moved(Path(store.path)))})
+
+        def moved_script(spec: str | None) -> str | None:
+            if spec is None or (script := script_file(spec)) is None:
+                return spec
+            return with_script_file(spec, moved(script))
+
+        skills_dir = moved(self.skills_dir) if self.skills_dir is not None else None
+        return dataclasses.replace(
+            self,
+            skills_dir=skills_dir,
+            learner_store=store,
+            judge_model=moved_script(self.judge_model),
+            user_model=moved_script(self.user_model),
+        )
 
 
 @dataclass(frozen=True)
@@ -343,7 +374,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOp
             "continued_from": None,
             "branched_from": None,
             "faults": options.faults,
-            "learner_store": _read_only(original.learner_store),
+            "learner_store": _read_only(options.learner_store or original.learner_store),
             "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
             "ask_user": options.ask_user or original.ask_user,
@@ -368,11 +399,44 @@ def _skill_request(origin: Origin, options: RolloutOptions) -> tuple[SkillMode, 
             options.skills_dir or trial.skills_dir,
         )
     original = origin.checkpoint.original.config
+    return options.skill_mode or original.skill_mode, _recorded_skills_dir(original, options)
+
+
+def _recorded_skills_dir(original: RunConfig, options: RolloutOptions) -> Path | None:
+    """The ``--skills-dir`` of a rollout from a checkpoint of the run whose config is `original`:
+    the given one, else the original's own ``--skills-dir`` when the rollout runs ``with-skill``."""
     mode = options.skill_mode or original.skill_mode
     recorded_dir = original.effective_skills_dir if original.skill_source == "custom_runtime" else None
     if options.skills_dir is None and mode == "with-skill" and recorded_dir is not None:
-        return mode, Path(recorded_dir)
-    return mode, options.skills_dir
+        return Path(recorded_dir)
+    return options.skills_dir
+
+
+def with_recorded_inputs(options: RolloutOptions, original: RunConfig) -> RolloutOptions:
+    """`options` of a continuation or branch of the run whose config.json is `original`, with the
+    host paths the rollout would take from that config bound in them: its skills folder
+    (`_recorded_skills_dir`), its learner store generation and its LLM judge's script file — the same
+    rollout either way, but every host path it reads is then in `RolloutOptions.paths_read`, so
+    an executor on another machine can carry it there (`reroll.jobs.ray_executor`); a given
+    judge's or User's relative script path is made absolute (`reroll.models.spec.resolved_spec`).
+    A persona User's model is bound the same way: ``--user-model``, else the original's, else the
+    trial's persona's own ``model`` when that is a script file."""
+    persona = original.trial.persona if original.trial is not None else None
+    return dataclasses.replace(
+        options,
+        skills_dir=_recorded_skills_dir(original, options),
+        learner_store=options.learner_store or _read_only(original.learner_store),
+        judge_model=_script_or(options.judge_model, original.judge_model),
+        user_model=_script_or(options.user_model, original.user_model, persona.model if persona else None),
+    )
+
+
+def _script_or(given: str | None, *recorded: str | None) -> str | None:
+    """`given` made absolute (`resolved_spec`), else the first of `recorded` that is a script file
+    (a provider's model names no host path, so it is left to the rollout's own default)."""
+    if given is not None:
+        return resolved_spec(given)
+    return next((spec for spec in recorded if spec is not None and script_file(spec)), None)
 
 
 def _nudge(origin: Origin) -> SkillNudge | None:

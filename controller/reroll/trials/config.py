@@ -238,6 +238,15 @@ class TrialConfig(BaseModel):
         """The one-prompt trial every plain ``reroll run`` is."""
         return cls(scenes=[Scene.single(agent, model)])
 
+    def user_files(self) -> list[str]:
+        """The Users of its scenes that a file holds (``path/to/file.py:attribute``): host files
+        a rollout of this trial imports (an importable ``module:attribute`` is not one)."""
+        return [
+            scene.user
+            for scene in self.scenes
+            if scene.user is not None and scene.user.rpartition(":")[0].endswith(".py")
+        ]
+
     def resolved(self, agent: str | None, model: str | None) -> TrialConfig:
         """This trial with every role's agent and model filled in.
 
