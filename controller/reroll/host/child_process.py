@@ -11,7 +11,9 @@ The death signal is set by util-linux ``setpriv --pdeathsig KILL``, which then e
 not by a ``preexec_fn``: a ``preexec_fn`` runs Python (and every ``os.register_at_fork``
 handler, e.g. filelock's, which ray imports) in the forked child of a multi-threaded
 controller, and such children crashed at start (SIGSEGV, SIGABRT) when many rollouts started at
-once. Without ``setpriv`` the ``preexec_fn`` is the fallback.
+once. Without ``setpriv`` the ``preexec_fn`` is the fallback. On uvloop every child is forked
+(not vforked) whatever its options, so the C libraries' fork handlers run in it before its exec:
+gRPC's, which crashed such children too, are kept off (`reroll.host.forking`).
 """
 
 from __future__ import annotations
