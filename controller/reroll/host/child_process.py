@@ -113,8 +113,8 @@ class ChildProcess:
         while not self.ready_file.exists():
             if self._process.returncode is not None:
                 raise InfrastructureError(
-                    f"{self.name} exited with code {self._process.returncode} before it was ready:\n"
-                    f"{self.log_tail()}"
+                    f"{self.name} exited with {exit_description(self._process.returncode)} before it "
+                    f"was ready:\n{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
                 await self.stop()
@@ -165,6 +165,18 @@ class ChildProcess:
 
 
 _PR_SET_PDEATHSIG = 1
+
+
+def exit_description(returncode: int) -> str:
+    """How a child ended, from its return code: ``code 3``, or ``signal SIGSEGV (11)`` for a
+    negative code (asyncio's and `subprocess`'s way of saying a signal killed it)."""
+    if returncode >= 0:
+        return f"code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "an unknown signal"
+    return f"signal {name} ({-returncode})"
 
 
 def _die_with_parent() -> None:
