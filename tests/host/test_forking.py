@@ -12,6 +12,8 @@ import textwrap
 import pytest
 from reroll.host import forking
 
+pytestmark = pytest.mark.spawns
+
 FORK_AFTER_GRPC = textwrap.dedent(
     """
     import asyncio, os, sys, tempfile
@@ -60,7 +62,6 @@ def _threads_in_forked_child(first: str) -> int:
     return int(done.stdout.strip())
 
 
-@pytest.mark.spawns
 def test_a_child_forked_while_grpc_runs_has_no_grpc_threads_once_reroll_is_imported() -> None:
     assert _threads_in_forked_child("grpc-alone") > 1, (
         "premise: gRPC alone restarts its threads in a forked child (if no longer, forking.py is moot)"

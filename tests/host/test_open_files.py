@@ -8,7 +8,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from reroll.host.open_files import FILES_BASE, FILES_PER_ROLLOUT
+
+pytestmark = pytest.mark.spawns
 
 
 def _in_child(soft: int, hard: int, body: str) -> subprocess.CompletedProcess[str]:
