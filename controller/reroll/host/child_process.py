@@ -12,8 +12,9 @@ not by a ``preexec_fn``: a ``preexec_fn`` runs Python (and every ``os.register_a
 handler, e.g. filelock's, which ray imports) in the forked child of a multi-threaded
 controller, and such children crashed at start (SIGSEGV, SIGABRT) when many rollouts started at
 once. Without ``setpriv`` the ``preexec_fn`` is the fallback. On uvloop every child is forked
-(not vforked) whatever its options, so the C libraries' fork handlers run in it before its exec:
-gRPC's, which crashed such children too, are kept off (`reroll.host.forking`).
+(not vforked) whatever its options, and the fork hooks, C (``pthread_atfork``) and Python
+(``os.register_at_fork``), run in it before its exec: gRPC's, which crashed such children, are
+kept off (`reroll.host.forking`).
 """
 
 from __future__ import annotations
