@@ -50,7 +50,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from reroll.host.forking import keep_grpc_out_of_forks
+
 __version__ = "0.1.0"
+
+keep_grpc_out_of_forks()  # before anything of reroll loads gRPC: see reroll.host.forking
 
 if TYPE_CHECKING:
     from reroll.jobs.branch import branch

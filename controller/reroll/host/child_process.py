@@ -11,7 +11,10 @@ The death signal is set by util-linux ``setpriv --pdeathsig KILL``, which then e
 not by a ``preexec_fn``: a ``preexec_fn`` runs Python (and every ``os.register_at_fork``
 handler, e.g. filelock's, which ray imports) in the forked child of a multi-threaded
 controller, and such children crashed at start (SIGSEGV, SIGABRT) when many rollouts started at
-once. Without ``setpriv`` the ``preexec_fn`` is the fallback.
+once. Without ``setpriv`` the ``preexec_fn`` is the fallback. On uvloop every child is forked
+(not vforked) whatever its options, and the fork hooks, C (``pthread_atfork``) and Python
+(``os.register_at_fork``), run in it before its exec: gRPC's, which crashed such children, are
+kept off (`reroll.host.forking`).
 """
 
 from __future__ import annotations
@@ -111,8 +114,8 @@ class ChildProcess:
         while not self.ready_file.exists():
             if self._process.returncode is not None:
                 raise InfrastructureError(
-                    f"{self.name} exited with code {self._process.returncode} before it was ready:\n"
-                    f"{self.log_tail()}"
+                    f"{self.name} exited with {exit_description(self._process.returncode)} before it "
+                    f"was ready:\n{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
                 await self.stop()
@@ -163,6 +166,18 @@ class ChildProcess:
 
 
 _PR_SET_PDEATHSIG = 1
+
+
+def exit_description(returncode: int) -> str:
+    """How a child ended, from its return code: ``code 3``, or ``signal SIGSEGV (11)`` for a
+    negative code (asyncio's and `subprocess`'s way of saying a signal killed it)."""
+    if returncode >= 0:
+        return f"code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "an unknown signal"
+    return f"signal {name} ({-returncode})"
 
 
 def _die_with_parent() -> None:

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from reroll_contracts.errors import JobError
 
+from reroll.host.open_files import open_files_for
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import script_file
 from reroll.rollout.start import RolloutOptions, RolloutOutcome
@@ -131,9 +132,14 @@ class AsyncioExecutor:
     ``options.max_starting`` are starting (model server, LLM proxy, sandbox and its sidecar) at
     once, so that many rollouts starting together on few cores do not hit the 30 s start-up
     timeouts of those processes.
+
+    Raises:
+        JobError: this process's limit of open files cannot hold ``options.concurrency``
+            rollouts (`reroll.host.open_files.open_files_for`, which raises its soft limit first).
     """
 
     def __init__(self, options: RunnerOptions) -> None:
+        open_files_for(options.concurrency)
         self._slots = asyncio.Semaphore(options.concurrency)
         self._starting = asyncio.Semaphore(options.max_starting)
 
@@ -160,7 +166,7 @@ def create_executor(options: RunnerOptions) -> Executor:
 
     Raises:
         JobError: the name is unknown, or the executor's optional package is not installed (the
-            message says what to install).
+            message says what to install), or the host cannot hold ``concurrency`` rollouts.
     """
     name = options.executor
     try:

@@ -191,7 +191,8 @@ class Runner:
         """Build the executor `options` names (not started yet).
 
         Raises:
-            JobError: the executor is unknown or its package missing.
+            JobError: the executor is unknown or its package missing, or this process's limit of
+                open files cannot hold ``options.concurrency`` rollouts.
         """
         self._options = options
         self._executor = create_executor(options)

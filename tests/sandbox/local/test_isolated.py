@@ -25,6 +25,7 @@ from reroll.sandbox.local import isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox, local_sandbox
 from reroll.sandbox.local.netns import listening_ports
 from reroll.sandbox.local.plain import LocalSandbox
+from reroll.sandbox.local.rootview import RootView
 from reroll.tasks.task import Task, with_network
 from reroll_contracts.errors import SandboxError
 
@@ -382,3 +383,36 @@ true
     assert not any(word in out for word in ("written", "mounted", "remounted", "sees ")), out
     assert lines[-2] == "1000" and host_owner == 101000, out  # the agent's workspace, mapped
     assert not (Path(sandbox.layout.agents_dir) / "planted").exists()
+
+
+async def test_a_start_whose_bwrap_command_crashes_says_how_it_ended(
+    task: Task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that dies of a signal before ``bwrap`` reports its child is named by its signal
+    and log, not by the empty report (the symptom of the forked children gRPC's fork handlers
+    crashed: `reroll.host.forking`)."""
+
+    def crashing(self: RootView, argv: list[str], info_fd: int, block_fd: int) -> list[str]:
+        return ["sh", "-c", "echo about to crash >&2; kill -SEGV $$"]
+
+    monkeypatch.setattr(RootView, "command", crashing)
+    sandbox = IsolatedSandbox(task, "crashes-at-start")
+    with pytest.raises(SandboxError) as raised:
+        await sandbox.start()
+    message = str(raised.value)
+    assert "sidecar exited with signal SIGSEGV (11) before it was ready" in message, message
+    assert "about to crash" in message
+    assert not sandbox.folder.exists()
+
+
+async def test_a_pasta_killed_by_a_signal_is_named_by_it(
+    task: Task, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "pasta"
+    fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    sandbox = IsolatedSandbox(with_network(task, "full"), "pasta-crashes")
+    with pytest.raises(SandboxError, match=r"pasta failed \(exited with signal SIGSEGV \(11\)\)"):
+        await sandbox.start()
+    assert not sandbox.folder.exists()

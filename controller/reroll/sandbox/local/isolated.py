@@ -56,7 +56,7 @@ from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
 from reroll.cache import cache_dir
-from reroll.host.child_process import ChildProcess
+from reroll.host.child_process import ChildProcess, exit_description
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout, trust_host_ca
 from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
@@ -85,6 +85,9 @@ AGENT_USER = "agent"
 PROBE_TIMEOUT_SECONDS = 10.0
 PASTA_PID_TIMEOUT_SECONDS = 2.0
 """How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
+ENDED_TIMEOUT_SECONDS = 1.0
+"""How long `IsolatedSandbox.start` waits, when ``bwrap`` ended before reporting its child, to
+learn how its command ended (exit code or signal, and its log) for the error."""
 PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
 PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
 """pasta (network ``full``): configure the namespace's interface like the host's, map no port
@@ -321,6 +324,11 @@ class IsolatedSandbox(SidecarSandbox):
             unclosed.remove(info_read)  # the handshake closes it
             handshake = asyncio.ensure_future(asyncio.to_thread(self._map_ids, info_read, block_write))
             await asyncio.wait([handshake, starting], return_when=asyncio.FIRST_EXCEPTION)
+            if handshake.done() and handshake.exception() is not None and not starting.done():
+                await asyncio.wait([starting], timeout=ENDED_TIMEOUT_SECONDS)
+            if starting.done() and starting.exception() is not None:
+                handshake.add_done_callback(_retrieve)
+                await starting  # raises: how bwrap's command ended says more than its empty report
             if handshake.done() and handshake.exception() is not None:
                 starting.cancel()
             self._init_pid = await handshake
@@ -384,7 +392,7 @@ class IsolatedSandbox(SidecarSandbox):
             os.close(netns)
         if code != 0:
             log_text = (self.folder / "pasta.log").read_text(errors="replace")
-            raise SandboxError(f"pasta failed (exit {code}): {log_text[-2000:]}")
+            raise SandboxError(f"pasta failed (exited with {exit_description(code)}): {log_text[-2000:]}")
         deadline = time.monotonic() + PASTA_PID_TIMEOUT_SECONDS
         while self._pasta_pid is None and time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):
@@ -423,6 +431,12 @@ class IsolatedSandbox(SidecarSandbox):
             await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
             self._cgroup = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _retrieve(future: asyncio.Future[int]) -> None:
+    """Take `future`'s outcome, which another error supersedes (asyncio logs one never taken)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _workspace(task: Task) -> str:
