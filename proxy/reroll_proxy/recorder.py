@@ -2,8 +2,9 @@
 
 The guarantees, for each exchange's line (orjson, ``\\n``-terminated):
 
-- when `Recorder.record` returns, the line has been written and flushed to the OS, so it
-  survives the proxy dying right after (SIGKILL included);
+- when `Recorder.record` returns, the line has been written to the OS (one ``write`` on a
+  file opened ``O_APPEND``, no buffer of our own), so it survives the proxy dying right after
+  (SIGKILL included);
 - its ``fsync`` then runs in a worker thread while the response goes out, and completes before
   the next line is written and before `Recorder.aclose` returns. So the file on disk is always
   a whole-line prefix of the run (a machine crash can lose at most the exchange whose fsync
@@ -30,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import BinaryIO
 
 from reroll_contracts.trajectory import Exchange
 
@@ -51,7 +51,8 @@ class Recorder:
         self._next_step = first_step
         self._done: set[int] = set()
         self._turn = asyncio.Condition()
-        self._file: BinaryIO | None = None
+        self._fd: int | None = None
+        """The trajectory, opened for appending (unbuffered)."""
         self._syncing: asyncio.Future[None] | None = None
 
     def open(self) -> None:
@@ -60,9 +61,9 @@ class Recorder:
         Raises:
             OSError: the file or its folder cannot be created.
         """
-        if self._file is None:
+        if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
             _fsync_dir(self.path.parent)
 
     async def record(self, step: int, exchange: Exchange) -> None:
@@ -79,11 +80,11 @@ class Recorder:
             await self._turn.wait_for(lambda: self._next_step == step)
             await self._synced()
             self.open()
-            assert self._file is not None
-            self._file.write(exchange.to_line())
-            self._file.flush()
+            assert self._fd is not None
+            _write_all(self._fd, exchange.to_line())
             if self._fsync:
-                self._syncing = asyncio.ensure_future(asyncio.to_thread(os.fsync, self._file.fileno()))
+                loop = asyncio.get_running_loop()
+                self._syncing = loop.run_in_executor(None, os.fsync, self._fd)
             self._advance(step)
 
     async def _synced(self) -> None:
@@ -114,9 +115,17 @@ class Recorder:
         try:
             await self._synced()
         finally:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _write_all(fd: int, line: bytes) -> None:
+    """Write `line` to `fd`: one ``write`` (a regular file takes it whole; the loop is for the
+    short write a full disk or a signal could cause)."""
+    view = memoryview(line)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(folder: Path) -> None:
