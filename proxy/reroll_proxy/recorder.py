@@ -5,12 +5,13 @@ The guarantees, for each exchange's line (orjson, ``\\n``-terminated):
 - when `Recorder.record` returns, the line has been written to the OS (one ``write`` on a
   file opened ``O_APPEND``, no buffer of our own), so it survives the proxy dying right after
   (SIGKILL included);
-- its ``fsync`` then runs in a worker thread while the response goes out, and completes before
-  the next line is written and before `Recorder.aclose` returns. So the file on disk is always
-  a whole-line prefix of the run (a machine crash can lose at most the exchange whose fsync
-  was in flight, together with the sandbox that was acting on it; a torn last line is ignored
-  by `reroll_contracts.trajectory.load_trajectory`). Overlapping the fsync with the response keeps
-  the disk off the exchange's latency (``scripts/bench/proxy.py``).
+- its ``fsync`` then runs in a worker thread, handed over on the event loop's next turn (so
+  after the response went out: waking a thread is itself a cost the agent need not wait for),
+  and completes before the next line is written and before `Recorder.aclose` returns. So the
+  file on disk is always a whole-line prefix of the run (a machine crash can lose at most the
+  exchange whose fsync was in flight, together with the sandbox that was acting on it; a torn
+  last line is ignored by `reroll_contracts.trajectory.load_trajectory`). Overlapping the fsync
+  with the response keeps the disk off the exchange's latency (``scripts/bench/proxy.py``).
 
 The server calls `record` before the agent can see the end of the response it records:
 
@@ -83,9 +84,24 @@ class Recorder:
             assert self._fd is not None
             _write_all(self._fd, exchange.to_line())
             if self._fsync:
-                loop = asyncio.get_running_loop()
-                self._syncing = loop.run_in_executor(None, os.fsync, self._fd)
+                syncing = self._syncing = asyncio.get_running_loop().create_future()
+                syncing.get_loop().call_soon(self._start_fsync, self._fd, syncing)
             self._advance(step)
+
+    @staticmethod
+    def _start_fsync(fd: int, syncing: asyncio.Future[None]) -> None:
+        """Run ``fsync(fd)`` in a worker thread; its outcome becomes `syncing`'s."""
+
+        def finished(done: asyncio.Future[None]) -> None:
+            if syncing.done():  # cancelled: whoever waited for it is gone
+                return
+            error = done.exception()
+            if error is None:
+                syncing.set_result(None)
+            else:
+                syncing.set_exception(error)
+
+        syncing.get_loop().run_in_executor(None, os.fsync, fd).add_done_callback(finished)
 
     async def _synced(self) -> None:
         """Wait for the fsync in flight, if any (raising its OSError)."""

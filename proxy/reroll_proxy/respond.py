@@ -258,9 +258,7 @@ class ServedStep:
         await self.recorder.record(self.number, exchange)
         if await source.after_recorded(self.request):
             return response
-        for event in held:
-            await response.write(encode_event(event))
-        await response.write_eof()
+        await response.write_eof(b"".join(map(encode_event, held)))  # one write: the end and the last chunk
         return response
 
     async def _record_aborted(
