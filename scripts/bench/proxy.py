@@ -15,12 +15,15 @@ lines only flushed to the OS, which shows what the disk costs); ``intercept`` (`
 intercept``: the client calls ``https://api.openai.com`` through ``HTTPS_PROXY`` = our mitmdump,
 trusting its CA; mitmdump sends it to a second recording proxy); ``mitmproxy-reverse`` (for
 comparison, a plain ``mitmdump --mode reverse:UPSTREAM``, no addon, with ``stream_large_bodies=1``
-so that SSE streams through); ``replay`` (a proxy replays the ``record`` trajectory with no
-upstream: the divergence check runs on every request, each replayed exchange is fsynced to its
-own trajectory). The figures printed are p50 / p95 of each target, the added p50 / p95 (target
-minus direct) and their ratio; then, per mode (non-streamed, streamed), the goal's ratio: the
-recording proxy's added p50 over the plain mitmproxy's (``record / mitmproxy-reverse``, goal
-<= 0.25). mitmproxy is installed on first use (see `reroll.host.intercept`).
+so that SSE streams through); ``aiohttp-forward`` (the floor: a bare aiohttp server that forwards
+each request with one keep-alive ``aiohttp.ClientSession`` and streams the answer back chunk by
+chunk, on uvloop: what any aiohttp proxy pays, before recording anything); ``replay`` (a
+proxy replays the ``record`` trajectory with no upstream: the divergence check runs on every
+request, each replayed exchange is fsynced to its own trajectory). The figures printed are p50 /
+p95 of each target, the added p50 / p95 (target minus direct) and their ratio; then, per mode
+(non-streamed, streamed), the goal's ratio: the recording proxy's added p50 over the plain
+mitmproxy's (``record / mitmproxy-reverse``, goal <= 0.25), and the bare forwarder's beside it.
+mitmproxy is installed on first use (see `reroll.host.intercept`).
 
 ``--profile FILE`` runs the ``record`` proxy under cProfile (CPU time of its event loop's thread,
 from the end of the warm-up on), writes its stats to FILE and prints the functions that took the
@@ -239,6 +242,43 @@ It counts the CPU time of the main thread: on a loaded machine, wall time would 
 moments the proxy was not scheduled to whatever call it was in (often a socket write)."""
 
 
+FORWARDER = """
+import asyncio, sys, aiohttp, uvloop
+from aiohttp import web
+from reroll_proxy.runtime import write_ready_file
+
+async def main(upstream, ready_file):
+    session = aiohttp.ClientSession()
+
+    async def forward(request):
+        body = await request.read()
+        headers = {"Content-Type": "application/json", "Authorization": request.headers["Authorization"]}
+        url = upstream + request.path.removeprefix("/v1")
+        async with session.post(url, data=body, headers=headers) as answer:
+            kind = answer.content_type
+            if kind != "text/event-stream":
+                return web.Response(status=answer.status, body=await answer.read(), content_type=kind)
+            response = web.StreamResponse(status=answer.status, headers={"Content-Type": kind})
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    write_ready_file(ready_file, "127.0.0.1", site._server.sockets[0].getsockname()[1])
+    await asyncio.Event().wait()
+
+uvloop.run(main(sys.argv[1], __import__("pathlib").Path(sys.argv[3])))
+"""
+"""A bare aiohttp forwarder (argv: UPSTREAM ``--ready-file`` F): the floor of any aiohttp proxy."""
+
+
 def proxy_process(name: str, config: ProxyConfig, work: Path, profile: Path | None = None) -> ChildProcess:
     """A ``python -m reroll_proxy`` child with `config` written to ``<work>/<name>.json``; with
     `profile`, one that starts profiling at SIGUSR1 and writes the stats there when it stops."""
@@ -252,9 +292,10 @@ def goal_ratio(title: str, results: dict[str, list[tuple[float, float]]]) -> Non
     """Print the recording proxy's added p50 over the plain mitmproxy's (the goal: <= 0.25)."""
     totals = {name: percentile([timing[1] for timing in timings], 0.5) for name, timings in results.items()}
     ours, theirs = totals["record"] - totals["direct"], totals["mitmproxy-reverse"] - totals["direct"]
+    floor = totals["aiohttp-forward"] - totals["direct"]
     print(
         f"{title}: record added p50 {ours:+.3f} ms / mitmproxy-reverse added p50 {theirs:+.3f} ms"
-        f" = ratio {ours / theirs:.2f} (goal <= 0.25)"
+        f" = ratio {ours / theirs:.2f} (goal <= 0.25; the bare aiohttp forwarder's: {floor / theirs:.2f})"
     )
 
 
@@ -307,6 +348,13 @@ async def main(exchanges: int, api_format: str, profile: Path | None = None) -> 
                 ) as behind,
                 intercept.Interceptor(target=behind.ready.address, token=TOKEN, workdir=work) as front,
                 plain_mitmdump(upstream.removesuffix("/v1"), work) as reverse,
+                ChildProcess(
+                    "forwarder",
+                    [upstream],
+                    workdir=work,
+                    name="forwarder",
+                    command=[sys.executable, "-c", FORWARDER],
+                ) as forwarder,
             ):
                 targets = {
                     "direct": Target(upstream),
@@ -314,6 +362,7 @@ async def main(exchanges: int, api_format: str, profile: Path | None = None) -> 
                     "record-nofsync": Target(nofsync.ready.address),
                     "intercept": Target("https://api.openai.com/v1", proxy=front.proxy_url),
                     "mitmproxy-reverse": Target(reverse + "/v1"),
+                    "aiohttp-forward": Target(forwarder.ready.address),
                 }
                 start_profile = None
                 if profile is not None:
