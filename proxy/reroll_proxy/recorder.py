@@ -93,9 +93,9 @@ class Recorder:
         """Run ``fsync(fd)`` in a worker thread; its outcome becomes `syncing`'s."""
 
         def finished(done: asyncio.Future[None]) -> None:
+            error = done.exception()
             if syncing.done():  # cancelled: whoever waited for it is gone
                 return
-            error = done.exception()
             if error is None:
                 syncing.set_result(None)
             else:
