@@ -37,7 +37,11 @@ def read_body_in_time(limits: ClientLimits) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            await asyncio.wait_for(request.read(), limits.body_timeout_seconds)
+            if request.content.is_eof():  # the whole body came with the head: nothing to wait for
+                await request.read()
+            else:
+                async with asyncio.timeout(limits.body_timeout_seconds):
+                    await request.read()
         except TimeoutError:
             message = f"the request body did not arrive within {limits.body_timeout_seconds:g} s"
             error = {"type": "error", "error": {"type": "request_timeout", "message": message}}

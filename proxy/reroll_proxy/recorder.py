@@ -2,14 +2,16 @@
 
 The guarantees, for each exchange's line (orjson, ``\\n``-terminated):
 
-- when `Recorder.record` returns, the line has been written and flushed to the OS, so it
-  survives the proxy dying right after (SIGKILL included);
-- its ``fsync`` then runs in a worker thread while the response goes out, and completes before
-  the next line is written and before `Recorder.aclose` returns. So the file on disk is always
-  a whole-line prefix of the run (a machine crash can lose at most the exchange whose fsync
-  was in flight, together with the sandbox that was acting on it; a torn last line is ignored
-  by `reroll_contracts.trajectory.load_trajectory`). Overlapping the fsync with the response keeps
-  the disk off the exchange's latency (``scripts/bench/proxy.py``).
+- when `Recorder.record` returns, the line has been written to the OS (one ``write`` on a
+  file opened ``O_APPEND``, no buffer of our own), so it survives the proxy dying right after
+  (SIGKILL included);
+- its ``fsync`` then runs in a worker thread, handed over on the event loop's next turn (so
+  after the response went out: waking a thread is itself a cost the agent need not wait for),
+  and completes before the next line is written and before `Recorder.aclose` returns. So the
+  file on disk is always a whole-line prefix of the run (a machine crash can lose at most the
+  exchange whose fsync was in flight, together with the sandbox that was acting on it; a torn
+  last line is ignored by `reroll_contracts.trajectory.load_trajectory`). Overlapping the fsync
+  with the response keeps the disk off the exchange's latency (``scripts/bench/proxy.py``).
 
 The server calls `record` before the agent can see the end of the response it records:
 
@@ -30,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import BinaryIO
 
 from reroll_contracts.trajectory import Exchange
 
@@ -51,7 +52,8 @@ class Recorder:
         self._next_step = first_step
         self._done: set[int] = set()
         self._turn = asyncio.Condition()
-        self._file: BinaryIO | None = None
+        self._fd: int | None = None
+        """The trajectory, opened for appending (unbuffered)."""
         self._syncing: asyncio.Future[None] | None = None
 
     def open(self) -> None:
@@ -60,9 +62,9 @@ class Recorder:
         Raises:
             OSError: the file or its folder cannot be created.
         """
-        if self._file is None:
+        if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
             _fsync_dir(self.path.parent)
 
     async def record(self, step: int, exchange: Exchange) -> None:
@@ -79,12 +81,27 @@ class Recorder:
             await self._turn.wait_for(lambda: self._next_step == step)
             await self._synced()
             self.open()
-            assert self._file is not None
-            self._file.write(exchange.to_line())
-            self._file.flush()
+            assert self._fd is not None
+            _write_all(self._fd, exchange.to_line())
             if self._fsync:
-                self._syncing = asyncio.ensure_future(asyncio.to_thread(os.fsync, self._file.fileno()))
+                syncing = self._syncing = asyncio.get_running_loop().create_future()
+                syncing.get_loop().call_soon(self._start_fsync, self._fd, syncing)
             self._advance(step)
+
+    @staticmethod
+    def _start_fsync(fd: int, syncing: asyncio.Future[None]) -> None:
+        """Run ``fsync(fd)`` in a worker thread; its outcome becomes `syncing`'s."""
+
+        def finished(done: asyncio.Future[None]) -> None:
+            error = done.exception()
+            if syncing.done():  # cancelled: whoever waited for it is gone
+                return
+            if error is None:
+                syncing.set_result(None)
+            else:
+                syncing.set_exception(error)
+
+        syncing.get_loop().run_in_executor(None, os.fsync, fd).add_done_callback(finished)
 
     async def _synced(self) -> None:
         """Wait for the fsync in flight, if any (raising its OSError)."""
@@ -114,9 +131,17 @@ class Recorder:
         try:
             await self._synced()
         finally:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _write_all(fd: int, line: bytes) -> None:
+    """Write `line` to `fd`: one ``write`` (a regular file takes it whole; the loop is for the
+    short write a full disk or a signal could cause)."""
+    view = memoryview(line)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
@@ -139,13 +138,15 @@ def peer_closed(request: web.Request) -> bool:
     raw = transport.get_extra_info("socket")
     if raw is None:
         return False
-    with socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno())) as sock:
-        try:
-            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError:
-            return True
+    sock = socket.socket(raw.family, raw.type, fileno=raw.fileno())  # a view of the agent's socket
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.detach()  # the transport's socket stays open
 
 
 @dataclass
@@ -258,9 +259,7 @@ class ServedStep:
         await self.recorder.record(self.number, exchange)
         if await source.after_recorded(self.request):
             return response
-        for event in held:
-            await response.write(encode_event(event))
-        await response.write_eof()
+        await response.write_eof(b"".join(map(encode_event, held)))  # one write: the end and the last chunk
         return response
 
     async def _record_aborted(

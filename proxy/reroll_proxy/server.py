@@ -293,7 +293,7 @@ class RolloutProxy:
     async def _replay(self, step: ServedStep, body: dict[str, Any], replay: Replay) -> web.StreamResponse:
         recorded = replay.exchange.response
         model = replay.exchange.metadata.model or _model_of(recorded.body)
-        log.info("step %d: replayed", step.number)
+        log.debug("step %d: replayed", step.number)
         factor = 1.0
         if step.fault is None and (recorded_fault := replay.exchange.metadata.fault) is not None:
             step.fault = recorded_fault.model_copy(update={"replayed": True})
@@ -336,7 +336,7 @@ class RolloutProxy:
         url = upstream.base_url.rstrip("/") + upstream_wire.upstream_path
         if translation is None and step.request.query_string:
             url += "?" + step.request.query_string  # e.g. ?beta=true: the provider sees what the agent sent
-        log.info("step %d: live, %s model %s", step.number, url, sent.get("model"))
+        log.debug("step %d: live, %s model %s", step.number, url, sent.get("model"))
         faults = Injector(step)
         await faults.delay()
         headers = upstream_wire.upstream_headers(upstream.api_key, step.request.headers)
@@ -637,11 +637,19 @@ def _arrived_at(request: web.Request, address: tuple[str, int]) -> bool:
     host, port = address
     if int(sockname[1]) != port:
         return False
-    try:
-        listened = ipaddress.ip_address(host)
-    except ValueError:  # a host name: its port decides
+    listened = _ip_address(host)
+    if listened is None:  # a host name: its port decides
         return True
-    return listened.is_unspecified or ipaddress.ip_address(sockname[0]) == listened
+    return listened.is_unspecified or _ip_address(sockname[0]) == listened
+
+
+@functools.lru_cache(maxsize=1024)
+def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`host` as an IP address (parsed once per host: it is asked on every request), None for a name."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
 
 
 def _digest(token: str) -> bytes:

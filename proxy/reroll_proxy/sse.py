@@ -19,7 +19,11 @@ from reroll_contracts.trajectory import SseEvent
 
 
 class SseParser:
-    """Incremental event-stream parser: feed it bytes as they arrive, get complete events."""
+    """Incremental event-stream parser: feed it bytes as they arrive, get complete events.
+
+    Each chunk's complete lines are decoded and split at once (line ends normalised to ``\\n``
+    first when the chunk has a ``\\r``), so the cost per event is a few string operations.
+    """
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -32,17 +36,22 @@ class SseParser:
         Returns:
             The events completed by this chunk, in order.
         """
-        self._buffer += chunk
+        buffer = self._buffer + chunk
+        if b"\r" in buffer:
+            # A last "\r" may be the first half of "\r\n": it waits for the next chunk.
+            held = b"\r" if buffer.endswith(b"\r") else b""
+            buffer = buffer[: len(buffer) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
+        end = buffer.rfind(b"\n")
+        if end == -1:
+            self._buffer = buffer
+            return []
+        self._buffer = buffer[end + 1 :]
         events: list[SseEvent] = []
-        while True:
-            cut = _line_end(self._buffer)
-            if cut is None:
-                return events
-            end, after = cut
-            line = self._buffer[:end].decode("utf-8", errors="replace")
-            self._buffer = self._buffer[after:]
+        # A UTF-8 character never contains the byte "\n": the complete lines decode on their own.
+        for line in buffer[:end].decode("utf-8", errors="replace").split("\n"):
             if event := self._take_line(line):
                 events.append(event)
+        return events
 
     def finish(self) -> list[SseEvent]:
         """End of stream: parse what is left (a last line or event without its terminator).
@@ -58,10 +67,11 @@ class SseParser:
     def _take_line(self, line: str) -> SseEvent | None:
         if not line:
             return self._dispatch()
-        if line.startswith(":"):
+        if line[0] == ":":
             return None
         name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
+        if value[:1] == " ":
+            value = value[1:]
         if name == "data":
             self._data.append(value)
         elif name == "event":
@@ -74,24 +84,13 @@ class SseParser:
         return event
 
 
-def _line_end(buffer: bytes) -> tuple[int, int] | None:
-    """Index of the first line end in `buffer` and of the byte after it; None if incomplete.
-
-    A ``\\r`` as the very last byte is incomplete: it may be the start of ``\\r\\n``.
-    """
-    newline, carriage = buffer.find(b"\n"), buffer.find(b"\r")
-    if carriage == -1 or (newline != -1 and newline < carriage):
-        return None if newline == -1 else (newline, newline + 1)
-    if carriage + 1 == len(buffer):
-        return None
-    return carriage, carriage + (2 if buffer[carriage + 1 : carriage + 2] == b"\n" else 1)
-
-
 def encode_event(event: SseEvent) -> bytes:
     """The wire form of `event`: optional ``event:`` line, one ``data:`` line per data line, blank line."""
-    head = f"event: {event.event}\n" if event.event is not None else ""
-    lines = "".join(f"data: {line}\n" for line in event.data.split("\n"))
-    return f"{head}{lines}\n".encode()
+    data = event.data
+    lines = f"data: {data}\n" if "\n" not in data else "".join(f"data: {line}\n" for line in data.split("\n"))
+    if event.event is None:
+        return f"{lines}\n".encode()
+    return f"event: {event.event}\n{lines}\n".encode()
 
 
 def json_payloads(events: Iterable[SseEvent]) -> Iterable[dict[str, Any]]:

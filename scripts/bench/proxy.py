@@ -15,12 +15,21 @@ lines only flushed to the OS, which shows what the disk costs); ``intercept`` (`
 intercept``: the client calls ``https://api.openai.com`` through ``HTTPS_PROXY`` = our mitmdump,
 trusting its CA; mitmdump sends it to a second recording proxy); ``mitmproxy-reverse`` (for
 comparison, a plain ``mitmdump --mode reverse:UPSTREAM``, no addon, with ``stream_large_bodies=1``
-so that SSE streams through); ``replay`` (a proxy replays the ``record`` trajectory with no
-upstream: the divergence check runs on every request, each replayed exchange is fsynced to its
-own trajectory). The figures printed are p50 / p95 of each target, the added p50 / p95 (target
-minus direct) and their ratio. mitmproxy is installed on first use (see `reroll.host.intercept`).
+so that SSE streams through); ``aiohttp-forward`` (the floor: a bare aiohttp server that forwards
+each request with one keep-alive ``aiohttp.ClientSession`` and streams the answer back chunk by
+chunk, on uvloop: what any aiohttp proxy pays, before recording anything); ``replay`` (a
+proxy replays the ``record`` trajectory with no upstream: the divergence check runs on every
+request, each replayed exchange is fsynced to its own trajectory). The figures printed are p50 /
+p95 of each target, the added p50 / p95 (target minus direct) and their ratio; then, per mode
+(non-streamed, streamed), the goal's ratio: the recording proxy's added p50 over the plain
+mitmproxy's (``record / mitmproxy-reverse``, goal <= 0.25), and the bare forwarder's beside it.
+mitmproxy is installed on first use (see `reroll.host.intercept`).
 
-Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat]``.
+``--profile FILE`` runs the ``record`` proxy under cProfile (CPU time of its event loop's thread,
+from the end of the warm-up on), writes its stats to FILE and prints the functions that took the
+most time (own and cumulative), per exchange; its latencies are then the profiler's, not the proxy's.
+
+Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat] [--profile F]``.
 """
 
 from __future__ import annotations
@@ -28,12 +37,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import os
+import pstats
+import signal
 import socket
 import ssl
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,14 +143,22 @@ async def exchange(
 
 
 async def measure(
-    targets: dict[str, Target], path: str, body: dict[str, Any], count: int, ca_file: Path | None = None
+    targets: dict[str, Target],
+    path: str,
+    body: dict[str, Any],
+    count: int,
+    ca_file: Path | None = None,
+    on_warm: Callable[[], None] | None = None,
 ) -> dict[str, list[tuple[float, float]]]:
-    """`count` exchanges per target, alternating targets per exchange (after a warm-up)."""
+    """`count` exchanges per target, alternating targets per exchange (after a warm-up, at the end
+    of which `on_warm` is called)."""
     payload = orjson.dumps(body)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
     sessions = {name: session_for(target, ca_file) for name, target in targets.items()}
     try:
         for number in range(WARMUP_EXCHANGES + count):
+            if number == WARMUP_EXCHANGES and on_warm is not None:
+                on_warm()
             for name, target in targets.items():
                 timing = await exchange(sessions[name], target.base_url + path, payload, target.proxy)
                 if number >= WARMUP_EXCHANGES:
@@ -203,13 +225,99 @@ async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[str]:
         await process.wait()
 
 
-def proxy_process(name: str, config: ProxyConfig, work: Path) -> ChildProcess:
-    """A ``python -m reroll_proxy`` child with `config` written to ``<work>/<name>.json``."""
+PROFILED = """
+import cProfile, signal, sys, time
+from reroll_proxy.__main__ import main
+profiler = cProfile.Profile(time.thread_time)
+signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+try:
+    code = main(sys.argv[2:])
+finally:
+    profiler.disable()
+    profiler.dump_stats(sys.argv[1])
+sys.exit(code)
+"""
+"""A proxy whose cProfile starts at SIGUSR1 (after the warm-up) and is dumped at exit to argv[1].
+It counts the CPU time of the main thread: on a loaded machine, wall time would charge the
+moments the proxy was not scheduled to whatever call it was in (often a socket write)."""
+
+
+FORWARDER = """
+import asyncio, sys, aiohttp, uvloop
+from aiohttp import web
+from reroll_proxy.runtime import write_ready_file
+
+async def main(upstream, ready_file):
+    session = aiohttp.ClientSession()
+
+    async def forward(request):
+        body = await request.read()
+        headers = {"Content-Type": "application/json", "Authorization": request.headers["Authorization"]}
+        url = upstream + request.path.removeprefix("/v1")
+        async with session.post(url, data=body, headers=headers) as answer:
+            kind = answer.content_type
+            if kind != "text/event-stream":
+                return web.Response(status=answer.status, body=await answer.read(), content_type=kind)
+            response = web.StreamResponse(status=answer.status, headers={"Content-Type": kind})
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    write_ready_file(ready_file, "127.0.0.1", site._server.sockets[0].getsockname()[1])
+    await asyncio.Event().wait()
+
+uvloop.run(main(sys.argv[1], __import__("pathlib").Path(sys.argv[3])))
+"""
+"""A bare aiohttp forwarder (argv: UPSTREAM ``--ready-file`` F): the floor of any aiohttp proxy."""
+
+
+def proxy_process(name: str, config: ProxyConfig, work: Path, profile: Path | None = None) -> ChildProcess:
+    """A ``python -m reroll_proxy`` child with `config` written to ``<work>/<name>.json``; with
+    `profile`, one that starts profiling at SIGUSR1 and writes the stats there when it stops."""
     (work / f"{name}.json").write_text(config.model_dump_json())
-    return ChildProcess("reroll_proxy", ["--config", str(work / f"{name}.json")], workdir=work, name=name)
+    command = None if profile is None else [sys.executable, "-c", PROFILED, str(profile)]
+    args = ["--config", str(work / f"{name}.json")]
+    return ChildProcess("reroll_proxy", args, workdir=work, name=name, command=command)
 
 
-async def main(exchanges: int, api_format: str) -> None:
+def goal_ratio(title: str, results: dict[str, list[tuple[float, float]]]) -> None:
+    """Print the recording proxy's added p50 over the plain mitmproxy's (the goal: <= 0.25)."""
+    totals = {name: percentile([timing[1] for timing in timings], 0.5) for name, timings in results.items()}
+    ours, theirs = totals["record"] - totals["direct"], totals["mitmproxy-reverse"] - totals["direct"]
+    floor = totals["aiohttp-forward"] - totals["direct"]
+    print(
+        f"{title}: record added p50 {ours:+.3f} ms / mitmproxy-reverse added p50 {theirs:+.3f} ms"
+        f" = ratio {ours / theirs:.2f} (goal <= 0.25; the bare aiohttp forwarder's: {floor / theirs:.2f})"
+    )
+
+
+def print_profile(profile: Path, exchanges: int) -> None:
+    """The functions of the profiled proxy that took the most time, per exchange."""
+    stats = pstats.Stats(str(profile))
+    total = sum(timing[2] for timing in stats.stats.values())  # type: ignore[attr-defined]
+    count = 2 * exchanges + WARMUP_EXCHANGES  # from the end of the non-streamed warm-up on
+    print(
+        f"\nprofile of the record proxy ({profile}): {total / count * 1e6:.0f} us of CPU per exchange"
+        " (the profiler's own overhead included: read the shares, not the absolutes)"
+    )
+    for key, column in (("tottime", 2), ("cumtime", 3)):
+        print(f"-- top by {key} (us per exchange) --")
+        rows = sorted(stats.stats.items(), key=lambda item: item[1][column], reverse=True)  # type: ignore[attr-defined]
+        for (file, line, function), (_, calls, own, cumulative, _) in rows[:25]:
+            own_us, cumulative_us, per = own / count * 1e6, cumulative / count * 1e6, calls / count
+            where = f"{Path(file).name}:{line}({function})"
+            print(f"  {own_us:7.1f} own  {cumulative_us:7.1f} cum  {per:5.1f}x  {where}")
+
+
+async def main(exchanges: int, api_format: str, profile: Path | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="reroll-bench-") as folder:
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps(SCRIPT))
@@ -225,7 +333,7 @@ async def main(exchanges: int, api_format: str) -> None:
                 token=TOKEN, trajectory_path=trajectory, upstream=UpstreamConfig(base_url=upstream)
             )
             async with (
-                proxy_process("record", record_config, work) as proxy,
+                proxy_process("record", record_config, work, profile) as proxy,
                 proxy_process(
                     "nofsync",
                     record_config.model_copy(
@@ -240,6 +348,13 @@ async def main(exchanges: int, api_format: str) -> None:
                 ) as behind,
                 intercept.Interceptor(target=behind.ready.address, token=TOKEN, workdir=work) as front,
                 plain_mitmdump(upstream.removesuffix("/v1"), work) as reverse,
+                ChildProcess(
+                    "forwarder",
+                    [upstream],
+                    workdir=work,
+                    name="forwarder",
+                    command=[sys.executable, "-c", FORWARDER],
+                ) as forwarder,
             ):
                 targets = {
                     "direct": Target(upstream),
@@ -247,10 +362,20 @@ async def main(exchanges: int, api_format: str) -> None:
                     "record-nofsync": Target(nofsync.ready.address),
                     "intercept": Target("https://api.openai.com/v1", proxy=front.proxy_url),
                     "mitmproxy-reverse": Target(reverse + "/v1"),
+                    "aiohttp-forward": Target(forwarder.ready.address),
                 }
+                start_profile = None
+                if profile is not None:
+                    pid = proxy.ready.pid
+                    start_profile = functools.partial(os.kill, pid, signal.SIGUSR1)
                 runs = {
                     stream: await measure(
-                        targets, PATHS[api_format], request_body(api_format, stream), exchanges, ca_file
+                        targets,
+                        PATHS[api_format],
+                        request_body(api_format, stream),
+                        exchanges,
+                        ca_file,
+                        start_profile if not stream else None,
                     )
                     for stream in (False, True)
                 }
@@ -271,11 +396,19 @@ async def main(exchanges: int, api_format: str) -> None:
     report("non-streamed", runs[False], 1, "total")
     report("streamed", runs[True], 1, "total")
     report("streamed", runs[True], 0, "first SSE byte")
+    print()
+    goal_ratio("non-streamed", runs[False])
+    goal_ratio("streamed", runs[True])
+    if profile is not None:
+        print_profile(profile, exchanges)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--exchanges", type=int, default=1000, help="measured exchanges per target and mode")
     parser.add_argument("--format", default="openai-chat", choices=sorted(PATHS), help="the API format")
+    parser.add_argument(
+        "--profile", type=Path, help="run the record proxy under cProfile, stats to this file"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.exchanges, args.format))
+    asyncio.run(main(args.exchanges, args.format, args.profile))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from reroll_contracts.trajectory import SseEvent
 from reroll_proxy.formats.openai_chat import assemble_chat_completion, completion_to_events
 from reroll_proxy.sse import SseParser, encode_event
@@ -36,6 +39,33 @@ def test_parser_line_ends_comments_multiline_data_and_utf8_split() -> None:
     events = [e for byte in range(len(wire)) for e in parser.feed(wire[byte : byte + 1])]
     assert events == [SseEvent(data="one\ntwo")]  # the last "\r" may still become "\r\n"
     assert parser.finish() == [SseEvent(data="é\n🚀")]
+
+
+_TEXT = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+
+
+@given(
+    events=st.lists(
+        st.builds(
+            SseEvent,
+            event=st.none() | _TEXT.filter(lambda name: name != ""),
+            data=st.lists(_TEXT, min_size=1, max_size=3).map("\n".join),
+        ),
+        max_size=5,
+    ),
+    line_end=st.sampled_from(["\n", "\r\n", "\r"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+)
+def test_parser_gives_the_events_whatever_the_line_ends_and_chunking(
+    events: list[SseEvent], line_end: str, cuts: list[int]
+) -> None:
+    """Whole lines are split at once: chunks cut anywhere (in a "\r\n", in a UTF-8 character)
+    and every line-end convention give the events encoded, in order."""
+    wire = b"".join(encode_event(event) for event in events).replace(b"\n", line_end.encode())
+    bounds = sorted({0, len(wire), *(cut for cut in cuts if cut < len(wire))})
+    parser = SseParser()
+    parsed = [event for start, end in itertools.pairwise(bounds) for event in parser.feed(wire[start:end])]
+    assert [*parsed, *parser.finish()] == events
 
 
 def test_parser_finish_flushes_an_unterminated_event() -> None:

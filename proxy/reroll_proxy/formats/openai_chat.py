@@ -177,19 +177,23 @@ def assemble_chat_completion(events: Iterable[SseEvent]) -> dict[str, Any]:
     """
     completion: dict[str, Any] = {"id": None, "object": "chat.completion", "created": None, "model": None}
     choices: dict[int, dict[str, Any]] = {}
+    missing = ["id", "created", "model", "system_fingerprint"]  # taken from the first chunk that has them
     for chunk in json_payloads(events):
-        for key in ("id", "created", "model", "system_fingerprint"):
-            if chunk.get(key) is not None and completion.get(key) is None:
+        if missing:
+            for key in [key for key in missing if chunk.get(key) is not None]:
                 completion[key] = chunk[key]
-        if chunk.get("usage") is not None:
-            completion["usage"] = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+                missing.remove(key)
+        if (usage := chunk.get("usage")) is not None:
+            completion["usage"] = usage
+        for choice in chunk.get("choices") or ():
             index = choice.get("index", 0)
-            fresh = {"index": index, "message": {"role": "assistant"}, "tool_calls": {}}
-            slot = choices.setdefault(index, fresh)
-            _merge_delta(slot, choice.get("delta") or {})
-            if choice.get("finish_reason") is not None:
-                slot["finish_reason"] = choice["finish_reason"]
+            slot = choices.get(index)
+            if slot is None:
+                slot = choices[index] = {"index": index, "message": {"role": "assistant"}, "tool_calls": {}}
+            if delta := choice.get("delta"):
+                _merge_delta(slot, delta)
+            if (finish_reason := choice.get("finish_reason")) is not None:
+                slot["finish_reason"] = finish_reason
     completion["choices"] = [_finish_choice(choices[index]) for index in sorted(choices)]
     return completion
 
