@@ -189,11 +189,7 @@ async def execute_rollout(
     """
     started = time.monotonic()
     result = RunResult(started_at=now_iso())
-    write_json(plan.run_dir / CONFIG_FILE, plan.config)
-    write_json(plan.run_dir / PROMPTS_FILE, [])
-    if plan.agent.api_format == "none":  # no proxy records one: an empty trajectory, so the run
-        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)  # can be replayed and rescored
-        (plan.run_dir / TRAJECTORY).touch()
+    _open_run_folder(plan)
     harness_dir = harness_folder(plan.run_dir)
     sandbox: Sandbox | None = None
     try:
@@ -293,28 +289,75 @@ async def execute_rollout(
                 if (plan.run_dir / JUDGE_TRAJECTORY).is_file():
                     result.judge_counts = count_exchanges(load_trajectory(plan.run_dir / JUDGE_TRAJECTORY))
     except Exception as exc:  # every failure ends in status error, never null
-        message = str(exc)
-        if not isinstance(exc, RerollError):  # a bug: keep its traceback
-            (plan.run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
-            message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
-        limited = isinstance(exc, SandboxError) and result.error_category != "agent_error"
-        if limited and (hit := await _limits_hit_after(sandbox)):
-            # e.g. the OOM killer ended the sidecar: the limit is the cause (not retried)
-            result.error_category = "resource_limit"
-            message = headline(f"the sandbox hit a resource limit: {'; '.join(hit)}", message)
-        _fail(result, error_category(exc), message)
+        await _record_failure(result, exc, sandbox, plan.run_dir)
     finally:
-        trajectory = plan.run_dir / TRAJECTORY
-        if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
-            with contextlib.suppress(TrajectoryFormatError):
-                result.counts = count_exchanges(load_trajectory(trajectory))
-        if (plan.run_dir / USER_TRAJECTORY).is_file():
-            with contextlib.suppress(TrajectoryFormatError):
-                result.user_counts = count_exchanges(load_trajectory(plan.run_dir / USER_TRAJECTORY))
-        result.finished_at = now_iso()
-        result.timings.total_seconds = round(time.monotonic() - started, 3)
-        write_json(plan.run_dir / RESULT_FILE, result)
+        _write_result(result, plan.run_dir, started)
     return result
+
+
+def _open_run_folder(plan: RolloutPlan) -> None:
+    """Write what the run folder holds before anything starts: config.json, an empty prompts.json,
+    and for an agent that calls no model an empty trajectory (no proxy records one), so the run
+    can be replayed and rescored."""
+    write_json(plan.run_dir / CONFIG_FILE, plan.config)
+    write_json(plan.run_dir / PROMPTS_FILE, [])
+    if plan.agent.api_format == "none":
+        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)
+        (plan.run_dir / TRAJECTORY).touch()
+
+
+def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
+    """The task the sandbox gets: `plan.task` with its cpus and memory capped to the host's
+    (`capped_to_host`), each cap on the console and in the run folder's `LIMITS_FILE`; as it is
+    on a backend that enforces no limits."""
+    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
+        return plan.task
+    task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
+    if notes:
+        (plan.run_dir / LIMITS_FILE).write_text("".join(f"{note}\n" for note in notes))
+        for note in notes:
+            console.print(f"[yellow]{note}[/yellow]")
+    return task
+
+
+def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
+    """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
+    layout = sandbox.layout
+    # Where the sandbox is a folder of the host (local), the interpreter reroll runs on comes
+    # first, so `python3` works even where PATH holds shims. Not in a container (root ``/``):
+    # there the host's folder (pyenv's, under /root) is one the agent's user may not search, and
+    # a program looked up past it fails with EACCES instead of "not found" (OpenHands' probe
+    # for tmux crashed on that).
+    host_bin = f"{Path(sys.base_prefix) / 'bin'}:" if layout.root != "/" else ""
+    return {
+        "PATH": f"{host_bin}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        **layout.env(),
+    }
+
+
+async def _provision(environment: Environment, console: Console) -> None:
+    """Start the task's services and hold the rollout until all are ready (the readiness gate:
+    `reroll.sandbox.services`); nothing to do for a task without any."""
+    if not environment.declared:
+        return
+    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
+    timeout = environment.spec.readiness.timeout_sec
+    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
+    gate = time.monotonic()
+    await environment.provision()
+    await environment.wait_ready()
+    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
+
+
+def _judge_replay(config: RunConfig) -> Path | None:
+    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
+    judge model); None otherwise."""
+    rescored = config.rescored_from
+    if rescored is None or rescored.judge_model is not None:
+        return None
+    return Path(rescored.path) / JUDGE_TRAJECTORY
 
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -357,96 +400,6 @@ async def _checkpoints_while(
             await capturing
 
 
-async def _provision(environment: Environment, console: Console) -> None:
-    """Start the task's services and hold the rollout until all are ready (the readiness gate:
-    `reroll.sandbox.services`); nothing to do for a task without any."""
-    if not environment.declared:
-        return
-    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
-    timeout = environment.spec.readiness.timeout_sec
-    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
-    gate = time.monotonic()
-    await environment.provision()
-    await environment.wait_ready()
-    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
-
-
-def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
-    """The task the sandbox gets: `plan.task` with its cpus and memory capped to the host's
-    (`capped_to_host`), each cap on the console and in the run folder's `LIMITS_FILE`; as it is
-    on a backend that enforces no limits."""
-    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
-        return plan.task
-    task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
-    if notes:
-        (plan.run_dir / LIMITS_FILE).write_text("".join(f"{note}\n" for note in notes))
-        for note in notes:
-            console.print(f"[yellow]{note}[/yellow]")
-    return task
-
-
-async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
-    """`Sandbox.limits_hit` of a sandbox that failed (and may be stopped); empty when unknown."""
-    if sandbox is None:
-        return []
-    try:
-        return await sandbox.limits_hit()
-    except RerollError:
-        return []
-
-
-def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
-    """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
-    layout = sandbox.layout
-    # Where the sandbox is a folder of the host (local), the interpreter reroll runs on comes
-    # first, so `python3` works even where PATH holds shims. Not in a container (root ``/``):
-    # there the host's folder (pyenv's, under /root) is one the agent's user may not search, and
-    # a program looked up past it fails with EACCES instead of "not found" (OpenHands' probe
-    # for tmux crashed on that).
-    host_bin = f"{Path(sys.base_prefix) / 'bin'}:" if layout.root != "/" else ""
-    return {
-        "PATH": f"{host_bin}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-        **layout.env(),
-    }
-
-
-def _judge_replay(config: RunConfig) -> Path | None:
-    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
-    judge model); None otherwise."""
-    rescored = config.rescored_from
-    if rescored is None or rescored.judge_model is not None:
-        return None
-    return Path(rescored.path) / JUDGE_TRAJECTORY
-
-
-def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
-    """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
-    result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
-    if verdict.status == "ok":
-        result.rewards = verdict.rewards
-        result.verify_result = verdict.result
-    else:
-        _fail(result, verdict.error_category or "verifier_error", verdict.error)
-
-
-def _fail(result: RunResult, category: ErrorCategory, message: str) -> None:
-    """End `result` in status ``error`` with `message`: the category of an earlier failure stays,
-    and an agent's failure stays the headline (`headline`)."""
-    agent_failure = result.error if result.error_category == "agent_error" else None
-    result.status = "error"
-    result.error_category = result.error_category or category
-    result.error = message if agent_failure is None else headline(agent_failure, message)
-
-
-def headline(agent_failure: str, later_error: str) -> str:
-    """The error of a rollout whose agent failed before a later step (verification) failed too:
-    the agent's failure first, the later error's first line after it."""
-    first_line = later_error.strip().split("\n", 1)[0]
-    return f"{agent_failure}; then: {first_line}"
-
-
 def _apply_outcome(
     result: RunResult, outcome: AgentOutcome, plan: RolloutPlan, limits_hit: list[str]
 ) -> None:
@@ -474,3 +427,70 @@ def _apply_outcome(
         result.error = f"agent exited with code {outcome.exit_code}{tail} (see {AGENT_LOG})"
     else:
         result.status = "ok"
+
+
+def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
+    """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
+    result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
+    if verdict.status == "ok":
+        result.rewards = verdict.rewards
+        result.verify_result = verdict.result
+    else:
+        _fail(result, verdict.error_category or "verifier_error", verdict.error)
+
+
+async def _record_failure(result: RunResult, exc: Exception, sandbox: Sandbox | None, run_dir: Path) -> None:
+    """End `result` in status ``error`` for `exc`, which ended the rollout (`_fail`): an exception
+    outside reroll's tree (a bug) as ``internal`` with its traceback in ``error.txt``; a sandbox
+    failure after the sandbox hit a resource limit as ``resource_limit``."""
+    message = str(exc)
+    if not isinstance(exc, RerollError):  # a bug: keep its traceback
+        (run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
+        message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
+    limited = isinstance(exc, SandboxError) and result.error_category != "agent_error"
+    if limited and (hit := await _limits_hit_after(sandbox)):
+        # e.g. the OOM killer ended the sidecar: the limit is the cause (not retried)
+        result.error_category = "resource_limit"
+        message = headline(f"the sandbox hit a resource limit: {'; '.join(hit)}", message)
+    _fail(result, error_category(exc), message)
+
+
+async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
+    """`Sandbox.limits_hit` of a sandbox that failed (and may be stopped); empty when unknown."""
+    if sandbox is None:
+        return []
+    try:
+        return await sandbox.limits_hit()
+    except RerollError:
+        return []
+
+
+def _fail(result: RunResult, category: ErrorCategory, message: str) -> None:
+    """End `result` in status ``error`` with `message`: the category of an earlier failure stays,
+    and an agent's failure stays the headline (`headline`)."""
+    agent_failure = result.error if result.error_category == "agent_error" else None
+    result.status = "error"
+    result.error_category = result.error_category or category
+    result.error = message if agent_failure is None else headline(agent_failure, message)
+
+
+def headline(agent_failure: str, later_error: str) -> str:
+    """The error of a rollout whose agent failed before a later step (verification) failed too:
+    the agent's failure first, the later error's first line after it."""
+    first_line = later_error.strip().split("\n", 1)[0]
+    return f"{agent_failure}; then: {first_line}"
+
+
+def _write_result(result: RunResult, run_dir: Path, started: float) -> None:
+    """Complete `result` (the counts of what was recorded when the rollout ended early, the
+    User's counts, the end time, `started`'s ``time.monotonic()`` to now) and write result.json."""
+    trajectory = run_dir / TRAJECTORY
+    if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
+        with contextlib.suppress(TrajectoryFormatError):
+            result.counts = count_exchanges(load_trajectory(trajectory))
+    if (run_dir / USER_TRAJECTORY).is_file():
+        with contextlib.suppress(TrajectoryFormatError):
+            result.user_counts = count_exchanges(load_trajectory(run_dir / USER_TRAJECTORY))
+    result.finished_at = now_iso()
+    result.timings.total_seconds = round(time.monotonic() - started, 3)
+    write_json(run_dir / RESULT_FILE, result)
