@@ -106,7 +106,7 @@ def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_d
 ) -> None:
     """Stable environments: the lineage's start time is set by the recording and kept by its
     continuations (a folder without one, e.g. BenchFlow's, lends its ``started_at``)."""
-    from reroll.rollout.lifecycle import stable_agent_env
+    from reroll.rollout.agent_phase import stable_agent_env
     from reroll.rollout.start import _run_config
 
     recording = _run_config(

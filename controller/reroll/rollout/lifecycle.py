@@ -4,8 +4,10 @@ gate → execute → verify → cleanup (the services torn down before the sandb
 `execute_rollout` drives it for a fresh recording (`reroll run`) and for a continuation
 (`reroll continue`, ``replay``, ``branch``, which add a `ReplayConfig`); `reroll.rollout.start`
 builds the `RolloutPlan`: the live model and the LLM proxy are started on
-the host, the sandbox and its sidecar next, the agent is installed and launched with the proxy's
-URL and token, and the result and the run folder are written whatever happens.
+the host (`reroll.rollout.llm_side`), the sandbox and its sidecar next, the agent is installed
+and launched with the proxy's URL and token (`reroll.rollout.agent_phase`), and the result and
+the run folder are written whatever happens: how the agent phase and the verifier ended, into
+result.json's status, error and error_category (the end of this module).
 """
 
 from __future__ import annotations
@@ -17,18 +19,15 @@ import os
 import sys
 import time
 import traceback
-import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from reroll_contracts.errors import (
-    AgentInstallError,
     ErrorCategory,
     RerollError,
     SandboxError,
-    SidecarError,
     TrajectoryFormatError,
     error_category,
 )
@@ -38,19 +37,18 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.cache import host_cpus, host_memory_mb
-from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
-from reroll.models.spec import ModelSpec, live_upstream, model_name, parse_model
-from reroll.rollout.asks import Answerer, offer_ask_user
+from reroll.models.spec import ModelSpec, model_name, parse_model
+from reroll.rollout.agent_phase import install_agent, intercept_agent, run_agent
+from reroll.rollout.asks import Answerer
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
-from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
+from reroll.rollout.llm_side import start_llm_side
 from reroll.rollout.persona import PersonaPlan
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.skills import SceneSkills, SkillSelection
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
-from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import (
     AGENT_LOG,
     CONFIG_FILE,
@@ -74,24 +72,17 @@ from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import (
     WITHOUT_NETWORK_POLICY,
     Sandbox,
-    SandboxLayout,
     create_sandbox,
     trust_host_ca,
 )
-from reroll.sandbox.installs import ensure_installed, provide_runtime
-from reroll.sandbox.results import ExecResult
 from reroll.sandbox.services import Environment
 from reroll.tasks.compat import resolve_env
-from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import Task, capped_to_host
 from reroll.trials.config import TrialConfig
 
-INSTALL_TIMEOUT_SECONDS = 900.0
 RESTORED_FILE = "restored-checkpoint.json"
 """In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
 layers' digests, which the restore reproduced)."""
-INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
-"""Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
 
 
 @dataclass(frozen=True)
@@ -198,11 +189,7 @@ async def execute_rollout(
     """
     started = time.monotonic()
     result = RunResult(started_at=now_iso())
-    write_json(plan.run_dir / CONFIG_FILE, plan.config)
-    write_json(plan.run_dir / PROMPTS_FILE, [])
-    if plan.agent.api_format == "none":  # no proxy records one: an empty trajectory, so the run
-        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)  # can be replayed and rescored
-        (plan.run_dir / TRAJECTORY).touch()
+    _open_run_folder(plan)
     harness_dir = harness_folder(plan.run_dir)
     sandbox: Sandbox | None = None
     try:
@@ -222,7 +209,7 @@ async def execute_rollout(
             )
             stack.push_async_callback(sandbox.stop)
             async with start_gate or contextlib.nullcontext():
-                proxy, interceptor = await _start_llm_side(plan, sandbox, stack, harness_dir, console)
+                proxy, interceptor = await start_llm_side(plan, sandbox, stack, harness_dir, console)
                 network = f"network {plan.task.spec.environment.network}"
                 if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
                     network = "the host's network; cpus and memory not limited"
@@ -232,7 +219,7 @@ async def execute_rollout(
             if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
                 env |= await trust_host_ca(sandbox)
             for agent in plan.agents.values():
-                await _install_agent(sandbox, agent, env, console)
+                await install_agent(sandbox, agent, env, console)
             if (store := plan.config.learner_store) is not None:
                 console.print(f"[dim]learner store: generation {store.generation}[/dim]")
                 env |= await mount_learner_store(sandbox, store, env)
@@ -249,7 +236,7 @@ async def execute_rollout(
                 write_json(harness_dir / RESTORED_FILE, restored)
             agent_env: dict[str, str] = {}
             if interceptor is not None and proxy is not None:
-                agent_env = await _intercept_agent(sandbox, interceptor, proxy)
+                agent_env = await intercept_agent(sandbox, interceptor, proxy)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
             skills = SceneSkills(sandbox, env, plan.agents, plan.skills, plan.config.skill_nudge, console)
             request = VerifyRequest(
@@ -269,7 +256,7 @@ async def execute_rollout(
                 run_dir=plan.run_dir,
                 proxy=proxy,
                 run_turn=functools.partial(
-                    _run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
+                    run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
                 ),
                 verifier=verifier,
                 verify_request=request,
@@ -302,28 +289,75 @@ async def execute_rollout(
                 if (plan.run_dir / JUDGE_TRAJECTORY).is_file():
                     result.judge_counts = count_exchanges(load_trajectory(plan.run_dir / JUDGE_TRAJECTORY))
     except Exception as exc:  # every failure ends in status error, never null
-        message = str(exc)
-        if not isinstance(exc, RerollError):  # a bug: keep its traceback
-            (plan.run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
-            message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
-        limited = isinstance(exc, SandboxError) and result.error_category != "agent_error"
-        if limited and (hit := await _limits_hit_after(sandbox)):
-            # e.g. the OOM killer ended the sidecar: the limit is the cause (not retried)
-            result.error_category = "resource_limit"
-            message = headline(f"the sandbox hit a resource limit: {'; '.join(hit)}", message)
-        _fail(result, error_category(exc), message)
+        await _record_failure(result, exc, sandbox, plan.run_dir)
     finally:
-        trajectory = plan.run_dir / TRAJECTORY
-        if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
-            with contextlib.suppress(TrajectoryFormatError):
-                result.counts = count_exchanges(load_trajectory(trajectory))
-        if (plan.run_dir / USER_TRAJECTORY).is_file():
-            with contextlib.suppress(TrajectoryFormatError):
-                result.user_counts = count_exchanges(load_trajectory(plan.run_dir / USER_TRAJECTORY))
-        result.finished_at = now_iso()
-        result.timings.total_seconds = round(time.monotonic() - started, 3)
-        write_json(plan.run_dir / RESULT_FILE, result)
+        _write_result(result, plan.run_dir, started)
     return result
+
+
+def _open_run_folder(plan: RolloutPlan) -> None:
+    """Write what the run folder holds before anything starts: config.json, an empty prompts.json,
+    and for an agent that calls no model an empty trajectory (no proxy records one), so the run
+    can be replayed and rescored."""
+    write_json(plan.run_dir / CONFIG_FILE, plan.config)
+    write_json(plan.run_dir / PROMPTS_FILE, [])
+    if plan.agent.api_format == "none":
+        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)
+        (plan.run_dir / TRAJECTORY).touch()
+
+
+def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
+    """The task the sandbox gets: `plan.task` with its cpus and memory capped to the host's
+    (`capped_to_host`), each cap on the console and in the run folder's `LIMITS_FILE`; as it is
+    on a backend that enforces no limits."""
+    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
+        return plan.task
+    task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
+    if notes:
+        (plan.run_dir / LIMITS_FILE).write_text("".join(f"{note}\n" for note in notes))
+        for note in notes:
+            console.print(f"[yellow]{note}[/yellow]")
+    return task
+
+
+def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
+    """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
+    layout = sandbox.layout
+    # Where the sandbox is a folder of the host (local), the interpreter reroll runs on comes
+    # first, so `python3` works even where PATH holds shims. Not in a container (root ``/``):
+    # there the host's folder (pyenv's, under /root) is one the agent's user may not search, and
+    # a program looked up past it fails with EACCES instead of "not found" (OpenHands' probe
+    # for tmux crashed on that).
+    host_bin = f"{Path(sys.base_prefix) / 'bin'}:" if layout.root != "/" else ""
+    return {
+        "PATH": f"{host_bin}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        **layout.env(),
+    }
+
+
+async def _provision(environment: Environment, console: Console) -> None:
+    """Start the task's services and hold the rollout until all are ready (the readiness gate:
+    `reroll.sandbox.services`); nothing to do for a task without any."""
+    if not environment.declared:
+        return
+    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
+    timeout = environment.spec.readiness.timeout_sec
+    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
+    gate = time.monotonic()
+    await environment.provision()
+    await environment.wait_ready()
+    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
+
+
+def _judge_replay(config: RunConfig) -> Path | None:
+    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
+    judge model); None otherwise."""
+    rescored = config.rescored_from
+    if rescored is None or rescored.judge_model is not None:
+        return None
+    return Path(rescored.path) / JUDGE_TRAJECTORY
 
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -366,357 +400,6 @@ async def _checkpoints_while(
             await capturing
 
 
-async def _provision(environment: Environment, console: Console) -> None:
-    """Start the task's services and hold the rollout until all are ready (the readiness gate:
-    `reroll.sandbox.services`); nothing to do for a task without any."""
-    if not environment.declared:
-        return
-    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
-    timeout = environment.spec.readiness.timeout_sec
-    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
-    gate = time.monotonic()
-    await environment.provision()
-    await environment.wait_ready()
-    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
-
-
-def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
-    """The task the sandbox gets: `plan.task` with its cpus and memory capped to the host's
-    (`capped_to_host`), each cap on the console and in the run folder's `LIMITS_FILE`; as it is
-    on a backend that enforces no limits."""
-    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
-        return plan.task
-    task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
-    if notes:
-        (plan.run_dir / LIMITS_FILE).write_text("".join(f"{note}\n" for note in notes))
-        for note in notes:
-            console.print(f"[yellow]{note}[/yellow]")
-    return task
-
-
-async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
-    """`Sandbox.limits_hit` of a sandbox that failed (and may be stopped); empty when unknown."""
-    if sandbox is None:
-        return []
-    try:
-        return await sandbox.limits_hit()
-    except RerollError:
-        return []
-
-
-async def _start_llm_side(
-    plan: RolloutPlan,
-    sandbox: Sandbox,
-    stack: contextlib.AsyncExitStack,
-    harness_dir: Path,
-    console: Console,
-) -> tuple[LlmProxy | None, intercept.Interceptor | None]:
-    """Start the live model, the LLM proxy and, for ``proxy_mode: intercept``, its HTTPS front end,
-    each stopped by `stack`; (None, None) for an agent that calls no model."""
-    if plan.agent.api_format == "none":
-        return None, None
-    upstream = None
-    if (live_model := plan.live_model) is not None:
-        upstream = await stack.enter_async_context(live_upstream(live_model, harness_dir))
-    host = await sandbox.host_address()
-    proxy = LlmProxy(
-        workdir=harness_dir,
-        trajectory_path=plan.run_dir / TRAJECTORY,
-        upstream=upstream,
-        replay=plan.replay,
-        listen_host=host,
-        faults=plan.config.faults,
-        volatile=volatile_rules(plan, sandbox.layout),
-        hold_every=plan.checkpoint_every,
-    )
-    await stack.enter_async_context(proxy)
-    await sandbox.allow_host_port(_port(proxy.base_url))
-    if plan.agent.proxy_mode != "intercept":
-        return proxy, None
-    console.print("[dim]starting the HTTPS interceptor (mitmproxy; installed on first use)[/dim]")
-    interceptor = intercept.Interceptor(
-        target=proxy.base_url,
-        token=proxy.token,
-        workdir=harness_dir,
-        listen_host=host,
-        other_hosts="pass" if plan.task.spec.environment.network == "full" else "refuse",
-    )
-    await stack.enter_async_context(interceptor)
-    await sandbox.allow_host_port(_port(interceptor.proxy_url))
-    return proxy, interceptor
-
-
-def _port(url: str) -> int:
-    """The port of an ``http://HOST:PORT…`` URL of a listener reroll started."""
-    port = urllib.parse.urlsplit(url).port
-    assert port is not None, url
-    return port
-
-
-def volatile_rules(plan: RolloutPlan, layout: SandboxLayout) -> list[VolatileRule]:
-    """What may differ between the recording and this rollout's requests (`reroll_proxy.volatile`).
-
-    Args:
-        plan: the rollout (its agents' declared rules, and the recorded sandbox's values when it replays).
-        layout: this rollout's sandbox paths.
-
-    Returns:
-        One ``value`` rule per sandbox path (workspace, HOME, agents folder, sandbox root when it
-        is not ``/``: written to ``harness/proxy.json``, where a later replay finds them), the
-        recorded rollout's, then the agent's ``volatile`` declarations.
-    """
-    paths = {
-        "workspace": layout.workspace,
-        "home": layout.home,
-        "agents": layout.agents_dir,
-        "sandbox": layout.root if layout.root != "/" else "",
-    }
-    rules = [VolatileRule(value=path, label=label) for label, path in paths.items() if path]
-    recorded = plan.recorded_values
-    declared = [rule for agent in plan.agents.values() for rule in agent.volatile]
-    return [*rules, *(rule for rule in recorded if rule not in rules), *declared]
-
-
-def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
-    """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
-    layout = sandbox.layout
-    # Where the sandbox is a folder of the host (local), the interpreter reroll runs on comes
-    # first, so `python3` works even where PATH holds shims. Not in a container (root ``/``):
-    # there the host's folder (pyenv's, under /root) is one the agent's user may not search, and
-    # a program looked up past it fails with EACCES instead of "not found" (OpenHands' probe
-    # for tmux crashed on that).
-    host_bin = f"{Path(sys.base_prefix) / 'bin'}:" if layout.root != "/" else ""
-    return {
-        "PATH": f"{host_bin}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-        **layout.env(),
-    }
-
-
-AGENT_IDENTITY = {"name": "reroll agent", "email": "agent@reroll.invalid", "user": "agent"}
-"""Who the agent is, the same in every sandbox: git's author and committer, ``USER``/``LOGNAME``."""
-
-
-def stable_agent_env(config: RunConfig) -> dict[str, str]:
-    """Environment that makes what the agent sees the same in every sandbox of a run's lineage.
-
-    git's author and committer (name, e-mail, date: the lineage's first start,
-    ``config.lineage_started_at``), so commits an agent makes (aider's, after each edit) get the
-    same ids in the recording and its replay; ``USER`` and ``LOGNAME``. Empty dates (a config
-    without any start time) are left to git.
-    """
-    name, email = AGENT_IDENTITY["name"], AGENT_IDENTITY["email"]
-    env = {"USER": AGENT_IDENTITY["user"], "LOGNAME": AGENT_IDENTITY["user"]}
-    for role in ("AUTHOR", "COMMITTER"):
-        env |= {f"GIT_{role}_NAME": name, f"GIT_{role}_EMAIL": email}
-        if date := config.lineage_started_at or config.started_at:
-            env[f"GIT_{role}_DATE"] = date
-    return env
-
-
-async def _intercept_agent(
-    sandbox: Sandbox, interceptor: intercept.Interceptor, proxy: LlmProxy
-) -> dict[str, str]:
-    """Put the CA bundle into `sandbox`; the environment that sends the agent through `interceptor`."""
-    ca_path = sandbox.layout.path(INTERCEPT_CA_PATH)
-    await sandbox.put_file(ca_path, intercept.ca_bundle())
-    proxy_host = urllib.parse.urlsplit(proxy.base_url).hostname or ""
-    return intercept.sandbox_env(interceptor.proxy_url, ca_path, no_proxy=[proxy_host])
-
-
-async def _install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str], console: Console) -> None:
-    """Install `agent` once per install key in a step of its own, and check the install before
-    this rollout uses it (`reroll.sandbox.installs`: the rollout's sandbox sees it read-only)."""
-    if agent.install is None:
-        return
-    script = agent.install
-
-    async def install(installer: Sandbox, home: str) -> list[str]:
-        install_env, requires = {**env, "REROLL_AGENT_HOME": home}, list[str]()
-        if agent.python is not None:
-            python, requires = await provide_runtime(installer, agent.python, env, console.print)
-            install_env["REROLL_PYTHON"] = python
-        async with installer.egress() as egress_env:
-            result = await installer.exec(
-                ["sh", "-c", f"(set -e\n{script}\n)"],
-                env={**install_env, **egress_env},
-                inherit_env=False,
-                timeout_seconds=INSTALL_TIMEOUT_SECONDS,
-            )
-        if result.exit_code != 0:
-            raise AgentInstallError(
-                f"installing {agent.name} failed (exit {result.exit_code}):\n{result.output_text()[-3000:]}"
-            )
-        return requires
-
-    await ensure_installed(sandbox, agent.install_key, install, console.print)
-
-
-async def _run_agent(
-    sandbox: Sandbox,
-    plan: RolloutPlan,
-    proxy: LlmProxy | None,
-    env: dict[str, str],
-    console: Console,
-    agent: AgentSpec,
-    prompt: str,
-    resume: bool,
-) -> AgentOutcome:
-    """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn) and wait
-    for it to exit, time out, or be stopped by the proxy's stop: one turn
-    (`reroll.rollout.scenes.TurnRunner`)."""
-    layout = sandbox.layout
-    resume = resume or plan.restore_from is not None  # forked: every turn continues the restored session
-    prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
-    await sandbox.put_file(prompt_file, prompt.encode())
-    agent_env = {
-        **env,
-        **stable_agent_env(plan.config),
-        "REROLL_AGENT_HOME": f"{layout.agents_dir}/{agent.install_key}",
-        "REROLL_PROMPT_FILE": prompt_file,
-    }
-    if agent.needs_solution and plan.task.solution_dir is not None:
-        solution_dir = layout.path(plan.task.solution_mount)
-        await sandbox.upload_dir(plan.task.solution_dir, solution_dir)
-        agent_env["REROLL_SOLUTION_DIR"] = solution_dir
-        agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
-    if proxy is not None:
-        agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
-    servers = plan.task.spec.environment.mcp_servers
-    if plan.asks is not None and proxy is not None and agent.api_format != "none":
-        servers = [*servers, await offer_ask_user(sandbox, proxy)]
-    agent_env |= await _offer_mcp(sandbox, agent, servers, console)
-    outcome = AgentOutcome()
-    console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
-    # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
-    with AgentLog(plan.run_dir / AGENT_LOG) as log:
-
-        def write_output(_stream: str, chunk: bytes) -> None:
-            log.write(chunk)
-
-        run = asyncio.create_task(
-            sandbox.exec(
-                ["sh", "-c", agent.resume if resume and agent.resume else agent.launch],
-                cwd=layout.workspace,
-                env=agent_env,
-                inherit_env=False,
-                user=layout.agent_user,
-                timeout_seconds=plan.timeout_seconds,
-                on_output=write_output,
-            )
-        )
-        if proxy is not None and not await _agent_or_stop(run, proxy):
-            run.cancel()
-            with contextlib.suppress(asyncio.CancelledError, SidecarError):
-                await run
-            await sandbox.kill()
-        if not run.cancelled():
-            executed = await run
-            outcome.exit_code = executed.exit_code
-            outcome.timed_out = executed.timed_out
-            outcome.output_tail = output_tail(executed.output_text())
-    if log.dropped:
-        console.print(
-            f"[yellow]{agent.name}'s output cut: {AGENT_LOG} keeps the first {log.limit} bytes, "
-            f"{log.dropped} more were dropped[/yellow]"
-        )
-    if proxy is not None:
-        # Read after the agent is gone: the proxy sets its stop before it sends the 409 that tells
-        # the agent, so an agent that exits right after that 409 still gets its run stopped.
-        outcome.status = await proxy.status()
-    return outcome
-
-
-async def _offer_mcp(
-    sandbox: Sandbox, agent: AgentSpec, servers: list[McpServerSpec], console: Console
-) -> dict[str, str]:
-    """Write `agent`'s native MCP configuration offering `servers` (those it can take,
-    `reroll.rollout.mcp.mcp_servers_for`) into the sandbox's agent logs; the environment naming
-    it (``$REROLL_MCP_CONFIG``), empty when the agent gets none."""
-    given = mcp_servers_for(agent, servers)
-    left_out = [server.name for server in servers if server not in given]
-    if left_out and agent.api_format != "none":
-        missing = ", ".join(left_out)
-        console.print(f"[yellow]{agent.name} runs without the optional MCP servers {missing}[/yellow]")
-    config = render_mcp_config(agent, given)
-    if config is None:
-        return {}
-    path = f"{sandbox.layout.logs_dir}/agent/mcp/{config.filename}"
-    await sandbox.put_file(path, config.text.encode())
-    console.print(f"[dim]MCP servers for {agent.name}: {describe(given)}[/dim]")
-    return {MCP_CONFIG_ENV: path}
-
-
-async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool:
-    """Wait for the agent's `run` to end or the proxy to stop (pushed by its long poll).
-
-    Returns:
-        True when the agent ended first; False when the proxy stopped first (the agent is still running).
-
-    Raises:
-        InfrastructureError: the proxy died while the agent ran.
-    """
-    stop = asyncio.create_task(proxy.wait_for_stop())
-    try:
-        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-    if not run.done():
-        stop.result()  # raises when the proxy died
-        return False
-    if stop.done() and not stop.cancelled():
-        stop.exception()  # retrieved here; a dead proxy fails the status read that follows
-    return True
-
-
-OUTPUT_TAIL_LINES = 3
-OUTPUT_TAIL_CHARS = 400
-
-
-def output_tail(output: str) -> str:
-    """The last `OUTPUT_TAIL_LINES` non-empty lines of `output`, joined with `` | ``, at most
-    `OUTPUT_TAIL_CHARS` characters (the end kept): what a failed agent said last."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    joined = " | ".join(lines[-OUTPUT_TAIL_LINES:])
-    return joined if len(joined) <= OUTPUT_TAIL_CHARS else "…" + joined[-OUTPUT_TAIL_CHARS:]
-
-
-def _judge_replay(config: RunConfig) -> Path | None:
-    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
-    judge model); None otherwise."""
-    rescored = config.rescored_from
-    if rescored is None or rescored.judge_model is not None:
-        return None
-    return Path(rescored.path) / JUDGE_TRAJECTORY
-
-
-def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
-    """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
-    result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
-    if verdict.status == "ok":
-        result.rewards = verdict.rewards
-        result.verify_result = verdict.result
-    else:
-        _fail(result, verdict.error_category or "verifier_error", verdict.error)
-
-
-def _fail(result: RunResult, category: ErrorCategory, message: str) -> None:
-    """End `result` in status ``error`` with `message`: the category of an earlier failure stays,
-    and an agent's failure stays the headline (`headline`)."""
-    agent_failure = result.error if result.error_category == "agent_error" else None
-    result.status = "error"
-    result.error_category = result.error_category or category
-    result.error = message if agent_failure is None else headline(agent_failure, message)
-
-
-def headline(agent_failure: str, later_error: str) -> str:
-    """The error of a rollout whose agent failed before a later step (verification) failed too:
-    the agent's failure first, the later error's first line after it."""
-    first_line = later_error.strip().split("\n", 1)[0]
-    return f"{agent_failure}; then: {first_line}"
-
-
 def _apply_outcome(
     result: RunResult, outcome: AgentOutcome, plan: RolloutPlan, limits_hit: list[str]
 ) -> None:
@@ -744,3 +427,70 @@ def _apply_outcome(
         result.error = f"agent exited with code {outcome.exit_code}{tail} (see {AGENT_LOG})"
     else:
         result.status = "ok"
+
+
+def _apply_verdict(result: RunResult, verdict: Verdict) -> None:
+    """The verifier's `verdict` into `result`: its rewards, or its error (`_fail`)."""
+    result.timings.verifier_seconds = round(verdict.duration_seconds, 3)
+    if verdict.status == "ok":
+        result.rewards = verdict.rewards
+        result.verify_result = verdict.result
+    else:
+        _fail(result, verdict.error_category or "verifier_error", verdict.error)
+
+
+async def _record_failure(result: RunResult, exc: Exception, sandbox: Sandbox | None, run_dir: Path) -> None:
+    """End `result` in status ``error`` for `exc`, which ended the rollout (`_fail`): an exception
+    outside reroll's tree (a bug) as ``internal`` with its traceback in ``error.txt``; a sandbox
+    failure after the sandbox hit a resource limit as ``resource_limit``."""
+    message = str(exc)
+    if not isinstance(exc, RerollError):  # a bug: keep its traceback
+        (run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
+        message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
+    limited = isinstance(exc, SandboxError) and result.error_category != "agent_error"
+    if limited and (hit := await _limits_hit_after(sandbox)):
+        # e.g. the OOM killer ended the sidecar: the limit is the cause (not retried)
+        result.error_category = "resource_limit"
+        message = headline(f"the sandbox hit a resource limit: {'; '.join(hit)}", message)
+    _fail(result, error_category(exc), message)
+
+
+async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
+    """`Sandbox.limits_hit` of a sandbox that failed (and may be stopped); empty when unknown."""
+    if sandbox is None:
+        return []
+    try:
+        return await sandbox.limits_hit()
+    except RerollError:
+        return []
+
+
+def _fail(result: RunResult, category: ErrorCategory, message: str) -> None:
+    """End `result` in status ``error`` with `message`: the category of an earlier failure stays,
+    and an agent's failure stays the headline (`headline`)."""
+    agent_failure = result.error if result.error_category == "agent_error" else None
+    result.status = "error"
+    result.error_category = result.error_category or category
+    result.error = message if agent_failure is None else headline(agent_failure, message)
+
+
+def headline(agent_failure: str, later_error: str) -> str:
+    """The error of a rollout whose agent failed before a later step (verification) failed too:
+    the agent's failure first, the later error's first line after it."""
+    first_line = later_error.strip().split("\n", 1)[0]
+    return f"{agent_failure}; then: {first_line}"
+
+
+def _write_result(result: RunResult, run_dir: Path, started: float) -> None:
+    """Complete `result` (the counts of what was recorded when the rollout ended early, the
+    User's counts, the end time, `started`'s ``time.monotonic()`` to now) and write result.json."""
+    trajectory = run_dir / TRAJECTORY
+    if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
+        with contextlib.suppress(TrajectoryFormatError):
+            result.counts = count_exchanges(load_trajectory(trajectory))
+    if (run_dir / USER_TRAJECTORY).is_file():
+        with contextlib.suppress(TrajectoryFormatError):
+            result.user_counts = count_exchanges(load_trajectory(run_dir / USER_TRAJECTORY))
+    result.finished_at = now_iso()
+    result.timings.total_seconds = round(time.monotonic() - started, 3)
+    write_json(run_dir / RESULT_FILE, result)

@@ -81,7 +81,7 @@ class AgentOutcome:
 
 
 TurnRunner = Callable[[AgentSpec, str, bool], Awaitable[AgentOutcome]]
-"""Runs one turn: ``(agent, prompt, resume)`` → how it ended (`reroll.rollout.lifecycle` provides it)."""
+"""Runs one turn: ``(agent, prompt, resume)`` → how it ended (`reroll.rollout.agent_phase.run_agent`)."""
 
 
 class SceneHook(Protocol):

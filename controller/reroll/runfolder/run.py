@@ -178,7 +178,7 @@ class RunConfig(BaseModel):
     lineage_started_at: str | None = None
     """When the first recording of this run's lineage started (ISO 8601): the same in every
     continuation, replay and branch of it, and the agent's git author/committer date
-    (`reroll.rollout.lifecycle.stable_agent_env`). None in folders written before it existed (and by
+    (`reroll.rollout.agent_phase.stable_agent_env`). None in folders written before it existed (and by
     BenchFlow): ``started_at`` stands in."""
     sandbox: str = "local"
     sandbox_config: dict[str, Any] = Field(default_factory=dict)
