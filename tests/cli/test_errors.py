@@ -204,3 +204,16 @@ def test_store_commands_on_bad_stores(tmp_path: Path) -> None:
     done = reroll("store", "log", str(job), cwd=tmp_path)
     assert done.returncode == 2
     assert "generations/0.json: corrupt" in done.stderr and "created_at" in done.stderr
+
+
+def test_continue_job_refuses_a_user_model_it_cannot_run(tmp_path: Path, examples: Path) -> None:
+    """``continue-job --user-model`` (as continue's, run's and branch's) is checked before anything
+    is written: a missing script is named, exit 2."""
+    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "scripted"}
+    timed_out(tmp_path / "job" / "run", config)
+    before = tree(tmp_path)
+    missing = tmp_path / "no-such-user.yaml"
+    done = reroll("continue-job", str(tmp_path / "job"), "--user-model", f"scripted:{missing}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert str(missing) in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    assert tree(tmp_path) == before
