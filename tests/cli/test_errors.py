@@ -217,3 +217,34 @@ def test_continue_job_refuses_a_user_model_it_cannot_run(tmp_path: Path, example
     assert done.returncode == 2, done.stderr
     assert str(missing) in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("ray_address", [None, "ray://10.0.0.9:10001"])
+def test_ray_that_does_not_start_is_a_clear_error_without_a_traceback(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch, ray_address: str | None
+) -> None:
+    """``ray.init`` raising a bare Exception (what Ray raises when its node times out during
+    start-up) ends the job with exit 1 and one line naming the cause and $RAY_ADDRESS."""
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]'")
+    from reroll.cli.app import app
+    from typer.testing import CliRunner
+
+    def timed_out(**_: object) -> None:
+        raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "init", timed_out)
+    monkeypatch.chdir(tmp_path)
+    env = {"RAY_ADDRESS": ray_address} if ray_address else {}
+    if not ray_address:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    args = ["job", "--task", str(examples / "hello-file"), "--agent", "oracle", "--executor", "ray"]
+    done = CliRunner().invoke(app, args, env={"COLUMNS": "300", **env})
+    message = " ".join(done.stderr.split())
+    assert done.exit_code == 1, done.output
+    assert isinstance(done.exception, SystemExit), done.exception  # refused, not raised
+    assert "Traceback" not in done.stderr
+    assert "The current node timed out during startup" in message
+    if ray_address:
+        assert f"cannot join the Ray cluster at {ray_address} (RAY_ADDRESS={ray_address})" in message
+    else:
+        assert "cannot start a local Ray instance: Exception:" in message and "RAY_ADDRESS" not in message
