@@ -27,7 +27,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 
-from tests.export.conftest import chat_exchanges, write_run
+from tests.export.conftest import chat_exchanges, write_run, write_side
 from tests.jobs.test_branch import URLLIB_AGENTS
 
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -214,3 +214,24 @@ def test_a_job_table_sorts_and_filters(browser: WebDriver, tmp_path: Path) -> No
     click(browser, browser.find_element(By.LINK_TEXT, "c"))
     assert browser.current_url.endswith("/runs/c.html")
     assert browser.find_element(By.ID, "reward").text == "0.500"
+
+
+def test_the_persona_users_section_is_reached_from_the_menu(browser: WebDriver, tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", chat_exchanges())
+    write_side(run, "user", "The agent asks: which file holds add?", "math.py", replayed=True)
+    write_side(run, "judge", "Grade this diff.", '{"reward": 1}')
+    browser.get(view(run, tmp_path / "site"))
+    click(browser, browser.find_element(By.LINK_TEXT, "Persona (1)"))
+    section = browser.find_element(By.ID, "side-user")
+    answer = section.find_element(By.CSS_SELECTOR, "article.turn.agent")
+    assert answer.is_displayed() and answer.text.splitlines()[-1] == "math.py"
+    assert browser.execute_script("return arguments[0].getBoundingClientRect().top", answer) < WINDOW[1]
+    click(browser, section.find_element(By.LINK_TEXT, "step 0"))
+    assert browser.current_url.endswith("#user-exchange-0")
+    row = browser.find_element(By.ID, "user-exchange-0")
+    assert "user-model" in row.text and "replayed" in row.text
+    judged = browser.find_element(By.ID, "side-judge").find_elements(By.CSS_SELECTOR, "article.turn")
+    assert [turn.text.splitlines()[-1] for turn in judged] == ["Grade this diff.", '{"reward": 1}']
+    click(browser, browser.find_element(By.ID, "hide-replayed"))
+    assert not answer.is_displayed()
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= WINDOW[0]

@@ -204,3 +204,47 @@ def test_store_commands_on_bad_stores(tmp_path: Path) -> None:
     done = reroll("store", "log", str(job), cwd=tmp_path)
     assert done.returncode == 2
     assert "generations/0.json: corrupt" in done.stderr and "created_at" in done.stderr
+
+
+def test_continue_job_refuses_a_user_model_it_cannot_run(tmp_path: Path, examples: Path) -> None:
+    """``continue-job --user-model`` (as continue's, run's and branch's) is checked before anything
+    is written: a missing script is named, exit 2."""
+    config = {"task_path": str(examples / "fix-failing-test"), "agent": "mini-swe-agent", "model": "scripted"}
+    timed_out(tmp_path / "job" / "run", config)
+    before = tree(tmp_path)
+    missing = tmp_path / "no-such-user.yaml"
+    done = reroll("continue-job", str(tmp_path / "job"), "--user-model", f"scripted:{missing}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert str(missing) in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("ray_address", [None, "ray://10.0.0.9:10001"])
+def test_ray_that_does_not_start_is_a_clear_error_without_a_traceback(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch, ray_address: str | None
+) -> None:
+    """``ray.init`` raising a bare Exception (what Ray raises when its node times out during
+    start-up) ends the job with exit 1 and one line naming the cause and $RAY_ADDRESS."""
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]'")
+    from reroll.cli.app import app
+    from typer.testing import CliRunner
+
+    def timed_out(**_: object) -> None:
+        raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "init", timed_out)
+    monkeypatch.chdir(tmp_path)
+    env = {"RAY_ADDRESS": ray_address} if ray_address else {}
+    if not ray_address:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    args = ["job", "--task", str(examples / "hello-file"), "--agent", "oracle", "--executor", "ray"]
+    done = CliRunner().invoke(app, args, env={"COLUMNS": "300", **env})
+    message = " ".join(done.stderr.split())
+    assert done.exit_code == 1, done.output
+    assert isinstance(done.exception, SystemExit), done.exception  # refused, not raised
+    assert "Traceback" not in done.stderr
+    assert "The current node timed out during startup" in message
+    if ray_address:
+        assert f"cannot join the Ray cluster at {ray_address} (RAY_ADDRESS={ray_address})" in message
+    else:
+        assert "cannot start a local Ray instance: Exception:" in message and "RAY_ADDRESS" not in message

@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 import pytest
-from reroll.runfolder.run import RunConfig, RunResult, write_json
+from reroll.runfolder.run import SIDE_TRAJECTORIES, RunConfig, RunResult, count_exchanges, write_json
 from reroll.runfolder.summary import BranchSummary, ChildSummary, ModelSummary
-from reroll_contracts.trajectory import Exchange
+from reroll_contracts.trajectory import Exchange, load_trajectory
 from reroll_proxy import chat_anthropic, responses_chat
 
 SYSTEM = "You are a careful engineer."
@@ -103,17 +103,14 @@ def in_format(api_format: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return pairs
 
 
-def write_run(
-    folder: Path,
+def exchange_lines(
     pairs: list[tuple[dict[str, Any], dict[str, Any]]],
-    *,
     api_format: str = "openai-chat",
     replayed: int = 0,
-    config: dict[str, Any] | None = None,
-    result: dict[str, Any] | None = None,
-) -> Path:
-    """A run folder holding `pairs` as exchanges (the first `replayed` marked replayed)."""
-    (folder / "trajectory").mkdir(parents=True)
+    model: str = "gpt-test",
+) -> bytes:
+    """`pairs` as trajectory lines (one exchange each, the first `replayed` marked replayed,
+    `model` answering)."""
     lines = b""
     for step, (request, response) in enumerate(pairs):
         exchange = Exchange.model_validate(
@@ -132,13 +129,40 @@ def write_run(
                 "metadata": {
                     "step": step,
                     "source": "replayed" if step < replayed else "live",
-                    "model": "gpt-test",
+                    "model": model,
                     "api_format": api_format,
                 },
             }
         )
         lines += exchange.to_line()
-    (folder / "trajectory" / "llm_trajectory.jsonl").write_bytes(lines)
+    return lines
+
+
+def write_side(folder: Path, side: str, question: str, answer: str, *, replayed: bool = False) -> None:
+    """Record one exchange of the side model `side` (``judge``, ``user``) in run `folder`: `question`
+    asked, `answer` given (a Chat completion), and its counts in result.json."""
+    completion = _completion(len(COMMANDS))
+    completion["choices"][0]["message"]["content"] = answer
+    request = {"model": f"{side}-model", "messages": [{"role": "user", "content": question}]}
+    lines = exchange_lines([(request, completion)], replayed=1 if replayed else 0, model=f"{side}-model")
+    (folder / SIDE_TRAJECTORIES[side]).write_bytes(lines)
+    result = RunResult.model_validate_json((folder / "result.json").read_bytes())
+    setattr(result, f"{side}_counts", count_exchanges(load_trajectory(folder / SIDE_TRAJECTORIES[side])))
+    write_json(folder / "result.json", result)
+
+
+def write_run(
+    folder: Path,
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    *,
+    api_format: str = "openai-chat",
+    replayed: int = 0,
+    config: dict[str, Any] | None = None,
+    result: dict[str, Any] | None = None,
+) -> Path:
+    """A run folder holding `pairs` as exchanges (the first `replayed` marked replayed)."""
+    (folder / "trajectory").mkdir(parents=True)
+    (folder / "trajectory" / "llm_trajectory.jsonl").write_bytes(exchange_lines(pairs, api_format, replayed))
     write_json(
         folder / "config.json",
         RunConfig.model_validate(

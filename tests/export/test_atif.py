@@ -15,7 +15,7 @@ from reroll.runfolder.folders import kind_of
 from reroll.runfolder.run import load_run_folder
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError
 
-from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_tree
+from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_side, write_tree
 
 FORMATS = ["openai-chat", "openai-responses", "anthropic-messages"]
 
@@ -137,3 +137,44 @@ def test_a_graded_reward_and_its_step_events_reach_the_atif_steps(tmp_path: Path
         None,
         "output",
     )
+
+
+def test_the_judge_and_persona_trajectories_ride_in_extra_not_in_the_steps(chat_run: Path) -> None:
+    write_side(chat_run, "judge", "Grade this diff.", '{"reward": 1}')
+    write_side(
+        chat_run, "user", "You are a terse user. The agent asks: which file?", "math.py", replayed=True
+    )
+    exported = _export(chat_run)
+    assert len(exported["steps"]) == 5 and "subagent_trajectories" not in exported
+    reroll = exported["extra"]["reroll"]
+    sides = {name: Trajectory.model_validate(side) for name, side in reroll["side_trajectories"].items()}
+    assert sorted(sides) == ["judge", "user"]
+    user = sides["user"]
+    assert user.trajectory_id == "run/user"
+    assert user.agent.name == "user" and user.agent.model_name == "user-model"
+    assert [step.message for step in user.steps] == [
+        "You are a terse user. The agent asks: which file?",
+        "math.py",
+    ]
+    assert user.steps[1].is_copied_context is True
+    assert sides["judge"].steps[1].message == '{"reward": 1}'
+    assert reroll["side_counts"]["user"] == {
+        "exchanges": 1,
+        "replayed": 1,
+        "live": 0,
+        "divergences": 0,
+        "tokens": 114,
+    }
+
+
+def test_a_run_without_side_models_exports_none(chat_run: Path) -> None:
+    reroll = _export(chat_run)["extra"]["reroll"]
+    assert reroll["side_trajectories"] == {} and reroll["side_counts"] == {}
+
+
+def test_a_corrupt_persona_trajectory_line_is_named(chat_run: Path) -> None:
+    write_side(chat_run, "user", "Which file?", "math.py")
+    side = chat_run / "trajectory" / "user_trajectory.jsonl"
+    side.write_bytes(b'{"request": 1}\n' + side.read_bytes())
+    with pytest.raises(TrajectoryFormatError, match=r"user_trajectory.jsonl: line 1: not an exchange"):
+        list(export_lines(chat_run, "atif"))

@@ -9,7 +9,7 @@ from reroll.export import export_lines
 from reroll.export.verifiers import RolloutRecord
 from reroll.runfolder.folders import kind_of
 
-from tests.export.conftest import GRADED, SYSTEM, TASK, chat_exchanges, in_format, write_run
+from tests.export.conftest import GRADED, SYSTEM, TASK, chat_exchanges, in_format, write_run, write_side
 
 
 def _records(path: Path) -> list[RolloutRecord]:
@@ -97,3 +97,23 @@ def test_a_graded_rewards_items_are_metrics_and_its_events_are_info(tmp_path: Pa
         ("ran-tests", 0, "action"),
         ("no-edits-to-tests", 1, "action"),
     ]
+
+
+def test_the_persona_and_judge_conversations_are_in_info_not_the_completion(chat_run: Path) -> None:
+    (plain,) = _records(chat_run)
+    write_side(chat_run, "user", "The agent asks: which file?", "math.py")
+    write_side(chat_run, "judge", "Grade this diff.", '{"reward": 1}')
+    (record,) = _records(chat_run)
+    assert (record.prompt, record.completion) == (plain.prompt, plain.completion)
+    assert record.info["side_conversations"] == {
+        "judge": [
+            {"role": "user", "content": "Grade this diff."},
+            {"role": "assistant", "content": '{"reward": 1}'},
+        ],
+        "user": [
+            {"role": "user", "content": "The agent asks: which file?"},
+            {"role": "assistant", "content": "math.py"},
+        ],
+    }
+    assert record.info["side_counts"]["judge"]["exchanges"] == 1
+    assert plain.info["side_conversations"] == {} and plain.info["side_counts"] == {}

@@ -10,6 +10,8 @@ not say so):
   the cut is answered from the persona's recording (the exchange replayed), so the model is
   never called and the run scores 1 again;
 - ``reroll continue --at 0 --user-model`` a script that answers "German": live after the cut;
+- ``reroll continue-job --user-model``: a timed-out copy's continuation has that model, the
+  recorded answer served again;
 - ``reroll replay``: the persona's exchange replayed, nothing live;
 - a persona model that cannot be reached, live: the rollout ends ``infrastructure`` with the
   cause (model, question, HTTP status, the upstream's error), and what was recorded is kept.
@@ -18,6 +20,7 @@ not say so):
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -122,6 +125,23 @@ def test_a_continuation_serves_the_recorded_answer_without_asking_the_model(
     assert read_json(continued / "config.json")["user_model"] == unreachable
     counts = read_json(continued / "result.json")["user_counts"]
     assert (counts["exchanges"], counts["live"], counts["replayed"], counts["divergences"]) == (1, 0, 1, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+def test_continue_job_takes_the_user_model(recorded: Path, workdir: Path, unreachable: str) -> None:
+    """``reroll continue-job --user-model``: the timed-out run's continuation has that persona
+    model; the whole recording is replayed, so the recorded answer is served and it is not asked."""
+    job = workdir / "timed-out"
+    shutil.copytree(recorded, job / recorded.name, symlinks=True)
+    result = read_json(job / recorded.name / "result.json")
+    (job / recorded.name / "result.json").write_text(json.dumps({**result, "status": "timeout"}))
+    done = reroll("continue-job", str(job), "--user-model", unreachable, cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    continued = job / "continued" / recorded.name
+    assert read_json(continued / "config.json")["user_model"] == unreachable
+    assert [line["metadata"]["source"] for line in user_lines(continued)] == ["replayed"]
+    assert read_json(continued / "result.json")["rewards"] == {"reward": 1.0}
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from reroll.view.runpage import MAX_FILE_BYTES
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError, ViewError
 from typer.testing import CliRunner
 
-from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_tree
+from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_side, write_tree
 
 DIVERGENCE = {
     "message_index": 3,
@@ -207,3 +207,32 @@ def test_a_graded_reward_shows_its_events_linked_to_their_steps(tmp_path: Path) 
     assert '<a href="#exchange-1">1</a>' in events and "no-edits-to-tests" in events
     assert "&lt;b&gt;x&lt;/b&gt;" in events  # a verifier's text is escaped too
     assert "space output, granularity terminal" in page
+
+
+def test_the_persona_and_judge_conversations_get_their_own_sections(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", chat_exchanges())
+    write_side(run, "user", "The agent asks: which file?", "math.py <b>now</b>", replayed=True)
+    write_side(run, "judge", "Grade this diff.", '{"reward": 1}')
+    side = run / "trajectory" / "user_trajectory.jsonl"
+    side.write_bytes(side.read_bytes() + b'{"request": {"timest')
+    page = build_site(run).read_text()
+    assert '<a href="#side-judge">Judge (1)</a>' in page and '<a href="#side-user">Persona (1)</a>' in page
+    persona = page[page.index('<section class="side" id="side-user">') :]
+    persona = persona[: persona.index('<h2 id="verifier">')]
+    assert "The agent asks: which file?" in persona and "math.py &lt;b&gt;now&lt;/b&gt;" in persona
+    assert 'id="user-step-0"' in persona and 'href="#user-exchange-0"' in persona
+    assert '<tr id="user-exchange-0" class="replayed">' in persona
+    assert f"{side}: line 2 is truncated" in persona
+    assert "{&#34;reward&#34;: 1}" in page[page.index('id="side-judge"') :]
+    ids = re.findall(r' id="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), "an anchor of a side trajectory collides with the agent's"
+
+
+def test_a_corrupt_judge_trajectory_exits_2_naming_the_file(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", chat_exchanges())
+    write_side(run, "judge", "Grade this diff.", "1")
+    side = run / "trajectory" / "judge_trajectory.jsonl"
+    side.write_bytes(b"not json\n" + side.read_bytes())
+    done = CliRunner().invoke(app, ["view", str(run)])
+    assert done.exit_code == 2
+    assert f"{side}: line 1" in " ".join(done.stderr.split())

@@ -27,6 +27,7 @@ from rich.console import Console
 from reroll.host.llm_proxy import faults_used
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.start import RolloutOutcome
+from reroll.runfolder.run import SIDE_LABELS
 from reroll.sandbox.docker.config import parse_image_map
 from reroll.trials.config import SkillMode
 
@@ -234,12 +235,11 @@ def finish(outcome: RolloutOutcome) -> None:
         f"exchanges served: {counts.exchanges} ({counts.replayed} replayed, {counts.live} live, "
         f"{counts.divergences} divergent)"
     )
-    for who, side in (("judge", result.judge_counts), ("persona", result.user_counts)):
-        if side is not None:
-            console.print(
-                f"{who} exchanges: {side.exchanges} ({side.replayed} replayed, {side.live} live, "
-                f"{side.divergences} divergent)"
-            )
+    for who, side in result.side_counts().items():
+        console.print(
+            f"{SIDE_LABELS[who]} exchanges: {side.exchanges} ({side.replayed} replayed, {side.live} live, "
+            f"{side.divergences} divergent)"
+        )
     console.print(f"run folder: {outcome.run_dir}")
     if result.status == "error":
         raise typer.Exit(1)

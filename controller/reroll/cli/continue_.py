@@ -129,12 +129,13 @@ def continue_job(
     executor: ExecutorOption = None,
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
+    user_model: UserModelOption = None,
 ) -> None:
     """Continue every timed-out run of a job: each replays its whole recording, then goes live.
 
     Writes JOB_DIR/continued/<run> and JOB_DIR/continued/summary.json, skipping runs done there.
-    Each run's sandbox, settings and network are its own unless given. Exit 1 when a
-    continuation ended in error."""
+    Each run's sandbox, settings and network are its own unless given; --user-model plays the
+    persona User of the runs that have one. Exit 1 when a continuation ended in error."""
     from reroll.jobs.runner import continue_job as continue_job_run
 
     options = RolloutOptions(
@@ -144,6 +145,7 @@ def continue_job(
         network=network,
         faults=faults_from_flags(faults, fault_seed),
         divergence_policy=divergence_policy(on_divergence, strict_divergence),
+        user_model=user_model,
     )
     job_guarded(
         continue_job_run(

@@ -30,7 +30,12 @@ What maps to what:
 - per step ``extra``: the exchange's index, source, duration and time to first byte (ms), its
   divergence and injected fault, if any, and ``reward_events``: the events of result.json's
   ``verify_result`` whose ``step`` is that exchange (ATIF has no reward field of its own);
-- ``extra.reroll.verify_result``: the structured reward (items, events, space, granularity).
+- ``extra.reroll.verify_result``: the structured reward (items, events, space, granularity);
+- ``extra.reroll.side_trajectories``: the models beside the agent (`SIDE_TRAJECTORIES`: ``judge``,
+  ``user`` for a persona User), each an ATIF trajectory of its own (``agent.name`` the key,
+  ``trajectory_id`` ``<run>/<key>``), those the run recorded; kept out of ``steps`` and
+  ``subagent_trajectories`` (they are not the agent's, consumers must not train on them as such).
+  ``extra.reroll.side_counts``: their result.json counts (exchanges by source, divergences).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from atif import (
 )
 from pydantic import ValidationError
 from reroll_contracts.errors import ExportError
+from reroll_contracts.trajectory import Exchange
 
 from reroll.runfolder.conversation import Thread, Turn, function_tool, threads_of
 from reroll.runfolder.run import RunFolder
@@ -57,7 +63,8 @@ SCHEMA_VERSION = "ATIF-v1.8"
 
 
 def run_to_atif(run: RunFolder) -> Trajectory:
-    """The ATIF trajectory of one run folder (see the module docstring for the mapping).
+    """The ATIF trajectory of one run folder (see the module docstring for the mapping), with its
+    side trajectories (`reroll.runfolder.run.SIDE_TRAJECTORIES`) in ``extra.reroll``.
 
     Args:
         run: a loaded run folder.
@@ -66,40 +73,58 @@ def run_to_atif(run: RunFolder) -> Trajectory:
         The validated trajectory.
 
     Raises:
-        ExportError: the trajectory names an unknown API format, or the result does not
+        ExportError: the trajectory (or a side trajectory) names an unknown API format, or the result does not
             validate as ATIF (the message names the run folder and the cause).
     """
-    try:
-        threads = threads_of(run.exchanges)
-    except KeyError as exc:
-        raise ExportError(f"{run.path}: {exc.args[0]}") from exc
-    main = threads[0] if threads else Thread(index=0)
     name = run.path.name
     try:
-        trajectory = _trajectory(run, main, trajectory_id=name)
-        subagents = [
-            _trajectory(run, thread, trajectory_id=f"{name}/thread-{thread.index}") for thread in threads[1:]
-        ]
-        if subagents:
-            trajectory.subagent_trajectories = subagents
+        trajectory = _conversation(run, run.exchanges, trajectory_id=name, side=None)
+        if trajectory.extra is not None:
+            trajectory.extra["reroll"]["side_trajectories"] = {
+                side: _conversation(
+                    run, loaded.exchanges, trajectory_id=f"{name}/{side}", side=side
+                ).to_json_dict()
+                for side, loaded in run.sides.items()
+            }
         return Trajectory.model_validate(trajectory.model_dump())
     except ValidationError as exc:
         raise ExportError(f"{run.path}: not valid ATIF: {exc}") from exc
 
 
-def _trajectory(run: RunFolder, thread: Thread, *, trajectory_id: str) -> Trajectory:
+def _conversation(
+    run: RunFolder, exchanges: list[Exchange], *, trajectory_id: str, side: str | None
+) -> Trajectory:
+    """The trajectory of `exchanges`: the agent's (`side` None) or a side model's (its key in
+    `SIDE_TRAJECTORIES`); threads after the first are its ``subagent_trajectories``."""
+    try:
+        threads = threads_of(exchanges)
+    except KeyError as exc:
+        raise ExportError(f"{run.path}: {exc.args[0]}") from exc
+    main = threads[0] if threads else Thread(index=0)
+    trajectory = _trajectory(run, main, trajectory_id=trajectory_id, side=side)
+    subagents = [
+        _trajectory(run, thread, trajectory_id=f"{trajectory_id}/thread-{thread.index}", side=side)
+        for thread in threads[1:]
+    ]
+    if subagents:
+        trajectory.subagent_trajectories = subagents
+    return trajectory
+
+
+def _trajectory(run: RunFolder, thread: Thread, *, trajectory_id: str, side: str | None) -> Trajectory:
     config = run.config
-    events = step_events(run)
+    events = step_events(run) if side is None else {}
     steps = [_step(number, turn, events) for number, turn in enumerate(thread.turns, start=1)]
     agent_steps = [step for step in steps if step.metrics is not None]
+    models = [exchange.metadata.model for exchange in thread.exchanges if exchange.metadata.model]
     return Trajectory(
         schema_version=SCHEMA_VERSION,
         session_id=run.path.name,
         trajectory_id=trajectory_id,
         agent=Agent(
-            name=config.agent,
-            version=str(getattr(config, "agent_version", None) or "unknown"),
-            model_name=config.model,
+            name=config.agent if side is None else side,
+            version=str(getattr(config, "agent_version", None) or "unknown") if side is None else "unknown",
+            model_name=config.model if side is None else next(iter(models), None),
             tool_definitions=[function_tool(tool) for tool in thread.tools] or None,
         ),
         steps=steps,
@@ -110,7 +135,7 @@ def _trajectory(run: RunFolder, thread: Thread, *, trajectory_id: str) -> Trajec
             total_steps=len(steps),
             extra={"failed_llm_calls": thread.failed_calls, "exchanges": len(thread.exchanges)},
         ),
-        extra={"reroll": _provenance(run)} if thread.index == 0 else None,
+        extra={"reroll": _provenance(run)} if thread.index == 0 and side is None else None,
     )
 
 
@@ -228,4 +253,5 @@ def _provenance(run: RunFolder) -> dict[str, Any]:
         "branched_from": config.branched_from.model_dump(mode="json") if config.branched_from else None,
         "learner_store": config.learner_store.model_dump(mode="json") if config.learner_store else None,
         "truncated_line": run.trajectory.truncated_line,
+        "side_counts": run.side_counts_json(),
     }

@@ -19,8 +19,10 @@ when the agent timed out;
 counts, the number of leading completion messages copied from an original run
 (``copied_completion_messages``: its replayed prefix), the provenance, the learner store
 generation the run started from (``learner_store``: path, generation, writes_back; else null),
-and ``verify_result`` (result.json's structured reward: items, events with the step they refer
-to, space, granularity).
+``verify_result`` (result.json's structured reward: items, events with the step they refer
+to, space, granularity), ``side_conversations`` (the first thread of each model beside the agent,
+`reroll.runfolder.run.SIDE_TRAJECTORIES`: ``judge``, ``user`` for a persona User, as Chat messages;
+kept out of ``prompt`` / ``completion``) and ``side_counts`` (their result.json counts).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
+from reroll_contracts.trajectory import Exchange
 
 from reroll.runfolder.conversation import Turn, function_tool, threads_of
 from reroll.runfolder.run import RunFolder
@@ -77,16 +80,10 @@ def run_to_record(run: RunFolder, *, example_id: int, info: dict[str, Any] | Non
         The record.
 
     Raises:
-        KeyError: an exchange names an unknown API format.
+        KeyError: an exchange (the agent's or a side model's) names an unknown API format.
     """
     threads = threads_of(run.exchanges)
-    turns = threads[0].turns if threads else []
-    messages: list[dict[str, Any]] = []
-    copied = 0
-    for turn in turns:
-        added = _messages(turn)
-        messages += added
-        copied += len(added) if turn.replayed else 0
+    messages, copied = _chat(threads[0].turns if threads else [])
     first_answer = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
     config, result = run.config, run.result
     status = result.effective_status if result is not None else "unknown"
@@ -116,6 +113,8 @@ def run_to_record(run: RunFolder, *, example_id: int, info: dict[str, Any] | Non
             "verify_result": result.verify_result.model_dump(mode="json")
             if result is not None and result.verify_result is not None
             else None,
+            "side_conversations": {side: _side_chat(loaded.exchanges) for side, loaded in run.sides.items()},
+            "side_counts": run.side_counts_json(),
             **(info or {}),
         },
         tools=[function_tool(tool) for tool in tools] or None,
@@ -130,6 +129,23 @@ def run_to_record(run: RunFolder, *, example_id: int, info: dict[str, Any] | Non
         ),
         error=result.error if result is not None else None,
     )
+
+
+def _chat(turns: list[Turn]) -> tuple[list[dict[str, Any]], int]:
+    """`turns` as OpenAI Chat messages, and how many of them were replayed (copied)."""
+    messages: list[dict[str, Any]] = []
+    copied = 0
+    for turn in turns:
+        added = _messages(turn)
+        messages += added
+        copied += len(added) if turn.replayed else 0
+    return messages, copied
+
+
+def _side_chat(exchanges: list[Exchange]) -> list[dict[str, Any]]:
+    """The first thread of a side trajectory as OpenAI Chat messages."""
+    threads = threads_of(exchanges)
+    return _chat(threads[0].turns if threads else [])[0]
 
 
 def _messages(turn: Turn) -> list[dict[str, Any]]:

@@ -229,6 +229,20 @@ def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder], agents: Shippe
         return Returned(result, error, run_folder)
 
 
+def _init_failure(address: str | None, exc: Exception) -> str:
+    """Why ``ray.init`` failed, for an `InfrastructureError`: a local instance that did not start,
+    or the cluster at `address` that could not be joined; with ``$RAY_ADDRESS`` when it is set
+    (Ray itself reads it too) and the exception's type and message."""
+    where = (
+        "cannot start a local Ray instance"
+        if address is None
+        else f"cannot join the Ray cluster at {address}"
+    )
+    env = os.environ.get("RAY_ADDRESS")
+    cause = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    return f"Ray: {where}" + (f" (RAY_ADDRESS={env})" if env else "") + f": {cause}"
+
+
 class RayExecutor:
     """Runs attempts as Ray tasks; see the module docstring."""
 
@@ -243,7 +257,9 @@ class RayExecutor:
         """Start a local Ray instance (or join ``ray_address``).
 
         Raises:
-            InfrastructureError: Ray could not start or the cluster could not be reached.
+            InfrastructureError: Ray could not start or the cluster could not be reached (any
+                exception of ``ray.init``, e.g. a node that timed out during start-up); the
+                message names the address, ``$RAY_ADDRESS`` if set, and the cause.
         """
         if not ray.is_initialized():
             address = self._options.ray_address
@@ -256,8 +272,10 @@ class RayExecutor:
                     log_to_driver=False,
                     configure_logging=False,
                 )
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise InfrastructureError(f"Ray: cannot start or join a cluster ({address}): {exc}") from exc
+            except (
+                Exception
+            ) as exc:  # a start-up timeout is a bare Exception ("... timed out during startup")
+                raise InfrastructureError(_init_failure(address, exc)) from exc
             self._started_ray = True
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_run_in_worker)
         return self

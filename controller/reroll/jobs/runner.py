@@ -342,7 +342,9 @@ async def continue_job(
         console: where the progress bar and the summary table go.
         model: the live model after the cut [default: each original's].
         tasks_dir: folder holding the tasks [default: each recorded ``task_path``].
-        options: how each continuation runs (as for `reroll.rollout.continue_.continue_run`).
+        options: how each continuation runs (as for `reroll.rollout.continue_.continue_run`);
+            its ``user_model`` (``--user-model``) plays the persona User of the runs that have one
+            (the others run without it).
         runner: concurrency, executor, retries (as in `JobSpec`).
 
     Raises:
@@ -351,7 +353,8 @@ async def continue_job(
             run reads a host file that does not travel (`refuse_untravelled`).
         SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing, or
             ``options.sandbox_config`` is not valid for it.
-        ModelError: `model` cannot be resolved (an unknown provider, a missing key).
+        ModelError: `model` or ``options.user_model`` cannot be resolved (an unknown provider, a
+            missing key, a missing ``scripted:PATH``).
         InfrastructureError: the executor could not start (e.g. Ray).
     """
     if not job_dir.is_dir():
@@ -359,8 +362,9 @@ async def continue_job(
     batch = Runner(runner)
     if options.sandbox is not None:
         load_backend(options.sandbox).settings(options.sandbox_config)
-    if model is not None:
-        check_model(model)
+    for spec in (model, options.user_model):
+        if spec is not None:
+            check_model(spec)
     job_dir = job_dir.resolve()
     output = job_dir / CONTINUED_DIR
     folders = job_run_folders(job_dir)
@@ -374,7 +378,9 @@ async def continue_job(
         if config is not None:
             refuse_untravelled(config, original, runner.executor)
         live = resolved_spec(model or (config.model if config is not None else None))
-        bound = with_recorded_inputs(options, config) if config is not None else options
+        bound = (
+            with_recorded_inputs(_persona_only(options, config), config) if config is not None else options
+        )
         run = partial(
             continue_run,
             original,
@@ -395,6 +401,13 @@ async def continue_job(
     output.mkdir(exist_ok=True)
     steps = [partial(batch.run_one, rollout) for rollout in rollouts]
     return await _summarised(batch, steps, job_dir, output, console)
+
+
+def _persona_only(options: RolloutOptions, config: RunConfig) -> RolloutOptions:
+    """`options` for a continuation of the run whose config.json is `config`: ``user_model`` (the
+    job's ``--user-model``) kept only when its trial has a persona User to play."""
+    persona = config.trial.persona if config.trial is not None else None
+    return options if persona is not None else dataclasses.replace(options, user_model=None)
 
 
 def _config(folder: Path) -> RunConfig | None:

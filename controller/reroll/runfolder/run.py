@@ -57,6 +57,12 @@ JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
 judge's, appended from its own run folder (`reroll.rollout.agent_judge`)."""
 USER_TRAJECTORY = Path(TRAJECTORY_DIR) / "user_trajectory.jsonl"
 """A persona User's model's exchanges (`reroll.rollout.persona`), in the agent's exchange format."""
+SIDE_TRAJECTORIES: dict[str, Path] = {"judge": JUDGE_TRAJECTORY, "user": USER_TRAJECTORY}
+"""The trajectories of the models beside the agent's, by who spoke to them: ``judge`` (an LLM or
+agent judge) and ``user`` (a persona User). `load_run_folder` loads those present into
+`RunFolder.sides`; `reroll view` shows them and ``reroll export`` carries them."""
+SIDE_LABELS: dict[str, str] = {"judge": "judge", "user": "persona"}
+"""What the CLI and `reroll view` call each side trajectory's model."""
 VERIFIER_DIR = "verifier"
 AGENT_DIR = "agent"
 AGENT_LOG = Path(AGENT_DIR) / "output.log"
@@ -295,6 +301,11 @@ class RunResult(BaseModel):
     user_counts: Counts | None = None
     """A persona User's exchanges (`USER_TRAJECTORY`), as `judge_counts`; None without one."""
 
+    def side_counts(self) -> dict[str, Counts]:
+        """The counts of the side trajectories the run has, by their key in `SIDE_TRAJECTORIES`."""
+        counts = {"judge": self.judge_counts, "user": self.user_counts}
+        return {side: count for side, count in counts.items() if count is not None}
+
     @property
     def effective_status(self) -> Status | Literal["unknown"]:
         """`status`; for BenchFlow's files (which have none) the one `error_category` implies.
@@ -320,11 +331,19 @@ class RunFolder(BaseModel):
     result: RunResult | None
     prompts: list[str]
     trajectory: LoadedTrajectory
+    sides: dict[str, LoadedTrajectory] = Field(default_factory=dict)
+    """The side trajectories present (`SIDE_TRAJECTORIES`: ``judge``, ``user``), by that key."""
 
     @property
     def exchanges(self) -> list[Exchange]:
         """The recorded exchanges, in order."""
         return self.trajectory.exchanges
+
+    def side_counts_json(self) -> dict[str, dict[str, int]]:
+        """result.json's counts of the side trajectories (`RunResult.side_counts`) as JSON; empty
+        without a result."""
+        counts = self.result.side_counts() if self.result is not None else {}
+        return {side: count.model_dump(mode="json") for side, count in counts.items()}
 
 
 def count_exchanges(trajectory: LoadedTrajectory) -> Counts:
@@ -353,13 +372,14 @@ def load_run_folder(path: Path) -> RunFolder:
     """Load a run folder written by reroll or BenchFlow.
 
     A truncated last trajectory line (a run killed mid-write) is tolerated: it is ignored and
-    reported in ``trajectory.warning``. A missing result.json is tolerated too (a run killed before
-    it finished); its status then reads as unknown (`result` is None).
+    reported in ``trajectory.warning`` (a side trajectory's in its own ``warning``). The side
+    trajectories (`SIDE_TRAJECTORIES`) are optional. A missing result.json is tolerated too (a run
+    killed before it finished); its status then reads as unknown (`result` is None).
 
     Raises:
         RunFolderError: the folder, config.json, prompts.json or the trajectory is missing, or
-            any of them is corrupt, unreadable (a symlink loop), not a regular file or too large;
-            the message names the file (and the line, for the trajectory).
+            any of them (or a side trajectory) is corrupt, unreadable (a symlink loop), not a
+            regular file or too large; the message names the file (and the line, for a trajectory).
     """
     try:
         path = path.resolve(strict=True)
@@ -385,7 +405,15 @@ def load_run_folder(path: Path) -> RunFolder:
         raise RunFolderError(
             f"{path / TRAJECTORY}: missing (not a run folder, or nothing was recorded)"
         ) from exc
-    return RunFolder(path=path, config=config, result=result, prompts=prompts, trajectory=trajectory)
+    sides = {}
+    for side, file in SIDE_TRAJECTORIES.items():
+        try:
+            sides[side] = load_trajectory(path / file)
+        except FileNotFoundError:
+            continue
+    return RunFolder(
+        path=path, config=config, result=result, prompts=prompts, trajectory=trajectory, sides=sides
+    )
 
 
 def load_manifest(run_dir: Path) -> dict[str, str] | None:

@@ -21,7 +21,14 @@ from reroll_proxy.formats.normal import NormalUsage
 
 from reroll.runfolder.asks import AskRecord, load_asks
 from reroll.runfolder.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
-from reroll.runfolder.run import AGENT_LOG, VERIFIER_DIR, BranchedFrom, ContinuedFrom, RunFolder
+from reroll.runfolder.run import (
+    AGENT_LOG,
+    SIDE_LABELS,
+    VERIFIER_DIR,
+    BranchedFrom,
+    ContinuedFrom,
+    RunFolder,
+)
 from reroll.runfolder.summary import primary_reward
 
 MAX_FILE_BYTES = 64 * 1024
@@ -80,6 +87,32 @@ class AttachedFile:
 
 
 @dataclass
+class SideView:
+    """A side model's trajectory (`reroll.runfolder.run.SIDE_TRAJECTORIES`): its conversation and
+    exchanges, positioned as the agent's are."""
+
+    name: str
+    """Its key: ``judge`` or ``user``."""
+    label: str
+    """What the page calls its model (``judge``, ``persona``)."""
+    threads: list[Thread]
+    exchange_index: dict[int, int]
+    """``id(exchange)`` → its position in the side trajectory."""
+    exchanges: list[ExchangeRow]
+    warning: str | None
+    """The side trajectory's truncated last line, if any."""
+
+    @property
+    def total_seconds(self) -> float:
+        """From its first request to its last response (its timeline's width), at least 0.001."""
+        return span_seconds(self.exchanges)
+
+    def index_of(self, turn: Turn) -> int:
+        """The side trajectory position of the exchange holding `turn`."""
+        return self.exchange_index[id(turn.exchange)]
+
+
+@dataclass
 class RunView:
     """Everything a run's page shows."""
 
@@ -101,6 +134,8 @@ class RunView:
     agent_log: AttachedFile | None = None
     asks: list[AskRecord] = field(default_factory=list)
     """The agent's ask_user questions and their answers (`reroll.runfolder.asks`)."""
+    sides: list[SideView] = field(default_factory=list)
+    """The judge's and the persona User's trajectories, those the run has."""
 
     @property
     def divergent(self) -> list[ExchangeRow]:
@@ -156,24 +191,12 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
         attach_files: read the verifier's files and the agent's log (last `MAX_FILE_BYTES` each).
 
     Raises:
-        KeyError: an exchange names an unknown API format.
+        KeyError: an exchange (the agent's or a side model's) names an unknown API format.
         RunFolderError: the run's asks.json is invalid.
     """
     exchanges = run.exchanges
-    threads = threads_of(exchanges)
+    threads, rows, index = _timeline(exchanges)
     provenance = run.config.continued_from or run.config.branched_from
-    first = _seconds(exchanges[0].request.timestamp) if exchanges else None
-    usages = {
-        id(turn.exchange): turn.usage
-        for thread in threads
-        for turn in thread.turns
-        if turn.source == "agent" and not turn.from_request
-    }
-    rows = [
-        _exchange_row(index, exchange, first, usages.get(id(exchange)))
-        for index, exchange in enumerate(exchanges)
-    ]
-    index = {id(exchange): position for position, exchange in enumerate(exchanges)}
     starts = {row.index: row.start_seconds for row in rows}
     commands = [
         CommandRow(
@@ -190,7 +213,6 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
         for call, result in calls_and_results(turn)
     ]
     commands.sort(key=lambda command: (command.start_seconds, command.index))
-    end = max((row.start_seconds + row.duration_ms / 1000 for row in rows), default=0.0)
     result = run.result
     view = RunView(
         run=run,
@@ -205,13 +227,42 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
         provenance=provenance,
         exchanges=rows,
         commands=commands,
-        total_seconds=max(end, 0.001),
+        total_seconds=span_seconds(rows),
         asks=load_asks(run.path),
+        sides=[_side_view(side, loaded.exchanges, loaded.warning) for side, loaded in run.sides.items()],
     )
     if attach_files:
         view.verifier_files = attached_files(run.path / VERIFIER_DIR)
         view.agent_log = _attached(run.path / AGENT_LOG)
     return view
+
+
+def _side_view(side: str, exchanges: list[Exchange], warning: str | None) -> SideView:
+    threads, rows, index = _timeline(exchanges)
+    return SideView(side, SIDE_LABELS[side], threads, index, rows, warning)
+
+
+def _timeline(exchanges: list[Exchange]) -> tuple[list[Thread], list[ExchangeRow], dict[int, int]]:
+    """The threads of `exchanges`, a row per exchange (times from the first request) and each
+    exchange's position by ``id``."""
+    threads = threads_of(exchanges)
+    first = _seconds(exchanges[0].request.timestamp) if exchanges else None
+    usages = {
+        id(turn.exchange): turn.usage
+        for thread in threads
+        for turn in thread.turns
+        if turn.source == "agent" and not turn.from_request
+    }
+    rows = [
+        _exchange_row(index, exchange, first, usages.get(id(exchange)))
+        for index, exchange in enumerate(exchanges)
+    ]
+    return threads, rows, {id(exchange): position for position, exchange in enumerate(exchanges)}
+
+
+def span_seconds(rows: list[ExchangeRow]) -> float:
+    """Seconds from the first request of `rows` to their last response, at least 0.001."""
+    return max(max((row.start_seconds + row.duration_ms / 1000 for row in rows), default=0.0), 0.001)
 
 
 def attached_files(folder: Path) -> list[AttachedFile]:
