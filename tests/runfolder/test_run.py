@@ -128,3 +128,16 @@ def test_a_config_that_is_a_device_is_refused_unread(tmp_path: Path) -> None:
     (folder / "config.json").symlink_to("/dev/zero")
     with pytest.raises(RunFolderError, match=f"{folder / 'config.json'}: not a regular file"):
         load_run_folder(folder)
+
+
+def test_side_trajectories_load_only_when_asked_so_a_corrupt_judge_file_never_stops_a_rerun(
+    tmp_path: Path,
+) -> None:
+    run = make_run_folder(tmp_path / "run", [exchange_line(0)])
+    (run / "trajectory" / "user_trajectory.jsonl").write_text(exchange_line(0) + "\n")
+    (run / "trajectory" / "judge_trajectory.jsonl").write_text("{not json\n" + exchange_line(0) + "\n")
+    assert load_run_folder(run).sides == {}  # continue, replay, rescore: the agent's recording only
+    with pytest.raises(RunFolderError, match=r"judge_trajectory\.jsonl.*line 1"):
+        load_run_folder(run, sides=True)  # view, export
+    (run / "trajectory" / "judge_trajectory.jsonl").unlink()
+    assert [len(side.exchanges) for side in load_run_folder(run, sides=True).sides.values()] == [1]

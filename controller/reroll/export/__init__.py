@@ -107,7 +107,7 @@ def _source(folder: Path, example_id: int, extra: dict[str, Any]) -> Source:
     asks = load_asks(folder)
     if asks:
         extra = extra | {"asks": [ask.model_dump(mode="json") for ask in asks]}
-    return Source(load_run_folder(folder), example_id, extra)
+    return Source(load_run_folder(folder, sides=True), example_id, extra)
 
 
 def export_lines(path: Path, fmt: str) -> Iterator[bytes]:

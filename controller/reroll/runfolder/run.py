@@ -332,7 +332,8 @@ class RunFolder(BaseModel):
     prompts: list[str]
     trajectory: LoadedTrajectory
     sides: dict[str, LoadedTrajectory] = Field(default_factory=dict)
-    """The side trajectories present (`SIDE_TRAJECTORIES`: ``judge``, ``user``), by that key."""
+    """The side trajectories present (`SIDE_TRAJECTORIES`: ``judge``, ``user``), by that key;
+    empty unless loaded with ``sides=True``."""
 
     @property
     def exchanges(self) -> list[Exchange]:
@@ -368,8 +369,10 @@ def response_tokens(exchange: Exchange) -> int:
     return total if isinstance(total, int) and not isinstance(total, bool) else 0
 
 
-def load_run_folder(path: Path) -> RunFolder:
-    """Load a run folder written by reroll or BenchFlow.
+def load_run_folder(path: Path, *, sides: bool = False) -> RunFolder:
+    """Load a run folder written by reroll or BenchFlow; with `sides`, its side trajectories too
+    (`SIDE_TRAJECTORIES`: what `reroll view` and ``reroll export`` show; a command that reruns the
+    agent reads them where it needs them, so a corrupt judge file never stops a continuation).
 
     A truncated last trajectory line (a run killed mid-write) is tolerated: it is ignored and
     reported in ``trajectory.warning`` (a side trajectory's in its own ``warning``). The side
@@ -405,14 +408,14 @@ def load_run_folder(path: Path) -> RunFolder:
         raise RunFolderError(
             f"{path / TRAJECTORY}: missing (not a run folder, or nothing was recorded)"
         ) from exc
-    sides = {}
-    for side, file in SIDE_TRAJECTORIES.items():
+    loaded_sides = {}
+    for side, file in SIDE_TRAJECTORIES.items() if sides else ():
         try:
-            sides[side] = load_trajectory(path / file)
+            loaded_sides[side] = load_trajectory(path / file)
         except FileNotFoundError:
             continue
     return RunFolder(
-        path=path, config=config, result=result, prompts=prompts, trajectory=trajectory, sides=sides
+        path=path, config=config, result=result, prompts=prompts, trajectory=trajectory, sides=loaded_sides
     )
 
 

@@ -85,7 +85,7 @@ def build_site(path: Path, output: Path | None = None, *, console: Console | Non
     output = (output if output is not None else path / "view").resolve()
     writer = _Writer(output)
     if kind == "run":
-        run = load_run_folder(path)
+        run = load_run_folder(path, sides=True)
         writer.write("index.html", _render_run(_view(run), home="index.html", link=_folder_link))
     elif kind == "job":
         folders = job_run_folders(path)
@@ -121,7 +121,7 @@ def _store_of(job: Path) -> tuple[list[GenerationSummary] | None, list[Rollback]
 def _build_tree(writer: _Writer, path: Path, summary: BranchSummary, console: Console | None) -> str:
     folders = [path / child.folder for child in summary.children]
     pages = {str(path): PREFIX_PAGE} | {str(folder): f"{folder.name}.html" for folder in folders}
-    prefix = _view(load_run_folder(path))
+    prefix = _view(load_run_folder(path, sides=True))
     link = _site_link(pages)
     writer.write(f"runs/{PREFIX_PAGE}", _render_run(prefix, home="../index.html", link=link))
     rows = _build_runs(writer, folders, console, label=f"branches of {path.name}", pages=pages)
@@ -161,7 +161,7 @@ def _build_runs(
     ) as progress:
         task = progress.add_task(f"view: {label}", total=len(folders))
         for folder in folders:
-            view = _view(load_run_folder(folder))
+            view = _view(load_run_folder(folder, sides=True))
             page = pages[str(folder)]
             writer.write(f"runs/{page}", _render_run(view, home="../index.html", link=link))
             rows.append(_row(view, folder.name, f"runs/{page}"))
