@@ -55,11 +55,21 @@ Steps count the served requests (`Replay`, `Live`, and faults injected in place 
 `Abort` and `Exhausted` carry the step the request would have had. An injected fault consumes
 no recorded exchange: the agent's retry is served the exchange it would have got. Record mode
 is ``cut_index=0`` with a live upstream.
+
+Cost. A request costs the same however long the recording is (amortised): the engine keeps, per
+thread, a heap of its unserved servable exchanges (the head is its smallest), the heads by
+`match_key` of their request, the exchanges past the cut by `match_key`, the recorded threads by
+the key of their `Turn.root` (`_RootKey`), and a heap of every unserved servable exchange (the
+first unserved). A lookup compares the request with the recorded requests that share its key
+only (equality decides; the key only narrows). What still grows: `ThreadBook.find` (a request
+that extends no head) and a divergence against a thread whose recording ended walk the threads,
+and the key sets hold one entry per thread with that key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +188,30 @@ class ReplayEngine:
         """The last request served in each thread (replayed or live), for `ThreadBook.find`."""
         self._before: dict[int, Turn | None] = {}
         """Per served exchange, its thread's last request before it (for `serve_again`)."""
+        self._keys = [None if turn is None else match_key(turn) for turn in self._turns]
+        self._queues: dict[int, list[int]] = {}
+        """Per thread, a heap of its unserved servable exchanges (its head first)."""
+        self._heads_by_key: dict[Hashable, set[int]] = {}
+        """The heads whose request is not None, by `match_key`."""
+        self._unserved = [index for index in range(self.cut_index) if not self._served[index]]
+        """A heap of the unserved servable exchanges; served ones are dropped when they surface."""
+        for index in self._unserved:
+            self._queues.setdefault(self.threads[index], []).append(index)  # ascending: a heap
+        for queue in self._queues.values():
+            self._add_head(queue[0])
+        self._beyond: dict[Hashable, list[int]] = {}
+        """The exchanges past the cut, by `match_key`, in recorded order."""
+        self._past_cut_threads = set(self.threads[self.cut_index :])
+        self._roots: dict[Hashable, dict[int, list[int]]] = {}
+        """Per root key, per thread (in order of its first exchange with that key), the
+        exchanges of the thread with that key, in recorded order."""
+        for index, turn in enumerate(self._turns):
+            if turn is None:
+                continue
+            if index >= self.cut_index:
+                self._beyond.setdefault(self._keys[index], []).append(index)
+            thread_indices = self._roots.setdefault(root_key(turn), {})
+            thread_indices.setdefault(self.threads[index], []).append(index)
 
     @property
     def next_step(self) -> int:
@@ -201,7 +235,18 @@ class ReplayEngine:
     def serve_again(self, decision: Replay) -> None:
         """`decision`'s recorded exchange was not delivered whole (a fault broke it): it is
         servable again (the agent's retry gets it), and `decision`'s step counts as injected."""
-        self._served[decision.index] = False
+        index = decision.index
+        if self._served[index]:
+            self._served[index] = False
+            heapq.heappush(self._unserved, index)
+            queue = self._queues.setdefault(decision.thread, [])
+            if queue and queue[0] < index:
+                heapq.heappush(queue, index)
+            else:
+                if queue:
+                    self._drop_head(queue[0])
+                heapq.heappush(queue, index)
+                self._add_head(index)
         self._book.lasts[decision.thread] = self._before.pop(decision.index, None)
         self.served_replayed -= 1
         self.injected += 1
@@ -225,10 +270,12 @@ class ReplayEngine:
         turn = Turn(api_format, format_named(api_format).normalise(self.volatility.apply(step_body)))
         if self.cutover_step is not None:
             return self._live(step, turn, None, self._book.find(turn))
-        equal = next((index for index in self._heads() if self._turns[index] == turn), None)
+        key = match_key(turn)
+        heads = sorted(self._heads_by_key.get(key, ()))
+        equal = next((index for index in heads if self._turns[index] == turn), None)
         if equal is not None:
             return self._replay(step, equal, turn, None)
-        beyond = next((i for i in range(self.cut_index, len(self._turns)) if self._turns[i] == turn), None)
+        beyond = next((i for i in self._beyond.get(key, ()) if self._turns[i] == turn), None)
         if beyond is not None:
             return self._live(step, turn, None, self.threads[beyond])
         thread = self._book.find(turn)
@@ -238,9 +285,12 @@ class ReplayEngine:
             head = self._head(thread)
             if head is not None:
                 return self._diverged(step, head, turn, self._compare(head, turn))
-            if any(self.threads[i] == thread for i in range(self.cut_index, len(self.threads))):
+            if thread in self._past_cut_threads:
                 return self._live(step, turn, None, thread)  # the thread is past the cut
-            pending = next((i for i in self._heads() if self._book.lasts[self.threads[i]] is None), None)
+            untouched = (
+                queue[0] for t, queue in self._queues.items() if queue and self._book.lasts[t] is None
+            )
+            pending = min(untouched, default=None)
             why = f"continues thread {thread}, whose recording ended"
         else:
             pending, why = self._first_unserved(), "matches no recorded thread"
@@ -268,31 +318,45 @@ class ReplayEngine:
             return format_changed(recorded.api_format, turn.api_format)
         return compare_normal(recorded.request, turn.request)
 
-    def _heads(self) -> list[int]:
-        """The head of every thread that has one, in recorded order."""
-        seen: set[int] = set()
-        heads = []
-        for index in range(self.cut_index):
-            thread = self.threads[index]
-            if not self._served[index] and thread not in seen:
-                heads.append(index)
-                seen.add(thread)
-        return heads
+    def _add_head(self, index: int) -> None:
+        key = self._keys[index]
+        if key is not None:
+            self._heads_by_key.setdefault(key, set()).add(index)
+
+    def _drop_head(self, index: int) -> None:
+        key = self._keys[index]
+        if key is not None:
+            heads = self._heads_by_key[key]
+            heads.discard(index)
+            if not heads:
+                del self._heads_by_key[key]
 
     def _head(self, thread: int) -> int | None:
-        return next((i for i in self._heads() if self.threads[i] == thread), None)
+        queue = self._queues.get(thread)
+        return queue[0] if queue else None
 
     def _first_unserved(self) -> int | None:
-        return next((index for index in range(self.cut_index) if not self._served[index]), None)
+        unserved = self._unserved
+        while unserved and self._served[unserved[0]]:
+            heapq.heappop(unserved)
+        return unserved[0] if unserved else None
 
     def _opened_by(self, turn: Turn) -> int | None:
-        """The first recorded thread that no request continued yet and that `turn` could open
-        (same root as its first exchange), servable or past the cut."""
-        for index, recorded in enumerate(self._turns):
-            thread = self.threads[index]
-            if self._book.lasts[thread] is None and recorded is not None and recorded.root() == turn.root():
-                return thread
-        return None
+        """The thread of the first recorded exchange (servable or past the cut) whose thread no
+        request continued yet and whose root (`Turn.root`) is `turn`'s: a thread `turn` opens."""
+        root = turn.root()
+        first = None
+        for thread, indices in self._roots.get(root_key(turn), {}).items():
+            if self._book.lasts[thread] is not None:
+                continue
+            for index in indices:
+                if first is not None and index > first:
+                    break
+                recorded = self._turns[index]
+                if recorded is not None and recorded.root() == root:
+                    first = index
+                    break
+        return None if first is None else self.threads[first]
 
     def _diverged(self, step: int, index: int, turn: Turn, divergence: Divergence | None) -> Decision:
         if divergence is not None:
@@ -307,6 +371,11 @@ class ReplayEngine:
 
     def _replay(self, step: int, index: int, turn: Turn, divergence: Divergence | None) -> Replay:
         thread = self.threads[index]
+        queue = self._queues[thread]
+        heapq.heappop(queue)  # index: only a head is ever served
+        self._drop_head(index)
+        if queue:
+            self._add_head(queue[0])
         self._served[index] = True
         self._before[index] = self._book.lasts[thread]
         self._book.lasts[thread] = turn
@@ -325,3 +394,28 @@ class ReplayEngine:
         self._book.lasts[thread] = turn
         self.served_live += 1
         return Live(step, divergence, thread)
+
+
+def match_key(turn: Turn) -> Hashable:
+    """A key equal for equal turns (normal forms equal, as Python compares them: ``1 == 1.0 ==
+    True``), cheap to compute: the format, the message count and the last message, frozen
+    (`_frozen`). Unequal turns may share it (the engine compares the turns that do)."""
+    messages = turn.messages
+    return turn.api_format, len(messages), _frozen(messages[-1]) if messages else None
+
+
+def root_key(turn: Turn) -> Hashable:
+    """`match_key`'s counterpart for `Turn.root`: equal roots, equal keys (tools left out)."""
+    api_format, _, messages = turn.root()
+    return api_format, len(messages), _frozen(messages[-1]) if messages else None
+
+
+def _frozen(value: Any) -> Hashable:
+    """A JSON value (dicts, lists, scalars) as a hashable value that is equal to another's exactly
+    when the JSON values are equal: dicts become frozensets of items, lists tuples."""
+    if isinstance(value, dict):
+        return frozenset((key, _frozen(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    scalar: Hashable = value  # str, int, float, bool or None
+    return scalar

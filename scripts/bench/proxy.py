@@ -25,11 +25,19 @@ p95 of each target, the added p50 / p95 (target minus direct) and their ratio; t
 mitmproxy's (``record / mitmproxy-reverse``, goal <= 0.25), and the bare forwarder's beside it.
 mitmproxy is installed on first use (see `reroll.host.intercept`).
 
+``--replay-sizes 100,1000,5000`` measures only how replay's added latency grows with the
+recording's length: it records as many non-streamed exchanges as the largest size (a recording
+proxy, fsync off), then runs one replay-only proxy per size N on the first N of them, and
+alternates ``direct`` and every replay proxy per exchange as above, over min(``--exchanges``,
+smallest N - warm-up) exchanges after the warm-up; it prints the added p50 / p95 per size and the
+added p50 over the smallest size's (1.0: the cost does not grow with N).
+
 ``--profile FILE`` runs the ``record`` proxy under cProfile (CPU time of its event loop's thread,
 from the end of the warm-up on), writes its stats to FILE and prints the functions that took the
 most time (own and cumulative), per exchange; its latencies are then the profiler's, not the proxy's.
 
-Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat] [--profile F]``.
+Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat] [--profile F]
+[--replay-sizes 100,1000,5000]``.
 """
 
 from __future__ import annotations
@@ -317,6 +325,55 @@ def print_profile(profile: Path, exchanges: int) -> None:
             print(f"  {own_us:7.1f} own  {cumulative_us:7.1f} cum  {per:5.1f}x  {where}")
 
 
+async def replay_scaling(sizes: list[int], exchanges: int, api_format: str) -> None:
+    """Replay's added latency against the recording's length (see the module docstring)."""
+    body = request_body(api_format, False)
+    count = min(exchanges, min(sizes) - WARMUP_EXCHANGES)
+    with tempfile.TemporaryDirectory(prefix="reroll-bench-") as folder:
+        work = Path(folder)
+        (work / "script.json").write_bytes(orjson.dumps(SCRIPT))
+        async with ChildProcess(
+            "reroll.models.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
+        ) as model:
+            upstream = model.ready.address
+            record_config = ProxyConfig(
+                token=TOKEN,
+                trajectory_path=work / "record.jsonl",
+                upstream=UpstreamConfig(base_url=upstream),
+                fsync_each_exchange=False,
+            )
+            async with (
+                proxy_process("record", record_config, work) as proxy,
+                session_for(Target(proxy.ready.address), None) as session,
+            ):
+                for _ in range(max(sizes)):
+                    await exchange(session, proxy.ready.address + PATHS[api_format], orjson.dumps(body))
+            lines = (work / "record.jsonl").read_bytes().splitlines(keepends=True)  # one exchange a line
+            async with contextlib.AsyncExitStack() as stack:
+                targets = {"direct": Target(upstream)}
+                for size in sizes:
+                    (work / f"record-{size}.jsonl").write_bytes(b"".join(lines[:size]))
+                    replay_config = ProxyConfig(
+                        token=TOKEN,
+                        trajectory_path=work / f"replay-{size}.jsonl",
+                        replay=ReplayConfig(trajectory_path=work / f"record-{size}.jsonl"),
+                    )
+                    replay = await stack.enter_async_context(
+                        proxy_process(f"replay-{size}", replay_config, work)
+                    )
+                    targets[f"replay-{size}"] = Target(replay.ready.address)
+                results = await measure(targets, PATHS[api_format], body, count)
+    direct = [percentile([timing[1] for timing in results["direct"]], q) for q in (0.5, 0.95)]
+    print(f"replay against the recording's length: {api_format}, non-streamed, total (ms), {count} exchanges")
+    print("  recorded   added p50  added p95  added p50 / smallest's")
+    smallest = None
+    for size in sizes:
+        totals = [timing[1] for timing in results[f"replay-{size}"]]
+        p50, p95 = (percentile(totals, q) - d for q, d in zip((0.5, 0.95), direct, strict=True))
+        smallest = p50 if smallest is None else smallest
+        print(f"  {size:8d}  {p50:+9.3f}  {p95:+9.3f}  {p50 / smallest:9.2f}")
+
+
 async def main(exchanges: int, api_format: str, profile: Path | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="reroll-bench-") as folder:
         work = Path(folder)
@@ -410,5 +467,15 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", type=Path, help="run the record proxy under cProfile, stats to this file"
     )
+    parser.add_argument(
+        "--replay-sizes",
+        type=lambda text: [int(size) for size in text.split(",")],
+        help=f"comma-separated recording lengths (each > {WARMUP_EXCHANGES}): measure only replay's scaling",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.exchanges, args.format, args.profile))
+    if args.replay_sizes:
+        if min(args.replay_sizes) <= WARMUP_EXCHANGES:
+            parser.error(f"--replay-sizes: every size must exceed the {WARMUP_EXCHANGES} warm-up exchanges")
+        asyncio.run(replay_scaling(args.replay_sizes, args.exchanges, args.format))
+    else:
+        asyncio.run(main(args.exchanges, args.format, args.profile))

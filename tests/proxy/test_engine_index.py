@@ -172,49 +172,75 @@ class OracleEngine:
         return Live(step, divergence, thread)
 
 
-PARAMS: list[dict[str, Any]] = [{}, {"temperature": 1}, {"temperature": 1.0}, {"temperature": True}, {"top_p": 0}]
-"""Python-equal (1, 1.0, True) and unequal parameters: matching must follow Python's equality."""
+PARAMS: list[dict[str, Any]] = [{}, {"temperature": 1}, {"temperature": 1.0}, {"top_p": 0}]
 TOOLS = [[], [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]]
+NUMBERS = ["1", "1.0", "true", "2"]
+"""Tool-call arguments ``{"n": ...}``: 1, 1.0 and true are equal in Python, so are requests
+that differ only there; matching must follow Python's equality, as the oracle's does."""
 
-bodies = st.builds(
-    lambda task, system, tools, params, depth, flavour, fork: body(task, system, tools, params, depth, flavour, fork),
-    task=st.sampled_from(["A", "B", "C"]),
-    system=st.booleans(),
-    tools=st.sampled_from(range(len(TOOLS))),
-    params=st.sampled_from(range(len(PARAMS))),
-    depth=st.integers(0, 4),
-    flavour=st.sampled_from("xy"),
-    fork=st.booleans(),
+shapes = st.fixed_dictionaries(
+    {
+        "task": st.sampled_from("ABC"),
+        "system": st.booleans(),
+        "tools": st.sampled_from(range(len(TOOLS))),
+        "params": st.sampled_from(range(len(PARAMS))),
+        "depth": st.integers(0, 4),
+        "flavour": st.sampled_from("xy"),
+        "number": st.sampled_from(NUMBERS),
+        "tail": st.sampled_from(["none", "fork", "prefill"]),
+    }
 )
-"""Request bodies from a small universe, so that recordings have threads that extend, retry and
-fork, and requests often meet, extend or just miss them."""
+"""A request's shape, from a small universe, so that requests often meet, extend or just miss
+the recorded ones."""
 
 
-def body(task: str, system: bool, tools: int, params: int, depth: int, flavour: str, fork: bool) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}] if system else []
-    messages.append({"role": "user", "content": f"Task {task}."})
-    for turn in range(depth):
-        messages.append({"role": "assistant", "content": f"step {turn} {flavour if turn else 'x'}"})
-        messages.append({"role": "tool" if turn % 2 else "user", "content": f"result {turn}", "tool_call_id": "c"})
-    if fork:
+def body(shape: dict[str, Any]) -> dict[str, Any]:
+    """The openai-chat request body of `shape`: a task, then `depth` tool-calling turns, then a
+    side call's user message (``fork``), a last assistant message (``prefill``) or nothing."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}] if shape["system"] else []
+    messages.append({"role": "user", "content": f"Task {shape['task']}."})
+    arguments = f'{{"n": {shape["number"]}}}'
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+    for turn in range(shape["depth"]):
+        text = f"step {turn} {shape['flavour'] if turn else 'x'}"
+        messages.append({"role": "assistant", "content": text, "tool_calls": [call]})
+        messages.append({"role": "tool", "content": f"result {turn}", "tool_call_id": "c"})
+    if shape["tail"] == "fork":
         messages.append({"role": "user", "content": "Summarise."})
-    return {"model": "m", "messages": messages, "tools": TOOLS[tools], **PARAMS[params]}
+    elif shape["tail"] == "prefill":
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+    return {"model": "m", "messages": messages, "tools": TOOLS[shape["tools"]], **PARAMS[shape["params"]]}
+
+
+bodies = shapes.map(body)
 
 
 @st.composite
 def recordings(draw: st.DrawFn) -> list[Exchange]:
-    exchanges = []
-    count = draw(st.integers(0, 14))
-    for step in range(count):
-        request_body: Any = draw(bodies) if draw(st.integers(0, 15)) else "not json"
+    """Recorded exchanges whose requests open threads, extend earlier ones, repeat them (retries;
+    some superseded), fork side calls, or are not JSON; some answers are errors."""
+    exchanges: list[Exchange] = []
+    drawn: list[dict[str, Any]] = []
+    for step in range(draw(st.integers(0, 14))):
+        how = draw(st.sampled_from(["new", "again", "extend", "extend", "raw"])) if drawn else "new"
+        shape = draw(shapes) if how in ("new", "raw") else dict(draw(st.sampled_from(drawn)))
+        if how == "extend":
+            shape["depth"] += 1
+            shape["tail"] = draw(st.sampled_from(["none", "none", "fork", "prefill"]))
+            shape["number"] = draw(st.sampled_from(NUMBERS))
+        drawn.append(shape)
         metadata: dict[str, Any] = {"step": step}
-        if step and not draw(st.integers(0, 5)):
+        if step and how == "again" and draw(st.booleans()):
             metadata["retry"] = {"attempt": 1, "of_step": draw(st.integers(0, step - 1))}
         status = 200 if draw(st.integers(0, 7)) else 500
         exchanges.append(
             Exchange.model_validate(
                 {
-                    "request": {"timestamp": "t", "path": "/v1/chat/completions", "body": request_body},
+                    "request": {
+                        "timestamp": "t",
+                        "path": "/v1/chat/completions",
+                        "body": "not json" if how == "raw" else body(shape),
+                    },
                     "response": {"timestamp": "t", "status_code": status, "body": {"answer": step}},
                     "metadata": metadata,
                 }
@@ -274,7 +300,9 @@ def test_decides_exactly_as_the_linear_scan(
         elif action == "inject":
             assert engine.inject() == oracle.inject()
         else:
-            sent = argument if action == "send" else recording[argument % len(recording)].request.body if recording else {}
+            if action == "resend" and not recording:
+                continue
+            sent = argument if action == "send" else recording[argument % len(recording)].request.body
             if not isinstance(sent, dict):
                 continue
             decision = engine.decide(sent)
