@@ -59,7 +59,7 @@ is ``cut_index=0`` with a live upstream.
 Cost. A request costs the same however long the recording is (amortised): the engine keeps, per
 thread, a heap of its unserved servable exchanges (the head is its smallest), the heads by
 `match_key` of their request, the exchanges past the cut by `match_key`, the recorded threads by
-the key of their `Turn.root` (`_RootKey`), and a heap of every unserved servable exchange (the
+`root_key` (of `Turn.root`), and a heap of every unserved servable exchange (the
 first unserved). A lookup compares the request with the recorded requests that share its key
 only (equality decides; the key only narrows). What still grows: `ThreadBook.find` (a request
 that extends no head) and a divergence against a thread whose recording ended walk the threads,
