@@ -207,28 +207,40 @@ def body(shape: dict[str, Any]) -> dict[str, Any]:
         messages.append({"role": "tool", "content": f"result {turn}", "tool_call_id": "c"})
     if shape["tail"] == "fork":
         messages.append({"role": "user", "content": "Summarise."})
-    elif shape["tail"] == "prefill":
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+    elif shape["tail"] == "prefill":  # the next turn's assistant message: its extension continues it
+        text = f"step {shape['depth']} {shape['flavour'] if shape['depth'] else 'x'}"
+        messages.append({"role": "assistant", "content": text, "tool_calls": [call]})
     return {"model": "m", "messages": messages, "tools": TOOLS[shape["tools"]], **PARAMS[shape["params"]]}
 
 
 bodies = shapes.map(body)
 
 
+EQUAL_NUMBER = {"1": "1.0", "1.0": "true", "true": "1", "2": "2"}
+"""Each number's next Python-equal spelling."""
+
+
 @st.composite
-def recordings(draw: st.DrawFn) -> list[Exchange]:
+def recordings(draw: st.DrawFn) -> tuple[list[Exchange], list[dict[str, Any] | None]]:
     """Recorded exchanges whose requests open threads, extend earlier ones, repeat them (retries;
-    some superseded), fork side calls, or are not JSON; some answers are errors."""
+    some superseded; a repeat after its thread moved on opens a thread with an equal head), fork
+    side calls, or are not JSON; some answers are errors. With the shape of each request (None:
+    not JSON)."""
     exchanges: list[Exchange] = []
     drawn: list[dict[str, Any]] = []
+    shapes_drawn: list[dict[str, Any] | None] = []
     for step in range(draw(st.integers(0, 14))):
         how = draw(st.sampled_from(["new", "again", "extend", "extend", "raw"])) if drawn else "new"
         shape = draw(shapes) if how in ("new", "raw") else dict(draw(st.sampled_from(drawn)))
         if how == "extend":
             shape["depth"] += 1
             shape["tail"] = draw(st.sampled_from(["none", "none", "fork", "prefill"]))
-            shape["number"] = draw(st.sampled_from(NUMBERS))
+            if draw(st.booleans()):
+                shape["number"] = EQUAL_NUMBER[shape["number"]]
+            if not draw(st.integers(0, 3)):  # a thread may change its tools (roots differ within it)
+                shape["tools"] = 1 - shape["tools"]
         drawn.append(shape)
+        shapes_drawn.append(None if how == "raw" else shape)
         metadata: dict[str, Any] = {"step": step}
         if step and how == "again" and draw(st.booleans()):
             metadata["retry"] = {"attempt": 1, "of_step": draw(st.integers(0, step - 1))}
@@ -246,13 +258,15 @@ def recordings(draw: st.DrawFn) -> list[Exchange]:
                 }
             )
         )
-    return exchanges
+    return exchanges, shapes_drawn
 
 
 actions = st.lists(
     st.one_of(
         st.tuples(st.just("send"), bodies),
         st.tuples(st.just("resend"), st.integers(0, 13)),  # exactly a recorded request
+        st.tuples(st.just("resend"), st.integers(0, 13)),
+        st.tuples(st.just("equal"), st.integers(0, 13)),  # one that differs only in 1 / 1.0 / true
         st.tuples(st.just("again"), st.integers(0, 30)),  # serve_again an earlier Replay
         st.tuples(st.just("inject"), st.just(0)),
     ),
@@ -277,15 +291,20 @@ def state(engine: ReplayEngine | OracleEngine) -> tuple[Any, ...]:
 
 @settings(max_examples=600, deadline=None)
 @given(
-    recording=recordings(),
+    recorded=recordings(),
     cut=st.floats(0, 1),
     live=st.booleans(),
     policy=st.sampled_from(["warn", "strict", "cutover"]),
     steps=actions,
 )
 def test_decides_exactly_as_the_linear_scan(
-    recording: list[Exchange], cut: float, live: bool, policy: DivergencePolicy, steps: list[tuple[str, Any]]
+    recorded: tuple[list[Exchange], list[dict[str, Any] | None]],
+    cut: float,
+    live: bool,
+    policy: DivergencePolicy,
+    steps: list[tuple[str, Any]],
 ) -> None:
+    recording, shapes_recorded = recorded
     cut_index = round(cut * len(recording))
     engine = ReplayEngine(recording, cut_index, live, policy)
     oracle = OracleEngine(recording, cut_index, live, policy)
@@ -300,9 +319,12 @@ def test_decides_exactly_as_the_linear_scan(
         elif action == "inject":
             assert engine.inject() == oracle.inject()
         else:
-            if action == "resend" and not recording:
+            if action != "send" and not recording:
                 continue
             sent = argument if action == "send" else recording[argument % len(recording)].request.body
+            if action == "equal":
+                shape = shapes_recorded[argument % len(recording)]
+                sent = None if shape is None else body({**shape, "number": EQUAL_NUMBER[shape["number"]]})
             if not isinstance(sent, dict):
                 continue
             decision = engine.decide(sent)
