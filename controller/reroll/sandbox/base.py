@@ -151,6 +151,7 @@ class Sandbox(Protocol):
         timeout_seconds: float = 0.0,
         stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
+        service: bool = False,
     ) -> ExecResult:
         """Run `argv` in the sandbox, in a process group of its own, to its end.
 
@@ -167,6 +168,9 @@ class Sandbox(Protocol):
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
                 the result may then hold only the end of each stream (reroll's backends keep
                 the last `reroll.sandbox.results.STREAMED_TAIL_BYTES`).
+            service: a task's service (`reroll.sandbox.services`): runs as the backend's own user
+                (`user` must be empty) and outlives `kill` of the agent's user and the verify's
+                hardening; only `kill` of every user, the cancel or the sandbox's end stops it.
 
         Returns:
             The exit code (127 for a program that does not exist, with the error on stderr; the

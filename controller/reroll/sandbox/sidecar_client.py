@@ -183,6 +183,7 @@ class SidecarClient:
         user: str = "",
         timeout_seconds: float = 0.0,
         stdin: bytes = b"",
+        service: bool = False,
     ) -> AsyncGenerator[ExecItem, None]:
         """Run `argv` in the sandbox and yield its output as produced, then its exit.
 
@@ -197,6 +198,7 @@ class SidecarClient:
             user: run as this user (the sidecar must be root for another user); empty = the sidecar's.
             timeout_seconds: kill the whole process group after this long; 0 = no timeout.
             stdin: bytes fed to the child's stdin, which is then closed.
+            service: a task's service (``ExecRequest.service``): spared by the agent's quiesce.
 
         Yields:
             ``("stdout", chunk)`` / ``("stderr", chunk)`` (≤ 64 KiB each), then one `ExecExit`.
@@ -214,6 +216,7 @@ class SidecarClient:
             user=user,
             timeout_seconds=timeout_seconds,
             stdin=stdin,
+            service=service,
         )
         deadline = timeout_seconds + EXEC_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Exec(request, timeout=deadline, metadata=self._metadata)
@@ -246,6 +249,7 @@ class SidecarClient:
         timeout_seconds: float = 0.0,
         stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
+        service: bool = False,
     ) -> ExecResult:
         """Run `argv` in the sandbox to its end and collect its output.
 
@@ -274,6 +278,7 @@ class SidecarClient:
             user=user,
             timeout_seconds=timeout_seconds,
             stdin=stdin,
+            service=service,
         )
         async with contextlib.aclosing(stream) as items:
             async for item in items:
