@@ -110,13 +110,15 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-def kill_user(groups: ProcessGroups, user: str) -> tuple[int, int]:
+def kill_user(groups: ProcessGroups, user: str, spare_services: bool = False) -> tuple[int, int]:
     """SIGKILL the Exec process groups of `user` (empty: of every user), then quiesce the agent's
     processes (`quiesce.quiesce`): what left those groups dies too.
 
     The agent's processes are, for an empty `user`, every descendant of the sidecar outside its
     session, the task's services included; when the sidecar is root and `user` is another,
     non-root user, every process of that user (a service runs as the sidecar's user: spared).
+    `spare_services` (the agent's quiesce): both, but the services and what they forked
+    (`ProcessGroups.services`) — so a process the agent made root (a setuid program) dies too.
 
     Returns:
         ``(groups signalled, other processes killed)``.
@@ -130,6 +132,11 @@ def kill_user(groups: ProcessGroups, user: str) -> tuple[int, int]:
         uid = pwd.getpwnam(user).pw_uid
         if uid in (0, os.geteuid()):
             uid = None
+    if spare_services:
+        spare = groups.services()
+        killed_groups = groups.kill(user, services=False)
+        selection = quiesce.Selection(uid=uid, descendants=True, spare=spare)
+        return killed_groups, quiesce.quiesce(selection, keep_reaped=groups.waited)
     killed_groups = groups.kill(user)
     killed_processes = 0
     if uid is not None or not user:

@@ -190,7 +190,7 @@ class SidecarService(pb_grpc.SidecarServicer):
         see `processes.kill_user`. ABORTED when the quiesce ran out of time."""
         try:
             killed_groups, killed_processes = await asyncio.to_thread(
-                processes.kill_user, self.groups, request.user
+                processes.kill_user, self.groups, request.user, request.spare_services
             )
         except KeyError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")

@@ -127,9 +127,11 @@ os.execve(sys.executable, [sys.executable, script], {**os.environ, "REROLL_SERVI
 """
 
 
-async def test_the_verify_spares_a_service_and_kills_the_agents_impostors(
-    client: SidecarClient, tmp_path: Path
+@pytest.mark.parametrize("through", ["verify", "kill"])
+async def test_the_agents_quiesce_spares_a_service_and_kills_the_agents_impostors(
+    client: SidecarClient, tmp_path: Path, through: str
 ) -> None:
+    """Through the verify's hardening, or the agent's quiesce (Kill with ``spare_services``)."""
     script, impostor = tmp_path / "service.py", tmp_path / "impostor.py"
     script.write_text(SERVICE)
     impostor.write_text(IMPOSTOR)
@@ -148,8 +150,11 @@ async def test_the_verify_spares_a_service_and_kills_the_agents_impostors(
         assert await beating(agent_beat) and await beating(Path(f"{agent_beat}.child"))
         # The test script sees the service live (its heartbeat moves while the script runs).
         check = f'a=$(cat {service_beat}); sleep 0.3; [ "$(cat {service_beat})" != "$a" ] && echo 1 > $LOGS/reward.txt\n'
-        outcome = await verify_script(client, tmp_path / "sandbox", check)
-        assert outcome.rewards == {"reward": 1.0}, outcome.output_text()
+        if through == "verify":
+            outcome = await verify_script(client, tmp_path / "sandbox", check)
+            assert outcome.rewards == {"reward": 1.0}, outcome.output_text()
+        else:
+            await client.kill(spare_services=True)
         assert await beating(service_beat) and await beating(Path(f"{service_beat}.child"))
         assert not await beating(agent_beat), "the agent's impostor outlived the hardening"
         assert not await beating(Path(f"{agent_beat}.child"))

@@ -254,7 +254,7 @@ class Sandbox(Protocol):
         """
         ...
 
-    async def kill(self, user: str = "") -> int:
+    async def kill(self, user: str = "", *, spare_services: bool = False) -> int:
         """Quiesce the agent's processes, then SIGKILL the process groups started through `exec`
         for `user` (empty: for every user).
 
@@ -262,6 +262,9 @@ class Sandbox(Protocol):
         (fork storms, ``setsid``, double forks): with an empty `user` every process `exec`
         started and all their descendants; where the backend runs as root and `user` is
         another, non-root user, every process of that user. None is left when this returns.
+        `spare_services` (the agent's quiesce): every process `exec` started and all their
+        descendants, and every process of `user`, but the task's services (``exec`` with
+        ``service``) and what they forked, which live on.
 
         Returns:
             How many process groups were signalled.

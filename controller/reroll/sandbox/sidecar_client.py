@@ -382,13 +382,14 @@ class SidecarClient:
             _raise(exc, f"{self.address} Manifest {root}")
         return dict(sorted(response.entries.items()))
 
-    async def kill(self, user: str = "") -> int:
+    async def kill(self, user: str = "", *, spare_services: bool = False) -> int:
         """Quiesce (freeze, then kill) the agent's processes, then SIGKILL the process groups
         started through exec for `user` (empty: for every user).
 
         The agent's processes are every descendant of the sidecar outside its session (empty
         `user`) or, when the sidecar is root and `user` is another, non-root user, every process
-        of that user (``reroll_sidecar.quiesce``).
+        of that user (``reroll_sidecar.quiesce``); with `spare_services` both, but the task's
+        services (exec with ``service``) and what they forked.
 
         Returns:
             How many process groups were signalled.
@@ -399,7 +400,7 @@ class SidecarClient:
         """
         try:
             response = await self._rpc.Kill(
-                pb.KillRequest(user=user), timeout=KILL_DEADLINE_SECONDS, metadata=self._metadata
+                pb.KillRequest(user=user, spare_services=spare_services), timeout=KILL_DEADLINE_SECONDS, metadata=self._metadata
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.ABORTED:

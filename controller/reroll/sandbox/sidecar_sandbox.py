@@ -145,9 +145,9 @@ class SidecarSandbox(abc.ABC):
         """See `Sandbox.manifest`."""
         return await self._sidecar.manifest(root)
 
-    async def kill(self, user: str = "") -> int:
+    async def kill(self, user: str = "", *, spare_services: bool = False) -> int:
         """See `Sandbox.kill`."""
-        return await self._sidecar.kill(user)
+        return await self._sidecar.kill(user, spare_services=spare_services)
 
     async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
         """See `Sandbox.snapshot`."""

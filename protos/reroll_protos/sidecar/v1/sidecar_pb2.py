@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&reroll_protos/sidecar/v1/sidecar.proto\x12\x11reroll.sidecar.v1\"\x0f\n\rHealthRequest\"K\n\x0eHealthResponse\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0c\n\x04user\x18\x04 \x01(\t\"\xe6\x01\n\x0b\x45xecRequest\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x34\n\x03\x65nv\x18\x03 \x03(\x0b\x32\'.reroll.sidecar.v1.ExecRequest.EnvEntry\x12\x13\n\x0binherit_env\x18\x04 \x01(\x08\x12\x0c\n\x04user\x18\x05 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x01\x12\r\n\x05stdin\x18\x07 \x01(\x0c\x12\x0f\n\x07service\x18\x08 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"e\n\tExecEvent\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x12+\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x1b.reroll.sidecar.v1.ExecExitH\x00\x42\x07\n\x05\x65vent\"0\n\x08\x45xecExit\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x11\n\ttimed_out\x18\x02 \x01(\x08\"5\n\tFileChunk\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"%\n\x0fPutFileResponse\x12\x12\n\nsize_bytes\x18\x01 \x01(\x03\"\x1e\n\x0eGetFileRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x1b\n\x0bKillRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\"%\n\x0cKillResponse\x12\x15\n\rkilled_groups\x18\x01 \x01(\x05\".\n\x0fSnapshotRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05paths\x18\x02 \x03(\t\"6\n\x10SnapshotResponse\x12\x12\n\nsize_bytes\x18\x01 \x01(\x03\x12\x0e\n\x06method\x18\x02 \x01(\t\"\x1e\n\x0eRestoreRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\" \n\x0fRestoreResponse\x12\r\n\x05paths\x18\x01 \x03(\t\"\xa8\x01\n\tHardening\x12\x1c\n\x14restore_build_config\x18\x01 \x01(\x08\x12\x1d\n\x15\x64\x65lete_injected_hooks\x18\x02 \x01(\x08\x12\x16\n\x0epytest_addopts\x18\x03 \x01(\x08\x12\x17\n\x0fplugin_autoload\x18\x04 \x01(\x08\x12\x16\n\x0epytest_plugins\x18\x05 \x03(\t\x12\x15\n\rpytest_report\x18\x06 \x01(\x08\"\xe7\x01\n\x14PrepareVerifyRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x0c\n\x04home\x18\x02 \x01(\t\x12\x12\n\nagent_user\x18\x03 \x01(\t\x12/\n\thardening\x18\x04 \x01(\x0b\x32\x1c.reroll.sidecar.v1.Hardening\x12=\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x30.reroll.sidecar.v1.PrepareVerifyRequest.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x15PrepareVerifyResponse\x12\r\n\x05hooks\x18\x01 \x03(\t\x12\x16\n\x0esnapshot_paths\x18\x02 \x03(\t\x12\x16\n\x0epytest_plugins\x18\x03 \x03(\t\"\xd4\x01\n\rVerifyRequest\x12\x14\n\x0cverifier_dir\x18\x01 \x01(\t\x12\x0e\n\x06script\x18\x02 \x01(\t\x12\x12\n\nreward_dir\x18\x03 \x01(\t\x12\x36\n\x03\x65nv\x18\x04 \x03(\x0b\x32).reroll.sidecar.v1.VerifyRequest.EnvEntry\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x0c\n\x04soft\x18\x06 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa6\x01\n\x0bVerifyEvent\x12\x37\n\thardening\x18\x01 \x01(\x0b\x32\".reroll.sidecar.v1.HardeningReportH\x00\x12\x10\n\x06stdout\x18\x02 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x03 \x01(\x0cH\x00\x12\x31\n\x06result\x18\x04 \x01(\x0b\x32\x1f.reroll.sidecar.v1.VerifyResultH\x00\x42\x07\n\x05\x65vent\"Z\n\x0fHardeningReport\x12\x15\n\rkilled_groups\x18\x01 \x01(\x05\x12\x10\n\x08restored\x18\x02 \x03(\t\x12\x0f\n\x07\x64\x65leted\x18\x03 \x03(\t\x12\r\n\x05notes\x18\x04 \x03(\t\"\xa0\x02\n\x0cVerifyResult\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x11\n\ttimed_out\x18\x02 \x01(\x08\x12\x13\n\x0breward_file\x18\x03 \x01(\t\x12\x16\n\x0ereward_content\x18\x04 \x01(\x0c\x12=\n\x07rewards\x18\x05 \x03(\x0b\x32,.reroll.sidecar.v1.VerifyResult.RewardsEntry\x12\x14\n\x0creward_error\x18\x06 \x01(\t\x12\x15\n\rpytest_report\x18\x07 \x01(\t\x12\x10\n\x08leftover\x18\x08 \x01(\t\x12\x0f\n\x07\x63leanup\x18\t \x03(\t\x1a.\n\x0cRewardsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x1f\n\x0fManifestRequest\x12\x0c\n\x04root\x18\x01 \x01(\t\"\x85\x01\n\x10ManifestResponse\x12\x41\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x30.reroll.sidecar.v1.ManifestResponse.EntriesEntry\x1a.\n\x0c\x45ntriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\xb4\x06\n\x07Sidecar\x12M\n\x06Health\x12 .reroll.sidecar.v1.HealthRequest\x1a!.reroll.sidecar.v1.HealthResponse\x12\x46\n\x04\x45xec\x12\x1e.reroll.sidecar.v1.ExecRequest\x1a\x1c.reroll.sidecar.v1.ExecEvent0\x01\x12M\n\x07PutFile\x12\x1c.reroll.sidecar.v1.FileChunk\x1a\".reroll.sidecar.v1.PutFileResponse(\x01\x12L\n\x07GetFile\x12!.reroll.sidecar.v1.GetFileRequest\x1a\x1c.reroll.sidecar.v1.FileChunk0\x01\x12G\n\x04Kill\x12\x1e.reroll.sidecar.v1.KillRequest\x1a\x1f.reroll.sidecar.v1.KillResponse\x12S\n\x08Snapshot\x12\".reroll.sidecar.v1.SnapshotRequest\x1a#.reroll.sidecar.v1.SnapshotResponse\x12P\n\x07Restore\x12!.reroll.sidecar.v1.RestoreRequest\x1a\".reroll.sidecar.v1.RestoreResponse\x12\x62\n\rPrepareVerify\x12\'.reroll.sidecar.v1.PrepareVerifyRequest\x1a(.reroll.sidecar.v1.PrepareVerifyResponse\x12L\n\x06Verify\x12 .reroll.sidecar.v1.VerifyRequest\x1a\x1e.reroll.sidecar.v1.VerifyEvent0\x01\x12S\n\x08Manifest\x12\".reroll.sidecar.v1.ManifestRequest\x1a#.reroll.sidecar.v1.ManifestResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&reroll_protos/sidecar/v1/sidecar.proto\x12\x11reroll.sidecar.v1\"\x0f\n\rHealthRequest\"K\n\x0eHealthResponse\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0c\n\x04user\x18\x04 \x01(\t\"\xe6\x01\n\x0b\x45xecRequest\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x34\n\x03\x65nv\x18\x03 \x03(\x0b\x32\'.reroll.sidecar.v1.ExecRequest.EnvEntry\x12\x13\n\x0binherit_env\x18\x04 \x01(\x08\x12\x0c\n\x04user\x18\x05 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x01\x12\r\n\x05stdin\x18\x07 \x01(\x0c\x12\x0f\n\x07service\x18\x08 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"e\n\tExecEvent\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x12+\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x1b.reroll.sidecar.v1.ExecExitH\x00\x42\x07\n\x05\x65vent\"0\n\x08\x45xecExit\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x11\n\ttimed_out\x18\x02 \x01(\x08\"5\n\tFileChunk\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"%\n\x0fPutFileResponse\x12\x12\n\nsize_bytes\x18\x01 \x01(\x03\"\x1e\n\x0eGetFileRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"3\n\x0bKillRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\x16\n\x0espare_services\x18\x02 \x01(\x08\"%\n\x0cKillResponse\x12\x15\n\rkilled_groups\x18\x01 \x01(\x05\".\n\x0fSnapshotRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05paths\x18\x02 \x03(\t\"6\n\x10SnapshotResponse\x12\x12\n\nsize_bytes\x18\x01 \x01(\x03\x12\x0e\n\x06method\x18\x02 \x01(\t\"\x1e\n\x0eRestoreRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\" \n\x0fRestoreResponse\x12\r\n\x05paths\x18\x01 \x03(\t\"\xa8\x01\n\tHardening\x12\x1c\n\x14restore_build_config\x18\x01 \x01(\x08\x12\x1d\n\x15\x64\x65lete_injected_hooks\x18\x02 \x01(\x08\x12\x16\n\x0epytest_addopts\x18\x03 \x01(\x08\x12\x17\n\x0fplugin_autoload\x18\x04 \x01(\x08\x12\x16\n\x0epytest_plugins\x18\x05 \x03(\t\x12\x15\n\rpytest_report\x18\x06 \x01(\x08\"\xe7\x01\n\x14PrepareVerifyRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x0c\n\x04home\x18\x02 \x01(\t\x12\x12\n\nagent_user\x18\x03 \x01(\t\x12/\n\thardening\x18\x04 \x01(\x0b\x32\x1c.reroll.sidecar.v1.Hardening\x12=\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x30.reroll.sidecar.v1.PrepareVerifyRequest.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x15PrepareVerifyResponse\x12\r\n\x05hooks\x18\x01 \x03(\t\x12\x16\n\x0esnapshot_paths\x18\x02 \x03(\t\x12\x16\n\x0epytest_plugins\x18\x03 \x03(\t\"\xd4\x01\n\rVerifyRequest\x12\x14\n\x0cverifier_dir\x18\x01 \x01(\t\x12\x0e\n\x06script\x18\x02 \x01(\t\x12\x12\n\nreward_dir\x18\x03 \x01(\t\x12\x36\n\x03\x65nv\x18\x04 \x03(\x0b\x32).reroll.sidecar.v1.VerifyRequest.EnvEntry\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x0c\n\x04soft\x18\x06 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa6\x01\n\x0bVerifyEvent\x12\x37\n\thardening\x18\x01 \x01(\x0b\x32\".reroll.sidecar.v1.HardeningReportH\x00\x12\x10\n\x06stdout\x18\x02 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x03 \x01(\x0cH\x00\x12\x31\n\x06result\x18\x04 \x01(\x0b\x32\x1f.reroll.sidecar.v1.VerifyResultH\x00\x42\x07\n\x05\x65vent\"Z\n\x0fHardeningReport\x12\x15\n\rkilled_groups\x18\x01 \x01(\x05\x12\x10\n\x08restored\x18\x02 \x03(\t\x12\x0f\n\x07\x64\x65leted\x18\x03 \x03(\t\x12\r\n\x05notes\x18\x04 \x03(\t\"\xa0\x02\n\x0cVerifyResult\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x11\n\ttimed_out\x18\x02 \x01(\x08\x12\x13\n\x0breward_file\x18\x03 \x01(\t\x12\x16\n\x0ereward_content\x18\x04 \x01(\x0c\x12=\n\x07rewards\x18\x05 \x03(\x0b\x32,.reroll.sidecar.v1.VerifyResult.RewardsEntry\x12\x14\n\x0creward_error\x18\x06 \x01(\t\x12\x15\n\rpytest_report\x18\x07 \x01(\t\x12\x10\n\x08leftover\x18\x08 \x01(\t\x12\x0f\n\x07\x63leanup\x18\t \x03(\t\x1a.\n\x0cRewardsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x1f\n\x0fManifestRequest\x12\x0c\n\x04root\x18\x01 \x01(\t\"\x85\x01\n\x10ManifestResponse\x12\x41\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x30.reroll.sidecar.v1.ManifestResponse.EntriesEntry\x1a.\n\x0c\x45ntriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\xb4\x06\n\x07Sidecar\x12M\n\x06Health\x12 .reroll.sidecar.v1.HealthRequest\x1a!.reroll.sidecar.v1.HealthResponse\x12\x46\n\x04\x45xec\x12\x1e.reroll.sidecar.v1.ExecRequest\x1a\x1c.reroll.sidecar.v1.ExecEvent0\x01\x12M\n\x07PutFile\x12\x1c.reroll.sidecar.v1.FileChunk\x1a\".reroll.sidecar.v1.PutFileResponse(\x01\x12L\n\x07GetFile\x12!.reroll.sidecar.v1.GetFileRequest\x1a\x1c.reroll.sidecar.v1.FileChunk0\x01\x12G\n\x04Kill\x12\x1e.reroll.sidecar.v1.KillRequest\x1a\x1f.reroll.sidecar.v1.KillResponse\x12S\n\x08Snapshot\x12\".reroll.sidecar.v1.SnapshotRequest\x1a#.reroll.sidecar.v1.SnapshotResponse\x12P\n\x07Restore\x12!.reroll.sidecar.v1.RestoreRequest\x1a\".reroll.sidecar.v1.RestoreResponse\x12\x62\n\rPrepareVerify\x12\'.reroll.sidecar.v1.PrepareVerifyRequest\x1a(.reroll.sidecar.v1.PrepareVerifyResponse\x12L\n\x06Verify\x12 .reroll.sidecar.v1.VerifyRequest\x1a\x1e.reroll.sidecar.v1.VerifyEvent0\x01\x12S\n\x08Manifest\x12\".reroll.sidecar.v1.ManifestRequest\x1a#.reroll.sidecar.v1.ManifestResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -60,43 +60,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETFILEREQUEST']._serialized_start=635
   _globals['_GETFILEREQUEST']._serialized_end=665
   _globals['_KILLREQUEST']._serialized_start=667
-  _globals['_KILLREQUEST']._serialized_end=694
-  _globals['_KILLRESPONSE']._serialized_start=696
-  _globals['_KILLRESPONSE']._serialized_end=733
-  _globals['_SNAPSHOTREQUEST']._serialized_start=735
-  _globals['_SNAPSHOTREQUEST']._serialized_end=781
-  _globals['_SNAPSHOTRESPONSE']._serialized_start=783
-  _globals['_SNAPSHOTRESPONSE']._serialized_end=837
-  _globals['_RESTOREREQUEST']._serialized_start=839
-  _globals['_RESTOREREQUEST']._serialized_end=869
-  _globals['_RESTORERESPONSE']._serialized_start=871
-  _globals['_RESTORERESPONSE']._serialized_end=903
-  _globals['_HARDENING']._serialized_start=906
-  _globals['_HARDENING']._serialized_end=1074
-  _globals['_PREPAREVERIFYREQUEST']._serialized_start=1077
-  _globals['_PREPAREVERIFYREQUEST']._serialized_end=1308
+  _globals['_KILLREQUEST']._serialized_end=718
+  _globals['_KILLRESPONSE']._serialized_start=720
+  _globals['_KILLRESPONSE']._serialized_end=757
+  _globals['_SNAPSHOTREQUEST']._serialized_start=759
+  _globals['_SNAPSHOTREQUEST']._serialized_end=805
+  _globals['_SNAPSHOTRESPONSE']._serialized_start=807
+  _globals['_SNAPSHOTRESPONSE']._serialized_end=861
+  _globals['_RESTOREREQUEST']._serialized_start=863
+  _globals['_RESTOREREQUEST']._serialized_end=893
+  _globals['_RESTORERESPONSE']._serialized_start=895
+  _globals['_RESTORERESPONSE']._serialized_end=927
+  _globals['_HARDENING']._serialized_start=930
+  _globals['_HARDENING']._serialized_end=1098
+  _globals['_PREPAREVERIFYREQUEST']._serialized_start=1101
+  _globals['_PREPAREVERIFYREQUEST']._serialized_end=1332
   _globals['_PREPAREVERIFYREQUEST_ENVENTRY']._serialized_start=344
   _globals['_PREPAREVERIFYREQUEST_ENVENTRY']._serialized_end=386
-  _globals['_PREPAREVERIFYRESPONSE']._serialized_start=1310
-  _globals['_PREPAREVERIFYRESPONSE']._serialized_end=1396
-  _globals['_VERIFYREQUEST']._serialized_start=1399
-  _globals['_VERIFYREQUEST']._serialized_end=1611
+  _globals['_PREPAREVERIFYRESPONSE']._serialized_start=1334
+  _globals['_PREPAREVERIFYRESPONSE']._serialized_end=1420
+  _globals['_VERIFYREQUEST']._serialized_start=1423
+  _globals['_VERIFYREQUEST']._serialized_end=1635
   _globals['_VERIFYREQUEST_ENVENTRY']._serialized_start=344
   _globals['_VERIFYREQUEST_ENVENTRY']._serialized_end=386
-  _globals['_VERIFYEVENT']._serialized_start=1614
-  _globals['_VERIFYEVENT']._serialized_end=1780
-  _globals['_HARDENINGREPORT']._serialized_start=1782
-  _globals['_HARDENINGREPORT']._serialized_end=1872
-  _globals['_VERIFYRESULT']._serialized_start=1875
-  _globals['_VERIFYRESULT']._serialized_end=2163
-  _globals['_VERIFYRESULT_REWARDSENTRY']._serialized_start=2117
-  _globals['_VERIFYRESULT_REWARDSENTRY']._serialized_end=2163
-  _globals['_MANIFESTREQUEST']._serialized_start=2165
-  _globals['_MANIFESTREQUEST']._serialized_end=2196
-  _globals['_MANIFESTRESPONSE']._serialized_start=2199
-  _globals['_MANIFESTRESPONSE']._serialized_end=2332
-  _globals['_MANIFESTRESPONSE_ENTRIESENTRY']._serialized_start=2286
-  _globals['_MANIFESTRESPONSE_ENTRIESENTRY']._serialized_end=2332
-  _globals['_SIDECAR']._serialized_start=2335
-  _globals['_SIDECAR']._serialized_end=3155
+  _globals['_VERIFYEVENT']._serialized_start=1638
+  _globals['_VERIFYEVENT']._serialized_end=1804
+  _globals['_HARDENINGREPORT']._serialized_start=1806
+  _globals['_HARDENINGREPORT']._serialized_end=1896
+  _globals['_VERIFYRESULT']._serialized_start=1899
+  _globals['_VERIFYRESULT']._serialized_end=2187
+  _globals['_VERIFYRESULT_REWARDSENTRY']._serialized_start=2141
+  _globals['_VERIFYRESULT_REWARDSENTRY']._serialized_end=2187
+  _globals['_MANIFESTREQUEST']._serialized_start=2189
+  _globals['_MANIFESTREQUEST']._serialized_end=2220
+  _globals['_MANIFESTRESPONSE']._serialized_start=2223
+  _globals['_MANIFESTRESPONSE']._serialized_end=2356
+  _globals['_MANIFESTRESPONSE_ENTRIESENTRY']._serialized_start=2310
+  _globals['_MANIFESTRESPONSE_ENTRIESENTRY']._serialized_end=2356
+  _globals['_SIDECAR']._serialized_start=2359
+  _globals['_SIDECAR']._serialized_end=3179
 # @@protoc_insertion_point(module_scope)

@@ -271,16 +271,22 @@ class KillRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     USER_FIELD_NUMBER: _builtins.int
+    SPARE_SERVICES_FIELD_NUMBER: _builtins.int
     user: _builtins.str
     """Only process groups started for this user; empty = all of them."""
+    spare_services: _builtins.bool
+    """The agent's quiesce: every process Exec started and all their descendants die (and every
+    process of `user`), but the task's services (ExecRequest.service) and what they forked.
+    """
     def __init__(
         self,
         *,
         user: _builtins.str = ...,
+        spare_services: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spare_services", b"spare_services", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
