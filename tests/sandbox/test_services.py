@@ -82,7 +82,7 @@ def service_task(
     return folder
 
 
-def oracle_run(task: Path, tmp_path: Path) -> tuple[dict[str, Any], Path]:
+def oracle_run(task: Path, tmp_path: Path, sandbox: str = "local") -> tuple[dict[str, Any], Path]:
     done = subprocess.run(
         [
             REROLL,
@@ -91,7 +91,7 @@ def oracle_run(task: Path, tmp_path: Path) -> tuple[dict[str, Any], Path]:
             "--agent",
             "oracle",
             "--sandbox",
-            "local",
+            sandbox,
             "--job-name",
             "j",
             "--jobs-dir",
@@ -244,19 +244,27 @@ echo 1 > /logs/verifier/reward.txt
 """
 
 
-def test_the_verifier_queries_a_live_service_while_the_agents_processes_are_dead(tmp_path: Path) -> None:
-    """The service outlives the quiesce and the verify's hardening (the verifier GETs it); the
-    agent's tamperer and its impostor of the service do not."""
+def live_service_run(tmp_path: Path, sandbox: str) -> tuple[dict[str, Any], Path]:
+    """The attack's rollout on `sandbox`: the oracle reads the service, leaves a tamperer and an
+    impostor of the service behind; the verifier GETs the service and checks the attackers are
+    dead. Asserts reward 1 (the verifier's output in the message), the service alive at teardown."""
     task = service_task(tmp_path / "task", [service(0)])
     (task / "environment" / "workspace" / "tamper.py").write_text(TAMPER)
     (task / "oracle" / "solve.sh").write_text(ATTACK)
     (task / "verifier" / "test.sh").write_text(CHECK_LIVE)
-    result, run = oracle_run(task, tmp_path / "jobs")
+    result, run = oracle_run(task, tmp_path / "jobs", sandbox)
     output = (run / "verifier" / "test-stdout.txt").read_text()
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"] == {"reward": 1.0}, output
     assert "the service answered: healthy" in output
     (record,) = json.loads((run / "services" / "services.json").read_text())
     assert record["exit_code"] is None  # alive until the teardown
+    return result, run
+
+
+def test_the_verifier_queries_a_live_service_while_the_agents_processes_are_dead(tmp_path: Path) -> None:
+    """The service outlives the quiesce and the verify's hardening (the verifier GETs it); the
+    agent's tamperer and its impostor of the service do not."""
+    _, run = live_service_run(tmp_path, "local")
     # No setuid program makes the agent's processes root (which a kill by user would miss).
     assert "NoNewPrivs:\t1" in (run / "agent" / "output.log").read_text()
