@@ -195,7 +195,9 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _freeze_descendants(deadline: float, keep: set[int], spare: frozenset[Identity] = frozenset()) -> set[int]:
+def _freeze_descendants(
+    deadline: float, keep: set[int], spare: frozenset[Identity] = frozenset()
+) -> set[int]:
     """SIGSTOP every descendant of the sidecar outside its session but the services in `spare`
     and their descendants, walking down from it, until two walks in a row find only stopped
     ones; returns their pids.

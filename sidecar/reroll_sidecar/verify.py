@@ -380,7 +380,9 @@ class Verifier:
         appending what was done to `notes`; returns what could not be undone, or empty."""
         try:
             if fenced is None:
-                selection = quiesce.Selection(uid=_agent_uid(baseline), descendants=True, spare=self.groups.services())
+                selection = quiesce.Selection(
+                    uid=_agent_uid(baseline), descendants=True, spare=self.groups.services()
+                )
                 await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
                 self.groups.kill(services=False)
                 return ""
@@ -430,7 +432,9 @@ class Verifier:
             QuiesceError: the agent's processes outlived the quiesce's time limit.
             VerifyError: ``failed`` when the agent user is unknown or the restore failed.
         """
-        selection = quiesce.Selection(uid=_agent_uid(baseline), descendants=True, spare=self.groups.services())
+        selection = quiesce.Selection(
+            uid=_agent_uid(baseline), descendants=True, spare=self.groups.services()
+        )
         killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
         report.killed_groups = killed + self.groups.kill(services=False)
         notes: list[str] = []

@@ -218,30 +218,40 @@ while True:
         time.sleep(0.05)
 """
 
-ATTACK = """
-python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8123/health", timeout=5).read().decode(), end="")' > seen.txt
+GET = """get='import sys,urllib.request as u;print(u.urlopen(sys.argv[1], timeout=5).read().decode(),end="")'
+"""
+
+ATTACK = (
+    GET
+    + """
+python3 -c "$get" http://127.0.0.1:8123/health > seen.txt
 grep NoNewPrivs /proc/self/status
 # A tamperer left in the background, in a session of its own.
 setsid python3 tamper.py </dev/null >/dev/null 2>&1 &
 # An impostor: the service's own program and command line (but the port), a forged pid file and
 # variable, in a session of its own.
-REROLL_SERVICE=1 setsid sh -c 'echo $$ >> attackers; echo $$ > /tmp/slow.pid; exec python3 service.py 0 8124 0' \\
+REROLL_SERVICE=1 setsid sh -c \\
+  'echo $$ >> attackers; echo $$ > /tmp/slow.pid; exec python3 service.py 0 8124 0' \\
   </dev/null >/dev/null 2>&1 &
 sleep 1
 """
+)
 
-CHECK_LIVE = """
+CHECK_LIVE = (
+    GET
+    + """
 sleep 1  # a tamperer still alive has struck by now
-body=$(python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8123/health", timeout=5).read().decode())') \\
-  || { echo "the service is unreachable"; exit 0; }
+body=$(python3 -c "$get" http://127.0.0.1:8123/health) || { echo "the service is unreachable"; exit 0; }
 echo "the service answered: $body"
 [ "$body" = healthy ] || exit 0
-grep -qx healthy "$REROLL_WORKSPACE/seen.txt" || { echo "seen.txt: $(cat "$REROLL_WORKSPACE/seen.txt")"; exit 0; }
+seen=$(cat "$REROLL_WORKSPACE/seen.txt")
+[ "$seen" = healthy ] || { echo "seen.txt: $seen"; exit 0; }
 for pid in $(cat "$REROLL_WORKSPACE/attackers"); do
   [ -e "/proc/$pid" ] && { echo "attacker $pid alive"; exit 0; }
 done
 echo 1 > /logs/verifier/reward.txt
 """
+)
 
 
 def live_service_run(tmp_path: Path, sandbox: str) -> tuple[dict[str, Any], Path]:

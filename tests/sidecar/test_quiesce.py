@@ -135,7 +135,11 @@ async def test_the_agents_quiesce_spares_a_service_and_kills_the_agents_impostor
     script, impostor = tmp_path / "service.py", tmp_path / "impostor.py"
     script.write_text(SERVICE)
     impostor.write_text(IMPOSTOR)
-    pid_file, service_beat, agent_beat = tmp_path / "service.pid", tmp_path / "service.beat", tmp_path / "agent.beat"
+    pid_file, service_beat, agent_beat = (
+        tmp_path / "service.pid",
+        tmp_path / "service.beat",
+        tmp_path / "agent.beat",
+    )
     env = {"PATH": os.environ["PATH"], "PID_FILE": str(pid_file)}
     service = asyncio.create_task(
         client.exec([sys.executable, str(script)], env=env | {"BEAT": str(service_beat)}, service=True)
@@ -149,7 +153,8 @@ async def test_the_agents_quiesce_spares_a_service_and_kills_the_agents_impostor
         assert tried.read_text() == "EPERM"  # no process joins a group of another session
         assert await beating(agent_beat) and await beating(Path(f"{agent_beat}.child"))
         # The test script sees the service live (its heartbeat moves while the script runs).
-        check = f'a=$(cat {service_beat}); sleep 0.3; [ "$(cat {service_beat})" != "$a" ] && echo 1 > $LOGS/reward.txt\n'
+        beat = service_beat
+        check = f'a=$(cat {beat}); sleep 0.3; [ "$(cat {beat})" != "$a" ] && echo 1 > $LOGS/reward.txt\n'
         if through == "verify":
             outcome = await verify_script(client, tmp_path / "sandbox", check)
             assert outcome.rewards == {"reward": 1.0}, outcome.output_text()

@@ -400,7 +400,9 @@ class SidecarClient:
         """
         try:
             response = await self._rpc.Kill(
-                pb.KillRequest(user=user, spare_services=spare_services), timeout=KILL_DEADLINE_SECONDS, metadata=self._metadata
+                pb.KillRequest(user=user, spare_services=spare_services),
+                timeout=KILL_DEADLINE_SECONDS,
+                metadata=self._metadata,
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.ABORTED:

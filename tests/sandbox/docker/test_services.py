@@ -193,7 +193,9 @@ async def test_prune_removes_the_services_of_a_killed_controller(tmp_path: Path)
         await sandbox.stop()
 
 
-def test_the_verifier_queries_a_live_command_service_while_the_agents_processes_are_dead(tmp_path: Path) -> None:
+def test_the_verifier_queries_a_live_command_service_while_the_agents_processes_are_dead(
+    tmp_path: Path,
+) -> None:
     """As on `local` (tests/sandbox/test_services.py): the command service in the container
     outlives the agent's quiesce and the verify's hardening, the agent's tamperer and impostor
     of the service do not — here the agent may gain root through a setuid program (no
