@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from reroll.sandbox.sidecar_client import SidecarClient
+from reroll_contracts.errors import SidecarError
 from reroll_sidecar import quiesce
 
 from tests.sidecar.test_sidecar import verify_script
@@ -168,3 +169,11 @@ async def test_the_agents_quiesce_spares_a_service_and_kills_the_agents_impostor
         await client.kill()  # every user: the service too
     assert (await asyncio.wait_for(service, 10)).exit_code == -9
     assert not await beating(service_beat)
+
+
+async def test_a_service_as_another_user_is_refused_naming_it(client: SidecarClient) -> None:
+    """A service runs as the sidecar's own user only (never the agent's, whose quiesce kills by user)."""
+    with pytest.raises(
+        SidecarError, match=r"INVALID_ARGUMENT.*a service runs as the sidecar's user .*'nobody'"
+    ):
+        await client.exec(["true"], user="nobody", service=True)
