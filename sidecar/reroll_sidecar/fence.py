@@ -240,6 +240,7 @@ class Fence:
             read-write mount (`writable_mounts`).
         agent_uid: the agent's user, whose processes are killed too; None: by descent only.
         keep_reaped: pids another thread waits for (Exec's children), never reaped by the quiesce.
+        spare: the task's services (`quiesce.Selection.spare`): they outlive the fence.
     """
 
     def __init__(
@@ -251,6 +252,7 @@ class Fence:
         rest: list[str] | None = None,
         agent_uid: int | None = None,
         keep_reaped: Iterable[int] = (),
+        spare: frozenset[quiesce.Identity] = frozenset(),
     ) -> None:
         self.snapshots = snapshots
         self.areas = split_areas(areas, os.path.dirname(snapshots.root))
@@ -258,6 +260,7 @@ class Fence:
         self.rest = rest
         self.agent_uid = agent_uid
         self.keep_reaped = keep_reaped
+        self.spare = spare
         self._roots: list[str] = []
         self._before: dict[bytes, bytes] | None = None
         self._saved = False
@@ -302,7 +305,7 @@ class Fence:
             raise SnapshotError("failed", "the soft verify fence was left before it was entered")
         started = time.monotonic()
         left = Left(enter_seconds=self._enter_seconds)
-        selection = quiesce.Selection(uid=self.agent_uid, descendants=True)
+        selection = quiesce.Selection(uid=self.agent_uid, descendants=True, spare=self.spare)
         left.killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.keep_reaped)
         for folder in self.discard:
             await asyncio.to_thread(_discard, os.fsencode(folder))

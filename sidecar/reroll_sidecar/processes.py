@@ -4,6 +4,11 @@ Every child of `run` leads a new session, hence its own process group, which `Pr
 remembers (with the user it runs as) until the group is killed or has died out, so `Kill` also
 reaches what a finished command left running in the background. On timeout or when the
 consumer stops early the whole group gets SIGKILL.
+
+A task's service (``ExecRequest.service``) is remembered as such, by its pid and its start time
+(`quiesce.Identity`, taken from the kernel as it is spawned, so a reused pid is never mistaken
+for it): `ProcessGroups.kill` of one user and the quiesce of the agent spare it and everything
+it forks (`ProcessGroups.services`); only a kill of every user stops it.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class Command:
     timeout_seconds: float
     """0 = no timeout."""
     stdin: bytes
+    service: bool = False
+    """A task's service: spared by the agent's quiesce (see the module docstring)."""
 
 
 class ProcessGroups:
@@ -58,27 +65,38 @@ class ProcessGroups:
 
     def __init__(self) -> None:
         self._users: dict[int, str] = {}
+        self._services: dict[int, quiesce.Identity] = {}
         self.waited: set[int] = set()
         """The children a thread of `run` waits for (never reaped elsewhere)."""
 
-    def add(self, pgid: int, user: str) -> None:
-        """Remember group `pgid`, run as `user`; forget groups that have died out."""
+    def add(self, pgid: int, user: str, service: bool = False) -> None:
+        """Remember group `pgid` (its leader, a child of the sidecar), run as `user`, as a task's
+        service when `service` is set; forget groups that have died out."""
         for old in list(self._users):
             if not _signal_group(old, 0):
                 del self._users[old]
+                self._services.pop(old, None)
         self._users[pgid] = user
+        if service and (identity := quiesce.identity(pgid)) is not None:
+            self._services[pgid] = identity
 
-    def kill(self, user: str = "") -> int:
-        """SIGKILL every remembered group of `user` (empty: of every user) and forget them.
+    def services(self) -> frozenset[quiesce.Identity]:
+        """The service processes started through Exec (their leaders), as spawned."""
+        return frozenset(self._services.values())
+
+    def kill(self, user: str = "", *, services: bool = True) -> int:
+        """SIGKILL every remembered group of `user` (empty: of every user) and forget them;
+        `services` False spares the task's services' groups.
 
         Returns:
             How many groups still existed and were signalled.
         """
         killed = 0
         for pgid, owner in list(self._users.items()):
-            if user and owner != user:
+            if (user and owner != user) or (not services and pgid in self._services):
                 continue
             del self._users[pgid]
+            self._services.pop(pgid, None)
             killed += _signal_group(pgid, signal.SIGKILL)
         return killed
 
@@ -92,13 +110,15 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-def kill_user(groups: ProcessGroups, user: str) -> tuple[int, int]:
+def kill_user(groups: ProcessGroups, user: str, spare_services: bool = False) -> tuple[int, int]:
     """SIGKILL the Exec process groups of `user` (empty: of every user), then quiesce the agent's
     processes (`quiesce.quiesce`): what left those groups dies too.
 
     The agent's processes are, for an empty `user`, every descendant of the sidecar outside its
-    session; when the sidecar is root and `user` is another, non-root user, every process of that
-    user.
+    session, the task's services included; when the sidecar is root and `user` is another,
+    non-root user, every process of that user (a service runs as the sidecar's user: spared).
+    `spare_services` (the agent's quiesce): both, but the services and what they forked
+    (`ProcessGroups.services`) — so a process the agent made root (a setuid program) dies too.
 
     Returns:
         ``(groups signalled, other processes killed)``.
@@ -112,6 +132,11 @@ def kill_user(groups: ProcessGroups, user: str) -> tuple[int, int]:
         uid = pwd.getpwnam(user).pw_uid
         if uid in (0, os.geteuid()):
             uid = None
+    if spare_services:
+        spare = groups.services()
+        killed_groups = groups.kill(user, services=False)
+        selection = quiesce.Selection(uid=uid, descendants=True, spare=spare)
+        return killed_groups, quiesce.quiesce(selection, keep_reaped=groups.waited)
     killed_groups = groups.kill(user)
     killed_processes = 0
     if uid is not None or not user:
@@ -179,7 +204,7 @@ async def run(command: Command, groups: ProcessGroups) -> AsyncGenerator[pb.Exec
         yield pb.ExecEvent(stderr=f"reroll-sidecar: cannot execute {command.argv[0]!r}: {exc}\n".encode())
         yield pb.ExecEvent(exit=pb.ExecExit(exit_code=127 if isinstance(exc, FileNotFoundError) else 126))
         return
-    groups.add(process.pid, command.user)
+    groups.add(process.pid, command.user, command.service)
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[int] = loop.create_future()
     _wait_in_thread(process, exited, groups.waited)

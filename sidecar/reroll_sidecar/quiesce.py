@@ -26,6 +26,15 @@ Which processes are the agent's (`Selection`), and how each kind is frozen:
   only stopped processes (a stopped process cannot fork; adopted zombies are reaped on the way
   so the lists stay short); then each gets SIGKILL.
 
+The task's services (`Selection.spare`) are spared by descent: a walk that meets one of them —
+a child of the sidecar whose pid *and* start time (``/proc/PID/stat`` field 22) are those it had
+when Exec spawned it as a service — neither stops it nor goes below it. What they fork stays
+theirs; nothing else can join that subtree (a process's place in the tree is set by the kernel
+at fork, an orphan is re-parented to the sidecar, never into a service; a process group or a
+session cannot be joined across sessions), so no name, pid file or variable the agent writes
+makes its process a service. The agent's user is still killed everywhere by user, inside a
+service's subtree too: a service runs as root.
+
 cgroups (``cgroup.freeze`` / ``cgroup.kill``) would do the same in one write, but an unprivileged
 Docker container sees its cgroup file system read-only, and the local sandbox has no cgroup of
 its own; the signal loop works in both.
@@ -80,16 +89,47 @@ class Proc:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """One process as spawned: its pid and its start time (``/proc/PID/stat`` field 22, clock
+    ticks since boot), which a later process reusing the pid does not share."""
+
+    pid: int
+    start_ticks: int
+
+
+@dataclass(frozen=True)
 class Selection:
     """Which processes are the agent's (see the module docstring).
 
     Attributes:
         uid: every process with this user id among its ids; None: none by user.
         descendants: every descendant of the sidecar outside its session.
+        spare: the task's services: with `descendants`, they and their own descendants are not
+            selected (unless of user `uid`).
     """
 
     uid: int | None
     descendants: bool = True
+    spare: frozenset[Identity] = frozenset()
+
+
+def identity(pid: int) -> Identity | None:
+    """`pid` as it is now (its start time from ``/proc/PID/stat``); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # fields[0] is field 3 (state)
+    try:
+        return Identity(pid=pid, start_ticks=int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def _spared(pid: int, spare: frozenset[Identity]) -> bool:
+    """Whether `pid` is one of the services in `spare` (same pid and start time)."""
+    return any(item.pid == pid for item in spare) and identity(pid) in spare
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
@@ -155,9 +195,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _freeze_descendants(deadline: float, keep: set[int]) -> set[int]:
-    """SIGSTOP every descendant of the sidecar outside its session, walking down from it, until
-    two walks in a row find only stopped ones; returns their pids.
+def _freeze_descendants(
+    deadline: float, keep: set[int], spare: frozenset[Identity] = frozenset()
+) -> set[int]:
+    """SIGSTOP every descendant of the sidecar outside its session but the services in `spare`
+    and their descendants, walking down from it, until two walks in a row find only stopped
+    ones; returns their pids.
 
     Raises:
         QuiesceError: they were still not all stopped at `deadline` (`time.monotonic`).
@@ -178,6 +221,8 @@ def _freeze_descendants(deadline: float, keep: set[int]) -> set[int]:
             state, _, session = info
             if session == own_session and pid not in signalled:
                 continue  # the sidecar's own helper
+            if pid not in signalled and _spared(pid, spare):
+                continue  # a task's service, and what it forked
             if pid not in signalled:
                 _signal([pid], signal.SIGSTOP)
                 signalled.add(pid)
@@ -255,13 +300,13 @@ def quiesce(
     keep = set(keep_reaped)
     if selection.uid is not None:
         _signal_all_as(selection.uid, "STOP")
-    frozen = _freeze_descendants(deadline, keep) if selection.descendants else set()
+    frozen = _freeze_descendants(deadline, keep, selection.spare) if selection.descendants else set()
     if selection.uid is not None:
         _signal_all_as(selection.uid, "KILL")
     _signal(frozen, signal.SIGKILL)
     while True:
         _reap_adopted(keep)
-        left = _live_descendants() if selection.descendants else set()
+        left = _live_descendants(selection.spare) if selection.descendants else set()
         if selection.uid is not None:  # a full scan: the user's processes need not descend from us
             left |= {p.pid for p in scan().values() if selection.uid in p.uids and p.state not in DEAD_STATES}
         if not left:
@@ -287,8 +332,9 @@ def _reap_adopted(keep: set[int]) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def _live_descendants() -> set[int]:
-    """The sidecar's live descendants outside its session, from the kernel's children lists."""
+def _live_descendants(spare: frozenset[Identity] = frozenset()) -> set[int]:
+    """The sidecar's live descendants outside its session but the services in `spare` and their
+    descendants, from the kernel's children lists."""
     own_session = os.getsid(0)
     found: set[int] = set()
     queue = _children(os.getpid())
@@ -296,6 +342,8 @@ def _live_descendants() -> set[int]:
         pid = queue.pop()
         info = _stat(pid)
         if pid in found or info is None or info[0] in DEAD_STATES or info[2] == own_session:
+            continue
+        if _spared(pid, spare):
             continue
         found.add(pid)
         queue.extend(_children(pid))

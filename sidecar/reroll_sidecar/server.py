@@ -105,6 +105,11 @@ class SidecarService(pb_grpc.SidecarServicer):
                 f"timeout_seconds must be >= 0, not {request.timeout_seconds}",
             )
         switch_to = None
+        if request.service and request.user and request.user != self.user:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a service runs as the sidecar's user {self.user}, not {request.user!r}",
+            )
         if request.user and request.user != self.user:
             if os.geteuid() != 0:
                 await context.abort(
@@ -123,6 +128,7 @@ class SidecarService(pb_grpc.SidecarServicer):
             switch_to=switch_to,
             timeout_seconds=request.timeout_seconds,
             stdin=request.stdin,
+            service=request.service,
         )
 
     async def Exec(
@@ -184,7 +190,7 @@ class SidecarService(pb_grpc.SidecarServicer):
         see `processes.kill_user`. ABORTED when the quiesce ran out of time."""
         try:
             killed_groups, killed_processes = await asyncio.to_thread(
-                processes.kill_user, self.groups, request.user
+                processes.kill_user, self.groups, request.user, request.spare_services
             )
         except KeyError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")

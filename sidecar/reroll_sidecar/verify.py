@@ -9,7 +9,10 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
 `Verifier.verify` then:
 
 1. quiesces the agent (`quiesce`: freezes, then kills, every process of the agent's user and
-   every descendant Exec started, until a scan finds none), then kills every Exec process group;
+   every descendant Exec started, until a scan finds none), then kills every Exec process group
+   — all but the task's services (``ExecRequest.service``) and what they forked, identified as
+   the sidecar spawned them (`processes.ProcessGroups.services`), so the test script can query
+   a live service; a service still dies with the agent's user's processes if it runs as them;
 2. restores that snapshot: build-config edits are undone, build-config files the agent created
    are deleted, the recorded hooks are put back, owned by root; a folder on the way that the
    agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
@@ -367,6 +370,7 @@ class Verifier:
             rest=rest,
             agent_uid=_agent_uid(baseline),
             keep_reaped=self.groups.waited,
+            spare=self.groups.services(),
         )
 
     async def _clean_up(
@@ -376,12 +380,14 @@ class Verifier:
         appending what was done to `notes`; returns what could not be undone, or empty."""
         try:
             if fenced is None:
-                selection = quiesce.Selection(uid=_agent_uid(baseline), descendants=True)
+                selection = quiesce.Selection(
+                    uid=_agent_uid(baseline), descendants=True, spare=self.groups.services()
+                )
                 await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
-                self.groups.kill()
+                self.groups.kill(services=False)
                 return ""
             left = await fenced.leave()
-            self.groups.kill()
+            self.groups.kill(services=False)
         except (QuiesceError, SnapshotError, ToolError, VerifyError, OSError) as exc:
             return f"cleaning up after the verify failed: {exc}"
         for note in left.notes():
@@ -426,9 +432,11 @@ class Verifier:
             QuiesceError: the agent's processes outlived the quiesce's time limit.
             VerifyError: ``failed`` when the agent user is unknown or the restore failed.
         """
-        selection = quiesce.Selection(uid=_agent_uid(baseline), descendants=True)
+        selection = quiesce.Selection(
+            uid=_agent_uid(baseline), descendants=True, spare=self.groups.services()
+        )
         killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
-        report.killed_groups = killed + self.groups.kill()
+        report.killed_groups = killed + self.groups.kill(services=False)
         notes: list[str] = []
         if soft:
             notes.append("soft verify: build config and start-up hooks left as the agent left them")

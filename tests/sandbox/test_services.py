@@ -82,7 +82,7 @@ def service_task(
     return folder
 
 
-def oracle_run(task: Path, tmp_path: Path) -> tuple[dict[str, Any], Path]:
+def oracle_run(task: Path, tmp_path: Path, sandbox: str = "local") -> tuple[dict[str, Any], Path]:
     done = subprocess.run(
         [
             REROLL,
@@ -91,7 +91,7 @@ def oracle_run(task: Path, tmp_path: Path) -> tuple[dict[str, Any], Path]:
             "--agent",
             "oracle",
             "--sandbox",
-            "local",
+            sandbox,
             "--job-name",
             "j",
             "--jobs-dir",
@@ -196,3 +196,85 @@ def test_task_selection_and_forwarded_variables(tmp_path: Path) -> None:
     assert services.service_env() == {"REGION": "eu", "WHICH_TASK": "with-service"}
     assert services.exec_env() == {"REGION": "eu"}  # inject_into "entrypoint": the services only
     assert services.log_path("slow") == tmp_path / "services" / "slow.log"
+
+
+TAMPER = """
+import http.server, os, time
+open("attackers", "a").write(f"{os.getpid()}\\n")
+while not os.path.exists("/verifier/test.sh"):  # waits for the verifier, then strikes
+    time.sleep(0.05)
+
+class Forged(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"forged")
+
+while True:
+    open("seen.txt", "w").write("tampered")
+    try:  # the service's port, should the service be gone
+        http.server.HTTPServer(("127.0.0.1", 8123), Forged).serve_forever()
+    except OSError:
+        time.sleep(0.05)
+"""
+
+GET = """get='import sys,urllib.request as u;print(u.urlopen(sys.argv[1], timeout=5).read().decode(),end="")'
+"""
+
+ATTACK = (
+    GET
+    + """
+python3 -c "$get" http://127.0.0.1:8123/health > seen.txt
+grep NoNewPrivs /proc/self/status
+# A tamperer left in the background, in a session of its own.
+setsid python3 tamper.py </dev/null >/dev/null 2>&1 &
+# An impostor: the service's own program and command line (but the port), a forged pid file and
+# variable, in a session of its own.
+REROLL_SERVICE=1 setsid sh -c \\
+  'echo $$ >> attackers; echo $$ > /tmp/slow.pid; exec python3 service.py 0 8124 0' \\
+  </dev/null >/dev/null 2>&1 &
+sleep 1
+"""
+)
+
+CHECK_LIVE = (
+    GET
+    + """
+sleep 1  # a tamperer still alive has struck by now
+body=$(python3 -c "$get" http://127.0.0.1:8123/health) || { echo "the service is unreachable"; exit 0; }
+echo "the service answered: $body"
+[ "$body" = healthy ] || exit 0
+seen=$(cat "$REROLL_WORKSPACE/seen.txt")
+[ "$seen" = healthy ] || { echo "seen.txt: $seen"; exit 0; }
+for pid in $(cat "$REROLL_WORKSPACE/attackers"); do
+  [ -e "/proc/$pid" ] && { echo "attacker $pid alive"; exit 0; }
+done
+echo 1 > /logs/verifier/reward.txt
+"""
+)
+
+
+def live_service_run(tmp_path: Path, sandbox: str) -> tuple[dict[str, Any], Path]:
+    """The attack's rollout on `sandbox`: the oracle reads the service, leaves a tamperer and an
+    impostor of the service behind; the verifier GETs the service and checks the attackers are
+    dead. Asserts reward 1 (the verifier's output in the message), the service alive at teardown."""
+    task = service_task(tmp_path / "task", [service(0)])
+    (task / "environment" / "workspace" / "tamper.py").write_text(TAMPER)
+    (task / "oracle" / "solve.sh").write_text(ATTACK)
+    (task / "verifier" / "test.sh").write_text(CHECK_LIVE)
+    result, run = oracle_run(task, tmp_path / "jobs", sandbox)
+    output = (run / "verifier" / "test-stdout.txt").read_text()
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}, output
+    assert "the service answered: healthy" in output
+    (record,) = json.loads((run / "services" / "services.json").read_text())
+    assert record["exit_code"] is None  # alive until the teardown
+    return result, run
+
+
+def test_the_verifier_queries_a_live_service_while_the_agents_processes_are_dead(tmp_path: Path) -> None:
+    """The service outlives the quiesce and the verify's hardening (the verifier GETs it); the
+    agent's tamperer and its impostor of the service do not."""
+    _, run = live_service_run(tmp_path, "local")
+    # No setuid program makes the agent's processes root (which a kill by user would miss).
+    assert "NoNewPrivs:\t1" in (run / "agent" / "output.log").read_text()

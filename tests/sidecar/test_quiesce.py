@@ -1,4 +1,7 @@
-"""Quiesce through a real sidecar: survivors that hop pids, change sessions and double-fork die.
+"""Quiesce through a real sidecar: survivors that hop pids, change sessions and double-fork die;
+a task's service (Exec with ``service``) and what it forked outlive the verify's hardening, while
+the agent's processes that pass for it (same command line, a forged pid file and variable, an
+attempt to join its process group) die.
 
 Each survivor is a seeded variant (fork interval, ``setsid`` or not): it double-forks out of its
 Exec process group, then forks every few milliseconds and lets its parent exit, so its pid keeps
@@ -16,7 +19,10 @@ from pathlib import Path
 
 import pytest
 from reroll.sandbox.sidecar_client import SidecarClient
+from reroll_contracts.errors import SidecarError
 from reroll_sidecar import quiesce
+
+from tests.sidecar.test_sidecar import verify_script
 
 pytestmark = pytest.mark.spawns
 
@@ -87,3 +93,87 @@ def test_descent_is_by_session_not_terminal() -> None:
         for process in (helper, agent):
             process.kill()
             process.wait()
+
+
+SERVICE = r"""
+import os, sys, time
+beat = os.environ["BEAT"]
+with open(os.environ["PID_FILE"], "w") as pid_file:
+    pid_file.write(str(os.getpid()))
+if os.fork() == 0:  # what the service forks is the service's, even in a session of its own
+    os.setsid()
+    beat += ".child"
+while True:
+    with open(beat, "w") as handle:
+        handle.write(str(time.monotonic()))
+    time.sleep(0.02)
+"""
+
+IMPOSTOR = r"""
+import os, sys
+service, script, tried = int(open(sys.argv[1]).read()), sys.argv[2], sys.argv[3]
+try:
+    os.setpgid(0, service)  # into the service's process group (another session: refused)
+    outcome = "joined"
+except PermissionError:
+    outcome = "EPERM"
+open(tried, "w").write(outcome)
+if os.fork():
+    os._exit(0)  # double fork, out of the Exec's group
+os.setsid()
+open(sys.argv[1], "w").write(str(os.getpid()))  # the pid file now names the impostor
+os.close(1)
+# the service's very command line, with a variable claiming to be one
+os.execve(sys.executable, [sys.executable, script], {**os.environ, "REROLL_SERVICE": "1"})
+"""
+
+
+@pytest.mark.parametrize("through", ["verify", "kill"])
+async def test_the_agents_quiesce_spares_a_service_and_kills_the_agents_impostors(
+    client: SidecarClient, tmp_path: Path, through: str
+) -> None:
+    """Through the verify's hardening, or the agent's quiesce (Kill with ``spare_services``)."""
+    script, impostor = tmp_path / "service.py", tmp_path / "impostor.py"
+    script.write_text(SERVICE)
+    impostor.write_text(IMPOSTOR)
+    pid_file, service_beat, agent_beat = (
+        tmp_path / "service.pid",
+        tmp_path / "service.beat",
+        tmp_path / "agent.beat",
+    )
+    env = {"PATH": os.environ["PATH"], "PID_FILE": str(pid_file)}
+    service = asyncio.create_task(
+        client.exec([sys.executable, str(script)], env=env | {"BEAT": str(service_beat)}, service=True)
+    )
+    try:
+        assert await beating(service_beat, 10), "the service did not start"
+        tried = tmp_path / "tried"
+        agent = [sys.executable, str(impostor), str(pid_file), str(script), str(tried)]
+        result = await client.exec(agent, env=env | {"BEAT": str(agent_beat)}, timeout_seconds=30)
+        assert result.exit_code == 0, result.stderr
+        assert tried.read_text() == "EPERM"  # no process joins a group of another session
+        assert await beating(agent_beat) and await beating(Path(f"{agent_beat}.child"))
+        # The test script sees the service live (its heartbeat moves while the script runs).
+        beat = service_beat
+        check = f'a=$(cat {beat}); sleep 0.3; [ "$(cat {beat})" != "$a" ] && echo 1 > $LOGS/reward.txt\n'
+        if through == "verify":
+            outcome = await verify_script(client, tmp_path / "sandbox", check)
+            assert outcome.rewards == {"reward": 1.0}, outcome.output_text()
+        else:
+            await client.kill(spare_services=True)
+        assert await beating(service_beat) and await beating(Path(f"{service_beat}.child"))
+        assert not await beating(agent_beat), "the agent's impostor outlived the hardening"
+        assert not await beating(Path(f"{agent_beat}.child"))
+        assert not service.done()
+    finally:
+        await client.kill()  # every user: the service too
+    assert (await asyncio.wait_for(service, 10)).exit_code == -9
+    assert not await beating(service_beat)
+
+
+async def test_a_service_as_another_user_is_refused_naming_it(client: SidecarClient) -> None:
+    """A service runs as the sidecar's own user only (never the agent's, whose quiesce kills by user)."""
+    with pytest.raises(
+        SidecarError, match=r"INVALID_ARGUMENT.*a service runs as the sidecar's user .*'nobody'"
+    ):
+        await client.exec(["true"], user="nobody", service=True)

@@ -130,13 +130,15 @@ def crashed_before_its_tests(task: Task, outcome: VerifyOutcome) -> bool:
 
 
 async def quiesce(sandbox: Sandbox) -> None:
-    """Freeze, then kill, every process the agent left in `sandbox` (`Sandbox.kill` of its agent user).
+    """Freeze, then kill, every process the agent left in `sandbox` (`Sandbox.kill` of its agent
+    user, sparing the task's services: every process started through `Sandbox.exec` and all
+    their descendants die, but the services and what they forked).
 
     Raises:
         QuiesceError: some were still alive after the sandbox's time limit (a verifier error).
         SandboxError: the sandbox failed or died.
     """
-    await sandbox.kill(sandbox.layout.agent_user)
+    await sandbox.kill(sandbox.layout.agent_user, spare_services=True)
 
 
 async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path) -> Verdict:

@@ -151,6 +151,7 @@ class Sandbox(Protocol):
         timeout_seconds: float = 0.0,
         stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
+        service: bool = False,
     ) -> ExecResult:
         """Run `argv` in the sandbox, in a process group of its own, to its end.
 
@@ -167,6 +168,9 @@ class Sandbox(Protocol):
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
                 the result may then hold only the end of each stream (reroll's backends keep
                 the last `reroll.sandbox.results.STREAMED_TAIL_BYTES`).
+            service: a task's service (`reroll.sandbox.services`): runs as the backend's own user
+                (`user` must be empty) and outlives `kill` of the agent's user and the verify's
+                hardening; only `kill` of every user, the cancel or the sandbox's end stops it.
 
         Returns:
             The exit code (127 for a program that does not exist, with the error on stderr; the
@@ -250,7 +254,7 @@ class Sandbox(Protocol):
         """
         ...
 
-    async def kill(self, user: str = "") -> int:
+    async def kill(self, user: str = "", *, spare_services: bool = False) -> int:
         """Quiesce the agent's processes, then SIGKILL the process groups started through `exec`
         for `user` (empty: for every user).
 
@@ -258,6 +262,9 @@ class Sandbox(Protocol):
         (fork storms, ``setsid``, double forks): with an empty `user` every process `exec`
         started and all their descendants; where the backend runs as root and `user` is
         another, non-root user, every process of that user. None is left when this returns.
+        `spare_services` (the agent's quiesce): every process `exec` started and all their
+        descendants, and every process of `user`, but the task's services (``exec`` with
+        ``service``) and what they forked, which live on.
 
         Returns:
             How many process groups were signalled.

@@ -16,9 +16,14 @@ One `Environment` per rollout, on a started sandbox::
 How each service runs (``environment.services``, `reroll.tasks.environment.ServiceSpec`):
 
 - a *command* service is a process inside the sandbox (every backend), started through
-  `Sandbox.exec` as the sandbox's own user (root's side; never the agent's user, so the agent's
-  quiesce does not kill it), in a process group of its own, its output streamed to
-  ``services/<name>.log``;
+  `Sandbox.exec` with ``service=True``: as the sandbox's own user (root's side; never the agent's
+  user), in a process group of its own, its output streamed to ``services/<name>.log``. The
+  sidecar remembers it by pid and start time as it spawned it (``reroll_sidecar.quiesce``), so
+  the agent's quiesce and the verify's hardening kill every process of the agent — what it left
+  in the background, a root process it forked, anything named or pid-filed like the service —
+  but spare the service and what *it* forked: the verifier can query it live. A service that
+  runs what the agent sends it (a shell endpoint, say) runs it as the service: that is the
+  task's own semantics, the service is the task's;
 - an *image* service (an ``image``, or a ``build`` the backend builds) is a sibling container
   (`SiblingServices`, the docker backend) on the rollout's private network, reachable by its
   name, under the same firewall, limits and labels as the sandbox; a backend without siblings
@@ -132,7 +137,7 @@ class _ExecService:
         self._log = log_file.open("ab")
         self.exited_at: float | None = None
         self.run = asyncio.create_task(
-            sandbox.exec(argv, cwd=cwd, env=env, inherit_env=False, on_output=self._write)
+            sandbox.exec(argv, cwd=cwd, env=env, inherit_env=False, on_output=self._write, service=True)
         )
         self.run.add_done_callback(self._ended)
 

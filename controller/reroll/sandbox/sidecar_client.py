@@ -183,6 +183,7 @@ class SidecarClient:
         user: str = "",
         timeout_seconds: float = 0.0,
         stdin: bytes = b"",
+        service: bool = False,
     ) -> AsyncGenerator[ExecItem, None]:
         """Run `argv` in the sandbox and yield its output as produced, then its exit.
 
@@ -197,6 +198,7 @@ class SidecarClient:
             user: run as this user (the sidecar must be root for another user); empty = the sidecar's.
             timeout_seconds: kill the whole process group after this long; 0 = no timeout.
             stdin: bytes fed to the child's stdin, which is then closed.
+            service: a task's service (``ExecRequest.service``): spared by the agent's quiesce.
 
         Yields:
             ``("stdout", chunk)`` / ``("stderr", chunk)`` (≤ 64 KiB each), then one `ExecExit`.
@@ -214,6 +216,7 @@ class SidecarClient:
             user=user,
             timeout_seconds=timeout_seconds,
             stdin=stdin,
+            service=service,
         )
         deadline = timeout_seconds + EXEC_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Exec(request, timeout=deadline, metadata=self._metadata)
@@ -246,6 +249,7 @@ class SidecarClient:
         timeout_seconds: float = 0.0,
         stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
+        service: bool = False,
     ) -> ExecResult:
         """Run `argv` in the sandbox to its end and collect its output.
 
@@ -274,6 +278,7 @@ class SidecarClient:
             user=user,
             timeout_seconds=timeout_seconds,
             stdin=stdin,
+            service=service,
         )
         async with contextlib.aclosing(stream) as items:
             async for item in items:
@@ -377,13 +382,14 @@ class SidecarClient:
             _raise(exc, f"{self.address} Manifest {root}")
         return dict(sorted(response.entries.items()))
 
-    async def kill(self, user: str = "") -> int:
+    async def kill(self, user: str = "", *, spare_services: bool = False) -> int:
         """Quiesce (freeze, then kill) the agent's processes, then SIGKILL the process groups
         started through exec for `user` (empty: for every user).
 
         The agent's processes are every descendant of the sidecar outside its session (empty
         `user`) or, when the sidecar is root and `user` is another, non-root user, every process
-        of that user (``reroll_sidecar.quiesce``).
+        of that user (``reroll_sidecar.quiesce``); with `spare_services` both, but the task's
+        services (exec with ``service``) and what they forked.
 
         Returns:
             How many process groups were signalled.
@@ -394,7 +400,9 @@ class SidecarClient:
         """
         try:
             response = await self._rpc.Kill(
-                pb.KillRequest(user=user), timeout=KILL_DEADLINE_SECONDS, metadata=self._metadata
+                pb.KillRequest(user=user, spare_services=spare_services),
+                timeout=KILL_DEADLINE_SECONDS,
+                metadata=self._metadata,
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.ABORTED:

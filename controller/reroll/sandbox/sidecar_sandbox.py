@@ -109,6 +109,7 @@ class SidecarSandbox(abc.ABC):
         timeout_seconds: float = 0.0,
         stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
+        service: bool = False,
     ) -> ExecResult:
         """See `Sandbox.exec`."""
         return await self._sidecar.exec(
@@ -120,6 +121,7 @@ class SidecarSandbox(abc.ABC):
             timeout_seconds=timeout_seconds,
             stdin=stdin,
             on_output=on_output,
+            service=service,
         )
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
@@ -143,9 +145,9 @@ class SidecarSandbox(abc.ABC):
         """See `Sandbox.manifest`."""
         return await self._sidecar.manifest(root)
 
-    async def kill(self, user: str = "") -> int:
+    async def kill(self, user: str = "", *, spare_services: bool = False) -> int:
         """See `Sandbox.kill`."""
-        return await self._sidecar.kill(user)
+        return await self._sidecar.kill(user, spare_services=spare_services)
 
     async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
         """See `Sandbox.snapshot`."""

@@ -24,6 +24,7 @@ from reroll.tasks.task import Task, load_task
 
 from tests.conftest import labelled_containers
 from tests.sandbox.docker.test_backend import CONNECT_SCRIPT
+from tests.sandbox.test_services import live_service_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -190,3 +191,13 @@ async def test_prune_removes_the_services_of_a_killed_controller(tmp_path: Path)
         assert labelled_containers(sandbox.run_id) == []
     finally:
         await sandbox.stop()
+
+
+def test_the_verifier_queries_a_live_command_service_while_the_agents_processes_are_dead(
+    tmp_path: Path,
+) -> None:
+    """As on `local` (tests/sandbox/test_services.py): the command service in the container
+    outlives the agent's quiesce and the verify's hardening, the agent's tamperer and impostor
+    of the service do not — here the agent may gain root through a setuid program (no
+    ``no-new-privileges``), which the quiesce by descent kills too."""
+    live_service_run(tmp_path, "docker")

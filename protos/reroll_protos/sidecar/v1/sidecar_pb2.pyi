@@ -99,6 +99,7 @@ class ExecRequest(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     STDIN_FIELD_NUMBER: _builtins.int
+    SERVICE_FIELD_NUMBER: _builtins.int
     cwd: _builtins.str
     """Working directory; empty = the sidecar's."""
     inherit_env: _builtins.bool
@@ -109,6 +110,12 @@ class ExecRequest(_message.Message):
     """Kill the whole process group after this many seconds; 0 = no timeout."""
     stdin: _builtins.bytes
     """Bytes written to the child's stdin, which is then closed (at most 64 MiB with the request)."""
+    service: _builtins.bool
+    """A task's service (the environment plane): run as the sidecar's own user (user must be empty or
+    the sidecar's), its process and all it forks outlive the agent's quiesce and the verify's
+    hardening (they are identified by pid and start time as spawned here, nothing the agent can
+    forge); only Kill of every user, the stream's end or the sandbox's end stops them.
+    """
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The program and its arguments; argv[0] is looked up in PATH of the child's environment."""
@@ -127,10 +134,11 @@ class ExecRequest(_message.Message):
         user: _builtins.str = ...,
         timeout_seconds: _builtins.float = ...,
         stdin: _builtins.bytes = ...,
+        service: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "cwd", b"cwd", "env", b"env", "inherit_env", b"inherit_env", "stdin", b"stdin", "timeout_seconds", b"timeout_seconds", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "cwd", b"cwd", "env", b"env", "inherit_env", b"inherit_env", "service", b"service", "stdin", b"stdin", "timeout_seconds", b"timeout_seconds", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -263,16 +271,22 @@ class KillRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     USER_FIELD_NUMBER: _builtins.int
+    SPARE_SERVICES_FIELD_NUMBER: _builtins.int
     user: _builtins.str
     """Only process groups started for this user; empty = all of them."""
+    spare_services: _builtins.bool
+    """The agent's quiesce: every process Exec started and all their descendants die (and every
+    process of `user`), but the task's services (ExecRequest.service) and what they forked.
+    """
     def __init__(
         self,
         *,
         user: _builtins.str = ...,
+        spare_services: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spare_services", b"spare_services", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
