@@ -264,10 +264,25 @@ def _signal_all_as(uid: int, signal_name: str) -> None:
             libc.syscall(call, 0, 0, 0)
 
     helper = threading.Thread(target=as_user, name=f"quiesce-as-{uid}")
-    helper.start()
+    try:
+        helper.start()
+    except RuntimeError:  # "can't start new thread": the agent used up the sandbox's pids
+        _signal_user_by_pid(uid, number)
+        return
     helper.join()
     if failure:
         raise QuiesceError(f"quiesce: {failure[0]}")
+
+
+def _signal_user_by_pid(uid: int, number: signal.Signals) -> None:
+    """`_signal_all_as` without a helper thread: signal each process of user `uid` that a scan of
+    /proc finds, from the sidecar's own ids, until a scan finds no new one (racy against a fork
+    between scans, which the caller's scan loop catches; used when the agent's processes have
+    taken every pid the sandbox allows, so that no thread can start)."""
+    signalled: set[int] = set()
+    while found := {p.pid for p in scan().values() if uid in p.uids and p.pid not in signalled}:
+        _signal(found, number)
+        signalled |= found
 
 
 def uid_gid(uid: int) -> int:

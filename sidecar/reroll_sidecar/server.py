@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -188,10 +189,12 @@ class SidecarService(pb_grpc.SidecarServicer):
     ) -> pb.KillResponse:
         """Quiesce the agent's processes, then SIGKILL the Exec process groups of a user (or all);
         see `processes.kill_user`. ABORTED when the quiesce ran out of time."""
+        kill = functools.partial(processes.kill_user, self.groups, request.user, request.spare_services)
         try:
-            killed_groups, killed_processes = await asyncio.to_thread(
-                processes.kill_user, self.groups, request.user, request.spare_services
-            )
+            try:
+                killed_groups, killed_processes = await asyncio.to_thread(kill)
+            except RuntimeError:  # "can't start new thread": the agent used up the sandbox's pids
+                killed_groups, killed_processes = kill()  # in the event loop, blocking it meanwhile
         except KeyError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown user {request.user!r}")
         except QuiesceError as exc:

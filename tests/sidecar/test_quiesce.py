@@ -177,3 +177,25 @@ async def test_a_service_as_another_user_is_refused_naming_it(client: SidecarCli
         SidecarError, match=r"INVALID_ARGUMENT.*a service runs as the sidecar's user .*'nobody'"
     ):
         await client.exec(["true"], user="nobody", service=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_a_user_is_killed_even_when_no_thread_can_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent that used up the sandbox's pids leaves the sidecar unable to start the helper
+    thread that signals as the agent's user: the quiesce then signals each of its processes by pid."""
+    uid = 101999
+    victims = [
+        subprocess.Popen(["sleep", "60"], user=uid, group=uid, start_new_session=True) for _ in range(3)
+    ]
+
+    def no_thread(self: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(quiesce.threading.Thread, "start", no_thread)
+    keep = {victim.pid for victim in victims}  # reaped by their waits below, not by the quiesce
+    try:
+        quiesce.quiesce(quiesce.Selection(uid=uid, descendants=False), keep_reaped=keep, timeout_seconds=10)
+        assert [victim.wait(timeout=10) for victim in victims] == [-9, -9, -9]
+    finally:
+        for victim in victims:
+            victim.kill()
