@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
+from tests.test_judged_example import lines, read_json
 
 pytestmark = pytest.mark.spawns
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -34,14 +35,6 @@ def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([REROLL, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
     print(done.stdout, done.stderr, sep="\n")
     return done
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def judge_script(folder: Path, name: str, command: str) -> str:

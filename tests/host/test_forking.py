@@ -50,7 +50,7 @@ FORK_AFTER_GRPC = textwrap.dedent(
 
 
 def _threads_in_forked_child(first: str) -> int:
-    env = {name: value for name, value in os.environ.items() if name not in forking.GRPC_FORK_ENV}
+    env = {name: value for name, value in os.environ.items() if name != forking.GRPC_FORK_VARIABLE}
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", FORK_AFTER_GRPC, first],
         capture_output=True,
@@ -71,7 +71,7 @@ def test_a_child_forked_while_grpc_runs_has_no_grpc_threads_once_reroll_is_impor
 
 def test_grpc_loaded_before_reroll_is_named_in_a_warning() -> None:
     code = "import grpc, os; import reroll; print(os.environ['GRPC_ENABLE_FORK_SUPPORT'])"
-    env = {name: value for name, value in os.environ.items() if name not in forking.GRPC_FORK_ENV}
+    env = {name: value for name, value in os.environ.items() if name != forking.GRPC_FORK_VARIABLE}
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True
     )

@@ -31,28 +31,28 @@ import logging
 import os
 import sys
 
-GRPC_FORK_ENV = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
-"""The environment that keeps gRPC's fork handlers off in a process that loads gRPC after it."""
+GRPC_FORK_VARIABLE = "GRPC_ENABLE_FORK_SUPPORT"
+"""The variable that, ``false`` before gRPC loads, keeps gRPC's fork handlers off in a process."""
 
 logger = logging.getLogger(__name__)
 
 
 def keep_grpc_out_of_forks() -> None:
-    """Put `GRPC_FORK_ENV` into this process's environment (its children inherit it too).
+    """Set `GRPC_FORK_VARIABLE` to ``false`` in this process's environment (its children
+    inherit it too).
 
     If gRPC is loaded already without it, the handlers stay registered in this process (gRPC
     reads the variable when it loads): say so once, as a warning naming the variable.
     """
-    for name, value in GRPC_FORK_ENV.items():
-        if "grpc" in sys.modules and os.environ.get(name) != value:
-            _warn_loaded_once(name)
-        os.environ[name] = value
+    if "grpc" in sys.modules and os.environ.get(GRPC_FORK_VARIABLE) != "false":
+        _warn_loaded_once()
+    os.environ[GRPC_FORK_VARIABLE] = "false"
 
 
 @functools.cache
-def _warn_loaded_once(name: str) -> None:
+def _warn_loaded_once() -> None:
     message = (
-        f"reroll: gRPC was loaded before reroll without {name}=false in the environment: child "
+        f"reroll: gRPC was loaded before reroll without {GRPC_FORK_VARIABLE}=false in the environment: child "
         "processes started while gRPC calls run may crash before they start (SIGSEGV); set it "
         "before the process starts"
     )
