@@ -25,7 +25,7 @@ from reroll_contracts.trajectory import load_trajectory
 from reroll_proxy.engine import Abort, Replay, ReplayEngine
 from reroll_proxy.volatile import Volatility
 
-from tests.test_main_job import only_folder, read_json, reroll, trajectory
+from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
 TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 __all__ = [

@@ -18,7 +18,7 @@ import pytest
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
 from tests.agents.e2e import record_until_stalled, replay_report, strict_rebuild
-from tests.test_main_job import read_json, trajectory
+from tests.e2e.test_main_job import read_json, trajectory
 
 # The first test's set-up installs aider when the agent cache or docker volume lacks it (~5 min
 # once, more on a loaded machine), beyond the suite's 300 s default.

@@ -24,7 +24,7 @@ from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
 from tests.agents.e2e import TASK, record_until_stalled
 from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by, thread_of
 from tests.conftest import labelled_containers
-from tests.test_main_job import only_folder, read_json, reroll, trajectory
+from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
 EXAMPLES = TASK.parent
 AGENT = "claude-code"

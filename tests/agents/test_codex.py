@@ -6,7 +6,7 @@ continued to reward 1.0, replayed with every step matched and the same workspace
 still caught at the right step and field.
 
 The recording's script stalls at turn 3 so its timeout always cuts it after two exchanges, as in
-tests/test_main_job.py. In the local sandbox only, the installed binary also runs as a
+tests/e2e/test_main_job.py. In the local sandbox only, the installed binary also runs as a
 WebSocket-first client (``supports_websockets``) against the proxy: refused once, served over HTTP.
 """
 
@@ -24,9 +24,9 @@ from reroll.cache import cache_dir
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
 from tests.agents.e2e import record_until_stalled
 from tests.conftest import labelled_containers
+from tests.e2e.test_main_job import read_json, trajectory
 from tests.proxy.conftest import TOKEN, StartProxy, start_service
 from tests.proxy.conftest import start_proxy as start_proxy  # the fixture, for the WebSocket test
-from tests.test_main_job import read_json, trajectory
 
 AGENT = "codex"
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(600)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_main_job import read_json, reroll, trajectory
+from tests.e2e.test_main_job import read_json, reroll, trajectory
 
 TRIALS = Path(__file__).resolve().parents[2] / "examples" / "trials"
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]

@@ -19,7 +19,7 @@ from reroll.sandbox.python_runtime import host_python
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
 from tests.agents.e2e import record_until_stalled, strict_rebuild
-from tests.test_main_job import read_json, trajectory
+from tests.e2e.test_main_job import read_json, trajectory
 
 AGENT = "openhands"
 pytestmark = [

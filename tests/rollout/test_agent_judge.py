@@ -1,7 +1,7 @@
 """The agent-judge declaration (`reroll.rollout.agent_judge`): BenchFlow's ``agent-judge`` strategy
 in verifier/verifier.md and its options, the judge's prompt and the task it runs; bad
 declarations are refused naming the task or the file. The judge end to end is in
-tests/test_agent_judged_example.py."""
+tests/e2e/test_agent_judged_example.py."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from reroll.trials.users import RoundResult
 from reroll_contracts.asks import PendingAsk
 from reroll_contracts.errors import ModelError
 
-from tests.test_main_job import only_folder, read_json, reroll, trajectory
+from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 AGENT_MODEL = (

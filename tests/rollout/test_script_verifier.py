@@ -12,7 +12,7 @@ from reroll.sandbox.results import HardeningReport, VerifyOutcome
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
 
-from tests.test_reward_hacks import run_oracle, write_files
+from tests.e2e.test_reward_hacks import run_oracle, write_files
 
 
 def legacy_task(root: Path, toml: str, test_sh: str) -> Path:

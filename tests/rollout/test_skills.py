@@ -27,7 +27,7 @@ from reroll.view import build_site
 from reroll_contracts.errors import TaskError
 from rich.console import Console
 
-from tests.test_main_job import only_folder, read_json, reroll, trajectory
+from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
 TASK = Path(__file__).resolve().parent / "skills_task"
 NATIVE = {"claude-code": "~/.claude/skills", "codex": "~/.agents/skills"}

@@ -31,7 +31,7 @@ from reroll.models.spec import ModelSpec, live_upstream
 from reroll.runfolder.run import TRAJECTORY, create_run_folder, harness_folder
 from reroll_contracts.trajectory import Place
 
-from tests.test_reward_hacks import write_files
+from tests.e2e.test_reward_hacks import write_files
 
 pytestmark = pytest.mark.spawns  # the real proxy and scripted model processes
 REROLL = str(Path(sys.executable).parent / "reroll")

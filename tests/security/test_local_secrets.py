@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_reward_hacks import write_files
+from tests.e2e.test_reward_hacks import write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 REROLL = str(Path(sys.executable).parent / "reroll")

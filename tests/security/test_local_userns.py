@@ -29,7 +29,7 @@ import pytest
 from reroll.cache import cache_dir
 from reroll.sandbox.local import isolated
 
-from tests.test_reward_hacks import write_files
+from tests.e2e.test_reward_hacks import write_files
 
 pytestmark = [
     pytest.mark.slow,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_reward_hacks import run_oracle, write_files
+from tests.e2e.test_reward_hacks import run_oracle, write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.usefixtures("docker_images")]
 WHEELS = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")

@@ -1,7 +1,7 @@
 """Red team, issue 12 items 1, 2 and 5: survivors, folder symlinks, FIFOs and early exits against
 the verifier.
 
-Each attack is a small malicious "agent" (an oracle ``solve.sh``, as in tests/test_reward_hacks.py)
+Each attack is a small malicious "agent" (an oracle ``solve.sh``, as in tests/e2e/test_reward_hacks.py)
 on one task whose workspace holds two of the task's own start-up hooks (``tests/conftest.py``,
 ``x/conftest.py``) and an unsolved ``answer.py``. Every attack must fail — reward 0, nothing
 written outside the workspace, the status and category stated — while the honest solution still
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_reward_hacks import run_oracle, write_files
+from tests.e2e.test_reward_hacks import run_oracle, write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 

@@ -27,7 +27,7 @@ from reroll.sandbox.local.isolated import IsolatedSandbox, namespaces_unavailabl
 from reroll.tasks.task import load_task
 
 from tests.conftest import EXAMPLES
-from tests.test_reward_hacks import run_oracle, write_files
+from tests.e2e.test_reward_hacks import run_oracle, write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 REROLL = str(Path(sys.executable).parent / "reroll")

@@ -31,7 +31,7 @@ from reroll.sandbox.python_runtime import host_python
 from reroll.tasks.task import load_task
 
 from tests.conftest import EXAMPLES
-from tests.test_reward_hacks import write_files
+from tests.e2e.test_reward_hacks import write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 REROLL = str(Path(sys.executable).parent / "reroll")

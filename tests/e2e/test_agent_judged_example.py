@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
-from tests.test_judged_example import lines, read_json
+from tests.e2e.test_judged_example import lines, read_json
 
 pytestmark = pytest.mark.spawns
 REROLL = str(Path(sys.executable).parent / "reroll")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from reroll.runfolder.run import load_run_folder
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "tasks" / "fix-failing-test"
 REROLL = str(Path(sys.executable).parent / "reroll")
 PLANS = {"rate-limit-burst": ["status"] * 3, "cut": ["cut"], "reset": ["reset"]}

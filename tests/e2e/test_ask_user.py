@@ -21,9 +21,9 @@ import pytest
 from reroll.export import export_lines
 from reroll.view import build_site
 
-from tests.test_main_job import only_folder, read_json, reroll, trajectory
+from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPT = EXAMPLES / "tasks" / "greet-the-user" / "scripted-model.claude-code.yaml"
 MODEL = f"scripted-anthropic:{SCRIPT}"
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]

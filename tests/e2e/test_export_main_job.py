@@ -14,7 +14,7 @@ from atif import Trajectory
 from reroll.export.verifiers import RolloutRecord
 
 REROLL = str(Path(sys.executable).parent / "reroll")
-TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
+TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 

@@ -13,7 +13,7 @@ The shared proxy (one process, several rollouts) is killed the same way while tw
 at once: each one's run folder holds every exchange its client received.
 
 This is the proxy-level form of ``reroll continue``; the full command is exercised on a killed
-mini-swe-agent rollout in tests/test_crash_rollouts.py.
+mini-swe-agent rollout in tests/e2e/test_crash_rollouts.py.
 """
 
 from __future__ import annotations

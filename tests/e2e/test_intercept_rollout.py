@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import labelled_containers
-from tests.test_main_job import REROLL, TASK, only_folder, read_json, trajectory
+from tests.e2e.test_main_job import REROLL, TASK, only_folder, read_json, trajectory
 
 RECORD_TIMEOUT_SECONDS = 40
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
     pytest.mark.skipif(not (shutil.which("git") and shutil.which("make")), reason="needs git and make"),
 ]
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(1500)

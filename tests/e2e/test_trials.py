@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from tests.conftest import labelled_containers, spawning
-from tests.test_main_job import read_json, reroll, trajectory
+from tests.e2e.test_main_job import read_json, reroll, trajectory
 
-TRIALS = Path(__file__).resolve().parent.parent / "examples" / "trials"
+TRIALS = Path(__file__).resolve().parents[2] / "examples" / "trials"
 RECORD_TIMEOUT_SECONDS = 40
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # four rounds, a 40 s cut, on a busy machine
 

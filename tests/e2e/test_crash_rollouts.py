@@ -152,7 +152,7 @@ def test_sidecar_dying_during_verify_is_an_infrastructure_error(tmp_path: Path, 
 @pytest.fixture(scope="module")
 def steady_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fix-failing-test with every scripted turn taking 1 s, so a kill lands mid-run."""
-    source = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
+    source = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
     task = tmp_path_factory.mktemp("tasks") / "fix-failing-test"
     shutil.copytree(source, task)
     script = yaml.safe_load((task / "scripted-model.yaml").read_text())

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 REROLL = str(Path(sys.executable).parent / "reroll")
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 pytestmark = pytest.mark.slow
 
 

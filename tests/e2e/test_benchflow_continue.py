@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_main_job import only_folder, read_json, reroll
 from tests.rollout.test_checkpoint import benchflow_openhands_folder
-from tests.test_main_job import only_folder, read_json, reroll
 
 pytestmark = pytest.mark.spawns
 

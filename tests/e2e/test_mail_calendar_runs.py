@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import labelled_containers
-from tests.test_example_tasks import EXAMPLES, REROLL, oracle_run
+from tests.e2e.test_example_tasks import EXAMPLES, REROLL, oracle_run
 
 TASK = EXAMPLES / "mail-calendar"
 COMPOSE_TASK = EXAMPLES / "mail-calendar-compose"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 pytestmark = pytest.mark.spawns
-TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "mail-calendar"
+TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "mail-calendar"
 PROGRAMS = TASK / "environment" / "workspace" / ".services" / "mail"
 PYTHON = "/usr/bin/python3"  # the sandbox's python3, not this venv's
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_main_job import only_folder, read_json, reroll, trajectory
+from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
 pytestmark = pytest.mark.slow
-TASK = Path(__file__).resolve().parent / ".." / "examples" / "tasks" / "fix-failing-test"
+TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ import reroll
 import yaml
 
 from tests.conftest import EXAMPLES
-from tests.test_main_job import read_json, trajectory
-from tests.test_main_job import reroll as reroll_cli
+from tests.e2e.test_main_job import read_json, trajectory
+from tests.e2e.test_main_job import reroll as reroll_cli
 
 pytestmark = pytest.mark.slow
 TASK = EXAMPLES / "fix-failing-test"

@@ -31,7 +31,7 @@ from tests.export.conftest import chat_exchanges, write_run, write_side
 from tests.jobs.test_branch import URLLIB_AGENTS
 
 REROLL = str(Path(sys.executable).parent / "reroll")
-TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
+TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 WINDOW = (1280, 800)
 """A laptop screen, in CSS pixels."""

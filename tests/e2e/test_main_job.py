@@ -21,7 +21,7 @@ import yaml
 from tests.conftest import labelled_containers
 
 REROLL = str(Path(sys.executable).parent / "reroll")
-TASK = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "fix-failing-test"
+TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 RECORD_TIMEOUT_SECONDS = 40
 pytestmark = pytest.mark.slow
 
@@ -164,7 +164,7 @@ def test_strict_divergence_aborts_on_a_tampered_observation(timed_out_run: Path,
 
 
 def test_oracle_solves_a_legacy_task(workdir: Path, sandbox_backend: str) -> None:
-    task = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "word-count"
+    task = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "word-count"
     done = reroll(
         "run",
         str(task),

@@ -12,11 +12,11 @@ import pytest
 from reroll.cache import host_cpus
 from reroll.runfolder.run import LIMITS_FILE
 
-from tests.test_reward_hacks import run_oracle
+from tests.e2e.test_reward_hacks import run_oracle
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 
-FIXTURES = Path(__file__).parent / "fixtures" / "skillsbench"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "skillsbench"
 
 
 @pytest.mark.timeout(1800)  # a first run builds the catalogue image and apt- and pip-installs
