@@ -27,7 +27,7 @@ from reroll.cli.common import (
     sandbox_settings,
 )
 from reroll.rollout.record import run_task
-from reroll.rollout.start import RolloutOptions
+from reroll.settings import RolloutSettings
 from reroll.trials.config import load_trial
 
 
@@ -105,7 +105,7 @@ def run(
                 agent_name=agent,
                 model=model,
                 trial=trial_config,
-                options=RolloutOptions(
+                options=RolloutSettings(
                     timeout_seconds=timeout,
                     sandbox=sandbox,
                     sandbox_config=settings,

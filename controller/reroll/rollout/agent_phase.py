@@ -30,8 +30,8 @@ from reroll.sandbox.results import ExecResult
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.environment import McpServerSpec
 
-if TYPE_CHECKING:  # lifecycle.py imports this module
-    from reroll.rollout.lifecycle import RolloutPlan
+if TYPE_CHECKING:
+    from reroll.rollout.plan import RolloutPlan
 
 INSTALL_TIMEOUT_SECONDS = 900.0
 INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"

@@ -21,7 +21,6 @@ import time
 import traceback
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from reroll_contracts.errors import (
@@ -31,23 +30,19 @@ from reroll_contracts.errors import (
     TrajectoryFormatError,
     error_category,
 )
-from reroll_contracts.proxy import ReplayConfig, VolatileRule
 from reroll_contracts.trajectory import load_trajectory
 from rich.console import Console
 
-from reroll.agents import AgentSpec
 from reroll.cache import host_cpus, host_memory_mb
 from reroll.host.llm_proxy import LlmProxy
-from reroll.models.spec import ModelSpec, model_name, parse_model
 from reroll.rollout.agent_phase import install_agent, intercept_agent, run_agent
-from reroll.rollout.asks import Answerer
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
 from reroll.rollout.llm_side import start_llm_side
-from reroll.rollout.persona import PersonaPlan
+from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.script_verifier import quiesce
-from reroll.rollout.skills import SceneSkills, SkillSelection
+from reroll.rollout.skills import SceneSkills
 from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
 from reroll.runfolder.run import (
     AGENT_LOG,
@@ -68,7 +63,6 @@ from reroll.runfolder.run import (
     now_iso,
     write_json,
 )
-from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import (
     WITHOUT_NETWORK_POLICY,
     Sandbox,
@@ -78,87 +72,10 @@ from reroll.sandbox.base import (
 from reroll.sandbox.services import Environment
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.task import Task, capped_to_host
-from reroll.trials.config import TrialConfig
 
 RESTORED_FILE = "restored-checkpoint.json"
 """In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
 layers' digests, which the restore reproduced)."""
-
-
-@dataclass(frozen=True)
-class RolloutPlan:
-    """Everything one rollout needs (built by `reroll.rollout.start.start_rollout`).
-
-    `config` says what runs — model, agent timeout, sandbox backend, network, faults,
-    provenance — and is written to config.json as it is; the other fields are what the
-    controller loaded for it. The properties below read `config`, so nothing is said twice.
-    """
-
-    task: Task
-    """The task, with ``config.network`` applied."""
-    agents: dict[str, AgentSpec]
-    """The agents of ``trial``'s roles, by name (the first role's first)."""
-    trial: TrialConfig
-    """The scenes, roles and turns, resolved (`reroll.trials.config`); a plain run is `TrialConfig.single`."""
-    run_dir: Path
-    config: RunConfig
-    replay: ReplayConfig | None = None
-    """What the proxy replays before it goes live; None for a fresh recording."""
-    recorded_values: tuple[VolatileRule, ...] = ()
-    """When it replays: the recorded rollout's sandbox values (workspace, HOME...:
-    `reroll.host.llm_proxy.recorded_sandbox_values`), volatile next to the new sandbox's own."""
-    recorded: list[TurnRecord] = field(default_factory=list)
-    """For a continuation: the original's turns up to the cut, whose prompts are sent again as
-    recorded (`reroll.rollout.scenes`)."""
-    skills: SkillSelection = field(default_factory=lambda: SkillSelection("no-skill", "none", None, []))
-    """What ``config.skill_mode`` mounts (`reroll.rollout.skills`)."""
-    asks: Answerer | None = None
-    """Answers the agent's ask_user questions when the rollout offers the tool (``config.ask_user``,
-    `reroll.rollout.asks`); None: it does not."""
-    persona: PersonaPlan = field(default_factory=PersonaPlan)
-    """How a persona scene opens its model (`reroll.rollout.persona`)."""
-    restore_from: Path | None = None
-    """Restore the layers of the checkpoint in this folder before the agent starts (a branch
-    forked by snapshot); its step must be `restore_step`."""
-    restore_step: int = 0
-    """The step of the checkpoint restored: the cut index K."""
-    checkpoint_every: int = 0
-    """Capture a checkpoint (`reroll.rollout.layers`) every this many steps while the agent runs
-    live, into ``checkpoints/step-K/`` of the run folder (``reroll run --checkpoint-every``), and
-    at the cut of a replay-only rollout when it is such a step (a branch's rebuilt prefix); 0: none."""
-
-    @property
-    def agent(self) -> AgentSpec:
-        """The first role's agent: its API format and proxy mode are the rollout's."""
-        return next(iter(self.agents.values()))
-
-    @property
-    def timeout_seconds(self) -> float:
-        """The agent's wall-clock budget in seconds: ``config.timeout_sec``, else the task's."""
-        return self.config.timeout_sec or self.task.spec.agent.timeout_sec
-
-    @property
-    def live_model(self) -> ModelSpec | None:
-        """``config.model`` parsed: the live upstream; None for an agent that calls no model and
-        for a replay-only continuation.
-
-        Raises:
-            ModelError: the model cannot be resolved (see `reroll.models.spec.parse_model`).
-        """
-        provenance = self.config.continued_from
-        if self.agent.api_format == "none" or self.config.model is None:
-            return None
-        if provenance is not None and provenance.replay_only:
-            return None
-        return parse_model(self.config.model, self.task.path, self.agent.name)
-
-    @property
-    def agent_model(self) -> str:
-        """The model name the agent asks for: a continuation keeps the original's (the proxy
-        sends the live model's name upstream); "" for an agent that calls none."""
-        provenance = self.config.continued_from or self.config.branched_from
-        spec = provenance.original_model if provenance is not None else self.config.model
-        return model_name(spec) if spec else ""
 
 
 def new_run_id() -> str:

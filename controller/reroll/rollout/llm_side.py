@@ -20,8 +20,8 @@ from reroll.models.spec import live_upstream
 from reroll.runfolder.run import TRAJECTORY
 from reroll.sandbox.base import Sandbox, SandboxLayout
 
-if TYPE_CHECKING:  # lifecycle.py imports this module
-    from reroll.rollout.lifecycle import RolloutPlan
+if TYPE_CHECKING:
+    from reroll.rollout.plan import RolloutPlan
 
 
 async def start_llm_side(

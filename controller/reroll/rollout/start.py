@@ -13,26 +13,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reroll_contracts.errors import AgentError, TaskError, TrialError
-from reroll_contracts.faults import FaultsUsed
-from reroll_contracts.network import NetworkPolicy
-from reroll_contracts.proxy import DivergencePolicy, ReplayConfig, VolatileRule
+from reroll_contracts.proxy import ReplayConfig, VolatileRule
 from rich.console import Console
 
 from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
-from reroll.models.spec import ModelSpec, parse_model, resolved_spec, script_file, with_script_file
+from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.asks import Answerer
 from reroll.rollout.checkpoint import Checkpoint
-from reroll.rollout.lifecycle import RolloutPlan, execute_rollout
+from reroll.rollout.lifecycle import execute_rollout
 from reroll.rollout.mcp import mcp_servers_for
 from reroll.rollout.persona import PersonaPlan, persona_model
+from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.skills import select_skills, self_gen_trial, skill_config
 from reroll.rollout.verifiers import verifier_for
@@ -45,7 +44,6 @@ from reroll.runfolder.run import (
     RescoredFrom,
     RunConfig,
     RunResult,
-    StoreUse,
     create_run_folder,
     harness_folder,
     now_iso,
@@ -53,6 +51,7 @@ from reroll.runfolder.run import (
 from reroll.runfolder.store import load_generation
 from reroll.runfolder.trial import TurnRecord
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.settings import RolloutSettings, continuation_settings, recorded_settings
 from reroll.tasks.skills import nudge_level
 from reroll.tasks.task import Task, with_network, with_skills_hidden
 from reroll.trials.config import DEFAULT_SKILL_MODE, Scene, SkillMode, SkillNudge, TrialConfig
@@ -64,88 +63,6 @@ class RolloutOutcome:
 
     run_dir: Path
     result: RunResult
-
-
-@dataclass(frozen=True)
-class RolloutOptions:
-    """How a new rollout runs: the flags ``run``, ``continue``, ``replay`` and ``branch`` share.
-
-    Every None takes the default named; for a rollout from a checkpoint, "the original's" is
-    what the recorded run's config.json says.
-    """
-
-    timeout_seconds: float | None = None
-    """The agent's wall-clock budget, seconds [default: the original's, else the task's]."""
-    sandbox: str | None = None
-    """Sandbox backend, ``local`` or ``docker`` [default: the original's, else ``local``]."""
-    sandbox_config: Mapping[str, Any] | None = None
-    """Settings of the sandbox backend, validated by its config model (`reroll.sandbox.base.Backend`),
-    e.g. ``{"image_map": {...}}`` for docker. From a checkpoint on the original's backend, they
-    update the original's settings key by key (so its recorded ``image_map`` rebuilds the same
-    image); on another backend, the original's are dropped [default: the original's, else none]."""
-    network: NetworkPolicy | None = None
-    """The sandbox's network policy [default: the original's override, else the task's
-    ``environment.network``]; ``none`` needs docker or the isolated ``local``."""
-    faults: FaultsUsed | None = None
-    """The fault plan the proxy injects (`reroll.host.llm_proxy.faults_used`), or None; faults
-    recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
-    checkpoint_every: int = 0
-    """Capture a three-layer checkpoint every this many steps while the agent runs live
-    (`reroll.rollout.layers`; ``<run>/checkpoints/step-K/``), which ``branch --via snapshot``
-    forks from instead of rebuilding the prefix; 0: none."""
-    divergence_policy: DivergencePolicy = "warn"
-    """What the proxy does when a replayed request differs from the recording (``warn``,
-    ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""
-    learner_store: StoreUse | None = None
-    """A new recording's learner store generation (a ``sequential-shared`` job's rollout,
-    `reroll.jobs.learning`); None: none. A rollout from a checkpoint mounts this generation
-    (`with_recorded_inputs` binds the original's) [default: the original's], always read-only to
-    the store (``writes_back`` False)."""
-    skill_mode: SkillMode | None = None
-    """How the agents get skills (`reroll.rollout.skills`) [default: the original's, else the
-    trial's, else ``no-skill``]."""
-    skills_dir: Path | None = None
-    """The skills folder of ``with-skill`` [default: the original's ``--skills-dir``, else the
-    trial's, else the task's ``environment/skills``]."""
-    judge_model: str | None = None
-    """A judge's model (``--judge-model``: an LLM or agent judge's) [default: the original's, else
-    the task's]."""
-    ask_user: bool = False
-    """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.asks`) [default: the
-    original's, else not]; every agent of the rollout must have an MCP client."""
-    user_model: str | None = None
-    """A persona User's model (``--user-model``, `reroll.rollout.persona`) [default: the
-    original's, else the trial's persona's ``model``]."""
-
-    def paths_read(self) -> tuple[Path, ...]:
-        """The host paths these options name, which the rollout reads (what an executor on another
-        machine carries there, `reroll.jobs.ray_executor`): the skills folder, the learner store's
-        folder, a judge's and a persona User's script file (``scripted:PATH``); absolute, in that
-        order."""
-        store = Path(self.learner_store.path) if self.learner_store is not None else None
-        judge = script_file(self.judge_model) if self.judge_model is not None else None
-        user = script_file(self.user_model) if self.user_model is not None else None
-        return tuple(path for path in (self.skills_dir, store, judge, user) if path is not None)
-
-    def relocated(self, moved: Callable[[Path], Path]) -> RolloutOptions:
-        """These options with each path of `paths_read` replaced by ``moved(path)``."""
-        store = self.learner_store
-        if store is not None:
-            store = store.model_copy(update={"path": str(moved(Path(store.path)))})
-
-        def moved_script(spec: str | None) -> str | None:
-            if spec is None or (script := script_file(spec)) is None:
-                return spec
-            return with_script_file(spec, moved(script))
-
-        skills_dir = moved(self.skills_dir) if self.skills_dir is not None else None
-        return dataclasses.replace(
-            self,
-            skills_dir=skills_dir,
-            learner_store=store,
-            judge_model=moved_script(self.judge_model),
-            user_model=moved_script(self.user_model),
-        )
 
 
 @dataclass(frozen=True)
@@ -196,7 +113,7 @@ async def start_rollout(
     live_model: ModelSpec | None,
     parent: Path,
     name: str,
-    options: RolloutOptions,
+    options: RolloutSettings,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,
     rescored_from: RescoredFrom | None = None,
@@ -210,7 +127,8 @@ async def start_rollout(
             replay-only continuation: then the provenance says ``replay_only``).
         parent: the folder the run folder goes in (created if missing).
         name: the run folder's name; ``name-2``, ``name-3`` … when it is taken.
-        options: timeout, sandbox, network, faults, divergence policy.
+        options: how the rollout runs; from a checkpoint, the original's recorded settings fill in
+            what it leaves out (`reroll.settings.continuation_settings`).
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
@@ -239,10 +157,12 @@ async def start_rollout(
             ``$REROLL_SKILL_NUDGE`` (`reroll.rollout.skills.select_skills`).
         Nothing is written when any of these is raised.
     """
+    given = options
+    if isinstance(origin, FromCheckpoint):
+        options = continuation_settings(recorded_settings(origin.checkpoint.original.config), given)
     config = _run_config(origin, live_model, options).model_copy(update={"rescored_from": rescored_from})
-    settings = load_backend(config.sandbox).settings(config.sandbox_config)
-    given = settings.model_dump(mode="json", exclude_unset=True)
-    config = config.model_copy(update={"sandbox_config": given})
+    backend = load_backend(config.sandbox).settings(config.sandbox_config)
+    config = config.model_copy(update={"sandbox_config": backend.model_dump(mode="json", exclude_unset=True)})
     if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
         raise TaskError(
             f"--network none needs --sandbox local or docker: "
@@ -288,12 +208,12 @@ async def start_rollout(
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
     if (store := config.learner_store) is not None:
         load_generation(Path(store.path), store.generation)
-    if options.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
-        config = config.model_copy(update={"judge_model": parse_model(options.judge_model, task.path).spec})
-    if options.user_model is not None and trial.persona is None:
+    if given.judge_model is not None:  # refused now; a scripted:PATH is stored absolute
+        config = config.model_copy(update={"judge_model": parse_model(given.judge_model, task.path).spec})
+    if given.user_model is not None and trial.persona is None:
         raise TrialError("--user-model: the trial has no persona (a scene's `persona`) to play")
-    if options.user_model is not None:  # the same
-        config = config.model_copy(update={"user_model": parse_model(options.user_model, None).spec})
+    if given.user_model is not None:  # the same
+        config = config.model_copy(update={"user_model": parse_model(given.user_model, None).spec})
     persona = dataclasses.replace(persona, user_model=config.user_model)
     if trial.persona is not None and persona.live:  # its model is refused now
         parse_model(persona_model(trial.persona, persona), None)
@@ -310,7 +230,7 @@ async def start_rollout(
         skills=skills,
         asks=Answerer(run_dir, recorded_asks, branch_answer) if config.ask_user else None,
         persona=persona,
-        checkpoint_every=options.checkpoint_every,
+        settings=options,
         restore_from=origin.layers if isinstance(origin, FromCheckpoint) else None,
         restore_step=origin.checkpoint.cut_index if isinstance(origin, FromCheckpoint) else 0,
     )
@@ -333,110 +253,61 @@ def _check_ask_user(agents: dict[str, AgentSpec]) -> None:
         )
 
 
-def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOptions) -> RunConfig:
-    """config.json of the new rollout: the recording's fresh one, or the original's updated."""
+def _run_config(origin: Origin, live_model: ModelSpec | None, settings: RolloutSettings) -> RunConfig:
+    """config.json of the new rollout: the recording's fresh one, or the original's updated
+    (`settings` are then the continuation's, `reroll.settings.continuation_settings`)."""
     live_spec = live_model.spec if live_model else None
     started_at = now_iso()
+    written: dict[str, Any] = {
+        "sandbox": settings.sandbox or "local",
+        "sandbox_config": dict(settings.sandbox_config or {}),
+        "network": settings.network,
+        "reroll_version": __version__,
+        "faults": settings.faults,
+        "judge_model": settings.judge_model,
+        "learner_store": settings.learner_store,
+        "ask_user": bool(settings.ask_user),
+        "user_model": settings.user_model,
+        "started_at": started_at,
+    }
     if isinstance(origin, NewRecording):
         return RunConfig(
             task_path=str(origin.task.path),
             task_name=origin.task.name,
             agent=origin.agent.name,
             model=live_spec,
-            timeout_sec=options.timeout_seconds or origin.task.spec.agent.timeout_sec,
-            started_at=started_at,
+            timeout_sec=settings.timeout_seconds or origin.task.spec.agent.timeout_sec,
             lineage_started_at=started_at,
-            sandbox=options.sandbox or "local",
-            sandbox_config=dict(options.sandbox_config or {}),
-            network=options.network,
-            reroll_version=__version__,
-            faults=options.faults,
-            judge_model=options.judge_model,
             trial=origin.trial,
-            learner_store=options.learner_store,
-            ask_user=options.ask_user,
-            user_model=options.user_model,
+            **written,
         )
     original = origin.checkpoint.original.config
-    task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
     key = "branched_from" if isinstance(origin.provenance, BranchedFrom) else "continued_from"
     return original.model_copy(
-        update={
+        update=written
+        | {
             "agent": origin.checkpoint.agent.name,  # `continue --agent` may override the recorded one
             "model": live_spec or original.model,
-            "timeout_sec": options.timeout_seconds or original.timeout_sec or task_timeout,
-            "started_at": started_at,
+            "timeout_sec": settings.timeout_seconds or origin.checkpoint.task.spec.agent.timeout_sec,
             "lineage_started_at": original.lineage_started_at or original.started_at or started_at,
-            "sandbox": options.sandbox or original.sandbox,
-            "sandbox_config": _sandbox_config(original, options),
-            "network": options.network or original.network,
-            "reroll_version": __version__,
             "continued_from": None,
             "branched_from": None,
-            "faults": options.faults,
-            "learner_store": _read_only(options.learner_store or original.learner_store),
-            "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
-            "ask_user": options.ask_user or original.ask_user,
-            "user_model": options.user_model or original.user_model,
             "trial": origin.trial(),
             key: origin.provenance,
         }
     )
 
 
-def _read_only(store: StoreUse | None) -> StoreUse | None:
-    """The original's learner store generation, mounted again but never written back."""
-    return store.model_copy(update={"writes_back": False}) if store is not None else None
-
-
-def _skill_request(origin: Origin, options: RolloutOptions) -> tuple[SkillMode, Path | None]:
-    """The skill mode and ``--skills-dir`` of the new rollout (see `RolloutOptions.skill_mode`)."""
+def _skill_request(origin: Origin, settings: RolloutSettings) -> tuple[SkillMode, Path | None]:
+    """The skill mode and ``--skills-dir`` of the new rollout (see `RolloutSettings.skill_mode`)."""
     if isinstance(origin, NewRecording):
         trial = origin.trial or TrialConfig.single()
         return (
-            options.skill_mode or trial.skills or DEFAULT_SKILL_MODE,
-            options.skills_dir or trial.skills_dir,
+            settings.skill_mode or trial.skills or DEFAULT_SKILL_MODE,
+            settings.skills_dir or trial.skills_dir,
         )
-    original = origin.checkpoint.original.config
-    return options.skill_mode or original.skill_mode, _recorded_skills_dir(original, options)
-
-
-def _recorded_skills_dir(original: RunConfig, options: RolloutOptions) -> Path | None:
-    """The ``--skills-dir`` of a rollout from a checkpoint of the run whose config is `original`:
-    the given one, else the original's own ``--skills-dir`` when the rollout runs ``with-skill``."""
-    mode = options.skill_mode or original.skill_mode
-    recorded_dir = original.effective_skills_dir if original.skill_source == "custom_runtime" else None
-    if options.skills_dir is None and mode == "with-skill" and recorded_dir is not None:
-        return Path(recorded_dir)
-    return options.skills_dir
-
-
-def with_recorded_inputs(options: RolloutOptions, original: RunConfig) -> RolloutOptions:
-    """`options` of a continuation or branch of the run whose config.json is `original`, with the
-    host paths the rollout would take from that config bound in them: its skills folder
-    (`_recorded_skills_dir`), its learner store generation and its LLM judge's script file — the same
-    rollout either way, but every host path it reads is then in `RolloutOptions.paths_read`, so
-    an executor on another machine can carry it there (`reroll.jobs.ray_executor`); a given
-    judge's or User's relative script path is made absolute (`reroll.models.spec.resolved_spec`).
-    A persona User's model is bound the same way: ``--user-model``, else the original's, else the
-    trial's persona's own ``model`` when that is a script file."""
-    persona = original.trial.persona if original.trial is not None else None
-    return dataclasses.replace(
-        options,
-        skills_dir=_recorded_skills_dir(original, options),
-        learner_store=options.learner_store or _read_only(original.learner_store),
-        judge_model=_script_or(options.judge_model, original.judge_model),
-        user_model=_script_or(options.user_model, original.user_model, persona.model if persona else None),
-    )
-
-
-def _script_or(given: str | None, *recorded: str | None) -> str | None:
-    """`given` made absolute (`resolved_spec`), else the first of `recorded` that is a script file
-    (a provider's model names no host path, so it is left to the rollout's own default)."""
-    if given is not None:
-        return resolved_spec(given)
-    return next((spec for spec in recorded if spec is not None and script_file(spec)), None)
+    return settings.skill_mode or DEFAULT_SKILL_MODE, settings.skills_dir
 
 
 def _nudge(origin: Origin) -> SkillNudge | None:
@@ -444,15 +315,6 @@ def _nudge(origin: Origin) -> SkillNudge | None:
     if isinstance(origin, NewRecording):
         return nudge_level()
     return nudge_level() or origin.checkpoint.original.config.skill_nudge
-
-
-def _sandbox_config(original: RunConfig, options: RolloutOptions) -> dict[str, Any]:
-    """The backend settings of a rollout from a checkpoint of `original` (see
-    `RolloutOptions.sandbox_config`)."""
-    given = dict(options.sandbox_config or {})
-    if options.sandbox not in (None, original.sandbox):
-        return given
-    return {**original.sandbox_config, **given}
 
 
 @contextlib.contextmanager
