@@ -44,9 +44,7 @@ def run(
     ] = None,
     trial: Annotated[
         Path | None,
-        typer.Option(
-            help="Trial file (YAML): scenes, roles, turns, User-driven rounds; see the README's Trials."
-        ),
+        typer.Option(help="Trial file (YAML): scenes, roles, turns, User-driven rounds; see docs/trials.md."),
     ] = None,
     model: Annotated[
         str | None,
