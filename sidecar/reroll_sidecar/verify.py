@@ -18,8 +18,10 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
 3. deletes every start-up hook that was not there before (never through a symlinked folder), and
    scans the pytest plugins again (`pytest_plugins.allowed` decides which load);
-4. deletes old reward files and runs the test script as the sidecar's user (root in a container)
-   in a clean environment: a fixed PATH, no PYTHONPATH, no user site, HOME of the sidecar's user
+4. deletes old reward files and runs the test script as the sidecar's user (root in a container),
+   from the image's WORKDIR (``VerifyRequest.cwd``, as Harbor runs it; else the verifier's folder)
+   in a clean environment: the image's own ENV (``image_env``, kept whole) under the request's,
+   the request's without PYTHONPATH and the like, no user site, HOME of the sidecar's user
    in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
    and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
@@ -330,7 +332,8 @@ class Verifier:
                 folder = stack.enter_context(pytest_report.ReportFolder())
             env = self._script_env(baseline, request, folder, plugins)
             exit_status = pb.ExecExit()
-            async for event in self._run_script(script, verifier_dir, env, request.timeout_seconds):
+            cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
+            async for event in self._run_script(script, cwd, env, request.timeout_seconds):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
                 else:
@@ -396,12 +399,12 @@ class Verifier:
         return left.error()
 
     async def _run_script(
-        self, script: str, verifier_dir: str, env: dict[str, str], timeout_seconds: float
+        self, script: str, cwd: str, env: dict[str, str], timeout_seconds: float
     ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
-        """Run the test script as the sidecar's user; yields its output events, then its exit."""
+        """Run the test script as the sidecar's user in `cwd`; yields its output events, then its exit."""
         command = processes.Command(
             argv=["sh", "-c", 'exec "$0"', script],  # sh runs a script without #! line itself
-            cwd=verifier_dir,
+            cwd=cwd,
             env=env,
             user=processes.user_name(os.geteuid()),
             switch_to=None,
@@ -477,7 +480,8 @@ class Verifier:
         """The test script's environment: the request's, cleaned and locked down as the baseline's
         hardening options say; pytest loads `plugins` (``-p NAME``) and writes its report into
         `report` when given."""
-        env = {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
+        env = dict(request.image_env)  # the task author's, fixed before the agent ran: kept whole
+        env |= {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
         env.setdefault("PATH", DEFAULT_PATH)
         if baseline.agent_user:  # not the agent's HOME, whose dotfiles and user site it controls
             env["HOME"] = pwd.getpwuid(os.geteuid()).pw_dir
