@@ -22,7 +22,9 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    from the image's WORKDIR (``VerifyRequest.cwd``, as Harbor runs it; else the verifier's folder)
    in a clean environment: the image's own ENV (``image_env``, kept whole) under the request's,
    the request's without PYTHONPATH and the like, no user site, HOME of the sidecar's user
-   in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
+   in a container, ``PYTEST_ADDOPTS="-c /dev/null --rootdir=<cwd> --confcutdir=<verifier dir>
+   -p no:cacheprovider"`` (``-c`` names the pytest configuration shipped with the tests instead,
+   when there is one: `shipped_pytest_config`)
    and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
    kills the script's whole process group;
@@ -53,6 +55,7 @@ import logging
 import math
 import os
 import pwd
+import shlex
 import stat
 from collections.abc import AsyncGenerator, Iterable, MutableSequence
 from dataclasses import dataclass, field
@@ -134,6 +137,34 @@ def find_hooks(roots: Iterable[str], site_dirs: Iterable[str]) -> list[str]:
         with contextlib.suppress(OSError):
             found.update(os.path.join(folder, name) for name in os.listdir(folder) if _is_hook(name))
     return sorted(found)
+
+
+PYTEST_CONFIG_FILES = (
+    ("pytest.ini", ""),
+    (".pytest.ini", ""),
+    ("pyproject.toml", "[tool.pytest.ini_options]"),
+    ("tox.ini", "[pytest]"),
+    ("setup.cfg", "[tool:pytest]"),
+)
+"""pytest's configuration files in the order it looks for them, each with the section that makes
+it one (empty: the file is one whatever it holds)."""
+
+
+def shipped_pytest_config(verifier_dir: str) -> str | None:
+    """The pytest configuration file shipped with the tests in `verifier_dir` (the task's, put
+    there after the agent stopped), as pytest would pick it there; None when there is none. The
+    hardened ``PYTEST_ADDOPTS`` names it with ``-c`` (else ``/dev/null``), so no file the agent
+    wrote configures pytest, and the tests' own one does."""
+    for name, section in PYTEST_CONFIG_FILES:
+        path = os.path.join(verifier_dir, name)
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(MAX_REWARD_BYTES)
+        except OSError:
+            continue
+        if not section or section.encode() in head:
+            return path
+    return None
 
 
 def _absolute(value: str, what: str) -> str:
@@ -330,9 +361,9 @@ class Verifier:
             folder = None
             if options.pytest_addopts and options.pytest_report:
                 folder = stack.enter_context(pytest_report.ReportFolder())
-            env = self._script_env(baseline, request, folder, plugins)
-            exit_status = pb.ExecExit()
             cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
+            env = self._script_env(baseline, request, folder, plugins, cwd)
+            exit_status = pb.ExecExit()
             async for event in self._run_script(script, cwd, env, request.timeout_seconds):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
@@ -476,10 +507,12 @@ class Verifier:
         request: pb.VerifyRequest,
         report: pytest_report.ReportFolder | None,
         plugins: list[str],
+        cwd: str,
     ) -> dict[str, str]:
-        """The test script's environment: the request's, cleaned and locked down as the baseline's
-        hardening options say; pytest loads `plugins` (``-p NAME``) and writes its report into
-        `report` when given."""
+        """The test script's environment: the image's, then the request's, cleaned and locked down
+        as the baseline's hardening options say; pytest reads only the configuration shipped with
+        the tests (`shipped_pytest_config`, else none) with `cwd` as its rootdir, loads `plugins`
+        (``-p NAME``) and writes its report into `report` when given."""
         env = dict(request.image_env)  # the task author's, fixed before the agent ran: kept whole
         env |= {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
         env.setdefault("PATH", DEFAULT_PATH)
@@ -494,8 +527,11 @@ class Verifier:
         env.pop("PYTEST_ADDOPTS", None)
         flags = pytest_plugins.addopts(plugins)
         if options.pytest_addopts:
+            config = shipped_pytest_config(request.verifier_dir)
+            rootdir = f" --rootdir={shlex.quote(cwd)}" if config is None else ""  # else the file's folder
             env["PYTEST_ADDOPTS"] = (
-                f"-c /dev/null --confcutdir={request.verifier_dir} -p no:cacheprovider{flags}"
+                f"-c {shlex.quote(config or os.devnull)}{rootdir} --confcutdir={request.verifier_dir}"
+                f" -p no:cacheprovider{flags}"
             )
             if report is not None:
                 env["PYTEST_ADDOPTS"] += report.addopts()
