@@ -78,7 +78,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The test script's PATH when the request sets none."""
 UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTEST_PLUGINS")
 """Removed from the test script's environment."""
-REWARD_FILES = ("reward.txt", "reward.json")
+REWARD_FILES = ("reward.json", "reward.txt")
+"""In the order they are read: reward.json wins where both are written (as in Harbor)."""
 STRUCTURED_REWARD_KEYS = frozenset({"items", "events", "space", "granularity"})
 """The keys of reward.json's structured form (``reroll_contracts.reward.VerifyResult``), which the
 controller validates; the sidecar reads the numbers beside them."""
@@ -174,28 +175,46 @@ def _absolute(value: str, what: str) -> str:
 
 
 def read_rewards(reward_dir: str) -> pb.VerifyResult:
-    """Read ``reward.txt`` (first) or ``reward.json`` from `reward_dir` into a result's reward fields."""
-    for name in REWARD_FILES:
-        path = os.path.join(reward_dir, name)
-        try:
-            with open(path, "rb") as handle:
-                content = handle.read(MAX_REWARD_BYTES + 1)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return pb.VerifyResult(reward_file=name, reward_error=f"cannot read {path}: {exc.strerror}")
-        result = pb.VerifyResult(reward_file=name, reward_content=content[:MAX_REWARD_BYTES])
-        if len(content) > MAX_REWARD_BYTES:
-            result.reward_error = f"{name} is larger than {MAX_REWARD_BYTES} bytes"
-            return result
-        try:
-            rewards = _parse_rewards(name, content.decode("utf-8", errors="replace"))
-        except ValueError as exc:
-            result.reward_error = str(exc)
-            return result
-        result.rewards.update(rewards)
+    """Read ``reward.json`` (first, as Harbor does) or ``reward.txt`` from `reward_dir` into a
+    result's reward fields; where both are written, reward.txt's number must be reward.json's
+    ``reward`` when it has one (else a reward error naming both)."""
+    result = _read_reward_file(reward_dir, "reward.json")
+    if result is None:
+        return _read_reward_file(reward_dir, "reward.txt") or pb.VerifyResult(
+            reward_error=f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json"
+        )
+    text = _read_reward_file(reward_dir, "reward.txt")
+    if text is None or result.reward_error or text.reward_error or "reward" not in result.rewards:
         return result
-    return pb.VerifyResult(reward_error=f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json")
+    if text.rewards["reward"] != result.rewards["reward"]:
+        result.reward_error = (
+            f"reward.txt says {text.rewards['reward']:g} but reward.json's reward is "
+            f"{result.rewards['reward']:g}: the verifier contradicts itself"
+        )
+    return result
+
+
+def _read_reward_file(reward_dir: str, name: str) -> pb.VerifyResult | None:
+    """One reward file's reward fields (or its error); None when it does not exist."""
+    path = os.path.join(reward_dir, name)
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_REWARD_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return pb.VerifyResult(reward_file=name, reward_error=f"cannot read {path}: {exc.strerror}")
+    result = pb.VerifyResult(reward_file=name, reward_content=content[:MAX_REWARD_BYTES])
+    if len(content) > MAX_REWARD_BYTES:
+        result.reward_error = f"{name} is larger than {MAX_REWARD_BYTES} bytes"
+        return result
+    try:
+        rewards = _parse_rewards(name, content.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        result.reward_error = str(exc)
+        return result
+    result.rewards.update(rewards)
+    return result
 
 
 def _parse_rewards(name: str, text: str) -> dict[str, float]:
