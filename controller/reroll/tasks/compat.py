@@ -105,7 +105,8 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     """`raw` (a task.toml or task.md front matter) in reroll's spelling, and the mappings made.
 
     Renames benchflow's ``sandbox`` → ``environment`` and ``oracle`` → ``solution``, ``version``
-    → ``schema_version`` (dropped where ``schema_version`` is set too, as Harbor does), the ``image`` shorthand → ``environment.docker_image``; converts
+    → ``schema_version`` (dropped where ``schema_version`` is set too, as Harbor does), the
+    ``image`` shorthand → ``environment.docker_image``; converts
     ``memory``/``storage`` strings to ``memory_mb``/``storage_mb`` (the string wins, as in
     Harbor), ``network_mode``/``allow_internet`` to ``network`` (``network_mode`` first, as in
     Harbor's ``resolve_baseline``; reroll's own ``network`` wins over both), a numeric
