@@ -177,16 +177,19 @@ def _absolute(value: str, what: str) -> str:
 def read_rewards(reward_dir: str) -> pb.VerifyResult:
     """Read ``reward.json`` (first, as Harbor does) or ``reward.txt`` from `reward_dir` into a
     result's reward fields; where both are written, reward.txt's number must be reward.json's
-    ``reward`` when it has one (else a reward error naming both)."""
+    ``reward`` when it has one (else a reward error naming both), and is its ``reward`` when it
+    has none."""
     result = _read_reward_file(reward_dir, "reward.json")
     if result is None:
         return _read_reward_file(reward_dir, "reward.txt") or pb.VerifyResult(
             reward_error=f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json"
         )
     text = _read_reward_file(reward_dir, "reward.txt")
-    if text is None or result.reward_error or text.reward_error or "reward" not in result.rewards:
+    if text is None or result.reward_error or text.reward_error:
         return result
-    if text.rewards["reward"] != result.rewards["reward"]:
+    if "reward" not in result.rewards:  # a map of items beside the text's scalar: both stand
+        result.rewards["reward"] = text.rewards["reward"]
+    elif text.rewards["reward"] != result.rewards["reward"]:
         result.reward_error = (
             f"reward.txt says {text.rewards['reward']:g} but reward.json's reward is "
             f"{result.rewards['reward']:g}: the verifier contradicts itself"
