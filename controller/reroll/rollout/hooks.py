@@ -46,9 +46,9 @@ from reroll.trials.config import TrialConfig
 
 if TYPE_CHECKING:
     from reroll.host.llm_proxy import LlmProxy
+    from reroll.rollout.origin import Origin, RolloutOptions
     from reroll.rollout.plan import RolloutPlan
     from reroll.rollout.scenes import AgentOutcome, TrialContext
-    from reroll.rollout.start import Origin, RolloutOptions
     from reroll.rollout.verifiers import Verdict, Verifier
     from reroll.sandbox.base import Sandbox
 

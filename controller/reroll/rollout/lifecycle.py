@@ -34,7 +34,7 @@ from rich.console import Console
 
 from reroll.cache import host_cpus, host_memory_mb
 from reroll.rollout.agent_phase import install_agent, run_agent
-from reroll.rollout.hooks import Run
+from reroll.rollout.hooks import Hooks, Run
 from reroll.rollout.llm_side import start_llm_side
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
@@ -75,7 +75,10 @@ def new_run_id() -> str:
 
 
 async def execute_rollout(
-    plan: RolloutPlan, console: Console, start_gate: asyncio.Semaphore | None = None
+    plan: RolloutPlan,
+    console: Console,
+    start_gate: asyncio.Semaphore | None = None,
+    hooks: Hooks | None = None,
 ) -> RunResult:
     """Run one rollout end to end and write its run folder; its extensions' hooks
     (`reroll.rollout.hooks`) are called at each stage.
@@ -92,10 +95,13 @@ async def execute_rollout(
         start_gate: held while the model server, LLM proxy and sandbox start (a job bounds how
             many rollouts start at once, so start-up timeouts are not hit when many start
             together); None: no bound.
+        hooks: the rollout's extensions, configured (`reroll.rollout.hooks.load_extensions`);
+            None: none.
 
     Returns:
         The result as written to result.json.
     """
+    hooks = hooks or Hooks()
     started = time.monotonic()
     result = RunResult(started_at=now_iso())
     _open_run_folder(plan)
@@ -104,11 +110,11 @@ async def execute_rollout(
         async with contextlib.AsyncExitStack() as stack:
             sandbox, task_env, verifier = _new_sandbox(plan, console)
             stack.push_async_callback(sandbox.stop)
-            run = Run(plan, console, stack, sandbox, result, plan.hooks, task_env=task_env, verifier=verifier)
+            run = Run(plan, console, stack, sandbox, result, hooks, task_env=task_env, verifier=verifier)
             trial = await _set_up(run, start_gate)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
             outcome = await run_trial(trial, console)
-            await plan.hooks.after_agent(run, outcome)
+            await run.hooks.after_agent(run, outcome)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             await _settle(run, outcome)
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
@@ -116,7 +122,7 @@ async def execute_rollout(
                 console.print("[dim]verifying[/dim]")
                 verdict = await verifier.verify(trial.verify_request)
                 _apply_verdict(result, verdict)
-                await plan.hooks.after_verify(run, verdict)
+                await run.hooks.after_verify(run, verdict)
     except Exception as exc:  # every failure ends in status error, never null
         await _record_failure(result, exc, sandbox, plan.run_dir)
     finally:
@@ -153,7 +159,7 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
     plan, sandbox, console = run.plan, run.sandbox, run.console
     async with start_gate or contextlib.nullcontext():
         run.proxy = await start_llm_side(plan, sandbox, run.stack, harness_folder(plan.run_dir))
-        await plan.hooks.before_sandbox_start(run)
+        await run.hooks.before_sandbox_start(run)
         network = f"network {plan.task.spec.environment.network}"
         if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
             network = "the host's network; cpus and memory not limited"
@@ -164,7 +170,7 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
         run.env |= await trust_host_ca(sandbox)
     for agent in plan.agents.values():
         await install_agent(sandbox, agent, run.env, console)
-    await plan.hooks.after_sandbox_start(run)
+    await run.hooks.after_sandbox_start(run)
     assert run.verifier is not None
     await run.verifier.prepare(sandbox, run.env)
     env = run.env | run.task_env
@@ -181,7 +187,7 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
         verify_request=VerifyRequest(sandbox, env, plan.run_dir, plan.run_dir / VERIFIER_DIR),
         recorded=plan.recorded,
     )
-    await plan.hooks.before_agent(run)
+    await run.hooks.before_agent(run)
     return run.trial
 
 
@@ -195,7 +201,7 @@ async def _settle(run: Run, outcome: AgentOutcome) -> None:
         run.result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
     await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
     write_json(plan.run_dir / MANIFEST_FILE, await sandbox.manifest(sandbox.layout.workspace))
-    await plan.hooks.before_verify(run, outcome)
+    await run.hooks.before_verify(run, outcome)
 
 
 def _open_run_folder(plan: RolloutPlan) -> None:

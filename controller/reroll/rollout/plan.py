@@ -10,7 +10,6 @@ from reroll_contracts.proxy import ReplayConfig, VolatileRule
 
 from reroll.agents import AgentSpec
 from reroll.models.spec import ModelSpec, model_name, parse_model
-from reroll.rollout.hooks import Hooks
 from reroll.runfolder.run import RunConfig
 from reroll.runfolder.trial import TurnRecord
 from reroll.tasks.task import Task
@@ -45,8 +44,6 @@ class RolloutPlan:
     hold_every: int = 0
     """The proxy holds the request of every this many steps until an extension releases it
     (`reroll.host.llm_proxy.LlmProxy.wait_for_held`: the checkpoints'); 0: never."""
-    hooks: Hooks = field(default_factory=Hooks)
-    """The rollout's extensions (`reroll.rollout.hooks`), configured; none by default."""
 
     @property
     def agent(self) -> AgentSpec:

@@ -9,7 +9,7 @@ from reroll_contracts.errors import AgentError
 from reroll.agents import AgentSpec
 from reroll.rollout.asks import Answerer, offer_ask_user
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
-from reroll.rollout.start import FromCheckpoint
+from reroll.rollout.origin import FromCheckpoint
 from reroll.runfolder.asks import AskRecord
 from reroll.runfolder.run import BranchedFrom
 

@@ -13,8 +13,8 @@ from reroll_contracts.errors import RerollError
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
+from reroll.rollout.origin import FromCheckpoint
 from reroll.rollout.scenes import AgentOutcome
-from reroll.rollout.start import FromCheckpoint
 from reroll.runfolder.run import harness_folder, write_json
 
 CHECKPOINTS_DIR = "checkpoints"

@@ -10,8 +10,8 @@ from reroll_contracts.errors import TrialError
 
 from reroll.models.spec import parse_model
 from reroll.rollout.hooks import Draft, Extension, Run
+from reroll.rollout.origin import FromCheckpoint
 from reroll.rollout.persona import PersonaPlan, persona_model
-from reroll.rollout.start import FromCheckpoint
 
 
 class Persona(Extension):

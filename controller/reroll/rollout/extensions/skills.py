@@ -9,9 +9,10 @@ from pathlib import Path
 from reroll_contracts.trajectory import load_trajectory
 
 from reroll.rollout.hooks import Draft, Extension, Run
+from reroll.rollout.origin import NewRecording, Origin, RolloutOptions
 from reroll.rollout.scenes import AgentOutcome
 from reroll.rollout.skills import SceneSkills, SkillSelection, select_skills, self_gen_trial, skill_config
-from reroll.rollout.start import NewRecording, Origin, RolloutOptions, recorded_skills_dir
+from reroll.rollout.start import recorded_skills_dir
 from reroll.runfolder.run import TRAJECTORY
 from reroll.tasks.skills import nudge_level
 from reroll.tasks.task import with_skills_hidden
