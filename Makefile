@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 # uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 
-.PHONY: env sandbox-tools lock demo test test-fast check protos images clean
+.PHONY: env sandbox-tools lock demo test test-fast check docs protos images clean
 
 # The versions installed are those of uv.lock (`make lock` re-resolves it after editing
 # pyproject.toml's dependencies); uv comes from PyPI into the venv, so python3.11 is all it needs.
@@ -48,6 +48,11 @@ test-fast: env  # the edit loop: every in-process test (no slow or spawns mark),
 check: env
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy controller/reroll contracts/reroll_contracts sidecar/reroll_sidecar proxy/reroll_proxy
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or a page left out of
+# the navigation fails the build. The CLI reference in it is generated from the typer app.
+docs: env
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 images: env
 	$(BIN)/python scripts/build-images
 
@@ -55,4 +60,4 @@ protos: env
 	$(BIN)/python scripts/gen_protos.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

@@ -1,4 +1,4 @@
-"""The import graph points down only: the layers of README's "Layout" and docs/architecture.md.
+"""The import graph points down only: the layers of docs/architecture.md ("The packages, top to bottom").
 
 Read from the sources (no import): every ``from reroll… import`` of a module names the package it
 comes from, and that package must sit below the importing one (or be the same).
