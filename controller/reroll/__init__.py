@@ -9,7 +9,7 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
 
     recorded = asyncio.run(reroll.run_task(Path("examples/tasks/fix-failing-test"),
                                            agent_name="mini-swe-agent", model="scripted",
-                                           options=reroll.RolloutOptions(timeout_seconds=120)))
+                                           options=reroll.RolloutSettings(timeout_seconds=120)))
     # replay the first half of the recorded exchanges, then continue with another model
     continued = asyncio.run(reroll.continue_run(recorded.run_dir, at=0.5, model="scripted:other.yaml"))
     # is the recording faithfully replayable?
@@ -36,7 +36,7 @@ The Python API (every function is a coroutine; run it with ``asyncio.run``)::
   returns a `BranchSummary`.
 
 All four go through one path, `reroll.rollout.start.start_rollout` (a recording starts from a
-task, the others from a `reroll.rollout.checkpoint.Checkpoint`). Each takes ``options=RolloutOptions(...)``
+task, the others from a `reroll.rollout.checkpoint.Checkpoint`). Each takes ``options=RolloutSettings(...)``
 (timeout_seconds, sandbox and its settings sandbox_config, network, faults, divergence_policy) and
 ``console=rich.console.Console()`` to show progress (default: ``harness/controller.log`` in the
 new run folder), and raises a `reroll_contracts.errors.ConfigError` on bad input, before anything is
@@ -61,15 +61,16 @@ if TYPE_CHECKING:
     from reroll.rollout.continue_ import continue_run
     from reroll.rollout.record import run_task
     from reroll.rollout.replay import FidelityReport, replay_run
-    from reroll.rollout.start import RolloutOptions, RolloutOutcome
+    from reroll.rollout.start import RolloutOutcome
     from reroll.runfolder.summary import BranchSummary
+    from reroll.settings import RolloutSettings
     from reroll.trials.config import Role, Scene, TrialConfig, Turn, load_trial
     from reroll.trials.users import BaseUser, FunctionUser, RoundResult, user_spec
 
 _API = {
     "run_task": "reroll.rollout.record",
     "continue_run": "reroll.rollout.continue_",
-    "RolloutOptions": "reroll.rollout.start",
+    "RolloutSettings": "reroll.settings",
     "RolloutOutcome": "reroll.rollout.start",
     "replay_run": "reroll.rollout.replay",
     "FidelityReport": "reroll.rollout.replay",
@@ -91,8 +92,8 @@ __all__ = [
     "FidelityReport",
     "FunctionUser",
     "Role",
-    "RolloutOptions",
     "RolloutOutcome",
+    "RolloutSettings",
     "RoundResult",
     "Scene",
     "TrialConfig",

@@ -37,10 +37,10 @@ from reroll.jobs.branch import Via, branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.lifecycle import sandbox_env
 from reroll.rollout.record import run_task
-from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.base import create_sandbox
 from reroll.sandbox.state import restore_state, snapshot_state
+from reroll.settings import RolloutSettings
 from reroll.tasks.environment import StateSpec
 from reroll.tasks.task import load_task
 
@@ -112,7 +112,7 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
 
 async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> Path:
     """Record the ledger run (with a checkpoint every `every` steps); its run folder."""
-    options = RolloutOptions(sandbox=args.sandbox, checkpoint_every=every)
+    options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every)
     jobs = folder / f"jobs-{every}"
     outcome, wall, cpu = await measured(
         lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs)
@@ -144,7 +144,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
                 at=args.at,
                 models=[model],
                 n=args.n,
-                options=RolloutOptions(sandbox=args.sandbox),
+                options=RolloutSettings(sandbox=args.sandbox),
                 runner=RunnerOptions(concurrency=args.concurrency),
                 output=folder / f"tree-{index}",
                 via=via,

@@ -16,7 +16,7 @@ pytest explicitly as ``-p NAME`` (`addopts`):
   offers the same name untrusted (pytest loads the first one on ``sys.path``, which could be
   the agent's).
 
-Residual risk (the README's): an agent running as root can edit a trusted plugin's files; a
+Residual risk (docs/security.md's): an agent running as root can edit a trusted plugin's files; a
 ``pytest`` started from an agent-writable folder with ``python -m pytest`` imports from that folder
 first (as it would ``pytest`` itself); a test script that runs pytest from another environment
 (``uvx``, a venv) gets the same ``-p`` names, and pytest stops with "Error importing plugin"

@@ -12,7 +12,7 @@ every pytest the script starts (under the hardened ``PYTEST_ADDOPTS``) also writ
 into a fresh folder only root can enter (`ReportFolder`). `judge` then reads them: a pytest that
 started and wrote no report, or whose report counts failures or errors, zeroes every reward.
 
-Residual risk (documented in the README): code under test runs in the same process as pytest
+Residual risk (documented in docs/security.md): code under test runs in the same process as pytest
 and may forge the report (the folder's name is in ``PYTEST_ADDOPTS``); a script that runs its
 tests without pytest, or pytest with its own ``--junitxml`` or ``--log-file``, is judged by its
 exit status alone (the last case: the task turns ``pytest_report`` off); a ``conftest.py`` that

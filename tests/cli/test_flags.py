@@ -10,8 +10,8 @@ import pytest
 import typer.core
 import typer.main
 from reroll.cli.app import app
-from reroll.rollout.start import RolloutOptions, _sandbox_config
 from reroll.runfolder.run import RunConfig
+from reroll.settings import RolloutSettings, continuation_settings, recorded_settings
 from typer import _click
 from typer.testing import CliRunner
 
@@ -61,6 +61,11 @@ def test_bad_backend_settings_exit_2_before_anything_is_written(
     assert list(tmp_path.iterdir()) == []
 
 
+def _sandbox_config(original: RunConfig, given: RolloutSettings) -> dict[str, object]:
+    """The backend settings a continuation of `original` runs with, given `given`."""
+    return continuation_settings(recorded_settings(original), given).sandbox_config or {}
+
+
 def test_a_continuation_starts_from_the_originals_settings_on_the_same_backend() -> None:
     original = RunConfig(
         task_path="/t",
@@ -68,12 +73,12 @@ def test_a_continuation_starts_from_the_originals_settings_on_the_same_backend()
         sandbox="docker",
         sandbox_config={"image_map": {"ubuntu:24.04": "reroll/base:bookworm"}, "ready_timeout_seconds": 90},
     )
-    assert _sandbox_config(original, RolloutOptions()) == original.sandbox_config
-    override = RolloutOptions(sandbox="docker", sandbox_config={"image_map": {"a": "b"}})
+    assert _sandbox_config(original, RolloutSettings()) == original.sandbox_config
+    override = RolloutSettings(sandbox="docker", sandbox_config={"image_map": {"a": "b"}})
     assert _sandbox_config(original, override) == {"image_map": {"a": "b"}, "ready_timeout_seconds": 90}
-    elsewhere = RolloutOptions(sandbox="local-plain", sandbox_config={"ready_timeout_seconds": 5})
+    elsewhere = RolloutSettings(sandbox="local-plain", sandbox_config={"ready_timeout_seconds": 5})
     assert _sandbox_config(original, elsewhere) == {"ready_timeout_seconds": 5}
-    assert _sandbox_config(original, RolloutOptions(sandbox="local")) == {}
+    assert _sandbox_config(original, RolloutSettings(sandbox="local")) == {}
 
 
 def test_prune_goes_through_the_named_backend(tmp_path: Path) -> None:

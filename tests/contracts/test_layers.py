@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "conformance": 7,
     "jobs": 7,
     "rollout": 6,
+    "settings": 5,
     "sandbox": 5,
     "host": 5,
     "models": 5,
@@ -33,7 +34,7 @@ LAYERS: dict[str, int] = {
 """Controller packages and top-level modules → layer; a module may import its own layer's
 packages only where noted in `SAME_LAYER`, lower layers always. view and export read run
 folders: they sit just above runfolder, neither importing the other nor the rollout stack."""
-SAME_LAYER = {("models", "host"), ("sandbox", "host")}
+SAME_LAYER = {("models", "host"), ("sandbox", "host"), ("settings", "models")}
 
 
 def _imports(file: Path) -> set[str]:

@@ -4,7 +4,7 @@ without its page fails here, naming the page and the line.
 Read are the code spans (between backticks) of README.md and docs/*.md that name something of
 this repository: a path from the top (``controller/reroll/cli/app.py``, ``tests/e2e/``), a path
 inside an import package (``reroll/sandbox/installs.py``, ``reroll_proxy/formats/``) or a dotted
-module name (``reroll.rollout.start``, ``reroll.RolloutOptions``: the last part may be a name the
+module name (``reroll.rollout.start``, ``reroll.RolloutSettings``: the last part may be a name the
 module defines). Paths relative to a task (``tests/test.sh``) and image names
 (``reroll/base:bookworm``) are not of the repository and are left alone.
 """
@@ -56,7 +56,7 @@ def _defines(source: str, name: str) -> bool:
     patterns = (
         rf"^\s*(async def|def|class) {word}\b",  # a function or class
         rf"^\s*{word}\s*[:=]",  # a constant, or a field
-        rf"[\"']{word}[\"']",  # a lazy-import table's key (`reroll.RolloutOptions`)
+        rf"[\"']{word}[\"']",  # a lazy-import table's key (`reroll.RolloutSettings`)
         rf"^\s*(from|import) .*\b{word}\b",  # a name imported into the module
     )
     return any(re.search(pattern, source, re.MULTILINE) for pattern in patterns)
@@ -131,7 +131,7 @@ def test_every_path_and_module_the_pages_name_exists() -> None:
         ("reroll_proxy/formats/", False),
         ("reroll.rollout.start", False),
         ("reroll.rollout.start.start_rollout", False),
-        ("reroll.RolloutOptions", False),
+        ("reroll.RolloutSettings", False),
         ("reroll.rollout.started", True),
         ("tests/e2e/test_main_job.py", False),
         ("tests/e2e/test_gone.py", True),

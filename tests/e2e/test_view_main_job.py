@@ -36,7 +36,7 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 WINDOW = (1280, 800)
 """A laptop screen, in CSS pixels."""
 SCREENSHOTS = "REROLL_VIEW_SCREENSHOTS"
-"""Folder for the screenshots [default: the test's temporary folder]; docs/ holds the README's."""
+"""Folder for the screenshots [default: the test's temporary folder]; docs/ holds the site's."""
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 

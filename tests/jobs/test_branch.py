@@ -17,10 +17,10 @@ from reroll.jobs.branch import branch, branch_points
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.record import run_task
-from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.asks import ASKS_FILE, AskLog, AskRecord
 from reroll.runfolder.run import write_json
 from reroll.sandbox import base
+from reroll.settings import RolloutSettings
 from reroll.view import build_site
 from reroll_contracts.errors import ConfigError, RunFolderError
 
@@ -122,7 +122,7 @@ async def test_branches_are_retried_on_the_job_runner(
         at=0,
         models=[model],
         n=2,
-        options=RolloutOptions(sandbox="flaky", timeout_seconds=120),
+        options=RolloutSettings(sandbox="flaky", timeout_seconds=120),
         runner=RunnerOptions(concurrency=1, retry_backoff_seconds=0),
         output=tmp_path / "branched",
     )
@@ -150,7 +150,7 @@ async def test_branches_run_on_the_ray_executor(tmp_path: Path, examples: Path, 
         at=0,
         models=[model],
         n=2,
-        options=RolloutOptions(timeout_seconds=120),
+        options=RolloutSettings(timeout_seconds=120),
         runner=RunnerOptions(concurrency=2, executor="ray"),
         output=tmp_path / "branched",
     )
@@ -225,7 +225,7 @@ async def test_value_curve_along_a_run(tmp_path: Path, examples: Path, urllib_ag
         examples / "fix-failing-test",
         agent_name=urllib_agent,
         model=fast,
-        options=RolloutOptions(timeout_seconds=120),
+        options=RolloutSettings(timeout_seconds=120),
         jobs_dir=tmp_path / "jobs",
     )
     assert recorded.result.rewards == {"reward": 1.0} and recorded.result.counts.exchanges == 5
@@ -236,7 +236,7 @@ async def test_value_curve_along_a_run(tmp_path: Path, examples: Path, urllib_ag
         at="0,2,4",
         models=[f"scripted:{submit}"],
         n=2,
-        options=RolloutOptions(timeout_seconds=120),
+        options=RolloutSettings(timeout_seconds=120),
         runner=RunnerOptions(concurrency=2),
         output=tmp_path / "branched",
     )
@@ -283,7 +283,7 @@ async def test_branches_vary_the_next_prompt(tmp_path: Path, examples: Path, url
         at="0:0",
         prompts=prompts,
         models=[f"scripted:{tmp_path / 'moody.yaml'}"],
-        options=RolloutOptions(timeout_seconds=120),
+        options=RolloutSettings(timeout_seconds=120),
         runner=RunnerOptions(concurrency=2),
         output=tmp_path / "branched",
     )

@@ -19,8 +19,8 @@ from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR
 from reroll.rollout.record import run_task
-from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.run import TRAJECTORY
+from reroll.settings import RolloutSettings
 
 from tests.conftest import EXAMPLES
 
@@ -70,7 +70,7 @@ def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str, sandb
         LEDGER,
         agent_name=session_agent,
         model=ledger_script(folder, "original", 6),
-        options=RolloutOptions(sandbox=sandbox_backend, checkpoint_every=CUT),
+        options=RolloutSettings(sandbox=sandbox_backend, checkpoint_every=CUT),
         jobs_dir=folder / "jobs",
     )
     outcome = asyncio.run(recording)
@@ -92,7 +92,7 @@ async def test_a_fork_gives_children_the_parents_state_at_k_that_then_diverge(
         original,
         at=CUT,
         models=[a, b],
-        options=RolloutOptions(timeout_seconds=120),
+        options=RolloutSettings(timeout_seconds=120),
         runner=RunnerOptions(concurrency=2),
         output=tmp_path / "tree",
     )
@@ -121,7 +121,7 @@ async def test_without_a_recorded_checkpoint_the_prefix_is_rebuilt_once(
         pytest.skip("the rebuild does not depend on the sandbox: checked once, on local")
     at = CUT - 1
     spec = ledger_script(tmp_path, "c", at, "child c")
-    summary = await branch(original, at=at, models=[spec], options=RolloutOptions(timeout_seconds=120))
+    summary = await branch(original, at=at, models=[spec], options=RolloutSettings(timeout_seconds=120))
     parent = Path(summary.parent)
     assert (
         summary.checkpoint == str(parent / PREFIX_NAME / CHECKPOINTS_DIR / f"step-{at}")

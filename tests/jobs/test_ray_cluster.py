@@ -227,7 +227,7 @@ def test_two_node_job_equals_a_one_node_job(cluster: tuple[str, str], tmp_path: 
     run's, every run folder came back whole, and the task folder sits in the worker's cache."""
     address, container = cluster
     started = time.monotonic()
-    # The cluster named by RAY_ADDRESS, as the README says.
+    # The cluster named by RAY_ADDRESS, as docs/jobs.md says.
     on_cluster = _job("two", tmp_path, "--executor", "ray", env={"RAY_ADDRESS": address})
     seconds = time.monotonic() - started
     one_node = _job("one", tmp_path)

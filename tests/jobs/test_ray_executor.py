@@ -22,9 +22,9 @@ from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import continue_job, run_job
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
-from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.run import TRAJECTORY, StoreUse
 from reroll.runfolder.summary import JobSummary
+from reroll.settings import RolloutSettings
 from rich.console import Console
 
 from tests.jobs.test_runner import write_task
@@ -170,7 +170,7 @@ def test_the_paths_of_an_attempt_s_options_and_model_are_relocated_too() -> None
     to the worker like the task folder: each is one of the attempt's reads, rebound there."""
     from reroll.jobs.ray_executor import relocated
 
-    options = RolloutOptions(
+    options = RolloutSettings(
         skill_mode="with-skill",
         skills_dir=Path("/home/u/skills"),
         learner_store=StoreUse(path="/jobs/j/store", generation=2, writes_back=False),
@@ -193,9 +193,8 @@ def test_the_paths_of_an_attempt_s_options_and_model_are_relocated_too() -> None
     assert moved.learner_store == StoreUse(path="/cache/2", generation=2, writes_back=False)
     assert moved.judge_model == "scripted:/cache/3"
     assert worker.run.keywords["model"] == "scripted-chat:/cache/4"
-    assert dataclasses.replace(moved, skills_dir=None, learner_store=None, judge_model=None) == (
-        dataclasses.replace(options, skills_dir=None, learner_store=None, judge_model=None)
-    )
+    unshipped = {"skills_dir": None, "learner_store": None, "judge_model": None}
+    assert moved.model_copy(update=unshipped) == options.model_copy(update=unshipped)
 
 
 def test_config_json_comes_back_with_the_controller_s_paths(tmp_path: Path) -> None:

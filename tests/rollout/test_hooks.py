@@ -14,8 +14,8 @@ from reroll.rollout import hooks
 from reroll.rollout.hooks import EXTENSIONS, Draft, Extension, Run, TurnLaunch, load_extensions
 from reroll.rollout.record import run_task
 from reroll.rollout.scenes import AgentOutcome
-from reroll.rollout.start import RolloutOptions
 from reroll.rollout.verifiers import Verdict
+from reroll.settings import RolloutSettings
 from reroll_contracts.errors import ConfigError
 
 from tests.conftest import ROOT
@@ -172,7 +172,7 @@ async def test_a_registered_extension_sees_every_hook_in_order(
         LEDGER,
         agent_name=session_agent,
         model=ledger_script(tmp_path, "original", 6),
-        options=RolloutOptions(sandbox="local", checkpoint_every=3),
+        options=RolloutSettings(sandbox="local", checkpoint_every=3),
         jobs_dir=tmp_path / "jobs",
     )
     assert recording.result.status == "ok", recording.result.error
@@ -194,7 +194,7 @@ async def test_a_registered_extension_sees_every_hook_in_order(
         recording.run_dir,
         at=3,
         models=[child],
-        options=RolloutOptions(timeout_seconds=120),
+        options=RolloutSettings(timeout_seconds=120),
         output=tmp_path / "tree",
     )
     assert summary.via == "snapshot" and [c.status for c in summary.children] == ["ok"], summary.children

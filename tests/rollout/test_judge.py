@@ -18,10 +18,10 @@ from reroll.rollout.judge import _answer as answer_of
 from reroll.rollout.record import run_task
 from reroll.rollout.rescore import rescore_run
 from reroll.rollout.side_model import side_proxy
-from reroll.rollout.start import RolloutOptions
 from reroll.runfolder.run import JUDGE_TRAJECTORY
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.settings import RolloutSettings
 from reroll.tasks.rubric import Criterion
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import ModelError, RunFolderError, VerifierError
@@ -71,7 +71,7 @@ async def test_a_judge_that_answers_prose_is_a_verifier_error(tmp_path: Path, ex
     outcome = await run_task(
         examples / "release-note",
         agent_name="oracle",
-        options=RolloutOptions(judge_model=f"scripted:{prose}"),
+        options=RolloutSettings(judge_model=f"scripted:{prose}"),
         jobs_dir=tmp_path / "jobs",
         job_name="j",
     )
@@ -172,7 +172,7 @@ async def test_a_judge_model_that_cannot_be_used_is_refused_before_anything_is_w
         await run_task(
             examples / "release-note",
             agent_name="oracle",
-            options=RolloutOptions(judge_model=f"scripted:{tmp_path / 'missing.yaml'}"),
+            options=RolloutSettings(judge_model=f"scripted:{tmp_path / 'missing.yaml'}"),
             jobs_dir=tmp_path / "jobs",
             job_name="j",
         )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from reroll.rollout.record import run_task
-from reroll.rollout.start import RolloutOptions
+from reroll.settings import RolloutSettings
 
 pytestmark = pytest.mark.spawns  # a real rollout: sidecar and proxy processes
 
@@ -19,7 +19,7 @@ async def test_a_recording_writes_its_options_and_logs_into_the_run_folder(
     outcome = await run_task(
         examples / "hello-file",
         agent_name="oracle",
-        options=RolloutOptions(timeout_seconds=50),
+        options=RolloutSettings(timeout_seconds=50),
         jobs_dir=tmp_path,
         job_name="j",
         run_name="r",

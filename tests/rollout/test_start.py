@@ -8,17 +8,12 @@ from pathlib import Path
 import pytest
 from reroll.agents import get_agent
 from reroll.rollout.checkpoint import open_checkpoint
-from reroll.rollout.lifecycle import RolloutPlan
 from reroll.rollout.persona import PersonaPlan
-from reroll.rollout.start import (
-    FromCheckpoint,
-    NewRecording,
-    RolloutOptions,
-    start_rollout,
-    with_recorded_inputs,
-)
+from reroll.rollout.plan import RolloutPlan
+from reroll.rollout.start import FromCheckpoint, NewRecording, start_rollout
 from reroll.runfolder.asks import AskRecord
 from reroll.runfolder.run import ContinuedFrom, RunConfig, StoreUse
+from reroll.settings import RolloutSettings, with_recorded_inputs
 from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import load_task
 from reroll.trials.config import Persona, Role, Scene, TrialConfig
@@ -51,7 +46,7 @@ async def test_a_continuation_keeps_the_runs_network_override(tmp_path: Path, ex
             live_model=None,
             parent=tmp_path / "out",
             name="x",
-            options=RolloutOptions(sandbox="local-plain"),
+            options=RolloutSettings(sandbox="local-plain"),
         )
     assert not (tmp_path / "out").exists()
 
@@ -66,7 +61,7 @@ async def test_a_recording_refuses_network_none_in_the_local_plain_sandbox(
             live_model=None,
             parent=tmp_path / "out",
             name="x",
-            options=RolloutOptions(network="none", sandbox="local-plain"),
+            options=RolloutSettings(network="none", sandbox="local-plain"),
         )
     assert not (tmp_path / "out").exists()
 
@@ -110,7 +105,7 @@ def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_d
     from reroll.rollout.start import _run_config
 
     recording = _run_config(
-        NewRecording(load_task(examples / "hello-file"), get_agent("oracle")), None, RolloutOptions()
+        NewRecording(load_task(examples / "hello-file"), get_agent("oracle")), None, RolloutSettings()
     )
     assert recording.lineage_started_at == recording.started_at is not None
     first = "2026-01-02T03:04:05+00:00"
@@ -120,7 +115,7 @@ def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_d
     ):
         checkpoint = open_checkpoint(recorded_run(tmp_path / lineage[:1], examples, **config))
         continued = _run_config(
-            FromCheckpoint(checkpoint, checkpoint.continued_from(None)), None, RolloutOptions()
+            FromCheckpoint(checkpoint, checkpoint.continued_from(None)), None, RolloutSettings()
         )
         assert continued.started_at != first and continued.lineage_started_at == lineage
         env = stable_agent_env(continued)
@@ -140,7 +135,7 @@ async def test_an_agent_without_mcp_is_refused_a_task_with_mcp_servers_before_an
         AgentError, match=r"MCP servers 'mail' \(stdio\), but mini-swe-agent has no MCP client"
     ):
         await start_rollout(
-            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions()
+            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutSettings()
         )
     assert not (tmp_path / "out").exists()
 
@@ -156,7 +151,7 @@ async def test_a_user_model_without_a_persona_and_a_persona_without_a_model_are_
             live_model=None,
             parent=tmp_path / "out",
             name="x",
-            options=RolloutOptions(user_model="scripted"),
+            options=RolloutSettings(user_model="scripted"),
         )
     persona = Scene("s", [Role("a", "claude-code")], persona=Persona(text="You read French."))
     origin = NewRecording(task, get_agent("claude-code"), TrialConfig(scenes=[persona]))
@@ -164,7 +159,7 @@ async def test_a_user_model_without_a_persona_and_a_persona_without_a_model_are_
         ModelError, match="the trial's persona has no model: set its `model`, or pass --user-model"
     ):
         await start_rollout(
-            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutOptions()
+            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutSettings()
         )
     assert not (tmp_path / "out").exists()
 
@@ -210,43 +205,43 @@ def test_a_continuation_binds_the_host_paths_it_takes_from_the_original(
         learner_store=StoreUse(path="/jobs/j/store", generation=3, writes_back=True),
         judge_model="scripted:/home/u/judge.yaml",
     )
-    bound = with_recorded_inputs(RolloutOptions(), original)
+    bound = with_recorded_inputs(RolloutSettings(), original)
     assert bound.skills_dir == Path("/home/u/skills")
     assert bound.learner_store == StoreUse(path="/jobs/j/store", generation=3, writes_back=False)
     assert bound.judge_model == "scripted:/home/u/judge.yaml"
     assert bound.paths_read() == (Path("/home/u/skills"), Path("/jobs/j/store"), Path("/home/u/judge.yaml"))
-    given = RolloutOptions(skills_dir=Path("/other"), judge_model="scripted:rel.yaml")
+    given = RolloutSettings(skills_dir=Path("/other"), judge_model="scripted:rel.yaml")
     monkeypatch.chdir(tmp_path)
     bound = with_recorded_inputs(given, original)
     assert (bound.skills_dir, bound.judge_model) == (Path("/other"), f"scripted:{tmp_path / 'rel.yaml'}")
-    bound = with_recorded_inputs(RolloutOptions(skill_mode="no-skill"), original)
+    bound = with_recorded_inputs(RolloutSettings(skill_mode="no-skill"), original)
     assert bound.skills_dir is None
     bundled = original.model_copy(update={"skill_source": "task_bundled", "judge_model": "openai/gpt-4o"})
-    bound = with_recorded_inputs(RolloutOptions(), bundled)
+    bound = with_recorded_inputs(RolloutSettings(), bundled)
     assert (bound.skills_dir, bound.judge_model) == (None, None)  # the task's skills travel with it
 
 
 def test_a_continuation_binds_a_persona_users_script_so_it_travels() -> None:
-    """The persona's model script (`RolloutOptions.user_model`): ``--user-model`` made absolute,
+    """The persona's model script (`RolloutSettings.user_model`): ``--user-model`` made absolute,
     else the original's ``user_model``, else the trial's persona's own script; a provider's
     model names no host path and stays unbound."""
     persona = Scene(
         "s", [Role("a", "claude-code")], persona=Persona(text="p", model="scripted:/u/persona.yaml")
     )
     original = RunConfig(task_path="/tasks/t", agent="claude-code", trial=TrialConfig(scenes=[persona]))
-    bound = with_recorded_inputs(RolloutOptions(), original)
+    bound = with_recorded_inputs(RolloutSettings(), original)
     assert bound.user_model == "scripted:/u/persona.yaml"
     assert bound.paths_read() == (Path("/u/persona.yaml"),)
     moved = bound.relocated(lambda path: Path("/worker") / path.name)
     assert moved.user_model == "scripted:/worker/persona.yaml"
     chosen = original.model_copy(update={"user_model": "scripted:/u/chosen.yaml"})
-    assert with_recorded_inputs(RolloutOptions(), chosen).user_model == "scripted:/u/chosen.yaml"
-    live = RolloutOptions(user_model="openai/gpt-4o")
+    assert with_recorded_inputs(RolloutSettings(), chosen).user_model == "scripted:/u/chosen.yaml"
+    live = RolloutSettings(user_model="openai/gpt-4o")
     assert with_recorded_inputs(live, chosen).user_model == "openai/gpt-4o"
     provider = Scene("s", [Role("a", "claude-code")], persona=Persona(text="p", model="openai/gpt-4o"))
     assert (
         with_recorded_inputs(
-            RolloutOptions(),
+            RolloutSettings(),
             RunConfig(task_path="/t", agent="claude-code", trial=TrialConfig(scenes=[provider])),
         ).user_model
         is None

@@ -34,7 +34,7 @@ from reroll.cli.common import (
 from reroll.cli.reports import branch_report
 from reroll.jobs.branch import Via
 from reroll.jobs.branch import branch as branch_run
-from reroll.rollout.start import RolloutOptions
+from reroll.settings import RolloutSettings
 
 
 def branch(
@@ -121,7 +121,7 @@ def branch(
     checkpoint state). The sandbox, its settings and the network are the original's unless
     given. Says which way (--via) the branches reached step K. Exit 1 when a branch ended in error.
     """
-    options = RolloutOptions(
+    options = RolloutSettings(
         timeout_seconds=timeout,
         sandbox=sandbox,
         sandbox_config=sandbox_settings(sandbox_config, image_map),

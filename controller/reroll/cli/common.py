@@ -48,7 +48,7 @@ SandboxConfigOption = Annotated[
     str | None,
     typer.Option(
         help="Settings of the sandbox backend, a JSON object checked by the backend's config "
-        "model, e.g. '{\"ready_timeout_seconds\": 120}' (see the README's Sandboxes)."
+        "model, e.g. '{\"ready_timeout_seconds\": 120}' (see docs/sandboxes.md)."
     ),
 ]
 NetworkOption = Annotated[

@@ -36,7 +36,7 @@ from reroll.cli.common import (
     sandbox_settings,
 )
 from reroll.rollout.continue_ import continue_run
-from reroll.rollout.start import RolloutOptions
+from reroll.settings import RolloutSettings
 
 
 def continue_(
@@ -78,7 +78,7 @@ def continue_(
     The sandbox, its settings (e.g. docker's image map) and the network are the original's
     unless given. Every timed-out run of a job: `reroll continue-job JOB_DIR`."""
     used = faults_from_flags(faults, fault_seed)
-    options = RolloutOptions(
+    options = RolloutSettings(
         timeout_seconds=timeout,
         sandbox=sandbox,
         sandbox_config=sandbox_settings(sandbox_config, image_map),
@@ -138,7 +138,7 @@ def continue_job(
     persona User of the runs that have one. Exit 1 when a continuation ended in error."""
     from reroll.jobs.runner import continue_job as continue_job_run
 
-    options = RolloutOptions(
+    options = RolloutSettings(
         timeout_seconds=timeout,
         sandbox=sandbox,
         sandbox_config=sandbox_settings(sandbox_config, image_map),

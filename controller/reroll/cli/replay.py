@@ -19,7 +19,7 @@ from reroll.cli.common import (
 )
 from reroll.cli.reports import fidelity_report
 from reroll.rollout.replay import replay_run
-from reroll.rollout.start import RolloutOptions
+from reroll.settings import RolloutSettings
 
 
 def replay(
@@ -48,7 +48,7 @@ def replay(
         replay_run(
             run_folder,
             tasks_dir=tasks_dir,
-            options=RolloutOptions(
+            options=RolloutSettings(
                 timeout_seconds=timeout,
                 sandbox=sandbox,
                 sandbox_config=sandbox_settings(sandbox_config, image_map),

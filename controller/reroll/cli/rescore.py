@@ -20,7 +20,7 @@ from reroll.cli.common import (
     sandbox_settings,
 )
 from reroll.rollout.rescore import rescore_run
-from reroll.rollout.start import RolloutOptions
+from reroll.settings import RolloutSettings
 
 
 def rescore(
@@ -48,7 +48,7 @@ def rescore(
                 run_folder,
                 judge_model=judge_model,
                 tasks_dir=tasks_dir,
-                options=RolloutOptions(
+                options=RolloutSettings(
                     sandbox=sandbox,
                     sandbox_config=sandbox_settings(sandbox_config, image_map),
                     network=network,

@@ -27,7 +27,7 @@ from reroll.cli.common import (
     sandbox_settings,
 )
 from reroll.rollout.record import run_task
-from reroll.rollout.start import RolloutOptions
+from reroll.settings import RolloutSettings
 from reroll.trials.config import load_trial
 
 
@@ -44,9 +44,7 @@ def run(
     ] = None,
     trial: Annotated[
         Path | None,
-        typer.Option(
-            help="Trial file (YAML): scenes, roles, turns, User-driven rounds; see the README's Trials."
-        ),
+        typer.Option(help="Trial file (YAML): scenes, roles, turns, User-driven rounds; see docs/trials.md."),
     ] = None,
     model: Annotated[
         str | None,
@@ -105,7 +103,7 @@ def run(
                 agent_name=agent,
                 model=model,
                 trial=trial_config,
-                options=RolloutOptions(
+                options=RolloutSettings(
                     timeout_seconds=timeout,
                     sandbox=sandbox,
                     sandbox_config=settings,

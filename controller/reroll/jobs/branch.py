@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -59,13 +59,7 @@ from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
-from reroll.rollout.start import (
-    FromCheckpoint,
-    RolloutOptions,
-    RolloutOutcome,
-    start_rollout,
-    with_recorded_inputs,
-)
+from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
@@ -89,6 +83,7 @@ from reroll.runfolder.summary import (
     primary_reward,
 )
 from reroll.sandbox.base import load_backend
+from reroll.settings import RolloutSettings, with_recorded_inputs
 
 Via = Literal["snapshot", "replay"]
 PREFIX_NAME = "_prefix"
@@ -227,7 +222,7 @@ async def branch(
     at_ask: int | None = None,
     answers: Sequence[str] = (),
     tasks_dir: Path | None = None,
-    options: RolloutOptions = RolloutOptions(),
+    options: RolloutSettings = RolloutSettings(),
     runner: RunnerOptions = RunnerOptions(),
     output: Path | None = None,
     console: Console | None = None,
@@ -412,7 +407,7 @@ async def run_branch(
     name: str,
     model: str,
     index: int,
-    options: RolloutOptions,
+    options: RolloutSettings,
     layers: Path | None = None,
     start_gate: asyncio.Semaphore | None = None,
 ) -> RolloutOutcome:
@@ -446,7 +441,7 @@ async def run_branch(
 
 
 async def _checkpoint_layers(
-    checkpoint: Checkpoint, parent: Path, options: RolloutOptions, console: Console
+    checkpoint: Checkpoint, parent: Path, options: RolloutSettings, console: Console
 ) -> tuple[Path, str]:
     """The checkpoint folder of step K the children fork from, and where it came from: one
     recorded during the run (``<run>/checkpoints/step-K``) when it is consistent, else the prefix
@@ -469,7 +464,9 @@ async def _checkpoint_layers(
         live_model=None,
         parent=parent,
         name=PREFIX_NAME,
-        options=replace(options, checkpoint_every=checkpoint.cut_index),  # held at the cut: captured
+        options=options.model_copy(
+            update={"checkpoint_every": checkpoint.cut_index}
+        ),  # held at the cut: captured
     )
     captured = outcome.run_dir / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
     if not (captured / CHECKPOINT_FILE).is_file():

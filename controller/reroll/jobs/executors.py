@@ -31,7 +31,8 @@ from reroll_contracts.errors import JobError
 from reroll.host.open_files import open_files_for
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import script_file
-from reroll.rollout.start import RolloutOptions, RolloutOutcome
+from reroll.rollout.start import RolloutOutcome
+from reroll.settings import RolloutSettings
 
 EXECUTORS: dict[str, str] = {
     "asyncio": "reroll.jobs.executors:AsyncioExecutor",
@@ -64,7 +65,7 @@ class Attempt:
 
     What it reads and writes is declared, so an executor on another machine can carry it there
     and back (`reroll.jobs.ray_executor`): every `pathlib.Path` among the bound arguments of `run`,
-    every path its ``options`` name (`reroll.rollout.start.RolloutOptions.paths_read`) and the
+    every path its ``options`` name (`reroll.rollout.start.RolloutSettings.paths_read`) and the
     script of its ``model`` (``scripted:PATH``) is one of `reads` (or inside one), the run folder
     or one of its parents (`attempt_reads` collects them).
     """
@@ -90,10 +91,10 @@ class Attempt:
         return (*self.reads, *task)
 
 
-def attempt_reads(*folders: Path, options: RolloutOptions, model: str | None) -> tuple[Path, ...]:
+def attempt_reads(*folders: Path, options: RolloutSettings, model: str | None) -> tuple[Path, ...]:
     """`Attempt.reads` of an attempt whose call binds `folders`, `options` and the live `model`
     (absolute, `reroll.models.spec.resolved_spec`): `folders`, the paths of `options`
-    (`RolloutOptions.paths_read`) and the model's script file, once each, in that order."""
+    (`RolloutSettings.paths_read`) and the model's script file, once each, in that order."""
     script = script_file(model) if model is not None else None
     paths = (*folders, *options.paths_read(), *([script] if script is not None else []))
     return tuple(dict.fromkeys(paths))

@@ -18,7 +18,7 @@ Imported only when that executor is chosen (`reroll.jobs.executors.create_execut
   worker into ``<cache>/ray/folders/<hash>/`` (fetched only when that folder is missing, and kept
   for later jobs; a file lies in it under its own name). The attempt runs in a fresh scratch
   folder ``<cache>/ray/runs/<random>/`` with its path arguments rebound there (`relocated`: those
-  in its `reroll.rollout.start.RolloutOptions` and its model spec too); when it ends, the
+  in its `reroll.rollout.start.RolloutSettings` and its model spec too); when it ends, the
   worker's paths in its config.json are replaced by the controller's (`restore_paths`), so the
   run folder names the task, skills and scripts as they are on the controller, and the run
   folder is packed and returned with its result, unpacked at the attempt's run folder in the
@@ -66,8 +66,9 @@ from reroll.jobs.executors import Attempt
 from reroll.jobs.folder_archive import pack, pack_file, unpack
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import script_file, with_script_file
-from reroll.rollout.start import RolloutOptions, RolloutOutcome
+from reroll.rollout.start import RolloutOutcome
 from reroll.runfolder.run import CONFIG_FILE, RunResult, write_json
+from reroll.settings import RolloutSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +108,7 @@ def relocated(attempt: Attempt, folders: dict[Path, Path], scratch: Path, tasks_
     parents move under `scratch` (``/jobs/x`` → ``scratch/jobs/x``), ``tasks_dir`` becomes
     `tasks_dir` if given, and any other path stays as it is (the attempt then fails on it, naming
     it, as it would in-process: a folder that could not be packed). The same holds for the paths
-    in an ``options`` argument (`reroll.rollout.start.RolloutOptions.relocated`) and for the
+    in an ``options`` argument (`reroll.rollout.start.RolloutSettings.relocated`) and for the
     script of a ``model`` argument (``scripted:PATH``).
     """
     call = attempt.run
@@ -126,7 +127,7 @@ def relocated(attempt: Attempt, folders: dict[Path, Path], scratch: Path, tasks_
         return moved(value) if isinstance(value, Path) else value
 
     keywords = {key: argument(value) for key, value in call.keywords.items()}
-    if isinstance(options := keywords.get("options"), RolloutOptions):
+    if isinstance(options := keywords.get("options"), RolloutSettings):
         keywords["options"] = options.relocated(moved)
     if isinstance(model := keywords.get("model"), str) and (script := script_file(model)) is not None:
         keywords["model"] = with_script_file(model, moved(script))

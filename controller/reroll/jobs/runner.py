@@ -39,7 +39,6 @@ interrupted there) is moved to ``_attempts/`` and the rollout runs again.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import shutil
 import time
 import traceback
@@ -86,7 +85,6 @@ from reroll.rollout.checkpoint import find_original_task, original_task_name
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
 from reroll.rollout.skills import select_skills
-from reroll.rollout.start import RolloutOptions, with_recorded_inputs
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
 from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse, now_iso, write_json
 from reroll.runfolder.store import summarise_store
@@ -100,6 +98,7 @@ from reroll.runfolder.summary import (
     totals,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.settings import RolloutSettings, with_recorded_inputs
 from reroll.tasks.task import load_task
 
 
@@ -265,7 +264,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
     saved = spec.model_copy(update={"name": name})
     job_dir.mkdir(parents=True, exist_ok=True)
     write_json(job_dir / JOB_SPEC_FILE, saved.model_dump(mode="json"))
-    options = RolloutOptions(
+    options = RolloutSettings(
         timeout_seconds=spec.timeout_seconds,
         sandbox=spec.sandbox,
         sandbox_config=spec.sandbox_config,
@@ -280,7 +279,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
     def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:
         model, rollout_options = (
             resolved_spec(rollout.model),
-            dataclasses.replace(options, learner_store=store),
+            options.model_copy(update={"learner_store": store}),
         )
         run = partial(
             run_task,
@@ -328,7 +327,7 @@ async def continue_job(
     console: Console,
     model: str | None = None,
     tasks_dir: Path | None = None,
-    options: RolloutOptions = RolloutOptions(),
+    options: RolloutSettings = RolloutSettings(),
     runner: RunnerOptions = RunnerOptions(),
 ) -> JobSummary:
     """Continue every timed-out rollout of the job in `job_dir` (``reroll continue-job JOB_DIR``).
@@ -403,11 +402,11 @@ async def continue_job(
     return await _summarised(batch, steps, job_dir, output, console)
 
 
-def _persona_only(options: RolloutOptions, config: RunConfig) -> RolloutOptions:
+def _persona_only(options: RolloutSettings, config: RunConfig) -> RolloutSettings:
     """`options` for a continuation of the run whose config.json is `config`: ``user_model`` (the
     job's ``--user-model``) kept only when its trial has a persona User to play."""
     persona = config.trial.persona if config.trial is not None else None
-    return options if persona is not None else dataclasses.replace(options, user_model=None)
+    return options if persona is not None else options.model_copy(update={"user_model": None})
 
 
 def _config(folder: Path) -> RunConfig | None:

@@ -66,7 +66,7 @@ from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import Checkpoint, recorded_turns
 from reroll.rollout.judge import in_task
 from reroll.rollout.script_verifier import quiesce
-from reroll.rollout.start import FromCheckpoint, NewRecording, RolloutOptions, start_rollout
+from reroll.rollout.start import FromCheckpoint, NewRecording, start_rollout
 from reroll.rollout.verifiers import Verdict, VerifyRequest
 from reroll.runfolder.run import (
     CONFIG_FILE,
@@ -79,6 +79,7 @@ from reroll.runfolder.run import (
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox
 from reroll.sandbox.state import restore_paths, snapshot_paths
+from reroll.settings import RolloutSettings
 from reroll.tasks.rubric import RUBRICS, Rubric, document_body, find_rubric, load_rubric
 from reroll.tasks.task import NATIVE_AGENT_USER, SolutionSection, Task, VerifierSection
 
@@ -223,7 +224,7 @@ class AgentJudgeVerifier:
         instruction = judge_instruction(self.task, self.rubric, self.instructions)
         judge = judge_task(self.task, instruction, tar, self.options.timeout_sec)
         record = AgentJudgeRecord(agent=self.agent.name, model=spec, judge_run="")
-        options = RolloutOptions(
+        options = RolloutSettings(
             timeout_seconds=self.options.timeout_sec,
             sandbox=config.sandbox,
             sandbox_config=config.sandbox_config,

@@ -17,8 +17,9 @@ from pathlib import Path
 from rich.console import Console
 
 from reroll.rollout.checkpoint import At, open_checkpoint
-from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, model_for, start_rollout
+from reroll.rollout.start import FromCheckpoint, RolloutOutcome, model_for, start_rollout
 from reroll.runfolder.folders import CONTINUED_DIR
+from reroll.settings import RolloutSettings
 
 
 async def continue_run(
@@ -30,7 +31,7 @@ async def continue_run(
     replay_only: bool = False,
     require_timeout: bool = False,
     tasks_dir: Path | None = None,
-    options: RolloutOptions = RolloutOptions(),
+    options: RolloutSettings = RolloutSettings(),
     output: Path | None = None,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,

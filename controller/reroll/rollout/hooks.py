@@ -41,12 +41,13 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.runfolder.run import RunConfig, RunResult
+from reroll.settings import RolloutSettings
 from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
 
 if TYPE_CHECKING:
     from reroll.host.llm_proxy import LlmProxy
-    from reroll.rollout.origin import Origin, RolloutOptions
+    from reroll.rollout.origin import Origin
     from reroll.rollout.plan import RolloutPlan
     from reroll.rollout.scenes import AgentOutcome, TrialContext
     from reroll.rollout.verifiers import Verdict, Verifier
@@ -72,8 +73,12 @@ class Draft:
 
     origin: Origin
     """Where the rollout starts: a new recording, or a checkpoint of a recorded run."""
-    options: RolloutOptions
-    """The options the caller gave; each extension reads its own fields."""
+    given: RolloutSettings
+    """The settings the caller gave (`reroll.settings`)."""
+    settings: RolloutSettings
+    """How the rollout runs: `given`, and from a checkpoint the original's recorded settings where
+    `given` leaves a field out (`reroll.settings.continuation_settings`); each extension reads its
+    own fields."""
     task: Task
     """The task as the sandbox gets it (the run's network applied)."""
     trial: TrialConfig

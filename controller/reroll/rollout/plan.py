@@ -1,5 +1,7 @@
-"""What one rollout runs (`RolloutPlan`): built by `reroll.rollout.start.start_rollout`, run by
-`reroll.rollout.lifecycle.execute_rollout`, read by the LLM side and the agent phase."""
+"""`RolloutPlan`: everything one rollout needs, built by `reroll.rollout.start.start_rollout` and run
+by `reroll.rollout.lifecycle.execute_rollout` (a module of its own, so that the lifecycle's phases
+import it without importing the lifecycle). What a feature needs is its extension's own
+(`reroll.rollout.hooks`), not the plan's."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from reroll.agents import AgentSpec
 from reroll.models.spec import ModelSpec, model_name, parse_model
 from reroll.runfolder.run import RunConfig
 from reroll.runfolder.trial import TurnRecord
+from reroll.settings import RolloutSettings
 from reroll.tasks.task import Task
 from reroll.trials.config import TrialConfig
 
@@ -44,6 +47,8 @@ class RolloutPlan:
     hold_every: int = 0
     """The proxy holds the request of every this many steps until an extension releases it
     (`reroll.host.llm_proxy.LlmProxy.wait_for_held`: the checkpoints'); 0: never."""
+    settings: RolloutSettings = field(default_factory=RolloutSettings)
+    """How the rollout runs (`reroll.settings`), of which `config` is the recorded form."""
 
     @property
     def agent(self) -> AgentSpec:

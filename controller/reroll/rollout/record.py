@@ -15,7 +15,8 @@ from rich.console import Console
 
 from reroll.agents import get_agent
 from reroll.rollout.lifecycle import new_run_id
-from reroll.rollout.start import NewRecording, RolloutOptions, RolloutOutcome, model_for, start_rollout
+from reroll.rollout.start import NewRecording, RolloutOutcome, model_for, start_rollout
+from reroll.settings import RolloutSettings
 from reroll.tasks.task import load_task
 from reroll.trials.config import TrialConfig
 
@@ -26,7 +27,7 @@ async def run_task(
     agent_name: str | None = None,
     model: str | None = None,
     trial: TrialConfig | None = None,
-    options: RolloutOptions = RolloutOptions(),
+    options: RolloutSettings = RolloutSettings(),
     jobs_dir: Path = Path("jobs"),
     job_name: str | None = None,
     run_name: str | None = None,

@@ -30,9 +30,10 @@ from reroll_proxy.retries import superseded
 from rich.console import Console
 
 from reroll.rollout.checkpoint import open_checkpoint
-from reroll.rollout.start import FromCheckpoint, RolloutOptions, start_rollout
+from reroll.rollout.start import FromCheckpoint, start_rollout
 from reroll.runfolder.folders import REPLAYED_DIR
 from reroll.runfolder.run import FIDELITY_FILE, MANIFEST_FILE, TRAJECTORY, load_manifest, write_json
+from reroll.settings import RolloutSettings
 
 StepVerdict = Literal["match", "diverged", "missing", "retried"]
 
@@ -98,7 +99,7 @@ async def replay_run(
     run_folder: Path,
     *,
     tasks_dir: Path | None = None,
-    options: RolloutOptions = RolloutOptions(),
+    options: RolloutSettings = RolloutSettings(),
     output: Path | None = None,
     console: Console | None = None,
 ) -> FidelityReport:

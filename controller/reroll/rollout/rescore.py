@@ -13,7 +13,6 @@ its answers in the new folder). config.json's ``rescored_from`` names the origin
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from reroll_contracts.errors import RunFolderError
@@ -21,8 +20,9 @@ from rich.console import Console
 
 from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import open_checkpoint
-from reroll.rollout.start import FromCheckpoint, RolloutOptions, RolloutOutcome, start_rollout
+from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RescoredFrom
+from reroll.settings import RolloutSettings
 from reroll.tasks.task import JUDGED_TYPES
 
 RESCORED_DIR = "rescored"
@@ -34,7 +34,7 @@ async def rescore_run(
     *,
     judge_model: str | None = None,
     tasks_dir: Path | None = None,
-    options: RolloutOptions = RolloutOptions(),
+    options: RolloutSettings = RolloutSettings(),
     output: Path | None = None,
     console: Console | None = None,
 ) -> RolloutOutcome:
@@ -73,7 +73,7 @@ async def rescore_run(
         live_model=None,
         parent=output or original.path.parent / RESCORED_DIR,
         name=original.path.name,
-        options=dataclasses.replace(options, judge_model=judge_model),
+        options=options.model_copy(update={"judge_model": judge_model}),
         console=console,
         rescored_from=RescoredFrom(path=str(original.path), judge_model=judge_model),
     )

@@ -17,16 +17,13 @@ __all__ = [
     "FromCheckpoint",
     "NewRecording",
     "Origin",
-    "RolloutOptions",
     "RolloutOutcome",
     "model_for",
     "start_rollout",
-    "with_recorded_inputs",
 ]
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +36,10 @@ from rich.console import Console
 from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
-from reroll.models.spec import ModelSpec, parse_model, resolved_spec, script_file
+from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.hooks import Draft, load_extensions
 from reroll.rollout.lifecycle import execute_rollout
-from reroll.rollout.origin import RESUME_PROMPT, FromCheckpoint, NewRecording, Origin, RolloutOptions
+from reroll.rollout.origin import RESUME_PROMPT, FromCheckpoint, NewRecording, Origin
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.scenes import check_trial
 from reroll.rollout.verifiers import verifier_for
@@ -53,12 +50,12 @@ from reroll.runfolder.run import (
     RescoredFrom,
     RunConfig,
     RunResult,
-    StoreUse,
     create_run_folder,
     harness_folder,
     now_iso,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.settings import RolloutSettings, continuation_settings, recorded_settings
 from reroll.tasks.task import Task, with_network
 from reroll.trials.config import TrialConfig
 
@@ -77,7 +74,7 @@ async def start_rollout(
     live_model: ModelSpec | None,
     parent: Path,
     name: str,
-    options: RolloutOptions,
+    options: RolloutSettings,
     console: Console | None = None,
     start_gate: asyncio.Semaphore | None = None,
     rescored_from: RescoredFrom | None = None,
@@ -92,7 +89,8 @@ async def start_rollout(
             replay-only continuation: then the provenance says ``replay_only``).
         parent: the folder the run folder goes in (created if missing).
         name: the run folder's name; ``name-2``, ``name-3`` … when it is taken.
-        options: timeout, sandbox, network, faults, divergence policy, and each extension's own.
+        options: how the rollout runs; from a checkpoint, the original's recorded settings fill in
+            what it leaves out (`reroll.settings.continuation_settings`).
         console: where progress goes [default: ``harness/controller.log`` in the run folder].
         start_gate: held while the model server, LLM proxy and sandbox start (see
             `reroll.rollout.lifecycle.execute_rollout`); None: no bound.
@@ -120,8 +118,9 @@ async def start_rollout(
         trial=draft.trial,
         run_dir=run_dir,
         config=draft.config,
+        settings=draft.settings,
         hold_every=draft.hold_every,
-        **_replayed(origin, options),
+        **_replayed(origin, draft.settings),
     )
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
@@ -129,18 +128,21 @@ async def start_rollout(
 
 
 def _draft(
-    origin: Origin, live_model: ModelSpec | None, options: RolloutOptions, rescored_from: RescoredFrom | None
+    origin: Origin, live_model: ModelSpec | None, given: RolloutSettings, rescored_from: RescoredFrom | None
 ) -> Draft:
-    """The rollout as the core resolves it, before its extensions configure it: config.json
-    (the backend's settings validated), the task with the run's network, the trial and its agents.
+    """The rollout as the core resolves it, before its extensions configure it: the settings (from a
+    checkpoint, derived from the original's), config.json (the backend's settings validated), the
+    task with the run's network, the trial and its agents.
 
     Raises:
         SandboxBackendError, TaskError, AgentError, TrialError: see `start_rollout`.
     """
-    config = _run_config(origin, live_model, options).model_copy(update={"rescored_from": rescored_from})
-    settings = load_backend(config.sandbox).settings(config.sandbox_config)
-    given = settings.model_dump(mode="json", exclude_unset=True)
-    config = config.model_copy(update={"sandbox_config": given})
+    settings = given
+    if isinstance(origin, FromCheckpoint):
+        settings = continuation_settings(recorded_settings(origin.checkpoint.original.config), given)
+    config = _run_config(origin, live_model, settings).model_copy(update={"rescored_from": rescored_from})
+    backend = load_backend(config.sandbox).settings(config.sandbox_config)
+    config = config.model_copy(update={"sandbox_config": backend.model_dump(mode="json", exclude_unset=True)})
     if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
         raise TaskError(
             f"--network none needs --sandbox local or docker: "
@@ -154,10 +156,10 @@ def _draft(
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
-    return Draft(origin, options, with_network(task, config.network), trial, agents, config)
+    return Draft(origin, given, settings, with_network(task, config.network), trial, agents, config)
 
 
-def _replayed(origin: Origin, options: RolloutOptions) -> dict[str, Any]:
+def _replayed(origin: Origin, settings: RolloutSettings) -> dict[str, Any]:
     """The `RolloutPlan` fields of a rollout that replays its origin's prefix (a checkpoint
     without layers): the proxy's replay, the recorded sandbox values, the recorded turns."""
     if not isinstance(origin, FromCheckpoint) or origin.layers is not None:
@@ -167,113 +169,56 @@ def _replayed(origin: Origin, options: RolloutOptions) -> dict[str, Any]:
     replay = ReplayConfig(
         trajectory_path=original / TRAJECTORY,
         cut_index=checkpoint.cut_index,
-        divergence_policy=options.divergence_policy,
+        divergence_policy=settings.divergence_policy,
     )
     recorded_values = recorded_sandbox_values(original)
     return {"replay": replay, "recorded_values": recorded_values, "recorded": checkpoint.recorded_turns}
 
 
-def _run_config(origin: Origin, live_model: ModelSpec | None, options: RolloutOptions) -> RunConfig:
-    """config.json of the new rollout: the recording's fresh one, or the original's updated."""
+def _run_config(origin: Origin, live_model: ModelSpec | None, settings: RolloutSettings) -> RunConfig:
+    """config.json of the new rollout: the recording's fresh one, or the original's updated
+    (`settings` are then the continuation's, `reroll.settings.continuation_settings`)."""
     live_spec = live_model.spec if live_model else None
     started_at = now_iso()
+    written: dict[str, Any] = {
+        "sandbox": settings.sandbox or "local",
+        "sandbox_config": dict(settings.sandbox_config or {}),
+        "network": settings.network,
+        "reroll_version": __version__,
+        "faults": settings.faults,
+        "judge_model": settings.judge_model,
+        "learner_store": settings.learner_store,
+        "ask_user": bool(settings.ask_user),
+        "user_model": settings.user_model,
+        "started_at": started_at,
+    }
     if isinstance(origin, NewRecording):
         return RunConfig(
             task_path=str(origin.task.path),
             task_name=origin.task.name,
             agent=origin.agent.name,
             model=live_spec,
-            timeout_sec=options.timeout_seconds or origin.task.spec.agent.timeout_sec,
-            started_at=started_at,
+            timeout_sec=settings.timeout_seconds or origin.task.spec.agent.timeout_sec,
             lineage_started_at=started_at,
-            sandbox=options.sandbox or "local",
-            sandbox_config=dict(options.sandbox_config or {}),
-            network=options.network,
-            reroll_version=__version__,
-            faults=options.faults,
-            judge_model=options.judge_model,
             trial=origin.trial,
-            learner_store=options.learner_store,
-            ask_user=options.ask_user,
-            user_model=options.user_model,
+            **written,
         )
     original = origin.checkpoint.original.config
-    task_timeout = origin.checkpoint.task.spec.agent.timeout_sec
     key = "branched_from" if isinstance(origin.provenance, BranchedFrom) else "continued_from"
     return original.model_copy(
-        update={
+        update=written
+        | {
             "agent": origin.checkpoint.agent.name,  # `continue --agent` may override the recorded one
             "model": live_spec or original.model,
-            "timeout_sec": options.timeout_seconds or original.timeout_sec or task_timeout,
-            "started_at": started_at,
+            "timeout_sec": settings.timeout_seconds or origin.checkpoint.task.spec.agent.timeout_sec,
             "lineage_started_at": original.lineage_started_at or original.started_at or started_at,
-            "sandbox": options.sandbox or original.sandbox,
-            "sandbox_config": _sandbox_config(original, options),
-            "network": options.network or original.network,
-            "reroll_version": __version__,
             "continued_from": None,
             "branched_from": None,
-            "faults": options.faults,
-            "learner_store": _read_only(options.learner_store or original.learner_store),
-            "judge_model": options.judge_model or original.judge_model,
             "rescored_from": None,
-            "ask_user": options.ask_user or original.ask_user,
-            "user_model": options.user_model or original.user_model,
             "trial": origin.trial(),
             key: origin.provenance,
         }
     )
-
-
-def _read_only(store: StoreUse | None) -> StoreUse | None:
-    """The original's learner store generation, mounted again but never written back."""
-    return store.model_copy(update={"writes_back": False}) if store is not None else None
-
-
-def recorded_skills_dir(original: RunConfig, options: RolloutOptions) -> Path | None:
-    """The ``--skills-dir`` of a rollout from a checkpoint of the run whose config is `original`:
-    the given one, else the original's own ``--skills-dir`` when the rollout runs ``with-skill``."""
-    mode = options.skill_mode or original.skill_mode
-    recorded_dir = original.effective_skills_dir if original.skill_source == "custom_runtime" else None
-    if options.skills_dir is None and mode == "with-skill" and recorded_dir is not None:
-        return Path(recorded_dir)
-    return options.skills_dir
-
-
-def with_recorded_inputs(options: RolloutOptions, original: RunConfig) -> RolloutOptions:
-    """`options` of a continuation or branch of the run whose config.json is `original`, with the
-    host paths the rollout would take from that config bound in them: its skills folder
-    (`recorded_skills_dir`), its learner store generation and its LLM judge's script file — the same
-    rollout either way, but every host path it reads is then in `RolloutOptions.paths_read`, so
-    an executor on another machine can carry it there (`reroll.jobs.ray_executor`); a given
-    judge's or User's relative script path is made absolute (`reroll.models.spec.resolved_spec`).
-    A persona User's model is bound the same way: ``--user-model``, else the original's, else the
-    trial's persona's own ``model`` when that is a script file."""
-    persona = original.trial.persona if original.trial is not None else None
-    return dataclasses.replace(
-        options,
-        skills_dir=recorded_skills_dir(original, options),
-        learner_store=options.learner_store or _read_only(original.learner_store),
-        judge_model=_script_or(options.judge_model, original.judge_model),
-        user_model=_script_or(options.user_model, original.user_model, persona.model if persona else None),
-    )
-
-
-def _script_or(given: str | None, *recorded: str | None) -> str | None:
-    """`given` made absolute (`resolved_spec`), else the first of `recorded` that is a script file
-    (a provider's model names no host path, so it is left to the rollout's own default)."""
-    if given is not None:
-        return resolved_spec(given)
-    return next((spec for spec in recorded if spec is not None and script_file(spec)), None)
-
-
-def _sandbox_config(original: RunConfig, options: RolloutOptions) -> dict[str, Any]:
-    """The backend settings of a rollout from a checkpoint of `original` (see
-    `RolloutOptions.sandbox_config`)."""
-    given = dict(options.sandbox_config or {})
-    if options.sandbox not in (None, original.sandbox):
-        return given
-    return {**original.sandbox_config, **given}
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from reroll.runfolder.run import BranchedFrom
 
 
 class AskUser(Extension):
-    """Option read: config.json's ``ask_user`` (`reroll.rollout.start.RolloutOptions.ask_user`)."""
+    """Option read: config.json's ``ask_user`` (`reroll.settings.RolloutSettings.ask_user`)."""
 
     def __init__(self) -> None:
         self.recorded: list[AskRecord] = []

@@ -25,8 +25,8 @@ layers' digests, which the restore reproduced)."""
 
 
 class Checkpoints(Extension):
-    """Options read: ``checkpoint_every`` (`reroll.rollout.start.RolloutOptions`); the origin's
-    layers (`reroll.rollout.start.FromCheckpoint.layers`)."""
+    """Options read: ``checkpoint_every`` (`reroll.settings.RolloutSettings`); the origin's
+    layers (`reroll.rollout.origin.FromCheckpoint.layers`)."""
 
     def __init__(self) -> None:
         self.every = 0
@@ -37,7 +37,7 @@ class Checkpoints(Extension):
     def configure(self, draft: Draft) -> None:
         """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
         replay-only rollout when it is such a step: a branch's rebuilt prefix)."""
-        self.every = draft.options.checkpoint_every
+        self.every = draft.settings.checkpoint_every
         draft.hold_every = self.every
         if isinstance(draft.origin, FromCheckpoint):
             self.restore_from = draft.origin.layers

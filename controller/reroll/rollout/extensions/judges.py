@@ -17,7 +17,7 @@ from reroll.runfolder.run import JUDGE_TRAJECTORY, RunConfig, count_exchanges
 
 
 class Judges(Extension):
-    """Options read: ``judge_model`` (`reroll.rollout.start.RolloutOptions`); config.json's
+    """Options read: ``judge_model`` (`reroll.settings.RolloutSettings`); config.json's
     ``rescored_from``."""
 
     def configure(self, draft: Draft) -> None:
@@ -26,7 +26,7 @@ class Judges(Extension):
         Raises:
             ModelError: the judge model cannot be used.
         """
-        if (given := draft.options.judge_model) is not None:
+        if (given := draft.given.judge_model) is not None:
             spec = parse_model(given, draft.task.path).spec
             draft.config = draft.config.model_copy(update={"judge_model": spec})
 

@@ -13,7 +13,7 @@ from reroll.runfolder.store import load_generation
 
 
 class LearnerStore(Extension):
-    """Option read: config.json's ``learner_store`` (`reroll.rollout.start.RolloutOptions.learner_store`)."""
+    """Option read: config.json's ``learner_store`` (`reroll.settings.RolloutSettings.learner_store`)."""
 
     def configure(self, draft: Draft) -> None:
         """Refuse a generation that is missing or corrupt.

@@ -15,7 +15,7 @@ from reroll.rollout.persona import PersonaPlan, persona_model
 
 
 class Persona(Extension):
-    """Option read: ``user_model`` (`reroll.rollout.start.RolloutOptions`)."""
+    """Option read: ``user_model`` (`reroll.settings.RolloutSettings`)."""
 
     def __init__(self) -> None:
         self.plan = PersonaPlan()
@@ -28,7 +28,7 @@ class Persona(Extension):
             ModelError: the persona's model is none, or an unusable one.
             RunFolderError: the original's persona recording lacks exchanges its records name.
         """
-        origin, given = draft.origin, draft.options.user_model
+        origin, given = draft.origin, draft.given.user_model
         plan = PersonaPlan()
         if isinstance(origin, FromCheckpoint) and origin.layers is None:
             checkpoint = origin.checkpoint

@@ -9,18 +9,18 @@ from pathlib import Path
 from reroll_contracts.trajectory import load_trajectory
 
 from reroll.rollout.hooks import Draft, Extension, Run
-from reroll.rollout.origin import NewRecording, Origin, RolloutOptions
+from reroll.rollout.origin import NewRecording, Origin
 from reroll.rollout.scenes import AgentOutcome
 from reroll.rollout.skills import SceneSkills, SkillSelection, select_skills, self_gen_trial, skill_config
-from reroll.rollout.start import recorded_skills_dir
 from reroll.runfolder.run import TRAJECTORY
+from reroll.settings import RolloutSettings
 from reroll.tasks.skills import nudge_level
 from reroll.tasks.task import with_skills_hidden
 from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge, TrialConfig
 
 
 class Skills(Extension):
-    """Options read: ``skill_mode``, ``skills_dir`` (`reroll.rollout.start.RolloutOptions`)."""
+    """Options read: ``skill_mode``, ``skills_dir`` (`reroll.settings.RolloutSettings`)."""
 
     def __init__(self) -> None:
         self.selection = SkillSelection("no-skill", "none", None, [])
@@ -33,7 +33,7 @@ class Skills(Extension):
         Raises:
             TaskError: see `reroll.rollout.skills.select_skills`; a bad ``$REROLL_SKILL_NUDGE``.
         """
-        self.selection = select_skills(draft.task, *_skill_request(draft.origin, draft.options))
+        self.selection = select_skills(draft.task, *_skill_request(draft.origin, draft.settings))
         draft.config = draft.config.model_copy(
             update=skill_config(self.selection) | {"skill_nudge": _nudge(draft.origin)}
         )
@@ -60,16 +60,15 @@ class Skills(Extension):
         run.result.skills_generated = self.scenes.generated
 
 
-def _skill_request(origin: Origin, options: RolloutOptions) -> tuple[SkillMode, Path | None]:
-    """The skill mode and ``--skills-dir`` of the new rollout (see `RolloutOptions.skill_mode`)."""
+def _skill_request(origin: Origin, settings: RolloutSettings) -> tuple[SkillMode, Path | None]:
+    """The skill mode and ``--skills-dir`` of the new rollout (see `RolloutSettings.skill_mode`)."""
     if isinstance(origin, NewRecording):
         trial = origin.trial or TrialConfig.single()
         return (
-            options.skill_mode or trial.skills or DEFAULT_SKILL_MODE,
-            options.skills_dir or trial.skills_dir,
+            settings.skill_mode or trial.skills or DEFAULT_SKILL_MODE,
+            settings.skills_dir or trial.skills_dir,
         )
-    original = origin.checkpoint.original.config
-    return options.skill_mode or original.skill_mode, recorded_skills_dir(original, options)
+    return settings.skill_mode or DEFAULT_SKILL_MODE, settings.skills_dir
 
 
 def _nudge(origin: Origin) -> SkillNudge | None:
