@@ -57,8 +57,8 @@ from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
-from reroll.rollout.lifecycle import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
