@@ -112,3 +112,13 @@ def test_a_job_file_names_a_trial_relative_to_it(tmp_path: Path, examples: Path)
     assert spec.trial == trial and config is not None and len(config.scenes[0].turns) == 2
     job_file.write_text(f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\ntrial: missing.yaml\n")
     assert load_job_file(job_file, {}).trial == tmp_path / "missing.yaml"
+
+
+def test_a_jobs_trial_runs_on_the_asyncio_executor_only(tmp_path: Path, examples: Path) -> None:
+    trial = examples.parent / "trials" / "multi-turn.yaml"
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\ntrial: {trial}\nexecutor: ray\n"
+    )
+    with pytest.raises(JobError, match="trial runs on the asyncio executor only"):
+        plan_rollouts(load_job_file(job_file, {}))

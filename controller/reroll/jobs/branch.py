@@ -68,6 +68,7 @@ from reroll.runfolder.run import (
     PROMPTS_FILE,
     TRAJECTORY,
     BranchedFrom,
+    RunFolder,
     create_run_folder,
     load_run_folder,
     now_iso,
@@ -279,13 +280,11 @@ async def branch(
     points = branch_points(run_folder, at, every=every, prompts=prompts, at_ask=at_ask, answers=answers)
     batch = Runner(runner)
     console = console or Console(quiet=True)
-    checkpoints = [_open_point(run_folder, point, tasks_dir, console) for point in points]
+    recorded = load_run_folder(run_folder)  # read once: each point's checkpoint opens from it
+    checkpoints = [_open_point(recorded, point, tasks_dir, console) for point in points]
     checkpoint = max(checkpoints, key=lambda opened: opened.cut_index)
-    if options.sandbox not in (None, checkpoint.original.config.sandbox):
-        load_backend(options.sandbox).settings(options.sandbox_config)
-    else:
-        settings = {**checkpoint.original.config.sandbox_config, **(options.sandbox_config or {})}
-        load_backend(checkpoint.original.config.sandbox).settings(settings)
+    bound = with_recorded_inputs(options, recorded.config)  # every host path it reads, bound
+    load_backend(bound.sandbox or "local").settings(bound.sandbox_config)
     if checkpoint.agent.api_format == "none":
         raise AgentError(
             f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"
@@ -294,7 +293,6 @@ async def branch(
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
     refuse_untravelled(original.config, original.path, runner.executor)
-    bound = with_recorded_inputs(options, original.config)  # every host path it reads, bound
     parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
     given = ",".join(dict.fromkeys(point.at for point in points))
     if every is not None or at_ask is not None:
@@ -380,7 +378,9 @@ async def branch(
     return summary
 
 
-def _open_point(run_folder: Path, point: BranchPoint, tasks_dir: Path | None, console: Console) -> Checkpoint:
+def _open_point(
+    run_folder: Path | RunFolder, point: BranchPoint, tasks_dir: Path | None, console: Console
+) -> Checkpoint:
     """The checkpoint of `point`, with its prompt.
 
     Raises:

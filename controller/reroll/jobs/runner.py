@@ -132,13 +132,18 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             machines (``ray``): each rollout starts from the store generation the one before it
             left and writes the next one into the job folder, so they run one at a time against
             the controller's store — Ray would add a round trip of the store per rollout and no
-            parallelism.
+            parallelism; or a trial on such an executor (its files do not travel).
     """
     if spec.schedule == "sequential-shared" and spec.executor in REMOTE_EXECUTORS:
         raise JobError(
             f"schedule sequential-shared cannot run on the {spec.executor} executor: its rollouts run "
             "one at a time, each from the learner store the one before it left in the job folder on "
             "this machine; use --executor asyncio (on a machine with the sandbox backend)"
+        )
+    if spec.trial is not None and spec.executor in REMOTE_EXECUTORS:
+        raise JobError(
+            f"a job's trial runs on the asyncio executor only: its files (the trial, its scripts and "
+            f"Users) do not travel to {spec.executor} workers; use --executor asyncio"
         )
     load_backend(spec.sandbox).settings(spec.sandbox_config)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
