@@ -303,13 +303,7 @@ async def branch(
         f"{len(points)} point(s) x {len(specs)} model(s) x {n}, {runner.concurrency} at a time"
     )
     console.print(f"parent folder: {parent}")
-    chosen, note = choose_via(checkpoint.agent, via)
-    if chosen == "snapshot" and checkpoint.cut_index == 0:
-        chosen, note = "replay", "step 0: nothing to replay, nothing to fork"
-    elif chosen == "snapshot" and checkpoint.original.config.trial is not None:
-        chosen, note = "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
-    elif chosen == "snapshot" and (len(points) > 1 or points[0].prompt is not None or at_ask is not None):
-        chosen, note = "replay", "several branch points, a varied prompt or an ask_user answer fork by replay"
+    chosen, note = _tree_via(checkpoint, points, at_ask, via)
     layers: Path | None = None
     digests: dict[str, str] | None = None
     if chosen == "snapshot":
@@ -320,35 +314,7 @@ async def branch(
         (number, spec, index) for number in range(len(points)) for spec in specs for index in range(n)
     ]
     rollouts = [
-        RunnerRollout(
-            Attempt(
-                parent / _folder(points[number], spec, index),
-                partial(
-                    run_branch,
-                    original.path,
-                    at=points[number].at,
-                    prompt=points[number].prompt,
-                    answer=points[number].answer,
-                    tasks_dir=tasks_dir.resolve() if tasks_dir else None,
-                    parent=parent,
-                    name=_folder(points[number], spec, index),
-                    model=spec,
-                    index=index,
-                    options=bound,
-                    layers=layers,
-                ),
-                reads=attempt_reads(
-                    original.path,
-                    *([layers] if layers and not layers.is_relative_to(original.path) else []),
-                    options=bound,
-                    model=spec,
-                ),
-                recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
-            ),
-            checkpoint.task.name,
-            checkpoint.agent.name,
-            spec,
-        )
+        _branch_rollout(checkpoint, points[number], spec, index, parent, tasks_dir, bound, layers)
         for number, spec, index in branches
     ]
     summaries = await batch.run(rollouts, console)
@@ -376,6 +342,59 @@ async def branch(
     )
     write_json(parent / TREE_SUMMARY_FILE, summary)
     return summary
+
+
+def _tree_via(
+    checkpoint: Checkpoint, points: Sequence[BranchPoint], at_ask: int | None, via: Via | None
+) -> tuple[Via, str | None]:
+    """How the children reach the cut (`choose_via`), and why when not as asked: ``replay`` at step
+    0, for a trial, and for several points, a varied prompt or an ask_user answer."""
+    chosen, note = choose_via(checkpoint.agent, via)
+    if chosen == "snapshot" and checkpoint.cut_index == 0:
+        return "replay", "step 0: nothing to replay, nothing to fork"
+    if chosen == "snapshot" and checkpoint.original.config.trial is not None:
+        return "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
+    if chosen == "snapshot" and (len(points) > 1 or points[0].prompt is not None or at_ask is not None):
+        return "replay", "several branch points, a varied prompt or an ask_user answer fork by replay"
+    return chosen, note
+
+
+def _branch_rollout(
+    checkpoint: Checkpoint,
+    point: BranchPoint,
+    spec: str,
+    index: int,
+    parent: Path,
+    tasks_dir: Path | None,
+    bound: RolloutSettings,
+    layers: Path | None,
+) -> RunnerRollout:
+    """The job runner's rollout of child `index` of model `spec` at `point`: a `run_branch` attempt
+    that declares what it reads (the recorded run, the layers, the settings' host paths)."""
+    original = checkpoint.original
+    name = _folder(point, spec, index)
+    run = partial(
+        run_branch,
+        original.path,
+        at=point.at,
+        prompt=point.prompt,
+        answer=point.answer,
+        tasks_dir=tasks_dir.resolve() if tasks_dir else None,
+        parent=parent,
+        name=name,
+        model=spec,
+        index=index,
+        options=bound,
+        layers=layers,
+    )
+    shipped = [layers] if layers and not layers.is_relative_to(original.path) else []
+    attempt = Attempt(
+        parent / name,
+        run,
+        reads=attempt_reads(original.path, *shipped, options=bound, model=spec),
+        recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
+    )
+    return RunnerRollout(attempt, checkpoint.task.name, checkpoint.agent.name, spec)
 
 
 def _open_point(
