@@ -86,3 +86,31 @@ def test_prune_goes_through_the_named_backend(tmp_path: Path) -> None:
     assert code == 0 and "nothing to prune for the local-plain sandbox" in output, output
     code, output = invoke("sandbox", "prune", "--sandbox", "lokal", cwd=tmp_path)
     assert code == 2 and "unknown sandbox backend 'lokal'" in output, output
+
+
+def test_every_setting_has_a_flag_and_run_and_job_take_every_one_a_recording_uses() -> None:
+    """The settings' flags are declared once (`reroll.cli.flags.FLAGS`); ``reroll run`` and
+    ``reroll job`` take each one that a recording uses (not the divergence flags: a recording
+    replays nothing), so a job runs whatever a run can."""
+    from reroll.cli.flags import FLAGS
+
+    assert set(FLAGS.values()) == set(RolloutSettings.model_fields) - {"learner_store"}
+    recording = set(FLAGS) - {"on_divergence", "strict_divergence"}
+    for name in ("run", "job"):
+        params = {param.name for param in command(name).params}
+        assert recording <= params, f"{name}: {recording - params}"
+
+
+def test_the_flags_build_the_settings(tmp_path: Path) -> None:
+    from reroll.cli.flags import rollout_settings
+
+    settings = rollout_settings(
+        {"timeout": 9.0, "image_map": ["a=b"], "skills": "no-skill", "checkpoint_every": 2, "model": "x"}
+    )
+    assert settings == RolloutSettings(
+        timeout_seconds=9.0,
+        sandbox_config={"image_map": {"a": "b"}},
+        skill_mode="no-skill",
+        checkpoint_every=2,
+    )
+    assert rollout_settings({"on_divergence": None, "strict_divergence": True}).divergence_policy == "strict"

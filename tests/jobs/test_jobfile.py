@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 from reroll.jobs.jobfile import load_job_file
 from reroll.jobs.runner import plan_rollouts
@@ -63,3 +64,61 @@ def test_a_job_file_may_offer_ask_user_and_a_bad_value_names_the_file(tmp_path: 
     with pytest.raises(JobError, match="ask_user") as caught:
         load_job_file(job_file, {})
     assert str(job_file) in str(caught.value)
+
+
+def test_a_job_file_sets_every_rollout_setting(tmp_path: Path, examples: Path) -> None:
+    """Walks `RolloutSettings`' fields: each one a recording takes (all but the divergence policy
+    and the learner store, which a job's schedule sets) has a job-file key, and the file's value
+    is what every rollout of the job runs with (`JobSpec.settings`)."""
+    from reroll.jobs.jobfile import SETTINGS_KEYS
+    from reroll.settings import RolloutSettings
+
+    plan = examples.parent / "faults" / "cut.yaml"
+    values: dict[str, object] = {
+        "timeout_seconds": 12.5,
+        "sandbox": "docker",
+        "sandbox_config": {"ready_timeout_seconds": 90},
+        "network": "none",
+        "faults": str(plan),
+        "checkpoint_every": 3,
+        "skill_mode": "with-skill",
+        "skills_dir": str(tmp_path / "skills"),
+        "judge_model": "openai/gpt-4o",
+        "ask_user": True,
+        "user_model": "anthropic/claude-x",
+    }
+    assert set(RolloutSettings.model_fields) - {"divergence_policy", "learner_store"} == set(values)
+    assert set(SETTINGS_KEYS) == set(values)
+    for field, value in values.items():
+        job_file = tmp_path / "job.yaml"
+        job = {"tasks": [str(examples / "hello-file")], "agents": ["oracle"], SETTINGS_KEYS[field]: value}
+        job_file.write_bytes(orjson.dumps(job))  # JSON is YAML
+        got = load_job_file(job_file, {}).settings()
+        assert getattr(got, field) != getattr(RolloutSettings(), field), field
+        if field == "faults":
+            assert got.faults is not None and got.faults.plan_path == plan
+        elif field == "skills_dir":
+            assert got.skills_dir == tmp_path / "skills"
+        else:
+            assert getattr(got, field) == value, field
+
+
+def test_a_job_file_names_a_trial_relative_to_it(tmp_path: Path, examples: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    trial = examples.parent / "trials" / "multi-turn.yaml"
+    job_file.write_text(f"tasks: [{examples / 'hello-file'}]\nagents: [claude-code]\ntrial: {trial}\n")
+    spec = load_job_file(job_file, {})
+    config = spec.trial_config()
+    assert spec.trial == trial and config is not None and len(config.scenes[0].turns) == 2
+    job_file.write_text(f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\ntrial: missing.yaml\n")
+    assert load_job_file(job_file, {}).trial == tmp_path / "missing.yaml"
+
+
+def test_a_jobs_trial_runs_on_the_asyncio_executor_only(tmp_path: Path, examples: Path) -> None:
+    trial = examples.parent / "trials" / "multi-turn.yaml"
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        f"tasks: [{examples / 'hello-file'}]\nagents: [oracle]\ntrial: {trial}\nexecutor: ray\n"
+    )
+    with pytest.raises(JobError, match="trial runs on the asyncio executor only"):
+        plan_rollouts(load_job_file(job_file, {}))

@@ -403,3 +403,23 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
     assert done.returncode == 2 and "not both" in done.stderr
     done = run("job", "--resume", "empty")
     assert done.returncode == 2 and "job.json: missing" in done.stderr
+
+
+@pytest.mark.spawns
+async def test_a_jobs_trial_runs_in_every_rollout(tmp_path: Path, examples: Path) -> None:
+    """A job file's ``trial`` (relative to it): each rollout runs its turns, the job's agent
+    playing the role that names none."""
+    (tmp_path / "two-turns.yaml").write_text(
+        "scenes:\n  - name: main\n    roles: [{name: solver}]\n    turns:\n"
+        "      - role: solver\n      - role: solver\n        prompt: Check it again.\n"
+    )
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: j\ntasks: [{examples / 'hello-file'}]\nagents: [oracle]\ntrial: two-turns.yaml\n")
+    summary = await run_job(load_job_file(job), jobs_dir=tmp_path / "jobs", console=quiet())
+    assert summary.totals.status_counts == {"ok": 1}
+    run = tmp_path / "jobs" / "j" / "hello-file__oracle__no-model__r1"
+    turns = json.loads((run / "trial.json").read_text())["turns"]
+    assert [turn["prompt"] for turn in turns][1:] == ["Check it again."]
+    assert (
+        json.loads((run / "config.json").read_text())["trial"]["scenes"][0]["roles"][0]["agent"] == "oracle"
+    )

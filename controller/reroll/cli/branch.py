@@ -9,32 +9,73 @@ import typer
 
 from reroll.cli.common import (
     ExecutorOption,
+    MaxRetriesOption,
+    MaxStartingOption,
+    RayAddressOption,
+    TasksDirOption,
+    console,
+    guarded,
+    runner_options,
+)
+from reroll.cli.flags import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
-    MaxRetriesOption,
-    MaxStartingOption,
     NetworkOption,
     OnDivergenceOption,
-    RayAddressOption,
     SandboxConfigOption,
     SandboxOption,
     SkillsDirOption,
     SkillsOption,
     StrictDivergenceOption,
-    TasksDirOption,
+    TimeoutOption,
     UserModelOption,
-    console,
-    divergence_policy,
-    faults_from_flags,
-    guarded,
-    runner_options,
-    sandbox_settings,
+    rollout_settings,
 )
 from reroll.cli.reports import branch_report
 from reroll.jobs.branch import Via
 from reroll.jobs.branch import branch as branch_run
-from reroll.settings import RolloutSettings
+
+BranchAtOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Checkpoint: replay this many exchanges (0..N), a fraction of them (e.g. 0.5), or in a "
+        "trial TURN:STEP (at a round boundary: TURN:0); several separated by commas (10,20,30) "
+        "give the value at each: a value curve along the run."
+    ),
+]
+EveryOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Instead of --at: a cut point every N exchanges, from 0 to the run's end."),
+]
+PromptOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--prompt",
+        help="Give the turn the cut starts (--at TURN:0) this prompt instead of the recorded one; "
+        "repeat for more: one group of branches per prompt.",
+    ),
+]
+AtAskOption = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        help="Instead of --at: the run's ask_user question N (0-based, asks.json); one group of branches "
+        "per option it offered (or per --answer), cut where it was asked.",
+    ),
+]
+AnswerOption = Annotated[
+    list[str] | None,
+    typer.Option("--answer", help="With --at-ask: give this answer instead of the options; repeat for more."),
+]
+ViaOption = Annotated[
+    Via | None,
+    typer.Option(
+        help="How branches reach step K: snapshot (the prefix rebuilt once, its environment state, "
+        "workspace and agent session forked into each branch) or replay (each branch re-executes the "
+        "prefix) [default: snapshot where the agent has a resumable session, else replay]."
+    ),
+]
 
 
 def branch(
@@ -42,40 +83,11 @@ def branch(
     model: Annotated[
         list[str], typer.Option("--model", help="Live model of a group of branches; repeat for more models.")
     ],
-    at: Annotated[
-        str | None,
-        typer.Option(
-            help="Checkpoint: replay this many exchanges (0..N), a fraction of them (e.g. 0.5), or in a "
-            "trial TURN:STEP (at a round boundary: TURN:0); several separated by commas (10,20,30) "
-            "give the value at each: a value curve along the run."
-        ),
-    ] = None,
-    every: Annotated[
-        int | None,
-        typer.Option(min=1, help="Instead of --at: a cut point every N exchanges, from 0 to the run's end."),
-    ] = None,
-    prompt: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--prompt",
-            help="Give the turn the cut starts (--at TURN:0) this prompt instead of the recorded one; "
-            "repeat for more: one group of branches per prompt.",
-        ),
-    ] = None,
-    at_ask: Annotated[
-        int | None,
-        typer.Option(
-            min=0,
-            help="Instead of --at: the run's ask_user question N (0-based, asks.json); one group of branches "
-            "per option it offered (or per --answer), cut where it was asked.",
-        ),
-    ] = None,
-    answer: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--answer", help="With --at-ask: give this answer instead of the options; repeat for more."
-        ),
-    ] = None,
+    at: BranchAtOption = None,
+    every: EveryOption = None,
+    prompt: PromptOption = None,
+    at_ask: AtAskOption = None,
+    answer: AnswerOption = None,
     n: Annotated[int, typer.Option("-n", "--n", min=1, help="Branches per model and branch point.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Most branches running at once.")] = 4,
     max_retries: MaxRetriesOption = None,
@@ -83,10 +95,7 @@ def branch(
     max_starting: MaxStartingOption = None,
     ray_address: RayAddressOption = None,
     tasks_dir: TasksDirOption = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(help="Wall-clock budget of each branch, seconds [default: the original's]."),
-    ] = None,
+    timeout: TimeoutOption = None,
     output: Annotated[
         Path | None, typer.Option(help="Where the tree goes [default: <orig-parent>/branched].")
     ] = None,
@@ -101,14 +110,7 @@ def branch(
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
     user_model: UserModelOption = None,
-    via: Annotated[
-        Via | None,
-        typer.Option(
-            help="How branches reach step K: snapshot (the prefix rebuilt once, its environment state, "
-            "workspace and agent session forked into each branch) or replay (each branch re-executes the "
-            "prefix) [default: snapshot where the agent has a resumable session, else replay]."
-        ),
-    ] = None,
+    via: ViaOption = None,
 ) -> None:
     """Branch a run: N continuations per model from checkpoint --at K, concurrently, each verified.
 
@@ -121,17 +123,7 @@ def branch(
     checkpoint state). The sandbox, its settings and the network are the original's unless
     given. Says which way (--via) the branches reached step K. Exit 1 when a branch ended in error.
     """
-    options = RolloutSettings(
-        timeout_seconds=timeout,
-        sandbox=sandbox,
-        sandbox_config=sandbox_settings(sandbox_config, image_map),
-        network=network,
-        faults=faults_from_flags(faults, fault_seed),
-        divergence_policy=divergence_policy(on_divergence, strict_divergence),
-        skill_mode=skills,
-        skills_dir=skills_dir,
-        user_model=user_model,
-    )
+    options = rollout_settings(locals())
     summary = guarded(
         branch_run(
             run_folder,

@@ -11,32 +11,32 @@ import typer
 from reroll.cli.common import (
     AtOption,
     ExecutorOption,
+    MaxRetriesOption,
+    MaxStartingOption,
+    RayAddressOption,
+    TasksDirOption,
+    console,
+    finish,
+    guarded,
+    job_guarded,
+    runner_options,
+)
+from reroll.cli.flags import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
-    MaxRetriesOption,
-    MaxStartingOption,
     NetworkOption,
     OnDivergenceOption,
-    RayAddressOption,
     SandboxConfigOption,
     SandboxOption,
     SkillsDirOption,
     SkillsOption,
     StrictDivergenceOption,
-    TasksDirOption,
+    TimeoutOption,
     UserModelOption,
-    console,
-    divergence_policy,
-    faults_from_flags,
-    finish,
-    guarded,
-    job_guarded,
-    runner_options,
-    sandbox_settings,
+    rollout_settings,
 )
 from reroll.rollout.continue_ import continue_run
-from reroll.settings import RolloutSettings
 
 
 def continue_(
@@ -50,9 +50,7 @@ def continue_(
         str | None,
         typer.Option(help="Agent that replays and continues the run [default: the recorded one]."),
     ] = None,
-    timeout: Annotated[
-        float | None, typer.Option(help="Wall-clock budget in seconds [default: the original's].")
-    ] = None,
+    timeout: TimeoutOption = None,
     output: Annotated[
         Path | None, typer.Option(help="Jobs dir for the new run [default: <orig-parent>/continued].")
     ] = None,
@@ -77,18 +75,7 @@ def continue_(
     Faults recorded in the run are reproduced where they happened; --faults injects new ones.
     The sandbox, its settings (e.g. docker's image map) and the network are the original's
     unless given. Every timed-out run of a job: `reroll continue-job JOB_DIR`."""
-    used = faults_from_flags(faults, fault_seed)
-    options = RolloutSettings(
-        timeout_seconds=timeout,
-        sandbox=sandbox,
-        sandbox_config=sandbox_settings(sandbox_config, image_map),
-        network=network,
-        faults=used,
-        divergence_policy=divergence_policy(on_divergence, strict_divergence),
-        skill_mode=skills,
-        skills_dir=skills_dir,
-        user_model=user_model,
-    )
+    options = rollout_settings(locals())
     finish(
         guarded(
             continue_run(
@@ -113,9 +100,7 @@ def continue_job(
     model: Annotated[
         str | None, typer.Option(help="Live model after the cut [default: each original's].")
     ] = None,
-    timeout: Annotated[
-        float | None, typer.Option(help="Wall-clock budget in seconds [default: each original's].")
-    ] = None,
+    timeout: TimeoutOption = None,
     on_divergence: OnDivergenceOption = None,
     strict_divergence: StrictDivergenceOption = False,
     sandbox: SandboxOption = None,
@@ -136,17 +121,9 @@ def continue_job(
     Writes JOB_DIR/continued/<run> and JOB_DIR/continued/summary.json, skipping runs done there.
     Each run's sandbox, settings and network are its own unless given; --user-model plays the
     persona User of the runs that have one. Exit 1 when a continuation ended in error."""
+    options = rollout_settings(locals())
     from reroll.jobs.runner import continue_job as continue_job_run
 
-    options = RolloutSettings(
-        timeout_seconds=timeout,
-        sandbox=sandbox,
-        sandbox_config=sandbox_settings(sandbox_config, image_map),
-        network=network,
-        faults=faults_from_flags(faults, fault_seed),
-        divergence_policy=divergence_policy(on_divergence, strict_divergence),
-        user_model=user_model,
-    )
     job_guarded(
         continue_job_run(
             job_dir,

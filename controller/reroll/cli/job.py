@@ -3,31 +3,40 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from reroll_contracts.errors import RerollError
 
 from reroll.cli.common import (
     ExecutorOption,
-    FaultSeedOption,
-    FaultsOption,
-    ImageMapOption,
-    JudgeModelOption,
     MaxRetriesOption,
     MaxStartingOption,
-    NetworkOption,
     RayAddressOption,
-    SandboxConfigOption,
-    SandboxOption,
-    SkillsDirOption,
-    SkillsOption,
     console,
     err_console,
     job_guarded,
     refuse,
-    sandbox_settings,
 )
+from reroll.cli.flags import (
+    AskUserOption,
+    CheckpointEveryOption,
+    FaultSeedOption,
+    FaultsOption,
+    ImageMapOption,
+    JudgeModelOption,
+    NetworkOption,
+    SandboxConfigOption,
+    SandboxOption,
+    SkillsDirOption,
+    SkillsOption,
+    TimeoutOption,
+    UserModelOption,
+    job_overrides,
+)
+
+if TYPE_CHECKING:
+    from reroll.jobs.jobfile import JobSpec
 
 
 def job(
@@ -40,9 +49,7 @@ def job(
     repeats: Annotated[int | None, typer.Option(help="Rollouts per (task, agent, model).")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Rollouts at once [default: 4].")] = None,
     max_retries: MaxRetriesOption = None,
-    timeout: Annotated[
-        float | None, typer.Option(help="Agent budget in seconds [default: the task's].")
-    ] = None,
+    timeout: TimeoutOption = None,
     jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
     resume: Annotated[
@@ -75,60 +82,59 @@ def job(
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
     judge_model: JudgeModelOption = None,
-    ask_user: Annotated[
-        bool | None,
-        typer.Option(
-            "--ask-user",
-            help="Offer every agent an ask_user tool over MCP (as reroll run --ask-user; the job "
-            "file's ask_user); a job's rollouts have no User, so the agent is told nobody answered.",
-        ),
+    user_model: UserModelOption = None,
+    ask_user: AskUserOption = None,
+    checkpoint_every: CheckpointEveryOption = None,
+    trial: Annotated[
+        Path | None, typer.Option(help="Trial file (YAML) every rollout runs; see docs/trials.md.")
     ] = None,
 ) -> None:
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
     No --on-divergence: a job records, it replays nothing."""
-    from reroll.jobs.jobfile import job_spec, load_job_file, load_saved_spec, with_overrides
+    settings = job_overrides(locals())
     from reroll.jobs.runner import run_job
 
     flags = {
-        "sandbox_config": sandbox_settings(sandbox_config, image_map),
         "tasks": task,
         "agents": agent,
         "models": model,
         "repeats": repeats,
         "concurrency": concurrency,
         "max_retries": max_retries,
-        "timeout_seconds": timeout,
         "name": job_name,
-        "sandbox": sandbox,
-        "network": network,
-        "faults": faults.resolve() if faults is not None else None,
-        "fault_seed": fault_seed,
         "executor": executor,
         "max_starting": max_starting,
         "ray_address": ray_address,
         "schedule": schedule,
         "store": store.resolve() if store is not None else None,
-        "skills": skills,
-        "skills_dir": skills_dir.resolve() if skills_dir is not None else None,
-        "judge_model": judge_model,
-        "ask_user": ask_user,
+        "trial": trial.resolve() if trial is not None else None,
     }
-    overrides = {key: value for key, value in flags.items() if value is not None}
+    overrides = settings | {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:
         err_console.print("[red]error:[/red] give a JOB_FILE or --resume JOB_DIR, not both")
         raise typer.Exit(2)
     try:
-        if resume is not None:
-            saved = load_saved_spec(resume).model_dump(mode="json")
-            spec = job_spec(
-                {**with_overrides(saved, overrides), "name": resume.name}, f"{resume}/job.json", resume
-            )
-            jobs_dir = resume.parent
-        elif job_file is not None:
-            spec = load_job_file(job_file, overrides)
-        else:
-            spec = job_spec(overrides, "the command line")
+        spec = _job_spec(job_file, resume, overrides)
     except RerollError as exc:
         refuse(exc)
-    job_guarded(run_job(spec, jobs_dir=jobs_dir, console=console))
+    job_guarded(run_job(spec, jobs_dir=resume.parent if resume is not None else jobs_dir, console=console))
+
+
+def _job_spec(job_file: Path | None, resume: Path | None, overrides: dict[str, Any]) -> JobSpec:
+    """The job to run: the job folder `resume`'s (its job.json), else `job_file`'s, else the flags'
+    alone, with `overrides` (the flags) applied.
+
+    Raises:
+        JobError: the file or job.json is missing or invalid, or the job is (the message names it).
+    """
+    from reroll.jobs.jobfile import job_spec, load_job_file, load_saved_spec, with_overrides
+
+    if resume is not None:
+        saved = load_saved_spec(resume).model_dump(mode="json")
+        return job_spec(
+            {**with_overrides(saved, overrides), "name": resume.name}, f"{resume}/job.json", resume
+        )
+    if job_file is not None:
+        return load_job_file(job_file, overrides)
+    return job_spec(overrides, "the command line")

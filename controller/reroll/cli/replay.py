@@ -7,27 +7,23 @@ from typing import Annotated
 
 import typer
 
-from reroll.cli.common import (
+from reroll.cli.common import TasksDirOption, console, guarded
+from reroll.cli.flags import (
     ImageMapOption,
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
-    TasksDirOption,
-    console,
-    guarded,
-    sandbox_settings,
+    TimeoutOption,
+    rollout_settings,
 )
 from reroll.cli.reports import fidelity_report
 from reroll.rollout.replay import replay_run
-from reroll.settings import RolloutSettings
 
 
 def replay(
     run_folder: Annotated[Path, typer.Argument(help="The run folder to check.")],
     tasks_dir: TasksDirOption = None,
-    timeout: Annotated[
-        float | None, typer.Option(help="Wall-clock budget in seconds [default: the original's].")
-    ] = None,
+    timeout: TimeoutOption = None,
     output: Annotated[
         Path | None, typer.Option(help="Jobs dir for the rebuilt run [default: <orig-parent>/replayed].")
     ] = None,
@@ -44,16 +40,12 @@ def replay(
     ones would make the rebuild differ). No --on-divergence: every step is served and
     compared, so the report names each divergence.
     """
+    options = rollout_settings(locals())
     report = guarded(
         replay_run(
             run_folder,
             tasks_dir=tasks_dir,
-            options=RolloutSettings(
-                timeout_seconds=timeout,
-                sandbox=sandbox,
-                sandbox_config=sandbox_settings(sandbox_config, image_map),
-                network=network,
-            ),
+            options=options,
             output=output,
             console=console,
         )

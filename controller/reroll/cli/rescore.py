@@ -7,20 +7,16 @@ from typing import Annotated
 
 import typer
 
-from reroll.cli.common import (
+from reroll.cli.common import TasksDirOption, console, finish, guarded
+from reroll.cli.flags import (
     ImageMapOption,
     JudgeModelOption,
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
-    TasksDirOption,
-    console,
-    finish,
-    guarded,
-    sandbox_settings,
+    rollout_settings,
 )
 from reroll.rollout.rescore import rescore_run
-from reroll.settings import RolloutSettings
 
 
 def rescore(
@@ -42,17 +38,14 @@ def rescore(
     --judge-model live. The new run folder's config.json says rescored_from. Exit 1 when the rebuild or the
     verifier failed.
     """
+    options = rollout_settings(locals())
     finish(
         guarded(
             rescore_run(
                 run_folder,
                 judge_model=judge_model,
                 tasks_dir=tasks_dir,
-                options=RolloutSettings(
-                    sandbox=sandbox,
-                    sandbox_config=sandbox_settings(sandbox_config, image_map),
-                    network=network,
-                ),
+                options=options,
                 output=output,
                 console=console,
             )

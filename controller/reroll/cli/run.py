@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 from reroll_contracts.errors import RerollError
 
-from reroll.cli.common import (
+from reroll.cli.common import console, finish, guarded, refuse
+from reroll.cli.flags import (
+    AskUserOption,
+    CheckpointEveryOption,
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
@@ -18,16 +21,11 @@ from reroll.cli.common import (
     SandboxOption,
     SkillsDirOption,
     SkillsOption,
+    TimeoutOption,
     UserModelOption,
-    console,
-    faults_from_flags,
-    finish,
-    guarded,
-    refuse,
-    sandbox_settings,
+    rollout_settings,
 )
 from reroll.rollout.record import run_task
-from reroll.settings import RolloutSettings
 from reroll.trials.config import load_trial
 
 
@@ -54,9 +52,7 @@ def run(
             "PROVIDER/NAME (with PROVIDER_BASE_URL)"
         ),
     ] = None,
-    timeout: Annotated[
-        float | None, typer.Option(help="Agent wall-clock budget in seconds [default: the task's].")
-    ] = None,
+    timeout: TimeoutOption = None,
     jobs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
     sandbox: SandboxOption = None,
@@ -69,56 +65,25 @@ def run(
     skills_dir: SkillsDirOption = None,
     judge_model: JudgeModelOption = None,
     user_model: UserModelOption = None,
-    ask_user: Annotated[
-        bool,
-        typer.Option(
-            "--ask-user",
-            help="Offer the agent an ask_user tool (over MCP: claude-code, codex, openhands); the trial's "
-            "User answers (its `answer` method), the questions and answers go to asks.json.",
-        ),
-    ] = False,
-    checkpoint_every: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Capture a checkpoint (environment state, workspace, agent session) every N steps, "
-            "into <run>/checkpoints/step-K/: `reroll branch --at K --via snapshot` forks from it "
-            "without rebuilding the prefix [default: 0, none].",
-        ),
-    ] = 0,
+    ask_user: AskUserOption = None,
+    checkpoint_every: CheckpointEveryOption = None,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 
     No --on-divergence: a recording replays nothing, so nothing can diverge."""
-    used = faults_from_flags(faults, fault_seed)
-    settings = sandbox_settings(sandbox_config, image_map)
+    settings = rollout_settings(locals())
     try:
         trial_config = load_trial(trial) if trial is not None else None
     except RerollError as exc:
         refuse(exc)
-    finish(
-        guarded(
-            run_task(
-                task,
-                agent_name=agent,
-                model=model,
-                trial=trial_config,
-                options=RolloutSettings(
-                    timeout_seconds=timeout,
-                    sandbox=sandbox,
-                    sandbox_config=settings,
-                    network=network,
-                    faults=used,
-                    skill_mode=skills,
-                    skills_dir=skills_dir,
-                    judge_model=judge_model,
-                    user_model=user_model,
-                    ask_user=ask_user,
-                    checkpoint_every=checkpoint_every,
-                ),
-                jobs_dir=jobs_dir,
-                job_name=job_name,
-                console=console,
-            )
-        )
+    recording = run_task(
+        task,
+        agent_name=agent,
+        model=model,
+        trial=trial_config,
+        options=settings,
+        jobs_dir=jobs_dir,
+        job_name=job_name,
+        console=console,
     )
+    finish(guarded(recording))

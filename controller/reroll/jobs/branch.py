@@ -57,8 +57,8 @@ from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
-from reroll.rollout.lifecycle import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
@@ -68,6 +68,7 @@ from reroll.runfolder.run import (
     PROMPTS_FILE,
     TRAJECTORY,
     BranchedFrom,
+    RunFolder,
     create_run_folder,
     load_run_folder,
     now_iso,
@@ -279,13 +280,11 @@ async def branch(
     points = branch_points(run_folder, at, every=every, prompts=prompts, at_ask=at_ask, answers=answers)
     batch = Runner(runner)
     console = console or Console(quiet=True)
-    checkpoints = [_open_point(run_folder, point, tasks_dir, console) for point in points]
+    recorded = load_run_folder(run_folder)  # read once: each point's checkpoint opens from it
+    checkpoints = [_open_point(recorded, point, tasks_dir, console) for point in points]
     checkpoint = max(checkpoints, key=lambda opened: opened.cut_index)
-    if options.sandbox not in (None, checkpoint.original.config.sandbox):
-        load_backend(options.sandbox).settings(options.sandbox_config)
-    else:
-        settings = {**checkpoint.original.config.sandbox_config, **(options.sandbox_config or {})}
-        load_backend(checkpoint.original.config.sandbox).settings(settings)
+    bound = with_recorded_inputs(options, recorded.config)  # every host path it reads, bound
+    load_backend(bound.sandbox or "local").settings(bound.sandbox_config)
     if checkpoint.agent.api_format == "none":
         raise AgentError(
             f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"
@@ -294,7 +293,6 @@ async def branch(
     specs = list({model.spec: None for model in parsed})  # each model once
     original = checkpoint.original
     refuse_untravelled(original.config, original.path, runner.executor)
-    bound = with_recorded_inputs(options, original.config)  # every host path it reads, bound
     parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
     given = ",".join(dict.fromkeys(point.at for point in points))
     if every is not None or at_ask is not None:
@@ -305,13 +303,7 @@ async def branch(
         f"{len(points)} point(s) x {len(specs)} model(s) x {n}, {runner.concurrency} at a time"
     )
     console.print(f"parent folder: {parent}")
-    chosen, note = choose_via(checkpoint.agent, via)
-    if chosen == "snapshot" and checkpoint.cut_index == 0:
-        chosen, note = "replay", "step 0: nothing to replay, nothing to fork"
-    elif chosen == "snapshot" and checkpoint.original.config.trial is not None:
-        chosen, note = "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
-    elif chosen == "snapshot" and (len(points) > 1 or points[0].prompt is not None or at_ask is not None):
-        chosen, note = "replay", "several branch points, a varied prompt or an ask_user answer fork by replay"
+    chosen, note = _tree_via(checkpoint, points, at_ask, via)
     layers: Path | None = None
     digests: dict[str, str] | None = None
     if chosen == "snapshot":
@@ -322,35 +314,7 @@ async def branch(
         (number, spec, index) for number in range(len(points)) for spec in specs for index in range(n)
     ]
     rollouts = [
-        RunnerRollout(
-            Attempt(
-                parent / _folder(points[number], spec, index),
-                partial(
-                    run_branch,
-                    original.path,
-                    at=points[number].at,
-                    prompt=points[number].prompt,
-                    answer=points[number].answer,
-                    tasks_dir=tasks_dir.resolve() if tasks_dir else None,
-                    parent=parent,
-                    name=_folder(points[number], spec, index),
-                    model=spec,
-                    index=index,
-                    options=bound,
-                    layers=layers,
-                ),
-                reads=attempt_reads(
-                    original.path,
-                    *([layers] if layers and not layers.is_relative_to(original.path) else []),
-                    options=bound,
-                    model=spec,
-                ),
-                recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
-            ),
-            checkpoint.task.name,
-            checkpoint.agent.name,
-            spec,
-        )
+        _branch_rollout(checkpoint, points[number], spec, index, parent, tasks_dir, bound, layers)
         for number, spec, index in branches
     ]
     summaries = await batch.run(rollouts, console)
@@ -380,7 +344,62 @@ async def branch(
     return summary
 
 
-def _open_point(run_folder: Path, point: BranchPoint, tasks_dir: Path | None, console: Console) -> Checkpoint:
+def _tree_via(
+    checkpoint: Checkpoint, points: Sequence[BranchPoint], at_ask: int | None, via: Via | None
+) -> tuple[Via, str | None]:
+    """How the children reach the cut (`choose_via`), and why when not as asked: ``replay`` at step
+    0, for a trial, and for several points, a varied prompt or an ask_user answer."""
+    chosen, note = choose_via(checkpoint.agent, via)
+    if chosen == "snapshot" and checkpoint.cut_index == 0:
+        return "replay", "step 0: nothing to replay, nothing to fork"
+    if chosen == "snapshot" and checkpoint.original.config.trial is not None:
+        return "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
+    if chosen == "snapshot" and (len(points) > 1 or points[0].prompt is not None or at_ask is not None):
+        return "replay", "several branch points, a varied prompt or an ask_user answer fork by replay"
+    return chosen, note
+
+
+def _branch_rollout(
+    checkpoint: Checkpoint,
+    point: BranchPoint,
+    spec: str,
+    index: int,
+    parent: Path,
+    tasks_dir: Path | None,
+    bound: RolloutSettings,
+    layers: Path | None,
+) -> RunnerRollout:
+    """The job runner's rollout of child `index` of model `spec` at `point`: a `run_branch` attempt
+    that declares what it reads (the recorded run, the layers, the settings' host paths)."""
+    original = checkpoint.original
+    name = _folder(point, spec, index)
+    run = partial(
+        run_branch,
+        original.path,
+        at=point.at,
+        prompt=point.prompt,
+        answer=point.answer,
+        tasks_dir=tasks_dir.resolve() if tasks_dir else None,
+        parent=parent,
+        name=name,
+        model=spec,
+        index=index,
+        options=bound,
+        layers=layers,
+    )
+    shipped = [layers] if layers and not layers.is_relative_to(original.path) else []
+    attempt = Attempt(
+        parent / name,
+        run,
+        reads=attempt_reads(original.path, *shipped, options=bound, model=spec),
+        recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
+    )
+    return RunnerRollout(attempt, checkpoint.task.name, checkpoint.agent.name, spec)
+
+
+def _open_point(
+    run_folder: Path | RunFolder, point: BranchPoint, tasks_dir: Path | None, console: Console
+) -> Checkpoint:
     """The checkpoint of `point`, with its prompt.
 
     Raises:

@@ -22,7 +22,11 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     skills_dir: null         # with-skill: a folder of <name>/SKILL.md (relative to this file)
                              # [default: each task's environment/skills]
     judge_model: null        # an LLM judge's model (judged tasks) [default: each task's]
+    user_model: null         # a persona User's model (a trial's persona) [default: the persona's]
     ask_user: false          # offer every agent reroll's ask_user tool over MCP (reroll run --ask-user)
+    checkpoint_every: 0      # capture a checkpoint every N steps (reroll run --checkpoint-every)
+    trial: null              # a trial file (relative to this file): every rollout runs its scenes,
+                             # the job's agent playing the roles that name none (reroll run --trial)
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
     schedule: parallel-independent   # or sequential-shared: one rollout after another over a
                              # learner store (reroll.jobs.learning; asyncio executor only)
@@ -33,6 +37,8 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
 CLI flags of ``reroll job`` override the file's values field by field (``sandbox_config`` key by
 key: ``--image-map`` sets its ``image_map``). The resolved spec is
 saved as ``job.json`` in the job folder, so ``reroll job --resume JOB_DIR`` needs nothing else.
+Every rollout runs with the settings `JobSpec.settings` gives (`reroll.settings.RolloutSettings`;
+`SETTINGS_KEYS` names the key of each).
 """
 
 from __future__ import annotations
@@ -45,13 +51,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import JobError
 from reroll_contracts.network import NetworkPolicy
 
+from reroll.host.llm_proxy import faults_used
+from reroll.models.spec import resolved_spec
 from reroll.runfolder.folders import JOB_SPEC_FILE
-from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode
+from reroll.settings import RolloutSettings
+from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, TrialConfig, load_trial
 from reroll.yamlfiles import read_mapping
 
 Schedule = Literal["parallel-independent", "sequential-shared"]
 """How a job's rollouts are scheduled: each on its own (at ``concurrency``), or one after another
 over a shared, versioned learner store (`reroll.jobs.learning`)."""
+
+SETTINGS_KEYS: dict[str, str] = {
+    "timeout_seconds": "timeout_seconds",
+    "sandbox": "sandbox",
+    "sandbox_config": "sandbox_config",
+    "network": "network",
+    "faults": "faults",
+    "checkpoint_every": "checkpoint_every",
+    "skill_mode": "skills",
+    "skills_dir": "skills_dir",
+    "judge_model": "judge_model",
+    "ask_user": "ask_user",
+    "user_model": "user_model",
+}
+"""Each field of `reroll.settings.RolloutSettings` a job file sets → its key in the file. Not here:
+``divergence_policy`` (a job records, it replays nothing) and ``learner_store`` (each rollout's
+generation, from ``schedule`` and ``store``)."""
 
 DEFAULT_MAX_STARTING = 4
 """Default bound on rollouts in their start-up phase at once (see `JobSpec.max_starting`)."""
@@ -126,6 +152,45 @@ class JobSpec(RunnerOptions):
     """Offer every rollout's agent reroll's ``ask_user`` tool over MCP (``reroll run --ask-user``,
     `reroll.rollout.asks`); every agent of the job must have an MCP client. With no User (a job
     runs plain rollouts), the agent is told nobody answered."""
+    user_model: str | None = None
+    """A persona User's model for every rollout whose trial has one; None: the persona's ``model``."""
+    checkpoint_every: int = Field(default=0, ge=0)
+    """Capture a checkpoint every this many steps of each rollout (``reroll run --checkpoint-every``);
+    0: none."""
+    trial: Path | None = None
+    """A trial file (a relative path in a job file is relative to the file's folder): every rollout
+    runs its scenes, roles and turns, the rollout's agent and model playing the roles that name
+    none (``reroll run --trial``); None: each agent told the task's instruction once."""
+
+    def settings(self) -> RolloutSettings:
+        """How every rollout of the job runs (`SETTINGS_KEYS`); a judge's and a User's
+        ``scripted:PATH`` made absolute (`reroll.models.spec.resolved_spec`).
+
+        Raises:
+            FaultPlanError: the fault plan cannot be read (`reroll.host.llm_proxy.faults_used`).
+        """
+        faults = faults_used(self.faults, self.fault_seed) if self.faults is not None else None
+        return RolloutSettings(
+            timeout_seconds=self.timeout_seconds,
+            sandbox=self.sandbox,
+            sandbox_config=self.sandbox_config,
+            network=self.network,
+            faults=faults,
+            checkpoint_every=self.checkpoint_every,
+            skill_mode=self.skills,
+            skills_dir=self.skills_dir,
+            judge_model=resolved_spec(self.judge_model),
+            ask_user=self.ask_user,
+            user_model=resolved_spec(self.user_model),
+        )
+
+    def trial_config(self) -> TrialConfig | None:
+        """The trial every rollout runs (`trial`, read), or None.
+
+        Raises:
+            TrialError: the trial file is missing or invalid.
+        """
+        return load_trial(self.trial) if self.trial is not None else None
 
 
 def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) -> JobSpec:
@@ -152,8 +217,9 @@ def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) ->
     store = (base / spec.store).resolve() if spec.store is not None else None
     tasks = [(base / task).resolve() for task in spec.tasks]
     skills_dir = (base / spec.skills_dir).resolve() if spec.skills_dir is not None else None
+    trial = (base / spec.trial).resolve() if spec.trial is not None else None
     return spec.model_copy(
-        update={"tasks": tasks, "faults": faults, "store": store, "skills_dir": skills_dir}
+        update={"tasks": tasks, "faults": faults, "store": store, "skills_dir": skills_dir, "trial": trial}
     )
 
 

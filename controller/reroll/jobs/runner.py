@@ -62,7 +62,6 @@ from rich.progress import (
 )
 
 from reroll.agents import get_agent
-from reroll.host.llm_proxy import faults_used
 from reroll.jobs.executors import (
     REMOTE_EXECUTORS,
     Attempt,
@@ -133,13 +132,18 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             machines (``ray``): each rollout starts from the store generation the one before it
             left and writes the next one into the job folder, so they run one at a time against
             the controller's store — Ray would add a round trip of the store per rollout and no
-            parallelism.
+            parallelism; or a trial on such an executor (its files do not travel).
     """
     if spec.schedule == "sequential-shared" and spec.executor in REMOTE_EXECUTORS:
         raise JobError(
             f"schedule sequential-shared cannot run on the {spec.executor} executor: its rollouts run "
             "one at a time, each from the learner store the one before it left in the job folder on "
             "this machine; use --executor asyncio (on a machine with the sandbox backend)"
+        )
+    if spec.trial is not None and spec.executor in REMOTE_EXECUTORS:
+        raise JobError(
+            f"a job's trial runs on the asyncio executor only: its files (the trial, its scripts and "
+            f"Users) do not travel to {spec.executor} workers; use --executor asyncio"
         )
     load_backend(spec.sandbox).settings(spec.sandbox_config)
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
@@ -256,7 +260,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
         InfrastructureError: the executor could not start (e.g. Ray).
     """
     planned = plan_rollouts(spec)
-    faults = faults_used(spec.faults, spec.fault_seed) if spec.faults is not None else None
+    options, trial = spec.settings(), spec.trial_config()
     runner = Runner(spec)
     name = spec.name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     jobs_dir = jobs_dir.resolve()  # attempts may run in other processes (Ray workers)
@@ -264,17 +268,6 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
     saved = spec.model_copy(update={"name": name})
     job_dir.mkdir(parents=True, exist_ok=True)
     write_json(job_dir / JOB_SPEC_FILE, saved.model_dump(mode="json"))
-    options = RolloutSettings(
-        timeout_seconds=spec.timeout_seconds,
-        sandbox=spec.sandbox,
-        sandbox_config=spec.sandbox_config,
-        network=spec.network,
-        faults=faults,
-        skill_mode=spec.skills,
-        skills_dir=spec.skills_dir,
-        judge_model=resolved_spec(spec.judge_model),
-        ask_user=spec.ask_user,
-    )
 
     def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:
         model, rollout_options = (
@@ -286,6 +279,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             rollout.task_path,
             agent_name=rollout.agent,
             model=model,
+            trial=trial,
             options=rollout_options,
             jobs_dir=jobs_dir,
             job_name=name,

@@ -1,8 +1,8 @@
 """The agent phase of a rollout (`reroll.rollout.lifecycle`): the agent installed into the
-shared agents folder, the environment it runs with (`stable_agent_env`, the interceptor's CA and
-proxy settings, its native MCP configuration), and one turn of it launched, watched until it
-exits, times out or the proxy stops it, its output kept in the run folder with a short tail
-(`output_tail`) in memory.
+shared agents folder, the environment it runs with (`stable_agent_env`, and what the extensions
+add before each launch: `reroll.rollout.hooks.Extension.before_turn`), and one turn of it
+launched, watched until it exits, times out or the proxy stops it, its output kept in the run
+folder with a short tail (`output_tail`) in memory.
 """
 
 from __future__ import annotations
@@ -10,17 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import urllib.parse
-from typing import TYPE_CHECKING
 
 from reroll_contracts.errors import AgentInstallError, SidecarError
 from rich.console import Console
 
 from reroll.agents import AgentSpec
-from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
-from reroll.rollout.asks import offer_ask_user
-from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
+from reroll.rollout.hooks import Run, TurnLaunch
 from reroll.rollout.scenes import AgentOutcome
 from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import AGENT_LOG, RunConfig
@@ -28,14 +24,8 @@ from reroll.sandbox.base import Sandbox
 from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
 from reroll.tasks.compat import resolve_env
-from reroll.tasks.environment import McpServerSpec
-
-if TYPE_CHECKING:
-    from reroll.rollout.plan import RolloutPlan
 
 INSTALL_TIMEOUT_SECONDS = 900.0
-INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
-"""Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
 
 
 async def install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str], console: Console) -> None:
@@ -78,39 +68,15 @@ async def install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str],
     await ensure_installed(sandbox, agent.install_key, install, console.print)
 
 
-async def intercept_agent(
-    sandbox: Sandbox, interceptor: intercept.Interceptor, proxy: LlmProxy
-) -> dict[str, str]:
-    """Put the CA bundle into `sandbox` at `INTERCEPT_CA_PATH`; the environment that sends the
-    agent through `interceptor` (``HTTPS_PROXY``, the CA variables: `reroll.host.intercept.sandbox_env`),
-    the proxy's own host left out of it."""
-    ca_path = sandbox.layout.path(INTERCEPT_CA_PATH)
-    await sandbox.put_file(ca_path, intercept.ca_bundle())
-    proxy_host = urllib.parse.urlsplit(proxy.base_url).hostname or ""
-    return intercept.sandbox_env(interceptor.proxy_url, ca_path, no_proxy=[proxy_host])
-
-
-async def run_agent(
-    sandbox: Sandbox,
-    plan: RolloutPlan,
-    proxy: LlmProxy | None,
-    env: dict[str, str],
-    console: Console,
-    agent: AgentSpec,
-    prompt: str,
-    resume: bool,
-) -> AgentOutcome:
+async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> AgentOutcome:
     """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn) and wait
     for it to exit, time out, or be stopped by the proxy's stop: one turn
     (`reroll.rollout.scenes.TurnRunner`; `reroll.rollout.lifecycle` binds the arguments before
     `agent`).
 
     Args:
-        sandbox: the rollout's sandbox, the agent installed.
-        plan: the rollout (timeout, task, model name, ask_user, restored checkpoint).
-        proxy: the rollout's LLM proxy; None for an agent that calls no model.
-        env: the environment the agent's launch adds to (the sandbox's, the task's, interception).
-        console: where progress goes.
+        run: the running rollout (its sandbox with the agent installed, plan, proxy, environment
+            ``env | task_env | agent_env``, extensions, console).
         agent: the agent of this turn.
         prompt: what it is told (written to ``agent/prompt.txt`` in the sandbox's logs).
         resume: run its ``resume`` command (a later turn of the same session).
@@ -123,12 +89,14 @@ async def run_agent(
         InfrastructureError: the proxy died while the agent ran.
         SandboxError: the sandbox failed the launch.
     """
+    sandbox, plan, proxy, console = run.sandbox, run.plan, run.proxy, run.console
     layout = sandbox.layout
-    resume = resume or plan.restore_from is not None  # forked: every turn continues the restored session
+    launch = TurnLaunch(agent, run.env | run.task_env | run.agent_env, resume)
+    await run.hooks.before_turn(run, launch)  # MCP servers, ask_user, a restored session's resume
     prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
     await sandbox.put_file(prompt_file, prompt.encode())
     agent_env = {
-        **env,
+        **launch.env,
         **stable_agent_env(plan.config),
         "REROLL_AGENT_HOME": f"{layout.agents_dir}/{agent.install_key}",
         "REROLL_PROMPT_FILE": prompt_file,
@@ -140,10 +108,6 @@ async def run_agent(
         agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
     if proxy is not None:
         agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
-    servers = plan.task.spec.environment.mcp_servers
-    if plan.asks is not None and proxy is not None and agent.api_format != "none":
-        servers = [*servers, await offer_ask_user(sandbox, proxy)]
-    agent_env |= await _offer_mcp(sandbox, agent, servers, console)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
     # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
@@ -152,9 +116,9 @@ async def run_agent(
         def write_output(_stream: str, chunk: bytes) -> None:
             log.write(chunk)
 
-        run = asyncio.create_task(
+        launched = asyncio.create_task(
             sandbox.exec(
-                ["sh", "-c", agent.resume if resume and agent.resume else agent.launch],
+                ["sh", "-c", agent.resume if launch.resume and agent.resume else agent.launch],
                 cwd=layout.workspace,
                 env=agent_env,
                 inherit_env=False,
@@ -163,13 +127,13 @@ async def run_agent(
                 on_output=write_output,
             )
         )
-        if proxy is not None and not await _agent_or_stop(run, proxy):
-            run.cancel()
+        if proxy is not None and not await _agent_or_stop(launched, proxy):
+            launched.cancel()
             with contextlib.suppress(asyncio.CancelledError, SidecarError):
-                await run
+                await launched
             await sandbox.kill()
-        if not run.cancelled():
-            executed = await run
+        if not launched.cancelled():
+            executed = await launched
             outcome.exit_code = executed.exit_code
             outcome.timed_out = executed.timed_out
             outcome.output_tail = output_tail(executed.output_text())
@@ -204,26 +168,6 @@ def stable_agent_env(config: RunConfig) -> dict[str, str]:
         if date := config.lineage_started_at or config.started_at:
             env[f"GIT_{role}_DATE"] = date
     return env
-
-
-async def _offer_mcp(
-    sandbox: Sandbox, agent: AgentSpec, servers: list[McpServerSpec], console: Console
-) -> dict[str, str]:
-    """Write `agent`'s native MCP configuration offering `servers` (those it can take,
-    `reroll.rollout.mcp.mcp_servers_for`) into the sandbox's agent logs; the environment naming
-    it (``$REROLL_MCP_CONFIG``), empty when the agent gets none."""
-    given = mcp_servers_for(agent, servers)
-    left_out = [server.name for server in servers if server not in given]
-    if left_out and agent.api_format != "none":
-        missing = ", ".join(left_out)
-        console.print(f"[yellow]{agent.name} runs without the optional MCP servers {missing}[/yellow]")
-    config = render_mcp_config(agent, given)
-    if config is None:
-        return {}
-    path = f"{sandbox.layout.logs_dir}/agent/mcp/{config.filename}"
-    await sandbox.put_file(path, config.text.encode())
-    console.print(f"[dim]MCP servers for {agent.name}: {describe(given)}[/dim]")
-    return {MCP_CONFIG_ENV: path}
 
 
 async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool:

@@ -154,7 +154,7 @@ class Checkpoint:
 
 
 def open_checkpoint(
-    run_folder: Path,
+    run_folder: Path | RunFolder,
     *,
     at: At | None = None,
     tasks_dir: Path | None = None,
@@ -165,7 +165,8 @@ def open_checkpoint(
     """Load `run_folder`, find its task and agent, and resolve `at` to a cut index.
 
     Args:
-        run_folder: the recorded run.
+        run_folder: the recorded run (its folder, or the folder loaded already: a caller that opens
+            several checkpoints of one run reads it once).
         at: the checkpoint (see the module docstring); None: the end of the recording.
         tasks_dir: folder holding the task [default: the recorded ``task_path``].
         require_timeout: refuse a run whose status is not ``timeout``.
@@ -180,7 +181,7 @@ def open_checkpoint(
         AgentError: the agent (`agent`, else the recorded one) is unknown; the message says how
             to declare it.
     """
-    original = load_run_folder(run_folder)
+    original = run_folder if isinstance(run_folder, RunFolder) else load_run_folder(run_folder)
     if original.trajectory.warning and console is not None:
         console.print(f"[yellow]warning:[/yellow] {original.trajectory.warning}")
     turns = recorded_turns(original)

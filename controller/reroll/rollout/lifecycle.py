@@ -1,5 +1,5 @@
-"""One rollout's lifecycle: setup → start → install → provision the task's services → readiness
-gate → execute → verify → cleanup (the services torn down before the sandbox stops).
+"""One rollout's lifecycle: setup → start → install → (extensions: services, restore …) →
+execute → verify → cleanup, the extensions' hooks (`reroll.rollout.hooks`) called at each stage.
 
 `execute_rollout` drives it for a fresh recording (`reroll run`) and for a continuation
 (`reroll continue`, ``replay``, ``branch``, which add a `ReplayConfig`); `reroll.rollout.start`
@@ -20,7 +20,6 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from reroll_contracts.errors import (
@@ -34,21 +33,17 @@ from reroll_contracts.trajectory import load_trajectory
 from rich.console import Console
 
 from reroll.cache import host_cpus, host_memory_mb
-from reroll.host.llm_proxy import LlmProxy
-from reroll.rollout.agent_phase import install_agent, intercept_agent, run_agent
-from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
-from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
+from reroll.rollout.agent_phase import install_agent, run_agent
+from reroll.rollout.hooks import Hooks, Run
 from reroll.rollout.llm_side import start_llm_side
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
-from reroll.rollout.script_verifier import quiesce
-from reroll.rollout.skills import SceneSkills
-from reroll.rollout.verifiers import Verdict, VerifyRequest, verifier_for
+from reroll.rollout.verify.script_verifier import quiesce
+from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest, verifier_for
 from reroll.runfolder.run import (
     AGENT_LOG,
     CONFIG_FILE,
     ERROR_FILE,
-    JUDGE_TRAJECTORY,
     LIMITS_FILE,
     MANIFEST_FILE,
     PROMPTS_FILE,
@@ -56,7 +51,6 @@ from reroll.runfolder.run import (
     TRAJECTORY,
     USER_TRAJECTORY,
     VERIFIER_DIR,
-    RunConfig,
     RunResult,
     count_exchanges,
     harness_folder,
@@ -69,13 +63,11 @@ from reroll.sandbox.base import (
     create_sandbox,
     trust_host_ca,
 )
-from reroll.sandbox.services import Environment
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.task import Task, capped_to_host
 
-RESTORED_FILE = "restored-checkpoint.json"
-"""In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
-layers' digests, which the restore reproduced)."""
+__all__ = ["RolloutPlan", "execute_rollout", "new_run_id", "sandbox_env"]
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """PATH where the image sets none."""
 
@@ -86,9 +78,13 @@ def new_run_id() -> str:
 
 
 async def execute_rollout(
-    plan: RolloutPlan, console: Console, start_gate: asyncio.Semaphore | None = None
+    plan: RolloutPlan,
+    console: Console,
+    start_gate: asyncio.Semaphore | None = None,
+    hooks: Hooks | None = None,
 ) -> RunResult:
-    """Run one rollout end to end and write its run folder.
+    """Run one rollout end to end and write its run folder; its extensions' hooks
+    (`reroll.rollout.hooks`) are called at each stage.
 
     config.json is written first; prompts.json and trial.json as each turn of the trial starts
     and ends (`reroll.rollout.scenes`); result.json last, also when the rollout
@@ -102,116 +98,113 @@ async def execute_rollout(
         start_gate: held while the model server, LLM proxy and sandbox start (a job bounds how
             many rollouts start at once, so start-up timeouts are not hit when many start
             together); None: no bound.
+        hooks: the rollout's extensions, configured (`reroll.rollout.hooks.load_extensions`);
+            None: none.
 
     Returns:
         The result as written to result.json.
     """
+    hooks = hooks or Hooks()
     started = time.monotonic()
     result = RunResult(started_at=now_iso())
     _open_run_folder(plan)
-    harness_dir = harness_folder(plan.run_dir)
     sandbox: Sandbox | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
-            task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
-            if plan.task.ignored:
-                fields = ", ".join(note.field for note in plan.task.ignored)
-                console.print(
-                    f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]"
-                )
-            verifier = verifier_for(plan.task)
-            sandbox = create_sandbox(
-                plan.config.sandbox,
-                _fit_to_host(plan, console),
-                plan.run_dir.name,
-                plan.config.sandbox_config,
-            )
+            sandbox, task_env, verifier = _new_sandbox(plan, console)
             stack.push_async_callback(sandbox.stop)
-            async with start_gate or contextlib.nullcontext():
-                proxy, interceptor = await start_llm_side(plan, sandbox, stack, harness_dir, console)
-                network = f"network {plan.task.spec.environment.network}"
-                if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
-                    network = "the host's network; cpus and memory not limited"
-                console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
-                await sandbox.start()
-            env = sandbox_env(sandbox)
-            if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
-                env |= await trust_host_ca(sandbox)
-            for agent in plan.agents.values():
-                await install_agent(sandbox, agent, env, console)
-            if (store := plan.config.learner_store) is not None:
-                console.print(f"[dim]learner store: generation {store.generation}[/dim]")
-                env |= await mount_learner_store(sandbox, store, env)
-            environment = Environment(sandbox, plan.task, plan.run_dir, env | task_env)
-            stack.push_async_callback(environment.teardown)  # before the sandbox stops
-            await _provision(environment, console)
-            task_env |= environment.exec_env()
-            await verifier.prepare(sandbox, env)
-            if plan.restore_from is not None:
-                console.print(f"[dim]restoring the checkpoint layers of step {plan.restore_step}[/dim]")
-                restored = await restore_checkpoint(
-                    sandbox, plan.task, plan.agent, plan.restore_from, env | task_env, step=plan.restore_step
-                )
-                write_json(harness_dir / RESTORED_FILE, restored)
-            agent_env: dict[str, str] = {}
-            if interceptor is not None and proxy is not None:
-                agent_env = await intercept_agent(sandbox, interceptor, proxy)
+            run = Run(plan, console, stack, sandbox, result, hooks, task_env=task_env, verifier=verifier)
+            trial = await _set_up(run, start_gate)
             result.timings.setup_seconds = round(time.monotonic() - started, 3)
-            skills = SceneSkills(sandbox, env, plan.agents, plan.skills, plan.config.skill_nudge, console)
-            request = VerifyRequest(
-                sandbox,
-                env | task_env,
-                plan.run_dir,
-                plan.run_dir / VERIFIER_DIR,
-                judge_model=plan.config.judge_model,
-                judge_replay=_judge_replay(plan.config),
-            )
-            trial = TrialContext(
-                trial=plan.trial,
-                agents=plan.agents,
-                task=plan.task,
-                sandbox=sandbox,
-                env=env | task_env,
-                run_dir=plan.run_dir,
-                proxy=proxy,
-                run_turn=functools.partial(
-                    run_agent, sandbox, plan, proxy, env | task_env | agent_env, console
-                ),
-                verifier=verifier,
-                verify_request=request,
-                recorded=plan.recorded,
-                hook=skills,
-                asks=plan.asks,
-                persona=plan.persona,
-            )
-            async with _checkpoints_while(plan, proxy, sandbox, env | task_env, console):
-                outcome = await run_trial(trial, console)
+            outcome = await run_trial(trial, console)
+            await run.hooks.after_agent(run, outcome)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
-            if proxy is not None:
-                # Stopped now, so no response the agent never received gets recorded later.
-                await proxy.stop()
-                result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
-            if outcome.status.stop is None:  # a stopped replay killed every process, services too
-                await environment.check_alive()
-            if plan.skills.mode != "no-skill":
-                exchanges = load_trajectory(plan.run_dir / TRAJECTORY).exchanges if proxy else []
-                result.skills_opened, result.skills_generated = skills.opened(exchanges), skills.generated
-            await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
-            manifest = await sandbox.manifest(sandbox.layout.workspace)
-            write_json(plan.run_dir / MANIFEST_FILE, manifest)
-            if store is not None and store.writes_back:
-                result.learner_store = await harvest_learner_store(sandbox, Path(store.path))
+            await _settle(run, outcome)
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
             if outcome.status.stop is None:
                 console.print("[dim]verifying[/dim]")
-                _apply_verdict(result, await verifier.verify(request))
-                if (plan.run_dir / JUDGE_TRAJECTORY).is_file():
-                    result.judge_counts = count_exchanges(load_trajectory(plan.run_dir / JUDGE_TRAJECTORY))
+                verdict = await verifier.verify(trial.verify_request)
+                _apply_verdict(result, verdict)
+                await run.hooks.after_verify(run, verdict)
     except Exception as exc:  # every failure ends in status error, never null
         await _record_failure(result, exc, sandbox, plan.run_dir)
     finally:
         _write_result(result, plan.run_dir, started)
     return result
+
+
+def _new_sandbox(plan: RolloutPlan, console: Console) -> tuple[Sandbox, dict[str, str], Verifier]:
+    """The rollout's sandbox, created (not started), the task's environment (``environment.env``)
+    and its verifier; the task's ignored fields on the console.
+
+    Raises:
+        TaskError: ``environment.env`` names a variable the host lacks, or the verifier is unknown.
+        SandboxBackendError: the sandbox cannot be created.
+    """
+    task_env = resolve_env(plan.task.spec.environment.env, os.environ, "environment.env")
+    if plan.task.ignored:
+        fields = ", ".join(note.field for note in plan.task.ignored)
+        console.print(f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]")
+    verifier = verifier_for(plan.task)
+    sandbox = create_sandbox(
+        plan.config.sandbox, _fit_to_host(plan, console), plan.run_dir.name, plan.config.sandbox_config
+    )
+    return sandbox, task_env, verifier
+
+
+async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContext:
+    """Start the LLM side and the sandbox, install the agents, prepare the verifier; the
+    extensions' hooks before the sandbox starts, after it started and before the agent.
+
+    Returns:
+        What the turn scheduler runs (also ``run.trial``).
+    """
+    plan, sandbox, console = run.plan, run.sandbox, run.console
+    async with start_gate or contextlib.nullcontext():
+        run.proxy = await start_llm_side(plan, sandbox, run.stack, harness_folder(plan.run_dir))
+        await run.hooks.before_sandbox_start(run)
+        network = f"network {plan.task.spec.environment.network}"
+        if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
+            network = "the host's network; cpus and memory not limited"
+        console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
+        await sandbox.start()
+    run.env = sandbox_env(sandbox)
+    if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
+        run.env |= await trust_host_ca(sandbox)
+    for agent in plan.agents.values():
+        await install_agent(sandbox, agent, run.env, console)
+    await run.hooks.after_sandbox_start(run)
+    assert run.verifier is not None
+    await run.verifier.prepare(sandbox, run.env)
+    env = run.env | run.task_env
+    run.trial = TrialContext(
+        trial=plan.trial,
+        agents=plan.agents,
+        task=plan.task,
+        sandbox=sandbox,
+        env=env,
+        run_dir=plan.run_dir,
+        proxy=run.proxy,
+        run_turn=functools.partial(run_agent, run),
+        verifier=run.verifier,
+        verify_request=VerifyRequest(sandbox, env, plan.run_dir, plan.run_dir / VERIFIER_DIR),
+        recorded=plan.recorded,
+    )
+    await run.hooks.before_agent(run)
+    return run.trial
+
+
+async def _settle(run: Run, outcome: AgentOutcome) -> None:
+    """After the trial: stop the proxy (no response the agent never received gets recorded
+    later) and count what it recorded, end every process of the agent (the workspace is final),
+    write its manifest; the extensions' hooks before the verify."""
+    plan, sandbox = run.plan, run.sandbox
+    if run.proxy is not None:
+        await run.proxy.stop()
+        run.result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
+    await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
+    write_json(plan.run_dir / MANIFEST_FILE, await sandbox.manifest(sandbox.layout.workspace))
+    await run.hooks.before_verify(run, outcome)
 
 
 def _open_run_folder(plan: RolloutPlan) -> None:
@@ -258,69 +251,6 @@ def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
         "PATH": f"{host_bin}{image_path}",
         **layout.env(),
     }
-
-
-async def _provision(environment: Environment, console: Console) -> None:
-    """Start the task's services and hold the rollout until all are ready (the readiness gate:
-    `reroll.sandbox.services`); nothing to do for a task without any."""
-    if not environment.declared:
-        return
-    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
-    timeout = environment.spec.readiness.timeout_sec
-    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
-    gate = time.monotonic()
-    await environment.provision()
-    await environment.wait_ready()
-    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
-
-
-def _judge_replay(config: RunConfig) -> Path | None:
-    """The recorded judge trajectory a re-scored run replays (``rescored_from`` without a live
-    judge model); None otherwise."""
-    rescored = config.rescored_from
-    if rescored is None or rescored.judge_model is not None:
-        return None
-    return Path(rescored.path) / JUDGE_TRAJECTORY
-
-
-CHECKPOINTS_DIR = "checkpoints"
-"""In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
-
-
-@contextlib.asynccontextmanager
-async def _checkpoints_while(
-    plan: RolloutPlan, proxy: LlmProxy | None, sandbox: Sandbox, env: dict[str, str], console: Console
-) -> AsyncIterator[None]:
-    """While the block runs the agent: each time the proxy holds a request at a step boundary
-    (`RolloutPlan.checkpoint_every`), capture the layers into ``checkpoints/step-K/`` and let the
-    request go on. The agent waits for its model meanwhile: its conversation is quiescent (a
-    process it left running in the background is not frozen). A failed capture is reported, the
-    run goes on (a branch refuses the incomplete checkpoint and rebuilds the prefix)."""
-    if proxy is None or not plan.checkpoint_every:
-        yield
-        return
-
-    async def capture() -> None:
-        while True:
-            step = await proxy.wait_for_held()
-            folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
-            try:
-                await capture_checkpoint(
-                    sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False
-                )
-                console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
-            except RerollError as exc:
-                console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
-            finally:
-                await proxy.release(step)
-
-    capturing = asyncio.create_task(capture())
-    try:
-        yield
-    finally:
-        capturing.cancel()
-        with contextlib.suppress(asyncio.CancelledError, RerollError):
-            await capturing
 
 
 def _apply_outcome(

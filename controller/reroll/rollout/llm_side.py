@@ -1,7 +1,7 @@
 """The LLM side of a rollout (`reroll.rollout.lifecycle`), on the host: the live model's
-upstream, the LLM proxy that records (and replays) every exchange, with what may differ between
-a recording and its replay (`volatile_rules`), and for ``proxy_mode: intercept`` the HTTPS
-interceptor in front of it; each listener's port opened to the sandbox.
+upstream and the LLM proxy that records (and replays) every exchange, with what may differ between
+a recording and its replay (`volatile_rules`); its port opened to the sandbox (the HTTPS
+interceptor of ``proxy_mode: intercept`` is an extension: `reroll.rollout.extensions.interception`).
 """
 
 from __future__ import annotations
@@ -9,19 +9,14 @@ from __future__ import annotations
 import contextlib
 import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from reroll_contracts.proxy import VolatileRule
-from rich.console import Console
 
-from reroll.host import intercept
 from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import live_upstream
+from reroll.rollout.plan import RolloutPlan
 from reroll.runfolder.run import TRAJECTORY
 from reroll.sandbox.base import Sandbox, SandboxLayout
-
-if TYPE_CHECKING:
-    from reroll.rollout.plan import RolloutPlan
 
 
 async def start_llm_side(
@@ -29,21 +24,19 @@ async def start_llm_side(
     sandbox: Sandbox,
     stack: contextlib.AsyncExitStack,
     harness_dir: Path,
-    console: Console,
-) -> tuple[LlmProxy | None, intercept.Interceptor | None]:
-    """Start the live model, the LLM proxy and, for ``proxy_mode: intercept``, its HTTPS front end,
-    each stopped by `stack`, and open their ports to `sandbox` (created, not yet started).
+) -> LlmProxy | None:
+    """Start the live model and the LLM proxy, each stopped by `stack`, and open the proxy's
+    port to `sandbox` (created, not yet started).
 
     Returns:
-        The proxy and the interceptor (None unless ``proxy_mode: intercept``); (None, None) for
-        an agent that calls no model.
+        The proxy; None for an agent that calls no model.
 
     Raises:
         ModelError: the live model cannot be resolved or started (`reroll.models.spec`).
-        InfrastructureError: the proxy or the interceptor did not start.
+        InfrastructureError: the proxy did not start.
     """
     if plan.agent.api_format == "none":
-        return None, None
+        return None
     upstream = None
     if (live_model := plan.live_model) is not None:
         upstream = await stack.enter_async_context(live_upstream(live_model, harness_dir))
@@ -56,26 +49,14 @@ async def start_llm_side(
         listen_host=host,
         faults=plan.config.faults,
         volatile=volatile_rules(plan, sandbox.layout),
-        hold_every=plan.checkpoint_every,
+        hold_every=plan.hold_every,
     )
     await stack.enter_async_context(proxy)
-    await sandbox.allow_host_port(_port(proxy.base_url))
-    if plan.agent.proxy_mode != "intercept":
-        return proxy, None
-    console.print("[dim]starting the HTTPS interceptor (mitmproxy; installed on first use)[/dim]")
-    interceptor = intercept.Interceptor(
-        target=proxy.base_url,
-        token=proxy.token,
-        workdir=harness_dir,
-        listen_host=host,
-        other_hosts="pass" if plan.task.spec.environment.network == "full" else "refuse",
-    )
-    await stack.enter_async_context(interceptor)
-    await sandbox.allow_host_port(_port(interceptor.proxy_url))
-    return proxy, interceptor
+    await sandbox.allow_host_port(port_of(proxy.base_url))
+    return proxy
 
 
-def _port(url: str) -> int:
+def port_of(url: str) -> int:
     """The port of an ``http://HOST:PORT…`` URL of a listener reroll started."""
     port = urllib.parse.urlsplit(url).port
     assert port is not None, url

@@ -1,6 +1,7 @@
 """`RolloutPlan`: everything one rollout needs, built by `reroll.rollout.start.start_rollout` and run
 by `reroll.rollout.lifecycle.execute_rollout` (a module of its own, so that the lifecycle's phases
-import it without importing the lifecycle)."""
+import it without importing the lifecycle). What a feature needs is its extension's own
+(`reroll.rollout.hooks`), not the plan's."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from reroll_contracts.proxy import ReplayConfig, VolatileRule
 
 from reroll.agents import AgentSpec
 from reroll.models.spec import ModelSpec, model_name, parse_model
-from reroll.rollout.asks import Answerer
-from reroll.rollout.persona import PersonaPlan
-from reroll.rollout.skills import SkillSelection
 from reroll.runfolder.run import RunConfig
 from reroll.runfolder.trial import TurnRecord
 from reroll.settings import RolloutSettings
@@ -46,27 +44,11 @@ class RolloutPlan:
     recorded: list[TurnRecord] = field(default_factory=list)
     """For a continuation: the original's turns up to the cut, whose prompts are sent again as
     recorded (`reroll.rollout.scenes`)."""
-    skills: SkillSelection = field(default_factory=lambda: SkillSelection("no-skill", "none", None, []))
-    """What ``config.skill_mode`` mounts (`reroll.rollout.skills`)."""
-    asks: Answerer | None = None
-    """Answers the agent's ask_user questions when the rollout offers the tool (``config.ask_user``,
-    `reroll.rollout.asks`); None: it does not."""
-    persona: PersonaPlan = field(default_factory=PersonaPlan)
-    """How a persona scene opens its model (`reroll.rollout.persona`)."""
-    restore_from: Path | None = None
-    """Restore the layers of the checkpoint in this folder before the agent starts (a branch
-    forked by snapshot); its step must be `restore_step`."""
-    restore_step: int = 0
-    """The step of the checkpoint restored: the cut index K."""
+    hold_every: int = 0
+    """The proxy holds the request of every this many steps until an extension releases it
+    (`reroll.host.llm_proxy.LlmProxy.wait_for_held`: the checkpoints'); 0: never."""
     settings: RolloutSettings = field(default_factory=RolloutSettings)
     """How the rollout runs (`reroll.settings`), of which `config` is the recorded form."""
-
-    @property
-    def checkpoint_every(self) -> int:
-        """Capture a checkpoint (`reroll.rollout.layers`) every this many steps while the agent runs
-        live, into ``checkpoints/step-K/`` of the run folder (``reroll run --checkpoint-every``), and
-        at the cut of a replay-only rollout when it is such a step (a branch's rebuilt prefix); 0: none."""
-        return self.settings.checkpoint_every
 
     @property
     def agent(self) -> AgentSpec:

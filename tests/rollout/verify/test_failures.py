@@ -7,7 +7,7 @@ uv, Python's urllib).
 from __future__ import annotations
 
 import pytest
-from reroll.rollout.verifier_failures import Diagnosis, diagnose
+from reroll.rollout.verify.failures import Diagnosis, diagnose
 
 
 @pytest.mark.parametrize(

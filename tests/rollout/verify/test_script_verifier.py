@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reroll.rollout.script_verifier import (
+from reroll.rollout.verify.script_verifier import (
     could_not_run,
     crashed_before_its_tests,
     declared_plugins,

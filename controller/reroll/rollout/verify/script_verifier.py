@@ -1,6 +1,6 @@
 """The test-script verifier: score the workspace the agent left behind with the task's test script.
 
-`TestScriptVerifier` is its face on the verifier seam (`reroll.rollout.verifiers`, the task's
+`TestScriptVerifier` is its face on the verifier seam (`reroll.rollout.verify.verifiers`, the task's
 ``verifier.type: test-script``, the default); the functions below are its steps, which the
 conformance suite also calls one by one.
 
@@ -47,8 +47,8 @@ from reroll_contracts.errors import (
 )
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
-from reroll.rollout.verifier_failures import Diagnosis, diagnose
-from reroll.rollout.verifiers import Verdict, VerifyRequest
+from reroll.rollout.verify.failures import Diagnosis, diagnose
+from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.sandbox.state import QUERY_FILE, query_state
@@ -194,7 +194,7 @@ async def keep_verifier_logs(sandbox: Sandbox, logs_dir: str, output_dir: Path) 
 
 
 def could_not_run(task: Task, outcome: VerifyOutcome) -> Diagnosis | None:
-    """Why the test script could not run its tests (`reroll.rollout.verifier_failures.diagnose`),
+    """Why the test script could not run its tests (`reroll.rollout.verify.failures.diagnose`),
     when it left no reward file, or left only zeroes and pytest never started while its own report
     was watched; None otherwise. Only output from before pytest started counts: the agent's code
     runs inside pytest and must not turn its 0 into a verifier error by printing a resolver's
@@ -353,7 +353,7 @@ VERDICT_OUTPUT_BYTES = 256 * 1024
 
 
 class TestScriptVerifier:
-    """The ``test-script`` verifier (`reroll.rollout.verifiers.Verifier`): the task's ``test.sh``,
+    """The ``test-script`` verifier (`reroll.rollout.verify.verifiers.Verifier`): the task's ``test.sh``,
     hardened as `prepare` recorded; a soft verify is `soft_verify`. Options: none (the test
     script's own settings are the ``verifier`` section's fields).
 
@@ -374,12 +374,12 @@ class TestScriptVerifier:
         self.task = task
 
     async def prepare(self, sandbox: Sandbox, env: dict[str, str]) -> None:
-        """`prepare`: the verification baseline (see `reroll.rollout.verifiers.Verifier.prepare`)."""
+        """`prepare`: the verification baseline (see `reroll.rollout.verify.verifiers.Verifier.prepare`)."""
         await prepare(sandbox, self.task, env)
 
     async def verify(self, request: VerifyRequest) -> Verdict:
         """`verify`, or `soft_verify` for a soft request; a `VerifierError` becomes a verdict
-        with status ``error`` (see `reroll.rollout.verifiers.Verifier.verify`).
+        with status ``error`` (see `reroll.rollout.verify.verifiers.Verifier.verify`).
 
         Raises:
             SandboxError: the sandbox failed or died.

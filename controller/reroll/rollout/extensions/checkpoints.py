@@ -1,0 +1,96 @@
+"""Checkpoints as a rollout extension: the layers (environment state, workspace, agent session:
+`reroll.rollout.layers`) captured every ``checkpoint_every`` steps while the agent runs live, and
+a branch forked by snapshot restored from a checkpoint's layers before its agent resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from reroll_contracts.errors import RerollError
+
+from reroll.host.llm_proxy import LlmProxy
+from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
+from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
+from reroll.rollout.origin import FromCheckpoint
+from reroll.rollout.scenes import AgentOutcome
+from reroll.runfolder.run import harness_folder, write_json
+
+CHECKPOINTS_DIR = "checkpoints"
+"""In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
+RESTORED_FILE = "restored-checkpoint.json"
+"""In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
+layers' digests, which the restore reproduced)."""
+
+
+class Checkpoints(Extension):
+    """Options read: ``checkpoint_every`` (`reroll.settings.RolloutSettings`); the origin's
+    layers (`reroll.rollout.origin.FromCheckpoint.layers`)."""
+
+    def __init__(self) -> None:
+        self.every = 0
+        self.restore_from: Path | None = None
+        self.restore_step = 0
+        self.capturing: asyncio.Task[None] | None = None
+
+    def configure(self, draft: Draft) -> None:
+        """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
+        replay-only rollout when it is such a step: a branch's rebuilt prefix)."""
+        self.every = draft.settings.checkpoint_every
+        draft.hold_every = self.every
+        if isinstance(draft.origin, FromCheckpoint):
+            self.restore_from = draft.origin.layers
+            self.restore_step = draft.origin.checkpoint.cut_index
+
+    async def before_agent(self, run: Run) -> None:
+        """Restore the origin's layers (a fork), then start capturing while the agent runs."""
+        plan, env = run.plan, run.env | run.task_env
+        if self.restore_from is not None:
+            run.console.print(f"[dim]restoring the checkpoint layers of step {self.restore_step}[/dim]")
+            restored = await restore_checkpoint(
+                run.sandbox, plan.task, plan.agent, self.restore_from, env, step=self.restore_step
+            )
+            write_json(harness_folder(plan.run_dir) / RESTORED_FILE, restored)
+            await run.hooks.at_restore(run, self.restore_step, self.restore_from)
+        if run.proxy is not None and self.every:
+            self.capturing = asyncio.create_task(self._capture(run, run.proxy, env))
+            run.stack.push_async_callback(self._stop)
+
+    async def before_turn(self, run: Run, launch: TurnLaunch) -> None:
+        """A fork's every turn continues the restored session."""
+        launch.resume = launch.resume or self.restore_from is not None
+
+    async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
+        """Stop capturing (before the proxy stops)."""
+        await self._stop()
+
+    async def _capture(self, run: Run, proxy: LlmProxy, env: dict[str, str]) -> None:
+        """Each time the proxy holds a request at a step boundary, capture the layers into
+        ``checkpoints/step-K/`` and let the request go on. The agent waits for its model
+        meanwhile: its conversation is quiescent (a process it left running in the background is
+        not frozen). A failed capture is reported, the run goes on (a branch refuses the
+        incomplete checkpoint and rebuilds the prefix)."""
+        plan = run.plan
+        while True:
+            step = await proxy.wait_for_held()
+            folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+            try:
+                await capture_checkpoint(
+                    run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False
+                )
+                run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
+                await run.hooks.at_checkpoint(run, step, folder)
+            except RerollError as exc:
+                run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
+            finally:
+                await proxy.release(step)
+
+    async def _stop(self) -> None:
+        """Cancel the capturing task, if any (once)."""
+        capturing, self.capturing = self.capturing, None
+        if capturing is None:
+            return
+        capturing.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RerollError):
+            await capturing

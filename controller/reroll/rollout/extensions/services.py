@@ -1,0 +1,96 @@
+"""The task's services and MCP servers as a rollout extension: every agent checked against the
+MCP servers it must take before anything is written; the services provisioned once the sandbox
+started, the agent held until they are ready (the readiness gate), torn down before the sandbox
+stops and checked alive after the agent; each launch given its native MCP configuration
+(`reroll.sandbox.services`, `reroll.rollout.mcp`)."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+
+from reroll.agents import AgentSpec
+from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
+from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
+from reroll.rollout.scenes import AgentOutcome
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.services import Environment
+from reroll.tasks.environment import McpServerSpec
+
+
+class ServicesAndMcp(Extension):
+    """Reads the task's ``environment.services`` and ``environment.mcp_servers``."""
+
+    def __init__(self) -> None:
+        self.environment: Environment | None = None
+
+    def configure(self, draft: Draft) -> None:
+        """Refuse an agent without the MCP client the task's servers need.
+
+        Raises:
+            AgentError: an agent cannot take the task's MCP servers that are not optional
+                (`reroll.rollout.mcp.mcp_servers_for`).
+        """
+        for agent in draft.agents.values():
+            mcp_servers_for(agent, draft.task.spec.environment.mcp_servers)
+
+    async def after_sandbox_start(self, run: Run) -> None:
+        """Provision the services and wait until they are ready; their environment goes into
+        ``run.task_env``; their teardown runs before the sandbox stops."""
+        plan = run.plan
+        environment = Environment(run.sandbox, plan.task, plan.run_dir, run.env | run.task_env)
+        run.stack.push_async_callback(environment.teardown)  # before the sandbox stops
+        await _provision(environment, run.console)
+        run.task_env |= environment.exec_env()
+        self.environment = environment
+
+    async def before_turn(self, run: Run, launch: TurnLaunch) -> None:
+        """Write the agent's native MCP configuration offering the task's servers and the others
+        of the launch; its path into the launch's environment."""
+        servers = [*run.plan.task.spec.environment.mcp_servers, *launch.mcp_servers]
+        launch.env |= await _offer_mcp(run.sandbox, launch.agent, servers, run.console)
+
+    async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
+        """Fail the rollout when a service died while the agent ran (not after a replay's stop,
+        which killed every process, services too).
+
+        Raises:
+            ServiceCrashedError: a service is gone.
+        """
+        if outcome.status.stop is None and self.environment is not None:
+            await self.environment.check_alive()
+
+
+async def _provision(environment: Environment, console: Console) -> None:
+    """Start the task's services and hold the rollout until all are ready (the readiness gate:
+    `reroll.sandbox.services`); nothing to do for a task without any."""
+    if not environment.declared:
+        return
+    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
+    timeout = environment.spec.readiness.timeout_sec
+    console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
+    gate = time.monotonic()
+    await environment.provision()
+    await environment.wait_ready()
+    console.print(f"[dim]services ready after {time.monotonic() - gate:.1f} s[/dim]")
+
+
+async def _offer_mcp(
+    sandbox: Sandbox, agent: AgentSpec, servers: list[McpServerSpec], console: Console
+) -> dict[str, str]:
+    """Write `agent`'s native MCP configuration offering `servers` (those it can take,
+    `reroll.rollout.mcp.mcp_servers_for`) into the sandbox's agent logs; the environment naming
+    it (``$REROLL_MCP_CONFIG``), empty when the agent gets none."""
+    given = mcp_servers_for(agent, servers)
+    left_out = [server.name for server in servers if server not in given]
+    if left_out and agent.api_format != "none":
+        missing = ", ".join(left_out)
+        console.print(f"[yellow]{agent.name} runs without the optional MCP servers {missing}[/yellow]")
+    config = render_mcp_config(agent, given)
+    if config is None:
+        return {}
+    path = f"{sandbox.layout.logs_dir}/agent/mcp/{config.filename}"
+    await sandbox.put_file(path, config.text.encode())
+    console.print(f"[dim]MCP servers for {agent.name}: {describe(given)}[/dim]")
+    return {MCP_CONFIG_ENV: path}

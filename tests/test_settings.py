@@ -1,0 +1,125 @@
+"""`reroll.settings`: each setting's carry-over to a continuation, and the host paths it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reroll.runfolder.run import RunConfig, StoreUse
+from reroll.settings import (
+    Carry,
+    RolloutSettings,
+    carry_of,
+    continuation_settings,
+    recorded_settings,
+)
+from reroll_contracts.faults import FaultsUsed
+
+ORIGINAL: dict[str, Any] = {
+    "timeout_seconds": 30.0,
+    "sandbox": "docker",
+    "sandbox_config": {"ready_timeout_seconds": 90},
+    "network": "none",
+    "faults": FaultsUsed(plan_path=Path("/plans/a.yaml"), seed=1),
+    "checkpoint_every": 2,
+    "divergence_policy": "strict",
+    "skill_mode": "with-skill",
+    "skills_dir": Path("/home/u/skills"),
+    "learner_store": StoreUse(path="/jobs/j/store", generation=1, writes_back=False),
+    "judge_model": "openai/gpt-4o",
+    "ask_user": True,
+    "user_model": "scripted:/u/user.yaml",
+}
+GIVEN: dict[str, Any] = {
+    "timeout_seconds": 60.0,
+    "sandbox": "docker",
+    "sandbox_config": {"image_map": {"a": "b"}},
+    "network": "full",
+    "faults": FaultsUsed(plan_path=Path("/plans/b.yaml"), seed=2),
+    "checkpoint_every": 5,
+    "divergence_policy": "cutover",
+    "skill_mode": "with-skill",
+    "skills_dir": Path("/other/skills"),
+    "learner_store": StoreUse(path="/jobs/k/store", generation=4, writes_back=False),
+    "judge_model": "anthropic/claude-x",
+    "ask_user": False,
+    "user_model": "openai/gpt-4o-mini",
+}
+
+
+def test_every_setting_declares_its_carry_and_the_samples_cover_them() -> None:
+    assert set(ORIGINAL) == set(GIVEN) == set(RolloutSettings.model_fields)
+    assert {name: carry_of(name) for name in RolloutSettings.model_fields}  # each has one
+
+
+@pytest.mark.parametrize("name", sorted(RolloutSettings.model_fields))
+def test_a_continuation_takes_each_setting_by_its_carry(name: str) -> None:
+    recorded = RolloutSettings(**ORIGINAL)
+    untouched = continuation_settings(recorded, RolloutSettings())
+    overridden = continuation_settings(recorded, RolloutSettings(**{name: GIVEN[name]}))
+    carry = carry_of(name)
+    if carry is Carry.OVERRIDABLE:
+        assert getattr(untouched, name) == ORIGINAL[name]
+        assert getattr(overridden, name) == GIVEN[name]
+    elif carry is Carry.MERGED:
+        assert getattr(untouched, name) == ORIGINAL[name]
+        assert getattr(overridden, name) == {**ORIGINAL[name], **GIVEN[name]}
+    else:
+        assert getattr(untouched, name) == RolloutSettings.model_fields[name].default
+        assert getattr(overridden, name) == GIVEN[name]
+    assert continuation_settings(recorded, overridden) == overridden  # idempotent
+
+
+def test_the_originals_backend_settings_and_skills_folder_depend_on_the_others() -> None:
+    recorded = RolloutSettings(**ORIGINAL)
+    elsewhere = continuation_settings(recorded, RolloutSettings(sandbox="local"))
+    assert elsewhere.sandbox_config is None  # another backend: the original's are dropped
+    without = continuation_settings(recorded, RolloutSettings(skill_mode="no-skill"))
+    assert without.skills_dir is None  # not with-skill: the original's --skills-dir is not mounted
+    store = continuation_settings(
+        recorded, RolloutSettings(learner_store=StoreUse(path="/s", generation=0, writes_back=True))
+    )
+    assert store.learner_store == StoreUse(path="/s", generation=0, writes_back=False)
+
+
+def test_the_recorded_settings_are_read_from_config_json() -> None:
+    """Folders of earlier versions and of BenchFlow (no sandbox, no skills fields) load too."""
+    benchflow = RunConfig(task_path="/t", agent="claude-code", model="anthropic/x", timeout_sec=600)
+    assert recorded_settings(benchflow) == RolloutSettings(
+        timeout_seconds=600, sandbox="local", sandbox_config={}, skill_mode="no-skill", ask_user=False
+    )
+    bundled = RunConfig(
+        task_path="/t",
+        agent="a",
+        skill_mode="with-skill",
+        skill_source="task_bundled",
+        effective_skills_dir="/t/environment/skills",
+        learner_store=StoreUse(path="/s", generation=2, writes_back=True),
+    )
+    recorded = recorded_settings(bundled)
+    assert recorded.skills_dir is None  # the task's own skills: not a --skills-dir
+    assert recorded.learner_store == StoreUse(path="/s", generation=2, writes_back=False)
+
+
+def test_the_host_paths_are_found_by_their_field_kind_and_relocated() -> None:
+    settings = RolloutSettings(**ORIGINAL)
+    assert settings.paths_read() == (
+        Path("/home/u/skills"),
+        Path("/jobs/j/store"),
+        Path("/u/user.yaml"),  # the judge is a provider's model: no file
+    )
+    moved = settings.relocated(lambda path: Path("/w") / path.name)
+    assert moved.paths_read() == (Path("/w/skills"), Path("/w/store"), Path("/w/user.yaml"))
+    assert moved.user_model == "scripted:/w/user.yaml"
+    assert moved.model_copy(update={"skills_dir": None, "learner_store": None, "user_model": None}) == (
+        settings.model_copy(update={"skills_dir": None, "learner_store": None, "user_model": None})
+    )
+
+
+def test_the_settings_are_frozen_and_refuse_unknown_fields() -> None:
+    settings = RolloutSettings()
+    with pytest.raises(ValueError, match="frozen"):
+        settings.sandbox = "docker"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="timeout"):
+        RolloutSettings(timeout=3)  # type: ignore[call-arg]
