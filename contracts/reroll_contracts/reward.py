@@ -122,7 +122,7 @@ def verdict_from_json(content: bytes, where: str) -> VerifyResult:
     """A ``reward.json`` in either form as a `VerifyResult`: the structured form as it is, the
     flat form (``{"reward": 0.75, "accuracy": 1.0}``, BenchFlow's) as its ``reward`` and the
     other numbers as items. What an agent judge writes as its verdict
-    (`reroll.rollout.agent_judge`).
+    (`reroll.rollout.verify.agent_judge`).
 
     Args:
         content: the file's bytes.

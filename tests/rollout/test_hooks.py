@@ -14,7 +14,7 @@ from reroll.rollout import hooks
 from reroll.rollout.hooks import EXTENSIONS, Draft, Extension, Run, TurnLaunch, load_extensions
 from reroll.rollout.record import run_task
 from reroll.rollout.scenes import AgentOutcome
-from reroll.rollout.verifiers import Verdict
+from reroll.rollout.verify.verifiers import Verdict
 from reroll.settings import RolloutSettings
 from reroll_contracts.errors import ConfigError
 
@@ -29,8 +29,8 @@ FEATURES = (
     "reroll.rollout.mcp",
     "reroll.rollout.asks",
     "reroll.rollout.layers",
-    "reroll.rollout.judge",
-    "reroll.rollout.agent_judge",
+    "reroll.rollout.verify.judge",
+    "reroll.rollout.verify.agent_judge",
     "reroll.rollout.persona",
     "reroll.sandbox.services",
     "reroll.host.intercept",

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reroll.rollout.judge import LlmJudgeVerifier
-from reroll.rollout.verifiers import verifier_for
+from reroll.rollout.verify.judge import LlmJudgeVerifier
+from reroll.rollout.verify.verifiers import verifier_for
 from reroll.tasks.rubric import Criterion, Scoring, load_rubric
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError

@@ -20,7 +20,7 @@ from reroll.conformance.support import (
     sh,
     started,
 )
-from reroll.rollout.script_verifier import prepare, verify
+from reroll.rollout.verify.script_verifier import prepare, verify
 from reroll.sandbox.base import Sandbox, SandboxFactory
 
 PLANT_SCRIPT = (

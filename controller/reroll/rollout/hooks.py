@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from reroll.rollout.origin import Origin
     from reroll.rollout.plan import RolloutPlan
     from reroll.rollout.scenes import AgentOutcome, TrialContext
-    from reroll.rollout.verifiers import Verdict, Verifier
+    from reroll.rollout.verify.verifiers import Verdict, Verifier
     from reroll.sandbox.base import Sandbox
 
 EXTENSIONS: dict[str, str] = {

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ValidationError
 from reroll_contracts.errors import EnvironmentStateError
 
 from reroll.agents import AgentSpec
-from reroll.rollout.script_verifier import quiesce
+from reroll.rollout.verify.script_verifier import quiesce
 from reroll.runfolder.run import now_iso
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.state import (

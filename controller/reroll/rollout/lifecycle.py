@@ -38,8 +38,8 @@ from reroll.rollout.hooks import Hooks, Run
 from reroll.rollout.llm_side import start_llm_side
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
-from reroll.rollout.script_verifier import quiesce
-from reroll.rollout.verifiers import Verdict, Verifier, VerifyRequest, verifier_for
+from reroll.rollout.verify.script_verifier import quiesce
+from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest, verifier_for
 from reroll.runfolder.run import (
     AGENT_LOG,
     CONFIG_FILE,

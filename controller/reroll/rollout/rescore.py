@@ -3,7 +3,7 @@
 The workspace is rebuilt as ``reroll replay`` rebuilds it (a fresh sandbox, every recorded agent
 exchange served in order, no live model: `reroll.rollout.start.start_rollout` from the whole
 recording, replay only), then the task's verifier runs again. An LLM judge
-(`reroll.rollout.judge`) then serves the original's recorded answers
+(`reroll.rollout.verify.judge`) then serves the original's recorded answers
 (``trajectory/judge_trajectory.jsonl``) through its proxy in replay mode: the same requests get
 the same answers, so the reward is the same, byte for byte; a request that differs from the
 recorded one (the rebuilt workspace is not the original's) is served anyway and reported as a

@@ -14,7 +14,7 @@ through the rollout's `TurnRunner` and records the turn in ``trial.json`` and th
 After each turn of a scene with several roles the outbox (``<workspace>/.outbox/<role>.json``)
 is read, as the agent's user (so a planted symlink reaches nothing the agent could not read
 itself), and emptied. After each round of a User scene a soft verify (the rollout's verifier,
-`reroll.rollout.verifiers.Verifier.verify` with ``soft``) scores the workspace for the User's
+`reroll.rollout.verify.verifiers.Verifier.verify` with ``soft``) scores the workspace for the User's
 `RoundResult`. A scene's ``persona`` is a User played by a model, opened for the scene
 (`reroll.rollout.persona`). While a turn runs, the agent's ask_user questions are answered (by the scene's
 User: `reroll.rollout.asks`). The first turn that does not end well (a timeout, an agent error, a proxy stop)
@@ -40,8 +40,8 @@ from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.asks import Answerer, answering
 from reroll.rollout.persona import PersonaPlan, PersonaUser, open_persona
-from reroll.rollout.script_verifier import quiesce
-from reroll.rollout.verifiers import Verifier, VerifyRequest
+from reroll.rollout.verify.script_verifier import quiesce
+from reroll.rollout.verify.verifiers import Verifier, VerifyRequest
 from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
 from reroll.runfolder.trial import TRIAL_RECORD, TrialRecord, TurnRecord
 from reroll.sandbox.base import Sandbox

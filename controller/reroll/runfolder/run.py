@@ -8,8 +8,8 @@
       prompts.json                     every prompt sent to the agents, in order (a JSON list of strings)
       trial.json                       the trial's turns: place, prompt, how each ended (a TrialRecord)
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
-      trajectory/judge_trajectory.jsonl  a judge's exchanges, same format (`reroll.rollout.judge`,
-                                         `reroll.rollout.agent_judge`)
+      trajectory/judge_trajectory.jsonl  a judge's exchanges, same format (`reroll.rollout.verify.judge`,
+                                         `reroll.rollout.verify.agent_judge`)
       trajectory/user_trajectory.jsonl   a persona User's exchanges, same format (`reroll.rollout.persona`)
       asks.json                        the agent's ask_user questions and answers (`reroll.runfolder.asks`)
       verifier/                        the verifier's output and logs
@@ -53,8 +53,8 @@ PROMPTS_FILE = "prompts.json"
 TRAJECTORY_DIR = "trajectory"
 TRAJECTORY = Path(TRAJECTORY_DIR) / "llm_trajectory.jsonl"
 JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
-"""An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.judge`); an agent
-judge's, appended from its own run folder (`reroll.rollout.agent_judge`)."""
+"""An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.verify.judge`); an agent
+judge's, appended from its own run folder (`reroll.rollout.verify.agent_judge`)."""
 USER_TRAJECTORY = Path(TRAJECTORY_DIR) / "user_trajectory.jsonl"
 """A persona User's model's exchanges (`reroll.rollout.persona`), in the agent's exchange format."""
 SIDE_TRAJECTORIES: dict[str, Path] = {"judge": JUDGE_TRAJECTORY, "user": USER_TRAJECTORY}

@@ -229,7 +229,7 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
 
 def document_body(verifier_dir: Path) -> str:
     """The text of ``verifier/verifier.md`` after its front matter (its "verifier intent": what
-    an agent judge is told to check, `reroll.rollout.agent_judge`); "" without the file."""
+    an agent judge is told to check, `reroll.rollout.verify.agent_judge`); "" without the file."""
     path = verifier_dir / DOCUMENT
     return _split_document(path)[1].strip() if path.is_file() else ""
 

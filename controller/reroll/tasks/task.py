@@ -107,7 +107,7 @@ class VerifierSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: str = "test-script"
     """Which verifier scores the task (benchflow's ``verifier.type``): a name of
-    `reroll.rollout.verifiers.VERIFIERS` (``test-script``: the task's ``test.sh``, the fields
+    `reroll.rollout.verify.verifiers.VERIFIERS` (``test-script``: the task's ``test.sh``, the fields
     below), or the dotted path of a verifier class (``package.module:Class``); checked before a
     rollout starts."""
     options: dict[str, Any] = {}

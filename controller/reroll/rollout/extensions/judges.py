@@ -1,7 +1,7 @@
 """The judges as a rollout extension: ``--judge-model`` checked before anything is written, the
 verify requests given the judge's model (or, for a re-score without one, the recorded judge
 trajectory to serve), and the judge's exchanges counted into result.json (the judges themselves:
-`reroll.rollout.judge`, `reroll.rollout.agent_judge`)."""
+`reroll.rollout.verify.judge`, `reroll.rollout.verify.agent_judge`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from reroll_contracts.trajectory import load_trajectory
 
 from reroll.models.spec import parse_model
 from reroll.rollout.hooks import Draft, Extension, Run
-from reroll.rollout.verifiers import Verdict
+from reroll.rollout.verify.verifiers import Verdict
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RunConfig, count_exchanges
 
 

@@ -2,9 +2,9 @@
 
 A verifier is a class implementing `Verifier`, registered in `VERIFIERS` under the name a
 task's ``verifier.type`` gives (``test-script``, the default:
-`reroll.rollout.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``;
-``llm-judge``: `reroll.rollout.judge.LlmJudgeVerifier`, a model over the task's rubric;
-``agent-judge``: `reroll.rollout.agent_judge.AgentJudgeVerifier`, an agent in a sandbox of its
+`reroll.rollout.verify.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``;
+``llm-judge``: `reroll.rollout.verify.judge.LlmJudgeVerifier`, a model over the task's rubric;
+``agent-judge``: `reroll.rollout.verify.agent_judge.AgentJudgeVerifier`, an agent in a sandbox of its
 own over a read-only copy of the workspace), or
 named by the dotted path of a class outside reroll (``mypackage.judges:Judge``). `verifier_for`
 makes the rollout's one from its task: the class is called with the task and the task's
@@ -135,9 +135,9 @@ VerifierFactory = Callable[[Task, Mapping[str, Any]], Verifier]
 """A `Verifier` class, or anything called the same way: ``(task, options) -> Verifier``."""
 
 VERIFIERS: dict[str, str] = {
-    DEFAULT_VERIFIER: "reroll.rollout.script_verifier:TestScriptVerifier",
-    "llm-judge": "reroll.rollout.judge:LlmJudgeVerifier",
-    "agent-judge": "reroll.rollout.agent_judge:AgentJudgeVerifier",
+    DEFAULT_VERIFIER: "reroll.rollout.verify.script_verifier:TestScriptVerifier",
+    "llm-judge": "reroll.rollout.verify.judge:LlmJudgeVerifier",
+    "agent-judge": "reroll.rollout.verify.agent_judge:AgentJudgeVerifier",
 }
 """``verifier.type`` → the ``module:attribute`` of its factory, imported on first use."""
 

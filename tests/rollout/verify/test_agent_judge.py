@@ -1,4 +1,4 @@
-"""The agent-judge declaration (`reroll.rollout.agent_judge`): BenchFlow's ``agent-judge`` strategy
+"""The agent-judge declaration (`reroll.rollout.verify.agent_judge`): BenchFlow's ``agent-judge`` strategy
 in verifier/verifier.md and its options, the judge's prompt and the task it runs; bad
 declarations are refused naming the task or the file. The judge end to end is in
 tests/e2e/test_agent_judged_example.py."""
@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reroll.rollout.agent_judge import (
+from reroll.rollout.verify.agent_judge import (
     VERDICT_FILE,
     VERDICT_VERIFIER,
     AgentJudgeVerifier,
@@ -17,7 +17,7 @@ from reroll.rollout.agent_judge import (
     judge_instruction,
     judge_task,
 )
-from reroll.rollout.verifiers import load_verifier, verifier_for
+from reroll.rollout.verify.verifiers import load_verifier, verifier_for
 from reroll.tasks.rubric import document_body, document_strategy
 from reroll.tasks.task import Task, load_task
 from reroll_contracts.errors import TaskError

@@ -1,6 +1,6 @@
 """The test-script verifier: score the workspace the agent left behind with the task's test script.
 
-`TestScriptVerifier` is its face on the verifier seam (`reroll.rollout.verifiers`, the task's
+`TestScriptVerifier` is its face on the verifier seam (`reroll.rollout.verify.verifiers`, the task's
 ``verifier.type: test-script``, the default); the functions below are its steps, which the
 conformance suite also calls one by one.
 
@@ -41,7 +41,7 @@ from typing import Any
 from reroll_contracts.errors import TaskError, VerifierError, VerifyLeftoverError
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
-from reroll.rollout.verifiers import Verdict, VerifyRequest
+from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.sandbox.state import QUERY_FILE, query_state
@@ -269,7 +269,7 @@ VERDICT_OUTPUT_BYTES = 256 * 1024
 
 
 class TestScriptVerifier:
-    """The ``test-script`` verifier (`reroll.rollout.verifiers.Verifier`): the task's ``test.sh``,
+    """The ``test-script`` verifier (`reroll.rollout.verify.verifiers.Verifier`): the task's ``test.sh``,
     hardened as `prepare` recorded; a soft verify is `soft_verify`. Options: none (the test
     script's own settings are the ``verifier`` section's fields).
 
@@ -290,12 +290,12 @@ class TestScriptVerifier:
         self.task = task
 
     async def prepare(self, sandbox: Sandbox, env: dict[str, str]) -> None:
-        """`prepare`: the verification baseline (see `reroll.rollout.verifiers.Verifier.prepare`)."""
+        """`prepare`: the verification baseline (see `reroll.rollout.verify.verifiers.Verifier.prepare`)."""
         await prepare(sandbox, self.task, env)
 
     async def verify(self, request: VerifyRequest) -> Verdict:
         """`verify`, or `soft_verify` for a soft request; a `VerifierError` becomes a verdict
-        with status ``error`` (see `reroll.rollout.verifiers.Verifier.verify`).
+        with status ``error`` (see `reroll.rollout.verify.verifiers.Verifier.verify`).
 
         Raises:
             SandboxError: the sandbox failed or died.

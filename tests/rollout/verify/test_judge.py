@@ -1,4 +1,4 @@
-"""The llm-judge verifier (`reroll.rollout.judge`): how it reads the judge's answers, what a judge
+"""The llm-judge verifier (`reroll.rollout.verify.judge`): how it reads the judge's answers, what a judge
 that cannot score gives (``verifier_error`` with the cause), and that a process in the sandbox
 cannot reach the judge's proxy."""
 
@@ -14,10 +14,10 @@ import aiohttp
 import pytest
 from reroll import conformance
 from reroll.models.spec import live_upstream, parse_model
-from reroll.rollout.judge import _answer as answer_of
 from reroll.rollout.record import run_task
 from reroll.rollout.rescore import rescore_run
 from reroll.rollout.side_model import side_proxy
+from reroll.rollout.verify.judge import _answer as answer_of
 from reroll.runfolder.run import JUDGE_TRAJECTORY
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox

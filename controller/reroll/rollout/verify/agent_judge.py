@@ -1,11 +1,11 @@
 """The ``agent-judge`` verifier: an agent judges the workspace in a sandbox of its own, recorded.
 
-`AgentJudgeVerifier` is its face on the verifier seam (`reroll.rollout.verifiers`; the task's
+`AgentJudgeVerifier` is its face on the verifier seam (`reroll.rollout.verify.verifiers`; the task's
 ``verifier.type: agent-judge``, declared in BenchFlow's ``verifier/verifier.md`` as a strategy of
 type ``agent-judge``, or in task.md / task.toml). Its options are `AgentJudgeOptions`.
 
 How it scores, after the judged agent's processes are killed
-(`reroll.rollout.script_verifier.quiesce`):
+(`reroll.rollout.verify.script_verifier.quiesce`):
 
 1. the workspace is copied out of the judged sandbox as root, links stored as links and never
    followed (`reroll.sandbox.state.snapshot_paths`), into the run folder's private ``harness/``;
@@ -64,10 +64,10 @@ from reroll_contracts.reward import verdict_from_json
 from reroll.agents import AgentSpec, get_agent
 from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import Checkpoint, recorded_turns
-from reroll.rollout.judge import in_task
-from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.start import FromCheckpoint, NewRecording, start_rollout
-from reroll.rollout.verifiers import Verdict, VerifyRequest
+from reroll.rollout.verify.judge import in_task
+from reroll.rollout.verify.script_verifier import quiesce
+from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.runfolder.run import (
     CONFIG_FILE,
     JUDGE_TRAJECTORY,
@@ -95,7 +95,7 @@ JUDGE_RUN = "judge"
 """The judge's run folder, in the verifier's output folder."""
 RECORD_FILE = "agent_judge.json"
 """What the agent judge did, in the verifier's output folder."""
-VERDICT_VERIFIER = "reroll.rollout.agent_judge:VerdictFileVerifier"
+VERDICT_VERIFIER = "reroll.rollout.verify.agent_judge:VerdictFileVerifier"
 """The judge task's ``verifier.type`` (a dotted path: it is no type a task declares)."""
 _HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -189,7 +189,8 @@ class AgentJudgeVerifier:
 
     def model_spec(self, override: str | None) -> str | None:
         """The judge model: `override` (``--judge-model``), else the task's, else the rubric's (a
-        relative ``scripted:PATH`` inside the task folder: `reroll.rollout.judge.in_task`); None: none."""
+        relative ``scripted:PATH`` inside the task folder: `reroll.rollout.verify.judge.in_task`);
+        None: none."""
         spec = override or self.options.model or (self.rubric.model if self.rubric else None)
         return in_task(spec, self.task) if spec is not None else None
 

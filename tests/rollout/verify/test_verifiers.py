@@ -1,4 +1,4 @@
-"""The verifier seam (`reroll.rollout.verifiers`): the task's ``verifier.type`` picks the class,
+"""The verifier seam (`reroll.rollout.verify.verifiers`): the task's ``verifier.type`` picks the class,
 an unknown one is refused before anything is written, and a verifier from outside reroll (named
 by its dotted path, as a judge would be) scores a real rollout through the same calls."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from reroll.rollout.record import run_task
-from reroll.rollout.script_verifier import TestScriptVerifier
-from reroll.rollout.verifiers import VERIFIERS, Verdict, VerifyRequest, verifier_for
+from reroll.rollout.verify.script_verifier import TestScriptVerifier
+from reroll.rollout.verify.verifiers import VERIFIERS, Verdict, VerifyRequest, verifier_for
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task, load_task
 from reroll_contracts.errors import TaskError
@@ -97,7 +97,7 @@ async def test_a_verifier_from_outside_reroll_scores_a_real_rollout(
     tmp_path: Path, examples: Path, fail: bool
 ) -> None:
     options = json.dumps({"expect": "Hello, reroll!", "fail": fail})
-    section = f"verifier:\n  type: tests.rollout.test_verifiers:OutputJudge\n  options: {options}\n"
+    section = f"verifier:\n  type: tests.rollout.verify.test_verifiers:OutputJudge\n  options: {options}\n"
     task = task_with_verifier(tmp_path, examples, section)
     outcome = await run_task(task, agent_name="oracle", jobs_dir=tmp_path / "jobs", job_name="j")
     result = json.loads((outcome.run_dir / "result.json").read_text())

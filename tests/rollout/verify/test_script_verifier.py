@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reroll.rollout.script_verifier import crashed_before_its_tests, declared_plugins
+from reroll.rollout.verify.script_verifier import crashed_before_its_tests, declared_plugins
 from reroll.sandbox.results import HardeningReport, VerifyOutcome
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError

@@ -1,11 +1,11 @@
 """The ``llm-judge`` verifier: a model scores the workspace against the task's rubric, recorded.
 
-`LlmJudgeVerifier` is its face on the verifier seam (`reroll.rollout.verifiers`; the task's
+`LlmJudgeVerifier` is its face on the verifier seam (`reroll.rollout.verify.verifiers`; the task's
 ``verifier.type: llm-judge``, declared as `reroll.tasks.rubric` describes). Its options are
 BenchFlow's llm-judge strategy fields (`JudgeOptions`).
 
 How it scores, all from the host (root side): the agent's processes are killed
-(`reroll.rollout.script_verifier.quiesce`), the deliverables are read through the sidecar
+(`reroll.rollout.verify.script_verifier.quiesce`), the deliverables are read through the sidecar
 (`Sandbox.manifest` then `Sandbox.get_file` of the start of each regular text file under ``input_dir``;
 no link is followed, nothing of the agent runs), and the judge model is asked once per rubric
 item (BenchFlow's ``individual`` mode) in OpenAI Chat Completions through an LLM proxy of its
@@ -49,9 +49,9 @@ from reroll_contracts.proxy import StepDivergence
 from reroll_contracts.reward import RewardEvent, VerifyResult
 
 from reroll.models.spec import model_name
-from reroll.rollout.script_verifier import quiesce
 from reroll.rollout.side_model import SideModel
-from reroll.rollout.verifiers import Verdict, VerifyRequest
+from reroll.rollout.verify.script_verifier import quiesce
+from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.runfolder.run import JUDGE_TRAJECTORY, harness_folder
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.rubric import Criterion, Rubric, find_rubric, load_rubric
