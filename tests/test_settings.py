@@ -30,6 +30,7 @@ ORIGINAL: dict[str, Any] = {
     "judge_model": "openai/gpt-4o",
     "ask_user": True,
     "user_model": "scripted:/u/user.yaml",
+    "trust": ("users.py",),
 }
 GIVEN: dict[str, Any] = {
     "timeout_seconds": 60.0,
@@ -45,6 +46,7 @@ GIVEN: dict[str, Any] = {
     "judge_model": "anthropic/claude-x",
     "ask_user": False,
     "user_model": "openai/gpt-4o-mini",
+    "trust": ("/home/u/reviewed.py",),
 }
 
 

@@ -23,6 +23,7 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   │   ├── ExportError                               a run cannot be exported (reroll export)
     │   │   └── StoreError                                a job's learner store is missing or corrupt
     │   ├── TrialError                                    a trial (file, config, User callable) is invalid
+    │   ├── UntrustedCodeError                            a run folder names host code not trusted again
     │   └── ViewError                                     reroll view cannot write its site
     ├── RequestError             agent_error     no       an agent's request cannot be served (HTTP 400)
     │   ├── TranslationError                              no counterpart in the upstream's format
@@ -165,6 +166,11 @@ class StoreError(RunFolderError):
 
 class TrialError(ConfigError):
     """A trial is invalid: its YAML file, a scene's roles or turns, or its User callable."""
+
+
+class UntrustedCodeError(ConfigError):
+    """A recorded run's config.json names code that would run on the host (a trial's User, an
+    out-of-tree sandbox backend) and the user did not name it again (``--trust``)."""
 
 
 class ViewError(ConfigError):

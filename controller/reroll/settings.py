@@ -112,6 +112,10 @@ class RolloutSettings(BaseModel):
     user_model: Annotated[HostModel, Carry.OVERRIDABLE] = None
     """A persona User's model (``--user-model``, `reroll.rollout.persona`) [default: the
     original's, else the trial's persona's ``model``]."""
+    trust: Annotated[tuple[str, ...], Carry.FRESH] = ()
+    """Host code a recorded run names that the user reviewed and runs again (``--trust``: a
+    User's file, a module or an out-of-tree backend's dotted path; `reroll.rollout.trust`); a
+    rollout from a checkpoint imports no other. A new recording needs none."""
 
     def paths_read(self) -> tuple[Path, ...]:
         """The host paths these settings name, which the rollout reads (what an executor on another

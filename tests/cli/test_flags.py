@@ -91,11 +91,12 @@ def test_prune_goes_through_the_named_backend(tmp_path: Path) -> None:
 def test_every_setting_has_a_flag_and_run_and_job_take_every_one_a_recording_uses() -> None:
     """The settings' flags are declared once (`reroll.cli.flags.FLAGS`); ``reroll run`` and
     ``reroll job`` take each one that a recording uses (not the divergence flags: a recording
-    replays nothing), so a job runs whatever a run can."""
+    replays nothing; not ``--trust``: a recording runs only what its command names), so a job runs
+    whatever a run can."""
     from reroll.cli.flags import FLAGS
 
     assert set(FLAGS.values()) == set(RolloutSettings.model_fields) - {"learner_store"}
-    recording = set(FLAGS) - {"on_divergence", "strict_divergence"}
+    recording = set(FLAGS) - {"on_divergence", "strict_divergence", "trust"}
     for name in ("run", "job"):
         params = {param.name for param in command(name).params}
         assert recording <= params, f"{name}: {recording - params}"

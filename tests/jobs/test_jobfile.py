@@ -87,7 +87,7 @@ def test_a_job_file_sets_every_rollout_setting(tmp_path: Path, examples: Path) -
         "ask_user": True,
         "user_model": "anthropic/claude-x",
     }
-    assert set(RolloutSettings.model_fields) - {"divergence_policy", "learner_store"} == set(values)
+    assert set(RolloutSettings.model_fields) - {"divergence_policy", "learner_store", "trust"} == set(values)
     assert set(SETTINGS_KEYS) == set(values)
     for field, value in values.items():
         job_file = tmp_path / "job.yaml"

@@ -29,6 +29,7 @@ from reroll.cli.flags import (
     SkillsOption,
     StrictDivergenceOption,
     TimeoutOption,
+    TrustOption,
     UserModelOption,
     rollout_settings,
 )
@@ -105,6 +106,7 @@ def branch(
     sandbox_config: SandboxConfigOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    trust: TrustOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     skills: SkillsOption = None,

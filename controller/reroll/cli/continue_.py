@@ -33,6 +33,7 @@ from reroll.cli.flags import (
     SkillsOption,
     StrictDivergenceOption,
     TimeoutOption,
+    TrustOption,
     UserModelOption,
     rollout_settings,
 )
@@ -64,6 +65,7 @@ def continue_(
     sandbox_config: SandboxConfigOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    trust: TrustOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     skills: SkillsOption = None,
@@ -107,6 +109,7 @@ def continue_job(
     sandbox_config: SandboxConfigOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    trust: TrustOption = None,
     faults: FaultsOption = None,
     fault_seed: FaultSeedOption = None,
     concurrency: Annotated[int | None, typer.Option(help="Continuations at once [default: 4].")] = None,

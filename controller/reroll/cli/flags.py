@@ -113,6 +113,15 @@ UserModelOption = Annotated[
         "original's, else the persona's `model`]; recorded answers before a cut are replayed, not asked."
     ),
 ]
+TrustOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--trust",
+        help="Host code the run folder's config.json names that you reviewed and run again: a "
+        "trial User's file (path/to/user.py) or module, an out-of-tree sandbox backend "
+        "(repeatable). A run folder is data: without it, reroll refuses to import what it names.",
+    ),
+]
 AskUserOption = Annotated[
     bool | None,
     typer.Option(
@@ -148,6 +157,7 @@ FLAGS: dict[str, str] = {
     "user_model": "user_model",
     "ask_user": "ask_user",
     "checkpoint_every": "checkpoint_every",
+    "trust": "trust",
 }
 """Each settings flag (a command's parameter name) → the `RolloutSettings` field it sets."""
 

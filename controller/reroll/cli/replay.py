@@ -14,6 +14,7 @@ from reroll.cli.flags import (
     SandboxConfigOption,
     SandboxOption,
     TimeoutOption,
+    TrustOption,
     rollout_settings,
 )
 from reroll.cli.reports import fidelity_report
@@ -31,6 +32,7 @@ def replay(
     sandbox_config: SandboxConfigOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    trust: TrustOption = None,
 ) -> None:
     """Fidelity check: rebuild a run by replay only and compare it with the original.
 

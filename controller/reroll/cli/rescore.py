@@ -14,6 +14,7 @@ from reroll.cli.flags import (
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
+    TrustOption,
     rollout_settings,
 )
 from reroll.rollout.rescore import rescore_run
@@ -30,6 +31,7 @@ def rescore(
     sandbox_config: SandboxConfigOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    trust: TrustOption = None,
 ) -> None:
     """Score a run again: rebuild its workspace by replay, then run its verifier.
 

@@ -60,6 +60,7 @@ from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_
 from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
+from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
@@ -281,6 +282,7 @@ async def branch(
     batch = Runner(runner)
     console = console or Console(quiet=True)
     recorded = load_run_folder(run_folder)  # read once: each point's checkpoint opens from it
+    refuse_untrusted(recorded.config, recorded.path, options.trust)  # before anything it names is imported
     checkpoints = [_open_point(recorded, point, tasks_dir, console) for point in points]
     checkpoint = max(checkpoints, key=lambda opened: opened.cut_index)
     bound = with_recorded_inputs(options, recorded.config)  # every host path it reads, bound

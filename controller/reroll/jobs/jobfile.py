@@ -76,8 +76,9 @@ SETTINGS_KEYS: dict[str, str] = {
     "user_model": "user_model",
 }
 """Each field of `reroll.settings.RolloutSettings` a job file sets → its key in the file. Not here:
-``divergence_policy`` (a job records, it replays nothing) and ``learner_store`` (each rollout's
-generation, from ``schedule`` and ``store``)."""
+``divergence_policy`` (a job records, it replays nothing), ``trust`` (a job records: it runs only
+the code its file names) and ``learner_store`` (each rollout's generation, from ``schedule`` and
+``store``)."""
 
 DEFAULT_MAX_STARTING = 4
 """Default bound on rollouts in their start-up phase at once (see `JobSpec.max_starting`)."""

@@ -84,6 +84,7 @@ from reroll.rollout.checkpoint import find_original_task, original_task_name
 from reroll.rollout.continue_ import continue_run
 from reroll.rollout.record import run_task
 from reroll.rollout.skills import select_skills
+from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
 from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse, now_iso, write_json
 from reroll.runfolder.store import summarise_store
@@ -369,6 +370,7 @@ async def continue_job(
             continue
         config = _config(original)
         if config is not None:
+            refuse_untrusted(config, original, options.trust)  # before anything it names is imported
             refuse_untravelled(config, original, runner.executor)
         live = resolved_spec(model or (config.model if config is not None else None))
         bound = (

@@ -42,6 +42,7 @@ from reroll.rollout.lifecycle import execute_rollout
 from reroll.rollout.origin import RESUME_PROMPT, FromCheckpoint, NewRecording, Origin
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.scenes import check_trial
+from reroll.rollout.trust import refuse_untrusted
 from reroll.rollout.verify.verifiers import verifier_for
 from reroll.runfolder.run import (
     CONTROLLER_LOG,
@@ -138,7 +139,9 @@ def _draft(
         SandboxBackendError, TaskError, AgentError, TrialError: see `start_rollout`.
     """
     if isinstance(origin, FromCheckpoint):
-        settings = continuation_settings(recorded_settings(origin.checkpoint.original.config), given)
+        original = origin.checkpoint.original
+        refuse_untrusted(original.config, original.path, given.trust)  # before anything is imported
+        settings = continuation_settings(recorded_settings(original.config), given)
     else:
         settings = recording_settings(given, origin.trial)
     config = _run_config(origin, live_model, settings).model_copy(update={"rescored_from": rescored_from})
