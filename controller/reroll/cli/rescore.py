@@ -16,7 +16,7 @@ from reroll.cli.flags import (
     SandboxOption,
     rollout_settings,
 )
-from reroll.rollout.rescore import rescore_run
+from reroll.rollout.commands.rescore import rescore_run
 
 
 def rescore(
