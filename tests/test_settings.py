@@ -123,3 +123,17 @@ def test_the_settings_are_frozen_and_refuse_unknown_fields() -> None:
         settings.sandbox = "docker"  # type: ignore[misc]
     with pytest.raises(ValueError, match="timeout"):
         RolloutSettings(timeout=3)  # type: ignore[call-arg]
+
+
+def test_a_trial_files_settings_sit_under_the_given_ones() -> None:
+    from reroll.settings import recording_settings
+    from reroll.trials.config import Scene, TrialConfig
+
+    trial = TrialConfig(scenes=[Scene.single()], skills="with-skill", skills_dir=Path("/t/skills"))
+    assert recording_settings(RolloutSettings(timeout_seconds=5), trial) == RolloutSettings(
+        timeout_seconds=5, skill_mode="with-skill", skills_dir=Path("/t/skills")
+    )
+    given = RolloutSettings(skill_mode="no-skill")
+    assert recording_settings(given, trial).skill_mode == "no-skill"
+    assert recording_settings(given, None) is given
+    assert recording_settings(given, TrialConfig(scenes=[Scene.single()])) == given

@@ -46,7 +46,9 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     │   └── EnvironmentStateError                         snapshot / restore / query of the
     │                                                     environment's state failed
     ├── VerifierError            verifier_error  no       the verifier left no valid reward, or
-    │                                                     crashed before its tests ran
+    │                                                     crashed before its tests ran (a tool missing)
+    │   ├── NeedsInternetError   needs_internet  no       its test script could not download what it
+    │   │                                                 runs: the sandbox has no internet
     │   └── QuiesceError                                  the agent's processes outlived the time
     │                                                     limit of the freeze-and-kill before verify
     └── VerifyLeftoverError      verifier_error  no       a soft verify changed what its fence cannot
@@ -82,6 +84,7 @@ ErrorCategory = Literal[
     "agent_error",
     "infrastructure",
     "verifier_error",
+    "needs_internet",
     "environment_error",
     "divergence",
     "timeout",
@@ -277,7 +280,14 @@ class EnvironmentStateError(TaskEnvironmentError):
 class VerifierError(RerollError):
     """The verifier ran but left no valid reward."""
 
-    error_category = "verifier_error"
+    error_category: ClassVar[ErrorCategory] = "verifier_error"
+
+
+class NeedsInternetError(VerifierError):
+    """The test script tried to download what it runs (uv, pytest, a package) and the sandbox has
+    no route to the internet: the task cannot be scored here, whatever the agent did."""
+
+    error_category: ClassVar[ErrorCategory] = "needs_internet"
 
 
 class VerifyLeftoverError(RerollError):

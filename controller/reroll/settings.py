@@ -1,7 +1,8 @@
 """How a rollout runs: the one settings model, `RolloutSettings`.
 
 Every way of starting a rollout builds one — the CLI (`reroll.cli.flags`), a job file
-(`reroll.jobs.jobfile.JobSpec.settings`), the Python API (``reroll.RolloutSettings(...)``) — and
+(`reroll.jobs.jobfile.JobSpec.settings`), the Python API (``reroll.RolloutSettings(...)``), a
+trial file under them (`recording_settings`) — and
 a continuation, branch, replay or re-score derives its own from the original run's recorded
 settings (`recorded_settings`, read from its config.json) with `continuation_settings`: each
 field declares how it carries over (`Carry`), so no caller merges the two by hand.
@@ -26,7 +27,7 @@ from reroll_contracts.proxy import DivergencePolicy
 
 from reroll.models.spec import resolved_spec, script_file, with_script_file
 from reroll.runfolder.run import RunConfig, StoreUse
-from reroll.trials.config import SkillMode
+from reroll.trials.config import SkillMode, TrialConfig
 
 
 class Carry(enum.Enum):
@@ -158,6 +159,25 @@ def _ship_moved(ships: Ships, value: Any, moved: Callable[[Path], Path]) -> Any:
     if ships.kind == "model":
         return with_script_file(value, moved(path))
     return moved(path)
+
+
+def trial_settings(trial: TrialConfig) -> RolloutSettings:
+    """The settings a trial file sets (its ``skills`` and ``skills_dir``, `reroll.trials.config`)."""
+    return RolloutSettings(skill_mode=trial.skills, skills_dir=trial.skills_dir)
+
+
+def recording_settings(given: RolloutSettings, trial: TrialConfig | None) -> RolloutSettings:
+    """The settings of a new recording of `trial` (None: a plain run): `given` (the CLI's, a job
+    file's, the Python API's), and for each field `given` leaves out (None), the trial file's."""
+    if trial is None:
+        return given
+    from_trial = trial_settings(trial)
+    update = {
+        name: getattr(from_trial, name)
+        for name in from_trial.model_fields_set
+        if getattr(given, name) is None and getattr(from_trial, name) is not None
+    }
+    return given.model_copy(update=update)
 
 
 def recorded_settings(config: RunConfig) -> RolloutSettings:

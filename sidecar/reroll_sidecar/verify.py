@@ -18,9 +18,13 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
 3. deletes every start-up hook that was not there before (never through a symlinked folder), and
    scans the pytest plugins again (`pytest_plugins.allowed` decides which load);
-4. deletes old reward files and runs the test script as the sidecar's user (root in a container)
-   in a clean environment: a fixed PATH, no PYTHONPATH, no user site, HOME of the sidecar's user
-   in a container, ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``
+4. deletes old reward files and runs the test script as the sidecar's user (root in a container),
+   from the image's WORKDIR (``VerifyRequest.cwd``, as Harbor runs it; else the verifier's folder)
+   in a clean environment: the image's own ENV (``image_env``, kept whole) under the request's,
+   the request's without PYTHONPATH and the like, no user site, HOME of the sidecar's user
+   in a container, ``PYTEST_ADDOPTS="-c /dev/null --rootdir=<cwd> --confcutdir=<verifier dir>
+   -p no:cacheprovider"`` (``-c`` names the pytest configuration shipped with the tests instead,
+   when there is one: `shipped_pytest_config`)
    and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
    kills the script's whole process group;
@@ -51,6 +55,7 @@ import logging
 import math
 import os
 import pwd
+import shlex
 import stat
 from collections.abc import AsyncGenerator, Iterable, MutableSequence
 from dataclasses import dataclass, field
@@ -73,7 +78,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The test script's PATH when the request sets none."""
 UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTEST_PLUGINS")
 """Removed from the test script's environment."""
-REWARD_FILES = ("reward.txt", "reward.json")
+REWARD_FILES = ("reward.json", "reward.txt")
+"""In the order they are read: reward.json wins where both are written (as in Harbor)."""
 STRUCTURED_REWARD_KEYS = frozenset({"items", "events", "space", "granularity"})
 """The keys of reward.json's structured form (``reroll_contracts.reward.VerifyResult``), which the
 controller validates; the sidecar reads the numbers beside them."""
@@ -134,6 +140,34 @@ def find_hooks(roots: Iterable[str], site_dirs: Iterable[str]) -> list[str]:
     return sorted(found)
 
 
+PYTEST_CONFIG_FILES = (
+    ("pytest.ini", ""),
+    (".pytest.ini", ""),
+    ("pyproject.toml", "[tool.pytest.ini_options]"),
+    ("tox.ini", "[pytest]"),
+    ("setup.cfg", "[tool:pytest]"),
+)
+"""pytest's configuration files in the order it looks for them, each with the section that makes
+it one (empty: the file is one whatever it holds)."""
+
+
+def shipped_pytest_config(verifier_dir: str) -> str | None:
+    """The pytest configuration file shipped with the tests in `verifier_dir` (the task's, put
+    there after the agent stopped), as pytest would pick it there; None when there is none. The
+    hardened ``PYTEST_ADDOPTS`` names it with ``-c`` (else ``/dev/null``), so no file the agent
+    wrote configures pytest, and the tests' own one does."""
+    for name, section in PYTEST_CONFIG_FILES:
+        path = os.path.join(verifier_dir, name)
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(MAX_REWARD_BYTES)
+        except OSError:
+            continue
+        if not section or section.encode() in head:
+            return path
+    return None
+
+
 def _absolute(value: str, what: str) -> str:
     if not os.path.isabs(value):
         raise VerifyError("invalid", f"{what} must be an absolute path, not {value!r}")
@@ -141,28 +175,49 @@ def _absolute(value: str, what: str) -> str:
 
 
 def read_rewards(reward_dir: str) -> pb.VerifyResult:
-    """Read ``reward.txt`` (first) or ``reward.json`` from `reward_dir` into a result's reward fields."""
-    for name in REWARD_FILES:
-        path = os.path.join(reward_dir, name)
-        try:
-            with open(path, "rb") as handle:
-                content = handle.read(MAX_REWARD_BYTES + 1)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return pb.VerifyResult(reward_file=name, reward_error=f"cannot read {path}: {exc.strerror}")
-        result = pb.VerifyResult(reward_file=name, reward_content=content[:MAX_REWARD_BYTES])
-        if len(content) > MAX_REWARD_BYTES:
-            result.reward_error = f"{name} is larger than {MAX_REWARD_BYTES} bytes"
-            return result
-        try:
-            rewards = _parse_rewards(name, content.decode("utf-8", errors="replace"))
-        except ValueError as exc:
-            result.reward_error = str(exc)
-            return result
-        result.rewards.update(rewards)
+    """Read ``reward.json`` (first, as Harbor does) or ``reward.txt`` from `reward_dir` into a
+    result's reward fields; where both are written, reward.txt's number must be reward.json's
+    ``reward`` when it has one (else a reward error naming both), and is its ``reward`` when it
+    has none."""
+    result = _read_reward_file(reward_dir, "reward.json")
+    if result is None:
+        return _read_reward_file(reward_dir, "reward.txt") or pb.VerifyResult(
+            reward_error=f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json"
+        )
+    text = _read_reward_file(reward_dir, "reward.txt")
+    if text is None or result.reward_error or text.reward_error:
         return result
-    return pb.VerifyResult(reward_error=f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json")
+    if "reward" not in result.rewards:  # a map of items beside the text's scalar: both stand
+        result.rewards["reward"] = text.rewards["reward"]
+    elif text.rewards["reward"] != result.rewards["reward"]:
+        result.reward_error = (
+            f"reward.txt says {text.rewards['reward']:g} but reward.json's reward is "
+            f"{result.rewards['reward']:g}: the verifier contradicts itself"
+        )
+    return result
+
+
+def _read_reward_file(reward_dir: str, name: str) -> pb.VerifyResult | None:
+    """One reward file's reward fields (or its error); None when it does not exist."""
+    path = os.path.join(reward_dir, name)
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_REWARD_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return pb.VerifyResult(reward_file=name, reward_error=f"cannot read {path}: {exc.strerror}")
+    result = pb.VerifyResult(reward_file=name, reward_content=content[:MAX_REWARD_BYTES])
+    if len(content) > MAX_REWARD_BYTES:
+        result.reward_error = f"{name} is larger than {MAX_REWARD_BYTES} bytes"
+        return result
+    try:
+        rewards = _parse_rewards(name, content.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        result.reward_error = str(exc)
+        return result
+    result.rewards.update(rewards)
+    return result
 
 
 def _parse_rewards(name: str, text: str) -> dict[str, float]:
@@ -328,9 +383,10 @@ class Verifier:
             folder = None
             if options.pytest_addopts and options.pytest_report:
                 folder = stack.enter_context(pytest_report.ReportFolder())
-            env = self._script_env(baseline, request, folder, plugins)
+            cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
+            env = self._script_env(baseline, request, folder, plugins, cwd)
             exit_status = pb.ExecExit()
-            async for event in self._run_script(script, verifier_dir, env, request.timeout_seconds):
+            async for event in self._run_script(script, cwd, env, request.timeout_seconds):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
                 else:
@@ -396,12 +452,12 @@ class Verifier:
         return left.error()
 
     async def _run_script(
-        self, script: str, verifier_dir: str, env: dict[str, str], timeout_seconds: float
+        self, script: str, cwd: str, env: dict[str, str], timeout_seconds: float
     ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
-        """Run the test script as the sidecar's user; yields its output events, then its exit."""
+        """Run the test script as the sidecar's user in `cwd`; yields its output events, then its exit."""
         command = processes.Command(
             argv=["sh", "-c", 'exec "$0"', script],  # sh runs a script without #! line itself
-            cwd=verifier_dir,
+            cwd=cwd,
             env=env,
             user=processes.user_name(os.geteuid()),
             switch_to=None,
@@ -473,11 +529,14 @@ class Verifier:
         request: pb.VerifyRequest,
         report: pytest_report.ReportFolder | None,
         plugins: list[str],
+        cwd: str,
     ) -> dict[str, str]:
-        """The test script's environment: the request's, cleaned and locked down as the baseline's
-        hardening options say; pytest loads `plugins` (``-p NAME``) and writes its report into
-        `report` when given."""
-        env = {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
+        """The test script's environment: the image's, then the request's, cleaned and locked down
+        as the baseline's hardening options say; pytest reads only the configuration shipped with
+        the tests (`shipped_pytest_config`, else none) with `cwd` as its rootdir, loads `plugins`
+        (``-p NAME``) and writes its report into `report` when given."""
+        env = dict(request.image_env)  # the task author's, fixed before the agent ran: kept whole
+        env |= {key: value for key, value in request.env.items() if key not in UNSAFE_VARIABLES}
         env.setdefault("PATH", DEFAULT_PATH)
         if baseline.agent_user:  # not the agent's HOME, whose dotfiles and user site it controls
             env["HOME"] = pwd.getpwuid(os.geteuid()).pw_dir
@@ -490,8 +549,11 @@ class Verifier:
         env.pop("PYTEST_ADDOPTS", None)
         flags = pytest_plugins.addopts(plugins)
         if options.pytest_addopts:
+            config = shipped_pytest_config(request.verifier_dir)
+            rootdir = f" --rootdir={shlex.quote(cwd)}" if config is None else ""  # else the file's folder
             env["PYTEST_ADDOPTS"] = (
-                f"-c /dev/null --confcutdir={request.verifier_dir} -p no:cacheprovider{flags}"
+                f"-c {shlex.quote(config or os.devnull)}{rootdir} --confcutdir={request.verifier_dir}"
+                f" -p no:cacheprovider{flags}"
             )
             if report is not None:
                 env["PYTEST_ADDOPTS"] += report.addopts()

@@ -83,3 +83,30 @@ async def test_a_soft_verify_leaves_planted_hooks_a_full_one_deletes_them(
     assert (workspace / "conftest.py").exists() is soft
     notes = list(events[0].hardening.notes)
     assert any("soft verify" in note for note in notes) is soft
+
+
+def test_reward_json_wins_over_reward_txt_and_must_agree_with_it(tmp_path: Path) -> None:
+    (tmp_path / "reward.txt").write_text("1\n")
+    (tmp_path / "reward.json").write_text('{"reward": 1.0, "style": 0.5}')
+    result = verify.read_rewards(str(tmp_path))
+    assert (result.reward_file, dict(result.rewards), result.reward_error) == (
+        "reward.json",
+        {"reward": 1.0, "style": 0.5},
+        "",
+    )
+    (tmp_path / "reward.txt").write_text("0\n")
+    assert (
+        "reward.txt says 0 but reward.json's reward is 1" in verify.read_rewards(str(tmp_path)).reward_error
+    )
+    (tmp_path / "reward.json").unlink()
+    assert dict(verify.read_rewards(str(tmp_path)).rewards) == {"reward": 0.0}
+
+
+def test_pytest_reads_only_the_configuration_shipped_with_the_tests(tmp_path: Path) -> None:
+    assert verify.shipped_pytest_config(str(tmp_path)) is None
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # not pytest's
+    assert verify.shipped_pytest_config(str(tmp_path)) is None
+    (tmp_path / "tox.ini").write_text("[pytest]\naddopts = -q\n")
+    assert verify.shipped_pytest_config(str(tmp_path)) == str(tmp_path / "tox.ini")
+    (tmp_path / "pytest.ini").write_text("")
+    assert verify.shipped_pytest_config(str(tmp_path)) == str(tmp_path / "pytest.ini")

@@ -149,3 +149,10 @@ def test_skillsbench_inline_solution_env_and_the_image_alias() -> None:
     )
     assert parsed.solution.env == {"A": "1", "API_URL": "http://x"}
     assert parsed.environment.docker_image == "img:1" and ignored == []
+
+
+def test_version_beside_schema_version_is_dropped_as_harbor_does() -> None:
+    data, mapped = normalise({"version": "1.0", "schema_version": "1.1", "verifier": {"timeout_sec": 5}})
+    assert data["schema_version"] == "1.1" and "version" not in data
+    assert ("version", "dropped: schema_version is set") in mapped
+    TaskSpec.model_validate(data)

@@ -113,7 +113,8 @@ async def check_verify_runs_the_script_in_a_clean_environment(factory: SandboxFa
             "PYTHONPATH" not in seen and "PYTHONHOME" not in seen, "PYTHONPATH/PYTHONHOME reached the script"
         )
         expect(seen["PATH"] == env["PATH"], f"PATH {seen['PATH']}")
-        addopts = f"-c /dev/null --confcutdir={verifier_dir} -p no:cacheprovider -p "
+        rootdir = sandbox.layout.workspace  # where the script runs (the image's WORKDIR), as BenchFlow
+        addopts = f"-c /dev/null --rootdir={rootdir} --confcutdir={verifier_dir} -p no:cacheprovider -p "
         # Then the declared plugin (beside the image's trusted ones), then the options of the
         # sidecar's own pytest report (--junitxml, --log-file).
         expect(

@@ -68,6 +68,9 @@ from reroll.tasks.task import Task, capped_to_host
 
 __all__ = ["RolloutPlan", "execute_rollout", "new_run_id", "sandbox_env"]
 
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""PATH where the image sets none."""
+
 
 def new_run_id() -> str:
     """A short random id for a rollout (8 hex digits)."""
@@ -230,8 +233,11 @@ def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
 
 
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
-    """The base environment of every process the controller starts in `sandbox` (PATH, locale, layout)."""
+    """The base environment of every process the controller starts in `sandbox`: the image's
+    ENV (its PATH too, as the task's own harness gives it), a locale and terminal where the image
+    sets none, and the layout's variables (HOME, REROLL_*)."""
     layout = sandbox.layout
+    image_path = layout.image_env.get("PATH", DEFAULT_PATH)
     # Where the sandbox is a folder of the host (local), the interpreter reroll runs on comes
     # first, so `python3` works even where PATH holds shims. Not in a container (root ``/``):
     # there the host's folder (pyenv's, under /root) is one the agent's user may not search, and
@@ -239,9 +245,10 @@ def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
     # for tmux crashed on that).
     host_bin = f"{Path(sys.base_prefix) / 'bin'}:" if layout.root != "/" else ""
     return {
-        "PATH": f"{host_bin}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
+        **layout.image_env,
+        "PATH": f"{host_bin}{image_path}",
         **layout.env(),
     }
 

@@ -56,7 +56,7 @@ from reroll.runfolder.run import (
     now_iso,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
-from reroll.settings import RolloutSettings, continuation_settings, recorded_settings
+from reroll.settings import RolloutSettings, continuation_settings, recorded_settings, recording_settings
 from reroll.tasks.task import Task, with_network
 from reroll.trials.config import TrialConfig
 
@@ -138,9 +138,10 @@ def _draft(
     Raises:
         SandboxBackendError, TaskError, AgentError, TrialError: see `start_rollout`.
     """
-    settings = given
     if isinstance(origin, FromCheckpoint):
         settings = continuation_settings(recorded_settings(origin.checkpoint.original.config), given)
+    else:
+        settings = recording_settings(given, origin.trial)
     config = _run_config(origin, live_model, settings).model_copy(update={"rescored_from": rescored_from})
     backend = load_backend(config.sandbox).settings(config.sandbox_config)
     config = config.model_copy(update={"sandbox_config": backend.model_dump(mode="json", exclude_unset=True)})

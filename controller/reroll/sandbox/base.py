@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -51,6 +51,10 @@ class SandboxLayout:
     """Where agents are installed, one folder per install key, kept across rollouts."""
     agent_user: str = ""
     """The user the agent runs as (``agent`` in containers); empty = the sidecar's own user."""
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    """The image's own ``ENV`` (``docker image inspect``'s ``Config.Env``): the base of every
+    phase's environment (agent, oracle, verifier), as in the task's own harness; empty where the
+    sandbox runs no image."""
 
     def path(self, relative: str) -> str:
         """A path under the sandbox root, e.g. ``path("verifier")`` → ``/verifier``."""

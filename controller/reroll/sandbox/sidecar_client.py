@@ -499,6 +499,8 @@ class SidecarClient:
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
         soft: bool = False,
+        cwd: str = "",
+        image_env: Mapping[str, str] | None = None,
     ) -> VerifyOutcome:
         """Harden the sandbox, run the test script and read its reward (see sidecar.proto, Verify).
 
@@ -512,6 +514,8 @@ class SidecarClient:
                 the outcome then keeps the last `STREAMED_TAIL_BYTES` of each stream.
             on_hardening: called with the hardening report once it arrives, before the script runs.
             soft: skip the restore of build config and hooks (see `Sandbox.verify`).
+            cwd: the script's working folder (the image's WORKDIR); empty = `verifier_dir`.
+            image_env: the image's own ENV, under `env` and not cleaned (an image's PYTHONPATH stays).
 
         Raises:
             FileNotFoundError: the test script is missing (the message names it).
@@ -525,6 +529,8 @@ class SidecarClient:
             env=dict(env),
             timeout_seconds=timeout_seconds,
             soft=soft,
+            cwd=cwd,
+            image_env=dict(image_env or {}),
         )
         deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)

@@ -192,4 +192,6 @@ class SidecarSandbox(abc.ABC):
             on_output=on_output,
             on_hardening=on_hardening,
             soft=soft,
+            cwd=self.layout.workspace,
+            image_env=self.layout.image_env,
         )

@@ -105,7 +105,8 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     """`raw` (a task.toml or task.md front matter) in reroll's spelling, and the mappings made.
 
     Renames benchflow's ``sandbox`` → ``environment`` and ``oracle`` → ``solution``, ``version``
-    → ``schema_version``, the ``image`` shorthand → ``environment.docker_image``; converts
+    → ``schema_version`` (dropped where ``schema_version`` is set too, as Harbor does), the
+    ``image`` shorthand → ``environment.docker_image``; converts
     ``memory``/``storage`` strings to ``memory_mb``/``storage_mb`` (the string wins, as in
     Harbor), ``network_mode``/``allow_internet`` to ``network`` (``network_mode`` first, as in
     Harbor's ``resolve_baseline``; reroll's own ``network`` wins over both), a numeric
@@ -123,6 +124,9 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     """
     data = copy.deepcopy(raw)
     mapped: list[tuple[str, str]] = []
+    if "version" in data and "schema_version" in data:  # Harbor keeps schema_version, drops version
+        data.pop("version")
+        mapped.append(("version", "dropped: schema_version is set"))
     for old, new in (("sandbox", "environment"), ("oracle", "solution"), ("version", "schema_version")):
         if old in data:
             if new in data:

@@ -91,7 +91,9 @@ class HardeningOptions(BaseModel):
     delete_injected_hooks: bool = True
     """Delete conftest.py, sitecustomize.py, usercustomize.py and .pth files the agent added."""
     pytest_addopts: bool = True
-    """Set ``PYTEST_ADDOPTS="-c /dev/null --confcutdir=<verifier dir> -p no:cacheprovider"``."""
+    """Set ``PYTEST_ADDOPTS="-c /dev/null --rootdir=<workdir> --confcutdir=<verifier dir>
+    -p no:cacheprovider"`` (``-c`` names the pytest configuration shipped with the tests, when
+    there is one)."""
     plugin_autoload: bool = False
     """Let pytest load every installed plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
     pytest_report: bool = True

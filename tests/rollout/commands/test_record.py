@@ -29,3 +29,24 @@ async def test_a_recording_writes_its_options_and_logs_into_the_run_folder(
     assert (config["timeout_sec"], config["sandbox"], config["model"]) == (50, "local", None)
     log = (outcome.run_dir / "harness" / "controller.log").read_text()
     assert f"run folder: {outcome.run_dir}" in log and "running oracle (timeout 50 s)" in log
+
+
+async def test_a_trial_files_skill_settings_apply_unless_given(tmp_path: Path) -> None:
+    """A trial's ``skills`` is the recording's skill mode (`reroll.settings.recording_settings`);
+    the given settings win over it."""
+    from reroll.trials.config import Scene, TrialConfig
+
+    task = Path(__file__).resolve().parent / "skills_task"
+    trial = TrialConfig(scenes=[Scene.single()], skills="with-skill")
+    mounted = await run_task(task, agent_name="oracle", trial=trial, jobs_dir=tmp_path, job_name="j")
+    config = json.loads((mounted.run_dir / "config.json").read_text())
+    assert (config["skill_mode"], config["skill_source"]) == ("with-skill", "task_bundled")
+    hidden = await run_task(
+        task,
+        agent_name="oracle",
+        trial=trial,
+        options=RolloutSettings(skill_mode="no-skill"),
+        jobs_dir=tmp_path,
+    )
+    config = json.loads((hidden.run_dir / "config.json").read_text())
+    assert (config["skill_mode"], config["skill_source"]) == ("no-skill", "none")

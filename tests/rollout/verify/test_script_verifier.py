@@ -7,7 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reroll.rollout.verify.script_verifier import crashed_before_its_tests, declared_plugins
+from reroll.rollout.verify.script_verifier import (
+    could_not_run,
+    crashed_before_its_tests,
+    declared_plugins,
+    effective_hardening,
+)
 from reroll.sandbox.results import HardeningReport, VerifyOutcome
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
@@ -136,3 +141,37 @@ def test_a_test_script_that_crashes_before_its_tests_is_a_verifier_error(tmp_pat
     result, _ = run_oracle(task, tmp_path, backend="local")
     assert (result["status"], result["error_category"]) == ("error", "verifier_error"), result
     assert "crashed before its tests ran" in result["error"]
+
+
+@pytest.mark.parametrize(
+    ("test_sh", "pytest_report"),
+    [
+        ("pytest --junitxml=/logs/verifier/junit.xml /tests\n", False),
+        ("python3 -m pytest --junit-xml /logs/j.xml /tests\n", False),
+        ("pytest /tests  # --junitxml=x.xml once\n", True),
+        ("pytest --ctrf /logs/verifier/ctrf.json /tests\n", True),
+    ],
+)
+def test_a_test_script_with_its_own_junit_report_is_scored_by_its_reward_file(
+    tmp_path: Path, test_sh: str, pytest_report: bool
+) -> None:
+    assert effective_hardening(load_task(legacy_task(tmp_path, "", test_sh))).pytest_report is pytest_report
+
+
+UVX_MISSING = b"/tests/test.sh: 3: uvx: not found\n"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "diagnosed"),
+    [
+        (_outcome({"reward": 0.0}, stdout=UVX_MISSING), True),
+        (_outcome({"reward": 1.0}, stdout=UVX_MISSING), False),  # it ran all the same
+        (_outcome({"reward": 0.0}, "pytest's report: 1 tests", stdout=UVX_MISSING), False),  # agent code ran
+        (_outcome({"reward": 0.0}, timed_out=True, stdout=UVX_MISSING), False),
+    ],
+)
+def test_could_not_run_only_before_pytest_started(
+    tmp_path: Path, outcome: VerifyOutcome, diagnosed: bool
+) -> None:
+    task = load_task(legacy_task(tmp_path, "", "uvx pytest /tests\n"))
+    assert (could_not_run(task, outcome) is not None) is diagnosed

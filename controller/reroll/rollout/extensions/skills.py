@@ -16,7 +16,7 @@ from reroll.runfolder.run import TRAJECTORY
 from reroll.settings import RolloutSettings
 from reroll.tasks.skills import nudge_level
 from reroll.tasks.task import with_skills_hidden
-from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge, TrialConfig
+from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge
 
 
 class Skills(Extension):
@@ -33,7 +33,7 @@ class Skills(Extension):
         Raises:
             TaskError: see `reroll.rollout.skills.select_skills`; a bad ``$REROLL_SKILL_NUDGE``.
         """
-        self.selection = select_skills(draft.task, *_skill_request(draft.origin, draft.settings))
+        self.selection = select_skills(draft.task, *_skill_request(draft.settings))
         draft.config = draft.config.model_copy(
             update=skill_config(self.selection) | {"skill_nudge": _nudge(draft.origin)}
         )
@@ -60,14 +60,9 @@ class Skills(Extension):
         run.result.skills_generated = self.scenes.generated
 
 
-def _skill_request(origin: Origin, settings: RolloutSettings) -> tuple[SkillMode, Path | None]:
-    """The skill mode and ``--skills-dir`` of the new rollout (see `RolloutSettings.skill_mode`)."""
-    if isinstance(origin, NewRecording):
-        trial = origin.trial or TrialConfig.single()
-        return (
-            settings.skill_mode or trial.skills or DEFAULT_SKILL_MODE,
-            settings.skills_dir or trial.skills_dir,
-        )
+def _skill_request(settings: RolloutSettings) -> tuple[SkillMode, Path | None]:
+    """The skill mode and ``--skills-dir`` of the new rollout (see `RolloutSettings.skill_mode`; a
+    trial file's are in `settings` already, `reroll.settings.recording_settings`)."""
     return settings.skill_mode or DEFAULT_SKILL_MODE, settings.skills_dir
 
 

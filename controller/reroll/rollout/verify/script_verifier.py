@@ -38,15 +38,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reroll_contracts.errors import TaskError, VerifierError, VerifyLeftoverError
+from reroll_contracts.errors import (
+    NeedsInternetError,
+    SandboxError,
+    TaskError,
+    VerifierError,
+    VerifyLeftoverError,
+)
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
+from reroll.rollout.verify.failures import Diagnosis, diagnose
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
-from reroll.tasks.task import Task
+from reroll.tasks.task import HardeningOptions, Task
 
 TEST_SCRIPT = "test.sh"
 PYTEST_REPORT_FILE = "pytest-report.txt"
@@ -55,6 +62,8 @@ CLEANUP_FILE = "cleanup.txt"
 """What the clean-up after a soft verify did (its fence), in ``verifier/``."""
 OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
+JUNIT_OPTION = re.compile(r"(^|[^\w-])--junit-?xml([=\s]|$)", re.MULTILINE)
+"""pytest's own JUnit report asked for in a test script (``--junitxml`` or ``--junit-xml``)."""
 CTRF_OPTION = re.compile(r"(^|[^\w-])--ctrf([=\s]|$)", re.MULTILINE)
 """pytest-json-ctrf's option in a test script: its plugin (``ctrf``) is then declared."""
 PYTEST_COMMAND = re.compile(r"(^|[^\w.-])pytest([^\w.-]|$)", re.MULTILINE)
@@ -73,7 +82,18 @@ async def prepare(sandbox: Sandbox, task: Task, env: dict[str, str]) -> VerifyBa
     Raises:
         SandboxError: the scan or the snapshot failed, or the sandbox died.
     """
-    return await sandbox.prepare_verify(task.spec.verifier.hardening, env, declared_plugins(task))
+    return await sandbox.prepare_verify(effective_hardening(task), env, declared_plugins(task))
+
+
+def effective_hardening(task: Task) -> HardeningOptions:
+    """`task`'s ``verifier.hardening``, with ``pytest_report`` off when its ``test.sh`` passes
+    pytest a JUnit report of its own (``--junitxml``/``--junit-xml`` outside a comment): pytest
+    keeps the last one given, so the sidecar's report would never be written and an honest run
+    would be zeroed; the task's reward file is its reward (Harbor's rule)."""
+    hardening = task.spec.verifier.hardening
+    if hardening.pytest_report and JUNIT_OPTION.search(_uncommented_script(task)):
+        return hardening.model_copy(update={"pytest_report": False})
+    return hardening
 
 
 def declared_plugins(task: Task) -> list[str]:
@@ -116,7 +136,7 @@ def crashed_before_its_tests(task: Task, outcome: VerifyOutcome) -> bool:
     shadowed (then pytest's refusal is the agent's doing, and its 0 stands: the agent cannot turn
     its failure into a verifier error that way). A test script that scores without pytest, or
     falls back to something else when pytest is missing, is judged by its reward alone."""
-    hardening = task.spec.verifier.hardening
+    hardening = effective_hardening(task)
     return (
         hardening.pytest_addopts
         and hardening.pytest_report
@@ -127,6 +147,66 @@ def crashed_before_its_tests(task: Task, outcome: VerifyOutcome) -> bool:
         and PYTEST_DID_NOT_START.search(outcome.output_text()) is not None
         and not any(REFUSED_BECAUSE_OF_THE_AGENT in note for note in outcome.hardening.notes)
     )
+
+
+KEPT_LOG_BYTES = 64 * 1024 * 1024
+"""How much of the sandbox's ``<logs>/verifier`` a run folder keeps, in bytes (files in path order)."""
+REROLL_VERIFIER_FILES = frozenset(
+    {"test-stdout.txt", "test-stderr.txt", "hardening.json", "reward.txt", "reward.json", PYTEST_REPORT_FILE}
+)
+"""Files of ``verifier/`` that reroll writes itself: the sandbox's copies never replace them."""
+
+
+async def keep_verifier_logs(sandbox: Sandbox, logs_dir: str, output_dir: Path) -> list[str]:
+    """Copy what the test script left in the sandbox's `logs_dir` (``/logs/verifier``: its
+    ``ctrf.json``, ``junit.xml``, whatever it writes) into the run folder's `output_dir`, whole, as
+    Harbor keeps it: regular files only (a symlink, FIFO or device is listed by the manifest and
+    never opened), at most `KEPT_LOG_BYTES` in all, never over a file reroll writes
+    (`REROLL_VERIFIER_FILES`), never outside `output_dir`.
+
+    Returns:
+        The relative paths copied.
+
+    A folder that is missing or cannot be hashed in time keeps nothing.
+    """
+    try:
+        entries = await sandbox.manifest(logs_dir)
+    except (VerifierError, SandboxError):  # no such folder, or a tree that takes too long to hash
+        return []
+    kept: list[str] = []
+    budget = KEPT_LOG_BYTES
+    folder = output_dir.resolve()
+    for relative, digest in entries.items():
+        target = (folder / relative).resolve()
+        if ":" in digest or relative in REROLL_VERIFIER_FILES or not target.is_relative_to(folder):
+            continue
+        try:
+            data = await sandbox.get_file(f"{logs_dir}/{relative}", max_bytes=budget)
+        except (FileNotFoundError, SandboxError):  # gone, or unreadable: the rest is still kept
+            continue
+        budget -= len(data)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        kept.append(relative)
+        if budget <= 0:
+            break
+    return kept
+
+
+def could_not_run(task: Task, outcome: VerifyOutcome) -> Diagnosis | None:
+    """Why the test script could not run its tests (`reroll.rollout.verify.failures.diagnose`),
+    when it left no reward file, or left only zeroes and pytest never started while its own report
+    was watched; None otherwise. Only output from before pytest started counts: the agent's code
+    runs inside pytest and must not turn its 0 into a verifier error by printing a resolver's
+    message."""
+    if outcome.timed_out:
+        return None
+    if not outcome.reward_error:
+        hardening = effective_hardening(task)
+        watched = hardening.pytest_addopts and hardening.pytest_report
+        if any(outcome.rewards.values()) or not watched or outcome.pytest_report:
+            return None
+    return diagnose(outcome.output_text())
 
 
 async def quiesce(sandbox: Sandbox) -> None:
@@ -218,6 +298,7 @@ async def verify(
             )
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc
+    await keep_verifier_logs(sandbox, f"{layout.logs_dir}/verifier", output_dir)
     tail = outcome.output_text()[-OUTPUT_TAIL_CHARS:]
     if outcome.timed_out:
         raise VerifierError(f"verifier timed out after {task.spec.verifier.timeout_sec:.0f} s:\n{tail}")
@@ -230,6 +311,9 @@ async def verify(
         (output_dir / CLEANUP_FILE).write_text("\n".join(lines) + "\n")
     if outcome.leftover:
         raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
+    if (diagnosis := could_not_run(task, outcome)) is not None:
+        error = NeedsInternetError if diagnosis.kind == "offline" else VerifierError
+        raise error(f"{diagnosis.message()}; test output:\n{tail}")
     if outcome.reward_error:
         raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
     if crashed_before_its_tests(task, outcome):

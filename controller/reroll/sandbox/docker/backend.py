@@ -167,10 +167,12 @@ class ImageDefaults:
     """Its WORKDIR, `DEFAULT_WORKDIR` when unset or ``/``."""
     user: str
     """Its USER without the group (a name or a uid), ``root`` when unset."""
+    env: dict[str, str]
+    """Its ENV (``KEY=value`` entries, PATH included), every phase's base environment."""
 
 
 def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
-    """The WORKDIR and USER of the local `image` (Harbor's defaults for the agent).
+    """The WORKDIR, USER and ENV of the local `image` (Harbor's defaults for every phase).
 
     Raises:
         SandboxError: no such local image.
@@ -181,7 +183,8 @@ def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
         raise SandboxError(f"image {image} is not a local image") from exc
     workdir = (config.get("WorkingDir") or "").rstrip("/")
     user = (config.get("User") or "").partition(":")[0]
-    return ImageDefaults(workdir=workdir or DEFAULT_WORKDIR, user=user or "root")
+    env = dict(entry.partition("=")[::2] for entry in config.get("Env") or [] if "=" in entry)
+    return ImageDefaults(workdir=workdir or DEFAULT_WORKDIR, user=user or "root", env=env)
 
 
 class DockerSandbox(SidecarSandbox):
@@ -341,7 +344,9 @@ class DockerSandbox(SidecarSandbox):
             }
         defaults = image_defaults(engine, image)
         self._image = image
-        self.layout = dataclasses.replace(self.layout, workspace=self.task.workdir or defaults.workdir)
+        self.layout = dataclasses.replace(
+            self.layout, workspace=self.task.workdir or defaults.workdir, image_env=defaults.env
+        )
         self._user = self.task.agent_user or defaults.user
         network = self._ensure_network()
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{docker_name(self.run_id)[-24:]}-"))

@@ -4,7 +4,7 @@
 LOGS="${REROLL_LOGS_DIR:-/logs}"
 WORKSPACE="${REROLL_WORKSPACE:-/app}"
 mkdir -p "$LOGS/verifier"
-if [ -s environment_state.txt ] && [ -f "$WORKSPACE/done.txt" ]; then
+if [ -s "$(dirname "$0")/environment_state.txt" ] && [ -f "$WORKSPACE/done.txt" ]; then
   echo 1 > "$LOGS/verifier/reward.txt"
 else
   echo 0 > "$LOGS/verifier/reward.txt"

@@ -581,14 +581,36 @@ class VerifyRequest(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ImageEnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     VERIFIER_DIR_FIELD_NUMBER: _builtins.int
     SCRIPT_FIELD_NUMBER: _builtins.int
     REWARD_DIR_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     SOFT_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    IMAGE_ENV_FIELD_NUMBER: _builtins.int
     verifier_dir: _builtins.str
-    """The folder holding the verifier's files (absolute); the script runs in it."""
+    """The folder holding the verifier's files (absolute); the script runs in it unless `cwd` is set."""
     script: _builtins.str
     """The test script, relative to verifier_dir (e.g. "test.sh"); made executable and run."""
     reward_dir: _builtins.str
@@ -600,10 +622,21 @@ class VerifyRequest(_message.Message):
     script runs in the same locked-down environment, but planted build config and start-up
     hooks are left in place (the agent goes on working in the workspace afterwards).
     """
+    cwd: _builtins.str
+    """The script's working folder (absolute): the image's WORKDIR, where Harbor runs test.sh;
+    empty, or a folder that does not exist = verifier_dir.
+    """
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The script's base environment (PATH and the sandbox's layout variables); Verify removes
-        PYTHONPATH and PYTHONHOME and adds the hardening variables. PATH defaults to the system's.
+        PYTHONPATH and PYTHONHOME from it (not from image_env) and adds the hardening variables.
+        PATH defaults to the image's, else the system's.
+        """
+
+    @_builtins.property
+    def image_env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The image's own ENV (fixed by the task's author before the agent ran): the base of the
+        script's environment, under `env`, and not cleaned (an image's PYTHONPATH stays).
         """
 
     def __init__(
@@ -615,10 +648,12 @@ class VerifyRequest(_message.Message):
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         timeout_seconds: _builtins.float = ...,
         soft: _builtins.bool = ...,
+        cwd: _builtins.str = ...,
+        image_env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "env", b"env", "image_env", b"image_env", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,125 @@
+"""Harbor-layout tasks run as Harbor runs them (issue 29), on docker with the oracle.
+
+One honest task checks, in one rollout: the image's ``ENV`` (PATH, PYTHONPATH, a variable of its
+own) in the oracle and in ``test.sh``; ``test.sh`` run from the image's ``WORKDIR``; the pytest
+configuration shipped with the tests read (not ``-c /dev/null``, rootdir not ``/dev``); a
+``test.sh`` that passes pytest its own ``--junitxml`` scored by its reward file; the task's
+``/logs/verifier`` kept whole in the run folder; ``version`` beside ``schema_version`` accepted.
+Two more show that a verifier that could not run is an error naming why, never ``ok 0.0``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_reward_hacks import run_oracle, write_files
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
+
+TASK_TOML = """version = "1.0"
+schema_version = "1.1"
+
+[verifier]
+timeout_sec = 120.0
+
+[agent]
+timeout_sec = 120.0
+
+[environment]
+allow_internet = false
+"""
+DOCKERFILE = """FROM reroll/base:bookworm
+RUN mkdir -p /opt/tool/bin /opt/lib /srv/work \\
+ && printf '#!/bin/sh\\necho tool-ok\\n' > /opt/tool/bin/harbor-tool && chmod +x /opt/tool/bin/harbor-tool \\
+ && printf 'VALUE = 42\\n' > /opt/lib/eigen.py
+ENV PATH=/opt/tool/bin:$PATH PYTHONPATH=/opt/lib MARKER=from-image
+WORKDIR /srv/work
+"""
+SOLVE_SH = """#!/bin/sh
+set -e
+harbor-tool > answer.txt
+echo "$MARKER" >> answer.txt
+python3 -c 'import eigen; print(eigen.VALUE)' >> answer.txt
+"""
+HONEST_TEST_SH = """#!/bin/sh
+mkdir -p /logs/verifier
+echo "cwd $(pwd)"
+python3 -m pytest --junitxml=/logs/verifier/junit.xml /tests/test_outputs.py -rA \\
+  > /logs/verifier/pytest.log 2>&1
+status=$?
+cat /logs/verifier/pytest.log
+if [ "$status" -eq 0 ] && [ "$(pwd)" = /srv/work ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+PYTEST_INI = "[pytest]\nmarkers =\n    harbor: declared only by the tests' own pytest.ini\n"
+TEST_OUTPUTS = """import os
+import eigen
+import pytest
+
+
+@pytest.mark.harbor
+def test_answer():
+    with open("/srv/work/answer.txt") as answer:
+        assert answer.read().split() == ["tool-ok", "from-image", "42"]
+
+
+def test_the_image_env_and_the_shipped_ini(pytestconfig):
+    assert os.environ["MARKER"] == "from-image" and eigen.VALUE == 42
+    assert str(pytestconfig.inipath) == "/tests/pytest.ini"
+    assert any(line.startswith("harbor:") for line in pytestconfig.getini("markers"))
+"""
+MISSING_UVX_TEST_SH = """#!/bin/sh
+mkdir -p /logs/verifier
+if uvx -p 3.11 -w pytest==8.4.1 pytest /tests/test_outputs.py; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+OFFLINE_TEST_SH = """#!/bin/sh
+mkdir -p /logs/verifier
+if python3 -c "import urllib.request as u; u.urlopen('https://pypi.org/simple/pytest/', timeout=20)" \\
+   && python3 -m pytest /tests/test_outputs.py; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def harbor_task(root: Path, name: str, test_sh: str) -> Path:
+    """A Harbor-layout task under `root` whose ``tests/test.sh`` is `test_sh`."""
+    return write_files(
+        root / name,
+        {
+            "task.toml": TASK_TOML,
+            "instruction.md": "Write answer.txt with the image's tool.\n",
+            "environment/Dockerfile": DOCKERFILE,
+            "solution/solve.sh": SOLVE_SH,
+            "tests/test.sh": test_sh,
+            "tests/pytest.ini": PYTEST_INI,
+            "tests/test_outputs.py": TEST_OUTPUTS,
+        },
+    )
+
+
+def test_an_honest_harbor_task_scores_as_harbor_scores_it(tmp_path: Path) -> None:
+    result, run_dir = run_oracle(harbor_task(tmp_path, "honest", HONEST_TEST_SH), tmp_path)
+    assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
+    verifier = run_dir / "verifier"
+    stdout = (verifier / "test-stdout.txt").read_text()
+    assert "cwd /srv/work" in stdout and "2 passed" in stdout, stdout
+    # the task's own files of /logs/verifier, kept whole; its test ids name their file
+    assert 'classname="test_outputs"' in (verifier / "junit.xml").read_text()
+    assert "2 passed" in (verifier / "pytest.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "test_sh", "category", "named"),
+    [
+        ("missing-uvx", MISSING_UVX_TEST_SH, "verifier_error", "`uvx`"),
+        ("offline", OFFLINE_TEST_SH, "needs_internet", "internet"),
+    ],
+)
+def test_a_verifier_that_could_not_run_is_an_error_naming_why(
+    name: str, test_sh: str, category: str, named: str, tmp_path: Path
+) -> None:
+    result, _ = run_oracle(harbor_task(tmp_path, name, test_sh), tmp_path)
+    assert (result["status"], result["error_category"]) == ("error", category), result
+    assert named in result["error"], result["error"]
