@@ -58,9 +58,9 @@ keep_grpc_out_of_forks()  # before anything of reroll loads gRPC: see reroll.hos
 
 if TYPE_CHECKING:
     from reroll.jobs.branch import branch
-    from reroll.rollout.continue_ import continue_run
-    from reroll.rollout.record import run_task
-    from reroll.rollout.replay import FidelityReport, replay_run
+    from reroll.rollout.commands.continue_ import continue_run
+    from reroll.rollout.commands.record import run_task
+    from reroll.rollout.commands.replay import FidelityReport, replay_run
     from reroll.rollout.start import RolloutOutcome
     from reroll.runfolder.summary import BranchSummary
     from reroll.settings import RolloutSettings
@@ -68,12 +68,12 @@ if TYPE_CHECKING:
     from reroll.trials.users import BaseUser, FunctionUser, RoundResult, user_spec
 
 _API = {
-    "run_task": "reroll.rollout.record",
-    "continue_run": "reroll.rollout.continue_",
+    "run_task": "reroll.rollout.commands.record",
+    "continue_run": "reroll.rollout.commands.continue_",
     "RolloutSettings": "reroll.settings",
     "RolloutOutcome": "reroll.rollout.start",
-    "replay_run": "reroll.rollout.replay",
-    "FidelityReport": "reroll.rollout.replay",
+    "replay_run": "reroll.rollout.commands.replay",
+    "FidelityReport": "reroll.rollout.commands.replay",
     "branch": "reroll.jobs.branch",
     "BranchSummary": "reroll.jobs.branch",
     "TrialConfig": "reroll.trials.config",

@@ -35,8 +35,8 @@ import yaml
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.jobs.branch import Via, branch
 from reroll.jobs.jobfile import RunnerOptions
+from reroll.rollout.commands.record import run_task
 from reroll.rollout.lifecycle import sandbox_env
-from reroll.rollout.record import run_task
 from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.base import create_sandbox
 from reroll.sandbox.state import restore_state, snapshot_state

@@ -16,7 +16,7 @@ from reroll.export import export_lines
 from reroll.jobs.branch import branch, branch_points
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
-from reroll.rollout.record import run_task
+from reroll.rollout.commands.record import run_task
 from reroll.runfolder.asks import ASKS_FILE, AskLog, AskRecord
 from reroll.runfolder.run import write_json
 from reroll.sandbox import base

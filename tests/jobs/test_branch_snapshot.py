@@ -17,8 +17,8 @@ from reroll.agents import AGENTS_FILE_ENV, get_agent, registry
 from reroll.jobs.branch import PREFIX_NAME, branch, choose_via
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
+from reroll.rollout.commands.record import run_task
 from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR
-from reroll.rollout.record import run_task
 from reroll.runfolder.run import TRAJECTORY
 from reroll.settings import RolloutSettings
 

@@ -21,7 +21,7 @@ from reroll.jobs.branch import branch
 from reroll.jobs.folder_archive import pack, pack_file
 from reroll.jobs.jobfile import JobSpec, RunnerOptions, load_job_file
 from reroll.jobs.runner import run_job
-from reroll.rollout.continue_ import continue_run
+from reroll.rollout.commands.continue_ import continue_run
 from reroll.runfolder.store import list_generations, load_head, rollback_store
 from reroll.view import build_site
 from reroll_contracts.errors import JobError

@@ -20,8 +20,8 @@ from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.folder_archive import pack
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import continue_job, run_job
-from reroll.rollout.continue_ import continue_run
-from reroll.rollout.record import run_task
+from reroll.rollout.commands.continue_ import continue_run
+from reroll.rollout.commands.record import run_task
 from reroll.runfolder.run import TRAJECTORY, StoreUse
 from reroll.runfolder.summary import JobSummary
 from reroll.settings import RolloutSettings

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from reroll.jobs.branch import branch
 from reroll.rollout import hooks
+from reroll.rollout.commands.record import run_task
 from reroll.rollout.hooks import EXTENSIONS, Draft, Extension, Run, TurnLaunch, load_extensions
-from reroll.rollout.record import run_task
 from reroll.rollout.scenes import AgentOutcome
 from reroll.rollout.verify.verifiers import Verdict
 from reroll.settings import RolloutSettings

@@ -37,7 +37,7 @@ from reroll.cli.flags import (
     UserModelOption,
     rollout_settings,
 )
-from reroll.rollout.continue_ import continue_run
+from reroll.rollout.commands.continue_ import continue_run
 
 
 def continue_(

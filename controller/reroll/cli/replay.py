@@ -18,7 +18,7 @@ from reroll.cli.flags import (
     rollout_settings,
 )
 from reroll.cli.reports import fidelity_report
-from reroll.rollout.replay import replay_run
+from reroll.rollout.commands.replay import replay_run
 
 
 def replay(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from reroll.rollout.replay import FidelityReport
+from reroll.rollout.commands.replay import FidelityReport
 from reroll.runfolder.summary import BranchSummary
 
 _VERDICT_STYLE = {"match": "green", "diverged": "red", "missing": "yellow", "retried": "cyan"}

@@ -17,7 +17,7 @@ from reroll.cli.flags import (
     TrustOption,
     rollout_settings,
 )
-from reroll.rollout.rescore import rescore_run
+from reroll.rollout.commands.rescore import rescore_run
 
 
 def rescore(

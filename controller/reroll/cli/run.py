@@ -25,7 +25,7 @@ from reroll.cli.flags import (
     UserModelOption,
     rollout_settings,
 )
-from reroll.rollout.record import run_task
+from reroll.rollout.commands.record import run_task
 from reroll.trials.config import load_trial
 
 

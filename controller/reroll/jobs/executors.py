@@ -1,8 +1,8 @@
 """Where a job's rollouts run: the `Executor` seam, its lazy registry, and the asyncio executor.
 
 A job (`reroll.jobs.runner`) hands each attempt of each rollout to an executor as an `Attempt` — plain
-data (a picklable `functools.partial` of `reroll.rollout.record.run_task`,
-`reroll.rollout.continue_.continue_run` or `reroll.jobs.branch.run_branch`), so it can
+data (a picklable `functools.partial` of `reroll.rollout.commands.record.run_task`,
+`reroll.rollout.commands.continue_.continue_run` or `reroll.jobs.branch.run_branch`), so it can
 be shipped to another process. Retries, backoff, resume and the progress bar and summary stay in
 the job's loop, whatever the executor: an executor only runs one attempt and returns its
 `RolloutOutcome`.
@@ -73,9 +73,9 @@ class Attempt:
     run_dir: Path
     """The run folder the attempt writes (absolute); a job sets it aside when the attempt is retried."""
     run: Callable[..., Awaitable[RolloutOutcome]]
-    """``run(start_gate=...)`` runs the attempt: a `functools.partial` of `reroll.rollout.record.run_task`,
-    `reroll.rollout.continue_.continue_run` or `reroll.jobs.branch.run_branch` with every other
-    argument bound."""
+    """``run(start_gate=...)`` runs the attempt: a `functools.partial` of
+    `reroll.rollout.commands.record.run_task`, `reroll.rollout.commands.continue_.continue_run` or
+    `reroll.jobs.branch.run_branch` with every other argument bound."""
     reads: tuple[Path, ...] = ()
     """The folders and files (absolute) the attempt reads, each bound as an argument of `run`: the
     task folder of a new rollout, the recorded run folder of a continuation or branch, and

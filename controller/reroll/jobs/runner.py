@@ -81,8 +81,8 @@ from reroll.jobs.learning import (
 from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, model_slug, parse_model, resolved_spec
 from reroll.rollout.checkpoint import find_original_task, original_task_name
-from reroll.rollout.continue_ import continue_run
-from reroll.rollout.record import run_task
+from reroll.rollout.commands.continue_ import continue_run
+from reroll.rollout.commands.record import run_task
 from reroll.rollout.skills import select_skills
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
@@ -336,7 +336,7 @@ async def continue_job(
         console: where the progress bar and the summary table go.
         model: the live model after the cut [default: each original's].
         tasks_dir: folder holding the tasks [default: each recorded ``task_path``].
-        options: how each continuation runs (as for `reroll.rollout.continue_.continue_run`);
+        options: how each continuation runs (as for `reroll.rollout.commands.continue_.continue_run`);
             its ``user_model`` (``--user-model``) plays the persona User of the runs that have one
             (the others run without it).
         runner: concurrency, executor, retries (as in `JobSpec`).

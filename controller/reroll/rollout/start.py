@@ -1,8 +1,9 @@
 """The one path of every new rollout: `start_rollout`.
 
-Every rollout reroll starts — a recording (`reroll.rollout.record.run_task`), a continuation
-(`reroll.rollout.continue_.continue_run`), a replay check (`reroll.rollout.replay.replay_run`) and each branch
-(`reroll.jobs.branch`) — goes through `start_rollout`: from an origin (a `NewRecording`, or a
+Every rollout reroll starts — a recording (`reroll.rollout.commands.record.run_task`), a
+continuation (`reroll.rollout.commands.continue_.continue_run`), a replay check
+(`reroll.rollout.commands.replay.replay_run`) and each branch (`reroll.jobs.branch`) — goes
+through `start_rollout`: from an origin (a `NewRecording`, or a
 `reroll.rollout.checkpoint.Checkpoint` of a recorded run) it creates the new run folder, writes the one
 `RunConfig` (with its provenance), and executes the `RolloutPlan` (`reroll.rollout.lifecycle`). The callers
 differ only in how they pick the origin, the live model and the provenance. Every feature around the

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from reroll import conformance
 from reroll.models.spec import live_upstream, parse_model
-from reroll.rollout.record import run_task
-from reroll.rollout.rescore import rescore_run
+from reroll.rollout.commands.record import run_task
+from reroll.rollout.commands.rescore import rescore_run
 from reroll.rollout.side_model import side_proxy
 from reroll.rollout.verify.judge import _answer as answer_of
 from reroll.runfolder.run import JUDGE_TRAJECTORY

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.rollout.record import run_task
+from reroll.rollout.commands.record import run_task
 from reroll.rollout.verify.script_verifier import TestScriptVerifier
 from reroll.rollout.verify.verifiers import VERIFIERS, Verdict, VerifyRequest, verifier_for
 from reroll.sandbox.base import Sandbox

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from reroll.rollout.record import run_task
+from reroll.rollout.commands.record import run_task
 from reroll.settings import RolloutSettings
 
 pytestmark = pytest.mark.spawns  # a real rollout: sidecar and proxy processes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reroll.rollout.replay import _compare_workspaces, _step_reports
+from reroll.rollout.commands.replay import _compare_workspaces, _step_reports
 from reroll.runfolder.run import TRAJECTORY
 
 
