@@ -370,8 +370,8 @@ async def continue_job(
             continue
         config = _config(original)
         if config is not None:
-            refuse_untrusted(config, original, options.trust)  # before anything it names is imported
             refuse_untravelled(config, original, runner.executor)
+            refuse_untrusted(config, original, options.trust)  # before anything it names is imported
         live = resolved_spec(model or (config.model if config is not None else None))
         bound = (
             with_recorded_inputs(_persona_only(options, config), config) if config is not None else options
