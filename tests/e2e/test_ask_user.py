@@ -26,6 +26,8 @@ from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPT = EXAMPLES / "tasks" / "greet-the-user" / "scripted-model.claude-code.yaml"
 MODEL = f"scripted-anthropic:{SCRIPT}"
+TRUSTED = str(EXAMPLES / "trials" / "ask_the_user.py")
+"""The trial's User: a continuation of its run imports it only when named again (``--trust``)."""
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 
@@ -76,7 +78,9 @@ def test_export_and_view_show_the_question(recorded: Path, tmp_path: Path) -> No
 
 
 def test_a_continuation_gives_the_recorded_answer_again(recorded: Path, workdir: Path) -> None:
-    done = reroll("continue", str(recorded), "--at", "2", "--output", "continued", cwd=workdir)
+    done = reroll(
+        "continue", str(recorded), "--at", "2", "--output", "continued", "--trust", TRUSTED, cwd=workdir
+    )
     assert done.returncode == 0, done.stderr
     continued = only_folder(workdir / "continued")
     result = read_json(continued / "result.json")
@@ -86,7 +90,19 @@ def test_a_continuation_gives_the_recorded_answer_again(recorded: Path, workdir:
 
 
 def test_at_ask_branches_one_verified_child_per_option(recorded: Path, workdir: Path) -> None:
-    done = reroll("branch", str(recorded), "--at-ask", "0", "--model", MODEL, "--output", "tree", cwd=workdir)
+    done = reroll(
+        "branch",
+        str(recorded),
+        "--at-ask",
+        "0",
+        "--model",
+        MODEL,
+        "--output",
+        "tree",
+        "--trust",
+        TRUSTED,
+        cwd=workdir,
+    )
     assert done.returncode == 0, done.stderr
     parent = only_folder(workdir / "tree")
     summary = read_json(parent / "summary.json")

@@ -118,7 +118,7 @@ def test_continue_replays_rounds_0_to_2_without_the_user_then_reaches_reward_one
     (trial_dir / "calls.txt").unlink()
     done = reroll(
         "continue", str(cut_run), "--model", f"scripted:{trial_dir / 'progressive-disclosure.script.yaml'}",
-        "--timeout", "120", cwd=trial_dir,
+        "--timeout", "120", "--trust", str(trial_dir / "counting_user.py"), cwd=trial_dir,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     (continued,) = [path for path in (cut_run.parent / "continued").iterdir() if path.is_dir()]
@@ -145,7 +145,8 @@ def test_branch_at_a_round_boundary_goes_live_from_that_round(cut_run: Path, tri
     (trial_dir / "calls.txt").unlink(missing_ok=True)
     script = trial_dir / "progressive-disclosure.script.yaml"
     done = reroll("branch", str(cut_run), "--at", "2:0", "--model", f"scripted:{script}",
-                  "--output", "branches", "--timeout", "120", cwd=trial_dir)  # fmt: skip
+                  "--output", "branches", "--timeout", "120", "--trust", "counting_user.py",
+                  cwd=trial_dir)  # fmt: skip
     assert done.returncode == 0, done.stderr
     children = [
         p for p in (trial_dir / "branches").rglob("result.json") if (p.parent / "trial.json").exists()

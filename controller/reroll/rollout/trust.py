@@ -29,7 +29,7 @@ def recorded_code(config: RunConfig) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for scene in config.trial.scenes if config.trial is not None else []:
         if scene.user is not None:
-            found.append((f"scene {scene.name!r}'s User {scene.user}", scene.user.rpartition(":")[0]))
+            found.append((f"the User {scene.user} of scene {scene.name!r}", scene.user.rpartition(":")[0]))
     if config.sandbox not in BACKENDS:
         target = config.sandbox.partition(":")[0] if ":" in config.sandbox else config.sandbox
         found.append((f"the sandbox backend {config.sandbox}", target))
