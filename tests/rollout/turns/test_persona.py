@@ -35,7 +35,7 @@ from reroll_contracts.errors import ModelError
 
 from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 AGENT_MODEL = (
     f"scripted-anthropic:{EXAMPLES / 'tasks' / 'greet-the-user' / 'scripted-model.claude-code.yaml'}"
 )
