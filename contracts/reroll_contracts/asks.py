@@ -3,7 +3,7 @@ and the controller (seeds/architecture.txt, "The interaction model — ACP": ``a
 enumerated options, agent → client).
 
 The path of one question: the agent calls the ``ask_user`` tool of reroll's MCP server (a stdio
-server in the sandbox, `reroll.rollout.ask_user_server`), which posts an `AskQuestion` to the
+server in the sandbox, `reroll.rollout.turns.ask_user_server`), which posts an `AskQuestion` to the
 proxy (``POST /reroll/ask_user``, the rollout token); the proxy holds that request and hands a
 `PendingAsk` to the controller (``GET /_reroll/asks``, a long poll, the controller's token); the
 controller's User decides the answer and posts an `AskAnswer` (``POST /_reroll/asks/{id}``);

@@ -107,10 +107,10 @@ class RolloutSettings(BaseModel):
     """A judge's model (``--judge-model``: an LLM or agent judge's) [default: the original's, else
     the task's]."""
     ask_user: Annotated[bool | None, Carry.OVERRIDABLE] = None
-    """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.asks`) [default: the
+    """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.turns.asks`) [default: the
     original's, else not]; every agent of the rollout must have an MCP client."""
     user_model: Annotated[HostModel, Carry.OVERRIDABLE] = None
-    """A persona User's model (``--user-model``, `reroll.rollout.persona`) [default: the
+    """A persona User's model (``--user-model``, `reroll.rollout.turns.persona`) [default: the
     original's, else the trial's persona's ``model``]."""
     trust: Annotated[tuple[str, ...], Carry.FRESH] = ()
     """Host code a recorded run names that the user reviewed and runs again (``--trust``: a

@@ -13,7 +13,7 @@ from reroll.jobs.branch import branch
 from reroll.rollout import hooks
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.hooks import EXTENSIONS, Draft, Extension, Run, TurnLaunch, load_extensions
-from reroll.rollout.scenes import AgentOutcome
+from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.rollout.verify.verifiers import Verdict
 from reroll.settings import RolloutSettings
 from reroll_contracts.errors import ConfigError
@@ -27,11 +27,11 @@ FEATURES = (
     "reroll.rollout.skills",
     "reroll.rollout.learner_store",
     "reroll.rollout.mcp",
-    "reroll.rollout.asks",
+    "reroll.rollout.turns.asks",
     "reroll.rollout.layers",
     "reroll.rollout.verify.judge",
     "reroll.rollout.verify.agent_judge",
-    "reroll.rollout.persona",
+    "reroll.rollout.turns.persona",
     "reroll.sandbox.services",
     "reroll.host.intercept",
     "reroll.runfolder.store",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from reroll.agents import get_agent
 from reroll.rollout.checkpoint import open_checkpoint
-from reroll.rollout.persona import PersonaPlan
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.start import FromCheckpoint, NewRecording, start_rollout
+from reroll.rollout.turns.persona import PersonaPlan
 from reroll.runfolder.asks import AskRecord
 from reroll.runfolder.run import ContinuedFrom, RunConfig, StoreUse
 from reroll.settings import RolloutSettings, with_recorded_inputs

@@ -1,5 +1,5 @@
-"""Red team: the outbox (`reroll.rollout.scenes.read_outbox`) is agent-written. A role plants a symlink to a
-root-only file as its peer's message and a FIFO as its own: the peer's prompt gets nothing of
+"""Red team: the outbox (`reroll.rollout.turns.scenes.read_outbox`) is agent-written. A role plants a
+symlink to a root-only file as its peer's message and a FIFO as its own: the peer's prompt gets nothing of
 the file, the FIFO blocks nothing, and a plain message still arrives — in docker, where the
 agent is an unprivileged user and reroll's side is root."""
 

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from reroll.agents import get_agent
 from reroll.rollout.checkpoint import first_step, recorded_turns, trial_cut
-from reroll.rollout.scenes import check_trial, with_messages
+from reroll.rollout.turns.scenes import check_trial, with_messages
 from reroll.runfolder.run import load_run_folder
 from reroll.runfolder.trial import TrialRecord, TurnRecord
 from reroll.trials.config import Role, Scene, TrialConfig, Turn, load_trial

@@ -151,7 +151,7 @@ class JobSpec(RunnerOptions):
     """An LLM judge's model for every rollout of a judged task; None: each task's."""
     ask_user: bool = False
     """Offer every rollout's agent reroll's ``ask_user`` tool over MCP (``reroll run --ask-user``,
-    `reroll.rollout.asks`); every agent of the job must have an MCP client. With no User (a job
+    `reroll.rollout.turns.asks`); every agent of the job must have an MCP client. With no User (a job
     runs plain rollouts), the agent is told nobody answered."""
     user_model: str | None = None
     """A persona User's model for every rollout whose trial has one; None: the persona's ``model``."""

@@ -17,7 +17,7 @@ from rich.console import Console
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Run, TurnLaunch
-from reroll.rollout.scenes import AgentOutcome
+from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import AGENT_LOG, RunConfig
 from reroll.sandbox.base import Sandbox
@@ -71,7 +71,7 @@ async def install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str],
 async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> AgentOutcome:
     """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn) and wait
     for it to exit, time out, or be stopped by the proxy's stop: one turn
-    (`reroll.rollout.scenes.TurnRunner`; `reroll.rollout.lifecycle` binds the arguments before
+    (`reroll.rollout.turns.scenes.TurnRunner`; `reroll.rollout.lifecycle` binds the arguments before
     `agent`).
 
     Args:

@@ -108,7 +108,7 @@ class Checkpoint:
     """The original's turns whose prompts a continuation re-sends as recorded (the module docstring)."""
     recorded_asks: list[AskRecord] = field(default_factory=list)
     """The original's ask_user questions before the cut (their answers are in replayed exchanges):
-    a continuation answers them as recorded (`reroll.rollout.asks`)."""
+    a continuation answers them as recorded (`reroll.rollout.turns.asks`)."""
 
     @property
     def agent_model(self) -> str:

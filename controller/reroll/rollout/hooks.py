@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from reroll.host.llm_proxy import LlmProxy
     from reroll.rollout.origin import Origin
     from reroll.rollout.plan import RolloutPlan
-    from reroll.rollout.scenes import AgentOutcome, TrialContext
+    from reroll.rollout.turns.scenes import AgentOutcome, TrialContext
     from reroll.rollout.verify.verifiers import Verdict, Verifier
     from reroll.sandbox.base import Sandbox
 

@@ -37,7 +37,7 @@ from reroll.rollout.agent_phase import install_agent, run_agent
 from reroll.rollout.hooks import Hooks, Run
 from reroll.rollout.llm_side import start_llm_side
 from reroll.rollout.plan import RolloutPlan
-from reroll.rollout.scenes import AgentOutcome, TrialContext, run_trial
+from reroll.rollout.turns.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest, verifier_for
 from reroll.runfolder.run import (
@@ -87,7 +87,7 @@ async def execute_rollout(
     (`reroll.rollout.hooks`) are called at each stage.
 
     config.json is written first; prompts.json and trial.json as each turn of the trial starts
-    and ends (`reroll.rollout.scenes`); result.json last, also when the rollout
+    and ends (`reroll.rollout.turns.scenes`); result.json last, also when the rollout
     failed: status ``error`` with the cause and its class's ``error_category`` (`reroll_contracts.errors`);
     an exception outside reroll's tree (a bug) gets category ``internal`` and its traceback in
     ``error.txt``. Exchanges are written by the proxy as they happen.

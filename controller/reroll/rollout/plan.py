@@ -43,7 +43,7 @@ class RolloutPlan:
     `reroll.host.llm_proxy.recorded_sandbox_values`), volatile next to the new sandbox's own."""
     recorded: list[TurnRecord] = field(default_factory=list)
     """For a continuation: the original's turns up to the cut, whose prompts are sent again as
-    recorded (`reroll.rollout.scenes`)."""
+    recorded (`reroll.rollout.turns.scenes`)."""
     hold_every: int = 0
     """The proxy holds the request of every this many steps until an extension releases it
     (`reroll.host.llm_proxy.LlmProxy.wait_for_held`: the checkpoints'); 0: never."""

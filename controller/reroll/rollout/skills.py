@@ -7,7 +7,7 @@ write permission: read-only to an agent that runs as another user (native tasks'
 agent running as root (legacy tasks by default) could change them, as in BenchFlow.
 
 The modes (`reroll.trials.config.SkillMode`), scene by scene (`SceneSkills`, the scheduler's
-`reroll.rollout.scenes.SceneHook`):
+`reroll.rollout.turns.scenes.SceneHook`):
 
 - ``no-skill``: nothing mounted; the task's ``environment/skills`` is left out of its image
   (`reroll.tasks.task.Task.skills_hidden`); the local sandboxes show only ``environment/workspace``.
@@ -235,7 +235,7 @@ chown -R -h 0:0 -- "$dst" 2>/dev/null; chmod -R a-w,a+rX -- "$dst"
 
 @dataclass
 class SceneSkills:
-    """The skills each scene of a rollout sees (`reroll.rollout.scenes.SceneHook`; see the
+    """The skills each scene of a rollout sees (`reroll.rollout.turns.scenes.SceneHook`; see the
     module docstring), and what the run folder records of them."""
 
     sandbox: Sandbox

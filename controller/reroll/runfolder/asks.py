@@ -1,6 +1,6 @@
 """``asks.json`` in a run folder: the agent's ask_user questions and the answers it got.
 
-Written after each answer (`reroll.rollout.asks`); ``reroll branch --at-ask N`` reads it: question
+Written after each answer (`reroll.rollout.turns.asks`); ``reroll branch --at-ask N`` reads it: question
 N's ``step`` is the cut of the branches that answer it otherwise, its ``options`` their answers.
 """
 
@@ -39,7 +39,7 @@ class AskRecord(AskQuestion):
     answered_by: AnsweredBy
     user_exchange: int | None = Field(default=None, ge=0)
     """The exchange of a persona User's model that gave the answer (its line in
-    ``trajectory/user_trajectory.jsonl``, 0-based; `reroll.rollout.persona`), served again from
+    ``trajectory/user_trajectory.jsonl``, 0-based; `reroll.rollout.turns.persona`), served again from
     the recording by a continuation; None: no model gave it."""
 
 

@@ -10,7 +10,8 @@
       trajectory/llm_trajectory.jsonl  one LLM exchange per line (`reroll_contracts.trajectory`)
       trajectory/judge_trajectory.jsonl  a judge's exchanges, same format (`reroll.rollout.verify.judge`,
                                          `reroll.rollout.verify.agent_judge`)
-      trajectory/user_trajectory.jsonl   a persona User's exchanges, same format (`reroll.rollout.persona`)
+      trajectory/user_trajectory.jsonl   a persona User's exchanges, same format
+                                         (`reroll.rollout.turns.persona`)
       asks.json                        the agent's ask_user questions and answers (`reroll.runfolder.asks`)
       verifier/                        the verifier's output and logs
       agent/output.log                 the agent's console output
@@ -56,7 +57,7 @@ JUDGE_TRAJECTORY = Path(TRAJECTORY_DIR) / "judge_trajectory.jsonl"
 """An LLM judge's exchanges, in the agent trajectory's format (`reroll.rollout.verify.judge`); an agent
 judge's, appended from its own run folder (`reroll.rollout.verify.agent_judge`)."""
 USER_TRAJECTORY = Path(TRAJECTORY_DIR) / "user_trajectory.jsonl"
-"""A persona User's model's exchanges (`reroll.rollout.persona`), in the agent's exchange format."""
+"""A persona User's model's exchanges (`reroll.rollout.turns.persona`), in the agent's exchange format."""
 SIDE_TRAJECTORIES: dict[str, Path] = {"judge": JUDGE_TRAJECTORY, "user": USER_TRAJECTORY}
 """The trajectories of the models beside the agent's, by who spoke to them: ``judge`` (an LLM or
 agent judge) and ``user`` (a persona User). `load_run_folder` loads those present into
@@ -201,7 +202,7 @@ class RunConfig(BaseModel):
     judge_model: str | None = None
     """An LLM judge's model as given (``--judge-model``); None: the task's."""
     user_model: str | None = None
-    """A persona User's model as given (``--user-model``, `reroll.rollout.persona`); None: the
+    """A persona User's model as given (``--user-model``, `reroll.rollout.turns.persona`); None: the
     trial's persona's ``model``."""
     rescored_from: RescoredFrom | None = None
     trial: TrialConfig | None = None

@@ -36,7 +36,7 @@ class TurnRecord(BaseModel):
     """Why the soft verify left no reward, if so."""
     user_exchange: int | None = Field(default=None, ge=0)
     """The exchange of a persona User's model that wrote the prompt (its line in
-    ``trajectory/user_trajectory.jsonl``, 0-based; `reroll.rollout.persona`), served again from
+    ``trajectory/user_trajectory.jsonl``, 0-based; `reroll.rollout.turns.persona`), served again from
     the recording by a continuation; None: no model wrote it."""
 
 

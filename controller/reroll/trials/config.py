@@ -29,7 +29,7 @@ and put into the recipient's next prompt. A trial file (YAML)::
           - {role: reviewer, prompt: "Review the code ..."}
 
 A scene may have a ``persona`` instead of a ``user``: a User played by a model (`Persona`,
-`reroll.rollout.persona`), which answers the agent's ask_user questions.
+`reroll.rollout.turns.persona`), which answers the agent's ask_user questions.
 
 A role without ``agent`` / ``model`` takes the run's (``reroll run --agent/--model``); every
 role's model is the one live model of the run. What ran is recorded in ``trial.json`` of the run
@@ -96,7 +96,7 @@ class Turn:
 
 @dataclass(config=_FORBID)
 class Persona:
-    """A User played by a model (`reroll.rollout.persona`): it gives the task's instruction in
+    """A User played by a model (`reroll.rollout.turns.persona`): it gives the task's instruction in
     round 0, and answers the agent's ask_user questions as the model playing `text` says; with
     `prompts`, the model also writes each later round's prompt. A trial file's ``persona``::
 

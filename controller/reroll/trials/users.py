@@ -8,9 +8,9 @@ verify's rewards and output) — and returns the round's prompt, or None to end 
 may be coroutines.
 
 A `BaseUser` also answers the agent's ask_user questions (``answer(question, options)``, when
-the run offers the tool: `reroll.rollout.asks`); the default answers none. A `FunctionUser`
+the run offers the tool: `reroll.rollout.turns.asks`); the default answers none. A `FunctionUser`
 answers with its optional answer function (``FILE.py:prompts,answers`` in a trial file). A
-User played by a model is a trial scene's ``persona`` (`reroll.rollout.persona`).
+User played by a model is a trial scene's ``persona`` (`reroll.rollout.turns.persona`).
 
 A continuation re-sends the prompts the User decided before the cut (recorded in ``trial.json``)
 without calling ``run``; ``run`` is called live from the first round after the cut (``setup``

@@ -36,7 +36,7 @@ async def test_a_trial_files_skill_settings_apply_unless_given(tmp_path: Path) -
     the given settings win over it."""
     from reroll.trials.config import Scene, TrialConfig
 
-    task = Path(__file__).resolve().parent / "skills_task"
+    task = Path(__file__).resolve().parents[1] / "skills_task"
     trial = TrialConfig(scenes=[Scene.single()], skills="with-skill")
     mounted = await run_task(task, agent_name="oracle", trial=trial, jobs_dir=tmp_path, job_name="j")
     config = json.loads((mounted.run_dir / "config.json").read_text())

@@ -1,15 +1,15 @@
 """ask_user as a rollout extension: reroll's ``ask_user`` tool offered over MCP to every agent
 that calls a model, its questions answered during each turn (by the scene's User, the recording,
-a branch's answer: `reroll.rollout.asks`)."""
+a branch's answer: `reroll.rollout.turns.asks`)."""
 
 from __future__ import annotations
 
 from reroll_contracts.errors import AgentError
 
 from reroll.agents import AgentSpec
-from reroll.rollout.asks import Answerer, offer_ask_user
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.origin import FromCheckpoint
+from reroll.rollout.turns.asks import Answerer, offer_ask_user
 from reroll.runfolder.asks import AskRecord
 from reroll.runfolder.run import BranchedFrom
 

@@ -14,7 +14,7 @@ from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.origin import FromCheckpoint
-from reroll.rollout.scenes import AgentOutcome
+from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
 
 CHECKPOINTS_DIR = "checkpoints"

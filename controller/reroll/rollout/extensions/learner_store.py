@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reroll.rollout.hooks import Draft, Extension, Run
 from reroll.rollout.learner_store import harvest_learner_store, mount_learner_store
-from reroll.rollout.scenes import AgentOutcome
+from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.store import load_generation
 
 

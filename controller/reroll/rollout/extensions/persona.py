@@ -1,6 +1,6 @@
 """A persona User as a rollout extension: ``--user-model`` checked before anything is written,
 a replayed run's persona exchanges found, and the scheduler told how to open the persona's model
-(`reroll.rollout.persona`)."""
+(`reroll.rollout.turns.persona`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from reroll_contracts.errors import TrialError
 from reroll.models.spec import parse_model
 from reroll.rollout.hooks import Draft, Extension, Run
 from reroll.rollout.origin import FromCheckpoint
-from reroll.rollout.persona import PersonaPlan, persona_model
+from reroll.rollout.turns.persona import PersonaPlan, persona_model
 
 
 class Persona(Extension):

@@ -13,7 +13,7 @@ from rich.console import Console
 from reroll.agents import AgentSpec
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
-from reroll.rollout.scenes import AgentOutcome
+from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.services import Environment
 from reroll.tasks.environment import McpServerSpec

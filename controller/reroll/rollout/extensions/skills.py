@@ -10,8 +10,8 @@ from reroll_contracts.trajectory import load_trajectory
 
 from reroll.rollout.hooks import Draft, Extension, Run
 from reroll.rollout.origin import NewRecording, Origin
-from reroll.rollout.scenes import AgentOutcome
 from reroll.rollout.skills import SceneSkills, SkillSelection, select_skills, self_gen_trial, skill_config
+from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import TRAJECTORY
 from reroll.settings import RolloutSettings
 from reroll.tasks.skills import nudge_level

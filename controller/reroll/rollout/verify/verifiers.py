@@ -11,7 +11,7 @@ makes the rollout's one from its task: the class is called with the task and the
 ``verifier.options``. The rollout (`reroll.rollout.lifecycle`)
 then calls `Verifier.prepare` once, after the agent is installed and before it runs, and
 `Verifier.verify` once after the agent phase (every process of the agent killed, the workspace
-hashed); the turn scheduler (`reroll.rollout.scenes`) calls `verify` with ``soft=True`` after
+hashed); the turn scheduler (`reroll.rollout.turns.scenes`) calls `verify` with ``soft=True`` after
 each round of a scene a User drives, while the agent goes on working in the same sandbox.
 
 What a verifier gets (`VerifyRequest`): the started sandbox (run commands in it, read and write

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.rollout import ask_user_server
-from reroll.rollout.asks import NO_ANSWER, Answerer
+from reroll.rollout.turns import ask_user_server
+from reroll.rollout.turns.asks import NO_ANSWER, Answerer
 from reroll.runfolder.asks import AskRecord, load_asks
 from reroll.trials.users import BaseUser
 from reroll_contracts.asks import PendingAsk

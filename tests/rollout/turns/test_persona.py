@@ -1,4 +1,4 @@
-"""A persona User (`reroll.rollout.persona`) end to end, with the real CLI, Claude Code (from the
+"""A persona User (`reroll.rollout.turns.persona`) end to end, with the real CLI, Claude Code (from the
 claude-agent-sdk wheel, its MCP client unmodified) and the scripted model playing both the agent
 and the persona, in the local sandbox, on greet-the-user (the user reads French; the task does
 not say so):
@@ -25,9 +25,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from reroll.rollout.asks import Answerer
-from reroll.rollout.persona import PersonaPlan, PersonaUser, open_persona, persona_model
 from reroll.rollout.side_model import SideModel
+from reroll.rollout.turns.asks import Answerer
+from reroll.rollout.turns.persona import PersonaPlan, PersonaUser, open_persona, persona_model
 from reroll.trials.config import Persona
 from reroll.trials.users import RoundResult
 from reroll_contracts.asks import PendingAsk
@@ -35,7 +35,7 @@ from reroll_contracts.errors import ModelError
 
 from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 AGENT_MODEL = (
     f"scripted-anthropic:{EXAMPLES / 'tasks' / 'greet-the-user' / 'scripted-model.claude-code.yaml'}"
 )

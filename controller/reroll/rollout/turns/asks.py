@@ -1,7 +1,7 @@
 """ask_user in a rollout (``reroll run --ask-user``): reroll's MCP server offered to the agent, and
 the `Answerer` that answers its questions while a turn runs.
 
-The agent's MCP client starts `reroll.rollout.ask_user_server` in the sandbox (a stdio server:
+The agent's MCP client starts `reroll.rollout.turns.ask_user_server` in the sandbox (a stdio server:
 the file is copied into the sandbox's agent logs and run by its ``python3``); a question goes to
 the LLM proxy, which holds it for the controller (`reroll_contracts.asks`). During each turn
 `answering` polls the proxy and answers each question:
@@ -13,10 +13,10 @@ the LLM proxy, which holds it for the controller (`reroll_contracts.asks`). Duri
 - else the scene's User answers (`reroll.trials.users.BaseUser.answer`, ``user``); with no User, or
   one that gives None, the agent is told nobody answered (``nobody``).
 
-A persona User (`reroll.rollout.persona`) is asked again for a recorded question its model
+A persona User (`reroll.rollout.turns.persona`) is asked again for a recorded question its model
 answered (the record's ``user_exchange``): its proxy serves the recorded exchange, so the answer
 is the original's and the persona's conversation goes on as the original's did; every other
-answer joins its conversation (`reroll.rollout.persona.PersonaUser.heard`).
+answer joins its conversation (`reroll.rollout.turns.persona.PersonaUser.heard`).
 
 Each question and its answer go to ``asks.json`` in the run folder with its step and place
 (`reroll.runfolder.asks`).
@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from reroll.host.llm_proxy import LlmProxy
-from reroll.rollout.persona import PersonaUser
+from reroll.rollout.turns.persona import PersonaUser
 from reroll.runfolder.asks import ASKS_FILE, AnsweredBy, AskLog, AskRecord
 from reroll.runfolder.run import write_json
 from reroll.sandbox.base import Sandbox

@@ -1,7 +1,7 @@
 """A User played by a model: a trial scene's ``persona`` (`reroll.trials.config.Persona`).
 
 `PersonaUser` gives the task's instruction in round 0; it answers the agent's ask_user
-questions (`reroll.rollout.asks`) by asking the model that plays the persona and, with the
+questions (`reroll.rollout.turns.asks`) by asking the model that plays the persona and, with the
 persona's ``prompts``, has the model write each later round's prompt after reading the round's
 result (``DONE`` ends the scene); without, the scene ends after round 0. All in one
 conversation: the persona's text as the system prompt (with the task's instruction, which the

@@ -16,9 +16,9 @@ is read, as the agent's user (so a planted symlink reaches nothing the agent cou
 itself), and emptied. After each round of a User scene a soft verify (the rollout's verifier,
 `reroll.rollout.verify.verifiers.Verifier.verify` with ``soft``) scores the workspace for the User's
 `RoundResult`. A scene's ``persona`` is a User played by a model, opened for the scene
-(`reroll.rollout.persona`). While a turn runs, the agent's ask_user questions are answered (by the scene's
-User: `reroll.rollout.asks`). The first turn that does not end well (a timeout, an agent error, a proxy stop)
-ends the trial: its outcome is the rollout's.
+(`reroll.rollout.turns.persona`). While a turn runs, the agent's ask_user questions are answered
+(by the scene's User: `reroll.rollout.turns.asks`). The first turn that does not end well (a
+timeout, an agent error, a proxy stop) ends the trial: its outcome is the rollout's.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
-from reroll.rollout.asks import Answerer, answering
-from reroll.rollout.persona import PersonaPlan, PersonaUser, open_persona
+from reroll.rollout.turns.asks import Answerer, answering
+from reroll.rollout.turns.persona import PersonaPlan, PersonaUser, open_persona
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verifier, VerifyRequest
 from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
@@ -124,10 +124,10 @@ class TrialContext:
     hook: SceneHook | None = None
     """Called as each scene begins and for each new session's prompt (not for a recorded or resumed turn)."""
     asks: Answerer | None = None
-    """Answers the agent's ask_user questions during each turn (`reroll.rollout.asks`); None: the
+    """Answers the agent's ask_user questions during each turn (`reroll.rollout.turns.asks`); None: the
     rollout does not offer the tool."""
     persona: PersonaPlan = field(default_factory=PersonaPlan)
-    """How a persona scene opens its model (`reroll.rollout.persona`)."""
+    """How a persona scene opens its model (`reroll.rollout.turns.persona`)."""
 
 
 async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
