@@ -42,8 +42,8 @@ from reroll.rollout.hooks import Draft, load_extensions
 from reroll.rollout.lifecycle import execute_rollout
 from reroll.rollout.origin import RESUME_PROMPT, FromCheckpoint, NewRecording, Origin
 from reroll.rollout.plan import RolloutPlan
-from reroll.rollout.turns.scenes import check_trial
 from reroll.rollout.trust import refuse_untrusted
+from reroll.rollout.turns.scenes import check_trial
 from reroll.rollout.verify.verifiers import verifier_for
 from reroll.runfolder.run import (
     CONTROLLER_LOG,
