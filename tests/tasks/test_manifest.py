@@ -188,7 +188,10 @@ def test_harbors_compose_file_becomes_image_services(tmp_path: Path) -> None:
     assert (db.health.interval_sec, db.health.timeout_sec, db.health.retries) == (90.0, 0.5, 4)
     assert (api.command, api.depends_on) == ("serve --port 80", ["db"])
     assert task.compose_file == tmp_path / "t" / "environment" / "docker-compose.yaml"
-    assert {note.field for note in task.ignored} == {"docker-compose.services.db.ports"}
+    assert {note.field for note in task.ignored} == {
+        "docker-compose.services.db.ports",
+        "docker-compose.services.main.volumes",
+    }
     assert "docker-compose.services.main" in {note.field for note in task.mapped}
 
 
@@ -312,3 +315,35 @@ def test_an_inline_build_is_relative_to_the_task_and_must_exist(tmp_path: Path) 
     task = _task(tmp_path / "t", front, files={"api/Dockerfile": "FROM x\n"})
     (api,) = task.spec.environment.services
     assert task.service_context(api) == tmp_path / "t" / "api" and api.describe_probe() == "running"
+
+
+MAIN_ENV = """
+services:
+  main:
+    build: .
+    environment: {API_URL: "http://api:80", MODE: test}
+    volumes: [shared:/data]
+  api:
+    image: api:1
+    volumes: [shared:/srv/data]
+volumes:
+  shared: {}
+"""
+
+
+def test_a_compose_main_services_environment_is_the_sandboxs_and_its_volumes_are_reported(
+    tmp_path: Path,
+) -> None:
+    """Issue 29 (10): ``services.main.environment`` reaches every phase (the task's own ``env``
+    winning), and a volume ``main`` shares with a service, not applied, is named by ``task check``."""
+    task = _task(
+        tmp_path / "t",
+        front="environment:\n  env: {MODE: own}",
+        files={"environment/docker-compose.yaml": MAIN_ENV, "environment/Dockerfile": "FROM x\n"},
+    )
+    assert task.spec.environment.env == {"API_URL": "http://api:80", "MODE": "own"}
+    ignored = {note.field: note.note for note in task.ignored}
+    assert "shared" in ignored["docker-compose.services.main.volumes"]
+    assert "api" in ignored["docker-compose.services.main.volumes"]
+    mapped = {note.field: note.note for note in task.mapped}
+    assert "environment.env" in mapped["docker-compose.services.main.environment"]

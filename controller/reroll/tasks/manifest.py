@@ -28,7 +28,10 @@ firewall), which Compose would not, and the engine here has no compose plugin. T
 ``main`` (Harbor's; in a file without one, the first service that ``build``s) is the sandbox
 itself: its ``build`` (``context``, ``dockerfile``) says where the sandbox's image is built from
 (``environment.build``; the default, ``.`` or Harbor's ``${CONTEXT_DIR}``, is ``environment/`` and
-its Dockerfile). Every other service becomes a sibling container on docker: ``image`` or ``build``
+its Dockerfile); its ``environment`` is the sandbox's ``environment.env`` (under the task's own),
+its ``depends_on`` holds (services are healthy before the agent starts) and its other keys
+(``volumes`` named with the services sharing them, ``ports`` …) are reported as not applied.
+Every other service becomes a sibling container on docker: ``image`` or ``build``
 (its image built by reroll, as the sandbox's is: images cannot be pulled everywhere), ``command``,
 ``entrypoint``, ``environment``, ``depends_on``, ``healthcheck`` (``test``, ``interval``,
 ``timeout``, ``start_period``, ``retries``) and ``working_dir`` are honoured, the rest (``ports``,
@@ -180,14 +183,17 @@ def apply_manifest(raw: dict[str, Any], manifest: Path, has_dockerfile: bool) ->
     return mapped, ignored
 
 
-def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] | None, Notes, Notes]:
+def compose_services(
+    path: Path,
+) -> tuple[list[dict[str, Any]], dict[str, str] | None, dict[str, str], Notes, Notes]:
     """The services of Harbor's compose file at `path` as ``[[environment.services]]`` entries
     (mappings `ServiceSpec` validates), the sandbox's own build, and notes; see the module docstring.
 
     Returns:
-        ``(services, build, mapped, ignored)``: `build` is the sandbox's ``environment.build``
+        ``(services, build, env, mapped, ignored)``: `build` is the sandbox's ``environment.build``
         mapping (an absolute context) when the main service builds from elsewhere than
-        ``environment/`` and its Dockerfile, else None; fields named
+        ``environment/`` and its Dockerfile, else None; `env` the main service's ``environment``
+        (the sandbox's ``environment.env`` under the task's own); fields named
         ``docker-compose.services.<name>[.<key>]``.
 
     Raises:
@@ -209,6 +215,7 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] |
         )
     result: list[dict[str, Any]] = []
     sandbox_build: dict[str, str] | None = None
+    main_env: dict[str, str] = {}
     mapped: Notes = []
     ignored: Notes = []
     for name, body in services.items():
@@ -229,6 +236,9 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] |
             if build is not None and build != own:
                 sandbox_build, where = build, f"{build['dockerfile']} in {_shown(build, path)}"
             mapped.append((field, f"the sandbox itself (built from {where})"))
+            main_env, main_mapped, main_ignored = _main_extras(body, services, path, str(name))
+            mapped += main_mapped
+            ignored += main_ignored
             continue
         if build is None and not body.get("image"):
             raise TaskError(f"{path}: service {name!r} has neither 'build' nor 'image'")
@@ -263,7 +273,61 @@ def compose_services(path: Path) -> tuple[list[dict[str, Any]], dict[str, str] |
             for key in body
             if key not in COMPOSE_HONOURED
         ]
-    return result, sandbox_build, mapped, ignored
+    return result, sandbox_build, main_env, mapped, ignored
+
+
+def _main_extras(
+    body: dict[str, Any], services: dict[str, Any], path: Path, name: str
+) -> tuple[dict[str, str], Notes, Notes]:
+    """What the sandbox's own compose service declares beyond its ``build`` (issue 29, item 10).
+
+    Args:
+        body: the sandbox's compose service.
+        services: every service of the compose file (to name those sharing a volume with it).
+        path: the compose file, named in errors.
+        name: the sandbox's service name (``main``).
+
+    Returns:
+        ``(env, mapped, ignored)``: `env` its ``environment`` (the sandbox's ``environment.env``
+        below the task's own), and notes for ``task check``: every other key is reported as not
+        applied, a named volume with the services that share it.
+
+    Raises:
+        TaskError: the ``environment`` is neither a mapping nor a list of ``KEY=VALUE``.
+    """
+    field = f"docker-compose.services.{name}"
+    env = _compose_env(body["environment"], path, name) if body.get("environment") else {}
+    mapped: Notes = [(f"{field}.environment", "environment.env (the task's own env wins)")] if env else []
+    ignored: Notes = []
+    for key in body:
+        if key in {"build", "image", "environment", "depends_on"}:  # services start before the agent
+            continue
+        note = "not applied to the sandbox (the rollout's own limits, network and mounts are)"
+        if key == "volumes":
+            note = f"not applied: {_shared_volumes(body, services, name)}"
+        ignored.append((f"{field}.{key}", note))
+    return env, mapped, ignored
+
+
+def _shared_volumes(body: dict[str, Any], services: dict[str, Any], name: str) -> str:
+    """The volumes of the compose service `name` (`body`), each with the services sharing it."""
+
+    def sources(service: object) -> set[str]:
+        mounts = service.get("volumes") if isinstance(service, dict) else None
+        found = set()
+        for mount in mounts if isinstance(mounts, list) else []:
+            source = mount.get("source") if isinstance(mount, dict) else str(mount).split(":", 1)[0]
+            if source:
+                found.add(str(source))
+        return found
+
+    parts = []
+    for source in sorted(sources(body)):
+        sharing = sorted(
+            str(other) for other, spec in services.items() if other != name and source in sources(spec)
+        )
+        parts.append(f"{source} (shared with {', '.join(sharing)})" if sharing else source)
+    return "the sandbox mounts no compose volume; " + ", ".join(parts) + " not mounted"
 
 
 def _shown(build: dict[str, str], path: Path) -> str:

@@ -510,8 +510,10 @@ def _spec(
     except TaskError as exc:
         raise TaskError(f"{source}: invalid task configuration: {exc}") from exc
     if (compose := compose_file(task_dir)) is not None:
-        services, build, compose_mapped, compose_ignored = compose_services(compose)
+        services, build, main_env, compose_mapped, compose_ignored = compose_services(compose)
         environment = data.setdefault("environment", {})
+        if isinstance(environment, dict) and main_env:
+            environment["env"] = {**main_env, **(environment.get("env") or {})}
         if isinstance(environment, dict) and services:
             environment["services"] = [*(environment.get("services") or []), *services]
         if isinstance(environment, dict) and build is not None:
