@@ -70,3 +70,14 @@ def test_task_check_of_the_compose_example(examples: Path) -> None:
     )
     assert rows["mcp mail"] == "stdio python3 /app/.services/mail/mcp_server.py --url http://mail:9001"
     assert rows["env"] == "MAIL_URL" and rows["verifier"] == "tests/test.sh → /tests, run as root"
+
+
+def test_task_check_reports_a_harbor_skills_dir_it_does_not_apply(tmp_path: Path) -> None:
+    """Issue 29 (13): Harbor's ``environment.skills_dir`` is named with what reroll does instead."""
+    task = tmp_path / "harbor"
+    (task / "tests").mkdir(parents=True)
+    (task / "tests" / "test.sh").write_text("#!/bin/sh\n")
+    (task / "instruction.md").write_text("Do it.\n")
+    (task / "task.toml").write_text('[environment]\nskills_dir = "/root/.skills"\n')
+    rows = dict(resolved(load_task(task)))
+    assert "/root/.skills" in rows["skills"] and "not mounted" in rows["skills"]

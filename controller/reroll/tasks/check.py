@@ -177,16 +177,24 @@ def _runs(service: ServiceSpec, task_dir: Path) -> str:
 
 
 def _skills(task: Task) -> str:
-    """The skills of the task's ``environment/skills`` (what ``--skills with-skill`` mounts)."""
+    """The skills of the task's ``environment/skills`` (what ``--skills with-skill`` mounts), and
+    the image's ``environment.skills_dir`` (Harbor's), which reroll does not mount (issue 29, 13)."""
+    declared = task.spec.environment.skills_dir
+    image = (
+        f"; environment.skills_dir {declared}: not mounted (the image's own copy stays as built; "
+        "reroll mounts environment/skills at each agent's native skill paths with --skills with-skill)"
+        if declared
+        else ""
+    )
     folder = bundled_skills_dir(task.path)
     if not folder.is_dir():
-        return "none"
+        return "none" + image
     try:
         skills = load_skills(folder)
     except TaskError as exc:
-        return f"[red]{exc}[/red]"
+        return f"[red]{exc}[/red]{image}"
     found = ", ".join(f"{skill.name} ({skill.description or 'no description'})" for skill in skills)
-    return f"{folder.relative_to(task.path)}: {found}"
+    return f"{folder.relative_to(task.path)}: {found}{image}"
 
 
 def _keys(env: dict[str, str]) -> str:
