@@ -1,0 +1,159 @@
+"""Classify one oracle rollout of a conformance run from the evidence its run folder holds.
+
+A result is one of four classes:
+
+- ``pass``: the rollout ended ``ok`` with the oracle's reward (``rewards.reward`` of 1.0 or more).
+- ``needs-internet``: it failed and its logs show a host out of reach: a failed DNS lookup, a
+  refused or unreachable download (pip, uv/uvx, npm, git, curl, Hugging Face), or a FROM image
+  that is neither local nor pullable from a registry.
+- ``task-broken``: it failed because the task's own files are incomplete: its Dockerfile COPYs a
+  file the task folder lacks (e.g. a large file the corpus snapshot does not carry).
+- ``reroll-defect``: any other failure: the task needs nothing out of reach and its files are
+  whole, so reroll ran it differently from its own harness (or the stand-in image differs).
+
+The class is read from evidence only (error text, verifier output, logs), never from a list of
+task names; the evidence kept is the first line that decided the class and the last lines of the
+verifier's output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Verdict = Literal["pass", "reroll-defect", "needs-internet", "task-broken"]
+VERDICTS: tuple[Verdict, ...] = ("pass", "reroll-defect", "needs-internet", "task-broken")
+
+NETWORK_PATTERNS: tuple[str, ...] = (
+    r"Temporary failure in name resolution",
+    r"Could not resolve host",
+    r"Name or service not known",
+    r"nodename nor servname",
+    r"getaddrinfo (?:ENOTFOUND|EAI_AGAIN|failed)",
+    r"\bEAI_AGAIN\b",
+    r"Failed to establish a new connection",
+    r"Network is unreachable",
+    r"No route to host",
+    r"Could not fetch URL",
+    r"No matching distribution found for",
+    r"error sending request for url",
+    r"Failed to download",
+    r"dns error",
+    r"unable to access 'https?://",
+    r"Could not connect to (?:server|[\w.-]+:\d+)",
+    r"connect(?:ion)? timed out",
+    r"Max retries exceeded with url",
+    r"is not a local image and could not be pulled",
+    r"pull access denied",
+    r"LocalEntryNotFoundError",
+    r"We couldn't connect to 'https://huggingface.co'",
+)
+"""Lines that show a host out of reach (DNS, TCP, a package index, a registry)."""
+
+BROKEN_PATTERNS: tuple[str, ...] = (
+    r"COPY failed: .*(?:no such file or directory|not found)",
+    r"failed to compute cache key: .*not found",
+    r"failed to calculate checksum of ref .*not found",
+)
+"""Lines that show the task's own files are incomplete (a COPY of a file the folder lacks)."""
+
+_NETWORK = re.compile("|".join(NETWORK_PATTERNS), re.IGNORECASE)
+_BROKEN = re.compile("|".join(BROKEN_PATTERNS), re.IGNORECASE)
+_SCANNED_BYTES = 2_000_000
+"""At most this many bytes of each log file are read (its end)."""
+_TAIL_LINES = 6
+
+
+@dataclass(frozen=True)
+class Classified:
+    """One task's class, with the evidence for it."""
+
+    task: str
+    verdict: Verdict
+    status: str
+    reward: float | None
+    evidence: str
+    """The line that decided the class (or the error's first line); empty for a pass."""
+    verifier_tail: str
+    """The last lines of the verifier's output ('' when it never ran)."""
+
+
+def _read_tail(path: Path) -> str:
+    with path.open("rb") as handle:
+        size = path.stat().st_size
+        handle.seek(max(0, size - _SCANNED_BYTES))
+        return handle.read().decode("utf-8", "replace")
+
+
+def _logs(rollout: Path) -> list[tuple[Path, str]]:
+    """The text files of a rollout folder worth scanning (not its trajectory), in path order."""
+    found: list[tuple[Path, str]] = []
+    for path in sorted(rollout.rglob("*")):
+        if not path.is_file() or "trajectory" in path.parts or path.suffix in (".png", ".tar", ".gz"):
+            continue
+        try:
+            found.append((path, _read_tail(path)))
+        except OSError:
+            continue
+    return found
+
+
+def _first_match(pattern: re.Pattern[str], texts: list[tuple[Path, str]], root: Path) -> str:
+    for path, text in texts:
+        for line in text.splitlines():
+            if pattern.search(line):
+                return f"{path.relative_to(root)}: {line.strip()[:300]}"
+    return ""
+
+
+def _verifier_tail(rollout: Path) -> str:
+    for name in ("test-stdout.txt", "stdout.txt", "output.txt"):
+        for path in sorted((rollout / "verifier").rglob(name)) if (rollout / "verifier").is_dir() else []:
+            lines = [line for line in _read_tail(path).splitlines() if line.strip()]
+            return "\n".join(lines[-_TAIL_LINES:])
+    return ""
+
+
+def classify_rollout(rollout: Path, task: str) -> Classified:
+    """The class of the oracle rollout in the run folder `rollout` of task `task`.
+
+    Args:
+        rollout: a run folder (``result.json``, ``verifier/``, ``harness/`` …); a folder without a
+            ``result.json`` (the job died first) is a reroll defect.
+        task: the task's name, as the table shows it.
+
+    Returns:
+        The class, the status and reward read from ``result.json``, and the evidence.
+    """
+    result_path = rollout / "result.json"
+    result: dict[str, object] = {}
+    if result_path.is_file():
+        try:
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            result = {}
+    status = str(result.get("status") or "missing")
+    rewards = result.get("rewards")
+    reward = rewards.get("reward") if isinstance(rewards, dict) else None
+    reward = float(reward) if isinstance(reward, (int, float)) else None
+    tail = _verifier_tail(rollout)
+    if status == "ok" and reward is not None and reward >= 1.0:
+        return Classified(task, "pass", status, reward, "", tail)
+    texts = _logs(rollout)
+    error = str(result.get("error") or "")
+    if error:
+        texts.insert(0, (result_path, error))
+    if evidence := _first_match(_BROKEN, texts, rollout):
+        return Classified(task, "task-broken", status, reward, evidence, tail)
+    if evidence := _first_match(_NETWORK, texts, rollout):
+        return Classified(task, "needs-internet", status, reward, evidence, tail)
+    category = str(result.get("error_category") or "")
+    first = error.strip().splitlines()[0][:300] if error.strip() else ""
+    if not result:
+        first = "no result.json (the rollout never finished)"
+    elif not first:
+        first = f"status {status}, reward {reward}"
+    return Classified(task, "reroll-defect", status, reward, f"{category}: {first}".strip(": "), tail)
