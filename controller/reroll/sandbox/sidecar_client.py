@@ -566,17 +566,24 @@ class SidecarClient:
             call.cancel()  # a no-op after the end; stops the script when the caller was cancelled
         if result is None:
             raise SidecarError(f"sidecar {self.address} Verify: the stream ended without a result")
-        return VerifyOutcome(
-            hardening=report,
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            stdout=output["stdout"].value(),
-            stderr=output["stderr"].value(),
-            reward_file=result.reward_file,
-            reward_content=result.reward_content,
-            rewards=dict(result.rewards),
-            reward_error=result.reward_error,
-            pytest_report=result.pytest_report,
-            leftover=result.leftover,
-            cleanup=list(result.cleanup),
-        )
+        return _verify_outcome(result, report, output)
+
+
+def _verify_outcome(
+    result: pb.VerifyResult, report: HardeningReport, output: dict[str, OutputTail]
+) -> VerifyOutcome:
+    """The outcome of a Verify stream: its `result`, hardening `report` and the script's `output`."""
+    return VerifyOutcome(
+        hardening=report,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        stdout=output["stdout"].value(),
+        stderr=output["stderr"].value(),
+        reward_file=result.reward_file,
+        reward_content=result.reward_content,
+        rewards=dict(result.rewards),
+        reward_error=result.reward_error,
+        pytest_report=result.pytest_report,
+        leftover=result.leftover,
+        cleanup=list(result.cleanup),
+    )

@@ -311,6 +311,20 @@ async def verify(
         (output_dir / CLEANUP_FILE).write_text("\n".join(lines) + "\n")
     if outcome.leftover:
         raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
+    refuse_unscored(task, outcome, tail)
+    graded = _graded(outcome.reward_file, outcome.reward_content, dict(outcome.rewards), output_dir)
+    rewards = graded.flat() if graded is not None else outcome.rewards
+    return Verdict(rewards=rewards, duration_seconds=time.monotonic() - started, result=graded)
+
+
+def refuse_unscored(task: Task, outcome: VerifyOutcome, tail: str) -> None:
+    """Raise when the test script's reward is not the agent's: it could not run (`could_not_run`),
+    left no valid reward file, or crashed before its tests ran (`crashed_before_its_tests`).
+
+    Raises:
+        NeedsInternetError: it tried to download what it runs, and the sandbox has no internet.
+        VerifierError: otherwise; the message ends with `tail`, the end of its output.
+    """
     if (diagnosis := could_not_run(task, outcome)) is not None:
         error = NeedsInternetError if diagnosis.kind == "offline" else VerifierError
         raise error(f"{diagnosis.message()}; test output:\n{tail}")
@@ -323,9 +337,6 @@ async def verify(
             f"--ctrf without pytest-json-ctrf), so its reward {dict(outcome.rewards)} is not the agent's; "
             f"test output:\n{tail}"
         )
-    graded = _graded(outcome.reward_file, outcome.reward_content, dict(outcome.rewards), output_dir)
-    rewards = graded.flat() if graded is not None else outcome.rewards
-    return Verdict(rewards=rewards, duration_seconds=time.monotonic() - started, result=graded)
 
 
 def _graded(name: str, content: bytes, rewards: dict[str, float], output_dir: Path) -> VerifyResult | None:
