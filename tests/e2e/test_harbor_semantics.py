@@ -5,7 +5,9 @@ own) in the oracle and in ``test.sh``; ``test.sh`` run from the image's ``WORKDI
 configuration shipped with the tests read (not ``-c /dev/null``, rootdir not ``/dev``); a
 ``test.sh`` that passes pytest its own ``--junitxml`` scored by its reward file; the task's
 ``/logs/verifier`` kept whole in the run folder; ``version`` beside ``schema_version`` accepted.
-Two more show that a verifier that could not run is an error naming why, never ``ok 0.0``.
+Two more show that a verifier that could not run is an error naming why, never ``ok 0.0``, and
+one that the oracle keeps the task's skills its Dockerfile copies (as BenchFlow deploys them for
+its oracle) under the default ``--skills no-skill``.
 """
 
 from __future__ import annotations
@@ -123,3 +125,29 @@ def test_a_verifier_that_could_not_run_is_an_error_naming_why(
     result, _ = run_oracle(harbor_task(tmp_path, name, test_sh), tmp_path)
     assert (result["status"], result["error_category"]) == ("error", category), result
     assert named in result["error"], result["error"]
+
+
+SKILLS_DOCKERFILE = "FROM reroll/base:bookworm\nCOPY skills /opt/skills\nWORKDIR /app\n"
+SKILLS_SOLVE_SH = "#!/bin/sh\nset -e\nsh /opt/skills/greeter/scripts/greet.sh > /app/greeting.txt\n"
+SKILLS_TEST_SH = """#!/bin/sh
+mkdir -p /logs/verifier
+if [ "$(cat /app/greeting.txt)" = "hello from a skill" ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_the_oracle_keeps_the_skills_its_dockerfile_copies(tmp_path: Path) -> None:
+    task = write_files(
+        tmp_path / "skills",
+        {
+            "task.toml": TASK_TOML,
+            "instruction.md": "Greet with the skill.\n",
+            "environment/Dockerfile": SKILLS_DOCKERFILE,
+            "environment/skills/greeter/SKILL.md": "---\nname: greeter\ndescription: greets\n---\nRun it.\n",
+            "environment/skills/greeter/scripts/greet.sh": "echo 'hello from a skill'\n",
+            "solution/solve.sh": SKILLS_SOLVE_SH,
+            "tests/test.sh": SKILLS_TEST_SH,
+        },
+    )
+    result, _ = run_oracle(task, tmp_path)
+    assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result

@@ -28,7 +28,8 @@ class Skills(Extension):
 
     def configure(self, draft: Draft) -> None:
         """Select the skills (`select_skills`), record them in config.json, prepend the creator
-        scene of ``self-gen``, hide the task's bundled skills unless they are the ones mounted.
+        scene of ``self-gen``, hide the task's bundled skills unless they are the ones mounted or
+        an agent runs the task's reference solution (the oracle).
 
         Raises:
             TaskError: see `reroll.rollout.skills.select_skills`; a bad ``$REROLL_SKILL_NUDGE``.
@@ -40,7 +41,11 @@ class Skills(Extension):
         if self.selection.mode == "self-gen":
             draft.trial = self_gen_trial(draft.trial, draft.task.instruction)
             draft.config = draft.config.model_copy(update={"trial": draft.trial})
-        draft.task = with_skills_hidden(draft.task, draft.config.skill_source != "task_bundled")
+        # The reference solution may run a skill's script from the image, as BenchFlow deploys
+        # skills for its oracle: an agent that runs it keeps the task's bundled skills there.
+        runs_solution = any(agent.needs_solution for agent in draft.agents.values())
+        hidden = draft.config.skill_source != "task_bundled" and not runs_solution
+        draft.task = with_skills_hidden(draft.task, hidden)
 
     async def before_agent(self, run: Run) -> None:
         """Give the scheduler the scene hook that mounts each scene's skills and nudges prompts."""
