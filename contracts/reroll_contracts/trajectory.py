@@ -191,7 +191,7 @@ class ExchangeMetadata(_Record):
     fault: FaultNote | None = None
     """The fault injected at this step (`reroll_contracts.faults.FaultNote`), else None."""
     retry: RetryNote | None = None
-    """Set when the request repeats an earlier attempt (an SDK retry: `reroll_proxy.retries`)."""
+    """Set when the request repeats an earlier attempt (an SDK retry: `reroll_contracts.retries`)."""
 
 
 class Exchange(_Record):

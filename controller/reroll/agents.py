@@ -33,7 +33,7 @@ class AgentSpec(BaseModel):
     description: str
     """One line shown by ``reroll agents``."""
     api_format: FormatName | Literal["none"]
-    """The LLM API the agent speaks (a `reroll_proxy.formats` name); ``none`` for agents that call
+    """The LLM API the agent speaks (a `reroll_contracts.wire` name); ``none`` for agents that call
     no model (oracle)."""
     install: str | None = None
     """Shell script that installs the agent into ``$REROLL_AGENT_HOME``; run once, then cached."""

@@ -1,8 +1,10 @@
-"""reroll's LLM proxy: records, replays and cuts over an agent's LLM exchanges (one process per rollout).
+"""reroll's LLM proxy: records, replays and cuts over agents' LLM exchanges (one process per host).
 
-Modules: `exchange` (the trajectory line format), `sse` (event streams), `divergence` and
-`engine` (pure record/replay logic), `recorder` (durable appends), `contract` (the typed messages
-between controller and proxy: config, status, stop, ready file), `config` (reading the config),
-`server` (the aiohttp front end, `start_proxy`), `runtime` (process plumbing);
-``python -m reroll_proxy``.
+Modules: `engine`, `threads`, `divergence`, `volatile` (the pure record/replay/divergence logic),
+`retries` (SDK retries told from new turns), `translate`, `chat_anthropic`, `responses_chat`
+(translation between API formats), `faults` and `inject` (fault injection), `recorder` (durable
+appends), `respond` (serving a step), `asks` (the ask_user desk), `server`, `config`, `limits`,
+`endpoints_models`, `endpoints_websocket` (the aiohttp front end), `intercept` (the mitmproxy
+addon); ``python -m reroll_proxy``. The API formats, SSE and the files it shares with the
+controller are `reroll_contracts`'s.
 """

@@ -26,9 +26,9 @@ from pathlib import Path
 from reroll_contracts.childenv import hide_from_same_user
 from reroll_contracts.errors import ConfigError
 from reroll_contracts.proxy import ProxyConfig
+from reroll_contracts.service import run_service
 
 from reroll_proxy.config import load_config
-from reroll_proxy.runtime import run_service
 from reroll_proxy.server import start_proxy, start_shared
 
 

@@ -5,7 +5,7 @@ the same conversation as the recorded request the engine matched it with (`rerol
 the next exchange of its thread). `compare_requests` says where it does not, in any API format:
 the engine first removes the declared volatile parts (`reroll_proxy.volatile`), then both bodies
 are normalised to the common shape
-of `reroll_proxy.formats.normal` (messages as role + content blocks, tools, model
+of `reroll_contracts.wire.normal` (messages as role + content blocks, tools, model
 parameters), which ignores what legitimately varies: ids (response, tool-call, tool-use),
 timestamps, ``cache_control``, signatures, whitespace around strings, text split into several
 parts, JSON formatting of tool-call arguments, ``model`` (a continuation swaps it), streaming
@@ -28,9 +28,8 @@ from typing import Any
 
 import orjson
 from reroll_contracts.proxy import Classification, Divergence
-
-from reroll_proxy.formats import format_named
-from reroll_proxy.formats.normal import NormalRequest
+from reroll_contracts.wire import format_named
+from reroll_contracts.wire.normal import NormalRequest
 
 MAX_DIFF_LINES = 40
 """Longest `Divergence.diff`, in lines (longer diffs are cut, with a last line saying so)."""
@@ -46,7 +45,7 @@ def compare_requests(
     Args:
         recorded_body: the recorded request body.
         live_body: the request body the agent sent now.
-        api_format: both bodies' format name (see `reroll_proxy.formats`).
+        api_format: both bodies' format name (see `reroll_contracts.wire`).
 
     Returns:
         None when the normalised requests are equal, else the first difference.

@@ -27,8 +27,8 @@ import orjson
 from aiohttp import web
 from reroll_contracts.proxy import UpstreamConfig
 from reroll_contracts.trajectory import Exchange
+from reroll_contracts.wire import format_for_path, format_named
 
-from reroll_proxy.formats import format_for_path, format_named
 from reroll_proxy.respond import error_response
 from reroll_proxy.volatile import Volatility
 

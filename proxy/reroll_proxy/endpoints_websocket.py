@@ -19,8 +19,7 @@ import logging
 from dataclasses import dataclass
 
 from aiohttp import web
-
-from reroll_proxy.formats import format_named
+from reroll_contracts.wire import format_named
 
 log = logging.getLogger("reroll_proxy")
 REFUSAL_STATUS = 426

@@ -33,7 +33,7 @@ servable exchange. An arriving request is matched in this order:
 3. matching no thread: it diverges from the first unserved servable exchange (the summary
    says it matches no recorded thread).
 
-A recorded attempt that an SDK retried after its connection dropped (`reroll_proxy.retries`) is
+A recorded attempt that an SDK retried after its connection dropped (`reroll_contracts.retries`) is
 not servable: the agent, whose connection no longer drops, asks once and gets the retry's answer.
 
 In 2 and 3, when every servable exchange was served, or a request already went live, the
@@ -74,11 +74,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reroll_contracts.proxy import Divergence, DivergencePolicy, StepDivergence
+from reroll_contracts.retries import superseded
 from reroll_contracts.trajectory import Exchange
+from reroll_contracts.wire import format_for_path, format_named
 
 from reroll_proxy.divergence import compare_normal, format_changed
-from reroll_proxy.formats import format_for_path, format_named
-from reroll_proxy.retries import superseded
 from reroll_proxy.threads import ThreadBook, Turn, assign_threads
 from reroll_proxy.volatile import Volatility
 
@@ -174,7 +174,7 @@ class ReplayEngine:
     """The thread of each recorded exchange (`reroll_proxy.threads.assign_threads`)."""
     superseded: list[int] = field(default_factory=list, init=False)
     """Servable recorded attempts an SDK retried after its connection dropped: never served, the
-    retry's answer is (`reroll_proxy.retries.superseded`)."""
+    retry's answer is (`reroll_contracts.retries.superseded`)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.cut_index <= len(self.recorded):
@@ -256,7 +256,7 @@ class ReplayEngine:
 
         Args:
             step_body: the request's JSON body.
-            api_format: the request's API format name (see `reroll_proxy.formats`).
+            api_format: the request's API format name (see `reroll_contracts.wire`).
 
         Returns:
             The decision; `Replay` and `Live` advance the step counter.

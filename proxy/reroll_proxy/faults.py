@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reroll_contracts.faults import FaultNote, FaultPlan, FaultRule, MalformedFault, ResetFault, StatusFault
-
-from reroll_proxy.formats import WireFormat
+from reroll_contracts.wire import WireFormat
 
 MALFORMED_BODY = (
     b'{"id": "reroll-fault", "object": "chat.completion", "choices": [{"index": 0, "message": {"ro'

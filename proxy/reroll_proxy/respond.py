@@ -35,10 +35,10 @@ from reroll_contracts.trajectory import (
     SseEvent,
     sanitize_headers,
 )
+from reroll_contracts.wire import WireFormat
+from reroll_contracts.wire.sse import SseParser, encode_event
 
-from reroll_proxy.formats import WireFormat
 from reroll_proxy.recorder import Recorder
-from reroll_proxy.sse import SseParser, encode_event
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 _NOT_FORWARDED = frozenset(

@@ -6,27 +6,17 @@ across the attempts of one call. A retry is recorded with a `RetryNote` in
 ``metadata.retry``: its attempt number and the step of the attempt it repeats (the latest
 earlier request with the same idempotency key, else with the same body bytes).
 
-An attempt whose connection dropped before its answer was recorded left no line (the proxy
-cancels its handler): its retry is then a retry of nothing served (``of_step`` None), and a
-replay serves it like any turn. An attempt dropped after it was recorded (a stream whose last
-event the agent never got) does leave one. What a replay does with that (`superseded`): when
-the attempt a retry repeats got a complete, successful answer (status < 400, no error) the agent
-still sent the request again, so its connection dropped before the answer arrived: the agent
-went on with the retry's answer. That attempt is *superseded*: a replay never serves it (the
-agent, whose connection no longer drops, sends the request once and is served the retry's
-answer) and the fidelity report lists it as ``retried``, not ``missing``. An attempt that got an
-error keeps its place: the agent saw the error, and in the replay sees it again and retries again.
-So does an attempt that carries an injected fault (``metadata.fault``, e.g. a stream cut after
-some events): a replay reproduces the fault, and the agent retries as it did.
+What a replay does with the attempts a retry repeats is read from the recording by
+`reroll_contracts.retries.superseded`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from reroll_contracts.trajectory import Exchange, RetryNote
+from reroll_contracts.trajectory import RetryNote
 
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 """The SDKs' attempt counter: 0 on the first attempt."""
@@ -68,29 +58,3 @@ def _retry_count(value: str | None) -> int:
         return max(0, int(value)) if value is not None else 0
     except ValueError:
         return 0
-
-
-def superseded(exchanges: Sequence[Exchange]) -> set[int]:
-    """The positions of the recorded attempts a replay skips (see the module docstring).
-
-    Args:
-        exchanges: the recorded exchanges, in recorded order.
-
-    Returns:
-        0-based positions in `exchanges`.
-    """
-    position = {
-        exchange.metadata.step if exchange.metadata.step is not None else i: i
-        for i, exchange in enumerate(exchanges)
-    }
-    skipped = set()
-    for exchange in exchanges:
-        retry = exchange.metadata.retry
-        if retry is None or retry.of_step is None or retry.of_step not in position:
-            continue
-        index = position[retry.of_step]
-        attempt = exchanges[index]
-        answered = 0 < attempt.response.status_code < 400 and attempt.metadata.error is None
-        if answered and attempt.metadata.fault is None:
-            skipped.add(index)
-    return skipped

@@ -74,7 +74,9 @@ from reroll_contracts.proxy import (
     RolloutAdded,
     RolloutRegistration,
 )
+from reroll_contracts.service import base_url_for, write_ready_file
 from reroll_contracts.trajectory import Place, Source, load_trajectory, sanitize_headers
+from reroll_contracts.wire import WireFormat, all_formats, format_for_path, format_named
 
 from reroll_proxy.asks import AskDesk
 from reroll_proxy.endpoints_models import COUNT_TOKENS_PATHS, MODELS_PATHS, ModelEndpoints
@@ -82,13 +84,11 @@ from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
 from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
 from reroll_proxy.faults import IN_PLACE, FaultSelector, last_message_text
-from reroll_proxy.formats import WireFormat, all_formats, format_for_path, format_named
 from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
 from reroll_proxy.limits import read_body_in_time, runner_options
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, now_iso, parse_json
 from reroll_proxy.retries import RetryTracker
-from reroll_proxy.runtime import base_url_for, write_ready_file
 from reroll_proxy.translate import translation_for
 from reroll_proxy.volatile import Volatility
 

@@ -2,7 +2,7 @@
 
 An agent may run several conversations with the model at once — subagents, side calls
 (titles, commit messages, summaries) — so its requests form *threads*. A request, normalised
-(`Turn`: the API format and the normal form of `reroll_proxy.formats.normal`, volatile parts
+(`Turn`: the API format and the normal form of `reroll_contracts.wire.normal`, volatile parts
 removed by `reroll_proxy.volatile`), continues a thread when the thread's last request's
 messages are a prefix of its own and either
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reroll_proxy.formats.normal import NormalRequest
+from reroll_contracts.wire.normal import NormalRequest
 
 EXTENDS = 2
 """Rank of a request that continues a thread with its answer and more."""
@@ -38,7 +38,7 @@ class Turn:
     """A request as matching sees it."""
 
     api_format: str
-    """The request's API format name (`reroll_proxy.formats`)."""
+    """The request's API format name (`reroll_contracts.wire`)."""
     request: NormalRequest
     """Its normal form, volatile parts removed."""
 

@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 from reroll_contracts.errors import TranslationError, UntranslatableError
 from reroll_contracts.trajectory import SseEvent
+from reroll_contracts.wire import WireFormat, all_formats, format_named
 
 from reroll_proxy import chat_anthropic, responses_chat
-from reroll_proxy.formats import WireFormat, all_formats, format_named
 from reroll_proxy.respond import EventSource, parse_json
 
 Body = dict[str, Any]

@@ -11,7 +11,7 @@ other difference still is:
    root, the recorded sandbox's too) and the agent's declared rules (``volatile:`` in an agent
    declaration, `reroll.agents.AgentSpec.volatile`) — e.g. a datetime in the system prompt,
    ``Chunk ID: …`` in a tool's output, ``client_metadata.session_id``;
-2. per API format, the normal form (`reroll_proxy.formats.normal`): ids, timestamps,
+2. per API format, the normal form (`reroll_contracts.wire.normal`): ids, timestamps,
    ``cache_control`` and signatures (``VOLATILE_KEYS``) at any depth, and the body fields that are
    not model parameters (``IGNORED_PARAMS``: ``model``, ``metadata``, ``user``...).
 

@@ -253,7 +253,7 @@ moments the proxy was not scheduled to whatever call it was in (often a socket w
 FORWARDER = """
 import asyncio, sys, aiohttp, uvloop
 from aiohttp import web
-from reroll_proxy.runtime import write_ready_file
+from reroll_contracts.service import write_ready_file
 
 async def main(upstream, ready_file):
     session = aiohttp.ClientSession()

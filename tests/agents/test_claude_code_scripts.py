@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from reroll.models.scripted import answer_for, load_script
 from reroll.models.scripted_answers import answer_body, turn_index
-from reroll_proxy.formats import format_named
+from reroll_contracts.wire import format_named
 
 from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by
 

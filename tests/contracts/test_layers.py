@@ -35,6 +35,11 @@ LAYERS: dict[str, int] = {
 packages only where noted in `SAME_LAYER`, lower layers always. view and export read run
 folders: they sit just above runfolder, neither importing the other nor the rollout stack."""
 SAME_LAYER = {("models", "host"), ("sandbox", "host"), ("settings", "models")}
+PROXY_LAUNCHERS = {"host/llm_proxy.py", "host/intercept.py"}
+"""The controller modules that start the LLM proxy's process (``python -m reroll_proxy``, the
+mitmproxy addon file of its package): the only ones that may name `reroll_proxy`. Every other
+module reads what the proxy writes through the contracts (`reroll_contracts.wire`, the run
+folder's models): readers sit below writers."""
 
 
 def _imports(file: Path) -> set[str]:
@@ -46,6 +51,38 @@ def _imports(file: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
     return found
+
+
+def _proxy_references(file: Path) -> set[str]:
+    """Where `file` reaches into the proxy's package: imports of ``reroll_proxy…`` (top-level or
+    lazy) and calls naming it by a string (``import_module``, ``resources.files``, ``python -m``)."""
+    named = {name for name in _imports(file) if name.split(".")[0] == "reroll_proxy"}
+    found = {f"imports {name}" for name in named}
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.Call):
+            found.update(
+                f"a call names {arg.value!r}"
+                for arg in node.args
+                if isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+                and arg.value.split(".")[0] == "reroll_proxy"
+            )
+    return found
+
+
+def test_only_the_proxy_launchers_of_the_controller_name_the_proxy_package() -> None:
+    offenders = [
+        f"{file.relative_to(ROOT)}: {reference}"
+        for file in sorted(CONTROLLER.rglob("*.py"))
+        if file.relative_to(CONTROLLER).as_posix() not in PROXY_LAUNCHERS
+        for reference in sorted(_proxy_references(file))
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("launcher", sorted(PROXY_LAUNCHERS))
+def test_every_proxy_launcher_still_starts_the_proxy(launcher: str) -> None:
+    assert _proxy_references(CONTROLLER / launcher), f"{launcher}: no longer names reroll_proxy"
 
 
 @pytest.mark.parametrize("component", ["proxy", "sidecar", "contracts"])

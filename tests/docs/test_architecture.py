@@ -2,7 +2,7 @@
 and every sub-package of ``reroll``, so a package added without a word in the map fails here.
 
 A package counts as named when a code span of the page (between backticks) is its folder, its
-import name, or (inside ``reroll``) its path below ``controller/reroll/``: ``reroll_proxy/formats/``,
+import name, or (inside ``reroll``) its path below ``controller/reroll/``: ``reroll_contracts/wire/``,
 ``reroll.sandbox.local``, ``sandbox/local/``.
 """
 
@@ -43,17 +43,17 @@ def test_the_page_names_every_package() -> None:
     missing = sorted(set(packages()) - named(ARCHITECTURE.read_text()))
     assert not missing, (
         f"{ARCHITECTURE}: no paragraph or table row names the packages {missing}; name each in "
-        "backticks (`sandbox/local/` below controller/reroll/, `reroll_proxy/formats/` elsewhere)"
+        "backticks (`sandbox/local/` below controller/reroll/, `reroll_contracts/wire/` elsewhere)"
     )
 
 
 def test_the_packages_found_include_each_component_and_nested_ones() -> None:
     found = set(packages())
     assert {"reroll", "reroll_contracts", "reroll_sidecar", "reroll_proxy", "reroll_protos"} <= found
-    assert {"reroll.sandbox.local", "reroll_proxy.formats"} <= found
+    assert {"reroll.sandbox.local", "reroll_contracts.wire"} <= found
 
 
 def test_a_package_the_page_does_not_name_is_reported() -> None:
     assert "reroll.sandbox.local" in named("the backends: `sandbox/local/` and more")
     assert "reroll.sandbox.local" not in named("the backends: `local/` and more")
-    assert "reroll_proxy.formats" in named("`proxy/reroll_proxy/formats/`")
+    assert "reroll_contracts.wire" in named("`contracts/reroll_contracts/wire/`")

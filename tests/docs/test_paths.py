@@ -3,7 +3,7 @@ without its page fails here, naming the page and the line.
 
 Read are the code spans (between backticks) of README.md and docs/*.md that name something of
 this repository: a path from the top (``controller/reroll/cli/app.py``, ``tests/e2e/``), a path
-inside an import package (``reroll/sandbox/installs.py``, ``reroll_proxy/formats/``) or a dotted
+inside an import package (``reroll/sandbox/installs.py``, ``reroll_contracts/wire/``) or a dotted
 module name (``reroll.rollout.start``, ``reroll.RolloutSettings``: the last part may be a name the
 module defines). Paths relative to a task (``tests/test.sh``) and image names
 (``reroll/base:bookworm``) are not of the repository and are left alone.
@@ -128,7 +128,8 @@ def test_every_path_and_module_the_pages_name_exists() -> None:
         ("controller/reroll/cli/gone.py", True),
         ("reroll/sandbox/installs.py", False),
         ("reroll/tasks.py", True),
-        ("reroll_proxy/formats/", False),
+        ("reroll_contracts/wire/", False),
+        ("reroll_proxy/formats/", True),
         ("reroll.rollout.start", False),
         ("reroll.rollout.start.start_rollout", False),
         ("reroll.RolloutSettings", False),

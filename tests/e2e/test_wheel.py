@@ -72,7 +72,7 @@ def test_the_wheel_carries_every_file_of_the_five_packages(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         in_wheel = {name for name in archive.namelist() if ".dist-info/" not in name}
     assert in_wheel == in_tree, f"only in the wheel: {in_wheel - in_tree}; missing: {in_tree - in_wheel}"
-    assert {"reroll_proxy/formats/openai_chat.py", "reroll/images/sidecar/reroll-sidecar.spec"} <= in_wheel
+    assert {"reroll_contracts/wire/openai_chat.py", "reroll/images/sidecar/reroll-sidecar.spec"} <= in_wheel
 
 
 def test_a_rollout_runs_from_the_installed_wheel(

@@ -18,7 +18,7 @@ from reroll.host.shared_process import MODE_ENV
 from reroll.models.scripted import SCRIPTS_ROUTE, ModelScript, load_script, own_turns
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll_contracts.errors import InfrastructureError, ModelError
-from reroll_proxy.formats import format_named
+from reroll_contracts.wire import format_named
 
 from tests.conftest import spawning
 

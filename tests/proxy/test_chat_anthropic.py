@@ -7,6 +7,7 @@ import json
 import pytest
 from reroll_contracts.errors import TranslationError
 from reroll_contracts.trajectory import SseEvent
+from reroll_contracts.wire import format_named
 from reroll_proxy.chat_anthropic import (
     DEFAULT_MAX_TOKENS,
     chat_to_messages,
@@ -14,7 +15,6 @@ from reroll_proxy.chat_anthropic import (
     message_to_completion,
     messages_to_chat,
 )
-from reroll_proxy.formats import format_named
 from reroll_proxy.respond import EventSource
 from reroll_proxy.translate import translation_for
 

@@ -13,11 +13,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reroll_contracts.proxy import Divergence, DivergencePolicy, StepDivergence
+from reroll_contracts.retries import superseded
 from reroll_contracts.trajectory import Exchange
+from reroll_contracts.wire import format_for_path, format_named
 from reroll_proxy.divergence import compare_normal, format_changed
 from reroll_proxy.engine import Abort, Decision, Exhausted, Live, Replay, ReplayEngine
-from reroll_proxy.formats import format_for_path, format_named
-from reroll_proxy.retries import superseded
 from reroll_proxy.threads import ThreadBook, Turn, assign_threads
 from reroll_proxy.volatile import Volatility
 

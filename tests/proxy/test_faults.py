@@ -8,8 +8,8 @@ import orjson
 import pytest
 from reroll_contracts.errors import FaultPlanError
 from reroll_contracts.faults import FaultPlan, StatusFault, load_plan
+from reroll_contracts.wire import format_named
 from reroll_proxy.faults import FaultSelector, last_message_text, status_response
-from reroll_proxy.formats import format_named
 
 PATH = "/v1/chat/completions"
 

@@ -1,19 +1,20 @@
-"""SDK retries: told from new turns by their headers, and skipped by a replay when the attempt they
-repeat was answered but never delivered (pure: fed requests and recorded exchanges by hand)."""
+"""SDK retries: told from new turns by their headers, and served by the replay engine in place of
+the attempt they repeat when it was answered but never delivered (`reroll_contracts.retries`
+says which; pure: fed requests and recorded exchanges by hand)."""
 
 from __future__ import annotations
 
 import json
 import urllib.parse
 from http.client import HTTPConnection
-from typing import Any
 
 import pytest
 from multidict import CIMultiDict
-from reroll_contracts.trajectory import Exchange, RetryNote
+from reroll_contracts.trajectory import RetryNote
 from reroll_proxy.engine import Replay, ReplayEngine
-from reroll_proxy.retries import RetryTracker, superseded
+from reroll_proxy.retries import RetryTracker
 
+from tests.contracts.test_retries import exchange
 from tests.proxy.conftest import AGENT_MODEL, TOKEN, Service, StartProxy
 from tests.proxy.test_engine import request
 
@@ -38,27 +39,9 @@ def test_a_retry_count_or_a_repeated_idempotency_key_is_a_retry_of_the_earlier_a
     assert tracker.observe(headers(x_stainless_retry_count="x"), b"B", 7) is None  # junk is no retry
 
 
-def exchange(
-    step: int, body: dict[str, Any], status: int = 200, retry_of: int | None = None, fault: str | None = None
-) -> Exchange:
-    metadata: dict[str, Any] = {"step": step}
-    if retry_of is not None:
-        metadata["retry"] = {"attempt": 1, "of_step": retry_of}
-    if fault is not None:
-        metadata["fault"] = {"rule": "r0", "spec": {"kind": fault}}
-    return Exchange.model_validate(
-        {
-            "request": {"timestamp": "t", "path": "/v1/chat/completions", "body": body},
-            "response": {"timestamp": "t", "status_code": status, "body": {"answer": step}},
-            "metadata": metadata,
-        }
-    )
-
-
 def test_a_dropped_answer_is_superseded_by_its_retry_and_the_replay_serves_the_retry() -> None:
     # Step 0 was answered but the agent's connection dropped: it retried (step 1) and went on.
     exchanges = [exchange(0, request(0)), exchange(1, request(0), retry_of=0), exchange(2, request(1))]
-    assert superseded(exchanges) == {0}
     engine = ReplayEngine(exchanges, cut_index=3, has_live_upstream=False, divergence_policy="strict")
     assert engine.superseded == [0]
     first, second = engine.decide(request(0)), engine.decide(request(1))
@@ -70,8 +53,8 @@ def test_an_attempt_that_got_an_error_keeps_its_place() -> None:
     # Step 0 answered 500: the agent saw it and retried; a replay serves the error again.
     exchanges = [exchange(0, request(0), status=500), exchange(1, request(0), retry_of=0)]
     exchanges.append(exchange(2, request(1)))
-    assert superseded(exchanges) == set()
     engine = ReplayEngine(exchanges, cut_index=3, has_live_upstream=False, divergence_policy="strict")
+    assert engine.superseded == []
     decisions = [engine.decide(body) for body in (request(0), request(0), request(1))]
     assert [d.index if isinstance(d, Replay) else None for d in decisions] == [0, 1, 2]
 
@@ -80,7 +63,10 @@ def test_an_attempt_cut_by_an_injected_fault_keeps_its_place() -> None:
     # Step 0's stream was cut by the fault plan (status 200, metadata.fault): a replay reproduces
     # the cut, so the agent retries again and gets step 1.
     exchanges = [exchange(0, request(0), fault="cut"), exchange(1, request(0), retry_of=0)]
-    assert superseded(exchanges) == set()
+    engine = ReplayEngine(exchanges, cut_index=2, has_live_upstream=False, divergence_policy="strict")
+    assert engine.superseded == []
+    decisions = [engine.decide(body) for body in (request(0), request(0))]
+    assert [d.index if isinstance(d, Replay) else None for d in decisions] == [0, 1]
 
 
 @pytest.mark.spawns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reroll_proxy.formats import format_named
+from reroll_contracts.wire import format_named
 from reroll_proxy.threads import EXTENDS, RETRY, ThreadBook, Turn, assign_threads, continuation_rank
 
 

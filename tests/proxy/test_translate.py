@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from reroll_contracts.errors import TranslationError
-from reroll_proxy.formats import format_named
+from reroll_contracts.wire import format_named
 from reroll_proxy.translate import supported_pairs, translation_for
 
 from tests.conftest import spawning

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from reroll.runfolder.conversation import _Normaliser
-from reroll_proxy.formats import format_named
+from reroll_contracts.wire import format_named
 
 from tests.export.conftest import in_format
 

@@ -61,10 +61,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from reroll_contracts.errors import ModelError, RequestShapeError
 from reroll_contracts.proxy import FormatName
-from reroll_proxy.formats import WireFormat, all_formats, format_named
-from reroll_proxy.formats.normal import NormalRequest
-from reroll_proxy.runtime import base_url_for, run_service, write_ready_file
-from reroll_proxy.sse import encode_event
+from reroll_contracts.service import base_url_for, run_service, write_ready_file
+from reroll_contracts.wire import WireFormat, all_formats, format_named
+from reroll_contracts.wire.normal import NormalRequest
+from reroll_contracts.wire.sse import encode_event
 
 from reroll.models.scripted_answers import Answer, ToolCall, answer_body, count_prompt_tokens, turn_index
 
@@ -126,7 +126,7 @@ class ScriptedTurn(BaseModel):
 class ThreadMatch(BaseModel):
     """Which requests a script thread answers: every condition given must hold (none: all).
 
-    Texts are those of the request normalised to `reroll_proxy.formats.normal.NormalRequest`
+    Texts are those of the request normalised to `reroll_contracts.wire.normal.NormalRequest`
     (the same for all three API formats); the patterns are Python regular expressions,
     searched (not anchored).
     """

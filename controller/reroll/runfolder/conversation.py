@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 import orjson
 from reroll_contracts.trajectory import Exchange
-from reroll_proxy.formats import WireFormat, format_named
-from reroll_proxy.formats.normal import NormalUsage
+from reroll_contracts.wire import WireFormat, format_named
+from reroll_contracts.wire.normal import NormalUsage
 
 TurnSource = Literal["system", "user", "agent"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 from reroll_contracts.proxy import Divergence
 from reroll_contracts.trajectory import Exchange
-from reroll_proxy.formats.normal import NormalUsage
+from reroll_contracts.wire.normal import NormalUsage
 
 from reroll.runfolder.asks import AskRecord, load_asks
 from reroll.runfolder.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of

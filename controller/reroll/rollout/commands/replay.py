@@ -25,8 +25,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 from reroll_contracts.errors import RunFolderError
+from reroll_contracts.retries import superseded
 from reroll_contracts.trajectory import load_trajectory
-from reroll_proxy.retries import superseded
 from rich.console import Console
 
 from reroll.rollout.checkpoint import open_checkpoint
@@ -46,7 +46,7 @@ class StepReport(BaseModel):
     """``match``: the request equalled the recording; ``diverged``: it differed (served anyway);
     ``missing``: the agent never sent it (it stopped or crashed earlier); ``retried``: an attempt
     the agent's SDK sent again after its connection dropped, never replayed (the retry's answer
-    is: `reroll_proxy.retries`)."""
+    is: `reroll_contracts.retries`)."""
     detail: str = ""
     """The divergence's one-line summary, or why the step is missing."""
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from reroll.models.scripted_answers import Answer, ToolCall, answer_body
-from reroll_proxy.formats import all_formats, format_for_path, format_named
-from reroll_proxy.sse import SseParser, encode_event
+from reroll_contracts.wire import all_formats, format_for_path, format_named
+from reroll_contracts.wire.sse import SseParser, encode_event
 
 ANSWER = Answer(
     index=2,

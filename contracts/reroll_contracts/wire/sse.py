@@ -5,7 +5,7 @@
   event-stream rules: ``\\n``, ``\\r\\n`` or ``\\r`` line ends, ``:`` comments, multi-line
   ``data``; ``id`` and ``retry`` fields are ignored).
 - `encode_event` is its inverse for one event.
-- `json_payloads` and `pieces` help the per-format modules (`reroll_proxy.formats`) fold
+- `json_payloads` and `pieces` help the per-format modules (`reroll_contracts.wire`) fold
   events into a body and split a body into events.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
+
 from reroll_contracts.trajectory import SseEvent
 
 

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import orjson
-from reroll_contracts.trajectory import DONE, SseEvent
 
-from reroll_proxy.formats import normal
-from reroll_proxy.formats.normal import NormalRequest, NormalResponse
-from reroll_proxy.sse import json_payloads, pieces
+from reroll_contracts.trajectory import DONE, SseEvent
+from reroll_contracts.wire import normal
+from reroll_contracts.wire.normal import NormalRequest, NormalResponse
+from reroll_contracts.wire.sse import json_payloads, pieces
 
 
 class OpenAIAuthAndErrors:
@@ -38,7 +38,7 @@ class OpenAIAuthAndErrors:
 
 
 class OpenAIChat(OpenAIAuthAndErrors):
-    """The Chat Completions `reroll_proxy.formats.WireFormat`."""
+    """The Chat Completions `reroll_contracts.wire.WireFormat`."""
 
     name: Final = "openai-chat"
     paths = ("/v1/chat/completions", "/chat/completions")

@@ -7,7 +7,7 @@ A stream is ``response.created``, ``response.in_progress``, per output item
 ``response.function_call_arguments.delta`` / ``.done``; a reasoning summary through
 ``response.reasoning_summary_part.added`` / ``response.reasoning_summary_text.delta`` ...),
 and a last ``response.completed`` (or ``.incomplete`` / ``.failed``) carrying the whole
-response. Errors and auth are OpenAI's (see `reroll_proxy.formats.openai_chat`).
+response. Errors and auth are OpenAI's (see `reroll_contracts.wire.openai_chat`).
 
 Normalisation: ``instructions`` becomes the first message; ``input`` (a string, or a list of
 items) gives one message per item: ``message`` items by role, ``function_call`` an assistant
@@ -21,12 +21,12 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 import orjson
-from reroll_contracts.trajectory import SseEvent
 
-from reroll_proxy.formats import normal
-from reroll_proxy.formats.normal import NormalRequest, NormalResponse
-from reroll_proxy.formats.openai_chat import OpenAIAuthAndErrors
-from reroll_proxy.sse import json_payloads, pieces
+from reroll_contracts.trajectory import SseEvent
+from reroll_contracts.wire import normal
+from reroll_contracts.wire.normal import NormalRequest, NormalResponse
+from reroll_contracts.wire.openai_chat import OpenAIAuthAndErrors
+from reroll_contracts.wire.sse import json_payloads, pieces
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 """Events that end a Responses stream."""
@@ -34,7 +34,7 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text"})
 
 
 class OpenAIResponses(OpenAIAuthAndErrors):
-    """The OpenAI Responses `reroll_proxy.formats.WireFormat`."""
+    """The OpenAI Responses `reroll_contracts.wire.WireFormat`."""
 
     name: Final = "openai-responses"
     paths = ("/v1/responses", "/responses")

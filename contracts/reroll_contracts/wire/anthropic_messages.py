@@ -26,11 +26,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import orjson
-from reroll_contracts.trajectory import SseEvent
 
-from reroll_proxy.formats import normal
-from reroll_proxy.formats.normal import NormalRequest, NormalResponse
-from reroll_proxy.sse import json_payloads, pieces
+from reroll_contracts.trajectory import SseEvent
+from reroll_contracts.wire import normal
+from reroll_contracts.wire.normal import NormalRequest, NormalResponse
+from reroll_contracts.wire.sse import json_payloads, pieces
 
 ANTHROPIC_VERSION = "2023-06-01"
 """Sent upstream as ``anthropic-version`` when the agent sent none."""
@@ -44,7 +44,7 @@ _EMPTY_BLOCKS: dict[str, dict[str, Any]] = {
 
 
 class AnthropicMessages:
-    """The Anthropic Messages `reroll_proxy.formats.WireFormat`."""
+    """The Anthropic Messages `reroll_contracts.wire.WireFormat`."""
 
     name: Final = "anthropic-messages"
     paths = ("/v1/messages", "/messages")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from reroll_contracts.trajectory import SseEvent
-from reroll_proxy.formats.openai_chat import assemble_chat_completion, completion_to_events
-from reroll_proxy.sse import SseParser, encode_event
+from reroll_contracts.wire.openai_chat import assemble_chat_completion, completion_to_events
+from reroll_contracts.wire.sse import SseParser, encode_event
 
 
 def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> SseEvent:

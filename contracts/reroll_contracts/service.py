@@ -1,4 +1,4 @@
-"""Process plumbing shared by the proxy and the scripted model server (``python -m`` entry points).
+"""A host-side service process (the LLM proxy, the scripted model server: ``python -m`` entry points).
 
 - `base_url_for` is the URL clients use for a listening address.
 - `write_ready_file` announces a listening server the way `reroll.host.child_process.ChildProcess`

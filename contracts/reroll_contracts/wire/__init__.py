@@ -1,4 +1,7 @@
-"""The API formats the proxy speaks, one small module per format behind `WireFormat`.
+"""The provider API formats, one small module per format behind `WireFormat` (pure: no I/O).
+
+The proxy speaks them; the controller's run-folder readers, viewers and exporters read recorded
+bodies through them, and the scripted model server answers in them.
 
 ============================  ======================================  ===================
 name                          agent-facing paths                      upstream path
@@ -21,8 +24,7 @@ from typing import Any, Protocol
 
 from reroll_contracts.proxy import FormatName
 from reroll_contracts.trajectory import SseEvent
-
-from reroll_proxy.formats.normal import NormalRequest, NormalResponse
+from reroll_contracts.wire.normal import NormalRequest, NormalResponse
 
 
 class WireFormat(Protocol):
@@ -78,7 +80,7 @@ class WireFormat(Protocol):
         ...
 
     def normalise(self, body: dict[str, Any]) -> NormalRequest:
-        """The request `body` in the common shape (`reroll_proxy.formats.normal`)."""
+        """The request `body` in the common shape (`reroll_contracts.wire.normal`)."""
         ...
 
     def normalise_response(self, body: dict[str, Any]) -> NormalResponse:
@@ -90,7 +92,7 @@ class WireFormat(Protocol):
 @functools.cache
 def all_formats() -> tuple[WireFormat, ...]:
     """Every format, Chat Completions first."""
-    from reroll_proxy.formats import anthropic_messages, openai_chat, openai_responses
+    from reroll_contracts.wire import anthropic_messages, openai_chat, openai_responses
 
     return (openai_chat.FORMAT, openai_responses.FORMAT, anthropic_messages.FORMAT)
 

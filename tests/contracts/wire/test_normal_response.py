@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from reroll_proxy.formats import all_formats, format_named
+from reroll_contracts.wire import all_formats, format_named
 
 CHAT_ANSWER: dict[str, Any] = {
     "id": "chatcmpl-1",
