@@ -114,6 +114,29 @@ def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
 
 @pytest.mark.slow
 @pytest.mark.spawns
+def test_a_catalogue_image_named_as_a_map_target_is_built_not_pulled(
+    tmp_path: Path, variant_images: dict[str, str]
+) -> None:
+    """Issue 29: ``--image-map SRC=reroll/debian:VARIANT`` on a machine without that alias made
+    Docker pull it (there is no such image in any registry); now the catalogue image is built (here
+    only its alias is missing: debootstrapping it again would take minutes) and tagged."""
+    client = docker.from_env()
+    alias = "reroll/debian:trixie"
+    try:
+        if any(alias in image.tags for image in client.images.list(name="reroll/debian")):
+            client.images.remove(alias)  # the tag only: the image keeps its hashed tag
+        task = load_task(_write_task(tmp_path / "mapped", f"FROM {MISSING}\nRUN touch /mapped\n"))
+        tag = task_image(client, task, BASE_ALIAS, image_map={MISSING: alias})
+        release = client.containers.run(tag, ["cat", "/etc/os-release", "/mapped"], remove=True)
+        assert b"VERSION_CODENAME=trixie" in release
+        assert client.images.get(alias).id == client.images.get(variant_images["trixie"]).id
+        client.images.remove(tag)
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
 @pytest.mark.parametrize(
     "step",
     ["RUN for i in $(seq 60); do echo tick $i; sleep 1; done", "RUN sleep 60"],

@@ -13,7 +13,12 @@ Nothing here talks to Docker: these are the decisions, tested without it.
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
+
+from reroll_contracts.errors import ImageUnavailableError
 
 _BASE_RECIPE = "debootstrap --variant=minbase; apt lists and caches removed; v1"
 """Changing how the base is made must change its hash: bump this text with the recipe."""
@@ -80,36 +85,139 @@ PUBLIC_BASES: dict[str, str] = {
         ),
         "trixie",
     ),
-    **dict.fromkeys(
-        ("python:3.11", "python:3.11-bookworm", "python:3.11-slim", "python:3.11-slim-bookworm"),
-        "bookworm-python",
-    ),
-    **dict.fromkeys(
-        ("python:3.13", "python:3.13-trixie", "python:3.13-slim", "python:3.13-slim-trixie"),
-        "trixie-python",
-    ),
     **dict.fromkeys(("ubuntu:24.04", "ubuntu:noble"), "bookworm"),
     **dict.fromkeys(("ubuntu:22.04", "ubuntu:jammy"), "bookworm-pip-system"),
 }
 """Public images (as Dockerfiles name them, also with a ``docker.io/`` or ``library/`` prefix) →
-the catalogue variant that stands in for them when they are not local: same Debian release, same
-Python minor version. Ubuntu has no equal here; Debian bookworm stands in for it (SkillsBench
-tasks start ``FROM ubuntu:24.04`` and apt-get install ``python3-pip``): apt works as on Ubuntu
-(Debian's archive: ``main`` only, no ``universe``; a few package names differ), its ``python3`` is
-3.11 where Ubuntu 24.04 has 3.12 and 22.04 has 3.10 (wheels pinned for those mostly exist for
-3.11 too; trixie's 3.13 lacks many older pins), and pip refuses system installs without
-``--break-system-packages`` (PEP 668) as on 24.04, but not for ``ubuntu:22.04``, as there (see
-`CATALOGUE`). Other bases (``ubuntu:20.04``, ``python:3.12``) have no equal: map them yourself
-(``--image-map``)."""
+the catalogue variant that stands in for them when they are not local: same Debian release.
+``python:3.X[-suffix]`` is not listed: the catalogue image with that Python minor stands in for
+any of its forms (`catalogue_variant`, `SUITE_PYTHON`). Ubuntu has no equal here; Debian
+bookworm stands in for it (SkillsBench tasks start ``FROM ubuntu:24.04`` and apt-get install
+``python3-pip``): apt works as on Ubuntu (Debian's archive: ``main`` only, no ``universe``; a
+few package names differ), its ``python3`` is 3.11 where Ubuntu 24.04 has 3.12 and 22.04 has
+3.10 (wheels pinned for those mostly exist for 3.11 too; trixie's 3.13 lacks many older pins),
+and pip refuses system installs without ``--break-system-packages`` (PEP 668) as on 24.04, but
+not for ``ubuntu:22.04``, as there (see `CATALOGUE`). Other bases (``ubuntu:20.04``,
+``python:3.12``) have no equal: map them yourself (``--image-map``; `suggested_target` says to
+what)."""
+
+SUITE_PYTHON: dict[str, str] = {"bookworm": "3.11", "trixie": "3.13"}
+"""The CPython minor version of each Debian suite's ``python3`` (what a catalogue image with
+Python carries; its build labels the image ``reroll.python`` with what it found)."""
+
+BASE_REPO = "reroll/base"
+BASE_ALIAS = f"{BASE_REPO}:bookworm"
+"""reroll's base image (`reroll.sandbox.docker.images.ensure_images`): bookworm with python3,
+venv and pytest, no pip."""
+
+_PYTHON_IMAGE = re.compile(r"python:(3\.\d+)(?:\.\d+)?(?:-[a-z0-9][a-z0-9._-]*)?")
+"""The official ``python`` image at a minor version: ``python:3.13``, ``python:3.13.1-slim``,
+``python:3.11-slim-bookworm``… (group 1: the minor, ``3.13``)."""
+_USES_PYTHON = re.compile(r"\b(?:pip[0-9.]*|python[0-9.]*|ensurepip)\b", re.IGNORECASE)
+_FROM_LINE = re.compile(r"^\s*FROM\s.*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _official(image: str) -> str:
+    """`image` without a ``docker.io/``, ``docker.io/library/`` or ``library/`` prefix."""
+    for prefix in ("docker.io/library/", "docker.io/", "library/"):
+        image = image.removeprefix(prefix)
+    return image
+
+
+def python_minor(variant: str) -> str | None:
+    """The CPython minor (``3.13``) the catalogue `variant` carries with venv and pip, or None."""
+    recipe = CATALOGUE[variant]
+    return SUITE_PYTHON.get(recipe.suite) if recipe.python else None
+
+
+def requested_python(image: str) -> str | None:
+    """The minor (``3.12``) of an official ``python:3.X[.Y][-suffix]`` `image`, else None."""
+    match = _PYTHON_IMAGE.fullmatch(_official(image))
+    return match[1] if match else None
 
 
 def catalogue_variant(image: str) -> str | None:
-    """The catalogue variant standing in for the public `image`, or None (see `PUBLIC_BASES`)."""
-    for prefix in ("docker.io/library/", "docker.io/", "library/"):
-        image = image.removeprefix(prefix)
+    """The catalogue variant standing in for the public `image`, or None: `PUBLIC_BASES`, and for
+    any ``python:3.X[-suffix]`` the variant carrying CPython 3.X (whatever Debian the suffix names)."""
+    image = _official(image)
+    if minor := requested_python(image):
+        return next((variant for variant in CATALOGUE if python_minor(variant) == minor), None)
     return PUBLIC_BASES.get(image)
 
 
 def catalogue_tag(variant: str) -> str:
     """``reroll/debian:<variant>-<hash>`` of the catalogue `variant` (a key of `CATALOGUE`)."""
     return f"{CATALOGUE_REPO}:{variant}-{CATALOGUE[variant].digest()}"
+
+
+def catalogue_target(image: str) -> str | None:
+    """The catalogue variant `image` names (``reroll/debian:<variant>``, or this recipe's
+    ``reroll/debian:<variant>-<hash>``), so that it is built rather than pulled; else None."""
+    for variant in CATALOGUE:
+        if image in (f"{CATALOGUE_REPO}:{variant}", catalogue_tag(variant)):
+            return variant
+    return None
+
+
+def standins(bases: Iterable[str], is_local: Callable[[str], bool]) -> dict[str, str]:
+    """The catalogue variant to build for each of `bases` (a Dockerfile's FROM images after the
+    image map) that needs one: a catalogue image named (`catalogue_target`), built on demand
+    whether or not it is local (a build of an up-to-date one is a look-up), and a public base
+    with a stand-in (`catalogue_variant`) that is not local (`is_local`: a local image of the
+    public name wins)."""
+    plan: dict[str, str] = {}
+    for image in bases:
+        if (variant := catalogue_target(image)) or (
+            (variant := catalogue_variant(image)) and not is_local(image)
+        ):
+            plan[image] = variant
+    return plan
+
+
+def _alias(variant: str) -> str:
+    return f"{CATALOGUE_REPO}:{variant}"
+
+
+def _python_variants() -> list[tuple[int, str]]:
+    """``(minor, variant)`` of the catalogue images with Python, by minor (``(13, "trixie-python")``)."""
+    found = [(variant, python_minor(variant)) for variant in CATALOGUE]
+    return sorted((int(minor.split(".")[1]), variant) for variant, minor in found if minor)
+
+
+def suggested_target(image: str, dockerfile: str = "") -> str:
+    """An ``--image-map`` target that works for `image` in `dockerfile` (the text; ``""`` for a
+    prebuilt ``docker_image``): for ``python:3.X`` the catalogue image of the nearest minor not
+    older (else the newest), for a Dockerfile that runs pip or python the catalogue's
+    ``bookworm-python`` (pip allowed system-wide), else reroll's base image."""
+    variants = _python_variants()
+    if minor := requested_python(image):
+        wanted = int(minor.split(".")[1])
+        newer = [variant for number, variant in variants if number >= wanted]
+        return _alias(newer[0] if newer else variants[-1][1])
+    if _USES_PYTHON.search(_FROM_LINE.sub("", dockerfile)):
+        return _alias("bookworm-python")
+    return BASE_ALIAS
+
+
+def unavailable_error(images: list[str], dockerfile: Path, text: str, cause: str) -> ImageUnavailableError:
+    """The error for the Dockerfile `dockerfile` (its `text`) whose FROM `images` are not local
+    and could not be pulled (Docker said `cause`): the remedies, with a mapping that works
+    (`suggested_target`)."""
+    first = images[0]
+    target = suggested_target(first, text)
+    why = ""
+    if minor := requested_python(first):
+        carried = ", ".join(f"{python_minor(v)} ({_alias(v)})" for _, v in _python_variants())
+        why = (
+            f"{first} asks for Python {minor}, which no catalogue image carries (they have {carried}); "
+            f"the nearest works for most code: "
+        )
+    return ImageUnavailableError(
+        f"{dockerfile} starts FROM {', '.join(images)}, which is not a local image and could not be "
+        f"pulled (no registry reachable?). {why}map it with one flag: reroll run … --image-map "
+        f"{first}={target} (run, job, continue, continue-job, replay and branch take it; a job file's "
+        f"sandbox_config: {{image_map: …}}; a catalogue image named there is built on first use), or "
+        f"build or tag it locally (docker build -t {first} …, or docker tag IMAGE {first}). reroll's "
+        f"catalogue stands in for common Debian, Ubuntu and python:3.X bases by itself "
+        f"({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). Docker said: {cause[-500:]}"
+    )

@@ -46,12 +46,18 @@ from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 from reroll.cache import cache_lock, host_ca_bundle
 from reroll.sandbox.base import HOST_CA_VARIABLES
 from reroll.sandbox.docker.catalogue import (
+    BASE_ALIAS as BASE_ALIAS,  # re-exported: where callers have always found it
+)
+from reroll.sandbox.docker.catalogue import (
+    BASE_REPO,
     CATALOGUE,
     CATALOGUE_REPO,
     Recipe,
     catalogue_tag,
-    catalogue_variant,
     content_digest,
+    standins,
+    suggested_target,
+    unavailable_error,
 )
 from reroll.tasks.environment import ServiceSpec
 from reroll.tasks.task import SKILLS_FOLDER, Task, without_skill_copies
@@ -59,8 +65,6 @@ from reroll.tasks.task import SKILLS_FOLDER, Task, without_skill_copies
 IMAGES = resources.files("reroll") / "images"
 """reroll's own image recipes (package data): ``base/packages.txt``."""
 SUITE = "bookworm"
-BASE_REPO = "reroll/base"
-BASE_ALIAS = f"{BASE_REPO}:{SUITE}"
 MANAGED_LABEL = "reroll.managed"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 COMMAND_TIMEOUT_SECONDS = 1800
@@ -334,33 +338,21 @@ def trust_host_ca(dockerfile: str) -> str:
     return _FROM.sub(lambda match: f"{match[0]}\n{trust}", dockerfile)
 
 
-def _unavailable(images: list[str], dockerfile: Path, cause: str) -> ImageUnavailableError:
-    """The error for a Dockerfile whose FROM `images` are not all local (and the build failed)."""
-    missing = ", ".join(images)
-    first = images[0]
-    return ImageUnavailableError(
-        f"{dockerfile} starts FROM {missing}, which is not a local image and could not be pulled "
-        f"(no registry reachable?). Remedies: build or tag it locally (docker build -t {first} …, or "
-        f"docker tag IMAGE {first}), or map it to a local image: reroll run … --image-map "
-        f"{first}={BASE_ALIAS} (run, job, continue, continue-job, replay and branch take it; a job file's "
-        f"sandbox_config: {{image_map: …}}). reroll's catalogue stands in for common Debian, Ubuntu "
-        f"and Python bases by itself ({', '.join(sorted(CATALOGUE))}: reroll/debian:VARIANT). "
-        f"Docker said: {cause[-500:]}"
-    )
-
-
 def _with_standins(
     client: docker.DockerClient, dockerfile: str, image_map: Mapping[str, str], log: Log
 ) -> dict[str, str]:
-    """`image_map`, completed so that each FROM image that is not local and has a catalogue
-    variant (`PUBLIC_BASES`) is replaced by that catalogue image, built first if missing."""
+    """`image_map`, completed so that each FROM image (after the map) that needs a catalogue image
+    (`reroll.sandbox.docker.catalogue.standins`: one named, or a public base with a stand-in that
+    is not local) is replaced by that catalogue image's tag, built first if missing."""
     _, bases = map_from_lines(dockerfile, image_map)
-    standins: dict[str, str] = {}
-    for image in bases:
-        if (variant := catalogue_variant(image)) and image not in standins and not _exists(client, image):
-            standins[image] = ensure_catalogue(client, variant, log)
-            log(f"FROM {image} is not a local image: reroll's catalogue image {standins[image]} stands in")
-    return {**standins, **{source: standins.get(target, target) for source, target in image_map.items()}}
+    built = {
+        image: ensure_catalogue(client, variant, log)
+        for image, variant in standins(dict.fromkeys(bases), lambda image: _exists(client, image)).items()
+    }
+    for image, tag in built.items():
+        if not image.startswith(CATALOGUE_REPO):
+            log(f"FROM {image} is not a local image: reroll's catalogue image {tag} stands in")
+    return {**built, **{source: built.get(target, target) for source, target in image_map.items()}}
 
 
 def _slug(name: str) -> str:
@@ -394,12 +386,14 @@ def task_image(
         declared = task.spec.environment.docker_image
         if declared is None:
             return base
-        image = (image_map or {}).get(declared, declared)
+        mapped = (image_map or {}).get(declared, declared)
+        image = _with_standins(client, f"FROM {mapped}", {}, log).get(mapped, mapped)
         if not _exists(client, image):
             raise ImageUnavailableError(
                 f"task {task.name} runs the prebuilt image {image} (environment.docker_image), which is "
-                f"not a local image. Remedies: build or tag it locally (docker tag IMAGE {image}), or map "
-                f"it to a local image: reroll run … --image-map {declared}={BASE_ALIAS}"
+                f"not a local image. Remedies: map it with one flag: reroll run … --image-map "
+                f"{declared}={suggested_target(declared)} (a catalogue image named there is built on "
+                f"first use), or build or tag it locally (docker tag IMAGE {image})"
             )
         return image
     return build_image(
@@ -521,6 +515,6 @@ def build_image(
             except ImageBuildError as exc:
                 missing = [image for image in bases if not _exists(client, image)]
                 if missing:
-                    raise _unavailable(missing, request.dockerfile, str(exc)) from exc
+                    raise unavailable_error(missing, request.dockerfile, written, str(exc)) from exc
                 raise
     return tag
