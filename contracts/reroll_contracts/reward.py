@@ -15,6 +15,10 @@ must give the same file byte for byte). It crosses the sandbox boundary as ``rew
 A ``reward.json`` without ``items``, ``events``, ``space`` and ``granularity`` is the flat form
 BenchFlow and Harbor write (an object of numbers) and gives no `VerifyResult`. result.json keeps
 the flat ``rewards`` (`VerifyResult.flat`) and adds the structured form as ``verify_result``.
+
+BenchFlow's graded form (``metrics`` and an ``aggregate``, `reroll_contracts.graded`) is recorded
+the same way: its items as ``items``, and how the reward was computed from them as ``aggregate``
+(method, weights, threshold, value; `VerifyResult.from_graded`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from reroll_contracts.graded import Aggregate, GradedReward
 
 Space = Literal["output", "action", "reasoning", "memory", "latent"]
 """Which space a signal reads (seeds' architecture, "Evaluation — the five spaces"): output (did
@@ -72,8 +78,16 @@ class VerifyResult(BaseModel):
     space: Space = "output"
     """The space the headline reward reads."""
     granularity: Granularity = "terminal"
+    aggregate: Aggregate | None = Field(default=None, exclude_if=lambda value: value is None)
+    """How `reward` was computed from `items` (BenchFlow's graded form: method, weights, threshold,
+    value); None: the verifier gave the reward itself."""
 
     _check_reward = field_validator("reward")(_finite)
+
+    @classmethod
+    def from_graded(cls, graded: GradedReward) -> VerifyResult:
+        """The record of a graded ``reward.json`` (`reroll_contracts.graded.read_graded`)."""
+        return cls(reward=graded.reward, items=graded.items, aggregate=graded.aggregate)
 
     @field_validator("items")
     @classmethod

@@ -29,7 +29,8 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
    kills the script's whole process group;
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
-   structured form's items, events, space and granularity);
+   structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
+   and an aggregate, `reroll_contracts.graded`);
 6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
    started and wrote no report, or whose report counts failures or errors, zeroes every reward
    (`pytest_report`);
@@ -50,9 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import math
 import os
 import pwd
 import shlex
@@ -64,6 +63,7 @@ from reroll_contracts.errors import QuiesceError, SnapshotError, ToolError, Veri
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
 from reroll_sidecar import fence, nofollow, processes, pytest_plugins, pytest_report, quiesce
+from reroll_sidecar.rewards import MAX_REWARD_BYTES, REWARD_FILES, policy_from_message, read_rewards
 from reroll_sidecar.snapshots import SnapshotStore
 
 BASELINE_SNAPSHOT = "reroll-pre-agent"
@@ -78,12 +78,6 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The test script's PATH when the request sets none."""
 UNSAFE_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTEST_PLUGINS")
 """Removed from the test script's environment."""
-REWARD_FILES = ("reward.json", "reward.txt")
-"""In the order they are read: reward.json wins where both are written (as in Harbor)."""
-STRUCTURED_REWARD_KEYS = frozenset({"items", "events", "space", "granularity"})
-"""The keys of reward.json's structured form (``reroll_contracts.reward.VerifyResult``), which the
-controller validates; the sidecar reads the numbers beside them."""
-MAX_REWARD_BYTES = 1024 * 1024
 HARDEN_TIMEOUT_SECONDS = 120.0
 """The time limit of steps 1 to 3 (quiesce, restore, hook deletion, plugin scan) together."""
 
@@ -172,78 +166,6 @@ def _absolute(value: str, what: str) -> str:
     if not os.path.isabs(value):
         raise VerifyError("invalid", f"{what} must be an absolute path, not {value!r}")
     return value
-
-
-def read_rewards(reward_dir: str) -> pb.VerifyResult:
-    """Read ``reward.json`` (first, as Harbor does) or ``reward.txt`` from `reward_dir` into a
-    result's reward fields; where both are written, reward.txt's number must be reward.json's
-    ``reward`` when it has one (else a reward error naming both), and is its ``reward`` when it
-    has none."""
-    result = _read_reward_file(reward_dir, "reward.json")
-    if result is None:
-        return _read_reward_file(reward_dir, "reward.txt") or pb.VerifyResult(
-            reward_error=f"the verifier wrote neither {reward_dir}/reward.txt nor reward.json"
-        )
-    text = _read_reward_file(reward_dir, "reward.txt")
-    if text is None or result.reward_error or text.reward_error:
-        return result
-    if "reward" not in result.rewards:  # a map of items beside the text's scalar: both stand
-        result.rewards["reward"] = text.rewards["reward"]
-    elif text.rewards["reward"] != result.rewards["reward"]:
-        result.reward_error = (
-            f"reward.txt says {text.rewards['reward']:g} but reward.json's reward is "
-            f"{result.rewards['reward']:g}: the verifier contradicts itself"
-        )
-    return result
-
-
-def _read_reward_file(reward_dir: str, name: str) -> pb.VerifyResult | None:
-    """One reward file's reward fields (or its error); None when it does not exist."""
-    path = os.path.join(reward_dir, name)
-    try:
-        with open(path, "rb") as handle:
-            content = handle.read(MAX_REWARD_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return pb.VerifyResult(reward_file=name, reward_error=f"cannot read {path}: {exc.strerror}")
-    result = pb.VerifyResult(reward_file=name, reward_content=content[:MAX_REWARD_BYTES])
-    if len(content) > MAX_REWARD_BYTES:
-        result.reward_error = f"{name} is larger than {MAX_REWARD_BYTES} bytes"
-        return result
-    try:
-        rewards = _parse_rewards(name, content.decode("utf-8", errors="replace"))
-    except ValueError as exc:
-        result.reward_error = str(exc)
-        return result
-    result.rewards.update(rewards)
-    return result
-
-
-def _parse_rewards(name: str, text: str) -> dict[str, float]:
-    """``{"reward": x}`` from reward.txt's text, the object from reward.json's. Raises ValueError."""
-    if name == "reward.txt":
-        try:
-            value = float(text.strip())
-        except ValueError:
-            raise ValueError(f"reward.txt holds {text.strip()[:80]!r}, not a number") from None
-        rewards = {"reward": value}
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"reward.json is not valid JSON: {exc}") from exc
-        if isinstance(data, dict):  # the structured form's own keys: the controller reads them
-            data = {key: value for key, value in data.items() if key not in STRUCTURED_REWARD_KEYS}
-        if not isinstance(data, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in data.values()
-        ):
-            raise ValueError('reward.json must be an object of numbers, e.g. {"reward": 1.0}')
-        rewards = {str(key): float(value) for key, value in data.items()}
-    for value in rewards.values():
-        if not math.isfinite(value):
-            raise ValueError(f"{name} holds {value}, not a finite number")
-    return rewards
 
 
 def _agent_uid(baseline: Baseline) -> int | None:
@@ -391,7 +313,12 @@ class Verifier:
                     exit_status = event
                 else:
                     yield event
-            result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir)
+            policy = (
+                policy_from_message(request.aggregate_policy)
+                if request.HasField("aggregate_policy")
+                else None
+            )
+            result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir, policy)
             if folder is not None and not exit_status.timed_out:
                 judgement = pytest_report.judge(folder.path)
                 result.pytest_report = judgement.note

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from reroll.rollout.verify.judge import LlmJudgeVerifier
 from reroll.rollout.verify.verifiers import verifier_for
-from reroll.tasks.rubric import Criterion, Scoring, load_rubric
+from reroll.tasks.rubric import Criterion, Scoring, load_rubric, task_policy
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
+from reroll_contracts.graded import AggregatePolicy
 
 RUBRIC_TOML = """
 [judge]
@@ -169,6 +170,51 @@ def test_a_script_strategy_is_the_test_script_verifier(tmp_path: Path, examples:
     )
     loaded = load_task(task)
     assert (loaded.spec.verifier.type, loaded.spec.verifier.options) == ("test-script", {})
+
+
+SCRIPT_STRATEGY = "strategies: {s: {type: script, command: ./test.sh}}"
+
+
+def test_verifier_md_outputs_aggregate_policy_reaches_the_task(tmp_path: Path, examples: Path) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(examples / "hello-file", task)
+    policy = "{method: weighted-mean, criteria: [a, b], metrics: {a: 1.0}}"
+    (task / "verifier" / "verifier.md").write_text(
+        f"---\nverifier: {{{SCRIPT_STRATEGY}, outputs: {{aggregate_policy: {policy}}}}}\n---\n"
+    )
+    loaded = load_task(task).spec.verifier
+    assert loaded.aggregate_policy == {
+        "method": "weighted-mean",
+        "criteria": ["a", "b"],
+        "metrics": {"a": 1.0},
+    }
+    assert task_policy(loaded.aggregate_policy) == AggregatePolicy(
+        method="weighted_mean", criteria=("a", "b")
+    )
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        (
+            "{aggregate_policy: {method: median}}",
+            r"verifier\.md: verifier\.outputs\.aggregate_policy\.method must be one of",
+        ),
+        ("{aggregate_policy: {method: mean, weights: [1]}}", r"aggregate_policy\.weights must be a mapping"),
+        ("{aggregate_policy: {criteria: a}}", r"aggregate_policy\.criteria must be a list"),
+        ("[1]", r"verifier\.outputs must be a mapping"),
+    ],
+)
+def test_a_bad_aggregate_policy_is_refused_naming_verifier_md(
+    tmp_path: Path, examples: Path, outputs: str, message: str
+) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(examples / "hello-file", task)
+    (task / "verifier" / "verifier.md").write_text(
+        f"---\nverifier: {{{SCRIPT_STRATEGY}, outputs: {outputs}}}\n---\n"
+    )
+    with pytest.raises(TaskError, match=message):
+        load_task(task)
 
 
 def test_a_script_task_still_needs_its_test_sh(tmp_path: Path, examples: Path) -> None:

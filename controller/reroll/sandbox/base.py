@@ -21,6 +21,7 @@ from typing import Any, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import SandboxBackendError
+from reroll_contracts.graded import AggregatePolicy
 
 from reroll.cache import host_ca_bundle
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
@@ -331,6 +332,7 @@ class Sandbox(Protocol):
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
         soft: bool = False,
+        aggregate_policy: AggregatePolicy | None = None,
     ) -> VerifyOutcome:
         """Harden the sandbox as `prepare_verify` recorded (kill the agent's processes, undo
         planted build config and hooks, delete old reward files), run the test script in a
@@ -348,6 +350,8 @@ class Sandbox(Protocol):
             soft: a soft verify (between a trial's rounds): the agent's processes are killed, the
                 script runs in the same clean environment, but planted build config and start-up
                 hooks are left as the agent left them (it goes on working afterwards).
+            aggregate_policy: verifier.md's ``outputs.aggregate_policy``, which makes a graded
+                reward.json's items one reward (`reroll_contracts.graded`); None: none declared.
 
         Returns:
             The hardening report, the script's exit, output and reward (or why there is none).

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reroll_contracts.graded import GradedReward
+
 STREAMED_TAIL_BYTES = 64 * 1024
 """What `Sandbox.exec` and `Sandbox.verify` of reroll's backends keep of each output stream in
 their result when the caller takes every chunk through ``on_output``: its last 64 KiB, in bytes
@@ -98,6 +100,8 @@ class VerifyOutcome:
     up after it failed; empty: nothing is left of it."""
     cleanup: list[str] = field(default_factory=list)
     """What the clean-up after the script did (a soft verify's fence), one line each."""
+    graded: GradedReward | None = None
+    """reward.json in BenchFlow's graded form (metrics and an aggregate), read; None otherwise."""
 
     def output_text(self) -> str:
         """Stdout followed by stderr, decoded as UTF-8 (invalid bytes replaced)."""

@@ -20,6 +20,7 @@ from typing import Literal, NoReturn
 
 import grpc
 from reroll_contracts.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
+from reroll_contracts.graded import AggregatePolicy
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
@@ -31,6 +32,7 @@ from reroll.sandbox.results import (
     VerifyBaseline,
     VerifyOutcome,
 )
+from reroll.sandbox.reward_wire import graded_reward, policy_message
 from reroll.tasks.task import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
@@ -501,6 +503,7 @@ class SidecarClient:
         soft: bool = False,
         cwd: str = "",
         image_env: Mapping[str, str] | None = None,
+        aggregate_policy: AggregatePolicy | None = None,
     ) -> VerifyOutcome:
         """Harden the sandbox, run the test script and read its reward (see sidecar.proto, Verify).
 
@@ -516,6 +519,7 @@ class SidecarClient:
             soft: skip the restore of build config and hooks (see `Sandbox.verify`).
             cwd: the script's working folder (the image's WORKDIR); empty = `verifier_dir`.
             image_env: the image's own ENV, under `env` and not cleaned (an image's PYTHONPATH stays).
+            aggregate_policy: verifier.md's aggregate policy (see `Sandbox.verify`).
 
         Raises:
             FileNotFoundError: the test script is missing (the message names it).
@@ -532,6 +536,8 @@ class SidecarClient:
             cwd=cwd,
             image_env=dict(image_env or {}),
         )
+        if aggregate_policy is not None:
+            request.aggregate_policy.CopyFrom(policy_message(aggregate_policy))
         deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)
         kept = STREAMED_TAIL_BYTES if on_output is not None else None
@@ -586,4 +592,5 @@ def _verify_outcome(
         pytest_report=result.pytest_report,
         leftover=result.leftover,
         cleanup=list(result.cleanup),
+        graded=graded_reward(result) if result.HasField("graded") else None,
     )

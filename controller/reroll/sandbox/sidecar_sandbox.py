@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from reroll_contracts.errors import SandboxError
+from reroll_contracts.graded import AggregatePolicy
 
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
@@ -181,6 +182,7 @@ class SidecarSandbox(abc.ABC):
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
         soft: bool = False,
+        aggregate_policy: AggregatePolicy | None = None,
     ) -> VerifyOutcome:
         """See `Sandbox.verify`."""
         return await self._sidecar.verify(
@@ -194,4 +196,5 @@ class SidecarSandbox(abc.ABC):
             soft=soft,
             cwd=self.layout.workspace,
             image_env=self.layout.image_env,
+            aggregate_policy=aggregate_policy,
         )

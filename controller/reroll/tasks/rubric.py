@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from reroll_contracts.errors import TaskError
+from reroll_contracts.graded import AggregatePolicy
 from reroll_contracts.reward import Space
 
 DOCUMENT = "verifier.md"
@@ -198,14 +199,7 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
     path = verifier_dir / DOCUMENT
     if not path.is_file():
         return None
-    head, _ = _split_document(path)
-    front: Any = {}
-    if head is not None:
-        try:
-            front = yaml.safe_load(head) or {}
-        except yaml.YAMLError as exc:
-            raise TaskError(f"{path}: invalid YAML front matter: {exc}") from exc
-    section = front.get("verifier") if isinstance(front, dict) else None
+    section = _verifier_section(path)
     strategies = section.get("strategies") if isinstance(section, dict) else None
     if not isinstance(section, dict) or not isinstance(strategies, dict) or not strategies:
         raise TaskError(f"{path}: the front matter declares no verifier.strategies")
@@ -225,6 +219,68 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
             raise TaskError(f"{path}: strategy {name!r}: reroll runs test.sh, not {command!r}")
         options.pop("timeout_sec", None)
     return STRATEGY_TYPES[kind], options
+
+
+def document_aggregate_policy(verifier_dir: Path) -> dict[str, Any]:
+    """The ``verifier.outputs.aggregate_policy`` of ``verifier/verifier.md`` (how a graded
+    reward.json's items make one reward, `reroll_contracts.graded`); empty: the file or the
+    policy is missing.
+
+    Raises:
+        TaskError: invalid front matter, or ``outputs`` / the policy is not a mapping or has a
+            field of the wrong type (the message names the file).
+    """
+    path = verifier_dir / DOCUMENT
+    if not path.is_file():
+        return {}
+    section = _verifier_section(path)
+    outputs = section.get("outputs") if isinstance(section, dict) else None
+    policy = outputs.get("aggregate_policy") if isinstance(outputs, dict) else None
+    if outputs is not None and not isinstance(outputs, dict):
+        raise TaskError(f"{path}: verifier.outputs must be a mapping")
+    if not policy:
+        return {}
+    try:
+        AggregatePolicy.parse(policy, "verifier.outputs.aggregate_policy")
+    except ValueError as exc:
+        raise TaskError(f"{path}: {exc}") from exc
+    return dict(policy)
+
+
+def checked_policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """`policy` (``verifier.aggregate_policy``) once it parses (`AggregatePolicy.parse`).
+
+    Raises:
+        ValueError: it does not (the message names the field).
+    """
+    if policy:
+        AggregatePolicy.parse(policy, "verifier.aggregate_policy")
+    return policy
+
+
+PolicyField = Annotated[dict[str, Any], AfterValidator(checked_policy)]
+"""``verifier.aggregate_policy``'s type: a mapping that parses as an `AggregatePolicy`."""
+
+
+def task_policy(policy: dict[str, Any]) -> AggregatePolicy | None:
+    """A task's ``verifier.aggregate_policy`` parsed; None when it declares none."""
+    return AggregatePolicy.parse(policy, "verifier.aggregate_policy") if policy else None
+
+
+def _verifier_section(path: Path) -> Any:
+    """The ``verifier`` mapping of a verifier.md's front matter (None without one).
+
+    Raises:
+        TaskError: the front matter is not YAML (the message names the file).
+    """
+    head, _ = _split_document(path)
+    front: Any = {}
+    if head is not None:
+        try:
+            front = yaml.safe_load(head) or {}
+        except yaml.YAMLError as exc:
+            raise TaskError(f"{path}: invalid YAML front matter: {exc}") from exc
+    return front.get("verifier") if isinstance(front, dict) else None
 
 
 def document_body(verifier_dir: Path) -> str:

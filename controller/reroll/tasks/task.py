@@ -52,7 +52,7 @@ from reroll.tasks.environment import (
     check_services,
 )
 from reroll.tasks.manifest import apply_manifest, compose_services, pinned_manifest
-from reroll.tasks.rubric import document_strategy
+from reroll.tasks.rubric import PolicyField, document_aggregate_policy, document_strategy
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
@@ -120,6 +120,10 @@ class VerifierSection(BaseModel):
     """Which hardening steps run before the test script."""
     env: dict[str, str] = {}
     """Extra environment of the test script (after hardening's own variables are set)."""
+    aggregate_policy: PolicyField = {}
+    """How a graded ``reward.json``'s items make one reward (``method``, ``weights``, ``threshold``,
+    ``criteria``; `reroll_contracts.graded`), overriding the file's own ``aggregate`` key by key:
+    BenchFlow's ``verifier.outputs.aggregate_policy`` in ``verifier/verifier.md``. Empty: none."""
     pytest_plugins: list[str] = []
     """pytest plugins (``pytest11`` entry-point or module names, e.g. ``ctrf``) the verifier's pytest
     loads with ``-p NAME`` while autoloading is off, beside the image's root-owned ones present
@@ -561,6 +565,9 @@ def _task(
         section = spec.verifier.model_copy(update={"type": kind, "options": spec.verifier.options | options})
         spec = spec.model_copy(update={"verifier": section})
         mapped = [*mapped, (f"{verifier}/verifier.md", f"verifier.type = {kind}")]
+    if policy := document_aggregate_policy(path / verifier):
+        section = spec.verifier.model_copy(update={"aggregate_policy": policy})
+        spec = spec.model_copy(update={"verifier": section})
     judged = spec.verifier.type in JUDGED_TYPES
     if not judged and not (path / verifier / "test.sh").is_file():
         looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"

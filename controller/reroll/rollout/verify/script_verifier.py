@@ -53,6 +53,7 @@ from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
+from reroll.tasks.rubric import task_policy
 from reroll.tasks.task import HardeningOptions, Task
 
 TEST_SCRIPT = "test.sh"
@@ -295,6 +296,7 @@ async def verify(
                 on_output=write,
                 on_hardening=write_report,
                 soft=soft,
+                aggregate_policy=task_policy(task.spec.verifier.aggregate_policy),
             )
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc
@@ -312,7 +314,7 @@ async def verify(
     if outcome.leftover:
         raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
     refuse_unscored(task, outcome, tail)
-    graded = _graded(outcome.reward_file, outcome.reward_content, dict(outcome.rewards), output_dir)
+    graded = _graded(outcome, output_dir)
     rewards = graded.flat() if graded is not None else outcome.rewards
     return Verdict(rewards=rewards, duration_seconds=time.monotonic() - started, result=graded)
 
@@ -339,14 +341,20 @@ def refuse_unscored(task: Task, outcome: VerifyOutcome, tail: str) -> None:
         )
 
 
-def _graded(name: str, content: bytes, rewards: dict[str, float], output_dir: Path) -> VerifyResult | None:
-    """The structured result of the script's ``reward.json`` (`reroll_contracts.reward`); None
-    for reward.txt, the flat form, and when the sidecar zeroed the rewards (pytest's own report
-    counted failures: the zeroes stand).
+def _graded(outcome: VerifyOutcome, output_dir: Path) -> VerifyResult | None:
+    """The structured result of the script's ``reward.json``: BenchFlow's graded form as the
+    sidecar read it (`VerifyOutcome.graded`), or reroll's structured form
+    (`reroll_contracts.reward`); None for reward.txt, the flat form, and when the sidecar zeroed
+    the rewards (pytest's own report counted failures: the zeroes stand).
 
     Raises:
         VerifierError: the structured form is invalid (the message names the file and the field).
     """
+    name, content, rewards = outcome.reward_file, outcome.reward_content, outcome.rewards
+    if outcome.graded is not None:
+        aggregate = outcome.graded.aggregate
+        zeroed = aggregate is not None and aggregate.value != rewards.get("reward")
+        return None if zeroed else VerifyResult.from_graded(outcome.graded)
     if name != "reward.json":
         return None
     try:

@@ -609,6 +609,7 @@ class VerifyRequest(_message.Message):
     SOFT_FIELD_NUMBER: _builtins.int
     CWD_FIELD_NUMBER: _builtins.int
     IMAGE_ENV_FIELD_NUMBER: _builtins.int
+    AGGREGATE_POLICY_FIELD_NUMBER: _builtins.int
     verifier_dir: _builtins.str
     """The folder holding the verifier's files (absolute); the script runs in it unless `cwd` is set."""
     script: _builtins.str
@@ -639,6 +640,13 @@ class VerifyRequest(_message.Message):
         script's environment, under `env`, and not cleaned (an image's PYTHONPATH stays).
         """
 
+    @_builtins.property
+    def aggregate_policy(self) -> Global___AggregatePolicy:
+        """How the items of a reward.json in BenchFlow's structured form make one reward: the task's
+        verifier/verifier.md outputs.aggregate_policy, which overrides the file's own `aggregate`
+        key by key (reroll_contracts.graded). Absent: the task declares none.
+        """
+
     def __init__(
         self,
         *,
@@ -650,14 +658,200 @@ class VerifyRequest(_message.Message):
         soft: _builtins.bool = ...,
         cwd: _builtins.str = ...,
         image_env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        aggregate_policy: Global___AggregatePolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "env", b"env", "image_env", b"image_env", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy", "cwd", b"cwd", "env", b"env", "image_env", b"image_env", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VerifyRequest: _TypeAlias = VerifyRequest  # noqa: Y015
+
+@_typing.final
+class AggregatePolicy(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METHOD_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    THRESHOLD_FIELD_NUMBER: _builtins.int
+    CRITERIA_FIELD_NUMBER: _builtins.int
+    HAS_CRITERIA_FIELD_NUMBER: _builtins.int
+    method: _builtins.str
+    """mean, weighted_mean, weighted_sum, threshold, all_pass or any_pass; empty: not declared."""
+    threshold: _builtins.float
+    """threshold's bar in [0, 1]; absent: not declared."""
+    has_criteria: _builtins.bool
+    @_builtins.property
+    def weights(self) -> Global___Weights:
+        """Item name -> weight; absent: not declared."""
+
+    @_builtins.property
+    def criteria(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The item names the verifier must report, exactly; used only when has_criteria."""
+
+    def __init__(
+        self,
+        *,
+        method: _builtins.str = ...,
+        weights: Global___Weights | None = ...,
+        threshold: _builtins.float | None = ...,
+        criteria: _abc.Iterable[_builtins.str] | None = ...,
+        has_criteria: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_threshold", b"_threshold", "threshold", b"threshold", "weights", b"weights"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_threshold", b"_threshold", "criteria", b"criteria", "has_criteria", b"has_criteria", "method", b"method", "threshold", b"threshold", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__threshold: _TypeAlias = _typing.Literal["threshold"]  # noqa: Y015
+    _WhichOneofArgType__threshold: _TypeAlias = _typing.Literal["_threshold", b"_threshold"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__threshold) -> _WhichOneofReturnType__threshold | None: ...
+
+Global___AggregatePolicy: _TypeAlias = AggregatePolicy  # noqa: Y015
+
+@_typing.final
+class Weights(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ValuesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Weights: _TypeAlias = Weights  # noqa: Y015
+
+@_typing.final
+class GradedReward(_message.Message):
+    """A reward.json in BenchFlow's structured form, read (reroll_contracts.graded.GradedReward)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ItemsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    AGGREGATE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Item name -> score."""
+
+    @_builtins.property
+    def aggregate(self) -> Global___Aggregate:
+        """How the reward was computed; absent: the file (or reward.txt) gave it."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        aggregate: Global___Aggregate | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["aggregate", b"aggregate"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aggregate", b"aggregate", "items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GradedReward: _TypeAlias = GradedReward  # noqa: Y015
+
+@_typing.final
+class Aggregate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class WeightsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    METHOD_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    THRESHOLD_FIELD_NUMBER: _builtins.int
+    method: _builtins.str
+    value: _builtins.float
+    threshold: _builtins.float
+    """threshold's bar; absent for the other methods."""
+    @_builtins.property
+    def weights(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The weights used, by item; empty for mean, all_pass, any_pass."""
+
+    def __init__(
+        self,
+        *,
+        method: _builtins.str = ...,
+        value: _builtins.float = ...,
+        weights: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        threshold: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_threshold", b"_threshold", "threshold", b"threshold"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_threshold", b"_threshold", "method", b"method", "threshold", b"threshold", "value", b"value", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__threshold: _TypeAlias = _typing.Literal["threshold"]  # noqa: Y015
+    _WhichOneofArgType__threshold: _TypeAlias = _typing.Literal["_threshold", b"_threshold"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__threshold) -> _WhichOneofReturnType__threshold | None: ...
+
+Global___Aggregate: _TypeAlias = Aggregate  # noqa: Y015
 
 @_typing.final
 class VerifyEvent(_message.Message):
@@ -768,6 +962,7 @@ class VerifyResult(_message.Message):
     PYTEST_REPORT_FIELD_NUMBER: _builtins.int
     LEFTOVER_FIELD_NUMBER: _builtins.int
     CLEANUP_FIELD_NUMBER: _builtins.int
+    GRADED_FIELD_NUMBER: _builtins.int
     exit_code: _builtins.int
     """The script's exit code, or the negative signal number (-9 after a timeout)."""
     timed_out: _builtins.bool
@@ -799,6 +994,12 @@ class VerifyResult(_message.Message):
         deleted, the agent's folders restored, and how long it took), one line each.
         """
 
+    @_builtins.property
+    def graded(self) -> Global___GradedReward:
+        """reward.json in BenchFlow's structured form (metrics and an aggregate): its items and how
+        `rewards["reward"]` was computed from them; absent for every other reward file.
+        """
+
     def __init__(
         self,
         *,
@@ -811,10 +1012,11 @@ class VerifyResult(_message.Message):
         pytest_report: _builtins.str = ...,
         leftover: _builtins.str = ...,
         cleanup: _abc.Iterable[_builtins.str] | None = ...,
+        graded: Global___GradedReward | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["graded", b"graded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleanup", b"cleanup", "exit_code", b"exit_code", "leftover", b"leftover", "pytest_report", b"pytest_report", "reward_content", b"reward_content", "reward_error", b"reward_error", "reward_file", b"reward_file", "rewards", b"rewards", "timed_out", b"timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleanup", b"cleanup", "exit_code", b"exit_code", "graded", b"graded", "leftover", b"leftover", "pytest_report", b"pytest_report", "reward_content", b"reward_content", "reward_error", b"reward_error", "reward_file", b"reward_file", "rewards", b"rewards", "timed_out", b"timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
