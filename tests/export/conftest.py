@@ -38,6 +38,20 @@ GRADED = {
     ],
 }
 """A structured reward.json's content (`reroll_contracts.reward.VerifyResult`): two step events."""
+WEIGHTED = {
+    "reward": 0.4,
+    "items": {"tests": 1.0, "lint": 0.0, "docs": 1.0, "style": 0.0},
+    "aggregate": {
+        "method": "weighted_mean",
+        "value": 0.4,
+        "weights": {"tests": 0.3, "lint": 0.3, "docs": 0.1, "style": 0.3},
+        "threshold": None,
+    },
+}
+"""result.json's ``verify_result`` for BenchFlow's graded form (`reroll_contracts.graded`): four
+weighted items, two passed."""
+WEIGHTED_RESULT = {"rewards": {"reward": 0.4, "tests": 1.0, "lint": 0.0, "docs": 1.0, "style": 0.0}}
+WEIGHTED_RESULT["verify_result"] = WEIGHTED  # type: ignore[assignment]
 
 
 def _completion(index: int) -> dict[str, Any]:

@@ -15,7 +15,16 @@ from reroll.runfolder.folders import kind_of
 from reroll.runfolder.run import load_run_folder
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError
 
-from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_side, write_tree
+from tests.export.conftest import (
+    GRADED,
+    WEIGHTED,
+    WEIGHTED_RESULT,
+    chat_exchanges,
+    in_format,
+    write_run,
+    write_side,
+    write_tree,
+)
 
 FORMATS = ["openai-chat", "openai-responses", "anthropic-messages"]
 
@@ -136,6 +145,16 @@ def test_a_graded_reward_and_its_step_events_reach_the_atif_steps(tmp_path: Path
         GRADED["items"],
         None,
         "output",
+    )
+
+
+def test_a_weighted_reward_carries_its_items_method_and_weights(tmp_path: Path) -> None:
+    data = _export(write_run(tmp_path / "run", chat_exchanges(), result=WEIGHTED_RESULT))
+    reroll = data["extra"]["reroll"]
+    assert reroll["rewards"]["reward"] == 0.4
+    assert (reroll["verify_result"]["items"], reroll["verify_result"]["aggregate"]) == (
+        WEIGHTED["items"],
+        WEIGHTED["aggregate"],
     )
 
 

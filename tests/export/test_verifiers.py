@@ -9,7 +9,17 @@ from reroll.export import export_lines
 from reroll.export.verifiers import RolloutRecord
 from reroll.runfolder.folders import kind_of
 
-from tests.export.conftest import GRADED, SYSTEM, TASK, chat_exchanges, in_format, write_run, write_side
+from tests.export.conftest import (
+    GRADED,
+    SYSTEM,
+    TASK,
+    WEIGHTED,
+    WEIGHTED_RESULT,
+    chat_exchanges,
+    in_format,
+    write_run,
+    write_side,
+)
 
 
 def _records(path: Path) -> list[RolloutRecord]:
@@ -97,6 +107,12 @@ def test_a_graded_rewards_items_are_metrics_and_its_events_are_info(tmp_path: Pa
         ("ran-tests", 0, "action"),
         ("no-edits-to-tests", 1, "action"),
     ]
+
+
+def test_a_weighted_reward_carries_its_items_method_and_weights(tmp_path: Path) -> None:
+    (record,) = _records(write_run(tmp_path / "run", chat_exchanges(), result=WEIGHTED_RESULT))
+    assert (record.reward, record.metrics["docs"]) == (0.4, 1.0)
+    assert record.info["verify_result"]["aggregate"] == WEIGHTED["aggregate"]
 
 
 def test_the_persona_and_judge_conversations_are_in_info_not_the_completion(chat_run: Path) -> None:

@@ -15,7 +15,15 @@ from reroll.view.runpage import MAX_FILE_BYTES
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError, ViewError
 from typer.testing import CliRunner
 
-from tests.export.conftest import GRADED, chat_exchanges, in_format, write_run, write_side, write_tree
+from tests.export.conftest import (
+    GRADED,
+    WEIGHTED_RESULT,
+    chat_exchanges,
+    in_format,
+    write_run,
+    write_side,
+    write_tree,
+)
 
 DIVERGENCE = {
     "message_index": 3,
@@ -207,6 +215,17 @@ def test_a_graded_reward_shows_its_events_linked_to_their_steps(tmp_path: Path) 
     assert '<a href="#exchange-1">1</a>' in events and "no-edits-to-tests" in events
     assert "&lt;b&gt;x&lt;/b&gt;" in events  # a verifier's text is escaped too
     assert "space output, granularity terminal" in page
+
+
+def test_a_weighted_reward_shows_its_method_items_and_weights(tmp_path: Path) -> None:
+    page = build_site(write_run(tmp_path / "run", chat_exchanges(), result=WEIGHTED_RESULT)).read_text()
+    assert re.search(r"Aggregate: <b>weighted_mean</b> of 4 items = <b>0\.400</b>", page)
+    items = page.split('id="reward-items"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(
+        r'<tr><td>(\w+)</td><td class="num">([0-9.]+)</td><td class="num">([0-9.]+)</td></tr>', items
+    )
+    assert rows == [("tests", "1.000", "0.300"), ("lint", "0.000", "0.300"), ("docs", "1.000", "0.100"),
+                    ("style", "0.000", "0.300")]  # fmt: skip
 
 
 def test_the_persona_and_judge_conversations_get_their_own_sections(tmp_path: Path) -> None:

@@ -82,6 +82,7 @@ from reroll.runfolder.summary import (
     ModelSummary,
     PointSummary,
     RolloutSummary,
+    item_means,
     primary_reward,
 )
 from reroll.sandbox.base import load_backend
@@ -538,6 +539,8 @@ def _child_summary(summary: RolloutSummary, model: str, index: int, point: int, 
         reward=primary_reward(summary.rewards),
         rewards=summary.rewards,
         error=summary.error,
+        items=summary.items,
+        aggregate=summary.aggregate,
         point=point,
     )
 
@@ -555,6 +558,7 @@ def _point_summary(
         branches=len(children),
         scored=len(rewards),
         mean_reward=_mean(rewards),
+        item_means=item_means(child.items for child in children),
         models=[_model_summary(model, children) for model in models],
     )
 
@@ -571,4 +575,5 @@ def _model_summary(model: str, children: list[ChildSummary]) -> ModelSummary:
         branches=len(mine),
         scored=len(rewards),
         mean_reward=_mean(rewards),
+        item_means=item_means(child.items for child in mine),
     )

@@ -11,17 +11,24 @@ and tokens. Tokens are the ``usage.total_tokens`` the upstream reported in the r
 their rewards, the mean reward per model, and per branch point (a cut point of the run, and the
 prompt or answer its children were given there) the mean reward: the value estimate V(s) of that
 state; the points of ``--at 10,20,30`` are a value curve along the run (process reward).
+
+A graded reward (result.json's ``verify_result``: items and, for BenchFlow's structured form, the
+aggregate that made them one reward) is carried beside ``rewards`` as ``items`` and ``aggregate``;
+a branch tree's models and points add the mean of each item (``item_means``), the value estimate
+per criterion.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 from reroll_contracts.errors import TrajectoryFormatError
+from reroll_contracts.graded import Aggregate
 from reroll_contracts.trajectory import load_trajectory
 
 from reroll.runfolder.run import RESULT_FILE, TRAJECTORY, RunResult, count_exchanges
@@ -46,6 +53,10 @@ class RolloutSummary(BaseModel):
     error_category: str | None = None
     error: str | None = None
     rewards: dict[str, float] | None = None
+    items: dict[str, float] | None = None
+    """The graded reward's items (result.json's ``verify_result.items``); None: not graded."""
+    aggregate: Aggregate | None = None
+    """How they made the reward (``verify_result.aggregate``: method, weights, threshold, value)."""
     attempts: int = 1
     """How many times it ran (retries after infrastructure failures included); 0 when it was
     skipped because an earlier run of the job had completed it."""
@@ -180,6 +191,8 @@ def summarise_rollout(
         error_category=result.error_category,
         error=result.error,
         rewards=result.rewards,
+        items=graded.items if (graded := result.verify_result) is not None and graded.items else None,
+        aggregate=graded.aggregate if graded is not None else None,
         attempts=attempts,
         retried_errors=retried_errors or [],
         exchanges=exchanges,
@@ -226,6 +239,10 @@ class ChildSummary(BaseModel):
     """The primary reward (see `primary_reward`), None when the verifier gave none."""
     rewards: dict[str, float] | None
     error: str | None = None
+    items: dict[str, float] | None = None
+    """The graded reward's items (`RolloutSummary.items`); None: not graded."""
+    aggregate: Aggregate | None = None
+    """How they made the reward (`RolloutSummary.aggregate`)."""
     point: int = 0
     """The branch point (`BranchSummary.points`) the child continues from."""
     restored: dict[str, str] | None = None
@@ -243,6 +260,8 @@ class ModelSummary(BaseModel):
     """Branches that produced a reward (the others ended in error before the verifier)."""
     mean_reward: float | None
     """Mean primary reward over the scored branches; None when none was scored."""
+    item_means: dict[str, float] = Field(default_factory=dict)
+    """Mean of each graded item over the branches that reported it (`item_means`)."""
 
 
 class PointSummary(BaseModel):
@@ -261,6 +280,8 @@ class PointSummary(BaseModel):
     scored: int
     mean_reward: float | None
     """Mean primary reward over its scored children, all models; None when none was scored."""
+    item_means: dict[str, float] = Field(default_factory=dict)
+    """Mean of each graded item over its children that reported it, all models."""
     models: list[ModelSummary]
 
 
@@ -315,6 +336,16 @@ class BranchSummary(BaseModel):
     """``via = "snapshot"``: the checkpoint's content digest per layer (environment, sandbox, session)."""
     checkpoint: str | None = None
     """``via = "snapshot"``: the checkpoint folder the children were forked from."""
+
+
+def item_means(items: Iterable[dict[str, float] | None]) -> dict[str, float]:
+    """The mean of each item name over the maps that have it (rounded to 6 places), by name;
+    None entries (runs without a graded reward) are skipped."""
+    scores: dict[str, list[float]] = defaultdict(list)
+    for found in items:
+        for name, value in (found or {}).items():
+            scores[name].append(value)
+    return {name: round(sum(values) / len(values), 6) for name, values in scores.items()}
 
 
 def primary_reward(rewards: dict[str, float] | None) -> float | None:
