@@ -6,8 +6,13 @@ import contextlib
 import fcntl
 import os
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from reroll_contracts.errors import ConfigError
+
+IMAGE_BUILDS_DEFAULT = 2
 
 
 def cache_dir() -> Path:
@@ -53,3 +58,46 @@ def cache_lock(name: str) -> Iterator[None]:
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
+
+
+def image_builds() -> int:
+    """How many image builds may run at once on this host, across processes:
+    ``$REROLL_IMAGE_BUILDS``, else `IMAGE_BUILDS_DEFAULT` (each build of a task image is a
+    ``docker build``, each catalogue image a debootstrap; both are mostly I/O and downloads).
+
+    Raises:
+        ConfigError: the variable is not a whole number of at least 1.
+    """
+    text = os.environ.get("REROLL_IMAGE_BUILDS", "").strip()
+    if not text:
+        return IMAGE_BUILDS_DEFAULT
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(
+            f"REROLL_IMAGE_BUILDS={text}: expected a whole number of at least 1 (builds at once)"
+        )
+    return int(text)
+
+
+@contextlib.contextmanager
+def cache_slot(name: str, slots: int, poll_seconds: float = 0.2) -> Iterator[int]:
+    """Hold one of `slots` exclusive locks ``<cache>/<name>.slot-<i>.lock`` (blocking until one
+    is free, trying each every `poll_seconds`); yields its index ``i`` (0 ≤ i < `slots`). So at
+    most `slots` holders at once, across threads and processes (each try opens the file anew:
+    flock locks of separate opens exclude each other in one process too); a holder that dies
+    frees its slot. Processes that disagree on `slots` share the slots they have in common."""
+    folder = cache_dir() / Path(name).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    while True:
+        for index in range(slots):
+            handle = open(cache_dir() / f"{name}.slot-{index}.lock", "w")  # noqa: SIM115 (closed below)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield index
+            finally:
+                handle.close()
+            return
+        time.sleep(poll_seconds)

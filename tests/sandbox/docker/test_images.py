@@ -4,11 +4,13 @@ catalogue that stands in for common public bases, and the images built for a tas
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
 import docker
 import pytest
+from reroll.sandbox.docker import images
 from reroll.sandbox.docker.backend import docker_name
 from reroll.sandbox.docker.catalogue import catalogue_tag
 from reroll.sandbox.docker.config import parse_image_map
@@ -68,6 +70,30 @@ def test_a_from_that_cannot_be_pulled_names_the_image_and_the_remedies_and_the_m
         client.images.remove(tag)
     finally:
         client.close()
+
+
+def test_different_images_build_at_once_and_each_image_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: every build held one lock, so a job's images were built one at a time. Now each
+    image has its own lock (and the builds share `REROLL_IMAGE_BUILDS` slots, tests/test_cache.py)."""
+    monkeypatch.setenv("REROLL_CACHE_DIR", str(tmp_path))
+    done: list[str] = []
+
+    def build(tag: str) -> None:
+        with images._image_lock(tag):
+            done.append(tag)
+
+    with images._image_lock("reroll/task-a:1"):
+        other = threading.Thread(target=build, args=("reroll/task-b:1",))
+        same = threading.Thread(target=build, args=("reroll/task-a:1",))
+        other.start()
+        same.start()
+        other.join(timeout=10)
+        same.join(timeout=0.5)
+        assert done == ["reroll/task-b:1"] and same.is_alive()
+    same.join(timeout=10)
+    assert done == ["reroll/task-b:1", "reroll/task-a:1"]
 
 
 def _write_task(root: Path, dockerfile: str) -> Path:

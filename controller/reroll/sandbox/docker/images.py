@@ -18,8 +18,9 @@
 The sidecar is not part of any image: the docker backend mounts the self-contained sidecar bundle
 (`reroll.sandbox.sidecar_bundle`) into every container.
 
-Every image carries the label ``reroll.managed=1``. All builds hold a file lock, so concurrent
-rollouts build each image once.
+Every image carries the label ``reroll.managed=1``. Each image's build holds that image's file lock,
+so concurrent rollouts build it once, and one of the host's build slots (``$REROLL_IMAGE_BUILDS``,
+default 2: `reroll.cache.image_builds`), so different images build at once, a bounded number.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -43,7 +45,7 @@ import requests
 import urllib3
 from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
-from reroll.cache import cache_lock, host_ca_bundle
+from reroll.cache import cache_lock, cache_slot, host_ca_bundle, image_builds
 from reroll.sandbox.base import HOST_CA_VARIABLES
 from reroll.sandbox.docker.catalogue import (
     BASE_ALIAS as BASE_ALIAS,  # re-exported: where callers have always found it
@@ -226,6 +228,20 @@ def _debootstrap_image(client: docker.DockerClient, tag: str, recipe: Recipe, lo
             raise ImageBuildError(f"docker import of {tag} failed: {exc}") from exc
 
 
+def _image_lock(tag: str) -> AbstractContextManager[None]:
+    """The lock of building the image `tag`, so that concurrent rollouts build it once."""
+    return cache_lock(f"images/{_slug(tag)}")
+
+
+def _build_slot() -> AbstractContextManager[int]:
+    """One of the host's `reroll.cache.image_builds` build slots (blocking until one is free).
+
+    Raises:
+        ConfigError: ``$REROLL_IMAGE_BUILDS`` is not a whole number of at least 1.
+    """
+    return cache_slot("images/builds", image_builds())
+
+
 def ensure_catalogue(client: docker.DockerClient, variant: str, log: Log = logger.info) -> str:
     """The tag of the catalogue image `variant`, built first if missing (and aliased
     ``reroll/debian:<variant>``).
@@ -234,9 +250,10 @@ def ensure_catalogue(client: docker.DockerClient, variant: str, log: Log = logge
         ImageBuildError: a build step failed.
     """
     tag = catalogue_tag(variant)
-    with cache_lock("images"):
+    with _image_lock(tag):
         if not _exists(client, tag):
-            _debootstrap_image(client, tag, CATALOGUE[variant], log)
+            with _build_slot():
+                _debootstrap_image(client, tag, CATALOGUE[variant], log)
         client.images.get(tag).tag(CATALOGUE_REPO, variant)
     return tag
 
@@ -290,10 +307,11 @@ def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images
         ImageBuildError: a build step failed.
     """
     built: list[str] = []
-    with cache_lock("images"):
-        base = base_tag()
+    base = base_tag()
+    with _image_lock(base):
         if not _exists(client, base):
-            _debootstrap_image(client, base, base_recipe(), log)
+            with _build_slot():
+                _debootstrap_image(client, base, base_recipe(), log)
             built.append(base)
         client.images.get(base).tag(BASE_REPO, SUITE)
     return Images(base=base, built=tuple(built))
@@ -474,7 +492,8 @@ def build_image(
     The images of the Dockerfile's FROM lines are first replaced per `image_map` (source →
     replacement), then a common public base that is not local by its catalogue image
     (`PUBLIC_BASES`); each stage then trusts the host's CA bundle (`trust_host_ca`), when the host
-    has one. The build holds the images lock, so concurrent rollouts build it once.
+    has one. The build holds the image's lock, so concurrent rollouts build it once, and a build slot
+    (`_build_slot`): the time limit starts once it has one.
 
     Raises:
         ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled).
@@ -493,11 +512,11 @@ def build_image(
         dockerfile = trust_host_ca(dockerfile)
     files = _tree_bytes(context, leave_out)
     tag = f"{request.repository}:{content_digest(base.encode(), dockerfile.encode(), ca, *files)}"
-    with cache_lock("images"):
+    with _image_lock(tag):
         if _exists(client, tag):
             return tag
         log(f"docker build {request.dockerfile}")
-        with tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
+        with _build_slot(), tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
             build_context = Path(folder) / "context"  # a copy, so the task's folder is not written to
             shutil.copytree(context, build_context, symlinks=True, ignore=_top_level(context, leave_out))
             (build_context / BUILD_CA_FILE).write_bytes(ca)
