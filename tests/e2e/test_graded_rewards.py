@@ -2,8 +2,8 @@
 ``environment/``, ``oracle/``, ``verifier/`` with a ``verifier.md`` declaring the aggregate policy)
 whose verifier writes a four-item weighted report (``metrics`` + ``aggregate``, no ``reward``) and
 the same number in ``reward.txt``. The oracle scores 1.0 and a partial solver (two of four items)
-0.4, what BenchFlow 0.7.11 computes from the same files; result.json records the items and the
-aggregate beside ``rewards``."""
+0.4, what BenchFlow 0.7.11 computes from the same files, on each sandbox backend; result.json
+records the items and the aggregate beside ``rewards``."""
 
 from __future__ import annotations
 
@@ -103,10 +103,10 @@ def run(task: Path, jobs: Path, backend: str) -> tuple[dict[str, Any], Path]:
     ids=["oracle", "partial"],
 )
 def test_a_weighted_report_scores_what_benchflow_computes(
-    creates: list[str], expected: float, tmp_path: Path
+    creates: list[str], expected: float, sandbox_backend: str, tmp_path: Path
 ) -> None:
     task = make_task(tmp_path / "graded-report", creates)
-    result, folder = run(task, tmp_path / "jobs", "local")
+    result, folder = run(task, tmp_path / "jobs", sandbox_backend)
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"]["reward"] == pytest.approx(expected, abs=1e-9)
     graded = result["verify_result"]
