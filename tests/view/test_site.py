@@ -134,6 +134,20 @@ def test_a_branch_tree_shows_each_reward_and_the_mean_per_model(tmp_path: Path) 
     assert (tmp_path / "site" / "runs" / "prefix.html").is_file()
 
 
+def test_a_branch_tree_shows_the_mean_of_each_graded_item_per_model(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "tree", [1.0, 0.0])
+    assert 'id="item-means"' not in build_site(tree, tmp_path / "plain").read_text()  # no graded reward
+    summary = orjson.loads((tree / "summary.json").read_bytes())
+    summary["models"][0]["item_means"] = {"tests": 0.5, "docs": 1.0}
+    (tree / "summary.json").write_bytes(orjson.dumps(summary))
+    page = build_site(tree, tmp_path / "site").read_text()
+    table = page.split('id="item-means"', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r"<td>gpt-test</td><td>(\w+)</td><td[^>]*>([0-9.]+)</td>", table) == [
+        ("tests", "0.500"),
+        ("docs", "1.000"),
+    ]
+
+
 def test_a_truncated_config_is_named(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", chat_exchanges())
     config = run / "config.json"
