@@ -32,6 +32,7 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
     ├── AgentInstallError        agent_error     no       the agent's install script failed
     ├── UserCallbackError        user_error      no       a trial's User callback raised or returned junk
     ├── InfrastructureError      infrastructure  yes      a proxy or model server did not start or died
+    │   ├── UpstreamError                                 the proxy's upstream is unreachable or broke off
     │   └── SandboxError                                  the sandbox or its sidecar did not start / died
     │       ├── ImageBuildError                           a Docker image could not be built
     │       ├── SidecarError                              an RPC to the sidecar failed
@@ -56,7 +57,8 @@ message as it is and exits with code 2 for a `ConfigError` (refused before anyth
                                                           undo (the trial ends)
 
 Raised outside the controller: `FaultPlanError`, `ProxyConfigError`, `TrajectoryFormatError`,
-`TranslationError` and `UntranslatableError` by `reroll_proxy`; `SidecarRequestError` (its `kind`
+`TranslationError`, `UntranslatableError` and `UpstreamError` (answered as a 502, never
+escaping) by `reroll_proxy`; `SidecarRequestError` (its `kind`
 picks the gRPC status), `VerifyError`, `SnapshotError` and `ToolError` by `reroll_sidecar`, which
 the controller receives as a `SidecarError`; `RequestShapeError` by the scripted model server.
 
@@ -217,6 +219,13 @@ class InfrastructureError(RerollError):
 
     error_category = "infrastructure"
     retryable = True
+
+
+class UpstreamError(InfrastructureError):
+    """The proxy's upstream (the model provider) could not be reached, or its answer broke off.
+
+    Raised by a `reroll_proxy.upstream.Upstream`; the proxy answers the agent 502 and records it.
+    """
 
 
 class SandboxError(InfrastructureError):

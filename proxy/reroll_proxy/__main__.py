@@ -7,7 +7,7 @@
 - ``python -m reroll_proxy --shared --admin-token-env NAME [--listen-host H] [--ready-file F]``:
   a proxy for any number of rollouts, each added with a `reroll_contracts.proxy.RolloutRegistration`
   (``POST /_reroll/rollouts`` with the admin token held by the variable NAME) and removed with
-  ``DELETE /_reroll/rollouts/{rollout_id}`` (`reroll_proxy.server.ProxyHost`).
+  ``DELETE /_reroll/rollouts/{rollout_id}`` (`reroll_proxy.host.ProxyHost`).
 
 Once listening, the proxy writes its `reroll_contracts.proxy.ReadyFile` (``{"pid", "address"}``,
 the address its base URL). Exit code 2: the config, the replayed trajectory or the fault plan is

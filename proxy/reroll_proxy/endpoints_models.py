@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 from reroll_contracts.proxy import UpstreamConfig
@@ -30,6 +29,7 @@ from reroll_contracts.trajectory import Exchange
 from reroll_contracts.wire import format_for_path, format_named
 
 from reroll_proxy.respond import error_response
+from reroll_proxy.upstream import Upstream, UpstreamError, UpstreamRequest
 from reroll_proxy.volatile import Volatility
 
 COUNT_TOKENS_PATHS = ("/v1/messages/count_tokens", "/messages/count_tokens")
@@ -48,8 +48,8 @@ class ModelEndpoints:
         upstream: the live upstream, or None (replay-only).
         recorded: the recorded exchanges (may be empty).
         volatility: the declared volatile parts, removed before prompts are compared.
-        session: returns the proxy's client session to the upstream (None without an
-            upstream); called when a request arrives, so the session may open after this object.
+        upstream_client: returns the proxy's `Upstream` (None without one); called when a
+            request arrives, so the upstream may be set after this object.
     """
 
     def __init__(
@@ -57,12 +57,12 @@ class ModelEndpoints:
         upstream: UpstreamConfig | None,
         recorded: Sequence[Exchange],
         volatility: Volatility,
-        session: Callable[[], aiohttp.ClientSession | None],
+        upstream_client: Callable[[], Upstream | None],
     ) -> None:
         self.upstream = upstream
         self.recorded = recorded
         self.volatility = volatility
-        self.session = session
+        self.upstream_client = upstream_client
 
     def add_routes(self, app: web.Application) -> None:
         """Route the endpoints on `app` (before the catch-alls, if any)."""
@@ -81,9 +81,9 @@ class ModelEndpoints:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             message = "count_tokens needs a 'messages' list"
             return error_response(_MESSAGES, 400, "invalid_request_error", message)
-        session = self.session()
-        if self.upstream is not None and self.upstream.api_format in (None, _MESSAGES.name) and session:
-            return await self._forward(request, body, session)
+        client = self.upstream_client()
+        if self.upstream is not None and self.upstream.api_format in (None, _MESSAGES.name) and client:
+            return await self._forward(request, body, client)
         tokens = self.recorded_count(body)
         if tokens is None:
             message = (
@@ -122,7 +122,7 @@ class ModelEndpoints:
         return orjson.dumps(normal["messages"]), orjson.dumps(normal["tools"])
 
     async def _forward(
-        self, request: web.Request, body: dict[str, Any], session: aiohttp.ClientSession
+        self, request: web.Request, body: dict[str, Any], client: Upstream
     ) -> web.StreamResponse:
         assert self.upstream is not None
         sent = {**body, "model": self.upstream.model} if self.upstream.model else body
@@ -130,15 +130,14 @@ class ModelEndpoints:
         if request.query_string:
             url += "?" + request.query_string
         headers = _MESSAGES.upstream_headers(self.upstream.api_key, request.headers)
+        sending = UpstreamRequest(url, headers | {"Content-Type": "application/json"}, orjson.dumps(sent))
         try:
-            async with session.post(
-                url, data=orjson.dumps(sent), headers=headers | {"Content-Type": "application/json"}
-            ) as response:
+            async with await client.send(sending) as response:
                 payload = await response.read()
                 content_type = response.content_type or "application/json"
                 return web.Response(status=response.status, body=payload, content_type=content_type)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return error_response(_MESSAGES, 502, "upstream_error", f"upstream {url} unreachable: {exc!r}")
+        except UpstreamError as exc:
+            return error_response(_MESSAGES, 502, "upstream_error", f"upstream {url} unreachable: {exc}")
 
     def model_ids(self) -> list[str]:
         """The models served: the upstream's, then those of the recorded exchanges, each once."""

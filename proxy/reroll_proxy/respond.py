@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 from reroll_contracts.faults import FaultNote
@@ -39,6 +38,7 @@ from reroll_contracts.wire import WireFormat
 from reroll_contracts.wire.sse import SseParser, encode_event
 
 from reroll_proxy.recorder import Recorder
+from reroll_proxy.upstream import UpstreamError, UpstreamResponse
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 _NOT_FORWARDED = frozenset(
@@ -111,7 +111,7 @@ class EventSource:
 class UpstreamEvents(EventSource):
     """The events of an upstream ``text/event-stream`` response, parsed as its chunks arrive."""
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: UpstreamResponse) -> None:
         super().__init__()
         self._response = response
 
@@ -120,11 +120,11 @@ class UpstreamEvents(EventSource):
         ends them and sets `error`."""
         parser = SseParser()
         try:
-            async for chunk in self._response.content.iter_any():
+            async for chunk in self._response.chunks():
                 if events := parser.feed(chunk):
                     yield events
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            self.error = f"upstream stream broke off: {exc!r}"
+        except UpstreamError as exc:
+            self.error = f"upstream stream broke off: {exc}"
         if events := parser.finish():
             yield events
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -15,6 +14,7 @@ from reroll.models.scripted_answers import count_prompt_tokens
 from reroll_contracts.proxy import UpstreamConfig, VolatileRule
 from reroll_contracts.trajectory import Exchange
 from reroll_proxy.endpoints_models import ModelEndpoints
+from reroll_proxy.upstream import AiohttpUpstream
 from reroll_proxy.volatile import Volatility
 
 PROMPT: dict[str, Any] = {
@@ -93,15 +93,16 @@ async def test_count_tokens_goes_to_a_live_anthropic_upstream() -> None:
     config = UpstreamConfig(
         base_url=str(upstream.make_url("/v1")), model="scripted", api_format="anthropic-messages"
     )
-    async with aiohttp.ClientSession() as session:
-        client = await client_for(ModelEndpoints(config, [], Volatility(), lambda: session))
-        try:
-            response = await client.post("/v1/messages/count_tokens", json={**PROMPT, "model": "x"})
-            assert response.status == 200
-            assert await response.json() == {"input_tokens": count_prompt_tokens(PROMPT)}
-        finally:
-            await client.close()
-            await upstream.close()
+    live = AiohttpUpstream(timeout_seconds=10)
+    client = await client_for(ModelEndpoints(config, [], Volatility(), lambda: live))
+    try:
+        response = await client.post("/v1/messages/count_tokens", json={**PROMPT, "model": "x"})
+        assert response.status == 200
+        assert await response.json() == {"input_tokens": count_prompt_tokens(PROMPT)}
+    finally:
+        await client.close()
+        await live.aclose()
+        await upstream.close()
 
 
 async def test_models_lists_the_served_models_in_the_callers_shape() -> None:

@@ -44,7 +44,7 @@ STATUS_TIMEOUT_SECONDS = 5.0
 _KEY_ENV = "REROLL_PROXY_UPSTREAM_KEY"
 _CONTROLLER_TOKEN_ENV = "REROLL_PROXY_CONTROLLER_TOKEN"
 ROLLOUTS_ROUTE = "/_reroll/rollouts"
-"""The shared proxy's admin route (`reroll_proxy.server.ProxyHost`)."""
+"""The shared proxy's admin route (`reroll_proxy.host.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 _PendingAsks = RootModel[list[PendingAsk]]
 
