@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from reroll.cli.app import app
+from reroll.cli.common import console
 from reroll.tasks.check import find_task_dirs, resolved
 from reroll.tasks.task import load_task
 from typer.testing import CliRunner
@@ -81,3 +83,61 @@ def test_task_check_reports_a_harbor_skills_dir_it_does_not_apply(tmp_path: Path
     (task / "task.toml").write_text('[environment]\nskills_dir = "/root/.skills"\n')
     rows = dict(resolved(load_task(task)))
     assert "/root/.skills" in rows["skills"] and "not mounted" in rows["skills"]
+
+
+def _dockerfile_task(root: Path, dockerfile: str | None, toml: str = "") -> Path:
+    """A Harbor-layout task whose environment/Dockerfile is `dockerfile` (none: no Dockerfile)."""
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test.sh").write_text("#!/bin/sh\n")
+    (root / "instruction.md").write_text("Do it.\n")
+    (root / "task.toml").write_text(toml)
+    if dockerfile is not None:
+        (root / "environment").mkdir()
+        (root / "environment" / "Dockerfile").write_text(dockerfile)
+    return root
+
+
+def _check(folder: Path) -> str:
+    """`reroll task check FOLDER`'s output, on a console wide enough for a warning's line."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(console, "_width", 400)
+        done = CliRunner().invoke(app, ["task", "check", str(folder)])
+    assert done.exit_code == 0, done.output  # warnings do not fail the check
+    return done.output
+
+
+def test_task_check_warns_about_a_base_with_no_stand_in_and_names_the_flag(tmp_path: Path) -> None:
+    """Issue 29 (6): a FROM no registry-less machine can build said "ok"; now a warning naming the
+    one flag that works (a pip Dockerfile gets a base with pip)."""
+    _dockerfile_task(tmp_path / "unbuildable", "FROM example.invalid/nothing:1\nRUN pip install pandas\n")
+    output = _check(tmp_path / "unbuildable")
+    assert "│ ok " not in output and "1 with warnings" in output
+    assert "FROM example.invalid/nothing:1" in output and "no stand-in" in output
+    assert "--image-map example.invalid/nothing:1=reroll/debian:bookworm-python" in output
+
+
+def test_task_check_warns_about_a_prebuilt_image_with_no_stand_in(tmp_path: Path) -> None:
+    _dockerfile_task(tmp_path / "prebuilt", None, '[environment]\ndocker_image = "python:3.12-slim"\n')
+    output = _check(tmp_path / "prebuilt")
+    assert "--image-map python:3.12-slim=reroll/debian:trixie-python" in output
+    assert "local` sandbox ignores environment.docker_image" in output
+
+
+def test_task_check_warns_that_local_ignores_a_dockerfile_that_installs_or_copies(tmp_path: Path) -> None:
+    """Issue 29 (6): a task that needs its image (RUN, COPY) would run on the default ``local``,
+    which ignores the Dockerfile; a COPY of workspace/ is what local seeds anyway."""
+    _dockerfile_task(
+        tmp_path / "installs",
+        "FROM python:3.13-slim-bookworm\nCOPY workspace/ /app/\n"
+        "RUN apt-get update && apt-get install -y jq\n",
+    )
+    output = _check(tmp_path / "installs")
+    assert "│ ok " not in output and "1 with warnings" in output
+    assert "RUN apt-get update && apt-get install -y jq" in output and "--sandbox docker" in output
+    assert "no stand-in" not in output  # python:3.13-slim-bookworm has one
+
+
+def test_task_check_says_ok_for_a_task_local_runs_as_docker_would(tmp_path: Path) -> None:
+    _dockerfile_task(tmp_path / "plain", "FROM python:3.11-slim\nCOPY workspace/ /app/\nWORKDIR /app\n")
+    output = _check(tmp_path / "plain")
+    assert "│ ok " in output and "warning" not in output

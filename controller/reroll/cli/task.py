@@ -15,15 +15,21 @@ def task_check(
         list[Path], typer.Argument(help="Task folders, or folders searched recursively for tasks.")
     ],
 ) -> None:
-    """Load tasks and print each one's resolved configuration and the fields reroll ignores.
+    """Load tasks and print each one's resolved configuration, the fields reroll ignores, and
+    warnings: a base image with no stand-in here, a task that needs its image on the default
+    `local` sandbox (which ignores it).
 
-    Exit code 0 when every task loads, 2 when any does not (the reason is printed).
+    Exit code 0 when every task loads (warnings or not), 2 when any does not (the reason is printed).
     """
+    from reroll.sandbox.docker.images import base_warnings, local_images
     from reroll.tasks.check import check, render
 
-    results = check(paths)
+    is_local = local_images()
+    results = check(paths, advise=lambda task: base_warnings(task, is_local))
     render(results, console)
     failed = sum(result.task is None for result in results)
-    console.print(f"\n{len(results) - failed} of {len(results)} tasks load")
+    warned = sum(bool(result.warnings) for result in results)
+    with_warnings = f"; {warned} with warnings" if warned else ""
+    console.print(f"\n{len(results) - failed} of {len(results)} tasks load{with_warnings}")
     if failed:
         raise typer.Exit(2)

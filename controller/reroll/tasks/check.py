@@ -7,12 +7,16 @@ task.md / task.toml, not below a task folder), `check` loads it as a rollout wou
 resources, network policy, time limits — then the foreign fields mapped onto reroll's and the
 fields it ignores, each with the reason; the environment plane (services with their probes,
 readiness, task selection, state, MCP servers); a task that does not load is shown with the cause.
+A task that loads but would not run here as its harness runs it gets warnings, not a bare "ok"
+(`local_warnings`, and what the caller adds: the CLI adds bases with no stand-in).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from reroll_contracts.childenv import SECRET_NAME
@@ -30,11 +34,44 @@ TASK_FILES = ("task.md", "task.toml")
 
 @dataclass(frozen=True)
 class CheckedTask:
-    """One task folder and what loading it gave: the task, or the reason it does not load."""
+    """One task folder and what loading it gave: the task, or the reason it does not load, and
+    what would keep it from running here as its harness runs it."""
 
     path: Path
     task: Task | None
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+_IMAGE_STEP = re.compile(r"^\s*(?:RUN|COPY|ADD)\s.*$", re.IGNORECASE | re.MULTILINE)
+"""A Dockerfile instruction that changes the image's files (installs packages, copies files)."""
+_SEEDED = re.compile(r"^\s*(?:COPY|ADD)\s+(?:--\S+\s+)*\.?/?workspace/?\s", re.IGNORECASE)
+"""A COPY of environment/workspace/, which every sandbox seeds the workspace with anyway."""
+
+
+def local_warnings(task: Task) -> list[str]:
+    """Why `task` needs its image, which the default sandbox ``local`` ignores: its Dockerfile's
+    first RUN/COPY/ADD step (a COPY of ``workspace/`` left out: local seeds it), or its
+    ``environment.docker_image``; ``[]`` when local runs it as a container would."""
+    if task.dockerfile is None:
+        if image := task.spec.environment.docker_image:
+            return [
+                f"the default `local` sandbox ignores environment.docker_image ({image}): "
+                "run it with --sandbox docker"
+            ]
+        return []
+    steps = [
+        step.group(0).strip()
+        for step in _IMAGE_STEP.finditer(task.dockerfile.read_text(encoding="utf-8", errors="replace"))
+        if not _SEEDED.match(step.group(0))
+    ]
+    if not steps:
+        return []
+    more = f" and {len(steps) - 1} more step(s)" if len(steps) > 1 else ""
+    return [
+        f"{_relative(task.dockerfile, task.path)} changes the image ({steps[0]}{more}), which the default "
+        "`local` sandbox ignores (it runs on the host's system): run it with --sandbox docker"
+    ]
 
 
 def find_task_dirs(path: Path) -> list[Path]:
@@ -52,9 +89,9 @@ def find_task_dirs(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def check(paths: list[Path]) -> list[CheckedTask]:
+def check(paths: list[Path], advise: Callable[[Task], list[str]] | None = None) -> list[CheckedTask]:
     """Load every task under `paths` (see `find_task_dirs`); a path that is no folder, or holds
-    no task, is a failure."""
+    no task, is a failure. Each task gets the warnings of `local_warnings` and of `advise`."""
     results: list[CheckedTask] = []
     for path in paths:
         found = find_task_dirs(path) if path.is_dir() else [path]
@@ -62,7 +99,9 @@ def check(paths: list[Path]) -> list[CheckedTask]:
             results.append(CheckedTask(path, None, f"{path}: no task.md or task.toml in it or below it"))
         for folder in found:
             try:
-                results.append(CheckedTask(folder, load_task(folder)))
+                task = load_task(folder)
+                warnings = [*local_warnings(task), *(advise(task) if advise else [])]
+                results.append(CheckedTask(folder, task, warnings=warnings))
             except TaskError as exc:
                 results.append(CheckedTask(folder, None, str(exc)))
     return results
@@ -212,7 +251,9 @@ def render(results: list[CheckedTask], console: Console) -> None:
         if task is None:
             summary.add_row(str(result.path), "-", "[red]does not load[/red]", "-")
         else:
-            summary.add_row(str(result.path), task.layout, "[green]ok[/green]", str(len(task.ignored)))
+            count = len(result.warnings)
+            status = f"[yellow]{count} warning{'s' * (count > 1)}[/yellow]" if count else "[green]ok[/green]"
+            summary.add_row(str(result.path), task.layout, status, str(len(task.ignored)))
     console.print(summary)
     for result in results:
         console.print()
@@ -231,4 +272,6 @@ def render(results: list[CheckedTask], console: Console) -> None:
             table.add_row("mapped", escape(f"{note.field} → {note.note}"))
         for note in task.ignored:
             table.add_row("[yellow]ignored[/yellow]", escape(f"{note.field}: {note.note}"))
+        for warning in result.warnings:
+            table.add_row("[yellow]warning[/yellow]", escape(warning))
         console.print(table)

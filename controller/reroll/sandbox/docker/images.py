@@ -373,6 +373,36 @@ def _with_standins(
     return {**built, **{source: built.get(target, target) for source, target in image_map.items()}}
 
 
+def local_images() -> Callable[[str], bool]:
+    """Whether an image is local to this host's Docker Engine; every image is not when the engine
+    cannot be reached (nothing can be built then)."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return lambda image: False
+    return lambda image: _exists(client, image)
+
+
+def base_warnings(task: Task, is_local: Callable[[str], bool]) -> list[str]:
+    """One line for each image `task` starts from (its Dockerfile's FROM images, or its
+    ``environment.docker_image``) that has no stand-in here: not local (`is_local`), not reroll's
+    own, and no catalogue image stands in for it; with the ``--image-map`` that would work."""
+    if task.dockerfile is not None:
+        text = task.dockerfile.read_text(encoding="utf-8", errors="replace")
+        _, bases = map_from_lines(text, {})
+    else:
+        text, bases = "", [task.spec.environment.docker_image or BASE_ALIAS]
+    return [
+        f"FROM {image}: no stand-in here (not a local image, none in reroll's catalogue); without a "
+        f"registry it does not build: --image-map {image}={suggested_target(image, text)}"
+        for image in dict.fromkeys(bases)
+        if not image.startswith((f"{BASE_REPO}:", f"{CATALOGUE_REPO}:"))
+        and not standins([image], is_local)
+        and not is_local(image)
+    ]
+
+
 def _slug(name: str) -> str:
     """`name` as a Docker repository name's last part."""
     return re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-.") or "task"
