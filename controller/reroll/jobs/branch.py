@@ -48,10 +48,11 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from reroll_contracts.errors import AgentError, ConfigError, EnvironmentStateError, RunFolderError
+from reroll_contracts.errors import AgentError, ConfigError, EnvironmentStateError
 from rich.console import Console
 
 from reroll.agents import AgentSpec
+from reroll.jobs.branch_points import BranchPoint, branch_points
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
@@ -61,7 +62,7 @@ from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.rollout.trust import refuse_untrusted
-from reroll.runfolder.asks import ASKS_FILE, AskLog, load_asks
+from reroll.runfolder.asks import ASKS_FILE, AskLog
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
@@ -108,110 +109,6 @@ def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:
         f"{agent.name} has no resumable session (no `resume` and `session_paths` in its declaration): "
         "its branches replay the prefix"
     )
-
-
-@dataclass(frozen=True)
-class BranchPoint:
-    """Where a group of branches starts: a checkpoint, and what they are given there."""
-
-    at: str
-    """The checkpoint (see `reroll.rollout.checkpoint`)."""
-    prompt: str | None = None
-    """The prompt of the turn the cut starts, instead of the recorded one
-    (`reroll.rollout.checkpoint.Checkpoint.with_prompt`)."""
-    answer: str | None = None
-    """The answer to the recorded ask_user question asked at the cut (``--at-ask``)."""
-    label: str = ""
-    """The prefix of its children's folders (``at10``, ``prompt0``, ``option0``, ``answer0``); ""
-    for a tree of one point."""
-
-
-def branch_points(
-    run_folder: Path,
-    at: At | Sequence[At] | None = None,
-    *,
-    every: int | None = None,
-    prompts: Sequence[str] = (),
-    at_ask: int | None = None,
-    answers: Sequence[str] = (),
-) -> list[BranchPoint]:
-    """The branch points that `at`, `every`, `prompts`, `at_ask` and `answers` name (``reroll
-    branch``'s flags).
-
-    Args:
-        run_folder: the recorded run (its length bounds `every`, its asks.json `at_ask`).
-        at: one checkpoint, several (a sequence, or a text with commas: ``10,20,30``); a value
-            curve when several.
-        every: instead of `at`: the cut points 0, N, 2N, … up to the run's recorded exchanges.
-        prompts: one point per prompt, at the one checkpoint `at` names.
-        at_ask: instead of `at`: the run's ask_user question N (0-based, `reroll.runfolder.asks`): one
-            point per option it offered (or per answer of `answers`), cut where it was asked.
-        answers: with `at_ask`: the answers to give instead of the question's options.
-
-    Raises:
-        ConfigError: not exactly one of `at`, `every`, `at_ask`; `every` below 1; `prompts` with
-            several checkpoints or with `at_ask`; `answers` without `at_ask`; a question without
-            options and no `answers`.
-        RunFolderError: the run folder cannot be loaded (with `every`), or has no question `at_ask`.
-    """
-    if sum(given is not None for given in (at, every, at_ask)) != 1:
-        raise ConfigError(
-            "branch needs a checkpoint: --at K (or K1,K2,…), --every N or --at-ask N, one of them"
-        )
-    if answers and at_ask is None:
-        raise ConfigError("--answer needs --at-ask N (the question it answers)")
-    if at_ask is not None:
-        if prompts:
-            raise ConfigError("--prompt and --at-ask cannot be combined (--answer gives the answers)")
-        return _ask_points(run_folder, at_ask, answers)
-    if every is not None:
-        if every < 1:
-            raise ConfigError(f"--every {every}: the step between cut points must be at least 1")
-        recorded = len(load_run_folder(run_folder).exchanges)
-        cuts: list[str] = [str(step) for step in range(0, recorded + 1, every)]
-    elif isinstance(at, str):
-        cuts = [part.strip() for part in at.split(",")]
-    elif isinstance(at, Sequence):
-        cuts = [str(point) for point in at]
-    else:
-        cuts = [str(at)]
-    if any(not cut for cut in cuts) or len(set(cuts)) != len(cuts):
-        raise ConfigError(f"--at {at}: expected distinct checkpoints separated by commas")
-    if prompts:
-        if len(cuts) != 1:
-            raise ConfigError(f"--prompt needs one checkpoint (--at TURN:0), not {len(cuts)}")
-        return [BranchPoint(cuts[0], prompt, label=f"prompt{index}") for index, prompt in enumerate(prompts)]
-    if len(cuts) == 1:
-        return [BranchPoint(cuts[0])]
-    return [BranchPoint(cut, label=f"at{cut.replace(':', '-')}") for cut in cuts]
-
-
-def _ask_points(run_folder: Path, number: int, answers: Sequence[str]) -> list[BranchPoint]:
-    """One point per answer to question `number` of `run_folder`: `answers`, else its options.
-
-    Raises:
-        RunFolderError: the run has no such question.
-        ConfigError: it offered no options and `answers` is empty.
-    """
-    asks = load_asks(run_folder)
-    if not asks:
-        raise RunFolderError(
-            f"{run_folder}: --at-ask {number}: the run asked no ask_user question (no {ASKS_FILE}); "
-            "record it with --ask-user and an agent that asks"
-        )
-    if not 0 <= number < len(asks):
-        raise RunFolderError(
-            f"{run_folder}: --at-ask {number}: the run asked {len(asks)} question(s), so N must be "
-            f"within 0..{len(asks) - 1}"
-        )
-    ask = asks[number]
-    if answers:
-        return [BranchPoint(str(ask.step), answer=text, label=f"answer{j}") for j, text in enumerate(answers)]
-    if not ask.options:
-        raise ConfigError(
-            f"--at-ask {number}: question {ask.question!r} offered no options: give answers (--answer TEXT)"
-        )
-    return [BranchPoint(str(ask.step), answer=text, label=f"option{j}") for j, text in enumerate(ask.options)]
 
 
 async def branch(
@@ -282,69 +179,132 @@ async def branch(
     points = branch_points(run_folder, at, every=every, prompts=prompts, at_ask=at_ask, answers=answers)
     batch = Runner(runner)
     console = console or Console(quiet=True)
-    recorded = load_run_folder(run_folder)  # read once: each point's checkpoint opens from it
-    refuse_untrusted(recorded.config, recorded.path, options.trust)  # before anything it names is imported
-    checkpoints = [_open_point(recorded, point, tasks_dir, console) for point in points]
-    checkpoint = max(checkpoints, key=lambda opened: opened.cut_index)
-    bound = with_recorded_inputs(options, recorded.config)  # every host path it reads, bound
-    load_backend(bound.sandbox or "local").settings(bound.sandbox_config)
-    if checkpoint.agent.api_format == "none":
-        raise AgentError(
-            f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"
-        )
-    parsed = (parse_model(spec, checkpoint.task.path, checkpoint.agent.name) for spec in models)
-    specs = list({model.spec: None for model in parsed})  # each model once
-    original = checkpoint.original
-    refuse_untravelled(original.config, original.path, runner.executor)
-    parent = _write_parent(checkpoint, output or original.path.parent / BRANCHED_DIR)
-    given = ",".join(dict.fromkeys(point.at for point in points))
-    if every is not None or at_ask is not None:
-        given = f"every {every}" if every is not None else f"ask {at_ask} (step {given})"
-    cuts = [opened.cut_index for opened in checkpoints]
-    console.print(
-        f"branching {original.path} at step(s) {cuts} (--at {given}): "
-        f"{len(points)} point(s) x {len(specs)} model(s) x {n}, {runner.concurrency} at a time"
-    )
-    console.print(f"parent folder: {parent}")
-    chosen, note = _tree_via(checkpoint, points, at_ask, via)
-    layers: Path | None = None
-    digests: dict[str, str] | None = None
-    if chosen == "snapshot":
-        layers, note = await _checkpoint_layers(checkpoint, parent, options, console)
-        digests = load_checkpoint(layers, step=checkpoint.cut_index).digests
-    console.print(f"branches reach their cut via {chosen}" + (f" ({note})" if note else ""))
-    branches = [
-        (number, spec, index) for number in range(len(points)) for spec in specs for index in range(n)
-    ]
-    rollouts = [
-        _branch_rollout(checkpoint, points[number], spec, index, parent, tasks_dir, bound, layers)
-        for number, spec, index in branches
-    ]
-    summaries = await batch.run(rollouts, console)
-    children = [
-        _child_summary(summary, spec, index, number, parent)
-        for summary, (number, spec, index) in zip(summaries, branches, strict=True)
-    ]
-    summary = BranchSummary(
-        parent=str(parent),
-        original=str(original.path),
-        cut_index=checkpoint.cut_index,
-        at=given,
-        children=children,
-        models=[_model_summary(spec, children) for spec in specs],
-        points=[
-            _point_summary(
-                point, opened.cut_index, [child for child in children if child.point == number], specs
-            )
-            for number, (point, opened) in enumerate(zip(points, checkpoints, strict=True))
-        ],
-        via=chosen,
-        note=note,
-        layers=digests,
-        checkpoint=str(layers) if layers else None,
-    )
-    write_json(parent / TREE_SUMMARY_FILE, summary)
+    checkpoints, bound = _open_points(run_folder, points, tasks_dir, options, console)
+    specs = _model_specs(max(checkpoints, key=lambda opened: opened.cut_index), models)
+    plan = _TreePlan(points, checkpoints, specs, n, bound, _given(points, every, at_ask))
+    plan.write_parent(output, runner, console)
+    reached = await plan.reach_cut(at_ask, via, options, console)
+    rollouts = plan.rollouts(tasks_dir, reached.layers)
+    children = _children(await batch.run(rollouts, console), plan.planned, plan.parent)
+    summary = plan.summary(children, reached)
+    write_json(plan.parent / TREE_SUMMARY_FILE, summary)
     return summary
+
+
+@dataclass(frozen=True)
+class _Reached:
+    """How a tree's branches reach their cut (`_TreePlan.reach_cut`)."""
+
+    via: Via
+    note: str | None
+    """Why it is not a snapshot, or where the snapshot came from."""
+    layers: Path | None = None
+    """The checkpoint folder the children fork from (``snapshot``)."""
+    digests: dict[str, str] | None = None
+    """Its layers' digests (``snapshot``)."""
+
+
+@dataclass
+class _TreePlan:
+    """A branch tree ready to run: each point's checkpoint, the models, `n` branches per pair."""
+
+    points: list[BranchPoint]
+    checkpoints: list[Checkpoint]
+    """Each point's checkpoint, in the order of `points`."""
+    specs: list[str]
+    n: int
+    bound: RolloutSettings
+    """How each branch runs, the recorded run's host inputs bound."""
+    given: str
+    """How the points were named (`_given`)."""
+    parent: Path = Path()
+    """The parent folder (`write_parent`)."""
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The checkpoint of the latest cut (the prefix every snapshot branch is rebuilt to)."""
+        return max(self.checkpoints, key=lambda opened: opened.cut_index)
+
+    @property
+    def planned(self) -> list[tuple[int, str, int]]:
+        """Every branch as (point number, model spec, index within its group), in order."""
+        return [
+            (number, spec, index)
+            for number in range(len(self.points))
+            for spec in self.specs
+            for index in range(self.n)
+        ]
+
+    def rollouts(self, tasks_dir: Path | None, layers: Path | None) -> list[RunnerRollout]:
+        """Every branch's rollout (`_branch_rollout`), in the order of `planned`."""
+        return [
+            _branch_rollout(
+                self.checkpoint, self.points[number], spec, index, self.parent, tasks_dir, self.bound, layers
+            )
+            for number, spec, index in self.planned
+        ]
+
+    def write_parent(self, output: Path | None, runner: RunnerOptions, console: Console) -> None:
+        """Refuse an executor the run's host files cannot travel to, write the parent folder
+        (`output`, default ``<original's parent>/branched``) and say what will run.
+
+        Raises:
+            JobError: as `reroll.jobs.runner.refuse_untravelled`.
+        """
+        original = self.checkpoint.original
+        refuse_untravelled(original.config, original.path, runner.executor)
+        self.parent = _write_parent(self.checkpoint, output or original.path.parent / BRANCHED_DIR)
+        cuts = [opened.cut_index for opened in self.checkpoints]
+        console.print(
+            f"branching {original.path} at step(s) {cuts} (--at {self.given}): "
+            f"{len(self.points)} point(s) x {len(self.specs)} model(s) x {self.n}, "
+            f"{runner.concurrency} at a time"
+        )
+        console.print(f"parent folder: {self.parent}")
+
+    async def reach_cut(
+        self, at_ask: int | None, via: Via | None, options: RolloutSettings, console: Console
+    ) -> _Reached:
+        """Choose how the branches reach the cut (`_tree_via`); for a snapshot, rebuild the prefix
+        and capture its checkpoint (`_checkpoint_layers`).
+
+        Raises:
+            EnvironmentStateError: as `branch`.
+        """
+        chosen, note = _tree_via(self.checkpoint, self.points, at_ask, via)
+        reached = _Reached(chosen, note)
+        if chosen == "snapshot":
+            layers, note = await _checkpoint_layers(self.checkpoint, self.parent, options, console)
+            digests = load_checkpoint(layers, step=self.checkpoint.cut_index).digests
+            reached = _Reached(chosen, note, layers, digests)
+        console.print(f"branches reach their cut via {chosen}" + (f" ({note})" if note else ""))
+        return reached
+
+    def summary(self, children: list[ChildSummary], reached: _Reached) -> BranchSummary:
+        """The tree's summary: its children, each model's and each point's value estimate."""
+        return BranchSummary(
+            parent=str(self.parent),
+            original=str(self.checkpoint.original.path),
+            cut_index=self.checkpoint.cut_index,
+            at=self.given,
+            children=children,
+            models=[_model_summary(spec, children) for spec in self.specs],
+            points=_point_summaries(self.points, self.checkpoints, children, self.specs),
+            via=reached.via,
+            note=reached.note,
+            layers=reached.digests,
+            checkpoint=str(reached.layers) if reached.layers else None,
+        )
+
+
+def _children(
+    summaries: list[RolloutSummary], planned: list[tuple[int, str, int]], parent: Path
+) -> list[ChildSummary]:
+    """The children's summaries, in the order they were `planned` as (point, model, index)."""
+    return [
+        _child_summary(summary, spec, index, number, parent)
+        for summary, (number, spec, index) in zip(summaries, planned, strict=True)
+    ]
 
 
 def _tree_via(
@@ -398,6 +358,62 @@ def _branch_rollout(
         recorded_task=RecordedTask(original_task_name(original.config), checkpoint.task.path),
     )
     return RunnerRollout(attempt, checkpoint.task.name, checkpoint.agent.name, spec)
+
+
+def _open_points(
+    run_folder: Path,
+    points: list[BranchPoint],
+    tasks_dir: Path | None,
+    options: RolloutSettings,
+    console: Console,
+) -> tuple[list[Checkpoint], RolloutSettings]:
+    """Each point's checkpoint, from `run_folder` read once, and `options` with the recorded
+    run's host inputs bound (`reroll.settings.with_recorded_inputs`).
+
+    Raises:
+        RunFolderError, TaskError, AgentError: as `branch`.
+        UntrustedCodeError: the run names host code `options` does not trust again.
+        SandboxBackendError: the sandbox backend or its settings are invalid.
+    """
+    recorded = load_run_folder(run_folder)  # read once: each point's checkpoint opens from it
+    refuse_untrusted(recorded.config, recorded.path, options.trust)  # before anything it names is imported
+    checkpoints = [_open_point(recorded, point, tasks_dir, console) for point in points]
+    bound = with_recorded_inputs(options, recorded.config)  # every host path it reads, bound
+    load_backend(bound.sandbox or "local").settings(bound.sandbox_config)
+    return checkpoints, bound
+
+
+def _model_specs(checkpoint: Checkpoint, models: Sequence[str]) -> list[str]:
+    """The specs of `models`, each once, resolved for the checkpoint's task and agent.
+
+    Raises:
+        AgentError: the recorded agent calls no model.
+        ModelError: a model cannot be resolved.
+    """
+    if checkpoint.agent.api_format == "none":
+        raise AgentError(
+            f"{checkpoint.original.path}: agent {checkpoint.agent.name!r} calls no model; nothing to branch"
+        )
+    parsed = (parse_model(spec, checkpoint.task.path, checkpoint.agent.name) for spec in models)
+    return list({model.spec: None for model in parsed})
+
+
+def _given(points: list[BranchPoint], every: int | None, at_ask: int | None) -> str:
+    """How the points were named, for the summary's ``at`` (``10,20``, ``every 5``, ``ask 0 (step 3)``)."""
+    given = ",".join(dict.fromkeys(point.at for point in points))
+    if every is not None or at_ask is not None:
+        given = f"every {every}" if every is not None else f"ask {at_ask} (step {given})"
+    return given
+
+
+def _point_summaries(
+    points: list[BranchPoint], checkpoints: list[Checkpoint], children: list[ChildSummary], specs: list[str]
+) -> list[PointSummary]:
+    """The value estimate at each point (`_point_summary`), from the children branched there."""
+    return [
+        _point_summary(point, opened.cut_index, [child for child in children if child.point == number], specs)
+        for number, (point, opened) in enumerate(zip(points, checkpoints, strict=True))
+    ]
 
 
 def _open_point(

@@ -201,18 +201,7 @@ def compose_services(
             ``build`` nor ``image``, or a ``build`` names a context folder or Dockerfile that does
             not exist (the file and service named).
     """
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise TaskError(f"{path}: the compose file does not load: {exc}") from exc
-    services = data.get("services") if isinstance(data, dict) else None
-    if not isinstance(services, dict):
-        raise TaskError(f"{path}: a compose file needs a 'services' mapping")
-    main = MAIN_SERVICE if MAIN_SERVICE in services else None
-    if main is None:
-        main = next(
-            (name for name, body in services.items() if isinstance(body, dict) and "build" in body), None
-        )
+    services, main = _load_compose(path)
     result: list[dict[str, Any]] = []
     sandbox_build: dict[str, str] | None = None
     main_env: dict[str, str] = {}
@@ -240,28 +229,7 @@ def compose_services(
             mapped += main_mapped
             ignored += main_ignored
             continue
-        if build is None and not body.get("image"):
-            raise TaskError(f"{path}: service {name!r} has neither 'build' nor 'image'")
-        spec: dict[str, Any] = {"name": str(name)}
-        if build is not None:
-            spec["build"] = build
-            runs = f"built from {build['dockerfile']} in {_shown(build, path)}"
-        else:
-            spec["image"] = str(body["image"])
-            runs = f"image {body['image']}"
-        if "command" in body or "entrypoint" in body:
-            spec["command"] = _shell_line(body.get("entrypoint"), body.get("command"))
-        if body.get("environment"):
-            spec["env"] = _compose_env(body["environment"], path, str(name))
-        if body.get("depends_on"):
-            depends = body["depends_on"]
-            spec["depends_on"] = list(depends) if isinstance(depends, dict | list) else [depends]
-        if body.get("working_dir"):
-            spec["workdir"] = str(body["working_dir"])
-        if isinstance(check := body.get("healthcheck"), dict) and not check.get("disable"):
-            health = _compose_health(check, path, str(name))
-            if health is not None:
-                spec["health"] = health
+        spec, runs = _sibling_spec(body, path, str(name), build)
         result.append(spec)
         mapped.append((field, f"environment.services {name} ({runs}, a sibling container)"))
         ignored += [
@@ -274,6 +242,62 @@ def compose_services(
             if key not in COMPOSE_HONOURED
         ]
     return result, sandbox_build, main_env, mapped, ignored
+
+
+def _load_compose(path: Path) -> tuple[dict[Any, Any], Any]:
+    """The ``services`` mapping of the compose file at `path`, and the name of its main service
+    (`MAIN_SERVICE`, else the first that builds; None when none does).
+
+    Raises:
+        TaskError: the file does not parse, or has no ``services`` mapping.
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise TaskError(f"{path}: the compose file does not load: {exc}") from exc
+    services = data.get("services") if isinstance(data, dict) else None
+    if not isinstance(services, dict):
+        raise TaskError(f"{path}: a compose file needs a 'services' mapping")
+    main = MAIN_SERVICE if MAIN_SERVICE in services else None
+    if main is None:
+        main = next(
+            (name for name, body in services.items() if isinstance(body, dict) and "build" in body), None
+        )
+    return services, main
+
+
+def _sibling_spec(
+    body: dict[str, Any], path: Path, name: str, build: dict[str, str] | None
+) -> tuple[dict[str, Any], str]:
+    """A sibling service's ``[[environment.services]]`` entry from its compose `body`, and what it
+    runs (in words, for the notes).
+
+    Raises:
+        TaskError: it has neither ``build`` nor ``image``, or an option it keeps is invalid.
+    """
+    if build is None and not body.get("image"):
+        raise TaskError(f"{path}: service {name!r} has neither 'build' nor 'image'")
+    spec: dict[str, Any] = {"name": name}
+    if build is not None:
+        spec["build"] = build
+        runs = f"built from {build['dockerfile']} in {_shown(build, path)}"
+    else:
+        spec["image"] = str(body["image"])
+        runs = f"image {body['image']}"
+    if "command" in body or "entrypoint" in body:
+        spec["command"] = _shell_line(body.get("entrypoint"), body.get("command"))
+    if body.get("environment"):
+        spec["env"] = _compose_env(body["environment"], path, name)
+    if body.get("depends_on"):
+        depends = body["depends_on"]
+        spec["depends_on"] = list(depends) if isinstance(depends, dict | list) else [depends]
+    if body.get("working_dir"):
+        spec["workdir"] = str(body["working_dir"])
+    if isinstance(check := body.get("healthcheck"), dict) and not check.get("disable"):
+        health = _compose_health(check, path, name)
+        if health is not None:
+            spec["health"] = health
+    return spec, runs
 
 
 def _main_extras(

@@ -59,13 +59,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import re
 import secrets
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -74,24 +72,25 @@ import docker.errors
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
-from reroll_contracts.errors import SandboxError, SidecarError, TaskEnvironmentError
+from reroll_contracts.errors import SandboxError, SidecarError
 
 from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
 from reroll.sandbox.docker import disk, firewall
+from reroll.sandbox.docker.cgroups import oom_kills
 from reroll.sandbox.docker.config import DockerSandboxConfig
+from reroll.sandbox.docker.conventions import AGENT_USER, AGENTS_DIR, SETUP_SCRIPT, image_defaults
 from reroll.sandbox.docker.engine import (
     AGENTS_VOLUME,
     DISK_LABEL,
-    MANIFESTS_VOLUME,
     MOUNT_POINT,
     OWNER_LABEL,
     ROLE_LABEL,
     RUN_ID_LABEL,
-    SHARED_LABEL,
     docker_client,
     owner_label,
 )
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, service_image, task_image
+from reroll.sandbox.docker.installs import install_store
 from reroll.sandbox.docker.networks import (
     SERVICES_PREFIX,
     create_isolated_network,
@@ -101,6 +100,7 @@ from reroll.sandbox.docker.networks import (
     remove_isolated_network,
 )
 from reroll.sandbox.docker.prune import prune as prune_leftovers
+from reroll.sandbox.docker.siblings import SiblingContainer, run_sibling
 from reroll.sandbox.installs import InstallStore
 from reroll.sandbox.services import ServiceProcess
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
@@ -108,48 +108,8 @@ from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.tasks.environment import ServiceSpec
 from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
-AGENT_USER = "agent"
-AGENTS_DIR = "/opt/reroll-agents"
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
-
-# Runs once in every new container, as root, with $1 the agent's user (a name or a uid) and $2
-# its working folder: the user, folders and ownership; prints the user's name and HOME. POSIX sh
-# with useradd (Debian), adduser (Alpine, busybox) or neither (a bare busybox image: the passwd
-# and group entries are written, uid and gid the first free from 1000; root's too when missing).
-# A uid without a passwd entry becomes user `agent` with that uid.
-_SETUP_SCRIPT = f"""
-set -e
-user=$1 workdir=$2
-grep -q "^root:" /etc/passwd 2>/dev/null || echo "root:x:0:0:root:/root:/bin/sh" >>/etc/passwd
-grep -q "^root:" /etc/group 2>/dev/null || echo "root:x:0:" >>/etc/group
-uid=
-case $user in *[!0-9]*) ;; *) uid=$user
-  user=$(awk -F: -v u="$uid" '$3 == u {{ print $1; exit }}' /etc/passwd)
-  [ -n "$user" ] || user={AGENT_USER} ;;
-esac
-if ! grep -q "^$user:" /etc/passwd; then
-  if command -v useradd >/dev/null 2>&1; then
-    useradd --create-home --shell /bin/sh ${{uid:+--uid "$uid"}} "$user"
-  elif command -v adduser >/dev/null 2>&1; then adduser -D -s /bin/sh ${{uid:+-u "$uid"}} "$user"
-  else
-    n=${{uid:-1000}}
-    while [ -z "$uid" ] && cut -d: -f3 /etc/passwd /etc/group 2>/dev/null | grep -qx "$n"; do
-      n=$((n + 1))
-    done
-    echo "$user:x:$n:$n::/home/$user:/bin/sh" >>/etc/passwd
-    echo "$user:x:$n:" >>/etc/group
-    mkdir -p "/home/$user"
-  fi
-fi
-home=$(grep "^$user:" /etc/passwd | cut -d: -f6)
-mkdir -p "$workdir" /logs/agent /logs/verifier {AGENTS_DIR} "$home"
-if [ "$(grep "^$user:" /etc/passwd | cut -d: -f3)" != 0 ]; then
-  chown -R "$user:$(grep "^$user:" /etc/passwd | cut -d: -f4)" "$workdir" /logs/agent "$home"
-fi
-echo "$user"
-echo "$home"
-"""
 
 
 def docker_name(run_id: str) -> str:
@@ -157,34 +117,6 @@ def docker_name(run_id: str) -> str:
     run of characters becomes ``-``. A task named ``Parallel TF-IDF Similarity Search`` (SkillsBench's
     ``[task] name``) gives run folders, hence run ids, with spaces."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id)
-
-
-@dataclass(frozen=True)
-class ImageDefaults:
-    """What an image says about its processes (``docker inspect``'s ``Config``)."""
-
-    workdir: str
-    """Its WORKDIR, `DEFAULT_WORKDIR` when unset or ``/``."""
-    user: str
-    """Its USER without the group (a name or a uid), ``root`` when unset."""
-    env: dict[str, str]
-    """Its ENV (``KEY=value`` entries, PATH included), every phase's base environment."""
-
-
-def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
-    """The WORKDIR, USER and ENV of the local `image` (Harbor's defaults for every phase).
-
-    Raises:
-        SandboxError: no such local image.
-    """
-    try:
-        config = client.images.get(image).attrs.get("Config") or {}
-    except docker.errors.ImageNotFound as exc:
-        raise SandboxError(f"image {image} is not a local image") from exc
-    workdir = (config.get("WorkingDir") or "").rstrip("/")
-    user = (config.get("User") or "").partition(":")[0]
-    env = dict(entry.partition("=")[::2] for entry in config.get("Env") or [] if "=" in entry)
-    return ImageDefaults(workdir=workdir or DEFAULT_WORKDIR, user=user or "root", env=env)
 
 
 class DockerSandbox(SidecarSandbox):
@@ -311,7 +243,7 @@ class DockerSandbox(SidecarSandbox):
             await self._connect(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
             await self._wait_ready()
             setup = await self.exec(
-                ["sh", "-c", _SETUP_SCRIPT, "setup", self._user, self.layout.workspace],
+                ["sh", "-c", SETUP_SCRIPT, "setup", self._user, self.layout.workspace],
                 timeout_seconds=self.config.setup_timeout_seconds,
             )
             if setup.exit_code != 0:
@@ -462,7 +394,7 @@ class DockerSandbox(SidecarSandbox):
         environment = self.task.spec.environment
         if self.container is not None:
             await asyncio.to_thread(self.container.reload)
-            kills = _oom_kills(int(self.container.attrs["State"].get("Pid") or 0))
+            kills = oom_kills(int(self.container.attrs["State"].get("Pid") or 0))
             if kills or self.container.attrs["State"].get("OOMKilled"):
                 hit.append(
                     f"out of memory: the kernel killed {kills or 'a'} process(es) at the sandbox's limit "
@@ -528,46 +460,10 @@ class DockerSandbox(SidecarSandbox):
         return await asyncio.to_thread(self._start_sibling, spec, dict(env))
 
     def _start_sibling(self, spec: ServiceSpec, env: dict[str, str]) -> SiblingContainer:
-        engine, network = self._engine, self._ensure_network()
-        image = self._service_images.get(spec.name) or spec.image
-        if image is None:
-            raise TaskEnvironmentError(
-                f"service {spec.name}: its image was not built (the sandbox did not start?)"
-            )
-        try:
-            try:
-                engine.images.get(image)
-            except docker.errors.ImageNotFound:
-                engine.images.pull(image)
-        except docker.errors.APIError as exc:
-            raise TaskEnvironmentError(f"service {spec.name}: image {image} is not available: {exc}") from exc
+        image = self._service_images.get(spec.name)
         environment = self.task.spec.environment
-        command = {"entrypoint": ["sh", "-c"], "command": [spec.command]} if spec.command else {}
-        try:
-            container = engine.containers.run(
-                image,
-                **command,
-                detach=True,
-                init=True,
-                name=f"reroll-{self.run_id}-service-{spec.name}-{secrets.token_hex(3)}",
-                hostname=spec.name,
-                labels={
-                    MANAGED_LABEL: "1",
-                    RUN_ID_LABEL: self.run_id,
-                    OWNER_LABEL: owner_label(),
-                    ROLE_LABEL: "service",
-                },
-                environment=env,
-                working_dir=spec.workdir,
-                network=network.name,
-                networking_config={network.name: engine.api.create_endpoint_config(aliases=[spec.name])},
-                nano_cpus=int(environment.cpus * 1e9),
-                mem_limit=f"{environment.memory_mb}m",
-                memswap_limit=f"{environment.memory_mb}m",
-                pids_limit=environment.pids_max,
-            )
-        except docker.errors.APIError as exc:
-            raise SandboxError(f"service {spec.name}: cannot start a container of {image}: {exc}") from exc
+        network = self._ensure_network()
+        container = run_sibling(self._engine, network, self.run_id, environment, spec, image, env)
         self._siblings.append(container)
         return SiblingContainer(container)
 
@@ -607,101 +503,3 @@ class DockerSandbox(SidecarSandbox):
         if self._docker is not None:
             self._docker.close()
             self._docker = None
-
-
-class SiblingContainer:
-    """A service's sibling container (`DockerSandbox.start_sibling`), as a
-    `reroll.sandbox.services.ServiceProcess`."""
-
-    def __init__(self, container: Container) -> None:
-        self.container = container
-
-    async def exit_code(self) -> int | None:
-        """Its exit code once it stopped, None while it runs."""
-        with contextlib.suppress(docker.errors.NotFound):
-            await asyncio.to_thread(self.container.reload)
-        state = self.container.attrs.get("State") or {}
-        return None if state.get("Running", True) else int(state.get("ExitCode", -1))
-
-    async def run_command(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
-        """Run `command` with ``sh -c`` in the container as root (compose's healthcheck)."""
-        run = asyncio.to_thread(self.container.exec_run, ["sh", "-c", command], user="0")
-        try:
-            code, output = await asyncio.wait_for(run, timeout_seconds)
-        except TimeoutError:
-            return False, f"`{command}` did not finish within {timeout_seconds:g} s"
-        except docker.errors.APIError as exc:
-            return False, f"`{command}` could not run: {exc}"
-        return code == 0, output.decode(errors="replace").strip()[-500:]
-
-    async def output(self) -> bytes:
-        """Its container's log (stdout and stderr)."""
-        try:
-            return bytes(await asyncio.to_thread(self.container.logs))
-        except docker.errors.APIError:
-            return b""
-
-    async def stop(self) -> None:
-        """Remove the container."""
-        with contextlib.suppress(docker.errors.NotFound):
-            await asyncio.to_thread(self.container.remove, force=True, v=True)
-
-
-def install_store(engine: docker.DockerClient) -> InstallStore:
-    """The docker backend's shared installs: `AGENTS_VOLUME` and `MANIFESTS_VOLUME` at their host
-    folders, each made when missing.
-
-    Raises:
-        SandboxError: as `DockerSandbox.install_store`.
-    """
-    return InstallStore(
-        folder=_volume_folder(engine, AGENTS_VOLUME, {MANAGED_LABEL: "1"}),
-        # Not labelled managed: the prune of older reroll versions removes such volumes when unused.
-        manifests=_volume_folder(engine, MANIFESTS_VOLUME, {SHARED_LABEL: "install-manifests"}),
-    )
-
-
-def _volume_folder(engine: docker.DockerClient, name: str, labels: dict[str, str]) -> Path:
-    """The host folder of the named volume `name` (made with `labels` when missing).
-
-    Raises:
-        SandboxError: the volume cannot be made, or its folder is not readable here.
-    """
-    try:
-        try:
-            volume = engine.volumes.get(name)
-        except docker.errors.NotFound:
-            volume = engine.volumes.create(name, driver="local", labels=labels)
-    except docker.errors.APIError as exc:
-        raise SandboxError(f"cannot make the docker volume {name}: {exc}") from exc
-    folder = Path(volume.attrs.get("Mountpoint") or "")
-    if not folder.is_absolute() or not os.access(folder, os.R_OK | os.X_OK):
-        raise SandboxError(
-            f"the docker volume {name} is at {folder or '?'} on the engine's host, which this process "
-            "cannot read: the docker backend needs a local engine and a controller that is root"
-        )
-    return folder
-
-
-def _oom_kills(pid: int) -> int:
-    """How many processes the OOM killer ended in the memory cgroup of host process `pid` (the
-    container's init); 0 when unknown. Reads ``oom_kill`` of cgroup v1's ``memory.oom_control``
-    or cgroup v2's ``memory.events`` (Linux's Documentation/admin-guide/cgroup-v{1,2})."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid > 0 else []
-    except OSError:
-        return 0
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            counters = Path("/sys/fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
-        elif controllers == "":
-            counters = Path("/sys/fs/cgroup", path.lstrip("/"), "memory.events")
-        else:
-            continue
-        with contextlib.suppress(OSError, ValueError):
-            for counter in counters.read_text().splitlines():
-                name, _, value = counter.partition(" ")
-                if name == "oom_kill":
-                    return int(value)
-    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,45 +44,83 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
         SandboxError: no Docker Engine answers, or nft failed.
     """
     engine = docker_client()
-    removed: dict[str, list[str]] = {
-        "containers": [],
-        "kept": [],
-        "volumes": [],
-        "networks": [],
-        "firewall_tables": [],
-    }
-    in_use: set[str] = set()  # the mount folders (and sized file systems) of the containers kept
-    volumes_in_use: set[str | None] = set()
-    labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={run_id}"] if run_id else [])
-    filters: dict[str, Any] = {"label": labels}
+    sweep = _Sweep(engine, run_id, spare_live=not (running or run_id))
     try:
-        for container in engine.containers.list(all=True, filters=filters):
+        sweep.containers()
+        sweep.volumes()
+        sweep.networks()
+        if run_id is None:  # firewall tables whose network is gone (a controller killed in between)
+            sweep.firewall_tables()
+    finally:
+        engine.close()
+    sweep.folders(running)
+    return sweep.removed
+
+
+@dataclass
+class _Sweep:
+    """One `prune`: what it removed, and what the rollouts it spares still use."""
+
+    engine: docker.DockerClient
+    run_id: str | None
+    spare_live: bool
+    """Keep what belongs to a controller that still runs (neither ``running`` nor a run id)."""
+    removed: dict[str, list[str]] = field(
+        default_factory=lambda: {
+            "containers": [],
+            "kept": [],
+            "volumes": [],
+            "networks": [],
+            "firewall_tables": [],
+        }
+    )
+    in_use: set[str] = field(default_factory=set)
+    """The mount folders (and sized file systems) of the containers kept."""
+    volumes_in_use: set[str | None] = field(default_factory=set)
+
+    @property
+    def filters(self) -> dict[str, Any]:
+        """reroll's objects (of the run id, if one is given)."""
+        labels = [f"{MANAGED_LABEL}=1"] + ([f"{RUN_ID_LABEL}={self.run_id}"] if self.run_id else [])
+        return {"label": labels}
+
+    def _live(self, labels: dict[str, str] | None) -> bool:
+        """Whether an object with `labels` is spared: its controller still runs."""
+        return self.spare_live and owner_runs((labels or {}).get(OWNER_LABEL))
+
+    def containers(self) -> None:
+        """Remove the containers, keeping live rollouts' (and noting what they use)."""
+        for container in self.engine.containers.list(all=True, filters=self.filters):
             name = container.name or container.id or ""
-            if not (running or run_id) and owner_runs(container.labels.get(OWNER_LABEL)):
-                removed["kept"].append(name)
-                in_use.update(
-                    m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == MOUNT_POINT
-                )
-                volumes_in_use.update(m.get("Name") for m in container.attrs["Mounts"])
+            if self._live(container.labels):
+                self.removed["kept"].append(name)
+                mounts = container.attrs["Mounts"]
+                self.in_use.update(m["Source"] for m in mounts if m["Destination"] == MOUNT_POINT)
+                self.volumes_in_use.update(m.get("Name") for m in mounts)
                 continue
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True, v=True)
-                removed["containers"].append(name)
-        for volume in engine.volumes.list(filters={"label": labels}):
+                self.removed["containers"].append(name)
+
+    def volumes(self) -> None:
+        """Remove the volumes no kept container uses, but never the shared installs."""
+        for volume in self.engine.volumes.list(filters=self.filters):
             if volume.name in SHARED_VOLUMES:
                 continue  # installs shared by every rollout, not a leftover
             volume_labels = volume.attrs.get("Labels") or {}
             folder = volume_labels.get(DISK_LABEL)
-            live = not (running or run_id) and owner_runs(volume_labels.get(OWNER_LABEL))
-            if volume.name in volumes_in_use or live:  # in use, or its rollout is still starting
-                in_use.add(str(folder))
+            if volume.name in self.volumes_in_use or self._live(volume_labels):
+                self.in_use.add(str(folder))  # in use, or its rollout is still starting
                 continue
             with contextlib.suppress(docker.errors.APIError):
                 volume.remove(force=True)
-                removed["volumes"].append(volume.name or "")
-        for network in engine.networks.list(filters={"label": labels}):
+                self.removed["volumes"].append(volume.name or "")
+
+    def networks(self) -> None:
+        """Remove the networks no live rollout owns or uses (an isolated one with its firewall table)."""
+        for network in self.engine.networks.list(filters=self.filters):
             name = network.name or ""
-            if not (running or run_id) and owner_runs((network.attrs.get("Labels") or {}).get(OWNER_LABEL)):
+            if self._live(network.attrs.get("Labels")):
                 continue  # a live rollout's own network, maybe still without its container
             if name.startswith(ISOLATED_PREFIX):
                 removed_network = remove_isolated_network(network)
@@ -92,24 +131,26 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
                 except docker.errors.APIError:  # still in use by a live run
                     removed_network = False
             if removed_network:
-                removed["networks"].append(name)
-        if run_id is None:  # firewall tables whose network is gone (a controller killed in between)
-            names = {
-                network.name for network in engine.networks.list(filters={"label": f"{MANAGED_LABEL}=1"})
-            }
-            for key in firewall.tables():
-                if ISOLATED_PREFIX + key not in names:
-                    firewall.remove(key)
-                    removed["firewall_tables"].append(firewall.table_name(key))
-    finally:
-        engine.close()
-    for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
-        if str(leftover) not in in_use and (run_id is None or run_id[-24:] in leftover.name):
-            shutil.rmtree(leftover, ignore_errors=True)
-    for leftover in disk.leftovers():
-        if str(leftover) in in_use or (run_id is not None and run_id[-24:] not in leftover.name):
-            continue
-        if run_id is None and not running and owner_runs(disk.owner(leftover)):
-            continue  # a live rollout's, maybe still without its volumes
-        disk.remove(leftover)
-    return removed
+                self.removed["networks"].append(name)
+
+    def firewall_tables(self) -> None:
+        """Remove reroll's firewall tables whose network is gone."""
+        filters = {"label": f"{MANAGED_LABEL}=1"}
+        names = {network.name for network in self.engine.networks.list(filters=filters)}
+        for key in firewall.tables():
+            if ISOLATED_PREFIX + key not in names:
+                firewall.remove(key)
+                self.removed["firewall_tables"].append(firewall.table_name(key))
+
+    def folders(self, running: bool) -> None:
+        """Remove the host's mount folders and sized file systems no kept rollout uses."""
+        run_id = self.run_id
+        for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
+            if str(leftover) not in self.in_use and (run_id is None or run_id[-24:] in leftover.name):
+                shutil.rmtree(leftover, ignore_errors=True)
+        for leftover in disk.leftovers():
+            if str(leftover) in self.in_use or (run_id is not None and run_id[-24:] not in leftover.name):
+                continue
+            if run_id is None and not running and owner_runs(disk.owner(leftover)):
+                continue  # a live rollout's, maybe still without its volumes
+            disk.remove(leftover)
