@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import openai
 import pytest
 import yaml
+from reroll_contracts.errors import UpstreamError
 from reroll_contracts.proxy import (
     DivergencePolicy,
     FormatName,
@@ -28,6 +29,9 @@ from reroll_contracts.proxy import (
     ReplayConfig,
     UpstreamConfig,
 )
+from reroll_proxy.server import RunningProxy
+from reroll_proxy.server import start_proxy as start_in_process
+from reroll_proxy.upstream import CannedResponse, InMemoryUpstream
 
 from tests.conftest import spawning
 
@@ -383,3 +387,39 @@ def register_rollout(
         "POST", shared.base_url.removesuffix("/v1") + "/_reroll/rollouts", registration, admin()
     )
     return code, body
+
+
+IN_MEMORY_KEY = "sk-in-memory-upstream"
+"""The upstream key of `in_memory_proxy`'s rollouts."""
+StartInMemory = Callable[..., Awaitable[tuple[RunningProxy, InMemoryUpstream]]]
+"""``await in_memory_proxy(*answers)``: (an in-process proxy, its in-memory upstream)."""
+
+
+@pytest.fixture
+async def in_memory_proxy(tmp_path: Path) -> AsyncIterator[StartInMemory]:
+    """``await in_memory_proxy(*answers)``: a proxy in this process whose upstream is an
+    `InMemoryUpstream` giving `answers`; (the proxy, its upstream)."""
+    running: list[RunningProxy] = []
+
+    async def start(*answers: CannedResponse | UpstreamError) -> tuple[RunningProxy, InMemoryUpstream]:
+        upstream = InMemoryUpstream(answers)
+        config = ProxyConfig(
+            token=TOKEN,
+            trajectory_path=tmp_path / f"run-{len(running)}" / "llm_trajectory.jsonl",
+            upstream=UpstreamConfig(
+                base_url="http://provider.invalid/v1", model="swapped", api_key=IN_MEMORY_KEY
+            ),
+        )
+        proxy = await start_in_process(config, upstream)
+        running.append(proxy)
+        return proxy, upstream
+
+    yield start
+    for proxy in running:
+        await proxy.stop()
+
+
+def lines(proxy: RunningProxy) -> list[dict[str, Any]]:
+    """The exchange lines of an in-process proxy's trajectory."""
+    path = proxy.rollout.config.trajectory_path
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -1,5 +1,5 @@
 """Responses over WebSocket: the proxy refuses the upgrade at once (426), so a WebSocket-first
-client falls back to HTTP after one attempt (the real proxy and scripted model as subprocesses)."""
+client falls back to HTTP after one attempt."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import aiohttp
 import pytest
 from reroll_proxy.endpoints_websocket import REFUSAL_STATUS
 
-from tests.proxy.conftest import AGENT_MODEL, TOKEN, Service, StartProxy
-
-pytestmark = pytest.mark.spawns
+from tests.proxy.conftest import AGENT_MODEL, TOKEN, Service, StartInMemory, StartProxy, lines
 
 
 async def websocket_first(base_url: str, attempts_allowed: int) -> list[str]:
@@ -32,6 +30,7 @@ async def websocket_first(base_url: str, attempts_allowed: int) -> list[str]:
     return attempts
 
 
+@pytest.mark.spawns  # the real proxy and scripted model as subprocesses
 def test_a_websocket_first_client_is_refused_once_and_served_over_http(
     start_proxy: StartProxy, scripted_model: Service
 ) -> None:
@@ -47,10 +46,11 @@ def test_a_websocket_first_client_is_refused_once_and_served_over_http(
     assert line["request"]["path"] == "/v1/responses" and line["metadata"]["step"] == 0
 
 
-def test_the_refusal_needs_the_token_and_has_the_responses_error_shape(
-    start_proxy: StartProxy, scripted_model: Service
+async def test_the_refusal_needs_the_token_and_has_the_responses_error_shape(
+    in_memory_proxy: StartInMemory,
 ) -> None:
-    proxy = start_proxy(upstream_url=scripted_model.base_url)
+    """The upstream only has to exist: the in-memory twin, the proxy in process."""
+    proxy, upstream = await in_memory_proxy()
 
     async def upgrade(token: str) -> tuple[int, dict[str, object]]:
         headers = {"Authorization": f"Bearer {token}", "Upgrade": "websocket", "Connection": "Upgrade"}
@@ -60,7 +60,7 @@ def test_the_refusal_needs_the_token_and_has_the_responses_error_shape(
         ):
             return response.status, await response.json()
 
-    status, body = asyncio.run(upgrade(TOKEN))
+    status, body = await upgrade(TOKEN)
     assert status == REFUSAL_STATUS and "HTTP only" in str(body["error"])
-    assert asyncio.run(upgrade("wrong"))[0] == 401
-    assert proxy.status().websocket_upgrades_refused == 1 and proxy.lines() == []
+    assert (await upgrade("wrong"))[0] == 401
+    assert proxy.rollout.websockets.count == 1 and lines(proxy) == [] and upstream.requests == []

@@ -7,22 +7,18 @@ import asyncio
 import json
 import socket
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from reroll_contracts.errors import UpstreamError
-from reroll_contracts.proxy import ProxyConfig, UpstreamConfig
 from reroll_contracts.wire import format_named
 from reroll_contracts.wire.sse import encode_event
-from reroll_proxy.server import RunningProxy, start_proxy
+from reroll_proxy.server import RunningProxy
 from reroll_proxy.upstream import AiohttpUpstream, CannedResponse, InMemoryUpstream, UpstreamRequest
 
-from tests.proxy.conftest import TOKEN, http_json
+from tests.proxy.conftest import IN_MEMORY_KEY, TOKEN, StartInMemory, http_json, lines
 
-UPSTREAM_KEY = "sk-in-memory-upstream"
 CHAT = format_named("openai-chat")
 ANSWER: dict[str, Any] = {
     "id": "chatcmpl-1",
@@ -35,37 +31,6 @@ ANSWER: dict[str, Any] = {
     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
 }
 REQUEST = {"model": "agent-model", "messages": [{"role": "user", "content": "hi"}]}
-
-StartInMemory = Callable[..., Awaitable[tuple[RunningProxy, InMemoryUpstream]]]
-
-
-@pytest.fixture
-async def in_memory_proxy(tmp_path: Path) -> AsyncIterator[StartInMemory]:
-    """``await in_memory_proxy(*answers)``: a proxy in this process whose upstream is an
-    `InMemoryUpstream` giving `answers`; (the proxy, its upstream)."""
-    running: list[RunningProxy] = []
-
-    async def start(*answers: CannedResponse | UpstreamError) -> tuple[RunningProxy, InMemoryUpstream]:
-        upstream = InMemoryUpstream(answers)
-        config = ProxyConfig(
-            token=TOKEN,
-            trajectory_path=tmp_path / f"run-{len(running)}" / "llm_trajectory.jsonl",
-            upstream=UpstreamConfig(
-                base_url="http://provider.invalid/v1", model="swapped", api_key=UPSTREAM_KEY
-            ),
-        )
-        proxy = await start_proxy(config, upstream)
-        running.append(proxy)
-        return proxy, upstream
-
-    yield start
-    for proxy in running:
-        await proxy.stop()
-
-
-def lines(proxy: RunningProxy) -> list[dict[str, Any]]:
-    path = proxy.rollout.config.trajectory_path
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 async def post(
@@ -98,11 +63,11 @@ async def test_a_live_request_goes_to_the_upstream_with_the_model_swapped_and_th
     assert code == 200 and body == ANSWER and headers["x-reroll-source"] == "live"
     (sent,) = upstream.requests
     assert sent.url == "http://provider.invalid/v1/chat/completions"
-    assert sent.headers["Authorization"] == f"Bearer {UPSTREAM_KEY}"
+    assert sent.headers["Authorization"] == f"Bearer {IN_MEMORY_KEY}"
     assert orjson.loads(sent.body) == {**REQUEST, "model": "swapped"}
     (line,) = lines(proxy)
     assert line["metadata"]["source"] == "live" and line["metadata"]["model"] == "upstream-model"
-    assert line["response"]["body"] == ANSWER and UPSTREAM_KEY not in json.dumps(line)
+    assert line["response"]["body"] == ANSWER and IN_MEMORY_KEY not in json.dumps(line)
 
 
 async def test_a_streamed_answer_is_forwarded_and_recorded_event_by_event(
