@@ -121,3 +121,38 @@ def chown_root(path: str, trusted: str) -> bool:
     """Give `path` (a symlink itself, not its target) to root:root, its folders below `trusted`
     reached without following symlinks; False when it is not there."""
     return _at(path, trusted, lambda name, folder: os.chown(name, 0, 0, dir_fd=folder, follow_symlinks=False))
+
+
+def hand_tree_to_root(top: str) -> int:
+    """Give `top` and everything below it to root:root (symlinks themselves, never followed) and
+    take group and others' write permission off folders and regular files, so that no other user
+    can change the tree afterwards. The caller makes sure nothing else writes to it meanwhile
+    (the agent's processes are frozen): a folder is walked through descriptors (``os.fwalk``)
+    either way, never through a symlink.
+
+    Returns:
+        How many entries were handed over (`top` included).
+
+    Raises:
+        OSError: `top` cannot be opened, or an entry cannot be changed.
+    """
+    handed = 0
+
+    def hand(name: str, folder: int) -> None:
+        nonlocal handed
+        info = os.lstat(name, dir_fd=folder)
+        os.chown(name, 0, 0, dir_fd=folder, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
+            os.chmod(name, stat.S_IMODE(info.st_mode) & ~0o022, dir_fd=folder)
+        handed += 1
+
+    parent, name = os.path.split(os.path.normpath(top))
+    parent_fd = os.open(parent or "/", DIR_FLAGS & ~os.O_NOFOLLOW)
+    try:
+        hand(name, parent_fd)
+    finally:
+        os.close(parent_fd)
+    for _, folders, files, folder in os.fwalk(top, follow_symlinks=False):
+        for entry in (*folders, *files):
+            hand(entry, folder)
+    return handed

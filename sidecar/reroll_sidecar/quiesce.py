@@ -313,9 +313,7 @@ def quiesce(
     """
     deadline = time.monotonic() + timeout_seconds
     keep = set(keep_reaped)
-    if selection.uid is not None:
-        _signal_all_as(selection.uid, "STOP")
-    frozen = _freeze_descendants(deadline, keep, selection.spare) if selection.descendants else set()
+    frozen = _stop(selection, deadline, keep)
     if selection.uid is not None:
         _signal_all_as(selection.uid, "KILL")
     _signal(frozen, signal.SIGKILL)
@@ -335,6 +333,53 @@ def quiesce(
     if frozen:
         log.info("quiesce: %d processes frozen and killed", len(frozen))
     return len(frozen)
+
+
+def _stop(selection: Selection, deadline: float, keep: set[int]) -> set[int]:
+    """SIGSTOP every process `selection` picks (by user in one ``kill -1``, by descent in walks);
+    returns the pids stopped by descent.
+
+    Raises:
+        QuiesceError: as `_freeze_descendants`, or the user's ids could not be taken.
+    """
+    if selection.uid is not None:
+        _signal_all_as(selection.uid, "STOP")
+    return _freeze_descendants(deadline, keep, selection.spare) if selection.descendants else set()
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """The processes `freeze` stopped, for `thaw`: a user's (all of them) and those found by
+    descent, each as it was (a pid reused meanwhile is not continued)."""
+
+    uid: int | None
+    descendants: frozenset[Identity]
+
+
+def freeze(
+    selection: Selection, *, keep_reaped: Iterable[int] = (), timeout_seconds: float = QUIESCE_TIMEOUT_SECONDS
+) -> Frozen:
+    """Stop every process `selection` picks and leave them stopped (the first half of `quiesce`):
+    none can run, fork or write until `thaw` or a `quiesce` (which kills stopped processes too).
+
+    Raises:
+        QuiesceError: some were still running after `timeout_seconds`.
+    """
+    stopped = _stop(selection, time.monotonic() + timeout_seconds, set(keep_reaped))
+    found = (identity(pid) for pid in stopped)
+    return Frozen(uid=selection.uid, descendants=frozenset(item for item in found if item is not None))
+
+
+def thaw(frozen: Frozen) -> None:
+    """SIGCONT what `freeze` stopped: every process of its user, and each process it stopped by
+    descent that is still the same process.
+
+    Raises:
+        QuiesceError: the user's ids could not be taken.
+    """
+    if frozen.uid is not None:
+        _signal_all_as(frozen.uid, "CONT")
+    _signal((item.pid for item in frozen.descendants if identity(item.pid) == item), signal.SIGCONT)
 
 
 def _reap_adopted(keep: set[int]) -> None:

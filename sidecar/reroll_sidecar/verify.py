@@ -12,7 +12,9 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    every descendant Exec started, until a scan finds none), then kills every Exec process group
    — all but the task's services (``ExecRequest.service``) and what they forked, identified as
    the sidecar spawned them (`processes.ProcessGroups.services`), so the test script can query
-   a live service; a service still dies with the agent's user's processes if it runs as them;
+   a live service; a service still dies with the agent's user's processes if it runs as them.
+   With ``VerifyRequest.keep_agent_processes`` (Harbor's semantics) they are only frozen, and go
+   on after step 3, the workspace first handed to root when an agent user is set (`_let_go`);
 2. restores that snapshot: build-config edits are undone, build-config files the agent created
    are deleted, the recorded hooks are put back, owned by root; a folder on the way that the
    agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
@@ -183,6 +185,24 @@ def _agent_uid(baseline: Baseline) -> int | None:
     return None if uid in (0, os.geteuid()) else uid
 
 
+def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
+    """Let the agent's frozen processes go on for the test script (Harbor keeps a server the
+    tests talk to), once they cannot touch what decides the reward: with an agent user the
+    workspace is handed to root first (`nofollow.hand_tree_to_root`: no hook planted, no copied
+    test swapped); the verifier's and the reward folders are root's already. Without one, the
+    caller keeps them only for the task's own solution. Returns the report's note.
+
+    Raises:
+        QuiesceError: the agent user's ids could not be taken.
+    """
+    handed = ""
+    if frozen.uid is not None and baseline.roots:
+        count = nofollow.hand_tree_to_root(baseline.roots[0])
+        handed = f"; the workspace ({count} entries) is root's now"
+    quiesce.thaw(frozen)
+    return f"the agent's processes were kept for the test script{handed}"
+
+
 class Verifier:
     """Holds the baseline between PrepareVerify and Verify; see the module docstring.
 
@@ -267,8 +287,9 @@ class Verifier:
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
         try:
+            keep = request.keep_agent_processes and not request.soft
             plugins = await asyncio.wait_for(
-                self._harden(baseline, report, dict(request.env), soft=request.soft),
+                self._harden(baseline, report, dict(request.env), soft=request.soft, keep=keep),
                 self.harden_timeout_seconds,
             )
         except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
@@ -401,12 +422,20 @@ class Verifier:
                     yield pb.VerifyEvent(stderr=event.stderr)
 
     async def _harden(
-        self, baseline: Baseline, report: pb.HardeningReport, env: dict[str, str], *, soft: bool = False
+        self,
+        baseline: Baseline,
+        report: pb.HardeningReport,
+        env: dict[str, str],
+        *,
+        soft: bool = False,
+        keep: bool = False,
     ) -> list[str]:
         """Steps 1 to 3 of the module docstring, filling `report`; then, with plugin autoloading
         off, scans the sandbox's ``python3`` (found in `env`'s PATH) again. `soft` (a soft verify
         between the rounds of a trial) skips steps 2 and 3: the agent goes on in the workspace
-        afterwards, so its build config and start-up hooks stay as it left them.
+        afterwards, so its build config and start-up hooks stay as it left them. `keep`
+        (``VerifyRequest.keep_agent_processes``): step 1 freezes the agent's processes instead
+        of killing them, and they go on after step 3 (`_let_go`).
 
         Returns:
             The pytest plugins the test script's pytest loads (`pytest_plugins.allowed`).
@@ -418,8 +447,12 @@ class Verifier:
         selection = quiesce.Selection(
             uid=_agent_uid(baseline), descendants=True, spare=self.groups.services()
         )
-        killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
-        report.killed_groups = killed + self.groups.kill(services=False)
+        frozen = None
+        if keep:
+            frozen = await asyncio.to_thread(quiesce.freeze, selection, keep_reaped=self.groups.waited)
+        else:
+            killed = await asyncio.to_thread(quiesce.quiesce, selection, keep_reaped=self.groups.waited)
+            report.killed_groups = killed + self.groups.kill(services=False)
         notes: list[str] = []
         if soft:
             notes.append("soft verify: build config and start-up hooks left as the agent left them")
@@ -446,6 +479,8 @@ class Verifier:
             decision = pytest_plugins.allowed(declared, baseline.plugins, now)
             plugins = decision.names
             notes.extend(decision.notes)
+        if frozen is not None:
+            notes.append(await asyncio.to_thread(_let_go, frozen, baseline))
         report.notes.extend(notes)
         log.info("hardening: killed %d, deleted %s, notes %s", report.killed_groups, report.deleted, notes)
         return plugins

@@ -4,14 +4,17 @@ One honest task checks, in one rollout: the image's ``ENV`` (PATH, PYTHONPATH, a
 own) in the oracle and in ``test.sh``; ``test.sh`` run from the image's ``WORKDIR``; the pytest
 configuration shipped with the tests read (not ``-c /dev/null``, rootdir not ``/dev``); a
 ``test.sh`` that passes pytest its own ``--junitxml`` scored by its reward file; the task's
-``/logs/verifier`` kept whole in the run folder; ``version`` beside ``schema_version`` accepted.
+``/logs/verifier`` kept whole in the run folder; ``version`` beside ``schema_version`` accepted; a
+server the solution left running still up for the tests, as Harbor keeps it.
 Two more show that a verifier that could not run is an error naming why, never ``ok 0.0``, and
 one that the oracle keeps the task's skills its Dockerfile copies (as BenchFlow deploys them for
-its oracle) under the default ``--skills no-skill``.
+its oracle) under the default ``--skills no-skill``. The attack that keeping the agent's
+processes invites (one that swaps the hidden tests a ``test.sh`` copies into the workspace) fails.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,11 +42,16 @@ RUN mkdir -p /opt/tool/bin /opt/lib /srv/work \\
 ENV PATH=/opt/tool/bin:$PATH PYTHONPATH=/opt/lib MARKER=from-image
 WORKDIR /srv/work
 """
-SOLVE_SH = """#!/bin/sh
+SERVER = (
+    "import socketserver as s; s.TCPServer(('127.0.0.1', 5328), type('H', (s.StreamRequestHandler,),"
+    " {'handle': lambda self: self.wfile.write(b'pong')})).serve_forever()"
+)
+SOLVE_SH = f"""#!/bin/sh
 set -e
 harbor-tool > answer.txt
 echo "$MARKER" >> answer.txt
 python3 -c 'import eigen; print(eigen.VALUE)' >> answer.txt
+nohup python3 -c "{SERVER}" > /dev/null 2>&1 &
 """
 HONEST_TEST_SH = """#!/bin/sh
 mkdir -p /logs/verifier
@@ -65,6 +73,12 @@ import pytest
 def test_answer():
     with open("/srv/work/answer.txt") as answer:
         assert answer.read().split() == ["tool-ok", "from-image", "42"]
+
+
+def test_the_server_the_solution_left_running():
+    import socket
+    with socket.create_connection(("127.0.0.1", 5328), timeout=10) as connection:
+        assert connection.recv(4) == b"pong"
 
 
 def test_the_image_env_and_the_shipped_ini(pytestconfig):
@@ -106,10 +120,10 @@ def test_an_honest_harbor_task_scores_as_harbor_scores_it(tmp_path: Path) -> Non
     assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
     verifier = run_dir / "verifier"
     stdout = (verifier / "test-stdout.txt").read_text()
-    assert "cwd /srv/work" in stdout and "2 passed" in stdout, stdout
+    assert "cwd /srv/work" in stdout and "3 passed" in stdout, stdout
     # the task's own files of /logs/verifier, kept whole; its test ids name their file
     assert 'classname="test_outputs"' in (verifier / "junit.xml").read_text()
-    assert "2 passed" in (verifier / "pytest.log").read_text()
+    assert "3 passed" in (verifier / "pytest.log").read_text()
 
 
 @pytest.mark.parametrize(
@@ -151,3 +165,55 @@ def test_the_oracle_keeps_the_skills_its_dockerfile_copies(tmp_path: Path) -> No
     )
     result, _ = run_oracle(task, tmp_path)
     assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
+
+
+SWAP_DOCKERFILE = """FROM reroll/base:bookworm
+RUN useradd -m -u 1500 player && mkdir -p /srv/work && chown player /srv/work
+USER player
+WORKDIR /srv/work
+"""
+FAKE_TEST = "def test_answer():\\n    pass\\n"  # for printf
+HIDDEN_TEST = "from answer import answer\n\n\ndef test_answer():\n    assert answer() == 42\n"
+SWAP_SOLVE_SH = f"""#!/bin/sh
+set -e
+printf 'def answer():\\n    return 41\\n' > answer.py
+mkdir -p tests
+printf '{FAKE_TEST}' > /tmp/fake_test.py
+nohup sh -c 'while :; do
+  if grep -qs 42 tests/test_answer.py; then
+    cp /tmp/fake_test.py tests/.swap && mv -f tests/.swap tests/test_answer.py
+  fi
+  sleep 0.01
+done' > /dev/null 2>&1 &
+"""
+SWAP_TEST_SH = """#!/bin/sh
+mkdir -p /logs/verifier /srv/work/tests
+cp /tests/test_answer.py /srv/work/tests/
+sleep 1  # e.g. installing the tests' requirements
+cd /srv/work
+if python3 -m pytest -q tests/test_answer.py; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_a_kept_process_cannot_swap_the_tests_a_test_sh_copies_into_the_workspace(
+    tmp_path: Path,
+) -> None:
+    """Red team: an agent with a user of its own (the image's ``USER``) leaves the bug in place and
+    a process that replaces the hidden test, once ``test.sh`` has copied it into the workspace,
+    with one that passes. Kept alive for the verify, it must find the workspace root's."""
+    task = write_files(
+        tmp_path / "swap",
+        {
+            "task.toml": TASK_TOML,
+            "instruction.md": "Make answer() return 42.\n",
+            "environment/Dockerfile": SWAP_DOCKERFILE,
+            "solution/solve.sh": SWAP_SOLVE_SH,
+            "tests/test.sh": SWAP_TEST_SH,
+            "tests/test_answer.py": HIDDEN_TEST,
+        },
+    )
+    result, run_dir = run_oracle(task, tmp_path)
+    assert (result["status"], result["rewards"]) == ("ok", {"reward": 0.0}), result
+    notes = json.loads((run_dir / "verifier" / "hardening.json").read_text())["notes"]
+    assert any("kept for the test script; the workspace" in note for note in notes), notes

@@ -101,3 +101,24 @@ def test_chown_root_changes_the_link_not_its_target(tree: tuple[Path, Path]) -> 
     assert os.stat(outside / "conftest.py").st_uid == 1234
     assert not nofollow.chown_root(str(workspace / "tests" / "conftest.py"), str(workspace))
     assert os.stat(outside / "conftest.py").st_uid == 1234
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives files away")
+def test_hand_tree_to_root_takes_the_tree_and_never_what_its_links_name(tree: tuple[Path, Path]) -> None:
+    """The workspace handed to root before a verify that keeps the agent's processes: nothing in
+    it is theirs or writable by others afterwards, and the symlinked folder's target is untouched."""
+    workspace, outside = tree
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "open.txt").write_text("x")
+    os.chmod(workspace / "sub" / "open.txt", 0o666)
+    os.chmod(workspace / "sub", 0o777)
+    mine = (outside, outside / "conftest.py", workspace, workspace / "sub", workspace / "sub" / "open.txt")
+    for path in mine:
+        os.chown(path, 1234, 1234)
+    os.lchown(workspace / "tests", 1234, 1234)
+    assert nofollow.hand_tree_to_root(str(workspace)) == 4  # workspace, tests (the link), sub, open.txt
+    for path in (workspace, workspace / "sub", workspace / "sub" / "open.txt"):
+        assert (os.lstat(path).st_uid, os.lstat(path).st_mode & 0o022) == (0, 0), path
+    assert os.lstat(workspace / "tests").st_uid == 0
+    assert (os.stat(outside).st_uid, os.stat(outside / "conftest.py").st_uid) == (1234, 1234)
+    assert os.stat(outside / "conftest.py").st_mode & 0o777 == 0o644

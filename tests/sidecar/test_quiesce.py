@@ -199,3 +199,48 @@ def test_a_user_is_killed_even_when_no_thread_can_start(monkeypatch: pytest.Monk
     finally:
         for victim in victims:
             victim.kill()
+
+
+BEAT = """import sys, time
+while True:
+    open(sys.argv[1], "w").write(str(time.monotonic()))
+    time.sleep(0.01)
+"""
+
+
+async def test_freeze_stops_what_it_picks_and_thaw_lets_the_same_processes_go_on(tmp_path: Path) -> None:
+    """The verify that keeps the agent's processes (Harbor's semantics) freezes them during the
+    hardening and lets them go on for the test script."""
+    heartbeat = tmp_path / "beat"
+    child = subprocess.Popen([sys.executable, "-c", BEAT, str(heartbeat)], start_new_session=True)
+    try:
+        assert await beating(heartbeat, 10), "the child did not start"
+        frozen = quiesce.freeze(quiesce.Selection(uid=None))
+        assert quiesce.identity(child.pid) in frozen.descendants
+        assert not await beating(heartbeat), "a frozen process went on"
+        quiesce.thaw(frozen)
+        assert await beating(heartbeat), "thaw did not let it go on"
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_a_verify_that_keeps_the_agents_processes_runs_its_script_beside_them(
+    client: SidecarClient, tmp_path: Path, keep: bool
+) -> None:
+    """Harbor keeps what the solution left running (a server the tests talk to) for the verifier;
+    after the script it dies as always. Without `keep`, the hardening kills it first."""
+    script, heartbeat = tmp_path / "survivor.py", tmp_path / "heartbeat"
+    script.write_text(SURVIVOR)
+    result = await client.exec([sys.executable, str(script), "4", "0.02", "1", str(heartbeat)])
+    assert result.stdout == b"escaped\n"
+    assert await beating(heartbeat), "the lingering process did not start"
+    check = (
+        f'a=$(cat {heartbeat}); sleep 0.3; [ "$(cat {heartbeat})" != "$a" ] && echo 1 > $LOGS/reward.txt\n'
+        "[ -f $LOGS/reward.txt ] || echo 0 > $LOGS/reward.txt\n"
+    )
+    outcome = await verify_script(client, tmp_path / "sandbox", check, keep_agent_processes=keep)
+    assert outcome.rewards == {"reward": 1.0 if keep else 0.0}, outcome.output_text()
+    assert any("kept for the test script" in note for note in outcome.hardening.notes) is keep
+    assert not await beating(heartbeat), "the lingering process outlived the verify"

@@ -311,7 +311,9 @@ async def test_tcp_listen_on_port_zero(start_sidecar: StartSidecar) -> None:
         assert (await client.exec(["echo", "tcp"])).stdout == b"tcp\n"
 
 
-async def verify_script(client: SidecarClient, root: Path, test_sh: str) -> VerifyOutcome:
+async def verify_script(
+    client: SidecarClient, root: Path, test_sh: str, *, keep_agent_processes: bool = False
+) -> VerifyOutcome:
     """PrepareVerify for a sandbox laid out under `root`, then Verify with `test_sh` as the script."""
     for sub in ("app", "home", "verifier", "logs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -329,6 +331,7 @@ async def verify_script(client: SidecarClient, root: Path, test_sh: str) -> Veri
         reward_dir=str(root / "logs"),
         env={"PATH": os.environ["PATH"], "LOGS": str(root / "logs")},
         timeout_seconds=30,
+        keep_agent_processes=keep_agent_processes,
     )
 
 

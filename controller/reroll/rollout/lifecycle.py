@@ -38,7 +38,7 @@ from reroll.rollout.hooks import Hooks, Run
 from reroll.rollout.llm_side import start_llm_side
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.turns.scenes import AgentOutcome, TrialContext, run_trial
-from reroll.rollout.verify.script_verifier import quiesce
+from reroll.rollout.verify.script_verifier import keeps_agent_processes, quiesce
 from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest, verifier_for
 from reroll.runfolder.run import (
     AGENT_LOG,
@@ -187,7 +187,13 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
         proxy=run.proxy,
         run_turn=functools.partial(run_agent, run),
         verifier=run.verifier,
-        verify_request=VerifyRequest(sandbox, env, plan.run_dir, plan.run_dir / VERIFIER_DIR),
+        verify_request=VerifyRequest(
+            sandbox,
+            env,
+            plan.run_dir,
+            plan.run_dir / VERIFIER_DIR,
+            keep_agent_processes=keeps_agent_processes(plan.task, plan.agent, sandbox.layout.agent_user),
+        ),
         recorded=plan.recorded,
     )
     await run.hooks.before_agent(run)
@@ -196,13 +202,15 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
 
 async def _settle(run: Run, outcome: AgentOutcome) -> None:
     """After the trial: stop the proxy (no response the agent never received gets recorded
-    later) and count what it recorded, end every process of the agent (the workspace is final),
-    write its manifest; the extensions' hooks before the verify."""
+    later) and count what it recorded, end every process of the agent (the workspace is final;
+    but where the verify keeps them, `keeps_agent_processes`), write its manifest; the
+    extensions' hooks before the verify."""
     plan, sandbox = run.plan, run.sandbox
     if run.proxy is not None:
         await run.proxy.stop()
         run.result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
-    await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
+    if not keeps_agent_processes(plan.task, plan.agent, sandbox.layout.agent_user):
+        await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
     write_json(plan.run_dir / MANIFEST_FILE, await sandbox.manifest(sandbox.layout.workspace))
     await run.hooks.before_verify(run, outcome)
 

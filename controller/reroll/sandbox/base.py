@@ -333,6 +333,7 @@ class Sandbox(Protocol):
         on_hardening: Callable[[HardeningReport], None] | None = None,
         soft: bool = False,
         aggregate_policy: AggregatePolicy | None = None,
+        keep_agent_processes: bool = False,
     ) -> VerifyOutcome:
         """Harden the sandbox as `prepare_verify` recorded (kill the agent's processes, undo
         planted build config and hooks, delete old reward files), run the test script in a
@@ -352,6 +353,9 @@ class Sandbox(Protocol):
                 hooks are left as the agent left them (it goes on working afterwards).
             aggregate_policy: verifier.md's ``outputs.aggregate_policy``, which makes a graded
                 reward.json's items one reward (`reroll_contracts.graded`); None: none declared.
+            keep_agent_processes: keep what the agent left running alive for the script
+                (Harbor's semantics): frozen during the hardening, the workspace then handed to
+                root when the agent has a user of its own; killed after the script.
 
         Returns:
             The hardening report, the script's exit, output and reward (or why there is none).

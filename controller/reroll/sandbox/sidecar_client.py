@@ -501,6 +501,7 @@ class SidecarClient:
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
         soft: bool = False,
+        keep_agent_processes: bool = False,
         cwd: str = "",
         image_env: Mapping[str, str] | None = None,
         aggregate_policy: AggregatePolicy | None = None,
@@ -517,6 +518,7 @@ class SidecarClient:
                 the outcome then keeps the last `STREAMED_TAIL_BYTES` of each stream.
             on_hardening: called with the hardening report once it arrives, before the script runs.
             soft: skip the restore of build config and hooks (see `Sandbox.verify`).
+            keep_agent_processes: keep the agent's processes alive for the script (see `Sandbox.verify`).
             cwd: the script's working folder (the image's WORKDIR); empty = `verifier_dir`.
             image_env: the image's own ENV, under `env` and not cleaned (an image's PYTHONPATH stays).
             aggregate_policy: verifier.md's aggregate policy (see `Sandbox.verify`).
@@ -533,6 +535,7 @@ class SidecarClient:
             env=dict(env),
             timeout_seconds=timeout_seconds,
             soft=soft,
+            keep_agent_processes=keep_agent_processes,
             cwd=cwd,
             image_env=dict(image_env or {}),
         )

@@ -183,6 +183,7 @@ class SidecarSandbox(abc.ABC):
         on_hardening: Callable[[HardeningReport], None] | None = None,
         soft: bool = False,
         aggregate_policy: AggregatePolicy | None = None,
+        keep_agent_processes: bool = False,
     ) -> VerifyOutcome:
         """See `Sandbox.verify`."""
         return await self._sidecar.verify(
@@ -194,6 +195,7 @@ class SidecarSandbox(abc.ABC):
             on_output=on_output,
             on_hardening=on_hardening,
             soft=soft,
+            keep_agent_processes=keep_agent_processes,
             cwd=self.layout.workspace,
             image_env=self.layout.image_env,
             aggregate_policy=aggregate_policy,

@@ -47,8 +47,9 @@ from reroll_contracts.errors import (
 )
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
+from reroll.agents import AgentSpec
 from reroll.rollout.verify.failures import Diagnosis, diagnose
-from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
+from reroll.rollout.verify.verifiers import DEFAULT_VERIFIER, Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome
 from reroll.sandbox.state import QUERY_FILE, query_state
@@ -241,8 +242,27 @@ async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_
         await sandbox.exec(["rm", "-rf", "--", verifier_dir], env=env, inherit_env=False)
 
 
+def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool:
+    """Whether what `agent` leaves running stays alive for the final verify, as the task's own
+    harness has it: Harbor (a task in its layout) keeps it, so a server the solution started is
+    there for the tests; BenchFlow kills its sandbox user's processes (``pkill -u``) first. Kept
+    only where it cannot reach the reward: the task's own solution (the oracle: trusted), or an
+    agent with a user of its own (`agent_user`), whose processes the sidecar freezes during the
+    hardening and keeps out of the workspace (handed to root) and the verifier's folders. An
+    agent running as root could rewrite the tests or the reward: its processes die as before."""
+    if task.layout != "legacy" or task.spec.verifier.type != DEFAULT_VERIFIER:
+        return False
+    return agent.needs_solution or agent_user not in ("", "root", "0")
+
+
 async def verify(
-    sandbox: Sandbox, task: Task, env: dict[str, str], output_dir: Path, *, soft: bool = False
+    sandbox: Sandbox,
+    task: Task,
+    env: dict[str, str],
+    output_dir: Path,
+    *,
+    soft: bool = False,
+    keep_processes: bool = False,
 ) -> Verdict:
     """Run the task's verifier in `sandbox`, hardened as `prepare` recorded, and parse its reward.
 
@@ -252,6 +272,8 @@ async def verify(
         env: the base environment of sandbox processes.
         output_dir: host folder (the run folder's ``verifier/``) for the test output and reward file.
         soft: skip the restore of build config and start-up hooks (`soft_verify`).
+        keep_processes: the agent's processes are alive and stay so for the script
+            (`keeps_agent_processes`); ignored with `soft`.
 
     Raises:
         VerifierError: the test script is missing (the message names it), timed out, or left no
@@ -265,7 +287,9 @@ async def verify(
     started = time.monotonic()
     layout = sandbox.layout
     verifier_dir = layout.path(task.verifier_mount)
-    await quiesce(sandbox)  # before the hidden tests are in the sandbox
+    keep_processes = keep_processes and not soft
+    if not keep_processes:
+        await quiesce(sandbox)  # before the hidden tests are in the sandbox
     await sandbox.upload_dir(task.verifier_dir, verifier_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     state = task.spec.environment.state
@@ -297,6 +321,7 @@ async def verify(
                 on_hardening=write_report,
                 soft=soft,
                 aggregate_policy=task_policy(task.spec.verifier.aggregate_policy),
+                keep_agent_processes=keep_processes,
             )
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc
@@ -405,9 +430,18 @@ class TestScriptVerifier:
             RerollError: any other error of `verify` but a `VerifierError` (a soft verify's leftovers).
         """
         started = time.monotonic()
-        step = soft_verify if request.soft else verify
         try:
-            verdict = await step(request.sandbox, self.task, request.env, request.output_dir)
+            verdict = await (
+                soft_verify(request.sandbox, self.task, request.env, request.output_dir)
+                if request.soft
+                else verify(
+                    request.sandbox,
+                    self.task,
+                    request.env,
+                    request.output_dir,
+                    keep_processes=request.keep_agent_processes,
+                )
+            )
         except VerifierError as exc:
             verdict = Verdict(
                 rewards={},

@@ -80,7 +80,8 @@ class VerifyRequest:
     """What a verifier gets to score one state of the workspace."""
 
     sandbox: Sandbox
-    """The started sandbox; after the agent phase no process of the agent is left in it."""
+    """The started sandbox; after the agent phase no process of the agent is left in it, unless
+    `keep_agent_processes`."""
     env: dict[str, str]
     """The base environment of sandbox processes (PATH, locale, layout, the task's environment.env)."""
     run_dir: Path
@@ -97,6 +98,9 @@ class VerifyRequest:
     soft: bool = False
     """Between two rounds of a trial: the agent goes on working afterwards, so the verifier must
     leave the workspace as it found it and leave nothing of the hidden tests behind."""
+    keep_agent_processes: bool = False
+    """The processes the agent left running are still alive (`reroll.rollout.verify.script_verifier.
+    keeps_agent_processes`): the test script runs beside them; any other verifier kills them first."""
 
 
 class Verifier(Protocol):

@@ -610,6 +610,7 @@ class VerifyRequest(_message.Message):
     CWD_FIELD_NUMBER: _builtins.int
     IMAGE_ENV_FIELD_NUMBER: _builtins.int
     AGGREGATE_POLICY_FIELD_NUMBER: _builtins.int
+    KEEP_AGENT_PROCESSES_FIELD_NUMBER: _builtins.int
     verifier_dir: _builtins.str
     """The folder holding the verifier's files (absolute); the script runs in it unless `cwd` is set."""
     script: _builtins.str
@@ -626,6 +627,12 @@ class VerifyRequest(_message.Message):
     cwd: _builtins.str
     """The script's working folder (absolute): the image's WORKDIR, where Harbor runs test.sh;
     empty, or a folder that does not exist = verifier_dir.
+    """
+    keep_agent_processes: _builtins.bool
+    """Keep the processes the agent left running alive for the script (Harbor's semantics, where a
+    server the solution started is what the tests talk to): frozen during the hardening, then
+    let go just before the script; with an agent user, the workspace becomes root's first, so
+    they can no longer write there. Killed after the script as always. Ignored with `soft`.
     """
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -659,10 +666,11 @@ class VerifyRequest(_message.Message):
         cwd: _builtins.str = ...,
         image_env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         aggregate_policy: Global___AggregatePolicy | None = ...,
+        keep_agent_processes: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy", "cwd", b"cwd", "env", b"env", "image_env", b"image_env", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy", "cwd", b"cwd", "env", b"env", "image_env", b"image_env", "keep_agent_processes", b"keep_agent_processes", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
