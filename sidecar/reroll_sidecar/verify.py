@@ -185,6 +185,19 @@ def _agent_uid(baseline: Baseline) -> int | None:
     return None if uid in (0, os.geteuid()) else uid
 
 
+def _delete_old_rewards(reward_dir: str) -> str:
+    """Delete the reward files a run may have left in `reward_dir`; why one could not be (e.g. an
+    immutable file planted by the agent: a verifier error), or empty."""
+    for name in REWARD_FILES:
+        try:
+            os.unlink(os.path.join(reward_dir, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            return f"cannot delete the old {reward_dir}/{name}: {exc.strerror}; the test script was not run"
+    return ""
+
+
 def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
     """Let the agent's frozen processes go on for the test script (Harbor keeps a server the
     tests talk to), once they cannot touch what decides the reward: with an agent user the
@@ -299,17 +312,9 @@ class Verifier:
             yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=report.notes[-1]))
             return
         yield pb.VerifyEvent(hardening=report)
-        for name in REWARD_FILES:
-            try:
-                os.unlink(os.path.join(reward_dir, name))
-            except FileNotFoundError:
-                pass
-            except OSError as exc:  # e.g. an immutable file planted by the agent: a verifier error
-                error = (
-                    f"cannot delete the old {reward_dir}/{name}: {exc.strerror}; the test script was not run"
-                )
-                yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
-                return
+        if error := _delete_old_rewards(reward_dir):
+            yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
+            return
         os.chmod(script, stat.S_IMODE(os.stat(script).st_mode) | 0o111)
         fenced = None
         if request.soft:

@@ -538,9 +538,8 @@ class SidecarClient:
             keep_agent_processes=keep_agent_processes,
             cwd=cwd,
             image_env=dict(image_env or {}),
+            aggregate_policy=policy_message(aggregate_policy) if aggregate_policy is not None else None,
         )
-        if aggregate_policy is not None:
-            request.aggregate_policy.CopyFrom(policy_message(aggregate_policy))
         deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)
         kept = STREAMED_TAIL_BYTES if on_output is not None else None
@@ -551,13 +550,7 @@ class SidecarClient:
             async for event in call:
                 kind = event.WhichOneof("event")
                 if kind == "hardening":
-                    hardening = event.hardening
-                    report = HardeningReport(
-                        hardening.killed_groups,
-                        list(hardening.restored),
-                        list(hardening.deleted),
-                        list(hardening.notes),
-                    )
+                    report = _hardening_report(event.hardening)
                     if on_hardening is not None:
                         on_hardening(report)
                 elif kind in ("stdout", "stderr"):
@@ -576,6 +569,13 @@ class SidecarClient:
         if result is None:
             raise SidecarError(f"sidecar {self.address} Verify: the stream ended without a result")
         return _verify_outcome(result, report, output)
+
+
+def _hardening_report(message: pb.HardeningReport) -> HardeningReport:
+    """The sidecar's hardening report as the controller keeps it (``verifier/hardening.json``)."""
+    return HardeningReport(
+        message.killed_groups, list(message.restored), list(message.deleted), list(message.notes)
+    )
 
 
 def _verify_outcome(

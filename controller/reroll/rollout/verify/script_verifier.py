@@ -255,6 +255,26 @@ def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool
     return agent.needs_solution or agent_user not in ("", "root", "0")
 
 
+async def _stage(
+    sandbox: Sandbox, task: Task, env: dict[str, str], verifier_dir: str, output_dir: Path
+) -> None:
+    """Upload the task's verifier folder to `verifier_dir`, make `output_dir`, and put the
+    environment's state as the verifier receives it next to test.sh (`QUERY_FILE`), when the
+    task queries one.
+
+    Raises:
+        EnvironmentStateError: the state's query command failed.
+        SandboxError: the sandbox failed or died.
+    """
+    await sandbox.upload_dir(task.verifier_dir, verifier_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    state = task.spec.environment.state
+    if state is not None and state.query_command is not None:
+        queried = (await query_state(sandbox, state.query_command, env)).encode()
+        await sandbox.put_file(f"{verifier_dir}/{QUERY_FILE}", queried, mode=0o644)
+        (output_dir / QUERY_FILE).write_bytes(queried)
+
+
 async def verify(
     sandbox: Sandbox,
     task: Task,
@@ -290,14 +310,7 @@ async def verify(
     keep_processes = keep_processes and not soft
     if not keep_processes:
         await quiesce(sandbox)  # before the hidden tests are in the sandbox
-    await sandbox.upload_dir(task.verifier_dir, verifier_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    state = task.spec.environment.state
-    if state is not None and state.query_command is not None:
-        # the environment's state as the verifier receives it, next to test.sh
-        queried = (await query_state(sandbox, state.query_command, env)).encode()
-        await sandbox.put_file(f"{verifier_dir}/{QUERY_FILE}", queried, mode=0o644)
-        (output_dir / QUERY_FILE).write_bytes(queried)
+    await _stage(sandbox, task, env, verifier_dir, output_dir)
     with (
         (output_dir / "test-stdout.txt").open("wb") as out,
         (output_dir / "test-stderr.txt").open("wb") as err,
