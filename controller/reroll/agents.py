@@ -38,9 +38,10 @@ class AgentSpec(BaseModel):
     install: str | None = None
     """Shell script that installs the agent into ``$REROLL_AGENT_HOME``; run once, then cached."""
     python: str | None = None
-    """A CPython version (``3.12``) the install script needs, given to it as ``$REROLL_PYTHON``:
-    the sandbox's own ``python3.12``, the host's (local sandbox), or a relocatable copy of the
-    host's uploaded into the agents folder (see `reroll.sandbox.python_runtime`)."""
+    """A CPython version (``3.12``) the install script makes its venv with, given to it as
+    ``$REROLL_PYTHON``: the host's (local sandbox), or a relocatable copy of the host's uploaded
+    into the agents folder, else the sandbox's own ``python3.12`` if it has venv and ensurepip
+    (see `reroll.sandbox.python_runtime`); so the install needs nothing of the task image's Python."""
     launch: str
     """Shell command that runs the agent headless in the workspace until it finishes."""
     resume: str | None = None

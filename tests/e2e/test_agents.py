@@ -176,14 +176,17 @@ def test_openhands_datetime_with_microseconds_is_volatile(monkeypatch: pytest.Mo
     assert system_prompt_of("openhands", "version 2026-11-23") == "version 2026-11-23"  # a date alone is kept
 
 
-def test_openhands_asks_for_a_python_and_the_version_is_part_of_its_install_key(
+def test_every_pip_installed_agent_asks_for_a_python_and_the_version_is_part_of_its_install_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """No install makes its venv with the task image's python3 (issue 29, defect 7)."""
     monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
+    for name in ("mini-swe-agent", "codex", "claude-code", "aider", "openhands"):
+        agent = get_agent(name)
+        assert agent.python == "3.12" and '"$REROLL_PYTHON" -m venv' in (agent.install or ""), name
+        assert "python3 " not in (agent.install or ""), name
     openhands = get_agent("openhands")
-    assert openhands.python == "3.12" and '"$REROLL_PYTHON" -m venv' in (openhands.install or "")
     assert openhands.model_copy(update={"python": "3.13"}).install_key != openhands.install_key
-    assert get_agent("aider").python is None
 
 
 def test_openhands_pty_echo_is_volatile_but_the_output_is_not(monkeypatch: pytest.MonkeyPatch) -> None:

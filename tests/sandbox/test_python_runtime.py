@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -100,14 +101,62 @@ class ProbedSandbox:
         return self.result
 
 
-async def test_the_sandboxs_own_python_comes_first() -> None:
+class HostSandbox:
+    """A sandbox that runs each command as a real subprocess on the host, with the `env` given."""
+
+    layout = SandboxLayout(root="/", workspace="/app", logs_dir="/logs", home="/h", agents_dir="/opt/a")
+
+    async def exec(self, argv: list[str], *, env: dict[str, str] | None = None, **_: object) -> ExecResult:
+        done = subprocess.run(argv, env=env or {"PATH": os.defpath}, capture_output=True, timeout=60)
+        return ExecResult(
+            exit_code=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            timed_out=False,
+            duration_seconds=0.0,
+        )
+
+
+@pytest.mark.skipif(HOST_PYTHON is None, reason="no Python 3.12 on this host (pyenv's or on PATH)")
+async def test_the_hosts_python_comes_before_the_sandboxs_own() -> None:
+    """An install in a store every image shares must not take the Python of the image it was
+    made in: the host's comes first, even where the sandbox has a python3.12 of its own."""
     found = await provide_python(ProbedSandbox(0, b"/usr/bin/python3.12\n"), "3.12", {})  # type: ignore[arg-type]
-    assert found == "/usr/bin/python3.12"
+    assert found == str(HOST_PYTHON)
+
+
+def fake_python(folder: Path, version: str, *, with_venv: bool) -> None:
+    """A ``python<version>`` in `folder` that, like Debian's without ``python3.X-venv``, fails to
+    import ensurepip (unless `with_venv`); run with ``-c``, it prints its own path."""
+    program = folder / f"python{version}"
+    missing = "" if with_venv else "echo \"ModuleNotFoundError: No module named 'ensurepip'\" >&2; exit 1\n"
+    program.write_text(f"#!/bin/sh\n{missing}echo {program}\n")
+    program.chmod(0o755)
+
+
+@pytest.mark.spawns
+async def test_a_sandbox_python_without_venv_fails_within_seconds_naming_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(python_runtime, "PYENV_VERSIONS", str(tmp_path / "no-pyenv"))
+    fake_python(tmp_path, "3.99", with_venv=False)
+    env = {"PATH": f"{tmp_path}:{os.defpath}"}
+    started = time.monotonic()
+    with pytest.raises(AgentInstallError) as raised:
+        await provide_python(HostSandbox(), "3.99", env)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 10
+    message = str(raised.value)
+    assert "needs Python 3.99 with venv and ensurepip: the host has none to lend it" in message
+    assert "python3.99 is missing or lacks them (on Debian: apt-get install python3.99-venv)" in message
+    fake_python(tmp_path, "3.99", with_venv=True)
+    assert await provide_python(HostSandbox(), "3.99", env) == str(tmp_path / "python3.99")  # type: ignore[arg-type]
 
 
 async def test_without_a_python_in_the_sandbox_or_on_the_host_the_install_fails_saying_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(python_runtime, "host_python", lambda version: None)
-    with pytest.raises(AgentInstallError, match=r"needs Python 3\.12: the sandbox has no python3\.12"):
+    with pytest.raises(
+        AgentInstallError, match=r"needs Python 3\.12 with venv and ensurepip: the host has none"
+    ):
         await provide_python(ProbedSandbox(127, b""), "3.12", {})  # type: ignore[arg-type]

@@ -1,5 +1,7 @@
-"""A CPython of a given version for agents whose install needs one the sandbox lacks (OpenHands:
-3.12 exactly, where reroll's docker image has Debian bookworm's 3.11).
+"""The CPython every pip-installed agent is installed with (``python:`` in agents.yaml): carried
+in the shared installs, so that no install depends on the task image's Python, its
+``python3-venv`` or its version (OpenHands needs 3.12 exactly, Debian bookworm has 3.11), and an
+install made in one image runs in every other (docker's agents volume is shared by all).
 
 Nothing reroll may fetch ships an interpreter: PyPI has none (its ``portable-python`` builds
 from python.org's sources, which are out of reach), Debian bookworm has 3.11 and trixie 3.13.
@@ -15,9 +17,10 @@ from the system. The loader's path is absolute, so a runtime is built for the on
 tkinter and the base site-packages are left out (a venv brings its own pip); its byte code is
 compiled in advance (the agent's user cannot write it at run time).
 
-`provide_python` chooses per sandbox: its own ``pythonX.Y`` on PATH, else the host's build where
-the sandbox sees the host's files (the `local` sandbox), else the relocatable runtime, uploaded
-once into the agents folder (a docker volume shared by every container). Built in about 20 s
+`provide_python` chooses per sandbox: the host's build where the sandbox sees the host's files
+(the `local` sandbox), else the relocatable runtime, uploaded once into the agents folder (a
+docker volume shared by every container, whatever its image), else the sandbox's own
+``pythonX.Y`` if it can make a venv. Built in about 20 s
 into ``<cache>/python/<key>/``; ~110 MB.
 """
 
@@ -142,30 +145,65 @@ def _build(python: Path, prefix: str, scratch: Path, target: Path) -> None:
     shutil.move(built, target)
 
 
-async def provide_python(sandbox: Sandbox, version: str, env: dict[str, str], log: Log = logger.info) -> str:
-    """The path in `sandbox` of a CPython `version` (``3.12``) an agent's install may use.
+VENV_PROBE = "import ensurepip, venv, sys; print(sys.executable)"
+"""Run by a sandbox's own ``pythonX.Y``: it prints its path only when it can make a venv with pip
+(Debian splits ``venv``'s ensurepip into ``python3.X-venv``)."""
 
-    In order: the sandbox's own ``pythonX.Y`` on the PATH of `env`; the host's (`host_python`) where the
+
+async def provide_python(sandbox: Sandbox, version: str, env: dict[str, str], log: Log = logger.info) -> str:
+    """The path in `sandbox` of a CPython `version` (``3.12``), able to make a venv with pip, that
+    an agent's install may use.
+
+    The host's comes first, so that an install in a store shared by every image (docker's
+    volume) never depends on the image it was made in: the host's (`host_python`) where the
     sandbox sees it at its host path (the `local` sandbox); else the host's made relocatable
     (`ensure_runtime`) and uploaded once to ``<agents folder>/python<version>-<key>`` (a
-    concurrent upload of the same runtime is discarded).
+    concurrent upload of the same runtime is discarded); else, where the host has none or it
+    cannot be made relocatable, the sandbox's own ``pythonX.Y`` on the PATH of `env`, if it has
+    ``venv`` and ``ensurepip``.
 
     Raises:
-        AgentInstallError: the sandbox has none and the host has none to give it.
-        ImageBuildError: building the relocatable runtime failed.
+        AgentInstallError: neither the host nor the sandbox has a usable one (saying why, within
+            seconds: nothing is built or downloaded first).
+        ImageBuildError: building the relocatable runtime failed and the sandbox has none either.
     """
     host = host_python(version)
-    probe = f'python{version} -c "import sys; print(sys.executable)" 2>/dev/null'
     if host is not None:
-        probe += f' || {{ test -x "{host}" && echo "{host}"; }}'
-    found = await sandbox.exec(["sh", "-c", probe], env=env, inherit_env=False)
-    if found.exit_code == 0 and found.stdout.strip():
-        return found.stdout.decode().split()[-1]
-    if host is None:
-        raise AgentInstallError(
-            f"the agent needs Python {version}: the sandbox has no python{version} on PATH and the "
-            f"host none to lend it (python{version} on PATH or pyenv's under {PYENV_VERSIONS})"
-        )
+        if (await sandbox.exec(["test", "-x", str(host)], inherit_env=False)).exit_code == 0:
+            return str(host)
+        try:
+            return await _upload_runtime(sandbox, host, version, log)
+        except ImageBuildError as exc:
+            if own := await _own_python(sandbox, version, env):
+                log(f"the host's Python {version} cannot be made relocatable ({exc}): using {own}")
+                return own
+            raise
+    if own := await _own_python(sandbox, version, env):
+        return own
+    raise AgentInstallError(
+        f"the agent needs Python {version} with venv and ensurepip: the host has none to lend it "
+        f"(python{version} on PATH or pyenv's under {PYENV_VERSIONS}), and the sandbox's "
+        f"python{version} is missing or lacks them (on Debian: apt-get install python{version}-venv)"
+    )
+
+
+async def _own_python(sandbox: Sandbox, version: str, env: dict[str, str]) -> str | None:
+    """The sandbox's own ``pythonX.Y`` on the PATH of `env` when it has venv and ensurepip, else None."""
+    found = await sandbox.exec(
+        ["sh", "-c", f"python{version} -c '{VENV_PROBE}' 2>/dev/null"], env=env, inherit_env=False
+    )
+    lines = found.stdout.decode(errors="replace").split()
+    return lines[-1] if found.exit_code == 0 and lines else None
+
+
+async def _upload_runtime(sandbox: Sandbox, host: Path, version: str, log: Log) -> str:
+    """Upload the relocatable runtime of `host` to the sandbox's agents folder (unless there)
+    and return its interpreter's path.
+
+    Raises:
+        AgentInstallError: the upload failed.
+        ImageBuildError: building the runtime failed.
+    """
     prefix = f"{sandbox.layout.agents_dir}/python{version}-{runtime_key(host, sandbox.layout.agents_dir)}"
     program = f"{prefix}/bin/python{version}"
     if (await sandbox.exec(["test", "-x", program], inherit_env=False)).exit_code == 0:
