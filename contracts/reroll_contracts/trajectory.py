@@ -26,8 +26,6 @@ fields reroll adds have defaults for the same reason.
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,11 +34,12 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import TrajectoryFormatError
 from reroll_contracts.faults import FaultNote
 from reroll_contracts.proxy import Divergence, FormatName
 
-MAX_TRAJECTORY_BYTES = 4 * 1024**3
+MAX_TRAJECTORY_BYTES = 1024**3
 """The largest trajectory file read (a longer one is refused with a clear error, never read)."""
 MAX_LINE_BYTES = 1024**3
 """The largest exchange line (a request body is at most 256 MiB; its response and events add to it)."""
@@ -219,7 +218,7 @@ class LoadedTrajectory:
     """Human-readable note about the truncated line, else None."""
 
 
-def load_trajectory(path: Path) -> LoadedTrajectory:
+def load_trajectory(path: Path, *, root: Path | None = None) -> LoadedTrajectory:
     """Load ``llm_trajectory.jsonl``.
 
     A last line without its ``\\n`` that is not valid JSON is a write cut short: it is ignored
@@ -227,6 +226,8 @@ def load_trajectory(path: Path) -> LoadedTrajectory:
 
     Args:
         path: the JSONL file.
+        root: the run folder it lies in: no symlink between it and `path` is followed
+            (`reroll_contracts.datafile.read_data_file`); None: only `path` is never followed.
 
     Returns:
         The exchanges in file order (an empty file gives none).
@@ -235,11 +236,11 @@ def load_trajectory(path: Path) -> LoadedTrajectory:
         FileNotFoundError: `path` does not exist (the message names it).
         TrajectoryFormatError: any other line is not JSON or not an exchange, or longer than
             `MAX_LINE_BYTES`; the file is not a regular file (a device, a FIFO), larger than
-            `MAX_TRAJECTORY_BYTES`, or unreadable (a symlink loop); the message names the file,
+            `MAX_TRAJECTORY_BYTES`, or a symlink (never followed); the message names the file,
             the 1-based line number and the cause.
     """
     try:
-        data = read_capped(path, MAX_TRAJECTORY_BYTES)
+        data = read_capped(path, MAX_TRAJECTORY_BYTES, root=root)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"trajectory file not found: {path}") from exc
     except (OSError, ValueError) as exc:
@@ -267,26 +268,16 @@ def load_trajectory(path: Path) -> LoadedTrajectory:
     return loaded
 
 
-def read_capped(path: Path, limit_bytes: int) -> bytes:
-    """The content of the regular file `path` (symlinks followed), refused beyond `limit_bytes`.
+def read_capped(path: Path, limit_bytes: int, *, root: Path | None = None) -> bytes:
+    """The content of the regular file `path`, refused beyond `limit_bytes`: see
+    `reroll_contracts.datafile.read_data_file` (no symlink followed, no FIFO waited on).
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        OSError: it cannot be opened or read (a symlink loop, a folder, no permission).
-        ValueError: it is not a regular file (a device such as /dev/zero, a FIFO: opened without
-            waiting for a writer), or larger than `limit_bytes`.
+        OSError: it cannot be opened or read (no permission).
+        ValueError: a `DataFileError`: a symlink, not a regular file, or larger than `limit_bytes`.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
-        if info.st_size > limit_bytes:
-            raise ValueError(f"{info.st_size} bytes, more than the limit of {limit_bytes}")
-        data = handle.read(limit_bytes + 1)
-    if len(data) > limit_bytes:  # it grew while read
-        raise ValueError(f"more than the limit of {limit_bytes} bytes")
-    return data
+    return read_data_file(path, limit_bytes, root=root)
 
 
 def _reason(exc: OSError | ValueError) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -11,9 +12,10 @@ import math
 import os
 import pwd
 import signal
+import stat
 import tempfile
 from collections.abc import AsyncIterator
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 import grpc
 from reroll_contracts.errors import QuiesceError, SidecarRequestError, SidecarRequestKind
@@ -27,6 +29,8 @@ from reroll_sidecar.verify import Verifier
 
 FILE_CHUNK_BYTES = 1024 * 1024
 """The largest file chunk GetFile sends."""
+MAX_GET_FILE_BYTES = 1024**3
+"""The largest file GetFile sends whole (a request's ``max_bytes`` reads the start of a larger one)."""
 DEFAULT_FILE_MODE = 0o644
 STOP_GRACE_SECONDS = 1.0
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -44,6 +48,33 @@ async def _abort_os_error(
         PermissionError: grpc.StatusCode.PERMISSION_DENIED,
     }.get(type(exc), grpc.StatusCode.FAILED_PRECONDITION)
     await context.abort(code, f"{path}: {exc.strerror or exc}")
+
+
+def _open_regular(path: str, max_bytes: int) -> tuple[BinaryIO, int]:
+    """Open `path` for GetFile as root may open a file the agent can write: never through a symlink
+    (``O_NOFOLLOW``: the agent's ``reward.txt`` → ``/etc/shadow`` is not read), never waiting (a
+    FIFO is opened ``O_NONBLOCK``, then refused with every other non-regular file).
+
+    Returns:
+        The open file and how many bytes to send: `max_bytes` (0: the whole file) bounded by the
+        size it has now, so a file the agent keeps appending to ends the stream all the same.
+
+    Raises:
+        OSError: it cannot be opened (missing; a symlink: ELOOP; no permission).
+        ValueError: not a regular file, or larger than `MAX_GET_FILE_BYTES` without `max_bytes`.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    handle = os.fdopen(fd, "rb")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"not a regular file (mode {stat.filemode(info.st_mode)}); not read")
+        if not max_bytes and info.st_size > MAX_GET_FILE_BYTES:
+            raise ValueError(f"{info.st_size} bytes, more than the cap of {MAX_GET_FILE_BYTES} bytes")
+    except BaseException:
+        handle.close()
+        raise
+    return handle, min(info.st_size, max_bytes) if max_bytes else info.st_size
 
 
 async def _receive_file(path: str, mode: int, chunks: AsyncIterator[bytes]) -> int:
@@ -171,17 +202,25 @@ class SidecarService(pb_grpc.SidecarServicer):
     async def GetFile(
         self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[pb.FileChunk]:
-        """Send a file in chunks of at most `FILE_CHUNK_BYTES`."""
+        """Send a regular file (its first ``max_bytes``, or all of it up to `MAX_GET_FILE_BYTES`) in
+        chunks of at most `FILE_CHUNK_BYTES`; see `_open_regular` for what is refused."""
         if not os.path.isabs(request.path):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"path must be absolute, not {request.path!r}"
             )
         try:
-            handle = open(request.path, "rb")  # noqa: SIM115 - closed below, across yields
+            handle, left = _open_regular(request.path, request.max_bytes)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"{request.path}: a symlink; not followed"
+                )
             await _abort_os_error(context, request.path, exc)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{request.path}: {exc}")
         with handle:
-            while data := await asyncio.to_thread(handle.read, FILE_CHUNK_BYTES):
+            while left > 0 and (data := await asyncio.to_thread(handle.read, min(FILE_CHUNK_BYTES, left))):
+                left -= len(data)
                 yield pb.FileChunk(data=data)
 
     async def Kill(

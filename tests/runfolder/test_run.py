@@ -122,11 +122,11 @@ def test_a_run_folder_that_is_a_symlink_loop_names_the_path(tmp_path: Path) -> N
         load_run_folder(tmp_path / "run")
 
 
-def test_a_config_that_is_a_device_is_refused_unread(tmp_path: Path) -> None:
+def test_a_config_that_is_a_link_to_a_device_is_refused_unread(tmp_path: Path) -> None:
     folder = make_run_folder(tmp_path / "run", [exchange_line(0)])
     (folder / "config.json").unlink()
     (folder / "config.json").symlink_to("/dev/zero")
-    with pytest.raises(RunFolderError, match=f"{folder / 'config.json'}: not a regular file"):
+    with pytest.raises(RunFolderError, match=f"{folder / 'config.json'}: a symlink"):
         load_run_folder(folder)
 
 

@@ -20,6 +20,7 @@ import orjson
 from pydantic import BaseModel, RootModel, TypeAdapter, ValidationError
 from reroll_contracts.asks import AskAnswer, PendingAsk
 from reroll_contracts.childenv import child_environment
+from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import InfrastructureError
 from reroll_contracts.faults import FaultsUsed, load_plan
 from reroll_contracts.proxy import (
@@ -37,7 +38,7 @@ from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
 from reroll.host.shared_process import SharedProcess, per_rollout, shared_process
-from reroll.runfolder.run import PROXY_CONFIG, write_private
+from reroll.runfolder.run import MAX_JSON_BYTES, PROXY_CONFIG, write_private
 
 STATUS_TIMEOUT_SECONDS = 5.0
 """Longest wait for the proxy's status (and a shared proxy's answer to adding or removing a rollout)."""
@@ -70,9 +71,9 @@ def recorded_sandbox_values(run_dir: Path) -> tuple[VolatileRule, ...]:
         list is read, so a proxy.json of any reroll version gives its rules.
     """
     try:
-        data = orjson.loads((run_dir / PROXY_CONFIG).read_bytes())
+        data = orjson.loads(read_data_file(run_dir / PROXY_CONFIG, MAX_JSON_BYTES, root=run_dir))
         rules = _VOLATILE_RULES.validate_python(data.get("volatile", []) if isinstance(data, dict) else [])
-    except (OSError, orjson.JSONDecodeError, ValidationError):
+    except (OSError, ValueError):  # ValueError: invalid JSON or rules, DataFileError
         return ()
     return tuple(rule for rule in rules if rule.value is not None)
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse
+from reroll_contracts.datafile import read_data_file
+
+from reroll.runfolder.run import CONFIG_FILE, MAX_JSON_BYTES, RunConfig, StoreUse
 from reroll.runfolder.store import (
     Generation,
     commit_generation,
@@ -84,7 +86,7 @@ def resumed_generation(store: Path, run_dir: Path) -> Generation | None:
     if made is not None:
         return made
     try:
-        config = RunConfig.model_validate_json((run_dir / CONFIG_FILE).read_bytes())
+        config = RunConfig.model_validate_json(read_data_file(run_dir / CONFIG_FILE, MAX_JSON_BYTES))
     except (OSError, ValueError):
         return None
     if config.learner_store is None:

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from pydantic import ValidationError
+from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import RETRIED_CATEGORIES, JobError, RerollError, error_category
 from rich.console import Console
 from rich.progress import (
@@ -86,7 +86,7 @@ from reroll.rollout.commands.record import run_task
 from reroll.rollout.skills import select_skills
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
-from reroll.runfolder.run import CONFIG_FILE, RunConfig, StoreUse, now_iso, write_json
+from reroll.runfolder.run import CONFIG_FILE, MAX_JSON_BYTES, RunConfig, StoreUse, now_iso, write_json
 from reroll.runfolder.store import summarise_store
 from reroll.runfolder.summary import (
     JOB_SUMMARY_FILE,
@@ -409,8 +409,8 @@ def _config(folder: Path) -> RunConfig | None:
     """config.json of run folder `folder`, or None when it cannot be read (its continuation then
     fails on it, naming the file, and the job's summary is written all the same)."""
     try:
-        return RunConfig.model_validate_json((folder / CONFIG_FILE).read_bytes())
-    except (OSError, ValidationError):
+        return RunConfig.model_validate_json(read_data_file(folder / CONFIG_FILE, MAX_JSON_BYTES))
+    except (OSError, ValueError):  # ValueError: ValidationError, DataFileError
         return None
 
 

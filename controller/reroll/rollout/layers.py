@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import EnvironmentStateError
 
 from reroll.agents import AgentSpec
 from reroll.rollout.verify.script_verifier import quiesce
-from reroll.runfolder.run import now_iso
+from reroll.runfolder.run import MAX_JSON_BYTES, now_iso
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.state import (
     CopyKind,
@@ -55,6 +56,8 @@ LayerName = Literal["environment", "sandbox", "session"]
 LAYER_ORDER: tuple[LayerName, ...] = ("environment", "sandbox", "session")
 """The capture and restore order (the seeds': environment state → container → agent session)."""
 CHECKPOINT_FILE = "checkpoint.json"
+MAX_LAYER_BYTES = 4 * 1024**3
+"""The largest layer file of a checkpoint read (each is read whole, no symlink followed)."""
 
 
 class LayerRecord(BaseModel):
@@ -181,8 +184,8 @@ def load_checkpoint(folder: Path, *, step: int | None = None) -> LayeredCheckpoi
     """
     path = folder / CHECKPOINT_FILE
     try:
-        checkpoint = LayeredCheckpoint.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError) as exc:
+        checkpoint = LayeredCheckpoint.model_validate_json(read_data_file(path, MAX_JSON_BYTES))
+    except (OSError, ValueError) as exc:  # ValueError: ValidationError, DataFileError
         raise EnvironmentStateError(f"checkpoint {folder}: cannot read {CHECKPOINT_FILE}: {exc}") from exc
     names = [layer.name for layer in checkpoint.layers]
     if names != checkpoint.expected:
@@ -200,8 +203,8 @@ def load_checkpoint(folder: Path, *, step: int | None = None) -> LayeredCheckpoi
                 f"the checkpoint of step {checkpoint.step}"
             )
         try:
-            data = (folder / layer.file).read_bytes()
-        except OSError as exc:
+            data = read_data_file(folder / layer.file, MAX_LAYER_BYTES, root=folder)
+        except (OSError, ValueError) as exc:  # ValueError: DataFileError
             raise EnvironmentStateError(f"checkpoint {folder}: layer {layer.name}: {exc}") from exc
         if hashlib.sha256(data).hexdigest() != layer.sha256:
             raise EnvironmentStateError(
@@ -236,7 +239,7 @@ async def restore_checkpoint(
             f"this rollout needs {[p.name for p in plans]}"
         )
     for plan, layer in zip(plans, checkpoint.layers, strict=True):
-        data = (folder / layer.file).read_bytes()
+        data = read_data_file(folder / layer.file, MAX_LAYER_BYTES, root=folder)
         if plan.name == "environment":
             state = task.spec.environment.state
             assert state is not None

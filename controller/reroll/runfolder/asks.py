@@ -9,10 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.asks import AskQuestion
+from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import RunFolderError
 from reroll_contracts.trajectory import Place
+
+from reroll.runfolder.run import MAX_JSON_BYTES
 
 ASKS_FILE = "asks.json"
 """In the run folder: an `AskLog`."""
@@ -54,12 +57,13 @@ def load_asks(run_dir: Path) -> list[AskRecord]:
     """The questions of `run_dir`; none when it has no ``asks.json`` (the agent asked nothing).
 
     Raises:
-        RunFolderError: the file is not a valid `AskLog` (the message names it).
+        RunFolderError: the file is not a valid `AskLog`, a symlink, not a regular file or larger
+            than `MAX_JSON_BYTES` (the message names it).
     """
     file = run_dir / ASKS_FILE
     try:
-        return AskLog.model_validate_json(file.read_bytes()).asks
+        return AskLog.model_validate_json(read_data_file(file, MAX_JSON_BYTES, root=run_dir)).asks
     except FileNotFoundError:
         return []
-    except (OSError, ValidationError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: ValidationError, DataFileError
         raise RunFolderError(f"{file}: invalid: {exc}") from exc

@@ -382,8 +382,9 @@ def load_run_folder(path: Path, *, sides: bool = False) -> RunFolder:
 
     Raises:
         RunFolderError: the folder, config.json, prompts.json or the trajectory is missing, or
-            any of them (or a side trajectory) is corrupt, unreadable (a symlink loop), not a
-            regular file or too large; the message names the file (and the line, for a trajectory).
+            any of them (or a side trajectory) is corrupt, unreadable, a symlink or below one
+            (never followed out of the folder), not a regular file (a FIFO) or larger than its
+            cap; the message names the file (and the line, for a trajectory).
     """
     try:
         path = path.resolve(strict=True)
@@ -394,17 +395,17 @@ def load_run_folder(path: Path, *, sides: bool = False) -> RunFolder:
     if not path.is_dir():
         raise RunFolderError(f"run folder not found: {path}")
     config: RunConfig = _validated(
-        RunConfig, _read_json(path / CONFIG_FILE, required=True), path / CONFIG_FILE
+        RunConfig, read_json_file(path / CONFIG_FILE, required=True, root=path), path / CONFIG_FILE
     )
-    raw_result = _read_json(path / RESULT_FILE, required=False)
+    raw_result = read_json_file(path / RESULT_FILE, required=False, root=path)
     result: RunResult | None = (
         _validated(RunResult, raw_result, path / RESULT_FILE) if raw_result is not None else None
     )
-    prompts = _read_json(path / PROMPTS_FILE, required=True)
+    prompts = read_json_file(path / PROMPTS_FILE, required=True, root=path)
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise RunFolderError(f"{path / PROMPTS_FILE}: expected a JSON list of strings")
     try:
-        trajectory = load_trajectory(path / TRAJECTORY)
+        trajectory = load_trajectory(path / TRAJECTORY, root=path)
     except FileNotFoundError as exc:
         raise RunFolderError(
             f"{path / TRAJECTORY}: missing (not a run folder, or nothing was recorded)"
@@ -412,7 +413,7 @@ def load_run_folder(path: Path, *, sides: bool = False) -> RunFolder:
     loaded_sides = {}
     for side, file in SIDE_TRAJECTORIES.items() if sides else ():
         try:
-            loaded_sides[side] = load_trajectory(path / file)
+            loaded_sides[side] = load_trajectory(path / file, root=path)
         except FileNotFoundError:
             continue
     return RunFolder(
@@ -427,7 +428,7 @@ def load_manifest(run_dir: Path) -> dict[str, str] | None:
         RunFolderError: the file is not a JSON object, or unreadable or too large (the message names it).
     """
     file = run_dir / MANIFEST_FILE
-    data = _read_json(file, required=False)
+    data = read_json_file(file, required=False, root=run_dir)
     if data is None:
         return None
     if not isinstance(data, dict):
@@ -435,9 +436,17 @@ def load_manifest(run_dir: Path) -> dict[str, str] | None:
     return {str(key): str(value) for key, value in data.items()}
 
 
-def _read_json(file: Path, *, required: bool) -> Any:
+def read_json_file(file: Path, *, required: bool, root: Path | None = None) -> Any:
+    """The JSON in `file`, a file of a run folder (`root`, when given: no symlink below it is
+    followed), read with `reroll_contracts.datafile.read_data_file` under `MAX_JSON_BYTES`; None
+    when it is missing and not `required`.
+
+    Raises:
+        RunFolderError: missing (when `required`), unreadable, a symlink, not a regular file (a
+            FIFO), larger than `MAX_JSON_BYTES`, or not JSON; the message names the file.
+    """
     try:
-        data = orjson.loads(read_capped(file, MAX_JSON_BYTES))
+        data = orjson.loads(read_capped(file, MAX_JSON_BYTES, root=root))
     except FileNotFoundError as exc:
         if not required:
             return None

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Literal
 
 import orjson
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
+from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import TrajectoryFormatError
 from reroll_contracts.graded import Aggregate
 from reroll_contracts.trajectory import load_trajectory
 
-from reroll.runfolder.run import RESULT_FILE, TRAJECTORY, RunResult, count_exchanges
+from reroll.runfolder.run import MAX_JSON_BYTES, RESULT_FILE, TRAJECTORY, RunResult, count_exchanges
 
 JOB_SUMMARY_FILE = "summary.json"
 """In a job folder (or its ``continued/``): a `JobSummary`."""
@@ -141,10 +142,11 @@ class JobSummary(BaseModel):
 
 
 def read_result(run_dir: Path) -> RunResult | None:
-    """The run's result.json, or None when it is missing or unreadable (a run cut short)."""
+    """The run's result.json, or None when it is missing or unreadable (a run cut short; a
+    symlink, a FIFO or a file past `MAX_JSON_BYTES`, none of them read)."""
     try:
-        return RunResult.model_validate(orjson.loads((run_dir / RESULT_FILE).read_bytes()))
-    except (OSError, orjson.JSONDecodeError, ValidationError):
+        return RunResult.model_validate(orjson.loads(read_data_file(run_dir / RESULT_FILE, MAX_JSON_BYTES)))
+    except (OSError, ValueError):  # ValueError: invalid JSON or model, DataFileError
         return None
 
 
@@ -359,8 +361,10 @@ def primary_reward(rewards: dict[str, float] | None) -> float | None:
 
 def read_tree_summary(path: Path) -> BranchSummary | None:
     """The branch tree's summary.json in `path`, or None when `path` is not a branch tree (no such
-    file, or one that is not a `BranchSummary`: a job's summary.json, for one)."""
+    file, or one that is not a `BranchSummary`: a job's summary.json, for one; a symlink, a FIFO
+    or a file past `MAX_JSON_BYTES`, none of them read)."""
     try:
-        return BranchSummary.model_validate(orjson.loads((path / TREE_SUMMARY_FILE).read_bytes()))
-    except (OSError, orjson.JSONDecodeError, ValidationError):
+        data = read_data_file(path / TREE_SUMMARY_FILE, MAX_JSON_BYTES)
+        return BranchSummary.model_validate(orjson.loads(data))
+    except (OSError, ValueError):  # ValueError: invalid JSON or model, DataFileError
         return None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import RunFolderError
 from reroll_contracts.trajectory import Place
 
+from reroll.runfolder.run import MAX_JSON_BYTES
 from reroll.trials.config import PromptSource, TurnStatus
 
 TRIAL_RECORD = "trial.json"
@@ -53,12 +55,13 @@ def load_trial_record(run_dir: Path) -> TrialRecord | None:
     """``trial.json`` of `run_dir`; None when it has none (a run of a version without trials, BenchFlow's).
 
     Raises:
-        RunFolderError: the file is not a valid `TrialRecord` (the message names it).
+        RunFolderError: the file is not a valid `TrialRecord`, a symlink, not a regular file or
+            larger than `MAX_JSON_BYTES` (the message names it).
     """
     file = run_dir / TRIAL_RECORD
     try:
-        return TrialRecord.model_validate_json(file.read_bytes())
+        return TrialRecord.model_validate_json(read_data_file(file, MAX_JSON_BYTES, root=run_dir))
     except FileNotFoundError:
         return None
-    except (OSError, ValidationError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: ValidationError, DataFileError
         raise RunFolderError(f"{file}: invalid: {exc}") from exc

@@ -227,7 +227,9 @@ class Sandbox(Protocol):
 
         Raises:
             FileNotFoundError: the file does not exist (the message names `path`).
-            SandboxError: not started, or any other failure (no permission, a directory).
+            SandboxError: not started, or any other failure (no permission; a symlink, never
+                followed; not a regular file: a folder, a FIFO, never waited on; larger than
+                1 GiB without `max_bytes`).
         """
         ...
 

@@ -340,12 +340,16 @@ class SidecarClient:
 
         Raises:
             FileNotFoundError: the file does not exist (the message names `path`).
-            SidecarError: any other failure (e.g. PERMISSION_DENIED, a directory).
+            SidecarError: any other failure (PERMISSION_DENIED; FAILED_PRECONDITION: a symlink, never
+                followed; not a regular file, a FIFO never waited on; larger than the sidecar's
+                cap of 1 GiB without `max_bytes`).
         """
         parts: list[bytes] = []
         size = 0
         call = self._rpc.GetFile(
-            pb.GetFileRequest(path=path), timeout=FILE_DEADLINE_SECONDS, metadata=self._metadata
+            pb.GetFileRequest(path=path, max_bytes=max_bytes or 0),
+            timeout=FILE_DEADLINE_SECONDS,
+            metadata=self._metadata,
         )
         try:
             async for chunk in call:

@@ -251,16 +251,24 @@ class GetFileRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PATH_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
     path: _builtins.str
-    """Absolute path of the file to read."""
+    """Absolute path of the file to read: a regular file, never a symlink (not followed), never
+    waited on (a FIFO or a device is refused with FAILED_PRECONDITION).
+    """
+    max_bytes: _builtins.int
+    """Send at most this many bytes (the start of the file); 0: the whole file, which is refused
+    with FAILED_PRECONDITION when larger than the sidecar's cap (1 GiB).
+    """
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
+        max_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "path", b"path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
