@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 import json
+import os
 from pathlib import Path
 from typing import Any
 

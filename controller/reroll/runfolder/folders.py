@@ -60,8 +60,8 @@ def kind_of(path: Path) -> FolderKind:
 
 def job_run_folders(job_dir: Path) -> list[Path]:
     """The run folders directly in `job_dir` (those with a config.json; not ``_attempts/``,
-    ``continued/``, ``replayed/`` or ``branched/``; not a symlink), sorted by name; none when it
-    holds none or cannot be listed."""
+    ``continued/``, ``replayed/`` or ``branched/``), sorted by name; none when it holds none or
+    cannot be listed."""
     try:
         children = list(job_dir.iterdir())
     except OSError:
@@ -70,7 +70,6 @@ def job_run_folders(job_dir: Path) -> list[Path]:
         child
         for child in children
         if child.name not in (ATTEMPTS_DIR, CONTINUED_DIR, REPLAYED_DIR, BRANCHED_DIR)
-        and not child.is_symlink()  # a job's run folders are in it, never followed out of it
         and child.is_dir()
         and (child / CONFIG_FILE).is_file()
     )
