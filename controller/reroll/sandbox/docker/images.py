@@ -375,13 +375,18 @@ def _with_standins(
 
 def local_images() -> Callable[[str], bool]:
     """Whether an image is local to this host's Docker Engine; every image is not when the engine
-    cannot be reached (nothing can be built then)."""
+    cannot be reached (nothing can be built then). Each answer opens and closes its own client,
+    so no socket is left for the garbage collector."""
+    return _is_local
+
+
+def _is_local(image: str) -> bool:
+    """`local_images`' answer for `image`."""
     try:
-        client = docker.from_env()
-        client.ping()
+        with contextlib.closing(docker.from_env()) as client:
+            return _exists(client, image)
     except (docker.errors.DockerException, requests.exceptions.RequestException):
-        return lambda image: False
-    return lambda image: _exists(client, image)
+        return False
 
 
 def base_warnings(task: Task, is_local: Callable[[str], bool]) -> list[str]:
