@@ -32,7 +32,7 @@ from reroll.sandbox.results import (
     VerifyBaseline,
     VerifyOutcome,
 )
-from reroll.sandbox.reward_wire import graded_reward, policy_message
+from reroll.sandbox.verify_wire import hardening_report, policy_message, verify_outcome
 from reroll.tasks.task import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
@@ -554,7 +554,7 @@ class SidecarClient:
             async for event in call:
                 kind = event.WhichOneof("event")
                 if kind == "hardening":
-                    report = _hardening_report(event.hardening)
+                    report = hardening_report(event.hardening)
                     if on_hardening is not None:
                         on_hardening(report)
                 elif kind in ("stdout", "stderr"):
@@ -572,32 +572,4 @@ class SidecarClient:
             call.cancel()  # a no-op after the end; stops the script when the caller was cancelled
         if result is None:
             raise SidecarError(f"sidecar {self.address} Verify: the stream ended without a result")
-        return _verify_outcome(result, report, output)
-
-
-def _hardening_report(message: pb.HardeningReport) -> HardeningReport:
-    """The sidecar's hardening report as the controller keeps it (``verifier/hardening.json``)."""
-    return HardeningReport(
-        message.killed_groups, list(message.restored), list(message.deleted), list(message.notes)
-    )
-
-
-def _verify_outcome(
-    result: pb.VerifyResult, report: HardeningReport, output: dict[str, OutputTail]
-) -> VerifyOutcome:
-    """The outcome of a Verify stream: its `result`, hardening `report` and the script's `output`."""
-    return VerifyOutcome(
-        hardening=report,
-        exit_code=result.exit_code,
-        timed_out=result.timed_out,
-        stdout=output["stdout"].value(),
-        stderr=output["stderr"].value(),
-        reward_file=result.reward_file,
-        reward_content=result.reward_content,
-        rewards=dict(result.rewards),
-        reward_error=result.reward_error,
-        pytest_report=result.pytest_report,
-        leftover=result.leftover,
-        cleanup=list(result.cleanup),
-        graded=graded_reward(result) if result.HasField("graded") else None,
-    )
+        return verify_outcome(result, report, output)

@@ -1,4 +1,5 @@
-"""A graded reward (`reroll_contracts.graded`) on the Verify RPC, the controller's side: verifier.md's
+"""The Verify RPC's messages as the controller's types: the hardening report and the result of a
+Verify stream (`verify_outcome`); a graded reward (`reroll_contracts.graded`): verifier.md's
 aggregate policy into ``VerifyRequest.aggregate_policy``, ``VerifyResult.graded`` out of it. The
 sidecar's side is `reroll_sidecar.rewards` (``policy_from_message``, ``graded_message``)."""
 
@@ -8,6 +9,8 @@ from typing import cast
 
 from reroll_contracts.graded import Aggregate, AggregateMethod, AggregatePolicy, GradedReward
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
+
+from reroll.sandbox.results import HardeningReport, OutputTail, VerifyOutcome
 
 
 def policy_message(policy: AggregatePolicy) -> pb.AggregatePolicy:
@@ -33,3 +36,31 @@ def graded_reward(result: pb.VerifyResult) -> GradedReward:
             threshold=wire.threshold if wire.HasField("threshold") else None,
         )
     return GradedReward(reward=result.rewards["reward"], items=dict(result.graded.items), aggregate=aggregate)
+
+
+def hardening_report(message: pb.HardeningReport) -> HardeningReport:
+    """The sidecar's hardening report as the controller keeps it (``verifier/hardening.json``)."""
+    return HardeningReport(
+        message.killed_groups, list(message.restored), list(message.deleted), list(message.notes)
+    )
+
+
+def verify_outcome(
+    result: pb.VerifyResult, report: HardeningReport, output: dict[str, OutputTail]
+) -> VerifyOutcome:
+    """The outcome of a Verify stream: its `result`, hardening `report` and the script's `output`."""
+    return VerifyOutcome(
+        hardening=report,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        stdout=output["stdout"].value(),
+        stderr=output["stderr"].value(),
+        reward_file=result.reward_file,
+        reward_content=result.reward_content,
+        rewards=dict(result.rewards),
+        reward_error=result.reward_error,
+        pytest_report=result.pytest_report,
+        leftover=result.leftover,
+        cleanup=list(result.cleanup),
+        graded=graded_reward(result) if result.HasField("graded") else None,
+    )
