@@ -11,6 +11,7 @@ the skills (docker).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -199,15 +200,15 @@ def test_a_no_skill_image_is_built_without_the_skills(docker_images: str) -> Non
     import docker
     from reroll.sandbox.docker.images import ensure_images, task_image
 
-    client = docker.from_env()
-    base = ensure_images(client).base
     task = load_task(TASK)
     listing = {}
-    for hidden in (False, True):
-        image = task_image(client, with_skills_hidden(task, hidden), base)
-        listing[hidden] = client.containers.run(
-            image, ["sh", "-c", "ls /opt/image-skills 2>&1; ls /app"], remove=True
-        ).decode()
+    with contextlib.closing(docker.from_env()) as client:
+        base = ensure_images(client).base
+        for hidden in (False, True):
+            image = task_image(client, with_skills_hidden(task, hidden), base)
+            listing[hidden] = client.containers.run(
+                image, ["sh", "-c", "ls /opt/image-skills 2>&1; ls /app"], remove=True
+            ).decode()
     assert "greeting" in listing[False]
     assert "No such file" in listing[True] and "notes.txt" in listing[True]
 

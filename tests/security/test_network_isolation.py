@@ -163,8 +163,8 @@ async def test_the_network_and_its_firewall_go_with_the_rollout() -> None:
     assert key in firewall.tables()
     await sandbox.stop()
     assert key not in firewall.tables()
-    with pytest.raises(docker.errors.NotFound):
-        docker.from_env().networks.get(ISOLATED_PREFIX + key)
+    with contextlib.closing(docker.from_env()) as engine, pytest.raises(docker.errors.NotFound):
+        engine.networks.get(ISOLATED_PREFIX + key)
 
     leftover = DockerSandbox(none_task(), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
     await leftover.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -194,7 +195,10 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
     assert live.container is not None and orphan.container is not None
     await orphan.disconnect()  # its controller "died": nothing stops the container
     reroll = str(Path(sys.executable).parent / "reroll")
-    docker_backend.install_store(docker.from_env())  # the shared volumes exist; the manifests' is unused
+    with contextlib.closing(
+        docker.from_env()
+    ) as engine:  # the shared volumes exist; the manifests' is unused
+        docker_backend.install_store(engine)
     try:
         done = await asyncio.to_thread(
             subprocess.run, [reroll, "sandbox", "prune"], capture_output=True, text=True, timeout=120

@@ -381,8 +381,8 @@ class DockerSandbox(SidecarSandbox):
         """
         config = self.config.model_copy(update={"image": self._image or self.config.image})
         installer = DockerSandbox(self.task, self.run_id, config, installs_writable=True)
-        await installer.start()
         try:
+            await installer.start()
             yield installer
         finally:
             await installer.stop()
