@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 from reroll_contracts.errors import AgentError
 from reroll_contracts.proxy import FormatName, VolatileRule
 
 SKILL_PATH_ROOTS = ("$HOME/", "$WORKSPACE/")
 """What an agent's ``skill_paths`` start with: its HOME or its workspace in the sandbox."""
+UV_REQUIREMENT = "uv==0.13.9"
+"""The uv an agent's `AgentSpec.pip` requirements are installed with (PyPI): it downloads and
+unpacks in parallel, ~3x faster than pip here (aider-chat: 19 s against pip's ~2 min)."""
 McpFormat = Literal["claude-code", "codex", "openhands"]
 """The native MCP configurations reroll writes for agents (`reroll.rollout.mcp` renders them)."""
 
@@ -36,7 +40,11 @@ class AgentSpec(BaseModel):
     """The LLM API the agent speaks (a `reroll_contracts.wire` name); ``none`` for agents that call
     no model (oracle)."""
     install: str | None = None
-    """Shell script that installs the agent into ``$REROLL_AGENT_HOME``; run once, then cached."""
+    """Shell script that installs the agent into ``$REROLL_AGENT_HOME``; run once, then cached.
+    With `pip` it runs after the PyPI install (`install_script`)."""
+    pip: list[str] = []
+    """PyPI requirements (and ``uv pip install`` options such as ``--no-deps``) installed into the
+    venv ``$REROLL_AGENT_HOME/venv``, made with `python` (required with it); see `install_script`."""
     python: str | None = None
     """A CPython version (``3.12``) the install script makes its venv with, given to it as
     ``$REROLL_PYTHON``: the host's (local sandbox), or a relocatable copy of the host's uploaded
@@ -95,6 +103,29 @@ class AgentSpec(BaseModel):
                 raise ValueError(f"skill path {path!r} must start with $HOME/ or $WORKSPACE/, without ..")
         return paths
 
+    @model_validator(mode="after")
+    def _pip_needs_python(self) -> AgentSpec:
+        if self.pip and self.python is None:
+            raise ValueError("pip requirements need a python version to make their venv with")
+        return self
+
+    @property
+    def install_script(self) -> str | None:
+        """The shell script run once per install key (`install_key`): for `pip`, a venv made with
+        ``$REROLL_PYTHON``, `UV_REQUIREMENT` in it with pip, then the requirements with uv (in
+        parallel, byte code compiled now: the agent's user cannot write ``__pycache__`` into
+        the shared installs); then `install`. None: nothing to install."""
+        if not self.pip:
+            return self.install
+        venv = "$REROLL_AGENT_HOME/venv"
+        lines = [
+            f'"$REROLL_PYTHON" -m venv "{venv}"',
+            f'"{venv}/bin/pip" install --quiet --disable-pip-version-check {UV_REQUIREMENT}',
+            f'"{venv}/bin/uv" pip install --quiet --no-cache --native-tls --compile-bytecode'
+            f' --python "{venv}/bin/python" {shlex.join(self.pip)}',
+        ]
+        return "\n".join([*lines, self.install or ""]).rstrip("\n")
+
     @property
     def forkable(self) -> bool:
         """A checkpoint can capture its session and a branch resume it: it declares `resume`
@@ -105,7 +136,7 @@ class AgentSpec(BaseModel):
     def install_key(self) -> str:
         """Name of the install folder: the agent's name and a hash of its install script (and
         of the Python version it needs)."""
-        digest = hashlib.sha256(f"{self.install or ''}{self.python or ''}".encode()).hexdigest()[:12]
+        digest = hashlib.sha256(f"{self.install_script or ''}{self.python or ''}".encode()).hexdigest()[:12]
         return f"{self.name}-{digest}"
 
     def launch_env(self, *, base_url: str, api_key: str, model: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reroll.agents import AGENTS_FILE_ENV, get_agent, registry
+from reroll.agents import AGENTS_FILE_ENV, UV_REQUIREMENT, get_agent, registry
 from reroll_contracts.errors import AgentError
 
 
@@ -57,6 +57,10 @@ def test_an_agent_declares_its_volatile_parts(tmp_path: Path, monkeypatch: pytes
         ),
         ("- just a list\n", "expected a mapping"),
         ("mine: [unclosed\n", "invalid agent declaration"),
+        (
+            "mine:\n  description: d\n  api_format: openai-chat\n  launch: x\n  pip: [tool==1]\n",
+            "python version",
+        ),
     ],
 )
 def test_bad_agents_file_names_the_file(
@@ -183,10 +187,32 @@ def test_every_pip_installed_agent_asks_for_a_python_and_the_version_is_part_of_
     monkeypatch.delenv(AGENTS_FILE_ENV, raising=False)
     for name in ("mini-swe-agent", "codex", "claude-code", "aider", "openhands"):
         agent = get_agent(name)
-        assert agent.python == "3.12" and '"$REROLL_PYTHON" -m venv' in (agent.install or ""), name
-        assert "python3 " not in (agent.install or ""), name
+        assert agent.python == "3.12" and '"$REROLL_PYTHON" -m venv' in (agent.install_script or ""), name
+        assert "python3 " not in (agent.install_script or ""), name
     openhands = get_agent("openhands")
     assert openhands.model_copy(update={"python": "3.13"}).install_key != openhands.install_key
+
+
+def test_pip_requirements_install_with_uv_into_a_venv_before_the_install_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "agents.yaml"
+    declaration = "  description: d\n  api_format: openai-chat\n  launch: x\n  python: '3.12'\n"
+    path.write_text(f"mine:\n{declaration}  pip: [--no-deps, 'tool==1']\n  install: tool --version\n")
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(path))
+    script = (get_agent("mine").install_script or "").splitlines()
+    assert script[0] == '"$REROLL_PYTHON" -m venv "$REROLL_AGENT_HOME/venv"'
+    assert script[1].endswith(f"install --quiet --disable-pip-version-check {UV_REQUIREMENT}")
+    assert (
+        script[2].startswith('"$REROLL_AGENT_HOME/venv/bin/uv" pip install')
+        and "--compile-bytecode" in script[2]
+    )
+    assert script[2].endswith("--no-deps tool==1") and script[3:] == ["tool --version"]
+    first = get_agent("mine").install_key
+    path.write_text(f"mine:\n{declaration}  pip: ['tool==2']\n")
+    registry.cache_clear()
+    assert get_agent("mine").install_script.endswith(" tool==2")  # type: ignore[union-attr]
+    assert get_agent("mine").install_key != first
 
 
 def test_openhands_pty_echo_is_volatile_but_the_output_is_not(monkeypatch: pytest.MonkeyPatch) -> None:

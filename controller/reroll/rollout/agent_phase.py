@@ -43,9 +43,9 @@ async def install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str],
         AgentInstallError: the install script exited non-zero (its output's last 3000 characters
             in the message) or ran past `INSTALL_TIMEOUT_SECONDS`.
     """
-    if agent.install is None:
+    script = agent.install_script
+    if script is None:
         return
-    script = agent.install
 
     async def install(installer: Sandbox, home: str) -> list[str]:
         install_env, requires = {**env, "REROLL_AGENT_HOME": home}, list[str]()
