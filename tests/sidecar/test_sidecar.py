@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.results import STREAMED_TAIL_BYTES, VerifyOutcome
+from reroll.sandbox.results import STREAMED_TAIL_BYTES, VerifyOutcome, VerifyScript
 from reroll.sandbox.sidecar_client import ExecExit, SidecarClient
 from reroll.tasks.task import HardeningOptions
 from reroll_contracts.errors import SidecarError, SidecarUnavailable
@@ -232,9 +232,7 @@ async def test_rpcs_without_the_right_token_are_unauthenticated(
             intruder.put_file(str(tmp_path / "pwned"), b"x"),
             intruder.get_file("/etc/hostname"),
             intruder.kill(),
-            intruder.verify(
-                verifier_dir=str(tmp_path), script="x", reward_dir="/", env={}, timeout_seconds=1
-            ),
+            intruder.verify(VerifyScript(str(tmp_path), "x", "/", {}, timeout_seconds=1)),
         ]
         for call in calls:
             with pytest.raises(SidecarError, match="UNAUTHENTICATED"):
@@ -325,14 +323,16 @@ async def verify_script(
         env={"PATH": os.environ["PATH"]},
     )
     (root / "verifier" / "test.sh").write_text(test_sh)
-    return await client.verify(
-        verifier_dir=str(root / "verifier"),
-        script="test.sh",
-        reward_dir=str(root / "logs"),
-        env={"PATH": os.environ["PATH"], "LOGS": str(root / "logs")},
-        timeout_seconds=30,
+    env = {"PATH": os.environ["PATH"], "LOGS": str(root / "logs")}
+    run = VerifyScript(
+        str(root / "verifier"),
+        "test.sh",
+        str(root / "logs"),
+        env,
+        30,
         keep_agent_processes=keep_agent_processes,
     )
+    return await client.verify(run)
 
 
 @pytest.mark.parametrize(
@@ -377,11 +377,7 @@ async def test_verify_streams_the_script_output_and_runs_scripts_without_a_sheba
     assert (outcome.stderr, outcome.exit_code) == (b"err\n", 3)
     assert outcome.hardening.killed_groups == 0
     outcome = await client.verify(
-        verifier_dir=str(tmp_path / "verifier"),
-        script="test.sh",
-        reward_dir=str(tmp_path / "logs"),
-        env={},
-        timeout_seconds=30,
+        VerifyScript(str(tmp_path / "verifier"), "test.sh", str(tmp_path / "logs"), {}, timeout_seconds=30),
         on_output=lambda name, chunk: seen.append((name, chunk)),
     )
     streamed = {
@@ -398,11 +394,9 @@ async def test_verify_of_a_missing_script_raises_file_not_found(
         FileNotFoundError, match=re.escape(f"test script {tmp_path}/verifier/absent.sh is missing")
     ):
         await client.verify(
-            verifier_dir=str(tmp_path / "verifier"),
-            script="absent.sh",
-            reward_dir=str(tmp_path / "logs"),
-            env={},
-            timeout_seconds=30,
+            VerifyScript(
+                str(tmp_path / "verifier"), "absent.sh", str(tmp_path / "logs"), {}, timeout_seconds=30
+            )
         )
 
 
@@ -414,11 +408,7 @@ async def test_verify_requests_need_absolute_paths(client: SidecarClient, tmp_pa
     await verify_script(client, tmp_path, "exit 0\n")
     with pytest.raises(SidecarError, match=r"INVALID_ARGUMENT.*reward_dir must be an absolute path"):
         await client.verify(
-            verifier_dir=str(tmp_path / "verifier"),
-            script="test.sh",
-            reward_dir="logs",
-            env={},
-            timeout_seconds=1,
+            VerifyScript(str(tmp_path / "verifier"), "test.sh", "logs", {}, timeout_seconds=1)
         )
 
 

@@ -21,10 +21,9 @@ from typing import Any, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import SandboxBackendError
-from reroll_contracts.graded import AggregatePolicy
 
 from reroll.cache import host_ca_bundle
-from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
+from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
 from reroll.tasks.task import HardeningOptions, Task
 
 SANDBOX_HOSTNAME = "sandbox"
@@ -325,39 +324,20 @@ class Sandbox(Protocol):
 
     async def verify(
         self,
+        run: VerifyScript,
         *,
-        verifier_dir: str,
-        script: str,
-        reward_dir: str,
-        env: Mapping[str, str],
-        timeout_seconds: float,
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
-        soft: bool = False,
-        aggregate_policy: AggregatePolicy | None = None,
-        keep_agent_processes: bool = False,
     ) -> VerifyOutcome:
         """Harden the sandbox as `prepare_verify` recorded (kill the agent's processes, undo
         planted build config and hooks, delete old reward files), run the test script in a
         clean environment as root, and read its reward.
 
         Args:
-            verifier_dir: the folder in the sandbox holding the verifier's files; the script runs there.
-            script: the test script, relative to `verifier_dir` (``test.sh``).
-            reward_dir: where the script writes ``reward.txt`` or ``reward.json``.
-            env: the script's base environment; cleaned, then the hardening variables are added.
-            timeout_seconds: kill the script's process group after this many seconds; 0 = no timeout.
+            run: the script, its folders, environment, timeout and policy (`VerifyScript`).
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
                 the outcome may then hold only the end of each stream (as `exec`).
             on_hardening: called with the hardening report once it is done, before the script runs.
-            soft: a soft verify (between a trial's rounds): the agent's processes are killed, the
-                script runs in the same clean environment, but planted build config and start-up
-                hooks are left as the agent left them (it goes on working afterwards).
-            aggregate_policy: verifier.md's ``outputs.aggregate_policy``, which makes a graded
-                reward.json's items one reward (`reroll_contracts.graded`); None: none declared.
-            keep_agent_processes: keep what the agent left running alive for the script
-                (Harbor's semantics): frozen during the hardening, the workspace then handed to
-                root when the agent has a user of its own; killed after the script.
 
         Returns:
             The hardening report, the script's exit, output and reward (or why there is none).

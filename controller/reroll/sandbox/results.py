@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from reroll_contracts.graded import GradedReward
+from reroll_contracts.graded import AggregatePolicy, GradedReward
 
 STREAMED_TAIL_BYTES = 64 * 1024
 """What `Sandbox.exec` and `Sandbox.verify` of reroll's backends keep of each output stream in
@@ -62,6 +63,35 @@ class VerifyBaseline:
     pytest_plugins: list[str]
     """The trusted pytest plugins of the sandbox's ``python3`` (root's alone), sorted; empty with
     ``plugin_autoload`` or without a ``python3``."""
+
+
+@dataclass(frozen=True)
+class VerifyScript:
+    """One run of a task's test script, as `Sandbox.verify` takes it and every layer under it
+    (`reroll.sandbox.sidecar_sandbox`, `reroll.sandbox.sidecar_client`) passes it on, to become the
+    sidecar's ``VerifyRequest`` (`reroll.sandbox.verify_wire.verify_request`)."""
+
+    verifier_dir: str
+    """The folder in the sandbox holding the verifier's files; the script runs there."""
+    script: str
+    """The test script, relative to `verifier_dir` (``test.sh``)."""
+    reward_dir: str
+    """Where the script writes ``reward.txt`` or ``reward.json``."""
+    env: Mapping[str, str]
+    """The script's base environment; cleaned, then the hardening variables are added."""
+    timeout_seconds: float
+    """Kill the script's process group after this many seconds; 0 = no timeout."""
+    soft: bool = False
+    """A soft verify (between a trial's rounds): the agent's processes are killed, the script
+    runs in the same clean environment, but planted build config and start-up hooks are left as
+    the agent left them (it goes on working afterwards)."""
+    aggregate_policy: AggregatePolicy | None = None
+    """verifier.md's ``outputs.aggregate_policy``, which makes a graded reward.json's items one
+    reward (`reroll_contracts.graded`); None: none declared."""
+    keep_agent_processes: bool = False
+    """Keep what the agent left running alive for the script (Harbor's semantics): frozen during
+    the hardening, the workspace then handed to root when the agent has a user of its own;
+    killed after the script."""
 
 
 @dataclass(frozen=True)

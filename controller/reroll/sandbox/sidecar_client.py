@@ -20,7 +20,6 @@ from typing import Literal, NoReturn
 
 import grpc
 from reroll_contracts.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
-from reroll_contracts.graded import AggregatePolicy
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
@@ -31,8 +30,9 @@ from reroll.sandbox.results import (
     OutputTail,
     VerifyBaseline,
     VerifyOutcome,
+    VerifyScript,
 )
-from reroll.sandbox.verify_wire import hardening_report, policy_message, verify_outcome
+from reroll.sandbox.verify_wire import hardening_report, verify_outcome, verify_request
 from reroll.tasks.task import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
@@ -496,54 +496,31 @@ class SidecarClient:
 
     async def verify(
         self,
+        run: VerifyScript,
         *,
-        verifier_dir: str,
-        script: str,
-        reward_dir: str,
-        env: Mapping[str, str],
-        timeout_seconds: float,
-        on_output: Callable[[str, bytes], None] | None = None,
-        on_hardening: Callable[[HardeningReport], None] | None = None,
-        soft: bool = False,
-        keep_agent_processes: bool = False,
         cwd: str = "",
         image_env: Mapping[str, str] | None = None,
-        aggregate_policy: AggregatePolicy | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+        on_hardening: Callable[[HardeningReport], None] | None = None,
     ) -> VerifyOutcome:
         """Harden the sandbox, run the test script and read its reward (see sidecar.proto, Verify).
 
         Args:
-            verifier_dir: the folder in the sandbox holding the verifier's files; the script runs there.
-            script: the test script, relative to `verifier_dir` (``test.sh``).
-            reward_dir: where the script writes ``reward.txt`` or ``reward.json``.
-            env: the script's base environment; the sidecar cleans it and adds the hardening variables.
-            timeout_seconds: kill the script's process group after this long; 0 = no timeout.
+            run: the script and its policy (see `Sandbox.verify`).
+            cwd: the script's working folder (the image's WORKDIR); empty = ``run.verifier_dir``.
+            image_env: the image's own ENV, under ``run.env`` and not cleaned (an image's
+                PYTHONPATH stays).
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
                 the outcome then keeps the last `STREAMED_TAIL_BYTES` of each stream.
             on_hardening: called with the hardening report once it arrives, before the script runs.
-            soft: skip the restore of build config and hooks (see `Sandbox.verify`).
-            keep_agent_processes: keep the agent's processes alive for the script (see `Sandbox.verify`).
-            cwd: the script's working folder (the image's WORKDIR); empty = `verifier_dir`.
-            image_env: the image's own ENV, under `env` and not cleaned (an image's PYTHONPATH stays).
-            aggregate_policy: verifier.md's aggregate policy (see `Sandbox.verify`).
 
         Raises:
             FileNotFoundError: the test script is missing (the message names it).
             SidecarError: the RPC failed, e.g. FAILED_PRECONDITION without `prepare_verify` before.
             SidecarUnavailable: the sidecar cannot be reached or died.
         """
-        request = pb.VerifyRequest(
-            verifier_dir=verifier_dir,
-            script=script,
-            reward_dir=reward_dir,
-            env=dict(env),
-            timeout_seconds=timeout_seconds,
-            soft=soft,
-            keep_agent_processes=keep_agent_processes,
-            cwd=cwd,
-            image_env=dict(image_env or {}),
-            aggregate_policy=policy_message(aggregate_policy) if aggregate_policy is not None else None,
-        )
+        request = verify_request(run, cwd, image_env or {})
+        timeout_seconds = run.timeout_seconds
         deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)
         kept = STREAMED_TAIL_BYTES if on_output is not None else None
@@ -567,7 +544,7 @@ class SidecarClient:
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 raise FileNotFoundError(exc.details()) from exc
-            _raise(exc, f"{self.address} Verify {verifier_dir}/{script}")
+            _raise(exc, f"{self.address} Verify {run.verifier_dir}/{run.script}")
         finally:
             call.cancel()  # a no-op after the end; stops the script when the caller was cancelled
         if result is None:

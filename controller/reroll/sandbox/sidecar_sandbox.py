@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from reroll_contracts.errors import SandboxError
-from reroll_contracts.graded import AggregatePolicy
 
 from reroll.sandbox.base import SandboxLayout
-from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome
+from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT
 from reroll.sandbox.sidecar_client import SidecarClient
 from reroll.tasks.task import HardeningOptions
@@ -173,30 +172,16 @@ class SidecarSandbox(abc.ABC):
 
     async def verify(
         self,
+        run: VerifyScript,
         *,
-        verifier_dir: str,
-        script: str,
-        reward_dir: str,
-        env: Mapping[str, str],
-        timeout_seconds: float,
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
-        soft: bool = False,
-        aggregate_policy: AggregatePolicy | None = None,
-        keep_agent_processes: bool = False,
     ) -> VerifyOutcome:
-        """See `Sandbox.verify`."""
+        """See `Sandbox.verify`: in the workspace, under the image's own ENV."""
         return await self._sidecar.verify(
-            verifier_dir=verifier_dir,
-            script=script,
-            reward_dir=reward_dir,
-            env=env,
-            timeout_seconds=timeout_seconds,
-            on_output=on_output,
-            on_hardening=on_hardening,
-            soft=soft,
-            keep_agent_processes=keep_agent_processes,
+            run,
             cwd=self.layout.workspace,
             image_env=self.layout.image_env,
-            aggregate_policy=aggregate_policy,
+            on_output=on_output,
+            on_hardening=on_hardening,
         )

@@ -1,16 +1,36 @@
-"""The Verify RPC's messages as the controller's types: the hardening report and the result of a
-Verify stream (`verify_outcome`); a graded reward (`reroll_contracts.graded`): verifier.md's
-aggregate policy into ``VerifyRequest.aggregate_policy``, ``VerifyResult.graded`` out of it. The
-sidecar's side is `reroll_sidecar.rewards` (``policy_from_message``, ``graded_message``)."""
+"""The Verify RPC's messages as the controller's types: the request a `VerifyScript` becomes
+(`verify_request`), the hardening report and the result of a Verify stream (`verify_outcome`);
+a graded reward (`reroll_contracts.graded`): verifier.md's aggregate policy into
+``VerifyRequest.aggregate_policy``, ``VerifyResult.graded`` out of it. The sidecar's side is
+`reroll_sidecar.rewards` (``policy_from_message``, ``graded_message``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import cast
 
 from reroll_contracts.graded import Aggregate, AggregateMethod, AggregatePolicy, GradedReward
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll.sandbox.results import HardeningReport, OutputTail, VerifyOutcome
+from reroll.sandbox.results import HardeningReport, OutputTail, VerifyOutcome, VerifyScript
+
+
+def verify_request(run: VerifyScript, cwd: str, image_env: Mapping[str, str]) -> pb.VerifyRequest:
+    """`run` as the sidecar's ``VerifyRequest``, run in `cwd` (empty: the verifier's folder) over
+    the image's own ENV `image_env`."""
+    policy = run.aggregate_policy
+    return pb.VerifyRequest(
+        verifier_dir=run.verifier_dir,
+        script=run.script,
+        reward_dir=run.reward_dir,
+        env=dict(run.env),
+        timeout_seconds=run.timeout_seconds,
+        soft=run.soft,
+        keep_agent_processes=run.keep_agent_processes,
+        cwd=cwd,
+        image_env=dict(image_env),
+        aggregate_policy=policy_message(policy) if policy is not None else None,
+    )
 
 
 def policy_message(policy: AggregatePolicy) -> pb.AggregatePolicy:

@@ -51,7 +51,7 @@ from reroll.agents import AgentSpec
 from reroll.rollout.verify.failures import Diagnosis, diagnose
 from reroll.rollout.verify.verifiers import DEFAULT_VERIFIER, Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome
+from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
 from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.rubric import task_policy
@@ -324,18 +324,17 @@ async def verify(
             (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
 
         try:
-            outcome = await sandbox.verify(
+            run = VerifyScript(
                 verifier_dir=verifier_dir,
                 script=TEST_SCRIPT,
                 reward_dir=f"{layout.logs_dir}/verifier",
                 env=env | resolve_env(task.spec.verifier.env, os.environ, "verifier.env"),
                 timeout_seconds=task.spec.verifier.timeout_sec,
-                on_output=write,
-                on_hardening=write_report,
                 soft=soft,
                 aggregate_policy=task_policy(task.spec.verifier.aggregate_policy),
                 keep_agent_processes=keep_processes,
             )
+            outcome = await sandbox.verify(run, on_output=write, on_hardening=write_report)
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc
     await keep_verifier_logs(sandbox, f"{layout.logs_dir}/verifier", output_dir)
