@@ -17,13 +17,20 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, Unpack
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import SandboxBackendError
 
 from reroll.cache import host_ca_bundle
-from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
+from reroll.sandbox.results import (
+    ExecOptions,
+    ExecResult,
+    HardeningReport,
+    VerifyBaseline,
+    VerifyOutcome,
+    VerifyScript,
+)
 from reroll.tasks.task import HardeningOptions, Task
 
 SANDBOX_HOSTNAME = "sandbox"
@@ -148,14 +155,8 @@ class Sandbox(Protocol):
         self,
         argv: list[str],
         *,
-        cwd: str = "",
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        user: str = "",
-        timeout_seconds: float = 0.0,
-        stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
-        service: bool = False,
+        **options: Unpack[ExecOptions],
     ) -> ExecResult:
         """Run `argv` in the sandbox, in a process group of its own, to its end.
 
@@ -163,18 +164,10 @@ class Sandbox(Protocol):
 
         Args:
             argv: the program and its arguments (looked up in the child's PATH).
-            cwd: absolute working directory in the sandbox; empty = the backend's default.
-            env: environment variables of the child.
-            inherit_env: True: the backend's base environment updated by `env`; False: exactly `env`.
-            user: run as this user (e.g. ``layout.agent_user``); empty = the backend's own user.
-            timeout_seconds: kill the whole process group after this many seconds; 0 = no timeout.
-            stdin: bytes fed to the child's stdin, which is then closed.
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
                 the result may then hold only the end of each stream (reroll's backends keep
                 the last `reroll.sandbox.results.STREAMED_TAIL_BYTES`).
-            service: a task's service (`reroll.sandbox.services`): runs as the backend's own user
-                (`user` must be empty) and outlives `kill` of the agent's user and the verify's
-                hardening; only `kill` of every user, the cancel or the sandbox's end stops it.
+            **options: working folder, environment, user, timeout, stdin, service (`ExecOptions`).
 
         Returns:
             The exit code (127 for a program that does not exist, with the error on stderr; the

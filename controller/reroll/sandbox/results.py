@@ -1,9 +1,14 @@
-"""What the `Sandbox` protocol's methods return: plain values, whatever the backend."""
+"""What the `Sandbox` protocol's methods take and return: plain values, whatever the backend.
+
+`ExecOptions` and `VerifyScript` are written once here; the protocol (`reroll.sandbox.base`) and
+the layers under it (`reroll.sandbox.sidecar_sandbox`, `reroll.sandbox.sidecar_client`) pass them
+on unchanged."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from reroll_contracts.graded import AggregatePolicy, GradedReward
 
@@ -65,11 +70,32 @@ class VerifyBaseline:
     ``plugin_autoload`` or without a ``python3``."""
 
 
+class ExecOptions(TypedDict, total=False):
+    """How `Sandbox.exec` runs a command (keyword arguments; each has a default)."""
+
+    cwd: str
+    """Absolute working directory in the sandbox; empty (default) = the backend's default."""
+    env: Mapping[str, str] | None
+    """Environment variables of the child."""
+    inherit_env: bool
+    """True (default): the backend's base environment updated by `env`; False: exactly `env`."""
+    user: str
+    """Run as this user (e.g. ``layout.agent_user``); empty (default) = the backend's own user."""
+    timeout_seconds: float
+    """Kill the whole process group after this many seconds; 0 (default) = no timeout."""
+    stdin: bytes
+    """Bytes fed to the child's stdin, which is then closed (default: none)."""
+    service: bool
+    """A task's service (`reroll.sandbox.services`): runs as the backend's own user (`user` must
+    be empty) and outlives `Sandbox.kill` of the agent's user and the verify's hardening; only
+    `kill` of every user, the cancel or the sandbox's end stops it. Default False."""
+
+
 @dataclass(frozen=True)
 class VerifyScript:
     """One run of a task's test script, as `Sandbox.verify` takes it and every layer under it
     (`reroll.sandbox.sidecar_sandbox`, `reroll.sandbox.sidecar_client`) passes it on, to become the
-    sidecar's ``VerifyRequest`` (`reroll.sandbox.verify_wire.verify_request`)."""
+    sidecar's ``VerifyRequest`` (`reroll.sandbox.sidecar_wire.verify_request`)."""
 
     verifier_dir: str
     """The folder in the sandbox holding the verifier's files; the script runs there."""

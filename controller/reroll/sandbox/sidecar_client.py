@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, Unpack
 
 import grpc
 from reroll_contracts.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
@@ -25,6 +25,7 @@ from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
 from reroll.sandbox.results import (
     STREAMED_TAIL_BYTES,
+    ExecOptions,
     ExecResult,
     HardeningReport,
     OutputTail,
@@ -32,7 +33,7 @@ from reroll.sandbox.results import (
     VerifyOutcome,
     VerifyScript,
 )
-from reroll.sandbox.verify_wire import hardening_report, verify_outcome, verify_request
+from reroll.sandbox.sidecar_wire import exec_request, hardening_report, verify_outcome, verify_request
 from reroll.tasks.task import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
@@ -176,16 +177,7 @@ class SidecarClient:
         )
 
     async def exec_stream(
-        self,
-        argv: list[str],
-        *,
-        cwd: str = "",
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        user: str = "",
-        timeout_seconds: float = 0.0,
-        stdin: bytes = b"",
-        service: bool = False,
+        self, argv: list[str], **options: Unpack[ExecOptions]
     ) -> AsyncGenerator[ExecItem, None]:
         """Run `argv` in the sandbox and yield its output as produced, then its exit.
 
@@ -194,13 +186,9 @@ class SidecarClient:
 
         Args:
             argv: the program and its arguments (looked up in the child's PATH).
-            cwd: working directory in the sandbox; empty = the sidecar's.
-            env: environment variables of the child.
-            inherit_env: True: the sidecar's environment updated by `env`; False: exactly `env`.
-            user: run as this user (the sidecar must be root for another user); empty = the sidecar's.
-            timeout_seconds: kill the whole process group after this long; 0 = no timeout.
-            stdin: bytes fed to the child's stdin, which is then closed.
-            service: a task's service (``ExecRequest.service``): spared by the agent's quiesce.
+            **options: as `Sandbox.exec` takes them (`ExecOptions`); an empty `cwd` is the
+                sidecar's, an empty `user` the sidecar's own (it must be root for another);
+                a `service` is spared by the agent's quiesce (``ExecRequest.service``).
 
         Yields:
             ``("stdout", chunk)`` / ``("stderr", chunk)`` (≤ 64 KiB each), then one `ExecExit`.
@@ -210,16 +198,8 @@ class SidecarClient:
             SidecarError: the RPC failed, e.g. INVALID_ARGUMENT for a nonexistent `cwd`.
             SidecarUnavailable: the sidecar cannot be reached.
         """
-        request = pb.ExecRequest(
-            argv=argv,
-            cwd=cwd,
-            env=dict(env or {}),
-            inherit_env=inherit_env,
-            user=user,
-            timeout_seconds=timeout_seconds,
-            stdin=stdin,
-            service=service,
-        )
+        request = exec_request(argv, options)
+        timeout_seconds = request.timeout_seconds
         deadline = timeout_seconds + EXEC_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
         call = self._rpc.Exec(request, timeout=deadline, metadata=self._metadata)
         exit_status: ExecExit | None = None
@@ -244,14 +224,8 @@ class SidecarClient:
         self,
         argv: list[str],
         *,
-        cwd: str = "",
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        user: str = "",
-        timeout_seconds: float = 0.0,
-        stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
-        service: bool = False,
+        **options: Unpack[ExecOptions],
     ) -> ExecResult:
         """Run `argv` in the sandbox to its end and collect its output.
 
@@ -272,16 +246,7 @@ class SidecarClient:
         kept = STREAMED_TAIL_BYTES if on_output is not None else None
         output = {"stdout": OutputTail(kept), "stderr": OutputTail(kept)}
         exit_status: ExecExit | None = None
-        stream = self.exec_stream(
-            argv,
-            cwd=cwd,
-            env=env,
-            inherit_env=inherit_env,
-            user=user,
-            timeout_seconds=timeout_seconds,
-            stdin=stdin,
-            service=service,
-        )
+        stream = self.exec_stream(argv, **options)
         async with contextlib.aclosing(stream) as items:
             async for item in items:
                 if isinstance(item, ExecExit):

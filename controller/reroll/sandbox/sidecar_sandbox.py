@@ -12,12 +12,19 @@ import abc
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import ClassVar, Self, Unpack
 
 from reroll_contracts.errors import SandboxError
 
 from reroll.sandbox.base import SandboxLayout
-from reroll.sandbox.results import ExecResult, HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
+from reroll.sandbox.results import (
+    ExecOptions,
+    ExecResult,
+    HardeningReport,
+    VerifyBaseline,
+    VerifyOutcome,
+    VerifyScript,
+)
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT
 from reroll.sandbox.sidecar_client import SidecarClient
 from reroll.tasks.task import HardeningOptions
@@ -102,27 +109,11 @@ class SidecarSandbox(abc.ABC):
         self,
         argv: list[str],
         *,
-        cwd: str = "",
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        user: str = "",
-        timeout_seconds: float = 0.0,
-        stdin: bytes = b"",
         on_output: Callable[[str, bytes], None] | None = None,
-        service: bool = False,
+        **options: Unpack[ExecOptions],
     ) -> ExecResult:
         """See `Sandbox.exec`."""
-        return await self._sidecar.exec(
-            argv,
-            cwd=cwd,
-            env=env,
-            inherit_env=inherit_env,
-            user=user,
-            timeout_seconds=timeout_seconds,
-            stdin=stdin,
-            on_output=on_output,
-            service=service,
-        )
+        return await self._sidecar.exec(argv, on_output=on_output, **options)
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
         """See `Sandbox.put_file`."""

@@ -1,6 +1,7 @@
-"""The Verify RPC's messages as the controller's types: the request a `VerifyScript` becomes
-(`verify_request`), the hardening report and the result of a Verify stream (`verify_outcome`);
-a graded reward (`reroll_contracts.graded`): verifier.md's aggregate policy into
+"""The sidecar's RPC messages made of and into the controller's types: the requests an
+`ExecOptions` and a `VerifyScript` become (`exec_request`, `verify_request`), the hardening
+report and the result of a Verify stream (`verify_outcome`); a graded reward
+(`reroll_contracts.graded`): verifier.md's aggregate policy into
 ``VerifyRequest.aggregate_policy``, ``VerifyResult.graded`` out of it. The sidecar's side is
 `reroll_sidecar.rewards` (``policy_from_message``, ``graded_message``)."""
 
@@ -12,7 +13,23 @@ from typing import cast
 from reroll_contracts.graded import Aggregate, AggregateMethod, AggregatePolicy, GradedReward
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll.sandbox.results import HardeningReport, OutputTail, VerifyOutcome, VerifyScript
+from reroll.sandbox.results import ExecOptions, HardeningReport, OutputTail, VerifyOutcome, VerifyScript
+
+
+def exec_request(argv: list[str], options: ExecOptions) -> pb.ExecRequest:
+    """`argv` run with `options` as the sidecar's ``ExecRequest``: the defaults of
+    `ExecOptions` filled in (the sidecar's folder and user, its environment inherited, no
+    timeout, no stdin, not a service)."""
+    return pb.ExecRequest(
+        argv=argv,
+        cwd=options.get("cwd", ""),
+        env=dict(options.get("env") or {}),
+        inherit_env=options.get("inherit_env", True),
+        user=options.get("user", ""),
+        timeout_seconds=options.get("timeout_seconds", 0.0),
+        stdin=options.get("stdin", b""),
+        service=options.get("service", False),
+    )
 
 
 def verify_request(run: VerifyScript, cwd: str, image_env: Mapping[str, str]) -> pb.VerifyRequest:
