@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -248,3 +249,34 @@ def test_ray_that_does_not_start_is_a_clear_error_without_a_traceback(
         assert f"cannot join the Ray cluster at {ray_address} (RAY_ADDRESS={ray_address})" in message
     else:
         assert "cannot start a local Ray instance: Exception:" in message and "RAY_ADDRESS" not in message
+
+
+def test_an_unusable_judge_model_is_refused_before_the_agent_runs(tmp_path: Path, examples: Path) -> None:
+    """A BenchFlow task's judge ``model: claude-sonnet-4-6`` is Anthropic's: without its key, run
+    and job exit 2 naming ANTHROPIC_API_KEY and --judge-model, before the agent runs (nothing
+    written); --judge-model with the scripted judge makes the same task run."""
+    task = tmp_path / "task"
+    shutil.copytree(examples / "release-note", task)
+    document = task / "verifier" / "verifier.md"
+    document.write_text(
+        document.read_text().replace("model: scripted:scripted-judge.yaml", "model: claude-sonnet-4-6")
+    )
+    hidden = ("ANTHROPIC_API_KEY", "REROLL_UPSTREAM_URL")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [REROLL, *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+        )
+
+    for command in (["run", str(task)], ["job", "--task", str(task)]):
+        done = run(*command, "--agent", "oracle", "--jobs-dir", "jobs")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "the judge model 'claude-sonnet-4-6' (the task's verifier model)" in done.stderr
+        assert "needs ANTHROPIC_API_KEY" in done.stderr and "--judge-model" in done.stderr
+        assert not (tmp_path / "jobs").exists()
+    script = examples / "release-note" / "scripted-judge.yaml"
+    done = run(
+        "run", str(task), "--agent", "oracle", "--jobs-dir", "jobs", "--judge-model", f"scripted:{script}"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

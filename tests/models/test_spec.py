@@ -11,6 +11,7 @@ from reroll.models.spec import (
     live_upstream,
     model_name,
     parse_model,
+    provider_of,
     resolved_spec,
     script_file,
 )
@@ -207,3 +208,45 @@ async def test_any_provider_with_a_base_url_variable(monkeypatch: pytest.MonkeyP
         )
     with pytest.raises(ModelError, match="unknown provider '\\(none\\)'"):
         parse_model("plain-name", None)
+
+
+@pytest.mark.parametrize(
+    ("spec", "provider", "variable", "api_format"),
+    [
+        ("claude-sonnet-4-6", "anthropic", "ANTHROPIC_API_KEY", "anthropic-messages"),
+        ("gpt-4.1-mini", "openai", "OPENAI_API_KEY", None),
+        ("o3-mini", "openai", "OPENAI_API_KEY", None),
+        ("o4-mini", "openai", "OPENAI_API_KEY", None),
+        ("gemini-3-pro", "gemini", "GEMINI_API_KEY", "openai-chat"),
+    ],
+)
+def test_a_bare_benchflow_name_goes_to_the_provider_benchflow_picks(
+    spec: str, provider: str, variable: str, api_format: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BenchFlow 0.7.11 routes a judge's bare name by its prefix; so do we, key and all."""
+    for name in ("REROLL_UPSTREAM_URL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert provider_of(spec) == provider
+    with pytest.raises(ModelError, match=f"model '{spec}' needs {variable} in the environment"):
+        parse_model(spec, None)
+    monkeypatch.setenv(variable, "k-test")
+    model = parse_model(spec, None)
+    assert (model.spec, model.name, model.api_format) == (spec, spec, api_format)
+
+
+def test_a_bare_claude_name_goes_to_the_upstream_server_when_one_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``REROLL_UPSTREAM_URL`` serves every bare name it served before (a litellm proxy's claude-…)."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("REROLL_UPSTREAM_URL", "http://127.0.0.1:9/v1")
+    assert provider_of("claude-sonnet-4-6") == ""
+    assert parse_model("claude-sonnet-4-6", None).api_format is None
+    assert provider_of("anthropic/claude-sonnet-4-6") == "anthropic"  # an explicit provider stays
+
+
+def test_another_bare_name_has_no_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
+    assert provider_of("mistral-large") == ""
+    with pytest.raises(ModelError, match=r"unknown provider '\(none\)'.*bare claude-/gpt-"):
+        parse_model("mistral-large", None)

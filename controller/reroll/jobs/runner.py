@@ -85,6 +85,7 @@ from reroll.rollout.commands.continue_ import continue_run
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.skills import select_skills
 from reroll.rollout.trust import refuse_untrusted
+from reroll.rollout.verify.judge_model import check_judge_model
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
 from reroll.runfolder.run import CONFIG_FILE, MAX_JSON_BYTES, RunConfig, StoreUse, now_iso, write_json
 from reroll.runfolder.store import summarise_store
@@ -123,7 +124,8 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
     An agent that calls no model runs once per (task, repeat), whatever `spec.models` holds.
 
     Raises:
-        TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid.
+        TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid, or a
+            task's judge model cannot be used (`reroll.rollout.verify.judge_model.check_judge_model`).
         SandboxBackendError: the sandbox backend is unknown, or its package is missing, or its
             settings (``sandbox_config``) are invalid.
         JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
@@ -152,8 +154,9 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
         )
     tasks = [load_task(path) for path in spec.tasks]
-    for task in tasks:  # bad skill flags are refused before any rollout starts
+    for task in tasks:  # bad skill flags and unusable judge models are refused before any rollout starts
         select_skills(task, spec.skills, spec.skills_dir)
+        check_judge_model(task, spec.judge_model)
     agents = [get_agent(name) for name in spec.agents]
     planned = []
     for task in tasks:

@@ -24,6 +24,11 @@ A model spec is what users pass as ``--model``:
 - ``gemini/NAME`` (or a bare ``gemini-…`` name, as BenchFlow records it) — Google's Gemini over
   its OpenAI-compatible endpoint (``GEMINI_API_KEY``; ``GEMINI_BASE_URL`` overrides the URL),
   spoken in whatever API the agent speaks (the proxy translates Messages / Responses to Chat);
+- a bare name as BenchFlow writes it (a task's judge ``model: claude-sonnet-4-6``, a recorded
+  run's model) — the provider BenchFlow 0.7.11's judge routing picks from its prefix:
+  ``claude-…`` is ``anthropic/…``, ``gpt-…``, ``o1…``, ``o3…``, ``o4…`` are ``openai/…``,
+  ``gemini…`` is ``gemini/…``; with ``REROLL_UPSTREAM_URL`` set, a bare ``claude-…`` name goes
+  to that server instead, as a bare ``gpt-…`` one does (an ``openai/…`` model prefers it);
 - ``PROVIDER/NAME`` with ``PROVIDER_BASE_URL`` set (the provider upper-cased, ``-`` and ``.``
   as ``_``; e.g. ``deepseek/deepseek-chat`` and ``DEEPSEEK_BASE_URL``) — any OpenAI-compatible
   provider (key in ``PROVIDER_API_KEY``, optional): a BenchFlow folder's litellm-style model
@@ -180,16 +185,33 @@ def parse_model(spec: str, task_path: Path | None, agent: str | None = None) -> 
     raise ModelError(
         f"model {spec!r}: unknown provider {provider or '(none)'!r}; use scripted, scripted:PATH, "
         "scripted-anthropic[:PATH], scripted-responses[:PATH], scripted-chat[:PATH], openai/NAME, "
-        "openai-responses/NAME, anthropic/NAME, gemini/NAME, PROVIDER/NAME with PROVIDER_BASE_URL set, "
-        "or set REROLL_UPSTREAM_URL for an OpenAI-compatible server"
+        "openai-responses/NAME, anthropic/NAME, gemini/NAME, a bare claude-/gpt-/o1/o3/o4/gemini name, "
+        "PROVIDER/NAME with PROVIDER_BASE_URL set, or set REROLL_UPSTREAM_URL for an OpenAI-compatible server"
     )
 
 
+_BARE_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("claude-", "anthropic"),
+    ("gpt-", "openai"),
+    ("o1", "openai"),
+    ("o3", "openai"),
+    ("o4", "openai"),
+    ("gemini", "gemini"),
+)
+"""A bare model name's prefix → the provider BenchFlow 0.7.11 routes it to (its judge's
+prefix routing, which its simulated User shares)."""
+
+
 def provider_of(spec: str) -> str:
-    """The provider part of a provider model spec: ``gemini`` of ``gemini/NAME`` and of a bare
-    ``gemini-…`` name (as BenchFlow records Gemini models), "" for another bare name."""
+    """The provider part of a provider model spec: ``PROVIDER`` of ``PROVIDER/NAME``; for a
+    bare name, the provider BenchFlow picks from its prefix (`_BARE_PREFIXES`: ``anthropic`` of
+    ``claude-sonnet-4-6`` unless ``REROLL_UPSTREAM_URL`` is set, ``openai`` of ``gpt-4o``,
+    ``gemini`` of ``gemini-3-pro``); "" for another bare name."""
     provider = spec.rpartition("/")[0]
-    return "gemini" if not provider and spec.startswith("gemini-") else provider
+    if provider:
+        return provider
+    bare = next((name for prefix, name in _BARE_PREFIXES if spec.startswith(prefix)), "")
+    return "" if bare == "anthropic" and os.environ.get("REROLL_UPSTREAM_URL") else bare
 
 
 def provider_env(provider: str, suffix: str) -> str:

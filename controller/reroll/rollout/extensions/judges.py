@@ -1,4 +1,5 @@
-"""The judges as a rollout extension: ``--judge-model`` checked before anything is written, the
+"""The judges as a rollout extension: the judge's model (``--judge-model``, else the task's)
+resolved before anything is written, the
 verify requests given the judge's model (or, for a re-score without one, the recorded judge
 trajectory to serve), and the judge's exchanges counted into result.json (the judges themselves:
 `reroll.rollout.verify.judge`, `reroll.rollout.verify.agent_judge`)."""
@@ -12,6 +13,7 @@ from reroll_contracts.trajectory import load_trajectory
 
 from reroll.models.spec import parse_model
 from reroll.rollout.hooks import Draft, Extension, Run
+from reroll.rollout.verify.judge_model import check_judge_model
 from reroll.rollout.verify.verifiers import Verdict
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RunConfig, count_exchanges
 
@@ -21,14 +23,19 @@ class Judges(Extension):
     ``rescored_from``."""
 
     def configure(self, draft: Draft) -> None:
-        """Refuse an unusable ``--judge-model``; store a ``scripted:PATH`` absolute.
+        """Refuse an unusable ``--judge-model``, or an unusable model the task's judge names
+        (`reroll.rollout.verify.judge_model.check_judge_model`) unless a re-score replays the
+        recorded judge; store a ``scripted:PATH`` absolute.
 
         Raises:
-            ModelError: the judge model cannot be used.
+            ModelError: the judge model cannot be used (the message names the variable or flag
+                that fixes it).
         """
         if (given := draft.given.judge_model) is not None:
             spec = parse_model(given, draft.task.path).spec
             draft.config = draft.config.model_copy(update={"judge_model": spec})
+        if _judge_replay(draft.config) is None:
+            check_judge_model(draft.task, draft.config.judge_model)
 
     async def before_agent(self, run: Run) -> None:
         """The verify requests (final and soft) name the judge's model or recorded trajectory."""

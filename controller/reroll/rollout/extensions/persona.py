@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from reroll_contracts.errors import TrialError
+from reroll_contracts.errors import ModelError, TrialError
 
 from reroll.models.spec import parse_model
 from reroll.rollout.hooks import Draft, Extension, Run
@@ -25,7 +25,8 @@ class Persona(Extension):
 
         Raises:
             TrialError: ``--user-model`` is given to a trial without a persona.
-            ModelError: the persona's model is none, or an unusable one.
+            ModelError: the persona's model is none, or an unusable one (the message names the
+                variable or ``--user-model``).
             RunFolderError: the original's persona recording lacks exchanges its records name.
         """
         origin, given = draft.origin, draft.given.user_model
@@ -44,7 +45,15 @@ class Persona(Extension):
             draft.config = draft.config.model_copy(update={"user_model": parse_model(given, None).spec})
         self.plan = dataclasses.replace(plan, user_model=draft.config.user_model)
         if draft.trial.persona is not None and self.plan.live:  # its model is refused now
-            parse_model(persona_model(draft.trial.persona, self.plan), None)
+            spec = persona_model(draft.trial.persona, self.plan)
+            try:
+                parse_model(spec, None)
+            except ModelError as exc:
+                named = "--user-model" if draft.config.user_model else "the trial persona's `model`"
+                raise ModelError(
+                    f"the User's model {spec!r} ({named}) cannot be used: {exc}; "
+                    "set it, or pass --user-model SPEC (e.g. anthropic/NAME, openai/NAME, scripted:PATH)"
+                ) from exc
 
     async def before_agent(self, run: Run) -> None:
         """Give the scheduler the persona's plan."""

@@ -66,6 +66,7 @@ from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import Checkpoint, recorded_turns
 from reroll.rollout.start import FromCheckpoint, NewRecording, start_rollout
 from reroll.rollout.verify.judge import in_task
+from reroll.rollout.verify.judge_model import JudgeModel, choose
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.runfolder.run import (
@@ -187,12 +188,22 @@ class AgentJudgeVerifier:
     async def prepare(self, sandbox: Sandbox, env: dict[str, str]) -> None:
         """Nothing to record: the judge reads the workspace as the agent left it."""
 
+    def judge_model(self, override: str | None) -> JudgeModel | None:
+        """The judge model and what named it: `override` (``--judge-model``), else the task's,
+        else the rubric's (`reroll.rollout.verify.judge_model.choose`; a relative
+        ``scripted:PATH`` inside the task folder: `reroll.rollout.verify.judge.in_task`); None: none."""
+        rubric = self.rubric
+        chosen = choose(
+            override, self.options.model, rubric.model if rubric else None, str(rubric.path if rubric else "")
+        )
+        if chosen is None:
+            return None
+        return JudgeModel(in_task(chosen[0], self.task), chosen[1], agent=self.agent.name)
+
     def model_spec(self, override: str | None) -> str | None:
-        """The judge model: `override` (``--judge-model``), else the task's, else the rubric's (a
-        relative ``scripted:PATH`` inside the task folder: `reroll.rollout.verify.judge.in_task`);
-        None: none."""
-        spec = override or self.options.model or (self.rubric.model if self.rubric else None)
-        return in_task(spec, self.task) if spec is not None else None
+        """The judge model (`judge_model`'s spec); None: none."""
+        judge = self.judge_model(override)
+        return judge.spec if judge is not None else None
 
     async def verify(self, request: VerifyRequest) -> Verdict:
         """Judge the workspace with an agent in a sandbox of its own (see the module docstring).

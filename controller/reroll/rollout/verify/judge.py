@@ -50,6 +50,7 @@ from reroll_contracts.reward import RewardEvent, VerifyResult
 
 from reroll.models.spec import model_name
 from reroll.rollout.side_model import SideModel
+from reroll.rollout.verify.judge_model import JudgeModel, choose
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.runfolder.run import JUDGE_TRAJECTORY, harness_folder
@@ -141,19 +142,25 @@ class LlmJudgeVerifier:
     async def prepare(self, sandbox: Sandbox, env: dict[str, str]) -> None:
         """Nothing to record: the judge reads the workspace as the agent left it."""
 
+    def judge_model(self, override: str | None) -> JudgeModel | None:
+        """The judge model and what named it: `override` (``--judge-model``), else the task's,
+        else the rubric's (`reroll.rollout.verify.judge_model.choose`); None: none does."""
+        chosen = choose(override, self.options.model, self.rubric.model, str(self.rubric.path))
+        return JudgeModel(in_task(chosen[0], self.task), chosen[1]) if chosen is not None else None
+
     def model_spec(self, override: str | None) -> str:
-        """The judge model: `override` (``--judge-model``), else the task's, else the rubric's.
+        """The judge model (`judge_model`'s spec).
 
         Raises:
             ModelError: none names one.
         """
-        spec = override or self.options.model or self.rubric.model
-        if spec is None:
+        judge = self.judge_model(override)
+        if judge is None:
             raise ModelError(
                 f"task {self.task.name}: no judge model (set verifier model, the rubric's [judge] model, "
                 "or --judge-model)"
             )
-        return in_task(spec, self.task)
+        return judge.spec
 
     async def verify(self, request: VerifyRequest) -> Verdict:
         """Judge the workspace (see the module docstring); a judge that cannot score is a

@@ -1,0 +1,83 @@
+"""A judged task's model resolved at planning time (`reroll.rollout.verify.judge_model`): a
+BenchFlow task's bare name goes to BenchFlow's provider, an unusable one is refused naming the
+variable or ``--judge-model``, a task that needs no model (or names none) passes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from reroll.rollout.verify.judge_model import check_judge_model
+from reroll.tasks.task import load_task
+from reroll_contracts.errors import ModelError
+
+KEYS = ("REROLL_UPSTREAM_URL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY")
+
+
+@pytest.fixture(autouse=True)
+def no_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in KEYS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def judged(tmp_path: Path, examples: Path, example: str, model: str | None) -> Path:
+    """A copy of `example` whose verifier.md names judge `model` (None: no model line)."""
+    task = tmp_path / example
+    shutil.copytree(examples / example, task)
+    document = task / "verifier" / "verifier.md"
+    lines = document.read_text().splitlines(keepends=True)
+    (line,) = [line for line in lines if line.strip().startswith("model: scripted:")]
+    indent = line[: len(line) - len(line.lstrip())]
+    document.write_text("".join(lines).replace(line, f"{indent}model: {model}\n" if model else ""))
+    return task
+
+
+def test_a_benchflow_bare_judge_name_is_anthropics(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = load_task(judged(tmp_path, examples, "release-note", "claude-sonnet-4-6"))
+    with pytest.raises(ModelError) as refused:
+        check_judge_model(task, None)
+    message = str(refused.value)
+    assert "task release-note: the judge model 'claude-sonnet-4-6' (the task's verifier model)" in message
+    assert "needs ANTHROPIC_API_KEY in the environment" in message
+    assert "or pass --judge-model SPEC" in message
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    model = check_judge_model(task, None)
+    assert model is not None and (model.name, model.api_format) == ("claude-sonnet-4-6", "anthropic-messages")
+
+
+def test_judge_model_overrides_the_tasks(tmp_path: Path, examples: Path) -> None:
+    task = load_task(judged(tmp_path, examples, "release-note", "claude-sonnet-4-6"))
+    script = examples / "release-note" / "scripted-judge.yaml"
+    model = check_judge_model(task, f"scripted:{script}")
+    assert model is not None and model.script == script.resolve()
+    with pytest.raises(
+        ModelError, match=r"'acme/x' \(--judge-model\).*unknown provider 'acme'.*fix --judge-model"
+    ):
+        check_judge_model(task, "acme/x")
+
+
+def test_an_agent_judges_model_is_resolved_for_its_agent(tmp_path: Path, examples: Path) -> None:
+    task = load_task(judged(tmp_path, examples, "changelog-entry", "gpt-4.1"))
+    with pytest.raises(ModelError, match=r"'gpt-4.1' \(the task's verifier model\).*needs OPENAI_API_KEY"):
+        check_judge_model(task, None)
+
+
+def test_the_rubrics_model_is_named_as_its_source(tmp_path: Path, examples: Path) -> None:
+    folder = judged(tmp_path, examples, "release-note", None)
+    rubric = folder / "verifier" / "rubrics" / "verifier.toml"
+    rubric.write_text('[judge]\nmodel = "gemini-3-pro"\n\n' + rubric.read_text())
+    with pytest.raises(
+        ModelError, match=r"\(the rubric's \[judge\] model \(.*verifier.toml\)\).*GEMINI_API_KEY"
+    ):
+        check_judge_model(load_task(folder), None)
+
+
+def test_no_model_to_resolve(tmp_path: Path, examples: Path) -> None:
+    """A test-script task asks no model; a judge naming none is left to its verdict
+    (``verifier_error``), which ``reroll rescore --judge-model`` can fix later."""
+    assert check_judge_model(load_task(examples / "hello-file"), None) is None
+    assert check_judge_model(load_task(judged(tmp_path, examples, "release-note", None)), None) is None
+    assert check_judge_model(load_task(examples / "release-note"), None) is not None  # its own script
