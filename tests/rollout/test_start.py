@@ -164,6 +164,26 @@ async def test_a_user_model_without_a_persona_and_a_persona_without_a_model_are_
     assert not (tmp_path / "out").exists()
 
 
+async def test_a_personas_benchflow_model_is_resolved_before_anything_is_written(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A persona's bare ``claude-…`` model is Anthropic's (as BenchFlow routes its User): without
+    the key, refused naming ANTHROPIC_API_KEY and --user-model; nothing written."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
+    task = load_task(examples / "greet-the-user")
+    persona = Scene("s", [Role("a", "claude-code")], persona=Persona(text="x", model="claude-sonnet-4-6"))
+    origin = NewRecording(task, get_agent("claude-code"), TrialConfig(scenes=[persona]))
+    with pytest.raises(ModelError) as refused:
+        await start_rollout(
+            origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutSettings()
+        )
+    message = str(refused.value)
+    assert "the User's model 'claude-sonnet-4-6' (the trial persona's `model`) cannot be used" in message
+    assert "needs ANTHROPIC_API_KEY" in message and "or pass --user-model SPEC" in message
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("lines", [None, 0, 1])
 def test_a_persona_recording_shorter_than_its_records_is_refused_naming_it(
     tmp_path: Path, lines: int | None
