@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from reroll.agents import get_agent
 from reroll.cache import cache_dir
-from reroll.rollout.mcp import mcp_servers_for, render_mcp_config
+from reroll.rollout.mcp import behind_filter, mcp_servers_for, needs_filter, render_mcp_config
 from reroll.tasks.environment import McpServerSpec
+from reroll.tasks.task import load_task
 from reroll_contracts.errors import AgentError
 
 STDIO = McpServerSpec(
@@ -175,3 +176,75 @@ def test_codex_is_refused_an_sse_server_unless_it_is_optional() -> None:
 
 def test_the_oracle_calls_no_model_and_needs_no_mcp() -> None:
     assert mcp_servers_for(get_agent("oracle"), [STDIO]) == []
+
+
+FILTERED_TASK = Path(__file__).parents[1] / "fixtures" / "benchflow-mcp-filters"
+"""BenchFlow's task format: a stdio server with ``tools`` and both tag filters, an HTTP one with
+``exclude_tags``."""
+
+
+def filtered_servers() -> tuple[McpServerSpec, McpServerSpec]:
+    mail, calendar = load_task(FILTERED_TASK).spec.environment.mcp_servers
+    return mail, calendar
+
+
+def test_openhands_gets_the_tag_filters_in_its_mcp_json_and_reroll_filters_the_names() -> None:
+    mail, calendar = filtered_servers()
+    openhands = get_agent("openhands")
+    assert mcp_servers_for(openhands, [mail, calendar]) == [mail, calendar]
+    assert needs_filter(openhands, mail) and not needs_filter(openhands, calendar)
+    config = render_mcp_config(openhands, [mail, calendar])
+    assert config is not None
+    servers = json.loads(config.text)["mcpServers"]
+    assert servers["calendar"] == {
+        "url": calendar.url,
+        "transport": "http",
+        "headers": {},
+        "exclude_tags": ["write"],
+    }
+    assert (servers["mail"]["include_tags"], servers["mail"]["exclude_tags"]) == (["inbox"], ["admin"])
+    assert "tools" not in servers["mail"]  # FastMCP's `tools` is a map of transforms, not names
+
+
+def test_claude_code_gets_a_stdio_server_behind_reroll_s_filter() -> None:
+    mail, _ = filtered_servers()
+    claude = get_agent("claude-code")
+    assert needs_filter(claude, STDIO) and needs_filter(claude, mail)
+    assert not needs_filter(claude, IN_FOLDER)  # no filter: started as it is
+    wrapped = behind_filter(mail, "/logs/agent/mcp/mcp_filter.py")
+    config = render_mcp_config(claude, [wrapped])
+    assert config is not None
+    entry = json.loads(config.text)["mcpServers"]["mail"]
+    assert entry["command"] == "python3" and entry["args"][0] == "/logs/agent/mcp/mcp_filter.py"
+    filters = {
+        "tools": ["list_messages", "archive_message"],
+        "include_tags": ["inbox"],
+        "exclude_tags": ["admin"],
+    }
+    assert json.loads(entry["args"][1]) == filters
+    assert entry["args"][2:] == ["python3", "/app/mail_mcp.py"]
+
+
+def test_codex_says_the_name_filter_itself_and_gets_the_tag_filters_from_reroll() -> None:
+    mail, _ = filtered_servers()
+    codex = get_agent("codex")
+    assert not needs_filter(codex, STDIO)  # tools only: enabled_tools
+    assert needs_filter(codex, mail)
+    config = render_mcp_config(codex, [behind_filter(mail, "/f.py")])
+    assert config is not None
+    assert tomllib.loads(config.text)["mcp_servers"]["mail"]["enabled_tools"] == [
+        "list_messages",
+        "archive_message",
+    ]
+
+
+def test_an_http_server_with_a_filter_the_agent_cannot_say_is_refused_unless_optional() -> None:
+    mail, calendar = filtered_servers()
+    for agent in ("claude-code", "codex"):
+        with pytest.raises(AgentError) as refused:
+            mcp_servers_for(get_agent(agent), [mail, calendar])
+        message = str(refused.value)
+        assert f"'calendar' (exclude_tags) filter their tools in a way {agent}'s MCP configuration" in message
+        assert "(openhands)" in message and "optional = true" in message
+    optional = calendar.model_copy(update={"optional": True})
+    assert mcp_servers_for(get_agent("claude-code"), [mail, optional]) == [mail]

@@ -141,3 +141,17 @@ def test_task_check_says_ok_for_a_task_local_runs_as_docker_would(tmp_path: Path
     _dockerfile_task(tmp_path / "plain", "FROM python:3.11-slim\nCOPY workspace/ /app/\nWORKDIR /app\n")
     output = _check(tmp_path / "plain")
     assert "│ ok " in output and "warning" not in output
+
+
+def test_task_check_shows_each_mcp_servers_tool_filters() -> None:
+    """BenchFlow's ``tools``, ``include_tags`` and ``exclude_tags`` on a task's MCP servers: the
+    task loads and each server's row names its filters."""
+    task = Path(__file__).parents[1] / "fixtures" / "benchflow-mcp-filters"
+    done = CliRunner().invoke(app, ["task", "check", str(task)], terminal_width=200)
+    assert done.exit_code == 0 and "1 of 1 tasks load" in done.output, done.output
+    rows = dict(resolved(load_task(task)))
+    assert (
+        rows["mcp mail"]
+        == "stdio python3 /app/mail_mcp.py; tools list_messages, archive_message; tags +inbox -admin"
+    )
+    assert rows["mcp calendar"] == "streamable-http http://calendar:9002/mcp; tags -write"

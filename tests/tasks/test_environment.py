@@ -83,6 +83,22 @@ def test_mcp_servers_as_benchflow_spells_them() -> None:
         McpServerSpec(name="mail", transport="stdio")
 
 
+def test_mcp_tool_filters_as_benchflow_checks_them() -> None:
+    """Entries stripped, blank ones dropped, an empty filter refused (it would offer nothing)."""
+    server = McpServerSpec(
+        name="mail",
+        url="http://mail/sse",
+        tools=[" read ", ""],
+        include_tags=["inbox"],
+        exclude_tags=["admin"],
+    )
+    assert server.filters == {"tools": ["read"], "include_tags": ["inbox"], "exclude_tags": ["admin"]}
+    assert McpServerSpec(name="mail", url="http://mail/sse").filters == {}
+    for field in ("tools", "include_tags", "exclude_tags"):
+        with pytest.raises(ValidationError, match="needs at least one name"):
+            McpServerSpec.model_validate({"name": "mail", "url": "http://mail/sse", field: [" ", ""]})
+
+
 def test_a_service_without_health_check_keeps_the_manifest_health_path() -> None:
     service = ServiceSpec(name="gmail", command="claw-gmail serve --port 9001", port=9001)
     assert (service.health, service.health_path) == (None, "/health")

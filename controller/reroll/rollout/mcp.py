@@ -10,15 +10,25 @@ November 2026:
 
 - ``claude-code`` — ``claude --mcp-config FILE`` (Claude Code 2.1): ``{"mcpServers": {NAME:
   {"type": "stdio", "command", "args", "env"} | {"type": "sse" | "http", "url", "headers"}}}``;
-  no working folder and no tool filter in a server's entry.
+  no working folder and no tool filter in a server's entry (its ``--allowedTools`` does not restrict
+  under ``--dangerously-skip-permissions``, which reroll's launch uses).
 - ``codex`` — ``[mcp_servers.NAME]`` tables of ``$CODEX_HOME/config.toml`` (codex 0.147, checked
   with ``codex mcp list --json``): ``command``, ``args``, ``env``, ``cwd`` (stdio) or ``url``,
   ``http_headers`` (streamable HTTP; Codex has no SSE client), and ``enabled_tools``. Codex offers
   a server's tools to the model as one Responses ``namespace`` tool ``mcp__<NAME>`` and runs a
   ``function_call`` only when it names that namespace beside the tool (seen in its recordings).
+  No tag filter.
 - ``openhands`` — ``~/.openhands/mcp.json`` of the OpenHands CLI 1.x (``openhands_cli/mcp/
   mcp_utils.py``, FastMCP's ``MCPConfig``): ``{"mcpServers": {NAME: {"command", "args", "env",
-  "cwd", "transport": "stdio"} | {"url", "transport": "http" | "sse", "headers"}}}``.
+  "cwd", "transport": "stdio"} | {"url", "transport": "http" | "sse", "headers"}}}``, plus
+  FastMCP's ``include_tags`` and ``exclude_tags`` (as BenchFlow writes them). Its ``tools`` is
+  FastMCP's map of tool transforms, not a list of names: no name filter.
+
+Tool filters (``tools``, ``include_tags``, ``exclude_tags``; BenchFlow 0.7.11 hands them to the
+agent's MCP client as they are): each goes into the configuration where it can say it (above).
+A stdio server with a filter its agent's configuration cannot say is started behind reroll's
+filter (`reroll.rollout.mcp_filter`, run by the sandbox's ``python3``), which applies all of its
+filters; an sse or streamable-HTTP one cannot be, so that agent is refused it (`mcp_servers_for`).
 
 A server the agent cannot take (no MCP client, or a transport its client lacks) refuses the task
 before anything starts, unless the server is ``optional``: then the agent runs without it.
@@ -30,6 +40,7 @@ import json
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from reroll_contracts.errors import AgentError
@@ -42,6 +53,10 @@ MCP_CONFIG_ENV = "REROLL_MCP_CONFIG"
 unset when the agent gets no MCP server."""
 
 Transport = Literal["stdio", "sse", "streamable-http"]
+Filter = Literal["tools", "include_tags", "exclude_tags"]
+
+FILTER_SOURCE = Path(__file__).with_name("mcp_filter.py")
+"""reroll's MCP tool filter, copied into the sandbox for the servers `needs_filter` names."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +116,7 @@ def _codex(servers: list[McpServerSpec]) -> McpConfig:
             if server.headers:
                 lines.append(f"http_headers = {_toml_inline(server.headers)}")
         if server.tools is not None:
-            lines.append(f"enabled_tools = {_toml_list(server.tools)}")
+            lines.append(f"enabled_tools = {_toml_list(server.tools)}")  # the tag filters: reroll's
         tables.append("\n".join(lines))
     return McpConfig("config.toml", "\n\n".join(tables) + "\n")
 
@@ -119,6 +134,8 @@ def _openhands(servers: list[McpServerSpec]) -> McpConfig:
         else:
             kind = "sse" if server.transport == "sse" else "http"
             entries[server.name] = {"url": server.url, "transport": kind, "headers": server.headers}
+        tags = {name: value for name, value in server.filters.items() if name != "tools"}
+        entries[server.name] |= tags  # the name filter: reroll's
     return McpConfig("mcp.json", json.dumps({"mcpServers": entries}, indent=2))
 
 
@@ -126,29 +143,81 @@ def _openhands(servers: list[McpServerSpec]) -> McpConfig:
 class _Client:
     transports: frozenset[Transport]
     render: Callable[[list[McpServerSpec]], McpConfig]
+    filters: frozenset[Filter]
+    """The tool filters its configuration can say."""
 
 
 _CLIENTS: dict[McpFormat, _Client] = {
-    "claude-code": _Client(frozenset({"stdio", "sse", "streamable-http"}), _claude_code),
-    "codex": _Client(frozenset({"stdio", "streamable-http"}), _codex),
-    "openhands": _Client(frozenset({"stdio", "sse", "streamable-http"}), _openhands),
+    "claude-code": _Client(frozenset({"stdio", "sse", "streamable-http"}), _claude_code, frozenset()),
+    "codex": _Client(frozenset({"stdio", "streamable-http"}), _codex, frozenset({"tools"})),
+    "openhands": _Client(
+        frozenset({"stdio", "sse", "streamable-http"}),
+        _openhands,
+        frozenset({"include_tags", "exclude_tags"}),
+    ),
 }
+
+
+def _unsaid(client: _Client, server: McpServerSpec) -> list[str]:
+    """The filters of `server` that `client`'s configuration cannot say."""
+    return [name for name in server.filters if name not in client.filters]
+
+
+def needs_filter(agent: AgentSpec, server: McpServerSpec) -> bool:
+    """Whether `server` reaches `agent` only through reroll's filter (`reroll.rollout.mcp_filter`):
+    a stdio server with a filter `agent`'s MCP configuration cannot say."""
+    client = _CLIENTS[agent.mcp] if agent.mcp else None
+    return client is not None and server.transport == "stdio" and bool(_unsaid(client, server))
+
+
+def behind_filter(server: McpServerSpec, script: str) -> McpServerSpec:
+    """`server` (stdio) started by reroll's filter at `script` (a path in the sandbox), which
+    applies all of its filters; the same name, env and folder."""
+    command = [json.dumps(server.filters), server.command or "", *server.args]
+    return server.model_copy(update={"command": "python3", "args": [script, *command]})
 
 
 def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpServerSpec]:
     """The servers of `servers` that `agent` gets: all of them, less the ``optional`` ones its MCP
-    client cannot take; none for an agent that calls no model (``api_format: none``, the oracle).
+    client cannot take (or whose filters neither its configuration nor reroll's filter can
+    apply); none for an agent that calls no model (``api_format: none``, the oracle).
 
     Raises:
         AgentError: a server that is not ``optional`` cannot be given to `agent` (it has no MCP
-            client, or none for that transport); the message names the agent, the servers and
-            the way out.
+            client, or none for that transport, or it is an sse/HTTP server with a filter its
+            configuration cannot say); the message names the agent, the servers and the way out.
     """
     if agent.api_format == "none":  # the oracle: it calls no model, so it uses no tools
         return []
     client = _CLIENTS[agent.mcp] if agent.mcp else None
     given = [server for server in servers if client is not None and server.transport in client.transports]
-    refused = [server for server in servers if server not in given and not server.optional]
+    unfiltered = [
+        server
+        for server in given
+        if client is not None and server.transport != "stdio" and _unsaid(client, server)
+    ]
+    given = [server for server in given if server not in unfiltered]
+    if client is not None and (refused := [server for server in unfiltered if not server.optional]):
+        names = ", ".join(f"{server.name!r} ({', '.join(_unsaid(client, server))})" for server in refused)
+        able = ", ".join(
+            sorted(
+                name
+                for name, other in _CLIENTS.items()
+                if all(
+                    server.transport in other.transports and not _unsaid(other, server) for server in refused
+                )
+            )
+        )
+        raise AgentError(
+            f"the task's MCP servers {names} filter their tools in a way {agent.name}'s MCP configuration "
+            f"cannot say, and reroll filters only stdio servers itself: run it with an agent that can "
+            f"({able or 'none'}), or mark the servers `optional = true` in the task"
+        )
+    refused = [
+        server
+        for server in servers
+        if server not in given and server not in unfiltered and not server.optional
+    ]
     if refused:
         names = ", ".join(f"{server.name!r} ({server.transport})" for server in refused)
         if client is None:

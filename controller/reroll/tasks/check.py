@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reroll.tasks.environment import ServiceSpec, start_order
+from reroll.tasks.environment import McpServerSpec, ServiceSpec, start_order
 from reroll.tasks.skills import bundled_skills_dir, load_skills
 from reroll.tasks.task import DEFAULT_WORKDIR, EnvironmentSection, Task, load_task
 
@@ -194,8 +194,22 @@ def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[s
         rows.append(("state", f"{state.kind}: {what}{where}{queried}"))
     for server in environment.mcp_servers:
         target = server.url if server.transport != "stdio" else " ".join([server.command or "", *server.args])
-        rows.append((f"mcp {server.name}", f"{server.transport} {target}{' (optional)' * server.optional}"))
+        filters = _filters(server)
+        rows.append(
+            (f"mcp {server.name}", f"{server.transport} {target}{' (optional)' * server.optional}{filters}")
+        )
     return rows
+
+
+def _filters(server: McpServerSpec) -> str:
+    """`server`'s tool filters for its row (``; tools a, b; tags +inbox -admin``); empty when none."""
+    parts = []
+    if server.tools is not None:
+        parts.append(f"tools {', '.join(server.tools)}")
+    tags = [f"+{tag}" for tag in server.include_tags or []] + [f"-{tag}" for tag in server.exclude_tags or []]
+    if tags:
+        parts.append(f"tags {' '.join(tags)}")
+    return "".join(f"; {part}" for part in parts)
 
 
 def _relative(path: Path, task_dir: Path) -> str:

@@ -239,7 +239,12 @@ class McpServerSpec(BaseModel):
     url: str | None = None
     headers: dict[str, str] = {}
     tools: list[str] | None = None
-    """Only these tools of the server are offered (where the agent's configuration can say so)."""
+    """Only these tools of the server are offered."""
+    include_tags: list[str] | None = None
+    """Only the tools tagged with at least one of these are offered (FastMCP's tags)."""
+    exclude_tags: list[str] | None = None
+    """No tool tagged with any of these is offered (FastMCP's tags; wins over `include_tags`).
+    Each filter applies on top of the others; how each agent gets them: `reroll.rollout.mcp`."""
     optional: bool = False
     """An agent without MCP support may run the task without it (otherwise it is refused)."""
 
@@ -247,6 +252,24 @@ class McpServerSpec(BaseModel):
     @classmethod
     def _http_alias(cls, value: object) -> object:
         return "streamable-http" if value == "http" else value
+
+    @field_validator("tools", "include_tags", "exclude_tags")
+    @classmethod
+    def _some_names(cls, value: list[str] | None) -> list[str] | None:
+        """benchflow's rule: entries stripped, blank ones dropped, and none left is an error
+        (an empty filter would offer nothing; leave the field out to offer everything)."""
+        if value is None:
+            return None
+        names = [name.strip() for name in value if name.strip()]
+        if not names:
+            raise ValueError("an MCP tool filter (tools, include_tags, exclude_tags) needs at least one name")
+        return names
+
+    @property
+    def filters(self) -> dict[str, list[str]]:
+        """The tool filters the server has (``tools``, ``include_tags``, ``exclude_tags``), by name."""
+        named = {"tools": self.tools, "include_tags": self.include_tags, "exclude_tags": self.exclude_tags}
+        return {name: value for name, value in named.items() if value is not None}
 
     @model_validator(mode="after")
     def _reachable(self) -> McpServerSpec:

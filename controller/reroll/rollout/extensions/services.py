@@ -12,7 +12,15 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
-from reroll.rollout.mcp import MCP_CONFIG_ENV, describe, mcp_servers_for, render_mcp_config
+from reroll.rollout.mcp import (
+    FILTER_SOURCE,
+    MCP_CONFIG_ENV,
+    behind_filter,
+    describe,
+    mcp_servers_for,
+    needs_filter,
+    render_mcp_config,
+)
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.services import Environment
@@ -81,12 +89,18 @@ async def _offer_mcp(
 ) -> dict[str, str]:
     """Write `agent`'s native MCP configuration offering `servers` (those it can take,
     `reroll.rollout.mcp.mcp_servers_for`) into the sandbox's agent logs; the environment naming
-    it (``$REROLL_MCP_CONFIG``), empty when the agent gets none."""
+    it (``$REROLL_MCP_CONFIG``), empty when the agent gets none. A stdio server with a tool filter
+    the configuration cannot say is started behind reroll's filter, copied beside it
+    (`reroll.rollout.mcp.needs_filter`)."""
     given = mcp_servers_for(agent, servers)
     left_out = [server.name for server in servers if server not in given]
     if left_out and agent.api_format != "none":
         missing = ", ".join(left_out)
         console.print(f"[yellow]{agent.name} runs without the optional MCP servers {missing}[/yellow]")
+    if any(needs_filter(agent, server) for server in given):
+        script = f"{sandbox.layout.logs_dir}/agent/mcp/{FILTER_SOURCE.name}"
+        await sandbox.put_file(script, FILTER_SOURCE.read_bytes())
+        given = [behind_filter(server, script) if needs_filter(agent, server) else server for server in given]
     config = render_mcp_config(agent, given)
     if config is None:
         return {}
