@@ -43,7 +43,8 @@ async def test_claude_code_reaches_a_filtered_server_through_reroll_s_filter() -
     assert env == {MCP_CONFIG_ENV: "/logs/agent/mcp/mcp.json"}
     assert sandbox.files["/logs/agent/mcp/mcp_filter.py"] == FILTER_SOURCE.read_bytes()
     entry = json.loads(sandbox.files["/logs/agent/mcp/mcp.json"])["mcpServers"]["mail"]
-    assert entry["args"][0] == "/logs/agent/mcp/mcp_filter.py" and entry["args"][2:] == ["python3", "/app/mail_mcp.py"]
+    assert entry["args"][0] == "/logs/agent/mcp/mcp_filter.py"
+    assert entry["args"][2:] == ["python3", "/app/mail_mcp.py"]
 
 
 async def test_no_filter_copied_when_the_configuration_says_every_filter() -> None:
