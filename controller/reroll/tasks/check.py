@@ -125,10 +125,7 @@ def resolved(task: Task) -> list[tuple[str, str]]:
         ("image (docker)", image),
         ("workdir", task.workdir or f"the image's WORKDIR, else {DEFAULT_WORKDIR}"),
         ("agent user", task.agent_user or "the image's USER, else root"),
-        (
-            "verifier",
-            f"{task.verifier_dir.relative_to(task.path)}/test.sh → {task.verifier_mount}, run as root",
-        ),
+        ("verifier", _verifier(task)),
         (
             "solution",
             f"{task.solution_dir.relative_to(task.path)}/ → {task.solution_mount}"
@@ -153,6 +150,15 @@ def resolved(task: Task) -> list[tuple[str, str]]:
         ("skills", _skills(task)),
         *environment_rows(environment, task.path),
     ]
+
+
+def _verifier(task: Task) -> str:
+    """The verifier row: what runs, where from, as whom."""
+    folder = task.verifier_dir.relative_to(task.path)
+    command = task.spec.verifier.command
+    if command is None:
+        return f"{folder}/test.sh → {task.verifier_mount}, run as root"
+    return f"{folder}/ → {task.verifier_mount}; runs `{command}` there, as root"
 
 
 def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:

@@ -23,8 +23,9 @@ aggregation`` is ``weighted_mean`` (default), ``all_pass``, ``any_pass`` or ``th
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -43,7 +44,14 @@ STRATEGY_TYPES = {"script": "test-script", "llm-judge": "llm-judge", "agent-judg
 """BenchFlow's strategy ``type`` → reroll's ``verifier.type`` (``reward-kit`` and ``ors-episode``
 have no reroll verifier)."""
 SCRIPT_COMMANDS = ("./test.sh", "test.sh", "bash test.sh", "sh test.sh", "bash ./test.sh")
-"""A ``script`` strategy's ``command`` values that mean the folder's test.sh."""
+"""A ``script`` strategy's ``command`` values that mean the folder's test.sh (run as a task
+without verifier.md runs it); any other becomes ``verifier.command``."""
+SCRIPT_SUFFIXES = (".js", ".mjs", ".py", ".rb", ".sh", ".ts")
+"""A ``command`` word ending in one of these (or holding a ``/``) names a file of the verifier
+folder, which must exist (BenchFlow's rule for a script strategy's packaged artifacts)."""
+COMMAND_SCRIPT = ".reroll-command.sh"
+"""The script reroll writes into the uploaded verifier folder to run ``verifier.command``
+(`reroll.rollout.verify.script_verifier`); a task's own file may not have this name."""
 
 
 class Criterion(BaseModel):
@@ -213,12 +221,57 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
         raise TaskError(
             f"{path}: strategy {name!r} has type {kind!r}; reroll scores {', '.join(STRATEGY_TYPES)}"
         )
-    if kind == "script":  # reroll runs the folder's test.sh, which is what BenchFlow's command names
-        command = str(options.pop("command", "./test.sh")).strip()
-        if command not in SCRIPT_COMMANDS:
-            raise TaskError(f"{path}: strategy {name!r}: reroll runs test.sh, not {command!r}")
-        options.pop("timeout_sec", None)
+    if kind == "script":  # BenchFlow's command; the folder's test.sh is reroll's own default
+        command = options.pop("command", "./test.sh")
+        if not isinstance(command, str) or not command.strip():
+            raise TaskError(f"{path}: strategy {name!r}: command must be a non-empty string")
+        if command.strip() not in SCRIPT_COMMANDS:
+            options["command"] = command
+        options.pop("timeout_sec", None)  # BenchFlow's verifier.timeout_sec applies, not this
     return STRATEGY_TYPES[kind], options
+
+
+def command_files(command: str, verifier_dir: Path) -> list[Path]:
+    """The files of `verifier_dir` that a script strategy's `command` runs or reads: every word
+    that is a relative path holding a ``/`` or ending in one of `SCRIPT_SUFFIXES` (options,
+    URLs and absolute paths are not), as BenchFlow 0.7.11 finds a command's packaged artifacts.
+
+    Raises:
+        TaskError: the command does not split into words as a shell would, is empty, its first
+            word is an absolute path or leaves the folder (``..``), it names no such file, or
+            one it names is missing or leaves the folder (the message names the command).
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise TaskError(f"verifier command {command!r} does not parse as a shell command: {exc}") from exc
+    if not words:
+        raise TaskError("verifier command is empty")
+    first = PurePosixPath(words[0])
+    if first.is_absolute() or ".." in first.parts:
+        raise TaskError(
+            f"verifier command {command!r}: {words[0]!r} must be relative to the verifier folder "
+            "(the command runs there)"
+        )
+    files: list[Path] = []
+    for word in words:
+        if not word or word.startswith("-") or "://" in word or any(c.isspace() for c in word):
+            continue
+        relative = PurePosixPath(word)
+        if relative.is_absolute() or ("/" not in word and relative.suffix not in SCRIPT_SUFFIXES):
+            continue
+        if ".." in relative.parts or not (verifier_dir / relative).is_file():
+            raise TaskError(
+                f"verifier command {command!r} names {word!r}, which is not a file of the verifier "
+                f"folder {verifier_dir}"
+            )
+        files.append(verifier_dir / relative)
+    if not files:
+        raise TaskError(
+            f"verifier command {command!r} names no file of the verifier folder (a script such as "
+            f"grade.py or ./run.sh, or a path holding '/'), as BenchFlow requires"
+        )
+    return files
 
 
 def document_aggregate_policy(verifier_dir: Path) -> dict[str, Any]:

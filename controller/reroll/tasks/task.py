@@ -6,7 +6,9 @@ Native layout (benchflow)::
       task.md              YAML front matter (name, agent, verifier, environment or sandbox) + the prompt
       environment/         Dockerfile; workspace/ is the initial content of the agent's workspace
       verifier/test.sh     the verifier's entry point, uploaded to /verifier (tests/ → /tests also works)
-      verifier/verifier.md optional: the strategy (script, llm-judge), see `reroll.tasks.rubric`
+      verifier/verifier.md optional: the strategy (script, llm-judge, agent-judge), see
+                           `reroll.tasks.rubric`; a script's command (e.g. ``python3 grade.py``)
+                           runs from /verifier instead of test.sh
       verifier/rubrics/    an llm-judge task's rubric (verifier.toml + verifier.md), instead of test.sh
       oracle/solve.sh      optional reference solution, uploaded to /oracle for the `oracle` agent
 
@@ -52,7 +54,13 @@ from reroll.tasks.environment import (
     check_services,
 )
 from reroll.tasks.manifest import apply_manifest, compose_services, pinned_manifest
-from reroll.tasks.rubric import PolicyField, document_aggregate_policy, document_strategy
+from reroll.tasks.rubric import (
+    COMMAND_SCRIPT,
+    PolicyField,
+    command_files,
+    document_aggregate_policy,
+    document_strategy,
+)
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
@@ -114,6 +122,12 @@ class VerifierSection(BaseModel):
     rollout starts."""
     options: dict[str, Any] = {}
     """What that verifier is made with (a judge's model, rubric ...); ``test-script`` takes none."""
+    command: str | None = None
+    """``test-script`` only: the shell command that scores the run instead of ``test.sh``
+    (BenchFlow's ``script`` strategy ``command`` in ``verifier/verifier.md``, e.g. ``python3
+    grade.py``), run with ``bash -c`` (``sh -c`` where bash is missing) from the uploaded verifier
+    folder, with everything else as for test.sh. It must name a file of that folder
+    (`reroll.tasks.rubric.command_files`). None: the folder's ``test.sh``."""
     timeout_sec: float = Field(default=300.0, gt=0)
     """Wall-clock budget of the verifier's test script, in seconds."""
     hardening: HardeningOptions = Field(default_factory=HardeningOptions)
@@ -541,6 +555,23 @@ def _spec(
     return spec, ignored, environment_mapped + mapped
 
 
+def _check_command(path: Path, verifier_dir: Path, section: VerifierSection) -> None:
+    """Refuse a ``verifier.command`` that cannot run as BenchFlow runs it (`command_files`),
+    with a verifier other than ``test-script``, or beside a file named `COMMAND_SCRIPT`.
+
+    Raises:
+        TaskError: naming the task folder and the cause.
+    """
+    if section.type != "test-script":
+        raise TaskError(f"{path}: verifier.command is the test-script verifier's, not {section.type}'s")
+    if (verifier_dir / COMMAND_SCRIPT).exists():
+        raise TaskError(f"{path}: {verifier_dir / COMMAND_SCRIPT}: this name is reroll's, for the command")
+    try:
+        command_files(str(section.command), verifier_dir)
+    except TaskError as exc:
+        raise TaskError(f"{path}: {exc}") from exc
+
+
 def _task(
     path: Path,
     layout: Literal["native", "legacy"],
@@ -562,14 +593,17 @@ def _task(
     solution = folders.get("oracle") or ("oracle" if (path / "oracle").is_dir() else "solution")
     if (declared := document_strategy(path / verifier)) is not None:
         kind, options = declared
-        section = spec.verifier.model_copy(update={"type": kind, "options": spec.verifier.options | options})
-        spec = spec.model_copy(update={"verifier": section})
+        command = options.pop("command", spec.verifier.command)
+        update = {"type": kind, "options": spec.verifier.options | options, "command": command}
+        spec = spec.model_copy(update={"verifier": spec.verifier.model_copy(update=update)})
         mapped = [*mapped, (f"{verifier}/verifier.md", f"verifier.type = {kind}")]
     if policy := document_aggregate_policy(path / verifier):
         section = spec.verifier.model_copy(update={"aggregate_policy": policy})
         spec = spec.model_copy(update={"verifier": section})
     judged = spec.verifier.type in JUDGED_TYPES
-    if not judged and not (path / verifier / "test.sh").is_file():
+    if spec.verifier.command is not None:
+        _check_command(path, path / verifier, spec.verifier)
+    elif not judged and not (path / verifier / "test.sh").is_file():
         looked = f"{verifier}/test.sh" if "verifier" in folders else "verifier/test.sh or tests/test.sh"
         raise TaskError(f"{path}: the verifier entry point is missing (looked for {looked})")
     verifier_mount = "/verifier" if "verifier" in folders else f"/{verifier}"

@@ -12,7 +12,8 @@ plugins) with the task's hardening options and declared pytest plugins (`declare
 agent is done, before the workspace is hashed). `verify` quiesces again, only then uploads
 the verifier folder (no process of the agent ever sees the hidden tests), then one Verify RPC
 quiesces once more, undoes planted build config and start-up hooks, deletes old reward files,
-runs ``test.sh`` in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
+runs ``test.sh`` (or the task's ``verifier.command``, BenchFlow's script strategy, through
+`command_script`) in a clean environment and reads ``<logs>/verifier/reward.txt`` (one float) or
 ``reward.json`` (an object of numbers, or the structured form of `reroll_contracts.reward`: its
 items, events, space and granularity become the verdict's ``result``), the wire formats BenchFlow
 and Harbor use. A script that left no reward file, or ran pytest that never started
@@ -33,6 +34,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,7 +56,7 @@ from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
 from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
-from reroll.tasks.rubric import task_policy
+from reroll.tasks.rubric import COMMAND_SCRIPT, command_files, task_policy
 from reroll.tasks.task import HardeningOptions, Task
 
 TEST_SCRIPT = "test.sh"
@@ -111,12 +113,51 @@ def declared_plugins(task: Task) -> list[str]:
 
 def _uncommented_script(task: Task) -> str:
     """`task`'s ``test.sh`` without its comments (what follows a ``#``); "" when it is missing
-    (`verify`'s error to report)."""
+    (`verify`'s error to report). A task with a ``verifier.command``: the command, then each file
+    of the verifier folder it names (`command_files`: ``grade.py``, ``./run.sh``), so pytest named
+    in either counts."""
+    command = task.spec.verifier.command
     try:
-        script = (task.verifier_dir / TEST_SCRIPT).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        if command is None:
+            texts = [(task.verifier_dir / TEST_SCRIPT).read_text(encoding="utf-8", errors="replace")]
+        else:
+            files = command_files(command, task.verifier_dir)
+            texts = [command, *(path.read_text(encoding="utf-8", errors="replace") for path in files)]
+    except (OSError, TaskError):  # gone since the task loaded: the verify reports it
         return ""
-    return "\n".join(line.split("#", 1)[0] for line in script.splitlines())
+    return "\n".join(line.split("#", 1)[0] for text in texts for line in text.splitlines())
+
+
+def script_name(task: Task) -> str:
+    """What the sidecar runs in the uploaded verifier folder: ``test.sh``, or `COMMAND_SCRIPT`
+    (`command_script`) for a task with a ``verifier.command``."""
+    return TEST_SCRIPT if task.spec.verifier.command is None else COMMAND_SCRIPT
+
+
+def command_script(command: str) -> bytes:
+    """The script that runs a script strategy's `command` as BenchFlow 0.7.11 runs it: from the
+    verifier folder (where the script lies), with ``bash -c`` (``sh -c`` in an image without
+    bash), after ``chmod +x`` of its first word when that is a path (``./run.sh``). Its output and
+    exit status are the command's; everything around it (clean environment, hardening, time
+    limit, reward files) is test.sh's.
+
+    Raises:
+        TaskError: `command` does not split into words as a shell would, or has none.
+    """
+    try:
+        first = shlex.split(command)[0]
+    except (ValueError, IndexError) as exc:
+        raise TaskError(f"verifier command {command!r} is not a shell command") from exc
+    chmod = f"chmod +x -- {shlex.quote(first)} || exit 1\n" if "/" in first else ""
+    quoted = shlex.quote(command)
+    return (
+        "#!/bin/sh\n"
+        "# Written by reroll: verifier.md's script strategy command, run from this folder.\n"
+        'cd "$(dirname "$0")" || exit 1\n'
+        f"{chmod}"
+        f"if command -v bash >/dev/null 2>&1; then exec bash -c {quoted}; fi\n"
+        f"exec sh -c {quoted}\n"
+    ).encode()
 
 
 PYTEST_DID_NOT_START = re.compile(
@@ -258,9 +299,10 @@ def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool
 async def _stage(
     sandbox: Sandbox, task: Task, env: dict[str, str], verifier_dir: str, output_dir: Path
 ) -> None:
-    """Upload the task's verifier folder to `verifier_dir`, make `output_dir`, and put the
-    environment's state as the verifier receives it next to test.sh (`QUERY_FILE`), when the
-    task queries one.
+    """Upload the task's verifier folder to `verifier_dir`, make `output_dir`, put the
+    `command_script` of the task's ``verifier.command`` there (`COMMAND_SCRIPT`), when it has one,
+    and the environment's state as the verifier receives it next to test.sh (`QUERY_FILE`), when
+    the task queries one.
 
     Raises:
         EnvironmentStateError: the state's query command failed.
@@ -268,6 +310,9 @@ async def _stage(
     """
     await sandbox.upload_dir(task.verifier_dir, verifier_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if task.spec.verifier.command is not None:
+        script = command_script(task.spec.verifier.command)
+        await sandbox.put_file(f"{verifier_dir}/{COMMAND_SCRIPT}", script, mode=0o755)
     state = task.spec.environment.state
     if state is not None and state.query_command is not None:
         queried = (await query_state(sandbox, state.query_command, env)).encode()
@@ -326,7 +371,7 @@ async def verify(
         try:
             run = VerifyScript(
                 verifier_dir=verifier_dir,
-                script=TEST_SCRIPT,
+                script=script_name(task),
                 reward_dir=f"{layout.logs_dir}/verifier",
                 env=env | resolve_env(task.spec.verifier.env, os.environ, "verifier.env"),
                 timeout_seconds=task.spec.verifier.timeout_sec,
@@ -371,11 +416,16 @@ def refuse_unscored(task: Task, outcome: VerifyOutcome, tail: str) -> None:
         raise VerifierError(f"{outcome.reward_error}; test output:\n{tail}")
     if crashed_before_its_tests(task, outcome):
         raise VerifierError(
-            f"the verifier crashed before its tests ran: {TEST_SCRIPT} runs pytest, but pytest never "
+            f"the verifier crashed before its tests ran: {_runs(task)} runs pytest, but pytest never "
             "started (not installed, e.g. its pip install failed, or it refused its command line, e.g. "
             f"--ctrf without pytest-json-ctrf), so its reward {dict(outcome.rewards)} is not the agent's; "
             f"test output:\n{tail}"
         )
+
+
+def _runs(task: Task) -> str:
+    """What scores `task`, for a message: ``test.sh``, or its ``verifier.command`` quoted."""
+    return TEST_SCRIPT if task.spec.verifier.command is None else f"`{task.spec.verifier.command}`"
 
 
 def _graded(outcome: VerifyOutcome, output_dir: Path) -> VerifyResult | None:
