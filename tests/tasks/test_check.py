@@ -155,3 +155,15 @@ def test_task_check_shows_each_mcp_servers_tool_filters() -> None:
         == "stdio python3 /app/mail_mcp.py; tools list_messages, archive_message; tags +inbox -admin"
     )
     assert rows["mcp calendar"] == "streamable-http http://calendar:9002/mcp; tags -write"
+
+
+def test_task_check_shows_a_script_strategys_command() -> None:
+    """BenchFlow's script strategy with ``python3 grade.py ...``: the task loads and the
+    verifier row says what runs, from where."""
+    task = Path(__file__).parents[1] / "fixtures" / "benchflow-script-strategy"
+    done = CliRunner().invoke(app, ["task", "check", str(task)], terminal_width=200)
+    assert done.exit_code == 0 and "1 of 1 tasks load" in done.output, done.output
+    assert "warning" not in done.output
+    assert dict(resolved(load_task(task)))["verifier"] == (
+        "verifier/ → /verifier; runs `python3 grade.py --expected expected.txt` there, as root"
+    )

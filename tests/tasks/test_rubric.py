@@ -148,7 +148,7 @@ def test_unknown_judge_options_are_refused(tmp_path: Path) -> None:
         ("---\nverifier: {strategies: {a: {type: reward-kit}}}\n---\n", r"type 'reward-kit'; reroll scores"),
         (
             "---\nverifier: {strategies: {a: {type: script, command: make}}}\n---\n",
-            r"runs test\.sh, not 'make'",
+            r"verifier command 'make' names no file of the verifier folder",
         ),
     ],
 )
@@ -173,6 +173,73 @@ def test_a_script_strategy_is_the_test_script_verifier(tmp_path: Path, examples:
 
 
 SCRIPT_STRATEGY = "strategies: {s: {type: script, command: ./test.sh}}"
+SCRIPT_TASK = Path(__file__).parents[1] / "fixtures" / "benchflow-script-strategy"
+
+
+def test_a_script_strategy_with_a_relative_command_becomes_the_verifier_command() -> None:
+    """BenchFlow's ``script`` strategy with ``python3 grade.py ...`` (no test.sh in the folder):
+    the task loads, the command is the test-script verifier's."""
+    verifier = load_task(SCRIPT_TASK).spec.verifier
+    assert not (SCRIPT_TASK / "verifier" / "test.sh").exists()
+    assert (verifier.type, verifier.options) == ("test-script", {})
+    assert verifier.command == "python3 grade.py --expected expected.txt"
+
+
+@pytest.mark.parametrize("command", ["./test.sh", "bash test.sh"])
+def test_a_command_naming_test_sh_runs_it_as_without_verifier_md(
+    tmp_path: Path, examples: Path, command: str
+) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(examples / "hello-file", task)
+    (task / "verifier" / "verifier.md").write_text(
+        f"---\nverifier: {{strategies: {{s: {{type: script, command: {command}}}}}}}\n---\n"
+    )
+    assert load_task(task).spec.verifier.command is None
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("'/usr/bin/python3 grade.py'", r"'/usr/bin/python3' must be relative to the verifier folder"),
+        ("../grade.py", r"'\.\./grade\.py' must be relative to the verifier folder"),
+        ("python3 missing.py", r"names 'missing\.py', which is not a file of the verifier folder"),
+        ("python3 ../verifier/grade.py", r"names '\.\./verifier/grade\.py', which is not a file"),
+        ("python3 data/grade.py", r"names 'data/grade\.py', which is not a file"),
+        ("pytest -q", r"'pytest -q' names no file of the verifier folder"),
+        ('"python3 \'grade.py"', r"does not parse as a shell command"),
+        ('"  "', r"command must be a non-empty string"),
+        ("[python3, grade.py]", r"command must be a non-empty string"),
+    ],
+)
+def test_a_script_command_benchflow_could_not_run_is_refused(
+    tmp_path: Path, command: str, message: str
+) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(SCRIPT_TASK, task)
+    (task / "verifier" / "verifier.md").write_text(
+        f"---\nverifier: {{strategies: {{s: {{type: script, command: {command}}}}}}}\n---\n"
+    )
+    with pytest.raises(TaskError, match=message):
+        load_task(task)
+
+
+def test_a_verifier_file_with_the_command_scripts_name_is_refused(tmp_path: Path) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(SCRIPT_TASK, task)
+    (task / "verifier" / ".reroll-command.sh").write_text("#!/bin/sh\n")
+    with pytest.raises(TaskError, match=r"\.reroll-command\.sh: this name is reroll's"):
+        load_task(task)
+
+
+def test_a_command_with_a_judge_verifier_is_refused(tmp_path: Path) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(SCRIPT_TASK, task)
+    (task / "verifier" / "verifier.md").unlink()
+    text = (task / "task.md").read_text()
+    judged = "verifier:\n  type: llm-judge\n  command: python3 grade.py\n"
+    (task / "task.md").write_text(text.replace("verifier:\n", judged, 1))
+    with pytest.raises(TaskError, match=r"verifier\.command is the test-script verifier's, not llm-judge's"):
+        load_task(task)
 
 
 def test_verifier_md_outputs_aggregate_policy_reaches_the_task(tmp_path: Path, examples: Path) -> None:

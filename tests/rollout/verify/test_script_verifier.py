@@ -1,17 +1,23 @@
 """The verifier's host side: which pytest plugins a task declares (``[verifier] pytest_plugins``,
-and ``ctrf`` inferred from a test script that passes ``--ctrf``, as BenchFlow does), and a test
-script that crashed before its tests ran (a ``verifier_error``, not a reward of 0)."""
+and ``ctrf`` inferred from a test script that passes ``--ctrf``, as BenchFlow does), a test
+script that crashed before its tests ran (a ``verifier_error``, not a reward of 0), and
+BenchFlow's script strategy with its own command (``python3 grade.py``) run from the verifier
+folder."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from reroll.rollout.verify.script_verifier import (
+    command_script,
     could_not_run,
     crashed_before_its_tests,
     declared_plugins,
     effective_hardening,
+    script_name,
 )
 from reroll.sandbox.results import HardeningReport, VerifyOutcome
 from reroll.tasks.task import load_task
@@ -175,3 +181,63 @@ def test_could_not_run_only_before_pytest_started(
 ) -> None:
     task = load_task(legacy_task(tmp_path, "", "uvx pytest /tests\n"))
     assert (could_not_run(task, outcome) is not None) is diagnosed
+
+
+SCRIPT_TASK = Path(__file__).parents[2] / "fixtures" / "benchflow-script-strategy"
+"""A task in BenchFlow's format whose verifier.md's script strategy runs ``python3 grade.py
+--expected expected.txt`` (no test.sh): reward.json's two items, all must pass, and reward.txt."""
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize(("answer", "expected"), [("42", 1.0), ("41", 0.0)], ids=["oracle", "wrong"])
+def test_a_script_strategy_command_scores_the_run_on_local(
+    tmp_path: Path, answer: str, expected: float
+) -> None:
+    """The oracle's answer scores 1.0 and a wrong one 0.0, read from the files grade.py wrote
+    (it finds expected.txt only when it runs from the verifier folder)."""
+    task = tmp_path / "task"
+    shutil.copytree(SCRIPT_TASK, task)
+    (task / "oracle" / "solve.sh").write_text(f"#!/bin/sh\necho {answer} > answer.txt\n")
+    result, folder = run_oracle(task, tmp_path, backend="local", timeout_seconds=300)
+    assert result["status"] == "ok", result
+    assert result["rewards"]["reward"] == expected
+    assert result["verify_result"]["items"] == {"exists": 1.0, "correct": expected}
+    assert result["verify_result"]["aggregate"]["method"] == "all_pass"
+    assert (folder / "verifier" / "reward.json").is_file()
+
+
+def test_the_command_script_runs_the_command_from_its_folder_as_bash_would(tmp_path: Path) -> None:
+    """``./run.sh`` (not executable, as a task's file may be) is made executable and run from the
+    verifier folder, whatever the working folder it is started in, with bash's ``[[ ]]``."""
+    folder = tmp_path / "verifier"
+    folder.mkdir()
+    (folder / "run.sh").write_text('#!/bin/sh\necho "ran in $(pwd) with $1"\n')
+    (folder / "run.sh").chmod(0o644)
+    script = folder / ".reroll-command.sh"
+    script.write_bytes(command_script("./run.sh 'a b' && [[ -x run.sh ]] && echo executable"))
+    script.chmod(0o755)
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$0"', str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"ran in {folder} with a b\nexecutable\n"
+
+
+def test_the_command_script_refuses_a_command_with_no_words() -> None:
+    with pytest.raises(TaskError, match=r"verifier command ' ' is not a shell command"):
+        command_script(" ")
+
+
+def test_a_script_strategy_task_runs_the_command_script_and_its_pytest_counts(tmp_path: Path) -> None:
+    """The sidecar runs the command's script, not test.sh; pytest's ``--ctrf`` in the command
+    declares its plugin as it would in test.sh."""
+    assert script_name(load_task(SCRIPT_TASK)) == ".reroll-command.sh"
+    task = tmp_path / "task"
+    shutil.copytree(SCRIPT_TASK, task)
+    (task / "verifier" / "test_answer.py").write_text("def test_answer():\n    pass\n")
+    (task / "verifier" / "verifier.md").write_text(
+        "---\nverifier: {strategies: {s: {type: script, "
+        "command: python3 -m pytest --ctrf /logs/verifier/ctrf.json test_answer.py}}}\n---\n"
+    )
+    loaded = load_task(task)
+    assert declared_plugins(loaded) == ["ctrf"]

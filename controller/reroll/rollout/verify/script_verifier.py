@@ -333,7 +333,7 @@ async def verify(
 
     Args:
         sandbox: the started sandbox, agent finished or stopped, `prepare` done before the agent.
-        task: the task whose ``test.sh`` scores the run.
+        task: the task whose ``test.sh`` (or ``verifier.command``) scores the run.
         env: the base environment of sandbox processes.
         output_dir: host folder (the run folder's ``verifier/``) for the test output and reward file.
         soft: skip the restore of build config and start-up hooks (`soft_verify`).
