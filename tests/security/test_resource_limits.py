@@ -9,6 +9,9 @@ Issue 19 item 3, the same on the isolated `local` sandbox (`reroll.sandbox.local
 cgroup an agent of a task with ``memory_mb = 1024`` touched 1.5 GiB, wrote 1 GiB into ``/tmp``
 and 256 MiB into ``/dev/shm`` (tmpfs of half the host's RAM each) and ran 400 processes, all
 without a limit; and ``cpus`` was not enforced.
+
+Issue 32: the isolated `local` sandbox's workspace, logs and home were host folders bound in, so
+an agent could fill the host's disk through them; now they share the sized ``/`` of ``storage_mb``.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
 
 LOCAL_MEMORY_MB = 1024
 LOCAL_PIDS_MAX = 128
+LOCAL_STORAGE_MB = 64
 LOCAL_ATTACKS = {  # attack → its script, and what result.json's error must say
     "honest": ("echo 42 > answer.txt\n", ()),
     "touch-memory": ("python3 -c \"x = b'x' * (1536 << 20)\"\n", ("out of memory", "environment.memory_mb")),
@@ -120,10 +124,18 @@ LOCAL_ATTACKS = {  # attack → its script, and what result.json's error must sa
         "    if os.fork() == 0: x = b'x' * (30 << 20); time.sleep(10); os._exit(0)\nos.wait()\"\n",
         ("out of memory", "environment.memory_mb"),
     ),
-    "fill-tmp": (
-        "dd if=/dev/zero of=/tmp/fill bs=1M count=1024\n",
-        ("out of storage: /tmp is full", "environment.storage_mb"),
-    ),
+    **{
+        f"fill-{where}": (
+            f"dd if=/dev/zero of={path}/fill bs=1M count={LOCAL_STORAGE_MB + 10}\n",
+            ("out of storage", f"its {LOCAL_STORAGE_MB} MiB", "environment.storage_mb"),
+        )
+        for where, path in {
+            "tmp": "/tmp",
+            "workspace": "/app",
+            "logs": "/logs/agent",
+            "home": "$HOME",
+        }.items()
+    },
     "fill-shm": (
         "dd if=/dev/zero of=/dev/shm/fill bs=1M count=256\n",
         ("out of storage: /dev/shm is full", "environment.memory_mb"),
@@ -141,7 +153,12 @@ def make_local_task(root: Path, attack: str) -> Path:
         "name": "local-limits-attack",
         "verifier": {"timeout_sec": 60},
         "agent": {"timeout_sec": 120},
-        "environment": {"network": "none", "memory_mb": LOCAL_MEMORY_MB, "pids_max": LOCAL_PIDS_MAX},
+        "environment": {
+            "network": "none",
+            "memory_mb": LOCAL_MEMORY_MB,
+            "pids_max": LOCAL_PIDS_MAX,
+            "storage_mb": LOCAL_STORAGE_MB,
+        },
     }
     files = {
         "task.md": f"---\n{json.dumps(front)}\n---\nWrite 42 into answer.txt.\n",
@@ -164,6 +181,35 @@ def test_a_limit_ends_a_local_rollout_clearly(attack: str, tmp_path: Path) -> No
     assert result["rewards"] in (None, {"reward": 0.0}), "paid all the same"
     for words in LOCAL_ATTACKS[attack][1]:
         assert words in result["error"], result["error"]
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason="this machine forbids the isolated local sandbox")
+async def test_a_local_fill_grows_the_host_disk_by_at_most_the_quota() -> None:
+    task = load_task(EXAMPLES / "hello-file")
+    environment = task.spec.environment.model_copy(update={"storage_mb": LOCAL_STORAGE_MB})
+    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    sandbox = IsolatedSandbox(task, f"limits-{uuid.uuid4().hex[:8]}")
+    await sandbox.start()
+    try:
+        assert sandbox._disk is not None
+        image, folder = sandbox._disk.folder / "disk.img", sandbox.folder
+        before = os.stat(image).st_blocks * 512
+        fill = " ; ".join(
+            f"dd if=/dev/urandom of={path}/fill bs=1M count={LOCAL_STORAGE_MB} 2>&1"
+            for path in (sandbox.layout.workspace, f"{sandbox.layout.logs_dir}/agent", "$HOME", "/tmp")
+        )
+        result = await sandbox.exec(["sh", "-c", fill], user=sandbox.layout.agent_user, timeout_seconds=120)
+        assert b"No space left on device" in result.stdout, result.output_text()
+        grown = os.stat(image).st_blocks * 512 - before
+        assert LOCAL_STORAGE_MB << 19 < grown <= LOCAL_STORAGE_MB << 20, grown  # filled, and no more
+        written = sum(path.stat().st_blocks * 512 for path in folder.rglob("*") if path.is_file())
+        assert written < 1 << 20, "nothing of it in the sandbox's host folder"
+        hit = await sandbox.limits_hit()
+        assert len(hit) == 1 and "environment.storage_mb" in hit[0], hit
+    finally:
+        await sandbox.stop()
+    assert sandbox._disk is None and not image.parent.exists(), "unmounted and deleted with the sandbox"
+    assert "environment.storage_mb" in (await sandbox.limits_hit())[0], "what was hit when it stopped"
 
 
 SPIN = """

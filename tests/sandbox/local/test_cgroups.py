@@ -79,12 +79,9 @@ def test_missing_controllers_are_named(tmp_path: Path) -> None:
         cgroups.detect("22 1 0:5 / /proc rw - proc proc rw\n")
 
 
-def test_limits_size_the_tmpfs_below_the_memory_limit() -> None:
-    assert (LIMITS.memory_bytes, LIMITS.cpus, LIMITS.pids_max) == (1 << 30, 0.5, 100)
-    assert LIMITS.writable_bytes == 512 << 20  # storage_mb, below 3/4 of memory_mb
+def test_limits_size_the_shm_tmpfs_below_the_memory_limit() -> None:
+    assert (LIMITS.memory_bytes, LIMITS.cpus, LIMITS.pids_max, LIMITS.storage_mb) == (1 << 30, 0.5, 100, 512)
     assert LIMITS.shm_bytes == 64 << 20
-    big_disk = SandboxLimits.of(EnvironmentSection(memory_mb=1024, storage_mb=10240))
-    assert big_disk.writable_bytes == 768 << 20  # 3/4 of memory_mb: a full tmpfs is ENOSPC, not OOM
     small = SandboxLimits.of(EnvironmentSection(memory_mb=128))
     assert small.shm_bytes == 32 << 20  # a quarter of memory_mb
 

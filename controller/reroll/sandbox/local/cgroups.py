@@ -25,13 +25,12 @@ memory controller, else v1. A limit hit is read back by `SandboxCgroup.limits_hi
 killer's ``oom_kill`` count (``memory.oom_control`` in v1, ``memory.events`` in v2) and the
 ``max`` count of ``pids.events`` (a fork refused at ``pids_max``). CPU is throttled, never "hit".
 
-File systems: everything the sandbox writes outside its bound folders (the overlay's upper layer
-and ``/tmp``, one tmpfs) and ``/dev/shm`` live in RAM, and the kernel charges their pages to the
-memory cgroup of the process that wrote them. They are sized below the memory limit
-(`SandboxLimits.of`) so that filling them is ``ENOSPC`` to the writer — reported as a storage
-limit (`full_filesystems`) — instead of an OOM kill of whichever process is largest (often the
-sidecar): the writable tmpfs gets ``storage_mb``, at most `WRITABLE_SHARE_OF_MEMORY` of
-``memory_mb``; ``/dev/shm`` gets `SHM_MB` (Docker's default), at most a quarter of ``memory_mb``.
+File systems: what the sandbox writes (workspace, logs, home, ``/tmp``) goes to a sized file
+system on disk of ``storage_mb`` (`reroll.sandbox.local.isolated`). ``/dev/shm`` lives in RAM, and
+the kernel charges its pages to the memory cgroup of the process that wrote them: it is sized
+below the memory limit (`SandboxLimits.of`: `SHM_MB`, Docker's default, at most a quarter of
+``memory_mb``) so that filling it is ``ENOSPC`` to the writer — reported as a storage limit
+(`full_filesystems`) — instead of an OOM kill of whichever process is largest (often the sidecar).
 """
 
 from __future__ import annotations
@@ -59,9 +58,6 @@ MIN_CPU_QUOTA_US = 1000
 """The kernel's smallest CFS quota (1 ms)."""
 SHM_MB = 64
 """Size of ``/dev/shm`` in MiB (Docker's default ``--shm-size``), at most a quarter of ``memory_mb``."""
-WRITABLE_SHARE_OF_MEMORY = 0.75
-"""The writable tmpfs (upper layer and ``/tmp``) holds at most this share of ``memory_mb``: the
-rest is left to the processes, so a full tmpfs is ENOSPC and not an OOM kill."""
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less than this free counts as full (`full_filesystems`)."""
 REMOVE_TIMEOUT_SECONDS = 10.0
@@ -86,22 +82,19 @@ class SandboxLimits:
     """CPU time in cores (``cpus``)."""
     pids_max: int
     """Processes and threads at once (``pids_max``)."""
-    writable_bytes: int
-    """Size in bytes of the tmpfs holding the overlay's upper layer and ``/tmp``."""
     shm_bytes: int
     """Size in bytes of ``/dev/shm``."""
     storage_mb: int = 0
-    """The task's ``storage_mb`` (for messages)."""
+    """The task's ``storage_mb``: the size of the sandbox's writable file system, MiB."""
 
     @classmethod
     def of(cls, environment: EnvironmentSection) -> SandboxLimits:
-        """The limits of a task's `environment`; see the module docstring for the tmpfs sizes."""
+        """The limits of a task's `environment`; see the module docstring for ``/dev/shm``'s size."""
         memory = environment.memory_mb << 20
         return cls(
             memory_bytes=memory,
             cpus=environment.cpus,
             pids_max=environment.pids_max,
-            writable_bytes=min(environment.storage_mb << 20, int(memory * WRITABLE_SHARE_OF_MEMORY)),
             shm_bytes=min(SHM_MB << 20, memory // 4),
             storage_mb=environment.storage_mb,
         )

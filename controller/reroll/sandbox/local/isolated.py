@@ -9,10 +9,13 @@ help for the id maps):
   1000, is ``ROLLOUT_ID_BASE + 1000``), with Docker's default capabilities over the sandbox's
   namespaces only: the host's root files are ``nobody``'s to it, it cannot mount, and what it
   writes into the bound host folders is owned by its mapped ids;
-- ``/`` is a tmpfs of the task's ``storage_mb`` holding only what the rollout needs: the host's
-  ``/usr`` (``/bin``, ``/lib*``…) read-only, a minimal ``/etc`` with the sandbox's users, the
-  workspace (the task's ``workdir``, else ``/app``; see `_workspace`), ``/logs``, the verifier
-  folder (filled at verify time), ``/home/agent``, the agents folder read-only (writable only in
+- ``/`` is a sized file system of the task's ``storage_mb`` (`reroll.sandbox.docker.disk`: a sparse
+  ext4 image loop-mounted on the host, as the docker backend's) holding only what the rollout
+  needs, and everything the sandbox writes: the workspace (the task's ``workdir``, else ``/app``;
+  see `_workspace`), ``/logs``, ``/home/agent``, ``/tmp``, ``/var/tmp`` share it, so a fill past
+  ``storage_mb`` is ENOSPC inside, never the host's disk. On it: the host's ``/usr`` (``/bin``,
+  ``/lib*``…) read-only, a minimal ``/etc`` with the sandbox's users, the verifier folder (a host
+  folder the agent cannot write, filled at verify time), the agents folder read-only (writable only in
   `IsolatedSandbox.installer`, whose root is another host user) and the self-contained sidecar
   bundle at ``/opt/reroll-sidecar`` (`reroll.sandbox.sidecar_bundle`: the sidecar never runs
   from the controller's virtualenv, so reroll runs from a clone or a venv anywhere, ``/tmp``
@@ -58,6 +61,9 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
 from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout, trust_host_ca
+from reroll.sandbox.docker.disk import SizedDisk
+from reroll.sandbox.docker.disk import remove as remove_disk
+from reroll.sandbox.docker.engine import owner_label
 from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
@@ -104,8 +110,8 @@ class IsolatedSandboxConfig(BaseModel):
     ready_timeout_seconds: float = Field(default=30.0, gt=0)
     """How long `start` waits for the sidecar to answer ready (also the plain fallback's)."""
     storage_bytes: int | None = None
-    """The most the sandbox can write outside its bound folders (its tmpfs ``/``), in bytes;
-    None: the task's ``storage_mb``."""
+    """The size of the sandbox's writable file system (``/``: workspace, logs, home, ``/tmp``),
+    in bytes; None: the task's ``storage_mb``."""
     agents_writable: bool = False
     """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
     sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
@@ -116,7 +122,8 @@ class IsolatedSandbox(SidecarSandbox):
 
     Args:
         task: the task; its ``environment/workspace/`` seeds the workspace, its
-            ``environment.network`` chooses the network, its ``storage_mb`` sizes ``/``.
+            ``environment.network`` chooses the network, its ``storage_mb`` sizes ``/``
+            (workspace, logs and home included).
         run_id: the rollout's id, part of the folder's name.
         config: the backend's settings; default: `IsolatedSandboxConfig()`.
     """
@@ -146,8 +153,10 @@ class IsolatedSandbox(SidecarSandbox):
         self._sidecar_process: ChildProcess | None = None
         self._init_pid: int | None = None
         self.limits = SandboxLimits.of(task.spec.environment)
-        """The task's memory, cpus, pids and sizes, as the sandbox's cgroup and tmpfs hold them."""
+        """The task's memory, cpus, pids and sizes, as the sandbox's cgroup and file systems hold them."""
         self._cgroup: SandboxCgroup | None = None
+        self._disk: SizedDisk | None = None
+        """The sized file system holding ``/`` (made by `start`, removed by `stop`)."""
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
@@ -176,23 +185,22 @@ class IsolatedSandbox(SidecarSandbox):
                 raise SandboxError(f"{self.label}: cannot forward port {port} inside: {exc}") from exc
 
     async def limits_hit(self) -> list[str]:
-        """See `Sandbox.limits_hit`: the OOM kills and refused forks in the sandbox's cgroup, and
-        whether its tmpfs ``/`` (``/tmp`` included) or ``/dev/shm`` is full
-        (`reroll.sandbox.local.cgroups`). Works after the sandbox's processes died; after `stop`,
-        what was hit when it stopped."""
-        if self._cgroup is None and self._init_pid is None:
+        """See `Sandbox.limits_hit`: the OOM kills and refused forks in the sandbox's cgroup,
+        whether its sized ``/`` (workspace, logs, home, ``/tmp``) is full, and whether
+        ``/dev/shm`` is (`reroll.sandbox.local.cgroups`). Works after the sandbox's processes died;
+        after `stop`, what was hit when it stopped."""
+        if self._cgroup is None and self._init_pid is None and self._disk is None:
             return list(self._hits_at_stop)
         hit = self._cgroup.limits_hit() if self._cgroup is not None else []
+        if self._disk is not None and await asyncio.to_thread(self._disk.full):
+            hit.append(
+                f"out of storage: the sandbox's files (workspace, {self.layout.logs_dir}, home, /tmp) "
+                f"filled its {self._disk.size_bytes >> 20} MiB (the task's environment.storage_mb)"
+            )
         if self._init_pid is not None:
-            limits = self.limits
             hit += full_filesystems(
                 Path(f"/proc/{self._init_pid}/root"),
-                {
-                    "/tmp": f"the writable root and /tmp share {limits.writable_bytes >> 20} MiB: the "
-                    f"task's environment.storage_mb ({limits.storage_mb} MiB), at most 3/4 of its "
-                    "memory_mb as they are in RAM",
-                    "/dev/shm": f"{limits.shm_bytes >> 20} MiB, counted in the task's environment.memory_mb",
-                },
+                {"/dev/shm": f"{self.limits.shm_bytes >> 20} MiB, in the task's environment.memory_mb"},
             )
         return hit
 
@@ -243,34 +251,49 @@ class IsolatedSandbox(SidecarSandbox):
         return RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
-            storage_bytes=self.config.storage_bytes or self.limits.writable_bytes,
+            storage_bytes=self._disk.size_bytes if self._disk is not None else 0,
+            root_source=str(self._files("root")),
             shm_bytes=self.limits.shm_bytes,
             id_base=self.id_base,
             folders=[("/root", 0o711), ("/home", 0o755), ("/opt", 0o755)],
             pieces=[
-                Piece(str(self.folder / "app"), self.layout.workspace, writable=True),
-                Piece(str(self.folder / "logs"), self.layout.logs_dir, writable=True),
+                Piece(str(self._files("app")), self.layout.workspace, writable=True, staged=True),
+                Piece(str(self._files("logs")), self.layout.logs_dir, writable=True, staged=True),
                 Piece(str(self.folder / "verifier"), verifier, writable=True),
-                Piece(str(self.folder / "home"), self.layout.home, writable=True),
+                Piece(str(self._files("home")), self.layout.home, writable=True, staged=True),
                 Piece(str(agents), str(agents), writable=self.config.agents_writable, staged=True),
                 Piece(str(bundle), MOUNT_DIR, staged=True),
                 Piece(str(control), str(control), writable=True),
             ],
         )
 
+    def _files(self, name: str) -> Path:
+        """The folder `name` on the sandbox's sized file system (host path; root-only above it)."""
+        assert self._disk is not None, "made by _lay_out"
+        return self._disk.mountpoint / name
+
     def _lay_out(self, control: Path) -> None:
-        """Make the sandbox's host folders, seed the workspace, give them to the mapped ids."""
-        for sub in ("app", "logs/agent", "logs/verifier", "verifier", "home"):
-            (self.folder / sub).mkdir(parents=True, exist_ok=True)
+        """Make the sandbox's sized file system and host folders, seed the workspace, give them
+        to the mapped ids.
+
+        Raises:
+            SandboxError: the file system could not be made (not root, no loop device).
+        """
+        size = self.config.storage_bytes or self.limits.storage_mb << 20
+        self._disk = SizedDisk.create(self.run_id, size, {}, owner_label())
+        for sub in ("root", "app", "logs/agent", "logs/verifier", "home"):
+            self._files(sub).mkdir(parents=True, exist_ok=True)
+        (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
         if self.task.workspace_seed_dir is not None:
-            shutil.copytree(
-                self.task.workspace_seed_dir, self.folder / "app", dirs_exist_ok=True, symlinks=True
-            )
+            seed = self.task.workspace_seed_dir
+            shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
         chown_tree(self.folder, root, root)
+        for sub in ("root", "logs"):
+            chown_tree(self._files(sub), root, root)
         for sub in ("app", "logs/agent", "home"):
-            chown_tree(self.folder / sub, agent, agent)
+            chown_tree(self._files(sub), agent, agent)
         (self.folder / "verifier").chmod(0o700)
         agents = Path(self.layout.agents_dir)
         agents.mkdir(parents=True, exist_ok=True)
@@ -409,7 +432,7 @@ class IsolatedSandbox(SidecarSandbox):
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
         and pasta, delete the folder and the cgroup (killing what is left in it). Safe to call twice."""
-        if self._cgroup is not None or self._init_pid is not None:
+        if self._cgroup is not None or self._init_pid is not None or self._disk is not None:
             self._hits_at_stop = await self.limits_hit()
         if self.connected:
             with contextlib.suppress(SidecarError):
@@ -430,6 +453,9 @@ class IsolatedSandbox(SidecarSandbox):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
             self._cgroup = None
+        if self._disk is not None:  # unmounted and deleted whole: the host never walks the agent's files
+            await asyncio.to_thread(remove_disk, self._disk.folder)
+            self._disk = None
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -22,9 +22,11 @@ empty folder of the sandbox's own, in a mount namespace that only this sandbox i
 ``bwrap`` binds the staged folder. Mounts copied into a less privileged mount namespace are
 locked by the kernel, so the sandbox cannot turn such a read-only bind writable.
 
-The root view (`RootView`): a tmpfs of `RootView.storage_bytes` as ``/`` (everything the sandbox
-writes outside its bound folders lands there, ``/tmp`` included), the system's ``/usr`` read-only
-with ``/bin``, ``/sbin`` and ``/lib*`` as on the host (links or read-only binds), a minimal ``/etc``
+The root view (`RootView`): as ``/``, the host folder `RootView.root_source` bound writable
+(staged: the top of the sandbox's sized file system) or else a tmpfs of `RootView.storage_bytes`
+(everything the sandbox writes outside its bound folders lands there, ``/tmp`` included), the
+system's ``/usr`` read-only with ``/bin``, ``/sbin`` and ``/lib*`` as on the host (links or
+read-only binds), a minimal ``/etc``
 (`SHARED_ETC` read-only from the host, plus generated ``passwd``, ``group``, ``hosts``,
 ``hostname`` and ``resolv.conf`` with the sandbox's users), a fresh ``/proc`` (``/proc/sys``
 read-only), a minimal ``/dev``, and the `Piece` s the sandbox names (workspace, logs, verifier,
@@ -134,7 +136,11 @@ class RootView:
     """The sandbox's host folder (owned by `id_base`; `STAGE` and ``etc/`` are made in it)."""
     hostname: str
     storage_bytes: int
-    """Size of the tmpfs ``/``: the most the sandbox writes outside its bound folders, bytes."""
+    """Size of the tmpfs ``/``: the most the sandbox writes outside its bound folders, bytes
+    (unused when `root_source` is set)."""
+    root_source: str = ""
+    """A host folder (staged: it may be root-only) bound writable as ``/`` instead of a tmpfs:
+    the top of a sized file system (`reroll.sandbox.docker.disk`); "": a tmpfs of `storage_bytes`."""
     shm_bytes: int = 0
     """Size of ``/dev/shm`` (a tmpfs of its own), bytes; 0: the ``/dev`` tmpfs's folder."""
     id_base: int = ROLLOUT_ID_BASE
@@ -190,8 +196,14 @@ class RootView:
             *("--info-fd", str(info_fd), "--userns-block-fd", str(block_fd)),
             *("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"),
             *("--hostname", self.hostname, "--die-with-parent", "--new-session"),
-            *("--size", str(self.storage_bytes), "--perms", "0755", "--tmpfs", "/"),
         ]
+        stage_script = []
+        if self.root_source:
+            point = self._stage_point("root")
+            stage_script.append(f"mount --bind {shlex.quote(self.root_source)} {shlex.quote(str(point))}")
+            bwrap += ["--bind", str(point), "/"]
+        else:
+            bwrap += ["--size", str(self.storage_bytes), "--perms", "0755", "--tmpfs", "/"]
         bwrap += [*system_args(), "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/etc"]
         if self.shm_bytes:
             bwrap += ["--size", str(self.shm_bytes), "--perms", "1777", "--tmpfs", "/dev/shm"]
@@ -209,13 +221,10 @@ class RootView:
                 if str(parent) not in made:
                     made.add(str(parent))
                     bwrap += ["--perms", "0755", "--dir", str(parent)]
-        stage_script = []
         for index, piece in enumerate(self.pieces):
             source = piece.source
             if piece.staged:
-                point = self.folder / STAGE / str(index)
-                point.mkdir(parents=True, exist_ok=True)
-                os.chown(point, self.id_base, self.id_base)
+                point = self._stage_point(str(index))
                 options = "" if piece.writable else " -o ro"
                 stage_script.append(f"mount --bind{options} {shlex.quote(source)} {shlex.quote(str(point))}")
                 source = str(point)
@@ -230,6 +239,13 @@ class RootView:
             stage = [str(tools["unshare"]), "--mount", "--propagation", "private", "--", "sh", "-c", script]
             command = [*stage, "sh", *command]
         return command
+
+    def _stage_point(self, name: str) -> Path:
+        """An empty folder of the sandbox's (``<folder>/.stage/<name>``) to stage a mount on."""
+        point = self.folder / STAGE / name
+        point.mkdir(parents=True, exist_ok=True)
+        os.chown(point, self.id_base, self.id_base)
+        return point
 
 
 def sandbox_resolv_conf(host: str) -> str:
