@@ -377,7 +377,7 @@ true
     async with IsolatedSandbox(task, "root-view") as sandbox:
         env = {**_env(), "AGENTS": sandbox.layout.agents_dir, "HOST_HOME": str(Path.home())}
         out = await conformance.sh(sandbox, script, env=env)
-        host_owner = (sandbox.folder / "app").stat().st_uid
+        host_owner = sandbox._files("app").stat().st_uid
     lines = out.split("\n")
     assert lines[0].split() == ["0", "100000", "65536"], out
     assert not any(word in out for word in ("written", "mounted", "remounted", "sees ")), out
