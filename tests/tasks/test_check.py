@@ -167,3 +167,24 @@ def test_task_check_shows_a_script_strategys_command() -> None:
     assert dict(resolved(load_task(task)))["verifier"] == (
         "verifier/ → /verifier; runs `python3 grade.py --expected expected.txt` there, as root"
     )
+
+
+def test_task_check_shows_the_aggregate_policy(tmp_path: Path) -> None:
+    """verifier.md's ``outputs.aggregate_policy`` (BenchFlow's graded rewards) has a row of its own;
+    a task without one says which part of reward.json decides."""
+    task = tmp_path / "graded"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "benchflow-script-strategy", task)
+    assert dict(resolved(load_task(task)))["aggregate"] == "all_pass (verifier.md's aggregate_policy)"
+    verifier_md = task / "verifier" / "verifier.md"
+    verifier_md.write_text(
+        verifier_md.read_text().replace(
+            "      method: all_pass\n",
+            "      method: weighted_mean\n      weights: {tests: 0.75, docs: 0.25}\n"
+            "      criteria: [tests, docs]\n",
+        )
+    )
+    assert dict(resolved(load_task(task)))["aggregate"] == (
+        "weighted_mean; weights tests 0.75, docs 0.25; criteria tests, docs (verifier.md's aggregate_policy)"
+    )
+    verifier_md.write_text(verifier_md.read_text().split("  outputs:")[0] + "---\n")
+    assert dict(resolved(load_task(task)))["aggregate"].startswith("reward.json's own aggregate")

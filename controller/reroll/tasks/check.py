@@ -26,6 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from reroll.tasks.environment import McpServerSpec, ServiceSpec, start_order
+from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
 from reroll.tasks.task import DEFAULT_WORKDIR, EnvironmentSection, Task, load_task
 
@@ -133,6 +134,7 @@ def resolved(task: Task) -> list[tuple[str, str]]:
             else "none",
         ),
         ("logs", f"{task.logs_mount} (reward: {task.logs_mount}/verifier/reward.txt or reward.json)"),
+        ("aggregate", _aggregate(task)),
         ("env", _keys(environment.env)),
         ("verifier env", _keys(spec.verifier.env)),
         ("solution env", _keys(spec.solution.env)),
@@ -159,6 +161,22 @@ def _verifier(task: Task) -> str:
     if command is None:
         return f"{folder}/test.sh → {task.verifier_mount}, run as root"
     return f"{folder}/ → {task.verifier_mount}; runs `{command}` there, as root"
+
+
+def _aggregate(task: Task) -> str:
+    """The aggregate row: how a graded reward.json's items make one reward (verifier.md's
+    ``outputs.aggregate_policy``, `reroll_contracts.graded`)."""
+    policy = task_policy(task.spec.verifier.aggregate_policy)
+    if policy is None:
+        return "reward.json's own aggregate, else its reward key (no aggregate_policy declared)"
+    parts = [policy.method or "reward.json's own method"]
+    if policy.weights is not None:
+        parts.append("weights " + ", ".join(f"{name} {weight:g}" for name, weight in policy.weights.items()))
+    if policy.threshold is not None:
+        parts.append(f"threshold {policy.threshold:g}")
+    if policy.criteria is not None:
+        parts.append("criteria " + ", ".join(policy.criteria))
+    return "; ".join(parts) + " (verifier.md's aggregate_policy)"
 
 
 def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:
