@@ -5,7 +5,9 @@ A result is one of four classes:
 - ``pass``: the rollout ended ``ok`` with the oracle's reward (``rewards.reward`` of 1.0 or more).
 - ``needs-internet``: it failed and its logs show a host out of reach: a failed DNS lookup, a
   refused or unreachable download (pip, uv/uvx, npm, git, curl, Hugging Face), or a FROM image
-  that is neither local nor pullable from a registry.
+  of a registry or namespace of its own (``ghcr.io/org/image``, ``org/image``) that is not local.
+  A Docker Hub official image (``python:3.12``, ``ubuntu:20.04``, ``node:20``) that is not local is
+  a ``reroll-defect`` instead: reroll's catalogue could stand in for it and does not (yet).
 - ``task-broken``: it failed because the task's own files are incomplete: its Dockerfile COPYs a
   file the task folder lacks (e.g. a large file the corpus snapshot does not carry).
 - ``reroll-defect``: any other failure: the task needs nothing out of reach and its files are
@@ -46,7 +48,6 @@ NETWORK_PATTERNS: tuple[str, ...] = (
     r"Could not connect to (?:server|[\w.-]+:\d+)",
     r"connect(?:ion)? timed out",
     r"Max retries exceeded with url",
-    r"is not a local image and could not be pulled",
     r"pull access denied",
     r"LocalEntryNotFoundError",
     r"We couldn't connect to 'https://huggingface.co'",
@@ -60,6 +61,8 @@ BROKEN_PATTERNS: tuple[str, ...] = (
 )
 """Lines that show the task's own files are incomplete (a COPY of a file the folder lacks)."""
 
+_UNPULLED = re.compile(r"starts FROM ([^\s,]+).*?which is not a local image and could not be pulled")
+"""reroll's `ImageUnavailableError`: its first FROM image (the one the error names)."""
 _NETWORK = re.compile("|".join(NETWORK_PATTERNS), re.IGNORECASE)
 _BROKEN = re.compile("|".join(BROKEN_PATTERNS), re.IGNORECASE)
 _SCANNED_BYTES = 2_000_000
@@ -79,6 +82,17 @@ class Classified:
     """The line that decided the class (or the error's first line); empty for a pass."""
     verifier_tail: str
     """The last lines of the verifier's output ('' when it never ran)."""
+
+
+def is_official_image(image: str) -> bool:
+    """Whether `image` (``python:3.12-slim``, ``docker.io/library/node:20``) is a Docker Hub
+    official image, which reroll's catalogue could stand in for; False for another registry
+    (``ghcr.io/…``, a first part with a dot or a port) or a namespace (``org/image``)."""
+    name = image.split("@")[0]
+    for prefix in ("docker.io/", "index.docker.io/", "library/"):
+        name = name.removeprefix(prefix)
+    name = name.removeprefix("library/")
+    return "/" not in name
 
 
 def _read_tail(path: Path) -> str:
@@ -148,6 +162,12 @@ def classify_rollout(rollout: Path, task: str) -> Classified:
         texts.insert(0, (result_path, error))
     if evidence := _first_match(_BROKEN, texts, rollout):
         return Classified(task, "task-broken", status, reward, evidence, tail)
+    if unpulled := _first_match(_UNPULLED, texts, rollout):
+        image = re.findall(_UNPULLED, unpulled)[0]
+        if not is_official_image(image):
+            return Classified(task, "needs-internet", status, reward, unpulled, tail)
+        evidence = f"no stand-in for the official image {image}: {unpulled}"
+        return Classified(task, "reroll-defect", status, reward, evidence[:400], tail)
     if evidence := _first_match(_NETWORK, texts, rollout):
         return Classified(task, "needs-internet", status, reward, evidence, tail)
     category = str(result.get("error_category") or "")

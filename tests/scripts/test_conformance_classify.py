@@ -1,0 +1,65 @@
+"""scripts/conformance/classify.py: an oracle rollout's class from its run folder's evidence."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "conformance" / "classify.py"
+
+
+@pytest.fixture(scope="module")
+def classify() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("conformance_classify", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rollout(root: Path, error: str, reward: float | None = None) -> Path:
+    root.mkdir()
+    result = {"status": "error" if error else "ok", "error": error, "rewards": {"reward": reward or 0}}
+    (root / "result.json").write_text(json.dumps(result))
+    return root
+
+
+UNPULLED = (
+    "task/environment/Dockerfile starts FROM {image}, which is not a local image and could not be "
+    "pulled (no registry reachable?). map it with one flag: reroll run … --image-map {image}=…"
+)
+
+
+@pytest.mark.parametrize(
+    ("image", "verdict"),
+    [
+        ("python:3.12-slim", "reroll-defect"),
+        ("docker.io/library/node:20", "reroll-defect"),
+        ("ubuntu:20.04", "reroll-defect"),
+        ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624", "needs-internet"),
+        ("org/image:1", "needs-internet"),
+        ("localhost:5000/image", "needs-internet"),
+    ],
+)
+def test_an_image_that_is_not_local_is_a_defect_only_when_official(
+    classify: ModuleType, tmp_path: Path, image: str, verdict: str
+) -> None:
+    """An official image is one reroll's catalogue could stand in for; another registry's is out
+    of reach."""
+    classified = classify.classify_rollout(_rollout(tmp_path / "r", UNPULLED.format(image=image)), "t")
+    assert classified.verdict == verdict and image in classified.evidence
+
+
+def test_a_pass_a_network_failure_and_a_missing_result(classify: ModuleType, tmp_path: Path) -> None:
+    assert classify.classify_rollout(_rollout(tmp_path / "ok", "", reward=1.0), "t").verdict == "pass"
+    dns = _rollout(tmp_path / "dns", "pip: Temporary failure in name resolution")
+    assert classify.classify_rollout(dns, "t").verdict == "needs-internet"
+    (tmp_path / "none").mkdir()
+    missing = classify.classify_rollout(tmp_path / "none", "t")
+    assert missing.verdict == "reroll-defect" and "no result.json" in missing.evidence
