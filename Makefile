@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 UV := $(BIN)/uv
 # pytest-xdist workers of `make test`; --dist loadfile runs each module on one worker, so its
 # module fixtures (a recorded run, an installed agent) are built once.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 # uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 
