@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,22 @@ def test_bad_stores_get_errors_naming_the_file(tmp_path: Path) -> None:
     (seed / "link").symlink_to("/etc/passwd")
     with pytest.raises(StoreError, match=r"store seed .*seed: link is not a regular file"):
         create_store(tmp_path / "other", seed)
+
+
+def test_a_hostile_store_is_refused_without_following_or_blocking(tmp_path: Path) -> None:
+    """A shared job's store is data (issue 32): a blob that is a symlink out of it, or a manifest
+    that is a FIFO nobody writes, is refused naming the file; nothing is followed or waited on."""
+    store = tmp_path / "store"
+    create_store(store)
+    sha = put_blob(store, b"mine")
+    blob = next((store / "objects").rglob(sha))
+    blob.unlink()
+    (tmp_path / "host-secret").write_bytes(b"mine")
+    blob.symlink_to(tmp_path / "host-secret")
+    with pytest.raises(StoreError, match=rf"{sha}: a symlink"):
+        read_blob(store, sha)
+    manifest = store / "generations" / "0.json"
+    manifest.unlink()
+    os.mkfifo(manifest)
+    with pytest.raises(StoreError, match=r"generations/0\.json: not a regular file"):
+        load_generation(store, 0)

@@ -26,9 +26,10 @@ from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from reroll_contracts.datafile import DataFileError, read_data_file
 from reroll_contracts.errors import StoreError
 
-from reroll.runfolder.run import now_iso, write_bytes_atomically, write_json
+from reroll.runfolder.run import MAX_JSON_BYTES, now_iso, write_bytes_atomically, write_json
 from reroll.runfolder.summary import GenerationSummary, StoreDiff, primary_reward
 
 STORE_DIR = "store"
@@ -131,7 +132,9 @@ def read_blob(store: Path, sha: str) -> bytes:
     """
     blob = _blob_path(store, sha)
     try:
-        data = blob.read_bytes()
+        data = read_data_file(blob, MAX_STORE_FILE_BYTES, root=store)
+    except DataFileError as exc:
+        raise StoreError(f"{blob}: {exc}") from exc
     except OSError as exc:
         raise StoreError(f"{blob}: cannot be read ({exc.strerror or exc})") from exc
     if hashlib.sha256(data).hexdigest() != sha:
@@ -342,7 +345,9 @@ def _write_generation(store: Path, generation: Generation) -> None:
 def _validated(model: type[M], file: Path) -> M:
     """`file` read and validated as `model`; StoreError naming it when it cannot be."""
     try:
-        return model.model_validate(orjson.loads(file.read_bytes()))
+        return model.model_validate(orjson.loads(read_data_file(file, MAX_JSON_BYTES)))
+    except DataFileError as exc:
+        raise StoreError(f"{file}: {exc}") from exc
     except OSError as exc:
         raise StoreError(f"{file}: cannot be read ({exc.strerror or exc})") from exc
     except orjson.JSONDecodeError as exc:

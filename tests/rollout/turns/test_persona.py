@@ -20,6 +20,7 @@ not say so):
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -28,10 +29,11 @@ import pytest
 from reroll.rollout.side_model import SideModel
 from reroll.rollout.turns.asks import Answerer
 from reroll.rollout.turns.persona import PersonaPlan, PersonaUser, open_persona, persona_model
+from reroll.runfolder.asks import AskRecord
 from reroll.trials.config import Persona
 from reroll.trials.users import RoundResult
 from reroll_contracts.asks import PendingAsk
-from reroll_contracts.errors import ModelError
+from reroll_contracts.errors import ModelError, RunFolderError
 
 from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 
@@ -304,3 +306,16 @@ def test_a_persona_writes_later_prompts_and_a_continuation_replays_them(tmp_path
     lines = user_lines(continued)
     assert [line["metadata"]["source"] for line in lines] == ["replayed", "replayed", "live"]
     assert lines[2]["response"]["body"]["choices"][0]["message"]["content"] == "Done."
+
+
+def test_a_fifo_for_the_persona_recording_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A crafted run folder whose user_trajectory.jsonl is a FIFO nobody writes (issue 32): the
+    plan of its continuation refuses it, naming the file, instead of blocking on it."""
+    run_dir = tmp_path / "run"
+    (run_dir / "trajectory").mkdir(parents=True)
+    os.mkfifo(run_dir / "trajectory" / "user_trajectory.jsonl")
+    ask = AskRecord(
+        index=0, step=0, question="?", asked_at="t", answer="yes", answered_by="user", user_exchange=0
+    )
+    with pytest.raises(RunFolderError, match=r"user_trajectory\.jsonl: refused: not a regular file"):
+        PersonaPlan.from_recorded(run_dir, [ask], [], live=True)

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reroll_contracts.datafile import DataFileError, read_data_file
 from reroll_contracts.errors import InfrastructureError, ModelError, RunFolderError
+from reroll_contracts.trajectory import MAX_TRAJECTORY_BYTES
 
 from reroll.rollout.side_model import SideModel
 from reroll.runfolder.asks import AskRecord
@@ -84,8 +86,10 @@ class PersonaPlan:
         if not made:
             return cls(replay=replay if replay.is_file() else None, live=live)
         try:
-            with replay.open("rb") as lines:
-                recorded = sum(1 for line in lines if line.strip())
+            data = read_data_file(replay, MAX_TRAJECTORY_BYTES, root=run_dir)
+            recorded = sum(1 for line in data.splitlines() if line.strip())
+        except DataFileError as exc:
+            recorded, cause = 0, f"refused: {exc}"
         except OSError as exc:
             recorded, cause = 0, f"cannot be read ({exc.strerror or exc})"
         else:
