@@ -43,6 +43,9 @@ ATTACKS = {
     "fill-disk": (
         "dd if=/dev/zero of=/tmp/fill bs=1M count=1000 || true\ndd if=/dev/zero of=big bs=1M count=1000\n"
     ),
+    # Issue 32: the logs folder and HOME were in the container's own layer, on the host's disk.
+    "fill-logs": f"dd if=/dev/zero of=/logs/agent/fill bs=1M count={STORAGE_MB + 10}\n",
+    "fill-home": f"dd if=/dev/zero of=$HOME/fill bs=1M count={STORAGE_MB + 10}\n",
     "allocate-memory": 'python3 -c "x = bytearray(1 << 30)"\n',
 }
 
@@ -79,8 +82,8 @@ def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
         return
     assert (result["status"], result["error_category"]) == ("error", "resource_limit"), result
     assert result["rewards"] == {"reward": 0.0}, "verified all the same"
-    expected = "out of disk" if attack == "fill-disk" else "out of memory"
-    field = "storage_mb" if attack == "fill-disk" else "memory_mb"
+    expected = "out of disk" if attack.startswith("fill") else "out of memory"
+    field = "storage_mb" if attack.startswith("fill") else "memory_mb"
     assert expected in result["error"] and f"environment.{field}" in result["error"], result["error"]
 
 
@@ -97,13 +100,14 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
         assert sandbox._disk is not None
         image = sandbox._disk.folder / "disk.img"
         before = os.stat(image).st_blocks * 512
-        fill = "for f in /app/a /tmp/b; do dd if=/dev/urandom of=$f bs=1M count=200 2>&1; done"
+        files = f"/app/a /tmp/b /logs/agent/c {sandbox.layout.home}/d"
+        fill = f"for f in {files}; do dd if=/dev/urandom of=$f bs=1M count=200 2>&1; done"
         result = await sandbox.exec(["sh", "-c", fill], user=sandbox.layout.agent_user, timeout_seconds=120)
         assert b"No space left on device" in result.stdout, result.output_text()
         grown = os.stat(image).st_blocks * 512 - before
         assert STORAGE_MB << 19 < grown <= STORAGE_MB << 20, grown  # filled, and no more
         assert len(await sandbox.limits_hit()) == 1
-        await sandbox.exec(["rm", "/app/a", "/tmp/b"])
+        await sandbox.exec(["sh", "-c", f"rm -f {files}"])
         await asyncio.sleep(0.5)
         assert await sandbox.limits_hit() == []
     finally:

@@ -20,11 +20,12 @@ of `host_address` and `start`, and removed by `stop`. Installing an agent needs 
 `egress` lends ``reroll-full`` for the install only.
 
 Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``pids_max`` and
-``storage_mb``: the workspace and ``/tmp`` are volumes on a loop-mounted file system of that size
-(`reroll.sandbox.docker.disk`; the engine's storage driver may have no size option, fuse-overlayfs has
-none). `limits_hit` tells when the kernel's OOM killer struck in the container or that file
-system is full. Not capped: what is written elsewhere in the container's own layer (HOME,
-``/var/tmp``), and the sidecar's snapshots.
+``storage_mb``: the workspace, the logs folder, ``/home`` and ``/root`` (the agent's HOME),
+``/tmp`` and ``/var/tmp`` are volumes on one loop-mounted file system of that size
+(`reroll.sandbox.docker.disk`, `SIZED_FOLDERS`; the engine's storage driver may have no size
+option, fuse-overlayfs has none). `limits_hit` tells when the kernel's OOM killer struck in the
+container or that file system is full. Not capped: what root writes elsewhere in the container's
+own layer (the agent's user cannot), and the sidecar's snapshots.
 
 Conventions (the task's, `reroll.tasks.task.Task`): the agent works in the task's ``workdir``, else
 the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
@@ -110,6 +111,10 @@ from reroll.tasks.task import DEFAULT_WORKDIR, Task
 
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
+SIZED_FOLDERS = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("vartmp", 0o1777)}
+SIZED_FOLDERS |= {"/home": ("home", 0o755), "/root": ("root", 0o700)}
+"""The container's folders, besides the workspace and the logs, on the sized file system:
+path → (its folder there, mode; the image's content and modes are copied in when it has them)."""
 
 
 def docker_name(run_id: str) -> str:
@@ -320,7 +325,8 @@ class DockerSandbox(SidecarSandbox):
                     ),
                     # Volumes (seeded from the image) on the host's file system, not the
                     # container's fuse-overlayfs, several times faster for trees of small files:
-                    # the workspace and /tmp on the sized one, the snapshots anonymous.
+                    # the workspace, logs, homes and temporary folders on the sized one, the
+                    # snapshots anonymous.
                     *(Mount(target, name, type="volume") for target, name in sized.items()),
                     Mount(STATE_DIR, None, type="volume"),
                 ],
@@ -335,13 +341,17 @@ class DockerSandbox(SidecarSandbox):
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
 
     def _sized_volumes(self, storage_mb: int) -> dict[str, str]:
-        """Make the sandbox's sized file system and its volumes: container path → volume name."""
+        """Make the sandbox's sized file system and its volumes: container path → volume name
+        (the workspace, the logs folder and `SIZED_FOLDERS`; a path named twice is one volume,
+        the workspace's, then the logs')."""
         owner = owner_label()
+        folders = {self.layout.workspace: ("app", 0o755), self.layout.logs_dir: ("logs", 0o755)}
+        folders |= {path: entry for path, entry in SIZED_FOLDERS.items() if path not in folders}
         self._disk = disk.SizedDisk.create(
-            docker_name(self.run_id), storage_mb << 20, {"app": 0o755, "tmp": 0o1777}, owner
+            docker_name(self.run_id), storage_mb << 20, dict(folders.values()), owner
         )
         volumes = {}
-        for target, folder in ((self.layout.workspace, "app"), ("/tmp", "tmp")):
+        for target, (folder, _) in folders.items():
             name = f"{self._disk.folder.name}-{folder}"
             try:
                 self._engine.volumes.create(
@@ -402,7 +412,7 @@ class DockerSandbox(SidecarSandbox):
                 )
         if self._disk is not None and await asyncio.to_thread(self._disk.full):
             hit.append(
-                "out of disk: the workspace and /tmp filled the sandbox's quota of "
+                "out of disk: the workspace, logs, homes and /tmp filled the sandbox's quota of "
                 f"{environment.storage_mb} MiB "
                 "(the task's environment.storage_mb)"
             )
