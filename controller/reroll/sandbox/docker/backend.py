@@ -24,8 +24,9 @@ Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``
 ``/tmp`` and ``/var/tmp`` are volumes on one loop-mounted file system of that size
 (`reroll.sandbox.docker.disk`, `SIZED_FOLDERS`; the engine's storage driver may have no size
 option, fuse-overlayfs has none). `limits_hit` tells when the kernel's OOM killer struck in the
-container or that file system is full. Not capped: what root writes elsewhere in the container's
-own layer (the agent's user cannot), and the sidecar's snapshots.
+container or that file system is full. Not capped: what is written elsewhere in the container's own
+layer (folders of the image the agent's user may write; anything, for an agent running as root),
+and the sidecar's snapshots.
 
 Conventions (the task's, `reroll.tasks.task.Task`): the agent works in the task's ``workdir``, else
 the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
