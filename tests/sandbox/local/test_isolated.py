@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +22,9 @@ from pathlib import Path
 import pytest
 from reroll import conformance
 from reroll.sandbox.base import SANDBOX_HOSTNAME
+from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
+from reroll.sandbox.docker.disk import remove as remove_disk
+from reroll.sandbox.docker.engine import owner_label
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox, local_sandbox
 from reroll.sandbox.local.netns import listening_ports
@@ -416,3 +420,24 @@ async def test_a_pasta_killed_by_a_signal_is_named_by_it(
     with pytest.raises(SandboxError, match=r"pasta failed \(exited with signal SIGSEGV \(11\)\)"):
         await sandbox.start()
     assert not sandbox.folder.exists()
+
+
+def test_prune_removes_the_disks_of_killed_controllers_only() -> None:
+    """A killed controller leaves its local sandbox's sized file system mounted: ``reroll sandbox
+    prune`` unmounts and deletes it; a live controller's, and docker's, stay."""
+    dead_owner = f"{socket.gethostname()}/999999/1"
+    dead = SizedDisk.create("prune-dead-0001", 8 << 20, {}, dead_owner, prefix=LOCAL_PREFIX)
+    live = SizedDisk.create("prune-live-0001", 8 << 20, {}, owner_label(), prefix=LOCAL_PREFIX)
+    dockers = SizedDisk.create("prune-dock-0001", 8 << 20, {}, dead_owner)
+    try:
+        report = local_sandbox.prune(isolated.IsolatedSandboxConfig())
+        assert str(dead.folder) in report["disks"] and not dead.folder.exists()
+        assert str(live.folder) not in report["disks"] and os.path.ismount(live.mountpoint)
+        assert os.path.ismount(dockers.mountpoint)
+        assert (
+            str(live.folder)
+            in local_sandbox.prune(isolated.IsolatedSandboxConfig(), "prune-live-0001")["disks"]
+        )
+    finally:
+        for disk in (dead, live, dockers):
+            remove_disk(disk.folder)

@@ -1,4 +1,5 @@
-"""A sized file system for a docker sandbox's writable folders (its disk quota).
+"""A sized file system for a sandbox's writable folders (its disk quota): docker's, and the
+isolated `local` sandbox's (`reroll.sandbox.local.isolated`, under `LOCAL_PREFIX`).
 
 Docker's storage driver here (fuse-overlayfs) has no ``--storage-opt size``, and the workspace
 is a volume of the host's file system, so an agent could fill the host's disk (issue 12, item
@@ -25,6 +26,8 @@ from pathlib import Path
 from reroll_contracts.errors import SandboxError
 
 PREFIX = "reroll-disk-"
+LOCAL_PREFIX = "reroll-local-disk-"
+"""The local sandboxes' (`reroll.sandbox.local.isolated`), which docker's prune leaves alone."""
 """Host folders of these file systems are ``<tmp>/reroll-disk-<run id>-<random>``."""
 IMAGE = "disk.img"
 MOUNTPOINT = "mnt"
@@ -63,14 +66,17 @@ class SizedDisk:
         return self.folder / MOUNTPOINT
 
     @classmethod
-    def create(cls, run_id: str, size_bytes: int, subfolders: dict[str, int], owner: str) -> SizedDisk:
-        """Make and mount a file system of `size_bytes`, with `subfolders` (name → mode) in it;
-        `owner` (who makes it) is written beside it, for `owner` to read back.
+    def create(
+        cls, run_id: str, size_bytes: int, subfolders: dict[str, int], owner: str, prefix: str = PREFIX
+    ) -> SizedDisk:
+        """Make and mount a file system of `size_bytes`, with `subfolders` (name → mode) in it, in a
+        host folder named `prefix` + the end of `run_id`; `owner` (who makes it) is written beside
+        it, for `owner` to read back.
 
         Raises:
             SandboxError: a tool failed (not root, no loop device); nothing is left behind.
         """
-        folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id[-24:]}-"))
+        folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{run_id[-24:]}-"))
         disk = cls(folder, size_bytes)
         try:
             folder.chmod(0o700)
@@ -113,6 +119,7 @@ def owner(folder: Path) -> str:
         return ""
 
 
-def leftovers() -> list[Path]:
-    """The host folders of sized file systems on this host (live sandboxes' and leftovers)."""
-    return sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*"))
+def leftovers(prefix: str = PREFIX) -> list[Path]:
+    """The host folders of sized file systems named `prefix`… on this host (live sandboxes' and
+    leftovers)."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"{prefix}*"))

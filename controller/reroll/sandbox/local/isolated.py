@@ -60,10 +60,11 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
-from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout, trust_host_ca
-from reroll.sandbox.docker.disk import SizedDisk
+from reroll.sandbox.base import SANDBOX_HOSTNAME, PruneReport, Sandbox, SandboxLayout, trust_host_ca
+from reroll.sandbox.docker import disk
+from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
-from reroll.sandbox.docker.engine import owner_label
+from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
@@ -130,7 +131,27 @@ class IsolatedSandbox(SidecarSandbox):
 
     config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
-    prune = LocalSandbox.prune
+
+    @staticmethod
+    def prune(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
+        """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
+        sandboxes of killed controllers left mounted: those whose controller no longer runs, or
+        with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
+        processes end with its controller's sidecar (`stop` kills any orphan).
+
+        Returns:
+            ``{"disks": [host folders removed]}``; empty when there was nothing to remove.
+        """
+        removed = []
+        for leftover in disk.leftovers(LOCAL_PREFIX):
+            if run_id is not None and run_id[-24:] not in leftover.name:
+                continue
+            if run_id is None and not running and owner_runs(disk.owner(leftover)):
+                continue  # a live rollout's
+            disk.remove(leftover)
+            if not leftover.exists():
+                removed.append(str(leftover))
+        return {"disks": removed} if removed else {}
 
     def __init__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> None:
         self.task = task
@@ -280,7 +301,7 @@ class IsolatedSandbox(SidecarSandbox):
             SandboxError: the file system could not be made (not root, no loop device).
         """
         size = self.config.storage_bytes or self.limits.storage_mb << 20
-        self._disk = SizedDisk.create(self.run_id, size, {}, owner_label())
+        self._disk = SizedDisk.create(self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX)
         for sub in ("root", "app", "logs/agent", "logs/verifier", "home"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
         (self.folder / "verifier").mkdir()
@@ -514,7 +535,27 @@ class LocalBackend:
 
     config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
-    prune = LocalSandbox.prune
+
+    @staticmethod
+    def prune(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
+        """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
+        sandboxes of killed controllers left mounted: those whose controller no longer runs, or
+        with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
+        processes end with its controller's sidecar (`stop` kills any orphan).
+
+        Returns:
+            ``{"disks": [host folders removed]}``; empty when there was nothing to remove.
+        """
+        removed = []
+        for leftover in disk.leftovers(LOCAL_PREFIX):
+            if run_id is not None and run_id[-24:] not in leftover.name:
+                continue
+            if run_id is None and not running and owner_runs(disk.owner(leftover)):
+                continue  # a live rollout's
+            disk.remove(leftover)
+            if not leftover.exists():
+                removed.append(str(leftover))
+        return {"disks": removed} if removed else {}
 
     def __call__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> Sandbox:
         """An unstarted sandbox for `task` (see the class docstring).
