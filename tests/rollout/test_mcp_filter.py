@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from reroll.rollout.mcp import FILTER_SOURCE
 from reroll.rollout.mcp_filter import UNKNOWN_TOOL, Filter, keeps, tool_tags
 
@@ -82,6 +83,7 @@ SERVER = textwrap.dedent(
 )
 
 
+@pytest.mark.spawns
 def test_the_filter_in_front_of_a_stdio_server(tmp_path: Path) -> None:
     server = tmp_path / "server.py"
     server.write_text(SERVER)
@@ -115,6 +117,7 @@ def test_the_filter_in_front_of_a_stdio_server(tmp_path: Path) -> None:
     assert answers[4]["result"]["content"][0]["text"] == "called read"
 
 
+@pytest.mark.spawns
 def test_the_filter_needs_its_filters_and_a_command() -> None:
     done = subprocess.run(
         [sys.executable, str(FILTER_SOURCE), "{}"], capture_output=True, text=True, timeout=30

@@ -206,6 +206,7 @@ def test_a_script_strategy_command_scores_the_run_on_local(
     assert (folder / "verifier" / "reward.json").is_file()
 
 
+@pytest.mark.spawns
 def test_the_command_script_runs_the_command_from_its_folder_as_bash_would(tmp_path: Path) -> None:
     """``./run.sh`` (not executable, as a task's file may be) is made executable and run from the
     verifier folder, whatever the working folder it is started in, with bash's ``[[ ]]``."""
