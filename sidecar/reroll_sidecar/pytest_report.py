@@ -10,7 +10,11 @@ every pytest the script starts (under the hardened ``PYTEST_ADDOPTS``) also writ
 - ``junit.xml``: its JUnit report, written only when the session finishes;
 
 into a fresh folder only root can enter (`ReportFolder`). `judge` then reads them: a pytest that
-started and wrote no report, or whose report counts failures or errors, zeroes every reward.
+started and wrote no report zeroes every reward; a report that counts failures or errors caps the
+rewards at the share of tests that passed (`Judgement.ceiling`): a reward above it is zeroed. So a
+script that turns pytest's exit status into 1.0 after an exit-status forge scores 0, while a
+score-based script (its reward the share of tests passed, or less: Harbor's tasks that ignore the
+exit status) keeps the reward it wrote, as under Harbor (issue 29, defect 8).
 
 Residual risk (documented in docs/security.md): code under test runs in the same process as pytest
 and may forge the report (the folder's name is in ``PYTEST_ADDOPTS``); a script that runs its
@@ -39,7 +43,14 @@ class Judgement:
 
     note: str
     """pytest's counts, or why the rewards are zeroed; empty when pytest did not run."""
-    zero_rewards: bool
+    ceiling: float = 1.0
+    """The highest reward pytest's report supports: 1.0 (a clean run, or no pytest), the share of
+    the tests it ran that passed (failures or errors), 0.0 (no report). A reward above it is
+    zeroed (`capped`)."""
+
+    def capped(self, reward: float) -> float:
+        """`reward`, or 0.0 when it is above `ceiling`."""
+        return reward if reward <= self.ceiling + 1e-9 else 0.0
 
 
 class ReportFolder:
@@ -70,22 +81,27 @@ def judge(folder: str) -> Judgement:
     """Read the report pytest left in `folder` (a `ReportFolder`'s path)."""
     report = os.path.join(folder, REPORT_NAME)
     if not os.path.exists(os.path.join(folder, STARTED_NAME)):  # pytest never ran
-        return Judgement("", zero_rewards=False)
+        return Judgement("")
     started = os.stat(os.path.join(folder, STARTED_NAME)).st_mtime_ns
     if not os.path.exists(report) or os.stat(report).st_mtime_ns < started:  # the last pytest's is missing
         return Judgement(
             "pytest started but wrote no report: it ended before its session finished "
             "(e.g. os._exit or a crash while importing or running the code under test); rewards zeroed",
-            zero_rewards=True,
+            ceiling=0.0,
         )
     try:
         counts = _counts(report)
     except (OSError, ValueError, ElementTree.ParseError) as exc:
-        return Judgement(f"pytest's report {report} is unreadable ({exc}); rewards zeroed", zero_rewards=True)
+        return Judgement(f"pytest's report {report} is unreadable ({exc}); rewards zeroed", ceiling=0.0)
     summary = ", ".join(f"{value} {key}" for key, value in counts.items())
     if counts["failures"] or counts["errors"]:
-        return Judgement(f"pytest's report: {summary}; rewards zeroed", zero_rewards=True)
-    return Judgement(f"pytest's report: {summary}", zero_rewards=False)
+        ran = max(counts["tests"] - counts["skipped"], counts["failures"] + counts["errors"])
+        share = (ran - counts["failures"] - counts["errors"]) / ran
+        return Judgement(
+            f"pytest's report: {summary}; rewards zeroed above {share:.4g}, the share of tests that passed",
+            ceiling=share,
+        )
+    return Judgement(f"pytest's report: {summary}")
 
 
 def _counts(report: str) -> dict[str, int]:

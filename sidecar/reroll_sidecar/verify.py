@@ -34,8 +34,8 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
 6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
-   started and wrote no report, or whose report counts failures or errors, zeroes every reward
-   (`pytest_report`);
+   started and wrote no report zeroes every reward, one whose report counts failures or errors
+   zeroes the rewards above the share of tests that passed (`pytest_report`);
 7. kills every process the script left (`quiesce`, as in step 1). A soft verify in a sandbox of
    its own (an agent user is set) is fenced instead (`fence`: entered before the script, left
    after it): its processes are killed, the agent's folders restored, new files elsewhere
@@ -348,9 +348,8 @@ class Verifier:
             if folder is not None and not exit_status.timed_out:
                 judgement = pytest_report.judge(folder.path)
                 result.pytest_report = judgement.note
-                if judgement.zero_rewards:
-                    for key in result.rewards:
-                        result.rewards[key] = 0.0
+                for key in result.rewards:
+                    result.rewards[key] = judgement.capped(result.rewards[key])
         result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
         result.leftover = await self._clean_up(baseline, fenced, result.cleanup)
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)

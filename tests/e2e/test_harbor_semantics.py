@@ -126,6 +126,25 @@ def test_an_honest_harbor_task_scores_as_harbor_scores_it(tmp_path: Path) -> Non
     assert "3 passed" in (verifier / "pytest.log").read_text()
 
 
+SCORE_TEST_SH = """#!/bin/sh
+# Harbor's score-based form: the reward is the share of tests passed, pytest's status ignored.
+mkdir -p /logs/verifier
+python3 -m pytest /tests/test_outputs.py /tests/test_bonus.py -rA > /tmp/pytest.out 2>&1
+passed=$(grep -c '^PASSED' /tmp/pytest.out); failed=$(grep -c '^FAILED' /tmp/pytest.out)
+python3 -c "print($passed / ($passed + $failed))" > /logs/verifier/reward.txt
+"""
+
+
+def test_a_score_based_test_sh_scores_its_share_of_tests_passed(tmp_path: Path) -> None:
+    """Three of four tests pass: the reward file says 0.75, as Harbor scores it; reroll's own
+    pytest report caps rewards at that share and keeps it (issue 29, defect 8: zeroed before)."""
+    task = harbor_task(tmp_path, "score", SCORE_TEST_SH)
+    (task / "tests" / "test_bonus.py").write_text("def test_bonus():\n    assert False\n")
+    result, run_dir = run_oracle(task, tmp_path)
+    assert (result["status"], result["rewards"]) == ("ok", {"reward": 0.75}), result
+    assert "rewards zeroed above 0.75" in (run_dir / "verifier" / "pytest-report.txt").read_text()
+
+
 @pytest.mark.parametrize(
     ("name", "test_sh", "category", "named"),
     [
