@@ -22,10 +22,10 @@ for the agent. The run
 folder's ``verifier/`` gets ``hardening.json`` (what hardening did, written before the script runs),
 ``test-stdout.txt`` / ``test-stderr.txt`` (written as the script runs), the reward file and
 ``pytest-report.txt`` (what pytest's own report said, when the script ran pytest: rewards above
-the share of tests that passed are zeroed, all of them when pytest ended without a report). A soft verify (between
-the rounds of a trial) is fenced (``reroll_sidecar.fence``): afterwards every process it started
-is killed, the agent's folders are put back as they were before it and new files elsewhere are
-deleted; ``cleanup.txt`` says what was done, and a change it cannot undo ends the trial.
+the share of tests that passed are zeroed, all of them when pytest ended without a report). A soft
+verify (between the rounds of a trial) is fenced (``reroll_sidecar.fence``): afterwards every
+process it started is killed, the agent's folders are put back as they were before it and new
+files elsewhere are deleted; ``cleanup.txt`` says what was done, and a change it cannot undo ends the trial.
 """
 
 from __future__ import annotations
