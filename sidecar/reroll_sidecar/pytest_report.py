@@ -49,8 +49,9 @@ class Judgement:
     zeroed (`capped`)."""
 
     def capped(self, reward: float) -> float:
-        """`reward`, or 0.0 when it is above `ceiling`."""
-        return reward if reward <= self.ceiling + 1e-9 else 0.0
+        """`reward`, or 0.0 when it is above a `ceiling` below 1.0 (a clean report caps nothing:
+        a reward.json's counts, such as ``cases_passed: 2``, stay)."""
+        return reward if self.ceiling >= 1.0 or reward <= self.ceiling + 1e-9 else 0.0
 
 
 class ReportFolder:

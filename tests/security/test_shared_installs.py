@@ -232,11 +232,16 @@ def test_a_tampered_install_is_refused_and_installed_again(
 
 @pytest.mark.skipif(host_python("3.12") is None, reason="no Python 3.12 on this host to lend")
 async def test_the_python_runtime_is_an_install_of_its_own_checked_and_uploaded_again(
-    docker_images: str,
+    docker_images: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docker: the relocatable runtime is uploaded by an install container, runs read-only in
-    the rollout's, and once changed on the host it is refused and uploaded again."""
+    the rollout's, and once changed on the host it is refused and uploaded again. A runtime of
+    its own (another recipe text, so another unit): the shared one is in use by the agents'
+    rollouts of other test modules, whose Python would vanish while it is replaced."""
+    from reroll.sandbox import python_runtime
     from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+
+    monkeypatch.setattr(python_runtime, "_RECIPE", f"{python_runtime._RECIPE}; this test's own copy")
 
     task = load_task(EXAMPLES / "hello-file")
     sandbox = DockerSandbox(

@@ -56,6 +56,8 @@ def test_a_score_based_reward_is_kept_and_a_forged_full_mark_zeroed(tmp_path: Pa
     judgement = pytest_report.judge(leave(tmp_path, started=True, report=FAILED))
     assert judgement.capped(2 / 3) == pytest.approx(2 / 3) and judgement.capped(0.5) == 0.5
     assert judgement.capped(1.0) == 0.0
+    clean = pytest_report.judge(leave(tmp_path, started=True, report=PASSED))
+    assert clean.capped(2.0) == 2.0  # a count in reward.json, such as cases_passed
 
 
 def test_a_report_older_than_the_last_start_is_the_previous_pytest_s(tmp_path: Path) -> None:
