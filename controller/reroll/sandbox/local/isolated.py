@@ -118,6 +118,27 @@ class IsolatedSandboxConfig(BaseModel):
     sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
 
 
+def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
+    """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
+    sandboxes of killed controllers left mounted: those whose controller no longer runs, or
+    with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
+    processes end with its controller's sidecar (`stop` kills any orphan).
+
+    Returns:
+        ``{"disks": [host folders removed]}``; empty when there was nothing to remove.
+    """
+    removed = []
+    for leftover in disk.leftovers(LOCAL_PREFIX):
+        if run_id is not None and run_id[-24:] not in leftover.name:
+            continue
+        if run_id is None and not running and owner_runs(disk.owner(leftover)):
+            continue  # a live rollout's
+        disk.remove(leftover)
+        if not leftover.exists():
+            removed.append(str(leftover))
+    return {"disks": removed} if removed else {}
+
+
 class IsolatedSandbox(SidecarSandbox):
     """A local sandbox in its own namespaces with a root view of its own; see the module docstring.
 
@@ -132,26 +153,7 @@ class IsolatedSandbox(SidecarSandbox):
     config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
 
-    @staticmethod
-    def prune(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
-        """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
-        sandboxes of killed controllers left mounted: those whose controller no longer runs, or
-        with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
-        processes end with its controller's sidecar (`stop` kills any orphan).
-
-        Returns:
-            ``{"disks": [host folders removed]}``; empty when there was nothing to remove.
-        """
-        removed = []
-        for leftover in disk.leftovers(LOCAL_PREFIX):
-            if run_id is not None and run_id[-24:] not in leftover.name:
-                continue
-            if run_id is None and not running and owner_runs(disk.owner(leftover)):
-                continue  # a live rollout's
-            disk.remove(leftover)
-            if not leftover.exists():
-                removed.append(str(leftover))
-        return {"disks": removed} if removed else {}
+    prune = staticmethod(prune_local_disks)
 
     def __init__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> None:
         self.task = task
@@ -536,26 +538,7 @@ class LocalBackend:
     config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
     """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
 
-    @staticmethod
-    def prune(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
-        """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
-        sandboxes of killed controllers left mounted: those whose controller no longer runs, or
-        with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
-        processes end with its controller's sidecar (`stop` kills any orphan).
-
-        Returns:
-            ``{"disks": [host folders removed]}``; empty when there was nothing to remove.
-        """
-        removed = []
-        for leftover in disk.leftovers(LOCAL_PREFIX):
-            if run_id is not None and run_id[-24:] not in leftover.name:
-                continue
-            if run_id is None and not running and owner_runs(disk.owner(leftover)):
-                continue  # a live rollout's
-            disk.remove(leftover)
-            if not leftover.exists():
-                removed.append(str(leftover))
-        return {"disks": removed} if removed else {}
+    prune = staticmethod(prune_local_disks)
 
     def __call__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> Sandbox:
         """An unstarted sandbox for `task` (see the class docstring).
