@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 from reroll.rollout import lifecycle
 from reroll.runfolder.run import LIMITS_FILE
-from reroll.tasks.task import Task, capped_to_host, load_task
+from reroll.tasks.task import Task, load_task
+from reroll.tasks.variants import capped_to_host
 from rich.console import Console
 
 

@@ -23,7 +23,8 @@ from reroll.export.atif import run_to_atif
 from reroll.export.verifiers import run_to_record
 from reroll.rollout.skills import SceneSkills, creator_skills_dir, select_skills
 from reroll.runfolder.run import load_run_folder
-from reroll.tasks.task import load_task, with_skills_hidden
+from reroll.tasks.task import load_task
+from reroll.tasks.variants import with_skills_hidden
 from reroll.view import build_site
 from reroll_contracts.errors import TaskError
 from rich.console import Console

@@ -64,7 +64,8 @@ from reroll.sandbox.base import (
     trust_host_ca,
 )
 from reroll.tasks.compat import resolve_env
-from reroll.tasks.task import Task, capped_to_host
+from reroll.tasks.task import Task
+from reroll.tasks.variants import capped_to_host
 
 __all__ = ["RolloutPlan", "execute_rollout", "new_run_id", "sandbox_env"]
 

@@ -58,7 +58,8 @@ from reroll.runfolder.run import (
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.settings import RolloutSettings, continuation_settings, recorded_settings, recording_settings
-from reroll.tasks.task import Task, with_network
+from reroll.tasks.task import Task
+from reroll.tasks.variants import with_network
 from reroll.trials.config import TrialConfig
 
 

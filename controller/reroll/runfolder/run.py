@@ -72,7 +72,7 @@ ERROR_FILE = "error.txt"
 """The traceback of an exception outside reroll's tree that ended the rollout."""
 LIMITS_FILE = "limits.txt"
 """The limits of the task's ``environment`` lowered to what the host has (one line each; absent
-when none was): ``reroll.tasks.task.capped_to_host``."""
+when none was): ``reroll.tasks.variants.capped_to_host``."""
 FIDELITY_FILE = "fidelity.json"
 SERVICES_DIR = Path("services")
 """The task's services' logs (``<name>.log``) and `SERVICES_FILE` (`reroll.sandbox.services`)."""

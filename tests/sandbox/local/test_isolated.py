@@ -30,7 +30,8 @@ from reroll.sandbox.local.isolated import IsolatedSandbox, local_sandbox
 from reroll.sandbox.local.netns import listening_ports
 from reroll.sandbox.local.plain import LocalSandbox
 from reroll.sandbox.local.rootview import RootView
-from reroll.tasks.task import Task, with_network
+from reroll.tasks.task import Task
+from reroll.tasks.variants import with_network
 from reroll_contracts.errors import SandboxError
 
 pytestmark = [

@@ -15,7 +15,7 @@ from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import TRAJECTORY
 from reroll.settings import RolloutSettings
 from reroll.tasks.skills import nudge_level
-from reroll.tasks.task import with_skills_hidden
+from reroll.tasks.variants import with_skills_hidden
 from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, SkillNudge
 
 

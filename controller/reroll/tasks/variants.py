@@ -1,0 +1,57 @@
+"""A loaded task as one run changes it: another network policy (`with_network`), limits lowered
+to the host's (`capped_to_host`), its skills hidden (`with_skills_hidden`). Each returns a copy;
+the task as loaded is never changed."""
+
+from __future__ import annotations
+
+from reroll_contracts.network import NetworkPolicy
+
+from reroll.tasks.task import Task
+
+
+def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
+    """`task` with its ``environment.network`` replaced by `policy` (a run's override); None: `task`."""
+    if policy is None:
+        return task
+    environment = task.spec.environment.model_copy(update={"network": policy})
+    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+
+
+def capped_to_host(task: Task, host_cpus: float, host_memory_mb: int) -> tuple[Task, list[str]]:
+    """`task` with ``environment.cpus`` and ``memory_mb`` at most what the host has, and one note
+    per limit lowered. Harbor's and BenchFlow's users run tasks asking for more (SkillsBench's
+    ``cpus = 8``) on laptops; a container engine refuses more CPUs than it has (Docker's
+    ``Range of CPUs is from 0.01 to N``).
+
+    Args:
+        task: the task as loaded.
+        host_cpus: the CPUs this host offers (`reroll.cache.host_cpus`).
+        host_memory_mb: its memory in MiB (`reroll.cache.host_memory_mb`).
+
+    Returns:
+        ``(task, notes)``: `task` itself and no notes when it fits.
+    """
+    environment = task.spec.environment
+    update: dict[str, float | int] = {}
+    notes = []
+    if environment.cpus > host_cpus:
+        update["cpus"] = host_cpus
+        notes.append(
+            f"task {task.name} asks for environment.cpus = {environment.cpus:g} but this host has "
+            f"{host_cpus:g}: the sandbox runs with cpus = {host_cpus:g}"
+        )
+    if environment.memory_mb > host_memory_mb:
+        update["memory_mb"] = host_memory_mb
+        notes.append(
+            f"task {task.name} asks for environment.memory_mb = {environment.memory_mb} but this host "
+            f"has {host_memory_mb} MiB: the sandbox runs with memory_mb = {host_memory_mb}"
+        )
+    if not update:
+        return task, []
+    capped = environment.model_copy(update=update)
+    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": capped})}), notes
+
+
+def with_skills_hidden(task: Task, hidden: bool) -> Task:
+    """`task` with `Task.skills_hidden` set to `hidden`."""
+    return task if task.skills_hidden == hidden else task.model_copy(update={"skills_hidden": hidden})
