@@ -145,7 +145,13 @@ def test_unknown_judge_options_are_refused(tmp_path: Path) -> None:
             "---\nverifier: {default_strategy: b, strategies: {a: {type: script}}}\n---\n",
             r"default_strategy 'b' is not one of a",
         ),
-        ("---\nverifier: {strategies: {a: {type: reward-kit}}}\n---\n", r"type 'reward-kit'; reroll scores"),
+        ("---\nverifier: {strategies: {a: {type: magic}}}\n---\n", r"type 'magic'; reroll scores"),
+        ("---\nverifier: {strategies: {a: {command: ./test.sh}}}\n---\n", r"type None; reroll scores"),
+        ("---\nverifier: {strategies: {a: {type: reward-kit}}}\n---\n", r"reward-kit strategy: root must be"),
+        (
+            "---\nverifier: {strategies: {a: {type: script}}}\n---\n",
+            r"strategy 'a': a script strategy's command must be a non-empty string \(BenchFlow runs no",
+        ),
         (
             "---\nverifier: {strategies: {a: {type: script, command: make}}}\n---\n",
             r"verifier command 'make' names no file of the verifier folder",

@@ -157,7 +157,18 @@ def resolved(task: Task) -> list[tuple[str, str]]:
 def _verifier(task: Task) -> str:
     """The verifier row: what runs, where from, as whom."""
     folder = task.verifier_dir.relative_to(task.path)
-    command = task.spec.verifier.command
+    command, kind, options = task.spec.verifier.command, task.spec.verifier.type, task.spec.verifier.options
+    if kind == "reward-kit":
+        runner = f"{options['root']}/{options.get('entrypoint', 'reward.py')}"
+        return f"{folder}/ → {task.verifier_mount}; reward-kit runs `python {runner}` there, as root"
+    if kind == "ors-episode":
+        return (
+            "ors-episode: the terminal reward of "
+            + ", ".join(map(str, options["inputs"]))
+            + " (runs nothing)"
+        )
+    if kind != "test-script":
+        return f"{kind} (no test.sh)"
     if command is None:
         return f"{folder}/test.sh → {task.verifier_mount}, run as root"
     return f"{folder}/ → {task.verifier_mount}; runs `{command}` there, as root"
@@ -176,7 +187,9 @@ def _aggregate(task: Task) -> str:
         parts.append(f"threshold {policy.threshold:g}")
     if policy.criteria is not None:
         parts.append("criteria " + ", ".join(policy.criteria))
-    return "; ".join(parts) + " (verifier.md's aggregate_policy)"
+    criteria = task.spec.verifier.type == "reward-kit" and task.spec.verifier.options.get("criteria")
+    source = f"the reward-kit criteria {criteria}" if criteria else "verifier.md's aggregate_policy"
+    return "; ".join(parts) + f" ({source})"
 
 
 def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:

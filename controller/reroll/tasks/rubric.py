@@ -40,9 +40,14 @@ RUBRICS = ("rubrics/verifier.toml", "rubrics/verifier.json", "rubric.toml", "rub
 """Where a rubric is looked for, relative to the verifier folder, in order."""
 RUBRIC_NOTES = "rubrics/verifier.md"
 """The human-readable rubric beside ``rubrics/verifier.toml``."""
-STRATEGY_TYPES = {"script": "test-script", "llm-judge": "llm-judge", "agent-judge": "agent-judge"}
-"""BenchFlow's strategy ``type`` → reroll's ``verifier.type`` (``reward-kit`` and ``ors-episode``
-have no reroll verifier)."""
+STRATEGY_TYPES = {
+    "script": "test-script",
+    "llm-judge": "llm-judge",
+    "agent-judge": "agent-judge",
+    "reward-kit": "reward-kit",
+    "ors-episode": "ors-episode",
+}
+"""BenchFlow's strategy ``type`` → reroll's ``verifier.type``."""
 SCRIPT_COMMANDS = ("./test.sh", "test.sh", "bash test.sh", "sh test.sh", "bash ./test.sh")
 """A ``script`` strategy's ``command`` values that mean the folder's test.sh (run as a task
 without verifier.md runs it); any other becomes ``verifier.command``."""
@@ -216,15 +221,18 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(strategy, dict):
         raise TaskError(f"{path}: default_strategy {name!r} is not one of {', '.join(map(str, strategies))}")
     options = {key: value for key, value in strategy.items() if key != "type"}
-    kind = strategy.get("type", "script")
+    kind = strategy.get("type")
     if kind not in STRATEGY_TYPES:
         raise TaskError(
             f"{path}: strategy {name!r} has type {kind!r}; reroll scores {', '.join(STRATEGY_TYPES)}"
         )
-    if kind == "script":  # BenchFlow's command; the folder's test.sh is reroll's own default
-        command = options.pop("command", "./test.sh")
+    if kind == "script":  # BenchFlow 0.7.x refuses a script strategy without a command
+        command = options.pop("command", None)
         if not isinstance(command, str) or not command.strip():
-            raise TaskError(f"{path}: strategy {name!r}: command must be a non-empty string")
+            raise TaskError(
+                f"{path}: strategy {name!r}: a script strategy's command must be a non-empty string "
+                "(BenchFlow runs no default; write command: ./test.sh to run the folder's test.sh)"
+            )
         if command.strip() not in SCRIPT_COMMANDS:
             options["command"] = command
         options.pop("timeout_sec", None)  # BenchFlow's verifier.timeout_sec applies, not this
@@ -326,6 +334,35 @@ def _verifier_section(path: Path) -> Any:
     Raises:
         TaskError: the front matter is not YAML (the message names the file).
     """
+    return document_front_matter(path).get("verifier")
+
+
+def document_section(verifier_dir: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``(default strategy's name, its fields, the whole front matter)`` of the folder's
+    verifier.md: what a verifier that reports its strategy (a reward-kit manifest) names; ``("",
+    {}, {})`` without the file.
+
+    Raises:
+        TaskError: the front matter is not YAML (the message names the file).
+    """
+    path = verifier_dir / DOCUMENT
+    front = document_front_matter(path) if path.is_file() else {}
+    section = front.get("verifier")
+    strategies = section.get("strategies") if isinstance(section, dict) else None
+    if not isinstance(section, dict) or not isinstance(strategies, dict) or not strategies:
+        return "", {}, front
+    name = str(section.get("default_strategy") or next(iter(strategies)))
+    strategy = strategies.get(name)
+    return name, dict(strategy) if isinstance(strategy, dict) else {}, front
+
+
+def document_front_matter(path: Path) -> dict[str, Any]:
+    """The YAML front matter of the verifier.md at `path` ({} without one, or when it is not a
+    mapping).
+
+    Raises:
+        TaskError: the front matter is not YAML (the message names the file).
+    """
     head, _ = _split_document(path)
     front: Any = {}
     if head is not None:
@@ -333,7 +370,7 @@ def _verifier_section(path: Path) -> Any:
             front = yaml.safe_load(head) or {}
         except yaml.YAMLError as exc:
             raise TaskError(f"{path}: invalid YAML front matter: {exc}") from exc
-    return front.get("verifier") if isinstance(front, dict) else None
+    return front if isinstance(front, dict) else {}
 
 
 def document_body(verifier_dir: Path) -> str:

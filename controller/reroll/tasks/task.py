@@ -61,11 +61,14 @@ from reroll.tasks.rubric import (
     document_aggregate_policy,
     document_strategy,
 )
+from reroll.tasks.strategies import checked_strategy
 
 DEFAULT_WORKDIR = "/app"
 """The agent's working folder when neither the task nor its image's WORKDIR names one."""
 JUDGED_TYPES = ("llm-judge", "agent-judge")
-"""Verifier types that score without a test.sh (the folder may then hold only a rubric)."""
+"""Verifier types whose judge is a model (the folder may then hold only a rubric)."""
+SCRIPTLESS_TYPES = (*JUDGED_TYPES, "reward-kit", "ors-episode")
+"""Verifier types that score without a test.sh."""
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
 """Harbor's compose file names in a task's ``environment/`` folder."""
 NATIVE_AGENT_USER = "agent"
@@ -553,7 +556,10 @@ def _task(
     if policy := document_aggregate_policy(path / verifier):
         section = spec.verifier.model_copy(update={"aggregate_policy": policy})
         spec = spec.model_copy(update={"verifier": section})
-    judged = spec.verifier.type in JUDGED_TYPES
+    if (criteria := checked_strategy(spec.verifier.type, spec.verifier.options, path / verifier)) is not None:
+        section = spec.verifier.model_copy(update={"aggregate_policy": criteria})
+        spec = spec.model_copy(update={"verifier": section})
+    judged = spec.verifier.type in SCRIPTLESS_TYPES
     if spec.verifier.command is not None:
         _check_command(path, path / verifier, spec.verifier)
     elif not judged and not (path / verifier / "test.sh").is_file():

@@ -59,7 +59,7 @@ def task_with_verifier(tmp_path: Path, examples: Path, verifier: str) -> Path:
 def test_the_default_is_the_test_script_verifier(examples: Path) -> None:
     task = load_task(examples / "hello-file")
     assert task.spec.verifier.type == "test-script"
-    assert sorted(VERIFIERS) == ["agent-judge", "llm-judge", "test-script"]
+    assert sorted(VERIFIERS) == ["agent-judge", "llm-judge", "ors-episode", "reward-kit", "test-script"]
     assert isinstance(verifier_for(task), TestScriptVerifier)
 
 
@@ -67,8 +67,8 @@ def test_the_default_is_the_test_script_verifier(examples: Path) -> None:
     ("section", "message"),
     [
         (
-            "verifier:\n  type: reward-kit\n",
-            r"task hello-file \(.*\): unknown verifier.type 'reward-kit'; known: agent-judge, llm-judge,",
+            "verifier:\n  type: magic-kit\n",
+            r"task hello-file \(.*\): unknown verifier.type 'magic-kit'; known: agent-judge, llm-judge,",
         ),
         ("verifier:\n  type: nowhere.at_all:Judge\n", r"verifier.type 'nowhere.at_all:Judge': cannot import"),
         ("verifier:\n  options: {model: m}\n", r"test-script takes no verifier.options \(got model\)"),
@@ -85,8 +85,8 @@ def test_a_verifier_that_cannot_be_made_is_a_task_error_naming_the_task(
 async def test_an_unknown_verifier_type_is_refused_before_anything_is_written(
     tmp_path: Path, examples: Path
 ) -> None:
-    task = task_with_verifier(tmp_path, examples, "verifier:\n  type: reward-kit\n")
-    with pytest.raises(TaskError, match=r"unknown verifier\.type 'reward-kit'"):
+    task = task_with_verifier(tmp_path, examples, "verifier:\n  type: magic-kit\n")
+    with pytest.raises(TaskError, match=r"unknown verifier\.type 'magic-kit'"):
         await run_task(task, agent_name="oracle", jobs_dir=tmp_path / "jobs", job_name="j")
     assert not (tmp_path / "jobs").exists()
 

@@ -5,7 +5,10 @@ task's ``verifier.type`` gives (``test-script``, the default:
 `reroll.rollout.verify.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``;
 ``llm-judge``: `reroll.rollout.verify.judge.LlmJudgeVerifier`, a model over the task's rubric;
 ``agent-judge``: `reroll.rollout.verify.agent_judge.AgentJudgeVerifier`, an agent in a sandbox of its
-own over a read-only copy of the workspace), or
+own over a read-only copy of the workspace; ``reward-kit``:
+`reroll.rollout.verify.reward_kit.RewardKitVerifier`, BenchFlow's Reward Kit runner;
+``ors-episode``: `reroll.rollout.verify.ors_episode.OrsEpisodeVerifier`, the terminal reward of
+declared ORS reward records), or
 named by the dotted path of a class outside reroll (``mypackage.judges:Judge``). `verifier_for`
 makes the rollout's one from its task: the class is called with the task and the task's
 ``verifier.options``. The rollout (`reroll.rollout.lifecycle`)
@@ -142,6 +145,8 @@ VERIFIERS: dict[str, str] = {
     DEFAULT_VERIFIER: "reroll.rollout.verify.script_verifier:TestScriptVerifier",
     "llm-judge": "reroll.rollout.verify.judge:LlmJudgeVerifier",
     "agent-judge": "reroll.rollout.verify.agent_judge:AgentJudgeVerifier",
+    "reward-kit": "reroll.rollout.verify.reward_kit:RewardKitVerifier",
+    "ors-episode": "reroll.rollout.verify.ors_episode:OrsEpisodeVerifier",
 }
 """``verifier.type`` → the ``module:attribute`` of its factory, imported on first use."""
 
