@@ -133,10 +133,13 @@ async def test_a_relative_input_is_read_from_the_run_folder(tmp_path: Path) -> N
 
 
 @pytest.mark.spawns
-def test_an_ors_episode_scores_the_run_on_local(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.slow)])
+def test_an_ors_episode_scores_the_run(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     """The oracle's log (a dense 0.5, then a terminal 1.0) scores 1.0, read from the sandbox's
     /logs/agent/episode.jsonl once the agent is done."""
-    result, folder = run_oracle(ORS_TASK, tmp_path, backend="local", timeout_seconds=300)
+    if backend == "docker":
+        request.getfixturevalue("docker_images")
+    result, folder = run_oracle(ORS_TASK, tmp_path, backend=backend, timeout_seconds=600)
     assert result["status"] == "ok", result
     assert result["rewards"] == {"reward": 1.0, "ors": 1.0}
     assert [event["reward"] for event in result["verify_result"]["events"]] == [0.5, 1.0]

@@ -155,15 +155,11 @@ def test_declared_criteria_are_strict(tmp_path: Path, files: dict[str, str], mes
     check_criteria(tmp_path, policy)
 
 
-@pytest.mark.spawns
-@pytest.mark.parametrize(("answer", "expected"), [("42", 1.0), ("41", 0.4)], ids=["oracle", "wrong"])
-def test_a_reward_kit_runner_scores_the_run_on_local(tmp_path: Path, answer: str, expected: float) -> None:
-    """The oracle scores 1.0; a wrong number 0.4, BenchFlow's weighted mean of the criteria
-    (0.1 + 0.2 + 0.1 of 1.0): the runner ran from the verifier folder, read the manifest written
-    before it, and the run folder keeps it."""
+def _scores(tmp_path: Path, answer: str, expected: float, backend: str) -> None:
+    """The oracle writing `answer` scores `expected` on `backend` (see the tests below)."""
     task = _copy(tmp_path)
     (task / "oracle" / "solve.sh").write_text(f"#!/bin/sh\necho {answer} > answer.txt\n")
-    result, folder = run_oracle(task, tmp_path, backend="local", timeout_seconds=300)
+    result, folder = run_oracle(task, tmp_path, backend=backend, timeout_seconds=600)
     assert result["status"] == "ok", result
     assert result["rewards"]["reward"] == pytest.approx(expected, abs=1e-9)
     correct = 1.0 if answer == "42" else 0.0
@@ -173,3 +169,22 @@ def test_a_reward_kit_runner_scores_the_run_on_local(tmp_path: Path, answer: str
     kept = json.loads((folder / "verifier" / "reward-kit-manifest.json").read_text())
     assert kept["version"] == "benchflow.reward-kit.v1"
     assert json.loads((folder / "verifier" / "reward-details.json").read_text())["expected"] == "42"
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize(("answer", "expected"), [("42", 1.0), ("41", 0.4)], ids=["oracle", "wrong"])
+def test_a_reward_kit_runner_scores_the_run_on_local(tmp_path: Path, answer: str, expected: float) -> None:
+    """The oracle scores 1.0; a wrong number 0.4, BenchFlow's weighted mean of the criteria
+    (0.1 + 0.2 + 0.1 of 1.0): the runner ran from the verifier folder, read the manifest written
+    before it, and the run folder keeps it."""
+    _scores(tmp_path, answer, expected, "local")
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.parametrize(("answer", "expected"), [("42", 1.0), ("41", 0.4)], ids=["oracle", "wrong"])
+def test_a_reward_kit_runner_scores_the_run_on_docker(
+    tmp_path: Path, answer: str, expected: float, docker_images: str
+) -> None:
+    """As on local, in reroll's Debian image, which has ``python3`` and no ``python``."""
+    _scores(tmp_path, answer, expected, "docker")
