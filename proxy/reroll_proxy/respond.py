@@ -91,6 +91,12 @@ class EventSource:
         self._factor = timing_factor
         self.error: str | None = None
 
+    def wire_chunks(self) -> AsyncGenerator[bytes] | None:
+        """The upstream's own bytes of these events, as they arrive (the events are the ones
+        `batches` would give), or None when the events are not the upstream's bytes (recorded,
+        translated, faulted): then they are sent as `batches` gives them."""
+        return None
+
     async def after_recorded(self, request: web.Request) -> bool:
         """Called once the exchange is recorded; True means the stream must not be finished
         (an injected fault broke it, see `reroll_proxy.inject`)."""
@@ -127,6 +133,17 @@ class UpstreamEvents(EventSource):
             self.error = f"upstream stream broke off: {exc}"
         if events := parser.finish():
             yield events
+
+    def wire_chunks(self) -> AsyncGenerator[bytes]:
+        """The upstream's bytes as they arrive; a broken stream ends them and sets `error`."""
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncGenerator[bytes]:
+        try:
+            async for chunk in self._response.chunks():
+                yield chunk
+        except UpstreamError as exc:
+            self.error = f"upstream stream broke off: {exc}"
 
 
 def peer_closed(request: web.Request) -> bool:
@@ -209,7 +226,12 @@ class ServedStep:
     async def send_stream(
         self, status: int, headers: dict[str, str], source: EventSource, sent_body: Any, model: str | None
     ) -> web.StreamResponse:
-        """Stream `source` to the agent one write per batch; record before sending the terminal event.
+        """Stream `source` to the agent as it comes; record before sending the terminal event.
+
+        A source with the upstream's own bytes (`EventSource.wire_chunks`) has them forwarded as
+        they arrive, each chunk before it is parsed for the record (`_forward_chunks`); any other
+        is written one write per batch of events. Either way the terminal event is held back
+        until the exchange is recorded.
 
         An agent that hangs up after it received some events gets an exchange of those events
         only, its ``metadata.error`` saying so (``the agent closed the connection after N of M
@@ -227,40 +249,67 @@ class ServedStep:
         """
         response = web.StreamResponse(status=status, headers=self._agent_headers(headers, SSE_CONTENT_TYPE))
         await response.prepare(self.request)
-        events: list[SseEvent] = []
-        offsets_ms: list[float] = []
-        held: list[SseEvent] = []
-        delivered = 0  # how many of `events` were written to the agent
+        sent = _Delivery(self, response)
         try:
-            async with contextlib.aclosing(source.batches()) as stream:
-                async for batch in stream:
-                    offset_ms = round((time.monotonic() - self.received) * 1000, 3)
-                    events += batch
-                    offsets_ms += [offset_ms] * len(batch)
-                    ready: list[SseEvent] = []
-                    for event in batch:
-                        (held if held or self.wire.is_terminal(event) else ready).append(event)
-                    if ready:
-                        await response.write(b"".join(map(encode_event, ready)))
-                        delivered = len(events) - len(held)
-                        if self.first_byte is None:
-                            self.first_byte = time.monotonic()
+            chunks = source.wire_chunks()
+            if chunks is not None:
+                await self._forward_chunks(sent, chunks)
+            else:
+                async with contextlib.aclosing(source.batches()) as stream:
+                    async for batch in stream:
+                        await sent.send(batch)
         except (ConnectionResetError, asyncio.CancelledError):  # the agent hung up mid-stream
-            if delivered:  # it received part of a response: the trajectory says which part
-                await asyncio.shield(
-                    self._record_aborted(sent_body, status, headers, model, events, offsets_ms, delivered)
-                )
+            if sent.delivered:  # it received part of a response: the trajectory says which part
+                await asyncio.shield(self._record_aborted(sent_body, status, headers, model, sent))
             raise
         if peer_closed(self.request):  # it hung up; the writes went to its kernel, the end never
-            await self._record_aborted(sent_body, status, headers, model, events, offsets_ms, delivered)
+            await self._record_aborted(sent_body, status, headers, model, sent)
             return response
-        exchange = self._stream_exchange(sent_body, status, headers, events, model, source.error)
-        exchange.response.event_offsets_ms = offsets_ms
+        exchange = self._stream_exchange(sent_body, status, headers, sent.events, model, source.error)
+        exchange.response.event_offsets_ms = sent.offsets_ms
         await self.recorder.record(self.number, exchange)
         if await source.after_recorded(self.request):
             return response
-        await response.write_eof(b"".join(map(encode_event, held)))  # one write: the end and the last chunk
+        await response.write_eof(b"".join(map(encode_event, sent.held)))  # one write: the end, the last chunk
         return response
+
+    async def _forward_chunks(self, sent: _Delivery, chunks: AsyncGenerator[bytes]) -> None:
+        """Forward the upstream's bytes as they come, the events they complete parsed after.
+
+        The bytes of complete events go out as they are, before being parsed, as long as they
+        contain none of the format's terminal markers (`WireFormat.terminal_markers`) and no
+        ``\\r``; the bytes of an event still incomplete wait for the chunk that completes it.
+        Bytes with a marker are parsed first and still forwarded as they are when no event of
+        theirs is terminal. From a terminal event (or a ``\\r``) on, the rest is parsed and sent
+        as events, the terminal one held back (`_Delivery.send`).
+        """
+        parser = SseParser()
+        markers = self.wire.terminal_markers
+        pending = b""  # the bytes of the incomplete event the agent has not been sent yet
+        as_is = True  # whether the upstream's bytes are still forwarded as they are
+        async with contextlib.aclosing(chunks) as stream:
+            async for chunk in stream:
+                if not as_is:
+                    await sent.send(parser.feed(chunk))
+                    continue
+                data = pending + chunk
+                if b"\r" in data:  # line ends the events would not be cut at: parsed from here on
+                    as_is = False
+                    await sent.send(parser.feed(chunk))
+                    continue
+                end = data.rfind(b"\n\n") + 2  # the end of the last complete event (1: none)
+                ready, pending = (data[:end], data[end:]) if end > 1 else (b"", data)
+                if any(marker in data for marker in markers):
+                    events = parser.feed(chunk)
+                    if any(map(self.wire.is_terminal, events)):
+                        as_is = False
+                        await sent.send(events)
+                        continue
+                    await sent.forward(ready, events)
+                else:
+                    await sent.forward(ready, None)
+                    sent.add(parser.feed(chunk))
+        await sent.send(parser.finish())
 
     async def _record_aborted(
         self,
@@ -268,14 +317,13 @@ class ServedStep:
         status: int,
         headers: dict[str, str],
         model: str | None,
-        events: list[SseEvent],
-        offsets_ms: list[float],
-        delivered: int,
+        sent: _Delivery,
     ) -> None:
-        """Record the first `delivered` of `events`: what the agent got before it hung up."""
+        """Record the events `sent` delivered: what the agent got before it hung up."""
+        delivered, events = sent.delivered, sent.events
         error = f"the agent closed the connection after {delivered} of {len(events)} events"
         exchange = self._stream_exchange(sent_body, status, headers, events[:delivered], model, error)
-        exchange.response.event_offsets_ms = offsets_ms[:delivered]
+        exchange.response.event_offsets_ms = sent.offsets_ms[:delivered]
         await self.recorder.record(self.number, exchange)
 
     def _stream_exchange(
@@ -336,3 +384,55 @@ class ServedStep:
                 retry=self.retry,
             ),
         )
+
+
+class _Delivery:
+    """What a stream sent to the agent so far: every event received (with when), the terminal
+    event and those after it held back, and how many events the agent was sent."""
+
+    def __init__(self, step: ServedStep, response: web.StreamResponse) -> None:
+        self._step = step
+        self._response = response
+        self.events: list[SseEvent] = []
+        self.offsets_ms: list[float] = []
+        self.held: list[SseEvent] = []
+        """The terminal event and every event after it: sent once the exchange is recorded."""
+        self.delivered = 0
+        """How many of `events` were written to the agent."""
+
+    def _received(self, events: list[SseEvent]) -> None:
+        if events:
+            offset_ms = round((time.monotonic() - self._step.received) * 1000, 3)
+            self.events += events
+            self.offsets_ms += [offset_ms] * len(events)
+
+    async def _write(self, payload: bytes) -> None:
+        await self._response.write(payload)
+        if self._step.first_byte is None:
+            self._step.first_byte = time.monotonic()
+
+    def add(self, events: list[SseEvent]) -> None:
+        """Note `events` as received now and already written to the agent (by `forward`)."""
+        self._received(events)
+        self.delivered = len(self.events) - len(self.held)
+
+    async def forward(self, payload: bytes, events: list[SseEvent] | None) -> None:
+        """Write `payload` (the upstream's bytes of whole events, none terminal) as it is; with
+        `events` (its events, parsed already), note them as received and written."""
+        if events is not None:
+            self._received(events)
+        if payload:
+            await self._write(payload)
+        if events is not None:
+            self.delivered = len(self.events) - len(self.held)
+
+    async def send(self, events: list[SseEvent]) -> None:
+        """Note `events` as received now and write them in one write, holding back the terminal
+        one and any after it."""
+        ready: list[SseEvent] = []
+        for event in events:
+            (self.held if self.held or self._step.wire.is_terminal(event) else ready).append(event)
+        self._received(events)
+        if ready:
+            await self._write(b"".join(map(encode_event, ready)))
+            self.delivered = len(self.events) - len(self.held)

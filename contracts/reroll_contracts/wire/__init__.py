@@ -63,6 +63,13 @@ class WireFormat(Protocol):
         """Whether `event` ends the stream (held back until the exchange is recorded)."""
         ...
 
+    @property
+    def terminal_markers(self) -> tuple[bytes, ...]:
+        """Byte strings one of which the wire form of every terminal event (`is_terminal`)
+        contains: bytes that contain none of them hold no terminal event (the proxy forwards
+        them before parsing them)."""
+        ...
+
     def assemble(self, events: Iterable[SseEvent]) -> dict[str, Any]:
         """The body a non-streamed request would have returned, folded from a stream's events."""
         ...

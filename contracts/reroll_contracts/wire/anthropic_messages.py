@@ -50,6 +50,7 @@ class AnthropicMessages:
     paths = ("/v1/messages", "/messages")
     upstream_path = "/messages"
     conversation_key = "messages"
+    terminal_markers = (b"message_stop",)
 
     def upstream_headers(self, api_key: str | None, agent_headers: Mapping[str, str]) -> dict[str, str]:
         """``x-api-key`` (when a key is configured), ``anthropic-version`` and ``anthropic-beta``."""

@@ -44,6 +44,7 @@ class OpenAIChat(OpenAIAuthAndErrors):
     paths = ("/v1/chat/completions", "/chat/completions")
     upstream_path = "/chat/completions"
     conversation_key = "messages"
+    terminal_markers = (DONE.encode(),)
 
     def is_terminal(self, event: SseEvent) -> bool:
         """``data: [DONE]``."""

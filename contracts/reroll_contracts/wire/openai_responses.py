@@ -40,6 +40,7 @@ class OpenAIResponses(OpenAIAuthAndErrors):
     paths = ("/v1/responses", "/responses")
     upstream_path = "/responses"
     conversation_key = "input"
+    terminal_markers = tuple(sorted(name.encode() for name in TERMINAL_EVENTS))
 
     def is_terminal(self, event: SseEvent) -> bool:
         """One of `TERMINAL_EVENTS`."""
