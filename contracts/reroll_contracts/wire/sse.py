@@ -48,10 +48,23 @@ class SseParser:
             return []
         self._buffer = buffer[end + 1 :]
         events: list[SseEvent] = []
+        name, data = self._event, self._data
         # A UTF-8 character never contains the byte "\n": the complete lines decode on their own.
+        # One loop over the lines, the fields taken inline (`_take_line` is its one-line form).
         for line in buffer[:end].decode("utf-8", errors="replace").split("\n"):
-            if event := self._take_line(line):
-                events.append(event)
+            if not line:  # a blank line dispatches the event, if it has data
+                if data:
+                    events.append(SseEvent(event=name, data="\n".join(data)))
+                name, data = None, []
+            elif line[0] != ":":
+                field, _, value = line.partition(":")
+                if value[:1] == " ":
+                    value = value[1:]
+                if field == "data":
+                    data.append(value)
+                elif field == "event":
+                    name = value
+        self._event, self._data = name, data
         return events
 
     def finish(self) -> list[SseEvent]:

@@ -36,6 +36,9 @@ def test_events_fold_back_into_the_body_over_the_wire(wire: Any, piece_chars: in
     assert parsed + parser.finish() == events
     assert wire.assemble(events) == body
     assert [wire.is_terminal(event) for event in events] == [False] * (len(events) - 1) + [True]
+    # the proxy forwards bytes with no terminal marker unparsed: the terminal event must have one
+    (terminal,) = [encode_event(event) for event in events if wire.is_terminal(event)]
+    assert any(marker in terminal for marker in wire.terminal_markers)
 
 
 def test_anthropic_stream_has_the_documented_event_sequence() -> None:
