@@ -23,7 +23,9 @@ request, each replayed exchange is fsynced to its own trajectory). The figures p
 p95 of each target, the added p50 / p95 (target minus direct) and their ratio; then, per mode
 (non-streamed, streamed), the goal's ratio: the recording proxy's added p50 over the plain
 mitmproxy's (``record / mitmproxy-reverse``, goal <= 0.25), and the bare forwarder's beside it.
-mitmproxy is installed on first use (see `reroll.host.intercept`).
+mitmproxy is installed on first use (see `reroll.host.intercept`). The machine's load swings these
+figures from run to run: ``--runs N`` measures N times (every target started afresh each time)
+and ends with the median of each mode's ratios over the runs.
 
 ``--replay-sizes 100,1000,5000`` measures only how replay's added latency grows with the
 recording's length: it records as many non-streamed exchanges as the largest size (a recording
@@ -36,8 +38,8 @@ added p50 over the smallest size's (1.0: the cost does not grow with N).
 from the end of the warm-up on), writes its stats to FILE and prints the functions that took the
 most time (own and cumulative), per exchange; its latencies are then the profiler's, not the proxy's.
 
-Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat] [--profile F]
-[--replay-sizes 100,1000,5000]``.
+Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat] [--runs 1]
+[--profile F] [--replay-sizes 100,1000,5000]``.
 """
 
 from __future__ import annotations
@@ -296,8 +298,13 @@ def proxy_process(name: str, config: ProxyConfig, work: Path, profile: Path | No
     return ChildProcess("reroll_proxy", args, workdir=work, name=name, command=command)
 
 
-def goal_ratio(title: str, results: dict[str, list[tuple[float, float]]]) -> None:
-    """Print the recording proxy's added p50 over the plain mitmproxy's (the goal: <= 0.25)."""
+Ratios = tuple[float, float]
+"""The recording proxy's added p50 over the plain mitmproxy's, and the bare forwarder's."""
+
+
+def goal_ratio(title: str, results: dict[str, list[tuple[float, float]]]) -> Ratios:
+    """Print the recording proxy's added p50 over the plain mitmproxy's (the goal: <= 0.25), and
+    the bare aiohttp forwarder's; return both."""
     totals = {name: percentile([timing[1] for timing in timings], 0.5) for name, timings in results.items()}
     ours, theirs = totals["record"] - totals["direct"], totals["mitmproxy-reverse"] - totals["direct"]
     floor = totals["aiohttp-forward"] - totals["direct"]
@@ -305,6 +312,16 @@ def goal_ratio(title: str, results: dict[str, list[tuple[float, float]]]) -> Non
         f"{title}: record added p50 {ours:+.3f} ms / mitmproxy-reverse added p50 {theirs:+.3f} ms"
         f" = ratio {ours / theirs:.2f} (goal <= 0.25; the bare aiohttp forwarder's: {floor / theirs:.2f})"
     )
+    return ours / theirs, floor / theirs
+
+
+def print_medians(runs: list[dict[str, Ratios]]) -> None:
+    """The median over `runs` of each mode's ratios (`goal_ratio`)."""
+    print(f"\nmedian of {len(runs)} runs:")
+    for mode in runs[0]:
+        ours, floor = (statistics.median(run[mode][which] for run in runs) for which in (0, 1))
+        values = ", ".join(f"{run[mode][0]:.2f}" for run in runs)
+        print(f"  {mode}: record / mitmproxy-reverse {ours:.2f} ({values}); the bare forwarder's {floor:.2f}")
 
 
 def print_profile(profile: Path, exchanges: int) -> None:
@@ -374,7 +391,8 @@ async def replay_scaling(sizes: list[int], exchanges: int, api_format: str) -> N
         print(f"  {size:8d}  {p50:+9.3f}  {p95:+9.3f}  {p50 / smallest:9.2f}")
 
 
-async def main(exchanges: int, api_format: str, profile: Path | None = None) -> None:
+async def main(exchanges: int, api_format: str, profile: Path | None = None) -> dict[str, Ratios]:
+    """One run of every target, both modes; returns each mode's `goal_ratio`."""
     with tempfile.TemporaryDirectory(prefix="reroll-bench-") as folder:
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps(SCRIPT))
@@ -454,10 +472,13 @@ async def main(exchanges: int, api_format: str, profile: Path | None = None) -> 
     report("streamed", runs[True], 1, "total")
     report("streamed", runs[True], 0, "first SSE byte")
     print()
-    goal_ratio("non-streamed", runs[False])
-    goal_ratio("streamed", runs[True])
+    ratios = {mode: goal_ratio(mode, runs[stream]) for mode, stream in MODES.items()}
     if profile is not None:
         print_profile(profile, exchanges)
+    return ratios
+
+
+MODES = {"non-streamed": False, "streamed": True}
 
 
 if __name__ == "__main__":
@@ -467,6 +488,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", type=Path, help="run the record proxy under cProfile, stats to this file"
     )
+    parser.add_argument("--runs", type=int, default=1, help="measure this many times, then print the medians")
     parser.add_argument(
         "--replay-sizes",
         type=lambda text: [int(size) for size in text.split(",")],
@@ -478,4 +500,10 @@ if __name__ == "__main__":
             parser.error(f"--replay-sizes: every size must exceed the {WARMUP_EXCHANGES} warm-up exchanges")
         asyncio.run(replay_scaling(args.replay_sizes, args.exchanges, args.format))
     else:
-        asyncio.run(main(args.exchanges, args.format, args.profile))
+        ratios = []
+        for number in range(args.runs):
+            if number:
+                print(f"\n--- run {number + 1} of {args.runs}")
+            ratios.append(asyncio.run(main(args.exchanges, args.format, args.profile)))
+        if args.runs > 1:
+            print_medians(ratios)
