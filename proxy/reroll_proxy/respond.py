@@ -2,8 +2,9 @@
 recorder's guarantee needs (see `reroll_proxy.recorder`).
 
 `ServedStep` holds what is known about a request once the engine decided to serve it; its
-`ServedStep.send_json` records and then answers, its `ServedStep.send_stream` forwards events as
-they come, holding back the stream's terminal event (``data: [DONE]``, ``message_stop``,
+`ServedStep.send_json` records and then answers, its `ServedStep.send_stream` forwards a stream
+as it comes (a live one as the upstream's own bytes, parsed for the record after they are
+written), holding back the stream's terminal event (``data: [DONE]``, ``message_stop``,
 ``response.completed``...: the API format says which) until the exchange is recorded. Replay
 and live serving differ only in the `EventSource` they stream from.
 """

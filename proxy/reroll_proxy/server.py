@@ -16,7 +16,7 @@ in constant time (`secrets.compare_digest`).
   ``/v1/responses``, ``/v1/messages``, each also without ``/v1``) — the engine decides per
   request: replay the recorded response (SSE events re-emitted in order, one write each, paced
   by ``replay_timing_factor``, when the request streams; a recorded error status as it was),
-  forward to the live upstream (streamed through event by event), or refuse with 409
+  forward to the live upstream (a stream's bytes forwarded as they arrive), or refuse with 409
   (``replay_diverged`` under the strict policy, ``replay_exhausted`` past the cut in replay-only
   mode; neither is recorded). Faults of the plan (``faults``) are injected by
   `reroll_proxy.inject`, and a replayed line that records a fault reproduces it. Every served
