@@ -195,6 +195,16 @@ def test_harbors_compose_file_becomes_image_services(tmp_path: Path) -> None:
     assert "docker-compose.services.main" in {note.field for note in task.mapped}
 
 
+def test_a_compose_file_named_yml_is_not_harbors(tmp_path: Path) -> None:
+    """Harbor and BenchFlow read ``environment/docker-compose.yaml`` only; SkillsBench's
+    react-performance-debugging ships a developer's ``docker-compose.yml`` whose ``website`` service
+    has no Dockerfile (its Dockerfile builds everything): it must not be loaded, let alone refused."""
+    compose = "services:\n  website:\n    build: ./website\n"
+    task = _task(tmp_path / "t", files={"environment/docker-compose.yml": compose, "environment/Dockerfile": "FROM x\n"})
+    assert task.compose_file is None
+    assert task.spec.environment.services == []
+
+
 @pytest.mark.parametrize(
     ("compose", "message"),
     [

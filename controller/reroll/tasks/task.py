@@ -69,8 +69,10 @@ JUDGED_TYPES = ("llm-judge", "agent-judge")
 """Verifier types whose judge is a model (the folder may then hold only a rubric)."""
 SCRIPTLESS_TYPES = (*JUDGED_TYPES, "reward-kit", "ors-episode")
 """Verifier types that score without a test.sh."""
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
-"""Harbor's compose file names in a task's ``environment/`` folder."""
+COMPOSE_FILES = ("docker-compose.yaml",)
+"""Harbor's compose file names in a task's ``environment/`` folder: Harbor and BenchFlow read
+``docker-compose.yaml`` only, so a ``docker-compose.yml`` beside it (a developer's file) is not
+the task's."""
 NATIVE_AGENT_USER = "agent"
 """The agent's user in native tasks that name none (benchflow's default ``sandbox_user``)."""
 
@@ -309,7 +311,7 @@ class Task(BaseModel):
 
     @property
     def compose_file(self) -> Path | None:
-        """Harbor's `environment/docker-compose.yaml` (or ``.yml``), if the task has one; its
+        """Harbor's `environment/docker-compose.yaml` (never ``.yml``), if the task has one; its
         services are among ``spec.environment.services`` (`reroll.tasks.manifest.compose_services`)."""
         return compose_file(self.path)
 
