@@ -131,6 +131,16 @@ def _verifier_tail(rollout: Path) -> str:
     return ""
 
 
+def classify_refusal(task: str, message: str) -> Classified:
+    """The class of task `task` that reroll refused to load (its `TaskError` `message`), so no
+    rollout ran: ``task-broken`` when the message shows the task's own files incomplete (a file it
+    names is missing), else ``reroll-defect`` (the task's harness would have run it)."""
+    first = message.strip().splitlines()[0][:300] if message.strip() else "refused (no message)"
+    evidence = f"refused when loading: {first}"
+    verdict: Verdict = "task-broken" if _BROKEN.search(message) else "reroll-defect"
+    return Classified(task, verdict, "refused", None, evidence, "")
+
+
 def classify_rollout(rollout: Path, task: str) -> Classified:
     """The class of the oracle rollout in the run folder `rollout` of task `task`.
 

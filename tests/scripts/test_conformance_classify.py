@@ -63,3 +63,12 @@ def test_a_pass_a_network_failure_and_a_missing_result(classify: ModuleType, tmp
     (tmp_path / "none").mkdir()
     missing = classify.classify_rollout(tmp_path / "none", "t")
     assert missing.verdict == "reroll-defect" and "no result.json" in missing.evidence
+
+
+def test_a_task_reroll_refuses_is_a_row_not_a_dead_job(classify: ModuleType) -> None:
+    """A refusal at load is reroll's defect unless it names a file the task lacks."""
+    refused = classify.classify_refusal("t", "t/environment/task.toml: unknown field 'x'\nmore")
+    assert (refused.verdict, refused.status) == ("reroll-defect", "refused")
+    assert refused.evidence == "refused when loading: t/environment/task.toml: unknown field 'x'"
+    broken = classify.classify_refusal("t", "COPY failed: file not found in build context: data.csv")
+    assert broken.verdict == "task-broken"
