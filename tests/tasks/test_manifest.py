@@ -200,7 +200,10 @@ def test_a_compose_file_named_yml_is_not_harbors(tmp_path: Path) -> None:
     react-performance-debugging ships a developer's ``docker-compose.yml`` whose ``website`` service
     has no Dockerfile (its Dockerfile builds everything): it must not be loaded, let alone refused."""
     compose = "services:\n  website:\n    build: ./website\n"
-    task = _task(tmp_path / "t", files={"environment/docker-compose.yml": compose, "environment/Dockerfile": "FROM x\n"})
+    task = _task(
+        tmp_path / "t",
+        files={"environment/docker-compose.yml": compose, "environment/Dockerfile": "FROM x\n"},
+    )
     assert task.compose_file is None
     assert task.spec.environment.services == []
 
