@@ -6,6 +6,9 @@ A result is one of four classes:
 - ``needs-internet``: it failed and its logs show a host out of reach: a failed DNS lookup, a
   refused or unreachable download (pip, uv/uvx, npm, git, curl, Hugging Face), or a FROM image
   of a registry or namespace of its own (``ghcr.io/org/image``, ``org/image``) that is not local.
+  A task that asks for a host credential (``GH_TOKEN``, ``OPENAI_API_KEY`` in its compose file's
+  ``environment``), which reroll refuses to pass, is ``needs-internet`` too: such a key is only of
+  use to reach a remote service (GitHub's API, OpenAI's).
   A Docker Hub official image (``python:3.12``, ``ubuntu:20.04``, ``node:20``) that is not local is
   a ``reroll-defect`` instead: reroll's catalogue could stand in for it and does not (yet).
 - ``task-broken``: it failed because the task's own files are incomplete: its Dockerfile COPYs a
@@ -51,6 +54,7 @@ NETWORK_PATTERNS: tuple[str, ...] = (
     r"pull access denied",
     r"LocalEntryNotFoundError",
     r"We couldn't connect to 'https://huggingface.co'",
+    r"asks for the host's \w+, which looks like a secret",
 )
 """Lines that show a host out of reach (DNS, TCP, a package index, a registry)."""
 

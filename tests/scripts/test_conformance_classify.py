@@ -60,6 +60,11 @@ def test_a_pass_a_network_failure_and_a_missing_result(classify: ModuleType, tmp
     assert classify.classify_rollout(_rollout(tmp_path / "ok", "", reward=1.0), "t").verdict == "pass"
     dns = _rollout(tmp_path / "dns", "pip: Temporary failure in name resolution")
     assert classify.classify_rollout(dns, "t").verdict == "needs-internet"
+    secret = _rollout(
+        tmp_path / "secret",
+        "environment.env.GH_TOKEN asks for the host's GH_TOKEN, which looks like a secret: reroll never passes",
+    )
+    assert classify.classify_rollout(secret, "t").verdict == "needs-internet"
     (tmp_path / "none").mkdir()
     missing = classify.classify_rollout(tmp_path / "none", "t")
     assert missing.verdict == "reroll-defect" and "no result.json" in missing.evidence
