@@ -62,7 +62,7 @@ def test_a_pass_a_network_failure_and_a_missing_result(classify: ModuleType, tmp
     assert classify.classify_rollout(dns, "t").verdict == "needs-internet"
     secret = _rollout(
         tmp_path / "secret",
-        "environment.env.GH_TOKEN asks for the host's GH_TOKEN, which looks like a secret: reroll never passes",
+        "environment.env.GH_TOKEN asks for the host's GH_TOKEN, which looks like a secret: reroll never",
     )
     assert classify.classify_rollout(secret, "t").verdict == "needs-internet"
     (tmp_path / "none").mkdir()
