@@ -4,7 +4,7 @@ A result is one of four classes:
 
 - ``pass``: the rollout ended ``ok`` with the oracle's reward (``rewards.reward`` of 1.0 or more).
 - ``needs-internet``: it failed and its logs show a host out of reach: a failed DNS lookup, a
-  refused or unreachable download (pip, uv/uvx, npm, git, curl, Hugging Face), or a FROM image
+  refused or unreachable download (pip, uv/uvx, npm, git, curl, Hugging Face, R's CRAN), or a FROM image
   of a registry or namespace of its own (``ghcr.io/org/image``, ``org/image``) that is not local.
   A task that asks for a host credential (``GH_TOKEN``, ``OPENAI_API_KEY`` in its compose file's
   ``environment``), which reroll refuses to pass, is ``needs-internet`` too: such a key is only of
@@ -54,6 +54,8 @@ NETWORK_PATTERNS: tuple[str, ...] = (
     r"pull access denied",
     r"LocalEntryNotFoundError",
     r"We couldn't connect to 'https://huggingface.co'",
+    r"unable to access index for repository",
+    r"cannot open URL '?https?://",
     r"asks for the host's \w+, which looks like a secret",
 )
 """Lines that show a host out of reach (DNS, TCP, a package index, a registry)."""

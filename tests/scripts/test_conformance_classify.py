@@ -60,6 +60,13 @@ def test_a_pass_a_network_failure_and_a_missing_result(classify: ModuleType, tmp
     assert classify.classify_rollout(_rollout(tmp_path / "ok", "", reward=1.0), "t").verdict == "pass"
     dns = _rollout(tmp_path / "dns", "pip: Temporary failure in name resolution")
     assert classify.classify_rollout(dns, "t").verdict == "needs-internet"
+    cran = _rollout(tmp_path / "cran", "agent exited with code 1: there is no package called 'remotes'")
+    (cran / "agent").mkdir()
+    (cran / "agent" / "output.log").write_text(
+        "Warning: unable to access index for repository https://cloud.r-project.org/src/contrib:\n"
+        "  cannot open URL 'https://cloud.r-project.org/src/contrib/PACKAGES'\n"
+    )
+    assert classify.classify_rollout(cran, "t").verdict == "needs-internet"
     secret = _rollout(
         tmp_path / "secret",
         "environment.env.GH_TOKEN asks for the host's GH_TOKEN, which looks like a secret: reroll never",
