@@ -219,6 +219,24 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
         await orphan.stop()
 
 
+def test_prune_spares_a_build_step_of_a_managed_image() -> None:
+    """A ``docker build`` FROM one of reroll's images runs each step in a container that inherits
+    the image's ``reroll.managed`` label (the build's own labels reach only the committed image),
+    with no run id and no owner: a prune by another process (another job, a test) killed such
+    steps (exit 137, seen on two SkillsBench/Terminal-Bench builds of a conformance run)."""
+    with contextlib.closing(docker.from_env()) as engine:
+        step = engine.containers.run("reroll/base:bookworm", ["sleep", "60"], detach=True, remove=True)
+        try:
+            assert step.labels.get("reroll.managed") == "1"  # as a build step's
+            removed = prune()
+            assert step.name not in removed["containers"]
+            step.reload()
+            assert step.status == "running"
+        finally:
+            with contextlib.suppress(docker.errors.NotFound):
+                step.remove(force=True)
+
+
 async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tmp_path: Path) -> None:
     task_dir = tmp_path / "broken"
     (task_dir / "environment").mkdir(parents=True)

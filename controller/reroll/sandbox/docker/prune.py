@@ -89,8 +89,11 @@ class _Sweep:
         return self.spare_live and owner_runs((labels or {}).get(OWNER_LABEL))
 
     def containers(self) -> None:
-        """Remove the containers, keeping live rollouts' (and noting what they use)."""
-        for container in self.engine.containers.list(all=True, filters=self.filters):
+        """Remove the containers, keeping live rollouts' (and noting what they use). Only those
+        reroll started (they carry a run id): a ``docker build`` step FROM one of reroll's images
+        inherits its ``reroll.managed`` label, and belongs to a build that may still run."""
+        filters = {"label": [*self.filters["label"], RUN_ID_LABEL]}
+        for container in self.engine.containers.list(all=True, filters=filters):
             name = container.name or container.id or ""
             if self._live(container.labels):
                 self.removed["kept"].append(name)
