@@ -60,6 +60,13 @@ def test_a_pass_a_network_failure_and_a_missing_result(classify: ModuleType, tmp
     assert classify.classify_rollout(_rollout(tmp_path / "ok", "", reward=1.0), "t").verdict == "pass"
     dns = _rollout(tmp_path / "dns", "pip: Temporary failure in name resolution")
     assert classify.classify_rollout(dns, "t").verdict == "needs-internet"
+    ghcr = _rollout(
+        tmp_path / "ghcr",
+        "docker build of t/environment/Dockerfile failed: "
+        "invalid from flag value ghcr.io/astral-sh/uv:0.8.15: "
+        'Get "https://ghcr.io/v2/": dial tcp: lookup ghcr.io on 10.255.255.53:53: no such host',
+    )
+    assert classify.classify_rollout(ghcr, "t").verdict == "needs-internet"  # a COPY --from image
     cran = _rollout(tmp_path / "cran", "agent exited with code 1: there is no package called 'remotes'")
     (cran / "agent").mkdir()
     (cran / "agent" / "output.log").write_text(
