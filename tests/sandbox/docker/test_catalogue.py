@@ -27,6 +27,7 @@ def test_catalogue_variant_knows_public_bases_under_every_spelling() -> None:
     assert catalogue_variant("library/debian:13") == "trixie"
     assert catalogue_variant("python:3.12-slim") is None  # no equal here: the user maps it
     assert catalogue_variant("ubuntu:20.04") is None
+    assert catalogue_variant("debian:bullseye-slim") == catalogue_variant("debian:11") == "bullseye"
     assert set(PUBLIC_BASES.values()) | {v for v in CATALOGUE if python_minor(v)} == set(CATALOGUE)
 
 
@@ -63,6 +64,8 @@ def test_a_catalogue_tag_changes_with_its_recipe() -> None:
         ("python:3.11-slim-bookworm", "bookworm-python"),
         ("python:3.11-bullseye", "bookworm-python"),
         ("library/python:3.11.9", "bookworm-python"),
+        ("python:3.9.19-slim", "bullseye-python"),  # SkillsBench's lab-unit-harmonization
+        ("python:3.9", "bullseye-python"),
         ("python:3.12-slim", None),
         ("python:3.10", None),
         ("python:3", None),
@@ -74,7 +77,7 @@ def test_every_python_3_x_form_is_stood_in_for_by_the_catalogue_image_of_its_min
 ) -> None:
     assert catalogue_variant(image) == variant
     if variant is not None:
-        assert python_minor(variant) == image.split(":")[1][:4]
+        assert python_minor(variant) == ".".join(image.split(":")[1].split("-")[0].split(".")[:2])
 
 
 @pytest.mark.parametrize(
@@ -83,6 +86,7 @@ def test_every_python_3_x_form_is_stood_in_for_by_the_catalogue_image_of_its_min
         ("python:3.12-slim", "", "reroll/debian:trixie-python"),  # the nearest minor not older
         ("python:3.14-slim", "", "reroll/debian:trixie-python"),  # else the newest
         ("python:3.10", "", "reroll/debian:bookworm-python"),
+        ("python:3.8", "", "reroll/debian:bullseye-python"),
         ("ubuntu:20.04", "RUN pip install numpy==1.26.4\n", "reroll/debian:bookworm-python"),
         ("ubuntu:20.04", "RUN apt-get install -y python3-pip\n", "reroll/debian:bookworm-python"),
         ("example.invalid/x:1", "RUN python3 -m venv /venv\n", "reroll/debian:bookworm-python"),

@@ -2,9 +2,9 @@
 maps to one (no registry needed; `reroll.sandbox.docker.images` builds them).
 
 - `CATALOGUE`: ``reroll/debian:<variant>-<hash>`` (alias ``reroll/debian:<variant>``), Debian
-  bookworm and trixie, each without Python (minbase and CA certificates) and with it (``python3``,
-  venv, pip, ``python`` on PATH, pip allowed to install system-wide as in the official ``python``
-  images), and bookworm whose pip installs system-wide (``bookworm-pip-system``).
+  bullseye (Python 3.9), bookworm and trixie, each without Python (minbase and CA certificates)
+  and with it (``python3``, venv, pip, ``python`` on PATH, pip allowed to install system-wide as
+  in the official ``python`` images), and bookworm whose pip installs system-wide (``bookworm-pip-system``).
 - `PUBLIC_BASES`: the public bases (``debian:trixie-slim``, ``ubuntu:24.04``…) each stands in for.
 
 Nothing here talks to Docker: these are the decisions, tested without it.
@@ -64,6 +64,8 @@ CATALOGUE: dict[str, Recipe] = {
     "bookworm-pip-system": Recipe(
         "bookworm", ("ca-certificates",), pip_config="[global]\nbreak-system-packages = true\n"
     ),
+    "bullseye": Recipe("bullseye", ("ca-certificates",)),
+    "bullseye-python": Recipe("bullseye", _WITH_PYTHON, python=True),
 }
 """The local catalogue, by variant: ``reroll/debian:<variant>``, built with debootstrap on first use.
 ``bookworm-pip-system`` is ``bookworm`` whose pip installs system-wide without
@@ -85,6 +87,10 @@ PUBLIC_BASES: dict[str, str] = {
         ),
         "trixie",
     ),
+    **dict.fromkeys(
+        ("debian:bullseye", "debian:bullseye-slim", "debian:11", "debian:11-slim", "debian:oldoldstable"),
+        "bullseye",
+    ),
     **dict.fromkeys(("ubuntu:24.04", "ubuntu:noble"), "bookworm"),
     **dict.fromkeys(("ubuntu:22.04", "ubuntu:jammy"), "bookworm-pip-system"),
 }
@@ -98,10 +104,10 @@ few package names differ), its ``python3`` is 3.11 where Ubuntu 24.04 has 3.12 a
 3.10 (wheels pinned for those mostly exist for 3.11 too; trixie's 3.13 lacks many older pins),
 and pip refuses system installs without ``--break-system-packages`` (PEP 668) as on 24.04, but
 not for ``ubuntu:22.04``, as there (see `CATALOGUE`). Other bases (``ubuntu:20.04``,
-``python:3.12``) have no equal: map them yourself (``--image-map``; `suggested_target` says to
-what)."""
+``python:3.10``, ``python:3.12``) have no equal: map them yourself (``--image-map``;
+`suggested_target` says to what)."""
 
-SUITE_PYTHON: dict[str, str] = {"bookworm": "3.11", "trixie": "3.13"}
+SUITE_PYTHON: dict[str, str] = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
 """The CPython minor version of each Debian suite's ``python3`` (what a catalogue image with
 Python carries; its build labels the image ``reroll.python`` with what it found)."""
 
