@@ -27,9 +27,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", "<br>") or "-"
 
 
-def markdown(results: Sequence[Classified], *, commit: str, sandbox: str, command: str) -> str:
+def markdown(
+    results: Sequence[Classified], *, commit: str, sandbox: str, command: str, about: str = ""
+) -> str:
     """The docs page (``docs/conformance.md``): the totals per class, the headline and one row per
-    task with its class and evidence, stamped with the commit and the command that measured it."""
+    task with its class and evidence, stamped with the commit and the command that measured it;
+    `about` (Markdown: which sample, which runs) follows the header."""
     counts = totals(results)
     lines = [
         "# Conformance: the oracle over public tasks",
@@ -38,6 +41,7 @@ def markdown(results: Sequence[Classified], *, commit: str, sandbox: str, comman
         "",
         f"    {command}",
         "",
+        *([about.strip(), ""] if about.strip() else []),
         "Each task's reference solution runs as its agent (`--agent oracle`); a task passes when its",
         "verifier gives the oracle's reward (1.0). Failures are classified from their logs",
         "(`scripts/conformance/classify.py`): a host out of reach (DNS, a package index, a registry)",
