@@ -54,6 +54,7 @@ NETWORK_PATTERNS: tuple[str, ...] = (
     r"pull access denied",
     r"LocalEntryNotFoundError",
     r"We couldn't connect to 'https://huggingface.co'",
+    r"wget [^']*https?://[^']*' returned a non-zero code: 4\b",
     r"dial tcp: lookup \S+ on \S+: no such host",
     r"unable to access index for repository",
     r"cannot open URL '?https?://",

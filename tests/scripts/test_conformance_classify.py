@@ -67,6 +67,12 @@ def test_a_pass_a_network_failure_and_a_missing_result(classify: ModuleType, tmp
         'Get "https://ghcr.io/v2/": dial tcp: lookup ghcr.io on 10.255.255.53:53: no such host',
     )
     assert classify.classify_rollout(ghcr, "t").verdict == "needs-internet"  # a COPY --from image
+    wget = _rollout(  # wget -q prints nothing; its status 4 is "network failure"
+        tmp_path / "wget",
+        "docker build of t/environment/Dockerfile failed: The command '/bin/sh -c wget -q "
+        "https://dl-cdn.alpinelinux.org/alpine/a.iso -O /app/a.iso' returned a non-zero code: 4",
+    )
+    assert classify.classify_rollout(wget, "t").verdict == "needs-internet"
     cran = _rollout(tmp_path / "cran", "agent exited with code 1: there is no package called 'remotes'")
     (cran / "agent").mkdir()
     (cran / "agent" / "output.log").write_text(
