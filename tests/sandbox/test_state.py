@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from reroll.rollout.lifecycle import sandbox_env
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import Sandbox, create_sandbox
 from reroll.sandbox.state import digest_paths, query_state, restore_state, snapshot_state
 from reroll.tasks.environment import StateSpec
@@ -27,7 +28,7 @@ print(connection.execute("select x from m order by x").fetchall())
 
 @pytest.fixture
 async def sandbox(task: Task) -> AsyncIterator[Sandbox]:
-    async with create_sandbox("local", task, "state") as started:
+    async with create_sandbox("local", sandbox_spec(task), "state") as started:
         yield started
 
 

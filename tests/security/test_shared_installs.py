@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from reroll.agents import AgentSpec
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.installs import InstallStore, provide_runtime
 from reroll.sandbox.python_runtime import host_python
 from reroll.tasks.task import load_task
@@ -245,7 +246,9 @@ async def test_the_python_runtime_is_an_install_of_its_own_checked_and_uploaded_
 
     task = load_task(EXAMPLES / "hello-file")
     sandbox = DockerSandbox(
-        task, f"runtime-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm")
+        sandbox_spec(task),
+        f"runtime-{uuid.uuid4().hex[:8]}",
+        DockerSandboxConfig(image="reroll/base:bookworm"),
     )
     said: list[str] = []
     await sandbox.start()

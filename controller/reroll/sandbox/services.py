@@ -112,9 +112,9 @@ class ServiceProcess(Protocol):
 class SiblingServices(Protocol):
     """A sandbox backend that runs image services as sibling containers (the docker backend)."""
 
-    async def start_sibling(self, spec: ServiceSpec, env: Mapping[str, str]) -> ServiceProcess:
-        """Start `spec` (it has an ``image`` or a ``build``, built when the sandbox started) on
-        the sandbox's network, reachable by its name,
+    async def start_sibling(self, name: str, env: Mapping[str, str]) -> ServiceProcess:
+        """Start the sandbox spec's sibling service `name` (it has an ``image`` or a ``build``,
+        built when the sandbox started) on the sandbox's network, reachable by its name,
         under the sandbox's limits and labels, with `env` as its environment.
 
         Raises:
@@ -330,7 +330,7 @@ class Environment:
             return
         assert isinstance(self.sandbox, SiblingServices)
         self.records[service.name] = self._record(service.name, "image", service.describe_probe())
-        self.processes[service.name] = await self.sandbox.start_sibling(service, env)
+        self.processes[service.name] = await self.sandbox.start_sibling(service.name, env)
 
     async def _start_process(
         self, name: str, command: str, workdir: str | None, env: dict[str, str], probe: str

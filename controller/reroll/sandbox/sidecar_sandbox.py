@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar, Self, Unpack
 
 from reroll_contracts.errors import SandboxError
+from reroll_contracts.hardening import HardeningOptions
 
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.results import (
@@ -27,7 +28,6 @@ from reroll.sandbox.results import (
 )
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT
 from reroll.sandbox.sidecar_client import SidecarClient
-from reroll.tasks.task import HardeningOptions
 
 
 class SidecarSandbox(abc.ABC):

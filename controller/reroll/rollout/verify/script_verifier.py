@@ -47,6 +47,7 @@ from reroll_contracts.errors import (
     VerifierError,
     VerifyLeftoverError,
 )
+from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
 from reroll.agents import AgentSpec
@@ -57,7 +58,7 @@ from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcom
 from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.rubric import COMMAND_SCRIPT, command_files, task_policy
-from reroll.tasks.task import HardeningOptions, Task
+from reroll.tasks.task import Task
 
 TEST_SCRIPT = "test.sh"
 PYTEST_REPORT_FILE = "pytest-report.txt"
