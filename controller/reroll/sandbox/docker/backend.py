@@ -103,8 +103,7 @@ from reroll.sandbox.docker.networks import (
 )
 from reroll.sandbox.docker.prune import prune as prune_leftovers
 from reroll.sandbox.docker.siblings import SiblingContainer, run_sibling
-from reroll.sandbox.installs import InstallStore
-from reroll.sandbox.services import ServiceProcess
+from reroll.sandbox.seam import InstallFolders, ServiceProcess
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec, SiblingService
@@ -369,8 +368,8 @@ class DockerSandbox(SidecarSandbox):
             volumes[target] = name
         return volumes
 
-    async def install_store(self) -> InstallStore:
-        """See `reroll.sandbox.installs.SharedInstalls`: `AGENTS_VOLUME` and `MANIFESTS_VOLUME`
+    async def install_store(self) -> InstallFolders:
+        """See `reroll.sandbox.seam.SharedInstalls`: `AGENTS_VOLUME` and `MANIFESTS_VOLUME`
         at their host folders, each made when missing.
 
         Raises:
@@ -381,7 +380,7 @@ class DockerSandbox(SidecarSandbox):
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[DockerSandbox]:
-        """See `reroll.sandbox.installs.SharedInstalls`: an install container of this rollout's
+        """See `reroll.sandbox.seam.SharedInstalls`: an install container of this rollout's
         image (labelled ``reroll.role=install`` and with this rollout's run id), removed at the end.
 
         Raises:
@@ -455,7 +454,7 @@ class DockerSandbox(SidecarSandbox):
                 await asyncio.to_thread(network.disconnect, self.container, force=True)
 
     async def start_sibling(self, name: str, env: Mapping[str, str]) -> ServiceProcess:
-        """See `reroll.sandbox.base.SiblingServices`: a container of the spec's sibling `name`:
+        """See `reroll.sandbox.seam.SiblingServices`: a container of the spec's sibling `name`:
         of the image built for its ``build`` by `start`, else of its ``image`` (pulled when not
         local), on the sandbox's network under the alias `name`, with the spec's cpus, memory and
         pids limits and the sandbox's labels (``reroll.role=service``), as the image's user; its
@@ -480,7 +479,7 @@ class DockerSandbox(SidecarSandbox):
         return SiblingContainer(container)
 
     async def image_command(self) -> list[str]:
-        """See `reroll.sandbox.services.SiblingServices`: the image's ENTRYPOINT and CMD."""
+        """See `reroll.sandbox.seam.SiblingServices`: the image's ENTRYPOINT and CMD."""
         config = (await asyncio.to_thread(self._engine.images.get, self._image)).attrs.get("Config") or {}
         return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
 

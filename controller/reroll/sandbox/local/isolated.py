@@ -65,7 +65,6 @@ from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
-from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
@@ -83,6 +82,7 @@ from reroll.sandbox.local.rootview import (
     system_args,
     write_id_maps,
 )
+from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
@@ -252,9 +252,9 @@ class IsolatedSandbox(SidecarSandbox):
         async with self._forwarder.connect_proxy() as url:
             yield env | {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
 
-    async def install_store(self) -> InstallStore:
-        """See `reroll.sandbox.installs.SharedInstalls`: `local_install_store`."""
-        return local_install_store()
+    async def install_store(self) -> InstallFolders:
+        """See `reroll.sandbox.seam.SharedInstalls`: `local_install_folders`."""
+        return local_install_folders()
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[IsolatedSandbox]:

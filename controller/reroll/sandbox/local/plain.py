@@ -33,7 +33,7 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SandboxLayout
-from reroll.sandbox.installs import InstallStore, local_install_store
+from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
 
@@ -106,14 +106,14 @@ class LocalSandbox(SidecarSandbox):
         """None: the local sandbox enforces no resource limits."""
         return []
 
-    async def install_store(self) -> InstallStore:
-        """See `reroll.sandbox.installs.SharedInstalls`: `local_install_store` (checked before
+    async def install_store(self) -> InstallFolders:
+        """See `reroll.sandbox.seam.SharedInstalls`: `local_install_folders` (checked before
         each use; this backend does not stop the agent, our own user, from writing there)."""
-        return local_install_store()
+        return local_install_folders()
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[LocalSandbox]:
-        """See `reroll.sandbox.installs.SharedInstalls`: this sandbox itself (it isolates nothing)."""
+        """See `reroll.sandbox.seam.SharedInstalls`: this sandbox itself (it isolates nothing)."""
         yield self
 
     @contextlib.asynccontextmanager
