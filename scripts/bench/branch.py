@@ -33,6 +33,7 @@ from typing import TypeVar
 
 import yaml
 from reroll.agents import AGENTS_FILE_ENV
+from reroll.environment.state import restore_state, snapshot_state
 from reroll.jobs.branch import Via, branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
@@ -40,7 +41,6 @@ from reroll.rollout.lifecycle import sandbox_env
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.base import create_sandbox
-from reroll.sandbox.state import restore_state, snapshot_state
 from reroll.settings import RolloutSettings
 from reroll.tasks.environment import StateSpec
 from reroll.tasks.task import load_task

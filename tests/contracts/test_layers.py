@@ -14,10 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CONTROLLER = ROOT / "controller" / "reroll"
 LAYERS: dict[str, int] = {
-    "cli": 8,
-    "conformance": 7,
-    "jobs": 7,
-    "rollout": 6,
+    "cli": 9,
+    "conformance": 8,
+    "jobs": 8,
+    "rollout": 7,
+    "environment": 6,
+    "installs": 6,
     "settings": 5,
     "sandbox": 5,
     "host": 5,

@@ -40,7 +40,7 @@ class SidecarSandbox(abc.ABC):
 
     sidecar_program: ClassVar[tuple[str, ...]] = tuple(ENTRYPOINT)
     """The sidecar's program as the sandbox's processes run it (its ``probe`` command probes a
-    service's URL or port from inside the sandbox: `reroll.sandbox.services`): the bundle mounted
+    service's URL or port from inside the sandbox: `reroll.environment.services`): the bundle mounted
     at ``/opt/reroll-sidecar``."""
 
     def __init__(self, layout: SandboxLayout, label: str) -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from reroll.environment.services import Environment
 from reroll.rollout.lifecycle import sandbox_env
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.backend import DockerSandbox
 from reroll.sandbox.docker.prune import prune
-from reroll.sandbox.services import Environment
 from reroll.tasks.task import Task, load_task
 
 from tests.conftest import labelled_containers
@@ -197,7 +197,7 @@ async def test_prune_removes_the_services_of_a_killed_controller(tmp_path: Path)
 def test_the_verifier_queries_a_live_command_service_while_the_agents_processes_are_dead(
     tmp_path: Path,
 ) -> None:
-    """As on `local` (tests/sandbox/test_services.py): the command service in the container
+    """As on `local` (tests/environment/test_services.py): the command service in the container
     outlives the agent's quiesce and the verify's hardening, the agent's tamperer and impostor
     of the service do not — here the agent may gain root through a setuid program (no
     ``no-new-privileges``), which the quiesce by descent kills too."""

@@ -33,7 +33,7 @@ the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (un
 when the image lacks it) for native tasks, the image's USER (root when unset) for legacy ones, or
 ``agent.user`` — and the sidecar itself always runs as root.
 
-Shared installs (`reroll.sandbox.installs`): agents and the Python runtime are installed once into
+Shared installs (`reroll.installs.store`): agents and the Python runtime are installed once into
 the volume ``reroll-agents``, mounted read-only at ``/opt/reroll-agents`` in every rollout's
 container, so not even its root can change what later rollouts run. Installs are made in a
 short-lived *install container* of their own (`DockerSandbox.installer`: the same image, the
@@ -42,7 +42,7 @@ only the install script. Their manifests are in the volume ``reroll-agents-manif
 container mounts; the controller reads both volumes at their host folders (a local engine, as
 the sized file systems need already). `prune` keeps both volumes.
 
-Services (`reroll.sandbox.services`): the task's image services are sibling containers
+Services (`reroll.environment.services`): the task's image services are sibling containers
 (`DockerSandbox.start_sibling`, labelled ``reroll.role=service``; a service with a ``build`` runs
 the image `start` built for it, `reroll.sandbox.docker.images.service_image`) on the rollout's network under
 their names, with the task's cpus, memory and pids limits; such a rollout always has a network of

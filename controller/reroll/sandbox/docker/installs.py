@@ -1,4 +1,4 @@
-"""The docker backend's shared installs (`reroll.sandbox.installs`): the volumes `AGENTS_VOLUME`
+"""The docker backend's shared installs (`reroll.installs.store`): the volumes `AGENTS_VOLUME`
 and `MANIFESTS_VOLUME`, read at their host folders.
 """
 

@@ -1,4 +1,4 @@
-"""A task's image services as sibling containers of the rollout's (`reroll.sandbox.services`):
+"""A task's image services as sibling containers of the rollout's (`reroll.environment.services`):
 started on the rollout's network under their names, with the task's limits (`run_sibling`), and
 watched and stopped through `SiblingContainer`.
 """
@@ -87,7 +87,7 @@ def run_sibling(
 
 class SiblingContainer:
     """A service's sibling container (`DockerSandbox.start_sibling`), as a
-    `reroll.sandbox.services.ServiceProcess`."""
+    `reroll.sandbox.seam.ServiceProcess`."""
 
     def __init__(self, container: Container) -> None:
         self.container = container

@@ -54,8 +54,8 @@ from pathlib import Path
 from reroll_contracts.errors import AgentInstallError
 
 from reroll.cache import cache_dir
+from reroll.installs.python_runtime import host_python, provide_python, runtime_key
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.python_runtime import host_python, provide_python, runtime_key
 from reroll.sandbox.seam import InstallFolders, SharedInstalls
 
 MANIFEST_FORMAT = 1
@@ -379,7 +379,7 @@ async def _install_in_place(sandbox: Sandbox, unit: str, install: Install, log: 
 async def provide_runtime(
     installer: Sandbox, version: str, env: dict[str, str], log: Log = logger.info
 ) -> tuple[str, list[str]]:
-    """`reroll.sandbox.python_runtime.provide_python` in an installer, with the runtime uploaded
+    """`reroll.installs.python_runtime.provide_python` in an installer, with the runtime uploaded
     into the store as a unit of its own: checked (and discarded when refused) before it is used,
     its manifest recorded after an upload.
 
