@@ -87,12 +87,13 @@ def _repository_path(text: str) -> Path | None:
         if text.endswith((".py", "/")) or (PACKAGES[first] / rest.split("/")[0]).exists():
             return PACKAGES[first] / rest
         return None
+    # docs/architecture.md: paths below controller/reroll/; a folder path whose next folder is not
+    # the package's is a task's (`environment/workspace/`, beside `reroll.environment`)
     package = PACKAGES["reroll"] / first
-    if (package / "__init__.py").is_file() and text.endswith((".py", "/")):
-        # docs/architecture.md: paths below controller/reroll/; a folder path whose next folder is
-        # not the package's is a task's (`environment/workspace/`, beside `reroll.environment`)
-        if text.endswith(".py") or (package / rest.split("/")[0]).exists():
-            return PACKAGES["reroll"] / text
+    if (package / "__init__.py").is_file() and (
+        text.endswith(".py") or (text.endswith("/") and (package / rest.split("/")[0]).exists())
+    ):
+        return PACKAGES["reroll"] / text
     return None
 
 
