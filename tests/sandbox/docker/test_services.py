@@ -24,8 +24,8 @@ from reroll.sandbox.docker.prune import prune
 from reroll.tasks.task import Task, load_task
 
 from tests.conftest import labelled_containers
+from tests.environment.test_services import live_service_run
 from tests.sandbox.docker.test_backend import CONNECT_SCRIPT
-from tests.sandbox.test_services import live_service_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 REROLL = str(Path(sys.executable).parent / "reroll")
