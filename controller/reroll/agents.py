@@ -49,7 +49,7 @@ class AgentSpec(BaseModel):
     """A CPython version (``3.12``) the install script makes its venv with, given to it as
     ``$REROLL_PYTHON``: the host's (local sandbox), or a relocatable copy of the host's uploaded
     into the agents folder, else the sandbox's own ``python3.12`` if it has venv and ensurepip
-    (see `reroll.sandbox.python_runtime`); so the install needs nothing of the task image's Python."""
+    (see `reroll.installs.python_runtime`); so the install needs nothing of the task image's Python."""
     launch: str
     """Shell command that runs the agent headless in the workspace until it finishes."""
     resume: str | None = None

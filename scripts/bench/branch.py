@@ -33,13 +33,14 @@ from typing import TypeVar
 
 import yaml
 from reroll.agents import AGENTS_FILE_ENV
+from reroll.environment.state import restore_state, snapshot_state
 from reroll.jobs.branch import Via, branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.lifecycle import sandbox_env
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.base import create_sandbox
-from reroll.sandbox.state import restore_state, snapshot_state
 from reroll.settings import RolloutSettings
 from reroll.tasks.environment import StateSpec
 from reroll.tasks.task import load_task
@@ -93,7 +94,7 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
     """Seconds of a snapshot and of a restore of a `megabytes` MB SQLite database, and its size."""
     task = load_task(TASK)
     spec = StateSpec(kind="sqlite", paths=["/tmp/bench/big.db"])
-    async with create_sandbox(sandbox_name, task, "bench-state") as sandbox:
+    async with create_sandbox(sandbox_name, sandbox_spec(task), "bench-state") as sandbox:
         env = sandbox_env(sandbox)
         made = await sandbox.exec(["sh", "-c", "mkdir -p /tmp/bench"], env=env)
         filled = await sandbox.exec(["python3", "-c", FILL_DB, spec.paths[0], str(megabytes)], env=env)

@@ -1,5 +1,5 @@
 """``reroll-sidecar probe TARGET [--timeout SECONDS]``: one readiness probe of a task's service,
-run inside the sandbox (its network namespace) by the controller (`reroll.sandbox.services`), so
+run inside the sandbox (its network namespace) by the controller (`reroll.environment.services`), so
 it needs no tool of the image (a busybox image has no curl).
 
 TARGET is ``http://HOST:PORT/PATH`` (or ``https://``): healthy when a GET answers 2xx (redirects

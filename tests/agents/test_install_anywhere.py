@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.python_runtime import host_python
+from reroll.installs.python_runtime import host_python
 
 from tests.e2e.test_main_job import only_folder, read_json, reroll
 

@@ -2,7 +2,7 @@
 sandbox and once in `docker` (`tests.agents.e2e`).
 
 OpenHands needs Python 3.12 exactly: the local sandbox uses the host's (pyenv's), docker a
-relocatable copy of it uploaded once into the agents volume (`reroll.sandbox.python_runtime`),
+relocatable copy of it uploaded once into the agents volume (`reroll.installs.python_runtime`),
 since reroll's image has Debian bookworm's 3.11. It calls its own tools (``terminal``,
 ``finish``) over Chat Completions; its system prompt carries a datetime with microseconds and
 every request a random ``prompt_cache_key`` (both declared volatile). The install (~750 MB)
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.python_runtime import host_python
+from reroll.installs.python_runtime import host_python
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
 from tests.agents.e2e import record_until_stalled, strict_rebuild

@@ -18,6 +18,8 @@ LAYERS: dict[str, int] = {
     "conformance": 7,
     "jobs": 7,
     "rollout": 6,
+    "environment": 5,
+    "installs": 5,
     "settings": 5,
     "sandbox": 5,
     "host": 5,
@@ -34,7 +36,13 @@ LAYERS: dict[str, int] = {
 """Controller packages and top-level modules → layer; a module may import its own layer's
 packages only where noted in `SAME_LAYER`, lower layers always. view and export read run
 folders: they sit just above runfolder, neither importing the other nor the rollout stack."""
-SAME_LAYER = {("models", "host"), ("sandbox", "host"), ("settings", "models")}
+SAME_LAYER = {
+    ("models", "host"),
+    ("sandbox", "host"),
+    ("settings", "models"),
+    ("environment", "sandbox"),
+    ("installs", "sandbox"),
+}
 PROXY_LAUNCHERS = {"host/llm_proxy.py", "host/intercept.py"}
 """The controller modules that start the LLM proxy's process (``python -m reroll_proxy``, the
 mitmproxy addon file of its package): the only ones that may name `reroll_proxy`. Every other

@@ -3,7 +3,7 @@ without its page fails here, naming the page and the line.
 
 Read are the code spans (between backticks) of README.md and docs/*.md that name something of
 this repository: a path from the top (``controller/reroll/cli/app.py``, ``tests/e2e/``), a path
-inside an import package (``reroll/sandbox/installs.py``, ``reroll_contracts/wire/``) or a dotted
+inside an import package (``reroll/installs/store.py``, ``reroll_contracts/wire/``) or a dotted
 module name (``reroll.rollout.start``, ``reroll.RolloutSettings``: the last part may be a name the
 module defines). Paths relative to a task (``tests/test.sh``) and image names
 (``reroll/base:bookworm``) are not of the repository and are left alone.
@@ -87,8 +87,13 @@ def _repository_path(text: str) -> Path | None:
         if text.endswith((".py", "/")) or (PACKAGES[first] / rest.split("/")[0]).exists():
             return PACKAGES[first] / rest
         return None
-    if (PACKAGES["reroll"] / first / "__init__.py").is_file() and text.endswith((".py", "/")):
-        return PACKAGES["reroll"] / text  # docs/architecture.md: paths below controller/reroll/
+    # docs/architecture.md: paths below controller/reroll/; a folder path whose next folder is not
+    # the package's is a task's (`environment/workspace/`, beside `reroll.environment`)
+    package = PACKAGES["reroll"] / first
+    if (package / "__init__.py").is_file() and (
+        text.endswith(".py") or (text.endswith("/") and (package / rest.split("/")[0]).exists())
+    ):
+        return PACKAGES["reroll"] / text
     return None
 
 
@@ -126,7 +131,7 @@ def test_every_path_and_module_the_pages_name_exists() -> None:
     [
         ("controller/reroll/cli/app.py", False),
         ("controller/reroll/cli/gone.py", True),
-        ("reroll/sandbox/installs.py", False),
+        ("reroll/installs/store.py", False),
         ("reroll/tasks.py", True),
         ("reroll_contracts/wire/", False),
         ("reroll_proxy/formats/", True),
@@ -144,6 +149,9 @@ def test_every_path_and_module_the_pages_name_exists() -> None:
         ("rollout/start.py:start_rollout", False),
         ("rollout/start.py:begin_rollout", True),
         ("rollout/started.py", True),
+        ("sandbox/local/", False),
+        ("sandbox/gone/plain.py", True),
+        ("environment/workspace/", False),  # a task's folder, not below reroll.environment
         ("trajectory/llm_trajectory.jsonl", False),
         ("/etc/reroll/skills/", False),
         ("reroll_proxy.exchange", True),

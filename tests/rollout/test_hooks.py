@@ -32,7 +32,7 @@ FEATURES = (
     "reroll.rollout.verify.judge",
     "reroll.rollout.verify.agent_judge",
     "reroll.rollout.turns.persona",
-    "reroll.sandbox.services",
+    "reroll.environment.services",
     "reroll.host.intercept",
     "reroll.runfolder.store",
     "reroll.tasks.skills",

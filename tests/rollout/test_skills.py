@@ -21,6 +21,7 @@ import pytest
 from reroll.agents import get_agent
 from reroll.export.atif import run_to_atif
 from reroll.export.verifiers import run_to_record
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.rollout.skills import SceneSkills, creator_skills_dir, select_skills
 from reroll.runfolder.run import load_run_folder
 from reroll.tasks.task import load_task
@@ -206,7 +207,7 @@ def test_a_no_skill_image_is_built_without_the_skills(docker_images: str) -> Non
     with contextlib.closing(docker.from_env()) as client:
         base = ensure_images(client).base
         for hidden in (False, True):
-            image = task_image(client, with_skills_hidden(task, hidden), base)
+            image = task_image(client, sandbox_spec(with_skills_hidden(task, hidden)), base)
             listing[hidden] = client.containers.run(
                 image, ["sh", "-c", "ls /opt/image-skills 2>&1; ls /app"], remove=True
             ).decode()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import NoSettings, create_sandbox, load_backend
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.local.isolated import IsolatedSandboxConfig, local_sandbox
 from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
+from reroll.sandbox.spec import SandboxSpec
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxBackendError
 
@@ -22,7 +24,7 @@ def test_a_built_in_name_loads_its_backend_and_the_model_of_its_settings() -> No
 
 
 async def test_a_backend_is_constructed_with_its_validated_settings(task: Task) -> None:
-    sandbox = create_sandbox("local-plain", task, "configured", {"ready_timeout_seconds": 7})
+    sandbox = create_sandbox("local-plain", sandbox_spec(task), "configured", {"ready_timeout_seconds": 7})
     try:
         assert isinstance(sandbox, LocalSandbox)
         assert sandbox.config == LocalSandboxConfig(ready_timeout_seconds=7)
@@ -51,12 +53,12 @@ def test_invalid_settings_are_refused_naming_the_backend_and_the_field(
 
 
 class BareBackend(LocalSandbox):
-    """An out-of-tree backend of the old kind: no config model, constructed with (task, run_id)."""
+    """An out-of-tree backend of the old kind: no config model, constructed with (spec, run_id)."""
 
     config_model = None  # type: ignore[assignment]
 
-    def __init__(self, task: Task, run_id: str) -> None:
-        super().__init__(task, run_id)
+    def __init__(self, spec: SandboxSpec, run_id: str) -> None:
+        super().__init__(spec, run_id)
 
 
 async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) -> None:
@@ -65,10 +67,10 @@ async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) ->
         load_backend(path)
     BareBackend.config_model = NoSettings  # type: ignore[assignment]
     try:
-        sandbox = create_sandbox(path, task, "bare")
+        sandbox = create_sandbox(path, sandbox_spec(task), "bare")
         await sandbox.stop()
         with pytest.raises(SandboxBackendError, match="invalid sandbox_config"):
-            create_sandbox(path, task, "bare", {"ready_timeout_seconds": 1})
+            create_sandbox(path, sandbox_spec(task), "bare", {"ready_timeout_seconds": 1})
     finally:
         BareBackend.config_model = None
 
@@ -93,7 +95,7 @@ def test_a_misspelt_name_lists_the_known_ones() -> None:
 )
 async def test_a_dotted_path_loads_an_out_of_tree_backend(path: str, task: Task) -> None:
     assert load_backend(path).factory is PluginSandbox
-    async with create_sandbox(path, task, "plugin") as sandbox:
+    async with create_sandbox(path, sandbox_spec(task), "plugin") as sandbox:
         assert isinstance(sandbox, PluginSandbox)
         assert (await sandbox.exec(["true"])).exit_code == 0
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.sidecar_bundle import sidecar_lib
 
 
@@ -45,7 +46,7 @@ async def test_the_bundle_leaves_nothing_of_itself_in_the_environment_of_the_com
     from reroll.sandbox.sidecar_bundle import MOUNT_DIR
 
     config = DockerSandboxConfig(image=variant_images["busybox"])
-    async with DockerSandbox(probe_task(tmp_path / "task"), "bundle-env", config) as sandbox:
+    async with DockerSandbox(sandbox_spec(probe_task(tmp_path / "task")), "bundle-env", config) as sandbox:
         env = await sandbox.exec(["env"], inherit_env=True)
         assert env.exit_code == 0, env.output_text()
         names = {line.split("=", 1)[0] for line in env.stdout.decode().splitlines()}

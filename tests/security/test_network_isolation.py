@@ -24,6 +24,7 @@ import docker
 import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import firewall
 from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
 from reroll.sandbox.docker.networks import ISOLATED_PREFIX
@@ -96,8 +97,8 @@ def listeners(addresses: list[str]) -> Iterator[dict[str, socket.socket]]:
 @pytest.fixture
 async def pair() -> AsyncIterator[tuple[DockerSandbox, DockerSandbox]]:
     """Two concurrent sandboxes under network ``none``."""
-    first = DockerSandbox(none_task(), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
-    second = DockerSandbox(none_task(), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
+    first = DockerSandbox(sandbox_spec(none_task()), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
+    second = DockerSandbox(sandbox_spec(none_task()), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
     try:
         await asyncio.gather(first.start(), second.start())
         yield first, second
@@ -157,7 +158,7 @@ async def test_rollouts_do_not_reach_each_other(pair: tuple[DockerSandbox, Docke
 
 async def test_the_network_and_its_firewall_go_with_the_rollout() -> None:
     """`stop` removes both; after a controller died, ``reroll sandbox prune --run-id`` does."""
-    sandbox = DockerSandbox(none_task(), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
+    sandbox = DockerSandbox(sandbox_spec(none_task()), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
     await sandbox.start()
     key = sandbox._firewall_key
     assert key in firewall.tables()
@@ -166,7 +167,7 @@ async def test_the_network_and_its_firewall_go_with_the_rollout() -> None:
     with contextlib.closing(docker.from_env()) as engine, pytest.raises(docker.errors.NotFound):
         engine.networks.get(ISOLATED_PREFIX + key)
 
-    leftover = DockerSandbox(none_task(), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
+    leftover = DockerSandbox(sandbox_spec(none_task()), f"netiso-{uuid.uuid4().hex[:8]}", BASE)
     await leftover.start()
     key = leftover._firewall_key
     await leftover.disconnect()  # its controller "died": nothing stops it

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
 from reroll.sandbox.local.cgroups import CgroupError, detect
 from reroll.sandbox.local.isolated import IsolatedSandbox, namespaces_unavailable
@@ -93,7 +94,9 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
     environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
     sandbox = DockerSandbox(
-        task, f"limits-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm")
+        sandbox_spec(task),
+        f"limits-{uuid.uuid4().hex[:8]}",
+        DockerSandboxConfig(image="reroll/base:bookworm"),
     )
     await sandbox.start()
     try:
@@ -192,7 +195,7 @@ async def test_a_local_fill_grows_the_host_disk_by_at_most_the_quota() -> None:
     task = load_task(EXAMPLES / "hello-file")
     environment = task.spec.environment.model_copy(update={"storage_mb": LOCAL_STORAGE_MB})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
-    sandbox = IsolatedSandbox(task, f"limits-{uuid.uuid4().hex[:8]}")
+    sandbox = IsolatedSandbox(sandbox_spec(task), f"limits-{uuid.uuid4().hex[:8]}")
     await sandbox.start()
     try:
         assert sandbox._disk is not None
@@ -239,7 +242,7 @@ async def test_local_cpus_cap_cpu_time_and_the_cgroup_goes_with_the_sandbox() ->
     task = load_task(EXAMPLES / "hello-file")
     environment = task.spec.environment.model_copy(update={"cpus": 0.5})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
-    sandbox = IsolatedSandbox(task, f"limits-{uuid.uuid4().hex[:8]}")
+    sandbox = IsolatedSandbox(sandbox_spec(task), f"limits-{uuid.uuid4().hex[:8]}")
     await sandbox.start()
     try:
         assert sandbox._cgroup is not None

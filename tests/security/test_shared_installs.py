@@ -26,8 +26,9 @@ from typing import Any
 import pytest
 import yaml
 from reroll.agents import AgentSpec
-from reroll.sandbox.installs import InstallStore, provide_runtime
-from reroll.sandbox.python_runtime import host_python
+from reroll.installs.python_runtime import host_python
+from reroll.installs.store import InstallStore, provide_runtime
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.tasks.task import load_task
 
 from tests.conftest import EXAMPLES
@@ -238,14 +239,16 @@ async def test_the_python_runtime_is_an_install_of_its_own_checked_and_uploaded_
     the rollout's, and once changed on the host it is refused and uploaded again. A runtime of
     its own (another recipe text, so another unit): the shared one is in use by the agents'
     rollouts of other test modules, whose Python would vanish while it is replaced."""
-    from reroll.sandbox import python_runtime
+    from reroll.installs import python_runtime
     from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
 
     monkeypatch.setattr(python_runtime, "_RECIPE", f"{python_runtime._RECIPE}; this test's own copy")
 
     task = load_task(EXAMPLES / "hello-file")
     sandbox = DockerSandbox(
-        task, f"runtime-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm")
+        sandbox_spec(task),
+        f"runtime-{uuid.uuid4().hex[:8]}",
+        DockerSandboxConfig(image="reroll/base:bookworm"),
     )
     said: list[str] = []
     await sandbox.start()

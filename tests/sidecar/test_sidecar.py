@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from reroll.sandbox.results import STREAMED_TAIL_BYTES, VerifyOutcome, VerifyScript
 from reroll.sandbox.sidecar_client import ExecExit, SidecarClient
-from reroll.tasks.task import HardeningOptions
 from reroll_contracts.errors import SidecarError, SidecarUnavailable
+from reroll_contracts.hardening import HardeningOptions
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
 from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from reroll.tasks.check import resolved
 from reroll.tasks.skills import load_skills, nudge_level, skills_opened, with_nudge
-from reroll.tasks.task import load_task, without_skill_copies
+from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
 from reroll_contracts.trajectory import Exchange
 
@@ -88,13 +88,6 @@ def test_the_skills_opened_are_read_from_the_tool_calls() -> None:
     names = ["greeting", "other", "third", "unused"]
     assert skills_opened([read, invoked, shell, unrelated], names) == ["greeting", "other", "third"]
     assert skills_opened([unrelated], names) == []
-
-
-def test_a_no_skill_build_drops_the_copies_of_the_skills_folder_alone() -> None:
-    kept = "FROM x\nCOPY skills other /b\nCOPY workspace/ /app/\n"
-    copies = "COPY skills /root/.claude/skills\nCOPY --chown=1:1 ./skills/ /a\n"
-    dockerfile = "FROM x\n" + copies + kept.removeprefix("FROM x\n")
-    assert without_skill_copies(dockerfile) == kept
 
 
 def test_task_check_shows_the_skills_found() -> None:

@@ -21,11 +21,12 @@ def task_check(
 
     Exit code 0 when every task loads (warnings or not), 2 when any does not (the reason is printed).
     """
+    from reroll.rollout.sandbox_spec import sandbox_spec
     from reroll.sandbox.docker.images import base_warnings, local_images
     from reroll.tasks.check import check, render
 
     is_local = local_images()
-    results = check(paths, advise=lambda task: base_warnings(task, is_local))
+    results = check(paths, advise=lambda task: base_warnings(sandbox_spec(task), is_local))
     render(results, console)
     failed = sum(result.task is None for result in results)
     warned = sum(bool(result.warnings) for result in results)

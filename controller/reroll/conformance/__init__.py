@@ -1,7 +1,8 @@
 """The conformance checks every `Sandbox` backend must pass — reroll's own and any out of tree.
 
 Each check is an async function ``check(factory, workdir)``: it builds a small probe task in
-the host folder `workdir`, makes sandboxes with ``factory(task, run_id)`` (a backend class, or
+the host folder `workdir`, makes sandboxes with ``factory(spec, run_id)`` (``spec``: the probe task's
+`reroll.rollout.sandbox_spec.sandbox_spec`; a backend class, or
 ``functools.partial(create_sandbox, "local")``), drives them only through the `Sandbox`
 protocol, and raises `ConformanceError` (an AssertionError) naming what the backend got wrong.
 Every sandbox a check starts is stopped again, also when it fails. The checks live in

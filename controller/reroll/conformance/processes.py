@@ -16,6 +16,7 @@ from reroll.conformance.support import (
     sh,
     started,
 )
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import SandboxFactory
 
 
@@ -119,7 +120,7 @@ async def check_lifecycle(factory: SandboxFactory, workdir: Path) -> None:
     """Before start: host_address answers, everything else refuses with "not started", stop is
     safe. Started: exec works, egress yields an environment. After stop (twice): refuses again."""
     task = probe_task(workdir / "task")
-    unstarted = factory(task, "never-started")
+    unstarted = factory(sandbox_spec(task), "never-started")
     expect(bool(await unstarted.host_address()), "host_address is empty before start")
     with expect_raises(SandboxError, "not started"):
         await unstarted.exec(["true"])

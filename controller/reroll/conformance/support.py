@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from pathlib import Path
 
 from reroll.rollout.lifecycle import sandbox_env
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import Sandbox, SandboxFactory
 from reroll.tasks.task import Task, load_task
 
@@ -85,8 +86,9 @@ def probe_task(
 
 @contextlib.asynccontextmanager
 async def started(factory: SandboxFactory, task: Task, run_id: str = "") -> AsyncIterator[Sandbox]:
-    """A sandbox of `factory` for `task`, started with ``async with``, stopped on leaving."""
-    async with factory(task, run_id or f"conformance-{uuid.uuid4().hex[:8]}") as sandbox:
+    """A sandbox of `factory` for `task` (its `reroll.rollout.sandbox_spec.sandbox_spec`), started
+    with ``async with``, stopped on leaving."""
+    async with factory(sandbox_spec(task), run_id or f"conformance-{uuid.uuid4().hex[:8]}") as sandbox:
         yield sandbox
 
 

@@ -16,12 +16,12 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.host.llm_proxy import LlmProxy
+from reroll.installs.store import ensure_installed, provide_runtime
 from reroll.rollout.hooks import Run, TurnLaunch
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.agent_log import AgentLog
 from reroll.runfolder.run import AGENT_LOG, RunConfig
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.installs import ensure_installed, provide_runtime
 from reroll.sandbox.results import ExecResult
 from reroll.tasks.compat import resolve_env
 
@@ -30,7 +30,7 @@ INSTALL_TIMEOUT_SECONDS = 900.0
 
 async def install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str], console: Console) -> None:
     """Install `agent` once per install key in a step of its own, and check the install before
-    this rollout uses it (`reroll.sandbox.installs`: the rollout's sandbox sees it read-only).
+    this rollout uses it (`reroll.installs.store`: the rollout's sandbox sees it read-only).
 
     Args:
         sandbox: the rollout's sandbox, started.

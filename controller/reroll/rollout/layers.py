@@ -5,7 +5,7 @@ plane").
 `capture_checkpoint` quiesces (freezes, then kills) the agent's processes, then copies, in this
 order:
 
-1. ``environment`` — the task's ``environment.state`` (`reroll.sandbox.state.snapshot_state`);
+1. ``environment`` — the task's ``environment.state`` (`reroll.environment.state.snapshot_state`);
    absent when the task declares none;
 2. ``sandbox`` — the workspace, whole (the sandbox's filesystem as the agent changed it);
 3. ``session`` — the agent's native session (`AgentSpec.session_paths` under its HOME: Claude
@@ -15,7 +15,7 @@ The folder it writes::
 
     checkpoint.json       LayeredCheckpoint: the step, the layers expected, one record per layer
                           captured (its file, the file's sha256, the content digest, the step)
-    environment.tar       one tar per layer (`reroll.sandbox.state_script`'s format)
+    environment.tar       one tar per layer (`reroll.environment.state_script`'s format)
     sandbox.tar
     session.tar
 
@@ -39,10 +39,7 @@ from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import EnvironmentStateError
 
 from reroll.agents import AgentSpec
-from reroll.rollout.verify.script_verifier import quiesce
-from reroll.runfolder.run import MAX_JSON_BYTES, now_iso
-from reroll.sandbox.base import Sandbox
-from reroll.sandbox.state import (
+from reroll.environment.state import (
     CopyKind,
     StateCopy,
     restore_paths,
@@ -50,6 +47,9 @@ from reroll.sandbox.state import (
     snapshot_paths,
     snapshot_state,
 )
+from reroll.rollout.verify.script_verifier import quiesce
+from reroll.runfolder.run import MAX_JSON_BYTES, now_iso
+from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task
 
 LayerName = Literal["environment", "sandbox", "session"]
@@ -72,7 +72,7 @@ class LayerRecord(BaseModel):
     """sha256 hex of the file's bytes."""
     size_bytes: int
     digest: str
-    """The content digest at capture (`reroll.sandbox.state.StateCopy.digest`); a restore must
+    """The content digest at capture (`reroll.environment.state.StateCopy.digest`); a restore must
     reproduce it."""
 
 

@@ -37,6 +37,7 @@ from reroll.rollout.agent_phase import install_agent, run_agent
 from reroll.rollout.hooks import Hooks, Run
 from reroll.rollout.llm_side import start_llm_side
 from reroll.rollout.plan import RolloutPlan
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.rollout.turns.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.verify.script_verifier import keeps_agent_processes, quiesce
 from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest, verifier_for
@@ -148,7 +149,10 @@ def _new_sandbox(plan: RolloutPlan, console: Console) -> tuple[Sandbox, dict[str
         console.print(f"[yellow]task {plan.task.name} ignores {fields} (reroll task check says why)[/yellow]")
     verifier = verifier_for(plan.task)
     sandbox = create_sandbox(
-        plan.config.sandbox, _fit_to_host(plan, console), plan.run_dir.name, plan.config.sandbox_config
+        plan.config.sandbox,
+        sandbox_spec(_fit_to_host(plan, console)),
+        plan.run_dir.name,
+        plan.config.sandbox_config,
     )
     return sandbox, task_env, verifier
 

@@ -75,7 +75,7 @@ LIMITS_FILE = "limits.txt"
 when none was): ``reroll.tasks.variants.capped_to_host``."""
 FIDELITY_FILE = "fidelity.json"
 SERVICES_DIR = Path("services")
-"""The task's services' logs (``<name>.log``) and `SERVICES_FILE` (`reroll.sandbox.services`)."""
+"""The task's services' logs (``<name>.log``) and `SERVICES_FILE` (`reroll.environment.services`)."""
 SERVICES_FILE = SERVICES_DIR / "services.json"
 """A JSON list of `ServiceRecord`: when each service started, was ready and exited."""
 HARNESS_DIR = Path("harness")

@@ -5,7 +5,8 @@ controller does inside it goes through this protocol — exec, files, kill, snap
 never through a backend's transport (reroll's own backends talk to a sidecar over gRPC; see
 `reroll.sandbox.sidecar_sandbox`, the implementation they share). A backend outside reroll
 implements the protocol, proves it with `reroll.conformance`, and is named by its
-dotted path (``--sandbox mypackage.backends:MySandbox``). A backend is a class plus a pydantic
+dotted path (``--sandbox mypackage.backends:MySandbox``). A backend is a class, made from a
+`reroll.sandbox.spec.SandboxSpec` (never the task), plus a pydantic
 model of its settings (`Backend`): a run's ``sandbox_config`` (``--sandbox-config``, a job
 file's, config.json's) is validated by it and handed to the constructor.
 """
@@ -21,6 +22,7 @@ from typing import Any, Protocol, Self, Unpack
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from reroll_contracts.errors import SandboxBackendError
+from reroll_contracts.hardening import HardeningOptions
 
 from reroll.cache import host_ca_bundle
 from reroll.sandbox.results import (
@@ -31,7 +33,7 @@ from reroll.sandbox.results import (
     VerifyOutcome,
     VerifyScript,
 )
-from reroll.tasks.task import HardeningOptions, Task
+from reroll.sandbox.spec import SandboxSpec
 
 SANDBOX_HOSTNAME = "sandbox"
 """The hostname of every container and isolated local sandbox, so what an agent sees does not
@@ -80,7 +82,7 @@ class SandboxLayout:
 class Sandbox(Protocol):
     """A sandbox backend: one isolated place where one rollout's agent and verifier run.
 
-    Use as an async context manager (``async with backend(task, run_id) as sandbox``), or call
+    Use as an async context manager (``async with backend(spec, run_id) as sandbox``), or call
     `start` and `stop` explicitly; `stop` must run even when the rollout failed. Never rely on
     finalisers. Every method but `host_address`, `allow_host_port`, `egress`, `start` and `stop`
     needs a started sandbox and raises SandboxError ("... is not started") before `start` or after `stop`.
@@ -342,8 +344,8 @@ class Sandbox(Protocol):
         ...
 
 
-SandboxFactory = Callable[[Task, str], Sandbox]
-"""Makes an unstarted sandbox for a task and a run id, e.g. a backend class."""
+SandboxFactory = Callable[[SandboxSpec, str], Sandbox]
+"""Makes an unstarted sandbox for a spec and a run id, e.g. a backend class."""
 PruneReport = dict[str, list[str]]
 """What a backend's ``prune`` did, by kind: names removed (``containers``, ``volumes``,
 ``networks``, ``firewall_tables`` …) and, under ``kept``, what it left to rollouts still running."""
@@ -393,9 +395,10 @@ class Backend:
     """A sandbox backend, loaded (`load_backend`): a class and the pydantic model of its settings.
 
     A backend class has a ``config_model`` class attribute (a pydantic model; its instance is the
-    backend's validated ``sandbox_config``) and is constructed as ``Class(task, run_id, config)``;
+    backend's validated ``sandbox_config``) and is constructed as ``Class(spec, run_id, config)``
+    (`spec`: a `reroll.sandbox.spec.SandboxSpec`);
     it may have a classmethod ``prune(config, run_id, *, running)`` returning a `PruneReport`. A
-    class outside reroll without ``config_model`` is constructed as ``Class(task, run_id)`` and
+    class outside reroll without ``config_model`` is constructed as ``Class(spec, run_id)`` and
     takes no settings; one without ``prune`` has nothing to sweep.
     """
 
@@ -422,16 +425,16 @@ class Backend:
                 f"{self.config_model.__name__}): {exc}"
             ) from exc
 
-    def create(self, task: Task, run_id: str, config: Mapping[str, Any] | None = None) -> Sandbox:
-        """An unstarted sandbox for `task`, made with `config` validated (see `settings`).
+    def create(self, spec: SandboxSpec, run_id: str, config: Mapping[str, Any] | None = None) -> Sandbox:
+        """An unstarted sandbox as `spec` says, made with `config` validated (see `settings`).
 
         Raises:
             SandboxBackendError: as `settings`.
         """
         settings = self.settings(config)
         if self.config_model is NoSettings:
-            return self.factory(task, run_id)
-        return self.factory(task, run_id, settings)
+            return self.factory(spec, run_id)
+        return self.factory(spec, run_id, settings)
 
     def prune(
         self, config: Mapping[str, Any] | None = None, run_id: str | None = None, *, running: bool = False
@@ -504,16 +507,18 @@ def load_backend(name: str) -> Backend:
     return Backend(name, factory, config_model)
 
 
-def create_sandbox(backend: str, task: Task, run_id: str, config: Mapping[str, Any] | None = None) -> Sandbox:
-    """Create (not start) a sandbox of the named backend for `task`.
+def create_sandbox(
+    backend: str, spec: SandboxSpec, run_id: str, config: Mapping[str, Any] | None = None
+) -> Sandbox:
+    """Create (not start) a sandbox of the named backend as `spec` says.
 
     Args:
         backend: a key of `BACKENDS` or a dotted path (see `load_backend`).
-        task: the task whose environment the sandbox provides.
+        spec: what the sandbox provides (`reroll.rollout.sandbox_spec.sandbox_spec` of a task).
         run_id: an id unique to this rollout, used to label what the sandbox creates.
         config: the backend's settings (a run's ``sandbox_config``) [default: none, its defaults].
 
     Raises:
         SandboxBackendError: as `load_backend` and `Backend.settings`.
     """
-    return load_backend(backend).create(task, run_id, config)
+    return load_backend(backend).create(spec, run_id, config)

@@ -86,7 +86,7 @@ class ExecOptions(TypedDict, total=False):
     stdin: bytes
     """Bytes fed to the child's stdin, which is then closed (default: none)."""
     service: bool
-    """A task's service (`reroll.sandbox.services`): runs as the backend's own user (`user` must
+    """A task's service (`reroll.environment.services`): runs as the backend's own user (`user` must
     be empty) and outlives `Sandbox.kill` of the agent's user and the verify's hardening; only
     `kill` of every user, the cancel or the sandbox's end stops it. Default False."""
 

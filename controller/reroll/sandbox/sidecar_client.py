@@ -20,6 +20,7 @@ from typing import Literal, NoReturn, Unpack
 
 import grpc
 from reroll_contracts.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
+from reroll_contracts.hardening import HardeningOptions
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
@@ -34,7 +35,6 @@ from reroll.sandbox.results import (
     VerifyScript,
 )
 from reroll.sandbox.sidecar_wire import exec_request, hardening_report, verify_outcome, verify_request
-from reroll.tasks.task import HardeningOptions
 
 HEALTH_DEADLINE_SECONDS = 5.0
 FILE_DEADLINE_SECONDS = 120.0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar, Self, Unpack
 
 from reroll_contracts.errors import SandboxError
+from reroll_contracts.hardening import HardeningOptions
 
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.results import (
@@ -27,7 +28,6 @@ from reroll.sandbox.results import (
 )
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT
 from reroll.sandbox.sidecar_client import SidecarClient
-from reroll.tasks.task import HardeningOptions
 
 
 class SidecarSandbox(abc.ABC):
@@ -40,7 +40,7 @@ class SidecarSandbox(abc.ABC):
 
     sidecar_program: ClassVar[tuple[str, ...]] = tuple(ENTRYPOINT)
     """The sidecar's program as the sandbox's processes run it (its ``probe`` command probes a
-    service's URL or port from inside the sandbox: `reroll.sandbox.services`): the bundle mounted
+    service's URL or port from inside the sandbox: `reroll.environment.services`): the bundle mounted
     at ``/opt/reroll-sidecar``."""
 
     def __init__(self, layout: SandboxLayout, label: str) -> None:

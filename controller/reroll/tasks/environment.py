@@ -54,7 +54,7 @@ class HealthCheck(BaseModel):
     retries: int = Field(default=3, ge=1)
     """Consecutive failed probes after the service was healthy that mark it unhealthy (Docker's
     meaning; reroll's readiness gate waits for the first pass and probes nothing after it yet: a
-    service that exits is what counts as a crash, `reroll.sandbox.services`)."""
+    service that exits is what counts as a crash, `reroll.environment.services`)."""
 
     def describe(self) -> str:
         """The probe and its timing as a phrase (``GET /health (every 1 s, 3 retries)``)."""

@@ -30,8 +30,6 @@ where the verifier goes — are resolved by `Task` (`Task.agent_user`, `Task.wor
 
 from __future__ import annotations
 
-import re
-import shlex
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +37,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from reroll_contracts.errors import TaskError
+from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.network import NetworkPolicy
 
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
@@ -89,31 +88,6 @@ class AgentSection(BaseModel):
     ``USER`` (root when unset) for legacy ones, as benchflow and Harbor do."""
     prompt_prefix: str | None = None
     """Text put before the prompt (benchflow's ``agent.prompt_prefix``)."""
-
-
-class HardeningOptions(BaseModel):
-    """``verifier.hardening``: the anti-reward-hacking steps before the test script (all on by default).
-
-    A task that legitimately needs one off opts out, e.g. ``delete_injected_hooks: false`` when
-    the agent is asked to write a conftest.py.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    restore_build_config: bool = True
-    """Put the workspace's pyproject.toml, setup.py, setup.cfg, pytest.ini, tox.ini back as they were."""
-    delete_injected_hooks: bool = True
-    """Delete conftest.py, sitecustomize.py, usercustomize.py and .pth files the agent added."""
-    pytest_addopts: bool = True
-    """Set ``PYTEST_ADDOPTS="-c /dev/null --rootdir=<workdir> --confcutdir=<verifier dir>
-    -p no:cacheprovider"`` (``-c`` names the pytest configuration shipped with the tests, when
-    there is one)."""
-    plugin_autoload: bool = False
-    """Let pytest load every installed plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` unset)."""
-    pytest_report: bool = True
-    """With `pytest_addopts`: trust pytest's own JUnit report (written to a root-only folder) over
-    the script's exit status — a pytest that started but wrote no report (``os._exit(0)`` at
-    import), or whose report counts failures or errors, zeroes every reward. Off for a task whose
-    test.sh passes its own ``--junitxml`` or ``--log-file``, or expects failing tests."""
 
 
 class VerifierSection(BaseModel):
@@ -352,25 +326,6 @@ def compose_file(task_dir: Path) -> Path | None:
 
 SKILLS_FOLDER = "skills"
 """The folder of ``environment/`` that holds a task's skills (SkillsBench's, BenchFlow's)."""
-_COPY_LINE = re.compile(r"^\s*(?:COPY|ADD)\s+(?:--\S+\s+)*(?P<args>.+?)\s*$", re.IGNORECASE)
-
-
-def without_skill_copies(dockerfile: str) -> str:
-    """`dockerfile` without its COPY / ADD lines whose every source is the ``skills`` folder
-    (``COPY skills /root/.claude/skills``), as BenchFlow strips them for ``no-skill``; a line
-    copying other sources too is kept (its build then fails on the missing folder: visible)."""
-    kept = []
-    for line in dockerfile.splitlines():
-        match = _COPY_LINE.match(line)
-        try:
-            args = shlex.split(match.group("args")) if match else []
-        except ValueError:
-            args = []
-        sources = args[:-1]
-        if sources and all(source.rstrip("/").removeprefix("./") == SKILLS_FOLDER for source in sources):
-            continue
-        kept.append(line)
-    return "\n".join(kept) + "\n"
 
 
 def load_task(path: Path) -> Task:

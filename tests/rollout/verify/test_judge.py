@@ -16,6 +16,7 @@ from reroll import conformance
 from reroll.models.spec import live_upstream, parse_model
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.commands.rescore import rescore_run
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.rollout.side_model import side_proxy
 from reroll.rollout.verify.judge import _answer as answer_of
 from reroll.runfolder.run import JUDGE_TRAJECTORY
@@ -112,7 +113,7 @@ async def test_the_sandbox_cannot_reach_the_judges_proxy(tmp_path: Path, example
     script = examples / "release-note" / "scripted-judge.yaml"
     run_dir = tmp_path / "run"
     (run_dir / "trajectory").mkdir(parents=True)
-    sandbox = IsolatedSandbox(task, "judge-attack")
+    sandbox = IsolatedSandbox(sandbox_spec(task), "judge-attack")
     async with contextlib.AsyncExitStack() as stack:
         upstream = await stack.enter_async_context(
             live_upstream(parse_model(f"scripted:{script}", None), tmp_path)

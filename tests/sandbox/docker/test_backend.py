@@ -16,6 +16,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.docker import backend as docker_backend
 from reroll.sandbox.docker.backend import AGENTS_DIR, DockerSandbox
@@ -64,7 +65,7 @@ def with_network(task: Task, policy: str) -> Task:
 
 @pytest.fixture
 async def isolated(task: Task) -> AsyncIterator[DockerSandbox]:
-    sandbox = DockerSandbox(with_network(task, "none"), f"docker-{uuid.uuid4().hex[:8]}")
+    sandbox = DockerSandbox(sandbox_spec(with_network(task, "none")), f"docker-{uuid.uuid4().hex[:8]}")
     await sandbox.start()
     try:
         yield sandbox
@@ -145,7 +146,7 @@ async def test_installs_are_read_only_but_in_an_install_container_of_their_own(
 
 async def test_stop_removes_the_container(task: Task) -> None:
     run_id = f"stopped-{uuid.uuid4().hex[:8]}"
-    async with DockerSandbox(task, run_id) as sandbox:
+    async with DockerSandbox(sandbox_spec(task), run_id) as sandbox:
         assert len(labelled_containers(run_id)) == 1
     await sandbox.stop()  # twice is fine
     assert labelled_containers(run_id) == []
@@ -153,7 +154,7 @@ async def test_stop_removes_the_container(task: Task) -> None:
 
 async def test_prune_removes_a_leftover_container(task: Task) -> None:
     run_id = f"leftover-{uuid.uuid4().hex[:8]}"
-    sandbox = DockerSandbox(task, run_id)
+    sandbox = DockerSandbox(sandbox_spec(task), run_id)
     await sandbox.start()
     container = sandbox.container
     assert container is not None
@@ -184,13 +185,13 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
     task: Task, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without --run-id, prune removes only containers whose reroll process is gone, unless --all."""
-    live = DockerSandbox(task, f"live-{uuid.uuid4().hex[:8]}")
+    live = DockerSandbox(sandbox_spec(task), f"live-{uuid.uuid4().hex[:8]}")
     await live.start()
     dead_owner = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
     monkeypatch.setattr(docker_backend, "owner_label", lambda: owner_label(int(dead_owner.stdout)))
-    orphan = DockerSandbox(task, f"orphan-{uuid.uuid4().hex[:8]}")
+    orphan = DockerSandbox(sandbox_spec(task), f"orphan-{uuid.uuid4().hex[:8]}")
     await orphan.start()
     assert live.container is not None and orphan.container is not None
     await orphan.disconnect()  # its controller "died": nothing stops the container
@@ -246,7 +247,7 @@ async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tm
     dockerfile = task_dir / "environment" / "Dockerfile"
     dockerfile.write_text(f"FROM reroll/base:bookworm\nRUN echo broken-{uuid.uuid4().hex} && exit 3\n")
     run_id = f"broken-{uuid.uuid4().hex[:8]}"
-    sandbox = DockerSandbox(load_task(task_dir), run_id)
+    sandbox = DockerSandbox(sandbox_spec(load_task(task_dir)), run_id)
     with pytest.raises(SandboxError, match=rf"docker build of {re.escape(str(dockerfile))} failed.*code: 3"):
         await sandbox.start()
     assert sandbox.container is None

@@ -18,6 +18,7 @@ from reroll.sandbox.docker.catalogue import (
     standins,
     suggested_target,
     unavailable_error,
+    without_copies_of,
 )
 
 
@@ -137,3 +138,10 @@ def test_a_catalogue_image_named_as_a_target_or_a_from_is_built_on_demand() -> N
     assert standins(["python:3.13-slim"], always_local) == {}  # a local image of the public name wins
     assert standins(["python:3.12-slim", "reroll/debian:nonesuch", "reroll/base:bookworm"], never_local) == {}
     assert catalogue_target("reroll/debian:trixie-python-0123456789ab") is None  # not this recipe's hash
+
+
+def test_a_no_skill_build_drops_the_copies_of_the_skills_folder_alone() -> None:
+    kept = "FROM x\nCOPY skills other /b\nCOPY workspace/ /app/\n"
+    copies = "COPY skills /root/.claude/skills\nCOPY --chown=1:1 ./skills/ /a\n"
+    dockerfile = "FROM x\n" + copies + kept.removeprefix("FROM x\n")
+    assert without_copies_of(dockerfile, frozenset({"skills"})) == kept

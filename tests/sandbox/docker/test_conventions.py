@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.backend import DockerSandbox
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import ImageUnavailableError
@@ -29,7 +30,7 @@ def task_folder(tmp_path: Path, config: str, dockerfile: str | None = None) -> P
 async def who_and_where(tmp_path: Path, config: str, dockerfile: str | None = None) -> tuple[str, str, str]:
     """``(layout.agent_user, `id -un` of the agent, its working folder)`` in a started sandbox."""
     async with DockerSandbox(
-        load_task(task_folder(tmp_path, config, dockerfile)), uuid.uuid4().hex[:8]
+        sandbox_spec(load_task(task_folder(tmp_path, config, dockerfile))), uuid.uuid4().hex[:8]
     ) as box:
         layout = box.layout
         done = await box.exec(

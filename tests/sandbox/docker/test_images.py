@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import images
 from reroll.sandbox.docker.backend import docker_name
 from reroll.sandbox.docker.catalogue import catalogue_tag
@@ -61,11 +62,11 @@ def test_a_from_that_cannot_be_pulled_names_the_image_and_the_remedies_and_the_m
     client = docker.from_env()
     try:
         with pytest.raises(ImageUnavailableError) as caught:
-            task_image(client, task, BASE_ALIAS)
+            task_image(client, sandbox_spec(task), BASE_ALIAS)
         message = str(caught.value)
         assert MISSING in message and f"--image-map {MISSING}=" in message and "docker tag" in message
         assert not caught.value.retryable and caught.value.error_category == "config"  # a ConfigError
-        tag = task_image(client, task, BASE_ALIAS, image_map={MISSING: BASE_ALIAS})
+        tag = task_image(client, sandbox_spec(task), BASE_ALIAS, image_map={MISSING: BASE_ALIAS})
         assert client.containers.run(tag, ["ls", "/mapped"], remove=True).strip() == b"/mapped"
         client.images.remove(tag)
     finally:
@@ -125,7 +126,10 @@ def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
         )
         lines: list[str] = []
         tag = task_image(
-            client, load_task(_write_task(tmp_path / "py313", dockerfile)), BASE_ALIAS, lines.append
+            client,
+            sandbox_spec(load_task(_write_task(tmp_path / "py313", dockerfile))),
+            BASE_ALIAS,
+            lines.append,
         )
         assert any(public in line and catalogue_tag("trixie-python") in line for line in lines), lines
         assert client.containers.run(tag, ["ls", "/built"], remove=True).strip() == b"/built"
@@ -152,7 +156,7 @@ def test_a_catalogue_image_named_as_a_map_target_is_built_not_pulled(
         if any(alias in image.tags for image in client.images.list(name="reroll/debian")):
             client.images.remove(alias)  # the tag only: the image keeps its hashed tag
         task = load_task(_write_task(tmp_path / "mapped", f"FROM {MISSING}\nRUN touch /mapped\n"))
-        tag = task_image(client, task, BASE_ALIAS, image_map={MISSING: alias})
+        tag = task_image(client, sandbox_spec(task), BASE_ALIAS, image_map={MISSING: alias})
         release = client.containers.run(tag, ["cat", "/etc/os-release", "/mapped"], remove=True)
         assert b"VERSION_CODENAME=trixie" in release
         assert client.images.get(alias).id == client.images.get(variant_images["trixie"]).id
@@ -183,7 +187,7 @@ def test_a_build_longer_than_build_timeout_sec_is_cut(tmp_path: Path, docker_ima
         with pytest.raises(
             ImageBuildError, match=r"took longer than its 3 s \(the task's environment.build_timeout_sec\)"
         ):
-            task_image(client, task, BASE_ALIAS)
+            task_image(client, sandbox_spec(task), BASE_ALIAS)
     finally:
         client.close()
     assert time.monotonic() - started < 20  # the step alone takes 60 s
@@ -203,8 +207,8 @@ def test_a_built_service_image_is_cached_by_its_content(tmp_path: Path, docker_i
     (root / "environment" / "docker-compose.yaml").write_text(
         "services:\n  main: {build: .}\n  api: {build: ../../shared, command: sleep 60}\n"
     )
-    task = load_task(root)
-    (api,) = task.spec.environment.services
+    task = sandbox_spec(load_task(root))
+    api = task.sibling("api")
     client = docker.from_env()
     built: list[str] = []
     try:

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from reroll.environment.services import Environment
 from reroll.rollout.lifecycle import sandbox_env
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.backend import DockerSandbox
 from reroll.sandbox.docker.prune import prune
-from reroll.sandbox.services import Environment
 from reroll.tasks.task import Task, load_task
 
 from tests.conftest import labelled_containers
+from tests.environment.test_services import live_service_run
 from tests.sandbox.docker.test_backend import CONNECT_SCRIPT
-from tests.sandbox.test_services import live_service_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -87,7 +88,7 @@ async def two_rollouts(tmp_path: Path) -> AsyncIterator[list[tuple[DockerSandbox
     rollouts: list[tuple[DockerSandbox, Environment]] = []
     try:
         for index in range(2):
-            sandbox = DockerSandbox(task, f"svc-{index}-{uuid.uuid4().hex[:8]}")
+            sandbox = DockerSandbox(sandbox_spec(task), f"svc-{index}-{uuid.uuid4().hex[:8]}")
             await sandbox.start()
             run_dir = tmp_path / f"run{index}"
             run_dir.mkdir()
@@ -176,7 +177,7 @@ async def test_prune_removes_the_services_of_a_killed_controller(tmp_path: Path)
     """A controller killed mid-rollout leaves the sandbox, its service and its network: `reroll
     sandbox prune` (here for that run) removes all three, the sibling by its labels."""
     task = load_task(compose_task(tmp_path / "task", "public"))
-    sandbox = DockerSandbox(task, f"svc-prune-{uuid.uuid4().hex[:8]}")
+    sandbox = DockerSandbox(sandbox_spec(task), f"svc-prune-{uuid.uuid4().hex[:8]}")
     await sandbox.start()
     try:
         environment = Environment(sandbox, task, tmp_path, sandbox_env(sandbox))
@@ -196,7 +197,7 @@ async def test_prune_removes_the_services_of_a_killed_controller(tmp_path: Path)
 def test_the_verifier_queries_a_live_command_service_while_the_agents_processes_are_dead(
     tmp_path: Path,
 ) -> None:
-    """As on `local` (tests/sandbox/test_services.py): the command service in the container
+    """As on `local` (tests/environment/test_services.py): the command service in the container
     outlives the agent's quiesce and the verify's hardening, the agent's tamperer and impostor
     of the service do not — here the agent may gain root through a setuid program (no
     ``no-new-privileges``), which the quiesce by descent kills too."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from reroll.sandbox.local import cgroups
 from reroll.sandbox.local.cgroups import CgroupError, CgroupLayout, SandboxCgroup, SandboxLimits
-from reroll.tasks.task import EnvironmentSection
+from reroll.sandbox.spec import ResourceLimits
 
 # This machine's /proc/self/mountinfo (a "hybrid" layout: the v1 hierarchies hold the
 # controllers, the cgroup2 mount has none of ours), and a systemd machine's (v2 only).
@@ -26,7 +26,7 @@ HYBRID = """\
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 """
 PARENT = cgroups.PARENT
-LIMITS = SandboxLimits.of(EnvironmentSection(memory_mb=1024, cpus=0.5, pids_max=100, storage_mb=512))
+LIMITS = SandboxLimits.of(ResourceLimits(memory_mb=1024, cpus=0.5, pids_max=100, storage_mb=512))
 
 
 def unified(root: Path) -> str:
@@ -82,7 +82,7 @@ def test_missing_controllers_are_named(tmp_path: Path) -> None:
 def test_limits_size_the_shm_tmpfs_below_the_memory_limit() -> None:
     assert (LIMITS.memory_bytes, LIMITS.cpus, LIMITS.pids_max, LIMITS.storage_mb) == (1 << 30, 0.5, 100, 512)
     assert LIMITS.shm_bytes == 64 << 20
-    small = SandboxLimits.of(EnvironmentSection(memory_mb=128))
+    small = SandboxLimits.of(ResourceLimits(memory_mb=128))
     assert small.shm_bytes == 32 << 20  # a quarter of memory_mb
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from reroll import conformance
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
@@ -107,7 +108,7 @@ async def test_system_folders_are_read_only_and_writes_stay_in_the_sandbox(
     task: Task, host_places: list[Path]
 ) -> None:
     before = _state(*host_places[:3]) + _state_top(host_places[3])
-    async with IsolatedSandbox(task, "host-unchanged") as sandbox:
+    async with IsolatedSandbox(sandbox_spec(task), "host-unchanged") as sandbox:
         await sandbox.put_file("/tmp/reroll_planted-1-py3-none-any.whl", _wheel())
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOST_HOME": str(Path.home())}
         out = await conformance.sh(sandbox, WRITES, env=env)
@@ -174,7 +175,10 @@ def _host_addresses() -> list[str]:
 async def test_network_none_reaches_its_proxy_port_and_nothing_else(none_task: Task) -> None:
     """A listener of the test's own on all the host's addresses, and a second sandbox's proxy
     port running at the same time: both unreachable; the sandbox's own proxy port answers."""
-    sandbox, other = IsolatedSandbox(none_task, "network-none"), IsolatedSandbox(none_task, "network-none-2")
+    sandbox, other = (
+        IsolatedSandbox(sandbox_spec(none_task), "network-none"),
+        IsolatedSandbox(sandbox_spec(none_task), "network-none-2"),
+    )
     address, other_address = await sandbox.host_address(), await other.host_address()
     assert address.startswith("127.") and address != "127.0.0.1" and other_address != address
     async with (
@@ -236,7 +240,7 @@ def _namespace_members(pid_namespace: str) -> list[int]:
 
 
 async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Task) -> None:
-    sandbox = IsolatedSandbox(task, "die-with-it")
+    sandbox = IsolatedSandbox(sandbox_spec(task), "die-with-it")
     await sandbox.start()
     try:
         await conformance.sh(sandbox, "setsid sh -c 'sleep 600 & sleep 600' >/dev/null 2>&1 &", user="agent")
@@ -266,18 +270,21 @@ def test_where_namespaces_are_forbidden_local_falls_back_to_plain_and_says_so_on
 ) -> None:
     monkeypatch.setattr(isolated, "namespaces_unavailable", lambda: "unshare: Operation not permitted")
     isolated._warn_plain_once.cache_clear()
-    sandboxes = [local_sandbox(task, "fallback-1"), local_sandbox(task, "fallback-2")]
+    sandboxes = [
+        local_sandbox(sandbox_spec(task), "fallback-1"),
+        local_sandbox(sandbox_spec(task), "fallback-2"),
+    ]
     assert all(type(sandbox) is LocalSandbox for sandbox in sandboxes)
     err = capsys.readouterr().err
     assert err.count("cannot isolate here (unshare: Operation not permitted)") == 1, err
     with pytest.raises(SandboxError, match="network none needs the isolated local sandbox"):
-        local_sandbox(none_task, "fallback-none")
+        local_sandbox(sandbox_spec(none_task), "fallback-none")
     for sandbox in sandboxes:
         os.rmdir(sandbox.root)
 
 
 def test_local_is_isolated_where_namespaces_work(task: Task) -> None:
-    sandbox = local_sandbox(task, "isolated")
+    sandbox = local_sandbox(sandbox_spec(task), "isolated")
     assert isinstance(sandbox, IsolatedSandbox)
     os.rmdir(sandbox.folder)
 
@@ -286,10 +293,11 @@ CONTROLLER = r"""
 import asyncio, sys
 from pathlib import Path
 from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.tasks.task import load_task
 
 async def main():
-    sandbox = IsolatedSandbox(load_task(Path(sys.argv[1])), "killed-controller")
+    sandbox = IsolatedSandbox(sandbox_spec(load_task(Path(sys.argv[1]))), "killed-controller")
     await sandbox.start()
     await sandbox.exec(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 &"], user="agent")
     print(sandbox.init_pid, sandbox.folder, flush=True)
@@ -327,7 +335,10 @@ async def test_network_full_reaches_out_but_not_the_host_loopback_nor_other_prox
     """pasta gives outbound access; the host's loopback listeners and a second sandbox's proxy
     port stay unreachable; the sandbox's own proxy port answers (forwarded as for ``none``)."""
     full = with_network(task, "full")
-    sandbox, other = IsolatedSandbox(full, "network-full"), IsolatedSandbox(full, "network-full-2")
+    sandbox, other = (
+        IsolatedSandbox(sandbox_spec(full), "network-full"),
+        IsolatedSandbox(sandbox_spec(full), "network-full-2"),
+    )
     address, other_address = await sandbox.host_address(), await other.host_address()
     async with (
         echo_server(address) as proxy_port,
@@ -379,7 +390,7 @@ for p in {checkout} /root/.pyenv /work /srv "$HOST_HOME/.gitconfig"; do [ -e "$p
 stat -c '%u' /app
 true
 """
-    async with IsolatedSandbox(task, "root-view") as sandbox:
+    async with IsolatedSandbox(sandbox_spec(task), "root-view") as sandbox:
         env = {**_env(), "AGENTS": sandbox.layout.agents_dir, "HOST_HOME": str(Path.home())}
         out = await conformance.sh(sandbox, script, env=env)
         host_owner = sandbox._files("app").stat().st_uid
@@ -401,7 +412,7 @@ async def test_a_start_whose_bwrap_command_crashes_says_how_it_ended(
         return ["sh", "-c", "echo about to crash >&2; kill -SEGV $$"]
 
     monkeypatch.setattr(RootView, "command", crashing)
-    sandbox = IsolatedSandbox(task, "crashes-at-start")
+    sandbox = IsolatedSandbox(sandbox_spec(task), "crashes-at-start")
     with pytest.raises(SandboxError) as raised:
         await sandbox.start()
     message = str(raised.value)
@@ -417,7 +428,7 @@ async def test_a_pasta_killed_by_a_signal_is_named_by_it(
     fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    sandbox = IsolatedSandbox(with_network(task, "full"), "pasta-crashes")
+    sandbox = IsolatedSandbox(sandbox_spec(with_network(task, "full")), "pasta-crashes")
     with pytest.raises(SandboxError, match=r"pasta failed \(exited with signal SIGSEGV \(11\)\)"):
         await sandbox.start()
     assert not sandbox.folder.exists()

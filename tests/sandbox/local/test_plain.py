@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from reroll import conformance
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.local.plain import LocalSandbox
 from reroll.tasks.task import Task
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.spawns  # every test starts a local sandbox (its sideca
 
 
 async def test_stop_leaves_nothing_behind(task: Task) -> None:
-    sandbox = LocalSandbox(task, "leftovers")
+    sandbox = LocalSandbox(sandbox_spec(task), "leftovers")
     await sandbox.start()
     await conformance.sh(sandbox, conformance.BACKGROUND_SLEEP)
     host_pid = int((await sandbox.get_file(f"{sandbox.layout.workspace}/bg.pid")).decode())
@@ -29,7 +30,7 @@ async def test_restore_is_exact_on_a_file_system_that_clones(
 ) -> None:
     """The local backend with its folder on btrfs or XFS: large files are cloned, not archived."""
     monkeypatch.setattr(tempfile, "tempdir", str(reflink_dir))
-    sandbox = LocalSandbox(task, "reflink")
+    sandbox = LocalSandbox(sandbox_spec(task), "reflink")
     assert Path(sandbox.layout.root).is_relative_to(reflink_dir)
     async with sandbox:
         await conformance.restore_hard_cases(sandbox)

@@ -2,7 +2,7 @@
 MCP servers it must take before anything is written; the services provisioned once the sandbox
 started, the agent held until they are ready (the readiness gate), torn down before the sandbox
 stops and checked alive after the agent; each launch given its native MCP configuration
-(`reroll.sandbox.services`, `reroll.rollout.mcp`)."""
+(`reroll.environment.services`, `reroll.rollout.mcp`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from rich.console import Console
 
 from reroll.agents import AgentSpec
+from reroll.environment.services import Environment
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.mcp import (
     FILTER_SOURCE,
@@ -23,7 +24,6 @@ from reroll.rollout.mcp import (
 )
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.services import Environment
 from reroll.tasks.environment import McpServerSpec
 
 
@@ -72,7 +72,7 @@ class ServicesAndMcp(Extension):
 
 async def _provision(environment: Environment, console: Console) -> None:
     """Start the task's services and hold the rollout until all are ready (the readiness gate:
-    `reroll.sandbox.services`); nothing to do for a task without any."""
+    `reroll.environment.services`); nothing to do for a task without any."""
     if not environment.declared:
         return
     names = ", ".join(service.name for service in environment.spec.services) or "the image's own"

@@ -8,7 +8,7 @@ How it scores, after the judged agent's processes are killed
 (`reroll.rollout.verify.script_verifier.quiesce`):
 
 1. the workspace is copied out of the judged sandbox as root, links stored as links and never
-   followed (`reroll.sandbox.state.snapshot_paths`), into the run folder's private ``harness/``;
+   followed (`reroll.environment.state.snapshot_paths`), into the run folder's private ``harness/``;
 2. the judge is a rollout of its own (`reroll.rollout.start.start_rollout`, the one path of every
    rollout): a reroll agent (``agent``, default mini-swe-agent) on the judge task
    (`judge_task`: the task's image and limits, no services, no MCP servers, no solution, no
@@ -62,6 +62,7 @@ from reroll_contracts.errors import ErrorCategory, RerollError, SandboxError, Ta
 from reroll_contracts.reward import verdict_from_json
 
 from reroll.agents import AgentSpec, get_agent
+from reroll.environment.state import restore_paths, snapshot_paths
 from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import Checkpoint, recorded_turns
 from reroll.rollout.start import FromCheckpoint, NewRecording, start_rollout
@@ -79,7 +80,6 @@ from reroll.runfolder.run import (
     write_private,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox
-from reroll.sandbox.state import restore_paths, snapshot_paths
 from reroll.settings import RolloutSettings
 from reroll.tasks.rubric import RUBRICS, Rubric, document_body, find_rubric, load_rubric
 from reroll.tasks.task import NATIVE_AGENT_USER, SolutionSection, Task, VerifierSection
@@ -382,7 +382,7 @@ class VerdictOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     workspace_tar: Path
-    """The judged workspace's copy on the host (`reroll.sandbox.state.snapshot_paths`)."""
+    """The judged workspace's copy on the host (`reroll.environment.state.snapshot_paths`)."""
 
 
 class VerdictFileVerifier:

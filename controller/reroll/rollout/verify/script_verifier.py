@@ -47,17 +47,18 @@ from reroll_contracts.errors import (
     VerifierError,
     VerifyLeftoverError,
 )
+from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
 from reroll.agents import AgentSpec
+from reroll.environment.state import QUERY_FILE, query_state
 from reroll.rollout.verify.failures import Diagnosis, diagnose
 from reroll.rollout.verify.verifiers import DEFAULT_VERIFIER, Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
-from reroll.sandbox.state import QUERY_FILE, query_state
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.rubric import COMMAND_SCRIPT, command_files, task_policy
-from reroll.tasks.task import HardeningOptions, Task
+from reroll.tasks.task import Task
 
 TEST_SCRIPT = "test.sh"
 PYTEST_REPORT_FILE = "pytest-report.txt"

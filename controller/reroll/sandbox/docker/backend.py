@@ -28,12 +28,12 @@ container or that file system is full. Not capped: what is written elsewhere in 
 layer (folders of the image the agent's user may write; anything, for an agent running as root),
 and the sidecar's snapshots.
 
-Conventions (the task's, `reroll.tasks.task.Task`): the agent works in the task's ``workdir``, else
+Conventions (the spec's, `reroll.sandbox.spec.SandboxSpec`): the agent works in the task's ``workdir``, else
 the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
 when the image lacks it) for native tasks, the image's USER (root when unset) for legacy ones, or
 ``agent.user`` — and the sidecar itself always runs as root.
 
-Shared installs (`reroll.sandbox.installs`): agents and the Python runtime are installed once into
+Shared installs (`reroll.installs.store`): agents and the Python runtime are installed once into
 the volume ``reroll-agents``, mounted read-only at ``/opt/reroll-agents`` in every rollout's
 container, so not even its root can change what later rollouts run. Installs are made in a
 short-lived *install container* of their own (`DockerSandbox.installer`: the same image, the
@@ -42,7 +42,7 @@ only the install script. Their manifests are in the volume ``reroll-agents-manif
 container mounts; the controller reads both volumes at their host folders (a local engine, as
 the sized file systems need already). `prune` keeps both volumes.
 
-Services (`reroll.sandbox.services`): the task's image services are sibling containers
+Services (`reroll.environment.services`): the task's image services are sibling containers
 (`DockerSandbox.start_sibling`, labelled ``reroll.role=service``; a service with a ``build`` runs
 the image `start` built for it, `reroll.sandbox.docker.images.service_image`) on the rollout's network under
 their names, with the task's cpus, memory and pids limits; such a rollout always has a network of
@@ -103,12 +103,10 @@ from reroll.sandbox.docker.networks import (
 )
 from reroll.sandbox.docker.prune import prune as prune_leftovers
 from reroll.sandbox.docker.siblings import SiblingContainer, run_sibling
-from reroll.sandbox.installs import InstallStore
-from reroll.sandbox.services import ServiceProcess
+from reroll.sandbox.seam import InstallFolders, ServiceProcess
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.tasks.environment import ServiceSpec
-from reroll.tasks.task import DEFAULT_WORKDIR, Task
+from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec, SiblingService
 
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
@@ -129,8 +127,8 @@ class DockerSandbox(SidecarSandbox):
     """A sandbox in a Docker container; see the module docstring.
 
     Args:
-        task: the task; its ``environment/Dockerfile`` (if any) and ``environment`` section
-            (cpus, memory_mb, network) shape the container.
+        spec: what to make (`reroll.sandbox.spec.SandboxSpec`): its image build, limits and
+            network shape the container.
         run_id: the rollout's id, the container's ``reroll.run_id`` label and part of its name.
         config: the backend's settings; default: `DockerSandboxConfig()`.
         installs_writable: an install container (see `installer`): `AGENTS_VOLUME` read-write,
@@ -153,24 +151,24 @@ class DockerSandbox(SidecarSandbox):
 
     def __init__(
         self,
-        task: Task,
+        spec: SandboxSpec,
         run_id: str,
         config: DockerSandboxConfig | None = None,
         *,
         installs_writable: bool = False,
     ) -> None:
-        self.task = task
+        self.spec = spec
         self.run_id = run_id
         self.config = config or DockerSandboxConfig()
         self.installs_writable = installs_writable
-        self.policy = "full" if installs_writable else task.spec.environment.network
+        self.policy = "full" if installs_writable else spec.network
         layout = SandboxLayout(  # workspace, home and user are settled by `start` (the image's defaults)
             root="/",
-            workspace=task.workdir or DEFAULT_WORKDIR,
-            logs_dir=task.logs_mount,
+            workspace=spec.workdir or DEFAULT_WORKDIR,
+            logs_dir=spec.logs_mount,
             home=f"/home/{AGENT_USER}",
             agents_dir=AGENTS_DIR,
-            agent_user=task.agent_user or AGENT_USER,
+            agent_user=spec.agent_user or AGENT_USER,
         )
         super().__init__(layout, f"docker sandbox {run_id}")
         self.container: Container | None = None
@@ -203,9 +201,7 @@ class DockerSandbox(SidecarSandbox):
         a task with image services always gets its own (`create_services_network` under ``full``;
         under ``none`` its containers reach each other)."""
         if self._network is None:
-            services = not self.installs_writable and any(
-                s.sibling for s in self.task.spec.environment.services
-            )
+            services = not self.installs_writable and bool(self.spec.siblings)
             if self.policy == "full" and services:
                 self._network = create_services_network(self._engine, self.run_id)
             elif self.policy == "full":
@@ -259,8 +255,8 @@ class DockerSandbox(SidecarSandbox):
             self.layout = dataclasses.replace(
                 self.layout, home=home, agent_user="" if user == "root" else user
             )
-            seed = self.task.workspace_seed_dir
-            if self.task.dockerfile is None and seed is not None and not self.installs_writable:
+            seed = self.spec.workspace_seed
+            if self.spec.build is None and seed is not None and not self.installs_writable:
                 await self.upload_dir(seed, self.layout.workspace)
                 if self.layout.agent_user:
                     await self.exec(["chown", "-R", f"{self.layout.agent_user}:", self.layout.workspace])
@@ -273,19 +269,19 @@ class DockerSandbox(SidecarSandbox):
         engine = self._engine
         bundle = ensure_bundle()
         base = ensure_images(engine).base
-        image = self.config.image or task_image(engine, self.task, base, image_map=self.config.image_map)
+        image = self.config.image or task_image(engine, self.spec, base, image_map=self.config.image_map)
         if not self.installs_writable:  # built before the readiness gate's clock starts
             self._service_images = {
-                spec.name: service_image(engine, self.task, spec, base, image_map=self.config.image_map)
-                for spec in self.task.spec.environment.services
-                if spec.build is not None
+                service.name: service_image(engine, self.spec, service, base, image_map=self.config.image_map)
+                for service in self.spec.siblings
+                if service.build is not None
             }
         defaults = image_defaults(engine, image)
         self._image = image
         self.layout = dataclasses.replace(
-            self.layout, workspace=self.task.workdir or defaults.workdir, image_env=defaults.env
+            self.layout, workspace=self.spec.workdir or defaults.workdir, image_env=defaults.env
         )
-        self._user = self.task.agent_user or defaults.user
+        self._user = self.spec.agent_user or defaults.user
         network = self._ensure_network()
         self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{docker_name(self.run_id)[-24:]}-"))
         self._mount_dir.chmod(0o700)
@@ -293,8 +289,8 @@ class DockerSandbox(SidecarSandbox):
         token_file = self._mount_dir / "token"
         token_file.touch(mode=0o600)
         token_file.write_text(self._token)
-        environment = self.task.spec.environment
-        sized = {} if self.installs_writable else self._sized_volumes(environment.storage_mb)
+        limits = self.spec.limits
+        sized = {} if self.installs_writable else self._sized_volumes(limits.storage_mb)
         role = "install" if self.installs_writable else "rollout"
         name = docker_name(self.run_id)
         try:
@@ -331,10 +327,10 @@ class DockerSandbox(SidecarSandbox):
                     *(Mount(target, name, type="volume") for target, name in sized.items()),
                     Mount(STATE_DIR, None, type="volume"),
                 ],
-                nano_cpus=int(environment.cpus * 1e9),
-                mem_limit=f"{environment.memory_mb}m",
-                memswap_limit=f"{environment.memory_mb}m",  # no swap beyond the memory limit
-                pids_limit=environment.pids_max,
+                nano_cpus=int(limits.cpus * 1e9),
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",  # no swap beyond the memory limit
+                pids_limit=limits.pids_max,
                 working_dir=self.layout.workspace,
                 user="0:0",  # the sidecar is root whatever the image's USER; the agent's user is Exec's
             )
@@ -372,8 +368,8 @@ class DockerSandbox(SidecarSandbox):
             volumes[target] = name
         return volumes
 
-    async def install_store(self) -> InstallStore:
-        """See `reroll.sandbox.installs.SharedInstalls`: `AGENTS_VOLUME` and `MANIFESTS_VOLUME`
+    async def install_store(self) -> InstallFolders:
+        """See `reroll.sandbox.seam.SharedInstalls`: `AGENTS_VOLUME` and `MANIFESTS_VOLUME`
         at their host folders, each made when missing.
 
         Raises:
@@ -384,14 +380,14 @@ class DockerSandbox(SidecarSandbox):
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[DockerSandbox]:
-        """See `reroll.sandbox.installs.SharedInstalls`: an install container of this rollout's
+        """See `reroll.sandbox.seam.SharedInstalls`: an install container of this rollout's
         image (labelled ``reroll.role=install`` and with this rollout's run id), removed at the end.
 
         Raises:
             SandboxError: it could not start.
         """
         config = self.config.model_copy(update={"image": self._image or self.config.image})
-        installer = DockerSandbox(self.task, self.run_id, config, installs_writable=True)
+        installer = DockerSandbox(self.spec, self.run_id, config, installs_writable=True)
         try:
             await installer.start()
             yield installer
@@ -402,19 +398,19 @@ class DockerSandbox(SidecarSandbox):
         """See `Sandbox.limits_hit`: the kernel's OOM kills in the container's memory cgroup, and
         whether its sized file system (`reroll.sandbox.docker.disk`) is full."""
         hit = []
-        environment = self.task.spec.environment
+        limits = self.spec.limits
         if self.container is not None:
             await asyncio.to_thread(self.container.reload)
             kills = oom_kills(int(self.container.attrs["State"].get("Pid") or 0))
             if kills or self.container.attrs["State"].get("OOMKilled"):
                 hit.append(
                     f"out of memory: the kernel killed {kills or 'a'} process(es) at the sandbox's limit "
-                    f"of {environment.memory_mb} MiB (the task's environment.memory_mb)"
+                    f"of {limits.memory_mb} MiB (the task's environment.memory_mb)"
                 )
         if self._disk is not None and await asyncio.to_thread(self._disk.full):
             hit.append(
                 "out of disk: the workspace, logs, homes and /tmp filled the sandbox's quota of "
-                f"{environment.storage_mb} MiB "
+                f"{limits.storage_mb} MiB "
                 "(the task's environment.storage_mb)"
             )
         return hit
@@ -457,29 +453,33 @@ class DockerSandbox(SidecarSandbox):
             with contextlib.suppress(docker.errors.APIError):
                 await asyncio.to_thread(network.disconnect, self.container, force=True)
 
-    async def start_sibling(self, spec: ServiceSpec, env: Mapping[str, str]) -> ServiceProcess:
-        """See `reroll.sandbox.services.SiblingServices`: a container of the image built for
-        ``spec.build`` by `start`, else of ``spec.image`` (pulled when not local), on the sandbox's
-        network under the alias ``spec.name``, with the task's cpus, memory and pids limits and
-        the sandbox's labels (``reroll.role=service``), as the image's user; ``spec.command``
-        replaces the image's entrypoint and command (``sh -c``).
+    async def start_sibling(self, name: str, env: Mapping[str, str]) -> ServiceProcess:
+        """See `reroll.sandbox.seam.SiblingServices`: a container of the spec's sibling `name`:
+        of the image built for its ``build`` by `start`, else of its ``image`` (pulled when not
+        local), on the sandbox's network under the alias `name`, with the spec's cpus, memory and
+        pids limits and the sandbox's labels (``reroll.role=service``), as the image's user; its
+        ``command`` replaces the image's entrypoint and command (``sh -c``).
 
         Raises:
             TaskEnvironmentError: the image is missing and cannot be pulled (the task's fault).
-            SandboxError: the engine failed to start the container (infrastructure, retried).
+            SandboxError: the spec has no sibling `name`, or the engine failed to start the
+                container (infrastructure, retried).
         """
-        return await asyncio.to_thread(self._start_sibling, spec, dict(env))
+        try:
+            service = self.spec.sibling(name)
+        except KeyError as exc:
+            raise SandboxError(str(exc.args[0])) from exc
+        return await asyncio.to_thread(self._start_sibling, service, dict(env))
 
-    def _start_sibling(self, spec: ServiceSpec, env: dict[str, str]) -> SiblingContainer:
-        image = self._service_images.get(spec.name)
-        environment = self.task.spec.environment
+    def _start_sibling(self, service: SiblingService, env: dict[str, str]) -> SiblingContainer:
+        image = self._service_images.get(service.name)
         network = self._ensure_network()
-        container = run_sibling(self._engine, network, self.run_id, environment, spec, image, env)
+        container = run_sibling(self._engine, network, self.run_id, self.spec.limits, service, image, env)
         self._siblings.append(container)
         return SiblingContainer(container)
 
     async def image_command(self) -> list[str]:
-        """See `reroll.sandbox.services.SiblingServices`: the image's ENTRYPOINT and CMD."""
+        """See `reroll.sandbox.seam.SiblingServices`: the image's ENTRYPOINT and CMD."""
         config = (await asyncio.to_thread(self._engine.images.get, self._image)).attrs.get("Config") or {}
         return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
 

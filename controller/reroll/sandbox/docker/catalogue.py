@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,27 @@ from reroll_contracts.errors import ImageUnavailableError
 
 _BASE_RECIPE = "debootstrap --variant=minbase; apt lists and caches removed; v1"
 """Changing how the base is made must change its hash: bump this text with the recipe."""
+
+_COPY_LINE = re.compile(r"^\s*(?:COPY|ADD)\s+(?:--\S+\s+)*(?P<args>.+?)\s*$", re.IGNORECASE)
+
+
+def without_copies_of(dockerfile: str, folders: frozenset[str]) -> str:
+    """`dockerfile` without its COPY / ADD lines whose every source is one of the context's
+    top-level `folders` (``COPY skills /root/.claude/skills`` for ``{"skills"}``, as BenchFlow
+    strips them for ``no-skill``); a line copying other sources too is kept (its build then fails
+    on the missing folder: visible)."""
+    kept = []
+    for line in dockerfile.splitlines():
+        match = _COPY_LINE.match(line)
+        try:
+            args = shlex.split(match.group("args")) if match else []
+        except ValueError:
+            args = []
+        sources = args[:-1]
+        if sources and all(source.rstrip("/").removeprefix("./") in folders for source in sources):
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 def content_digest(*parts: bytes) -> str:

@@ -1,4 +1,4 @@
-"""The conventions a rollout's container follows (the task's, `reroll.tasks.task.Task`): the
+"""The conventions a rollout's container follows (the spec's, `reroll.sandbox.spec.SandboxSpec`): the
 image's WORKDIR, USER and ENV as every phase's defaults (`image_defaults`), and the setup script
 that makes the agent's user and folders in a new container (`SETUP_SCRIPT`).
 """
@@ -11,7 +11,7 @@ import docker
 import docker.errors
 from reroll_contracts.errors import SandboxError
 
-from reroll.tasks.task import DEFAULT_WORKDIR
+from reroll.sandbox.spec import DEFAULT_WORKDIR
 
 AGENT_USER = "agent"
 """The agent's user of a native task (unprivileged, created when the image lacks it)."""

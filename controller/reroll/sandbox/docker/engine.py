@@ -29,7 +29,7 @@ AGENTS_VOLUME = "reroll-agents"
 
 
 MANIFESTS_VOLUME = "reroll-agents-manifests"
-"""The manifests of the installs in `AGENTS_VOLUME` (`reroll.sandbox.installs`); mounted in no container."""
+"""The manifests of the installs in `AGENTS_VOLUME` (`reroll.installs.store`); mounted in no container."""
 
 
 SHARED_VOLUMES = frozenset({AGENTS_VOLUME, MANIFESTS_VOLUME})

@@ -16,7 +16,7 @@ own (`reroll.sandbox.docker.backend`) and one nftables table of its own, keyed b
     }
 
 The bracketed rule is there only for a rollout with image services (sibling containers on the
-same bridge, `reroll.sandbox.services`); its network then has inter-container traffic on.
+same bridge, `reroll.environment.services`); its network then has inter-container traffic on.
 
 nftables, not iptables: Docker (20.10 here, through iptables' nf_tables backend) owns the
 ``ip filter`` and ``ip nat`` tables and rewrites its chains when networks come and go or the

@@ -60,9 +60,9 @@ from reroll.sandbox.docker.catalogue import (
     standins,
     suggested_target,
     unavailable_error,
+    without_copies_of,
 )
-from reroll.tasks.environment import ServiceSpec
-from reroll.tasks.task import SKILLS_FOLDER, Task, without_skill_copies
+from reroll.sandbox.spec import SandboxSpec, SiblingService
 
 IMAGES = resources.files("reroll") / "images"
 """reroll's own image recipes (package data): ``base/packages.txt``."""
@@ -389,15 +389,15 @@ def _is_local(image: str) -> bool:
         return False
 
 
-def base_warnings(task: Task, is_local: Callable[[str], bool]) -> list[str]:
-    """One line for each image `task` starts from (its Dockerfile's FROM images, or its
-    ``environment.docker_image``) that has no stand-in here: not local (`is_local`), not reroll's
+def base_warnings(spec: SandboxSpec, is_local: Callable[[str], bool]) -> list[str]:
+    """One line for each image `spec`'s sandbox starts from (its Dockerfile's FROM images, or its
+    ``docker_image``) that has no stand-in here: not local (`is_local`), not reroll's
     own, and no catalogue image stands in for it; with the ``--image-map`` that would work."""
-    if task.dockerfile is not None:
-        text = task.dockerfile.read_text(encoding="utf-8", errors="replace")
+    if spec.build is not None:
+        text = spec.build.dockerfile.read_text(encoding="utf-8", errors="replace")
         _, bases = map_from_lines(text, {})
     else:
-        text, bases = "", [task.spec.environment.docker_image or BASE_ALIAS]
+        text, bases = "", [spec.docker_image or BASE_ALIAS]
     return [
         f"FROM {image}: no stand-in here (not a local image, none in reroll's catalogue); without a "
         f"registry it does not build: --image-map {image}={suggested_target(image, text)}"
@@ -415,19 +415,17 @@ def _slug(name: str) -> str:
 
 def task_image(
     client: docker.DockerClient,
-    task: Task,
+    spec: SandboxSpec,
     base: str,
     log: Log = logger.info,
     image_map: Mapping[str, str] | None = None,
 ) -> str:
-    """The image a task's containers run: its Dockerfile's image, built when missing.
+    """The image a sandbox's container runs: its Dockerfile's image, built when missing.
 
-    A task without a Dockerfile (`reroll.tasks.task.Task.dockerfile`: ``environment/Dockerfile``,
-    or where ``environment.build`` says) runs its ``environment.docker_image`` (mapped per
-    `image_map`; it must be local), else `base` itself. A task whose skills are hidden
-    (`reroll.tasks.task.Task.skills_hidden`) builds without ``skills/`` in its context and without
-    the COPY lines of it alone (`reroll.tasks.task.without_skill_copies`). How it is built:
-    `build_image`.
+    A spec without a Dockerfile (`reroll.sandbox.spec.SandboxSpec.build`) runs its
+    ``docker_image`` (mapped per `image_map`; it must be local), else `base` itself. The build
+    leaves the build's ``hidden`` folders out of its context, and the COPY lines of them alone
+    (`reroll.sandbox.docker.catalogue.without_copies_of`). How it is built: `build_image`.
 
     Raises:
         ImageUnavailableError: the build failed and a FROM image is not local (cannot be pulled),
@@ -435,15 +433,15 @@ def task_image(
         ImageBuildError: the task's Dockerfile failed to build otherwise (the message carries the
             log), or building a catalogue image failed.
     """
-    if task.dockerfile is None:
-        declared = task.spec.environment.docker_image
+    if spec.build is None:
+        declared = spec.docker_image
         if declared is None:
             return base
         mapped = (image_map or {}).get(declared, declared)
         image = _with_standins(client, f"FROM {mapped}", {}, log).get(mapped, mapped)
         if not _exists(client, image):
             raise ImageUnavailableError(
-                f"task {task.name} runs the prebuilt image {image} (environment.docker_image), which is "
+                f"task {spec.name} runs the prebuilt image {image} (environment.docker_image), which is "
                 f"not a local image. Remedies: map it with one flag: reroll run … --image-map "
                 f"{declared}={suggested_target(declared)} (a catalogue image named there is built on "
                 f"first use), or build or tag it locally (docker tag IMAGE {image})"
@@ -452,11 +450,11 @@ def task_image(
     return build_image(
         client,
         BuildRequest(
-            repository=f"reroll/task-{_slug(task.name)}",
-            context=task.build_context,
-            dockerfile=task.dockerfile,
-            timeout_seconds=task.spec.environment.build_timeout_sec,
-            hide_skills=task.skills_hidden,
+            repository=f"reroll/task-{_slug(spec.name)}",
+            context=spec.build.context,
+            dockerfile=spec.build.dockerfile,
+            timeout_seconds=spec.build_timeout_seconds,
+            hidden=spec.build.hidden,
         ),
         base,
         log,
@@ -466,15 +464,15 @@ def task_image(
 
 def service_image(
     client: docker.DockerClient,
-    task: Task,
-    service: ServiceSpec,
+    spec: SandboxSpec,
+    service: SiblingService,
     base: str,
     log: Log = logger.info,
     image_map: Mapping[str, str] | None = None,
 ) -> str:
-    """The image of `task`'s service `service` that has a ``build`` (compose's ``build`` of a
+    """The image of `spec`'s sibling `service` that has a ``build`` (compose's ``build`` of a
     service other than the sandbox): ``reroll/task-<task>-<service>:<hash>``, built by
-    `build_image` like the task's own (same cache, label, stand-ins, CA and build timeout).
+    `build_image` like the sandbox's own (same cache, label, stand-ins, CA and build timeout).
 
     Raises:
         ImageUnavailableError, ImageBuildError: as `task_image`.
@@ -482,14 +480,13 @@ def service_image(
     """
     if service.build is None:
         raise ValueError(f"service {service.name} has no build")
-    context = task.service_context(service)
     return build_image(
         client,
         BuildRequest(
-            repository=f"reroll/task-{_slug(task.name)}-{_slug(service.name)}",
-            context=context,
-            dockerfile=context / service.build.dockerfile,
-            timeout_seconds=task.spec.environment.build_timeout_sec,
+            repository=f"reroll/task-{_slug(spec.name)}-{_slug(service.name)}",
+            context=service.build.context,
+            dockerfile=service.build.dockerfile,
+            timeout_seconds=spec.build_timeout_seconds,
         ),
         base,
         log,
@@ -509,8 +506,8 @@ class BuildRequest:
     """The Dockerfile (a host file, usually in `context`)."""
     timeout_seconds: float
     """The build's time limit (the task's ``environment.build_timeout_sec``)."""
-    hide_skills: bool = False
-    """Leave ``skills/`` out of the context, and the Dockerfile's COPY lines of it alone."""
+    hidden: frozenset[str] = frozenset()
+    """Top-level folders left out of the context, and the Dockerfile's COPY lines of them alone."""
 
 
 def build_image(
@@ -537,9 +534,9 @@ def build_image(
     """
     context = request.context
     written = request.dockerfile.read_text(encoding="utf-8")
-    leave_out = frozenset({SKILLS_FOLDER}) if request.hide_skills else frozenset()
-    if request.hide_skills:
-        written = without_skill_copies(written)
+    leave_out = request.hidden
+    if leave_out:
+        written = without_copies_of(written, leave_out)
     dockerfile, bases = map_from_lines(written, _with_standins(client, written, image_map or {}, log))
     ca_bundle = host_ca_bundle()
     ca = ca_bundle.read_bytes() if ca_bundle is not None else b""

@@ -1,4 +1,4 @@
-"""The docker backend's shared installs (`reroll.sandbox.installs`): the volumes `AGENTS_VOLUME`
+"""The docker backend's shared installs (`reroll.installs.store`): the volumes `AGENTS_VOLUME`
 and `MANIFESTS_VOLUME`, read at their host folders.
 """
 
@@ -13,10 +13,10 @@ from reroll_contracts.errors import SandboxError
 
 from reroll.sandbox.docker.engine import AGENTS_VOLUME, MANIFESTS_VOLUME, SHARED_LABEL
 from reroll.sandbox.docker.images import MANAGED_LABEL
-from reroll.sandbox.installs import InstallStore
+from reroll.sandbox.seam import InstallFolders
 
 
-def install_store(engine: docker.DockerClient) -> InstallStore:
+def install_store(engine: docker.DockerClient) -> InstallFolders:
     """The docker backend's shared installs: `AGENTS_VOLUME` and `MANIFESTS_VOLUME` at their host
     folders, each made when missing.
 
@@ -24,7 +24,7 @@ def install_store(engine: docker.DockerClient) -> InstallStore:
         SandboxError: a volume cannot be made, or its folder is not readable here (a remote
             engine, or a controller that is not root).
     """
-    return InstallStore(
+    return InstallFolders(
         folder=_volume_folder(engine, AGENTS_VOLUME, {MANAGED_LABEL: "1"}),
         # Not labelled managed: the prune of older reroll versions removes such volumes when unused.
         manifests=_volume_folder(engine, MANIFESTS_VOLUME, {SHARED_LABEL: "install-manifests"}),

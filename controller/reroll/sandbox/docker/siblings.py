@@ -1,4 +1,4 @@
-"""A task's image services as sibling containers of the rollout's (`reroll.sandbox.services`):
+"""A task's image services as sibling containers of the rollout's (`reroll.environment.services`):
 started on the rollout's network under their names, with the task's limits (`run_sibling`), and
 watched and stopped through `SiblingContainer`.
 """
@@ -17,16 +17,15 @@ from reroll_contracts.errors import SandboxError, TaskEnvironmentError
 
 from reroll.sandbox.docker.engine import OWNER_LABEL, ROLE_LABEL, RUN_ID_LABEL, owner_label
 from reroll.sandbox.docker.images import MANAGED_LABEL
-from reroll.tasks.environment import ServiceSpec
-from reroll.tasks.task import EnvironmentSection
+from reroll.sandbox.spec import ResourceLimits, SiblingService
 
 
 def run_sibling(
     engine: docker.DockerClient,
     network: Network,
     run_id: str,
-    environment: EnvironmentSection,
-    spec: ServiceSpec,
+    limits: ResourceLimits,
+    spec: SiblingService,
     image: str | None,
     env: dict[str, str],
 ) -> Container:
@@ -36,7 +35,7 @@ def run_sibling(
         engine: the Docker engine.
         network: the rollout's network; the container joins it under the alias ``spec.name``.
         run_id: the rollout's id (its label and part of the name).
-        environment: the task's environment: its cpus, memory and pids limits.
+        limits: the sandbox's limits: its cpus, memory and pids apply to the container.
         spec: the service.
         image: the image built for it, else None (then ``spec.image``, pulled when not local).
         env: its environment variables.
@@ -76,10 +75,10 @@ def run_sibling(
             working_dir=spec.workdir,
             network=network.name,
             networking_config={network.name: engine.api.create_endpoint_config(aliases=[spec.name])},
-            nano_cpus=int(environment.cpus * 1e9),
-            mem_limit=f"{environment.memory_mb}m",
-            memswap_limit=f"{environment.memory_mb}m",
-            pids_limit=environment.pids_max,
+            nano_cpus=int(limits.cpus * 1e9),
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",
+            pids_limit=limits.pids_max,
         )
     except docker.errors.APIError as exc:
         raise SandboxError(f"service {spec.name}: cannot start a container of {image}: {exc}") from exc
@@ -88,7 +87,7 @@ def run_sibling(
 
 class SiblingContainer:
     """A service's sibling container (`DockerSandbox.start_sibling`), as a
-    `reroll.sandbox.services.ServiceProcess`."""
+    `reroll.sandbox.seam.ServiceProcess`."""
 
     def __init__(self, container: Container) -> None:
         self.container = container

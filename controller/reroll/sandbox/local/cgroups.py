@@ -1,7 +1,7 @@
 """Resource limits of the isolated `local` sandbox: its cgroup, and the sizes of its RAM-backed file systems.
 
 The task's ``environment.memory_mb`` (swap included: none beyond it), ``cpus`` and ``pids_max``
-(defaults 2048 MiB, 1 core, 1024: `reroll.tasks.task.EnvironmentSection`) are enforced by a cgroup
+(defaults 2048 MiB, 1 core, 1024: `reroll.sandbox.spec.ResourceLimits`) are enforced by a cgroup
 made by the controller (root) on the host for each sandbox — the same kernel limits Docker sets
 on a container. Its whole process tree starts in it: `SandboxCgroup.enter_command` prefixes the
 sandbox's command with a tiny ``sh`` that writes its own pid into the group before it execs
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from reroll_contracts.errors import SandboxError
 
-from reroll.tasks.task import EnvironmentSection
+from reroll.sandbox.spec import ResourceLimits
 
 PARENT = "reroll"
 """Every sandbox's group is ``<hierarchy>/reroll/<name>``."""
@@ -88,8 +88,9 @@ class SandboxLimits:
     """The task's ``storage_mb``: the size of the sandbox's writable file system, MiB."""
 
     @classmethod
-    def of(cls, environment: EnvironmentSection) -> SandboxLimits:
-        """The limits of a task's `environment`; see the module docstring for ``/dev/shm``'s size."""
+    def of(cls, environment: ResourceLimits) -> SandboxLimits:
+        """The limits a sandbox's spec holds (`environment`, the task's ``environment``'s); see
+        the module docstring for ``/dev/shm``'s size."""
         memory = environment.memory_mb << 20
         return cls(
             memory_bytes=memory,

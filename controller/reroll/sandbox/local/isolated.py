@@ -65,7 +65,6 @@ from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
-from reroll.sandbox.installs import InstallStore, local_install_store
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
@@ -83,9 +82,10 @@ from reroll.sandbox.local.rootview import (
     system_args,
     write_id_maps,
 )
+from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.tasks.task import DEFAULT_WORKDIR, Task
+from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
 
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""
@@ -143,9 +143,9 @@ class IsolatedSandbox(SidecarSandbox):
     """A local sandbox in its own namespaces with a root view of its own; see the module docstring.
 
     Args:
-        task: the task; its ``environment/workspace/`` seeds the workspace, its
-            ``environment.network`` chooses the network, its ``storage_mb`` sizes ``/``
-            (workspace, logs and home included).
+        spec: what to make (`reroll.sandbox.spec.SandboxSpec`): its ``workspace_seed`` seeds
+            the workspace, its ``network`` chooses the network, its ``limits.storage_mb`` sizes
+            ``/`` (workspace, logs and home included).
         run_id: the rollout's id, part of the folder's name.
         config: the backend's settings; default: `IsolatedSandboxConfig()`.
     """
@@ -155,17 +155,17 @@ class IsolatedSandbox(SidecarSandbox):
 
     prune = staticmethod(prune_local_disks)
 
-    def __init__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> None:
-        self.task = task
+    def __init__(self, spec: SandboxSpec, run_id: str, config: IsolatedSandboxConfig | None = None) -> None:
+        self.spec = spec
         self.run_id = run_id
         self.config = config or IsolatedSandboxConfig()
-        self.policy = task.spec.environment.network
+        self.policy = spec.network
         self.id_base = INSTALLER_ID_BASE if self.config.agents_writable else ROLLOUT_ID_BASE
         self.folder = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         layout = SandboxLayout(
             root="/",
-            workspace=_workspace(task),
-            logs_dir=task.logs_mount,
+            workspace=_workspace(spec),
+            logs_dir=spec.logs_mount,
             home=f"/home/{AGENT_USER}",
             agents_dir=str(cache_dir() / "agents"),
             agent_user=AGENT_USER,
@@ -175,7 +175,7 @@ class IsolatedSandbox(SidecarSandbox):
         self._token = secrets.token_urlsafe(24)
         self._sidecar_process: ChildProcess | None = None
         self._init_pid: int | None = None
-        self.limits = SandboxLimits.of(task.spec.environment)
+        self.limits = SandboxLimits.of(spec.limits)
         """The task's memory, cpus, pids and sizes, as the sandbox's cgroup and file systems hold them."""
         self._cgroup: SandboxCgroup | None = None
         self._disk: SizedDisk | None = None
@@ -252,9 +252,9 @@ class IsolatedSandbox(SidecarSandbox):
         async with self._forwarder.connect_proxy() as url:
             yield env | {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
 
-    async def install_store(self) -> InstallStore:
-        """See `reroll.sandbox.installs.SharedInstalls`: `local_install_store`."""
-        return local_install_store()
+    async def install_store(self) -> InstallFolders:
+        """See `reroll.sandbox.seam.SharedInstalls`: `local_install_folders`."""
+        return local_install_folders()
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[IsolatedSandbox]:
@@ -265,12 +265,12 @@ class IsolatedSandbox(SidecarSandbox):
             SandboxError: it could not start.
         """
         config = self.config.model_copy(update={"agents_writable": True})
-        async with IsolatedSandbox(self.task, f"{self.run_id[:20]}-install", config) as sandbox:
+        async with IsolatedSandbox(self.spec, f"{self.run_id[:20]}-install", config) as sandbox:
             yield sandbox
 
     def _view(self, control: Path, bundle: Path) -> RootView:
         agents = Path(self.layout.agents_dir)
-        verifier = self.layout.path(self.task.verifier_mount)
+        verifier = self.layout.path(self.spec.verifier_mount)
         return RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
@@ -308,8 +308,8 @@ class IsolatedSandbox(SidecarSandbox):
             self._files(sub).mkdir(parents=True, exist_ok=True)
         (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
-        if self.task.workspace_seed_dir is not None:
-            seed = self.task.workspace_seed_dir
+        if self.spec.workspace_seed is not None:
+            seed = self.spec.workspace_seed
             shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
         chown_tree(self.folder, root, root)
@@ -488,11 +488,11 @@ def _retrieve(future: asyncio.Future[int]) -> None:
         future.exception()
 
 
-def _workspace(task: Task) -> str:
-    """The task's working folder (``workdir``, else `DEFAULT_WORKDIR`), unless a folder bound
+def _workspace(spec: SandboxSpec) -> str:
+    """The spec's working folder (``workdir``, else `DEFAULT_WORKDIR`), unless a folder bound
     there would hide the agents folder or land in a read-only system folder (``/usr/src/app``);
     then `DEFAULT_WORKDIR`. Task scripts that read ``$REROLL_WORKSPACE`` run either way."""
-    wanted = Path(task.workdir or DEFAULT_WORKDIR)
+    wanted = Path(spec.workdir or DEFAULT_WORKDIR)
     agents = cache_dir() / "agents"
     system = [Path(path) for path in (*SYSTEM_DIRS, *TOP_LEVEL, "/etc", "/proc", "/dev", MOUNT_DIR)]
     if wanted == Path("/") or wanted == agents or wanted in agents.parents:
@@ -540,8 +540,10 @@ class LocalBackend:
 
     prune = staticmethod(prune_local_disks)
 
-    def __call__(self, task: Task, run_id: str, config: IsolatedSandboxConfig | None = None) -> Sandbox:
-        """An unstarted sandbox for `task` (see the class docstring).
+    def __call__(
+        self, spec: SandboxSpec, run_id: str, config: IsolatedSandboxConfig | None = None
+    ) -> Sandbox:
+        """An unstarted sandbox for `spec` (see the class docstring).
 
         Raises:
             SandboxError: the plain fallback cannot honour network ``none``.
@@ -549,15 +551,15 @@ class LocalBackend:
         config = config or IsolatedSandboxConfig()
         reason = namespaces_unavailable()
         if not reason:
-            return IsolatedSandbox(task, run_id, config)
-        if task.spec.environment.network == "none":
+            return IsolatedSandbox(spec, run_id, config)
+        if spec.network == "none":
             raise SandboxError(
                 "network none needs the isolated local sandbox (or docker), "
                 f"and this machine forbids it: {reason}"
             )
         _warn_plain_once(reason)
         plain = LocalSandboxConfig(ready_timeout_seconds=config.ready_timeout_seconds)
-        return LocalSandbox(task, run_id, plain)
+        return LocalSandbox(spec, run_id, plain)
 
 
 local_sandbox = LocalBackend()

@@ -33,9 +33,9 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SandboxLayout
-from reroll.sandbox.installs import InstallStore, local_install_store
+from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.tasks.task import DEFAULT_WORKDIR, Task
+from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
 
 MAX_NAME_IN_ROOT = 32
 """How much of the run id goes into the sandbox folder's name: the sidecar's Unix socket lives
@@ -55,7 +55,8 @@ class LocalSandbox(SidecarSandbox):
     """A sandbox in a temporary host folder; see the module docstring.
 
     Args:
-        task: the task; its ``environment/workspace/`` seeds the workspace.
+        spec: what to make (`reroll.sandbox.spec.SandboxSpec`); its ``workspace_seed`` seeds the
+            workspace.
         run_id: the rollout's id, part of the folder's name.
         config: the backend's settings; default: `LocalSandboxConfig()`.
     """
@@ -78,14 +79,14 @@ class LocalSandbox(SidecarSandbox):
         """
         return {}
 
-    def __init__(self, task: Task, run_id: str, config: LocalSandboxConfig | None = None) -> None:
-        self.task = task
+    def __init__(self, spec: SandboxSpec, run_id: str, config: LocalSandboxConfig | None = None) -> None:
+        self.spec = spec
         self.run_id = run_id
         self.config = config or LocalSandboxConfig()
         self.root = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         layout = SandboxLayout(  # the task's working folder, below the root: /root → <root>/root
             root=str(self.root),
-            workspace=str(self.root / (task.workdir or DEFAULT_WORKDIR).lstrip("/")),
+            workspace=str(self.root / (spec.workdir or DEFAULT_WORKDIR).lstrip("/")),
             logs_dir=str(self.root / "logs"),
             home=str(self.root / "home"),
             agents_dir=str(cache_dir() / "agents"),
@@ -105,14 +106,14 @@ class LocalSandbox(SidecarSandbox):
         """None: the local sandbox enforces no resource limits."""
         return []
 
-    async def install_store(self) -> InstallStore:
-        """See `reroll.sandbox.installs.SharedInstalls`: `local_install_store` (checked before
+    async def install_store(self) -> InstallFolders:
+        """See `reroll.sandbox.seam.SharedInstalls`: `local_install_folders` (checked before
         each use; this backend does not stop the agent, our own user, from writing there)."""
-        return local_install_store()
+        return local_install_folders()
 
     @contextlib.asynccontextmanager
     async def installer(self) -> AsyncIterator[LocalSandbox]:
-        """See `reroll.sandbox.installs.SharedInstalls`: this sandbox itself (it isolates nothing)."""
+        """See `reroll.sandbox.seam.SharedInstalls`: this sandbox itself (it isolates nothing)."""
         yield self
 
     @contextlib.asynccontextmanager
@@ -129,9 +130,9 @@ class LocalSandbox(SidecarSandbox):
         """
         for sub in (self.layout.workspace, "logs/agent", "logs/verifier", "home", "tmp", ".reroll"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        if self.task.workspace_seed_dir is not None:
+        if self.spec.workspace_seed is not None:
             shutil.copytree(
-                self.task.workspace_seed_dir, self.layout.workspace, dirs_exist_ok=True, symlinks=True
+                self.spec.workspace_seed, self.layout.workspace, dirs_exist_ok=True, symlinks=True
             )
         hide_from_same_user()  # the agent runs as our user: our environment holds provider keys
         socket_path = self.root / ".reroll" / "sidecar.sock"

@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from reroll.environment.services import Environment
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.services import Environment
 from reroll.tasks.environment import ForwardEnv
 from reroll.tasks.task import load_task
 

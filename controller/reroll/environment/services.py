@@ -61,7 +61,6 @@ import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import (
@@ -73,6 +72,7 @@ from reroll_contracts.errors import (
 
 from reroll.runfolder.run import SERVICES_DIR, SERVICES_FILE, ServiceRecord, write_json
 from reroll.sandbox.base import Sandbox
+from reroll.sandbox.seam import ServiceProcess, SiblingServices
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT
 from reroll.tasks.environment import HealthCheck, ServiceSpec, start_order
 from reroll.tasks.task import Task
@@ -84,48 +84,6 @@ LOG_TAIL_LINES = 20
 LOG_TAIL_CHARS = 2000
 ENTRYPOINT_SERVICE = "entrypoint"
 """The name of the image's own entrypoint (``owns_lifecycle``) among the records and logs."""
-
-
-class ServiceProcess(Protocol):
-    """A running service, whichever way it runs."""
-
-    async def exit_code(self) -> int | None:
-        """Its exit code once it exited (negative: the signal), None while it runs."""
-        ...
-
-    async def run_command(self, command: str, timeout_seconds: float) -> tuple[bool, str]:
-        """Run the shell `command` where the service runs (in the sandbox, or in its own
-        container), as root, within `timeout_seconds`: (exited 0, its output's end). Its
-        health checks use it; so may the state's snapshot and query commands."""
-        ...
-
-    async def output(self) -> bytes:
-        """Its output so far (a sibling's: its container's log)."""
-        ...
-
-    async def stop(self) -> None:
-        """Stop it and remove what it left (a sibling's container). Safe to call twice."""
-        ...
-
-
-@runtime_checkable
-class SiblingServices(Protocol):
-    """A sandbox backend that runs image services as sibling containers (the docker backend)."""
-
-    async def start_sibling(self, spec: ServiceSpec, env: Mapping[str, str]) -> ServiceProcess:
-        """Start `spec` (it has an ``image`` or a ``build``, built when the sandbox started) on
-        the sandbox's network, reachable by its name,
-        under the sandbox's limits and labels, with `env` as its environment.
-
-        Raises:
-            TaskEnvironmentError: its image is missing and cannot be pulled.
-            SandboxError: the engine failed to start it.
-        """
-        ...
-
-    async def image_command(self) -> list[str]:
-        """The sandbox image's own ENTRYPOINT followed by its CMD (empty when it has neither)."""
-        ...
 
 
 class _ExecService:
@@ -330,7 +288,7 @@ class Environment:
             return
         assert isinstance(self.sandbox, SiblingServices)
         self.records[service.name] = self._record(service.name, "image", service.describe_probe())
-        self.processes[service.name] = await self.sandbox.start_sibling(service, env)
+        self.processes[service.name] = await self.sandbox.start_sibling(service.name, env)
 
     async def _start_process(
         self, name: str, command: str, workdir: str | None, env: dict[str, str], probe: str

@@ -1,5 +1,5 @@
 """Run inside a sandbox as root (``python3 state_script.py`` with a JSON request on stdin): the
-root side of `reroll.sandbox.state`. Standard library only (the sandbox's ``python3``), no reroll
+root side of `reroll.environment.state`. Standard library only (the sandbox's ``python3``), no reroll
 import: its text is sent into the sandbox and run there.
 
 Requests (one JSON object on stdin), each answered by one JSON object on stdout::

@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from reroll.environment.state import digest_paths, query_state, restore_state, snapshot_state
 from reroll.rollout.lifecycle import sandbox_env
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import Sandbox, create_sandbox
-from reroll.sandbox.state import digest_paths, query_state, restore_state, snapshot_state
 from reroll.tasks.environment import StateSpec
-from reroll.tasks.task import Task
+from reroll.tasks.task import load_task
 from reroll_contracts.errors import EnvironmentStateError
+
+from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.spawns
 
@@ -26,8 +29,9 @@ print(connection.execute("select x from m order by x").fetchall())
 
 
 @pytest.fixture
-async def sandbox(task: Task) -> AsyncIterator[Sandbox]:
-    async with create_sandbox("local", task, "state") as started:
+async def sandbox() -> AsyncIterator[Sandbox]:
+    task = load_task(EXAMPLES / "hello-file")
+    async with create_sandbox("local", sandbox_spec(task), "state") as started:
         yield started
 
 

@@ -1,7 +1,7 @@
 """Shared installs (agents, the Python runtime): made in a step of their own, read-only to every
 rollout, and checked against a manifest before each use.
 
-A backend that implements `SharedInstalls` keeps its installs in one host folder (`InstallStore`):
+A backend that implements `SharedInstalls` keeps its installs in one host folder (`InstallFolders`):
 the ``local`` backends in ``<cache>/agents``, the docker backend in the volume ``reroll-agents``.
 Every rollout's sandbox sees that folder read-only (its agents folder, ``layout.agents_dir``), so
 nothing an agent or a verifier runs — root in a container included — can change what later
@@ -50,13 +50,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from reroll_contracts.errors import AgentInstallError
 
 from reroll.cache import cache_dir
+from reroll.installs.python_runtime import host_python, provide_python, runtime_key
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.python_runtime import host_python, provide_python, runtime_key
+from reroll.sandbox.seam import InstallFolders, SharedInstalls
 
 MANIFEST_FORMAT = 1
 """Version of the manifest files' shape; a manifest of another version refuses its unit."""
@@ -194,13 +194,14 @@ def check_tree(folder: Path, recorded: dict[str, Entry], *, full: bool = False) 
 
 
 @dataclass(frozen=True)
-class InstallStore:
-    """A backend's shared installs on the host: one folder per unit, and their manifests."""
+class InstallStore(InstallFolders):
+    """A backend's shared installs on the host (`InstallFolders`: one folder per unit, and their
+    manifests), checked, recorded and discarded unit by unit."""
 
-    folder: Path
-    """The host folder every sandbox sees as its agents folder (read-only but in an installer)."""
-    manifests: Path
-    """The host folder of the manifests and lock files, seen by no sandbox."""
+    @classmethod
+    def of(cls, folders: InstallFolders) -> InstallStore:
+        """The store at `folders` (what `SharedInstalls.install_store` answers)."""
+        return cls(folder=folders.folder, manifests=folders.manifests)
 
     def manifest_file(self, unit: str) -> Path:
         """The manifest of `unit` (JSON)."""
@@ -299,34 +300,6 @@ def _unit_name(unit: str) -> str:
     return unit
 
 
-def local_install_store() -> InstallStore:
-    """The store of the ``local`` backends: ``<cache>/agents``, manifests in ``<cache>/install-manifests``."""
-    return InstallStore(folder=cache_dir() / "agents", manifests=cache_dir() / "install-manifests")
-
-
-@runtime_checkable
-class SharedInstalls(Protocol):
-    """A sandbox backend whose installs are shared by its sandboxes, read-only to each rollout."""
-
-    async def install_store(self) -> InstallStore:
-        """Where the installs live on the host (the sandbox's ``layout.agents_dir``), made when missing.
-
-        Raises:
-            SandboxError: the store cannot be made or read from the host.
-        """
-        ...
-
-    def installer(self) -> contextlib.AbstractAsyncContextManager[Sandbox]:
-        """A started sandbox like this one (the same image and layout) in which the store is
-        writable, stopped when the context ends; for installs only: nothing of the task or the
-        agent runs in it.
-
-        Raises:
-            SandboxError: it could not start.
-        """
-        ...
-
-
 Install = Callable[[Sandbox, str], Awaitable[list[str]]]
 """Installs a unit into the sandbox given (an installer) at the folder given (inside it, empty);
 returns the units it made the unit depend on (their manifests are checked with its own)."""
@@ -355,7 +328,7 @@ async def ensure_installed(sandbox: Sandbox, unit: str, install: Install, log: L
     if not isinstance(sandbox, SharedInstalls):
         await _install_in_place(sandbox, unit, install, log)
         return
-    store = await sandbox.install_store()
+    store = InstallStore.of(await sandbox.install_store())
     async with store.locked(unit, shared=True):
         started = time.monotonic()
         reason = await asyncio.to_thread(store.check, unit)
@@ -406,7 +379,7 @@ async def _install_in_place(sandbox: Sandbox, unit: str, install: Install, log: 
 async def provide_runtime(
     installer: Sandbox, version: str, env: dict[str, str], log: Log = logger.info
 ) -> tuple[str, list[str]]:
-    """`reroll.sandbox.python_runtime.provide_python` in an installer, with the runtime uploaded
+    """`reroll.installs.python_runtime.provide_python` in an installer, with the runtime uploaded
     into the store as a unit of its own: checked (and discarded when refused) before it is used,
     its manifest recorded after an upload.
 
@@ -420,7 +393,7 @@ async def provide_runtime(
     """
     if not isinstance(installer, SharedInstalls):
         return await provide_python(installer, version, env, log), []
-    store = await installer.install_store()
+    store = InstallStore.of(await installer.install_store())
     agents_dir = installer.layout.agents_dir
     host = await asyncio.to_thread(host_python, version)
     planned = f"python{version}-{await asyncio.to_thread(runtime_key, host, agents_dir)}" if host else None

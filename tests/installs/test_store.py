@@ -1,4 +1,4 @@
-"""The integrity check of shared installs (`reroll.sandbox.installs`): every change to an
+"""The integrity check of shared installs (`reroll.installs.store`): every change to an
 installed tree is found — also one that keeps the file's size and mtime, or plants byte code —
 and a refused unit is moved aside and deleted. Real files on the host's file system; no process."""
 
@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.installs import NOT_INSTALLED, InstallStore, check_tree, record_tree
+from reroll.installs.store import NOT_INSTALLED, InstallStore, check_tree, record_tree
 from reroll_contracts.errors import AgentInstallError
 
 

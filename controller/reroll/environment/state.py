@@ -12,7 +12,7 @@ as root, on the root side (never as the agent), through the sidecar's exec and f
 
 A snapshot is one tar file's bytes (`StateCopy.data`) that the caller stores on the host (a
 checkpoint layer, `reroll.rollout.layers`), so it can be restored into another sandbox. Its
-`StateCopy.digest` is a digest of the content (`reroll.sandbox.state_script`), equal after a
+`StateCopy.digest` is a digest of the content (`reroll.environment.state_script`), equal after a
 restore; a checkpoint compares them.
 
 Root-side steps never follow the agent's links: a state path any of whose components is a
@@ -55,7 +55,7 @@ class StateCopy:
     data: bytes
     """A tar file: the copies and ``state.json`` (the paths and which were present)."""
     digest: str
-    """sha256 hex of the content at the time of the copy (`reroll.sandbox.state_script`)."""
+    """sha256 hex of the content at the time of the copy (`reroll.environment.state_script`)."""
 
 
 async def snapshot_paths(

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from reroll.sandbox import python_runtime
+from reroll.installs import python_runtime
+from reroll.installs.python_runtime import LIBS, ensure_runtime, host_python, provide_python
 from reroll.sandbox.base import SandboxLayout
-from reroll.sandbox.python_runtime import LIBS, ensure_runtime, host_python, provide_python
 from reroll.sandbox.results import ExecResult
 from reroll_contracts.errors import AgentInstallError
 
