@@ -146,7 +146,7 @@ def backend(
         from reroll.sandbox.docker.backend import install_store
         from reroll.sandbox.docker.engine import docker_client
 
-        return "docker", install_store(docker_client()), {}
+        return "docker", InstallStore.of(install_store(docker_client())), {}
     cache = tmp_path_factory.mktemp("installs-cache")
     store = InstallStore(folder=cache / "agents", manifests=cache / "install-manifests")
     return "local", store, {"REROLL_CACHE_DIR": str(cache)}
@@ -253,7 +253,7 @@ async def test_the_python_runtime_is_an_install_of_its_own_checked_and_uploaded_
     said: list[str] = []
     await sandbox.start()
     try:
-        store = await sandbox.install_store()
+        store = InstallStore.of(await sandbox.install_store())
         for attempt in ("first", "after tampering"):
             async with sandbox.installer() as installer:
                 python, requires = await provide_runtime(
