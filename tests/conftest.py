@@ -126,7 +126,7 @@ MODULE_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.(spawns|slow)\b", re.
 """A module-level ``spawns`` or ``slow`` mark, read from the source: ``--fast`` skips the import."""
 
 
-collect_ignore = ["fixtures/skillsbench"]
+collect_ignore = ["fixtures/skillsbench", "fixtures/terminal-bench-2"]
 """Third-party tasks kept unmodified: their ``tests/test_outputs.py`` run only inside their sandbox."""
 
 
