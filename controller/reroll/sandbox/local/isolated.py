@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -66,6 +67,7 @@ from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
+from reroll.sandbox.local.imagefs import ImageRoot, image_root, lay_out_overlay, settle, spec_unhonoured
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.local.rootview import (
@@ -116,6 +118,11 @@ class IsolatedSandboxConfig(BaseModel):
     agents_writable: bool = False
     """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
     sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
+    image_map: dict[str, str] = Field(default_factory=dict)
+    """Source image → local replacement for the FROM lines of a task's Dockerfile, when the
+    sandbox runs on the task's image (`reroll.sandbox.local.imagefs`; as docker's ``image_map``)."""
+    setup_timeout_seconds: float = Field(default=60.0, gt=0)
+    """How long the one-time setup on a task's image (agent user, folders) may take."""
 
 
 def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
@@ -183,6 +190,8 @@ class IsolatedSandbox(SidecarSandbox):
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
+        self._image: ImageRoot | None = None
+        """The task's image unpacked, when the sandbox runs on it (`start`); None: the host view."""
 
     @property
     def init_pid(self) -> int | None:
@@ -271,6 +280,23 @@ class IsolatedSandbox(SidecarSandbox):
     def _view(self, control: Path, bundle: Path) -> RootView:
         agents = Path(self.layout.agents_dir)
         verifier = self.layout.path(self.spec.verifier_mount)
+        if self._image is not None:  # the image's own /, workspace and homes, on the overlay
+            return RootView(
+                folder=self.folder,
+                hostname=SANDBOX_HOSTNAME,
+                storage_bytes=0,
+                root_source=str(self._files("overlay")),
+                lower=str(self._image.root),
+                shm_bytes=self.limits.shm_bytes,
+                id_base=self.id_base,
+                pieces=[
+                    Piece(str(self._files("logs")), self.layout.logs_dir, writable=True, staged=True),
+                    Piece(str(self.folder / "verifier"), verifier, writable=True),
+                    Piece(str(agents), str(agents), staged=True),
+                    Piece(str(bundle), MOUNT_DIR, staged=True),
+                    Piece(str(control), str(control), writable=True),
+                ],
+            )
         return RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
@@ -306,6 +332,8 @@ class IsolatedSandbox(SidecarSandbox):
         self._disk = SizedDisk.create(self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX)
         for sub in ("root", "app", "logs/agent", "logs/verifier", "home"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
+        if self._image is not None:
+            lay_out_overlay(self._files("overlay"), self._image, [self.layout.agents_dir])
         (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
         if self.spec.workspace_seed is not None:
@@ -333,6 +361,11 @@ class IsolatedSandbox(SidecarSandbox):
                 answer ready within ``config.ready_timeout_seconds``; what was made is removed.
         """
         control = self.folder / ".reroll"
+        try:
+            await self._use_image()
+        except BaseException:
+            await self.stop()
+            raise  # as it is: an image that cannot be built is the task's, not the sandbox's
         try:
             bundle = await asyncio.to_thread(ensure_bundle)
             self._lay_out(control)
@@ -385,6 +418,8 @@ class IsolatedSandbox(SidecarSandbox):
             await self._forwarder.forward_host_ports()
             if self.policy != "none":
                 await self._attach_pasta(self._init_pid)
+            if self._image is not None:
+                await settle(self, self.spec, self._image, self.config.setup_timeout_seconds)
         except (RerollError, OSError) as exc:
             await self.stop()
             raise SandboxError(f"{self.label}: did not start: {exc}") from exc
@@ -393,6 +428,25 @@ class IsolatedSandbox(SidecarSandbox):
                 with contextlib.suppress(OSError):
                     os.close(end)
             token_file.unlink(missing_ok=True)
+
+    async def _use_image(self) -> None:
+        """Run on the task's image when the host view cannot honour it (`spec_unhonoured`; not
+        for the installer, which runs on the host view): build and unpack it, take its WORKDIR
+        (unless the spec names one) and ENV.
+
+        Raises:
+            ImageUnavailableError: the image cannot be built here (Docker unreachable: the
+                message names the lines and the fix).
+            SandboxError: its build or unpacking failed.
+        """
+        if self.config.agents_writable or not spec_unhonoured(self.spec):
+            return
+        self._image = await asyncio.to_thread(image_root, self.spec, self.config.image_map)
+        workspace = self.spec.workdir or self._image.workdir
+        agents = Path(self.layout.agents_dir)
+        if Path(workspace) == agents or Path(workspace) in agents.parents:
+            workspace = DEFAULT_WORKDIR
+        self.layout = dataclasses.replace(self.layout, workspace=workspace, image_env=self._image.env)
 
     def _map_ids(self, info_read: int, block_write: int) -> int:
         """bwrap's handshake: read its child's pid, write the id maps, let it go on; the pid.
