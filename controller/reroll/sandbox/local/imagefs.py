@@ -151,6 +151,9 @@ def refusal(spec: SandboxSpec, lines: list[str], reason: str) -> str:
 
 def docker_unreachable() -> str:
     """Why the Docker Engine cannot be reached here ("" when it answers)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not Path(host.removeprefix("unix://")).exists():
+        return f"Docker is not reachable (no socket {host.removeprefix('unix://')})"
     try:
         with contextlib.closing(docker.from_env()) as client:
             client.ping()
@@ -357,3 +360,11 @@ async def settle(sandbox: SidecarSandbox, spec: SandboxSpec, image: ImageRoot, t
         await sandbox.upload_dir(spec.workspace_seed, layout.workspace)
         if name != "root":
             await sandbox.exec(["chown", "-R", f"{name}:", layout.workspace])
+
+
+def local_warnings(spec: SandboxSpec, unreachable: str) -> list[str]:
+    """``reroll task check``'s warning for a task the default ``local`` sandbox would refuse here:
+    its image is needed (`spec_unhonoured`) and cannot be built (`unreachable`: why Docker is
+    not reachable, "" when it is); ``[]`` otherwise."""
+    lines = spec_unhonoured(spec)
+    return [refusal(spec, lines, unreachable)] if lines and unreachable else []
