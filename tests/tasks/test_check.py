@@ -103,7 +103,9 @@ def _check(folder: Path, docker: bool = False) -> str:
     machine with Docker (`docker`) or without (default)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(console, "_width", 400)
-        patch.setattr(imagefs, "docker_unreachable", lambda: "" if docker else "Docker is not reachable (none here)")
+        patch.setattr(
+            imagefs, "docker_unreachable", lambda: "" if docker else "Docker is not reachable (none here)"
+        )
         done = CliRunner().invoke(app, ["task", "check", str(folder)])
     assert done.exit_code == 0, done.output  # warnings do not fail the check
     return done.output

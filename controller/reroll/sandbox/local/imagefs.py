@@ -44,6 +44,7 @@ import requests
 from reroll_contracts.errors import ImageUnavailableError, SandboxError
 
 from reroll.cache import cache_dir, cache_lock
+from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.docker.catalogue import BASE_ALIAS
 from reroll.sandbox.docker.conventions import SETUP_SCRIPT, image_defaults
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
@@ -113,9 +114,9 @@ def unhonoured(dockerfile_text: str, workdir: str | None) -> list[str]:
         keyword, rest = (match[1].upper(), match[2].strip()) if match else ("", instruction)
         if keyword == "FROM" and rest.split()[:1] == [BASE_ALIAS] and len(rest.split()) == 1:
             continue
-        if keyword in ("COPY", "ADD") and (seeded := _SEEDED.match(rest)):
-            if seeded[1].rstrip("/") in (folder, "."):
-                continue
+        seeded = _SEEDED.match(rest) if keyword in ("COPY", "ADD") else None
+        if seeded and seeded[1].rstrip("/") in (folder, "."):
+            continue
         if keyword == "WORKDIR" and rest.rstrip("/") == folder:
             continue
         if keyword in ("LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT"):
@@ -180,6 +181,23 @@ def image_root(spec: SandboxSpec, image_map: Mapping[str, str] | None = None) ->
         tag = task_image(client, spec, base, image_map=image_map)
         image_id = str(client.images.get(tag).id)
         return unpacked(client, tag, image_id)
+
+
+def image_layout(
+    spec: SandboxSpec, layout: SandboxLayout, image_map: Mapping[str, str] | None = None
+) -> tuple[ImageRoot, SandboxLayout]:
+    """`spec`'s image (`image_root`) and `layout` on it: the spec's working folder, else the
+    image's WORKDIR (`DEFAULT_WORKDIR` where it would hide the agents folder), and the image's ENV.
+
+    Raises:
+        ImageUnavailableError, ImageBuildError, SandboxError: as `image_root`.
+    """
+    image = image_root(spec, image_map)
+    workspace = spec.workdir or image.workdir
+    agents = Path(layout.agents_dir)
+    if Path(workspace) == agents or Path(workspace) in agents.parents:
+        workspace = DEFAULT_WORKDIR
+    return image, dataclasses.replace(layout, workspace=workspace, image_env=image.env)
 
 
 def rootfs_folder(image_id: str) -> Path:
@@ -338,7 +356,9 @@ def lay_out_overlay(folder: Path, image: ImageRoot, reachable: list[str]) -> Non
             copy.chmod((info.st_mode & 0o7777) | 0o111)
 
 
-async def settle(sandbox: SidecarSandbox, spec: SandboxSpec, image: ImageRoot, timeout_seconds: float) -> None:
+async def settle(
+    sandbox: SidecarSandbox, spec: SandboxSpec, image: ImageRoot, timeout_seconds: float
+) -> None:
     """Make `sandbox` (started on `image`) follow the image as the docker backend's container does:
     run `SETUP_SCRIPT` for the agent's user (the spec's, else the image's USER) and working folder,
     set the layout's user and HOME from it, and seed the workspace from the spec's

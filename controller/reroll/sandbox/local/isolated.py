@@ -67,7 +67,7 @@ from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
-from reroll.sandbox.local.imagefs import ImageRoot, image_root, lay_out_overlay, settle, spec_unhonoured
+from reroll.sandbox.local.imagefs import ImageRoot, image_layout, lay_out_overlay, settle, spec_unhonoured
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.local.rootview import (
@@ -280,24 +280,7 @@ class IsolatedSandbox(SidecarSandbox):
     def _view(self, control: Path, bundle: Path) -> RootView:
         agents = Path(self.layout.agents_dir)
         verifier = self.layout.path(self.spec.verifier_mount)
-        if self._image is not None:  # the image's own /, workspace and homes, on the overlay
-            return RootView(
-                folder=self.folder,
-                hostname=SANDBOX_HOSTNAME,
-                storage_bytes=0,
-                root_source=str(self._files("overlay")),
-                lower=str(self._image.root),
-                shm_bytes=self.limits.shm_bytes,
-                id_base=self.id_base,
-                pieces=[
-                    Piece(str(self._files("logs")), self.layout.logs_dir, writable=True, staged=True),
-                    Piece(str(self.folder / "verifier"), verifier, writable=True),
-                    Piece(str(agents), str(agents), staged=True),
-                    Piece(str(bundle), MOUNT_DIR, staged=True),
-                    Piece(str(control), str(control), writable=True),
-                ],
-            )
-        return RootView(
+        view = RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
             storage_bytes=self._disk.size_bytes if self._disk is not None else 0,
@@ -315,6 +298,12 @@ class IsolatedSandbox(SidecarSandbox):
                 Piece(str(control), str(control), writable=True),
             ],
         )
+        if self._image is None:
+            return view
+        own = {str(self._files("app")), str(self._files("home"))}  # the image's, on the overlay
+        pieces = [piece for piece in view.pieces if piece.source not in own]
+        overlay, lower = str(self._files("overlay")), str(self._image.root)
+        return dataclasses.replace(view, root_source=overlay, lower=lower, folders=[], pieces=pieces)
 
     def _files(self, name: str) -> Path:
         """The folder `name` on the sandbox's sized file system (host path; root-only above it)."""
@@ -431,22 +420,15 @@ class IsolatedSandbox(SidecarSandbox):
 
     async def _use_image(self) -> None:
         """Run on the task's image when the host view cannot honour it (`spec_unhonoured`; not
-        for the installer, which runs on the host view): build and unpack it, take its WORKDIR
-        (unless the spec names one) and ENV.
+        for the installer, which runs on the host view): `image_layout`.
 
         Raises:
-            ImageUnavailableError: the image cannot be built here (Docker unreachable: the
-                message names the lines and the fix).
-            SandboxError: its build or unpacking failed.
+            ImageUnavailableError, SandboxError: as `image_layout`.
         """
-        if self.config.agents_writable or not spec_unhonoured(self.spec):
-            return
-        self._image = await asyncio.to_thread(image_root, self.spec, self.config.image_map)
-        workspace = self.spec.workdir or self._image.workdir
-        agents = Path(self.layout.agents_dir)
-        if Path(workspace) == agents or Path(workspace) in agents.parents:
-            workspace = DEFAULT_WORKDIR
-        self.layout = dataclasses.replace(self.layout, workspace=workspace, image_env=self._image.env)
+        if not self.config.agents_writable and spec_unhonoured(self.spec):
+            self._image, self.layout = await asyncio.to_thread(
+                image_layout, self.spec, self.layout, self.config.image_map
+            )
 
     def _map_ids(self, info_read: int, block_write: int) -> int:
         """bwrap's handshake: read its child's pid, write the id maps, let it go on; the pid.
