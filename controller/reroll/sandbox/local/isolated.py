@@ -21,6 +21,9 @@ help for the id maps):
   from the controller's virtualenv, so reroll runs from a clone or a venv anywhere, ``/tmp``
   included). Not the host's ``/root``, ``/home``, ``/tmp``, checkouts, task or jobs folders,
   nor the rest of reroll's cache;
+- a task whose Dockerfile does more than this host view makes runs on its own image instead
+  (`reroll.sandbox.local.imagefs`): ``/`` is an overlay of the image's unpacked files and the
+  sized file system, with the image's ENV, WORKDIR and USER, as a docker container's;
 - ``/proc`` shows the sandbox's processes only; when the sandbox stops, its PID 1 is killed and
   the kernel kills whatever is left in it;
 - network ``none`` is a loopback-only namespace reaching only the LLM proxy's ports

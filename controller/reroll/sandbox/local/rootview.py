@@ -31,6 +31,9 @@ read-only binds), a minimal ``/etc``
 ``hostname`` and ``resolv.conf`` with the sandbox's users), a fresh ``/proc`` (``/proc/sys``
 read-only), a minimal ``/dev``, and the `Piece` s the sandbox names (workspace, logs, verifier,
 HOME, the control folder, the agents folder, the sidecar bundle). Nothing else of the host.
+With `RootView.lower` (a task's image, `reroll.sandbox.local.imagefs`), ``/`` is instead an
+overlay of the image's files under the writable folder, mounted by host root while staging, and
+the image's own system and ``/etc`` replace the host's.
 """
 
 from __future__ import annotations
