@@ -328,7 +328,7 @@ class IsolatedSandbox(SidecarSandbox):
             lay_out_overlay(self._files("overlay"), self._image, [self.layout.agents_dir])
         (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
-        if self.spec.workspace_seed is not None:
+        if self.spec.workspace_seed is not None and self._image is None:  # else the image's
             seed = self.spec.workspace_seed
             shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
