@@ -100,8 +100,9 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, **fields: object) -> tarfi
         [(_member("/etc/escaped"), b"x")],
         [(_member("link", tarfile.LNKTYPE, linkname="../../etc/passwd"), b"")],
         [(_member("up", tarfile.SYMTYPE, linkname=".."), b""), (_member("up/escaped"), b"x")],
+        [(_member("f", tarfile.SYMTYPE, linkname="../../escaped"), b""), (_member("f"), b"x")],
     ],
-    ids=["dot-dot", "absolute", "hard-link-out", "below-a-symlink"],
+    ids=["dot-dot", "absolute", "hard-link-out", "below-a-symlink", "over-a-symlink"],
 )
 def test_unpacking_refuses_what_would_land_outside(
     tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes]]

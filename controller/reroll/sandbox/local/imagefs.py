@@ -286,7 +286,7 @@ def shifted_filter(id_base: int) -> Callable[[tarfile.TarInfo, str], tarfile.Tar
     any member that would land outside the destination.
 
     The filter raises `tarfile.OutsideDestinationError` for an absolute or ``..`` name, a hard
-    link to such a name, or a member below a symbolic link.
+    link to such a name, a member below a symbolic link or in the place of one already unpacked.
     """
 
     def keep(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
@@ -301,6 +301,8 @@ def shifted_filter(id_base: int) -> Callable[[tarfile.TarInfo, str], tarfile.Tar
             return None
         parent = os.path.realpath(os.path.join(dest, str(name.parent)))
         if os.path.commonpath([parent, os.path.realpath(dest)]) != os.path.realpath(dest):
+            raise tarfile.OutsideDestinationError(member, member.name)
+        if os.path.islink(os.path.join(dest, member.name)):  # a file written over it would follow it
             raise tarfile.OutsideDestinationError(member, member.name)
         return member.replace(
             uid=member.uid + id_base, gid=member.gid + id_base, uname="", gname="", deep=False
