@@ -187,16 +187,14 @@ def image_layout(
     spec: SandboxSpec, layout: SandboxLayout, image_map: Mapping[str, str] | None = None
 ) -> tuple[ImageRoot, SandboxLayout]:
     """`spec`'s image (`image_root`) and `layout` on it: the spec's working folder, else the
-    image's WORKDIR (`DEFAULT_WORKDIR` where it would hide the agents folder), and the image's ENV.
+    image's WORKDIR, as docker's (nothing is bound there: ``/root`` holding the agents folder is
+    fine), and the image's ENV.
 
     Raises:
         ImageUnavailableError, ImageBuildError, SandboxError: as `image_root`.
     """
     image = image_root(spec, image_map)
     workspace = spec.workdir or image.workdir
-    agents = Path(layout.agents_dir)
-    if Path(workspace) == agents or Path(workspace) in agents.parents:
-        workspace = DEFAULT_WORKDIR
     return image, dataclasses.replace(layout, workspace=workspace, image_env=image.env)
 
 
