@@ -353,8 +353,10 @@ class IsolatedSandbox(SidecarSandbox):
                 answer ready within ``config.ready_timeout_seconds``; what was made is removed.
         """
         control = self.folder / ".reroll"
-        try:
-            await self._use_image()
+        try:  # on the task's image where the host view cannot make it (not the installer: host view)
+            if not self.config.agents_writable and spec_unhonoured(self.spec):
+                on_image = functools.partial(image_layout, self.spec, self.layout, self.config.image_map)
+                self._image, self.layout = await asyncio.to_thread(on_image)
         except BaseException:
             await self.stop()
             raise  # as it is: an image that cannot be built is the task's, not the sandbox's
@@ -420,18 +422,6 @@ class IsolatedSandbox(SidecarSandbox):
                 with contextlib.suppress(OSError):
                     os.close(end)
             token_file.unlink(missing_ok=True)
-
-    async def _use_image(self) -> None:
-        """Run on the task's image when the host view cannot honour it (`spec_unhonoured`; not
-        for the installer, which runs on the host view): `image_layout`.
-
-        Raises:
-            ImageUnavailableError, SandboxError: as `image_layout`.
-        """
-        if not self.config.agents_writable and spec_unhonoured(self.spec):
-            self._image, self.layout = await asyncio.to_thread(
-                image_layout, self.spec, self.layout, self.config.image_map
-            )
 
     def _map_ids(self, info_read: int, block_write: int) -> int:
         """bwrap's handshake: read its child's pid, write the id maps, let it go on; the pid.
