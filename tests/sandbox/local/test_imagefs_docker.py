@@ -1,6 +1,6 @@
 """The local sandbox on a task's own image, with real Docker: the image is unpacked once (owners
 shifted, a half or failed unpacking never used), and a task whose Dockerfile installs with pip and
-sets ENV and WORKDIR reaches its oracle's 1.0 on ``--sandbox local`` (it scored 0 on the host view).
+sets ENV, WORKDIR and USER reaches its oracle's 1.0 on ``--sandbox local`` (it scored 0 on the host view).
 Run under ``flock /tmp/reroll-docker.lock``."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ pytestmark = [
 
 REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).parents[2] / "fixtures" / "local-image-task"
-"""Its Dockerfile pip-installs PyYAML, puts a tool on PATH by ENV, sets WORKDIR /srv/work and
-COPYs a data file: none of which the host view makes."""
+"""Its Dockerfile pip-installs PyYAML, puts a tool on PATH by ENV, sets WORKDIR /srv/work, COPYs
+a data file and sets USER worker: none of which the host view makes."""
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_a_failed_unpacking_leaves_nothing_behind(
 
 
 def test_the_sandbox_runs_on_the_image_and_sees_nothing_of_the_host(tmp_path: Path) -> None:
-    """The image's files, ENV and WORKDIR; the host's /tmp and /root are not there; writes land on
+    """The image's files, ENV, WORKDIR and USER; the host's /tmp and /root are not there; writes land on
     the sandbox's own disk, never in the cached image."""
     host_marker = Path("/root") / f"reroll-imagefs-{secrets.token_hex(4)}"
     host_marker.write_text("host\n")
@@ -135,7 +135,7 @@ def test_the_sandbox_runs_on_the_image_and_sees_nothing_of_the_host(tmp_path: Pa
     finally:
         host_marker.unlink()
     assert output.split() == ["/srv/work", "/opt/tools/bin/mytool", "seed-data", "host-hidden", "wrote-usr"]
-    assert sandbox_layout.workspace == "/srv/work" and sandbox_layout.agent_user == ""
+    assert sandbox_layout.workspace == "/srv/work" and sandbox_layout.agent_user == "worker"
     assert sandbox_layout.image_env["PATH"].startswith("/opt/tools/bin:")
     spec = sandbox_spec(load_task(TASK))
     with contextlib.closing(docker.from_env()) as client:
