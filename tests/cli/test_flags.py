@@ -48,7 +48,7 @@ def invoke(*args: str, cwd: Path) -> tuple[int, str]:
     [
         (["--sandbox-config", "[1]"], "--sandbox-config: expected a JSON object"),
         (["--sandbox-config", "{nope"], "--sandbox-config: not JSON"),
-        (["--image-map", "a=b"], "sandbox 'local': invalid sandbox_config"),  # a docker setting
+        (["--image-map", "a=b", "--sandbox", "local-plain"], "sandbox 'local-plain': invalid sandbox_config"),
         (["--sandbox", "local-plain", "--sandbox-config", '{"ready_timeout_seconds": "x"}'], "ready_timeout"),
     ],
 )

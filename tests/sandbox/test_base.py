@@ -37,7 +37,8 @@ async def test_a_backend_is_constructed_with_its_validated_settings(task: Task) 
 @pytest.mark.parametrize(
     ("backend", "settings", "field"),
     [
-        ("local", {"image_map": {"a": "b"}}, "image_map"),  # a docker setting
+        ("local", {"image_map": ["a=b"]}, "image_map"),  # local builds a task's image as docker does
+        ("local-plain", {"image_map": {"a": "b"}}, "image_map"),  # a setting of the image builders
         ("local-plain", {"ready_timeout_seconds": "soon"}, "ready_timeout_seconds"),
         ("docker", {"image_map": ["a=b"]}, "image_map"),
         ("docker", {"ready_timeout_seconds": -1}, "ready_timeout_seconds"),

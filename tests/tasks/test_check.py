@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from reroll.cli.app import app
 from reroll.cli.common import console
+from reroll.sandbox.local import imagefs
 from reroll.tasks.check import find_task_dirs, resolved
 from reroll.tasks.task import load_task
 from typer.testing import CliRunner
@@ -97,10 +98,14 @@ def _dockerfile_task(root: Path, dockerfile: str | None, toml: str = "") -> Path
     return root
 
 
-def _check(folder: Path) -> str:
-    """`reroll task check FOLDER`'s output, on a console wide enough for a warning's line."""
+def _check(folder: Path, docker: bool = False) -> str:
+    """`reroll task check FOLDER`'s output, on a console wide enough for a warning's line, on a
+    machine with Docker (`docker`) or without (default)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(console, "_width", 400)
+        patch.setattr(
+            imagefs, "docker_unreachable", lambda: "" if docker else "Docker is not reachable (none here)"
+        )
         done = CliRunner().invoke(app, ["task", "check", str(folder)])
     assert done.exit_code == 0, done.output  # warnings do not fail the check
     return done.output
@@ -120,12 +125,16 @@ def test_task_check_warns_about_a_prebuilt_image_with_no_stand_in(tmp_path: Path
     _dockerfile_task(tmp_path / "prebuilt", None, '[environment]\ndocker_image = "python:3.12-slim"\n')
     output = _check(tmp_path / "prebuilt")
     assert "--image-map python:3.12-slim=reroll/debian:trixie-python" in output
-    assert "local` sandbox ignores environment.docker_image" in output
+    assert "needs its image (environment.docker_image = python:3.12-slim)" in output
+    assert "Docker is not reachable" in output and "--sandbox docker" in output
 
 
-def test_task_check_warns_that_local_ignores_a_dockerfile_that_installs_or_copies(tmp_path: Path) -> None:
-    """Issue 29 (6): a task that needs its image (RUN, COPY) would run on the default ``local``,
-    which ignores the Dockerfile; a COPY of workspace/ is what local seeds anyway."""
+def test_task_check_warns_that_local_cannot_build_a_dockerfile_that_installs_without_docker(
+    tmp_path: Path,
+) -> None:
+    """Issue 29 (6): a task that needs its image (RUN, COPY) on the default ``local`` where no
+    Docker builds it is refused there: the check says so, naming the lines and the fix; a COPY of
+    workspace/ is what local's host view seeds anyway."""
     _dockerfile_task(
         tmp_path / "installs",
         "FROM python:3.13-slim-bookworm\nCOPY workspace/ /app/\n"
@@ -134,11 +143,21 @@ def test_task_check_warns_that_local_ignores_a_dockerfile_that_installs_or_copie
     output = _check(tmp_path / "installs")
     assert "│ ok " not in output and "1 with warnings" in output
     assert "RUN apt-get update && apt-get install -y jq" in output and "--sandbox docker" in output
+    assert "COPY workspace/ /app/" not in output
     assert "no stand-in" not in output  # python:3.13-slim-bookworm has one
 
 
+def test_task_check_says_ok_for_a_task_local_builds_with_docker(
+    tmp_path: Path,
+) -> None:
+    """Where Docker answers, local runs such a task on its image: no warning."""
+    _dockerfile_task(tmp_path / "installs", "FROM reroll/base:bookworm\nRUN apt-get install -y jq\n")
+    output = _check(tmp_path / "installs", docker=True)
+    assert "│ ok " in output and "warning" not in output
+
+
 def test_task_check_says_ok_for_a_task_local_runs_as_docker_would(tmp_path: Path) -> None:
-    _dockerfile_task(tmp_path / "plain", "FROM python:3.11-slim\nCOPY workspace/ /app/\nWORKDIR /app\n")
+    _dockerfile_task(tmp_path / "plain", "FROM reroll/base:bookworm\nCOPY workspace/ /app/\nWORKDIR /app\n")
     output = _check(tmp_path / "plain")
     assert "│ ok " in output and "warning" not in output
 

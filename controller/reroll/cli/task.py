@@ -16,17 +16,25 @@ def task_check(
     ],
 ) -> None:
     """Load tasks and print each one's resolved configuration, the fields reroll ignores, and
-    warnings: a base image with no stand-in here, a task that needs its image on the default
-    `local` sandbox (which ignores it).
+    warnings: a base image with no stand-in here, a task that needs its image where the default
+    `local` sandbox cannot build it (no Docker).
 
     Exit code 0 when every task loads (warnings or not), 2 when any does not (the reason is printed).
     """
     from reroll.rollout.sandbox_spec import sandbox_spec
     from reroll.sandbox.docker.images import base_warnings, local_images
+    from reroll.sandbox.local.imagefs import docker_unreachable, local_warnings
     from reroll.tasks.check import check, render
 
     is_local = local_images()
-    results = check(paths, advise=lambda task: base_warnings(sandbox_spec(task), is_local))
+    unreachable = docker_unreachable()
+    results = check(
+        paths,
+        advise=lambda task: [
+            *local_warnings(sandbox_spec(task), unreachable),
+            *base_warnings(sandbox_spec(task), is_local),
+        ],
+    )
     render(results, console)
     failed = sum(result.task is None for result in results)
     warned = sum(bool(result.warnings) for result in results)

@@ -8,13 +8,13 @@ resources, network policy, time limits — then the foreign fields mapped onto r
 fields it ignores, each with the reason; the environment plane (services with their probes,
 readiness, task selection, state, MCP servers); a task that does not load is shown with the cause.
 A task that loads but would not run here as its harness runs it gets warnings, not a bare "ok"
-(`local_warnings`, and what the caller adds: the CLI adds bases with no stand-in).
+(what the caller adds: the CLI adds bases with no stand-in and tasks that need their
+image where the default ``local`` sandbox cannot build it).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,37 +44,6 @@ class CheckedTask:
     warnings: list[str] = field(default_factory=list)
 
 
-_IMAGE_STEP = re.compile(r"^\s*(?:RUN|COPY|ADD)\s.*$", re.IGNORECASE | re.MULTILINE)
-"""A Dockerfile instruction that changes the image's files (installs packages, copies files)."""
-_SEEDED = re.compile(r"^\s*(?:COPY|ADD)\s+(?:--\S+\s+)*\.?/?workspace/?\s", re.IGNORECASE)
-"""A COPY of environment/workspace/, which every sandbox seeds the workspace with anyway."""
-
-
-def local_warnings(task: Task) -> list[str]:
-    """Why `task` needs its image, which the default sandbox ``local`` ignores: its Dockerfile's
-    first RUN/COPY/ADD step (a COPY of ``workspace/`` left out: local seeds it), or its
-    ``environment.docker_image``; ``[]`` when local runs it as a container would."""
-    if task.dockerfile is None:
-        if image := task.spec.environment.docker_image:
-            return [
-                f"the default `local` sandbox ignores environment.docker_image ({image}): "
-                "run it with --sandbox docker"
-            ]
-        return []
-    steps = [
-        step.group(0).strip()
-        for step in _IMAGE_STEP.finditer(task.dockerfile.read_text(encoding="utf-8", errors="replace"))
-        if not _SEEDED.match(step.group(0))
-    ]
-    if not steps:
-        return []
-    more = f" and {len(steps) - 1} more step(s)" if len(steps) > 1 else ""
-    return [
-        f"{_relative(task.dockerfile, task.path)} changes the image ({steps[0]}{more}), which the default "
-        "`local` sandbox ignores (it runs on the host's system): run it with --sandbox docker"
-    ]
-
-
 def find_task_dirs(path: Path) -> list[Path]:
     """`path` when it is a task folder, else every task folder below it (sorted; symlinked folders
     not followed, nothing searched below a task folder)."""
@@ -92,7 +61,8 @@ def find_task_dirs(path: Path) -> list[Path]:
 
 def check(paths: list[Path], advise: Callable[[Task], list[str]] | None = None) -> list[CheckedTask]:
     """Load every task under `paths` (see `find_task_dirs`); a path that is no folder, or holds
-    no task, is a failure. Each task gets the warnings of `local_warnings` and of `advise`."""
+    no task, is a failure. Each task gets the warnings of `advise` (the CLI's: bases with no
+    stand-in, a task the default ``local`` sandbox cannot run here)."""
     results: list[CheckedTask] = []
     for path in paths:
         found = find_task_dirs(path) if path.is_dir() else [path]
@@ -101,7 +71,7 @@ def check(paths: list[Path], advise: Callable[[Task], list[str]] | None = None) 
         for folder in found:
             try:
                 task = load_task(folder)
-                warnings = [*local_warnings(task), *(advise(task) if advise else [])]
+                warnings = advise(task) if advise else []
                 results.append(CheckedTask(folder, task, warnings=warnings))
             except TaskError as exc:
                 results.append(CheckedTask(folder, None, str(exc)))

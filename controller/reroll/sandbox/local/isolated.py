@@ -21,6 +21,9 @@ help for the id maps):
   from the controller's virtualenv, so reroll runs from a clone or a venv anywhere, ``/tmp``
   included). Not the host's ``/root``, ``/home``, ``/tmp``, checkouts, task or jobs folders,
   nor the rest of reroll's cache;
+- a task whose Dockerfile does more than this host view makes runs on its own image instead
+  (`reroll.sandbox.local.imagefs`): ``/`` is an overlay of the image's unpacked files and the
+  sized file system, with the image's ENV, WORKDIR and USER, as a docker container's;
 - ``/proc`` shows the sandbox's processes only; when the sandbox stops, its PID 1 is killed and
   the kernel kills whatever is left in it;
 - network ``none`` is a loopback-only namespace reaching only the LLM proxy's ports
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -66,6 +70,7 @@ from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
+from reroll.sandbox.local.imagefs import ImageRoot, image_layout, lay_out_overlay, settle, spec_unhonoured
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.local.rootview import (
@@ -116,6 +121,11 @@ class IsolatedSandboxConfig(BaseModel):
     agents_writable: bool = False
     """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
     sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
+    image_map: dict[str, str] = Field(default_factory=dict)
+    """Source image → local replacement for the FROM lines of a task's Dockerfile, when the
+    sandbox runs on the task's image (`reroll.sandbox.local.imagefs`; as docker's ``image_map``)."""
+    setup_timeout_seconds: float = Field(default=60.0, gt=0)
+    """How long the one-time setup on a task's image (agent user, folders) may take."""
 
 
 def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
@@ -183,6 +193,8 @@ class IsolatedSandbox(SidecarSandbox):
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
+        self._image: ImageRoot | None = None
+        """The task's image unpacked, when the sandbox runs on it (`start`); None: the host view."""
 
     @property
     def init_pid(self) -> int | None:
@@ -271,7 +283,7 @@ class IsolatedSandbox(SidecarSandbox):
     def _view(self, control: Path, bundle: Path) -> RootView:
         agents = Path(self.layout.agents_dir)
         verifier = self.layout.path(self.spec.verifier_mount)
-        return RootView(
+        view = RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
             storage_bytes=self._disk.size_bytes if self._disk is not None else 0,
@@ -289,6 +301,12 @@ class IsolatedSandbox(SidecarSandbox):
                 Piece(str(control), str(control), writable=True),
             ],
         )
+        if self._image is None:
+            return view
+        own = {str(self._files("app")), str(self._files("home"))}  # the image's, on the overlay
+        pieces = [piece for piece in view.pieces if piece.source not in own]
+        overlay, lower = str(self._files("overlay")), str(self._image.root)
+        return dataclasses.replace(view, root_source=overlay, lower=lower, folders=[], pieces=pieces)
 
     def _files(self, name: str) -> Path:
         """The folder `name` on the sandbox's sized file system (host path; root-only above it)."""
@@ -306,9 +324,11 @@ class IsolatedSandbox(SidecarSandbox):
         self._disk = SizedDisk.create(self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX)
         for sub in ("root", "app", "logs/agent", "logs/verifier", "home"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
+        if self._image is not None:
+            lay_out_overlay(self._files("overlay"), self._image, [self.layout.agents_dir])
         (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
-        if self.spec.workspace_seed is not None:
+        if self.spec.workspace_seed is not None and self._image is None:  # else the image's
             seed = self.spec.workspace_seed
             shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
@@ -333,6 +353,13 @@ class IsolatedSandbox(SidecarSandbox):
                 answer ready within ``config.ready_timeout_seconds``; what was made is removed.
         """
         control = self.folder / ".reroll"
+        try:  # on the task's image where the host view cannot make it (not the installer: host view)
+            if not self.config.agents_writable and spec_unhonoured(self.spec):
+                on_image = functools.partial(image_layout, self.spec, self.layout, self.config.image_map)
+                self._image, self.layout = await asyncio.to_thread(on_image)
+        except BaseException:
+            await self.stop()
+            raise  # as it is: an image that cannot be built is the task's, not the sandbox's
         try:
             bundle = await asyncio.to_thread(ensure_bundle)
             self._lay_out(control)
@@ -385,6 +412,8 @@ class IsolatedSandbox(SidecarSandbox):
             await self._forwarder.forward_host_ports()
             if self.policy != "none":
                 await self._attach_pasta(self._init_pid)
+            if self._image is not None:
+                await settle(self, self.spec, self._image, self.config.setup_timeout_seconds)
         except (RerollError, OSError) as exc:
             await self.stop()
             raise SandboxError(f"{self.label}: did not start: {exc}") from exc

@@ -31,6 +31,9 @@ read-only binds), a minimal ``/etc``
 ``hostname`` and ``resolv.conf`` with the sandbox's users), a fresh ``/proc`` (``/proc/sys``
 read-only), a minimal ``/dev``, and the `Piece` s the sandbox names (workspace, logs, verifier,
 HOME, the control folder, the agents folder, the sidecar bundle). Nothing else of the host.
+With `RootView.lower` (a task's image, `reroll.sandbox.local.imagefs`), ``/`` is instead an
+overlay of the image's files under the writable folder, mounted by host root while staging, and
+the image's own system and ``/etc`` replace the host's.
 """
 
 from __future__ import annotations
@@ -141,6 +144,11 @@ class RootView:
     root_source: str = ""
     """A host folder (staged: it may be root-only) bound writable as ``/`` instead of a tmpfs:
     the top of a sized file system (`reroll.sandbox.docker.disk`); "": a tmpfs of `storage_bytes`."""
+    lower: str = ""
+    """An image's unpacked root file system (`reroll.sandbox.local.imagefs`; staged) as the
+    read-only lower layer of ``/``, an overlay whose ``upper/`` and ``work/`` are in `root_source`;
+    the host's system and ``/etc`` are then not shown (the image's are), but for the generated
+    ``hostname``, ``hosts`` and ``resolv.conf``. "": `root_source` itself is ``/``."""
     shm_bytes: int = 0
     """Size of ``/dev/shm`` (a tmpfs of its own), bytes; 0: the ``/dev`` tmpfs's folder."""
     id_base: int = ROLLOUT_ID_BASE
@@ -200,17 +208,19 @@ class RootView:
         stage_script = []
         if self.root_source:
             point = self._stage_point("root")
-            stage_script.append(f"mount --bind {shlex.quote(self.root_source)} {shlex.quote(str(point))}")
+            stage_script.append(self._root_mount(point))
             bwrap += ["--bind", str(point), "/"]
         else:
             bwrap += ["--size", str(self.storage_bytes), "--perms", "0755", "--tmpfs", "/"]
-        bwrap += [*system_args(), "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/etc"]
+        if not self.lower:
+            bwrap += system_args()
+        bwrap += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/etc"]
         if self.shm_bytes:
             bwrap += ["--size", str(self.shm_bytes), "--perms", "1777", "--tmpfs", "/dev/shm"]
-        for name in SHARED_ETC:
+        for name in () if self.lower else SHARED_ETC:
             if os.path.lexists(f"/etc/{name}"):
                 bwrap += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        for name in ("passwd", "group", "hostname", "hosts", "resolv.conf"):
+        for name in ("hostname", "hosts", "resolv.conf", *(() if self.lower else ("passwd", "group"))):
             bwrap += ["--ro-bind", str(self.folder / "etc" / name), f"/etc/{name}"]
         made = {"/", "/etc"}
         for path, mode in [("/tmp", 0o1777), ("/var/tmp", 0o1777), ("/run", 0o755), *self.folders]:
@@ -239,6 +249,15 @@ class RootView:
             stage = [str(tools["unshare"]), "--mount", "--propagation", "private", "--", "sh", "-c", script]
             command = [*stage, "sh", *command]
         return command
+
+    def _root_mount(self, point: Path) -> str:
+        """The staging namespace's command mounting ``/`` on `point`: `root_source` bound, or with
+        `lower`, the overlay of `lower` and `root_source`'s ``upper/`` (host root mounts it, as
+        Docker's overlay2: copy-ups keep each file's owner)."""
+        if not self.lower:
+            return f"mount --bind {shlex.quote(self.root_source)} {shlex.quote(str(point))}"
+        layers = f"lowerdir={self.lower},upperdir={self.root_source}/upper,workdir={self.root_source}/work"
+        return f"mount -t overlay overlay -o {shlex.quote(layers)} {shlex.quote(str(point))}"
 
     def _stage_point(self, name: str) -> Path:
         """An empty folder of the sandbox's (``<folder>/.stage/<name>``) to stage a mount on."""

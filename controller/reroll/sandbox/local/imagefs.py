@@ -1,0 +1,390 @@
+"""The isolated `local` sandbox on a task's own image: its root file system, unpacked once.
+
+The host view (`reroll.sandbox.local.rootview`: the host's ``/usr``, a minimal ``/etc``, the
+workspace seeded from ``environment/workspace/``) is what a Dockerfile of `HONOURED` lines
+only makes: ``FROM reroll/base:bookworm``, a COPY of ``workspace/`` into the working folder and a
+WORKDIR naming that folder (the bundled examples'). A task whose Dockerfile does more (`unhonoured`:
+a RUN, another COPY, an ENV, another base…), or that names an ``environment.docker_image``, runs
+on its image instead (`image_root`):
+
+- the image is built by the docker backend's own builder (`reroll.sandbox.docker.images.task_image`:
+  the same catalogue stand-ins, ``--image-map``, build cache and build limits);
+- its file system is exported once into reroll's cache, ``<cache>/rootfs/<image id>/root``, with
+  every owner shifted by `ROLLOUT_ID_BASE` (the sandbox's root owns what root owned in the image,
+  the agent's uid 1000 what uid 1000 did), next to ``image.json`` (the image's WORKDIR, USER and
+  ENV). It is unpacked into a ``.partial-*`` folder and renamed into place with ``image.json``
+  written last, under a lock: a folder without a matching ``image.json`` (a crash, a half copy)
+  is never used, it is removed and unpacked again;
+- the sandbox mounts it as the read-only lower layer of an overlay whose writes land on its sized
+  file system (`reroll.sandbox.local.isolated`).
+
+Where Docker cannot be reached, such a task is refused (`ImageUnavailableError`) with the lines the
+host view cannot honour and the fix (``--sandbox docker``, or install Docker); a task the host view
+honours runs as before, without Docker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import tarfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+
+import docker
+import docker.errors
+import requests
+from reroll_contracts.errors import ImageUnavailableError, SandboxError
+
+from reroll.cache import cache_dir, cache_lock
+from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.docker.catalogue import BASE_ALIAS
+from reroll.sandbox.docker.conventions import SETUP_SCRIPT, image_defaults
+from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
+from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
+from reroll.sandbox.sidecar_sandbox import SidecarSandbox
+from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
+
+ROOTFS_FOLDER = "rootfs"
+"""The cache's sub-folder of unpacked images, one ``<image id>/`` each."""
+META_FILE = "image.json"
+"""An unpacked image's description, written last: a folder without it is incomplete."""
+FORMAT = 1
+"""The layout of an unpacked image; one of another format is unpacked again."""
+_INSTRUCTION = re.compile(r"^\s*([A-Za-z]+)\b\s*(.*)$", re.DOTALL)
+_SEEDED = re.compile(r"^(?:--\S+\s+)*\.?/?workspace/?(?:\.)?\s+(\S+)\s*$", re.IGNORECASE)
+"""COPY/ADD arguments copying ``workspace/`` into one folder (the host view seeds it)."""
+HONOURED = ("FROM reroll/base:bookworm", "COPY workspace/ <working folder>", "WORKDIR <working folder>")
+"""What the host view makes of a Dockerfile (see the module docstring)."""
+
+
+@dataclass(frozen=True)
+class ImageRoot:
+    """An image's root file system, unpacked for the local sandbox, and its process defaults."""
+
+    root: Path
+    """The unpacked file system (host path; owners shifted by `ROLLOUT_ID_BASE`)."""
+    image: str
+    """The image's tag."""
+    image_id: str
+    """The image's id (``sha256:…``)."""
+    workdir: str
+    """Its WORKDIR, `DEFAULT_WORKDIR` when unset."""
+    user: str
+    """Its USER (a name or a uid, no group), ``root`` when unset."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Its ENV (PATH included)."""
+
+
+def dockerfile_instructions(text: str) -> list[str]:
+    """The instructions of a Dockerfile's `text`: continuation lines joined, comments and blank
+    lines left out, each stripped."""
+    logical: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        if not pending and line.lstrip().startswith("#"):
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        whole = (pending + line).strip()
+        pending = ""
+        if whole:
+            logical.append(whole)
+    if pending.strip():
+        logical.append(pending.strip())
+    return logical
+
+
+def unhonoured(dockerfile_text: str, workdir: str | None) -> list[str]:
+    """The instructions of a Dockerfile the host view cannot honour (see the module docstring),
+    for a task whose working folder is `workdir` (None: `DEFAULT_WORKDIR`); ``[]`` when it
+    honours them all."""
+    folder = (workdir or DEFAULT_WORKDIR).rstrip("/") or "/"
+    left = []
+    for instruction in dockerfile_instructions(dockerfile_text):
+        match = _INSTRUCTION.match(instruction)
+        keyword, rest = (match[1].upper(), match[2].strip()) if match else ("", instruction)
+        if keyword == "FROM" and rest.split()[:1] == [BASE_ALIAS] and len(rest.split()) == 1:
+            continue
+        seeded = _SEEDED.match(rest) if keyword in ("COPY", "ADD") else None
+        if seeded and seeded[1].rstrip("/") in (folder, "."):
+            continue
+        if keyword == "WORKDIR" and rest.rstrip("/") == folder:
+            continue
+        if keyword in ("LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT"):
+            continue  # metadata: the sandbox's own processes do not read it
+        left.append(instruction)
+    return left
+
+
+def spec_unhonoured(spec: SandboxSpec) -> list[str]:
+    """What of `spec`'s image the host view cannot honour: its Dockerfile's lines (`unhonoured`),
+    or ``environment.docker_image`` when it names one other than reroll's base; ``[]``: the
+    host view runs it as its image would."""
+    if spec.build is not None:
+        text = spec.build.dockerfile.read_text(encoding="utf-8", errors="replace")
+        return unhonoured(text, spec.workdir)
+    if spec.docker_image and spec.docker_image != BASE_ALIAS:
+        return [f"environment.docker_image = {spec.docker_image}"]
+    return []
+
+
+def refusal(spec: SandboxSpec, lines: list[str], reason: str) -> str:
+    """The message refusing `spec` on local where its image cannot be built (`reason`)."""
+    where = str(spec.build.dockerfile) if spec.build is not None else f"task {spec.name}"
+    shown = "; ".join(line if len(line) <= 120 else line[:117] + "..." for line in lines[:5])
+    more = f" and {len(lines) - 5} more" if len(lines) > 5 else ""
+    return (
+        f"{where} needs its image ({shown}{more}): the local sandbox runs the task's image only where "
+        f"Docker builds it, and {reason}; its host view honours only {', '.join(HONOURED)}. "
+        "Fix: run it with --sandbox docker, or install Docker here (the local sandbox then builds "
+        "the image and runs on its file system)"
+    )
+
+
+def docker_unreachable() -> str:
+    """Why the Docker Engine cannot be reached here ("" when it answers)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not Path(host.removeprefix("unix://")).exists():
+        return f"Docker is not reachable (no socket {host.removeprefix('unix://')})"
+    try:
+        with contextlib.closing(docker.from_env()) as client:
+            client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        return f"Docker is not reachable ({str(exc)[:200]})"
+    return ""
+
+
+def image_root(spec: SandboxSpec, image_map: Mapping[str, str] | None = None) -> ImageRoot:
+    """`spec`'s image, built when missing (`task_image`) and unpacked when not yet
+    (`unpacked`), for a spec the host view cannot honour (`spec_unhonoured`).
+
+    Raises:
+        ImageUnavailableError: Docker cannot be reached (the message names the lines and the fix),
+            or an image the build needs is not local.
+        ImageBuildError: the Dockerfile failed to build.
+        SandboxError: exporting or unpacking the image failed.
+    """
+    reason = docker_unreachable()
+    if reason:
+        raise ImageUnavailableError(refusal(spec, spec_unhonoured(spec), reason))
+    with contextlib.closing(docker.from_env()) as client:
+        base = ensure_images(client).base
+        tag = task_image(client, spec, base, image_map=image_map)
+        image_id = str(client.images.get(tag).id)
+        return unpacked(client, tag, image_id)
+
+
+def image_layout(
+    spec: SandboxSpec, layout: SandboxLayout, image_map: Mapping[str, str] | None = None
+) -> tuple[ImageRoot, SandboxLayout]:
+    """`spec`'s image (`image_root`) and `layout` on it: the spec's working folder, else the
+    image's WORKDIR, as docker's (nothing is bound there: ``/root`` holding the agents folder is
+    fine), and the image's ENV.
+
+    Raises:
+        ImageUnavailableError, ImageBuildError, SandboxError: as `image_root`.
+    """
+    image = image_root(spec, image_map)
+    workspace = spec.workdir or image.workdir
+    return image, dataclasses.replace(layout, workspace=workspace, image_env=image.env)
+
+
+def rootfs_folder(image_id: str) -> Path:
+    """The cache folder of image `image_id`'s unpacked file system."""
+    return cache_dir() / ROOTFS_FOLDER / image_id.removeprefix("sha256:")[:32]
+
+
+def read_meta(folder: Path, image_id: str) -> ImageRoot | None:
+    """The `ImageRoot` unpacked in `folder` for `image_id`; None when it is not complete (no
+    readable `META_FILE`, another image's, another format, or no ``root/``)."""
+    try:
+        meta = json.loads((folder / META_FILE).read_text())
+        if meta.pop("format") != FORMAT or meta["image_id"] != image_id:
+            return None
+        meta["root"] = Path(meta["root"])
+        found = ImageRoot(**meta)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if found.root == folder / "root" and found.root.is_dir() else None
+
+
+def unpacked(client: docker.DockerClient, tag: str, image_id: str) -> ImageRoot:
+    """Image `tag`'s file system in the cache (`rootfs_folder`), unpacked first unless a complete
+    copy is there; a folder that is not complete is removed and unpacked again.
+
+    Raises:
+        SandboxError: the export or the unpacking failed (nothing is left in the cache).
+    """
+    folder = rootfs_folder(image_id)
+    found = read_meta(folder, image_id)
+    if found is not None:
+        return found
+    with cache_lock(f"{ROOTFS_FOLDER}/{folder.name}"):
+        found = read_meta(folder, image_id)
+        if found is not None:
+            return found
+        partial = folder.with_name(f".partial-{folder.name}-{secrets.token_hex(4)}")
+        try:
+            partial.mkdir(parents=True, mode=0o700)
+            defaults = image_defaults(client, tag)
+            _export(client, tag, partial / "root")
+            found = ImageRoot(folder / "root", tag, image_id, defaults.workdir, defaults.user, defaults.env)
+            meta = {**asdict(found), "root": str(found.root), "format": FORMAT}
+            (partial / META_FILE).write_text(json.dumps(meta, indent=1))
+            if folder.exists() or folder.is_symlink():
+                _remove(folder)  # incomplete: read_meta refused it
+            os.rename(partial, folder)
+        except (OSError, tarfile.TarError, docker.errors.DockerException, requests.RequestException) as exc:
+            raise SandboxError(f"cannot unpack image {tag} for the local sandbox: {exc}") from exc
+        finally:
+            if partial.exists():
+                _remove(partial)
+    return found
+
+
+def _remove(path: Path) -> None:
+    """Delete `path` (a folder or a file), whatever its modes."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _export(client: docker.DockerClient, tag: str, root: Path) -> None:
+    """Unpack the file system of a (never started) container of `tag` into `root` (made here).
+
+    Raises:
+        docker.errors.DockerException: the container could not be made or exported.
+        OSError, tarfile.TarError: the unpacking failed.
+    """
+    container = client.containers.create(tag, command=["true"], labels={MANAGED_LABEL: "1"})
+    try:
+        root.mkdir(mode=0o755)
+        stream = io.BufferedReader(_ChunkReader(container.export()), buffer_size=1 << 20)
+        with tarfile.open(fileobj=stream, mode="r|") as archive:
+            archive.extractall(root, numeric_owner=True, filter=shifted_filter(ROLLOUT_ID_BASE))
+        os.lchown(root, ROLLOUT_ID_BASE, ROLLOUT_ID_BASE)  # the archive has no entry for "/"
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            container.remove(force=True)
+
+
+def shifted_filter(id_base: int) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo | None]:
+    """A `tarfile` extraction filter that shifts every owner by `id_base` and keeps modes (setuid,
+    sticky) as they are, leaving out device files (the sandbox has its own ``/dev``) and refusing
+    any member that would land outside the destination.
+
+    The filter raises `tarfile.OutsideDestinationError` for an absolute or ``..`` name, a hard
+    link to such a name, a member below a symbolic link or in the place of one already unpacked.
+    """
+
+    def keep(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        name = PurePosixPath(member.name)
+        if name.is_absolute() or ".." in name.parts:
+            raise tarfile.OutsideDestinationError(member, member.name)
+        if member.islnk():
+            link = PurePosixPath(member.linkname)
+            if link.is_absolute() or ".." in link.parts:
+                raise tarfile.OutsideDestinationError(member, member.linkname)
+        if member.ischr() or member.isblk():
+            return None
+        parent = os.path.realpath(os.path.join(dest, str(name.parent)))
+        if os.path.commonpath([parent, os.path.realpath(dest)]) != os.path.realpath(dest):
+            raise tarfile.OutsideDestinationError(member, member.name)
+        if os.path.islink(os.path.join(dest, member.name)):  # a file written over it would follow it
+            raise tarfile.OutsideDestinationError(member, member.name)
+        return member.replace(
+            uid=member.uid + id_base, gid=member.gid + id_base, uname="", gname="", deep=False
+        )
+
+    return keep
+
+
+class _ChunkReader(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks (the Docker SDK's export)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._left = b""
+
+    def readable(self) -> bool:
+        """Always: it is a stream to read."""
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        """Fill `buffer` from the next chunks; 0 at their end."""
+        while not self._left:
+            try:
+                self._left = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
+
+
+def lay_out_overlay(folder: Path, image: ImageRoot, reachable: list[str]) -> None:
+    """Make the overlay's ``upper/`` and ``work/`` in `folder` (on the sandbox's sized file
+    system): ``upper/`` owned and moded as the image's ``/``, and there, a copy of each folder
+    of the image above a path in `reachable` (the agents folder, below ``/root`` when reroll's cache
+    is root's), executable for all, so the agent's user can pass through it to that path."""
+    upper, work = folder / "upper", folder / "work"
+    for made in (upper, work):
+        made.mkdir(parents=True, exist_ok=True)
+    top = os.lstat(image.root)
+    os.lchown(upper, top.st_uid, top.st_gid)
+    upper.chmod(top.st_mode & 0o7777)
+    for path in reachable:
+        for parent in reversed(PurePosixPath(path).parents[:-1]):
+            below = image.root / str(parent).lstrip("/")
+            if below.is_symlink() or not below.is_dir():
+                break  # bwrap makes a missing folder 0755
+            info = os.lstat(below)
+            copy = upper / str(parent).lstrip("/")
+            copy.mkdir(exist_ok=True)
+            os.lchown(copy, info.st_uid, info.st_gid)
+            copy.chmod((info.st_mode & 0o7777) | 0o111)
+
+
+async def settle(
+    sandbox: SidecarSandbox, spec: SandboxSpec, image: ImageRoot, timeout_seconds: float
+) -> None:
+    """Make `sandbox` (started on `image`) follow the image as the docker backend's container does:
+    run `SETUP_SCRIPT` for the agent's user (the spec's, else the image's USER) and working folder,
+    set the layout's user and HOME from it, and seed the workspace from the spec's
+    ``workspace_seed`` when the image is not built from a Dockerfile (a ``docker_image``).
+
+    Raises:
+        SandboxError: the setup failed.
+    """
+    layout = sandbox.layout
+    user = spec.agent_user or image.user
+    setup = await sandbox.exec(
+        ["sh", "-c", SETUP_SCRIPT, "setup", user, layout.workspace], timeout_seconds=timeout_seconds
+    )
+    if setup.exit_code != 0:
+        raise SandboxError(f"setting up the image's user failed: {setup.output_text()[-2000:]}")
+    name, home = setup.stdout.decode().split()[-2:]
+    sandbox.layout = dataclasses.replace(layout, home=home, agent_user="" if name == "root" else name)
+    if spec.build is None and spec.workspace_seed is not None:
+        await sandbox.upload_dir(spec.workspace_seed, layout.workspace)
+        if name != "root":
+            await sandbox.exec(["chown", "-R", f"{name}:", layout.workspace])
+
+
+def local_warnings(spec: SandboxSpec, unreachable: str) -> list[str]:
+    """``reroll task check``'s warning for a task the default ``local`` sandbox would refuse here:
+    its image is needed (`spec_unhonoured`) and cannot be built (`unreachable`: why Docker is
+    not reachable, "" when it is); ``[]`` otherwise."""
+    lines = spec_unhonoured(spec)
+    return [refusal(spec, lines, unreachable)] if lines and unreachable else []
