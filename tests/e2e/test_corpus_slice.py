@@ -1,6 +1,7 @@
 """A slice of the public corpus (issue 29), kept byte for byte in ``tests/fixtures/`` (the READMEs
 there name the source commit), run with the oracle agent and no flag: each task scores what it
-scores under its own harness, and each stands for one semantic reroll must share with Harbor:
+scores under its own harness, on docker and (two of them) on the default ``local`` sandbox, which
+runs on the task's image; each stands for one semantic reroll must share with Harbor:
 
 - ``largest-eigenval`` (Terminal-Bench 2): ``test.sh`` runs from the image's ``WORKDIR`` (the tests
   import ``eigen`` from ``/app``); ``FROM python:3.13-slim-bookworm`` gets a catalogue stand-in;
@@ -29,15 +30,18 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 @pytest.mark.timeout(1200)  # a first run builds the task's image and pip-installs its packages
 @pytest.mark.parametrize(
-    "task",
+    ("task", "backend"),
     [
-        "terminal-bench-2/largest-eigenval",
-        "terminal-bench-2/kv-store-grpc",
-        "skillsbench/sales-pivot-analysis",
+        ("terminal-bench-2/largest-eigenval", "docker"),
+        ("terminal-bench-2/kv-store-grpc", "docker"),
+        ("skillsbench/sales-pivot-analysis", "docker"),
+        # the default sandbox on the task's image (`reroll.sandbox.local.imagefs`), built as docker's
+        ("terminal-bench-2/largest-eigenval", "local"),
+        ("terminal-bench-2/kv-store-grpc", "local"),
     ],
 )
-def test_a_public_task_reaches_its_oracle_reward_on_docker(task: str, tmp_path: Path) -> None:
-    result, _ = run_oracle(FIXTURES / task, tmp_path, backend="docker", timeout_seconds=1100)
+def test_a_public_task_reaches_its_oracle_reward(task: str, backend: str, tmp_path: Path) -> None:
+    result, _ = run_oracle(FIXTURES / task, tmp_path, backend=backend, timeout_seconds=1100)
     assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
 
 

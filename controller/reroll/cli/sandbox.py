@@ -24,8 +24,9 @@ def sandbox_prune(
     """Remove leftover docker containers (their reroll process is gone), unused networks and their
     firewall tables (nftables ``inet reroll_*``; reroll's own only).
 
-    That is the docker backend's prune; --sandbox names another backend's (local and
-    local-plain have nothing to sweep: their processes end with the sidecar)."""
+    That is the docker backend's prune; --sandbox names another backend's: local unmounts the
+    sized file systems of killed rollouts and removes the unpacked task images whose Docker image
+    is gone (never one a running sandbox uses); local-plain has nothing to sweep."""
     from reroll.sandbox.base import load_backend
 
     try:

@@ -120,6 +120,26 @@ def test_a_failed_unpacking_leaves_nothing_behind(
     assert [p.name for p in (cache / "rootfs").iterdir() if not p.name.endswith(".lock")] == []
 
 
+def test_prune_removes_the_copies_of_gone_images_but_not_one_a_sandbox_holds(
+    cache: Path, tmp_path: Path
+) -> None:
+    """An unpacked copy lives as long as its image: once Docker has it no more, prune removes it
+    (and a half copy), unless a sandbox runs on it (`imagefs.hold`)."""
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY Dockerfile /etc/marker\n")
+    tag = f"reroll-test/imagefs-prune:{secrets.token_hex(4)}"
+    with contextlib.closing(docker.from_env()) as client:
+        image, _ = client.images.build(path=str(tmp_path), tag=tag, labels={"reroll.managed": "1"}, rm=True)
+        found = unpacked(client, tag, str(image.id))
+        stray = rootfs_folder(str(image.id)).with_name(f".partial-{rootfs_folder(str(image.id)).name}-dead")
+        stray.mkdir()
+        assert imagefs.prune_unpacked() == [str(stray)]  # its image is still there
+        client.images.remove(tag, force=True)
+    held = imagefs.hold(found)
+    assert imagefs.prune_unpacked() == [] and found.root.is_dir()  # a sandbox runs on it
+    held.close()
+    assert imagefs.prune_unpacked() == [str(found.root.parent)] and not found.root.parent.exists()
+
+
 def test_the_sandbox_runs_on_the_image_and_sees_nothing_of_the_host(tmp_path: Path) -> None:
     """The image's files, ENV, WORKDIR and USER; the host's /tmp and /root are not there; writes land on
     the sandbox's own disk, never in the cached image."""

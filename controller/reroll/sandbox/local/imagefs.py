@@ -18,6 +18,10 @@ on its image instead (`image_root`):
 - the sandbox mounts it as the read-only lower layer of an overlay whose writes land on its sized
   file system (`reroll.sandbox.local.isolated`).
 
+A sandbox holds a shared lock on its image's copy while it runs (`hold`); ``reroll sandbox prune
+--sandbox local`` removes the copies whose image Docker no longer has, and half copies, that no
+sandbox holds (`prune_unpacked`): an unpacked copy lives as long as its image.
+
 Where Docker cannot be reached, such a task is refused (`ImageUnavailableError`) with the lines the
 host view cannot honour and the fix (``--sandbox docker``, or install Docker); a task the host view
 honours runs as before, without Docker.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import io
 import json
 import os
@@ -37,6 +42,7 @@ import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 import docker
 import docker.errors
@@ -249,6 +255,57 @@ def unpacked(client: docker.DockerClient, tag: str, image_id: str) -> ImageRoot:
             if partial.exists():
                 _remove(partial)
     return found
+
+
+def _lock_file(folder: Path) -> Path:
+    """The lock file of the unpacked copy in `folder` (`cache_lock`'s, which the unpacking holds)."""
+    return folder.with_name(f"{folder.name}.lock")
+
+
+def hold(image: ImageRoot) -> IO[str]:
+    """Take a shared lock on `image`'s unpacked copy for as long as the returned file stays open
+    (a sandbox's lifetime): `prune_unpacked` never removes a copy held so.
+
+    Raises:
+        OSError: the lock file cannot be opened.
+    """
+    handle = open(_lock_file(image.root.parent), "a")  # noqa: SIM115 - held until the sandbox stops
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    return handle
+
+
+def prune_unpacked() -> list[str]:
+    """Remove the unpacked copies (`rootfs_folder`) whose Docker image is gone and the half
+    copies (``.partial-*``) of unpackings no longer running, skipping any a sandbox holds (`hold`)
+    or an unpacking is writing; nothing when Docker cannot be reached (a copy's image cannot be
+    told from a gone one).
+
+    Returns:
+        The folders removed.
+    """
+    root = cache_dir() / ROOTFS_FOLDER
+    if not root.is_dir() or docker_unreachable():
+        return []
+    with contextlib.closing(docker.from_env()) as client:
+        present = {str(image.id).removeprefix("sha256:")[:32] for image in client.images.list(all=True)}
+    removed = []
+    for folder in sorted(root.iterdir()):
+        if folder.suffix == ".lock" or folder.is_symlink() or not folder.is_dir():
+            continue
+        partial = folder.name.startswith(".partial-")
+        if not partial and folder.name in present:
+            continue
+        lock = _lock_file(root / folder.name.split("-")[1]) if partial else _lock_file(folder)
+        with open(lock, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a sandbox runs on it, or it is being unpacked
+            _remove(folder)
+        if not partial:
+            lock.unlink(missing_ok=True)
+        removed.append(str(folder))
+    return removed
 
 
 def _remove(path: Path) -> None:

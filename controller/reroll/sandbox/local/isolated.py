@@ -56,7 +56,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.childenv import child_environment
@@ -70,7 +70,15 @@ from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
-from reroll.sandbox.local.imagefs import ImageRoot, image_layout, lay_out_overlay, settle, spec_unhonoured
+from reroll.sandbox.local.imagefs import (
+    ImageRoot,
+    hold,
+    image_layout,
+    lay_out_overlay,
+    prune_unpacked,
+    settle,
+    spec_unhonoured,
+)
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.local.rootview import (
@@ -134,8 +142,11 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
     processes end with its controller's sidecar (`stop` kills any orphan).
 
+    Also removes the unpacked task images whose Docker image is gone (`imagefs.prune_unpacked`).
+
     Returns:
-        ``{"disks": [host folders removed]}``; empty when there was nothing to remove.
+        ``{"disks": [host folders removed], "unpacked images": [cache folders removed]}``, each key
+        only when something was removed.
     """
     removed = []
     for leftover in disk.leftovers(LOCAL_PREFIX):
@@ -146,7 +157,9 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
         disk.remove(leftover)
         if not leftover.exists():
             removed.append(str(leftover))
-    return {"disks": removed} if removed else {}
+    report = {"disks": removed} if removed else {}
+    images = prune_unpacked()
+    return report | ({"unpacked images": images} if images else {})
 
 
 class IsolatedSandbox(SidecarSandbox):
@@ -194,6 +207,8 @@ class IsolatedSandbox(SidecarSandbox):
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
         self._image: ImageRoot | None = None
+        self._image_hold: IO[str] | None = None
+        """A shared lock on `_image`'s unpacked copy while the sandbox lives (`imagefs.hold`)."""
         """The task's image unpacked, when the sandbox runs on it (`start`); None: the host view."""
 
     @property
@@ -356,7 +371,8 @@ class IsolatedSandbox(SidecarSandbox):
         try:  # on the task's image where the host view cannot make it (not the installer: host view)
             if not self.config.agents_writable and spec_unhonoured(self.spec):
                 on_image = functools.partial(image_layout, self.spec, self.layout, self.config.image_map)
-                self._image, self.layout = await asyncio.to_thread(on_image)
+                image, self.layout = await asyncio.to_thread(on_image)
+                self._image, self._image_hold = image, hold(image)
         except BaseException:
             await self.stop()
             raise  # as it is: an image that cannot be built is the task's, not the sandbox's
@@ -509,6 +525,9 @@ class IsolatedSandbox(SidecarSandbox):
             await asyncio.to_thread(remove_disk, self._disk.folder)
             self._disk = None
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self._image_hold is not None:
+            self._image_hold.close()
+            self._image_hold = None
 
 
 def _retrieve(future: asyncio.Future[int]) -> None:
