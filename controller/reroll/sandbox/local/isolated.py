@@ -10,7 +10,9 @@ help for the id maps):
   namespaces only: the host's root files are ``nobody``'s to it, it cannot mount, and what it
   writes into the bound host folders is owned by its mapped ids;
 - ``/`` is a sized file system of the task's ``storage_mb`` (`reroll.sandbox.docker.disk`: a sparse
-  ext4 image loop-mounted on the host, as the docker backend's) holding only what the rollout
+  image loop-mounted on the host, as the docker backend's; btrfs where btrfs-progs is installed,
+  with the workspace and HOME as subvolumes snapshotted copy-on-write (`reroll.sandbox.local.cow`),
+  else ext4 and the sidecar's tar snapshots) holding only what the rollout
   needs, and everything the sandbox writes: the workspace (the task's ``workdir``, else ``/app``;
   see `_workspace`), ``/logs``, ``/home/agent``, ``/tmp``, ``/var/tmp`` share it, so a fill past
   ``storage_mb`` is ENOSPC inside, never the host's disk. On it: the host's ``/usr`` (``/bin``,
@@ -52,7 +54,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.childenv import child_environment
@@ -65,6 +67,7 @@ from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
+from reroll.sandbox.local import cow
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
@@ -180,6 +183,8 @@ class IsolatedSandbox(SidecarSandbox):
         self._cgroup: SandboxCgroup | None = None
         self._disk: SizedDisk | None = None
         """The sized file system holding ``/`` (made by `start`, removed by `stop`)."""
+        self._cow: cow.Subvolumes | None = None
+        """The workspace's and HOME's subvolumes when the disk is btrfs (`reroll.sandbox.local.cow`)."""
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
@@ -303,7 +308,13 @@ class IsolatedSandbox(SidecarSandbox):
             SandboxError: the file system could not be made (not root, no loop device).
         """
         size = self.config.storage_bytes or self.limits.storage_mb << 20
-        self._disk = SizedDisk.create(self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX)
+        filesystem: Literal["ext4", "btrfs"] = "btrfs" if cow.available() else "ext4"
+        self._disk = SizedDisk.create(
+            self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX, filesystem=filesystem
+        )
+        if filesystem == "btrfs":
+            subvolumes = {self.layout.workspace: self._files("app"), self.layout.home: self._files("home")}
+            self._cow = cow.Subvolumes.create(self._disk.mountpoint, subvolumes)
         for sub in ("root", "app", "logs/agent", "logs/verifier", "home"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
         (self.folder / "verifier").mkdir()
@@ -323,6 +334,26 @@ class IsolatedSandbox(SidecarSandbox):
         if self.config.agents_writable and agents.stat().st_uid != INSTALLER_ID_BASE:
             chown_tree(agents, INSTALLER_ID_BASE, INSTALLER_ID_BASE)  # once: installs made before
         agents.chmod(0o755)
+
+    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
+        """See `Sandbox.snapshot`: copy-on-write (`reroll.sandbox.local.cow.Subvolumes.snapshot`)
+        when the disk is btrfs and `paths` are among the workspace and HOME, else the sidecar's tar
+        snapshot. A copy-on-write snapshot's size is the bytes in use on the sandbox's disk (what it
+        shares with the live tree; it holds none of its own until the tree changes)."""
+        paths = paths or [self.layout.workspace]
+        if self._cow is None or not self._cow.covers(paths):
+            if self._cow is not None:
+                await asyncio.to_thread(self._cow.forget, name)  # a restore of `name` is now tar's
+            return await super().snapshot(name, paths)
+        return await asyncio.to_thread(self._cow.snapshot, name, paths)
+
+    async def restore(self, name: str) -> list[str]:
+        """See `Sandbox.restore`: a copy-on-write snapshot's subvolumes are mounted afresh over
+        their paths (`reroll.sandbox.local.cow.Subvolumes.restore`), a tar snapshot is restored by
+        the sidecar."""
+        if self._cow is None or self._init_pid is None or not self._cow.has(name):
+            return await super().restore(name)
+        return await asyncio.to_thread(self._cow.restore, name, self._init_pid)
 
     async def start(self) -> None:
         """Lay out the folder, seed the workspace, start the namespaces and the sidecar in them;
@@ -476,6 +507,7 @@ class IsolatedSandbox(SidecarSandbox):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
             self._cgroup = None
+        self._cow = None
         if self._disk is not None:  # unmounted and deleted whole: the host never walks the agent's files
             await asyncio.to_thread(remove_disk, self._disk.folder)
             self._disk = None
