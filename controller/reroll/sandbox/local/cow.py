@@ -212,31 +212,29 @@ def mount_into(pid: int, source: Path, target: str, *, replace: bool) -> None:
     failure: list[OSError] = []
 
     def enter_and_mount() -> None:
+        # Both opened before setns: the namespace's own /proc does not show `pid`.
         namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        where = os.open(f"/proc/{pid}/root{target}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             _check(libc.unshare(_CLONE_FS), "unshare(CLONE_FS)")
             _check(libc.setns(namespace, _CLONE_NEWNS), f"setns into {pid}'s mount namespace")
             if replace:
-                os.fchdir(where)
-                _check(libc.umount2(b".", _MNT_DETACH), f"umount {target}")
+                where = _open_in_root(root, target)
+                try:
+                    os.fchdir(where)
+                    _check(libc.umount2(b".", _MNT_DETACH), f"umount {target}")
+                finally:
+                    os.close(where)
+            where = _open_in_root(root, target)
+            try:
+                flags = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH
+                _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", where, b"", flags), f"move_mount to {target}")
+            finally:
                 os.close(where)
-                where = os.open(f"/proc/{pid}/root{target}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            _check(
-                libc.syscall(
-                    _SYS_MOVE_MOUNT,
-                    tree,
-                    b"",
-                    where,
-                    b"",
-                    _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH,
-                ),
-                f"move_mount {source} to {target}",
-            )
         except OSError as exc:
             failure.append(exc)
         finally:
-            os.close(where)
+            os.close(root)
             os.close(namespace)
 
     try:
@@ -255,22 +253,18 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _open_in_root(pid: int, target: str) -> int:
-    """An ``O_PATH`` descriptor of the folder `target` as process `pid` sees it, resolved inside
-    its root and following no symbolic link (the sandbox may have planted some on the way):
-    ``openat2`` with ``RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS``.
+def _open_in_root(root: int, target: str) -> int:
+    """An ``O_PATH`` descriptor of the folder `target` below the descriptor `root` of a sandbox's
+    root folder, resolved inside that root and following no symbolic link (the sandbox may have
+    planted some on the way): ``openat2`` with ``RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS``.
 
     Raises:
         OSError: no such folder, or a link on the way (ELOOP).
     """
-    root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        how = _OpenHow(flags=os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolve=_RESOLVE_IN_ROOT_NO_SYMLINKS)
-        relative = os.fsencode(target.lstrip("/") or ".")
-        result = _libc().syscall(_SYS_OPENAT2, root, relative, ctypes.byref(how), ctypes.sizeof(how))
-        return _check(result, f"open {target} in {pid}'s root")
-    finally:
-        os.close(root)
+    how = _OpenHow(flags=os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolve=_RESOLVE_IN_ROOT_NO_SYMLINKS)
+    relative = os.fsencode(target.lstrip("/") or ".")
+    result = _libc().syscall(_SYS_OPENAT2, root, relative, ctypes.byref(how), ctypes.sizeof(how))
+    return _check(result, f"open {target} in the sandbox's root")
 
 
 @dataclass

@@ -116,6 +116,10 @@ class IsolatedSandboxConfig(BaseModel):
     storage_bytes: int | None = None
     """The size of the sandbox's writable file system (``/``: workspace, logs, home, ``/tmp``),
     in bytes; None: the task's ``storage_mb``."""
+    copy_on_write: bool = True
+    """Where btrfs-progs is installed, make ``/`` btrfs and snapshot the workspace and HOME
+    copy-on-write (`reroll.sandbox.local.cow`); False: ext4 and the sidecar's tar snapshots
+    everywhere (the benches compare the two)."""
     agents_writable: bool = False
     """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
     sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
@@ -308,7 +312,9 @@ class IsolatedSandbox(SidecarSandbox):
             SandboxError: the file system could not be made (not root, no loop device).
         """
         size = self.config.storage_bytes or self.limits.storage_mb << 20
-        filesystem: Literal["ext4", "btrfs"] = "btrfs" if cow.available() else "ext4"
+        filesystem: Literal["ext4", "btrfs"] = (
+            "btrfs" if self.config.copy_on_write and cow.available() else "ext4"
+        )
         self._disk = SizedDisk.create(
             self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX, filesystem=filesystem
         )
