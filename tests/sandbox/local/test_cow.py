@@ -81,7 +81,7 @@ async def test_each_restore_is_a_fresh_writable_layer_over_the_frozen_one(task: 
         await sandbox.exec([*sh, f"echo child-one > {workspace}/f"])  # the first child's write
         await sandbox.restore("step")
         assert (await sandbox.get_file(f"{workspace}/f")) == b"one\n"  # the second never sees it
-        frozen = sandbox._disk.mountpoint / cow.SNAPSHOTS / "step" / "0"  # type: ignore[union-attr]
+        frozen = sandbox._storage.disk.mountpoint / cow.SNAPSHOTS / "step" / "0"  # type: ignore[union-attr]
         assert (frozen / "f").read_bytes() == b"one\n"
         # The sandbox's root cannot take the restore away (no CAP_SYS_ADMIN), nor reach the frozen layers.
         escape = await sandbox.exec(
@@ -102,18 +102,19 @@ async def test_other_paths_and_a_disk_without_copy_on_write_take_the_tar_path(ta
         workspace = sandbox.layout.workspace
         await sandbox.put_file(f"{workspace}/keep", b"kept")
         await sandbox.snapshot("named", [f"{workspace}/keep"])
-        assert sandbox._cow is not None and not sandbox._cow.has("named")
+        subvolumes = sandbox._storage.cow  # type: ignore[union-attr]
+        assert subvolumes is not None and not subvolumes.has("named")
         await sandbox.put_file(f"{workspace}/keep", b"changed")
         assert await sandbox.restore("named") == [f"{workspace}/keep"]
         assert await sandbox.get_file(f"{workspace}/keep") == b"kept"
         await sandbox.snapshot("both")
-        assert sandbox._cow.has("both")
+        assert subvolumes.has("both")
         await sandbox.snapshot("both", [f"{workspace}/keep"])  # a tar snapshot replaces it
-        assert not sandbox._cow.has("both")
+        assert not subvolumes.has("both")
     config = IsolatedSandboxConfig(copy_on_write=False)
     async with IsolatedSandbox(sandbox_spec(task), "cow-off", config) as sandbox:
         kind = await sandbox.exec(["stat", "-f", "-c", "%T", sandbox.layout.workspace])
-        assert kind.stdout.decode().strip() == "ext2/ext3" and sandbox._cow is None
+        assert kind.stdout.decode().strip() == "ext2/ext3" and sandbox._storage.cow is None  # type: ignore[union-attr]
 
 
 async def test_a_restore_follows_no_link_planted_on_the_workspaces_path(task: Task) -> None:

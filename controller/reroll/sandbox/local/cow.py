@@ -272,7 +272,8 @@ class Subvolumes:
     """The subvolumes of one sandbox's btrfs disk, by the sandbox path they are mounted at.
 
     Args:
-        disk: the mount point of the sandbox's sized file system on the host.
+        disk: the folder on the sandbox's btrfs file system holding `SNAPSHOTS` and `LIVE` (the
+            disk's mount point, or a child's folder of a pool: `reroll.sandbox.local.storage`).
         live: sandbox path → the host subvolume the sandbox sees there now.
     """
 
@@ -282,22 +283,36 @@ class Subvolumes:
     """How many restores were mounted (names the writable snapshots)."""
 
     @classmethod
-    def create(cls, disk: Path, folders: dict[str, Path]) -> Subvolumes:
-        """Make a subvolume at each host path of `folders` (sandbox path → host path on `disk`,
-        absent; its parents made) and the snapshot folders.
+    def create(cls, disk: Path, folders: dict[str, Path], *, existing: bool = False) -> Subvolumes:
+        """Make a subvolume at each host path of `folders` (sandbox path → host path below `disk`,
+        absent; its parents made; with `existing`, they are subvolumes already) and the snapshot
+        folders.
 
         Raises:
             SandboxError: the file system refused (not btrfs).
         """
         try:
             for host in folders.values():
-                host.parent.mkdir(parents=True, exist_ok=True)
-                create_subvolume(host)
+                if not existing:
+                    host.parent.mkdir(parents=True, exist_ok=True)
+                    create_subvolume(host)
             for name in (SNAPSHOTS, LIVE):
                 (disk / name).mkdir(mode=0o700)
         except OSError as exc:
             raise SandboxError(f"the sandbox's btrfs disk {disk}: {exc}") from exc
         return cls(disk, dict(folders))
+
+    def drop_live(self) -> None:
+        """Delete the writable subvolumes the sandbox sees and the restores', keeping the
+        snapshots: what a pool keeps (`reroll.sandbox.local.storage`; it deletes the first ones).
+
+        Raises:
+            OSError: the file system refused (a subvolume still mounted somewhere…).
+        """
+        for path in self.live.values():
+            delete_subvolume(path)
+        for path in sorted((self.disk / LIVE).iterdir()):
+            delete_subvolume(path)
 
     def covers(self, paths: list[str]) -> bool:
         """Whether a snapshot of `paths` (sandbox paths) can be copy-on-write: each is one of the

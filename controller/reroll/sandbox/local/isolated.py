@@ -54,7 +54,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.childenv import child_environment
@@ -62,12 +62,7 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
-from reroll.sandbox.base import SANDBOX_HOSTNAME, PruneReport, Sandbox, SandboxLayout, trust_host_ca
-from reroll.sandbox.docker import disk
-from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
-from reroll.sandbox.docker.disk import remove as remove_disk
-from reroll.sandbox.docker.engine import owner_label, owner_runs
-from reroll.sandbox.local import cow
+from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout, trust_host_ca
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.netns import Forwarder, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
@@ -85,6 +80,7 @@ from reroll.sandbox.local.rootview import (
     system_args,
     write_id_maps,
 )
+from reroll.sandbox.local.storage import PoolSnapshot, SandboxDisk, prune_local_disks
 from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
@@ -120,30 +116,17 @@ class IsolatedSandboxConfig(BaseModel):
     """Where btrfs-progs is installed, make ``/`` btrfs and snapshot the workspace and HOME
     copy-on-write (`reroll.sandbox.local.cow`); False: ext4 and the sidecar's tar snapshots
     everywhere (the benches compare the two)."""
+    keep_snapshots: bool = False
+    """With copy-on-write: at `IsolatedSandbox.stop`, keep the disk mounted with only its
+    snapshots, as a pool that sandboxes made ``from_snapshot`` start from
+    (`reroll.sandbox.local.storage`; ``reroll sandbox prune`` removes it)."""
+    from_snapshot: str | None = None
+    """``<pool folder>:<snapshot name>`` (`reroll.sandbox.local.storage.PoolSnapshot`): lay out on
+    that kept pool, the workspace and HOME writable snapshots of that snapshot's, the task's seed
+    not copied; None: a disk of its own."""
     agents_writable: bool = False
     """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
     sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
-
-
-def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
-    """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
-    sandboxes of killed controllers left mounted: those whose controller no longer runs, or
-    with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
-    processes end with its controller's sidecar (`stop` kills any orphan).
-
-    Returns:
-        ``{"disks": [host folders removed]}``; empty when there was nothing to remove.
-    """
-    removed = []
-    for leftover in disk.leftovers(LOCAL_PREFIX):
-        if run_id is not None and run_id[-24:] not in leftover.name:
-            continue
-        if run_id is None and not running and owner_runs(disk.owner(leftover)):
-            continue  # a live rollout's
-        disk.remove(leftover)
-        if not leftover.exists():
-            removed.append(str(leftover))
-    return {"disks": removed} if removed else {}
 
 
 class IsolatedSandbox(SidecarSandbox):
@@ -185,10 +168,8 @@ class IsolatedSandbox(SidecarSandbox):
         self.limits = SandboxLimits.of(spec.limits)
         """The task's memory, cpus, pids and sizes, as the sandbox's cgroup and file systems hold them."""
         self._cgroup: SandboxCgroup | None = None
-        self._disk: SizedDisk | None = None
-        """The sized file system holding ``/`` (made by `start`, removed by `stop`)."""
-        self._cow: cow.Subvolumes | None = None
-        """The workspace's and HOME's subvolumes when the disk is btrfs (`reroll.sandbox.local.cow`)."""
+        self._storage: SandboxDisk | None = None
+        """The sized file system holding ``/`` (made by `start`, released by `stop`)."""
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
@@ -221,13 +202,14 @@ class IsolatedSandbox(SidecarSandbox):
         whether its sized ``/`` (workspace, logs, home, ``/tmp``) is full, and whether
         ``/dev/shm`` is (`reroll.sandbox.local.cgroups`). Works after the sandbox's processes died;
         after `stop`, what was hit when it stopped."""
-        if self._cgroup is None and self._init_pid is None and self._disk is None:
+        disk = self._storage.disk if self._storage is not None else None
+        if self._cgroup is None and self._init_pid is None and disk is None:
             return list(self._hits_at_stop)
         hit = self._cgroup.limits_hit() if self._cgroup is not None else []
-        if self._disk is not None and await asyncio.to_thread(self._disk.full):
+        if disk is not None and await asyncio.to_thread(disk.full):
             hit.append(
                 f"out of storage: the sandbox's files (workspace, {self.layout.logs_dir}, home, /tmp) "
-                f"filled its {self._disk.size_bytes >> 20} MiB (the task's environment.storage_mb)"
+                f"filled its {disk.size_bytes >> 20} MiB (the task's environment.storage_mb)"
             )
         if self._init_pid is not None:
             hit += full_filesystems(
@@ -273,7 +255,8 @@ class IsolatedSandbox(SidecarSandbox):
         Raises:
             SandboxError: it could not start.
         """
-        config = self.config.model_copy(update={"agents_writable": True})
+        update = {"agents_writable": True, "keep_snapshots": False, "from_snapshot": None}
+        config = self.config.model_copy(update=update)
         async with IsolatedSandbox(self.spec, f"{self.run_id[:20]}-install", config) as sandbox:
             yield sandbox
 
@@ -283,7 +266,7 @@ class IsolatedSandbox(SidecarSandbox):
         return RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
-            storage_bytes=self._disk.size_bytes if self._disk is not None else 0,
+            storage_bytes=self._storage.disk.size_bytes if self._storage is not None else 0,
             root_source=str(self._files("root")),
             shm_bytes=self.limits.shm_bytes,
             id_base=self.id_base,
@@ -301,8 +284,8 @@ class IsolatedSandbox(SidecarSandbox):
 
     def _files(self, name: str) -> Path:
         """The folder `name` on the sandbox's sized file system (host path; root-only above it)."""
-        assert self._disk is not None, "made by _lay_out"
-        return self._disk.mountpoint / name
+        assert self._storage is not None, "made by _lay_out"
+        return self._storage.path(name)
 
     def _lay_out(self, control: Path) -> None:
         """Make the sandbox's sized file system and host folders, seed the workspace, give them
@@ -311,29 +294,27 @@ class IsolatedSandbox(SidecarSandbox):
         Raises:
             SandboxError: the file system could not be made (not root, no loop device).
         """
-        size = self.config.storage_bytes or self.limits.storage_mb << 20
-        filesystem: Literal["ext4", "btrfs"] = (
-            "btrfs" if self.config.copy_on_write and cow.available() else "ext4"
-        )
-        self._disk = SizedDisk.create(
-            self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX, filesystem=filesystem
-        )
-        if filesystem == "btrfs":
-            subvolumes = {self.layout.workspace: self._files("app"), self.layout.home: self._files("home")}
-            self._cow = cow.Subvolumes.create(self._disk.mountpoint, subvolumes)
-        for sub in ("root", "app", "logs/agent", "logs/verifier", "home"):
+        paths = {"app": self.layout.workspace, "home": self.layout.home}
+        if self.config.from_snapshot is not None:
+            source = PoolSnapshot.parse(self.config.from_snapshot)
+            self._storage = SandboxDisk.child_of(source, self.folder.name, paths)
+        else:
+            size = self.config.storage_bytes or self.limits.storage_mb << 20
+            on = self.config.copy_on_write
+            self._storage = SandboxDisk.create(self.run_id, size, paths, copy_on_write=on)
+        for sub in ("logs/agent", "logs/verifier"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
         (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
-        if self.spec.workspace_seed is not None:
+        if self.spec.workspace_seed is not None and not self._storage.is_child:
             seed = self.spec.workspace_seed
             shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
         chown_tree(self.folder, root, root)
         for sub in ("root", "logs"):
             chown_tree(self._files(sub), root, root)
-        for sub in ("app", "logs/agent", "home"):
-            chown_tree(self._files(sub), agent, agent)
+        for sub in ("logs/agent",) if self._storage.is_child else ("app", "logs/agent", "home"):
+            chown_tree(self._files(sub), agent, agent)  # a child's are the snapshot's, as they were
         (self.folder / "verifier").chmod(0o700)
         agents = Path(self.layout.agents_dir)
         agents.mkdir(parents=True, exist_ok=True)
@@ -347,19 +328,21 @@ class IsolatedSandbox(SidecarSandbox):
         snapshot. A copy-on-write snapshot's size is the bytes in use on the sandbox's disk (what it
         shares with the live tree; it holds none of its own until the tree changes)."""
         paths = paths or [self.layout.workspace]
-        if self._cow is None or not self._cow.covers(paths):
-            if self._cow is not None:
-                await asyncio.to_thread(self._cow.forget, name)  # a restore of `name` is now tar's
+        cow = self._storage.cow if self._storage is not None else None
+        if cow is None or not cow.covers(paths):
+            if cow is not None:
+                await asyncio.to_thread(cow.forget, name)  # a restore of `name` is now tar's
             return await super().snapshot(name, paths)
-        return await asyncio.to_thread(self._cow.snapshot, name, paths)
+        return await asyncio.to_thread(cow.snapshot, name, paths)
 
     async def restore(self, name: str) -> list[str]:
         """See `Sandbox.restore`: a copy-on-write snapshot's subvolumes are mounted afresh over
         their paths (`reroll.sandbox.local.cow.Subvolumes.restore`), a tar snapshot is restored by
         the sidecar."""
-        if self._cow is None or self._init_pid is None or not self._cow.has(name):
+        cow = self._storage.cow if self._storage is not None else None
+        if cow is None or self._init_pid is None or not cow.has(name):
             return await super().restore(name)
-        return await asyncio.to_thread(self._cow.restore, name, self._init_pid)
+        return await asyncio.to_thread(cow.restore, name, self._init_pid)
 
     async def start(self) -> None:
         """Lay out the folder, seed the workspace, start the namespaces and the sidecar in them;
@@ -492,7 +475,7 @@ class IsolatedSandbox(SidecarSandbox):
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
         and pasta, delete the folder and the cgroup (killing what is left in it). Safe to call twice."""
-        if self._cgroup is not None or self._init_pid is not None or self._disk is not None:
+        if self._cgroup is not None or self._init_pid is not None or self._storage is not None:
             self._hits_at_stop = await self.limits_hit()
         if self.connected:
             with contextlib.suppress(SidecarError):
@@ -513,10 +496,9 @@ class IsolatedSandbox(SidecarSandbox):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
             self._cgroup = None
-        self._cow = None
-        if self._disk is not None:  # unmounted and deleted whole: the host never walks the agent's files
-            await asyncio.to_thread(remove_disk, self._disk.folder)
-            self._disk = None
+        if self._storage is not None:  # the host never walks the agent's files
+            await asyncio.to_thread(self._storage.release, keep_snapshots=self.config.keep_snapshots)
+            self._storage = None
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
