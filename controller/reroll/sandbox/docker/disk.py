@@ -102,7 +102,8 @@ class SizedDisk:
                 handle.truncate(size_bytes)
             _run(_mkfs(filesystem, size_bytes, image))
             disk.mountpoint.mkdir()
-            _run(["mount", "-o", "loop,nosuid,nodev,discard", str(image), str(disk.mountpoint)])
+            options = "loop,nosuid,nodev,discard" + (",nobarrier,noatime" if filesystem == "btrfs" else "")
+            _run(["mount", "-o", options, str(image), str(disk.mountpoint)])
             for name, mode in subfolders.items():
                 (disk.mountpoint / name).mkdir()
                 (disk.mountpoint / name).chmod(mode)
