@@ -117,9 +117,8 @@ class IsolatedSandboxConfig(BaseModel):
     copy-on-write (`reroll.sandbox.local.cow`); False: ext4 and the sidecar's tar snapshots
     everywhere (the benches compare the two)."""
     keep_snapshots: bool = False
-    """With copy-on-write: at `IsolatedSandbox.stop`, keep the disk mounted with only its
-    snapshots, as a pool that sandboxes made ``from_snapshot`` start from
-    (`reroll.sandbox.local.storage`; ``reroll sandbox prune`` removes it)."""
+    """With copy-on-write: `IsolatedSandbox.stop` keeps the disk, with only its snapshots, as a pool
+    for ``from_snapshot`` (`reroll.sandbox.local.storage`; ``reroll sandbox prune`` removes it)."""
     from_snapshot: str | None = None
     """``<pool folder>:<snapshot name>`` (`reroll.sandbox.local.storage.PoolSnapshot`): lay out on
     that kept pool, the workspace and HOME writable snapshots of that snapshot's, the task's seed
@@ -323,10 +322,8 @@ class IsolatedSandbox(SidecarSandbox):
         agents.chmod(0o755)
 
     async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
-        """See `Sandbox.snapshot`: copy-on-write (`reroll.sandbox.local.cow.Subvolumes.snapshot`)
-        when the disk is btrfs and `paths` are among the workspace and HOME, else the sidecar's tar
-        snapshot. A copy-on-write snapshot's size is the bytes in use on the sandbox's disk (what it
-        shares with the live tree; it holds none of its own until the tree changes)."""
+        """See `Sandbox.snapshot`: copy-on-write (`reroll.sandbox.local.cow.Subvolumes.snapshot`) when
+        the disk is btrfs and `paths` are among the workspace and HOME, else the sidecar's tar."""
         paths = paths or [self.layout.workspace]
         cow = self._storage.cow if self._storage is not None else None
         if cow is None or not cow.covers(paths):
@@ -336,9 +333,8 @@ class IsolatedSandbox(SidecarSandbox):
         return await asyncio.to_thread(cow.snapshot, name, paths)
 
     async def restore(self, name: str) -> list[str]:
-        """See `Sandbox.restore`: a copy-on-write snapshot's subvolumes are mounted afresh over
-        their paths (`reroll.sandbox.local.cow.Subvolumes.restore`), a tar snapshot is restored by
-        the sidecar."""
+        """See `Sandbox.restore`: a copy-on-write snapshot by `reroll.sandbox.local.cow.Subvolumes.restore`,
+        a tar snapshot by the sidecar."""
         cow = self._storage.cow if self._storage is not None else None
         if cow is None or self._init_pid is None or not cow.has(name):
             return await super().restore(name)

@@ -204,10 +204,14 @@ def _remove_child(base: Path) -> None:
     for name in FOLDERS:
         if cow.is_subvolume(base / name):
             cow.delete_subvolume(base / name)
-    for snapshots in (base / cow.LIVE, base / cow.SNAPSHOTS):
-        for entry in sorted(snapshots.rglob("*"), reverse=True) if snapshots.exists() else []:
-            if cow.is_subvolume(entry):
-                cow.delete_subvolume(entry)
+    # Only the known depths (live/<n>, snapshots/<name>/<i>): never a walk into the agent's files.
+    entries = list((base / cow.LIVE).iterdir()) if (base / cow.LIVE).is_dir() else []
+    snapshots = base / cow.SNAPSHOTS
+    for folder in snapshots.iterdir() if snapshots.is_dir() else []:
+        entries += list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
+    for entry in entries:
+        if cow.is_subvolume(entry):
+            cow.delete_subvolume(entry)
     shutil.rmtree(base, ignore_errors=True)
 
 
