@@ -13,7 +13,10 @@ to at most the quota. The cost: ``mkfs.ext4``, ``mount`` and ``umount`` of a spa
 The isolated `local` sandbox asks for btrfs instead where btrfs-progs is installed
 (`reroll.sandbox.local.cow`: its workspace and HOME are subvolumes, snapshotted copy-on-write);
 below `MIXED_BELOW_BYTES` in btrfs's mixed mode (data and metadata in the same block groups),
-which small file systems need.
+which small file systems need. btrfs is mounted ``discard=async,nobarrier,noatime``: a snapshot
+commits a transaction, which then waits on no cache flush and no synchronous discard (the disk
+is the sandbox's, gone with a host crash either way), and reads dirty no metadata; freed blocks
+still go back to the host, a moment later.
 
 Root-side safety: the host never walks the agent's files in it — `remove` unmounts the file
 system (lazily, should a process still hold it) and deletes the image file as a whole.
@@ -102,7 +105,9 @@ class SizedDisk:
                 handle.truncate(size_bytes)
             _run(_mkfs(filesystem, size_bytes, image))
             disk.mountpoint.mkdir()
-            options = "loop,nosuid,nodev,discard" + (",nobarrier,noatime" if filesystem == "btrfs" else "")
+            options = "loop,nosuid,nodev," + (
+                "discard=async,nobarrier,noatime" if filesystem == "btrfs" else "discard"
+            )
             _run(["mount", "-o", options, str(image), str(disk.mountpoint)])
             for name, mode in subfolders.items():
                 (disk.mountpoint / name).mkdir()
