@@ -44,6 +44,9 @@ OWNER = "owner"
 """A file in the host folder naming the process that made it (`reroll.sandbox.docker.engine.owner_label`)."""
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less than this free counts as full (`SizedDisk.full`)."""
+BTRFS_FULL_BELOW_BYTES = 4 << 20
+"""The same for btrfs, which refuses writes with a few MiB still reported available (its global
+reserve for metadata: about 1.5 MiB free when a 64 MiB disk is full)."""
 MIXED_BELOW_BYTES = 1 << 30
 """A btrfs file system smaller than this is made with ``--mixed`` (btrfs refuses below ~110 MiB
 without it, and wastes space below 1 GiB)."""
@@ -118,9 +121,11 @@ class SizedDisk:
         return disk
 
     def full(self) -> bool:
-        """Whether less than `FULL_BELOW_BYTES` is free (the sandbox's writes hit the quota)."""
+        """Whether less than `FULL_BELOW_BYTES` (btrfs: `BTRFS_FULL_BELOW_BYTES`) is free (the
+        sandbox's writes hit the quota)."""
         stat = os.statvfs(self.mountpoint)
-        return stat.f_bavail * stat.f_frsize < FULL_BELOW_BYTES
+        below = BTRFS_FULL_BELOW_BYTES if self.filesystem == "btrfs" else FULL_BELOW_BYTES
+        return stat.f_bavail * stat.f_frsize < below
 
 
 def _mkfs(filesystem: str, size_bytes: int, image: Path) -> list[str]:
