@@ -27,18 +27,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from reroll_contracts.errors import SnapshotError, ToolError
+from reroll_contracts.snapshots import NAME_PATTERN
 
 from reroll_sidecar import nofollow, snapshot_io
 from reroll_sidecar.bundle import tool
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 CLONE_MIN_BYTES = 64 * 1024
 """Regular files at least this large are cloned rather than archived where the file system can."""
 CTIME_MARGIN_SECONDS = 0.1

@@ -198,8 +198,8 @@ async def test_a_local_fill_grows_the_host_disk_by_at_most_the_quota() -> None:
     sandbox = IsolatedSandbox(sandbox_spec(task), f"limits-{uuid.uuid4().hex[:8]}")
     await sandbox.start()
     try:
-        assert sandbox._disk is not None
-        image, folder = sandbox._disk.folder / "disk.img", sandbox.folder
+        assert sandbox._storage is not None
+        image, folder = sandbox._storage.disk.folder / "disk.img", sandbox.folder
         before = os.stat(image).st_blocks * 512
         fill = " ; ".join(
             f"dd if=/dev/urandom of={path}/fill bs=1M count={LOCAL_STORAGE_MB} 2>&1"
@@ -215,7 +215,7 @@ async def test_a_local_fill_grows_the_host_disk_by_at_most_the_quota() -> None:
         assert len(hit) == 1 and "environment.storage_mb" in hit[0], hit
     finally:
         await sandbox.stop()
-    assert sandbox._disk is None and not image.parent.exists(), "unmounted and deleted with the sandbox"
+    assert sandbox._storage is None and not image.parent.exists(), "unmounted and deleted with the sandbox"
     assert "environment.storage_mb" in (await sandbox.limits_hit())[0], "what was hit when it stopped"
 
 

@@ -10,6 +10,14 @@ and ``/tmp`` share it. Writing beyond it fails with ENOSPC in the sandbox; the h
 to at most the quota. The cost: ``mkfs.ext4``, ``mount`` and ``umount`` of a sparse file, about
 0.2 s a rollout (``scripts/bench/sandbox_isolation.py``); mounting needs root.
 
+The isolated `local` sandbox asks for btrfs instead where btrfs-progs is installed
+(`reroll.sandbox.local.cow`: its workspace and HOME are subvolumes, snapshotted copy-on-write);
+below `MIXED_BELOW_BYTES` in btrfs's mixed mode (data and metadata in the same block groups),
+which small file systems need. btrfs is mounted ``discard=async,nobarrier,noatime``: a snapshot
+commits a transaction, which then waits on no cache flush and no synchronous discard (the disk
+is the sandbox's, gone with a host crash either way), and reads dirty no metadata; freed blocks
+still go back to the host, a moment later.
+
 Root-side safety: the host never walks the agent's files in it — `remove` unmounts the file
 system (lazily, should a process still hold it) and deletes the image file as a whole.
 """
@@ -22,6 +30,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from reroll_contracts.errors import SandboxError
 
@@ -35,6 +44,12 @@ OWNER = "owner"
 """A file in the host folder naming the process that made it (`reroll.sandbox.docker.engine.owner_label`)."""
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less than this free counts as full (`SizedDisk.full`)."""
+BTRFS_FULL_BELOW_BYTES = 4 << 20
+"""The same for btrfs, which refuses writes with a few MiB still reported available (its global
+reserve for metadata: about 1.5 MiB free when a 64 MiB disk is full)."""
+MIXED_BELOW_BYTES = 1 << 30
+"""A btrfs file system smaller than this is made with ``--mixed`` (btrfs refuses below ~110 MiB
+without it, and wastes space below 1 GiB)."""
 _TIMEOUT_SECONDS = 60.0
 
 
@@ -60,6 +75,7 @@ class SizedDisk:
     folder: Path
     """The host folder holding the image file and the mount point."""
     size_bytes: int
+    filesystem: Literal["ext4", "btrfs"] = "ext4"
 
     @property
     def mountpoint(self) -> Path:
@@ -67,9 +83,15 @@ class SizedDisk:
 
     @classmethod
     def create(
-        cls, run_id: str, size_bytes: int, subfolders: dict[str, int], owner: str, prefix: str = PREFIX
+        cls,
+        run_id: str,
+        size_bytes: int,
+        subfolders: dict[str, int],
+        owner: str,
+        prefix: str = PREFIX,
+        filesystem: Literal["ext4", "btrfs"] = "ext4",
     ) -> SizedDisk:
-        """Make and mount a file system of `size_bytes`, with `subfolders` (name → mode) in it, in a
+        """Make and mount a `filesystem` of `size_bytes`, with `subfolders` (name → mode) in it, in a
         host folder named `prefix` + the end of `run_id`; `owner` (who makes it) is written beside
         it, for `owner` to read back.
 
@@ -77,16 +99,19 @@ class SizedDisk:
             SandboxError: a tool failed (not root, no loop device); nothing is left behind.
         """
         folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{run_id[-24:]}-"))
-        disk = cls(folder, size_bytes)
+        disk = cls(folder, size_bytes, filesystem)
         try:
             folder.chmod(0o700)
             (folder / OWNER).write_text(owner)
             image = folder / IMAGE
             with open(image, "wb") as handle:
                 handle.truncate(size_bytes)
-            _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard", str(image)])
+            _run(_mkfs(filesystem, size_bytes, image))
             disk.mountpoint.mkdir()
-            _run(["mount", "-o", "loop,nosuid,nodev,discard", str(image), str(disk.mountpoint)])
+            options = "loop,nosuid,nodev," + (
+                "discard=async,nobarrier,noatime" if filesystem == "btrfs" else "discard"
+            )
+            _run(["mount", "-o", options, str(image), str(disk.mountpoint)])
             for name, mode in subfolders.items():
                 (disk.mountpoint / name).mkdir()
                 (disk.mountpoint / name).chmod(mode)
@@ -96,9 +121,25 @@ class SizedDisk:
         return disk
 
     def full(self) -> bool:
-        """Whether less than `FULL_BELOW_BYTES` is free (the sandbox's writes hit the quota)."""
+        """Whether less than `FULL_BELOW_BYTES` (btrfs: `BTRFS_FULL_BELOW_BYTES`) is free (the
+        sandbox's writes hit the quota)."""
         stat = os.statvfs(self.mountpoint)
-        return stat.f_bavail * stat.f_frsize < FULL_BELOW_BYTES
+        below = BTRFS_FULL_BELOW_BYTES if self.filesystem == "btrfs" else FULL_BELOW_BYTES
+        return stat.f_bavail * stat.f_frsize < below
+
+
+def _mkfs(filesystem: str, size_bytes: int, image: Path) -> list[str]:
+    """The command making `filesystem` in the file `image` of `size_bytes`."""
+    if filesystem == "btrfs":
+        return [
+            "mkfs.btrfs",
+            "-q",
+            "-f",
+            "--nodiscard",
+            *(["--mixed"] if size_bytes < MIXED_BELOW_BYTES else []),
+            str(image),
+        ]
+    return ["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard", str(image)]
 
 
 def remove(folder: Path) -> None:

@@ -10,7 +10,9 @@ help for the id maps):
   namespaces only: the host's root files are ``nobody``'s to it, it cannot mount, and what it
   writes into the bound host folders is owned by its mapped ids;
 - ``/`` is a sized file system of the task's ``storage_mb`` (`reroll.sandbox.docker.disk`: a sparse
-  ext4 image loop-mounted on the host, as the docker backend's) holding only what the rollout
+  image loop-mounted on the host, as the docker backend's; btrfs where btrfs-progs is installed,
+  with the workspace and HOME as subvolumes snapshotted copy-on-write (`reroll.sandbox.local.cow`),
+  else ext4 and the sidecar's tar snapshots) holding only what the rollout
   needs, and everything the sandbox writes: the workspace (the task's ``workdir``, else ``/app``;
   see `_workspace`), ``/logs``, ``/home/agent``, ``/tmp``, ``/var/tmp`` share it, so a fill past
   ``storage_mb`` is ENOSPC inside, never the host's disk. On it: the host's ``/usr`` (``/bin``,
@@ -64,18 +66,13 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
-from reroll.sandbox.base import SANDBOX_HOSTNAME, PruneReport, Sandbox, SandboxLayout, trust_host_ca
-from reroll.sandbox.docker import disk
-from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
-from reroll.sandbox.docker.disk import remove as remove_disk
-from reroll.sandbox.docker.engine import owner_label, owner_runs
+from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout, trust_host_ca
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.imagefs import (
     ImageRoot,
     hold,
     image_layout,
     lay_out_overlay,
-    prune_unpacked,
     settle,
     spec_unhonoured,
 )
@@ -95,6 +92,7 @@ from reroll.sandbox.local.rootview import (
     system_args,
     write_id_maps,
 )
+from reroll.sandbox.local.storage import PoolSnapshot, SandboxDisk, prune_local_disks
 from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
@@ -126,6 +124,17 @@ class IsolatedSandboxConfig(BaseModel):
     storage_bytes: int | None = None
     """The size of the sandbox's writable file system (``/``: workspace, logs, home, ``/tmp``),
     in bytes; None: the task's ``storage_mb``."""
+    copy_on_write: bool = True
+    """Where btrfs-progs is installed, make ``/`` btrfs and snapshot the workspace and HOME
+    copy-on-write (`reroll.sandbox.local.cow`); False: ext4 and the sidecar's tar snapshots
+    everywhere (the benches compare the two)."""
+    keep_snapshots: bool = False
+    """With copy-on-write: `IsolatedSandbox.stop` keeps the disk, with only its snapshots, as a pool
+    for ``from_snapshot`` (`reroll.sandbox.local.storage`; ``reroll sandbox prune`` removes it)."""
+    from_snapshot: str | None = None
+    """``<pool folder>:<snapshot name>`` (`reroll.sandbox.local.storage.PoolSnapshot`): lay out on
+    that kept pool, the workspace and HOME writable snapshots of that snapshot's, the task's seed
+    not copied; None: a disk of its own."""
     agents_writable: bool = False
     """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
     sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
@@ -134,32 +143,6 @@ class IsolatedSandboxConfig(BaseModel):
     sandbox runs on the task's image (`reroll.sandbox.local.imagefs`; as docker's ``image_map``)."""
     setup_timeout_seconds: float = Field(default=60.0, gt=0)
     """How long the one-time setup on a task's image (agent user, folders) may take."""
-
-
-def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
-    """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
-    sandboxes of killed controllers left mounted: those whose controller no longer runs, or
-    with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
-    processes end with its controller's sidecar (`stop` kills any orphan).
-
-    Also removes the unpacked task images whose Docker image is gone (`imagefs.prune_unpacked`).
-
-    Returns:
-        ``{"disks": [host folders removed], "unpacked images": [cache folders removed]}``, each key
-        only when something was removed.
-    """
-    removed = []
-    for leftover in disk.leftovers(LOCAL_PREFIX):
-        if run_id is not None and run_id[-24:] not in leftover.name:
-            continue
-        if run_id is None and not running and owner_runs(disk.owner(leftover)):
-            continue  # a live rollout's
-        disk.remove(leftover)
-        if not leftover.exists():
-            removed.append(str(leftover))
-    report = {"disks": removed} if removed else {}
-    images = prune_unpacked()
-    return report | ({"unpacked images": images} if images else {})
 
 
 class IsolatedSandbox(SidecarSandbox):
@@ -201,8 +184,8 @@ class IsolatedSandbox(SidecarSandbox):
         self.limits = SandboxLimits.of(spec.limits)
         """The task's memory, cpus, pids and sizes, as the sandbox's cgroup and file systems hold them."""
         self._cgroup: SandboxCgroup | None = None
-        self._disk: SizedDisk | None = None
-        """The sized file system holding ``/`` (made by `start`, removed by `stop`)."""
+        self._storage: SandboxDisk | None = None
+        """The sized file system holding ``/`` (made by `start`, released by `stop`)."""
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
@@ -239,13 +222,14 @@ class IsolatedSandbox(SidecarSandbox):
         whether its sized ``/`` (workspace, logs, home, ``/tmp``) is full, and whether
         ``/dev/shm`` is (`reroll.sandbox.local.cgroups`). Works after the sandbox's processes died;
         after `stop`, what was hit when it stopped."""
-        if self._cgroup is None and self._init_pid is None and self._disk is None:
+        disk = self._storage.disk if self._storage is not None else None
+        if self._cgroup is None and self._init_pid is None and disk is None:
             return list(self._hits_at_stop)
         hit = self._cgroup.limits_hit() if self._cgroup is not None else []
-        if self._disk is not None and await asyncio.to_thread(self._disk.full):
+        if disk is not None and await asyncio.to_thread(disk.full):
             hit.append(
                 f"out of storage: the sandbox's files (workspace, {self.layout.logs_dir}, home, /tmp) "
-                f"filled its {self._disk.size_bytes >> 20} MiB (the task's environment.storage_mb)"
+                f"filled its {disk.size_bytes >> 20} MiB (the task's environment.storage_mb)"
             )
         if self._init_pid is not None:
             hit += full_filesystems(
@@ -291,7 +275,8 @@ class IsolatedSandbox(SidecarSandbox):
         Raises:
             SandboxError: it could not start.
         """
-        config = self.config.model_copy(update={"agents_writable": True})
+        update = {"agents_writable": True, "keep_snapshots": False, "from_snapshot": None}
+        config = self.config.model_copy(update=update)
         async with IsolatedSandbox(self.spec, f"{self.run_id[:20]}-install", config) as sandbox:
             yield sandbox
 
@@ -301,7 +286,7 @@ class IsolatedSandbox(SidecarSandbox):
         view = RootView(
             folder=self.folder,
             hostname=SANDBOX_HOSTNAME,
-            storage_bytes=self._disk.size_bytes if self._disk is not None else 0,
+            storage_bytes=self._storage.disk.size_bytes if self._storage is not None else 0,
             root_source=str(self._files("root")),
             shm_bytes=self.limits.shm_bytes,
             id_base=self.id_base,
@@ -325,8 +310,8 @@ class IsolatedSandbox(SidecarSandbox):
 
     def _files(self, name: str) -> Path:
         """The folder `name` on the sandbox's sized file system (host path; root-only above it)."""
-        assert self._disk is not None, "made by _lay_out"
-        return self._disk.mountpoint / name
+        assert self._storage is not None, "made by _lay_out"
+        return self._storage.path(name)
 
     def _lay_out(self, control: Path) -> None:
         """Make the sandbox's sized file system and host folders, seed the workspace, give them
@@ -335,29 +320,54 @@ class IsolatedSandbox(SidecarSandbox):
         Raises:
             SandboxError: the file system could not be made (not root, no loop device).
         """
-        size = self.config.storage_bytes or self.limits.storage_mb << 20
-        self._disk = SizedDisk.create(self.run_id, size, {}, owner_label(), prefix=LOCAL_PREFIX)
-        for sub in ("root", "app", "logs/agent", "logs/verifier", "home"):
+        paths = {"app": self.layout.workspace, "home": self.layout.home}
+        if self.config.from_snapshot is not None:
+            source = PoolSnapshot.parse(self.config.from_snapshot)
+            self._storage = SandboxDisk.child_of(source, self.folder.name, paths)
+        else:
+            size = self.config.storage_bytes or self.limits.storage_mb << 20
+            on = self.config.copy_on_write
+            self._storage = SandboxDisk.create(self.run_id, size, paths, copy_on_write=on)
+        for sub in ("logs/agent", "logs/verifier"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
         if self._image is not None:
             lay_out_overlay(self._files("overlay"), self._image, [self.layout.agents_dir])
         (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
-        if self.spec.workspace_seed is not None and self._image is None:  # else the image's
+        if self.spec.workspace_seed is not None and self._image is None and not self._storage.is_child:
             seed = self.spec.workspace_seed
             shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
         chown_tree(self.folder, root, root)
         for sub in ("root", "logs"):
             chown_tree(self._files(sub), root, root)
-        for sub in ("app", "logs/agent", "home"):
-            chown_tree(self._files(sub), agent, agent)
+        for sub in ("logs/agent",) if self._storage.is_child else ("app", "logs/agent", "home"):
+            chown_tree(self._files(sub), agent, agent)  # a child's are the snapshot's, as they were
         (self.folder / "verifier").chmod(0o700)
         agents = Path(self.layout.agents_dir)
         agents.mkdir(parents=True, exist_ok=True)
         if self.config.agents_writable and agents.stat().st_uid != INSTALLER_ID_BASE:
             chown_tree(agents, INSTALLER_ID_BASE, INSTALLER_ID_BASE)  # once: installs made before
         agents.chmod(0o755)
+
+    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
+        """See `Sandbox.snapshot`: copy-on-write (`reroll.sandbox.local.cow.Subvolumes.snapshot`) when
+        the disk is btrfs and `paths` are among the workspace and HOME, else the sidecar's tar."""
+        paths = paths or [self.layout.workspace]
+        cow = self._storage.cow if self._storage is not None else None
+        if cow is None or not cow.covers(paths):
+            if cow is not None:
+                await asyncio.to_thread(cow.forget, name)  # a restore of `name` is now tar's
+            return await super().snapshot(name, paths)
+        return await asyncio.to_thread(cow.snapshot, name, paths)
+
+    async def restore(self, name: str) -> list[str]:
+        """See `Sandbox.restore`: a copy-on-write snapshot by `reroll.sandbox.local.cow.Subvolumes.restore`,
+        a tar snapshot by the sidecar."""
+        cow = self._storage.cow if self._storage is not None else None
+        if cow is None or self._init_pid is None or not cow.has(name):
+            return await super().restore(name)
+        return await asyncio.to_thread(cow.restore, name, self._init_pid)
 
     async def start(self) -> None:
         """Lay out the folder, seed the workspace, start the namespaces and the sidecar in them;
@@ -500,7 +510,7 @@ class IsolatedSandbox(SidecarSandbox):
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
         and pasta, delete the folder and the cgroup (killing what is left in it). Safe to call twice."""
-        if self._cgroup is not None or self._init_pid is not None or self._disk is not None:
+        if self._cgroup is not None or self._init_pid is not None or self._storage is not None:
             self._hits_at_stop = await self.limits_hit()
         if self.connected:
             with contextlib.suppress(SidecarError):
@@ -521,9 +531,9 @@ class IsolatedSandbox(SidecarSandbox):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
             self._cgroup = None
-        if self._disk is not None:  # unmounted and deleted whole: the host never walks the agent's files
-            await asyncio.to_thread(remove_disk, self._disk.folder)
-            self._disk = None
+        if self._storage is not None:  # the host never walks the agent's files
+            await asyncio.to_thread(self._storage.release, keep_snapshots=self.config.keep_snapshots)
+            self._storage = None
         shutil.rmtree(self.folder, ignore_errors=True)
         if self._image_hold is not None:
             self._image_hold.close()

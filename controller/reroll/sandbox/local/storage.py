@@ -1,0 +1,260 @@
+"""Where the isolated `local` sandbox's files live: its sized disk, or a folder of a kept pool.
+
+Each sandbox's writable files (``root``: its ``/``; ``app``: the workspace; ``logs``; ``home``)
+are folders of a sized file system (`reroll.sandbox.docker.disk`) that `SandboxDisk` makes, lays
+out and removes. Where btrfs-progs is installed the disk is btrfs and every one of those folders
+is a subvolume (`reroll.sandbox.local.cow`: the workspace and HOME are snapshotted
+copy-on-write, and removing any of them is one ioctl, never a walk of the agent's files).
+
+Snapshots that outlive their sandbox: a sandbox made with ``keep_snapshots`` leaves its disk
+mounted when it stops, holding only its read-only snapshots (``<disk>/snapshots/``; every live
+subvolume deleted, their blocks given back to the host by ``discard``: the image keeps the bytes
+the snapshots changed, not the workspace). The disk is then a *pool*: a sandbox made with
+``from_snapshot`` (`PoolSnapshot`: the pool's host folder and a snapshot's name) lays out in a
+folder of its own on it, ``<pool>/children/<folder>/``, its workspace and HOME writable snapshots
+of the frozen ones — no copy, whatever they hold — and removes only that folder when it stops.
+Children run at the same time, each over its own writable layer: none sees another's writes, and
+none can reach, let alone write, the frozen layer (read-only to the kernel, outside every
+sandbox's root view). They share the pool's size (the recording's ``storage_mb``).
+
+Retention (`prune_local_disks`, ``reroll sandbox prune``): a pool is removed when it was kept
+more than `POOL_KEEP_SECONDS` ago and no child of it runs, or with ``--all``, or by its run id.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+from reroll_contracts.errors import SandboxError
+
+from reroll.sandbox.base import PruneReport
+from reroll.sandbox.docker import disk
+from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
+from reroll.sandbox.docker.engine import owner_label, owner_runs
+from reroll.sandbox.local import cow
+from reroll.sandbox.local.imagefs import prune_unpacked
+
+FOLDERS = ("root", "app", "logs", "home")
+"""A sandbox's folders on its disk: ``/``, the workspace, the logs, HOME."""
+KEPT = "kept"
+"""In a disk's host folder: the time (seconds since the epoch) its sandbox stopped and kept it as a pool."""
+CHILDREN = "children"
+"""The pool's folder holding its children's folders."""
+POOL_KEEP_SECONDS = 24 * 3600
+"""How long `prune_local_disks` keeps a pool that nothing uses (``--all`` removes it sooner)."""
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """A frozen snapshot of a kept pool: where a child sandbox starts from."""
+
+    pool: Path
+    """The pool's host folder (``/tmp/reroll-local-disk-…``; `SizedDisk.folder`)."""
+    name: str
+    """The snapshot's name (`reroll.sandbox.local.cow.Subvolumes.snapshot`)."""
+
+    @classmethod
+    def parse(cls, text: str) -> PoolSnapshot:
+        """``<pool folder>:<name>``, as `str` writes it.
+
+        Raises:
+            SandboxError: not of that form, or not a kept pool's snapshot.
+        """
+        folder, _, name = text.rpartition(":")
+        source = cls(Path(folder), name)
+        if not folder or not (source.frozen / cow.PATHS).is_file() or not (source.pool / KEPT).is_file():
+            raise SandboxError(f"from_snapshot {text!r}: no snapshot {name!r} in a kept pool at {folder!r}")
+        return source
+
+    @property
+    def frozen(self) -> Path:
+        """The snapshot's folder on the pool."""
+        return self.pool / disk.MOUNTPOINT / cow.SNAPSHOTS / self.name
+
+    def __str__(self) -> str:
+        return f"{self.pool}:{self.name}"
+
+
+@dataclass
+class SandboxDisk:
+    """One sandbox's files on a sized disk (see the module docstring).
+
+    Attributes:
+        disk: the sized file system.
+        base: the folder holding `FOLDERS` (the disk's mount point, or a child's folder of a pool).
+        cow: the copy-on-write snapshots, when the disk is btrfs.
+    """
+
+    disk: SizedDisk
+    base: Path
+    cow: cow.Subvolumes | None
+
+    def path(self, name: str) -> Path:
+        """The host path of the folder `name` (one of `FOLDERS`, or below one)."""
+        return self.base / name
+
+    @property
+    def is_child(self) -> bool:
+        """Whether this is a folder of a pool (its workspace and HOME came from a snapshot)."""
+        return self.base != self.disk.mountpoint
+
+    @classmethod
+    def create(
+        cls, run_id: str, size_bytes: int, sandbox_paths: dict[str, str], *, copy_on_write: bool
+    ) -> SandboxDisk:
+        """Make a disk of `size_bytes` and its folders; btrfs with subvolumes where `copy_on_write`
+        and btrfs-progs is installed, else ext4.
+
+        Args:
+            run_id: the rollout's id (part of the disk's folder name).
+            size_bytes: the disk's size.
+            sandbox_paths: ``{"app": workspace, "home": HOME}``, the sandbox paths of those folders.
+            copy_on_write: False: ext4 whatever is installed.
+
+        Raises:
+            SandboxError: the disk could not be made (not root, no loop device), nothing left behind.
+        """
+        filesystem: Literal["ext4", "btrfs"] = "btrfs" if copy_on_write and cow.available() else "ext4"
+        made = SizedDisk.create(
+            run_id, size_bytes, {}, owner_label(), prefix=LOCAL_PREFIX, filesystem=filesystem
+        )
+        try:
+            base = made.mountpoint
+            subvolumes = None
+            if filesystem == "btrfs":
+                for name in ("root", "logs"):
+                    cow.create_subvolume(base / name)
+                folders = {sandbox_paths[name]: base / name for name in ("app", "home")}
+                subvolumes = cow.Subvolumes.create(base, folders)
+            for name in FOLDERS:
+                (base / name).mkdir(exist_ok=True)
+        except BaseException as exc:
+            disk.remove(made.folder)
+            if isinstance(exc, OSError):
+                raise SandboxError(f"the sandbox's disk: {exc}") from exc
+            raise
+        return cls(made, base, subvolumes)
+
+    @classmethod
+    def child_of(cls, source: PoolSnapshot, child: str, sandbox_paths: dict[str, str]) -> SandboxDisk:
+        """Lay out the folder `child` (a name) on `source`'s pool: ``root`` and ``logs`` empty, the
+        workspace and HOME writable snapshots of the frozen ones (an empty HOME when the snapshot
+        holds none).
+
+        Raises:
+            SandboxError: the snapshot is not of these sandbox paths, or the file system refused.
+        """
+        image = source.pool / disk.IMAGE
+        pool = SizedDisk(source.pool, image.stat().st_size, "btrfs")
+        base = pool.mountpoint / CHILDREN / child
+        frozen = dict(_frozen_paths(source))
+        try:
+            base.mkdir(parents=True, mode=0o700)
+            (base / disk.OWNER).write_text(owner_label())
+            for name in ("root", "logs"):
+                cow.create_subvolume(base / name)
+            for name in ("app", "home"):
+                if sandbox_paths[name] in frozen:
+                    cow.snapshot_subvolume(frozen[sandbox_paths[name]], base / name, readonly=False)
+                else:
+                    cow.create_subvolume(base / name)
+            folders = {sandbox_paths[name]: base / name for name in ("app", "home")}
+            subvolumes = cow.Subvolumes.create(base, folders, existing=True)
+        except OSError as exc:
+            _remove_child(base)
+            raise SandboxError(f"a sandbox from snapshot {source}: {exc}") from exc
+        if set(frozen) - set(folders):
+            _remove_child(base)
+            raise SandboxError(f"snapshot {source} holds {sorted(frozen)}, not this sandbox's paths")
+        return cls(pool, base, subvolumes)
+
+    def release(self, *, keep_snapshots: bool) -> None:
+        """At the sandbox's stop: a child removes its folder; a disk with `keep_snapshots` (and
+        copy-on-write) becomes a pool, keeping only its snapshots; any other disk is unmounted and
+        deleted whole. Never walks the agent's files (subvolumes go by ioctl, ext4 with the image)."""
+        if self.is_child:
+            _remove_child(self.base)
+        elif keep_snapshots and self.cow is not None:
+            try:
+                self.cow.drop_live()
+                for name in ("root", "logs"):
+                    cow.delete_subvolume(self.base / name)
+                (self.disk.folder / KEPT).write_text(f"{time.time():.0f}")
+            except OSError:
+                disk.remove(self.disk.folder)
+        else:
+            disk.remove(self.disk.folder)
+
+
+def _frozen_paths(source: PoolSnapshot) -> list[tuple[str, Path]]:
+    """(sandbox path, frozen subvolume) of each path of the snapshot `source`."""
+    paths = (source.frozen / cow.PATHS).read_text().split("\n")
+    return [(path, source.frozen / str(index)) for index, path in enumerate(paths)]
+
+
+def _remove_child(base: Path) -> None:
+    """Delete a child's folder on a pool: its subvolumes by ioctl, then the (then empty) folders."""
+    if not base.exists():
+        return
+    for name in FOLDERS:
+        if cow.is_subvolume(base / name):
+            cow.delete_subvolume(base / name)
+    # Only the known depths (live/<n>, snapshots/<name>/<i>): never a walk into the agent's files.
+    entries = list((base / cow.LIVE).iterdir()) if (base / cow.LIVE).is_dir() else []
+    snapshots = base / cow.SNAPSHOTS
+    for folder in snapshots.iterdir() if snapshots.is_dir() else []:
+        entries += list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
+    for entry in entries:
+        if cow.is_subvolume(entry):
+            cow.delete_subvolume(entry)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: bool = False) -> PruneReport:
+    """Unmount and delete the sized file systems (``/tmp/reroll-local-disk-*``) local
+    sandboxes of killed controllers left mounted: those whose controller no longer runs, or
+    with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
+    processes end with its controller's sidecar (`stop` kills any orphan). A kept pool (see the
+    module docstring) goes when kept more than `POOL_KEEP_SECONDS` ago and no child of it runs,
+    or with `run_id` or `running`. Also removes the unpacked task images whose Docker image is
+    gone (`reroll.sandbox.local.imagefs.prune_unpacked`).
+
+    Returns:
+        ``{"disks": [host folders removed], "unpacked images": [cache folders removed]}``, each key
+        only when something was removed.
+    """
+    removed = []
+    for leftover in disk.leftovers(LOCAL_PREFIX):
+        if run_id is not None and run_id[-24:] not in leftover.name:
+            continue
+        if run_id is None and not running and _in_use(leftover):
+            continue
+        disk.remove(leftover)
+        if not leftover.exists():
+            removed.append(str(leftover))
+    report = {"disks": removed} if removed else {}
+    images = prune_unpacked()
+    return report | ({"unpacked images": images} if images else {})
+
+
+def _in_use(folder: Path) -> bool:
+    """Whether the disk in `folder` is a live rollout's, or a pool kept recently or with a live child."""
+    try:
+        kept = float((folder / KEPT).read_text())
+    except (OSError, ValueError):
+        return owner_runs(disk.owner(folder))
+    children = folder / disk.MOUNTPOINT / CHILDREN
+    if children.is_dir() and any(owner_runs(disk.owner(child)) for child in children.iterdir()):
+        return True
+    return time.time() - kept < POOL_KEEP_SECONDS
+
+
+def pool_bytes(source: PoolSnapshot) -> int:
+    """The bytes the pool's image file holds on the host (allocated, not its apparent size)."""
+    return os.stat(source.pool / disk.IMAGE).st_blocks * 512
