@@ -6,7 +6,8 @@ import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import NoSettings, create_sandbox, load_backend
 from reroll.sandbox.docker.config import DockerSandboxConfig
-from reroll.sandbox.local.isolated import IsolatedSandboxConfig, local_sandbox
+from reroll.sandbox.local.backend import local_sandbox
+from reroll.sandbox.local.isolated import IsolatedSandboxConfig
 from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.spec import SandboxSpec
 from reroll.tasks.task import Task

@@ -351,7 +351,7 @@ PruneReport = dict[str, list[str]]
 ``networks``, ``firewall_tables`` …) and, under ``kept``, what it left to rollouts still running."""
 
 BACKENDS: dict[str, str] = {
-    "local": "reroll.sandbox.local.isolated:local_sandbox",
+    "local": "reroll.sandbox.local.backend:local_sandbox",
     "local-plain": "reroll.sandbox.local.plain:LocalSandbox",
     "docker": "reroll.sandbox.docker.backend:DockerSandbox",
 }
@@ -405,7 +405,7 @@ class Backend:
     name: str
     """The name it was loaded by (a key of `BACKENDS` or a dotted path)."""
     factory: Callable[..., Sandbox]
-    """The backend class (for ``local``: `reroll.sandbox.local.isolated.local_sandbox`, which
+    """The backend class (for ``local``: `reroll.sandbox.local.backend.local_sandbox`, which
     picks one of two classes)."""
     config_model: type[BaseModel]
     """The model of its settings (`NoSettings` when it declares none)."""

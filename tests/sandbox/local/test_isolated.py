@@ -26,8 +26,9 @@ from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label
-from reroll.sandbox.local import isolated
-from reroll.sandbox.local.isolated import IsolatedSandbox, local_sandbox
+from reroll.sandbox.local import backend, isolated
+from reroll.sandbox.local.backend import local_sandbox
+from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.netns import listening_ports
 from reroll.sandbox.local.plain import LocalSandbox
 from reroll.sandbox.local.rootview import RootView
@@ -268,8 +269,8 @@ async def test_every_process_dies_with_the_sandbox_and_the_folder_goes(task: Tas
 def test_where_namespaces_are_forbidden_local_falls_back_to_plain_and_says_so_once(
     task: Task, none_task: Task, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(isolated, "namespaces_unavailable", lambda: "unshare: Operation not permitted")
-    isolated._warn_plain_once.cache_clear()
+    monkeypatch.setattr(backend, "namespaces_unavailable", lambda: "unshare: Operation not permitted")
+    backend._warn_plain_once.cache_clear()
     sandboxes = [
         local_sandbox(sandbox_spec(task), "fallback-1"),
         local_sandbox(sandbox_spec(task), "fallback-2"),

@@ -12,7 +12,8 @@ import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import disk
 from reroll.sandbox.local import cow, isolated, storage
-from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig, local_sandbox
+from reroll.sandbox.local.backend import local_sandbox
+from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxError
 

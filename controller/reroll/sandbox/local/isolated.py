@@ -37,8 +37,9 @@ help for the id maps):
 
 This needs root, ``bwrap``, ``setpriv``, ``unshare`` (util-linux) and unprivileged user
 namespaces (``scripts/install-sandbox-tools`` installs the packages): where that is missing,
-`local_sandbox` falls back to the plain `reroll.sandbox.local.plain.LocalSandbox` and says so once;
-``--sandbox local-plain`` chooses that explicitly.
+`reroll.sandbox.local.backend.local_sandbox` falls back to the plain
+`reroll.sandbox.local.plain.LocalSandbox` and says so once; ``--sandbox local-plain`` chooses that
+explicitly.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
-from reroll.sandbox.base import SANDBOX_HOSTNAME, Sandbox, SandboxLayout, trust_host_ca
+from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.imagefs import (
     ImageRoot,
@@ -77,7 +78,7 @@ from reroll.sandbox.local.imagefs import (
     spec_unhonoured,
 )
 from reroll.sandbox.local.netns import Forwarder, private_loopback
-from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT, LocalSandbox, LocalSandboxConfig
+from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT
 from reroll.sandbox.local.rootview import (
     AGENT_ID,
     DNS_FORWARD,
@@ -588,57 +589,11 @@ def namespaces_unavailable() -> str:
     return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
-class LocalBackend:
-    """The `local` backend: an `IsolatedSandbox`, or where this machine forbids namespaces, the
-    plain `LocalSandbox` — said once per process on stderr, as a warning. Its settings are
-    `IsolatedSandboxConfig` (the fallback takes their ``ready_timeout_seconds``)."""
-
-    config_model: ClassVar[type[IsolatedSandboxConfig]] = IsolatedSandboxConfig
-    """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
-
-    prune = staticmethod(prune_local_disks)
-
-    def __call__(
-        self, spec: SandboxSpec, run_id: str, config: IsolatedSandboxConfig | None = None
-    ) -> Sandbox:
-        """An unstarted sandbox for `spec` (see the class docstring).
-
-        Raises:
-            SandboxError: the plain fallback cannot honour network ``none``.
-        """
-        config = config or IsolatedSandboxConfig()
-        reason = namespaces_unavailable()
-        if not reason:
-            return IsolatedSandbox(spec, run_id, config)
-        if spec.network == "none":
-            raise SandboxError(
-                "network none needs the isolated local sandbox (or docker), "
-                f"and this machine forbids it: {reason}"
-            )
-        _warn_plain_once(reason)
-        plain = LocalSandboxConfig(ready_timeout_seconds=config.ready_timeout_seconds)
-        return LocalSandbox(spec, run_id, plain)
-
-
-local_sandbox = LocalBackend()
-"""The `local` backend (``--sandbox local``, the default), as `reroll.sandbox.base.BACKENDS` names it."""
-
-
 @functools.cache
 def _warn_unlimited_once(reason: str) -> None:
     message = (
         f"reroll: the local sandbox's cgroup cannot be made here ({reason}); its processes run "
         "without the task's memory, cpus and pids limits"
-    )
-    print(message, file=sys.stderr)
-    logger.warning(message)
-
-
-@functools.cache
-def _warn_plain_once(reason: str) -> None:
-    message = (
-        f"reroll: the local sandbox cannot isolate here ({reason}); running task and agent as plain "
-        "host processes (--sandbox local-plain), which can change this machine"
     )
     print(message, file=sys.stderr)
     logger.warning(message)
