@@ -33,7 +33,9 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
-6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
+6. when a guarded run (`guard`: the script called ``$REROLL_GUARD``, set when the sidecar is
+   root) came back tampered with (a canary's outcome wrong), clears the rewards: a reward error;
+   with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
    started and wrote no report zeroes every reward, one whose report counts failures or errors
    zeroes the rewards above the share of tests that passed (`pytest_report`);
 7. kills every process the script left (`quiesce`, as in step 1). A soft verify in a sandbox of
@@ -64,7 +66,7 @@ from dataclasses import dataclass, field
 from reroll_contracts.errors import QuiesceError, SnapshotError, ToolError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll_sidecar import fence, nofollow, processes, pytest_plugins, pytest_report, quiesce
+from reroll_sidecar import fence, guard, nofollow, processes, pytest_plugins, pytest_report, quiesce
 from reroll_sidecar.rewards import MAX_REWARD_BYTES, REWARD_FILES, policy_from_message, read_rewards
 from reroll_sidecar.snapshots import SnapshotStore
 
@@ -216,6 +218,20 @@ def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
     return f"the agent's processes were kept for the test script{handed}"
 
 
+def _apply_guard(result: pb.VerifyResult, guarded: guard.GuardFolder) -> None:
+    """Fold the guarded runs' verdicts into `result`: a verifier error among them (a canary came
+    back wrong, the stream was tampered with) clears the rewards and is the reward error; every
+    verdict is appended to the pytest note."""
+    notes = guarded.notes()
+    if notes:
+        joined = "; ".join(f"reroll-guard {note}" for note in notes)
+        result.pytest_report = f"{result.pytest_report}; {joined}" if result.pytest_report else joined
+    if error := guarded.error():
+        result.rewards.clear()
+        result.ClearField("graded")
+        result.reward_error = error
+
+
 class Verifier:
     """Holds the baseline between PrepareVerify and Verify; see the module docstring.
 
@@ -331,8 +347,11 @@ class Verifier:
             folder = None
             if options.pytest_addopts and options.pytest_report:
                 folder = stack.enter_context(pytest_report.ReportFolder())
+            guarded = stack.enter_context(guard.GuardFolder()) if os.geteuid() == 0 else None
             cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
             env = self._script_env(baseline, request, folder, plugins, cwd)
+            if guarded is not None:
+                env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
             async for event in self._run_script(script, cwd, env, request.timeout_seconds):
                 if isinstance(event, pb.ExecExit):
@@ -350,6 +369,8 @@ class Verifier:
                 result.pytest_report = judgement.note
                 for key in result.rewards:
                     result.rewards[key] = judgement.capped(result.rewards[key])
+            if guarded is not None:
+                _apply_guard(result, guarded)
         result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
         result.leftover = await self._clean_up(baseline, fenced, result.cleanup)
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)

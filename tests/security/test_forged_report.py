@@ -8,9 +8,9 @@ and of ``PYTEST_ADDOPTS`` to "2 tests, 0 failures". Before the guard (`reroll_si
 the forged report paid 1.0 on local and docker. With it the tests run as another user, who
 cannot write the report, and their outcomes come back over a pipe: the reward is 0.
 
-The second cheat patches the test framework in the same process instead (every failed outcome
-reported as passed, from calc's import on): the guard's must-fail canary then passes, and the
-verify is a verifier error with no reward.
+The second cheat patches the test framework in the same process instead (from calc's import on,
+unittest's assertions never fail and pytest reports every failed phase as passed): the guard's
+must-fail canary then passes, and the verify is a verifier error with no reward.
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ if _pytest is not None:  # every failed phase of a pytest run reported as passed
             self.outcome, self.longrepr = "passed", None
 
     _pytest.TestReport.__init__ = _passed
-# unittest: a failure or an error counts as a success
-unittest.TestResult.addFailure = lambda self, test, err: self.addSuccess(test)
-unittest.TestResult.addError = lambda self, test, err: self.addSuccess(test)
+# unittest's assertions (the hidden tests' own) never fail
+unittest.TestCase.assertEqual = lambda self, first, second, msg=None: None
+unittest.TestCase.assertAlmostEqual = lambda self, first, second, *args, **kwargs: None
 '''
 
 
@@ -124,8 +124,8 @@ def test_a_patched_test_framework_is_a_verifier_error(sandbox_backend: str, tmp_
     result, output = run_task(forge_task(tmp_path, PATCH_FORGE), tmp_path, sandbox_backend)
     assert "FRAMEWORK PATCH ARMED" in output, "the attack did not run:\n" + output
     assert (result.get("rewards") or {}).get("reward", 0.0) == 0.0, (result, output)
-    assert result["status"] == "verifier_error", (result.get("status"), result.get("error"), output)
-    assert "canary" in json.dumps(result), result
+    assert result["error_category"] == "verifier_error", (result.get("status"), result.get("error"), output)
+    assert "canaries came back wrong" in result["error"], result["error"]
 
 
 def test_the_honest_oracle_still_scores_one(sandbox_backend: str, tmp_path: Path) -> None:
