@@ -150,7 +150,9 @@ def judge(stream: bytes, canaries: Canaries) -> Verdict:
         if phases.setdefault(test_id, {}).setdefault(when, outcome) != outcome:
             return Verdict("error", f"{test_id} ({when}) was reported twice, differently")
     outcomes = {test_id: _outcome(p) for test_id, p in phases.items()}
-    seen = {canaries.which(test_id): outcome for test_id, outcome in outcomes.items() if canaries.which(test_id)}
+    seen = {
+        canaries.which(test_id): outcome for test_id, outcome in outcomes.items() if canaries.which(test_id)
+    }
     if ended and (seen.get("pass") != "passed" or seen.get("fail") != "failed"):
         return Verdict(
             "error",
@@ -158,10 +160,14 @@ def judge(stream: bytes, canaries: Canaries) -> Verdict:
             f"{seen.get('fail', 'missing')}): the test framework or its outcomes were tampered with",
         )
     outcomes = {test_id: outcome for test_id, outcome in outcomes.items() if not canaries.which(test_id)}
-    counts = {key: sum(1 for o in outcomes.values() if o == key) for key in ("passed", "failed", "error", "skipped")}
+    counts = {
+        key: sum(1 for o in outcomes.values() if o == key) for key in ("passed", "failed", "error", "skipped")
+    }
     summary = ", ".join(f"{value} {key}" for key, value in counts.items())
     if not ended:
-        return Verdict("failing", f"the test run ended before its session finished ({summary} by then)", outcomes)
+        return Verdict(
+            "failing", f"the test run ended before its session finished ({summary} by then)", outcomes
+        )
     if counts["failed"] or counts["error"] or not counts["passed"]:
         return Verdict("failing", f"guarded test run: {summary}", outcomes)
     return Verdict("passed", f"guarded test run: {summary}", outcomes)
@@ -333,7 +339,9 @@ def write_junit(path: str, verdict: Verdict) -> None:
         "skipped": sum(o == "skipped" for o in outcomes.values()),
     }
     suites = ElementTree.Element("testsuites")
-    suite = ElementTree.SubElement(suites, "testsuite", {"name": "reroll-guard", **{k: str(v) for k, v in counts.items()}})
+    suite = ElementTree.SubElement(
+        suites, "testsuite", {"name": "reroll-guard", **{k: str(v) for k, v in counts.items()}}
+    )
     for test_id, outcome in outcomes.items():
         case = ElementTree.SubElement(suite, "testcase", {"name": test_id})
         if outcome in JUNIT_TAGS:
@@ -356,7 +364,9 @@ def write_ctrf(path: str, verdict: Verdict) -> None:
 def _sidecar_report_paths() -> tuple[str, str] | None:
     """The sidecar's report check's JUnit and log-file paths, from ``PYTEST_ADDOPTS``; None when off."""
     words = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
-    found = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if w.startswith(SIDECAR_REPORT_OPTIONS[:2])}
+    found = {
+        w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if w.startswith(SIDECAR_REPORT_OPTIONS[:2])
+    }
     if "--junitxml" in found and "--log-file" in found:
         return found["--junitxml"], found["--log-file"]
     return None
@@ -402,7 +412,8 @@ def main(argv: list[str]) -> int:
             if path:
                 write(path, verdict)
         if sidecar := _sidecar_report_paths():
-            open(sidecar[1], "w").close()  # noqa: SIM115 - pytest's log file: the run started
+            with open(sidecar[1], "w", encoding="utf-8"):  # pytest's log file: the run started
+                pass
             write_junit(sidecar[0], verdict)
     if options.verdicts:
         write_verdict(options.verdicts, verdict)
@@ -423,7 +434,9 @@ class GuardFolder:
         frozen = getattr(sys, "frozen", False)  # the sidecar bundle: its executable takes "guard"
         command = [sys.executable] if frozen else [sys.executable, "-m", "reroll_sidecar"]
         with open(self.launcher, "w", encoding="utf-8") as handle:
-            handle.write(f'#!/bin/sh\nexec {shlex.join(command)} guard --verdicts {shlex.quote(self.path)} "$@"\n')
+            handle.write(
+                f'#!/bin/sh\nexec {shlex.join(command)} guard --verdicts {shlex.quote(self.path)} "$@"\n'
+            )
         os.chmod(self.launcher, 0o700)
 
     def error(self) -> str:

@@ -19,7 +19,7 @@ line after the end.
 
 from __future__ import annotations
 
-RUNNER = r'''
+RUNNER = r"""
 import json, os, sys
 
 _fd = int(sys.argv[1])
@@ -43,7 +43,8 @@ class RerollGuardPlugin:
 
     def pytest_collectreport(self, report):
         if report.failed:
-            _emit({"t": "case", "id": report.nodeid or "<collection>", "when": "collect", "outcome": "failed"})
+            test_id = report.nodeid or "<collection>"
+            _emit({"t": "case", "id": test_id, "when": "collect", "outcome": "failed"})
 
     def pytest_sessionfinish(self, session, exitstatus):
         _emit({"t": "end", "status": int(exitstatus)})
@@ -112,4 +113,4 @@ except ImportError:
 if pytest is None:
     sys.exit(_run_unittest())
 sys.exit(pytest.main([*_args, "--continue-on-collection-errors"], plugins=[RerollGuardPlugin()]))
-'''
+"""

@@ -27,16 +27,16 @@ pytestmark = pytest.mark.slow
 REROLL = str(Path(sys.executable).parent / "reroll")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
-BUGGY_CALC = '''
+BUGGY_CALC = """
 def add(a, b):
     return a + b
 
 
 def mean(values):
     return sum(values) / (len(values) + 1)  # the bug, left in place
-'''
+"""
 
-ATEXIT_FORGE = r'''
+ATEXIT_FORGE = r"""
 import atexit, os, shlex, sys
 
 _FORGED = (
@@ -65,9 +65,9 @@ def _forge():
 
 atexit.register(_forge)
 print("ATEXIT FORGE ARMED", flush=True)
-'''
+"""
 
-PATCH_FORGE = r'''
+PATCH_FORGE = r"""
 import sys, unittest
 
 print("FRAMEWORK PATCH ARMED", flush=True)
@@ -84,7 +84,7 @@ if _pytest is not None:  # every failed phase of a pytest run reported as passed
 # unittest's assertions (the hidden tests' own) never fail
 unittest.TestCase.assertEqual = lambda self, first, second, msg=None: None
 unittest.TestCase.assertAlmostEqual = lambda self, first, second, *args, **kwargs: None
-'''
+"""
 
 
 def forge_task(tmp_path: Path, forge: str) -> Path:
