@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from reroll_sidecar import guard
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the guard switches user: root only")
@@ -30,12 +29,14 @@ def canaries_right() -> bytes:
 
 
 def test_a_clean_run_passes_and_leaves_the_canaries_out() -> None:
-    verdict = guard.judge(case("t.py::test_a", "passed") + canaries_right() + line(t="end", status=1), CANARIES)
+    stream = case("t.py::test_a", "passed") + canaries_right() + line(t="end", status=1)
+    verdict = guard.judge(stream, CANARIES)
     assert verdict.status == "passed" and verdict.outcomes == {"t.py::test_a": "passed"}
 
 
 def test_a_failed_test_or_a_failed_setup_is_failing() -> None:
-    stream = case("t.py::a", "failed") + case("t.py::b", "passed", "setup") + case("t.py::b", "failed", "teardown")
+    stream = case("t.py::a", "failed") + case("t.py::b", "passed", "setup")
+    stream += case("t.py::b", "failed", "teardown")
     verdict = guard.judge(stream + canaries_right() + line(t="end", status=1), CANARIES)
     assert verdict.status == "failing" and verdict.outcomes == {"t.py::a": "failed", "t.py::b": "error"}
 
@@ -43,7 +44,7 @@ def test_a_failed_test_or_a_failed_setup_is_failing() -> None:
 @pytest.mark.parametrize(
     ("stream", "why"),
     [
-        (case("t.py::a", "passed") + case(f"x::{CANARIES.must_pass}", "passed") + line(t="end", status=0), "canaries"),
+        (case(f"x::{CANARIES.must_pass}", "passed") + line(t="end", status=0), "canaries"),
         (case("t.py::a", "passed") + line(t="end", status=0), "canaries"),
         (canaries_right() + line(t="end", status=0) + case("t.py::a", "passed"), "after its end"),
         (canaries_right() + b"tests passed\n" + line(t="end", status=0), "not the guard's"),
