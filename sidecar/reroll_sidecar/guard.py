@@ -422,14 +422,15 @@ def main(argv: list[str]) -> int:
 
 class GuardFolder:
     """A fresh folder (mode 0700, root's) holding the ``reroll-guard`` launcher a verify's test
-    script calls (``REROLL_GUARD``) and the verdicts of its guarded runs; removed on exit.
+    script calls (``REROLL_GUARD``) and the verdicts of its guarded runs, in `parent` (as
+    `reroll_sidecar.pytest_report.ReportFolder`'s); removed on exit.
 
     Attributes:
         path: the folder's absolute path. launcher: the launcher's path.
     """
 
-    def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="reroll-guard-verdicts-")
+    def __init__(self, parent: str | None = None) -> None:
+        self.path = tempfile.mkdtemp(prefix="reroll-guard-verdicts-", dir=parent)
         self.launcher = os.path.join(self.path, "reroll-guard")
         frozen = getattr(sys, "frozen", False)  # the sidecar bundle: its executable takes "guard"
         command = [sys.executable] if frozen else [sys.executable, "-m", "reroll_sidecar"]

@@ -66,7 +66,16 @@ from dataclasses import dataclass, field
 from reroll_contracts.errors import QuiesceError, SnapshotError, ToolError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll_sidecar import fence, guard, nofollow, processes, pytest_plugins, pytest_report, quiesce
+from reroll_sidecar import (
+    fence,
+    guard,
+    nofollow,
+    processes,
+    pytest_plugins,
+    pytest_report,
+    quiesce,
+    verify_ns,
+)
 from reroll_sidecar.rewards import MAX_REWARD_BYTES, REWARD_FILES, policy_from_message, read_rewards
 from reroll_sidecar.snapshots import SnapshotStore
 
@@ -345,15 +354,19 @@ class Verifier:
         options = baseline.hardening
         with contextlib.ExitStack() as stack:
             folder = None
+            private = self._private_folder()
             if options.pytest_addopts and options.pytest_report:
-                folder = stack.enter_context(pytest_report.ReportFolder())
-            guarded = stack.enter_context(guard.GuardFolder()) if os.geteuid() == 0 else None
+                folder = stack.enter_context(pytest_report.ReportFolder(private))
+            guarded = stack.enter_context(guard.GuardFolder(private)) if os.geteuid() == 0 else None
             cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
             env = self._script_env(baseline, request, folder, plugins, cwd)
             if guarded is not None:
                 env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
-            async for event in self._run_script(script, cwd, env, request.timeout_seconds):
+            namespaces = await asyncio.to_thread(verify_ns.available) if os.geteuid() == 0 else "not root"
+            async for event in self._run_script(
+                script, cwd, env, request.timeout_seconds, not namespaces, request.soft
+            ):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
                 else:
@@ -372,6 +385,11 @@ class Verifier:
             if guarded is not None:
                 _apply_guard(result, guarded)
         result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+        result.cleanup.append(
+            f"the test script ran in namespaces of its own ({verify_ns.__name__})"
+            if not namespaces
+            else f"the test script ran in the sandbox's namespaces: {namespaces}"
+        )
         result.leftover = await self._clean_up(baseline, fenced, result.cleanup)
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
         yield pb.VerifyEvent(result=result)
@@ -424,12 +442,28 @@ class Verifier:
             notes.append(note)
         return left.error()
 
+    def _private_folder(self) -> str:
+        """The sidecar's state folder (its snapshots' parent; made root-only if missing), where a
+        verify's report and guard folders live: outside ``/tmp``, which the script sees overlaid."""
+        parent = os.path.dirname(self.snapshots.root)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        return parent
+
     async def _run_script(
-        self, script: str, cwd: str, env: dict[str, str], timeout_seconds: float
+        self,
+        script: str,
+        cwd: str,
+        env: dict[str, str],
+        timeout_seconds: float,
+        own_namespaces: bool = False,
+        soft: bool = False,
     ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
-        """Run the test script as the sidecar's user in `cwd`; yields its output events, then its exit."""
+        """Run the test script as the sidecar's user in `cwd` (in namespaces of its own with
+        `own_namespaces`, `verify_ns`; a `soft` verify's with its own /tmp too); yields its
+        output events, then its exit."""
+        argv = ["sh", "-c", 'exec "$0"', script]  # sh runs a script without #! line itself
         command = processes.Command(
-            argv=["sh", "-c", 'exec "$0"', script],  # sh runs a script without #! line itself
+            argv=verify_ns.command(argv, fresh_tmp=soft) if own_namespaces else argv,
             cwd=cwd,
             env=env,
             user=processes.user_name(os.geteuid()),
