@@ -8,8 +8,10 @@ and UTS namespaces that no process of the agent ever enters:
   sandbox root may create the others only under a user namespace of its own;
 - IPC: SysV shared memory, semaphores and message queues and POSIX message queues start empty
   and are destroyed with the namespace;
-- PID: ARGV is its PID 1 (``/proc`` mounted anew); when it ends, the kernel kills every process
-  left in it (a detached daemon included), and a killed launcher takes it along (``PDEATHSIG``);
+- PID: ARGV is its PID 1 (``/proc`` mounted anew where the kernel lets it: not under Docker's
+  masked ``/proc``, where the old one stays, listing the container's processes); when it ends,
+  the kernel kills every process left in it (a detached daemon included), and a killed launcher
+  takes it along (``PDEATHSIG``);
 - mount (private propagation): fresh ``/dev/shm`` (tmpfs) and ``/dev/mqueue``; for a soft verify
   (the agent works on afterwards) fresh ``/tmp`` and ``/var/tmp`` too (empty tmpfs: what the
   verify writes there is gone when it ends). The final verify keeps the sandbox's ``/tmp``, as
@@ -17,13 +19,15 @@ and UTS namespaces that no process of the agent ever enters:
   the sandbox's ``/tmp`` would keep both, but the kernel refuses to clone a lower layer whose
   mount has locked submounts, as every mount inherited into a user namespace has.)
 
-Where the namespaces cannot be made (Docker's default seccomp profile refuses ``unshare`` to a
-container without ``CAP_SYS_ADMIN``) `available` says why, and the sidecar runs the script as
+Docker's default seccomp profile refuses ``unshare`` and ``mount`` to a container without
+``CAP_SYS_ADMIN``; the docker backend adds exactly these (`reroll.sandbox.docker.seccomp`).
+Where the namespaces still cannot be made `available` says why, and the sidecar runs the script as
 before, its fence and clean-up alone undoing what it can (the verify's note says so).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -102,7 +106,8 @@ def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool) -> int:
     if init == 0:
         try:
             _die_with_parent()
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            with contextlib.suppress(OSError):  # refused under Docker's masked /proc: the old one stays
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             os.execvp(argv[0], argv)
         finally:
             os._exit(FAILED)

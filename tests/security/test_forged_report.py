@@ -47,11 +47,15 @@ _FORGED = (
 
 
 def _forge():
+    print("ATEXIT FORGE RAN", flush=True)
     words = list(sys.argv) + shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
-    try:
-        words += open("/proc/self/cmdline").read().split("\0")
-    except OSError:
-        pass
+    pid = os.getpid()
+    while pid > 1:  # the command lines of this process and its parents (the guard's names the report)
+        try:
+            words += open(f"/proc/{pid}/cmdline").read().split("\0")
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            break
     for word in words:
         path = word.split("=", 1)[-1]
         if path.endswith(".xml") and os.path.isabs(path):
@@ -70,7 +74,8 @@ print("ATEXIT FORGE ARMED", flush=True)
 PATCH_FORGE = r"""
 import sys, unittest
 
-print("FRAMEWORK PATCH ARMED", flush=True)
+import atexit
+atexit.register(print, "FRAMEWORK PATCH ARMED", flush=True)  # after pytest's capture ended
 _pytest = sys.modules.get("_pytest.reports")
 if _pytest is not None:  # every failed phase of a pytest run reported as passed
     _init = _pytest.TestReport.__init__
@@ -115,7 +120,7 @@ def run_task(task: Path, tmp_path: Path, backend: str) -> tuple[dict, str]:
 
 def test_an_atexit_forged_report_scores_zero(sandbox_backend: str, tmp_path: Path) -> None:
     result, output = run_task(forge_task(tmp_path, ATEXIT_FORGE), tmp_path, sandbox_backend)
-    assert "ATEXIT FORGE ARMED" in output, "the attack did not run:\n" + output
+    assert "ATEXIT FORGE RAN" in output, "the attack did not run:\n" + output
     assert "FORGED /" not in output, output  # the guard's child could write no report
     assert (result.get("rewards") or {}).get("reward", 0.0) == 0.0, (result, output)
 
