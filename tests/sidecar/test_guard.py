@@ -117,6 +117,7 @@ def guarded_run(tmp_path: Path, module: str) -> tuple[int, str, Path]:
 
 
 @needs_root
+@pytest.mark.spawns
 def test_the_tests_run_as_the_guard_user_and_the_report_holds(tmp_path: Path) -> None:
     status, output, report = guarded_run(tmp_path, MODULE + ATEXIT_FORGE)
     assert status == 1, output
@@ -124,6 +125,7 @@ def test_the_tests_run_as_the_guard_user_and_the_report_holds(tmp_path: Path) ->
 
 
 @needs_root
+@pytest.mark.spawns
 def test_a_detached_process_is_killed(tmp_path: Path) -> None:
     status, output, _ = guarded_run(tmp_path, MODULE.replace("41", "42") + DETACHED)
     assert status == 0, output
