@@ -8,7 +8,6 @@ import sys
 import uuid
 
 import pytest
-
 from reroll_sidecar import verify_ns
 
 pytestmark = pytest.mark.spawns
