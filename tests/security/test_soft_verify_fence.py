@@ -134,7 +134,8 @@ def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_p
     assert record["turns"][0]["rewards"] == {"reward": 0.0}
     cleanup = (soft / "cleanup.txt").read_text()
     killed = int(cleanup.split("soft verify fence: ", 1)[1].split(" processes killed", 1)[0])
-    assert killed >= 1 and "the agent's folders restored" in cleanup, cleanup  # the daemon, at least
+    own_namespaces = "namespaces of its own" in cleanup  # then the daemon died with its PID namespace
+    assert (killed >= 1 or own_namespaces) and "the agent's folders restored" in cleanup, cleanup
     agent_output = "".join(p.read_text(errors="replace") for p in (run / "agent").rglob("*") if p.is_file())
     assert "FOUND NOTHING" in agent_output and "FOUND:" not in agent_output, agent_output[-3000:]
     assert result["status"] == "ok", result.get("error")
