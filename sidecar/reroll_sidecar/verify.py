@@ -227,6 +227,28 @@ def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
     return f"the agent's processes were kept for the test script{handed}"
 
 
+def _read_result(
+    request: pb.VerifyRequest,
+    reward_dir: str,
+    exit_status: pb.ExecExit,
+    folder: pytest_report.ReportFolder | None,
+    guarded: guard.GuardFolder | None,
+) -> pb.VerifyResult:
+    """Steps 5 and 6 of the module docstring: the script's rewards (none after a timeout), capped
+    by pytest's report (`folder`) and cleared by a tampered guarded run (`guarded`)."""
+    policy = policy_from_message(request.aggregate_policy) if request.HasField("aggregate_policy") else None
+    result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir, policy)
+    if folder is not None and not exit_status.timed_out:
+        judgement = pytest_report.judge(folder.path)
+        result.pytest_report = judgement.note
+        for key in result.rewards:
+            result.rewards[key] = judgement.capped(result.rewards[key])
+    if guarded is not None:
+        _apply_guard(result, guarded)
+    result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+    return result
+
+
 def _apply_guard(result: pb.VerifyResult, guarded: guard.GuardFolder) -> None:
     """Fold the guarded runs' verdicts into `result`: a verifier error among them (a canary came
     back wrong, the stream was tampered with) clears the rewards and is the reward error; every
@@ -371,20 +393,7 @@ class Verifier:
                     exit_status = event
                 else:
                     yield event
-            policy = (
-                policy_from_message(request.aggregate_policy)
-                if request.HasField("aggregate_policy")
-                else None
-            )
-            result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir, policy)
-            if folder is not None and not exit_status.timed_out:
-                judgement = pytest_report.judge(folder.path)
-                result.pytest_report = judgement.note
-                for key in result.rewards:
-                    result.rewards[key] = judgement.capped(result.rewards[key])
-            if guarded is not None:
-                _apply_guard(result, guarded)
-        result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+            result = _read_result(request, reward_dir, exit_status, folder, guarded)
         result.cleanup.append(
             f"the test script ran in namespaces of its own ({verify_ns.__name__})"
             if not namespaces
