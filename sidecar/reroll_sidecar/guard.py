@@ -58,6 +58,8 @@ import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
+
 from reroll_sidecar.guard_runner import RUNNER
 
 GUARD_UID = 65530
@@ -453,6 +455,18 @@ class GuardFolder:
         with contextlib.suppress(OSError, ValueError, KeyError):
             return [f"{status}: {note}" for status, note in read_verdicts(self.path)]
         return []
+
+    def apply(self, result: pb.VerifyResult) -> None:
+        """Fold the recorded verdicts into a verify's `result`: a verifier error among them (a
+        canary came back wrong, the stream was tampered with) clears the rewards and is the
+        reward error; every verdict is appended to the pytest note."""
+        if notes := self.notes():
+            joined = "; ".join(f"reroll-guard {note}" for note in notes)
+            result.pytest_report = f"{result.pytest_report}; {joined}" if result.pytest_report else joined
+        if error := self.error():
+            result.rewards.clear()
+            result.ClearField("graded")
+            result.reward_error = error
 
     def __enter__(self) -> GuardFolder:
         return self

@@ -227,6 +227,17 @@ def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
     return f"the agent's processes were kept for the test script{handed}"
 
 
+def _under_tmp(paths: list[str]) -> bool:
+    """Whether one of `paths` lies in a folder a soft verify would get empty (`verify_ns.FRESH_TMP`):
+    then that verify keeps the sandbox's, or its script would not find its own files."""
+    return any(
+        os.path.commonpath([os.path.normpath(path), folder]) == folder
+        for path in paths
+        for folder in verify_ns.FRESH_TMP
+        if os.path.isabs(path)
+    )
+
+
 def _read_result(
     request: pb.VerifyRequest,
     reward_dir: str,
@@ -244,23 +255,9 @@ def _read_result(
         for key in result.rewards:
             result.rewards[key] = judgement.capped(result.rewards[key])
     if guarded is not None:
-        _apply_guard(result, guarded)
+        guarded.apply(result)
     result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
     return result
-
-
-def _apply_guard(result: pb.VerifyResult, guarded: guard.GuardFolder) -> None:
-    """Fold the guarded runs' verdicts into `result`: a verifier error among them (a canary came
-    back wrong, the stream was tampered with) clears the rewards and is the reward error; every
-    verdict is appended to the pytest note."""
-    notes = guarded.notes()
-    if notes:
-        joined = "; ".join(f"reroll-guard {note}" for note in notes)
-        result.pytest_report = f"{result.pytest_report}; {joined}" if result.pytest_report else joined
-    if error := guarded.error():
-        result.rewards.clear()
-        result.ClearField("graded")
-        result.reward_error = error
 
 
 class Verifier:
@@ -386,8 +383,9 @@ class Verifier:
                 env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
             namespaces = await asyncio.to_thread(verify_ns.available) if os.geteuid() == 0 else "not root"
+            fresh_tmp = request.soft and not _under_tmp([verifier_dir, reward_dir, cwd, *baseline.roots[:1]])
             async for event in self._run_script(
-                script, cwd, env, request.timeout_seconds, not namespaces, request.soft
+                script, cwd, env, request.timeout_seconds, not namespaces, fresh_tmp
             ):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
@@ -465,14 +463,14 @@ class Verifier:
         env: dict[str, str],
         timeout_seconds: float,
         own_namespaces: bool = False,
-        soft: bool = False,
+        fresh_tmp: bool = False,
     ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
         """Run the test script as the sidecar's user in `cwd` (in namespaces of its own with
-        `own_namespaces`, `verify_ns`; a `soft` verify's with its own /tmp too); yields its
+        `own_namespaces`, `verify_ns`; with `fresh_tmp` its own empty /tmp too); yields its
         output events, then its exit."""
         argv = ["sh", "-c", 'exec "$0"', script]  # sh runs a script without #! line itself
         command = processes.Command(
-            argv=verify_ns.command(argv, fresh_tmp=soft) if own_namespaces else argv,
+            argv=verify_ns.command(argv, fresh_tmp=fresh_tmp) if own_namespaces else argv,
             cwd=cwd,
             env=env,
             user=processes.user_name(os.geteuid()),
