@@ -29,7 +29,8 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    when there is one: `shipped_pytest_config`)
    and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
-   kills the script's whole process group;
+   kills the script's whole process group. The script runs in namespaces of its own
+   (`verify_ns`, where they can be made) and, as root, gets ``REROLL_GUARD`` (`guard`);
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
