@@ -29,8 +29,9 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    when there is one: `shipped_pytest_config`)
    and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
-   kills the script's whole process group. The script runs in namespaces of its own
-   (`verify_ns`, where they can be made) and, as root, gets ``REROLL_GUARD`` (`guard`);
+   kills the script's whole process group. With the sidecar as root (docker, the local sandbox),
+   the script runs in namespaces of its own (`verify_ns`, where they can be made) and gets
+   ``REROLL_GUARD`` (`guard`);
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
@@ -377,13 +378,16 @@ class Verifier:
             private = self._private_folder()
             if options.pytest_addopts and options.pytest_report:
                 folder = stack.enter_context(pytest_report.ReportFolder(private))
-            guarded = stack.enter_context(guard.GuardFolder(private)) if os.geteuid() == 0 else None
+            as_root = os.geteuid() == 0  # docker's and the local sandbox's sidecar (a root agent's too)
+            guarded = stack.enter_context(guard.GuardFolder(private)) if as_root else None
             cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
             env = self._script_env(baseline, request, folder, plugins, cwd)
             if guarded is not None:
                 env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
-            namespaces = await asyncio.to_thread(verify_ns.available) if os.geteuid() == 0 else "not root"
+            namespaces = (
+                await asyncio.to_thread(verify_ns.available) if as_root else "the sidecar is not root"
+            )
             fresh_tmp = request.soft and not _under_tmp([verifier_dir, reward_dir, cwd, *baseline.roots[:1]])
             async for event in self._run_script(
                 script, cwd, env, request.timeout_seconds, not namespaces, fresh_tmp

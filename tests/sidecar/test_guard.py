@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_sidecar import guard
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the guard switches user: root only")
@@ -131,3 +132,24 @@ def test_a_detached_process_is_killed(tmp_path: Path) -> None:
     assert status == 0, output
     assert "processes the test run left were killed" in output, output
     assert not guard.kill_user(guard.GUARD_UID)
+
+
+def test_a_tampered_run_clears_the_rewards_and_is_the_reward_error(tmp_path: Path) -> None:
+    with guard.GuardFolder(str(tmp_path)) as folder:
+        guard.write_verdict(folder.path, guard.Verdict("passed", "guarded test run: 1 passed"))
+        guard.write_verdict(folder.path, guard.Verdict("error", "the guard's canaries came back wrong"))
+        result = pb.VerifyResult(rewards={"reward": 1.0})
+        folder.apply(result)
+    assert (
+        not result.rewards and result.reward_error == "guarded test run: the guard's canaries came back wrong"
+    )
+    assert "reroll-guard passed: guarded test run: 1 passed" in result.pytest_report
+    assert not os.path.exists(folder.path)
+
+
+def test_an_honest_run_keeps_the_rewards(tmp_path: Path) -> None:
+    with guard.GuardFolder(str(tmp_path)) as folder:
+        guard.write_verdict(folder.path, guard.Verdict("failing", "guarded test run: 1 failed"))
+        result = pb.VerifyResult(rewards={"reward": 0.0})
+        folder.apply(result)
+    assert dict(result.rewards) == {"reward": 0.0} and not result.reward_error
