@@ -89,7 +89,9 @@ def rounds(round, instruction, result):
 """
 
 
-def make_trial(root: Path) -> Path:
+def make_trial(root: Path, solve: str = SOLVE) -> Path:
+    """A two-round trial of a task whose answer (a random secret) only its verifier holds,
+    its oracle running `solve`."""
     secret = f"SECRET-MARK-{secrets.token_hex(16)}"
     task = root / "secret-task"
     files = {
@@ -99,7 +101,7 @@ def make_trial(root: Path) -> Path:
         "environment/workspace/calc.py": "def mean(values):\n    return sum(values) / len(values)\n",
         "verifier/test.sh": TEST_SH,
         "verifier/secret.txt": secret + "\n",
-        "oracle/solve.sh": SOLVE,
+        "oracle/solve.sh": solve,
     }
     for name, text in files.items():
         (task / name).parent.mkdir(parents=True, exist_ok=True)
@@ -115,8 +117,8 @@ def make_trial(root: Path) -> Path:
     return root / "trial.yaml"
 
 
-def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_path: Path) -> None:
-    trial = make_trial(tmp_path)
+def run_trial(trial: Path, sandbox_backend: str, tmp_path: Path) -> tuple[Path, dict[str, object]]:
+    """Run `trial` with the oracle agent on `sandbox_backend`; its run folder and result.json."""
     args = ["run", "--trial", str(trial), "--agent", "oracle", "--sandbox", sandbox_backend]
     done = subprocess.run(
         [REROLL, *args, "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
@@ -127,7 +129,11 @@ def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_p
     )
     print(done.stdout, done.stderr, sep="\n")
     (run,) = (tmp_path / "jobs" / "j").iterdir()
-    result = json.loads((run / "result.json").read_text())
+    return run, json.loads((run / "result.json").read_text())
+
+
+def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_path: Path) -> None:
+    run, result = run_trial(make_trial(tmp_path), sandbox_backend, tmp_path)
     record = json.loads((run / "trial.json").read_text())
     soft = run / "verifier" / "rounds" / "0"
     assert "PAYLOAD RAN AS ROOT" in (soft / "test-stdout.txt").read_text(), "the attack did not run"

@@ -1,7 +1,9 @@
 """Red team: a soft verify between trial rounds leaves nothing in the kernel for round 2 (issue 32).
 
-Round 1's "agent" (the oracle running solve.sh) plants an import-time payload in ``calc.py``; the
-soft verify after round 1 imports it as root, with the hidden answer at hand. The payload puts the
+The trial is test_soft_verify_fence's (a task whose answer only its verifier holds, whose
+verifier imports the agent's ``calc``). Round 1's "agent" (the oracle running solve.sh) plants
+an import-time payload in ``calc.py``; the soft verify after round 1 imports it as root, with
+the hidden answer at hand. The payload puts the
 answer where the fence's file restore and process kill do not look: a System V shared-memory
 segment, a POSIX message queue (both mode 0666, in the sandbox's IPC namespace) and a detached
 daemon (new session) that keeps offering it in ``/tmp``. Round 2's agent attaches to the segment,
@@ -12,16 +14,13 @@ now it finds nothing and the reward is 0.
 
 from __future__ import annotations
 
-import json
-import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.security.test_soft_verify_fence import make_trial, run_trial
+
 pytestmark = pytest.mark.slow
-REROLL = str(Path(sys.executable).parent / "reroll")
 
 PAYLOAD = r"""
 import ctypes, os, subprocess
@@ -89,68 +88,11 @@ READER_END
 exit 0
 """.replace("@PAYLOAD@", PAYLOAD.strip()).replace("@READER@", READER.strip())
 
-TEST_SH = """#!/bin/sh
-# The answer is a secret only this folder holds; importing calc runs the agent's code.
-WORKSPACE="${REROLL_WORKSPACE:-/app}"
-LOGS="${REROLL_LOGS_DIR:-/logs}"
-HERE="${REROLL_VERIFIER_DIR:-/verifier}"
-mkdir -p "$LOGS/verifier"
-cd "$WORKSPACE" && python3 -c "import calc"
-if [ "$(cat answer.txt 2>/dev/null)" = "$(cat "$HERE/secret.txt")" ]; then
-  echo 1 > "$LOGS/verifier/reward.txt"
-else
-  echo 0 > "$LOGS/verifier/reward.txt"
-fi
-"""
-
-USER = """
-def rounds(round, instruction, result):
-    return f"round {round + 1}" if round < 2 else None
-"""
-
-
-def make_trial(root: Path) -> Path:
-    """A two-round trial of a task whose answer only its verifier holds."""
-    secret = f"SECRET-MARK-{secrets.token_hex(16)}"
-    task = root / "secret-task"
-    files = {
-        "task.md": '---\n{"name": "secret-task", "verifier": {"timeout_sec": 60}, '
-        '"environment": {"network": "none"}}\n---\nWrite the secret into answer.txt.\n',
-        "environment/Dockerfile": "FROM reroll/base:bookworm\nCOPY workspace/ /app/\nWORKDIR /app\n",
-        "environment/workspace/calc.py": "def mean(values):\n    return sum(values) / len(values)\n",
-        "verifier/test.sh": TEST_SH,
-        "verifier/secret.txt": secret + "\n",
-        "oracle/solve.sh": SOLVE,
-    }
-    for name, text in files.items():
-        (task / name).parent.mkdir(parents=True, exist_ok=True)
-        (task / name).write_text(text)
-    (root / "rounds_user.py").write_text(USER)
-    trial = {
-        "task": str(task),
-        "scenes": [
-            {"name": "s", "roles": [{"name": "solver"}], "user": "rounds_user.py:rounds", "max_rounds": 2}
-        ],
-    }
-    (root / "trial.yaml").write_text(json.dumps(trial))
-    return root / "trial.yaml"
-
 
 def test_round_two_finds_no_ipc_object_or_daemon_of_the_soft_verify(
     sandbox_backend: str, tmp_path: Path
 ) -> None:
-    trial = make_trial(tmp_path)
-    args = ["run", "--trial", str(trial), "--agent", "oracle", "--sandbox", sandbox_backend]
-    done = subprocess.run(
-        [REROLL, *args, "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    print(done.stdout, done.stderr, sep="\n")
-    (run,) = (tmp_path / "jobs" / "j").iterdir()
-    result = json.loads((run / "result.json").read_text())
+    run, result = run_trial(make_trial(tmp_path, SOLVE), sandbox_backend, tmp_path)
     soft = run / "verifier" / "rounds" / "0"
     assert "PAYLOAD RAN: shm" in (soft / "test-stdout.txt").read_text(), "the attack did not run"
     agent_output = "".join(p.read_text(errors="replace") for p in (run / "agent").rglob("*") if p.is_file())
