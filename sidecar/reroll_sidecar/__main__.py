@@ -1,5 +1,8 @@
 """Command line of the sidecar: ``python -m reroll_sidecar --listen ADDRESS [options]``, or
-``python -m reroll_sidecar probe TARGET`` for one readiness probe (`reroll_sidecar.probe`).
+``python -m reroll_sidecar probe TARGET`` for one readiness probe (`reroll_sidecar.probe`), or
+``python -m reroll_sidecar guard ...`` for a guarded test run (`reroll_sidecar.guard`), or
+``python -m reroll_sidecar ns-exec -- ARGV`` for a verify in namespaces of its own
+(`reroll_sidecar.verify_ns`).
 
 The auth token comes from ``--token-file`` or the environment variable ``REROLL_SIDECAR_TOKEN``,
 which is removed from the environment so that the commands the sidecar runs never see it. Run
@@ -44,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         from reroll_sidecar import probe
 
         return probe.main(argv[1:])
+    if argv[:1] == ["guard"]:
+        from reroll_sidecar import guard
+
+        return guard.main(argv[1:])
+    if argv[:1] == ["ns-exec"]:
+        from reroll_sidecar import verify_ns
+
+        return verify_ns.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m reroll_sidecar", description="The reroll sidecar daemon."
     )

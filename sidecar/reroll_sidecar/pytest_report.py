@@ -55,14 +55,16 @@ class Judgement:
 
 
 class ReportFolder:
-    """A fresh folder (mode 0700, the sidecar's user) where pytest writes its report; removed on exit.
+    """A fresh folder (mode 0700, the sidecar's user) where pytest writes its report, in `parent`
+    (the sidecar's state folder: not ``/tmp``, which a verify sees as an overlay of its own,
+    `reroll_sidecar.verify_ns`), else the temporary folder; removed on exit.
 
     Attributes:
         path: the folder's absolute path.
     """
 
-    def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="reroll-pytest-report-")
+    def __init__(self, parent: str | None = None) -> None:
+        self.path = tempfile.mkdtemp(prefix="reroll-pytest-report-", dir=parent)
 
     def addopts(self) -> str:
         """The options added to ``PYTEST_ADDOPTS`` (the log file gets nothing but its creation)."""

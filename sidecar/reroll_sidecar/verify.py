@@ -29,11 +29,15 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    when there is one: `shipped_pytest_config`)
    and plugin autoloading off, the allowed plugins passed as ``-p NAME``: the task's declared ones
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
-   kills the script's whole process group;
+   kills the script's whole process group. With the sidecar as root (docker, the local sandbox),
+   the script runs in namespaces of its own (`verify_ns`, where they can be made) and gets
+   ``REROLL_GUARD`` (`guard`);
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
-6. with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
+6. when a guarded run (`guard`: the script called ``$REROLL_GUARD``, set when the sidecar is
+   root) came back tampered with (a canary's outcome wrong), clears the rewards: a reward error;
+   with ``pytest_report``, trusts pytest's own report over the script's exit status: a pytest that
    started and wrote no report zeroes every reward, one whose report counts failures or errors
    zeroes the rewards above the share of tests that passed (`pytest_report`);
 7. kills every process the script left (`quiesce`, as in step 1). A soft verify in a sandbox of
@@ -64,7 +68,16 @@ from dataclasses import dataclass, field
 from reroll_contracts.errors import QuiesceError, SnapshotError, ToolError, VerifyError
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from reroll_sidecar import fence, nofollow, processes, pytest_plugins, pytest_report, quiesce
+from reroll_sidecar import (
+    fence,
+    guard,
+    nofollow,
+    processes,
+    pytest_plugins,
+    pytest_report,
+    quiesce,
+    verify_ns,
+)
 from reroll_sidecar.rewards import MAX_REWARD_BYTES, REWARD_FILES, policy_from_message, read_rewards
 from reroll_sidecar.snapshots import SnapshotStore
 
@@ -216,6 +229,39 @@ def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
     return f"the agent's processes were kept for the test script{handed}"
 
 
+def _under_tmp(paths: list[str]) -> bool:
+    """Whether one of `paths` lies in a folder a soft verify would get empty (`verify_ns.FRESH_TMP`):
+    then that verify keeps the sandbox's, or its script would not find its own files."""
+    return any(
+        os.path.commonpath([os.path.normpath(path), folder]) == folder
+        for path in paths
+        for folder in verify_ns.FRESH_TMP
+        if os.path.isabs(path)
+    )
+
+
+def _read_result(
+    request: pb.VerifyRequest,
+    reward_dir: str,
+    exit_status: pb.ExecExit,
+    folder: pytest_report.ReportFolder | None,
+    guarded: guard.GuardFolder | None,
+) -> pb.VerifyResult:
+    """Steps 5 and 6 of the module docstring: the script's rewards (none after a timeout), capped
+    by pytest's report (`folder`) and cleared by a tampered guarded run (`guarded`)."""
+    policy = policy_from_message(request.aggregate_policy) if request.HasField("aggregate_policy") else None
+    result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir, policy)
+    if folder is not None and not exit_status.timed_out:
+        judgement = pytest_report.judge(folder.path)
+        result.pytest_report = judgement.note
+        for key in result.rewards:
+            result.rewards[key] = judgement.capped(result.rewards[key])
+    if guarded is not None:
+        guarded.apply(result)
+    result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+    return result
+
+
 class Verifier:
     """Holds the baseline between PrepareVerify and Verify; see the module docstring.
 
@@ -329,28 +375,33 @@ class Verifier:
         options = baseline.hardening
         with contextlib.ExitStack() as stack:
             folder = None
+            private = self._private_folder()
             if options.pytest_addopts and options.pytest_report:
-                folder = stack.enter_context(pytest_report.ReportFolder())
+                folder = stack.enter_context(pytest_report.ReportFolder(private))
+            as_root = os.geteuid() == 0  # docker's and the local sandbox's sidecar (a root agent's too)
+            guarded = stack.enter_context(guard.GuardFolder(private)) if as_root else None
             cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
             env = self._script_env(baseline, request, folder, plugins, cwd)
+            if guarded is not None:
+                env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
-            async for event in self._run_script(script, cwd, env, request.timeout_seconds):
+            namespaces = (
+                await asyncio.to_thread(verify_ns.available) if as_root else "the sidecar is not root"
+            )
+            fresh_tmp = request.soft and not _under_tmp([verifier_dir, reward_dir, cwd, *baseline.roots[:1]])
+            async for event in self._run_script(
+                script, cwd, env, request.timeout_seconds, not namespaces, fresh_tmp
+            ):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
                 else:
                     yield event
-            policy = (
-                policy_from_message(request.aggregate_policy)
-                if request.HasField("aggregate_policy")
-                else None
-            )
-            result = pb.VerifyResult() if exit_status.timed_out else read_rewards(reward_dir, policy)
-            if folder is not None and not exit_status.timed_out:
-                judgement = pytest_report.judge(folder.path)
-                result.pytest_report = judgement.note
-                for key in result.rewards:
-                    result.rewards[key] = judgement.capped(result.rewards[key])
-        result.exit_code, result.timed_out = exit_status.exit_code, exit_status.timed_out
+            result = _read_result(request, reward_dir, exit_status, folder, guarded)
+        result.cleanup.append(
+            f"the test script ran in namespaces of its own ({verify_ns.__name__})"
+            if not namespaces
+            else f"the test script ran in the sandbox's namespaces: {namespaces}"
+        )
         result.leftover = await self._clean_up(baseline, fenced, result.cleanup)
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
         yield pb.VerifyEvent(result=result)
@@ -403,12 +454,28 @@ class Verifier:
             notes.append(note)
         return left.error()
 
+    def _private_folder(self) -> str:
+        """The sidecar's state folder (its snapshots' parent; made root-only if missing), where a
+        verify's report and guard folders live: outside ``/tmp``, which the script sees overlaid."""
+        parent = os.path.dirname(self.snapshots.root)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        return parent
+
     async def _run_script(
-        self, script: str, cwd: str, env: dict[str, str], timeout_seconds: float
+        self,
+        script: str,
+        cwd: str,
+        env: dict[str, str],
+        timeout_seconds: float,
+        own_namespaces: bool = False,
+        fresh_tmp: bool = False,
     ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
-        """Run the test script as the sidecar's user in `cwd`; yields its output events, then its exit."""
+        """Run the test script as the sidecar's user in `cwd` (in namespaces of its own with
+        `own_namespaces`, `verify_ns`; with `fresh_tmp` its own empty /tmp too); yields its
+        output events, then its exit."""
+        argv = ["sh", "-c", 'exec "$0"', script]  # sh runs a script without #! line itself
         command = processes.Command(
-            argv=["sh", "-c", 'exec "$0"', script],  # sh runs a script without #! line itself
+            argv=verify_ns.command(argv, fresh_tmp=fresh_tmp) if own_namespaces else argv,
             cwd=cwd,
             env=env,
             user=processes.user_name(os.geteuid()),

@@ -5,7 +5,8 @@ imports it and rewards exit status 0 pays 1.0 (shown with fix-failing-test's for
 the bundled one pays 0: it reads the JUnit report of its hidden tests, which a run ended early
 never writes. (The other bundled tasks compare the agent's output themselves.) Run on the local
 sandbox, where fix-failing-test's verifier falls back to its unittest runner (no pytest on the
-host) and reroll's own check of pytest's report does not apply: the task's verifier holds alone.
+host) and reroll's own check of pytest's report does not apply: the task's verifier holds alone
+(through the guard, `reroll_sidecar.guard`, when the sidecar runs as root).
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def reward_of(task: Path, tmp_path: Path) -> tuple[dict[str, float] | None, str]
 def test_an_early_exit_with_status_zero_scores_zero(tmp_path: Path) -> None:
     rewards, output = reward_of(cheat_task(tmp_path, "fix-failing-test", "calc.py", "oracle"), tmp_path)
     assert rewards == {"reward": 0.0}, output
-    assert "no readable test report" in output, output
+    # unguarded: the runner wrote no report; guarded (reroll's sidecar as root): the guard's stream
+    # never reached its end, and its report counts that as an error
+    assert "no readable test report" in output or "ended before its session finished" in output, output
 
 
 def test_the_former_exit_status_verifier_paid_the_cheat(tmp_path: Path) -> None:

@@ -89,7 +89,9 @@ def rounds(round, instruction, result):
 """
 
 
-def make_trial(root: Path) -> Path:
+def make_trial(root: Path, solve: str = SOLVE) -> Path:
+    """A two-round trial of a task whose answer (a random secret) only its verifier holds,
+    its oracle running `solve`."""
     secret = f"SECRET-MARK-{secrets.token_hex(16)}"
     task = root / "secret-task"
     files = {
@@ -99,7 +101,7 @@ def make_trial(root: Path) -> Path:
         "environment/workspace/calc.py": "def mean(values):\n    return sum(values) / len(values)\n",
         "verifier/test.sh": TEST_SH,
         "verifier/secret.txt": secret + "\n",
-        "oracle/solve.sh": SOLVE,
+        "oracle/solve.sh": solve,
     }
     for name, text in files.items():
         (task / name).parent.mkdir(parents=True, exist_ok=True)
@@ -115,8 +117,8 @@ def make_trial(root: Path) -> Path:
     return root / "trial.yaml"
 
 
-def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_path: Path) -> None:
-    trial = make_trial(tmp_path)
+def run_trial(trial: Path, sandbox_backend: str, tmp_path: Path) -> tuple[Path, dict[str, object]]:
+    """Run `trial` with the oracle agent on `sandbox_backend`; its run folder and result.json."""
     args = ["run", "--trial", str(trial), "--agent", "oracle", "--sandbox", sandbox_backend]
     done = subprocess.run(
         [REROLL, *args, "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
@@ -127,14 +129,19 @@ def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_p
     )
     print(done.stdout, done.stderr, sep="\n")
     (run,) = (tmp_path / "jobs" / "j").iterdir()
-    result = json.loads((run / "result.json").read_text())
+    return run, json.loads((run / "result.json").read_text())
+
+
+def test_round_two_finds_nothing_the_soft_verify_ran(sandbox_backend: str, tmp_path: Path) -> None:
+    run, result = run_trial(make_trial(tmp_path), sandbox_backend, tmp_path)
     record = json.loads((run / "trial.json").read_text())
     soft = run / "verifier" / "rounds" / "0"
     assert "PAYLOAD RAN AS ROOT" in (soft / "test-stdout.txt").read_text(), "the attack did not run"
     assert record["turns"][0]["rewards"] == {"reward": 0.0}
     cleanup = (soft / "cleanup.txt").read_text()
     killed = int(cleanup.split("soft verify fence: ", 1)[1].split(" processes killed", 1)[0])
-    assert killed >= 1 and "the agent's folders restored" in cleanup, cleanup  # the daemon, at least
+    own_namespaces = "namespaces of its own" in cleanup  # then the daemon died with its PID namespace
+    assert (killed >= 1 or own_namespaces) and "the agent's folders restored" in cleanup, cleanup
     agent_output = "".join(p.read_text(errors="replace") for p in (run / "agent").rglob("*") if p.is_file())
     assert "FOUND NOTHING" in agent_output and "FOUND:" not in agent_output, agent_output[-3000:]
     assert result["status"] == "ok", result.get("error")

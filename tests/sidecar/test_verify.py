@@ -110,3 +110,9 @@ def test_pytest_reads_only_the_configuration_shipped_with_the_tests(tmp_path: Pa
     assert verify.shipped_pytest_config(str(tmp_path)) == str(tmp_path / "tox.ini")
     (tmp_path / "pytest.ini").write_text("")
     assert verify.shipped_pytest_config(str(tmp_path)) == str(tmp_path / "pytest.ini")
+
+
+def test_a_soft_verify_keeps_tmp_when_its_folders_lie_there() -> None:
+    assert verify._under_tmp(["/verifier", "/tmp/reroll-x/verifier"])
+    assert verify._under_tmp(["/var/tmp"])
+    assert not verify._under_tmp(["/verifier", "/logs/verifier", "/app", "/tmpfoo", "relative/tmp"])

@@ -77,7 +77,7 @@ from docker.types import Mount
 from reroll_contracts.errors import SandboxError, SidecarError
 
 from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
-from reroll.sandbox.docker import disk, firewall
+from reroll.sandbox.docker import disk, firewall, seccomp
 from reroll.sandbox.docker.cgroups import oom_kills
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.conventions import AGENT_USER, AGENTS_DIR, SETUP_SCRIPT, image_defaults
@@ -333,6 +333,7 @@ class DockerSandbox(SidecarSandbox):
                 pids_limit=limits.pids_max,
                 working_dir=self.layout.workspace,
                 user="0:0",  # the sidecar is root whatever the image's USER; the agent's user is Exec's
+                security_opt=[f"seccomp={seccomp.profile()}"],  # Docker's, plus a verify's namespaces
             )
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc

@@ -1,0 +1,176 @@
+"""Fresh namespaces for each verify: what a verify's processes leave dies with them (issue 32).
+
+``reroll-sidecar ns-exec -- ARGV...`` runs ARGV (the test script) in new user, mount, PID, IPC
+and UTS namespaces that no process of the agent ever enters:
+
+- user: the same ids (each range of the sidecar's own ``uid_map`` and ``gid_map`` maps to itself:
+  root is root, the guard's user is the guard's user) — new only because an unprivileged
+  sandbox root may create the others only under a user namespace of its own;
+- IPC: SysV shared memory, semaphores and message queues and POSIX message queues start empty
+  and are destroyed with the namespace;
+- PID: ARGV is its PID 1 (``/proc`` mounted anew where the kernel lets it: not under Docker's
+  masked ``/proc``, where the old one stays, listing the container's processes); when it ends,
+  the kernel kills every process left in it (a detached daemon included), and a killed launcher
+  takes it along (``PDEATHSIG``);
+- mount (private propagation): fresh ``/dev/shm`` (tmpfs) and ``/dev/mqueue``; for a soft verify
+  (the agent works on afterwards) fresh ``/tmp`` and ``/var/tmp`` too (empty tmpfs: what the
+  verify writes there is gone when it ends). The final verify keeps the sandbox's ``/tmp``, as
+  Harbor's verifier sees what the agent left there, and no agent runs after it. (An overlay of
+  the sandbox's ``/tmp`` would keep both, but the kernel refuses to clone a lower layer whose
+  mount has locked submounts, as every mount inherited into a user namespace has.)
+
+Docker's default seccomp profile refuses ``unshare`` and ``mount`` to a container without
+``CAP_SYS_ADMIN``; the docker backend adds exactly these (`reroll.sandbox.docker.seccomp`).
+Where the namespaces still cannot be made `available` says why, and the sidecar runs the script as
+before, its fence and clean-up alone undoing what it can (the verify's note says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import subprocess
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWUTS
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 0x4000, 1 << 18
+PR_SET_PDEATHSIG = 1
+FAILED = 125
+"""The launcher's exit status when it could not set the namespaces up."""
+FRESH_TMP = ("/tmp", "/var/tmp")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
+    _check(
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            kind.encode() if kind else None,
+            flags,
+            data.encode() if data else None,
+        ),
+        f"mount {kind or 'bind'} on {target}",
+    )
+
+
+def _die_with_parent() -> None:
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+def _identity_maps(pid: int) -> None:
+    """Map every id the sidecar has to itself in `pid`'s new user namespace."""
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/self/{name}", encoding="ascii") as handle:
+            ranges = [line.split() for line in handle if line.strip()]
+        text = "".join(f"{inner} {inner} {count}\n" for inner, _outer, count in ranges)
+        with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
+            handle.write(text)
+
+
+def _fresh_mounts(fresh_tmp: bool) -> None:
+    """The namespace's own /dev/shm and /dev/mqueue, and with `fresh_tmp` its own empty /tmp and
+    /var/tmp (module docstring)."""
+    _mount("none", "/", None, MS_REC | MS_PRIVATE)
+    folders = ["/dev/shm", *(FRESH_TMP if fresh_tmp else ())]
+    for folder in (f for f in folders if os.path.isdir(f) and not os.path.islink(f)):
+        _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    if os.path.isdir("/dev/mqueue"):
+        _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool) -> int:
+    """The launcher's child: unshare, wait for the id maps, mount, then run `argv` as PID 1."""
+    _die_with_parent()
+    _check(_libc.unshare(FLAGS), "unshare")
+    os.write(ready, b"u")
+    if os.read(go, 1) != b"g":
+        return FAILED
+    _fresh_mounts(fresh_tmp)
+    init = os.fork()
+    if init == 0:
+        try:
+            _die_with_parent()
+            with contextlib.suppress(OSError):  # refused under Docker's masked /proc: the old one stays
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            os.execvp(argv[0], argv)
+        finally:
+            os._exit(FAILED)
+    return os.waitstatus_to_exitcode(os.waitpid(init, 0)[1])
+
+
+def run(argv: list[str], fresh_tmp: bool = False) -> int:
+    """Run `argv` in fresh namespaces (module docstring; `fresh_tmp`: empty /tmp and /var/tmp of
+    its own); its exit status (a signal: 128 + its number), or `FAILED` when the namespaces could
+    not be made (the reason on stderr)."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(ready_r)
+        os.close(go_w)
+        try:
+            status = _inside(argv, ready_w, go_r, fresh_tmp)
+        except BaseException as exc:
+            print(f"reroll-sidecar ns-exec: {exc}", file=sys.stderr, flush=True)
+            status = FAILED
+        os._exit(status if status >= 0 else 128 - status)
+    os.close(ready_w)
+    os.close(go_r)
+    if os.read(ready_r, 1) == b"u":
+        try:
+            _identity_maps(child)
+            os.write(go_w, b"g")
+        except OSError as exc:
+            print(f"reroll-sidecar ns-exec: writing the id maps: {exc}", file=sys.stderr, flush=True)
+    os.close(go_w)
+    os.close(ready_r)
+    status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    return status if status >= 0 else 128 - status
+
+
+@functools.cache
+def available() -> str:
+    """Empty when `run` can make the namespaces here, else why not (tried once per process, in a
+    child: the sidecar itself never forks)."""
+    try:
+        done = subprocess.run(command(["true"]), capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the verify's own namespaces cannot be made: {exc}"
+    if done.returncode == 0:
+        return ""
+    return f"the verify's own namespaces cannot be made: {done.stderr.strip()[-300:] or done.returncode}"
+
+
+def command(argv: list[str], fresh_tmp: bool = False) -> list[str]:
+    """`argv` run through this module by the sidecar's own executable (``--fresh-tmp``: `run`'s)."""
+    frozen = getattr(sys, "frozen", False)  # the sidecar bundle: its executable takes "ns-exec"
+    prefix = [sys.executable] if frozen else [sys.executable, "-m", "reroll_sidecar"]
+    return [*prefix, "ns-exec", *(["--fresh-tmp"] if fresh_tmp else []), "--", *argv]
+
+
+def main(argv: list[str]) -> int:
+    """``ns-exec [--fresh-tmp] -- ARGV...``: `run`."""
+    fresh_tmp = argv[:1] == ["--fresh-tmp"]
+    argv = argv[1:] if fresh_tmp else argv
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("usage: reroll-sidecar ns-exec -- COMMAND...", file=sys.stderr)
+        return 2
+    return run(argv, fresh_tmp)

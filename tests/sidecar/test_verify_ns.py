@@ -1,0 +1,46 @@
+"""A verify's own namespaces (`reroll_sidecar.verify_ns`), for real (root, or a host that allows
+unprivileged user namespaces): what the script leaves in IPC, processes and /tmp dies with it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+from reroll_sidecar import verify_ns
+
+pytestmark = pytest.mark.spawns
+
+
+@pytest.fixture(autouse=True)
+def _namespaces() -> None:
+    if why := verify_ns.available():
+        pytest.skip(why)
+
+
+def ns_exec(script: str, *options: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "reroll_sidecar", "ns-exec", *options, "--", "sh", "-c", script]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_script_is_pid_1_and_its_exit_status_comes_back() -> None:
+    done = ns_exec("echo $$; exit 7")
+    assert (done.returncode, done.stdout.strip()) == (7, "1"), done.stderr
+
+
+def test_a_shared_memory_segment_and_a_detached_process_die_with_the_verify() -> None:
+    mark = f"reroll-ns-{uuid.uuid4().hex}"
+    made = ns_exec(f"ipcmk -M 4096 >/dev/null && ipcs -m | grep -c . ; (setsid sleep 300 {mark} &) ; exit 0")
+    assert made.returncode == 0, made.stderr
+    survivors = subprocess.run(["pgrep", "-f", mark], capture_output=True, text=True, check=False)
+    assert survivors.stdout == "", survivors.stdout
+    fresh = ns_exec("ipcs -m | grep -c '^0x'")
+    assert fresh.stdout.strip() == "0", fresh.stdout
+
+
+def test_a_soft_verify_gets_an_empty_tmp_of_its_own() -> None:
+    mark = f"/tmp/reroll-ns-{uuid.uuid4().hex}"
+    done = ns_exec(f"ls /tmp | wc -l; echo x > {mark}", "--fresh-tmp")
+    assert (done.returncode, done.stdout.strip()) == (0, "0"), done.stderr
+    assert subprocess.run(["test", "-e", mark], check=False).returncode == 1
