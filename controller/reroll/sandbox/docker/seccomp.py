@@ -23,12 +23,8 @@ import functools
 import json
 from importlib import resources
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-VERIFY_FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWUTS
+from reroll_contracts.namespaces import VERIFY_NAMESPACES as VERIFY_FLAGS
+
 OTHER_FLAGS = ~VERIFY_FLAGS & 0xFFFFFFFFFFFFFFFF
 """``unshare``'s flags must have none of these bits: (flags & value) == valueTwo, as Docker's
 own ``clone`` rule reads."""

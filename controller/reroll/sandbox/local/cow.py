@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reroll_contracts.errors import SandboxError
+from reroll_contracts.namespaces import CLONE_NEWNS
 from reroll_contracts.snapshots import NAME_PATTERN
 
 SNAPSHOTS = "snapshots"
@@ -56,7 +57,6 @@ _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MNT_DETACH = 2
 _CLONE_FS = 0x200
-_CLONE_NEWNS = 0x20000
 _AT_FDCWD = -100
 _SYS_OPEN_TREE = 428  # x86_64 and aarch64 alike (the new syscalls share numbers)
 _SYS_MOVE_MOUNT = 429
@@ -217,7 +217,7 @@ def mount_into(pid: int, source: Path, target: str, *, replace: bool) -> None:
         root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             _check(libc.unshare(_CLONE_FS), "unshare(CLONE_FS)")
-            _check(libc.setns(namespace, _CLONE_NEWNS), f"setns into {pid}'s mount namespace")
+            _check(libc.setns(namespace, CLONE_NEWNS), f"setns into {pid}'s mount namespace")
             if replace:
                 where = _open_in_root(root, target)
                 try:

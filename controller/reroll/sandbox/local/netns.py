@@ -32,7 +32,8 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-CLONE_NEWNET = 0x40000000
+from reroll_contracts.namespaces import CLONE_NEWNET
+
 LISTEN_STATE = "0A"
 """TCP state LISTEN in ``/proc/net/tcp``."""
 BUFFER_BYTES = 64 * 1024
