@@ -41,9 +41,6 @@ BENCHFLOW_DEPENDENCIES = [
     "tomli-w",
 ]
 KNOWN = {
-    "changelog-entry": "BenchFlow's agent-judge needs role, isolation: verifier-only and inputs (a "
-    "single LLM call over the declared inputs, run by a role prompt); reroll's agent-judge is an "
-    "agent in a sandbox of its own and takes none of them",
     "mail-calendar-compose": "a Harbor task whose environment is only docker-compose.yaml: "
     "BenchFlow's structural check requires environment/Dockerfile",
     "kit-criteria-bad-method": "BenchFlow checks the criteria only at publication grade and when "
@@ -79,6 +76,12 @@ VARIANTS = {  # name: (fixture, text of its verifier.md, replacement)
         "./test.sh",
     ),
     "unknown-type": ("benchflow-script-strategy", "type: script", "type: magic"),
+    "judge-no-role": ("benchflow-agent-judge", "      role: reviewer\n", ""),
+    "judge-role-unsectioned": ("benchflow-agent-judge", "role: reviewer", "role: critic"),
+    "judge-no-isolation": ("benchflow-agent-judge", "      isolation: verifier-only\n", ""),
+    "judge-shared": ("benchflow-agent-judge", "isolation: verifier-only", "isolation: shared"),
+    "judge-no-inputs": ("benchflow-agent-judge", "      inputs: [/app/answer.txt]\n", ""),
+    "judge-empty-inputs": ("benchflow-agent-judge", "inputs: [/app/answer.txt]", "inputs: []"),
 }
 
 

@@ -188,6 +188,28 @@ def test_task_check_shows_a_script_strategys_command() -> None:
     )
 
 
+def test_task_check_shows_which_agent_judge_runs(examples: Path) -> None:
+    """BenchFlow's agent-judge (role, isolation, inputs) is one judge call; with reroll's
+    ``agent`` it is an agent in a sandbox of its own. A role BenchFlow would refuse fails the check."""
+    fixture = Path(__file__).parents[1] / "fixtures" / "benchflow-agent-judge"
+    assert dict(resolved(load_task(fixture)))["verifier"] == (
+        "agent-judge: one judge call over /app/answer.txt, role reviewer (no test.sh)"
+    )
+    assert dict(resolved(load_task(examples / "changelog-entry")))["verifier"] == (
+        "agent-judge: agent mini-swe-agent in a sandbox of its own, role judge, told /app/CHANGES.md "
+        "(no test.sh)"
+    )
+
+
+def test_task_check_refuses_an_agent_judge_benchflow_refuses(tmp_path: Path) -> None:
+    task = tmp_path / "judge"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "benchflow-agent-judge", task)
+    verifier_md = task / "verifier" / "verifier.md"
+    verifier_md.write_text(verifier_md.read_text().replace("      isolation: verifier-only\n", ""))
+    done = CliRunner().invoke(app, ["task", "check", str(task)], terminal_width=200)
+    assert done.exit_code == 2 and "must declare isolation" in done.output, done.output
+
+
 def test_task_check_shows_the_aggregate_policy(tmp_path: Path) -> None:
     """verifier.md's ``outputs.aggregate_policy`` (BenchFlow's graded rewards) has a row of its own;
     a task without one says which part of reward.json decides."""

@@ -137,11 +137,25 @@ def _verifier(task: Task) -> str:
             + ", ".join(map(str, options["inputs"]))
             + " (runs nothing)"
         )
+    if kind == "agent-judge":
+        return _agent_judge(options)
     if kind != "test-script":
         return f"{kind} (no test.sh)"
     if command is None:
         return f"{folder}/test.sh → {task.verifier_mount}, run as root"
     return f"{folder}/ → {task.verifier_mount}; runs `{command}` there, as root"
+
+
+def _agent_judge(options: dict[str, object]) -> str:
+    """The verifier row of an agent-judge: which of its two forms runs, its role and inputs."""
+    role = f"role {options['role']}" if options.get("role") else "no role"
+    inputs = options.get("inputs")
+    listed = ", ".join(map(str, inputs)) if isinstance(inputs, list) else ""
+    if inputs and options.get("agent") is None:
+        return f"agent-judge: one judge call over {listed}, {role} (no test.sh)"
+    agent = options.get("agent") or "mini-swe-agent"
+    told = f", told {listed}" if listed else ""
+    return f"agent-judge: agent {agent} in a sandbox of its own, {role}{told} (no test.sh)"
 
 
 def _aggregate(task: Task) -> str:

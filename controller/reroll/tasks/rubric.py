@@ -23,6 +23,7 @@ aggregation`` is ``weighted_mean`` (default), ``all_pass``, ``any_pass`` or ``th
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
 from pathlib import Path, PurePosixPath
@@ -54,6 +55,10 @@ without verifier.md runs it); any other becomes ``verifier.command``."""
 SCRIPT_SUFFIXES = (".js", ".mjs", ".py", ".rb", ".sh", ".ts")
 """A ``command`` word ending in one of these (or holding a ``/``) names a file of the verifier
 folder, which must exist (BenchFlow's rule for a script strategy's packaged artifacts)."""
+ROLE_SECTION = re.compile(r"^##\s+role:([A-Za-z0-9_.-]+)\s*$", re.IGNORECASE | re.MULTILINE)
+"""A ``## role:NAME`` heading of verifier.md's body: the prompt of an agent-judge with ``role: NAME``."""
+ISOLATIONS = ("verifier-only",)
+"""An agent-judge strategy's ``isolation`` values (BenchFlow 0.7.x knows this one)."""
 COMMAND_SCRIPT = ".reroll-command.sh"
 """The script reroll writes into the uploaded verifier folder to run ``verifier.command``
 (`reroll.rollout.verify.script_verifier`); a task's own file may not have this name."""
@@ -207,7 +212,9 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
 
     Raises:
         TaskError: the file's front matter is not YAML, names no strategy or an unknown default,
-            or a type reroll has no verifier for (the message names the file).
+            or a type reroll has no verifier for, a script strategy has no command, or an
+            agent-judge lacks one of role, isolation and inputs or has an invalid one
+            (`agent_judge_fields`); the message names the file.
     """
     path = verifier_dir / DOCUMENT
     if not path.is_file():
@@ -236,7 +243,56 @@ def document_strategy(verifier_dir: Path) -> tuple[str, dict[str, Any]] | None:
         if command.strip() not in SCRIPT_COMMANDS:
             options["command"] = command
         options.pop("timeout_sec", None)  # BenchFlow's verifier.timeout_sec applies, not this
+    if kind == "agent-judge":  # BenchFlow's parser requires these three of a verifier.md strategy
+        for key in ("role", "isolation", "inputs"):
+            if key not in options:
+                raise TaskError(
+                    f"{path}: agent-judge strategy {name!r} must declare {key} (BenchFlow requires it)"
+                )
+        agent_judge_fields(options, verifier_dir, f"{path}: agent-judge strategy {name!r}")
     return STRATEGY_TYPES[kind], options
+
+
+def agent_judge_fields(options: dict[str, Any], verifier_dir: Path, where: str) -> None:
+    """Check the BenchFlow fields an agent-judge's `options` give (each optional here; verifier.md
+    requires all three, `document_strategy`): ``role`` names a ``## role:NAME`` section of
+    verifier.md's body (`role_sections`), ``isolation`` is ``verifier-only``, ``inputs`` is a
+    non-empty list of non-empty paths without ``..``, ``model`` a non-empty string.
+
+    Raises:
+        TaskError: a field that is not so (the message starts with `where` and names the field).
+    """
+    if "role" in options:
+        role = options["role"]
+        if not isinstance(role, str) or not role:
+            raise TaskError(f"{where}: role must be a non-empty string")
+        if role not in role_sections(verifier_dir):
+            raise TaskError(
+                f"{where}: role {role!r} names no '## role:{role}' section of {verifier_dir / DOCUMENT}"
+            )
+    if "isolation" in options and options["isolation"] not in ISOLATIONS:
+        raise TaskError(f"{where}: isolation must be 'verifier-only', not {options['isolation']!r}")
+    if "model" in options and (not isinstance(options["model"], str) or not options["model"]):
+        raise TaskError(f"{where}: model must be a non-empty string")
+    if "inputs" in options:
+        inputs = options["inputs"]
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) and i for i in inputs):
+            raise TaskError(f"{where}: inputs must be a non-empty list of strings")
+        for declared in inputs:
+            if ".." in PurePosixPath(declared).parts:
+                raise TaskError(f"{where}: input {declared!r} must stay inside the run's evidence (no '..')")
+
+
+def role_sections(verifier_dir: Path) -> dict[str, str]:
+    """The ``## role:NAME`` sections of verifier.md's body: NAME → the text up to the next such
+    heading (stripped), as BenchFlow reads a verifier-scoped judge's role prompts; {} without the file."""
+    body = document_body(verifier_dir)
+    headings = list(ROLE_SECTION.finditer(body))
+    ends = [heading.start() for heading in headings[1:]] + [len(body)] * bool(headings)
+    return {
+        heading.group(1): body[heading.end() : end].strip()
+        for heading, end in zip(headings, ends, strict=True)
+    }
 
 
 def command_files(command: str, verifier_dir: Path) -> list[Path]:

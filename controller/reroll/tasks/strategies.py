@@ -37,7 +37,7 @@ from typing import Any
 
 from reroll_contracts.errors import TaskError
 
-from reroll.tasks.rubric import DOCUMENT
+from reroll.tasks.rubric import DOCUMENT, agent_judge_fields
 
 DEFAULT_ENTRYPOINT = "reward.py"
 """The runner a strategy without ``entrypoint`` runs, in its ``root``."""
@@ -49,8 +49,9 @@ ORS_FORMATS = ("json", "jsonl", "auto")
 
 
 def checked_strategy(kind: str, options: dict[str, Any], verifier_dir: Path) -> dict[str, Any] | None:
-    """Check the options of a ``reward-kit`` (`reward_kit_strategy`) or ``ors-episode``
-    (`ors_inputs`) verifier; any other `kind` is not checked here.
+    """Check the options of a ``reward-kit`` (`reward_kit_strategy`), ``ors-episode``
+    (`ors_inputs`) or ``agent-judge`` (its BenchFlow fields: `reroll.tasks.rubric.agent_judge_fields`)
+    verifier, in whichever file the task declares it; any other `kind` is not checked here.
 
     Returns:
         The reward-kit criteria's aggregate policy, which replaces verifier.md's
@@ -61,6 +62,8 @@ def checked_strategy(kind: str, options: dict[str, Any], verifier_dir: Path) -> 
     """
     if kind == "ors-episode":
         ors_inputs(options, str(verifier_dir / DOCUMENT))
+    if kind == "agent-judge":
+        agent_judge_fields(options, verifier_dir, f"{verifier_dir.parent}: agent-judge verifier.options")
     return reward_kit_strategy(options, verifier_dir).policy if kind == "reward-kit" else None
 
 

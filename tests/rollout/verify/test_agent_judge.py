@@ -17,6 +17,7 @@ from reroll.rollout.verify.agent_judge import (
     judge_instruction,
     judge_task,
 )
+from reroll.rollout.verify.input_judge import agent_judge_verifier
 from reroll.rollout.verify.verifiers import load_verifier, verifier_for
 from reroll.tasks.rubric import document_body, document_strategy
 from reroll.tasks.task import Task, load_task
@@ -28,21 +29,27 @@ verifier:
   strategies:
     judge:
       type: agent-judge
+      role: judge
+      isolation: verifier-only
+      inputs: [/app/answer.md]
 {fields}
 ---
+
+Judges answer.md.
+
+## role:judge
 
 Check that answer.md answers the question.
 """
 
 
-def judged(tmp_path: Path, examples: Path, fields: str, *, rubric: bool = True, body: bool = True) -> Path:
-    """A copy of the example task whose verifier.md declares an agent-judge with `fields`
-    (YAML lines of the strategy), with or without its rubric and the text after the front matter."""
+def judged(tmp_path: Path, examples: Path, fields: str, *, rubric: bool = True) -> Path:
+    """A copy of the example task whose verifier.md declares an agent-judge with BenchFlow's
+    three fields (role ``judge``, its section) and `fields` (YAML lines of the strategy), with or
+    without its rubric."""
     task = tmp_path / "task"
     shutil.copytree(examples / "changelog-entry", task)
     document = STRATEGY.format(fields="\n".join(f"      {line}" for line in fields.splitlines()))
-    if not body:
-        document = document.split("\n---\n", 1)[0] + "\n---\n"
     (task / "verifier" / "verifier.md").write_text(document)
     if not rubric:
         shutil.rmtree(task / "verifier" / "rubrics")
@@ -53,6 +60,9 @@ def test_the_example_declares_an_agent_judge_in_verifier_md(examples: Path) -> N
     task = load_task(examples / "changelog-entry")
     assert task.spec.verifier.type == "agent-judge"
     assert task.spec.verifier.options == {
+        "role": "judge",
+        "isolation": "verifier-only",
+        "inputs": ["/app/CHANGES.md"],
         "agent": "mini-swe-agent",
         "model": "scripted:scripted-judge-agent.yaml",
         "rubric": "rubrics/verifier.toml",
@@ -72,14 +82,21 @@ def test_the_example_declares_an_agent_judge_in_verifier_md(examples: Path) -> N
 
 
 def test_agent_judge_is_a_verifier_type_and_strategy(tmp_path: Path, examples: Path) -> None:
-    assert load_verifier("agent-judge") is AgentJudgeVerifier
+    assert load_verifier("agent-judge") is agent_judge_verifier
     task = judged(tmp_path, examples, "model: scripted")
-    assert document_strategy(task / "verifier") == ("agent-judge", {"model": "scripted"})
-    assert document_body(task / "verifier") == "Check that answer.md answers the question."
+    fields = {
+        "role": "judge",
+        "isolation": "verifier-only",
+        "inputs": ["/app/answer.md"],
+        "model": "scripted",
+    }
+    assert document_strategy(task / "verifier") == ("agent-judge", fields)
+    assert document_body(task / "verifier").endswith("Check that answer.md answers the question.")
 
 
-def test_the_defaults_are_mini_swe_agent_and_the_verifier_md_text(tmp_path: Path, examples: Path) -> None:
-    verifier = verifier_for(load_task(judged(tmp_path, examples, "model: scripted", rubric=False)))
+def test_an_agent_judge_with_an_agent_is_told_its_role_section(tmp_path: Path, examples: Path) -> None:
+    task = judged(tmp_path, examples, "agent: mini-swe-agent\nmodel: scripted", rubric=False)
+    verifier = verifier_for(load_task(task))
     assert isinstance(verifier, AgentJudgeVerifier)
     assert (verifier.agent.name, verifier.rubric, verifier.options.timeout_sec) == (
         "mini-swe-agent",
@@ -90,8 +107,8 @@ def test_the_defaults_are_mini_swe_agent_and_the_verifier_md_text(tmp_path: Path
     assert verifier.model_spec(None) == "scripted"
 
 
-def test_an_instructions_file_replaces_the_verifier_md_text(tmp_path: Path, examples: Path) -> None:
-    task = judged(tmp_path, examples, "instructions: judge.md")
+def test_an_instructions_file_replaces_the_role_section(tmp_path: Path, examples: Path) -> None:
+    task = judged(tmp_path, examples, "agent: mini-swe-agent\ninstructions: judge.md")
     (task / "verifier" / "judge.md").write_text("Be strict.\n")
     verifier = verifier_for(load_task(task))
     assert isinstance(verifier, AgentJudgeVerifier)
@@ -117,13 +134,19 @@ def test_an_instructions_file_replaces_the_verifier_md_text(tmp_path: Path, exam
 def test_a_bad_declaration_is_refused_naming_the_cause(
     tmp_path: Path, examples: Path, fields: str, message: str
 ) -> None:
+    fields = fields if fields.startswith("agent:") else f"agent: mini-swe-agent\n{fields}"
     task = load_task(judged(tmp_path, examples, fields))
     with pytest.raises(TaskError, match=message):
         verifier_for(task)
 
 
 def test_a_judge_with_nothing_to_judge_by_is_refused(tmp_path: Path, examples: Path) -> None:
-    task = load_task(judged(tmp_path, examples, "model: scripted", rubric=False, body=False))
+    task = load_task(judged(tmp_path, examples, "agent: mini-swe-agent\nmodel: scripted", rubric=False))
+    (task.verifier_dir / "verifier.md").write_text(
+        (task.verifier_dir / "verifier.md")
+        .read_text()
+        .replace("Check that answer.md answers the question.", "")
+    )
     with pytest.raises(TaskError, match=r"an agent-judge needs something to judge by"):
         verifier_for(task)
 
@@ -132,7 +155,8 @@ def test_the_judge_is_told_the_task_the_rubric_and_where_the_verdict_goes(exampl
     task = load_task(examples / "changelog-entry")
     verifier = verifier_for(task)
     assert isinstance(verifier, AgentJudgeVerifier)
-    prompt = judge_instruction(task, verifier.rubric, verifier.instructions)
+    prompt = judge_instruction(task, verifier.rubric, verifier.instructions, verifier.options.inputs)
+    assert "Look first at: /app/CHANGES.md" in prompt
     assert task.instruction.strip() in prompt
     assert "- mentions-flag (binary, weight 2): The entry names `reroll rescore --judge-model`." in prompt
     assert verifier.instructions in prompt

@@ -249,15 +249,7 @@ class LlmJudgeVerifier:
             rubric=str(self.rubric.path),
             replayed_from=str(replay) if replay is not None else None,
         )
-        model = SideModel(
-            request.run_dir / JUDGE_TRAJECTORY,
-            harness_folder(request.run_dir) / "judge",
-            spec=spec,
-            live=replay is None,
-            base=self.task.path,
-            replay=replay,
-            error=InfrastructureError if replay is None else VerifierError,
-        )
+        model = judge_side_model(request, spec, self.task)
         async with model:
             for criterion in self.rubric.criteria:
                 raw = await model.complete(
@@ -288,6 +280,23 @@ class LlmJudgeVerifier:
             {"role": "system", "content": SYSTEM_PROMPT + shape},
             {"role": "user", "content": user},
         ]
+
+
+def judge_side_model(request: VerifyRequest, spec: str, task: Task) -> SideModel:
+    """The recording proxy a judge asks `spec` through: its exchanges appended to the run's
+    ``trajectory/judge_trajectory.jsonl``; under ``reroll rescore`` (`VerifyRequest.judge_replay`)
+    the recorded exchanges served and no live model (a request past them a `VerifierError`), else
+    live (a model that cannot be reached an `InfrastructureError`)."""
+    replay = request.judge_replay
+    return SideModel(
+        request.run_dir / JUDGE_TRAJECTORY,
+        harness_folder(request.run_dir) / "judge",
+        spec=spec,
+        live=replay is None,
+        base=task.path,
+        replay=replay,
+        error=InfrastructureError if replay is None else VerifierError,
+    )
 
 
 def in_task(spec: str, task: Task) -> str:

@@ -44,12 +44,13 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, cast, get_args
 
-from reroll_contracts.errors import SandboxError, VerifierError
+from reroll_contracts.errors import VerifierError
 from reroll_contracts.reward import Granularity, RewardEvent, Space, VerifyResult
 
+from reroll.rollout.verify.inputs import input_file
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
@@ -57,8 +58,6 @@ from reroll.tasks.rubric import document_section
 from reroll.tasks.strategies import ors_inputs
 from reroll.tasks.task import Task
 
-MAX_INPUT_BYTES = 64 * 1024 * 1024
-"""The most of one input file read from the sandbox, in bytes (a longer one is refused)."""
 DETAILS_FILE = "reward-details.json"
 
 
@@ -270,7 +269,7 @@ class OrsEpisodeVerifier:
             read: list[dict[str, Any]] = []
             records: list[dict[str, Any]] = []
             for index, declared in enumerate(self.inputs):
-                path = await self._resolve(request, declared, folder, index)
+                path = await input_file(request, declared, folder, index, "ors-episode input")
                 loaded = load_records(path, declared)
                 records += loaded
                 read.append({"path": declared, "local_path": str(path), "records": len(loaded)})
@@ -292,33 +291,3 @@ class OrsEpisodeVerifier:
         }
         (request.output_dir / DETAILS_FILE).write_text(json.dumps(details, indent=2) + "\n")
         return Verdict(rewards=result.flat(), duration_seconds=time.monotonic() - started, result=result)
-
-    async def _resolve(self, request: VerifyRequest, declared: str, folder: Path, index: int) -> Path:
-        """The host file of input `declared`: in the run folder, else read from the sandbox
-        into `folder`.
-
-        Raises:
-            VerifierError: a relative input the run folder lacks, or a sandbox file that is
-                missing, not a regular file or over `MAX_INPUT_BYTES`.
-        """
-        path = PurePosixPath(declared)
-        in_run = path.relative_to("/logs") if path.is_relative_to("/logs") else path
-        if not in_run.is_absolute() and in_run.parts and (request.run_dir / in_run).is_file():
-            return request.run_dir / in_run
-        if not path.is_absolute():
-            raise VerifierError(
-                f"ors-episode input {declared!r} was not found in the run folder {request.run_dir}"
-            )
-        layout = request.sandbox.layout
-        inside = f"{layout.logs_dir}/{in_run}" if in_run != path else layout.path(declared)
-        try:
-            data = await request.sandbox.get_file(inside, max_bytes=MAX_INPUT_BYTES + 1)
-        except (FileNotFoundError, SandboxError) as exc:
-            raise VerifierError(
-                f"ors-episode input {declared!r} cannot be read from the sandbox: {exc}"
-            ) from exc
-        if len(data) > MAX_INPUT_BYTES:
-            raise VerifierError(f"ors-episode input {declared!r} is larger than {MAX_INPUT_BYTES} bytes")
-        target = folder / f"{index}-{'__'.join(part for part in path.parts if part != '/') or 'input'}"
-        target.write_bytes(data)
-        return target

@@ -4,8 +4,9 @@ A verifier is a class implementing `Verifier`, registered in `VERIFIERS` under t
 task's ``verifier.type`` gives (``test-script``, the default:
 `reroll.rollout.verify.script_verifier.TestScriptVerifier`, which runs the task's ``test.sh``;
 ``llm-judge``: `reroll.rollout.verify.judge.LlmJudgeVerifier`, a model over the task's rubric;
-``agent-judge``: `reroll.rollout.verify.agent_judge.AgentJudgeVerifier`, an agent in a sandbox of its
-own over a read-only copy of the workspace; ``reward-kit``:
+``agent-judge``: `reroll.rollout.verify.input_judge.agent_judge_verifier`, BenchFlow's one judge
+call over declared inputs prompted by a role section, or (with ``agent``) an agent in a sandbox
+of its own over a read-only copy of the workspace; ``reward-kit``:
 `reroll.rollout.verify.reward_kit.RewardKitVerifier`, BenchFlow's Reward Kit runner;
 ``ors-episode``: `reroll.rollout.verify.ors_episode.OrsEpisodeVerifier`, the terminal reward of
 declared ORS reward records), or
@@ -144,7 +145,7 @@ VerifierFactory = Callable[[Task, Mapping[str, Any]], Verifier]
 VERIFIERS: dict[str, str] = {
     DEFAULT_VERIFIER: "reroll.rollout.verify.script_verifier:TestScriptVerifier",
     "llm-judge": "reroll.rollout.verify.judge:LlmJudgeVerifier",
-    "agent-judge": "reroll.rollout.verify.agent_judge:AgentJudgeVerifier",
+    "agent-judge": "reroll.rollout.verify.input_judge:agent_judge_verifier",
     "reward-kit": "reroll.rollout.verify.reward_kit:RewardKitVerifier",
     "ors-episode": "reroll.rollout.verify.ors_episode:OrsEpisodeVerifier",
 }
