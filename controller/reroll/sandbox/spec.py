@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reroll_contracts.network import NetworkPolicy
-
-DEFAULT_WORKDIR = "/app"
-"""The agent's working folder when neither the spec nor the image's WORKDIR names one."""
+from reroll_contracts.sandbox_paths import LOGS_MOUNT
 
 
 @dataclass(frozen=True)
@@ -78,8 +76,8 @@ class SandboxSpec:
     """cpus, memory, pids and storage (enforced by `local` and `docker`, not by `local-plain`)."""
     workdir: str | None = None
     """The agent's working folder in the sandbox (absolute); None: the image's WORKDIR, else
-    `DEFAULT_WORKDIR`."""
-    logs_mount: str = "/logs"
+    `reroll_contracts.sandbox_paths.DEFAULT_WORKDIR`."""
+    logs_mount: str = LOGS_MOUNT
     """The folder in the sandbox that holds ``agent/`` and ``verifier/`` (the reward file)."""
     verifier_mount: str = "/verifier"
     """Where the verifier's folder goes in the sandbox at verify time (``/verifier`` or ``/tests``)."""

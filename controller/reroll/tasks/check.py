@@ -21,6 +21,7 @@ from pathlib import Path
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
+from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -28,7 +29,7 @@ from rich.table import Table
 from reroll.tasks.environment import McpServerSpec, ServiceSpec, start_order
 from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
-from reroll.tasks.task import DEFAULT_WORKDIR, EnvironmentSection, Task, load_task
+from reroll.tasks.task import EnvironmentSection, Task, load_task
 
 TASK_FILES = ("task.md", "task.toml")
 

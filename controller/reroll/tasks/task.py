@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from reroll_contracts.errors import TaskError
 from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.network import NetworkPolicy
+from reroll_contracts.sandbox_paths import LOGS_MOUNT
 
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
 from reroll.tasks.environment import (
@@ -62,8 +63,6 @@ from reroll.tasks.rubric import (
 )
 from reroll.tasks.strategies import checked_strategy
 
-DEFAULT_WORKDIR = "/app"
-"""The agent's working folder when neither the task nor its image's WORKDIR names one."""
 JUDGED_TYPES = ("llm-judge", "agent-judge")
 """Verifier types whose judge is a model (the folder may then hold only a rubric)."""
 SCRIPTLESS_TYPES = (*JUDGED_TYPES, "reward-kit", "ors-episode")
@@ -251,7 +250,7 @@ class Task(BaseModel):
     """``/verifier`` for a ``verifier/`` folder, ``/tests`` for ``tests/`` (benchflow's rule)."""
     solution_mount: str
     """``/oracle`` for an ``oracle/`` folder, ``/solution`` for ``solution/``."""
-    logs_mount: str = "/logs"
+    logs_mount: str = LOGS_MOUNT
     """Holds ``agent/`` and ``verifier/`` (the reward file), in every layout."""
     ignored: list[FieldNote] = []
     """Fields (and files) of the task reroll does not honour, with the reason; reported once."""
@@ -274,7 +273,7 @@ class Task(BaseModel):
     @property
     def workdir(self) -> str | None:
         """The agent's working folder: the task's ``environment.workdir``; None: the image's
-        WORKDIR, else `DEFAULT_WORKDIR`."""
+        WORKDIR, else `reroll_contracts.sandbox_paths.DEFAULT_WORKDIR`."""
         return self.spec.environment.workdir
 
     @property

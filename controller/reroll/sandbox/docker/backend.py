@@ -75,6 +75,7 @@ from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import Mount
 from reroll_contracts.errors import SandboxError, SidecarError
+from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
 from reroll.sandbox.docker import disk, firewall, seccomp
@@ -106,7 +107,7 @@ from reroll.sandbox.docker.siblings import SiblingContainer, run_sibling
 from reroll.sandbox.seam import InstallFolders, ServiceProcess
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec, SiblingService
+from reroll.sandbox.spec import SandboxSpec, SiblingService
 
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 from reroll_contracts.errors import SandboxError
-
-from reroll.sandbox.spec import DEFAULT_WORKDIR
+from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 AGENT_USER = "agent"
 """The agent's user of a native task (unprivileged, created when the image lacks it)."""

@@ -48,6 +48,7 @@ import docker
 import docker.errors
 import requests
 from reroll_contracts.errors import ImageUnavailableError, SandboxError
+from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir, cache_lock
 from reroll.sandbox.base import SandboxLayout
@@ -56,7 +57,7 @@ from reroll.sandbox.docker.conventions import SETUP_SCRIPT, image_defaults
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
 from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
+from reroll.sandbox.spec import SandboxSpec
 
 ROOTFS_FOLDER = "rootfs"
 """The cache's sub-folder of unpacked images, one ``<image id>/`` each."""

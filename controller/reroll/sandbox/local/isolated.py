@@ -64,6 +64,7 @@ from typing import IO, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
+from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
@@ -97,7 +98,7 @@ from reroll.sandbox.local.storage import PoolSnapshot, SandboxDisk, prune_local_
 from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
+from reroll.sandbox.spec import SandboxSpec
 
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""

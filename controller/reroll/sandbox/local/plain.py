@@ -29,13 +29,14 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 from reroll_contracts.childenv import child_environment, hide_from_same_user
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
+from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
 from reroll.sandbox.base import SandboxLayout
 from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_sandbox import SidecarSandbox
-from reroll.sandbox.spec import DEFAULT_WORKDIR, SandboxSpec
+from reroll.sandbox.spec import SandboxSpec
 
 MAX_NAME_IN_ROOT = 32
 """How much of the run id goes into the sandbox folder's name: the sidecar's Unix socket lives
