@@ -26,15 +26,13 @@ runs no fork handlers.
 
 from __future__ import annotations
 
-import functools
-import logging
 import os
 import sys
 
+from reroll.host.notices import warn_once
+
 GRPC_FORK_VARIABLE = "GRPC_ENABLE_FORK_SUPPORT"
 """The variable that, ``false`` before gRPC loads, keeps gRPC's fork handlers off in a process."""
-
-logger = logging.getLogger(__name__)
 
 
 def keep_grpc_out_of_forks() -> None:
@@ -49,12 +47,9 @@ def keep_grpc_out_of_forks() -> None:
     os.environ[GRPC_FORK_VARIABLE] = "false"
 
 
-@functools.cache
 def _warn_loaded_once() -> None:
-    message = (
+    warn_once(
         f"reroll: gRPC was loaded before reroll without {GRPC_FORK_VARIABLE}=false in the environment: child "
         "processes started while gRPC calls run may crash before they start (SIGSEGV); set it "
         "before the process starts"
     )
-    print(message, file=sys.stderr)
-    logger.warning(message)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from reroll import conformance
+from reroll.host.notices import warn_once
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
@@ -270,7 +271,7 @@ def test_where_namespaces_are_forbidden_local_falls_back_to_plain_and_says_so_on
     task: Task, none_task: Task, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(backend, "namespaces_unavailable", lambda: "unshare: Operation not permitted")
-    backend._warn_plain_once.cache_clear()
+    warn_once.cache_clear()
     sandboxes = [
         local_sandbox(sandbox_spec(task), "fallback-1"),
         local_sandbox(sandbox_spec(task), "fallback-2"),

@@ -44,7 +44,6 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import (
-    ErrorCategory,
     InfrastructureError,
     ModelError,
     SandboxError,
@@ -56,7 +55,7 @@ from reroll_contracts.reward import RewardEvent, VerifyResult
 from reroll.models.spec import model_name
 from reroll.rollout.verify.agent_judge import AgentJudgeVerifier
 from reroll.rollout.verify.inputs import input_file
-from reroll.rollout.verify.judge import in_task, judge_side_model
+from reroll.rollout.verify.judge import in_task, judge_error_verdict, judge_side_model
 from reroll.rollout.verify.judge_model import JudgeModel, choose
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest
@@ -162,12 +161,7 @@ class InputJudgeVerifier:
         except SandboxError:
             raise
         except (VerifierError, ModelError, InfrastructureError) as exc:
-            category: ErrorCategory = (
-                "infrastructure" if isinstance(exc, InfrastructureError) else "verifier_error"
-            )
-            return Verdict(
-                {}, time.monotonic() - started, status="error", error_category=category, error=str(exc)
-            )
+            return judge_error_verdict(exc, started)
         reasoning = str(verdict.get("reasoning", ""))
         source = f"agent-judge:{self.options.role or self.strategy}"
         result = VerifyResult(reward=score, events=[RewardEvent(source=source, reward=score, note=reasoning)])

@@ -180,14 +180,7 @@ class LlmJudgeVerifier:
         except SandboxError:
             raise
         except (VerifierError, ModelError, InfrastructureError) as exc:
-            # a judge model that is missing or misconfigured is the verifier's error; one that
-            # could not be reached or refused is the infrastructure's (a job retries it)
-            category: ErrorCategory = (
-                "infrastructure" if isinstance(exc, InfrastructureError) else "verifier_error"
-            )
-            return Verdict(
-                {}, time.monotonic() - started, status="error", error_category=category, error=str(exc)
-            )
+            return judge_error_verdict(exc, started)
         scores = [answer.score for answer in record.answers]
         result = VerifyResult(
             reward=self.rubric.scoring.reward(self.rubric.criteria, scores),
@@ -280,6 +273,14 @@ class LlmJudgeVerifier:
             {"role": "system", "content": SYSTEM_PROMPT + shape},
             {"role": "user", "content": user},
         ]
+
+
+def judge_error_verdict(exc: VerifierError | ModelError | InfrastructureError, started: float) -> Verdict:
+    """The verdict of a judge that could not answer: a judge model that is missing or misconfigured
+    is the verifier's error; one that could not be reached or refused is the infrastructure's (a
+    job retries it). `started` is the verify's `time.monotonic` start (seconds)."""
+    category: ErrorCategory = "infrastructure" if isinstance(exc, InfrastructureError) else "verifier_error"
+    return Verdict({}, time.monotonic() - started, status="error", error_category=category, error=str(exc))
 
 
 def judge_side_model(request: VerifyRequest, spec: str, task: Task) -> SideModel:

@@ -3,20 +3,16 @@
 
 from __future__ import annotations
 
-import functools
-import logging
-import sys
 from typing import ClassVar
 
 from reroll_contracts.errors import SandboxError
 
+from reroll.host.notices import warn_once
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig, namespaces_unavailable
 from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.local.storage import prune_local_disks
 from reroll.sandbox.spec import SandboxSpec
-
-logger = logging.getLogger(__name__)
 
 
 class LocalBackend:
@@ -55,11 +51,8 @@ local_sandbox = LocalBackend()
 """The `local` backend (``--sandbox local``, the default), as `reroll.sandbox.base.BACKENDS` names it."""
 
 
-@functools.cache
 def _warn_plain_once(reason: str) -> None:
-    message = (
+    warn_once(
         f"reroll: the local sandbox cannot isolate here ({reason}); running task and agent as plain "
         "host processes (--sandbox local-plain), which can change this machine"
     )
-    print(message, file=sys.stderr)
-    logger.warning(message)

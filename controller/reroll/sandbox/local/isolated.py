@@ -48,13 +48,11 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import logging
 import os
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -68,6 +66,7 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
+from reroll.host.notices import warn_once
 from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.imagefs import (
@@ -112,8 +111,6 @@ PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
 PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
 """pasta (network ``full``): configure the namespace's interface like the host's, map no port
 either way and not the gateway to the host's loopback."""
-
-logger = logging.getLogger(__name__)
 
 
 class IsolatedSandboxConfig(BaseModel):
@@ -590,11 +587,8 @@ def namespaces_unavailable() -> str:
     return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
-@functools.cache
 def _warn_unlimited_once(reason: str) -> None:
-    message = (
+    warn_once(
         f"reroll: the local sandbox's cgroup cannot be made here ({reason}); its processes run "
         "without the task's memory, cpus and pids limits"
     )
-    print(message, file=sys.stderr)
-    logger.warning(message)
