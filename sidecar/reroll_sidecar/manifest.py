@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 
 _BLOCK_BYTES = 1 << 20
@@ -35,6 +36,22 @@ def _entry(full: str) -> str:
     return digest.hexdigest()
 
 
+def _mount_points() -> set[str]:
+    """The mount points of this process's mount namespace (``/proc/self/mountinfo``'s fifth
+    field, octal escapes decoded); empty where it cannot be read."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return set()
+    points = set()
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return points
+
+
 def tree_manifest(root: str) -> dict[str, str]:
     """Hash the tree at the absolute folder `root`.
 
@@ -43,7 +60,9 @@ def tree_manifest(root: str) -> dict[str, str]:
         file, ``"symlink:<target>"`` for a symlink (to a file or a folder: never descended),
         ``"fifo:"``, ``"socket:"`` or ``"device:"`` (never opened), or ``"unreadable:<why>"``.
         Bytecode caches (``__pycache__/``, ``*.pyc``, ``*.pyo``) are left out: they embed the
-        source's mtime, so a faithful replay differs there.
+        source's mtime, so a faithful replay differs there. So are the mount points below `root`
+        and what they hold (the read-only agents folder under a ``/root`` workspace, say): what
+        is bound in is not what the agent wrote.
 
     Raises:
         NotADirectoryError: `root` is not a folder (or is a symlink).
@@ -51,8 +70,10 @@ def tree_manifest(root: str) -> dict[str, str]:
     if not stat.S_ISDIR(os.lstat(root).st_mode):
         raise NotADirectoryError(f"{root} is not a folder")
     out: dict[str, str] = {}
+    mounts = _mount_points()
     for base, dirs, files in os.walk(root):
         dirs.sort()
+        dirs[:] = [d for d in dirs if os.path.join(base, d) not in mounts]
         for name in [d for d in dirs if os.path.islink(os.path.join(base, d))]:
             dirs.remove(name)
             files.append(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,19 @@ def test_manifest_of_a_link_or_a_file_is_refused(tmp_path: Path) -> None:
     for root in ("file", "link"):
         with pytest.raises(NotADirectoryError, match="is not a folder"):
             tree_manifest(str(tmp_path / root))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind-mounts need root")
+def test_a_folder_mounted_below_the_tree_is_left_out(tmp_path: Path) -> None:
+    """What is bound in (the agents folder under a ``/root`` workspace) is not what the agent wrote:
+    a large one once overflowed the Manifest reply (gRPC's 4 MiB)."""
+    tree, elsewhere = tmp_path / "tree", tmp_path / "elsewhere"
+    (tree / "bound").mkdir(parents=True)
+    elsewhere.mkdir()
+    (tree / "written.txt").write_text("mine\n")
+    (elsewhere / "installed.bin").write_text("not the agent's\n")
+    subprocess.run(["mount", "--bind", str(elsewhere), str(tree / "bound")], check=True)
+    try:
+        assert list(tree_manifest(str(tree))) == ["written.txt"]
+    finally:
+        subprocess.run(["umount", str(tree / "bound")], check=True)

@@ -55,6 +55,8 @@ _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A manifest of a large workspace (25,600 files: about 2.5 MB) may pass gRPC's 4 MiB default.
+    ("grpc.max_receive_message_length", 64 << 20),
 ]
 
 
