@@ -388,7 +388,9 @@ class Verifier:
             namespaces = (
                 await asyncio.to_thread(verify_ns.available) if as_root else "the sidecar is not root"
             )
-            fresh_tmp = request.soft and not _under_tmp([verifier_dir, reward_dir, cwd, *baseline.roots[:1]])
+            fresh_tmp = request.soft and not _under_tmp(
+                [verifier_dir, reward_dir, cwd, private, *baseline.roots[:1]]
+            )
             async for event in self._run_script(
                 script, cwd, env, request.timeout_seconds, not namespaces, fresh_tmp
             ):
