@@ -333,8 +333,9 @@ async def _limits_hit_after(sandbox: Sandbox | None) -> list[str]:
 
 def _fail(result: RunResult, category: ErrorCategory, message: str) -> None:
     """End `result` in status ``error`` with `message`: the category of an earlier failure stays,
-    and an agent's failure stays the headline (`headline`)."""
-    agent_failure = result.error if result.error_category == "agent_error" else None
+    and an agent's failure or a resource limit the agent phase hit stays the headline (`headline`:
+    a disk the agent filled also fails the verifier's writes)."""
+    agent_failure = result.error if result.error_category in ("agent_error", "resource_limit") else None
     result.status = "error"
     result.error_category = result.error_category or category
     result.error = message if agent_failure is None else headline(agent_failure, message)
