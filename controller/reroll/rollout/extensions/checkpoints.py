@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 
 from reroll_contracts.errors import RerollError
@@ -22,6 +23,10 @@ CHECKPOINTS_DIR = "checkpoints"
 RESTORED_FILE = "restored-checkpoint.json"
 """In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
 layers' digests, which the restore reproduced)."""
+POOL_FILE = "pool.json"
+"""In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
+with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
+step, frozen in the pool the sandbox leaves when it stops (`pool_reference`)."""
 
 
 class Checkpoints(Extension):
@@ -79,6 +84,7 @@ class Checkpoints(Extension):
                 await capture_checkpoint(
                     run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False
                 )
+                await _keep_in_pool(run, step, folder)
                 run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
                 await run.hooks.at_checkpoint(run, step, folder)
             except RerollError as exc:
@@ -94,3 +100,27 @@ class Checkpoints(Extension):
         capturing.cancel()
         with contextlib.suppress(asyncio.CancelledError, RerollError):
             await capturing
+
+
+async def _keep_in_pool(run: Run, step: int, folder: Path) -> None:
+    """Where the sandbox can keep a copy-on-write snapshot beyond its life (`pool_snapshot`: the
+    isolated ``local`` sandbox with ``keep_snapshots``), take ``step-K`` of the workspace and HOME
+    and write its reference into `folder`'s `POOL_FILE`; else nothing."""
+    pool_snapshot = getattr(run.sandbox, "pool_snapshot", None)
+    if pool_snapshot is None:
+        return
+    reference = await pool_snapshot(f"step-{step}")
+    if reference is not None:
+        write_json(folder / POOL_FILE, {"from_snapshot": reference})
+
+
+def pool_reference(folder: Path) -> str | None:
+    """The ``<pool>:step-K`` a checkpoint `folder` recorded (`POOL_FILE`), or None when it has none
+    or the file is unreadable. Whether the pool still exists is the caller's to check
+    (`reroll.sandbox.local.storage.PoolSnapshot.parse`: a pruned pool raises SandboxError)."""
+    try:
+        data = json.loads((folder / POOL_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    reference = data.get("from_snapshot") if isinstance(data, dict) else None
+    return reference if isinstance(reference, str) else None
