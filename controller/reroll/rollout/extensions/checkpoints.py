@@ -9,7 +9,7 @@ import contextlib
 import json
 from pathlib import Path
 
-from reroll_contracts.errors import RerollError
+from reroll_contracts.errors import RerollError, SandboxError
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
@@ -17,6 +17,7 @@ from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.origin import FromCheckpoint
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
+from reroll.sandbox.local.storage import PoolSnapshot
 
 CHECKPOINTS_DIR = "checkpoints"
 """In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
@@ -37,6 +38,7 @@ class Checkpoints(Extension):
         self.every = 0
         self.restore_from: Path | None = None
         self.restore_step = 0
+        self.from_pool = False
         self.capturing: asyncio.Task[None] | None = None
 
     def configure(self, draft: Draft) -> None:
@@ -47,14 +49,22 @@ class Checkpoints(Extension):
         if isinstance(draft.origin, FromCheckpoint):
             self.restore_from = draft.origin.layers
             self.restore_step = draft.origin.checkpoint.cut_index
+            self.from_pool = draft.origin.pool is not None
 
     async def before_agent(self, run: Run) -> None:
         """Restore the origin's layers (a fork), then start capturing while the agent runs."""
         plan, env = run.plan, run.env | run.task_env
         if self.restore_from is not None:
             run.console.print(f"[dim]restoring the checkpoint layers of step {self.restore_step}[/dim]")
+            given = [run.sandbox.layout.workspace, run.sandbox.layout.home] if self.from_pool else []
             restored = await restore_checkpoint(
-                run.sandbox, plan.task, plan.agent, self.restore_from, env, step=self.restore_step
+                run.sandbox,
+                plan.task,
+                plan.agent,
+                self.restore_from,
+                env,
+                step=self.restore_step,
+                given=given,
             )
             write_json(harness_folder(plan.run_dir) / RESTORED_FILE, restored)
             await run.hooks.at_restore(run, self.restore_step, self.restore_from)
@@ -124,3 +134,19 @@ def pool_reference(folder: Path) -> str | None:
         return None
     reference = data.get("from_snapshot") if isinstance(data, dict) else None
     return reference if isinstance(reference, str) else None
+
+
+def kept_pool(layers: Path, sandbox: str) -> tuple[str | None, str | None]:
+    """The kept copy-on-write snapshot recorded with checkpoint `layers` (`pool_reference`) that
+    children on `sandbox` can start from, and a note when one was recorded but cannot be used (its
+    pool pruned, or another backend than ``local``: the tar layers are restored then)."""
+    reference = pool_reference(layers)
+    if reference is None:
+        return None, None
+    if sandbox != "local":
+        return None, f"the pool snapshot {reference} needs the local sandbox; restoring the layers"
+    try:
+        PoolSnapshot.parse(reference)
+    except SandboxError:
+        return None, f"the pool snapshot {reference} is gone (pruned?); restoring the layers"
+    return reference, f"children start from the pool snapshot {reference}"
