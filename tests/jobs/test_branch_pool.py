@@ -48,6 +48,9 @@ def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> It
     assert outcome.result.status == "ok", outcome.result.error
     reference = pool_reference(outcome.run_dir / CHECKPOINTS_DIR / f"step-{CUT}")
     assert reference is not None and reference.endswith(f":step-{CUT}")
+    frozen = storage.PoolSnapshot.parse(reference).frozen  # the workspace ("0") and HOME ("1") at K
+    session = json.loads((frozen / "1" / ".urllib-session" / "messages.json").read_text())
+    assert sum(message["role"] == "assistant" for message in session) == CUT  # not the final six
     yield outcome.run_dir
     disk.remove(storage.PoolSnapshot.parse(reference).pool)
 
