@@ -2,7 +2,7 @@
 snapshot + restore.
 
     .venv/bin/python scripts/bench/branch.py [--steps 40] [--at 30] [-n 8] [--concurrency 4]
-        [--step-seconds 0] [--checkpoint-every 10] [--sandbox local] [--db-mb 100]
+        [--step-seconds 0] [--checkpoint-every 10] [--sandbox local] [--db-mb 100] [--keep-snapshots]
 
 Records one run of the resumable ``urllib-session`` agent (examples/agents/urllib-session.yaml)
 on examples/tasks/sqlite-ledger (a SQLite state) with its scripted model: `--steps` bash steps,
@@ -11,7 +11,9 @@ has), then done; once plainly, once with a checkpoint every `--checkpoint-every`
 branched at step `--at` into `-n` children (the same script: each child runs the remaining
 steps live): by replay (every child re-executes the prefix), by snapshot from the plain run (the
 prefix rebuilt once, its layers captured and restored into each child) and by snapshot from the
-checkpointed run (its recorded checkpoint restored into each child, no prefix re-executed).
+checkpointed run (its recorded checkpoint restored into each child, no prefix re-executed; with
+`--keep-snapshots`, local only, that run keeps a copy-on-write pool and the children start from
+its snapshot of the step, restoring only the environment's layer; the pool is removed at the end).
 Prints wall time and CPU-seconds (this process and every descendant it waited for: proxies,
 model servers, sidecars, agents, tools; ``getrusage``) of each, and their ratios; then the
 seconds a snapshot and a restore of a `--db-mb` MB SQLite database take in a sandbox. Exits 1
@@ -37,10 +39,13 @@ from reroll.environment.state import restore_state, snapshot_state
 from reroll.jobs.branch import Via, branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, pool_reference
 from reroll.rollout.lifecycle import sandbox_env
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.base import create_sandbox
+from reroll.sandbox.docker import disk
+from reroll.sandbox.local.storage import PoolSnapshot
 from reroll.settings import RolloutSettings
 from reroll.tasks.environment import StateSpec
 from reroll.tasks.task import load_task
@@ -113,7 +118,8 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
 
 async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> Path:
     """Record the ledger run (with a checkpoint every `every` steps); its run folder."""
-    options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every)
+    kept = {"keep_snapshots": True} if every and args.keep_snapshots else None
+    options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every, sandbox_config=kept)
     jobs = folder / f"jobs-{every}"
     outcome, wall, cpu = await measured(
         lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs)
@@ -168,6 +174,11 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         f"\nSQLite state of {args.db_mb} MB ({size / 1e6:.0f} MB copied): "
         f"snapshot {snapshot:.2f} s, restore {restore:.2f} s"
     )
+    for step in (checkpointed / CHECKPOINTS_DIR).glob("step-*"):
+        reference = pool_reference(step)
+        if reference is not None:
+            disk.remove(PoolSnapshot.parse(reference).pool)
+            break  # one pool holds every step's snapshot
     children = [child for _, _, _, summary in rows for child in summary.children]
     return 0 if all(child.status == "ok" for child in children) else 1
 
@@ -183,6 +194,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--sandbox", default="local")
     parser.add_argument("--db-mb", type=int, default=100)
+    parser.add_argument("--keep-snapshots", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-bench-branch-") as folder:
         return asyncio.run(bench(args, Path(folder)))

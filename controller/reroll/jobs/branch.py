@@ -58,7 +58,7 @@ from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE, kept_pool
 from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.rollout.trust import refuse_untrusted
@@ -184,7 +184,7 @@ async def branch(
     plan = _TreePlan(points, checkpoints, specs, n, bound, _given(points, every, at_ask))
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
-    rollouts = plan.rollouts(tasks_dir, reached.layers)
+    rollouts = plan.rollouts(tasks_dir, reached.layers, reached.pool)
     children = _children(await batch.run(rollouts, console), plan.planned, plan.parent)
     summary = plan.summary(children, reached)
     write_json(plan.parent / TREE_SUMMARY_FILE, summary)
@@ -202,6 +202,8 @@ class _Reached:
     """The checkpoint folder the children fork from (``snapshot``)."""
     digests: dict[str, str] | None = None
     """Its layers' digests (``snapshot``)."""
+    pool: str | None = None
+    """The kept copy-on-write snapshot of the cut the children start from (`kept_pool`), if any."""
 
 
 @dataclass
@@ -235,11 +237,14 @@ class _TreePlan:
             for index in range(self.n)
         ]
 
-    def rollouts(self, tasks_dir: Path | None, layers: Path | None) -> list[RunnerRollout]:
+    def rollouts(
+        self, tasks_dir: Path | None, layers: Path | None, pool: str | None = None
+    ) -> list[RunnerRollout]:
         """Every branch's rollout (`_branch_rollout`), in the order of `planned`."""
+        bound = self.bound
         return [
             _branch_rollout(
-                self.checkpoint, self.points[number], spec, index, self.parent, tasks_dir, self.bound, layers
+                self.checkpoint, self.points[number], spec, index, self.parent, tasks_dir, bound, layers, pool
             )
             for number, spec, index in self.planned
         ]
@@ -276,7 +281,9 @@ class _TreePlan:
         if chosen == "snapshot":
             layers, note = await _checkpoint_layers(self.checkpoint, self.parent, options, console)
             digests = load_checkpoint(layers, step=self.checkpoint.cut_index).digests
-            reached = _Reached(chosen, note, layers, digests)
+            pool, pool_note = kept_pool(layers, self.checkpoint.original.config.sandbox)
+            note = "; ".join(part for part in (note, pool_note) if part)
+            reached = _Reached(chosen, note, layers, digests, pool)
         console.print(f"branches reach their cut via {chosen}" + (f" ({note})" if note else ""))
         return reached
 
@@ -331,6 +338,7 @@ def _branch_rollout(
     tasks_dir: Path | None,
     bound: RolloutSettings,
     layers: Path | None,
+    pool: str | None = None,
 ) -> RunnerRollout:
     """The job runner's rollout of child `index` of model `spec` at `point`: a `run_branch` attempt
     that declares what it reads (the recorded run, the layers, the settings' host paths)."""
@@ -349,6 +357,7 @@ def _branch_rollout(
         index=index,
         options=bound,
         layers=layers,
+        pool=pool,
     )
     shipped = [layers] if layers and not layers.is_relative_to(original.path) else []
     attempt = Attempt(
@@ -448,11 +457,13 @@ async def run_branch(
     options: RolloutSettings,
     layers: Path | None = None,
     start_gate: asyncio.Semaphore | None = None,
+    pool: str | None = None,
 ) -> RolloutOutcome:
     """Run branch `index` of `model`: continue checkpoint `at` of `original` with `model` into
     ``parent/name`` (an attempt of `branch`'s runner, a picklable call for Ray), with `prompt`
     for the turn the cut starts and `answer` for the ask_user question at the cut when given;
-    with `layers` (a checkpoint folder of step K), forked from them instead of replaying the prefix.
+    with `layers` (a checkpoint folder of step K), forked from them instead of replaying the prefix,
+    its sandbox started from `pool` (``<pool>:step-K``, `kept_pool`) when given.
 
     Raises:
         RunFolderError, TaskError, ModelError: the original, its task or `model` cannot be
@@ -469,7 +480,7 @@ async def run_branch(
     }
     provenance = BranchedFrom(**(continued.model_dump() | update))
     return await start_rollout(
-        FromCheckpoint(checkpoint, provenance, layers),
+        FromCheckpoint(checkpoint, provenance, layers, pool if layers else None),
         live_model=parse_model(model, checkpoint.task.path, checkpoint.agent.name),
         parent=parent,
         name=name,

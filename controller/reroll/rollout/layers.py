@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -214,10 +215,19 @@ def load_checkpoint(folder: Path, *, step: int | None = None) -> LayeredCheckpoi
 
 
 async def restore_checkpoint(
-    sandbox: Sandbox, task: Task, agent: AgentSpec, folder: Path, env: dict[str, str], *, step: int
+    sandbox: Sandbox,
+    task: Task,
+    agent: AgentSpec,
+    folder: Path,
+    env: dict[str, str],
+    *,
+    step: int,
+    given: Sequence[str] = (),
 ) -> LayeredCheckpoint:
     """Check the checkpoint in `folder` (`load_checkpoint`) and put its layers into `sandbox` (a
-    fresh sandbox of the same task, before the agent starts), in `LAYER_ORDER`.
+    fresh sandbox of the same task, before the agent starts), in `LAYER_ORDER`; a layer whose
+    paths all lie in `given` (sandbox paths the sandbox started with as of that step: a kept
+    pool's snapshot) is left as it is.
 
     Returns:
         The checkpoint; each restored layer's digest equals its record's.
@@ -239,6 +249,8 @@ async def restore_checkpoint(
             f"this rollout needs {[p.name for p in plans]}"
         )
     for plan, layer in zip(plans, checkpoint.layers, strict=True):
+        if plan.paths and all(_within(path, given) for path in plan.paths):
+            continue
         data = read_data_file(folder / layer.file, MAX_LAYER_BYTES, root=folder)
         if plan.name == "environment":
             state = task.spec.environment.state
@@ -252,6 +264,11 @@ async def restore_checkpoint(
                 f"captured as {layer.digest[:12]}"
             )
     return checkpoint
+
+
+def _within(path: str, folders: Sequence[str]) -> bool:
+    """Whether sandbox path `path` is one of `folders` or lies in one."""
+    return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in folders)
 
 
 async def _copy_out(sandbox: Sandbox, task: Task, plan: LayerPlan, env: dict[str, str]) -> StateCopy:

@@ -43,6 +43,10 @@ class FromCheckpoint:
     environment state, workspace and agent session are restored before the agent starts, and the
     agent resumes its session (its ``resume`` command, told `RESUME_PROMPT`) with the proxy live
     from the first request; the run folder's trajectory holds the exchanges after the cut."""
+    pool: str | None = None
+    """With `layers`: a kept copy-on-write snapshot of that step (``<pool>:step-K``,
+    `reroll.sandbox.local.storage.PoolSnapshot`) the sandbox starts from (``from_snapshot``, not
+    recorded in config.json); the layers it holds (workspace, session) are not restored again."""
 
     def trial(self) -> TrialConfig | None:
         """The trial the rollout runs: the original's, or with `layers` one turn told

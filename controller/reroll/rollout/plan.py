@@ -49,6 +49,9 @@ class RolloutPlan:
     (`reroll.host.llm_proxy.LlmProxy.wait_for_held`: the checkpoints'); 0: never."""
     settings: RolloutSettings = field(default_factory=RolloutSettings)
     """How the rollout runs (`reroll.settings`), of which `config` is the recorded form."""
+    sandbox_start: dict[str, str] = field(default_factory=dict)
+    """Sandbox settings for this run only, over ``config.sandbox_config`` and never recorded:
+    ``from_snapshot`` of a branch started from a kept pool (`reroll.rollout.origin.FromCheckpoint.pool`)."""
 
     @property
     def agent(self) -> AgentSpec:

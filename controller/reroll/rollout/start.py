@@ -123,6 +123,9 @@ async def start_rollout(
         config=draft.config,
         settings=draft.settings,
         hold_every=draft.hold_every,
+        sandbox_start={"from_snapshot": origin.pool}
+        if isinstance(origin, FromCheckpoint) and origin.pool
+        else {},
         **_replayed(origin, draft.settings),
     )
     with _progress(console, run_dir) as progress:

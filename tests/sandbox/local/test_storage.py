@@ -93,3 +93,24 @@ async def test_a_start_from_a_missing_snapshot_or_no_pool_fails_and_leaves_nothi
         assert str(source.pool) in removed["disks"] and not source.pool.exists()
     finally:
         disk.remove(source.pool)
+
+
+async def test_pool_snapshot_names_a_kept_snapshot_only_with_keep_snapshots(task: Task) -> None:
+    """`pool_snapshot` (what checkpoints record as ``pool.json``): ``<pool>:<name>`` with
+    ``keep_snapshots``, which a child then starts from; None without it."""
+    async with IsolatedSandbox(sandbox_spec(task), "pool-plain", IsolatedSandboxConfig()) as plain:
+        assert await plain.pool_snapshot("step-1") is None
+    async with IsolatedSandbox(
+        sandbox_spec(task), "pool-ref", IsolatedSandboxConfig(keep_snapshots=True)
+    ) as sandbox:
+        await sandbox.exec(["sh", "-c", f"echo 1 > {sandbox.layout.workspace}/state"])
+        reference = await sandbox.pool_snapshot("step-1")
+        await sandbox.exec(["sh", "-c", f"echo final > {sandbox.layout.workspace}/state"])
+    assert reference is not None
+    source = storage.PoolSnapshot.parse(reference)
+    try:
+        config = IsolatedSandboxConfig(from_snapshot=reference)
+        async with IsolatedSandbox(sandbox_spec(task), "pool-ref-child", config) as child:
+            assert await child.get_file(f"{child.layout.workspace}/state") == b"1\n"
+    finally:
+        disk.remove(source.pool)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 
-from reroll_contracts.errors import RerollError
+from reroll_contracts.errors import RerollError, SandboxError
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
@@ -16,12 +17,17 @@ from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
 from reroll.rollout.origin import FromCheckpoint
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
+from reroll.sandbox.local.storage import PoolSnapshot
 
 CHECKPOINTS_DIR = "checkpoints"
 """In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
 RESTORED_FILE = "restored-checkpoint.json"
 """In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
 layers' digests, which the restore reproduced)."""
+POOL_FILE = "pool.json"
+"""In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
+with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
+step, frozen in the pool the sandbox leaves when it stops (`pool_reference`)."""
 
 
 class Checkpoints(Extension):
@@ -32,6 +38,7 @@ class Checkpoints(Extension):
         self.every = 0
         self.restore_from: Path | None = None
         self.restore_step = 0
+        self.from_pool = False
         self.capturing: asyncio.Task[None] | None = None
 
     def configure(self, draft: Draft) -> None:
@@ -42,14 +49,22 @@ class Checkpoints(Extension):
         if isinstance(draft.origin, FromCheckpoint):
             self.restore_from = draft.origin.layers
             self.restore_step = draft.origin.checkpoint.cut_index
+            self.from_pool = draft.origin.pool is not None
 
     async def before_agent(self, run: Run) -> None:
         """Restore the origin's layers (a fork), then start capturing while the agent runs."""
         plan, env = run.plan, run.env | run.task_env
         if self.restore_from is not None:
             run.console.print(f"[dim]restoring the checkpoint layers of step {self.restore_step}[/dim]")
+            given = [run.sandbox.layout.workspace, run.sandbox.layout.home] if self.from_pool else []
             restored = await restore_checkpoint(
-                run.sandbox, plan.task, plan.agent, self.restore_from, env, step=self.restore_step
+                run.sandbox,
+                plan.task,
+                plan.agent,
+                self.restore_from,
+                env,
+                step=self.restore_step,
+                given=given,
             )
             write_json(harness_folder(plan.run_dir) / RESTORED_FILE, restored)
             await run.hooks.at_restore(run, self.restore_step, self.restore_from)
@@ -79,6 +94,7 @@ class Checkpoints(Extension):
                 await capture_checkpoint(
                     run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False
                 )
+                await _keep_in_pool(run, step, folder)
                 run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
                 await run.hooks.at_checkpoint(run, step, folder)
             except RerollError as exc:
@@ -94,3 +110,43 @@ class Checkpoints(Extension):
         capturing.cancel()
         with contextlib.suppress(asyncio.CancelledError, RerollError):
             await capturing
+
+
+async def _keep_in_pool(run: Run, step: int, folder: Path) -> None:
+    """Where the sandbox can keep a copy-on-write snapshot beyond its life (`pool_snapshot`: the
+    isolated ``local`` sandbox with ``keep_snapshots``), take ``step-K`` of the workspace and HOME
+    and write its reference into `folder`'s `POOL_FILE`; else nothing."""
+    pool_snapshot = getattr(run.sandbox, "pool_snapshot", None)
+    if pool_snapshot is None:
+        return
+    reference = await pool_snapshot(f"step-{step}")
+    if reference is not None:
+        write_json(folder / POOL_FILE, {"from_snapshot": reference})
+
+
+def pool_reference(folder: Path) -> str | None:
+    """The ``<pool>:step-K`` a checkpoint `folder` recorded (`POOL_FILE`), or None when it has none
+    or the file is unreadable. Whether the pool still exists is the caller's to check
+    (`reroll.sandbox.local.storage.PoolSnapshot.parse`: a pruned pool raises SandboxError)."""
+    try:
+        data = json.loads((folder / POOL_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    reference = data.get("from_snapshot") if isinstance(data, dict) else None
+    return reference if isinstance(reference, str) else None
+
+
+def kept_pool(layers: Path, sandbox: str) -> tuple[str | None, str | None]:
+    """The kept copy-on-write snapshot recorded with checkpoint `layers` (`pool_reference`) that
+    children on `sandbox` can start from, and a note when one was recorded but cannot be used (its
+    pool pruned, or another backend than ``local``: the tar layers are restored then)."""
+    reference = pool_reference(layers)
+    if reference is None:
+        return None, None
+    if sandbox != "local":
+        return None, f"the pool snapshot {reference} needs the local sandbox; restoring the layers"
+    try:
+        PoolSnapshot.parse(reference)
+    except SandboxError:
+        return None, f"the pool snapshot {reference} is gone (pruned?); restoring the layers"
+    return reference, f"children start from the pool snapshot {reference}"

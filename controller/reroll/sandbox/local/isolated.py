@@ -360,6 +360,16 @@ class IsolatedSandbox(SidecarSandbox):
             return await super().snapshot(name, paths)
         return await asyncio.to_thread(cow.snapshot, name, paths)
 
+    async def pool_snapshot(self, name: str) -> str | None:
+        """Snapshot the workspace and HOME as `name` for a kept pool: ``<pool>:<name>``, what
+        ``from_snapshot`` takes after this sandbox stops; None without ``keep_snapshots`` and
+        copy-on-write (or on a pool's child). Raises SandboxError as `snapshot`."""
+        storage, paths = self._storage, [self.layout.workspace, self.layout.home]
+        if not self.config.keep_snapshots or storage is None or storage.cow is None or storage.is_child:
+            return None
+        await self.snapshot(name, paths)
+        return str(PoolSnapshot(storage.disk.folder, name)) if storage.cow.has(name) else None
+
     async def restore(self, name: str) -> list[str]:
         """See `Sandbox.restore`: a copy-on-write snapshot by `reroll.sandbox.local.cow.Subvolumes.restore`,
         a tar snapshot by the sidecar."""

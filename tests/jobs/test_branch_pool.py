@@ -1,0 +1,87 @@
+"""``branch --via snapshot`` from a run recorded on ``local`` with ``keep_snapshots``: each
+checkpoint keeps a copy-on-write pool snapshot, the children start from it (``from_snapshot``,
+not recorded in their config.json) with the state at step K; once the pool is pruned, the
+children fall back to restoring the tar layers, with a note."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from reroll.jobs.branch import branch
+from reroll.jobs.jobfile import RunnerOptions
+from reroll.models.spec import model_slug
+from reroll.rollout.commands.record import run_task
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool, pool_reference
+from reroll.sandbox.docker import disk
+from reroll.sandbox.local import cow, isolated, storage
+from reroll.settings import RolloutSettings
+
+from tests.jobs.test_branch_snapshot import CUT, LEDGER, ledger_script, session_agent
+
+__all__ = ["session_agent"]  # the fixture, shared
+
+pytestmark = [
+    pytest.mark.spawns,
+    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(not cow.available(), reason="btrfs-progs (mkfs.btrfs) is not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> Iterator[Path]:
+    """A six-step run of the ledger task on local keeping its snapshots, a checkpoint every `CUT`
+    steps; its pool removed afterwards."""
+    folder = tmp_path_factory.mktemp("original")
+    options = RolloutSettings(sandbox="local", checkpoint_every=CUT, sandbox_config={"keep_snapshots": True})
+    recording = run_task(
+        LEDGER,
+        agent_name=session_agent,
+        model=ledger_script(folder, "original", 6),
+        options=options,
+        jobs_dir=folder / "jobs",
+    )
+    outcome = asyncio.run(recording)
+    assert outcome.result.status == "ok", outcome.result.error
+    reference = pool_reference(outcome.run_dir / CHECKPOINTS_DIR / f"step-{CUT}")
+    assert reference is not None and reference.endswith(f":step-{CUT}")
+    frozen = storage.PoolSnapshot.parse(reference).frozen  # the workspace ("0") and HOME ("1") at K
+    session = json.loads((frozen / "1" / ".urllib-session" / "messages.json").read_text())
+    assert sum(message["role"] == "assistant" for message in session) == CUT  # not the final six
+    yield outcome.run_dir
+    disk.remove(storage.PoolSnapshot.parse(reference).pool)
+
+
+@pytest.mark.slow
+async def test_children_start_from_the_pool_snapshot_of_step_k(tmp_path: Path, original: Path) -> None:
+    a, b = (ledger_script(tmp_path, name, CUT, f"child {name}") for name in ("a", "b"))
+    summary = await branch(
+        original,
+        at=CUT,
+        models=[a, b],
+        options=RolloutSettings(timeout_seconds=120),
+        runner=RunnerOptions(concurrency=2),
+        output=tmp_path / "tree",
+    )
+    assert summary.via == "snapshot" and summary.note is not None and "pool snapshot" in summary.note
+    assert [(c.status, c.reward) for c in summary.children] == [("ok", 1.0), ("ok", 1.0)], summary.children
+    for spec, name in ((a, "a"), (b, "b")):
+        child = Path(summary.parent) / f"{model_slug(spec)}__0"
+        rows = (child / "verifier" / "environment_state.txt").read_text()
+        assert rows.strip() == repr([(k, f"entry {k}") for k in range(CUT)] + [(CUT, f"child {name}")])
+        config = json.loads((child / "config.json").read_text())
+        assert (
+            "from_snapshot" not in config["sandbox_config"] and config["branched_from"]["via"] == "snapshot"
+        )
+
+
+def test_a_pruned_pool_or_another_backend_falls_back_to_the_layers(tmp_path: Path) -> None:
+    assert kept_pool(tmp_path, "local") == (None, None)  # no pool recorded
+    (tmp_path / "pool.json").write_text(json.dumps({"from_snapshot": f"{tmp_path}/gone:step-3"}))
+    pool, note = kept_pool(tmp_path, "local")
+    assert pool is None and note is not None and "is gone" in note
+    pool, note = kept_pool(tmp_path, "docker")
+    assert pool is None and note is not None and "needs the local sandbox" in note
