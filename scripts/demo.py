@@ -43,7 +43,7 @@ def only_run_folder(jobs: Path) -> Path:
 
 
 RECORD_TIMEOUT_SECONDS = {
-    "mini-swe-agent": 15.0,
+    "mini-swe-agent": 30.0,
     "claude-code": 40.0,
     "codex": 40.0,
     "aider": 90.0,

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,12 +118,24 @@ def test_dead_sidecar_is_an_error_with_its_cause(tmp_path: Path, short_tmp: Path
     assert result["finished_at"]
 
 
-KILL_SIDECAR_TEST_SH = """#!/bin/sh
-# Kills the sidecar running this verification (local backend: its ready file names its pid).
-kill -9 "$(python3 -c 'import json, os, sys; print(json.load(open(sys.argv[1]))["pid"])' \\
-  "$REROLL_SANDBOX_ROOT/.reroll/sidecar.ready.json")"
+WAIT_FOR_THE_KILL_TEST_SH = """#!/bin/sh
+# Says it runs (MARKER), then waits for the test to kill the sidecar running this verification: the
+# script itself cannot, from the verify's own PID namespace (the sidecar's verify_ns).
+touch MARKER
 sleep 30
 """
+
+
+def kill_the_sidecar_once_verifying(marker: Path, sandboxes: Path, timeout_seconds: float = 60) -> None:
+    """When `marker` appears, SIGKILL the sidecar whose ready file (``.reroll/sidecar.ready.json``
+    of the one local-plain sandbox folder under `sandboxes`) names it."""
+    deadline = time.monotonic() + timeout_seconds
+    while not marker.exists():
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+    (ready,) = sandboxes.glob("*/.reroll/sidecar.ready.json")
+    os.kill(int(read_json(ready)["pid"]), signal.SIGKILL)
 
 
 def test_sidecar_dying_during_verify_is_an_infrastructure_error(tmp_path: Path, short_tmp: Path) -> None:
@@ -131,10 +144,14 @@ def test_sidecar_dying_during_verify_is_an_infrastructure_error(tmp_path: Path, 
     (task / "verifier").mkdir()
     (task / "task.md").write_text("---\nname: doomed\n---\nNothing to do.\n")
     (task / "oracle" / "solve.sh").write_text("#!/bin/sh\nexit 0\n")
-    (task / "verifier" / "test.sh").write_text(KILL_SIDECAR_TEST_SH)
+    marker = tmp_path / "verifying"
+    (task / "verifier" / "test.sh").write_text(WAIT_FOR_THE_KILL_TEST_SH.replace("MARKER", str(marker)))
     args = ("run", str(task), "--agent", "oracle", "--job-name", "v", *SANDBOX)
     with reroll_process(*args, cwd=tmp_path, tmp=short_tmp) as process:
+        killer = threading.Thread(target=kill_the_sidecar_once_verifying, args=(marker, short_tmp))
+        killer.start()
         output = finish(process, 60)
+        killer.join()
     assert process.returncode == 1, output
     (run_dir,) = (tmp_path / "jobs" / "v").iterdir()
     result = read_json(run_dir / "result.json")
