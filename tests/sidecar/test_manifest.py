@@ -36,6 +36,7 @@ def test_manifest_of_a_link_or_a_file_is_refused(tmp_path: Path) -> None:
             tree_manifest(str(tmp_path / root))
 
 
+@pytest.mark.spawns
 @pytest.mark.skipif(os.geteuid() != 0, reason="bind-mounts need root")
 def test_a_folder_mounted_below_the_tree_is_left_out(tmp_path: Path) -> None:
     """What is bound in (the agents folder under a ``/root`` workspace) is not what the agent wrote:
