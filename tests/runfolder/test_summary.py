@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reroll.jobs.branch import BranchPoint, _point_summary
+from reroll.jobs.branch_points import BranchPoint
+from reroll.jobs.branch_values import point_summary
 from reroll.runfolder.summary import ChildSummary, item_means, summarise_rollout
 
 from tests.export.conftest import WEIGHTED, WEIGHTED_RESULT, chat_exchanges, write_run
@@ -47,7 +48,7 @@ def test_a_branch_point_and_its_models_summarise_each_item() -> None:
         child("m1", 1, {"tests": 0.0, "docs": 1.0}, 0.25),
         child("m2", 0, None, 0.0),
     ]
-    point = _point_summary(BranchPoint("3"), 3, children, ["m1", "m2"])
+    point = point_summary(BranchPoint("3"), 3, children, ["m1", "m2"])
     assert point.item_means == {"tests": 0.5, "docs": 1.0}
     assert [(m.model, m.item_means) for m in point.models] == [
         ("m1", {"tests": 0.5, "docs": 1.0}),

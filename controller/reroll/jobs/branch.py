@@ -53,20 +53,20 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.jobs.branch_points import BranchPoint, branch_points
+from reroll.jobs.branch_values import child_summary, model_summary, point_summaries
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, RESTORED_FILE, kept_pool
-from reroll.rollout.layers import CHECKPOINT_FILE, LayeredCheckpoint, load_checkpoint
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool
+from reroll.rollout.layers import CHECKPOINT_FILE, load_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.asks import ASKS_FILE, AskLog
 from reroll.runfolder.folders import BRANCHED_DIR
 from reroll.runfolder.run import (
     CONFIG_FILE,
-    HARNESS_DIR,
     PROMPTS_FILE,
     TRAJECTORY,
     BranchedFrom,
@@ -80,11 +80,7 @@ from reroll.runfolder.summary import (
     TREE_SUMMARY_FILE,
     BranchSummary,
     ChildSummary,
-    ModelSummary,
-    PointSummary,
     RolloutSummary,
-    item_means,
-    primary_reward,
 )
 from reroll.sandbox.base import load_backend
 from reroll.settings import RolloutSettings, with_recorded_inputs
@@ -295,8 +291,8 @@ class _TreePlan:
             cut_index=self.checkpoint.cut_index,
             at=self.given,
             children=children,
-            models=[_model_summary(spec, children) for spec in self.specs],
-            points=_point_summaries(self.points, self.checkpoints, children, self.specs),
+            models=[model_summary(spec, children) for spec in self.specs],
+            points=point_summaries(self.points, self.checkpoints, children, self.specs),
             via=reached.via,
             note=reached.note,
             layers=reached.digests,
@@ -309,7 +305,7 @@ def _children(
 ) -> list[ChildSummary]:
     """The children's summaries, in the order they were `planned` as (point, model, index)."""
     return [
-        _child_summary(summary, spec, index, number, parent)
+        child_summary(summary, spec, index, number, parent)
         for summary, (number, spec, index) in zip(summaries, planned, strict=True)
     ]
 
@@ -413,16 +409,6 @@ def _given(points: list[BranchPoint], every: int | None, at_ask: int | None) -> 
     if every is not None or at_ask is not None:
         given = f"every {every}" if every is not None else f"ask {at_ask} (step {given})"
     return given
-
-
-def _point_summaries(
-    points: list[BranchPoint], checkpoints: list[Checkpoint], children: list[ChildSummary], specs: list[str]
-) -> list[PointSummary]:
-    """The value estimate at each point (`_point_summary`), from the children branched there."""
-    return [
-        _point_summary(point, opened.cut_index, [child for child in children if child.point == number], specs)
-        for number, (point, opened) in enumerate(zip(points, checkpoints, strict=True))
-    ]
 
 
 def _open_point(
@@ -550,57 +536,3 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
     if checkpoint.recorded_asks:
         write_json(parent / ASKS_FILE, AskLog(asks=checkpoint.recorded_asks))
     return parent
-
-
-def _child_summary(summary: RolloutSummary, model: str, index: int, point: int, parent: Path) -> ChildSummary:
-    restored = parent / summary.name / HARNESS_DIR / RESTORED_FILE
-    digests = (
-        LayeredCheckpoint.model_validate_json(restored.read_bytes()).digests if restored.is_file() else None
-    )
-    return ChildSummary(
-        restored=digests,
-        folder=summary.name,
-        model=model,
-        branch_index=index,
-        status=summary.status,
-        reward=primary_reward(summary.rewards),
-        rewards=summary.rewards,
-        error=summary.error,
-        items=summary.items,
-        aggregate=summary.aggregate,
-        point=point,
-    )
-
-
-def _point_summary(
-    point: BranchPoint, cut_index: int, children: list[ChildSummary], models: list[str]
-) -> PointSummary:
-    """The value estimate at `point`: the mean reward of its `children`, overall and per model."""
-    rewards = [child.reward for child in children if child.reward is not None]
-    return PointSummary(
-        at=point.at,
-        cut_index=cut_index,
-        prompt=point.prompt,
-        answer=point.answer,
-        branches=len(children),
-        scored=len(rewards),
-        mean_reward=_mean(rewards),
-        item_means=item_means(child.items for child in children),
-        models=[_model_summary(model, children) for model in models],
-    )
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _model_summary(model: str, children: list[ChildSummary]) -> ModelSummary:
-    mine = [child for child in children if child.model == model]
-    rewards = [child.reward for child in mine if child.reward is not None]
-    return ModelSummary(
-        model=model,
-        branches=len(mine),
-        scored=len(rewards),
-        mean_reward=_mean(rewards),
-        item_means=item_means(child.items for child in mine),
-    )
