@@ -15,6 +15,7 @@ folder of the install, then the next rollout must refuse it and install again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -146,7 +147,8 @@ def backend(
         from reroll.sandbox.docker.backend import install_store
         from reroll.sandbox.docker.engine import docker_client
 
-        return "docker", InstallStore.of(install_store(docker_client())), {}
+        with contextlib.closing(docker_client()) as engine:
+            return "docker", InstallStore.of(install_store(engine)), {}
     cache = tmp_path_factory.mktemp("installs-cache")
     store = InstallStore(folder=cache / "agents", manifests=cache / "install-manifests")
     return "local", store, {"REROLL_CACHE_DIR": str(cache)}
