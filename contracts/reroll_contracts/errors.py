@@ -63,7 +63,8 @@ picks the gRPC status), `VerifyError`, `SnapshotError` and `ToolError` by `rerol
 the controller receives as a `SidecarError`; `RequestShapeError` by the scripted model server.
 
 A rollout also ends with categories no exception carries: ``timeout`` (the agent's budget ran out;
-it and BenchFlow's ``idle_timeout`` mark a run ``reroll continue`` takes), ``replay_only`` (a
+it and BenchFlow's ``idle_timeout`` mark a run ``reroll continue`` takes), ``step_limit`` (the run served
+its ``--max-steps`` steps; ``reroll continue`` takes it too), ``replay_only`` (a
 ``--replay-only`` continuation stopped at its cut point), ``divergence`` (the proxy aborted on
 strict divergence: a replayed request left the recorded rails), ``agent_error`` (the agent exited
 non-zero), ``resource_limit`` (the sandbox hit a limit of the task's ``environment``: the
@@ -94,6 +95,7 @@ ErrorCategory = Literal[
     "idle_timeout",
     "resource_limit",
     "replay_only",
+    "step_limit",
     "user_error",
     "internal",
 ]

@@ -188,6 +188,9 @@ class ProxyConfig(BaseModel):
     proxy refuses at such a step, before it refuses it) until the controller releases it (``GET
     /_reroll/held``, ``POST /_reroll/release``): the agent waits for its model at a step boundary
     while the controller captures a checkpoint; 0: never hold."""
+    max_steps: int | None = Field(default=None, ge=1)
+    """Serve at most this many steps (replayed, live and injected faults alike), then refuse every
+    request with a 409 and stop (``step_limit``); None: no limit."""
     client_limits: ClientLimits = Field(default_factory=ClientLimits)
     """How long a client may take to send a request, and how large it may be (`reroll_proxy.limits`)."""
 
@@ -236,10 +239,11 @@ class ProxyStop(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["replay_exhausted", "replay_diverged"]
+    kind: Literal["replay_exhausted", "replay_diverged", "step_limit"]
     """``replay_exhausted``: replay-only mode served every recorded exchange up to the cut;
     ``replay_diverged``: a replayed request differed from the recording under the ``strict``
-    policy (or ``cutover`` without an upstream)."""
+    policy (or ``cutover`` without an upstream); ``step_limit``: the rollout served its
+    `ProxyConfig.max_steps` steps."""
     step: int = Field(ge=0)
     """The step the first refused request would have had."""
     reason: str

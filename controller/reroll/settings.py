@@ -86,6 +86,11 @@ class RolloutSettings(BaseModel):
     faults: Annotated[FaultsUsed | None, Carry.FRESH] = None
     """The fault plan the proxy injects (`reroll.host.llm_proxy.faults_used`), or None; faults
     recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
+    max_steps: Annotated[int | None, Carry.FRESH] = Field(default=None, ge=1)
+    """Cut the rollout once it served this many steps (model requests: replayed, live and faults
+    injected alike): the next request is refused and the run ends ``timeout`` with category
+    ``step_limit``, verified as a timed-out run is, and ``reroll continue`` takes it; None: no limit.
+    A continuation counts its replayed steps too."""
     checkpoint_every: Annotated[int, Carry.FRESH] = Field(default=0, ge=0)
     """Capture a three-layer checkpoint every this many steps while the agent runs live
     (`reroll.rollout.layers`; ``<run>/checkpoints/step-K/``), which ``branch --via snapshot``

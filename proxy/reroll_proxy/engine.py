@@ -9,7 +9,8 @@ agent sends, in arrival order, and the engine answers with one `Decision`:
   ``cutover`` policy, from the first request that differs from the recording on;
 - `Abort` — ``strict`` policy (or ``cutover`` without a live upstream) and the request differs
   from the recording; once aborted, every later request is aborted too;
-- `Exhausted` — the request's thread is past the cut and there is no live upstream (replay-only).
+- `Exhausted` — the request's thread is past the cut and there is no live upstream (replay-only);
+- `StepLimited` — the rollout's step limit (``max_steps``) was reached; every later request too.
 
 Matching, not position. Recorded exchange k is not simply served to the k-th request: an agent
 with subagents or side calls sends several conversations at once, in an order that changes
@@ -130,7 +131,21 @@ class Exhausted:
         return f"replay-only: recorded responses exhausted at step {self.step}"
 
 
-Decision = Replay | Live | Abort | Exhausted
+@dataclass(frozen=True)
+class StepLimited:
+    """Refuse the request: the rollout served its ``max_steps`` steps (``reroll run --max-steps``)."""
+
+    step: int
+
+    @property
+    def reason(self) -> str:
+        """One line for humans."""
+        return f"the step limit was reached: {self.step} steps served"
+
+
+Stop = Abort | Exhausted | StepLimited
+"""A refusal kept as `ReplayEngine.stop`."""
+Decision = Replay | Live | Abort | Exhausted | StepLimited
 
 
 @dataclass
@@ -147,6 +162,8 @@ class ReplayEngine:
             like ``strict``, without a live upstream).
         volatility: the declared volatile parts removed from every body before matching and
             comparing (`reroll_proxy.volatile`); none by default.
+        max_steps: the steps served before every further request is refused (`StepLimited`);
+            None: no limit.
 
     Raises:
         ValueError: `cut_index` is out of range.
@@ -157,15 +174,16 @@ class ReplayEngine:
     has_live_upstream: bool
     divergence_policy: DivergencePolicy = "warn"
     volatility: Volatility = field(default_factory=Volatility)
+    max_steps: int | None = None
     served_replayed: int = field(default=0, init=False)
     """Requests answered from the recording."""
     served_live: int = field(default=0, init=False)
     """Requests forwarded to the live upstream."""
     divergences: list[StepDivergence] = field(default_factory=list, init=False)
     """Every divergence seen, in step order."""
-    stop: Abort | Exhausted | None = field(default=None, init=False)
-    """The first refused request (strict divergence, or replay-only past the cut once every
-    servable exchange was served), else None; every later request is refused too."""
+    stop: Stop | None = field(default=None, init=False)
+    """The first refused request (strict divergence, replay-only past the cut once every
+    servable exchange was served, or the step limit), else None; every later request is refused too."""
     cutover_step: int | None = field(default=None, init=False)
     """The step at which the ``cutover`` policy went live early, else None."""
     injected: int = field(default=0, init=False)
@@ -177,6 +195,8 @@ class ReplayEngine:
     retry's answer is (`reroll_contracts.retries.superseded`)."""
 
     def __post_init__(self) -> None:
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps {self.max_steps} is not positive")
         if not 0 <= self.cut_index <= len(self.recorded):
             count = len(self.recorded)
             raise ValueError(f"cut_index {self.cut_index} is outside 0..{count} (the recorded exchanges)")
@@ -217,6 +237,11 @@ class ReplayEngine:
     def next_step(self) -> int:
         """The step the next served request gets."""
         return self.served_replayed + self.served_live + self.injected
+
+    @property
+    def limited(self) -> bool:
+        """Whether the step limit was reached: the next request is refused (`StepLimited`)."""
+        return self.max_steps is not None and self.next_step >= self.max_steps
 
     @property
     def replaying(self) -> bool:
@@ -267,6 +292,9 @@ class ReplayEngine:
         step = self.next_step
         if isinstance(self.stop, Abort):
             return Abort(step, self.stop.reason, self.stop.divergence)
+        if self.limited:
+            self.stop = self.stop or StepLimited(step)
+            return StepLimited(step)
         turn = Turn(api_format, format_named(api_format).normalise(self.volatility.apply(step_body)))
         if self.cutover_step is not None:
             return self._live(step, turn, None, self._book.find(turn))

@@ -306,7 +306,7 @@ def engine_for(config: ProxyConfig) -> ReplayEngine:
     if replay is None and config.upstream is None:
         raise ProxyConfigError("nothing to serve: the config has neither replay nor upstream")
     if replay is None:
-        return ReplayEngine([], 0, True, volatility=Volatility(config.volatile))
+        return ReplayEngine([], 0, True, volatility=Volatility(config.volatile), max_steps=config.max_steps)
     loaded = load_trajectory(replay.trajectory_path)
     if loaded.warning:
         log.warning("%s", loaded.warning)
@@ -322,4 +322,5 @@ def engine_for(config: ProxyConfig) -> ReplayEngine:
         config.upstream is not None,
         replay.divergence_policy,
         Volatility(config.volatile),
+        config.max_steps,
     )

@@ -24,7 +24,7 @@ from reroll_contracts.wire import WireFormat
 from reroll_proxy.asks import AskDesk
 from reroll_proxy.endpoints_models import ModelEndpoints
 from reroll_proxy.endpoints_websocket import WebsocketRefusals
-from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine
+from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine, StepLimited, Stop
 from reroll_proxy.faults import IN_PLACE, FaultSelector, last_message_text
 from reroll_proxy.inject import serve_in_place
 from reroll_proxy.live import serve_live
@@ -182,13 +182,16 @@ class RolloutProxy:
             finally:
                 await self.recorder.skip(step.number)
         decision = self.engine.decide(body, wire.name)
-        if isinstance(decision, Exhausted):  # the cut of a replay-only rollout: a checkpoint first
-            await self._hold(decision.step)
+        if isinstance(decision, Exhausted | StepLimited):  # the end of a replay-only rollout or
+            await self._hold(decision.step)  # of the step limit: a checkpoint first
         if self.engine.stop is not None:
             self._stopped.set()  # before the 409: a status read after the agent saw it has the stop
         if isinstance(decision, Exhausted):
             log.info("step %d: replay-only, recorded responses exhausted", decision.step)
             return error_response(wire, 409, "replay_exhausted", decision.reason)
+        if isinstance(decision, StepLimited):
+            log.info("step %d: refused, %s", decision.step, decision.reason)
+            return error_response(wire, 409, "step_limit", decision.reason)
         if isinstance(decision, Abort):
             log.warning("step %d: refused, %s", decision.step, decision.reason)
             message = f"strict divergence, replay aborted: {decision.reason}\n{decision.divergence.diff}"
@@ -223,7 +226,7 @@ class RolloutProxy:
             await self.recorder.skip(step.number)
 
     def _choose_fault(self, wire: WireFormat, path: str, body: dict[str, Any]) -> FaultNote | None:
-        if self.faults is None:
+        if self.faults is None or self.engine.limited:  # past the step limit: refused, not faulted
             return None
         last = last_message_text(wire, body)
         return self.faults.choose(self.engine.next_step, path, last)
@@ -233,10 +236,12 @@ class RolloutProxy:
         return await serve_live(step, body, self.config.upstream, self.upstream)
 
 
-def proxy_stop(stop: Abort | Exhausted | None) -> ProxyStop | None:
+def proxy_stop(stop: Stop | None) -> ProxyStop | None:
     """The engine's first refusal as the contract's `ProxyStop`."""
     if stop is None:
         return None
     if isinstance(stop, Abort):
         return ProxyStop(kind="replay_diverged", step=stop.step, reason=stop.reason)
+    if isinstance(stop, StepLimited):
+        return ProxyStop(kind="step_limit", step=stop.step, reason=stop.reason)
     return ProxyStop(kind="replay_exhausted", step=stop.step, reason=stop.reason)

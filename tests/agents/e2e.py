@@ -3,8 +3,8 @@ sandbox): record until the timeout → ``reroll continue`` to reward 1.0 → ``r
 matches every step with the same workspace → a strict replay-only rebuild replays every step →
 a tampered observation in the recording is caught at its step and field.
 
-A module names its agent (``AGENT``), defines its ``recorded`` fixture (`record_until_stalled`
-with its script's stall turn) and imports the shared fixtures and tests below by name
+A module names its agent (``AGENT``), defines its ``recorded`` fixture (`record_until_cut`
+with its script's cut turn) and imports the shared fixtures and tests below by name
 (``from tests.agents.e2e import *``: `__all__`); a test it defines under the same name replaces
 the shared one. ``TAMPERED_OBSERVATION`` (step, text, replacement) overrides
 `TAMPERED_OBSERVATION` below.
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from reroll.agents import get_agent
 from reroll.runfolder.run import TRAJECTORY
 from reroll_contracts.proxy import Divergence
@@ -72,23 +71,19 @@ def test_a_tampered_observation_is_caught_at_its_step_and_field(
     assert divergence.field.startswith("messages[") and replacement in divergence.diff
 
 
-def record_until_stalled(
-    workdir: Path, sandbox: str, agent: str, stall_turn: int, timeout_seconds: float
-) -> Path:
-    """Record `agent` on the task with its own script, whose turn `stall_turn` never comes in
-    time: the run ends by its timeout. Returns the run folder."""
-    script = yaml.safe_load((TASK / f"scripted-model.{agent}.yaml").read_text())
-    script["turns"][stall_turn]["delay_seconds"] = 3600
-    stalling = workdir / f"stall-at-turn-{stall_turn}.yaml"
-    stalling.write_text(yaml.safe_dump(script))
+def record_until_cut(workdir: Path, sandbox: str, agent: str, cut: int) -> Path:
+    """Record `agent` on the task with its own script, cut by ``--max-steps`` before its turn
+    `cut` (the run ends ``timeout``, category ``step_limit``, as soon as the agent asks for it).
+    Returns the run folder."""
     done = reroll(
-        "run", str(TASK), "--agent", agent, "--model", f"scripted:{stalling}",
-        "--timeout", str(timeout_seconds), "--jobs-dir", "jobs", "--job-name", "record",
+        "run", str(TASK), "--agent", agent, "--model", f"scripted:{TASK / f'scripted-model.{agent}.yaml'}",
+        "--max-steps", str(cut), "--timeout", "600", "--jobs-dir", "jobs", "--job-name", "record",
         "--sandbox", sandbox, cwd=workdir,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     recorded = only_folder(workdir / "jobs" / "record")
-    assert read_json(recorded / "result.json")["status"] == "timeout"
+    result = read_json(recorded / "result.json")
+    assert (result["status"], result["error_category"]) == ("timeout", "step_limit"), result
     return recorded
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
-from tests.agents.e2e import record_until_stalled, replay_report, strict_rebuild
+from tests.agents.e2e import record_until_cut, replay_report, strict_rebuild
 from tests.e2e.test_main_job import read_json, trajectory
 
 # The first test's set-up installs aider when the agent cache or docker volume lacks it (~5 min
@@ -28,9 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(1200)]
 
 @pytest.fixture(scope="module")
 def recorded(workdir: Path, sandbox_backend: str) -> Path:
-    """Cut after turn 1 (a SEARCH block that fails to match) and its commit message side call;
-    90 s: aider takes 5 to 15 s to start on a loaded machine."""
-    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=1, timeout_seconds=90)
+    """Cut after turn 1 (a SEARCH block that fails to match) and its commit message side call."""
+    return record_until_cut(workdir, sandbox_backend, AGENT, cut=2)
 
 
 def test_the_recording_holds_the_failed_edit_and_its_commit_message(recorded: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
-from tests.agents.e2e import TASK, record_until_stalled
+from tests.agents.e2e import TASK, record_until_cut
 from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by, thread_of
 from tests.conftest import labelled_containers
 from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
@@ -34,13 +34,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 @pytest.fixture(scope="module")
 def recorded(workdir: Path, sandbox_backend: str) -> Path:
-    """A recorded Claude Code run cut by its timeout after two exchanges (Read, Bash)."""
-    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=2, timeout_seconds=40)
+    """A recorded Claude Code run cut by its step limit after two exchanges (Read, Bash)."""
+    return record_until_cut(workdir, sandbox_backend, AGENT, cut=2)
 
 
-def test_recorded_run_times_out_with_its_exchanges(recorded: Path) -> None:
+def test_recorded_run_is_cut_with_its_exchanges(recorded: Path) -> None:
     result = read_json(recorded / "result.json")
-    assert result["status"] == "timeout" and result["error_category"] == "timeout"
+    assert result["status"] == "timeout" and result["error_category"] == "step_limit"
     lines = trajectory(recorded)
     assert len(lines) == 2 == result["counts"]["live"]
     assert {line["request"]["path"] for line in lines} == {"/v1/messages?beta=true"}

@@ -5,8 +5,8 @@ continued to reward 1.0, replayed with every step matched and the same workspace
 ``--on-divergence strict`` through every step, and a tampered observation in the recording
 still caught at the right step and field.
 
-The recording's script stalls at turn 3 so its timeout always cuts it after two exchanges, as in
-tests/e2e/test_main_job.py. In the local sandbox only, the installed binary also runs as a
+The recording is cut by ``--max-steps 2`` after two exchanges (tests/e2e/test_main_job.py cuts
+mini-swe-agent's by its timeout). In the local sandbox only, the installed binary also runs as a
 WebSocket-first client (``supports_websockets``) against the proxy: refused once, served over HTTP.
 """
 
@@ -22,7 +22,7 @@ from reroll.agents import get_agent
 from reroll.cache import cache_dir
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
-from tests.agents.e2e import record_until_stalled
+from tests.agents.e2e import record_until_cut
 from tests.conftest import labelled_containers
 from tests.e2e.test_main_job import read_json, trajectory
 from tests.proxy.conftest import TOKEN, StartProxy, start_service
@@ -35,11 +35,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def recorded(workdir: Path, sandbox_backend: str) -> Path:
-    """A recorded Codex run cut by its timeout after two exchanges."""
-    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=2, timeout_seconds=40)
+    """A recorded Codex run cut by its step limit after two exchanges."""
+    return record_until_cut(workdir, sandbox_backend, AGENT, cut=2)
 
 
-def test_recorded_codex_run_times_out_after_two_responses_exchanges(recorded: Path) -> None:
+def test_recorded_codex_run_is_cut_after_two_responses_exchanges(recorded: Path) -> None:
     result = read_json(recorded / "result.json")
     assert result["status"] == "timeout" and result["rewards"] == {"reward": 0.0}
     lines = trajectory(recorded)

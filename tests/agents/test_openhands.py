@@ -18,7 +18,7 @@ import pytest
 from reroll.installs.python_runtime import host_python
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
-from tests.agents.e2e import record_until_stalled, strict_rebuild
+from tests.agents.e2e import record_until_cut, strict_rebuild
 from tests.e2e.test_main_job import read_json, trajectory
 
 AGENT = "openhands"
@@ -35,8 +35,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def recorded(workdir: Path, sandbox_backend: str) -> Path:
-    """Cut before turn 2; 120 s: OpenHands takes 20 to 60 s to start on a loaded machine."""
-    return record_until_stalled(workdir, sandbox_backend, AGENT, stall_turn=2, timeout_seconds=120)
+    """Cut before turn 2 (OpenHands takes 20 to 60 s to start on a loaded machine: a step limit,
+    not a timeout, cuts it)."""
+    return record_until_cut(workdir, sandbox_backend, AGENT, cut=2)
 
 
 def test_continue_finishes_with_reward_one(recorded: Path, continued: Path) -> None:

@@ -1,6 +1,6 @@
 """mini-swe-agent (real, from PyPI) under HTTP faults injected by the proxy: a 429 burst, a cut
 response and a connection reset (the plans in examples/faults/). Each recorded run is cut by its
-timeout at the task's slow third turn; the folder must load with its fault lines, and
+step limit before the task's third turn; the folder must load with its fault lines, and
 `reroll continue` must replay the faults where they happened and finish the task live.
 
 What the faults did to mini-swe-agent 2.4.6 (litellm 1.80 -> openai SDK): the openai SDK
@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "tasks" / "fix-failing-test"
 REROLL = str(Path(sys.executable).parent / "reroll")
 PLANS = {"rate-limit-burst": ["status"] * 3, "cut": ["cut"], "reset": ["reset"]}
+ANSWERED = 2
+"""The task's turns each recording is served before its step limit cuts it (after its faults)."""
 """Plan (examples/faults/NAME.yaml) -> the faults it injects, in order."""
 pytestmark = pytest.mark.slow
 
@@ -56,24 +58,23 @@ def lines(folder: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Holds two scripts of the task: slow (turn 3 waits 300 s, so the run times out there) and fast."""
+    """Holds the task's script without its delays (fast.yaml)."""
     path = tmp_path_factory.mktemp("faults-main-job")
     script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
     for turn in script["turns"]:
         turn.pop("delay_seconds", None)
     (path / "fast.yaml").write_text(yaml.safe_dump(script))
-    script["turns"][2]["delay_seconds"] = 300
-    (path / "slow.yaml").write_text(yaml.safe_dump(script))
     return path
 
 
 @pytest.fixture(scope="module")
 def faulted_runs(workdir: Path) -> dict[str, Path]:
-    """One recorded run per plan, all at once; each times out at turn 3 after its faults."""
+    """One recorded run per plan, all at once; each cut by its step limit (its faults and
+    `ANSWERED` turns) before turn 3."""
     commands = {
         plan: [
-            *("run", str(TASK), "--agent", "mini-swe-agent", "--model", f"scripted:{workdir / 'slow.yaml'}"),
-            *("--timeout", "45", "--jobs-dir", "jobs", "--job-name", plan),
+            *("run", str(TASK), "--agent", "mini-swe-agent", "--model", f"scripted:{workdir / 'fast.yaml'}"),
+            *("--max-steps", str(len(PLANS[plan]) + ANSWERED), "--jobs-dir", "jobs", "--job-name", plan),
             *("--faults", str(ROOT / "examples" / "faults" / f"{plan}.yaml")),
         ]
         for plan in PLANS
@@ -108,7 +109,7 @@ def test_faulted_recording_is_well_formed(faulted_runs: dict[str, Path], plan: s
     assert [e.metadata.step for e in folder.exchanges] == list(range(len(folder.exchanges)))
     # the agent retried each fault and got its two fast answers: the faults cost it no turn
     answered = [e for e in folder.exchanges if e.metadata.fault is None]
-    assert len(answered) == 2 and all(e.response.status_code == 200 for e in answered)
+    assert len(answered) == ANSWERED and all(e.response.status_code == 200 for e in answered)
     faults = json.loads((faulted_runs[plan] / "config.json").read_text())["faults"]
     assert faults == {"plan_path": str(ROOT / "examples" / "faults" / f"{plan}.yaml"), "seed": 0}
 

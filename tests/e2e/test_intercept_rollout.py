@@ -21,7 +21,6 @@ import yaml
 from tests.conftest import labelled_containers
 from tests.e2e.test_main_job import REROLL, TASK, only_folder, read_json, trajectory
 
-RECORD_TIMEOUT_SECONDS = 40
 pytestmark = pytest.mark.slow
 AGENT = r"""
 import json, os, subprocess, sys, urllib.request
@@ -81,42 +80,39 @@ def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def timed_out_run(workdir: Path, sandbox_backend: str) -> Path:
-    script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
-    script["turns"][2]["delay_seconds"] = 3600
-    stalling = workdir / "stall-at-turn-3.yaml"
-    stalling.write_text(yaml.safe_dump(script))
+def cut_run(workdir: Path, sandbox_backend: str) -> Path:
     done = reroll(
-        "run", str(TASK), "--agent", "hard-coded-openai", "--model", f"scripted:{stalling}",
-        "--timeout", str(RECORD_TIMEOUT_SECONDS), "--jobs-dir", "jobs", "--job-name", "record",
+        "run", str(TASK), "--agent", "hard-coded-openai",
+        "--model", f"scripted:{TASK / 'scripted-model.yaml'}",
+        "--max-steps", "2", "--jobs-dir", "jobs", "--job-name", "record",
         "--sandbox", sandbox_backend, cwd=workdir,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return only_folder(workdir / "jobs" / "record")
 
 
-def test_intercepted_run_is_recorded(timed_out_run: Path) -> None:
-    result = read_json(timed_out_run / "result.json")
+def test_intercepted_run_is_recorded(cut_run: Path) -> None:
+    result = read_json(cut_run / "result.json")
     assert result["status"] == "timeout", result
-    lines = trajectory(timed_out_run)
+    lines = trajectory(cut_run)
     assert [line["metadata"]["source"] for line in lines] == ["live", "live"]
     assert [line["request"]["path"] for line in lines] == ["/v1/chat/completions"] * 2
-    assert "sk-hard-coded" not in (timed_out_run / "trajectory" / "llm_trajectory.jsonl").read_text()
-    output = (timed_out_run / "agent" / "output.log").read_text()
+    assert "sk-hard-coded" not in (cut_run / "trajectory" / "llm_trajectory.jsonl").read_text()
+    output = (cut_run / "agent" / "output.log").read_text()
     assert "egress: <urlopen error Tunnel connection failed: 403" in output, output
     assert "$ cat calc.py" in output
-    assert not labelled_containers(timed_out_run.name)
+    assert not labelled_containers(cut_run.name)
 
 
-def test_intercepted_run_continues_to_reward_one(timed_out_run: Path, workdir: Path) -> None:
-    done = reroll("continue", str(timed_out_run), "--model", "scripted", "--timeout", "120", cwd=workdir)
+def test_intercepted_run_continues_to_reward_one(cut_run: Path, workdir: Path) -> None:
+    done = reroll("continue", str(cut_run), "--model", "scripted", "--timeout", "120", cwd=workdir)
     assert done.returncode == 0, done.stderr
-    continued = only_folder(timed_out_run.parent / "continued")
+    continued = only_folder(cut_run.parent / "continued")
     result = read_json(continued / "result.json")
     assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
     lines = trajectory(continued)
     assert [line["metadata"]["source"] for line in lines] == ["replayed", "replayed", "live", "live", "live"]
-    for replayed, recorded in zip(lines[:2], trajectory(timed_out_run), strict=False):
+    for replayed, recorded in zip(lines[:2], trajectory(cut_run), strict=False):
         assert replayed["response"]["body"] == recorded["response"]["body"]
     assert result["counts"]["divergences"] == 0
     assert json.loads((continued / "config.json").read_text())["agent"] == "hard-coded-openai"

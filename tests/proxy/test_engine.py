@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reroll_contracts.proxy import VolatileRule
 from reroll_contracts.trajectory import Exchange
-from reroll_proxy.engine import Abort, Exhausted, Live, Replay, ReplayEngine
+from reroll_proxy.engine import Abort, Exhausted, Live, Replay, ReplayEngine, StepLimited
 from reroll_proxy.volatile import Volatility
 
 
@@ -60,6 +60,21 @@ def test_replay_only_is_exhausted_at_the_cut() -> None:
     assert engine.decide(request(2)) == Exhausted(2)
     assert engine.decide(request(2)) == Exhausted(2)
     assert engine.stop == Exhausted(2) and engine.served_replayed == 2
+
+
+def test_the_step_limit_counts_replayed_and_live_steps_then_stops_for_good() -> None:
+    exchanges = recorded(2)
+    engine = ReplayEngine(exchanges, cut_index=2, has_live_upstream=True, max_steps=3)
+    assert [type(engine.decide(request(step))) for step in range(3)] == [Replay, Replay, Live]
+    assert engine.stop is None
+    assert engine.decide(request(3)) == StepLimited(3) == engine.stop
+    assert engine.decide(request(0)) == StepLimited(3)  # even a request the recording has
+    assert (engine.served_replayed, engine.served_live) == (2, 1)
+
+
+def test_a_step_limit_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_steps 0"):
+        ReplayEngine([], cut_index=0, has_live_upstream=True, max_steps=0)
 
 
 def test_warn_policy_serves_and_notes_the_divergence() -> None:

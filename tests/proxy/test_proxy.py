@@ -243,6 +243,19 @@ def test_replay_only_exhaustion_is_409(start_proxy: StartProxy, recording: Recor
     assert len(proxy.lines()) == 1
 
 
+def test_the_step_limit_is_409_and_the_proxys_stop(start_proxy: StartProxy, scripted_model: Service) -> None:
+    proxy = start_proxy(upstream_url=scripted_model.base_url, max_steps=1)
+    client = proxy.client()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "List the files."}]
+    ask(client, messages, stream=False)
+    with pytest.raises(openai.ConflictError) as caught:
+        ask(client, messages, stream=False)
+    assert error_body(caught.value)["type"] == "step_limit"
+    status = proxy.status()
+    assert status.stop is not None and (status.stop.kind, status.stop.step) == ("step_limit", 1)
+    assert status.served_live == 1 and len(proxy.lines()) == 1
+
+
 def test_strict_divergence_aborts(start_proxy: StartProxy, recording: Recording) -> None:
     proxy = start_proxy(replay_path=recording.path, policy="strict")
     with pytest.raises(openai.ConflictError) as caught:

@@ -21,6 +21,7 @@ from reroll.cli.flags import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    MaxStepsOption,
     NetworkOption,
     OnDivergenceOption,
     SandboxConfigOption,
@@ -97,6 +98,7 @@ def branch(
     ray_address: RayAddressOption = None,
     tasks_dir: TasksDirOption = None,
     timeout: TimeoutOption = None,
+    max_steps: MaxStepsOption = None,
     output: Annotated[
         Path | None, typer.Option(help="Where the tree goes [default: <orig-parent>/branched].")
     ] = None,

@@ -25,6 +25,7 @@ from reroll.cli.flags import (
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
+    MaxStepsOption,
     NetworkOption,
     OnDivergenceOption,
     SandboxConfigOption,
@@ -52,6 +53,7 @@ def continue_(
         typer.Option(help="Agent that replays and continues the run [default: the recorded one]."),
     ] = None,
     timeout: TimeoutOption = None,
+    max_steps: MaxStepsOption = None,
     output: Annotated[
         Path | None, typer.Option(help="Jobs dir for the new run [default: <orig-parent>/continued].")
     ] = None,
@@ -103,6 +105,7 @@ def continue_job(
         str | None, typer.Option(help="Live model after the cut [default: each original's].")
     ] = None,
     timeout: TimeoutOption = None,
+    max_steps: MaxStepsOption = None,
     on_divergence: OnDivergenceOption = None,
     strict_divergence: StrictDivergenceOption = False,
     sandbox: SandboxOption = None,

@@ -142,8 +142,19 @@ CheckpointEveryOption = Annotated[
     ),
 ]
 
+MaxStepsOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Cut the run once it served N steps (model requests; a continuation's replayed ones "
+        "count): it ends as timeout (category step_limit), is verified, and `reroll continue` "
+        "takes it [default: no limit].",
+    ),
+]
+
 FLAGS: dict[str, str] = {
     "timeout": "timeout_seconds",
+    "max_steps": "max_steps",
     "sandbox": "sandbox",
     "sandbox_config": "sandbox_config",
     "image_map": "sandbox_config",

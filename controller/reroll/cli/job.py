@@ -25,6 +25,7 @@ from reroll.cli.flags import (
     FaultsOption,
     ImageMapOption,
     JudgeModelOption,
+    MaxStepsOption,
     NetworkOption,
     SandboxConfigOption,
     SandboxOption,
@@ -50,6 +51,7 @@ def job(
     concurrency: Annotated[int | None, typer.Option(help="Rollouts at once [default: 4].")] = None,
     max_retries: MaxRetriesOption = None,
     timeout: TimeoutOption = None,
+    max_steps: MaxStepsOption = None,
     jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name [default: the start time].")] = None,
     resume: Annotated[

@@ -127,6 +127,7 @@ class LlmProxy:
         faults: FaultsUsed | None = None,
         volatile: Sequence[VolatileRule] = (),
         hold_every: int = 0,
+        max_steps: int | None = None,
     ) -> None:
         self.token = secrets.token_urlsafe(24)
         """The rollout token: the agent's credential, for the model endpoints only."""
@@ -148,6 +149,7 @@ class LlmProxy:
             faults=faults,
             volatile=list(volatile),
             hold_every=hold_every,
+            max_steps=max_steps,
         )
         self.config_file = workdir / PROXY_CONFIG.name
         """The config file (a per-rollout proxy reads it)."""

@@ -25,6 +25,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     user_model: null         # a persona User's model (a trial's persona) [default: the persona's]
     ask_user: false          # offer every agent reroll's ask_user tool over MCP (reroll run --ask-user)
     checkpoint_every: 0      # capture a checkpoint every N steps (reroll run --checkpoint-every)
+    max_steps: null          # cut each rollout after N steps (reroll run --max-steps) [default: none]
     trial: null              # a trial file (relative to this file): every rollout runs its scenes,
                              # the job's agent playing the roles that name none (reroll run --trial)
     executor: asyncio        # or ray (pip install 'reroll[ray]'), see reroll.jobs.executors
@@ -69,6 +70,7 @@ SETTINGS_KEYS: dict[str, str] = {
     "network": "network",
     "faults": "faults",
     "checkpoint_every": "checkpoint_every",
+    "max_steps": "max_steps",
     "skill_mode": "skills",
     "skills_dir": "skills_dir",
     "judge_model": "judge_model",
@@ -158,6 +160,8 @@ class JobSpec(RunnerOptions):
     checkpoint_every: int = Field(default=0, ge=0)
     """Capture a checkpoint every this many steps of each rollout (``reroll run --checkpoint-every``);
     0: none."""
+    max_steps: int | None = Field(default=None, ge=1)
+    """Cut each rollout once it served this many steps (``reroll run --max-steps``); None: no limit."""
     trial: Path | None = None
     """A trial file (a relative path in a job file is relative to the file's folder): every rollout
     runs its scenes, roles and turns, the rollout's agent and model playing the roles that name
@@ -178,6 +182,7 @@ class JobSpec(RunnerOptions):
             network=self.network,
             faults=faults,
             checkpoint_every=self.checkpoint_every,
+            max_steps=self.max_steps,
             skill_mode=self.skills,
             skills_dir=self.skills_dir,
             judge_model=resolved_spec(self.judge_model),

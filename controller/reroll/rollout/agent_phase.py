@@ -12,6 +12,7 @@ import contextlib
 import os
 
 from reroll_contracts.errors import AgentInstallError, SidecarError
+from reroll_contracts.proxy import ProxyStop
 from rich.console import Console
 
 from reroll.agents import AgentSpec
@@ -127,11 +128,13 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
                 on_output=write_output,
             )
         )
-        if proxy is not None and not await _agent_or_stop(launched, proxy):
+        stop = None if proxy is None else await _agent_or_stop(launched, proxy)
+        if stop is not None:
             launched.cancel()
             with contextlib.suppress(asyncio.CancelledError, SidecarError):
                 await launched
-            await sandbox.kill()
+            # A step limit ends the agent as a timeout does: the verify that follows needs the services.
+            await sandbox.kill(spare_services=stop.kind == "step_limit")
         if not launched.cancelled():
             executed = await launched
             outcome.exit_code = executed.exit_code
@@ -170,11 +173,12 @@ def stable_agent_env(config: RunConfig) -> dict[str, str]:
     return env
 
 
-async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool:
+async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> ProxyStop | None:
     """Wait for the agent's `run` to end or the proxy to stop (pushed by its long poll).
 
     Returns:
-        True when the agent ended first; False when the proxy stopped first (the agent is still running).
+        None when the agent ended first; the proxy's stop when it stopped first (the agent is
+        still running).
 
     Raises:
         InfrastructureError: the proxy died while the agent ran.
@@ -185,11 +189,10 @@ async def _agent_or_stop(run: asyncio.Task[ExecResult], proxy: LlmProxy) -> bool
     finally:
         stop.cancel()
     if not run.done():
-        stop.result()  # raises when the proxy died
-        return False
+        return stop.result()  # raises when the proxy died
     if stop.done() and not stop.cancelled():
         stop.exception()  # retrieved here; a dead proxy fails the status read that follows
-    return True
+    return None
 
 
 OUTPUT_TAIL_LINES = 3

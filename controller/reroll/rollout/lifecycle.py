@@ -123,7 +123,7 @@ async def execute_rollout(
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             await _settle(run, outcome)
             _apply_outcome(result, outcome, plan, await sandbox.limits_hit())
-            if outcome.status.stop is None:
+            if outcome.status.stop is None or outcome.status.stop.kind == "step_limit":
                 console.print("[dim]verifying[/dim]")
                 verdict = await verifier.verify(trial.verify_request)
                 _apply_verdict(result, verdict)
@@ -275,6 +275,9 @@ def _apply_outcome(
     if stop is not None and stop.kind == "replay_diverged":
         result.status, result.error_category = "error", "divergence"
         result.error = f"strict divergence: {stop.reason}"
+    elif stop is not None and stop.kind == "step_limit":
+        result.status, result.error_category = "timeout", "step_limit"
+        result.error = f"cut at the step limit: {stop.step} steps served (--max-steps)"
     elif stop is not None:
         result.status, result.error_category = "timeout", "replay_only"
         result.error = (

@@ -50,6 +50,7 @@ async def start_llm_side(
         faults=plan.config.faults,
         volatile=volatile_rules(plan, sandbox.layout),
         hold_every=plan.hold_every,
+        max_steps=plan.config.max_steps,
     )
     await stack.enter_async_context(proxy)
     await sandbox.allow_host_port(port_of(proxy.base_url))

@@ -199,6 +199,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, settings: RolloutS
         "learner_store": settings.learner_store,
         "ask_user": bool(settings.ask_user),
         "user_model": settings.user_model,
+        "max_steps": settings.max_steps,
         "started_at": started_at,
     }
     if isinstance(origin, NewRecording):

@@ -180,6 +180,8 @@ class RunConfig(BaseModel):
     agent: str
     model: str | None = None
     timeout_sec: float | None = None
+    max_steps: int | None = None
+    """The step limit (``--max-steps``, `reroll.settings.RolloutSettings.max_steps`); None: none."""
     agent_env: dict[str, str] = Field(default_factory=dict)
     started_at: str | None = None
     lineage_started_at: str | None = None
