@@ -4,8 +4,9 @@
 1. `reroll run` records the agent (`--agent NAME`, default mini-swe-agent; installed unmodified
    from PyPI) on the bundled task `fix-failing-test` in the sandbox (`--sandbox`, default
    `local`), with the bundled scripted model as the live model: a copy of the task's script for
-   that agent whose slow turn never comes in time, so the run hits its timeout there, whatever
-   the agent's start-up takes (`--timeout`: a default per agent, ample for its start-up).
+   that agent whose marked turn (its `delay_seconds`) never comes in time, so the run hits its
+   timeout there, whatever the agent's start-up takes (`--timeout`: a default per agent, ample
+   for its start-up).
 2. `reroll continue` replays the recorded exchanges (the agent re-executes its own steps), cuts
    over to the live model (the task's own script), finishes, and verifies.
 3. `reroll replay` rebuilds the recorded run by replay only and compares it step by step.
@@ -52,13 +53,13 @@ RECORD_TIMEOUT_SECONDS = {
 """How long the recording runs by default: the agent's start-up on a loaded machine and its
 first turns (OpenHands takes 20 to 60 s to start, aider 5 to 15 s); other agents get 60 s."""
 STALL_SECONDS = 3600
-"""The slow turn's delay in the recording's script: the timeout always comes first."""
+"""The marked turn's delay in the recording's script: the timeout always comes first."""
 FOLLOW_UP_TIMEOUT = "300"
 """The timeout of `continue` and `replay` (seconds): the agent starts again in each."""
 
 
 def stalled_script(agent: str, path: Path) -> Path:
-    """Write to `path` the task's script for `agent` with its slow turn (the one that has a
+    """Write to `path` the task's script for `agent` with its marked turn (the one that has a
     ``delay_seconds``) stalled for `STALL_SECONDS`; returns `path`."""
     script = yaml.safe_load(task_script(TASK, agent).read_text())
     slow = [turn for turn in script["turns"] if "delay_seconds" in turn]

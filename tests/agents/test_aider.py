@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
-from tests.agents.e2e import record_until_cut, replay_report, strict_rebuild
+from tests.agents.e2e import only_on_local, record_until_cut, replay_report, strict_rebuild
 from tests.e2e.test_main_job import read_json, trajectory
 
 # The first test's set-up installs aider when the agent cache or docker volume lacks it (~5 min
@@ -54,6 +54,9 @@ def test_replay_matches_every_step_and_the_workspace(continued: Path, workdir: P
     assert set(report["workspace"]["volatile"]) <= {".git/index", ".aider.tags.cache.v4/cache.db"}
 
 
-def test_a_strict_replay_only_rebuild_replays_every_step(continued: Path, workdir: Path) -> None:
+def test_a_strict_replay_only_rebuild_replays_every_step(
+    continued: Path, workdir: Path, sandbox_backend: str
+) -> None:
+    only_on_local(sandbox_backend)
     lines = strict_rebuild(continued, workdir)
     assert lines[1]["response"]["body"] == trajectory(continued)[1]["response"]["body"]

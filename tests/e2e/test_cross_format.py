@@ -29,7 +29,7 @@ def test_a_chat_agent_is_continued_by_a_model_of_another_api(
 ) -> None:
     script = yaml.safe_load((TASK / "scripted-model.yaml").read_text())
     for turn in script["turns"]:
-        turn.pop("delay_seconds", None)  # the task's slow turn exists for timeout demos only
+        turn.pop("delay_seconds", None)  # the task's marked turn exists for timeout demos only
     (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
     done = reroll(
         "run", str(TASK.resolve()), "--agent", "mini-swe-agent", "--model", "scripted:script.yaml",
