@@ -30,6 +30,7 @@ import docker
 import docker.errors
 import pytest
 from reroll.sandbox.docker.images import ensure_catalogue
+from reroll.sandbox.local.storage import remove_pools_under
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -167,6 +168,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
     return (yield from _GUARD.around(item))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pools_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the session's end, remove the copy-on-write pools its recordings kept (a recording on
+    local keeps a checkpoint at every step by default) so no loop mount outlives the session."""
+    yield
+    remove_pools_under(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """``branch --via snapshot`` from a run recorded on ``local`` with ``keep_snapshots``: each
 checkpoint keeps a copy-on-write pool snapshot, the children start from it (``from_snapshot``,
 not recorded in their config.json) with the state at step K; once the pool is pruned, the
-children fall back to restoring the tar layers, with a note."""
+children fall back to restoring the tar layers, with a note. A run recorded with no flag keeps a
+pool checkpoint at every step (as ``checkpoint_keep`` retains them); a branch at a step it let go
+starts from the nearest earlier one and replays the remainder."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.commands.record import run_task
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool, pool_reference
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool, pool_reference, retained
+from reroll.rollout.layers import load_checkpoint
 from reroll.sandbox.docker import disk
 from reroll.sandbox.local import cow, isolated, storage
 from reroll.settings import RolloutSettings
@@ -85,3 +88,48 @@ def test_a_pruned_pool_or_another_backend_falls_back_to_the_layers(tmp_path: Pat
     assert pool is None and note is not None and "is gone" in note
     pool, note = kept_pool(tmp_path, "docker")
     assert pool is None and note is not None and "needs the local sandbox" in note
+
+
+@pytest.fixture(scope="module")
+def every_step(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> Path:
+    """A six-step run of the ledger task on local recorded with no checkpoint flag, keeping at most
+    four per-step checkpoints (``checkpoint_keep``); its pool removed at the session's end."""
+    folder = tmp_path_factory.mktemp("every-step")
+    recording = run_task(
+        LEDGER,
+        agent_name=session_agent,
+        model=ledger_script(folder, "original", 6),
+        options=RolloutSettings(sandbox="local", checkpoint_keep=4),
+        jobs_dir=folder / "jobs",
+    )
+    outcome = asyncio.run(recording)
+    assert outcome.result.status == "ok", outcome.result.error
+    return outcome.run_dir
+
+
+def test_a_recording_keeps_a_pool_checkpoint_at_every_step_as_its_retention_says(every_step: Path) -> None:
+    kept = sorted(int(step.name[5:]) for step in (every_step / CHECKPOINTS_DIR).iterdir())
+    assert kept == sorted(retained(range(1, 7), 4)) == [2, 4, 5, 6]
+    for step in kept:
+        layers = load_checkpoint(every_step / CHECKPOINTS_DIR / f"step-{step}", step=step)
+        assert layers.expected == ["environment"]  # the workspace and session are the pool's
+        reference = pool_reference(every_step / CHECKPOINTS_DIR / f"step-{step}")
+        assert reference is not None and storage.PoolSnapshot.parse(reference).name == f"step-{step}"
+    frozen = storage.PoolSnapshot.parse(reference).frozen.parent
+    assert sorted(path.name for path in frozen.iterdir()) == [f"step-{step}" for step in kept]
+
+
+@pytest.mark.slow
+async def test_a_branch_between_kept_steps_starts_from_the_nearest_earlier_and_replays(
+    tmp_path: Path, every_step: Path
+) -> None:
+    spec = ledger_script(tmp_path, "a", 3, "child a")
+    summary = await branch(
+        every_step, at=3, models=[spec], options=RolloutSettings(timeout_seconds=120), output=tmp_path / "tree"
+    )
+    assert (summary.via, summary.snapshot_step) == ("snapshot", 2), summary.note
+    assert summary.note is not None and "replaying steps 2..3" in summary.note
+    assert [(c.status, c.reward) for c in summary.children] == [("ok", 1.0)], summary.children
+    child = Path(summary.parent) / f"{model_slug(spec)}__0"
+    rows = (child / "verifier" / "environment_state.txt").read_text()
+    assert rows.strip() == repr([(k, f"entry {k}") for k in range(3)] + [(3, "child a")])

@@ -180,7 +180,7 @@ async def branch(
     plan = _TreePlan(points, checkpoints, specs, n, bound, _given(points, every, at_ask))
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
-    rollouts = plan.rollouts(tasks_dir, reached.layers, reached.pool)
+    rollouts = plan.rollouts(tasks_dir, reached)
     children = _children(await batch.run(rollouts, console), plan.planned, plan.parent)
     summary = plan.summary(children, reached)
     write_json(plan.parent / TREE_SUMMARY_FILE, summary)
@@ -200,6 +200,8 @@ class _Reached:
     """Its layers' digests (``snapshot``)."""
     pool: str | None = None
     """The kept copy-on-write snapshot of the cut the children start from (`kept_pool`), if any."""
+    step: int | None = None
+    """The step of `layers`: the cut, or an earlier step (the children replay the remainder)."""
 
 
 @dataclass
@@ -233,14 +235,12 @@ class _TreePlan:
             for index in range(self.n)
         ]
 
-    def rollouts(
-        self, tasks_dir: Path | None, layers: Path | None, pool: str | None = None
-    ) -> list[RunnerRollout]:
+    def rollouts(self, tasks_dir: Path | None, reached: _Reached) -> list[RunnerRollout]:
         """Every branch's rollout (`_branch_rollout`), in the order of `planned`."""
         bound = self.bound
         return [
             _branch_rollout(
-                self.checkpoint, self.points[number], spec, index, self.parent, tasks_dir, bound, layers, pool
+                self.checkpoint, self.points[number], spec, index, self.parent, tasks_dir, bound, reached
             )
             for number, spec, index in self.planned
         ]
@@ -275,11 +275,17 @@ class _TreePlan:
         chosen, note = _tree_via(self.checkpoint, self.points, at_ask, via)
         reached = _Reached(chosen, note)
         if chosen == "snapshot":
-            layers, note = await _checkpoint_layers(self.checkpoint, self.parent, options, console)
-            digests = load_checkpoint(layers, step=self.checkpoint.cut_index).digests
-            pool, pool_note = kept_pool(layers, self.checkpoint.original.config.sandbox)
+            sandbox = self.bound.sandbox or self.checkpoint.original.config.sandbox
+            found = _recorded_layers(self.checkpoint, sandbox, console)
+            if found is None:
+                layers, note = await _checkpoint_layers(self.checkpoint, self.parent, options, console)
+                step, (pool, pool_note) = self.checkpoint.cut_index, kept_pool(layers, sandbox)
+            else:
+                layers, step, pool, pool_note = found
+                note = f"layers recorded during the run, {layers}"
+            digests = load_checkpoint(layers, step=step).digests
             note = "; ".join(part for part in (note, pool_note) if part)
-            reached = _Reached(chosen, note, layers, digests, pool)
+            reached = _Reached(chosen, note, layers, digests, pool, step)
         console.print(f"branches reach their cut via {chosen}" + (f" ({note})" if note else ""))
         return reached
 
@@ -297,6 +303,7 @@ class _TreePlan:
             note=reached.note,
             layers=reached.digests,
             checkpoint=str(reached.layers) if reached.layers else None,
+            snapshot_step=reached.step,
         )
 
 
@@ -333,8 +340,7 @@ def _branch_rollout(
     parent: Path,
     tasks_dir: Path | None,
     bound: RolloutSettings,
-    layers: Path | None,
-    pool: str | None = None,
+    reached: _Reached,
 ) -> RunnerRollout:
     """The job runner's rollout of child `index` of model `spec` at `point`: a `run_branch` attempt
     that declares what it reads (the recorded run, the layers, the settings' host paths)."""
@@ -352,9 +358,11 @@ def _branch_rollout(
         model=spec,
         index=index,
         options=bound,
-        layers=layers,
-        pool=pool,
+        layers=reached.layers,
+        pool=reached.pool,
+        layers_step=reached.step,
     )
+    layers = reached.layers
     shipped = [layers] if layers and not layers.is_relative_to(original.path) else []
     attempt = Attempt(
         parent / name,
@@ -444,12 +452,14 @@ async def run_branch(
     layers: Path | None = None,
     start_gate: asyncio.Semaphore | None = None,
     pool: str | None = None,
+    layers_step: int | None = None,
 ) -> RolloutOutcome:
     """Run branch `index` of `model`: continue checkpoint `at` of `original` with `model` into
     ``parent/name`` (an attempt of `branch`'s runner, a picklable call for Ray), with `prompt`
     for the turn the cut starts and `answer` for the ask_user question at the cut when given;
     with `layers` (a checkpoint folder of step K), forked from them instead of replaying the prefix,
-    its sandbox started from `pool` (``<pool>:step-K``, `kept_pool`) when given.
+    its sandbox started from `pool` (``<pool>:step-K``, `kept_pool`) when given; `layers_step`:
+    the step of `layers` when earlier than the cut (the remainder replayed, then live).
 
     Raises:
         RunFolderError, TaskError, ModelError: the original, its task or `model` cannot be
@@ -466,7 +476,7 @@ async def run_branch(
     }
     provenance = BranchedFrom(**(continued.model_dump() | update))
     return await start_rollout(
-        FromCheckpoint(checkpoint, provenance, layers, pool if layers else None),
+        FromCheckpoint(checkpoint, provenance, layers, pool if layers else None, layers_step if layers else None),
         live_model=parse_model(model, checkpoint.task.path, checkpoint.agent.name),
         parent=parent,
         name=name,
@@ -478,21 +488,14 @@ async def run_branch(
 async def _checkpoint_layers(
     checkpoint: Checkpoint, parent: Path, options: RolloutSettings, console: Console
 ) -> tuple[Path, str]:
-    """The checkpoint folder of step K the children fork from, and where it came from: one
-    recorded during the run (``<run>/checkpoints/step-K``) when it is consistent, else the prefix
-    rebuilt once by a replay-only rollout (`PREFIX_NAME`) that captures it when the proxy holds
-    the agent's request at the cut (``_prefix/checkpoints/step-K``).
+    """The checkpoint folder of step K the children fork from when the run recorded none usable
+    (`_recorded_layers`), and where it came from: the prefix rebuilt once by a replay-only rollout
+    (`PREFIX_NAME`) that captures it when the proxy holds the agent's request at the cut
+    (``_prefix/checkpoints/step-K``).
 
     Raises:
         EnvironmentStateError: the rebuilt prefix left no consistent checkpoint (its result named).
     """
-    recorded = checkpoint.original.path / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
-    if (recorded / CHECKPOINT_FILE).is_file():
-        try:
-            load_checkpoint(recorded, step=checkpoint.cut_index)
-            return recorded, f"layers recorded during the run, {recorded}"
-        except EnvironmentStateError as exc:
-            console.print(f"[yellow]{exc}; rebuilding the prefix[/yellow]")
     console.print(f"rebuilding the prefix once (replay-only, {PREFIX_NAME}/) and capturing its layers")
     outcome = await start_rollout(
         FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
@@ -512,6 +515,31 @@ async def _checkpoint_layers(
             f"see {outcome.run_dir}"
         )
     return captured, f"the prefix rebuilt once in {PREFIX_NAME}/"
+
+
+def _recorded_layers(
+    checkpoint: Checkpoint, sandbox: str, console: Console
+) -> tuple[Path, int, str | None, str | None] | None:
+    """The checkpoint recorded during the run the children fork from, nearest the cut: of the cut
+    itself when it is consistent and complete or its pool is kept, else of the nearest earlier
+    step J (> 0) whose pool snapshot is kept (`kept_pool`: ``local``) — the children start from
+    it and replay steps J..K. As (folder, step, pool reference or None, note on the pool); None
+    when there is none (the prefix is rebuilt once: `_checkpoint_layers`)."""
+    cut, recorded = checkpoint.cut_index, checkpoint.original.path / CHECKPOINTS_DIR
+    steps = [int(p.name[5:]) for p in recorded.glob("step-*") if p.name[5:].isdigit()]
+    for step in sorted((step for step in steps if 0 < step <= cut), reverse=True):
+        folder = recorded / f"step-{step}"
+        if not (folder / CHECKPOINT_FILE).is_file():
+            continue
+        try:
+            layers = load_checkpoint(folder, step=step)
+        except EnvironmentStateError as exc:
+            console.print(f"[yellow]{exc}; not forking from it[/yellow]")
+            continue
+        pool, note = kept_pool(folder, sandbox)
+        if pool is not None or (step == cut and "sandbox" in layers.expected):  # a pool-only one needs its pool
+            return folder, step, pool, note if step == cut else f"{note}; replaying steps {step}..{cut}"
+    return None
 
 
 def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:

@@ -129,6 +129,7 @@ async def capture_checkpoint(
     env: dict[str, str],
     *,
     quiesce_agent: bool = True,
+    covered: Sequence[str] = (),
 ) -> LayeredCheckpoint:
     """Quiesce the agent and capture its rollout's layers at `step` into `folder` (the module
     docstring).
@@ -142,6 +143,8 @@ async def capture_checkpoint(
         env: the base environment of processes in the sandbox (PATH).
         quiesce_agent: freeze and kill the agent's processes first; False: the caller holds the
             agent otherwise (the proxy holds its model request: ``--checkpoint-every``).
+        covered: sandbox paths the caller keeps otherwise (a pool snapshot of the workspace and
+            HOME): a layer whose paths all lie in them is not captured (nor expected).
 
     Returns:
         The checkpoint as written to ``folder/checkpoint.json``.
@@ -153,7 +156,7 @@ async def capture_checkpoint(
     if quiesce_agent:
         await quiesce(sandbox)  # nothing of the agent runs while the layers are copied
     folder.mkdir(parents=True, exist_ok=True)
-    plans = layer_plans(sandbox, task, agent)
+    plans = [plan for plan in layer_plans(sandbox, task, agent) if not _covered(plan, covered)]
     checkpoint = LayeredCheckpoint(
         step=step, task=task.name, agent=agent.name, expected=[p.name for p in plans], created_at=now_iso()
     )
@@ -227,7 +230,8 @@ async def restore_checkpoint(
     """Check the checkpoint in `folder` (`load_checkpoint`) and put its layers into `sandbox` (a
     fresh sandbox of the same task, before the agent starts), in `LAYER_ORDER`; a layer whose
     paths all lie in `given` (sandbox paths the sandbox started with as of that step: a kept
-    pool's snapshot) is left as it is.
+    pool's snapshot) is left as it is, and may be absent from the checkpoint (one captured with
+    those paths `covered`).
 
     Returns:
         The checkpoint; each restored layer's digest equals its record's.
@@ -243,14 +247,15 @@ async def restore_checkpoint(
             f"checkpoint {folder} is of {checkpoint.agent} on {checkpoint.task}, "
             f"not of {agent.name} on {task.name}"
         )
-    if checkpoint.expected != [plan.name for plan in plans]:
+    needed = [plan for plan in plans if not _covered(plan, given)]
+    if checkpoint.expected not in ([plan.name for plan in plans], [plan.name for plan in needed]):
         raise EnvironmentStateError(
             f"checkpoint {folder} has the layers {checkpoint.expected}; "
-            f"this rollout needs {[p.name for p in plans]}"
+            f"this rollout needs {[p.name for p in needed]}"
         )
-    for plan, layer in zip(plans, checkpoint.layers, strict=True):
-        if plan.paths and all(_within(path, given) for path in plan.paths):
-            continue
+    layers = {layer.name: layer for layer in checkpoint.layers}
+    for plan in needed:
+        layer = layers[plan.name]
         data = read_data_file(folder / layer.file, MAX_LAYER_BYTES, root=folder)
         if plan.name == "environment":
             state = task.spec.environment.state
@@ -264,6 +269,11 @@ async def restore_checkpoint(
                 f"captured as {layer.digest[:12]}"
             )
     return checkpoint
+
+
+def _covered(plan: LayerPlan, folders: Sequence[str]) -> bool:
+    """Whether every path of `plan` lies in `folders` (the environment's layer never does)."""
+    return bool(plan.paths) and all(_within(path, folders) for path in plan.paths)
 
 
 def _within(path: str, folders: Sequence[str]) -> bool:

@@ -47,6 +47,10 @@ class FromCheckpoint:
     """With `layers`: a kept copy-on-write snapshot of that step (``<pool>:step-K``,
     `reroll.sandbox.local.storage.PoolSnapshot`) the sandbox starts from (``from_snapshot``, not
     recorded in config.json); the layers it holds (workspace, session) are not restored again."""
+    layers_step: int | None = None
+    """The step of `layers` when it is earlier than the cut (a branch from the nearest earlier
+    checkpoint): the rollout restores it, then the proxy replays the recorded exchanges from that
+    step to the cut before it goes live; None: `layers` is of the cut."""
 
     def trial(self) -> TrialConfig | None:
         """The trial the rollout runs: the original's, or with `layers` one turn told

@@ -62,6 +62,10 @@ from reroll.tasks.task import Task
 from reroll.tasks.variants import with_network
 from reroll.trials.config import TrialConfig
 
+REMAINDER_FILE = "replayed-remainder.jsonl"
+"""In ``harness/`` of a rollout forked from an earlier step's layers (`FromCheckpoint.layers_step`):
+the recorded exchanges from that step to the cut, which its proxy replays before it goes live."""
+
 
 @dataclass(frozen=True)
 class RolloutOutcome:
@@ -126,7 +130,7 @@ async def start_rollout(
         sandbox_start={"from_snapshot": origin.pool}
         if isinstance(origin, FromCheckpoint) and origin.pool
         else {},
-        **_replayed(origin, draft.settings),
+        **_replayed(origin, draft.settings, run_dir),
     )
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
@@ -168,12 +172,23 @@ def _draft(
     return Draft(origin, given, settings, with_network(task, config.network), trial, agents, config)
 
 
-def _replayed(origin: Origin, settings: RolloutSettings) -> dict[str, Any]:
+def _replayed(origin: Origin, settings: RolloutSettings, run_dir: Path) -> dict[str, Any]:
     """The `RolloutPlan` fields of a rollout that replays its origin's prefix (a checkpoint
-    without layers): the proxy's replay, the recorded sandbox values, the recorded turns."""
-    if not isinstance(origin, FromCheckpoint) or origin.layers is not None:
+    without layers): the proxy's replay, the recorded sandbox values, the recorded turns; of one
+    forked from the layers of an earlier step (`FromCheckpoint.layers_step`): the proxy's replay
+    of the remainder, from that step to the cut (written to `REMAINDER_FILE` in ``harness/``)."""
+    if not isinstance(origin, FromCheckpoint):
         return {}
     checkpoint = origin.checkpoint
+    if origin.layers is not None:
+        start = origin.layers_step
+        if start is None or start >= checkpoint.cut_index:
+            return {}
+        remainder = harness_folder(run_dir) / REMAINDER_FILE
+        exchanges = checkpoint.original.exchanges[start : checkpoint.cut_index]
+        remainder.write_bytes(b"".join(exchange.to_line() for exchange in exchanges))
+        cut = checkpoint.cut_index - start
+        return {"replay": ReplayConfig(trajectory_path=remainder, cut_index=cut, divergence_policy="warn")}
     original = checkpoint.original.path
     replay = ReplayConfig(
         trajectory_path=original / TRAJECTORY,

@@ -338,6 +338,9 @@ class BranchSummary(BaseModel):
     """``via = "snapshot"``: the checkpoint's content digest per layer (environment, sandbox, session)."""
     checkpoint: str | None = None
     """``via = "snapshot"``: the checkpoint folder the children were forked from."""
+    snapshot_step: int | None = None
+    """``via = "snapshot"``: the step of that checkpoint: the cut, or the nearest earlier step kept
+    (each child started there and replayed the recorded exchanges up to the cut)."""
 
 
 def item_means(items: Iterable[dict[str, float] | None]) -> dict[str, float]:

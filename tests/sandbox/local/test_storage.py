@@ -95,14 +95,20 @@ async def test_a_start_from_a_missing_snapshot_or_no_pool_fails_and_leaves_nothi
         disk.remove(source.pool)
 
 
-async def test_pool_snapshot_names_a_kept_snapshot_only_with_keep_snapshots(task: Task) -> None:
-    """`pool_snapshot` (what checkpoints record as ``pool.json``): ``<pool>:<name>`` with
-    ``keep_snapshots``, which a child then starts from; None without it."""
-    async with IsolatedSandbox(sandbox_spec(task), "pool-plain", IsolatedSandboxConfig()) as plain:
-        assert await plain.pool_snapshot("step-1") is None
+async def test_pool_snapshot_keeps_the_disk_as_a_pool_unless_keep_snapshots_is_false(task: Task) -> None:
+    """`pool_snapshot` (what checkpoints record as ``pool.json``): ``<pool>:<name>`` by default,
+    which a child then starts from (the disk kept as a pool); None with ``keep_snapshots`` False.
+    A sandbox that took no pool snapshot leaves no disk behind."""
     async with IsolatedSandbox(
-        sandbox_spec(task), "pool-ref", IsolatedSandboxConfig(keep_snapshots=True)
-    ) as sandbox:
+        sandbox_spec(task), "pool-off", IsolatedSandboxConfig(keep_snapshots=False)
+    ) as off:
+        assert await off.pool_snapshot("step-1") is None
+    async with IsolatedSandbox(sandbox_spec(task), "pool-unused", IsolatedSandboxConfig()) as unused:
+        await unused.snapshot("step-1", [unused.layout.workspace])  # a snapshot, not a pool's
+        assert unused._storage is not None
+        unused_disk = unused._storage.disk.folder
+    assert not unused_disk.exists()
+    async with IsolatedSandbox(sandbox_spec(task), "pool-ref", IsolatedSandboxConfig()) as sandbox:
         await sandbox.exec(["sh", "-c", f"echo 1 > {sandbox.layout.workspace}/state"])
         reference = await sandbox.pool_snapshot("step-1")
         await sandbox.exec(["sh", "-c", f"echo final > {sandbox.layout.workspace}/state"])

@@ -1,6 +1,15 @@
 """Checkpoints as a rollout extension: the layers (environment state, workspace, agent session:
 `reroll.rollout.layers`) captured every ``checkpoint_every`` steps while the agent runs live, and
-a branch forked by snapshot restored from a checkpoint's layers before its agent resumes."""
+a branch forked by snapshot restored from a checkpoint's layers before its agent resumes.
+
+A checkpoint at every step by default, where it is cheap: a new recording on the isolated
+``local`` sandbox with a copy-on-write disk and ``checkpoint_every`` 0 holds every live step and
+keeps a pool snapshot of the workspace and HOME (`pool_snapshot`, a few ms, bytes changed only),
+plus the environment's layer when the task declares one (outside the workspace; the task's own
+cost); the sandbox then keeps its disk as a pool when it stops. `retained` (``checkpoint_keep``)
+says which of those checkpoints the run keeps. Elsewhere (docker, ext4, the plain fallback) the
+default stays off: no tar layers every step, nothing said.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +18,20 @@ import contextlib
 import json
 from pathlib import Path
 
+import shutil
+from collections.abc import Sequence
+
 from reroll_contracts.errors import RerollError, SandboxError
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
-from reroll.rollout.origin import FromCheckpoint
+from reroll.rollout.origin import FromCheckpoint, NewRecording
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
-from reroll.sandbox.local.storage import PoolSnapshot
+from reroll.sandbox.local import cow
+from reroll.sandbox.local.isolated import namespaces_unavailable
+from reroll.sandbox.local.storage import PoolSnapshot, mark_pool
 
 CHECKPOINTS_DIR = "checkpoints"
 """In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
@@ -36,6 +50,11 @@ class Checkpoints(Extension):
 
     def __init__(self) -> None:
         self.every = 0
+        self.pool_only = False
+        """The default checkpoint at every step (`every_step_by_default`): pool snapshots only."""
+        self.keep = 0
+        self.kept: list[int] = []
+        """The steps whose checkpoint the run keeps so far (`retained`)."""
         self.restore_from: Path | None = None
         self.restore_step = 0
         self.from_pool = False
@@ -43,12 +62,15 @@ class Checkpoints(Extension):
 
     def configure(self, draft: Draft) -> None:
         """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
-        replay-only rollout when it is such a step: a branch's rebuilt prefix)."""
+        replay-only rollout when it is such a step: a branch's rebuilt prefix), or every step
+        where that is cheap (`every_step_by_default`)."""
         self.every = draft.settings.checkpoint_every
+        if not self.every and every_step_by_default(draft):
+            self.every, self.pool_only, self.keep = 1, True, draft.settings.checkpoint_keep
         draft.hold_every = self.every
         if isinstance(draft.origin, FromCheckpoint):
             self.restore_from = draft.origin.layers
-            self.restore_step = draft.origin.checkpoint.cut_index
+            self.restore_step = draft.origin.layers_step or draft.origin.checkpoint.cut_index
             self.from_pool = draft.origin.pool is not None
 
     async def before_agent(self, run: Run) -> None:
@@ -87,20 +109,36 @@ class Checkpoints(Extension):
         not frozen). A failed capture is reported, the run goes on (a branch refuses the
         incomplete checkpoint and rebuilds the prefix)."""
         plan = run.plan
+        covered = [run.sandbox.layout.workspace, run.sandbox.layout.home] if self.pool_only else []
         while True:
             step = await proxy.wait_for_held()
             folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
             try:
+                if self.pool_only and not await _keep_in_pool(run, step, folder):
+                    continue  # no pool here after all (a child of one): nothing to keep
                 await capture_checkpoint(
-                    run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False
+                    run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False, covered=covered
                 )
-                await _keep_in_pool(run, step, folder)
-                run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
+                if self.pool_only:
+                    await self._retain(run, step)
+                else:
+                    await _keep_in_pool(run, step, folder)
+                    run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
                 await run.hooks.at_checkpoint(run, step, folder)
             except RerollError as exc:
                 run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
             finally:
                 await proxy.release(step)
+
+    async def _retain(self, run: Run, step: int) -> None:
+        """Add `step` to the kept checkpoints and drop those `retained` lets go (their pool
+        snapshot and folder)."""
+        self.kept.append(step)
+        keep = retained(self.kept, self.keep)
+        for dropped in [kept for kept in self.kept if kept not in keep]:
+            await getattr(run.sandbox, "drop_pool_snapshot")(f"step-{dropped}")  # _keep_in_pool: it has
+            shutil.rmtree(run.plan.run_dir / CHECKPOINTS_DIR / f"step-{dropped}", ignore_errors=True)
+        self.kept = [kept for kept in self.kept if kept in keep]
 
     async def _stop(self) -> None:
         """Cancel the capturing task, if any (once)."""
@@ -112,16 +150,55 @@ class Checkpoints(Extension):
             await capturing
 
 
-async def _keep_in_pool(run: Run, step: int, folder: Path) -> None:
+def every_step_by_default(draft: Draft) -> bool:
+    """Whether the rollout of `draft` keeps a checkpoint at every step without being asked: a new
+    recording (not a continuation or branch: their pools would crowd the recordings' out,
+    `reroll.sandbox.local.storage.POOL_KEEP_COUNT`) of agents that call a model, on the isolated
+    ``local`` sandbox with a copy-on-write disk and ``keep_snapshots`` not False."""
+    config = draft.config.sandbox_config or {}
+    return (
+        isinstance(draft.origin, NewRecording)
+        and draft.config.sandbox == "local"
+        and config.get("keep_snapshots") is not False
+        and config.get("copy_on_write") is not False
+        and all(agent.api_format != "none" for agent in draft.agents.values())
+        and cow.available()
+        and not namespaces_unavailable()
+    )
+
+
+def retained(steps: Sequence[int], keep: int) -> set[int]:
+    """The steps of `steps` (step numbers from 1, ascending) whose per-step checkpoint a run keeps
+    (``checkpoint_keep`` = `keep`, >= 2): all of them up to step `keep`; beyond, those of the latest
+    ``keep // 2`` steps and, of the earlier ones, the multiples of the smallest power-of-two stride
+    of which at most the rest fit below. At most `keep` in all; a step let go never comes back (the
+    stride only grows), and a branch at any step finds a kept one at most a stride before it.
+    """
+    last = steps[-1] if steps else 0
+    if last <= keep:
+        return set(steps)
+    boundary, budget, stride = last - keep // 2, keep - keep // 2, 1
+    while boundary // stride > budget:
+        stride *= 2
+    return {step for step in steps if step > boundary or step % stride == 0}
+
+
+async def _keep_in_pool(run: Run, step: int, folder: Path) -> bool:
     """Where the sandbox can keep a copy-on-write snapshot beyond its life (`pool_snapshot`: the
-    isolated ``local`` sandbox with ``keep_snapshots``), take ``step-K`` of the workspace and HOME
-    and write its reference into `folder`'s `POOL_FILE`; else nothing."""
+    isolated ``local`` sandbox with copy-on-write), take ``step-K`` of the workspace and HOME and
+    write its reference into `folder`'s `POOL_FILE` (and the run folder into the pool:
+    `reroll.sandbox.local.storage.mark_pool`); whether it did."""
     pool_snapshot = getattr(run.sandbox, "pool_snapshot", None)
-    if pool_snapshot is None:
-        return
-    reference = await pool_snapshot(f"step-{step}")
-    if reference is not None:
-        write_json(folder / POOL_FILE, {"from_snapshot": reference})
+    reference = None if pool_snapshot is None else await pool_snapshot(f"step-{step}")
+    if reference is None:
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / POOL_FILE, {"from_snapshot": reference})
+    try:
+        mark_pool(reference, run.plan.run_dir)
+    except OSError as exc:
+        raise SandboxError(f"marking the pool of {reference}: {exc}") from exc
+    return True
 
 
 def pool_reference(folder: Path) -> str | None:

@@ -154,6 +154,8 @@ class IsolatedSandbox(SidecarSandbox):
         self._cgroup: SandboxCgroup | None = None
         self._storage: SandboxDisk | None = None
         """The sized file system holding ``/`` (made by `start`, released by `stop`)."""
+        self._pooled = False
+        """Whether `pool_snapshot` took a snapshot (``keep_snapshots`` None keeps the disk then)."""
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
@@ -331,13 +333,22 @@ class IsolatedSandbox(SidecarSandbox):
 
     async def pool_snapshot(self, name: str) -> str | None:
         """Snapshot the workspace and HOME as `name` for a kept pool: ``<pool>:<name>``, what
-        ``from_snapshot`` takes after this sandbox stops; None without ``keep_snapshots`` and
-        copy-on-write (or on a pool's child). Raises SandboxError as `snapshot`."""
+        ``from_snapshot`` takes after this sandbox stops (which then keeps its disk as a pool); None
+        with ``keep_snapshots`` False, without copy-on-write, or on a pool's child. Raises
+        SandboxError as `snapshot`."""
         storage, paths = self._storage, [self.layout.workspace, self.layout.home]
-        if not self.config.keep_snapshots or storage is None or storage.cow is None or storage.is_child:
+        if self.config.keep_snapshots is False or storage is None or storage.cow is None or storage.is_child:
             return None
         await self.snapshot(name, paths)
+        self._pooled = self._pooled or storage.cow.has(name)
         return str(PoolSnapshot(storage.disk.folder, name)) if storage.cow.has(name) else None
+
+    async def drop_pool_snapshot(self, name: str) -> None:
+        """Delete the pool snapshot `name` (a checkpoint retention let go: `reroll.rollout.extensions.
+        checkpoints.retained`); nothing when there is none. Raises SandboxError as `snapshot`."""
+        storage = self._storage
+        if storage is not None and storage.cow is not None:
+            await asyncio.to_thread(storage.cow.forget, name)
 
     async def restore(self, name: str) -> list[str]:
         """See `Sandbox.restore`: a copy-on-write snapshot by `reroll.sandbox.local.cow.Subvolumes.restore`,
@@ -510,7 +521,8 @@ class IsolatedSandbox(SidecarSandbox):
             await asyncio.to_thread(self._cgroup.remove)  # kills what is left in it
             self._cgroup = None
         if self._storage is not None:  # the host never walks the agent's files
-            await asyncio.to_thread(self._storage.release, keep_snapshots=self.config.keep_snapshots)
+            keep = bool(self.config.keep_snapshots) or (self.config.keep_snapshots is None and self._pooled)
+            await asyncio.to_thread(self._storage.release, keep_snapshots=keep)
             self._storage = None
         shutil.rmtree(self.folder, ignore_errors=True)
         if self._image_hold is not None:

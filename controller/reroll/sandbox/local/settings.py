@@ -20,9 +20,12 @@ class IsolatedSandboxConfig(BaseModel):
     """Where btrfs-progs is installed, make ``/`` btrfs and snapshot the workspace and HOME
     copy-on-write (`reroll.sandbox.local.cow`); False: ext4 and the sidecar's tar snapshots
     everywhere (the benches compare the two)."""
-    keep_snapshots: bool = False
+    keep_snapshots: bool | None = None
     """With copy-on-write: `IsolatedSandbox.stop` keeps the disk, with only its snapshots, as a pool
-    for ``from_snapshot`` (`reroll.sandbox.local.storage`; ``reroll sandbox prune`` removes it)."""
+    for ``from_snapshot`` (`reroll.sandbox.local.storage`; ``reroll sandbox prune`` removes it).
+    None (the default): kept when `IsolatedSandbox.pool_snapshot` took a snapshot (a recording's
+    checkpoint at every step, `reroll.rollout.extensions.checkpoints`), else deleted; False: never
+    kept, and `pool_snapshot` takes none."""
     from_snapshot: str | None = None
     """``<pool folder>:<snapshot name>`` (`reroll.sandbox.local.storage.PoolSnapshot`): lay out on
     that kept pool, the workspace and HOME writable snapshots of that snapshot's, the task's seed

@@ -17,8 +17,11 @@ Children run at the same time, each over its own writable layer: none sees anoth
 none can reach, let alone write, the frozen layer (read-only to the kernel, outside every
 sandbox's root view). They share the pool's size (the recording's ``storage_mb``).
 
-Retention (`prune_local_disks`, ``reroll sandbox prune``): a pool is removed when it was kept
-more than `POOL_KEEP_SECONDS` ago and no child of it runs, or with ``--all``, or by its run id.
+Retention: a pool is removed by ``reroll sandbox prune`` (`prune_local_disks`) when no child of it
+runs and it was kept more than `POOL_KEEP_SECONDS` ago or the run folder that recorded it
+(`RUN_FILE`, `mark_pool`) is gone; with ``--all``; or by its run id. A sandbox that keeps a pool
+removes the oldest pools beyond `POOL_KEEP_COUNT` on the host (`cap_pools`): a recording keeps one
+at every step by default, so their number stays bounded without a prune.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ CHILDREN = "children"
 """The pool's folder holding its children's folders."""
 POOL_KEEP_SECONDS = 24 * 3600
 """How long `prune_local_disks` keeps a pool that nothing uses (``--all`` removes it sooner)."""
+POOL_KEEP_COUNT = 16
+"""The most pools kept on a host (`cap_pools`): a newly kept pool removes the oldest beyond it."""
+RUN_FILE = "run"
+"""In a pool's host folder: the run folder whose checkpoints name its snapshots (`mark_pool`)."""
 
 
 @dataclass(frozen=True)
@@ -185,9 +192,10 @@ class SandboxDisk:
                 self.cow.drop_live()
                 for name in ("root", "logs"):
                     cow.delete_subvolume(self.base / name)
-                (self.disk.folder / KEPT).write_text(f"{time.time():.0f}")
+                (self.disk.folder / KEPT).write_text(f"{time.time():.6f}")
             except OSError:
                 disk.remove(self.disk.folder)
+            cap_pools(POOL_KEEP_COUNT)
         else:
             disk.remove(self.disk.folder)
 
@@ -221,8 +229,8 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     sandboxes of killed controllers left mounted: those whose controller no longer runs, or
     with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
     processes end with its controller's sidecar (`stop` kills any orphan). A kept pool (see the
-    module docstring) goes when kept more than `POOL_KEEP_SECONDS` ago and no child of it runs,
-    or with `run_id` or `running`. Also removes the unpacked task images whose Docker image is
+    module docstring) goes when no child of it runs and it was kept more than `POOL_KEEP_SECONDS`
+    ago or its run folder (`RUN_FILE`) is gone, or with `run_id` or `running`. Also removes the unpacked task images whose Docker image is
     gone (`reroll.sandbox.local.imagefs.prune_unpacked`).
 
     Returns:
@@ -233,7 +241,7 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     for leftover in disk.leftovers(LOCAL_PREFIX):
         if run_id is not None and run_id[-24:] not in leftover.name:
             continue
-        if run_id is None and not running and _in_use(leftover):
+        if run_id is None and not running and in_use(leftover):
             continue
         disk.remove(leftover)
         if not leftover.exists():
@@ -243,16 +251,88 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     return report | ({"unpacked images": images} if images else {})
 
 
-def _in_use(folder: Path) -> bool:
-    """Whether the disk in `folder` is a live rollout's, or a pool kept recently or with a live child."""
+def mark_pool(reference: str, run_dir: Path) -> None:
+    """Write `run_dir` (the recording's run folder) into the pool of `reference` (``<pool>:<name>``,
+    its sandbox still running) as `RUN_FILE`, unless written already: `prune_local_disks` removes
+    the pool once that folder is gone.
+
+    Raises:
+        OSError: the pool's folder is not writable.
+    """
+    marker = Path(reference.rpartition(":")[0]) / RUN_FILE
+    if not marker.is_file():
+        marker.write_text(str(run_dir.resolve()))
+
+
+def cap_pools(keep: int, folders: list[Path] | None = None) -> list[Path]:
+    """Remove the oldest kept pools beyond the newest `keep` (none with a live child).
+
+    Args:
+        keep: how many pools stay.
+        folders: the disks' host folders to consider [default: every local disk on this host].
+
+    Returns:
+        The host folders removed.
+    """
+    found = disk.leftovers(LOCAL_PREFIX) if folders is None else folders
+    pools = [(_kept_at(folder), folder) for folder in found]
+    kept = sorted((at, folder) for at, folder in pools if at is not None)
+    removed = []
+    for _, folder in kept[: max(len(kept) - keep, 0)]:
+        if not _child_runs(folder):
+            disk.remove(folder)
+            removed.append(folder)
+    return removed
+
+
+def _kept_at(folder: Path) -> float | None:
+    """When the disk in `folder` was kept as a pool (seconds since the epoch); None: not a pool."""
     try:
-        kept = float((folder / KEPT).read_text())
+        return float((folder / KEPT).read_text())
     except (OSError, ValueError):
-        return owner_runs(disk.owner(folder))
+        return None
+
+
+def _child_runs(folder: Path) -> bool:
+    """Whether a child sandbox of the pool in `folder` runs (its controller alive)."""
     children = folder / disk.MOUNTPOINT / CHILDREN
-    if children.is_dir() and any(owner_runs(disk.owner(child)) for child in children.iterdir()):
+    return children.is_dir() and any(owner_runs(disk.owner(child)) for child in children.iterdir())
+
+
+def in_use(folder: Path) -> bool:
+    """Whether the disk in `folder` is a live rollout's, or a pool with a live child, or kept
+    recently by a run folder that still exists."""
+    kept = _kept_at(folder)
+    if kept is None:
+        return owner_runs(disk.owner(folder))
+    if _child_runs(folder):
         return True
+    try:
+        run = Path((folder / RUN_FILE).read_text())
+    except OSError:
+        run = None
+    if run is not None and not run.exists():
+        return False  # the run that recorded it was deleted
     return time.time() - kept < POOL_KEEP_SECONDS
+
+
+def remove_pools_under(folder: Path) -> list[Path]:
+    """Remove the kept pools whose run folder (`RUN_FILE`) lies in `folder` and no child of which
+    runs (a test session's, at its end).
+
+    Returns:
+        The host folders removed.
+    """
+    removed = []
+    for leftover in disk.leftovers(LOCAL_PREFIX):
+        try:
+            run = Path((leftover / RUN_FILE).read_text())
+        except OSError:
+            continue
+        if run.is_relative_to(folder) and _kept_at(leftover) is not None and not _child_runs(leftover):
+            disk.remove(leftover)
+            removed.append(leftover)
+    return removed
 
 
 def pool_bytes(source: PoolSnapshot) -> int:
