@@ -125,7 +125,11 @@ async def test_a_branch_between_kept_steps_starts_from_the_nearest_earlier_and_r
 ) -> None:
     spec = ledger_script(tmp_path, "a", 3, "child a")
     summary = await branch(
-        every_step, at=3, models=[spec], options=RolloutSettings(timeout_seconds=120), output=tmp_path / "tree"
+        every_step,
+        at=3,
+        models=[spec],
+        options=RolloutSettings(timeout_seconds=120),
+        output=tmp_path / "tree",
     )
     assert (summary.via, summary.snapshot_step) == ("snapshot", 2), summary.note
     assert summary.note is not None and "replaying steps 2..3" in summary.note

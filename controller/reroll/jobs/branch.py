@@ -476,7 +476,9 @@ async def run_branch(
     }
     provenance = BranchedFrom(**(continued.model_dump() | update))
     return await start_rollout(
-        FromCheckpoint(checkpoint, provenance, layers, pool if layers else None, layers_step if layers else None),
+        FromCheckpoint(
+            checkpoint, provenance, layers, pool if layers else None, layers_step if layers else None
+        ),
         live_model=parse_model(model, checkpoint.task.path, checkpoint.agent.name),
         parent=parent,
         name=name,
@@ -537,7 +539,9 @@ def _recorded_layers(
             console.print(f"[yellow]{exc}; not forking from it[/yellow]")
             continue
         pool, note = kept_pool(folder, sandbox)
-        if pool is not None or (step == cut and "sandbox" in layers.expected):  # a pool-only one needs its pool
+        if pool is not None or (
+            step == cut and "sandbox" in layers.expected
+        ):  # a pool-only one needs its pool
             return folder, step, pool, note if step == cut else f"{note}; replaying steps {step}..{cut}"
     return None
 

@@ -4,6 +4,7 @@ checkpoints a run keeps)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -33,5 +34,5 @@ def test_a_longer_run_keeps_the_latest_every_step_and_thins_the_earlier_ones(kee
         latest = list(range(max(step - keep // 2 + 1, 1), step + 1))
         assert kept[-len(latest) :] == latest  # the latest, every step
     earlier = kept[: -(keep // 2)]
-    gaps = {b - a for a, b in zip(earlier, earlier[1:], strict=False)}
+    gaps = {b - a for a, b in itertools.pairwise(earlier)}
     assert len(gaps) <= 1 and earlier[0] == min(gaps or {earlier[0]})  # an even stride from the start

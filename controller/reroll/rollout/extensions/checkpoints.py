@@ -16,10 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from pathlib import Path
-
 import shutil
 from collections.abc import Sequence
+from pathlib import Path
 
 from reroll_contracts.errors import RerollError, SandboxError
 
@@ -117,7 +116,14 @@ class Checkpoints(Extension):
                 if self.pool_only and not await _keep_in_pool(run, step, folder):
                     continue  # no pool here after all (a child of one): nothing to keep
                 await capture_checkpoint(
-                    run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False, covered=covered
+                    run.sandbox,
+                    plan.task,
+                    plan.agent,
+                    step,
+                    folder,
+                    env,
+                    quiesce_agent=False,
+                    covered=covered,
                 )
                 if self.pool_only:
                     await self._retain(run, step)
@@ -135,8 +141,10 @@ class Checkpoints(Extension):
         snapshot and folder)."""
         self.kept.append(step)
         keep = retained(self.kept, self.keep)
+        drop = getattr(run.sandbox, "drop_pool_snapshot", None)  # there: it took a pool snapshot
         for dropped in [kept for kept in self.kept if kept not in keep]:
-            await getattr(run.sandbox, "drop_pool_snapshot")(f"step-{dropped}")  # _keep_in_pool: it has
+            if drop is not None:
+                await drop(f"step-{dropped}")
             shutil.rmtree(run.plan.run_dir / CHECKPOINTS_DIR / f"step-{dropped}", ignore_errors=True)
         self.kept = [kept for kept in self.kept if kept in keep]
 

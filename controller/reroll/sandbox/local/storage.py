@@ -230,8 +230,8 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     with `run_id` that run's whatever its controller, or with `running` all. A sandbox's
     processes end with its controller's sidecar (`stop` kills any orphan). A kept pool (see the
     module docstring) goes when no child of it runs and it was kept more than `POOL_KEEP_SECONDS`
-    ago or its run folder (`RUN_FILE`) is gone, or with `run_id` or `running`. Also removes the unpacked task images whose Docker image is
-    gone (`reroll.sandbox.local.imagefs.prune_unpacked`).
+    ago or its run folder (`RUN_FILE`) is gone, or with `run_id` or `running`. Also removes the
+    unpacked task images whose Docker image is gone (`reroll.sandbox.local.imagefs.prune_unpacked`).
 
     Returns:
         ``{"disks": [host folders removed], "unpacked images": [cache folders removed]}``, each key
