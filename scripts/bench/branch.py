@@ -1,35 +1,42 @@
 """Benchmark: ``reroll branch --via snapshot`` against ``--via replay``, and the environment state's
 snapshot + restore.
 
-    .venv/bin/python scripts/bench/branch.py [--steps 40] [--at 30] [-n 8] [--concurrency 4]
-        [--step-seconds 0] [--checkpoint-every 10] [--sandbox local] [--db-mb 100] [--keep-snapshots]
+    .venv/bin/python scripts/bench/branch.py [--steps 40] [--at 10,30] [-n 8] [--concurrency 4]
+        [--step-seconds 0] [--checkpoint-every 0] [--sandbox local] [--db-mb 100]
 
 Records one run of the resumable ``urllib-session`` agent (examples/agents/urllib-session.yaml)
 on examples/tasks/sqlite-ledger (a SQLite state) with its scripted model: `--steps` bash steps,
 each adding a row to the ledger (after sleeping `--step-seconds`, the tool time a real step
-has), then done; once plainly, once with a checkpoint every `--checkpoint-every` steps. It is
-branched at step `--at` into `-n` children (the same script: each child runs the remaining
-steps live): by replay (every child re-executes the prefix), by snapshot from the plain run (the
-prefix rebuilt once, its layers captured and restored into each child) and by snapshot from the
-checkpointed run (its recorded checkpoint restored into each child, no prefix re-executed; with
-`--keep-snapshots`, local only, that run keeps a copy-on-write pool and the children start from
-its snapshot of the step, restoring only the environment's layer; the pool is removed at the end).
-Prints wall time and CPU-seconds (this process and every descendant it waited for: proxies,
-model servers, sidecars, agents, tools; ``getrusage``) of each, and their ratios; then the
-seconds a snapshot and a restore of a `--db-mb` MB SQLite database take in a sandbox. Exits 1
-when a child did not end ``ok``.
+has), then done; with no extra flag (on ``local`` with copy-on-write it keeps a pool checkpoint
+at every step by default, `reroll.rollout.extensions.checkpoints`), and with `--checkpoint-every`
+> 0 once more with a checkpoint every that many steps. At each step of `--at` it is branched
+into `-n` children (the same script: each child runs the remaining steps live): by replay (every
+child re-executes the prefix), by snapshot from the run with no flag (from its kept pool
+checkpoint of the step, or of the nearest earlier step with the remainder replayed; where it has
+none, the prefix rebuilt once and its layers restored into each child), and by snapshot from the
+checkpointed run. Prints, per branching, the wall time, the CPU-seconds (this process and every
+descendant it waited for: proxies, model servers, sidecars, agents, tools; ``getrusage``) and the
+fork latency (from the branch's start to the first child's first live request), and their ratios
+to the replay's; then the per-step checkpoint cost of the recording (from its proxy's held
+requests: the time each was held), and the seconds a snapshot and a restore of a `--db-mb` MB
+SQLite database take in a sandbox. The pools are removed at the end. Exits 1 when a child did
+not end ``ok``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -39,9 +46,10 @@ from reroll.environment.state import restore_state, snapshot_state
 from reroll.jobs.branch import Via, branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, pool_reference
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, HELD_FILE, pool_reference
 from reroll.rollout.lifecycle import sandbox_env
 from reroll.rollout.sandbox_spec import sandbox_spec
+from reroll.runfolder.run import TRAJECTORY, harness_folder
 from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.base import create_sandbox
 from reroll.sandbox.docker import disk
@@ -49,6 +57,7 @@ from reroll.sandbox.local.storage import PoolSnapshot
 from reroll.settings import RolloutSettings
 from reroll.tasks.environment import StateSpec
 from reroll.tasks.task import load_task
+from reroll_contracts.trajectory import load_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "tasks" / "sqlite-ledger"
@@ -118,8 +127,7 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
 
 async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> Path:
     """Record the ledger run (with a checkpoint every `every` steps); its run folder."""
-    kept = {"keep_snapshots": True} if every and args.keep_snapshots else None
-    options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every, sandbox_config=kept)
+    options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every)
     jobs = folder / f"jobs-{every}"
     outcome, wall, cpu = await measured(
         lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs)
@@ -131,55 +139,119 @@ async def record(args: argparse.Namespace, folder: Path, model: str, every: int)
     return outcome.run_dir
 
 
+def fork_latency(summary: BranchSummary, started: float) -> float | None:
+    """Seconds from `started` (``time.time()``) to the first live request of any child."""
+    firsts = []
+    for child in summary.children:
+        trajectory = Path(summary.parent) / child.folder / TRAJECTORY
+        exchanges = load_trajectory(trajectory).exchanges if trajectory.is_file() else []
+        live = [e for e in exchanges if e.metadata.source == "live"]
+        if live:
+            firsts.append(datetime.fromisoformat(live[0].request.timestamp).timestamp())
+    return min(firsts) - started if firsts else None
+
+
+async def branched(
+    args: argparse.Namespace, folder: Path, model: str, at: int, label: str, run: Path, via: Via
+) -> Row:
+    """Branch `run` at `at` into ``-n`` children `via`; its row."""
+    print(f"branching at step {at} into {args.n} children {label}", flush=True)
+    began = time.time()
+    summary, wall, cpu = await measured(
+        lambda: branch(
+            run,
+            at=at,
+            models=[model],
+            n=args.n,
+            options=RolloutSettings(sandbox=args.sandbox),
+            runner=RunnerOptions(concurrency=args.concurrency),
+            output=folder / f"tree-{at}-{via}-{run.name}",
+            via=via,
+        )
+    )
+    latency = fork_latency(summary, began)
+    statuses = [child.status for child in summary.children]
+    print(f"  {wall:.1f} s wall, {cpu:.1f} CPU-s; children: {statuses}; {summary.note}", flush=True)
+    return Row(at, label, wall, cpu, latency, summary)
+
+
+@dataclass
+class Row:
+    """One branching: its step, how, wall and CPU seconds, fork latency and summary."""
+
+    at: int
+    label: str
+    wall: float
+    cpu: float
+    latency: float | None
+    summary: BranchSummary
+
+
+def held_seconds(run: Path) -> list[float]:
+    """Per-step checkpoint cost of a recording: how long each held request was held
+    (`reroll.rollout.extensions.checkpoints.HELD_FILE`); empty when none was."""
+    held = harness_folder(run) / HELD_FILE
+    return list(json.loads(held.read_text())["seconds"]) if held.is_file() else []
+
+
+def table(rows: list[Row], args: argparse.Namespace) -> None:
+    """Print the rows, each against the replay of its step."""
+    print()
+    print(
+        f"| branch of {args.steps} steps, {args.n} children | wall s | CPU-s | fork latency s | "
+        "wall / replay | CPU / replay |"
+    )
+    print("|---|---|---|---|---|---|")
+    replays = {row.at: row for row in rows if row.summary.via == "replay"}
+    for row in rows:
+        base = replays[row.at]
+        latency = f"{row.latency:.2f}" if row.latency is not None else "-"
+        print(
+            f"| K={row.at}, {row.label} | {row.wall:.1f} | {row.cpu:.1f} | {latency} | "
+            f"{row.wall / base.wall:.2f}x | {row.cpu / base.cpu:.2f}x |"
+        )
+
+
 async def bench(args: argparse.Namespace, folder: Path) -> int:
     os.environ[AGENTS_FILE_ENV] = str(AGENTS)
     model = script(folder, args.steps, args.step_seconds)
     print(f"recording {args.steps} steps of urllib-session on sqlite-ledger ({args.sandbox})", flush=True)
     plain = await record(args, folder, model, 0)
-    checkpointed = await record(args, folder, model, args.checkpoint_every)
+    runs = [plain]
     ways: list[tuple[str, Path, Via]] = [
         ("--via replay", plain, "replay"),
-        ("--via snapshot (prefix rebuilt once)", plain, "snapshot"),
-        (f"--via snapshot (run --checkpoint-every {args.checkpoint_every})", checkpointed, "snapshot"),
+        ("--via snapshot (run with no flag)", plain, "snapshot"),
     ]
-    rows: list[tuple[str, float, float, BranchSummary]] = []
-    for index, (label, run, via) in enumerate(ways):
-        print(f"branching at step {args.at} into {args.n} children {label}", flush=True)
-        summary, wall, cpu = await measured(
-            lambda run=run, via=via, index=index: branch(  # type: ignore[misc]
-                run,
-                at=args.at,
-                models=[model],
-                n=args.n,
-                options=RolloutSettings(sandbox=args.sandbox),
-                runner=RunnerOptions(concurrency=args.concurrency),
-                output=folder / f"tree-{index}",
-                via=via,
-            )
+    if args.checkpoint_every:
+        checkpointed = await record(args, folder, model, args.checkpoint_every)
+        runs.append(checkpointed)
+        ways.append(
+            (f"--via snapshot (run --checkpoint-every {args.checkpoint_every})", checkpointed, "snapshot")
         )
-        rows.append((label, wall, cpu, summary))
-        statuses = [child.status for child in summary.children]
-        print(f"  {wall:.1f} s wall, {cpu:.1f} CPU-s; children: {statuses}; {summary.note}", flush=True)
-    _, replay_wall, replay_cpu, _ = rows[0]
-    print()
-    title = f"branch at {args.at} of {args.steps} steps, {args.n} children"
-    print(f"| {title} | wall s | CPU-s | wall / replay | CPU / replay |")
-    print("|---|---|---|---|---|")
-    for label, wall, cpu, _ in rows:
-        print(f"| {label} | {wall:.1f} | {cpu:.1f} | {wall / replay_wall:.2f}x | {cpu / replay_cpu:.2f}x |")
-    layers = {summary.checkpoint: summary.layers for _, _, _, summary in rows[1:]}
-    print(f"\nsnapshot layers (digests): {layers}")
+    rows = [
+        await branched(args, folder, model, int(at), label, run, via)
+        for at in args.at.split(",")
+        for label, run, via in ways
+    ]
+    table(rows, args)
+    held = held_seconds(plain)
+    if held:
+        print(
+            f"\nper-step checkpoint of the run with no flag: {len(held)} steps, "
+            f"p50 {statistics.median(held) * 1e3:.1f} ms, max {max(held) * 1e3:.1f} ms"
+        )
     snapshot, restore, size = await state_seconds(args.sandbox, args.db_mb)
     print(
         f"\nSQLite state of {args.db_mb} MB ({size / 1e6:.0f} MB copied): "
         f"snapshot {snapshot:.2f} s, restore {restore:.2f} s"
     )
-    for step in (checkpointed / CHECKPOINTS_DIR).glob("step-*"):
-        reference = pool_reference(step)
-        if reference is not None:
-            disk.remove(PoolSnapshot.parse(reference).pool)
-            break  # one pool holds every step's snapshot
-    children = [child for _, _, _, summary in rows for child in summary.children]
+    for run in runs:
+        for step in (run / CHECKPOINTS_DIR).glob("step-*"):
+            reference = pool_reference(step)
+            if reference is not None:
+                disk.remove(PoolSnapshot.parse(reference).pool)
+                break  # one pool holds every step's snapshot
+    children = [child for row in rows for child in row.summary.children]
     return 0 if all(child.status == "ok" for child in children) else 1
 
 
@@ -187,14 +259,13 @@ def main() -> int:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--at", type=int, default=30)
+    parser.add_argument("--at", default="10,30", help="the steps to branch at, comma-separated")
     parser.add_argument("-n", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--step-seconds", type=float, default=0.0)
-    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--sandbox", default="local")
     parser.add_argument("--db-mb", type=int, default=100)
-    parser.add_argument("--keep-snapshots", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-bench-branch-") as folder:
         return asyncio.run(bench(args, Path(folder)))

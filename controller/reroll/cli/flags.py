@@ -138,7 +138,17 @@ CheckpointEveryOption = Annotated[
         min=0,
         help="Capture a checkpoint (environment state, workspace, agent session) every N steps, "
         "into <run>/checkpoints/step-K/: `reroll branch --at K --via snapshot` forks from it "
-        "without rebuilding the prefix [default: 0, none].",
+        "without rebuilding the prefix [default: 0, none; on local with a copy-on-write disk a "
+        "recording keeps a pool checkpoint at every step anyway].",
+    ),
+]
+CheckpointKeepOption = Annotated[
+    int | None,
+    typer.Option(
+        min=2,
+        help="The most per-step pool checkpoints a recording on local keeps: all for a run of up to "
+        "N steps, beyond that the latest N/2 and the earlier ones thinned to an even stride "
+        "(`reroll branch --at K` starts from the nearest earlier one) [default: 64].",
     ),
 ]
 
@@ -169,6 +179,7 @@ FLAGS: dict[str, str] = {
     "user_model": "user_model",
     "ask_user": "ask_user",
     "checkpoint_every": "checkpoint_every",
+    "checkpoint_keep": "checkpoint_keep",
     "trust": "trust",
 }
 """Each settings flag (a command's parameter name) → the `RolloutSettings` field it sets."""

@@ -21,6 +21,7 @@ from reroll.cli.common import (
 from reroll.cli.flags import (
     AskUserOption,
     CheckpointEveryOption,
+    CheckpointKeepOption,
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
@@ -87,6 +88,7 @@ def job(
     user_model: UserModelOption = None,
     ask_user: AskUserOption = None,
     checkpoint_every: CheckpointEveryOption = None,
+    checkpoint_keep: CheckpointKeepOption = None,
     trial: Annotated[
         Path | None, typer.Option(help="Trial file (YAML) every rollout runs; see docs/trials.md.")
     ] = None,

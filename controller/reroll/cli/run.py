@@ -12,6 +12,7 @@ from reroll.cli.common import console, finish, guarded, refuse
 from reroll.cli.flags import (
     AskUserOption,
     CheckpointEveryOption,
+    CheckpointKeepOption,
     FaultSeedOption,
     FaultsOption,
     ImageMapOption,
@@ -69,6 +70,7 @@ def run(
     user_model: UserModelOption = None,
     ask_user: AskUserOption = None,
     checkpoint_every: CheckpointEveryOption = None,
+    checkpoint_keep: CheckpointKeepOption = None,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
 

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,6 +38,10 @@ CHECKPOINTS_DIR = "checkpoints"
 RESTORED_FILE = "restored-checkpoint.json"
 """In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
 layers' digests, which the restore reproduced)."""
+HELD_FILE = "checkpoint-holds.json"
+"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...]}``, how long
+each step's request was held for its checkpoint (the controller told of the hold → the release
+answered): the per-step cost the agent waits."""
 POOL_FILE = "pool.json"
 """In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
 with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
@@ -58,6 +63,8 @@ class Checkpoints(Extension):
         self.restore_step = 0
         self.from_pool = False
         self.capturing: asyncio.Task[None] | None = None
+        self.held: dict[int, float] = {}
+        """Seconds each step's request was held (`HELD_FILE`)."""
 
     def configure(self, draft: Draft) -> None:
         """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
@@ -98,8 +105,11 @@ class Checkpoints(Extension):
         launch.resume = launch.resume or self.restore_from is not None
 
     async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
-        """Stop capturing (before the proxy stops)."""
+        """Stop capturing (before the proxy stops); write how long each step was held (`HELD_FILE`)."""
         await self._stop()
+        if self.held:
+            held = {"steps": list(self.held), "seconds": [round(s, 6) for s in self.held.values()]}
+            write_json(harness_folder(run.plan.run_dir) / HELD_FILE, held)
 
     async def _capture(self, run: Run, proxy: LlmProxy, env: dict[str, str]) -> None:
         """Each time the proxy holds a request at a step boundary, capture the layers into
@@ -111,6 +121,7 @@ class Checkpoints(Extension):
         covered = [run.sandbox.layout.workspace, run.sandbox.layout.home] if self.pool_only else []
         while True:
             step = await proxy.wait_for_held()
+            began = time.perf_counter()
             folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
             try:
                 if self.pool_only and not await _keep_in_pool(run, step, folder):
@@ -135,6 +146,7 @@ class Checkpoints(Extension):
                 run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
             finally:
                 await proxy.release(step)
+                self.held[step] = time.perf_counter() - began
 
     async def _retain(self, run: Run, step: int) -> None:
         """Add `step` to the kept checkpoints and drop those `retained` lets go (their pool
