@@ -81,6 +81,7 @@ def test_a_job_file_sets_every_rollout_setting(tmp_path: Path, examples: Path) -
         "network": "none",
         "faults": str(plan),
         "checkpoint_every": 3,
+        "checkpoint_keep": 10,
         "max_steps": 4,
         "skill_mode": "with-skill",
         "skills_dir": str(tmp_path / "skills"),

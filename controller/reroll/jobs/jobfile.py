@@ -25,6 +25,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     user_model: null         # a persona User's model (a trial's persona) [default: the persona's]
     ask_user: false          # offer every agent reroll's ask_user tool over MCP (reroll run --ask-user)
     checkpoint_every: 0      # capture a checkpoint every N steps (reroll run --checkpoint-every)
+    checkpoint_keep: 64      # the most per-step pool checkpoints kept on local (--checkpoint-keep)
     max_steps: null          # cut each rollout after N steps (reroll run --max-steps) [default: none]
     trial: null              # a trial file (relative to this file): every rollout runs its scenes,
                              # the job's agent playing the roles that name none (reroll run --trial)
@@ -70,6 +71,7 @@ SETTINGS_KEYS: dict[str, str] = {
     "network": "network",
     "faults": "faults",
     "checkpoint_every": "checkpoint_every",
+    "checkpoint_keep": "checkpoint_keep",
     "max_steps": "max_steps",
     "skill_mode": "skills",
     "skills_dir": "skills_dir",
@@ -159,7 +161,9 @@ class JobSpec(RunnerOptions):
     """A persona User's model for every rollout whose trial has one; None: the persona's ``model``."""
     checkpoint_every: int = Field(default=0, ge=0)
     """Capture a checkpoint every this many steps of each rollout (``reroll run --checkpoint-every``);
-    0: none."""
+    0: none (on local with copy-on-write, a pool checkpoint at every step anyway)."""
+    checkpoint_keep: int = Field(default=64, ge=2)
+    """The most per-step pool checkpoints each rollout on local keeps (``--checkpoint-keep``)."""
     max_steps: int | None = Field(default=None, ge=1)
     """Cut each rollout once it served this many steps (``reroll run --max-steps``); None: no limit."""
     trial: Path | None = None
@@ -182,6 +186,7 @@ class JobSpec(RunnerOptions):
             network=self.network,
             faults=faults,
             checkpoint_every=self.checkpoint_every,
+            checkpoint_keep=self.checkpoint_keep,
             max_steps=self.max_steps,
             skill_mode=self.skills,
             skills_dir=self.skills_dir,
