@@ -112,7 +112,7 @@ def test_a_recording_keeps_a_pool_checkpoint_at_every_step_as_its_retention_says
     assert kept == sorted(retained(range(1, 7), 4)) == [2, 4, 5, 6]
     for step in kept:
         layers = load_checkpoint(every_step / CHECKPOINTS_DIR / f"step-{step}", step=step)
-        assert layers.expected == ["environment"]  # the workspace and session are the pool's
+        assert layers.expected == []  # the workspace, session and / (the ledger) are the pool's
         reference = pool_reference(every_step / CHECKPOINTS_DIR / f"step-{step}")
         assert reference is not None and storage.PoolSnapshot.parse(reference).name == f"step-{step}"
     frozen = storage.PoolSnapshot.parse(reference).frozen.parent

@@ -99,8 +99,8 @@ class LayeredCheckpoint(BaseModel):
 
 @dataclass(frozen=True)
 class LayerPlan:
-    """What one layer copies: a kind and absolute paths in the sandbox (none for ``environment``,
-    which follows the task's `StateSpec`)."""
+    """What one layer copies: a kind and absolute paths in the sandbox (for ``environment``, which
+    follows the task's `StateSpec`, its paths when they are files of the sandbox, else none)."""
 
     name: LayerName
     kind: CopyKind
@@ -109,10 +109,11 @@ class LayerPlan:
 
 def layer_plans(sandbox: Sandbox, task: Task, agent: AgentSpec) -> list[LayerPlan]:
     """The layers a checkpoint of `agent` on `task` in `sandbox` has, in `LAYER_ORDER`."""
-    layout = sandbox.layout
+    layout, state = sandbox.layout, task.spec.environment.state
     plans = []
-    if task.spec.environment.state is not None:
-        plans.append(LayerPlan("environment", "files", []))
+    if state is not None:  # its paths when they are the sandbox's files (a caller may cover them)
+        in_sandbox = state.kind != "command" and state.service is None
+        plans.append(LayerPlan("environment", "files", list(state.paths) if in_sandbox else []))
     plans.append(LayerPlan("sandbox", "files", [layout.workspace]))
     if agent.session_paths:
         session = [f"{layout.home.rstrip('/')}/{path.lstrip('/')}" for path in agent.session_paths]

@@ -61,7 +61,8 @@ class Checkpoints(Extension):
         """The steps whose checkpoint the run keeps so far (`retained`)."""
         self.restore_from: Path | None = None
         self.restore_step = 0
-        self.from_pool = False
+        self.from_pool: str | None = None
+        """The kept pool snapshot a fork's sandbox started from (`FromCheckpoint.pool`)."""
         self.capturing: asyncio.Task[None] | None = None
         self.held: dict[int, float] = {}
         """Seconds each step's request was held (`HELD_FILE`)."""
@@ -77,14 +78,14 @@ class Checkpoints(Extension):
         if isinstance(draft.origin, FromCheckpoint):
             self.restore_from = draft.origin.layers
             self.restore_step = draft.origin.layers_step or draft.origin.checkpoint.cut_index
-            self.from_pool = draft.origin.pool is not None
+            self.from_pool = draft.origin.pool
 
     async def before_agent(self, run: Run) -> None:
         """Restore the origin's layers (a fork), then start capturing while the agent runs."""
         plan, env = run.plan, run.env | run.task_env
         if self.restore_from is not None:
             run.console.print(f"[dim]restoring the checkpoint layers of step {self.restore_step}[/dim]")
-            given = [run.sandbox.layout.workspace, run.sandbox.layout.home] if self.from_pool else []
+            given = pool_covers(run, self.from_pool) if self.from_pool else []
             restored = await restore_checkpoint(
                 run.sandbox,
                 plan.task,
@@ -118,14 +119,15 @@ class Checkpoints(Extension):
         not frozen). A failed capture is reported, the run goes on (a branch refuses the
         incomplete checkpoint and rebuilds the prefix)."""
         plan = run.plan
-        covered = [run.sandbox.layout.workspace, run.sandbox.layout.home] if self.pool_only else []
         while True:
             step = await proxy.wait_for_held()
             began = time.perf_counter()
             folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
             try:
-                if self.pool_only and not await _keep_in_pool(run, step, folder):
-                    continue  # no pool here after all (a child of one): nothing to keep
+                reference = await _keep_in_pool(run, step, folder) if self.pool_only else None
+                if self.pool_only and reference is None:
+                    continue  # no pool here after all: nothing to keep
+                covered = pool_covers(run, reference) if reference is not None else []
                 await capture_checkpoint(
                     run.sandbox,
                     plan.task,
@@ -139,7 +141,7 @@ class Checkpoints(Extension):
                 if self.pool_only:
                     await self._retain(run, step)
                 else:
-                    await _keep_in_pool(run, step, folder)
+                    await _keep_in_pool(run, step, folder)  # besides the tar layers, where it can
                     run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
                 await run.hooks.at_checkpoint(run, step, folder)
             except RerollError as exc:
@@ -203,22 +205,31 @@ def retained(steps: Sequence[int], keep: int) -> set[int]:
     return {step for step in steps if step > boundary or step % stride == 0}
 
 
-async def _keep_in_pool(run: Run, step: int, folder: Path) -> bool:
+async def _keep_in_pool(run: Run, step: int, folder: Path) -> str | None:
     """Where the sandbox can keep a copy-on-write snapshot beyond its life (`pool_snapshot`: the
-    isolated ``local`` sandbox with copy-on-write), take ``step-K`` of the workspace and HOME and
-    write its reference into `folder`'s `POOL_FILE` (and the run folder into the pool:
-    `reroll.sandbox.local.storage.mark_pool`); whether it did."""
+    isolated ``local`` sandbox with copy-on-write), take ``step-K`` of the workspace, HOME and
+    ``/`` and write its reference into `folder`'s `POOL_FILE` (and the run folder into the pool:
+    `reroll.sandbox.local.storage.mark_pool`); the reference, None when there is no pool."""
     pool_snapshot = getattr(run.sandbox, "pool_snapshot", None)
-    reference = None if pool_snapshot is None else await pool_snapshot(f"step-{step}")
+    reference: str | None = None if pool_snapshot is None else await pool_snapshot(f"step-{step}")
     if reference is None:
-        return False
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / POOL_FILE, {"from_snapshot": reference})
     try:
         mark_pool(reference, run.plan.run_dir)
     except OSError as exc:
         raise SandboxError(f"marking the pool of {reference}: {exc}") from exc
-    return True
+    return reference
+
+
+def pool_covers(run: Run, reference: str) -> list[str]:
+    """The sandbox paths the pool snapshot `reference` (``<pool>:<name>``) holds: the workspace,
+    HOME, and ``/`` when it froze it (`reroll.sandbox.local.storage.PoolSnapshot.root`): the
+    layers whose paths lie in them are neither captured nor restored."""
+    folder, _, name = reference.rpartition(":")
+    frozen_root = PoolSnapshot(Path(folder), name).root is not None
+    return [run.sandbox.layout.workspace, run.sandbox.layout.home] + ["/"] * frozen_root
 
 
 def pool_reference(folder: Path) -> str | None:

@@ -309,8 +309,8 @@ class IsolatedSandbox(SidecarSandbox):
             shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
         chown_tree(self.folder, root, root)
-        for sub in ("root", "logs"):
-            chown_tree(self._files(sub), root, root)
+        for sub in ("logs",) if self._storage.root_given else ("root", "logs"):
+            chown_tree(self._files(sub), root, root)  # a snapshot's ``/`` keeps its owners
         for sub in ("logs/agent",) if self._storage.is_child else ("app", "logs/agent", "home"):
             chown_tree(self._files(sub), agent, agent)  # a child's are the snapshot's, as they were
         (self.folder / "verifier").chmod(0o700)
@@ -333,15 +333,20 @@ class IsolatedSandbox(SidecarSandbox):
 
     async def pool_snapshot(self, name: str) -> str | None:
         """Snapshot the workspace and HOME as `name` for a kept pool: ``<pool>:<name>``, what
-        ``from_snapshot`` takes after this sandbox stops (which then keeps its disk as a pool); None
-        with ``keep_snapshots`` False, without copy-on-write, or on a pool's child. Raises
-        SandboxError as `snapshot`."""
+        ``from_snapshot`` takes after this sandbox stops (which then keeps its disk as a pool), with
+        ``/`` (`PoolSnapshot.root`) unless the sandbox runs on a task's image; None with
+        ``keep_snapshots`` False, without copy-on-write, or on a pool's child. Raises SandboxError
+        as `snapshot`."""
         storage, paths = self._storage, [self.layout.workspace, self.layout.home]
         if self.config.keep_snapshots is False or storage is None or storage.cow is None or storage.is_child:
             return None
         await self.snapshot(name, paths)
-        self._pooled = self._pooled or storage.cow.has(name)
-        return str(PoolSnapshot(storage.disk.folder, name)) if storage.cow.has(name) else None
+        if not storage.cow.has(name):
+            return None
+        if self._image is None:  # ``/`` too (``/tmp``, services' files): not an image's overlay
+            await asyncio.to_thread(storage.freeze_root, name)
+        self._pooled = True
+        return str(PoolSnapshot(storage.disk.folder, name))
 
     async def drop_pool_snapshot(self, name: str) -> None:
         """Delete the pool snapshot `name` (a checkpoint retention let go: `reroll.rollout.extensions.

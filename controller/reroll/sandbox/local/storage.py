@@ -42,9 +42,13 @@ from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.imagefs import prune_unpacked
+from reroll.sandbox.local.rootview import TOP_LEVEL
 
 FOLDERS = ("root", "app", "logs", "home")
 """A sandbox's folders on its disk: ``/``, the workspace, the logs, HOME."""
+ROOT = "root"
+"""In a pool snapshot's folder: the frozen ``/`` (`SandboxDisk.freeze_root`), beside the workspace's
+and HOME's numbered subvolumes."""
 KEPT = "kept"
 """In a disk's host folder: the time (seconds since the epoch) its sandbox stopped and kept it as a pool."""
 CHILDREN = "children"
@@ -84,6 +88,12 @@ class PoolSnapshot:
         """The snapshot's folder on the pool."""
         return self.pool / disk.MOUNTPOINT / cow.SNAPSHOTS / self.name
 
+    @property
+    def root(self) -> Path | None:
+        """The frozen ``/`` of the snapshot (`SandboxDisk.freeze_root`), None when it holds none."""
+        root = self.frozen / ROOT
+        return root if cow.is_subvolume(root) else None
+
     def __str__(self) -> str:
         return f"{self.pool}:{self.name}"
 
@@ -101,6 +111,21 @@ class SandboxDisk:
     disk: SizedDisk
     base: Path
     cow: cow.Subvolumes | None
+
+    root_given: bool = False
+    """Whether ``root`` is a writable snapshot of a pool snapshot's frozen ``/`` (`child_of`)."""
+
+    def freeze_root(self, name: str) -> None:
+        """Add a read-only snapshot of ``/`` (the ``root`` subvolume: ``/tmp``, ``/var``, services'
+        files) to copy-on-write snapshot `name` (taken already), as `ROOT` in its folder.
+
+        Raises:
+            SandboxError: the file system refused.
+        """
+        try:
+            cow.snapshot_subvolume(self.base / "root", self.base / cow.SNAPSHOTS / name / ROOT, readonly=True)
+        except OSError as exc:
+            raise SandboxError(f"copy-on-write snapshot {name!r} of /: {exc}") from exc
 
     def path(self, name: str) -> Path:
         """The host path of the folder `name` (one of `FOLDERS`, or below one)."""
@@ -150,9 +175,9 @@ class SandboxDisk:
 
     @classmethod
     def child_of(cls, source: PoolSnapshot, child: str, sandbox_paths: dict[str, str]) -> SandboxDisk:
-        """Lay out the folder `child` (a name) on `source`'s pool: ``root`` and ``logs`` empty, the
-        workspace and HOME writable snapshots of the frozen ones (an empty HOME when the snapshot
-        holds none).
+        """Lay out the folder `child` (a name) on `source`'s pool: ``logs`` empty, ``/``, the
+        workspace and HOME writable snapshots of the frozen ones (an empty ``/`` or HOME when the
+        snapshot holds none).
 
         Raises:
             SandboxError: the snapshot is not of these sandbox paths, or the file system refused.
@@ -164,8 +189,14 @@ class SandboxDisk:
         try:
             base.mkdir(parents=True, mode=0o700)
             (base / disk.OWNER).write_text(owner_label())
-            for name in ("root", "logs"):
-                cow.create_subvolume(base / name)
+            cow.create_subvolume(base / "logs")
+            if source.root is not None:
+                cow.snapshot_subvolume(source.root, base / "root", readonly=False)
+                for link in TOP_LEVEL:  # the links bwrap made there; it makes them again
+                    if (base / "root" / link.lstrip("/")).is_symlink():
+                        (base / "root" / link.lstrip("/")).unlink()
+            else:
+                cow.create_subvolume(base / "root")
             for name in ("app", "home"):
                 if sandbox_paths[name] in frozen:
                     cow.snapshot_subvolume(frozen[sandbox_paths[name]], base / name, readonly=False)
@@ -179,7 +210,7 @@ class SandboxDisk:
         if set(frozen) - set(folders):
             _remove_child(base)
             raise SandboxError(f"snapshot {source} holds {sorted(frozen)}, not this sandbox's paths")
-        return cls(pool, base, subvolumes)
+        return cls(pool, base, subvolumes, root_given=source.root is not None)
 
     def release(self, *, keep_snapshots: bool) -> None:
         """At the sandbox's stop: a child removes its folder; a disk with `keep_snapshots` (and
