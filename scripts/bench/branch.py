@@ -46,14 +46,13 @@ from reroll.environment.state import restore_state, snapshot_state
 from reroll.jobs.branch import Via, branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, HELD_FILE, pool_reference
+from reroll.rollout.extensions.checkpoints import HELD_FILE
 from reroll.rollout.lifecycle import sandbox_env
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.runfolder.run import TRAJECTORY, harness_folder
 from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.base import create_sandbox
-from reroll.sandbox.docker import disk
-from reroll.sandbox.local.storage import PoolSnapshot
+from reroll.sandbox.local.storage import remove_pools_under
 from reroll.settings import RolloutSettings
 from reroll.tasks.environment import StateSpec
 from reroll.tasks.task import load_task
@@ -217,14 +216,12 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
     model = script(folder, args.steps, args.step_seconds)
     print(f"recording {args.steps} steps of urllib-session on sqlite-ledger ({args.sandbox})", flush=True)
     plain = await record(args, folder, model, 0)
-    runs = [plain]
     ways: list[tuple[str, Path, Via]] = [
         ("--via replay", plain, "replay"),
         ("--via snapshot (run with no flag)", plain, "snapshot"),
     ]
     if args.checkpoint_every:
         checkpointed = await record(args, folder, model, args.checkpoint_every)
-        runs.append(checkpointed)
         ways.append(
             (f"--via snapshot (run --checkpoint-every {args.checkpoint_every})", checkpointed, "snapshot")
         )
@@ -245,12 +242,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         f"\nSQLite state of {args.db_mb} MB ({size / 1e6:.0f} MB copied): "
         f"snapshot {snapshot:.2f} s, restore {restore:.2f} s"
     )
-    for run in runs:
-        for step in (run / CHECKPOINTS_DIR).glob("step-*"):
-            reference = pool_reference(step)
-            if reference is not None:
-                disk.remove(PoolSnapshot.parse(reference).pool)
-                break  # one pool holds every step's snapshot
+    remove_pools_under(folder)  # the recordings' and any rebuilt prefix's
     children = [child for row in rows for child in row.summary.children]
     return 0 if all(child.status == "ok" for child in children) else 1
 
