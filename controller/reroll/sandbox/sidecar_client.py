@@ -225,7 +225,7 @@ class SidecarClient:
 
         Args:
             argv: the program and its arguments (looked up in the child's PATH).
-            **options: as `Sandbox.exec` takes them (`ExecOptions`); an empty `cwd` is the
+            **options: how to run it (`ExecOptions`); an empty `cwd` is the
                 sidecar's, an empty `user` the sidecar's own (it must be root for another);
                 a `service` is spared by the agent's quiesce (``ExecRequest.service``).
 
@@ -273,8 +273,8 @@ class SidecarClient:
             argv: the program and its arguments (looked up in the child's PATH).
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
                 the result then holds only the last `STREAMED_TAIL_BYTES` of each stream.
-            **options: working folder, environment, user, timeout, stdin, service (`ExecOptions`,
-                as `exec_stream` takes them).
+            **options: working folder, environment, user, timeout, stdin, service (`ExecOptions`;
+                their defaults as `exec_stream` says).
 
         Returns:
             The exit code (127 for a program that does not exist, with the error on stderr; the
