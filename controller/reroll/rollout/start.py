@@ -19,6 +19,7 @@ __all__ = [
     "NewRecording",
     "Origin",
     "RolloutOutcome",
+    "check_rollout",
     "model_for",
     "start_rollout",
 ]
@@ -38,7 +39,7 @@ from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
 from reroll.models.spec import ModelSpec, parse_model
-from reroll.rollout.hooks import Draft, load_extensions
+from reroll.rollout.hooks import Draft, Hooks, load_extensions
 from reroll.rollout.lifecycle import execute_rollout
 from reroll.rollout.origin import RESUME_PROMPT, FromCheckpoint, NewRecording, Origin
 from reroll.rollout.plan import RolloutPlan
@@ -111,9 +112,7 @@ async def start_rollout(
             (skills, learner store, ask_user, MCP servers, judge and User models).
         Nothing is written when any of these is raised.
     """
-    draft = _draft(origin, live_model, options, rescored_from)
-    hooks = load_extensions()
-    hooks.configure(draft)
+    draft, hooks = _configured(origin, live_model, options, rescored_from)
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=draft.task,
@@ -131,6 +130,35 @@ async def start_rollout(
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
         return RolloutOutcome(run_dir, await execute_rollout(plan, progress, start_gate, hooks))
+
+
+def check_rollout(
+    origin: Origin,
+    *,
+    live_model: ModelSpec | None,
+    options: RolloutSettings,
+    rescored_from: RescoredFrom | None = None,
+) -> None:
+    """Refuse what `start_rollout` of the same arguments would refuse before writing anything
+    (its checks and every extension's `reroll.rollout.hooks.Extension.configure`: the judge's and
+    User's models, the MCP servers, skills, the learner store …), writing nothing. A command that
+    starts many rollouts (``reroll branch``) calls it once before its first folder is written.
+
+    Raises:
+        As `start_rollout`.
+    """
+    _configured(origin, live_model, options, rescored_from)
+
+
+def _configured(
+    origin: Origin, live_model: ModelSpec | None, options: RolloutSettings, rescored_from: RescoredFrom | None
+) -> tuple[Draft, Hooks]:
+    """The rollout's draft, configured by every extension (`reroll.rollout.hooks.Hooks.configure`),
+    and the extensions."""
+    draft = _draft(origin, live_model, options, rescored_from)
+    hooks = load_extensions()
+    hooks.configure(draft)
+    return draft, hooks
 
 
 def _draft(
