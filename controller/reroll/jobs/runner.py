@@ -84,6 +84,7 @@ from reroll.rollout.checkpoint import find_original_task, original_task_name
 from reroll.rollout.commands.continue_ import continue_run
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.skills import select_skills
+from reroll.rollout.start import load_runnable_task
 from reroll.rollout.trust import refuse_untrusted
 from reroll.rollout.verify.judge_model import check_judge_model
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
@@ -100,7 +101,6 @@ from reroll.runfolder.summary import (
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.settings import RolloutSettings, with_recorded_inputs
-from reroll.tasks.task import load_task
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
         raise JobError(
             f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
         )
-    tasks = [load_task(path) for path in spec.tasks]
+    tasks = [load_runnable_task(path) for path in spec.tasks]
     for task in tasks:  # bad skill flags and unusable judge models are refused before any rollout starts
         select_skills(task, spec.skills, spec.skills_dir)
         check_judge_model(task, spec.judge_model)

@@ -20,6 +20,7 @@ __all__ = [
     "Origin",
     "RolloutOutcome",
     "check_rollout",
+    "load_runnable_task",
     "model_for",
     "start_rollout",
 ]
@@ -59,7 +60,7 @@ from reroll.runfolder.run import (
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.settings import RolloutSettings, continuation_settings, recorded_settings, recording_settings
-from reroll.tasks.task import Task
+from reroll.tasks.task import Task, load_task
 from reroll.tasks.variants import with_network
 from reroll.trials.config import TrialConfig
 
@@ -267,6 +268,20 @@ def _progress(console: Console | None, run_dir: Path) -> Iterator[Console]:
     log_file = harness_folder(run_dir) / CONTROLLER_LOG.name
     with open(log_file, "w") as log:
         yield Console(file=log, highlight=False, soft_wrap=True)
+
+
+def load_runnable_task(path: Path) -> Task:
+    """The task at `path` as every rollout takes it: loaded (`reroll.tasks.task.load_task`) and
+    its verifier built (`reroll.rollout.verify.verifiers.verifier_for`: an llm-judge's rubric, an
+    agent-judge's role section …). ``reroll run``, ``reroll job`` and ``reroll task check`` all
+    load through here, so the check says "does not load" exactly where a run refuses the task.
+
+    Raises:
+        TaskError: the task does not load, or its verifier cannot be built.
+    """
+    task = load_task(path)
+    verifier_for(task)
+    return task
 
 
 def model_for(agent: AgentSpec, model: str | None, task: Task) -> ModelSpec | None:

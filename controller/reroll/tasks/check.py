@@ -1,8 +1,9 @@
 """``reroll task check``: load task folders and show what reroll makes of each.
 
 For every task under the paths given (a task folder, or a folder searched recursively for
-task.md / task.toml, not below a task folder), `check` loads it as a rollout would
-(`reroll.tasks.task.load_task`) and `render` prints its resolved configuration — the conventions
+task.md / task.toml, not below a task folder), `check` loads it as a rollout does (the loader the
+caller gives: the CLI's is `reroll.rollout.start.load_runnable_task`, which also builds the
+verifier) and `render` prints its resolved configuration — the conventions
 (working folder, the agent's user, where the verifier and the solution go), environment,
 resources, network policy, time limits — then the foreign fields mapped onto reroll's and the
 fields it ignores, each with the reason; the environment plane (services with their probes,
@@ -29,7 +30,7 @@ from rich.table import Table
 from reroll.tasks.environment import McpServerSpec, ServiceSpec, start_order
 from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
-from reroll.tasks.task import EnvironmentSection, Task, load_task
+from reroll.tasks.task import EnvironmentSection, Task
 
 TASK_FILES = ("task.md", "task.toml")
 
@@ -60,10 +61,14 @@ def find_task_dirs(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def check(paths: list[Path], advise: Callable[[Task], list[str]] | None = None) -> list[CheckedTask]:
-    """Load every task under `paths` (see `find_task_dirs`); a path that is no folder, or holds
-    no task, is a failure. Each task gets the warnings of `advise` (the CLI's: bases with no
-    stand-in, a task the default ``local`` sandbox cannot run here)."""
+def check(
+    paths: list[Path], load: Callable[[Path], Task], advise: Callable[[Task], list[str]] | None = None
+) -> list[CheckedTask]:
+    """Load every task under `paths` (see `find_task_dirs`) with `load` (the CLI's:
+    `reroll.rollout.start.load_runnable_task`, what a run loads a task with, so the two agree);
+    a path that is no folder, or holds no task, is a failure. Each task gets the warnings of
+    `advise` (the CLI's: bases with no stand-in, a task the default ``local`` sandbox cannot run
+    here, a judge model a run here would refuse)."""
     results: list[CheckedTask] = []
     for path in paths:
         found = find_task_dirs(path) if path.is_dir() else [path]
@@ -71,7 +76,7 @@ def check(paths: list[Path], advise: Callable[[Task], list[str]] | None = None) 
             results.append(CheckedTask(path, None, f"{path}: no task.md or task.toml in it or below it"))
         for folder in found:
             try:
-                task = load_task(folder)
+                task = load(folder)
                 warnings = advise(task) if advise else []
                 results.append(CheckedTask(folder, task, warnings=warnings))
             except TaskError as exc:

@@ -15,9 +15,8 @@ from rich.console import Console
 
 from reroll.agents import get_agent
 from reroll.rollout.lifecycle import new_run_id
-from reroll.rollout.start import NewRecording, RolloutOutcome, model_for, start_rollout
+from reroll.rollout.start import NewRecording, RolloutOutcome, load_runnable_task, model_for, start_rollout
 from reroll.settings import RolloutSettings
-from reroll.tasks.task import load_task
 from reroll.trials.config import TrialConfig
 
 
@@ -63,7 +62,7 @@ async def run_task(
     path = task_path or (trial.task if trial is not None else None)
     if path is None:
         raise TaskError("no task: name a task folder (or a trial file whose `task:` names one)")
-    task = load_task(path)
+    task = load_runnable_task(path)
     if trial is not None:
         trial = trial.resolved(agent_name, model)
         agent_name, model = trial.agents[0], trial.model

@@ -114,3 +114,15 @@ def check_judge_model(task: Task, override: str | None) -> ModelSpec | None:
         raise ModelError(
             f"task {task.name}: the judge model {judge.spec!r} ({judge.source}) cannot be used: {exc}; {fix}"
         ) from exc
+
+
+def judge_model_warnings(task: Task) -> list[str]:
+    """``reroll task check``'s warning about `task`'s judge model: the refusal a run here would
+    give it (`check_judge_model` without ``--judge-model``), or none. A warning, not a failure:
+    BenchFlow's ``check_task`` does not look at the judge's model (its judge finds a missing key
+    when it is called, after the agent ran), and the run's environment may set the variable."""
+    try:
+        check_judge_model(task, None)
+    except ModelError as exc:
+        return [f"a run here refuses it before the agent starts (exit 2): {exc}"]
+    return []
