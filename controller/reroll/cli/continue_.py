@@ -35,6 +35,7 @@ from reroll.cli.flags import (
     TimeoutOption,
     TrustOption,
     UserModelOption,
+    WithoutMcpOption,
     rollout_settings,
 )
 from reroll.rollout.commands.continue_ import continue_run
@@ -71,6 +72,7 @@ def continue_(
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
     user_model: UserModelOption = None,
+    without_mcp: WithoutMcpOption = None,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
 

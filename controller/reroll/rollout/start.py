@@ -227,6 +227,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, settings: RolloutS
         "judge_model": settings.judge_model,
         "learner_store": settings.learner_store,
         "ask_user": bool(settings.ask_user),
+        "without_mcp": bool(settings.without_mcp),
         "user_model": settings.user_model,
         "started_at": started_at,
     }
