@@ -12,7 +12,7 @@ from reroll.cli.common import console
 from reroll.rollout.start import load_runnable_task
 from reroll.rollout.verify.judge_model import judge_model_warnings
 from reroll.sandbox.local import imagefs
-from reroll.tasks.check import find_task_dirs, resolved
+from reroll.tasks.check import find_task_dirs, program_source, resolved
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
 from typer.testing import CliRunner
@@ -271,3 +271,22 @@ def test_task_check_warns_about_a_judge_model_a_run_refuses(
     assert "needs ANTHROPIC_API_KEY" in output and "--judge-model" in output
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     assert judge_model_warnings(load_runnable_task(task)) == []
+
+
+def test_task_check_says_where_a_services_program_comes_from(examples: Path) -> None:
+    """An in-sandbox service's program from the task's environment/workspace is named so; one the
+    task folder does not hold comes only from the image (BenchFlow's manifests install entry points
+    such as ``claw-gmail`` in a base image), and task check says so instead of nothing."""
+    environment = load_task(examples / "mail-calendar").spec.environment
+    (mail,) = environment.services
+    assert program_source(mail, environment, examples / "mail-calendar") == (
+        "/app/.services/mail/service.py from the task's environment/workspace/.services/mail/service.py"
+    )
+    image_only = mail.model_copy(update={"command": "claw-gmail --db /data/gmail.db serve --port 9001"})
+    assert program_source(image_only, environment, examples / "mail-calendar") == (
+        "claw-gmail is not in the task folder: only the sandbox's image (the task's image) has it"
+    )
+    missing = mail.model_copy(update={"command": "python3 /app/.services/mail/gone.py"})
+    assert "gone.py is not in the task folder" in program_source(
+        missing, environment, examples / "mail-calendar"
+    )

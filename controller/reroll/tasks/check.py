@@ -16,9 +16,10 @@ image where the default ``local`` sandbox cannot build it).
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
@@ -193,7 +194,10 @@ def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tu
 
 def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:
     rows = [
-        (f"service {service.name}", f"{_runs(service, task_dir)}; ready: {service.describe_probe()}")
+        (
+            f"service {service.name}",
+            f"{_runs(service, environment, task_dir)}; ready: {service.describe_probe()}",
+        )
         for service in start_order(environment.services)
     ]
     if environment.owns_lifecycle:
@@ -244,7 +248,35 @@ def _relative(path: Path, task_dir: Path) -> str:
     return os.path.relpath(path, task_dir)
 
 
-def _runs(service: ServiceSpec, task_dir: Path) -> str:
+INTERPRETERS = frozenset({"python", "python3", "bash", "sh", "node", "ruby", "perl"})
+"""Programs whose first argument is the service's own program (``python3 /app/service.py``)."""
+
+
+def program_source(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path) -> str:
+    """Where the program of `service` (a command run inside the sandbox) comes from: the task's
+    ``environment/workspace/`` (copied into the working folder), or, when the task folder does not
+    hold it, only the sandbox's image (an entry point a manifest's base image installs, say
+    BenchFlow's ``claw-gmail``: the task runs only where that image is the sandbox's)."""
+    try:
+        words = shlex.split(service.command or "")
+    except ValueError:
+        return "its program not parsed"
+    if not words:
+        return "no command"
+    program = words[0]
+    if Path(program).name in INTERPRETERS and len(words) > 1 and not words[1].startswith("-"):
+        program = words[1]
+    seed = task_dir / "environment" / "workspace"
+    workdir = PurePosixPath(environment.workdir or DEFAULT_WORKDIR)
+    path = PurePosixPath(program)
+    inside = path.relative_to(workdir) if path.is_relative_to(workdir) else path
+    if "/" in program and not inside.is_absolute() and (seed / inside).exists():
+        return f"{program} from the task's environment/workspace/{inside}"
+    image = environment.docker_image or "the task's image"
+    return f"{program} is not in the task folder: only the sandbox's image ({image}) has it"
+
+
+def _runs(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path) -> str:
     if service.build is not None:
         command = f", command {service.command}" if service.command else ""
         where = f"{service.build.dockerfile} in {_relative(task_dir / service.build.context, task_dir)}/"
@@ -253,7 +285,8 @@ def _runs(service: ServiceSpec, task_dir: Path) -> str:
         command = f", command {service.command}" if service.command else ""
         return f"image {service.image} (a sibling container, docker only{command})"
     port = f", port {service.port}" if service.port else ""
-    return f"command {service.command} (inside the sandbox, as root{port})"
+    source = program_source(service, environment, task_dir)
+    return f"command {service.command} (inside the sandbox, as root{port}; {source})"
 
 
 def _skills(task: Task) -> str:
