@@ -33,6 +33,7 @@ from reroll.cli.flags import (
     SkillsOption,
     TimeoutOption,
     UserModelOption,
+    WithoutMcpOption,
     job_overrides,
 )
 
@@ -86,6 +87,7 @@ def job(
     judge_model: JudgeModelOption = None,
     user_model: UserModelOption = None,
     ask_user: AskUserOption = None,
+    without_mcp: WithoutMcpOption = None,
     checkpoint_every: CheckpointEveryOption = None,
     trial: Annotated[
         Path | None, typer.Option(help="Trial file (YAML) every rollout runs; see docs/trials.md.")

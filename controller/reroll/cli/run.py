@@ -24,6 +24,7 @@ from reroll.cli.flags import (
     SkillsOption,
     TimeoutOption,
     UserModelOption,
+    WithoutMcpOption,
     rollout_settings,
 )
 from reroll.rollout.commands.record import run_task
@@ -68,6 +69,7 @@ def run(
     judge_model: JudgeModelOption = None,
     user_model: UserModelOption = None,
     ask_user: AskUserOption = None,
+    without_mcp: WithoutMcpOption = None,
     checkpoint_every: CheckpointEveryOption = None,
 ) -> None:
     """Record one rollout: run AGENT (or the trial's scenes) on TASK, record every LLM exchange, verify.
