@@ -31,6 +31,7 @@ ORIGINAL: dict[str, Any] = {
     "learner_store": StoreUse(path="/jobs/j/store", generation=1, writes_back=False),
     "judge_model": "openai/gpt-4o",
     "ask_user": True,
+    "without_mcp": True,
     "user_model": "scripted:/u/user.yaml",
     "trust": ("users.py",),
 }
@@ -49,6 +50,7 @@ GIVEN: dict[str, Any] = {
     "learner_store": StoreUse(path="/jobs/k/store", generation=4, writes_back=False),
     "judge_model": "anthropic/claude-x",
     "ask_user": False,
+    "without_mcp": False,
     "user_model": "openai/gpt-4o-mini",
     "trust": ("/home/u/reviewed.py",),
 }
@@ -93,7 +95,12 @@ def test_the_recorded_settings_are_read_from_config_json() -> None:
     """Folders of earlier versions and of BenchFlow (no sandbox, no skills fields) load too."""
     benchflow = RunConfig(task_path="/t", agent="claude-code", model="anthropic/x", timeout_sec=600)
     assert recorded_settings(benchflow) == RolloutSettings(
-        timeout_seconds=600, sandbox="local", sandbox_config={}, skill_mode="no-skill", ask_user=False
+        timeout_seconds=600,
+        sandbox="local",
+        sandbox_config={},
+        skill_mode="no-skill",
+        ask_user=False,
+        without_mcp=False,
     )
     bundled = RunConfig(
         task_path="/t",

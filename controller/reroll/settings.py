@@ -121,6 +121,10 @@ class RolloutSettings(BaseModel):
     ask_user: Annotated[bool | None, Carry.OVERRIDABLE] = None
     """Offer the agent reroll's ``ask_user`` tool over MCP (`reroll.rollout.turns.asks`) [default: the
     original's, else not]; every agent of the rollout must have an MCP client."""
+    without_mcp: Annotated[bool | None, Carry.OVERRIDABLE] = None
+    """Run the agents without the task's MCP servers (``--without-mcp``, `reroll.rollout.mcp`): a
+    baseline agent with no MCP client runs a task that offers its tools over MCP instead of being
+    refused, without those tools [default: the original's, else not]."""
     user_model: Annotated[HostModel, Carry.OVERRIDABLE] = None
     """A persona User's model (``--user-model``, `reroll.rollout.turns.persona`) [default: the
     original's, else the trial's persona's ``model``]."""
@@ -212,6 +216,7 @@ def recorded_settings(config: RunConfig) -> RolloutSettings:
         skills_dir=Path(config.effective_skills_dir) if custom and config.effective_skills_dir else None,
         judge_model=config.judge_model,
         ask_user=config.ask_user,
+        without_mcp=config.without_mcp,
         user_model=config.user_model,
     )
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from reroll.installs import python_runtime
 from reroll.installs.python_runtime import LIBS, ensure_runtime, host_python, provide_python
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.results import ExecResult
 from reroll_contracts.errors import AgentInstallError
 

@@ -22,9 +22,10 @@ from reroll.runfolder.run import write_json
 from reroll.sandbox import base
 from reroll.settings import RolloutSettings
 from reroll.view import build_site
-from reroll_contracts.errors import ConfigError, RunFolderError
+from reroll_contracts.errors import ConfigError, ModelError, RunFolderError
 
 from tests.jobs import flaky_sandbox
+from tests.rollout.verify.test_judge_model import KEYS, judged
 from tests.runfolder.test_run import exchange_line, make_run_folder
 
 AGENT = r"""
@@ -352,3 +353,29 @@ def test_at_ask_on_a_run_without_a_question(tmp_path: Path) -> None:
         RunFolderError, match=r"--at-ask 0: the run asked no ask_user question \(no asks\.json\)"
     ):
         branch_points(run, at_ask=0)
+
+
+async def test_an_unusable_judge_model_refuses_the_branch_before_anything_is_written(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first branch's checks run before the parent folder is written (`check_rollout`): a
+    judge ``model: claude-sonnet-4-6`` without ANTHROPIC_API_KEY is a `ModelError` naming the
+    variable and --judge-model, not a tree whose every branch ends in error (exit 1)."""
+    for name in KEYS:
+        monkeypatch.delenv(name, raising=False)
+    task = judged(tmp_path, examples, "release-note", "claude-sonnet-4-6")
+    run = make_run_folder(
+        tmp_path / "job" / "run", [exchange_line(0), exchange_line(1)], result={"status": "ok"}
+    )
+    config = {
+        "task_path": str(task),
+        "agent": "mini-swe-agent",
+        "model": "scripted",
+        "sandbox": "local-plain",
+    }
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ModelError, match=r"judge model 'claude-sonnet-4-6'.*ANTHROPIC_API_KEY.*--judge-model"
+    ):
+        await branch(run, at="1", models=["scripted"])
+    assert sorted(path.name for path in (tmp_path / "job").iterdir()) == ["run"]

@@ -87,6 +87,7 @@ def test_a_job_file_sets_every_rollout_setting(tmp_path: Path, examples: Path) -
         "skills_dir": str(tmp_path / "skills"),
         "judge_model": "openai/gpt-4o",
         "ask_user": True,
+        "without_mcp": True,
         "user_model": "anthropic/claude-x",
     }
     assert set(RolloutSettings.model_fields) - {"divergence_policy", "learner_store", "trust"} == set(values)

@@ -17,7 +17,7 @@ from reroll.rollout.start import RolloutOutcome
 from reroll.runfolder.run import RunConfig
 from reroll.sandbox import base
 from reroll.trials.config import Scene, TrialConfig
-from reroll_contracts.errors import AgentError, JobError, SandboxBackendError
+from reroll_contracts.errors import AgentError, JobError, ModelError, SandboxBackendError
 from rich.console import Console
 
 from tests.jobs import flaky_sandbox
@@ -82,6 +82,39 @@ def test_plan_expands_and_validates(tmp_path: Path, examples: Path) -> None:
         plan_rollouts(JobSpec(tasks=[examples / "hello-file"], agents=["mini-swe-agent"]))
     with pytest.raises(SandboxBackendError, match="unknown sandbox backend 'moon'"):
         plan_rollouts(JobSpec(tasks=[examples / "hello-file"], agents=["oracle"], sandbox="moon"))
+
+
+def test_plan_refuses_what_each_rollout_would_refuse(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first rollout of each (task, agent) pair is checked before anything runs
+    (`check_rollout`): an agent without the MCP client a task's servers need (unless
+    --without-mcp), a persona User whose model cannot be used — refused (exit 2), not a job of
+    errored rollouts."""
+    mail, script = (
+        [examples / "mail-calendar"],
+        [f"scripted:{examples / 'hello-file' / 'scripted-model.yaml'}"],
+    )
+    with pytest.raises(AgentError, match=r"mini-swe-agent has no MCP client.*--without-mcp"):
+        plan_rollouts(JobSpec(tasks=mail, agents=["mini-swe-agent"], models=script))
+    spec = JobSpec(tasks=mail, agents=["mini-swe-agent"], models=script, without_mcp=True)
+    assert len(plan_rollouts(spec)) == 1
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("REROLL_UPSTREAM_URL", raising=False)
+    trial = tmp_path / "persona.yaml"
+    source = examples.parent / "trials" / "ask-a-persona.yaml"
+    trial.write_text(
+        source.read_text()
+        .replace("../tasks/greet-the-user", str(examples / "greet-the-user"))
+        .replace("file: persona/", f"file: {source.parent}/persona/")
+        .replace("model: scripted:persona/french-reader.script.yaml", "model: claude-haiku-4-5")
+    )
+    with pytest.raises(
+        ModelError, match=r"the User's model 'claude-haiku-4-5'.*ANTHROPIC_API_KEY.*--user-model"
+    ):
+        plan_rollouts(
+            JobSpec(tasks=[examples / "greet-the-user"], agents=["claude-code"], models=script, trial=trial)
+        )
 
 
 @pytest.mark.spawns

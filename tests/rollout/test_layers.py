@@ -17,7 +17,7 @@ from reroll.rollout.layers import (
     load_checkpoint,
     restore_checkpoint,
 )
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.layout import SandboxLayout
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import EnvironmentStateError
 

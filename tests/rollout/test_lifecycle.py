@@ -151,7 +151,7 @@ def test_the_host_interpreter_leads_path_only_where_the_sandbox_is_a_host_folder
     user) would turn every lookup of a missing program into EACCES: OpenHands crashed on it."""
     from types import SimpleNamespace
 
-    from reroll.sandbox.base import SandboxLayout
+    from reroll.sandbox.layout import SandboxLayout
 
     def path(root: str) -> list[str]:
         layout = SandboxLayout(

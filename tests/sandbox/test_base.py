@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.base import NoSettings, create_sandbox, load_backend
+from reroll.sandbox.base import NoSettings, Sandbox, create_sandbox, load_backend
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.local.backend import local_sandbox
 from reroll.sandbox.local.isolated import IsolatedSandboxConfig
 from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
 from reroll.sandbox.spec import SandboxSpec
 from reroll.tasks.task import Task
-from reroll_contracts.errors import SandboxBackendError
+from reroll_contracts.errors import SandboxBackendError, SandboxError
 
 from tests.sandbox.plugin_backend import PluginSandbox
 
@@ -115,3 +115,22 @@ async def test_a_dotted_path_loads_an_out_of_tree_backend(path: str, task: Task)
 def test_a_bad_dotted_path_says_what_is_missing(path: str, error: str) -> None:
     with pytest.raises(SandboxBackendError, match=error):
         load_backend(path)
+
+
+async def test_a_backend_supplies_only_its_lifecycle_and_every_operation_needs_a_start(task: Task) -> None:
+    """The seam written once: a `Sandbox` subclass owes only what differs by backend; the
+    operations (`SidecarClient`'s) refuse before `start`, naming the sandbox."""
+    assert Sandbox.__abstractmethods__ == {
+        "start",
+        "stop",
+        "host_address",
+        "allow_host_port",
+        "egress",
+        "limits_hit",
+    }
+    sandbox = LocalSandbox(sandbox_spec(task), "unstarted")
+    try:
+        with pytest.raises(SandboxError, match=rf"local sandbox {sandbox.root} is not started"):
+            await sandbox.put_file(sandbox.layout.path("x"), b"")
+    finally:
+        await sandbox.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
+from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.sidecar_client import SidecarClient
 from reroll_contracts.proxy import ReadyFile
 
@@ -104,9 +106,24 @@ async def sidecar(start_sidecar: StartSidecar) -> RunningSidecar:
     return await start_sidecar("unix:{dir}/s.sock")
 
 
+HOST_LAYOUT = SandboxLayout(root="/", workspace="/app", logs_dir="/logs", home="/root", agents_dir="/agents")
+"""The layout a bare sidecar's client gets; a test that prepares a verify sets its own."""
+
+
+@contextlib.asynccontextmanager
+async def connected(address: str, token: str) -> AsyncIterator[SidecarClient]:
+    """A client of the sidecar at `address` with `token` (not waited on), disconnected at the end."""
+    client = SidecarClient(HOST_LAYOUT, f"sidecar at {address}")
+    await client.connect(address, token)
+    try:
+        yield client
+    finally:
+        await client.disconnect()
+
+
 @pytest.fixture
 async def client(sidecar: RunningSidecar) -> AsyncIterator[SidecarClient]:
     """A client connected to `sidecar`, ready."""
-    async with SidecarClient(sidecar.address, sidecar.token) as connected:
-        await connected.wait_ready(timeout_seconds=10)
-        yield connected
+    async with connected(sidecar.address, sidecar.token) as ready:
+        await ready.wait_ready(timeout_seconds=10)
+        yield ready

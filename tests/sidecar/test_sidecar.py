@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import pwd
@@ -21,7 +22,7 @@ from reroll_contracts.errors import SidecarError, SidecarUnavailable
 from reroll_contracts.hardening import HardeningOptions
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
-from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar
+from tests.sidecar.conftest import MARKER_ENV, RunningSidecar, StartSidecar, connected
 
 
 def process_gone(pid: int) -> bool:
@@ -53,7 +54,7 @@ async def test_health_reports_the_sidecar(client: SidecarClient, sidecar: Runnin
 
 async def test_wait_ready_names_the_address_when_nothing_listens(short_dir: Path) -> None:
     address = f"unix:{short_dir}/nobody-listens.sock"
-    async with SidecarClient(address, "token") as client:
+    async with connected(address, "token") as client:
         with pytest.raises(SidecarUnavailable, match=r"not ready after 0\.5 s") as raised:
             await asyncio.wait_for(client.wait_ready(timeout_seconds=0.5), 60)  # 60: a hang guard only
         assert address in str(raised.value)
@@ -62,7 +63,7 @@ async def test_wait_ready_names_the_address_when_nothing_listens(short_dir: Path
 
 
 async def test_wait_ready_waits_for_a_late_sidecar(start_sidecar: StartSidecar, short_dir: Path) -> None:
-    async with SidecarClient(f"unix:{short_dir}/late.sock", "late-token") as client:
+    async with connected(f"unix:{short_dir}/late.sock", "late-token") as client:
         waiting = asyncio.create_task(client.wait_ready(timeout_seconds=15))
         await asyncio.sleep(0.3)
         assert not waiting.done()
@@ -225,7 +226,7 @@ async def test_put_file_needs_an_absolute_path(client: SidecarClient) -> None:
 async def test_rpcs_without_the_right_token_are_unauthenticated(
     sidecar: RunningSidecar, tmp_path: Path, token: str
 ) -> None:
-    async with SidecarClient(sidecar.address, token) as intruder:
+    async with connected(sidecar.address, token) as intruder:
         calls = [
             intruder.health(),
             intruder.exec(["touch", str(tmp_path / "pwned")]),
@@ -304,7 +305,7 @@ async def test_tcp_listen_on_port_zero(start_sidecar: StartSidecar) -> None:
     assert host == "127.0.0.1"
     assert int(port) > 0
     assert sidecar.ready["pid"] == sidecar.process.pid
-    async with SidecarClient(sidecar.address, sidecar.token) as client:
+    async with connected(sidecar.address, sidecar.token) as client:
         await client.wait_ready(timeout_seconds=10)
         assert (await client.exec(["echo", "tcp"])).stdout == b"tcp\n"
 
@@ -315,13 +316,8 @@ async def verify_script(
     """PrepareVerify for a sandbox laid out under `root`, then Verify with `test_sh` as the script."""
     for sub in ("app", "home", "verifier", "logs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    await client.prepare_verify(
-        workspace=str(root / "app"),
-        home=str(root / "home"),
-        agent_user="",
-        hardening=HardeningOptions(),
-        env={"PATH": os.environ["PATH"]},
-    )
+    client.layout = dataclasses.replace(client.layout, workspace=str(root / "app"), home=str(root / "home"))
+    await client.prepare_verify(HardeningOptions(), {"PATH": os.environ["PATH"]})
     (root / "verifier" / "test.sh").write_text(test_sh)
     env = {"PATH": os.environ["PATH"], "LOGS": str(root / "logs")}
     run = VerifyScript(
@@ -402,9 +398,8 @@ async def test_verify_of_a_missing_script_raises_file_not_found(
 
 async def test_verify_requests_need_absolute_paths(client: SidecarClient, tmp_path: Path) -> None:
     with pytest.raises(SidecarError, match=r"INVALID_ARGUMENT.*workspace must be an absolute path"):
-        await client.prepare_verify(
-            workspace="app", home=str(tmp_path), agent_user="", hardening=HardeningOptions(), env={}
-        )
+        client.layout = dataclasses.replace(client.layout, workspace="app", home=str(tmp_path))
+        await client.prepare_verify(HardeningOptions(), {})
     await verify_script(client, tmp_path, "exit 0\n")
     with pytest.raises(SidecarError, match=r"INVALID_ARGUMENT.*reward_dir must be an absolute path"):
         await client.verify(

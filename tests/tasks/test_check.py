@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from reroll.cli.app import app
 from reroll.cli.common import console
+from reroll.rollout.start import load_runnable_task
+from reroll.rollout.verify.judge_model import judge_model_warnings
 from reroll.sandbox.local import imagefs
-from reroll.tasks.check import find_task_dirs, resolved
+from reroll.tasks.check import find_task_dirs, program_source, resolved
 from reroll.tasks.task import load_task
+from reroll_contracts.errors import TaskError
 from typer.testing import CliRunner
 
 
@@ -229,3 +233,60 @@ def test_task_check_shows_the_aggregate_policy(tmp_path: Path) -> None:
     )
     verifier_md.write_text(verifier_md.read_text().split("  outputs:")[0] + "---\n")
     assert dict(resolved(load_task(task)))["aggregate"].startswith("reward.json's own aggregate")
+
+
+def test_task_check_refuses_what_a_run_refuses(tmp_path: Path, examples: Path) -> None:
+    """task check loads a task as `reroll run` does (`load_runnable_task`: the verifier is built
+    too), so an llm-judge task without its rubric does not load, as a run refuses it (exit 2)."""
+    task = tmp_path / "no-rubric"
+    shutil.copytree(examples / "release-note", task)
+    shutil.rmtree(task / "verifier" / "rubrics")
+    verifier_md = task / "verifier" / "verifier.md"
+    verifier_md.write_text(verifier_md.read_text().replace("      rubric: rubrics/verifier.toml\n", ""))
+    done = CliRunner().invoke(app, ["task", "check", str(task)], terminal_width=200)
+    assert done.exit_code == 2, done.output
+    assert "does not load" in done.output and "an llm-judge task needs a rubric" in done.output
+    with pytest.raises(TaskError, match="an llm-judge task needs a rubric"):
+        load_runnable_task(task)
+
+
+@pytest.mark.parametrize("example", ["release-note", "changelog-entry"])
+def test_task_check_warns_about_a_judge_model_a_run_refuses(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch, example: str
+) -> None:
+    """A judge named as BenchFlow names it (``model: claude-sonnet-4-6``) without its key: the
+    task loads (BenchFlow's check_task does not look at the judge's model) with a warning naming
+    the variable and --judge-model; with the key set, no warning."""
+    for name in ("ANTHROPIC_API_KEY", "REROLL_UPSTREAM_URL"):
+        monkeypatch.delenv(name, raising=False)
+    task = tmp_path / example
+    shutil.copytree(examples / example, task)
+    verifier_md = task / "verifier" / "verifier.md"
+    verifier_md.write_text(
+        re.sub(r"model: scripted:\S+", "model: claude-sonnet-4-6", verifier_md.read_text())
+    )
+    output = _check(task, docker=True)
+    assert "1 warning" in output, output
+    assert "a run here refuses it before the agent starts (exit 2)" in output
+    assert "needs ANTHROPIC_API_KEY" in output and "--judge-model" in output
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    assert judge_model_warnings(load_runnable_task(task)) == []
+
+
+def test_task_check_says_where_a_services_program_comes_from(examples: Path) -> None:
+    """An in-sandbox service's program from the task's environment/workspace is named so; one the
+    task folder does not hold comes only from the image (BenchFlow's manifests install entry points
+    such as ``claw-gmail`` in a base image), and task check says so instead of nothing."""
+    environment = load_task(examples / "mail-calendar").spec.environment
+    (mail,) = environment.services
+    assert program_source(mail, environment, examples / "mail-calendar") == (
+        "/app/.services/mail/service.py from the task's environment/workspace/.services/mail/service.py"
+    )
+    image_only = mail.model_copy(update={"command": "claw-gmail --db /data/gmail.db serve --port 9001"})
+    assert program_source(image_only, environment, examples / "mail-calendar") == (
+        "claw-gmail is not in the task folder: only the sandbox's image (the task's image) has it"
+    )
+    missing = mail.model_copy(update={"command": "python3 /app/.services/mail/gone.py"})
+    assert "gone.py is not in the task folder" in program_source(
+        missing, environment, examples / "mail-calendar"
+    )

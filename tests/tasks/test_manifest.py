@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from reroll.rollout.start import load_runnable_task
 from reroll.tasks.check import check, render
 from reroll.tasks.manifest import compose_seconds
 from reroll.tasks.task import Task, load_task
@@ -309,9 +310,11 @@ def test_task_check_shows_services_readiness_and_state(tmp_path: Path) -> None:
     )
     _task(tmp_path / "t", "benchflow:\n  environment:\n    manifest: ../clawsbench.toml")
     out = io.StringIO()
-    render(check([tmp_path / "t"]), Console(file=out, width=250))
+    render(check([tmp_path / "t"], load_runnable_task), Console(file=out, width=400))
     text = out.getvalue()
     assert "service gmail" in text and "GET http://localhost:9001/health" in text
+    # the entry point is the manifest's image's own: task check says the task folder lacks it
+    assert "claw-gmail is not in the task folder: only the sandbox's image" in text
     assert "within 60 s" in text
     assert "its [environment] under the task's" in text  # the task's brackets are no markup
     assert "sqlite: /data/gmail.db" in text

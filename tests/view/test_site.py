@@ -269,3 +269,16 @@ def test_a_corrupt_judge_trajectory_exits_2_naming_the_file(tmp_path: Path) -> N
     done = CliRunner().invoke(app, ["view", str(run)])
     assert done.exit_code == 2
     assert f"{side}: line 1" in " ".join(done.stderr.split())
+
+
+def test_a_run_without_mcp_says_which_servers_it_was_not_offered(tmp_path: Path) -> None:
+    """``reroll run --without-mcp`` (a baseline on an MCP task): the page names the servers withheld."""
+    run = write_run(
+        tmp_path / "run",
+        chat_exchanges(),
+        config={"without_mcp": True},
+        result={"status": "ok", "rewards": {"reward": 0.0}, "mcp_withheld": ["mail"]},
+    )
+    page = build_site(run).read_text()
+    assert re.search(r'id="without-mcp">--without-mcp: the task.s servers mail not offered', page)
+    assert 'id="without-mcp"' not in build_site(write_run(tmp_path / "plain", chat_exchanges())).read_text()

@@ -100,6 +100,8 @@ def finish(outcome: RolloutOutcome) -> None:
         f"exchanges served: {counts.exchanges} ({counts.replayed} replayed, {counts.live} live, "
         f"{counts.divergences} divergent)"
     )
+    if result.mcp_withheld:
+        console.print(f"without MCP: the task's servers {', '.join(result.mcp_withheld)} were not offered")
     for who, side in result.side_counts().items():
         console.print(
             f"{SIDE_LABELS[who]} exchanges: {side.exchanges} ({side.replayed} replayed, {side.live} live, "

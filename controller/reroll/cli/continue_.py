@@ -36,6 +36,7 @@ from reroll.cli.flags import (
     TimeoutOption,
     TrustOption,
     UserModelOption,
+    WithoutMcpOption,
     rollout_settings,
 )
 from reroll.rollout.commands.continue_ import continue_run
@@ -73,6 +74,7 @@ def continue_(
     skills: SkillsOption = None,
     skills_dir: SkillsDirOption = None,
     user_model: UserModelOption = None,
+    without_mcp: WithoutMcpOption = None,
 ) -> None:
     """Continue a run: replay its recorded exchanges (or the first K, --at K), then go live, then verify.
 

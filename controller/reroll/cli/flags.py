@@ -132,6 +132,15 @@ AskUserOption = Annotated[
         "answered), the questions and answers go to asks.json.",
     ),
 ]
+WithoutMcpOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--without-mcp",
+        help="Run the agent without the task's MCP servers (its services still run): a baseline "
+        "agent with no MCP client runs an MCP task instead of being refused, and scores what it "
+        "reaches without those tools; config.json and result.json say so.",
+    ),
+]
 CheckpointEveryOption = Annotated[
     int | None,
     typer.Option(
@@ -178,6 +187,7 @@ FLAGS: dict[str, str] = {
     "judge_model": "judge_model",
     "user_model": "user_model",
     "ask_user": "ask_user",
+    "without_mcp": "without_mcp",
     "checkpoint_every": "checkpoint_every",
     "checkpoint_keep": "checkpoint_keep",
     "trust": "trust",

@@ -34,6 +34,7 @@ from reroll.cli.flags import (
     SkillsOption,
     TimeoutOption,
     UserModelOption,
+    WithoutMcpOption,
     job_overrides,
 )
 
@@ -87,6 +88,7 @@ def job(
     judge_model: JudgeModelOption = None,
     user_model: UserModelOption = None,
     ask_user: AskUserOption = None,
+    without_mcp: WithoutMcpOption = None,
     checkpoint_every: CheckpointEveryOption = None,
     checkpoint_keep: CheckpointKeepOption = None,
     trial: Annotated[

@@ -25,6 +25,7 @@ from reroll.cli.flags import (
     SkillsOption,
     TimeoutOption,
     UserModelOption,
+    WithoutMcpOption,
     rollout_settings,
 )
 from reroll.rollout.commands.record import run_task
@@ -69,6 +70,7 @@ def run(
     judge_model: JudgeModelOption = None,
     user_model: UserModelOption = None,
     ask_user: AskUserOption = None,
+    without_mcp: WithoutMcpOption = None,
     checkpoint_every: CheckpointEveryOption = None,
     checkpoint_keep: CheckpointKeepOption = None,
 ) -> None:

@@ -15,13 +15,16 @@ def task_check(
         list[Path], typer.Argument(help="Task folders, or folders searched recursively for tasks.")
     ],
 ) -> None:
-    """Load tasks and print each one's resolved configuration, the fields reroll ignores, and
-    warnings: a base image with no stand-in here, a task that needs its image where the default
-    `local` sandbox cannot build it (no Docker).
+    """Load tasks as `reroll run` loads them and print each one's resolved configuration, the
+    fields reroll ignores, and warnings: a base image with no stand-in here, a task that needs its
+    image where the default `local` sandbox cannot build it (no Docker), a judge model a run here
+    would refuse (a missing key: set it, or pass --judge-model).
 
     Exit code 0 when every task loads (warnings or not), 2 when any does not (the reason is printed).
     """
     from reroll.rollout.sandbox_spec import sandbox_spec
+    from reroll.rollout.start import load_runnable_task
+    from reroll.rollout.verify.judge_model import judge_model_warnings
     from reroll.sandbox.docker.images import base_warnings, local_images
     from reroll.sandbox.local.imagefs import docker_unreachable, local_warnings
     from reroll.tasks.check import check, render
@@ -30,9 +33,11 @@ def task_check(
     unreachable = docker_unreachable()
     results = check(
         paths,
+        load_runnable_task,
         advise=lambda task: [
             *local_warnings(sandbox_spec(task), unreachable),
             *base_warnings(sandbox_spec(task), is_local),
+            *judge_model_warnings(task),
         ],
     )
     render(results, console)

@@ -365,7 +365,7 @@ class Environment:
 
     def probe_command(self) -> list[str]:
         """The sidecar's program in the sandbox (its ``probe`` command probes URLs and ports):
-        the backend's ``sidecar_program`` (`reroll.sandbox.sidecar_sandbox.SidecarSandbox`), else
+        the backend's ``sidecar_program`` (`reroll.sandbox.base.Sandbox`), else
         the bundle's path."""
         return list(getattr(self.sandbox, "sidecar_program", ENTRYPOINT))
 

@@ -61,7 +61,7 @@ from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool
 from reroll.rollout.layers import CHECKPOINT_FILE, load_checkpoint
-from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
+from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, start_rollout
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.asks import ASKS_FILE, AskLog
 from reroll.runfolder.folders import BRANCHED_DIR
@@ -178,6 +178,7 @@ async def branch(
     checkpoints, bound = _open_points(run_folder, points, tasks_dir, options, console)
     specs = _model_specs(max(checkpoints, key=lambda opened: opened.cut_index), models)
     plan = _TreePlan(points, checkpoints, specs, n, bound, _given(points, every, at_ask))
+    plan.refuse_unrunnable()
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
     rollouts = plan.rollouts(tasks_dir, reached)
@@ -244,6 +245,20 @@ class _TreePlan:
             )
             for number, spec, index in self.planned
         ]
+
+    def refuse_unrunnable(self) -> None:
+        """Refuse, before anything is written, what the first branch's rollout would refuse
+        (`reroll.rollout.start.check_rollout`: the judge's and User's models, the MCP servers,
+        skills …) — found there, every branch would end in error after the parent was written.
+
+        Raises:
+            RerollError: as `reroll.rollout.start.start_rollout`.
+        """
+        number, spec, index = self.planned[0]
+        checkpoint, point = self.checkpoints[number], self.points[number]
+        origin = _branch_origin(checkpoint, point, self.parent, index, spec, None, None)
+        live = parse_model(spec, checkpoint.task.path, checkpoint.agent.name)
+        check_rollout(origin, live_model=live, options=self.bound)
 
     def write_parent(self, output: Path | None, runner: RunnerOptions, console: Console) -> None:
         """Refuse an executor the run's host files cannot travel to, write the parent folder
@@ -465,26 +480,43 @@ async def run_branch(
         RunFolderError, TaskError, ModelError: the original, its task or `model` cannot be
             loaded any more (found late; `branch` checked them before it started).
     """
-    checkpoint = _open_point(original, BranchPoint(at, prompt), tasks_dir, Console(quiet=True))
-    continued = checkpoint.continued_from(model)
-    update = {
-        "path": str(parent),
-        "branch_index": index,
-        "prompt": prompt,
-        "answer": answer,
-        "via": "snapshot" if layers else "replay",
-    }
-    provenance = BranchedFrom(**(continued.model_dump() | update))
+    point = BranchPoint(at, prompt, answer)
+    checkpoint = _open_point(original, point, tasks_dir, Console(quiet=True))
+    origin = _branch_origin(checkpoint, point, parent, index, model, layers, pool, layers_step)
     return await start_rollout(
-        FromCheckpoint(
-            checkpoint, provenance, layers, pool if layers else None, layers_step if layers else None
-        ),
+        origin,
         live_model=parse_model(model, checkpoint.task.path, checkpoint.agent.name),
         parent=parent,
         name=name,
         options=options,
         start_gate=start_gate,
     )
+
+
+def _branch_origin(
+    checkpoint: Checkpoint,
+    point: BranchPoint,
+    parent: Path,
+    index: int,
+    model: str,
+    layers: Path | None,
+    pool: str | None,
+    layers_step: int | None = None,
+) -> FromCheckpoint:
+    """Where branch `index` of `model` starts: `point`'s `checkpoint` (`_open_point`), with the
+    ``branched_from`` provenance naming `parent` and what the point gives (its prompt, the answer
+    at the cut), and how it reaches the cut (from `layers` of the cut or of the earlier
+    `layers_step`, and `pool`, else by replay)."""
+    update = {
+        "path": str(parent),
+        "branch_index": index,
+        "prompt": point.prompt,
+        "answer": point.answer,
+        "via": "snapshot" if layers else "replay",
+    }
+    provenance = BranchedFrom(**(checkpoint.continued_from(model).model_dump() | update))
+    fork = (pool, layers_step) if layers else (None, None)
+    return FromCheckpoint(checkpoint, provenance, layers, *fork)
 
 
 async def _checkpoint_layers(

@@ -24,6 +24,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     judge_model: null        # an LLM judge's model (judged tasks) [default: each task's]
     user_model: null         # a persona User's model (a trial's persona) [default: the persona's]
     ask_user: false          # offer every agent reroll's ask_user tool over MCP (reroll run --ask-user)
+    without_mcp: false       # run every agent without the tasks' MCP servers (reroll run --without-mcp)
     checkpoint_every: 0      # capture a checkpoint every N steps (reroll run --checkpoint-every)
     checkpoint_keep: 64      # the most per-step pool checkpoints kept on local (--checkpoint-keep)
     max_steps: null          # cut each rollout after N steps (reroll run --max-steps) [default: none]
@@ -77,6 +78,7 @@ SETTINGS_KEYS: dict[str, str] = {
     "skills_dir": "skills_dir",
     "judge_model": "judge_model",
     "ask_user": "ask_user",
+    "without_mcp": "without_mcp",
     "user_model": "user_model",
 }
 """Each field of `reroll.settings.RolloutSettings` a job file sets → its key in the file. Not here:
@@ -157,6 +159,9 @@ class JobSpec(RunnerOptions):
     """Offer every rollout's agent reroll's ``ask_user`` tool over MCP (``reroll run --ask-user``,
     `reroll.rollout.turns.asks`); every agent of the job must have an MCP client. With no User (a job
     runs plain rollouts), the agent is told nobody answered."""
+    without_mcp: bool = False
+    """Run every rollout's agent without the tasks' MCP servers (``reroll run --without-mcp``): a
+    baseline agent with no MCP client runs an MCP task instead of being refused."""
     user_model: str | None = None
     """A persona User's model for every rollout whose trial has one; None: the persona's ``model``."""
     checkpoint_every: int = Field(default=0, ge=0)
@@ -192,6 +197,7 @@ class JobSpec(RunnerOptions):
             skills_dir=self.skills_dir,
             judge_model=resolved_spec(self.judge_model),
             ask_user=self.ask_user,
+            without_mcp=self.without_mcp,
             user_model=resolved_spec(self.user_model),
         )
 

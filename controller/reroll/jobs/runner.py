@@ -82,10 +82,9 @@ from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, model_slug, parse_model, resolved_spec
 from reroll.rollout.checkpoint import find_original_task, original_task_name
 from reroll.rollout.commands.continue_ import continue_run
-from reroll.rollout.commands.record import run_task
-from reroll.rollout.skills import select_skills
+from reroll.rollout.commands.record import new_recording, run_task
+from reroll.rollout.start import check_rollout, load_runnable_task
 from reroll.rollout.trust import refuse_untrusted
-from reroll.rollout.verify.judge_model import check_judge_model
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
 from reroll.runfolder.run import CONFIG_FILE, MAX_JSON_BYTES, RunConfig, StoreUse, now_iso, write_json
 from reroll.runfolder.store import summarise_store
@@ -100,7 +99,6 @@ from reroll.runfolder.summary import (
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.settings import RolloutSettings, with_recorded_inputs
-from reroll.tasks.task import load_task
 
 
 @dataclass(frozen=True)
@@ -124,8 +122,10 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
     An agent that calls no model runs once per (task, repeat), whatever `spec.models` holds.
 
     Raises:
-        TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid, or a
-            task's judge model cannot be used (`reroll.rollout.verify.judge_model.check_judge_model`).
+        TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid; or
+            what the first rollout of a (task, agent) pair refuses (`_refuse_unrunnable`): a task's
+            judge model or a persona User's model that cannot be used, an MCP server the agent
+            cannot take.
         SandboxBackendError: the sandbox backend is unknown, or its package is missing, or its
             settings (``sandbox_config``) are invalid.
         JobError: an agent calls a model but `spec.models` is empty, or network ``none`` is asked
@@ -153,10 +153,7 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
         raise JobError(
             f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
         )
-    tasks = [load_task(path) for path in spec.tasks]
-    for task in tasks:  # bad skill flags and unusable judge models are refused before any rollout starts
-        select_skills(task, spec.skills, spec.skills_dir)
-        check_judge_model(task, spec.judge_model)
+    tasks = [load_runnable_task(path) for path in spec.tasks]
     agents = [get_agent(name) for name in spec.agents]
     planned = []
     for task in tasks:
@@ -170,7 +167,29 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
                 for repeat in range(1, spec.repeats + 1):
                     name = f"{task.name}__{agent.name}__{model_slug(model)}__r{repeat}"
                     planned.append(PlannedRollout(name, task.path, task.name, agent.name, model, repeat))
+    _refuse_unrunnable(spec, planned)
     return planned
+
+
+def _refuse_unrunnable(spec: JobSpec, planned: list[PlannedRollout]) -> None:
+    """Refuse, before anything is written, what the first rollout of each (task, agent) pair would
+    refuse (`reroll.rollout.start.check_rollout`: skills, the judge's and a persona User's models,
+    the MCP servers the agent must take …) — found there, every rollout of the pair would end in
+    error.
+
+    Raises:
+        RerollError: as `reroll.rollout.start.start_rollout`.
+    """
+    options, trial = spec.settings(), spec.trial_config()
+    checked: set[tuple[Path, str]] = set()
+    for rollout in planned:
+        if (rollout.task_path, rollout.agent) in checked:
+            continue
+        checked.add((rollout.task_path, rollout.agent))
+        origin, live = new_recording(
+            rollout.task_path, agent_name=rollout.agent, model=rollout.model, trial=trial
+        )
+        check_rollout(origin, live_model=live, options=options)
 
 
 Step = Callable[[], Awaitable[RolloutSummary]]

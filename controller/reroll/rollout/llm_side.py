@@ -16,7 +16,8 @@ from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import live_upstream
 from reroll.rollout.plan import RolloutPlan
 from reroll.runfolder.run import TRAJECTORY
-from reroll.sandbox.base import Sandbox, SandboxLayout
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.layout import SandboxLayout
 
 
 async def start_llm_side(

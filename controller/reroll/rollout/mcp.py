@@ -177,6 +177,11 @@ def behind_filter(server: McpServerSpec, script: str) -> McpServerSpec:
     return server.model_copy(update={"command": "python3", "args": [script, *command]})
 
 
+WITHOUT_MCP_FLAG = "--without-mcp"
+"""The flag that runs the agents without the task's MCP servers
+(`reroll.settings.RolloutSettings.without_mcp`)."""
+
+
 def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpServerSpec]:
     """The servers of `servers` that `agent` gets: all of them, less the ``optional`` ones its MCP
     client cannot take (or whose filters neither its configuration nor reroll's filter can
@@ -185,7 +190,8 @@ def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpS
     Raises:
         AgentError: a server that is not ``optional`` cannot be given to `agent` (it has no MCP
             client, or none for that transport, or it is an sse/HTTP server with a filter its
-            configuration cannot say); the message names the agent, the servers and the way out.
+            configuration cannot say); the message names the agent, the servers and the ways out:
+            an agent that can, or ``--without-mcp``.
     """
     if agent.api_format == "none":  # the oracle: it calls no model, so it uses no tools
         return []
@@ -211,7 +217,7 @@ def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpS
         raise AgentError(
             f"the task's MCP servers {names} filter their tools in a way {agent.name}'s MCP configuration "
             f"cannot say, and reroll filters only stdio servers itself: run it with an agent that can "
-            f"({able or 'none'}), or mark the servers `optional = true` in the task"
+            f"({able or 'none'}), or pass {WITHOUT_MCP_FLAG} to run it without them"
         )
     refused = [
         server
@@ -228,7 +234,8 @@ def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpS
         able = ", ".join(sorted(name for name, other in _CLIENTS.items() if needed <= other.transports))
         raise AgentError(
             f"the task offers its tools over MCP servers {names}, but {why}: run it with an agent "
-            f"that takes them ({able}), or mark the servers `optional = true` in the task"
+            f"that takes them ({able}), or pass {WITHOUT_MCP_FLAG} to run it without them (a baseline: "
+            "the task's tools out of its reach)"
         )
     return given
 

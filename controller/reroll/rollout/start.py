@@ -19,6 +19,8 @@ __all__ = [
     "NewRecording",
     "Origin",
     "RolloutOutcome",
+    "check_rollout",
+    "load_runnable_task",
     "model_for",
     "start_rollout",
 ]
@@ -38,7 +40,7 @@ from reroll import __version__
 from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
 from reroll.models.spec import ModelSpec, parse_model
-from reroll.rollout.hooks import Draft, load_extensions
+from reroll.rollout.hooks import Draft, Hooks, load_extensions
 from reroll.rollout.lifecycle import execute_rollout
 from reroll.rollout.origin import RESUME_PROMPT, FromCheckpoint, NewRecording, Origin
 from reroll.rollout.plan import RolloutPlan
@@ -58,7 +60,7 @@ from reroll.runfolder.run import (
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
 from reroll.settings import RolloutSettings, continuation_settings, recorded_settings, recording_settings
-from reroll.tasks.task import Task
+from reroll.tasks.task import Task, load_task
 from reroll.tasks.variants import with_network
 from reroll.trials.config import TrialConfig
 
@@ -115,9 +117,7 @@ async def start_rollout(
             (skills, learner store, ask_user, MCP servers, judge and User models).
         Nothing is written when any of these is raised.
     """
-    draft = _draft(origin, live_model, options, rescored_from)
-    hooks = load_extensions()
-    hooks.configure(draft)
+    draft, hooks = _configured(origin, live_model, options, rescored_from)
     run_dir = create_run_folder(parent, name)
     plan = RolloutPlan(
         task=draft.task,
@@ -135,6 +135,35 @@ async def start_rollout(
     with _progress(console, run_dir) as progress:
         progress.print(f"run folder: {run_dir}")
         return RolloutOutcome(run_dir, await execute_rollout(plan, progress, start_gate, hooks))
+
+
+def check_rollout(
+    origin: Origin,
+    *,
+    live_model: ModelSpec | None,
+    options: RolloutSettings,
+    rescored_from: RescoredFrom | None = None,
+) -> None:
+    """Refuse what `start_rollout` of the same arguments would refuse before writing anything
+    (its checks and every extension's `reroll.rollout.hooks.Extension.configure`: the judge's and
+    User's models, the MCP servers, skills, the learner store …), writing nothing. A command that
+    starts many rollouts (``reroll branch``) calls it once before its first folder is written.
+
+    Raises:
+        As `start_rollout`.
+    """
+    _configured(origin, live_model, options, rescored_from)
+
+
+def _configured(
+    origin: Origin, live_model: ModelSpec | None, options: RolloutSettings, rescored_from: RescoredFrom | None
+) -> tuple[Draft, Hooks]:
+    """The rollout's draft, configured by every extension (`reroll.rollout.hooks.Hooks.configure`),
+    and the extensions."""
+    draft = _draft(origin, live_model, options, rescored_from)
+    hooks = load_extensions()
+    hooks.configure(draft)
+    return draft, hooks
 
 
 def _draft(
@@ -213,6 +242,7 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, settings: RolloutS
         "judge_model": settings.judge_model,
         "learner_store": settings.learner_store,
         "ask_user": bool(settings.ask_user),
+        "without_mcp": bool(settings.without_mcp),
         "user_model": settings.user_model,
         "max_steps": settings.max_steps,
         "started_at": started_at,
@@ -255,6 +285,20 @@ def _progress(console: Console | None, run_dir: Path) -> Iterator[Console]:
     log_file = harness_folder(run_dir) / CONTROLLER_LOG.name
     with open(log_file, "w") as log:
         yield Console(file=log, highlight=False, soft_wrap=True)
+
+
+def load_runnable_task(path: Path) -> Task:
+    """The task at `path` as every rollout takes it: loaded (`reroll.tasks.task.load_task`) and
+    its verifier built (`reroll.rollout.verify.verifiers.verifier_for`: an llm-judge's rubric, an
+    agent-judge's role section …). ``reroll run``, ``reroll job`` and ``reroll task check`` all
+    load through here, so the check says "does not load" exactly where a run refuses the task.
+
+    Raises:
+        TaskError: the task does not load, or its verifier cannot be built.
+    """
+    task = load_task(path)
+    verifier_for(task)
+    return task
 
 
 def model_for(agent: AgentSpec, model: str | None, task: Task) -> ModelSpec | None:

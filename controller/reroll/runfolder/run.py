@@ -231,6 +231,9 @@ class RunConfig(BaseModel):
     """The agent was offered reroll's ``ask_user`` tool over MCP (``reroll run --ask-user``); its
     questions and the answers are in asks.json (`reroll.runfolder.asks`). Its continuations and
     branches offer it too."""
+    without_mcp: bool = False
+    """The agents ran without the task's MCP servers (``reroll run --without-mcp``: a baseline;
+    result.json's ``mcp_withheld`` names them). Its continuations and branches run without them too."""
 
 
 class Timings(BaseModel):
@@ -298,6 +301,9 @@ class RunResult(BaseModel):
     the recorded exchanges (`reroll.tasks.skills.skills_opened`); None: no skill was mounted."""
     skills_generated: dict[str, str] | None = None
     """``self-gen``: the skills the creator scene wrote, by name → sha256 of their files."""
+    mcp_withheld: list[str] | None = None
+    """``--without-mcp`` (config.json's ``without_mcp``): the task's MCP servers the agents were not
+    offered, by name; None: the run offered them (or the task has none)."""
     judge_counts: Counts | None = None
     """An LLM or agent judge's exchanges (`JUDGE_TRAJECTORY`) by source, the divergent ones (a replayed
     judge request that differs from the recording) and tokens; None without a judge."""

@@ -1,7 +1,12 @@
-"""Sandbox backends behind one `Sandbox` protocol (`reroll.sandbox.base`, with the registry).
+"""Sandbox backends: subclasses of one `Sandbox` class (`reroll.sandbox.base`, with the registry).
+
+Every operation inside a sandbox (exec, files, kill, snapshots, verify) is written once, as an
+RPC to the sidecar inside it (`reroll.sandbox.sidecar_client.SidecarClient`, which `Sandbox`
+inherits); a backend supplies only its lifecycle, the host's side of the network and the limits
+it hit. Paths inside a sandbox: `reroll.sandbox.layout`.
 
 A backend is made from a `reroll.sandbox.spec.SandboxSpec` (never the task: the rollout builds the
-spec, `reroll.rollout.sandbox_spec`); what it may offer beyond the protocol — shared installs,
+spec, `reroll.rollout.sandbox_spec`); what it may offer beyond `Sandbox` — shared installs,
 sibling service containers — and the types it returns for it are in `reroll.sandbox.seam`. This
 package imports no plane above it (`reroll.environment`, `reroll.installs`, `reroll.tasks`).
 
@@ -11,7 +16,6 @@ package imports no plane above it (`reroll.environment`, `reroll.installs`, `rer
 - A backend of another package: ``--sandbox package.module:Class``, checked by
   `reroll.conformance`.
 
-Every reroll backend talks to the sidecar inside its sandbox through the same client
-(`reroll.sandbox.sidecar_client`, `reroll.sandbox.sidecar_sandbox`) and ships it as one
-self-contained executable (`reroll.sandbox.sidecar_bundle`).
+Every reroll backend ships the sidecar as one self-contained executable
+(`reroll.sandbox.sidecar_bundle`).
 """

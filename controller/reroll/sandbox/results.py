@@ -1,8 +1,8 @@
-"""What the `Sandbox` protocol's methods take and return: plain values, whatever the backend.
+"""What the `Sandbox` operations take and return: plain values, whatever the backend.
 
-`ExecOptions` and `VerifyScript` are written once here; the protocol (`reroll.sandbox.base`) and
-the layers under it (`reroll.sandbox.sidecar_sandbox`, `reroll.sandbox.sidecar_client`) pass them
-on unchanged."""
+`ExecOptions` and `VerifyScript` are written once here; the sandbox's operations
+(`reroll.sandbox.sidecar_client.SidecarClient`) turn them into the sidecar's messages unchanged
+(`reroll.sandbox.sidecar_wire`)."""
 
 from __future__ import annotations
 
@@ -93,9 +93,9 @@ class ExecOptions(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class VerifyScript:
-    """One run of a task's test script, as `Sandbox.verify` takes it and every layer under it
-    (`reroll.sandbox.sidecar_sandbox`, `reroll.sandbox.sidecar_client`) passes it on, to become the
-    sidecar's ``VerifyRequest`` (`reroll.sandbox.sidecar_wire.verify_request`)."""
+    """One run of a task's test script, as `Sandbox.verify` takes it, to become the sidecar's
+    ``VerifyRequest`` (`reroll.sandbox.sidecar_wire.verify_request`). What to run, where and how
+    is the caller's policy (`reroll.rollout.verify.script_verifier`); the sandbox only runs it."""
 
     verifier_dir: str
     """The folder in the sandbox holding the verifier's files; the script runs there."""
@@ -118,6 +118,11 @@ class VerifyScript:
     """Keep what the agent left running alive for the script (Harbor's semantics): frozen during
     the hardening, the workspace then handed to root when the agent has a user of its own;
     killed after the script."""
+    cwd: str = ""
+    """The script's working folder (absolute, in the sandbox); empty: `verifier_dir`."""
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    """The image's own ENV (`reroll.sandbox.layout.SandboxLayout.image_env`): under `env` and
+    not cleaned (an image's PYTHONPATH stays); empty: none."""
 
 
 @dataclass(frozen=True)

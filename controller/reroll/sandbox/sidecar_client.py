@@ -1,12 +1,19 @@
-"""The host side of the sidecar contract: an async client for the sidecar daemon of a sandbox.
+"""The operations of a sandbox, written once: `SidecarClient`, each an RPC to the sidecar daemon
+running inside the sandbox.
 
-`SidecarSandbox` (what reroll's backends share) drives its sidecar through one `SidecarClient`;
-nothing outside ``reroll.sandbox`` uses it — callers use the `Sandbox` protocol. gRPC errors are
-converted at this boundary into `reroll_contracts.errors.SidecarError` (an RPC failed; the message names the
-RPC, the status and the details) and its subclass `reroll_contracts.errors.SidecarUnavailable` (no
-connection, or the sidecar was not ready in time).
-
+`reroll.sandbox.base.Sandbox` (what every backend subclasses) inherits them and adds only the
+lifecycle, which differs by backend. gRPC errors are converted at this boundary into
+`reroll_contracts.errors.SidecarError` (an RPC failed; the message names the RPC, the status and
+the details) and its subclass `reroll_contracts.errors.SidecarUnavailable` (no connection, or the
+sidecar was not ready in time); both are SandboxErrors. Every operation raises SandboxError
+("... is not started") before `SidecarClient.connect` or after `SidecarClient.disconnect`.
 `get_file` raises the built-in FileNotFoundError for a missing file, `verify` for a missing test script.
+
+Limits: exec output arrives in chunks of at most 64 KiB and is also kept in memory for the
+result: whole, or only the last `reroll.sandbox.results.STREAMED_TAIL_BYTES` of each stream when
+the caller takes every chunk through ``on_output`` (the agent's run: its output goes to the run
+folder); files move in 1 MiB chunks, held whole in memory, each transfer within 120 s; a
+snapshot or restore within 660 s.
 """
 
 from __future__ import annotations
@@ -16,14 +23,22 @@ import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, NoReturn, Unpack
 
 import grpc
-from reroll_contracts.errors import QuiesceError, SidecarError, SidecarUnavailable, VerifierError
+from reroll_contracts.errors import (
+    QuiesceError,
+    SandboxError,
+    SidecarError,
+    SidecarUnavailable,
+    VerifierError,
+)
 from reroll_contracts.hardening import HardeningOptions
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_protos.sidecar.v1 import sidecar_pb2_grpc as pb_grpc
 
+from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.results import (
     STREAMED_TAIL_BYTES,
     ExecOptions,
@@ -93,41 +108,63 @@ def _raise(exc: grpc.aio.AioRpcError, what: str) -> NoReturn:
     raise cls(f"sidecar {what} failed: {code.name}: {exc.details()}") from exc
 
 
+def _deadline(timeout_seconds: float, margin_seconds: float) -> float | None:
+    """The RPC deadline of a command with `timeout_seconds` (0: none): its timeout plus
+    `margin_seconds`, so the sidecar reports the timeout first; None without a timeout."""
+    return timeout_seconds + margin_seconds if timeout_seconds > 0 else None
+
+
 class SidecarClient:
-    """An async client of one sidecar. Open it with ``async with`` (or `__aenter__`), close with `close`.
+    """A sandbox's operations over the gRPC client of its sidecar. `connect` opens the
+    connection (a backend's `start` does), `disconnect` closes it.
 
     Args:
-        address: the gRPC target, ``unix:/path/s.sock`` or ``HOST:PORT``.
-        token: the sidecar's bearer token; empty sends no authorization (the sidecar then refuses).
+        layout: the sandbox's paths (a backend may settle parts of it when it starts).
+        label: how messages name the sandbox (``local sandbox /tmp/reroll-local-…``).
     """
 
-    def __init__(self, address: str, token: str) -> None:
-        self.address = address
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    def __init__(self, layout: SandboxLayout, label: str) -> None:
+        self.layout = layout
+        """Paths inside the sandbox, and the environment variables that name them (`SandboxLayout.env`)."""
+        self.label = label
+        self.address = ""
+        """The sidecar's gRPC target, ``unix:/path/s.sock`` or ``HOST:PORT`` (empty until `connect`)."""
+        self._metadata: tuple[tuple[str, str], ...] = ()
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.SidecarAsyncStub | None = None
 
-    async def __aenter__(self) -> SidecarClient:
-        """Open the channel (connecting lazily, on the first RPC)."""
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
-            self._stub = pb_grpc.SidecarStub(self._channel)
-        return self
+    @property
+    def connected(self) -> bool:
+        """Whether a sidecar connection is open (between `connect` and `disconnect`)."""
+        return self._stub is not None
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    async def connect(self, address: str, token: str) -> None:
+        """Open the channel to the sidecar at `address` (connecting lazily, on the first RPC),
+        closing one open before.
 
-    async def close(self) -> None:
-        """Close the channel; RPCs still running are cancelled. Safe to call twice."""
+        Args:
+            address: the gRPC target, ``unix:/path/s.sock`` or ``HOST:PORT``.
+            token: the sidecar's bearer token; empty sends no authorization (the sidecar then refuses).
+        """
+        await self.disconnect()
+        self.address = address
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.SidecarStub(self._channel)
+
+    async def disconnect(self) -> None:
+        """Close the sidecar connection and nothing else (RPCs still running are cancelled): the
+        sandbox keeps running, as when its controller dies; a backend's ``stop`` still cleans it
+        up. Safe to call twice."""
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
 
     @property
     def _rpc(self) -> pb_grpc.SidecarAsyncStub:
-        """The gRPC stub. Raises SidecarError when the client is not open."""
+        """The gRPC stub. Raises SandboxError when not connected."""
         if self._stub is None:
-            raise SidecarError(f"sidecar client for {self.address} is not open")
+            raise SandboxError(f"{self.label} is not started")
         return self._stub
 
     async def health(self) -> SidecarHealth:
@@ -188,7 +225,7 @@ class SidecarClient:
 
         Args:
             argv: the program and its arguments (looked up in the child's PATH).
-            **options: as `Sandbox.exec` takes them (`ExecOptions`); an empty `cwd` is the
+            **options: how to run it (`ExecOptions`); an empty `cwd` is the
                 sidecar's, an empty `user` the sidecar's own (it must be root for another);
                 a `service` is spared by the agent's quiesce (``ExecRequest.service``).
 
@@ -201,8 +238,7 @@ class SidecarClient:
             SidecarUnavailable: the sidecar cannot be reached.
         """
         request = exec_request(argv, options)
-        timeout_seconds = request.timeout_seconds
-        deadline = timeout_seconds + EXEC_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
+        deadline = _deadline(request.timeout_seconds, EXEC_DEADLINE_MARGIN_SECONDS)
         call = self._rpc.Exec(request, timeout=deadline, metadata=self._metadata)
         exit_status: ExecExit | None = None
         try:
@@ -229,20 +265,26 @@ class SidecarClient:
         on_output: Callable[[str, bytes], None] | None = None,
         **options: Unpack[ExecOptions],
     ) -> ExecResult:
-        """Run `argv` in the sandbox to its end and collect its output.
+        """Run `argv` in the sandbox, in a process group of its own, to its end.
 
-        Takes the arguments of `exec_stream`, plus:
+        Cancelling the awaiting task kills the process group.
 
         Args:
-            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives.
+            argv: the program and its arguments (looked up in the child's PATH).
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
+                the result then holds only the last `STREAMED_TAIL_BYTES` of each stream.
+            **options: working folder, environment, user, timeout, stdin, service (`ExecOptions`;
+                their defaults as `exec_stream` says).
 
         Returns:
-            The exit code, the whole stdout and stderr (with `on_output`: the last
-            `STREAMED_TAIL_BYTES` of each), whether it timed out, and how long it took.
+            The exit code (127 for a program that does not exist, with the error on stderr; the
+            negative signal number when killed, -9 after a timeout), the stdout and stderr
+            (whole without `on_output`), whether it timed out, and its duration in seconds.
 
         Raises:
-            SidecarError: the RPC failed (see `exec_stream`).
-            SidecarUnavailable: the sidecar cannot be reached.
+            SidecarError: the command could not be started (e.g. INVALID_ARGUMENT for a
+                nonexistent `cwd` or `user`), or the RPC failed.
+            SidecarUnavailable: the sidecar cannot be reached (the sandbox died).
         """
         started = time.monotonic()
         kept = STREAMED_TAIL_BYTES if on_output is not None else None
@@ -300,16 +342,17 @@ class SidecarClient:
 
         Args:
             path: absolute path in the sandbox.
-            max_bytes: stop after this many bytes (the stream is cancelled); None: read it all.
+            max_bytes: read at most this many bytes (the start of the file; the stream is then
+                cancelled); None: all of it.
 
         Returns:
-            The file's content (its first `max_bytes` bytes).
+            The file's whole content (its first `max_bytes` bytes).
 
         Raises:
             FileNotFoundError: the file does not exist (the message names `path`).
             SidecarError: any other failure (PERMISSION_DENIED; FAILED_PRECONDITION: a symlink, never
-                followed; not a regular file, a FIFO never waited on; larger than the sidecar's
-                cap of 1 GiB without `max_bytes`).
+                followed; not a regular file: a folder, a FIFO, never waited on; larger than the
+                sidecar's cap of 1 GiB without `max_bytes`).
         """
         parts: list[bytes] = []
         size = 0
@@ -332,15 +375,36 @@ class SidecarClient:
         content = b"".join(parts)
         return content if max_bytes is None else content[:max_bytes]
 
-    async def manifest(self, root: str) -> dict[str, str]:
-        """Hash the tree at the absolute `root` in the sidecar (``reroll_sidecar.manifest``).
+    async def upload_dir(self, source: Path, destination: str) -> int:
+        """Copy every file under host folder `source` to `destination` in the sandbox, keeping modes.
 
         Returns:
-            ``{relative path: sha256 hex, or "symlink:<target>", "fifo:", "socket:", "device:",
-            "unreadable:<why>"}``, sorted by path.
+            The number of files copied.
 
         Raises:
-            VerifierError: the hashing took longer than `MANIFEST_DEADLINE_SECONDS`.
+            SidecarError: as `put_file`.
+        """
+        count = 0
+        for file in sorted(p for p in source.rglob("*") if p.is_file()):
+            target = f"{destination.rstrip('/')}/{file.relative_to(source).as_posix()}"
+            await self.put_file(target, file.read_bytes(), mode=file.stat().st_mode & 0o777)
+            count += 1
+        return count
+
+    async def manifest(self, root: str) -> dict[str, str]:
+        """Hash every regular file under the absolute folder `root` (the workspace manifest) in
+        the sidecar (``reroll_sidecar.manifest``: no tool of the image), following no symlink
+        and opening nothing but regular files.
+
+        Returns:
+            ``{relative path: sha256 hex}``, sorted by path; a symlink (to a file or a folder) as
+            ``"symlink:<target>"``, a FIFO, socket or device as ``"fifo:"``, ``"socket:"``,
+            ``"device:"`` (never opened), a file that cannot be read as ``"unreadable:<why>"``;
+            bytecode caches (``__pycache__/``, ``*.pyc``) are left out.
+
+        Raises:
+            VerifierError: the hashing took longer than `MANIFEST_DEADLINE_SECONDS` (the agent
+                controls the tree).
             SidecarError: `root` is not an absolute folder, or the RPC failed.
         """
         try:
@@ -356,19 +420,23 @@ class SidecarClient:
         return dict(sorted(response.entries.items()))
 
     async def kill(self, user: str = "", *, spare_services: bool = False) -> int:
-        """Quiesce (freeze, then kill) the agent's processes, then SIGKILL the process groups
-        started through exec for `user` (empty: for every user).
+        """Quiesce the agent's processes, then SIGKILL the process groups started through `exec`
+        for `user` (empty: for every user).
 
-        The agent's processes are every descendant of the sidecar outside its session (empty
-        `user`) or, when the sidecar is root and `user` is another, non-root user, every process
-        of that user (``reroll_sidecar.quiesce``); with `spare_services` both, but the task's
-        services (exec with ``service``) and what they forked.
+        Quiesce freezes, then kills, every process the agent left, whatever it does to escape
+        (fork storms, ``setsid``, double forks; ``reroll_sidecar.quiesce``): with an empty
+        `user` every process `exec` started and all their descendants (every descendant of the
+        sidecar outside its session); where the sidecar runs as root and `user` is another,
+        non-root user, every process of that user. None is left when this returns.
+        `spare_services` (the agent's quiesce): every process `exec` started and all their
+        descendants, and every process of `user`, but the task's services (``exec`` with
+        ``service``) and what they forked, which live on.
 
         Returns:
             How many process groups were signalled.
 
         Raises:
-            QuiesceError: the processes were not all gone within the sidecar's time limit.
+            QuiesceError: processes were still alive after the sidecar's time limit.
             SidecarError: the RPC failed.
         """
         try:
@@ -383,18 +451,20 @@ class SidecarClient:
             _raise(exc, f"{self.address} Kill")
         return response.killed_groups
 
-    async def snapshot(self, name: str, paths: list[str]) -> int:
-        """Save the absolute `paths` in the sandbox as snapshot `name` (replacing one of that name).
+    async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
+        """Save `paths` (absolute, in the sandbox; default: the workspace) as snapshot `name`,
+        replacing one of that name.
 
         Returns:
-            The stored snapshot's size in bytes.
+            The snapshot's size in bytes.
 
         Raises:
-            SidecarError: the RPC failed (INVALID_ARGUMENT for a bad name or path, INTERNAL when tar failed).
+            SidecarError: the RPC failed (INVALID_ARGUMENT for a bad name or path, INTERNAL when
+                the snapshot could not be stored).
         """
         try:
             response = await self._rpc.Snapshot(
-                pb.SnapshotRequest(name=name, paths=paths),
+                pb.SnapshotRequest(name=name, paths=paths or [self.layout.workspace]),
                 timeout=SNAPSHOT_DEADLINE_SECONDS,
                 metadata=self._metadata,
             )
@@ -403,10 +473,11 @@ class SidecarClient:
         return response.size_bytes
 
     async def restore(self, name: str) -> list[str]:
-        """Restore snapshot `name` exactly (contents, modes, symlinks; later files deleted).
+        """Restore snapshot `name` exactly: contents, modes, owners, symlinks, hard links, and
+        deletions of what came since.
 
         Returns:
-            The paths restored.
+            The paths restored (those given to `snapshot`).
 
         Raises:
             SidecarError: the RPC failed (NOT_FOUND for an unknown name).
@@ -420,21 +491,14 @@ class SidecarClient:
         return list(response.paths)
 
     async def prepare_verify(
-        self,
-        *,
-        workspace: str,
-        home: str,
-        agent_user: str,
-        hardening: HardeningOptions,
-        env: Mapping[str, str],
-        pytest_plugins: Sequence[str] = (),
+        self, hardening: HardeningOptions, env: Mapping[str, str], pytest_plugins: Sequence[str] = ()
     ) -> VerifyBaseline:
-        """Record the verification baseline before the agent runs (replacing an earlier one).
+        """Record the verification baseline before the agent runs (replacing an earlier one):
+        the start-up hooks in the layout's workspace and HOME, a snapshot of the workspace's
+        build-config files, and the trusted pytest plugins of the sandbox's ``python3`` (none
+        of ``/tmp`` and the site folders where the layout has no agent user of its own).
 
         Args:
-            workspace: the agent's workspace; its build-config files are snapshotted.
-            home: the agent's HOME, scanned for start-up hooks.
-            agent_user: the agent's user; empty = the sidecar's own (local: no /tmp, no site dirs).
             hardening: the task's hardening options, which the later `verify` applies.
             env: the environment in which the sandbox's ``python3`` is found (PATH).
             pytest_plugins: the plugins the task declares, which the test script's pytest loads.
@@ -443,9 +507,9 @@ class SidecarClient:
             SidecarError: the RPC failed (INTERNAL when a scan or the snapshot failed).
         """
         request = pb.PrepareVerifyRequest(
-            workspace=workspace,
-            home=home,
-            agent_user=agent_user,
+            workspace=self.layout.workspace,
+            home=self.layout.home,
+            agent_user=self.layout.agent_user,
             hardening=pb.Hardening(**hardening.model_dump(), pytest_plugins=pytest_plugins),
             env=dict(env),
         )
@@ -465,31 +529,28 @@ class SidecarClient:
         self,
         run: VerifyScript,
         *,
-        cwd: str = "",
-        image_env: Mapping[str, str] | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
         on_hardening: Callable[[HardeningReport], None] | None = None,
     ) -> VerifyOutcome:
-        """Harden the sandbox, run the test script and read its reward (see sidecar.proto, Verify).
+        """Harden the sandbox as `prepare_verify` recorded and `run` asks, run the test script as
+        root in a clean environment, and read its reward (see sidecar.proto, Verify).
 
         Args:
-            run: the script and its policy (see `Sandbox.verify`).
-            cwd: the script's working folder (the image's WORKDIR); empty = ``run.verifier_dir``.
-            image_env: the image's own ENV, under ``run.env`` and not cleaned (an image's
-                PYTHONPATH stays).
+            run: the script, its folders, environment, timeout and options (`VerifyScript`).
             on_output: called with ``("stdout" | "stderr", chunk)`` for every chunk as it arrives;
                 the outcome then keeps the last `STREAMED_TAIL_BYTES` of each stream.
-            on_hardening: called with the hardening report once it arrives, before the script runs.
+            on_hardening: called with the hardening report once it is done, before the script runs.
+
+        Returns:
+            The hardening report, the script's exit, output and reward (or why there is none).
 
         Raises:
             FileNotFoundError: the test script is missing (the message names it).
             SidecarError: the RPC failed, e.g. FAILED_PRECONDITION without `prepare_verify` before.
             SidecarUnavailable: the sidecar cannot be reached or died.
         """
-        request = verify_request(run, cwd, image_env or {})
-        timeout_seconds = run.timeout_seconds
-        deadline = timeout_seconds + VERIFY_DEADLINE_MARGIN_SECONDS if timeout_seconds > 0 else None
-        call = self._rpc.Verify(request, timeout=deadline, metadata=self._metadata)
+        deadline = _deadline(run.timeout_seconds, VERIFY_DEADLINE_MARGIN_SECONDS)
+        call = self._rpc.Verify(verify_request(run), timeout=deadline, metadata=self._metadata)
         kept = STREAMED_TAIL_BYTES if on_output is not None else None
         output = {"stdout": OutputTail(kept), "stderr": OutputTail(kept)}
         report = HardeningReport(killed_groups=0, restored=[], deleted=[])

@@ -7,7 +7,6 @@ report and the result of a Verify stream (`verify_outcome`); a graded reward
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import cast
 
 from reroll_contracts.graded import Aggregate, AggregateMethod, AggregatePolicy, GradedReward
@@ -32,9 +31,8 @@ def exec_request(argv: list[str], options: ExecOptions) -> pb.ExecRequest:
     )
 
 
-def verify_request(run: VerifyScript, cwd: str, image_env: Mapping[str, str]) -> pb.VerifyRequest:
-    """`run` as the sidecar's ``VerifyRequest``, run in `cwd` (empty: the verifier's folder) over
-    the image's own ENV `image_env`."""
+def verify_request(run: VerifyScript) -> pb.VerifyRequest:
+    """`run` as the sidecar's ``VerifyRequest``."""
     policy = run.aggregate_policy
     return pb.VerifyRequest(
         verifier_dir=run.verifier_dir,
@@ -44,8 +42,8 @@ def verify_request(run: VerifyScript, cwd: str, image_env: Mapping[str, str]) ->
         timeout_seconds=run.timeout_seconds,
         soft=run.soft,
         keep_agent_processes=run.keep_agent_processes,
-        cwd=cwd,
-        image_env=dict(image_env),
+        cwd=run.cwd,
+        image_env=dict(run.image_env),
         aggregate_policy=policy_message(policy) if policy is not None else None,
     )
 

@@ -1,8 +1,9 @@
 """``reroll task check``: load task folders and show what reroll makes of each.
 
 For every task under the paths given (a task folder, or a folder searched recursively for
-task.md / task.toml, not below a task folder), `check` loads it as a rollout would
-(`reroll.tasks.task.load_task`) and `render` prints its resolved configuration — the conventions
+task.md / task.toml, not below a task folder), `check` loads it as a rollout does (the loader the
+caller gives: the CLI's is `reroll.rollout.start.load_runnable_task`, which also builds the
+verifier) and `render` prints its resolved configuration — the conventions
 (working folder, the agent's user, where the verifier and the solution go), environment,
 resources, network policy, time limits — then the foreign fields mapped onto reroll's and the
 fields it ignores, each with the reason; the environment plane (services with their probes,
@@ -15,9 +16,10 @@ image where the default ``local`` sandbox cannot build it).
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
@@ -29,7 +31,7 @@ from rich.table import Table
 from reroll.tasks.environment import McpServerSpec, ServiceSpec, start_order
 from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
-from reroll.tasks.task import EnvironmentSection, Task, load_task
+from reroll.tasks.task import EnvironmentSection, Task
 
 TASK_FILES = ("task.md", "task.toml")
 
@@ -60,10 +62,14 @@ def find_task_dirs(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def check(paths: list[Path], advise: Callable[[Task], list[str]] | None = None) -> list[CheckedTask]:
-    """Load every task under `paths` (see `find_task_dirs`); a path that is no folder, or holds
-    no task, is a failure. Each task gets the warnings of `advise` (the CLI's: bases with no
-    stand-in, a task the default ``local`` sandbox cannot run here)."""
+def check(
+    paths: list[Path], load: Callable[[Path], Task], advise: Callable[[Task], list[str]] | None = None
+) -> list[CheckedTask]:
+    """Load every task under `paths` (see `find_task_dirs`) with `load` (the CLI's:
+    `reroll.rollout.start.load_runnable_task`, what a run loads a task with, so the two agree);
+    a path that is no folder, or holds no task, is a failure. Each task gets the warnings of
+    `advise` (the CLI's: bases with no stand-in, a task the default ``local`` sandbox cannot run
+    here, a judge model a run here would refuse)."""
     results: list[CheckedTask] = []
     for path in paths:
         found = find_task_dirs(path) if path.is_dir() else [path]
@@ -71,7 +77,7 @@ def check(paths: list[Path], advise: Callable[[Task], list[str]] | None = None) 
             results.append(CheckedTask(path, None, f"{path}: no task.md or task.toml in it or below it"))
         for folder in found:
             try:
-                task = load_task(folder)
+                task = load(folder)
                 warnings = advise(task) if advise else []
                 results.append(CheckedTask(folder, task, warnings=warnings))
             except TaskError as exc:
@@ -188,7 +194,10 @@ def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tu
 
 def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:
     rows = [
-        (f"service {service.name}", f"{_runs(service, task_dir)}; ready: {service.describe_probe()}")
+        (
+            f"service {service.name}",
+            f"{_runs(service, environment, task_dir)}; ready: {service.describe_probe()}",
+        )
         for service in start_order(environment.services)
     ]
     if environment.owns_lifecycle:
@@ -239,7 +248,35 @@ def _relative(path: Path, task_dir: Path) -> str:
     return os.path.relpath(path, task_dir)
 
 
-def _runs(service: ServiceSpec, task_dir: Path) -> str:
+INTERPRETERS = frozenset({"python", "python3", "bash", "sh", "node", "ruby", "perl"})
+"""Programs whose first argument is the service's own program (``python3 /app/service.py``)."""
+
+
+def program_source(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path) -> str:
+    """Where the program of `service` (a command run inside the sandbox) comes from: the task's
+    ``environment/workspace/`` (copied into the working folder), or, when the task folder does not
+    hold it, only the sandbox's image (an entry point a manifest's base image installs, say
+    BenchFlow's ``claw-gmail``: the task runs only where that image is the sandbox's)."""
+    try:
+        words = shlex.split(service.command or "")
+    except ValueError:
+        return "its program not parsed"
+    if not words:
+        return "no command"
+    program = words[0]
+    if Path(program).name in INTERPRETERS and len(words) > 1 and not words[1].startswith("-"):
+        program = words[1]
+    seed = task_dir / "environment" / "workspace"
+    workdir = PurePosixPath(environment.workdir or DEFAULT_WORKDIR)
+    path = PurePosixPath(program)
+    inside = path.relative_to(workdir) if path.is_relative_to(workdir) else path
+    if "/" in program and not inside.is_absolute() and (seed / inside).exists():
+        return f"{program} from the task's environment/workspace/{inside}"
+    image = environment.docker_image or "the task's image"
+    return f"{program} is not in the task folder: only the sandbox's image ({image}) has it"
+
+
+def _runs(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path) -> str:
     if service.build is not None:
         command = f", command {service.command}" if service.command else ""
         where = f"{service.build.dockerfile} in {_relative(task_dir / service.build.context, task_dir)}/"
@@ -248,7 +285,8 @@ def _runs(service: ServiceSpec, task_dir: Path) -> str:
         command = f", command {service.command}" if service.command else ""
         return f"image {service.image} (a sibling container, docker only{command})"
     port = f", port {service.port}" if service.port else ""
-    return f"command {service.command} (inside the sandbox, as root{port})"
+    source = program_source(service, environment, task_dir)
+    return f"command {service.command} (inside the sandbox, as root{port}; {source})"
 
 
 def _skills(task: Task) -> str:

@@ -1,6 +1,6 @@
 """The MCP configuration the services extension writes for a launch: a stdio server with a tool
 filter the agent's configuration cannot say is started behind reroll's filter, copied beside it
-(a stand-in sandbox that keeps the files written)."""
+(a stand-in sandbox that keeps the files written); ``--without-mcp`` withholds the task's servers."""
 
 from __future__ import annotations
 
@@ -9,10 +9,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from reroll.agents import get_agent
-from reroll.rollout.extensions.services import _offer_mcp
+from reroll.rollout.extensions.services import ServicesAndMcp, _offer_mcp
+from reroll.rollout.hooks import Draft, TurnLaunch
 from reroll.rollout.mcp import FILTER_SOURCE, MCP_CONFIG_ENV
+from reroll.rollout.start import NewRecording, check_rollout
+from reroll.runfolder.run import RunConfig, RunResult
+from reroll.settings import RolloutSettings, continuation_settings, recorded_settings
 from reroll.tasks.task import load_task
+from reroll.trials.config import TrialConfig
+from reroll_contracts.errors import AgentError
 from rich.console import Console
 
 FILTERED_TASK = Path(__file__).parents[2] / "fixtures" / "benchflow-mcp-filters"
@@ -54,3 +61,54 @@ async def test_no_filter_copied_when_the_configuration_says_every_filter() -> No
     sandbox_any: Any = sandbox
     await _offer_mcp(sandbox_any, get_agent("codex"), [plain], Console(quiet=True))
     assert list(sandbox.files) == ["/logs/agent/mcp/config.toml"]  # enabled_tools says `tools`
+
+
+MAIL_TASK = Path(__file__).parents[3] / "examples" / "tasks" / "mail-calendar"
+
+
+def planned(agent: str, without_mcp: bool) -> tuple[ServicesAndMcp, Any]:
+    """The services extension configured for `agent` on mail-calendar (its stdio ``mail`` MCP
+    server), and a stand-in `Run` of it (the task, result.json, a sandbox that keeps files)."""
+    task, spec = load_task(MAIL_TASK), get_agent(agent)
+    config = RunConfig(task_path=str(task.path), agent=agent, without_mcp=without_mcp)
+    settings = RolloutSettings(without_mcp=without_mcp)
+    draft = Draft(
+        NewRecording(task, spec), settings, settings, task, TrialConfig.single(), {agent: spec}, config
+    )
+    extension = ServicesAndMcp()
+    extension.configure(draft)
+    run = SimpleNamespace(plan=SimpleNamespace(task=task), result=RunResult(), console=Console(quiet=True))
+    run.sandbox = Files()
+    return extension, run
+
+
+async def test_without_mcp_a_baseline_agent_runs_an_mcp_task_without_its_servers() -> None:
+    """An agent with no MCP client is refused the task (the advice: an agent that takes the
+    servers, or --without-mcp; not ``optional``, which BenchFlow's checker rejects); with
+    --without-mcp it runs, every agent offered none of the task's servers, and result.json names
+    them (``mcp_withheld``)."""
+    origin = NewRecording(load_task(MAIL_TASK), get_agent("mini-swe-agent"))
+    with pytest.raises(
+        AgentError, match=r"has no MCP client: .* or pass --without-mcp to run it without them"
+    ):
+        check_rollout(origin, live_model=None, options=RolloutSettings())
+    check_rollout(origin, live_model=None, options=RolloutSettings(without_mcp=True))
+    for agent in ("mini-swe-agent", "claude-code"):
+        extension, run = planned(agent, without_mcp=True)
+        launch = TurnLaunch(get_agent(agent), {}, resume=False)
+        await extension.before_turn(run, launch)
+        await extension.before_agent(run)
+        assert launch.env == {} and run.sandbox.files == {}
+        assert run.result.mcp_withheld == ["mail"]
+    extension, run = planned("claude-code", without_mcp=False)  # the same agent offered them
+    launch = TurnLaunch(get_agent("claude-code"), {}, resume=False)
+    await extension.before_turn(run, launch)
+    await extension.before_agent(run)
+    assert launch.env == {MCP_CONFIG_ENV: "/logs/agent/mcp/mcp.json"} and run.result.mcp_withheld is None
+
+
+def test_without_mcp_is_recorded_and_carried_to_continuations() -> None:
+    """config.json's ``without_mcp`` is what a continuation or branch inherits (`Carry.OVERRIDABLE`)."""
+    config = RunConfig(task_path="/t", agent="mini-swe-agent", without_mcp=True)
+    assert continuation_settings(recorded_settings(config), RolloutSettings()).without_mcp is True
+    assert RunConfig.model_validate_json(config.model_dump_json()).without_mcp is True

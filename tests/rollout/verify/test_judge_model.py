@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reroll.rollout.verify.judge_model import check_judge_model
+from reroll.rollout.verify.judge_model import check_judge_model, judge_flag
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import ModelError
 
@@ -54,7 +54,8 @@ def test_judge_model_overrides_the_tasks(tmp_path: Path, examples: Path) -> None
     model = check_judge_model(task, f"scripted:{script}")
     assert model is not None and model.script == script.resolve()
     with pytest.raises(
-        ModelError, match=r"'acme/x' \(--judge-model\).*unknown provider 'acme'.*fix --judge-model"
+        ModelError,
+        match=r"'acme/x' \(--judge-model\).*unknown provider 'acme'.*or pass another --judge-model",
     ):
         check_judge_model(task, "acme/x")
 
@@ -81,3 +82,15 @@ def test_no_model_to_resolve(tmp_path: Path, examples: Path) -> None:
     assert check_judge_model(load_task(examples / "hello-file"), None) is None
     assert check_judge_model(load_task(judged(tmp_path, examples, "release-note", None)), None) is None
     assert check_judge_model(load_task(examples / "release-note"), None) is not None  # its own script
+
+
+def test_an_unusable_judge_model_flag_is_named(examples: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--judge-model`` of ``run``, ``continue`` and ``rescore`` (`judge_flag`): the message names
+    the flag beside the cause, and a relative script (from the working folder) is stored absolute."""
+    task = load_task(examples / "release-note")
+    monkeypatch.chdir(task.path)
+    with pytest.raises(
+        ModelError, match=r"--judge-model claude-x: .*needs ANTHROPIC_API_KEY.*or pass another --judge-model"
+    ):
+        judge_flag("claude-x", task)
+    assert judge_flag("scripted:scripted-judge.yaml", task) == f"scripted:{task.path / 'scripted-judge.yaml'}"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from reroll.rollout.verify.ors_episode import OrsEpisodeVerifier, load_records, read_episode
 from reroll.rollout.verify.verifiers import VerifyRequest
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.layout import SandboxLayout
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError, VerifierError
 

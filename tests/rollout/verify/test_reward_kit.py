@@ -16,7 +16,7 @@ from reroll.rollout.verify.reward_kit import (
     runner_command,
     sandbox_paths,
 )
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.layout import SandboxLayout
 from reroll.tasks.rubric import command_files
 from reroll.tasks.strategies import criteria_policy, reward_kit_strategy
 from reroll.tasks.task import load_task

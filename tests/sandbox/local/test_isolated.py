@@ -23,10 +23,10 @@ import pytest
 from reroll import conformance
 from reroll.host.notices import warn_once
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.base import SANDBOX_HOSTNAME
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label
+from reroll.sandbox.layout import SANDBOX_HOSTNAME
 from reroll.sandbox.local import backend, isolated
 from reroll.sandbox.local.backend import local_sandbox
 from reroll.sandbox.local.isolated import IsolatedSandbox

@@ -89,7 +89,7 @@ async def test_a_start_from_a_missing_snapshot_or_no_pool_fails_and_leaves_nothi
             with pytest.raises(SandboxError, match="no snapshot"):
                 await sandbox.start()
             assert not sandbox.folder.exists()
-        removed = local_sandbox.prune(IsolatedSandboxConfig(), running=True)
+        removed = local_sandbox.prune(IsolatedSandboxConfig(), "pool-missing")  # never others' disks
         assert str(source.pool) in removed["disks"] and not source.pool.exists()
     finally:
         disk.remove(source.pool)

@@ -14,10 +14,10 @@ from reroll_contracts.errors import AgentError, TaskError
 from rich.console import Console
 
 from reroll.agents import get_agent
+from reroll.models.spec import ModelSpec
 from reroll.rollout.lifecycle import new_run_id
-from reroll.rollout.start import NewRecording, RolloutOutcome, model_for, start_rollout
+from reroll.rollout.start import NewRecording, RolloutOutcome, load_runnable_task, model_for, start_rollout
 from reroll.settings import RolloutSettings
-from reroll.tasks.task import load_task
 from reroll.trials.config import TrialConfig
 
 
@@ -60,24 +60,38 @@ async def run_task(
         TaskError, AgentError, ModelError, SandboxBackendError, TrialError: bad input (a missing
             provider key, an unknown sandbox backend, no task, no agent …), before anything is written.
     """
+    origin, live_model = new_recording(task_path, agent_name=agent_name, model=model, trial=trial)
+    job = job_name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
+    return await start_rollout(
+        origin,
+        live_model=live_model,
+        parent=jobs_dir / job,
+        name=run_name or f"{origin.task.name}__{new_run_id()}",
+        options=options,
+        console=console,
+        start_gate=start_gate,
+    )
+
+
+def new_recording(
+    task_path: Path | None, *, agent_name: str | None, model: str | None, trial: TrialConfig | None
+) -> tuple[NewRecording, ModelSpec | None]:
+    """Where a recording of `agent_name` (or of `trial`) on the task at `task_path` starts, and its
+    live model (arguments as `run_task`'s); ``reroll job`` checks each (task, agent) pair with it
+    before anything runs (`reroll.rollout.start.check_rollout`).
+
+    Raises:
+        TaskError, AgentError, ModelError: no task or agent, or one that cannot be loaded; no model
+            for an agent that calls one, or one that cannot be resolved.
+    """
     path = task_path or (trial.task if trial is not None else None)
     if path is None:
         raise TaskError("no task: name a task folder (or a trial file whose `task:` names one)")
-    task = load_task(path)
+    task = load_runnable_task(path)
     if trial is not None:
         trial = trial.resolved(agent_name, model)
         agent_name, model = trial.agents[0], trial.model
     if agent_name is None:
         raise AgentError("no agent: pass --agent (see `reroll agents`)")
     agent = get_agent(agent_name)
-    live_model = model_for(agent, model, task)
-    job = job_name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
-    return await start_rollout(
-        NewRecording(task, agent, trial),
-        live_model=live_model,
-        parent=jobs_dir / job,
-        name=run_name or f"{task.name}__{new_run_id()}",
-        options=options,
-        console=console,
-        start_gate=start_gate,
-    )
+    return NewRecording(task, agent, trial), model_for(agent, model, task)

@@ -18,9 +18,9 @@ from pathlib import Path
 from reroll_contracts.errors import RunFolderError
 from rich.console import Console
 
-from reroll.models.spec import parse_model
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
+from reroll.rollout.verify.judge_model import judge_flag
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RescoredFrom
 from reroll.settings import RolloutSettings
 from reroll.tasks.task import JUDGED_TYPES
@@ -61,7 +61,7 @@ async def rescore_run(
     checkpoint = open_checkpoint(run_folder, tasks_dir=tasks_dir, console=console)
     original = checkpoint.original
     if judge_model is not None:  # a scripted:PATH stored absolute, as config.json's judge_model
-        judge_model = parse_model(judge_model, checkpoint.task.path).spec
+        judge_model = judge_flag(judge_model, checkpoint.task)
     recorded = (original.path / JUDGE_TRAJECTORY).is_file()
     if judge_model is None and checkpoint.task.spec.verifier.type in JUDGED_TYPES and not recorded:
         raise RunFolderError(

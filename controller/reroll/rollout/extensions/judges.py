@@ -11,9 +11,8 @@ from pathlib import Path
 
 from reroll_contracts.trajectory import load_trajectory
 
-from reroll.models.spec import parse_model
 from reroll.rollout.hooks import Draft, Extension, Run
-from reroll.rollout.verify.judge_model import check_judge_model
+from reroll.rollout.verify.judge_model import check_judge_model, judge_flag
 from reroll.rollout.verify.verifiers import Verdict
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RunConfig, count_exchanges
 
@@ -32,7 +31,7 @@ class Judges(Extension):
                 that fixes it).
         """
         if (given := draft.given.judge_model) is not None:
-            spec = parse_model(given, draft.task.path).spec
+            spec = judge_flag(given, draft.task)
             draft.config = draft.config.model_copy(update={"judge_model": spec})
         if _judge_replay(draft.config) is None:
             check_judge_model(draft.task, draft.config.judge_model)

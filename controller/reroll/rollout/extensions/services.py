@@ -32,16 +32,23 @@ class ServicesAndMcp(Extension):
 
     def __init__(self) -> None:
         self.environment: Environment | None = None
+        self.withheld: list[str] = []
+        """The task's MCP servers withheld from the agents (``--without-mcp``), by name."""
 
     def configure(self, draft: Draft) -> None:
-        """Refuse an agent without the MCP client the task's servers need.
+        """Refuse an agent without the MCP client the task's servers need; with ``--without-mcp``
+        (config.json's ``without_mcp``), withhold them from every agent instead.
 
         Raises:
             AgentError: an agent cannot take the task's MCP servers that are not optional
-                (`reroll.rollout.mcp.mcp_servers_for`).
+                (`reroll.rollout.mcp.mcp_servers_for`), and ``--without-mcp`` is not given.
         """
+        servers = draft.task.spec.environment.mcp_servers
+        if draft.config.without_mcp:
+            self.withheld = [server.name for server in servers]
+            return
         for agent in draft.agents.values():
-            mcp_servers_for(agent, draft.task.spec.environment.mcp_servers)
+            mcp_servers_for(agent, servers)
 
     async def after_sandbox_start(self, run: Run) -> None:
         """Provision the services and wait until they are ready; their environment goes into
@@ -53,10 +60,21 @@ class ServicesAndMcp(Extension):
         run.task_env |= environment.exec_env()
         self.environment = environment
 
+    async def before_agent(self, run: Run) -> None:
+        """``--without-mcp``: result.json's ``mcp_withheld`` names the servers withheld, and the
+        console says so."""
+        if self.withheld:
+            run.result.mcp_withheld = self.withheld
+            run.console.print(
+                f"[yellow]--without-mcp: the agents run without the task's MCP servers "
+                f"{', '.join(self.withheld)}[/yellow]"
+            )
+
     async def before_turn(self, run: Run, launch: TurnLaunch) -> None:
-        """Write the agent's native MCP configuration offering the task's servers and the others
-        of the launch; its path into the launch's environment."""
-        servers = [*run.plan.task.spec.environment.mcp_servers, *launch.mcp_servers]
+        """Write the agent's native MCP configuration offering the task's servers (none withheld
+        by ``--without-mcp``) and the others of the launch; its path into the launch's environment."""
+        task_servers = [] if self.withheld else run.plan.task.spec.environment.mcp_servers
+        servers = [*task_servers, *launch.mcp_servers]
         launch.env |= await _offer_mcp(run.sandbox, launch.agent, servers, run.console)
 
     async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:

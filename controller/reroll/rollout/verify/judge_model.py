@@ -67,6 +67,20 @@ def choose(
     return None
 
 
+def judge_flag(given: str, task: Task) -> str:
+    """``--judge-model`` `given` as config.json stores it (a relative ``scripted:PATH`` made
+    absolute, seen from `task`'s folder).
+
+    Raises:
+        ModelError: it cannot be used; the message names ``--judge-model`` and the cause (the
+            missing variable, the unknown provider).
+    """
+    try:
+        return parse_model(given, task.path).spec
+    except ModelError as exc:
+        raise ModelError(f"{JUDGE_MODEL_FLAG} {given}: {exc}; or pass another {JUDGE_MODEL_FLAG}") from exc
+
+
 def check_judge_model(task: Task, override: str | None) -> ModelSpec | None:
     """Resolve the model `task`'s judge would use (see the module docstring).
 
@@ -93,10 +107,22 @@ def check_judge_model(task: Task, override: str | None) -> ModelSpec | None:
         return parse_model(judge.spec, task.path, judge.agent)
     except ModelError as exc:
         fix = (
-            f"fix {JUDGE_MODEL_FLAG}"
+            f"or pass another {JUDGE_MODEL_FLAG}"
             if judge.source == JUDGE_MODEL_FLAG
             else f"or pass {JUDGE_MODEL_FLAG} SPEC (e.g. anthropic/NAME, openai/NAME, scripted:PATH)"
         )
         raise ModelError(
             f"task {task.name}: the judge model {judge.spec!r} ({judge.source}) cannot be used: {exc}; {fix}"
         ) from exc
+
+
+def judge_model_warnings(task: Task) -> list[str]:
+    """``reroll task check``'s warning about `task`'s judge model: the refusal a run here would
+    give it (`check_judge_model` without ``--judge-model``), or none. A warning, not a failure:
+    BenchFlow's ``check_task`` does not look at the judge's model (its judge finds a missing key
+    when it is called, after the agent ran), and the run's environment may set the variable."""
+    try:
+        check_judge_model(task, None)
+    except ModelError as exc:
+        return [f"a run here refuses it before the agent starts (exit 2): {exc}"]
+    return []

@@ -42,7 +42,8 @@ from reroll_contracts.graded import AGREEMENT, AggregatePolicy, read_graded
 
 from reroll.rollout.verify.script_verifier import TestScriptVerifier
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
-from reroll.sandbox.base import Sandbox, SandboxLayout
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.layout import SandboxLayout
 from reroll.tasks.rubric import document_section
 from reroll.tasks.strategies import RewardKitStrategy, reward_kit_strategy
 from reroll.tasks.task import Task

@@ -379,6 +379,8 @@ async def verify(
                 soft=soft,
                 aggregate_policy=task_policy(task.spec.verifier.aggregate_policy),
                 keep_agent_processes=keep_processes,
+                cwd=layout.workspace,  # the image's WORKDIR, as the task's own harness runs it
+                image_env=layout.image_env,
             )
             outcome = await sandbox.verify(run, on_output=write, on_hardening=write_report)
         except FileNotFoundError as exc:

@@ -77,7 +77,7 @@ from docker.types import Mount
 from reroll_contracts.errors import SandboxError, SidecarError
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
-from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
+from reroll.sandbox.base import Sandbox, trust_host_ca
 from reroll.sandbox.docker import disk, firewall, seccomp
 from reroll.sandbox.docker.cgroups import oom_kills
 from reroll.sandbox.docker.config import DockerSandboxConfig
@@ -104,9 +104,9 @@ from reroll.sandbox.docker.networks import (
 )
 from reroll.sandbox.docker.prune import prune as prune_leftovers
 from reroll.sandbox.docker.siblings import SiblingContainer, run_sibling
+from reroll.sandbox.layout import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.seam import InstallFolders, ServiceProcess
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
-from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.sandbox.spec import SandboxSpec, SiblingService
 
 STATE_DIR = "/var/lib/reroll-sidecar"
@@ -124,7 +124,7 @@ def docker_name(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id)
 
 
-class DockerSandbox(SidecarSandbox):
+class DockerSandbox(Sandbox):
     """A sandbox in a Docker container; see the module docstring.
 
     Args:
@@ -243,7 +243,7 @@ class DockerSandbox(SidecarSandbox):
         try:
             await asyncio.to_thread(self._create)
             assert self._mount_dir is not None
-            await self._connect(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
+            await self.connect(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
             await self._wait_ready()
             setup = await self.exec(
                 ["sh", "-c", SETUP_SCRIPT, "setup", self._user, self.layout.workspace],
@@ -424,7 +424,7 @@ class DockerSandbox(SidecarSandbox):
         deadline = loop.time() + self.config.ready_timeout_seconds
         while True:
             try:
-                await self._sidecar.wait_ready(timeout_seconds=min(2.0, max(0.1, deadline - loop.time())))
+                await self.wait_ready(timeout_seconds=min(2.0, max(0.1, deadline - loop.time())))
                 return
             except SidecarError as exc:
                 await asyncio.to_thread(self.container.reload)

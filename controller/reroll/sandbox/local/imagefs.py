@@ -51,12 +51,12 @@ from reroll_contracts.errors import ImageUnavailableError, SandboxError
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir, cache_lock
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.base import Sandbox
 from reroll.sandbox.docker.catalogue import BASE_ALIAS
 from reroll.sandbox.docker.conventions import SETUP_SCRIPT, image_defaults
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
+from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
-from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.sandbox.spec import SandboxSpec
 
 ROOTFS_FOLDER = "rootfs"
@@ -414,9 +414,7 @@ def lay_out_overlay(folder: Path, image: ImageRoot, reachable: list[str]) -> Non
             copy.chmod((info.st_mode & 0o7777) | 0o111)
 
 
-async def settle(
-    sandbox: SidecarSandbox, spec: SandboxSpec, image: ImageRoot, timeout_seconds: float
-) -> None:
+async def settle(sandbox: Sandbox, spec: SandboxSpec, image: ImageRoot, timeout_seconds: float) -> None:
     """Make `sandbox` (started on `image`) follow the image as the docker backend's container does:
     run `SETUP_SCRIPT` for the agent's user (the spec's, else the image's USER) and working folder,
     set the layout's user and HOME from it, and seed the workspace from the spec's

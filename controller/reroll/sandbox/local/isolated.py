@@ -66,7 +66,8 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess, exit_description
 from reroll.host.notices import warn_once
-from reroll.sandbox.base import SANDBOX_HOSTNAME, SandboxLayout, trust_host_ca
+from reroll.sandbox.base import Sandbox, trust_host_ca
+from reroll.sandbox.layout import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.imagefs import (
     ImageRoot,
@@ -96,7 +97,6 @@ from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.local.storage import PoolSnapshot, SandboxDisk, prune_local_disks
 from reroll.sandbox.seam import InstallFolders, local_install_folders
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
-from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.sandbox.spec import SandboxSpec
 
 AGENT_USER = "agent"
@@ -113,7 +113,7 @@ PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
 either way and not the gateway to the host's loopback."""
 
 
-class IsolatedSandbox(SidecarSandbox):
+class IsolatedSandbox(Sandbox):
     """A local sandbox in its own namespaces with a root view of its own; see the module docstring.
 
     Args:
@@ -426,8 +426,8 @@ class IsolatedSandbox(SidecarSandbox):
                 starting.cancel()
             self._init_pid = await handshake
             await starting
-            client = await self._connect(f"unix:{socket_path}", self._token)
-            await client.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
+            await self.connect(f"unix:{socket_path}", self._token)
+            await self.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
             self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
             await self._forwarder.forward_host_ports()
             if self.policy != "none":

@@ -33,9 +33,9 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
-from reroll.sandbox.base import SandboxLayout
+from reroll.sandbox.base import Sandbox
+from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.seam import InstallFolders, local_install_folders
-from reroll.sandbox.sidecar_sandbox import SidecarSandbox
 from reroll.sandbox.spec import SandboxSpec
 
 MAX_NAME_IN_ROOT = 32
@@ -52,7 +52,7 @@ class LocalSandboxConfig(BaseModel):
     """How long `start` waits for the sidecar to answer ready."""
 
 
-class LocalSandbox(SidecarSandbox):
+class LocalSandbox(Sandbox):
     """A sandbox in a temporary host folder; see the module docstring.
 
     Args:
@@ -63,9 +63,9 @@ class LocalSandbox(SidecarSandbox):
     """
 
     config_model: ClassVar[type[LocalSandboxConfig]] = LocalSandboxConfig
+    """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
     sidecar_program: ClassVar[tuple[str, ...]] = (sys.executable, "-m", "reroll_sidecar")
     """The sidecar runs from the controller's interpreter here (no bundle)."""
-    """The model of the backend's settings (`reroll.sandbox.base.Backend`)."""
 
     @classmethod
     def prune(
@@ -157,8 +157,8 @@ class LocalSandbox(SidecarSandbox):
         )
         try:
             await self._sidecar_process.start()
-            client = await self._connect(f"unix:{socket_path}", self._token)
-            await client.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
+            await self.connect(f"unix:{socket_path}", self._token)
+            await self.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
         except RerollError as exc:
             await self.stop()
             raise SandboxError(f"{self.label}: sidecar did not start: {exc}") from exc
