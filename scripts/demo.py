@@ -6,7 +6,8 @@
    `local`), with the bundled scripted model as the live model: a copy of the task's script for
    that agent whose marked turn (its `delay_seconds`) never comes in time, so the run hits its
    timeout there, whatever the agent's start-up takes (`--timeout`: a default per agent, ample
-   for its start-up).
+   for its start-up; on a machine so loaded that the agent did not reach the model in time, the
+   recording is made again with twice the timeout, up to `RECORD_TRIES` times in all).
 2. `reroll continue` replays the recorded exchanges (the agent re-executes its own steps), cuts
    over to the live model (the task's own script), finishes, and verifies.
 3. `reroll replay` rebuilds the recorded run by replay only and compares it step by step.
@@ -52,6 +53,8 @@ RECORD_TIMEOUT_SECONDS = {
 }
 """How long the recording runs by default: the agent's start-up on a loaded machine and its
 first turns (OpenHands takes 20 to 60 s to start, aider 5 to 15 s); other agents get 60 s."""
+RECORD_TRIES = 3
+"""Recordings made at most, each with twice the previous timeout, until one holds an exchange."""
 STALL_SECONDS = 3600
 """The marked turn's delay in the recording's script: the timeout always comes first."""
 FOLLOW_UP_TIMEOUT = "300"
@@ -84,11 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     script = stalled_script(args.agent, jobs_dir / f"{job}.stalled-script.yaml")
     timeout = args.timeout or RECORD_TIMEOUT_SECONDS.get(args.agent, 60.0)
     started = time.monotonic()
-    reroll(
-        "run", str(TASK), "--agent", args.agent, "--sandbox", args.sandbox, "--model", f"scripted:{script}",
-        "--timeout", f"{timeout:g}", "--jobs-dir", str(jobs_dir), "--job-name", job,
-    )  # fmt: skip
-    original = only_run_folder(jobs_dir / job)
+    original, recorded = record(args, script, jobs_dir, job, timeout)
     reroll(
         "continue",
         str(original),
@@ -111,13 +110,29 @@ def main(argv: list[str] | None = None) -> int:
         rewards[label] = (result.get("rewards") or {}).get("reward")
         print(f"{label:>9}: status={result['status']:<8} reward={rewards[label]}  {folder}")
     print(f"   replay: {'faithful' if faithful else 'NOT faithful'}")
-    recorded = json.loads((original / "result.json").read_text())["counts"]["exchanges"]
-    if not recorded:
-        print(
-            f"the recording holds no exchange: {args.agent} did not reach the model "
-            f"within {timeout:g} s (--timeout)"
-        )
     return 0 if rewards["continued"] == 1.0 and faithful and recorded else 1
+
+
+def record(
+    args: argparse.Namespace, script: Path, jobs_dir: Path, job: str, timeout: float
+) -> tuple[Path, int]:
+    """`reroll run` of the stalled `script` into ``jobs_dir/job[-try-N]``, again with twice the
+    timeout while the recording holds no exchange (`RECORD_TRIES`); the last run folder and its
+    exchanges."""
+    for attempt in range(RECORD_TRIES):
+        name = job if attempt == 0 else f"{job}-try-{attempt + 1}"
+        reroll(
+            "run", str(TASK), "--agent", args.agent, "--sandbox", args.sandbox,
+            "--model", f"scripted:{script}", "--timeout", f"{timeout:g}",
+            "--jobs-dir", str(jobs_dir), "--job-name", name,
+        )  # fmt: skip
+        original = only_run_folder(jobs_dir / name)
+        recorded = int(json.loads((original / "result.json").read_text())["counts"]["exchanges"])
+        if recorded:
+            break
+        print(f"\nthe recording holds no exchange: {args.agent} did not reach the model within {timeout:g} s")
+        timeout *= 2
+    return original, recorded
 
 
 if __name__ == "__main__":

@@ -2,13 +2,13 @@
 snapshot + restore.
 
     .venv/bin/python scripts/bench/branch.py [--steps 40] [--at 10,30] [-n 8] [--concurrency 4]
-        [--step-seconds 0] [--checkpoint-every 0] [--sandbox local] [--db-mb 100]
+        [--step-seconds 0] [--checkpoint-every 0] [--checkpoint-keep 64] [--sandbox local] [--db-mb 100]
 
 Records one run of the resumable ``urllib-session`` agent (examples/agents/urllib-session.yaml)
 on examples/tasks/sqlite-ledger (a SQLite state) with its scripted model: `--steps` bash steps,
 each adding a row to the ledger (after sleeping `--step-seconds`, the tool time a real step
-has), then done; with no extra flag (on ``local`` with copy-on-write it keeps a pool checkpoint
-at every step by default, `reroll.rollout.extensions.checkpoints`), and with `--checkpoint-every`
+has), then done; with `--checkpoint-keep` only (on ``local`` with copy-on-write it keeps a pool
+checkpoint at every step, `reroll.rollout.extensions.checkpoints`; 0: none), and with `--checkpoint-every`
 > 0 once more with a checkpoint every that many steps. At each step of `--at` it is branched
 into `-n` children (the same script: each child runs the remaining steps live): by replay (every
 child re-executes the prefix), by snapshot from the run with no flag (from its kept pool
@@ -126,7 +126,9 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
 
 async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> Path:
     """Record the ledger run (with a checkpoint every `every` steps); its run folder."""
-    options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every)
+    options = RolloutSettings(
+        sandbox=args.sandbox, checkpoint_every=every, checkpoint_keep=0 if every else args.checkpoint_keep
+    )
     jobs = folder / f"jobs-{every}"
     outcome, wall, cpu = await measured(
         lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs)
@@ -256,6 +258,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--checkpoint-every", type=int, default=0)
+    parser.add_argument("--checkpoint-keep", type=int, default=64, help="0: no pool checkpoint per step")
     parser.add_argument("--sandbox", default="local")
     parser.add_argument("--db-mb", type=int, default=100)
     args = parser.parse_args()

@@ -147,17 +147,16 @@ CheckpointEveryOption = Annotated[
         min=0,
         help="Capture a checkpoint (environment state, workspace, agent session) every N steps, "
         "into <run>/checkpoints/step-K/: `reroll branch --at K --via snapshot` forks from it "
-        "without rebuilding the prefix [default: 0, none; on local with a copy-on-write disk a "
-        "recording keeps a pool checkpoint at every step anyway].",
+        "without rebuilding the prefix [default: 0, none].",
     ),
 ]
 CheckpointKeepOption = Annotated[
     int | None,
     typer.Option(
-        min=2,
-        help="The most per-step pool checkpoints a recording on local keeps: all for a run of up to "
-        "N steps, beyond that the latest N/2 and the earlier ones thinned to an even stride "
-        "(`reroll branch --at K` starts from the nearest earlier one) [default: 64].",
+        min=0,
+        help="Keep a copy-on-write pool checkpoint at every step (local with btrfs), at most N: all "
+        "for a run of up to N steps, beyond that the latest N/2 and the earlier ones thinned to an "
+        "even stride (`reroll branch --at K` starts from the nearest earlier one) [default: 0, off].",
     ),
 ]
 
