@@ -34,12 +34,17 @@ alternates ``direct`` and every replay proxy per exchange as above, over min(``-
 smallest N - warm-up) exchanges after the warm-up; it prints the added p50 / p95 per size and the
 added p50 over the smallest size's (1.0: the cost does not grow with N).
 
+``--baseline PYTHON`` adds the target ``record-baseline``: a recording proxy like ``record`` run by
+`PYTHON` (another checkout's interpreter, e.g. ``/work/main/.venv/bin/python``), measured in the same
+run, so that a change is compared with the code before it under the same load; its goal ratio is
+printed beside ``record``'s.
+
 ``--profile FILE`` runs the ``record`` proxy under cProfile (CPU time of its event loop's thread,
 from the end of the warm-up on), writes its stats to FILE and prints the functions that took the
 most time (own and cumulative), per exchange; its latencies are then the profiler's, not the proxy's.
 
 Run: ``.venv/bin/python scripts/bench/proxy.py [--exchanges 1000] [--format openai-chat] [--runs 1]
-[--profile F] [--replay-sizes 100,1000,5000]``.
+[--profile F] [--baseline PYTHON] [--replay-sizes 100,1000,5000]``.
 """
 
 from __future__ import annotations
@@ -289,30 +294,38 @@ uvloop.run(main(sys.argv[1], __import__("pathlib").Path(sys.argv[3])))
 """A bare aiohttp forwarder (argv: UPSTREAM ``--ready-file`` F): the floor of any aiohttp proxy."""
 
 
-def proxy_process(name: str, config: ProxyConfig, work: Path, profile: Path | None = None) -> ChildProcess:
+def proxy_process(
+    name: str, config: ProxyConfig, work: Path, profile: Path | None = None, python: str | None = None
+) -> ChildProcess:
     """A ``python -m reroll_proxy`` child with `config` written to ``<work>/<name>.json``; with
-    `profile`, one that starts profiling at SIGUSR1 and writes the stats there when it stops."""
+    `profile`, one that starts profiling at SIGUSR1 and writes the stats there when it stops; with
+    `python`, run by that interpreter (another checkout's)."""
     (work / f"{name}.json").write_text(config.model_dump_json())
     command = None if profile is None else [sys.executable, "-c", PROFILED, str(profile)]
+    command = [python, "-m", "reroll_proxy"] if python is not None else command
     args = ["--config", str(work / f"{name}.json")]
     return ChildProcess("reroll_proxy", args, workdir=work, name=name, command=command)
 
 
-Ratios = tuple[float, float]
-"""The recording proxy's added p50 over the plain mitmproxy's, and the bare forwarder's."""
+Ratios = tuple[float, float, float | None]
+"""The recording proxy's added p50 over the plain mitmproxy's, the bare forwarder's, and the
+baseline recording proxy's (``--baseline``; else None)."""
 
 
 def goal_ratio(title: str, results: dict[str, list[tuple[float, float]]]) -> Ratios:
-    """Print the recording proxy's added p50 over the plain mitmproxy's (the goal: <= 0.25), and
-    the bare aiohttp forwarder's; return both."""
+    """Print the recording proxy's added p50 over the plain mitmproxy's (the goal: <= 0.25), the
+    bare aiohttp forwarder's and the baseline's (if measured); return them."""
     totals = {name: percentile([timing[1] for timing in timings], 0.5) for name, timings in results.items()}
     ours, theirs = totals["record"] - totals["direct"], totals["mitmproxy-reverse"] - totals["direct"]
     floor = totals["aiohttp-forward"] - totals["direct"]
+    baseline = totals["record-baseline"] - totals["direct"] if "record-baseline" in totals else None
+    then = "" if baseline is None else f"; record-baseline's: {baseline / theirs:.2f}"
     print(
         f"{title}: record added p50 {ours:+.3f} ms / mitmproxy-reverse added p50 {theirs:+.3f} ms"
-        f" = ratio {ours / theirs:.2f} (goal <= 0.25; the bare aiohttp forwarder's: {floor / theirs:.2f})"
+        f" = ratio {ours / theirs:.2f} (goal <= 0.25; the bare aiohttp forwarder's:"
+        f" {floor / theirs:.2f}{then})"
     )
-    return ours / theirs, floor / theirs
+    return ours / theirs, floor / theirs, None if baseline is None else baseline / theirs
 
 
 def print_medians(runs: list[dict[str, Ratios]]) -> None:
@@ -321,7 +334,12 @@ def print_medians(runs: list[dict[str, Ratios]]) -> None:
     for mode in runs[0]:
         ours, floor = (statistics.median(run[mode][which] for run in runs) for which in (0, 1))
         values = ", ".join(f"{run[mode][0]:.2f}" for run in runs)
-        print(f"  {mode}: record / mitmproxy-reverse {ours:.2f} ({values}); the bare forwarder's {floor:.2f}")
+        baselines = [ratio for run in runs if (ratio := run[mode][2]) is not None]
+        then = f"; record-baseline's {statistics.median(baselines):.2f}" if baselines else ""
+        print(
+            f"  {mode}: record / mitmproxy-reverse {ours:.2f} ({values});"
+            f" the bare forwarder's {floor:.2f}{then}"
+        )
 
 
 def print_profile(profile: Path, exchanges: int) -> None:
@@ -391,8 +409,11 @@ async def replay_scaling(sizes: list[int], exchanges: int, api_format: str) -> N
         print(f"  {size:8d}  {p50:+9.3f}  {p95:+9.3f}  {p50 / smallest:9.2f}")
 
 
-async def main(exchanges: int, api_format: str, profile: Path | None = None) -> dict[str, Ratios]:
-    """One run of every target, both modes; returns each mode's `goal_ratio`."""
+async def main(
+    exchanges: int, api_format: str, profile: Path | None = None, baseline: str | None = None
+) -> dict[str, Ratios]:
+    """One run of every target, both modes (``record-baseline`` run by `baseline`, if given);
+    returns each mode's `goal_ratio`."""
     with tempfile.TemporaryDirectory(prefix="reroll-bench-") as folder:
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps(SCRIPT))
@@ -400,13 +421,24 @@ async def main(exchanges: int, api_format: str, profile: Path | None = None) -> 
         ca_file = work / "ca.pem"
         await asyncio.to_thread(intercept.ensure_mitmproxy)
         ca_file.write_bytes(intercept.ca_bundle())
-        async with ChildProcess(
-            "reroll.models.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
-        ) as model:
+        async with contextlib.AsyncExitStack() as stack:
+            model = await stack.enter_async_context(
+                ChildProcess(
+                    "reroll.models.scripted",
+                    ["--script", str(work / "script.json")],
+                    workdir=work,
+                    name="model",
+                )
+            )
             upstream = model.ready.address
             record_config = ProxyConfig(
                 token=TOKEN, trajectory_path=trajectory, upstream=UpstreamConfig(base_url=upstream)
             )
+            extra: dict[str, Target] = {}
+            if baseline is not None:
+                then = record_config.model_copy(update={"trajectory_path": work / "baseline.jsonl"})
+                old = await stack.enter_async_context(proxy_process("baseline", then, work, python=baseline))
+                extra["record-baseline"] = Target(old.ready.address)
             async with (
                 proxy_process("record", record_config, work, profile) as proxy,
                 proxy_process(
@@ -438,6 +470,7 @@ async def main(exchanges: int, api_format: str, profile: Path | None = None) -> 
                     "intercept": Target("https://api.openai.com/v1", proxy=front.proxy_url),
                     "mitmproxy-reverse": Target(reverse + "/v1"),
                     "aiohttp-forward": Target(forwarder.ready.address),
+                    **extra,
                 }
                 start_profile = None
                 if profile is not None:
@@ -488,6 +521,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", type=Path, help="run the record proxy under cProfile, stats to this file"
     )
+    parser.add_argument(
+        "--baseline", metavar="PYTHON", help="also measure a recording proxy run by this interpreter"
+    )
     parser.add_argument("--runs", type=int, default=1, help="measure this many times, then print the medians")
     parser.add_argument(
         "--replay-sizes",
@@ -504,6 +540,6 @@ if __name__ == "__main__":
         for number in range(args.runs):
             if number:
                 print(f"\n--- run {number + 1} of {args.runs}")
-            ratios.append(asyncio.run(main(args.exchanges, args.format, args.profile)))
+            ratios.append(asyncio.run(main(args.exchanges, args.format, args.profile, args.baseline)))
         if args.runs > 1:
             print_medians(ratios)
