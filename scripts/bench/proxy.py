@@ -165,8 +165,8 @@ async def measure(
     ca_file: Path | None = None,
     on_warm: Callable[[], None] | None = None,
 ) -> dict[str, list[tuple[float, float]]]:
-    """`count` exchanges per target, alternating targets per exchange (after a warm-up, at the end
-    of which `on_warm` is called)."""
+    """`count` exchanges per target, alternating targets per exchange, the order rotated by one
+    each time (after a warm-up, at the end of which `on_warm` is called)."""
     payload = orjson.dumps(body)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
     sessions = {name: session_for(target, ca_file) for name, target in targets.items()}
@@ -174,7 +174,10 @@ async def measure(
         for number in range(WARMUP_EXCHANGES + count):
             if number == WARMUP_EXCHANGES and on_warm is not None:
                 on_warm()
-            for name, target in targets.items():
+            names = list(targets)
+            shift = number % len(names)  # each target in each position as often: no order bias
+            for name in names[shift:] + names[:shift]:
+                target = targets[name]
                 timing = await exchange(sessions[name], target.base_url + path, payload, target.proxy)
                 if number >= WARMUP_EXCHANGES:
                     results[name].append(timing)
