@@ -2,8 +2,9 @@
 
 The upstream is the bundled scripted model (a local subprocess), the proxy a real
 ``python -m reroll_proxy`` subprocess. For each exchange the client (aiohttp, one keep-alive
-connection per target) calls the upstream directly and then through the proxy, alternating,
-so both see the same machine load. Measured per exchange, in milliseconds:
+connection per target) calls the upstream directly and then through each proxy, the targets'
+order rotated by one every exchange (a later position measured slower: same code, 0.41 first vs
+0.65 later), so all see the same machine load. Measured per exchange, in milliseconds:
 
 - ``total``: request sent -> whole response read (non-streamed and streamed requests);
 - ``ttfb``: request sent -> first byte of the response body (streamed requests: the first SSE
