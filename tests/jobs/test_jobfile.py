@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 from reroll.jobs.jobfile import load_job_file
-from reroll.jobs.runner import plan_rollouts
+from reroll.jobs.planning import plan_rollouts
 from reroll_contracts.errors import JobError, TaskError
 
 

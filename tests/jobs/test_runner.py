@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from reroll.jobs.executors import AsyncioExecutor, Attempt
 from reroll.jobs.jobfile import JobSpec, RunnerOptions, load_job_file
-from reroll.jobs.runner import _with_retries, continue_job, plan_rollouts, refuse_untravelled, run_job
+from reroll.jobs.planning import plan_rollouts
+from reroll.jobs.runner import _with_retries, continue_job, refuse_untravelled, run_job
 from reroll.rollout.start import RolloutOutcome
 from reroll.runfolder.run import RunConfig
 from reroll.sandbox import base
