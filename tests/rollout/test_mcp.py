@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from reroll.agents import get_agent
 from reroll.cache import cache_dir
-from reroll.rollout.mcp import behind_filter, mcp_servers_for, needs_filter, render_mcp_config
+from reroll.rollout.mcp import (
+    behind_filter,
+    mcp_servers_for,
+    needs_filter,
+    optional_warnings,
+    render_mcp_config,
+)
 from reroll.tasks.environment import McpServerSpec
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import AgentError
@@ -159,6 +165,13 @@ def test_an_agent_without_mcp_is_refused_naming_the_servers_and_the_way_out() ->
     assert "optional = true" not in message  # not a field BenchFlow's checker takes
     with pytest.raises(AgentError, match="aider has no MCP client"):
         mcp_servers_for(get_agent("aider"), [STDIO])
+
+
+def test_task_check_warns_of_optional_a_field_benchflow_refuses() -> None:
+    servers = [STDIO.model_copy(update={"optional": True}), HTTP]
+    (warning,) = optional_warnings(servers)
+    assert warning.startswith(f"mcp {STDIO.name}: optional = true") and "--without-mcp" in warning
+    assert optional_warnings([STDIO, HTTP]) == []
 
 
 def test_optional_servers_let_an_agent_without_mcp_run_without_them() -> None:

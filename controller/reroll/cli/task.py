@@ -22,6 +22,7 @@ def task_check(
 
     Exit code 0 when every task loads (warnings or not), 2 when any does not (the reason is printed).
     """
+    from reroll.rollout.mcp import optional_warnings
     from reroll.rollout.sandbox_spec import sandbox_spec
     from reroll.rollout.start import load_runnable_task
     from reroll.rollout.verify.judge_model import judge_model_warnings
@@ -38,6 +39,7 @@ def task_check(
             *local_warnings(sandbox_spec(task), unreachable),
             *base_warnings(sandbox_spec(task), is_local),
             *judge_model_warnings(task),
+            *optional_warnings(task.spec.environment.mcp_servers),
         ],
     )
     render(results, console)

@@ -266,3 +266,15 @@ def describe(servers: list[McpServerSpec]) -> str:
         f"{shlex.join([server.command or '', *server.args]) if server.transport == 'stdio' else server.url})"
         for server in servers
     )
+
+
+def optional_warnings(servers: list[McpServerSpec]) -> list[str]:
+    """``reroll task check``'s warnings of `servers` marked ``optional`` (reroll's own field):
+    BenchFlow's checker rejects a task that sets it (its ``MCPServerConfig`` has no such field),
+    so a task meant for both says ``--without-mcp`` at run time instead."""
+    return [
+        f"mcp {server.name}: optional = true is reroll's own field (BenchFlow refuses the task); "
+        "to run it with an agent that has no MCP client, pass --without-mcp instead"
+        for server in servers
+        if server.optional
+    ]
