@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from reroll.settings import RolloutSettings
 from tests.jobs.test_branch_snapshot import CUT, LEDGER, ledger_script, session_agent
 
 __all__ = ["session_agent"]  # the fixture, shared
+REROLL = str(Path(sys.executable).parent / "reroll")
 
 pytestmark = [
     pytest.mark.spawns,
@@ -92,19 +95,24 @@ def test_a_pruned_pool_or_another_backend_falls_back_to_the_layers(tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def every_step(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> Path:
-    """A six-step run of the ledger task on local recorded with no checkpoint flag, keeping at most
-    four per-step checkpoints (``checkpoint_keep``); its pool removed at the session's end."""
+    """A six-step run of the ledger task on local recorded by ``reroll run --checkpoint-keep 4`` (a
+    process of its own: no helper process of the rollout outlives it in this one); its pool
+    removed at the session's end."""
     folder = tmp_path_factory.mktemp("every-step")
-    recording = run_task(
-        LEDGER,
-        agent_name=session_agent,
-        model=ledger_script(folder, "original", 6),
-        options=RolloutSettings(sandbox="local", checkpoint_keep=4),
-        jobs_dir=folder / "jobs",
+    done = subprocess.run(
+        [
+            *(REROLL, "run", str(LEDGER), "--agent", session_agent, "--sandbox", "local"),
+            *("--model", ledger_script(folder, "original", 6), "--checkpoint-keep", "4"),
+            *("--jobs-dir", str(folder / "jobs"), "--job-name", "every-step"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    outcome = asyncio.run(recording)
-    assert outcome.result.status == "ok", outcome.result.error
-    return outcome.run_dir
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = [path for path in (folder / "jobs" / "every-step").iterdir() if path.is_dir()]
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "ok", done.stdout
+    return run_dir
 
 
 def test_a_recording_keeps_a_pool_checkpoint_at_every_step_as_its_retention_says(every_step: Path) -> None:

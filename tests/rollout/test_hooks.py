@@ -199,6 +199,7 @@ async def test_a_registered_extension_sees_every_hook_in_order(
     )
     assert summary.via == "snapshot" and [c.status for c in summary.children] == ["ok"], summary.children
     assert events.read_text().splitlines() == [
+        "configure",  # check_rollout's, before the branch writes anything
         "configure",
         "before_sandbox_start",
         "after_sandbox_start",

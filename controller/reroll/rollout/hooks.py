@@ -135,7 +135,10 @@ class Extension:
     """One feature of a rollout: every hook a no-op (see the module docstring for when each runs)."""
 
     def configure(self, draft: Draft) -> None:
-        """Check and record this feature's options before anything is written.
+        """Check and record this feature's options before anything is written. A command that
+        starts many rollouts (``reroll branch``, ``reroll job``) also calls it on a draft of its
+        first rollout, through `reroll.rollout.start.check_rollout`, before it writes anything: it
+        must write nothing and start nothing.
 
         Raises:
             RerollError: a subclass (``ConfigError``'s mostly) naming what cannot run; nothing is
