@@ -48,10 +48,11 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from reroll_contracts.errors import AgentError, ConfigError, EnvironmentStateError
+from reroll_contracts.errors import AgentError, ConfigError
 from rich.console import Console
 
 from reroll.agents import AgentSpec
+from reroll.jobs.branch_layers import rebuilt_layers, recorded_layers
 from reroll.jobs.branch_points import BranchPoint, branch_points
 from reroll.jobs.branch_values import child_summary, model_summary, point_summaries
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
@@ -59,8 +60,8 @@ from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool
-from reroll.rollout.layers import CHECKPOINT_FILE, load_checkpoint
+from reroll.rollout.extensions.checkpoints import kept_pool
+from reroll.rollout.layers import load_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, start_rollout
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.asks import ASKS_FILE, AskLog
@@ -86,8 +87,6 @@ from reroll.sandbox.base import load_backend
 from reroll.settings import RolloutSettings, with_recorded_inputs
 
 Via = Literal["snapshot", "replay"]
-PREFIX_NAME = "_prefix"
-"""The replay-only rollout that rebuilds the prefix once (``via = "snapshot"``), in the parent."""
 
 
 def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:
@@ -282,7 +281,7 @@ class _TreePlan:
         self, at_ask: int | None, via: Via | None, options: RolloutSettings, console: Console
     ) -> _Reached:
         """Choose how the branches reach the cut (`_tree_via`); for a snapshot, rebuild the prefix
-        and capture its checkpoint (`_checkpoint_layers`).
+        and capture its checkpoint (`rebuilt_layers`).
 
         Raises:
             EnvironmentStateError: as `branch`.
@@ -291,9 +290,9 @@ class _TreePlan:
         reached = _Reached(chosen, note)
         if chosen == "snapshot":
             sandbox = self.bound.sandbox or self.checkpoint.original.config.sandbox
-            found = _recorded_layers(self.checkpoint, sandbox, console)
+            found = recorded_layers(self.checkpoint, sandbox, console)
             if found is None:
-                layers, note = await _checkpoint_layers(self.checkpoint, self.parent, options, console)
+                layers, note = await rebuilt_layers(self.checkpoint, self.parent, options, console)
                 step, (pool, pool_note) = self.checkpoint.cut_index, kept_pool(layers, sandbox)
             else:
                 layers, step, pool, pool_note = found
@@ -517,65 +516,6 @@ def _branch_origin(
     provenance = BranchedFrom(**(checkpoint.continued_from(model).model_dump() | update))
     fork = (pool, layers_step) if layers else (None, None)
     return FromCheckpoint(checkpoint, provenance, layers, *fork)
-
-
-async def _checkpoint_layers(
-    checkpoint: Checkpoint, parent: Path, options: RolloutSettings, console: Console
-) -> tuple[Path, str]:
-    """The checkpoint folder of step K the children fork from when the run recorded none usable
-    (`_recorded_layers`), and where it came from: the prefix rebuilt once by a replay-only rollout
-    (`PREFIX_NAME`) that captures it when the proxy holds the agent's request at the cut
-    (``_prefix/checkpoints/step-K``).
-
-    Raises:
-        EnvironmentStateError: the rebuilt prefix left no consistent checkpoint (its result named).
-    """
-    console.print(f"rebuilding the prefix once (replay-only, {PREFIX_NAME}/) and capturing its layers")
-    outcome = await start_rollout(
-        FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
-        live_model=None,
-        parent=parent,
-        name=PREFIX_NAME,
-        options=options.model_copy(
-            update={"checkpoint_every": checkpoint.cut_index}
-        ),  # held at the cut: captured
-    )
-    captured = outcome.run_dir / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
-    if not (captured / CHECKPOINT_FILE).is_file():
-        result = outcome.result
-        raise EnvironmentStateError(
-            f"rebuilding the prefix to step {checkpoint.cut_index} captured no checkpoint: "
-            f"{PREFIX_NAME} ended {result.status} ({result.error_category}: {result.error}); "
-            f"see {outcome.run_dir}"
-        )
-    return captured, f"the prefix rebuilt once in {PREFIX_NAME}/"
-
-
-def _recorded_layers(
-    checkpoint: Checkpoint, sandbox: str, console: Console
-) -> tuple[Path, int, str | None, str | None] | None:
-    """The checkpoint recorded during the run the children fork from, nearest the cut: of the cut
-    itself when it is consistent and complete or its pool is kept, else of the nearest earlier
-    step J (> 0) whose pool snapshot is kept (`kept_pool`: ``local``) — the children start from
-    it and replay steps J..K. As (folder, step, pool reference or None, note on the pool); None
-    when there is none (the prefix is rebuilt once: `_checkpoint_layers`)."""
-    cut, recorded = checkpoint.cut_index, checkpoint.original.path / CHECKPOINTS_DIR
-    steps = [int(p.name[5:]) for p in recorded.glob("step-*") if p.name[5:].isdigit()]
-    for step in sorted((step for step in steps if 0 < step <= cut), reverse=True):
-        folder = recorded / f"step-{step}"
-        if not (folder / CHECKPOINT_FILE).is_file():
-            continue
-        try:
-            layers = load_checkpoint(folder, step=step)
-        except EnvironmentStateError as exc:
-            console.print(f"[yellow]{exc}; not forking from it[/yellow]")
-            continue
-        pool, note = kept_pool(folder, sandbox)
-        if pool is not None or (
-            step == cut and "sandbox" in layers.expected
-        ):  # a pool-only one needs its pool
-            return folder, step, pool, note if step == cut else f"{note}; replaying steps {step}..{cut}"
-    return None
 
 
 def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:

@@ -1,0 +1,78 @@
+"""Where a branch's children get step K's checkpoint layers from: a checkpoint the run recorded
+(`recorded_layers`: of K, or of the nearest earlier step whose pool snapshot is kept), else the
+prefix rebuilt once by a replay-only rollout that captures them (`rebuilt_layers`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reroll_contracts.errors import EnvironmentStateError
+from rich.console import Console
+
+from reroll.rollout.checkpoint import Checkpoint
+from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool
+from reroll.rollout.layers import CHECKPOINT_FILE, load_checkpoint
+from reroll.rollout.start import FromCheckpoint, start_rollout
+from reroll.settings import RolloutSettings
+
+PREFIX_NAME = "_prefix"
+"""The replay-only rollout that rebuilds the prefix once (``via = "snapshot"``), in the parent."""
+
+
+async def rebuilt_layers(
+    checkpoint: Checkpoint, parent: Path, options: RolloutSettings, console: Console
+) -> tuple[Path, str]:
+    """The checkpoint folder of step K the children fork from when the run recorded none usable
+    (`recorded_layers`), and where it came from: the prefix rebuilt once by a replay-only rollout
+    (`PREFIX_NAME`) that captures it when the proxy holds the agent's request at the cut
+    (``_prefix/checkpoints/step-K``).
+
+    Raises:
+        EnvironmentStateError: the rebuilt prefix left no consistent checkpoint (its result named).
+    """
+    console.print(f"rebuilding the prefix once (replay-only, {PREFIX_NAME}/) and capturing its layers")
+    outcome = await start_rollout(
+        FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
+        live_model=None,
+        parent=parent,
+        name=PREFIX_NAME,
+        options=options.model_copy(
+            update={"checkpoint_every": checkpoint.cut_index}
+        ),  # held at the cut: captured
+    )
+    captured = outcome.run_dir / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
+    if not (captured / CHECKPOINT_FILE).is_file():
+        result = outcome.result
+        raise EnvironmentStateError(
+            f"rebuilding the prefix to step {checkpoint.cut_index} captured no checkpoint: "
+            f"{PREFIX_NAME} ended {result.status} ({result.error_category}: {result.error}); "
+            f"see {outcome.run_dir}"
+        )
+    return captured, f"the prefix rebuilt once in {PREFIX_NAME}/"
+
+
+def recorded_layers(
+    checkpoint: Checkpoint, sandbox: str, console: Console
+) -> tuple[Path, int, str | None, str | None] | None:
+    """The checkpoint recorded during the run the children fork from, nearest the cut: of the cut
+    itself when it is consistent and complete or its pool is kept, else of the nearest earlier
+    step J (> 0) whose pool snapshot is kept (`kept_pool`: ``local``) — the children start from
+    it and replay steps J..K. As (folder, step, pool reference or None, note on the pool); None
+    when there is none (the prefix is rebuilt once: `rebuilt_layers`)."""
+    cut, recorded = checkpoint.cut_index, checkpoint.original.path / CHECKPOINTS_DIR
+    steps = [int(p.name[5:]) for p in recorded.glob("step-*") if p.name[5:].isdigit()]
+    for step in sorted((step for step in steps if 0 < step <= cut), reverse=True):
+        folder = recorded / f"step-{step}"
+        if not (folder / CHECKPOINT_FILE).is_file():
+            continue
+        try:
+            layers = load_checkpoint(folder, step=step)
+        except EnvironmentStateError as exc:
+            console.print(f"[yellow]{exc}; not forking from it[/yellow]")
+            continue
+        pool, note = kept_pool(folder, sandbox)
+        if pool is not None or (
+            step == cut and "sandbox" in layers.expected
+        ):  # a pool-only one needs its pool
+            return folder, step, pool, note if step == cut else f"{note}; replaying steps {step}..{cut}"
+    return None
