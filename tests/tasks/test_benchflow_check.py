@@ -2,11 +2,12 @@
 bundled tasks load: every task folder under ``examples/tasks/`` and ``tests/fixtures/``, and
 variants of the BenchFlow-format fixtures that each break one strategy field.
 
-BenchFlow runs in a throwaway virtualenv of its own. PyPI holds only benchflow 0.1.x, so its
-source comes from a checkout: set ``BENCHFLOW_SRC`` to the ``src`` folder of a benchflow checkout
-(0.7.x; e.g. ``git archive`` of github.com/benchflow-ai/benchflow into a folder); without it the
-test is skipped. Its light dependencies come from PyPI (`BENCHFLOW_DEPENDENCIES`: what
-``benchflow._utils.task_authoring`` imports; litellm and the agent SDKs are not needed).
+BenchFlow runs in a throwaway virtualenv of its own: ``benchflow==0.7.11`` from PyPI (`BENCHFLOW`),
+which needs Python 3.12 or later (PyPI offers a 3.11 interpreter only benchflow 0.1.x), so the
+virtualenv is made with the first CPython >= 3.12 found (`newer_python`: pyenv's, or on ``PATH``);
+without one the test is skipped. BenchFlow is installed without its dependencies, and only the
+light ones ``benchflow._utils.task_authoring`` imports are added (`BENCHFLOW_DEPENDENCIES`; litellm,
+Google's and the agent SDKs are not needed).
 
 Known disagreements (`KNOWN`) are listed with why; any other fails the test.
 """
@@ -14,7 +15,6 @@ Known disagreements (`KNOWN`) are listed with why; any other fails the test.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
+BENCHFLOW = "benchflow==0.7.11"
+"""The BenchFlow release issue 30 names, the one reroll's task format follows."""
 BENCHFLOW_DEPENDENCIES = [
     "pydantic",
     "pyyaml",
@@ -100,18 +102,34 @@ def _variants(folder: Path) -> list[Path]:
     return made
 
 
+def newer_python() -> Path | None:
+    """A CPython 3.12 or later to make BenchFlow's virtualenv with: this interpreter when it is
+    one, else pyenv's newest (``~/.pyenv/versions/3.1N*``), else ``python3.1N`` on ``PATH``; None
+    when there is none."""
+    if sys.version_info >= (3, 12):
+        return Path(sys.executable)
+    pyenv = sorted(
+        (Path.home() / ".pyenv" / "versions").glob("3.1[2-9]*/bin/python3"),
+        key=lambda path: [int(part) for part in path.parents[1].name.split(".") if part.isdigit()],
+    )
+    if pyenv:
+        return pyenv[-1]
+    found = [shutil.which(f"python3.{minor}") for minor in range(19, 11, -1)]
+    return next((Path(path) for path in found if path), None)
+
+
 @pytest.fixture(scope="module")
 def benchflow_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv's python that imports BenchFlow from ``BENCHFLOW_SRC``."""
-    source = os.environ.get("BENCHFLOW_SRC")
-    if not source or not (Path(source) / "benchflow").is_dir():
-        pytest.skip("set BENCHFLOW_SRC to the src folder of a benchflow 0.7.x checkout (PyPI has only 0.1.x)")
+    """A virtualenv's python that imports `BENCHFLOW` (installed from PyPI without its heavy
+    dependencies)."""
+    python = newer_python()
+    if python is None:
+        pytest.skip(f"{BENCHFLOW} needs CPython 3.12 or later, and none is installed (pyenv or PATH)")
     venv = tmp_path_factory.mktemp("benchflow") / "venv"
-    subprocess.run([UV, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True, timeout=120)
+    subprocess.run([UV, "venv", "--quiet", "--python", str(python), str(venv)], check=True, timeout=120)
     install = [UV, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
+    subprocess.run([*install, "--no-deps", BENCHFLOW], check=True, timeout=600)
     subprocess.run([*install, *BENCHFLOW_DEPENDENCIES], check=True, timeout=600)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "benchflow-src.pth").write_text(str(Path(source).resolve()) + "\n")
     return venv / "bin" / "python"
 
 
