@@ -22,6 +22,7 @@ from reroll_contracts.errors import AgentError, JobError, ModelError, SandboxBac
 from rich.console import Console
 
 from tests.jobs import flaky_sandbox
+from tests.rollout.verify.test_judge_model import KEYS, judged
 from tests.runfolder.test_run import exchange_line, make_run_folder
 
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -360,6 +361,31 @@ async def test_continue_job_summarises_a_run_whose_config_is_corrupt(tmp_path: P
     assert rollout.error is not None and "config.json" in rollout.error
     saved = json.loads((job_dir / "continued" / "summary.json").read_text())
     assert saved["totals"]["status_counts"] == {"error": 1}
+
+
+async def test_continue_job_refuses_an_unusable_judge_model_before_anything_runs(
+    tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timed-out run whose task's judge is ``model: claude-sonnet-4-6`` (BenchFlow's form) with no
+    ANTHROPIC_API_KEY: the job is refused naming the variable and --judge-model, no continuation
+    written — not a job whose every continuation ends in error after its agent ran."""
+    for name in KEYS:
+        monkeypatch.delenv(name, raising=False)
+    task = judged(tmp_path, examples, "release-note", "claude-sonnet-4-6")
+    run = make_run_folder(tmp_path / "job" / "r1", [exchange_line(0)], result={"status": "timeout"})
+    config = json.loads((run / "config.json").read_text())
+    config |= {
+        "task_path": str(task),
+        "agent": "mini-swe-agent",
+        "model": "scripted",
+        "sandbox": "local-plain",
+    }
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ModelError, match=r"judge model 'claude-sonnet-4-6'.*ANTHROPIC_API_KEY.*--judge-model"
+    ):
+        await continue_job(tmp_path / "job", console=quiet())
+    assert not (tmp_path / "job" / "continued").exists()
 
 
 async def test_a_sequential_shared_job_is_refused_on_ray_before_anything_is_written(

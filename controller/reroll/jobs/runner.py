@@ -50,7 +50,14 @@ from functools import partial
 from pathlib import Path
 
 from reroll_contracts.datafile import read_data_file
-from reroll_contracts.errors import RETRIED_CATEGORIES, JobError, RerollError, error_category
+from reroll_contracts.errors import (
+    RETRIED_CATEGORIES,
+    JobError,
+    RerollError,
+    RunFolderError,
+    TaskError,
+    error_category,
+)
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -81,7 +88,7 @@ from reroll.jobs.planning import PlannedRollout, plan_rollouts
 from reroll.jobs.report import print_summary
 from reroll.models.spec import check_model, resolved_spec
 from reroll.rollout.checkpoint import find_original_task, original_task_name
-from reroll.rollout.commands.continue_ import continue_run
+from reroll.rollout.commands.continue_ import check_continuation, continue_run
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
@@ -277,7 +284,8 @@ async def continue_job(
         SandboxBackendError: ``options.sandbox`` names no backend, or its package is missing, or
             ``options.sandbox_config`` is not valid for it.
         ModelError: `model` or ``options.user_model`` cannot be resolved (an unknown provider, a
-            missing key, a missing ``scripted:PATH``).
+            missing key, a missing ``scripted:PATH``), or a timed-out run's task names a judge model
+            that cannot (`_check_continuation`): refused before any continuation starts.
         InfrastructureError: the executor could not start (e.g. Ray).
     """
     if not job_dir.is_dir():
@@ -305,6 +313,8 @@ async def continue_job(
         bound = (
             with_recorded_inputs(_persona_only(options, config), config) if config is not None else options
         )
+        if config is not None:
+            _check_continuation(original, live, tasks_dir, bound)
         run = partial(
             continue_run,
             original,
@@ -325,6 +335,25 @@ async def continue_job(
     output.mkdir(exist_ok=True)
     steps = [partial(batch.run_one, rollout) for rollout in rollouts]
     return await _summarised(batch, steps, job_dir, output, console)
+
+
+def _check_continuation(
+    original: Path, model: str | None, tasks_dir: Path | None, options: RolloutSettings
+) -> None:
+    """Refuse the whole job, before anything runs, when continuing `original` would be refused for
+    a reason every continuation shares (`reroll.rollout.commands.continue_.check_continuation`: the
+    judge's or User's model, MCP, skills …). A fault of the run folder or its task is the run's
+    own: its continuation ends in error in the summary, as without this check."""
+    try:
+        check_continuation(
+            original,
+            model=model,
+            require_timeout=True,
+            tasks_dir=tasks_dir.resolve() if tasks_dir else None,
+            options=options,
+        )
+    except (RunFolderError, TaskError):
+        return
 
 
 def _persona_only(options: RolloutSettings, config: RunConfig) -> RolloutSettings:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from reroll.models.spec import ModelSpec
 from reroll.rollout.checkpoint import At, open_checkpoint
-from reroll.rollout.start import FromCheckpoint, RolloutOutcome, model_for, start_rollout
+from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, model_for, start_rollout
 from reroll.runfolder.folders import CONTINUED_DIR
 from reroll.settings import RolloutSettings
 
@@ -64,6 +65,62 @@ async def continue_run(
         SandboxBackendError: the sandbox backend is unknown, or its package is missing.
         Nothing is written when any of these is raised.
     """
+    origin, live_model = _continuation(
+        run_folder,
+        at,
+        model,
+        agent,
+        replay_only=replay_only,
+        require_timeout=require_timeout,
+        tasks_dir=tasks_dir,
+        console=console,
+    )
+    return await start_rollout(
+        origin,
+        live_model=live_model,
+        parent=output or origin.checkpoint.original.path.parent / CONTINUED_DIR,
+        name=origin.checkpoint.original.path.name,
+        options=options,
+        console=console,
+        start_gate=start_gate,
+    )
+
+
+def check_continuation(
+    run_folder: Path,
+    *,
+    model: str | None = None,
+    require_timeout: bool = False,
+    tasks_dir: Path | None = None,
+    options: RolloutSettings = RolloutSettings(),
+) -> None:
+    """Refuse what `continue_run` of the same arguments would refuse, writing nothing and starting
+    nothing: the run folder, the task, the live model, and every check of
+    `reroll.rollout.start.check_rollout` (the judge's and User's models, MCP, skills …). A command
+    that continues many runs (``reroll continue-job``) calls it for each before the first starts.
+
+    Raises:
+        As `continue_run`.
+    """
+    origin, live_model = _continuation(
+        run_folder, None, model, None, replay_only=False, require_timeout=require_timeout, tasks_dir=tasks_dir
+    )
+    check_rollout(origin, live_model=live_model, options=options)
+
+
+def _continuation(
+    run_folder: Path,
+    at: At | None,
+    model: str | None,
+    agent: str | None,
+    *,
+    replay_only: bool,
+    require_timeout: bool,
+    tasks_dir: Path | None,
+    console: Console | None = None,
+) -> tuple[FromCheckpoint, ModelSpec | None]:
+    """The continuation's origin (the checkpoint and its ``continued_from`` provenance) and its
+    live model (None with `replay_only`)."""
     checkpoint = open_checkpoint(
         run_folder, at=at, tasks_dir=tasks_dir, require_timeout=require_timeout, console=console, agent=agent
     )
@@ -77,12 +134,4 @@ async def continue_run(
             f"exchanges{where})"
         )
     provenance = checkpoint.continued_from(live_model.spec if live_model else None, replay_only=replay_only)
-    return await start_rollout(
-        FromCheckpoint(checkpoint, provenance),
-        live_model=live_model,
-        parent=output or original.path.parent / CONTINUED_DIR,
-        name=original.path.name,
-        options=options,
-        console=console,
-        start_gate=start_gate,
-    )
+    return FromCheckpoint(checkpoint, provenance), live_model
