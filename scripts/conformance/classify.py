@@ -139,6 +139,49 @@ def _verifier_tail(rollout: Path) -> str:
     return ""
 
 
+REACHABLE_HOSTS = r"(?:pypi\.org|files\.pythonhosted\.org|deb\.debian\.org|security\.debian\.org)"
+"""The only hosts this machine reaches (PyPI and Debian's archive)."""
+_DOWNLOAD = re.compile(
+    r"\b(?:curl|wget|git\s+clone|urlretrieve|urlopen|requests\.get)\b[^\n]*?(?:https?|git)://(?!"
+    + REACHABLE_HOSTS
+    + r")([\w.-]+)"
+)
+STATIC_SOURCES: tuple[tuple[str, str], ...] = (
+    ("tests/test.sh", "its verifier"),
+    ("environment/Dockerfile", "its image build"),
+    ("solution", "its reference solution"),
+)
+"""The task files whose downloads decide, before anything runs, that a phase needs a host out of
+reach: (path in the task folder, the phase it is)."""
+
+
+def _remote(host: str) -> bool:
+    """Whether `host` is on the internet: not loopback, not a service of the task's own compose
+    file (a name without a dot, ``api``)."""
+    return "." in host and not host.startswith(("127.", "0.0.0.0")) and host != "localhost"
+
+
+def classify_static(task_folder: Path) -> Classified | None:
+    """``needs-internet`` for a task whose own files download from a host other than PyPI and
+    Debian's archive (`STATIC_SOURCES`: ``curl … https://astral.sh/uv/install.sh | sh`` in its
+    ``tests/test.sh``, a ``wget`` in its Dockerfile, a ``urlopen`` in its solution), with the line
+    as evidence; None when none does (the task must be run to be classified). A download that the
+    script would skip at run time still counts: a reading, not an execution."""
+    for relative, phase in STATIC_SOURCES:
+        source = task_folder / relative
+        files = sorted(path for path in source.rglob("*") if path.is_file()) if source.is_dir() else [source]
+        for path in files:
+            if not path.is_file() or path.stat().st_size > _SCANNED_BYTES:
+                continue
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                hosts = [match[1] for match in _DOWNLOAD.finditer(line) if _remote(match[1])]
+                if hosts and not line.lstrip().startswith("#"):
+                    where = path.relative_to(task_folder)
+                    evidence = f"not run: {phase} downloads from {hosts[0]} ({where}: {line.strip()[:200]})"
+                    return Classified(task_folder.name, "needs-internet", "not run", None, evidence, "")
+    return None
+
+
 def classify_refusal(task: str, message: str) -> Classified:
     """The class of task `task` that reroll refused to load (its `TaskError` `message`), so no
     rollout ran: ``task-broken`` when the message shows the task's own files incomplete (a file it

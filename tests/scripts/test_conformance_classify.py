@@ -97,3 +97,31 @@ def test_a_task_reroll_refuses_is_a_row_not_a_dead_job(classify: ModuleType) -> 
     assert refused.evidence == "refused when loading: t/environment/task.toml: unknown field 'x'"
     broken = classify.classify_refusal("t", "COPY failed: file not found in build context: data.csv")
     assert broken.verdict == "task-broken"
+
+
+@pytest.mark.parametrize(
+    ("relative", "text", "host"),
+    [
+        ("tests/test.sh", "curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh\n", "astral.sh"),
+        ("environment/Dockerfile", "RUN git clone https://github.com/o/r.git\n", "github.com"),
+        ("solution/solve.py", "urllib.request.urlopen('https://example.org/data.csv')\n", "example.org"),
+        ("tests/test.sh", "curl -s http://localhost:8888/status\ncurl http://api:4000/\n", None),
+        ("tests/test.sh", "# curl https://astral.sh/uv/install.sh | sh\npython3 -m pytest\n", None),
+        ("environment/Dockerfile", "RUN curl -O https://files.pythonhosted.org/packages/x.whl\n", None),
+    ],
+)
+def test_a_task_whose_files_download_from_hosts_out_of_reach_is_not_run(
+    classify: ModuleType, tmp_path: Path, relative: str, text: str, host: str | None
+) -> None:
+    """--skip-online: a download from the internet in the verifier, the build or the solution
+    decides needs-internet before anything runs; loopback, a compose service, a comment and PyPI
+    do not."""
+    task = tmp_path / "t"
+    (task / relative).parent.mkdir(parents=True)
+    (task / relative).write_text(text)
+    row = classify.classify_static(task)
+    if host is None:
+        assert row is None
+    else:
+        assert (row.verdict, row.status) == ("needs-internet", "not run")
+        assert f"downloads from {host} ({relative}:" in row.evidence
