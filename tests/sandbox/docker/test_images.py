@@ -109,10 +109,13 @@ def _write_task(root: Path, dockerfile: str) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.spawns
+@pytest.mark.timeout(900)  # the catalogue's trixie-python is debootstrapped on first use
 def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
     tmp_path: Path, docker_images: str
 ) -> None:
-    """``FROM python:3.13-slim`` with no registry: trixie with Python 3.13, pip allowed system-wide."""
+    """``FROM python:3.13-slim`` with no registry: trixie with Python 3.13, pip allowed system-wide,
+    and the C headers a source build of a package compiles against (``Python.h``, as in the
+    official image: gravitational-wave-detection's ``pip install pycbc`` builds ligo-segments)."""
     public = "python:3.13-slim"
     client = docker.from_env()
     try:
@@ -123,6 +126,7 @@ def test_a_public_python_base_that_is_not_local_is_built_from_the_catalogue(
             "RUN python -c 'import sys; assert sys.version_info[:2] == (3, 13), sys.version'\n"
             "RUN grep -q VERSION_CODENAME=trixie /etc/os-release && pip --version && touch /built\n"
             "RUN test ! -e /usr/lib/python3.13/EXTERNALLY-MANAGED\n"
+            "RUN test -f $(python -c 'import sysconfig; print(sysconfig.get_path(\"include\"))')/Python.h\n"
         )
         lines: list[str] = []
         tag = task_image(

@@ -3,8 +3,9 @@ maps to one (no registry needed; `reroll.sandbox.docker.images` builds them).
 
 - `CATALOGUE`: ``reroll/debian:<variant>-<hash>`` (alias ``reroll/debian:<variant>``), Debian
   bullseye (Python 3.9), bookworm and trixie, each without Python (minbase and CA certificates)
-  and with it (``python3``, venv, pip, ``python`` on PATH, pip allowed to install system-wide as
-  in the official ``python`` images), and bookworm whose pip installs system-wide (``bookworm-pip-system``).
+  and with it (``python3`` with its headers, venv, pip, ``python`` on PATH, pip allowed to install
+  system-wide as in the official ``python`` images), and bookworm whose pip installs system-wide
+  (``bookworm-pip-system``).
 - `PUBLIC_BASES`: the public bases (``debian:trixie-slim``, ``ubuntu:24.04``…) each stands in for.
 
 Nothing here talks to Docker: these are the decisions, tested without it.
@@ -76,7 +77,17 @@ class Recipe:
         return content_digest(*parts)
 
 
-_WITH_PYTHON = ("ca-certificates", "python3", "python3-venv", "python3-pip", "python-is-python3")
+_WITH_PYTHON = (
+    "ca-certificates",
+    "python3",
+    "python3-dev",
+    "python3-venv",
+    "python3-pip",
+    "python-is-python3",
+)
+"""What the stand-ins of the official ``python`` images carry: the interpreter, venv and pip, and
+its C headers (``Python.h``: the official images have them, and a task's ``pip install`` of a
+package without a wheel for that Python compiles against them)."""
 CATALOGUE_REPO = "reroll/debian"
 CATALOGUE: dict[str, Recipe] = {
     "bookworm": Recipe("bookworm", ("ca-certificates",)),
