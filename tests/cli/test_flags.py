@@ -62,8 +62,9 @@ def test_bad_backend_settings_exit_2_before_anything_is_written(
 
 
 def _sandbox_config(original: RunConfig, given: RolloutSettings) -> dict[str, object]:
-    """The backend settings a continuation of `original` runs with, given `given`."""
-    return continuation_settings(recorded_settings(original), given).sandbox_config or {}
+    """The backend settings a continuation of `original` runs with, given `given` (the fields set)."""
+    settings = continuation_settings(recorded_settings(original), given).sandbox_config
+    return settings.model_dump(exclude_unset=True) if settings is not None else {}
 
 
 def test_a_continuation_starts_from_the_originals_settings_on_the_same_backend() -> None:

@@ -196,8 +196,8 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             anything runs.
         InfrastructureError: the executor could not start (e.g. Ray).
     """
-    planned = plan_rollouts(spec)
     options, trial = spec.settings(), spec.trial_config()
+    planned = plan_rollouts(spec, options)
     runner = Runner(spec)
     name = spec.name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     jobs_dir = jobs_dir.resolve()  # attempts may run in other processes (Ray workers)
@@ -292,7 +292,7 @@ async def continue_job(
         raise JobError(f"job folder not found: {job_dir}")
     batch = Runner(runner)
     if options.sandbox is not None:
-        load_backend(options.sandbox).settings(options.sandbox_config)
+        load_backend(options.sandbox).typed(options.sandbox_config)
     for spec in (model, options.user_model):
         if spec is not None:
             check_model(spec)

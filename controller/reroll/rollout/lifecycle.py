@@ -152,7 +152,7 @@ def _new_sandbox(plan: RolloutPlan, console: Console) -> tuple[Sandbox, dict[str
         plan.config.sandbox,
         sandbox_spec(_fit_to_host(plan, console)),
         plan.run_dir.name,
-        (plan.config.sandbox_config or {}) | plan.sandbox_start,
+        plan.sandbox_settings,
     )
     return sandbox, task_env, verifier
 
