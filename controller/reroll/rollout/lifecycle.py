@@ -198,6 +198,7 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
             plan.run_dir,
             plan.run_dir / VERIFIER_DIR,
             keep_agent_processes=keeps_agent_processes(plan.task, plan.agent, sandbox.layout.agent_user),
+            sandbox_settings=plan.settings.sandbox_config,
         ),
         recorded=plan.recorded,
     )

@@ -79,7 +79,7 @@ from reroll.runfolder.run import (
     load_run_folder,
     write_private,
 )
-from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox, load_backend
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox
 from reroll.settings import RolloutSettings
 from reroll.tasks.rubric import RUBRICS, Rubric, document_body, find_rubric, load_rubric, role_sections
 from reroll.tasks.task import NATIVE_AGENT_USER, SolutionSection, Task, VerifierSection
@@ -251,7 +251,7 @@ class AgentJudgeVerifier:
         options = RolloutSettings(
             timeout_seconds=self.options.timeout_sec,
             sandbox=config.sandbox,
-            sandbox_config=load_backend(config.sandbox).settings(config.sandbox_config),
+            sandbox_config=request.sandbox_settings,
             network=None if config.sandbox in WITHOUT_NETWORK_POLICY else "none",
         )
         try:
