@@ -116,3 +116,14 @@ def test_the_flags_build_the_settings(tmp_path: Path) -> None:
         checkpoint_every=2,
     )
     assert rollout_settings({"on_divergence": None, "strict_divergence": True}).divergence_policy == "strict"
+
+
+def test_the_backend_flags_reach_the_settings_as_the_backends_own_model() -> None:
+    """One typed path: ``--sandbox docker --image-map`` parsed once, by docker's model."""
+    from reroll.cli.flags import rollout_settings
+    from reroll.sandbox.docker.config import DockerSandboxConfig
+
+    settings = rollout_settings(
+        {"sandbox": "docker", "image_map": ["a=b"], "sandbox_config": '{"image": "x"}'}
+    )
+    assert settings.sandbox_config == DockerSandboxConfig(image="x", image_map={"a": "b"})
