@@ -70,9 +70,9 @@ def test_a_continuation_takes_each_setting_by_its_carry(name: str) -> None:
     if carry is Carry.OVERRIDABLE:
         assert getattr(untouched, name) == ORIGINAL[name]
         assert getattr(overridden, name) == GIVEN[name]
-    elif carry is Carry.MERGED:
-        assert getattr(untouched, name) == ORIGINAL[name]
-        assert getattr(overridden, name) == {**ORIGINAL[name], **GIVEN[name]}
+    elif carry is Carry.MERGED:  # a backend's settings model: the fields set
+        assert getattr(untouched, name).model_dump(exclude_unset=True) == ORIGINAL[name]
+        assert getattr(overridden, name).model_dump(exclude_unset=True) == {**ORIGINAL[name], **GIVEN[name]}
     else:
         assert getattr(untouched, name) == RolloutSettings.model_fields[name].default
         assert getattr(overridden, name) == GIVEN[name]
@@ -150,3 +150,27 @@ def test_a_trial_files_settings_sit_under_the_given_ones() -> None:
     assert recording_settings(given, trial).skill_mode == "no-skill"
     assert recording_settings(given, None) is given
     assert recording_settings(given, TrialConfig(scenes=[Scene.single()])) == given
+
+
+def test_backend_settings_are_parsed_once_by_the_backends_model_and_survive_ray_transport() -> None:
+    """A mapping is parsed where it enters (the backend named); given without a backend it waits,
+    unbound, for the backend the rollout runs on. Either form pickles (Ray) and dumps to what was
+    given, which parses back to the same."""
+    import pickle
+
+    from reroll.sandbox.docker.config import DockerSandboxConfig
+    from reroll.sandbox.local.settings import IsolatedSandboxConfig
+    from reroll.settings import UnboundSandboxConfig, recording_settings
+    from reroll_contracts.errors import SandboxBackendError
+
+    docker = RolloutSettings(sandbox="docker", sandbox_config={"image_map": {"a": "b"}})
+    assert docker.sandbox_config == DockerSandboxConfig(image_map={"a": "b"})
+    unbound = RolloutSettings(sandbox_config={"ready_timeout_seconds": 5})
+    assert unbound.sandbox_config == UnboundSandboxConfig(given={"ready_timeout_seconds": 5})
+    for settings in (docker, unbound):
+        assert pickle.loads(pickle.dumps(settings)) == settings
+        assert RolloutSettings.model_validate_json(settings.model_dump_json()) == settings
+    assert docker.recorded_sandbox_config() == {"image_map": {"a": "b"}}  # only what was given
+    assert recording_settings(unbound, None).sandbox_config == IsolatedSandboxConfig(ready_timeout_seconds=5)
+    with pytest.raises(SandboxBackendError, match=r"(?s)sandbox 'local': invalid sandbox_config.*image"):
+        recording_settings(RolloutSettings(sandbox_config={"image": "x"}), None)  # docker's, not local's

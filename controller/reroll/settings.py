@@ -7,6 +7,12 @@ a continuation, branch, replay or re-score derives its own from the original run
 settings (`recorded_settings`, read from its config.json) with `continuation_settings`: each
 field declares how it carries over (`Carry`), so no caller merges the two by hand.
 
+The backend's settings (``sandbox_config``) are parsed once, where they enter — the CLI's JSON, a
+job file's or config.json's mapping, as soon as the backend is known — by the backend's own
+pydantic model (`reroll.sandbox.base.Backend.settings`), and travel as that model's instance to
+the backend (`reroll.sandbox.base.create_sandbox`); only settings given without a backend wait,
+as an `UnboundSandboxConfig`, for the backend the rollout turns out to run on.
+
 The host paths a rollout reads are a field kind of their own (`Ships`): an executor that runs the
 rollout on another machine finds them by introspection (`RolloutSettings.paths_read`,
 `RolloutSettings.relocated`, `reroll.jobs.ray_executor`), never from a hand-kept list.
@@ -15,19 +21,31 @@ rollout on another machine finds them by introspection (`RolloutSettings.paths_r
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FieldSerializationInfo,
+    JsonValue,
+    field_serializer,
+    model_validator,
+)
 from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.proxy import DivergencePolicy
 
 from reroll.models.spec import resolved_spec, script_file, with_script_file
 from reroll.runfolder.run import RunConfig, StoreUse
+from reroll.sandbox.base import load_backend
 from reroll.trials.config import SkillMode, TrialConfig
+
+DEFAULT_SANDBOX = "local"
+"""The backend a rollout runs on when neither the caller nor the original run names one."""
 
 
 class Carry(enum.Enum):
@@ -53,6 +71,36 @@ class Ships:
     ``scripted*:PATH`` names a script file (`reroll.models.spec.script_file`)."""
 
 
+class UnboundSandboxConfig(BaseModel):
+    """Backend settings given without naming the backend (``--sandbox-config`` or ``--image-map``
+    without ``--sandbox``: a continuation runs on its original's backend, each run of
+    ``continue-job`` on its own): the JSON object as given, parsed once by the model of the
+    backend the rollout turns out to run on (`bound`), as soon as that is known
+    (`recording_settings`, `continuation_settings`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    given: dict[str, JsonValue]
+    """The settings as given, by field name of the backend's config model."""
+
+    def bound(self, backend: str, under: BaseModel | None = None) -> BaseModel:
+        """These settings parsed by `backend`'s config model, over `under` (that backend's
+        settings, e.g. the original run's) key by key.
+
+        Raises:
+            SandboxBackendError: `backend` is unknown, or a setting is unknown or invalid for it.
+        """
+        return over_settings(under, load_backend(backend).settings(self.given))
+
+
+def over_settings(under: BaseModel | None, over: BaseModel) -> BaseModel:
+    """`over` (a backend's settings) over `under` (the same backend's, or None) key by key: the
+    fields `over` was given (``model_fields_set``) replace `under`'s; neither is validated again."""
+    if under is None:
+        return over
+    return under.model_copy(update={name: getattr(over, name) for name in over.model_fields_set})
+
+
 HostPath = Annotated[Path | None, Ships("path")]
 """A host file or folder the rollout reads."""
 HostStore = Annotated[StoreUse | None, Ships("store")]
@@ -75,11 +123,13 @@ class RolloutSettings(BaseModel):
     sandbox: Annotated[str | None, Carry.OVERRIDABLE] = None
     """Sandbox backend, ``local``, ``local-plain``, ``docker`` or a dotted path [default: the
     original's, else ``local``]."""
-    sandbox_config: Annotated[dict[str, Any] | None, Carry.MERGED] = None
-    """Settings of the sandbox backend, validated by its config model (`reroll.sandbox.base.Backend`),
-    e.g. ``{"image_map": {...}}`` for docker. From a checkpoint on the original's backend, they
-    update the original's settings key by key (so its recorded ``image_map`` rebuilds the same
-    image); on another backend, the original's are dropped [default: the original's, else none]."""
+    sandbox_config: Annotated[BaseModel | UnboundSandboxConfig | None, Carry.MERGED] = None
+    """Settings of the sandbox backend: an instance of its config model
+    (`reroll.sandbox.base.Backend`; a mapping, e.g. ``{"image_map": {...}}`` for docker, is parsed
+    by it on construction when `sandbox` is given, else kept as an `UnboundSandboxConfig`). From
+    a checkpoint on the original's backend, they update the original's settings key by key (so
+    its recorded ``image_map`` rebuilds the same image); on another backend, the original's are
+    dropped [default: the original's, else none: the backend's defaults]."""
     network: Annotated[NetworkPolicy | None, Carry.OVERRIDABLE] = None
     """The sandbox's network policy [default: the original's override, else the task's
     ``environment.network``]; ``none`` needs docker or the isolated ``local``."""
@@ -133,6 +183,41 @@ class RolloutSettings(BaseModel):
     """Host code a recorded run names that the user reviewed and runs again (``--trust``: a
     User's file, a module or an out-of-tree backend's dotted path; `reroll.rollout.trust`); a
     rollout from a checkpoint imports no other. A new recording needs none."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_sandbox_config(cls, data: Any) -> Any:
+        """A mapping given as ``sandbox_config`` parsed by the config model of the backend
+        ``sandbox`` names (`reroll.sandbox.base.Backend.settings`), or kept unbound without one.
+
+        Raises:
+            SandboxBackendError: the backend is unknown, or a setting is unknown or invalid for it
+                (the message names the backend and the field).
+        """
+        if not isinstance(data, Mapping) or not isinstance(given := data.get("sandbox_config"), Mapping):
+            return data
+        backend = data.get("sandbox")
+        if isinstance(backend, str):
+            return {**data, "sandbox_config": load_backend(backend).settings(given)}
+        return {**data, "sandbox_config": UnboundSandboxConfig(given=dict(given))}
+
+    @field_serializer("sandbox_config")
+    def _dump_sandbox_config(
+        self, value: BaseModel | UnboundSandboxConfig | None, info: FieldSerializationInfo
+    ) -> dict[str, Any] | None:
+        """The backend's settings as given (the fields set), so a dump parses back to the same."""
+        if value is None:
+            return None
+        if isinstance(value, UnboundSandboxConfig):
+            return dict(value.given)
+        return value.model_dump(mode=info.mode, exclude_unset=True)
+
+    def recorded_sandbox_config(self) -> dict[str, Any]:
+        """``sandbox_config`` as config.json records it (`reroll.runfolder.run.RunConfig`): the
+        fields given, as JSON; empty when none were."""
+        dumped = self.model_dump(mode="json", include={"sandbox_config"})
+        recorded: dict[str, Any] = dumped["sandbox_config"] or {}
+        return recorded
 
     def paths_read(self) -> tuple[Path, ...]:
         """The host paths these settings name, which the rollout reads (what an executor on another
@@ -189,7 +274,15 @@ def trial_settings(trial: TrialConfig) -> RolloutSettings:
 
 def recording_settings(given: RolloutSettings, trial: TrialConfig | None) -> RolloutSettings:
     """The settings of a new recording of `trial` (None: a plain run): `given` (the CLI's, a job
-    file's, the Python API's), and for each field `given` leaves out (None), the trial file's."""
+    file's, the Python API's), and for each field `given` leaves out (None), the trial file's;
+    backend settings given without a backend parsed by the default backend's model.
+
+    Raises:
+        SandboxBackendError: as `UnboundSandboxConfig.bound`.
+    """
+    if isinstance(given.sandbox_config, UnboundSandboxConfig):
+        bound = given.sandbox_config.bound(given.sandbox or DEFAULT_SANDBOX)
+        given = given.model_copy(update={"sandbox_config": bound})
     if trial is None:
         return given
     from_trial = trial_settings(trial)
@@ -204,13 +297,19 @@ def recording_settings(given: RolloutSettings, trial: TrialConfig | None) -> Rol
 def recorded_settings(config: RunConfig) -> RolloutSettings:
     """The settings a recorded run ran with, read from its config.json (`config`): what a rollout
     from a checkpoint of it inherits (`continuation_settings`). Its learner store comes read-only
-    (a continuation never writes back); its skills folder only when it was a ``--skills-dir``."""
+    (a continuation never writes back); its skills folder only when it was a ``--skills-dir``; its
+    backend's settings parsed by that backend's model (call `reroll.rollout.trust.refuse_untrusted`
+    first: an out-of-tree backend is imported).
+
+    Raises:
+        SandboxBackendError: the recorded backend is unknown or refuses the recorded settings.
+    """
     store = config.learner_store
     custom = config.skill_source == "custom_runtime" and config.effective_skills_dir is not None
     return RolloutSettings(
         timeout_seconds=config.timeout_sec or None,
         sandbox=config.sandbox,
-        sandbox_config=dict(config.sandbox_config),
+        sandbox_config=load_backend(config.sandbox).settings(config.sandbox_config),
         network=config.network,
         learner_store=store.model_copy(update={"writes_back": False}) if store is not None else None,
         skill_mode=config.skill_mode,
@@ -227,17 +326,20 @@ def continuation_settings(recorded: RolloutSettings, given: RolloutSettings) -> 
     each field by its `Carry`. Idempotent: deriving from the result again changes nothing.
 
     Two fields depend on others: the original's ``sandbox_config`` is kept only on its backend
-    (`Carry.MERGED`), and its ``skills_dir`` only when the rollout runs ``with-skill``.
+    (`Carry.MERGED`; settings given without a backend are parsed by that of the rollout), and its
+    ``skills_dir`` only when the rollout runs ``with-skill``.
+
+    Raises:
+        SandboxBackendError: as `UnboundSandboxConfig.bound`.
     """
     update: dict[str, Any] = {}
-    same_backend = given.sandbox in (None, recorded.sandbox)
     for name in RolloutSettings.model_fields:
         mine, theirs = getattr(given, name), getattr(recorded, name)
         carry = carry_of(name)
         if carry is Carry.OVERRIDABLE:
             update[name] = theirs if mine is None else mine
         elif carry is Carry.MERGED:
-            update[name] = {**(theirs or {}), **(mine or {})} if same_backend else mine
+            update[name] = _merged_sandbox_config(recorded, given)
         else:
             update[name] = mine
     if given.skills_dir is None and update["skill_mode"] != "with-skill":
@@ -245,6 +347,20 @@ def continuation_settings(recorded: RolloutSettings, given: RolloutSettings) -> 
     if (store := update["learner_store"]) is not None:
         update["learner_store"] = store.model_copy(update={"writes_back": False})
     return given.model_copy(update=update)
+
+
+def _merged_sandbox_config(recorded: RolloutSettings, given: RolloutSettings) -> BaseModel | None:
+    """The backend settings of a continuation (`Carry.MERGED`): `given`'s over `recorded`'s key by
+    key on the original's backend, `given`'s alone on another; each parsed by the model of the
+    backend the rollout runs on when it was given without one (`UnboundSandboxConfig`)."""
+    backend = given.sandbox or recorded.sandbox or DEFAULT_SANDBOX
+    theirs = recorded.sandbox_config if given.sandbox in (None, recorded.sandbox) else None
+    if isinstance(theirs, UnboundSandboxConfig):
+        theirs = theirs.bound(backend)
+    mine = given.sandbox_config
+    if isinstance(mine, UnboundSandboxConfig):
+        return mine.bound(backend, theirs)
+    return theirs if mine is None else over_settings(theirs, mine)
 
 
 def with_recorded_inputs(given: RolloutSettings, original: RunConfig) -> RolloutSettings:

@@ -56,6 +56,8 @@ from dataclasses import dataclass
 
 from reroll_contracts.errors import QuiesceError
 
+from reroll_sidecar import nofollow
+
 QUIESCE_TIMEOUT_SECONDS = 20.0
 """The longest a quiesce may take before `QuiesceError` (less than the controller's Kill deadline)."""
 SCAN_PAUSE_SECONDS = 0.002
@@ -417,3 +419,22 @@ def become_subreaper() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def let_go(frozen: Frozen, workspace: list[str]) -> str:
+    """Let the agent's frozen processes go on for the test script (Harbor keeps a server the
+    tests talk to), once they cannot touch what decides the reward: with an agent user the
+    `workspace` (a list of at most one folder) is handed to root first
+    (`reroll_sidecar.nofollow.hand_tree_to_root`: no hook planted, no copied test swapped); the
+    verifier's and the reward folders are root's already. Without one, the caller keeps them only
+    for the task's own solution. Returns the hardening report's note.
+
+    Raises:
+        QuiesceError: the agent user's ids could not be taken.
+    """
+    handed = ""
+    if frozen.uid is not None and workspace:
+        count = nofollow.hand_tree_to_root(workspace[0])
+        handed = f"; the workspace ({count} entries) is root's now"
+    thaw(frozen)
+    return f"the agent's processes were kept for the test script{handed}"

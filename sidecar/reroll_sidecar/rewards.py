@@ -133,3 +133,16 @@ def graded_message(graded: GradedReward) -> pb.GradedReward:
         if aggregate.threshold is not None:
             message.aggregate.threshold = aggregate.threshold
     return message
+
+
+def delete_old_rewards(reward_dir: str) -> str:
+    """Delete the reward files a run may have left in `reward_dir`; why one could not be (e.g. an
+    immutable file planted by the agent: a verifier error), or empty."""
+    for name in REWARD_FILES:
+        try:
+            os.unlink(os.path.join(reward_dir, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            return f"cannot delete the old {reward_dir}/{name}: {exc.strerror}; the test script was not run"
+    return ""

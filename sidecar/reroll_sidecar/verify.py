@@ -14,7 +14,7 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    the sidecar spawned them (`processes.ProcessGroups.services`), so the test script can query
    a live service; a service still dies with the agent's user's processes if it runs as them.
    With ``VerifyRequest.keep_agent_processes`` (Harbor's semantics) they are only frozen, and go
-   on after step 3, the workspace first handed to root when an agent user is set (`_let_go`);
+   on after step 3, the workspace first handed to root when an agent user is set (`quiesce.let_go`);
 2. restores that snapshot: build-config edits are undone, build-config files the agent created
    are deleted, the recorded hooks are put back, owned by root; a folder on the way that the
    agent replaced by a symlink is replaced by a real folder, never followed (`nofollow`);
@@ -78,7 +78,12 @@ from reroll_sidecar import (
     quiesce,
     verify_ns,
 )
-from reroll_sidecar.rewards import MAX_REWARD_BYTES, REWARD_FILES, policy_from_message, read_rewards
+from reroll_sidecar.rewards import (
+    MAX_REWARD_BYTES,
+    delete_old_rewards,
+    policy_from_message,
+    read_rewards,
+)
 from reroll_sidecar.snapshots import SnapshotStore
 
 BASELINE_SNAPSHOT = "reroll-pre-agent"
@@ -198,37 +203,6 @@ def _agent_uid(baseline: Baseline) -> int | None:
     return None if uid in (0, os.geteuid()) else uid
 
 
-def _delete_old_rewards(reward_dir: str) -> str:
-    """Delete the reward files a run may have left in `reward_dir`; why one could not be (e.g. an
-    immutable file planted by the agent: a verifier error), or empty."""
-    for name in REWARD_FILES:
-        try:
-            os.unlink(os.path.join(reward_dir, name))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            return f"cannot delete the old {reward_dir}/{name}: {exc.strerror}; the test script was not run"
-    return ""
-
-
-def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
-    """Let the agent's frozen processes go on for the test script (Harbor keeps a server the
-    tests talk to), once they cannot touch what decides the reward: with an agent user the
-    workspace is handed to root first (`nofollow.hand_tree_to_root`: no hook planted, no copied
-    test swapped); the verifier's and the reward folders are root's already. Without one, the
-    caller keeps them only for the task's own solution. Returns the report's note.
-
-    Raises:
-        QuiesceError: the agent user's ids could not be taken.
-    """
-    handed = ""
-    if frozen.uid is not None and baseline.roots:
-        count = nofollow.hand_tree_to_root(baseline.roots[0])
-        handed = f"; the workspace ({count} entries) is root's now"
-    quiesce.thaw(frozen)
-    return f"the agent's processes were kept for the test script{handed}"
-
-
 def _under_tmp(paths: list[str]) -> bool:
     """Whether one of `paths` lies in a folder a soft verify would get empty (`verify_ns.FRESH_TMP`):
     then that verify keeps the sandbox's, or its script would not find its own files."""
@@ -345,33 +319,19 @@ class Verifier:
         if not os.path.isfile(script):
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
-        try:
-            keep = request.keep_agent_processes and not request.soft
-            plugins = await asyncio.wait_for(
-                self._harden(baseline, report, dict(request.env), soft=request.soft, keep=keep),
-                self.harden_timeout_seconds,
-            )
-        except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
-            failure = str(exc) or f"hardening took longer than {self.harden_timeout_seconds:g} s"
-            report.notes.append(f"hardening failed, the test script was not run: {failure}")
-            yield pb.VerifyEvent(hardening=report)
+        plugins = await self._harden_in_time(baseline, report, request)
+        yield pb.VerifyEvent(hardening=report)
+        if plugins is None:
             yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=report.notes[-1]))
             return
-        yield pb.VerifyEvent(hardening=report)
-        if error := _delete_old_rewards(reward_dir):
+        if error := delete_old_rewards(reward_dir):
             yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
             return
         os.chmod(script, stat.S_IMODE(os.stat(script).st_mode) | 0o111)
-        fenced = None
-        if request.soft:
-            try:
-                fenced = self._fence(baseline, request, verifier_dir, reward_dir)
-                if fenced is not None:
-                    await fenced.enter()
-            except (SnapshotError, ToolError, VerifyError, OSError) as exc:
-                error = f"the soft verify fence could not be set up ({exc}); the test script was not run"
-                yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
-                return
+        fenced, error = await self._enter_fence(baseline, request, verifier_dir, reward_dir)
+        if error:
+            yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=error))
+            return
         options = baseline.hardening
         with contextlib.ExitStack() as stack:
             folder = None
@@ -407,6 +367,37 @@ class Verifier:
         result.leftover = await self._clean_up(baseline, fenced, result.cleanup)
         log.info("verify: exit %d, rewards %s", result.exit_code, dict(result.rewards) or result.reward_error)
         yield pb.VerifyEvent(result=result)
+
+    async def _harden_in_time(
+        self, baseline: Baseline, report: pb.HardeningReport, request: pb.VerifyRequest
+    ) -> list[str] | None:
+        """`_harden` as `request` asks, within `harden_timeout_seconds`: its plugins, or None when
+        it failed or ran out of time (the last note of `report` says why)."""
+        try:
+            keep = request.keep_agent_processes and not request.soft
+            return await asyncio.wait_for(
+                self._harden(baseline, report, dict(request.env), soft=request.soft, keep=keep),
+                self.harden_timeout_seconds,
+            )
+        except (TimeoutError, asyncio.TimeoutError, QuiesceError, VerifyError) as exc:  # noqa: UP041 - Python 3.10
+            failure = str(exc) or f"hardening took longer than {self.harden_timeout_seconds:g} s"
+            report.notes.append(f"hardening failed, the test script was not run: {failure}")
+            return None
+
+    async def _enter_fence(
+        self, baseline: Baseline, request: pb.VerifyRequest, verifier_dir: str, reward_dir: str
+    ) -> tuple[fence.Fence | None, str]:
+        """For a soft verify, the `_fence` entered (None where there is none); and why it could
+        not be set up (the test script is then not run), else empty."""
+        if not request.soft:
+            return None, ""
+        try:
+            fenced = self._fence(baseline, request, verifier_dir, reward_dir)
+            if fenced is not None:
+                await fenced.enter()
+        except (SnapshotError, ToolError, VerifyError, OSError) as exc:
+            return None, f"the soft verify fence could not be set up ({exc}); the test script was not run"
+        return fenced, ""
 
     def _fence(
         self, baseline: Baseline, request: pb.VerifyRequest, verifier_dir: str, reward_dir: str
@@ -508,7 +499,7 @@ class Verifier:
         between the rounds of a trial) skips steps 2 and 3: the agent goes on in the workspace
         afterwards, so its build config and start-up hooks stay as it left them. `keep`
         (``VerifyRequest.keep_agent_processes``): step 1 freezes the agent's processes instead
-        of killing them, and they go on after step 3 (`_let_go`).
+        of killing them, and they go on after step 3 (`quiesce.let_go`).
 
         Returns:
             The pytest plugins the test script's pytest loads (`pytest_plugins.allowed`).
@@ -553,7 +544,7 @@ class Verifier:
             plugins = decision.names
             notes.extend(decision.notes)
         if frozen is not None:
-            notes.append(await asyncio.to_thread(_let_go, frozen, baseline))
+            notes.append(await asyncio.to_thread(quiesce.let_go, frozen, baseline.roots[:1]))
         report.notes.extend(notes)
         log.info("hardening: killed %d, deleted %s, notes %s", report.killed_groups, report.deleted, notes)
         return plugins

@@ -62,8 +62,9 @@ def test_bad_backend_settings_exit_2_before_anything_is_written(
 
 
 def _sandbox_config(original: RunConfig, given: RolloutSettings) -> dict[str, object]:
-    """The backend settings a continuation of `original` runs with, given `given`."""
-    return continuation_settings(recorded_settings(original), given).sandbox_config or {}
+    """The backend settings a continuation of `original` runs with, given `given` (the fields set)."""
+    settings = continuation_settings(recorded_settings(original), given).sandbox_config
+    return settings.model_dump(exclude_unset=True) if settings is not None else {}
 
 
 def test_a_continuation_starts_from_the_originals_settings_on_the_same_backend() -> None:
@@ -115,3 +116,14 @@ def test_the_flags_build_the_settings(tmp_path: Path) -> None:
         checkpoint_every=2,
     )
     assert rollout_settings({"on_divergence": None, "strict_divergence": True}).divergence_policy == "strict"
+
+
+def test_the_backend_flags_reach_the_settings_as_the_backends_own_model() -> None:
+    """One typed path: ``--sandbox docker --image-map`` parsed once, by docker's model."""
+    from reroll.cli.flags import rollout_settings
+    from reroll.sandbox.docker.config import DockerSandboxConfig
+
+    settings = rollout_settings(
+        {"sandbox": "docker", "image_map": ["a=b"], "sandbox_config": '{"image": "x"}'}
+    )
+    assert settings.sandbox_config == DockerSandboxConfig(image="x", image_map={"a": "b"})

@@ -40,6 +40,7 @@ SAME_LAYER = {
     ("models", "host"),
     ("sandbox", "host"),
     ("settings", "models"),
+    ("settings", "sandbox"),
     ("environment", "sandbox"),
     ("installs", "sandbox"),
 }

@@ -102,6 +102,9 @@ def test_a_job_file_sets_every_rollout_setting(tmp_path: Path, examples: Path) -
             assert got.faults is not None and got.faults.plan_path == plan
         elif field == "skills_dir":
             assert got.skills_dir == tmp_path / "skills"
+        elif field == "sandbox_config":  # parsed by the backend's model: the fields set
+            assert got.sandbox_config is not None
+            assert got.sandbox_config.model_dump(exclude_unset=True) == value, field
         else:
             assert getattr(got, field) == value, field
 

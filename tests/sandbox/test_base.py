@@ -25,7 +25,8 @@ def test_a_built_in_name_loads_its_backend_and_the_model_of_its_settings() -> No
 
 
 async def test_a_backend_is_constructed_with_its_validated_settings(task: Task) -> None:
-    sandbox = create_sandbox("local-plain", sandbox_spec(task), "configured", {"ready_timeout_seconds": 7})
+    settings = load_backend("local-plain").settings({"ready_timeout_seconds": 7})  # parsed once, here
+    sandbox = create_sandbox("local-plain", sandbox_spec(task), "configured", settings)
     try:
         assert isinstance(sandbox, LocalSandbox)
         assert sandbox.config == LocalSandboxConfig(ready_timeout_seconds=7)
@@ -72,7 +73,7 @@ async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) ->
         sandbox = create_sandbox(path, sandbox_spec(task), "bare")
         await sandbox.stop()
         with pytest.raises(SandboxBackendError, match="invalid sandbox_config"):
-            create_sandbox(path, sandbox_spec(task), "bare", {"ready_timeout_seconds": 1})
+            load_backend(path).settings({"ready_timeout_seconds": 1})
     finally:
         BareBackend.config_model = None
 
@@ -134,3 +135,12 @@ async def test_a_backend_supplies_only_its_lifecycle_and_every_operation_needs_a
             await sandbox.put_file(sandbox.layout.path("x"), b"")
     finally:
         await sandbox.stop()
+
+
+def test_a_backend_is_made_only_with_its_own_settings_model() -> None:
+    """Settings travel typed to the backend: another backend's model is refused, never re-parsed."""
+    with pytest.raises(
+        SandboxBackendError, match="its settings are a LocalSandboxConfig, not a DockerSandboxConfig"
+    ):
+        load_backend("local-plain").typed(DockerSandboxConfig())
+    assert load_backend("local-plain").typed(None) == LocalSandboxConfig()

@@ -200,7 +200,8 @@ def rollout_settings(flags: Mapping[str, Any]) -> RolloutSettings:
 
     Bad flags are printed and exit with code 2: ``--fault-seed`` without ``--faults``, a fault plan
     or a ``--sandbox-config`` that cannot be read, conflicting divergence flags, a value the
-    settings model refuses.
+    settings model refuses, a backend's setting its config model refuses (with ``--sandbox``;
+    without it, the backend the rollout runs on parses them, `reroll.settings.UnboundSandboxConfig`).
     """
     given: dict[str, Any] = {
         FLAGS[name]: value for name, value in flags.items() if name in FLAGS and value is not None
@@ -211,7 +212,9 @@ def rollout_settings(flags: Mapping[str, Any]) -> RolloutSettings:
         flags.get("on_divergence"), bool(flags.get("strict_divergence"))
     )
     try:
-        return RolloutSettings.model_validate(given)
+        return RolloutSettings.model_validate(given)  # the backend's settings parsed, when it is named
+    except RerollError as exc:
+        refuse(exc)
     except ValidationError as exc:
         err_console.print(f"[red]error:[/red] the command line: invalid flags:\n{exc}")
         raise typer.Exit(2) from None
@@ -244,9 +247,10 @@ def faults_from_flags(plan: Path | None, seed: int | None) -> FaultsUsed | None:
 
 
 def sandbox_settings(config: str | None, image_map: list[str] | None) -> dict[str, Any] | None:
-    """``--sandbox-config`` and ``--image-map`` as the settings of the sandbox backend (checked
-    later by the backend's config model); None when neither is given. Bad input is printed and
-    exits with code 2 (not a JSON object; an image map item that is not ``SRC=DST``)."""
+    """``--sandbox-config`` and ``--image-map`` as the JSON object of the sandbox backend's
+    settings, which `RolloutSettings` parses by the backend's config model; None when neither is
+    given. Bad input is printed and exits with code 2 (not a JSON object; an image map item that
+    is not ``SRC=DST``)."""
     settings: dict[str, Any] = {}
     if config is not None:
         try:

@@ -98,25 +98,9 @@ def job(
     """Run a job: every task x agent x model x repeat, at bounded concurrency, then a summary.
 
     No --on-divergence: a job records, it replays nothing."""
-    settings = job_overrides(locals())
+    overrides = _overrides(locals())
     from reroll.jobs.runner import run_job
 
-    flags = {
-        "tasks": task,
-        "agents": agent,
-        "models": model,
-        "repeats": repeats,
-        "concurrency": concurrency,
-        "max_retries": max_retries,
-        "name": job_name,
-        "executor": executor,
-        "max_starting": max_starting,
-        "ray_address": ray_address,
-        "schedule": schedule,
-        "store": store.resolve() if store is not None else None,
-        "trial": trial.resolve() if trial is not None else None,
-    }
-    overrides = settings | {key: value for key, value in flags.items() if value is not None}
     if resume is not None and job_file is not None:
         err_console.print("[red]error:[/red] give a JOB_FILE or --resume JOB_DIR, not both")
         raise typer.Exit(2)
@@ -125,6 +109,39 @@ def job(
     except RerollError as exc:
         refuse(exc)
     job_guarded(run_job(spec, jobs_dir=resume.parent if resume is not None else jobs_dir, console=console))
+
+
+JOB_FLAGS: dict[str, str] = {
+    "task": "tasks",
+    "agent": "agents",
+    "model": "models",
+    "repeats": "repeats",
+    "concurrency": "concurrency",
+    "max_retries": "max_retries",
+    "job_name": "name",
+    "executor": "executor",
+    "max_starting": "max_starting",
+    "ray_address": "ray_address",
+    "schedule": "schedule",
+    "store": "store",
+    "trial": "trial",
+}
+"""Each flag of ``reroll job`` that is no rollout setting (a parameter name) → the job-file field
+it sets; the settings' flags are `reroll.cli.flags.FLAGS`."""
+
+
+def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """The job-file fields ``reroll job``'s parameters `flags` (``locals()``) give, which override
+    the file's: the settings' (`job_overrides`) and the job's own (`JOB_FLAGS`), those not given
+    left out, the store and trial paths made absolute. Bad settings flags are printed and exit
+    with code 2."""
+    given = {
+        JOB_FLAGS[name]: value for name, value in flags.items() if name in JOB_FLAGS and value is not None
+    }
+    for key in ("store", "trial"):
+        if key in given:
+            given[key] = given[key].resolve()
+    return job_overrides(flags) | given
 
 
 def _job_spec(job_file: Path | None, resume: Path | None, overrides: dict[str, Any]) -> JobSpec:

@@ -84,7 +84,7 @@ from reroll.runfolder.summary import (
     RolloutSummary,
 )
 from reroll.sandbox.base import load_backend
-from reroll.settings import RolloutSettings, with_recorded_inputs
+from reroll.settings import DEFAULT_SANDBOX, RolloutSettings, with_recorded_inputs
 
 Via = Literal["snapshot", "replay"]
 
@@ -406,7 +406,7 @@ def _open_points(
     refuse_untrusted(recorded.config, recorded.path, options.trust)  # before anything it names is imported
     checkpoints = [_open_point(recorded, point, tasks_dir, console) for point in points]
     bound = with_recorded_inputs(options, recorded.config)  # every host path it reads, bound
-    load_backend(bound.sandbox or "local").settings(bound.sandbox_config)
+    load_backend(bound.sandbox or DEFAULT_SANDBOX).typed(bound.sandbox_config)
     return checkpoints, bound
 
 

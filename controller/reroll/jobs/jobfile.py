@@ -57,6 +57,7 @@ from reroll_contracts.network import NetworkPolicy
 from reroll.host.llm_proxy import faults_used
 from reroll.models.spec import resolved_spec
 from reroll.runfolder.folders import JOB_SPEC_FILE
+from reroll.sandbox.base import load_backend
 from reroll.settings import RolloutSettings
 from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, TrialConfig, load_trial
 from reroll.yamlfiles import read_mapping
@@ -179,16 +180,19 @@ class JobSpec(RunnerOptions):
 
     def settings(self) -> RolloutSettings:
         """How every rollout of the job runs (`SETTINGS_KEYS`); a judge's and a User's
-        ``scripted:PATH`` made absolute (`reroll.models.spec.resolved_spec`).
+        ``scripted:PATH`` made absolute (`reroll.models.spec.resolved_spec`); ``sandbox_config``
+        parsed by the backend's config model (once: call it once per job).
 
         Raises:
             FaultPlanError: the fault plan cannot be read (`reroll.host.llm_proxy.faults_used`).
+            SandboxBackendError: the backend is unknown or missing, or refuses ``sandbox_config``
+                (the message names the backend and the field).
         """
         faults = faults_used(self.faults, self.fault_seed) if self.faults is not None else None
         return RolloutSettings(
             timeout_seconds=self.timeout_seconds,
             sandbox=self.sandbox,
-            sandbox_config=self.sandbox_config,
+            sandbox_config=load_backend(self.sandbox).settings(self.sandbox_config),
             network=self.network,
             faults=faults,
             checkpoint_every=self.checkpoint_every,

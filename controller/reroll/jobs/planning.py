@@ -16,7 +16,8 @@ from reroll.jobs.jobfile import JobSpec
 from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.commands.record import new_recording
 from reroll.rollout.start import check_rollout, load_runnable_task
-from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.sandbox.base import WITHOUT_NETWORK_POLICY
+from reroll.settings import RolloutSettings
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,18 @@ class PlannedRollout:
     """1-based repeat index."""
 
 
-def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
+def plan_rollouts(spec: JobSpec, options: RolloutSettings | None = None) -> list[PlannedRollout]:
     """Expand `spec` into its rollouts, checking every task, agent and model first.
 
     An agent that calls no model runs once per (task, repeat), whatever `spec.models` holds.
 
+    Args:
+        spec: the job.
+        options: ``spec.settings()`` when the caller has them already (the backend's settings
+            are parsed there, once); None: made here.
+
     Raises:
+        FaultPlanError: the fault plan cannot be read (`JobSpec.settings`).
         TaskError, AgentError, ModelError: a task folder, agent name or model spec is invalid; or
             what the first rollout of a (task, agent) pair refuses (`_refuse_unrunnable`): a task's
             judge model or a persona User's model that cannot be used, an MCP server the agent
@@ -66,7 +73,7 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
             f"a job's trial runs on the asyncio executor only: its files (the trial, its scripts and "
             f"Users) do not travel to {spec.executor} workers; use --executor asyncio"
         )
-    load_backend(spec.sandbox).settings(spec.sandbox_config)
+    options = spec.settings() if options is None else options  # the backend's settings parsed
     if spec.network == "none" and spec.sandbox in WITHOUT_NETWORK_POLICY:
         raise JobError(
             f"network none needs sandbox local or docker: the {spec.sandbox} sandbox has the host's network"
@@ -85,11 +92,11 @@ def plan_rollouts(spec: JobSpec) -> list[PlannedRollout]:
                 for repeat in range(1, spec.repeats + 1):
                     name = f"{task.name}__{agent.name}__{model_slug(model)}__r{repeat}"
                     planned.append(PlannedRollout(name, task.path, task.name, agent.name, model, repeat))
-    _refuse_unrunnable(spec, planned)
+    _refuse_unrunnable(spec, planned, options)
     return planned
 
 
-def _refuse_unrunnable(spec: JobSpec, planned: list[PlannedRollout]) -> None:
+def _refuse_unrunnable(spec: JobSpec, planned: list[PlannedRollout], options: RolloutSettings) -> None:
     """Refuse, before anything is written, what the first rollout of each (task, agent) pair would
     refuse (`reroll.rollout.start.check_rollout`: skills, the judge's and a persona User's models,
     the MCP servers the agent must take …) — found there, every rollout of the pair would end in
@@ -98,7 +105,7 @@ def _refuse_unrunnable(spec: JobSpec, planned: list[PlannedRollout]) -> None:
     Raises:
         RerollError: as `reroll.rollout.start.start_rollout`.
     """
-    options, trial = spec.settings(), spec.trial_config()
+    trial = spec.trial_config()
     checked: set[tuple[Path, str]] = set()
     for rollout in planned:
         if (rollout.task_path, rollout.agent) in checked:

@@ -196,8 +196,8 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             anything runs.
         InfrastructureError: the executor could not start (e.g. Ray).
     """
-    planned = plan_rollouts(spec)
     options, trial = spec.settings(), spec.trial_config()
+    planned = plan_rollouts(spec, options)
     runner = Runner(spec)
     name = spec.name or datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     jobs_dir = jobs_dir.resolve()  # attempts may run in other processes (Ray workers)
@@ -292,7 +292,7 @@ async def continue_job(
         raise JobError(f"job folder not found: {job_dir}")
     batch = Runner(runner)
     if options.sandbox is not None:
-        load_backend(options.sandbox).settings(options.sandbox_config)
+        load_backend(options.sandbox).typed(options.sandbox_config)
     for spec in (model, options.user_model):
         if spec is not None:
             check_model(spec)
@@ -301,40 +301,56 @@ async def continue_job(
     folders = job_run_folders(job_dir)
     if not folders:
         raise JobError(f"{job_dir}: no run folders (folders with a config.json) in it")
-    rollouts = []
-    for original in folders:
-        if _status(original) != "timeout":
-            continue
-        config = _config(original)
-        if config is not None:
-            refuse_untravelled(config, original, runner.executor)
-            refuse_untrusted(config, original, options.trust)  # before anything it names is imported
-        live = resolved_spec(model or (config.model if config is not None else None))
-        bound = (
-            with_recorded_inputs(_persona_only(options, config), config) if config is not None else options
-        )
-        if config is not None:
-            _check_continuation(original, live, tasks_dir, bound)
-        run = partial(
-            continue_run,
-            original,
-            model=live,
-            require_timeout=True,
-            tasks_dir=tasks_dir.resolve() if tasks_dir else None,
-            options=bound,
-            output=output,
-        )
-        task, agent, original_model = _identity(config, original)
-        attempt = Attempt(
-            output / original.name,
-            run,
-            reads=attempt_reads(original, options=bound, model=live),
-            recorded_task=_recorded_task(config, tasks_dir.resolve() if tasks_dir else None),
-        )
-        rollouts.append(RunnerRollout(attempt, task, agent, model or original_model))
+    rollouts = [
+        _continuation(original, output, model, tasks_dir, options, runner.executor)
+        for original in folders
+        if _status(original) == "timeout"
+    ]
     output.mkdir(exist_ok=True)
     steps = [partial(batch.run_one, rollout) for rollout in rollouts]
     return await _summarised(batch, steps, job_dir, output, console)
+
+
+def _continuation(
+    original: Path,
+    output: Path,
+    model: str | None,
+    tasks_dir: Path | None,
+    options: RolloutSettings,
+    executor: str,
+) -> RunnerRollout:
+    """The job runner's rollout continuing the timed-out run `original` into ``output/<name>``
+    (`continue_job`'s arguments): its recorded inputs bound in `options`
+    (`reroll.settings.with_recorded_inputs`), checked first as `continue_job` says.
+
+    Raises:
+        JobError, UntrustedCodeError, SandboxBackendError, ModelError: as `continue_job`.
+    """
+    config = _config(original)
+    if config is not None:
+        refuse_untravelled(config, original, executor)
+        refuse_untrusted(config, original, options.trust)  # before anything it names is imported
+    live = resolved_spec(model or (config.model if config is not None else None))
+    bound = with_recorded_inputs(_persona_only(options, config), config) if config is not None else options
+    if config is not None:
+        _check_continuation(original, live, tasks_dir, bound)
+    run = partial(
+        continue_run,
+        original,
+        model=live,
+        require_timeout=True,
+        tasks_dir=tasks_dir.resolve() if tasks_dir else None,
+        options=bound,
+        output=output,
+    )
+    task, agent, original_model = _identity(config, original)
+    attempt = Attempt(
+        output / original.name,
+        run,
+        reads=attempt_reads(original, options=bound, model=live),
+        recorded_task=_recorded_task(config, tasks_dir.resolve() if tasks_dir else None),
+    )
+    return RunnerRollout(attempt, task, agent, model or original_model)
 
 
 def _check_continuation(

@@ -94,21 +94,7 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
     layout = sandbox.layout
     launch = TurnLaunch(agent, run.env | run.task_env | run.agent_env, resume)
     await run.hooks.before_turn(run, launch)  # MCP servers, ask_user, a restored session's resume
-    prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
-    await sandbox.put_file(prompt_file, prompt.encode())
-    agent_env = {
-        **launch.env,
-        **stable_agent_env(plan.config),
-        "REROLL_AGENT_HOME": f"{layout.agents_dir}/{agent.install_key}",
-        "REROLL_PROMPT_FILE": prompt_file,
-    }
-    if agent.needs_solution and plan.task.solution_dir is not None:
-        solution_dir = layout.path(plan.task.solution_mount)
-        await sandbox.upload_dir(plan.task.solution_dir, solution_dir)
-        agent_env["REROLL_SOLUTION_DIR"] = solution_dir
-        agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
-    if proxy is not None:
-        agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
+    agent_env = await _launch_env(run, launch, prompt)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
     # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
@@ -150,6 +136,36 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
         # the agent, so an agent that exits right after that 409 still gets its run stopped.
         outcome.status = await proxy.status()
     return outcome
+
+
+async def _launch_env(run: Run, launch: TurnLaunch, prompt: str) -> dict[str, str]:
+    """The environment `launch`'s agent runs with, its prompt file written and, for an agent that
+    needs the task's solution (the oracle), the solution uploaded: the launch's own variables, the
+    lineage's stable ones (`stable_agent_env`), reroll's ``REROLL_*``, the solution's ``env`` and
+    the agent's LLM variables pointing at the proxy.
+
+    Raises:
+        TaskError: ``solution.env`` names a variable the host lacks.
+        SandboxError: the sandbox failed a write.
+    """
+    sandbox, plan, proxy, agent = run.sandbox, run.plan, run.proxy, launch.agent
+    layout = sandbox.layout
+    prompt_file = f"{layout.logs_dir}/agent/prompt.txt"
+    await sandbox.put_file(prompt_file, prompt.encode())
+    agent_env = {
+        **launch.env,
+        **stable_agent_env(plan.config),
+        "REROLL_AGENT_HOME": f"{layout.agents_dir}/{agent.install_key}",
+        "REROLL_PROMPT_FILE": prompt_file,
+    }
+    if agent.needs_solution and plan.task.solution_dir is not None:
+        solution_dir = layout.path(plan.task.solution_mount)
+        await sandbox.upload_dir(plan.task.solution_dir, solution_dir)
+        agent_env["REROLL_SOLUTION_DIR"] = solution_dir
+        agent_env |= resolve_env(plan.task.spec.solution.env, os.environ, "solution.env")
+    if proxy is not None:
+        agent_env |= agent.launch_env(base_url=proxy.base_url, api_key=proxy.token, model=plan.agent_model)
+    return agent_env
 
 
 AGENT_IDENTITY = {"name": "reroll agent", "email": "agent@reroll.invalid", "user": "agent"}

@@ -152,7 +152,7 @@ def _new_sandbox(plan: RolloutPlan, console: Console) -> tuple[Sandbox, dict[str
         plan.config.sandbox,
         sandbox_spec(_fit_to_host(plan, console)),
         plan.run_dir.name,
-        (plan.config.sandbox_config or {}) | plan.sandbox_start,
+        plan.sandbox_settings,
     )
     return sandbox, task_env, verifier
 
@@ -198,6 +198,7 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
             plan.run_dir,
             plan.run_dir / VERIFIER_DIR,
             keep_agent_processes=keeps_agent_processes(plan.task, plan.agent, sandbox.layout.agent_user),
+            sandbox_settings=plan.settings.sandbox_config,
         ),
         recorded=plan.recorded,
     )

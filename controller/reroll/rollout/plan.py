@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel
 from reroll_contracts.proxy import ReplayConfig, VolatileRule
 
 from reroll.agents import AgentSpec
@@ -49,9 +50,11 @@ class RolloutPlan:
     (`reroll.host.llm_proxy.LlmProxy.wait_for_held`: the checkpoints'); 0: never."""
     settings: RolloutSettings = field(default_factory=RolloutSettings)
     """How the rollout runs (`reroll.settings`), of which `config` is the recorded form."""
-    sandbox_start: dict[str, str] = field(default_factory=dict)
-    """Sandbox settings for this run only, over ``config.sandbox_config`` and never recorded:
-    ``from_snapshot`` of a branch started from a kept pool (`reroll.rollout.origin.FromCheckpoint.pool`)."""
+    sandbox_settings: BaseModel | None = None
+    """The backend's settings the sandbox is made with, an instance of its config model
+    (`reroll.sandbox.base.Backend`): ``settings.sandbox_config``, and for a branch started from a
+    kept pool its ``from_snapshot`` (`reroll.rollout.origin.FromCheckpoint.pool`), which is for this
+    run only and never recorded; None: the backend's defaults."""
 
     @property
     def agent(self) -> AgentSpec:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from reroll_contracts.errors import TaskError
 from reroll_contracts.proxy import ReplayConfig
 from rich.console import Console
@@ -59,7 +60,14 @@ from reroll.runfolder.run import (
     now_iso,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
-from reroll.settings import RolloutSettings, continuation_settings, recorded_settings, recording_settings
+from reroll.settings import (
+    DEFAULT_SANDBOX,
+    RolloutSettings,
+    continuation_settings,
+    over_settings,
+    recorded_settings,
+    recording_settings,
+)
 from reroll.tasks.task import Task, load_task
 from reroll.tasks.variants import with_network
 from reroll.trials.config import TrialConfig
@@ -127,9 +135,7 @@ async def start_rollout(
         config=draft.config,
         settings=draft.settings,
         hold_every=draft.hold_every,
-        sandbox_start={"from_snapshot": origin.pool}
-        if isinstance(origin, FromCheckpoint) and origin.pool
-        else {},
+        sandbox_settings=_sandbox_settings(origin, draft.config.sandbox, draft.settings),
         **_replayed(origin, draft.settings, run_dir),
     )
     with _progress(console, run_dir) as progress:
@@ -182,9 +188,9 @@ def _draft(
         settings = continuation_settings(recorded_settings(original.config), given)
     else:
         settings = recording_settings(given, origin.trial)
+    backend = load_backend(settings.sandbox or DEFAULT_SANDBOX)
+    settings = settings.model_copy(update={"sandbox_config": backend.typed(settings.sandbox_config)})
     config = _run_config(origin, live_model, settings).model_copy(update={"rescored_from": rescored_from})
-    backend = load_backend(config.sandbox).settings(config.sandbox_config)
-    config = config.model_copy(update={"sandbox_config": backend.model_dump(mode="json", exclude_unset=True)})
     if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
         raise TaskError(
             f"--network none needs --sandbox local or docker: "
@@ -199,6 +205,20 @@ def _draft(
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
     return Draft(origin, given, settings, with_network(task, config.network), trial, agents, config)
+
+
+def _sandbox_settings(origin: Origin, backend: str, settings: RolloutSettings) -> BaseModel | None:
+    """The backend settings `backend`'s sandbox is made with: the rollout's (``sandbox_config``),
+    and for a branch from a kept pool (`FromCheckpoint.pool`) its ``from_snapshot``, for this run
+    only (never recorded).
+
+    Raises:
+        SandboxBackendError: `backend` takes no ``from_snapshot`` (only ``local`` keeps pools).
+    """
+    if not (isinstance(origin, FromCheckpoint) and origin.pool):
+        return settings.sandbox_config
+    pool = load_backend(backend).settings({"from_snapshot": origin.pool})
+    return over_settings(settings.sandbox_config, pool)
 
 
 def _replayed(origin: Origin, settings: RolloutSettings, run_dir: Path) -> dict[str, Any]:
@@ -234,8 +254,8 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, settings: RolloutS
     live_spec = live_model.spec if live_model else None
     started_at = now_iso()
     written: dict[str, Any] = {
-        "sandbox": settings.sandbox or "local",
-        "sandbox_config": dict(settings.sandbox_config or {}),
+        "sandbox": settings.sandbox or DEFAULT_SANDBOX,
+        "sandbox_config": settings.recorded_sandbox_config(),
         "network": settings.network,
         "reroll_version": __version__,
         "faults": settings.faults,

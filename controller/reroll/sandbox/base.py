@@ -8,7 +8,8 @@ of the network. A backend outside reroll subclasses `Sandbox`, proves itself wit
 `reroll.conformance`, and is named by its dotted path (``--sandbox mypackage.backends:MySandbox``).
 A backend is a class, made from a `reroll.sandbox.spec.SandboxSpec` (never the task), plus a
 pydantic model of its settings (`Backend`): a run's ``sandbox_config`` (``--sandbox-config``, a
-job file's, config.json's) is validated by it and handed to the constructor.
+job file's, config.json's) is parsed by it once, at the edge (`Backend.settings`, called by
+`reroll.settings.RolloutSettings`), and travels as that model's instance to the constructor.
 """
 
 from __future__ import annotations
@@ -186,39 +187,59 @@ class Backend:
     config_model: type[BaseModel]
     """The model of its settings (`NoSettings` when it declares none)."""
 
-    def settings(self, config: Mapping[str, Any] | None = None) -> BaseModel:
-        """`config` (a run's ``sandbox_config``) validated by the backend's `config_model`.
+    def settings(self, given: Mapping[str, Any] | None = None) -> BaseModel:
+        """`given` (a run's ``sandbox_config`` as a file or the command line has it) parsed by the
+        backend's `config_model`: the one place a backend's settings are validated (the edges call
+        it: `reroll.settings.RolloutSettings`, ``reroll sandbox prune``); from there on they travel
+        as that model's instance, and the fields `given` names are its ``model_fields_set``.
 
         Raises:
             SandboxBackendError: a setting is unknown or invalid (the message names the backend,
                 its config model and the field).
         """
         try:
-            return self.config_model.model_validate(dict(config or {}))
+            return self.config_model.model_validate(dict(given or {}))
         except ValidationError as exc:
             raise SandboxBackendError(
                 f"sandbox {self.name!r}: invalid sandbox_config (the settings of "
                 f"{self.config_model.__name__}): {exc}"
             ) from exc
 
-    def create(self, spec: SandboxSpec, run_id: str, config: Mapping[str, Any] | None = None) -> Sandbox:
-        """An unstarted sandbox as `spec` says, made with `config` validated (see `settings`).
+    def typed(self, settings: BaseModel | None) -> BaseModel:
+        """`settings`, checked to be an instance of this backend's `config_model` (None: its
+        defaults); never validated again.
 
         Raises:
-            SandboxBackendError: as `settings`.
+            SandboxBackendError: `settings` are another model's (another backend's settings).
         """
-        settings = self.settings(config)
+        if settings is None:
+            return self.config_model()
+        if not isinstance(settings, self.config_model):
+            raise SandboxBackendError(
+                f"sandbox {self.name!r}: its settings are a {self.config_model.__name__}, "
+                f"not a {type(settings).__name__}"
+            )
+        return settings
+
+    def create(self, spec: SandboxSpec, run_id: str, settings: BaseModel | None = None) -> Sandbox:
+        """An unstarted sandbox as `spec` says, made with `settings` (an instance of
+        `config_model`, as `settings` parsed it; None: the defaults).
+
+        Raises:
+            SandboxBackendError: as `typed`.
+        """
+        typed = self.typed(settings)
         if self.config_model is NoSettings:
             return self.factory(spec, run_id)
-        return self.factory(spec, run_id, settings)
+        return self.factory(spec, run_id, typed)
 
     def prune(
-        self, config: Mapping[str, Any] | None = None, run_id: str | None = None, *, running: bool = False
+        self, settings: BaseModel | None = None, run_id: str | None = None, *, running: bool = False
     ) -> PruneReport:
         """Remove what killed rollouts of this backend left behind (see each backend's ``prune``).
 
         Args:
-            config: the backend's settings (validated as by `settings`).
+            settings: the backend's settings (an instance of `config_model`; None: the defaults).
             run_id: only this run's leftovers, whether its controller runs or not.
             running: also what rollouts still running use.
 
@@ -226,14 +247,14 @@ class Backend:
             What was removed and kept, by kind; empty for a backend with nothing to sweep.
 
         Raises:
-            SandboxBackendError: as `settings`.
+            SandboxBackendError: as `typed`.
             SandboxError: the backend's sweep failed (e.g. no Docker Engine answers).
         """
-        settings = self.settings(config)
+        typed = self.typed(settings)
         pruner = getattr(self.factory, "prune", None)
         if pruner is None:
             return {}
-        report: PruneReport = pruner(settings, run_id, running=running)
+        report: PruneReport = pruner(typed, run_id, running=running)
         return report
 
 
@@ -284,7 +305,7 @@ def load_backend(name: str) -> Backend:
 
 
 def create_sandbox(
-    backend: str, spec: SandboxSpec, run_id: str, config: Mapping[str, Any] | None = None
+    backend: str, spec: SandboxSpec, run_id: str, settings: BaseModel | None = None
 ) -> Sandbox:
     """Create (not start) a sandbox of the named backend as `spec` says.
 
@@ -292,9 +313,10 @@ def create_sandbox(
         backend: a key of `BACKENDS` or a dotted path (see `load_backend`).
         spec: what the sandbox provides (`reroll.rollout.sandbox_spec.sandbox_spec` of a task).
         run_id: an id unique to this rollout, used to label what the sandbox creates.
-        config: the backend's settings (a run's ``sandbox_config``) [default: none, its defaults].
+        settings: the backend's settings, an instance of its config model (`Backend.settings`
+            parses them; ``RolloutSettings.sandbox_config`` holds them) [default: its defaults].
 
     Raises:
-        SandboxBackendError: as `load_backend` and `Backend.settings`.
+        SandboxBackendError: as `load_backend` and `Backend.typed`.
     """
-    return load_backend(backend).create(spec, run_id, config)
+    return load_backend(backend).create(spec, run_id, settings)

@@ -32,6 +32,7 @@ from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.isolated import namespaces_unavailable
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.local.storage import PoolSnapshot, mark_pool
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -178,12 +179,13 @@ def pool_checkpoints_apply(draft: Draft) -> bool:
     recording (not a continuation or branch: their pools would crowd the recordings' out,
     `reroll.sandbox.local.storage.POOL_KEEP_COUNT`) of agents that call a model, on the isolated
     ``local`` sandbox with a copy-on-write disk and ``keep_snapshots`` not False."""
-    config = draft.config.sandbox_config or {}
+    config = draft.settings.sandbox_config
     return (
         isinstance(draft.origin, NewRecording)
         and draft.config.sandbox == "local"
-        and config.get("keep_snapshots") is not False
-        and config.get("copy_on_write") is not False
+        and isinstance(config, IsolatedSandboxConfig)
+        and config.keep_snapshots is not False
+        and config.copy_on_write
         and all(agent.api_format != "none" for agent in draft.agents.values())
         and cow.available()
         and not namespaces_unavailable()

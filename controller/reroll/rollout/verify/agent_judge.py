@@ -251,7 +251,7 @@ class AgentJudgeVerifier:
         options = RolloutSettings(
             timeout_seconds=self.options.timeout_sec,
             sandbox=config.sandbox,
-            sandbox_config=config.sandbox_config,
+            sandbox_config=request.sandbox_settings,
             network=None if config.sandbox in WITHOUT_NETWORK_POLICY else "none",
         )
         try:

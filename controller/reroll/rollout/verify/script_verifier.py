@@ -55,6 +55,7 @@ from reroll.environment.state import QUERY_FILE, query_state
 from reroll.rollout.verify.failures import Diagnosis, diagnose
 from reroll.rollout.verify.verifiers import DEFAULT_VERIFIER, Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
+from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.rubric import COMMAND_SCRIPT, command_files, task_policy
@@ -370,18 +371,7 @@ async def verify(
             (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
 
         try:
-            run = VerifyScript(
-                verifier_dir=verifier_dir,
-                script=script_name(task),
-                reward_dir=f"{layout.logs_dir}/verifier",
-                env=env | resolve_env(task.spec.verifier.env, os.environ, "verifier.env"),
-                timeout_seconds=task.spec.verifier.timeout_sec,
-                soft=soft,
-                aggregate_policy=task_policy(task.spec.verifier.aggregate_policy),
-                keep_agent_processes=keep_processes,
-                cwd=layout.workspace,  # the image's WORKDIR, as the task's own harness runs it
-                image_env=layout.image_env,
-            )
+            run = _verify_script(task, layout, env, verifier_dir, soft=soft, keep_processes=keep_processes)
             outcome = await sandbox.verify(run, on_output=write, on_hardening=write_report)
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc
@@ -402,6 +392,35 @@ async def verify(
     graded = _graded(outcome, output_dir)
     rewards = graded.flat() if graded is not None else outcome.rewards
     return Verdict(rewards=rewards, duration_seconds=time.monotonic() - started, result=graded)
+
+
+def _verify_script(
+    task: Task,
+    layout: SandboxLayout,
+    env: dict[str, str],
+    verifier_dir: str,
+    *,
+    soft: bool,
+    keep_processes: bool,
+) -> VerifyScript:
+    """What the sidecar runs to verify (`verify`'s arguments): the task's script in `verifier_dir`
+    with `env` and the verifier's ``env``, its timeout and aggregate policy, in the workspace.
+
+    Raises:
+        TaskError: ``verifier.env`` names a variable the host lacks.
+    """
+    return VerifyScript(
+        verifier_dir=verifier_dir,
+        script=script_name(task),
+        reward_dir=f"{layout.logs_dir}/verifier",
+        env=env | resolve_env(task.spec.verifier.env, os.environ, "verifier.env"),
+        timeout_seconds=task.spec.verifier.timeout_sec,
+        soft=soft,
+        aggregate_policy=task_policy(task.spec.verifier.aggregate_policy),
+        keep_agent_processes=keep_processes,
+        cwd=layout.workspace,  # the image's WORKDIR, as the task's own harness runs it
+        image_env=layout.image_env,
+    )
 
 
 def refuse_unscored(task: Task, outcome: VerifyOutcome, tail: str) -> None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from pydantic import BaseModel
 from reroll_contracts.errors import ErrorCategory, TaskError
 from reroll_contracts.reward import VerifyResult
 
@@ -105,6 +106,9 @@ class VerifyRequest:
     keep_agent_processes: bool = False
     """The processes the agent left running are still alive (`reroll.rollout.verify.script_verifier.
     keeps_agent_processes`): the test script runs beside them; any other verifier kills them first."""
+    sandbox_settings: BaseModel | None = None
+    """The rollout's sandbox backend settings (``RolloutSettings.sandbox_config``, an instance of
+    the backend's config model), which a judge's sandbox of its own takes; None: the defaults."""
 
 
 class Verifier(Protocol):
