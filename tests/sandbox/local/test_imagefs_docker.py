@@ -20,7 +20,7 @@ from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.local import imagefs, isolated
 from reroll.sandbox.local.imagefs import META_FILE, rootfs_folder, unpacked
 from reroll.sandbox.local.isolated import IsolatedSandbox
-from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
+from reroll.sandbox.local.rootview import IMAGE_ID_BASE
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import SandboxError
 
@@ -79,9 +79,9 @@ def test_an_image_is_unpacked_once_with_its_owners_shifted(
         "root",
         {"PATH": "/opt/bin:/usr/bin", "GREETING": "hi"},
     )
-    assert (found.root / "home/agent/file").stat().st_uid == ROLLOUT_ID_BASE + 1000
-    assert (found.root / "etc/marker").stat().st_uid == ROLLOUT_ID_BASE
-    assert found.root.stat().st_uid == ROLLOUT_ID_BASE
+    assert (found.root / "home/agent/file").stat().st_uid == IMAGE_ID_BASE + 1000
+    assert (found.root / "etc/marker").stat().st_uid == IMAGE_ID_BASE
+    assert found.root.stat().st_uid == IMAGE_ID_BASE
 
     def no_second_export(*args: object) -> None:
         raise AssertionError("unpacked again")
