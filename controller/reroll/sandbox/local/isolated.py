@@ -296,6 +296,7 @@ class IsolatedSandbox(Sandbox):
             size = self.config.storage_bytes or self.limits.storage_mb << 20
             on = self.config.copy_on_write
             self._storage = SandboxDisk.create(self.run_id, size, paths, copy_on_write=on)
+            self._storage.record_ids(self.id_base)  # whose files a pool of it holds
         for sub in ("logs/agent", "logs/verifier"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
         if self._image is not None:
@@ -348,7 +349,6 @@ class IsolatedSandbox(Sandbox):
             return None
         if self._image is None:  # ``/`` too (``/tmp``, services' files): not an image's overlay
             await asyncio.to_thread(storage.freeze_root, name)
-        storage.record_ids(self.id_base)
         self._pooled = True
         return str(PoolSnapshot(storage.disk.folder, name))
 
