@@ -12,6 +12,11 @@ and UTS namespaces that no process of the agent ever enters:
   masked ``/proc``, where the old one stays, listing the container's processes); when it ends,
   the kernel kills every process left in it (a detached daemon included), and a killed launcher
   takes it along (``PDEATHSIG``);
+- keyrings: ARGV starts in a fresh, empty session keyring, and ``add_key``, ``request_key`` and
+  ``keyctl`` fail with ``EPERM`` for it and everything it starts (a seccomp filter, as Docker's
+  default profile does for a whole container): keys are not namespaced (a key the agent opened to
+  everyone is readable by id from any user namespace, a keyring the agent opened takes the verify's
+  keys and outlives it), so the verify reads no key the agent left and leaves none behind;
 - mount (private propagation): fresh ``/dev/shm`` (tmpfs) and ``/dev/mqueue``; for a soft verify
   (the agent works on afterwards) fresh ``/tmp`` and ``/var/tmp`` too (empty tmpfs: what the
   verify writes there is gone when it ends). The final verify keeps the sandbox's ``/tmp``, as
@@ -39,6 +44,14 @@ from reroll_contracts.namespaces import VERIFY_NAMESPACES as FLAGS
 
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 0x4000, 1 << 18
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+KEYCTL_JOIN_SESSION_KEYRING = 1
+KEY_SYSCALLS = {
+    0xC000003E: (248, 249, 250),  # AUDIT_ARCH_X86_64 (x32's numbers too, their high bit masked)
+    0x40000003: (286, 287, 288),  # AUDIT_ARCH_I386 (32-bit programs on x86_64)
+    0xC00000B7: (217, 218, 219),  # AUDIT_ARCH_AARCH64
+}
+"""``add_key``, ``request_key`` and ``keyctl`` by the audit architecture a system call comes from."""
 FAILED = 125
 """The launcher's exit status when it could not set the namespaces up."""
 FRESH_TMP = ("/tmp", "/var/tmp")
@@ -67,6 +80,40 @@ def _mount(source: str, target: str, kind: str | None, flags: int, data: str | N
 
 def _die_with_parent() -> None:
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8)]
+    _fields_ += [("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _no_keyrings() -> None:
+    """Join a fresh session keyring, then refuse every keyring system call (``EPERM``) to this
+    process and its children (module docstring). Needs ``CAP_SYS_ADMIN`` in its user namespace
+    (it made that namespace) or no-new-privileges.
+
+    Raises:
+        OSError: the kernel refused the filter.
+    """
+    keyctl = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+    if keyctl is not None:  # refused under Docker's profile: no keys there anyway
+        _libc.syscall(ctypes.c_long(keyctl), KEYCTL_JOIN_SESSION_KEYRING, None)
+    load, mask, equal, ret = 0x20, 0x54, 0x15, 0x06  # BPF_LD|W|ABS, BPF_ALU|AND|K, BPF_JMP|JEQ|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    program = [(load, 0, 0, 4)]  # the architecture
+    for arch, numbers in KEY_SYSCALLS.items():
+        program.append((equal, 0, 7, arch))  # not this one: skip its 7 instructions
+        program += [(load, 0, 0, 0), (mask, 0, 0, 0xBFFFFFFF)]  # the call's number, x32's bit off
+        program += [(equal, 3 - index, 0, number) for index, number in enumerate(numbers)]
+        program += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    program.append((ret, 0, 0, allow))
+    filters = (_SockFilter * len(program))(*(_SockFilter(*instruction) for instruction in program))
+    fprog = _SockFprog(len(program), filters)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
 def _identity_maps(pid: int) -> None:
@@ -104,6 +151,7 @@ def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool) -> int:
             _die_with_parent()
             with contextlib.suppress(OSError):  # refused under Docker's masked /proc: the old one stays
                 _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            _no_keyrings()
             os.execvp(argv[0], argv)
         finally:
             os._exit(FAILED)

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from reroll.cache import cache_dir
 from reroll.sandbox.local import isolated
+from reroll.sandbox.local.identity import SLOT_ID_START
 
 from tests.e2e.test_reward_hacks import write_files
 
@@ -181,10 +182,12 @@ def test_hunting_agent_and_verifier_payload_reach_nothing_of_the_host(
     assert (result["status"], result["rewards"]) == ("ok", {"reward": 0.0}), (result, stdout)
     (line,) = [line for line in stdout.splitlines() if line.startswith("PAYLOAD:")]  # it ran, as root
     report = json.loads(line.removeprefix("PAYLOAD:"))
-    # the sandbox maps its root to host uid 100000; a verify runs in a user namespace of its own
+    # the sandbox maps its root to a host range of its own; a verify runs in a user namespace of its own
     # inside that one (the sidecar's verify_ns), identity-mapped onto it, so it reads 0 0 65536:
     # never the host's full range (0 0 4294967295), and the checks below show it holds no host power
-    assert report["uid"] == 0 and report["uid_map"] in (["0", "100000", "65536"], ["0", "0", "65536"]), report
+    inner, outer, count = report["uid_map"]
+    assert report["uid"] == 0 and (inner, count) == ("0", "65536"), report
+    assert outer == "0" or int(outer) >= SLOT_ID_START, report
     assert report["core_pattern"] != "opened for writing", report
     assert report["agents"] != "written" and not (agents / "poisoned-by-payload").exists(), report
     assert report["visible"] == [], report

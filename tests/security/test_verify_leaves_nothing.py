@@ -99,3 +99,125 @@ def test_round_two_finds_no_ipc_object_or_daemon_of_the_soft_verify(
     assert "FOUND NOTHING" in agent_output and "FOUND in" not in agent_output, agent_output[-3000:]
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"] == {"reward": 0.0}
+
+
+KEYS = r"""
+import ctypes, os
+_libc = ctypes.CDLL(None, use_errno=True)
+_long = ctypes.c_long
+SESSION, USER, OPEN = -3, -4, 0x3F3F3F3F  # @s, @u; every right to everyone
+
+
+def add(kind, description, data, ring):
+    payload, size = (ctypes.c_char_p(data) if data else None), _long(len(data or b""))
+    return _libc.syscall(_long(248), kind, description.encode(), payload, size, _long(ring))
+
+
+def keyctl(*args):
+    return _libc.syscall(_long(250), *(_long(a) if isinstance(a, int) else a for a in args))
+
+
+def find(description, kind="user"):
+    # The keys this process may list (/proc/keys) and those its keyrings hold, nested ones included.
+    found = set()
+    try:
+        for line in open("/proc/keys"):
+            fields = line.split()
+            if fields[7] == kind and fields[8].rstrip(":") == description:
+                found.add(int(fields[0], 16))
+    except (OSError, IndexError):
+        pass
+    for ring in (SESSION, USER):
+        key = keyctl(10, ring, kind.encode(), description.encode(), 0)  # KEYCTL_SEARCH
+        if key > 0:
+            found.add(key)
+    return sorted(found)
+
+
+def read(key):
+    buffer = ctypes.create_string_buffer(4096)
+    size = keyctl(11, key, buffer, 4096)  # KEYCTL_READ
+    return buffer.raw[:size].decode() if size >= 0 else None
+
+
+keyctl(8, USER, SESSION)  # KEYCTL_LINK: the user keyring possessed, through the session's
+"""
+
+KEY_PAYLOAD = (
+    KEYS
+    + r"""
+_verifier = os.environ.get("REROLL_VERIFIER_DIR", "/verifier")
+if os.path.isdir(_verifier) and os.geteuid() == 0:
+    _known = dict(line.split() for line in open("keys.txt"))  # the ids the agent left
+    _seen = [read(key) for key in [*find("reroll-agent-key"), int(_known["agent-key"])]]
+    print(f"VERIFY SAW AGENT KEYS: {[s for s in _seen if s]}", flush=True)
+    _secret = open(os.path.join(_verifier, "secret.txt")).read().strip().encode()
+    _made = [add(b"user", "reroll-leak", _secret, ring) for ring in (SESSION, USER)]
+    _linked = []
+    for _key in _made:
+        keyctl(5, _key, OPEN)  # KEYCTL_SETPERM
+        _linked.append(keyctl(8, _key, int(_known["dropbox"])))  # into the agent's open keyring
+    print(f"PAYLOAD RAN: keys {_made}, linked {_linked}", flush=True)
+
+
+def mean(values):
+    return sum(values) / len(values)
+"""
+)
+
+KEY_AGENT = (
+    KEYS
+    + r"""
+key = add(b"user", "reroll-agent-key", b"from-the-agent", USER)
+box = add(b"keyring", "reroll-dropbox", None, USER)
+print("AGENT KEYS", key, box, keyctl(5, key, OPEN), keyctl(5, box, OPEN))
+open("keys.txt", "w").write(f"agent-key {key}\ndropbox {box}\n")
+"""
+)
+
+KEY_READER = (
+    KEYS
+    + r"""
+found = [secret for secret in map(read, find("reroll-leak")) if secret]
+for secret in found:
+    print(f"FOUND in a keyring: {secret}")
+    open("answer.txt", "w").write(secret)
+if not found:
+    print("FOUND NOTHING")
+"""
+)
+
+KEY_SOLVE = """#!/bin/sh
+cd "${REROLL_WORKSPACE:-/app}"
+if [ ! -f .round1-done ]; then
+  python3 - <<'AGENT_END'
+@AGENT@
+AGENT_END
+  cat > calc.py <<'PAYLOAD_END'
+@PAYLOAD@
+PAYLOAD_END
+  touch .round1-done
+  exit 0
+fi
+python3 - <<'READER_END'
+@READER@
+READER_END
+exit 0
+"""
+KEY_SOLVE = KEY_SOLVE.replace("@AGENT@", KEY_AGENT.strip()).replace("@PAYLOAD@", KEY_PAYLOAD.strip())
+KEY_SOLVE = KEY_SOLVE.replace("@READER@", KEY_READER.strip())
+
+
+def test_keys_cross_a_soft_verify_in_neither_direction(sandbox_backend: str, tmp_path: Path) -> None:
+    """Round 1's agent leaves keys (its session and user keyrings, and an open keyring as a drop
+    box); the soft verify's payload looks for them and stores the answer in its own keyrings and
+    the drop box; round 2's agent looks for it. Before the verify's keyrings were its own, the
+    verify read the agent's keys and round 2 read the answer from the drop box (reward 1.0)."""
+    run, result = run_trial(make_trial(tmp_path, KEY_SOLVE), sandbox_backend, tmp_path)
+    soft = (run / "verifier" / "rounds" / "0" / "test-stdout.txt").read_text()
+    assert "PAYLOAD RAN: keys" in soft, "the attack did not run"
+    assert "VERIFY SAW AGENT KEYS: []" in soft, soft[-3000:]
+    agent_output = "".join(p.read_text(errors="replace") for p in (run / "agent").rglob("*") if p.is_file())
+    assert "FOUND NOTHING" in agent_output and "FOUND in" not in agent_output, agent_output[-3000:]
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 0.0}

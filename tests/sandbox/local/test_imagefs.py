@@ -18,7 +18,7 @@ from reroll.sandbox.local.imagefs import (
     shifted_filter,
     unhonoured,
 )
-from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
+from reroll.sandbox.local.rootview import IMAGE_ID_BASE
 from reroll.sandbox.spec import ImageBuild, SandboxSpec
 from reroll_contracts.errors import ImageUnavailableError
 
@@ -111,7 +111,7 @@ def test_unpacking_refuses_what_would_land_outside(
     dest = tmp_path / "a" / "root"
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=_archive(members), mode="r|") as archive, pytest.raises(tarfile.FilterError):
-        archive.extractall(dest, numeric_owner=True, filter=shifted_filter(ROLLOUT_ID_BASE))
+        archive.extractall(dest, numeric_owner=True, filter=shifted_filter(IMAGE_ID_BASE))
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "a" / "escaped").exists()
 
 
@@ -122,11 +122,11 @@ def test_unpacking_shifts_owners_keeps_modes_and_leaves_out_devices(tmp_path: Pa
         (_member("dev/null", tarfile.CHRTYPE, devmajor=1, devminor=3), b""),
     ]
     with tarfile.open(fileobj=_archive(members), mode="r|") as archive:
-        archive.extractall(tmp_path, numeric_owner=True, filter=shifted_filter(ROLLOUT_ID_BASE))
+        archive.extractall(tmp_path, numeric_owner=True, filter=shifted_filter(IMAGE_ID_BASE))
     mine = (tmp_path / "home/agent/file").stat()
-    assert (mine.st_uid, mine.st_gid, mine.st_mode & 0o7777) == (ROLLOUT_ID_BASE + 1000,) * 2 + (0o640,)
+    assert (mine.st_uid, mine.st_gid, mine.st_mode & 0o7777) == (IMAGE_ID_BASE + 1000,) * 2 + (0o640,)
     assert (tmp_path / "tmp").stat().st_mode & 0o7777 == 0o1777
-    assert (tmp_path / "tmp").stat().st_uid == ROLLOUT_ID_BASE
+    assert (tmp_path / "tmp").stat().st_uid == IMAGE_ID_BASE
     assert not (tmp_path / "dev/null").exists()
 
 

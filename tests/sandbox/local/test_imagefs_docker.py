@@ -20,7 +20,7 @@ from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.local import imagefs, isolated
 from reroll.sandbox.local.imagefs import META_FILE, rootfs_folder, unpacked
 from reroll.sandbox.local.isolated import IsolatedSandbox
-from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
+from reroll.sandbox.local.rootview import IMAGE_ID_BASE
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import SandboxError
 
@@ -79,9 +79,9 @@ def test_an_image_is_unpacked_once_with_its_owners_shifted(
         "root",
         {"PATH": "/opt/bin:/usr/bin", "GREETING": "hi"},
     )
-    assert (found.root / "home/agent/file").stat().st_uid == ROLLOUT_ID_BASE + 1000
-    assert (found.root / "etc/marker").stat().st_uid == ROLLOUT_ID_BASE
-    assert found.root.stat().st_uid == ROLLOUT_ID_BASE
+    assert (found.root / "home/agent/file").stat().st_uid == IMAGE_ID_BASE + 1000
+    assert (found.root / "etc/marker").stat().st_uid == IMAGE_ID_BASE
+    assert found.root.stat().st_uid == IMAGE_ID_BASE
 
     def no_second_export(*args: object) -> None:
         raise AssertionError("unpacked again")
@@ -189,3 +189,30 @@ def test_a_task_that_installs_and_sets_env_and_workdir_reaches_its_oracle_reward
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rewards: {'reward': 1.0}" in done.stdout, done.stdout + done.stderr
+
+
+def test_two_sandboxes_on_one_image_each_see_it_owned_by_their_own_range() -> None:
+    """Issue 32: the unpacked image (owned by `IMAGE_ID_BASE..`) is shared, not its owner: each
+    sandbox sees it through an idmapped mount as its own root's and user's, and what root changes
+    in ``/etc`` (a copy-up into its own layer) stays owned by its own range."""
+    asyncio.run(_two_on_one_image())
+
+
+async def _two_on_one_image() -> None:
+    spec = sandbox_spec(load_task(TASK))
+    async with IsolatedSandbox(spec, "image-ids-a") as first, IsolatedSandbox(spec, "image-ids-b") as second:
+        assert first.id_base != second.id_base
+        for sandbox in (first, second):
+            done = await sandbox.exec(
+                ["sh", "-c", "stat -c %u /etc/passwd data.txt; echo changed >> /etc/passwd"],
+                cwd=sandbox.layout.workspace,
+            )
+            assert done.exit_code == 0, done.output_text()
+            inside = done.stdout.decode().split()
+            assert inside[0] == "0" and inside[1] != "65534", inside  # root's, the image user's: mapped
+            root = Path(f"/proc/{sandbox.init_pid}/root")
+            assert (root / "etc/passwd").stat().st_uid == sandbox.id_base  # copied up, still its own
+            assert (root / "usr/bin").stat().st_uid == sandbox.id_base  # the shared lower, its own
+        image = first._image
+        assert image is not None and (image.root / "etc/passwd").stat().st_uid == IMAGE_ID_BASE
+        assert "changed" not in (image.root / "etc/passwd").read_text()

@@ -29,6 +29,7 @@ from reroll.sandbox.docker.engine import owner_label
 from reroll.sandbox.layout import SANDBOX_HOSTNAME
 from reroll.sandbox.local import backend, isolated
 from reroll.sandbox.local.backend import local_sandbox
+from reroll.sandbox.local.identity import SLOT_ID_START
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.netns import listening_ports
 from reroll.sandbox.local.plain import LocalSandbox
@@ -294,6 +295,7 @@ def test_local_is_isolated_where_namespaces_work(task: Task) -> None:
 CONTROLLER = r"""
 import asyncio, sys
 from pathlib import Path
+from reroll.sandbox.local.identity import SLOT_ID_START
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.tasks.task import load_task
@@ -379,7 +381,7 @@ def _reachable_from_host(host: str, port: int) -> bool:
 
 
 async def test_root_inside_is_an_unprivileged_host_user_in_a_view_of_its_own(task: Task) -> None:
-    """The sidecar's root (the verifier's) maps to the host's 100000; it cannot write the kernel's
+    """The sidecar's root (the verifier's) maps to a host range of its own; it cannot write the kernel's
     core_pattern, mount, write the agents folder or see the host's checkout, /root or /work."""
     checkout = Path(__file__).resolve().parents[3]
     script = f"""
@@ -395,11 +397,11 @@ true
     async with IsolatedSandbox(sandbox_spec(task), "root-view") as sandbox:
         env = {**_env(), "AGENTS": sandbox.layout.agents_dir, "HOST_HOME": str(Path.home())}
         out = await conformance.sh(sandbox, script, env=env)
-        host_owner = sandbox._files("app").stat().st_uid
+        host_owner, base = sandbox._files("app").stat().st_uid, sandbox.id_base
     lines = out.split("\n")
-    assert lines[0].split() == ["0", "100000", "65536"], out
+    assert lines[0].split() == ["0", str(base), "65536"] and base >= SLOT_ID_START, out
     assert not any(word in out for word in ("written", "mounted", "remounted", "sees ")), out
-    assert lines[-2] == "1000" and host_owner == 101000, out  # the agent's workspace, mapped
+    assert lines[-2] == "1000" and host_owner == base + 1000, out  # the agent's workspace, mapped
     assert not (Path(sandbox.layout.agents_dir) / "planted").exists()
 
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from reroll.sandbox.local.identity import SLOT_ID_START
 from reroll.sandbox.local.rootview import DNS_FORWARD, Piece, RootView, sandbox_resolv_conf
 
 
@@ -25,6 +26,7 @@ def test_the_command_maps_no_admin_capability_and_stages_root_only_pieces(tmp_pa
         folder=tmp_path,
         hostname="sandbox",
         storage_bytes=1 << 30,
+        id_base=SLOT_ID_START,
         pieces=[
             Piece("/root/.cache/reroll/agents", "/root/.cache/reroll/agents", staged=True),
             Piece(str(tmp_path / "app"), "/srv/deep/app", writable=True),

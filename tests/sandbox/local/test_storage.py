@@ -55,6 +55,9 @@ async def test_children_start_at_once_from_a_kept_snapshot_each_over_its_own_lay
                 assert await child.get_file(f"{home}/session") == b"s3\n"
                 owner = await child.exec(["stat", "-c", "%U", workspace, home])
                 assert owner.stdout.decode().split() == ["agent", "agent"]
+                state = Path(f"/proc/{child.init_pid}/root") / workspace.lstrip("/") / "state"
+                assert state.stat().st_uid == child.id_base  # the pool's files, re-owned to its range
+            assert first.id_base != second.id_base
             await first.exec(["sh", "-c", f"echo first > {workspace}/state && echo x > {home}/mine"])
             assert await second.get_file(f"{workspace}/state") == b"3\n"  # never the other's writes
             assert (await second.exec(["test", "-e", f"{home}/mine"])).exit_code == 1

@@ -10,13 +10,14 @@ on its image instead (`image_root`):
 - the image is built by the docker backend's own builder (`reroll.sandbox.docker.images.task_image`:
   the same catalogue stand-ins, ``--image-map``, build cache and build limits);
 - its file system is exported once into reroll's cache, ``<cache>/rootfs/<image id>/root``, with
-  every owner shifted by `ROLLOUT_ID_BASE` (the sandbox's root owns what root owned in the image,
-  the agent's uid 1000 what uid 1000 did), next to ``image.json`` (the image's WORKDIR, USER and
-  ENV). It is unpacked into a ``.partial-*`` folder and renamed into place with ``image.json``
-  written last, under a lock: a folder without a matching ``image.json`` (a crash, a half copy)
-  is never used, it is removed and unpacked again;
+  every owner shifted by `IMAGE_ID_BASE` (a range no sandbox runs as), next to ``image.json``
+  (the image's WORKDIR, USER and ENV). It is unpacked into a ``.partial-*`` folder and renamed
+  into place with ``image.json`` written last, under a lock: a folder without a matching
+  ``image.json`` (a crash, a half copy) is never used, it is removed and unpacked again;
 - the sandbox mounts it as the read-only lower layer of an overlay whose writes land on its sized
-  file system (`reroll.sandbox.local.isolated`).
+  file system (`reroll.sandbox.local.isolated`), through an idmapped mount showing it owned by the
+  sandbox's own range (`reroll.sandbox.local.identity`: the sandbox's root owns what root owned in
+  the image, the agent's uid 1000 what uid 1000 did), so rollouts share one copy, not one identity.
 
 A sandbox holds a shared lock on its image's copy while it runs (`hold`); ``reroll sandbox prune
 --sandbox local`` removes the copies whose image Docker no longer has, and half copies, that no
@@ -56,7 +57,7 @@ from reroll.sandbox.docker.catalogue import BASE_ALIAS
 from reroll.sandbox.docker.conventions import SETUP_SCRIPT, image_defaults
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
 from reroll.sandbox.layout import SandboxLayout
-from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
+from reroll.sandbox.local.rootview import IMAGE_ID_BASE
 from reroll.sandbox.spec import SandboxSpec
 
 ROOTFS_FOLDER = "rootfs"
@@ -77,7 +78,7 @@ class ImageRoot:
     """An image's root file system, unpacked for the local sandbox, and its process defaults."""
 
     root: Path
-    """The unpacked file system (host path; owners shifted by `ROLLOUT_ID_BASE`)."""
+    """The unpacked file system (host path; owners shifted by `IMAGE_ID_BASE`)."""
     image: str
     """The image's tag."""
     image_id: str
@@ -329,8 +330,8 @@ def _export(client: docker.DockerClient, tag: str, root: Path) -> None:
         root.mkdir(mode=0o755)
         stream = io.BufferedReader(_ChunkReader(container.export()), buffer_size=1 << 20)
         with tarfile.open(fileobj=stream, mode="r|") as archive:
-            archive.extractall(root, numeric_owner=True, filter=shifted_filter(ROLLOUT_ID_BASE))
-        os.lchown(root, ROLLOUT_ID_BASE, ROLLOUT_ID_BASE)  # the archive has no entry for "/"
+            archive.extractall(root, numeric_owner=True, filter=shifted_filter(IMAGE_ID_BASE))
+        os.lchown(root, IMAGE_ID_BASE, IMAGE_ID_BASE)  # the archive has no entry for "/"
     finally:
         with contextlib.suppress(docker.errors.DockerException):
             container.remove(force=True)
@@ -391,16 +392,18 @@ class _ChunkReader(io.RawIOBase):
         return size
 
 
-def lay_out_overlay(folder: Path, image: ImageRoot, reachable: list[str]) -> None:
+def lay_out_overlay(folder: Path, image: ImageRoot, reachable: list[str], id_base: int) -> None:
     """Make the overlay's ``upper/`` and ``work/`` in `folder` (on the sandbox's sized file
     system): ``upper/`` owned and moded as the image's ``/``, and there, a copy of each folder
     of the image above a path in `reachable` (the agents folder, below ``/root`` when reroll's cache
-    is root's), executable for all, so the agent's user can pass through it to that path."""
+    is root's), executable for all, so the agent's user can pass through it to that path; owners
+    shifted from `IMAGE_ID_BASE` to the sandbox's `id_base`, as its idmapped lower shows them."""
     upper, work = folder / "upper", folder / "work"
     for made in (upper, work):
         made.mkdir(parents=True, exist_ok=True)
+    shift = id_base - IMAGE_ID_BASE
     top = os.lstat(image.root)
-    os.lchown(upper, top.st_uid, top.st_gid)
+    os.lchown(upper, top.st_uid + shift, top.st_gid + shift)
     upper.chmod(top.st_mode & 0o7777)
     for path in reachable:
         for parent in reversed(PurePosixPath(path).parents[:-1]):
@@ -410,7 +413,7 @@ def lay_out_overlay(folder: Path, image: ImageRoot, reachable: list[str]) -> Non
             info = os.lstat(below)
             copy = upper / str(parent).lstrip("/")
             copy.mkdir(exist_ok=True)
-            os.lchown(copy, info.st_uid, info.st_gid)
+            os.lchown(copy, info.st_uid + shift, info.st_gid + shift)
             copy.chmod((info.st_mode & 0o7777) | 0o111)
 
 

@@ -5,8 +5,9 @@ user) and a process tree that Debian's bubblewrap starts in fresh user, mount, P
 network namespaces (`reroll.sandbox.local.rootview` says how, and why ``bwrap`` needs the controller's
 help for the id maps):
 
-- root inside is the host's unprivileged ``ROLLOUT_ID_BASE`` (the agent's user ``agent``, uid
-  1000, is ``ROLLOUT_ID_BASE + 1000``), with Docker's default capabilities over the sandbox's
+- root inside is an unprivileged host uid of the sandbox's own (`reroll.sandbox.local.identity`:
+  each running sandbox has a range of 65536 host ids no other has; the agent's user ``agent``, uid
+  1000, is ``base + 1000``), with Docker's default capabilities over the sandbox's
   namespaces only: the host's root files are ``nobody``'s to it, it cannot mount, and what it
   writes into the bound host folders is owned by its mapped ids;
 - ``/`` is a sized file system of the task's ``storage_mb`` (`reroll.sandbox.docker.disk`: a sparse
@@ -54,7 +55,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, ClassVar
@@ -64,11 +64,12 @@ from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir
-from reroll.host.child_process import ChildProcess, exit_description
+from reroll.host.child_process import ChildProcess
 from reroll.host.notices import warn_once
 from reroll.sandbox.base import Sandbox, trust_host_ca
 from reroll.sandbox.layout import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
+from reroll.sandbox.local.identity import IdSlot, idmapped_tree, shift_tree
 from reroll.sandbox.local.imagefs import (
     ImageRoot,
     hold,
@@ -77,13 +78,12 @@ from reroll.sandbox.local.imagefs import (
     settle,
     spec_unhonoured,
 )
-from reroll.sandbox.local.netns import Forwarder, private_loopback
+from reroll.sandbox.local.netns import Forwarder, attach_pasta, private_loopback
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT
 from reroll.sandbox.local.rootview import (
     AGENT_ID,
-    DNS_FORWARD,
+    IMAGE_ID_BASE,
     INSTALLER_ID_BASE,
-    ROLLOUT_ID_BASE,
     SYSTEM_DIRS,
     TOP_LEVEL,
     Piece,
@@ -102,15 +102,9 @@ from reroll.sandbox.spec import SandboxSpec
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""
 PROBE_TIMEOUT_SECONDS = 10.0
-PASTA_PID_TIMEOUT_SECONDS = 2.0
-"""How long `IsolatedSandbox.start` waits for pasta's pid file (to stop it with the sandbox)."""
 ENDED_TIMEOUT_SECONDS = 1.0
 """How long `IsolatedSandbox.start` waits, when ``bwrap`` ended before reporting its child, to
 learn how its command ended (exit code or signal, and its log) for the error."""
-PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
-PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
-"""pasta (network ``full``): configure the namespace's interface like the host's, map no port
-either way and not the gateway to the host's loopback."""
 
 
 class IsolatedSandbox(Sandbox):
@@ -134,7 +128,11 @@ class IsolatedSandbox(Sandbox):
         self.run_id = run_id
         self.config = config or IsolatedSandboxConfig()
         self.policy = spec.network
-        self.id_base = INSTALLER_ID_BASE if self.config.agents_writable else ROLLOUT_ID_BASE
+        self.id_base = INSTALLER_ID_BASE
+        """The host uid/gid of the sandbox's root: its slot's (`start`), the installer's fixed one."""
+        self._slot: IdSlot | None = None
+        self._lower_fd: int | None = None
+        """The idmapped copy of the image's files while `start` mounts it (`identity.idmapped_tree`)."""
         self.folder = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         layout = SandboxLayout(
             root="/",
@@ -275,7 +273,7 @@ class IsolatedSandbox(Sandbox):
             return view
         own = {str(self._files("app")), str(self._files("home"))}  # the image's, on the overlay
         pieces = [piece for piece in view.pieces if piece.source not in own]
-        overlay, lower = str(self._files("overlay")), str(self._image.root)
+        overlay, lower = str(self._files("overlay")), f"/proc/{os.getpid()}/fd/{self._lower_fd}"
         return dataclasses.replace(view, root_source=overlay, lower=lower, folders=[], pieces=pieces)
 
     def _files(self, name: str) -> Path:
@@ -298,16 +296,22 @@ class IsolatedSandbox(Sandbox):
             size = self.config.storage_bytes or self.limits.storage_mb << 20
             on = self.config.copy_on_write
             self._storage = SandboxDisk.create(self.run_id, size, paths, copy_on_write=on)
+            self._storage.record_ids(self.id_base)  # whose files a pool of it holds
         for sub in ("logs/agent", "logs/verifier"):
             self._files(sub).mkdir(parents=True, exist_ok=True)
         if self._image is not None:
-            lay_out_overlay(self._files("overlay"), self._image, [self.layout.agents_dir])
+            lay_out_overlay(self._files("overlay"), self._image, [self.layout.agents_dir], self.id_base)
+            self._lower_fd = idmapped_tree(self._image.root, IMAGE_ID_BASE, self.id_base)
         (self.folder / "verifier").mkdir()
         control.mkdir(mode=0o700)
         if self.spec.workspace_seed is not None and self._image is None and not self._storage.is_child:
             seed = self.spec.workspace_seed
             shutil.copytree(seed, self._files("app"), dirs_exist_ok=True, symlinks=True)
         root, agent = self.id_base, self.id_base + AGENT_ID
+        if self.config.from_snapshot is not None:  # the snapshot's files, owned by its sandbox's range
+            pool_base = PoolSnapshot.parse(self.config.from_snapshot).id_base
+            for sub in ("root", "app", "home"):
+                shift_tree(self._files(sub), pool_base, root)
         chown_tree(self.folder, root, root)
         for sub in ("logs",) if self._storage.root_given else ("root", "logs"):
             chown_tree(self._files(sub), root, root)  # a snapshot's ``/`` keeps its owners
@@ -382,6 +386,9 @@ class IsolatedSandbox(Sandbox):
             raise  # as it is: an image that cannot be built is the task's, not the sandbox's
         try:
             bundle = await asyncio.to_thread(ensure_bundle)
+            if not self.config.agents_writable:
+                self._slot = IdSlot.acquire()
+                self.id_base = self._slot.base
             self._lay_out(control)
         except (RerollError, OSError) as exc:
             await self.stop()
@@ -431,16 +438,17 @@ class IsolatedSandbox(Sandbox):
             self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
             await self._forwarder.forward_host_ports()
             if self.policy != "none":
-                await self._attach_pasta(self._init_pid)
+                self._pasta_pid = await attach_pasta(self._init_pid, self.folder)
             if self._image is not None:
                 await settle(self, self.spec, self._image, self.config.setup_timeout_seconds)
         except (RerollError, OSError) as exc:
             await self.stop()
             raise SandboxError(f"{self.label}: did not start: {exc}") from exc
         finally:
-            for end in unclosed:
+            for end in unclosed if self._lower_fd is None else [*unclosed, self._lower_fd]:
                 with contextlib.suppress(OSError):
                     os.close(end)
+            self._lower_fd = None  # the overlay holds the mount now
             token_file.unlink(missing_ok=True)
 
     def _map_ids(self, info_read: int, block_write: int) -> int:
@@ -453,53 +461,6 @@ class IsolatedSandbox(Sandbox):
         write_id_maps(pid, self.id_base)
         os.write(block_write, b"1")
         return pid
-
-    async def _attach_pasta(self, pid: int) -> None:
-        """Give the sandbox's network namespace outbound access (see the module docstring).
-
-        Raises:
-            SandboxError: pasta is missing or failed.
-        """
-        pasta = shutil.which("pasta")
-        if pasta is None:
-            raise SandboxError("network full in the isolated local sandbox needs pasta (Debian's passt)")
-        handle, pid_path = tempfile.mkstemp(prefix="reroll-pasta-", suffix=".pid")  # root's: pasta writes it
-        os.close(handle)
-        pid_file = Path(pid_path)
-        # pasta drops its capabilities before it opens the namespace, and then may not open
-        # another user's /proc/PID/ns/net: it gets the namespace as a descriptor opened here.
-        netns = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            with open(self.folder / "pasta.log", "ab") as log:  # the daemon keeps it: no pipe to wait on
-                process = await asyncio.create_subprocess_exec(
-                    pasta,
-                    *PASTA_OPTIONS,
-                    *(["--dns-forward", DNS_FORWARD] if self._dns_forwarded() else []),
-                    *("--runas", "0:0", "--pid", str(pid_file)),
-                    *("--netns", f"/proc/self/fd/{netns}", "--netns-only"),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    pass_fds=(netns,),
-                )
-                code = await process.wait()  # pasta forks to the background once configured
-        finally:
-            os.close(netns)
-        if code != 0:
-            log_text = (self.folder / "pasta.log").read_text(errors="replace")
-            raise SandboxError(f"pasta failed (exited with {exit_description(code)}): {log_text[-2000:]}")
-        deadline = time.monotonic() + PASTA_PID_TIMEOUT_SECONDS
-        while self._pasta_pid is None and time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError):
-                self._pasta_pid = int(pid_file.read_text().strip())
-            await asyncio.sleep(0.005)
-        pid_file.unlink(missing_ok=True)
-
-    def _dns_forwarded(self) -> bool:
-        """Whether the sandbox's resolv.conf names pasta's forwarded address (a loopback host resolver)."""
-        with contextlib.suppress(OSError):
-            return DNS_FORWARD in (self.folder / "etc" / "resolv.conf").read_text()
-        return False
 
     async def stop(self) -> None:
         """Kill the sandbox's processes (its PID 1: the kernel ends the rest), stop the forwarding
@@ -530,6 +491,12 @@ class IsolatedSandbox(Sandbox):
             await asyncio.to_thread(self._storage.release, keep_snapshots=keep)
             self._storage = None
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self._lower_fd is not None:
+            os.close(self._lower_fd)
+            self._lower_fd = None
+        if self._slot is not None:  # after its processes and files are gone
+            self._slot.release()
+            self._slot = None
         if self._image_hold is not None:
             self._image_hold.close()
             self._image_hold = None
@@ -565,8 +532,8 @@ def namespaces_unavailable() -> str:
         return f"{', '.join(missing)} not installed (scripts/install-sandbox-tools)"
     probe = [
         "setpriv",
-        f"--reuid={ROLLOUT_ID_BASE}",
-        f"--regid={ROLLOUT_ID_BASE}",
+        f"--reuid={INSTALLER_ID_BASE}",
+        f"--regid={INSTALLER_ID_BASE}",
         "--clear-groups",
         "--",
         "bwrap",

@@ -16,7 +16,8 @@ same address and port inside. A listener of anything else on the host (on ``127.
 ``0.0.0.0`` or another address) is unreachable.
 
 Installing an agent needs PyPI: `connect_proxy` lends an HTTP ``CONNECT`` proxy inside the
-namespace for the install only (`Sandbox.egress`).
+namespace for the install only (`Sandbox.egress`). Network ``full`` is the same namespace with
+pasta attached (`attach_pasta`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,20 @@ import contextlib
 import ctypes
 import os
 import secrets
+import shutil
 import socket
 import struct
+import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+from reroll_contracts.errors import SandboxError
 from reroll_contracts.namespaces import CLONE_NEWNET
+
+from reroll.host.child_process import exit_description
+from reroll.sandbox.local.rootview import DNS_FORWARD
 
 LISTEN_STATE = "0A"
 """TCP state LISTEN in ``/proc/net/tcp``."""
@@ -252,3 +260,67 @@ class Forwarder:
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
+
+
+PASTA_PID_TIMEOUT_SECONDS = 2.0
+"""How long `attach_pasta` waits for pasta's pid file (to stop it with the sandbox)."""
+PASTA_OPTIONS = ["--config-net", "--quiet", "--no-map-gw"]
+PASTA_OPTIONS += ["-t", "none", "-u", "none", "-T", "none", "-U", "none"]
+"""pasta (network ``full``): configure the namespace's interface like the host's, map no port
+either way and not the gateway to the host's loopback."""
+
+
+async def attach_pasta(pid: int, folder: Path) -> int | None:
+    """Give the network namespace of process `pid` (a sandbox's) outbound access through pasta
+    (network ``full``, `reroll.sandbox.local.isolated`), logging to ``<folder>/pasta.log``.
+
+    Returns:
+        pasta's pid (to stop it with the sandbox); None if it did not say in time.
+
+    Raises:
+        SandboxError: pasta is missing or failed.
+    """
+    pasta = shutil.which("pasta")
+    if pasta is None:
+        raise SandboxError("network full in the isolated local sandbox needs pasta (Debian's passt)")
+    handle, pid_path = tempfile.mkstemp(prefix="reroll-pasta-", suffix=".pid")  # root's: pasta writes it
+    os.close(handle)
+    pid_file = Path(pid_path)
+    # pasta drops its capabilities before it opens the namespace, and then may not open
+    # another user's /proc/PID/ns/net: it gets the namespace as a descriptor opened here.
+    netns = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with open(folder / "pasta.log", "ab") as log:  # the daemon keeps it: no pipe to wait on
+            process = await asyncio.create_subprocess_exec(
+                pasta,
+                *PASTA_OPTIONS,
+                *(["--dns-forward", DNS_FORWARD] if _dns_forwarded(folder) else []),
+                *("--runas", "0:0", "--pid", str(pid_file)),
+                *("--netns", f"/proc/self/fd/{netns}", "--netns-only"),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(netns,),
+            )
+            code = await process.wait()  # pasta forks to the background once configured
+    finally:
+        os.close(netns)
+    if code != 0:
+        log_text = (folder / "pasta.log").read_text(errors="replace")
+        raise SandboxError(f"pasta failed (exited with {exit_description(code)}): {log_text[-2000:]}")
+    found = None
+    deadline = time.monotonic() + PASTA_PID_TIMEOUT_SECONDS
+    while found is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            found = int(pid_file.read_text().strip())
+        await asyncio.sleep(0.005)
+    pid_file.unlink(missing_ok=True)
+    return found
+
+
+def _dns_forwarded(folder: Path) -> bool:
+    """Whether the sandbox's resolv.conf (``<folder>/etc``) names pasta's forwarded address (a
+    loopback host resolver)."""
+    with contextlib.suppress(OSError):
+        return DNS_FORWARD in (folder / "etc" / "resolv.conf").read_text()
+    return False

@@ -1,8 +1,9 @@
 """The isolated local sandbox's user namespace and root view, built by Debian's bubblewrap.
 
 Identity: the sandbox runs in a user namespace whose ids ``0..ID_COUNT-1`` map to the host's
-``id_base..id_base+ID_COUNT-1`` (`ROLLOUT_ID_BASE` for rollouts, `INSTALLER_ID_BASE` for the
-short-lived installer of shared installs), so its root — the sidecar, the verifier, a task's root
+``id_base..id_base+ID_COUNT-1`` (a range of its own for each rollout,
+`reroll.sandbox.local.identity.IdSlot`; `INSTALLER_ID_BASE` for the short-lived installer of shared
+installs), so its root — the sidecar, the verifier, a task's root
 agent — is an unprivileged host user with capabilities only over the sandbox's own namespaces,
 and only Docker's default set of them (`CAPABILITIES`: no ``CAP_SYS_ADMIN``, so no mount or
 unmount; no ``CAP_SYS_PTRACE``). The host's root is not mapped: a host-root file is ``nobody`` to
@@ -45,9 +46,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROLLOUT_ID_BASE = 100000
-"""The host uid/gid of a rollout sandbox's root (a subordinate range as in ``/etc/subuid``)."""
-INSTALLER_ID_BASE = ROLLOUT_ID_BASE + 65536
+IMAGE_ID_BASE = 100000
+"""The host uid/gid owning what root owned in a task's unpacked image (`reroll.sandbox.local.imagefs`),
+shared by every rollout and shown to each as its own range through an idmapped mount
+(`reroll.sandbox.local.identity`); never a running sandbox's."""
+INSTALLER_ID_BASE = IMAGE_ID_BASE + 65536
 """The host uid/gid of the installer's root: the owner of the shared installs, which rollouts'
 roots therefore cannot write even through a writable mount."""
 ID_COUNT = 65536
@@ -145,13 +148,15 @@ class RootView:
     """A host folder (staged: it may be root-only) bound writable as ``/`` instead of a tmpfs:
     the top of a sized file system (`reroll.sandbox.docker.disk`); "": a tmpfs of `storage_bytes`."""
     lower: str = ""
-    """An image's unpacked root file system (`reroll.sandbox.local.imagefs`; staged) as the
+    """An image's unpacked root file system (`reroll.sandbox.local.imagefs`; staged: an idmapped
+    copy's ``/proc/<pid>/fd/<fd>``, `reroll.sandbox.local.identity.idmapped_tree`) as the
     read-only lower layer of ``/``, an overlay whose ``upper/`` and ``work/`` are in `root_source`;
     the host's system and ``/etc`` are then not shown (the image's are), but for the generated
     ``hostname``, ``hosts`` and ``resolv.conf``. "": `root_source` itself is ``/``."""
     shm_bytes: int = 0
     """Size of ``/dev/shm`` (a tmpfs of its own), bytes; 0: the ``/dev`` tmpfs's folder."""
-    id_base: int = ROLLOUT_ID_BASE
+    id_base: int = field(kw_only=True)
+    """The host uid/gid of the sandbox's root (see the module docstring)."""
     pieces: list[Piece] = field(default_factory=list)
     folders: list[tuple[str, int]] = field(default_factory=list)
     """Folders made on the tmpfs (path inside, mode), before the pieces are bound."""

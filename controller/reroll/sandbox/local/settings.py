@@ -32,7 +32,8 @@ class IsolatedSandboxConfig(BaseModel):
     not copied; None: a disk of its own."""
     agents_writable: bool = False
     """True only for `IsolatedSandbox.installer`: the agents folder is bound writable, and the
-    sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of `ROLLOUT_ID_BASE`."""
+    sandbox's root is `INSTALLER_ID_BASE` (the installs' owner) instead of a range of its own
+    (`reroll.sandbox.local.identity`)."""
     image_map: dict[str, str] = Field(default_factory=dict)
     """Source image → local replacement for the FROM lines of a task's Dockerfile, when the
     sandbox runs on the task's image (`reroll.sandbox.local.imagefs`; as docker's ``image_map``)."""

@@ -42,7 +42,7 @@ from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.imagefs import prune_unpacked
-from reroll.sandbox.local.rootview import TOP_LEVEL
+from reroll.sandbox.local.rootview import IMAGE_ID_BASE, TOP_LEVEL
 
 FOLDERS = ("root", "app", "logs", "home")
 """A sandbox's folders on its disk: ``/``, the workspace, the logs, HOME."""
@@ -57,6 +57,9 @@ POOL_KEEP_SECONDS = 24 * 3600
 """How long `prune_local_disks` keeps a pool that nothing uses (``--all`` removes it sooner)."""
 POOL_KEEP_COUNT = 16
 """The most pools kept on a host (`cap_pools`): a newly kept pool removes the oldest beyond it."""
+IDS_FILE = "ids"
+"""In a pool's host folder: the host uid of its sandbox's root (`SandboxDisk.record_ids`); its files
+are owned by that range, which a child shifts to its own (`reroll.sandbox.local.identity`)."""
 RUN_FILE = "run"
 """In a pool's host folder: the run folder whose checkpoints name its snapshots (`mark_pool`)."""
 
@@ -94,6 +97,15 @@ class PoolSnapshot:
         root = self.frozen / ROOT
         return root if cow.is_subvolume(root) else None
 
+    @property
+    def id_base(self) -> int:
+        """The host uid of the root of the sandbox that kept the pool (`IDS_FILE`); a pool kept
+        before sandboxes had ranges of their own: `IMAGE_ID_BASE`, then every rollout's."""
+        try:
+            return int((self.pool / IDS_FILE).read_text())
+        except (OSError, ValueError):
+            return IMAGE_ID_BASE
+
     def __str__(self) -> str:
         return f"{self.pool}:{self.name}"
 
@@ -126,6 +138,11 @@ class SandboxDisk:
             cow.snapshot_subvolume(self.base / "root", self.base / cow.SNAPSHOTS / name / ROOT, readonly=True)
         except OSError as exc:
             raise SandboxError(f"copy-on-write snapshot {name!r} of /: {exc}") from exc
+
+    def record_ids(self, id_base: int) -> None:
+        """Note in the disk's host folder that its files are owned by the range of `id_base`
+        (`PoolSnapshot.id_base` reads it)."""
+        (self.disk.folder / IDS_FILE).write_text(str(id_base))
 
     def path(self, name: str) -> Path:
         """The host path of the folder `name` (one of `FOLDERS`, or below one)."""
