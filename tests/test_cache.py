@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reroll.cache import cache_slot, image_builds
+from reroll.cache import build_timeout_multiplier, cache_slot, image_builds
 from reroll_contracts.errors import ConfigError
 
 
@@ -28,6 +28,19 @@ def test_image_builds_reads_reroll_image_builds(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv("REROLL_IMAGE_BUILDS", bad)
         with pytest.raises(ConfigError, match=f"REROLL_IMAGE_BUILDS={bad}: .*a whole number of at least 1"):
             image_builds()
+
+
+def test_the_build_timeout_multiplier_reads_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Harbor's --environment-build-timeout-multiplier as a host setting: a busy host's builds get
+    more than the task's build_timeout_sec."""
+    monkeypatch.delenv("REROLL_BUILD_TIMEOUT_MULTIPLIER", raising=False)
+    assert build_timeout_multiplier() == 1.0
+    monkeypatch.setenv("REROLL_BUILD_TIMEOUT_MULTIPLIER", " 2.5 ")
+    assert build_timeout_multiplier() == 2.5
+    for bad in ("0", "-1", "two", "inf", "nan"):
+        monkeypatch.setenv("REROLL_BUILD_TIMEOUT_MULTIPLIER", bad)
+        with pytest.raises(ConfigError, match=f"REROLL_BUILD_TIMEOUT_MULTIPLIER={bad}: .*greater than 0"):
+            build_timeout_multiplier()
 
 
 @pytest.mark.parametrize("slots", [1, 3])

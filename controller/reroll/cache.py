@@ -78,6 +78,30 @@ def image_builds() -> int:
     return int(text)
 
 
+def build_timeout_multiplier() -> float:
+    """How many times its own ``environment.build_timeout_sec`` a task's image build may take on
+    this host: ``$REROLL_BUILD_TIMEOUT_MULTIPLIER``, else 1 (Harbor's
+    ``--environment-build-timeout-multiplier``: a task's limit is set on its author's machine; a
+    slower or busier one needs more).
+
+    Raises:
+        ConfigError: the variable is not a number greater than 0.
+    """
+    text = os.environ.get("REROLL_BUILD_TIMEOUT_MULTIPLIER", "").strip()
+    if not text:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(
+            f"REROLL_BUILD_TIMEOUT_MULTIPLIER={text}: expected a number greater than 0 (times the task's "
+            f"build_timeout_sec)"
+        )
+    return value
+
+
 @contextlib.contextmanager
 def cache_slot(name: str, slots: int, poll_seconds: float = 0.2) -> Iterator[int]:
     """Hold one of `slots` exclusive locks ``<cache>/<name>.slot-<i>.lock`` (blocking until one

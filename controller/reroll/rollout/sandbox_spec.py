@@ -7,6 +7,7 @@ reads a task.
 
 from __future__ import annotations
 
+from reroll.cache import build_timeout_multiplier
 from reroll.sandbox.spec import ImageBuild, ResourceLimits, SandboxSpec, SiblingService
 from reroll.tasks.environment import ServiceSpec
 from reroll.tasks.task import SKILLS_FOLDER, Task
@@ -17,7 +18,11 @@ def sandbox_spec(task: Task) -> SandboxSpec:
     folder, logs and verifier mounts, agent user, workspace seed (``environment/workspace/``),
     image (its Dockerfile and context, with ``skills/`` hidden when `Task.skills_hidden`, else its
     ``docker_image``) and its services that run as sibling containers (those with an ``image`` or
-    a ``build``).
+    a ``build``). Its image build's time limit is the task's ``build_timeout_sec`` times this
+    host's `reroll.cache.build_timeout_multiplier`.
+
+    Raises:
+        ConfigError: ``$REROLL_BUILD_TIMEOUT_MULTIPLIER`` is not a number greater than 0.
     """
     environment = task.spec.environment
     dockerfile = task.dockerfile
@@ -41,7 +46,7 @@ def sandbox_spec(task: Task) -> SandboxSpec:
         workspace_seed=task.workspace_seed_dir,
         build=build,
         docker_image=environment.docker_image,
-        build_timeout_seconds=environment.build_timeout_sec,
+        build_timeout_seconds=environment.build_timeout_sec * build_timeout_multiplier(),
         siblings=tuple(_sibling(task, service) for service in environment.services if service.sibling),
     )
 

@@ -271,8 +271,8 @@ def _build(client: docker.DockerClient, what: str, timeout_seconds: float, **kwa
     started = time.monotonic()
     output: list[str] = []
     overtime = ImageBuildError(
-        f"docker build of {what} took longer than its {timeout_seconds:g} s "
-        f"(the task's environment.build_timeout_sec)"
+        f"docker build of {what} took longer than its {timeout_seconds:g} s (the task's "
+        f"environment.build_timeout_sec; on a slow or busy host, set REROLL_BUILD_TIMEOUT_MULTIPLIER)"
     )
     try:
         stream = client.api.build(
