@@ -31,7 +31,9 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
    kills the script's whole process group. With the sidecar as root (docker, the local sandbox),
    the script runs in namespaces of its own (`verify_ns`, where they can be made) and gets
-   ``REROLL_GUARD`` (`guard`);
+   ``REROLL_GUARD`` (`guard`); with ``own_network`` (the verifier's network policy ``none``,
+   stricter than the agent's) in a network namespace with only loopback too, and not at all
+   where that cannot be made (a reward error);
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
@@ -57,12 +59,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import pwd
 import shlex
 import stat
-from collections.abc import AsyncGenerator, Iterable, MutableSequence
+from collections.abc import AsyncGenerator, Callable, Iterable, MutableSequence
 from dataclasses import dataclass, field
 
 from reroll_contracts.errors import QuiesceError, SnapshotError, ToolError, VerifyError
@@ -345,6 +348,20 @@ class Verifier:
         if not os.path.isfile(script):
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
+        as_root = os.geteuid() == 0  # docker's and the local sandbox's sidecar (a root agent's too)
+        namespaces = (
+            await asyncio.to_thread(verify_ns.available, request.own_network)
+            if as_root
+            else "the sidecar is not root"
+        )
+        if request.own_network and namespaces:
+            report.notes.append(
+                "the verifier's network policy none (a network namespace with only loopback) cannot be "
+                f"enforced, the test script was not run: {namespaces}"
+            )
+            yield pb.VerifyEvent(hardening=report)
+            yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=report.notes[-1]))
+            return
         try:
             keep = request.keep_agent_processes and not request.soft
             plugins = await asyncio.wait_for(
@@ -378,21 +395,18 @@ class Verifier:
             private = self._private_folder()
             if options.pytest_addopts and options.pytest_report:
                 folder = stack.enter_context(pytest_report.ReportFolder(private))
-            as_root = os.geteuid() == 0  # docker's and the local sandbox's sidecar (a root agent's too)
             guarded = stack.enter_context(guard.GuardFolder(private)) if as_root else None
             cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
             env = self._script_env(baseline, request, folder, plugins, cwd)
             if guarded is not None:
                 env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
-            namespaces = (
-                await asyncio.to_thread(verify_ns.available) if as_root else "the sidecar is not root"
-            )
             fresh_tmp = request.soft and not _under_tmp(
                 [verifier_dir, reward_dir, cwd, private, *baseline.roots[:1]]
             )
+            launch = functools.partial(verify_ns.command, fresh_tmp=fresh_tmp, own_net=request.own_network)
             async for event in self._run_script(
-                script, cwd, env, request.timeout_seconds, not namespaces, fresh_tmp
+                script, cwd, env, request.timeout_seconds, None if namespaces else launch
             ):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
@@ -401,6 +415,7 @@ class Verifier:
             result = _read_result(request, reward_dir, exit_status, folder, guarded)
         result.cleanup.append(
             f"the test script ran in namespaces of its own ({verify_ns.__name__})"
+            + (", its network only loopback" if request.own_network else "")
             if not namespaces
             else f"the test script ran in the sandbox's namespaces: {namespaces}"
         )
@@ -469,15 +484,13 @@ class Verifier:
         cwd: str,
         env: dict[str, str],
         timeout_seconds: float,
-        own_namespaces: bool = False,
-        fresh_tmp: bool = False,
+        launch: Callable[[list[str]], list[str]] | None = None,
     ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
-        """Run the test script as the sidecar's user in `cwd` (in namespaces of its own with
-        `own_namespaces`, `verify_ns`; with `fresh_tmp` its own empty /tmp too); yields its
-        output events, then its exit."""
+        """Run the test script as the sidecar's user in `cwd` (through `launch`, e.g. in namespaces
+        of its own, `verify_ns.command`; None: as it is); yields its output events, then its exit."""
         argv = ["sh", "-c", 'exec "$0"', script]  # sh runs a script without #! line itself
         command = processes.Command(
-            argv=verify_ns.command(argv, fresh_tmp=fresh_tmp) if own_namespaces else argv,
+            argv=launch(argv) if launch is not None else argv,
             cwd=cwd,
             env=env,
             user=processes.user_name(os.geteuid()),
