@@ -243,6 +243,14 @@ def _under_tmp(paths: list[str]) -> bool:
     )
 
 
+async def _namespaces(own_net: bool) -> str:
+    """Empty when the test script can run in namespaces of its own (`verify_ns`; `own_net`: its
+    own network namespace too), else why not: the sidecar is not root, or they cannot be made."""
+    if os.geteuid() != 0:
+        return "the sidecar is not root"
+    return await asyncio.to_thread(verify_ns.available, own_net)
+
+
 def _read_result(
     request: pb.VerifyRequest,
     reward_dir: str,
@@ -348,16 +356,10 @@ class Verifier:
         if not os.path.isfile(script):
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
-        as_root = os.geteuid() == 0  # docker's and the local sandbox's sidecar (a root agent's too)
-        namespaces = (
-            await asyncio.to_thread(verify_ns.available, request.own_network)
-            if as_root
-            else "the sidecar is not root"
-        )
-        if request.own_network and namespaces:
+        if request.own_network and (refused := await _namespaces(own_net=True)):
             report.notes.append(
                 "the verifier's network policy none (a network namespace with only loopback) cannot be "
-                f"enforced, the test script was not run: {namespaces}"
+                f"enforced, the test script was not run: {refused}"
             )
             yield pb.VerifyEvent(hardening=report)
             yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=report.notes[-1]))
@@ -395,12 +397,14 @@ class Verifier:
             private = self._private_folder()
             if options.pytest_addopts and options.pytest_report:
                 folder = stack.enter_context(pytest_report.ReportFolder(private))
+            as_root = os.geteuid() == 0  # docker's and the local sandbox's sidecar (a root agent's too)
             guarded = stack.enter_context(guard.GuardFolder(private)) if as_root else None
             cwd = request.cwd if os.path.isabs(request.cwd) and os.path.isdir(request.cwd) else verifier_dir
             env = self._script_env(baseline, request, folder, plugins, cwd)
             if guarded is not None:
                 env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
+            namespaces = await _namespaces(request.own_network)
             fresh_tmp = request.soft and not _under_tmp(
                 [verifier_dir, reward_dir, cwd, private, *baseline.roots[:1]]
             )
