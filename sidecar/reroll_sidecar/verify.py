@@ -31,9 +31,8 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
    kills the script's whole process group. With the sidecar as root (docker, the local sandbox),
    the script runs in namespaces of its own (`verify_ns`, where they can be made) and gets
-   ``REROLL_GUARD`` (`guard`); with ``own_network`` (the verifier's network policy ``none``,
-   stricter than the agent's) in a network namespace with only loopback too, and not at all
-   where that cannot be made (a reward error);
+   ``REROLL_GUARD`` (`guard`); with ``own_network`` in a loopback-only network namespace too, or
+   not at all (a reward error);
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
@@ -232,25 +231,6 @@ def _let_go(frozen: quiesce.Frozen, baseline: Baseline) -> str:
     return f"the agent's processes were kept for the test script{handed}"
 
 
-def _under_tmp(paths: list[str]) -> bool:
-    """Whether one of `paths` lies in a folder a soft verify would get empty (`verify_ns.FRESH_TMP`):
-    then that verify keeps the sandbox's, or its script would not find its own files."""
-    return any(
-        os.path.commonpath([os.path.normpath(path), folder]) == folder
-        for path in paths
-        for folder in verify_ns.FRESH_TMP
-        if os.path.isabs(path)
-    )
-
-
-async def _namespaces(own_net: bool) -> str:
-    """Empty when the test script can run in namespaces of its own (`verify_ns`; `own_net`: its
-    own network namespace too), else why not: the sidecar is not root, or they cannot be made."""
-    if os.geteuid() != 0:
-        return "the sidecar is not root"
-    return await asyncio.to_thread(verify_ns.available, own_net)
-
-
 def _read_result(
     request: pb.VerifyRequest,
     reward_dir: str,
@@ -356,13 +336,10 @@ class Verifier:
         if not os.path.isfile(script):
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
-        if request.own_network and (refused := await _namespaces(own_net=True)):
-            report.notes.append(
-                "the verifier's network policy none (a network namespace with only loopback) cannot be "
-                f"enforced, the test script was not run: {refused}"
-            )
-            yield pb.VerifyEvent(hardening=report)
-            yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=report.notes[-1]))
+        if request.own_network and (refused := await asyncio.to_thread(verify_ns.refusal, True)):
+            note = f"the verifier's network policy none cannot be enforced, its script was not run: {refused}"
+            yield pb.VerifyEvent(hardening=pb.HardeningReport(notes=[note]))
+            yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=note))
             return
         try:
             keep = request.keep_agent_processes and not request.soft
@@ -404,8 +381,8 @@ class Verifier:
             if guarded is not None:
                 env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
-            namespaces = await _namespaces(request.own_network)
-            fresh_tmp = request.soft and not _under_tmp(
+            namespaces = await asyncio.to_thread(verify_ns.refusal, request.own_network)
+            fresh_tmp = request.soft and not verify_ns.under_fresh_tmp(
                 [verifier_dir, reward_dir, cwd, private, *baseline.roots[:1]]
             )
             launch = functools.partial(verify_ns.command, fresh_tmp=fresh_tmp, own_net=request.own_network)

@@ -55,6 +55,17 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def under_fresh_tmp(paths: list[str]) -> bool:
+    """Whether one of `paths` lies in a folder a soft verify would get empty (`FRESH_TMP`): then
+    that verify keeps the sandbox's, or its script would not find its own files."""
+    return any(
+        os.path.commonpath([os.path.normpath(path), folder]) == folder
+        for path in paths
+        for folder in FRESH_TMP
+        if os.path.isabs(path)
+    )
+
+
 def _check(result: int, what: str) -> None:
     if result != 0:
         errno = ctypes.get_errno()
@@ -171,6 +182,12 @@ def available(own_net: bool = False) -> str:
     if done.returncode == 0:
         return ""
     return f"the verify's own namespaces cannot be made: {done.stderr.strip()[-300:] or done.returncode}"
+
+
+def refusal(own_net: bool = False) -> str:
+    """Empty when a verify's script can run in namespaces of its own here (`own_net`: its own
+    network namespace too), else why not: the sidecar is not root, or `available` says why."""
+    return "the sidecar is not root" if os.geteuid() != 0 else available(own_net)
 
 
 def command(argv: list[str], fresh_tmp: bool = False, own_net: bool = False) -> list[str]:
