@@ -10,4 +10,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 VERIFY_NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWUTS
-"""A verify's own user, mount, IPC, PID and UTS namespaces (its network is the sandbox's)."""
+"""A verify's own user, mount, IPC, PID and UTS namespaces (its network is the sandbox's, unless
+the verifier's network policy is stricter than the agent's: then `CLONE_NEWNET` too)."""
+VERIFY_NAMESPACES_OWN_NET = VERIFY_NAMESPACES | CLONE_NEWNET
+"""Every namespace a verify may make: docker's seccomp profile allows exactly these."""

@@ -31,7 +31,8 @@ files, and records that ``python3``'s trusted pytest plugins (`pytest_plugins.sc
    and the image's root-owned ones present before the agent ran (`pytest_plugins`); a timeout
    kills the script's whole process group. With the sidecar as root (docker, the local sandbox),
    the script runs in namespaces of its own (`verify_ns`, where they can be made) and gets
-   ``REROLL_GUARD`` (`guard`);
+   ``REROLL_GUARD`` (`guard`); with ``own_network`` in a loopback-only network namespace too, or
+   not at all (a reward error);
 5. reads ``reward.txt`` (one float) or ``reward.json`` (an object of numbers, maybe beside the
    structured form's items, events, space and granularity, or BenchFlow's graded form: metrics
    and an aggregate, `reroll_contracts.graded`);
@@ -57,12 +58,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import pwd
 import shlex
 import stat
-from collections.abc import AsyncGenerator, Iterable, MutableSequence
+from collections.abc import AsyncGenerator, Callable, Iterable, MutableSequence
 from dataclasses import dataclass, field
 
 from reroll_contracts.errors import QuiesceError, SnapshotError, ToolError, VerifyError
@@ -203,17 +205,6 @@ def _agent_uid(baseline: Baseline) -> int | None:
     return None if uid in (0, os.geteuid()) else uid
 
 
-def _under_tmp(paths: list[str]) -> bool:
-    """Whether one of `paths` lies in a folder a soft verify would get empty (`verify_ns.FRESH_TMP`):
-    then that verify keeps the sandbox's, or its script would not find its own files."""
-    return any(
-        os.path.commonpath([os.path.normpath(path), folder]) == folder
-        for path in paths
-        for folder in verify_ns.FRESH_TMP
-        if os.path.isabs(path)
-    )
-
-
 def _read_result(
     request: pb.VerifyRequest,
     reward_dir: str,
@@ -319,6 +310,11 @@ class Verifier:
         if not os.path.isfile(script):
             raise VerifyError("not_found", f"the verifier's test script {script} is missing")
         report = pb.HardeningReport()
+        if request.own_network and (refused := await asyncio.to_thread(verify_ns.refusal, True)):
+            note = f"the verifier's network policy none cannot be enforced, its script was not run: {refused}"
+            yield pb.VerifyEvent(hardening=pb.HardeningReport(notes=[note]))
+            yield pb.VerifyEvent(result=pb.VerifyResult(reward_error=note))
+            return
         plugins = await self._harden_in_time(baseline, report, request)
         yield pb.VerifyEvent(hardening=report)
         if plugins is None:
@@ -345,14 +341,13 @@ class Verifier:
             if guarded is not None:
                 env["REROLL_GUARD"] = guarded.launcher
             exit_status = pb.ExecExit()
-            namespaces = (
-                await asyncio.to_thread(verify_ns.available) if as_root else "the sidecar is not root"
-            )
-            fresh_tmp = request.soft and not _under_tmp(
+            namespaces = await asyncio.to_thread(verify_ns.refusal, request.own_network)
+            fresh_tmp = request.soft and not verify_ns.under_fresh_tmp(
                 [verifier_dir, reward_dir, cwd, private, *baseline.roots[:1]]
             )
+            launch = functools.partial(verify_ns.command, fresh_tmp=fresh_tmp, own_net=request.own_network)
             async for event in self._run_script(
-                script, cwd, env, request.timeout_seconds, not namespaces, fresh_tmp
+                script, cwd, env, request.timeout_seconds, None if namespaces else launch
             ):
                 if isinstance(event, pb.ExecExit):
                     exit_status = event
@@ -361,6 +356,7 @@ class Verifier:
             result = _read_result(request, reward_dir, exit_status, folder, guarded)
         result.cleanup.append(
             f"the test script ran in namespaces of its own ({verify_ns.__name__})"
+            + (", its network only loopback" if request.own_network else "")
             if not namespaces
             else f"the test script ran in the sandbox's namespaces: {namespaces}"
         )
@@ -460,15 +456,13 @@ class Verifier:
         cwd: str,
         env: dict[str, str],
         timeout_seconds: float,
-        own_namespaces: bool = False,
-        fresh_tmp: bool = False,
+        launch: Callable[[list[str]], list[str]] | None = None,
     ) -> AsyncGenerator[pb.VerifyEvent | pb.ExecExit, None]:
-        """Run the test script as the sidecar's user in `cwd` (in namespaces of its own with
-        `own_namespaces`, `verify_ns`; with `fresh_tmp` its own empty /tmp too); yields its
-        output events, then its exit."""
+        """Run the test script as the sidecar's user in `cwd` (through `launch`, e.g. in namespaces
+        of its own, `verify_ns.command`; None: as it is); yields its output events, then its exit."""
         argv = ["sh", "-c", 'exec "$0"', script]  # sh runs a script without #! line itself
         command = processes.Command(
-            argv=verify_ns.command(argv, fresh_tmp=fresh_tmp) if own_namespaces else argv,
+            argv=launch(argv) if launch is not None else argv,
             cwd=cwd,
             env=env,
             user=processes.user_name(os.geteuid()),

@@ -17,6 +17,10 @@ and UTS namespaces that no process of the agent ever enters:
   default profile does for a whole container): keys are not namespaced (a key the agent opened to
   everyone is readable by id from any user namespace, a keyring the agent opened takes the verify's
   keys and outlives it), so the verify reads no key the agent left and leaves none behind;
+- network, only with ``--own-net`` (the verifier's network policy ``none`` is stricter than the
+  agent's): a namespace whose one interface is ``lo``, brought up; nothing outside the sandbox is
+  reachable, nor a port listening on the sandbox's own loopback (a server the agent left running
+  included), nor the LLM proxy;
 - mount (private propagation): fresh ``/dev/shm`` (tmpfs) and ``/dev/mqueue``; for a soft verify
   (the agent works on afterwards) fresh ``/tmp`` and ``/var/tmp`` too (empty tmpfs: what the
   verify writes there is gone when it ends). The final verify keeps the sandbox's ``/tmp``, as
@@ -34,12 +38,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 
+from reroll_contracts.namespaces import CLONE_NEWNET
 from reroll_contracts.namespaces import VERIFY_NAMESPACES as FLAGS
 
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 0x4000, 1 << 18
@@ -55,8 +63,20 @@ KEY_SYSCALLS = {
 FAILED = 125
 """The launcher's exit status when it could not set the namespaces up."""
 FRESH_TMP = ("/tmp", "/var/tmp")
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def under_fresh_tmp(paths: list[str]) -> bool:
+    """Whether one of `paths` lies in a folder a soft verify would get empty (`FRESH_TMP`): then
+    that verify keeps the sandbox's, or its script would not find its own files."""
+    return any(
+        os.path.commonpath([os.path.normpath(path), folder]) == folder
+        for path in paths
+        for folder in FRESH_TMP
+        if os.path.isabs(path)
+    )
 
 
 def _check(result: int, what: str) -> None:
@@ -137,13 +157,23 @@ def _fresh_mounts(fresh_tmp: bool) -> None:
         _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
-def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool) -> int:
+def _loopback_up() -> None:
+    """Bring ``lo`` up in this process's (new) network namespace: ``ip link set lo up``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool, own_net: bool) -> int:
     """The launcher's child: unshare, wait for the id maps, mount, then run `argv` as PID 1."""
     _die_with_parent()
-    _check(_libc.unshare(FLAGS), "unshare")
+    _check(_libc.unshare(FLAGS | (CLONE_NEWNET if own_net else 0)), "unshare")
     os.write(ready, b"u")
     if os.read(go, 1) != b"g":
         return FAILED
+    if own_net:
+        _loopback_up()
     _fresh_mounts(fresh_tmp)
     init = os.fork()
     if init == 0:
@@ -158,10 +188,10 @@ def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(init, 0)[1])
 
 
-def run(argv: list[str], fresh_tmp: bool = False) -> int:
+def run(argv: list[str], fresh_tmp: bool = False, own_net: bool = False) -> int:
     """Run `argv` in fresh namespaces (module docstring; `fresh_tmp`: empty /tmp and /var/tmp of
-    its own); its exit status (a signal: 128 + its number), or `FAILED` when the namespaces could
-    not be made (the reason on stderr)."""
+    its own; `own_net`: a network namespace with only loopback); its exit status (a signal: 128 +
+    its number), or `FAILED` when the namespaces could not be made (the reason on stderr)."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     child = os.fork()
@@ -169,7 +199,7 @@ def run(argv: list[str], fresh_tmp: bool = False) -> int:
         os.close(ready_r)
         os.close(go_w)
         try:
-            status = _inside(argv, ready_w, go_r, fresh_tmp)
+            status = _inside(argv, ready_w, go_r, fresh_tmp, own_net)
         except BaseException as exc:
             print(f"reroll-sidecar ns-exec: {exc}", file=sys.stderr, flush=True)
             status = FAILED
@@ -189,11 +219,12 @@ def run(argv: list[str], fresh_tmp: bool = False) -> int:
 
 
 @functools.cache
-def available() -> str:
-    """Empty when `run` can make the namespaces here, else why not (tried once per process, in a
-    child: the sidecar itself never forks)."""
+def available(own_net: bool = False) -> str:
+    """Empty when `run` can make the namespaces here (`own_net`: the network namespace too), else
+    why not (tried once per process and kind, in a child: the sidecar itself never forks)."""
     try:
-        done = subprocess.run(command(["true"]), capture_output=True, text=True, timeout=30, check=False)
+        probe = command(["true"], own_net=own_net)
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"the verify's own namespaces cannot be made: {exc}"
     if done.returncode == 0:
@@ -201,20 +232,29 @@ def available() -> str:
     return f"the verify's own namespaces cannot be made: {done.stderr.strip()[-300:] or done.returncode}"
 
 
-def command(argv: list[str], fresh_tmp: bool = False) -> list[str]:
-    """`argv` run through this module by the sidecar's own executable (``--fresh-tmp``: `run`'s)."""
+def refusal(own_net: bool = False) -> str:
+    """Empty when a verify's script can run in namespaces of its own here (`own_net`: its own
+    network namespace too), else why not: the sidecar is not root, or `available` says why."""
+    return "the sidecar is not root" if os.geteuid() != 0 else available(own_net)
+
+
+def command(argv: list[str], fresh_tmp: bool = False, own_net: bool = False) -> list[str]:
+    """`argv` run through this module by the sidecar's own executable (``--fresh-tmp``,
+    ``--own-net``: `run`'s)."""
     frozen = getattr(sys, "frozen", False)  # the sidecar bundle: its executable takes "ns-exec"
     prefix = [sys.executable] if frozen else [sys.executable, "-m", "reroll_sidecar"]
-    return [*prefix, "ns-exec", *(["--fresh-tmp"] if fresh_tmp else []), "--", *argv]
+    options = [*(["--fresh-tmp"] if fresh_tmp else []), *(["--own-net"] if own_net else [])]
+    return [*prefix, "ns-exec", *options, "--", *argv]
 
 
 def main(argv: list[str]) -> int:
-    """``ns-exec [--fresh-tmp] -- ARGV...``: `run`."""
-    fresh_tmp = argv[:1] == ["--fresh-tmp"]
-    argv = argv[1:] if fresh_tmp else argv
+    """``ns-exec [--fresh-tmp] [--own-net] -- ARGV...``: `run`."""
+    options = set()
+    while argv[:1] and argv[0] in ("--fresh-tmp", "--own-net"):
+        options.add(argv.pop(0))
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("usage: reroll-sidecar ns-exec -- COMMAND...", file=sys.stderr)
+        print("usage: reroll-sidecar ns-exec [--fresh-tmp] [--own-net] -- COMMAND...", file=sys.stderr)
         return 2
-    return run(argv, fresh_tmp)
+    return run(argv, "--fresh-tmp" in options, "--own-net" in options)

@@ -113,6 +113,30 @@ def test_pytest_reads_only_the_configuration_shipped_with_the_tests(tmp_path: Pa
 
 
 def test_a_soft_verify_keeps_tmp_when_its_folders_lie_there() -> None:
-    assert verify._under_tmp(["/verifier", "/tmp/reroll-x/verifier"])
-    assert verify._under_tmp(["/var/tmp"])
-    assert not verify._under_tmp(["/verifier", "/logs/verifier", "/app", "/tmpfoo", "relative/tmp"])
+    assert verify.verify_ns.under_fresh_tmp(["/verifier", "/tmp/reroll-x/verifier"])
+    assert verify.verify_ns.under_fresh_tmp(["/var/tmp"])
+    assert not verify.verify_ns.under_fresh_tmp(
+        ["/verifier", "/logs/verifier", "/app", "/tmpfoo", "relative/tmp"]
+    )
+
+
+async def test_a_stricter_verifier_is_not_run_where_its_network_namespace_cannot_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``own_network`` (the verifier's policy none under an agent's full) is never downgraded to
+    the sandbox's network: without the namespace the script does not run."""
+
+    def unavailable(own_net: bool = False) -> str:
+        return "unshare: Operation not permitted" if own_net else ""
+
+    monkeypatch.setattr(verify.verify_ns, "refusal", unavailable)
+    verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")))
+    verifier.baseline = verify.Baseline(pb.Hardening(), agent_user="", roots=[str(tmp_path)], site_dirs=[])
+    (tmp_path / "test.sh").write_text("#!/bin/sh\ntouch ran\necho 1 > reward.txt\n")
+    request = pb.VerifyRequest(
+        verifier_dir=str(tmp_path), script="test.sh", reward_dir=str(tmp_path), own_network=True
+    )
+    events = [event async for event in verifier.verify(request)]
+    result = events[-1].result
+    assert "network policy none" in result.reward_error and "Operation not permitted" in result.reward_error
+    assert not (tmp_path / "ran").exists() and not result.rewards

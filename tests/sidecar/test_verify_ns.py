@@ -3,6 +3,7 @@ unprivileged user namespaces): what the script leaves in IPC, processes and /tmp
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import uuid
@@ -44,3 +45,32 @@ def test_a_soft_verify_gets_an_empty_tmp_of_its_own() -> None:
     done = ns_exec(f"ls /tmp | wc -l; echo x > {mark}", "--fresh-tmp")
     assert (done.returncode, done.stdout.strip()) == (0, "0"), done.stderr
     assert subprocess.run(["test", "-e", mark], check=False).returncode == 1
+
+
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print("connected")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+def test_a_stricter_verifier_has_only_loopback_of_its_own() -> None:
+    """``--own-net``: a listener of the host (its loopback, its other addresses) is out of reach;
+    the namespace's own loopback is up (a server the script starts answers)."""
+    with socket.create_server(("0.0.0.0", 0)) as outside:
+        port = outside.getsockname()[1]
+        probe = f"{sys.executable} -c '{CONNECT}'"
+        shared = ns_exec(f"{probe} 127.0.0.1 {port}")
+        assert shared.stdout.strip() == "connected", shared.stderr  # without --own-net: the host's network
+        own = ns_exec(f"{probe} 127.0.0.1 {port}; ip -o link | grep -c . ", "--own-net")
+    assert own.returncode == 0, own.stderr
+    reached, links = own.stdout.split()
+    assert reached != "connected" and links == "1", own.stdout
+    server = (
+        f"{sys.executable} -m http.server -b 127.0.0.1 8765 >/dev/null 2>&1 & sleep 1; {probe} 127.0.0.1 8765"
+    )
+    inner = ns_exec(server, "--own-net")
+    assert inner.stdout.strip() == "connected", inner.stderr

@@ -290,3 +290,13 @@ def test_task_check_says_where_a_services_program_comes_from(examples: Path) -> 
     assert "gone.py is not in the task folder" in program_source(
         missing, environment, examples / "mail-calendar"
     )
+
+
+def test_task_check_shows_each_phase_s_network_policy() -> None:
+    """BenchFlow's per-phase ``network_mode`` is mapped, shown per phase, and not reported ignored."""
+    fixture = Path(__file__).parents[1] / "fixtures" / "benchflow-phase-network"
+    done = CliRunner().invoke(app, ["task", "check", str(fixture)], terminal_width=200)
+    assert done.exit_code == 0, done.output
+    assert re.search(r"network\s+│ agent \(and oracle\) none, verifier full", done.output), done.output
+    assert "verifier.network_mode → verifier.network = full" in done.output
+    assert "not enforced" not in done.output and "per-phase" not in done.output

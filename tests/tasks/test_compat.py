@@ -6,6 +6,7 @@ import pytest
 from reroll.tasks.compat import normalise, parse_size_mib, prompt_of, resolve_env, split_ignored
 from reroll.tasks.task import TaskSpec
 from reroll_contracts.errors import TaskError
+from reroll_contracts.network import PhaseNetworks
 
 
 def spec(raw: dict) -> tuple[TaskSpec, list[tuple[str, str]]]:
@@ -51,6 +52,66 @@ def test_network_policy_from_allow_internet_and_network_mode(environment: dict, 
 def test_an_allowlist_reports_its_hosts_as_ignored() -> None:
     _, ignored = spec({"environment": {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}})
     assert [field for field, _ in ignored] == ["environment.allowed_hosts"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "agent", "verifier"),
+    [
+        ({}, "full", "full"),
+        ({"sandbox": {"network_mode": "no-network"}}, "none", "none"),  # every phase inherits it
+        ({"sandbox": {"network_mode": "no-network"}, "verifier": {"network_mode": "public"}}, "none", "full"),
+        ({"agent": {"network_mode": "no-network"}}, "none", "full"),
+        ({"verifier": {"network_mode": "no-network"}}, "full", "none"),
+        (  # an allowlist phase runs as full, its hosts reported
+            {"sandbox": {"allow_internet": False}, "verifier": {"network_mode": "allowlist"}},
+            "none",
+            "full",
+        ),
+        ({"agent": {"network_mode": "public", "network": "none"}}, "none", "full"),  # reroll's own wins
+    ],
+)
+def test_each_phase_has_its_own_network_policy(raw: dict, agent: str, verifier: str) -> None:
+    """BenchFlow's ``agent.network_mode`` and ``verifier.network_mode`` override the sandbox's
+    (``sandbox.network_mode``, ``allow_internet``) for their phase; the oracle's is the agent's."""
+    parsed, _ = spec(raw)
+    assert parsed.networks() == PhaseNetworks(agent=agent, verifier=verifier)
+
+
+def test_a_phase_network_mode_is_mapped_not_ignored() -> None:
+    _, ignored = spec({"agent": {"network_mode": "no-network"}, "verifier": {"network_mode": "public"}})
+    assert ignored == []
+    _, mapped = normalise({"agent": {"network_mode": "no-network"}})
+    assert ("agent.network_mode", "agent.network = none") in mapped
+
+
+def test_allow_lists_and_deny_lists_are_reported_as_not_enforced() -> None:
+    _, ignored = spec(
+        {
+            "sandbox": {"network_mode": "denylist", "blocked_hosts": ["example.com"]},
+            "verifier": {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]},
+        }
+    )
+    assert dict(ignored).keys() == {"environment.blocked_hosts", "verifier.allowed_hosts"}
+    assert all("not enforced" in reason for _, reason in ignored)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"agent": {"network_mode": "denylist"}},  # BenchFlow: declare the denylist on the sandbox
+        {"verifier": {"network_mode": "intranet"}},
+    ],
+)
+def test_a_phase_network_mode_benchflow_refuses_is_refused(raw: dict) -> None:
+    with pytest.raises(TaskError, match=r"(agent|verifier)\.network_mode: '(denylist|intranet)'"):
+        normalise(raw)
+
+
+def test_allow_internet_is_the_sandbox_s_only() -> None:
+    """``allow_internet`` in a phase is no field of BenchFlow's: reported, not read as a policy."""
+    parsed, ignored = spec({"verifier": {"allow_internet": False}})
+    assert parsed.networks().verifier == "full"
+    assert [field for field, _ in ignored] == ["verifier.allow_internet"]
 
 
 def test_an_unknown_network_mode_is_refused() -> None:

@@ -168,7 +168,10 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
     async with start_gate or contextlib.nullcontext():
         run.proxy = await start_llm_side(plan, sandbox, run.stack, harness_folder(plan.run_dir))
         await run.hooks.before_sandbox_start(run)
-        network = f"network {plan.task.spec.environment.network}"
+        networks = plan.task.spec.networks()
+        network = f"network {networks.agent}" + (
+            f", the verifier's {networks.verifier}" if networks.verifier != networks.agent else ""
+        )
         if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
             network = "the host's network; cpus and memory not limited"
         console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")

@@ -14,7 +14,8 @@ from reroll.tasks.task import SKILLS_FOLDER, Task
 
 
 def sandbox_spec(task: Task) -> SandboxSpec:
-    """What a backend needs of `task`: its limits and network policy (``environment``), working
+    """What a backend needs of `task`: its limits (``environment``) and the agent phase's network
+    policy (the verify's is the verifier's to apply, `reroll.rollout.verify.script_verifier`), working
     folder, logs and verifier mounts, agent user, workspace seed (``environment/workspace/``),
     image (its Dockerfile and context, with ``skills/`` hidden when `Task.skills_hidden`, else its
     ``docker_image``) and its services that run as sibling containers (those with an ``image`` or
@@ -32,7 +33,7 @@ def sandbox_spec(task: Task) -> SandboxSpec:
         build = ImageBuild(context=task.build_context, dockerfile=dockerfile, hidden=hidden)
     return SandboxSpec(
         name=task.name,
-        network=environment.network,
+        network=task.spec.networks().agent,
         limits=ResourceLimits(
             cpus=environment.cpus,
             memory_mb=environment.memory_mb,

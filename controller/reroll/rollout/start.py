@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from reroll_contracts.errors import TaskError
+from reroll_contracts.network import NetworkPolicy, PhaseNetworks
 from reroll_contracts.proxy import ReplayConfig
 from rich.console import Console
 
@@ -191,11 +192,6 @@ def _draft(
     backend = load_backend(settings.sandbox or DEFAULT_SANDBOX)
     settings = settings.model_copy(update={"sandbox_config": backend.typed(settings.sandbox_config)})
     config = _run_config(origin, live_model, settings).model_copy(update={"rescored_from": rescored_from})
-    if config.network == "none" and config.sandbox in WITHOUT_NETWORK_POLICY:
-        raise TaskError(
-            f"--network none needs --sandbox local or docker: "
-            f"the {config.sandbox} sandbox has the host's network"
-        )
     if isinstance(origin, NewRecording):
         task, agent = origin.task, origin.agent
     else:
@@ -204,7 +200,23 @@ def _draft(
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
-    return Draft(origin, given, settings, with_network(task, config.network), trial, agents, config)
+    task = with_network(task, config.network)
+    networks = task.spec.networks()
+    if "none" in (networks.agent, networks.verifier) and config.sandbox in WITHOUT_NETWORK_POLICY:
+        raise TaskError(
+            f"{_network_source(config.network, networks)} needs --sandbox local or docker: "
+            f"the {config.sandbox} sandbox has the host's network"
+        )
+    config = config.model_copy(update={"network_phases": networks})
+    return Draft(origin, given, settings, task, trial, agents, config)
+
+
+def _network_source(override: NetworkPolicy | None, networks: PhaseNetworks) -> str:
+    """Who asked for network none: ``--network none``, else the task, for which phases."""
+    if override == "none":
+        return "--network none"
+    phases = [name for name in ("agent", "verifier") if getattr(networks, name) == "none"]
+    return f"the task's network none ({' and '.join(phases)})"
 
 
 def _sandbox_settings(origin: Origin, backend: str, settings: RolloutSettings) -> BaseModel | None:

@@ -42,7 +42,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reroll_contracts.errors import RunFolderError
 from reroll_contracts.faults import FaultsUsed
-from reroll_contracts.network import NetworkPolicy
+from reroll_contracts.network import NetworkPolicy, PhaseNetworks
 from reroll_contracts.reward import VerifyResult
 from reroll_contracts.trajectory import Exchange, LoadedTrajectory, load_trajectory, read_capped
 
@@ -196,6 +196,9 @@ class RunConfig(BaseModel):
     continuation, replay or branch on the same backend starts from them."""
     network: NetworkPolicy | None = None
     """The run's network policy override (``--network``); None: the task's ``environment.network``."""
+    network_phases: PhaseNetworks | None = None
+    """The network policy each phase ran with (the task's, the override applied); None in folders
+    written before it was recorded."""
     reroll_version: str | None = None
     continued_from: ContinuedFrom | None = None
     branched_from: BranchedFrom | None = None

@@ -118,6 +118,9 @@ class VerifyScript:
     """Keep what the agent left running alive for the script (Harbor's semantics): frozen during
     the hardening, the workspace then handed to root when the agent has a user of its own;
     killed after the script."""
+    own_network: bool = False
+    """Run the script in a network namespace with only loopback (the verifier's policy ``none``,
+    stricter than the agent's); it is not run where that namespace cannot be made."""
     cwd: str = ""
     """The script's working folder (absolute, in the sandbox); empty: `verifier_dir`."""
     image_env: Mapping[str, str] = field(default_factory=dict)

@@ -42,6 +42,7 @@ def verify_request(run: VerifyScript) -> pb.VerifyRequest:
         timeout_seconds=run.timeout_seconds,
         soft=run.soft,
         keep_agent_processes=run.keep_agent_processes,
+        own_network=run.own_network,
         cwd=run.cwd,
         image_env=dict(run.image_env),
         aggregate_policy=policy_message(policy) if policy is not None else None,

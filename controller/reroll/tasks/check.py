@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
+from reroll_contracts.network import PhaseNetworks
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 from rich.console import Console
 from rich.markup import escape
@@ -119,7 +120,7 @@ def resolved(task: Task) -> list[tuple[str, str]]:
             "cpus / memory / pids",
             f"{environment.cpus:g} / {environment.memory_mb} MiB / {environment.pids_max}",
         ),
-        ("network", environment.network),
+        ("network", _network(spec.networks())),
         (
             "timeouts",
             f"agent {spec.agent.timeout_sec:g} s, verifier {spec.verifier.timeout_sec:g} s, "
@@ -163,6 +164,13 @@ def _agent_judge(options: dict[str, object]) -> str:
     agent = options.get("agent") or "mini-swe-agent"
     told = f", told {listed}" if listed else ""
     return f"agent-judge: agent {agent} in a sandbox of its own, {role}{told} (no test.sh)"
+
+
+def _network(networks: PhaseNetworks) -> str:
+    """The network row: one policy, or each phase's where they differ."""
+    if networks.agent == networks.verifier:
+        return networks.agent
+    return f"agent (and oracle) {networks.agent}, verifier {networks.verifier}"
 
 
 def _aggregate(task: Task) -> str:

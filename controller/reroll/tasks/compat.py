@@ -31,10 +31,23 @@ SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", re.IGNORECASE)
 MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "": 1 / (1024 * 1024)}
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-NETWORK_MODES = {"public": "full", "no-network": "none", "allowlist": "full"}
-"""Harbor's and benchflow's ``network_mode`` → reroll's network policy."""
+PHASE_NETWORK_MODES = {"public": "full", "no-network": "none", "allowlist": "full"}
+"""Harbor's and benchflow's ``agent.network_mode`` and ``verifier.network_mode`` → reroll's network
+policy. An allowlist runs as ``full``: its ``allowed_hosts`` are not enforced (reported)."""
+NETWORK_MODES = {**PHASE_NETWORK_MODES, "denylist": "full"}
+"""benchflow's ``sandbox.network_mode`` (Harbor's ``environment.network_mode``) → reroll's network
+policy. A denylist runs as ``full``: its ``blocked_urls`` and ``blocked_hosts`` are not enforced
+(reported)."""
 
 _NOT_ENFORCED = "not enforced by reroll's sandboxes"
+_ALLOWLIST: tuple[str, tuple[Any, ...]] = (
+    "host allowlists are " + _NOT_ENFORCED + ": network_mode allowlist runs as full",
+    (None, []),
+)
+_DENYLIST: tuple[str, tuple[Any, ...]] = (
+    "deny lists are " + _NOT_ENFORCED + ": network_mode denylist runs as full",
+    (None, []),
+)
 IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     # path: (why reroll ignores it, values that ask for nothing beyond what reroll does anyway)
     "task": ("package metadata (org/name, authors, keywords) is informational", ()),
@@ -53,14 +66,9 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "benchflow": ("benchflow's authoring block is informational", ()),
     "profile": ("benchflow authoring profiles are not supported", ()),
     "profiles": ("benchflow authoring profiles are not supported", ()),
-    "agent.network_mode": ("a per-phase network policy: the task's policy applies to every phase", (None,)),
-    "agent.allowed_hosts": ("host allowlists are " + _NOT_ENFORCED, (None, [])),
+    "agent.allowed_hosts": _ALLOWLIST,
     "verifier.user": ("the verifier runs as root", (None, "root", 0)),
-    "verifier.network_mode": (
-        "a per-phase network policy: the task's policy applies to every phase",
-        (None,),
-    ),
-    "verifier.allowed_hosts": ("host allowlists are " + _NOT_ENFORCED, (None, [])),
+    "verifier.allowed_hosts": _ALLOWLIST,
     "verifier.service": ("the verifier runs in the agent's sandbox", ("main",)),
     "verifier.sandbox_mode": ("the verifier runs in the agent's sandbox", (None, "shared")),
     "verifier.environment_mode": ("the verifier runs in the agent's sandbox", (None, "shared")),
@@ -76,10 +84,9 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.tpu": ("TPUs are not attached", (None,)),
     "environment.setup_commands": ("setup commands do not run (bake them into the Dockerfile)", ([],)),
     "environment.bugswarm_image_tag": ("informational", (None,)),
-    "environment.allowed_hosts": (
-        "host allowlists are " + _NOT_ENFORCED + ": network_mode allowlist runs as full",
-        (None, []),
-    ),
+    "environment.allowed_hosts": _ALLOWLIST,
+    "environment.blocked_urls": _DENYLIST,
+    "environment.blocked_hosts": _DENYLIST,
     "solution.timeout_sec": ("the oracle agent has the agent's timeout", (None,)),
 }
 """Every field of Harbor's and benchflow's schemas that reroll does not model, with the reason.
@@ -108,8 +115,8 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
     → ``schema_version`` (dropped where ``schema_version`` is set too, as Harbor does), the
     ``image`` shorthand → ``environment.docker_image``; converts
     ``memory``/``storage`` strings to ``memory_mb``/``storage_mb`` (the string wins, as in
-    Harbor), ``network_mode``/``allow_internet`` to ``network`` (``network_mode`` first, as in
-    Harbor's ``resolve_baseline``; reroll's own ``network`` wins over both), a numeric
+    Harbor), ``network_mode``/``allow_internet`` to ``network`` in ``environment``, ``agent`` and
+    ``verifier`` (`_network_mode`), a numeric
     ``agent.user`` to its string, ``verifier.hardening.cleanup_conftests`` to
     ``delete_injected_hooks``, ``verifier.type`` ``script`` to ``test-script``, an llm-judge's
     ``[verifier.judge]`` to ``verifier.options`` (`reroll.tasks.rubric`), SkillsBench's
@@ -147,22 +154,15 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
         if size in environment:
             environment[f"{size}_mb"] = parse_size_mib(environment.pop(size), f"environment.{size}")
             mapped.append((f"environment.{size}", f"environment.{size}_mb"))
-    mode, allow = environment.pop("network_mode", None), environment.pop("allow_internet", None)
-    if mode is not None:
-        if mode not in NETWORK_MODES:
-            raise TaskError(f"environment.network_mode: {mode!r} is not one of {', '.join(NETWORK_MODES)}")
-        environment.setdefault("network", NETWORK_MODES[mode])
-        mapped.append(("environment.network_mode", f"environment.network = {environment['network']}"))
-    if allow is not None:
-        if mode is None:
-            environment.setdefault("network", "full" if allow else "none")
-        mapped.append(("environment.allow_internet", f"environment.network = {environment['network']}"))
+    mapped += _network_mode(environment, "environment")
     solution = _section(data, "solution")
     for key in [k for k, v in solution.items() if k not in ("env", "timeout_sec") and isinstance(v, str)]:
         if ENV_NAME.fullmatch(key):  # SkillsBench's [solution] FOO = "..." shorthand (benchflow)
             solution.setdefault("env", {})[key] = solution.pop(key)
             mapped.append((f"solution.{key}", f"solution.env.{key}"))
     agent = _section(data, "agent")
+    mapped += _network_mode(agent, "agent")
+    mapped += _network_mode(_section(data, "verifier"), "verifier")
     if isinstance(agent.get("user"), int) and not isinstance(agent["user"], bool):
         agent["user"] = str(agent["user"])
     verifier = _section(data, "verifier")
@@ -178,6 +178,31 @@ def normalise(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]
         del verifier["judge"]
         mapped.append(("verifier.judge", "verifier.options"))
     return data, mapped
+
+
+def _network_mode(section: dict[str, Any], name: str) -> list[tuple[str, str]]:
+    """Turn ``network_mode`` (and, in ``environment``, ``allow_internet``) of `section` (in place)
+    into reroll's ``network``; the mappings made. ``network_mode`` wins over ``allow_internet``
+    (as in Harbor's ``resolve_baseline`` and benchflow's ``SandboxConfig``), reroll's own ``network``
+    over both; a phase (``agent``, ``verifier``) without one inherits ``environment.network``.
+
+    Raises:
+        TaskError: an unknown mode, or ``denylist`` on a phase (benchflow refuses it there too).
+    """
+    modes = NETWORK_MODES if name == "environment" else PHASE_NETWORK_MODES
+    mode = section.pop("network_mode", None)
+    allow = section.pop("allow_internet", None) if name == "environment" else None
+    mapped = []
+    if mode is not None:
+        if mode not in modes:
+            raise TaskError(f"{name}.network_mode: {mode!r} is not one of {', '.join(modes)}")
+        section.setdefault("network", modes[mode])
+        mapped.append((f"{name}.network_mode", f"{name}.network = {section['network']}"))
+    if allow is not None:
+        if mode is None:
+            section.setdefault("network", "full" if allow else "none")
+        mapped.append((f"{name}.allow_internet", f"{name}.network = {section['network']}"))
+    return mapped
 
 
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:

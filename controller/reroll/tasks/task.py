@@ -38,7 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from reroll_contracts.errors import TaskError
 from reroll_contracts.hardening import HardeningOptions
-from reroll_contracts.network import NetworkPolicy
+from reroll_contracts.network import NetworkPolicy, PhaseNetworks
 from reroll_contracts.sandbox_paths import LOGS_MOUNT
 
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
@@ -87,12 +87,19 @@ class AgentSection(BaseModel):
     ``USER`` (root when unset) for legacy ones, as benchflow and Harbor do."""
     prompt_prefix: str | None = None
     """Text put before the prompt (benchflow's ``agent.prompt_prefix``)."""
+    network: NetworkPolicy | None = None
+    """The agent phase's egress (the oracle's too; benchflow's and Harbor's ``agent.network_mode``).
+    None: ``environment.network``."""
 
 
 class VerifierSection(BaseModel):
     """The `verifier` section of a task."""
 
     model_config = ConfigDict(extra="forbid")
+    network: NetworkPolicy | None = None
+    """The verify phase's egress (benchflow's and Harbor's ``verifier.network_mode``), enforced for
+    the test script: stricter than the agent's, it runs in a network namespace with only
+    loopback; looser, the sandbox gets egress while it runs. None: ``environment.network``."""
     type: str = "test-script"
     """Which verifier scores the task (benchflow's ``verifier.type``): a name of
     `reroll.rollout.verify.verifiers.VERIFIERS` (``test-script``: the task's ``test.sh``, the fields
@@ -139,8 +146,9 @@ class EnvironmentSection(BaseModel):
     share it; the isolated `local`: its RAM-backed writable layer and ``/tmp``, at most 3/4 of
     ``memory_mb``); Harbor's field and default."""
     network: NetworkPolicy = "full"
-    """Egress policy: `none` lets the sandbox reach only the LLM proxy (container backends).
-    Harbor's ``allow_internet`` and ``network_mode`` map onto it."""
+    """Egress policy of every phase that sets none of its own (``agent.network``,
+    ``verifier.network``): `none` lets the sandbox reach only the LLM proxy. Harbor's
+    ``allow_internet`` and ``network_mode`` (benchflow's ``sandbox.network_mode``) map onto it."""
     workdir: str | None = None
     """The agent's working folder (absolute, not ``/``). None: the image's WORKDIR, else ``/app``."""
     env: dict[str, str] = {}
@@ -220,6 +228,11 @@ class TaskSpec(BaseModel):
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     solution: SolutionSection = Field(default_factory=SolutionSection)
+
+    def networks(self) -> PhaseNetworks:
+        """The network policy of each phase: a phase's own ``network``, else ``environment.network``."""
+        default = self.environment.network
+        return PhaseNetworks(agent=self.agent.network or default, verifier=self.verifier.network or default)
 
 
 class FieldNote(BaseModel):

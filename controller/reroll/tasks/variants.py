@@ -10,11 +10,17 @@ from reroll.tasks.task import Task
 
 
 def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
-    """`task` with its ``environment.network`` replaced by `policy` (a run's override); None: `task`."""
+    """`task` with the network policy of every phase replaced by `policy` (a run's override:
+    ``environment.network`` set, ``agent.network`` and ``verifier.network`` cleared); None: `task`."""
     if policy is None:
         return task
-    environment = task.spec.environment.model_copy(update={"network": policy})
-    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
+    spec = task.spec
+    update = {
+        "environment": spec.environment.model_copy(update={"network": policy}),
+        "agent": spec.agent.model_copy(update={"network": None}),
+        "verifier": spec.verifier.model_copy(update={"network": None}),
+    }
+    return task.model_copy(update={"spec": spec.model_copy(update=update)})
 
 
 def capped_to_host(task: Task, host_cpus: float, host_memory_mb: int) -> tuple[Task, list[str]]:

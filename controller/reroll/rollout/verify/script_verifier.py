@@ -30,13 +30,14 @@ files elsewhere are deleted; ``cleanup.txt`` says what was done, and a change it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from reroll_contracts.errors import (
     VerifyLeftoverError,
 )
 from reroll_contracts.hardening import HardeningOptions
+from reroll_contracts.network import PhaseNetworks
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
 from reroll.agents import AgentSpec
@@ -285,6 +287,25 @@ async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_
         await sandbox.exec(["rm", "-rf", "--", verifier_dir], env=env, inherit_env=False)
 
 
+@contextlib.asynccontextmanager
+async def verify_network(sandbox: Sandbox, networks: PhaseNetworks) -> AsyncIterator[dict[str, str]]:
+    """The verify phase's network, given only while inside: where the verifier's policy is looser
+    than the agent's (agent ``none``, verifier ``full``), the sandbox's `Sandbox.egress` (docker:
+    the container joins a network with internet access; `local`: an HTTP CONNECT proxy named by
+    the proxy variables), entered after every process of the agent was ended (`verify` keeps none
+    then); elsewhere nothing changes (a stricter verifier's own loopback-only namespace is the
+    sidecar's, `VerifyScript.own_network`).
+
+    Yields:
+        Environment the test script needs to use that access (proxy variables, a CA bundle).
+    """
+    if not networks.verifier_looser:
+        yield {}
+        return
+    async with sandbox.egress() as env:
+        yield env
+
+
 def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool:
     """Whether what `agent` leaves running stays alive for the final verify, as the task's own
     harness has it: Harbor (a task in its layout) keeps it, so a server the solution started is
@@ -292,8 +313,12 @@ def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool
     only where it cannot reach the reward: the task's own solution (the oracle: trusted), or an
     agent with a user of its own (`agent_user`), whose processes the sidecar freezes during the
     hardening and keeps out of the workspace (handed to root) and the verifier's folders. An
-    agent running as root could rewrite the tests or the reward: its processes die as before."""
+    agent running as root could rewrite the tests or the reward: its processes die as before.
+    Neither are they kept where the verifier's network policy is looser than the agent's: they
+    would gain the verify's network (`verify_network`)."""
     if task.layout != "legacy" or task.spec.verifier.type != DEFAULT_VERIFIER:
+        return False
+    if task.spec.networks().verifier_looser:
         return False
     return agent.needs_solution or agent_user not in ("", "root", "0")
 
@@ -354,6 +379,7 @@ async def verify(
     started = time.monotonic()
     layout = sandbox.layout
     verifier_dir = layout.path(task.verifier_mount)
+    networks = task.spec.networks()
     keep_processes = keep_processes and not soft
     if not keep_processes:
         await quiesce(sandbox)  # before the hidden tests are in the sandbox
@@ -371,8 +397,17 @@ async def verify(
             (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
 
         try:
-            run = _verify_script(task, layout, env, verifier_dir, soft=soft, keep_processes=keep_processes)
-            outcome = await sandbox.verify(run, on_output=write, on_hardening=write_report)
+            async with verify_network(sandbox, networks) as network_env:
+                run = _verify_script(
+                    task,
+                    layout,
+                    env | network_env,
+                    verifier_dir,
+                    soft=soft,
+                    keep_processes=keep_processes,
+                    own_network=networks.verifier_stricter,
+                )
+                outcome = await sandbox.verify(run, on_output=write, on_hardening=write_report)
         except FileNotFoundError as exc:
             raise VerifierError(f"task {task.name}: {exc}") from exc
     await keep_verifier_logs(sandbox, f"{layout.logs_dir}/verifier", output_dir)
@@ -402,9 +437,11 @@ def _verify_script(
     *,
     soft: bool,
     keep_processes: bool,
+    own_network: bool,
 ) -> VerifyScript:
     """What the sidecar runs to verify (`verify`'s arguments): the task's script in `verifier_dir`
-    with `env` and the verifier's ``env``, its timeout and aggregate policy, in the workspace.
+    with `env` and the verifier's ``env``, its timeout and aggregate policy, in the workspace;
+    `own_network`: in a loopback-only network namespace (a verifier stricter than the agent).
 
     Raises:
         TaskError: ``verifier.env`` names a variable the host lacks.
@@ -418,6 +455,7 @@ def _verify_script(
         soft=soft,
         aggregate_policy=task_policy(task.spec.verifier.aggregate_policy),
         keep_agent_processes=keep_processes,
+        own_network=own_network,
         cwd=layout.workspace,  # the image's WORKDIR, as the task's own harness runs it
         image_env=layout.image_env,
     )

@@ -7,7 +7,9 @@ source in its ``comment``) refuses ``unshare`` and ``mount`` to a container with
 appends two rules and changes nothing else:
 
 - ``unshare`` with no flag but ``CLONE_NEWUSER``, ``CLONE_NEWNS``, ``CLONE_NEWIPC``,
-  ``CLONE_NEWPID`` and ``CLONE_NEWUTS`` (network, cgroup and time namespaces stay refused);
+  ``CLONE_NEWPID``, ``CLONE_NEWUTS`` and ``CLONE_NEWNET`` (a verifier whose network policy is
+  stricter than the agent's runs with only loopback; a new network namespace reaches less than
+  the container, never more; cgroup and time namespaces stay refused);
 - ``mount`` and ``umount2``: the kernel still refuses them to every process without
   ``CAP_SYS_ADMIN`` over the mount namespace's user namespace, i.e. outside a user namespace
   the process made itself, where it sees only what it saw before.
@@ -23,14 +25,14 @@ import functools
 import json
 from importlib import resources
 
-from reroll_contracts.namespaces import VERIFY_NAMESPACES as VERIFY_FLAGS
+from reroll_contracts.namespaces import VERIFY_NAMESPACES_OWN_NET as VERIFY_FLAGS
 
 OTHER_FLAGS = ~VERIFY_FLAGS & 0xFFFFFFFFFFFFFFFF
 """``unshare``'s flags must have none of these bits: (flags & value) == valueTwo, as Docker's
 own ``clone`` rule reads."""
 RULES: list[dict[str, object]] = [
     {
-        "comment": "reroll: unshare for a verify's own user, mount, IPC, PID and UTS namespaces only",
+        "comment": "reroll: unshare for a verify's own user, mount, IPC, PID, UTS and net namespaces only",
         "names": ["unshare"],
         "action": "SCMP_ACT_ALLOW",
         "args": [{"index": 0, "value": OTHER_FLAGS, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}],

@@ -619,6 +619,7 @@ class VerifyRequest(_message.Message):
     IMAGE_ENV_FIELD_NUMBER: _builtins.int
     AGGREGATE_POLICY_FIELD_NUMBER: _builtins.int
     KEEP_AGENT_PROCESSES_FIELD_NUMBER: _builtins.int
+    OWN_NETWORK_FIELD_NUMBER: _builtins.int
     verifier_dir: _builtins.str
     """The folder holding the verifier's files (absolute); the script runs in it unless `cwd` is set."""
     script: _builtins.str
@@ -641,6 +642,12 @@ class VerifyRequest(_message.Message):
     server the solution started is what the tests talk to): frozen during the hardening, then
     let go just before the script; with an agent user, the workspace becomes root's first, so
     they can no longer write there. Killed after the script as always. Ignored with `soft`.
+    """
+    own_network: _builtins.bool
+    """Run the script in a network namespace of its own with only loopback up (the verifier's
+    network policy is none, stricter than the agent's): it reaches nothing outside the sandbox,
+    not even a port on the sandbox's own loopback. Where the namespaces cannot be made the script
+    is not run (a reward error says why).
     """
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -675,10 +682,11 @@ class VerifyRequest(_message.Message):
         image_env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         aggregate_policy: Global___AggregatePolicy | None = ...,
         keep_agent_processes: _builtins.bool = ...,
+        own_network: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy", "cwd", b"cwd", "env", b"env", "image_env", b"image_env", "keep_agent_processes", b"keep_agent_processes", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aggregate_policy", b"aggregate_policy", "cwd", b"cwd", "env", b"env", "image_env", b"image_env", "keep_agent_processes", b"keep_agent_processes", "own_network", b"own_network", "reward_dir", b"reward_dir", "script", b"script", "soft", b"soft", "timeout_seconds", b"timeout_seconds", "verifier_dir", b"verifier_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,20 @@
+"""A loaded task as one run changes it (unit tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reroll.tasks.task import load_task
+from reroll.tasks.variants import with_network
+from reroll_contracts.network import PhaseNetworks
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "benchflow-phase-network"
+
+
+def test_a_run_s_network_override_holds_for_every_phase() -> None:
+    """``--network none`` leaves no phase the task's looser policy: the verifier's ``full`` goes too."""
+    task = load_task(FIXTURE)
+    assert task.spec.networks() == PhaseNetworks(agent="none", verifier="full")
+    assert with_network(task, "none").spec.networks() == PhaseNetworks(agent="none", verifier="none")
+    assert with_network(task, "full").spec.networks() == PhaseNetworks(agent="full", verifier="full")
+    assert with_network(task, None) is task
