@@ -282,12 +282,16 @@ class IsolatedSandbox(Sandbox):
         return self._storage.path(name)
 
     def _lay_out(self, control: Path) -> None:
-        """Make the sandbox's sized file system and host folders, seed the workspace, give them
-        to the mapped ids.
+        """Take the sandbox's host id range, make its sized file system and host folders, seed the
+        workspace, give them to the mapped ids.
 
         Raises:
-            SandboxError: the file system could not be made (not root, no loop device).
+            SandboxError: no id range is free, or the file system could not be made (not root, no
+                loop device).
         """
+        if not self.config.agents_writable:  # a rollout: a host id range of its own
+            self._slot = IdSlot.acquire()
+            self.id_base = self._slot.base
         paths = {"app": self.layout.workspace, "home": self.layout.home}
         if self.config.from_snapshot is not None:
             source = PoolSnapshot.parse(self.config.from_snapshot)
@@ -386,9 +390,6 @@ class IsolatedSandbox(Sandbox):
             raise  # as it is: an image that cannot be built is the task's, not the sandbox's
         try:
             bundle = await asyncio.to_thread(ensure_bundle)
-            if not self.config.agents_writable:
-                self._slot = IdSlot.acquire()
-                self.id_base = self._slot.base
             self._lay_out(control)
         except (RerollError, OSError) as exc:
             await self.stop()
