@@ -7,10 +7,8 @@ find them in buildah's storage."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +22,8 @@ from reroll.sandbox.spec import ImageBuild, SandboxSpec
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import ImageBuildError
 
+from tests.e2e.test_example_tasks import oracle_run
+
 pytestmark = [
     pytest.mark.spawns,
     pytest.mark.slow,
@@ -31,7 +31,6 @@ pytestmark = [
     pytest.mark.skipif(bool(buildah_missing()), reason=buildah_missing() or "buildah is here"),
 ]
 
-REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).parents[2] / "fixtures" / "local-debian-image-task"
 """FROM debian:bookworm-slim (the catalogue's bookworm stands in), a RUN making a tool and a user,
 ENV, WORKDIR /srv/work, a COPY of a data file and USER worker."""
@@ -106,13 +105,4 @@ def test_the_oracle_reaches_reward_one_on_local_without_docker(
 ) -> None:
     """Issue 29: where Docker cannot be reached, local refused a task that needs its image; now
     buildah builds it and the task's oracle passes on it."""
-    done = subprocess.run(
-        [REROLL, "run", str(TASK), "--agent", "oracle", "--sandbox", "local", "--jobs-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "rewards: {'reward': 1.0}" in done.stdout, done.stdout + done.stderr
+    oracle_run(TASK, "local", tmp_path)

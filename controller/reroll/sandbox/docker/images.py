@@ -105,7 +105,7 @@ def _top_level(root: Path, names: frozenset[str]) -> Callable[[str, list[str]], 
     return lambda folder, entries: set(entries) & names if Path(folder) == root else set()
 
 
-def _run(argv: list[str], what: str, log: Log) -> str:
+def run_step(argv: list[str], what: str, log: Log) -> str:
     """Run a host command; raise ImageBuildError naming `what` with the end of its output."""
     log(f"$ {' '.join(argv[:6])}{' …' if len(argv) > 6 else ''}")
     try:
@@ -163,8 +163,8 @@ def _ensure_debootstrap(log: Log) -> str:
             "debootstrap is missing and installing it needs root: apt-get install debootstrap"
         )
     log("installing debootstrap with apt-get")
-    _run(["apt-get", "update", "-qq"], "apt-get update", log)
-    _run(["apt-get", "install", "-y", "-qq", "debootstrap"], "apt-get install debootstrap", log)
+    run_step(["apt-get", "update", "-qq"], "apt-get update", log)
+    run_step(["apt-get", "install", "-y", "-qq", "debootstrap"], "apt-get install debootstrap", log)
     found = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
     if not Path(found).exists():
         raise ImageBuildError("apt-get installed debootstrap but it is not on PATH")
@@ -185,14 +185,14 @@ def _debootstrap_image(builder: ImageBuilder, tag: str, recipe: Recipe, log: Log
         root = Path(workdir) / "root"
         log(f"debootstrap {recipe.suite} from {mirror} for {tag} (a few minutes)")
         argv = [debootstrap, "--variant=minbase", f"--include={','.join(recipe.packages)}"]
-        _run([*argv, recipe.suite, str(root), mirror], "debootstrap", log)
+        run_step([*argv, recipe.suite, str(root), mirror], "debootstrap", log)
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for path in (root / leftover).glob("*"):
                 if path.is_file():
                     path.unlink()
         labels = {MANAGED_LABEL: "1"}
         if "python3" in recipe.packages:
-            python = _run(
+            python = run_step(
                 ["chroot", str(root), "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                 "python3 in the root file system",
                 log,
@@ -203,7 +203,7 @@ def _debootstrap_image(builder: ImageBuilder, tag: str, recipe: Recipe, log: Log
         if recipe.pip_config:
             (root / "etc/pip.conf").write_text(recipe.pip_config)
         tarball = Path(workdir) / "rootfs.tar"
-        _run(
+        run_step(
             ["tar", "--numeric-owner", "-C", str(root), "-cf", str(tarball), "."],
             "tar of the root file system",
             log,

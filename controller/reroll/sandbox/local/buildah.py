@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -34,11 +35,11 @@ from reroll_contracts.errors import ImageBuildError, SandboxError
 
 from reroll.sandbox.docker.builder import MANAGED_LABEL, overtime_error
 from reroll.sandbox.docker.conventions import ImageDefaults, defaults_of
+from reroll.sandbox.docker.images import COMMAND_TIMEOUT_SECONDS, run_step
 
 INSTALL = "apt-get install buildah"
 """How to install buildah on Debian (``scripts/install-sandbox-tools`` runs it, as root)."""
-COMMAND_TIMEOUT_SECONDS = 600.0
-"""The limit of one buildah command other than a build (an import, a commit, a mount)."""
+logger = logging.getLogger(__name__)
 
 
 def buildah_missing() -> str:
@@ -51,23 +52,13 @@ def buildah_missing() -> str:
     return ""
 
 
-def _buildah(args: list[str], what: str, timeout_seconds: float = COMMAND_TIMEOUT_SECONDS) -> str:
-    """Run ``buildah ARGS``; its standard output.
+def _buildah(args: list[str], what: str) -> str:
+    """Run ``buildah ARGS`` (logged at debug level); its standard output.
 
     Raises:
         ImageBuildError: it failed or ran out of time (naming `what`, with the end of its output).
     """
-    try:
-        done = subprocess.run(
-            ["buildah", *args], capture_output=True, text=True, timeout=timeout_seconds, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ImageBuildError(f"{what}: {exc}") from exc
-    if done.returncode != 0:
-        raise ImageBuildError(
-            f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout)[-3000:]}"
-        )
-    return done.stdout
+    return run_step(["buildah", *args], what, logger.debug)
 
 
 class BuildahBuilder:
