@@ -212,10 +212,9 @@ def _debootstrap_image(builder: ImageBuilder, tag: str, recipe: Recipe, log: Log
         builder.import_rootfs(tarball, tag, IMPORTED_ENV, labels)
 
 
-def _image_lock(builder: ImageBuilder, tag: str) -> AbstractContextManager[None]:
-    """The lock of building the image `tag` in `builder`, so that concurrent rollouts build it once."""
-    where = "" if builder.name == "docker" else f"{builder.name}-"
-    return cache_lock(f"images/{where}{_slug(tag)}")
+def _image_lock(tag: str) -> AbstractContextManager[None]:
+    """The lock of building the image `tag` (in any builder), so that concurrent rollouts build it once."""
+    return cache_lock(f"images/{_slug(tag)}")
 
 
 def _build_slot() -> AbstractContextManager[int]:
@@ -236,7 +235,7 @@ def ensure_catalogue(engine: docker.DockerClient | ImageBuilder, variant: str, l
     """
     builder = as_builder(engine)
     tag = catalogue_tag(variant)
-    with _image_lock(builder, tag):
+    with _image_lock(tag):
         if not builder.exists(tag):
             with _build_slot():
                 _debootstrap_image(builder, tag, CATALOGUE[variant], log)
@@ -254,7 +253,7 @@ def ensure_images(engine: docker.DockerClient | ImageBuilder, log: Log = logger.
     builder = as_builder(engine)
     built: list[str] = []
     base = base_tag()
-    with _image_lock(builder, base):
+    with _image_lock(base):
         if not builder.exists(base):
             with _build_slot():
                 _debootstrap_image(builder, base, base_recipe(), log)
@@ -493,7 +492,7 @@ def build_image(
         dockerfile = trust_host_ca(dockerfile)
     files = _tree_bytes(context, leave_out)
     tag = f"{request.repository}:{content_digest(base.encode(), dockerfile.encode(), ca, *files)}"
-    with _image_lock(builder, tag):
+    with _image_lock(tag):
         if builder.exists(tag):
             return tag
         log(f"{builder.name} build {request.dockerfile}")

@@ -326,17 +326,15 @@ def prune_unpacked() -> list[str]:
     unreachable = docker_unreachable()
     if not root.is_dir() or (unreachable and (shutil.which("docker") or buildah_missing())):
         return []
-    ids = set()
-    if not unreachable:
-        with contextlib.closing(docker.from_env()) as client:
-            ids = {str(image.id) for image in client.images.list(all=True)}
-    if not buildah_missing():
-        ids |= BuildahBuilder().image_ids()
-    present = {image_id.removeprefix("sha256:")[:32] for image_id in ids}
+    folders = [
+        folder
+        for folder in sorted(root.iterdir())
+        if folder.suffix != ".lock" and not folder.is_symlink() and folder.is_dir()
+    ]
+    copies = {folder.name for folder in folders if not folder.name.startswith(".partial-")}
+    present = _present(copies, docker_answers=not unreachable)
     removed = []
-    for folder in sorted(root.iterdir()):
-        if folder.suffix == ".lock" or folder.is_symlink() or not folder.is_dir():
-            continue
+    for folder in folders:
         partial = folder.name.startswith(".partial-")
         if not partial and folder.name in present:
             continue
@@ -351,6 +349,18 @@ def prune_unpacked() -> list[str]:
             lock.unlink(missing_ok=True)
         removed.append(str(folder))
     return removed
+
+
+def _present(names: set[str], docker_answers: bool) -> set[str]:
+    """Which of `names` (cache folder names: `rootfs_folder`'s) name an image Docker has (when it
+    `docker_answers`) or buildah has (asked only when Docker lacks one, and buildah is installed)."""
+    ids: set[str] = set()
+    if docker_answers:
+        with contextlib.closing(docker.from_env()) as client:
+            ids = {str(image.id) for image in client.images.list(all=True)}
+    if names - {image_id.removeprefix("sha256:")[:32] for image_id in ids} and not buildah_missing():
+        ids |= BuildahBuilder().image_ids()
+    return names & {image_id.removeprefix("sha256:")[:32] for image_id in ids}
 
 
 def _remove(path: Path) -> None:
