@@ -116,7 +116,7 @@ class BuildahBuilder:
 
     def build(self, what: str, timeout_seconds: float, context: Path, dockerfile: Path, tag: str) -> None:
         """``buildah bud --isolation chroot`` (`ImageBuilder.build`); at `timeout_seconds` the
-        build's whole process group is killed."""
+        build's whole process group is stopped (`_stop_group`)."""
         argv = ["buildah", "bud", "--isolation", "chroot", "--format", "docker", "--layers=false"]
         argv += [f"--label={MANAGED_LABEL}=1", "--tag", tag, "--file", str(dockerfile), str(context)]
         process = subprocess.Popen(
@@ -125,8 +125,7 @@ class BuildahBuilder:
         try:
             output, _ = process.communicate(timeout=timeout_seconds)
         except subprocess.TimeoutExpired as exc:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+            _stop_group(process)
             raise overtime_error(self.name, what, timeout_seconds) from exc
         if process.returncode != 0:
             raise ImageBuildError(
@@ -174,3 +173,21 @@ class BuildahBuilder:
         """The ids (``sha256:…``) of every image in buildah's storage."""
         listed = _buildah(["images", "--all", "--no-trunc", "--format", "{{.ID}}"], "buildah images")
         return {line.strip() for line in listed.splitlines() if line.strip()}
+
+
+STOP_GRACE_SECONDS = 10.0
+"""How long a build cut at its limit has after SIGTERM to remove its working container."""
+
+
+def _stop_group(process: subprocess.Popen[str]) -> None:
+    """End `process` (a session leader) and its process group: SIGTERM, on which buildah removes
+    its working container, then SIGKILL after `STOP_GRACE_SECONDS` (a working container may be
+    left then: ``buildah containers`` lists it)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.communicate(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
