@@ -20,7 +20,7 @@ from reroll.sandbox.docker.images import base_tag, task_image
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.buildah import BuildahBuilder, buildah_missing
 from reroll.sandbox.local.imagefs import ImageRoot, image_root, rootfs_folder
-from reroll.sandbox.local.rootview import ROLLOUT_ID_BASE
+from reroll.sandbox.local.rootview import IMAGE_ID_BASE
 from reroll.sandbox.spec import ImageBuild, SandboxSpec
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import ImageBuildError
@@ -82,8 +82,8 @@ def test_the_image_is_built_by_buildah_and_unpacked_with_its_defaults(built: Ima
     assert built.env["PATH"].startswith("/opt/tools/bin:")
     assert (built.root / "srv/work/data.txt").read_text() == "seed-data\n"
     assert (built.root / "opt/tools/bin/mytool").stat().st_mode & 0o777 == 0o755
-    assert (built.root / "home/worker").stat().st_uid == ROLLOUT_ID_BASE + 1234
-    assert (built.root / "etc/passwd").stat().st_uid == ROLLOUT_ID_BASE
+    assert (built.root / "home/worker").stat().st_uid == IMAGE_ID_BASE + 1234
+    assert (built.root / "etc/passwd").stat().st_uid == IMAGE_ID_BASE
 
 
 def test_a_second_start_finds_the_image_built(built: ImageRoot, monkeypatch: pytest.MonkeyPatch) -> None:
