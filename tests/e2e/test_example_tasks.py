@@ -55,10 +55,10 @@ EXAMPLE_TASKS = ["fix-failing-test", "harbor-ctrf", "skillsbench-yaml", "native-
 @pytest.mark.parametrize("example", EXAMPLE_TASKS)
 def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path: Path) -> None:
     # local runs harbor-ctrf, skillsbench-yaml and native-verifier on their images (built with
-    # Docker; pytest and its CTRF plugin come from harbor-ctrf's image, under network none).
+    # Docker or buildah; pytest and its CTRF plugin come from harbor-ctrf's image, under network none).
     task = EXAMPLES / example
     needs_image = sandbox_backend == "local" and imagefs.spec_unhonoured(sandbox_spec(load_task(task)))
-    if needs_image and (reason := imagefs.docker_unreachable()):
+    if needs_image and (reason := imagefs.no_builder()):
         pytest.skip(f"{example} needs its image on local, and {reason}")
     output = oracle_run(task, sandbox_backend, tmp_path)
     if example == "skillsbench-yaml":  # its skills_dir is honoured (informational), nothing ignored

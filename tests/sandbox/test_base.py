@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import NoSettings, Sandbox, create_sandbox, load_backend
@@ -78,7 +80,8 @@ async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) ->
         BareBackend.config_model = None
 
 
-def test_the_local_backends_have_nothing_to_prune() -> None:
+def test_the_local_backends_have_nothing_to_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REROLL_CACHE_DIR", str(tmp_path))  # never this machine's unpacked images
     assert load_backend("local").prune() == {}
     assert load_backend("local-plain").prune(None, "some-run", running=True) == {}
 

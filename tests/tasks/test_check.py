@@ -104,12 +104,13 @@ def _dockerfile_task(root: Path, dockerfile: str | None, toml: str = "") -> Path
 
 def _check(folder: Path, docker: bool = False) -> str:
     """`reroll task check FOLDER`'s output, on a console wide enough for a warning's line, on a
-    machine with Docker (`docker`) or without (default)."""
+    machine with Docker (`docker`) or without (default), never with buildah."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(console, "_width", 400)
         patch.setattr(
             imagefs, "docker_unreachable", lambda: "" if docker else "Docker is not reachable (none here)"
         )
+        patch.setattr(imagefs, "buildah_missing", lambda: "buildah is not installed (none here)")
         done = CliRunner().invoke(app, ["task", "check", str(folder)])
     assert done.exit_code == 0, done.output  # warnings do not fail the check
     return done.output

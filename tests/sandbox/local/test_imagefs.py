@@ -1,10 +1,11 @@
-"""What the local sandbox's host view honours of a Dockerfile, the refusal where Docker cannot
-build the rest, and the unpacking filter's guards (in process, no Docker)."""
+"""What the local sandbox's host view honours of a Dockerfile, the refusal where neither Docker
+nor buildah can build the rest, and the unpacking filter's guards (in process, no Docker)."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from reroll.sandbox.local.imagefs import (
     unhonoured,
 )
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE
+from reroll.sandbox.local.settings import BuilderChoice
 from reroll.sandbox.spec import ImageBuild, SandboxSpec
 from reroll_contracts.errors import ImageUnavailableError
 
@@ -56,23 +58,45 @@ def test_every_other_line_needs_the_image() -> None:
     assert unhonoured("FROM reroll/base:bookworm AS build\n", None) == ["FROM reroll/base:bookworm AS build"]
 
 
-def test_without_docker_a_task_that_needs_its_image_is_refused_with_its_lines_and_the_fix(
+def test_without_docker_or_buildah_a_task_that_needs_its_image_is_refused_with_its_lines_and_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 29: local ignored the Dockerfile silently; where Docker cannot build it, the refusal
-    names the lines the host view cannot honour and ``--sandbox docker``."""
+    """Issue 29: local ignored the Dockerfile silently; where neither Docker nor buildah can build
+    it, the refusal names the lines the host view cannot honour, why, ``--sandbox docker`` and the
+    install command."""
     (tmp_path / "Dockerfile").write_text("FROM reroll/base:bookworm\nRUN apt-get install -y jq\n")
     spec = SandboxSpec(name="t", build=ImageBuild(context=tmp_path, dockerfile=tmp_path / "Dockerfile"))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no buildah on it
     with pytest.raises(ImageUnavailableError) as raised:
         image_root(spec)
     message = str(raised.value)
     assert "RUN apt-get install -y jq" in message and "FROM reroll/base" not in message.split("honours")[0]
     assert "--sandbox docker" in message and "Docker is not reachable" in message
+    assert "buildah is not installed" in message and "apt-get install buildah" in message
     assert imagefs.spec_unhonoured(SandboxSpec(name="t")) == []
     assert imagefs.spec_unhonoured(SandboxSpec(name="t", docker_image="python:3.12")) == [
         "environment.docker_image = python:3.12"
     ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "reason"),
+    [("docker", "Docker is not reachable"), ("buildah", "Docker is not used (image_builder buildah)")],
+)
+def test_a_builder_forced_but_missing_is_refused_without_falling_back(
+    choice: BuilderChoice, reason: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``image_builder`` docker never falls back to buildah (nor buildah to Docker)."""
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN true\n")
+    spec = SandboxSpec(name="t", build=ImageBuild(context=tmp_path, dockerfile=tmp_path / "Dockerfile"))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    monkeypatch.setattr(imagefs, "buildah_missing", lambda: "buildah is not installed (here)")
+    with pytest.raises(ImageUnavailableError, match=re.escape(reason)):
+        image_root(spec, None, choice)
+    assert imagefs.no_builder(choice).startswith(reason)
+    monkeypatch.setattr(imagefs, "buildah_missing", lambda: "")
+    assert bool(imagefs.no_builder(choice)) == (choice == "docker")
 
 
 def _archive(members: list[tuple[tarfile.TarInfo, bytes]]) -> io.BytesIO:

@@ -5,7 +5,9 @@ that makes the agent's user and folders in a new container (`SETUP_SCRIPT`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import docker
 import docker.errors
@@ -78,6 +80,12 @@ def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
         config = client.images.get(image).attrs.get("Config") or {}
     except docker.errors.ImageNotFound as exc:
         raise SandboxError(f"image {image} is not a local image") from exc
+    return defaults_of(config)
+
+
+def defaults_of(config: Mapping[str, Any]) -> ImageDefaults:
+    """The `ImageDefaults` of an image's configuration (``WorkingDir``, ``User``, ``Env``: Docker's
+    ``Config`` and the OCI image config name them alike)."""
     workdir = (config.get("WorkingDir") or "").rstrip("/")
     user = (config.get("User") or "").partition(":")[0]
     env = dict(entry.partition("=")[::2] for entry in config.get("Env") or [] if "=" in entry)

@@ -1,8 +1,11 @@
-"""Build the Docker images of the `docker` backend without any registry.
+"""Build the images of the `docker` backend, and of the `local` sandbox on a task's image, without
+any registry, in an image builder (`reroll.sandbox.docker.builder.ImageBuilder`: Docker's engine,
+or buildah where no Docker answers; every function takes a Docker client or a builder).
 
 - ``reroll/base:<hash>`` (alias ``reroll/base:bookworm``): a Debian bookworm root file system made
-  with debootstrap from the host's Debian mirror (packages in ``reroll/images/base/packages.txt``), then
-  ``docker import``-ed. Needs root and the ``debootstrap`` package (installed with apt-get if missing).
+  with debootstrap from the host's Debian mirror (packages in ``reroll/images/base/packages.txt``),
+  then imported (``docker import``, ``buildah commit``). Needs root and the ``debootstrap`` package
+  (installed with apt-get if missing).
   Tasks without a Dockerfile run in it; it is tagged with a hash of what it is built from, so a
   rebuild is skipped when nothing changed.
 - ``reroll/debian:<variant>-<hash>`` (alias ``reroll/debian:<variant>``), the catalogue
@@ -32,7 +35,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -42,11 +44,12 @@ from pathlib import Path
 import docker
 import docker.errors
 import requests
-import urllib3
 from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, cache_slot, host_ca_bundle, image_builds
 from reroll.sandbox.base import HOST_CA_VARIABLES
+from reroll.sandbox.docker.builder import MANAGED_LABEL as MANAGED_LABEL  # re-exported
+from reroll.sandbox.docker.builder import DockerBuilder, ImageBuilder, as_builder
 from reroll.sandbox.docker.catalogue import (
     BASE_ALIAS as BASE_ALIAS,  # re-exported: where callers have always found it
 )
@@ -67,9 +70,10 @@ from reroll.sandbox.spec import SandboxSpec, SiblingService
 IMAGES = resources.files("reroll") / "images"
 """reroll's own image recipes (package data): ``base/packages.txt``."""
 SUITE = "bookworm"
-MANAGED_LABEL = "reroll.managed"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 COMMAND_TIMEOUT_SECONDS = 1800
+IMPORTED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+"""The ENV of the debootstrapped images (the base and the catalogue's)."""
 
 Log = Callable[[str], None]
 """Where build steps are reported, one line each; the default is this module's logger (INFO)."""
@@ -101,15 +105,7 @@ def _top_level(root: Path, names: frozenset[str]) -> Callable[[str, list[str]], 
     return lambda folder, entries: set(entries) & names if Path(folder) == root else set()
 
 
-def _exists(client: docker.DockerClient, tag: str) -> bool:
-    try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        return False
-    return True
-
-
-def _run(argv: list[str], what: str, log: Log) -> str:
+def run_step(argv: list[str], what: str, log: Log) -> str:
     """Run a host command; raise ImageBuildError naming `what` with the end of its output."""
     log(f"$ {' '.join(argv[:6])}{' …' if len(argv) > 6 else ''}")
     try:
@@ -167,16 +163,16 @@ def _ensure_debootstrap(log: Log) -> str:
             "debootstrap is missing and installing it needs root: apt-get install debootstrap"
         )
     log("installing debootstrap with apt-get")
-    _run(["apt-get", "update", "-qq"], "apt-get update", log)
-    _run(["apt-get", "install", "-y", "-qq", "debootstrap"], "apt-get install debootstrap", log)
+    run_step(["apt-get", "update", "-qq"], "apt-get update", log)
+    run_step(["apt-get", "install", "-y", "-qq", "debootstrap"], "apt-get install debootstrap", log)
     found = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
     if not Path(found).exists():
         raise ImageBuildError("apt-get installed debootstrap but it is not on PATH")
     return found
 
 
-def _debootstrap_image(client: docker.DockerClient, tag: str, recipe: Recipe, log: Log) -> None:
-    """debootstrap `recipe` and ``docker import`` it as `tag`.
+def _debootstrap_image(builder: ImageBuilder, tag: str, recipe: Recipe, log: Log) -> None:
+    """debootstrap `recipe` and import it into `builder` as `tag`.
 
     Raises:
         ImageBuildError: not root, debootstrap failed (with its log's end), or the import failed.
@@ -189,47 +185,35 @@ def _debootstrap_image(client: docker.DockerClient, tag: str, recipe: Recipe, lo
         root = Path(workdir) / "root"
         log(f"debootstrap {recipe.suite} from {mirror} for {tag} (a few minutes)")
         argv = [debootstrap, "--variant=minbase", f"--include={','.join(recipe.packages)}"]
-        _run([*argv, recipe.suite, str(root), mirror], "debootstrap", log)
+        run_step([*argv, recipe.suite, str(root), mirror], "debootstrap", log)
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for path in (root / leftover).glob("*"):
                 if path.is_file():
                     path.unlink()
-        labels = f"LABEL {MANAGED_LABEL}=1"
+        labels = {MANAGED_LABEL: "1"}
         if "python3" in recipe.packages:
-            python = _run(
+            python = run_step(
                 ["chroot", str(root), "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                 "python3 in the root file system",
                 log,
             ).strip()
-            labels += f" reroll.python={python}"
+            labels["reroll.python"] = python
             if recipe.python:
                 (root / f"usr/lib/python{python}/EXTERNALLY-MANAGED").unlink(missing_ok=True)
         if recipe.pip_config:
             (root / "etc/pip.conf").write_text(recipe.pip_config)
         tarball = Path(workdir) / "rootfs.tar"
-        _run(
+        run_step(
             ["tar", "--numeric-owner", "-C", str(root), "-cf", str(tarball), "."],
             "tar of the root file system",
             log,
         )
-        log(f"docker import as {tag}")
-        changes = [
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "ENV LANG=C.UTF-8",
-            labels,
-            'CMD ["bash"]',
-        ]
-        repository, version = tag.split(":")
-        try:
-            client.api.import_image_from_file(
-                str(tarball), repository=repository, tag=version, changes=changes
-            )
-        except docker.errors.APIError as exc:
-            raise ImageBuildError(f"docker import of {tag} failed: {exc}") from exc
+        log(f"{builder.name} import as {tag}")
+        builder.import_rootfs(tarball, tag, IMPORTED_ENV, labels)
 
 
 def _image_lock(tag: str) -> AbstractContextManager[None]:
-    """The lock of building the image `tag`, so that concurrent rollouts build it once."""
+    """The lock of building the image `tag` (in any builder), so that concurrent rollouts build it once."""
     return cache_lock(f"images/{_slug(tag)}")
 
 
@@ -242,78 +226,39 @@ def _build_slot() -> AbstractContextManager[int]:
     return cache_slot("images/builds", image_builds())
 
 
-def ensure_catalogue(client: docker.DockerClient, variant: str, log: Log = logger.info) -> str:
-    """The tag of the catalogue image `variant`, built first if missing (and aliased
-    ``reroll/debian:<variant>``).
+def ensure_catalogue(engine: docker.DockerClient | ImageBuilder, variant: str, log: Log = logger.info) -> str:
+    """The tag of the catalogue image `variant` in `engine` (a Docker client or another
+    `ImageBuilder`), built first if missing (and aliased ``reroll/debian:<variant>``).
 
     Raises:
         ImageBuildError: a build step failed.
     """
+    builder = as_builder(engine)
     tag = catalogue_tag(variant)
     with _image_lock(tag):
-        if not _exists(client, tag):
+        if not builder.exists(tag):
             with _build_slot():
-                _debootstrap_image(client, tag, CATALOGUE[variant], log)
-        client.images.get(tag).tag(CATALOGUE_REPO, variant)
+                _debootstrap_image(builder, tag, CATALOGUE[variant], log)
+        builder.tag(tag, f"{CATALOGUE_REPO}:{variant}")
     return tag
 
 
-def _build(client: docker.DockerClient, what: str, timeout_seconds: float, **kwargs: object) -> None:
-    """``docker build`` with reroll's label, cut at `timeout_seconds` (a task's
-    ``environment.build_timeout_sec``, Harbor's field). The limit is checked at each line of the
-    build's output, and a build that prints nothing for that long is cut as well (the HTTP read
-    timeout), so a build ends within twice the limit at worst; the daemon stops a build whose
-    connection closes.
-
-    Raises:
-        ImageBuildError: the build failed (naming `what`, with the log's end) or ran out of time.
-    """
-    started = time.monotonic()
-    output: list[str] = []
-    overtime = ImageBuildError(
-        f"docker build of {what} took longer than its {timeout_seconds:g} s (the task's "
-        f"environment.build_timeout_sec; on a slow or busy host, set REROLL_BUILD_TIMEOUT_MULTIPLIER)"
-    )
-    try:
-        stream = client.api.build(
-            rm=True,
-            forcerm=True,
-            labels={MANAGED_LABEL: "1"},
-            decode=True,
-            timeout=timeout_seconds,
-            **kwargs,
-        )
-        for chunk in stream:
-            output.append(str(chunk.get("stream") or chunk.get("error") or ""))
-            if "error" in chunk:
-                raise ImageBuildError(
-                    f"docker build of {what} failed: {chunk['error']}\n{''.join(output)[-3000:]}"
-                )
-            if time.monotonic() - started > timeout_seconds:
-                stream.close()
-                raise overtime
-    except docker.errors.APIError as exc:
-        raise ImageBuildError(f"docker build of {what} failed: {exc}") from exc
-    except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-        if time.monotonic() - started >= timeout_seconds:
-            raise overtime from exc
-        raise ImageBuildError(f"docker build of {what} failed: {exc}") from exc
-
-
-def ensure_images(client: docker.DockerClient, log: Log = logger.info) -> Images:
-    """Build the base image unless it exists; returns its tag.
+def ensure_images(engine: docker.DockerClient | ImageBuilder, log: Log = logger.info) -> Images:
+    """Build the base image in `engine` (a Docker client or another `ImageBuilder`) unless it
+    exists; returns its tag.
 
     Raises:
         ImageBuildError: a build step failed.
     """
+    builder = as_builder(engine)
     built: list[str] = []
     base = base_tag()
     with _image_lock(base):
-        if not _exists(client, base):
+        if not builder.exists(base):
             with _build_slot():
-                _debootstrap_image(client, base, base_recipe(), log)
+                _debootstrap_image(builder, base, base_recipe(), log)
             built.append(base)
-        client.images.get(base).tag(BASE_REPO, SUITE)
+        builder.tag(base, BASE_ALIAS)
     return Images(base=base, built=tuple(built))
 
 
@@ -357,15 +302,15 @@ def trust_host_ca(dockerfile: str) -> str:
 
 
 def _with_standins(
-    client: docker.DockerClient, dockerfile: str, image_map: Mapping[str, str], log: Log
+    builder: ImageBuilder, dockerfile: str, image_map: Mapping[str, str], log: Log
 ) -> dict[str, str]:
     """`image_map`, completed so that each FROM image (after the map) that needs a catalogue image
     (`reroll.sandbox.docker.catalogue.standins`: one named, or a public base with a stand-in that
     is not local) is replaced by that catalogue image's tag, built first if missing."""
     _, bases = map_from_lines(dockerfile, image_map)
     built = {
-        image: ensure_catalogue(client, variant, log)
-        for image, variant in standins(dict.fromkeys(bases), lambda image: _exists(client, image)).items()
+        image: ensure_catalogue(builder, variant, log)
+        for image, variant in standins(dict.fromkeys(bases), builder.exists).items()
     }
     for image, tag in built.items():
         if not image.startswith(CATALOGUE_REPO):
@@ -384,7 +329,7 @@ def _is_local(image: str) -> bool:
     """`local_images`' answer for `image`."""
     try:
         with contextlib.closing(docker.from_env()) as client:
-            return _exists(client, image)
+            return DockerBuilder(client).exists(image)
     except (docker.errors.DockerException, requests.exceptions.RequestException):
         return False
 
@@ -414,13 +359,14 @@ def _slug(name: str) -> str:
 
 
 def task_image(
-    client: docker.DockerClient,
+    engine: docker.DockerClient | ImageBuilder,
     spec: SandboxSpec,
     base: str,
     log: Log = logger.info,
     image_map: Mapping[str, str] | None = None,
 ) -> str:
-    """The image a sandbox's container runs: its Dockerfile's image, built when missing.
+    """The image a sandbox's container runs: its Dockerfile's image, built in `engine` (a Docker
+    client or another `ImageBuilder`) when missing.
 
     A spec without a Dockerfile (`reroll.sandbox.spec.SandboxSpec.build`) runs its
     ``docker_image`` (mapped per `image_map`; it must be local), else `base` itself. The build
@@ -433,13 +379,14 @@ def task_image(
         ImageBuildError: the task's Dockerfile failed to build otherwise (the message carries the
             log), or building a catalogue image failed.
     """
+    builder = as_builder(engine)
     if spec.build is None:
         declared = spec.docker_image
         if declared is None:
             return base
         mapped = (image_map or {}).get(declared, declared)
-        image = _with_standins(client, f"FROM {mapped}", {}, log).get(mapped, mapped)
-        if not _exists(client, image):
+        image = _with_standins(builder, f"FROM {mapped}", {}, log).get(mapped, mapped)
+        if not builder.exists(image):
             raise ImageUnavailableError(
                 f"task {spec.name} runs the prebuilt image {image} (environment.docker_image), which is "
                 f"not a local image. Remedies: map it with one flag: reroll run … --image-map "
@@ -448,7 +395,7 @@ def task_image(
             )
         return image
     return build_image(
-        client,
+        builder,
         BuildRequest(
             repository=f"reroll/task-{_slug(spec.name)}",
             context=spec.build.context,
@@ -463,7 +410,7 @@ def task_image(
 
 
 def service_image(
-    client: docker.DockerClient,
+    engine: docker.DockerClient | ImageBuilder,
     spec: SandboxSpec,
     service: SiblingService,
     base: str,
@@ -481,7 +428,7 @@ def service_image(
     if service.build is None:
         raise ValueError(f"service {service.name} has no build")
     return build_image(
-        client,
+        engine,
         BuildRequest(
             repository=f"reroll/task-{_slug(spec.name)}-{_slug(service.name)}",
             context=service.build.context,
@@ -511,7 +458,7 @@ class BuildRequest:
 
 
 def build_image(
-    client: docker.DockerClient,
+    engine: docker.DockerClient | ImageBuilder,
     request: BuildRequest,
     base: str,
     log: Log = logger.info,
@@ -532,12 +479,13 @@ def build_image(
         ImageBuildError: the Dockerfile failed to build otherwise (the message carries the log),
             or building a catalogue image failed.
     """
+    builder = as_builder(engine)
     context = request.context
     written = request.dockerfile.read_text(encoding="utf-8")
     leave_out = request.hidden
     if leave_out:
         written = without_copies_of(written, leave_out)
-    dockerfile, bases = map_from_lines(written, _with_standins(client, written, image_map or {}, log))
+    dockerfile, bases = map_from_lines(written, _with_standins(builder, written, image_map or {}, log))
     ca_bundle = host_ca_bundle()
     ca = ca_bundle.read_bytes() if ca_bundle is not None else b""
     if ca:
@@ -545,9 +493,9 @@ def build_image(
     files = _tree_bytes(context, leave_out)
     tag = f"{request.repository}:{content_digest(base.encode(), dockerfile.encode(), ca, *files)}"
     with _image_lock(tag):
-        if _exists(client, tag):
+        if builder.exists(tag):
             return tag
-        log(f"docker build {request.dockerfile}")
+        log(f"{builder.name} build {request.dockerfile}")
         with _build_slot(), tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:
             build_context = Path(folder) / "context"  # a copy, so the task's folder is not written to
             shutil.copytree(context, build_context, symlinks=True, ignore=_top_level(context, leave_out))
@@ -555,16 +503,9 @@ def build_image(
             mapped = Path(folder) / "Dockerfile"  # outside the context: the SDK sends it along
             mapped.write_text(dockerfile, encoding="utf-8")
             try:
-                _build(
-                    client,
-                    str(request.dockerfile),
-                    request.timeout_seconds,
-                    path=str(build_context),
-                    dockerfile=str(mapped),
-                    tag=tag,
-                )
+                builder.build(str(request.dockerfile), request.timeout_seconds, build_context, mapped, tag)
             except ImageBuildError as exc:
-                missing = [image for image in bases if not _exists(client, image)]
+                missing = [image for image in bases if not builder.exists(image)]
                 if missing:
                     raise unavailable_error(missing, request.dockerfile, written, str(exc)) from exc
                 raise

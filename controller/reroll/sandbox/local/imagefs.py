@@ -8,7 +8,9 @@ a RUN, another COPY, an ENV, another base…), or that names an ``environment.do
 on its image instead (`image_root`):
 
 - the image is built by the docker backend's own builder (`reroll.sandbox.docker.images.task_image`:
-  the same catalogue stand-ins, ``--image-map``, build cache and build limits);
+  the same catalogue stand-ins, ``--image-map``, build cache and build limits), in Docker where its
+  engine answers, else in buildah, daemonless (`reroll.sandbox.local.buildah`; `open_builder`,
+  the setting ``image_builder`` chooses);
 - its file system is exported once into reroll's cache, ``<cache>/rootfs/<image id>/root``, with
   every owner shifted by `IMAGE_ID_BASE` (a range no sandbox runs as), next to ``image.json``
   (the image's WORKDIR, USER and ENV). It is unpacked into a ``.partial-*`` folder and renamed
@@ -20,12 +22,12 @@ on its image instead (`image_root`):
   the image, the agent's uid 1000 what uid 1000 did), so rollouts share one copy, not one identity.
 
 A sandbox holds a shared lock on its image's copy while it runs (`hold`); ``reroll sandbox prune
---sandbox local`` removes the copies whose image Docker no longer has, and half copies, that no
-sandbox holds (`prune_unpacked`): an unpacked copy lives as long as its image.
+--sandbox local`` removes the copies whose image neither Docker nor buildah still has, and half
+copies, that no sandbox holds (`prune_unpacked`): an unpacked copy lives as long as its image.
 
-Where Docker cannot be reached, such a task is refused (`ImageUnavailableError`) with the lines the
-host view cannot honour and the fix (``--sandbox docker``, or install Docker); a task the host view
-honours runs as before, without Docker.
+Where neither Docker nor buildah can build, such a task is refused (`ImageUnavailableError`) with
+the lines the host view cannot honour, why, and the fix (``--sandbox docker``, or install buildah);
+a task the host view honours runs as before, with no builder.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import io
 import json
 import os
 import re
@@ -53,11 +54,15 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir, cache_lock
 from reroll.sandbox.base import Sandbox
+from reroll.sandbox.docker.builder import DockerBuilder, ImageBuilder, as_builder
 from reroll.sandbox.docker.catalogue import BASE_ALIAS
-from reroll.sandbox.docker.conventions import SETUP_SCRIPT, image_defaults
-from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, task_image
+from reroll.sandbox.docker.conventions import SETUP_SCRIPT
+from reroll.sandbox.docker.images import ensure_images, task_image
 from reroll.sandbox.layout import SandboxLayout
+from reroll.sandbox.local.buildah import INSTALL as BUILDAH_INSTALL
+from reroll.sandbox.local.buildah import BuildahBuilder, buildah_missing
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE
+from reroll.sandbox.local.settings import BuilderChoice
 from reroll.sandbox.spec import SandboxSpec
 
 ROOTFS_FOLDER = "rootfs"
@@ -152,9 +157,9 @@ def refusal(spec: SandboxSpec, lines: list[str], reason: str) -> str:
     more = f" and {len(lines) - 5} more" if len(lines) > 5 else ""
     return (
         f"{where} needs its image ({shown}{more}): the local sandbox runs the task's image only where "
-        f"Docker builds it, and {reason}; its host view honours only {', '.join(HONOURED)}. "
-        "Fix: run it with --sandbox docker, or install Docker here (the local sandbox then builds "
-        "the image and runs on its file system)"
+        f"Docker or buildah builds it, and {reason}; its host view honours only {', '.join(HONOURED)}. "
+        f"Fix: run it with --sandbox docker, or install buildah here ({BUILDAH_INSTALL}, as root; "
+        "or Docker): the local sandbox then builds the image and runs on its file system"
     )
 
 
@@ -171,37 +176,66 @@ def docker_unreachable() -> str:
     return ""
 
 
-def image_root(spec: SandboxSpec, image_map: Mapping[str, str] | None = None) -> ImageRoot:
-    """`spec`'s image, built when missing (`task_image`) and unpacked when not yet
-    (`unpacked`), for a spec the host view cannot honour (`spec_unhonoured`).
+def no_builder(choice: BuilderChoice = "auto") -> str:
+    """Why no image builder of `choice` can build here (`open_builder`); "" when one can."""
+    docker_reason = (
+        docker_unreachable() if choice != "buildah" else "Docker is not used (image_builder buildah)"
+    )
+    if not docker_reason:
+        return ""
+    buildah_reason = buildah_missing() if choice != "docker" else "buildah is not used (image_builder docker)"
+    return "" if not buildah_reason else f"{docker_reason} and {buildah_reason}"
+
+
+@contextlib.contextmanager
+def open_builder(spec: SandboxSpec, choice: BuilderChoice = "auto") -> Iterator[ImageBuilder]:
+    """The image builder for `spec`'s image: Docker where its engine answers (unless `choice` is
+    ``buildah``), else buildah (unless `choice` is ``docker``).
 
     Raises:
-        ImageUnavailableError: Docker cannot be reached (the message names the lines and the fix),
+        ImageUnavailableError: neither can build (the message names the lines, why, and the fix).
+    """
+    if choice != "buildah" and not docker_unreachable():
+        with contextlib.closing(docker.from_env()) as client:
+            yield DockerBuilder(client)
+    elif reason := no_builder(choice):
+        raise ImageUnavailableError(refusal(spec, spec_unhonoured(spec), reason))
+    else:
+        yield BuildahBuilder()
+
+
+def image_root(
+    spec: SandboxSpec, image_map: Mapping[str, str] | None = None, builder: BuilderChoice = "auto"
+) -> ImageRoot:
+    """`spec`'s image, built when missing (`task_image`, by the builder `open_builder` chooses)
+    and unpacked when not yet (`unpacked`), for a spec the host view cannot honour (`spec_unhonoured`).
+
+    Raises:
+        ImageUnavailableError: no builder can build here (the message names the lines and the fix),
             or an image the build needs is not local.
         ImageBuildError: the Dockerfile failed to build.
         SandboxError: exporting or unpacking the image failed.
     """
-    reason = docker_unreachable()
-    if reason:
-        raise ImageUnavailableError(refusal(spec, spec_unhonoured(spec), reason))
-    with contextlib.closing(docker.from_env()) as client:
-        base = ensure_images(client).base
-        tag = task_image(client, spec, base, image_map=image_map)
-        image_id = str(client.images.get(tag).id)
-        return unpacked(client, tag, image_id)
+    with open_builder(spec, builder) as engine:
+        base = ensure_images(engine).base
+        tag = task_image(engine, spec, base, image_map=image_map)
+        return unpacked(engine, tag, engine.image_id(tag))
 
 
 def image_layout(
-    spec: SandboxSpec, layout: SandboxLayout, image_map: Mapping[str, str] | None = None
+    spec: SandboxSpec,
+    layout: SandboxLayout,
+    image_map: Mapping[str, str] | None = None,
+    builder: BuilderChoice = "auto",
 ) -> tuple[ImageRoot, SandboxLayout]:
-    """`spec`'s image (`image_root`) and `layout` on it: the spec's working folder, else the
-    image's WORKDIR, as docker's (nothing is bound there: ``/root`` holding the agents folder is
-    fine), and the image's ENV.
+    """`spec`'s image (`image_root`, built by `builder`) and `layout` on it: the spec's working
+    folder, else the image's WORKDIR, as docker's (nothing is bound there: ``/root`` holding the
+    agents folder is fine), and the image's ENV.
 
     Raises:
         ImageUnavailableError, ImageBuildError, SandboxError: as `image_root`.
     """
-    image = image_root(spec, image_map)
+    image = image_root(spec, image_map, builder)
     workspace = spec.workdir or image.workdir
     return image, dataclasses.replace(layout, workspace=workspace, image_env=image.env)
 
@@ -225,9 +259,10 @@ def read_meta(folder: Path, image_id: str) -> ImageRoot | None:
     return found if found.root == folder / "root" and found.root.is_dir() else None
 
 
-def unpacked(client: docker.DockerClient, tag: str, image_id: str) -> ImageRoot:
-    """Image `tag`'s file system in the cache (`rootfs_folder`), unpacked first unless a complete
-    copy is there; a folder that is not complete is removed and unpacked again.
+def unpacked(engine: docker.DockerClient | ImageBuilder, tag: str, image_id: str) -> ImageRoot:
+    """Image `tag`'s file system in the cache (`rootfs_folder`), unpacked first from `engine` (a
+    Docker client or an image builder) unless a complete copy is there; a folder that is not
+    complete is removed and unpacked again.
 
     Raises:
         SandboxError: the export or the unpacking failed (nothing is left in the cache).
@@ -243,8 +278,9 @@ def unpacked(client: docker.DockerClient, tag: str, image_id: str) -> ImageRoot:
         partial = folder.with_name(f".partial-{folder.name}-{secrets.token_hex(4)}")
         try:
             partial.mkdir(parents=True, mode=0o700)
-            defaults = image_defaults(client, tag)
-            _export(client, tag, partial / "root")
+            builder = as_builder(engine)
+            defaults = builder.defaults(tag)
+            _export(builder, tag, partial / "root")
             found = ImageRoot(folder / "root", tag, image_id, defaults.workdir, defaults.user, defaults.env)
             meta = {**asdict(found), "root": str(found.root), "format": FORMAT}
             (partial / META_FILE).write_text(json.dumps(meta, indent=1))
@@ -277,23 +313,28 @@ def hold(image: ImageRoot) -> IO[str]:
 
 
 def prune_unpacked() -> list[str]:
-    """Remove the unpacked copies (`rootfs_folder`) whose Docker image is gone and the half
-    copies (``.partial-*``) of unpackings no longer running, skipping any a sandbox holds (`hold`)
-    or an unpacking is writing; nothing when Docker cannot be reached (a copy's image cannot be
-    told from a gone one).
+    """Remove the unpacked copies (`rootfs_folder`) whose image is gone (neither Docker nor
+    buildah has it) and the half copies (``.partial-*``) of unpackings no longer running, skipping
+    any a sandbox holds (`hold`) or an unpacking is writing; nothing when an installed Docker does
+    not answer, or when neither Docker answers nor buildah is installed (a copy's image cannot be
+    told from a gone one then).
 
     Returns:
         The folders removed.
     """
     root = cache_dir() / ROOTFS_FOLDER
-    if not root.is_dir() or docker_unreachable():
+    unreachable = docker_unreachable()
+    if not root.is_dir() or (unreachable and (shutil.which("docker") or buildah_missing())):
         return []
-    with contextlib.closing(docker.from_env()) as client:
-        present = {str(image.id).removeprefix("sha256:")[:32] for image in client.images.list(all=True)}
+    folders = [
+        folder
+        for folder in sorted(root.iterdir())
+        if folder.suffix != ".lock" and not folder.is_symlink() and folder.is_dir()
+    ]
+    copies = {folder.name for folder in folders if not folder.name.startswith(".partial-")}
+    present = _present(copies, docker_answers=not unreachable)
     removed = []
-    for folder in sorted(root.iterdir()):
-        if folder.suffix == ".lock" or folder.is_symlink() or not folder.is_dir():
-            continue
+    for folder in folders:
         partial = folder.name.startswith(".partial-")
         if not partial and folder.name in present:
             continue
@@ -310,6 +351,18 @@ def prune_unpacked() -> list[str]:
     return removed
 
 
+def _present(names: set[str], docker_answers: bool) -> set[str]:
+    """Which of `names` (cache folder names: `rootfs_folder`'s) name an image Docker has (when it
+    `docker_answers`) or buildah has (asked only when Docker lacks one, and buildah is installed)."""
+    ids: set[str] = set()
+    if docker_answers:
+        with contextlib.closing(docker.from_env()) as client:
+            ids = {str(image.id) for image in client.images.list(all=True)}
+    if names - {image_id.removeprefix("sha256:")[:32] for image_id in ids} and not buildah_missing():
+        ids |= BuildahBuilder().image_ids()
+    return names & {image_id.removeprefix("sha256:")[:32] for image_id in ids}
+
+
 def _remove(path: Path) -> None:
     """Delete `path` (a folder or a file), whatever its modes."""
     if path.is_dir() and not path.is_symlink():
@@ -318,23 +371,17 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _export(client: docker.DockerClient, tag: str, root: Path) -> None:
-    """Unpack the file system of a (never started) container of `tag` into `root` (made here).
+def _export(builder: ImageBuilder, tag: str, root: Path) -> None:
+    """Unpack the file system of image `tag` (`ImageBuilder.rootfs`) into `root` (made here).
 
     Raises:
-        docker.errors.DockerException: the container could not be made or exported.
+        docker.errors.DockerException, SandboxError: the image could not be read.
         OSError, tarfile.TarError: the unpacking failed.
     """
-    container = client.containers.create(tag, command=["true"], labels={MANAGED_LABEL: "1"})
-    try:
-        root.mkdir(mode=0o755)
-        stream = io.BufferedReader(_ChunkReader(container.export()), buffer_size=1 << 20)
-        with tarfile.open(fileobj=stream, mode="r|") as archive:
-            archive.extractall(root, numeric_owner=True, filter=shifted_filter(IMAGE_ID_BASE))
-        os.lchown(root, IMAGE_ID_BASE, IMAGE_ID_BASE)  # the archive has no entry for "/"
-    finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            container.remove(force=True)
+    root.mkdir(mode=0o755)
+    with builder.rootfs(tag) as stream, tarfile.open(fileobj=stream, mode="r|") as archive:
+        archive.extractall(root, numeric_owner=True, filter=shifted_filter(IMAGE_ID_BASE))
+    os.lchown(root, IMAGE_ID_BASE, IMAGE_ID_BASE)  # docker's archive has no entry for "/"
 
 
 def shifted_filter(id_base: int) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo | None]:
@@ -366,30 +413,6 @@ def shifted_filter(id_base: int) -> Callable[[tarfile.TarInfo, str], tarfile.Tar
         )
 
     return keep
-
-
-class _ChunkReader(io.RawIOBase):
-    """A readable stream over an iterator of byte chunks (the Docker SDK's export)."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self._left = b""
-
-    def readable(self) -> bool:
-        """Always: it is a stream to read."""
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        """Fill `buffer` from the next chunks; 0 at their end."""
-        while not self._left:
-            try:
-                self._left = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._left))
-        buffer[:size] = self._left[:size]
-        self._left = self._left[size:]
-        return size
 
 
 def lay_out_overlay(folder: Path, image: ImageRoot, reachable: list[str], id_base: int) -> None:
@@ -443,7 +466,7 @@ async def settle(sandbox: Sandbox, spec: SandboxSpec, image: ImageRoot, timeout_
 
 def local_warnings(spec: SandboxSpec, unreachable: str) -> list[str]:
     """``reroll task check``'s warning for a task the default ``local`` sandbox would refuse here:
-    its image is needed (`spec_unhonoured`) and cannot be built (`unreachable`: why Docker is
-    not reachable, "" when it is); ``[]`` otherwise."""
+    its image is needed (`spec_unhonoured`) and cannot be built (`unreachable`: why no builder
+    can build here, `no_builder`; "" when one can); ``[]`` otherwise."""
     lines = spec_unhonoured(spec)
     return [refusal(spec, lines, unreachable)] if lines and unreachable else []

@@ -382,7 +382,9 @@ class IsolatedSandbox(Sandbox):
         control = self.folder / ".reroll"
         try:  # on the task's image where the host view cannot make it (not the installer: host view)
             if not self.config.agents_writable and spec_unhonoured(self.spec):
-                on_image = functools.partial(image_layout, self.spec, self.layout, self.config.image_map)
+                on_image = functools.partial(
+                    image_layout, self.spec, self.layout, self.config.image_map, self.config.image_builder
+                )
                 image, self.layout = await asyncio.to_thread(on_image)
                 self._image, self._image_hold = image, hold(image)
         except BaseException:

@@ -3,7 +3,12 @@ once by `reroll.sandbox.base.Backend`."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+BuilderChoice = Literal["auto", "docker", "buildah"]
+"""Which image builder the local sandbox uses for a task's image (`IsolatedSandboxConfig.image_builder`)."""
 
 
 class IsolatedSandboxConfig(BaseModel):
@@ -37,5 +42,9 @@ class IsolatedSandboxConfig(BaseModel):
     image_map: dict[str, str] = Field(default_factory=dict)
     """Source image → local replacement for the FROM lines of a task's Dockerfile, when the
     sandbox runs on the task's image (`reroll.sandbox.local.imagefs`; as docker's ``image_map``)."""
+    image_builder: BuilderChoice = "auto"
+    """What builds a task's image when the sandbox runs on it (`reroll.sandbox.local.imagefs`):
+    ``auto``, Docker where its engine answers, else buildah (`reroll.sandbox.local.buildah`);
+    ``docker`` or ``buildah``: that one only."""
     setup_timeout_seconds: float = Field(default=60.0, gt=0)
     """How long the one-time setup on a task's image (agent user, folders) may take."""

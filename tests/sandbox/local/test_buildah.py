@@ -1,0 +1,119 @@
+"""The local sandbox on a task's image built by buildah where no Docker answers
+(`reroll.sandbox.local.buildah`): the catalogue stand-in and reroll's base debootstrapped into
+buildah's storage, the image unpacked as with Docker, ``--image-map`` and the build limit applied,
+and the oracle of a task that RUNs, sets ENV, WORKDIR and USER and COPYs reaching 1.0 on
+``--sandbox local``. The first run on a machine debootstraps two images (minutes); later ones
+find them in buildah's storage."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from reroll.rollout.sandbox_spec import sandbox_spec
+from reroll.sandbox.docker.images import base_tag, task_image
+from reroll.sandbox.local import isolated
+from reroll.sandbox.local.buildah import BuildahBuilder, buildah_missing
+from reroll.sandbox.local.imagefs import ImageRoot, image_root, rootfs_folder
+from reroll.sandbox.local.rootview import IMAGE_ID_BASE
+from reroll.sandbox.spec import ImageBuild, SandboxSpec
+from reroll.tasks.task import load_task
+from reroll_contracts.errors import ImageBuildError
+
+from tests.e2e.test_example_tasks import oracle_run
+
+pytestmark = [
+    pytest.mark.spawns,
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(buildah_missing()), reason=buildah_missing() or "buildah is here"),
+]
+
+TASK = Path(__file__).parents[2] / "fixtures" / "local-debian-image-task"
+"""FROM debian:bookworm-slim (the catalogue's bookworm stands in), a RUN making a tool and a user,
+ENV, WORKDIR /srv/work, a COPY of a data file and USER worker."""
+NO_DOCKER = "unix:///nonexistent/reroll-test-docker.sock"
+
+
+@pytest.fixture(scope="module")
+def no_docker() -> Iterator[None]:
+    """Docker unreachable: ``DOCKER_HOST`` names no socket (reroll's cache is this machine's, with
+    its sidecar bundle; what this module unpacks there, it removes), and build slots beyond the
+    machine's two (``REROLL_IMAGE_BUILDS``), so these small builds never queue behind other jobs'."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_HOST", NO_DOCKER)
+        patch.setenv("REROLL_IMAGE_BUILDS", "8")
+        yield
+
+
+@pytest.fixture(scope="module")
+def built(no_docker: None) -> Iterator[ImageRoot]:
+    """The fixture task's image, built by buildah (chosen by ``auto``: no Docker) and unpacked."""
+    found = image_root(sandbox_spec(load_task(TASK)))
+    yield found
+    _remove_copy(found)
+
+
+def _remove_copy(image: ImageRoot) -> None:
+    """Remove `image`'s unpacked copy from reroll's cache (not its image: buildah's storage keeps it,
+    as Docker keeps the images its tests build)."""
+    shutil.rmtree(image.root.parent)
+    image.root.parent.with_name(f"{image.root.parent.name}.lock").unlink(missing_ok=True)
+
+
+def _task(folder: Path, dockerfile: str, timeout_seconds: float = 600) -> SandboxSpec:
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(dockerfile)
+    build = ImageBuild(context=folder, dockerfile=folder / "Dockerfile")
+    return SandboxSpec(
+        name=f"buildah-{secrets.token_hex(3)}", build=build, build_timeout_seconds=timeout_seconds
+    )
+
+
+def test_the_image_is_built_by_buildah_and_unpacked_with_its_defaults(built: ImageRoot) -> None:
+    assert built.root == rootfs_folder(built.image_id) / "root"
+    assert BuildahBuilder().exists(built.image)
+    assert (built.workdir, built.user, built.env["GREETING"]) == ("/srv/work", "worker", "from-the-image")
+    assert built.env["PATH"].startswith("/opt/tools/bin:")
+    assert (built.root / "srv/work/data.txt").read_text() == "seed-data\n"
+    assert (built.root / "opt/tools/bin/mytool").stat().st_mode & 0o777 == 0o755
+    assert (built.root / "home/worker").stat().st_uid == IMAGE_ID_BASE + 1234
+    assert (built.root / "etc/passwd").stat().st_uid == IMAGE_ID_BASE
+
+
+def test_a_second_start_finds_the_image_built(built: ImageRoot, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_build(*args: object) -> None:
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(BuildahBuilder, "build", no_build)
+    assert image_root(sandbox_spec(load_task(TASK)), None, "buildah") == built
+
+
+def test_the_image_map_applies_and_the_build_limit_cuts(built: ImageRoot, tmp_path: Path) -> None:
+    """``--image-map`` maps a FROM no registry has onto the catalogue; a build over its
+    ``build_timeout_sec`` is cut, naming the limit."""
+    mapped = _task(tmp_path / "mapped", "FROM example.invalid/base:1\nRUN touch /mapped\n")
+    builder = BuildahBuilder()
+    tag = task_image(
+        builder, mapped, base_tag(), image_map={"example.invalid/base:1": "reroll/debian:bookworm"}
+    )
+    try:
+        with builder.rootfs(tag) as stream, tarfile.open(fileobj=stream, mode="r|") as archive:
+            names = {member.name for member in archive}
+        assert {"./mapped", "./etc/debian_version"} <= names
+    finally:
+        subprocess.run(["buildah", "rmi", tag], capture_output=True, check=False)
+    slow = _task(tmp_path / "slow", "FROM reroll/debian:bookworm\nRUN sleep 60\n", timeout_seconds=2)
+    with pytest.raises(ImageBuildError, match="took longer than its 2 s"):
+        image_root(slow, None, "buildah")
+
+
+def test_the_oracle_reaches_reward_one_on_local_without_docker(built: ImageRoot, tmp_path: Path) -> None:
+    """Issue 29: where Docker cannot be reached, local refused a task that needs its image; now
+    buildah builds it and the task's oracle passes on it."""
+    oracle_run(TASK, "local", tmp_path)
