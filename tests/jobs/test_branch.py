@@ -25,7 +25,7 @@ from reroll.view import build_site
 from reroll_contracts.errors import ConfigError, ModelError, RunFolderError
 
 from tests.jobs import flaky_sandbox
-from tests.rollout.verify.test_judge_model import KEYS, judged
+from tests.rollout.verify.test_judge_model import KEYS, UNKEYED_JUDGE, unkeyed_judge_run
 from tests.runfolder.test_run import exchange_line, make_run_folder
 
 AGENT = r"""
@@ -363,19 +363,7 @@ async def test_an_unusable_judge_model_refuses_the_branch_before_anything_is_wri
     variable and --judge-model, not a tree whose every branch ends in error (exit 1)."""
     for name in KEYS:
         monkeypatch.delenv(name, raising=False)
-    task = judged(tmp_path, examples, "release-note", "claude-sonnet-4-6")
-    run = make_run_folder(
-        tmp_path / "job" / "run", [exchange_line(0), exchange_line(1)], result={"status": "ok"}
-    )
-    config = {
-        "task_path": str(task),
-        "agent": "mini-swe-agent",
-        "model": "scripted",
-        "sandbox": "local-plain",
-    }
-    (run / "config.json").write_text(json.dumps(config))
-    with pytest.raises(
-        ModelError, match=r"judge model 'claude-sonnet-4-6'.*ANTHROPIC_API_KEY.*--judge-model"
-    ):
+    run = unkeyed_judge_run(tmp_path, examples, "ok", 2)
+    with pytest.raises(ModelError, match=UNKEYED_JUDGE):
         await branch(run, at="1", models=["scripted"])
     assert sorted(path.name for path in (tmp_path / "job").iterdir()) == ["run"]

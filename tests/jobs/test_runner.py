@@ -22,7 +22,7 @@ from reroll_contracts.errors import AgentError, JobError, ModelError, SandboxBac
 from rich.console import Console
 
 from tests.jobs import flaky_sandbox
-from tests.rollout.verify.test_judge_model import KEYS, judged
+from tests.rollout.verify.test_judge_model import KEYS, UNKEYED_JUDGE, unkeyed_judge_run
 from tests.runfolder.test_run import exchange_line, make_run_folder
 
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -371,19 +371,8 @@ async def test_continue_job_refuses_an_unusable_judge_model_before_anything_runs
     written — not a job whose every continuation ends in error after its agent ran."""
     for name in KEYS:
         monkeypatch.delenv(name, raising=False)
-    task = judged(tmp_path, examples, "release-note", "claude-sonnet-4-6")
-    run = make_run_folder(tmp_path / "job" / "r1", [exchange_line(0)], result={"status": "timeout"})
-    config = json.loads((run / "config.json").read_text())
-    config |= {
-        "task_path": str(task),
-        "agent": "mini-swe-agent",
-        "model": "scripted",
-        "sandbox": "local-plain",
-    }
-    (run / "config.json").write_text(json.dumps(config))
-    with pytest.raises(
-        ModelError, match=r"judge model 'claude-sonnet-4-6'.*ANTHROPIC_API_KEY.*--judge-model"
-    ):
+    unkeyed_judge_run(tmp_path, examples, "timeout", 1)
+    with pytest.raises(ModelError, match=UNKEYED_JUDGE):
         await continue_job(tmp_path / "job", console=quiet())
     assert not (tmp_path / "job" / "continued").exists()
 

@@ -4,6 +4,7 @@ variable or ``--judge-model``, a task that needs no model (or names none) passes
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from reroll.rollout.verify.judge_model import check_judge_model, judge_flag
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import ModelError
+
+from tests.runfolder.test_run import exchange_line, make_run_folder
 
 KEYS = ("REROLL_UPSTREAM_URL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY")
 
@@ -31,6 +34,26 @@ def judged(tmp_path: Path, examples: Path, example: str, model: str | None) -> P
     indent = line[: len(line) - len(line.lstrip())]
     document.write_text("".join(lines).replace(line, f"{indent}model: {model}\n" if model else ""))
     return task
+
+
+UNKEYED_JUDGE = r"judge model 'claude-sonnet-4-6'.*ANTHROPIC_API_KEY.*--judge-model"
+"""How the refusal of `unkeyed_judge_run`'s judge reads."""
+
+
+def unkeyed_judge_run(tmp_path: Path, examples: Path, status: str, exchanges: int) -> Path:
+    """A run folder (``job/run``, `status`, `exchanges` recorded) of a copy of ``release-note``
+    whose judge is BenchFlow's ``model: claude-sonnet-4-6``: unusable here, no key is set (`KEYS`)."""
+    task = judged(tmp_path, examples, "release-note", "claude-sonnet-4-6")
+    lines = [exchange_line(index) for index in range(exchanges)]
+    run = make_run_folder(tmp_path / "job" / "run", lines, result={"status": status})
+    config = {
+        "task_path": str(task),
+        "agent": "mini-swe-agent",
+        "model": "scripted",
+        "sandbox": "local-plain",
+    }
+    (run / "config.json").write_text(json.dumps(config))
+    return run
 
 
 def test_a_benchflow_bare_judge_name_is_anthropics(
