@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
+from reroll.sandbox.docker.engine import docker_unreachable
 from reroll.sandbox.docker.images import base_tag, task_image
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.buildah import BuildahBuilder, buildah_missing
@@ -117,3 +118,31 @@ def test_the_oracle_reaches_reward_one_on_local_without_docker(built: ImageRoot,
     """Issue 29: where Docker cannot be reached, local refused a task that needs its image; now
     buildah builds it and the task's oracle passes on it."""
     oracle_run(TASK, "local", tmp_path)
+
+
+@pytest.mark.skipif(bool(docker_unreachable()), reason="no Docker Engine here")
+def test_an_image_docker_has_is_adopted_not_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image the local Docker Engine has is copied into buildah's storage (``docker-daemon:``),
+    never built again; one Docker lacks, or with Docker unreachable, is not adopted."""
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "marker").write_text("from docker\n")
+    archive = tmp_path / "root.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(tmp_path / "root", arcname=".")
+    tag = f"reroll/adopt-test:{secrets.token_hex(4)}"
+    subprocess.run(["docker", "import", str(archive), tag], capture_output=True, check=True)
+    builder = BuildahBuilder()
+    try:
+        assert not builder.exists(tag)
+        with monkeypatch.context() as patch:
+            patch.setenv("DOCKER_HOST", NO_DOCKER)
+            assert not builder.adopt(tag)
+        assert builder.adopt(tag) and builder.exists(tag)
+        with builder.rootfs(tag) as stream, tarfile.open(fileobj=stream, mode="r|") as copied:
+            assert "./marker" in {member.name for member in copied}
+        assert not builder.adopt(f"{tag}-missing")
+    finally:
+        subprocess.run(["buildah", "rmi", tag], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
