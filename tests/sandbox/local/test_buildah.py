@@ -167,6 +167,7 @@ def test_an_image_docker_has_is_adopted_not_built_again(
 ) -> None:
     """An image the local Docker Engine has is copied into buildah's storage (``docker-daemon:``),
     never built again; one Docker lacks, or with Docker unreachable, is not adopted."""
+    monkeypatch.delenv("DOCKER_HOST", raising=False)  # the module's `no_docker` may be in force
     archive = _tiny_root(tmp_path)
     tag = f"reroll/adopt-test:{secrets.token_hex(4)}"
     subprocess.run(["docker", "import", str(archive), tag], capture_output=True, check=True)
