@@ -185,6 +185,29 @@ def test_owns_lifecycle_on_local_gates_on_the_probes_alone(tmp_path: Path) -> No
     assert "probe failing: `test -e /tmp/never` exits 0" in result["error"]
 
 
+def test_a_service_whose_program_is_not_installed_is_skipped(tmp_path: Path) -> None:
+    """A manifest's services (``if_installed``) start only where their program runs, as BenchFlow
+    probes them; what depends on a skipped one starts without it."""
+    missing = {"name": "claw", "command": "claw-notes serve --port 8130", "port": 8130, "if_installed": True}
+    present = service(0) | {"if_installed": True, "depends_on": ["claw"]}
+    result, run = oracle_run(service_task(tmp_path / "task", [present, missing]), tmp_path / "jobs")
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}
+    records = {r["name"]: r for r in json.loads((run / "services" / "services.json").read_text())}
+    assert records["claw"]["skipped"] == "claw-notes --help exited 127: not installed in this sandbox"
+    assert records["claw"]["started_at"] is not None and records["claw"]["ready_at"] is None
+    assert records["slow"]["skipped"] is None and records["slow"]["ready_at"] is not None
+
+
+def test_no_service_installed_ends_the_rollout_as_environment_error(tmp_path: Path) -> None:
+    missing = {"name": "claw", "command": "claw-notes serve", "port": 8131, "if_installed": True}
+    result, run = oracle_run(service_task(tmp_path / "task", [missing]), tmp_path / "jobs")
+    assert (result["status"], result["error_category"]) == ("error", "environment_error")
+    assert "none of the environment's 1 service(s) is installed" in result["error"]
+    assert "claw-notes" in result["error"]
+    assert not (run / "agent" / "output.log").exists()
+
+
 def test_task_selection_and_forwarded_variables(tmp_path: Path) -> None:
     task = load_task(service_task(tmp_path / "task", [service(0)]))
     environment = task.spec.environment.model_copy(

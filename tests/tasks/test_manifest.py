@@ -71,6 +71,7 @@ def test_a_pinned_manifest_is_read_as_benchflow_writes_it(tmp_path: Path) -> Non
     environment = task.spec.environment
     assert environment.owns_lifecycle is False
     assert [service.name for service in environment.services] == ["gmail"]
+    assert environment.services[0].if_installed  # probed and skipped where missing, as BenchFlow does
     assert environment.services[0].describe_probe().startswith("GET http://localhost:9001/health")
     assert environment.readiness.timeout_sec == 60
     assert environment.task_selection is not None and environment.task_selection.mechanism == "image"
@@ -143,6 +144,7 @@ sandbox:
     assert api.depends_on == ["db"] and api.probe is not None and api.probe.http == "/health"
     assert db.describe_probe() == "`test -e /tmp/db.ready` exits 0 (every 0.5 s, 2 retries)"
     assert environment.healthcheck is not None and environment.healthcheck.timeout_sec == 2
+    assert not api.if_installed and not db.if_installed  # a task's own services always start
 
 
 def test_owns_lifecycle_with_a_probe_inline_in_task_toml(tmp_path: Path) -> None:

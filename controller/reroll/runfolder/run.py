@@ -266,6 +266,8 @@ class ServiceRecord(BaseModel):
     exited_at: float | None = None
     """When it was seen exited before the teardown (a crash, or a failed start)."""
     exit_code: int | None = None
+    skipped: str | None = None
+    """Why it was not started (``if_installed``: its program does not run in this sandbox)."""
 
 
 class Counts(BaseModel):

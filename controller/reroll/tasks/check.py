@@ -294,6 +294,8 @@ def _runs(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path)
         return f"image {service.image} (a sibling container, docker only{command})"
     port = f", port {service.port}" if service.port else ""
     source = program_source(service, environment, task_dir)
+    if service.if_installed:
+        source += "; started only where its program runs (--help), else skipped"
     return f"command {service.command} (inside the sandbox, as root{port}; {source})"
 
 

@@ -118,6 +118,13 @@ class ServiceSpec(BaseModel):
     """Services that must be healthy before this one starts (compose's ``depends_on``)."""
     workdir: str | None = None
     """The folder the command runs in (absolute); None: the sandbox's working folder."""
+    if_installed: bool = False
+    """Start it only when its command's program runs in this sandbox (``PROGRAM --help`` exits
+    0, PROGRAM the command's first word, after ``exec``), else skip it: what BenchFlow does with a manifest's
+    services, since one manifest serves per-task images that each carry a subset of them
+    (``ManifestEnvironment.provision``). True for the command services an environment manifest
+    declares (`reroll.tasks.manifest.apply_manifest`); when every such service is skipped, the
+    rollout ends ``environment_error``."""
 
     @field_validator("name")
     @classmethod

@@ -15,7 +15,9 @@ section, whose fields win. Field by field:
 - ``owns_lifecycle`` defaults to true in a manifest (BenchFlow's default; false in a task's own
   section); ``owns_lifecycle = false`` needs ``[[environment.services]]``, as BenchFlow checks;
 - ``task_selection``, ``readiness``, ``forward_env``, ``state``, ``services`` as they are (reroll's
-  models are supersets of BenchFlow's, `reroll.tasks.environment`);
+  models are supersets of BenchFlow's, `reroll.tasks.environment`); a command service of a
+  manifest starts only where its program is installed (``if_installed``: one manifest serves
+  per-task images that carry a subset of its services, and BenchFlow probes and skips);
 - ``name``: informational (the task's own name selects the task); ``ports``: ignored (services
   are reached on the rollout's private network by name or on the sandbox's localhost, nothing is
   published to the host); ``keep_alive = true`` and ``isolation = "per_task"`` are what every
@@ -156,6 +158,10 @@ def apply_manifest(raw: dict[str, Any], manifest: Path, has_dockerfile: bool) ->
         raise TaskError(
             f"{manifest}: owns_lifecycle = false needs [[environment.services]]: something has to start them"
         )
+    if table["owns_lifecycle"] is False:  # BenchFlow probes each and starts those installed
+        for service in table.get("services") or []:
+            if isinstance(service, dict) and not {"image", "build"} & service.keys():
+                service.setdefault("if_installed", True)
     if "name" in table:
         mapped.append(
             ("manifest.name", f"informational ({table.pop('name')}): the task's own name selects it")
