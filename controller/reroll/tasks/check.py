@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reroll.tasks.environment import McpServerSpec, ServiceSpec, start_order
+from reroll.tasks.environment import McpServerSpec, ServiceSpec, SetupCommand, start_order
 from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
 from reroll.tasks.task import EnvironmentSection, Task
@@ -194,7 +194,7 @@ def _aggregate(task: Task) -> str:
 def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:
     """The environment plane of the task in `task_dir` as ``(setting, value)`` rows: one per
     service (in start order, with its probe; a built one's context seen from `task_dir`), the
-    lifecycle, readiness, task selection, state and MCP servers."""
+    lifecycle, readiness, task selection, state, setup commands and MCP servers."""
     return [
         (name, escape(value)) for name, value in _plane_rows(environment, task_dir)
     ]  # they quote the task
@@ -231,6 +231,8 @@ def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[s
         what = ", ".join(state.paths) or "snapshot/restore commands"
         queried = "; query_command → the verifier's environment_state.txt" if state.query_command else ""
         rows.append(("state", f"{state.kind}: {what}{where}{queried}"))
+    for index, setup in enumerate(environment.setup_commands):
+        rows.append((f"setup {index + 1}", _setup(setup)))
     for server in environment.mcp_servers:
         target = server.url if server.transport != "stdio" else " ".join([server.command or "", *server.args])
         filters = _filters(server)
@@ -282,6 +284,15 @@ def program_source(service: ServiceSpec, environment: EnvironmentSection, task_d
         return f"{program} from the task's environment/workspace/{inside}"
     image = environment.docker_image or "the task's image"
     return f"{program} is not in the task folder: only the sandbox's image ({image}) has it"
+
+
+def _setup(setup: SetupCommand) -> str:
+    """A setup command as a phrase: its line, time limit, user, folder and host lock."""
+    parts = [f"≤ {setup.timeout_sec:g} s"]
+    parts += [f"as {setup.user}"] if setup.user is not None else []
+    parts += [f"in {setup.cwd}"] if setup.cwd else []
+    parts += [f"host lock {setup.host_lock}"] if setup.host_lock else []
+    return f"{setup.command} ({', '.join(parts)}; before the agent)"
 
 
 def _runs(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path) -> str:

@@ -82,7 +82,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.gpus": ("GPUs are not attached", (0, None)),
     "environment.gpu_types": ("GPUs are not attached", (None, [])),
     "environment.tpu": ("TPUs are not attached", (None,)),
-    "environment.setup_commands": ("setup commands do not run (bake them into the Dockerfile)", ([],)),
     "environment.bugswarm_image_tag": ("informational", (None,)),
     "environment.allowed_hosts": _ALLOWLIST,
     "environment.blocked_urls": _DENYLIST,

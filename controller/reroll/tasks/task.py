@@ -49,6 +49,7 @@ from reroll.tasks.environment import (
     McpServerSpec,
     Readiness,
     ServiceSpec,
+    SetupCommand,
     StateSpec,
     TaskSelection,
     check_services,
@@ -183,6 +184,9 @@ class EnvironmentSection(BaseModel):
     """The environment's state that a checkpoint captures; None: stateless."""
     mcp_servers: list[McpServerSpec] = []
     """MCP servers offered to the agent through its native MCP configuration."""
+    setup_commands: list[SetupCommand] = []
+    """Shell lines run in the sandbox, in order, once the services are ready and before the agent
+    (BenchFlow's ``sandbox.setup_commands``; `reroll.environment.setup`)."""
 
     @field_validator("services")
     @classmethod
