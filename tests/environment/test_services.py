@@ -82,7 +82,11 @@ def service_task(
     return folder
 
 
-def oracle_run(task: Path, tmp_path: Path, sandbox: str = "local") -> tuple[dict[str, Any], Path]:
+def oracle_run(
+    task: Path, tmp_path: Path, sandbox: str = "local", extra: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], Path]:
+    """``reroll run TASK --agent oracle`` on `sandbox` (with `extra` flags), in job ``j`` under
+    `tmp_path`: its result.json and run folder."""
     done = subprocess.run(
         [
             REROLL,
@@ -96,6 +100,7 @@ def oracle_run(task: Path, tmp_path: Path, sandbox: str = "local") -> tuple[dict
             "j",
             "--jobs-dir",
             str(tmp_path),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -206,6 +211,45 @@ def test_no_service_installed_ends_the_rollout_as_environment_error(tmp_path: Pa
     assert "none of the environment's 1 service(s) is installed" in result["error"]
     assert "claw-notes" in result["error"]
     assert not (run / "agent" / "output.log").exists()
+
+
+MANIFEST = """
+[environment]
+name = "one-manifest"
+base_image = "reroll/base:bookworm"
+owns_lifecycle = false
+
+[[environment.services]]
+name = "slow"
+command = "python3 service.py 0 8123 0"
+port = 8123
+
+[[environment.services]]
+name = "claw"
+command = "claw-notes serve --port 8130"
+port = 8130
+"""
+
+
+def test_a_run_binds_a_manifest_whose_services_are_probed(tmp_path: Path) -> None:
+    """``reroll run --environment-manifest FILE`` (BenchFlow's): the manifest's services, not the
+    task's; the one this sandbox lacks is skipped; config.json records the binding."""
+    task = service_task(tmp_path / "task", [])
+    front = (task / "task.md").read_text().replace("  services: []\n", "")  # the manifest's, then
+    (task / "task.md").write_text(front)
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM reroll/base:bookworm\nCOPY workspace/ /app/\nWORKDIR /app\n"
+    )
+    (tmp_path / "one.toml").write_text(MANIFEST)
+    result, run = oracle_run(
+        task, tmp_path / "jobs", extra=("--environment-manifest", str(tmp_path / "one.toml"))
+    )
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}
+    records = {r["name"]: r for r in json.loads((run / "services" / "services.json").read_text())}
+    assert records["slow"]["ready_at"] is not None and records["claw"]["skipped"] is not None
+    config = json.loads((run / "config.json").read_text())
+    assert config["environment_manifest"] == str(tmp_path / "one.toml")
 
 
 def test_task_selection_and_forwarded_variables(tmp_path: Path) -> None:

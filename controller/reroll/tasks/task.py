@@ -344,8 +344,10 @@ SKILLS_FOLDER = "skills"
 """The folder of ``environment/`` that holds a task's skills (SkillsBench's, BenchFlow's)."""
 
 
-def load_task(path: Path) -> Task:
-    """Load the task in folder `path`: task.md (native) first, then task.toml (legacy).
+def load_task(path: Path, manifest: Path | None = None) -> Task:
+    """Load the task in folder `path`: task.md (native) first, then task.toml (legacy); with
+    `manifest` (an environment manifest file, a run's ``--environment-manifest``), that manifest
+    instead of the one the task pins or holds (`reroll.tasks.manifest`).
 
     A folder holding both loads task.md, and task.toml when task.md does not load (the reason is
     then in `Task.ignored`).
@@ -365,14 +367,14 @@ def load_task(path: Path) -> Task:
     if not native and not legacy:
         raise TaskError(f"{path} is not a task: it holds neither task.md nor task.toml")
     if not native:
-        return _load_legacy(path)
+        return _load_legacy(path, manifest)
     try:
-        task = _load_native(path)
+        task = _load_native(path, manifest)
     except TaskError as exc:
         if not legacy:
             raise
         try:
-            task = _load_legacy(path)
+            task = _load_legacy(path, manifest)
         except TaskError as legacy_exc:
             raise TaskError(f"{exc}\nand task.toml does not load either: {legacy_exc}") from exc
         return _noted(task, "task.md", f"does not load, task.toml was loaded instead: {exc}")
@@ -401,7 +403,7 @@ def find_task(name_or_path: str, tasks_dir: Path | None = None) -> Task:
     raise TaskError(f"task {name_or_path!r} not found (looked in: {looked})")
 
 
-def _load_native(path: Path) -> Task:
+def _load_native(path: Path, manifest: Path | None) -> Task:
     source = path / "task.md"
     text = source.read_text(encoding="utf-8").replace("\r\n", "\n")
     front: object = {}
@@ -419,12 +421,12 @@ def _load_native(path: Path) -> Task:
     folders: dict[str, str] = {}
     if isinstance(front, dict):  # benchflow's path shorthands: `verifier: checks/`, `oracle: ref/`
         folders = {key: front.pop(key) for key in ("verifier", "oracle") if isinstance(front.get(key), str)}
-    spec, ignored, mapped = _spec(front, source, path)
+    spec, ignored, mapped = _spec(front, source, path, manifest)
     mapped += [(key, f"the folder {folder}") for key, folder in folders.items()]
     return _task(path, "native", prompt, spec, ignored + sections, mapped, folders)
 
 
-def _load_legacy(path: Path) -> Task:
+def _load_legacy(path: Path, manifest: Path | None) -> Task:
     source = path / "task.toml"
     try:
         raw = tomllib.loads(source.read_text(encoding="utf-8"))
@@ -433,16 +435,16 @@ def _load_legacy(path: Path) -> Task:
     instruction_file = path / "instruction.md"
     if not instruction_file.is_file():
         raise TaskError(f"{path}: legacy task without instruction.md")
-    spec, ignored, mapped = _spec(raw, source, path)
+    spec, ignored, mapped = _spec(raw, source, path, manifest)
     return _task(path, "legacy", instruction_file.read_text(encoding="utf-8"), spec, ignored, mapped)
 
 
 def _spec(
-    raw: object, source: Path, task_dir: Path
+    raw: object, source: Path, task_dir: Path, manifest: Path | None = None
 ) -> tuple[TaskSpec, list[tuple[str, str]], list[tuple[str, str]]]:
-    """`raw` with the task's environment manifest and compose services merged in
-    (`reroll.tasks.manifest`), normalised (`reroll.tasks.compat`) and validated: the spec, the
-    ignored and the mapped fields."""
+    """`raw` with the task's environment manifest (`manifest`, else its own) and compose services
+    merged in (`reroll.tasks.manifest`), normalised (`reroll.tasks.compat`) and validated: the
+    spec, the ignored and the mapped fields."""
     if not isinstance(raw, dict):
         raise TaskError(
             f"{source}: invalid task configuration: a mapping is expected, not {type(raw).__name__}"
@@ -450,7 +452,8 @@ def _spec(
     environment_mapped: list[tuple[str, str]] = []
     environment_ignored: list[tuple[str, str]] = []
     try:
-        if (manifest := pinned_manifest(raw, task_dir)) is not None:
+        own = pinned_manifest(raw, task_dir)  # taken out of `raw` either way
+        if (manifest := manifest or own) is not None:
             has_dockerfile = (task_dir / "environment" / "Dockerfile").is_file()
             environment_mapped, environment_ignored = apply_manifest(raw, manifest, has_dockerfile)
         data, mapped = normalise(raw)
