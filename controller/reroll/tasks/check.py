@@ -19,6 +19,7 @@ import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 from pathlib import Path, PurePosixPath
 
 from reroll_contracts.childenv import SECRET_NAME
@@ -167,10 +168,17 @@ def _agent_judge(options: dict[str, object]) -> str:
 
 
 def _network(networks: PhaseNetworks) -> str:
-    """The network row: one policy, or each phase's where they differ."""
-    if networks.agent == networks.verifier:
-        return networks.agent
-    return f"agent (and oracle) {networks.agent}, verifier {networks.verifier}"
+    """The network row: one policy, or each phase's where they differ; an allow-list as
+    ``none + allowed: HOST, ...`` (hostnames resolved on the host when the phase starts)."""
+
+    def policy(phase: Literal["agent", "verifier"]) -> str:
+        allowed = networks.allowed(phase)
+        if not allowed:
+            return getattr(networks, phase)
+        return "none + allowed: " + ", ".join(allowed) + " (every port; names resolved on the host)"
+
+    agent, verifier = policy("agent"), policy("verifier")
+    return agent if agent == verifier else f"agent (and oracle) {agent}, verifier {verifier}"
 
 
 def _aggregate(task: Task) -> str:

@@ -66,6 +66,7 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
 from reroll.host.notices import warn_once
+from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
 from reroll.sandbox.base import Sandbox, trust_host_ca
 from reroll.sandbox.layout import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
@@ -78,7 +79,7 @@ from reroll.sandbox.local.imagefs import (
     settle,
     spec_unhonoured,
 )
-from reroll.sandbox.local.netns import Forwarder, attach_pasta, private_loopback
+from reroll.sandbox.local.netns import Forwarder, attach_pasta, private_loopback, proxy_env
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT
 from reroll.sandbox.local.rootview import (
     AGENT_ID,
@@ -157,6 +158,8 @@ class IsolatedSandbox(Sandbox):
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
+        self._allowed: Resolved | None = None
+        """The agent phase's allow-list as resolved at `start` (a ``listed`` spec)."""
         self._image: ImageRoot | None = None
         self._image_hold: IO[str] | None = None
         """A shared lock on `_image`'s unpacked copy while the sandbox lives (`imagefs.hold`)."""
@@ -229,7 +232,43 @@ class IsolatedSandbox(Sandbox):
             yield env
             return
         async with self._forwarder.connect_proxy() as url:
-            yield env | {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
+            yield env | proxy_env(url)
+
+    @contextlib.asynccontextmanager
+    async def allow_only(self, hosts: tuple[str, ...] | None) -> AsyncIterator[dict[str, str]]:
+        """See `reroll.sandbox.seam.PhaseAllowList`: the sandbox's allow-list proxy
+        (`netns.Forwarder.listed_proxy`) tunnels to `hosts` only while inside.
+
+        Raises:
+            SandboxError: the sandbox started without one (its spec is not ``listed``).
+        """
+        if self._allowed is None or self._forwarder is None:
+            raise SandboxError(f"{self.label}: started without an allow-list proxy (spec.listed)")
+        resolved = None if hosts is None else await asyncio.to_thread(resolve, hosts)
+        self._forwarder.allow(resolved)
+        try:
+            if resolved is not None:
+                await name_hosts(self, resolved)
+            yield dict(self.layout.network_env)
+        finally:
+            self._forwarder.allow(self._allowed)
+
+    async def _listed_proxy(self, forwarder: Forwarder) -> None:
+        """Serve the agent phase's allow-list proxy and name it to every process (`start`).
+
+        Raises:
+            SandboxError: the agent phase is ``full`` (pasta routes it out: no list can hold).
+            OSError: as `netns.listen_in`.
+        """
+        if self.policy != "none":
+            raise SandboxError(
+                "the local sandbox enforces an allow-list only where the agent phase is none or has "
+                "one too (a full agent phase's route out would outlive it): run the task on docker"
+            )
+        self._allowed = await asyncio.to_thread(resolve, self.spec.allowed)
+        url = await forwarder.listed_proxy(self._allowed)
+        self.layout = dataclasses.replace(self.layout, network_env=proxy_env(url, self._address))
+        await name_hosts(self, self._allowed)
 
     async def install_store(self) -> InstallFolders:
         """See `reroll.sandbox.seam.SharedInstalls`: `local_install_folders`."""
@@ -440,6 +479,8 @@ class IsolatedSandbox(Sandbox):
             await self.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
             self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
             await self._forwarder.forward_host_ports()
+            if self.spec.listed and not self.config.agents_writable:
+                await self._listed_proxy(self._forwarder)
             if self.policy != "none":
                 self._pasta_pid = await attach_pasta(self._init_pid, self.folder)
             if self._image is not None:
