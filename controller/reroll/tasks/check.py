@@ -19,8 +19,8 @@ import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
@@ -174,7 +174,7 @@ def _network(networks: PhaseNetworks) -> str:
     def policy(phase: Literal["agent", "verifier"]) -> str:
         allowed = networks.allowed(phase)
         if not allowed:
-            return getattr(networks, phase)
+            return networks.agent if phase == "agent" else networks.verifier
         return "none + allowed: " + ", ".join(allowed) + " (every port; names resolved on the host)"
 
     agent, verifier = policy("agent"), policy("verifier")

@@ -16,7 +16,7 @@ def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
     if policy is None:
         return task
     spec = task.spec
-    cleared = {"network": None, "allowed_hosts": []}
+    cleared: dict[str, object] = {"network": None, "allowed_hosts": []}
     update = {
         "environment": spec.environment.model_copy(update={"network": policy, "allowed_hosts": []}),
         "agent": spec.agent.model_copy(update=cleared),
