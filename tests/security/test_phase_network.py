@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 REROLL = str(Path(sys.executable).parent / "reroll")
+NO_LISTS = {"agent_allowed": [], "verifier_allowed": []}
 pytestmark = pytest.mark.slow
 
 PROBE = r'''
@@ -219,7 +220,7 @@ def test_a_no_network_verifier_does_not_reach_what_the_agent_reached(
     assert result["rewards"]["agent_reached"] == 1.0, "the outside stands for what a full sandbox reaches"
     assert result["rewards"]["verifier_reached"] == 0.0, result["rewards"]
     assert "verifier" not in seen and "agent" in seen, seen
-    assert result["config"]["network_phases"] == {"agent": "full", "verifier": "none"}
+    assert result["config"]["network_phases"] == {"agent": "full", "verifier": "none", **NO_LISTS}
 
 
 @pytest.mark.parametrize("harbor", [False, True], ids=["benchflow", "harbor"])
@@ -234,4 +235,4 @@ def test_a_public_verifier_gets_the_network_the_agent_never_had(
     assert result["rewards"]["agent_reached"] == 0.0, result["rewards"]
     assert result["rewards"]["verifier_reached"] == 1.0, result["rewards"]
     assert seen.count("verifier") == 1 and "agent" not in seen and "daemon" not in seen, seen
-    assert result["config"]["network_phases"] == {"agent": "none", "verifier": "full"}
+    assert result["config"]["network_phases"] == {"agent": "none", "verifier": "full", **NO_LISTS}

@@ -1,0 +1,38 @@
+"""A phase's allow-list as addresses (`reroll.sandbox.allowlist`): resolved on the host, wildcards
+and unknown names unreachable, ``full`` everything."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from reroll.sandbox import allowlist
+from reroll.sandbox.allowlist import EVERYWHERE, resolve
+
+
+def test_addresses_and_ranges_are_taken_as_they_are_names_are_looked_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looked_up: list[str] = []
+
+    def lookup(name: str) -> list[str]:
+        looked_up.append(name)
+        return {"pypi.org": ["151.101.0.223", "151.101.0.223", "2a04:4e42::223"]}.get(name, [])
+
+    monkeypatch.setattr(allowlist, "_lookup", lookup)
+    resolved = resolve(("10.0.0.0/8", "192.0.2.7", "pypi.org", "*.example.com", "nowhere.invalid"))
+    assert looked_up == ["pypi.org", "nowhere.invalid"]  # never a wildcard, never an address
+    assert resolved.of_version(4) == ["10.0.0.0/8", "192.0.2.7/32", "151.101.0.223/32"]
+    assert resolved.of_version(6) == ["2a04:4e42::223/128"]
+    assert resolved.unresolved == ("*.example.com", "nowhere.invalid")
+    assert resolved.hosts_file_lines() == "151.101.0.223 pypi.org\n2a04:4e42::223 pypi.org\n"
+
+
+def test_full_is_everywhere_and_an_empty_list_nothing() -> None:
+    assert resolve(None).networks == EVERYWHERE
+    assert resolve(()).networks == ()
+
+
+@pytest.mark.spawns
+def test_the_hosts_resolver_is_the_host_s() -> None:
+    assert ipaddress.ip_network("127.0.0.1/32") in resolve(("localhost",)).networks
