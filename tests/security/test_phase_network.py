@@ -71,10 +71,14 @@ if name == "daemon":
 print(max(knock(name, (p[0], int(p[1])) if p else None) for p in proxies))
 '''
 DAEMON = "while true; do python3 /tmp/probe.py daemon; sleep 0.2; done"
+SERVICE_PORT = 8123
+"""A service the oracle leaves on the sandbox's loopback (kept for the verify in Harbor's layout)."""
 SOLVE = f"""#!/bin/sh
 cp "$(dirname "$0")/probe.py" /tmp/probe.py
 python3 /tmp/probe.py agent > "${{REROLL_WORKSPACE:-/app}}/agent-reached"
 setsid sh -c '{DAEMON}' </dev/null >/dev/null 2>&1 &
+setsid python3 -m http.server {SERVICE_PORT} --bind 127.0.0.1 </dev/null >/dev/null 2>&1 &
+sleep 1
 exit 0
 """
 TEST_SH = """#!/bin/sh
@@ -82,7 +86,8 @@ LOGS="${REROLL_LOGS_DIR:-/logs}/verifier"
 mkdir -p "$LOGS"
 AGENT=$(cat "${REROLL_WORKSPACE:-/app}/agent-reached" 2>/dev/null || echo 0)
 VERIFIER=$(python3 "$(dirname "$0")/probe.py" verifier)
-printf '{"reward": 1, "agent_reached": %s,' "$AGENT" > "$LOGS/reward.json"
+SERVICE=$(python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8123), 3); print(1)' || echo 0)
+printf '{"reward": 1, "agent_reached": %s, "service_reached": %s,' "$AGENT" "$SERVICE" > "$LOGS/reward.json"
 printf ' "verifier_reached": %s}\\n' "$VERIFIER" >> "$LOGS/reward.json"
 """
 TASK_MD = """---
@@ -210,15 +215,19 @@ def run(task: Path, jobs: Path, backend: str, address: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.parametrize("harbor", [False, True], ids=["benchflow", "harbor"])
 def test_a_no_network_verifier_does_not_reach_what_the_agent_reached(
-    sandbox_backend: str, tmp_path: Path
+    harbor: bool, sandbox_backend: str, tmp_path: Path
 ) -> None:
-    task = make_task(tmp_path / "verifier-no-network", agent="public", verifier="no-network")
+    """It reaches the sandbox's own loopback service still (Harbor's layout keeps the oracle's
+    server alive for it; BenchFlow's ends it)."""
+    task = make_task(tmp_path / "verifier-no-network", agent="public", verifier="no-network", harbor=harbor)
     with outside() as (address, seen):
         result = run(task, tmp_path / "jobs", sandbox_backend, address)
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"]["agent_reached"] == 1.0, "the outside stands for what a full sandbox reaches"
     assert result["rewards"]["verifier_reached"] == 0.0, result["rewards"]
+    assert result["rewards"]["service_reached"] == float(harbor), result["rewards"]
     assert "verifier" not in seen and "agent" in seen, seen
     assert result["config"]["network_phases"] == {"agent": "full", "verifier": "none", **NO_LISTS}
 
