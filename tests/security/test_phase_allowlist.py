@@ -12,7 +12,6 @@ reward.json; the server records who reached which address.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -22,40 +21,25 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.security.test_phase_network import KNOCK, run, write_task
 
 REROLL = str(Path(sys.executable).parent / "reroll")
 pytestmark = pytest.mark.slow
 
-PROBE = r'''
-"""For each of $TARGETS (host:port ...), print 1 if its server answered NAME (argv[1]) directly
-or through $HTTPS_PROXY's CONNECT, else 0; one line, space-separated."""
-import os, socket, sys
-from urllib.parse import urlsplit
-
-def knock(target, name, proxy):
-    host, port = target.rsplit(":", 1)
-    try:
-        if proxy:
-            sock = socket.create_connection(proxy, timeout=5)
-            sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-            if b" 200 " not in sock.recv(4096):
-                return 0
-        else:
-            sock = socket.create_connection((host, int(port)), timeout=5)
-        with sock:
-            sock.sendall(name.encode() + b"\n")
-            return 1 if sock.recv(16).startswith(b"ok") else 0
-    except OSError:
-        return 0
-
+PROBE = (
+    '''"""For each of $TARGETS (host:port ...), print 1 if its server answered NAME (argv[1]) directly
+or through $HTTPS_PROXY's CONNECT, else 0; one line, space-separated."""'''
+    + KNOCK
+    + r"""
 name, proxy = sys.argv[1], os.environ.get("HTTPS_PROXY")
 ways = [None] + ([tuple(urlsplit(proxy)[1].rsplit(":", 1))] if proxy else [])
 ways = [(way[0], int(way[1])) if way else None for way in ways]
 print(" ".join(str(max(knock(t, name, way) for way in ways)) for t in os.environ["TARGETS"].split()))
-'''
+"""
+)
 SOLVE = """#!/bin/sh
 python3 "$(dirname "$0")/probe.py" agent > "${REROLL_WORKSPACE:-/app}/agent-reached"
 """
@@ -170,33 +154,9 @@ def make_task(root: Path, agent_host: str, verifier_host: str, targets: str) -> 
     only; both try every address of `targets` (``host:port host:port``, `agent_host`'s first)."""
     text = TASK_MD.replace("NAME", root.name).replace("AGENT_HOST", agent_host)
     text = text.replace("VERIFIER_HOST", verifier_host).replace("TARGETS_LIST", f"'{targets}'")
-    files = {
-        "task.md": text,
-        "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n",
-        "oracle/solve.sh": SOLVE,
-        "oracle/probe.py": PROBE,
-        "verifier/test.sh": TEST_SH,
-        "verifier/probe.py": PROBE,
-    }
-    for name, content in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(content)
-    return root
-
-
-def run(task: Path, jobs: Path, backend: str) -> dict[str, Any]:
-    """`reroll run TASK --agent oracle`: its result.json, with its config.json under ``config``."""
-    done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", str(jobs)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    print(done.stdout, done.stderr, sep="\n")
-    (result_file,) = jobs.glob("*/*/result.json")
-    result: dict[str, Any] = json.loads(result_file.read_text())
-    result["config"] = json.loads((result_file.parent / "config.json").read_text())
-    return result
+    files = {"task.md": text, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
+    files |= {"oracle/solve.sh": SOLVE, "verifier/test.sh": TEST_SH}
+    return write_task(root, files | {f"{folder}/probe.py": PROBE for folder in ("oracle", "verifier")})
 
 
 def test_each_phase_reaches_its_own_allow_list_and_nothing_else(sandbox_backend: str, tmp_path: Path) -> None:

@@ -34,22 +34,14 @@ REROLL = str(Path(sys.executable).parent / "reroll")
 NO_LISTS = {"agent_allowed": [], "verifier_allowed": []}
 pytestmark = pytest.mark.slow
 
-PROBE = r'''
-"""Knock on $OUTSIDE (host:port) as NAME: directly, or through $HTTPS_PROXY's CONNECT where set
-(the local sandbox lends the verify such a proxy); print 1 when the server answered, else 0.
-The daemon, which has no such variable, tries every listening TCP socket it sees as a proxy too."""
+KNOCK = r'''
 import os, socket, sys
 from urllib.parse import urlsplit
 
-def listeners():
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if state == "0A":
-            address, port = local.split(":")
-            yield socket.inet_ntoa(bytes.fromhex(address)[::-1]), int(port, 16)
-
-def knock(name, proxy):
-    host, port = os.environ["OUTSIDE"].rsplit(":", 1)
+def knock(target, name, proxy):
+    """1 when the server at `target` (host:port) answered `name`, directly or through `proxy`'s
+    (host, port) CONNECT, else 0."""
+    host, port = target.rsplit(":", 1)
     try:
         if proxy:
             sock = socket.create_connection(proxy, timeout=5)
@@ -63,13 +55,30 @@ def knock(name, proxy):
             return 1 if sock.recv(16).startswith(b"ok") else 0
     except OSError:
         return 0
+'''
+"""The probes' knock on a test server (which answers ``ok`` to a line), shared by the security tests."""
+PROBE = (
+    r'''
+"""Knock on $OUTSIDE (host:port) as NAME: directly, or through $HTTPS_PROXY's CONNECT where set
+(the local sandbox lends the verify such a proxy); print 1 when the server answered, else 0.
+The daemon, which has no such variable, tries every listening TCP socket it sees as a proxy too."""
+'''
+    + KNOCK
+    + r"""
+def listeners():
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":
+            address, port = local.split(":")
+            yield socket.inet_ntoa(bytes.fromhex(address)[::-1]), int(port, 16)
 
 name, proxy = sys.argv[1], os.environ.get("HTTPS_PROXY")
 proxies = [urlsplit(proxy)[1].rsplit(":", 1) if proxy else None]
 if name == "daemon":
     proxies += list(listeners())
-print(max(knock(name, (p[0], int(p[1])) if p else None) for p in proxies))
-'''
+print(max(knock(os.environ["OUTSIDE"], name, (p[0], int(p[1])) if p else None) for p in proxies))
+"""
+)
 DAEMON = "while true; do python3 /tmp/probe.py daemon; sleep 0.2; done"
 SERVICE_PORT = 8123
 """A service the oracle leaves on the sandbox's loopback (kept for the verify in Harbor's layout)."""
@@ -147,6 +156,11 @@ def make_task(root: Path, agent: str, verifier: str, harbor: bool = False) -> Pa
     }
     if harbor:
         files["instruction.md"] = "Nothing to do.\n"
+    return write_task(root, files)
+
+
+def write_task(root: Path, files: dict[str, str]) -> Path:
+    """`root` with each of `files` (relative path → text) written; `root`."""
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -199,8 +213,9 @@ def outside() -> Iterator[tuple[str, list[str]]]:
         server.close()
 
 
-def run(task: Path, jobs: Path, backend: str, address: str) -> dict[str, Any]:
-    """`reroll run TASK --agent oracle` with the outside's address for the task's templates."""
+def run(task: Path, jobs: Path, backend: str, address: str = "") -> dict[str, Any]:
+    """`reroll run TASK --agent oracle` with the outside's address for the task's templates: its
+    result.json, with its config.json under ``config``."""
     done = subprocess.run(
         [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", str(jobs)],
         capture_output=True,
