@@ -79,14 +79,14 @@ def _lookup(name: str) -> list[str]:
     return [str(info[4][0]).partition("%")[0] for info in infos]
 
 
-async def name_hosts(sandbox: Sandbox, resolved: Resolved) -> None:
+async def name_hosts(sandbox: Sandbox, resolved: Resolved | None) -> None:
     """Add `resolved`'s names to the sandbox's ``/etc/hosts`` (as root; a line already there is
-    not repeated): a phase under an allow-list may reach no DNS server.
+    not repeated): a phase under an allow-list may reach no DNS server. None (``full``): nothing.
 
     Raises:
         SandboxError: the sandbox failed the write (an image without ``sh`` is left as it is).
     """
-    lines = resolved.hosts_file_lines()
+    lines = resolved.hosts_file_lines() if resolved is not None else ""
     if not lines:
         return
     script = f"for line in {' '.join(shlex.quote(line) for line in lines.splitlines())}; do "

@@ -247,28 +247,31 @@ class IsolatedSandbox(Sandbox):
         resolved = None if hosts is None else await asyncio.to_thread(resolve, hosts)
         self._forwarder.allow(resolved)
         try:
-            if resolved is not None:
-                await name_hosts(self, resolved)
+            await name_hosts(self, resolved)
             yield dict(self.layout.network_env)
         finally:
             self._forwarder.allow(self._allowed)
 
-    async def _listed_proxy(self, forwarder: Forwarder) -> None:
-        """Serve the agent phase's allow-list proxy and name it to every process (`start`).
+    async def _open_network(self, init_pid: int) -> None:
+        """Forward the host's ports into the namespace of `init_pid` (`start`); for a ``listed``
+        spec serve the agent phase's allow-list proxy and name it to every process (``/etc/hosts``
+        too); else under ``full`` attach pasta.
 
         Raises:
-            SandboxError: the agent phase is ``full`` (pasta routes it out: no list can hold).
+            SandboxError: a ``listed`` spec under ``full`` (pasta's route out would outlive a list).
             OSError: as `netns.listen_in`.
         """
-        if self.policy != "none":
-            raise SandboxError(
-                "the local sandbox enforces an allow-list only where the agent phase is none or has "
-                "one too (a full agent phase's route out would outlive it): run the task on docker"
-            )
-        self._allowed = await asyncio.to_thread(resolve, self.spec.allowed)
-        url = await forwarder.listed_proxy(self._allowed)
-        self.layout = dataclasses.replace(self.layout, network_env=proxy_env(url, self._address))
-        await name_hosts(self, self._allowed)
+        self._forwarder = forwarder = Forwarder(f"/proc/{init_pid}/ns/net", self._address)
+        await forwarder.forward_host_ports()
+        if self.spec.listed and not self.config.agents_writable:
+            if self.policy != "none":
+                raise SandboxError("local holds no allow-list after a full agent phase: run it on docker")
+            self._allowed = await asyncio.to_thread(resolve, self.spec.allowed)
+            url = await forwarder.listed_proxy(self._allowed)
+            self.layout = dataclasses.replace(self.layout, network_env=proxy_env(url, self._address))
+            await name_hosts(self, self._allowed)
+        elif self.policy != "none":
+            self._pasta_pid = await attach_pasta(init_pid, self.folder)
 
     async def install_store(self) -> InstallFolders:
         """See `reroll.sandbox.seam.SharedInstalls`: `local_install_folders`."""
@@ -412,7 +415,7 @@ class IsolatedSandbox(Sandbox):
 
     async def start(self) -> None:
         """Lay out the folder, seed the workspace, start the namespaces and the sidecar in them;
-        forward the proxy's ports in; for network ``full``, attach pasta.
+        open their network (`_open_network`).
 
         Raises:
             SandboxError: the namespaces, the sidecar or the setup failed, or the sidecar did not
@@ -477,12 +480,7 @@ class IsolatedSandbox(Sandbox):
             await starting
             await self.connect(f"unix:{socket_path}", self._token)
             await self.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
-            self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
-            await self._forwarder.forward_host_ports()
-            if self.spec.listed and not self.config.agents_writable:
-                await self._listed_proxy(self._forwarder)
-            if self.policy != "none":
-                self._pasta_pid = await attach_pasta(self._init_pid, self.folder)
+            await self._open_network(self._init_pid)
             if self._image is not None:
                 await settle(self, self.spec, self._image, self.config.setup_timeout_seconds)
         except (RerollError, OSError) as exc:
