@@ -169,16 +169,18 @@ def _agent_judge(options: dict[str, object]) -> str:
 
 def _network(networks: PhaseNetworks) -> str:
     """The network row: one policy, or each phase's where they differ; an allow-list as
-    ``none + allowed: HOST, ...`` (hostnames resolved on the host when the phase starts)."""
+    ``none + allowed: HOST, ...``, every port of each, names resolved on the host when the phase
+    starts (said once)."""
 
     def policy(phase: Literal["agent", "verifier"]) -> str:
         allowed = networks.allowed(phase)
-        if not allowed:
-            return networks.agent if phase == "agent" else networks.verifier
-        return "none + allowed: " + ", ".join(allowed) + " (every port; names resolved on the host)"
+        if allowed:
+            return "none + allowed: " + ", ".join(allowed)
+        return networks.agent if phase == "agent" else networks.verifier
 
     agent, verifier = policy("agent"), policy("verifier")
-    return agent if agent == verifier else f"agent (and oracle) {agent}, verifier {verifier}"
+    shown = agent if agent == verifier else f"agent (and oracle) {agent}, verifier {verifier}"
+    return shown + (" (every port; names resolved on the host)" if networks.filtered else "")
 
 
 def _aggregate(task: Task) -> str:
