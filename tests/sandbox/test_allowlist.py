@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 from reroll.sandbox import allowlist
-from reroll.sandbox.allowlist import EVERYWHERE, resolve
+from reroll.sandbox.allowlist import EVERYWHERE, Resolved, resolve
 
 
 def test_addresses_and_ranges_are_taken_as_they_are_names_are_looked_up(
@@ -36,3 +36,9 @@ def test_full_is_everywhere_and_an_empty_list_nothing() -> None:
 @pytest.mark.spawns
 def test_the_hosts_resolver_is_the_host_s() -> None:
     assert ipaddress.ip_network("127.0.0.1/32") in resolve(("localhost",)).networks
+
+
+async def test_what_gave_no_address_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing to write in ``/etc/hosts``: the sandbox is not asked; the unreachable entries are said."""
+    await allowlist.name_hosts(None, Resolved(unresolved=("*.said-once.example",)))  # type: ignore[arg-type]
+    assert "*.said-once.example gave no address on this host: unreachable" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import shlex
 import socket
 from dataclasses import dataclass, field
 
+from reroll.host.notices import warn_once
 from reroll.sandbox.base import Sandbox
 
 HOSTS_FILE = "/etc/hosts"
@@ -82,10 +83,16 @@ def _lookup(name: str) -> list[str]:
 async def name_hosts(sandbox: Sandbox, resolved: Resolved | None) -> None:
     """Add `resolved`'s names to the sandbox's ``/etc/hosts`` (as root; a line already there is
     not repeated): a phase under an allow-list may reach no DNS server. None (``full``): nothing.
+    Entries that gave no address are said once on stderr (they are unreachable).
 
     Raises:
         SandboxError: the sandbox failed the write (an image without ``sh`` is left as it is).
     """
+    if resolved is not None and resolved.unresolved:
+        warn_once(
+            f"allowed_hosts: {', '.join(resolved.unresolved)} gave no address on this host: unreachable "
+            "(a wildcard names none; list the hostnames it should cover)"
+        )
     lines = resolved.hosts_file_lines() if resolved is not None else ""
     if not lines:
         return
