@@ -149,10 +149,16 @@ def _lines_after(server: subprocess.Popen[str]) -> list[str]:
     return seen
 
 
-def make_task(root: Path, agent_host: str, verifier_host: str, targets: str) -> Path:
-    """A native task whose agent phase may reach `agent_host` only and its verifier `verifier_host`
-    only; both try every address of `targets` (``host:port host:port``, `agent_host`'s first)."""
-    text = TASK_MD.replace("NAME", root.name).replace("AGENT_HOST", agent_host)
+def make_task(root: Path, agent_host: str | None, verifier_host: str, targets: str) -> Path:
+    """A native task whose agent phase may reach `agent_host` only (None: everything, ``public``)
+    and its verifier `verifier_host` only; both try every address of `targets` (``host:port
+    host:port``, `agent_host`'s first)."""
+    text = TASK_MD.replace("NAME", root.name)
+    if agent_host is None:
+        text = text.replace(
+            "  network_mode: allowlist\n  allowed_hosts: [AGENT_HOST]\n", "  network_mode: public\n", 1
+        )
+    text = text.replace("AGENT_HOST", agent_host or "")
     text = text.replace("VERIFIER_HOST", verifier_host).replace("TARGETS_LIST", f"'{targets}'")
     files = {"task.md": text, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
     files |= {"oracle/solve.sh": SOLVE, "verifier/test.sh": TEST_SH}
@@ -178,3 +184,20 @@ def test_each_phase_reaches_its_own_allow_list_and_nothing_else(sandbox_backend:
     assert (rewards["verifier_listed"], rewards["verifier_other"]) == (1.0, 0.0), rewards
     assert sorted(seen) == sorted([f"{first} agent", f"{second} verifier"]), seen
     assert result["config"]["network_phases"]["agent_allowed"] == [first]
+
+
+def test_a_verifier_s_allow_list_after_a_public_agent(sandbox_backend: str, tmp_path: Path) -> None:
+    """docker: the agent reaches both addresses, the verify only its own; `local` refuses the task
+    (pasta's route out of a full agent phase would outlive the list)."""
+    with outside() as (first, second, port, seen):
+        task = make_task(tmp_path / "verifier-allowlist", None, second, f"{first}:{port} {second}:{port}")
+        result = run(task, tmp_path / "jobs", sandbox_backend)
+    if sandbox_backend == "local":
+        assert result["status"] == "error" and "holds no allow-list" in str(result.get("error")), result
+        assert seen == [], seen
+        return
+    assert result["status"] == "ok", result.get("error")
+    rewards = result["rewards"]
+    assert (rewards["agent_listed"], rewards["agent_other"]) == (1.0, 1.0), rewards
+    assert (rewards["verifier_listed"], rewards["verifier_other"]) == (1.0, 0.0), rewards
+    assert sorted(seen) == sorted([f"{first} agent", f"{second} agent", f"{second} verifier"]), seen
