@@ -4,6 +4,8 @@ and unknown names unreachable, ``full`` everything."""
 from __future__ import annotations
 
 import ipaddress
+import subprocess
+from pathlib import Path
 
 import pytest
 from reroll.sandbox import allowlist
@@ -42,3 +44,21 @@ async def test_what_gave_no_address_is_said(capsys: pytest.CaptureFixture[str]) 
     """Nothing to write in ``/etc/hosts``: the sandbox is not asked; the unreachable entries are said."""
     await allowlist.name_hosts(None, Resolved(unresolved=("*.said-once.example",)))  # type: ignore[arg-type]
     assert "*.said-once.example gave no address on this host: unreachable" in capsys.readouterr().err
+
+
+class _Shell:
+    """A sandbox whose exec runs here (the script of `name_hosts` on a file of the test's)."""
+
+    async def exec(self, argv: list[str], timeout_seconds: float) -> None:
+        subprocess.run(argv, check=True, timeout=timeout_seconds)
+
+
+@pytest.mark.spawns
+async def test_names_go_into_etc_hosts_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n")
+    monkeypatch.setattr(allowlist, "HOSTS_FILE", str(hosts))
+    resolved = Resolved(names=(("pypi.org", "151.101.0.223"), ("pypi.org", "2a04:4e42::223")))
+    for _ in range(2):
+        await allowlist.name_hosts(_Shell(), resolved)  # type: ignore[arg-type]
+    assert hosts.read_text() == "127.0.0.1 localhost\n151.101.0.223 pypi.org\n2a04:4e42::223 pypi.org\n"
