@@ -19,8 +19,8 @@ network, so no other rollout's sandbox either. The network and its table are mad
 of `host_address` and `start`, and removed by `stop`. Where a phase has an allow-list (the spec's
 ``listed``), the network is routed instead of internal and its firewall lets through that phase's
 addresses, resolved on the host when the network is made (the agent's) or when `allow_only` is
-entered (the verify's); ``full`` is then every address but the host's. Installing an agent needs PyPI, so
-`egress` lends ``reroll-full`` for the install only.
+entered (the verify's); ``full`` is then every address but the host's. Installing an agent needs
+PyPI, so `egress` lends ``reroll-full`` for the install only.
 
 Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``pids_max`` and
 ``storage_mb``: the workspace, the logs folder, ``/home`` and ``/root`` (the agent's HOME),
@@ -187,9 +187,9 @@ class DockerSandbox(Sandbox):
         """The named volumes on `_disk` (removed by `stop`)."""
         self._network: Network | None = None
         self._firewall_key = ""
+        """The key of the network's firewall table (`reroll.sandbox.docker.firewall`); "" under ``full``."""
         self._allowed: Resolved | None = None
         """The agent phase's allow-list as resolved when the network was made (a ``listed`` spec)."""
-        """The key of the network's firewall table (`reroll.sandbox.docker.firewall`); "" under ``full``."""
         self._image = ""
         """The image the container runs (settled by `start`)."""
         self._siblings: list[Container] = []
