@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
@@ -167,10 +168,19 @@ def _agent_judge(options: dict[str, object]) -> str:
 
 
 def _network(networks: PhaseNetworks) -> str:
-    """The network row: one policy, or each phase's where they differ."""
-    if networks.agent == networks.verifier:
-        return networks.agent
-    return f"agent (and oracle) {networks.agent}, verifier {networks.verifier}"
+    """The network row: one policy, or each phase's where they differ; an allow-list as
+    ``none + allowed: HOST, ...``, every port of each, names resolved on the host when the phase
+    starts (said once)."""
+
+    def policy(phase: Literal["agent", "verifier"]) -> str:
+        allowed = networks.allowed(phase)
+        if allowed:
+            return "none + allowed: " + ", ".join(allowed)
+        return networks.agent if phase == "agent" else networks.verifier
+
+    agent, verifier = policy("agent"), policy("verifier")
+    shown = agent if agent == verifier else f"agent (and oracle) {agent}, verifier {verifier}"
+    return shown + (" (every port; names resolved on the host)" if networks.filtered else "")
 
 
 def _aggregate(task: Task) -> str:

@@ -41,6 +41,7 @@ from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.network import NetworkPolicy, PhaseNetworks
 from reroll_contracts.sandbox_paths import LOGS_MOUNT
 
+from reroll.tasks.allowlist import AllowedHostsField
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
 from reroll.tasks.environment import (
     ForwardEnv,
@@ -91,6 +92,10 @@ class AgentSection(BaseModel):
     network: NetworkPolicy | None = None
     """The agent phase's egress (the oracle's too; benchflow's and Harbor's ``agent.network_mode``).
     None: ``environment.network``."""
+    allowed_hosts: AllowedHostsField = []
+    """Under network ``none``, what the agent phase reaches beyond the LLM proxy (Harbor's and
+    benchflow's ``allowed_hosts`` with ``network_mode = "allowlist"``; forms:
+    `reroll.tasks.allowlist`). None of its own and no ``network``: ``environment.allowed_hosts``."""
 
 
 class VerifierSection(BaseModel):
@@ -101,6 +106,10 @@ class VerifierSection(BaseModel):
     """The verify phase's egress (benchflow's and Harbor's ``verifier.network_mode``), enforced for
     the test script: stricter than the agent's, it runs in a network namespace with only
     loopback; looser, the sandbox gets egress while it runs. None: ``environment.network``."""
+    allowed_hosts: AllowedHostsField = []
+    """Under network ``none``, what the verify phase reaches beyond the LLM proxy (Harbor's and
+    benchflow's ``allowed_hosts``; forms: `reroll.tasks.allowlist`). None of its own and no
+    ``network``: ``environment.allowed_hosts``."""
     type: str = "test-script"
     """Which verifier scores the task (benchflow's ``verifier.type``): a name of
     `reroll.rollout.verify.verifiers.VERIFIERS` (``test-script``: the task's ``test.sh``, the fields
@@ -150,6 +159,10 @@ class EnvironmentSection(BaseModel):
     """Egress policy of every phase that sets none of its own (``agent.network``,
     ``verifier.network``): `none` lets the sandbox reach only the LLM proxy. Harbor's
     ``allow_internet`` and ``network_mode`` (benchflow's ``sandbox.network_mode``) map onto it."""
+    allowed_hosts: AllowedHostsField = []
+    """Under network ``none``, what every phase that sets no ``network`` reaches beyond the LLM
+    proxy (Harbor's and benchflow's ``allowed_hosts`` with ``network_mode = "allowlist"``; forms:
+    `reroll.tasks.allowlist`)."""
     workdir: str | None = None
     """The agent's working folder (absolute, not ``/``). None: the image's WORKDIR, else ``/app``."""
     env: dict[str, str] = {}
@@ -233,10 +246,30 @@ class TaskSpec(BaseModel):
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     solution: SolutionSection = Field(default_factory=SolutionSection)
 
+    @model_validator(mode="after")
+    def _networks_consistent(self) -> TaskSpec:
+        try:
+            self.networks()
+        except TaskError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
     def networks(self) -> PhaseNetworks:
-        """The network policy of each phase: a phase's own ``network``, else ``environment.network``."""
-        default = self.environment.network
-        return PhaseNetworks(agent=self.agent.network or default, verifier=self.verifier.network or default)
+        """The network policy of each phase: a phase's own ``network`` and ``allowed_hosts``, else
+        ``environment``'s.
+
+        Raises:
+            TaskError: an allow-list on a phase whose policy is ``full``.
+        """
+        environment = self.environment
+        phases: dict[str, object] = {}
+        for name, section in (("agent", self.agent), ("verifier", self.verifier)):
+            network = section.network or environment.network
+            hosts = section.allowed_hosts or ([] if section.network else environment.allowed_hosts)
+            if hosts and network == "full":
+                raise TaskError(f"{name}.allowed_hosts needs network none (network_mode allowlist), not full")
+            phases[name], phases[f"{name}_allowed"] = network, tuple(hosts)
+        return PhaseNetworks.model_validate(phases)
 
 
 class FieldNote(BaseModel):
