@@ -142,6 +142,8 @@ class _Connection(asyncio.Protocol):
                 if not self._remaining:
                     self._state = _CHUNK_END if state == _CHUNK_DATA else self._end()
             elif state in (_CHUNK_SIZE, _CHUNK_END, _TRAILER):
+                if state == _CHUNK_SIZE and not self._whole_chunks():
+                    continue
                 end = buffer.find(b"\r\n")
                 if end < 0:
                     return
@@ -154,6 +156,26 @@ class _Connection(asyncio.Protocol):
             else:
                 raise ValueError("bytes after the end of the response")
 
+    def _whole_chunks(self) -> bool:
+        """Take every complete chunk at the start of `_buffer` in one pass (the common case: a
+        read brings whole chunks); the general path goes on from a partial or the last chunk.
+
+        Returns:
+            Whether bytes are left for the general path.
+        """
+        buffer, body, start = self._buffer, self.body, 0
+        while (end := buffer.find(b"\r\n", start)) >= 0:
+            size = _chunk_size(buffer[start:end])
+            stop = end + 2 + size
+            if not size or len(buffer) < stop + 2:
+                break
+            if buffer[stop : stop + 2] != b"\r\n":
+                raise ValueError("chunk not followed by CRLF")
+            body += buffer[end + 2 : stop]
+            start = stop + 2
+        del buffer[:start]
+        return bool(buffer)
+
     def _line(self, state: int, line: bytes) -> None:
         if state == _CHUNK_END:
             if line:
@@ -163,7 +185,7 @@ class _Connection(asyncio.Protocol):
             if not line:
                 self._state = self._end()
         else:
-            self._remaining = int(line.split(b";", 1)[0].strip(), 16)
+            self._remaining = _chunk_size(line)
             self._state = _CHUNK_DATA if self._remaining else _TRAILER
 
     def _end(self) -> int:
@@ -338,6 +360,18 @@ class Http1Upstream:
             for connection in connections:
                 connection.close()
         self._idle.clear()
+
+
+def _chunk_size(line: bytes | bytearray) -> int:
+    """The size of a chunk from its size line (hex digits, then maybe ``;extensions``).
+
+    Raises:
+        ValueError: not a size.
+    """
+    size = int(line.split(b";", 1)[0], 16)
+    if size < 0:
+        raise ValueError(f"bad chunk size {bytes(line)!r}")
+    return size
 
 
 def _request_bytes(target: str, host: str, headers: Mapping[str, str], body: bytes) -> bytes:

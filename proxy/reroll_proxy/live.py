@@ -76,8 +76,10 @@ async def serve_live(
         except UpstreamError as exc:
             return await _unreachable(step, sent, f"upstream {url} broke off: {exc}")
     payload = translation.response_payload(response.status, payload) if translation else payload
-    model = model_of(parse_json(payload)) or sent.get("model")
-    return await faults.deliver(await step.send_json(response.status, headers, payload, sent, model))
+    parsed = parse_json(payload)
+    model = model_of(parsed) or sent.get("model")
+    delivered = await step.send_json(response.status, headers, payload, sent, model, parsed=parsed)
+    return await faults.deliver(delivered)
 
 
 async def _unreachable(step: ServedStep, sent: dict[str, Any], error: str) -> web.StreamResponse:

@@ -207,6 +207,7 @@ class ServedStep:
         sent_body: Any,
         model: str | None,
         error: str | None = None,
+        parsed: Any = None,
     ) -> web.Response:
         """Record the exchange, then return the response that sends `payload` to the agent.
 
@@ -217,9 +218,11 @@ class ServedStep:
             sent_body: the request body to record (as forwarded upstream).
             model: the model that produced the response.
             error: why the upstream failed, if it did.
+            parsed: `payload` parsed already (`parse_json`), if the caller did; None: parsed here.
         """
         self.first_byte = time.monotonic()
-        exchange = self._exchange(sent_body, status, headers, parse_json(payload), None, model, error)
+        body = parse_json(payload) if parsed is None else parsed
+        exchange = self._exchange(sent_body, status, headers, body, None, model, error)
         await self.recorder.record(self.number, exchange)
         content_type = headers.get("content-type", "application/json")
         return web.Response(status=status, body=payload, headers=self._agent_headers(headers, content_type))
