@@ -240,7 +240,9 @@ class Http1Response:
         self.headers: Iterable[tuple[str, str]] = headers
         """The response headers as (name, value) pairs, in order."""
         found = {name.lower(): value for name, value in headers}
-        self.content_type = found.get("content-type", "application/octet-stream").split(";")[0].strip().lower()
+        self.content_type = (
+            found.get("content-type", "application/octet-stream").split(";")[0].strip().lower()
+        )
         """The media type without parameters."""
         encoding = found.get("content-encoding", "identity").strip().lower()
         if encoding not in ("identity", "gzip", "deflate", "x-gzip"):

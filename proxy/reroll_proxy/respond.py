@@ -280,12 +280,14 @@ class ServedStep:
     async def _forward_chunks(self, sent: _Delivery, chunks: AsyncGenerator[bytes]) -> None:
         """Forward the upstream's bytes as they come, the events they complete parsed after.
 
-        The bytes of complete events go out as they are, before being parsed, as long as they
-        contain none of the format's terminal markers (`WireFormat.terminal_markers`) and no
-        ``\\r``; the bytes of an event still incomplete wait for the chunk that completes it.
-        Bytes with a marker are parsed first and still forwarded as they are when no event of
-        theirs is terminal. From a terminal event (or a ``\\r``) on, the rest is parsed and sent
-        as events, the terminal one held back (`_Delivery.send`).
+        The bytes of complete events go out as they are, before being parsed, up to the first of
+        the format's terminal markers (`WireFormat.terminal_markers`) in them, and as long as no
+        ``\\r`` came; the bytes of an event still incomplete wait for the chunk that completes
+        it. Bytes from a marker on are parsed first and still forwarded as they are when no event
+        of theirs is terminal. From a terminal event (or a ``\\r``) on, the rest is parsed and
+        sent as events, the terminal one held back (`_Delivery.send`). So when the whole stream
+        comes in one piece, every event before the terminal one reaches the agent before any is
+        parsed for the record.
         """
         parser = SseParser()
         markers = self.wire.terminal_markers
@@ -301,18 +303,26 @@ class ServedStep:
                     as_is = False
                     await sent.send(parser.feed(chunk))
                     continue
-                end = data.rfind(b"\n\n") + 2  # the end of the last complete event (1: none)
-                ready, pending = (data[:end], data[end:]) if end > 1 else (b"", data)
-                if any(marker in data for marker in markers):
-                    events = parser.feed(chunk)
-                    if any(map(self.wire.is_terminal, events)):
-                        as_is = False
-                        await sent.send(events)
-                        continue
-                    await sent.forward(ready, events)
-                else:
-                    await sent.forward(ready, None)
+                cut = _first_marker(data, markers)
+                marked = cut < len(data)
+                end = data.rfind(b"\n\n", 0, cut) + 2  # the end of the last complete event before it
+                if end > 1:  # whole events with no marker: out as they are, then parsed
+                    await sent.forward(data[:end], None)
+                    split = end - len(pending)  # where they end in `chunk`
+                    sent.add(parser.feed(chunk[:split]))
+                    chunk, data, pending = chunk[split:], data[end:], b""
+                if not marked:  # what is left is an incomplete event
+                    pending = data
                     sent.add(parser.feed(chunk))
+                    continue
+                events = parser.feed(chunk)
+                if any(map(self.wire.is_terminal, events)):
+                    as_is = False
+                    await sent.send(events)
+                    continue
+                end = data.rfind(b"\n\n") + 2
+                ready, pending = (data[:end], data[end:]) if end > 1 else (b"", data)
+                await sent.forward(ready, events)
         await sent.send(parser.finish())
 
     async def _record_aborted(
@@ -388,6 +398,12 @@ class ServedStep:
                 retry=self.retry,
             ),
         )
+
+
+def _first_marker(data: bytes, markers: tuple[bytes, ...]) -> int:
+    """Where the first of `markers` starts in `data`; ``len(data)`` when none is in it."""
+    found = [at for marker in markers if (at := data.find(marker)) >= 0]
+    return min(found) if found else len(data)
 
 
 class _Delivery:

@@ -56,7 +56,7 @@ def test_a_line_is_pydantics_dump_byte_for_byte(extras: bool) -> None:
     ``orjson.dumps(model_dump(mode="json"))``, extra fields (BenchFlow's, an event's ``id``) and
     non-JSON values of a body included."""
     raw = line(0, extra_top="kept") if extras else line(0)
-    raw["response"]["events"] = [{"data": "{\"a\": 1}"}, {"event": "done", "data": "[DONE]", "id": "7"}]
+    raw["response"]["events"] = [{"data": '{"a": 1}'}, {"event": "done", "data": "[DONE]", "id": "7"}]
     if extras:
         raw["request"]["query"] = {"a": "b"}
         raw["response"]["trailer"] = [1.5, None]

@@ -79,8 +79,12 @@ async def raw_server() -> AsyncIterator[Serve]:
         await server.wait_closed()
 
 
-def request(port: int, path: str = "/v1/chat/completions", headers: dict[str, str] | None = None) -> UpstreamRequest:
-    return UpstreamRequest(f"http://127.0.0.1:{port}{path}", headers or {"Authorization": "Bearer k"}, b'{"a": 1}')
+def request(
+    port: int, path: str = "/v1/chat/completions", headers: dict[str, str] | None = None
+) -> UpstreamRequest:
+    return UpstreamRequest(
+        f"http://127.0.0.1:{port}{path}", headers or {"Authorization": "Bearer k"}, b'{"a": 1}'
+    )
 
 
 def bytewise(data: bytes) -> list[bytes]:
