@@ -38,6 +38,7 @@ from reroll_contracts.trajectory import (
 from reroll_contracts.wire import WireFormat
 from reroll_contracts.wire.sse import SseParser, encode_event
 
+from reroll_proxy.engine import ReplayEngine
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.upstream import UpstreamError, UpstreamResponse
 
@@ -192,6 +193,9 @@ class ServedStep:
     """The fault injected at this step, recorded as ``metadata.fault``."""
     thread: int | None = None
     """The request's thread (`reroll_proxy.threads`), recorded as ``metadata.thread``."""
+    threads: ReplayEngine | None = None
+    """Set when `thread` is not worked out yet: the engine whose ``thread_of`` gives it
+    (``ReplayEngine.decide(..., later=True)``)."""
     replayed_from: int | None = None
     """The recorded exchange served (replayed steps), recorded as ``metadata.replayed_from``."""
     retry: RetryNote | None = None
@@ -358,6 +362,12 @@ class ServedStep:
         reroll = {"x-reroll-step": str(self.number), "x-reroll-source": self.source}
         return kept | reroll | {"content-type": content_type}
 
+    def _thread(self) -> int | None:
+        """`thread`, asked of `threads` first if it is not worked out yet."""
+        if self.threads is not None:
+            self.thread, self.threads = self.threads.thread_of(self.number), None
+        return self.thread
+
     def _exchange(
         self,
         sent_body: Any,
@@ -382,7 +392,7 @@ class ServedStep:
             duration_ms=(time.monotonic() - self.received) * 1000,
             metadata=ExchangeMetadata(
                 step=self.number,
-                thread=self.thread,
+                thread=self._thread(),
                 place=self.place,
                 replayed_from=self.replayed_from,
                 source=self.source,

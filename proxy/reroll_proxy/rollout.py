@@ -181,7 +181,7 @@ class RolloutProxy:
                 return await serve_in_place(step, note, body)
             finally:
                 await self.recorder.skip(step.number)
-        decision = self.engine.decide(body, wire.name)
+        decision = self.engine.decide(body, wire.name, later=True)
         if isinstance(decision, Exhausted | StepLimited):  # the end of a replay-only rollout or
             await self._hold(decision.step)  # of the step limit: a checkpoint first
         if self.engine.stop is not None:
@@ -211,6 +211,8 @@ class RolloutProxy:
             replayed_from=replay.index if replay else None,
             place=self.place,
         )
+        if decision.thread is None:  # worked out while the upstream answers (`serve_live`)
+            step.threads = self.engine
         step.retry = self.retries.observe(request.headers, raw, step.number)
         if step.divergence is not None:
             then = "going live (cutover policy)" if replay is None else "serving the recording"
