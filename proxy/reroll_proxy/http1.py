@@ -29,9 +29,9 @@ from reroll_contracts.errors import UpstreamError
 if TYPE_CHECKING:
     from reroll_proxy.upstream import UpstreamRequest
 
-IDLE_SECONDS = 10.0
+IDLE_SECONDS = 15.0
 """A keep-alive connection idle longer than this is closed rather than reused (providers close
-theirs after some seconds; one closed under a request would fail it)."""
+theirs after some seconds, and one closed under a request would fail it; aiohttp's default)."""
 _MAX_HEAD_BYTES = 64 * 1024
 _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from reroll_contracts.errors import UpstreamError
+from reroll_proxy import http1
 from reroll_proxy.http1 import Http1Upstream
 from reroll_proxy.upstream import UpstreamRequest
 
@@ -218,5 +219,27 @@ async def test_errors_are_upstream_errors(raw_server: Serve) -> None:
             await upstream.send(UpstreamRequest("ftp://host/x", {}, b""))
         with pytest.raises(UpstreamError, match="malformed"):
             await upstream.send(request(garbage.port))
+    finally:
+        await upstream.aclose()
+
+
+async def test_a_connection_closed_or_idle_too_long_is_not_reused(
+    raw_server: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upstream closing a kept-alive connection between requests (no ``Connection: close``
+    announced), or the connection idle past `IDLE_SECONDS`: the next request opens a new one."""
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    closing = await raw_server([[answer], [answer]], close_after=True)
+    upstream = Http1Upstream(5)
+    try:
+        assert (await fetch(upstream, request(closing.port)))[2] == b"{}"
+        await asyncio.sleep(0.1)  # its FIN arrives
+        assert (await fetch(upstream, request(closing.port)))[2] == b"{}"
+        assert closing.connections == 2
+        monkeypatch.setattr(http1, "IDLE_SECONDS", 0.0)
+        idle = await raw_server([[answer], [answer]])
+        for _ in range(2):
+            assert (await fetch(upstream, request(idle.port)))[2] == b"{}"
+        assert idle.connections == 2
     finally:
         await upstream.aclose()
