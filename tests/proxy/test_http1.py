@@ -7,9 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import shutil
 import socket
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from reroll_contracts.errors import UpstreamError
@@ -243,3 +247,41 @@ async def test_a_connection_closed_or_idle_too_long_is_not_reused(
         assert idle.connections == 2
     finally:
         await upstream.aclose()
+
+
+@pytest.mark.spawns  # openssl makes the certificate
+async def test_https_is_verified_against_the_trusted_cas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``https``: TLS with the host name checked, trusting the system's CAs (here a self-signed
+    certificate for ``localhost`` made trusted through ``SSL_CERT_FILE``); an untrusted one fails
+    to connect."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subject = ["-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"]
+    command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes"]
+    command += ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run([*command, *subject], check=True, capture_output=True)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    raw = RawServer([[b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"]])
+    server = await asyncio.start_server(raw.handle, "127.0.0.1", 0, ssl=served)
+    port = server.sockets[0].getsockname()[1]
+    sent = UpstreamRequest(f"https://localhost:{port}/v1/messages", {}, b"{}")
+    try:
+        untrusting = Http1Upstream(5)
+        with pytest.raises(UpstreamError, match="cannot connect"):
+            await untrusting.send(sent)
+        await untrusting.aclose()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        trusting = Http1Upstream(5)
+        try:
+            assert (await fetch(trusting, sent))[:3] == (200, "application/octet-stream", b"{}")
+        finally:
+            await trusting.aclose()
+    finally:
+        server.close()
+        await raw.close()
+        await server.wait_closed()
+    assert raw.requests[0].startswith(b"POST /v1/messages HTTP/1.1\r\nHost: localhost:")
