@@ -105,8 +105,9 @@ class Live:
     step: int
     divergence: Divergence | None = None
     """The divergence that made the ``cutover`` policy go live here, else None."""
-    thread: int = 0
-    """The thread the request continues or opens (`reroll_proxy.threads`)."""
+    thread: int | None = 0
+    """The thread the request continues or opens (`reroll_proxy.threads`); None: not worked out
+    yet (``decide(..., later=True)``), `ReplayEngine.thread_of` gives it."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,10 @@ class ReplayEngine:
         self._served = [i in self.superseded for i in range(len(self.recorded))]
         self._book = ThreadBook([None] * (max(self.threads) + 1 if self.threads else 0))
         """The last request served in each thread (replayed or live), for `ThreadBook.find`."""
+        self._unthreaded: list[tuple[int, str, dict[str, Any]]] = []
+        """(step, API format, body) of the requests decided ``later`` whose thread is not known yet."""
+        self._late_threads: dict[int, int] = {}
+        """The threads `resolve_threads` worked out, by step, until `thread_of` gives them."""
         self._before: dict[int, Turn | None] = {}
         """Per served exchange, its thread's last request before it (for `serve_again`)."""
         self._keys = [None if turn is None else match_key(turn) for turn in self._turns]
@@ -276,12 +281,18 @@ class ReplayEngine:
         self.served_replayed -= 1
         self.injected += 1
 
-    def decide(self, step_body: dict[str, Any], api_format: str = "openai-chat") -> Decision:
+    def decide(
+        self, step_body: dict[str, Any], api_format: str = "openai-chat", later: bool = False
+    ) -> Decision:
         """Decide what to do with the next request (see the module docstring).
 
         Args:
-            step_body: the request's JSON body.
+            step_body: the request's JSON body (not changed after this call).
             api_format: the request's API format name (see `reroll_contracts.wire`).
+            later: in record mode (nothing recorded, a live upstream), where every request goes
+                live, leave the thread (``Live.thread`` None) to `resolve_threads` / `thread_of`:
+                normalising the request is the costliest part of a decision, and the front end
+                does it while the upstream answers, off the agent's path.
 
         Returns:
             The decision; `Replay` and `Live` advance the step counter.
@@ -295,6 +306,11 @@ class ReplayEngine:
         if self.limited:
             self.stop = self.stop or StepLimited(step)
             return StepLimited(step)
+        if later and not self.recorded and self.has_live_upstream:
+            self._unthreaded.append((step, api_format, step_body))
+            self.served_live += 1
+            return Live(step, None, None)
+        self.resolve_threads()  # the book must have every earlier request
         turn = Turn(api_format, format_named(api_format).normalise(self.volatility.apply(step_body)))
         if self.cutover_step is not None:
             return self._live(step, turn, None, self._book.find(turn))
@@ -409,6 +425,21 @@ class ReplayEngine:
         self._book.lasts[thread] = turn
         self.served_replayed += 1
         return Replay(step, self.recorded[index], divergence, thread, index)
+
+    def resolve_threads(self) -> None:
+        """Work out the threads of the requests decided ``later``, in step order (as `decide`
+        would have, so the numbers are the same)."""
+        unthreaded, self._unthreaded = self._unthreaded, []
+        for step, api_format, body in unthreaded:
+            turn = Turn(api_format, format_named(api_format).normalise(self.volatility.apply(body)))
+            thread = self._book.assign(turn)
+            self._late_threads[step] = thread
+
+    def thread_of(self, step: int) -> int | None:
+        """The thread of `step`, decided ``later`` (worked out now if it was not yet), once: the
+        answer is forgotten after it is given. None for a step not decided ``later``."""
+        self.resolve_threads()
+        return self._late_threads.pop(step, None)
 
     def _live(
         self, step: int, turn: Turn, divergence: Divergence | None, thread: int | None

@@ -8,6 +8,7 @@ error in the exchange (`reroll_proxy.respond.UpstreamEvents`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -60,6 +61,8 @@ async def serve_live(
     await faults.delay()
     headers = upstream_wire.upstream_headers(config.api_key, step.request.headers)
     request = UpstreamRequest(url, headers | {"Content-Type": "application/json"}, orjson.dumps(forwarded))
+    if step.threads is not None:  # its thread: worked out once the request is on its way
+        asyncio.get_running_loop().call_soon(step.threads.resolve_threads)
     try:
         response = await upstream.send(request)
     except UpstreamError as exc:
@@ -76,8 +79,10 @@ async def serve_live(
         except UpstreamError as exc:
             return await _unreachable(step, sent, f"upstream {url} broke off: {exc}")
     payload = translation.response_payload(response.status, payload) if translation else payload
-    model = model_of(parse_json(payload)) or sent.get("model")
-    return await faults.deliver(await step.send_json(response.status, headers, payload, sent, model))
+    parsed = parse_json(payload)
+    model = model_of(parsed) or sent.get("model")
+    delivered = await step.send_json(response.status, headers, payload, sent, model, parsed=parsed)
+    return await faults.deliver(delivered)
 
 
 async def _unreachable(step: ServedStep, sent: dict[str, Any], error: str) -> web.StreamResponse:

@@ -38,6 +38,7 @@ from reroll_contracts.trajectory import (
 from reroll_contracts.wire import WireFormat
 from reroll_contracts.wire.sse import SseParser, encode_event
 
+from reroll_proxy.engine import ReplayEngine
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.upstream import UpstreamError, UpstreamResponse
 
@@ -192,6 +193,9 @@ class ServedStep:
     """The fault injected at this step, recorded as ``metadata.fault``."""
     thread: int | None = None
     """The request's thread (`reroll_proxy.threads`), recorded as ``metadata.thread``."""
+    threads: ReplayEngine | None = None
+    """Set when `thread` is not worked out yet: the engine whose ``thread_of`` gives it
+    (``ReplayEngine.decide(..., later=True)``)."""
     replayed_from: int | None = None
     """The recorded exchange served (replayed steps), recorded as ``metadata.replayed_from``."""
     retry: RetryNote | None = None
@@ -207,6 +211,7 @@ class ServedStep:
         sent_body: Any,
         model: str | None,
         error: str | None = None,
+        parsed: Any = None,
     ) -> web.Response:
         """Record the exchange, then return the response that sends `payload` to the agent.
 
@@ -217,9 +222,11 @@ class ServedStep:
             sent_body: the request body to record (as forwarded upstream).
             model: the model that produced the response.
             error: why the upstream failed, if it did.
+            parsed: `payload` parsed already (`parse_json`), if the caller did; None: parsed here.
         """
         self.first_byte = time.monotonic()
-        exchange = self._exchange(sent_body, status, headers, parse_json(payload), None, model, error)
+        body = parse_json(payload) if parsed is None else parsed
+        exchange = self._exchange(sent_body, status, headers, body, None, model, error)
         await self.recorder.record(self.number, exchange)
         content_type = headers.get("content-type", "application/json")
         return web.Response(status=status, body=payload, headers=self._agent_headers(headers, content_type))
@@ -277,12 +284,14 @@ class ServedStep:
     async def _forward_chunks(self, sent: _Delivery, chunks: AsyncGenerator[bytes]) -> None:
         """Forward the upstream's bytes as they come, the events they complete parsed after.
 
-        The bytes of complete events go out as they are, before being parsed, as long as they
-        contain none of the format's terminal markers (`WireFormat.terminal_markers`) and no
-        ``\\r``; the bytes of an event still incomplete wait for the chunk that completes it.
-        Bytes with a marker are parsed first and still forwarded as they are when no event of
-        theirs is terminal. From a terminal event (or a ``\\r``) on, the rest is parsed and sent
-        as events, the terminal one held back (`_Delivery.send`).
+        The bytes of complete events go out as they are, before being parsed, up to the first of
+        the format's terminal markers (`WireFormat.terminal_markers`) in them, and as long as no
+        ``\\r`` came; the bytes of an event still incomplete wait for the chunk that completes
+        it. Bytes from a marker on are parsed first and still forwarded as they are when no event
+        of theirs is terminal. From a terminal event (or a ``\\r``) on, the rest is parsed and
+        sent as events, the terminal one held back (`_Delivery.send`). So when the whole stream
+        comes in one piece, every event before the terminal one reaches the agent before any is
+        parsed for the record.
         """
         parser = SseParser()
         markers = self.wire.terminal_markers
@@ -298,18 +307,26 @@ class ServedStep:
                     as_is = False
                     await sent.send(parser.feed(chunk))
                     continue
-                end = data.rfind(b"\n\n") + 2  # the end of the last complete event (1: none)
-                ready, pending = (data[:end], data[end:]) if end > 1 else (b"", data)
-                if any(marker in data for marker in markers):
-                    events = parser.feed(chunk)
-                    if any(map(self.wire.is_terminal, events)):
-                        as_is = False
-                        await sent.send(events)
-                        continue
-                    await sent.forward(ready, events)
-                else:
-                    await sent.forward(ready, None)
+                cut = _first_marker(data, markers)
+                marked = cut < len(data)
+                end = data.rfind(b"\n\n", 0, cut) + 2  # the end of the last complete event before it
+                if end > 1:  # whole events with no marker: out as they are, then parsed
+                    await sent.forward(data[:end], None)
+                    split = end - len(pending)  # where they end in `chunk`
+                    sent.add(parser.feed(chunk[:split]))
+                    chunk, data, pending = chunk[split:], data[end:], b""
+                if not marked:  # what is left is an incomplete event
+                    pending = data
                     sent.add(parser.feed(chunk))
+                    continue
+                events = parser.feed(chunk)
+                if any(map(self.wire.is_terminal, events)):
+                    as_is = False
+                    await sent.send(events)
+                    continue
+                end = data.rfind(b"\n\n") + 2
+                ready, pending = (data[:end], data[end:]) if end > 1 else (b"", data)
+                await sent.forward(ready, events)
         await sent.send(parser.finish())
 
     async def _record_aborted(
@@ -345,6 +362,12 @@ class ServedStep:
         reroll = {"x-reroll-step": str(self.number), "x-reroll-source": self.source}
         return kept | reroll | {"content-type": content_type}
 
+    def _thread(self) -> int | None:
+        """`thread`, asked of `threads` first if it is not worked out yet."""
+        if self.threads is not None:
+            self.thread, self.threads = self.threads.thread_of(self.number), None
+        return self.thread
+
     def _exchange(
         self,
         sent_body: Any,
@@ -369,7 +392,7 @@ class ServedStep:
             duration_ms=(time.monotonic() - self.received) * 1000,
             metadata=ExchangeMetadata(
                 step=self.number,
-                thread=self.thread,
+                thread=self._thread(),
                 place=self.place,
                 replayed_from=self.replayed_from,
                 source=self.source,
@@ -385,6 +408,12 @@ class ServedStep:
                 retry=self.retry,
             ),
         )
+
+
+def _first_marker(data: bytes, markers: tuple[bytes, ...]) -> int:
+    """Where the first of `markers` starts in `data`; ``len(data)`` when none is in it."""
+    found = [at for marker in markers if (at := data.find(marker)) >= 0]
+    return min(found) if found else len(data)
 
 
 class _Delivery:

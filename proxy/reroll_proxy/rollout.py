@@ -32,7 +32,7 @@ from reroll_proxy.recorder import Recorder
 from reroll_proxy.replayed import serve_replayed
 from reroll_proxy.respond import ServedStep, error_response, now_iso
 from reroll_proxy.retries import RetryTracker
-from reroll_proxy.upstream import AiohttpUpstream, Upstream
+from reroll_proxy.upstream import Http1Upstream, Upstream
 
 log = logging.getLogger("reroll_proxy")
 
@@ -47,7 +47,7 @@ class RolloutProxy:
         engine: decides replay / live / refuse per request.
         recorder: where served exchanges are appended (opened).
         faults: chooses the faults to inject (`reroll_proxy.faults`), or None.
-        upstream: where live requests go; None: an `AiohttpUpstream` when the config has an
+        upstream: where live requests go; None: an `Http1Upstream` when the config has an
             upstream (none without one).
     """
 
@@ -68,7 +68,7 @@ class RolloutProxy:
         self.address: tuple[str, int] = (config.listen_host, config.listen_port)
         """The (host, port) of the site its agent reaches (set by the host once listening)."""
         if upstream is None and config.upstream is not None:
-            upstream = AiohttpUpstream(config.upstream.timeout_seconds)
+            upstream = Http1Upstream(config.upstream.timeout_seconds)
         self.upstream = upstream
         """Where live requests go (None: replay only)."""
         self._stopped = asyncio.Event()
@@ -181,7 +181,7 @@ class RolloutProxy:
                 return await serve_in_place(step, note, body)
             finally:
                 await self.recorder.skip(step.number)
-        decision = self.engine.decide(body, wire.name)
+        decision = self.engine.decide(body, wire.name, later=True)
         if isinstance(decision, Exhausted | StepLimited):  # the end of a replay-only rollout or
             await self._hold(decision.step)  # of the step limit: a checkpoint first
         if self.engine.stop is not None:
@@ -211,6 +211,8 @@ class RolloutProxy:
             replayed_from=replay.index if replay else None,
             place=self.place,
         )
+        if decision.thread is None:  # worked out while the upstream answers (`serve_live`)
+            step.threads = self.engine
         step.retry = self.retries.observe(request.headers, raw, step.number)
         if step.divergence is not None:
             then = "going live (cutover policy)" if replay is None else "serving the recording"

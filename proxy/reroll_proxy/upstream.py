@@ -1,8 +1,8 @@
 """The seam between the proxy and the model provider: an `Upstream` sends one request and gives
 back its response, whole or chunk by chunk (in the spirit of httpx's transports).
 
-- `AiohttpUpstream` — the real one: HTTP through one keep-alive ``aiohttp.ClientSession``,
-  aiohttp's exceptions converted to `UpstreamError` at this boundary.
+- `Http1Upstream` (`reroll_proxy.http1`) — the real one: HTTP/1.1 over keep-alive connections
+  on the event loop's own transports, its errors `UpstreamError` at this boundary.
 - `InMemoryUpstream` — its twin for tests: answers each request from the responses it was given
   (in order) or from a function, and keeps every request it received; no socket.
 
@@ -17,12 +17,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import aiohttp
 from reroll_contracts.errors import UpstreamError
 
+from reroll_proxy.http1 import Http1Upstream
+
 __all__ = [
-    "AiohttpUpstream",
     "CannedResponse",
+    "Http1Upstream",
     "InMemoryUpstream",
     "Upstream",
     "UpstreamError",
@@ -92,74 +93,6 @@ class Upstream(Protocol):
 
     async def aclose(self) -> None:
         """Release its connections; no `send` after this."""
-
-
-class _AiohttpResponse:
-    """An `UpstreamResponse` over an ``aiohttp.ClientResponse``."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-
-    @property
-    def status(self) -> int:
-        return self._response.status
-
-    @property
-    def headers(self) -> Iterable[tuple[str, str]]:
-        return self._response.headers.items()
-
-    @property
-    def content_type(self) -> str:
-        return self._response.content_type
-
-    async def read(self) -> bytes:
-        try:
-            return await self._response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise UpstreamError(repr(exc)) from exc
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise UpstreamError(repr(exc)) from exc
-
-    async def __aenter__(self) -> _AiohttpResponse:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._response.release()
-
-
-class AiohttpUpstream:
-    """The provider over HTTP: one keep-alive ``aiohttp.ClientSession``, opened at the first `send`.
-
-    Args:
-        timeout_seconds: longest wait to connect, and for each read (the head, every chunk).
-    """
-
-    def __init__(self, timeout_seconds: float) -> None:
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=timeout_seconds, sock_read=timeout_seconds
-        )
-        self._session: aiohttp.ClientSession | None = None
-
-    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
-        """See `Upstream.send`."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        try:
-            response = await self._session.post(request.url, data=request.body, headers=dict(request.headers))
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise UpstreamError(repr(exc)) from exc
-        return _AiohttpResponse(response)
-
-    async def aclose(self) -> None:
-        """See `Upstream.aclose`."""
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
 
 
 @dataclass

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from reroll_contracts import trajectory
 from reroll_contracts.errors import RunFolderError, TrajectoryFormatError
@@ -47,6 +48,21 @@ def test_round_trip(tmp_path: Path) -> None:
     assert loaded.exchanges == [exchange, exchange]
     assert (loaded.truncated_line, loaded.warning) == (None, None)
     assert exchange.to_line().endswith(b"\n") and exchange.to_line().count(b"\n") == 1
+
+
+@pytest.mark.parametrize("extras", [False, True])
+def test_a_line_is_pydantics_dump_byte_for_byte(extras: bool) -> None:
+    """`Exchange.to_line` serialises bodies and events with orjson directly: the same bytes as
+    ``orjson.dumps(model_dump(mode="json"))``, extra fields (BenchFlow's, an event's ``id``) and
+    non-JSON values of a body included."""
+    raw = line(0, extra_top="kept") if extras else line(0)
+    raw["response"]["events"] = [{"data": '{"a": 1}'}, {"event": "done", "data": "[DONE]", "id": "7"}]
+    if extras:
+        raw["request"]["query"] = {"a": "b"}
+        raw["response"]["trailer"] = [1.5, None]
+    exchange = Exchange.model_validate(raw)
+    exchange.request.body = {"messages": [{"content": "naïve 🚀"}], "tuple": (1, 2), "inf": float("inf")}
+    assert exchange.to_line() == orjson.dumps(exchange.model_dump(mode="json")) + b"\n"
 
 
 def test_benchflow_lines_with_extra_keys_and_no_reroll_metadata_load(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from reroll.models.scripted_answers import count_prompt_tokens
 from reroll_contracts.proxy import UpstreamConfig, VolatileRule
 from reroll_contracts.trajectory import Exchange
 from reroll_proxy.endpoints_models import ModelEndpoints
-from reroll_proxy.upstream import AiohttpUpstream
+from reroll_proxy.upstream import Http1Upstream
 from reroll_proxy.volatile import Volatility
 
 PROMPT: dict[str, Any] = {
@@ -93,7 +93,7 @@ async def test_count_tokens_goes_to_a_live_anthropic_upstream() -> None:
     config = UpstreamConfig(
         base_url=str(upstream.make_url("/v1")), model="scripted", api_format="anthropic-messages"
     )
-    live = AiohttpUpstream(timeout_seconds=10)
+    live = Http1Upstream(timeout_seconds=10)
     client = await client_for(ModelEndpoints(config, [], Volatility(), lambda: live))
     try:
         response = await client.post("/v1/messages/count_tokens", json={**PROMPT, "model": "x"})

@@ -269,6 +269,24 @@ def test_the_first_cut_exchanges_are_replayed_and_the_rest_go_live(
     assert (engine.served_replayed, engine.served_live, engine.divergences) == (cut, len(exchanges) - cut, [])
 
 
+def test_threads_decided_later_are_the_threads_decided_at_once() -> None:
+    """``later=True`` in record mode: every request goes live with no thread yet; worked out
+    (in step order) by `resolve_threads`, or by `thread_of`, they are `decide`'s own numbers."""
+    order = ["main", "sub-a", "sub-b", "main", "sub-b", "sub-a", "title", "main", "summary"]
+    requests = [thread_request(name, turn) for name, turn in numbered(order)]
+    at_once = ReplayEngine([], cut_index=0, has_live_upstream=True)
+    expected = [decision.thread for decision in map(at_once.decide, requests) if isinstance(decision, Live)]
+    later = ReplayEngine([], cut_index=0, has_live_upstream=True)
+    decisions = [later.decide(body, later=True) for body in requests[:5]]
+    assert decisions == [Live(step, None, None) for step in range(5)] and later.served_live == 5
+    later.resolve_threads()
+    decisions += [later.decide(body, later=True) for body in requests[5:]]
+    assert [later.thread_of(step) for step in range(9)] == expected == [0, 1, 2, 0, 2, 1, 3, 0, 4]
+    assert later.thread_of(3) is None  # given once
+    replaying = ReplayEngine(record_threads(order), cut_index=9, has_live_upstream=True)
+    assert isinstance(replaying.decide(requests[0], later=True), Replay)  # only record mode waits
+
+
 def test_record_mode_numbers_threads_as_the_replay_does() -> None:
     order = ["main", "sub-a", "sub-b", "main", "sub-b", "sub-a", "title", "main", "summary"]
     recorder = ReplayEngine([], cut_index=0, has_live_upstream=True)

@@ -98,15 +98,10 @@ async def test_a_live_stream_reaches_the_agent_byte_for_byte(in_memory_proxy: St
     assert line["response"]["body"]["choices"][0]["message"]["content"] == "Héllo thère."
 
 
-@pytest.mark.parametrize("cut", [0, 3, 8], ids=["before", "inside-marker", "after-marker"])
-async def test_the_terminal_event_waits_for_the_record_however_the_chunks_cut_it(
-    in_memory_proxy: StartInMemory, monkeypatch: pytest.MonkeyPatch, cut: int
-) -> None:
-    """`cut` bytes into ``[DONE]``, the chunk ends: the agent gets every event but the last
-    while the exchange is being recorded, and the last once it is."""
-    body = b"".join(map(encode_event, CHAT.to_events(ANSWER, STREAMED, piece_chars=4)))
+async def held_until_recorded(proxy: RunningProxy, body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the exchange is being recorded, the agent has received `body` up to its ``data:
+    [DONE]`` (byte for byte) and nothing more, and no line is written; the rest once it is."""
     end = body.index(b"data: [DONE]")
-    proxy = await streamed_proxy(in_memory_proxy, [body[: end + 6 + cut], body[end + 6 + cut :]])
     recording, release = asyncio.Event(), asyncio.Event()
     record = proxy.rollout.recorder.record
 
@@ -132,6 +127,31 @@ async def test_the_terminal_event_waits_for_the_record_however_the_chunks_cut_it
         release.set()
         assert received + await response.read() == body
     assert lines(proxy)[0]["response"]["events"][-1]["data"] == "[DONE]"
+
+
+@pytest.mark.parametrize("cut", [0, 3, 8], ids=["before", "inside-marker", "after-marker"])
+async def test_the_terminal_event_waits_for_the_record_however_the_chunks_cut_it(
+    in_memory_proxy: StartInMemory, monkeypatch: pytest.MonkeyPatch, cut: int
+) -> None:
+    """`cut` bytes into ``[DONE]``, the chunk ends: the agent gets every event but the last
+    while the exchange is being recorded, and the last once it is."""
+    body = b"".join(map(encode_event, CHAT.to_events(ANSWER, STREAMED, piece_chars=4)))
+    end = body.index(b"data: [DONE]")
+    proxy = await streamed_proxy(in_memory_proxy, [body[: end + 6 + cut], body[end + 6 + cut :]])
+    await held_until_recorded(proxy, body, monkeypatch)
+
+
+async def test_a_stream_in_one_piece_is_forwarded_as_it_is_up_to_its_terminal_event(
+    in_memory_proxy: StartInMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole stream in one chunk, its events spelt ``data:{...}`` (no space: re-encoding
+    would add one): every event before ``[DONE]`` reaches the agent as the upstream's bytes while
+    the exchange is recorded, ``[DONE]`` once it is."""
+    events = CHAT.to_events(ANSWER, STREAMED, piece_chars=4)
+    body = b"".join(encode_event(event).replace(b"data: ", b"data:") for event in events[:-1])
+    body += encode_event(events[-1])
+    proxy = await streamed_proxy(in_memory_proxy, [body])
+    await held_until_recorded(proxy, body, monkeypatch)
 
 
 async def test_a_stream_with_cr_line_ends_is_sent_as_its_events(in_memory_proxy: StartInMemory) -> None:

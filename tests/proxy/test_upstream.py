@@ -1,5 +1,5 @@
 """The `Upstream` seam (`reroll_proxy.upstream`): the proxy in process, its upstream the in-memory
-twin (no model server, no socket to a provider), and the aiohttp upstream's errors converted."""
+twin (no model server, no socket to a provider), and the HTTP upstream's errors converted."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from reroll_contracts.errors import UpstreamError
 from reroll_contracts.wire import format_named
 from reroll_contracts.wire.sse import encode_event
 from reroll_proxy.server import RunningProxy
-from reroll_proxy.upstream import AiohttpUpstream, CannedResponse, InMemoryUpstream, UpstreamRequest
+from reroll_proxy.upstream import CannedResponse, Http1Upstream, InMemoryUpstream, UpstreamRequest
 
 from tests.proxy.conftest import IN_MEMORY_KEY, TOKEN, StartInMemory, http_json, lines
 
@@ -126,13 +126,13 @@ async def test_x_api_key_header_is_accepted(in_memory_proxy: StartInMemory) -> N
     assert "x-api-key" not in lines(proxy)[0]["request"]["headers"]
 
 
-async def test_the_aiohttp_upstream_converts_a_refused_connection() -> None:
+async def test_the_http1_upstream_converts_a_refused_connection() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    upstream = AiohttpUpstream(timeout_seconds=5)
+    upstream = Http1Upstream(timeout_seconds=5)
     try:
-        with pytest.raises(UpstreamError, match="ClientConnectorError"):
+        with pytest.raises(UpstreamError, match="cannot connect"):
             await upstream.send(UpstreamRequest(f"http://127.0.0.1:{port}/v1/chat/completions", {}, b"{}"))
     finally:
         await upstream.aclose()
