@@ -118,11 +118,23 @@ class HostSandbox:
 
 
 @pytest.mark.skipif(HOST_PYTHON is None, reason="no Python 3.12 on this host (pyenv's or on PATH)")
-async def test_the_hosts_python_comes_before_the_sandboxs_own() -> None:
+async def test_the_hosts_runtime_comes_before_the_sandboxs_own_and_the_hosts_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An install in a store every image shares must not take the Python of the image it was
-    made in: the host's comes first, even where the sandbox has a python3.12 of its own."""
-    found = await provide_python(ProbedSandbox(0, b"/usr/bin/python3.12\n"), "3.12", {})  # type: ignore[arg-type]
-    assert found == str(HOST_PYTHON)
+    made in: the host's, made relocatable, comes first, even where the sandbox has a python3.12
+    of its own — and even where the sandbox could run the host's at its path (``local-plain``,
+    whose store the isolated ``local``, which does not see the host's pyenv, shares)."""
+    uploaded: list[Path] = []
+
+    async def upload(sandbox: object, host: Path, version: str, log: object) -> str:
+        uploaded.append(host)
+        return "/agents/python3.12-key/bin/python3.12"
+
+    monkeypatch.setattr(python_runtime, "_upload_runtime", upload)
+    sees_everything = ProbedSandbox(0, b"/usr/bin/python3.12\n")  # `test -x HOST` would pass
+    found = await provide_python(sees_everything, "3.12", {})  # type: ignore[arg-type]
+    assert found == "/agents/python3.12-key/bin/python3.12" and uploaded == [HOST_PYTHON]
 
 
 def fake_python(folder: Path, version: str, *, with_venv: bool) -> None:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from reroll.installs.python_runtime import PYENV_VERSIONS
 from reroll.installs.store import NOT_INSTALLED, InstallStore, check_tree, record_tree
 from reroll_contracts.errors import AgentInstallError
 
@@ -106,6 +107,21 @@ def test_a_unit_is_refused_when_an_install_it_requires_changed(tmp_path: Path) -
     (store.folder / "python3.12-abc" / "venv" / "lib" / "sitecustomize.py").write_text("import os\n")
     assert store.check("agent-1") == (
         "the install it requires, python3.12-abc: venv/lib/sitecustomize.py was added after the install"
+    )
+
+
+def test_an_install_on_the_hosts_own_pyenv_python_is_installed_again(tmp_path: Path) -> None:
+    """A venv an older reroll made on the host's pyenv interpreter (in ``local-plain``) fails in
+    the isolated ``local`` sandbox, which shares the store but not the host's pyenv."""
+    store = InstallStore(folder=tmp_path / "agents", manifests=tmp_path / "manifests")
+    make_unit(store.folder / "agent-1")
+    (store.folder / "agent-1" / "venv" / "bin" / "python3.12").symlink_to(
+        f"{PYENV_VERSIONS}/3.12.1/bin/python3.12"
+    )
+    store.record("agent-1", [])
+    assert store.check("agent-1") == (
+        f"venv/bin/python3.12 runs the host's own {PYENV_VERSIONS}/3.12.1/bin/python3.12, "
+        "which the isolated sandboxes do not see"
     )
 
 

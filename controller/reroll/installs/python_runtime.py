@@ -17,10 +17,9 @@ from the system. The loader's path is absolute, so a runtime is built for the on
 tkinter and the base site-packages are left out (a venv brings its own pip); its byte code is
 compiled in advance (the agent's user cannot write it at run time).
 
-`provide_python` chooses per sandbox: the host's build where the sandbox sees the host's files
-(the `local` sandbox), else the relocatable runtime, uploaded once into the agents folder (a
-docker volume shared by every container, whatever its image), else the sandbox's own
-``pythonX.Y`` if it can make a venv. Built in about 20 s
+`provide_python` chooses per sandbox: the relocatable runtime, uploaded once into the agents
+folder (a docker volume shared by every container, whatever its image; the local sandboxes'
+store), else the sandbox's own ``pythonX.Y`` if it can make a venv. Built in about 20 s
 into ``<cache>/python/<key>/``; ~110 MB.
 """
 
@@ -155,12 +154,13 @@ async def provide_python(sandbox: Sandbox, version: str, env: dict[str, str], lo
     an agent's install may use.
 
     The host's comes first, so that an install in a store shared by every image (docker's
-    volume) never depends on the image it was made in: the host's (`host_python`) where the
-    sandbox sees it at its host path (the `local` sandbox); else the host's made relocatable
-    (`ensure_runtime`) and uploaded once to ``<agents folder>/python<version>-<key>`` (a
-    concurrent upload of the same runtime is discarded); else, where the host has none or it
-    cannot be made relocatable, the sandbox's own ``pythonX.Y`` on the PATH of `env`, if it has
-    ``venv`` and ``ensurepip``.
+    volume) never depends on the image it was made in: the host's (`host_python`) made
+    relocatable (`ensure_runtime`) and uploaded once to ``<agents folder>/python<version>-<key>``
+    (a concurrent upload of the same runtime is discarded) — also where the sandbox could run the
+    host's at its host path (``local-plain``): ``local`` and ``local-plain`` share one store, and
+    the isolated ``local`` sandbox does not see the host's pyenv; else, where the host has none
+    or it cannot be made relocatable, the sandbox's own ``pythonX.Y`` on the PATH of `env`, if it
+    has ``venv`` and ``ensurepip``.
 
     Raises:
         AgentInstallError: neither the host nor the sandbox has a usable one (saying why, within
@@ -169,8 +169,6 @@ async def provide_python(sandbox: Sandbox, version: str, env: dict[str, str], lo
     """
     host = host_python(version)
     if host is not None:
-        if (await sandbox.exec(["test", "-x", str(host)], inherit_env=False)).exit_code == 0:
-            return str(host)
         try:
             return await _upload_runtime(sandbox, host, version, log)
         except ImageBuildError as exc:

@@ -54,7 +54,7 @@ from pathlib import Path
 from reroll_contracts.errors import AgentInstallError
 
 from reroll.cache import cache_dir
-from reroll.installs.python_runtime import host_python, provide_python, runtime_key
+from reroll.installs.python_runtime import PYENV_VERSIONS, host_python, provide_python, runtime_key
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.seam import InstallFolders, SharedInstalls
 
@@ -193,6 +193,16 @@ def check_tree(folder: Path, recorded: dict[str, Entry], *, full: bool = False) 
     return ""
 
 
+def _host_interpreter(entries: dict[str, Entry]) -> str:
+    """Why an install whose venv runs the host's own pyenv interpreter may not be used (an older
+    reroll made it so in ``local-plain``; the isolated ``local`` sandbox, which shares the store,
+    does not see the host's pyenv): it is installed again on the relocatable runtime. "" if none."""
+    for name, (kind, *_, target) in entries.items():
+        if kind == "l" and str(target).startswith(f"{PYENV_VERSIONS}/"):
+            return f"{name} runs the host's own {target}, which the isolated sandboxes do not see"
+    return ""
+
+
 @dataclass(frozen=True)
 class InstallStore(InstallFolders):
     """A backend's shared installs on the host (`InstallFolders`: one folder per unit, and their
@@ -226,6 +236,8 @@ class InstallStore(InstallFolders):
         if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
             return f"its manifest {self.manifest_file(unit)} is not of format {MANIFEST_FORMAT}"
         if reason := check_tree(self.folder / unit, manifest["entries"], full=full):
+            return reason
+        if reason := _host_interpreter(manifest["entries"]):
             return reason
         for required in manifest.get("requires", []):
             if reason := self.check(required, full=full):
