@@ -74,8 +74,8 @@ class RolloutProxy:
         self._stopped = asyncio.Event()
         self._held: asyncio.Queue[int] = asyncio.Queue()
         """Steps held for the controller, in the order they were held."""
-        self._holding: dict[int, asyncio.Event] = {}
-        """Each held step's release."""
+        self._holding: dict[int, tuple[asyncio.Event, float]] = {}
+        """Each held step's release and when it was held (`time.monotonic`)."""
         """Set with ``engine.stop``, before the first 409 is sent (see `reroll_contracts.proxy`)."""
         self.retries = RetryTracker()
         """Tells SDK retries from new turns (`reroll_proxy.retries`)."""
@@ -141,19 +141,23 @@ class RolloutProxy:
         return web.json_response({"step": await self._held.get()})
 
     async def release(self, request: web.Request) -> web.Response:
-        """``POST /_reroll/release?step=K``: let the held request of step K go on."""
+        """``POST /_reroll/release?step=K``: let the held request of step K go on; answers
+        ``{"held_seconds": s}``, how long it was held (from `_hold` to this release: the wait the
+        agent saw, the controller's round trips included)."""
         held = self._holding.pop(int(request.query.get("step", "-1")), None)
         if held is None:
             return web.json_response({"error": "no request of that step is held"}, status=404)
-        held.set()
-        return web.Response(status=204)
+        release, since = held
+        release.set()
+        return web.json_response({"held_seconds": round(time.monotonic() - since, 6)})
 
     async def _hold(self, step: int) -> None:
         """Hold the request of `step` until the controller releases it (`ProxyConfig.hold_every`)."""
         every = self.config.hold_every
         if not every or step == 0 or step % every:
             return
-        release = self._holding[step] = asyncio.Event()
+        release = asyncio.Event()
+        self._holding[step] = (release, time.monotonic())
         log.info("step %d: held for a checkpoint", step)
         self._held.put_nowait(step)
         await release.wait()

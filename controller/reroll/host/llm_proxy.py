@@ -56,6 +56,12 @@ class HeldStep(BaseModel):
     step: int
 
 
+class Released(BaseModel):
+    """The proxy's answer to ``POST /_reroll/release``: how long it held the request, in seconds."""
+
+    held_seconds: float
+
+
 _VOLATILE_RULES = TypeAdapter(list[VolatileRule])
 
 
@@ -292,11 +298,16 @@ class LlmProxy:
         """
         return (await self._get("/_reroll/held", HeldStep, None)).step
 
-    async def release(self, step: int) -> None:
+    async def release(self, step: int) -> float:
         """Let the held request of `step` go on (``POST /_reroll/release``).
 
+        Returns:
+            How long the proxy held it, in seconds (the wait the agent saw: `wait_for_held`'s
+            answer, the checkpoint and this call's request included).
+
         Raises:
-            InfrastructureError: the proxy died or holds no request of that step.
+            InfrastructureError: the proxy died, holds no request of that step, or answered
+                something that is not a `Released`.
         """
         assert self._session is not None, "start() first"
         url = self.base_url.removesuffix("/v1") + f"/_reroll/release?step={step}"
@@ -304,7 +315,8 @@ class LlmProxy:
             timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
             async with self._session.post(url, timeout=timeout) as response:
                 response.raise_for_status()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+                return Released.model_validate_json(await response.read()).held_seconds
+        except (aiohttp.ClientError, TimeoutError, ValidationError) as exc:
             raise InfrastructureError(
                 f"LLM proxy did not release step {step} ({exc!r}):\n{self._process.log_tail()}"
             ) from exc

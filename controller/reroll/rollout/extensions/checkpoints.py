@@ -26,7 +26,7 @@ from reroll_contracts.errors import RerollError, SandboxError
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
-from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
+from reroll.rollout.layers import capture_checkpoint, restore_checkpoint, uncovered_layers
 from reroll.rollout.origin import FromCheckpoint, NewRecording
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
@@ -41,9 +41,11 @@ RESTORED_FILE = "restored-checkpoint.json"
 """In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
 layers' digests, which the restore reproduced)."""
 HELD_FILE = "checkpoint-holds.json"
-"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...]}``, how long
-each step's request was held for its checkpoint (the controller told of the hold → the release
-answered): the per-step cost the agent waits."""
+"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...], "capture":
+[...]}``, how long each step's request was held for its checkpoint, as the proxy measured it (from
+the hold to the release: the per-step cost the agent waits), and how much of it the controller
+spent capturing (the rest: the hold's news reaching the controller and the release reaching the
+proxy)."""
 POOL_FILE = "pool.json"
 """In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
 with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
@@ -67,7 +69,11 @@ class Checkpoints(Extension):
         """The kept pool snapshot a fork's sandbox started from (`FromCheckpoint.pool`)."""
         self.capturing: asyncio.Task[None] | None = None
         self.held: dict[int, float] = {}
-        """Seconds each step's request was held (`HELD_FILE`)."""
+        """Seconds each step's request was held, as the proxy measured it (`HELD_FILE`)."""
+        self.filing: asyncio.Task[None] | None = None
+        """The files of the latest per-step pool checkpoint being written (`_file_pool_checkpoint`)."""
+        self.froze: dict[int, float] = {}
+        """Seconds of each step's held part on the controller's side (`HELD_FILE`'s ``capture``)."""
 
     def configure(self, draft: Draft) -> None:
         """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
@@ -111,46 +117,103 @@ class Checkpoints(Extension):
         """Stop capturing (before the proxy stops); write how long each step was held (`HELD_FILE`)."""
         await self._stop()
         if self.held:
-            held = {"steps": list(self.held), "seconds": [round(s, 6) for s in self.held.values()]}
+            held = {
+                "steps": list(self.held),
+                "seconds": [round(s, 6) for s in self.held.values()],
+                "capture": [round(self.froze.get(step, 0.0), 6) for step in self.held],
+            }
             write_json(harness_folder(run.plan.run_dir) / HELD_FILE, held)
 
     async def _capture(self, run: Run, proxy: LlmProxy, env: dict[str, str]) -> None:
         """Each time the proxy holds a request at a step boundary, capture the layers into
         ``checkpoints/step-K/`` and let the request go on. The agent waits for its model
         meanwhile: its conversation is quiescent (a process it left running in the background is
-        not frozen). A failed capture is reported, the run goes on (a branch refuses the
-        incomplete checkpoint and rebuilds the prefix)."""
+        not frozen). A per-step pool checkpoint (`pool_only`) holds the request only for what
+        touches the sandbox (the pool snapshot's ioctls, and a layer it does not cover): its
+        files (``pool.json``, ``checkpoint.json``) are written after the release. A failed
+        capture is reported, the run goes on (a branch refuses the incomplete checkpoint and
+        rebuilds the prefix)."""
         plan = run.plan
         while True:
             step = await proxy.wait_for_held()
             began = time.perf_counter()
             folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+            reference: str | None = None
             try:
-                reference = await _keep_in_pool(run, step, folder) if self.pool_only else None
-                if self.pool_only and reference is None:
-                    continue  # no pool here after all: nothing to keep
-                covered = pool_covers(run, reference) if reference is not None else []
-                await capture_checkpoint(
-                    run.sandbox,
-                    plan.task,
-                    plan.agent,
-                    step,
-                    folder,
-                    env,
-                    quiesce_agent=False,
-                    covered=covered,
-                )
                 if self.pool_only:
-                    await self._retain(run, step)
+                    reference = await self._freeze(run, step, folder, env)
                 else:
-                    await _keep_in_pool(run, step, folder)  # besides the tar layers, where it can
-                    run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
-                await run.hooks.at_checkpoint(run, step, folder)
+                    await self._checkpoint(run, step, folder, env)
             except RerollError as exc:
                 run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
             finally:
-                await proxy.release(step)
-                self.held[step] = time.perf_counter() - began
+                self.froze[step] = time.perf_counter() - began
+                self.held[step] = await proxy.release(step)
+            if reference is not None:  # off the hold, one after the other: the next hold waits for none
+                filed = self._file_pool_checkpoint(run, step, folder, reference, env, self.filing)
+                self.filing = asyncio.create_task(filed)
+
+    async def _checkpoint(self, run: Run, step: int, folder: Path, env: dict[str, str]) -> None:
+        """A ``checkpoint_every`` checkpoint of `step` (the request held): its layers as tar files
+        into `folder`, and a pool snapshot beside them where the sandbox keeps one."""
+        plan = run.plan
+        await capture_checkpoint(run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False)
+        await _keep_in_pool(run, step, folder)
+        run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
+        await run.hooks.at_checkpoint(run, step, folder)
+
+    async def _freeze(self, run: Run, step: int, folder: Path, env: dict[str, str]) -> str | None:
+        """The part of a per-step pool checkpoint that needs the request held: the pool snapshot
+        (`pool_snapshot`), and the layers it does not cover (an environment state kept by a
+        service or a command: their tar files into `folder`). The snapshot's reference, None
+        when the sandbox keeps none after all."""
+        plan = run.plan
+        snapshot = getattr(run.sandbox, "pool_snapshot", None)
+        reference: str | None = None if snapshot is None else await snapshot(f"step-{step}")
+        if reference is None:
+            return None
+        covered = pool_covers(run, reference)
+        if uncovered_layers(run.sandbox, plan.task, plan.agent, covered):
+            await capture_checkpoint(
+                run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False, covered=covered
+            )
+        return reference
+
+    async def _file_pool_checkpoint(
+        self,
+        run: Run,
+        step: int,
+        folder: Path,
+        reference: str,
+        env: dict[str, str],
+        after: asyncio.Task[None] | None,
+    ) -> None:
+        """After the release and once `after` (the previous step's filing) is done: write the
+        pool checkpoint of `step` taken by `_freeze` (`POOL_FILE`, ``checkpoint.json`` when
+        `_freeze` captured no layer, the pool's `RUN_FILE`), then apply the retention
+        (`_retain`). A failure is reported, the run goes on."""
+        if after is not None:
+            await after
+        try:
+            await self._file(run, step, folder, reference, env)
+        except RerollError as exc:
+            run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
+
+    async def _file(self, run: Run, step: int, folder: Path, reference: str, env: dict[str, str]) -> None:
+        """`_file_pool_checkpoint`'s work. Raises RerollError as `capture_checkpoint`, SandboxError
+        when the files cannot be written."""
+        plan = run.plan
+        covered = pool_covers(run, reference)
+        try:
+            await asyncio.to_thread(_write_pool_file, folder, reference, plan.run_dir)
+        except OSError as exc:
+            raise SandboxError(f"marking the pool of {reference}: {exc}") from exc
+        if not uncovered_layers(run.sandbox, plan.task, plan.agent, covered):  # touches no sandbox file
+            await capture_checkpoint(
+                run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False, covered=covered
+            )
+        await self._retain(run, step)
+        await run.hooks.at_checkpoint(run, step, folder)
 
     async def _retain(self, run: Run, step: int) -> None:
         """Add `step` to the kept checkpoints and drop those `retained` lets go (their pool
@@ -165,13 +228,17 @@ class Checkpoints(Extension):
         self.kept = [kept for kept in self.kept if kept in keep]
 
     async def _stop(self) -> None:
-        """Cancel the capturing task, if any (once)."""
+        """Cancel the capturing task, if any (once), and wait for the checkpoint files it left
+        being written."""
         capturing, self.capturing = self.capturing, None
-        if capturing is None:
-            return
-        capturing.cancel()
-        with contextlib.suppress(asyncio.CancelledError, RerollError):
-            await capturing
+        if capturing is not None:
+            capturing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RerollError):
+                await capturing
+        filing, self.filing = self.filing, None
+        if filing is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await filing
 
 
 def pool_checkpoints_apply(draft: Draft) -> bool:
@@ -217,13 +284,19 @@ async def _keep_in_pool(run: Run, step: int, folder: Path) -> str | None:
     reference: str | None = None if pool_snapshot is None else await pool_snapshot(f"step-{step}")
     if reference is None:
         return None
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / POOL_FILE, {"from_snapshot": reference})
     try:
-        mark_pool(reference, run.plan.run_dir)
+        _write_pool_file(folder, reference, run.plan.run_dir)
     except OSError as exc:
         raise SandboxError(f"marking the pool of {reference}: {exc}") from exc
     return reference
+
+
+def _write_pool_file(folder: Path, reference: str, run_dir: Path) -> None:
+    """Write `reference` into `folder`'s `POOL_FILE` and `run_dir` into its pool
+    (`reroll.sandbox.local.storage.mark_pool`). Raises OSError when either cannot be written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / POOL_FILE, {"from_snapshot": reference})
+    mark_pool(reference, run_dir)
 
 
 def pool_covers(run: Run, reference: str) -> list[str]:

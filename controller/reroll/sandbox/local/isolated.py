@@ -348,11 +348,11 @@ class IsolatedSandbox(Sandbox):
         storage, paths = self._storage, [self.layout.workspace, self.layout.home]
         if self.config.keep_snapshots is False or storage is None or storage.cow is None or storage.is_child:
             return None
-        await self.snapshot(name, paths)
-        if not storage.cow.has(name):
+        if not storage.cow.covers(paths):
             return None
-        if self._image is None:  # ``/`` too (``/tmp``, services' files): not an image's overlay
-            await asyncio.to_thread(storage.freeze_root, name)
+        # ``/`` too (``/tmp``, services' files) unless it is an image's overlay; one thread hop for
+        # the three ioctls: this runs while the agent's request is held (a step's checkpoint)
+        await asyncio.to_thread(storage.freeze, name, paths, root=self._image is None)
         self._pooled = True
         return str(PoolSnapshot(storage.disk.folder, name))
 

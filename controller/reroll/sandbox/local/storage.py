@@ -127,6 +127,19 @@ class SandboxDisk:
     root_given: bool = False
     """Whether ``root`` is a writable snapshot of a pool snapshot's frozen ``/`` (`child_of`)."""
 
+    def freeze(self, name: str, paths: list[str], *, root: bool) -> None:
+        """Take copy-on-write snapshot `name` of the subvolumes at `paths` (sandbox paths: the
+        workspace and HOME), and with `root` of ``/`` too (`freeze_root`): a pool snapshot.
+
+        Raises:
+            SandboxError: no copy-on-write here, a bad name, or the file system refused.
+        """
+        if self.cow is None:
+            raise SandboxError(f"copy-on-write snapshot {name!r}: the disk is not btrfs")
+        self.cow.snapshot(name, paths)
+        if root:
+            self.freeze_root(name)
+
     def freeze_root(self, name: str) -> None:
         """Add a read-only snapshot of ``/`` (the ``root`` subvolume: ``/tmp``, ``/var``, services'
         files) to copy-on-write snapshot `name` (taken already), as `ROOT` in its folder.
