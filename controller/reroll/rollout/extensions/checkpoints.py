@@ -2,14 +2,16 @@
 `reroll.rollout.layers`) captured every ``checkpoint_every`` steps while the agent runs live, and
 a branch forked by snapshot restored from a checkpoint's layers before its agent resumes.
 
-A checkpoint at every step with ``checkpoint_keep`` N (``--checkpoint-keep``; off by default
-until a step costs under 5 ms: 18 to 38 ms today), where it is cheap: a new recording on the
-isolated ``local`` sandbox with a copy-on-write disk and ``checkpoint_every`` 0 holds every live
-step and keeps a pool snapshot of the workspace, HOME and ``/`` (`pool_snapshot`, bytes changed
-only), plus the environment's layer when the task declares one outside them (the task's own
-cost); the sandbox then keeps its disk as a pool when it stops. `retained` says which of those
-checkpoints the run keeps. Elsewhere (docker, ext4, the plain fallback) nothing changes: no tar
-layers every step, nothing said.
+A checkpoint at every step by default (``checkpoint_keep``, ``--checkpoint-keep``: 64 kept; 0
+turns it off), where it is cheap: a new recording on the isolated ``local`` sandbox with a
+copy-on-write disk and ``checkpoint_every`` 0 holds every live step while it takes a pool
+snapshot of the workspace, HOME and ``/`` (`pool_snapshot`: three btrfs ioctls in one thread
+hop, bytes changed only), plus the environment's layer when the task declares one outside them
+(the task's own cost); the checkpoint's files are written after the release. The agent's request
+is held about 5 ms a step (``harness/checkpoint-holds.json``, as the proxy measured it). The
+sandbox then keeps its disk as a pool when it stops. `retained` says which of those checkpoints
+the run keeps. Elsewhere (docker, ext4, the plain fallback) nothing changes: no tar layers every
+step, nothing said.
 """
 
 from __future__ import annotations
