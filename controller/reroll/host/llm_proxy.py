@@ -24,6 +24,8 @@ from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import InfrastructureError
 from reroll_contracts.faults import FaultsUsed, load_plan
 from reroll_contracts.proxy import (
+    FreezePlan,
+    HeldStep,
     ProxyConfig,
     ProxyStatus,
     ProxyStop,
@@ -48,12 +50,6 @@ ROLLOUTS_ROUTE = "/_reroll/rollouts"
 """The shared proxy's admin route (`reroll_proxy.host.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 _PendingAsks = RootModel[list[PendingAsk]]
-
-
-class HeldStep(BaseModel):
-    """The proxy's answer to ``GET /_reroll/held``: the step of the request it holds."""
-
-    step: int
 
 
 class Released(BaseModel):
@@ -289,14 +285,33 @@ class LlmProxy:
         """
         return await self._get("/_reroll/stop", ProxyStop, None)
 
-    async def wait_for_held(self) -> int:
+    async def wait_for_held(self) -> HeldStep:
         """Wait until the proxy holds a live request at a step boundary (``hold_every``) and
-        return its step (``GET /_reroll/held``, a long poll); `release` it after the checkpoint.
+        return it (``GET /_reroll/held``, a long poll); `release` it after the checkpoint. With a
+        `freeze_at_holds` plan, the step was frozen and let go already (``frozen``): no release.
 
         Raises:
-            InfrastructureError: the proxy died, or answered something that is not a step.
+            InfrastructureError: the proxy died, or answered something that is not a `HeldStep`.
         """
-        return (await self._get("/_reroll/held", HeldStep, None)).step
+        return await self._get("/_reroll/held", HeldStep, None)
+
+    async def freeze_at_holds(self, plan: FreezePlan) -> None:
+        """Have the proxy take `plan`'s snapshot itself at each step it would hold, and hold the
+        request no longer (``POST /_reroll/freeze``).
+
+        Raises:
+            InfrastructureError: the proxy died or refused the plan.
+        """
+        assert self._session is not None, "start() first"
+        url = self.base_url.removesuffix("/v1") + "/_reroll/freeze"
+        try:
+            timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
+            async with self._session.post(url, data=plan.model_dump_json(), timeout=timeout) as response:
+                response.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise InfrastructureError(
+                f"LLM proxy did not take the freeze plan ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
 
     async def release(self, step: int) -> float:
         """Let the held request of `step` go on (``POST /_reroll/release``).

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reroll_contracts.errors import RerollError, SandboxError
+from reroll_contracts.proxy import HeldStep
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
@@ -108,6 +109,8 @@ class Checkpoints(Extension):
             write_json(harness_folder(plan.run_dir) / RESTORED_FILE, restored)
             await run.hooks.at_restore(run, self.restore_step, self.restore_from)
         if run.proxy is not None and self.every:
+            if self.pool_only:
+                await _let_the_proxy_freeze(run, run.proxy)
             self.capturing = asyncio.create_task(self._capture(run, run.proxy, env))
             run.stack.push_async_callback(self._stop)
 
@@ -131,29 +134,53 @@ class Checkpoints(Extension):
         ``checkpoints/step-K/`` and let the request go on. The agent waits for its model
         meanwhile: its conversation is quiescent (a process it left running in the background is
         not frozen). A per-step pool checkpoint (`pool_only`) holds the request only for what
-        touches the sandbox (the pool snapshot's ioctls, and a layer it does not cover): its
-        files (``pool.json``, ``checkpoint.json``) are written after the release. A failed
-        capture is reported, the run goes on (a branch refuses the incomplete checkpoint and
-        rebuilds the prefix)."""
+        touches the sandbox: where the proxy freezes it itself (`_let_the_proxy_freeze`) only for
+        those ioctls, with no round trip; else for the pool snapshot and the layers it does not
+        cover. Its files (``pool.json``, ``checkpoint.json``) are written after the request went
+        on. A failed capture is reported, the run goes on (a branch refuses the incomplete
+        checkpoint and rebuilds the prefix)."""
         plan = run.plan
         while True:
-            step = await proxy.wait_for_held()
-            began = time.perf_counter()
+            held = await proxy.wait_for_held()
+            step, began = held.step, time.perf_counter()
             folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
             reference: str | None = None
-            try:
-                if self.pool_only:
-                    reference = await self._freeze(run, step, folder, env)
-                else:
-                    await self._checkpoint(run, step, folder, env)
-            except RerollError as exc:
-                run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
-            finally:
-                self.froze[step] = time.perf_counter() - began
-                self.held[step] = await proxy.release(step)
+            if held.frozen:
+                reference = self._frozen(run, held)
+            else:
+                reference = await self._held_capture(run, proxy, step, folder, env, began)
             if reference is not None:  # off the hold, one after the other: the next hold waits for none
                 filed = self._file_pool_checkpoint(run, step, folder, reference, env, self.filing)
                 self.filing = asyncio.create_task(filed)
+
+    def _frozen(self, run: Run, held: HeldStep) -> str | None:
+        """A step the proxy froze itself: note how long it waited; the snapshot's reference, None
+        when it failed (reported)."""
+        self.held[held.step] = self.froze[held.step] = held.held_seconds or 0.0
+        adopt = getattr(run.sandbox, "adopt_pool_snapshot", None)
+        if held.error is not None or adopt is None:
+            run.console.print(f"[yellow]checkpoint of step {held.step} failed: {held.error}[/yellow]")
+            return None
+        reference: str | None = adopt(f"step-{held.step}")
+        return reference
+
+    async def _held_capture(
+        self, run: Run, proxy: LlmProxy, step: int, folder: Path, env: dict[str, str], began: float
+    ) -> str | None:
+        """Capture the checkpoint of held step `step`, then release it: the pool snapshot's
+        reference when a per-step one was taken (its files still to write), else None."""
+        reference: str | None = None
+        try:
+            if self.pool_only:
+                reference = await self._freeze(run, step, folder, env)
+            else:
+                await self._checkpoint(run, step, folder, env)
+        except RerollError as exc:
+            run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
+        finally:
+            self.froze[step] = time.perf_counter() - began
+            self.held[step] = await proxy.release(step)
+        return reference
 
     async def _checkpoint(self, run: Run, step: int, folder: Path, env: dict[str, str]) -> None:
         """A ``checkpoint_every`` checkpoint of `step` (the request held): its layers as tar files
@@ -241,6 +268,28 @@ class Checkpoints(Extension):
         if filing is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await filing
+
+
+async def _let_the_proxy_freeze(run: Run, proxy: LlmProxy) -> None:
+    """Where the sandbox can say what its pool snapshot freezes (`pool_freeze_plan`: the isolated
+    ``local`` sandbox with copy-on-write) and that snapshot covers every layer of a checkpoint (no
+    environment state outside it), have the proxy take it itself at each held step
+    (`reroll.host.llm_proxy.LlmProxy.freeze_at_holds`): the request then waits for the ioctls
+    only, with no round trip to the controller. Elsewhere, or when the proxy refuses the plan
+    (reported), the proxy holds as before.
+    """
+    plan_of = getattr(run.sandbox, "pool_freeze_plan", None)
+    plan = plan_of() if plan_of is not None else None
+    if plan is None:
+        return
+    layout = run.sandbox.layout
+    covered = [layout.workspace, layout.home] + ["/"] * (plan.root is not None)
+    if uncovered_layers(run.sandbox, run.plan.task, run.plan.agent, covered):
+        return
+    try:
+        await proxy.freeze_at_holds(plan)
+    except RerollError as exc:
+        run.console.print(f"[yellow]the proxy will hold each step instead of freezing it: {exc}[/yellow]")
 
 
 def pool_checkpoints_apply(draft: Draft) -> bool:
