@@ -4,14 +4,16 @@ a branch forked by snapshot restored from a checkpoint's layers before its agent
 
 A checkpoint at every step by default (``checkpoint_keep``, ``--checkpoint-keep``: 64 kept; 0
 turns it off), where it is cheap: a new recording on the isolated ``local`` sandbox with a
-copy-on-write disk and ``checkpoint_every`` 0 holds every live step while it takes a pool
-snapshot of the workspace, HOME and ``/`` (`pool_snapshot`: three btrfs ioctls in one thread
-hop, bytes changed only), plus the environment's layer when the task declares one outside them
-(the task's own cost); the checkpoint's files are written after the release. The agent's request
-is held about 5 ms a step (``harness/checkpoint-holds.json``, as the proxy measured it). The
-sandbox then keeps its disk as a pool when it stops. `retained` says which of those checkpoints
-the run keeps. Elsewhere (docker, ext4, the plain fallback) nothing changes: no tar layers every
-step, nothing said.
+copy-on-write disk and ``checkpoint_every`` 0 takes a pool snapshot of the workspace, HOME and
+``/`` at every live step (bytes changed only). Its proxy takes it itself, the request waiting
+for the three btrfs ioctls only (`_let_the_proxy_freeze`: about 4 ms a step, no round trip to
+the controller); where the task's environment state lies outside the snapshot (a service's, a
+command's), the proxy holds the request while the controller snapshots (`pool_snapshot`) and
+copies that layer (the task's own cost). Either way the checkpoint's files are written after the
+request went on; ``harness/checkpoint-holds.json`` says how long each waited. The sandbox then
+keeps its disk as a pool when it stops. `retained` says which of those checkpoints the run
+keeps. Elsewhere (docker, ext4, the plain fallback) nothing changes: no tar layers every step,
+nothing said.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from reroll_contracts.btrfs import PATHS
 from reroll_contracts.errors import RerollError, SandboxError
-from reroll_contracts.proxy import HeldStep
+from reroll_contracts.proxy import FreezePlan, HeldStep
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
@@ -46,9 +49,9 @@ layers' digests, which the restore reproduced)."""
 HELD_FILE = "checkpoint-holds.json"
 """In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...], "capture":
 [...]}``, how long each step's request was held for its checkpoint, as the proxy measured it (from
-the hold to the release: the per-step cost the agent waits), and how much of it the controller
-spent capturing (the rest: the hold's news reaching the controller and the release reaching the
-proxy)."""
+the hold to the release, or to the end of its own freeze: the per-step cost the agent waits), and
+how much of it went to capturing (the rest: the hold's news reaching the controller and the
+release reaching the proxy; none when the proxy froze)."""
 POOL_FILE = "pool.json"
 """In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
 with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
@@ -75,6 +78,8 @@ class Checkpoints(Extension):
         """Seconds each step's request was held, as the proxy measured it (`HELD_FILE`)."""
         self.filing: asyncio.Task[None] | None = None
         """The files of the latest per-step pool checkpoint being written (`_file_pool_checkpoint`)."""
+        self.freezing: FreezePlan | None = None
+        """What the proxy freezes at each step itself (`_let_the_proxy_freeze`), None: it holds."""
         self.froze: dict[int, float] = {}
         """Seconds of each step's held part on the controller's side (`HELD_FILE`'s ``capture``)."""
 
@@ -110,7 +115,7 @@ class Checkpoints(Extension):
             await run.hooks.at_restore(run, self.restore_step, self.restore_from)
         if run.proxy is not None and self.every:
             if self.pool_only:
-                await _let_the_proxy_freeze(run, run.proxy)
+                self.freezing = await _let_the_proxy_freeze(run, run.proxy)
             self.capturing = asyncio.create_task(self._capture(run, run.proxy, env))
             run.stack.push_async_callback(self._stop)
 
@@ -119,8 +124,10 @@ class Checkpoints(Extension):
         launch.resume = launch.resume or self.restore_from is not None
 
     async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
-        """Stop capturing (before the proxy stops); write how long each step was held (`HELD_FILE`)."""
+        """Stop capturing (before the proxy stops), file the steps the proxy froze unseen
+        (`_file_unseen`); write how long each step was held (`HELD_FILE`)."""
         await self._stop()
+        await self._file_unseen(run)
         if self.held:
             held = {
                 "steps": list(self.held),
@@ -256,6 +263,22 @@ class Checkpoints(Extension):
             shutil.rmtree(run.plan.run_dir / CHECKPOINTS_DIR / f"step-{dropped}", ignore_errors=True)
         self.kept = [kept for kept in self.kept if kept in keep]
 
+    async def _file_unseen(self, run: Run) -> None:
+        """File the steps the proxy froze whose news the agent's end cut off (its last requests'
+        `HeldStep` still on the way when capturing stopped): found on the disk, a
+        `FreezePlan.step_folder` holding its `reroll_contracts.btrfs.PATHS`, as `_capture` files
+        the others (their wait unknown: not in `HELD_FILE`)."""
+        plan, adopt = self.freezing, getattr(run.sandbox, "adopt_pool_snapshot", None)
+        if plan is None or adopt is None:
+            return
+        found = [folder for folder in plan.snapshots.glob("step-*") if (folder / PATHS).is_file()]
+        steps = sorted(int(name[5:]) for name in (folder.name for folder in found) if name[5:].isdigit())
+        for step in [step for step in steps if step not in self.held and step > max(self.kept, default=0)]:
+            reference = adopt(f"step-{step}")
+            if reference is not None:
+                folder = run.plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+                await self._file_pool_checkpoint(run, step, folder, reference, run.env | run.task_env, None)
+
     async def _stop(self) -> None:
         """Cancel the capturing task, if any (once), and wait for the checkpoint files it left
         being written."""
@@ -270,26 +293,28 @@ class Checkpoints(Extension):
                 await filing
 
 
-async def _let_the_proxy_freeze(run: Run, proxy: LlmProxy) -> None:
+async def _let_the_proxy_freeze(run: Run, proxy: LlmProxy) -> FreezePlan | None:
     """Where the sandbox can say what its pool snapshot freezes (`pool_freeze_plan`: the isolated
     ``local`` sandbox with copy-on-write) and that snapshot covers every layer of a checkpoint (no
     environment state outside it), have the proxy take it itself at each held step
     (`reroll.host.llm_proxy.LlmProxy.freeze_at_holds`): the request then waits for the ioctls
     only, with no round trip to the controller. Elsewhere, or when the proxy refuses the plan
-    (reported), the proxy holds as before.
+    (reported), the proxy holds as before. The plan the proxy took, None: it holds.
     """
     plan_of = getattr(run.sandbox, "pool_freeze_plan", None)
-    plan = plan_of() if plan_of is not None else None
+    plan: FreezePlan | None = plan_of() if plan_of is not None else None
     if plan is None:
-        return
+        return None
     layout = run.sandbox.layout
     covered = [layout.workspace, layout.home] + ["/"] * (plan.root is not None)
     if uncovered_layers(run.sandbox, run.plan.task, run.plan.agent, covered):
-        return
+        return None
     try:
         await proxy.freeze_at_holds(plan)
     except RerollError as exc:
         run.console.print(f"[yellow]the proxy will hold each step instead of freezing it: {exc}[/yellow]")
+        return None
+    return plan
 
 
 def pool_checkpoints_apply(draft: Draft) -> bool:
