@@ -4,33 +4,18 @@ paths file written last (a failed freeze leaves no snapshot), and a taken folder
 from __future__ import annotations
 
 import errno
-import os
-from collections.abc import Iterator
 
 import pytest
-from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
-from reroll.sandbox.docker.disk import remove as remove_disk
-from reroll.sandbox.local import cow
+from reroll.sandbox.docker.disk import SizedDisk
 from reroll_contracts.btrfs import PATHS, ROOT, create_subvolume, freeze, is_subvolume
 
-pytestmark = [
-    pytest.mark.spawns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="loop mounts need root"),
-    pytest.mark.skipif(not cow.available(), reason="btrfs-progs (mkfs.btrfs) is not installed"),
-]
+from tests.conftest import NEEDS_BTRFS
+
+pytestmark = NEEDS_BTRFS
 
 
-@pytest.fixture
-def disk() -> Iterator[SizedDisk]:
-    made = SizedDisk.create("test-btrfs", 64 << 20, {}, "test", prefix=LOCAL_PREFIX, filesystem="btrfs")
-    try:
-        yield made
-    finally:
-        remove_disk(made.folder)
-
-
-def test_freeze_makes_read_only_snapshots_then_the_paths_file(disk: SizedDisk) -> None:
-    base = disk.mountpoint
+def test_freeze_makes_read_only_snapshots_then_the_paths_file(btrfs_disk: SizedDisk) -> None:
+    base = btrfs_disk.mountpoint
     for name in ("app", "home", "root"):
         create_subvolume(base / name)
         (base / name / "mine").write_text(name)
@@ -48,8 +33,8 @@ def test_freeze_makes_read_only_snapshots_then_the_paths_file(disk: SizedDisk) -
         freeze(frozen, [base / "app"], ["/app"])
 
 
-def test_a_failed_freeze_leaves_no_paths_file(disk: SizedDisk) -> None:
-    base = disk.mountpoint
+def test_a_failed_freeze_leaves_no_paths_file(btrfs_disk: SizedDisk) -> None:
+    base = btrfs_disk.mountpoint
     create_subvolume(base / "app")
     (base / "plain").mkdir()
     with pytest.raises(OSError):

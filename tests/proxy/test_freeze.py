@@ -6,40 +6,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
-from reroll.sandbox.docker.disk import remove as remove_disk
+from reroll.sandbox.docker.disk import SizedDisk
 from reroll.sandbox.local import cow
 from reroll_contracts.btrfs import PATHS, create_subvolume
 from reroll_contracts.proxy import FreezePlan
 
+from tests.conftest import NEEDS_BTRFS
 from tests.proxy.conftest import CONTROLLER_TOKEN, TURNS, Service, StartProxy, converse, http_json, post_place
 
-pytestmark = [
-    pytest.mark.spawns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="loop mounts need root"),
-    pytest.mark.skipif(not cow.available(), reason="btrfs-progs (mkfs.btrfs) is not installed"),
-]
+pytestmark = NEEDS_BTRFS
 CONTROLLER = {"Authorization": f"Bearer {CONTROLLER_TOKEN}"}
 
 
-@pytest.fixture
-def disk() -> Iterator[SizedDisk]:
-    made = SizedDisk.create("test-freeze", 64 << 20, {}, "test", prefix=LOCAL_PREFIX, filesystem="btrfs")
-    try:
-        yield made
-    finally:
-        remove_disk(made.folder)
-
-
 def test_a_frozen_step_is_snapshotted_read_only_and_not_held(
-    start_proxy: StartProxy, scripted_model: Service, disk: SizedDisk
+    start_proxy: StartProxy, scripted_model: Service, btrfs_disk: SizedDisk
 ) -> None:
-    base = disk.mountpoint
+    base = btrfs_disk.mountpoint
     for name in ("app", "root"):
         create_subvolume(base / name)
     (base / "snapshots").mkdir()
