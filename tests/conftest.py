@@ -29,7 +29,10 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 import pytest
+from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
+from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.images import ensure_catalogue
+from reroll.sandbox.local import cow
 from reroll.sandbox.local.storage import remove_pools_under
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,6 +236,24 @@ def _install_mkfs_tools() -> None:
         subprocess.run(
             argv, capture_output=True, timeout=600, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         )
+
+
+NEEDS_BTRFS = [
+    pytest.mark.spawns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loop mounts need root"),
+    pytest.mark.skipif(not cow.available(), reason="btrfs-progs (mkfs.btrfs) is not installed"),
+]
+"""The marks of a test module on a real loop-mounted btrfs (`btrfs_disk`)."""
+
+
+@pytest.fixture
+def btrfs_disk() -> Iterator[SizedDisk]:
+    """A 64 MiB btrfs, loop-mounted like a local sandbox's disk, removed after the test (`NEEDS_BTRFS`)."""
+    made = SizedDisk.create("test-btrfs", 64 << 20, {}, "test", prefix=LOCAL_PREFIX, filesystem="btrfs")
+    try:
+        yield made
+    finally:
+        remove_disk(made.folder)
 
 
 @pytest.fixture(params=["btrfs", "xfs"])

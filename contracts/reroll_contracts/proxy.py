@@ -21,6 +21,9 @@ unknown fields, so a field added on one side only fails loudly instead of being 
   under mitmproxy's interpreter and the sidecar ships without pydantic: both write the same
   JSON object with the standard library, and the controller validates it against this model.
 - `DivergencePolicy`: what the proxy does with a replayed request that differs from the recording.
+- `HeldStep`, `FreezePlan`: a request held at a step boundary for a checkpoint (``GET
+  /_reroll/held``), and the pool snapshot the proxy takes itself at each such step instead
+  (``POST /_reroll/freeze``).
 """
 
 from __future__ import annotations
@@ -193,6 +196,51 @@ class ProxyConfig(BaseModel):
     request with a 409 and stop (``step_limit``); None: no limit."""
     client_limits: ClientLimits = Field(default_factory=ClientLimits)
     """How long a client may take to send a request, and how large it may be (`reroll_proxy.limits`)."""
+
+
+class FreezePlan(BaseModel):
+    """What the controller sends a proxy (``POST /_reroll/freeze``) so that at each held step it
+    freezes the sandbox itself instead of holding the request until a release: the pool snapshot
+    ``step-K`` of the isolated ``local`` sandbox's btrfs disk (`reroll_contracts.btrfs.freeze`:
+    about 3 ms, no round trip to the controller), then ``GET /_reroll/held`` tells the controller
+    (`HeldStep` with ``frozen``). Host paths, from the controller only (the sandbox never names
+    them): the proxy runs on the host, as the controller's user."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    snapshots: Path
+    """The disk's snapshots folder: step K's snapshot goes into ``<snapshots>/step-K/``."""
+    sources: list[Path] = Field(min_length=1)
+    """The subvolumes frozen, in order (the workspace's and HOME's)."""
+    paths: list[str] = Field(min_length=1)
+    """Their sandbox paths, in the same order."""
+    root: Path | None = None
+    """The subvolume of the sandbox's ``/``, frozen too; None: not."""
+
+    @model_validator(mode="after")
+    def _paired(self) -> Self:
+        if len(self.paths) != len(self.sources):
+            raise ValueError("one sandbox path per source subvolume")
+        return self
+
+    def step_folder(self, step: int) -> Path:
+        """Where the snapshot of step `step` goes."""
+        return self.snapshots / f"step-{step}"
+
+
+class HeldStep(BaseModel):
+    """The proxy's answer to ``GET /_reroll/held``: a request of `step` was held (until ``POST
+    /_reroll/release``), or, with a `FreezePlan`, frozen and let go at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    frozen: bool = False
+    """The proxy took step `step`'s snapshot itself (`FreezePlan`) and held nothing further."""
+    held_seconds: float | None = None
+    """With `frozen`: how long the request waited for the snapshot."""
+    error: str | None = None
+    """With `frozen`: why the snapshot failed (the request went on all the same)."""
 
 
 class RolloutRegistration(BaseModel):

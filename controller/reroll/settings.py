@@ -48,6 +48,11 @@ DEFAULT_SANDBOX = "local"
 """The backend a rollout runs on when neither the caller nor the original run names one."""
 
 
+DEFAULT_CHECKPOINT_KEEP = 64
+"""How many per-step pool checkpoints a recording on ``local`` with copy-on-write keeps unless told
+(`RolloutSettings.checkpoint_keep`)."""
+
+
 class Carry(enum.Enum):
     """How a setting of the original run carries over to a continuation, branch, replay or re-score
     (`continuation_settings`)."""
@@ -152,14 +157,14 @@ class RolloutSettings(BaseModel):
     """Capture a three-layer checkpoint every this many steps while the agent runs live
     (`reroll.rollout.layers`; ``<run>/checkpoints/step-K/``), which ``branch --via snapshot``
     forks from instead of rebuilding the prefix; 0 (the default): none (but see `checkpoint_keep`)."""
-    checkpoint_keep: Annotated[int, Carry.FRESH] = Field(default=0, ge=0)
+    checkpoint_keep: Annotated[int, Carry.FRESH] = Field(default=DEFAULT_CHECKPOINT_KEEP, ge=0)
     """Keep a pool checkpoint at every step, at most this many (at least 2;
     `reroll.rollout.extensions.checkpoints.retained`): a recording on the isolated ``local``
-    sandbox with a copy-on-write disk snapshots the workspace, HOME and ``/`` at every step; every
-    step of a run of up to this many steps is kept, beyond, the latest half of them every step and
-    the earlier ones thinned to an even stride (a branch starts from the nearest earlier one and
-    replays the remainder). 0 (the default): off, a step costs 18 to 38 ms there today, above
-    the 5 ms that would make it free."""
+    sandbox with a copy-on-write disk snapshots the workspace, HOME and ``/`` at every step (the
+    agent's request held about 5 ms a step: docs/sandboxes.md); every step of a run of up to this
+    many steps is kept, beyond, the latest half of them every step and the earlier ones thinned to
+    an even stride (a branch starts from the nearest earlier one and replays the remainder).
+    Default `DEFAULT_CHECKPOINT_KEEP`; 0: off. Elsewhere (docker, ext4) it does nothing."""
     divergence_policy: Annotated[DivergencePolicy, Carry.FRESH] = "warn"
     """What the proxy does when a replayed request differs from the recording (``warn``,
     ``strict``, ``cutover``); a recording replays nothing, so it never applies there."""

@@ -97,6 +97,7 @@ class ProxyHost:
         add("POST", "/_reroll/place", operator.attrgetter("set_place"))
         add("GET", "/_reroll/held", operator.attrgetter("wait_for_held"))
         add("POST", "/_reroll/release", operator.attrgetter("release"))
+        add("POST", "/_reroll/freeze", operator.attrgetter("set_freeze"))
         add("POST", "/reroll/ask_user", operator.attrgetter("asks.ask"))  # the agent's token
         add("GET", "/_reroll/asks", operator.attrgetter("asks.pending"))
         add("POST", "/_reroll/asks/{id}", operator.attrgetter("asks.answer"))

@@ -15,8 +15,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
+from reroll_contracts.btrfs import freeze
 from reroll_contracts.faults import FaultNote
-from reroll_contracts.proxy import ProxyConfig, ProxyStatus, ProxyStop
+from reroll_contracts.proxy import FreezePlan, HeldStep, ProxyConfig, ProxyStatus, ProxyStop
 from reroll_contracts.service import base_url_for
 from reroll_contracts.trajectory import Place, Source
 from reroll_contracts.wire import WireFormat
@@ -72,11 +73,13 @@ class RolloutProxy:
         self.upstream = upstream
         """Where live requests go (None: replay only)."""
         self._stopped = asyncio.Event()
-        self._held: asyncio.Queue[int] = asyncio.Queue()
-        """Steps held for the controller, in the order they were held."""
-        self._holding: dict[int, asyncio.Event] = {}
-        """Each held step's release."""
         """Set with ``engine.stop``, before the first 409 is sent (see `reroll_contracts.proxy`)."""
+        self._held: asyncio.Queue[HeldStep] = asyncio.Queue()
+        """Steps held (or frozen) for the controller, in the order they were."""
+        self._holding: dict[int, tuple[asyncio.Event, float]] = {}
+        """Each held step's release and when it was held (`time.monotonic`)."""
+        self.freeze_plan: FreezePlan | None = None
+        """Freeze the sandbox at each step to hold instead of holding it (``POST /_reroll/freeze``)."""
         self.retries = RetryTracker()
         """Tells SDK retries from new turns (`reroll_proxy.retries`)."""
         self.websockets = WebsocketRefusals()
@@ -137,26 +140,58 @@ class RolloutProxy:
         return web.Response(status=204)
 
     async def wait_for_held(self, _request: web.Request) -> web.Response:
-        """``GET /_reroll/held``: ``{"step": K}`` once a request of step K is held (a long poll)."""
-        return web.json_response({"step": await self._held.get()})
+        """``GET /_reroll/held``: a `HeldStep` once a request of step K is held or was frozen (a
+        long poll)."""
+        held = await self._held.get()
+        return web.Response(body=held.model_dump_json(), content_type="application/json")
+
+    async def set_freeze(self, request: web.Request) -> web.Response:
+        """``POST /_reroll/freeze``: from now on, take the body's `FreezePlan` snapshot at each step
+        to hold instead of holding the request (204; 400 for a body that is not a plan)."""
+        try:
+            self.freeze_plan = FreezePlan.model_validate_json(await request.read())
+        except ValidationError as exc:
+            return web.json_response({"error": f"not a freeze plan: {exc}"}, status=400)
+        return web.Response(status=204)
 
     async def release(self, request: web.Request) -> web.Response:
-        """``POST /_reroll/release?step=K``: let the held request of step K go on."""
+        """``POST /_reroll/release?step=K``: let the held request of step K go on; answers
+        ``{"held_seconds": s}``, how long it was held (from `_hold` to this release: the wait the
+        agent saw, the controller's round trips included)."""
         held = self._holding.pop(int(request.query.get("step", "-1")), None)
         if held is None:
             return web.json_response({"error": "no request of that step is held"}, status=404)
-        held.set()
-        return web.Response(status=204)
+        release, since = held
+        release.set()
+        return web.json_response({"held_seconds": round(time.monotonic() - since, 6)})
 
     async def _hold(self, step: int) -> None:
-        """Hold the request of `step` until the controller releases it (`ProxyConfig.hold_every`)."""
+        """Hold the request of `step` until the controller releases it (`ProxyConfig.hold_every`),
+        or with a `freeze_plan` only while the snapshot is taken (`_freeze`)."""
         every = self.config.hold_every
         if not every or step == 0 or step % every:
             return
-        release = self._holding[step] = asyncio.Event()
+        if self.freeze_plan is not None:
+            await self._freeze(step, self.freeze_plan)
+            return
+        release = asyncio.Event()
+        self._holding[step] = (release, time.monotonic())
         log.info("step %d: held for a checkpoint", step)
-        self._held.put_nowait(step)
+        self._held.put_nowait(HeldStep(step=step))
         await release.wait()
+
+    async def _freeze(self, step: int, plan: FreezePlan) -> None:
+        """Take step `step`'s snapshot of `plan` (`reroll_contracts.btrfs.freeze`, in a thread:
+        the ioctls block) and tell the controller (`HeldStep`, ``frozen``); a failure is told,
+        and the request goes on all the same."""
+        began, error = time.monotonic(), None
+        try:
+            await asyncio.to_thread(freeze, plan.step_folder(step), plan.sources, plan.paths, plan.root)
+        except OSError as exc:
+            error = str(exc)
+            log.warning("step %d: freezing the sandbox failed: %s", step, exc)
+        held = round(time.monotonic() - began, 6)
+        self._held.put_nowait(HeldStep(step=step, frozen=True, held_seconds=held, error=error))
 
     async def serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
         """A model endpoint of `wire`'s format: replay, forward live, or refuse (the module docstring)."""

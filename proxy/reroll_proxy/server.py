@@ -42,8 +42,12 @@ in constant time (`secrets.compare_digest`).
   — the agent's ask_user questions, held until the controller answers: `reroll_proxy.asks`.
 - ``GET /_reroll/held`` — a long poll: answers ``{"step": K}`` once a live request of step K
   (a positive multiple of ``hold_every``), or one past a replay-only cut, is held, unanswered;
-  ``POST /_reroll/release?step=K`` lets it go on (204; 404 for a step not held). The controller
-  captures a checkpoint in between.
+  ``POST /_reroll/release?step=K`` lets it go on (``{"held_seconds": s}``, how long it was held;
+  404 for a step not held). The controller captures a checkpoint in between.
+- ``POST /_reroll/freeze`` — a `reroll_contracts.proxy.FreezePlan`: from then on the proxy takes
+  the sandbox's pool snapshot itself at each such step (a few ms of btrfs ioctls) and lets the
+  request go on at once; ``/_reroll/held`` then answers ``{"step": K, "frozen": true,
+  "held_seconds": s, "error": null}``.
 - ``GET /healthz`` — ``{"ok": true}``, no auth.
 
 Upstream credentials are only ever sent upstream: never to the agent, never to disk.

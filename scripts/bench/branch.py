@@ -2,13 +2,14 @@
 snapshot + restore.
 
     .venv/bin/python scripts/bench/branch.py [--steps 40] [--at 10,30] [-n 8] [--concurrency 4]
-        [--step-seconds 0] [--checkpoint-every 0] [--checkpoint-keep 64] [--sandbox local] [--db-mb 100]
+        [--step-seconds 0] [--checkpoint-every 0] [--checkpoint-keep N] [--sandbox local] [--db-mb 100]
 
 Records one run of the resumable ``urllib-session`` agent (examples/agents/urllib-session.yaml)
 on examples/tasks/sqlite-ledger (a SQLite state) with its scripted model: `--steps` bash steps,
 each adding a row to the ledger (after sleeping `--step-seconds`, the tool time a real step
-has), then done; with `--checkpoint-keep` only (on ``local`` with copy-on-write it keeps a pool
-checkpoint at every step, `reroll.rollout.extensions.checkpoints`; 0: none), and with `--checkpoint-every`
+has), then done; with no flag (on ``local`` with copy-on-write it keeps a pool checkpoint at every
+step by default, `reroll.rollout.extensions.checkpoints`; `--checkpoint-keep` N overrides the
+retention, 0: none), and with `--checkpoint-every`
 > 0 once more with a checkpoint every that many steps. At each step of `--at` it is branched
 into `-n` children (the same script: each child runs the remaining steps live): by replay (every
 child re-executes the prefix), by snapshot from the run with no flag (from its kept pool
@@ -124,11 +125,12 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
         return snapshot, restore, len(copy.data)
 
 
-async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> Path:
-    """Record the ledger run (with a checkpoint every `every` steps); its run folder."""
-    options = RolloutSettings(
-        sandbox=args.sandbox, checkpoint_every=every, checkpoint_keep=0 if every else args.checkpoint_keep
-    )
+async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> tuple[Path, float]:
+    """Record the ledger run (with a checkpoint every `every` steps); its run folder and wall seconds."""
+    options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every)
+    if every or args.checkpoint_keep is not None:  # else reroll's default
+        keep = 0 if every else args.checkpoint_keep
+        options = options.model_copy(update={"checkpoint_keep": keep})
     jobs = folder / f"jobs-{every}"
     outcome, wall, cpu = await measured(
         lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs)
@@ -137,7 +139,10 @@ async def record(args: argparse.Namespace, folder: Path, model: str, every: int)
         raise SystemExit(f"the recording ended {outcome.result.status}: {outcome.result.error}")
     checkpoints = f", a checkpoint every {every} steps" if every else ""
     print(f"  recorded{checkpoints} in {wall:.1f} s wall, {cpu:.1f} CPU-s", flush=True)
-    return outcome.run_dir
+    held = Holds.of(outcome.run_dir)
+    if held is not None and not every:
+        print(f"  {held.line(wall)}", flush=True)
+    return outcome.run_dir, wall
 
 
 def fork_latency(summary: BranchSummary, started: float) -> float | None:
@@ -188,11 +193,35 @@ class Row:
     summary: BranchSummary
 
 
-def held_seconds(run: Path) -> list[float]:
-    """Per-step checkpoint cost of a recording: how long each held request was held
-    (`reroll.rollout.extensions.checkpoints.HELD_FILE`); empty when none was."""
-    held = harness_folder(run) / HELD_FILE
-    return list(json.loads(held.read_text())["seconds"]) if held.is_file() else []
+@dataclass
+class Holds:
+    """Per-step checkpoint cost of a recording (`reroll.rollout.extensions.checkpoints.HELD_FILE`):
+    how long the proxy held each step's request, and the controller's capture within it."""
+
+    seconds: list[float]
+    capture: list[float]
+
+    @classmethod
+    def of(cls, run: Path) -> Holds | None:
+        """The holds of `run`, None when it held no request."""
+        held = harness_folder(run) / HELD_FILE
+        if not held.is_file():
+            return None
+        data = json.loads(held.read_text())
+        return cls(list(data["seconds"]), list(data.get("capture", [])))
+
+    def line(self, wall: float) -> str:
+        """p50 and max of the holds, the capture's and the rest's p50 (the hold's round trips between
+        proxy and controller), and the holds' sum against `wall` (the recording's seconds)."""
+        p50 = statistics.median(self.seconds) * 1e3
+        capture = statistics.median(self.capture) * 1e3 if self.capture else 0.0
+        rest = statistics.median(s - c for s, c in zip(self.seconds, self.capture, strict=False)) * 1e3
+        return (
+            f"per-step checkpoint: {len(self.seconds)} steps held, p50 {p50:.1f} ms "
+            f"(capture {capture:.1f} ms, proxy-controller round trips {rest:.1f} ms), "
+            f"max {max(self.seconds) * 1e3:.1f} ms; held {sum(self.seconds):.2f} s = "
+            f"{sum(self.seconds) / wall:.1%} of the recording's {wall:.1f} s wall"
+        )
 
 
 def table(rows: list[Row], args: argparse.Namespace) -> None:
@@ -217,13 +246,13 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
     os.environ[AGENTS_FILE_ENV] = str(AGENTS)
     model = script(folder, args.steps, args.step_seconds)
     print(f"recording {args.steps} steps of urllib-session on sqlite-ledger ({args.sandbox})", flush=True)
-    plain = await record(args, folder, model, 0)
+    plain, plain_wall = await record(args, folder, model, 0)
     ways: list[tuple[str, Path, Via]] = [
         ("--via replay", plain, "replay"),
         ("--via snapshot (run with no flag)", plain, "snapshot"),
     ]
     if args.checkpoint_every:
-        checkpointed = await record(args, folder, model, args.checkpoint_every)
+        checkpointed, _ = await record(args, folder, model, args.checkpoint_every)
         ways.append(
             (f"--via snapshot (run --checkpoint-every {args.checkpoint_every})", checkpointed, "snapshot")
         )
@@ -233,12 +262,9 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         for label, run, via in ways
     ]
     table(rows, args)
-    held = held_seconds(plain)
-    if held:
-        print(
-            f"\nper-step checkpoint of the run with no flag: {len(held)} steps, "
-            f"p50 {statistics.median(held) * 1e3:.1f} ms, max {max(held) * 1e3:.1f} ms"
-        )
+    held = Holds.of(plain)
+    if held is not None:
+        print(f"\nthe run with no flag: {held.line(plain_wall)}")
     snapshot, restore, size = await state_seconds(args.sandbox, args.db_mb)
     print(
         f"\nSQLite state of {args.db_mb} MB ({size / 1e6:.0f} MB copied): "
@@ -258,7 +284,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--checkpoint-every", type=int, default=0)
-    parser.add_argument("--checkpoint-keep", type=int, default=64, help="0: no pool checkpoint per step")
+    parser.add_argument(
+        "--checkpoint-keep",
+        type=int,
+        default=None,
+        help="[default: reroll's]; 0: no pool checkpoint per step",
+    )
     parser.add_argument("--sandbox", default="local")
     parser.add_argument("--db-mb", type=int, default=100)
     args = parser.parse_args()

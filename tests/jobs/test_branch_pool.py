@@ -2,8 +2,9 @@
 checkpoint keeps a copy-on-write pool snapshot, the children start from it (``from_snapshot``,
 not recorded in their config.json) with the state at step K; once the pool is pruned, the
 children fall back to restoring the tar layers, with a note. A run recorded with no flag keeps a
-pool checkpoint at every step (as ``checkpoint_keep`` retains them); a branch at a step it let go
-starts from the nearest earlier one and replays the remainder."""
+pool checkpoint at every step (as ``checkpoint_keep`` retains them), frozen by its proxy with no
+round trip to the controller; a branch at such a step starts from it, one at a step it let go
+from the nearest earlier one, replaying the remainder."""
 
 from __future__ import annotations
 
@@ -19,8 +20,15 @@ from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.commands.record import run_task
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool, pool_reference, retained
+from reroll.rollout.extensions.checkpoints import (
+    CHECKPOINTS_DIR,
+    HELD_FILE,
+    kept_pool,
+    pool_reference,
+    retained,
+)
 from reroll.rollout.layers import load_checkpoint
+from reroll.runfolder.run import harness_folder
 from reroll.sandbox.docker import disk
 from reroll.sandbox.local import cow, isolated, storage
 from reroll.settings import RolloutSettings
@@ -125,6 +133,39 @@ def test_a_recording_keeps_a_pool_checkpoint_at_every_step_as_its_retention_says
         assert reference is not None and storage.PoolSnapshot.parse(reference).name == f"step-{step}"
     frozen = storage.PoolSnapshot.parse(reference).frozen.parent
     assert sorted(path.name for path in frozen.iterdir()) == [f"step-{step}" for step in kept]
+    holds = json.loads((harness_folder(every_step) / HELD_FILE).read_text())
+    assert holds["steps"] and holds["seconds"] == holds["capture"]  # the proxy froze: no round trip
+
+
+@pytest.mark.slow
+async def test_a_run_recorded_with_no_flag_branches_from_its_step_k(
+    tmp_path: Path, session_agent: str
+) -> None:
+    recording = run_task(
+        LEDGER,
+        agent_name=session_agent,
+        model=ledger_script(tmp_path, "original", 4),
+        options=RolloutSettings(sandbox="local"),
+        jobs_dir=tmp_path / "jobs",
+    )
+    outcome = await recording
+    assert outcome.result.status == "ok", outcome.result.error
+    kept = sorted(int(step.name[5:]) for step in (outcome.run_dir / CHECKPOINTS_DIR).iterdir())
+    assert kept == [1, 2, 3, 4]
+    spec = ledger_script(tmp_path, "a", 2, "child a")
+    summary = await branch(
+        outcome.run_dir,
+        at=2,
+        models=[spec],
+        options=RolloutSettings(timeout_seconds=120),
+        output=tmp_path / "tree",
+    )
+    assert (summary.via, summary.snapshot_step) == ("snapshot", 2), summary.note
+    assert [(c.status, c.reward) for c in summary.children] == [("ok", 1.0)], summary.children
+    rows = (
+        Path(summary.parent) / f"{model_slug(spec)}__0" / "verifier" / "environment_state.txt"
+    ).read_text()
+    assert rows.strip() == repr([(k, f"entry {k}") for k in range(2)] + [(2, "child a")])
 
 
 @pytest.mark.slow

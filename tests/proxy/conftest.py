@@ -423,3 +423,20 @@ def lines(proxy: RunningProxy) -> list[dict[str, Any]]:
     """The exchange lines of an in-process proxy's trajectory."""
     path = proxy.rollout.config.trajectory_path
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def post_place(proxy: Proxy, body: object, headers: dict[str, str], path: str = "/_reroll/place") -> int:
+    """POST `body` to the proxy's `path` (its place endpoint by default) as a plain HTTP client; the
+    status code."""
+    request = urllib.request.Request(
+        proxy.root_url + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={**headers, "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code

@@ -21,13 +21,13 @@ from tests.proxy.conftest import (
     TOKEN,
     TURNS,
     UPSTREAM_KEY,
-    Proxy,
     Recording,
     Service,
     StartProxy,
     ask,
     converse,
     http_json,
+    post_place,
 )
 
 pytestmark = pytest.mark.spawns  # every test runs the proxy and the scripted model as subprocesses
@@ -307,22 +307,6 @@ def test_unreachable_upstream_is_502_and_recorded(start_proxy: StartProxy) -> No
     assert line["response"]["status_code"] == 502 and "unreachable" in line["metadata"]["error"]
 
 
-def post_place(proxy: Proxy, body: object, headers: dict[str, str], path: str = "/_reroll/place") -> int:
-    """POST `body` to the proxy's place endpoint as a plain HTTP client; the status code."""
-    request = urllib.request.Request(
-        proxy.root_url + path,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={**headers, "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code
-
-
 def test_every_exchange_records_the_trial_place_the_controller_set(
     start_proxy: StartProxy, scripted_model: Service
 ) -> None:
@@ -390,11 +374,12 @@ def test_a_request_at_a_checkpoint_step_is_held_until_the_controller_releases_it
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         agent = pool.submit(converse, proxy.client(), TURNS, stream=False)
         status, _, held = http_json("GET", proxy.root_url + "/_reroll/held", headers=controller)
-        assert (status, held) == (200, {"step": 2})
+        assert (status, held["step"], held["frozen"]) == (200, 2, False)
         assert len(proxy.lines()) == 2 and not agent.done()
         release = "/_reroll/release?step="
         assert post_place(proxy, {}, {"Authorization": f"Bearer {TOKEN}"}, release + "2") == 403
         assert post_place(proxy, {}, controller, release + "1") == 404
-        assert post_place(proxy, {}, controller, release + "2") == 204
+        status, _, released = http_json("POST", proxy.root_url + release + "2", headers=controller)
+        assert status == 200 and 0 < released["held_seconds"] < 30
         agent.result(timeout=30)
     assert [line["metadata"]["step"] for line in proxy.lines()] == [0, 1, 2]

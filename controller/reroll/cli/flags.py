@@ -157,7 +157,8 @@ CheckpointKeepOption = Annotated[
         min=0,
         help="Keep a copy-on-write pool checkpoint at every step (local with btrfs), at most N: all "
         "for a run of up to N steps, beyond that the latest N/2 and the earlier ones thinned to an "
-        "even stride (`reroll branch --at K` starts from the nearest earlier one) [default: 0, off].",
+        "even stride (`reroll branch --at K` starts from the nearest earlier one); 0: off "
+        "[default: 64].",
     ),
 ]
 

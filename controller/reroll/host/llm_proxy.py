@@ -24,6 +24,8 @@ from reroll_contracts.datafile import read_data_file
 from reroll_contracts.errors import InfrastructureError
 from reroll_contracts.faults import FaultsUsed, load_plan
 from reroll_contracts.proxy import (
+    FreezePlan,
+    HeldStep,
     ProxyConfig,
     ProxyStatus,
     ProxyStop,
@@ -50,10 +52,10 @@ Answer = TypeVar("Answer", bound=BaseModel)
 _PendingAsks = RootModel[list[PendingAsk]]
 
 
-class HeldStep(BaseModel):
-    """The proxy's answer to ``GET /_reroll/held``: the step of the request it holds."""
+class Released(BaseModel):
+    """The proxy's answer to ``POST /_reroll/release``: how long it held the request, in seconds."""
 
-    step: int
+    held_seconds: float
 
 
 _VOLATILE_RULES = TypeAdapter(list[VolatileRule])
@@ -283,20 +285,44 @@ class LlmProxy:
         """
         return await self._get("/_reroll/stop", ProxyStop, None)
 
-    async def wait_for_held(self) -> int:
+    async def wait_for_held(self) -> HeldStep:
         """Wait until the proxy holds a live request at a step boundary (``hold_every``) and
-        return its step (``GET /_reroll/held``, a long poll); `release` it after the checkpoint.
+        return it (``GET /_reroll/held``, a long poll); `release` it after the checkpoint. With a
+        `freeze_at_holds` plan, the step was frozen and let go already (``frozen``): no release.
 
         Raises:
-            InfrastructureError: the proxy died, or answered something that is not a step.
+            InfrastructureError: the proxy died, or answered something that is not a `HeldStep`.
         """
-        return (await self._get("/_reroll/held", HeldStep, None)).step
+        return await self._get("/_reroll/held", HeldStep, None)
 
-    async def release(self, step: int) -> None:
+    async def freeze_at_holds(self, plan: FreezePlan) -> None:
+        """Have the proxy take `plan`'s snapshot itself at each step it would hold, and hold the
+        request no longer (``POST /_reroll/freeze``).
+
+        Raises:
+            InfrastructureError: the proxy died or refused the plan.
+        """
+        assert self._session is not None, "start() first"
+        url = self.base_url.removesuffix("/v1") + "/_reroll/freeze"
+        try:
+            timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
+            async with self._session.post(url, data=plan.model_dump_json(), timeout=timeout) as response:
+                response.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise InfrastructureError(
+                f"LLM proxy did not take the freeze plan ({exc!r}):\n{self._process.log_tail()}"
+            ) from exc
+
+    async def release(self, step: int) -> float:
         """Let the held request of `step` go on (``POST /_reroll/release``).
 
+        Returns:
+            How long the proxy held it, in seconds (the wait the agent saw: `wait_for_held`'s
+            answer, the checkpoint and this call's request included).
+
         Raises:
-            InfrastructureError: the proxy died or holds no request of that step.
+            InfrastructureError: the proxy died, holds no request of that step, or answered
+                something that is not a `Released`.
         """
         assert self._session is not None, "start() first"
         url = self.base_url.removesuffix("/v1") + f"/_reroll/release?step={step}"
@@ -304,7 +330,8 @@ class LlmProxy:
             timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT_SECONDS)
             async with self._session.post(url, timeout=timeout) as response:
                 response.raise_for_status()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+                return Released.model_validate_json(await response.read()).held_seconds
+        except (aiohttp.ClientError, TimeoutError, ValidationError) as exc:
             raise InfrastructureError(
                 f"LLM proxy did not release step {step} ({exc!r}):\n{self._process.log_tail()}"
             ) from exc

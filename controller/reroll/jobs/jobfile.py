@@ -29,7 +29,7 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     ask_user: false          # offer every agent reroll's ask_user tool over MCP (reroll run --ask-user)
     without_mcp: false       # run every agent without the tasks' MCP servers (reroll run --without-mcp)
     checkpoint_every: 0      # capture a checkpoint every N steps (reroll run --checkpoint-every)
-    checkpoint_keep: 0       # a pool checkpoint at every step on local, at most N kept (--checkpoint-keep)
+    checkpoint_keep: 64      # a pool checkpoint at every step on local with btrfs, at most N kept (0: off)
     max_steps: null          # cut each rollout after N steps (reroll run --max-steps) [default: none]
     trial: null              # a trial file (relative to this file): every rollout runs its scenes,
                              # the job's agent playing the roles that name none (reroll run --trial)
@@ -61,7 +61,7 @@ from reroll.host.llm_proxy import faults_used
 from reroll.models.spec import resolved_spec
 from reroll.runfolder.folders import JOB_SPEC_FILE
 from reroll.sandbox.base import load_backend
-from reroll.settings import RolloutSettings
+from reroll.settings import DEFAULT_CHECKPOINT_KEEP, RolloutSettings
 from reroll.tasks.manifest import resolve_manifest
 from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, TrialConfig, load_trial
 from reroll.yamlfiles import read_mapping
@@ -180,9 +180,9 @@ class JobSpec(RunnerOptions):
     checkpoint_every: int = Field(default=0, ge=0)
     """Capture a checkpoint every this many steps of each rollout (``reroll run --checkpoint-every``);
     0: none (on local with copy-on-write, a pool checkpoint at every step anyway)."""
-    checkpoint_keep: int = Field(default=0, ge=0)
-    """Keep a pool checkpoint at every step of each rollout on local, at most this many
-    (``--checkpoint-keep``); 0: off."""
+    checkpoint_keep: int = Field(default=DEFAULT_CHECKPOINT_KEEP, ge=0)
+    """Keep a pool checkpoint at every step of each rollout on local with copy-on-write, at most
+    this many (``--checkpoint-keep``); 0: off."""
     max_steps: int | None = Field(default=None, ge=1)
     """Cut each rollout once it served this many steps (``reroll run --max-steps``); None: no limit."""
     trial: Path | None = None

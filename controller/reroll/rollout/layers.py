@@ -121,6 +121,15 @@ def layer_plans(sandbox: Sandbox, task: Task, agent: AgentSpec) -> list[LayerPla
     return plans
 
 
+def uncovered_layers(
+    sandbox: Sandbox, task: Task, agent: AgentSpec, covered: Sequence[str]
+) -> list[LayerPlan]:
+    """The layers of `layer_plans` that `capture_checkpoint` copies given `covered` (sandbox paths
+    the caller keeps otherwise): none when they cover every layer, and then a capture touches
+    nothing of the sandbox (it only writes ``checkpoint.json``)."""
+    return [plan for plan in layer_plans(sandbox, task, agent) if not _covered(plan, covered)]
+
+
 async def capture_checkpoint(
     sandbox: Sandbox,
     task: Task,
@@ -157,7 +166,7 @@ async def capture_checkpoint(
     if quiesce_agent:
         await quiesce(sandbox)  # nothing of the agent runs while the layers are copied
     folder.mkdir(parents=True, exist_ok=True)
-    plans = [plan for plan in layer_plans(sandbox, task, agent) if not _covered(plan, covered)]
+    plans = uncovered_layers(sandbox, task, agent, covered)
     checkpoint = LayeredCheckpoint(
         step=step, task=task.name, agent=agent.name, expected=[p.name for p in plans], created_at=now_iso()
     )

@@ -7,32 +7,19 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
-from reroll.sandbox.docker.disk import remove as remove_disk
+from reroll.sandbox.docker.disk import SizedDisk
 from reroll.sandbox.local import cow, isolated
 from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxError
 
-pytestmark = [
-    pytest.mark.spawns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="loop mounts need root"),
-    pytest.mark.skipif(not cow.available(), reason="btrfs-progs (mkfs.btrfs) is not installed"),
-]
+from tests.conftest import NEEDS_BTRFS
 
-
-@pytest.fixture
-def disk() -> Iterator[SizedDisk]:
-    made = SizedDisk.create("test-cow", 64 << 20, {}, "test", prefix=LOCAL_PREFIX, filesystem="btrfs")
-    try:
-        yield made
-    finally:
-        remove_disk(made.folder)
+pytestmark = NEEDS_BTRFS
 
 
 def used_bytes(path: Path) -> int:
@@ -40,7 +27,10 @@ def used_bytes(path: Path) -> int:
     return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
 
 
-def test_a_snapshot_is_read_only_even_to_the_host_and_holds_only_the_bytes_changed(disk: SizedDisk) -> None:
+def test_a_snapshot_is_read_only_even_to_the_host_and_holds_only_the_bytes_changed(
+    btrfs_disk: SizedDisk,
+) -> None:
+    disk = btrfs_disk
     subvolumes = cow.Subvolumes.create(disk.mountpoint, {"/app": disk.mountpoint / "app"})
     (disk.mountpoint / "app" / "big").write_bytes(os.urandom(8 << 20))
     os.sync()

@@ -2,14 +2,18 @@
 `reroll.rollout.layers`) captured every ``checkpoint_every`` steps while the agent runs live, and
 a branch forked by snapshot restored from a checkpoint's layers before its agent resumes.
 
-A checkpoint at every step with ``checkpoint_keep`` N (``--checkpoint-keep``; off by default
-until a step costs under 5 ms: 18 to 38 ms today), where it is cheap: a new recording on the
-isolated ``local`` sandbox with a copy-on-write disk and ``checkpoint_every`` 0 holds every live
-step and keeps a pool snapshot of the workspace, HOME and ``/`` (`pool_snapshot`, bytes changed
-only), plus the environment's layer when the task declares one outside them (the task's own
-cost); the sandbox then keeps its disk as a pool when it stops. `retained` says which of those
-checkpoints the run keeps. Elsewhere (docker, ext4, the plain fallback) nothing changes: no tar
-layers every step, nothing said.
+A checkpoint at every step by default (``checkpoint_keep``, ``--checkpoint-keep``: 64 kept; 0
+turns it off), where it is cheap: a new recording on the isolated ``local`` sandbox with a
+copy-on-write disk and ``checkpoint_every`` 0 takes a pool snapshot of the workspace, HOME and
+``/`` at every live step (bytes changed only). Its proxy takes it itself, the request waiting
+for the three btrfs ioctls only (`_let_the_proxy_freeze`: about 4 ms a step, no round trip to
+the controller); where the task's environment state lies outside the snapshot (a service's, a
+command's), the proxy holds the request while the controller snapshots (`pool_snapshot`) and
+copies that layer (the task's own cost). Either way the checkpoint's files are written after the
+request went on; ``harness/checkpoint-holds.json`` says how long each waited. The sandbox then
+keeps its disk as a pool when it stops. `retained` says which of those checkpoints the run
+keeps. Elsewhere (docker, ext4, the plain fallback) nothing changes: no tar layers every step,
+nothing said.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from reroll_contracts.btrfs import PATHS
 from reroll_contracts.errors import RerollError, SandboxError
+from reroll_contracts.proxy import FreezePlan, HeldStep
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
-from reroll.rollout.layers import capture_checkpoint, restore_checkpoint
+from reroll.rollout.layers import capture_checkpoint, restore_checkpoint, uncovered_layers
 from reroll.rollout.origin import FromCheckpoint, NewRecording
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
@@ -41,9 +47,11 @@ RESTORED_FILE = "restored-checkpoint.json"
 """In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
 layers' digests, which the restore reproduced)."""
 HELD_FILE = "checkpoint-holds.json"
-"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...]}``, how long
-each step's request was held for its checkpoint (the controller told of the hold → the release
-answered): the per-step cost the agent waits."""
+"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...], "capture":
+[...]}``, how long each step's request was held for its checkpoint, as the proxy measured it (from
+the hold to the release, or to the end of its own freeze: the per-step cost the agent waits), and
+how much of it went to capturing (the rest: the hold's news reaching the controller and the
+release reaching the proxy; none when the proxy froze)."""
 POOL_FILE = "pool.json"
 """In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
 with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
@@ -67,7 +75,13 @@ class Checkpoints(Extension):
         """The kept pool snapshot a fork's sandbox started from (`FromCheckpoint.pool`)."""
         self.capturing: asyncio.Task[None] | None = None
         self.held: dict[int, float] = {}
-        """Seconds each step's request was held (`HELD_FILE`)."""
+        """Seconds each step's request was held, as the proxy measured it (`HELD_FILE`)."""
+        self.filing: asyncio.Task[None] | None = None
+        """The files of the latest per-step pool checkpoint being written (`_file_pool_checkpoint`)."""
+        self.freezing: FreezePlan | None = None
+        """What the proxy freezes at each step itself (`_let_the_proxy_freeze`), None: it holds."""
+        self.froze: dict[int, float] = {}
+        """Seconds of each step's held part on the controller's side (`HELD_FILE`'s ``capture``)."""
 
     def configure(self, draft: Draft) -> None:
         """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
@@ -100,6 +114,8 @@ class Checkpoints(Extension):
             write_json(harness_folder(plan.run_dir) / RESTORED_FILE, restored)
             await run.hooks.at_restore(run, self.restore_step, self.restore_from)
         if run.proxy is not None and self.every:
+            if self.pool_only:
+                self.freezing = await _let_the_proxy_freeze(run, run.proxy)
             self.capturing = asyncio.create_task(self._capture(run, run.proxy, env))
             run.stack.push_async_callback(self._stop)
 
@@ -108,49 +124,132 @@ class Checkpoints(Extension):
         launch.resume = launch.resume or self.restore_from is not None
 
     async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
-        """Stop capturing (before the proxy stops); write how long each step was held (`HELD_FILE`)."""
+        """Stop capturing (before the proxy stops), file the steps the proxy froze unseen
+        (`_file_unseen`); write how long each step was held (`HELD_FILE`)."""
         await self._stop()
+        await self._file_unseen(run)
         if self.held:
-            held = {"steps": list(self.held), "seconds": [round(s, 6) for s in self.held.values()]}
+            held = {
+                "steps": list(self.held),
+                "seconds": [round(s, 6) for s in self.held.values()],
+                "capture": [round(self.froze.get(step, 0.0), 6) for step in self.held],
+            }
             write_json(harness_folder(run.plan.run_dir) / HELD_FILE, held)
 
     async def _capture(self, run: Run, proxy: LlmProxy, env: dict[str, str]) -> None:
         """Each time the proxy holds a request at a step boundary, capture the layers into
         ``checkpoints/step-K/`` and let the request go on. The agent waits for its model
         meanwhile: its conversation is quiescent (a process it left running in the background is
-        not frozen). A failed capture is reported, the run goes on (a branch refuses the
-        incomplete checkpoint and rebuilds the prefix)."""
+        not frozen). A per-step pool checkpoint (`pool_only`) holds the request only for what
+        touches the sandbox: where the proxy freezes it itself (`_let_the_proxy_freeze`) only for
+        those ioctls, with no round trip; else for the pool snapshot and the layers it does not
+        cover. Its files (``pool.json``, ``checkpoint.json``) are written after the request went
+        on. A failed capture is reported, the run goes on (a branch refuses the incomplete
+        checkpoint and rebuilds the prefix)."""
         plan = run.plan
         while True:
-            step = await proxy.wait_for_held()
-            began = time.perf_counter()
+            held = await proxy.wait_for_held()
+            step, began = held.step, time.perf_counter()
             folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
-            try:
-                reference = await _keep_in_pool(run, step, folder) if self.pool_only else None
-                if self.pool_only and reference is None:
-                    continue  # no pool here after all: nothing to keep
-                covered = pool_covers(run, reference) if reference is not None else []
-                await capture_checkpoint(
-                    run.sandbox,
-                    plan.task,
-                    plan.agent,
-                    step,
-                    folder,
-                    env,
-                    quiesce_agent=False,
-                    covered=covered,
-                )
-                if self.pool_only:
-                    await self._retain(run, step)
-                else:
-                    await _keep_in_pool(run, step, folder)  # besides the tar layers, where it can
-                    run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
-                await run.hooks.at_checkpoint(run, step, folder)
-            except RerollError as exc:
-                run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
-            finally:
-                await proxy.release(step)
-                self.held[step] = time.perf_counter() - began
+            reference: str | None = None
+            if held.frozen:
+                reference = self._frozen(run, held)
+            else:
+                reference = await self._held_capture(run, proxy, step, folder, env, began)
+            if reference is not None:  # off the hold, one after the other: the next hold waits for none
+                filed = self._file_pool_checkpoint(run, step, folder, reference, env, self.filing)
+                self.filing = asyncio.create_task(filed)
+
+    def _frozen(self, run: Run, held: HeldStep) -> str | None:
+        """A step the proxy froze itself: note how long it waited; the snapshot's reference, None
+        when it failed (reported)."""
+        self.held[held.step] = self.froze[held.step] = held.held_seconds or 0.0
+        adopt = getattr(run.sandbox, "adopt_pool_snapshot", None)
+        if held.error is not None or adopt is None:
+            run.console.print(f"[yellow]checkpoint of step {held.step} failed: {held.error}[/yellow]")
+            return None
+        reference: str | None = adopt(f"step-{held.step}")
+        return reference
+
+    async def _held_capture(
+        self, run: Run, proxy: LlmProxy, step: int, folder: Path, env: dict[str, str], began: float
+    ) -> str | None:
+        """Capture the checkpoint of held step `step`, then release it: the pool snapshot's
+        reference when a per-step one was taken (its files still to write), else None."""
+        reference: str | None = None
+        try:
+            if self.pool_only:
+                reference = await self._freeze(run, step, folder, env)
+            else:
+                await self._checkpoint(run, step, folder, env)
+        except RerollError as exc:
+            run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
+        finally:
+            self.froze[step] = time.perf_counter() - began
+            self.held[step] = await proxy.release(step)
+        return reference
+
+    async def _checkpoint(self, run: Run, step: int, folder: Path, env: dict[str, str]) -> None:
+        """A ``checkpoint_every`` checkpoint of `step` (the request held): its layers as tar files
+        into `folder`, and a pool snapshot beside them where the sandbox keeps one."""
+        plan = run.plan
+        await capture_checkpoint(run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False)
+        await _keep_in_pool(run, step, folder)
+        run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
+        await run.hooks.at_checkpoint(run, step, folder)
+
+    async def _freeze(self, run: Run, step: int, folder: Path, env: dict[str, str]) -> str | None:
+        """The part of a per-step pool checkpoint that needs the request held: the pool snapshot
+        (`pool_snapshot`), and the layers it does not cover (an environment state kept by a
+        service or a command: their tar files into `folder`). The snapshot's reference, None
+        when the sandbox keeps none after all."""
+        plan = run.plan
+        snapshot = getattr(run.sandbox, "pool_snapshot", None)
+        reference: str | None = None if snapshot is None else await snapshot(f"step-{step}")
+        if reference is None:
+            return None
+        covered = pool_covers(run, reference)
+        if uncovered_layers(run.sandbox, plan.task, plan.agent, covered):
+            await capture_checkpoint(
+                run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False, covered=covered
+            )
+        return reference
+
+    async def _file_pool_checkpoint(
+        self,
+        run: Run,
+        step: int,
+        folder: Path,
+        reference: str,
+        env: dict[str, str],
+        after: asyncio.Task[None] | None,
+    ) -> None:
+        """After the release and once `after` (the previous step's filing) is done: write the
+        pool checkpoint of `step` taken by `_freeze` (`POOL_FILE`, ``checkpoint.json`` when
+        `_freeze` captured no layer, the pool's `RUN_FILE`), then apply the retention
+        (`_retain`). A failure is reported, the run goes on."""
+        if after is not None:
+            await after
+        try:
+            await self._file(run, step, folder, reference, env)
+        except RerollError as exc:
+            run.console.print(f"[yellow]checkpoint of step {step} failed: {exc}[/yellow]")
+
+    async def _file(self, run: Run, step: int, folder: Path, reference: str, env: dict[str, str]) -> None:
+        """`_file_pool_checkpoint`'s work. Raises RerollError as `capture_checkpoint`, SandboxError
+        when the files cannot be written."""
+        plan = run.plan
+        covered = pool_covers(run, reference)
+        try:
+            await asyncio.to_thread(_write_pool_file, folder, reference, plan.run_dir)
+        except OSError as exc:
+            raise SandboxError(f"marking the pool of {reference}: {exc}") from exc
+        if not uncovered_layers(run.sandbox, plan.task, plan.agent, covered):  # touches no sandbox file
+            await capture_checkpoint(
+                run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False, covered=covered
+            )
+        await self._retain(run, step)
+        await run.hooks.at_checkpoint(run, step, folder)
 
     async def _retain(self, run: Run, step: int) -> None:
         """Add `step` to the kept checkpoints and drop those `retained` lets go (their pool
@@ -164,14 +263,58 @@ class Checkpoints(Extension):
             shutil.rmtree(run.plan.run_dir / CHECKPOINTS_DIR / f"step-{dropped}", ignore_errors=True)
         self.kept = [kept for kept in self.kept if kept in keep]
 
-    async def _stop(self) -> None:
-        """Cancel the capturing task, if any (once)."""
-        capturing, self.capturing = self.capturing, None
-        if capturing is None:
+    async def _file_unseen(self, run: Run) -> None:
+        """File the steps the proxy froze whose news the agent's end cut off (its last requests'
+        `HeldStep` still on the way when capturing stopped): found on the disk, a
+        `FreezePlan.step_folder` holding its `reroll_contracts.btrfs.PATHS`, as `_capture` files
+        the others (their wait unknown: not in `HELD_FILE`)."""
+        plan, adopt = self.freezing, getattr(run.sandbox, "adopt_pool_snapshot", None)
+        if plan is None or adopt is None:
             return
-        capturing.cancel()
-        with contextlib.suppress(asyncio.CancelledError, RerollError):
-            await capturing
+        found = [folder for folder in plan.snapshots.glob("step-*") if (folder / PATHS).is_file()]
+        steps = sorted(int(name[5:]) for name in (folder.name for folder in found) if name[5:].isdigit())
+        for step in [step for step in steps if step not in self.held and step > max(self.kept, default=0)]:
+            reference = adopt(f"step-{step}")
+            if reference is not None:
+                folder = run.plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+                await self._file_pool_checkpoint(run, step, folder, reference, run.env | run.task_env, None)
+
+    async def _stop(self) -> None:
+        """Cancel the capturing task, if any (once), and wait for the checkpoint files it left
+        being written."""
+        capturing, self.capturing = self.capturing, None
+        if capturing is not None:
+            capturing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RerollError):
+                await capturing
+        filing, self.filing = self.filing, None
+        if filing is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await filing
+
+
+async def _let_the_proxy_freeze(run: Run, proxy: LlmProxy) -> FreezePlan | None:
+    """Where the sandbox can say what its pool snapshot freezes (`pool_freeze_plan`: the isolated
+    ``local`` sandbox with copy-on-write) and that snapshot covers every layer of a checkpoint (no
+    environment state outside it), have the proxy take it itself at each held step
+    (`reroll.host.llm_proxy.LlmProxy.freeze_at_holds`): the request then waits for the ioctls
+    only, with no round trip to the controller. Elsewhere, or when the proxy refuses the plan
+    (reported), the proxy holds as before. The plan the proxy took, None: it holds.
+    """
+    plan_of = getattr(run.sandbox, "pool_freeze_plan", None)
+    plan: FreezePlan | None = plan_of() if plan_of is not None else None
+    if plan is None:
+        return None
+    layout = run.sandbox.layout
+    covered = [layout.workspace, layout.home] + ["/"] * (plan.root is not None)
+    if uncovered_layers(run.sandbox, run.plan.task, run.plan.agent, covered):
+        return None
+    try:
+        await proxy.freeze_at_holds(plan)
+    except RerollError as exc:
+        run.console.print(f"[yellow]the proxy will hold each step instead of freezing it: {exc}[/yellow]")
+        return None
+    return plan
 
 
 def pool_checkpoints_apply(draft: Draft) -> bool:
@@ -217,13 +360,19 @@ async def _keep_in_pool(run: Run, step: int, folder: Path) -> str | None:
     reference: str | None = None if pool_snapshot is None else await pool_snapshot(f"step-{step}")
     if reference is None:
         return None
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / POOL_FILE, {"from_snapshot": reference})
     try:
-        mark_pool(reference, run.plan.run_dir)
+        _write_pool_file(folder, reference, run.plan.run_dir)
     except OSError as exc:
         raise SandboxError(f"marking the pool of {reference}: {exc}") from exc
     return reference
+
+
+def _write_pool_file(folder: Path, reference: str, run_dir: Path) -> None:
+    """Write `reference` into `folder`'s `POOL_FILE` and `run_dir` into its pool
+    (`reroll.sandbox.local.storage.mark_pool`). Raises OSError when either cannot be written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / POOL_FILE, {"from_snapshot": reference})
+    mark_pool(reference, run_dir)
 
 
 def pool_covers(run: Run, reference: str) -> list[str]:

@@ -27,7 +27,6 @@ Where btrfs-progs is missing, the disk stays ext4 and snapshots take the sidecar
 from __future__ import annotations
 
 import ctypes
-import errno
 import functools
 import os
 import shutil
@@ -35,22 +34,27 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reroll_contracts.btrfs import (
+    PATHS,
+    check,
+    create_subvolume,
+    delete_subvolume,
+    freeze,
+    is_subvolume,
+    libc,
+    snapshot_subvolume,
+)
 from reroll_contracts.errors import SandboxError
 from reroll_contracts.namespaces import CLONE_NEWNS
 from reroll_contracts.snapshots import NAME_PATTERN
 
+__all__ = ["PATHS", "create_subvolume", "delete_subvolume", "is_subvolume", "snapshot_subvolume"]
+"""Re-exported from `reroll_contracts.btrfs`, where the ioctls live (the proxy uses them too)."""
+
 SNAPSHOTS = "snapshots"
 """The folder of the disk holding the read-only snapshots (``<name>/<index>``)."""
-PATHS = "paths"
-"""The file of a snapshot's folder listing its sandbox paths, one a line, in the order of its subvolumes."""
 LIVE = "live"
 """The folder of the disk holding the writable snapshots mounted by restores."""
-_BTRFS_IOCTL_MAGIC = 0x94
-_VOL_ARGS_BYTES = 4096
-_SUBVOL_NAME_MAX = 4039  # BTRFS_SUBVOL_NAME_MAX; the v2 name field holds 4040 bytes
-_SUBVOL_RDONLY = 1 << 1
-_FIRST_FREE_OBJECTID = 256
-"""The inode number of every subvolume's root folder."""
 _OPEN_TREE_CLONE = 1
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
@@ -62,47 +66,6 @@ _SYS_OPEN_TREE = 428  # x86_64 and aarch64 alike (the new syscalls share numbers
 _SYS_MOVE_MOUNT = 429
 _SYS_OPENAT2 = 437
 _RESOLVE_IN_ROOT_NO_SYMLINKS = 0x10 | 0x04
-
-
-def _iow(number: int) -> int:
-    """``_IOW(BTRFS_IOCTL_MAGIC, number, <a 4096-byte argument>)``."""
-    return (1 << 30) | (_VOL_ARGS_BYTES << 16) | (_BTRFS_IOCTL_MAGIC << 8) | number
-
-
-_IOC_SUBVOL_CREATE = _iow(14)
-_IOC_SNAP_DESTROY = _iow(15)
-_IOC_SNAP_CREATE_V2 = _iow(23)
-
-
-class _VolArgs(ctypes.Structure):
-    """``struct btrfs_ioctl_vol_args``."""
-
-    _fields_ = [("fd", ctypes.c_int64), ("name", ctypes.c_char * (_VOL_ARGS_BYTES - 8))]
-
-
-class _VolArgsV2(ctypes.Structure):
-    """``struct btrfs_ioctl_vol_args_v2`` (no qgroup inheritance)."""
-
-    _fields_ = [
-        ("fd", ctypes.c_int64),
-        ("transid", ctypes.c_uint64),
-        ("flags", ctypes.c_uint64),
-        ("unused", ctypes.c_uint64 * 4),
-        ("name", ctypes.c_char * (_VOL_ARGS_BYTES - 56)),
-    ]
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def _check(result: int, what: str) -> int:
-    """`result` of a libc call, or OSError with its errno naming `what`."""
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{what}: {os.strerror(code)}")
-    return result
 
 
 def available() -> bool:
@@ -119,80 +82,6 @@ def _kernel_has_btrfs() -> bool:
         return False
 
 
-def _name_arg(name: str) -> bytes:
-    raw = os.fsencode(name)
-    if not raw or b"/" in raw or raw in (b".", b"..") or len(raw) > _SUBVOL_NAME_MAX:
-        raise ValueError(f"not a subvolume name: {name!r}")
-    return raw
-
-
-def create_subvolume(path: Path) -> None:
-    """Make an empty subvolume at `path` (its parent on btrfs; `path` absent).
-
-    Raises:
-        OSError: the ioctl failed (EEXIST, ENOTTY when not on btrfs…).
-    """
-    parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        args = _VolArgs(fd=0, name=_name_arg(path.name))
-        _check(_libc().ioctl(parent, _IOC_SUBVOL_CREATE, ctypes.byref(args)), f"create subvolume {path}")
-    finally:
-        os.close(parent)
-
-
-def snapshot_subvolume(source: Path, target: Path, *, readonly: bool) -> None:
-    """Snapshot the subvolume `source` as `target` (absent, on the same file system), read-only
-    or writable.
-
-    Raises:
-        OSError: the ioctl failed (`source` no subvolume, `target` exists, no space…).
-    """
-    source_fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        parent = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            args = _VolArgsV2(
-                fd=source_fd, flags=_SUBVOL_RDONLY if readonly else 0, name=_name_arg(target.name)
-            )
-            _check(
-                _libc().ioctl(parent, _IOC_SNAP_CREATE_V2, ctypes.byref(args)),
-                f"snapshot {source} as {target}",
-            )
-        finally:
-            os.close(parent)
-    finally:
-        os.close(source_fd)
-
-
-def delete_subvolume(path: Path) -> None:
-    """Delete the subvolume at `path` (read-only or not) with everything in it; nothing when absent.
-
-    Raises:
-        OSError: the ioctl failed (EBUSY while mounted somewhere…).
-    """
-    try:
-        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        args = _VolArgs(fd=0, name=_name_arg(path.name))
-        result = _libc().ioctl(parent, _IOC_SNAP_DESTROY, ctypes.byref(args))
-        if result < 0 and ctypes.get_errno() == errno.ENOENT:
-            return
-        _check(result, f"delete subvolume {path}")
-    finally:
-        os.close(parent)
-
-
-def is_subvolume(path: Path) -> bool:
-    """Whether `path` (not followed if a link) is the root folder of a btrfs subvolume."""
-    try:
-        stat = os.lstat(path)
-    except OSError:
-        return False
-    return stat.st_ino == _FIRST_FREE_OBJECTID and os.path.isdir(path) and not os.path.islink(path)
-
-
 def mount_into(pid: int, source: Path, target: str, *, replace: bool) -> None:
     """Mount the host folder `source` at `target` in the mount namespace of process `pid`, as a
     clone of `source`'s mount (its flags: ``nosuid,nodev``); with `replace`, first detach what a
@@ -204,9 +93,9 @@ def mount_into(pid: int, source: Path, target: str, *, replace: bool) -> None:
     Raises:
         OSError: a syscall failed (the process is gone, `target` missing in it…).
     """
-    libc = _libc()
-    tree = _check(
-        libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC),
+    c = libc()
+    tree = check(
+        c.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC),
         f"open_tree {source}",
     )
     failure: list[OSError] = []
@@ -216,19 +105,19 @@ def mount_into(pid: int, source: Path, target: str, *, replace: bool) -> None:
         namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            _check(libc.unshare(_CLONE_FS), "unshare(CLONE_FS)")
-            _check(libc.setns(namespace, CLONE_NEWNS), f"setns into {pid}'s mount namespace")
+            check(c.unshare(_CLONE_FS), "unshare(CLONE_FS)")
+            check(c.setns(namespace, CLONE_NEWNS), f"setns into {pid}'s mount namespace")
             if replace:
                 where = _open_in_root(root, target)
                 try:
                     os.fchdir(where)
-                    _check(libc.umount2(b".", _MNT_DETACH), f"umount {target}")
+                    check(c.umount2(b".", _MNT_DETACH), f"umount {target}")
                 finally:
                     os.close(where)
             where = _open_in_root(root, target)
             try:
                 flags = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH
-                _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", where, b"", flags), f"move_mount to {target}")
+                check(c.syscall(_SYS_MOVE_MOUNT, tree, b"", where, b"", flags), f"move_mount to {target}")
             finally:
                 os.close(where)
         except OSError as exc:
@@ -263,8 +152,8 @@ def _open_in_root(root: int, target: str) -> int:
     """
     how = _OpenHow(flags=os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolve=_RESOLVE_IN_ROOT_NO_SYMLINKS)
     relative = os.fsencode(target.lstrip("/") or ".")
-    result = _libc().syscall(_SYS_OPENAT2, root, relative, ctypes.byref(how), ctypes.sizeof(how))
-    return _check(result, f"open {target} in the sandbox's root")
+    result = libc().syscall(_SYS_OPENAT2, root, relative, ctypes.byref(how), ctypes.sizeof(how))
+    return check(result, f"open {target} in the sandbox's root")
 
 
 @dataclass
@@ -330,13 +219,15 @@ class Subvolumes:
         Raises:
             SandboxError: a bad name, a path that is no subvolume, or the file system refused.
         """
+        return self.freeze(name, paths, None)
+
+    def freeze(self, name: str, paths: list[str], root: Path | None) -> int:
+        """`snapshot`, with the subvolume `root` (the sandbox's ``/``) frozen too when given
+        (`reroll_contracts.btrfs.freeze`)."""
         folder = self._snapshot_folder(name)
         try:
             self._drop(folder)
-            folder.mkdir(mode=0o700)
-            for index, path in enumerate(paths):
-                snapshot_subvolume(self.live[path], folder / str(index), readonly=True)
-            (folder / PATHS).write_text("\n".join(paths))
+            freeze(folder, [self.live[path] for path in paths], paths, root)
             usage = os.statvfs(self.disk)
         except (OSError, KeyError) as exc:
             raise SandboxError(f"copy-on-write snapshot {name!r}: {exc}") from exc

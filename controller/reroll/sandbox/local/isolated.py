@@ -61,6 +61,7 @@ from typing import IO, ClassVar
 
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
+from reroll_contracts.proxy import FreezePlan
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir
@@ -390,11 +391,34 @@ class IsolatedSandbox(Sandbox):
         storage, paths = self._storage, [self.layout.workspace, self.layout.home]
         if self.config.keep_snapshots is False or storage is None or storage.cow is None or storage.is_child:
             return None
-        await self.snapshot(name, paths)
-        if not storage.cow.has(name):
+        if not storage.cow.covers(paths):
             return None
-        if self._image is None:  # ``/`` too (``/tmp``, services' files): not an image's overlay
-            await asyncio.to_thread(storage.freeze_root, name)
+        # ``/`` too (``/tmp``, services' files) unless it is an image's overlay; one thread hop for
+        # the three ioctls: this runs while the agent's request is held (a step's checkpoint)
+        await asyncio.to_thread(storage.freeze, name, paths, root=self._image is None)
+        self._pooled = True
+        return str(PoolSnapshot(storage.disk.folder, name))
+
+    def pool_freeze_plan(self) -> FreezePlan | None:
+        """What `pool_snapshot` freezes, for the LLM proxy to take itself at each held step
+        (`reroll_contracts.proxy.FreezePlan`, ``step-K``); None where `pool_snapshot` would take
+        none. `adopt_pool_snapshot` then claims each snapshot it took. The sandbox's subvolumes
+        must stay those it started with meanwhile (no copy-on-write `restore`: a rollout's
+        checkpoints restore by the sidecar)."""
+        storage, paths = self._storage, [self.layout.workspace, self.layout.home]
+        if self.config.keep_snapshots is False or storage is None or storage.cow is None or storage.is_child:
+            return None
+        if not storage.cow.covers(paths):
+            return None
+        return storage.freeze_plan(paths, root=self._image is None)
+
+    def adopt_pool_snapshot(self, name: str) -> str | None:
+        """Claim the pool snapshot `name` the proxy took by `pool_freeze_plan` (the disk is then
+        kept as a pool when the sandbox stops, as after `pool_snapshot`): ``<pool>:<name>``, None
+        when there is no such snapshot."""
+        storage = self._storage
+        if storage is None or storage.cow is None or not storage.cow.has(name):
+            return None
         self._pooled = True
         return str(PoolSnapshot(storage.disk.folder, name))
 

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
+from reroll_contracts.btrfs import ROOT
 from reroll_contracts.errors import SandboxError
+from reroll_contracts.proxy import FreezePlan
 
 from reroll.sandbox.base import PruneReport
 from reroll.sandbox.docker import disk
@@ -46,9 +48,7 @@ from reroll.sandbox.local.rootview import IMAGE_ID_BASE, TOP_LEVEL
 
 FOLDERS = ("root", "app", "logs", "home")
 """A sandbox's folders on its disk: ``/``, the workspace, the logs, HOME."""
-ROOT = "root"
-"""In a pool snapshot's folder: the frozen ``/`` (`SandboxDisk.freeze_root`), beside the workspace's
-and HOME's numbered subvolumes."""
+
 KEPT = "kept"
 """In a disk's host folder: the time (seconds since the epoch) its sandbox stopped and kept it as a pool."""
 CHILDREN = "children"
@@ -93,7 +93,7 @@ class PoolSnapshot:
 
     @property
     def root(self) -> Path | None:
-        """The frozen ``/`` of the snapshot (`SandboxDisk.freeze_root`), None when it holds none."""
+        """The frozen ``/`` of the snapshot (`SandboxDisk.freeze`), None when it holds none."""
         root = self.frozen / ROOT
         return root if cow.is_subvolume(root) else None
 
@@ -127,17 +127,33 @@ class SandboxDisk:
     root_given: bool = False
     """Whether ``root`` is a writable snapshot of a pool snapshot's frozen ``/`` (`child_of`)."""
 
-    def freeze_root(self, name: str) -> None:
-        """Add a read-only snapshot of ``/`` (the ``root`` subvolume: ``/tmp``, ``/var``, services'
-        files) to copy-on-write snapshot `name` (taken already), as `ROOT` in its folder.
+    def freeze(self, name: str, paths: list[str], *, root: bool) -> None:
+        """Take copy-on-write snapshot `name` of the subvolumes at `paths` (sandbox paths: the
+        workspace and HOME), and with `root` of ``/`` too (``/tmp``, ``/var``, services' files;
+        `ROOT` in its folder): a pool snapshot.
 
         Raises:
-            SandboxError: the file system refused.
+            SandboxError: no copy-on-write here, a bad name, or the file system refused.
         """
-        try:
-            cow.snapshot_subvolume(self.base / "root", self.base / cow.SNAPSHOTS / name / ROOT, readonly=True)
-        except OSError as exc:
-            raise SandboxError(f"copy-on-write snapshot {name!r} of /: {exc}") from exc
+        if self.cow is None:
+            raise SandboxError(f"copy-on-write snapshot {name!r}: the disk is not btrfs")
+        self.cow.freeze(name, paths, self.base / "root" if root else None)
+
+    def freeze_plan(self, paths: list[str], *, root: bool) -> FreezePlan:
+        """What the LLM proxy needs to take `freeze`'s snapshots itself at each held step
+        (`reroll_contracts.proxy.FreezePlan`: ``step-K`` into this disk's snapshots folder).
+
+        Raises:
+            SandboxError: no copy-on-write here, or `paths` are not among its subvolumes.
+        """
+        if self.cow is None or not self.cow.covers(paths):
+            raise SandboxError(f"no copy-on-write snapshot of {paths} on this disk")
+        return FreezePlan(
+            snapshots=self.base / cow.SNAPSHOTS,
+            sources=[self.cow.live[path] for path in paths],
+            paths=paths,
+            root=self.base / "root" if root else None,
+        )
 
     def record_ids(self, id_base: int) -> None:
         """Note in the disk's host folder that its files are owned by the range of `id_base`
