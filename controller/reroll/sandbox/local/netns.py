@@ -196,6 +196,7 @@ class Forwarder:
         self._servers: list[asyncio.Server] = []
         self._open: set[asyncio.StreamWriter] = set()
         self._forwarded: set[int] = set()
+        self._forwarding = asyncio.Lock()
 
     async def _serve(self, port: int, handler: Handler) -> int:
         sock = await asyncio.to_thread(listen_in, self.namespace, self.address, port)
@@ -232,9 +233,10 @@ class Forwarder:
         Raises:
             OSError: as `listen_in`.
         """
-        if port not in self._forwarded:
-            await self._serve(port, _forward_to(self.address, port))
-            self._forwarded.add(port)
+        async with self._forwarding:  # two callers at once (a start's scan, a port opened) bind once
+            if port not in self._forwarded:
+                await self._serve(port, _forward_to(self.address, port))
+                self._forwarded.add(port)
 
     @contextlib.asynccontextmanager
     async def connect_proxy(self) -> AsyncIterator[str]:
