@@ -192,18 +192,23 @@ def report(spans: list[Span], began: float, live: tuple[float, str] | None) -> N
     for span in spans:
         if span.child != "branch":
             per_label[span.label].append(span.end - span.start)
-    print("  each child: start, seconds of its LLM side, of its sandbox start, of its agent")
-    for child in sorted({s.child for s in spans} - {"branch"}):
-        mine = {s.label: s for s in spans if s.child == child}
-        parts = [mine.get(label) for label in ("model server and proxy registration", "sandbox start")]
-        seconds = " ".join(f"{p.end - p.start:6.3f}" if p else "     -" for p in parts)
-        agent = mine.get("agent (to its exit)")
-        print(f"    {child:<48} {mine['child'].start - began:7.3f} {seconds} {agent.end - agent.start if agent else 0:6.3f}")
+    each_child(spans, began)
     print("  median over the children (seconds, count)")
     for label in labels:
         if label in per_label:
             values = per_label[label]
             print(f"    {label:<48} {statistics.median(values):7.3f}  x{len(values)}")
+
+
+def each_child(spans: list[Span], began: float) -> None:
+    """Print one line per child: its start, and the seconds of its LLM side, of its sandbox's
+    start and of its agent."""
+    print("  each child: start, seconds of its LLM side, of its sandbox start, of its agent")
+    shown = ("model server and proxy registration", "sandbox start", "agent (to its exit)")
+    for child in sorted({s.child for s in spans} - {"branch"}):
+        mine = {s.label: s for s in spans if s.child == child}
+        seconds = " ".join(f"{mine[k].end - mine[k].start:6.3f}" if k in mine else "     -" for k in shown)
+        print(f"    {child:<48} {mine['child'].start - began:7.3f} {seconds}")
 
 
 async def bench(args: argparse.Namespace, folder: Path) -> int:

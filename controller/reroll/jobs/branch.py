@@ -174,12 +174,12 @@ async def branch(
         raise ConfigError(f"branch needs models (got {list(models)}) and n >= 1 (got {n})")
     points = branch_points(run_folder, at, every=every, prompts=prompts, at_ask=at_ask, answers=answers)
     batch = Runner(runner)
-    await _prestart(runner, models)
     console = console or Console(quiet=True)
     checkpoints, bound = _open_points(run_folder, points, tasks_dir, options, console)
     specs = _model_specs(max(checkpoints, key=lambda opened: opened.cut_index), models)
     plan = _TreePlan(points, checkpoints, specs, n, bound, _given(points, every, at_ask))
     plan.refuse_unrunnable()
+    await _prestart(runner, specs)  # refused by now if ever: nothing started for nothing
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
     rollouts = plan.rollouts(tasks_dir, reached)
@@ -191,14 +191,15 @@ async def branch(
 
 async def _prestart(runner: RunnerOptions, models: Sequence[str]) -> None:
     """Where the children run in this process (the ``asyncio`` executor), start the shared LLM
-    proxy and scripted model servers they will join now, while the tree is planned (their
-    start, seconds of imports, is most of a child's; `reroll.host.shared_process.prestart`)."""
+    proxy and scripted model servers they will join now, while the parent is written and the
+    layers found (their start, seconds of imports, is most of a child's;
+    `reroll.host.shared_process.prestart`)."""
     if runner.executor != "asyncio":
         return
     prestart_proxy()
     for spec in models:
         prestart_upstream(spec)
-    await asyncio.sleep(0)  # the starts spawn their processes before the planning (sync) runs
+    await asyncio.sleep(0)  # the starts spawn their processes before the (sync) parent is written
 
 
 @dataclass(frozen=True)
