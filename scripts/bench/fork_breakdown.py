@@ -2,7 +2,7 @@
 pool checkpoint, from the command's start to the first child's first live request.
 
     .venv/bin/python scripts/bench/fork_breakdown.py [--steps 40] [--at 10,30] [-n 8]
-        [--concurrency 8] [--checkpoint-keep 64] [--run RUN_FOLDER]
+        [--concurrency 4] [--checkpoint-keep 64] [--run RUN_FOLDER]
 
 Records one run of the resumable ``urllib-session`` agent on examples/tasks/sqlite-ledger (as
 scripts/bench/branch.py does, with a pool checkpoint at every step) unless `--run` names one, then
@@ -33,21 +33,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from branch import AGENTS, TASK, script
+from branch import AGENTS, TASK, branch_arguments, first_live, script
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
-from reroll.runfolder.run import TRAJECTORY
-from reroll.runfolder.summary import BranchSummary
 from reroll.sandbox.local.storage import remove_pools_under
 from reroll.settings import RolloutSettings
-from reroll_contracts.trajectory import load_trajectory
 
 STAGES = [
     ("reroll.jobs.branch", "_open_points", "open the run folder and checkpoint"),
@@ -158,18 +154,6 @@ def import_seconds() -> float:
     return float(done.stdout)
 
 
-def first_live(summary: BranchSummary) -> tuple[float, str] | None:
-    """The earliest live request of any child (``time.time()``) and the child's folder name."""
-    firsts = []
-    for child in summary.children:
-        trajectory = Path(summary.parent) / child.folder / TRAJECTORY
-        exchanges = load_trajectory(trajectory).exchanges if trajectory.is_file() else []
-        live = [e for e in exchanges if e.metadata.source == "live"]
-        if live:
-            firsts.append((datetime.fromisoformat(live[0].request.timestamp).timestamp(), child.folder))
-    return min(firsts) if firsts else None
-
-
 def report(spans: list[Span], began: float, live: tuple[float, str] | None) -> None:
     """Print the timeline of the branch and of the child that went live first, and medians."""
     latency = f"{live[0] - began:.3f} s" if live else "none went live"
@@ -252,13 +236,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
 
 
 def main() -> int:
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--at", default="10,30", help="the steps to branch at, comma-separated")
-    parser.add_argument("-n", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser = branch_arguments(concurrency=4)
     parser.add_argument("--checkpoint-keep", type=int, default=64)
     parser.add_argument("--run", help="a recorded run folder to branch (recorded with --checkpoint-keep)")
     parser.add_argument("--keep-recording", help="record into this jobs folder and keep it (for --run)")
