@@ -21,6 +21,8 @@ ORIGINAL: dict[str, Any] = {
     "sandbox": "docker",
     "sandbox_config": {"ready_timeout_seconds": 90},
     "network": "none",
+    "environment_manifest": Path("/envs/clawsbench.toml"),
+    "environment_services": ("gmail", "gcal"),
     "faults": FaultsUsed(plan_path=Path("/plans/a.yaml"), seed=1),
     "checkpoint_every": 2,
     "checkpoint_keep": 8,
@@ -40,6 +42,8 @@ GIVEN: dict[str, Any] = {
     "sandbox": "docker",
     "sandbox_config": {"image_map": {"a": "b"}},
     "network": "full",
+    "environment_manifest": Path("/envs/env0@prod.toml"),
+    "environment_services": ("slack",),
     "faults": FaultsUsed(plan_path=Path("/plans/b.yaml"), seed=2),
     "checkpoint_every": 5,
     "checkpoint_keep": 16,
@@ -118,16 +122,21 @@ def test_the_recorded_settings_are_read_from_config_json() -> None:
 def test_the_host_paths_are_found_by_their_field_kind_and_relocated() -> None:
     settings = RolloutSettings(**ORIGINAL)
     assert settings.paths_read() == (
+        Path("/envs/clawsbench.toml"),  # the manifest an executor on another machine carries there
         Path("/home/u/skills"),
         Path("/jobs/j/store"),
         Path("/u/user.yaml"),  # the judge is a provider's model: no file
     )
     moved = settings.relocated(lambda path: Path("/w") / path.name)
-    assert moved.paths_read() == (Path("/w/skills"), Path("/w/store"), Path("/w/user.yaml"))
-    assert moved.user_model == "scripted:/w/user.yaml"
-    assert moved.model_copy(update={"skills_dir": None, "learner_store": None, "user_model": None}) == (
-        settings.model_copy(update={"skills_dir": None, "learner_store": None, "user_model": None})
+    assert moved.paths_read() == (
+        Path("/w/clawsbench.toml"),
+        Path("/w/skills"),
+        Path("/w/store"),
+        Path("/w/user.yaml"),
     )
+    assert moved.user_model == "scripted:/w/user.yaml"
+    shipped = {"environment_manifest": None, "skills_dir": None, "learner_store": None, "user_model": None}
+    assert moved.model_copy(update=shipped) == settings.model_copy(update=shipped)
 
 
 def test_the_settings_are_frozen_and_refuse_unknown_fields() -> None:

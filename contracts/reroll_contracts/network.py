@@ -1,6 +1,7 @@
 """The network policy of a sandbox: one word, in a task's ``environment.network``, a job file,
 ``--network`` and a run's config.json; and the policy of each phase of a rollout
-(`PhaseNetworks`), from a task's ``agent.network`` and ``verifier.network``."""
+(`PhaseNetworks`), from a task's ``agent.network`` and ``verifier.network`` and their
+``allowed_hosts`` (an allow-list: policy ``none`` plus the hosts listed, `AllowedHosts`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from pydantic import BaseModel, ConfigDict
 
 NetworkPolicy = Literal["none", "full"]
 """A sandbox's egress: ``none`` (only the LLM proxy is reachable) or ``full``."""
+
+AllowedHosts = tuple[str, ...]
+"""A phase's allow-list under policy ``none`` (Harbor's and BenchFlow's ``allowed_hosts``, checked
+by `reroll.tasks.allowlist.normalise`): hostnames, ``*.`` wildcards, IPv4/IPv6 addresses and CIDR
+ranges, every port of each; empty: only the LLM proxy."""
 
 
 class PhaseNetworks(BaseModel):
@@ -23,13 +29,39 @@ class PhaseNetworks(BaseModel):
     """The agent phase's egress (the oracle's too)."""
     verifier: NetworkPolicy = "full"
     """The verify phase's egress (the task's test script)."""
+    agent_allowed: AllowedHosts = ()
+    """What the agent phase reaches beyond the LLM proxy under ``none`` (ignored under ``full``)."""
+    verifier_allowed: AllowedHosts = ()
+    """What the verify phase reaches under ``none`` (ignored under ``full``)."""
+
+    def allowed(self, phase: Literal["agent", "verifier"]) -> AllowedHosts | None:
+        """`phase`'s allow-list: None under ``full`` (everything), else its hosts (empty: nothing
+        but the LLM proxy)."""
+        if phase == "agent":
+            return None if self.agent == "full" else self.agent_allowed
+        return None if self.verifier == "full" else self.verifier_allowed
+
+    @property
+    def filtered(self) -> bool:
+        """A phase has an allow-list: the sandbox needs a network that routes out through a
+        firewall (docker) or an allow-checking proxy (`local`)."""
+        return bool(self.allowed("agent") or self.allowed("verifier"))
 
     @property
     def verifier_stricter(self) -> bool:
-        """The verify may reach less than the agent could (agent ``full``, verifier ``none``)."""
-        return self.agent == "full" and self.verifier == "none"
+        """The verify reaches nothing outside the sandbox (``none``, no allow-list) while the agent
+        could (``full`` or an allow-list): it gets a namespace with only loopback."""
+        return self.allowed("verifier") == () and self.allowed("agent") != ()
 
     @property
     def verifier_looser(self) -> bool:
-        """The verify may reach more than the agent could (agent ``none``, verifier ``full``)."""
+        """The verify may reach everything (``full``) and the agent could not (``none``, with or
+        without an allow-list)."""
         return self.agent == "none" and self.verifier == "full"
+
+    @property
+    def verifier_listed(self) -> bool:
+        """The verify has an allow-list other than the agent phase's: the sandbox's firewall or
+        proxy switches to it for the verify."""
+        verifier = self.allowed("verifier")
+        return bool(verifier) and verifier != self.allowed("agent")

@@ -133,6 +133,13 @@ class RolloutSettings(BaseModel):
     network: Annotated[NetworkPolicy | None, Carry.OVERRIDABLE] = None
     """The sandbox's network policy [default: the original's override, else the task's
     ``environment.network``]; ``none`` needs docker or the isolated ``local``."""
+    environment_manifest: Annotated[HostPath, Carry.OVERRIDABLE] = None
+    """An environment manifest file bound instead of the task's own (BenchFlow's
+    ``--environment-manifest``, `reroll.tasks.manifest.resolve_manifest`) [default: the original's,
+    else the task's]."""
+    environment_services: Annotated[tuple[str, ...] | None, Carry.OVERRIDABLE] = None
+    """Only these of the environment's services start (``--state``'s ``tools``) [default: the
+    original's, else all]."""
     faults: Annotated[FaultsUsed | None, Carry.FRESH] = None
     """The fault plan the proxy injects (`reroll.host.llm_proxy.faults_used`), or None; faults
     recorded in a replayed trajectory are reproduced either way (not inherited as a plan)."""
@@ -311,6 +318,8 @@ def recorded_settings(config: RunConfig) -> RolloutSettings:
         sandbox=config.sandbox,
         sandbox_config=load_backend(config.sandbox).settings(config.sandbox_config),
         network=config.network,
+        environment_manifest=Path(config.environment_manifest) if config.environment_manifest else None,
+        environment_services=tuple(config.environment_services) if config.environment_services else None,
         learner_store=store.model_copy(update={"writes_back": False}) if store is not None else None,
         skill_mode=config.skill_mode,
         skills_dir=Path(config.effective_skills_dir) if custom and config.effective_skills_dir else None,

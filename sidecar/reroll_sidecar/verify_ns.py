@@ -19,8 +19,9 @@ and UTS namespaces that no process of the agent ever enters:
   keys and outlives it), so the verify reads no key the agent left and leaves none behind;
 - network, only with ``--own-net`` (the verifier's network policy ``none`` is stricter than the
   agent's): a namespace whose one interface is ``lo``, brought up; nothing outside the sandbox is
-  reachable, nor a port listening on the sandbox's own loopback (a server the agent left running
-  included), nor the LLM proxy;
+  reachable, nor the LLM proxy; the ports listening on the sandbox's own loopback (or on all its
+  addresses) when the verify starts are relayed to the same ports of the namespace's ``lo``
+  (`reroll_sidecar.loopback_relay`): the task's services stay reachable, as in Harbor's verifier;
 - mount (private propagation): fresh ``/dev/shm`` (tmpfs) and ``/dev/mqueue``; for a soft verify
   (the agent works on afterwards) fresh ``/tmp`` and ``/var/tmp`` too (empty tmpfs: what the
   verify writes there is gone when it ends). The final verify keeps the sandbox's ``/tmp``, as
@@ -50,6 +51,8 @@ import sys
 from reroll_contracts.namespaces import CLONE_NEWNET
 from reroll_contracts.namespaces import VERIFY_NAMESPACES as FLAGS
 
+from reroll_sidecar import loopback_relay
+
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 0x4000, 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -66,6 +69,8 @@ FRESH_TMP = ("/tmp", "/var/tmp")
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
+Relayed = tuple[list[int], socket.socket] | None
+"""With its own network, the ports `run`'s child listens on and its end of the socket to the launcher."""
 
 
 def under_fresh_tmp(paths: list[str]) -> bool:
@@ -165,15 +170,23 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
-def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool, own_net: bool) -> int:
-    """The launcher's child: unshare, wait for the id maps, mount, then run `argv` as PID 1."""
+def _inside(argv: list[str], ready: int, go: int, fresh_tmp: bool, relayed: Relayed) -> int:
+    """The launcher's child: unshare, wait for the id maps, mount, then run `argv` as PID 1; with
+    `relayed` (its own network: the ports, the socket to the launcher), bring ``lo`` up and hand
+    the launcher a listener on each port (`loopback_relay.listen_all`)."""
     _die_with_parent()
-    _check(_libc.unshare(FLAGS | (CLONE_NEWNET if own_net else 0)), "unshare")
+    _check(_libc.unshare(FLAGS | (CLONE_NEWNET if relayed else 0)), "unshare")
     os.write(ready, b"u")
     if os.read(go, 1) != b"g":
         return FAILED
-    if own_net:
+    if relayed:
+        ports, launcher = relayed
         _loopback_up()
+        listeners = loopback_relay.listen_all(ports)
+        if listeners:
+            socket.send_fds(launcher, [b"l"], [sock.fileno() for sock in listeners])
+        for sock in (*listeners, launcher):
+            sock.close()
     _fresh_mounts(fresh_tmp)
     init = os.fork()
     if init == 0:
@@ -194,12 +207,14 @@ def run(argv: list[str], fresh_tmp: bool = False, own_net: bool = False) -> int:
     its number), or `FAILED` when the namespaces could not be made (the reason on stderr)."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
+    ends = socket.socketpair() if own_net else None
+    ports = loopback_relay.loopback_ports() if own_net else []
     child = os.fork()
     if child == 0:
         os.close(ready_r)
         os.close(go_w)
         try:
-            status = _inside(argv, ready_w, go_r, fresh_tmp, own_net)
+            status = _inside(argv, ready_w, go_r, fresh_tmp, (ports, ends[1]) if ends else None)
         except BaseException as exc:
             print(f"reroll-sidecar ns-exec: {exc}", file=sys.stderr, flush=True)
             status = FAILED
@@ -214,6 +229,12 @@ def run(argv: list[str], fresh_tmp: bool = False, own_net: bool = False) -> int:
             print(f"reroll-sidecar ns-exec: writing the id maps: {exc}", file=sys.stderr, flush=True)
     os.close(go_w)
     os.close(ready_r)
+    if ends is not None:
+        ends[1].close()
+        with contextlib.suppress(OSError):  # nothing when the child failed before: it closed its end
+            _, fds, _, _ = socket.recv_fds(ends[0], 1, max(len(ports), 1))
+            loopback_relay.relay([socket.socket(fileno=fd) for fd in fds])
+        ends[0].close()
     status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
     return status if status >= 0 else 128 - status
 

@@ -27,7 +27,8 @@ from reroll.runfolder.run import load_run_folder
 from reroll.sandbox.local.plain import kill_sandbox_processes
 
 REROLL = str(Path(sys.executable).parent / "reroll")
-SANDBOX = ("--sandbox", "local-plain")
+SANDBOX = ("--sandbox", "local-plain", "--network", "full")
+"""The unisolated sandbox, which has only the host's network (the example tasks ask for none)."""
 pytestmark = pytest.mark.slow
 
 

@@ -82,7 +82,11 @@ def service_task(
     return folder
 
 
-def oracle_run(task: Path, tmp_path: Path, sandbox: str = "local") -> tuple[dict[str, Any], Path]:
+def oracle_run(
+    task: Path, tmp_path: Path, sandbox: str = "local", extra: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], Path]:
+    """``reroll run TASK --agent oracle`` on `sandbox` (with `extra` flags), in job ``j`` under
+    `tmp_path`: its result.json and run folder."""
     done = subprocess.run(
         [
             REROLL,
@@ -96,6 +100,7 @@ def oracle_run(task: Path, tmp_path: Path, sandbox: str = "local") -> tuple[dict
             "j",
             "--jobs-dir",
             str(tmp_path),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -183,6 +188,68 @@ def test_owns_lifecycle_on_local_gates_on_the_probes_alone(tmp_path: Path) -> No
     assert result["error_category"] == "environment_error"
     assert "the environment was not ready within 2 s" in result["error"]
     assert "probe failing: `test -e /tmp/never` exits 0" in result["error"]
+
+
+def test_a_service_whose_program_is_not_installed_is_skipped(tmp_path: Path) -> None:
+    """A manifest's services (``if_installed``) start only where their program runs, as BenchFlow
+    probes them; what depends on a skipped one starts without it."""
+    missing = {"name": "claw", "command": "claw-notes serve --port 8130", "port": 8130, "if_installed": True}
+    present = service(0) | {"if_installed": True, "depends_on": ["claw"]}
+    result, run = oracle_run(service_task(tmp_path / "task", [present, missing]), tmp_path / "jobs")
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}
+    records = {r["name"]: r for r in json.loads((run / "services" / "services.json").read_text())}
+    assert records["claw"]["skipped"] == "claw-notes --help exited 127: not installed in this sandbox"
+    assert records["claw"]["started_at"] is not None and records["claw"]["ready_at"] is None
+    assert records["slow"]["skipped"] is None and records["slow"]["ready_at"] is not None
+
+
+def test_no_service_installed_ends_the_rollout_as_environment_error(tmp_path: Path) -> None:
+    missing = {"name": "claw", "command": "claw-notes serve", "port": 8131, "if_installed": True}
+    result, run = oracle_run(service_task(tmp_path / "task", [missing]), tmp_path / "jobs")
+    assert (result["status"], result["error_category"]) == ("error", "environment_error")
+    assert "none of the environment's 1 service(s) is installed" in result["error"]
+    assert "claw-notes" in result["error"]
+    assert not (run / "agent" / "output.log").exists()
+
+
+MANIFEST = """
+[environment]
+name = "one-manifest"
+base_image = "reroll/base:bookworm"
+owns_lifecycle = false
+
+[[environment.services]]
+name = "slow"
+command = "python3 service.py 0 8123 0"
+port = 8123
+
+[[environment.services]]
+name = "claw"
+command = "claw-notes serve --port 8130"
+port = 8130
+"""
+
+
+def test_a_run_binds_a_manifest_whose_services_are_probed(tmp_path: Path) -> None:
+    """``reroll run --environment-manifest FILE`` (BenchFlow's): the manifest's services, not the
+    task's; the one this sandbox lacks is skipped; config.json records the binding."""
+    task = service_task(tmp_path / "task", [])
+    front = (task / "task.md").read_text().replace("  services: []\n", "")  # the manifest's, then
+    (task / "task.md").write_text(front)
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM reroll/base:bookworm\nCOPY workspace/ /app/\nWORKDIR /app\n"
+    )
+    (tmp_path / "one.toml").write_text(MANIFEST)
+    result, run = oracle_run(
+        task, tmp_path / "jobs", extra=("--environment-manifest", str(tmp_path / "one.toml"))
+    )
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}
+    records = {r["name"]: r for r in json.loads((run / "services" / "services.json").read_text())}
+    assert records["slow"]["ready_at"] is not None and records["claw"]["skipped"] is not None
+    config = json.loads((run / "config.json").read_text())
+    assert config["environment_manifest"] == str(tmp_path / "one.toml")
 
 
 def test_task_selection_and_forwarded_variables(tmp_path: Path) -> None:

@@ -74,11 +74,15 @@ def test_a_job_file_sets_every_rollout_setting(tmp_path: Path, examples: Path) -
     from reroll.settings import RolloutSettings
 
     plan = examples.parent / "faults" / "cut.yaml"
+    manifest = tmp_path / "clawsbench.toml"
+    manifest.write_text('[environment]\nimage = "x"\n')
     values: dict[str, object] = {
         "timeout_seconds": 12.5,
         "sandbox": "docker",
         "sandbox_config": {"ready_timeout_seconds": 90},
         "network": "none",
+        "environment_manifest": str(manifest),
+        "environment_services": ["gmail"],
         "faults": str(plan),
         "checkpoint_every": 3,
         "checkpoint_keep": 10,
@@ -102,6 +106,10 @@ def test_a_job_file_sets_every_rollout_setting(tmp_path: Path, examples: Path) -
             assert got.faults is not None and got.faults.plan_path == plan
         elif field == "skills_dir":
             assert got.skills_dir == tmp_path / "skills"
+        elif field == "environment_manifest":
+            assert got.environment_manifest == manifest
+        elif field == "environment_services":
+            assert got.environment_services == ("gmail",)
         elif field == "sandbox_config":  # parsed by the backend's model: the fields set
             assert got.sandbox_config is not None
             assert got.sandbox_config.model_dump(exclude_unset=True) == value, field

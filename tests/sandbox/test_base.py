@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,7 @@ async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) ->
 
 def test_the_local_backends_have_nothing_to_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REROLL_CACHE_DIR", str(tmp_path))  # never this machine's unpacked images
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # nor the disks of other rollouts running
     assert load_backend("local").prune() == {}
     assert load_backend("local-plain").prune(None, "some-run", running=True) == {}
 

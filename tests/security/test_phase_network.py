@@ -31,24 +31,17 @@ from typing import Any
 import pytest
 
 REROLL = str(Path(sys.executable).parent / "reroll")
+NO_LISTS = {"agent_allowed": [], "verifier_allowed": []}
 pytestmark = pytest.mark.slow
 
-PROBE = r'''
-"""Knock on $OUTSIDE (host:port) as NAME: directly, or through $HTTPS_PROXY's CONNECT where set
-(the local sandbox lends the verify such a proxy); print 1 when the server answered, else 0.
-The daemon, which has no such variable, tries every listening TCP socket it sees as a proxy too."""
+KNOCK = r'''
 import os, socket, sys
 from urllib.parse import urlsplit
 
-def listeners():
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if state == "0A":
-            address, port = local.split(":")
-            yield socket.inet_ntoa(bytes.fromhex(address)[::-1]), int(port, 16)
-
-def knock(name, proxy):
-    host, port = os.environ["OUTSIDE"].rsplit(":", 1)
+def knock(target, name, proxy):
+    """1 when the server at `target` (host:port) answered `name`, directly or through `proxy`'s
+    (host, port) CONNECT, else 0."""
+    host, port = target.rsplit(":", 1)
     try:
         if proxy:
             sock = socket.create_connection(proxy, timeout=5)
@@ -62,18 +55,39 @@ def knock(name, proxy):
             return 1 if sock.recv(16).startswith(b"ok") else 0
     except OSError:
         return 0
+'''
+"""The probes' knock on a test server (which answers ``ok`` to a line), shared by the security tests."""
+PROBE = (
+    r'''
+"""Knock on $OUTSIDE (host:port) as NAME: directly, or through $HTTPS_PROXY's CONNECT where set
+(the local sandbox lends the verify such a proxy); print 1 when the server answered, else 0.
+The daemon, which has no such variable, tries every listening TCP socket it sees as a proxy too."""
+'''
+    + KNOCK
+    + r"""
+def listeners():
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":
+            address, port = local.split(":")
+            yield socket.inet_ntoa(bytes.fromhex(address)[::-1]), int(port, 16)
 
 name, proxy = sys.argv[1], os.environ.get("HTTPS_PROXY")
 proxies = [urlsplit(proxy)[1].rsplit(":", 1) if proxy else None]
 if name == "daemon":
     proxies += list(listeners())
-print(max(knock(name, (p[0], int(p[1])) if p else None) for p in proxies))
-'''
+print(max(knock(os.environ["OUTSIDE"], name, (p[0], int(p[1])) if p else None) for p in proxies))
+"""
+)
 DAEMON = "while true; do python3 /tmp/probe.py daemon; sleep 0.2; done"
+SERVICE_PORT = 8123
+"""A service the oracle leaves on the sandbox's loopback (kept for the verify in Harbor's layout)."""
 SOLVE = f"""#!/bin/sh
 cp "$(dirname "$0")/probe.py" /tmp/probe.py
 python3 /tmp/probe.py agent > "${{REROLL_WORKSPACE:-/app}}/agent-reached"
 setsid sh -c '{DAEMON}' </dev/null >/dev/null 2>&1 &
+setsid python3 -m http.server {SERVICE_PORT} --bind 127.0.0.1 </dev/null >/dev/null 2>&1 &
+sleep 1
 exit 0
 """
 TEST_SH = """#!/bin/sh
@@ -81,7 +95,8 @@ LOGS="${REROLL_LOGS_DIR:-/logs}/verifier"
 mkdir -p "$LOGS"
 AGENT=$(cat "${REROLL_WORKSPACE:-/app}/agent-reached" 2>/dev/null || echo 0)
 VERIFIER=$(python3 "$(dirname "$0")/probe.py" verifier)
-printf '{"reward": 1, "agent_reached": %s,' "$AGENT" > "$LOGS/reward.json"
+SERVICE=$(python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8123), 3); print(1)' || echo 0)
+printf '{"reward": 1, "agent_reached": %s, "service_reached": %s,' "$AGENT" "$SERVICE" > "$LOGS/reward.json"
 printf ' "verifier_reached": %s}\\n' "$VERIFIER" >> "$LOGS/reward.json"
 """
 TASK_MD = """---
@@ -141,6 +156,11 @@ def make_task(root: Path, agent: str, verifier: str, harbor: bool = False) -> Pa
     }
     if harbor:
         files["instruction.md"] = "Nothing to do.\n"
+    return write_task(root, files)
+
+
+def write_task(root: Path, files: dict[str, str]) -> Path:
+    """`root` with each of `files` (relative path → text) written; `root`."""
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -193,8 +213,9 @@ def outside() -> Iterator[tuple[str, list[str]]]:
         server.close()
 
 
-def run(task: Path, jobs: Path, backend: str, address: str) -> dict[str, Any]:
-    """`reroll run TASK --agent oracle` with the outside's address for the task's templates."""
+def run(task: Path, jobs: Path, backend: str, address: str = "") -> dict[str, Any]:
+    """`reroll run TASK --agent oracle` with the outside's address for the task's templates: its
+    result.json, with its config.json under ``config``."""
     done = subprocess.run(
         [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", str(jobs)],
         capture_output=True,
@@ -209,17 +230,21 @@ def run(task: Path, jobs: Path, backend: str, address: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.parametrize("harbor", [False, True], ids=["benchflow", "harbor"])
 def test_a_no_network_verifier_does_not_reach_what_the_agent_reached(
-    sandbox_backend: str, tmp_path: Path
+    harbor: bool, sandbox_backend: str, tmp_path: Path
 ) -> None:
-    task = make_task(tmp_path / "verifier-no-network", agent="public", verifier="no-network")
+    """It reaches the sandbox's own loopback service still (Harbor's layout keeps the oracle's
+    server alive for it; BenchFlow's ends it)."""
+    task = make_task(tmp_path / "verifier-no-network", agent="public", verifier="no-network", harbor=harbor)
     with outside() as (address, seen):
         result = run(task, tmp_path / "jobs", sandbox_backend, address)
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"]["agent_reached"] == 1.0, "the outside stands for what a full sandbox reaches"
     assert result["rewards"]["verifier_reached"] == 0.0, result["rewards"]
+    assert result["rewards"]["service_reached"] == float(harbor), result["rewards"]
     assert "verifier" not in seen and "agent" in seen, seen
-    assert result["config"]["network_phases"] == {"agent": "full", "verifier": "none"}
+    assert result["config"]["network_phases"] == {"agent": "full", "verifier": "none", **NO_LISTS}
 
 
 @pytest.mark.parametrize("harbor", [False, True], ids=["benchflow", "harbor"])
@@ -234,4 +259,4 @@ def test_a_public_verifier_gets_the_network_the_agent_never_had(
     assert result["rewards"]["agent_reached"] == 0.0, result["rewards"]
     assert result["rewards"]["verifier_reached"] == 1.0, result["rewards"]
     assert seen.count("verifier") == 1 and "agent" not in seen and "daemon" not in seen, seen
-    assert result["config"]["network_phases"] == {"agent": "none", "verifier": "full"}
+    assert result["config"]["network_phases"] == {"agent": "none", "verifier": "full", **NO_LISTS}

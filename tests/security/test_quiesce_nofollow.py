@@ -109,9 +109,11 @@ UNSOLVED = "def answer():\n    return 41\n"
 UNSOLVED_SHA256 = hashlib.sha256(UNSOLVED.encode()).hexdigest()
 
 
-def make_task(root: Path, attack: str) -> Path:
+def make_task(root: Path, attack: str, backend: str) -> Path:
+    """The attack's task; offline except on ``local-plain``, which has only the host's network."""
     task = root / attack
-    front = {"name": "verifier-attack", "verifier": {"timeout_sec": 60}, "environment": {"network": "none"}}
+    network = "full" if backend == "local-plain" else "none"
+    front = {"name": "verifier-attack", "verifier": {"timeout_sec": 60}, "environment": {"network": network}}
     files = {
         "task.md": f"---\n{json.dumps(front)}\n---\nMake answer() return 42.\n",
         "environment/Dockerfile": "FROM reroll/base:bookworm\nCOPY workspace/ /app/\nWORKDIR /app\n",
@@ -158,7 +160,7 @@ CASES = {
 def test_attack_fails_and_honest_scores(attack: str, backend: str, tmp_path: Path) -> None:
     if attack not in CASES[backend]:
         pytest.skip(f"{attack} does not apply to the {backend} sandbox")
-    result, run_dir = run_oracle(make_task(tmp_path, attack), tmp_path, backend)
+    result, run_dir = run_oracle(make_task(tmp_path, attack, backend), tmp_path, backend)
     if attack.startswith("survivor") and result["error_category"] == "resource_limit":
         # A survivor forking in a loop may meet the sandbox's pids_max (local, docker) first: the
         # rollout ends as resource_limit, verified all the same, and the attack fails as well.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
@@ -58,14 +59,16 @@ except OSError as exc:
 
 
 def test_a_stricter_verifier_has_only_loopback_of_its_own() -> None:
-    """``--own-net``: a listener of the host (its loopback, its other addresses) is out of reach;
-    the namespace's own loopback is up (a server the script starts answers)."""
-    with socket.create_server(("0.0.0.0", 0)) as outside:
+    """``--own-net``: a listener on another address than loopback (the local sandbox's private
+    ``127.x.y.z`` of the LLM proxy, the host's other addresses) is out of reach; the namespace's
+    own loopback is up (a server the script starts answers)."""
+    private = "127.83.17.201"  # as `reroll.sandbox.local.netns.private_loopback` picks one
+    with socket.create_server((private, 0)) as outside:
         port = outside.getsockname()[1]
         probe = f"{sys.executable} -c '{CONNECT}'"
-        shared = ns_exec(f"{probe} 127.0.0.1 {port}")
+        shared = ns_exec(f"{probe} {private} {port}")
         assert shared.stdout.strip() == "connected", shared.stderr  # without --own-net: the host's network
-        own = ns_exec(f"{probe} 127.0.0.1 {port}; ip -o link | grep -c . ", "--own-net")
+        own = ns_exec(f"{probe} {private} {port}; ip -o link | grep -c . ", "--own-net")
     assert own.returncode == 0, own.stderr
     reached, links = own.stdout.split()
     assert reached != "connected" and links == "1", own.stdout
@@ -74,3 +77,31 @@ def test_a_stricter_verifier_has_only_loopback_of_its_own() -> None:
     )
     inner = ns_exec(server, "--own-net")
     assert inner.stdout.strip() == "connected", inner.stderr
+
+
+def test_a_stricter_verifier_still_reaches_the_sandbox_s_loopback_services() -> None:
+    """A port listening on the sandbox's loopback or on all its addresses when the verify starts
+    (a task's service) answers at ``127.0.0.1`` in the verify's own namespace, both ways; one
+    opened after the verify started is not relayed."""
+    probe = f"{sys.executable} -c '{ECHO}'"
+    with socket.create_server(("127.0.0.1", 0)) as loopback, socket.create_server(("0.0.0.0", 0)) as anywhere:
+        served = [
+            threading.Thread(target=_echo_once, args=(sock,), daemon=True) for sock in (loopback, anywhere)
+        ]
+        for thread in served:
+            thread.start()
+        ports = [sock.getsockname()[1] for sock in (loopback, anywhere)]
+        own = ns_exec("; ".join(f"{probe} {port}" for port in ports), "--own-net")
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.split() == ["echo:ping", "echo:ping"], (own.stdout, own.stderr)
+
+
+ECHO = """import socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as sock:
+    sock.sendall(b"ping"); sock.shutdown(socket.SHUT_WR); print(sock.recv(64).decode())"""
+
+
+def _echo_once(server: socket.socket) -> None:
+    conn, _ = server.accept()
+    with conn:
+        conn.sendall(b"echo:" + conn.recv(64))

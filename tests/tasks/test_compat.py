@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 from reroll.tasks.compat import normalise, parse_size_mib, prompt_of, resolve_env, split_ignored
 from reroll.tasks.task import TaskSpec
 from reroll_contracts.errors import TaskError
@@ -40,7 +41,7 @@ def test_harbor_memory_string_wins_over_memory_mb_and_is_reported_as_mapped() ->
         ({"allow_internet": True}, "full"),
         ({"network_mode": "no-network"}, "none"),
         ({"network_mode": "public", "allow_internet": False}, "full"),  # network_mode first, as Harbor
-        ({"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}, "full"),
+        ({"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}, "none"),  # + its hosts
         ({"network": "none", "allow_internet": True}, "none"),  # reroll's own field wins
         ({}, "full"),
     ],
@@ -49,9 +50,38 @@ def test_network_policy_from_allow_internet_and_network_mode(environment: dict, 
     assert spec({"environment": environment})[0].environment.network == network
 
 
-def test_an_allowlist_reports_its_hosts_as_ignored() -> None:
-    _, ignored = spec({"environment": {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]}})
-    assert [field for field, _ in ignored] == ["environment.allowed_hosts"]
+def test_an_allowlist_is_none_plus_its_hosts_in_every_phase_that_sets_none() -> None:
+    parsed, ignored = spec(
+        {
+            "sandbox": {"network_mode": "allowlist", "allowed_hosts": ["PyPI.org.", "10.0.0.0/8"]},
+            "verifier": {"network_mode": "allowlist", "allowed_hosts": ["*.example.com", "2001:DB8::1"]},
+        }
+    )
+    assert ignored == []
+    assert parsed.networks() == PhaseNetworks(
+        agent="none",
+        verifier="none",
+        agent_allowed=("pypi.org", "10.0.0.0/8"),
+        verifier_allowed=("*.example.com", "2001:db8::1"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [
+        ({"network_mode": "allowlist", "allowed_hosts": ["https://pypi.org"]}, "not a hostname"),
+        ({"network_mode": "allowlist", "allowed_hosts": ["pypi.org:443"]}, "not a hostname"),
+        ({"network_mode": "allowlist", "allowed_hosts": ["10.0.0.1/8"]}, "not a hostname"),
+        ({"network_mode": "allowlist", "allowed_hosts": ["a.*.org"]}, "leading"),
+        ({"network_mode": "public", "allowed_hosts": ["pypi.org"]}, "needs network none"),
+        ({"allowed_hosts": ["pypi.org"]}, "needs network none"),  # the sandbox's full
+    ],
+)
+def test_an_allowlist_harbor_refuses_is_refused(section: dict, match: str) -> None:
+    """Harbor's forms only (hostname, ``*.`` wildcard, IP, CIDR with host bits clear), and only
+    with a policy that is not ``full``."""
+    with pytest.raises((TaskError, ValidationError), match=match):
+        spec({"agent": section})
 
 
 @pytest.mark.parametrize(
@@ -62,10 +92,10 @@ def test_an_allowlist_reports_its_hosts_as_ignored() -> None:
         ({"sandbox": {"network_mode": "no-network"}, "verifier": {"network_mode": "public"}}, "none", "full"),
         ({"agent": {"network_mode": "no-network"}}, "none", "full"),
         ({"verifier": {"network_mode": "no-network"}}, "full", "none"),
-        (  # an allowlist phase runs as full, its hosts reported
-            {"sandbox": {"allow_internet": False}, "verifier": {"network_mode": "allowlist"}},
-            "none",
+        (  # an allowlist phase without hosts (Harbor takes it, BenchFlow not) reaches nothing
+            {"sandbox": {"allow_internet": True}, "verifier": {"network_mode": "allowlist"}},
             "full",
+            "none",
         ),
         ({"agent": {"network_mode": "public", "network": "none"}}, "none", "full"),  # reroll's own wins
     ],
@@ -84,14 +114,14 @@ def test_a_phase_network_mode_is_mapped_not_ignored() -> None:
     assert ("agent.network_mode", "agent.network = none") in mapped
 
 
-def test_allow_lists_and_deny_lists_are_reported_as_not_enforced() -> None:
+def test_deny_lists_are_reported_as_not_enforced() -> None:
     _, ignored = spec(
         {
             "sandbox": {"network_mode": "denylist", "blocked_hosts": ["example.com"]},
             "verifier": {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]},
         }
     )
-    assert dict(ignored).keys() == {"environment.blocked_hosts", "verifier.allowed_hosts"}
+    assert dict(ignored).keys() == {"environment.blocked_hosts"}
     assert all("not enforced" in reason for _, reason in ignored)
 
 

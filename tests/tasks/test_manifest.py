@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from reroll.rollout.start import load_runnable_task
 from reroll.tasks.check import check, render
-from reroll.tasks.manifest import compose_seconds
+from reroll.tasks.manifest import REGISTRY_VARIABLE, compose_seconds, parse_state, resolve_manifest
 from reroll.tasks.task import Task, load_task
+from reroll.tasks.variants import with_environment
 from reroll_contracts.errors import TaskError
 from rich.console import Console
 
@@ -71,6 +72,7 @@ def test_a_pinned_manifest_is_read_as_benchflow_writes_it(tmp_path: Path) -> Non
     environment = task.spec.environment
     assert environment.owns_lifecycle is False
     assert [service.name for service in environment.services] == ["gmail"]
+    assert environment.services[0].if_installed  # probed and skipped where missing, as BenchFlow does
     assert environment.services[0].describe_probe().startswith("GET http://localhost:9001/health")
     assert environment.readiness.timeout_sec == 60
     assert environment.task_selection is not None and environment.task_selection.mechanism == "image"
@@ -143,6 +145,7 @@ sandbox:
     assert api.depends_on == ["db"] and api.probe is not None and api.probe.http == "/health"
     assert db.describe_probe() == "`test -e /tmp/db.ready` exits 0 (every 0.5 s, 2 retries)"
     assert environment.healthcheck is not None and environment.healthcheck.timeout_sec == 2
+    assert not api.if_installed and not db.if_installed  # a task's own services always start
 
 
 def test_owns_lifecycle_with_a_probe_inline_in_task_toml(tmp_path: Path) -> None:
@@ -363,3 +366,46 @@ def test_a_compose_main_services_environment_is_the_sandboxs_and_its_volumes_are
     assert "api" in ignored["docker-compose.services.main.volumes"]
     mapped = {note.field: note.note for note in task.mapped}
     assert "environment.env" in mapped["docker-compose.services.main.environment"]
+
+
+def test_a_run_binds_a_manifest_by_file_or_registry_name(tmp_path: Path) -> None:
+    """``--environment-manifest`` / ``--state`` (BenchFlow's): a file, or NAME[@VERSION] in
+    ``$BENCHFLOW_ENV_REGISTRY`` (a bare name: NAME.toml, else its last version)."""
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    for stem in ("env0@2026.1", "env0@2026.2", "solo"):
+        (registry / f"{stem}.toml").write_text(CLAWSBENCH_MANIFEST)
+    environ = {REGISTRY_VARIABLE: str(registry)}
+    assert resolve_manifest("env0@2026.1", environ) == registry / "env0@2026.1.toml"
+    assert resolve_manifest("env0", environ) == registry / "env0@2026.2.toml"
+    assert resolve_manifest("solo", environ) == registry / "solo.toml"
+    assert resolve_manifest(str(registry / "solo.toml"), {}) == registry / "solo.toml"
+    with pytest.raises(TaskError, match=r"not in the registry .* it holds: env0@2026.1, env0@2026.2, solo"):
+        resolve_manifest("env1@prod", environ)
+    with pytest.raises(TaskError, match=r"\$BENCHFLOW_ENV_REGISTRY names, which is not set"):
+        resolve_manifest("env0", {})
+    assert parse_state('{"name": "env0@2026.1", "tools": ["gmail"]}', environ) == (
+        registry / "env0@2026.1.toml",
+        ("gmail",),
+    )
+    assert parse_state("solo", environ) == (registry / "solo.toml", None)
+    with pytest.raises(TaskError, match='a JSON object with a "name"'):
+        parse_state('{"tools": ["gmail"]}', environ)
+
+
+def test_a_bound_manifest_replaces_the_tasks_own_and_state_keeps_its_tools(tmp_path: Path) -> None:
+    (tmp_path / "clawsbench.toml").write_text(CLAWSBENCH_MANIFEST)
+    (tmp_path / "chi.toml").write_text(CHI_BENCH_MANIFEST)
+    task = _task(tmp_path / "tasks" / "t1", "benchflow:\n  environment:\n    manifest: ../../chi.toml")
+    assert task.spec.environment.docker_image == "chi-bench:latest"
+    bound = with_environment(task, tmp_path / "clawsbench.toml", None)
+    assert bound.spec.environment.docker_image == "kywch/smolclaws-base:latest"
+    assert [service.name for service in bound.spec.environment.services] == ["gmail"]
+    assert task.spec.environment.services == []  # the task as loaded is not changed
+    assert (
+        with_environment(bound, None, ("gmail",)).spec.environment.services == bound.spec.environment.services
+    )
+    with pytest.raises(
+        TaskError, match=r"--state tools gcal: not services of the environment \(it declares: gmail\)"
+    ):
+        with_environment(bound, None, ("gcal",))

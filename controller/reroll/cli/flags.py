@@ -27,6 +27,7 @@ from reroll.cli.common import err_console, refuse
 from reroll.host.llm_proxy import faults_used
 from reroll.sandbox.docker.config import parse_image_map
 from reroll.settings import RolloutSettings
+from reroll.tasks.manifest import parse_state, resolve_manifest
 from reroll.trials.config import SkillMode
 
 TimeoutOption = Annotated[
@@ -160,6 +161,23 @@ CheckpointKeepOption = Annotated[
     ),
 ]
 
+EnvironmentManifestOption = Annotated[
+    str | None,
+    typer.Option(
+        "--environment-manifest",
+        help="Bind this environment manifest instead of the task's own (BenchFlow's): a file "
+        "(environment.toml / .yaml), or NAME[@VERSION] in the folder $BENCHFLOW_ENV_REGISTRY names "
+        "[default: the original's, else the task's].",
+    ),
+]
+StateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--state",
+        help='The environment bound, BenchFlow\'s S axis: JSON {"name": MANIFEST, "tools": [SERVICE, ...]} '
+        "(only those services start) or a MANIFEST as --environment-manifest takes; wins over it.",
+    ),
+]
 MaxStepsOption = Annotated[
     int | None,
     typer.Option(
@@ -177,6 +195,8 @@ FLAGS: dict[str, str] = {
     "sandbox_config": "sandbox_config",
     "image_map": "sandbox_config",
     "network": "network",
+    "environment_manifest": "environment_manifest",
+    "state": "environment_services",
     "faults": "faults",
     "fault_seed": "faults",
     "on_divergence": "divergence_policy",
@@ -208,6 +228,7 @@ def rollout_settings(flags: Mapping[str, Any]) -> RolloutSettings:
     }
     given["faults"] = faults_from_flags(flags.get("faults"), flags.get("fault_seed"))
     given["sandbox_config"] = sandbox_settings(flags.get("sandbox_config"), flags.get("image_map"))
+    given |= environment_binding(flags.get("environment_manifest"), flags.get("state"))
     given["divergence_policy"] = divergence_policy(
         flags.get("on_divergence"), bool(flags.get("strict_divergence"))
     )
@@ -232,6 +253,22 @@ def divergence_policy(on_divergence: DivergencePolicy | None, strict_divergence:
             param_hint="--on-divergence",
         )
     return "strict" if strict_divergence else on_divergence or "warn"
+
+
+def environment_binding(manifest: str | None, state: str | None) -> dict[str, Any]:
+    """``--environment-manifest`` / ``--state`` as the settings ``environment_manifest`` (a file)
+    and ``environment_services`` (both keys, None where not bound: ``--state`` wins, as in
+    BenchFlow; `reroll.tasks.manifest.resolve_manifest`, `parse_state`). A manifest that cannot be
+    found is printed and exits with code 2."""
+    bound: dict[str, Any] = {"environment_manifest": None, "environment_services": None}
+    try:
+        if state is not None:
+            bound["environment_manifest"], bound["environment_services"] = parse_state(state)
+        elif manifest is not None:
+            bound["environment_manifest"] = resolve_manifest(manifest)
+    except RerollError as exc:
+        refuse(exc)
+    return bound
 
 
 def faults_from_flags(plan: Path | None, seed: int | None) -> FaultsUsed | None:
@@ -281,6 +318,9 @@ def job_overrides(flags: Mapping[str, Any]) -> dict[str, Any]:
     }
     given["sandbox_config"] = sandbox_settings(flags.get("sandbox_config"), flags.get("image_map"))
     given["fault_seed"] = flags.get("fault_seed")
+    bound = environment_binding(flags.get("environment_manifest"), flags.get("state"))
+    given["environment_manifest"] = str(bound["environment_manifest"] or "") or None
+    given["environment_services"] = list(bound["environment_services"] or ()) or None
     for key in ("faults", "skills_dir"):
         given[key] = flags[key].resolve() if flags.get(key) is not None else None
     return {key: value for key, value in given.items() if value is not None}

@@ -82,6 +82,8 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 20
 """How many of a failed service's last log lines an error quotes."""
 LOG_TAIL_CHARS = 2000
+INSTALLED_PROBE_SECONDS = 15.0
+"""How long a service's ``--help`` probe may take (`Environment._installed`; BenchFlow's too)."""
 ENTRYPOINT_SERVICE = "entrypoint"
 """The name of the image's own entrypoint (``owns_lifecycle``) among the records and logs."""
 
@@ -259,6 +261,9 @@ class Environment:
         async def bring_up(service: ServiceSpec) -> None:
             for name in service.depends_on:
                 await ready[name].wait()
+            if service.if_installed and not await self._installed(service):
+                ready[service.name].set()  # what depends on it starts without it, as in BenchFlow
+                return
             await self._start(service)
             await self._until_healthy(service.name, service.probe, service)
             self.records[service.name].ready_at = time.time()
@@ -270,6 +275,7 @@ class Environment:
                     group.create_task(bring_up(service))
         except BaseExceptionGroup as failed:  # the first failure; the others were cancelled
             raise failed.exceptions[0] from None
+        self._none_installed()
         readiness = self.spec.readiness
         checks = [
             *(HealthCheck(http=url) for url in readiness.http),
@@ -289,6 +295,42 @@ class Environment:
         assert isinstance(self.sandbox, SiblingServices)
         self.records[service.name] = self._record(service.name, "image", service.describe_probe())
         self.processes[service.name] = await self.sandbox.start_sibling(service.name, env)
+
+    async def _installed(self, service: ServiceSpec) -> bool:
+        """Whether `service`'s program runs here (``PROGRAM --help`` exits 0 within
+        `INSTALLED_PROBE_SECONDS`: BenchFlow's probe, which a console-script stub of a package the
+        image lacks fails); if not, it is recorded as skipped."""
+        assert service.command is not None  # a command service: ServiceSpec's validator
+        program = _program(service.command)
+        result = await self.sandbox.exec(
+            ["sh", "-c", f"{shlex.quote(program)} --help >/dev/null 2>&1"],
+            cwd=self.sandbox.layout.workspace,
+            env={**self.env, **self.service_env(), **service.env},
+            inherit_env=False,
+            timeout_seconds=INSTALLED_PROBE_SECONDS,
+        )
+        if result.exit_code == 0:
+            return True
+        record = self._record(service.name, "command", service.describe_probe())
+        record.skipped = f"{program} --help exited {result.exit_code}: not installed in this sandbox"
+        self.records[service.name] = record
+        log.info("service %s skipped: %s", service.name, record.skipped)
+        return False
+
+    def _none_installed(self) -> None:
+        """Raise when the task declares services to start where installed and none was (BenchFlow:
+        the manifest and the image disagree entirely).
+
+        Raises:
+            TaskEnvironmentError: naming the programs probed.
+        """
+        probed = [service for service in self.spec.services if service.if_installed]
+        if probed and all(self.records[service.name].skipped for service in probed):
+            programs = ", ".join(_program(service.command or "") for service in probed)
+            raise TaskEnvironmentError(
+                f"none of the environment's {len(probed)} service(s) is installed in this sandbox "
+                f"(probed with --help: {programs}): the manifest's service commands do not match the image"
+            )
 
     async def _start_process(
         self, name: str, command: str, workdir: str | None, env: dict[str, str], probe: str
@@ -441,6 +483,12 @@ class Environment:
             write_json(
                 self.run_dir / SERVICES_FILE, [r.model_dump(mode="json") for r in self.records.values()]
             )
+
+
+def _program(command: str) -> str:
+    """The program a service's shell line starts: its first word (BenchFlow's), after ``exec``."""
+    words = command.split()
+    return words[1] if len(words) > 1 and words[0] == "exec" else (words or [""])[0]
 
 
 def _tail(text: str, lines: int) -> str:

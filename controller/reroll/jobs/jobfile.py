@@ -16,6 +16,9 @@ A YAML file (every field but ``tasks`` and ``agents`` optional)::
     sandbox_config: {}       # the backend's settings, e.g. docker's:
                              # {image_map: {ubuntu:24.04: reroll/base:bookworm}}
     network: null            # none or full: every rollout's egress [default: each task's]
+    environment_manifest: null  # an environment manifest bound instead of each task's own: a file
+                             # (relative to this file) or NAME[@VERSION] in $BENCHFLOW_ENV_REGISTRY
+    environment_services: null  # only these of the environment's services start (--state's tools)
     faults: null             # a fault plan (YAML, relative to this file) the LLM proxy injects
     fault_seed: null         # the seed of its draws [default: the plan's]
     skills: no-skill         # no-skill, with-skill or self-gen (reroll.rollout.skills)
@@ -59,6 +62,7 @@ from reroll.models.spec import resolved_spec
 from reroll.runfolder.folders import JOB_SPEC_FILE
 from reroll.sandbox.base import load_backend
 from reroll.settings import RolloutSettings
+from reroll.tasks.manifest import resolve_manifest
 from reroll.trials.config import DEFAULT_SKILL_MODE, SkillMode, TrialConfig, load_trial
 from reroll.yamlfiles import read_mapping
 
@@ -71,6 +75,8 @@ SETTINGS_KEYS: dict[str, str] = {
     "sandbox": "sandbox",
     "sandbox_config": "sandbox_config",
     "network": "network",
+    "environment_manifest": "environment_manifest",
+    "environment_services": "environment_services",
     "faults": "faults",
     "checkpoint_every": "checkpoint_every",
     "checkpoint_keep": "checkpoint_keep",
@@ -134,6 +140,12 @@ class JobSpec(RunnerOptions):
     """Sandbox backend."""
     network: NetworkPolicy | None = None
     """Every rollout's network policy (``none`` needs a container backend); None: each task's."""
+    environment_manifest: str | None = None
+    """An environment manifest every rollout binds instead of its task's own (``reroll job
+    --environment-manifest``): a file (a relative path in a job file is relative to the file's
+    folder) or ``NAME[@VERSION]`` in ``$BENCHFLOW_ENV_REGISTRY``; None: each task's."""
+    environment_services: list[str] | None = None
+    """Only these of the environment's services start (``--state``'s ``tools``); None: all."""
     sandbox_config: dict[str, Any] = Field(default_factory=dict)
     """Settings of the sandbox backend, checked by its config model (`reroll.sandbox.base.Backend`),
     e.g. docker's ``image_map`` (FROM images of tasks' Dockerfiles replaced by local images);
@@ -185,6 +197,8 @@ class JobSpec(RunnerOptions):
 
         Raises:
             FaultPlanError: the fault plan cannot be read (`reroll.host.llm_proxy.faults_used`).
+            TaskError: the environment manifest is neither a file nor in the registry
+                (`reroll.tasks.manifest.resolve_manifest`).
             SandboxBackendError: the backend is unknown or missing, or refuses ``sandbox_config``
                 (the message names the backend and the field).
         """
@@ -194,6 +208,10 @@ class JobSpec(RunnerOptions):
             sandbox=self.sandbox,
             sandbox_config=load_backend(self.sandbox).settings(self.sandbox_config),
             network=self.network,
+            environment_manifest=resolve_manifest(self.environment_manifest)
+            if self.environment_manifest
+            else None,
+            environment_services=tuple(self.environment_services) if self.environment_services else None,
             faults=faults,
             checkpoint_every=self.checkpoint_every,
             checkpoint_keep=self.checkpoint_keep,
@@ -240,9 +258,11 @@ def job_spec(data: dict[str, Any], source: str, base_dir: Path | None = None) ->
     tasks = [(base / task).resolve() for task in spec.tasks]
     skills_dir = (base / spec.skills_dir).resolve() if spec.skills_dir is not None else None
     trial = (base / spec.trial).resolve() if spec.trial is not None else None
-    return spec.model_copy(
-        update={"tasks": tasks, "faults": faults, "store": store, "skills_dir": skills_dir, "trial": trial}
-    )
+    manifest = spec.environment_manifest
+    if manifest is not None and (base / manifest).is_file():  # else a NAME[@VERSION] of the registry
+        manifest = str((base / manifest).resolve())
+    update = {"tasks": tasks, "faults": faults, "store": store, "skills_dir": skills_dir, "trial": trial}
+    return spec.model_copy(update=update | {"environment_manifest": manifest})
 
 
 def with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -15,17 +15,20 @@ from reroll.tasks.task import SKILLS_FOLDER, Task
 
 def sandbox_spec(task: Task) -> SandboxSpec:
     """What a backend needs of `task`: its limits (``environment``) and the agent phase's network
-    policy (the verify's is the verifier's to apply, `reroll.rollout.verify.script_verifier`), working
-    folder, logs and verifier mounts, agent user, workspace seed (``environment/workspace/``),
-    image (its Dockerfile and context, with ``skills/`` hidden when `Task.skills_hidden`, else its
+    policy and allow-list (the verify's are the verifier's to apply,
+    `reroll.rollout.verify.script_verifier`; ``listed`` when a phase has one), working folder,
+    logs and verifier mounts, agent user, workspace seed (``environment/workspace/``), image
+    (its Dockerfile and context, with ``skills/`` hidden when `Task.skills_hidden`, else its
     ``docker_image``) and its services that run as sibling containers (those with an ``image`` or
     a ``build``). Its image build's time limit is the task's ``build_timeout_sec`` times this
     host's `reroll.cache.build_timeout_multiplier`.
 
     Raises:
         ConfigError: ``$REROLL_BUILD_TIMEOUT_MULTIPLIER`` is not a number greater than 0.
+        TaskError: an allow-list on a phase under ``full`` (`reroll.tasks.task.TaskSpec.networks`).
     """
     environment = task.spec.environment
+    networks = task.spec.networks()
     dockerfile = task.dockerfile
     build = None
     if dockerfile is not None:
@@ -33,7 +36,9 @@ def sandbox_spec(task: Task) -> SandboxSpec:
         build = ImageBuild(context=task.build_context, dockerfile=dockerfile, hidden=hidden)
     return SandboxSpec(
         name=task.name,
-        network=task.spec.networks().agent,
+        network=networks.agent,
+        allowed=networks.agent_allowed if networks.agent == "none" else (),
+        listed=networks.filtered,
         limits=ResourceLimits(
             cpus=environment.cpus,
             memory_mb=environment.memory_mb,

@@ -70,7 +70,7 @@ from reroll.settings import (
     recording_settings,
 )
 from reroll.tasks.task import Task, load_task
-from reroll.tasks.variants import with_network
+from reroll.tasks.variants import with_environment, with_network
 from reroll.trials.config import TrialConfig
 
 REMAINDER_FILE = "replayed-remainder.jsonl"
@@ -200,7 +200,9 @@ def _draft(
     agents = {agent.name: agent} | {name: get_agent(name) for name in trial.agents if name != agent.name}
     check_trial(trial, agents)
     verifier_for(task)  # an unknown verifier.type is refused before anything is written
-    task = with_network(task, config.network)
+    manifest = Path(config.environment_manifest) if config.environment_manifest else None
+    services = tuple(config.environment_services) if config.environment_services else None
+    task = with_network(with_environment(task, manifest, services), config.network)
     networks = task.spec.networks()
     if "none" in (networks.agent, networks.verifier) and config.sandbox in WITHOUT_NETWORK_POLICY:
         raise TaskError(
@@ -269,6 +271,10 @@ def _run_config(origin: Origin, live_model: ModelSpec | None, settings: RolloutS
         "sandbox": settings.sandbox or DEFAULT_SANDBOX,
         "sandbox_config": settings.recorded_sandbox_config(),
         "network": settings.network,
+        "environment_manifest": str(settings.environment_manifest) if settings.environment_manifest else None,
+        "environment_services": list(settings.environment_services)
+        if settings.environment_services
+        else None,
         "reroll_version": __version__,
         "faults": settings.faults,
         "judge_model": settings.judge_model,

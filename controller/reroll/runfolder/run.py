@@ -199,6 +199,11 @@ class RunConfig(BaseModel):
     network_phases: PhaseNetworks | None = None
     """The network policy each phase ran with (the task's, the override applied); None in folders
     written before it was recorded."""
+    environment_manifest: str | None = None
+    """The environment manifest the run bound instead of the task's own (``--environment-manifest``,
+    ``--state``: a host file); None: the task's."""
+    environment_services: list[str] | None = None
+    """The only services of the environment it started (``--state``'s ``tools``); None: all."""
     reroll_version: str | None = None
     continued_from: ContinuedFrom | None = None
     branched_from: BranchedFrom | None = None
@@ -266,6 +271,8 @@ class ServiceRecord(BaseModel):
     exited_at: float | None = None
     """When it was seen exited before the teardown (a crash, or a failed start)."""
     exit_code: int | None = None
+    skipped: str | None = None
+    """Why it was not started (``if_installed``: its program does not run in this sandbox)."""
 
 
 class Counts(BaseModel):

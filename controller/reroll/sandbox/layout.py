@@ -40,6 +40,9 @@ class SandboxLayout:
     """The image's own ``ENV`` (``docker image inspect``'s ``Config.Env``): the base of every
     phase's environment (agent, oracle, verifier), as in the task's own harness; empty where the
     sandbox runs no image."""
+    network_env: Mapping[str, str] = field(default_factory=dict)
+    """What every process needs to use the sandbox's network: the proxy variables of a `local`
+    allow-list (`reroll.sandbox.local.netns.proxy_env`); empty elsewhere."""
 
     def path(self, relative: str) -> str:
         """A path under the sandbox root, e.g. ``path("verifier")`` → ``/verifier``."""
@@ -48,6 +51,7 @@ class SandboxLayout:
     def env(self) -> dict[str, str]:
         """Environment variables every process in the sandbox gets."""
         return {
+            **self.network_env,
             "HOME": self.home,
             "REROLL_SANDBOX_ROOT": self.root,
             "REROLL_WORKSPACE": self.workspace,

@@ -7,6 +7,8 @@ returns for it: the seam between the backends and the planes above them.
 - `SiblingServices` (the environment plane, `reroll.environment.services`): a backend that runs
   a task's image services as containers beside the sandbox starts them by name and hands back a
   `ServiceProcess`.
+- `PhaseAllowList` (the verify's network, `reroll.rollout.verify.script_verifier`): a backend that
+  enforces allow-lists switches the sandbox to another phase's list.
 
 The planes import this module; no backend imports a plane.
 """
@@ -102,4 +104,25 @@ class SiblingServices(Protocol):
 
     async def image_command(self) -> list[str]:
         """The sandbox image's own ENTRYPOINT followed by its CMD (empty when it has neither)."""
+        ...
+
+
+@runtime_checkable
+class PhaseAllowList(Protocol):
+    """A sandbox backend that enforces a phase's allow-list (`reroll.sandbox.spec.SandboxSpec.allowed`)
+    and switches to another phase's for a while."""
+
+    def allow_only(
+        self, hosts: tuple[str, ...] | None
+    ) -> contextlib.AbstractAsyncContextManager[dict[str, str]]:
+        """While inside, the sandbox reaches only `hosts` (resolved on the host on entry,
+        `reroll.sandbox.allowlist.resolve`; None: everything) beyond the host ports it is allowed;
+        on exit, the agent phase's list again.
+
+        Yields:
+            Environment the phase's processes need to use that access (proxy variables).
+
+        Raises:
+            SandboxError: the sandbox did not start with `SandboxSpec.listed`, or its firewall failed.
+        """
         ...

@@ -72,6 +72,13 @@ class SandboxSpec:
     network: NetworkPolicy = "full"
     """Egress policy: ``none`` lets the sandbox reach only the host ports it is allowed
     (`reroll.sandbox.base.Sandbox.allow_host_port`)."""
+    allowed: tuple[str, ...] = ()
+    """Under ``none``, what the sandbox reaches beyond those ports (the agent phase's allow-list,
+    `reroll_contracts.network.AllowedHosts`); enforced by backends offering
+    `reroll.sandbox.seam.PhaseAllowList`."""
+    listed: bool = False
+    """A phase of the rollout has an allow-list (`reroll_contracts.network.PhaseNetworks.filtered`):
+    the sandbox starts where one can be applied and changed (`reroll.sandbox.seam.PhaseAllowList`)."""
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     """cpus, memory, pids and storage (enforced by `local` and `docker`, not by `local-plain`)."""
     workdir: str | None = None

@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import TaskError
@@ -29,7 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from reroll.tasks.environment import McpServerSpec, ServiceSpec, start_order
+from reroll.tasks.environment import McpServerSpec, ServiceSpec, SetupCommand, start_order
 from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
 from reroll.tasks.task import EnvironmentSection, Task
@@ -167,10 +168,19 @@ def _agent_judge(options: dict[str, object]) -> str:
 
 
 def _network(networks: PhaseNetworks) -> str:
-    """The network row: one policy, or each phase's where they differ."""
-    if networks.agent == networks.verifier:
-        return networks.agent
-    return f"agent (and oracle) {networks.agent}, verifier {networks.verifier}"
+    """The network row: one policy, or each phase's where they differ; an allow-list as
+    ``none + allowed: HOST, ...``, every port of each, names resolved on the host when the phase
+    starts (said once)."""
+
+    def policy(phase: Literal["agent", "verifier"]) -> str:
+        allowed = networks.allowed(phase)
+        if allowed:
+            return "none + allowed: " + ", ".join(allowed)
+        return networks.agent if phase == "agent" else networks.verifier
+
+    agent, verifier = policy("agent"), policy("verifier")
+    shown = agent if agent == verifier else f"agent (and oracle) {agent}, verifier {verifier}"
+    return shown + (" (every port; names resolved on the host)" if networks.filtered else "")
 
 
 def _aggregate(task: Task) -> str:
@@ -194,7 +204,7 @@ def _aggregate(task: Task) -> str:
 def environment_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[str, str]]:
     """The environment plane of the task in `task_dir` as ``(setting, value)`` rows: one per
     service (in start order, with its probe; a built one's context seen from `task_dir`), the
-    lifecycle, readiness, task selection, state and MCP servers."""
+    lifecycle, readiness, task selection, state, setup commands and MCP servers."""
     return [
         (name, escape(value)) for name, value in _plane_rows(environment, task_dir)
     ]  # they quote the task
@@ -231,6 +241,8 @@ def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[s
         what = ", ".join(state.paths) or "snapshot/restore commands"
         queried = "; query_command → the verifier's environment_state.txt" if state.query_command else ""
         rows.append(("state", f"{state.kind}: {what}{where}{queried}"))
+    for index, setup in enumerate(environment.setup_commands):
+        rows.append((f"setup {index + 1}", _setup(setup)))
     for server in environment.mcp_servers:
         target = server.url if server.transport != "stdio" else " ".join([server.command or "", *server.args])
         filters = _filters(server)
@@ -284,6 +296,15 @@ def program_source(service: ServiceSpec, environment: EnvironmentSection, task_d
     return f"{program} is not in the task folder: only the sandbox's image ({image}) has it"
 
 
+def _setup(setup: SetupCommand) -> str:
+    """A setup command as a phrase: its line, time limit, user, folder and host lock."""
+    parts = [f"≤ {setup.timeout_sec:g} s"]
+    parts += [f"as {setup.user}"] if setup.user is not None else []
+    parts += [f"in {setup.cwd}"] if setup.cwd else []
+    parts += [f"host lock {setup.host_lock}"] if setup.host_lock else []
+    return f"{setup.command} ({', '.join(parts)}; before the agent)"
+
+
 def _runs(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path) -> str:
     if service.build is not None:
         command = f", command {service.command}" if service.command else ""
@@ -294,6 +315,8 @@ def _runs(service: ServiceSpec, environment: EnvironmentSection, task_dir: Path)
         return f"image {service.image} (a sibling container, docker only{command})"
     port = f", port {service.port}" if service.port else ""
     source = program_source(service, environment, task_dir)
+    if service.if_installed:
+        source += "; started only where its program runs (--help), else skipped"
     return f"command {service.command} (inside the sandbox, as root{port}; {source})"
 
 

@@ -31,19 +31,15 @@ SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", re.IGNORECASE)
 MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "": 1 / (1024 * 1024)}
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-PHASE_NETWORK_MODES = {"public": "full", "no-network": "none", "allowlist": "full"}
+PHASE_NETWORK_MODES = {"public": "full", "no-network": "none", "allowlist": "none"}
 """Harbor's and benchflow's ``agent.network_mode`` and ``verifier.network_mode`` → reroll's network
-policy. An allowlist runs as ``full``: its ``allowed_hosts`` are not enforced (reported)."""
+policy. An allowlist is ``none`` plus its ``allowed_hosts`` (kept as they are, enforced)."""
 NETWORK_MODES = {**PHASE_NETWORK_MODES, "denylist": "full"}
 """benchflow's ``sandbox.network_mode`` (Harbor's ``environment.network_mode``) → reroll's network
 policy. A denylist runs as ``full``: its ``blocked_urls`` and ``blocked_hosts`` are not enforced
 (reported)."""
 
 _NOT_ENFORCED = "not enforced by reroll's sandboxes"
-_ALLOWLIST: tuple[str, tuple[Any, ...]] = (
-    "host allowlists are " + _NOT_ENFORCED + ": network_mode allowlist runs as full",
-    (None, []),
-)
 _DENYLIST: tuple[str, tuple[Any, ...]] = (
     "deny lists are " + _NOT_ENFORCED + ": network_mode denylist runs as full",
     (None, []),
@@ -66,9 +62,7 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "benchflow": ("benchflow's authoring block is informational", ()),
     "profile": ("benchflow authoring profiles are not supported", ()),
     "profiles": ("benchflow authoring profiles are not supported", ()),
-    "agent.allowed_hosts": _ALLOWLIST,
     "verifier.user": ("the verifier runs as root", (None, "root", 0)),
-    "verifier.allowed_hosts": _ALLOWLIST,
     "verifier.service": ("the verifier runs in the agent's sandbox", ("main",)),
     "verifier.sandbox_mode": ("the verifier runs in the agent's sandbox", (None, "shared")),
     "verifier.environment_mode": ("the verifier runs in the agent's sandbox", (None, "shared")),
@@ -82,9 +76,7 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.gpus": ("GPUs are not attached", (0, None)),
     "environment.gpu_types": ("GPUs are not attached", (None, [])),
     "environment.tpu": ("TPUs are not attached", (None,)),
-    "environment.setup_commands": ("setup commands do not run (bake them into the Dockerfile)", ([],)),
     "environment.bugswarm_image_tag": ("informational", (None,)),
-    "environment.allowed_hosts": _ALLOWLIST,
     "environment.blocked_urls": _DENYLIST,
     "environment.blocked_hosts": _DENYLIST,
     "solution.timeout_sec": ("the oracle agent has the agent's timeout", (None,)),

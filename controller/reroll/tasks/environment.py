@@ -118,6 +118,13 @@ class ServiceSpec(BaseModel):
     """Services that must be healthy before this one starts (compose's ``depends_on``)."""
     workdir: str | None = None
     """The folder the command runs in (absolute); None: the sandbox's working folder."""
+    if_installed: bool = False
+    """Start it only when its command's program runs in this sandbox (``PROGRAM --help`` exits
+    0, PROGRAM the command's first word, after ``exec``), else skip it: what BenchFlow does with a manifest's
+    services, since one manifest serves per-task images that each carry a subset of them
+    (``ManifestEnvironment.provision``). True for the command services an environment manifest
+    declares (`reroll.tasks.manifest.apply_manifest`); when every such service is skipped, the
+    rollout ends ``environment_error``."""
 
     @field_validator("name")
     @classmethod
@@ -154,6 +161,42 @@ class ServiceSpec(BaseModel):
         if self.command is None and not self.sibling:
             raise ValueError(f"service {self.name!r} has neither 'command' nor 'image' nor 'build'")
         return self
+
+
+class SetupCommand(BaseModel):
+    """One of ``environment.setup_commands`` (BenchFlow's ``SetupCommandConfig``): a shell line run
+    in the sandbox once its services are ready and before the agent starts, to seed the
+    workspace or a database; one that fails ends the rollout as ``environment_error``."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: str = Field(min_length=1)
+    """The shell line (``sh -c``)."""
+    timeout_sec: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """Seconds it may take; past them its process group is killed and the rollout ends."""
+    cwd: str | None = None
+    """Its working folder (absolute); None: the sandbox's working folder."""
+    env: dict[str, str] = {}
+    """Extra environment (``${VAR}`` / ``${VAR:-default}`` of the host resolved, as ``environment.env``)."""
+    user: str | int | None = None
+    """The user it runs as; None: the sandbox's own (root's side)."""
+    service: str = "main"
+    """Where it runs: ``main``, the sandbox (the only one reroll runs setup commands in)."""
+    host_lock: str | None = None
+    """A name: setup commands with the same one run one at a time on this host, across rollouts."""
+    capture_dir: str | None = None
+    """BenchFlow archives this folder into a host variable after the command, for later tasks;
+    reroll does not (a rollout never writes to the host's environment): said on the console."""
+    capture_dir_b64_env: str | None = None
+    """See `capture_dir`."""
+    capture_dir_b64_env_file_var: str | None = None
+    """See `capture_dir`."""
+
+    @field_validator("service")
+    @classmethod
+    def _in_the_sandbox(cls, value: str) -> str:
+        if value != "main":
+            raise ValueError(f"service {value!r}: reroll runs setup commands in the sandbox (main) only")
+        return value
 
 
 class Readiness(BaseModel):

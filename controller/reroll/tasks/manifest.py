@@ -15,7 +15,9 @@ section, whose fields win. Field by field:
 - ``owns_lifecycle`` defaults to true in a manifest (BenchFlow's default; false in a task's own
   section); ``owns_lifecycle = false`` needs ``[[environment.services]]``, as BenchFlow checks;
 - ``task_selection``, ``readiness``, ``forward_env``, ``state``, ``services`` as they are (reroll's
-  models are supersets of BenchFlow's, `reroll.tasks.environment`);
+  models are supersets of BenchFlow's, `reroll.tasks.environment`); a command service of a
+  manifest starts only where its program is installed (``if_installed``: one manifest serves
+  per-task images that carry a subset of its services, and BenchFlow probes and skips);
 - ``name``: informational (the task's own name selects the task); ``ports``: ignored (services
   are reached on the rollout's private network by name or on the sandbox's localhost, nothing is
   published to the host); ``keep_alive = true`` and ``isolation = "per_task"`` are what every
@@ -42,10 +44,12 @@ they must exist when the task loads.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +91,80 @@ SECONDS_PER_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 Notes = list[tuple[str, str]]
 """``[(dotted field, what became of it)]``, as `reroll.tasks.task.Task.mapped` / ``ignored``."""
+
+
+REGISTRY_VARIABLE = "BENCHFLOW_ENV_REGISTRY"
+"""The folder of named manifests (``NAME.toml``, ``NAME@VERSION.toml``, ``.yaml``/``.yml`` too) a
+run's ``--environment-manifest NAME[@VERSION]`` or ``--state`` is looked up in (BenchFlow's)."""
+MANIFEST_SUFFIXES = (".toml", ".yaml", ".yml")
+REGISTRY_SPEC = re.compile(
+    r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<version>[A-Za-z0-9][A-Za-z0-9._-]*))?"
+)
+"""``name`` or ``name@version``, no path separator (BenchFlow's registry spec)."""
+
+
+def resolve_manifest(spec: str, environ: Mapping[str, str] | None = None) -> Path:
+    """The manifest file a run's ``--environment-manifest`` names: `spec` itself when it is a
+    file, else ``name`` / ``name@version`` in the registry folder ``$BENCHFLOW_ENV_REGISTRY``
+    (`REGISTRY_VARIABLE`): ``name@version.toml`` (or ``.yaml``/``.yml``); for a bare name
+    ``name.toml``, else the last ``name@*`` in name order. BenchFlow's built-in registry (its
+    ``env0`` worlds) is BenchFlow's data and not shipped with reroll.
+
+    Raises:
+        TaskError: no such file, not a spec, no registry set, or no such manifest in it (the
+            names it holds listed).
+    """
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path.resolve()
+    match = REGISTRY_SPEC.fullmatch(spec)
+    if match is None:
+        raise TaskError(f"environment manifest {spec}: no such file, and not a NAME[@VERSION] of a registry")
+    folder = (os.environ if environ is None else environ).get(REGISTRY_VARIABLE, "")
+    if not folder:
+        raise TaskError(
+            f"environment manifest {spec}: no such file; a NAME[@VERSION] is looked up in the folder "
+            f"${REGISTRY_VARIABLE} names, which is not set"
+        )
+    registry = Path(folder).expanduser()
+    name, version = match.group("name"), match.group("version")
+    stems = [f"{name}@{version}"] if version else [name]
+    found = [registry / f"{stem}{suffix}" for stem in stems for suffix in MANIFEST_SUFFIXES]
+    if not version:
+        found += sorted(p for suffix in MANIFEST_SUFFIXES for p in registry.glob(f"{name}@*{suffix}"))[-1:]
+    for candidate in found:
+        if candidate.is_file():
+            return candidate.resolve()
+    held = sorted({p.stem for suffix in MANIFEST_SUFFIXES for p in registry.glob(f"*{suffix}")})
+    raise TaskError(
+        f"environment manifest {spec}: not in the registry {registry} (${REGISTRY_VARIABLE}); "
+        f"it holds: {', '.join(held) or 'nothing'}"
+    )
+
+
+def parse_state(value: str, environ: Mapping[str, str] | None = None) -> tuple[Path, tuple[str, ...] | None]:
+    """A run's ``--state`` (BenchFlow's): inline JSON ``{"name": SPEC, "tools": [SERVICE, ...]}``
+    (the manifest `resolve_manifest` finds for SPEC, and only those of its services started), or
+    a SPEC alone. Returns the manifest file and the services kept (None: all).
+
+    Raises:
+        TaskError: not JSON of that shape, or as `resolve_manifest`.
+    """
+    text = value.strip()
+    if not text.startswith("{"):
+        return resolve_manifest(text, environ), None
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskError(f"--state: invalid JSON: {exc}") from exc
+    tools = given.get("tools") if isinstance(given, dict) else None
+    if not isinstance(given, dict) or not isinstance(given.get("name"), str):
+        raise TaskError(
+            '--state: a JSON object with a "name" is expected, e.g. {"name": "env0", "tools": ["gmail"]}'
+        )
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, str) for t in tools)):
+        raise TaskError('--state: "tools" must be a list of service names')
+    return resolve_manifest(given["name"], environ), tuple(tools) if tools else None
 
 
 def pinned_manifest(raw: dict[str, Any], task_dir: Path) -> Path | None:
@@ -156,6 +234,10 @@ def apply_manifest(raw: dict[str, Any], manifest: Path, has_dockerfile: bool) ->
         raise TaskError(
             f"{manifest}: owns_lifecycle = false needs [[environment.services]]: something has to start them"
         )
+    if table["owns_lifecycle"] is False:  # BenchFlow probes each and starts those installed
+        for service in table.get("services") or []:
+            if isinstance(service, dict) and not {"image", "build"} & service.keys():
+                service.setdefault("if_installed", True)
     if "name" in table:
         mapped.append(
             ("manifest.name", f"informational ({table.pop('name')}): the task's own name selects it")

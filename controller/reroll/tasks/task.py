@@ -41,6 +41,7 @@ from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.network import NetworkPolicy, PhaseNetworks
 from reroll_contracts.sandbox_paths import LOGS_MOUNT
 
+from reroll.tasks.allowlist import AllowedHostsField
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
 from reroll.tasks.environment import (
     ForwardEnv,
@@ -49,6 +50,7 @@ from reroll.tasks.environment import (
     McpServerSpec,
     Readiness,
     ServiceSpec,
+    SetupCommand,
     StateSpec,
     TaskSelection,
     check_services,
@@ -90,6 +92,10 @@ class AgentSection(BaseModel):
     network: NetworkPolicy | None = None
     """The agent phase's egress (the oracle's too; benchflow's and Harbor's ``agent.network_mode``).
     None: ``environment.network``."""
+    allowed_hosts: AllowedHostsField = []
+    """Under network ``none``, what the agent phase reaches beyond the LLM proxy (Harbor's and
+    benchflow's ``allowed_hosts`` with ``network_mode = "allowlist"``; forms:
+    `reroll.tasks.allowlist`). None of its own and no ``network``: ``environment.allowed_hosts``."""
 
 
 class VerifierSection(BaseModel):
@@ -100,6 +106,10 @@ class VerifierSection(BaseModel):
     """The verify phase's egress (benchflow's and Harbor's ``verifier.network_mode``), enforced for
     the test script: stricter than the agent's, it runs in a network namespace with only
     loopback; looser, the sandbox gets egress while it runs. None: ``environment.network``."""
+    allowed_hosts: AllowedHostsField = []
+    """Under network ``none``, what the verify phase reaches beyond the LLM proxy (Harbor's and
+    benchflow's ``allowed_hosts``; forms: `reroll.tasks.allowlist`). None of its own and no
+    ``network``: ``environment.allowed_hosts``."""
     type: str = "test-script"
     """Which verifier scores the task (benchflow's ``verifier.type``): a name of
     `reroll.rollout.verify.verifiers.VERIFIERS` (``test-script``: the task's ``test.sh``, the fields
@@ -149,6 +159,10 @@ class EnvironmentSection(BaseModel):
     """Egress policy of every phase that sets none of its own (``agent.network``,
     ``verifier.network``): `none` lets the sandbox reach only the LLM proxy. Harbor's
     ``allow_internet`` and ``network_mode`` (benchflow's ``sandbox.network_mode``) map onto it."""
+    allowed_hosts: AllowedHostsField = []
+    """Under network ``none``, what every phase that sets no ``network`` reaches beyond the LLM
+    proxy (Harbor's and benchflow's ``allowed_hosts`` with ``network_mode = "allowlist"``; forms:
+    `reroll.tasks.allowlist`)."""
     workdir: str | None = None
     """The agent's working folder (absolute, not ``/``). None: the image's WORKDIR, else ``/app``."""
     env: dict[str, str] = {}
@@ -183,6 +197,9 @@ class EnvironmentSection(BaseModel):
     """The environment's state that a checkpoint captures; None: stateless."""
     mcp_servers: list[McpServerSpec] = []
     """MCP servers offered to the agent through its native MCP configuration."""
+    setup_commands: list[SetupCommand] = []
+    """Shell lines run in the sandbox, in order, once the services are ready and before the agent
+    (BenchFlow's ``sandbox.setup_commands``; `reroll.environment.setup`)."""
 
     @field_validator("services")
     @classmethod
@@ -229,10 +246,30 @@ class TaskSpec(BaseModel):
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     solution: SolutionSection = Field(default_factory=SolutionSection)
 
+    @model_validator(mode="after")
+    def _networks_consistent(self) -> TaskSpec:
+        try:
+            self.networks()
+        except TaskError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
     def networks(self) -> PhaseNetworks:
-        """The network policy of each phase: a phase's own ``network``, else ``environment.network``."""
-        default = self.environment.network
-        return PhaseNetworks(agent=self.agent.network or default, verifier=self.verifier.network or default)
+        """The network policy of each phase: a phase's own ``network`` and ``allowed_hosts``, else
+        ``environment``'s.
+
+        Raises:
+            TaskError: an allow-list on a phase whose policy is ``full``.
+        """
+        environment = self.environment
+        phases: dict[str, object] = {}
+        for name, section in (("agent", self.agent), ("verifier", self.verifier)):
+            network = section.network or environment.network
+            hosts = section.allowed_hosts or ([] if section.network else environment.allowed_hosts)
+            if hosts and network == "full":
+                raise TaskError(f"{name}.allowed_hosts needs network none (network_mode allowlist), not full")
+            phases[name], phases[f"{name}_allowed"] = network, tuple(hosts)
+        return PhaseNetworks.model_validate(phases)
 
 
 class FieldNote(BaseModel):
@@ -340,8 +377,10 @@ SKILLS_FOLDER = "skills"
 """The folder of ``environment/`` that holds a task's skills (SkillsBench's, BenchFlow's)."""
 
 
-def load_task(path: Path) -> Task:
-    """Load the task in folder `path`: task.md (native) first, then task.toml (legacy).
+def load_task(path: Path, manifest: Path | None = None) -> Task:
+    """Load the task in folder `path`: task.md (native) first, then task.toml (legacy); with
+    `manifest` (an environment manifest file, a run's ``--environment-manifest``), that manifest
+    instead of the one the task pins or holds (`reroll.tasks.manifest`).
 
     A folder holding both loads task.md, and task.toml when task.md does not load (the reason is
     then in `Task.ignored`).
@@ -361,14 +400,14 @@ def load_task(path: Path) -> Task:
     if not native and not legacy:
         raise TaskError(f"{path} is not a task: it holds neither task.md nor task.toml")
     if not native:
-        return _load_legacy(path)
+        return _load_legacy(path, manifest)
     try:
-        task = _load_native(path)
+        task = _load_native(path, manifest)
     except TaskError as exc:
         if not legacy:
             raise
         try:
-            task = _load_legacy(path)
+            task = _load_legacy(path, manifest)
         except TaskError as legacy_exc:
             raise TaskError(f"{exc}\nand task.toml does not load either: {legacy_exc}") from exc
         return _noted(task, "task.md", f"does not load, task.toml was loaded instead: {exc}")
@@ -397,7 +436,7 @@ def find_task(name_or_path: str, tasks_dir: Path | None = None) -> Task:
     raise TaskError(f"task {name_or_path!r} not found (looked in: {looked})")
 
 
-def _load_native(path: Path) -> Task:
+def _load_native(path: Path, manifest: Path | None) -> Task:
     source = path / "task.md"
     text = source.read_text(encoding="utf-8").replace("\r\n", "\n")
     front: object = {}
@@ -415,12 +454,12 @@ def _load_native(path: Path) -> Task:
     folders: dict[str, str] = {}
     if isinstance(front, dict):  # benchflow's path shorthands: `verifier: checks/`, `oracle: ref/`
         folders = {key: front.pop(key) for key in ("verifier", "oracle") if isinstance(front.get(key), str)}
-    spec, ignored, mapped = _spec(front, source, path)
+    spec, ignored, mapped = _spec(front, source, path, manifest)
     mapped += [(key, f"the folder {folder}") for key, folder in folders.items()]
     return _task(path, "native", prompt, spec, ignored + sections, mapped, folders)
 
 
-def _load_legacy(path: Path) -> Task:
+def _load_legacy(path: Path, manifest: Path | None) -> Task:
     source = path / "task.toml"
     try:
         raw = tomllib.loads(source.read_text(encoding="utf-8"))
@@ -429,16 +468,16 @@ def _load_legacy(path: Path) -> Task:
     instruction_file = path / "instruction.md"
     if not instruction_file.is_file():
         raise TaskError(f"{path}: legacy task without instruction.md")
-    spec, ignored, mapped = _spec(raw, source, path)
+    spec, ignored, mapped = _spec(raw, source, path, manifest)
     return _task(path, "legacy", instruction_file.read_text(encoding="utf-8"), spec, ignored, mapped)
 
 
 def _spec(
-    raw: object, source: Path, task_dir: Path
+    raw: object, source: Path, task_dir: Path, manifest: Path | None = None
 ) -> tuple[TaskSpec, list[tuple[str, str]], list[tuple[str, str]]]:
-    """`raw` with the task's environment manifest and compose services merged in
-    (`reroll.tasks.manifest`), normalised (`reroll.tasks.compat`) and validated: the spec, the
-    ignored and the mapped fields."""
+    """`raw` with the task's environment manifest (`manifest`, else its own) and compose services
+    merged in (`reroll.tasks.manifest`), normalised (`reroll.tasks.compat`) and validated: the
+    spec, the ignored and the mapped fields."""
     if not isinstance(raw, dict):
         raise TaskError(
             f"{source}: invalid task configuration: a mapping is expected, not {type(raw).__name__}"
@@ -446,7 +485,8 @@ def _spec(
     environment_mapped: list[tuple[str, str]] = []
     environment_ignored: list[tuple[str, str]] = []
     try:
-        if (manifest := pinned_manifest(raw, task_dir)) is not None:
+        own = pinned_manifest(raw, task_dir)  # taken out of `raw` either way
+        if (manifest := manifest or own) is not None:
             has_dockerfile = (task_dir / "environment" / "Dockerfile").is_file()
             environment_mapped, environment_ignored = apply_manifest(raw, manifest, has_dockerfile)
         data, mapped = normalise(raw)

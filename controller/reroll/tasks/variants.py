@@ -1,26 +1,61 @@
-"""A loaded task as one run changes it: another network policy (`with_network`), limits lowered
-to the host's (`capped_to_host`), its skills hidden (`with_skills_hidden`). Each returns a copy;
-the task as loaded is never changed."""
+"""A loaded task as one run changes it: another network policy (`with_network`), another
+environment manifest or a subset of its services (`with_environment`), limits lowered to the
+host's (`capped_to_host`), its skills hidden (`with_skills_hidden`). Each returns a copy; the task
+as loaded is never changed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from reroll_contracts.errors import TaskError
 from reroll_contracts.network import NetworkPolicy
 
-from reroll.tasks.task import Task
+from reroll.tasks.task import Task, load_task
 
 
 def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
     """`task` with the network policy of every phase replaced by `policy` (a run's override:
-    ``environment.network`` set, ``agent.network`` and ``verifier.network`` cleared); None: `task`."""
+    ``environment.network`` set, ``agent.network`` and ``verifier.network`` cleared, and every
+    ``allowed_hosts``: ``none`` then reaches only the LLM proxy); None: `task`."""
     if policy is None:
         return task
     spec = task.spec
+    cleared: dict[str, object] = {"network": None, "allowed_hosts": []}
     update = {
-        "environment": spec.environment.model_copy(update={"network": policy}),
-        "agent": spec.agent.model_copy(update={"network": None}),
-        "verifier": spec.verifier.model_copy(update={"network": None}),
+        "environment": spec.environment.model_copy(update={"network": policy, "allowed_hosts": []}),
+        "agent": spec.agent.model_copy(update=cleared),
+        "verifier": spec.verifier.model_copy(update=cleared),
     }
     return task.model_copy(update={"spec": spec.model_copy(update=update)})
+
+
+def with_environment(task: Task, manifest: Path | None, services: tuple[str, ...] | None) -> Task:
+    """`task` bound to a run's environment (BenchFlow's ``--environment-manifest`` / ``--state``):
+    loaded again with `manifest` instead of its own (None: as it is), then with only `services`
+    of its ``environment.services`` (None: all).
+
+    Raises:
+        TaskError: the task does not load with that manifest, or a service named is not declared
+            (the declared ones listed).
+    """
+    if manifest is not None:
+        task = load_task(task.path, manifest)
+    if services is None:
+        return task
+    declared = [service.name for service in task.spec.environment.services]
+    missing = [name for name in services if name not in declared]
+    if missing:
+        raise TaskError(
+            f"--state tools {', '.join(missing)}: not services of the environment "
+            f"(it declares: {', '.join(declared) or 'none'})"
+        )
+    kept = [  # what a kept service depends on among those left out: not waited for
+        service.model_copy(update={"depends_on": [name for name in service.depends_on if name in services]})
+        for service in task.spec.environment.services
+        if service.name in services
+    ]
+    environment = task.spec.environment.model_copy(update={"services": kept})
+    return task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
 
 
 def capped_to_host(task: Task, host_cpus: float, host_memory_mb: int) -> tuple[Task, list[str]]:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from reroll.sandbox.allowlist import resolve
 from reroll.sandbox.docker import firewall
 from reroll_contracts.errors import SandboxError
 
@@ -44,3 +45,32 @@ def test_nft_accepts_the_rules(monkeypatch: pytest.MonkeyPatch, within: bool) ->
     checked = subprocess.run([nft, "-c", "-f", "-"], input=scripts[0], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
     assert 'iifname "rr-0a1b2c3d4e" ip daddr 172.30.0.1 tcp dport @ports accept' in scripts[0]
+
+
+@pytest.mark.spawns
+def test_nft_accepts_an_allow_list_and_its_swap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A routed bridge's table: the sets' addresses forwarded, answers back, anything else refused;
+    `set_allowed` flushes both sets and fills them (an empty family stays empty)."""
+    scripts: list[str] = []
+    monkeypatch.setattr(firewall, "_nft", lambda args, script="": scripts.append(script) or "")
+    allowed = resolve(("10.251.7.2", "192.0.2.0/24", "2001:db8::1"))
+    firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1", allowed=allowed)
+    firewall.set_allowed("0a1b2c3d4e", resolve(("10.251.7.3",)))
+    install, swap = scripts
+    forward = install[install.index("chain forward") :]
+    assert forward.index("@allow4 accept") < forward.index('iifname "rr-0a1b2c3d4e" meta l4proto tcp reject')
+    assert 'oifname "rr-0a1b2c3d4e" ct state established,related accept' in forward
+    assert swap.splitlines() == [
+        "flush set inet reroll_0a1b2c3d4e allow4",
+        "add element inet reroll_0a1b2c3d4e allow4 { 10.251.7.3/32 }",
+        "flush set inet reroll_0a1b2c3d4e allow6",
+    ]
+    nft = shutil.which("nft", path="/usr/sbin:/sbin")
+    if nft is None:
+        pytest.skip("no nft on this machine")
+    elements = "\n".join(
+        f"add element inet reroll_0a1b2c3d4e allow{version} {{ {', '.join(allowed.of_version(version))} }}"
+        for version in (4, 6)
+    )
+    checked = subprocess.run([nft, "-c", "-f", "-"], input=install + elements, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr

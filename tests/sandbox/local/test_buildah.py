@@ -1,12 +1,14 @@
 """The local sandbox on a task's image built by buildah where no Docker answers
-(`reroll.sandbox.local.buildah`): the catalogue stand-in and reroll's base debootstrapped into
-buildah's storage, the image unpacked as with Docker, ``--image-map`` and the build limit applied,
-and the oracle of a task that RUNs, sets ENV, WORKDIR and USER and COPYs reaching 1.0 on
-``--sandbox local``. The first run on a machine debootstraps two images (minutes); later ones
-find them in buildah's storage."""
+(`reroll.sandbox.local.buildah`): the image unpacked as with Docker, ``--image-map`` and the build
+limit applied, and the oracle of a task that RUNs, sets ENV, WORKDIR and USER and COPYs reaching
+1.0 on ``--sandbox local``. The build's FROM (the catalogue's bookworm) and reroll's base come
+into buildah's storage from the local Docker Engine where it answers (`BuildahBuilder.adopt`;
+Docker builds them once for every test), else they are debootstrapped into it (minutes, once a
+machine); the task's own image is built by buildah with Docker unreachable either way."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import subprocess
@@ -14,9 +16,11 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.docker.images import base_tag, task_image
+from reroll.sandbox.docker.engine import docker_unreachable
+from reroll.sandbox.docker.images import base_tag, ensure_catalogue, task_image
 from reroll.sandbox.local import isolated
 from reroll.sandbox.local.buildah import BuildahBuilder, buildah_missing
 from reroll.sandbox.local.imagefs import ImageRoot, image_root, rootfs_folder
@@ -41,7 +45,21 @@ NO_DOCKER = "unix:///nonexistent/reroll-test-docker.sock"
 
 
 @pytest.fixture(scope="module")
-def no_docker() -> Iterator[None]:
+def bases_in_buildah(request: pytest.FixtureRequest) -> None:
+    """reroll's base and the catalogue's bookworm in buildah's storage: adopted from Docker where
+    it answers (built there first if missing), so this module never debootstraps what Docker has."""
+    if docker_unreachable():
+        return  # built by buildah itself, by debootstrap, on first use
+    request.getfixturevalue("docker_images")
+    with contextlib.closing(docker.from_env()) as client:
+        tags = [base_tag(), ensure_catalogue(client, "bookworm")]
+    builder = BuildahBuilder()
+    for tag in tags:
+        assert builder.exists(tag) or builder.adopt(tag), f"{tag} not adopted from Docker"
+
+
+@pytest.fixture(scope="module")
+def no_docker(bases_in_buildah: None) -> Iterator[None]:
     """Docker unreachable: ``DOCKER_HOST`` names no socket (reroll's cache is this machine's, with
     its sidecar bundle; what this module unpacks there, it removes), and build slots beyond the
     machine's two (``REROLL_IMAGE_BUILDS``), so these small builds never queue behind other jobs'."""
@@ -117,3 +135,52 @@ def test_the_oracle_reaches_reward_one_on_local_without_docker(built: ImageRoot,
     """Issue 29: where Docker cannot be reached, local refused a task that needs its image; now
     buildah builds it and the task's oracle passes on it."""
     oracle_run(TASK, "local", tmp_path)
+
+
+def _tiny_root(folder: Path) -> Path:
+    """A tar of a one-file root file system (``./marker``) made in `folder`."""
+    (folder / "root").mkdir()
+    (folder / "root" / "marker").write_text("a tiny root\n")
+    archive = folder / "root.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(folder / "root", arcname=".")
+    return archive
+
+
+def test_a_root_file_system_is_imported_with_its_env_and_labels(tmp_path: Path) -> None:
+    """How reroll's debootstrapped images enter buildah's storage (`BuildahBuilder.import_rootfs`)."""
+    tag = f"reroll/import-test:{secrets.token_hex(4)}"
+    builder = BuildahBuilder()
+    try:
+        builder.import_rootfs(_tiny_root(tmp_path), tag, {"PATH": "/usr/bin:/bin", "A": "1"}, {"x": "y"})
+        assert builder.exists(tag)
+        assert builder.defaults(tag).env == {"PATH": "/usr/bin:/bin", "A": "1"}
+        with builder.rootfs(tag) as stream, tarfile.open(fileobj=stream, mode="r|") as copied:
+            assert "./marker" in {member.name for member in copied}
+    finally:
+        subprocess.run(["buildah", "rmi", tag], capture_output=True, check=False)
+
+
+@pytest.mark.skipif(bool(docker_unreachable()), reason="no Docker Engine here")
+def test_an_image_docker_has_is_adopted_not_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image the local Docker Engine has is copied into buildah's storage (``docker-daemon:``),
+    never built again; one Docker lacks, or with Docker unreachable, is not adopted."""
+    monkeypatch.delenv("DOCKER_HOST", raising=False)  # the module's `no_docker` may be in force
+    archive = _tiny_root(tmp_path)
+    tag = f"reroll/adopt-test:{secrets.token_hex(4)}"
+    subprocess.run(["docker", "import", str(archive), tag], capture_output=True, check=True)
+    builder = BuildahBuilder()
+    try:
+        assert not builder.exists(tag)
+        with monkeypatch.context() as patch:
+            patch.setenv("DOCKER_HOST", NO_DOCKER)
+            assert not builder.adopt(tag)
+        assert builder.adopt(tag) and builder.exists(tag)
+        with builder.rootfs(tag) as stream, tarfile.open(fileobj=stream, mode="r|") as copied:
+            assert "./marker" in {member.name for member in copied}
+        assert not builder.adopt(f"{tag}-missing")
+    finally:
+        subprocess.run(["buildah", "rmi", tag], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)

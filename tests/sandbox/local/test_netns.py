@@ -5,9 +5,11 @@ real network namespace)."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from pathlib import Path
 
+from reroll.sandbox.allowlist import Resolved
 from reroll.sandbox.local import netns
 
 PROC_NET_TCP = """\
@@ -51,7 +53,7 @@ async def test_the_install_proxy_tunnels_connect_and_refuses_anything_else() -> 
         writer.close()
 
     target = await asyncio.start_server(echo, "127.0.0.1", 0)
-    proxy = await asyncio.start_server(netns._connect_handler, "127.0.0.1", 0)
+    proxy = await asyncio.start_server(netns._connect_handler(netns._anywhere), "127.0.0.1", 0)
     target_port = target.sockets[0].getsockname()[1]
     proxy_port = proxy.sockets[0].getsockname()[1]
     try:
@@ -71,3 +73,29 @@ async def test_the_install_proxy_tunnels_connect_and_refuses_anything_else() -> 
     finally:
         for server in (target, proxy):
             server.close()
+
+
+def test_an_allow_list_proxy_tunnels_to_listed_names_and_addresses_only() -> None:
+    """A listed name goes to the address it had when the phase started; an address only inside a
+    listed range; an unlisted name is refused without a lookup."""
+    target = netns.listed_target(
+        Resolved(
+            networks=(ipaddress.ip_network("192.0.2.9/32"), ipaddress.ip_network("10.0.0.0/8")),
+            names=(("pypi.org", "192.0.2.9"),),
+        )
+    )
+    assert target("PyPI.org.") == "192.0.2.9"
+    assert target("10.1.2.3") == "10.1.2.3"
+    assert target("192.0.2.10") is None
+    assert target("example.com") is None
+    assert target("localhost") is None
+
+
+async def test_an_allow_list_proxy_refuses_what_it_does_not_list() -> None:
+    handler = netns._connect_handler(netns.listed_target(Resolved()))
+    proxy = await asyncio.start_server(handler, "127.0.0.1", 0)
+    try:
+        refused = await _ask(proxy.sockets[0].getsockname()[1], b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n")
+        assert refused.startswith(b"HTTP/1.1 403 ")
+    finally:
+        proxy.close()

@@ -1,6 +1,7 @@
 """The task's services and MCP servers as a rollout extension: every agent checked against the
 MCP servers it must take before anything is written; the services provisioned once the sandbox
-started, the agent held until they are ready (the readiness gate), torn down before the sandbox
+started, the agent held until they are ready (the readiness gate) and the task's setup commands
+ran (`reroll.environment.setup`), torn down before the sandbox
 stops and checked alive after the agent; each launch given its native MCP configuration
 (`reroll.environment.services`, `reroll.rollout.mcp`)."""
 
@@ -12,6 +13,7 @@ from rich.console import Console
 
 from reroll.agents import AgentSpec
 from reroll.environment.services import Environment
+from reroll.environment.setup import run_setup_commands
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.mcp import (
     FILTER_SOURCE,
@@ -59,6 +61,8 @@ class ServicesAndMcp(Extension):
         await _provision(environment, run.console)
         run.task_env |= environment.exec_env()
         self.environment = environment
+        setup = plan.task.spec.environment.setup_commands
+        await run_setup_commands(run.sandbox, setup, run.env | run.task_env, plan.run_dir, run.console)
 
     async def before_agent(self, run: Run) -> None:
         """``--without-mcp``: result.json's ``mcp_withheld`` names the servers withheld, and the

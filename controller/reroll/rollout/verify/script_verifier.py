@@ -59,6 +59,7 @@ from reroll.rollout.verify.verifiers import DEFAULT_VERIFIER, Verdict, VerifyReq
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
+from reroll.sandbox.seam import PhaseAllowList
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.rubric import COMMAND_SCRIPT, command_files, task_policy
 from reroll.tasks.task import Task
@@ -294,11 +295,23 @@ async def verify_network(sandbox: Sandbox, networks: PhaseNetworks) -> AsyncIter
     the container joins a network with internet access; `local`: an HTTP CONNECT proxy named by
     the proxy variables), entered after every process of the agent was ended (`verify` keeps none
     then); elsewhere nothing changes (a stricter verifier's own loopback-only namespace is the
-    sidecar's, `VerifyScript.own_network`).
+    sidecar's, `VerifyScript.own_network`). Where the verifier has an allow-list of its own
+    (`PhaseNetworks.verifier_listed`), or the sandbox enforces the agent's and the verifier is
+    looser, the sandbox switches to the verifier's list (`PhaseAllowList.allow_only`; ``full``:
+    everything) for the verify.
 
     Yields:
         Environment the test script needs to use that access (proxy variables, a CA bundle).
+
+    Raises:
+        SandboxError: the verifier has an allow-list and the sandbox cannot enforce one.
     """
+    if networks.verifier_listed or (networks.verifier_looser and networks.filtered):
+        if not isinstance(sandbox, PhaseAllowList):
+            raise SandboxError(f"{sandbox.label}: cannot enforce the verifier's allowed_hosts")
+        async with sandbox.allow_only(networks.allowed("verifier")) as env:
+            yield env
+        return
     if not networks.verifier_looser:
         yield {}
         return
@@ -315,10 +328,12 @@ def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool
     hardening and keeps out of the workspace (handed to root) and the verifier's folders. An
     agent running as root could rewrite the tests or the reward: its processes die as before.
     Neither are they kept where the verifier's network policy is looser than the agent's: they
-    would gain the verify's network (`verify_network`)."""
+    would gain the verify's network (`verify_network`), nor where the verifier has an allow-list
+    of its own."""
     if task.layout != "legacy" or task.spec.verifier.type != DEFAULT_VERIFIER:
         return False
-    if task.spec.networks().verifier_looser:
+    networks = task.spec.networks()
+    if networks.verifier_looser or networks.verifier_listed:
         return False
     return agent.needs_solution or agent_user not in ("", "root", "0")
 

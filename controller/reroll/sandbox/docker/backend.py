@@ -16,8 +16,11 @@ nftables): from it only the bridge's gateway (`host_address`, where the LLM prox
 reachable, and there only the ports `allow_host_port` opens (the proxy's, the interceptor's);
 no other host address (docker0, the host's own IPs, services on all addresses), no other
 network, so no other rollout's sandbox either. The network and its table are made by the first
-of `host_address` and `start`, and removed by `stop`. Installing an agent needs PyPI, so
-`egress` lends ``reroll-full`` for the install only.
+of `host_address` and `start`, and removed by `stop`. Where a phase has an allow-list (the spec's
+``listed``), the network is routed instead of internal and its firewall lets through that phase's
+addresses, resolved on the host when the network is made (the agent's) or when `allow_only` is
+entered (the verify's); ``full`` is then every address but the host's. Installing an agent needs
+PyPI, so `egress` lends ``reroll-full`` for the install only.
 
 Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``pids_max`` and
 ``storage_mb``: the workspace, the logs folder, ``/home`` and ``/root`` (the agent's HOME),
@@ -77,6 +80,7 @@ from docker.types import Mount
 from reroll_contracts.errors import SandboxError, SidecarError
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
+from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
 from reroll.sandbox.base import Sandbox, trust_host_ca
 from reroll.sandbox.docker import disk, firewall, seccomp
 from reroll.sandbox.docker.cgroups import oom_kills
@@ -184,6 +188,8 @@ class DockerSandbox(Sandbox):
         self._network: Network | None = None
         self._firewall_key = ""
         """The key of the network's firewall table (`reroll.sandbox.docker.firewall`); "" under ``full``."""
+        self._allowed: Resolved | None = None
+        """The agent phase's allow-list as resolved when the network was made (a ``listed`` spec)."""
         self._image = ""
         """The image the container runs (settled by `start`)."""
         self._siblings: list[Container] = []
@@ -203,15 +209,42 @@ class DockerSandbox(Sandbox):
         under ``none`` its containers reach each other)."""
         if self._network is None:
             services = not self.installs_writable and bool(self.spec.siblings)
-            if self.policy == "full" and services:
+            listed = not self.installs_writable and self.spec.listed
+            if self.policy == "full" and services and not listed:
                 self._network = create_services_network(self._engine, self.run_id)
-            elif self.policy == "full":
+            elif self.policy == "full" and not listed:
                 self._network = ensure_full_network(self._engine)
             else:
+                self._allowed = resolve(self._agent_hosts) if listed else None
                 self._network, self._firewall_key = create_isolated_network(
-                    self._engine, self.run_id, services=services
+                    self._engine, self.run_id, services=services, allowed=self._allowed
                 )
         return self._network
+
+    @property
+    def _agent_hosts(self) -> tuple[str, ...] | None:
+        """The agent phase's allow-list; None under ``full``."""
+        return None if self.policy == "full" else self.spec.allowed
+
+    @contextlib.asynccontextmanager
+    async def allow_only(self, hosts: tuple[str, ...] | None) -> AsyncIterator[dict[str, str]]:
+        """See `reroll.sandbox.seam.PhaseAllowList`: the firewall's sets hold `hosts`' addresses
+        while inside (`firewall.set_allowed`), the agent phase's again after; the names resolved
+        are added to the container's ``/etc/hosts``.
+
+        Raises:
+            SandboxError: the sandbox has no allow-list firewall (its spec is not ``listed``), or
+                nft failed.
+        """
+        if self._allowed is None or not self._firewall_key:
+            raise SandboxError(f"{self.label}: started without an allow-list firewall (spec.listed)")
+        resolved = await asyncio.to_thread(resolve, hosts)
+        await asyncio.to_thread(firewall.set_allowed, self._firewall_key, resolved)
+        try:
+            await name_hosts(self, resolved)
+            yield {}
+        finally:
+            await asyncio.to_thread(firewall.set_allowed, self._firewall_key, self._allowed)
 
     async def host_address(self) -> str:
         """The address of the host on the container's network (its gateway): the LLM proxy listens there.
@@ -256,6 +289,8 @@ class DockerSandbox(Sandbox):
             self.layout = dataclasses.replace(
                 self.layout, home=home, agent_user="" if user == "root" else user
             )
+            if self._allowed is not None:
+                await name_hosts(self, self._allowed)
             seed = self.spec.workspace_seed
             if self.spec.build is None and seed is not None and not self.installs_writable:
                 await self.upload_dir(seed, self.layout.workspace)

@@ -36,6 +36,14 @@ class ImageBuilder(Protocol):
         """Whether `image` (a tag or an id) is stored here."""
         ...
 
+    def adopt(self, image: str) -> bool:
+        """Copy `image` here from another image store on this host that has it (never from a
+        registry); whether it did. Lets a second builder reuse what the first one built.
+
+        Raises nothing: a failed copy is False, and the caller builds the image itself.
+        """
+        ...
+
     def image_id(self, image: str) -> str:
         """The id (``sha256:…``) of the stored `image`.
 
@@ -101,6 +109,10 @@ class DockerBuilder:
         except docker.errors.ImageNotFound:
             return False
         return True
+
+    def adopt(self, image: str) -> bool:
+        """`ImageBuilder.adopt`: Docker is the store others adopt from; it adopts nothing."""
+        return False
 
     def image_id(self, image: str) -> str:
         """`ImageBuilder.image_id`."""

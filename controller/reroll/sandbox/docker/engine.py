@@ -7,12 +7,14 @@ a live rollout's container.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from pathlib import Path
 
 import docker
 import docker.errors
+import requests
 from reroll_contracts.errors import SandboxError
 
 RUN_ID_LABEL = "reroll.run_id"
@@ -59,6 +61,19 @@ def docker_client() -> docker.DockerClient:
         return docker.from_env()
     except docker.errors.DockerException as exc:
         raise SandboxError(f"cannot reach the Docker Engine: {exc}") from exc
+
+
+def docker_unreachable() -> str:
+    """Why the Docker Engine cannot be reached here ("" when it answers)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not Path(host.removeprefix("unix://")).exists():
+        return f"Docker is not reachable (no socket {host.removeprefix('unix://')})"
+    try:
+        with contextlib.closing(docker.from_env()) as client:
+            client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        return f"Docker is not reachable ({str(exc)[:200]})"
+    return ""
 
 
 def owner_label(pid: int | None = None) -> str:

@@ -18,6 +18,22 @@ own (`reroll.sandbox.docker.backend`) and one nftables table of its own, keyed b
 The bracketed rule is there only for a rollout with image services (sibling containers on the
 same bridge, `reroll.environment.services`); its network then has inter-container traffic on.
 
+A rollout with an allow-list in one of its phases (`routed`: its bridge is not internal, Docker
+routes and masquerades it out) gets two sets of addresses more, and its forward chain lets
+through what they hold and the answers::
+
+      set allow4 { type ipv4_addr; flags interval; }   # the phase's allow-list, resolved
+      set allow6 { type ipv6_addr; flags interval; }
+      chain forward { ...
+                      iifname "rr-<key>" ip daddr @allow4 accept
+                      iifname "rr-<key>" ip6 daddr @allow6 accept
+                      oifname "rr-<key>" ct state established,related accept
+                      iifname "rr-<key>" reject; oifname "rr-<key>" drop }
+
+`set_allowed` swaps the sets' content in one transaction when a phase starts (policy ``full`` is
+``0.0.0.0/0`` and ``::/0``, an empty list nothing). The host's own addresses stay behind the
+input chain whatever the sets hold (an address of the host is delivered, not forwarded).
+
 nftables, not iptables: Docker (20.10 here, through iptables' nf_tables backend) owns the
 ``ip filter`` and ``ip nat`` tables and rewrites its chains when networks come and go or the
 daemon restarts; a table of our own is never touched by it, nor does it touch Docker's. A drop
@@ -39,6 +55,8 @@ import shutil
 import subprocess
 
 from reroll_contracts.errors import SandboxError
+
+from reroll.sandbox.allowlist import Resolved
 
 TABLE_PREFIX = "reroll_"
 """Every table reroll creates is ``inet reroll_<key>``; `tables` lists only those."""
@@ -76,21 +94,36 @@ def _nft(args: list[str], script: str = "") -> str:
     return done.stdout
 
 
-def install(key: str, bridge: str, gateway: str, *, within: bool = False) -> None:
+def install(
+    key: str, bridge: str, gateway: str, *, within: bool = False, allowed: Resolved | None = None
+) -> None:
     """Create the table of `key`: the sandbox behind interface `bridge` reaches `gateway` (IPv4)
     on the ports `allow_port` adds, and nothing else of the host nor any other network; with
     `within`, the containers on `bridge` reach each other (the rollout's sandbox and its
-    services' sibling containers: ``iifname "<bridge>" oifname "<bridge>" accept`` first).
+    services' sibling containers: ``iifname "<bridge>" oifname "<bridge>" accept`` first); with
+    `allowed` (a routed bridge), the addresses it holds too (`set_allowed` changes them).
 
     Raises:
         SandboxError: as `_nft`.
     """
     table = table_name(key)
     among = f'iifname "{bridge}" oifname "{bridge}" accept\n    ' if within else ""
+    sets = ""
+    if allowed is not None:
+        among += (
+            f'iifname "{bridge}" ip daddr @allow4 accept\n    '
+            f'iifname "{bridge}" ip6 daddr @allow6 accept\n    '
+            f'oifname "{bridge}" ct state established,related accept\n    '
+            f'iifname "{bridge}" meta l4proto tcp reject with tcp reset\n    '
+            f'iifname "{bridge}" reject with icmpx admin-prohibited\n    '
+        )
+        sets = "".join(
+            f"\n  set allow{version} {{ type ipv{version}_addr; flags interval; }}" for version in (4, 6)
+        )
     _nft(
         ["-f", "-"],
         f"""table inet {table} {{
-  set ports {{ type inet_service; }}
+  set ports {{ type inet_service; }}{sets}
   chain input {{
     type filter hook input priority filter - 1; policy accept;
     iifname "{bridge}" ip daddr {gateway} tcp dport @ports accept
@@ -117,6 +150,22 @@ def allow_port(key: str, port: int) -> None:
     if not 0 < port < 65536:
         raise ValueError(f"not a TCP port: {port}")
     _nft(["add", "element", "inet", table_name(key), "ports", f"{{ {port} }}"])
+
+
+def set_allowed(key: str, allowed: Resolved) -> None:
+    """Make `allowed` the only addresses the sandbox of `key` (installed with an allow-list) reaches
+    beyond its gateway's ports, in one transaction: no moment holds both lists or none.
+
+    Raises:
+        SandboxError: as `_nft` (e.g. no such table, or one installed without an allow-list).
+    """
+    table = table_name(key)
+    lines = []
+    for version in (4, 6):
+        lines.append(f"flush set inet {table} allow{version}")
+        if networks := allowed.of_version(version):
+            lines.append(f"add element inet {table} allow{version} {{ {', '.join(networks)} }}")
+    _nft(["-f", "-"], "\n".join(lines) + "\n")
 
 
 def remove(key: str) -> None:

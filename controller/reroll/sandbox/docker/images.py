@@ -236,7 +236,7 @@ def ensure_catalogue(engine: docker.DockerClient | ImageBuilder, variant: str, l
     builder = as_builder(engine)
     tag = catalogue_tag(variant)
     with _image_lock(tag):
-        if not builder.exists(tag):
+        if not builder.exists(tag) and not builder.adopt(tag):
             with _build_slot():
                 _debootstrap_image(builder, tag, CATALOGUE[variant], log)
         builder.tag(tag, f"{CATALOGUE_REPO}:{variant}")
@@ -254,7 +254,7 @@ def ensure_images(engine: docker.DockerClient | ImageBuilder, log: Log = logger.
     built: list[str] = []
     base = base_tag()
     with _image_lock(base):
-        if not builder.exists(base):
+        if not builder.exists(base) and not builder.adopt(base):
             with _build_slot():
                 _debootstrap_image(builder, base, base_recipe(), log)
             built.append(base)
@@ -493,7 +493,7 @@ def build_image(
     files = _tree_bytes(context, leave_out)
     tag = f"{request.repository}:{content_digest(base.encode(), dockerfile.encode(), ca, *files)}"
     with _image_lock(tag):
-        if builder.exists(tag):
+        if builder.exists(tag) or builder.adopt(tag):
             return tag
         log(f"{builder.name} build {request.dockerfile}")
         with _build_slot(), tempfile.TemporaryDirectory(prefix="reroll-dockerfile-") as folder:

@@ -15,6 +15,7 @@ import docker.errors
 from docker.models.networks import Network
 from reroll_contracts.errors import SandboxError
 
+from reroll.sandbox.allowlist import Resolved
 from reroll.sandbox.docker import firewall
 from reroll.sandbox.docker.engine import OWNER_LABEL, RUN_ID_LABEL, owner_label
 from reroll.sandbox.docker.images import MANAGED_LABEL
@@ -62,19 +63,22 @@ def ensure_full_network(client: docker.DockerClient) -> Network:
 
 
 def create_isolated_network(
-    client: docker.DockerClient, run_id: str, *, services: bool = False
+    client: docker.DockerClient, run_id: str, *, services: bool = False, allowed: Resolved | None = None
 ) -> tuple[Network, str]:
-    """A new network of one rollout under policy ``none``, firewalled (`reroll.sandbox.docker.firewall`).
+    """A new network of one rollout under policy ``none`` (or with an allow-list in one of its
+    phases), firewalled (`reroll.sandbox.docker.firewall`).
 
     Args:
         client: the engine.
         run_id: the rollout's id (the network's label).
         services: the rollout has image services: its containers reach each other on the network
             (inter-container traffic on, and the firewall lets it pass), nothing else changes.
+        allowed: the first phase's allow-list (resolved): the network is routed (not internal)
+            and its firewall lets through these addresses (`firewall.set_allowed` changes them).
 
     Returns:
-        The network ``reroll-none-<key>`` (internal, bridge ``rr-<key>``, labelled with `run_id`)
-        and its key.
+        The network ``reroll-none-<key>`` (internal unless `allowed`, bridge ``rr-<key>``,
+        labelled with `run_id`) and its key.
 
     Raises:
         SandboxError: the network or its firewall cannot be made (nothing is left behind); the
@@ -87,7 +91,7 @@ def create_isolated_network(
         network = client.networks.create(
             ISOLATED_PREFIX + key,
             driver="bridge",
-            internal=True,
+            internal=allowed is None,
             labels={MANAGED_LABEL: "1", RUN_ID_LABEL: run_id, OWNER_LABEL: owner_label()},
             options=options,
         )
@@ -99,7 +103,9 @@ def create_isolated_network(
             )
         raise SandboxError(f"cannot create the docker network {ISOLATED_PREFIX + key}{hint}: {exc}") from exc
     try:
-        firewall.install(key, f"rr-{key}", gateway(network), within=services)
+        firewall.install(key, f"rr-{key}", gateway(network), within=services, allowed=allowed)
+        if allowed is not None:
+            firewall.set_allowed(key, allowed)
     except BaseException:
         with contextlib.suppress(docker.errors.APIError):
             network.remove()

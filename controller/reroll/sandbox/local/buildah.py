@@ -8,8 +8,9 @@ Engine answers (`reroll.sandbox.local.imagefs`).
   it needs neither runc nor cgroups (v1 or v2) nor a daemon.
 - reroll's catalogue stand-ins and base image are the same debootstrapped root file systems as
   Docker's (`reroll.sandbox.docker.images`: the same recipes, hashes and tags), imported here
-  (``buildah from scratch``, ``add``, ``config``, ``commit``); ``--image-map`` and the build time
-  limit apply as on Docker.
+  (``buildah from scratch``, ``add``, ``config``, ``commit``), or copied from the local Docker
+  Engine where it has them already (``buildah pull docker-daemon:``, `BuildahBuilder.adopt`);
+  ``--image-map`` and the build time limit apply as on Docker.
 - Images are named as on Docker (``reroll/task-<name>:<hash>``; buildah shows them under
   ``localhost/``) and labelled ``reroll.managed=1``; ``buildah images`` lists them and
   ``buildah rmi`` removes them.
@@ -35,6 +36,7 @@ from reroll_contracts.errors import ImageBuildError, SandboxError
 
 from reroll.sandbox.docker.builder import MANAGED_LABEL, overtime_error
 from reroll.sandbox.docker.conventions import ImageDefaults, defaults_of
+from reroll.sandbox.docker.engine import docker_unreachable
 from reroll.sandbox.docker.images import COMMAND_TIMEOUT_SECONDS, run_step
 
 INSTALL = "apt-get install buildah"
@@ -76,6 +78,20 @@ class BuildahBuilder:
             check=False,
         )
         return done.returncode == 0
+
+    def adopt(self, image: str) -> bool:
+        """Copy `image` from the local Docker Engine when one answers and has it (``buildah pull
+        docker-daemon:IMAGE``: its layers read through the daemon's socket, no registry), so the
+        images Docker already built (reroll's base and catalogue, a task's) are not built again
+        (`ImageBuilder.adopt`)."""
+        if docker_unreachable():  # ``DOCKER_HOST`` honoured, as by buildah's docker-daemon transport
+            return False
+        try:
+            _buildah(["pull", "--quiet", f"docker-daemon:{image}"], f"buildah pull docker-daemon:{image}")
+        except ImageBuildError as exc:  # Docker has no such image, or does not answer
+            logger.debug("not adopted from Docker: %s", exc)
+            return False
+        return self.exists(image)
 
     def _inspect(self, image: str) -> dict[str, object]:
         """``buildah inspect`` of the stored `image`.

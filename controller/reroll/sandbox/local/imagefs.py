@@ -57,6 +57,7 @@ from reroll.sandbox.base import Sandbox
 from reroll.sandbox.docker.builder import DockerBuilder, ImageBuilder, as_builder
 from reroll.sandbox.docker.catalogue import BASE_ALIAS
 from reroll.sandbox.docker.conventions import SETUP_SCRIPT
+from reroll.sandbox.docker.engine import docker_unreachable
 from reroll.sandbox.docker.images import ensure_images, task_image
 from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.local.buildah import INSTALL as BUILDAH_INSTALL
@@ -161,19 +162,6 @@ def refusal(spec: SandboxSpec, lines: list[str], reason: str) -> str:
         f"Fix: run it with --sandbox docker, or install buildah here ({BUILDAH_INSTALL}, as root; "
         "or Docker): the local sandbox then builds the image and runs on its file system"
     )
-
-
-def docker_unreachable() -> str:
-    """Why the Docker Engine cannot be reached here ("" when it answers)."""
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    if host.startswith("unix://") and not Path(host.removeprefix("unix://")).exists():
-        return f"Docker is not reachable (no socket {host.removeprefix('unix://')})"
-    try:
-        with contextlib.closing(docker.from_env()) as client:
-            client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        return f"Docker is not reachable ({str(exc)[:200]})"
-    return ""
 
 
 def no_builder(choice: BuilderChoice = "auto") -> str:

@@ -66,6 +66,7 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
 from reroll.host.notices import warn_once
+from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
 from reroll.sandbox.base import Sandbox, trust_host_ca
 from reroll.sandbox.layout import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
@@ -78,7 +79,7 @@ from reroll.sandbox.local.imagefs import (
     settle,
     spec_unhonoured,
 )
-from reroll.sandbox.local.netns import Forwarder, attach_pasta, private_loopback
+from reroll.sandbox.local.netns import Forwarder, attach_pasta, private_loopback, proxy_env
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT
 from reroll.sandbox.local.rootview import (
     AGENT_ID,
@@ -157,6 +158,8 @@ class IsolatedSandbox(Sandbox):
         self._hits_at_stop: list[str] = []
         self._forwarder: Forwarder | None = None
         self._pasta_pid: int | None = None
+        self._allowed: Resolved | None = None
+        """The agent phase's allow-list as resolved at `start` (a ``listed`` spec)."""
         self._image: ImageRoot | None = None
         self._image_hold: IO[str] | None = None
         """A shared lock on `_image`'s unpacked copy while the sandbox lives (`imagefs.hold`)."""
@@ -229,7 +232,46 @@ class IsolatedSandbox(Sandbox):
             yield env
             return
         async with self._forwarder.connect_proxy() as url:
-            yield env | {name: url for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
+            yield env | proxy_env(url)
+
+    @contextlib.asynccontextmanager
+    async def allow_only(self, hosts: tuple[str, ...] | None) -> AsyncIterator[dict[str, str]]:
+        """See `reroll.sandbox.seam.PhaseAllowList`: the sandbox's allow-list proxy
+        (`netns.Forwarder.listed_proxy`) tunnels to `hosts` only while inside.
+
+        Raises:
+            SandboxError: the sandbox started without one (its spec is not ``listed``).
+        """
+        if self._allowed is None or self._forwarder is None:
+            raise SandboxError(f"{self.label}: started without an allow-list proxy (spec.listed)")
+        resolved = None if hosts is None else await asyncio.to_thread(resolve, hosts)
+        self._forwarder.allow(resolved)
+        try:
+            await name_hosts(self, resolved)
+            yield dict(self.layout.network_env)
+        finally:
+            self._forwarder.allow(self._allowed)
+
+    async def _open_network(self, init_pid: int) -> None:
+        """Forward the host's ports into the namespace of `init_pid` (`start`); for a ``listed``
+        spec serve the agent phase's allow-list proxy and name it to every process (``/etc/hosts``
+        too); else under ``full`` attach pasta.
+
+        Raises:
+            SandboxError: a ``listed`` spec under ``full`` (pasta's route out would outlive a list).
+            OSError: as `netns.listen_in`.
+        """
+        self._forwarder = forwarder = Forwarder(f"/proc/{init_pid}/ns/net", self._address)
+        await forwarder.forward_host_ports()
+        if self.spec.listed and not self.config.agents_writable:
+            if self.policy != "none":
+                raise SandboxError("local holds no allow-list after a full agent phase: run it on docker")
+            self._allowed = await asyncio.to_thread(resolve, self.spec.allowed)
+            url = await forwarder.listed_proxy(self._allowed)
+            self.layout = dataclasses.replace(self.layout, network_env=proxy_env(url, self._address))
+            await name_hosts(self, self._allowed)
+        elif self.policy != "none":
+            self._pasta_pid = await attach_pasta(init_pid, self.folder)
 
     async def install_store(self) -> InstallFolders:
         """See `reroll.sandbox.seam.SharedInstalls`: `local_install_folders`."""
@@ -373,7 +415,7 @@ class IsolatedSandbox(Sandbox):
 
     async def start(self) -> None:
         """Lay out the folder, seed the workspace, start the namespaces and the sidecar in them;
-        forward the proxy's ports in; for network ``full``, attach pasta.
+        open their network (`_open_network`).
 
         Raises:
             SandboxError: the namespaces, the sidecar or the setup failed, or the sidecar did not
@@ -438,10 +480,7 @@ class IsolatedSandbox(Sandbox):
             await starting
             await self.connect(f"unix:{socket_path}", self._token)
             await self.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
-            self._forwarder = Forwarder(f"/proc/{self._init_pid}/ns/net", self._address)
-            await self._forwarder.forward_host_ports()
-            if self.policy != "none":
-                self._pasta_pid = await attach_pasta(self._init_pid, self.folder)
+            await self._open_network(self._init_pid)
             if self._image is not None:
                 await settle(self, self.spec, self._image, self.config.setup_timeout_seconds)
         except (RerollError, OSError) as exc:

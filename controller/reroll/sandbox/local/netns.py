@@ -18,6 +18,14 @@ same address and port inside. A listener of anything else on the host (on ``127.
 Installing an agent needs PyPI: `connect_proxy` lends an HTTP ``CONNECT`` proxy inside the
 namespace for the install only (`Sandbox.egress`). Network ``full`` is the same namespace with
 pasta attached (`attach_pasta`).
+
+An allow-list (a phase's ``allowed_hosts``) is the same proxy checking each ``CONNECT`` against
+the list resolved on the host (`listed_proxy`, `listed_target`), named to every process by the
+proxy variables: the namespace still has no route out, so a client that ignores the variables
+(or a root in the sandbox that rewrites them, or the namespace's firewall) reaches nothing, where
+rules inside the namespace would be the sandbox root's to flush. What it costs: only clients that
+tunnel through an HTTP proxy (HTTPS ones do; plain ``http://`` only where the client tunnels it
+too), TCP only.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import ipaddress
 import os
 import secrets
 import shutil
@@ -40,6 +49,7 @@ from reroll_contracts.errors import SandboxError
 from reroll_contracts.namespaces import CLONE_NEWNET
 
 from reroll.host.child_process import exit_description
+from reroll.sandbox.allowlist import Resolved
 from reroll.sandbox.local.rootview import DNS_FORWARD
 
 LISTEN_STATE = "0A"
@@ -47,6 +57,16 @@ LISTEN_STATE = "0A"
 BUFFER_BYTES = 64 * 1024
 REQUEST_HEAD_LIMIT_BYTES = 16 * 1024
 CONNECT_TIMEOUT_SECONDS = 30.0
+
+
+def proxy_env(url: str, direct: str = "") -> dict[str, str]:
+    """The variables that send HTTP(S) clients through the proxy at `url`, all but `direct`
+    (an address: the LLM proxy's) and loopback."""
+    names = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
+    env = {name: url for name in names}
+    if direct:
+        env |= {name: f"{direct},localhost,127.0.0.1,::1" for name in ("NO_PROXY", "no_proxy")}
+    return env
 
 
 def private_loopback() -> str:
@@ -161,30 +181,71 @@ def _forward_to(host: str, port: int) -> Handler:
     return handle
 
 
-async def _connect_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """One HTTP ``CONNECT host:port`` request: a tunnel to that address from the host's network."""
-    try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT_SECONDS)
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-        writer.close()
-        return
-    method, _, rest = head.decode("latin-1").partition(" ")
-    target = rest.partition(" ")[0]
-    host, _, port = target.rpartition(":")
-    if method != "CONNECT" or not port.isdigit():
-        writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\n\r\nonly CONNECT\n")
-        writer.close()
-        return
-    try:
-        outer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECONDS
-        )
-    except (OSError, TimeoutError) as exc:
-        writer.write(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{exc}\n".encode())
-        writer.close()
-        return
-    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-    await _splice((reader, writer), outer)
+Target = Callable[[str], "str | None"]
+"""Where a ``CONNECT`` to a host (a name or an address, as the client sent it) goes: the address
+to open, or None when the proxy refuses it."""
+
+
+def _anywhere(host: str) -> str | None:
+    return host
+
+
+def listed_target(allowed: Resolved) -> Target:
+    """A `Target` for an allow-list: a listed name goes to the first address it resolved to when
+    the phase started (never resolved again), an address only when one of `allowed`'s networks
+    holds it; anything else is refused."""
+    by_name: dict[str, str] = {}
+    for name, address in allowed.names:
+        by_name.setdefault(name, address)
+
+    def target(host: str) -> str | None:
+        host = host.lower().rstrip(".")
+        if host in by_name:
+            return by_name[host]
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return None
+        return host if any(address in network for network in allowed.networks) else None
+
+    return target
+
+
+def _connect_handler(target: Target) -> Handler:
+    """One HTTP ``CONNECT host:port`` request: a tunnel to `target`'s address for it from the
+    host's network, or ``403 Forbidden`` where `target` refuses it."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT_SECONDS)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            writer.close()
+            return
+        method, _, rest = head.decode("latin-1").partition(" ")
+        host, _, port = rest.partition(" ")[0].rpartition(":")
+        if method != "CONNECT" or not port.isdigit():
+            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\n\r\nonly CONNECT\n")
+            writer.close()
+            return
+        address = target(host.strip("[]"))
+        if address is None:
+            writer.write(
+                b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\nnot in this phase's allow-list\n"
+            )
+            writer.close()
+            return
+        try:
+            outer = await asyncio.wait_for(
+                asyncio.open_connection(address, int(port)), CONNECT_TIMEOUT_SECONDS
+            )
+        except (OSError, TimeoutError) as exc:
+            writer.write(f"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n{exc}\n".encode())
+            writer.close()
+            return
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await _splice((reader, writer), outer)
+
+    return handle
 
 
 class Forwarder:
@@ -197,6 +258,7 @@ class Forwarder:
         self._open: set[asyncio.StreamWriter] = set()
         self._forwarded: set[int] = set()
         self._forwarding = asyncio.Lock()
+        self._allowed: Target = listed_target(Resolved())
 
     async def _serve(self, port: int, handler: Handler) -> int:
         sock = await asyncio.to_thread(listen_in, self.namespace, self.address, port)
@@ -238,6 +300,24 @@ class Forwarder:
                 await self._serve(port, _forward_to(self.address, port))
                 self._forwarded.add(port)
 
+    async def listed_proxy(self, allowed: Resolved) -> str:
+        """An HTTP CONNECT proxy inside the namespace that tunnels only to `allowed`
+        (`listed_target`) until `close`; `allow` changes its list.
+
+        Returns:
+            The proxy's URL (``http://ADDRESS:PORT``).
+
+        Raises:
+            OSError: as `listen_in`.
+        """
+        self._allowed = listed_target(allowed)
+        port = await self._serve(0, _connect_handler(lambda host: self._allowed(host)))
+        return f"http://{self.address}:{port}"
+
+    def allow(self, allowed: Resolved | None) -> None:
+        """Make `allowed` the list of the `listed_proxy` (None: everything)."""
+        self._allowed = _anywhere if allowed is None else listed_target(allowed)
+
     @contextlib.asynccontextmanager
     async def connect_proxy(self) -> AsyncIterator[str]:
         """An HTTP CONNECT proxy inside the namespace while the context lasts.
@@ -245,7 +325,7 @@ class Forwarder:
         Yields:
             The proxy's URL (``http://ADDRESS:PORT``).
         """
-        port = await self._serve(0, _connect_handler)
+        port = await self._serve(0, _connect_handler(_anywhere))
         server = self._servers[-1]
         try:
             yield f"http://{self.address}:{port}"

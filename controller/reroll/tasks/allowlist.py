@@ -1,0 +1,70 @@
+"""A phase's allow-list as a task writes it (Harbor's and BenchFlow's ``allowed_hosts`` with
+``network_mode = "allowlist"``): `normalise` checks and spells the entries as Harbor 0.26 does.
+
+Forms (Harbor's ``_validate_allowed_host_names``; BenchFlow 0.7.11 takes the hostname form only,
+an IPv4 address passing as one): a hostname (``pypi.org``), a leading wildcard (``*.pypi.org``),
+an IPv4 or IPv6 address, an IPv4 or IPv6 CIDR range (``10.0.0.0/8``, host bits clear). Neither
+has ports, URLs or paths: an entry allows every port of its addresses ("network policies apply to
+whole hosts", Harbor's ``inference_endpoint_host``). Entries are lower-cased, a trailing dot and
+spaces dropped, IPv6 compressed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def normalise(hosts: object) -> object:
+    """`hosts` (a list) checked and spelt one way (see the module docstring); None is an empty
+    list, anything else is left to pydantic's type check.
+
+    Raises:
+        ValueError: an entry is empty, a URL, carries a port or path, a wildcard not of the form
+            ``*.NAME``, a wildcard over an address, or a CIDR range with host bits set (pydantic
+            names the field; the message, the entry).
+    """
+    if hosts is None:
+        return []
+    return [_entry(raw) for raw in hosts] if isinstance(hosts, list) else hosts
+
+
+AllowedHostsField = Annotated[list[str], BeforeValidator(normalise)]
+"""A section's ``allowed_hosts``: checked and spelt by `normalise`."""
+
+
+def _entry(raw: object) -> str:
+    host = str(raw).strip().lower().rstrip(".")
+    wrong = f"{raw!r} is not a hostname, *.hostname, IP address or CIDR range (no URLs, ports or paths)"
+    if not host:
+        raise ValueError("allowed_hosts entries must be non-empty")
+    if "/" in host or ":" in host:
+        try:
+            network = ipaddress.ip_network(host, strict=True) if "/" in host else ipaddress.ip_address(host)
+        except ValueError as exc:
+            raise ValueError(wrong) from exc
+        if "/" not in host and network.version != 6:
+            raise ValueError(wrong)
+        return network.compressed
+    name = host.removeprefix("*.")
+    if "*" in name:
+        raise ValueError(f"{raw!r}: a wildcard must be a leading '*.'")
+    if name != host and is_address(name):
+        raise ValueError(f"{raw!r}: a wildcard must cover hostnames, not an address")
+    if not all(_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError(wrong)
+    return host
+
+
+def is_address(entry: str) -> bool:
+    """Whether `entry` (normalised) is an IP address or CIDR range rather than a name."""
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    return True
