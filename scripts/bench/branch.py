@@ -145,16 +145,22 @@ async def record(args: argparse.Namespace, folder: Path, model: str, every: int)
     return outcome.run_dir, wall
 
 
-def fork_latency(summary: BranchSummary, started: float) -> float | None:
-    """Seconds from `started` (``time.time()``) to the first live request of any child."""
+def first_live(summary: BranchSummary) -> tuple[float, str] | None:
+    """The earliest live request of any child (``time.time()``) and that child's folder name."""
     firsts = []
     for child in summary.children:
         trajectory = Path(summary.parent) / child.folder / TRAJECTORY
         exchanges = load_trajectory(trajectory).exchanges if trajectory.is_file() else []
         live = [e for e in exchanges if e.metadata.source == "live"]
         if live:
-            firsts.append(datetime.fromisoformat(live[0].request.timestamp).timestamp())
-    return min(firsts) - started if firsts else None
+            firsts.append((datetime.fromisoformat(live[0].request.timestamp).timestamp(), child.folder))
+    return min(firsts) if firsts else None
+
+
+def fork_latency(summary: BranchSummary, started: float) -> float | None:
+    """Seconds from `started` (``time.time()``) to the first live request of any child."""
+    first = first_live(summary)
+    return first[0] - started if first else None
 
 
 async def branched(
@@ -275,14 +281,22 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
     return 0 if all(child.status == "ok" for child in children) else 1
 
 
-def main() -> int:
+def branch_arguments(concurrency: int) -> argparse.ArgumentParser:
+    """The arguments of a branch bench (`--steps`, `--at`, `-n`, `--concurrency` defaulting to
+    `concurrency`, `--step-seconds`), with the calling script's docstring as its description."""
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    main_doc = sys.modules["__main__"].__doc__
+    parser = argparse.ArgumentParser(description=main_doc, formatter_class=formatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--at", default="10,30", help="the steps to branch at, comma-separated")
     parser.add_argument("-n", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=concurrency)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    return parser
+
+
+def main() -> int:
+    parser = branch_arguments(concurrency=4)
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument(
         "--checkpoint-keep",

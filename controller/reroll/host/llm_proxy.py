@@ -39,7 +39,7 @@ from reroll_contracts.proxy import (
 from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
-from reroll.host.shared_process import SharedProcess, per_rollout, shared_process
+from reroll.host.shared_process import SharedProcess, per_rollout, prestart, shared_process
 from reroll.runfolder.run import MAX_JSON_BYTES, PROXY_CONFIG, write_private
 
 STATUS_TIMEOUT_SECONDS = 5.0
@@ -50,6 +50,16 @@ ROLLOUTS_ROUTE = "/_reroll/rollouts"
 """The shared proxy's admin route (`reroll_proxy.host.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 _PendingAsks = RootModel[list[PendingAsk]]
+
+
+PROXY_MODULE, PROXY_NAME = "reroll_proxy", "proxy"
+"""The shared LLM proxy's module and name (`reroll.host.shared_process`)."""
+
+
+def prestart_proxy() -> None:
+    """Start the shared LLM proxy in the background (`reroll.host.shared_process.prestart`), for
+    the rollouts about to start; nothing under ``REROLL_PROXY=per-rollout``."""
+    prestart(PROXY_MODULE, PROXY_NAME)
 
 
 class Released(BaseModel):
@@ -181,7 +191,7 @@ class LlmProxy:
             InfrastructureError: the proxy did not start, or refused the rollout (the cause in the message).
         """
         if self.shared:
-            host = await shared_process("reroll_proxy", "proxy")
+            host = await shared_process(PROXY_MODULE, PROXY_NAME)
             host.acquire()
             try:
                 self._added = await host.post(ROLLOUTS_ROUTE, self._registration, RolloutAdded)

@@ -142,8 +142,8 @@ class SharedProcess:
         """Count one more rollout (cancelling a pending stop)."""
         self.users += 1
         if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
+            linger, self._linger = self._linger, None
+            linger.cancel()  # no longer its `_linger`: it stops nothing when the cancel lands
 
     def release(self) -> None:
         """Count one rollout less; with none left, stop after `LINGER_SECONDS`."""
@@ -154,8 +154,9 @@ class SharedProcess:
     async def _stop_later(self) -> None:
         try:
             await asyncio.sleep(LINGER_SECONDS)
-        finally:  # also when the loop ends and cancels it
-            if self.users == 0:
+        finally:  # also when the loop ends and cancels it; not when `acquire` did (the cancel
+            # lands later, perhaps after that rollout left again: another linger runs then)
+            if self.users == 0 and self._linger is asyncio.current_task():
                 await self.stop()
 
     async def stop(self) -> None:
@@ -174,8 +175,15 @@ _RUNNING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, SharedP
     weakref.WeakKeyDictionary()
 )
 """The shared processes of each running event loop, by name."""
-_STARTING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
-"""Held while a loop's shared process starts, so that two rollouts joining at once start one."""
+_STARTING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Held while a loop's shared process of a name starts, so that two rollouts joining at once
+start one; one lock per name, so that the proxy and the scripted model server start together."""
+_PRESTARTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The pending `prestart` tasks of each loop (kept referenced until they end)."""
 
 
 async def shared_process(module: str, name: str) -> SharedProcess:
@@ -186,7 +194,7 @@ async def shared_process(module: str, name: str) -> SharedProcess:
         InfrastructureError: it could not be started.
     """
     loop = asyncio.get_running_loop()
-    async with _STARTING.setdefault(loop, asyncio.Lock()):
+    async with _STARTING.setdefault(loop, {}).setdefault(name, asyncio.Lock()):
         running = _RUNNING.setdefault(loop, {})
         process = running.get(name)
         if process is None or not process.alive():
@@ -194,6 +202,27 @@ async def shared_process(module: str, name: str) -> SharedProcess:
             await process.start()
             running[name] = process
         return process
+
+
+def prestart(module: str, name: str) -> None:
+    """Start the running loop's shared process `name` in the background (`shared_process`), so that
+    the first rollout to join finds it started or starting instead of starting it then: a command
+    about to start rollouts calls it first. Unjoined, it stops after `LINGER_SECONDS` as one the
+    last rollout left; a start that fails is left to the first rollout's own start to report.
+    Nothing under ``REROLL_PROXY=per-rollout``."""
+    if per_rollout():
+        return
+
+    async def start() -> None:
+        with contextlib.suppress(InfrastructureError):
+            process = await shared_process(module, name)
+            process.acquire()
+            process.release()  # joined by none yet: lingers, then stops
+
+    pending = _PRESTARTS.setdefault(asyncio.get_running_loop(), set())
+    task = asyncio.ensure_future(start())
+    pending.add(task)
+    task.add_done_callback(pending.discard)
 
 
 def _error_of(body: bytes) -> str:

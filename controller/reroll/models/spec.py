@@ -53,7 +53,7 @@ from reroll_contracts.errors import ModelError
 from reroll_contracts.proxy import FormatName, UpstreamConfig
 
 from reroll.host.child_process import ChildProcess
-from reroll.host.shared_process import per_rollout, shared_process
+from reroll.host.shared_process import per_rollout, prestart, shared_process
 from reroll.models.scripted import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
@@ -220,6 +220,18 @@ def provider_env(provider: str, suffix: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", provider).upper() + "_" + suffix
 
 
+SCRIPTED_MODULE, SCRIPTED_NAME = "reroll.models.scripted", "scripted-model"
+"""The shared scripted model server's module and name (`reroll.host.shared_process`)."""
+
+
+def prestart_upstream(spec: str) -> None:
+    """Start the shared scripted model server in the background when model `spec` (a ``--model``
+    value, unparsed) is a scripted one (`reroll.host.shared_process.prestart`), for the rollouts
+    about to start; nothing for a provider's model or under ``REROLL_PROXY=per-rollout``."""
+    if spec.partition(":")[0] in _SCRIPTED_FORMATS:
+        prestart(SCRIPTED_MODULE, SCRIPTED_NAME)
+
+
 @contextlib.asynccontextmanager
 async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[UpstreamConfig]:
     """Provide the live upstream for `model`: a scripted model is served by the controller's
@@ -232,7 +244,7 @@ async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[Upstre
         ModelError: the provider's key is missing from the environment.
     """
     if model.script is not None and not per_rollout():
-        shared = await shared_process("reroll.models.scripted", "scripted-model")
+        shared = await shared_process(SCRIPTED_MODULE, SCRIPTED_NAME)
         shared.acquire()
         try:
             registration = ScriptRegistration(script=model.script, only_format=model.api_format)

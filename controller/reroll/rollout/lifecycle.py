@@ -35,7 +35,7 @@ from rich.console import Console
 from reroll.cache import host_cpus, host_memory_mb
 from reroll.rollout.agent_phase import install_agent, run_agent
 from reroll.rollout.hooks import Hooks, Run
-from reroll.rollout.llm_side import start_llm_side
+from reroll.rollout.llm_side import port_of, start_llm_side
 from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.rollout.turns.scenes import AgentOutcome, TrialContext, run_trial
@@ -166,8 +166,6 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
     """
     plan, sandbox, console = run.plan, run.sandbox, run.console
     async with start_gate or contextlib.nullcontext():
-        run.proxy = await start_llm_side(plan, sandbox, run.stack, harness_folder(plan.run_dir))
-        await run.hooks.before_sandbox_start(run)
         networks = plan.task.spec.networks()
         network = f"network {networks.agent}" + (
             f", the verifier's {networks.verifier}" if networks.verifier != networks.agent else ""
@@ -175,7 +173,7 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
         if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
             network = "the host's network; cpus and memory not limited"
         console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
-        await sandbox.start()
+        await _start_together(run)
     run.env = sandbox_env(sandbox)
     if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
         run.env |= await trust_host_ca(sandbox)
@@ -207,6 +205,31 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
     )
     await run.hooks.before_agent(run)
     return run.trial
+
+
+async def _start_together(run: Run) -> None:
+    """Start the LLM side (`start_llm_side`, then the ``before_sandbox_start`` hooks) and the
+    sandbox at once: neither waits for the other's processes (model server, proxy; namespaces,
+    sidecar). The sandbox's network is made first (`Sandbox.host_address`), and the proxy's port
+    opened again once the sandbox runs (`Sandbox.allow_host_port` is idempotent), whichever
+    finished first. Both are waited for; the LLM side's error is raised first.
+
+    Raises:
+        As `start_llm_side`, the extensions' hooks and `Sandbox.start`.
+    """
+    plan, sandbox = run.plan, run.sandbox
+    await sandbox.host_address()  # made once, before the two starts use it (docker: the network)
+
+    async def llm_side() -> None:
+        run.proxy = await start_llm_side(plan, sandbox, run.stack, harness_folder(plan.run_dir))
+        await run.hooks.before_sandbox_start(run)
+
+    outcomes = await asyncio.gather(llm_side(), sandbox.start(), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    if run.proxy is not None:
+        await sandbox.allow_host_port(port_of(run.proxy.base_url))
 
 
 async def _settle(run: Run, outcome: AgentOutcome) -> None:

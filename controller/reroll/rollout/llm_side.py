@@ -12,7 +12,7 @@ from pathlib import Path
 
 from reroll_contracts.proxy import VolatileRule
 
-from reroll.host.llm_proxy import LlmProxy
+from reroll.host.llm_proxy import LlmProxy, prestart_proxy
 from reroll.models.spec import live_upstream
 from reroll.rollout.plan import RolloutPlan
 from reroll.runfolder.run import TRAJECTORY
@@ -26,8 +26,10 @@ async def start_llm_side(
     stack: contextlib.AsyncExitStack,
     harness_dir: Path,
 ) -> LlmProxy | None:
-    """Start the live model and the LLM proxy, each stopped by `stack`, and open the proxy's
-    port to `sandbox` (created, not yet started).
+    """Start the live model and the LLM proxy (the shared one's process at once:
+    `reroll.host.llm_proxy.prestart_proxy`), each stopped by `stack`, and open the proxy's port to
+    `sandbox` (created; perhaps starting meanwhile, `reroll.rollout.lifecycle`: the volatile
+    sandbox paths are read from its layout before then, as when it started after).
 
     Returns:
         The proxy; None for an agent that calls no model.
@@ -38,6 +40,8 @@ async def start_llm_side(
     """
     if plan.agent.api_format == "none":
         return None
+    prestart_proxy()  # while the model server starts
+    volatile = volatile_rules(plan, sandbox.layout)  # before any await: the layout before the start
     upstream = None
     if (live_model := plan.live_model) is not None:
         upstream = await stack.enter_async_context(live_upstream(live_model, harness_dir))
@@ -49,7 +53,7 @@ async def start_llm_side(
         replay=plan.replay,
         listen_host=host,
         faults=plan.config.faults,
-        volatile=volatile_rules(plan, sandbox.layout),
+        volatile=volatile,
         hold_every=plan.hold_every,
         max_steps=plan.config.max_steps,
     )

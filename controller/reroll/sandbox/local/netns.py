@@ -257,6 +257,7 @@ class Forwarder:
         self._servers: list[asyncio.Server] = []
         self._open: set[asyncio.StreamWriter] = set()
         self._forwarded: set[int] = set()
+        self._forwarding = asyncio.Lock()
         self._allowed: Target = listed_target(Resolved())
 
     async def _serve(self, port: int, handler: Handler) -> int:
@@ -294,9 +295,10 @@ class Forwarder:
         Raises:
             OSError: as `listen_in`.
         """
-        if port not in self._forwarded:
-            await self._serve(port, _forward_to(self.address, port))
-            self._forwarded.add(port)
+        async with self._forwarding:  # two callers at once (a start's scan, a port opened) bind once
+            if port not in self._forwarded:
+                await self._serve(port, _forward_to(self.address, port))
+                self._forwarded.add(port)
 
     async def listed_proxy(self, allowed: Resolved) -> str:
         """An HTTP CONNECT proxy inside the namespace that tunnels only to `allowed`

@@ -1,0 +1,251 @@
+"""Benchmark: where a child's start goes when ``reroll branch --via snapshot`` forks from a kept
+pool checkpoint, from the command's start to the first child's first live request.
+
+    .venv/bin/python scripts/bench/fork_breakdown.py [--steps 40] [--at 10,30] [-n 8]
+        [--concurrency 4] [--checkpoint-keep 64] [--run RUN_FOLDER]
+
+Records one run of the resumable ``urllib-session`` agent on examples/tasks/sqlite-ledger (as
+scripts/bench/branch.py does, with a pool checkpoint at every step) unless `--run` names one, then
+branches it at each step of `--at` into `-n` children by snapshot, in this process, with a timer
+around each stage of the branch and of every child (the functions are wrapped here: nothing in
+reroll is changed for it). Prints the ``import reroll.cli`` time (what the CLI pays before
+``branch`` starts) and, per branching, the fork latency (the branch's start to the first live
+request of any child, from the children's trajectories), then a timeline: each stage of the
+branch, and of the child that went live first, with its start and its seconds (a stage inside
+another is indented; the LLM side and the sandbox's start overlap), one line per child (its
+start, the seconds of its LLM side, sandbox start and agent), and each stage's median over the
+children. Run it under
+``flock /tmp/reroll-docker.lock``. The pools of a run it recorded are removed at the end
+unless `--keep-recording` names a jobs folder to record into (then pass the run to `--run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextvars
+import functools
+import inspect
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from branch import AGENTS, TASK, branch_arguments, first_live, script
+from reroll.agents import AGENTS_FILE_ENV
+from reroll.jobs.branch import branch
+from reroll.jobs.jobfile import RunnerOptions
+from reroll.rollout.commands.record import run_task
+from reroll.sandbox.local.storage import remove_pools_under
+from reroll.settings import RolloutSettings
+
+STAGES = [
+    ("reroll.jobs.branch", "_open_points", "open the run folder and checkpoint"),
+    ("reroll.jobs.branch", "_TreePlan.refuse_unrunnable", "check the first child"),
+    ("reroll.jobs.branch", "_TreePlan.write_parent", "write the parent folder"),
+    ("reroll.jobs.branch", "_TreePlan.reach_cut", "find the layers and pool"),
+    ("reroll.rollout.layers", "load_checkpoint", "load_checkpoint (read, sha256)"),
+    ("reroll.jobs.runner", "Runner.run", "runner"),
+    ("reroll.jobs.branch", "run_branch", "child"),
+    ("reroll.jobs.branch", "_open_point", "open the checkpoint"),
+    ("reroll.rollout.start", "_configured", "settings and extensions"),
+    ("reroll.rollout.start", "create_run_folder", "create the run folder"),
+    ("reroll.rollout.lifecycle", "_new_sandbox", "sandbox object"),
+    ("reroll.rollout.lifecycle", "_set_up", "set up (gate, proxy, sandbox, install, hooks)"),
+    ("reroll.rollout.lifecycle", "start_llm_side", "model server and proxy registration"),
+    ("reroll.host.shared_process", "shared_process", "shared process (started or found)"),
+    ("reroll.host.shared_process", "SharedProcess.post", "registration"),
+    ("reroll.sandbox.local.isolated", "IsolatedSandbox.start", "sandbox start"),
+    ("reroll.sandbox.local.isolated", "ensure_bundle", "sidecar bundle"),
+    ("reroll.sandbox.local.isolated", "IsolatedSandbox._lay_out", "lay out"),
+    ("reroll.sandbox.local.storage", "SandboxDisk.child_of", "disk: child of the pool"),
+    ("reroll.sandbox.local.identity", "shift_tree", "shift owners"),
+    ("reroll.sandbox.local.rootview", "chown_tree", "chown"),
+    ("reroll.host.child_process", "ChildProcess.start", "a child process to ready"),
+    ("reroll.sandbox.base", "Sandbox.wait_ready", "sidecar ready"),
+    ("reroll.sandbox.local.netns", "Forwarder.forward_host_ports", "forward the proxy port"),
+    ("reroll.sandbox.local.netns", "attach_pasta", "pasta"),
+    ("reroll.rollout.lifecycle", "install_agent", "agent install (check)"),
+    ("reroll.rollout.hooks", "Hooks.after_sandbox_start", "after_sandbox_start hooks"),
+    ("reroll.rollout.verify.script_verifier", "TestScriptVerifier.prepare", "verifier baseline"),
+    ("reroll.rollout.hooks", "Hooks.before_agent", "before_agent hooks"),
+    ("reroll.rollout.layers", "restore_checkpoint", "restore the layers"),
+    ("reroll.rollout.agent_phase", "run_agent", "agent (to its exit)"),
+    ("reroll.rollout.lifecycle", "_settle", "settle (proxy stop, quiesce, manifest)"),
+    ("reroll.rollout.verify.script_verifier", "TestScriptVerifier.verify", "verify"),
+    ("reroll.sandbox.local.isolated", "IsolatedSandbox.stop", "sandbox stop"),
+    ("reroll.rollout.lifecycle", "_write_result", "write result.json"),
+]
+"""(module, [Class.]function, label): the stages timed, outermost first."""
+
+CHILD: contextvars.ContextVar[str] = contextvars.ContextVar("child", default="branch")
+
+
+@dataclass
+class Span:
+    child: str
+    label: str
+    start: float
+    """``time.time()``."""
+    end: float
+
+
+SPANS: list[Span] = []
+
+
+def _timed(function: Callable[..., Any], label: str) -> Callable[..., Any]:
+    """`function` recording a `Span` per call (a child's: `CHILD` is set on ``run_branch``)."""
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def timed_async(*args: Any, **kwargs: Any) -> Any:
+            token = CHILD.set(kwargs["name"]) if label == "child" else None  # run_branch's folder
+            began = time.time()
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                SPANS.append(Span(CHILD.get(), label, began, time.time()))
+                if token is not None:
+                    CHILD.reset(token)
+
+        return timed_async
+
+    @functools.wraps(function)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            SPANS.append(Span(CHILD.get(), label, began, time.time()))
+
+    return timed
+
+
+def instrument() -> None:
+    """Wrap every stage of `STAGES`: a class's method on its class, a function wherever a module
+    bound it (``from m import f`` included)."""
+    import importlib
+
+    for module_name, name, label in STAGES:
+        module = importlib.import_module(module_name)
+        if "." in name:
+            owner_name, attribute = name.split(".")
+            owner = getattr(module, owner_name)
+            setattr(owner, attribute, _timed(getattr(owner, attribute), label))
+            continue
+        original = getattr(module, name)
+        wrapped = _timed(original, label)
+        for loaded in list(sys.modules.values()):
+            if getattr(loaded, name, None) is original:
+                setattr(loaded, name, wrapped)
+
+
+def import_seconds() -> float:
+    """Seconds a fresh interpreter takes to ``import reroll.cli.app`` (the CLI's start)."""
+    code = "import time; t = time.perf_counter(); import reroll.cli.app; print(time.perf_counter() - t)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(done.stdout)
+
+
+def report(spans: list[Span], began: float, live: tuple[float, str] | None) -> None:
+    """Print the timeline of the branch and of the child that went live first, and medians."""
+    latency = f"{live[0] - began:.3f} s" if live else "none went live"
+    print(f"  fork latency: {latency}")
+    first = live[1] if live is not None else min(s.child for s in spans)
+    labels = [label for _, _, label in STAGES]
+    for who in ("branch", first):
+        print(f"  {who}: stage (start s after the branch started, seconds)")
+        mine = sorted((s for s in spans if s.child == who), key=lambda s: (s.start, -s.end))
+        stack: list[Span] = []
+        for span in mine:
+            while stack and (span.start >= stack[-1].end or span.end > stack[-1].end):
+                stack.pop()
+            indent, offset = "  " * len(stack), span.start - began
+            print(f"    {indent}{span.label:<48} {offset:7.3f} {span.end - span.start:7.3f}")
+            stack.append(span)
+    if live is not None:
+        print(f"    {'first live request':<48} {live[0] - began:7.3f}")
+    per_label: dict[str, list[float]] = defaultdict(list)
+    for span in spans:
+        if span.child != "branch":
+            per_label[span.label].append(span.end - span.start)
+    each_child(spans, began)
+    print("  median over the children (seconds, count)")
+    for label in labels:
+        if label in per_label:
+            values = per_label[label]
+            print(f"    {label:<48} {statistics.median(values):7.3f}  x{len(values)}")
+
+
+def each_child(spans: list[Span], began: float) -> None:
+    """Print one line per child: its start, and the seconds of its LLM side, of its sandbox's
+    start and of its agent."""
+    print("  each child: start, seconds of its LLM side, of its sandbox start, of its agent")
+    shown = ("model server and proxy registration", "sandbox start", "agent (to its exit)")
+    for child in sorted({s.child for s in spans} - {"branch"}):
+        mine = {s.label: s for s in spans if s.child == child}
+        seconds = " ".join(f"{mine[k].end - mine[k].start:6.3f}" if k in mine else "     -" for k in shown)
+        print(f"    {child:<48} {mine['child'].start - began:7.3f} {seconds}")
+
+
+async def bench(args: argparse.Namespace, folder: Path) -> int:
+    os.environ[AGENTS_FILE_ENV] = str(AGENTS)
+    model = script(folder, args.steps, args.step_seconds)
+    run = Path(args.run) if args.run else None
+    if run is None:
+        print(f"recording {args.steps} steps of urllib-session on sqlite-ledger (local)", flush=True)
+        options = RolloutSettings(sandbox="local", checkpoint_keep=args.checkpoint_keep)
+        jobs = Path(args.keep_recording) if args.keep_recording else folder
+        outcome = await run_task(
+            TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs
+        )
+        if outcome.result.status != "ok":
+            raise SystemExit(f"the recording ended {outcome.result.status}: {outcome.result.error}")
+        run = outcome.run_dir
+        print(f"  recorded: {run}")
+    print(f"import reroll.cli.app: {import_seconds():.3f} s (before the command starts)")
+    instrument()
+    failed = 0
+    for at in (int(at) for at in args.at.split(",")):
+        print(f"\nbranching at step {at} into {args.n} children by snapshot", flush=True)
+        SPANS.clear()
+        began = time.time()
+        summary = await branch(
+            run,
+            at=at,
+            models=[model],
+            n=args.n,
+            options=RolloutSettings(sandbox="local"),
+            runner=RunnerOptions(concurrency=args.concurrency, max_starting=args.concurrency),
+            output=folder / f"tree-{at}",
+            via="snapshot",
+        )
+        print(f"  {time.time() - began:.1f} s wall; {summary.note}")
+        report(list(SPANS), began, first_live(summary))
+        failed += sum(child.status != "ok" for child in summary.children)
+    if not args.run and not args.keep_recording:
+        remove_pools_under(folder)
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = branch_arguments(concurrency=4)
+    parser.add_argument("--checkpoint-keep", type=int, default=64)
+    parser.add_argument("--run", help="a recorded run folder to branch (recorded with --checkpoint-keep)")
+    parser.add_argument("--keep-recording", help="record into this jobs folder and keep it (for --run)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="reroll-bench-fork-") as folder:
+        return asyncio.run(bench(args, Path(folder)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
