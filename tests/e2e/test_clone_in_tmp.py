@@ -14,12 +14,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.local import isolated
+from reroll.sandbox.local import rootview
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
     pytest.mark.skipif(not (shutil.which("git") and shutil.which("make")), reason="needs git and make"),
 ]
 CHECKOUT = Path(__file__).resolve().parents[2]

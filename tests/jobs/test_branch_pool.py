@@ -30,7 +30,7 @@ from reroll.rollout.extensions.checkpoints import (
 from reroll.rollout.layers import load_checkpoint
 from reroll.runfolder.run import harness_folder
 from reroll.sandbox.docker import disk
-from reroll.sandbox.local import cow, isolated, storage
+from reroll.sandbox.local import cow, rootview, storage
 from reroll.settings import RolloutSettings
 
 from tests.jobs.test_branch_snapshot import CUT, LEDGER, ledger_script, session_agent
@@ -40,7 +40,7 @@ REROLL = str(Path(sys.executable).parent / "reroll")
 
 pytestmark = [
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
     pytest.mark.skipif(not cow.available(), reason="btrfs-progs (mkfs.btrfs) is not installed"),
 ]
 

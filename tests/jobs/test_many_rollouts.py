@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.local import isolated
+from reroll.sandbox.local import rootview
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
 ]
 
 REROLL = str(Path(sys.executable).parent / "reroll")

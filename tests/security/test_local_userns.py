@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from reroll.cache import cache_dir
-from reroll.sandbox.local import isolated
+from reroll.sandbox.local import rootview
 from reroll.sandbox.local.identity import SLOT_ID_START
 
 from tests.e2e.test_reward_hacks import write_files
@@ -35,7 +35,7 @@ from tests.e2e.test_reward_hacks import write_files
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
 ]
 REROLL = str(Path(sys.executable).parent / "reroll")
 CHECKOUT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,8 @@ import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
 from reroll.sandbox.local.cgroups import CgroupError, detect
-from reroll.sandbox.local.isolated import IsolatedSandbox, namespaces_unavailable
+from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.tasks.task import load_task
 
 from tests.conftest import EXAMPLES

@@ -7,7 +7,7 @@ returns for it: the seam between the backends and the planes above them.
 - `SiblingServices` (the environment plane, `reroll.environment.services`): a backend that runs
   a task's image services as containers beside the sandbox starts them by name and hands back a
   `ServiceProcess`.
-- `PhaseAllowList` (the verify's network, `reroll.rollout.verify.script_verifier`): a backend that
+- `PhaseAllowList` (the verify's network, `reroll.rollout.verify.phase_network`): a backend that
   enforces allow-lists switches the sandbox to another phase's list.
 
 The planes import this module; no backend imports a plane.

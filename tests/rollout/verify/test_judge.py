@@ -20,7 +20,7 @@ from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.rollout.side_model import side_proxy
 from reroll.rollout.verify.judge import _answer as answer_of
 from reroll.runfolder.run import JUDGE_TRAJECTORY
-from reroll.sandbox.local import isolated
+from reroll.sandbox.local import rootview
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.settings import RolloutSettings
 from reroll.tasks.rubric import Criterion
@@ -105,7 +105,7 @@ async def test_a_judged_task_without_a_judge_model_is_a_verifier_error(
 
 
 @pytest.mark.spawns
-@pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces")
+@pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces")
 async def test_the_sandbox_cannot_reach_the_judges_proxy(tmp_path: Path, examples: Path) -> None:
     """Attack: a process of the agent's user probes the judge's proxy port on every address the
     sandbox could know (loopback, its own proxy address); the host reaches it (so it is up)."""

@@ -21,7 +21,7 @@ import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.engine import docker_unreachable
 from reroll.sandbox.docker.images import base_tag, ensure_catalogue, task_image
-from reroll.sandbox.local import isolated
+from reroll.sandbox.local import rootview
 from reroll.sandbox.local.buildah import BuildahBuilder, buildah_missing
 from reroll.sandbox.local.imagefs import ImageRoot, image_root, rootfs_folder
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE
@@ -34,7 +34,7 @@ from tests.e2e.test_example_tasks import oracle_run
 pytestmark = [
     pytest.mark.spawns,
     pytest.mark.slow,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
     pytest.mark.skipif(bool(buildah_missing()), reason=buildah_missing() or "buildah is here"),
 ]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.disk import SizedDisk
-from reroll.sandbox.local import cow, isolated
+from reroll.sandbox.local import cow, rootview
 from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxError
@@ -52,7 +52,7 @@ def test_a_snapshot_is_read_only_even_to_the_host_and_holds_only_the_bytes_chang
 
 
 async def test_each_restore_is_a_fresh_writable_layer_over_the_frozen_one(task: Task) -> None:
-    if isolated.namespaces_unavailable():
+    if rootview.namespaces_unavailable():
         pytest.skip("this machine forbids namespaces")
     async with IsolatedSandbox(sandbox_spec(task), "cow-restore") as sandbox:
         workspace, home = sandbox.layout.workspace, sandbox.layout.home
@@ -86,7 +86,7 @@ async def test_each_restore_is_a_fresh_writable_layer_over_the_frozen_one(task: 
 
 
 async def test_other_paths_and_a_disk_without_copy_on_write_take_the_tar_path(task: Task) -> None:
-    if isolated.namespaces_unavailable():
+    if rootview.namespaces_unavailable():
         pytest.skip("this machine forbids namespaces")
     async with IsolatedSandbox(sandbox_spec(task), "cow-tar") as sandbox:
         workspace = sandbox.layout.workspace
@@ -110,7 +110,7 @@ async def test_other_paths_and_a_disk_without_copy_on_write_take_the_tar_path(ta
 async def test_a_restore_follows_no_link_planted_on_the_workspaces_path(task: Task) -> None:
     """The attack: the sandbox's root moves the workspace's parent away and puts a relative link
     in its place, so that a restore resolving the path would mount the snapshot on its decoy."""
-    if isolated.namespaces_unavailable():
+    if rootview.namespaces_unavailable():
         pytest.skip("this machine forbids namespaces")
     spec = dataclasses.replace(sandbox_spec(task), workdir="/srv/work")
     async with IsolatedSandbox(spec, "cow-link") as sandbox:

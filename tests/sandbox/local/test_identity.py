@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from reroll import conformance
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.local import identity, isolated
+from reroll.sandbox.local import identity, rootview
 from reroll.sandbox.local.identity import SLOT_COUNT, SLOT_ID_START, IdSlot, shift_tree
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.rootview import AGENT_ID, ID_COUNT, IMAGE_ID_BASE, INSTALLER_ID_BASE
@@ -25,7 +25,7 @@ from reroll.tasks.task import Task
 
 pytestmark = [
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
 ]
 
 HOLD = """

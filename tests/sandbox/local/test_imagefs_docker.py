@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.local import imagefs, isolated
+from reroll.sandbox.local import imagefs, rootview
 from reroll.sandbox.local.imagefs import META_FILE, rootfs_folder, unpacked
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE
@@ -26,7 +26,7 @@ from reroll_contracts.errors import SandboxError
 
 pytestmark = [
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
     pytest.mark.skipif(bool(imagefs.docker_unreachable()), reason="no Docker Engine here"),
 ]
 

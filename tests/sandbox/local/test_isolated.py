@@ -27,7 +27,7 @@ from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.engine import owner_label
 from reroll.sandbox.layout import SANDBOX_HOSTNAME
-from reroll.sandbox.local import backend, isolated
+from reroll.sandbox.local import backend, isolated, rootview
 from reroll.sandbox.local.backend import local_sandbox
 from reroll.sandbox.local.identity import SLOT_ID_START
 from reroll.sandbox.local.isolated import IsolatedSandbox
@@ -40,7 +40,7 @@ from reroll_contracts.errors import SandboxError
 
 pytestmark = [
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
 ]
 
 WRITES = r"""

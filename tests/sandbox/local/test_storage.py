@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import disk
-from reroll.sandbox.local import cow, isolated, storage
+from reroll.sandbox.local import cow, rootview, storage
 from reroll.sandbox.local.backend import local_sandbox
 from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig
 from reroll.tasks.task import Task
@@ -19,7 +19,7 @@ from reroll_contracts.errors import SandboxError
 
 pytestmark = [
     pytest.mark.spawns,
-    pytest.mark.skipif(bool(isolated.namespaces_unavailable()), reason="this machine forbids namespaces"),
+    pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
     pytest.mark.skipif(not cow.available(), reason="btrfs-progs (mkfs.btrfs) is not installed"),
 ]
 

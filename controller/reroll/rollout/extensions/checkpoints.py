@@ -37,7 +37,7 @@ from reroll.rollout.origin import FromCheckpoint, NewRecording
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.run import harness_folder, write_json
 from reroll.sandbox.local import cow
-from reroll.sandbox.local.isolated import namespaces_unavailable
+from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.local.storage import PoolSnapshot, mark_pool
 

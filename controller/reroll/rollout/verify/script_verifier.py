@@ -30,14 +30,13 @@ files elsewhere are deleted; ``cleanup.txt`` says what was done, and a change it
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import re
 import shlex
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +48,16 @@ from reroll_contracts.errors import (
     VerifyLeftoverError,
 )
 from reroll_contracts.hardening import HardeningOptions
-from reroll_contracts.network import PhaseNetworks
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
 from reroll.agents import AgentSpec
 from reroll.environment.state import QUERY_FILE, query_state
 from reroll.rollout.verify.failures import Diagnosis, diagnose
+from reroll.rollout.verify.phase_network import verify_network
 from reroll.rollout.verify.verifiers import DEFAULT_VERIFIER, Verdict, VerifyRequest
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
-from reroll.sandbox.seam import PhaseAllowList
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.rubric import COMMAND_SCRIPT, command_files, task_policy
 from reroll.tasks.task import Task
@@ -288,37 +286,6 @@ async def soft_verify(sandbox: Sandbox, task: Task, env: dict[str, str], output_
         await sandbox.exec(["rm", "-rf", "--", verifier_dir], env=env, inherit_env=False)
 
 
-@contextlib.asynccontextmanager
-async def verify_network(sandbox: Sandbox, networks: PhaseNetworks) -> AsyncIterator[dict[str, str]]:
-    """The verify phase's network, given only while inside: where the verifier's policy is looser
-    than the agent's (agent ``none``, verifier ``full``), the sandbox's `Sandbox.egress` (docker:
-    the container joins a network with internet access; `local`: an HTTP CONNECT proxy named by
-    the proxy variables), entered after every process of the agent was ended (`verify` keeps none
-    then); elsewhere nothing changes (a stricter verifier's own loopback-only namespace is the
-    sidecar's, `VerifyScript.own_network`). Where the verifier has an allow-list of its own
-    (`PhaseNetworks.verifier_listed`), or the sandbox enforces the agent's and the verifier is
-    looser, the sandbox switches to the verifier's list (`PhaseAllowList.allow_only`; ``full``:
-    everything) for the verify.
-
-    Yields:
-        Environment the test script needs to use that access (proxy variables, a CA bundle).
-
-    Raises:
-        SandboxError: the verifier has an allow-list and the sandbox cannot enforce one.
-    """
-    if networks.verifier_listed or (networks.verifier_looser and networks.filtered):
-        if not isinstance(sandbox, PhaseAllowList):
-            raise SandboxError(f"{sandbox.label}: cannot enforce the verifier's allowed_hosts")
-        async with sandbox.allow_only(networks.allowed("verifier")) as env:
-            yield env
-        return
-    if not networks.verifier_looser:
-        yield {}
-        return
-    async with sandbox.egress() as env:
-        yield env
-
-
 def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool:
     """Whether what `agent` leaves running stays alive for the final verify, as the task's own
     harness has it: Harbor (a task in its layout) keeps it, so a server the solution started is
@@ -328,8 +295,8 @@ def keeps_agent_processes(task: Task, agent: AgentSpec, agent_user: str) -> bool
     hardening and keeps out of the workspace (handed to root) and the verifier's folders. An
     agent running as root could rewrite the tests or the reward: its processes die as before.
     Neither are they kept where the verifier's network policy is looser than the agent's: they
-    would gain the verify's network (`verify_network`), nor where the verifier has an allow-list
-    of its own."""
+    would gain the verify's network (`reroll.rollout.verify.phase_network.verify_network`), nor
+    where the verifier has an allow-list of its own."""
     if task.layout != "legacy" or task.spec.verifier.type != DEFAULT_VERIFIER:
         return False
     networks = task.spec.networks()

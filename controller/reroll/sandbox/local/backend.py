@@ -9,8 +9,9 @@ from reroll_contracts.errors import SandboxError
 
 from reroll.host.notices import warn_once
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.local.isolated import IsolatedSandbox, namespaces_unavailable
+from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
+from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.local.storage import prune_local_disks
 from reroll.sandbox.spec import SandboxSpec

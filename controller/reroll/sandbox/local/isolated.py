@@ -53,7 +53,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -62,7 +61,6 @@ from typing import IO, ClassVar
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import RerollError, SandboxError, SidecarError
 from reroll_contracts.proxy import FreezePlan
-from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.cache import cache_dir
 from reroll.host.child_process import ChildProcess
@@ -86,13 +84,11 @@ from reroll.sandbox.local.rootview import (
     AGENT_ID,
     IMAGE_ID_BASE,
     INSTALLER_ID_BASE,
-    SYSTEM_DIRS,
-    TOP_LEVEL,
     Piece,
     RootView,
     chown_tree,
     read_child_pid,
-    system_args,
+    workspace_folder,
     write_id_maps,
 )
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
@@ -103,7 +99,6 @@ from reroll.sandbox.spec import SandboxSpec
 
 AGENT_USER = "agent"
 """The agent's user inside the sandbox (the same name as in the docker backend's containers)."""
-PROBE_TIMEOUT_SECONDS = 10.0
 ENDED_TIMEOUT_SECONDS = 1.0
 """How long `IsolatedSandbox.start` waits, when ``bwrap`` ended before reporting its child, to
 learn how its command ended (exit code or signal, and its log) for the error."""
@@ -138,7 +133,7 @@ class IsolatedSandbox(Sandbox):
         self.folder = Path(tempfile.mkdtemp(prefix=f"reroll-local-{run_id[:MAX_NAME_IN_ROOT]}-"))
         layout = SandboxLayout(
             root="/",
-            workspace=_workspace(spec),
+            workspace=workspace_folder(spec.workdir),
             logs_dir=spec.logs_mount,
             home=f"/home/{AGENT_USER}",
             agents_dir=str(cache_dir() / "agents"),
@@ -388,10 +383,8 @@ class IsolatedSandbox(Sandbox):
         ``/`` (`PoolSnapshot.root`) unless the sandbox runs on a task's image; None with
         ``keep_snapshots`` False, without copy-on-write, or on a pool's child. Raises SandboxError
         as `snapshot`."""
-        storage, paths = self._storage, [self.layout.workspace, self.layout.home]
-        if self.config.keep_snapshots is False or storage is None or storage.cow is None or storage.is_child:
-            return None
-        if not storage.cow.covers(paths):
+        storage, paths = self._storage, self._pool_paths()
+        if storage is None or paths is None:
             return None
         # ``/`` too (``/tmp``, services' files) unless it is an image's overlay; one thread hop for
         # the three ioctls: this runs while the agent's request is held (a step's checkpoint)
@@ -405,12 +398,18 @@ class IsolatedSandbox(Sandbox):
         none. `adopt_pool_snapshot` then claims each snapshot it took. The sandbox's subvolumes
         must stay those it started with meanwhile (no copy-on-write `restore`: a rollout's
         checkpoints restore by the sidecar)."""
+        storage, paths = self._storage, self._pool_paths()
+        if storage is None or paths is None:
+            return None
+        return storage.freeze_plan(paths, root=self._image is None)
+
+    def _pool_paths(self) -> list[str] | None:
+        """The workspace and HOME, which a pool snapshot freezes; None where none is taken
+        (``keep_snapshots`` False, no copy-on-write disk or not covering them, a pool's child)."""
         storage, paths = self._storage, [self.layout.workspace, self.layout.home]
         if self.config.keep_snapshots is False or storage is None or storage.cow is None or storage.is_child:
             return None
-        if not storage.cow.covers(paths):
-            return None
-        return storage.freeze_plan(paths, root=self._image is None)
+        return paths if storage.cow.covers(paths) else None
 
     def adopt_pool_snapshot(self, name: str) -> str | None:
         """Claim the pool snapshot `name` the proxy took by `pool_freeze_plan` (the disk is then
@@ -572,48 +571,6 @@ def _retrieve(future: asyncio.Future[int]) -> None:
     """Take `future`'s outcome, which another error supersedes (asyncio logs one never taken)."""
     if not future.cancelled():
         future.exception()
-
-
-def _workspace(spec: SandboxSpec) -> str:
-    """The spec's working folder (``workdir``, else `DEFAULT_WORKDIR`), unless a folder bound
-    there would hide the agents folder or land in a read-only system folder (``/usr/src/app``);
-    then `DEFAULT_WORKDIR`. Task scripts that read ``$REROLL_WORKSPACE`` run either way."""
-    wanted = Path(spec.workdir or DEFAULT_WORKDIR)
-    agents = cache_dir() / "agents"
-    system = [Path(path) for path in (*SYSTEM_DIRS, *TOP_LEVEL, "/etc", "/proc", "/dev", MOUNT_DIR)]
-    if wanted == Path("/") or wanted == agents or wanted in agents.parents:
-        return DEFAULT_WORKDIR
-    if any(wanted == path or path in wanted.parents for path in system):
-        return DEFAULT_WORKDIR
-    return str(wanted)
-
-
-@functools.cache
-def namespaces_unavailable() -> str:
-    """Why this machine cannot run an isolated sandbox (empty when it can): runs a tiny one."""
-    if os.geteuid() != 0:
-        return "the isolated local sandbox needs root (it maps the sandbox's ids to a host range)"
-    missing = [name for name in ("bwrap", "setpriv", "unshare") if shutil.which(name) is None]
-    if missing:
-        return f"{', '.join(missing)} not installed (scripts/install-sandbox-tools)"
-    probe = [
-        "setpriv",
-        f"--reuid={INSTALLER_ID_BASE}",
-        f"--regid={INSTALLER_ID_BASE}",
-        "--clear-groups",
-        "--",
-        "bwrap",
-        *("--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-net"),
-        *("--unshare-ipc", "--unshare-uts", "--tmpfs", "/", *system_args()),
-        *("--proc", "/proc", "--dev", "/dev", "--", "true"),
-    ]
-    try:
-        done = subprocess.run(
-            probe, capture_output=True, text=True, timeout=PROBE_TIMEOUT_SECONDS, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
 def _warn_unlimited_once(reason: str) -> None:

@@ -39,12 +39,19 @@ the image's own system and ``/etc`` replace the host's.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
+
+from reroll.cache import cache_dir
+from reroll.sandbox.sidecar_bundle import MOUNT_DIR
 
 IMAGE_ID_BASE = 100000
 """The host uid/gid owning what root owned in a task's unpacked image (`reroll.sandbox.local.imagefs`),
@@ -335,3 +342,50 @@ def chown_tree(path: Path, uid: int, gid: int) -> None:
     for folder, dirs, files in os.walk(path):
         for name in dirs + files:
             os.lchown(os.path.join(folder, name), uid, gid)
+
+
+def workspace_folder(workdir: str | None) -> str:
+    """A sandbox's working folder: `workdir` (a spec's, None: `DEFAULT_WORKDIR`), unless a folder bound
+    there would hide the agents folder or land in a read-only system folder (``/usr/src/app``);
+    then `DEFAULT_WORKDIR`. Task scripts that read ``$REROLL_WORKSPACE`` run either way."""
+    wanted = Path(workdir or DEFAULT_WORKDIR)
+    agents = cache_dir() / "agents"
+    system = [Path(path) for path in (*SYSTEM_DIRS, *TOP_LEVEL, "/etc", "/proc", "/dev", MOUNT_DIR)]
+    if wanted == Path("/") or wanted == agents or wanted in agents.parents:
+        return DEFAULT_WORKDIR
+    if any(wanted == path or path in wanted.parents for path in system):
+        return DEFAULT_WORKDIR
+    return str(wanted)
+
+
+PROBE_TIMEOUT_SECONDS = 10.0
+"""How long `namespaces_unavailable`'s tiny sandbox may take."""
+
+
+@functools.cache
+def namespaces_unavailable() -> str:
+    """Why this machine cannot run an isolated sandbox (empty when it can): runs a tiny one, in
+    the namespaces and with the system folders of every root view."""
+    if os.geteuid() != 0:
+        return "the isolated local sandbox needs root (it maps the sandbox's ids to a host range)"
+    missing = [name for name in ("bwrap", "setpriv", "unshare") if shutil.which(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (scripts/install-sandbox-tools)"
+    probe = [
+        "setpriv",
+        f"--reuid={INSTALLER_ID_BASE}",
+        f"--regid={INSTALLER_ID_BASE}",
+        "--clear-groups",
+        "--",
+        "bwrap",
+        *("--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-net"),
+        *("--unshare-ipc", "--unshare-uts", "--tmpfs", "/", *system_args()),
+        *("--proc", "/proc", "--dev", "/dev", "--", "true"),
+    ]
+    try:
+        done = subprocess.run(
+            probe, capture_output=True, text=True, timeout=PROBE_TIMEOUT_SECONDS, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
