@@ -320,8 +320,9 @@ def job_overrides(flags: Mapping[str, Any]) -> dict[str, Any]:
     given["sandbox_config"] = sandbox_settings(flags.get("sandbox_config"), flags.get("image_map"))
     given["fault_seed"] = flags.get("fault_seed")
     bound = environment_binding(flags.get("environment_manifest"), flags.get("state"))
-    given["environment_manifest"] = str(bound["environment_manifest"] or "") or None
-    given["environment_services"] = list(bound["environment_services"] or ()) or None
+    manifest, services = bound["environment_manifest"], bound["environment_services"]
+    given["environment_manifest"] = str(manifest) if manifest is not None else None
+    given["environment_services"] = list(services) if services is not None else None
     for key in ("faults", "skills_dir"):
         given[key] = flags[key].resolve() if flags.get(key) is not None else None
     return {key: value for key, value in given.items() if value is not None}
