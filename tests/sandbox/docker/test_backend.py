@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import docker
+import docker.errors
+import docker.models.containers
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import backend as docker_backend
@@ -150,6 +152,25 @@ async def test_stop_removes_the_container(task: Task) -> None:
         assert len(labelled_containers(run_id)) == 1
     await sandbox.stop()  # twice is fine
     assert labelled_containers(run_id) == []
+
+
+async def test_a_container_that_fails_to_start_is_removed(
+    task: Task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine refusing to start a created container (seen: an ambiguous network name) fails
+    the start with a SandboxError naming the image, and leaves no container or volume holding
+    the sandbox's disk (before, the container stayed "Created" and its volumes in use)."""
+
+    def refuse(self: docker.models.containers.Container, **kwargs: object) -> None:
+        raise docker.errors.APIError("the engine refused to start it")
+
+    monkeypatch.setattr(docker.models.containers.Container, "start", refuse)
+    run_id = f"unstarted-{uuid.uuid4().hex[:8]}"
+    sandbox = DockerSandbox(sandbox_spec(task), run_id)
+    with pytest.raises(SandboxError, match=r"cannot start a container of .*refused to start"):
+        await sandbox.start()
+    assert labelled_containers(run_id) == []
+    assert docker.from_env().volumes.list(filters={"name": docker_backend.docker_name(run_id)}) == []
 
 
 async def test_prune_removes_a_leftover_container(task: Task) -> None:

@@ -330,11 +330,11 @@ class DockerSandbox(Sandbox):
         role = "install" if self.installs_writable else "rollout"
         name = docker_name(self.run_id)
         try:
-            self.container = engine.containers.run(
+            # Created, then started: a start that fails leaves a container `stop` knows to remove.
+            self.container = engine.containers.create(
                 image,
                 entrypoint=[*ENTRYPOINT, "--listen", f"unix:{MOUNT_POINT}/sidecar.sock"],
                 command=["--token-file", f"{MOUNT_POINT}/token"],
-                detach=True,
                 init=True,
                 name=f"reroll-{name}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
                 hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
@@ -344,7 +344,7 @@ class DockerSandbox(Sandbox):
                     OWNER_LABEL: owner_label(),
                     ROLE_LABEL: role,
                 },
-                network=network.name,
+                network=network.id,  # by id: a name can be ambiguous (`ensure_full_network`)
                 mounts=[
                     Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
                     Mount(MOUNT_DIR, str(bundle), type="bind", read_only=True),
@@ -371,6 +371,7 @@ class DockerSandbox(Sandbox):
                 user="0:0",  # the sidecar is root whatever the image's USER; the agent's user is Exec's
                 security_opt=[f"seccomp={seccomp.profile()}"],  # Docker's, plus a verify's namespaces
             )
+            self.container.start()
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
 

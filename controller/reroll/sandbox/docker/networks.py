@@ -15,6 +15,7 @@ import docker.errors
 from docker.models.networks import Network
 from reroll_contracts.errors import SandboxError
 
+from reroll.cache import cache_lock
 from reroll.sandbox.allowlist import Resolved
 from reroll.sandbox.docker import firewall
 from reroll.sandbox.docker.engine import OWNER_LABEL, RUN_ID_LABEL, owner_label
@@ -47,18 +48,31 @@ def _bridge_options(client: docker.DockerClient) -> dict[str, str]:
 def ensure_full_network(client: docker.DockerClient) -> Network:
     """The shared network `FULL_NETWORK` (network policy ``full``), created when missing.
 
+    Docker does not refuse a second network of the same name, so two rollouts that find it
+    missing at once would each make one and every later lookup by name would fail as
+    ambiguous: it is created under the host-wide lock ``<cache>/docker-network-full.lock``, and
+    where duplicates exist already (left by an older reroll) the oldest is kept and the others,
+    when no container uses them, removed. Callers refer to it by its id.
+
     Raises:
-        SandboxError: the network cannot be created.
+        SandboxError: the network cannot be listed or created.
     """
-    with contextlib.suppress(docker.errors.NotFound):
-        return client.networks.get(FULL_NETWORK)
     try:
-        return client.networks.create(
-            FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=_bridge_options(client)
-        )
+        with cache_lock("docker-network-full"):
+            found = client.networks.list(names=[FULL_NETWORK])
+            exact = sorted(
+                (n for n in found if n.name == FULL_NETWORK), key=lambda n: n.attrs.get("Created", "")
+            )
+            if not exact:
+                options = _bridge_options(client)
+                return client.networks.create(
+                    FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=options
+                )
+            for duplicate in exact[1:]:
+                with contextlib.suppress(docker.errors.APIError):  # in use: left, harmless by id
+                    duplicate.remove()
+            return exact[0]
     except docker.errors.APIError as exc:
-        with contextlib.suppress(docker.errors.NotFound):
-            return client.networks.get(FULL_NETWORK)  # created by a concurrent rollout meanwhile
         raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
 
 
