@@ -31,15 +31,13 @@ What `install` puts into the image (``X`` the minor):
   (and logged) rather than left to fail at import (``_tkinter`` on pyenv's builds);
 - ``/usr/local/include/python3.X``: the C headers (``Python.h``) a source build compiles against.
 
-The image's tag hashes the host interpreter's ``sys.version`` (`identity`): another build of the
-host's CPython makes another image. Building it takes about a minute beyond the debootstrap.
+The image's tag hashes the host interpreter's path, size and time (`identity`): another build
+of the host's CPython makes another image. Building it takes about a minute beyond the debootstrap.
 """
 
 from __future__ import annotations
 
-import functools
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,23 +97,21 @@ _ENV = {
 
 def identity(minor: str) -> str:
     """What the stand-in of `minor` (``3.12``) is made of, for its tag's hash: the host
-    interpreter's path and ``sys.version`` and `_RECIPE`; ``absent`` when the host has none."""
+    interpreter's resolved path (pyenv's names its version, ``3.12.1``), the size and modification
+    time of it and of its libpython (a rebuild in place changes them), and `_RECIPE`; ``absent``
+    when the host has none. Nothing is run: this is asked whenever a catalogue tag is named."""
     python = host_python(minor)
     if python is None:
         return "absent"
-    return f"{python}\0{_version(python)}\0{_RECIPE}"
-
-
-@functools.cache
-def _version(python: Path) -> str:
-    """``sys.version`` of the interpreter `python`, or why it cannot say (asked once per path)."""
-    try:
-        done = subprocess.run(
-            [str(python), "-c", "import sys; print(sys.version)"], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"not runnable: {exc}"
-    return done.stdout.strip() or f"not runnable: exit {done.returncode}"
+    stamps = []
+    for path in (python, python.parent.parent / "lib" / f"libpython{minor}.so.1.0"):
+        try:
+            stat = path.stat()
+        except OSError:
+            stamps.append(f"{path.name}: missing")
+        else:
+            stamps.append(f"{path.name}: {stat.st_size} {stat.st_mtime_ns}")
+    return "\0".join([str(python), *stamps, _RECIPE])
 
 
 def install(root: Path, minor: str, log: Callable[[str], None]) -> None:
