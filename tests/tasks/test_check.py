@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from reroll.cli.app import app
 from reroll.cli.common import console
-from reroll.installs import python_runtime
 from reroll.rollout.start import load_runnable_task
 from reroll.rollout.verify.judge_model import judge_model_warnings
 from reroll.sandbox.local import imagefs
@@ -127,22 +127,10 @@ def test_task_check_warns_about_a_base_with_no_stand_in_and_names_the_flag(tmp_p
     assert "--image-map example.invalid/nothing:1=reroll/debian:bookworm-python" in output
 
 
-def _host_pythons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *versions: str) -> None:
-    """The host's CPythons are exactly these pyenv `versions` (``3.12.1``): empty files in a pyenv
-    folder of the test's, no ``python3.X`` on PATH."""
-    root = tmp_path / "pyenv"
-    for version in versions:
-        program = root / version / "bin" / f"python{version.rsplit('.', 1)[0]}"
-        program.parent.mkdir(parents=True)
-        program.write_text("")
-    monkeypatch.setattr(python_runtime, "PYENV_VERSIONS", str(root))
-    monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
-
-
 def test_task_check_warns_about_a_prebuilt_image_with_no_stand_in(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, host_pythons: Callable[..., None]
 ) -> None:
-    _host_pythons(tmp_path, monkeypatch)  # no CPython 3.12 to stand in
+    host_pythons()  # no CPython 3.12 to stand in
     _dockerfile_task(tmp_path / "prebuilt", None, '[environment]\ndocker_image = "python:3.12-slim"\n')
     output = _check(tmp_path / "prebuilt")
     assert "--image-map python:3.12-slim=reroll/debian:trixie-python" in output
@@ -151,11 +139,11 @@ def test_task_check_warns_about_a_prebuilt_image_with_no_stand_in(
 
 
 def test_task_check_has_no_base_warning_for_python_3_12_or_3_10_where_the_host_has_that_cpython(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, host_pythons: Callable[..., None]
 ) -> None:
     """Issue 29: ``FROM python:3.12.9-slim`` and ``python:3.10-slim`` stand in with the host's
     CPython (``reroll/debian:bookworm-python3.X``): no base warning, as the build needs no flag."""
-    _host_pythons(tmp_path, monkeypatch, "3.10.13", "3.12.1")
+    host_pythons("3.10.13", "3.12.1")
     for name, base in (("py312", "python:3.12.9-slim"), ("py310", "python:3.10-slim")):
         _dockerfile_task(tmp_path / name, f"FROM {base}\nRUN pip install numpy==1.23.0\n")
         output = _check(tmp_path / name, docker=True)

@@ -11,7 +11,7 @@ maps to one (no registry needed; `reroll.sandbox.docker.images` builds them).
 - `PUBLIC_BASES`: the public bases (``debian:trixie-slim``, ``ubuntu:24.04``…) each stands in for.
 
 Nothing here talks to Docker: these are the decisions, tested without it (whether a host-Python
-stand-in is available looks at the host's pyenv, `reroll.installs.python_runtime.host_python`).
+stand-in is available looks at the host's pyenv, `reroll.host.pythons.host_python`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from reroll_contracts.errors import ImageUnavailableError
 
-from reroll.installs.python_runtime import PYENV_VERSIONS, host_python
+from reroll.host.pythons import PYENV_VERSIONS, host_python
 from reroll.sandbox.docker import python_standin
 
 _BASE_RECIPE = "debootstrap --variant=minbase; apt lists and caches removed; v1"

@@ -4,7 +4,7 @@ images have theirs.
 
 Debian ships neither minor (bookworm has 3.11, trixie 3.13) and PyPI ships no interpreter, so the
 host's own build is the only CPython 3.10 or 3.12 reroll can have, as for the agents' runtime
-(`reroll.installs.python_runtime`, whose `host_python` finds it: pyenv's newest ``3.X.*``, else
+(`reroll.installs.python_runtime`; `reroll.host.pythons.host_python` finds it: pyenv's newest ``3.X.*``, else
 ``python3.X`` on PATH). That runtime must run in any image, so it bundles the host's C library,
 ELF loader and every library beside the interpreter. This image needs none of that: it is the
 host's own Debian release (bookworm, what reroll's machines run), against whose libraries pyenv
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from reroll_contracts.errors import ImageBuildError
 
-from reroll.installs.python_runtime import PYENV_VERSIONS, host_python
+from reroll.host.pythons import PYENV_VERSIONS, host_python
 from reroll.sandbox.sidecar_bundle import elf_files, patchelf_program, run_build_step
 
 PREFIX = "/usr/local"
