@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 import pytest
+from reroll.host import pythons
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.images import ensure_catalogue
@@ -389,3 +390,21 @@ def variant_images(docker_images: str) -> dict[str, str]:
         }
     finally:
         client.close()
+
+
+@pytest.fixture
+def host_pythons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``host_pythons("3.12.1", …)``: from then on the host's CPythons (`reroll.host.pythons.host_python`)
+    are exactly these pyenv versions: empty files in a pyenv folder of the test's, and no
+    ``python3.X`` on PATH."""
+
+    def have(*versions: str) -> None:
+        root = Path(tempfile.mkdtemp(prefix="pyenv-", dir=tmp_path))
+        for version in versions:
+            program = root / version / "bin" / f"python{version.rsplit('.', 1)[0]}"
+            program.parent.mkdir(parents=True)
+            program.write_text("")
+        monkeypatch.setattr(pythons, "PYENV_VERSIONS", str(root))
+        monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
+
+    return have

@@ -43,6 +43,7 @@ SAME_LAYER = {
     ("settings", "sandbox"),
     ("environment", "sandbox"),
     ("installs", "sandbox"),
+    ("installs", "host"),
 }
 PROXY_LAUNCHERS = {"host/llm_proxy.py", "host/intercept.py"}
 """The controller modules that start the LLM proxy's process (``python -m reroll_proxy``, the

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from reroll.host import pythons
 from reroll.installs import python_runtime
 from reroll.installs.python_runtime import LIBS, ensure_runtime, host_python, provide_python
 from reroll.sandbox.layout import SandboxLayout
@@ -21,19 +22,6 @@ from reroll.sandbox.results import ExecResult
 from reroll_contracts.errors import AgentInstallError
 
 HOST_PYTHON = host_python("3.12")
-
-
-def test_host_python_takes_pyenvs_newest_by_version_not_by_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for version in ("3.12.1", "3.12.10", "3.12.9", "3.11.7"):
-        program = tmp_path / version / "bin" / ("python" + version.rsplit(".", 1)[0])
-        program.parent.mkdir(parents=True)
-        program.touch(mode=0o755)
-    monkeypatch.setattr(python_runtime, "PYENV_VERSIONS", str(tmp_path))
-    assert host_python("3.12") == tmp_path / "3.12.10" / "bin" / "python3.12"
-    monkeypatch.setenv("PATH", str(tmp_path / "none"))
-    assert host_python("3.13") is None
 
 
 @pytest.mark.spawns
@@ -150,7 +138,7 @@ def fake_python(folder: Path, version: str, *, with_venv: bool) -> None:
 async def test_a_sandbox_python_without_venv_fails_within_seconds_naming_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(python_runtime, "PYENV_VERSIONS", str(tmp_path / "no-pyenv"))
+    monkeypatch.setattr(pythons, "PYENV_VERSIONS", str(tmp_path / "no-pyenv"))
     fake_python(tmp_path, "3.99", with_venv=False)
     env = {"PATH": f"{tmp_path}:{os.defpath}"}
     started = time.monotonic()

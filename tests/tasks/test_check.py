@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -126,12 +127,27 @@ def test_task_check_warns_about_a_base_with_no_stand_in_and_names_the_flag(tmp_p
     assert "--image-map example.invalid/nothing:1=reroll/debian:bookworm-python" in output
 
 
-def test_task_check_warns_about_a_prebuilt_image_with_no_stand_in(tmp_path: Path) -> None:
+def test_task_check_warns_about_a_prebuilt_image_with_no_stand_in(
+    tmp_path: Path, host_pythons: Callable[..., None]
+) -> None:
+    host_pythons()  # no CPython 3.12 to stand in
     _dockerfile_task(tmp_path / "prebuilt", None, '[environment]\ndocker_image = "python:3.12-slim"\n')
     output = _check(tmp_path / "prebuilt")
     assert "--image-map python:3.12-slim=reroll/debian:trixie-python" in output
     assert "needs its image (environment.docker_image = python:3.12-slim)" in output
     assert "Docker is not reachable" in output and "--sandbox docker" in output
+
+
+def test_task_check_has_no_base_warning_for_python_3_12_or_3_10_where_the_host_has_that_cpython(
+    tmp_path: Path, host_pythons: Callable[..., None]
+) -> None:
+    """Issue 29: ``FROM python:3.12.9-slim`` and ``python:3.10-slim`` stand in with the host's
+    CPython (``reroll/debian:bookworm-python3.X``): no base warning, as the build needs no flag."""
+    host_pythons("3.10.13", "3.12.1")
+    for name, base in (("py312", "python:3.12.9-slim"), ("py310", "python:3.10-slim")):
+        _dockerfile_task(tmp_path / name, f"FROM {base}\nRUN pip install numpy==1.23.0\n")
+        output = _check(tmp_path / name, docker=True)
+        assert "no stand-in" not in output and "--image-map" not in output, output
 
 
 def test_task_check_warns_that_local_cannot_build_a_dockerfile_that_installs_without_docker(

@@ -56,7 +56,7 @@ ImageMapOption = Annotated[
     typer.Option(
         "--image-map",
         help="Build a task's Dockerfile FROM a local image instead: SRC=DST, e.g. "
-        "python:3.12-slim=reroll/debian:trixie-python (repeatable; docker, and local on a task's "
+        "ubuntu:20.04=reroll/debian:bookworm-python (repeatable; docker, and local on a task's "
         "image; no registry needed; a catalogue image reroll/debian:VARIANT is built on first use; "
         "= the setting image_map).",
     ),

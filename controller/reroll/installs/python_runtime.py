@@ -26,10 +26,8 @@ into ``<cache>/python/<key>/``; ~110 MB.
 from __future__ import annotations
 
 import asyncio
-import glob
 import hashlib
 import logging
-import re
 import secrets
 import shutil
 import subprocess
@@ -38,6 +36,8 @@ from pathlib import Path
 from reroll_contracts.errors import AgentInstallError, ImageBuildError
 
 from reroll.cache import cache_dir
+from reroll.host.pythons import PYENV_VERSIONS as PYENV_VERSIONS  # re-exported
+from reroll.host.pythons import host_python as host_python  # re-exported
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.sidecar_bundle import (
     Log,
@@ -50,8 +50,6 @@ from reroll.sandbox.sidecar_bundle import (
     set_modes,
 )
 
-PYENV_VERSIONS = "/root/.pyenv/versions"
-"""Where reroll's machines keep pyenv's interpreters (``<version>/bin/pythonX.Y``)."""
 LIBS = "lib/reroll-libs"
 """The runtime's folder of bundled shared libraries, relative to its prefix."""
 PRELOADED = ("libstdc++.so.6", "libgcc_s.so.1")
@@ -64,20 +62,6 @@ _RECIPE = "pyenv copy; rpath + interpreter patched; glibc, loader, libstdc++, li
 """Changing how a runtime is made must change its key: bump this text with the recipe."""
 
 logger = logging.getLogger(__name__)
-
-
-def host_python(version: str) -> Path | None:
-    """The host's CPython `version` (``3.12``): pyenv's newest ``3.12.*`` under
-    `PYENV_VERSIONS`, else ``python3.12`` on PATH (not a pyenv shim); None when there is
-    neither. The path is resolved."""
-    candidates = sorted(
-        glob.glob(f"{PYENV_VERSIONS}/{version}.*/bin/python{version}"),
-        key=lambda path: [int(part) for part in re.findall(r"\d+", Path(path).parts[-3])],
-    )
-    found = candidates[-1] if candidates else shutil.which(f"python{version}")
-    if found is None or "/shims/" in found:
-        return None
-    return Path(found).resolve()
 
 
 def runtime_key(python: Path, prefix: str) -> str:

@@ -54,7 +54,8 @@ from pathlib import Path
 from reroll_contracts.errors import AgentInstallError
 
 from reroll.cache import cache_dir
-from reroll.installs.python_runtime import PYENV_VERSIONS, host_python, provide_python, runtime_key
+from reroll.host.pythons import PYENV_VERSIONS, host_python
+from reroll.installs.python_runtime import provide_python, runtime_key
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.seam import InstallFolders, SharedInstalls
 

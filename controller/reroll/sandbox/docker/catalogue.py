@@ -5,10 +5,13 @@ maps to one (no registry needed; `reroll.sandbox.docker.images` builds them).
   bullseye (Python 3.9), bookworm and trixie, each without Python (minbase and CA certificates)
   and with it (``python3`` with its headers, venv, pip, ``python`` on PATH, pip allowed to install
   system-wide as in the official ``python`` images), and bookworm whose pip installs system-wide
-  (``bookworm-pip-system``).
+  (``bookworm-pip-system``); and bookworm with the host's CPython 3.10 or 3.12 at ``/usr/local``
+  (``bookworm-python3.10``, ``bookworm-python3.12``: `reroll.sandbox.docker.python_standin`),
+  the minors no Debian release ships, available where the host has that CPython.
 - `PUBLIC_BASES`: the public bases (``debian:trixie-slim``, ``ubuntu:24.04``…) each stands in for.
 
-Nothing here talks to Docker: these are the decisions, tested without it.
+Nothing here talks to Docker: these are the decisions, tested without it (whether a host-Python
+stand-in is available looks at the host's pyenv, `reroll.host.pythons.host_python`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reroll_contracts.errors import ImageUnavailableError
+
+from reroll.host.pythons import PYENV_VERSIONS, host_python
+from reroll.sandbox.docker import python_standin
 
 _BASE_RECIPE = "debootstrap --variant=minbase; apt lists and caches removed; v1"
 """Changing how the base is made must change its hash: bump this text with the recipe."""
@@ -62,18 +68,25 @@ class Recipe:
     `python` also removes the ``EXTERNALLY-MANAGED`` marker (PEP 668), so ``pip install`` works
     system-wide as in the official ``python`` images these stand in for. `pip_config` is written to
     ``/etc/pip.conf`` (read by every later pip, also one that apt installs in a task's Dockerfile).
+    `host_python` (a minor, ``3.12``): the host's CPython of that minor is installed at
+    ``/usr/local`` (`reroll.sandbox.docker.python_standin.install`).
     """
 
     suite: str
     packages: tuple[str, ...]
     python: bool = False
     pip_config: str = ""
+    host_python: str = ""
 
     def digest(self) -> str:
-        """12 hex digits of the suite, the packages, `pip_config` and `_BASE_RECIPE` (changes with any)."""
+        """12 hex digits of the suite, the packages, `pip_config`, the host's CPython
+        (`reroll.sandbox.docker.python_standin.identity`, for a `host_python` recipe) and
+        `_BASE_RECIPE` (changes with any)."""
         parts = [self.suite.encode(), _BASE_RECIPE.encode(), " ".join(self.packages).encode()]
         if self.pip_config:  # so the hashes of the recipes without one stay as they were
             parts.append(self.pip_config.encode())
+        if self.host_python:
+            parts.append(python_standin.identity(self.host_python).encode())
         return content_digest(*parts)
 
 
@@ -88,6 +101,9 @@ _WITH_PYTHON = (
 """What the stand-ins of the official ``python`` images carry: the interpreter, venv and pip, and
 its C headers (``Python.h``: the official images have them, and a task's ``pip install`` of a
 package without a wheel for that Python compiles against them)."""
+HOST_PYTHON_MINORS = ("3.10", "3.12")
+"""The CPython minors no Debian release ships (`SUITE_PYTHON`) that the host's pyenv builds stand
+in for: ``bookworm-python3.10`` and ``bookworm-python3.12``."""
 CATALOGUE_REPO = "reroll/debian"
 CATALOGUE: dict[str, Recipe] = {
     "bookworm": Recipe("bookworm", ("ca-certificates",)),
@@ -99,10 +115,16 @@ CATALOGUE: dict[str, Recipe] = {
     ),
     "bullseye": Recipe("bullseye", ("ca-certificates",)),
     "bullseye-python": Recipe("bullseye", _WITH_PYTHON, python=True),
+    **{
+        f"bookworm-python{minor}": Recipe("bookworm", python_standin.PACKAGES, host_python=minor)
+        for minor in HOST_PYTHON_MINORS
+    },
 }
 """The local catalogue, by variant: ``reroll/debian:<variant>``, built with debootstrap on first use.
 ``bookworm-pip-system`` is ``bookworm`` whose pip installs system-wide without
-``--break-system-packages`` (``/etc/pip.conf``), as on Ubuntu 22.04, which has no PEP 668 marker."""
+``--break-system-packages`` (``/etc/pip.conf``), as on Ubuntu 22.04, which has no PEP 668 marker.
+``bookworm-python3.X`` carries the host's CPython 3.X (`HOST_PYTHON_MINORS`), where it has one
+(`python_minor`)."""
 
 PUBLIC_BASES: dict[str, str] = {
     **dict.fromkeys(
@@ -136,9 +158,9 @@ bookworm stands in for it (SkillsBench tasks start ``FROM ubuntu:24.04`` and apt
 few package names differ), its ``python3`` is 3.11 where Ubuntu 24.04 has 3.12 and 22.04 has
 3.10 (wheels pinned for those mostly exist for 3.11 too; trixie's 3.13 lacks many older pins),
 and pip refuses system installs without ``--break-system-packages`` (PEP 668) as on 24.04, but
-not for ``ubuntu:22.04``, as there (see `CATALOGUE`). Other bases (``ubuntu:20.04``,
-``python:3.10``, ``python:3.12``) have no equal: map them yourself (``--image-map``;
-`suggested_target` says to what)."""
+not for ``ubuntu:22.04``, as there (see `CATALOGUE`). Other bases (``ubuntu:20.04``, and
+``python:3.10`` or ``python:3.12`` on a host without that CPython) have no equal: map them
+yourself (``--image-map``; `suggested_target` says to what)."""
 
 SUITE_PYTHON: dict[str, str] = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
 """The CPython minor version of each Debian suite's ``python3`` (what a catalogue image with
@@ -164,9 +186,19 @@ def _official(image: str) -> str:
 
 
 def python_minor(variant: str) -> str | None:
-    """The CPython minor (``3.13``) the catalogue `variant` carries with venv and pip, or None."""
+    """The CPython minor (``3.13``) the catalogue `variant` carries with venv and pip, or None; a
+    host-Python variant's only where the host has that CPython (`host_python`), so that nothing
+    stands in with an image that cannot be built here."""
     recipe = CATALOGUE[variant]
+    if recipe.host_python:
+        return recipe.host_python if host_python(recipe.host_python) is not None else None
     return SUITE_PYTHON.get(recipe.suite) if recipe.python else None
+
+
+def buildable_here(variant: str) -> bool:
+    """Whether the catalogue `variant` can be built on this host: all can but a host-Python one
+    whose CPython the host lacks (`python_minor`)."""
+    return not CATALOGUE[variant].host_python or python_minor(variant) is not None
 
 
 def requested_python(image: str) -> str | None:
@@ -177,7 +209,9 @@ def requested_python(image: str) -> str | None:
 
 def catalogue_variant(image: str) -> str | None:
     """The catalogue variant standing in for the public `image`, or None: `PUBLIC_BASES`, and for
-    any ``python:3.X[-suffix]`` the variant carrying CPython 3.X (whatever Debian the suffix names)."""
+    any ``python:3.X[-suffix]`` the variant carrying CPython 3.X (whatever Debian the suffix names):
+    Debian's own where a release ships 3.X, else the host's (``bookworm-python3.12``) where the
+    host has it."""
     image = _official(image)
     if minor := requested_python(image):
         return next((variant for variant in CATALOGUE if python_minor(variant) == minor), None)
@@ -247,9 +281,15 @@ def unavailable_error(images: list[str], dockerfile: Path, text: str, cause: str
     why = ""
     if minor := requested_python(first):
         carried = ", ".join(f"{python_minor(v)} ({_alias(v)})" for _, v in _python_variants())
+        lacking = (
+            f" (reroll installs the host's CPython {minor} where it has one, and this host has none: "
+            f"pyenv's under {PYENV_VERSIONS}, or python{minor} on PATH)"
+            if minor in HOST_PYTHON_MINORS
+            else ""
+        )
         why = (
-            f"{first} asks for Python {minor}, which no catalogue image carries (they have {carried}); "
-            f"the nearest works for most code: "
+            f"{first} asks for Python {minor}, which no catalogue image carries{lacking} (they have "
+            f"{carried}); the nearest works for most code: "
         )
     return ImageUnavailableError(
         f"{dockerfile} starts FROM {', '.join(images)}, which is not a local image and could not be "

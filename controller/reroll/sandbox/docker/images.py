@@ -9,7 +9,9 @@ or buildah where no Docker answers; every function takes a Docker client or a bu
   Tasks without a Dockerfile run in it; it is tagged with a hash of what it is built from, so a
   rebuild is skipped when nothing changed.
 - ``reroll/debian:<variant>-<hash>`` (alias ``reroll/debian:<variant>``), the catalogue
-  (`reroll.sandbox.docker.catalogue`), built the same way on first use. A task Dockerfile ``FROM``
+  (`reroll.sandbox.docker.catalogue`), built the same way on first use (the ``python:3.10`` and
+  ``python:3.12`` stand-ins then get the host's CPython: `reroll.sandbox.docker.python_standin`).
+  A task Dockerfile ``FROM``
   a common public base that is not local is built from its catalogue image instead, and the build
   log says so; ``--image-map`` chooses otherwise.
 - ``reroll/task-<name>:<hash>``: a task's ``environment/Dockerfile`` (often ``FROM reroll/base:bookworm``),
@@ -48,6 +50,7 @@ from reroll_contracts.errors import ImageBuildError, ImageUnavailableError
 
 from reroll.cache import cache_lock, cache_slot, host_ca_bundle, image_builds
 from reroll.sandbox.base import HOST_CA_VARIABLES
+from reroll.sandbox.docker import python_standin
 from reroll.sandbox.docker.builder import MANAGED_LABEL as MANAGED_LABEL  # re-exported
 from reroll.sandbox.docker.builder import DockerBuilder, ImageBuilder, as_builder
 from reroll.sandbox.docker.catalogue import (
@@ -202,6 +205,9 @@ def _debootstrap_image(builder: ImageBuilder, tag: str, recipe: Recipe, log: Log
                 (root / f"usr/lib/python{python}/EXTERNALLY-MANAGED").unlink(missing_ok=True)
         if recipe.pip_config:
             (root / "etc/pip.conf").write_text(recipe.pip_config)
+        if recipe.host_python:
+            python_standin.install(root, recipe.host_python, log)
+            labels["reroll.python"] = recipe.host_python
         tarball = Path(workdir) / "rootfs.tar"
         run_step(
             ["tar", "--numeric-owner", "-C", str(root), "-cf", str(tarball), "."],

@@ -16,7 +16,7 @@ Engine answers (`reroll.sandbox.local.imagefs`).
   ``buildah rmi`` removes them.
 
 A base that is neither local nor stood in for is pulled per ``/etc/containers/registries.conf``
-(Debian's names no registry for a short name such as ``python:3.10``: map it with ``--image-map``).
+(Debian's names no registry for a short name such as ``ubuntu:20.04``: map it with ``--image-map``).
 """
 
 from __future__ import annotations
