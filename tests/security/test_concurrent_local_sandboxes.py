@@ -8,13 +8,15 @@ file in its workspace and a shared-memory segment of mode 0600 holding a secret;
 - from inside its own sandbox, as its agent and as its root: find the victim's process in
   ``/proc``, its file through any process's ``/proc/<pid>/root``, its segment by key. The
   namespaces (PID, mount, IPC) stop all of it, before and after issue 32;
-- as its own host identity outside its namespaces (what a kernel escape or a leaked host
-  descriptor would give it): signal the victim's processes, read their ``/proc/<pid>/environ``,
-  write the victim's file through ``/proc/<pid>/root``, and, from inside the victim's IPC
-  namespace, attach the victim's segment. Before each sandbox had a host id range of its own
+- as its own host ids outside its namespaces (what a kernel escape or a leaked host descriptor
+  would give it), its root against the victim's root and its agent against the victim's agent:
+  signal the victim's sidecar and agent, read their ``/proc/<pid>/environ`` (the agent's is
+  readable only to the owner of the victim's user namespace: host uid ``B``, the one that made
+  it), write the root's file through ``/proc/<pid>/root``, join the victim's user namespace, and,
+  from inside the victim's IPC namespace, attach the agent's segment. The test's controls show
+  each works for the victim's own ids. Before each sandbox had a host id range of its own
   (`reroll.sandbox.local.identity`), both sandboxes' roots were host uid 100000 and both agents
-  101000: every one of these succeeded (the test's own controls show each works for the victim's
-  own identity). Now each fails.
+  101000, and every one of these succeeded; now each fails.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ async def test_two_concurrent_rollouts_cannot_see_signal_write_or_attach_each_ot
             roots[victim]: {
                 "signal the sidecar": ("kill", "-0", str(victim.init_pid)),
                 "read the sidecar's environ": ("cat", f"/proc/{victim.init_pid}/environ"),
+                "read the agent's environ": ("cat", f"/proc/{target}/environ"),  # owner of its userns
                 "write the root's file": ("sh", "-c", f"echo forged >> {inside}/root-{name}"),
                 "join the sandbox's user namespace": (
                     "nsenter",
