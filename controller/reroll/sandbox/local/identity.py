@@ -129,7 +129,8 @@ def reclaim_slots(folder: Path = SLOTS_DIR) -> list[str]:
         The host id ranges freed, as ``"<first>-<last>"``.
     """
     freed = []
-    for path in sorted(folder.glob("[0-9]*"), key=lambda entry: int(entry.name)):
+    slots = [entry for entry in folder.glob("*") if entry.name.isdigit()]
+    for path in sorted(slots, key=lambda entry: int(entry.name)):
         try:
             handle = open(path, "r+")  # noqa: SIM115 - closed by the with below
         except OSError:
