@@ -225,13 +225,14 @@ def test_prune_reclaims_a_killed_controllers_range_and_never_a_held_one(tmp_path
 
 CONTROLLER = """
 import asyncio, sys
+from pathlib import Path
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.tasks.task import load_task
 
 async def main():
-    sandbox = IsolatedSandbox(sandbox_spec(load_task(sys.argv[1])), sys.argv[2])
+    sandbox = IsolatedSandbox(sandbox_spec(load_task(Path(sys.argv[1]))), sys.argv[2])
     await sandbox.start()
     print(sandbox.id_base, flush=True)
     await asyncio.sleep(600)
