@@ -228,7 +228,6 @@ import asyncio, sys
 from pathlib import Path
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.local.isolated import IsolatedSandbox
-from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.tasks.task import load_task
 
 async def main():
