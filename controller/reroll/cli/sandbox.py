@@ -25,7 +25,8 @@ def sandbox_prune(
     firewall tables (nftables ``inet reroll_*``; reroll's own only).
 
     That is the docker backend's prune; --sandbox names another backend's: local unmounts the
-    sized file systems of killed rollouts and removes the unpacked task images whose Docker image
+    sized file systems of killed rollouts, frees their host id ranges (killing what still runs
+    under them) and removes the unpacked task images whose Docker image
     is gone (never one a running sandbox uses); local-plain has nothing to sweep."""
     from reroll.sandbox.base import load_backend
 

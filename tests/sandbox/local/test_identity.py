@@ -5,7 +5,6 @@ own range, and a crashed holder's slot is reclaimed. Before, every sandbox's roo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -21,7 +20,11 @@ from reroll.sandbox.local import identity, rootview
 from reroll.sandbox.local.identity import SLOT_COUNT, SLOT_ID_START, IdSlot, shift_tree
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.rootview import AGENT_ID, ID_COUNT, IMAGE_ID_BASE, INSTALLER_ID_BASE
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
+from reroll.sandbox.local.storage import prune_local_disks
 from reroll.tasks.task import Task
+
+from tests.sandbox.local.host_ids import as_user, host_pid, uids
 
 pytestmark = [
     pytest.mark.spawns,
@@ -38,18 +41,6 @@ sys.stdin.read()
 """
 
 
-def _uids(pid: int) -> list[int]:
-    """The real, effective, saved and file system uids of host process `pid`."""
-    status = Path(f"/proc/{pid}/status").read_text().splitlines()
-    return [int(value) for value in next(line for line in status if line.startswith("Uid:")).split()[1:]]
-
-
-def _as_user(uid: int, *argv: str) -> subprocess.CompletedProcess[str]:
-    """Run `argv` on the host as `uid` (and gid), no supplementary groups."""
-    command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
-    return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-
-
 async def test_two_running_sandboxes_are_two_host_users_that_cannot_touch_each_other(task: Task) -> None:
     spec = sandbox_spec(task)
     async with IsolatedSandbox(spec, "identity-a") as first, IsolatedSandbox(spec, "identity-b") as second:
@@ -58,34 +49,18 @@ async def test_two_running_sandboxes_are_two_host_users_that_cannot_touch_each_o
         assert bases[0] != bases[1] and all(base >= SLOT_ID_START for base in bases)
         assert abs(bases[0] - bases[1]) >= ID_COUNT  # ranges, not ids, apart
         for sandbox in (first, second):
-            assert set(_uids(sandbox.init_pid)) == {sandbox.id_base}
+            assert set(uids(sandbox.init_pid)) == {sandbox.id_base}
         agent = await conformance.sh(second, "touch made-by-agent; sleep 300 & echo $!", user="agent")
-        victim = _host_pid(second.init_pid, int(agent.split()[-1]))
-        assert set(_uids(victim)) == {second.id_base + AGENT_ID}
+        victim = host_pid(second.init_pid, int(agent.split()[-1]))
+        assert set(uids(victim)) == {second.id_base + AGENT_ID}
         for attacker in (first.id_base, first.id_base + AGENT_ID):  # its root, its agent
-            killed = _as_user(attacker, "kill", "-0", str(victim))
+            killed = as_user(attacker, "kill", "-0", str(victim))
             assert killed.returncode != 0 and "not permitted" in killed.stderr, killed
-            read = _as_user(attacker, "cat", f"/proc/{victim}/environ")  # ptrace_may_access
+            read = as_user(attacker, "cat", f"/proc/{victim}/environ")  # ptrace_may_access
             assert read.returncode != 0 and "Permission denied" in read.stderr, read
         workspace = Path(f"/proc/{second.init_pid}/root") / second.layout.workspace.lstrip("/")
         info = (workspace / "made-by-agent").stat()
         assert (info.st_uid, info.st_gid) == (second.id_base + AGENT_ID,) * 2
-
-
-def _host_pid(init_pid: int, inner: int) -> int:
-    """The host pid of the process `inner` of the PID namespace whose init is `init_pid`."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if os.readlink(entry / "ns/pid") != os.readlink(f"/proc/{init_pid}/ns/pid"):
-                continue
-            ns_pids = next(
-                line for line in (entry / "status").read_text().splitlines() if line.startswith("NSpid")
-            )
-            if int(ns_pids.split()[-1]) == inner:
-                return int(entry.name)
-    raise AssertionError(f"no process {inner} in the sandbox")
 
 
 @pytest.fixture
@@ -172,3 +147,114 @@ def test_shift_tree_moves_owners_of_the_range_only(tmp_path: Path) -> None:
     }
     assert (tmp_path / "dir" / "tool").stat().st_mode & 0o7777 == 0o4755  # setuid kept
     assert Path("/etc/passwd").stat().st_uid == 0  # the link was not followed
+
+
+def test_allocators_at_once_never_share_a_slot(tmp_path: Path) -> None:
+    """Six allocating processes and two allocations of this one, all at once: eight slots."""
+    folder = tmp_path / "slots"
+    holders = [
+        subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    mine: list[IdSlot] = []
+    try:
+        mine += [IdSlot.acquire(folder), IdSlot.acquire(folder)]  # two lock files, two slots
+        indices = [int(holder.stdout.readline()) for holder in holders if holder.stdout is not None]
+        indices += [slot.index for slot in mine]
+        assert sorted(indices) == list(range(8))
+        assert identity.reclaim_slots(folder) == []  # all held: nothing reclaimed, nothing killed
+        assert all(holder.poll() is None for holder in holders)
+        freed = mine[0].index
+        mine[0].release()
+        mine[0] = IdSlot.acquire(folder)
+        assert mine[0].index == freed  # the only free one: given back, taken again
+    finally:
+        for slot in mine:
+            slot.release()
+        for holder in holders:
+            holder.kill()
+            holder.communicate()
+
+
+KILLED_CONTROLLER = """
+import fcntl, os, subprocess, sys
+slot = open(sys.argv[1], "a+")
+fcntl.flock(slot, fcntl.LOCK_EX)
+slot.write(f"{os.getpid()}\\n")
+slot.flush()
+uid = sys.argv[2]  # a sandbox's process that outlives its controller (its own session)
+subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "setsid", "sleep", "600"])
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_prune_reclaims_a_killed_controllers_range_and_never_a_held_one(tmp_path: Path) -> None:
+    """The last slot (no sandbox of this machine runs there): its controller holds it and leaves a
+    process under its range; `reclaim_slots` leaves it while held, kills the process and empties
+    the slot once the controller was killed."""
+    folder, index = tmp_path / "slots", SLOT_COUNT - 1
+    folder.mkdir()
+    base = SLOT_ID_START + index * ID_COUNT
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED_CONTROLLER, str(folder / str(index)), str(base + 7)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as controller:
+        assert controller.stdout is not None and controller.stdout.readline() == "holding\n"
+        for _ in range(200):  # until setpriv has switched
+            if identity._range_pids(base):
+                break
+            time.sleep(0.01)
+        left = identity._range_pids(base)
+        assert len(left) == 1
+        assert identity.reclaim_slots(folder) == [] and identity._range_pids(base) == left
+        controller.kill()
+    assert (folder / str(index)).read_text().strip() == str(controller.pid)
+    assert identity._range_busy(base)  # `IdSlot.acquire` would skip it
+    assert identity.reclaim_slots(folder) == [f"{base}-{base + ID_COUNT - 1}"]
+    assert identity._range_pids(base) == [] and (folder / str(index)).read_text() == ""
+    assert identity.reclaim_slots(folder) == []  # released now
+
+
+CONTROLLER = """
+import asyncio, sys
+from pathlib import Path
+from reroll.rollout.sandbox_spec import sandbox_spec
+from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.tasks.task import load_task
+
+async def main():
+    sandbox = IsolatedSandbox(sandbox_spec(load_task(Path(sys.argv[1]))), sys.argv[2])
+    await sandbox.start()
+    print(sandbox.id_base, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_controllers_sandbox_range_is_freed_by_prune(task: Task) -> None:
+    """A controller running a real sandbox is killed (SIGKILL): its slot keeps its pid, and
+    ``reroll sandbox prune --sandbox local`` frees the range (nothing left running under it) and
+    removes the sandbox's disk."""
+    run_id = f"killed-{os.getpid()}"
+    with subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(task.path), run_id], stdout=subprocess.PIPE, text=True
+    ) as controller:
+        assert controller.stdout is not None
+        base = int(controller.stdout.readline())
+        assert identity._range_busy(base)
+        controller.kill()
+    slot = identity.SLOTS_DIR / str((base - SLOT_ID_START) // ID_COUNT)
+    assert slot.read_text().strip() == str(controller.pid)
+    report = prune_local_disks(IsolatedSandboxConfig(), run_id)
+    assert f"{base}-{base + ID_COUNT - 1}" in report["id ranges"], report
+    assert not identity._range_busy(base) and slot.read_text() == ""
+    assert [disk for disk in report["disks"] if run_id in disk], report

@@ -9,8 +9,9 @@ slot is held by an exclusive ``flock`` on ``<SLOTS_DIR>/<n>`` (a root-only folde
 sandbox's lifetime: the kernel drops the lock when its holder dies, so a crashed controller's
 slots are free again. The file holds the holder's pid while held and is emptied on release; a slot
 found locked by nobody yet not emptied (its holder crashed) is reused only when no process runs
-under its range (`_range_busy`). The ranges start above the installer's (`INSTALLER_ID_BASE`) and
-the shared images' (`IMAGE_ID_BASE`): neither is ever a sandbox's.
+under its range (`_range_busy`); ``reroll sandbox prune --sandbox local`` (`reclaim_slots`) kills
+what still runs under such a range and empties its file. The ranges start above the installer's
+(`INSTALLER_ID_BASE`) and the shared images' (`IMAGE_ID_BASE`): neither is ever a sandbox's.
 
 Shared files: a task image's unpacked file system (`reroll.sandbox.local.imagefs`) is owned by
 `IMAGE_ID_BASE..` on the host, once for all rollouts. Each sandbox mounts it through an idmapped
@@ -27,7 +28,9 @@ import ctypes
 import errno
 import fcntl
 import os
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -108,9 +111,54 @@ class IdSlot:
         self.handle.close()
 
 
-def _range_busy(base: int) -> bool:
-    """Whether a process on the host has a uid (real, effective, saved or file system) in
+RECLAIM_SECONDS = 5.0
+"""How long `reclaim_slots` waits for a crashed slot's processes to end after SIGKILL."""
+
+
+def reclaim_slots(folder: Path = SLOTS_DIR) -> list[str]:
+    """Free the slots of killed controllers: each slot whose file still names a holder but is
+    locked by nobody (its holder died without `IdSlot.release`) is locked, every process left
+    under its range is killed (SIGKILL; a sandbox's PID namespace goes with its init), and, once
+    none is left, its file is emptied and the lock let go. A slot held by a live holder is never
+    touched: the lock is the proof of ownership, not the pid in the file. Needs root.
+
+    Args:
+        folder: where the lock files are; a missing folder has nothing to reclaim.
+
+    Returns:
+        The host id ranges freed, as ``"<first>-<last>"``.
+    """
+    freed = []
+    slots = [entry for entry in folder.glob("*") if entry.name.isdigit()]
+    for path in sorted(slots, key=lambda entry: int(entry.name)):
+        try:
+            handle = open(path, "r+")  # noqa: SIM115 - closed by the with below
+        except OSError:
+            continue
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live holder's
+            if not handle.read().strip():
+                continue  # released cleanly
+            base = SLOT_ID_START + int(path.name) * ID_COUNT
+            deadline = time.monotonic() + RECLAIM_SECONDS
+            while (pids := _range_pids(base)) and time.monotonic() < deadline:
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.05)
+            if not pids:
+                handle.truncate(0)
+                freed.append(f"{base}-{base + ID_COUNT - 1}")
+    return freed
+
+
+def _range_pids(base: int) -> list[int]:
+    """The host processes with a uid (real, effective, saved or file system) in
     ``base..base+ID_COUNT-1``."""
+    found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -120,8 +168,13 @@ def _range_busy(base: int) -> bool:
         except (OSError, StopIteration):
             continue  # gone meanwhile
         if any(base <= int(uid) < base + ID_COUNT for uid in uids):
-            return True
-    return False
+            found.append(int(name))
+    return found
+
+
+def _range_busy(base: int) -> bool:
+    """Whether a host process runs under ``base..base+ID_COUNT-1`` (`_range_pids`)."""
+    return bool(_range_pids(base))
 
 
 def userns_fd(inside: int, outside: int, count: int) -> int:

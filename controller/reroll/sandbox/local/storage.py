@@ -43,6 +43,7 @@ from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local import cow
+from reroll.sandbox.local.identity import reclaim_slots
 from reroll.sandbox.local.imagefs import prune_unpacked
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE, TOP_LEVEL
 
@@ -295,11 +296,14 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     processes end with its controller's sidecar (`stop` kills any orphan). A kept pool (see the
     module docstring) goes when no child of it runs and it was kept more than `POOL_KEEP_SECONDS`
     ago or its run folder (`RUN_FILE`) is gone, or with `run_id` or `running`. Also removes the
-    unpacked task images whose Docker image is gone (`reroll.sandbox.local.imagefs.prune_unpacked`).
+    unpacked task images whose Docker image is gone (`reroll.sandbox.local.imagefs.prune_unpacked`),
+    and frees the host id ranges of killed controllers' sandboxes, killing what still runs under
+    them (`reroll.sandbox.local.identity.reclaim_slots`; whatever `run_id` and `running` say: a
+    range whose holder lives is never touched).
 
     Returns:
-        ``{"disks": [host folders removed], "unpacked images": [cache folders removed]}``, each key
-        only when something was removed.
+        ``{"disks": [host folders removed], "unpacked images": [cache folders removed], "id ranges":
+        ["<first uid>-<last uid>" freed]}``, each key only when something was removed.
     """
     removed = []
     for leftover in disk.leftovers(LOCAL_PREFIX):
@@ -310,9 +314,8 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
         disk.remove(leftover)
         if not leftover.exists():
             removed.append(str(leftover))
-    report = {"disks": removed} if removed else {}
-    images = prune_unpacked()
-    return report | ({"unpacked images": images} if images else {})
+    found = {"disks": removed, "unpacked images": prune_unpacked(), "id ranges": reclaim_slots()}
+    return {kind: names for kind, names in found.items() if names}
 
 
 def mark_pool(reference: str, run_dir: Path) -> None:
