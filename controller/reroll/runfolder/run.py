@@ -22,7 +22,8 @@
                                        entrypoint.log for an image that owns its lifecycle) and
                                        services.json (`ServiceRecord`s: started, ready, exited)
       harness/                         controller.log, proxy.json (the proxy's config, with the rollout
-                                       token), ready files, logs: mode 0700, token files 0600
+                                       token), ready files, logs: mode 0700, token files 0600;
+                                       judge/, persona/, agent-judge/: the side parts' own
 
 Every name above is a constant of this module; the job folder and the branch tree are
 `reroll.runfolder.folders` and `reroll.runfolder.summary`. Folders written by BenchFlow load
@@ -542,6 +543,22 @@ def harness_folder(run_dir: Path) -> Path:
     folder.mkdir(mode=0o700, exist_ok=True)
     folder.chmod(0o700)
     return folder
+
+
+HarnessPart = Literal["judge", "persona", "agent-judge"]
+"""A part of the rollout with a working folder of its own under ``harness/``: the llm-judge's
+recording proxy (`reroll.rollout.verify.judge`), a persona User's
+(`reroll.rollout.turns.persona`), the agent judge's rollouts (`reroll.rollout.verify.agent_judge`)."""
+
+
+def harness_part(run_dir: Path, part: HarnessPart) -> Path:
+    """``run_dir/harness/<part>``: `part`'s working folder, below `harness_folder` (created, mode
+    0700); the part's folder itself is not created.
+
+    Raises:
+        OSError: ``harness/`` cannot be created or its mode set.
+    """
+    return harness_folder(run_dir) / part
 
 
 def write_private(file: Path, data: bytes) -> None:
