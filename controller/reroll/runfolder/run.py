@@ -23,7 +23,10 @@
                                        services.json (`ServiceRecord`s: started, ready, exited)
       harness/                         controller.log, proxy.json (the proxy's config, with the rollout
                                        token), ready files, logs: mode 0700, token files 0600;
-                                       judge/, persona/, agent-judge/: the side parts' own
+                                       judge/, persona/, agent-judge/: the side parts' own;
+                                       restored-checkpoint.json, checkpoint-holds.json,
+                                       replayed-remainder.jsonl (a fork's, a checkpointed run's)
+      checkpoints/step-K/              the checkpoints captured while it ran (``--checkpoint-every``)
 
 Every name above is a constant of this module; the job folder and the branch tree are
 `reroll.runfolder.folders` and `reroll.runfolder.summary`. Folders written by BenchFlow load
@@ -87,6 +90,22 @@ CONTROLLER_LOG = HARNESS_DIR / "controller.log"
 PROXY_CONFIG = HARNESS_DIR / "proxy.json"
 """The LLM proxy's config (`reroll_contracts.proxy.ProxyConfig`): a later replay reads its
 recorded sandbox values (`reroll.host.llm_proxy.recorded_sandbox_values`)."""
+CHECKPOINTS_DIR = "checkpoints"
+"""In a run folder: the checkpoints captured while it ran (``--checkpoint-every``,
+`reroll.rollout.extensions.checkpoints`), ``step-K/`` each."""
+RESTORED_FILE = "restored-checkpoint.json"
+"""In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
+layers' digests, which the restore reproduced)."""
+HELD_FILE = "checkpoint-holds.json"
+"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...], "capture":
+[...]}``, how long each step's request was held for its checkpoint, as the proxy measured it (from
+the hold to the release, or to the end of its own freeze: the per-step cost the agent waits), and
+how much of it went to capturing (the rest: the hold's news reaching the controller and the
+release reaching the proxy; none when the proxy froze)."""
+REMAINDER_FILE = "replayed-remainder.jsonl"
+"""In ``harness/`` of a rollout forked from an earlier step's layers
+(`reroll.rollout.origin.FromCheckpoint.layers_step`): the recorded exchanges from that step to the
+cut, which its proxy replays before it goes live."""
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """The largest config.json, result.json or prompts.json read."""
 CONTINUABLE_CATEGORIES = ("timeout", "idle_timeout")
