@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV := $(BIN)/uv
 # pytest-xdist workers of `make test`; --dist loadfile runs each module on one worker, so its
-# module fixtures (a recorded run, an installed agent) are built once.
+# module fixtures (a recorded run, an installed agent) are built once; --no-loadscope-reorder keeps
+# the collection's order, which starts the slowest modules first (tests/conftest.py: SLOWEST_MODULES).
 TEST_WORKERS ?= 3
 # uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
@@ -40,7 +41,7 @@ demo: env  # make demo AGENT=claude-code SANDBOX=docker: record, continue and re
 test: env
 	$(BIN)/python scripts/gen_protos.py --check
 	-scripts/install-toxiproxy  # optional: the TCP fault tests skip (with the reason) without it
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 test-fast: env  # the edit loop: every in-process test (no slow or spawns mark), well under a minute
 	$(BIN)/python -m pytest -q -p no:cacheprovider --fast

@@ -413,6 +413,25 @@ async def replay_scaling(sizes: list[int], exchanges: int, api_format: str) -> N
         print(f"  {size:8d}  {p50:+9.3f}  {p95:+9.3f}  {p50 / smallest:9.2f}")
 
 
+async def measure_replay(
+    work: Path, trajectory: Path, exchanges: int, api_format: str
+) -> dict[bool, list[tuple[float, float]]]:
+    """A replay proxy serving `trajectory` (the record target's recording, in order: warm-up and
+    measured exchanges alike), measured non-streamed then streamed: streamed → its timings."""
+    replay_config = ProxyConfig(
+        token=TOKEN,
+        trajectory_path=work / "replay.jsonl",
+        replay=ReplayConfig(trajectory_path=trajectory),
+    )
+    runs = {}
+    async with proxy_process("replay", replay_config, work) as replay:
+        for stream in (False, True):
+            body = request_body(api_format, stream)
+            target = {"replay": Target(replay.ready.address)}
+            runs[stream] = (await measure(target, PATHS[api_format], body, exchanges))["replay"]
+    return runs
+
+
 async def main(
     exchanges: int, api_format: str, profile: Path | None = None, baseline: str | None = None
 ) -> dict[str, Ratios]:
@@ -476,10 +495,8 @@ async def main(
                     "aiohttp-forward": Target(forwarder.ready.address),
                     **extra,
                 }
-                start_profile = None
-                if profile is not None:
-                    pid = proxy.ready.pid
-                    start_profile = functools.partial(os.kill, pid, signal.SIGUSR1)
+                pid = proxy.ready.pid
+                start_profile = None if profile is None else functools.partial(os.kill, pid, signal.SIGUSR1)
                 runs = {
                     stream: await measure(
                         targets,
@@ -491,19 +508,19 @@ async def main(
                     )
                     for stream in (False, True)
                 }
-        replay_config = ProxyConfig(
-            token=TOKEN,
-            trajectory_path=work / "replay.jsonl",
-            replay=ReplayConfig(trajectory_path=trajectory),
-        )
-        async with proxy_process("replay", replay_config, work) as replay:
-            for stream in (False, True):
-                body = request_body(api_format, stream)
-                # The replay proxy serves the recording in order: warm-up and measured exchanges alike.
-                replayed = await measure(
-                    {"replay": Target(replay.ready.address)}, PATHS[api_format], body, exchanges
-                )
-                runs[stream]["replay"] = replayed["replay"]
+        for stream, replayed in (await measure_replay(work, trajectory, exchanges, api_format)).items():
+            runs[stream]["replay"] = replayed
+    return summarise(runs, exchanges, api_format, profile)
+
+
+def summarise(
+    runs: dict[bool, dict[str, list[tuple[float, float]]]],
+    exchanges: int,
+    api_format: str,
+    profile: Path | None,
+) -> dict[str, Ratios]:
+    """Print `main`'s `runs` (streamed → target → timings) and the profile, if taken; returns each
+    mode's `goal_ratio`."""
     print(f"{exchanges} exchanges per target, {api_format}, after {WARMUP_EXCHANGES} warm-up exchanges\n")
     report("non-streamed", runs[False], 1, "total")
     report("streamed", runs[True], 1, "total")

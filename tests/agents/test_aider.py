@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents.e2e import *  # noqa: F403 (the shared fixtures and tests)
-from tests.agents.e2e import only_on_local, record_until_cut, replay_report, strict_rebuild
+from tests.agents.e2e import record_until_cut, served_in_order
 from tests.e2e.test_main_job import read_json, trajectory
 
 # The first test's set-up installs aider when the agent cache or docker volume lacks it (~5 min
@@ -47,16 +47,12 @@ def test_continue_finishes_with_reward_one(continued: Path) -> None:
     assert ".git/HEAD" in read_json(continued / "workspace_manifest.json")  # aider committed
 
 
-def test_replay_matches_every_step_and_the_workspace(continued: Path, workdir: Path) -> None:
-    report = replay_report(continued, workdir)
-    assert len(report["steps"]) == 4 and report["rebuilt_rewards"] == {"reward": 1.0}
+def test_replay_matches_every_step_and_the_workspace(replayed: dict) -> None:
+    assert len(replayed["steps"]) == 4 and replayed["rebuilt_rewards"] == {"reward": 1.0}
     # git's commits are the same (fixed identity and dates); only git's index may differ.
-    assert set(report["workspace"]["volatile"]) <= {".git/index", ".aider.tags.cache.v4/cache.db"}
+    assert set(replayed["workspace"]["volatile"]) <= {".git/index", ".aider.tags.cache.v4/cache.db"}
 
 
-def test_a_strict_replay_only_rebuild_replays_every_step(
-    continued: Path, workdir: Path, sandbox_backend: str
-) -> None:
-    only_on_local(sandbox_backend)
-    lines = strict_rebuild(continued, workdir)
+def test_the_replay_serves_every_recorded_step_in_order(replayed: dict, continued: Path) -> None:
+    lines = served_in_order(continued, Path(replayed["rebuilt"]))
     assert lines[1]["response"]["body"] == trajectory(continued)[1]["response"]["body"]

@@ -4,8 +4,8 @@ sidecar, the LLM proxy and the bundled scripted model (its script for Claude Cod
 once in the `local` sandbox and once in `docker`.
 
 Per sandbox (`tests.agents.e2e`): a recording cut by its timeout → `reroll continue` to reward
-1.0 → `reroll replay` matches every step with the same workspace → a strict replay-only rebuild
-replays every step → a tampered observation is caught at its step and field. Then (local only) two
+1.0 → `reroll replay` matches every step with the same workspace, serving each from the recording
+in order → a tampered observation is caught at its step and field. Then (local only) two
 background subagents (the `Agent` tool): recorded once, replayed ten times, every request served
 its own thread's answer whatever the order in which the concurrent requests arrived.
 """
@@ -91,12 +91,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
     ends reach the main conversation one by one or together, so its request count varies by one
     between runs: a request past its thread's recording goes live to the same script (as in
     `reroll continue`), and gets its own thread's answer there too."""
-    from reroll.agents import get_agent
-    from reroll.cache import cache_dir
-    from reroll.host.llm_proxy import recorded_sandbox_values
-    from reroll_contracts.proxy import ProxyConfig, ReplayConfig, UpstreamConfig, VolatileRule
-
-    from tests.proxy.conftest import TOKEN, start_service
+    from tests.proxy.conftest import start_service
 
     script = tmp_path / "subagents.yaml"
     script.write_text(yaml.safe_dump(SUBAGENTS_SCRIPT))
@@ -113,49 +108,11 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
     threads_recorded = {line["metadata"]["thread"] for line in recorded}
     assert len(threads_recorded) >= 3  # main, alpha, beta (and any side call)
 
-    agent = get_agent(AGENT)
-    home = cache_dir() / "agents" / agent.install_key
     model = start_service("reroll.models.scripted", ["--script", str(script)], tmp_path, "model")
     orders, divergent, live = [], 0, 0
     try:
         for replay in range(REPLAYS):
-            workdir = tmp_path / f"replay-{replay}"
-            workspace, agent_home = workdir / "app", workdir / "home"
-            shutil.copytree(EXAMPLES / "hello-file" / "environment" / "workspace", workspace)
-            agent_home.mkdir()
-            volatile = [
-                VolatileRule(value=str(workspace), label="workspace"),
-                VolatileRule(value=str(agent_home), label="home"),
-                *recorded_sandbox_values(recorded_run),
-                *agent.volatile,
-            ]
-            config = ProxyConfig(
-                token=TOKEN,
-                trajectory_path=workdir / "trajectory.jsonl",
-                replay=ReplayConfig(trajectory_path=recorded_run / "trajectory" / "llm_trajectory.jsonl"),
-                volatile=volatile,
-                upstream=UpstreamConfig(base_url=model.base_url),
-            )
-            (workdir / "proxy.json").write_text(config.model_dump_json())
-            proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
-            prompt = workdir / "prompt.txt"
-            prompt.write_text(json.loads((recorded_run / "prompts.json").read_text())[0])
-            env = {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "HOME": str(agent_home),
-                "REROLL_AGENT_HOME": str(home),
-                "REROLL_PROMPT_FILE": str(prompt),
-                **agent.launch_env(base_url=proxy.base_url, api_key=TOKEN, model="scripted"),
-            }
-            try:
-                ran = subprocess.run(
-                    ["sh", "-c", agent.launch], cwd=workspace, env=env, capture_output=True, timeout=120
-                )
-            finally:
-                proxy.stop()
-            lines = [json.loads(line) for line in (workdir / "trajectory.jsonl").read_text().splitlines()]
-            assert ran.returncode == 0, ran.stderr.decode()[-2000:]
-            assert (workspace / "alpha.txt").read_text() == "alpha\n" and (workspace / "beta.txt").is_file()
+            lines = replay_directly(recorded_run, tmp_path / f"replay-{replay}", model.base_url)
             for line in lines:
                 request, metadata = line["request"]["body"], line["metadata"]
                 thread, turn = answered_by(line["response"]["body"])
@@ -175,3 +132,53 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
     print(
         f"divergent requests (notifications in another order): {divergent}; live (one more main turn): {live}"
     )
+
+
+def replay_directly(recorded_run: Path, workdir: Path, upstream: str) -> list[dict]:
+    """Claude Code run directly (no sandbox) on a fresh copy of hello-file's workspace in `workdir`,
+    through a replay proxy of `recorded_run`'s recording that forwards past it to `upstream`;
+    checks that the agent wrote both subagents' files. Returns the proxy's trajectory lines."""
+    from reroll.agents import get_agent
+    from reroll.cache import cache_dir
+    from reroll.host.llm_proxy import recorded_sandbox_values
+    from reroll_contracts.proxy import ProxyConfig, ReplayConfig, UpstreamConfig, VolatileRule
+
+    from tests.proxy.conftest import TOKEN, start_service
+
+    agent = get_agent(AGENT)
+    workspace, agent_home = workdir / "app", workdir / "home"
+    shutil.copytree(EXAMPLES / "hello-file" / "environment" / "workspace", workspace)
+    agent_home.mkdir()
+    volatile = [
+        VolatileRule(value=str(workspace), label="workspace"),
+        VolatileRule(value=str(agent_home), label="home"),
+        *recorded_sandbox_values(recorded_run),
+        *agent.volatile,
+    ]
+    config = ProxyConfig(
+        token=TOKEN,
+        trajectory_path=workdir / "trajectory.jsonl",
+        replay=ReplayConfig(trajectory_path=recorded_run / "trajectory" / "llm_trajectory.jsonl"),
+        volatile=volatile,
+        upstream=UpstreamConfig(base_url=upstream),
+    )
+    (workdir / "proxy.json").write_text(config.model_dump_json())
+    proxy = start_service("reroll_proxy", ["--config", str(workdir / "proxy.json")], workdir, "proxy")
+    prompt = workdir / "prompt.txt"
+    prompt.write_text(json.loads((recorded_run / "prompts.json").read_text())[0])
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(agent_home),
+        "REROLL_AGENT_HOME": str(cache_dir() / "agents" / agent.install_key),
+        "REROLL_PROMPT_FILE": str(prompt),
+        **agent.launch_env(base_url=proxy.base_url, api_key=TOKEN, model="scripted"),
+    }
+    try:
+        launch = ["sh", "-c", agent.launch]
+        ran = subprocess.run(launch, cwd=workspace, env=env, capture_output=True, timeout=120)
+    finally:
+        proxy.stop()
+    lines = [json.loads(line) for line in (workdir / "trajectory.jsonl").read_text().splitlines()]
+    assert ran.returncode == 0, ran.stderr.decode()[-2000:]
+    assert (workspace / "alpha.txt").read_text() == "alpha\n" and (workspace / "beta.txt").is_file()
+    return lines

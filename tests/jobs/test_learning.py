@@ -161,11 +161,16 @@ async def test_sequential_shared_job_rollback_and_continue(tmp_path: Path, learn
     head = load_head(store)
     assert head.generation == 4 and [(r.from_generation, r.to_generation) for r in head.rollbacks] == [(3, 1)]
 
-    # The view's job page lists the generations; the run page and the exports carry the generation.
-    index = build_site(job, tmp_path / "site").read_text()
+    check_view_and_exports(job, tmp_path / "site", fourth.name)
+
+
+def check_view_and_exports(job: Path, site: Path, fourth: str) -> None:
+    """The view's job page lists the generations; the run page of the `fourth` rollout and the
+    exports carry the generation each rollout started from."""
+    index = build_site(job, site).read_text()
     assert 'id="generations"' in index and "+skills/skill-3/SKILL.md" in index
     assert "rollback" in index and "generation 3 → 1" in index
-    fourth_page = (tmp_path / "site" / "runs" / f"{fourth.name}.html").read_text()
+    fourth_page = (site / "runs" / f"{fourth}.html").read_text()
     assert 'id="learner-store">generation 1 (written back)' in fourth_page
     for format, extract in (
         ("atif", lambda record: record["extra"]["reroll"]["learner_store"]),

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import json
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import pytest
-from reroll.runfolder.run import RunResult, create_run_folder, load_run_folder
+from reroll.runfolder import asks, folders, run, store, summary, trial
+from reroll.runfolder.run import RunResult, create_run_folder, harness_part, load_run_folder
 from reroll_contracts.errors import RunFolderError
+
+CONTROLLER = Path(__file__).resolve().parents[2] / "controller" / "reroll"
 
 
 def exchange_line(step: int) -> str:
@@ -141,3 +145,61 @@ def test_side_trajectories_load_only_when_asked_so_a_corrupt_judge_file_never_st
         load_run_folder(run, sides=True)  # view, export
     (run / "trajectory" / "judge_trajectory.jsonl").unlink()
     assert [len(side.exchanges) for side in load_run_folder(run, sides=True).sides.values()] == [1]
+
+
+def test_a_harness_part_lies_in_the_private_harness_folder(tmp_path: Path) -> None:
+    part = harness_part(tmp_path, "persona")
+    assert part == tmp_path / "harness" / "persona" and not part.exists()
+    assert (tmp_path / "harness").stat().st_mode & 0o777 == 0o700
+
+
+GENERIC_NAMES = {"verifier", "agent", "skills", "memory", "store", "objects", "generations"}
+"""Names of the run-folder tree that are also folders of a task or of a sandbox's own state
+(``task/verifier``, a sandbox's ``verifier/``): a literal of these says nothing."""
+
+
+def literal_run_folder_paths(source: str, names: set[str]) -> list[str]:
+    """Where `source` joins a run-folder name as a string literal (``x / "result.json"``), or any
+    string literal onto `harness_folder(...)` (`harness_part` names those): ``line: literal``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+            continue
+        right, left = node.right, node.left
+        if not (isinstance(right, ast.Constant) and isinstance(right.value, str)):
+            continue
+        if isinstance(left, ast.Call) and getattr(left.func, "id", None) == "harness_folder":
+            found.append(f"{node.lineno}: harness_folder(...) / {right.value}")
+        elif PurePath(right.value).parts[:1] and PurePath(right.value).parts[0] in names:
+            found.append(f"{node.lineno}: {right.value}")
+    return found
+
+
+def run_folder_names() -> set[str]:
+    """The first part of every name the runfolder package declares (its upper-case constants)."""
+    names: set[str] = set()
+    for module in (run, folders, summary, store, asks, trial):
+        for key, value in vars(module).items():
+            if key.isupper() and isinstance(value, str | PurePath) and str(value):
+                names.add(PurePath(value).parts[0])
+    return names
+
+
+def test_no_module_outside_the_runfolder_package_spells_a_run_folder_path() -> None:
+    names = run_folder_names() - GENERIC_NAMES
+    assert {"result.json", "trajectory", "harness", "config.json"} <= names
+    offenders = [
+        f"{file.relative_to(CONTROLLER.parent.parent)}:{where}"
+        for file in sorted(CONTROLLER.rglob("*.py"))
+        if "runfolder" not in file.relative_to(CONTROLLER).parts
+        for where in literal_run_folder_paths(file.read_text(), names)
+    ]
+    assert offenders == []
+
+
+def test_a_spelt_run_folder_path_is_found() -> None:
+    source = 'a = run_dir / "result.json"\nb = harness_folder(run_dir) / "judge"\nc = task / "verifier"\n'
+    assert literal_run_folder_paths(source, {"result.json"}) == [
+        "1: result.json",
+        "2: harness_folder(...) / judge",
+    ]

@@ -10,9 +10,10 @@ from reroll_contracts.errors import EnvironmentStateError
 from rich.console import Console
 
 from reroll.rollout.checkpoint import Checkpoint
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR, kept_pool
+from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import CHECKPOINT_FILE, load_checkpoint
 from reroll.rollout.start import FromCheckpoint, start_rollout
+from reroll.runfolder.run import CHECKPOINTS_DIR
 from reroll.settings import RolloutSettings
 
 PREFIX_NAME = "_prefix"

@@ -7,9 +7,8 @@ from pathlib import Path
 
 from reroll.jobs.branch_points import BranchPoint
 from reroll.rollout.checkpoint import Checkpoint
-from reroll.rollout.extensions.checkpoints import RESTORED_FILE
 from reroll.rollout.layers import LayeredCheckpoint
-from reroll.runfolder.run import HARNESS_DIR
+from reroll.runfolder.run import HARNESS_DIR, RESTORED_FILE
 from reroll.runfolder.summary import (
     ChildSummary,
     ModelSummary,

@@ -51,6 +51,7 @@ from reroll.rollout.turns.scenes import check_trial
 from reroll.rollout.verify.verifiers import verifier_for
 from reroll.runfolder.run import (
     CONTROLLER_LOG,
+    REMAINDER_FILE,
     TRAJECTORY,
     BranchedFrom,
     RescoredFrom,
@@ -72,10 +73,6 @@ from reroll.settings import (
 from reroll.tasks.task import Task, load_task
 from reroll.tasks.variants import with_environment, with_network
 from reroll.trials.config import TrialConfig
-
-REMAINDER_FILE = "replayed-remainder.jsonl"
-"""In ``harness/`` of a rollout forked from an earlier step's layers (`FromCheckpoint.layers_step`):
-the recorded exchanges from that step to the cut, which its proxy replays before it goes live."""
 
 
 @dataclass(frozen=True)

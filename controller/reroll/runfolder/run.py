@@ -22,7 +22,11 @@
                                        entrypoint.log for an image that owns its lifecycle) and
                                        services.json (`ServiceRecord`s: started, ready, exited)
       harness/                         controller.log, proxy.json (the proxy's config, with the rollout
-                                       token), ready files, logs: mode 0700, token files 0600
+                                       token), ready files, logs: mode 0700, token files 0600;
+                                       judge/, persona/, agent-judge/: the side parts' own;
+                                       restored-checkpoint.json, checkpoint-holds.json,
+                                       replayed-remainder.jsonl (a fork's, a checkpointed run's)
+      checkpoints/step-K/              the checkpoints captured while it ran (``--checkpoint-every``)
 
 Every name above is a constant of this module; the job folder and the branch tree are
 `reroll.runfolder.folders` and `reroll.runfolder.summary`. Folders written by BenchFlow load
@@ -86,6 +90,22 @@ CONTROLLER_LOG = HARNESS_DIR / "controller.log"
 PROXY_CONFIG = HARNESS_DIR / "proxy.json"
 """The LLM proxy's config (`reroll_contracts.proxy.ProxyConfig`): a later replay reads its
 recorded sandbox values (`reroll.host.llm_proxy.recorded_sandbox_values`)."""
+CHECKPOINTS_DIR = "checkpoints"
+"""In a run folder: the checkpoints captured while it ran (``--checkpoint-every``,
+`reroll.rollout.extensions.checkpoints`), ``step-K/`` each."""
+RESTORED_FILE = "restored-checkpoint.json"
+"""In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
+layers' digests, which the restore reproduced)."""
+HELD_FILE = "checkpoint-holds.json"
+"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...], "capture":
+[...]}``, how long each step's request was held for its checkpoint, as the proxy measured it (from
+the hold to the release, or to the end of its own freeze: the per-step cost the agent waits), and
+how much of it went to capturing (the rest: the hold's news reaching the controller and the
+release reaching the proxy; none when the proxy froze)."""
+REMAINDER_FILE = "replayed-remainder.jsonl"
+"""In ``harness/`` of a rollout forked from an earlier step's layers
+(`reroll.rollout.origin.FromCheckpoint.layers_step`): the recorded exchanges from that step to the
+cut, which its proxy replays before it goes live."""
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """The largest config.json, result.json or prompts.json read."""
 CONTINUABLE_CATEGORIES = ("timeout", "idle_timeout")
@@ -542,6 +562,22 @@ def harness_folder(run_dir: Path) -> Path:
     folder.mkdir(mode=0o700, exist_ok=True)
     folder.chmod(0o700)
     return folder
+
+
+HarnessPart = Literal["judge", "persona", "agent-judge"]
+"""A part of the rollout with a working folder of its own under ``harness/``: the llm-judge's
+recording proxy (`reroll.rollout.verify.judge`), a persona User's
+(`reroll.rollout.turns.persona`), the agent judge's rollouts (`reroll.rollout.verify.agent_judge`)."""
+
+
+def harness_part(run_dir: Path, part: HarnessPart) -> Path:
+    """``run_dir/harness/<part>``: `part`'s working folder, below `harness_folder` (created, mode
+    0700); the part's folder itself is not created.
+
+    Raises:
+        OSError: ``harness/`` cannot be created or its mode set.
+    """
+    return harness_folder(run_dir) / part
 
 
 def write_private(file: Path, data: bytes) -> None:

@@ -35,23 +35,12 @@ from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint, uncovered_layers
 from reroll.rollout.origin import FromCheckpoint, NewRecording
 from reroll.rollout.turns.scenes import AgentOutcome
-from reroll.runfolder.run import harness_folder, write_json
+from reroll.runfolder.run import CHECKPOINTS_DIR, HELD_FILE, RESTORED_FILE, harness_folder, write_json
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.local.storage import PoolSnapshot, mark_pool
 
-CHECKPOINTS_DIR = "checkpoints"
-"""In a run folder: the checkpoints captured while it ran (``--checkpoint-every``), ``step-K/`` each."""
-RESTORED_FILE = "restored-checkpoint.json"
-"""In ``harness/`` of a rollout forked from checkpoint layers: the checkpoint it restored (its
-layers' digests, which the restore reproduced)."""
-HELD_FILE = "checkpoint-holds.json"
-"""In ``harness/`` of a run that took checkpoints: ``{"steps": [K...], "seconds": [...], "capture":
-[...]}``, how long each step's request was held for its checkpoint, as the proxy measured it (from
-the hold to the release, or to the end of its own freeze: the per-step cost the agent waits), and
-how much of it went to capturing (the rest: the hold's news reaching the controller and the
-release reaching the proxy; none when the proxy froze)."""
 POOL_FILE = "pool.json"
 """In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
 with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that

@@ -36,7 +36,7 @@ from reroll_contracts.trajectory import MAX_TRAJECTORY_BYTES
 
 from reroll.rollout.side_model import SideModel
 from reroll.runfolder.asks import AskRecord
-from reroll.runfolder.run import USER_TRAJECTORY, harness_folder
+from reroll.runfolder.run import USER_TRAJECTORY, harness_part
 from reroll.runfolder.trial import TurnRecord
 from reroll.trials.config import Persona
 from reroll.trials.users import BaseUser, RoundResult
@@ -213,7 +213,7 @@ async def open_persona(persona: Persona, plan: PersonaPlan, run_dir: Path) -> As
     """
     model = SideModel(
         run_dir / USER_TRAJECTORY,
-        harness_folder(run_dir) / "persona",
+        harness_part(run_dir, "persona"),
         spec=persona_model(persona, plan),
         live=plan.live,
         replay=plan.replay,

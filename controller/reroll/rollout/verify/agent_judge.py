@@ -75,7 +75,7 @@ from reroll.runfolder.run import (
     JUDGE_TRAJECTORY,
     TRAJECTORY,
     RunConfig,
-    harness_folder,
+    harness_part,
     load_run_folder,
     write_private,
 )
@@ -241,7 +241,7 @@ class AgentJudgeVerifier:
             raise
         except RerollError as exc:
             return _failed(started, "verifier_error", f"agent-judge: cannot copy the workspace: {exc}")
-        workdir = harness_folder(request.run_dir) / "agent-judge"
+        workdir = harness_part(request.run_dir, "agent-judge")
         workdir.mkdir(mode=0o700, exist_ok=True)
         tar = workdir / f"workspace-{request.output_dir.name}.tar"
         write_private(tar, copy.data)

@@ -53,7 +53,7 @@ from reroll.rollout.side_model import SideModel
 from reroll.rollout.verify.judge_model import JudgeModel, choose
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
-from reroll.runfolder.run import JUDGE_TRAJECTORY, harness_folder
+from reroll.runfolder.run import JUDGE_TRAJECTORY, harness_part
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.rubric import Criterion, Rubric, find_rubric, load_rubric
 from reroll.tasks.task import Task
@@ -291,7 +291,7 @@ def judge_side_model(request: VerifyRequest, spec: str, task: Task) -> SideModel
     replay = request.judge_replay
     return SideModel(
         request.run_dir / JUDGE_TRAJECTORY,
-        harness_folder(request.run_dir) / "judge",
+        harness_part(request.run_dir, "judge"),
         spec=spec,
         live=replay is None,
         base=task.path,

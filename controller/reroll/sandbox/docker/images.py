@@ -35,7 +35,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -68,13 +67,14 @@ from reroll.sandbox.docker.catalogue import (
     unavailable_error,
     without_copies_of,
 )
+from reroll.sandbox.sidecar_bundle import BUILD_TIMEOUT_SECONDS, run_build_step
 from reroll.sandbox.spec import SandboxSpec, SiblingService
 
 IMAGES = resources.files("reroll") / "images"
 """reroll's own image recipes (package data): ``base/packages.txt``."""
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-COMMAND_TIMEOUT_SECONDS = 1800
+COMMAND_TIMEOUT_SECONDS = BUILD_TIMEOUT_SECONDS
 IMPORTED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 """The ENV of the debootstrapped images (the base and the catalogue's)."""
 
@@ -109,19 +109,14 @@ def _top_level(root: Path, names: frozenset[str]) -> Callable[[str, list[str]], 
 
 
 def run_step(argv: list[str], what: str, log: Log) -> str:
-    """Run a host command; raise ImageBuildError naming `what` with the end of its output."""
+    """Run a host command, logged first (`run_build_step`: at most `COMMAND_TIMEOUT_SECONDS`);
+    its standard output.
+
+    Raises:
+        ImageBuildError: it failed or timed out; the message names `what` and quotes its output's end.
+    """
     log(f"$ {' '.join(argv[:6])}{' …' if len(argv) > 6 else ''}")
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ImageBuildError(f"{what}: {exc}") from exc
-    if done.returncode != 0:
-        raise ImageBuildError(
-            f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
-        )
-    return done.stdout
+    return run_build_step(argv, what)
 
 
 def debian_mirror() -> str:
