@@ -9,7 +9,10 @@ scripts/bench/branch.py does, with a pool checkpoint at every step) unless `--ru
 branches it at each step of `--at` into `-n` children by snapshot, in this process, with a timer
 around each stage of the branch and of every child (the functions are wrapped here: nothing in
 reroll is changed for it). Prints the ``import reroll.cli`` time (what the CLI pays before
-``branch`` starts) and, per branching, the fork latency (the branch's start to the first live
+``branch`` starts); per value of `--at`, what a ``reroll branch`` command imports before its
+child's agent starts (modules and ``-X importtime`` seconds: `cli_imports.branch_imports`) and
+the fork latency of a ``reroll branch`` command run as its own process (imports included, the
+shared proxy and model server started cold); then, per branching in this process, the fork latency (the branch's start to the first live
 request of any child, from the children's trajectories), then a timeline: each stage of the
 branch, and of the child that went live first, with its start and its seconds (a stage inside
 another is indented; the LLM side and the sandbox's start overlap), one line per child (its
@@ -40,10 +43,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from branch import AGENTS, TASK, branch_arguments, first_live, script
+from cli_imports import branch_imports
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
+from reroll.runfolder.summary import TREE_SUMMARY_FILE, BranchSummary
 from reroll.sandbox.local.storage import remove_pools_under
 from reroll.settings import RolloutSettings
 
@@ -156,6 +161,23 @@ def import_seconds() -> float:
     return float(done.stdout)
 
 
+def command_fork_latency(run: Path, at: int, n: int, model: str, output: Path) -> str:
+    """The fork latency of a ``reroll branch`` command (its own process: imports included, the
+    shared proxy and model server started cold), from its spawn to its children's first live
+    request."""
+    reroll = Path(sys.executable).parent / "reroll"
+    argv = [str(reroll), "branch", str(run), "--at", str(at), "-n", str(n), "--model", model]
+    argv += ["--via", "snapshot", "--output", str(output)]
+    began = time.time()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.time() - began
+    if not (output / TREE_SUMMARY_FILE).is_file():
+        return f"failed ({done.returncode}): {done.stderr[-2000:]}"
+    live = first_live(BranchSummary.model_validate_json((output / TREE_SUMMARY_FILE).read_bytes()))
+    latency = f"{live[0] - began:.3f} s" if live else "none went live"
+    return f"{latency} ({wall:.1f} s wall, exit {done.returncode})"
+
+
 def report(spans: list[Span], began: float, live: tuple[float, str] | None) -> None:
     """Print the timeline of the branch and of the child that went live first, and medians."""
     latency = f"{live[0] - began:.3f} s" if live else "none went live"
@@ -213,6 +235,11 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         run = outcome.run_dir
         print(f"  recorded: {run}")
     print(f"import reroll.cli.app: {import_seconds():.3f} s (before the command starts)")
+    for at in (int(at) for at in args.at.split(",")):
+        found = branch_imports(run, at, model, folder / f"imports-{at}")
+        print(found.line(f"reroll branch --at {at}, to the child's agent"))
+        latency = command_fork_latency(run, at, args.n, model, folder / f"command-{at}")
+        print(f"reroll branch --at {at} -n {args.n} (a command), fork latency: {latency}", flush=True)
     instrument()
     failed = 0
     for at in (int(at) for at in args.at.split(",")):

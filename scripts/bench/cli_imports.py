@@ -1,0 +1,168 @@
+"""Benchmark: what the ``reroll`` command imports before it does its work, in figures that do not
+swing with the machine's load (modules loaded, ``-X importtime`` microseconds), and the wall time
+of ``reroll --help``.
+
+    .venv/bin/python scripts/bench/cli_imports.py [--run RUN_FOLDER --model MODEL --at K]
+
+Prints, for ``import reroll.cli.app``, ``reroll --help`` and ``reroll branch --help``, each in a
+fresh interpreter: the modules in `sys.modules` after it, the sum of the ``-X importtime``
+cumulative microseconds of its top-level imports (every module imported is in one of them), and
+which of the heavy modules `WATCHED` it loaded; then the median wall seconds of 5
+``reroll --help``. With `--run` (a run recorded with a pool checkpoint per step, e.g. by
+``fork_breakdown.py --keep-recording``) it also runs ``reroll branch RUN --at K -n 1 --model MODEL
+--via snapshot`` and gives the same figures up to the moment its child starts its agent (what
+the command imports before its first child's first request). That one starts a local sandbox:
+run it under ``flock /tmp/reroll-docker.lock``. `branch_imports` is what ``fork_breakdown.py``
+prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+WATCHED = ("docker", "aiohttp.web", "requests", "reroll.models.scripted", "reroll.jobs.branch", "ray")
+"""Modules the CLI's start should not pay for unless the command needs them."""
+
+MARK = "reroll-bench: the first child starts its agent"
+
+DONE = f"""
+import json, sys
+print(json.dumps([len(sys.modules), [name for name in {WATCHED!r} if name in sys.modules]]))
+"""
+
+HELP = """
+import sys
+from reroll.cli.app import app
+try:
+    app({argv!r})
+except SystemExit:
+    pass
+"""
+
+BRANCH = """
+import functools, json, sys
+import reroll.rollout.agent_phase as phase
+
+original = phase.run_agent
+marked = []
+
+
+@functools.wraps(original)
+async def run_agent(*args, **kwargs):
+    if not marked:
+        marked.append(1)
+        loaded = [name for name in {watched!r} if name in sys.modules]
+        print({mark!r}, file=sys.stderr, flush=True)
+        print(json.dumps([len(sys.modules), loaded]), flush=True)
+    return await original(*args, **kwargs)
+
+
+for module in list(sys.modules.values()):
+    if getattr(module, "run_agent", None) is original:
+        module.run_agent = run_agent
+from reroll.cli.app import app
+
+try:
+    app({argv!r})
+except SystemExit:
+    pass
+"""
+
+
+@dataclass
+class Figures:
+    modules: int
+    """Modules in `sys.modules`."""
+    microseconds: int
+    """Sum of the top-level ``-X importtime`` cumulative microseconds."""
+    watched: list[str]
+    """The `WATCHED` modules loaded."""
+
+    def line(self, label: str) -> str:
+        heavy = ", ".join(self.watched) or "none"
+        return f"{label:<44} {self.modules:5d} modules {self.microseconds / 1e6:7.3f} s imports; watched: {heavy}"
+
+
+def importtime_total(stderr: str, until: str | None = None) -> int:
+    """Sum of the cumulative microseconds of the top-level imports in ``-X importtime`` output
+    `stderr` (lines ``import time: SELF | CUMULATIVE | NAME``, nested names indented), up to the
+    line `until` if given."""
+    total = 0
+    for line in stderr.splitlines():
+        if until is not None and line.strip() == until:
+            break
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line.split("|", 2)
+        if cumulative.strip().isdigit() and not name[1:].startswith(" "):
+            total += int(cumulative)
+    return total
+
+
+def figures(code: str, until: str | None = None) -> Figures:
+    """`Figures` of running `code` in a fresh ``python -X importtime`` whose stdout's last line is
+    ``[modules, watched]`` (JSON). Raises `subprocess.CalledProcessError` if it fails."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True
+    )
+    counts = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    if not counts:
+        raise SystemExit(f"no figures printed:\n{done.stdout}\n{done.stderr[-3000:]}")
+    modules, watched = json.loads(counts[-1])
+    return Figures(modules, importtime_total(done.stderr, until), watched)
+
+
+def help_figures(argv: list[str]) -> Figures:
+    """`Figures` of ``reroll ARGV`` (a help) run in a fresh interpreter."""
+    return figures(HELP.format(argv=argv) + DONE)
+
+
+def branch_imports(run: Path, at: int, model: str, output: Path) -> Figures:
+    """`Figures` of ``reroll branch RUN --at AT -n 1 --model MODEL --via snapshot --output OUTPUT``
+    up to its child's start of the agent."""
+    argv = ["branch", str(run), "--at", str(at), "-n", "1", "--model", model, "--via", "snapshot"]
+    argv += ["--output", str(output)]
+    return figures(BRANCH.format(watched=WATCHED, mark=MARK, argv=argv), until=MARK)
+
+
+def help_wall(times: int = 5) -> float:
+    """Median wall seconds of `times` runs of ``reroll --help`` (the console script)."""
+    reroll = shutil.which("reroll", path=str(Path(sys.executable).parent))
+    if reroll is None:
+        raise SystemExit("no reroll console script beside this python")
+    walls = []
+    for _ in range(times):
+        began = time.perf_counter()
+        subprocess.run([reroll, "--help"], capture_output=True, check=True)
+        walls.append(time.perf_counter() - began)
+    return statistics.median(walls)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", help="a recorded run folder to branch (with a pool checkpoint per step)")
+    parser.add_argument("--model", help="with --run: the children's model")
+    parser.add_argument("--at", type=int, default=10)
+    args = parser.parse_args()
+    print(figures("import reroll.cli.app" + DONE).line("import reroll.cli.app"))
+    print(help_figures(["--help"]).line("reroll --help"))
+    print(help_figures(["branch", "--help"]).line("reroll branch --help"))
+    print(f"{'reroll --help wall, median of 5':<44} {help_wall():.3f} s")
+    if args.run:
+        with tempfile.TemporaryDirectory(prefix="reroll-bench-imports-") as folder:
+            found = branch_imports(Path(args.run), args.at, args.model, Path(folder) / "tree")
+        print(found.line(f"reroll branch --at {args.at}, to the child's agent"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
