@@ -171,9 +171,10 @@ def command_fork_latency(run: Path, at: int, n: int, model: str, output: Path) -
     began = time.time()
     done = subprocess.run(argv, capture_output=True, text=True)
     wall = time.time() - began
-    if not (output / TREE_SUMMARY_FILE).is_file():
+    written = sorted(output.glob(f"*/{TREE_SUMMARY_FILE}"))  # <output>/<run>/summary.json
+    if not written:
         return f"failed ({done.returncode}): {done.stderr[-2000:]}"
-    live = first_live(BranchSummary.model_validate_json((output / TREE_SUMMARY_FILE).read_bytes()))
+    live = first_live(BranchSummary.model_validate_json(written[0].read_bytes()))
     latency = f"{live[0] - began:.3f} s" if live else "none went live"
     return f"{latency} ({wall:.1f} s wall, exit {done.returncode})"
 
