@@ -89,7 +89,8 @@ class Figures:
 
     def line(self, label: str) -> str:
         heavy = ", ".join(self.watched) or "none"
-        return f"{label:<44} {self.modules:5d} modules {self.microseconds / 1e6:7.3f} s imports; watched: {heavy}"
+        seconds = self.microseconds / 1e6
+        return f"{label:<44} {self.modules:5d} modules {seconds:7.3f} s imports; watched: {heavy}"
 
 
 def importtime_total(stderr: str, until: str | None = None) -> int:
@@ -148,7 +149,9 @@ def help_wall(times: int = 5) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--run", help="a recorded run folder to branch (with a pool checkpoint per step)")
     parser.add_argument("--model", help="with --run: the children's model")
     parser.add_argument("--at", type=int, default=10)

@@ -4,7 +4,7 @@ the settings' flags are `reroll.cli.flags`), and the helpers that turn errors in
 
 Nothing of a command's implementation is imported here or at the top of a command's module: a
 command's function imports what it runs when it runs, so ``reroll --help``, ``reroll CMD --help``
-and every other command do not load it (``tests/cli/test_imports.py``).
+and every other command do not load it (``tests/cli/test_app.py``).
 """
 
 from __future__ import annotations

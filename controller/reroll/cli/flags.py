@@ -29,6 +29,7 @@ from reroll.trials.config import SkillMode
 
 if TYPE_CHECKING:
     from reroll_contracts.faults import FaultsUsed
+
     from reroll.settings import RolloutSettings
 
 TimeoutOption = Annotated[

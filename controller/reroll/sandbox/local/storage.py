@@ -38,12 +38,11 @@ from reroll_contracts.btrfs import ROOT
 from reroll_contracts.errors import SandboxError
 from reroll_contracts.proxy import FreezePlan
 
+from reroll.host.owner import owner_label, owner_runs
 from reroll.sandbox.base import PruneReport
 from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
-from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local import cow
-from reroll.sandbox.local.imagefs import prune_unpacked
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE, TOP_LEVEL
 
 FOLDERS = ("root", "app", "logs", "home")
@@ -295,7 +294,7 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     processes end with its controller's sidecar (`stop` kills any orphan). A kept pool (see the
     module docstring) goes when no child of it runs and it was kept more than `POOL_KEEP_SECONDS`
     ago or its run folder (`RUN_FILE`) is gone, or with `run_id` or `running`. Also removes the
-    unpacked task images whose Docker image is gone (`reroll.sandbox.local.imagefs.prune_unpacked`).
+    unpacked task images whose Docker image is gone (`reroll.sandbox.local.imagebuild.prune_unpacked`).
 
     Returns:
         ``{"disks": [host folders removed], "unpacked images": [cache folders removed]}``, each key
@@ -311,6 +310,8 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
         if not leftover.exists():
             removed.append(str(leftover))
     report = {"disks": removed} if removed else {}
+    from reroll.sandbox.local.imagebuild import prune_unpacked  # the docker SDK: not for a fork
+
     images = prune_unpacked()
     return report | ({"unpacked images": images} if images else {})
 
