@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.spawns  # a fresh interpreter each: the one running the tests has it all loaded
+
 HEAVY = ("docker", "aiohttp", "aiohttp.web", "requests", "reroll.models.scripted", "reroll.jobs.branch")
 """What no help may load: the docker SDK, aiohttp (client or server), the scripted model server,
 a command's implementation."""

@@ -371,6 +371,7 @@ async def test_an_unusable_judge_model_refuses_the_branch_before_anything_is_wri
     assert sorted(path.name for path in (tmp_path / "job").iterdir()) == ["run"]
 
 
+@pytest.mark.spawns
 def test_a_local_fork_loads_neither_the_docker_sdk_nor_a_model_server() -> None:
     """What ``reroll branch`` loads to fork on the local sandbox with a provider's model (the
     branch, the rollout, the local sandbox, the model specs) holds no docker SDK, no aiohttp.web
