@@ -2,7 +2,8 @@
 swing with the machine's load (modules loaded, ``-X importtime`` microseconds), and the wall time
 of ``reroll --help``.
 
-    .venv/bin/python scripts/bench/cli_imports.py [--run RUN_FOLDER --model MODEL --at K]
+    .venv/bin/python scripts/bench/cli_imports.py [--run RUN_FOLDER --model MODEL --at K
+        [-n 8] [--repeat 3]]
 
 Prints, for ``import reroll.cli.app``, ``reroll --help`` and ``reroll branch --help``, each in a
 fresh interpreter: the modules in `sys.modules` after it, the sum of the ``-X importtime``
@@ -11,9 +12,12 @@ which of the heavy modules `WATCHED` it loaded; then the median wall seconds of 
 ``reroll --help``. With `--run` (a run recorded with a pool checkpoint per step, e.g. by
 ``fork_breakdown.py --keep-recording``) it also runs ``reroll branch RUN --at K -n 1 --model MODEL
 --via snapshot`` and gives the same figures up to the moment its child starts its agent (what
-the command imports before its first child's first request). That one starts a local sandbox:
-run it under ``flock /tmp/reroll-docker.lock``. `branch_imports` is what ``fork_breakdown.py``
-prints.
+the command imports before its first child's first request), then times `--repeat` commands
+``reroll branch RUN --at K -n N`` from their spawn to their first live request (the fork
+latency of a command, its imports and the shared processes' cold start included) and prints
+their median. Those start local sandboxes: run it under ``flock /tmp/reroll-docker.lock``, with
+``REROLL_AGENTS_FILE`` naming the run's agent when it is not built in. `branch_imports` and
+`command_fork_latency` are what ``fork_breakdown.py`` prints.
 """
 
 from __future__ import annotations
@@ -135,6 +139,40 @@ def branch_imports(run: Path, at: int, model: str, output: Path) -> Figures:
     return figures(BRANCH.format(watched=WATCHED, mark=MARK, argv=argv), until=MARK)
 
 
+def command_fork_latency(run: Path, at: int, n: int, model: str, output: Path) -> tuple[float, float]:
+    """Seconds from spawning ``reroll branch RUN --at AT -n N --model MODEL --via snapshot
+    --output OUTPUT`` (its own process: imports included, the shared proxy and model server
+    started cold) to its children's first live request, and its wall seconds.
+
+    Raises:
+        SystemExit: the command wrote no tree, or no child went live.
+    """
+    from datetime import datetime
+
+    from reroll.runfolder.run import TRAJECTORY
+    from reroll_contracts.trajectory import load_trajectory
+
+    reroll = Path(sys.executable).parent / "reroll"
+    argv = [str(reroll), "branch", str(run), "--at", str(at), "-n", str(n), "--model", model]
+    argv += ["--via", "snapshot", "--output", str(output)]
+    began = time.time()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.time() - began
+    written = sorted(output.glob("*/summary.json"))  # <output>/<run>/summary.json
+    if not written:
+        raise SystemExit(f"reroll branch failed ({done.returncode}): {done.stderr[-2000:]}")
+    tree = written[0].parent
+    firsts = []
+    for child in json.loads(written[0].read_bytes())["children"]:
+        trajectory = tree / child["folder"] / TRAJECTORY
+        exchanges = load_trajectory(trajectory).exchanges if trajectory.is_file() else []
+        live = [e.request.timestamp for e in exchanges if e.metadata.source == "live"]
+        firsts += [datetime.fromisoformat(live[0]).timestamp()] if live else []
+    if not firsts:
+        raise SystemExit(f"no child of {tree} went live")
+    return min(firsts) - began, wall
+
+
 def help_wall(times: int = 5) -> float:
     """Median wall seconds of `times` runs of ``reroll --help`` (the console script)."""
     reroll = shutil.which("reroll", path=str(Path(sys.executable).parent))
@@ -155,6 +193,8 @@ def main() -> int:
     parser.add_argument("--run", help="a recorded run folder to branch (with a pool checkpoint per step)")
     parser.add_argument("--model", help="with --run: the children's model")
     parser.add_argument("--at", type=int, default=10)
+    parser.add_argument("-n", type=int, default=8, help="with --run: children of the timed commands")
+    parser.add_argument("--repeat", type=int, default=0, help="with --run: time this many commands")
     args = parser.parse_args()
     print(figures("import reroll.cli.app" + DONE).line("import reroll.cli.app"))
     print(help_figures(["--help"]).line("reroll --help"))
@@ -163,7 +203,16 @@ def main() -> int:
     if args.run:
         with tempfile.TemporaryDirectory(prefix="reroll-bench-imports-") as folder:
             found = branch_imports(Path(args.run), args.at, args.model, Path(folder) / "tree")
-        print(found.line(f"reroll branch --at {args.at}, to the child's agent"))
+            print(found.line(f"reroll branch --at {args.at}, to the child's agent"), flush=True)
+            latencies = []
+            for index in range(args.repeat):
+                output = Path(folder) / f"command-{index}"
+                latency, wall = command_fork_latency(Path(args.run), args.at, args.n, args.model, output)
+                label = f"reroll branch --at {args.at} -n {args.n}"
+                print(f"{label}: fork latency {latency:.3f} s, wall {wall:.1f} s", flush=True)
+                latencies.append(latency)
+        if latencies:
+            print(f"{'fork latency of a command, median':<44} {statistics.median(latencies):.3f} s")
     return 0
 
 

@@ -43,12 +43,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from branch import AGENTS, TASK, branch_arguments, first_live, script
-from cli_imports import branch_imports
+from cli_imports import branch_imports, command_fork_latency
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
-from reroll.runfolder.summary import TREE_SUMMARY_FILE, BranchSummary
 from reroll.sandbox.local.storage import remove_pools_under
 from reroll.settings import RolloutSettings
 
@@ -161,24 +160,6 @@ def import_seconds() -> float:
     return float(done.stdout)
 
 
-def command_fork_latency(run: Path, at: int, n: int, model: str, output: Path) -> str:
-    """The fork latency of a ``reroll branch`` command (its own process: imports included, the
-    shared proxy and model server started cold), from its spawn to its children's first live
-    request."""
-    reroll = Path(sys.executable).parent / "reroll"
-    argv = [str(reroll), "branch", str(run), "--at", str(at), "-n", str(n), "--model", model]
-    argv += ["--via", "snapshot", "--output", str(output)]
-    began = time.time()
-    done = subprocess.run(argv, capture_output=True, text=True)
-    wall = time.time() - began
-    written = sorted(output.glob(f"*/{TREE_SUMMARY_FILE}"))  # <output>/<run>/summary.json
-    if not written:
-        return f"failed ({done.returncode}): {done.stderr[-2000:]}"
-    live = first_live(BranchSummary.model_validate_json(written[0].read_bytes()))
-    latency = f"{live[0] - began:.3f} s" if live else "none went live"
-    return f"{latency} ({wall:.1f} s wall, exit {done.returncode})"
-
-
 def report(spans: list[Span], began: float, live: tuple[float, str] | None) -> None:
     """Print the timeline of the branch and of the child that went live first, and medians."""
     latency = f"{live[0] - began:.3f} s" if live else "none went live"
@@ -239,8 +220,9 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
     for at in (int(at) for at in args.at.split(",")):
         found = branch_imports(run, at, model, folder / f"imports-{at}")
         print(found.line(f"reroll branch --at {at}, to the child's agent"))
-        latency = command_fork_latency(run, at, args.n, model, folder / f"command-{at}")
-        print(f"reroll branch --at {at} -n {args.n} (a command), fork latency: {latency}", flush=True)
+        latency, wall = command_fork_latency(run, at, args.n, model, folder / f"command-{at}")
+        label = f"reroll branch --at {at} -n {args.n} (a command)"
+        print(f"{label}: fork latency {latency:.3f} s, wall {wall:.1f} s", flush=True)
     instrument()
     failed = 0
     for at in (int(at) for at in args.at.split(",")):
