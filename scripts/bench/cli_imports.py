@@ -15,7 +15,10 @@ which of the heavy modules `WATCHED` it loaded; then the median wall seconds of 
 the command imports before its first child's first request), then times `--repeat` commands
 ``reroll branch RUN --at K -n N`` from their spawn to their first live request (the fork
 latency of a command, its imports and the shared processes' cold start included) and prints
-their median. Those start local sandboxes: run it under ``flock /tmp/reroll-docker.lock``, with
+their median; or, with `--prestart N`, only times N commands from their spawn to their start of
+the shared proxy and model server (where the command is stopped: no process or sandbox starts,
+no flock needed), the part of a fork's latency that is the command's own start. The others start
+local sandboxes: run it under ``flock /tmp/reroll-docker.lock``, with
 ``REROLL_AGENTS_FILE`` naming the run's agent when it is not built in. `branch_imports` and
 `command_fork_latency` are what ``fork_breakdown.py`` prints.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -79,6 +83,40 @@ try:
     app({argv!r})
 except SystemExit:
     pass
+"""
+
+
+TO_PRESTART = """
+import importlib.abc, importlib.util, os, sys, time
+
+T0 = float(os.environ["REROLL_BENCH_T0"])
+
+
+class Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "reroll.host.shared_process":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+
+            def prestart(*args, **kwargs):
+                print(f"{{time.time() - T0:.6f}} {{len(sys.modules)}}", flush=True)
+                os._exit(0)
+
+            module.prestart = prestart
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, Hook())
+from reroll.cli.app import app
+
+app({argv!r})
 """
 
 
@@ -173,6 +211,39 @@ def command_fork_latency(run: Path, at: int, n: int, model: str, output: Path) -
     return min(firsts) - began, wall
 
 
+def to_prestart(run: Path, at: int, model: str, output: Path) -> tuple[float, int]:
+    """Seconds from spawning ``reroll branch RUN --at AT --model MODEL --via snapshot`` to its
+    start of the shared proxy and model server (`reroll.host.shared_process.prestart`, where it
+    is stopped: no process or sandbox starts), and the modules it holds then: the part of a
+    fork's latency the command's own start takes.
+
+    Raises:
+        SystemExit: the command ended before it.
+    """
+    argv = [
+        "branch",
+        str(run),
+        "--at",
+        str(at),
+        "--model",
+        model,
+        "--via",
+        "snapshot",
+        "--output",
+        str(output),
+    ]
+    env = {**os.environ, "REROLL_BENCH_T0": repr(time.time())}
+    done = subprocess.run(
+        [sys.executable, "-c", TO_PRESTART.format(argv=argv)], capture_output=True, text=True, env=env
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        raise SystemExit(
+            f"reroll branch did not reach its prestart: {done.stdout[-1000:]}{done.stderr[-2000:]}"
+        )
+    seconds, modules = done.stdout.split()[-2:]
+    return float(seconds), int(modules)
+
+
 def help_wall(times: int = 5) -> float:
     """Median wall seconds of `times` runs of ``reroll --help`` (the console script)."""
     reroll = shutil.which("reroll", path=str(Path(sys.executable).parent))
@@ -195,7 +266,19 @@ def main() -> int:
     parser.add_argument("--at", type=int, default=10)
     parser.add_argument("-n", type=int, default=8, help="with --run: children of the timed commands")
     parser.add_argument("--repeat", type=int, default=0, help="with --run: time this many commands")
+    parser.add_argument(
+        "--prestart", type=int, default=0, help="with --run: time this many commands to their prestart only"
+    )
     args = parser.parse_args()
+    if args.run and args.prestart:
+        with tempfile.TemporaryDirectory(prefix="reroll-bench-imports-") as folder:
+            timed = [
+                to_prestart(Path(args.run), args.at, args.model, Path(folder) / str(i))
+                for i in range(args.prestart)
+            ]
+        seconds = statistics.median(second for second, _ in timed)
+        print(f"{'reroll branch to its prestart, median':<44} {timed[0][1]:5d} modules {seconds:7.3f} s")
+        return 0
     print(figures("import reroll.cli.app" + DONE).line("import reroll.cli.app"))
     print(help_figures(["--help"]).line("reroll --help"))
     print(help_figures(["branch", "--help"]).line("reroll branch --help"))
