@@ -87,7 +87,7 @@ def test_an_image_is_unpacked_once_with_its_owners_shifted(
     def no_second_export(*args: object) -> None:
         raise AssertionError("unpacked again")
 
-    monkeypatch.setattr(imagefs, "_export", no_second_export)
+    monkeypatch.setattr(imagebuild, "_export", no_second_export)
     assert _unpacked(tag, image_id) == found
 
 
@@ -115,7 +115,7 @@ def test_a_failed_unpacking_leaves_nothing_behind(
         (root / "half").write_text("x")
         raise OSError("disk full")
 
-    monkeypatch.setattr(imagefs, "_export", fail_midway)
+    monkeypatch.setattr(imagebuild, "_export", fail_midway)
     with pytest.raises(SandboxError, match="disk full"):
         _unpacked(tag, image_id)
     assert [p.name for p in (cache / "rootfs").iterdir() if not p.name.endswith(".lock")] == []
