@@ -44,13 +44,13 @@ from typing import TypeVar
 import yaml
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.environment.state import restore_state, snapshot_state
-from reroll.jobs.branch import Via, branch
+from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.lifecycle import sandbox_env
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.runfolder.run import HELD_FILE, TRAJECTORY, harness_folder
-from reroll.runfolder.summary import BranchSummary
+from reroll.runfolder.summary import BranchSummary, Via
 from reroll.sandbox.base import create_sandbox
 from reroll.sandbox.local.storage import remove_pools_under
 from reroll.settings import RolloutSettings

@@ -9,12 +9,15 @@ scripts/bench/branch.py does, with a pool checkpoint at every step) unless `--ru
 branches it at each step of `--at` into `-n` children by snapshot, in this process, with a timer
 around each stage of the branch and of every child (the functions are wrapped here: nothing in
 reroll is changed for it). Prints the ``import reroll.cli`` time (what the CLI pays before
-``branch`` starts) and, per branching, the fork latency (the branch's start to the first live
-request of any child, from the children's trajectories), then a timeline: each stage of the
-branch, and of the child that went live first, with its start and its seconds (a stage inside
-another is indented; the LLM side and the sandbox's start overlap), one line per child (its
-start, the seconds of its LLM side, sandbox start and agent), and each stage's median over the
-children. Run it under
+``branch`` starts); per value of `--at`, what a ``reroll branch`` command imports before its
+child's agent starts (modules and ``-X importtime`` seconds: `cli_imports.branch_imports`) and
+the fork latency of a ``reroll branch`` command run as its own process (imports included, the
+shared proxy and model server started cold); then, per branching in this process, the fork
+latency (the branch's start to the first live request of any child, from the children's
+trajectories), then a timeline: each stage of the branch, and of the child that went live first,
+with its start and its seconds (a stage inside another is indented; the LLM side and the
+sandbox's start overlap), one line per child (its start, the seconds of its LLM side, sandbox
+start and agent), and each stage's median over the children. Run it under
 ``flock /tmp/reroll-docker.lock``. The pools of a run it recorded are removed at the end
 unless `--keep-recording` names a jobs folder to record into (then pass the run to `--run`).
 """
@@ -40,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from branch import AGENTS, TASK, branch_arguments, first_live, script
+from cli_imports import branch_imports, command_fork_latency
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
@@ -213,6 +217,12 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         run = outcome.run_dir
         print(f"  recorded: {run}")
     print(f"import reroll.cli.app: {import_seconds():.3f} s (before the command starts)")
+    for at in (int(at) for at in args.at.split(",")):
+        found = branch_imports(run, at, model, folder / f"imports-{at}")
+        print(found.line(f"reroll branch --at {at}, to the child's agent"))
+        latency, wall = command_fork_latency(run, at, args.n, model, folder / f"command-{at}")
+        label = f"reroll branch --at {at} -n {args.n} (a command)"
+        print(f"{label}: fork latency {latency:.3f} s, wall {wall:.1f} s", flush=True)
     instrument()
     failed = 0
     for at in (int(at) for at in args.at.split(",")):

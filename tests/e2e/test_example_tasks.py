@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.local import imagefs
+from reroll.sandbox.local import imagebuild, imagefs
 from reroll.tasks.task import load_task
 
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -58,7 +58,7 @@ def test_oracle_reaches_reward_one(example: str, sandbox_backend: str, tmp_path:
     # Docker or buildah; pytest and its CTRF plugin come from harbor-ctrf's image, under network none).
     task = EXAMPLES / example
     needs_image = sandbox_backend == "local" and imagefs.spec_unhonoured(sandbox_spec(load_task(task)))
-    if needs_image and (reason := imagefs.no_builder()):
+    if needs_image and (reason := imagebuild.no_builder()):
         pytest.skip(f"{example} needs its image on local, and {reason}")
     output = oracle_run(task, sandbox_backend, tmp_path)
     if example == "skillsbench-yaml":  # its skills_dir is honoured (informational), nothing ignored

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -367,3 +369,16 @@ async def test_an_unusable_judge_model_refuses_the_branch_before_anything_is_wri
     with pytest.raises(ModelError, match=UNKEYED_JUDGE):
         await branch(run, at="1", models=["scripted"])
     assert sorted(path.name for path in (tmp_path / "job").iterdir()) == ["run"]
+
+
+@pytest.mark.spawns
+def test_a_local_fork_loads_neither_the_docker_sdk_nor_a_model_server() -> None:
+    """What ``reroll branch`` loads to fork on the local sandbox with a provider's model (the
+    branch, the rollout, the local sandbox, the model specs) holds no docker SDK, no aiohttp.web
+    and nothing of the scripted model server."""
+    modules = "reroll.cli.branch, reroll.jobs.branch, reroll.rollout.lifecycle, reroll.sandbox.local.isolated"
+    code = f"import json, sys, {modules}; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(done.stdout))
+    assert "reroll.sandbox.local.isolated" in loaded
+    assert sorted(loaded & {"docker", "requests", "aiohttp.web", "reroll.models.scripted"}) == []

@@ -15,7 +15,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 from reroll.host.shared_process import MODE_ENV
-from reroll.models.scripted import SCRIPTS_ROUTE, ModelScript, load_script, own_turns
+from reroll.models.scripted import ModelScript, load_script, own_turns
+from reroll.models.scripted_admin import SCRIPTS_ROUTE
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll_contracts.errors import InfrastructureError, ModelError
 from reroll_contracts.wire import format_named

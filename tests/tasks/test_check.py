@@ -12,7 +12,7 @@ from reroll.cli.app import app
 from reroll.cli.common import console
 from reroll.rollout.start import load_runnable_task
 from reroll.rollout.verify.judge_model import judge_model_warnings
-from reroll.sandbox.local import imagefs
+from reroll.sandbox.local import imagebuild
 from reroll.tasks.check import find_task_dirs, program_source, resolved
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import TaskError
@@ -109,9 +109,9 @@ def _check(folder: Path, docker: bool = False) -> str:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(console, "_width", 400)
         patch.setattr(
-            imagefs, "docker_unreachable", lambda: "" if docker else "Docker is not reachable (none here)"
+            imagebuild, "docker_unreachable", lambda: "" if docker else "Docker is not reachable (none here)"
         )
-        patch.setattr(imagefs, "buildah_missing", lambda: "buildah is not installed (none here)")
+        patch.setattr(imagebuild, "buildah_missing", lambda: "buildah is not installed (none here)")
         done = CliRunner().invoke(app, ["task", "check", str(folder)])
     assert done.exit_code == 0, done.output  # warnings do not fail the check
     return done.output

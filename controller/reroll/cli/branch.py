@@ -34,9 +34,7 @@ from reroll.cli.flags import (
     UserModelOption,
     rollout_settings,
 )
-from reroll.cli.reports import branch_report
-from reroll.jobs.branch import Via
-from reroll.jobs.branch import branch as branch_run
+from reroll.runfolder.summary import Via
 
 BranchAtOption = Annotated[
     str | None,
@@ -128,6 +126,9 @@ def branch(
     given. Says which way (--via) the branches reached step K. Exit 1 when a branch ended in error.
     """
     options = rollout_settings(locals())
+    from reroll.cli.reports import branch_report
+    from reroll.jobs.branch import branch as branch_run
+
     summary = guarded(
         branch_run(
             run_folder,

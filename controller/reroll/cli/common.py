@@ -1,6 +1,10 @@
 """What the command modules of ``reroll`` share: the consoles, the options of several commands that
 are not rollout settings (one definition each, so their names and help read the same everywhere;
 the settings' flags are `reroll.cli.flags`), and the helpers that turn errors into exit codes.
+
+Nothing of a command's implementation is imported here or at the top of a command's module: a
+command's function imports what it runs when it runs, so ``reroll --help``, ``reroll CMD --help``
+and every other command do not load it (``tests/cli/test_app.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,9 @@ from pydantic import ValidationError
 from reroll_contracts.errors import ConfigError, RerollError
 from rich.console import Console
 
-from reroll.jobs.jobfile import RunnerOptions
-from reroll.rollout.start import RolloutOutcome
-from reroll.runfolder.run import SIDE_LABELS
-
 if TYPE_CHECKING:
+    from reroll.jobs.jobfile import RunnerOptions
+    from reroll.rollout.start import RolloutOutcome
     from reroll.runfolder.summary import JobSummary
 
 console = Console(highlight=False, soft_wrap=True)
@@ -73,6 +75,8 @@ def runner_options(
     max_retries: int | None,
 ) -> RunnerOptions:
     """The runner flags (``continue-job``, ``branch``), checked: out of range exits with code 2."""
+    from reroll.jobs.jobfile import RunnerOptions  # the job file's models: loaded by the commands that run
+
     flags = {
         "concurrency": concurrency,
         "max_starting": max_starting,
@@ -89,6 +93,8 @@ def runner_options(
 
 def finish(outcome: RolloutOutcome) -> None:
     """Print how a rollout ended; exit 1 when its status is ``error``."""
+    from reroll.runfolder.run import SIDE_LABELS  # the run folder's models: loaded once a rollout ran
+
     result = outcome.result
     colour = {"ok": "green", "timeout": "yellow"}.get(result.status or "", "red")
     console.print(

@@ -39,7 +39,6 @@ from reroll.cli.flags import (
     WithoutMcpOption,
     rollout_settings,
 )
-from reroll.rollout.commands.continue_ import continue_run
 
 
 def continue_(
@@ -82,6 +81,8 @@ def continue_(
     The sandbox, its settings (e.g. docker's image map) and the network are the original's
     unless given. Every timed-out run of a job: `reroll continue-job JOB_DIR`."""
     options = rollout_settings(locals())
+    from reroll.rollout.commands.continue_ import continue_run
+
     finish(
         guarded(
             continue_run(

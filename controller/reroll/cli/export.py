@@ -11,7 +11,6 @@ from reroll_contracts.errors import RerollError
 
 from reroll.cli.common import err_console, refuse
 from reroll.export.formats import EXPORTERS
-from reroll.runfolder.run import write_bytes_atomically
 
 
 def export(
@@ -40,6 +39,7 @@ def export(
     PATH is not a run, job or tree, or a file in it is corrupt (the message names the file and the line).
     """
     from reroll.export import export_lines
+    from reroll.runfolder.run import write_bytes_atomically
 
     try:
         pieces = export_lines(path, format)

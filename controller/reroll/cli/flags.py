@@ -13,22 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 from pydantic import ValidationError
 from reroll_contracts.errors import ConfigError, RerollError
-from reroll_contracts.faults import FaultsUsed
 from reroll_contracts.network import NetworkPolicy
 from reroll_contracts.proxy import DivergencePolicy
 
 from reroll.cli.common import err_console, refuse
-from reroll.host.llm_proxy import faults_used
 from reroll.sandbox.docker.config import parse_image_map
-from reroll.settings import RolloutSettings
 from reroll.tasks.manifest import parse_state, resolve_manifest
 from reroll.trials.config import SkillMode
+
+if TYPE_CHECKING:
+    from reroll_contracts.faults import FaultsUsed
+
+    from reroll.settings import RolloutSettings
 
 TimeoutOption = Annotated[
     float | None,
@@ -224,6 +226,8 @@ def rollout_settings(flags: Mapping[str, Any]) -> RolloutSettings:
     settings model refuses, a backend's setting its config model refuses (with ``--sandbox``;
     without it, the backend the rollout runs on parses them, `reroll.settings.UnboundSandboxConfig`).
     """
+    from reroll.settings import RolloutSettings  # the models, sandboxes and proxy: not for a help
+
     given: dict[str, Any] = {
         FLAGS[name]: value for name, value in flags.items() if name in FLAGS and value is not None
     }
@@ -278,6 +282,8 @@ def faults_from_flags(plan: Path | None, seed: int | None) -> FaultsUsed | None:
         if seed is not None:
             raise typer.BadParameter("--fault-seed needs --faults", param_hint="--fault-seed")
         return None
+    from reroll.host.llm_proxy import faults_used  # the proxy's client (aiohttp): only with a plan
+
     try:
         return faults_used(plan, seed)
     except RerollError as exc:

@@ -17,8 +17,6 @@ from reroll.cli.flags import (
     TrustOption,
     rollout_settings,
 )
-from reroll.cli.reports import fidelity_report
-from reroll.rollout.commands.replay import replay_run
 
 
 def replay(
@@ -43,6 +41,9 @@ def replay(
     compared, so the report names each divergence.
     """
     options = rollout_settings(locals())
+    from reroll.cli.reports import fidelity_report
+    from reroll.rollout.commands.replay import replay_run
+
     report = guarded(
         replay_run(
             run_folder,

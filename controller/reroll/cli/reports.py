@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from reroll.rollout.commands.replay import FidelityReport
-from reroll.runfolder.summary import BranchSummary
+if TYPE_CHECKING:
+    from reroll.rollout.commands.replay import FidelityReport
+    from reroll.runfolder.summary import BranchSummary
 
 _VERDICT_STYLE = {"match": "green", "diverged": "red", "missing": "yellow", "retried": "cyan"}
 

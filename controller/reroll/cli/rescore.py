@@ -17,7 +17,6 @@ from reroll.cli.flags import (
     TrustOption,
     rollout_settings,
 )
-from reroll.rollout.commands.rescore import rescore_run
 
 
 def rescore(
@@ -41,6 +40,8 @@ def rescore(
     verifier failed.
     """
     options = rollout_settings(locals())
+    from reroll.rollout.commands.rescore import rescore_run
+
     finish(
         guarded(
             rescore_run(

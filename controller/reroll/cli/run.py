@@ -30,8 +30,6 @@ from reroll.cli.flags import (
     WithoutMcpOption,
     rollout_settings,
 )
-from reroll.rollout.commands.record import run_task
-from reroll.trials.config import load_trial
 
 
 def run(
@@ -82,6 +80,9 @@ def run(
 
     No --on-divergence: a recording replays nothing, so nothing can diverge."""
     settings = rollout_settings(locals())
+    from reroll.rollout.commands.record import run_task
+    from reroll.trials.config import load_trial
+
     try:
         trial_config = load_trial(trial) if trial is not None else None
     except RerollError as exc:

@@ -27,7 +27,7 @@ def task_check(
     from reroll.rollout.start import load_runnable_task
     from reroll.rollout.verify.judge_model import judge_model_warnings
     from reroll.sandbox.docker.images import base_warnings, local_images
-    from reroll.sandbox.local.imagefs import local_warnings, no_builder
+    from reroll.sandbox.local.imagebuild import local_warnings, no_builder
     from reroll.tasks.check import check, render
 
     is_local = local_images()

@@ -46,7 +46,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Literal
 
 from reroll_contracts.errors import AgentError, ConfigError
 from rich.console import Console
@@ -83,11 +82,10 @@ from reroll.runfolder.summary import (
     BranchSummary,
     ChildSummary,
     RolloutSummary,
+    Via,
 )
 from reroll.sandbox.base import load_backend
 from reroll.settings import DEFAULT_SANDBOX, RolloutSettings, with_recorded_inputs
-
-Via = Literal["snapshot", "replay"]
 
 
 def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:

@@ -60,12 +60,12 @@ import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from reroll_contracts.errors import ModelError, RequestShapeError
-from reroll_contracts.proxy import FormatName
 from reroll_contracts.service import base_url_for, run_service, write_ready_file
 from reroll_contracts.wire import WireFormat, all_formats, format_named
 from reroll_contracts.wire.normal import NormalRequest
 from reroll_contracts.wire.sse import encode_event
 
+from reroll.models.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 from reroll.models.scripted_answers import Answer, ToolCall, answer_body, count_prompt_tokens, turn_index
 
 PIECE_CHARS = 8
@@ -363,31 +363,6 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     ScriptServer(script, only_format).add_routes(app.router)
     return app
-
-
-class ScriptRegistration(BaseModel):
-    """What the controller sends a shared scripted model (``POST /_reroll/scripts``, with its
-    admin token) to serve one more script."""
-
-    model_config = ConfigDict(extra="forbid")
-    script: Path
-    """The script file (YAML or JSON)."""
-    only_format: FormatName | None = None
-    """Serve only this API format (see `ScriptServer`)."""
-
-
-class ScriptAdded(BaseModel):
-    """A shared scripted model's answer to a `ScriptRegistration`."""
-
-    model_config = ConfigDict(extra="forbid")
-    script_id: str
-    """Names it in ``DELETE /_reroll/scripts/{script_id}`` and in its base URL."""
-    base_url: str
-    """Where its requests go: ``http://HOST:PORT/<script_id>/v1``."""
-
-
-SCRIPTS_ROUTE = "/_reroll/scripts"
-"""A shared scripted model's admin route."""
 
 
 class SharedScripts:

@@ -54,7 +54,7 @@ from reroll_contracts.proxy import FormatName, UpstreamConfig
 
 from reroll.host.child_process import ChildProcess
 from reroll.host.shared_process import per_rollout, prestart, shared_process
-from reroll.models.scripted import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
+from reroll.models.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
 """A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""

@@ -39,6 +39,10 @@ JOB_SUMMARY_FILE = "summary.json"
 TREE_SUMMARY_FILE = "summary.json"
 """In a branch tree's parent folder: a `BranchSummary`."""
 
+Via = Literal["snapshot", "replay"]
+"""How a branch's children reach its cut (`reroll.jobs.branch.choose_via`): forked from a snapshot
+of the prefix, or by replaying it."""
+
 
 class RolloutSummary(BaseModel):
     """One rollout of a job, as it ended."""
@@ -328,7 +332,7 @@ class BranchSummary(BaseModel):
         models = self.branch_points[child.point].models
         return next((model.mean_reward for model in models if model.model == child.model), None)
 
-    via: Literal["snapshot", "replay"] = "replay"
+    via: Via = "replay"
     """How the children reached step K: forked from checkpoint layers (``snapshot``) or by
     re-executing the prefix each (``replay``)."""
     note: str | None = None

@@ -18,10 +18,11 @@ import docker
 import docker.errors
 import docker.models.containers
 import pytest
+from reroll.host.owner import owner_label
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import backend as docker_backend
 from reroll.sandbox.docker.backend import AGENTS_DIR, DockerSandbox
-from reroll.sandbox.docker.engine import SHARED_VOLUMES, owner_label
+from reroll.sandbox.docker.engine import SHARED_VOLUMES
 from reroll.sandbox.docker.prune import prune
 from reroll.sandbox.layout import SANDBOX_HOSTNAME
 from reroll.tasks.task import Task, load_task

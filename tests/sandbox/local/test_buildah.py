@@ -23,7 +23,8 @@ from reroll.sandbox.docker.engine import docker_unreachable
 from reroll.sandbox.docker.images import base_tag, ensure_catalogue, task_image
 from reroll.sandbox.local import rootview
 from reroll.sandbox.local.buildah import BuildahBuilder, buildah_missing
-from reroll.sandbox.local.imagefs import ImageRoot, image_root, rootfs_folder
+from reroll.sandbox.local.imagebuild import image_root
+from reroll.sandbox.local.imagefs import ImageRoot, rootfs_folder
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE
 from reroll.sandbox.spec import ImageBuild, SandboxSpec
 from reroll.tasks.task import load_task

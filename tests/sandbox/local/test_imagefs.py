@@ -10,11 +10,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from reroll.sandbox.local import imagefs
+from reroll.sandbox.local import imagebuild, imagefs
+from reroll.sandbox.local.imagebuild import image_root
 from reroll.sandbox.local.imagefs import (
     FORMAT,
     META_FILE,
-    image_root,
     read_meta,
     shifted_filter,
     unhonoured,
@@ -91,12 +91,12 @@ def test_a_builder_forced_but_missing_is_refused_without_falling_back(
     (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN true\n")
     spec = SandboxSpec(name="t", build=ImageBuild(context=tmp_path, dockerfile=tmp_path / "Dockerfile"))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
-    monkeypatch.setattr(imagefs, "buildah_missing", lambda: "buildah is not installed (here)")
+    monkeypatch.setattr(imagebuild, "buildah_missing", lambda: "buildah is not installed (here)")
     with pytest.raises(ImageUnavailableError, match=re.escape(reason)):
         image_root(spec, None, choice)
-    assert imagefs.no_builder(choice).startswith(reason)
-    monkeypatch.setattr(imagefs, "buildah_missing", lambda: "")
-    assert bool(imagefs.no_builder(choice)) == (choice == "docker")
+    assert imagebuild.no_builder(choice).startswith(reason)
+    monkeypatch.setattr(imagebuild, "buildah_missing", lambda: "")
+    assert bool(imagebuild.no_builder(choice)) == (choice == "docker")
 
 
 def _archive(members: list[tuple[tarfile.TarInfo, bytes]]) -> io.BytesIO:

@@ -17,8 +17,9 @@ from pathlib import Path
 import docker
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.local import imagefs, rootview
-from reroll.sandbox.local.imagefs import META_FILE, rootfs_folder, unpacked
+from reroll.sandbox.local import imagebuild, imagefs, rootview
+from reroll.sandbox.local.imagebuild import unpacked
+from reroll.sandbox.local.imagefs import META_FILE, rootfs_folder
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE
 from reroll.tasks.task import load_task
@@ -27,7 +28,7 @@ from reroll_contracts.errors import SandboxError
 pytestmark = [
     pytest.mark.spawns,
     pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
-    pytest.mark.skipif(bool(imagefs.docker_unreachable()), reason="no Docker Engine here"),
+    pytest.mark.skipif(bool(imagebuild.docker_unreachable()), reason="no Docker Engine here"),
 ]
 
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -86,7 +87,7 @@ def test_an_image_is_unpacked_once_with_its_owners_shifted(
     def no_second_export(*args: object) -> None:
         raise AssertionError("unpacked again")
 
-    monkeypatch.setattr(imagefs, "_export", no_second_export)
+    monkeypatch.setattr(imagebuild, "_export", no_second_export)
     assert _unpacked(tag, image_id) == found
 
 
@@ -114,7 +115,7 @@ def test_a_failed_unpacking_leaves_nothing_behind(
         (root / "half").write_text("x")
         raise OSError("disk full")
 
-    monkeypatch.setattr(imagefs, "_export", fail_midway)
+    monkeypatch.setattr(imagebuild, "_export", fail_midway)
     with pytest.raises(SandboxError, match="disk full"):
         _unpacked(tag, image_id)
     assert [p.name for p in (cache / "rootfs").iterdir() if not p.name.endswith(".lock")] == []
@@ -132,12 +133,12 @@ def test_prune_removes_the_copies_of_gone_images_but_not_one_a_sandbox_holds(
         found = unpacked(client, tag, str(image.id))
         stray = rootfs_folder(str(image.id)).with_name(f".partial-{rootfs_folder(str(image.id)).name}-dead")
         stray.mkdir()
-        assert imagefs.prune_unpacked() == [str(stray)]  # its image is still there
+        assert imagebuild.prune_unpacked() == [str(stray)]  # its image is still there
         client.images.remove(tag, force=True)
     held = imagefs.hold(found)
-    assert imagefs.prune_unpacked() == [] and found.root.is_dir()  # a sandbox runs on it
+    assert imagebuild.prune_unpacked() == [] and found.root.is_dir()  # a sandbox runs on it
     held.close()
-    assert imagefs.prune_unpacked() == [str(found.root.parent)] and not found.root.parent.exists()
+    assert imagebuild.prune_unpacked() == [str(found.root.parent)] and not found.root.parent.exists()
 
 
 def test_the_sandbox_runs_on_the_image_and_sees_nothing_of_the_host(tmp_path: Path) -> None:
@@ -160,7 +161,7 @@ def test_the_sandbox_runs_on_the_image_and_sees_nothing_of_the_host(tmp_path: Pa
     spec = sandbox_spec(load_task(TASK))
     with contextlib.closing(docker.from_env()) as client:
         image_id = str(
-            client.images.get(imagefs.task_image(client, spec, imagefs.ensure_images(client).base)).id
+            client.images.get(imagebuild.task_image(client, spec, imagebuild.ensure_images(client).base)).id
         )
     assert not (rootfs_folder(image_id) / "root/usr/bin/planted").exists()
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from reroll import conformance
 from reroll.host.notices import warn_once
+from reroll.host.owner import owner_label
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
-from reroll.sandbox.docker.engine import owner_label
 from reroll.sandbox.layout import SANDBOX_HOSTNAME
 from reroll.sandbox.local import backend, isolated, rootview
 from reroll.sandbox.local.backend import local_sandbox

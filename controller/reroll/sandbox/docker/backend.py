@@ -80,6 +80,7 @@ from docker.types import Mount
 from reroll_contracts.errors import SandboxError, SidecarError
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
+from reroll.host.owner import owner_label
 from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
 from reroll.sandbox.base import Sandbox, trust_host_ca
 from reroll.sandbox.docker import disk, firewall, seccomp
@@ -94,7 +95,6 @@ from reroll.sandbox.docker.engine import (
     ROLE_LABEL,
     RUN_ID_LABEL,
     docker_client,
-    owner_label,
 )
 from reroll.sandbox.docker.images import MANAGED_LABEL, ensure_images, service_image, task_image
 from reroll.sandbox.docker.installs import install_store

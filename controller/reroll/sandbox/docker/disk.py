@@ -41,7 +41,7 @@ LOCAL_PREFIX = "reroll-local-disk-"
 IMAGE = "disk.img"
 MOUNTPOINT = "mnt"
 OWNER = "owner"
-"""A file in the host folder naming the process that made it (`reroll.sandbox.docker.engine.owner_label`)."""
+"""A file in the host folder naming the process that made it (`reroll.host.owner.owner_label`)."""
 FULL_BELOW_BYTES = 1 << 20
 """A file system with less than this free counts as full (`SizedDisk.full`)."""
 BTRFS_FULL_BELOW_BYTES = 4 << 20

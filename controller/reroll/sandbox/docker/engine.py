@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from pathlib import Path
 
 import docker
@@ -24,7 +23,7 @@ MOUNT_POINT = "/run/reroll"
 
 OWNER_LABEL = "reroll.owner"
 """``<host name>/<pid>/<start time in clock ticks>`` of the controller process that started the
-container (the start time tells a reused pid apart)."""
+container (`reroll.host.owner.owner_label`)."""
 
 
 AGENTS_VOLUME = "reroll-agents"
@@ -74,29 +73,3 @@ def docker_unreachable() -> str:
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         return f"Docker is not reachable ({str(exc)[:200]})"
     return ""
-
-
-def owner_label(pid: int | None = None) -> str:
-    """The `OWNER_LABEL` value naming process `pid` (default: this one) on this host."""
-    pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}/{pid}/{_start_ticks(pid)}"
-
-
-def _start_ticks(pid: int) -> str:
-    """Field 22 of ``/proc/<pid>/stat`` (start time since boot, clock ticks); "" if no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rpartition(")")[2].split()[19]
-
-
-def owner_runs(owner: str | None) -> bool:
-    """Whether the controller named by an `OWNER_LABEL` value still runs (another host's: assumed so)."""
-    if not owner:
-        return False  # no owner label: a container from before labels had owners
-    host, _, process = owner.partition("/")
-    if host != socket.gethostname():
-        return True
-    pid, _, ticks = process.partition("/")
-    return pid.isdigit() and ticks != "" and _start_ticks(int(pid)) == ticks

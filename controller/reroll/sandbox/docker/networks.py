@@ -16,9 +16,10 @@ from docker.models.networks import Network
 from reroll_contracts.errors import SandboxError
 
 from reroll.cache import cache_lock
+from reroll.host.owner import owner_label
 from reroll.sandbox.allowlist import Resolved
 from reroll.sandbox.docker import firewall
-from reroll.sandbox.docker.engine import OWNER_LABEL, RUN_ID_LABEL, owner_label
+from reroll.sandbox.docker.engine import OWNER_LABEL, RUN_ID_LABEL
 from reroll.sandbox.docker.images import MANAGED_LABEL
 
 FULL_NETWORK = "reroll-full"

@@ -12,6 +12,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from reroll.host.owner import owner_runs
 from reroll.sandbox.docker import disk, firewall
 from reroll.sandbox.docker.engine import (
     DISK_LABEL,
@@ -20,7 +21,6 @@ from reroll.sandbox.docker.engine import (
     RUN_ID_LABEL,
     SHARED_VOLUMES,
     docker_client,
-    owner_runs,
 )
 from reroll.sandbox.docker.images import MANAGED_LABEL
 from reroll.sandbox.docker.networks import ISOLATED_PREFIX, remove_isolated_network

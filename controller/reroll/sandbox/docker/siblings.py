@@ -15,7 +15,8 @@ from docker.models.containers import Container
 from docker.models.networks import Network
 from reroll_contracts.errors import SandboxError, TaskEnvironmentError
 
-from reroll.sandbox.docker.engine import OWNER_LABEL, ROLE_LABEL, RUN_ID_LABEL, owner_label
+from reroll.host.owner import owner_label
+from reroll.sandbox.docker.engine import OWNER_LABEL, ROLE_LABEL, RUN_ID_LABEL
 from reroll.sandbox.docker.images import MANAGED_LABEL
 from reroll.sandbox.spec import ResourceLimits, SiblingService
 

@@ -70,14 +70,7 @@ from reroll.sandbox.base import Sandbox, trust_host_ca
 from reroll.sandbox.layout import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.local.cgroups import CgroupError, SandboxCgroup, SandboxLimits, full_filesystems
 from reroll.sandbox.local.identity import IdSlot, idmapped_tree, shift_tree
-from reroll.sandbox.local.imagefs import (
-    ImageRoot,
-    hold,
-    image_layout,
-    lay_out_overlay,
-    settle,
-    spec_unhonoured,
-)
+from reroll.sandbox.local.imagefs import ImageRoot, hold, lay_out_overlay, spec_unhonoured
 from reroll.sandbox.local.netns import Forwarder, attach_pasta, private_loopback, proxy_env
 from reroll.sandbox.local.plain import MAX_NAME_IN_ROOT
 from reroll.sandbox.local.rootview import (
@@ -447,6 +440,8 @@ class IsolatedSandbox(Sandbox):
         control = self.folder / ".reroll"
         try:  # on the task's image where the host view cannot make it (not the installer: host view)
             if not self.config.agents_writable and spec_unhonoured(self.spec):
+                from reroll.sandbox.local.imagebuild import image_layout  # the docker SDK: images only
+
                 on_image = functools.partial(
                     image_layout, self.spec, self.layout, self.config.image_map, self.config.image_builder
                 )
@@ -505,6 +500,8 @@ class IsolatedSandbox(Sandbox):
             await self.wait_ready(timeout_seconds=self.config.ready_timeout_seconds)
             await self._open_network(self._init_pid)
             if self._image is not None:
+                from reroll.sandbox.local.imagebuild import settle  # the docker SDK: images only
+
                 await settle(self, self.spec, self._image, self.config.setup_timeout_seconds)
         except (RerollError, OSError) as exc:
             await self.stop()

@@ -38,13 +38,12 @@ from reroll_contracts.btrfs import ROOT
 from reroll_contracts.errors import SandboxError
 from reroll_contracts.proxy import FreezePlan
 
+from reroll.host.owner import owner_label, owner_runs
 from reroll.sandbox.base import PruneReport
 from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
-from reroll.sandbox.docker.engine import owner_label, owner_runs
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.identity import reclaim_slots
-from reroll.sandbox.local.imagefs import prune_unpacked
 from reroll.sandbox.local.rootview import IMAGE_ID_BASE, TOP_LEVEL
 
 FOLDERS = ("root", "app", "logs", "home")
@@ -296,7 +295,7 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
     processes end with its controller's sidecar (`stop` kills any orphan). A kept pool (see the
     module docstring) goes when no child of it runs and it was kept more than `POOL_KEEP_SECONDS`
     ago or its run folder (`RUN_FILE`) is gone, or with `run_id` or `running`. Also removes the
-    unpacked task images whose Docker image is gone (`reroll.sandbox.local.imagefs.prune_unpacked`),
+    unpacked task images whose Docker image is gone (`reroll.sandbox.local.imagebuild.prune_unpacked`),
     and frees the host id ranges of killed controllers' sandboxes, killing what still runs under
     them (`reroll.sandbox.local.identity.reclaim_slots`; whatever `run_id` and `running` say: a
     range whose holder lives is never touched).
@@ -314,6 +313,8 @@ def prune_local_disks(config: BaseModel, run_id: str | None = None, *, running: 
         disk.remove(leftover)
         if not leftover.exists():
             removed.append(str(leftover))
+    from reroll.sandbox.local.imagebuild import prune_unpacked  # the docker SDK: not for a fork
+
     found = {"disks": removed, "unpacked images": prune_unpacked(), "id ranges": reclaim_slots()}
     return {kind: names for kind, names in found.items() if names}
 
