@@ -293,7 +293,7 @@ def bridge_wrapper(folder: str) -> str:
         "#!/bin/sh\n"
         'py="$REROLL_AGENT_HOME/venv/bin/python3"\n'
         '[ -x "$py" ] || py=python3\n'
-        f'exec "$py" {bridge} {config} "$@"\n'
+        f'exec "$py" -B {bridge} {config} "$@"\n'
     )
 
 

@@ -181,7 +181,8 @@ class Stdio(Session):
     def close(self) -> None:
         self.timer.cancel()
         if self.process.stdin is not None:
-            self.process.stdin.close()
+            with contextlib.suppress(OSError):  # the server is gone already
+                self.process.stdin.close()
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
