@@ -5,11 +5,11 @@ on loopback in this process)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import queue
 import shutil
 import subprocess
-import textwrap
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,26 +46,20 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
     return {"jsonrpc": "2.0", "id": message["id"], "result": result}
 
 
-STDIO_SERVER = textwrap.dedent(
-    """
-    import json, sys
-    TOOLS = %s
-    for line in sys.stdin:
-        m = json.loads(line)
-        if "id" not in m:
-            continue
-        if m["method"] == "tools/list":
-            r = {"tools": TOOLS}
-        elif m["method"] == "tools/call":
-            p = m["params"]
-            text = "called %%s with %%s" %% (p["name"], json.dumps(p["arguments"], sort_keys=True))
-            r = {"content": [{"type": "text", "text": text}], "isError": p["name"] == "fail"}
-        else:
-            r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
-        print("a stray line that is not JSON", flush=True)
-        print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
-    """
-) % json.dumps(TOOLS)  # fmt: skip
+STDIO_SERVER = "\n".join(
+    [
+        "from __future__ import annotations",
+        "import json, sys",
+        "from typing import Any",
+        f"TOOLS = {TOOLS!r}",
+        inspect.getsource(answer),
+        "for message in map(json.loads, sys.stdin):",
+        "    if (reply := answer(message)) is not None:",
+        "        print('a stray line that is not JSON', flush=True)",
+        "        print(json.dumps(reply), flush=True)",
+    ]
+)
+"""The stdio server: `answer` over MCP's stdio transport (and a stray line before each answer)."""
 
 
 @pytest.fixture

@@ -21,33 +21,19 @@ from typing import Any
 import pytest
 
 from tests.security.test_phase_allowlist import PROBE, REROLL, SOLVE, TEST_SH, outside
+from tests.security.test_phase_allowlist import TASK_MD as ALLOWLIST_TASK_MD
 from tests.security.test_phase_network import write_task
 
 pytestmark = pytest.mark.slow
 DENIED = "denied.reroll.test"
-TASK_MD = """---
-schema_version: '1.3'
-name: NAME
-agent:
-  timeout_sec: 120
-verifier:
-  timeout_sec: 120
-  env:
-    TARGETS: TARGETS_LIST
-sandbox:
-  cpus: 1
-  memory_mb: 1024
-  network_mode: denylist
-  blocked_hosts: [DENIED]
-oracle:
-  env:
-    TARGETS: TARGETS_LIST
----
-
-## prompt
-
-Nothing to do.
-"""
+TASK_MD = (
+    ALLOWLIST_TASK_MD.replace("  network_mode: allowlist\n  allowed_hosts: [AGENT_HOST]\n", "")
+    .replace("  network_mode: allowlist\n  allowed_hosts: [VERIFIER_HOST]\n", "")
+    .replace(
+        "  memory_mb: 1024\n", "  memory_mb: 1024\n  network_mode: denylist\n  blocked_hosts: [DENIED]\n"
+    )
+)
+"""The allow-list test's task, its phases' lists dropped, a deny list on the sandbox."""
 
 
 def run_naming(task: Path, jobs: Path, backend: str, hosts_line: str) -> dict[str, Any]:
@@ -72,6 +58,7 @@ def run_naming(task: Path, jobs: Path, backend: str, hosts_line: str) -> dict[st
 
 def test_the_agent_does_not_reach_a_denied_host(sandbox_backend: str, tmp_path: Path) -> None:
     with outside() as (first, second, port, seen):
+        assert "network_mode: denylist" in TASK_MD and "allowlist" not in TASK_MD
         text = TASK_MD.replace("NAME", "denylist").replace("DENIED", DENIED)
         text = text.replace("TARGETS_LIST", f"'{first}:{port} {second}:{port}'")
         files = {"task.md": text, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
