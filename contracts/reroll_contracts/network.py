@@ -18,6 +18,10 @@ by `reroll.tasks.allowlist.normalise`): hostnames, ``*.`` wildcards, IPv4/IPv6 a
 ranges, every port of each; empty: only the LLM proxy."""
 
 
+EVERYWHERE: AllowedHosts = ("0.0.0.0/0", "::/0")
+"""Every address, as an allow-list: the agent phase's under a deny list."""
+
+
 class PhaseNetworks(BaseModel):
     """The network policy of each phase of a rollout: the agent's (the oracle's too: it is the
     agent phase) and the verifier's. The sandbox runs with `agent`; the verify gets `verifier`
@@ -33,6 +37,10 @@ class PhaseNetworks(BaseModel):
     """What the agent phase reaches beyond the LLM proxy under ``none`` (ignored under ``full``)."""
     verifier_allowed: AllowedHosts = ()
     """What the verify phase reaches under ``none`` (ignored under ``full``)."""
+    agent_denied: AllowedHosts = ()
+    """Hostnames the agent phase may not reach (BenchFlow's ``blocked_hosts`` under
+    ``network_mode = "denylist"``), each with its subdomains: the phase then runs as ``none`` with
+    `EVERYWHERE` allowed less these (their addresses, resolved on the host when it starts)."""
 
     def allowed(self, phase: Literal["agent", "verifier"]) -> AllowedHosts | None:
         """`phase`'s allow-list: None under ``full`` (everything), else its hosts (empty: nothing

@@ -186,8 +186,8 @@ class RolloutSettings(BaseModel):
     original's, else not]; every agent of the rollout must have an MCP client."""
     without_mcp: Annotated[bool | None, Carry.OVERRIDABLE] = None
     """Run the agents without the task's MCP servers (``--without-mcp``, `reroll.rollout.mcp`): a
-    baseline agent with no MCP client runs a task that offers its tools over MCP instead of being
-    refused, without those tools [default: the original's, else not]."""
+    baseline that scores what an agent reaches without the task's tools (an agent with no MCP
+    client otherwise gets them through reroll's bridge) [default: the original's, else not]."""
     user_model: Annotated[HostModel, Carry.OVERRIDABLE] = None
     """A persona User's model (``--user-model``, `reroll.rollout.turns.persona`) [default: the
     original's, else the trial's persona's ``model``]."""

@@ -2,7 +2,8 @@
 service and gates the agent on its health, the oracle reaches 1.0 on each backend (and, on docker,
 in the task's compose form, the service a sibling container built from the same folder), and the
 scripted Claude Code and Codex solve it through the ``mail`` MCP server (their recordings show the
-MCP tool calls and their results from the service)."""
+MCP tool calls and their results from the service), and the scripted mini-swe-agent, which has no
+MCP client, through reroll's bridge (``mcp-call``)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,26 @@ def _codex_calls(exchanges: list[dict[str, Any]]) -> tuple[list[str], str]:
     return calls, json.dumps(outputs[-1]["output"])
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def _mini_swe_agent_calls(exchanges: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """mini-swe-agent's bridge calls (``mcp-call mail TOOL``, from its bash commands, named here
+    ``mcp__mail__<tool>``) and the output of the last one."""
+    calls = []
+    for line in exchanges:
+        for tool_call in line["response"]["body"]["choices"][0]["message"].get("tool_calls") or []:
+            command = json.loads(tool_call["function"]["arguments"])["command"]
+            for part in command.split(" && "):
+                if part.startswith("mcp-call "):
+                    calls.append("mcp__" + "__".join(part.split()[1:3]))
+    booked = exchanges[-1]["request"]["body"]["messages"][-1]["content"]
+    assert '"returncode": 0' in booked
+    return calls, booked
+
+
+def test_the_bridge_is_named_after_the_instruction(tmp_path: Path) -> None:
+    pass
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "mini-swe-agent"])
 def test_a_scripted_agent_solves_it_through_the_mcp_tools(
     agent: str, sandbox_backend: str, tmp_path: Path
 ) -> None:
@@ -94,6 +114,14 @@ def test_a_scripted_agent_solves_it_through_the_mcp_tools(
     exchanges = [
         json.loads(line) for line in (run / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
     ]
-    calls, booked = (_claude_code_calls if agent == "claude-code" else _codex_calls)(exchanges)
+    readers = {
+        "claude-code": _claude_code_calls,
+        "codex": _codex_calls,
+        "mini-swe-agent": _mini_swe_agent_calls,
+    }
+    calls, booked = readers[agent](exchanges)
+    if agent == "mini-swe-agent":  # told how to reach the tools, each named
+        told = exchanges[0]["request"]["body"]["messages"][-1]["content"]
+        assert "`mcp-call SERVER --list`" in told and "book_event: Book a calendar event" in told
     assert calls == [f"mcp__mail__{tool}" for tool in TOOLS]
     assert "Project sync with Bob" in booked

@@ -90,15 +90,13 @@ def test_plan_refuses_what_each_rollout_would_refuse(
     tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first rollout of each (task, agent) pair is checked before anything runs
-    (`check_rollout`): an agent without the MCP client a task's servers need (unless
-    --without-mcp), a persona User whose model cannot be used — refused (exit 2), not a job of
+    (`check_rollout`): a persona User whose model cannot be used — refused (exit 2), not a job of
     errored rollouts."""
     mail, script = (
         [examples / "mail-calendar"],
         [f"scripted:{examples / 'hello-file' / 'scripted-model.yaml'}"],
     )
-    with pytest.raises(AgentError, match=r"mini-swe-agent has no MCP client.*--without-mcp"):
-        plan_rollouts(JobSpec(tasks=mail, agents=["mini-swe-agent"], models=script))
+    assert len(plan_rollouts(JobSpec(tasks=mail, agents=["mini-swe-agent"], models=script))) == 1  # bridged
     spec = JobSpec(tasks=mail, agents=["mini-swe-agent"], models=script, without_mcp=True)
     assert len(plan_rollouts(spec)) == 1
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -16,6 +16,8 @@ from reroll.agents import get_agent
 from reroll.cache import cache_dir
 from reroll.rollout.mcp import (
     behind_filter,
+    bridge_note,
+    bridge_wrapper,
     mcp_servers_for,
     needs_filter,
     optional_warnings,
@@ -153,39 +155,44 @@ def test_no_servers_no_file_and_no_config_for_an_agent_that_cannot_take_them() -
         render_mcp_config(get_agent("codex"), [STDIO, SSE])
 
 
-def test_an_agent_without_mcp_is_refused_naming_the_servers_and_the_way_out() -> None:
-    with pytest.raises(AgentError) as refused:
-        mcp_servers_for(get_agent("mini-swe-agent"), [STDIO, HTTP])
-    message = str(refused.value)
-    assert "mini-swe-agent has no MCP client" in message
-    assert "'mail' (stdio)" in message and "'remote' (streamable-http)" in message
-    assert (
-        "claude-code, codex, openhands" in message and "pass --without-mcp to run it without them" in message
-    )
-    assert "optional = true" not in message  # not a field BenchFlow's checker takes
-    with pytest.raises(AgentError, match="aider has no MCP client"):
-        mcp_servers_for(get_agent("aider"), [STDIO])
+def test_an_agent_without_mcp_gets_every_server_through_the_bridge() -> None:
+    """mini-swe-agent and aider have no MCP client: every server goes to reroll's bridge (all
+    transports, every filter), whose bridge.json carries each server whole but ``optional``."""
+    for agent in ("mini-swe-agent", "aider"):
+        assert mcp_servers_for(get_agent(agent), [STDIO, HTTP, SSE]) == [STDIO, HTTP, SSE]
+        assert not needs_filter(get_agent(agent), STDIO)  # the bridge filters itself
+    config = render_mcp_config(get_agent("mini-swe-agent"), [STDIO, SSE])
+    assert config is not None and config.filename == "bridge.json"
+    servers = json.loads(config.text)["servers"]
+    assert servers["mail"]["tools"] == ["list_messages", "archive_message"]
+    assert servers["mail"]["env"] == STDIO.env and servers["events"]["url"] == SSE.url
+    assert "optional" not in servers["mail"]
+    assert McpServerSpec.model_validate({"name": "mail", **servers["mail"]}) == STDIO
+
+
+def test_the_bridge_wrapper_and_note() -> None:
+    wrapper = bridge_wrapper("/logs/agent/mcp")
+    assert wrapper.startswith("#!/bin/sh\n")
+    assert 'exec "$py" -B /logs/agent/mcp/mcp_bridge.py /logs/agent/mcp/bridge.json "$@"' in wrapper
+    note = bridge_note([STDIO, HTTP], {"mail": "read: Read it.\n  arguments: {}"})
+    assert note.startswith("## MCP tools") and "`mcp-call SERVER --list`" in note
+    assert "Server `mail`:\n    read: Read it.\n      arguments: {}" in note
+    assert "Server `remote`:\n    (`mcp-call remote --list`)" in note  # its listing failed
 
 
 def test_task_check_warns_of_optional_a_field_benchflow_refuses() -> None:
     servers = [STDIO.model_copy(update={"optional": True}), HTTP]
     (warning,) = optional_warnings(servers)
     assert warning.startswith(f"mcp {STDIO.name}: optional = true") and "--without-mcp" in warning
+    assert "mcp-call" in warning
     assert optional_warnings([STDIO, HTTP]) == []
-
-
-def test_optional_servers_let_an_agent_without_mcp_run_without_them() -> None:
-    optional = [server.model_copy(update={"optional": True}) for server in (STDIO, HTTP)]
-    assert mcp_servers_for(get_agent("mini-swe-agent"), optional) == []
-    with pytest.raises(AgentError):  # one required server is enough to refuse
-        mcp_servers_for(get_agent("mini-swe-agent"), [*optional, SSE])
 
 
 def test_codex_is_refused_an_sse_server_unless_it_is_optional() -> None:
     with pytest.raises(AgentError) as refused:
         mcp_servers_for(get_agent("codex"), [STDIO, SSE])
     assert "'events' (sse), but codex's MCP client speaks only stdio, streamable-http" in str(refused.value)
-    assert "(claude-code, openhands)" in str(refused.value)  # the agents that do speak SSE
+    assert "(claude-code, openhands, or one without" in str(refused.value)  # the agents that do speak SSE
     optional_sse = SSE.model_copy(update={"optional": True})
     assert mcp_servers_for(get_agent("codex"), [STDIO, optional_sse]) == [STDIO]
 

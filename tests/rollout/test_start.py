@@ -123,17 +123,17 @@ def test_every_rollout_of_a_lineage_gets_the_first_recordings_git_identity_and_d
         assert env["GIT_AUTHOR_EMAIL"] == env["GIT_COMMITTER_EMAIL"] and env["USER"] == env["LOGNAME"]
 
 
-async def test_an_agent_without_mcp_is_refused_a_task_with_mcp_servers_before_anything_is_written(
+async def test_an_agent_whose_mcp_client_cannot_take_a_server_is_refused_before_anything_is_written(
     tmp_path: Path, examples: Path
 ) -> None:
+    """Codex has no SSE client: refused before the run folder exists (an agent without any MCP
+    client is not: it gets reroll's bridge)."""
     task = load_task(examples / "hello-file")
-    server = McpServerSpec(name="mail", transport="stdio", command="python3", args=["/app/mcp.py"])
+    server = McpServerSpec(name="mail", transport="sse", url="http://localhost:9001/sse")
     environment = task.spec.environment.model_copy(update={"mcp_servers": [server]})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
-    origin = NewRecording(task, get_agent("mini-swe-agent"))
-    with pytest.raises(
-        AgentError, match=r"MCP servers 'mail' \(stdio\), but mini-swe-agent has no MCP client"
-    ):
+    origin = NewRecording(task, get_agent("codex"))
+    with pytest.raises(AgentError, match=r"MCP servers 'mail' \(sse\), but codex's MCP client speaks only"):
         await start_rollout(
             origin, live_model=None, parent=tmp_path / "out", name="x", options=RolloutSettings()
         )

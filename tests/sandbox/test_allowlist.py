@@ -30,6 +30,21 @@ def test_addresses_and_ranges_are_taken_as_they_are_names_are_looked_up(
     assert resolved.hosts_file_lines() == "151.101.0.223 pypi.org\n2a04:4e42::223 pypi.org\n"
 
 
+def test_a_deny_list_s_names_are_looked_up_and_denied_with_their_subdomains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        allowlist, "_lookup", lambda name: {"blocked.example": ["192.0.2.9", "2001:db8::9"]}.get(name, [])
+    )
+    resolved = resolve(None, ("blocked.example", "gone.example"))
+    assert resolved.networks == EVERYWHERE and resolved.denied_names == ("blocked.example", "gone.example")
+    assert resolved.of_version(4, denied=True) == ["192.0.2.9/32"]
+    assert resolved.of_version(6, denied=True) == ["2001:db8::9/128"]
+    assert resolved.denies("a.b.blocked.example") and resolved.denies("gone.example")
+    assert resolved.denies("192.0.2.9") and not resolved.denies("192.0.2.10")
+    assert not resolved.denies("notblocked.example") and not resolve(None).denies("192.0.2.9")
+
+
 def test_full_is_everywhere_and_an_empty_list_nothing() -> None:
     assert resolve(None).networks == EVERYWHERE
     assert resolve(()).networks == ()

@@ -114,15 +114,37 @@ def test_a_phase_network_mode_is_mapped_not_ignored() -> None:
     assert ("agent.network_mode", "agent.network = none") in mapped
 
 
-def test_deny_lists_are_reported_as_not_enforced() -> None:
-    _, ignored = spec(
+def test_a_deny_list_s_hosts_are_kept_its_urls_reported_as_not_enforced() -> None:
+    """BenchFlow's ``blocked_hosts`` (hostnames) are enforced for the agent phase; its
+    ``blocked_urls`` (URL path prefixes, which BenchFlow checks by intercepting TLS) are not."""
+    task, ignored = spec(
         {
-            "sandbox": {"network_mode": "denylist", "blocked_hosts": ["example.com"]},
+            "sandbox": {
+                "network_mode": "denylist",
+                "blocked_hosts": ["Example.COM.", "pypi.org"],
+                "blocked_urls": ["https://github.com/org/answers"],
+            },
             "verifier": {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]},
         }
     )
-    assert dict(ignored).keys() == {"environment.blocked_hosts"}
+    assert dict(ignored).keys() == {"environment.blocked_urls"}
     assert all("not enforced" in reason for _, reason in ignored)
+    networks = task.networks()
+    assert (networks.agent, networks.agent_allowed) == ("none", ("0.0.0.0/0", "::/0"))
+    assert networks.agent_denied == ("example.com", "pypi.org")
+    assert (networks.verifier, networks.verifier_allowed) == ("none", ("pypi.org",))  # its own
+
+
+@pytest.mark.parametrize("host", ["10.0.0.1", "*.example.com", "https://example.com", "example.com:443", ""])
+def test_a_deny_list_takes_hostnames_only(host: str) -> None:
+    with pytest.raises(ValidationError, match="blocked_hosts"):
+        spec({"sandbox": {"network_mode": "denylist", "blocked_hosts": [host]}})
+
+
+def test_a_deny_list_under_no_network_is_refused() -> None:
+    denylist = {"network_mode": "denylist", "blocked_hosts": ["example.com"]}
+    with pytest.raises(ValidationError, match="blocked_hosts needs network full"):
+        spec({"sandbox": denylist, "agent": {"network_mode": "no-network"}})
 
 
 @pytest.mark.parametrize(

@@ -140,8 +140,8 @@ WithoutMcpOption = Annotated[
     typer.Option(
         "--without-mcp",
         help="Run the agent without the task's MCP servers (its services still run): a baseline "
-        "agent with no MCP client runs an MCP task instead of being refused, and scores what it "
-        "reaches without those tools; config.json and result.json say so.",
+        "that scores what the agent reaches without those tools (an agent with no MCP client "
+        "otherwise gets them through reroll's mcp-call bridge); config.json and result.json say so.",
     ),
 ]
 CheckpointEveryOption = Annotated[

@@ -94,6 +94,7 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
     layout = sandbox.layout
     launch = TurnLaunch(agent, run.env | run.task_env | run.agent_env, resume)
     await run.hooks.before_turn(run, launch)  # MCP servers, ask_user, a restored session's resume
+    prompt = "\n\n".join([prompt, *launch.notes])
     agent_env = await _launch_env(run, launch, prompt)
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")

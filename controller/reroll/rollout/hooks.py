@@ -103,6 +103,9 @@ class TurnLaunch:
     """Run the agent's ``resume`` command (a later turn of the same session)."""
     mcp_servers: list[Any] = field(default_factory=list)
     """MCP servers offered besides the task's (`reroll.tasks.environment.McpServerSpec`)."""
+    notes: list[str] = field(default_factory=list)
+    """Paragraphs told after the prompt (a new session only): how an agent without an MCP client
+    reaches the MCP tools (`reroll.rollout.extensions.services`)."""
 
 
 @dataclass

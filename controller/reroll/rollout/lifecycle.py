@@ -167,8 +167,9 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
     plan, sandbox, console = run.plan, run.sandbox, run.console
     async with start_gate or contextlib.nullcontext():
         networks = plan.task.spec.networks()
-        network = f"network {networks.agent}" + (
-            f", the verifier's {networks.verifier}" if networks.verifier != networks.agent else ""
+        policy = f"full less {', '.join(networks.agent_denied)}" if networks.agent_denied else networks.agent
+        network = f"network {policy}" + (
+            f", the verifier's {networks.verifier}" if networks.verifier != policy else ""
         )
         if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
             network = "the host's network; cpus and memory not limited"

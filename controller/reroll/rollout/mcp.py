@@ -30,8 +30,16 @@ A stdio server with a filter its agent's configuration cannot say is started beh
 filter (`reroll.rollout.mcp_filter`, run by the sandbox's ``python3``), which applies all of its
 filters; an sse or streamable-HTTP one cannot be, so that agent is refused it (`mcp_servers_for`).
 
-A server the agent cannot take (no MCP client, or a transport its client lacks) refuses the task
-before anything starts, unless the server is ``optional``: then the agent runs without it.
+An agent with no MCP client of its own (``mcp`` unset: mini-swe-agent, aider) gets reroll's MCP
+bridge (`reroll.rollout.mcp_bridge`): a command-line MCP client, ``mcp-call``, put on its
+``PATH`` with a JSON file of the servers (`bridge_files`), and a note after its instruction naming
+each server's tools and how to call them (`bridge_note`). The bridge speaks every transport and
+applies every filter itself. (BenchFlow 0.7.11 has no such agents: each of its agents is an ACP
+agent handed the servers in ``session/new`` or a native file; one that ignores them runs without.)
+
+A server a native client cannot take (a transport it lacks, or an sse/HTTP server with a filter
+its configuration cannot say) refuses the task before anything starts, unless the server is
+``optional``: then the agent runs without it.
 """
 
 from __future__ import annotations
@@ -56,7 +64,13 @@ Transport = Literal["stdio", "sse", "streamable-http"]
 Filter = Literal["tools", "include_tags", "exclude_tags"]
 
 FILTER_SOURCE = Path(__file__).with_name("mcp_filter.py")
-"""reroll's MCP tool filter, copied into the sandbox for the servers `needs_filter` names."""
+"""reroll's MCP tool filter, copied into the sandbox for the servers `needs_filter` names (and
+beside the bridge, which imports it)."""
+BRIDGE_SOURCE = Path(__file__).with_name("mcp_bridge.py")
+"""reroll's MCP bridge (`reroll.rollout.mcp_bridge`), copied into the sandbox for an agent with no
+MCP client."""
+BRIDGE_COMMAND = "mcp-call"
+"""The bridge's command on the agent's ``PATH``."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,18 @@ class _Client:
     """The tool filters its configuration can say."""
 
 
+def _bridge(servers: list[McpServerSpec]) -> McpConfig:
+    entries = {server.name: server.model_dump(mode="json", exclude={"optional"}) for server in servers}
+    return McpConfig("bridge.json", json.dumps({"servers": entries}, indent=2))
+
+
+_BRIDGE = _Client(
+    frozenset({"stdio", "sse", "streamable-http"}),
+    _bridge,
+    frozenset({"tools", "include_tags", "exclude_tags"}),
+)
+"""reroll's bridge (`reroll.rollout.mcp_bridge`): the client of an agent that has none."""
+
 _CLIENTS: dict[McpFormat, _Client] = {
     "claude-code": _Client(frozenset({"stdio", "sse", "streamable-http"}), _claude_code, frozenset()),
     "codex": _Client(frozenset({"stdio", "streamable-http"}), _codex, frozenset({"tools"})),
@@ -156,6 +182,11 @@ _CLIENTS: dict[McpFormat, _Client] = {
         frozenset({"include_tags", "exclude_tags"}),
     ),
 }
+
+
+def _client(agent: AgentSpec) -> _Client:
+    """`agent`'s MCP client: its native one, else reroll's bridge."""
+    return _CLIENTS[agent.mcp] if agent.mcp else _BRIDGE
 
 
 def _unsaid(client: _Client, server: McpServerSpec) -> list[str]:
@@ -185,25 +216,22 @@ WITHOUT_MCP_FLAG = "--without-mcp"
 def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpServerSpec]:
     """The servers of `servers` that `agent` gets: all of them, less the ``optional`` ones its MCP
     client cannot take (or whose filters neither its configuration nor reroll's filter can
-    apply); none for an agent that calls no model (``api_format: none``, the oracle).
+    apply); every one for an agent without an MCP client (reroll's bridge takes them all); none
+    for an agent that calls no model (``api_format: none``, the oracle).
 
     Raises:
-        AgentError: a server that is not ``optional`` cannot be given to `agent` (it has no MCP
-            client, or none for that transport, or it is an sse/HTTP server with a filter its
+        AgentError: a server that is not ``optional`` cannot be given to `agent` (its native
+            client lacks that transport, or it is an sse/HTTP server with a filter its
             configuration cannot say); the message names the agent, the servers and the ways out:
             an agent that can, or ``--without-mcp``.
     """
     if agent.api_format == "none":  # the oracle: it calls no model, so it uses no tools
         return []
-    client = _CLIENTS[agent.mcp] if agent.mcp else None
-    given = [server for server in servers if client is not None and server.transport in client.transports]
-    unfiltered = [
-        server
-        for server in given
-        if client is not None and server.transport != "stdio" and _unsaid(client, server)
-    ]
+    client = _client(agent)
+    given = [server for server in servers if server.transport in client.transports]
+    unfiltered = [server for server in given if server.transport != "stdio" and _unsaid(client, server)]
     given = [server for server in given if server not in unfiltered]
-    if client is not None and (refused := [server for server in unfiltered if not server.optional]):
+    if refused := [server for server in unfiltered if not server.optional]:
         names = ", ".join(f"{server.name!r} ({', '.join(_unsaid(client, server))})" for server in refused)
         able = ", ".join(
             sorted(
@@ -226,37 +254,68 @@ def mcp_servers_for(agent: AgentSpec, servers: list[McpServerSpec]) -> list[McpS
     ]
     if refused:
         names = ", ".join(f"{server.name!r} ({server.transport})" for server in refused)
-        if client is None:
-            why = f"{agent.name} has no MCP client"
-        else:
-            why = f"{agent.name}'s MCP client speaks only {', '.join(sorted(client.transports))}"
+        why = f"{agent.name}'s MCP client speaks only {', '.join(sorted(client.transports))}"
         needed = {server.transport for server in refused}
         able = ", ".join(sorted(name for name, other in _CLIENTS.items() if needed <= other.transports))
         raise AgentError(
             f"the task offers its tools over MCP servers {names}, but {why}: run it with an agent "
-            f"that takes them ({able}), or pass {WITHOUT_MCP_FLAG} to run it without them (a baseline: "
-            "the task's tools out of its reach)"
+            f"that takes them ({able}, or one without an MCP client, which gets reroll's bridge), or "
+            f"pass {WITHOUT_MCP_FLAG} to run it without them (a baseline: the task's tools out of its reach)"
         )
     return given
 
 
 def render_mcp_config(agent: AgentSpec, servers: list[McpServerSpec]) -> McpConfig | None:
-    """`agent`'s native MCP configuration offering `servers` (the one function to call for any
-    agent; `mcp_servers_for` first picks what it gets).
+    """`agent`'s MCP configuration offering `servers` (the one function to call for any agent;
+    `mcp_servers_for` first picks what it gets): its native one, or the bridge's ``bridge.json``
+    for an agent without an MCP client.
 
     Returns:
         The configuration, or None when `servers` is empty (the agent gets no MCP file).
 
     Raises:
-        AgentError: `agent` has no MCP client (`AgentSpec.mcp` unset) or one without a server's transport.
+        AgentError: `agent`'s client lacks a server's transport.
     """
     if not servers:
         return None
-    client = _CLIENTS[agent.mcp] if agent.mcp else None
-    unfit = [server.name for server in servers if client is None or server.transport not in client.transports]
-    if client is None or unfit:
+    client = _client(agent)
+    if unfit := [server.name for server in servers if server.transport not in client.transports]:
         raise AgentError(f"{agent.name} cannot take the MCP servers {', '.join(unfit)}")
     return client.render(servers)
+
+
+def bridge_wrapper(folder: str) -> str:
+    """The ``mcp-call`` script (sh) for a bridge copied into `folder` of the sandbox (beside its
+    ``bridge.json`` and the filter): it runs the bridge with the agent's own Python when it has
+    one (``$REROLL_AGENT_HOME/venv``, a Python agent's), else the sandbox's ``python3``."""
+    bridge, config = shlex.quote(f"{folder}/{BRIDGE_SOURCE.name}"), shlex.quote(f"{folder}/bridge.json")
+    return (
+        "#!/bin/sh\n"
+        'py="$REROLL_AGENT_HOME/venv/bin/python3"\n'
+        '[ -x "$py" ] || py=python3\n'
+        f'exec "$py" -B {bridge} {config} "$@"\n'
+    )
+
+
+def bridge_note(servers: list[McpServerSpec], listings: dict[str, str]) -> str:
+    """The note after an agent's instruction when it reaches `servers` through the bridge: how to
+    list and call the tools, and each server's tools as ``mcp-call SERVER --list`` printed them
+    (`listings`, by server name; a server missing there is named only)."""
+    lines = [
+        "## MCP tools",
+        "",
+        f"This task offers tools over MCP. Call them from the shell with `{BRIDGE_COMMAND}`:",
+        "",
+        f"- `{BRIDGE_COMMAND} SERVER --list` lists a server's tools and their arguments (JSON Schema);",
+        f'- `{BRIDGE_COMMAND} SERVER TOOL \'{{"name": "value"}}\'` calls a tool with its arguments as one',
+        "  JSON object and prints its result (exit status 1 when the tool reports an error).",
+    ]
+    for server in servers:
+        lines += ["", f"Server `{server.name}`:"]
+        listing = listings.get(server.name)
+        shown = listing.splitlines() if listing else [f"(`{BRIDGE_COMMAND} {server.name} --list`)"]
+        lines += [f"    {line}" for line in shown]
+    return "\n".join(lines)
 
 
 def describe(servers: list[McpServerSpec]) -> str:
@@ -274,7 +333,8 @@ def optional_warnings(servers: list[McpServerSpec]) -> list[str]:
     so a task meant for both says ``--without-mcp`` at run time instead."""
     return [
         f"mcp {server.name}: optional = true is reroll's own field (BenchFlow refuses the task); "
-        "to run it with an agent that has no MCP client, pass --without-mcp instead"
+        f"an agent without an MCP client reaches it through reroll's bridge ({BRIDGE_COMMAND}), and "
+        f"{WITHOUT_MCP_FLAG} runs any agent without it"
         for server in servers
         if server.optional
     ]

@@ -38,6 +38,7 @@ def sandbox_spec(task: Task) -> SandboxSpec:
         name=task.name,
         network=networks.agent,
         allowed=networks.agent_allowed if networks.agent == "none" else (),
+        denied=networks.agent_denied if networks.agent == "none" else (),
         listed=networks.filtered,
         limits=ResourceLimits(
             cpus=environment.cpus,

@@ -35,25 +35,46 @@ class Resolved:
     names: tuple[tuple[str, str], ...] = ()
     """(hostname, address) of every name resolved: the sandbox's ``/etc/hosts`` gets them, so a
     phase finds its hosts without a DNS server it may not reach."""
+    denied: tuple[IPNetwork, ...] = ()
+    """Addresses refused even where `networks` holds them: a deny list's names, resolved."""
+    denied_names: tuple[str, ...] = ()
+    """The deny list's hostnames: a proxy refuses each, and its subdomains, by name (`denies`)."""
+
+    def denies(self, host: str) -> bool:
+        """Whether `host` (a name or an address, as a client names it) is denied: one of
+        `denied_names` or a subdomain of one, or an address `denied` holds."""
+        host = host.lower().rstrip(".")
+        if any(host == name or host.endswith("." + name) for name in self.denied_names):
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in network for network in self.denied)
 
     def hosts_file_lines(self) -> str:
         """``/etc/hosts`` lines naming each resolved address (``ADDRESS NAME``), one a line."""
         return "".join(f"{address} {name}\n" for name, address in self.names)
 
-    def of_version(self, version: int) -> list[str]:
-        """The networks of IP `version` (4 or 6), as text (``10.0.0.5/32``)."""
-        return [str(network) for network in self.networks if network.version == version]
+    def of_version(self, version: int, *, denied: bool = False) -> list[str]:
+        """The networks (or, `denied`, the denied addresses) of IP `version` (4 or 6), as text
+        (``10.0.0.5/32``)."""
+        held = self.denied if denied else self.networks
+        return [str(network) for network in held if network.version == version]
 
 
-def resolve(hosts: tuple[str, ...] | None) -> Resolved:
+def resolve(hosts: tuple[str, ...] | None, denied: tuple[str, ...] = ()) -> Resolved:
     """The addresses of `hosts` (entries as `reroll.tasks.allowlist.normalise` spells them), looked
-    up on the host now; None (policy ``full``) is `EVERYWHERE`.
+    up on the host now, less those of `denied` (hostnames, `reroll.tasks.allowlist.normalise_denied`,
+    looked up too); None (policy ``full``) is `EVERYWHERE`.
 
     Returns:
-        The addresses and CIDR ranges, duplicates dropped, and the entries that gave none.
+        The addresses and CIDR ranges, duplicates dropped, and the entries that gave none; the
+        denied names and their addresses (a name that gives none is still refused by name).
     """
+    refused = tuple(dict.fromkeys(ipaddress.ip_network(a) for name in denied for a in _lookup(name)))
     if hosts is None:
-        return Resolved(EVERYWHERE)
+        return Resolved(EVERYWHERE, denied=refused, denied_names=denied)
     networks: dict[IPNetwork, None] = {}
     unresolved, names = [], []
     for entry in hosts:
@@ -68,7 +89,7 @@ def resolve(hosts: tuple[str, ...] | None) -> Resolved:
         for address in dict.fromkeys(addresses):
             networks.setdefault(ipaddress.ip_network(address))
             names.append((entry, address))
-    return Resolved(tuple(networks), tuple(unresolved), tuple(names))
+    return Resolved(tuple(networks), tuple(unresolved), tuple(names), refused, denied)
 
 
 def _lookup(name: str) -> list[str]:

@@ -76,6 +76,11 @@ class SandboxSpec:
     """Under ``none``, what the sandbox reaches beyond those ports (the agent phase's allow-list,
     `reroll_contracts.network.AllowedHosts`); enforced by backends offering
     `reroll.sandbox.seam.PhaseAllowList`."""
+    denied: tuple[str, ...] = ()
+    """Hostnames the agent phase may not reach beyond `allowed` (a deny list,
+    `reroll_contracts.network.PhaseNetworks.agent_denied`): their addresses, resolved on the host
+    when the sandbox starts, are refused even where `allowed` holds them; a name (or a subdomain
+    of one) is refused by a proxy that sees it."""
     listed: bool = False
     """A phase of the rollout has an allow-list (`reroll_contracts.network.PhaseNetworks.filtered`):
     the sandbox starts where one can be applied and changed (`reroll.sandbox.seam.PhaseAllowList`)."""

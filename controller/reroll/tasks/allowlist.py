@@ -68,3 +68,25 @@ def is_address(entry: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def normalise_denied(hosts: object) -> object:
+    """BenchFlow's ``blocked_hosts`` (`reroll_contracts.network.PhaseNetworks.agent_denied`)
+    checked and spelt: hostnames only (each also denies its subdomains), lower-cased, a trailing
+    dot dropped; None is an empty list.
+
+    Raises:
+        ValueError: an entry is empty, a wildcard, an IP address, a URL, or carries a port or path
+            (BenchFlow 0.7.11's ``_validate_blocked_hosts`` refuses the same).
+    """
+    if not isinstance(hosts, list):
+        return [] if hosts is None else hosts
+    spelt = [_entry(raw) for raw in hosts]
+    for raw, host in zip(hosts, spelt, strict=True):
+        if host.startswith("*.") or is_address(host):
+            raise ValueError(f"{raw!r}: blocked_hosts entries are hostnames (each denies its subdomains)")
+    return spelt
+
+
+DeniedHostsField = Annotated[list[str], BeforeValidator(normalise_denied)]
+"""An environment's ``blocked_hosts``: checked and spelt by `normalise_denied`."""

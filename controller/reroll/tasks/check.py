@@ -169,11 +169,13 @@ def _agent_judge(options: dict[str, object]) -> str:
 
 def _network(networks: PhaseNetworks) -> str:
     """The network row: one policy, or each phase's where they differ; an allow-list as
-    ``none + allowed: HOST, ...``, every port of each, names resolved on the host when the phase
-    starts (said once)."""
+    ``none + allowed: HOST, ...``, a deny list as ``full - denied: HOST, ...``, every port of
+    each, names resolved on the host when the phase starts (said once)."""
 
     def policy(phase: Literal["agent", "verifier"]) -> str:
         allowed = networks.allowed(phase)
+        if phase == "agent" and networks.agent_denied:
+            return "full - denied: " + ", ".join(networks.agent_denied) + " (and their subdomains)"
         if allowed:
             return "none + allowed: " + ", ".join(allowed)
         return networks.agent if phase == "agent" else networks.verifier

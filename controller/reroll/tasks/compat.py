@@ -36,12 +36,13 @@ PHASE_NETWORK_MODES = {"public": "full", "no-network": "none", "allowlist": "non
 policy. An allowlist is ``none`` plus its ``allowed_hosts`` (kept as they are, enforced)."""
 NETWORK_MODES = {**PHASE_NETWORK_MODES, "denylist": "full"}
 """benchflow's ``sandbox.network_mode`` (Harbor's ``environment.network_mode``) → reroll's network
-policy. A denylist runs as ``full``: its ``blocked_urls`` and ``blocked_hosts`` are not enforced
-(reported)."""
+policy. A denylist is ``full`` less its ``blocked_hosts`` (kept, enforced for the agent phase:
+`reroll.tasks.task.TaskSpec.networks`); its ``blocked_urls`` (URL path prefixes, which BenchFlow
+checks by intercepting TLS) are not enforced (reported)."""
 
 _NOT_ENFORCED = "not enforced by reroll's sandboxes"
 _DENYLIST: tuple[str, tuple[Any, ...]] = (
-    "deny lists are " + _NOT_ENFORCED + ": network_mode denylist runs as full",
+    "URL-path deny lists are " + _NOT_ENFORCED + " (blocked_hosts is): their hosts stay reachable",
     (None, []),
 )
 IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
@@ -78,7 +79,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.tpu": ("TPUs are not attached", (None,)),
     "environment.bugswarm_image_tag": ("informational", (None,)),
     "environment.blocked_urls": _DENYLIST,
-    "environment.blocked_hosts": _DENYLIST,
     "solution.timeout_sec": ("the oracle agent has the agent's timeout", (None,)),
 }
 """Every field of Harbor's and benchflow's schemas that reroll does not model, with the reason.

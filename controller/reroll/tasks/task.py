@@ -38,10 +38,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from reroll_contracts.errors import TaskError
 from reroll_contracts.hardening import HardeningOptions
-from reroll_contracts.network import NetworkPolicy, PhaseNetworks
+from reroll_contracts.network import EVERYWHERE, NetworkPolicy, PhaseNetworks
 from reroll_contracts.sandbox_paths import LOGS_MOUNT
 
-from reroll.tasks.allowlist import AllowedHostsField
+from reroll.tasks.allowlist import AllowedHostsField, DeniedHostsField
 from reroll.tasks.compat import normalise, prompt_of, split_ignored
 from reroll.tasks.environment import (
     ForwardEnv,
@@ -163,6 +163,10 @@ class EnvironmentSection(BaseModel):
     """Under network ``none``, what every phase that sets no ``network`` reaches beyond the LLM
     proxy (Harbor's and benchflow's ``allowed_hosts`` with ``network_mode = "allowlist"``; forms:
     `reroll.tasks.allowlist`)."""
+    blocked_hosts: DeniedHostsField = []
+    """Under network ``full``, hostnames (each with its subdomains) the agent phase may not reach
+    (benchflow's ``blocked_hosts`` with ``network_mode = "denylist"``): that phase then runs as
+    ``none`` with every address allowed but theirs (`reroll_contracts.network.PhaseNetworks`)."""
     workdir: str | None = None
     """The agent's working folder (absolute, not ``/``). None: the image's WORKDIR, else ``/app``."""
     env: dict[str, str] = {}
@@ -258,8 +262,12 @@ class TaskSpec(BaseModel):
         """The network policy of each phase: a phase's own ``network`` and ``allowed_hosts``, else
         ``environment``'s.
 
+        A deny list (``environment.blocked_hosts``) makes the agent phase ``none`` with every
+        address allowed (`reroll_contracts.network.EVERYWHERE`) but the denied hosts'; the verify
+        phase keeps ``full`` (BenchFlow's deny list holds the agent only).
+
         Raises:
-            TaskError: an allow-list on a phase whose policy is ``full``.
+            TaskError: an allow-list on a phase whose policy is ``full``; a deny list under ``none``.
         """
         environment = self.environment
         phases: dict[str, object] = {}
@@ -269,6 +277,10 @@ class TaskSpec(BaseModel):
             if hosts and network == "full":
                 raise TaskError(f"{name}.allowed_hosts needs network none (network_mode allowlist), not full")
             phases[name], phases[f"{name}_allowed"] = network, tuple(hosts)
+        if denied := environment.blocked_hosts:
+            if environment.network != "full" or self.agent.network not in (None, "full"):
+                raise TaskError("environment.blocked_hosts needs network full (network_mode denylist)")
+            phases |= {"agent": "none", "agent_allowed": EVERYWHERE, "agent_denied": tuple(denied)}
         return PhaseNetworks.model_validate(phases)
 
 

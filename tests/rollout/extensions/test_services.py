@@ -5,6 +5,7 @@ filter the agent's configuration cannot say is started behind reroll's filter, c
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +20,6 @@ from reroll.runfolder.run import RunConfig, RunResult
 from reroll.settings import RolloutSettings, continuation_settings, recorded_settings
 from reroll.tasks.task import load_task
 from reroll.trials.config import TrialConfig
-from reroll_contracts.errors import AgentError
 from rich.console import Console
 
 FILTERED_TASK = Path(__file__).parents[2] / "fixtures" / "benchflow-mcp-filters"
@@ -83,15 +83,11 @@ def planned(agent: str, without_mcp: bool) -> tuple[ServicesAndMcp, Any]:
 
 
 async def test_without_mcp_a_baseline_agent_runs_an_mcp_task_without_its_servers() -> None:
-    """An agent with no MCP client is refused the task (the advice: an agent that takes the
-    servers, or --without-mcp; not ``optional``, which BenchFlow's checker rejects); with
+    """An agent with no MCP client runs the task through reroll's bridge (no refusal); with
     --without-mcp it runs, every agent offered none of the task's servers, and result.json names
     them (``mcp_withheld``)."""
     origin = NewRecording(load_task(MAIL_TASK), get_agent("mini-swe-agent"))
-    with pytest.raises(
-        AgentError, match=r"has no MCP client: .* or pass --without-mcp to run it without them"
-    ):
-        check_rollout(origin, live_model=None, options=RolloutSettings())
+    check_rollout(origin, live_model=None, options=RolloutSettings())
     check_rollout(origin, live_model=None, options=RolloutSettings(without_mcp=True))
     for agent in ("mini-swe-agent", "claude-code"):
         extension, run = planned(agent, without_mcp=True)
@@ -112,3 +108,57 @@ def test_without_mcp_is_recorded_and_carried_to_continuations() -> None:
     config = RunConfig(task_path="/t", agent="mini-swe-agent", without_mcp=True)
     assert continuation_settings(recorded_settings(config), RolloutSettings()).without_mcp is True
     assert RunConfig.model_validate_json(config.model_dump_json()).without_mcp is True
+
+
+class HostFolder(Files):
+    """A sandbox whose files are real ones of a host folder and whose commands run on the host
+    (the bridge is run for real; the layout's paths are under the folder)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.layout = SimpleNamespace(
+            logs_dir=str(root / "logs"), agents_dir=str(root / "agents"), workspace=str(root), agent_user=""
+        )
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+        Path(path).chmod(mode)
+        return await super().put_file(path, data, mode)
+
+    async def exec(self, argv: list[str], **options: Any) -> Any:
+        env = options["env"]
+        done = subprocess.run(argv, env=env, cwd=options["cwd"], capture_output=True, timeout=60)
+        return SimpleNamespace(exit_code=done.returncode, stdout=done.stdout)
+
+
+@pytest.mark.spawns
+async def test_an_agent_without_mcp_gets_the_bridge_on_its_path_and_the_tools_in_a_note(
+    tmp_path: Path,
+) -> None:
+    """mini-swe-agent on mail-calendar: bridge.json, the bridge, the filter and ``mcp-call``
+    written beside each other, ``mcp-call``'s folder first on PATH, and the note names the
+    ``mail`` server's tools as the bridge listed them (its stdio server started for real)."""
+    extension, run = planned("mini-swe-agent", without_mcp=False)
+    (mail,) = run.plan.task.spec.environment.mcp_servers
+    server = MAIL_TASK / "environment" / "workspace" / ".services" / "mail" / "mcp_server.py"
+    moved = mail.model_copy(update={"command": "/usr/bin/python3", "args": [str(server)]})
+    run.plan.task.spec.environment.mcp_servers[0] = moved
+    run.sandbox = HostFolder(tmp_path)
+    launch = TurnLaunch(get_agent("mini-swe-agent"), {"PATH": "/usr/bin:/bin"}, resume=False)
+    await extension.before_turn(run, launch)
+    folder = tmp_path / "logs" / "agent" / "mcp"
+    assert launch.env[MCP_CONFIG_ENV] == str(folder / "bridge.json")
+    assert launch.env["PATH"] == f"{folder / 'bin'}:/usr/bin:/bin"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "bin",
+        "bridge.json",
+        "mcp_bridge.py",
+        "mcp_filter.py",
+    ]
+    (note,) = launch.notes
+    assert "Server `mail`:\n    list_messages: List the messages of a mail folder" in note
+    assert "book_event: Book a calendar event" in note
+    later = TurnLaunch(get_agent("mini-swe-agent"), {"PATH": "/usr/bin"}, resume=True)
+    await extension.before_turn(run, later)
+    assert later.notes == [] and later.env["PATH"].startswith(str(folder / "bin"))  # told once

@@ -64,6 +64,8 @@ def test_nft_accepts_an_allow_list_and_its_swap(monkeypatch: pytest.MonkeyPatch)
         "flush set inet reroll_0a1b2c3d4e allow4",
         "add element inet reroll_0a1b2c3d4e allow4 { 10.251.7.3/32 }",
         "flush set inet reroll_0a1b2c3d4e allow6",
+        "flush set inet reroll_0a1b2c3d4e deny4",  # a phase without a deny list empties them
+        "flush set inet reroll_0a1b2c3d4e deny6",
     ]
     nft = shutil.which("nft", path="/usr/sbin:/sbin")
     if nft is None:
@@ -73,4 +75,26 @@ def test_nft_accepts_an_allow_list_and_its_swap(monkeypatch: pytest.MonkeyPatch)
         for version in (4, 6)
     )
     checked = subprocess.run([nft, "-c", "-f", "-"], input=install + elements, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.spawns
+def test_nft_accepts_a_deny_list_rejected_before_the_allow_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deny list (every address allowed but the denied hosts'): the deny sets are filled and
+    their rules come before the allow sets' accept."""
+    scripts: list[str] = []
+    monkeypatch.setattr(firewall, "_nft", lambda args, script="": scripts.append(script) or "")
+    denied = resolve(("0.0.0.0/0", "::/0"), ("localhost",))  # the host's resolver: 127.0.0.1, ::1
+    firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1", allowed=denied)
+    firewall.set_allowed("0a1b2c3d4e", denied)
+    install, swap = scripts
+    forward = install[install.index("chain forward") :]
+    assert forward.index("@deny4 reject") < forward.index("@allow4 accept")
+    assert forward.index("@deny6 reject") < forward.index("@allow6 accept")
+    assert "add element inet reroll_0a1b2c3d4e deny4 { 127.0.0.1/32 }" in swap.splitlines()
+    assert "add element inet reroll_0a1b2c3d4e allow4 { 0.0.0.0/0 }" in swap.splitlines()
+    nft = shutil.which("nft", path="/usr/sbin:/sbin")
+    if nft is None:
+        pytest.skip("no nft on this machine")
+    checked = subprocess.run([nft, "-c", "-f", "-"], input=install + swap, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr

@@ -9,7 +9,7 @@ import ipaddress
 import socket
 from pathlib import Path
 
-from reroll.sandbox.allowlist import Resolved
+from reroll.sandbox.allowlist import EVERYWHERE, Resolved
 from reroll.sandbox.local import netns
 
 PROC_NET_TCP = """\
@@ -89,6 +89,24 @@ def test_an_allow_list_proxy_tunnels_to_listed_names_and_addresses_only() -> Non
     assert target("192.0.2.10") is None
     assert target("example.com") is None
     assert target("localhost") is None
+
+
+def test_a_deny_list_proxy_refuses_the_denied_names_their_subdomains_and_addresses() -> None:
+    """Under a deny list every name and address goes through but the denied: a denied name (or a
+    subdomain of one), an address it resolved to, and a name that resolves to one (the host's
+    resolver: ``localhost`` stands for a name that resolves to a denied address)."""
+    target = netns.listed_target(
+        Resolved(
+            networks=EVERYWHERE,
+            denied=(ipaddress.ip_network("192.0.2.9/32"), ipaddress.ip_network("127.0.0.1/32")),
+            denied_names=("blocked.example",),
+        )
+    )
+    assert target("blocked.example") is None and target("API.Blocked.Example.") is None
+    assert target("192.0.2.9") is None and target("localhost") is None
+    assert target("192.0.2.10") == "192.0.2.10"
+    assert target("notblocked.example") is None  # no such name here: nothing to tunnel to
+    assert target("ip6-localhost") in {"::1", None}  # another name: resolved, not denied
 
 
 async def test_an_allow_list_proxy_refuses_what_it_does_not_list() -> None:

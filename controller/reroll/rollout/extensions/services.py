@@ -16,9 +16,13 @@ from reroll.environment.services import Environment
 from reroll.environment.setup import run_setup_commands
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.mcp import (
+    BRIDGE_COMMAND,
+    BRIDGE_SOURCE,
     FILTER_SOURCE,
     MCP_CONFIG_ENV,
     behind_filter,
+    bridge_note,
+    bridge_wrapper,
     describe,
     mcp_servers_for,
     needs_filter,
@@ -80,6 +84,8 @@ class ServicesAndMcp(Extension):
         task_servers = [] if self.withheld else run.plan.task.spec.environment.mcp_servers
         servers = [*task_servers, *launch.mcp_servers]
         launch.env |= await _offer_mcp(run.sandbox, launch.agent, servers, run.console)
+        if launch.agent.mcp is None and MCP_CONFIG_ENV in launch.env:
+            await _offer_bridge(run.sandbox, launch, mcp_servers_for(launch.agent, servers))
 
     async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
         """Fail the rollout when a service died while the agent ran (not after a replay's stop,
@@ -130,3 +136,28 @@ async def _offer_mcp(
     await sandbox.put_file(path, config.text.encode())
     console.print(f"[dim]MCP servers for {agent.name}: {describe(given)}[/dim]")
     return {MCP_CONFIG_ENV: path}
+
+
+async def _offer_bridge(sandbox: Sandbox, launch: TurnLaunch, servers: list[McpServerSpec]) -> None:
+    """Give `launch`'s agent (no MCP client) reroll's bridge to `servers`: the bridge and the
+    filter beside the ``bridge.json`` `_offer_mcp` wrote, ``mcp-call`` in a folder put first on its
+    ``PATH``, and (a new session only) the note naming the tools, each server listed through the
+    bridge itself as the agent's user (`reroll.rollout.mcp.bridge_note`)."""
+    folder = f"{sandbox.layout.logs_dir}/agent/mcp"
+    await sandbox.put_file(f"{folder}/{BRIDGE_SOURCE.name}", BRIDGE_SOURCE.read_bytes())
+    await sandbox.put_file(f"{folder}/{FILTER_SOURCE.name}", FILTER_SOURCE.read_bytes())
+    await sandbox.put_file(f"{folder}/bin/{BRIDGE_COMMAND}", bridge_wrapper(folder).encode(), mode=0o755)
+    launch.env["PATH"] = f"{folder}/bin:{launch.env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
+    if launch.resume:
+        return
+    env = launch.env | {"REROLL_AGENT_HOME": f"{sandbox.layout.agents_dir}/{launch.agent.install_key}"}
+    listings: dict[str, str] = {}
+    for server in servers:
+        listed = await sandbox.exec(
+            [BRIDGE_COMMAND, server.name, "--list"],
+            cwd=sandbox.layout.workspace, env=env, inherit_env=False,
+            user=sandbox.layout.agent_user, timeout_seconds=120,
+        )  # fmt: skip
+        if listed.exit_code == 0:
+            listings[server.name] = listed.stdout.decode("utf-8", "replace").strip()
+    launch.notes.append(bridge_note(servers, listings))

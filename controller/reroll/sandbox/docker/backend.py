@@ -215,7 +215,7 @@ class DockerSandbox(Sandbox):
             elif self.policy == "full" and not listed:
                 self._network = ensure_full_network(self._engine)
             else:
-                self._allowed = resolve(self._agent_hosts) if listed else None
+                self._allowed = resolve(self._agent_hosts, self.spec.denied) if listed else None
                 self._network, self._firewall_key = create_isolated_network(
                     self._engine, self.run_id, services=services, allowed=self._allowed
                 )

@@ -31,7 +31,11 @@ through what they hold and the answers::
                       iifname "rr-<key>" reject; oifname "rr-<key>" drop }
 
 `set_allowed` swaps the sets' content in one transaction when a phase starts (policy ``full`` is
-``0.0.0.0/0`` and ``::/0``, an empty list nothing). The host's own addresses stay behind the
+``0.0.0.0/0`` and ``::/0``, an empty list nothing). A deny list (the agent phase's
+``blocked_hosts``: ``0.0.0.0/0`` and ``::/0`` allowed) fills two sets more, ``deny4`` and
+``deny6``, whose addresses are rejected before the allow sets are looked at
+(``iifname "rr-<key>" ip daddr @deny4 reject``); the phases without one empty
+them. The host's own addresses stay behind the
 input chain whatever the sets hold (an address of the host is delivered, not forwarded).
 
 nftables, not iptables: Docker (20.10 here, through iptables' nf_tables backend) owns the
@@ -111,6 +115,8 @@ def install(
     sets = ""
     if allowed is not None:
         among += (
+            f'iifname "{bridge}" ip daddr @deny4 reject with icmpx admin-prohibited\n    '
+            f'iifname "{bridge}" ip6 daddr @deny6 reject with icmpx admin-prohibited\n    '
             f'iifname "{bridge}" ip daddr @allow4 accept\n    '
             f'iifname "{bridge}" ip6 daddr @allow6 accept\n    '
             f'oifname "{bridge}" ct state established,related accept\n    '
@@ -118,7 +124,9 @@ def install(
             f'iifname "{bridge}" reject with icmpx admin-prohibited\n    '
         )
         sets = "".join(
-            f"\n  set allow{version} {{ type ipv{version}_addr; flags interval; }}" for version in (4, 6)
+            f"\n  set {kind}{version} {{ type ipv{version}_addr; flags interval; }}"
+            for kind in ("allow", "deny")
+            for version in (4, 6)
         )
     _nft(
         ["-f", "-"],
@@ -154,17 +162,19 @@ def allow_port(key: str, port: int) -> None:
 
 def set_allowed(key: str, allowed: Resolved) -> None:
     """Make `allowed` the only addresses the sandbox of `key` (installed with an allow-list) reaches
-    beyond its gateway's ports, in one transaction: no moment holds both lists or none.
+    beyond its gateway's ports, less its denied ones (`Resolved.denied`, rejected first), in one
+    transaction: no moment holds both lists or none.
 
     Raises:
         SandboxError: as `_nft` (e.g. no such table, or one installed without an allow-list).
     """
     table = table_name(key)
     lines = []
-    for version in (4, 6):
-        lines.append(f"flush set inet {table} allow{version}")
-        if networks := allowed.of_version(version):
-            lines.append(f"add element inet {table} allow{version} {{ {', '.join(networks)} }}")
+    for kind in ("allow", "deny"):
+        for version in (4, 6):
+            lines.append(f"flush set inet {table} {kind}{version}")
+            if networks := allowed.of_version(version, denied=kind == "deny"):
+                lines.append(f"add element inet {table} {kind}{version} {{ {', '.join(networks)} }}")
     _nft(["-f", "-"], "\n".join(lines) + "\n")
 
 

@@ -255,7 +255,7 @@ class IsolatedSandbox(Sandbox):
         if self.spec.listed and not self.config.agents_writable:
             if self.policy != "none":
                 raise SandboxError("local holds no allow-list after a full agent phase: run it on docker")
-            self._allowed = await asyncio.to_thread(resolve, self.spec.allowed)
+            self._allowed = await asyncio.to_thread(resolve, self.spec.allowed, self.spec.denied)
             url = await forwarder.listed_proxy(self._allowed)
             self.layout = dataclasses.replace(self.layout, network_env=proxy_env(url, self._address))
             await name_hosts(self, self._allowed)

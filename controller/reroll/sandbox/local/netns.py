@@ -25,7 +25,9 @@ proxy variables: the namespace still has no route out, so a client that ignores 
 (or a root in the sandbox that rewrites them, or the namespace's firewall) reaches nothing, where
 rules inside the namespace would be the sandbox root's to flush. What it costs: only clients that
 tunnel through an HTTP proxy (HTTPS ones do; plain ``http://`` only where the client tunnels it
-too), TCP only.
+too), TCP only. A deny list (the agent phase's ``blocked_hosts``) is that proxy allowing every
+name and address but the denied ones (`listed_target`): the same costs, as BenchFlow's own
+denylist proxy has.
 """
 
 from __future__ import annotations
@@ -193,22 +195,38 @@ def _anywhere(host: str) -> str | None:
 def listed_target(allowed: Resolved) -> Target:
     """A `Target` for an allow-list: a listed name goes to the first address it resolved to when
     the phase started (never resolved again), an address only when one of `allowed`'s networks
-    holds it; anything else is refused."""
+    holds it; anything else is refused. Under a deny list (`Resolved.denied_names`: every address
+    allowed) a name is resolved on the host now, and refused when it is denied (or a subdomain of
+    a denied name) or resolves to a denied address; a denied address is refused."""
     by_name: dict[str, str] = {}
     for name, address in allowed.names:
         by_name.setdefault(name, address)
 
     def target(host: str) -> str | None:
         host = host.lower().rstrip(".")
+        if allowed.denies(host):
+            return None
         if host in by_name:
             return by_name[host]
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
-            return None
+            if not allowed.denied_names:
+                return None
+            resolved = _first_address(host)  # a deny list allows every other name
+            return resolved if resolved is not None and not allowed.denies(resolved) else None
         return host if any(address in network for network in allowed.networks) else None
 
     return target
+
+
+def _first_address(name: str) -> str | None:
+    """The first address the host's resolver gives for `name`; None when none."""
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError):
+        return None
+    return str(infos[0][4][0]).partition("%")[0] if infos else None
 
 
 def _connect_handler(target: Target) -> Handler:
@@ -227,7 +245,7 @@ def _connect_handler(target: Target) -> Handler:
             writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\n\r\nonly CONNECT\n")
             writer.close()
             return
-        address = target(host.strip("[]"))
+        address = await asyncio.to_thread(target, host.strip("[]"))  # a deny list's lookup blocks
         if address is None:
             writer.write(
                 b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\nnot in this phase's allow-list\n"
