@@ -150,11 +150,19 @@ def _drop_privileges() -> None:  # pragma: no cover - runs in the forked child
 
 
 def kill_user(uid: int) -> int:
-    """SIGKILL every process of `uid` (real, effective or saved) until none is left; how many
-    were killed. Raises RuntimeError when some outlive `KILL_ROUNDS` rounds."""
+    """SIGKILL every process of `uid` (real, effective or saved) in the caller's PID namespace
+    until none is left; how many were killed. Raises RuntimeError when some outlive
+    `KILL_ROUNDS` rounds.
+
+    Only the caller's own PID namespace: a docker container's processes run as the same host uid
+    (no user namespace), and a guard on the host (``local-plain`` as root, the tests) once
+    killed a concurrent container's test run this way. Each is killed by its pid in that
+    namespace (``NSpid``), which is not the pid its ``/proc`` entry has when ``/proc`` is an
+    outer namespace's (docker's verify keeps the container's)."""
+    own = _pid_namespace("self")
     killed = 0
     for _ in range(KILL_ROUNDS):
-        found = [pid for pid in _pids() if uid in _uids(pid)]
+        found = [local for pid in _pids() if (local := _local_pid(pid, uid, own)) is not None]
         if not found:
             return killed
         for pid in found:
@@ -171,18 +179,29 @@ def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def _uids(pid: int) -> set[int]:
-    """The real, effective, saved and file-system uids of `pid` (empty when it is gone or a zombie)."""
+def _pid_namespace(pid: int | str) -> tuple[int, int] | None:
+    """The PID namespace of `pid` (``self``: the caller) as ``(device, inode)``; None when gone."""
+    try:
+        found = os.stat(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _local_pid(pid: int, uid: int, own: tuple[int, int] | None) -> int | None:
+    """`pid` (a ``/proc`` entry) as the caller's namespace numbers it, when it is a live process
+    of `uid` (real, effective, saved or file-system) in the namespace `own`; else None."""
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                    return set()
-                if line.startswith("Uid:"):
-                    return {int(value) for value in line.split()[1:]}
-    except (OSError, ValueError):
-        pass
-    return set()
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        if fields["State"].split()[0] in ("Z", "X") or uid not in {int(v) for v in fields["Uid"].split()}:
+            return None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    if _pid_namespace(pid) != own:
+        return None
+    numbers = fields.get("NSpid", "").split()
+    return int(numbers[-1]) if numbers else pid
 
 
 def _read_all(fd: int, into: bytearray) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,51 @@ def test_a_forger_that_tells_the_canaries_apart_as_they_were_finds_none(tmp_path
     assert "GUARD-AWARE FORGE ARMED" in output, output
     assert status == 2 and "canaries came back wrong" in output, output
     assert not report.exists(), output
+
+
+AS_GUARD_USER = ["setpriv", "--reuid=65530", "--regid=65530", "--clear-groups"]
+
+
+@needs_root
+@pytest.mark.spawns
+def test_the_clean_up_spares_the_guard_user_of_another_pid_namespace() -> None:
+    """A docker container's guard child runs as host uid 65530 too (no user namespace): the clean-up
+    of a guard on the host (a ``local-plain`` rollout as root, these tests) once killed a
+    concurrent container's test run ("the test run ended before its session finished"). Now it
+    kills only in its own PID namespace."""
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *AS_GUARD_USER, "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(["pgrep", "-u", str(guard.GUARD_UID), "sleep"], capture_output=True).returncode:
+            assert time.monotonic() < deadline, "the other namespace's process did not start"
+            time.sleep(0.05)
+        assert guard.kill_user(guard.GUARD_UID) == 0
+        assert other.poll() is None, "the other namespace's test run was killed"
+    finally:
+        other.kill()
+        other.wait()
+
+
+KILL_IN_NAMESPACE = f"""
+import subprocess, time
+from reroll_sidecar import guard
+left = subprocess.Popen({[*AS_GUARD_USER, "sleep", "60"]!r}, start_new_session=True)
+time.sleep(0.3)
+print("killed", guard.kill_user(guard.GUARD_UID), "exit", left.wait(timeout=5), flush=True)
+"""
+
+
+@needs_root
+@pytest.mark.spawns
+def test_the_clean_up_kills_by_the_pid_its_own_namespace_gives(tmp_path: Path) -> None:
+    """Docker's verify keeps the container's ``/proc`` in its own PID namespace: a leftover's
+    ``/proc`` entry is its outer pid. Killed by that number it lived on (the guard gave up after
+    50 rounds: a verifier error); now by its pid in the guard's namespace (``NSpid``)."""
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", KILL_IN_NAMESPACE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "killed 1 exit -9" in done.stdout, done.stdout + done.stderr
