@@ -17,6 +17,9 @@ over `-n` runs of:
    costs), and through ``reroll-sidecar guard`` (the child as the guard's user, the canaries,
    the pipe, the report);
 
+with ``--baseline DIR`` the guarded run once more with the sidecar package found in DIR (another
+commit's, e.g. ``git archive main sidecar/reroll_sidecar | tar -x -C /tmp/base`` then
+``--baseline /tmp/base/sidecar``), alternating run by run with this tree's;
 and with ``--e2e BACKEND`` (local or docker) the ``verifier_seconds`` of one
 ``reroll run examples/tasks/fix-failing-test --agent oracle`` (the verify as shipped: guarded,
 in its own namespaces) for reference.
@@ -110,6 +113,7 @@ def canary_files(tests: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=20, help="runs per figure [20]")
+    parser.add_argument("--baseline", help="a folder holding another reroll_sidecar package to compare")
     parser.add_argument(
         "--e2e", choices=["local", "docker"], help="also one end-to-end verify on this backend"
     )
@@ -140,12 +144,17 @@ def main() -> int:
         unguarded = median_ms(runner, options.n, str(tests), env)
         canary_files(tests)  # the task's runner discovers them by its pattern
         with_canaries = median_ms([*runner[:3], "test_*.py"], options.n, str(tests), env)
-        guarded = median_ms(
-            [*SIDECAR, "guard", "--junitxml", report, "--", "test_hidden.py"], options.n, str(tests), env
-        )
+        guard = [*SIDECAR, "guard", "--junitxml", report, "--", "test_hidden.py"]
+        base_env = {**env, "PYTHONPATH": options.baseline} if options.baseline else None
+        run_base = (lambda: median_ms(guard, 1, str(tests), base_env)) if base_env else (lambda: 0.0)
+        pairs = [  # alternating, so both see the same load
+            (median_ms(guard, 1, str(tests), env), run_base()) for _ in range(options.n)
+        ]
+        guarded, baseline = (statistics.median(side) for side in zip(*pairs, strict=True))
     print(
         f"fix-failing-test's hidden tests: unguarded {unguarded:.1f} ms, with a run's canaries"
         f" {with_canaries:.1f} ms, guarded {guarded:.1f} ms"
+        + (f", guarded by the baseline's sidecar {baseline:.1f} ms" if base_env else "")
     )
     if options.e2e:
         print(f"end to end on {options.e2e}: verifier_seconds {e2e_seconds(options.e2e):.2f} s")
