@@ -146,9 +146,10 @@ def main() -> int:
         with_canaries = median_ms([*runner[:3], "test_*.py"], options.n, str(tests), env)
         guard = [*SIDECAR, "guard", "--junitxml", report, "--", "test_hidden.py"]
         base_env = {**env, "PYTHONPATH": options.baseline} if options.baseline else None
-        run_base = (lambda: median_ms(guard, 1, str(tests), base_env)) if base_env else (lambda: 0.0)
+        cwd = str(tests)
         pairs = [  # alternating, so both see the same load
-            (median_ms(guard, 1, str(tests), env), run_base()) for _ in range(options.n)
+            (median_ms(guard, 1, cwd, env), median_ms(guard, 1, cwd, base_env) if base_env else 0.0)
+            for _ in range(options.n)
         ]
         guarded, baseline = (statistics.median(side) for side in zip(*pairs, strict=True))
     print(
