@@ -114,7 +114,9 @@ class Style:
     suffix_class: bool = False
     words: tuple[str, ...] = WORDS
     taken: frozenset[str] = frozenset()
-    """Module names that exist in the canaries' folder (not to be shadowed)."""
+    """Module names that exist in the canaries' folder (not to be shadowed) and the real file's
+    class names: a canary is known by its class and test name alone (pytest's node id of a file
+    outside its rootdir names no file)."""
 
     @classmethod
     def of(cls, test_file: str | None, folder: str) -> Style:
@@ -133,7 +135,7 @@ class Style:
             suffix_module=os.path.basename(test_file or "").endswith("_test.py"),
             suffix_class=any(name.endswith(("Test", "Tests")) for name in classes),
             words=tuple(sorted(own | set(WORDS))),
-            taken=taken,
+            taken=taken | frozenset(classes),
         )
 
     def word(self) -> str:
@@ -148,9 +150,14 @@ class Style:
                 return name
         raise RuntimeError("no free module name for a canary")  # pragma: no cover - 53 words
 
-    def klass(self) -> str:
-        stem = "".join(self.word().capitalize() for _ in range(secrets.randbelow(2) + 1))
-        return f"{stem}Test" if self.suffix_class else f"Test{stem}"
+    def klass(self, avoid: set[str]) -> str:
+        """A class name in this style that is not in `avoid` (one to three words)."""
+        for tries in range(100):
+            stem = "".join(self.word().capitalize() for _ in range(secrets.randbelow(2) + 1 + tries // 50))
+            name = f"{stem}Test" if self.suffix_class else f"Test{stem}"
+            if name not in avoid:
+                return name
+        raise RuntimeError("no free class name for a canary")  # pragma: no cover - 53 words
 
 
 @dataclass
@@ -182,13 +189,14 @@ class Canaries:
             last_without = index == count - 1 and not canaries.must_pass
             passing = max(_between(MUST_PASS_RANGE), 1 if last_without else 0)
             kinds = [False] * _between(MUST_FAIL_RANGE) + [True] * passing
-            canaries.files[module] = canaries._module(style, header, module, kinds)
+            canaries.files[module] = canaries._module(style, header, module, kinds, used)
         return canaries
 
-    def _module(self, style: Style, header: str, module: str, kinds: list[bool]) -> str:
+    def _module(self, style: Style, header: str, module: str, kinds: list[bool], used: set[str]) -> str:
         """One canary module's source: a class of one test per item of `kinds` (True: must
-        pass), in random order, recorded in `must_pass` / `must_fail`."""
-        klass, names = style.klass(), set[str]()
+        pass), in random order, recorded in `must_pass` / `must_fail`; its class not in `used`."""
+        klass, names = style.klass(used), set[str]()
+        used.add(klass)
         lines = [header, "import unittest\n\n", f"class {klass}(unittest.TestCase):"][0 if header else 1 :]
         for must_pass in sorted(kinds, key=lambda _: secrets.randbelow(1 << 30)):
             name = f"test_{style.word()}_{style.word()}"
@@ -202,7 +210,7 @@ class Canaries:
     def key(self, test_id: str) -> tuple[str, str, str] | None:
         """The canary a test id (pytest's node id or unittest's) names, else None."""
         for module, klass, name in (*self.must_pass, *self.must_fail):
-            if test_id.endswith((f"{module}.py::{klass}::{name}", f"{module}.{klass}.{name}")):
+            if test_id.endswith((f"::{klass}::{name}", f"{module}.{klass}.{name}")):
                 return module, klass, name
         return None
 

@@ -61,6 +61,19 @@ def test_only_the_canaries_outcomes_as_they_must_be_are_right() -> None:
     assert "missing" in canaries.wrong(missing)
 
 
+def test_a_node_id_that_names_no_file_still_finds_its_canary(tmp_path: Path) -> None:
+    """pytest names a test outside its rootdir (the tests in /verifier, the rootdir the workspace)
+    ``../app/::Class::test``, without its file: seen on docker, every canary came back missing."""
+    real = tmp_path / "test_calc.py"
+    real.write_text(REAL)
+    canaries = Canaries.fresh(str(real), str(tmp_path))
+    ids = {f"../app/::{c}::{n}": "passed" for _, c, n in canaries.must_pass}
+    ids |= {f"../app/::{c}::{n}": "failed" for _, c, n in canaries.must_fail}
+    assert not canaries.wrong(ids | {"../app/::CalcTests::test_mean_of_values": "failed"})
+    assert not canaries.key("../app/::CalcTests::test_mean_of_values")
+    assert "CalcTests" not in {c for _, c, _ in [*canaries.must_pass, *canaries.must_fail]}
+
+
 def test_canaries_go_among_the_real_files_spelt_alike_options_untouched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
