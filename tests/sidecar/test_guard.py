@@ -189,7 +189,9 @@ def _forged(record):
 
 if _send is not None:
     _main._emit = _forged
-    print("GUARD-AWARE FORGE ARMED", flush=True)
+    import atexit
+
+    atexit.register(print, "GUARD-AWARE FORGE ARMED", flush=True)  # after pytest's capture ended
 """
 
 
