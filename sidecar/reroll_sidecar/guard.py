@@ -8,14 +8,15 @@ launcher in the script's environment, `GuardFolder`)::
 
 The guard (root, the test script's user) then:
 
-1. writes `reroll_sidecar.guard_runner.RUNNER` and two canary tests of fresh random content (one
-   must pass, one must fail; random file, class and test names) into a fresh folder, and makes
-   the child a fresh HOME;
-2. runs ``PY runner.py FD -- PYTEST_ARGS... CANARY`` as `GUARD_UID`/`GUARD_GID` (no supplementary
-   groups, ``no_new_privs``: no set-uid program of the image lifts it back to root) in its own
-   session. That user owns nothing: it cannot write the report, the reward files, the verifier's
-   folder or the sidecar's report folder (all root's, mode 0700 or 0755). The runner writes one
-   line per outcome to FD, a pipe whose other end only the guard holds;
+1. writes `reroll_sidecar.guard_runner.RUNNER` into a fresh folder, and canary tests of fresh
+   random content (some must pass, some must fail) in two or three modules named in the tests'
+   own style beside the first test file, put among the test files at random places
+   (`reroll_sidecar.guard_canaries`); makes the child a fresh HOME;
+2. runs ``PY runner.py FD -- PYTEST_ARGS...`` (the canaries among them) as `GUARD_UID`/`GUARD_GID`
+   (no supplementary groups, ``no_new_privs``: no set-uid program of the image lifts it back to
+   root) in its own session. That user owns nothing: it cannot write the report, the reward files,
+   the verifier's folder or the sidecar's report folder (all root's, mode 0700 or 0755). The runner
+   writes one line per outcome to FD, a pipe whose other end only the guard holds;
 3. when the child ends, kills every process of `GUARD_UID` (nothing it left keeps the pipe or
    writes later), reads the pipe to its end and judges it (`judge`): a line that is not one of
    the runner's, a line after the session's end, or a canary whose outcome is not the expected
@@ -32,9 +33,10 @@ Exit status: 0 every test passed, 1 some failed or the run did not finish, 2 a v
 a usage error.
 
 What it does not guarantee: code under test shares the child's process, so it can write lines
-of its own to the pipe or patch the framework; the canaries catch a forger that does not tell
-them from the tests (it can: their folder is the guard's) — such a targeted forger can still
-report a failing test as passed. A test script that does not call the guard, or computes its
+of its own to the pipe or patch the framework; the canaries catch a forger that cannot tell
+them from the tests — by name, folder, module, form or position it cannot; one that reads the
+tests' source or traces which tests call its code still can (`reroll_sidecar.guard_canaries`),
+and can then report a failing test as passed. A test script that does not call the guard, or computes its
 reward from something the child can write, is not covered.
 """
 
@@ -45,7 +47,6 @@ import contextlib
 import ctypes
 import json
 import os
-import secrets
 import shlex
 import shutil
 import signal
@@ -60,6 +61,7 @@ from dataclasses import dataclass, field
 
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 
+from reroll_sidecar.guard_canaries import Canaries, as_given, first_test_file, placed
 from reroll_sidecar.guard_runner import RUNNER
 
 GUARD_UID = 65530
@@ -75,37 +77,6 @@ SIDECAR_REPORT_OPTIONS = ("--junitxml=", "--log-file=", "--log-file-level=")
 """The sidecar's report check's options (`reroll_sidecar.pytest_report.ReportFolder.addopts`),
 which the guard honours itself instead of the child."""
 VERDICT_PREFIX = "verdict-"
-
-
-@dataclass(frozen=True)
-class Canaries:
-    """The run's two canary tests: their file's source and the names that identify them."""
-
-    source: str
-    module: str
-    must_pass: str
-    must_fail: str
-
-    @classmethod
-    def fresh(cls) -> Canaries:
-        """Two canaries with fresh random names and content."""
-        token = [secrets.token_hex(8) for _ in range(6)]
-        source = (
-            "import unittest\n\n\n"
-            f"class Test{token[0]}(unittest.TestCase):\n"
-            f"    def test_{token[1]}(self):\n"
-            f"        self.assertEqual('{token[3]}', '{token[3]}')\n\n"
-            f"    def test_{token[2]}(self):\n"
-            f"        self.assertEqual('{token[4]}', '{token[5]}')\n"
-        )
-        return cls(source, f"test_{token[0]}", f"test_{token[1]}", f"test_{token[2]}")
-
-    def which(self, test_id: str) -> str:
-        """``pass`` or ``fail`` for a canary's id (pytest's node id or unittest's), else empty."""
-        for name, kind in ((self.must_pass, "pass"), (self.must_fail, "fail")):
-            if test_id.endswith((f"::{name}", f".{name}")):
-                return kind
-        return ""
 
 
 @dataclass
@@ -152,16 +123,13 @@ def judge(stream: bytes, canaries: Canaries) -> Verdict:
         if phases.setdefault(test_id, {}).setdefault(when, outcome) != outcome:
             return Verdict("error", f"{test_id} ({when}) was reported twice, differently")
     outcomes = {test_id: _outcome(p) for test_id, p in phases.items()}
-    seen = {
-        canaries.which(test_id): outcome for test_id, outcome in outcomes.items() if canaries.which(test_id)
-    }
-    if ended and (seen.get("pass") != "passed" or seen.get("fail") != "failed"):
+    if ended and (wrong := canaries.wrong(outcomes)):
         return Verdict(
             "error",
-            f"the guard's canaries came back wrong (must pass: {seen.get('pass', 'missing')}, must fail: "
-            f"{seen.get('fail', 'missing')}): the test framework or its outcomes were tampered with",
+            f"the guard's canaries came back wrong ({wrong[:1000]}): the test framework or its"
+            " outcomes were tampered with",
         )
-    outcomes = {test_id: outcome for test_id, outcome in outcomes.items() if not canaries.which(test_id)}
+    outcomes = {test_id: outcome for test_id, outcome in outcomes.items() if not canaries.key(test_id)}
     counts = {
         key: sum(1 for o in outcomes.values() if o == key) for key in ("passed", "failed", "error", "skipped")
     }
@@ -182,11 +150,19 @@ def _drop_privileges() -> None:  # pragma: no cover - runs in the forked child
 
 
 def kill_user(uid: int) -> int:
-    """SIGKILL every process of `uid` (real, effective or saved) until none is left; how many
-    were killed. Raises RuntimeError when some outlive `KILL_ROUNDS` rounds."""
+    """SIGKILL every process of `uid` (real, effective or saved) in the caller's PID namespace
+    until none is left; how many were killed. Raises RuntimeError when some outlive
+    `KILL_ROUNDS` rounds.
+
+    Only the caller's own PID namespace: a docker container's processes run as the same host uid
+    (no user namespace), and a guard on the host (``local-plain`` as root, the tests) once
+    killed a concurrent container's test run this way. Each is killed by its pid in that
+    namespace (``NSpid``), which is not the pid its ``/proc`` entry has when ``/proc`` is an
+    outer namespace's (docker's verify keeps the container's)."""
+    own = _pid_namespace("self")
     killed = 0
     for _ in range(KILL_ROUNDS):
-        found = [pid for pid in _pids() if uid in _uids(pid)]
+        found = [local for pid in _pids() if (local := _local_pid(pid, uid, own)) is not None]
         if not found:
             return killed
         for pid in found:
@@ -203,18 +179,29 @@ def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def _uids(pid: int) -> set[int]:
-    """The real, effective, saved and file-system uids of `pid` (empty when it is gone or a zombie)."""
+def _pid_namespace(pid: int | str) -> tuple[int, int] | None:
+    """The PID namespace of `pid` (``self``: the caller) as ``(device, inode)``; None when gone."""
+    try:
+        found = os.stat(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _local_pid(pid: int, uid: int, own: tuple[int, int] | None) -> int | None:
+    """`pid` (a ``/proc`` entry) as the caller's namespace numbers it, when it is a live process
+    of `uid` (real, effective, saved or file-system) in the namespace `own`; else None."""
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                    return set()
-                if line.startswith("Uid:"):
-                    return {int(value) for value in line.split()[1:]}
-    except (OSError, ValueError):
-        pass
-    return set()
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        if fields["State"].split()[0] in ("Z", "X") or uid not in {int(v) for v in fields["Uid"].split()}:
+            return None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    if _pid_namespace(pid) != own:
+        return None
+    numbers = fields.get("NSpid", "").split()
+    return int(numbers[-1]) if numbers else pid
 
 
 def _read_all(fd: int, into: bytearray) -> None:
@@ -269,28 +256,33 @@ def close_folders(changed: list[tuple[str, int, int]]) -> None:
             os.chmod(entry, mode, follow_symlinks=False)
 
 
-def run_guarded(python: str, args: list[str], canaries: Canaries) -> Verdict:
+def run_guarded(python: str, args: list[str], canaries: Canaries | None = None) -> Verdict:
     """Steps 1 to 3 of the module docstring: run `args` under pytest (or unittest) as the guard's
-    user with `canaries`, and judge what came back. Raises OSError when the child cannot start."""
+    user with `canaries` (fresh ones in the style of the first test file, written beside it:
+    `reroll_sidecar.guard_canaries`), and judge what came back. Raises OSError when the child
+    cannot start."""
     folder = tempfile.mkdtemp(prefix="reroll-guard-")
     home = tempfile.mkdtemp(prefix="reroll-guard-home-")
     opened: list[tuple[str, int, int]] = []
+    first = first_test_file(args)
+    beside = os.path.dirname(os.path.abspath(first)) if first else os.getcwd()
+    canaries = canaries or Canaries.fresh(first, beside)
     try:
         opened = open_folders([os.getcwd(), *(arg for arg in args if os.path.exists(arg))])
         os.chmod(folder, 0o755)
         os.chown(home, GUARD_UID, GUARD_GID)
-        runner, canary = os.path.join(folder, "runner.py"), os.path.join(folder, f"{canaries.module}.py")
-        for path, text in ((runner, RUNNER), (canary, canaries.source)):
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(path, 0o644)
+        runner = os.path.join(folder, "runner.py")
+        with open(runner, "w", encoding="utf-8") as handle:
+            handle.write(RUNNER)
+        os.chmod(runner, 0o644)
+        args = placed(args, as_given(canaries.write(beside, folder), first))
         read_end, write_end = os.pipe()
         received = bytearray()
         reader = threading.Thread(target=_read_all, args=(read_end, received), daemon=True)
         reader.start()
         try:
             child = subprocess.Popen(
-                [python, runner, str(write_end), "--", *args, canary],
+                [python, runner, str(write_end), "--", *args],
                 pass_fds=(write_end,),
                 env=_child_env(home),
                 user=GUARD_UID,
@@ -305,6 +297,7 @@ def run_guarded(python: str, args: list[str], canaries: Canaries) -> Verdict:
         killed = kill_user(GUARD_UID)
         reader.join(READ_TIMEOUT_SECONDS)
     finally:
+        canaries.remove()
         close_folders(opened)
         shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)
@@ -405,7 +398,7 @@ def main(argv: list[str]) -> int:
         print("reroll-guard: must run as root (the test script's user in a sandbox)", file=sys.stderr)
         return 2
     try:
-        verdict = run_guarded(options.python, options.args, Canaries.fresh())
+        verdict = run_guarded(options.python, options.args)
     except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
         verdict = Verdict("error", f"the guarded test run could not run: {exc}")
     print(f"reroll-guard: {verdict.status}: {verdict.note}", file=sys.stderr)

@@ -11,6 +11,10 @@ cannot write the report, and their outcomes come back over a pipe: the reward is
 The second cheat patches the test framework in the same process instead (from calc's import on,
 unittest's assertions never fail and pytest reports every failed phase as passed): the guard's
 must-fail canary then passes, and the verify is a verifier error with no reward.
+
+The third is written against the guard: it spares the outcomes of what it takes for the canaries.
+With canaries named, placed and ordered like the task's tests (`reroll_sidecar.guard_canaries`)
+it finds none and is a verifier error too (1.0 before).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.sidecar.test_guard import GUARD_AWARE_FORGE
 
 pytestmark = pytest.mark.slow
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -128,6 +134,18 @@ def test_an_atexit_forged_report_scores_zero(sandbox_backend: str, tmp_path: Pat
 def test_a_patched_test_framework_is_a_verifier_error(sandbox_backend: str, tmp_path: Path) -> None:
     result, output = run_task(forge_task(tmp_path, PATCH_FORGE), tmp_path, sandbox_backend)
     assert "FRAMEWORK PATCH ARMED" in output, "the attack did not run:\n" + output
+    assert (result.get("rewards") or {}).get("reward", 0.0) == 0.0, (result, output)
+    assert result["error_category"] == "verifier_error", (result.get("status"), result.get("error"), output)
+    assert "canaries came back wrong" in result["error"], result["error"]
+
+
+def test_a_guard_aware_forger_finds_no_canary_to_spare(sandbox_backend: str, tmp_path: Path) -> None:
+    """The forger knows the guard: it rewrites every failed outcome the runner sends but those it
+    takes for canaries (in the guard's folder, with random hex names, the last file). Before the
+    canaries looked like the task's own tests it found them and scored 1.0 on an unsolved task; now
+    it spares none, a must-fail canary comes back passed: a verifier error, no reward."""
+    result, output = run_task(forge_task(tmp_path, GUARD_AWARE_FORGE), tmp_path, sandbox_backend)
+    assert "GUARD-AWARE FORGE ARMED" in output, "the attack did not run:\n" + output
     assert (result.get("rewards") or {}).get("reward", 0.0) == 0.0, (result, output)
     assert result["error_category"] == "verifier_error", (result.get("status"), result.get("error"), output)
     assert "canaries came back wrong" in result["error"], result["error"]

@@ -5,9 +5,10 @@ verifier imports the agent's ``calc``). Round 1's "agent" (the oracle running so
 an import-time payload in ``calc.py``; the soft verify after round 1 imports it as root, with
 the hidden answer at hand. The payload puts the
 answer where the fence's file restore and process kill do not look: a System V shared-memory
-segment, a POSIX message queue (both mode 0666, in the sandbox's IPC namespace) and a detached
-daemon (new session) that keeps offering it in ``/tmp``. Round 2's agent attaches to the segment,
-opens the queue and reads ``/tmp``: before the verify ran in namespaces of its own
+segment, a POSIX message queue (both mode 0666, in the sandbox's IPC namespace), a detached
+daemon (new session) that keeps offering it in ``/tmp`` and another that serves it on an abstract
+unix socket (no file: the network namespace's). Round 2's agent attaches to the segment,
+opens the queue, reads ``/tmp`` and connects to the socket: before the verify ran in namespaces of its own
 (`reroll_sidecar.verify_ns`) it read the answer from the segment and the final reward was 1.0;
 now it finds nothing and the reward is 0.
 """
@@ -38,6 +39,12 @@ if os.path.isdir(_verifier) and os.geteuid() == 0:
     print(f"PAYLOAD RAN: shm {_id}, mqueue {_queue}/{_sent}", flush=True)
     _daemon = f"sleep 2; while true; do echo {_secret.decode()} > /tmp/late-secret; sleep 0.2; done"
     subprocess.Popen(["setsid", "sh", "-c", f"sh -c '{_daemon}' >/dev/null 2>&1 &"])
+    _serve = (  # a detached server on an abstract unix socket (the network namespace's, no file)
+        "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0reroll-leak')\ns.listen()\n"
+        "while True:\n    c = s.accept()[0]\n    c.sendall(sys.argv[1].encode())\n    c.close()\n"
+    )
+    _quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    subprocess.Popen(["python3", "-c", _serve, _secret.decode()], **_quiet)
 
 
 def mean(values):
@@ -45,7 +52,7 @@ def mean(values):
 """
 
 READER = r"""
-import ctypes, os
+import ctypes, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
 libc.shmat.restype = ctypes.c_void_p
 found = []
@@ -63,6 +70,12 @@ if queue >= 0:
         found.append(("mqueue", buffer.raw[:size].decode()))
 try:
     found.append(("tmp", open("/tmp/late-secret").read().strip()))
+except OSError:
+    pass
+try:
+    client = socket.socket(socket.AF_UNIX)
+    client.connect("\0reroll-leak")
+    found.append(("an abstract socket", client.recv(200).decode()))
 except OSError:
     pass
 for where, secret in found:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,14 @@ def case(test_id: str, outcome: str, when: str = "call") -> bytes:
     return line(t="case", id=test_id, when=when, outcome=outcome)
 
 
+def canary_id(key: tuple[str, str, str]) -> str:
+    return f"{key[0]}.py::{key[1]}::{key[2]}"
+
+
 def canaries_right() -> bytes:
-    return case(f"c.py::T::{CANARIES.must_pass}", "passed") + case(f"c.py::T::{CANARIES.must_fail}", "failed")
+    return b"".join(case(canary_id(key), "passed") for key in CANARIES.must_pass) + b"".join(
+        case(canary_id(key), "failed") for key in CANARIES.must_fail
+    )
 
 
 def test_a_clean_run_passes_and_leaves_the_canaries_out() -> None:
@@ -45,7 +52,7 @@ def test_a_failed_test_or_a_failed_setup_is_failing() -> None:
 @pytest.mark.parametrize(
     ("stream", "why"),
     [
-        (case(f"x::{CANARIES.must_pass}", "passed") + line(t="end", status=0), "canaries"),
+        (canaries_right().replace(b'"failed"', b'"passed"') + line(t="end", status=0), "canaries"),
         (case("t.py::a", "passed") + line(t="end", status=0), "canaries"),
         (canaries_right() + line(t="end", status=0) + case("t.py::a", "passed"), "after its end"),
         (canaries_right() + b"tests passed\n" + line(t="end", status=0), "not the guard's"),
@@ -153,3 +160,97 @@ def test_an_honest_run_keeps_the_rewards(tmp_path: Path) -> None:
         result = pb.VerifyResult(rewards={"reward": 0.0})
         folder.apply(result)
     assert dict(result.rewards) == {"reward": 0.0} and not result.reward_error
+
+
+GUARD_AWARE_FORGE = r"""
+import re, sys
+
+# Written against reroll's guard: the runner's `_emit` (in __main__) sends each outcome to the
+# guard. Turn every failed outcome into a pass, except the canaries', told apart as they used to
+# be: a file in the guard's own folder, random hex names, the last file on the command line.
+_main = sys.modules.get("__main__")
+_send = getattr(_main, "_emit", None)
+_files = [a for a in sys.argv if a.endswith(".py")]
+
+
+def _canary(test_id):
+    return bool(
+        "reroll-guard-" in test_id
+        or re.search(r"[0-9a-f]{16}", test_id)
+        or (len(_files) > 2 and _files[-1].rsplit("/", 1)[-1][:-3] in test_id)
+    )
+
+
+def _forged(record):
+    if record.get("t") == "case" and record.get("outcome") == "failed" and not _canary(record["id"]):
+        record = dict(record, outcome="passed")
+    _send(record)
+
+
+if _send is not None:
+    _main._emit = _forged
+    import atexit
+
+    atexit.register(print, "GUARD-AWARE FORGE ARMED", flush=True)  # after pytest's capture ended
+"""
+
+
+@needs_root
+@pytest.mark.spawns
+def test_a_forger_that_tells_the_canaries_apart_as_they_were_finds_none(tmp_path: Path) -> None:
+    """A forger in the agent's module, written against the guard, rewrites every failed outcome
+    but the canaries' (by folder, hex names, position). Canaries named, placed and ordered as the
+    task's own tests give it nothing to go on: the must-fail ones come back passed, a verifier
+    error (before: the forged run passed, exit 0, with a report of no failure)."""
+    status, output, report = guarded_run(tmp_path, MODULE + GUARD_AWARE_FORGE)
+    assert "GUARD-AWARE FORGE ARMED" in output, output
+    assert status == 2 and "canaries came back wrong" in output, output
+    assert not report.exists(), output
+
+
+AS_GUARD_USER = ["setpriv", "--reuid=65530", "--regid=65530", "--clear-groups"]
+
+
+@needs_root
+@pytest.mark.spawns
+def test_the_clean_up_spares_the_guard_user_of_another_pid_namespace() -> None:
+    """A docker container's guard child runs as host uid 65530 too (no user namespace): the clean-up
+    of a guard on the host (a ``local-plain`` rollout as root, these tests) once killed a
+    concurrent container's test run ("the test run ended before its session finished"). Now it
+    kills only in its own PID namespace."""
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *AS_GUARD_USER, "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(["pgrep", "-u", str(guard.GUARD_UID), "sleep"], capture_output=True).returncode:
+            assert time.monotonic() < deadline, "the other namespace's process did not start"
+            time.sleep(0.05)
+        assert guard.kill_user(guard.GUARD_UID) == 0
+        assert other.poll() is None, "the other namespace's test run was killed"
+    finally:
+        other.kill()
+        other.wait()
+
+
+KILL_IN_NAMESPACE = f"""
+import subprocess, time
+from reroll_sidecar import guard
+left = subprocess.Popen({[*AS_GUARD_USER, "sleep", "60"]!r}, start_new_session=True)
+time.sleep(0.3)
+print("killed", guard.kill_user(guard.GUARD_UID), "exit", left.wait(timeout=5), flush=True)
+"""
+
+
+@needs_root
+@pytest.mark.spawns
+def test_the_clean_up_kills_by_the_pid_its_own_namespace_gives(tmp_path: Path) -> None:
+    """Docker's verify keeps the container's ``/proc`` in its own PID namespace: a leftover's
+    ``/proc`` entry is its outer pid. Killed by that number it lived on (the guard gave up after
+    50 rounds: a verifier error); now by its pid in the guard's namespace (``NSpid``)."""
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", KILL_IN_NAMESPACE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "killed 1 exit -9" in done.stdout, done.stdout + done.stderr

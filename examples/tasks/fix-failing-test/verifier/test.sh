@@ -5,7 +5,8 @@
 # is written only when the whole run finishes, into a fresh folder the agent cannot write.
 # Under reroll ($REROLL_GUARD set) the tests run guarded: as a user who cannot write that folder
 # (an atexit hook of calc.py cannot rewrite the report), their outcomes sent to the guard over a
-# pipe, with two canary tests that must come back right. Elsewhere (Harbor) as before.
+# pipe, with canary tests (put beside these for the run) that must come back right. Elsewhere
+# (Harbor) as before.
 WORKSPACE="${REROLL_WORKSPACE:-/app}"
 LOGS="${REROLL_LOGS_DIR:-/logs}"
 HERE="${REROLL_VERIFIER_DIR:-/verifier}"

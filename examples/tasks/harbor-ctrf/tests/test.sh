@@ -4,7 +4,7 @@
 # that runs inside pytest could end it early with status 0 (os._exit(0)); the report is written
 # only when the session finishes, into a fresh folder the agent cannot write.
 # Under reroll ($REROLL_GUARD set) the tests run guarded: as a user who cannot write that folder,
-# their outcomes sent to the guard over a pipe with two canary tests that must come back right;
+# their outcomes sent to the guard over a pipe with canary tests that must come back right;
 # the guard writes the CTRF report. Elsewhere (Harbor) pytest writes it, as before.
 # ${REROLL_...:-default}: the same paths as in Harbor, or reroll's local sandbox's folders.
 LOGS="${REROLL_LOGS_DIR:-/logs}"
