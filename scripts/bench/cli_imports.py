@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-WATCHED = ("docker", "aiohttp.web", "requests", "reroll.models.scripted", "reroll.jobs.branch", "ray")
+WATCHED = ("docker", "aiohttp.web", "requests", "reroll_proxy.scripted", "reroll.jobs.branch", "ray")
 """Modules the CLI's start should not pay for unless the command needs them."""
 
 MARK = "reroll-bench: the first child starts its agent"

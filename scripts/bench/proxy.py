@@ -372,7 +372,7 @@ async def replay_scaling(sizes: list[int], exchanges: int, api_format: str) -> N
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps(SCRIPT))
         async with ChildProcess(
-            "reroll.models.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
+            "reroll_proxy.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
         ) as model:
             upstream = model.ready.address
             record_config = ProxyConfig(
@@ -447,7 +447,7 @@ async def main(
         async with contextlib.AsyncExitStack() as stack:
             model = await stack.enter_async_context(
                 ChildProcess(
-                    "reroll.models.scripted",
+                    "reroll_proxy.scripted",
                     ["--script", str(work / "script.json")],
                     workdir=work,
                     name="model",

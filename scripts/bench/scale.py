@@ -76,10 +76,10 @@ def agents(hold_seconds: float) -> dict[str, object]:
 
 
 SCRIPT = "turns:\n  - content: ok\n"
-SHARED = ("reroll_proxy --shared", "reroll.models.scripted --shared")
+SHARED = ("reroll_proxy --shared", "reroll_proxy.scripted --shared")
 """Command-line marks of the processes shared by every rollout."""
 SIDECAR = ("reroll-sidecar", "reroll_sidecar")
-PER_ROLLOUT = (*SIDECAR, "bwrap", "pasta", "reroll_proxy", "reroll.models.scripted", "containerd-shim")
+PER_ROLLOUT = (*SIDECAR, "bwrap", "pasta", "reroll_proxy", "reroll_proxy.scripted", "containerd-shim")
 """Command-line marks of the processes reroll starts for one rollout (checked after `SHARED`); on
 docker also the container's shim and its fuse-overlayfs mount, when the storage driver has one."""
 

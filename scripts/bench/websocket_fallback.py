@@ -105,7 +105,7 @@ async def main(runs: int, codex: Path) -> None:
         work = Path(folder)
         (work / "script.json").write_bytes(orjson.dumps({"turns": [{"content": "Done."}]}))
         async with ChildProcess(
-            "reroll.models.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
+            "reroll_proxy.scripted", ["--script", str(work / "script.json")], workdir=work, name="model"
         ) as model:
             config = ProxyConfig(
                 token=TOKEN,

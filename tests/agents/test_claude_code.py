@@ -108,7 +108,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
     threads_recorded = {line["metadata"]["thread"] for line in recorded}
     assert len(threads_recorded) >= 3  # main, alpha, beta (and any side call)
 
-    model = start_service("reroll.models.scripted", ["--script", str(script)], tmp_path, "model")
+    model = start_service("reroll_proxy.scripted", ["--script", str(script)], tmp_path, "model")
     orders, divergent, live = [], 0, 0
     try:
         for replay in range(REPLAYS):

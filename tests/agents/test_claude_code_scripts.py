@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reroll.models.scripted import answer_for, load_script
-from reroll.models.scripted_answers import answer_body, turn_index
 from reroll_contracts.wire import format_named
+from reroll_proxy.scripted import answer_for, load_script
+from reroll_proxy.scripted_answers import answer_body, turn_index
 
 from tests.agents.subagents import SUBAGENTS_SCRIPT, answered_by
 

@@ -68,7 +68,7 @@ def test_codex_as_a_websocket_first_client_falls_back_after_one_refusal(
     codex = cache_dir() / "agents" / get_agent("codex").install_key / "venv" / "bin" / "codex"
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump({"turns": [{"content": "Done."}]}))
-    model = start_service("reroll.models.scripted", ["--script", str(script)], tmp_path, "scripted-model")
+    model = start_service("reroll_proxy.scripted", ["--script", str(script)], tmp_path, "scripted-model")
     try:
         proxy = start_proxy(upstream_url=model.base_url)
         home = tmp_path / "codex-home"

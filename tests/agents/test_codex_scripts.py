@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from reroll.agents import get_agent
-from reroll.models.scripted import answer_for, load_script
-from reroll.models.scripted_answers import answer_body, turn_index
 from reroll_contracts.proxy import VolatileRule
 from reroll_contracts.wire import format_named
 from reroll_proxy.divergence import compare_normal
+from reroll_proxy.scripted import answer_for, load_script
+from reroll_proxy.scripted_answers import answer_body, turn_index
 from reroll_proxy.translate import translation_for
 from reroll_proxy.volatile import Volatility
 

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.spawns  # a fresh interpreter each: the one running the tests has it all loaded
 
-HEAVY = ("docker", "aiohttp", "aiohttp.web", "requests", "reroll.models.scripted", "reroll.jobs.branch")
+HEAVY = ("docker", "aiohttp", "aiohttp.web", "requests", "reroll_proxy.scripted", "reroll.jobs.branch")
 """What no help may load: the docker SDK, aiohttp (client or server), the scripted model server,
 a command's implementation."""
 

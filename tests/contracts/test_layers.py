@@ -45,9 +45,10 @@ SAME_LAYER = {
     ("installs", "sandbox"),
     ("installs", "host"),
 }
-PROXY_LAUNCHERS = {"host/llm_proxy.py", "host/intercept.py"}
+PROXY_LAUNCHERS = {"host/llm_proxy.py", "host/intercept.py", "models/spec.py", "cli/model.py"}
 """The controller modules that start the LLM proxy's process (``python -m reroll_proxy``, the
-mitmproxy addon file of its package): the only ones that may name `reroll_proxy`. Every other
+mitmproxy addon file of its package) or the scripted model server's (``python -m
+reroll_proxy.scripted``): the only ones that may name `reroll_proxy`. Every other
 module reads what the proxy writes through the contracts (`reroll_contracts.wire`, the run
 folder's models): readers sit below writers."""
 
@@ -71,11 +72,12 @@ def _proxy_references(file: Path) -> set[str]:
     for node in ast.walk(ast.parse(file.read_text())):
         if isinstance(node, ast.Call):
             found.update(
-                f"a call names {arg.value!r}"
+                f"a call names {value.value!r}"
                 for arg in node.args
-                if isinstance(arg, ast.Constant)
-                and isinstance(arg.value, str)
-                and arg.value.split(".")[0] == "reroll_proxy"
+                for value in ast.walk(arg)  # a bare string, or one in an argv list
+                if isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+                and value.value.split(".")[0] == "reroll_proxy"
             )
     return found
 

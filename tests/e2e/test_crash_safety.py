@@ -107,7 +107,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     workdir = tmp_path_factory.mktemp("crash-model")
     (workdir / "script.json").write_text(json.dumps(SCRIPT))
     service = start_service(
-        "reroll.models.scripted", ["--script", str(workdir / "script.json")], workdir, "model"
+        "reroll_proxy.scripted", ["--script", str(workdir / "script.json")], workdir, "model"
     )
     yield service
     service.stop()

@@ -381,4 +381,4 @@ def test_a_local_fork_loads_neither_the_docker_sdk_nor_a_model_server() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(done.stdout))
     assert "reroll.sandbox.local.isolated" in loaded
-    assert sorted(loaded & {"docker", "requests", "aiohttp.web", "reroll.models.scripted"}) == []
+    assert sorted(loaded & {"docker", "requests", "aiohttp.web", "reroll_proxy.scripted"}) == []

@@ -172,7 +172,7 @@ def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service
     workdir = tmp_path_factory.mktemp("scripted-model")
     script = workdir / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    service = start_service("reroll.models.scripted", ["--script", str(script)], workdir, "scripted-model")
+    service = start_service("reroll_proxy.scripted", ["--script", str(script)], workdir, "scripted-model")
     yield service
     service.stop()
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from reroll.models.scripted import ModelScript, build_app
-from reroll.models.scripted_answers import count_prompt_tokens
 from reroll_contracts.proxy import UpstreamConfig, VolatileRule
 from reroll_contracts.trajectory import Exchange
 from reroll_proxy.endpoints_models import ModelEndpoints
+from reroll_proxy.scripted import ModelScript, build_app
+from reroll_proxy.scripted_answers import count_prompt_tokens
 from reroll_proxy.upstream import Http1Upstream
 from reroll_proxy.volatile import Volatility
 

@@ -50,7 +50,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     workdir = tmp_path_factory.mktemp("formats-model")
     (workdir / "script.json").write_text(json.dumps(SCRIPT))
     service = start_service(
-        "reroll.models.scripted", ["--script", str(workdir / "script.json")], workdir, "model"
+        "reroll_proxy.scripted", ["--script", str(workdir / "script.json")], workdir, "model"
     )
     yield service
     service.stop()
@@ -126,7 +126,7 @@ async def test_errors_are_recorded_and_replayed_in_place(
     script = {"turns": [{"content": "after two retries", "errors": [{"status": 500}, {"status": 429}]}]}
     (tmp_path / "flaky.json").write_text(json.dumps(script))
     flaky = start_service(
-        "reroll.models.scripted", ["--script", str(tmp_path / "flaky.json")], tmp_path, "flaky"
+        "reroll_proxy.scripted", ["--script", str(tmp_path / "flaky.json")], tmp_path, "flaky"
     )
     try:
         recorder = start_proxy(upstream_url=flaky.base_url)

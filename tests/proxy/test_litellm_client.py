@@ -25,7 +25,7 @@ def litellm_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
     workdir = tmp_path_factory.mktemp("litellm-model")
     (workdir / "script.json").write_text(json.dumps(SCRIPT))
     service = start_service(
-        "reroll.models.scripted", ["--script", str(workdir / "script.json")], workdir, "model"
+        "reroll_proxy.scripted", ["--script", str(workdir / "script.json")], workdir, "model"
     )
     yield service
     service.stop()

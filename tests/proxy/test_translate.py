@@ -45,7 +45,7 @@ def only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service
     (workdir / "script.json").write_text(json.dumps(SCRIPT))
     services = {
         name: start_service(
-            "reroll.models.scripted",
+            "reroll_proxy.scripted",
             ["--script", str(workdir / "script.json"), "--only-format", name],
             workdir,
             f"model-{name}",

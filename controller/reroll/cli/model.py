@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from reroll_contracts.errors import RerollError
-
-from reroll.cli.common import refuse
 
 
 def model_serve(
@@ -18,11 +16,18 @@ def model_serve(
     port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = 8000,
 ) -> None:
     """Serve the scripted model (OpenAI-compatible) until interrupted."""
-    from reroll.models.scripted import serve
-
-    try:
-        asyncio.run(serve(script, host=host, port=port))
-    except KeyboardInterrupt:
-        pass
-    except RerollError as exc:
-        refuse(exc)
+    # The server belongs to the proxy's component: this process becomes it (exit 2: a bad script).
+    os.execv(
+        sys.executable,
+        [
+            sys.executable,
+            "-m",
+            "reroll_proxy.scripted",
+            "--script",
+            str(script),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ],
+    )

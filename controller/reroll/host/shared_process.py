@@ -3,7 +3,7 @@ that needs it, joined and left by the others without a process start, stopped a 
 after the last one left (or when the event loop ends).
 
 The LLM proxy (``python -m reroll_proxy --shared``) and the scripted model server
-(``python -m reroll.models.scripted --shared``) run this way. Each has an admin channel on
+(``python -m reroll_proxy.scripted --shared``) run this way. Each has an admin channel on
 loopback: JSON ``POST`` to add a rollout, ``DELETE`` to remove it, both with an admin token that
 reaches the process through its environment (never the disk, never a sandbox).
 

@@ -51,10 +51,10 @@ from pathlib import Path
 
 from reroll_contracts.errors import ModelError
 from reroll_contracts.proxy import FormatName, UpstreamConfig
+from reroll_contracts.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 from reroll.host.child_process import ChildProcess
 from reroll.host.shared_process import per_rollout, prestart, shared_process
-from reroll.models.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
 """A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""
@@ -220,7 +220,7 @@ def provider_env(provider: str, suffix: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", provider).upper() + "_" + suffix
 
 
-SCRIPTED_MODULE, SCRIPTED_NAME = "reroll.models.scripted", "scripted-model"
+SCRIPTED_MODULE, SCRIPTED_NAME = "reroll_proxy.scripted", "scripted-model"
 """The shared scripted model server's module and name (`reroll.host.shared_process`)."""
 
 
@@ -259,7 +259,7 @@ async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[Upstre
     if model.script is not None:
         only = ["--only-format", model.api_format] if model.api_format else []
         server = ChildProcess(
-            "reroll.models.scripted",
+            "reroll_proxy.scripted",
             ["--script", str(model.script), *only],
             workdir=workdir,
             name="scripted-model",

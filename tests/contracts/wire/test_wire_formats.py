@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from reroll.models.scripted_answers import Answer, ToolCall, answer_body
 from reroll_contracts.wire import all_formats, format_for_path, format_named
 from reroll_contracts.wire.sse import SseParser, encode_event
+from reroll_proxy.scripted_answers import Answer, ToolCall, answer_body
 
 ANSWER = Answer(
     index=2,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from reroll.models.scripted_answers import Answer, ToolCall, answer_body, turn_index
 from reroll_contracts.errors import RequestShapeError
+from reroll_proxy.scripted_answers import Answer, ToolCall, answer_body, turn_index
 
 
 def test_chat_and_messages_count_assistant_messages() -> None:

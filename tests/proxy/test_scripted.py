@@ -1,4 +1,4 @@
-"""The bundled scripted model as a real subprocess (``python -m reroll.models.scripted``), driven by
+"""The bundled scripted model as a real subprocess (``python -m reroll_proxy.scripted``), driven by
 the official openai SDK."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 from reroll.host.shared_process import MODE_ENV
-from reroll.models.scripted import ModelScript, load_script, own_turns
-from reroll.models.scripted_admin import SCRIPTS_ROUTE
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll_contracts.errors import InfrastructureError, ModelError
+from reroll_contracts.scripted_admin import SCRIPTS_ROUTE
 from reroll_contracts.wire import format_named
+from reroll_proxy.scripted import ModelScript, load_script, own_turns
 
 from tests.conftest import spawning
 
@@ -217,7 +217,7 @@ def test_bad_script_stops_the_server_with_exit_code_2(tmp_path: Path) -> None:
     script = tmp_path / "bad.yaml"
     script.write_text("turns: 3\n")
     done = subprocess.run(
-        [sys.executable, "-m", "reroll.models.scripted", "--script", str(script)],
+        [sys.executable, "-m", "reroll_proxy.scripted", "--script", str(script)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,4 +1,4 @@
-"""The admin protocol of a shared scripted model server (`reroll.models.scripted.SharedScripts`):
+"""The admin protocol of a shared scripted model server (`reroll_proxy.scripted.SharedScripts`):
 what the controller posts to serve one more script, and the answer.
 
 Its own module so that the controller (`reroll.models.spec.live_upstream`) registers scripts
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+
 from reroll_contracts.proxy import FormatName
 
 SCRIPTS_ROUTE = "/_reroll/scripts"
@@ -24,7 +25,7 @@ class ScriptRegistration(BaseModel):
     script: Path
     """The script file (YAML or JSON)."""
     only_format: FormatName | None = None
-    """Serve only this API format (see `reroll.models.scripted.ScriptServer`)."""
+    """Serve only this API format (see `reroll_proxy.scripted.ScriptServer`)."""
 
 
 class ScriptAdded(BaseModel):

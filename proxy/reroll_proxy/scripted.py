@@ -21,7 +21,7 @@ It needs no network and no key, so the main job runs end to end on a fresh machi
 A request is answered by the first thread whose ``match`` it satisfies (every condition given:
 `ThreadMatch`), else by ``turns``: one script serves an agent's side calls (titles, commit
 messages, summaries) and its subagents. Within the thread, the turn is chosen by the number of
-assistant turns already in the request (see `reroll.models.scripted_answers`), so a continuation that
+assistant turns already in the request (see `reroll_proxy.scripted_answers`), so a continuation that
 starts at turn k gets turn k; the server keeps no state but how many requests each turn got (for
 ``errors``). ``count: own`` (top level for ``turns``, or per thread) counts only the assistant
 messages whose text is one of that thread's scripted ``content``s: for agents that put example
@@ -31,12 +31,12 @@ characters. ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`
 without ``/v1``) answer in their API's shape, or with ``"stream": true`` as that API's SSE
 events (``--only-format NAME`` serves one API only, the others answering 404: how a test makes
 sure a translating proxy spoke the right one). ``POST /v1/messages/count_tokens`` answers the
-count its answers' ``usage`` would give (`reroll.models.scripted_answers.count_prompt_tokens`).
+count its answers' ``usage`` would give (`reroll_proxy.scripted_answers.count_prompt_tokens`).
 A request past the last turn gets HTTP 400
 ``script exhausted: turn N of M``. Any token is accepted.
 
-Run it with ``python -m reroll.models.scripted --script FILE [--host H] [--port P] [--ready-file F]``,
-or ``python -m reroll.models.scripted --shared --admin-token-env NAME`` to serve any number of
+Run it with ``python -m reroll_proxy.scripted --script FILE [--host H] [--port P] [--ready-file F]``,
+or ``python -m reroll_proxy.scripted --shared --admin-token-env NAME`` to serve any number of
 scripts, each added with a `ScriptRegistration` (`SharedScripts`): how every rollout of a
 ``reroll`` command shares one (`reroll.models.spec.live_upstream`).
 """
@@ -60,13 +60,13 @@ import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from reroll_contracts.errors import ModelError, RequestShapeError
+from reroll_contracts.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 from reroll_contracts.service import base_url_for, run_service, write_ready_file
 from reroll_contracts.wire import WireFormat, all_formats, format_named
 from reroll_contracts.wire.normal import NormalRequest
 from reroll_contracts.wire.sse import encode_event
 
-from reroll.models.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
-from reroll.models.scripted_answers import Answer, ToolCall, answer_body, count_prompt_tokens, turn_index
+from reroll_proxy.scripted_answers import Answer, ToolCall, answer_body, count_prompt_tokens, turn_index
 
 PIECE_CHARS = 8
 """Characters of text or tool-call arguments per streamed chunk."""
@@ -85,7 +85,7 @@ class ScriptedToolCall(BaseModel):
     arguments: dict[str, Any] | str = Field(default_factory=dict)
     """The arguments: an object (JSON-encoded in the response) or a ready JSON string."""
     namespace: str | None = Field(default=None, min_length=1)
-    """The tool group of the function (`reroll.models.scripted_answers.ToolCall.namespace`):
+    """The tool group of the function (`reroll_proxy.scripted_answers.ToolCall.namespace`):
     Codex's MCP tools are ``name: list_messages`` in ``namespace: mcp__mail``."""
 
 
@@ -502,13 +502,13 @@ async def _listen(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reroll.models.scripted``: serve until SIGTERM / SIGINT.
+    """``python -m reroll_proxy.scripted``: serve until SIGTERM / SIGINT.
 
     Returns:
         0 after a signal, 2 when the script is invalid.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m reroll.models.scripted", description=__doc__.splitlines()[0]
+        prog="python -m reroll_proxy.scripted", description=__doc__.splitlines()[0]
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--script", type=Path, help="the script file (YAML or JSON)")
