@@ -238,3 +238,38 @@ def classify_rollout(rollout: Path, task: str) -> Classified:
     elif not first:
         first = f"status {status}, reward {reward}"
     return Classified(task, "reroll-defect", status, reward, f"{category}: {first}".strip(": "), tail)
+
+
+def apply_reviews(results: list[Classified], reviewed: Path) -> list[Classified]:
+    """`results` with the failures a person examined taken from `reviewed`: a YAML map of task
+    name → ``{class: VERDICT, evidence: TEXT}`` (the evidence says what was run and seen, e.g.
+    the reference solution failing the same way outside reroll). A pass is never overridden;
+    an entry whose task passed or was not measured is ignored.
+
+    Raises:
+        ValueError: the file is not such a map, or names a class outside `VERDICTS`.
+    """
+    import yaml  # the controller's dependency; only this option reads YAML
+
+    entries = yaml.safe_load(reviewed.read_text(encoding="utf-8")) or {}
+    if not isinstance(entries, dict):
+        raise ValueError(f"{reviewed}: not a map of task names")
+    reviews: dict[str, tuple[Verdict, str]] = {}
+    for task, entry in entries.items():
+        verdict = entry.get("class") if isinstance(entry, dict) else None
+        if verdict not in VERDICTS or verdict == "pass" or not str(entry.get("evidence") or "").strip():
+            raise ValueError(f"{reviewed}: {task}: needs a class of {VERDICTS[1:]} and an evidence text")
+        reviews[str(task)] = (verdict, " ".join(str(entry["evidence"]).split()))
+    return [
+        Classified(
+            row.task,
+            reviews[row.task][0],
+            row.status,
+            row.reward,
+            f"reviewed: {reviews[row.task][1]}",
+            row.verifier_tail,
+        )
+        if row.task in reviews and row.verdict != "pass"
+        else row
+        for row in results
+    ]

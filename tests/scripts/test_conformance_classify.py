@@ -125,3 +125,39 @@ def test_a_task_whose_files_download_from_hosts_out_of_reach_is_not_run(
     else:
         assert (row.verdict, row.status) == ("needs-internet", "not run")
         assert f"downloads from {host} ({relative}:" in row.evidence
+
+
+def test_a_reviewed_failure_takes_its_class_and_a_pass_stays_a_pass(
+    classify: ModuleType, tmp_path: Path
+) -> None:
+    reviewed = tmp_path / "reviewed.yaml"
+    reviewed.write_text(
+        "flaky:\n  class: task-broken\n  evidence: >-\n    random noise,\n    seen outside reroll\n"
+    )
+    rows = [
+        classify.Classified("flaky", "reroll-defect", "ok", 0.0, "status ok, reward 0.0", ""),
+        classify.Classified("other", "reroll-defect", "ok", 0.0, "status ok, reward 0.0", ""),
+    ]
+    flaky, other = classify.apply_reviews(rows, reviewed)
+    assert (flaky.verdict, flaky.evidence) == ("task-broken", "reviewed: random noise, seen outside reroll")
+    assert other == rows[1]
+    passed = classify.Classified("flaky", "pass", "ok", 1.0, "", "")
+    assert classify.apply_reviews([passed], reviewed) == [passed]
+
+
+@pytest.mark.parametrize(
+    "text", ["- a list\n", "t:\n  class: pass\n  evidence: x\n", "t:\n  class: task-broken\n"]
+)
+def test_a_review_without_a_failure_class_or_evidence_is_refused(
+    classify: ModuleType, tmp_path: Path, text: str
+) -> None:
+    reviewed = tmp_path / "reviewed.yaml"
+    reviewed.write_text(text)
+    with pytest.raises(ValueError, match=r"reviewed\.yaml"):
+        classify.apply_reviews([], reviewed)
+
+
+def test_the_bundled_reviews_load(classify: ModuleType) -> None:
+    bundled = SCRIPT.parent / "reviewed.yaml"
+    row = classify.Classified("r2r-mpc-control", "reroll-defect", "ok", 0.0, "", "")
+    assert classify.apply_reviews([row], bundled)[0].verdict == "task-broken"
