@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 REROLL = str(Path(sys.executable).parent / "reroll")
-NO_LISTS = {"agent_allowed": [], "verifier_allowed": []}
+NO_LISTS = {"agent_allowed": [], "agent_denied": [], "verifier_allowed": []}
 pytestmark = pytest.mark.slow
 
 KNOCK = r'''
