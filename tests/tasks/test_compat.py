@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from reroll.tasks.compat import normalise, parse_size_mib, prompt_of, resolve_env, split_ignored
-from reroll.tasks.task import TaskSpec
+from reroll.tasks.spec import TaskSpec
 from reroll_contracts.errors import TaskError
 from reroll_contracts.network import PhaseNetworks
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from reroll.tasks.environment import HealthCheck, McpServerSpec, ServiceSpec, StateSpec, start_order
-from reroll.tasks.task import EnvironmentSection
+from reroll.tasks.spec import EnvironmentSection
 
 
 def test_services_start_after_their_dependencies() -> None:

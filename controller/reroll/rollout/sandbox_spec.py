@@ -25,7 +25,7 @@ def sandbox_spec(task: Task) -> SandboxSpec:
 
     Raises:
         ConfigError: ``$REROLL_BUILD_TIMEOUT_MULTIPLIER`` is not a number greater than 0.
-        TaskError: an allow-list on a phase under ``full`` (`reroll.tasks.task.TaskSpec.networks`).
+        TaskError: an allow-list on a phase under ``full`` (`reroll.tasks.spec.TaskSpec.networks`).
     """
     environment = task.spec.environment
     networks = task.spec.networks()

@@ -33,7 +33,8 @@ from rich.table import Table
 from reroll.tasks.environment import McpServerSpec, ServiceSpec, SetupCommand, start_order
 from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
-from reroll.tasks.task import EnvironmentSection, Task
+from reroll.tasks.spec import EnvironmentSection
+from reroll.tasks.task import Task
 
 TASK_FILES = ("task.md", "task.toml")
 

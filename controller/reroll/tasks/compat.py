@@ -10,7 +10,7 @@ schema 1.1 to 1.4: ``[environment]`` with ``memory``/``storage`` strings, ``allo
 ``oracle`` in ``task.md`` front matter and adds ``verifier.hardening.cleanup_conftests``,
 ``verifier.pytest_plugins``, ``agent.prompt_prefix``, ``sandbox.setup_commands`` and more.
 
-`normalise` turns such a mapping into reroll's spelling (`reroll.tasks.task.TaskSpec`), `split_ignored`
+`normalise` turns such a mapping into reroll's spelling (`reroll.tasks.spec.TaskSpec`), `split_ignored`
 then takes out every field reroll does not model, with the reason; what stays is validated
 strictly (``extra="forbid"``), so a typo in one of reroll's own fields is still reported.
 """
@@ -37,7 +37,7 @@ policy. An allowlist is ``none`` plus its ``allowed_hosts`` (kept as they are, e
 NETWORK_MODES = {**PHASE_NETWORK_MODES, "denylist": "full"}
 """benchflow's ``sandbox.network_mode`` (Harbor's ``environment.network_mode``) → reroll's network
 policy. A denylist is ``full`` less its ``blocked_hosts`` (kept, enforced for the agent phase:
-`reroll.tasks.task.TaskSpec.networks`); its ``blocked_urls`` (URL path prefixes, which BenchFlow
+`reroll.tasks.spec.TaskSpec.networks`); its ``blocked_urls`` (URL path prefixes, which BenchFlow
 checks by intercepting TLS) are not enforced (reported)."""
 
 _NOT_ENFORCED = "not enforced by reroll's sandboxes"

@@ -2,7 +2,7 @@
 that snapshots and restores (DESIGN.md, "The environment plane"; seeds/architecture.txt, "The
 Environment plane & the manifest").
 
-These models are the fields of `reroll.tasks.task.EnvironmentSection` that describe the world the
+These models are the fields of `reroll.tasks.spec.EnvironmentSection` that describe the world the
 agent acts in, in BenchFlow's spelling:
 
 - BenchFlow's environment-plane manifest (``environment.toml``; ``benchflow.environment.manifest``

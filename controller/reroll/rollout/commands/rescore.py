@@ -23,7 +23,7 @@ from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.rollout.verify.judge_model import judge_flag
 from reroll.runfolder.run import JUDGE_TRAJECTORY, RescoredFrom
 from reroll.settings import RolloutSettings
-from reroll.tasks.task import JUDGED_TYPES
+from reroll.tasks.spec import JUDGED_TYPES
 
 RESCORED_DIR = "rescored"
 """The default jobs folder of re-scored runs, beside the original."""

@@ -82,7 +82,8 @@ from reroll.runfolder.run import (
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, Sandbox
 from reroll.settings import RolloutSettings
 from reroll.tasks.rubric import RUBRICS, Rubric, document_body, find_rubric, load_rubric, role_sections
-from reroll.tasks.task import NATIVE_AGENT_USER, SolutionSection, Task, VerifierSection
+from reroll.tasks.spec import NATIVE_AGENT_USER, SolutionSection, VerifierSection
+from reroll.tasks.task import Task
 
 DEFAULT_AGENT = "mini-swe-agent"
 """The judge agent of a task that names none."""
