@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import yaml
+
 Verdict = Literal["pass", "reroll-defect", "needs-internet", "task-broken"]
 VERDICTS: tuple[Verdict, ...] = ("pass", "reroll-defect", "needs-internet", "task-broken")
 
@@ -249,8 +251,6 @@ def apply_reviews(results: list[Classified], reviewed: Path) -> list[Classified]
     Raises:
         ValueError: the file is not such a map, or names a class outside `VERDICTS`.
     """
-    import yaml  # the controller's dependency; only this option reads YAML
-
     entries = yaml.safe_load(reviewed.read_text(encoding="utf-8")) or {}
     if not isinstance(entries, dict):
         raise ValueError(f"{reviewed}: not a map of task names")
