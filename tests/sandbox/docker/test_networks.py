@@ -12,6 +12,7 @@ import pytest
 from reroll.sandbox.docker.engine import docker_unreachable
 from reroll.sandbox.docker.images import MANAGED_LABEL
 from reroll.sandbox.docker.networks import FULL_NETWORK, ensure_full_network
+from reroll.sandbox.docker.prune import prune
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
@@ -51,3 +52,13 @@ def test_a_duplicate_left_by_a_race_is_removed_and_the_oldest_kept(engine: docke
     finally:
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             duplicate.remove()
+
+
+def test_prune_keeps_the_shared_network_nothing_uses(engine: docker.DockerClient) -> None:
+    """A machine-wide prune between another rollout's finding the network and starting its
+    container in it (by id) made that start fail with ``network ... not found``: the shared
+    network outlives prune even when no container is in it."""
+    kept = ensure_full_network(engine)
+    removed = prune()
+    assert FULL_NETWORK not in removed["networks"]
+    assert engine.networks.get(kept.id).name == FULL_NETWORK

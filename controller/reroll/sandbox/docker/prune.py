@@ -23,13 +23,14 @@ from reroll.sandbox.docker.engine import (
     docker_client,
 )
 from reroll.sandbox.docker.images import MANAGED_LABEL
-from reroll.sandbox.docker.networks import ISOLATED_PREFIX, remove_isolated_network
+from reroll.sandbox.docker.networks import FULL_NETWORK, ISOLATED_PREFIX, remove_isolated_network
 
 
 def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
     """Remove reroll's leftover containers (their controller is gone), their volumes and sized
-    file systems (`reroll.sandbox.docker.disk`), unused networks, and the firewall tables of removed
-    networks (`reroll.sandbox.docker.firewall`; reroll's own tables only).
+    file systems (`reroll.sandbox.docker.disk`), unused networks (but never the shared
+    `FULL_NETWORK`), and the firewall tables of removed networks (`reroll.sandbox.docker.firewall`;
+    reroll's own tables only).
 
     Args:
         run_id: only this run's containers, whether its controller runs or not.
@@ -120,9 +121,13 @@ class _Sweep:
                 self.removed["volumes"].append(volume.name or "")
 
     def networks(self) -> None:
-        """Remove the networks no live rollout owns or uses (an isolated one with its firewall table)."""
+        """Remove the networks no live rollout owns or uses (an isolated one with its firewall
+        table). The shared `FULL_NETWORK` stays, as the shared volumes do: a rollout starting
+        elsewhere may hold its id between finding it and starting its container in it."""
         for network in self.engine.networks.list(filters=self.filters):
             name = network.name or ""
+            if name == FULL_NETWORK:
+                continue
             if self._live(network.attrs.get("Labels")):
                 continue  # a live rollout's own network, maybe still without its container
             if name.startswith(ISOLATED_PREFIX):
