@@ -151,7 +151,8 @@ async def test_a_root_fill_of_the_container_layer_stays_on_the_quota() -> None:
         await sandbox.exec(["sh", "-c", f"rm -f {files}"])
         await asyncio.sleep(0.5)
         assert await sandbox.limits_hit() == []
-        gone = await sandbox.exec(["sh", "-c", "rm /usr/bin/tail && mkdir -p /usr/local/lib/x && ls /usr/bin/tail"])
+        delete = "rm /usr/bin/tail && mkdir -p /usr/local/lib/x && ls /usr/bin/tail"
+        gone = await sandbox.exec(["sh", "-c", delete])
         assert gone.exit_code != 0 and b"No such file" in gone.stderr, "a lower file deleted (a whiteout)"
     finally:
         await sandbox.stop()

@@ -84,7 +84,7 @@ def mount_layer(container: Container, disk_mountpoint: Path) -> Path | None:
     folder = layer_folder(container)
     if folder is None:
         driver = (container.attrs.get("GraphDriver") or {}).get("Name", "?")
-        log.warning("storage driver %s names no upper folder: the container's own layer is not counted", driver)
+        log.warning("storage driver %s has no upper folder: the container's layer is not counted", driver)
         return None
     copy = disk_mountpoint / FOLDER
     _run(["cp", "-a", "--no-dereference", "-T", str(folder), str(copy)])
@@ -101,6 +101,10 @@ def release(container: Container, folder: Path, *, wait_seconds: float = 10.0) -
         container.wait(timeout=wait_seconds)
     if not os.path.ismount(folder):
         return
-    unmount = ["umount", str(folder)]
-    if subprocess.run(unmount, capture_output=True, check=False, timeout=_TIMEOUT_SECONDS).returncode:
-        subprocess.run(["umount", "--lazy", str(folder)], capture_output=True, check=False, timeout=_TIMEOUT_SECONDS)
+    for lazy in ((), ("--lazy",)):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            done = subprocess.run(
+                ["umount", *lazy, str(folder)], capture_output=True, timeout=_TIMEOUT_SECONDS
+            )
+            if done.returncode == 0:
+                return
