@@ -4,12 +4,19 @@ folder is taken, and nothing else. The attack (a root agent filling ``/opt``) is
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from docker.models.containers import Container
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import layer
+from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.prune import prune
+from reroll.tasks.task import load_task
+
+from tests.conftest import EXAMPLES
 
 
 def container(upper: str | None, driver: str = "fuse-overlayfs") -> Container:
@@ -42,3 +49,25 @@ def test_a_driver_without_upper_folder_leaves_the_layer_uncounted_and_says_so(
     monkeypatch.setattr(layer, "_run", ran.append)
     assert layer.mount_layer(container(None, driver="vfs"), tmp_path) is None
     assert not ran and "vfs" in caplog.text and "not counted" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.usefixtures("docker_images")
+async def test_prune_removes_a_killed_controllers_mounted_layer() -> None:
+    """A controller killed before `stop` leaves the bind mount over the layer's folder: prune's
+    ``docker rm -f`` still removes the container, the mount and the sized disk."""
+    run_id = f"layer-prune-{uuid.uuid4().hex[:8]}"
+    spec = sandbox_spec(load_task(EXAMPLES / "hello-file"))
+    sandbox = DockerSandbox(spec, run_id, DockerSandboxConfig(image="reroll/base:bookworm"))
+    await sandbox.start()
+    try:
+        assert sandbox._layer is not None and sandbox._disk is not None
+        folder, image = sandbox._layer, sandbox._disk.folder
+        assert (await sandbox.exec(["sh", "-c", "echo x > /opt/planted"])).exit_code == 0
+        removed = prune(run_id)
+        assert len(removed["containers"]) == 1, removed
+        assert not folder.exists() and str(folder) not in Path("/proc/mounts").read_text()
+        assert not image.exists(), "the sized disk went with its volumes"
+    finally:
+        await sandbox.stop()

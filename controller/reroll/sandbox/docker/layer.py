@@ -24,8 +24,9 @@ busy folder before deleting it.
 Root-side safety: the host touches only the daemon's paths (read from ``docker inspect`` before the
 agent's first process exists) and never follows or walks anything the agent wrote.
 
-Costs (``scripts/bench`` figures in ``docs/sandboxes.md``): a copy of five small entries and one
-``mount --bind`` at start, one ``umount`` at stop: a few milliseconds.
+Cost: a copy of five small entries and one ``mount --bind`` at start, one ``umount`` at stop;
+start + stop within noise of before (``scripts/bench/sandbox_isolation --layer``, figures in
+``docs/sandboxes.md``).
 
 Drivers without an upper folder (``btrfs``, ``zfs``, ``vfs``, a remote engine) keep the layer
 uncounted; `mount_layer` logs a warning then.
