@@ -96,16 +96,18 @@ def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
     assert expected in result["error"] and f"environment.{field}" in result["error"], result["error"]
 
 
-@pytest.mark.usefixtures("docker_images")
-async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
+def quota_sandbox() -> DockerSandbox:
+    """An unstarted docker sandbox of ``hello-file`` with a quota of `STORAGE_MB`."""
     task = load_task(EXAMPLES / "hello-file")
     environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
-    sandbox = DockerSandbox(
-        sandbox_spec(task),
-        f"limits-{uuid.uuid4().hex[:8]}",
-        DockerSandboxConfig(image="reroll/base:bookworm"),
-    )
+    run_id = f"limits-{uuid.uuid4().hex[:8]}"
+    return DockerSandbox(sandbox_spec(task), run_id, DockerSandboxConfig(image="reroll/base:bookworm"))
+
+
+@pytest.mark.usefixtures("docker_images")
+async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
+    sandbox = quota_sandbox()
     await sandbox.start()
     try:
         assert sandbox._disk is not None
@@ -128,12 +130,7 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
 
 @pytest.mark.usefixtures("docker_images")
 async def test_a_root_fill_of_the_container_layer_stays_on_the_quota() -> None:
-    task = load_task(EXAMPLES / "hello-file")
-    environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
-    task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
-    sandbox = DockerSandbox(
-        sandbox_spec(task), f"layer-{uuid.uuid4().hex[:8]}", DockerSandboxConfig(image="reroll/base:bookworm")
-    )
+    sandbox = quota_sandbox()
     await sandbox.start()
     try:
         assert sandbox._disk is not None and sandbox._layer is not None

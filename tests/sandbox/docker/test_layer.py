@@ -46,7 +46,7 @@ def test_a_driver_without_upper_folder_leaves_the_layer_uncounted_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran: list[Any] = []
-    monkeypatch.setattr(layer, "_run", ran.append)
+    monkeypatch.setattr(layer.subprocess, "run", lambda *args, **_: ran.append(args))
     assert layer.mount_layer(container(None, driver="vfs"), tmp_path) is None
     assert not ran and "vfs" in caplog.text and "not counted" in caplog.text
 

@@ -60,17 +60,6 @@ def layer_folder(container: Container) -> Path | None:
     return folder if folder.is_dir() and not folder.is_symlink() else None
 
 
-def _run(argv: list[str]) -> None:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_SECONDS)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SandboxError(f"the container's layer on the sized disk: {argv[0]} failed: {exc}") from exc
-    if done.returncode != 0:
-        raise SandboxError(
-            f"the container's layer on the sized disk: {' '.join(argv)} failed: {done.stderr.strip()}"
-        )
-
-
 def mount_layer(container: Container, disk_mountpoint: Path) -> Path | None:
     """Put `container`'s writable layer on the sized file system mounted at `disk_mountpoint`;
     call it after creating the container and before starting it.
@@ -88,8 +77,18 @@ def mount_layer(container: Container, disk_mountpoint: Path) -> Path | None:
         log.warning("storage driver %s has no upper folder: the container's layer is not counted", driver)
         return None
     copy = disk_mountpoint / FOLDER
-    _run(["cp", "-a", "--no-dereference", "-T", str(folder), str(copy)])
-    _run(["mount", "--bind", str(copy), str(folder)])
+    steps = (
+        ["cp", "-a", "--no-dereference", "-T", str(folder), str(copy)],
+        ["mount", "--bind", str(copy), str(folder)],
+    )
+    try:
+        for argv in steps:
+            subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_SECONDS, check=True)
+    except subprocess.CalledProcessError as exc:
+        what = f"{' '.join(exc.cmd)} failed: {exc.stderr.strip()}"
+        raise SandboxError(f"the container's layer on the sized disk: {what}") from exc
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxError(f"the container's layer on the sized disk: {exc}") from exc
     return folder
 
 
