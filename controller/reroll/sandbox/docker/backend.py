@@ -10,7 +10,8 @@ beside it) — a socket works under every network policy, where a published port
 internal network.
 
 Network policy (the task's ``environment.network``): ``full`` joins the shared bridge network
-``reroll-full`` (inter-container traffic off: its sandboxes never reach each other). ``none`` gets a network of its own, ``reroll-none-<key>`` (bridge interface
+``reroll-full`` (inter-container traffic off: its sandboxes never reach each other). ``none``
+gets a network of its own, ``reroll-none-<key>`` (bridge interface
 ``rr-<key>``): *internal* (no route out), and firewalled on the host (`reroll.sandbox.docker.firewall`,
 nftables): from it only the bridge's gateway (`host_address`, where the LLM proxy listens) is
 reachable, and there only the ports `allow_host_port` opens (the proxy's, the interceptor's);
