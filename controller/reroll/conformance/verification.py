@@ -21,6 +21,7 @@ from reroll.conformance.support import (
     started,
 )
 from reroll.rollout.verify.script_verifier import prepare, verify
+from reroll.runfolder.paths import RunPaths
 from reroll.sandbox.base import Sandbox, SandboxFactory
 
 PLANT_SCRIPT = (
@@ -75,10 +76,11 @@ async def check_verify_scores_the_workspace_and_undoes_planted_hooks(
         )
         await sh(sandbox, f"{PLANT_SCRIPT} && echo 'import sys' > conftest.py", user=user, env=env)
         await sh(sandbox, BACKGROUND_SLEEP, user=user, env=env)
-        verdict = await verify(sandbox, task, env, workdir / "verifier")
+        output = RunPaths(workdir).verifier
+        verdict = await verify(sandbox, task, env, output.root)
         expect(verdict.rewards == {"reward": 1.0}, f"rewards {verdict.rewards}")
-        expect((workdir / "verifier" / "reward.txt").read_text() == "1\n", "reward.txt not copied out")
-        report = json.loads((workdir / "verifier" / "hardening.json").read_text())
+        expect(output.reward("reward.txt").read_text() == "1\n", "reward.txt not copied out")
+        report = json.loads(output.hardening.read_text())
         injected = [
             f"{workspace}/sitecustomize.py",
             f"{workspace}/deep/er/conftest.py",

@@ -67,6 +67,11 @@ JUDGE_FILE = "judge.json"
 """In the verifier's folder: an LLM judge's record (`reroll.rollout.verify.judge`)."""
 AGENT_JUDGE_FILE = "agent_judge.json"
 """In the verifier's folder: an agent judge's record (`reroll.rollout.verify.agent_judge`)."""
+JUDGE_RUN_DIR = "judge"
+"""In the verifier's folder: an agent judge's own run folder (`reroll.rollout.verify.agent_judge`)."""
+JUDGE_INPUTS_DIR = "agent-judge-inputs"
+"""In the verifier's folder: an input judge's copies of the sandbox files it judged
+(`reroll.rollout.verify.input_judge`)."""
 DETAILS_FILE = "reward-details.json"
 """In the verifier's folder: the per-item details of an input judge's or an ORS episode's reward
 (`reroll.rollout.verify.input_judge`, `reroll.rollout.verify.ors_episode`)."""
@@ -117,6 +122,16 @@ class VerifierPaths:
         return self.root / AGENT_JUDGE_FILE
 
     @property
+    def judge_run(self) -> Path:
+        """``judge/``: an agent judge's own run folder (not created)."""
+        return self.root / JUDGE_RUN_DIR
+
+    @property
+    def judge_inputs(self) -> Path:
+        """``agent-judge-inputs/``: an input judge's copies of the sandbox files it judged."""
+        return self.root / JUDGE_INPUTS_DIR
+
+    @property
     def details(self) -> Path:
         """``reward-details.json``: the per-item details of a judged reward."""
         return self.root / DETAILS_FILE
@@ -144,6 +159,11 @@ class VerifierPaths:
     def reward(self, name: str) -> Path:
         """The reward file `name` (one of `REWARD_FILES`, as the verifier reported it) in this folder."""
         return self.root / name
+
+    @property
+    def reward_json(self) -> Path:
+        """``reward.json``: the structured reward (`reroll_contracts.reward`)."""
+        return self.reward(REWARD_FILES[1])
 
     def found_reward(self) -> Path | None:
         """The first of `REWARD_FILES` that is a regular file here; None when neither is."""
