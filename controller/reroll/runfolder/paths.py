@@ -93,7 +93,10 @@ CLEANUP_FILE = "cleanup.txt"
 CHECKPOINT_FILE = "checkpoint.json"
 """In a checkpoint's folder: its `reroll.rollout.layers.LayeredCheckpoint` (the layer files beside it)."""
 POOL_FILE = "pool.json"
-"""In a checkpoint's folder: the pool snapshot it was taken as (`reroll.rollout.extensions.checkpoints`)."""
+"""In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
+with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
+step, frozen in the pool the sandbox leaves when it stops
+(`reroll.rollout.extensions.checkpoints.pool_reference`)."""
 Beside = Literal["continued", "replayed", "branched", "rescored"]
 """What a command that starts from a run folder writes beside it, by default."""
 _BESIDE: dict[Beside, str] = {
@@ -368,6 +371,12 @@ class RunPaths:
     def checkpoint(self, step: int) -> CheckpointPaths:
         """``checkpoints/step-<step>/``: the checkpoint of `step` (not created)."""
         return CheckpointPaths(self.checkpoints / f"step-{step}")
+
+    def checkpoint_steps(self) -> list[int]:
+        """The steps of the ``checkpoints/step-K/`` folders present, sorted; none when there is no
+        ``checkpoints/`` (complete or not: `reroll.rollout.layers.load_checkpoint` checks one)."""
+        names = (folder.name.removeprefix("step-") for folder in self.checkpoints.glob("step-*"))
+        return sorted(int(name) for name in names if name.isdigit())
 
     def beside(self, kind: Beside) -> Path:
         """The folder beside this run folder where `kind`'s runs go by default (``../continued``…)."""
