@@ -59,7 +59,8 @@ from reroll.runfolder.trial import TRIAL_RECORD
 RESCORED_DIR = "rescored"
 """Beside a run folder: ``reroll rescore``'s re-scored runs."""
 SETUP_LOG = "setup.log"
-"""In ``services/``: the output of the environment's ``setup`` commands (`reroll.environment.setup`)."""
+"""In ``services/``: every ``setup`` command's output, each under a header line
+(`reroll.environment.setup`)."""
 ROUNDS_DIR = "rounds"
 """In ``verifier/``: a trial's per-turn verifications, ``rounds/<turn>/`` each
 (`reroll.rollout.turns.scenes`)."""
@@ -105,6 +106,12 @@ _BESIDE: dict[Beside, str] = {
     "branched": BRANCHED_DIR,
     "rescored": RESCORED_DIR,
 }
+
+
+def proxy_config_in(workdir: Path) -> Path:
+    """``proxy.json`` in an LLM proxy's working folder: ``harness/`` for the agent's proxy
+    (`RunPaths.proxy_config`), ``harness/<part>/`` for a side part's (`RunPaths.harness_part`)."""
+    return workdir / PROXY_CONFIG.name
 
 
 @dataclass(frozen=True)
