@@ -223,7 +223,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             run_name=rollout.name,
         )
         reads = attempt_reads(rollout.task_path, options=rollout_options, model=model)
-        attempt = Attempt(job_dir / rollout.name, run, reads=reads)
+        attempt = Attempt(JobPaths(job_dir).run(rollout.name).root, run, reads=reads)
         return RunnerRollout(attempt, rollout.task, rollout.agent, rollout.model)
 
     if spec.schedule == "sequential-shared":

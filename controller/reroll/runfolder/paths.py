@@ -20,7 +20,7 @@ shape are the modules named beside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Literal
 
 from reroll.runfolder.asks import ASKS_FILE
@@ -73,6 +73,9 @@ JUDGE_RUN_DIR = "judge"
 JUDGE_INPUTS_DIR = "agent-judge-inputs"
 """In the verifier's folder: an input judge's copies of the sandbox files it judged
 (`reroll.rollout.verify.input_judge`)."""
+EPISODE_INPUTS_DIR = "ors-episode-inputs"
+"""In the verifier's folder: an ORS episode's copies of the sandbox files it scored
+(`reroll.rollout.verify.ors_episode`)."""
 DETAILS_FILE = "reward-details.json"
 """In the verifier's folder: the per-item details of an input judge's or an ORS episode's reward
 (`reroll.rollout.verify.input_judge`, `reroll.rollout.verify.ors_episode`)."""
@@ -140,6 +143,11 @@ class VerifierPaths:
     def judge_inputs(self) -> Path:
         """``agent-judge-inputs/``: an input judge's copies of the sandbox files it judged."""
         return self.root / JUDGE_INPUTS_DIR
+
+    @property
+    def episode_inputs(self) -> Path:
+        """``ors-episode-inputs/``: an ORS episode's copies of the sandbox files it scored."""
+        return self.root / EPISODE_INPUTS_DIR
 
     @property
     def details(self) -> Path:
@@ -260,6 +268,12 @@ class RunPaths:
     def user_trajectory(self) -> Path:
         """``trajectory/user_trajectory.jsonl``: a persona User's exchanges."""
         return self.root / USER_TRAJECTORY
+
+    def file(self, relative: PurePath) -> Path:
+        """A file of the run folder named at run time by its path relative to the folder (a
+        verifier's declared input, ``verifier/out.json``); no check that it stays inside: the
+        caller's, where `relative` is not its own."""
+        return self.root / relative
 
     def side_trajectory(self, side: str) -> Path:
         """A side trajectory by its key in `reroll.runfolder.run.SIDE_TRAJECTORIES`.
@@ -406,6 +420,10 @@ class JobPaths:
     def spec(self) -> Path:
         """``job.json``: the resolved `reroll.jobs.jobfile.JobSpec`."""
         return self.root / JOB_SPEC_FILE
+
+    def run(self, name: str) -> RunPaths:
+        """``<name>/``: the run folder of the job's rollout `name` (not created)."""
+        return RunPaths(self.root / name)
 
     @property
     def summary(self) -> Path:

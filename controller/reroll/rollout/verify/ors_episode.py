@@ -262,7 +262,7 @@ class OrsEpisodeVerifier:
         started = time.monotonic()
         if not request.soft:
             await quiesce(request.sandbox)
-        folder = request.output_dir / "ors-episode-inputs"
+        folder = VerifierPaths(request.output_dir).episode_inputs
         folder.mkdir(parents=True, exist_ok=True)
         try:
             read: list[dict[str, Any]] = []
