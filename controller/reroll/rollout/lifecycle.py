@@ -259,7 +259,7 @@ def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
         return plan.task
     task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
     if notes:
-        plan.paths.limits.write_text("".join(f"{note}\n" for note in notes))
+        RunPaths(plan.run_dir).limits.write_text("".join(f"{note}\n" for note in notes))
         for note in notes:
             console.print(f"[yellow]{note}[/yellow]")
     return task
