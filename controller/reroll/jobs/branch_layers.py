@@ -62,8 +62,9 @@ def recorded_layers(
     when there is none (the prefix is rebuilt once: `rebuilt_layers`)."""
     cut, recorded = checkpoint.cut_index, RunPaths(checkpoint.original.path)
     for step in sorted((step for step in recorded.checkpoint_steps() if 0 < step <= cut), reverse=True):
-        folder = recorded.checkpoint(step).root
-        if not recorded.checkpoint(step).record.is_file():
+        files = recorded.checkpoint(step)
+        folder = files.root
+        if not files.record.is_file():
             continue
         try:
             layers = load_checkpoint(folder, step=step)
