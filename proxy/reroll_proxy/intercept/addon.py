@@ -40,7 +40,8 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from mitmproxy import ctx, http, server_hooks
+from mitmproxy import ctx, http
+from mitmproxy.proxy import server_hooks
 
 try:  # reroll's environment (its tests, mypy)
     from reroll_proxy.intercept.url_denylist import UrlDenylist, is_host_local
