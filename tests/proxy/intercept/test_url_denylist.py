@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from reroll_proxy.intercept.url_denylist import UrlDenylist, UrlEntry, host_key, is_host_local, path_key
 
-DENYLIST = UrlDenylist.parse(["Blocked.Example.", "pypi.org"], ["https://docs.example.com/Answers/", "example.com"])
+DENYLIST = UrlDenylist.parse(
+    ["Blocked.Example.", "pypi.org"], ["https://docs.example.com/Answers/", "example.com"]
+)
 
 
 @pytest.mark.parametrize(
