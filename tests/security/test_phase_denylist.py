@@ -65,6 +65,20 @@ def naming(folder: Path, names: dict[str, str]) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
+def checked_task(root: Path, task_md: str, scripts: dict[str, str]) -> tuple[Path, str]:
+    """A task at `root` (`task_md`, the base image, `scripts`: ``oracle/solve.sh``,
+    ``verifier/test.sh`` and ``probe.py``, the last in both folders) and what ``reroll task check``
+    printed of it on a wide console."""
+    files = {"task.md": task_md, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
+    files |= {"oracle/solve.sh": scripts["solve"], "verifier/test.sh": scripts["test"]}
+    task = write_task(root, files | {f"{d}/probe.py": scripts["probe"] for d in ("oracle", "verifier")})
+    checked = subprocess.run(
+        [REROLL, "task", "check", str(task)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    return task, checked.stdout
+
+
 def run_naming(task: Path, jobs: Path, backend: str, names: dict[str, str]) -> dict[str, Any]:
     """`reroll run TASK --agent oracle` with `names` resolved on the host (`naming`): its
     result.json, with its config.json under ``config``."""
@@ -83,18 +97,11 @@ def test_the_agent_does_not_reach_a_denied_host(sandbox_backend: str, tmp_path: 
         assert "network_mode: denylist" in TASK_MD and "allowlist" not in TASK_MD
         text = TASK_MD.replace("NAME", "denylist").replace("DENIED", DENIED)
         text = text.replace("TARGETS_LIST", f"'{first}:{port} {second}:{port}'")
-        files = {"task.md": text, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
-        files |= {"oracle/solve.sh": SOLVE, "verifier/test.sh": TEST_SH}
-        task = write_task(
-            tmp_path / "denylist", files | {f"{d}/probe.py": PROBE for d in ("oracle", "verifier")}
-        )
-        checked = subprocess.run(
-            [REROLL, "task", "check", str(task)], capture_output=True, text=True, timeout=120,
-            env={**os.environ, "COLUMNS": "400"},
-        )  # fmt: skip
+        scripts = {"solve": SOLVE, "test": TEST_SH, "probe": PROBE}
+        task, checked = checked_task(tmp_path / "denylist", text, scripts)
         result = run_naming(task, tmp_path / "jobs", sandbox_backend, {DENIED: first})
-    assert f"agent (and oracle) full - denied: {DENIED}" in checked.stdout, checked.stdout
-    assert "blocked_hosts" not in checked.stdout.split("ignored", 1)[-1], checked.stdout  # not "ignored"
+    assert f"agent (and oracle) full - denied: {DENIED}" in checked, checked
+    assert "blocked_hosts" not in checked.split("ignored", 1)[-1], checked  # not "ignored"
     assert result["status"] == "ok", result.get("error")
     rewards = result["rewards"]
     # agent_listed: the first address (the denied host's); agent_other: the second (not denied)

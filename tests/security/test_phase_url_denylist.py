@@ -13,7 +13,6 @@ this run (`naming`). The oracle tries each way (`PROBE`) and writes what answere
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,7 @@ import pytest
 from reroll.cache import host_ca_bundle
 
 from tests.security.test_phase_allowlist import REROLL, outside
-from tests.security.test_phase_denylist import naming
-from tests.security.test_phase_network import write_task
+from tests.security.test_phase_denylist import checked_task, naming
 
 pytestmark = pytest.mark.slow
 WEB, DENIED = "docs.reroll.test", "denied.reroll.test"
@@ -193,18 +191,11 @@ def test_the_agent_does_not_reach_a_blocked_url_by_any_way(sandbox_backend: str,
     with outside(SERVER, str(leaf), str(key)) as (first, second, port, seen):
         env = json.dumps({"WEB": WEB, "DENIED": DENIED, "PORT": str(port), "FIRST": first, "SECOND": second})
         text = TASK_MD.replace("WEB", WEB).replace("DENIED", DENIED).replace("{ENV}", env)
-        files = {"task.md": text, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
-        files |= {"oracle/solve.sh": SOLVE, "verifier/test.sh": TEST_SH}
-        task = write_task(
-            tmp_path / "url-denylist", files | {f"{d}/probe.py": PROBE for d in ("oracle", "verifier")}
-        )
-        checked = subprocess.run(
-            [REROLL, "task", "check", str(task)], capture_output=True, text=True, timeout=120,
-            env={**os.environ, "COLUMNS": "400"},
-        )  # fmt: skip
+        scripts = {"solve": SOLVE, "test": TEST_SH, "probe": PROBE}
+        task, checked = checked_task(tmp_path / "url-denylist", text, scripts)
         result = run_task(task, tmp_path / "jobs", sandbox_backend, {WEB: first, DENIED: second}, ca)
-    assert f"URLs under https://{WEB}/answers" in checked.stdout, checked.stdout
-    assert "blocked_urls" not in checked.stdout.split("ignored", 1)[-1], checked.stdout  # not "ignored"
+    assert f"URLs under https://{WEB}/answers" in checked, checked
+    assert "blocked_urls" not in checked.split("ignored", 1)[-1], checked  # not "ignored"
     assert result["status"] == "ok", result.get("error")
     rewards = result["rewards"]
     blocked = ("https_blocked", "http_blocked", "https_disguised", "denied_host")
