@@ -56,26 +56,26 @@ def path_key(path: str) -> str:
 
 @dataclass(frozen=True)
 class UrlEntry:
-    """One ``blocked_urls`` entry: the host key and the path prefix it blocks."""
+    """One ``blocked_urls`` entry (`url_entry` reads one): the host key and the path prefix it blocks."""
 
     host: str
     path: str
 
-    @classmethod
-    def parse(cls, url: str) -> UrlEntry:
-        """An entry from its text (``https://example.com/docs``; no scheme: ``https``).
-
-        Raises:
-            ValueError: the entry names no host.
-        """
-        parts = urllib.parse.urlsplit(url if "://" in url else f"https://{url}")
-        if not parts.hostname:
-            raise ValueError(f"blocked_urls entry names no host: {url!r}")
-        return cls(host_key(parts.hostname), path_key(parts.path).rstrip("/") or "/")
-
     def covers(self, host: str, path: str) -> bool:
         """Whether the URL of `host` (as the client named it) and `path` is under this entry."""
         return host_key(host) == self.host and path_key(path).startswith(self.path)
+
+
+def url_entry(url: str) -> UrlEntry:
+    """The entry of ``blocked_urls`` text `url` (``https://example.com/docs``; no scheme: ``https``).
+
+    Raises:
+        ValueError: the entry names no host.
+    """
+    parts = urllib.parse.urlsplit(url if "://" in url else f"https://{url}")
+    if not parts.hostname:
+        raise ValueError(f"blocked_urls entry names no host: {url!r}")
+    return UrlEntry(host_key(parts.hostname), path_key(parts.path).rstrip("/") or "/")
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class UrlDenylist:
             ValueError: a URL entry names no host.
         """
         names = tuple(dict.fromkeys(h.strip().rstrip(".").lower() for h in hosts if h.strip()))
-        return cls(names, tuple(dict.fromkeys(UrlEntry.parse(url) for url in urls)))
+        return cls(names, tuple(dict.fromkeys(url_entry(url) for url in urls)))
 
     def host_rule(self, host: str) -> str | None:
         """The ``blocked_hosts`` entry that denies `host` (it or a parent domain), else None."""

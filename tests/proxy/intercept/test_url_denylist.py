@@ -4,7 +4,14 @@ and its subdomains; a URL prefix by host key and decoded path, whatever the sche
 from __future__ import annotations
 
 import pytest
-from reroll_proxy.intercept.url_denylist import UrlDenylist, UrlEntry, host_key, is_host_local, path_key
+from reroll_proxy.intercept.url_denylist import (
+    UrlDenylist,
+    UrlEntry,
+    host_key,
+    is_host_local,
+    path_key,
+    url_entry,
+)
 
 DENYLIST = UrlDenylist.parse(
     ["Blocked.Example.", "pypi.org"], ["https://docs.example.com/Answers/", "example.com"]
@@ -31,7 +38,7 @@ def test_paths_are_compared_decoded_and_resolved(path: str, key: str) -> None:
 
 def test_a_host_key_drops_www_case_and_the_trailing_dot() -> None:
     assert host_key("WWW.Docs.Example.com.") == "docs.example.com"
-    assert UrlEntry.parse("docs.example.com/x/") == UrlEntry("docs.example.com", "/x")
+    assert url_entry("docs.example.com/x/") == UrlEntry("docs.example.com", "/x")
 
 
 @pytest.mark.parametrize(
