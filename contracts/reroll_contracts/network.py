@@ -41,6 +41,10 @@ class PhaseNetworks(BaseModel):
     """Hostnames the agent phase may not reach (BenchFlow's ``blocked_hosts`` under
     ``network_mode = "denylist"``), each with its subdomains: the phase then runs as ``none`` with
     `EVERYWHERE` allowed less these (their addresses, resolved on the host when it starts)."""
+    agent_blocked_urls: tuple[str, ...] = ()
+    """URL prefixes the agent phase may not reach (BenchFlow's ``blocked_urls``): the phase then
+    runs as ``none`` with nothing allowed, its HTTP(S) through the controller's interceptor, which
+    answers 403 under these and for `agent_denied` (`reroll.host.intercept.DenyList`)."""
 
     def allowed(self, phase: Literal["agent", "verifier"]) -> AllowedHosts | None:
         """`phase`'s allow-list: None under ``full`` (everything), else its hosts (empty: nothing

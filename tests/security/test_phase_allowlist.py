@@ -99,10 +99,11 @@ def sh(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def outside() -> Iterator[tuple[str, str, int, list[str]]]:
+def outside(program: str = SERVER, *args: str) -> Iterator[tuple[str, str, int, list[str]]]:
     """A network namespace with addresses ``10.251.N.2`` and ``.3``, routed from the host through a
-    veth pair, and a TCP server in it on every address; ``(first, second, port, "ADDRESS NAME"
-    lines seen)``."""
+    veth pair, and a TCP server in it on every address (`program`: Python source run with
+    `args`, printing its port first, then a line per client); ``(first, second, port, lines
+    seen: "ADDRESS NAME" of `SERVER`)``."""
     if os.geteuid() != 0:
         pytest.skip("making a network namespace needs root")
     tag, subnet = secrets.token_hex(3), f"10.251.{secrets.randbelow(250) + 2}"
@@ -120,7 +121,10 @@ def outside() -> Iterator[tuple[str, str, int, list[str]]]:
         sh(*inside, "ip", "link", "set", "lo", "up")
         sh(*inside, "ip", "route", "add", "default", "via", f"{subnet}.1")
         server = subprocess.Popen(
-            [*inside, sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True, start_new_session=True
+            [*inside, sys.executable, "-c", program, *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         assert server.stdout is not None
         port = int(server.stdout.readline())

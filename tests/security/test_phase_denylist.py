@@ -3,8 +3,11 @@
 phase (``full``: BenchFlow's deny list holds the agent only) reaches both.
 
 No internet and no DNS here, so "outside" is the allow-list test's network namespace (two
-addresses, one TCP server), and the denied name resolves on the host only for this run: reroll
-runs in a mount namespace of its own whose ``/etc/hosts`` names `DENIED` at the first address.
+addresses, one TCP server), and the denied name resolves on the host only for this run: reroll's
+processes (the controller, which resolves deny lists for docker's firewall and the local proxy;
+mitmproxy) start with a ``sitecustomize`` on ``PYTHONPATH`` whose ``getaddrinfo`` names `DENIED`
+at the first address (`naming`). (A private mount namespace with its own ``/etc/hosts`` hid the
+docker backend's disk mounts from the Docker daemon.)
 The oracle and the test script each try both addresses (directly, and through ``$HTTPS_PROXY``'s
 ``CONNECT`` where set, as the local sandbox names its proxy) and report what answered.
 """
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -36,24 +38,53 @@ TASK_MD = (
 """The allow-list test's task, its phases' lists dropped, a deny list on the sandbox."""
 
 
-def run_naming(task: Path, jobs: Path, backend: str, hosts_line: str) -> dict[str, Any]:
-    """`reroll run TASK --agent oracle` in a mount namespace whose ``/etc/hosts`` has
-    `hosts_line` too: its result.json, with its config.json under ``config``."""
-    if backend == "docker":
-        # The private mount namespace hides the docker backend's disk-quota mounts (under /tmp)
-        # from the daemon, which then cannot bind them (seen: "failed to mount local volume").
-        # docker's deny sets are checked by nft (tests/sandbox/docker/test_firewall.py).
-        pytest.skip("naming the denied host for one run needs a mount namespace the docker daemon cannot see")
-    if shutil.which("unshare") is None:
-        pytest.skip("util-linux's unshare is needed to name the denied host for one run")
-    hosts = jobs.parent / "hosts"
-    hosts.write_text(Path("/etc/hosts").read_text() + hosts_line + "\n")
-    command = [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", str(jobs)]
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *command],
-        capture_output=True, text=True, timeout=900, env=os.environ,
+SITECUSTOMIZE = """import socket
+
+NAMES = NAMES_MAP
+_real = socket.getaddrinfo
+
+
+def _getaddrinfo(host, *args, **kwargs):
+    name = host.decode() if isinstance(host, bytes) else host
+    if isinstance(name, str) and name.lower().rstrip(".") in NAMES:
+        host = NAMES[name.lower().rstrip(".")]
+    return _real(host, *args, **kwargs)
+
+
+socket.getaddrinfo = _getaddrinfo
+"""
+"""What names the test's hosts in every Python process of reroll's (``NAMES_MAP``: name → address)."""
+
+
+def naming(folder: Path, names: dict[str, str]) -> dict[str, str]:
+    """The environment under which reroll's Python processes resolve each of `names` (name →
+    address) on the host: a ``sitecustomize`` written to `folder`, put first on ``PYTHONPATH``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.replace("NAMES_MAP", repr(names)))
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def checked_task(root: Path, task_md: str, scripts: dict[str, str]) -> tuple[Path, str]:
+    """A task at `root` (`task_md`, the base image, `scripts`: ``oracle/solve.sh``,
+    ``verifier/test.sh`` and ``probe.py``, the last in both folders) and what ``reroll task check``
+    printed of it on a wide console."""
+    files = {"task.md": task_md, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
+    files |= {"oracle/solve.sh": scripts["solve"], "verifier/test.sh": scripts["test"]}
+    task = write_task(root, files | {f"{d}/probe.py": scripts["probe"] for d in ("oracle", "verifier")})
+    checked = subprocess.run(
+        [REROLL, "task", "check", str(task)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
     )  # fmt: skip
+    return task, checked.stdout
+
+
+def run_naming(task: Path, jobs: Path, backend: str, names: dict[str, str]) -> dict[str, Any]:
+    """`reroll run TASK --agent oracle` with `names` resolved on the host (`naming`): its
+    result.json, with its config.json under ``config``."""
+    command = [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", backend, "--jobs-dir", str(jobs)]
+    env = naming(jobs.parent / "names", names)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     print(done.stdout, done.stderr, sep="\n")
     (result_file,) = jobs.glob("*/*/result.json")
     result: dict[str, Any] = json.loads(result_file.read_text())
@@ -66,18 +97,11 @@ def test_the_agent_does_not_reach_a_denied_host(sandbox_backend: str, tmp_path: 
         assert "network_mode: denylist" in TASK_MD and "allowlist" not in TASK_MD
         text = TASK_MD.replace("NAME", "denylist").replace("DENIED", DENIED)
         text = text.replace("TARGETS_LIST", f"'{first}:{port} {second}:{port}'")
-        files = {"task.md": text, "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n"}
-        files |= {"oracle/solve.sh": SOLVE, "verifier/test.sh": TEST_SH}
-        task = write_task(
-            tmp_path / "denylist", files | {f"{d}/probe.py": PROBE for d in ("oracle", "verifier")}
-        )
-        checked = subprocess.run(
-            [REROLL, "task", "check", str(task)], capture_output=True, text=True, timeout=120,
-            env={**os.environ, "COLUMNS": "400"},
-        )  # fmt: skip
-        result = run_naming(task, tmp_path / "jobs", sandbox_backend, f"{first} {DENIED}")
-    assert f"agent (and oracle) full - denied: {DENIED}" in checked.stdout, checked.stdout
-    assert "blocked_hosts" not in checked.stdout.split("ignored", 1)[-1], checked.stdout  # not "ignored"
+        scripts = {"solve": SOLVE, "test": TEST_SH, "probe": PROBE}
+        task, checked = checked_task(tmp_path / "denylist", text, scripts)
+        result = run_naming(task, tmp_path / "jobs", sandbox_backend, {DENIED: first})
+    assert f"agent (and oracle) full - denied: {DENIED}" in checked, checked
+    assert "blocked_hosts" not in checked.split("ignored", 1)[-1], checked  # not "ignored"
     assert result["status"] == "ok", result.get("error")
     rewards = result["rewards"]
     # agent_listed: the first address (the denied host's); agent_other: the second (not denied)

@@ -327,3 +327,14 @@ def test_task_check_shows_each_phase_s_allow_list() -> None:
     row += "verifier none + allowed: 10.251.7.3"
     assert row + " (every port; names resolved on the host)" in output, output
     assert "allowed_hosts" not in output and "not enforced" not in output
+
+
+def test_task_check_shows_a_deny_list_s_hosts_and_urls_as_enforced() -> None:
+    """BenchFlow's ``blocked_hosts`` and ``blocked_urls``: shown on the agent phase's row (the URLs
+    spelt as BenchFlow does), neither reported ignored."""
+    output = _check(Path(__file__).parents[1] / "fixtures" / "benchflow-denylist")
+    row = "agent (and oracle) full - denied: answers.example.com (and their subdomains); URLs under "
+    row += "https://github.com/org/answers, https://docs.example.com/solutions (HTTP(S) only, through an "
+    row += "interceptor), verifier full"
+    assert row in output, output
+    assert "blocked_urls" not in output and "not enforced" not in output

@@ -114,25 +114,57 @@ def test_a_phase_network_mode_is_mapped_not_ignored() -> None:
     assert ("agent.network_mode", "agent.network = none") in mapped
 
 
-def test_a_deny_list_s_hosts_are_kept_its_urls_reported_as_not_enforced() -> None:
-    """BenchFlow's ``blocked_hosts`` (hostnames) are enforced for the agent phase; its
-    ``blocked_urls`` (URL path prefixes, which BenchFlow checks by intercepting TLS) are not."""
+def test_a_deny_list_s_hosts_are_kept() -> None:
+    """BenchFlow's ``blocked_hosts`` (hostnames) are enforced for the agent phase: ``none`` with
+    every address allowed but theirs."""
     task, ignored = spec(
         {
-            "sandbox": {
-                "network_mode": "denylist",
-                "blocked_hosts": ["Example.COM.", "pypi.org"],
-                "blocked_urls": ["https://github.com/org/answers"],
-            },
+            "sandbox": {"network_mode": "denylist", "blocked_hosts": ["Example.COM.", "pypi.org"]},
             "verifier": {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]},
         }
     )
-    assert dict(ignored).keys() == {"environment.blocked_urls"}
-    assert all("not enforced" in reason for _, reason in ignored)
+    assert ignored == []
     networks = task.networks()
     assert (networks.agent, networks.agent_allowed) == ("none", ("0.0.0.0/0", "::/0"))
     assert networks.agent_denied == ("example.com", "pypi.org")
     assert (networks.verifier, networks.verifier_allowed) == ("none", ("pypi.org",))  # its own
+
+
+def test_a_deny_list_s_urls_are_kept_and_spelt_as_benchflow_does() -> None:
+    """BenchFlow's ``blocked_urls`` (URL prefixes) are enforced through the interceptor: the agent
+    phase reaches nothing directly (``none``, nothing allowed); spelt as BenchFlow 0.7.11's
+    ``_validate_blocked_urls`` (scheme added, host lower-cased, query and trailing slash dropped)."""
+    task, ignored = spec(
+        {
+            "sandbox": {
+                "network_mode": "denylist",
+                "blocked_hosts": ["pypi.org"],
+                "blocked_urls": [
+                    "https://GitHub.com./org/answers/?q=1",
+                    "docs.example.com",
+                    "http://a.example/x",
+                ],
+            }
+        }
+    )
+    assert ignored == []
+    networks = task.networks()
+    assert (networks.agent, networks.agent_allowed, networks.agent_denied) == ("none", (), ("pypi.org",))
+    assert networks.agent_blocked_urls == (
+        "https://github.com/org/answers",
+        "https://docs.example.com",
+        "http://a.example/x",
+    )
+    assert (networks.verifier, networks.verifier_looser) == ("full", True)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://example.com/x", "https://user@example.com/x", "https://example.com:8443/x", "10.0.0.1/x", ""],
+)
+def test_a_blocked_url_names_a_host_over_http_or_https(url: str) -> None:
+    with pytest.raises(ValidationError, match="blocked_urls"):
+        spec({"sandbox": {"network_mode": "denylist", "blocked_urls": [url]}})
 
 
 @pytest.mark.parametrize("host", ["10.0.0.1", "*.example.com", "https://example.com", "example.com:443", ""])
@@ -141,9 +173,10 @@ def test_a_deny_list_takes_hostnames_only(host: str) -> None:
         spec({"sandbox": {"network_mode": "denylist", "blocked_hosts": [host]}})
 
 
-def test_a_deny_list_under_no_network_is_refused() -> None:
-    denylist = {"network_mode": "denylist", "blocked_hosts": ["example.com"]}
-    with pytest.raises(ValidationError, match="blocked_hosts needs network full"):
+@pytest.mark.parametrize("field", ["blocked_hosts", "blocked_urls"])
+def test_a_deny_list_under_no_network_is_refused(field: str) -> None:
+    denylist = {"network_mode": "denylist", field: ["example.com"]}
+    with pytest.raises(ValidationError, match=f"{field} needs network full"):
         spec({"sandbox": denylist, "agent": {"network_mode": "no-network"}})
 
 

@@ -18,9 +18,11 @@ on first use (about 40 s) under a file lock, with the CA generated once beside i
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import urllib.parse
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -40,6 +42,20 @@ ADDON = resources.files("reroll_proxy.intercept") / "addon.py"
 """The addon script mitmproxy's interpreter runs (a file of the installed package)."""
 _TOKEN_ENV = "REROLL_INTERCEPT_TOKEN"
 OtherHosts = Literal["pass", "refuse"]
+DENYLIST_LOG = "url_denylist.jsonl"
+"""The requests a deny list refused, one JSON object a line (time, method, url, rule), in the
+interceptor's workdir."""
+
+
+@dataclass(frozen=True)
+class DenyList:
+    """What an agent phase may not reach through the interceptor (BenchFlow's ``blocked_hosts``
+    and ``blocked_urls``, as `reroll.tasks.allowlist` spells them)."""
+
+    hosts: tuple[str, ...] = ()
+    """Hostnames, each with its subdomains."""
+    urls: tuple[str, ...] = ()
+    """URL prefixes (``https://host/path``; scheme and port ignored when matched)."""
 
 
 def mitmproxy_home() -> Path:
@@ -124,32 +140,48 @@ class Interceptor:
     """One rollout's ``mitmdump`` in front of its LLM proxy (a child process of the controller).
 
     Args:
-        target: the LLM proxy's base URL (``http://HOST:PORT/v1``; only host and port are used).
+        target: the LLM proxy's base URL (``http://HOST:PORT/v1``; only host and port are used);
+            None: no LLM proxy (an agent that calls no model; `hosts` is then empty).
         token: the rollout token the LLM proxy expects; set on every provider request.
         workdir: folder for the ready file and the log (``intercept.log``).
         listen_host: the interface to listen on, one the sandbox reaches (`Sandbox.host_address`).
         other_hosts: ``pass`` other hosts through (network policy ``full``) or ``refuse`` them.
-        hosts: the provider hosts sent to the LLM proxy.
+        hosts: the provider hosts sent to the LLM proxy (empty: none, a deny list's interceptor
+            in front of an agent that uses base URLs).
+        denylist: a task's agent-phase deny list (`DenyList`): under ``pass``, every other
+            host's TLS is intercepted and a request to a blocked host or under a blocked URL
+            answered 403 (logged to ``<workdir>/url_denylist.jsonl``), the destinations checked
+            by address (`reroll_proxy/intercept/addon.py`).
+        upstream_ca: the CA bundle mitmdump trusts for the hosts it connects to (None:
+            mitmproxy's own, certifi's).
     """
 
     def __init__(
         self,
         *,
-        target: str,
+        target: str | None,
         token: str,
         workdir: Path,
         listen_host: str = "127.0.0.1",
         other_hosts: OtherHosts = "refuse",
         hosts: tuple[str, ...] = PROVIDER_HOSTS,
+        denylist: DenyList | None = None,
+        upstream_ca: Path | None = None,
     ) -> None:
-        url = urllib.parse.urlsplit(target)
+        url = urllib.parse.urlsplit(target or "")
         args = [
-            "--target", f"http://{url.hostname}:{url.port}",
+            "--target", f"http://{url.hostname}:{url.port}" if target else "",
             "--listen-host", listen_host,
             "--hosts", ",".join(hosts),
             "--other-hosts", other_hosts,
             "--confdir", str(mitmproxy_home() / "conf"),
         ]  # fmt: skip
+        if denylist is not None:
+            args += ["--blocked-hosts", json.dumps(list(denylist.hosts))]
+            args += ["--blocked-urls", json.dumps(list(denylist.urls))]
+            args += ["--blocked-log", str(workdir / DENYLIST_LOG)]
+        if upstream_ca is not None:
+            args += ["--upstream-ca", str(upstream_ca)]
         self._process = ChildProcess(
             "mitmdump",
             args,

@@ -159,7 +159,8 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
     plan, sandbox, console = run.plan, run.sandbox, run.console
     async with start_gate or contextlib.nullcontext():
         networks = plan.task.spec.networks()
-        policy = f"full less {', '.join(networks.agent_denied)}" if networks.agent_denied else networks.agent
+        denied = (*networks.agent_denied, *networks.agent_blocked_urls)
+        policy = f"full less {', '.join(denied)}" if denied else networks.agent
         network = f"network {policy}" + (
             f", the verifier's {networks.verifier}" if networks.verifier != policy else ""
         )

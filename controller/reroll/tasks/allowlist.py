@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import urllib.parse
 from typing import Annotated
 
 from pydantic import BeforeValidator
@@ -90,3 +91,37 @@ def normalise_denied(hosts: object) -> object:
 
 DeniedHostsField = Annotated[list[str], BeforeValidator(normalise_denied)]
 """An environment's ``blocked_hosts``: checked and spelt by `normalise_denied`."""
+
+
+def normalise_blocked_urls(urls: object) -> object:
+    """BenchFlow's ``blocked_urls`` (`reroll_contracts.network.PhaseNetworks.agent_blocked_urls`)
+    checked and spelt as BenchFlow 0.7.11's ``_validate_blocked_urls`` does: ``https://`` added
+    where no scheme is written, the host lower-cased without its trailing dot, the query, the
+    fragment and a trailing slash of the path dropped (``Docs.Example.com/API/`` →
+    ``https://docs.example.com/API``), duplicates dropped; None is an empty list.
+
+    Raises:
+        ValueError: an entry is empty, of a scheme other than http and https, carries userinfo or
+            a port, or names an IP address or no valid hostname.
+    """
+    if not isinstance(urls, list):
+        return [] if urls is None else urls
+    spelt: dict[str, None] = {}
+    for raw in urls:
+        url = str(raw).strip()
+        if not url:
+            raise ValueError("blocked_urls entries must be non-empty URLs")
+        parts = urllib.parse.urlsplit(url if "://" in url else f"https://{url}")
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"{raw!r}: blocked_urls entries use the http or https scheme")
+        if "@" in parts.netloc or ":" in parts.netloc:
+            raise ValueError(f"{raw!r}: blocked_urls entries carry no userinfo and no port")
+        host = parts.netloc.lower().rstrip(".")
+        if not host or is_address(host) or not all(_LABEL.fullmatch(label) for label in host.split(".")):
+            raise ValueError(f"{raw!r}: a blocked_urls entry names a hostname, not an address")
+        spelt.setdefault(f"{parts.scheme}://{host}{parts.path.rstrip('/')}")
+    return list(spelt)
+
+
+BlockedUrlsField = Annotated[list[str], BeforeValidator(normalise_blocked_urls)]
+"""An environment's ``blocked_urls``: checked and spelt by `normalise_blocked_urls`."""

@@ -170,13 +170,19 @@ def _agent_judge(options: dict[str, object]) -> str:
 
 def _network(networks: PhaseNetworks) -> str:
     """The network row: one policy, or each phase's where they differ; an allow-list as
-    ``none + allowed: HOST, ...``, a deny list as ``full - denied: HOST, ...``, every port of
-    each, names resolved on the host when the phase starts (said once)."""
+    ``none + allowed: HOST, ...``, a deny list as ``full - denied: HOST, ...`` (its URL prefixes
+    after ``URLs under``), every port of each, names resolved on the host when the phase starts
+    (said once)."""
 
     def policy(phase: Literal["agent", "verifier"]) -> str:
         allowed = networks.allowed(phase)
-        if phase == "agent" and networks.agent_denied:
-            return "full - denied: " + ", ".join(networks.agent_denied) + " (and their subdomains)"
+        if phase == "agent" and (networks.agent_denied or networks.agent_blocked_urls):
+            denied = [", ".join(networks.agent_denied) + " (and their subdomains)"] * bool(
+                networks.agent_denied
+            )
+            if urls := networks.agent_blocked_urls:
+                denied.append("URLs under " + ", ".join(urls) + " (HTTP(S) only, through an interceptor)")
+            return "full - denied: " + "; ".join(denied)
         if allowed:
             return "none + allowed: " + ", ".join(allowed)
         return networks.agent if phase == "agent" else networks.verifier

@@ -36,15 +36,10 @@ PHASE_NETWORK_MODES = {"public": "full", "no-network": "none", "allowlist": "non
 policy. An allowlist is ``none`` plus its ``allowed_hosts`` (kept as they are, enforced)."""
 NETWORK_MODES = {**PHASE_NETWORK_MODES, "denylist": "full"}
 """benchflow's ``sandbox.network_mode`` (Harbor's ``environment.network_mode``) → reroll's network
-policy. A denylist is ``full`` less its ``blocked_hosts`` (kept, enforced for the agent phase:
-`reroll.tasks.spec.TaskSpec.networks`); its ``blocked_urls`` (URL path prefixes, which BenchFlow
-checks by intercepting TLS) are not enforced (reported)."""
+policy. A denylist is ``full`` less its ``blocked_hosts`` and ``blocked_urls`` (kept, enforced for
+the agent phase: `reroll.tasks.spec.TaskSpec.networks`; URL prefixes through an intercepting
+proxy, as BenchFlow checks them)."""
 
-_NOT_ENFORCED = "not enforced by reroll's sandboxes"
-_DENYLIST: tuple[str, tuple[Any, ...]] = (
-    "URL-path deny lists are " + _NOT_ENFORCED + " (blocked_hosts is): their hosts stay reachable",
-    (None, []),
-)
 IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     # path: (why reroll ignores it, values that ask for nothing beyond what reroll does anyway)
     "task": ("package metadata (org/name, authors, keywords) is informational", ()),
@@ -78,7 +73,6 @@ IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "environment.gpu_types": ("GPUs are not attached", (None, [])),
     "environment.tpu": ("TPUs are not attached", (None,)),
     "environment.bugswarm_image_tag": ("informational", (None,)),
-    "environment.blocked_urls": _DENYLIST,
     "solution.timeout_sec": ("the oracle agent has the agent's timeout", (None,)),
 }
 """Every field of Harbor's and benchflow's schemas that reroll does not model, with the reason.

@@ -14,7 +14,7 @@ from reroll_contracts.errors import TaskError
 from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.network import EVERYWHERE, NetworkPolicy, PhaseNetworks
 
-from reroll.tasks.allowlist import AllowedHostsField, DeniedHostsField
+from reroll.tasks.allowlist import AllowedHostsField, BlockedUrlsField, DeniedHostsField
 from reroll.tasks.environment import (
     ForwardEnv,
     HealthCheck,
@@ -127,6 +127,11 @@ class EnvironmentSection(BaseModel):
     """Under network ``full``, hostnames (each with its subdomains) the agent phase may not reach
     (benchflow's ``blocked_hosts`` with ``network_mode = "denylist"``): that phase then runs as
     ``none`` with every address allowed but theirs (`reroll_contracts.network.PhaseNetworks`)."""
+    blocked_urls: BlockedUrlsField = []
+    """Under network ``full``, URL prefixes the agent phase may not reach (benchflow's
+    ``blocked_urls`` with ``network_mode = "denylist"``; matched as BenchFlow does: host without
+    ``www.``, decoded path prefix, any scheme and port): that phase then runs as ``none``, its
+    HTTP(S) through an interceptor that answers 403 under them (`reroll.host.intercept.DenyList`)."""
     workdir: str | None = None
     """The agent's working folder (absolute, not ``/``). None: the image's WORKDIR, else ``/app``."""
     env: dict[str, str] = {}
@@ -223,8 +228,10 @@ class TaskSpec(BaseModel):
         ``environment``'s.
 
         A deny list (``environment.blocked_hosts``) makes the agent phase ``none`` with every
-        address allowed (`reroll_contracts.network.EVERYWHERE`) but the denied hosts'; the verify
-        phase keeps ``full`` (BenchFlow's deny list holds the agent only).
+        address allowed (`reroll_contracts.network.EVERYWHERE`) but the denied hosts'; with URL
+        prefixes (``environment.blocked_urls``) it is ``none`` with nothing allowed, its HTTP(S)
+        through the deny list's interceptor. The verify phase keeps ``full`` (BenchFlow's deny
+        list holds the agent only).
 
         Raises:
             TaskError: an allow-list on a phase whose policy is ``full``; a deny list under ``none``.
@@ -237,8 +244,12 @@ class TaskSpec(BaseModel):
             if hosts and network == "full":
                 raise TaskError(f"{name}.allowed_hosts needs network none (network_mode allowlist), not full")
             phases[name], phases[f"{name}_allowed"] = network, tuple(hosts)
-        if denied := environment.blocked_hosts:
+        denied, urls = tuple(environment.blocked_hosts), tuple(environment.blocked_urls)
+        if denied or urls:
             if environment.network != "full" or self.agent.network not in (None, "full"):
-                raise TaskError("environment.blocked_hosts needs network full (network_mode denylist)")
-            phases |= {"agent": "none", "agent_allowed": EVERYWHERE, "agent_denied": tuple(denied)}
+                field = "blocked_urls" if urls else "blocked_hosts"
+                raise TaskError(f"environment.{field} needs network full (network_mode denylist)")
+            allowed = () if urls else EVERYWHERE  # URL prefixes: only the interceptor is reached
+            phases |= {"agent": "none", "agent_allowed": allowed, "agent_denied": denied}
+            phases["agent_blocked_urls"] = urls
         return PhaseNetworks.model_validate(phases)

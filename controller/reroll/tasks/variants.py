@@ -16,14 +16,15 @@ from reroll.tasks.task import Task, load_task
 def with_network(task: Task, policy: NetworkPolicy | None) -> Task:
     """`task` with the network policy of every phase replaced by `policy` (a run's override:
     ``environment.network`` set, ``agent.network`` and ``verifier.network`` cleared, and every
-    ``allowed_hosts`` and the ``blocked_hosts``: ``none`` then reaches only the LLM proxy); None: `task`."""
+    ``allowed_hosts``, the ``blocked_hosts`` and ``blocked_urls``: ``none`` then reaches only the
+    LLM proxy); None: `task`."""
     if policy is None:
         return task
     spec = task.spec
     cleared: dict[str, object] = {"network": None, "allowed_hosts": []}
     update = {
         "environment": spec.environment.model_copy(
-            update={"network": policy, "allowed_hosts": [], "blocked_hosts": []}
+            update={"network": policy, "allowed_hosts": [], "blocked_hosts": [], "blocked_urls": []}
         ),
         "agent": spec.agent.model_copy(update=cleared),
         "verifier": spec.verifier.model_copy(update=cleared),

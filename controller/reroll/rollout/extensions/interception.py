@@ -1,12 +1,14 @@
-"""Interception as a rollout extension: for an agent with ``proxy_mode: intercept`` (one that
-ignores base-URL variables), the HTTPS interceptor (mitmproxy) in front of the LLM proxy, its port
-opened to the sandbox, its CA put into the sandbox and the agent sent through it
-(`reroll.host.intercept`)."""
+"""Interception as a rollout extension: the HTTPS interceptor (mitmproxy, `reroll.host.intercept`)
+for an agent with ``proxy_mode: intercept`` (one that ignores base-URL variables) in front of the
+LLM proxy, and for an agent phase with URL prefixes denied (BenchFlow's ``blocked_urls``: the
+phase runs under ``none`` and reaches the outside only through it, which answers 403 under them);
+its port opened to the sandbox, its CA put into the sandbox and the agent sent through it."""
 
 from __future__ import annotations
 
 import urllib.parse
 
+from reroll.cache import host_ca_bundle
 from reroll.host import intercept
 from reroll.rollout.hooks import Extension, Run
 from reroll.rollout.llm_side import port_of
@@ -28,15 +30,22 @@ class Interception(Extension):
             InfrastructureError: the interceptor did not start.
         """
         proxy, plan = run.proxy, run.plan
-        if proxy is None or plan.agent.proxy_mode != "intercept":
+        networks = plan.task.spec.networks()
+        urls = networks.agent_blocked_urls if networks.agent == "none" else ()
+        routed = proxy is not None and plan.agent.proxy_mode == "intercept"
+        if not (routed or urls):
             return
+        denylist = intercept.DenyList(networks.agent_denied, urls) if urls else None
         run.console.print("[dim]starting the HTTPS interceptor (mitmproxy; installed on first use)[/dim]")
         interceptor = intercept.Interceptor(
-            target=proxy.base_url,
-            token=proxy.token,
+            target=proxy.base_url if proxy is not None else None,
+            token=proxy.token if proxy is not None else "",
             workdir=plan.paths.make_harness(),
             listen_host=await run.sandbox.host_address(),
             other_hosts="pass" if plan.task.spec.environment.network == "full" else "refuse",
+            hosts=intercept.PROVIDER_HOSTS if routed else (),
+            denylist=denylist,
+            upstream_ca=host_ca_bundle() if denylist else None,
         )
         await run.stack.enter_async_context(interceptor)
         await run.sandbox.allow_host_port(port_of(interceptor.proxy_url))
@@ -45,10 +54,10 @@ class Interception(Extension):
     async def before_agent(self, run: Run) -> None:
         """Put the CA bundle into the sandbox at `INTERCEPT_CA_PATH`; send the agent through the
         interceptor (``HTTPS_PROXY``, the CA variables: `reroll.host.intercept.sandbox_env`), the
-        proxy's own host left out of it."""
-        if self.interceptor is None or run.proxy is None:
+        LLM proxy's own host left out of it."""
+        if self.interceptor is None:
             return
         ca_path = run.sandbox.layout.path(INTERCEPT_CA_PATH)
         await run.sandbox.put_file(ca_path, intercept.ca_bundle())
-        proxy_host = urllib.parse.urlsplit(run.proxy.base_url).hostname or ""
-        run.agent_env |= intercept.sandbox_env(self.interceptor.proxy_url, ca_path, no_proxy=[proxy_host])
+        direct = [urllib.parse.urlsplit(run.proxy.base_url).hostname or ""] if run.proxy is not None else []
+        run.agent_env |= intercept.sandbox_env(self.interceptor.proxy_url, ca_path, no_proxy=direct)
