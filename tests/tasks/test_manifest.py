@@ -77,7 +77,8 @@ def test_a_pinned_manifest_is_read_as_benchflow_writes_it(tmp_path: Path) -> Non
     assert environment.readiness.timeout_sec == 60
     assert environment.task_selection is not None and environment.task_selection.mechanism == "image"
     assert environment.docker_image == "kywch/smolclaws-base:latest"  # no Dockerfile: it runs as is
-    assert {note.field for note in task.ignored} == {"manifest.ports"}
+    assert task.ignored == []  # ports: the endpoints (issue 30)
+    assert environment.endpoints() == ["http://localhost:9001"]
     assert "manifest.base_image" in {note.field for note in task.mapped}
 
 
@@ -321,7 +322,7 @@ def test_task_check_shows_services_readiness_and_state(tmp_path: Path) -> None:
     assert "within 60 s" in text
     assert "its [environment] under the task's" in text  # the task's brackets are no markup
     assert "sqlite: /data/gmail.db" in text
-    assert "manifest.ports" in text  # ignored, with the reason
+    assert "http://localhost:9001 (from the sandbox; none published to the host)" in text
     assert "ANTHROPIC_API_KEY (never: named like a secret)" in text
 
 
