@@ -388,7 +388,9 @@ def test_a_scene_that_resets_the_environment_starts_from_its_baseline(tmp_path: 
     assert result["rewards"] == {"reward": 0.0}
 
 
-def test_keep_alive_false_lets_a_service_exit_once_ready(tmp_path: Path) -> None:
+def test_keep_alive_false_lets_a_service_exit_once_ready(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A manifest's ``keep_alive = false``: the service that exits (code 3) while the agent runs
     is recorded, not a crash, and the rollout is verified (with the default it is an
     ``environment_error``: `test_a_service_crashing_while_the_agent_runs_is_reported`);
@@ -406,16 +408,10 @@ def test_keep_alive_false_lets_a_service_exit_once_ready(tmp_path: Path) -> None
         manifest
         + '[[environment.services]]\nname = "slow"\ncommand = "python3 service.py 0 8123 1"\nport = 8123\n'
     )
-    done = subprocess.run(
-        [REROLL, "run", str(task), "--agent", "oracle", "--sandbox", "local", "--job-name", "j",
-         "--jobs-dir", str(tmp_path / "jobs"), "--environment-manifest", str(tmp_path / "m.toml")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    print(done.stdout, done.stderr, sep="\n")
-    (run,) = (tmp_path / "jobs" / "j").iterdir()
-    result = json.loads((run / "result.json").read_text())
+    extra = ("--environment-manifest", str(tmp_path / "m.toml"))
+    result, run = oracle_run(task, tmp_path / "jobs", extra=extra)
     assert result["status"] == "ok", result.get("error")
     assert result["rewards"] == {"reward": 1.0}
     (record,) = json.loads((run / "services" / "services.json").read_text())
     assert record["exit_code"] == 3 and record["exited_at"] > record["ready_at"]
-    assert "isolation = persistent runs as per_task" in " ".join(done.stdout.split())
+    assert "isolation = persistent runs as per_task" in " ".join(capsys.readouterr().out.split())

@@ -76,7 +76,7 @@ class ServicesAndMcp(Extension):
         """Give the scheduler the environment's reset (a scene's ``reset_environment``).
         ``--without-mcp``: result.json's ``mcp_withheld`` names the servers withheld, and the
         console says so."""
-        if run.trial is not None and self.environment is not None:
+        if self.environment is not None and run.trial is not None:
             run.trial.reset_environment = self.environment.reset
         if self.withheld:
             run.result.mcp_withheld = self.withheld
