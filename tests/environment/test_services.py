@@ -352,12 +352,14 @@ MANIFEST_TASK = Path(__file__).parents[1] / "fixtures" / "benchflow-manifest-res
 seeded to 10 by a setup command; the oracle bumps it once, the verifier wants 11."""
 
 
-def reset_trial_run(tmp_path: Path, sandbox: str, reset: bool) -> tuple[dict[str, Any], Path]:
-    """The manifest fixture in a two-scene trial (the oracle in each) on `sandbox`, the second
-    scene with ``reset_environment`` = `reset`: its result.json and run folder."""
+def reset_trial_run(
+    tmp_path: Path, sandbox: str, reset: bool, task: Path = MANIFEST_TASK
+) -> tuple[dict[str, Any], Path]:
+    """`task` (the manifest fixture) in a two-scene trial (the oracle in each) on `sandbox`, the
+    second scene with ``reset_environment`` = `reset`: its result.json and run folder."""
     scene = {"roles": [{"name": "solver"}], "turns": [{"role": "solver"}]}
     trial = {
-        "task": str(MANIFEST_TASK),
+        "task": str(task),
         "scenes": [scene | {"name": "first"}, scene | {"name": "second", "reset_environment": reset}],
     }
     tmp_path.mkdir(exist_ok=True)
@@ -415,3 +417,30 @@ def test_keep_alive_false_lets_a_service_exit_once_ready(
     (record,) = json.loads((run / "services" / "services.json").read_text())
     assert record["exit_code"] == 3 and record["exited_at"] > record["ready_at"]
     assert "isolation = persistent runs as per_task" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_reset_restores_a_state_without_services(tmp_path: Path) -> None:
+    """A task with an ``[environment.state]`` (files) and no service: the reset restores the
+    state as the setup command left it; the workspace is left as the first scene made it."""
+    task = service_task(tmp_path / "task", [])
+    front = (
+        (task / "task.md")
+        .read_text()
+        .replace(
+            "  services: []\n",
+            "  state: {kind: files, paths: [/tmp/state]}\n"
+            "  setup_commands: [{command: 'mkdir -m 777 /tmp/state; echo seed > /tmp/state/log; "
+            "chmod 666 /tmp/state/log'}]\n",
+        )
+    )
+    (task / "task.md").write_text(front)
+    (task / "oracle" / "solve.sh").write_text("echo scene >> /tmp/state/log; echo scene >> seen.txt\n")
+    (task / "verifier" / "test.sh").write_text(
+        "cp /tmp/state/log /logs/verifier/state.txt\n"
+        'cp "$REROLL_WORKSPACE/seen.txt" /logs/verifier/seen.txt\n'
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    result, run = reset_trial_run(tmp_path / "run", "local", reset=True, task=task)
+    assert result["status"] == "ok", result.get("error")
+    assert (run / "verifier" / "state.txt").read_text() == "seed\nscene\n"
+    assert (run / "verifier" / "seen.txt").read_text() == "scene\nscene\n"

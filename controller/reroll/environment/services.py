@@ -495,20 +495,19 @@ class Environment:
         until they are ready (a fresh readiness deadline). The workspace is not touched.
 
         Raises:
-            TaskEnvironmentError: the environment was not provisioned, or a service cannot start.
+            TaskEnvironmentError: a service cannot start.
             EnvironmentStateError: the environment declares a state but no baseline was captured,
                 or restoring it failed.
             ServiceNotReadyError: a service is not ready again in time.
         """
-        if self._deadline == 0.0:
-            raise TaskEnvironmentError("the environment cannot be reset before it was provisioned")
         if self.spec.state is not None and self._baseline is None:
             raise EnvironmentStateError("the environment's state has no baseline to reset to")
         await self._stop_all()
         if self.spec.state is not None and self._baseline is not None:
             await restore_state(self.sandbox, self.spec.state, self._baseline, self.env)
-        await self.provision()
-        await self.wait_ready()
+        if self.declared:  # a state alone has no service to start
+            await self.provision()
+            await self.wait_ready()
 
     async def teardown(self) -> None:
         """Stop every service (siblings removed), write the siblings' logs and ``services.json``.
