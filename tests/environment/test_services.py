@@ -345,3 +345,102 @@ def test_the_verifier_queries_a_live_service_while_the_agents_processes_are_dead
     _, run = live_service_run(tmp_path, "local")
     # No setuid program makes the agent's processes root (which a kill by user would miss).
     assert "NoNewPrivs:\t1" in (run / "agent" / "output.log").read_text()
+
+
+MANIFEST_TASK = Path(__file__).parents[1] / "fixtures" / "benchflow-manifest-reset"
+"""BenchFlow's format: a counter service in SQLite (its manifest's ``[environment.state]``),
+seeded to 10 by a setup command; the oracle bumps it once, the verifier wants 11."""
+
+
+def reset_trial_run(
+    tmp_path: Path, sandbox: str, reset: bool, task: Path = MANIFEST_TASK
+) -> tuple[dict[str, Any], Path]:
+    """`task` (the manifest fixture) in a two-scene trial (the oracle in each) on `sandbox`, the
+    second scene with ``reset_environment`` = `reset`: its result.json and run folder."""
+    scene = {"roles": [{"name": "solver"}], "turns": [{"role": "solver"}]}
+    trial = {
+        "task": str(task),
+        "scenes": [scene | {"name": "first"}, scene | {"name": "second", "reset_environment": reset}],
+    }
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "trial.yaml").write_text(yaml.safe_dump(trial))
+    done = subprocess.run(
+        [REROLL, "run", "--trial", str(tmp_path / "trial.yaml"), "--agent", "oracle", "--sandbox", sandbox,
+         "--job-name", "j", "--jobs-dir", str(tmp_path / "jobs")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    print(done.stdout, done.stderr, sep="\n")
+    (run,) = (tmp_path / "jobs" / "j").iterdir()
+    assert ("the environment returns to its baseline" in done.stdout) == reset
+    return json.loads((run / "result.json").read_text()), run
+
+
+def test_a_scene_that_resets_the_environment_starts_from_its_baseline(tmp_path: Path) -> None:
+    """BenchFlow's ``reset()`` before a scene: the services restarted and the SQLite state as the
+    setup command left it (10), so the second scene's bump makes 11 again; without it, 12."""
+    result, run = reset_trial_run(tmp_path / "reset", "local", reset=True)
+    assert result["status"] == "ok", result.get("error")
+    assert (run / "verifier" / "count.txt").read_text().strip() == "11"
+    assert result["rewards"] == {"reward": 1.0}
+    (record,) = json.loads((run / "services" / "services.json").read_text())
+    assert record["exit_code"] is None and record["ready_at"] > record["started_at"]
+    assert (run / "services" / "counter.log").read_text().count("serving") == 2  # restarted
+    result, run = reset_trial_run(tmp_path / "kept", "local", reset=False)
+    assert (run / "verifier" / "count.txt").read_text().strip() == "12"
+    assert result["rewards"] == {"reward": 0.0}
+
+
+def test_keep_alive_false_lets_a_service_exit_once_ready(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest's ``keep_alive = false``: the service that exits (code 3) while the agent runs
+    is recorded, not a crash, and the rollout is verified (with the default it is an
+    ``environment_error``: `test_a_service_crashing_while_the_agent_runs_is_reported`);
+    ``isolation = "persistent"`` runs as per_task and the console says so."""
+    task = service_task(tmp_path / "task", [], solve_sleep=4)
+    front = (task / "task.md").read_text().replace("  services: []\n", "")
+    (task / "task.md").write_text(front)
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM reroll/base:bookworm\nCOPY workspace/ /app/\nWORKDIR /app\n"
+    )
+    manifest = MANIFEST.split("[[environment.services]]")[0].replace(
+        "owns_lifecycle = false\n", 'owns_lifecycle = false\nkeep_alive = false\nisolation = "persistent"\n'
+    )
+    (tmp_path / "m.toml").write_text(
+        manifest
+        + '[[environment.services]]\nname = "slow"\ncommand = "python3 service.py 0 8123 1"\nport = 8123\n'
+    )
+    extra = ("--environment-manifest", str(tmp_path / "m.toml"))
+    result, run = oracle_run(task, tmp_path / "jobs", extra=extra)
+    assert result["status"] == "ok", result.get("error")
+    assert result["rewards"] == {"reward": 1.0}
+    (record,) = json.loads((run / "services" / "services.json").read_text())
+    assert record["exit_code"] == 3 and record["exited_at"] > record["ready_at"]
+    assert "isolation = persistent runs as per_task" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_reset_restores_a_state_without_services(tmp_path: Path) -> None:
+    """A task with an ``[environment.state]`` (files) and no service: the reset restores the
+    state as the setup command left it; the workspace is left as the first scene made it."""
+    task = service_task(tmp_path / "task", [])
+    front = (
+        (task / "task.md")
+        .read_text()
+        .replace(
+            "  services: []\n",
+            "  state: {kind: files, paths: [/tmp/state]}\n"
+            "  setup_commands: [{command: 'mkdir -m 777 /tmp/state; echo seed > /tmp/state/log; "
+            "chmod 666 /tmp/state/log'}]\n",
+        )
+    )
+    (task / "task.md").write_text(front)
+    (task / "oracle" / "solve.sh").write_text("echo scene >> /tmp/state/log; echo scene >> seen.txt\n")
+    (task / "verifier" / "test.sh").write_text(
+        "cp /tmp/state/log /logs/verifier/state.txt\n"
+        'cp "$REROLL_WORKSPACE/seen.txt" /logs/verifier/seen.txt\n'
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    result, run = reset_trial_run(tmp_path / "run", "local", reset=True, task=task)
+    assert result["status"] == "ok", result.get("error")
+    assert (run / "verifier" / "state.txt").read_text() == "seed\nscene\n"
+    assert (run / "verifier" / "seen.txt").read_text() == "scene\nscene\n"

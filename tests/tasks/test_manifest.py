@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from reroll.rollout.start import load_runnable_task
 from reroll.tasks.check import check, render
+from reroll.tasks.environment import ServiceSpec
 from reroll.tasks.manifest import REGISTRY_VARIABLE, compose_seconds, parse_state, resolve_manifest
+from reroll.tasks.spec import EnvironmentSection
 from reroll.tasks.task import Task, load_task
 from reroll.tasks.variants import with_environment
 from reroll_contracts.errors import TaskError
@@ -77,7 +79,8 @@ def test_a_pinned_manifest_is_read_as_benchflow_writes_it(tmp_path: Path) -> Non
     assert environment.readiness.timeout_sec == 60
     assert environment.task_selection is not None and environment.task_selection.mechanism == "image"
     assert environment.docker_image == "kywch/smolclaws-base:latest"  # no Dockerfile: it runs as is
-    assert {note.field for note in task.ignored} == {"manifest.ports"}
+    assert task.ignored == []  # ports: the endpoints (issue 30)
+    assert environment.endpoints() == ["http://localhost:9001"]
     assert "manifest.base_image" in {note.field for note in task.mapped}
 
 
@@ -321,7 +324,7 @@ def test_task_check_shows_services_readiness_and_state(tmp_path: Path) -> None:
     assert "within 60 s" in text
     assert "its [environment] under the task's" in text  # the task's brackets are no markup
     assert "sqlite: /data/gmail.db" in text
-    assert "manifest.ports" in text  # ignored, with the reason
+    assert "http://localhost:9001 (from the sandbox; none published to the host)" in text
     assert "ANTHROPIC_API_KEY (never: named like a secret)" in text
 
 
@@ -409,3 +412,63 @@ def test_a_bound_manifest_replaces_the_tasks_own_and_state_keeps_its_tools(tmp_p
         TaskError, match=r"--state tools gcal: not services of the environment \(it declares: gmail\)"
     ):
         with_environment(bound, None, ("gcal",))
+
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "benchflow-manifest-reset"
+
+
+def _check_text(task: Path) -> str:
+    out = io.StringIO()
+    render(check([task], load_runnable_task), Console(file=out, width=400))
+    return out.getvalue()
+
+
+def test_ports_are_the_environments_endpoints_never_published(tmp_path: Path) -> None:
+    """BenchFlow's ``ports`` (with its services' own: ``EnvHandle.endpoints``): task check lists
+    them as the sandbox sees them; an image service's by its name; nothing is ignored."""
+    task = load_task(FIXTURE)
+    assert task.ignored == []
+    assert task.spec.environment.ports == [8141]
+    assert task.spec.environment.endpoints() == ["http://localhost:8140", "http://localhost:8141"]
+    assert "http://localhost:8140, http://localhost:8141 (from the sandbox; none published to the host)" in (
+        _check_text(FIXTURE)
+    )
+    services = [
+        ServiceSpec(name="db", image="postgres:16", port=5432),
+        ServiceSpec(name="c", command="c", port=80),
+    ]
+    section = EnvironmentSection(ports=[8141, 80], services=services)
+    assert section.endpoints() == ["http://db:5432", "http://localhost:80", "http://localhost:8141"]
+
+
+def test_a_port_that_is_no_tcp_port_is_refused(tmp_path: Path) -> None:
+    manifest = (
+        (FIXTURE / "environment.toml").read_text().replace("ports          = [8141]", "ports = [70000]")
+    )
+    with pytest.raises(TaskError, match=r"ports must be TCP ports \(1-65535\), not \[70000\]"):
+        _task(tmp_path / "t", files={"environment.toml": manifest})
+
+
+def test_persistent_isolation_and_keep_alive_are_reported_as_they_run(tmp_path: Path) -> None:
+    """``isolation = "persistent"`` runs per_task, and the task's notes and task check say why;
+    ``keep_alive = false`` is taken and shown."""
+    manifest = (
+        (FIXTURE / "environment.toml")
+        .read_text()
+        .replace('isolation      = "per_task"', 'isolation = "persistent"')
+        .replace("keep_alive     = true", "keep_alive = false")
+    )
+    folder = tmp_path / "t"
+    task = _task(folder, files={"environment.toml": manifest})
+    assert task.spec.environment.isolation == "persistent" and task.spec.environment.keep_alive is False
+    (note,) = task.ignored
+    assert note.field == "manifest.isolation" and "runs as per_task" in note.note and "replay" in note.note
+    text = " ".join(_check_text(folder).split())
+    assert "│ isolation │ persistent runs as per_task: every rollout starts" in text
+    assert "│ keep_alive │ false: a service may exit once ready (recorded, not a crash)" in text
+
+
+def test_a_value_benchflow_refuses_is_refused(tmp_path: Path) -> None:
+    manifest = (FIXTURE / "environment.toml").read_text().replace('"per_task"', '"shared"')
+    with pytest.raises(TaskError, match="isolation"):
+        _task(tmp_path / "t", files={"environment.toml": manifest})

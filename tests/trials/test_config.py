@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 from reroll.agents import get_agent
 from reroll.rollout.checkpoint import first_step, recorded_turns, trial_cut
+from reroll.rollout.skills import self_gen_trial
 from reroll.rollout.turns.scenes import check_trial, with_messages
 from reroll.runfolder.run import load_run_folder
 from reroll.runfolder.trial import TrialRecord, TurnRecord
@@ -71,6 +72,22 @@ def test_a_trial_file_anchors_its_task_user_and_script_at_its_folder() -> None:
     assert scene.roles[0].model == f"scripted:{(EXAMPLES / 'progressive-disclosure.script.yaml').resolve()}"
     for name in ("coder-reviewer.yaml", "skill-gen-solve.yaml"):
         assert load_trial(EXAMPLES / name).task == trial.task
+
+
+def test_a_scenes_reset_environment_survives_loading_and_resolving(tmp_path: Path) -> None:
+    """``reset_environment`` (BenchFlow's ``reset()`` before a scene) is kept by `load_trial`,
+    `TrialConfig.resolved` and the skill-creator's solver scene, which rebuild the scenes."""
+    path = tmp_path / "trial.yaml"
+    path.write_text(
+        "scenes:\n  - {name: a, roles: [{name: x}], turns: [{role: x}]}\n"
+        "  - {name: b, reset_environment: true, roles: [{name: y}], turns: [{role: y}]}\n"
+    )
+    trial = load_trial(path).resolved("oracle", None)
+    assert [scene.reset_environment for scene in trial.scenes] == [False, True]
+    single = TrialConfig(
+        scenes=[Scene(roles=[Role("x", "oracle")], turns=[Turn("x")], reset_environment=True)]
+    )
+    assert self_gen_trial(single, "Do it.").scenes[1].reset_environment
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ One `Environment` per rollout, on a started sandbox::
         await environment.wait_ready()       # raises ServiceNotReadyError
         ...                                  # the agent runs
         environment.check_alive()            # raises ServiceCrashedError
+        await environment.reset()            # a scene that asks: back to the baseline
     finally:
         await environment.teardown()         # always; writes services/<name>.log
 
@@ -43,12 +44,19 @@ last lines of its log (category ``environment_error``: the task's fault, never r
 
 While the agent runs, a service that exits is a crash: the agent is not interrupted (its
 recording stays whole), `check_alive` raises `ServiceCrashedError` after it (the rollout ends
-as ``environment_error`` without verification: the world it acted on broke). A command service's
+as ``environment_error`` without verification: the world it acted on broke), unless the task
+says ``keep_alive = false`` (BenchFlow's "keep the environment up for the whole rollout", off):
+then the exit is recorded (``services.json``) and the rollout goes on. A command service's
 exit is seen as it happens; a sibling's when `check_alive` asks. Health probes do not run again
-after the gate. The environment variables: the task's selection (``task_selection``, key = the
-task's name) goes to every service and to the image's entrypoint; with ``inject_into = "exec"``
-also to the rollout's own processes (`exec_env`), as do the forwarded host variables
-(``forward_env``; never one named like a secret).
+after the gate (but after a `reset`: BenchFlow's ``reset()``, which its own kernel never calls;
+reroll calls it before a trial scene that says ``reset_environment``: the services stopped, the
+state `capture_baseline` copied after the setup commands restored, the services started again
+and waited for; the workspace is left as it is).
+
+The environment variables: the task's selection (``task_selection``, key = the task's name) goes
+to every service and to the image's entrypoint; with ``inject_into = "exec"`` also to the
+rollout's own processes (`exec_env`), as do the forwarded host variables (``forward_env``; never
+one named like a secret).
 """
 
 from __future__ import annotations
@@ -64,12 +72,14 @@ from pathlib import Path
 
 from reroll_contracts.childenv import SECRET_NAME
 from reroll_contracts.errors import (
+    EnvironmentStateError,
     RerollError,
     ServiceCrashedError,
     ServiceNotReadyError,
     TaskEnvironmentError,
 )
 
+from reroll.environment.state import restore_state, snapshot_state
 from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.run import SERVICES_DIR, ServiceRecord, write_json
 from reroll.sandbox.base import Sandbox
@@ -168,6 +178,8 @@ class Environment:
         self._deadline = 0.0
         self._last_seen: dict[str, str] = {}
         """What each probe answered last (quoted when it never passes)."""
+        self._baseline: bytes | None = None
+        """The state `capture_baseline` copied (`reroll.environment.state.StateCopy.data`)."""
 
     @property
     def declared(self) -> bool:
@@ -459,12 +471,52 @@ class Environment:
                 continue
             self._exited(name, code)
             self._write_records()
+            if not self.spec.keep_alive:  # BenchFlow's keep_alive = false: it need not stay up
+                log.info("service %s exited (code %s) once ready; keep_alive = false", name, code)
+                continue
             what = f"crashed while the agent ran (exit code {code})"
             raise ServiceCrashedError(await self._describe(name, what))
+
+    async def capture_baseline(self) -> None:
+        """Copy the environment's declared state (``[environment.state]``) now, the per-task
+        baseline `reset` returns to; nothing for a stateless environment. Call it with no process
+        of the agent alive (before the agent, after the setup commands).
+
+        Raises:
+            EnvironmentStateError: the snapshot failed, or the state lives in a sibling container.
+        """
+        if self.spec.state is not None:
+            self._baseline = (await snapshot_state(self.sandbox, self.spec.state, self.env)).data
+
+    async def reset(self) -> None:
+        """Return the environment to its per-task baseline without a new sandbox (BenchFlow's
+        ``ManifestEnvironment.reset``): stop every service reroll started (the image's entrypoint
+        too), restore the state `capture_baseline` copied, start the services again and wait
+        until they are ready (a fresh readiness deadline). The workspace is not touched.
+
+        Raises:
+            TaskEnvironmentError: a service cannot start.
+            EnvironmentStateError: the environment declares a state but no baseline was captured,
+                or restoring it failed.
+            ServiceNotReadyError: a service is not ready again in time.
+        """
+        if self.spec.state is not None and self._baseline is None:
+            raise EnvironmentStateError("the environment's state has no baseline to reset to")
+        await self._stop_all()
+        if self.spec.state is not None and self._baseline is not None:
+            await restore_state(self.sandbox, self.spec.state, self._baseline, self.env)
+        if self.declared:  # a state alone has no service to start
+            await self.provision()
+            await self.wait_ready()
 
     async def teardown(self) -> None:
         """Stop every service (siblings removed), write the siblings' logs and ``services.json``.
         Always safe: also after a failed provision, and twice."""
+        await self._stop_all()
+        self._write_records()
+
+    async def _stop_all(self) -> None:
+        """Stop every service, the youngest first (siblings removed, their logs written)."""
         if self._bring_up is not None and not self._bring_up.done():
             self._bring_up.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -477,7 +529,6 @@ class Environment:
             except (RerollError, OSError) as exc:
                 log.warning("stopping service %s failed: %s", name, exc)
         self.processes = {}
-        self._write_records()
 
     def _write_records(self) -> None:
         if self.records:

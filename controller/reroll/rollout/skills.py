@@ -24,6 +24,7 @@ for every agent.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -140,7 +141,7 @@ def self_gen_trial(trial: TrialConfig, task_prompt: str) -> TrialConfig:
     scenes = list(trial.scenes)
     if len(scenes) == 1 and scenes[0].name == DEFAULT_SCENE:
         only = scenes[0]
-        scenes = [Scene(SOLVER_SCENE, only.roles, only.turns, only.user, only.max_rounds, only.persona)]
+        scenes = [dataclasses.replace(only, name=SOLVER_SCENE)]
     return trial.model_copy(update={"scenes": [creator, *scenes]})
 
 

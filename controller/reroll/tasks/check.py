@@ -31,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from reroll.tasks.environment import McpServerSpec, ServiceSpec, SetupCommand, start_order
+from reroll.tasks.manifest import PERSISTENT_NOTE
 from reroll.tasks.rubric import task_policy
 from reroll.tasks.skills import bundled_skills_dir, load_skills
 from reroll.tasks.spec import EnvironmentSection
@@ -236,6 +237,7 @@ def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[s
     if rows or probes:
         within = f"within {readiness.timeout_sec:g} s"
         rows.append(("readiness", f"{', '.join(probes) or 'the services'}; {within}"))
+    rows += _lifetime_rows(environment)
     if (selection := environment.task_selection) is not None:
         how = f" {selection.key} (into the {selection.inject_into})" * (selection.mechanism == "env_var")
         rows.append(("task selection", f"{selection.mechanism}{how}"))
@@ -258,6 +260,19 @@ def _plane_rows(environment: EnvironmentSection, task_dir: Path) -> list[tuple[s
         rows.append(
             (f"mcp {server.name}", f"{server.transport} {target}{' (optional)' * server.optional}{filters}")
         )
+    return rows
+
+
+def _lifetime_rows(environment: EnvironmentSection) -> list[tuple[str, str]]:
+    """The environment's endpoints (BenchFlow's ``ports`` with the services'), and its
+    ``keep_alive`` and ``isolation`` when not the defaults, as rows."""
+    rows = []
+    if urls := environment.endpoints():
+        rows.append(("endpoints", f"{', '.join(urls)} (from the sandbox; none published to the host)"))
+    if not environment.keep_alive:
+        rows.append(("keep_alive", "false: a service may exit once ready (recorded, not a crash)"))
+    if environment.isolation == "persistent":
+        rows.append(("isolation", f"persistent {PERSISTENT_NOTE}"))
     return rows
 
 

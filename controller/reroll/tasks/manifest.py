@@ -18,10 +18,12 @@ section, whose fields win. Field by field:
   models are supersets of BenchFlow's, `reroll.tasks.environment`); a command service of a
   manifest starts only where its program is installed (``if_installed``: one manifest serves
   per-task images that carry a subset of its services, and BenchFlow probes and skips);
-- ``name``: informational (the task's own name selects the task); ``ports``: ignored (services
-  are reached on the rollout's private network by name or on the sandbox's localhost, nothing is
-  published to the host); ``keep_alive = true`` and ``isolation = "per_task"`` are what every
-  rollout gets (other values are reported as ignored).
+- ``name``: informational (the task's own name selects the task);
+- ``ports``, ``keep_alive``, ``isolation`` as they are (`reroll.tasks.spec.EnvironmentSection`):
+  ``ports`` with the services' own are the environment's endpoints on the sandbox's localhost
+  (nothing is published to the host); ``keep_alive = false`` lets a service exit once ready;
+  ``isolation = "persistent"`` runs with a fresh environment per rollout, as ``per_task``, and
+  the notes say so (`PERSISTENT_NOTE`).
 
 **Harbor's compose file** (``environment/docker-compose.yaml``, the compose specification) is
 parsed here with PyYAML into `ServiceSpec` s rather than run by Docker Compose: reroll makes the
@@ -58,16 +60,12 @@ from reroll_contracts.errors import TaskError
 
 MANIFEST_FILE = "environment.toml"
 """A manifest in the task folder is loaded when task.md pins none."""
-MANIFEST_IGNORED: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "ports": (
-        "nothing is published to the host: services are reached on the rollout's private network "
-        "by name, or on the sandbox's localhost",
-        ([],),
-    ),
-    "keep_alive": ("services always live for the whole rollout", (True,)),
-    "isolation": ("every rollout gets a fresh environment (per_task)", ("per_task",)),
-}
-"""Manifest fields reroll does not model: (why, values that ask for nothing more than it does)."""
+PERSISTENT_NOTE = (
+    "runs as per_task: every rollout starts from the task's own baseline in a sandbox of its own; "
+    "state is not carried from one rollout to the next (a replay, a branch and parallel rollouts "
+    "each need their start to be the recorded one, not whatever another rollout left)"
+)
+"""What becomes of ``isolation = "persistent"`` (`task check`, the run's console)."""
 COMPOSE_HONOURED = {
     "image",
     "build",
@@ -242,9 +240,8 @@ def apply_manifest(raw: dict[str, Any], manifest: Path, has_dockerfile: bool) ->
         mapped.append(
             ("manifest.name", f"informational ({table.pop('name')}): the task's own name selects it")
         )
-    for key, (reason, harmless) in MANIFEST_IGNORED.items():
-        if key in table and table.pop(key) not in harmless:
-            ignored.append((f"manifest.{key}", reason))
+    if table.get("isolation") == "persistent":
+        ignored.append(("manifest.isolation", f"persistent {PERSISTENT_NOTE}"))
     if image:
         table["docker_image"] = image
         mapped.append(("manifest.image", "environment.docker_image"))

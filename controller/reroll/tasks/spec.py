@@ -7,7 +7,7 @@ task folder into a `reroll.tasks.task.Task` around it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from reroll_contracts.errors import TaskError
@@ -169,6 +169,18 @@ class EnvironmentSection(BaseModel):
     setup_commands: list[SetupCommand] = []
     """Shell lines run in the sandbox, in order, once the services are ready and before the agent
     (BenchFlow's ``sandbox.setup_commands``; `reroll.environment.setup`)."""
+    ports: list[int] = []
+    """Ports the environment serves beyond its services' own (BenchFlow's manifest ``ports``): with
+    theirs, its endpoints ``http://localhost:PORT`` in the sandbox (`reroll.environment.services
+    .Environment.endpoints`, in ``services/services.json``); none is published to the host."""
+    keep_alive: bool = True
+    """BenchFlow's manifest ``keep_alive``, "keep the environment up for the whole rollout": True,
+    a service that exits after its readiness gate while the agent runs ends the rollout as
+    ``environment_error``; False, its exit is recorded and the rollout goes on to verification."""
+    isolation: Literal["per_task", "persistent"] = "per_task"
+    """BenchFlow's manifest ``isolation``: ``per_task``, a fresh environment each rollout;
+    ``persistent`` (cross-episode state) runs as ``per_task`` too, and says so: a rollout's start is
+    never another rollout's end, which replay, branching and parallel rollouts rely on."""
 
     @field_validator("services")
     @classmethod
@@ -183,6 +195,26 @@ class EnvironmentSection(BaseModel):
                 "remove [[environment.services]] or set owns_lifecycle = false"
             )
         return self
+
+    def endpoints(self) -> list[str]:
+        """The environment's endpoints as BenchFlow's ``EnvHandle.endpoints`` lists them (its
+        ``ports`` and its services' ``port``), as URLs seen from the sandbox: ``http://localhost:PORT``
+        for `ports` and command services, ``http://NAME:PORT`` for an image service (a sibling
+        container, reached by its name). Sorted, without repeats."""
+        urls = {f"http://localhost:{port}" for port in self.ports}
+        for service in self.services:
+            if service.port is not None:
+                host = service.name if service.sibling else "localhost"
+                urls.add(f"http://{host}:{service.port}")
+        return sorted(urls, key=lambda url: (url.rsplit(":", 1)[0], int(url.rsplit(":", 1)[1])))
+
+    @field_validator("ports")
+    @classmethod
+    def _valid_ports(cls, value: list[int]) -> list[int]:
+        wrong = [port for port in value if not 1 <= port <= 65535]
+        if wrong:
+            raise ValueError(f"ports must be TCP ports (1-65535), not {wrong}")
+        return value
 
     @field_validator("workdir")
     @classmethod

@@ -38,6 +38,7 @@ folder (a `TrialRecord`); each exchange carries its `reroll_contracts.trajectory
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Literal
 
@@ -143,6 +144,11 @@ class Scene:
     """With a `user`: at most this many rounds."""
     persona: Persona | None = None
     """Instead of `user`: a User played by a model (`Persona`); at most one scene of a trial has one."""
+    reset_environment: bool = False
+    """Before this scene (not the first: it starts there anyway), return the task's environment to
+    its per-task baseline (BenchFlow's ``reset()``, `reroll.environment.services.Environment.reset`):
+    its services restarted and its declared state restored as it was before the first agent ran;
+    the workspace stays as the earlier scenes left it. False: the scene goes on from their state."""
 
     @property
     def driven(self) -> bool:
@@ -272,7 +278,7 @@ class TrialConfig(BaseModel):
                         f"scene {scene.name!r}, role {role.name!r}: no agent (name one, or pass --agent)"
                     )
                 roles.append(Role(role.name, role_agent, live))
-            scenes.append(Scene(scene.name, roles, scene.turns, scene.user, scene.max_rounds, scene.persona))
+            scenes.append(dataclasses.replace(scene, roles=roles))
         return self.model_copy(update={"scenes": scenes})
 
     @property
@@ -300,13 +306,11 @@ def load_trial(path: Path) -> TrialConfig:
         raise TrialError(f"{path}: not a valid trial file:\n{exc}") from exc
     base = path.resolve().parent
     scenes = [
-        Scene(
-            scene.name,
-            [Role(role.name, role.agent, _anchored_model(role.model, base)) for role in scene.roles],
-            scene.turns,
-            _anchored(scene.user, base),
-            scene.max_rounds,
-            _read_persona(path, scene.persona, base),
+        dataclasses.replace(
+            scene,
+            roles=[Role(role.name, role.agent, _anchored_model(role.model, base)) for role in scene.roles],
+            user=_anchored(scene.user, base),
+            persona=_read_persona(path, scene.persona, base),
         )
         for scene in trial.scenes
     ]

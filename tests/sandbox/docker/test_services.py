@@ -24,7 +24,7 @@ from reroll.sandbox.docker.prune import prune
 from reroll.tasks.task import Task, load_task
 
 from tests.conftest import labelled_containers
-from tests.environment.test_services import live_service_run
+from tests.environment.test_services import live_service_run, reset_trial_run
 from tests.sandbox.docker.test_backend import CONNECT_SCRIPT
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("docker_images")]
@@ -202,3 +202,14 @@ def test_the_verifier_queries_a_live_command_service_while_the_agents_processes_
     of the service do not — here the agent may gain root through a setuid program (no
     ``no-new-privileges``), which the quiesce by descent kills too."""
     live_service_run(tmp_path, "docker")
+
+
+def test_a_scene_that_resets_the_environment_starts_from_its_baseline(tmp_path: Path) -> None:
+    """As on `local`: BenchFlow's ``reset()`` before the second scene restarts the manifest's
+    service in the container and restores its SQLite state to the setup command's seed."""
+    result, run = reset_trial_run(tmp_path, "docker", reset=True)
+    assert result["status"] == "ok", result.get("error")
+    assert (run / "verifier" / "count.txt").read_text().strip() == "11"
+    assert result["rewards"] == {"reward": 1.0}
+    assert (run / "services" / "counter.log").read_text().count("serving") == 2
+    assert not labelled_containers(run.name)

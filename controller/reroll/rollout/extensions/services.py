@@ -3,7 +3,8 @@ MCP servers it must take before anything is written; the services provisioned on
 started, the agent held until they are ready (the readiness gate) and the task's setup commands
 ran (`reroll.environment.setup`), torn down before the sandbox
 stops and checked alive after the agent; each launch given its native MCP configuration
-(`reroll.environment.services`, `reroll.rollout.mcp`)."""
+(`reroll.environment.services`, `reroll.rollout.mcp`); a trial scene's ``reset_environment``
+returns the environment to the baseline copied after the setup commands."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from reroll.rollout.mcp import (
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.environment import McpServerSpec
+from reroll.tasks.manifest import PERSISTENT_NOTE
 
 
 class ServicesAndMcp(Extension):
@@ -67,10 +69,15 @@ class ServicesAndMcp(Extension):
         self.environment = environment
         setup = plan.task.spec.environment.setup_commands
         await run_setup_commands(run.sandbox, setup, run.env | run.task_env, plan.run_dir, run.console)
+        if any(scene.reset_environment for scene in plan.trial.scenes[1:]):
+            await environment.capture_baseline()  # what a scene's reset returns to
 
     async def before_agent(self, run: Run) -> None:
-        """``--without-mcp``: result.json's ``mcp_withheld`` names the servers withheld, and the
+        """Give the scheduler the environment's reset (a scene's ``reset_environment``).
+        ``--without-mcp``: result.json's ``mcp_withheld`` names the servers withheld, and the
         console says so."""
+        if self.environment is not None and run.trial is not None:
+            run.trial.reset_environment = self.environment.reset
         if self.withheld:
             run.result.mcp_withheld = self.withheld
             run.console.print(
@@ -101,9 +108,14 @@ class ServicesAndMcp(Extension):
 async def _provision(environment: Environment, console: Console) -> None:
     """Start the task's services and hold the rollout until all are ready (the readiness gate:
     `reroll.environment.services`); nothing to do for a task without any."""
+    spec = environment.spec
+    if spec.isolation == "persistent":
+        console.print(f"[yellow]isolation = persistent {PERSISTENT_NOTE}[/yellow]")
     if not environment.declared:
         return
-    names = ", ".join(service.name for service in environment.spec.services) or "the image's own"
+    names = ", ".join(service.name for service in spec.services) or "the image's own"
+    if spec.endpoints():
+        names += f"; endpoints {', '.join(spec.endpoints())}"
     timeout = environment.spec.readiness.timeout_sec
     console.print(f"[dim]starting services ({names}); the agent waits until ready (≤ {timeout:g} s)[/dim]")
     gate = time.monotonic()

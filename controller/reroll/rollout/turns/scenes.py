@@ -1,6 +1,7 @@
 """The turn scheduler: runs a trial's scenes, turns and User rounds in one sandbox (`run_trial`).
 
-For each scene in order (the agent's processes stopped between two scenes), each turn — or, in a
+For each scene in order (the agent's processes stopped between two scenes; the environment
+returned to its baseline before a scene that says ``reset_environment``), each turn — or, in a
 scene a User drives, each round until the User returns None or ``max_rounds`` — it tells the
 proxy the turn's `Place` (every exchange records it), picks the prompt, runs the role's agent
 through the rollout's `TurnRunner` and records the turn in ``trial.json`` and the prompt in
@@ -129,6 +130,9 @@ class TrialContext:
     rollout does not offer the tool."""
     persona: PersonaPlan = field(default_factory=PersonaPlan)
     """How a persona scene opens its model (`reroll.rollout.turns.persona`)."""
+    reset_environment: Callable[[], Awaitable[None]] | None = None
+    """Returns the task's environment to its per-task baseline, before a scene that says
+    ``reset_environment`` (`reroll.environment.services.Environment.reset`); None: nothing to reset."""
 
 
 async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
@@ -149,6 +153,9 @@ async def run_trial(ctx: TrialContext, console: Console) -> AgentOutcome:
     for index, scene in enumerate(ctx.trial.scenes):
         if index > 0:
             await quiesce(ctx.sandbox)  # the previous scene's agent processes are gone
+            if scene.reset_environment and ctx.reset_environment is not None:
+                console.print(f"[dim]scene {scene.name}: the environment returns to its baseline[/dim]")
+                await ctx.reset_environment()
         if ctx.hook is not None:
             await ctx.hook.enter(scene, index)
         run = _run_rounds if scene.driven else _run_turns
