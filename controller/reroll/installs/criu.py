@@ -1,17 +1,22 @@
 """CRIU (Checkpoint/Restore In Userspace) in a folder of its own: the process-level checkpoint of
 an agent that has no resumable session (`reroll.sandbox.local.criu`).
 
-Debian bookworm's ``criu`` (3.17) fails ``criu check`` on the kernels reroll runs on; trixie's
-4.1.1 passes. Installing trixie's package on a bookworm host (``apt-get install -t trixie criu``)
-would replace the C library, switch ``python3`` to 3.13 and remove ``python3.11-venv`` and
-``libssl3``, so it is never installed: `ensure_criu` downloads the ``.deb`` of ``criu`` and of
-every library it needs, recursively — trixie's C library and ELF loader included — with
-``apt-get download`` from a private apt state (its own sources list naming trixie, its own lists
+Debian bookworm's ``criu`` (3.17) fails ``criu check`` on the kernels reroll runs on. Trixie's
+4.1.1 passes it but cannot dump a process holding a TCP socket on Linux 6.16 or later (the
+agent's connection to its LLM proxy): it reads ``SO_PASSCRED`` and ``SO_PASSSEC`` of every
+socket, which those kernels refuse on TCP sockets (``sockets: Can't get 1:16 opt: Operation not
+supported``; CRIU's issues 2705 and 2718, fixed in 4.2). So CRIU comes from Debian unstable
+(`SUITE`; 4.2.1 when written), at least `MIN_VERSION`. Installing such a package on a bookworm
+host (``apt-get install -t trixie criu``) would replace the C library, switch ``python3`` to
+3.13 and remove ``python3.11-venv`` and ``libssl3``, so it is never installed: `ensure_criu`
+downloads the ``.deb`` of ``criu`` and of every library it needs, recursively — that release's
+C library and ELF loader included — with ``apt-get download`` from a private apt state (its own
+sources list naming `SUITE`, its own lists
 and cache; the host's apt configuration and dpkg database are not touched), unpacks them with
 ``dpkg-deb -x`` into ``<cache>/criu/<key>/root/`` and runs CRIU through that folder's own loader
 with that folder's libraries (`CriuInstall.argv`). The first use on a machine installs it (about
-8 MB downloaded, 2–5 s), under a cache lock so that concurrent processes install it once
-(`reroll.sandbox.sidecar_bundle.build_once`); the folder is 25 MB.
+8 MB downloaded, 5 to 12 s), under a cache lock so that concurrent processes install it once
+(`reroll.sandbox.sidecar_bundle.build_once`); the folder is 16 MB.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from reroll_contracts.errors import ImageBuildError
 from reroll.cache import cache_dir
 from reroll.sandbox.sidecar_bundle import build_once, run_build_step
 
-SUITE = "trixie"
-"""The Debian release CRIU's packages come from."""
+SUITE = "sid"
+"""The Debian release CRIU's packages come from (see the module docstring for why not trixie)."""
+MIN_VERSION = (4, 2)
+"""The oldest CRIU that dumps TCP sockets on Linux 6.16 and later."""
 MIRROR = "http://deb.debian.org/debian"
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 """Debian's archive keys (bookworm's ``debian-archive-keyring`` holds trixie's)."""
@@ -92,6 +99,12 @@ def dependency_closure(depends_output: str) -> list[str]:
     return sorted(names)
 
 
+def parse_version(said: str) -> tuple[int, ...] | None:
+    """The version ``criu --version`` printed (``Version: 4.2.1`` → ``(4, 2, 1)``), None without one."""
+    found = re.search(r"^Version:\s*(\d+(?:\.\d+)*)", said, re.MULTILINE)
+    return tuple(int(part) for part in found.group(1).split(".")) if found else None
+
+
 def _build(scratch: Path, target: Path) -> None:
     """Download `PACKAGE` and its dependencies from `SUITE` into `scratch` and unpack them into `target`.
 
@@ -109,21 +122,46 @@ def _build(scratch: Path, target: Path) -> None:
     run_build_step(["apt-get", *options, "update"], f"apt-get update ({SUITE}, for CRIU)")
     closure = dependency_closure(
         run_build_step(
-            ["apt-cache", *options, "depends", "--recurse", "--no-recommends", "--no-suggests",
-             "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances", PACKAGE],
+            [
+                "apt-cache",
+                *options,
+                "depends",
+                "--recurse",
+                "--no-recommends",
+                "--no-suggests",
+                "--no-conflicts",
+                "--no-breaks",
+                "--no-replaces",
+                "--no-enhances",
+                PACKAGE,
+            ],
             f"apt-cache depends {PACKAGE}",
         )
     )
-    run_build_step(["sh", "-c", f'cd "$1" && shift && exec "$@"', "sh", str(debs), "apt-get", *options,
-                    "download", *closure], f"apt-get download {PACKAGE} and its libraries")
+    run_build_step(
+        [
+            "sh",
+            "-c",
+            'cd "$1" && shift && exec "$@"',
+            "sh",
+            str(debs),
+            "apt-get",
+            *options,
+            "download",
+            *closure,
+        ],
+        f"apt-get download {PACKAGE} and its libraries",
+    )
     target.mkdir()
     for deb in sorted(debs.glob("*.deb")):
         run_build_step(["dpkg-deb", "-x", str(deb), str(target)], f"dpkg-deb -x {deb.name}")
     for dropped in DROPPED:
         shutil.rmtree(target / dropped, ignore_errors=True)
-    version = run_build_step(CriuInstall(target).argv("--version"), "criu --version")
-    if "Version:" not in version:
-        raise ImageBuildError(f"the unpacked criu did not say its version: {version!r}")
+    said = run_build_step(CriuInstall(target).argv("--version"), "criu --version")
+    if (version := parse_version(said)) is None or version < MIN_VERSION:
+        raise ImageBuildError(
+            f"{SUITE}'s criu is not at least {'.'.join(map(str, MIN_VERSION))}: it says {said.strip()!r}"
+        )
 
 
 def ensure_criu() -> CriuInstall:
