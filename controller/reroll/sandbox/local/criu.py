@@ -1,5 +1,6 @@
 """A process-level checkpoint of a process tree in an isolated local sandbox, with CRIU
-(`reroll.installs.criu`): the agent's memory, for agents that keep their conversation only there.
+(`reroll.sandbox.local.criu_install`): the agent's memory, for agents that keep their
+conversation only there.
 
 `dump_tree` checkpoints the tree rooted at a process of one sandbox into a host folder of images;
 `restore_tree` starts it again in another sandbox of the same kind, with the same pids, in that
@@ -37,7 +38,7 @@ from typing import Protocol
 
 from reroll_contracts.errors import SandboxError
 
-from reroll.installs.criu import CriuInstall, ensure_criu
+from reroll.sandbox.local.criu_install import CriuInstall, ensure_criu
 
 NAMESPACES = ("--user", "--mount", "--pid", "--net", "--ipc", "--uts")
 COMMON = ("--unprivileged", "--manage-cgroups=ignore", "-v2")

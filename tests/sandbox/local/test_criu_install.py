@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reroll.installs import criu
-from reroll.installs.criu import CriuInstall, dependency_closure, parse_version
+from reroll.sandbox.local import criu_install as criu
+from reroll.sandbox.local.criu_install import CriuInstall, dependency_closure, parse_version
 from reroll_contracts.errors import ImageBuildError
 
 DEPENDS = """criu
