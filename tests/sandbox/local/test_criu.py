@@ -90,6 +90,7 @@ async def test_a_request_in_flight_is_sent_again_to_the_new_sandbox_s_server(
     task: Task, tmp_path: Path
 ) -> None:
     answered: dict[str, list[str]] = {"original": [], "restored": []}
+    release = asyncio.Event()
 
     def server(name: str) -> object:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -97,7 +98,9 @@ async def test_a_request_in_flight_is_sent_again_to_the_new_sandbox_s_server(
             path = head.split(b" ")[1].decode()
             answered[name].append(path)
             if name == "original":
-                await asyncio.sleep(3600)  # held, as the proxy holds step K
+                await release.wait()  # held, as the proxy holds step K
+                writer.close()
+                return
             body = f"{name}:{path}".encode()
             writer.write(
                 b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
@@ -139,8 +142,10 @@ async def test_a_request_in_flight_is_sent_again_to_the_new_sandbox_s_server(
                 break
             await asyncio.sleep(0.05)
         log = await conformance.sh(restored, "cat /tmp/client.log")
+        release.set()
         for server_ in servers:
             server_.close()
+            await server_.wait_closed()
     assert answered["restored"] == ["/step/0", "/step/1", "/step/2"], log
     secrets = {line.split()[-1] for line in log.splitlines() if "restored:" in line}
     assert len(secrets) == 1, f"the client's memory was not kept: {log}"
