@@ -56,6 +56,7 @@ def session_agent() -> Iterator[str]:
 def test_an_agent_without_a_resumable_session_falls_back_to_replay_with_a_note() -> None:
     via, note = choose_via(get_agent("mini-swe-agent"), None)
     assert via == "replay" and note is not None and "mini-swe-agent has no resumable session" in note
+    assert "CRIU" in note and "not use it yet" in note, note
     assert choose_via(get_agent("mini-swe-agent"), "snapshot")[0] == "replay"
     assert choose_via(get_agent("claude-code"), None) == ("snapshot", None)
     assert choose_via(get_agent("claude-code"), "replay") == ("replay", None)

@@ -97,7 +97,8 @@ def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:
         return "snapshot", None
     return "replay", (
         f"{agent.name} has no resumable session (no `resume` and `session_paths` in its declaration): "
-        "its branches replay the prefix"
+        "its branches replay the prefix (its memory would need a process checkpoint: CRIU restores it "
+        "in a local sandbox, but branch does not use it yet; docs/branch.md)"
     )
 
 

@@ -177,6 +177,21 @@ class IsolatedSandbox(Sandbox):
             except OSError as exc:
                 raise SandboxError(f"{self.label}: cannot forward port {port} inside: {exc}") from exc
 
+    async def alias_host_port(self, address: str, port: int, to_port: int) -> None:
+        """Forward `address`:`port` inside (another sandbox's `host_address` and proxy port, which
+        a process tree restored from that sandbox still connects to: `reroll.sandbox.local.criu`)
+        to this sandbox's host `to_port`.
+
+        Raises:
+            SandboxError: the sandbox is not running, or the socket could not be made.
+        """
+        if self._forwarder is None:
+            raise SandboxError(f"{self.label}: not running, no port to alias")
+        try:
+            await self._forwarder.forward_alias(address, port, to_port)
+        except OSError as exc:
+            raise SandboxError(f"{self.label}: cannot forward {address}:{port} inside: {exc}") from exc
+
     async def limits_hit(self) -> list[str]:
         """See `Sandbox.limits_hit`: the OOM kills and refused forks in the sandbox's cgroup,
         whether its sized ``/`` (workspace, logs, home, ``/tmp``) is full, and whether

@@ -278,8 +278,8 @@ class Forwarder:
         self._forwarding = asyncio.Lock()
         self._allowed: Target = listed_target(Resolved())
 
-    async def _serve(self, port: int, handler: Handler) -> int:
-        sock = await asyncio.to_thread(listen_in, self.namespace, self.address, port)
+    async def _serve(self, port: int, handler: Handler, address: str = "") -> int:
+        sock = await asyncio.to_thread(listen_in, self.namespace, address or self.address, port)
 
         async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self._open.add(writer)
@@ -317,6 +317,16 @@ class Forwarder:
             if port not in self._forwarded:
                 await self._serve(port, _forward_to(self.address, port))
                 self._forwarded.add(port)
+
+    async def forward_alias(self, address: str, port: int, to_port: int) -> None:
+        """Forward `address`:`port` inside (another sandbox's address, which a process restored
+        from a checkpoint of that sandbox still connects to: `reroll.sandbox.local.criu`) to the
+        host's `address` attribute:`to_port`.
+
+        Raises:
+            OSError: as `listen_in` (e.g. `address` is not a loopback address).
+        """
+        await self._serve(port, _forward_to(self.address, to_port), address)
 
     async def listed_proxy(self, allowed: Resolved) -> str:
         """An HTTP CONNECT proxy inside the namespace that tunnels only to `allowed`
