@@ -12,7 +12,10 @@ reroll is changed for it). Prints the ``import reroll.cli`` time (what the CLI p
 ``branch`` starts); per value of `--at`, what a ``reroll branch`` command imports before its
 child's agent starts (modules and ``-X importtime`` seconds: `cli_imports.branch_imports`) and
 the fork latency of a ``reroll branch`` command run as its own process (imports included, the
-shared proxy and model server started cold); then, per branching in this process, the fork
+shared proxy and model server started cold) and that command's timeline, run once more with its
+stages timed from its spawn (`command_timeline`; `stage_timer` wraps them as their modules load,
+and times the import of ``reroll.cli.app`` and ``reroll.jobs.branch``); then, per branching in
+this process, the fork
 latency (the branch's start to the first live request of any child, from the children's
 trajectories), then a timeline: each stage of the branch, and of the child that went live first,
 with its start and its seconds (a stage inside another is indented; the LLM side and the
