@@ -15,9 +15,8 @@ the fork latency of a ``reroll branch`` command run as its own process (imports 
 shared proxy and model server started cold) and that command's timeline, run once more with its
 stages timed from its spawn (`command_timeline`; `stage_timer` wraps them as their modules load,
 and times the import of ``reroll.cli.app`` and ``reroll.jobs.branch``); then, per branching in
-this process, the fork
-latency (the branch's start to the first live request of any child, from the children's
-trajectories), then a timeline: each stage of the branch, and of the child that went live first,
+this process, the fork latency (the branch's start to the first live request of any child, from
+the children's trajectories), then a timeline: each stage of the branch, and of the child that went live first,
 with its start and its seconds (a stage inside another is indented; the LLM side and the
 sandbox's start overlap), one line per child (its start, the seconds of its LLM side, sandbox
 start and agent), and each stage's median over the children. Run it under
