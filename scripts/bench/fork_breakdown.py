@@ -9,19 +9,19 @@ scripts/bench/branch.py does, with a pool checkpoint at every step) unless `--ru
 branches it at each step of `--at` into `-n` children by snapshot, in this process, with a timer
 around each stage of the branch and of every child (the functions are wrapped here: nothing in
 reroll is changed for it). Prints the ``import reroll.cli`` time (what the CLI pays before
-``branch`` starts); per value of `--at`, what a ``reroll branch`` command imports before its
-child's agent starts (modules and ``-X importtime`` seconds: `cli_imports.branch_imports`) and
-the fork latency of a ``reroll branch`` command run as its own process (imports included, the
-shared proxy and model server started cold) and that command's timeline, run once more with its
-stages timed from its spawn (`command_timeline`; `stage_timer` wraps them as their modules load,
-and times the import of ``reroll.cli.app`` and ``reroll.jobs.branch``); then, per branching in
-this process, the fork latency (the branch's start to the first live request of any child, from
-the children's trajectories), then a timeline: each stage of the branch, and of the child that went live first,
-with its start and its seconds (a stage inside another is indented; the LLM side and the
-sandbox's start overlap), one line per child (its start, the seconds of its LLM side, sandbox
-start and agent), and each stage's median over the children. Run it under
-``flock /tmp/reroll-docker.lock``. The pools of a run it recorded are removed at the end
-unless `--keep-recording` names a jobs folder to record into (then pass the run to `--run`).
+``branch`` starts); per value of `--at`, what a ``reroll branch`` command imports before its child's
+agent starts (modules and ``-X importtime`` seconds: `cli_imports.branch_imports`) and the fork
+latency of a ``reroll branch`` command run as its own process (imports included, the shared proxy
+and model server started cold) and that command's timeline, run once more with its stages timed from
+its spawn (`command_timeline`; `stage_timer` wraps them as their modules load, and times the import
+of ``reroll.cli.app`` and ``reroll.jobs.branch``); then, per branching in this process, the fork
+latency (the branch's start to the first live request of any child, from the children's
+trajectories), then a timeline: each stage of the branch, and of the child that went live first,
+with its start and its seconds (a stage inside another is indented; the LLM side and the sandbox's
+start overlap), one line per child (its start, the seconds of its LLM side, sandbox start and
+agent), and each stage's median over the children. Run it under ``flock /tmp/reroll-docker.lock``.
+The pools of a run it recorded are removed at the end unless `--keep-recording` names a jobs folder
+to record into (then pass the run to `--run`).
 """
 
 from __future__ import annotations
