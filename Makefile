@@ -13,7 +13,10 @@ UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}'
 
 .PHONY: env sandbox-tools lock demo test test-fast check docs protos images clean
 
-# The versions installed are those of uv.lock (`make lock` re-resolves it after editing
+# The dependencies are installed compiled (--compile-bytecode: uv leaves that to the first import,
+# which never writes them under PYTHONDONTWRITEBYTECODE, so that every reroll process, the shared
+# proxy and model server included, would compile aiohttp, pydantic, rich... from source at each
+# start). The versions installed are those of uv.lock (`make lock` re-resolves it after editing
 # pyproject.toml's dependencies); uv comes from PyPI into the venv, so python3.11 is all it needs.
 env: $(STAMP) sandbox-tools
 
@@ -27,7 +30,7 @@ $(UV):
 	$(BIN)/pip install --quiet uv==$(UV_VERSION)
 
 $(STAMP): pyproject.toml uv.lock | $(UV)
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --quiet --locked --inexact --extra dev
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --quiet --locked --inexact --extra dev --compile-bytecode
 	touch $(STAMP)
 
 lock: $(UV)

@@ -185,30 +185,38 @@ def command_fork_latency(run: Path, at: int, n: int, model: str, output: Path) -
     Raises:
         SystemExit: the command wrote no tree, or no child went live.
     """
-    from datetime import datetime
-
-    from reroll.runfolder.run import TRAJECTORY
-    from reroll_contracts.trajectory import load_trajectory
-
     reroll = Path(sys.executable).parent / "reroll"
     argv = [str(reroll), "branch", str(run), "--at", str(at), "-n", str(n), "--model", model]
     argv += ["--via", "snapshot", "--output", str(output)]
     began = time.time()
     done = subprocess.run(argv, capture_output=True, text=True)
     wall = time.time() - began
+    first = first_live_of(output)
+    if first is None:
+        failed = f"reroll branch failed ({done.returncode}) or no child went live"
+        raise SystemExit(f"{failed}: {done.stderr[-2000:]}")
+    return first[0] - began, wall
+
+
+def first_live_of(output: Path) -> tuple[float, str] | None:
+    """The earliest live request (``time.time()``) of the children of the tree a ``reroll branch
+    --output OUTPUT`` wrote, and that child's folder name; None when it wrote none or none went live."""
+    from datetime import datetime
+
+    from reroll.runfolder.run import TRAJECTORY
+    from reroll_contracts.trajectory import load_trajectory
+
     written = sorted(output.glob("*/summary.json"))  # <output>/<run>/summary.json
     if not written:
-        raise SystemExit(f"reroll branch failed ({done.returncode}): {done.stderr[-2000:]}")
+        return None
     tree = written[0].parent
     firsts = []
     for child in json.loads(written[0].read_bytes())["children"]:
         trajectory = tree / child["folder"] / TRAJECTORY
         exchanges = load_trajectory(trajectory).exchanges if trajectory.is_file() else []
         live = [e.request.timestamp for e in exchanges if e.metadata.source == "live"]
-        firsts += [datetime.fromisoformat(live[0]).timestamp()] if live else []
-    if not firsts:
-        raise SystemExit(f"no child of {tree} went live")
-    return min(firsts) - began, wall
+        firsts += [(datetime.fromisoformat(live[0]).timestamp(), child["folder"])] if live else []
+    return min(firsts) if firsts else None
 
 
 def to_prestart(run: Path, at: int, model: str, output: Path) -> tuple[float, int]:

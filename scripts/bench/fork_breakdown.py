@@ -9,26 +9,26 @@ scripts/bench/branch.py does, with a pool checkpoint at every step) unless `--ru
 branches it at each step of `--at` into `-n` children by snapshot, in this process, with a timer
 around each stage of the branch and of every child (the functions are wrapped here: nothing in
 reroll is changed for it). Prints the ``import reroll.cli`` time (what the CLI pays before
-``branch`` starts); per value of `--at`, what a ``reroll branch`` command imports before its
-child's agent starts (modules and ``-X importtime`` seconds: `cli_imports.branch_imports`) and
-the fork latency of a ``reroll branch`` command run as its own process (imports included, the
-shared proxy and model server started cold); then, per branching in this process, the fork
+``branch`` starts); per value of `--at`, what a ``reroll branch`` command imports before its child's
+agent starts (modules and ``-X importtime`` seconds: `cli_imports.branch_imports`) and the fork
+latency of a ``reroll branch`` command run as its own process (imports included, the shared proxy
+and model server started cold) and that command's timeline, run once more with its stages timed from
+its spawn (`command_timeline`; `stage_timer` wraps them as their modules load, and times the import
+of ``reroll.cli.app`` and ``reroll.jobs.branch``); then, per branching in this process, the fork
 latency (the branch's start to the first live request of any child, from the children's
 trajectories), then a timeline: each stage of the branch, and of the child that went live first,
-with its start and its seconds (a stage inside another is indented; the LLM side and the
-sandbox's start overlap), one line per child (its start, the seconds of its LLM side, sandbox
-start and agent), and each stage's median over the children. Run it under
-``flock /tmp/reroll-docker.lock``. The pools of a run it recorded are removed at the end
-unless `--keep-recording` names a jobs folder to record into (then pass the run to `--run`).
+with its start and its seconds (a stage inside another is indented; the LLM side and the sandbox's
+start overlap), one line per child (its start, the seconds of its LLM side, sandbox start and
+agent), and each stage's median over the children. Run it under ``flock /tmp/reroll-docker.lock``.
+The pools of a run it recorded are removed at the end unless `--keep-recording` names a jobs folder
+to record into (then pass the run to `--run`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextvars
-import functools
-import inspect
+import json
 import os
 import statistics
 import subprocess
@@ -36,121 +36,52 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from branch import AGENTS, TASK, branch_arguments, first_live, script
-from cli_imports import branch_imports, command_fork_latency
+from cli_imports import branch_imports, command_fork_latency, first_live_of
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.jobs.branch import branch
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.rollout.commands.record import run_task
 from reroll.sandbox.local.storage import remove_pools_under
 from reroll.settings import RolloutSettings
+from stage_timer import SPANS, STAGES, Span, instrument
 
-STAGES = [
-    ("reroll.jobs.branch", "_open_points", "open the run folder and checkpoint"),
-    ("reroll.jobs.branch", "_TreePlan.refuse_unrunnable", "check the first child"),
-    ("reroll.jobs.branch", "_TreePlan.write_parent", "write the parent folder"),
-    ("reroll.jobs.branch", "_TreePlan.reach_cut", "find the layers and pool"),
-    ("reroll.rollout.layers", "load_checkpoint", "load_checkpoint (read, sha256)"),
-    ("reroll.jobs.runner", "Runner.run", "runner"),
-    ("reroll.jobs.branch", "run_branch", "child"),
-    ("reroll.jobs.branch", "_open_point", "open the checkpoint"),
-    ("reroll.rollout.start", "_configured", "settings and extensions"),
-    ("reroll.rollout.start", "create_run_folder", "create the run folder"),
-    ("reroll.rollout.lifecycle", "_new_sandbox", "sandbox object"),
-    ("reroll.rollout.lifecycle", "_set_up", "set up (gate, proxy, sandbox, install, hooks)"),
-    ("reroll.rollout.lifecycle", "start_llm_side", "model server and proxy registration"),
-    ("reroll.host.shared_process", "shared_process", "shared process (started or found)"),
-    ("reroll.host.shared_process", "SharedProcess.post", "registration"),
-    ("reroll.sandbox.local.isolated", "IsolatedSandbox.start", "sandbox start"),
-    ("reroll.sandbox.local.isolated", "ensure_bundle", "sidecar bundle"),
-    ("reroll.sandbox.local.isolated", "IsolatedSandbox._lay_out", "lay out"),
-    ("reroll.sandbox.local.storage", "SandboxDisk.child_of", "disk: child of the pool"),
-    ("reroll.sandbox.local.identity", "shift_tree", "shift owners"),
-    ("reroll.sandbox.local.rootview", "chown_tree", "chown"),
-    ("reroll.host.child_process", "ChildProcess.start", "a child process to ready"),
-    ("reroll.sandbox.base", "Sandbox.wait_ready", "sidecar ready"),
-    ("reroll.sandbox.local.netns", "Forwarder.forward_host_ports", "forward the proxy port"),
-    ("reroll.sandbox.local.netns", "attach_pasta", "pasta"),
-    ("reroll.rollout.lifecycle", "install_agent", "agent install (check)"),
-    ("reroll.rollout.hooks", "Hooks.after_sandbox_start", "after_sandbox_start hooks"),
-    ("reroll.rollout.verify.script_verifier", "TestScriptVerifier.prepare", "verifier baseline"),
-    ("reroll.rollout.hooks", "Hooks.before_agent", "before_agent hooks"),
-    ("reroll.rollout.layers", "restore_checkpoint", "restore the layers"),
-    ("reroll.rollout.agent_phase", "run_agent", "agent (to its exit)"),
-    ("reroll.rollout.lifecycle", "_settle", "settle (proxy stop, quiesce, manifest)"),
-    ("reroll.rollout.verify.script_verifier", "TestScriptVerifier.verify", "verify"),
-    ("reroll.sandbox.local.isolated", "IsolatedSandbox.stop", "sandbox stop"),
-    ("reroll.rollout.lifecycle", "_write_result", "write result.json"),
-]
-"""(module, [Class.]function, label): the stages timed, outermost first."""
+COMMAND = """
+import atexit, json, sys
+sys.path.insert(0, {bench!r})
+import stage_timer
 
-CHILD: contextvars.ContextVar[str] = contextvars.ContextVar("child", default="branch")
+stage_timer.instrument_on_import()
+atexit.register(lambda: open({out!r}, "w").write(json.dumps([vars(s) for s in stage_timer.SPANS])))
+from reroll.cli.app import app
+
+app({argv!r})
+"""
+"""A ``reroll branch`` command with its stages timed as their modules load; its spans go to a file."""
 
 
-@dataclass
-class Span:
-    child: str
-    label: str
-    start: float
-    """``time.time()``."""
-    end: float
+def command_timeline(run: Path, at: int, n: int, model: str, output: Path) -> None:
+    """Run ``reroll branch RUN --at AT -n N --model MODEL --via snapshot`` as its own process, its
+    stages timed (`stage_timer.instrument_on_import`), and print its timeline from its spawn (as
+    `report` does): where a command's fork latency goes, its imports and shared processes included.
 
-
-SPANS: list[Span] = []
-
-
-def _timed(function: Callable[..., Any], label: str) -> Callable[..., Any]:
-    """`function` recording a `Span` per call (a child's: `CHILD` is set on ``run_branch``)."""
-
-    if inspect.iscoroutinefunction(function):
-
-        @functools.wraps(function)
-        async def timed_async(*args: Any, **kwargs: Any) -> Any:
-            token = CHILD.set(kwargs["name"]) if label == "child" else None  # run_branch's folder
-            began = time.time()
-            try:
-                return await function(*args, **kwargs)
-            finally:
-                SPANS.append(Span(CHILD.get(), label, began, time.time()))
-                if token is not None:
-                    CHILD.reset(token)
-
-        return timed_async
-
-    @functools.wraps(function)
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        began = time.time()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            SPANS.append(Span(CHILD.get(), label, began, time.time()))
-
-    return timed
-
-
-def instrument() -> None:
-    """Wrap every stage of `STAGES`: a class's method on its class, a function wherever a module
-    bound it (``from m import f`` included)."""
-    import importlib
-
-    for module_name, name, label in STAGES:
-        module = importlib.import_module(module_name)
-        if "." in name:
-            owner_name, attribute = name.split(".")
-            owner = getattr(module, owner_name)
-            setattr(owner, attribute, _timed(getattr(owner, attribute), label))
-            continue
-        original = getattr(module, name)
-        wrapped = _timed(original, label)
-        for loaded in list(sys.modules.values()):
-            if getattr(loaded, name, None) is original:
-                setattr(loaded, name, wrapped)
+    Raises:
+        SystemExit: the command wrote no tree.
+    """
+    argv = ["branch", str(run), "--at", str(at), "-n", str(n), "--model", model, "--via", "snapshot"]
+    argv += ["--output", str(output / "tree")]
+    spans_file = output / "spans.json"
+    output.mkdir(parents=True)
+    code = COMMAND.format(bench=str(Path(__file__).resolve().parent), out=str(spans_file), argv=argv)
+    began = time.time()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if not spans_file.is_file():
+        raise SystemExit(f"the timed reroll branch failed ({done.returncode}): {done.stderr[-2000:]}")
+    spans = [Span(**span) for span in json.loads(spans_file.read_text())]
+    report(spans, began, first_live_of(output / "tree"))
 
 
 def import_seconds() -> float:
@@ -223,6 +154,8 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         latency, wall = command_fork_latency(run, at, args.n, model, folder / f"command-{at}")
         label = f"reroll branch --at {at} -n {args.n} (a command)"
         print(f"{label}: fork latency {latency:.3f} s, wall {wall:.1f} s", flush=True)
+        print(f"the same command, its stages timed from its spawn (-n {args.n})", flush=True)
+        command_timeline(run, at, args.n, model, folder / f"timed-{at}")
     instrument()
     failed = 0
     for at in (int(at) for at in args.at.split(",")):

@@ -1,15 +1,20 @@
 """The shared processes' bookkeeping, in this process (their start replaced by a short wait): a
 linger that `acquire` cancelled stops nothing, each name starts under its own lock, and a
-prestarted process is found started by the first rollout, then lingers like one left."""
+prestarted process is found started by the first rollout, then lingers like one left; and, with a
+real process, a prestart still starting when its command ends is stopped with the loop."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from reroll.host import shared_process
-from reroll.host.shared_process import SharedProcess, prestart
+from reroll.host.shared_process import PROXY_MODULE, PROXY_NAME, SharedProcess, prestart
 
 START_SECONDS = 0.05
 
@@ -104,3 +109,38 @@ def test_no_prestart_per_rollout(
 
     asyncio.run(scenario())
     assert starts == []
+
+
+def our_children(command_part: str) -> list[int]:
+    """This process's live child processes whose command line has `command_part`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue  # not a process, or gone
+        fields = stat.rpartition(")")[2].split()  # state, ppid, ...
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and command_part in command:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.spawns
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_command_ending_while_its_prestart_starts_leaves_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(shared_process.MODE_ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its folder (log, ready file) goes
+
+    async def command() -> list[int]:
+        prestart(PROXY_MODULE, PROXY_NAME)
+        await asyncio.sleep(0)  # spawned: it imports for a second before it is ready
+        raise RuntimeError(our_children(PROXY_MODULE))  # e.g. a bad flag, before any rollout
+
+    with pytest.raises(RuntimeError) as ended:
+        asyncio.run(command())
+    assert ended.value.args[0], "the prestart spawned no proxy"
+    assert our_children(PROXY_MODULE) == []  # stopped with the loop, not left to the controller's exit
+    assert list(tmp_path.iterdir()) == []  # and its folder removed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -35,6 +35,9 @@ from reroll.cli.flags import (
     rollout_settings,
 )
 from reroll.runfolder.summary import Via
+
+if TYPE_CHECKING:
+    from reroll.runfolder.summary import BranchSummary
 
 BranchAtOption = Annotated[
     str | None,
@@ -125,28 +128,48 @@ def branch(
     checkpoint state). The sandbox, its settings and the network are the original's unless
     given. Says which way (--via) the branches reached step K. Exit 1 when a branch ended in error.
     """
-    options = rollout_settings(locals())
+    summary = guarded(_branched(dict(locals())))
     from reroll.cli.reports import branch_report
-    from reroll.jobs.branch import branch as branch_run
 
-    summary = guarded(
-        branch_run(
-            run_folder,
-            at=at,
-            models=model,
-            n=n,
-            every=every,
-            prompts=prompt or (),
-            at_ask=at_ask,
-            answers=answer or (),
-            tasks_dir=tasks_dir,
-            options=options,
-            runner=runner_options(concurrency, max_starting, executor, ray_address, max_retries),
-            output=output,
-            console=console,
-            via=via,
-        )
-    )
     console.print(branch_report(summary))
     if any(child.status == "error" for child in summary.children):
         raise typer.Exit(1)
+
+
+async def _branched(flags: dict[str, Any]) -> BranchSummary:
+    """Run the tree of ``branch``'s `flags` (its parameters by name).
+
+    Where the branches run in this process (the ``asyncio`` executor, the default), the shared
+    LLM proxy and scripted model server they join are started first, so that their start (a
+    second of imports each) overlaps this command's own imports and checks rather than following
+    them; a command that stops before its branches run stops them with its event loop.
+
+    Raises:
+        typer.Exit: a flag is invalid (code 2).
+        RerollError: the branch was refused or failed (`guarded` reports it).
+    """
+    if flags["executor"] in (None, "asyncio"):
+        from reroll.models.spec import prestart_llm_side
+
+        await prestart_llm_side(flags["model"])
+    options = rollout_settings(flags)
+    names = ("concurrency", "max_starting", "executor", "ray_address", "max_retries")
+    runner = runner_options(*(flags[name] for name in names))
+    from reroll.jobs.branch import branch as branch_run
+
+    return await branch_run(
+        flags["run_folder"],
+        at=flags["at"],
+        models=flags["model"],
+        n=flags["n"],
+        every=flags["every"],
+        prompts=flags["prompt"] or (),
+        at_ask=flags["at_ask"],
+        answers=flags["answer"] or (),
+        tasks_dir=flags["tasks_dir"],
+        options=options,
+        runner=runner,
+        output=flags["output"],
+        console=console,
+        via=flags["via"],
+    )

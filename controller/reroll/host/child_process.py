@@ -110,6 +110,15 @@ class ChildProcess:
                 preexec_fn=preexec,
                 pass_fds=self.pass_fds,
             )
+        try:
+            return await self._ready_within(ready_timeout_seconds)
+        except asyncio.CancelledError:  # e.g. its command ended first: the child must not outlive it
+            await self.stop()
+            raise
+
+    async def _ready_within(self, ready_timeout_seconds: float) -> ReadyFile:
+        """Wait for the started child's ready file (`start`)."""
+        assert self._process is not None
         deadline = time.monotonic() + ready_timeout_seconds
         while not self.ready_file.exists():
             if self._process.returncode is not None:

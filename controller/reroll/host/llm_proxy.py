@@ -39,7 +39,14 @@ from reroll_contracts.proxy import (
 from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
-from reroll.host.shared_process import SharedProcess, per_rollout, prestart, shared_process
+from reroll.host.shared_process import (
+    PROXY_MODULE,
+    PROXY_NAME,
+    SharedProcess,
+    per_rollout,
+    prestart,
+    shared_process,
+)
 from reroll.runfolder.paths import RunPaths, proxy_config_in
 from reroll.runfolder.run import MAX_JSON_BYTES, write_private
 
@@ -51,10 +58,6 @@ ROLLOUTS_ROUTE = "/_reroll/rollouts"
 """The shared proxy's admin route (`reroll_proxy.host.ProxyHost`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 _PendingAsks = RootModel[list[PendingAsk]]
-
-
-PROXY_MODULE, PROXY_NAME = "reroll_proxy", "proxy"
-"""The shared LLM proxy's module and name (`reroll.host.shared_process`)."""
 
 
 def prestart_proxy() -> None:

@@ -23,15 +23,18 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import aiohttp
 import orjson
 from pydantic import BaseModel, ValidationError
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import InfrastructureError
 
 from reroll.host.child_process import ChildProcess
+
+if TYPE_CHECKING:
+    import aiohttp  # imported where used: a command starts its shared processes before it loads
+    # aiohttp (a quarter of a second), so that their start overlaps its imports
 
 LINGER_SECONDS = 5.0
 """How long a shared process with no rollout left keeps running, for the next rollout to join."""
@@ -42,6 +45,8 @@ ADMIN_TOKEN_ENV = "REROLL_ADMIN_TOKEN"
 MODE_ENV = "REROLL_PROXY"
 """``per-rollout``: one LLM proxy and scripted model process per rollout; unset or ``shared``: one
 each per controller process."""
+PROXY_MODULE, PROXY_NAME = "reroll_proxy", "proxy"
+"""The shared LLM proxy's module and name (`reroll.host.llm_proxy`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
 
 
@@ -105,6 +110,8 @@ class SharedProcess:
             InfrastructureError: it exited or was not ready in time (the message has its log's tail).
         """
         await self._process.start()
+        import aiohttp  # see the module's imports
+
         self._session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self._admin_token}"})
 
     async def post(self, path: str, body: BaseModel, answer: type[Answer]) -> Answer:
@@ -115,6 +122,8 @@ class SharedProcess:
                 not answer within `ADMIN_TIMEOUT_SECONDS`.
         """
         assert self._session is not None, "start() first"
+        import aiohttp  # see the module's imports
+
         url = self.address.removesuffix("/v1") + path
         try:
             async with self._session.post(
@@ -133,6 +142,8 @@ class SharedProcess:
         """``DELETE`` its admin route `path` (a dead process, or an error: nothing to do)."""
         if self._session is None or not self.alive():
             return
+        import aiohttp  # see the module's imports
+
         url = self.address.removesuffix("/v1") + path
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self._session.delete(url, timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT_SECONDS)):
@@ -199,7 +210,11 @@ async def shared_process(module: str, name: str) -> SharedProcess:
         process = running.get(name)
         if process is None or not process.alive():
             process = SharedProcess(module, name)
-            await process.start()
+            try:
+                await process.start()
+            except BaseException:  # refused, or cancelled (its command ended): nothing left behind
+                await process.stop()
+                raise
             running[name] = process
         return process
 

@@ -51,14 +51,13 @@ from reroll_contracts.errors import AgentError, ConfigError
 from rich.console import Console
 
 from reroll.agents import AgentSpec
-from reroll.host.llm_proxy import prestart_proxy
 from reroll.jobs.branch_layers import rebuilt_layers, recorded_layers
 from reroll.jobs.branch_points import BranchPoint, branch_points
 from reroll.jobs.branch_values import child_summary, model_summary, point_summaries
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
-from reroll.models.spec import model_slug, parse_model, prestart_upstream
+from reroll.models.spec import model_slug, parse_model, prestart_llm_side
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import load_checkpoint
@@ -189,12 +188,8 @@ async def _prestart(runner: RunnerOptions, models: Sequence[str]) -> None:
     proxy and scripted model servers they will join now, while the parent is written and the
     layers found (their start, seconds of imports, is most of a child's;
     `reroll.host.shared_process.prestart`)."""
-    if runner.executor != "asyncio":
-        return
-    prestart_proxy()
-    for spec in models:
-        prestart_upstream(spec)
-    await asyncio.sleep(0)  # the starts spawn their processes before the (sync) parent is written
+    if runner.executor == "asyncio":
+        await prestart_llm_side(models)  # spawned before the (sync) parent is written
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,12 @@ The agent always talks to the proxy; only the proxy holds the upstream's key.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,7 @@ from reroll_contracts.proxy import FormatName, UpstreamConfig
 from reroll_contracts.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 from reroll.host.child_process import ChildProcess
-from reroll.host.shared_process import per_rollout, prestart, shared_process
+from reroll.host.shared_process import PROXY_MODULE, PROXY_NAME, per_rollout, prestart, shared_process
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
 """A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""
@@ -230,6 +231,17 @@ def prestart_upstream(spec: str) -> None:
     about to start; nothing for a provider's model or under ``REROLL_PROXY=per-rollout``."""
     if spec.partition(":")[0] in _SCRIPTED_FORMATS:
         prestart(SCRIPTED_MODULE, SCRIPTED_NAME)
+
+
+async def prestart_llm_side(models: Sequence[str]) -> None:
+    """Start the shared LLM proxy, and the shared scripted model server when one of `models` (``--model``
+    values, unparsed) is scripted, in the background for the rollouts about to start
+    (`prestart_upstream`), then yield once: their processes are spawned when it returns, so that
+    their start (a second of imports each) overlaps the caller's next synchronous work."""
+    prestart(PROXY_MODULE, PROXY_NAME)
+    for spec in models:
+        prestart_upstream(spec)
+    await asyncio.sleep(0)
 
 
 @contextlib.asynccontextmanager
