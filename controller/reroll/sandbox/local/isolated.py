@@ -473,11 +473,7 @@ class IsolatedSandbox(Sandbox):
             raise SandboxError(f"{self.label}: cannot lay out: {exc}") from exc
         view = self._view(control, bundle)
         view.write_etc(AGENT_USER)
-        socket_path, token_file = control / "sidecar.sock", control / "token"
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(self._token)
-        os.chown(token_file, self.id_base, self.id_base)
+        socket_path, token_file = control / "sidecar.sock", self._write_token(control)
         info_read, info_write = os.pipe()
         block_read, block_write = os.pipe()
         sidecar = [*ENTRYPOINT, "--listen", f"unix:{socket_path}", "--state-dir", str(control / "state")]
@@ -527,6 +523,16 @@ class IsolatedSandbox(Sandbox):
                     os.close(end)
             self._lower_fd = None  # the overlay holds the mount now
             token_file.unlink(missing_ok=True)
+
+    def _write_token(self, control: Path) -> Path:
+        """Write the sidecar's token to ``control/token`` (a new file, mode 0600, owned by the
+        sandbox's root) and return its path; `start` removes it once the sidecar has read it."""
+        token_file = control / "token"
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self._token)
+        os.chown(token_file, self.id_base, self.id_base)
+        return token_file
 
     def _map_ids(self, info_read: int, block_write: int) -> int:
         """bwrap's handshake: read its child's pid, write the id maps, let it go on; the pid.
