@@ -103,12 +103,12 @@ def _copy_entry(source: int, target: int, name: str, info: os.stat_result) -> in
     try:
         writer = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=target)
         try:
-            remaining = info.st_size
-            while remaining > 0:
-                sent = os.copy_file_range(reader, writer, remaining)
+            offset = 0
+            while offset < info.st_size:  # in the kernel (copy_file_range refuses across file systems)
+                sent = os.sendfile(writer, reader, offset, info.st_size - offset)
                 if sent == 0:
                     break
-                remaining -= sent
+                offset += sent
             _copy_metadata(reader, writer, info)
         finally:
             os.close(writer)
