@@ -47,7 +47,7 @@ async def test_a_restore_in_the_container_is_a_fresh_writable_layer_over_the_fro
         workspace = sandbox.layout.workspace
         await sandbox.exec(["sh", "-c", f"echo 1 > {workspace}/f"])
         await sandbox.snapshot("one")
-        frozen = sandbox._cow.base / cow.SNAPSHOTS / "one" / "0" / "f"
+        frozen = sandbox._cow.base / cow.SNAPSHOTS / "one" / "0" / "app" / "f"
         with pytest.raises(OSError):
             frozen.write_bytes(b"host")  # read-only to the kernel, whoever asks
         for attempt in range(2):
@@ -76,13 +76,15 @@ async def test_children_start_from_a_kept_snapshot_each_over_its_own_layer(task:
                 assert await child.get_file("/tmp/t") == b"t3\n"
                 assert await child.get_file("/etc/reroll-layer") == b"l3\n"
                 assert (await child.exec(["test", "-e", "/etc/issue"])).exit_code == 1  # a whiteout
-            await first.exec(["sh", "-c", f"echo first > {workspace}/state && echo first > /etc/reroll-layer"])
+            await first.exec(
+                ["sh", "-c", f"echo first > {workspace}/state && echo first > /etc/reroll-layer"]
+            )
             await first.exec(["sh", "-c", f"echo x > {home}/mine && echo x > /tmp/mine"])
             assert await second.get_file(f"{workspace}/state") == b"3\n"  # never the other's writes
             assert await second.get_file("/etc/reroll-layer") == b"l3\n"
             for path in (f"{home}/mine", "/tmp/mine"):
                 assert (await second.exec(["test", "-e", path])).exit_code == 1
-            frozen = source.frozen / "0" / "state"
+            frozen = source.frozen / "0" / "app" / "state"
             assert frozen.read_bytes() == b"3\n"
             with pytest.raises(OSError):
                 frozen.write_bytes(b"host")
@@ -106,9 +108,9 @@ async def test_a_child_cannot_reach_the_frozen_layer_from_inside(task: Task) -> 
             assert not any(root.startswith(f"/{cow.SNAPSHOTS}") for root in roots)
             attack = "for m in $(awk '{print $5}' /proc/self/mountinfo); do echo x > $m/pwn; done"
             await child.exec(["sh", "-c", f"{attack} 2>/dev/null; mount -t btrfs /dev/loop0 /mnt; true"])
-        assert not (source.frozen / "0" / "pwn").exists()
+        assert not (source.frozen / "0" / "app" / "pwn").exists()
         assert not any(name == "pwn" for name in os.listdir(source.frozen / LAYER))
-        assert (source.frozen / "0" / "state").read_bytes() == b"3\n"
+        assert (source.frozen / "0" / "app" / "state").read_bytes() == b"3\n"
     finally:
         disk.remove(source.pool)
 

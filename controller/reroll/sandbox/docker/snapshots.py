@@ -12,6 +12,7 @@ layer is copied by the controller, so the proxy holds each step and the controll
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from reroll.sandbox.base import Sandbox
 from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.cowdisk import CowDisk, Folders
-from reroll.sandbox.docker.layer import upper_dir
+from reroll.sandbox.docker.upper import upper_dir
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.storage import PoolSnapshot
 
@@ -83,24 +84,26 @@ class CowSnapshots(Sandbox):
         self._cow, self._disk = None, None
 
     async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
-        """See `Sandbox.snapshot`: copy-on-write (`reroll.sandbox.local.cow.Subvolumes.snapshot`)
-        when the disk is btrfs and `paths` are among its folders, else the sidecar's tar."""
+        """See `Sandbox.snapshot`: copy-on-write (`reroll.sandbox.docker.cowdisk.CowDisk.snapshot`)
+        when the disk is btrfs and `paths` are among its folders, else the sidecar's tar. Returns
+        the bytes in use on the disk then (what the snapshot shares with the live folders, at most)."""
         paths = paths or [self.layout.workspace]
-        subvolumes = self._cow.subvolumes if self._cow is not None else None
-        if subvolumes is None or not subvolumes.covers(paths):
-            if subvolumes is not None:
-                await asyncio.to_thread(subvolumes.forget, name)  # a restore of `name` is now tar's
+        cow_disk = self._cow
+        if cow_disk is None or not cow_disk.covers(paths):
+            if cow_disk is not None:
+                await asyncio.to_thread(cow_disk.forget, name)  # a restore of `name` is now tar's
             return await super().snapshot(name, paths)
-        return await asyncio.to_thread(subvolumes.snapshot, name, paths)
+        await asyncio.to_thread(cow_disk.snapshot, name, paths)
+        return await asyncio.to_thread(_used_bytes, cow_disk.base)
 
     async def restore(self, name: str) -> list[str]:
         """See `Sandbox.restore`: a copy-on-write snapshot mounted over its folders in the
-        container (`reroll.sandbox.local.cow.Subvolumes.restore`), a tar snapshot by the sidecar."""
-        subvolumes = self._cow.subvolumes if self._cow is not None else None
-        if subvolumes is None or self.container is None or not subvolumes.has(name):
+        container (`reroll.sandbox.docker.cowdisk.CowDisk.restore`), a tar snapshot by the sidecar."""
+        cow_disk = self._cow
+        if cow_disk is None or self.container is None or not cow_disk.has(name):
             return await super().restore(name)
         pid = await asyncio.to_thread(_init_pid, self.container)
-        return await asyncio.to_thread(subvolumes.restore, name, pid)
+        return await asyncio.to_thread(cow_disk.restore, name, pid)
 
     async def pool_snapshot(self, name: str) -> str | None:
         """Freeze the sized folders and copy the container's layer as `name` for a kept pool
@@ -127,7 +130,7 @@ class CowSnapshots(Sandbox):
         """``<pool>:<name>`` of pool snapshot `name` when it exists (the disk is then kept as a
         pool), else None."""
         cow_disk = self._cow
-        if cow_disk is None or not cow_disk.subvolumes.has(name):
+        if cow_disk is None or not cow_disk.has(name):
             return None
         self._pooled = True
         return str(PoolSnapshot(cow_disk.disk.folder, name))
@@ -139,7 +142,7 @@ class CowSnapshots(Sandbox):
             SandboxError: a bad name, or the file system refused.
         """
         if self._cow is not None:
-            await asyncio.to_thread(self._cow.subvolumes.forget, name)
+            await asyncio.to_thread(self._cow.forget, name)
 
 
 def _init_pid(container: Container) -> int:
@@ -153,3 +156,9 @@ def _init_pid(container: Container) -> int:
     if pid <= 0:
         raise SandboxError(f"container {container.name} does not run")
     return pid
+
+
+def _used_bytes(path: Path) -> int:
+    """The bytes in use on the file system of `path`."""
+    usage = os.statvfs(path)
+    return (usage.f_blocks - usage.f_bfree) * usage.f_frsize

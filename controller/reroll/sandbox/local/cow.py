@@ -191,18 +191,6 @@ class Subvolumes:
             raise SandboxError(f"the sandbox's btrfs disk {disk}: {exc}") from exc
         return cls(disk, dict(folders))
 
-    def drop_live(self) -> None:
-        """Delete the writable subvolumes the sandbox sees and the restores', keeping the
-        snapshots: what a pool keeps (`reroll.sandbox.local.storage`; it deletes the first ones).
-
-        Raises:
-            OSError: the file system refused (a subvolume still mounted somewhere…).
-        """
-        for path in self.live.values():
-            delete_subvolume(path)
-        for path in sorted((self.disk / LIVE).iterdir()):
-            delete_subvolume(path)
-
     def covers(self, paths: list[str]) -> bool:
         """Whether a snapshot of `paths` (sandbox paths) can be copy-on-write: each is one of the
         subvolumes' paths, none twice."""

@@ -252,19 +252,20 @@ class SandboxDisk:
         if self.is_child:
             remove_child(self.base)
         elif keep_snapshots and self.cow is not None:
-            keep_as_pool(self.disk.folder, self.cow)
+            keep_as_pool(self.disk.folder, self.base)
         else:
             disk.remove(self.disk.folder)
 
 
-def keep_as_pool(folder: Path, subvolumes: cow.Subvolumes, *, prefix: str = LOCAL_PREFIX) -> None:
-    """Keep the mounted btrfs disk of host folder `folder` as a pool: delete its live subvolumes
-    (`subvolumes`' and every other one directly on the disk), keeping only the snapshots, and
-    mark it `KEPT`; then remove the oldest pools of disks named `prefix`… beyond `POOL_KEEP_COUNT`
-    (`cap_pools`). A disk the file system refuses to empty is removed whole. Never raises."""
+def keep_as_pool(folder: Path, base: Path, *, prefix: str = LOCAL_PREFIX) -> None:
+    """Keep the mounted btrfs disk of host folder `folder` as a pool: delete the live subvolumes
+    (those directly in `base`, the disk's mount point, and the restores' in its `cow.LIVE`),
+    keeping only the snapshots, and mark it `KEPT`; then remove the oldest pools of disks named
+    `prefix`… beyond `POOL_KEEP_COUNT` (`cap_pools`). A disk the file system refuses to empty is
+    removed whole. Never raises."""
     try:
-        subvolumes.drop_live()
-        _delete_subvolumes_in(subvolumes.disk)
+        _delete_subvolumes_in(base / cow.LIVE)
+        _delete_subvolumes_in(base)
         (folder / KEPT).write_text(f"{time.time():.6f}")
     except OSError:
         disk.remove(folder)
@@ -277,7 +278,7 @@ def _delete_subvolumes_in(base: Path) -> None:
     Raises:
         OSError: the file system refused.
     """
-    for entry in sorted(base.iterdir()):
+    for entry in sorted(base.iterdir()) if base.is_dir() else []:
         if cow.is_subvolume(entry):
             cow.delete_subvolume(entry)
 
