@@ -64,11 +64,10 @@ async def test_children_start_from_a_kept_snapshot_each_over_its_own_layer(task:
     source = await record_pool(task)
     try:
         assert (source.pool / storage.KEPT).is_file() and cow.is_subvolume(source.frozen / LAYER)
-        config = DockerSandboxConfig(from_snapshot=str(source))
-        children = [DockerSandbox(sandbox_spec(task), f"cow-child-{i}", config) for i in range(2)]
-        await asyncio.gather(*(child.start() for child in children))
+        spec, config = sandbox_spec(task), DockerSandboxConfig(from_snapshot=str(source))
+        first, second = children = [DockerSandbox(spec, f"cow-child-{i}", config) for i in "ab"]
+        await asyncio.gather(first.start(), second.start())  # at once, from one frozen layer
         try:
-            first, second = children
             workspace, home = first.layout.workspace, first.layout.home
             for child in children:  # the state at step 3, not the final one, layer included
                 assert await child.get_file(f"{workspace}/state") == b"3\n"

@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from reroll_contracts.btrfs import PATHS, create_subvolume, delete_subvolume, is_subvolume, snapshot_subvolume
 from reroll_contracts.errors import SandboxError
-from reroll_contracts.snapshots import NAME_PATTERN
 
 from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.disk import PREFIX, SizedDisk
@@ -173,11 +171,11 @@ class CowDisk:
             SandboxError: a bad name, a restore happened since the start (`STATE` is not what the
                 container sees), or the file system refused (ENOSPC: the disk is full).
         """
-        folder = self._snapshot_folder(name)
+        folder = cow.snapshot_folder(self.base / cow.SNAPSHOTS, name)
         if any(path != self.base / STATE for path in self.live.values()):
             raise SandboxError(f"copy-on-write snapshot {name!r}: the container's folders were restored")
         try:
-            self._drop(folder)
+            cow.drop_snapshot(folder)
             folder.mkdir(mode=0o700)
             snapshot_subvolume(self.base / STATE, folder / "0", readonly=True)
             if upper is not None:
@@ -187,7 +185,7 @@ class CowDisk:
             (folder / PATHS).write_text("\n".join(paths))  # last: a folder without it is no snapshot
         except OSError as exc:
             with contextlib.suppress(OSError):
-                self._drop(folder)
+                cow.drop_snapshot(folder)
             raise SandboxError(f"copy-on-write snapshot {name!r}: {exc}") from exc
 
     def frozen_paths(self) -> list[str]:
@@ -204,7 +202,7 @@ class CowDisk:
 
     def has(self, name: str) -> bool:
         """Whether a copy-on-write snapshot `name` exists."""
-        return NAME_PATTERN.match(name) is not None and (self.base / cow.SNAPSHOTS / name / PATHS).is_file()
+        return cow.has_snapshot(self.base / cow.SNAPSHOTS, name)
 
     def forget(self, name: str) -> None:
         """Delete snapshot `name` if there is one.
@@ -212,10 +210,7 @@ class CowDisk:
         Raises:
             SandboxError: a bad name, or the file system refused.
         """
-        try:
-            self._drop(self._snapshot_folder(name))
-        except OSError as exc:
-            raise SandboxError(f"copy-on-write snapshot {name!r}: {exc}") from exc
+        cow.forget_snapshot(self.base / cow.SNAPSHOTS, name)
 
     def restore(self, name: str, pid: int) -> list[str]:
         """Mount the folders of a writable snapshot of snapshot `name` over its paths in the mount
@@ -228,7 +223,7 @@ class CowDisk:
         Raises:
             SandboxError: no such snapshot, or the file system or a mount failed.
         """
-        folder = self._snapshot_folder(name)
+        folder = cow.snapshot_folder(self.base / cow.SNAPSHOTS, name)
         try:
             paths = (folder / PATHS).read_text().split("\n")
             names = _frozen_folders(folder)
@@ -274,22 +269,6 @@ class CowDisk:
             keep_as_pool(self.disk.folder, self.base, prefix=PREFIX)
         else:
             disk.remove(self.disk.folder)
-
-    def _snapshot_folder(self, name: str) -> Path:
-        """Snapshot `name`'s folder. Raises SandboxError for a name not matching `NAME_PATTERN`."""
-        if not NAME_PATTERN.match(name):
-            raise SandboxError(f"snapshot name {name!r} must match {NAME_PATTERN.pattern}")
-        return self.base / cow.SNAPSHOTS / name
-
-    @staticmethod
-    def _drop(folder: Path) -> None:
-        """Delete snapshot `folder` (its subvolumes by ioctl, then its files) if it exists."""
-        if not folder.exists():
-            return
-        for entry in folder.iterdir():
-            if is_subvolume(entry):
-                delete_subvolume(entry)
-        shutil.rmtree(folder)
 
 
 def folders_mode(folders: Folders, name: str) -> int:
