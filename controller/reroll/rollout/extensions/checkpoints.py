@@ -403,7 +403,8 @@ def pool_reference(folder: Path) -> str | None:
 def kept_pool(layers: Path, sandbox: str) -> tuple[str | None, str | None]:
     """The kept copy-on-write snapshot recorded with checkpoint `layers` (`pool_reference`) that
     children on `sandbox` can start from, and a note when one was recorded but cannot be used (its
-    pool pruned, or another backend than ``local``: the tar layers are restored then)."""
+    pool pruned, or another backend than the one that kept it: ``docker`` for a pool named
+    `reroll.sandbox.docker.disk.PREFIX`…, else ``local``; the tar layers are restored then)."""
     reference = pool_reference(layers)
     if reference is None:
         return None, None
