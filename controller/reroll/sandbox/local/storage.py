@@ -408,13 +408,13 @@ def in_use(folder: Path) -> bool:
 
 def remove_pools_under(folder: Path) -> list[Path]:
     """Remove the kept pools whose run folder (`RUN_FILE`) lies in `folder` and no child of which
-    runs (a test session's, at its end).
+    runs (a test session's, at its end): the local sandboxes' and the docker ones'.
 
     Returns:
         The host folders removed.
     """
     removed = []
-    for leftover in disk.leftovers(LOCAL_PREFIX):
+    for leftover in disk.leftovers(LOCAL_PREFIX) + disk.leftovers(disk.PREFIX):  # docker's pools too
         try:
             run = Path((leftover / RUN_FILE).read_text())
         except OSError:
