@@ -189,6 +189,9 @@ async def branched(
     latency = fork_latency(summary, began)
     statuses = [child.status for child in summary.children]
     print(f"  {wall:.1f} s wall, {cpu:.1f} CPU-s; children: {statuses}; {summary.note}", flush=True)
+    for child in summary.children:
+        if child.status != "ok":
+            print(f"  child {child.folder} ended {child.status}: {child.error}", flush=True)
     return Row(at, label, wall, cpu, latency, summary)
 
 
