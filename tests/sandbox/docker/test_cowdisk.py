@@ -56,8 +56,14 @@ async def test_a_restore_in_the_container_is_a_fresh_writable_layer_over_the_fro
             assert await sandbox.get_file(f"{workspace}/f") == b"1\n"
             assert (await sandbox.exec(["test", "-e", f"{workspace}/new"])).exit_code == 1
         assert frozen.read_bytes() == b"1\n"
-        await sandbox.snapshot("tar", ["/etc"])  # not a sized folder: the sidecar's tar
-        assert not (sandbox._cow.base / cow.SNAPSHOTS / "tar").exists()
+        await sandbox.snapshot("two")  # after a restore: of the restored subvolume
+        assert sandbox._cow.has("two")
+        await sandbox.exec(["sh", "-c", f"echo 2 > {workspace}/f"])
+        await sandbox.restore("two")
+        assert await sandbox.get_file(f"{workspace}/f") == b"1\n"
+        for name, paths in (("tar", ["/etc"]), ("mixed", [workspace, "/tmp"])):
+            await sandbox.snapshot(name, paths)  # not a sized folder, or two subvolumes now: tar
+            assert not sandbox._cow.has(name)
 
 
 async def test_children_start_from_a_kept_snapshot_each_over_its_own_layer(task: Task) -> None:

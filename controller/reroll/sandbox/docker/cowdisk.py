@@ -19,8 +19,9 @@ frozen (each child writes its own). One subvolume, so a snapshot of every folder
 - a restore in the running container is a writable snapshot of the read-only one, at
   ``<disk>/live/<n>``, whose folders are mounted over the container's in its mount namespace
   (`reroll.sandbox.local.cow.mount_into`, from the host), replacing a previous restore's; a
-  restore taken earlier no path uses any more is deleted. A pool snapshot after a restore is not
-  taken (the volumes no longer show what `STATE` holds): a rollout's checkpoints restore by tar;
+  restore taken earlier no path uses any more is deleted. A later snapshot of paths that all lie
+  in one subvolume (all restored by one restore, or none) snapshots that one; other path lists
+  take the sidecar's tar path;
 - a container made with ``keep_snapshots`` (or that took a pool snapshot) leaves its disk mounted
   when it stops, holding only its frozen snapshots: a *pool* (`reroll.sandbox.local.storage`: the
   same ``PoolSnapshot`` references, retention and prune as local's; docker's pools are named
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,8 +161,10 @@ class CowDisk:
 
     def covers(self, paths: list[str]) -> bool:
         """Whether a snapshot of `paths` (container paths) can be copy-on-write: each is one of
-        the frozen folders' paths, none twice."""
-        return bool(paths) and set(paths) <= self.folders.keys() and len(set(paths)) == len(paths)
+        the frozen folders' paths, none twice, all now in one subvolume (`STATE`, or one restore's)."""
+        if not paths or not set(paths) <= self.folders.keys() or len(set(paths)) != len(paths):
+            return False
+        return len({self.live[path] for path in paths}) == 1
 
     def snapshot(self, name: str, paths: list[str], upper: Path | None = None) -> None:
         """Take snapshot `name` (replacing one of that name): `STATE` read-only, `paths` the ones a
@@ -172,18 +176,28 @@ class CowDisk:
                 container sees), or the file system refused (ENOSPC: the disk is full).
         """
         folder = cow.snapshot_folder(self.base / cow.SNAPSHOTS, name)
-        if any(path != self.base / STATE for path in self.live.values()):
-            raise SandboxError(f"copy-on-write snapshot {name!r}: the container's folders were restored")
+        if not self.covers(paths):
+            raise SandboxError(f"copy-on-write snapshot {name!r}: {paths} are not in one subvolume")
+        copying: threading.Thread | None = None
+        failed: list[OSError] = []
         try:
             cow.drop_snapshot(folder)
             folder.mkdir(mode=0o700)
-            snapshot_subvolume(self.base / STATE, folder / "0", readonly=True)
-            if upper is not None:
+            if upper is not None:  # beside the ioctl (which releases the GIL): a step waits for the longer
                 create_subvolume(folder / LAYER)
-                copy_tree(upper, folder / LAYER)
+                copying = threading.Thread(target=_copy_into, args=(upper, folder / LAYER, failed))
+                copying.start()
+            snapshot_subvolume(self.live[paths[0]], folder / "0", readonly=True)
+            if copying is not None:
+                copying.join()
+                copying = None
+            if failed:
+                raise failed[0]
             (folder / FOLDERS_FILE).write_text(json.dumps(self.folders))
             (folder / PATHS).write_text("\n".join(paths))  # last: a folder without it is no snapshot
         except OSError as exc:
+            if copying is not None:
+                copying.join()
             with contextlib.suppress(OSError):
                 cow.drop_snapshot(folder)
             raise SandboxError(f"copy-on-write snapshot {name!r}: {exc}") from exc
@@ -269,6 +283,14 @@ class CowDisk:
             keep_as_pool(self.disk.folder, self.base, prefix=PREFIX)
         else:
             disk.remove(self.disk.folder)
+
+
+def _copy_into(upper: Path, layer: Path, failed: list[OSError]) -> None:
+    """`copy_tree` of `upper` into `layer`, its error appended to `failed` (a thread's target)."""
+    try:
+        copy_tree(upper, layer)
+    except OSError as exc:
+        failed.append(exc)
 
 
 def folders_mode(folders: Folders, name: str) -> int:
