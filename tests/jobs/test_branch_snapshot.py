@@ -19,8 +19,7 @@ from reroll.jobs.branch_layers import PREFIX_NAME
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.commands.record import run_task
-from reroll.rollout.extensions.checkpoints import CHECKPOINTS_DIR
-from reroll.runfolder.run import TRAJECTORY
+from reroll.runfolder.run import CHECKPOINTS_DIR, TRAJECTORY
 from reroll.settings import RolloutSettings
 
 from tests.conftest import EXAMPLES

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 from reroll.agents import get_agent
 from reroll.rollout.layers import (
-    CHECKPOINT_FILE,
     LayeredCheckpoint,
     LayerRecord,
     load_checkpoint,
     restore_checkpoint,
 )
+from reroll.runfolder.paths import CHECKPOINT_FILE
 from reroll.sandbox.layout import SandboxLayout
 from reroll.tasks.task import load_task
 from reroll_contracts.errors import EnvironmentStateError

@@ -26,9 +26,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from reroll.host.llm_proxy import PROXY_CONFIG, LlmProxy
+from reroll.host.llm_proxy import LlmProxy
 from reroll.models.spec import ModelSpec, live_upstream
-from reroll.runfolder.run import TRAJECTORY, create_run_folder, harness_folder
+from reroll.runfolder.run import PROXY_CONFIG, TRAJECTORY, create_run_folder, harness_folder
 from reroll_contracts.trajectory import Place
 
 from tests.e2e.test_reward_hacks import write_files

@@ -12,6 +12,9 @@ without a limit; and ``cpus`` was not enforced.
 
 Issue 32: the isolated `local` sandbox's workspace, logs and home were host folders bound in, so
 an agent could fill the host's disk through them; now they share the sized ``/`` of ``storage_mb``.
+On docker, a root agent wrote 200 MiB into ``/opt`` past a quota of 64 MiB — the container's own
+layer, on the host's disk — and its rollout ended ``ok``; now that layer is on the sized file
+system too (`reroll.sandbox.docker.layer`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ ATTACKS = {
     "fill-logs": f"dd if=/dev/zero of=/logs/agent/fill bs=1M count={STORAGE_MB + 10}\n",
     "fill-home": f"dd if=/dev/zero of=$HOME/fill bs=1M count={STORAGE_MB + 10}\n",
     "allocate-memory": 'python3 -c "x = bytearray(1 << 30)"\n',
+    # Issue 32: as root, outside the sized folders, in the container's own layer.
+    "fill-layer-as-root": f"dd if=/dev/zero of=/opt/fill bs=1M count={STORAGE_MB + 10}\n",
 }
 
 
@@ -65,6 +70,8 @@ def make_task(root: Path, attack: str) -> Path:
         "verifier": {"timeout_sec": 60},
         "environment": {"network": "none", "storage_mb": STORAGE_MB, "memory_mb": MEMORY_MB},
     }
+    if attack.endswith("as-root"):
+        front["agent"] = {"user": "root"}
     files = {
         "task.md": f"---\n{json.dumps(front)}\n---\nWrite 42 into answer.txt.\n",
         "environment/Dockerfile": "FROM reroll/base:bookworm\nWORKDIR /app\n",
@@ -89,16 +96,18 @@ def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
     assert expected in result["error"] and f"environment.{field}" in result["error"], result["error"]
 
 
-@pytest.mark.usefixtures("docker_images")
-async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
+def quota_sandbox() -> DockerSandbox:
+    """An unstarted docker sandbox of ``hello-file`` with a quota of `STORAGE_MB`."""
     task = load_task(EXAMPLES / "hello-file")
     environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
-    sandbox = DockerSandbox(
-        sandbox_spec(task),
-        f"limits-{uuid.uuid4().hex[:8]}",
-        DockerSandboxConfig(image="reroll/base:bookworm"),
-    )
+    run_id = f"limits-{uuid.uuid4().hex[:8]}"
+    return DockerSandbox(sandbox_spec(task), run_id, DockerSandboxConfig(image="reroll/base:bookworm"))
+
+
+@pytest.mark.usefixtures("docker_images")
+async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
+    sandbox = quota_sandbox()
     await sandbox.start()
     try:
         assert sandbox._disk is not None
@@ -117,6 +126,36 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
     finally:
         await sandbox.stop()
     assert not sandbox._disk and not image.parent.exists(), "unmounted and deleted with the sandbox"
+
+
+@pytest.mark.usefixtures("docker_images")
+async def test_a_root_fill_of_the_container_layer_stays_on_the_quota() -> None:
+    sandbox = quota_sandbox()
+    await sandbox.start()
+    try:
+        assert sandbox._disk is not None and sandbox._layer is not None
+        image, upper = sandbox._disk.folder / "disk.img", sandbox._layer / "diff"
+        assert os.stat(upper).st_dev == os.stat(sandbox._disk.mountpoint).st_dev, "the layer is on the quota"
+        before = os.stat(image).st_blocks * 512
+        files = "/opt/a /usr/local/b /var/c /etc/d"
+        fill = f"for f in {files}; do dd if=/dev/urandom of=$f bs=1M count=100 2>&1; done"
+        result = await sandbox.exec(["sh", "-c", fill], timeout_seconds=120)  # as root
+        assert b"No space left on device" in result.stdout, result.output_text()
+        grown = os.stat(image).st_blocks * 512 - before
+        assert STORAGE_MB << 19 < grown <= STORAGE_MB << 20, grown  # filled, and no more
+        (hit,) = await sandbox.limits_hit()
+        assert "container's own layer" in hit and "environment.storage_mb" in hit, hit
+        await sandbox.exec(["sh", "-c", f"rm -f {files}"])
+        await asyncio.sleep(0.5)
+        assert await sandbox.limits_hit() == []
+        delete = "rm /usr/bin/tail && mkdir -p /usr/local/lib/x && ls /usr/bin/tail"
+        gone = await sandbox.exec(["sh", "-c", delete])
+        assert gone.exit_code != 0 and b"No such file" in gone.stderr, "a lower file deleted (a whiteout)"
+    finally:
+        await sandbox.stop()
+    assert not upper.parent.exists(), "the layer goes with the container"
+    assert str(upper.parent) not in Path("/proc/mounts").read_text(), "no mount left behind"
+    assert not image.parent.exists(), "unmounted and deleted with the sandbox"
 
 
 LOCAL_MEMORY_MB = 1024

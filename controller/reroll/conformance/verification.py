@@ -21,6 +21,7 @@ from reroll.conformance.support import (
     started,
 )
 from reroll.rollout.verify.script_verifier import prepare, verify
+from reroll.runfolder.paths import RunPaths, VerifierPaths
 from reroll.sandbox.base import Sandbox, SandboxFactory
 
 PLANT_SCRIPT = (
@@ -50,7 +51,7 @@ async def planted(sandbox: Sandbox) -> list[str]:
 
 def script_env(output_dir: Path) -> dict[str, str]:
     """The environment ENV_TEST_SH printed, with ``user`` for who ran it."""
-    lines = (output_dir / "test-stdout.txt").read_text().splitlines()
+    lines = VerifierPaths(output_dir).stdout.read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
@@ -75,10 +76,11 @@ async def check_verify_scores_the_workspace_and_undoes_planted_hooks(
         )
         await sh(sandbox, f"{PLANT_SCRIPT} && echo 'import sys' > conftest.py", user=user, env=env)
         await sh(sandbox, BACKGROUND_SLEEP, user=user, env=env)
-        verdict = await verify(sandbox, task, env, workdir / "verifier")
+        output = RunPaths(workdir).verifier
+        verdict = await verify(sandbox, task, env, output.root)
         expect(verdict.rewards == {"reward": 1.0}, f"rewards {verdict.rewards}")
-        expect((workdir / "verifier" / "reward.txt").read_text() == "1\n", "reward.txt not copied out")
-        report = json.loads((workdir / "verifier" / "hardening.json").read_text())
+        expect(output.reward("reward.txt").read_text() == "1\n", "reward.txt not copied out")
+        report = json.loads(output.hardening.read_text())
         injected = [
             f"{workspace}/sitecustomize.py",
             f"{workspace}/deep/er/conftest.py",
@@ -150,7 +152,7 @@ async def check_verify_honours_the_tasks_opt_outs(factory: SandboxFactory, workd
         await sh(sandbox, PLANT_SCRIPT, user=sandbox.layout.agent_user, env=env)
         await sh(sandbox, BACKGROUND_SLEEP, user=sandbox.layout.agent_user)
         await verify(sandbox, task, env, workdir / "out")
-        report = json.loads((workdir / "out" / "hardening.json").read_text())
+        report = json.loads(VerifierPaths(workdir / "out").hardening.read_text())
         expect(report["restored"] == [] and report["deleted"] == [], f"opted out, yet hardening did {report}")
         expect(len(await planted(sandbox)) == 4, "opted out, yet planted files were removed")
         seen = script_env(workdir / "out")

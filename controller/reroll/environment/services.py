@@ -70,7 +70,8 @@ from reroll_contracts.errors import (
     TaskEnvironmentError,
 )
 
-from reroll.runfolder.run import SERVICES_DIR, SERVICES_FILE, ServiceRecord, write_json
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import SERVICES_DIR, ServiceRecord, write_json
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.seam import ServiceProcess, SiblingServices
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT
@@ -182,7 +183,7 @@ class Environment:
 
     def log_path(self, name: str) -> Path:
         """The host path of service `name`'s log: ``<run folder>/services/<name>.log``."""
-        return self.run_dir / SERVICES_DIR / f"{name}.log"
+        return RunPaths(self.run_dir).service_log(name)
 
     def forwarded_env(self) -> dict[str, str]:
         """The host variables ``forward_env`` names that are set, none named like a secret (the LLM
@@ -218,7 +219,7 @@ class Environment:
         self._deadline = time.monotonic() + self.spec.readiness.timeout_sec
         if not self.declared:
             return
-        (self.run_dir / SERVICES_DIR).mkdir(exist_ok=True)
+        RunPaths(self.run_dir).services.mkdir(exist_ok=True)
         images = [service.name for service in self.spec.services if service.sibling]
         if images and not isinstance(self.sandbox, SiblingServices):
             raise TaskEnvironmentError(
@@ -481,7 +482,8 @@ class Environment:
     def _write_records(self) -> None:
         if self.records:
             write_json(
-                self.run_dir / SERVICES_FILE, [r.model_dump(mode="json") for r in self.records.values()]
+                RunPaths(self.run_dir).services_record,
+                [r.model_dump(mode="json") for r in self.records.values()],
             )
 
 

@@ -24,13 +24,12 @@ from reroll_contracts.errors import TaskEnvironmentError
 from rich.console import Console
 
 from reroll.cache import cache_dir
+from reroll.runfolder.paths import SETUP_LOG, RunPaths
 from reroll.runfolder.run import SERVICES_DIR
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.compat import resolve_env
 from reroll.tasks.environment import SetupCommand
 
-SETUP_LOG = "setup.log"
-"""In the run folder's ``services/``: every setup command's output, each under a header line."""
 OUTPUT_TAIL_CHARS = 2000
 """How much of a failed command's output its error quotes."""
 
@@ -55,10 +54,10 @@ async def run_setup_commands(
     """
     if not commands:
         return
-    (run_dir / SERVICES_DIR).mkdir(exist_ok=True)
+    RunPaths(run_dir).services.mkdir(exist_ok=True)
     for index, setup in enumerate(commands):
         console.print(f"[dim]setup command {index + 1}/{len(commands)}: {setup.command}[/dim]")
-        await _run_one(sandbox, index, setup, env, run_dir / SERVICES_DIR / SETUP_LOG, console)
+        await _run_one(sandbox, index, setup, env, RunPaths(run_dir).setup_log, console)
 
 
 async def _run_one(

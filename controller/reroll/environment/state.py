@@ -42,8 +42,6 @@ STATE_TIMEOUT_SECONDS = 600.0
 """The time a snapshot, restore or digest of the state may take in the sandbox."""
 QUERY_TIMEOUT_SECONDS = 120.0
 """The time `query_state`'s command may take."""
-QUERY_FILE = "environment_state.txt"
-"""Where `query_state`'s output goes in the verifier's folder (before test.sh runs)."""
 
 CopyKind = Literal["sqlite", "files"]
 
@@ -161,7 +159,8 @@ async def restore_state(sandbox: Sandbox, spec: StateSpec, copy: bytes, env: dic
 
 async def query_state(sandbox: Sandbox, command: str, env: dict[str, str]) -> str:
     """Run the task's state ``query_command`` as root in `sandbox` and return its stdout: what the
-    verifier receives of the environment's state (written to `QUERY_FILE` in its folder).
+    verifier receives of the environment's state (written to its folder's
+    `reroll.runfolder.paths.STATE_QUERY_FILE`).
 
     Raises:
         EnvironmentStateError: the command exited non-zero or timed out (its output's tail named).

@@ -40,7 +40,8 @@ from reroll_contracts.trajectory import Place
 
 from reroll.host.child_process import ChildProcess
 from reroll.host.shared_process import SharedProcess, per_rollout, prestart, shared_process
-from reroll.runfolder.run import MAX_JSON_BYTES, PROXY_CONFIG, write_private
+from reroll.runfolder.paths import RunPaths, proxy_config_in
+from reroll.runfolder.run import MAX_JSON_BYTES, write_private
 
 STATUS_TIMEOUT_SECONDS = 5.0
 """Longest wait for the proxy's status (and a shared proxy's answer to adding or removing a rollout)."""
@@ -83,7 +84,7 @@ def recorded_sandbox_values(run_dir: Path) -> tuple[VolatileRule, ...]:
         list is read, so a proxy.json of any reroll version gives its rules.
     """
     try:
-        data = orjson.loads(read_data_file(run_dir / PROXY_CONFIG, MAX_JSON_BYTES, root=run_dir))
+        data = orjson.loads(read_data_file(RunPaths(run_dir).proxy_config, MAX_JSON_BYTES, root=run_dir))
         rules = _VOLATILE_RULES.validate_python(data.get("volatile", []) if isinstance(data, dict) else [])
     except (OSError, ValueError):  # ValueError: invalid JSON or rules, DataFileError
         return ()
@@ -163,7 +164,7 @@ class LlmProxy:
             hold_every=hold_every,
             max_steps=max_steps,
         )
-        self.config_file = workdir / PROXY_CONFIG.name
+        self.config_file = proxy_config_in(workdir)
         """The config file (a per-rollout proxy reads it)."""
         write_private(self.config_file, config.model_dump_json(indent=2).encode())
         self.shared = not per_rollout()

@@ -64,12 +64,9 @@ from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import load_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, start_rollout
 from reroll.rollout.trust import refuse_untrusted
-from reroll.runfolder.asks import ASKS_FILE, AskLog
-from reroll.runfolder.folders import BRANCHED_DIR
+from reroll.runfolder.asks import AskLog
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.run import (
-    CONFIG_FILE,
-    PROMPTS_FILE,
-    TRAJECTORY,
     BranchedFrom,
     RunFolder,
     create_run_folder,
@@ -78,7 +75,6 @@ from reroll.runfolder.run import (
     write_json,
 )
 from reroll.runfolder.summary import (
-    TREE_SUMMARY_FILE,
     BranchSummary,
     ChildSummary,
     RolloutSummary,
@@ -183,7 +179,7 @@ async def branch(
     rollouts = plan.rollouts(tasks_dir, reached)
     children = _children(await batch.run(rollouts, console), plan.planned, plan.parent)
     summary = plan.summary(children, reached)
-    write_json(plan.parent / TREE_SUMMARY_FILE, summary)
+    write_json(RunPaths(plan.parent).tree_summary, summary)
     return summary
 
 
@@ -281,7 +277,7 @@ class _TreePlan:
         """
         original = self.checkpoint.original
         refuse_untravelled(original.config, original.path, runner.executor)
-        self.parent = _write_parent(self.checkpoint, output or original.path.parent / BRANCHED_DIR)
+        self.parent = _write_parent(self.checkpoint, output or RunPaths(original.path).beside("branched"))
         cuts = [opened.cut_index for opened in self.checkpoints]
         console.print(
             f"branching {original.path} at step(s) {cuts} (--at {self.given}): "
@@ -546,10 +542,11 @@ def _write_parent(checkpoint: Checkpoint, output: Path) -> Path:
             "branched_from": provenance,
         }
     )
-    write_json(parent / CONFIG_FILE, config)
-    write_json(parent / PROMPTS_FILE, original.prompts)
+    paths = RunPaths(parent)
+    write_json(paths.config, config)
+    write_json(paths.prompts, original.prompts)
     prefix = original.exchanges[: checkpoint.cut_index]
-    (parent / TRAJECTORY).write_bytes(b"".join(exchange.to_line() for exchange in prefix))
+    paths.trajectory.write_bytes(b"".join(exchange.to_line() for exchange in prefix))
     if checkpoint.recorded_asks:
-        write_json(parent / ASKS_FILE, AskLog(asks=checkpoint.recorded_asks))
+        write_json(paths.asks, AskLog(asks=checkpoint.recorded_asks))
     return parent

@@ -11,9 +11,9 @@ from rich.console import Console
 
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.extensions.checkpoints import kept_pool
-from reroll.rollout.layers import CHECKPOINT_FILE, load_checkpoint
+from reroll.rollout.layers import load_checkpoint
 from reroll.rollout.start import FromCheckpoint, start_rollout
-from reroll.runfolder.run import CHECKPOINTS_DIR
+from reroll.runfolder.paths import RunPaths
 from reroll.settings import RolloutSettings
 
 PREFIX_NAME = "_prefix"
@@ -41,15 +41,15 @@ async def rebuilt_layers(
             update={"checkpoint_every": checkpoint.cut_index}
         ),  # held at the cut: captured
     )
-    captured = outcome.run_dir / CHECKPOINTS_DIR / f"step-{checkpoint.cut_index}"
-    if not (captured / CHECKPOINT_FILE).is_file():
+    captured = RunPaths(outcome.run_dir).checkpoint(checkpoint.cut_index)
+    if not captured.record.is_file():
         result = outcome.result
         raise EnvironmentStateError(
             f"rebuilding the prefix to step {checkpoint.cut_index} captured no checkpoint: "
             f"{PREFIX_NAME} ended {result.status} ({result.error_category}: {result.error}); "
             f"see {outcome.run_dir}"
         )
-    return captured, f"the prefix rebuilt once in {PREFIX_NAME}/"
+    return captured.root, f"the prefix rebuilt once in {PREFIX_NAME}/"
 
 
 def recorded_layers(
@@ -60,11 +60,11 @@ def recorded_layers(
     step J (> 0) whose pool snapshot is kept (`kept_pool`: ``local``) — the children start from
     it and replay steps J..K. As (folder, step, pool reference or None, note on the pool); None
     when there is none (the prefix is rebuilt once: `rebuilt_layers`)."""
-    cut, recorded = checkpoint.cut_index, checkpoint.original.path / CHECKPOINTS_DIR
-    steps = [int(p.name[5:]) for p in recorded.glob("step-*") if p.name[5:].isdigit()]
-    for step in sorted((step for step in steps if 0 < step <= cut), reverse=True):
-        folder = recorded / f"step-{step}"
-        if not (folder / CHECKPOINT_FILE).is_file():
+    cut, recorded = checkpoint.cut_index, RunPaths(checkpoint.original.path)
+    for step in sorted((step for step in recorded.checkpoint_steps() if 0 < step <= cut), reverse=True):
+        files = recorded.checkpoint(step)
+        folder = files.root
+        if not files.record.is_file():
             continue
         try:
             layers = load_checkpoint(folder, step=step)

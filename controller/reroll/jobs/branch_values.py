@@ -8,7 +8,7 @@ from pathlib import Path
 from reroll.jobs.branch_points import BranchPoint
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.layers import LayeredCheckpoint
-from reroll.runfolder.run import HARNESS_DIR, RESTORED_FILE
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.summary import (
     ChildSummary,
     ModelSummary,
@@ -32,7 +32,7 @@ def point_summaries(
 def child_summary(summary: RolloutSummary, model: str, index: int, point: int, parent: Path) -> ChildSummary:
     """Child `summary` (the `index`-th of `model` at branch point `point`, its folder in `parent`),
     with the digests of the checkpoint layers it was restored from."""
-    restored = parent / summary.name / HARNESS_DIR / RESTORED_FILE
+    restored = RunPaths(parent / summary.name).restored_checkpoint
     digests = (
         LayeredCheckpoint.model_validate_json(restored.read_bytes()).digests if restored.is_file() else None
     )

@@ -59,7 +59,7 @@ from reroll_contracts.network import NetworkPolicy
 
 from reroll.host.llm_proxy import faults_used
 from reroll.models.spec import resolved_spec
-from reroll.runfolder.folders import JOB_SPEC_FILE
+from reroll.runfolder.paths import JobPaths
 from reroll.sandbox.base import load_backend
 from reroll.settings import DEFAULT_CHECKPOINT_KEEP, RolloutSettings
 from reroll.tasks.manifest import resolve_manifest
@@ -290,7 +290,7 @@ def load_saved_spec(job_dir: Path) -> JobSpec:
     Raises:
         JobError: the folder has no job.json, or it is invalid.
     """
-    file = job_dir / JOB_SPEC_FILE
+    file = JobPaths(job_dir).spec
     try:
         raw = orjson.loads(file.read_bytes())
     except FileNotFoundError as exc:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from reroll_contracts.datafile import read_data_file
 
-from reroll.runfolder.run import CONFIG_FILE, MAX_JSON_BYTES, RunConfig, StoreUse
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import MAX_JSON_BYTES, RunConfig, StoreUse
 from reroll.runfolder.store import (
     Generation,
     commit_generation,
@@ -86,7 +87,7 @@ def resumed_generation(store: Path, run_dir: Path) -> Generation | None:
     if made is not None:
         return made
     try:
-        config = RunConfig.model_validate_json(read_data_file(run_dir / CONFIG_FILE, MAX_JSON_BYTES))
+        config = RunConfig.model_validate_json(read_data_file(RunPaths(run_dir).config, MAX_JSON_BYTES))
     except (OSError, ValueError):
         return None
     if config.learner_store is None:

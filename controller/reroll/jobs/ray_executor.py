@@ -67,7 +67,8 @@ from reroll.jobs.folder_archive import pack, pack_file, unpack
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import script_file, with_script_file
 from reroll.rollout.start import RolloutOutcome
-from reroll.runfolder.run import CONFIG_FILE, RunResult, write_json
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import RunResult, write_json
 from reroll.settings import RolloutSettings
 
 
@@ -225,7 +226,7 @@ def _run_in_worker(attempt: Attempt, inputs: list[ShippedFolder], agents: Shippe
             result = asyncio.run(main()).result
         except Exception as exc:  # re-raised on the controller, after the run folder came back
             error = exc
-        restore_paths(local.run_dir / CONFIG_FILE, folders, scratch)
+        restore_paths(RunPaths(local.run_dir).config, folders, scratch)
         run_folder = pack(local.run_dir).data if local.run_dir.is_dir() else None
         return Returned(result, error, run_folder)
 

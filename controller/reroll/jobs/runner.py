@@ -91,11 +91,11 @@ from reroll.rollout.checkpoint import find_original_task, original_task_name
 from reroll.rollout.commands.continue_ import check_continuation, continue_run
 from reroll.rollout.commands.record import run_task
 from reroll.rollout.trust import refuse_untrusted
-from reroll.runfolder.folders import ATTEMPTS_DIR, CONTINUED_DIR, JOB_SPEC_FILE, job_run_folders
-from reroll.runfolder.run import CONFIG_FILE, MAX_JSON_BYTES, RunConfig, StoreUse, now_iso, write_json
+from reroll.runfolder.folders import job_run_folders
+from reroll.runfolder.paths import JobPaths, RunPaths
+from reroll.runfolder.run import MAX_JSON_BYTES, RunConfig, StoreUse, now_iso, write_json
 from reroll.runfolder.store import summarise_store
 from reroll.runfolder.summary import (
-    JOB_SUMMARY_FILE,
     JobSummary,
     RolloutSummary,
     is_complete,
@@ -204,7 +204,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
     job_dir = jobs_dir / name
     saved = spec.model_copy(update={"name": name})
     job_dir.mkdir(parents=True, exist_ok=True)
-    write_json(job_dir / JOB_SPEC_FILE, saved.model_dump(mode="json"))
+    write_json(JobPaths(job_dir).spec, saved.model_dump(mode="json"))
 
     def runner_rollout(rollout: PlannedRollout, store: StoreUse | None = None) -> RunnerRollout:
         model, rollout_options = (
@@ -223,7 +223,7 @@ async def run_job(spec: JobSpec, *, jobs_dir: Path, console: Console) -> JobSumm
             run_name=rollout.name,
         )
         reads = attempt_reads(rollout.task_path, options=rollout_options, model=model)
-        attempt = Attempt(job_dir / rollout.name, run, reads=reads)
+        attempt = Attempt(JobPaths(job_dir).run(rollout.name).root, run, reads=reads)
         return RunnerRollout(attempt, rollout.task, rollout.agent, rollout.model)
 
     if spec.schedule == "sequential-shared":
@@ -297,7 +297,7 @@ async def continue_job(
         if spec is not None:
             check_model(spec)
     job_dir = job_dir.resolve()
-    output = job_dir / CONTINUED_DIR
+    output = JobPaths(job_dir).continued.root
     folders = job_run_folders(job_dir)
     if not folders:
         raise JobError(f"{job_dir}: no run folders (folders with a config.json) in it")
@@ -383,7 +383,7 @@ def _config(folder: Path) -> RunConfig | None:
     """config.json of run folder `folder`, or None when it cannot be read (its continuation then
     fails on it, naming the file, and the job's summary is written all the same)."""
     try:
-        return RunConfig.model_validate_json(read_data_file(folder / CONFIG_FILE, MAX_JSON_BYTES))
+        return RunConfig.model_validate_json(read_data_file(RunPaths(folder).config, MAX_JSON_BYTES))
     except (OSError, ValueError):  # ValueError: ValidationError, DataFileError
         return None
 
@@ -501,7 +501,7 @@ def _error_summary(
 
 def _set_aside(folder: Path, parent: Path, reason: str) -> None:
     """Move `folder` to ``parent/_attempts/<name>.<reason>`` (``-2``, ``-3`` … if taken)."""
-    aside = parent / ATTEMPTS_DIR
+    aside = JobPaths(parent).attempts
     aside.mkdir(exist_ok=True)
     target = aside / f"{folder.name}.{reason}"
     suffix = 2
@@ -535,9 +535,9 @@ async def _summarised(
         schedule="sequential-shared" if store is not None else "parallel-independent",
         store=summarise_store(store) if store is not None else None,
     )
-    write_json(summary_dir / JOB_SUMMARY_FILE, summary)
+    write_json(JobPaths(summary_dir).summary, summary)
     print_summary(summary, console)
-    console.print(f"summary: {summary_dir / JOB_SUMMARY_FILE}")
+    console.print(f"summary: {JobPaths(summary_dir).summary}")
     return summary
 
 

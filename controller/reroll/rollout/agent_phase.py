@@ -99,7 +99,7 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
     outcome = AgentOutcome()
     console.print(f"running {agent.name} (timeout {plan.timeout_seconds:.0f} s)")
     # The whole output goes to the run folder's log (capped), only a short tail stays in memory.
-    with AgentLog(plan.run_dir / AGENT_LOG) as log:
+    with AgentLog(plan.paths.agent_log) as log:
 
         def write_output(_stream: str, chunk: bytes) -> None:
             log.write(chunk)

@@ -49,6 +49,7 @@ from reroll.environment.state import (
     snapshot_state,
 )
 from reroll.rollout.verify.script_verifier import quiesce
+from reroll.runfolder.paths import CHECKPOINT_FILE, CheckpointPaths
 from reroll.runfolder.run import MAX_JSON_BYTES, now_iso
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task
@@ -56,7 +57,6 @@ from reroll.tasks.task import Task
 LayerName = Literal["environment", "sandbox", "session"]
 LAYER_ORDER: tuple[LayerName, ...] = ("environment", "sandbox", "session")
 """The capture and restore order (the seeds': environment state → container → agent session)."""
-CHECKPOINT_FILE = "checkpoint.json"
 MAX_LAYER_BYTES = 4 * 1024**3
 """The largest layer file of a checkpoint read (each is read whole, no symlink followed)."""
 
@@ -166,15 +166,16 @@ async def capture_checkpoint(
     if quiesce_agent:
         await quiesce(sandbox)  # nothing of the agent runs while the layers are copied
     folder.mkdir(parents=True, exist_ok=True)
+    files = CheckpointPaths(folder)
     plans = uncovered_layers(sandbox, task, agent, covered)
     checkpoint = LayeredCheckpoint(
         step=step, task=task.name, agent=agent.name, expected=[p.name for p in plans], created_at=now_iso()
     )
-    _write_atomic(folder / CHECKPOINT_FILE, checkpoint.model_dump_json(indent=2).encode())
+    _write_atomic(files.record, checkpoint.model_dump_json(indent=2).encode())
     for plan in plans:
         copy = await _copy_out(sandbox, task, plan, env)
         name = f"{plan.name}.tar"
-        _write_atomic(folder / name, copy.data)
+        _write_atomic(files.layer(name), copy.data)
         checkpoint.layers.append(
             LayerRecord(
                 name=plan.name,
@@ -185,7 +186,7 @@ async def capture_checkpoint(
                 digest=copy.digest,
             )
         )
-        _write_atomic(folder / CHECKPOINT_FILE, checkpoint.model_dump_json(indent=2).encode())
+        _write_atomic(files.record, checkpoint.model_dump_json(indent=2).encode())
     return checkpoint
 
 
@@ -196,7 +197,7 @@ def load_checkpoint(folder: Path, *, step: int | None = None) -> LayeredCheckpoi
     Raises:
         EnvironmentStateError: the checkpoint is missing, unreadable or inconsistent (named).
     """
-    path = folder / CHECKPOINT_FILE
+    path = CheckpointPaths(folder).record
     try:
         checkpoint = LayeredCheckpoint.model_validate_json(read_data_file(path, MAX_JSON_BYTES))
     except (OSError, ValueError) as exc:  # ValueError: ValidationError, DataFileError
@@ -217,7 +218,7 @@ def load_checkpoint(folder: Path, *, step: int | None = None) -> LayeredCheckpoi
                 f"the checkpoint of step {checkpoint.step}"
             )
         try:
-            data = read_data_file(folder / layer.file, MAX_LAYER_BYTES, root=folder)
+            data = read_data_file(CheckpointPaths(folder).layer(layer.file), MAX_LAYER_BYTES, root=folder)
         except (OSError, ValueError) as exc:  # ValueError: DataFileError
             raise EnvironmentStateError(f"checkpoint {folder}: layer {layer.name}: {exc}") from exc
         if hashlib.sha256(data).hexdigest() != layer.sha256:
@@ -266,7 +267,7 @@ async def restore_checkpoint(
     layers = {layer.name: layer for layer in checkpoint.layers}
     for plan in needed:
         layer = layers[plan.name]
-        data = read_data_file(folder / layer.file, MAX_LAYER_BYTES, root=folder)
+        data = read_data_file(CheckpointPaths(folder).layer(layer.file), MAX_LAYER_BYTES, root=folder)
         if plan.name == "environment":
             state = task.spec.environment.state
             assert state is not None

@@ -41,20 +41,12 @@ from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.rollout.turns.scenes import AgentOutcome, TrialContext, run_trial
 from reroll.rollout.verify.script_verifier import keeps_agent_processes, quiesce
 from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest, verifier_for
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.run import (
     AGENT_LOG,
-    CONFIG_FILE,
     ERROR_FILE,
-    LIMITS_FILE,
-    MANIFEST_FILE,
-    PROMPTS_FILE,
-    RESULT_FILE,
-    TRAJECTORY,
-    USER_TRAJECTORY,
-    VERIFIER_DIR,
     RunResult,
     count_exchanges,
-    harness_folder,
     now_iso,
     write_json,
 )
@@ -198,7 +190,7 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
             sandbox,
             env,
             plan.run_dir,
-            plan.run_dir / VERIFIER_DIR,
+            plan.paths.verifier.root,
             keep_agent_processes=keeps_agent_processes(plan.task, plan.agent, sandbox.layout.agent_user),
             sandbox_settings=plan.settings.sandbox_config,
         ),
@@ -222,7 +214,7 @@ async def _start_together(run: Run) -> None:
     await sandbox.host_address()  # made once, before the two starts use it (docker: the network)
 
     async def llm_side() -> None:
-        run.proxy = await start_llm_side(plan, sandbox, run.stack, harness_folder(plan.run_dir))
+        run.proxy = await start_llm_side(plan, sandbox, run.stack, plan.paths.make_harness())
         await run.hooks.before_sandbox_start(run)
 
     outcomes = await asyncio.gather(llm_side(), sandbox.start(), return_exceptions=True)
@@ -241,10 +233,10 @@ async def _settle(run: Run, outcome: AgentOutcome) -> None:
     plan, sandbox = run.plan, run.sandbox
     if run.proxy is not None:
         await run.proxy.stop()
-        run.result.counts = count_exchanges(load_trajectory(plan.run_dir / TRAJECTORY))
+        run.result.counts = count_exchanges(load_trajectory(plan.paths.trajectory))
     if not keeps_agent_processes(plan.task, plan.agent, sandbox.layout.agent_user):
         await quiesce(sandbox)  # no process of the agent outlives it: the workspace is final
-    write_json(plan.run_dir / MANIFEST_FILE, await sandbox.manifest(sandbox.layout.workspace))
+    write_json(plan.paths.manifest, await sandbox.manifest(sandbox.layout.workspace))
     await run.hooks.before_verify(run, outcome)
 
 
@@ -252,11 +244,11 @@ def _open_run_folder(plan: RolloutPlan) -> None:
     """Write what the run folder holds before anything starts: config.json, an empty prompts.json,
     and for an agent that calls no model an empty trajectory (no proxy records one), so the run
     can be replayed and rescored."""
-    write_json(plan.run_dir / CONFIG_FILE, plan.config)
-    write_json(plan.run_dir / PROMPTS_FILE, [])
+    write_json(plan.paths.config, plan.config)
+    write_json(plan.paths.prompts, [])
     if plan.agent.api_format == "none":
-        (plan.run_dir / TRAJECTORY).parent.mkdir(exist_ok=True)
-        (plan.run_dir / TRAJECTORY).touch()
+        plan.paths.trajectory.parent.mkdir(exist_ok=True)
+        plan.paths.trajectory.touch()
 
 
 def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
@@ -267,7 +259,7 @@ def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
         return plan.task
     task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
     if notes:
-        (plan.run_dir / LIMITS_FILE).write_text("".join(f"{note}\n" for note in notes))
+        RunPaths(plan.run_dir).limits.write_text("".join(f"{note}\n" for note in notes))
         for note in notes:
             console.print(f"[yellow]{note}[/yellow]")
     return task
@@ -342,7 +334,7 @@ async def _record_failure(result: RunResult, exc: Exception, sandbox: Sandbox | 
     failure after the sandbox hit a resource limit as ``resource_limit``."""
     message = str(exc)
     if not isinstance(exc, RerollError):  # a bug: keep its traceback
-        (run_dir / ERROR_FILE).write_text("".join(traceback.format_exception(exc)))
+        RunPaths(run_dir).error.write_text("".join(traceback.format_exception(exc)))
         message = f"internal error: {exc!r}; traceback in {ERROR_FILE}"
     limited = isinstance(exc, SandboxError) and result.error_category != "agent_error"
     if limited and (hit := await _limits_hit_after(sandbox)):
@@ -382,13 +374,14 @@ def headline(agent_failure: str, later_error: str) -> str:
 def _write_result(result: RunResult, run_dir: Path, started: float) -> None:
     """Complete `result` (the counts of what was recorded when the rollout ended early, the
     User's counts, the end time, `started`'s ``time.monotonic()`` to now) and write result.json."""
-    trajectory = run_dir / TRAJECTORY
+    paths = RunPaths(run_dir)
+    trajectory = paths.trajectory
     if result.counts.tokens is None and trajectory.exists():  # ended early: count what was recorded
         with contextlib.suppress(TrajectoryFormatError):
             result.counts = count_exchanges(load_trajectory(trajectory))
-    if (run_dir / USER_TRAJECTORY).is_file():
+    if paths.user_trajectory.is_file():
         with contextlib.suppress(TrajectoryFormatError):
-            result.user_counts = count_exchanges(load_trajectory(run_dir / USER_TRAJECTORY))
+            result.user_counts = count_exchanges(load_trajectory(paths.user_trajectory))
     result.finished_at = now_iso()
     result.timings.total_seconds = round(time.monotonic() - started, 3)
-    write_json(run_dir / RESULT_FILE, result)
+    write_json(paths.result, result)

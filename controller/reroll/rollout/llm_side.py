@@ -15,7 +15,6 @@ from reroll_contracts.proxy import VolatileRule
 from reroll.host.llm_proxy import LlmProxy, prestart_proxy
 from reroll.models.spec import live_upstream
 from reroll.rollout.plan import RolloutPlan
-from reroll.runfolder.run import TRAJECTORY
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.layout import SandboxLayout
 
@@ -48,7 +47,7 @@ async def start_llm_side(
     host = await sandbox.host_address()
     proxy = LlmProxy(
         workdir=harness_dir,
-        trajectory_path=plan.run_dir / TRAJECTORY,
+        trajectory_path=plan.paths.trajectory,
         upstream=upstream,
         replay=plan.replay,
         listen_host=host,

@@ -13,6 +13,7 @@ from reroll_contracts.proxy import ReplayConfig, VolatileRule
 
 from reroll.agents import AgentSpec
 from reroll.models.spec import ModelSpec, model_name, parse_model
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.run import RunConfig
 from reroll.runfolder.trial import TurnRecord
 from reroll.settings import RolloutSettings
@@ -55,6 +56,11 @@ class RolloutPlan:
     (`reroll.sandbox.base.Backend`): ``settings.sandbox_config``, and for a branch started from a
     kept pool its ``from_snapshot`` (`reroll.rollout.origin.FromCheckpoint.pool`), which is for this
     run only and never recorded; None: the backend's defaults."""
+
+    @property
+    def paths(self) -> RunPaths:
+        """The paths of `run_dir`, the run folder (`reroll.runfolder.paths.RunPaths`)."""
+        return RunPaths(self.run_dir)
 
     @property
     def agent(self) -> AgentSpec:

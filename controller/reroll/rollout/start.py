@@ -49,16 +49,13 @@ from reroll.rollout.plan import RolloutPlan
 from reroll.rollout.trust import refuse_untrusted
 from reroll.rollout.turns.scenes import check_trial
 from reroll.rollout.verify.verifiers import verifier_for
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.run import (
-    CONTROLLER_LOG,
-    REMAINDER_FILE,
-    TRAJECTORY,
     BranchedFrom,
     RescoredFrom,
     RunConfig,
     RunResult,
     create_run_folder,
-    harness_folder,
     now_iso,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
@@ -244,14 +241,16 @@ def _replayed(origin: Origin, settings: RolloutSettings, run_dir: Path) -> dict[
         start = origin.layers_step
         if start is None or start >= checkpoint.cut_index:
             return {}
-        remainder = harness_folder(run_dir) / REMAINDER_FILE
+        paths = RunPaths(run_dir)
+        paths.make_harness()
+        remainder = paths.replayed_remainder
         exchanges = checkpoint.original.exchanges[start : checkpoint.cut_index]
         remainder.write_bytes(b"".join(exchange.to_line() for exchange in exchanges))
         cut = checkpoint.cut_index - start
         return {"replay": ReplayConfig(trajectory_path=remainder, cut_index=cut, divergence_policy="warn")}
     original = checkpoint.original.path
     replay = ReplayConfig(
-        trajectory_path=original / TRAJECTORY,
+        trajectory_path=RunPaths(original).trajectory,
         cut_index=checkpoint.cut_index,
         divergence_policy=settings.divergence_policy,
     )
@@ -317,7 +316,9 @@ def _progress(console: Console | None, run_dir: Path) -> Iterator[Console]:
     if console is not None:
         yield console
         return
-    log_file = harness_folder(run_dir) / CONTROLLER_LOG.name
+    paths = RunPaths(run_dir)
+    paths.make_harness()
+    log_file = paths.controller_log
     with open(log_file, "w") as log:
         yield Console(file=log, highlight=False, soft_wrap=True)
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from reroll_contracts.errors import UntrustedCodeError
 
-from reroll.runfolder.run import CONFIG_FILE, RunConfig
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import RunConfig
 from reroll.sandbox.base import BACKENDS
 
 
@@ -56,6 +57,6 @@ def refuse_untrusted(config: RunConfig, run_dir: Path, trusted: Iterable[str]) -
         elif any(target == name or target.startswith(f"{name}.") for name in trusted):
             continue
         raise UntrustedCodeError(
-            f"{run_dir / CONFIG_FILE} names {what}: code a run folder names never runs on the host "
+            f"{RunPaths(run_dir).config} names {what}: code a run folder names never runs on the host "
             f"unless you name it again; review {target} and pass --trust {target} to run it"
         )

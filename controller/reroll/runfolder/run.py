@@ -28,10 +28,12 @@
                                        replayed-remainder.jsonl (a fork's, a checkpointed run's)
       checkpoints/step-K/              the checkpoints captured while it ran (``--checkpoint-every``)
 
-Every name above is a constant of this module; the job folder and the branch tree are
-`reroll.runfolder.folders` and `reroll.runfolder.summary`. Folders written by BenchFlow load
-too: fields reroll adds are optional, and a result.json without ``status`` gets one from
-``error_category``.
+Every name above is a constant of this module (the files features write into ``verifier/``,
+``checkpoints/step-K/`` and ``services/`` are `reroll.runfolder.paths`'s, the job folder and the
+branch tree `reroll.runfolder.folders` and `reroll.runfolder.summary`); every path is asked of
+`reroll.runfolder.paths.RunPaths`, never joined by hand outside this package. Folders written by
+BenchFlow load too: fields reroll adds are optional, and a result.json without ``status`` gets one
+from ``error_category``.
 """
 
 from __future__ import annotations

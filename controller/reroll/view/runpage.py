@@ -21,10 +21,9 @@ from reroll_contracts.wire.normal import NormalUsage
 
 from reroll.runfolder.asks import AskRecord, load_asks
 from reroll.runfolder.conversation import Thread, ToolCallTurn, ToolResult, Turn, threads_of
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.run import (
-    AGENT_LOG,
     SIDE_LABELS,
-    VERIFIER_DIR,
     BranchedFrom,
     ContinuedFrom,
     RunFolder,
@@ -232,8 +231,9 @@ def run_view(run: RunFolder, *, attach_files: bool = True) -> RunView:
         sides=[_side_view(side, loaded.exchanges, loaded.warning) for side, loaded in run.sides.items()],
     )
     if attach_files:
-        view.verifier_files = attached_files(run.path / VERIFIER_DIR)
-        view.agent_log = _attached(run.path / AGENT_LOG)
+        paths = RunPaths(run.path)
+        view.verifier_files = attached_files(paths.verifier.root)
+        view.agent_log = _attached(paths.agent_log)
     return view
 
 

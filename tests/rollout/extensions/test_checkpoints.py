@@ -8,7 +8,8 @@ import itertools
 from pathlib import Path
 
 import pytest
-from reroll.rollout.extensions.checkpoints import POOL_FILE, kept_pool, pool_reference, retained
+from reroll.rollout.extensions.checkpoints import kept_pool, pool_reference, retained
+from reroll.runfolder.paths import POOL_FILE
 
 
 def test_pool_reference_reads_the_record_and_falls_back_to_none(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from rich.console import Console
 from reroll.models.spec import ModelSpec
 from reroll.rollout.checkpoint import At, open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, model_for, start_rollout
-from reroll.runfolder.folders import CONTINUED_DIR
+from reroll.runfolder.paths import RunPaths
 from reroll.settings import RolloutSettings
 
 
@@ -78,7 +78,7 @@ async def continue_run(
     return await start_rollout(
         origin,
         live_model=live_model,
-        parent=output or origin.checkpoint.original.path.parent / CONTINUED_DIR,
+        parent=output or RunPaths(origin.checkpoint.original.path).beside("continued"),
         name=origin.checkpoint.original.path.name,
         options=options,
         console=console,

@@ -31,8 +31,8 @@ from rich.console import Console
 
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.start import FromCheckpoint, start_rollout
-from reroll.runfolder.folders import REPLAYED_DIR
-from reroll.runfolder.run import FIDELITY_FILE, MANIFEST_FILE, TRAJECTORY, load_manifest, write_json
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import load_manifest, write_json
 from reroll.settings import RolloutSettings
 
 StepVerdict = Literal["match", "diverged", "missing", "retried"]
@@ -130,13 +130,15 @@ async def replay_run(
     original = checkpoint.original
     original_manifest = load_manifest(original.path)
     if original_manifest is None:
-        raise RunFolderError(f"{original.path / MANIFEST_FILE}: missing; nothing to compare the rebuild with")
+        raise RunFolderError(
+            f"{RunPaths(original.path).manifest}: missing; nothing to compare the rebuild with"
+        )
     if console is not None:
         console.print(f"replaying {original.path} ({checkpoint.cut_index} recorded exchanges)")
     outcome = await start_rollout(
         FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
         live_model=None,
-        parent=output or original.path.parent / REPLAYED_DIR,
+        parent=output or RunPaths(original.path).beside("replayed"),
         name=original.path.name,
         options=options,
         console=console,
@@ -166,12 +168,12 @@ async def replay_run(
         original_rewards=original.result.rewards if original.result else None,
         rebuilt_rewards=result.rewards,
     )
-    write_json(run_dir / FIDELITY_FILE, report)
+    write_json(RunPaths(run_dir).fidelity, report)
     return report
 
 
 def _step_reports(run_dir: Path, recorded: int, retried: set[int]) -> list[StepReport]:
-    path = run_dir / TRAJECTORY
+    path = RunPaths(run_dir).trajectory
     lines = load_trajectory(path).exchanges if path.is_file() else []
     # Requests are matched to recorded exchanges by thread, not position: each replayed line
     # names the recorded exchange it was served.

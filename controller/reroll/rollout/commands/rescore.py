@@ -21,12 +21,10 @@ from rich.console import Console
 from reroll.rollout.checkpoint import open_checkpoint
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, start_rollout
 from reroll.rollout.verify.judge_model import judge_flag
-from reroll.runfolder.run import JUDGE_TRAJECTORY, RescoredFrom
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import RescoredFrom
 from reroll.settings import RolloutSettings
 from reroll.tasks.spec import JUDGED_TYPES
-
-RESCORED_DIR = "rescored"
-"""The default jobs folder of re-scored runs, beside the original."""
 
 
 async def rescore_run(
@@ -62,16 +60,16 @@ async def rescore_run(
     original = checkpoint.original
     if judge_model is not None:  # a scripted:PATH stored absolute, as config.json's judge_model
         judge_model = judge_flag(judge_model, checkpoint.task)
-    recorded = (original.path / JUDGE_TRAJECTORY).is_file()
+    judge_trajectory = RunPaths(original.path).judge_trajectory
+    recorded = judge_trajectory.is_file()
     if judge_model is None and checkpoint.task.spec.verifier.type in JUDGED_TYPES and not recorded:
         raise RunFolderError(
-            f"{original.path / JUDGE_TRAJECTORY}: missing, no judge answers to replay; "
-            "pass --judge-model to ask a judge live"
+            f"{judge_trajectory}: missing, no judge answers to replay; pass --judge-model to ask a judge live"
         )
     return await start_rollout(
         FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
         live_model=None,
-        parent=output or original.path.parent / RESCORED_DIR,
+        parent=output or RunPaths(original.path).beside("rescored"),
         name=original.path.name,
         options=options.model_copy(update={"judge_model": judge_model}),
         console=console,

@@ -36,7 +36,8 @@ from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint, uncovered_layers
 from reroll.rollout.origin import FromCheckpoint, NewRecording
 from reroll.rollout.turns.scenes import AgentOutcome
-from reroll.runfolder.run import CHECKPOINTS_DIR, HELD_FILE, RESTORED_FILE, harness_folder, write_json
+from reroll.runfolder.paths import CheckpointPaths
+from reroll.runfolder.run import write_json
 from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.cowdisk import LAYER
@@ -44,11 +45,6 @@ from reroll.sandbox.local import cow
 from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.local.storage import PoolSnapshot, frozen_paths, mark_pool
-
-POOL_FILE = "pool.json"
-"""In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
-with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
-step, frozen in the pool the sandbox leaves when it stops (`pool_reference`)."""
 
 
 class Checkpoints(Extension):
@@ -68,13 +64,13 @@ class Checkpoints(Extension):
         """The kept pool snapshot a fork's sandbox started from (`FromCheckpoint.pool`)."""
         self.capturing: asyncio.Task[None] | None = None
         self.held: dict[int, float] = {}
-        """Seconds each step's request was held, as the proxy measured it (`HELD_FILE`)."""
+        """Seconds each step's request was held, as the proxy measured it (`RunPaths.checkpoint_holds`)."""
         self.filing: asyncio.Task[None] | None = None
         """The files of the latest per-step pool checkpoint being written (`_file_pool_checkpoint`)."""
         self.freezing: FreezePlan | None = None
         """What the proxy freezes at each step itself (`_let_the_proxy_freeze`), None: it holds."""
         self.froze: dict[int, float] = {}
-        """Seconds of each step's held part on the controller's side (`HELD_FILE`'s ``capture``)."""
+        """Seconds of each step's held part on the controller's side (``capture`` in the holds file)."""
 
     def configure(self, draft: Draft) -> None:
         """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
@@ -104,7 +100,8 @@ class Checkpoints(Extension):
                 step=self.restore_step,
                 given=given,
             )
-            write_json(harness_folder(plan.run_dir) / RESTORED_FILE, restored)
+            plan.paths.make_harness()
+            write_json(plan.paths.restored_checkpoint, restored)
             await run.hooks.at_restore(run, self.restore_step, self.restore_from)
         if run.proxy is not None and self.every:
             if self.pool_only:
@@ -118,7 +115,7 @@ class Checkpoints(Extension):
 
     async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
         """Stop capturing (before the proxy stops), file the steps the proxy froze unseen
-        (`_file_unseen`); write how long each step was held (`HELD_FILE`)."""
+        (`_file_unseen`); write how long each step was held (`RunPaths.checkpoint_holds`)."""
         await self._stop()
         await self._file_unseen(run)
         if self.held:
@@ -127,7 +124,8 @@ class Checkpoints(Extension):
                 "seconds": [round(s, 6) for s in self.held.values()],
                 "capture": [round(self.froze.get(step, 0.0), 6) for step in self.held],
             }
-            write_json(harness_folder(run.plan.run_dir) / HELD_FILE, held)
+            run.plan.paths.make_harness()
+            write_json(run.plan.paths.checkpoint_holds, held)
 
     async def _capture(self, run: Run, proxy: LlmProxy, env: dict[str, str]) -> None:
         """Each time the proxy holds a request at a step boundary, capture the layers into
@@ -143,7 +141,7 @@ class Checkpoints(Extension):
         while True:
             held = await proxy.wait_for_held()
             step, began = held.step, time.perf_counter()
-            folder = plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+            folder = plan.paths.checkpoint(step).root
             reference: str | None = None
             if held.frozen:
                 reference = self._frozen(run, held)
@@ -218,7 +216,7 @@ class Checkpoints(Extension):
         after: asyncio.Task[None] | None,
     ) -> None:
         """After the release and once `after` (the previous step's filing) is done: write the
-        pool checkpoint of `step` taken by `_freeze` (`POOL_FILE`, ``checkpoint.json`` when
+        pool checkpoint of `step` taken by `_freeze` (``pool.json``, ``checkpoint.json`` when
         `_freeze` captured no layer, the pool's `RUN_FILE`), then apply the retention
         (`_retain`). A failure is reported, the run goes on."""
         if after is not None:
@@ -253,14 +251,14 @@ class Checkpoints(Extension):
         for dropped in [kept for kept in self.kept if kept not in keep]:
             if drop is not None:
                 await drop(f"step-{dropped}")
-            shutil.rmtree(run.plan.run_dir / CHECKPOINTS_DIR / f"step-{dropped}", ignore_errors=True)
+            shutil.rmtree(run.plan.paths.checkpoint(dropped).root, ignore_errors=True)
         self.kept = [kept for kept in self.kept if kept in keep]
 
     async def _file_unseen(self, run: Run) -> None:
         """File the steps the proxy froze whose news the agent's end cut off (its last requests'
         `HeldStep` still on the way when capturing stopped): found on the disk, a
         `FreezePlan.step_folder` holding its `reroll_contracts.btrfs.PATHS`, as `_capture` files
-        the others (their wait unknown: not in `HELD_FILE`)."""
+        the others (their wait unknown: not in ``harness/checkpoint-holds.json``)."""
         plan, adopt = self.freezing, getattr(run.sandbox, "adopt_pool_snapshot", None)
         if plan is None or adopt is None:
             return
@@ -269,7 +267,7 @@ class Checkpoints(Extension):
         for step in [step for step in steps if step not in self.held and step > max(self.kept, default=0)]:
             reference = adopt(f"step-{step}")
             if reference is not None:
-                folder = run.plan.run_dir / CHECKPOINTS_DIR / f"step-{step}"
+                folder = run.plan.paths.checkpoint(step).root
                 await self._file_pool_checkpoint(run, step, folder, reference, run.env | run.task_env, None)
 
     async def _stop(self) -> None:
@@ -351,7 +349,7 @@ def retained(steps: Sequence[int], keep: int) -> set[int]:
 async def _keep_in_pool(run: Run, step: int, folder: Path) -> str | None:
     """Where the sandbox can keep a copy-on-write snapshot beyond its life (`pool_snapshot`: the
     isolated ``local`` sandbox with copy-on-write), take ``step-K`` of the workspace, HOME and
-    ``/`` and write its reference into `folder`'s `POOL_FILE` (and the run folder into the pool:
+    ``/`` and write its reference into `folder`'s ``pool.json`` (and the run folder into the pool:
     `reroll.sandbox.local.storage.mark_pool`); the reference, None when there is no pool."""
     pool_snapshot = getattr(run.sandbox, "pool_snapshot", None)
     reference: str | None = None if pool_snapshot is None else await pool_snapshot(f"step-{step}")
@@ -365,10 +363,10 @@ async def _keep_in_pool(run: Run, step: int, folder: Path) -> str | None:
 
 
 def _write_pool_file(folder: Path, reference: str, run_dir: Path) -> None:
-    """Write `reference` into `folder`'s `POOL_FILE` and `run_dir` into its pool
+    """Write `reference` into `folder`'s ``pool.json`` and `run_dir` into its pool
     (`reroll.sandbox.local.storage.mark_pool`). Raises OSError when either cannot be written."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / POOL_FILE, {"from_snapshot": reference})
+    write_json(CheckpointPaths(folder).pool, {"from_snapshot": reference})
     mark_pool(reference, run_dir)
 
 
@@ -389,11 +387,11 @@ def pool_covers(run: Run, reference: str) -> list[str]:
 
 
 def pool_reference(folder: Path) -> str | None:
-    """The ``<pool>:step-K`` a checkpoint `folder` recorded (`POOL_FILE`), or None when it has none
+    """The ``<pool>:step-K`` a checkpoint `folder` recorded (``pool.json``), or None when it has none
     or the file is unreadable. Whether the pool still exists is the caller's to check
     (`reroll.sandbox.local.storage.PoolSnapshot.parse`: a pruned pool raises SandboxError)."""
     try:
-        data = json.loads((folder / POOL_FILE).read_text())
+        data = json.loads(CheckpointPaths(folder).pool.read_text())
     except (OSError, ValueError):
         return None
     reference = data.get("from_snapshot") if isinstance(data, dict) else None

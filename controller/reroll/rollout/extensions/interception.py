@@ -10,7 +10,6 @@ import urllib.parse
 from reroll.host import intercept
 from reroll.rollout.hooks import Extension, Run
 from reroll.rollout.llm_side import port_of
-from reroll.runfolder.run import harness_folder
 
 INTERCEPT_CA_PATH = "/etc/reroll/intercept-ca.pem"
 """Where the CA bundle of an intercepted agent goes (under the sandbox root)."""
@@ -35,7 +34,7 @@ class Interception(Extension):
         interceptor = intercept.Interceptor(
             target=proxy.base_url,
             token=proxy.token,
-            workdir=harness_folder(plan.run_dir),
+            workdir=plan.paths.make_harness(),
             listen_host=await run.sandbox.host_address(),
             other_hosts="pass" if plan.task.spec.environment.network == "full" else "refuse",
         )

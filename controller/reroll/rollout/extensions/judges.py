@@ -14,7 +14,8 @@ from reroll_contracts.trajectory import load_trajectory
 from reroll.rollout.hooks import Draft, Extension, Run
 from reroll.rollout.verify.judge_model import check_judge_model, judge_flag
 from reroll.rollout.verify.verifiers import Verdict
-from reroll.runfolder.run import JUDGE_TRAJECTORY, RunConfig, count_exchanges
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import RunConfig, count_exchanges
 
 
 class Judges(Extension):
@@ -46,8 +47,8 @@ class Judges(Extension):
 
     async def after_verify(self, run: Run, verdict: Verdict) -> None:
         """result.json's ``judge_counts`` when a judge recorded exchanges."""
-        if (run.plan.run_dir / JUDGE_TRAJECTORY).is_file():
-            run.result.judge_counts = count_exchanges(load_trajectory(run.plan.run_dir / JUDGE_TRAJECTORY))
+        if run.plan.paths.judge_trajectory.is_file():
+            run.result.judge_counts = count_exchanges(load_trajectory(run.plan.paths.judge_trajectory))
 
 
 def _judge_replay(config: RunConfig) -> Path | None:
@@ -56,4 +57,4 @@ def _judge_replay(config: RunConfig) -> Path | None:
     rescored = config.rescored_from
     if rescored is None or rescored.judge_model is not None:
         return None
-    return Path(rescored.path) / JUDGE_TRAJECTORY
+    return RunPaths(Path(rescored.path)).judge_trajectory

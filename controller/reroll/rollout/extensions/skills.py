@@ -12,7 +12,6 @@ from reroll.rollout.hooks import Draft, Extension, Run
 from reroll.rollout.origin import NewRecording, Origin
 from reroll.rollout.skills import SceneSkills, SkillSelection, select_skills, self_gen_trial, skill_config
 from reroll.rollout.turns.scenes import AgentOutcome
-from reroll.runfolder.run import TRAJECTORY
 from reroll.settings import RolloutSettings
 from reroll.tasks.skills import nudge_level
 from reroll.tasks.variants import with_skills_hidden
@@ -60,7 +59,7 @@ class Skills(Extension):
         """result.json's ``skills_opened`` and ``skills_generated`` (not for ``no-skill``)."""
         if self.selection.mode == "no-skill" or self.scenes is None:
             return
-        exchanges = load_trajectory(run.plan.run_dir / TRAJECTORY).exchanges if run.proxy else []
+        exchanges = load_trajectory(run.plan.paths.trajectory).exchanges if run.proxy else []
         run.result.skills_opened = self.scenes.opened(exchanges)
         run.result.skills_generated = self.scenes.generated
 

@@ -37,7 +37,8 @@ from rich.markup import escape
 
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.turns.persona import PersonaUser
-from reroll.runfolder.asks import ASKS_FILE, AnsweredBy, AskLog, AskRecord
+from reroll.runfolder.asks import AnsweredBy, AskLog, AskRecord
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.run import write_json
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.environment import McpServerSpec
@@ -98,7 +99,7 @@ class Answerer:
             user_exchange=exchange,
         )
         self.asks.append(record)
-        write_json(self.run_dir / ASKS_FILE, AskLog(asks=self.asks))
+        write_json(RunPaths(self.run_dir).asks, AskLog(asks=self.asks))
         return record
 
     async def serve(self, proxy: LlmProxy, user: BaseUser | None, console: Console) -> None:

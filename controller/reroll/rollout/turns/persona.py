@@ -36,7 +36,7 @@ from reroll_contracts.trajectory import MAX_TRAJECTORY_BYTES
 
 from reroll.rollout.side_model import SideModel
 from reroll.runfolder.asks import AskRecord
-from reroll.runfolder.run import USER_TRAJECTORY, harness_part
+from reroll.runfolder.paths import RunPaths
 from reroll.runfolder.trial import TurnRecord
 from reroll.trials.config import Persona
 from reroll.trials.users import BaseUser, RoundResult
@@ -79,7 +79,7 @@ class PersonaPlan:
             RunFolderError: they name exchanges of the persona's model that `run_dir`'s
                 ``user_trajectory.jsonl`` does not hold (missing, unreadable or short).
         """
-        replay = run_dir / USER_TRAJECTORY
+        replay = RunPaths(run_dir).user_trajectory
         made = sum(ask.user_exchange is not None for ask in asks) + sum(
             turn.user_exchange is not None for turn in turns
         )
@@ -212,8 +212,8 @@ async def open_persona(persona: Persona, plan: PersonaPlan, run_dir: Path) -> As
         InfrastructureError: the proxy or the scripted model server did not start.
     """
     model = SideModel(
-        run_dir / USER_TRAJECTORY,
-        harness_part(run_dir, "persona"),
+        RunPaths(run_dir).user_trajectory,
+        RunPaths(run_dir).harness_part("persona"),
         spec=persona_model(persona, plan),
         live=plan.live,
         replay=plan.replay,

@@ -42,8 +42,9 @@ from reroll.rollout.turns.asks import Answerer, answering
 from reroll.rollout.turns.persona import PersonaPlan, PersonaUser, open_persona
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verifier, VerifyRequest
-from reroll.runfolder.run import PROMPTS_FILE, TRAJECTORY, VERIFIER_DIR, write_json
-from reroll.runfolder.trial import TRIAL_RECORD, TrialRecord, TurnRecord
+from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.run import write_json
+from reroll.runfolder.trial import TrialRecord, TurnRecord
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task
 from reroll.trials.config import OUTBOX, PromptSource, Scene, TrialConfig, Turn, TurnStatus
@@ -268,7 +269,7 @@ async def _turn(
 async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutcome) -> RoundResult:
     """Soft-verify the workspace after a round; its result (also put into the round's record)."""
     turn = len(ctx.record.turns) - 1
-    output_dir = ctx.run_dir / VERIFIER_DIR / "rounds" / str(turn)
+    output_dir = RunPaths(ctx.run_dir).verifier.round(turn).root
     request = dataclasses.replace(ctx.verify_request, output_dir=output_dir, soft=True)
     verdict = await ctx.verifier.verify(request)
     rewards = verdict.rewards if verdict.status == "ok" else None
@@ -280,7 +281,7 @@ async def _round_result(ctx: TrialContext, round_index: int, outcome: AgentOutco
     with contextlib.suppress(FileNotFoundError):
         exchanges = [
             exchange
-            for exchange in load_trajectory(ctx.run_dir / TRAJECTORY).exchanges
+            for exchange in load_trajectory(RunPaths(ctx.run_dir).trajectory).exchanges
             if exchange.metadata.place is not None and exchange.metadata.place.turn == turn
         ]
     return RoundResult(
@@ -341,11 +342,11 @@ async def read_outbox(sandbox: Sandbox, env: dict[str, str]) -> list[tuple[str, 
 
 def _write_prompts(ctx: TrialContext, prompt: str) -> None:
     prompts = [turn.prompt for turn in ctx.record.turns] + [prompt]
-    write_json(ctx.run_dir / PROMPTS_FILE, prompts)
+    write_json(RunPaths(ctx.run_dir).prompts, prompts)
 
 
 def _write_record(ctx: TrialContext) -> None:
-    write_json(ctx.run_dir / TRIAL_RECORD, ctx.record)
+    write_json(RunPaths(ctx.run_dir).trial, ctx.record)
 
 
 def check_trial(trial: TrialConfig, agents: dict[str, AgentSpec]) -> None:

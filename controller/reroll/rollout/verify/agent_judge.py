@@ -70,12 +70,9 @@ from reroll.rollout.verify.judge import in_task
 from reroll.rollout.verify.judge_model import JudgeModel, choose
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
+from reroll.runfolder.paths import JUDGE_RUN_DIR, RunPaths, VerifierPaths
 from reroll.runfolder.run import (
-    CONFIG_FILE,
-    JUDGE_TRAJECTORY,
-    TRAJECTORY,
     RunConfig,
-    harness_part,
     load_run_folder,
     write_private,
 )
@@ -93,10 +90,6 @@ VERDICT_FILE = f"{VERDICT_DIR}/reward.json"
 """Where the judge writes its verdict."""
 MAX_VERDICT_BYTES = 1024 * 1024
 """The largest verdict read; a larger one is refused."""
-JUDGE_RUN = "judge"
-"""The judge's run folder, in the verifier's output folder."""
-RECORD_FILE = "agent_judge.json"
-"""What the agent judge did, in the verifier's output folder."""
 VERDICT_VERIFIER = "reroll.rollout.verify.agent_judge:VerdictFileVerifier"
 """The judge task's ``verifier.type`` (a dotted path: it is no type a task declares)."""
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -230,7 +223,7 @@ class AgentJudgeVerifier:
         """
         started = time.monotonic()
         await quiesce(request.sandbox)
-        config = RunConfig.model_validate_json((request.run_dir / CONFIG_FILE).read_bytes())
+        config = RunConfig.model_validate_json(RunPaths(request.run_dir).config.read_bytes())
         spec = self.model_spec(request.judge_model)
         if spec is None:
             why = "set the agent-judge's model, the rubric's [judge] model, or --judge-model"
@@ -242,7 +235,7 @@ class AgentJudgeVerifier:
             raise
         except RerollError as exc:
             return _failed(started, "verifier_error", f"agent-judge: cannot copy the workspace: {exc}")
-        workdir = harness_part(request.run_dir, "agent-judge")
+        workdir = RunPaths(request.run_dir).harness_part("agent-judge")
         workdir.mkdir(mode=0o700, exist_ok=True)
         tar = workdir / f"workspace-{request.output_dir.name}.tar"
         write_private(tar, copy.data)
@@ -264,7 +257,7 @@ class AgentJudgeVerifier:
                 record.replayed_from = str(original)
                 live, origin = None, _replay_origin(original, judge, self.agent)
             outcome = await start_rollout(
-                origin, live_model=live, parent=request.output_dir, name=JUDGE_RUN, options=options
+                origin, live_model=live, parent=request.output_dir, name=JUDGE_RUN_DIR, options=options
             )
         except SandboxError:
             raise
@@ -278,8 +271,10 @@ class AgentJudgeVerifier:
             outcome.result.error,
         )
         request.output_dir.mkdir(parents=True, exist_ok=True)
-        (request.output_dir / RECORD_FILE).write_text(record.model_dump_json(indent=2))
-        _append_judge_exchanges(outcome.run_dir / TRAJECTORY, request.run_dir / JUDGE_TRAJECTORY)
+        VerifierPaths(request.output_dir).agent_judge.write_text(record.model_dump_json(indent=2))
+        _append_judge_exchanges(
+            RunPaths(outcome.run_dir).trajectory, RunPaths(request.run_dir).judge_trajectory
+        )
         result = outcome.result.verify_result
         if outcome.result.status != "ok" or result is None:
             category: ErrorCategory = (
@@ -289,7 +284,7 @@ class AgentJudgeVerifier:
             where = f"its run folder: {outcome.run_dir}"
             message = f"agent-judge {self.agent.name} ({spec}) gave no verdict: {why} ({where})"
             return _failed(started, category, message)
-        (request.output_dir / "reward.json").write_bytes(result.to_json())
+        VerifierPaths(request.output_dir).reward_json.write_bytes(result.to_json())
         details = {"judge_agent": self.agent.name, "judge_model": spec, "judge_run": str(outcome.run_dir)}
         return Verdict(result.flat(), time.monotonic() - started, details=details, result=result)
 
@@ -302,9 +297,9 @@ class AgentJudgeVerifier:
         """
         if config.rescored_from is None:
             raise VerifierError("a recorded judge to replay needs a re-scored run (rescored_from)")
-        relative = request.output_dir.relative_to(request.run_dir) / JUDGE_RUN
+        relative = VerifierPaths(request.output_dir).judge_run.relative_to(request.run_dir)
         original = Path(config.rescored_from.path) / relative
-        if not (original / TRAJECTORY).is_file():
+        if not RunPaths(original).trajectory.is_file():
             raise VerifierError(
                 f"{original}: no recorded agent judge to replay; pass --judge-model to judge live"
             )
@@ -477,5 +472,5 @@ class VerdictFileVerifier:
         except ValueError as exc:
             return _failed(started, "verifier_error", str(exc))
         request.output_dir.mkdir(parents=True, exist_ok=True)
-        (request.output_dir / "reward.json").write_bytes(result.to_json())
+        VerifierPaths(request.output_dir).reward_json.write_bytes(result.to_json())
         return Verdict(result.flat(), time.monotonic() - started, result=result)

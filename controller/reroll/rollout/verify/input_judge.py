@@ -59,15 +59,14 @@ from reroll.rollout.verify.judge import in_task, judge_error_verdict, judge_side
 from reroll.rollout.verify.judge_model import JudgeModel, choose
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, Verifier, VerifyRequest
+from reroll.runfolder.paths import VerifierPaths
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.rubric import document_section, role_sections
 from reroll.tasks.task import Task
 
 MAX_INPUT_CHARS = 50_000
 """The characters of one input shown to the judge (BenchFlow's cut); the rest is left out, said so."""
-DETAILS_FILE = "reward-details.json"
-INPUTS_FOLDER = "agent-judge-inputs"
-"""The verifier folder's copies of the sandbox inputs."""
+
 PASS_WORDS = ("pass", "passed", "yes", "true")
 FAIL_WORDS = ("fail", "failed", "no", "false")
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
@@ -166,7 +165,7 @@ class InputJudgeVerifier:
         source = f"agent-judge:{self.options.role or self.strategy}"
         result = VerifyResult(reward=score, events=[RewardEvent(source=source, reward=score, note=reasoning)])
         request.output_dir.mkdir(parents=True, exist_ok=True)
-        (request.output_dir / "reward.json").write_bytes(result.to_json())
+        VerifierPaths(request.output_dir).reward_json.write_bytes(result.to_json())
         details = {
             "source": "agent-judge",
             "strategy": self.strategy,
@@ -176,7 +175,7 @@ class InputJudgeVerifier:
             "verdict": verdict,
             "divergences": divergences,
         }
-        (request.output_dir / DETAILS_FILE).write_text(json.dumps(details, indent=2) + "\n")
+        VerifierPaths(request.output_dir).details.write_text(json.dumps(details, indent=2) + "\n")
         return Verdict(
             result.flat(), time.monotonic() - started, output=reasoning, details=details, result=result
         )
@@ -190,7 +189,7 @@ class InputJudgeVerifier:
         read = []
         for index, declared in enumerate(self.options.inputs):
             path = await input_file(
-                request, declared, request.output_dir / INPUTS_FOLDER, index, "agent-judge input"
+                request, declared, VerifierPaths(request.output_dir).judge_inputs, index, "agent-judge input"
             )
             text = path.read_text(encoding="utf-8", errors="replace")
             cut = len(text) > MAX_INPUT_CHARS

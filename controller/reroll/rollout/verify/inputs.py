@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from reroll_contracts.errors import SandboxError, VerifierError
 
 from reroll.rollout.verify.verifiers import VerifyRequest
+from reroll.runfolder.paths import RunPaths
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 """The most of one input file read from the sandbox, in bytes (a longer one is refused)."""
@@ -32,8 +33,8 @@ async def input_file(request: VerifyRequest, declared: str, folder: Path, index:
     """
     path = PurePosixPath(declared)
     in_run = path.relative_to("/logs") if path.is_relative_to("/logs") else path
-    if not in_run.is_absolute() and in_run.parts and (request.run_dir / in_run).is_file():
-        return request.run_dir / in_run
+    if not in_run.is_absolute() and in_run.parts and RunPaths(request.run_dir).file(in_run).is_file():
+        return RunPaths(request.run_dir).file(in_run)
     if not path.is_absolute():
         raise VerifierError(f"{what} {declared!r} was not found in the run folder {request.run_dir}")
     layout = request.sandbox.layout

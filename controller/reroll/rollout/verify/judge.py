@@ -53,13 +53,11 @@ from reroll.rollout.side_model import SideModel
 from reroll.rollout.verify.judge_model import JudgeModel, choose
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
-from reroll.runfolder.run import JUDGE_TRAJECTORY, harness_part
+from reroll.runfolder.paths import RunPaths, VerifierPaths
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.rubric import Criterion, Rubric, find_rubric, load_rubric
 from reroll.tasks.task import Task
 
-JUDGE_FILE = "judge.json"
-"""What the judge did, in the run folder's ``verifier/``."""
 MAX_FILES = 50
 """Most workspace files shown to the judge (the first by path)."""
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -196,8 +194,8 @@ class LlmJudgeVerifier:
             ],
         )
         request.output_dir.mkdir(parents=True, exist_ok=True)
-        (request.output_dir / "reward.json").write_bytes(result.to_json())
-        (request.output_dir / JUDGE_FILE).write_text(record.model_dump_json(indent=2))
+        VerifierPaths(request.output_dir).reward_json.write_bytes(result.to_json())
+        VerifierPaths(request.output_dir).judge.write_text(record.model_dump_json(indent=2))
         output = "\n".join(f"{a.criterion}: {a.score:g} — {a.reasoning}" for a in record.answers)
         details = {
             "judge_model": record.model,
@@ -290,8 +288,8 @@ def judge_side_model(request: VerifyRequest, spec: str, task: Task) -> SideModel
     live (a model that cannot be reached an `InfrastructureError`)."""
     replay = request.judge_replay
     return SideModel(
-        request.run_dir / JUDGE_TRAJECTORY,
-        harness_part(request.run_dir, "judge"),
+        RunPaths(request.run_dir).judge_trajectory,
+        RunPaths(request.run_dir).harness_part("judge"),
         spec=spec,
         live=replay is None,
         base=task.path,

@@ -53,12 +53,11 @@ from reroll_contracts.reward import Granularity, RewardEvent, Space, VerifyResul
 from reroll.rollout.verify.inputs import input_file
 from reroll.rollout.verify.script_verifier import quiesce
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
+from reroll.runfolder.paths import VerifierPaths
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.rubric import document_section
 from reroll.tasks.strategies import ors_inputs
 from reroll.tasks.task import Task
-
-DETAILS_FILE = "reward-details.json"
 
 
 @dataclass
@@ -263,7 +262,7 @@ class OrsEpisodeVerifier:
         started = time.monotonic()
         if not request.soft:
             await quiesce(request.sandbox)
-        folder = request.output_dir / "ors-episode-inputs"
+        folder = VerifierPaths(request.output_dir).episode_inputs
         folder.mkdir(parents=True, exist_ok=True)
         try:
             read: list[dict[str, Any]] = []
@@ -282,12 +281,12 @@ class OrsEpisodeVerifier:
                 error_category=exc.error_category,
                 error=f"task {self.task.name}: {exc}",
             )
-        (request.output_dir / "reward.json").write_bytes(result.to_json())
+        VerifierPaths(request.output_dir).reward_json.write_bytes(result.to_json())
         details = {
             "source": "ors-episode",
             "strategy": self.strategy,
             "inputs": read,
             "aggregate": {"reward": result.reward, "method": "ors-terminal"},
         }
-        (request.output_dir / DETAILS_FILE).write_text(json.dumps(details, indent=2) + "\n")
+        VerifierPaths(request.output_dir).details.write_text(json.dumps(details, indent=2) + "\n")
         return Verdict(rewards=result.flat(), duration_seconds=time.monotonic() - started, result=result)

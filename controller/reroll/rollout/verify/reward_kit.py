@@ -42,6 +42,7 @@ from reroll_contracts.graded import AGREEMENT, AggregatePolicy, read_graded
 
 from reroll.rollout.verify.script_verifier import TestScriptVerifier
 from reroll.rollout.verify.verifiers import Verdict, VerifyRequest
+from reroll.runfolder.paths import VerifierPaths
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.layout import SandboxLayout
 from reroll.tasks.rubric import document_section
@@ -155,7 +156,7 @@ def check_criteria(output_dir: Path, policy: Mapping[str, Any]) -> None:
     Raises:
         VerifierError: naming the file and what is wrong.
     """
-    path = output_dir / "reward.json"
+    path = VerifierPaths(output_dir).reward_json
     if not path.is_file():
         raise VerifierError(
             f"the reward-kit strategy declares criteria, so its runner must write {path.name} with "

@@ -51,10 +51,19 @@ from reroll_contracts.hardening import HardeningOptions
 from reroll_contracts.reward import VerifyResult, parse_reward_json
 
 from reroll.agents import AgentSpec
-from reroll.environment.state import QUERY_FILE, query_state
+from reroll.environment.state import query_state
 from reroll.rollout.verify.failures import Diagnosis, diagnose
 from reroll.rollout.verify.phase_network import verify_network
 from reroll.rollout.verify.verifiers import DEFAULT_VERIFIER, Verdict, VerifyRequest
+from reroll.runfolder.paths import (
+    HARDENING_FILE,
+    PYTEST_REPORT_FILE,
+    REWARD_FILES,
+    STATE_QUERY_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+    VerifierPaths,
+)
 from reroll.sandbox.base import Sandbox
 from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.results import HardeningReport, VerifyBaseline, VerifyOutcome, VerifyScript
@@ -63,10 +72,6 @@ from reroll.tasks.rubric import COMMAND_SCRIPT, command_files, task_policy
 from reroll.tasks.task import Task
 
 TEST_SCRIPT = "test.sh"
-PYTEST_REPORT_FILE = "pytest-report.txt"
-"""What pytest's own report said (its counts, or why the rewards were zeroed), in ``verifier/``."""
-CLEANUP_FILE = "cleanup.txt"
-"""What the clean-up after a soft verify did (its fence), in ``verifier/``."""
 OUTPUT_TAIL_CHARS = 1500
 """How much of the end of the test script's output a VerifierError quotes."""
 JUNIT_OPTION = re.compile(r"(^|[^\w-])--junit-?xml([=\s]|$)", re.MULTILINE)
@@ -198,7 +203,7 @@ def crashed_before_its_tests(task: Task, outcome: VerifyOutcome) -> bool:
 KEPT_LOG_BYTES = 64 * 1024 * 1024
 """How much of the sandbox's ``<logs>/verifier`` a run folder keeps, in bytes (files in path order)."""
 REROLL_VERIFIER_FILES = frozenset(
-    {"test-stdout.txt", "test-stderr.txt", "hardening.json", "reward.txt", "reward.json", PYTEST_REPORT_FILE}
+    {STDOUT_FILE, STDERR_FILE, HARDENING_FILE, *REWARD_FILES, PYTEST_REPORT_FILE}
 )
 """Files of ``verifier/`` that reroll writes itself: the sandbox's copies never replace them."""
 
@@ -310,7 +315,7 @@ async def _stage(
 ) -> None:
     """Upload the task's verifier folder to `verifier_dir`, make `output_dir`, put the
     `command_script` of the task's ``verifier.command`` there (`COMMAND_SCRIPT`), when it has one,
-    and the environment's state as the verifier receives it next to test.sh (`QUERY_FILE`), when
+    and the environment's state as the verifier receives it next to test.sh (`STATE_QUERY_FILE`), when
     the task queries one.
 
     Raises:
@@ -325,8 +330,8 @@ async def _stage(
     state = task.spec.environment.state
     if state is not None and state.query_command is not None:
         queried = (await query_state(sandbox, state.query_command, env)).encode()
-        await sandbox.put_file(f"{verifier_dir}/{QUERY_FILE}", queried, mode=0o644)
-        (output_dir / QUERY_FILE).write_bytes(queried)
+        await sandbox.put_file(f"{verifier_dir}/{STATE_QUERY_FILE}", queried, mode=0o644)
+        VerifierPaths(output_dir).state_query.write_bytes(queried)
 
 
 async def verify(
@@ -366,17 +371,15 @@ async def verify(
     if not keep_processes:
         await quiesce(sandbox)  # before the hidden tests are in the sandbox
     await _stage(sandbox, task, env, verifier_dir, output_dir)
-    with (
-        (output_dir / "test-stdout.txt").open("wb") as out,
-        (output_dir / "test-stderr.txt").open("wb") as err,
-    ):
+    files_of = VerifierPaths(output_dir)
+    with files_of.stdout.open("wb") as out, files_of.stderr.open("wb") as err:
         files = {"stdout": out, "stderr": err}
 
         def write(name: str, chunk: bytes) -> None:
             files[name].write(chunk)
 
         def write_report(report: HardeningReport) -> None:
-            (output_dir / "hardening.json").write_text(json.dumps(dataclasses.asdict(report), indent=2))
+            files_of.hardening.write_text(json.dumps(dataclasses.asdict(report), indent=2))
 
         try:
             async with verify_network(sandbox, networks) as network_env:
@@ -397,12 +400,12 @@ async def verify(
     if outcome.timed_out:
         raise VerifierError(f"verifier timed out after {task.spec.verifier.timeout_sec:.0f} s:\n{tail}")
     if outcome.reward_file:
-        (output_dir / outcome.reward_file).write_bytes(outcome.reward_content)
+        files_of.reward(outcome.reward_file).write_bytes(outcome.reward_content)
     if outcome.pytest_report:
-        (output_dir / PYTEST_REPORT_FILE).write_text(outcome.pytest_report + "\n")
+        files_of.pytest_report.write_text(outcome.pytest_report + "\n")
     if outcome.cleanup or outcome.leftover:
         lines = [*outcome.cleanup, *([f"left over: {outcome.leftover}"] if outcome.leftover else [])]
-        (output_dir / CLEANUP_FILE).write_text("\n".join(lines) + "\n")
+        files_of.cleanup.write_text("\n".join(lines) + "\n")
     if outcome.leftover:
         raise VerifyLeftoverError(f"task {task.name}: {outcome.leftover}")
     refuse_unscored(task, outcome, tail)
@@ -487,7 +490,7 @@ def _graded(outcome: VerifyOutcome, output_dir: Path) -> VerifyResult | None:
     if name != "reward.json":
         return None
     try:
-        graded = parse_reward_json(content, str(output_dir / name))
+        graded = parse_reward_json(content, str(VerifierPaths(output_dir).reward(name)))
     except ValueError as exc:
         raise VerifierError(str(exc)) from exc
     if graded is None or rewards.get("reward") != graded.reward:
@@ -554,12 +557,13 @@ class TestScriptVerifier:
                 error_category=exc.error_category,
                 error=str(exc),
             )
-        output = "".join(_tail(request.output_dir / name) for name in ("test-stdout.txt", "test-stderr.txt"))
+        files_of = VerifierPaths(request.output_dir)
+        output = "".join(_tail(file) for file in (files_of.stdout, files_of.stderr))
         details = {
             name: found.name
             for name, found in (
-                ("reward_file", _first_file(request.output_dir, ("reward.txt", "reward.json"))),
-                ("pytest_report", _first_file(request.output_dir, (PYTEST_REPORT_FILE,))),
+                ("reward_file", files_of.found_reward()),
+                ("pytest_report", files_of.pytest_report if files_of.pytest_report.is_file() else None),
             )
             if found is not None
         }
@@ -575,7 +579,3 @@ def _tail(path: Path) -> str:
             return file.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-
-
-def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
-    return next((folder / name for name in names if (folder / name).is_file()), None)

@@ -10,7 +10,8 @@ beside it) — a socket works under every network policy, where a published port
 internal network.
 
 Network policy (the task's ``environment.network``): ``full`` joins the shared bridge network
-``reroll-full``. ``none`` gets a network of its own, ``reroll-none-<key>`` (bridge interface
+``reroll-full`` (inter-container traffic off: its sandboxes never reach each other). ``none``
+gets a network of its own, ``reroll-none-<key>`` (bridge interface
 ``rr-<key>``): *internal* (no route out), and firewalled on the host (`reroll.sandbox.docker.firewall`,
 nftables): from it only the bridge's gateway (`host_address`, where the LLM proxy listens) is
 reachable, and there only the ports `allow_host_port` opens (the proxy's, the interceptor's);
@@ -26,10 +27,10 @@ Limits (the task's ``environment``): ``cpus``, ``memory_mb`` (swap included), ``
 ``storage_mb``: the workspace, the logs folder, ``/home`` and ``/root`` (the agent's HOME),
 ``/tmp`` and ``/var/tmp`` are volumes on one loop-mounted file system of that size
 (`reroll.sandbox.docker.disk`, `SIZED_FOLDERS`; the engine's storage driver may have no size
-option, fuse-overlayfs has none). `limits_hit` tells when the kernel's OOM killer struck in the
-container or that file system is full. Not capped: what is written elsewhere in the container's own
-layer (folders of the image the agent's user may write; anything, for an agent running as root),
-and the sidecar's snapshots.
+option, fuse-overlayfs has none), and so is the container's own writable layer, where everything
+else the agent writes lands (``/usr/local``, ``/opt``, ``/var``: `reroll.sandbox.docker.layer`),
+so every writable path shares the one quota. `limits_hit` tells when the kernel's OOM killer
+struck in the container or that file system is full. Not capped: the sidecar's snapshots.
 
 Conventions (the spec's, `reroll.sandbox.spec.SandboxSpec`): the agent works in the task's ``workdir``, else
 the image's WORKDIR, else ``/app``; it runs as the task's user — ``agent`` (unprivileged, created
@@ -83,7 +84,7 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 from reroll.host.owner import owner_label
 from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
 from reroll.sandbox.base import trust_host_ca
-from reroll.sandbox.docker import disk, firewall, seccomp
+from reroll.sandbox.docker import disk, firewall, layer, seccomp
 from reroll.sandbox.docker.cgroups import oom_kills
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.conventions import AGENT_USER, AGENTS_DIR, SETUP_SCRIPT, image_defaults
@@ -184,6 +185,8 @@ class DockerSandbox(CowSnapshots):
         self._user = AGENT_USER
         """The agent's user as asked (the task's, else the image's USER), settled by the setup script."""
         self._disk: disk.SizedDisk | None = None
+        self._layer: Path | None = None
+        """The container's writable layer's host folder, on `_disk` (`reroll.sandbox.docker.layer`)."""
         self._volumes: list[str] = []
         """The named volumes on `_disk` (removed by `stop`)."""
         self._network: Network | None = None
@@ -373,6 +376,8 @@ class DockerSandbox(CowSnapshots):
                 user="0:0",  # the sidecar is root whatever the image's USER; the agent's user is Exec's
                 security_opt=[f"seccomp={seccomp.profile()}"],  # Docker's, plus a verify's namespaces
             )
+            if self._disk is not None:  # before start: the overlay's upper folder on the quota
+                self._layer = layer.mount_layer(self.container, self.layer_home())
             self.give_layer(self.container)  # a child's: its pool snapshot's layer, before it starts
             self.container.start()
         except docker.errors.APIError as exc:
@@ -449,7 +454,8 @@ class DockerSandbox(CowSnapshots):
                 )
         if self._disk is not None and await asyncio.to_thread(self._disk.full):
             hit.append(
-                "out of disk: the workspace, logs, homes and /tmp filled the sandbox's quota of "
+                "out of disk: the workspace, logs, homes, /tmp and the container's own layer "
+                "(/usr, /opt, /var …) filled the sandbox's quota of "
                 f"{limits.storage_mb} MiB "
                 "(the task's environment.storage_mb)"
             )
@@ -533,6 +539,9 @@ class DockerSandbox(CowSnapshots):
         self._siblings = []
         if self.container is not None:
             container, self.container = self.container, None
+            if self._layer is not None:  # unmounted first: the daemon then never walks the agent's files
+                await asyncio.to_thread(layer.release, container, self._layer)
+                self._layer = None
             with contextlib.suppress(docker.errors.NotFound):
                 await asyncio.to_thread(container.remove, force=True, v=True)
         for name in self._volumes:

@@ -47,13 +47,17 @@ def _bridge_options(client: docker.DockerClient) -> dict[str, str]:
 
 
 def ensure_full_network(client: docker.DockerClient) -> Network:
-    """The shared network `FULL_NETWORK` (network policy ``full``), created when missing.
+    """The shared network `FULL_NETWORK` (network policy ``full``), created when missing, with
+    inter-container traffic off: its sandboxes reach the internet and the host's gateway, never
+    each other (issue 32: a rollout's agent read a concurrent rollout's server at its address).
 
     Docker does not refuse a second network of the same name, so two rollouts that find it
     missing at once would each make one and every later lookup by name would fail as
     ambiguous: it is created under the host-wide lock ``<cache>/docker-network-full.lock``, and
-    where duplicates exist already (left by an older reroll) the oldest is kept and the others,
-    when no container uses them, removed. Callers refer to it by its id.
+    where duplicates exist already (left by an older reroll) the oldest with inter-container
+    traffic off is kept and the others, when no container uses them, removed; one made by an
+    older reroll with it on is replaced so (it goes once its last container has). Callers refer
+    to it by its id.
 
     Raises:
         SandboxError: the network cannot be listed or created.
@@ -64,15 +68,17 @@ def ensure_full_network(client: docker.DockerClient) -> Network:
             exact = sorted(
                 (n for n in found if n.name == FULL_NETWORK), key=lambda n: n.attrs.get("Created", "")
             )
-            if not exact:
-                options = _bridge_options(client)
-                return client.networks.create(
+            kept = next((n for n in exact if (n.attrs.get("Options") or {}).get(ICC_OPTION) == "false"), None)
+            if kept is None:
+                options = _bridge_options(client) | {ICC_OPTION: "false"}
+                kept = client.networks.create(
                     FULL_NETWORK, driver="bridge", labels={MANAGED_LABEL: "1"}, options=options
                 )
-            for duplicate in exact[1:]:
-                with contextlib.suppress(docker.errors.APIError):  # in use: left, harmless by id
-                    duplicate.remove()
-            return exact[0]
+            for duplicate in exact:
+                if duplicate.id != kept.id:
+                    with contextlib.suppress(docker.errors.APIError):  # in use: left, harmless by id
+                        duplicate.remove()
+            return kept
     except docker.errors.APIError as exc:
         raise SandboxError(f"cannot create the docker network {FULL_NETWORK}: {exc}") from exc
 

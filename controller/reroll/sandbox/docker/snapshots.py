@@ -21,7 +21,7 @@ from reroll_contracts.errors import SandboxError
 from reroll_contracts.proxy import FreezePlan
 
 from reroll.sandbox.base import Sandbox
-from reroll.sandbox.docker import disk
+from reroll.sandbox.docker import disk, layer
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.cowdisk import CowDisk, Folders
 from reroll.sandbox.docker.upper import upper_dir
@@ -63,6 +63,26 @@ class CowSnapshots(Sandbox):
             return {path: self._cow.host(name) for path, (name, _) in folders.items()}
         self._disk = disk.SizedDisk.create(run_id, size_bytes, dict(folders.values()), owner)
         return {path: self._disk.mountpoint / name for path, (name, _) in folders.items()}
+
+    def layer_home(self) -> Path:
+        """Where the container's own writable layer goes on the sized disk
+        (`reroll.sandbox.docker.layer.mount_layer`): the disk's mount point, or with copy-on-write
+        this sandbox's folder on it (a child's on a pool: each child's layer its own), where its
+        `reroll.sandbox.docker.layer.FOLDER` is made a subvolume first, so that keeping a pool or
+        removing a child deletes it by ioctl, never by a walk of the agent's files.
+
+        Raises:
+            SandboxError: no disk yet, or the file system refused.
+        """
+        if self._cow is None:
+            if self._disk is None:
+                raise SandboxError("the sandbox has no sized disk yet")
+            return self._disk.mountpoint
+        try:
+            cow.create_subvolume(self._cow.base / layer.FOLDER)
+        except OSError as exc:
+            raise SandboxError(f"the container's layer on the btrfs disk: {exc}") from exc
+        return self._cow.base
 
     def give_layer(self, container: Container) -> None:
         """Copy a child's frozen container layer into the created, unstarted `container`.
