@@ -105,7 +105,8 @@ class CowSnapshots(Sandbox):
 
     async def snapshot(self, name: str, paths: list[str] | None = None) -> int:
         """See `Sandbox.snapshot`: copy-on-write (`reroll.sandbox.docker.cowdisk.CowDisk.snapshot`)
-        when the disk is btrfs and `paths` are among its folders, else the sidecar's tar. Returns
+        when the disk is btrfs and `paths` are among its folders, else (or when that fails: a full
+        disk has no room for a snapshot's metadata) the sidecar's tar. Returns
         the bytes in use on the disk then (what the snapshot shares with the live folders, at most)."""
         paths = paths or [self.layout.workspace]
         cow_disk = self._cow
@@ -113,7 +114,10 @@ class CowSnapshots(Sandbox):
             if cow_disk is not None:
                 await asyncio.to_thread(cow_disk.forget, name)  # a restore of `name` is now tar's
             return await super().snapshot(name, paths)
-        await asyncio.to_thread(cow_disk.snapshot, name, paths)
+        try:
+            await asyncio.to_thread(cow_disk.snapshot, name, paths)
+        except SandboxError:  # a full disk has no room for the snapshot's metadata: tar's is elsewhere
+            return await super().snapshot(name, paths)
         return await asyncio.to_thread(_used_bytes, cow_disk.base)
 
     async def restore(self, name: str) -> list[str]:
