@@ -3,13 +3,15 @@ snapshot + restore.
 
     .venv/bin/python scripts/bench/branch.py [--steps 40] [--at 10,30] [-n 8] [--concurrency 4]
         [--step-seconds 0] [--checkpoint-every 0] [--checkpoint-keep N] [--sandbox local] [--db-mb 100]
+        [--without-pool]
 
 Records one run of the resumable ``urllib-session`` agent (examples/agents/urllib-session.yaml)
 on examples/tasks/sqlite-ledger (a SQLite state) with its scripted model: `--steps` bash steps,
 each adding a row to the ledger (after sleeping `--step-seconds`, the tool time a real step
 has), then done; with no flag (on ``local`` with copy-on-write it keeps a pool checkpoint at every
 step by default, `reroll.rollout.extensions.checkpoints`; `--checkpoint-keep` N overrides the
-retention, 0: none), and with `--checkpoint-every`
+retention, 0: none; with `--without-pool` once more with 0, branched by snapshot too: the path
+before per-step pools), and with `--checkpoint-every`
 > 0 once more with a checkpoint every that many steps. At each step of `--at` it is branched
 into `-n` children (the same script: each child runs the remaining steps live): by replay (every
 child re-executes the prefix), by snapshot from the run with no flag (from its kept pool
@@ -124,13 +126,17 @@ async def state_seconds(sandbox_name: str, megabytes: int) -> tuple[float, float
         return snapshot, restore, len(copy.data)
 
 
-async def record(args: argparse.Namespace, folder: Path, model: str, every: int) -> tuple[Path, float]:
-    """Record the ledger run (with a checkpoint every `every` steps); its run folder and wall seconds."""
+async def record(
+    args: argparse.Namespace, folder: Path, model: str, every: int, keep: int | None = None
+) -> tuple[Path, float]:
+    """Record the ledger run (with a checkpoint every `every` steps; `keep`: its ``checkpoint_keep``
+    [default: ``--checkpoint-keep``]); its run folder and wall seconds."""
     options = RolloutSettings(sandbox=args.sandbox, checkpoint_every=every)
-    if every or args.checkpoint_keep is not None:  # else reroll's default
-        keep = 0 if every else args.checkpoint_keep
+    keep = args.checkpoint_keep if keep is None else keep
+    if every or keep is not None:  # else reroll's default
+        keep = 0 if every else keep
         options = options.model_copy(update={"checkpoint_keep": keep})
-    jobs = folder / f"jobs-{every}"
+    jobs = folder / f"jobs-{every}-{keep}"
     outcome, wall, cpu = await measured(
         lambda: run_task(TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs)
     )
@@ -183,6 +189,9 @@ async def branched(
     latency = fork_latency(summary, began)
     statuses = [child.status for child in summary.children]
     print(f"  {wall:.1f} s wall, {cpu:.1f} CPU-s; children: {statuses}; {summary.note}", flush=True)
+    for child in summary.children:
+        if child.status != "ok":
+            print(f"  child {child.folder} ended {child.status}: {child.error}", flush=True)
     return Row(at, label, wall, cpu, latency, summary)
 
 
@@ -256,6 +265,9 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         ("--via replay", plain, "replay"),
         ("--via snapshot (run with no flag)", plain, "snapshot"),
     ]
+    if args.without_pool:  # the path before per-step pools: the prefix rebuilt, its layers restored
+        bare, _ = await record(args, folder, model, 0, keep=0)
+        ways.append(("--via snapshot (run with --checkpoint-keep 0)", bare, "snapshot"))
     if args.checkpoint_every:
         checkpointed, _ = await record(args, folder, model, args.checkpoint_every)
         ways.append(
@@ -304,6 +316,11 @@ def main() -> int:
         help="[default: reroll's]; 0: no pool checkpoint per step",
     )
     parser.add_argument("--sandbox", default="local")
+    parser.add_argument(
+        "--without-pool",
+        action="store_true",
+        help="also record with --checkpoint-keep 0 and branch by snapshot from it (no pool: before)",
+    )
     parser.add_argument("--db-mb", type=int, default=100)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-bench-branch-") as folder:

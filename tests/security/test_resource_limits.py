@@ -90,19 +90,23 @@ def test_a_limit_ends_the_rollout_clearly(attack: str, tmp_path: Path) -> None:
         assert (result["status"], result["rewards"]) == ("ok", {"reward": 1.0}), result
         return
     assert (result["status"], result["error_category"]) == ("error", "resource_limit"), result
-    assert result["rewards"] == {"reward": 0.0}, "verified all the same"
+    # Never paid. With a btrfs disk (copy-on-write) a full one refuses even the reward file, as
+    # local's: no reward then; on ext4 the verifier still writes its 0.
+    assert result["rewards"] in (None, {"reward": 0.0}), "paid all the same"
     expected = "out of disk" if attack.startswith("fill") else "out of memory"
     field = "storage_mb" if attack.startswith("fill") else "memory_mb"
     assert expected in result["error"] and f"environment.{field}" in result["error"], result["error"]
 
 
-def quota_sandbox() -> DockerSandbox:
-    """An unstarted docker sandbox of ``hello-file`` with a quota of `STORAGE_MB`."""
+def quota_sandbox(*, copy_on_write: bool = True) -> DockerSandbox:
+    """An unstarted docker sandbox of ``hello-file`` with a quota of `STORAGE_MB` (on btrfs where
+    btrfs-progs is installed, unless not `copy_on_write`)."""
     task = load_task(EXAMPLES / "hello-file")
     environment = task.spec.environment.model_copy(update={"storage_mb": STORAGE_MB})
     task = task.model_copy(update={"spec": task.spec.model_copy(update={"environment": environment})})
     run_id = f"limits-{uuid.uuid4().hex[:8]}"
-    return DockerSandbox(sandbox_spec(task), run_id, DockerSandboxConfig(image="reroll/base:bookworm"))
+    config = DockerSandboxConfig(image="reroll/base:bookworm", copy_on_write=copy_on_write)
+    return DockerSandbox(sandbox_spec(task), run_id, config)
 
 
 @pytest.mark.usefixtures("docker_images")
@@ -128,14 +132,23 @@ async def test_the_host_disk_grows_by_at_most_the_quota() -> None:
     assert not sandbox._disk and not image.parent.exists(), "unmounted and deleted with the sandbox"
 
 
+def mounted_device(mountpoint: Path) -> str:
+    """The ``major:minor`` of the file system mounted at `mountpoint` (/proc/self/mountinfo)."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return next(line.split()[2] for line in reversed(lines) if line.split()[4] == str(mountpoint))
+
+
 @pytest.mark.usefixtures("docker_images")
 async def test_a_root_fill_of_the_container_layer_stays_on_the_quota() -> None:
-    sandbox = quota_sandbox()
+    # ext4: on btrfs the blocks of a file deleted from the layer did not come back within 20 s
+    # (fuse-overlayfs holding the unlinked file open?), so the quota stayed full (open, issue 31).
+    sandbox = quota_sandbox(copy_on_write=False)
     await sandbox.start()
     try:
         assert sandbox._disk is not None and sandbox._layer is not None
         image, upper = sandbox._disk.folder / "disk.img", sandbox._layer / "diff"
-        assert os.stat(upper).st_dev == os.stat(sandbox._disk.mountpoint).st_dev, "the layer is on the quota"
+        on_quota = mounted_device(sandbox._layer) == mounted_device(sandbox._disk.mountpoint)
+        assert on_quota, "the layer is on the quota"  # (btrfs: a subvolume of it, with its own st_dev)
         before = os.stat(image).st_blocks * 512
         files = "/opt/a /usr/local/b /var/c /etc/d"
         fill = f"for f in {files}; do dd if=/dev/urandom of=$f bs=1M count=100 2>&1; done"

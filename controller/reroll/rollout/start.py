@@ -221,7 +221,7 @@ def _sandbox_settings(origin: Origin, backend: str, settings: RolloutSettings) -
     only (never recorded).
 
     Raises:
-        SandboxBackendError: `backend` takes no ``from_snapshot`` (only ``local`` keeps pools).
+        SandboxBackendError: `backend` takes no ``from_snapshot`` (only ``local`` and ``docker`` keep pools).
     """
     if not (isinstance(origin, FromCheckpoint) and origin.pool):
         return settings.sandbox_config

@@ -8,7 +8,7 @@ import itertools
 from pathlib import Path
 
 import pytest
-from reroll.rollout.extensions.checkpoints import pool_reference, retained
+from reroll.rollout.extensions.checkpoints import kept_pool, pool_reference, retained
 from reroll.runfolder.paths import POOL_FILE
 
 
@@ -37,3 +37,19 @@ def test_a_longer_run_keeps_the_latest_every_step_and_thins_the_earlier_ones(kee
     earlier = kept[: -(keep // 2)]
     gaps = {b - a for a, b in itertools.pairwise(earlier)}
     assert len(gaps) <= 1 and earlier[0] == min(gaps or {earlier[0]})  # an even stride from the start
+
+
+@pytest.mark.parametrize(
+    ("pool", "backend"), [("reroll-disk-run-x", "docker"), ("reroll-local-disk-run-x", "local")]
+)
+def test_a_pool_is_used_only_by_the_backend_that_kept_it(tmp_path: Path, pool: str, backend: str) -> None:
+    reference = f"{tmp_path / pool}:step-3"
+    (tmp_path / "step-3").mkdir()
+    (tmp_path / "step-3" / POOL_FILE).write_text(f'{{"from_snapshot": "{reference}"}}')
+    other = "local" if backend == "docker" else "docker"
+    assert kept_pool(tmp_path / "step-3", other) == (
+        None,
+        f"the pool snapshot {reference} needs the {backend} sandbox; restoring the layers",
+    )
+    found, note = kept_pool(tmp_path / "step-3", backend)  # its own: no such pool here
+    assert found is None and note is not None and "is gone" in note

@@ -12,8 +12,9 @@ command's), the proxy holds the request while the controller snapshots (`pool_sn
 copies that layer (the task's own cost). Either way the checkpoint's files are written after the
 request went on; ``harness/checkpoint-holds.json`` says how long each waited. The sandbox then
 keeps its disk as a pool when it stops. `retained` says which of those checkpoints the run
-keeps. Elsewhere (docker, ext4, the plain fallback) nothing changes: no tar layers every step,
-nothing said.
+keeps. On ``docker`` with a copy-on-write disk (`reroll.sandbox.docker.cowdisk`) the same, but the
+proxy always holds: the controller freezes the sized folders and copies the container's own layer.
+Elsewhere (ext4, the plain fallback) nothing changes: no tar layers every step, nothing said.
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ from reroll.rollout.origin import FromCheckpoint, NewRecording
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.paths import CheckpointPaths
 from reroll.runfolder.run import write_json
+from reroll.sandbox.docker import disk
+from reroll.sandbox.docker.config import DockerSandboxConfig
+from reroll.sandbox.docker.cowdisk import LAYER
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
-from reroll.sandbox.local.storage import PoolSnapshot, mark_pool
+from reroll.sandbox.local.storage import PoolSnapshot, frozen_paths, mark_pool
 
 
 class Checkpoints(Extension):
@@ -308,17 +312,21 @@ def pool_checkpoints_apply(draft: Draft) -> bool:
     """Whether the rollout of `draft` can keep a pool checkpoint at every step: a new
     recording (not a continuation or branch: their pools would crowd the recordings' out,
     `reroll.sandbox.local.storage.POOL_KEEP_COUNT`) of agents that call a model, on the isolated
-    ``local`` sandbox with a copy-on-write disk and ``keep_snapshots`` not False."""
+    ``local`` sandbox or ``docker`` (`reroll.sandbox.docker.cowdisk`) with a copy-on-write disk and
+    ``keep_snapshots`` not False."""
     config = draft.settings.sandbox_config
+    if draft.config.sandbox == "local":
+        backend_applies = isinstance(config, IsolatedSandboxConfig) and not namespaces_unavailable()
+    else:
+        backend_applies = draft.config.sandbox == "docker" and isinstance(config, DockerSandboxConfig)
     return (
         isinstance(draft.origin, NewRecording)
-        and draft.config.sandbox == "local"
-        and isinstance(config, IsolatedSandboxConfig)
+        and backend_applies
+        and isinstance(config, IsolatedSandboxConfig | DockerSandboxConfig)
         and config.keep_snapshots is not False
         and config.copy_on_write
         and all(agent.api_format != "none" for agent in draft.agents.values())
         and cow.available()
-        and not namespaces_unavailable()
     )
 
 
@@ -363,12 +371,19 @@ def _write_pool_file(folder: Path, reference: str, run_dir: Path) -> None:
 
 
 def pool_covers(run: Run, reference: str) -> list[str]:
-    """The sandbox paths the pool snapshot `reference` (``<pool>:<name>``) holds: the workspace,
-    HOME, and ``/`` when it froze it (`reroll.sandbox.local.storage.PoolSnapshot.root`): the
-    layers whose paths lie in them are neither captured nor restored."""
+    """The sandbox paths the pool snapshot `reference` (``<pool>:<name>``) holds: those it froze
+    (its `PATHS`: local's workspace and HOME, docker's sized folders), and ``/`` when it froze
+    that (`reroll.sandbox.local.storage.PoolSnapshot.root`) or the container's layer
+    (`reroll.sandbox.docker.cowdisk.LAYER`): the layers whose paths lie in them are neither
+    captured nor restored."""
     folder, _, name = reference.rpartition(":")
-    frozen_root = PoolSnapshot(Path(folder), name).root is not None
-    return [run.sandbox.layout.workspace, run.sandbox.layout.home] + ["/"] * frozen_root
+    source = PoolSnapshot(Path(folder), name)
+    try:
+        paths = [path for path, _ in frozen_paths(source)]
+    except OSError:
+        paths = [run.sandbox.layout.workspace, run.sandbox.layout.home]
+    whole = source.root is not None or cow.is_subvolume(source.frozen / LAYER)
+    return paths + ["/"] * whole
 
 
 def pool_reference(folder: Path) -> str | None:
@@ -386,12 +401,14 @@ def pool_reference(folder: Path) -> str | None:
 def kept_pool(layers: Path, sandbox: str) -> tuple[str | None, str | None]:
     """The kept copy-on-write snapshot recorded with checkpoint `layers` (`pool_reference`) that
     children on `sandbox` can start from, and a note when one was recorded but cannot be used (its
-    pool pruned, or another backend than ``local``: the tar layers are restored then)."""
+    pool pruned, or another backend than the one that kept it: ``docker`` for a pool named
+    `reroll.sandbox.docker.disk.PREFIX`…, else ``local``; the tar layers are restored then)."""
     reference = pool_reference(layers)
     if reference is None:
         return None, None
-    if sandbox != "local":
-        return None, f"the pool snapshot {reference} needs the local sandbox; restoring the layers"
+    needs = "docker" if Path(reference.rpartition(":")[0]).name.startswith(disk.PREFIX) else "local"
+    if sandbox != needs:
+        return None, f"the pool snapshot {reference} needs the {needs} sandbox; restoring the layers"
     try:
         PoolSnapshot.parse(reference)
     except SandboxError:

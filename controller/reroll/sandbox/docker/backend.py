@@ -83,7 +83,7 @@ from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.host.owner import owner_label
 from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
-from reroll.sandbox.base import Sandbox, trust_host_ca
+from reroll.sandbox.base import trust_host_ca
 from reroll.sandbox.docker import disk, firewall, layer, seccomp
 from reroll.sandbox.docker.cgroups import oom_kills
 from reroll.sandbox.docker.config import DockerSandboxConfig
@@ -109,6 +109,7 @@ from reroll.sandbox.docker.networks import (
 )
 from reroll.sandbox.docker.prune import prune as prune_leftovers
 from reroll.sandbox.docker.siblings import SiblingContainer, run_sibling
+from reroll.sandbox.docker.snapshots import CowSnapshots
 from reroll.sandbox.layout import SANDBOX_HOSTNAME, SandboxLayout
 from reroll.sandbox.seam import InstallFolders, ServiceProcess
 from reroll.sandbox.sidecar_bundle import ENTRYPOINT, MOUNT_DIR, ensure_bundle
@@ -129,7 +130,7 @@ def docker_name(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id)
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(CowSnapshots):
     """A sandbox in a Docker container; see the module docstring.
 
     Args:
@@ -295,7 +296,8 @@ class DockerSandbox(Sandbox):
             if self._allowed is not None:
                 await name_hosts(self, self._allowed)
             seed = self.spec.workspace_seed
-            if self.spec.build is None and seed is not None and not self.installs_writable:
+            child = self.config.from_snapshot is not None
+            if self.spec.build is None and seed is not None and not self.installs_writable and not child:
                 await self.upload_dir(seed, self.layout.workspace)
                 if self.layout.agent_user:
                     await self.exec(["chown", "-R", f"{self.layout.agent_user}:", self.layout.workspace])
@@ -375,7 +377,8 @@ class DockerSandbox(Sandbox):
                 security_opt=[f"seccomp={seccomp.profile()}"],  # Docker's, plus a verify's namespaces
             )
             if self._disk is not None:  # before start: the overlay's upper folder on the quota
-                self._layer = layer.mount_layer(self.container, self._disk.mountpoint)
+                self._layer = layer.mount_layer(self.container, self.layer_home())
+            self.give_layer(self.container)  # a child's: its pool snapshot's layer, before it starts
             self.container.start()
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
@@ -387,17 +390,16 @@ class DockerSandbox(Sandbox):
         owner = owner_label()
         folders = {self.layout.workspace: ("app", 0o755), self.layout.logs_dir: ("logs", 0o755)}
         folders |= {path: entry for path, entry in SIZED_FOLDERS.items() if path not in folders}
-        self._disk = disk.SizedDisk.create(
-            docker_name(self.run_id), storage_mb << 20, dict(folders.values()), owner
-        )
+        hosts = self.make_disk(docker_name(self.run_id), storage_mb << 20, folders, owner)
+        assert self._disk is not None
         volumes = {}
         for target, (folder, _) in folders.items():
-            name = f"{self._disk.folder.name}-{folder}"
+            name = f"{self._disk.folder.name}-{folder}-{secrets.token_hex(2)}"
             try:
                 self._engine.volumes.create(
                     name,
                     driver="local",
-                    driver_opts={"type": "none", "o": "bind", "device": str(self._disk.mountpoint / folder)},
+                    driver_opts={"type": "none", "o": "bind", "device": str(hosts[target])},
                     labels={
                         MANAGED_LABEL: "1",
                         RUN_ID_LABEL: self.run_id,
@@ -546,9 +548,7 @@ class DockerSandbox(Sandbox):
             with contextlib.suppress(docker.errors.NotFound):
                 await asyncio.to_thread(self._engine.volumes.get(name).remove, force=True)
         self._volumes = []
-        if self._disk is not None:
-            await asyncio.to_thread(disk.remove, self._disk.folder)
-            self._disk = None
+        await asyncio.to_thread(self.release_disk)
         if self._firewall_key and self._network is not None:
             await asyncio.to_thread(remove_isolated_network, self._network)
         elif self._network is not None and str(self._network.name).startswith(SERVICES_PREFIX):

@@ -23,6 +23,18 @@ class DockerSandboxConfig(BaseModel):
     ``continue-job`` rebuild the same image."""
     setup_timeout_seconds: float = Field(default=60.0, gt=0)
     """How long the one-time setup in a new container (agent user, folders) may take."""
+    copy_on_write: bool = True
+    """Where btrfs-progs is installed, make the sized file system btrfs with its folders as
+    subvolumes, snapshotted copy-on-write (`reroll.sandbox.docker.cowdisk`); False: ext4 and the
+    sidecar's tar snapshots (the benches compare the two)."""
+    keep_snapshots: bool | None = None
+    """With copy-on-write: `stop` keeps the disk, with only its snapshots, as a pool for
+    ``from_snapshot`` (``reroll sandbox prune`` removes it). None (the default): kept when a pool
+    snapshot was taken (a recording's checkpoint at every step); False: never, and none is taken."""
+    from_snapshot: str | None = None
+    """``<pool folder>:<snapshot name>`` (`reroll.sandbox.local.storage.PoolSnapshot`, a docker
+    sandbox's pool): the sized folders writable snapshots of that snapshot's, its container layer
+    copied in, the task's seed not uploaded; None: a disk of its own."""
 
 
 def parse_image_map(pairs: list[str] | str) -> dict[str, str]:

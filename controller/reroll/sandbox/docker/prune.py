@@ -24,6 +24,7 @@ from reroll.sandbox.docker.engine import (
 )
 from reroll.sandbox.docker.images import MANAGED_LABEL
 from reroll.sandbox.docker.networks import FULL_NETWORK, ISOLATED_PREFIX, remove_isolated_network
+from reroll.sandbox.local.storage import in_use as pool_in_use
 
 
 def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list[str]]:
@@ -159,6 +160,6 @@ class _Sweep:
         for leftover in disk.leftovers():
             if str(leftover) in self.in_use or (run_id is not None and run_id[-24:] not in leftover.name):
                 continue
-            if run_id is None and not running and owner_runs(disk.owner(leftover)):
-                continue  # a live rollout's, maybe still without its volumes
+            if run_id is None and not running and pool_in_use(leftover):
+                continue  # a live rollout's, maybe still without its volumes; a pool kept
             disk.remove(leftover)

@@ -191,18 +191,6 @@ class Subvolumes:
             raise SandboxError(f"the sandbox's btrfs disk {disk}: {exc}") from exc
         return cls(disk, dict(folders))
 
-    def drop_live(self) -> None:
-        """Delete the writable subvolumes the sandbox sees and the restores', keeping the
-        snapshots: what a pool keeps (`reroll.sandbox.local.storage`; it deletes the first ones).
-
-        Raises:
-            OSError: the file system refused (a subvolume still mounted somewhere…).
-        """
-        for path in self.live.values():
-            delete_subvolume(path)
-        for path in sorted((self.disk / LIVE).iterdir()):
-            delete_subvolume(path)
-
     def covers(self, paths: list[str]) -> bool:
         """Whether a snapshot of `paths` (sandbox paths) can be copy-on-write: each is one of the
         subvolumes' paths, none twice."""
@@ -239,14 +227,11 @@ class Subvolumes:
         Raises:
             SandboxError: a bad name, or the file system refused.
         """
-        try:
-            self._drop(self._snapshot_folder(name))
-        except OSError as exc:
-            raise SandboxError(f"copy-on-write snapshot {name!r}: {exc}") from exc
+        forget_snapshot(self.disk / SNAPSHOTS, name)
 
     def has(self, name: str) -> bool:
         """Whether a copy-on-write snapshot `name` exists."""
-        return NAME_PATTERN.match(name) is not None and (self._snapshot_folder(name) / PATHS).is_file()
+        return has_snapshot(self.disk / SNAPSHOTS, name)
 
     def restore(self, name: str, pid: int) -> list[str]:
         """Mount a writable snapshot of each of snapshot `name`'s subvolumes over its path in the
@@ -280,15 +265,50 @@ class Subvolumes:
 
     def _snapshot_folder(self, name: str) -> Path:
         """Snapshot `name`'s folder. Raises SandboxError for a name not matching `NAME_PATTERN`."""
-        if not NAME_PATTERN.match(name):
-            raise SandboxError(f"snapshot name {name!r} must match {NAME_PATTERN.pattern}")
-        return self.disk / SNAPSHOTS / name
+        return snapshot_folder(self.disk / SNAPSHOTS, name)
 
     def _drop(self, folder: Path) -> None:
         """Delete snapshot `folder` (its subvolumes, then it) if it exists."""
-        if not folder.exists():
-            return
-        for entry in folder.iterdir():
-            if is_subvolume(entry):
-                delete_subvolume(entry)
-        shutil.rmtree(folder)
+        drop_snapshot(folder)
+
+
+def snapshot_folder(snapshots: Path, name: str) -> Path:
+    """The folder of snapshot `name` in the folder `snapshots` (a disk's `SNAPSHOTS`).
+
+    Raises:
+        SandboxError: `name` does not match `NAME_PATTERN`.
+    """
+    if not NAME_PATTERN.match(name):
+        raise SandboxError(f"snapshot name {name!r} must match {NAME_PATTERN.pattern}")
+    return snapshots / name
+
+
+def has_snapshot(snapshots: Path, name: str) -> bool:
+    """Whether the folder `snapshots` holds a copy-on-write snapshot `name` (its `PATHS` written)."""
+    return NAME_PATTERN.match(name) is not None and (snapshots / name / PATHS).is_file()
+
+
+def forget_snapshot(snapshots: Path, name: str) -> None:
+    """Delete snapshot `name` of the folder `snapshots` if there is one.
+
+    Raises:
+        SandboxError: a bad name, or the file system refused.
+    """
+    try:
+        drop_snapshot(snapshot_folder(snapshots, name))
+    except OSError as exc:
+        raise SandboxError(f"copy-on-write snapshot {name!r}: {exc}") from exc
+
+
+def drop_snapshot(folder: Path) -> None:
+    """Delete the snapshot `folder` (its subvolumes by ioctl, then its files) if it exists.
+
+    Raises:
+        OSError: the file system refused.
+    """
+    if not folder.exists():
+        return
+    for entry in folder.iterdir():
+        if is_subvolume(entry):
+            delete_subvolume(entry)
+    shutil.rmtree(folder)

@@ -218,7 +218,7 @@ class SandboxDisk:
         image = source.pool / disk.IMAGE
         pool = SizedDisk(source.pool, image.stat().st_size, "btrfs")
         base = pool.mountpoint / CHILDREN / child
-        frozen = dict(_frozen_paths(source))
+        frozen = dict(frozen_paths(source))
         try:
             base.mkdir(parents=True, mode=0o700)
             (base / disk.OWNER).write_text(owner_label())
@@ -238,10 +238,10 @@ class SandboxDisk:
             folders = {sandbox_paths[name]: base / name for name in ("app", "home")}
             subvolumes = cow.Subvolumes.create(base, folders, existing=True)
         except OSError as exc:
-            _remove_child(base)
+            remove_child(base)
             raise SandboxError(f"a sandbox from snapshot {source}: {exc}") from exc
         if set(frozen) - set(folders):
-            _remove_child(base)
+            remove_child(base)
             raise SandboxError(f"snapshot {source} holds {sorted(frozen)}, not this sandbox's paths")
         return cls(pool, base, subvolumes, root_given=source.root is not None)
 
@@ -250,33 +250,55 @@ class SandboxDisk:
         copy-on-write) becomes a pool, keeping only its snapshots; any other disk is unmounted and
         deleted whole. Never walks the agent's files (subvolumes go by ioctl, ext4 with the image)."""
         if self.is_child:
-            _remove_child(self.base)
+            remove_child(self.base)
         elif keep_snapshots and self.cow is not None:
-            try:
-                self.cow.drop_live()
-                for name in ("root", "logs"):
-                    cow.delete_subvolume(self.base / name)
-                (self.disk.folder / KEPT).write_text(f"{time.time():.6f}")
-            except OSError:
-                disk.remove(self.disk.folder)
-            cap_pools(POOL_KEEP_COUNT)
+            keep_as_pool(self.disk.folder, self.base)
         else:
             disk.remove(self.disk.folder)
 
 
-def _frozen_paths(source: PoolSnapshot) -> list[tuple[str, Path]]:
+def keep_as_pool(folder: Path, base: Path, *, prefix: str = LOCAL_PREFIX) -> None:
+    """Keep the mounted btrfs disk of host folder `folder` as a pool: delete the live subvolumes
+    (those directly in `base`, the disk's mount point, and the restores' in its `cow.LIVE`),
+    keeping only the snapshots, and mark it `KEPT`; then remove the oldest pools of disks named
+    `prefix`… beyond `POOL_KEEP_COUNT` (`cap_pools`). A disk the file system refuses to empty is
+    removed whole. Never raises."""
+    try:
+        _delete_subvolumes_in(base / cow.LIVE)
+        _delete_subvolumes_in(base)
+        (folder / KEPT).write_text(f"{time.time():.6f}")
+    except OSError:
+        disk.remove(folder)
+    cap_pools(POOL_KEEP_COUNT, disk.leftovers(prefix))
+
+
+def _delete_subvolumes_in(base: Path) -> None:
+    """Delete the subvolumes directly in `base` (one ioctl each; never a walk of their files).
+
+    Raises:
+        OSError: the file system refused.
+    """
+    for entry in sorted(base.iterdir()) if base.is_dir() else []:
+        if cow.is_subvolume(entry):
+            cow.delete_subvolume(entry)
+
+
+def frozen_paths(source: PoolSnapshot) -> list[tuple[str, Path]]:
     """(sandbox path, frozen subvolume) of each path of the snapshot `source`."""
     paths = (source.frozen / cow.PATHS).read_text().split("\n")
     return [(path, source.frozen / str(index)) for index, path in enumerate(paths)]
 
 
-def _remove_child(base: Path) -> None:
-    """Delete a child's folder on a pool: its subvolumes by ioctl, then the (then empty) folders."""
+def remove_child(base: Path) -> None:
+    """Delete a child's folder `base` on a pool (a local or a docker sandbox's): its subvolumes by
+    ioctl, then the (then empty) folders.
+
+    Raises:
+        OSError: the file system refused to delete a subvolume (the folder is then left).
+    """
     if not base.exists():
         return
-    for name in FOLDERS:
-        if cow.is_subvolume(base / name):
-            cow.delete_subvolume(base / name)
+    _delete_subvolumes_in(base)
     # Only the known depths (live/<n>, snapshots/<name>/<i>): never a walk into the agent's files.
     entries = list((base / cow.LIVE).iterdir()) if (base / cow.LIVE).is_dir() else []
     snapshots = base / cow.SNAPSHOTS
@@ -386,13 +408,13 @@ def in_use(folder: Path) -> bool:
 
 def remove_pools_under(folder: Path) -> list[Path]:
     """Remove the kept pools whose run folder (`RUN_FILE`) lies in `folder` and no child of which
-    runs (a test session's, at its end).
+    runs (a test session's, at its end): the local sandboxes' and the docker ones'.
 
     Returns:
         The host folders removed.
     """
     removed = []
-    for leftover in disk.leftovers(LOCAL_PREFIX):
+    for leftover in disk.leftovers(LOCAL_PREFIX) + disk.leftovers(disk.PREFIX):  # docker's pools too
         try:
             run = Path((leftover / RUN_FILE).read_text())
         except OSError:
