@@ -9,6 +9,7 @@ import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.base import NoSettings, Sandbox, create_sandbox, load_backend
 from reroll.sandbox.docker.config import DockerSandboxConfig
+from reroll.sandbox.local import identity
 from reroll.sandbox.local.backend import local_sandbox
 from reroll.sandbox.local.isolated import IsolatedSandboxConfig
 from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
@@ -84,6 +85,7 @@ async def test_a_backend_without_a_config_model_takes_no_settings(task: Task) ->
 def test_the_local_backends_have_nothing_to_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REROLL_CACHE_DIR", str(tmp_path))  # never this machine's unpacked images
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # nor the disks of other rollouts running
+    monkeypatch.setattr(identity, "SLOTS_DIR", tmp_path / "id-slots")  # nor a killed controller's range
     assert load_backend("local").prune() == {}
     assert load_backend("local-plain").prune(None, "some-run", running=True) == {}
 

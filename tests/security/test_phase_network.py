@@ -31,7 +31,12 @@ from typing import Any
 import pytest
 
 REROLL = str(Path(sys.executable).parent / "reroll")
-NO_LISTS = {"agent_allowed": [], "agent_denied": [], "verifier_allowed": []}
+NO_LISTS: dict[str, list[str]] = {
+    "agent_allowed": [],
+    "agent_denied": [],
+    "agent_blocked_urls": [],
+    "verifier_allowed": [],
+}
 pytestmark = pytest.mark.slow
 
 KNOCK = r'''

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -260,6 +263,49 @@ def test_prune_spares_a_build_step_of_a_managed_image() -> None:
                 step.remove(force=True)
 
 
+def test_prune_passes_over_a_container_removed_while_it_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container that goes (its rollout ended, another prune took it) between prune's listing
+    and its inspection of each one failed the whole ``reroll sandbox prune`` with ``404 No such
+    container`` (seen in CI): it is passed over, and the rest of the sweep goes on."""
+    run_id = f"prune-race-{uuid.uuid4().hex[:8]}"
+    with contextlib.closing(docker.from_env()) as engine:
+        labels = {"reroll.managed": "1", "reroll.run_id": run_id}
+        leaving = engine.containers.create("reroll/base:bookworm", ["true"], labels=labels)
+        inspect = engine.api.inspect_container
+
+        def removed_first(container_id: str) -> dict:
+            if container_id == leaving.id:
+                engine.api.remove_container(container_id, force=True)
+            return inspect(container_id)
+
+        monkeypatch.setattr(engine.api, "inspect_container", removed_first)
+        monkeypatch.setattr("reroll.sandbox.docker.prune.docker_client", lambda: engine)
+        monkeypatch.setattr(engine, "close", lambda: None)
+        removed = prune(run_id)
+        assert removed["containers"] == []
+        with pytest.raises(docker.errors.NotFound):
+            engine.containers.get(leaving.id)
+
+
+def test_a_machine_wide_prune_spares_a_mount_folder_still_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout makes its mount folder before its container: a prune in between removed the
+    folder with the sidecar's token (``cannot read the token file``, seen in CI). A new folder is
+    spared by a machine-wide prune; an old one (a killed controller's) is removed, and so is a
+    new one when its run is named."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    starting, leftover = tmp_path / "reroll-docker-starting-1", tmp_path / "reroll-docker-killed-1"
+    starting.mkdir()
+    leftover.mkdir()
+    hour_ago = time.time() - 3600
+    os.utime(leftover, (hour_ago, hour_ago))
+    prune()
+    assert starting.is_dir() and not leftover.exists()
+    prune("starting-1")
+    assert not starting.exists()
+
+
 async def test_a_task_dockerfile_that_fails_names_the_file_and_leaves_nothing(tmp_path: Path) -> None:
     task_dir = tmp_path / "broken"
     (task_dir / "environment").mkdir(parents=True)
@@ -299,7 +345,7 @@ def test_the_cli_reports_image_builds_on_stderr(tmp_path: Path) -> None:
         "jobs",
     ]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     assert f"building images: docker build {dockerfile}\n" in done.stderr
     again = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert again.returncode == 0 and "building images" not in again.stderr

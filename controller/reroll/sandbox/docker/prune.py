@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,11 @@ def prune(run_id: str | None = None, *, running: bool = False) -> dict[str, list
     return sweep.removed
 
 
+STARTING_GRACE_SECONDS = 300.0
+"""How long a machine-wide prune leaves a new mount folder alone (a rollout's images are built
+before it is made, so what follows it, the sized disk and the container, takes seconds)."""
+
+
 @dataclass
 class _Sweep:
     """One `prune`: what it removed, and what the rollouts it spares still use."""
@@ -95,7 +101,9 @@ class _Sweep:
         reroll started (they carry a run id): a ``docker build`` step FROM one of reroll's images
         inherits its ``reroll.managed`` label, and belongs to a build that may still run."""
         filters = {"label": [*self.filters["label"], RUN_ID_LABEL]}
-        for container in self.engine.containers.list(all=True, filters=filters):
+        # ignore_removed: a container removed between the listing and its inspection (a rollout
+        # ending, another prune) is not an error
+        for container in self.engine.containers.list(all=True, filters=filters, ignore_removed=True):
             name = container.name or container.id or ""
             if self._live(container.labels):
                 self.removed["kept"].append(name)
@@ -152,11 +160,20 @@ class _Sweep:
                 self.removed["firewall_tables"].append(firewall.table_name(key))
 
     def folders(self, running: bool) -> None:
-        """Remove the host's mount folders and sized file systems no kept rollout uses."""
+        """Remove the host's mount folders and sized file systems no kept rollout uses. A machine-
+        wide sweep (no run id, not ``running``) spares a mount folder made in the last
+        `STARTING_GRACE_SECONDS`: a rollout starting elsewhere makes it before its container,
+        which a sweep between the two would find in no container (its sidecar then found no
+        token)."""
         run_id = self.run_id
+        fresh_after = time.time() - STARTING_GRACE_SECONDS
         for leftover in Path(tempfile.gettempdir()).glob("reroll-docker-*"):
-            if str(leftover) not in self.in_use and (run_id is None or run_id[-24:] in leftover.name):
-                shutil.rmtree(leftover, ignore_errors=True)
+            if str(leftover) in self.in_use or (run_id is not None and run_id[-24:] not in leftover.name):
+                continue
+            with contextlib.suppress(OSError):
+                if run_id is None and not running and leftover.lstat().st_mtime > fresh_after:
+                    continue
+            shutil.rmtree(leftover, ignore_errors=True)
         for leftover in disk.leftovers():
             if str(leftover) in self.in_use or (run_id is not None and run_id[-24:] not in leftover.name):
                 continue

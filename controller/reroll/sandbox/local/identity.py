@@ -70,15 +70,16 @@ class IdSlot:
         return SLOT_ID_START + self.index * ID_COUNT
 
     @classmethod
-    def acquire(cls, folder: Path = SLOTS_DIR) -> IdSlot:
+    def acquire(cls, folder: Path | None = None) -> IdSlot:
         """Take the first free slot (see the module docstring).
 
         Args:
-            folder: where the lock files are (made root-only when missing).
+            folder: where the lock files are (made root-only when missing); `SLOTS_DIR` by default.
 
         Raises:
             SandboxError: every slot is taken, or the folder cannot be used.
         """
+        folder = SLOTS_DIR if folder is None else folder
         try:
             folder.mkdir(parents=True, mode=0o700, exist_ok=True)
             for index in range(SLOT_COUNT):
@@ -115,7 +116,7 @@ RECLAIM_SECONDS = 5.0
 """How long `reclaim_slots` waits for a crashed slot's processes to end after SIGKILL."""
 
 
-def reclaim_slots(folder: Path = SLOTS_DIR) -> list[str]:
+def reclaim_slots(folder: Path | None = None) -> list[str]:
     """Free the slots of killed controllers: each slot whose file still names a holder but is
     locked by nobody (its holder died without `IdSlot.release`) is locked, every process left
     under its range is killed (SIGKILL; a sandbox's PID namespace goes with its init), and, once
@@ -123,12 +124,14 @@ def reclaim_slots(folder: Path = SLOTS_DIR) -> list[str]:
     touched: the lock is the proof of ownership, not the pid in the file. Needs root.
 
     Args:
-        folder: where the lock files are; a missing folder has nothing to reclaim.
+        folder: where the lock files are (`SLOTS_DIR` by default); a missing folder has nothing
+            to reclaim.
 
     Returns:
         The host id ranges freed, as ``"<first>-<last>"``.
     """
     freed = []
+    folder = SLOTS_DIR if folder is None else folder
     slots = [entry for entry in folder.glob("*") if entry.name.isdigit()]
     for path in sorted(slots, key=lambda entry: int(entry.name)):
         try:
