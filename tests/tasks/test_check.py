@@ -338,3 +338,16 @@ def test_task_check_shows_a_deny_list_s_hosts_and_urls_as_enforced() -> None:
     row += "interceptor), verifier full"
     assert row in output, output
     assert "blocked_urls" not in output and "not enforced" not in output
+
+
+def test_task_check_finds_an_interpreted_script_named_from_the_service_s_folder() -> None:
+    """``python3 counter.py serve`` runs counter.py from the service's folder (the working folder):
+    task check names the task's environment/workspace copy, not only the image."""
+    fixture = Path(__file__).parents[1] / "fixtures" / "benchflow-manifest-reset"
+    environment = load_task(fixture).spec.environment
+    (counter,) = environment.services
+    assert program_source(counter, environment, fixture) == (
+        "counter.py from the task's environment/workspace/counter.py"
+    )
+    elsewhere = counter.model_copy(update={"workdir": "/srv"})
+    assert "counter.py is not in the task folder" in program_source(elsewhere, environment, fixture)

@@ -308,13 +308,16 @@ def program_source(service: ServiceSpec, environment: EnvironmentSection, task_d
     if not words:
         return "no command"
     program = words[0]
-    if Path(program).name in INTERPRETERS and len(words) > 1 and not words[1].startswith("-"):
+    interpreted = Path(program).name in INTERPRETERS and len(words) > 1 and not words[1].startswith("-")
+    if interpreted:
         program = words[1]
     seed = task_dir / "environment" / "workspace"
     workdir = PurePosixPath(environment.workdir or DEFAULT_WORKDIR)
-    path = PurePosixPath(program)
+    # An interpreter's script is a path from the service's folder (``python3 counter.py``); a bare
+    # program name without one is looked up on PATH, so only the image can have it.
+    path = PurePosixPath(service.workdir or workdir) / program if interpreted else PurePosixPath(program)
     inside = path.relative_to(workdir) if path.is_relative_to(workdir) else path
-    if "/" in program and not inside.is_absolute() and (seed / inside).exists():
+    if "/" in str(path) and not inside.is_absolute() and (seed / inside).exists():
         return f"{program} from the task's environment/workspace/{inside}"
     image = environment.docker_image or "the task's image"
     return f"{program} is not in the task folder: only the sandbox's image ({image}) has it"
