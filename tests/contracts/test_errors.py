@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import get_args
 
 import pytest
@@ -38,6 +39,13 @@ def test_every_class_is_drawn_in_the_tree_with_a_stable_category() -> None:
         assert cls.error_category != cls.__name__
 
 
+def raised_in(module: ModuleType, name: str) -> type[RerollError]:
+    """The class `module` raises as `name`, imported there (not re-exported: hence `getattr`)."""
+    cls = getattr(module, name)
+    assert isinstance(cls, type) and issubclass(cls, RerollError), f"{module.__name__}.{name}"
+    return cls
+
+
 def test_the_proxys_and_sidecars_errors_are_the_trees() -> None:
     import reroll_contracts.faults
     import reroll_contracts.trajectory
@@ -47,16 +55,16 @@ def test_the_proxys_and_sidecars_errors_are_the_trees() -> None:
     import reroll_sidecar.snapshots
     import reroll_sidecar.verify
 
-    assert reroll_contracts.faults.FaultPlanError is FaultPlanError  # defined once
-    assert issubclass(reroll_proxy.config.ProxyConfigError, ConfigError)
-    assert issubclass(reroll_contracts.trajectory.TrajectoryFormatError, errors.RunFolderError)
-    assert reroll_proxy.translate.TranslationError.error_category == "agent_error"
-    for cls in (
-        reroll_sidecar.verify.VerifyError,
-        reroll_sidecar.snapshots.SnapshotError,
-        reroll_sidecar.snapshot_io.ToolError,
+    assert raised_in(reroll_contracts.faults, "FaultPlanError") is FaultPlanError  # defined once
+    assert issubclass(raised_in(reroll_proxy.config, "ProxyConfigError"), ConfigError)
+    assert issubclass(raised_in(reroll_contracts.trajectory, "TrajectoryFormatError"), errors.RunFolderError)
+    assert raised_in(reroll_proxy.translate, "TranslationError").error_category == "agent_error"
+    for module, name in (
+        (reroll_sidecar.verify, "VerifyError"),
+        (reroll_sidecar.snapshots, "SnapshotError"),
+        (reroll_sidecar.snapshot_io, "ToolError"),
     ):
-        assert issubclass(cls, errors.SandboxError)
+        assert issubclass(raised_in(module, name), errors.SandboxError)
 
 
 def test_only_infrastructure_is_retried_and_config_errors_never() -> None:

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV, registry
 from reroll.export import export_lines
-from reroll.jobs.branch import branch, branch_points
+from reroll.jobs.branch import branch
+from reroll.jobs.branch_points import branch_points
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.commands.record import run_task

@@ -16,8 +16,7 @@ import pytest
 from reroll.rollout.turns.asks import SERVER_SOURCE
 from reroll_contracts.asks import MAX_PENDING_ASKS
 
-from tests.proxy.conftest import CONTROLLER_TOKEN, TOKEN, Service, StartProxy, http_json
-from tests.proxy.test_proxy import post_place
+from tests.proxy.conftest import CONTROLLER_TOKEN, TOKEN, Service, StartProxy, http_json, post_place
 from tests.rollout.turns.test_asks import call
 
 pytestmark = pytest.mark.spawns  # the proxy, the scripted model and the MCP server run as subprocesses

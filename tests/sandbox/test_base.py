@@ -11,8 +11,8 @@ from reroll.sandbox.base import NoSettings, Sandbox, create_sandbox, load_backen
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.local import identity
 from reroll.sandbox.local.backend import local_sandbox
-from reroll.sandbox.local.isolated import IsolatedSandboxConfig
 from reroll.sandbox.local.plain import LocalSandbox, LocalSandboxConfig
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.spec import SandboxSpec
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxBackendError, SandboxError

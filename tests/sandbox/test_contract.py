@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from reroll import conformance
 from reroll.sandbox.base import SandboxFactory, create_sandbox
-from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.config import DockerSandboxConfig
 
 pytestmark = pytest.mark.spawns  # every test starts a sandbox (its sidecar, or a container)
 

@@ -42,7 +42,8 @@ async def test_the_bundle_leaves_nothing_of_itself_in_the_environment_of_the_com
     """On the busybox-only image: commands see neither PyInstaller's variables nor its library
     path (they would load the bundle's libraries), and the bundle's own GNU find runs there."""
     from reroll.conformance import probe_task
-    from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+    from reroll.sandbox.docker.backend import DockerSandbox
+    from reroll.sandbox.docker.config import DockerSandboxConfig
     from reroll.sandbox.sidecar_bundle import MOUNT_DIR
 
     config = DockerSandboxConfig(image=variant_images["busybox"])

@@ -26,7 +26,8 @@ import uuid
 
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.tasks.task import load_task
 
 from tests.conftest import EXAMPLES

@@ -26,7 +26,8 @@ import yaml
 from reroll.agents import AGENTS_FILE_ENV
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import firewall
-from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.networks import ISOLATED_PREFIX
 from reroll.sandbox.docker.prune import prune
 from reroll.tasks.task import Task, load_task

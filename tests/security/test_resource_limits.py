@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
-from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.local.cgroups import CgroupError, detect
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.rootview import namespaces_unavailable

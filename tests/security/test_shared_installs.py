@@ -144,8 +144,8 @@ def backend(
     volumes; for local a cache folder of this module's own."""
     if request.param == "docker":
         request.getfixturevalue("docker_images")
-        from reroll.sandbox.docker.backend import install_store
         from reroll.sandbox.docker.engine import docker_client
+        from reroll.sandbox.docker.installs import install_store
 
         with contextlib.closing(docker_client()) as engine:
             return "docker", InstallStore.of(install_store(engine)), {}
@@ -242,7 +242,8 @@ async def test_the_python_runtime_is_an_install_of_its_own_checked_and_uploaded_
     its own (another recipe text, so another unit): the shared one is in use by the agents'
     rollouts of other test modules, whose Python would vanish while it is replaced."""
     from reroll.installs import python_runtime
-    from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+    from reroll.sandbox.docker.backend import DockerSandbox
+    from reroll.sandbox.docker.config import DockerSandboxConfig
 
     monkeypatch.setattr(python_runtime, "_RECIPE", f"{python_runtime._RECIPE}; this test's own copy")
 

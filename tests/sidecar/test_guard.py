@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
 from reroll_sidecar import guard
+from reroll_sidecar.guard_canaries import Canaries
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the guard switches user: root only")
-CANARIES = guard.Canaries.fresh()
+CANARIES = Canaries.fresh()
 
 
 def line(**record: object) -> bytes:

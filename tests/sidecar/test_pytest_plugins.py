@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
-from reroll_sidecar import processes, pytest_plugins, verify
+from reroll_sidecar import processes, pytest_plugins, quiesce, verify
 from reroll_sidecar.pytest_plugins import Scan
 from reroll_sidecar.snapshots import SnapshotStore
 
@@ -157,7 +157,7 @@ async def verify_after_a_cheat(
     """PrepareVerify with a venv whose site directory holds the ``--stamp`` plugin, then the
     "agent" installs a plugin forcing every test to pass (owned by `cheat_owner`), then Verify
     runs `TEST_SH` (one failing test). Returns the baseline, the report, the result and the output."""
-    monkeypatch.setattr(verify.quiesce, "quiesce", lambda *_, **__: 0)  # no agent process here
+    monkeypatch.setattr(quiesce, "quiesce", lambda *_, **__: 0)  # no agent process here
     bin_dir, site = make_venv(root / "venv")
     install(site, "stamp", "stamp_plugin", OPTION_PLUGIN)
     for sub in ("app", "home", "verifier", "logs"):

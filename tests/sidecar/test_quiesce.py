@@ -15,6 +15,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -191,7 +192,7 @@ def test_a_user_is_killed_even_when_no_thread_can_start(monkeypatch: pytest.Monk
     def no_thread(self: object) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(quiesce.threading.Thread, "start", no_thread)
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
     keep = {victim.pid for victim in victims}  # reaped by their waits below, not by the quiesce
     try:
         quiesce.quiesce(quiesce.Selection(uid=uid, descendants=False), keep_reaped=keep, timeout_seconds=10)

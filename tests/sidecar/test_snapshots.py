@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from reroll_contracts.errors import SnapshotError
 from reroll_sidecar import snapshot_io
-from reroll_sidecar.snapshots import ARCHIVE, CLONE_MIN_BYTES, STAMPS, SnapshotError, SnapshotStore
+from reroll_sidecar.snapshots import ARCHIVE, CLONE_MIN_BYTES, STAMPS, SnapshotStore
 
 
 def make_tree(root: Path) -> bytes:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
-from reroll_sidecar import processes, verify
+from reroll_sidecar import processes, quiesce, verify, verify_ns
+from reroll_sidecar.rewards import read_rewards
 from reroll_sidecar.snapshots import SnapshotStore
 
 
@@ -18,7 +19,7 @@ async def test_hardening_that_outlives_its_time_limit_skips_the_script_with_a_re
         time.sleep(1.0)  # e.g. a /proc scan that never ends: far beyond the limit below
         return 0
 
-    monkeypatch.setattr(verify.quiesce, "quiesce", stuck_quiesce)
+    monkeypatch.setattr(quiesce, "quiesce", stuck_quiesce)
     verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")), 0.05)
     verifier.baseline = verify.Baseline(pb.Hardening(), agent_user="", roots=[str(tmp_path)], site_dirs=[])
     (tmp_path / "test.sh").write_text("#!/bin/sh\ntouch ran\necho 1 > reward.txt\n")
@@ -42,7 +43,7 @@ async def test_an_old_reward_file_that_cannot_be_deleted_is_a_reward_error(
 ) -> None:
     """Red team: a reward file the agent made undeletable (``chattr +i``, here a folder) was an
     unhandled error, so an infrastructure error a job retries."""
-    monkeypatch.setattr(verify.quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
+    monkeypatch.setattr(quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
     verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")))
     hardening = pb.Hardening(plugin_autoload=True)  # no python3 to scan for plugins in this tier
     verifier.baseline = verify.Baseline(hardening, agent_user="", roots=[str(tmp_path)], site_dirs=[])
@@ -66,7 +67,7 @@ async def test_a_soft_verify_leaves_planted_hooks_a_full_one_deletes_them(
 ) -> None:
     """Between a trial's rounds (``soft``) the agent goes on working: what it planted stays; the
     test script runs either way."""
-    monkeypatch.setattr(verify.quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
+    monkeypatch.setattr(quiesce, "quiesce", lambda *_, **__: 0)  # no process of ours to stop
     workspace, verifier_dir = tmp_path / "app", tmp_path / "verifier"
     workspace.mkdir()
     verifier_dir.mkdir()
@@ -88,18 +89,16 @@ async def test_a_soft_verify_leaves_planted_hooks_a_full_one_deletes_them(
 def test_reward_json_wins_over_reward_txt_and_must_agree_with_it(tmp_path: Path) -> None:
     (tmp_path / "reward.txt").write_text("1\n")
     (tmp_path / "reward.json").write_text('{"reward": 1.0, "style": 0.5}')
-    result = verify.read_rewards(str(tmp_path))
+    result = read_rewards(str(tmp_path))
     assert (result.reward_file, dict(result.rewards), result.reward_error) == (
         "reward.json",
         {"reward": 1.0, "style": 0.5},
         "",
     )
     (tmp_path / "reward.txt").write_text("0\n")
-    assert (
-        "reward.txt says 0 but reward.json's reward is 1" in verify.read_rewards(str(tmp_path)).reward_error
-    )
+    assert "reward.txt says 0 but reward.json's reward is 1" in read_rewards(str(tmp_path)).reward_error
     (tmp_path / "reward.json").unlink()
-    assert dict(verify.read_rewards(str(tmp_path)).rewards) == {"reward": 0.0}
+    assert dict(read_rewards(str(tmp_path)).rewards) == {"reward": 0.0}
 
 
 def test_pytest_reads_only_the_configuration_shipped_with_the_tests(tmp_path: Path) -> None:
@@ -113,11 +112,9 @@ def test_pytest_reads_only_the_configuration_shipped_with_the_tests(tmp_path: Pa
 
 
 def test_a_soft_verify_keeps_tmp_when_its_folders_lie_there() -> None:
-    assert verify.verify_ns.under_fresh_tmp(["/verifier", "/tmp/reroll-x/verifier"])
-    assert verify.verify_ns.under_fresh_tmp(["/var/tmp"])
-    assert not verify.verify_ns.under_fresh_tmp(
-        ["/verifier", "/logs/verifier", "/app", "/tmpfoo", "relative/tmp"]
-    )
+    assert verify_ns.under_fresh_tmp(["/verifier", "/tmp/reroll-x/verifier"])
+    assert verify_ns.under_fresh_tmp(["/var/tmp"])
+    assert not verify_ns.under_fresh_tmp(["/verifier", "/logs/verifier", "/app", "/tmpfoo", "relative/tmp"])
 
 
 async def test_a_stricter_verifier_is_not_run_where_its_network_namespace_cannot_be_made(
@@ -129,7 +126,7 @@ async def test_a_stricter_verifier_is_not_run_where_its_network_namespace_cannot
     def unavailable(own_net: bool = False) -> str:
         return "unshare: Operation not permitted" if own_net else ""
 
-    monkeypatch.setattr(verify.verify_ns, "refusal", unavailable)
+    monkeypatch.setattr(verify_ns, "refusal", unavailable)
     verifier = verify.Verifier(processes.ProcessGroups(), SnapshotStore(str(tmp_path / "state")))
     verifier.baseline = verify.Baseline(pb.Hardening(), agent_user="", roots=[str(tmp_path)], site_dirs=[])
     (tmp_path / "test.sh").write_text("#!/bin/sh\ntouch ran\necho 1 > reward.txt\n")

@@ -24,8 +24,10 @@ import pytest
 from reroll.host.owner import owner_label
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import backend as docker_backend
-from reroll.sandbox.docker.backend import AGENTS_DIR, DockerSandbox
+from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.conventions import AGENTS_DIR
 from reroll.sandbox.docker.engine import SHARED_VOLUMES
+from reroll.sandbox.docker.installs import install_store
 from reroll.sandbox.docker.prune import prune
 from reroll.sandbox.layout import SANDBOX_HOSTNAME
 from reroll.tasks.task import Task, load_task
@@ -224,7 +226,7 @@ async def test_prune_keeps_running_rollouts_and_removes_orphans(
     with contextlib.closing(
         docker.from_env()
     ) as engine:  # the shared volumes exist; the manifests' is unused
-        docker_backend.install_store(engine)
+        install_store(engine)
     try:
         done = await asyncio.to_thread(
             subprocess.run, [reroll, "sandbox", "prune"], capture_output=True, text=True, timeout=120

@@ -4,6 +4,7 @@ folder is taken, and nothing else. The attack (a root agent filling ``/opt``) is
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -12,7 +13,8 @@ import pytest
 from docker.models.containers import Container
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import layer
-from reroll.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
+from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.prune import prune
 from reroll.tasks.task import load_task
 
@@ -46,7 +48,7 @@ def test_a_driver_without_upper_folder_leaves_the_layer_uncounted_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran: list[Any] = []
-    monkeypatch.setattr(layer.subprocess, "run", lambda *args, **_: ran.append(args))
+    monkeypatch.setattr(subprocess, "run", lambda *args, **_: ran.append(args))
     assert layer.mount_layer(container(None, driver="vfs"), tmp_path) is None
     assert not ran and "vfs" in caplog.text and "not counted" in caplog.text
 

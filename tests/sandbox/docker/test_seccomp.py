@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from reroll.sandbox.docker import seccomp
+from reroll_contracts.namespaces import VERIFY_NAMESPACES_OWN_NET
 
 
 def test_the_profile_is_dockers_default_with_two_rules_appended() -> None:
@@ -20,5 +21,5 @@ def test_unshare_is_allowed_for_the_verify_flags_and_nothing_else() -> None:
     (argument,) = seccomp.RULES[0]["args"]  # type: ignore[misc]
     mask = argument["value"]
     clone_newnet, clone_newcgroup = 0x40000000, 0x02000000
-    assert mask & seccomp.VERIFY_FLAGS == 0 and argument["valueTwo"] == 0
+    assert mask & VERIFY_NAMESPACES_OWN_NET == 0 and argument["valueTwo"] == 0
     assert mask & clone_newcgroup and not mask & clone_newnet  # a stricter verifier's own network

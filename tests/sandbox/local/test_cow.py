@@ -13,7 +13,8 @@ import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.disk import SizedDisk
 from reroll.sandbox.local import cow, rootview
-from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig
+from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxError
 

@@ -3,6 +3,7 @@ it refuses a host without apt rather than installing anything into the host's sy
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def test_criu_runs_through_its_own_loader_and_libraries() -> None:
 
 def test_a_host_without_apt_is_told_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("REROLL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(criu.shutil, "which", lambda name: None if name == "apt-get" else f"/usr/bin/{name}")
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "apt-get" else f"/usr/bin/{name}")
     with pytest.raises(ImageBuildError, match="needs apt-get"):
         criu.ensure_criu()
     assert not (tmp_path / "criu" / f"{criu.SUITE}-{criu.INSTALL_FORMAT}" / ".complete").exists()

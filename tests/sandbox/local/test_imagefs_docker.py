@@ -17,6 +17,8 @@ from pathlib import Path
 import docker
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
+from reroll.sandbox.docker.engine import docker_unreachable
+from reroll.sandbox.docker.images import ensure_images, task_image
 from reroll.sandbox.local import imagebuild, imagefs, rootview
 from reroll.sandbox.local.imagebuild import unpacked
 from reroll.sandbox.local.imagefs import META_FILE, rootfs_folder
@@ -28,7 +30,7 @@ from reroll_contracts.errors import SandboxError
 pytestmark = [
     pytest.mark.spawns,
     pytest.mark.skipif(bool(rootview.namespaces_unavailable()), reason="this machine forbids namespaces"),
-    pytest.mark.skipif(bool(imagebuild.docker_unreachable()), reason="no Docker Engine here"),
+    pytest.mark.skipif(bool(docker_unreachable()), reason="no Docker Engine here"),
 ]
 
 REROLL = str(Path(sys.executable).parent / "reroll")
@@ -160,9 +162,7 @@ def test_the_sandbox_runs_on_the_image_and_sees_nothing_of_the_host(tmp_path: Pa
     assert sandbox_layout.image_env["PATH"].startswith("/opt/tools/bin:")
     spec = sandbox_spec(load_task(TASK))
     with contextlib.closing(docker.from_env()) as client:
-        image_id = str(
-            client.images.get(imagebuild.task_image(client, spec, imagebuild.ensure_images(client).base)).id
-        )
+        image_id = str(client.images.get(task_image(client, spec, ensure_images(client).base)).id)
     assert not (rootfs_folder(image_id) / "root/usr/bin/planted").exists()
 
 

@@ -27,13 +27,14 @@ from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.disk import LOCAL_PREFIX, SizedDisk
 from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.layout import SANDBOX_HOSTNAME
-from reroll.sandbox.local import backend, isolated, rootview
+from reroll.sandbox.local import backend, rootview
 from reroll.sandbox.local.backend import local_sandbox
 from reroll.sandbox.local.identity import SLOT_ID_START
 from reroll.sandbox.local.isolated import IsolatedSandbox
 from reroll.sandbox.local.netns import listening_ports
 from reroll.sandbox.local.plain import LocalSandbox
 from reroll.sandbox.local.rootview import RootView
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.tasks.task import Task
 from reroll.tasks.variants import with_network
 from reroll_contracts.errors import SandboxError
@@ -446,14 +447,11 @@ def test_prune_removes_the_disks_of_killed_controllers_only() -> None:
     live = SizedDisk.create("prune-live-0001", 8 << 20, {}, owner_label(), prefix=LOCAL_PREFIX)
     dockers = SizedDisk.create("prune-dock-0001", 8 << 20, {}, dead_owner)
     try:
-        report = local_sandbox.prune(isolated.IsolatedSandboxConfig())
+        report = local_sandbox.prune(IsolatedSandboxConfig())
         assert str(dead.folder) in report["disks"] and not dead.folder.exists()
         assert str(live.folder) not in report["disks"] and os.path.ismount(live.mountpoint)
         assert os.path.ismount(dockers.mountpoint)
-        assert (
-            str(live.folder)
-            in local_sandbox.prune(isolated.IsolatedSandboxConfig(), "prune-live-0001")["disks"]
-        )
+        assert str(live.folder) in local_sandbox.prune(IsolatedSandboxConfig(), "prune-live-0001")["disks"]
     finally:
         for disk in (dead, live, dockers):
             remove_disk(disk.folder)

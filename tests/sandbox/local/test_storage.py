@@ -13,7 +13,8 @@ from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import disk
 from reroll.sandbox.local import cow, rootview, storage
 from reroll.sandbox.local.backend import local_sandbox
-from reroll.sandbox.local.isolated import IsolatedSandbox, IsolatedSandboxConfig
+from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.tasks.task import Task
 from reroll_contracts.errors import SandboxError
 
