@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from reroll.runfolder.run import RunConfig, StoreUse
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.settings import (
     Carry,
     RolloutSettings,
@@ -101,7 +102,7 @@ def test_the_recorded_settings_are_read_from_config_json() -> None:
     assert recorded_settings(benchflow) == RolloutSettings(
         timeout_seconds=600,
         sandbox="local",
-        sandbox_config={},
+        sandbox_config=IsolatedSandboxConfig(),
         skill_mode="no-skill",
         ask_user=False,
         without_mcp=False,
@@ -142,7 +143,7 @@ def test_the_host_paths_are_found_by_their_field_kind_and_relocated() -> None:
 def test_the_settings_are_frozen_and_refuse_unknown_fields() -> None:
     settings = RolloutSettings()
     with pytest.raises(ValueError, match="frozen"):
-        settings.sandbox = "docker"  # type: ignore[misc]
+        settings.sandbox = "docker"
     with pytest.raises(ValueError, match="timeout"):
         RolloutSettings(timeout=3)  # type: ignore[call-arg]
 
@@ -168,18 +169,20 @@ def test_backend_settings_are_parsed_once_by_the_backends_model_and_survive_ray_
     import pickle
 
     from reroll.sandbox.docker.config import DockerSandboxConfig
-    from reroll.sandbox.local.settings import IsolatedSandboxConfig
     from reroll.settings import UnboundSandboxConfig, recording_settings
     from reroll_contracts.errors import SandboxBackendError
 
-    docker = RolloutSettings(sandbox="docker", sandbox_config={"image_map": {"a": "b"}})
+    docker = RolloutSettings.model_validate(
+        {"sandbox": "docker", "sandbox_config": {"image_map": {"a": "b"}}}
+    )
     assert docker.sandbox_config == DockerSandboxConfig(image_map={"a": "b"})
-    unbound = RolloutSettings(sandbox_config={"ready_timeout_seconds": 5})
+    unbound = RolloutSettings.model_validate({"sandbox_config": {"ready_timeout_seconds": 5}})
     assert unbound.sandbox_config == UnboundSandboxConfig(given={"ready_timeout_seconds": 5})
     for settings in (docker, unbound):
         assert pickle.loads(pickle.dumps(settings)) == settings
         assert RolloutSettings.model_validate_json(settings.model_dump_json()) == settings
     assert docker.recorded_sandbox_config() == {"image_map": {"a": "b"}}  # only what was given
     assert recording_settings(unbound, None).sandbox_config == IsolatedSandboxConfig(ready_timeout_seconds=5)
+    misplaced = RolloutSettings.model_validate({"sandbox_config": {"image": "x"}})  # docker's, not local's
     with pytest.raises(SandboxBackendError, match=r"(?s)sandbox 'local': invalid sandbox_config.*image"):
-        recording_settings(RolloutSettings(sandbox_config={"image": "x"}), None)  # docker's, not local's
+        recording_settings(misplaced, None)

@@ -59,17 +59,17 @@ def continued(recorded: Path, workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def replayed(continued: Path, workdir: Path) -> dict:
+def replayed(continued: Path, workdir: Path) -> dict[str, Any]:
     """``reroll replay`` of the module's continuation, once: its fidelity report (`replay_report`;
     ``rebuilt`` names the rebuilt run folder)."""
     return replay_report(continued, workdir)
 
 
-def test_replay_matches_every_step_and_the_workspace(replayed: dict, continued: Path) -> None:
+def test_replay_matches_every_step_and_the_workspace(replayed: dict[str, Any], continued: Path) -> None:
     assert len(replayed["steps"]) == len(trajectory(continued))
 
 
-def test_the_replay_serves_every_recorded_step_in_order(replayed: dict, continued: Path) -> None:
+def test_the_replay_serves_every_recorded_step_in_order(replayed: dict[str, Any], continued: Path) -> None:
     served_in_order(continued, Path(replayed["rebuilt"]))
 
 
@@ -105,17 +105,17 @@ def continue_live(recorded: Path, workdir: Path) -> Path:
     return only_folder(recorded.parent / "continued")
 
 
-def replay_report(continued: Path, workdir: Path) -> dict:
+def replay_report(continued: Path, workdir: Path) -> dict[str, Any]:
     """``reroll replay`` of `continued`: its fidelity.json, after checking the verdict is faithful."""
     done = reroll("replay", str(continued), "--timeout", "300", cwd=workdir)
     assert done.returncode == 0, done.stdout + done.stderr
-    report = read_json(only_folder(continued.parent / "replayed") / "fidelity.json")
+    report: dict[str, Any] = read_json(only_folder(continued.parent / "replayed") / "fidelity.json")
     assert report["faithful"] and report["workspace"]["equal"], report
     assert {step["verdict"] for step in report["steps"]} == {"match"}
     return report
 
 
-def served_in_order(continued: Path, rebuilt: Path) -> list[dict]:
+def served_in_order(continued: Path, rebuilt: Path) -> list[dict[str, Any]]:
     """Check that `rebuilt` (``reroll replay``'s rebuild of `continued`) was served every recorded
     step from the recording, in order, without a divergence and with nothing live. Returns the
     rebuilt trajectory."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 SUBAGENTS_SCRIPT = {
     "threads": [
@@ -53,14 +54,14 @@ SUBAGENTS_SCRIPT = {
 """Main thread: two background subagents (the Agent tool), then a Write; each subagent: one Bash."""
 
 
-def thread_of(request: dict) -> str:
+def thread_of(request: dict[str, Any]) -> str:
     """The script thread a recorded request belongs to, from its first user message."""
     first_user = next(m for m in request["messages"] if m["role"] == "user")
     text = json.dumps(first_user["content"])
     return next((name for name in ("alpha", "beta") if f"SUBTASK {name.upper()}" in text), "")
 
 
-def answered_by(response: dict) -> tuple[str, int]:
+def answered_by(response: dict[str, Any]) -> tuple[str, int]:
     """The script thread and turn that answered (the scripted ids: ``msg_scripted_[T-]k``)."""
     match = re.fullmatch(r"msg_scripted_(?:([a-z]+)-)?(\d+)", response["id"])
     assert match, response["id"]

@@ -13,6 +13,7 @@ it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,12 +48,16 @@ def test_continue_finishes_with_reward_one(continued: Path) -> None:
     assert ".git/HEAD" in read_json(continued / "workspace_manifest.json")  # aider committed
 
 
-def test_replay_matches_every_step_and_the_workspace(replayed: dict) -> None:
+def test_replay_matches_every_step_and_the_workspace(  # type: ignore[no-redef]  # replaces the shared test
+    replayed: dict[str, Any],
+) -> None:
     assert len(replayed["steps"]) == 4 and replayed["rebuilt_rewards"] == {"reward": 1.0}
     # git's commits are the same (fixed identity and dates); only git's index may differ.
     assert set(replayed["workspace"]["volatile"]) <= {".git/index", ".aider.tags.cache.v4/cache.db"}
 
 
-def test_the_replay_serves_every_recorded_step_in_order(replayed: dict, continued: Path) -> None:
+def test_the_replay_serves_every_recorded_step_in_order(  # type: ignore[no-redef]  # replaces the shared test
+    replayed: dict[str, Any], continued: Path
+) -> None:
     lines = served_in_order(continued, Path(replayed["rebuilt"]))
     assert lines[1]["response"]["body"] == trajectory(continued)[1]["response"]["body"]

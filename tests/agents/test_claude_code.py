@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -134,7 +135,7 @@ def test_two_background_subagents_replay_to_their_own_threads(sandbox_backend: s
     )
 
 
-def replay_directly(recorded_run: Path, workdir: Path, upstream: str) -> list[dict]:
+def replay_directly(recorded_run: Path, workdir: Path, upstream: str) -> list[dict[str, Any]]:
     """Claude Code run directly (no sandbox) on a fresh copy of hello-file's workspace in `workdir`,
     through a replay proxy of `recorded_run`'s recording that forwards past it to `upstream`;
     checks that the agent wrote both subagents' files. Returns the proxy's trajectory lines."""

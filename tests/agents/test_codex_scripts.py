@@ -12,6 +12,7 @@ import pytest
 from reroll.agents import get_agent
 from reroll_contracts.proxy import VolatileRule
 from reroll_contracts.wire import format_named
+from reroll_contracts.wire.normal import NormalRequest
 from reroll_proxy.divergence import compare_normal
 from reroll_proxy.scripted import answer_for, load_script
 from reroll_proxy.scripted_answers import answer_body, turn_index
@@ -23,7 +24,7 @@ FIXTURE = json.loads((Path(__file__).with_name("codex_requests.json")).read_text
 RESPONSES = format_named("openai-responses")
 
 
-def normal(body: dict[str, Any], root: str, agent_rules: bool = True) -> Any:
+def normal(body: dict[str, Any], root: str, agent_rules: bool = True) -> NormalRequest:
     rules = [VolatileRule(value=root, label="sandbox")]
     rules += get_agent("codex").volatile if agent_rules else []
     return RESPONSES.normalise(Volatility(rules).apply(body))
@@ -42,7 +43,6 @@ def test_without_codex_rules_its_chunk_ids_and_session_ids_diverge() -> None:
     replayed = normal(FIXTURE["replayed"], roots["replayed"], agent_rules=False)
     divergence = compare_normal(recorded, replayed)
     assert divergence is not None and "Chunk ID" in divergence.diff
-    del recorded["messages"], replayed["messages"]
     divergence = compare_normal({**recorded, "messages": []}, {**replayed, "messages": []})
     assert divergence is not None and divergence.field.startswith("params.client_metadata")
 

@@ -11,7 +11,9 @@ import typer.core
 import typer.main
 from reroll.cli.app import app
 from reroll.runfolder.run import RunConfig
-from reroll.settings import RolloutSettings, continuation_settings, recorded_settings
+from reroll.sandbox.docker.config import DockerSandboxConfig
+from reroll.sandbox.local.plain import LocalSandboxConfig
+from reroll.settings import RolloutSettings, UnboundSandboxConfig, continuation_settings, recorded_settings
 from typer import _click
 from typer.testing import CliRunner
 
@@ -75,9 +77,11 @@ def test_a_continuation_starts_from_the_originals_settings_on_the_same_backend()
         sandbox_config={"image_map": {"ubuntu:24.04": "reroll/base:bookworm"}, "ready_timeout_seconds": 90},
     )
     assert _sandbox_config(original, RolloutSettings()) == original.sandbox_config
-    override = RolloutSettings(sandbox="docker", sandbox_config={"image_map": {"a": "b"}})
+    override = RolloutSettings(sandbox="docker", sandbox_config=DockerSandboxConfig(image_map={"a": "b"}))
     assert _sandbox_config(original, override) == {"image_map": {"a": "b"}, "ready_timeout_seconds": 90}
-    elsewhere = RolloutSettings(sandbox="local-plain", sandbox_config={"ready_timeout_seconds": 5})
+    elsewhere = RolloutSettings(
+        sandbox="local-plain", sandbox_config=LocalSandboxConfig(ready_timeout_seconds=5)
+    )
     assert _sandbox_config(original, elsewhere) == {"ready_timeout_seconds": 5}
     assert _sandbox_config(original, RolloutSettings(sandbox="local")) == {}
 
@@ -111,7 +115,7 @@ def test_the_flags_build_the_settings(tmp_path: Path) -> None:
     )
     assert settings == RolloutSettings(
         timeout_seconds=9.0,
-        sandbox_config={"image_map": {"a": "b"}},
+        sandbox_config=UnboundSandboxConfig(given={"image_map": {"a": "b"}}),
         skill_mode="no-skill",
         checkpoint_every=2,
     )

@@ -72,7 +72,7 @@ def test_verifier_md_policy_overrides_the_file_key_by_key() -> None:
         {"metrics": ITEMS, "aggregate": {"method": "mean", "weights": WEIGHTS}}, policy, None
     )
     assert result.aggregate is not None
-    assert (result.aggregate.method, result.reward) == ("weighted_mean", pytest.approx(0.4))
+    assert result.aggregate.method == "weighted_mean" and result.reward == pytest.approx(0.4)
     alone = read_graded({"metrics": ITEMS}, AggregatePolicy(method="any_pass"), None)
     assert alone.reward == 1.0
 

@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -51,7 +52,7 @@ def only_folder(path: Path) -> Path:
     return folder
 
 
-def lines(folder: Path) -> list[dict]:
+def lines(folder: Path) -> list[dict[str, Any]]:
     text = (folder / "trajectory" / "llm_trajectory.jsonl").read_text()
     return [json.loads(line) for line in text.splitlines()]
 

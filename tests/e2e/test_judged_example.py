@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -43,11 +44,11 @@ def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def lines(path: Path) -> list[dict]:
+def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 

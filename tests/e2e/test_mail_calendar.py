@@ -74,7 +74,7 @@ class McpClient:
         self.next_id += 1
         self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}})
         assert self.process.stdout is not None
-        response = json.loads(self.process.stdout.readline())
+        response: dict[str, Any] = json.loads(self.process.stdout.readline())
         assert response["id"] == self.next_id
         return response
 

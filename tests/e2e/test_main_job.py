@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -40,11 +41,11 @@ def only_folder(path: Path) -> Path:
     return folder
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def trajectory(folder: Path) -> list[dict]:
+def trajectory(folder: Path) -> list[dict[str, Any]]:
     lines = (folder / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -40,7 +41,7 @@ def disclose(round, instruction, result):
 '''
 
 
-def places(lines: list[dict]) -> list[tuple[int, str, str]]:
+def places(lines: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
     return [
         (
             line["metadata"]["place"]["turn"],

@@ -28,7 +28,7 @@ COMMANDS = ["cat test_math.py", "sed -i 's/a - b/a + b/' math.py"]
 OUTPUTS = ["def test_add(): assert add(1, 2) == 3", ""]
 
 
-GRADED = {
+GRADED: dict[str, Any] = {
     "reward": 0.5,
     "items": {"ran-tests": 1.0, "no-edits-to-tests": 0.0},
     "events": [
@@ -38,7 +38,7 @@ GRADED = {
     ],
 }
 """A structured reward.json's content (`reroll_contracts.reward.VerifyResult`): two step events."""
-WEIGHTED = {
+WEIGHTED: dict[str, Any] = {
     "reward": 0.4,
     "items": {"tests": 1.0, "lint": 0.0, "docs": 1.0, "style": 0.0},
     "aggregate": {
@@ -50,13 +50,19 @@ WEIGHTED = {
 }
 """result.json's ``verify_result`` for BenchFlow's graded form (`reroll_contracts.graded`): four
 weighted items, two passed."""
-WEIGHTED_RESULT = {"rewards": {"reward": 0.4, "tests": 1.0, "lint": 0.0, "docs": 1.0, "style": 0.0}}
-WEIGHTED_RESULT["verify_result"] = WEIGHTED  # type: ignore[assignment]
+WEIGHTED_RESULT: dict[str, Any] = {
+    "rewards": {"reward": 0.4, "tests": 1.0, "lint": 0.0, "docs": 1.0, "style": 0.0}
+}
+WEIGHTED_RESULT["verify_result"] = WEIGHTED
 
 
 def _completion(index: int) -> dict[str, Any]:
     """The chat completion of step `index`: a tool call per command, then a final answer."""
-    usage = {"prompt_tokens": 100 + index, "completion_tokens": 10 + index, "total_tokens": 110 + 2 * index}
+    usage: dict[str, Any] = {
+        "prompt_tokens": 100 + index,
+        "completion_tokens": 10 + index,
+        "total_tokens": 110 + 2 * index,
+    }
     usage["prompt_tokens_details"] = {"cached_tokens": 0}
     if index < len(COMMANDS):
         call = {

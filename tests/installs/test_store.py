@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,13 @@ def same_size_same_mtime(path: Path, content: bytes) -> None:
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
-TAMPERS = {
+def replace(path: Path, make: Callable[[Path], None]) -> None:
+    """Remove `path`, then make something else there with `make`."""
+    path.unlink()
+    make(path)
+
+
+TAMPERS: dict[str, Callable[[Path], object]] = {
     "content, same size and mtime": lambda u: same_size_same_mtime(
         u / "venv/bin/tool", b"#!/bin/sh\necho POISON\n"
     ),
@@ -42,14 +49,8 @@ TAMPERS = {
     "added .pth": lambda u: (u / "venv/lib/evil.pth").write_text("import os\n"),
     "removed": lambda u: (u / "venv/lib/mod.py").unlink(),
     "mode": lambda u: (u / "venv/bin/tool").chmod(0o777),
-    "symlink target": lambda u: [
-        (u / "venv/bin/python").unlink(),
-        (u / "venv/bin/python").symlink_to("/tmp/evil"),
-    ],
-    "file replaced by a folder": lambda u: [
-        (u / "venv/lib/mod.py").unlink(),
-        (u / "venv/lib/mod.py").mkdir(),
-    ],
+    "symlink target": lambda u: replace(u / "venv/bin/python", lambda path: path.symlink_to("/tmp/evil")),
+    "file replaced by a folder": lambda u: replace(u / "venv/lib/mod.py", Path.mkdir),
 }
 
 

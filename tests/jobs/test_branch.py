@@ -176,7 +176,11 @@ async def test_branches_run_on_the_ray_executor(tmp_path: Path, examples: Path, 
     ],
 )
 def test_branch_points(
-    tmp_path: Path, at: str | None, every: int | None, prompts: tuple[str, ...], points: list[tuple]
+    tmp_path: Path,
+    at: str | None,
+    every: int | None,
+    prompts: tuple[str, ...],
+    points: list[tuple[str, str | None, str]],
 ) -> None:
     """``--at`` with commas and ``--every`` give one point per cut (a value curve), ``--prompt``
     one per prompt; a single point keeps the plain folder names."""

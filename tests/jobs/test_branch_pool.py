@@ -29,6 +29,7 @@ from reroll.rollout.layers import load_checkpoint
 from reroll.runfolder.run import CHECKPOINTS_DIR, HELD_FILE, harness_folder
 from reroll.sandbox.docker import disk
 from reroll.sandbox.local import cow, rootview, storage
+from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.settings import RolloutSettings
 
 from tests.jobs.test_branch_snapshot import CUT, LEDGER, ledger_script, session_agent
@@ -48,7 +49,9 @@ def original(tmp_path_factory: pytest.TempPathFactory, session_agent: str) -> It
     """A six-step run of the ledger task on local keeping its snapshots, a checkpoint every `CUT`
     steps; its pool removed afterwards."""
     folder = tmp_path_factory.mktemp("original")
-    options = RolloutSettings(sandbox="local", checkpoint_every=CUT, sandbox_config={"keep_snapshots": True})
+    options = RolloutSettings(
+        sandbox="local", checkpoint_every=CUT, sandbox_config=IsolatedSandboxConfig(keep_snapshots=True)
+    )
     recording = run_task(
         LEDGER,
         agent_name=session_agent,
@@ -129,6 +132,7 @@ def test_a_recording_keeps_a_pool_checkpoint_at_every_step_as_its_retention_says
         assert layers.expected == []  # the workspace, session and / (the ledger) are the pool's
         reference = pool_reference(every_step / CHECKPOINTS_DIR / f"step-{step}")
         assert reference is not None and storage.PoolSnapshot.parse(reference).name == f"step-{step}"
+    assert reference is not None
     frozen = storage.PoolSnapshot.parse(reference).frozen.parent
     assert sorted(path.name for path in frozen.iterdir()) == [f"step-{step}" for step in kept]
     holds = json.loads((harness_folder(every_step) / HELD_FILE).read_text())

@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -172,10 +173,11 @@ def check_view_and_exports(job: Path, site: Path, fourth: str) -> None:
     assert "rollback" in index and "generation 3 → 1" in index
     fourth_page = (site / "runs" / f"{fourth}.html").read_text()
     assert 'id="learner-store">generation 1 (written back)' in fourth_page
-    for format, extract in (
+    extractors: list[tuple[str, Callable[[Any], Any]]] = [
         ("atif", lambda record: record["extra"]["reroll"]["learner_store"]),
         ("verifiers", lambda record: record["info"]["learner_store"]),
-    ):
+    ]
+    for format, extract in extractors:
         records = [json.loads(line) for line in b"".join(export_lines(job, format)).splitlines()]
         assert [extract(record)["generation"] for record in records] == [0, 1, 2, 1], format
 

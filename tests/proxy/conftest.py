@@ -41,7 +41,7 @@ CONTROLLER_TOKEN = "controller-token-for-tests"
 """Opens ``/_reroll/*`` (given through ``REROLL_TEST_CONTROLLER_TOKEN``); `TOKEN` gets 403 there."""
 UPSTREAM_KEY = "sk-upstream-secret-never-on-disk"
 AGENT_MODEL = "gpt-test"
-SCRIPT = {
+SCRIPT: dict[str, Any] = {
     "turns": [
         {
             "content": "I'll list the files.\nThen decide — naïvely? 🚀",

@@ -20,7 +20,7 @@ import litellm
 
 RESPONSES_MODEL = "openai/gpt-4o-mini"
 """A model litellm knows: for unknown ones it fakes Responses streaming (one non-streamed call)."""
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {

@@ -41,7 +41,8 @@ class McpServer:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(message) + "\n")
         self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
+        answer: dict[str, Any] = json.loads(self.process.stdout.readline())
+        return answer
 
     def close(self) -> None:
         assert self.process.stdin is not None and self.process.stdout is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from reroll_contracts.errors import TranslationError
@@ -139,7 +140,7 @@ def test_a_messages_request_becomes_a_chat_request_and_back() -> None:
 
 
 def test_a_message_becomes_a_completion_and_back() -> None:
-    message = {
+    message: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
         "role": "assistant",

@@ -231,7 +231,7 @@ def recordings(draw: st.DrawFn) -> tuple[list[Exchange], list[dict[str, Any] | N
     shapes_drawn: list[dict[str, Any] | None] = []
     for step in range(draw(st.integers(0, 14))):
         how = draw(st.sampled_from(["new", "again", "extend", "extend", "raw"])) if drawn else "new"
-        shape = draw(shapes) if how in ("new", "raw") else dict(draw(st.sampled_from(drawn)))
+        shape: dict[str, Any] = draw(shapes) if how in ("new", "raw") else dict(draw(st.sampled_from(drawn)))
         if how == "extend":
             shape["depth"] += 1
             shape["tail"] = draw(st.sampled_from(["none", "none", "fork", "prefill"]))

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.spawns  # every test runs the proxy and the scripted mo
 ask_twice = functools.partial(ask, attempts=2)
 """One agent turn that tries again once when a fault broke the first try."""
 
-MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "List the files."}]
+MESSAGES: list[Any] = [{"role": "user", "content": "List the files."}]
 
 
 def faulted_proxy(
@@ -77,10 +77,11 @@ def test_anthropic_sdk_sees_529_overloaded(
         with pytest.raises(anthropic.APIStatusError) as caught:
             sdk.messages.create(model=AGENT_MODEL, max_tokens=100, messages=MESSAGES)
         assert caught.value.status_code == 529
-        assert caught.value.body == {
+        body = caught.value.body
+        assert isinstance(body, dict) and body == {
             "type": "error",
-            "error": {"type": "overloaded_error", "message": caught.value.body["error"]["message"]},
-        }  # type: ignore[index]
+            "error": {"type": "overloaded_error", "message": body["error"]["message"]},
+        }
         answer = sdk.messages.create(model=AGENT_MODEL, max_tokens=100, messages=MESSAGES)
     assert answer.content
     assert faults(proxy) == ["status", None]
@@ -110,7 +111,7 @@ def test_stream_cut_after_two_events(
     proxy = faulted_proxy(start_proxy, tmp_path, [rule], upstream_url=scripted_model.base_url)
     sdk = client(proxy, retries=0)
     received = 0
-    stream = sdk.chat.completions.create(model=AGENT_MODEL, messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    stream = sdk.chat.completions.create(model=AGENT_MODEL, messages=MESSAGES, stream=True)
     with pytest.raises(openai.APIConnectionError), stream as events:
         for _ in events:
             received += 1
@@ -233,7 +234,7 @@ def test_an_agent_that_hangs_up_mid_stream_is_recorded_with_what_it_received(
     rule = {"times": 1, "fault": {"kind": "stall", "after_events": 1, "seconds": 1.0}}
     proxy = faulted_proxy(start_proxy, tmp_path, [rule], upstream_url=scripted_model.base_url)
     sdk = client(proxy, retries=0)
-    with sdk.chat.completions.create(model=AGENT_MODEL, messages=MESSAGES, stream=True) as stream:  # type: ignore[arg-type]
+    with sdk.chat.completions.create(model=AGENT_MODEL, messages=MESSAGES, stream=True) as stream:
         next(iter(stream))  # the first chunk, then hang up during the stall
     deadline = time.monotonic() + 10
     while not proxy.lines() and time.monotonic() < deadline:

@@ -17,7 +17,7 @@ from tests.proxy.sdk_agents import AGENTS, Transcript
 
 pytestmark = pytest.mark.spawns  # every test runs the proxy and the scripted model as subprocesses
 
-SCRIPT = {
+SCRIPT: dict[str, Any] = {
     "turns": [
         {
             "content": "I'll list the files.\nThen decide — naïvely? 🚀",
@@ -198,4 +198,5 @@ def test_replayed_stream_keeps_the_recorded_pace(
 
 def run_sync(agent: Any, *, stream: bool, task: str = "List the files.") -> Transcript:
     """Run `agent` for every turn from synchronous code."""
-    return asyncio.run(agent.run(TURNS, stream=stream, task=task))
+    transcript: Transcript = asyncio.run(agent.run(TURNS, stream=stream, task=task))
+    return transcript

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def litellm_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
     service.stop()
 
 
-def run_client(api_format: str, base_url: str) -> list[dict[str, object]]:
+def run_client(api_format: str, base_url: str) -> list[dict[str, Any]]:
     """The turns litellm received: the non-streamed loop's, then the streamed loop's."""
     done = subprocess.run(
         [sys.executable, str(CLIENT), api_format, base_url, TOKEN, str(TURNS)],

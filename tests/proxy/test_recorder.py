@@ -52,7 +52,12 @@ async def test_appends_to_an_existing_file(tmp_path: Path) -> None:
 async def test_fsync_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
     synced: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+
+    def recorded_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
     path = tmp_path / "t.jsonl"
     recorder = Recorder(path, fsync=fsync)
     recorder.open()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from reroll_contracts.errors import UntranslatableError
 from reroll_proxy.responses_chat import (
@@ -98,7 +100,7 @@ def test_a_string_input_is_one_user_message() -> None:
         ({"input": [{"type": "file_search_call"}]}, "'file_search_call'"),
     ],
 )
-def test_what_chat_cannot_hold_is_named(request_body: dict, named: str) -> None:
+def test_what_chat_cannot_hold_is_named(request_body: dict[str, Any], named: str) -> None:
     with pytest.raises(UntranslatableError, match=named):
         responses_to_chat(request_body)
 
@@ -253,7 +255,7 @@ def test_a_chat_request_round_trips_through_responses() -> None:
         ({"tools": [{"type": "custom", "custom": {"name": "g"}}]}, "tool of type 'custom'"),
     ],
 )
-def test_what_responses_cannot_hold_is_named(request_body: dict, named: str) -> None:
+def test_what_responses_cannot_hold_is_named(request_body: dict[str, Any], named: str) -> None:
     with pytest.raises(UntranslatableError, match=named):
         chat_to_responses({"model": "m", "messages": [{"role": "user", "content": "hi"}]} | request_body)
 
@@ -334,7 +336,7 @@ def test_a_response_becomes_a_completion() -> None:
         ({"reason": "content_filter"}, "content_filter"),
     ],
 )
-def test_a_text_answer_keeps_why_it_ended(details: dict | None, finish: str) -> None:
+def test_a_text_answer_keeps_why_it_ended(details: dict[str, Any] | None, finish: str) -> None:
     text = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}
     refused = {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]}
     choice = response_to_completion({"output": [text, refused], "incomplete_details": details})["choices"][0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from http.client import HTTPConnection
+from typing import Any
 
 import pytest
 from multidict import CIMultiDict
@@ -74,7 +75,7 @@ def test_a_retry_after_a_dropped_connection_is_recorded_as_a_retry_and_replayed_
     start_proxy: StartProxy, scripted_model: Service
 ) -> None:
     recorder = start_proxy(upstream_url=scripted_model.base_url)
-    messages = [{"role": "user", "content": "List the files."}]
+    messages: list[Any] = [{"role": "user", "content": "List the files."}]
     body = json.dumps({"model": AGENT_MODEL, "messages": messages})
     url = urllib.parse.urlsplit(recorder.base_url)
     dropped = HTTPConnection(url.hostname or "", url.port)
@@ -86,7 +87,11 @@ def test_a_retry_after_a_dropped_connection_is_recorded_as_a_retry_and_replayed_
         model=AGENT_MODEL, messages=messages, extra_headers={"x-stainless-retry-count": "1"}
     )
     answer = retried.choices[0].message
-    follow_up = [*messages, answer.model_dump(exclude_none=True), {"role": "user", "content": "Go on."}]
+    follow_up: list[Any] = [
+        *messages,
+        answer.model_dump(exclude_none=True),
+        {"role": "user", "content": "Go on."},
+    ]
     client.chat.completions.create(model=AGENT_MODEL, messages=follow_up)
     recorder.service.stop()
     lines = recorder.lines()

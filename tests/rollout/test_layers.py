@@ -12,6 +12,7 @@ import pytest
 from reroll.agents import get_agent
 from reroll.rollout.layers import (
     LayeredCheckpoint,
+    LayerName,
     LayerRecord,
     load_checkpoint,
     restore_checkpoint,
@@ -29,7 +30,7 @@ def write_checkpoint(
 ) -> LayeredCheckpoint:
     """A checkpoint of step 5 expecting three layers, `layers` of them captured (at `steps`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    names = ("environment", "sandbox", "session")
+    names: tuple[LayerName, ...] = ("environment", "sandbox", "session")
     records = []
     for name, step in list(zip(names, steps, strict=True))[:layers]:
         data = f"{name} bytes".encode()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reroll.rollout.mcp import FILTER_SOURCE
@@ -87,7 +88,7 @@ SERVER = textwrap.dedent(
 def test_the_filter_in_front_of_a_stdio_server(tmp_path: Path) -> None:
     server = tmp_path / "server.py"
     server.write_text(SERVER)
-    requests = [
+    requests: list[dict[str, Any]] = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},

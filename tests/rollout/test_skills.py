@@ -119,14 +119,15 @@ def observations(run: Path, scene: str) -> str:
 
 def e2e(test: Callable[..., None]) -> Callable[..., None]:
     """An end-to-end test of each agent (slow, spawns processes)."""
-    return pytest.mark.slow(
+    marked: Callable[..., None] = pytest.mark.slow(
         pytest.mark.spawns(pytest.mark.parametrize("agent", ["claude-code", "codex"])(test))
     )
+    return marked
 
 
 @e2e
 def test_with_skill_mounts_the_task_s_skills_read_only_at_the_native_path(
-    runs: dict, tmp_path_factory: pytest.TempPathFactory, agent: str
+    runs: dict[tuple[str, str], Path], tmp_path_factory: pytest.TempPathFactory, agent: str
 ) -> None:
     run = rollout(runs, tmp_path_factory, agent, "with-skill")
     assert read_json(run / "result.json")["rewards"] == {"reward": 1.0}
@@ -150,7 +151,7 @@ def test_with_skill_mounts_the_task_s_skills_read_only_at_the_native_path(
 
 @e2e
 def test_no_skill_shows_the_agent_no_skill(
-    runs: dict, tmp_path_factory: pytest.TempPathFactory, agent: str
+    runs: dict[tuple[str, str], Path], tmp_path_factory: pytest.TempPathFactory, agent: str
 ) -> None:
     run = rollout(runs, tmp_path_factory, agent, "no-skill")
     assert "greeting: The word" not in json.dumps(trajectory(run)[0]["request"]["body"])
@@ -163,7 +164,7 @@ def test_no_skill_shows_the_agent_no_skill(
 
 @e2e
 def test_self_gen_gives_the_creator_only_skill_creator_and_the_solver_only_what_it_wrote(
-    runs: dict, tmp_path_factory: pytest.TempPathFactory, agent: str
+    runs: dict[tuple[str, str], Path], tmp_path_factory: pytest.TempPathFactory, agent: str
 ) -> None:
     run = rollout(runs, tmp_path_factory, agent, "self-gen")
     result = read_json(run / "result.json")
@@ -218,7 +219,7 @@ def test_a_no_skill_image_is_built_without_the_skills(docker_images: str) -> Non
 @pytest.mark.slow
 @pytest.mark.spawns
 def test_a_continuation_mounts_the_original_s_skills_again(
-    runs: dict, tmp_path_factory: pytest.TempPathFactory
+    runs: dict[tuple[str, str], Path], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The mode is the original's: the replayed probe sees the same skill, so nothing diverges."""
     run = rollout(runs, tmp_path_factory, "claude-code", "with-skill")

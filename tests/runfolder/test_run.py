@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path, PurePath
+from typing import Any
 
 import pytest
 from reroll.runfolder import asks, folders, run, store, summary, trial
@@ -37,7 +38,7 @@ def exchange_line(step: int) -> str:
     )
 
 
-def make_run_folder(path: Path, lines: list[str], *, result: dict | None = None) -> Path:
+def make_run_folder(path: Path, lines: list[str], *, result: dict[str, Any] | None = None) -> Path:
     (path / "trajectory").mkdir(parents=True)
     (path / "config.json").write_text(
         json.dumps({"task_path": "/tasks/t", "agent": "openhands", "model": "m"})

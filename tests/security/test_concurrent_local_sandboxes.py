@@ -89,7 +89,7 @@ async def test_two_concurrent_rollouts_cannot_see_signal_write_or_attach_each_ot
     try:
         await asyncio.gather(attacker.start(), victim.start())  # at once
         assert attacker.init_pid is not None and victim.init_pid is not None
-        roots = {sandbox: uids(sandbox.init_pid)[0] for sandbox in (attacker, victim)}
+        roots = {attacker: uids(attacker.init_pid)[0], victim: uids(victim.init_pid)[0]}
         marker, secret, name = (f"{secrets.randbelow(10**6) + 10**6}", secrets.token_hex(8), "victim.txt")
         segment = f"{PYTHON} -c '{MAKE_SEGMENT}' {SHM_KEY} {secret}"
         script = f"echo {secret} > {name}; {segment}; sleep {marker} & echo $!"

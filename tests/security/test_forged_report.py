@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,7 @@ def forge_task(tmp_path: Path, forge: str) -> Path:
     return task
 
 
-def run_task(task: Path, tmp_path: Path, backend: str) -> tuple[dict, str]:
+def run_task(task: Path, tmp_path: Path, backend: str) -> tuple[dict[str, Any], str]:
     """Run `task` with the oracle agent on `backend`; its result.json and the verifier's output."""
     args = ["run", str(task), "--agent", "oracle", "--sandbox", backend]
     args += ["--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"]

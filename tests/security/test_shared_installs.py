@@ -67,7 +67,7 @@ else
   echo AGENTS FOLDER: $(ls -A "$REROLL_AGENT_HOME/..")
 fi
 """.replace("PAYLOAD", PAYLOAD)
-AGENT = {
+AGENT: dict[str, Any] = {
     "description": "installs tool.sh; told ATTACK, tries to change its install as root",
     "api_format": "none",
     "install": INSTALL,

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reroll_protos.sidecar.v1 import sidecar_pb2 as pb
@@ -143,7 +144,7 @@ printf 'def test_fails():\\n    assert False\\n' > test_x.py
 if python3 -m pytest -q --stamp "$STAMP" test_x.py; then echo 1 > "$LOGS/reward.txt"
 else echo 0 > "$LOGS/reward.txt"; fi
 """
-HARDENING = {
+HARDENING: dict[str, Any] = {
     "restore_build_config": True,
     "delete_injected_hooks": True,
     "pytest_addopts": True,

@@ -28,11 +28,8 @@ def test_a_weighted_report_scores_its_aggregate_and_carries_its_structure(tmp_pa
     assert dict(result.rewards) == pytest.approx({**ITEMS, "reward": 0.4})
     assert dict(result.graded.items) == ITEMS
     aggregate = result.graded.aggregate
-    assert (aggregate.method, aggregate.value, dict(aggregate.weights)) == (
-        "weighted_mean",
-        pytest.approx(0.4),
-        WEIGHTS,
-    )
+    assert aggregate.method == "weighted_mean" and aggregate.value == pytest.approx(0.4)
+    assert dict(aggregate.weights) == WEIGHTS
     assert not aggregate.HasField("threshold")
 
 

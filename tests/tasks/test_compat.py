@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 from reroll.tasks.compat import normalise, parse_size_mib, prompt_of, resolve_env, split_ignored
 from reroll.tasks.spec import TaskSpec
 from reroll_contracts.errors import TaskError
-from reroll_contracts.network import PhaseNetworks
+from reroll_contracts.network import NetworkPolicy, PhaseNetworks
 
 
-def spec(raw: dict) -> tuple[TaskSpec, list[tuple[str, str]]]:
+def spec(raw: dict[str, Any]) -> tuple[TaskSpec, list[tuple[str, str]]]:
     data, _ = normalise(raw)
     ignored = split_ignored(data, TaskSpec)
     return TaskSpec.model_validate(data), ignored
@@ -46,7 +48,9 @@ def test_harbor_memory_string_wins_over_memory_mb_and_is_reported_as_mapped() ->
         ({}, "full"),
     ],
 )
-def test_network_policy_from_allow_internet_and_network_mode(environment: dict, network: str) -> None:
+def test_network_policy_from_allow_internet_and_network_mode(
+    environment: dict[str, Any], network: str
+) -> None:
     assert spec({"environment": environment})[0].environment.network == network
 
 
@@ -77,7 +81,7 @@ def test_an_allowlist_is_none_plus_its_hosts_in_every_phase_that_sets_none() -> 
         ({"allowed_hosts": ["pypi.org"]}, "needs network none"),  # the sandbox's full
     ],
 )
-def test_an_allowlist_harbor_refuses_is_refused(section: dict, match: str) -> None:
+def test_an_allowlist_harbor_refuses_is_refused(section: dict[str, Any], match: str) -> None:
     """Harbor's forms only (hostname, ``*.`` wildcard, IP, CIDR with host bits clear), and only
     with a policy that is not ``full``."""
     with pytest.raises((TaskError, ValidationError), match=match):
@@ -100,7 +104,9 @@ def test_an_allowlist_harbor_refuses_is_refused(section: dict, match: str) -> No
         ({"agent": {"network_mode": "public", "network": "none"}}, "none", "full"),  # reroll's own wins
     ],
 )
-def test_each_phase_has_its_own_network_policy(raw: dict, agent: str, verifier: str) -> None:
+def test_each_phase_has_its_own_network_policy(
+    raw: dict[str, Any], agent: NetworkPolicy, verifier: NetworkPolicy
+) -> None:
     """BenchFlow's ``agent.network_mode`` and ``verifier.network_mode`` override the sandbox's
     (``sandbox.network_mode``, ``allow_internet``) for their phase; the oracle's is the agent's."""
     parsed, _ = spec(raw)
@@ -187,7 +193,7 @@ def test_a_deny_list_under_no_network_is_refused(field: str) -> None:
         {"verifier": {"network_mode": "intranet"}},
     ],
 )
-def test_a_phase_network_mode_benchflow_refuses_is_refused(raw: dict) -> None:
+def test_a_phase_network_mode_benchflow_refuses_is_refused(raw: dict[str, Any]) -> None:
     with pytest.raises(TaskError, match=r"(agent|verifier)\.network_mode: '(denylist|intranet)'"):
         normalise(raw)
 

@@ -74,7 +74,7 @@ def test_state_kinds_need_what_they_capture() -> None:
 
 
 def test_mcp_servers_as_benchflow_spells_them() -> None:
-    http = McpServerSpec(name="mail", transport="http", url="http://mail:9001/mcp")
+    http = McpServerSpec.model_validate({"name": "mail", "transport": "http", "url": "http://mail:9001/mcp"})
     assert http.transport == "streamable-http"
     assert McpServerSpec(name="mail", transport="stdio", command="mail-mcp").args == []
     with pytest.raises(ValidationError, match="needs 'url'"):

@@ -4,6 +4,7 @@ the skills an agent opened, the Dockerfile lines a no-skill build drops, and `re
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reroll.tasks.check import resolved
@@ -59,7 +60,7 @@ def test_the_nudge_level_comes_from_reroll_s_variable_then_benchflow_s() -> None
         nudge_level({"REROLL_SKILL_NUDGE": "all"})
 
 
-def _answer(body: dict) -> Exchange:
+def _answer(body: dict[str, Any]) -> Exchange:
     return Exchange.model_validate(
         {
             "request": {"timestamp": "t", "method": "POST", "path": "/v1/messages", "body": {}},

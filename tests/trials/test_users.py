@@ -63,9 +63,9 @@ async def test_async_users_are_awaited_and_bad_answers_are_user_errors() -> None
 
     assert await next_prompt(FunctionUser(ask), 2, "go", None) == "round 2: go"
     with pytest.raises(UserCallbackError, match=r"returned int, not str or None"):
-        await next_prompt(FunctionUser(lambda *_: 7), 0, "", None)  # type: ignore[arg-type,return-value]
+        await next_prompt(FunctionUser(lambda *_: 7), 0, "", None)  # type: ignore[arg-type]  # the refusal tested
     with pytest.raises(UserCallbackError, match=r"round 1\) raised ZeroDivisionError"):
-        await next_prompt(FunctionUser(lambda *_: 1 / 0), 1, "", None)
+        await next_prompt(FunctionUser(lambda *_: str(1 / 0)), 1, "", None)
 
     class Broken(BaseUser):
         def setup(self, instruction: str, solution: str | None) -> None:

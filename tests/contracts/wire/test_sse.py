@@ -41,7 +41,7 @@ def test_parser_line_ends_comments_multiline_data_and_utf8_split() -> None:
     assert parser.finish() == [SseEvent(data="é\n🚀")]
 
 
-_TEXT = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+_TEXT = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]), max_size=12)
 
 
 @given(

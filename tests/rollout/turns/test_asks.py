@@ -47,14 +47,19 @@ def test_a_malformed_call_gets_a_tool_error_saying_what_is_wrong(arguments: Any,
     assert response["result"]["isError"] is True and message in response["result"]["content"][0]["text"]
 
 
+def error_code(message: Any) -> int:
+    """The JSON-RPC error code the server answers `message` with."""
+    response = ask_user_server.handle(message)
+    assert response is not None
+    code: int = response["error"]["code"]
+    return code
+
+
 def test_protocol_errors() -> None:
-    assert ask_user_server.handle(call(1, "rm_rf", {}))["error"]["code"] == -32602  # type: ignore[index]
-    assert (
-        ask_user_server.handle({"jsonrpc": "2.0", "id": 2, "method": "resources/list"})["error"]["code"]
-        == -32601
-    )  # type: ignore[index]
+    assert error_code(call(1, "rm_rf", {})) == -32602
+    assert error_code({"jsonrpc": "2.0", "id": 2, "method": "resources/list"}) == -32601
     assert ask_user_server.handle({"jsonrpc": "2.0", "method": "notifications/initialized"}) is None
-    assert ask_user_server.handle([1, 2])["error"]["code"] == -32600  # type: ignore[index]
+    assert error_code([1, 2]) == -32600
 
 
 PLACE = Place(turn=0, scene="main", role="agent")

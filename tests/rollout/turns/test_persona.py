@@ -24,6 +24,7 @@ import os
 import shutil
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reroll.rollout.side_model import SideModel
@@ -44,7 +45,7 @@ AGENT_MODEL = (
 TRIAL = EXAMPLES / "trials" / "ask-a-persona.yaml"
 
 
-def user_lines(folder: Path) -> list[dict]:
+def user_lines(folder: Path) -> list[dict[str, Any]]:
     lines = (folder / "trajectory" / "user_trajectory.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
@@ -229,7 +230,8 @@ async def test_a_persona_with_prompts_writes_the_next_rounds_and_its_recording_r
     prompt, DONE ending the scene; a second persona on the recording with a cut of 1 serves the
     first prompt from it (not from its own script) and asks its model live after it."""
     recorded, later = tmp_path / "recorded", tmp_path / "later"
-    recorded.mkdir(), later.mkdir()
+    recorded.mkdir()
+    later.mkdir()
     first, other = tmp_path / "first.yaml", tmp_path / "other.yaml"
     first.write_text('turns:\n  - content: "Now in French."\n  - content: "done."\n')
     other.write_text('turns:\n  - content: "(not asked: replayed)"\n  - content: "One more time."\n')

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -129,7 +130,7 @@ async def test_container_has_limits_labels_and_a_private_sidecar_socket(isolated
     assert result.stdout.split()[0] == b"EAGAIN" and int(result.stdout.split()[1]) < 64, result
 
 
-def mounts(sandbox: DockerSandbox) -> dict[str, dict]:
+def mounts(sandbox: DockerSandbox) -> dict[str, dict[str, Any]]:
     assert sandbox.container is not None
     sandbox.container.reload()
     return {mount["Destination"]: mount for mount in sandbox.container.attrs["Mounts"]}
@@ -275,7 +276,7 @@ def test_prune_passes_over_a_container_removed_while_it_lists(monkeypatch: pytes
         leaving = engine.containers.create("reroll/base:bookworm", ["true"], labels=labels)
         inspect = engine.api.inspect_container
 
-        def removed_first(container_id: str) -> dict:
+        def removed_first(container_id: str) -> Any:
             if container_id == leaving.id:
                 engine.api.remove_container(container_id, force=True)
             return inspect(container_id)

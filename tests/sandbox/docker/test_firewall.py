@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 
 import pytest
 from reroll.sandbox.allowlist import resolve
 from reroll.sandbox.docker import firewall
 from reroll_contracts.errors import SandboxError
+
+
+def recording_nft(scripts: list[str]) -> Callable[..., str]:
+    """A stand-in for `firewall._nft` that keeps each script it is given in `scripts`."""
+
+    def nft(args: list[str], script: str = "") -> str:
+        scripts.append(script)
+        return ""
+
+    return nft
 
 
 def test_only_reroll_keys_name_a_table() -> None:
@@ -35,7 +46,7 @@ def test_without_nft_network_none_says_what_to_install(monkeypatch: pytest.Monke
 @pytest.mark.parametrize("within", [False, True])
 def test_nft_accepts_the_rules(monkeypatch: pytest.MonkeyPatch, within: bool) -> None:
     scripts: list[str] = []
-    monkeypatch.setattr(firewall, "_nft", lambda args, script="": scripts.append(script) or "")
+    monkeypatch.setattr(firewall, "_nft", recording_nft(scripts))
     firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1", within=within)
     among = 'iifname "rr-0a1b2c3d4e" oifname "rr-0a1b2c3d4e" accept'
     assert (among in scripts[0]) == within  # a rollout with services: its containers meet
@@ -52,7 +63,7 @@ def test_nft_accepts_an_allow_list_and_its_swap(monkeypatch: pytest.MonkeyPatch)
     """A routed bridge's table: the sets' addresses forwarded, answers back, anything else refused;
     `set_allowed` flushes both sets and fills them (an empty family stays empty)."""
     scripts: list[str] = []
-    monkeypatch.setattr(firewall, "_nft", lambda args, script="": scripts.append(script) or "")
+    monkeypatch.setattr(firewall, "_nft", recording_nft(scripts))
     allowed = resolve(("10.251.7.2", "192.0.2.0/24", "2001:db8::1"))
     firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1", allowed=allowed)
     firewall.set_allowed("0a1b2c3d4e", resolve(("10.251.7.3",)))
@@ -83,7 +94,7 @@ def test_nft_accepts_a_deny_list_rejected_before_the_allow_sets(monkeypatch: pyt
     """A deny list (every address allowed but the denied hosts'): the deny sets are filled and
     their rules come before the allow sets' accept."""
     scripts: list[str] = []
-    monkeypatch.setattr(firewall, "_nft", lambda args, script="": scripts.append(script) or "")
+    monkeypatch.setattr(firewall, "_nft", recording_nft(scripts))
     denied = resolve(("0.0.0.0/0", "::/0"), ("localhost",))  # the host's resolver: 127.0.0.1, ::1
     firewall.install("0a1b2c3d4e", "rr-0a1b2c3d4e", "172.30.0.1", allowed=denied)
     firewall.set_allowed("0a1b2c3d4e", denied)

@@ -18,7 +18,9 @@ def test_the_profile_is_dockers_default_with_two_rules_appended() -> None:
 
 
 def test_unshare_is_allowed_for_the_verify_flags_and_nothing_else() -> None:
-    (argument,) = seccomp.RULES[0]["args"]  # type: ignore[misc]
+    arguments = seccomp.RULES[0]["args"]
+    assert isinstance(arguments, list)
+    (argument,) = arguments
     mask = argument["value"]
     clone_newnet, clone_newcgroup = 0x40000000, 0x02000000
     assert mask & VERIFY_NAMESPACES_OWN_NET == 0 and argument["valueTwo"] == 0

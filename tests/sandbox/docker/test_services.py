@@ -108,6 +108,7 @@ async def service_connect(sandbox: DockerSandbox, host: str, port: int) -> str:
     _, output = await asyncio.to_thread(
         container.exec_run, ["python3", "-c", CONNECT_SCRIPT, host, str(port)]
     )
+    assert isinstance(output, bytes)
     return output.decode().strip()
 
 

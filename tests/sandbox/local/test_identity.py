@@ -49,6 +49,7 @@ async def test_two_running_sandboxes_are_two_host_users_that_cannot_touch_each_o
         assert bases[0] != bases[1] and all(base >= SLOT_ID_START for base in bases)
         assert abs(bases[0] - bases[1]) >= ID_COUNT  # ranges, not ids, apart
         for sandbox in (first, second):
+            assert sandbox.init_pid is not None
             assert set(uids(sandbox.init_pid)) == {sandbox.id_base}
         agent = await conformance.sh(second, "touch made-by-agent; sleep 300 & echo $!", user="agent")
         victim = host_pid(second.init_pid, int(agent.split()[-1]))
@@ -89,7 +90,12 @@ def test_a_held_slot_is_skipped_and_a_crashed_holders_is_reclaimed(
     holder.wait()
     assert (folder / "0").read_text().strip() == str(holder.pid)
     checked: list[int] = []
-    monkeypatch.setattr(identity, "_range_busy", lambda base: checked.append(base) or False)
+
+    def range_busy(base: int) -> bool:
+        checked.append(base)
+        return False
+
+    monkeypatch.setattr(identity, "_range_busy", range_busy)
     reclaimed = IdSlot.acquire(folder)
     assert reclaimed.index == 0 and checked == [SLOT_ID_START]  # checked for leftovers, then reused
     reclaimed.release()

@@ -8,6 +8,7 @@ import json
 import re
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reroll.sandbox.local import imagebuild, imagefs
@@ -159,7 +160,12 @@ def test_a_half_unpacked_or_foreign_folder_is_not_a_cached_image(tmp_path: Path)
     folder = tmp_path / "abc"
     (folder / "root").mkdir(parents=True)
     assert read_meta(folder, "sha256:abc") is None  # unpacked, never finished
-    meta = {"root": str(folder / "root"), "image": "t:1", "image_id": "sha256:abc", "workdir": "/app"}
+    meta: dict[str, Any] = {
+        "root": str(folder / "root"),
+        "image": "t:1",
+        "image_id": "sha256:abc",
+        "workdir": "/app",
+    }
     meta |= {"user": "root", "env": {"PATH": "/bin"}, "format": FORMAT}
     (folder / META_FILE).write_text(json.dumps(meta))
     found = read_meta(folder, "sha256:abc")

@@ -19,6 +19,7 @@ import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker.engine import docker_unreachable
 from reroll.sandbox.docker.images import ensure_images, task_image
+from reroll.sandbox.layout import SandboxLayout
 from reroll.sandbox.local import imagebuild, imagefs, rootview
 from reroll.sandbox.local.imagebuild import unpacked
 from reroll.sandbox.local.imagefs import META_FILE, rootfs_folder
@@ -166,7 +167,7 @@ def test_the_sandbox_runs_on_the_image_and_sees_nothing_of_the_host(tmp_path: Pa
     assert not (rootfs_folder(image_id) / "root/usr/bin/planted").exists()
 
 
-async def _run_in_sandbox(script: str) -> tuple[str, object]:
+async def _run_in_sandbox(script: str) -> tuple[str, SandboxLayout]:
     async with IsolatedSandbox(sandbox_spec(load_task(TASK)), f"imagefs-{secrets.token_hex(3)}") as sandbox:
         env = {"PATH": sandbox.layout.image_env["PATH"]}
         done = await sandbox.exec(

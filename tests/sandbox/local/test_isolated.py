@@ -284,6 +284,7 @@ def test_where_namespaces_are_forbidden_local_falls_back_to_plain_and_says_so_on
     with pytest.raises(SandboxError, match="network none needs the isolated local sandbox"):
         local_sandbox(sandbox_spec(none_task), "fallback-none")
     for sandbox in sandboxes:
+        assert isinstance(sandbox, LocalSandbox)
         os.rmdir(sandbox.root)
 
 
