@@ -80,7 +80,7 @@ ANSWER = "I'll look at the repository first, then run the tests and fix what fai
 SCRIPT = {
     "turns": [{"content": ANSWER, "tool_calls": [{"name": "bash", "arguments": {"command": "ls -la"}}]}]
 }
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -336,7 +336,8 @@ def print_medians(runs: list[dict[str, Ratios]]) -> None:
     """The median over `runs` of each mode's ratios (`goal_ratio`)."""
     print(f"\nmedian of {len(runs)} runs:")
     for mode in runs[0]:
-        ours, floor = (statistics.median(run[mode][which] for run in runs) for which in (0, 1))
+        ours = statistics.median(run[mode][0] for run in runs)
+        floor = statistics.median(run[mode][1] for run in runs)
         values = ", ".join(f"{run[mode][0]:.2f}" for run in runs)
         baselines = [ratio for run in runs if (ratio := run[mode][2]) is not None]
         then = f"; record-baseline's {statistics.median(baselines):.2f}" if baselines else ""
