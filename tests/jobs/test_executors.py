@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from reroll.jobs.executors import AsyncioExecutor, create_executor
+from reroll.jobs.executors import AsyncioExecutor, HeadStartGate, create_executor
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import run_job
 from reroll.sandbox import base
@@ -64,3 +65,30 @@ async def test_max_starting_bounds_overlapping_starts(
     summary = await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
     assert summary.totals.status_counts == {"ok": 4}
     assert flaky_sandbox.STARTING["peak"] == expect_peak
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+async def test_the_first_holder_of_the_start_gate_starts_alone(first_fails: bool) -> None:
+    """The others wait for the first start to end although places are free, then go in together;
+    a first start that fails lets them in too."""
+    gate, inside, let_go = HeadStartGate(3), [], asyncio.Event()
+
+    async def start(name: str) -> None:
+        async with gate:
+            inside.append(name)
+            if name == "first":
+                await let_go.wait()
+                if first_fails:
+                    raise RuntimeError("its sandbox did not start")
+            await asyncio.sleep(0)
+
+    first = asyncio.ensure_future(start("first"))
+    await asyncio.sleep(0)
+    others = [asyncio.ensure_future(start(name)) for name in ("second", "third")]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert inside == ["first"]
+    let_go.set()
+    await asyncio.gather(*others)
+    assert sorted(inside) == ["first", "second", "third"]
+    assert isinstance(first.exception(), RuntimeError) if first_fails else first.result() is None
