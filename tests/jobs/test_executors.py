@@ -48,22 +48,24 @@ async def test_job_with_missing_executor_package_fails_before_writing(
 async def test_max_starting_bounds_overlapping_starts(
     tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch, max_starting: int, expect_peak: int
 ) -> None:
-    """4 rollouts at concurrency 4: with max_starting 1 the sandbox starts never overlap; with 4
-    they all do (each start waits for the others, see CountingSandbox)."""
+    """5 rollouts at concurrency 5: with max_starting 1 the sandbox starts never overlap; with 4
+    the first starts alone, then the other four all at once (each start but the first waits for the
+    others, see CountingSandbox)."""
     monkeypatch.setitem(base.BACKENDS, "counting", "tests.jobs.flaky_sandbox:CountingSandbox")
     monkeypatch.setitem(flaky_sandbox.STARTING, "peak", 0)
+    monkeypatch.setitem(flaky_sandbox.STARTING, "begun", 0)
     monkeypatch.setitem(flaky_sandbox.STARTING, "overlap", expect_peak)
     spec = JobSpec(
         name="s",
         tasks=[examples / "hello-file"],
         agents=["oracle"],
-        repeats=4,
-        concurrency=4,
+        repeats=5,
+        concurrency=5,
         max_starting=max_starting,
         sandbox="counting",
     )
     summary = await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
-    assert summary.totals.status_counts == {"ok": 4}
+    assert summary.totals.status_counts == {"ok": 5}
     assert flaky_sandbox.STARTING["peak"] == expect_peak
 
 
