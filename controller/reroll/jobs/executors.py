@@ -11,7 +11,7 @@ Executors, by name (``reroll job --executor NAME``), imported only when used:
 
 - ``asyncio`` (default): every rollout in this process's event loop, at most ``concurrency`` at
   once, at most ``max_starting`` of them in their start-up phase (model server, LLM proxy,
-  sandbox) at once.
+  sandbox) at once, the first of them alone (`HeadStartGate`).
 - ``ray``: each attempt is a Ray task (`reroll.jobs.ray_executor`), its task folder shipped to the
   worker and its run folder back; needs ``pip install 'reroll[ray]'``.
 """
