@@ -11,14 +11,24 @@ TEST_WORKERS ?= 3
 # uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 
-.PHONY: env sandbox-tools lock demo test test-fast check docs protos images clean
+.PHONY: env bytecode sandbox-tools lock demo test test-fast check docs protos images clean
 
 # The dependencies are installed compiled (--compile-bytecode: uv leaves that to the first import,
 # which never writes them under PYTHONDONTWRITEBYTECODE, so that every reroll process, the shared
 # proxy and model server included, would compile aiohttp, pydantic, rich... from source at each
 # start). The versions installed are those of uv.lock (`make lock` re-resolves it after editing
 # pyproject.toml's dependencies); uv comes from PyPI into the venv, so python3.11 is all it needs.
-env: $(STAMP) sandbox-tools
+env: $(STAMP) bytecode sandbox-tools
+
+# reroll's own sources compiled too: the install is editable, so uv compiles none of them, and
+# under PYTHONDONTWRITEBYTECODE no import writes them (0.1 to 0.3 CPU-seconds of every reroll
+# process's start: a command's, the shared proxy's, the model server's; docs/branch.md). compileall
+# writes where the interpreter reads: beside the sources, or under PYTHONPYCACHEPREFIX when it is
+# set; a file edited since is compiled in memory at each import until the next `make env`. The
+# folders are pyproject.toml's packages.
+BYTECODE_FOLDERS := controller contracts sidecar proxy protos
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 $(BYTECODE_FOLDERS)
 
 # bubblewrap and passt for the isolated local sandbox (optional: without them `local` falls back
 # to the plain sandbox and says so).

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 from reroll_contracts.errors import AgentError
 from reroll_contracts.proxy import FormatName, VolatileRule
+from reroll_contracts.yamltext import safe_load
 
 SKILL_PATH_ROOTS = ("$HOME/", "$WORKSPACE/")
 """What an agent's ``skill_paths`` start with: its HOME or its workspace in the sandbox."""
@@ -170,7 +171,7 @@ def registry() -> dict[str, AgentSpec]:
 
 def _declarations(text: str, source: str) -> dict[str, AgentSpec]:
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = safe_load(text) or {}
         if not isinstance(raw, dict):
             raise AgentError(f"{source}: expected a mapping of agent names to declarations")
         return {name: AgentSpec(name=name, **fields) for name, fields in raw.items()}

@@ -65,6 +65,7 @@ from reroll_contracts.service import base_url_for, run_service, write_ready_file
 from reroll_contracts.wire import WireFormat, all_formats, format_named
 from reroll_contracts.wire.normal import NormalRequest
 from reroll_contracts.wire.sse import encode_event
+from reroll_contracts.yamltext import safe_load
 
 from reroll_proxy.scripted_answers import Answer, ToolCall, answer_body, count_prompt_tokens, turn_index
 
@@ -258,7 +259,7 @@ def load_script(path: Path) -> ModelScript:
         raise ModelError(f"{path}: cannot read the model script ({exc})") from exc
     is_json = path.suffix == ".json"
     try:
-        raw = orjson.loads(text) if is_json else yaml.safe_load(text)
+        raw = orjson.loads(text) if is_json else safe_load(text)
     except (yaml.YAMLError, orjson.JSONDecodeError) as exc:
         kind = "JSON" if is_json else "YAML"
         raise ModelError(f"{path}: the model script is not valid {kind}:\n{exc}") from exc

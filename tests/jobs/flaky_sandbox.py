@@ -26,8 +26,9 @@ class FlakySandbox(LocalSandbox):
         await super().start()
 
 
-STARTING = {"now": 0, "peak": 0, "overlap": 1}
-"""Starts under way now, the most at once so far, and how many a start waits to see at once."""
+STARTING = {"now": 0, "peak": 0, "overlap": 1, "begun": 0}
+"""Starts under way now, the most at once so far, how many a start waits to see at once, and how
+many have begun."""
 OVERLAP_WAIT_SECONDS = 60.0
 """How long a start waits for ``STARTING["overlap"]`` starts at once before it fails."""
 
@@ -35,17 +36,19 @@ OVERLAP_WAIT_SECONDS = 60.0
 class CountingSandbox(LocalSandbox):
     """`LocalSandbox` that records in `STARTING` how many starts overlap (the peak).
 
-    Each start first waits until ``STARTING["overlap"]`` starts are under way at once, so an
-    expected overlap shows however slowly the rollouts reach their starts, and a start gate that
-    lets fewer through fails the start instead of racing a timer.
+    Each start but the first (a job's first rollout starts alone,
+    `reroll.jobs.executors.HeadStartGate`) first waits until ``STARTING["overlap"]`` starts are
+    under way at once, so an expected overlap shows however slowly the rollouts reach their starts,
+    and a start gate that lets fewer through fails the start instead of racing a timer.
     """
 
     async def start(self) -> None:
         STARTING["now"] += 1
+        STARTING["begun"] += 1
         STARTING["peak"] = max(STARTING["peak"], STARTING["now"])
         try:
             async with asyncio.timeout(OVERLAP_WAIT_SECONDS):
-                while STARTING["peak"] < STARTING["overlap"]:
+                while STARTING["begun"] > 1 and STARTING["peak"] < STARTING["overlap"]:
                     await asyncio.sleep(0.01)
             await super().start()
         finally:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from reroll.jobs.executors import AsyncioExecutor, create_executor
+from reroll.jobs.executors import AsyncioExecutor, HeadStartGate, create_executor
 from reroll.jobs.jobfile import JobSpec, RunnerOptions
 from reroll.jobs.runner import run_job
 from reroll.sandbox import base
@@ -47,20 +48,49 @@ async def test_job_with_missing_executor_package_fails_before_writing(
 async def test_max_starting_bounds_overlapping_starts(
     tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch, max_starting: int, expect_peak: int
 ) -> None:
-    """4 rollouts at concurrency 4: with max_starting 1 the sandbox starts never overlap; with 4
-    they all do (each start waits for the others, see CountingSandbox)."""
+    """5 rollouts at concurrency 5: with max_starting 1 the sandbox starts never overlap; with 4
+    the first starts alone, then the other four all at once (each start but the first waits for the
+    others, see CountingSandbox)."""
     monkeypatch.setitem(base.BACKENDS, "counting", "tests.jobs.flaky_sandbox:CountingSandbox")
     monkeypatch.setitem(flaky_sandbox.STARTING, "peak", 0)
+    monkeypatch.setitem(flaky_sandbox.STARTING, "begun", 0)
     monkeypatch.setitem(flaky_sandbox.STARTING, "overlap", expect_peak)
     spec = JobSpec(
         name="s",
         tasks=[examples / "hello-file"],
         agents=["oracle"],
-        repeats=4,
-        concurrency=4,
+        repeats=5,
+        concurrency=5,
         max_starting=max_starting,
         sandbox="counting",
     )
     summary = await run_job(spec, jobs_dir=tmp_path, console=Console(quiet=True))
-    assert summary.totals.status_counts == {"ok": 4}
+    assert summary.totals.status_counts == {"ok": 5}
     assert flaky_sandbox.STARTING["peak"] == expect_peak
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+async def test_the_first_holder_of_the_start_gate_starts_alone(first_fails: bool) -> None:
+    """The others wait for the first start to end although places are free, then go in together;
+    a first start that fails lets them in too."""
+    gate, inside, let_go = HeadStartGate(3), [], asyncio.Event()
+
+    async def start(name: str) -> None:
+        async with gate:
+            inside.append(name)
+            if name == "first":
+                await let_go.wait()
+                if first_fails:
+                    raise RuntimeError("its sandbox did not start")
+            await asyncio.sleep(0)
+
+    first = asyncio.ensure_future(start("first"))
+    await asyncio.sleep(0)
+    others = [asyncio.ensure_future(start(name)) for name in ("second", "third")]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert inside == ["first"]
+    let_go.set()
+    await asyncio.gather(*others)
+    assert sorted(inside) == ["first", "second", "third"]
+    assert isinstance(first.exception(), RuntimeError) if first_fails else first.result() is None

@@ -54,3 +54,17 @@ async def test_the_bundle_leaves_nothing_of_itself_in_the_environment_of_the_com
         assert not {name for name in names if name.startswith(("_PYI_", "LD_"))}, names
         find = await sandbox.exec([f"{MOUNT_DIR}/_internal/tools/find", "--version"])
         assert find.exit_code == 0 and b"GNU findutils" in find.stdout, find.output_text()
+
+
+def test_the_bundle_key_is_computed_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every sandbox's start asks for the bundle: its sources are hashed and the tools run once."""
+    from reroll.sandbox import sidecar_bundle
+
+    found: list[int] = []
+    monkeypatch.setattr(sidecar_bundle, "_tool_paths", lambda: found.append(1) or [])
+    sidecar_bundle.bundle_key.cache_clear()
+    try:
+        assert sidecar_bundle.bundle_key() == sidecar_bundle.bundle_key()
+        assert found == [1]
+    finally:
+        sidecar_bundle.bundle_key.cache_clear()  # the next caller's key has the real tools

@@ -11,7 +11,7 @@ Executors, by name (``reroll job --executor NAME``), imported only when used:
 
 - ``asyncio`` (default): every rollout in this process's event loop, at most ``concurrency`` at
   once, at most ``max_starting`` of them in their start-up phase (model server, LLM proxy,
-  sandbox) at once.
+  sandbox) at once, the first of them alone (`HeadStartGate`).
 - ``ray``: each attempt is a Ray task (`reroll.jobs.ray_executor`), its task folder shipped to the
   worker and its run folder back; needs ``pip install 'reroll[ray]'``.
 """
@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Literal, Protocol
 
 from reroll_contracts.errors import JobError
 
@@ -126,13 +126,52 @@ class Executor(Protocol):
         ...
 
 
+class HeadStartGate(asyncio.Semaphore):
+    """The start gate of a job's rollouts: at most `value` hold it at once, and the first task to
+    ask for it holds it alone: the others wait until it released it (its start done, or failed).
+
+    The first rollout of a job, or the first child of a branch, then starts its sandbox and its
+    sidecar without sharing the machine's cores with the others' starts: its first request (a
+    branch's fork latency) comes sooner, the others' starts follow it by one start. Use it as
+    `asyncio.Semaphore` (``async with``), each holder acquiring and releasing in its own task.
+
+    Args:
+        value: the most holders at once, >= 1.
+    """
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self._first: asyncio.Task[object] | None = None
+        self._first_done = asyncio.Event()
+
+    async def acquire(self) -> Literal[True]:
+        """Wait for a place, and for the first holder to be done unless this is the first."""
+        task = asyncio.current_task()
+        if self._first is None:
+            self._first = task
+        elif task is not self._first:
+            await self._first_done.wait()
+        try:
+            return await super().acquire()
+        except BaseException:  # cancelled: it will hold nothing, so it holds no one back
+            if task is self._first:
+                self._first_done.set()
+            raise
+
+    def release(self) -> None:
+        """Give the place back; the first holder's release lets the others in."""
+        super().release()
+        if asyncio.current_task() is self._first:
+            self._first_done.set()
+
+
 class AsyncioExecutor:
     """Runs attempts as coroutines of this process's event loop.
 
     At most ``options.concurrency`` attempts run at once; within them at most
     ``options.max_starting`` are starting (model server, LLM proxy, sandbox and its sidecar) at
     once, so that many rollouts starting together on few cores do not hit the 30 s start-up
-    timeouts of those processes.
+    timeouts of those processes; the first attempt starts alone (`HeadStartGate`).
 
     Raises:
         JobError: this process's limit of open files cannot hold ``options.concurrency``
@@ -142,7 +181,7 @@ class AsyncioExecutor:
     def __init__(self, options: RunnerOptions) -> None:
         open_files_for(options.concurrency)
         self._slots = asyncio.Semaphore(options.concurrency)
-        self._starting = asyncio.Semaphore(options.max_starting)
+        self._starting = HeadStartGate(options.max_starting)
 
     async def __aenter__(self) -> AsyncioExecutor:
         return self
