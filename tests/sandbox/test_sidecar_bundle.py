@@ -61,7 +61,12 @@ def test_the_bundle_key_is_computed_once_per_process(monkeypatch: pytest.MonkeyP
     from reroll.sandbox import sidecar_bundle
 
     found: list[int] = []
-    monkeypatch.setattr(sidecar_bundle, "_tool_paths", lambda: found.append(1) or [])
+
+    def tool_paths() -> list[Path]:
+        found.append(1)
+        return []
+
+    monkeypatch.setattr(sidecar_bundle, "_tool_paths", tool_paths)
     sidecar_bundle.bundle_key.cache_clear()
     try:
         assert sidecar_bundle.bundle_key() == sidecar_bundle.bundle_key()
