@@ -104,9 +104,12 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
         def write_output(_stream: str, chunk: bytes) -> None:
             log.write(chunk)
 
+        command = agent.resume if launch.resume and agent.resume else agent.launch
         launched = asyncio.create_task(
-            sandbox.exec(
-                ["sh", "-c", agent.resume if launch.resume and agent.resume else agent.launch],
+            launch.restored(write_output, plan.timeout_seconds)  # a restored tree: waited for
+            if launch.restored is not None
+            else sandbox.exec(
+                ["sh", "-c", command],
                 cwd=layout.workspace,
                 env=agent_env,
                 inherit_env=False,
