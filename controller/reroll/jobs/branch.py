@@ -13,7 +13,9 @@ model, and is verified: it is a continuation (`reroll.rollout.start.start_rollou
   sandbox and resumes the agent's native session, the proxy live from its first request.
 
 The default is ``snapshot`` when the agent has a resumable session (`AgentSpec.forkable`: Claude
-Code, Codex), else ``replay`` with a note in summary.json (mini-swe-agent, aider, OpenHands). The
+Code, Codex), else ``replay`` with a note in summary.json (mini-swe-agent, aider, OpenHands); an
+agent declared `AgentSpec.process_checkpoint` (mini-swe-agent) forks by ``snapshot`` when asked,
+on the isolated local sandbox: its process tree is a fourth layer (`reroll.rollout.process_layer`). The
 branches run on the job runner (`reroll.jobs.runner.Runner`): each in its own sandbox, at most
 ``concurrency`` at a time and ``max_starting`` starting at once, on the asyncio or Ray executor,
 with infrastructure failures retried (the failed attempt's folder goes to ``_attempts/`` in the
@@ -156,8 +158,8 @@ async def branch(
         console: where the progress bar goes [default: nowhere]; each branch's own progress goes
             to ``harness/controller.log`` in its folder.
         via: ``snapshot`` or ``replay`` (the module docstring) [default: snapshot where the agent
-            can be forked, else replay]; an agent that cannot be forked replays either way, with
-            a note in the summary.
+            has a resumable session, else replay]; an agent that cannot be forked replays either
+            way, with a note in the summary (`choose_via`).
 
     Returns:
         The summary (also written to summary.json in the parent folder).

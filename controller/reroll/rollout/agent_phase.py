@@ -70,7 +70,8 @@ async def install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str],
 
 
 async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> AgentOutcome:
-    """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn) and wait
+    """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn; a process
+    tree restored instead when an extension says so, `TurnLaunch.restored`) and wait
     for it to exit, time out, or be stopped by the proxy's stop: one turn
     (`reroll.rollout.turns.scenes.TurnRunner`; `reroll.rollout.lifecycle` binds the arguments before
     `agent`).
