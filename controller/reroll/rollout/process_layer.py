@@ -185,7 +185,8 @@ async def run_restored(
     The images are copied to a private folder first (CRIU owns them while it runs).
 
     Returns:
-        As `Sandbox.exec` with `on_output`: the root's exit code, the output's tails.
+        As `Sandbox.exec` with `on_output`: the output's tails; the exit code is CRIU's, 0 when
+        the tree ran to its end (`reroll.sandbox.local.criu.restore_attached`).
 
     Raises:
         EnvironmentStateError: the restore failed (CRIU's log's end in the message).

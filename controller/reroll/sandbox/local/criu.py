@@ -294,8 +294,7 @@ async def restore_attached(
     timeout_seconds: float,
 ) -> tuple[int, bool]:
     """Restore the tree checkpointed in `images` in `sandbox` and wait for its root to exit
-    (``criu restore`` without ``-d`` returns the root's exit status), its TCP connections closed
-    as in `restore_tree`.
+    (``criu restore`` without ``-d``), its TCP connections closed as in `restore_tree`.
 
     Args:
         inherit: the tree's pipes to hand the restore's own standard output and error, by the
@@ -305,7 +304,8 @@ async def restore_attached(
             caller's to kill (`Sandbox.kill`).
 
     Returns:
-        The root's exit code (CRIU's own when the restore failed) and whether it timed out.
+        CRIU's exit code and whether it timed out. CRIU 4.2 only waits for the root: it exits 0
+        whatever the root's exit status (a restored agent's own code is not known).
 
     Raises:
         SandboxError: the restore failed (CRIU's log's end in the message).
