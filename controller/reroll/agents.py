@@ -62,6 +62,12 @@ class AgentSpec(BaseModel):
     ``.claude``): a checkpoint's session layer copies them, and a branch forked from the
     checkpoint runs `resume` on them (`reroll.rollout.layers`). Empty: the agent cannot be forked,
     its branches replay the prefix."""
+    process_checkpoint: bool = False
+    """Its conversation lives in its process's memory and its process tree can be checkpointed
+    with CRIU (`reroll.rollout.process_layer`): ``reroll branch --via snapshot`` on the isolated
+    ``local`` sandbox dumps the tree at the cut and restores it in each child (its HTTP client
+    must send a request again when its connection drops, as the OpenAI SDK does). Declared for
+    an agent that was tried so; False: such an agent's branches replay."""
     env: dict[str, str] = {}
     """Extra environment; values may use ``{base_url}`` (the LLM proxy, OpenAI-style, ending in
     ``/v1``), ``{proxy_url}`` (the same without ``/v1``, for clients that add it themselves, such

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import reroll
 import yaml
+from reroll.runfolder.paths import RunPaths
 
 from tests.conftest import EXAMPLES
 from tests.e2e.test_main_job import read_json, trajectory
@@ -172,3 +173,35 @@ def test_branch_two_models_twice_each(ok_run: Path, workdir: Path, fast_model: s
         )
         assert read_json(folder / "result.json")["rewards"] == child["rewards"]
         assert sources(folder)[:3] == ["replayed", "replayed", "live"]
+
+
+def test_branch_by_snapshot_restores_the_agent_s_process(
+    ok_run: Path, workdir: Path, fast_model: str
+) -> None:
+    """mini-swe-agent keeps its conversation in its memory: ``--via snapshot`` dumps its process
+    tree at the cut (CRIU) and each child restores it; the children start live at the cut with
+    the original's workspace, and their first request carries the turns before it."""
+    done = reroll_cli(
+        "branch", str(ok_run), "--at", "2", "--model", fast_model, "-n", "2", "--via", "snapshot",
+        "--timeout", "120", "--output", "by-process", cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    parent = only_run(workdir / "by-process")
+    summary = read_json(parent / "summary.json")
+    assert summary["via"] == "snapshot", summary["note"]
+    assert "process tree" in summary["note"] and "process" in summary["layers"]
+    step = parent / "_prefix" / "checkpoints" / "step-2"
+    assert (step / "process.json").is_file() and any((step / "process").iterdir())
+    recorded = trajectory(ok_run)
+    said = [m["content"] for m in recorded[2]["request"]["body"]["messages"] if m["role"] == "assistant"]
+    assert len(said) == 2
+    for child in summary["children"]:
+        folder = parent / child["folder"]
+        assert read_json(folder / "config.json")["branched_from"]["via"] == "snapshot"
+        assert read_json(RunPaths(folder).restored_checkpoint)["step"] == 2
+        assert sources(folder) == ["live", "live", "live"], "the prefix replayed instead of forked"
+        first = trajectory(folder)[0]["request"]["body"]["messages"]
+        assert [m["content"] for m in first if m["role"] == "assistant"] == said, (
+            "the restored agent's first request lacks the conversation before the cut"
+        )
+        assert read_json(folder / "result.json")["rewards"] == {"reward": 1.0}

@@ -19,7 +19,9 @@ from reroll.jobs.branch_layers import PREFIX_NAME
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.commands.record import run_task
+from reroll.rollout.process_layer import process_fork_refusal
 from reroll.runfolder.run import CHECKPOINTS_DIR, TRAJECTORY
+from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.settings import RolloutSettings
 
 from tests.conftest import EXAMPLES
@@ -54,12 +56,32 @@ def session_agent() -> Iterator[str]:
 
 
 def test_an_agent_without_a_resumable_session_falls_back_to_replay_with_a_note() -> None:
-    via, note = choose_via(get_agent("mini-swe-agent"), None)
-    assert via == "replay" and note is not None and "mini-swe-agent has no resumable session" in note
-    assert "CRIU" in note and "not use it yet" in note, note
-    assert choose_via(get_agent("mini-swe-agent"), "snapshot")[0] == "replay"
-    assert choose_via(get_agent("claude-code"), None) == ("snapshot", None)
-    assert choose_via(get_agent("claude-code"), "replay") == ("replay", None)
+    aider = get_agent("aider")
+    assert not aider.forkable and not aider.process_checkpoint
+    via, note = choose_via(aider, "snapshot", None)
+    assert via == "replay" and note is not None and "aider has no resumable session" in note
+    assert choose_via(get_agent("claude-code"), None, "no CRIU here") == ("snapshot", None)
+    assert choose_via(get_agent("claude-code"), "replay", None) == ("replay", None)
+
+
+def test_an_agent_forked_by_its_process_takes_a_snapshot_where_criu_runs_when_asked() -> None:
+    mini = get_agent("mini-swe-agent")
+    assert mini.process_checkpoint and not mini.forkable
+    via, note = choose_via(mini, "snapshot", None)
+    assert via == "snapshot" and note is not None and "process tree" in note and "CRIU" in note
+    refused = "a process checkpoint (CRIU) needs the isolated local sandbox, not docker"
+    via, note = choose_via(mini, "snapshot", refused)
+    assert via == "replay" and note is not None and refused in note
+    via, note = choose_via(mini, None, None)  # by default it replays, saying how to fork it
+    assert via == "replay" and note is not None and "--via snapshot" in note
+    assert choose_via(mini, "replay", None) == ("replay", None)
+
+
+def test_a_process_checkpoint_needs_the_isolated_local_sandbox() -> None:
+    assert "not docker" in str(process_fork_refusal("docker"))
+    assert "not local-plain" in str(process_fork_refusal("local-plain"))
+    refusal = process_fork_refusal("local")
+    assert (refusal is None) == (not namespaces_unavailable()), refusal
 
 
 @pytest.fixture(scope="module")

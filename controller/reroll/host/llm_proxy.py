@@ -130,6 +130,8 @@ class LlmProxy:
             the local sandbox, the container network's gateway for docker.
         faults: the fault plan to inject, or None.
         volatile: the parts of a request that may differ from the recording (`reroll_proxy.volatile`).
+        token: the rollout token [default: a new one]: a process restored from another rollout
+            presents that rollout's (`reroll.rollout.process_layer`).
     """
 
     def __init__(
@@ -144,8 +146,9 @@ class LlmProxy:
         volatile: Sequence[VolatileRule] = (),
         hold_every: int = 0,
         max_steps: int | None = None,
+        token: str | None = None,
     ) -> None:
-        self.token = secrets.token_urlsafe(24)
+        self.token = token or secrets.token_urlsafe(24)
         """The rollout token: the agent's credential, for the model endpoints only."""
         self.controller_token = secrets.token_urlsafe(32)
         """The controller's credential for ``/_reroll/*``: never in the sandbox, never on disk."""
@@ -170,8 +173,9 @@ class LlmProxy:
         self.config_file = proxy_config_in(workdir)
         """The config file (a per-rollout proxy reads it)."""
         write_private(self.config_file, config.model_dump_json(indent=2).encode())
-        self.shared = not per_rollout()
-        """Whether the rollout is served by the `SharedProxy` (else by its own process)."""
+        self.shared = not per_rollout() and token is None
+        """Whether the rollout is served by the `SharedProxy` (else by its own process: also when
+        `token` is given, which other rollouts may hold too, and the shared one routes by token)."""
         self._registration = RolloutRegistration(
             config=config, controller_token=self.controller_token, upstream_api_key=env.get(_KEY_ENV)
         )

@@ -13,7 +13,9 @@ model, and is verified: it is a continuation (`reroll.rollout.start.start_rollou
   sandbox and resumes the agent's native session, the proxy live from its first request.
 
 The default is ``snapshot`` when the agent has a resumable session (`AgentSpec.forkable`: Claude
-Code, Codex), else ``replay`` with a note in summary.json (mini-swe-agent, aider, OpenHands). The
+Code, Codex), else ``replay`` with a note in summary.json (mini-swe-agent, aider, OpenHands); an
+agent declared `AgentSpec.process_checkpoint` (mini-swe-agent) forks by ``snapshot`` when asked,
+on the isolated local sandbox: its process tree is a fourth layer (`reroll.rollout.process_layer`). The
 branches run on the job runner (`reroll.jobs.runner.Runner`): each in its own sandbox, at most
 ``concurrency`` at a time and ``max_starting`` starting at once, on the asyncio or Ray executor,
 with infrastructure failures retried (the failed attempt's folder goes to ``_attempts/`` in the
@@ -61,6 +63,7 @@ from reroll.models.spec import model_slug, parse_model, prestart_llm_side
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import load_checkpoint
+from reroll.rollout.process_layer import process_fork_refusal
 from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, start_rollout
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.asks import AskLog
@@ -83,21 +86,34 @@ from reroll.sandbox.base import load_backend
 from reroll.settings import DEFAULT_SANDBOX, RolloutSettings, with_recorded_inputs
 
 
-def choose_via(agent: AgentSpec, via: Via | None) -> tuple[Via, str | None]:
-    """How branches of `agent` reach the cut, and the note saying why it is not a snapshot.
+def choose_via(agent: AgentSpec, via: Via | None, process_refusal: str | None) -> tuple[Via, str | None]:
+    """How branches of `agent` reach the cut, and a note: why it is not a snapshot, or that the
+    snapshot holds the agent's process tree.
 
     Args:
         agent: the run's agent.
-        via: asked for (``--via``); None: snapshot where the agent can be forked.
+        via: asked for (``--via``); None: snapshot where the agent has a resumable session
+            (`AgentSpec.forkable`); an agent forked by a process checkpoint
+            (`AgentSpec.process_checkpoint`) only when asked for (CRIU is downloaded on first use
+            and a checkpoint holds its heap: about 180 MB for mini-swe-agent).
+        process_refusal: why a process checkpoint cannot fork the agent where the branches run
+            (`reroll.rollout.process_layer.process_fork_refusal`), None when it can.
     """
     if via == "replay":
         return "replay", None
     if agent.forkable:
         return "snapshot", None
+    if agent.process_checkpoint and via == "snapshot" and process_refusal is None:
+        return "snapshot", f"{agent.name}'s process tree checkpointed at the cut (CRIU)"
+    if agent.process_checkpoint:
+        why = process_refusal or "a process checkpoint (CRIU) is taken with --via snapshot only"
+        return "replay", (
+            f"{agent.name} keeps its conversation in its memory: its branches replay the prefix "
+            f"({why}; docs/branch.md)"
+        )
     return "replay", (
-        f"{agent.name} has no resumable session (no `resume` and `session_paths` in its declaration): "
-        "its branches replay the prefix (its memory would need a process checkpoint: CRIU restores it "
-        "in a local sandbox, but branch does not use it yet; docs/branch.md)"
+        f"{agent.name} has no resumable session (no `resume` and `session_paths` in its declaration) "
+        "and is not declared `process_checkpoint`: its branches replay the prefix (docs/branch.md)"
     )
 
 
@@ -142,8 +158,8 @@ async def branch(
         console: where the progress bar goes [default: nowhere]; each branch's own progress goes
             to ``harness/controller.log`` in its folder.
         via: ``snapshot`` or ``replay`` (the module docstring) [default: snapshot where the agent
-            can be forked, else replay]; an agent that cannot be forked replays either way, with
-            a note in the summary.
+            has a resumable session, else replay]; an agent that cannot be forked replays either
+            way, with a note in the summary (`choose_via`).
 
     Returns:
         The summary (also written to summary.json in the parent folder).
@@ -291,13 +307,18 @@ class _TreePlan:
         Raises:
             EnvironmentStateError: as `branch`.
         """
-        chosen, note = _tree_via(self.checkpoint, self.points, at_ask, via)
+        sandbox = self.bound.sandbox or self.checkpoint.original.config.sandbox
+        refusal = process_fork_refusal(sandbox)
+        chosen, note = _tree_via(self.checkpoint, self.points, at_ask, via, refusal)
         reached = _Reached(chosen, note)
         if chosen == "snapshot":
-            sandbox = self.bound.sandbox or self.checkpoint.original.config.sandbox
-            found = recorded_layers(self.checkpoint, sandbox, console)
+            process = not self.checkpoint.agent.forkable  # its memory: only a rebuilt prefix dumps it
+            found = None if process else recorded_layers(self.checkpoint, sandbox, console)
             if found is None:
-                layers, note = await rebuilt_layers(self.checkpoint, self.parent, options, console)
+                layers, rebuilt = await rebuilt_layers(
+                    self.checkpoint, self.parent, options, console, process=process
+                )
+                note = "; ".join(part for part in (note, rebuilt) if part)
                 step, (pool, pool_note) = self.checkpoint.cut_index, kept_pool(layers, sandbox)
             else:
                 layers, step, pool, pool_note = found
@@ -337,11 +358,15 @@ def _children(
 
 
 def _tree_via(
-    checkpoint: Checkpoint, points: Sequence[BranchPoint], at_ask: int | None, via: Via | None
+    checkpoint: Checkpoint,
+    points: Sequence[BranchPoint],
+    at_ask: int | None,
+    via: Via | None,
+    process_refusal: str | None,
 ) -> tuple[Via, str | None]:
     """How the children reach the cut (`choose_via`), and why when not as asked: ``replay`` at step
     0, for a trial, and for several points, a varied prompt or an ask_user answer."""
-    chosen, note = choose_via(checkpoint.agent, via)
+    chosen, note = choose_via(checkpoint.agent, via, process_refusal)
     if chosen == "snapshot" and checkpoint.cut_index == 0:
         return "replay", "step 0: nothing to replay, nothing to fork"
     if chosen == "snapshot" and checkpoint.original.config.trial is not None:

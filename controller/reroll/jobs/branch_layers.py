@@ -21,19 +21,20 @@ PREFIX_NAME = "_prefix"
 
 
 async def rebuilt_layers(
-    checkpoint: Checkpoint, parent: Path, options: RolloutSettings, console: Console
+    checkpoint: Checkpoint, parent: Path, options: RolloutSettings, console: Console, *, process: bool = False
 ) -> tuple[Path, str]:
     """The checkpoint folder of step K the children fork from when the run recorded none usable
     (`recorded_layers`), and where it came from: the prefix rebuilt once by a replay-only rollout
     (`PREFIX_NAME`) that captures it when the proxy holds the agent's request at the cut
-    (``_prefix/checkpoints/step-K``).
+    (``_prefix/checkpoints/step-K``); with `process`, the agent's process tree dumped there too
+    (`reroll.rollout.process_layer`).
 
     Raises:
         EnvironmentStateError: the rebuilt prefix left no consistent checkpoint (its result named).
     """
     console.print(f"rebuilding the prefix once (replay-only, {PREFIX_NAME}/) and capturing its layers")
     outcome = await start_rollout(
-        FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True)),
+        FromCheckpoint(checkpoint, checkpoint.continued_from(None, replay_only=True), dump_process=process),
         live_model=None,
         parent=parent,
         name=PREFIX_NAME,
@@ -47,7 +48,7 @@ async def rebuilt_layers(
         raise EnvironmentStateError(
             f"rebuilding the prefix to step {checkpoint.cut_index} captured no checkpoint: "
             f"{PREFIX_NAME} ended {result.status} ({result.error_category}: {result.error}); "
-            f"see {outcome.run_dir}"
+            f"see {RunPaths(outcome.run_dir).controller_log}"
         )
     return captured.root, f"the prefix rebuilt once in {PREFIX_NAME}/"
 

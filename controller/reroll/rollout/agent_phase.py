@@ -70,7 +70,8 @@ async def install_agent(sandbox: Sandbox, agent: AgentSpec, env: dict[str, str],
 
 
 async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> AgentOutcome:
-    """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn) and wait
+    """Launch `agent` told `prompt` (its ``resume`` command when `resume`: multi-turn; a process
+    tree restored instead when an extension says so, `TurnLaunch.restored`) and wait
     for it to exit, time out, or be stopped by the proxy's stop: one turn
     (`reroll.rollout.turns.scenes.TurnRunner`; `reroll.rollout.lifecycle` binds the arguments before
     `agent`).
@@ -104,9 +105,12 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
         def write_output(_stream: str, chunk: bytes) -> None:
             log.write(chunk)
 
+        command = agent.resume if launch.resume and agent.resume else agent.launch
         launched = asyncio.create_task(
-            sandbox.exec(
-                ["sh", "-c", agent.resume if launch.resume and agent.resume else agent.launch],
+            launch.restored(write_output, plan.timeout_seconds)  # a restored tree: waited for
+            if launch.restored is not None
+            else sandbox.exec(
+                ["sh", "-c", command],
                 cwd=layout.workspace,
                 env=agent_env,
                 inherit_env=False,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from reroll.rollout.turns.scenes import AgentOutcome, TrialContext
     from reroll.rollout.verify.verifiers import Verdict, Verifier
     from reroll.sandbox.base import Sandbox
+    from reroll.sandbox.results import ExecResult
 
 EXTENSIONS: dict[str, str] = {
     "skills": "reroll.rollout.extensions.skills:Skills",
@@ -90,6 +92,9 @@ class Draft:
     hold_every: int = 0
     """The proxy holds the request of every this many steps until an extension releases it
     (`reroll.host.llm_proxy.LlmProxy.wait_for_held`); 0: never."""
+    proxy_token: str | None = None
+    """The token the proxy takes for the agent's (a process restored from another rollout
+    presents that rollout's: `reroll.rollout.process_layer`); None: a fresh one."""
 
 
 @dataclass
@@ -106,6 +111,9 @@ class TurnLaunch:
     notes: list[str] = field(default_factory=list)
     """Paragraphs told after the prompt (a new session only): how an agent without an MCP client
     reaches the MCP tools (`reroll.rollout.extensions.services`)."""
+    restored: Callable[[Callable[[str, bytes], None], float], Coroutine[Any, Any, ExecResult]] | None = None
+    """Run instead of launching the agent, given the output callback and the timeout in seconds:
+    a restored process tree waited for (`reroll.rollout.process_layer.run_restored`)."""
 
 
 @dataclass

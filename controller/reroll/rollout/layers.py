@@ -9,7 +9,10 @@ order:
    absent when the task declares none;
 2. ``sandbox`` — the workspace, whole (the sandbox's filesystem as the agent changed it);
 3. ``session`` — the agent's native session (`AgentSpec.session_paths` under its HOME: Claude
-   Code's ``~/.claude``, Codex's ``~/.codex``), which `AgentSpec.resume` continues.
+   Code's ``~/.claude``, Codex's ``~/.codex``), which `AgentSpec.resume` continues;
+4. ``process`` — a branch's only, of an agent whose conversation is in its memory: its process
+   tree, dumped by the caller before the others (`reroll.rollout.process_layer`), its record's
+   file ``process.json``; `restore_checkpoint` leaves it to the agent phase.
 
 The folder it writes::
 
@@ -49,14 +52,16 @@ from reroll.environment.state import (
     snapshot_state,
 )
 from reroll.rollout.verify.script_verifier import quiesce
-from reroll.runfolder.paths import CHECKPOINT_FILE, CheckpointPaths
+from reroll.runfolder.paths import CHECKPOINT_FILE, PROCESS_RECORD, CheckpointPaths
 from reroll.runfolder.run import MAX_JSON_BYTES, now_iso
 from reroll.sandbox.base import Sandbox
 from reroll.tasks.task import Task
 
-LayerName = Literal["environment", "sandbox", "session"]
-LAYER_ORDER: tuple[LayerName, ...] = ("environment", "sandbox", "session")
-"""The capture and restore order (the seeds': environment state → container → agent session)."""
+LayerName = Literal["environment", "sandbox", "session", "process"]
+LAYER_ORDER: tuple[LayerName, ...] = ("environment", "sandbox", "session", "process")
+"""The capture and restore order (the seeds': environment state → container → agent session),
+then the agent's process tree where a branch dumped it (`reroll.rollout.process_layer`: dumped
+first, listed last, restored by the agent phase)."""
 MAX_LAYER_BYTES = 4 * 1024**3
 """The largest layer file of a checkpoint read (each is read whole, no symlink followed)."""
 
@@ -140,6 +145,7 @@ async def capture_checkpoint(
     *,
     quiesce_agent: bool = True,
     covered: Sequence[str] = (),
+    process: bytes | None = None,
 ) -> LayeredCheckpoint:
     """Quiesce the agent and capture its rollout's layers at `step` into `folder` (the module
     docstring).
@@ -155,6 +161,8 @@ async def capture_checkpoint(
             agent otherwise (the proxy holds its model request: ``--checkpoint-every``).
         covered: sandbox paths the caller keeps otherwise (a pool snapshot of the workspace and
             HOME): a layer whose paths all lie in them is not captured (nor expected).
+        process: ``process.json`` of the agent's tree the caller dumped into `folder`
+            (`reroll.rollout.process_layer.dump_process`): recorded as the ``process`` layer.
 
     Returns:
         The checkpoint as written to ``folder/checkpoint.json``.
@@ -168,8 +176,9 @@ async def capture_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     files = CheckpointPaths(folder)
     plans = uncovered_layers(sandbox, task, agent, covered)
+    names: list[LayerName] = [plan.name for plan in plans] + ["process"] * (process is not None)
     checkpoint = LayeredCheckpoint(
-        step=step, task=task.name, agent=agent.name, expected=[p.name for p in plans], created_at=now_iso()
+        step=step, task=task.name, agent=agent.name, expected=names, created_at=now_iso()
     )
     _write_atomic(files.record, checkpoint.model_dump_json(indent=2).encode())
     for plan in plans:
@@ -186,6 +195,13 @@ async def capture_checkpoint(
                 digest=copy.digest,
             )
         )
+        _write_atomic(files.record, checkpoint.model_dump_json(indent=2).encode())
+    if process is not None:
+        record = LayerRecord(
+            name="process", file=PROCESS_RECORD, step=step, sha256=hashlib.sha256(process).hexdigest(),
+            size_bytes=len(process), digest=hashlib.sha256(process).hexdigest(),
+        )  # fmt: skip
+        checkpoint.layers.append(record)
         _write_atomic(files.record, checkpoint.model_dump_json(indent=2).encode())
     return checkpoint
 
@@ -238,8 +254,9 @@ async def restore_checkpoint(
     step: int,
     given: Sequence[str] = (),
 ) -> LayeredCheckpoint:
-    """Check the checkpoint in `folder` (`load_checkpoint`) and put its layers into `sandbox` (a
-    fresh sandbox of the same task, before the agent starts), in `LAYER_ORDER`; a layer whose
+    """Check the checkpoint in `folder` (`load_checkpoint`) and put its file layers into `sandbox`
+    (a fresh sandbox of the same task, before the agent starts), in `LAYER_ORDER` (a ``process``
+    layer is the agent phase's: `reroll.rollout.process_layer`); a layer whose
     paths all lie in `given` (sandbox paths the sandbox started with as of that step: a kept
     pool's snapshot) is left as it is, and may be absent from the checkpoint (one captured with
     those paths `covered`).
@@ -259,7 +276,8 @@ async def restore_checkpoint(
             f"not of {agent.name} on {task.name}"
         )
     needed = [plan for plan in plans if not _covered(plan, given)]
-    if checkpoint.expected not in ([plan.name for plan in plans], [plan.name for plan in needed]):
+    expected = [name for name in checkpoint.expected if name != "process"]  # the agent phase's
+    if expected not in ([plan.name for plan in plans], [plan.name for plan in needed]):
         raise EnvironmentStateError(
             f"checkpoint {folder} has the layers {checkpoint.expected}; "
             f"this rollout needs {[p.name for p in needed]}"

@@ -55,6 +55,7 @@ async def start_llm_side(
         volatile=volatile,
         hold_every=plan.hold_every,
         max_steps=plan.config.max_steps,
+        token=plan.proxy_token,
     )
     await stack.enter_async_context(proxy)
     await sandbox.allow_host_port(port_of(proxy.base_url))

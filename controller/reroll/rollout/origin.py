@@ -51,6 +51,9 @@ class FromCheckpoint:
     """The step of `layers` when it is earlier than the cut (a branch from the nearest earlier
     checkpoint): the rollout restores it, then the proxy replays the recorded exchanges from that
     step to the cut before it goes live; None: `layers` is of the cut."""
+    dump_process: bool = False
+    """A branch's rebuilt prefix of an agent whose conversation is in its memory: the tree is
+    dumped at the cut into the checkpoint's ``process`` layer (`reroll.rollout.process_layer`)."""
 
     def trial(self) -> TrialConfig | None:
         """The trial the rollout runs: the original's, or with `layers` one turn told

@@ -49,6 +49,8 @@ class RolloutPlan:
     hold_every: int = 0
     """The proxy holds the request of every this many steps until an extension releases it
     (`reroll.host.llm_proxy.LlmProxy.wait_for_held`: the checkpoints'); 0: never."""
+    proxy_token: str | None = None
+    """The token the proxy takes for the agent's (`reroll.rollout.hooks.Draft.proxy_token`)."""
     settings: RolloutSettings = field(default_factory=RolloutSettings)
     """How the rollout runs (`reroll.settings`), of which `config` is the recorded form."""
     sandbox_settings: BaseModel | None = None

@@ -130,6 +130,7 @@ async def start_rollout(
         config=draft.config,
         settings=draft.settings,
         hold_every=draft.hold_every,
+        proxy_token=draft.proxy_token,
         sandbox_settings=_sandbox_settings(origin, draft.config.sandbox, draft.settings),
         **_replayed(origin, draft.settings, run_dir),
     )

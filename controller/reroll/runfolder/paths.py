@@ -97,6 +97,9 @@ CLEANUP_FILE = "cleanup.txt"
 CHECKPOINT_FILE = "checkpoint.json"
 """In a checkpoint's folder: its `reroll.rollout.layers.LayeredCheckpoint` (the layer files beside it)."""
 POOL_FILE = "pool.json"
+PROCESS_IMAGES_DIR = "process"
+PROCESS_RECORD = "process.json"
+PROCESS_FILES = "process-files.tar"
 """In a checkpoint's folder, when the recording sandbox keeps copy-on-write snapshots (``local``
 with ``keep_snapshots``): ``{"from_snapshot": "<pool>:step-K"}``, the workspace and HOME at that
 step, frozen in the pool the sandbox leaves when it stops
@@ -222,6 +225,21 @@ class CheckpointPaths:
     def layer(self, name: str) -> Path:
         """A layer's file, by the name its checkpoint record gives it."""
         return self.root / name
+
+    @property
+    def process_record(self) -> Path:
+        """``process.json``: the process layer's record file (`reroll.rollout.process_layer.ProcessLayer`)."""
+        return self.root / PROCESS_RECORD
+
+    @property
+    def process_images(self) -> Path:
+        """``process/``: CRIU's images of the agent's process tree (`reroll.rollout.process_layer`)."""
+        return self.root / PROCESS_IMAGES_DIR
+
+    @property
+    def process_files(self) -> Path:
+        """``process-files.tar``: the files the tree held open, at their size at its dump."""
+        return self.root / PROCESS_FILES
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,16 @@ import pytest
 from reroll import conformance
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.local import rootview
-from reroll.sandbox.local.criu import FIRST_TREE_PID, dump_tree, raise_next_pid, restore_tree
+from reroll.sandbox.local.criu import (
+    FIRST_TREE_PID,
+    dump_tree,
+    find_tree,
+    raise_next_pid,
+    restore_attached,
+    restore_tree,
+)
 from reroll.sandbox.local.isolated import IsolatedSandbox
+from reroll.sandbox.local.rootview import AGENT_ID
 from reroll.tasks.task import Task
 
 pytestmark = [
@@ -152,3 +160,28 @@ async def test_a_request_in_flight_is_sent_again_to_the_new_sandbox_s_server(
     assert "0 retry" in log, log
     print(f"dump {dumped.seconds:.3f} s, restore {restored_run.seconds:.3f} s")
     assert os.stat(tmp_path / "images").st_uid == 0
+
+
+async def test_a_tree_restored_attached_writes_to_the_restore_s_output(task: Task, tmp_path: Path) -> None:
+    """The tree's stdout and stderr, pipes to the first sandbox's sidecar, are handed the restore's
+    own (``--inherit-fd``): what it writes after the restore streams back, in order, and the
+    restore returns when its root exits."""
+    loop = "i=0; while [ $i -lt 30 ]; do i=$((i+1)); echo out$i; echo err$i >&2; sleep 0.05; done"
+    async with two_sandboxes(task) as (original, restored):
+        await raise_next_pid(original)
+        running = asyncio.create_task(original.exec(["sh", "-c", loop], user="agent"))
+        await asyncio.sleep(0.5)
+        tree = find_tree(original, original.id_base + AGENT_ID)
+        assert tree.root >= FIRST_TREE_PID and set(tree.pipes) == {1, 2}
+        await dump_tree(original, tree.root, tmp_path / "images", leave_running=False)
+        before = (await running).stdout.decode().split()
+        said: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+
+        def collect(stream: str, chunk: bytes) -> None:
+            said[stream] += chunk
+
+        code, timed_out = await restore_attached(restored, tmp_path / "images", tree.pipes, collect, 30)
+    after = said["stdout"].decode().split()
+    assert not timed_out and code == 0
+    assert after and after[-1] == "out30" and int(after[0][3:]) >= int(before[-1][3:]), (before, after)
+    assert said["stderr"].decode().split()[-1] == "err30"

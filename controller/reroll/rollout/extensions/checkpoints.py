@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import shutil
 import time
@@ -34,7 +35,15 @@ from reroll_contracts.proxy import FreezePlan, HeldStep
 from reroll.host.llm_proxy import LlmProxy
 from reroll.rollout.hooks import Draft, Extension, Run, TurnLaunch
 from reroll.rollout.layers import capture_checkpoint, restore_checkpoint, uncovered_layers
+from reroll.rollout.llm_side import port_of
 from reroll.rollout.origin import FromCheckpoint, NewRecording
+from reroll.rollout.process_layer import (
+    ProcessLayer,
+    dump_process,
+    read_process_layer,
+    restore_process_files,
+    run_restored,
+)
 from reroll.rollout.turns.scenes import AgentOutcome
 from reroll.runfolder.paths import CheckpointPaths
 from reroll.runfolder.run import write_json
@@ -42,6 +51,7 @@ from reroll.sandbox.docker import disk
 from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.cowdisk import LAYER
 from reroll.sandbox.local import cow
+from reroll.sandbox.local.criu import raise_next_pid
 from reroll.sandbox.local.rootview import namespaces_unavailable
 from reroll.sandbox.local.settings import IsolatedSandboxConfig
 from reroll.sandbox.local.storage import PoolSnapshot, frozen_paths, mark_pool
@@ -71,6 +81,10 @@ class Checkpoints(Extension):
         """What the proxy freezes at each step itself (`_let_the_proxy_freeze`), None: it holds."""
         self.froze: dict[int, float] = {}
         """Seconds of each step's held part on the controller's side (``capture`` in the holds file)."""
+        self.dump_process = False
+        """Dump the agent's process tree at each held step (`FromCheckpoint.dump_process`)."""
+        self.process: ProcessLayer | None = None
+        """The origin's process layer, restored instead of launching the agent (a fork of it)."""
 
     def configure(self, draft: Draft) -> None:
         """Have the proxy hold every ``checkpoint_every``-th step (also at the cut of a
@@ -84,6 +98,10 @@ class Checkpoints(Extension):
             self.restore_from = draft.origin.layers
             self.restore_step = draft.origin.layers_step or draft.origin.checkpoint.cut_index
             self.from_pool = draft.origin.pool
+            self.dump_process = draft.origin.dump_process
+            if self.restore_from is not None:
+                self.process = read_process_layer(self.restore_from)
+                draft.proxy_token = self.process.token if self.process is not None else None
 
     async def before_agent(self, run: Run) -> None:
         """Restore the origin's layers (a fork), then start capturing while the agent runs."""
@@ -100,9 +118,14 @@ class Checkpoints(Extension):
                 step=self.restore_step,
                 given=given,
             )
+            if self.process is not None and run.proxy is not None:
+                port = port_of(run.proxy.base_url)
+                await restore_process_files(run.sandbox, self.restore_from, self.process, env, port)
             plan.paths.make_harness()
             write_json(plan.paths.restored_checkpoint, restored)
             await run.hooks.at_restore(run, self.restore_step, self.restore_from)
+        if self.dump_process:  # its tree's pids free in every fresh sandbox (`raise_next_pid`)
+            await raise_next_pid(run.sandbox)  # type: ignore[arg-type]  # refused by the dump if not isolated
         if run.proxy is not None and self.every:
             if self.pool_only:
                 self.freezing = await _let_the_proxy_freeze(run, run.proxy)
@@ -110,8 +133,12 @@ class Checkpoints(Extension):
             run.stack.push_async_callback(self._stop)
 
     async def before_turn(self, run: Run, launch: TurnLaunch) -> None:
-        """A fork's every turn continues the restored session."""
+        """A fork's every turn continues the restored session; a fork of a process layer's first
+        turn waits for the restored tree instead of launching the agent."""
         launch.resume = launch.resume or self.restore_from is not None
+        if self.process is not None and self.restore_from is not None:
+            launch.restored = functools.partial(run_restored, run.sandbox, self.restore_from, self.process)
+            self.process = None
 
     async def after_agent(self, run: Run, outcome: AgentOutcome) -> None:
         """Stop capturing (before the proxy stops), file the steps the proxy froze unseen
@@ -184,7 +211,16 @@ class Checkpoints(Extension):
         """A ``checkpoint_every`` checkpoint of `step` (the request held): its layers as tar files
         into `folder`, and a pool snapshot beside them where the sandbox keeps one."""
         plan = run.plan
-        await capture_checkpoint(run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False)
+        process = None
+        if self.dump_process and run.proxy is not None:  # first: its files as it left them
+            layer, process = await dump_process(run.sandbox, run.proxy.base_url, run.proxy.token, folder, env)
+            run.console.print(
+                f"[dim]the agent's process tree dumped in {layer.dump_seconds:.2f} s, "
+                f"{layer.images_bytes / 1e6:.1f} MB of images[/dim]"
+            )
+        await capture_checkpoint(
+            run.sandbox, plan.task, plan.agent, step, folder, env, quiesce_agent=False, process=process
+        )
         await _keep_in_pool(run, step, folder)
         run.console.print(f"[dim]checkpoint of step {step}: {folder}[/dim]")
         await run.hooks.at_checkpoint(run, step, folder)
