@@ -36,7 +36,7 @@ async def capture(folder: Path) -> bytes:
     sandbox = SimpleNamespace(layout=LAYOUT)
     task, agent = load_task(EXAMPLES / "fix-failing-test"), get_agent("mini-swe-agent")
     await capture_checkpoint(
-        sandbox,
+        sandbox,  # type: ignore[arg-type]  # a stand-in: the pool keeps the workspace, no sandbox call
         task,
         agent,
         2,
@@ -44,7 +44,7 @@ async def capture(folder: Path) -> bytes:
         {},
         quiesce_agent=False,
         covered=["/app"],
-        process=process,  # type: ignore[arg-type]
+        process=process,
     )
     return process
 
