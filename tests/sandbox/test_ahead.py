@@ -37,12 +37,14 @@ def empty() -> None:
 async def test_a_sandbox_started_ahead_is_taken_once_its_start_ended() -> None:
     fake = Fake()
     start_ahead(fake, "child-0")  # type: ignore[arg-type]
-    taking = asyncio.create_task(take_ahead("child-0"))
+    # Its own start (started ahead) does not take itself.
+    assert await take_ahead("child-0", fake) is None  # type: ignore[arg-type]
+    taking = asyncio.create_task(take_ahead("child-0", Fake()))  # type: ignore[arg-type]
     await asyncio.sleep(0)
     assert not taking.done()  # waits for the start
     fake.go.set()
     assert id(await taking) == id(fake) and fake.started
-    assert await take_ahead("child-0") is None  # taken once
+    assert await take_ahead("child-0", Fake()) is None  # type: ignore[arg-type]  # taken once
     await discard_ahead()
     assert fake.stops == 0  # the taker's now
 
@@ -51,8 +53,8 @@ async def test_another_run_id_takes_nothing_and_a_failed_start_is_none() -> None
     failing = Fake(fail=True)
     failing.go.set()
     start_ahead(failing, "child-1")  # type: ignore[arg-type]
-    assert await take_ahead("child-2") is None
-    assert await take_ahead("child-1") is None
+    assert await take_ahead("child-2", Fake()) is None  # type: ignore[arg-type]
+    assert await take_ahead("child-1", Fake()) is None  # type: ignore[arg-type]
 
 
 async def test_the_ones_no_rollout_took_are_cancelled_and_stopped() -> None:
@@ -64,7 +66,7 @@ async def test_the_ones_no_rollout_took_are_cancelled_and_stopped() -> None:
     await asyncio.sleep(0)
     await discard_ahead()
     assert (waiting.stops, waiting.started, done.stops, done.started) == (1, False, 1, True)
-    assert await take_ahead("child-4") is None
+    assert await take_ahead("child-4", Fake()) is None  # type: ignore[arg-type]
 
 
 def test_the_docker_sandbox_starts_ahead() -> None:

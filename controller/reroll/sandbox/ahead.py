@@ -48,13 +48,14 @@ def start_ahead(sandbox: Sandbox, run_id: str) -> None:
     _AHEAD[run_id] = (sandbox, asyncio.get_running_loop().create_task(sandbox.start()))
 
 
-async def take_ahead(run_id: str) -> Sandbox | None:
+async def take_ahead(run_id: str, taker: Sandbox) -> Sandbox | None:
     """The sandbox started ahead for `run_id`, its start ended (removed from the registry: taken
-    once), or None when there is none or its start failed (it stopped itself then; the error is
-    logged and the caller starts its own)."""
-    entry = _AHEAD.pop(run_id, None)
-    if entry is None:
+    once), or None when there is none, it is `taker` itself (its own start, started ahead), or its
+    start failed (it stopped itself then; the error is logged and the caller starts its own)."""
+    entry = _AHEAD.get(run_id)
+    if entry is None or entry[0] is taker:
         return None
+    del _AHEAD[run_id]
     sandbox, started = entry
     try:
         await started

@@ -323,7 +323,7 @@ class DockerSandbox(CowSnapshots):
     async def _take_ahead(self) -> bool:
         """Adopt the sandbox started ahead for this run id (`reroll.sandbox.ahead.take_ahead`) when
         it is this one (spec, settings, network policy), else stop it; whether one was adopted."""
-        ahead = await take_ahead(self.run_id)
+        ahead = await take_ahead(self.run_id, self)
         if ahead is None:
             return False
         if not isinstance(ahead, DockerSandbox) or self.container is not None or self._key() != ahead._key():
