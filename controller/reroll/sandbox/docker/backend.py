@@ -276,7 +276,7 @@ class DockerSandbox(CowSnapshots):
 
     async def start(self) -> None:
         """Build or reuse the task's image (and its services' images that have a ``build``),
-        start the container and wait for its sidecar.
+        start the container and wait for its sidecar; or adopt the same sandbox started ahead.
 
         Raises:
             SandboxError: an image failed to build, the container failed to start, or its
