@@ -282,7 +282,7 @@ class DockerSandbox(CowSnapshots):
             SandboxError: an image failed to build, the container failed to start, or its
                 sidecar was not ready within ``config.ready_timeout_seconds`` (the container's log is quoted).
         """
-        if await self._take_ahead():
+        if not self.installs_writable and await self._take_ahead():  # an installer takes none
             return
         try:
             await asyncio.to_thread(self._create)
