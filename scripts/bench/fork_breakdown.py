@@ -2,7 +2,7 @@
 pool checkpoint, from the command's start to the first child's first live request.
 
     .venv/bin/python scripts/bench/fork_breakdown.py [--steps 40] [--at 10,30] [-n 8]
-        [--concurrency 4] [--checkpoint-keep 64] [--run RUN_FOLDER]
+        [--concurrency 4] [--checkpoint-keep 64] [--run RUN_FOLDER] [--sandbox local]
 
 Records one run of the resumable ``urllib-session`` agent on examples/tasks/sqlite-ledger (as
 scripts/bench/branch.py does, with a pool checkpoint at every step) unless `--run` names one, then
@@ -137,8 +137,8 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
     model = script(folder, args.steps, args.step_seconds)
     run = Path(args.run) if args.run else None
     if run is None:
-        print(f"recording {args.steps} steps of urllib-session on sqlite-ledger (local)", flush=True)
-        options = RolloutSettings(sandbox="local", checkpoint_keep=args.checkpoint_keep)
+        print(f"recording {args.steps} steps of urllib-session on sqlite-ledger ({args.sandbox})", flush=True)
+        options = RolloutSettings(sandbox=args.sandbox, checkpoint_keep=args.checkpoint_keep)
         jobs = Path(args.keep_recording) if args.keep_recording else folder
         outcome = await run_task(
             TASK, agent_name="urllib-session", model=model, options=options, jobs_dir=jobs
@@ -167,7 +167,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
             at=at,
             models=[model],
             n=args.n,
-            options=RolloutSettings(sandbox="local"),
+            options=RolloutSettings(sandbox=args.sandbox),
             runner=RunnerOptions(concurrency=args.concurrency, max_starting=args.concurrency),
             output=folder / f"tree-{at}",
             via="snapshot",
@@ -184,6 +184,7 @@ def main() -> int:
     parser = branch_arguments(concurrency=4)
     parser.add_argument("--checkpoint-keep", type=int, default=64)
     parser.add_argument("--run", help="a recorded run folder to branch (recorded with --checkpoint-keep)")
+    parser.add_argument("--sandbox", default="local", help="the recording's and the children's sandbox")
     parser.add_argument("--keep-recording", help="record into this jobs folder and keep it (for --run)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reroll-bench-fork-") as folder:

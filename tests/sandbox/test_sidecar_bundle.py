@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
+from reroll.sandbox import sidecar_bundle
 from reroll.sandbox.sidecar_bundle import sidecar_lib
 
 
@@ -58,7 +59,6 @@ async def test_the_bundle_leaves_nothing_of_itself_in_the_environment_of_the_com
 
 def test_the_bundle_key_is_computed_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every sandbox's start asks for the bundle: its sources are hashed and the tools run once."""
-    from reroll.sandbox import sidecar_bundle
 
     found: list[int] = []
 

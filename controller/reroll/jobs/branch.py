@@ -64,7 +64,7 @@ from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_
 from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import load_checkpoint
 from reroll.rollout.process_layer import process_fork_refusal
-from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, start_rollout
+from reroll.rollout.start import FromCheckpoint, RolloutOutcome, check_rollout, sandbox_of, start_rollout
 from reroll.rollout.trust import refuse_untrusted
 from reroll.runfolder.asks import AskLog
 from reroll.runfolder.paths import RunPaths
@@ -82,7 +82,8 @@ from reroll.runfolder.summary import (
     RolloutSummary,
     Via,
 )
-from reroll.sandbox.base import load_backend
+from reroll.sandbox.ahead import StartsAhead, discard_ahead
+from reroll.sandbox.base import create_sandbox, load_backend
 from reroll.settings import DEFAULT_SANDBOX, RolloutSettings, with_recorded_inputs
 
 
@@ -193,7 +194,11 @@ async def branch(
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
     rollouts = plan.rollouts(tasks_dir, reached)
-    children = _children(await batch.run(rollouts, console), plan.planned, plan.parent)
+    plan.start_ahead(reached, runner)
+    try:
+        children = _children(await batch.run(rollouts, console), plan.planned, plan.parent)
+    finally:
+        await discard_ahead()  # those no child took (one ended before its start)
     summary = plan.summary(children, reached)
     write_json(RunPaths(plan.parent).tree_summary, summary)
     return summary
@@ -328,6 +333,28 @@ class _TreePlan:
             reached = _Reached(chosen, note, layers, digests, pool, step)
         console.print(f"branches reach their cut via {chosen}" + (f" ({note})" if note else ""))
         return reached
+
+    def start_ahead(self, reached: _Reached, runner: RunnerOptions) -> None:
+        """Start the sandboxes of the first branches the runner starts (``concurrency``, at most
+        ``max_starting``) now, where they fork from a kept pool in this process and the backend
+        can hand them over (`reroll.sandbox.ahead`: docker): their starts overlap the runner's and
+        each child's own steps before its sandbox starts.
+
+        Raises:
+            As `reroll.rollout.start.check_rollout` (found before by `refuse_unrunnable`).
+        """
+        if reached.pool is None or runner.executor != "asyncio":
+            return
+        for number, spec, index in self.planned[: min(runner.concurrency, runner.max_starting)]:
+            checkpoint, point = self.checkpoints[number], self.points[number]
+            origin = _branch_origin(
+                checkpoint, point, self.parent, index, spec, reached.layers, reached.pool, reached.step
+            )
+            live = parse_model(spec, checkpoint.task.path, checkpoint.agent.name)
+            backend, sandbox_spec, settings = sandbox_of(origin, live_model=live, options=self.bound)
+            sandbox = create_sandbox(backend, sandbox_spec, _folder(point, spec, index), settings)
+            if not (isinstance(sandbox, StartsAhead) and sandbox.start_ahead()):
+                return
 
     def summary(self, children: list[ChildSummary], reached: _Reached) -> BranchSummary:
         """The tree's summary: its children, each model's and each point's value estimate."""

@@ -256,14 +256,20 @@ def _fit_to_host(plan: RolloutPlan, console: Console) -> Task:
     """The task the sandbox gets: `plan.task` with its cpus and memory capped to the host's
     (`capped_to_host`), each cap on the console and in the run folder's `LIMITS_FILE`; as it is
     on a backend that enforces no limits."""
-    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
-        return plan.task
-    task, notes = capped_to_host(plan.task, host_cpus(), host_memory_mb())
+    task, notes = fitted_to_host(plan.task, plan.config.sandbox)
     if notes:
         RunPaths(plan.run_dir).limits.write_text("".join(f"{note}\n" for note in notes))
         for note in notes:
             console.print(f"[yellow]{note}[/yellow]")
     return task
+
+
+def fitted_to_host(task: Task, backend: str) -> tuple[Task, list[str]]:
+    """`task` as a sandbox of `backend` gets it, and a note per limit lowered: its cpus and memory
+    capped to the host's (`capped_to_host`), unchanged on a backend that enforces no limits."""
+    if backend in WITHOUT_NETWORK_POLICY:
+        return task, []
+    return capped_to_host(task, host_cpus(), host_memory_mb())
 
 
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:

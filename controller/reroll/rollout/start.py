@@ -43,9 +43,10 @@ from reroll.agents import AgentSpec, get_agent
 from reroll.host.llm_proxy import recorded_sandbox_values
 from reroll.models.spec import ModelSpec, parse_model
 from reroll.rollout.hooks import Draft, Hooks, load_extensions
-from reroll.rollout.lifecycle import execute_rollout
+from reroll.rollout.lifecycle import execute_rollout, fitted_to_host
 from reroll.rollout.origin import RESUME_PROMPT, FromCheckpoint, NewRecording, Origin
 from reroll.rollout.plan import RolloutPlan
+from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.rollout.trust import refuse_untrusted
 from reroll.rollout.turns.scenes import check_trial
 from reroll.rollout.verify.verifiers import verifier_for
@@ -59,6 +60,7 @@ from reroll.runfolder.run import (
     now_iso,
 )
 from reroll.sandbox.base import WITHOUT_NETWORK_POLICY, load_backend
+from reroll.sandbox.spec import SandboxSpec
 from reroll.settings import (
     DEFAULT_SANDBOX,
     RolloutSettings,
@@ -155,6 +157,21 @@ def check_rollout(
         As `start_rollout`.
     """
     _configured(origin, live_model, options, rescored_from)
+
+
+def sandbox_of(
+    origin: Origin, *, live_model: ModelSpec | None, options: RolloutSettings
+) -> tuple[str, SandboxSpec, BaseModel | None]:
+    """The backend, spec and settings that `start_rollout` of the same arguments makes its sandbox
+    with (for a command that starts it ahead, `reroll.sandbox.ahead`), writing nothing.
+
+    Raises:
+        As `check_rollout`.
+    """
+    draft, _ = _configured(origin, live_model, options, None)
+    backend = draft.config.sandbox
+    spec = sandbox_spec(fitted_to_host(draft.task, backend)[0])
+    return backend, spec, _sandbox_settings(origin, backend, draft.settings)
 
 
 def _configured(

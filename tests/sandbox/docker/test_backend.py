@@ -24,8 +24,10 @@ import docker.models.containers
 import pytest
 from reroll.host.owner import owner_label
 from reroll.rollout.sandbox_spec import sandbox_spec
+from reroll.sandbox.ahead import discard_ahead
 from reroll.sandbox.docker import backend as docker_backend
 from reroll.sandbox.docker.backend import DockerSandbox
+from reroll.sandbox.docker.config import DockerSandboxConfig
 from reroll.sandbox.docker.conventions import AGENTS_DIR
 from reroll.sandbox.docker.engine import SHARED_VOLUMES
 from reroll.sandbox.docker.installs import install_store
@@ -368,3 +370,39 @@ def test_a_run_overrides_the_tasks_network_policy(tmp_path: Path) -> None:
     (run_dir,) = (tmp_path / "jobs").glob("*/*")
     assert json.loads((run_dir / "config.json").read_text())["network"] == "none"
     assert json.loads((run_dir / "result.json").read_text())["rewards"]["reward"] == 1.0
+
+
+async def test_a_sandbox_started_ahead_is_adopted_by_its_rollouts_own(task: Task) -> None:
+    """`reroll branch` starts a child's sandbox ahead (`reroll.sandbox.ahead`); the rollout's own
+    object of the same run id, spec and settings adopts it: the same container, no second one."""
+    run_id = f"ahead-{uuid.uuid4().hex[:8]}"
+    early = DockerSandbox(sandbox_spec(task), run_id)
+    assert early.start_ahead()
+    sandbox = DockerSandbox(sandbox_spec(task), run_id)
+    await sandbox.host_address()  # as the lifecycle does before its start
+    try:
+        await sandbox.start()
+        assert sandbox.container is not None and early.container is not None
+        assert sandbox.container.id == early.container.id
+        assert labelled_containers(run_id) == [sandbox.container.name]
+        assert (await sandbox.exec(["true"])).exit_code == 0
+    finally:
+        await sandbox.stop()
+        await discard_ahead()
+    assert labelled_containers(run_id) == []
+
+
+async def test_a_sandbox_started_ahead_that_differs_is_stopped(task: Task) -> None:
+    """One started ahead with other settings (or spec) than the rollout's is never handed over:
+    it is removed and the rollout's own starts."""
+    run_id = f"ahead-{uuid.uuid4().hex[:8]}"
+    early = DockerSandbox(sandbox_spec(task), run_id, DockerSandboxConfig(setup_timeout_seconds=59))
+    assert early.start_ahead()
+    sandbox = DockerSandbox(sandbox_spec(task), run_id)
+    try:
+        await sandbox.start()
+        assert sandbox.container is not None and early.container is None  # stopped
+        assert labelled_containers(run_id) == [sandbox.container.name]
+    finally:
+        await sandbox.stop()
+    assert not DockerSandbox(sandbox_spec(with_network(task, "none")), run_id).start_ahead()

@@ -65,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import re
 import secrets
 import shutil
@@ -82,6 +83,7 @@ from reroll_contracts.errors import SandboxError, SidecarError
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.host.owner import owner_label
+from reroll.sandbox.ahead import start_ahead, take_ahead
 from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
 from reroll.sandbox.base import trust_host_ca
 from reroll.sandbox.docker import disk, firewall, layer, seccomp
@@ -117,6 +119,9 @@ from reroll.sandbox.spec import SandboxSpec, SiblingService
 
 STATE_DIR = "/var/lib/reroll-sidecar"
 """The sidecar's private folder (its default ``--state-dir``): snapshots."""
+READY_FILE = "ready.json"
+"""In the mount folder: written by the sidecar once it listens (``--ready-file``)."""
+READY_POLL_SECONDS = 0.01
 SIZED_FOLDERS = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("vartmp", 0o1777)}
 SIZED_FOLDERS |= {"/home": ("home", 0o755), "/root": ("root", 0o700)}
 """The container's folders, besides the workspace and the logs, on the sized file system:
@@ -271,12 +276,14 @@ class DockerSandbox(CowSnapshots):
 
     async def start(self) -> None:
         """Build or reuse the task's image (and its services' images that have a ``build``),
-        start the container and wait for its sidecar.
+        start the container and wait for its sidecar; or adopt the same sandbox started ahead.
 
         Raises:
             SandboxError: an image failed to build, the container failed to start, or its
                 sidecar was not ready within ``config.ready_timeout_seconds`` (the container's log is quoted).
         """
+        if not self.installs_writable and await self._take_ahead():  # an installer takes none
+            return
         try:
             await asyncio.to_thread(self._create)
             assert self._mount_dir is not None
@@ -304,6 +311,32 @@ class DockerSandbox(CowSnapshots):
         except BaseException:
             await self.stop()
             raise
+
+    def start_ahead(self) -> bool:
+        """See `reroll.sandbox.ahead.StartsAhead`: on the shared network (``full``, no services or
+        allow-list) only; the rollout's object makes a network of its own in `host_address`."""
+        if self.installs_writable or self.policy != "full" or self.spec.siblings or self.spec.listed:
+            return False
+        start_ahead(self, self.run_id)
+        return True
+
+    async def _take_ahead(self) -> bool:
+        """Adopt the sandbox started ahead for this run id (`reroll.sandbox.ahead.take_ahead`) when
+        it is this one (spec, settings, network policy), else stop it; whether one was adopted."""
+        ahead = await take_ahead(self.run_id, self)
+        if ahead is None:
+            return False
+        if not isinstance(ahead, DockerSandbox) or self.container is not None or self._key() != ahead._key():
+            await ahead.stop()
+            return False
+        if self._docker is not None:  # `host_address`'s client: the adopted one has its own
+            self._docker.close()
+        vars(self).update(vars(ahead))
+        return True
+
+    def _key(self) -> tuple[object, ...]:
+        """What makes two sandboxes of one run id the same sandbox."""
+        return (self.spec, self.config, self.policy, self.installs_writable)
 
     def _create(self) -> None:
         """Blocking part of `start`: images, network, mount folder, container."""
@@ -339,7 +372,12 @@ class DockerSandbox(CowSnapshots):
             self.container = engine.containers.create(
                 image,
                 entrypoint=[*ENTRYPOINT, "--listen", f"unix:{MOUNT_POINT}/sidecar.sock"],
-                command=["--token-file", f"{MOUNT_POINT}/token"],
+                command=[
+                    "--token-file",
+                    f"{MOUNT_POINT}/token",
+                    "--ready-file",
+                    f"{MOUNT_POINT}/{READY_FILE}",
+                ],
                 init=True,
                 name=f"reroll-{name}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
                 hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
@@ -392,25 +430,14 @@ class DockerSandbox(CowSnapshots):
         folders |= {path: entry for path, entry in SIZED_FOLDERS.items() if path not in folders}
         hosts = self.make_disk(docker_name(self.run_id), storage_mb << 20, folders, owner)
         assert self._disk is not None
-        volumes = {}
-        for target, (folder, _) in folders.items():
-            name = f"{self._disk.folder.name}-{folder}-{secrets.token_hex(2)}"
-            try:
-                self._engine.volumes.create(
-                    name,
-                    driver="local",
-                    driver_opts={"type": "none", "o": "bind", "device": str(hosts[target])},
-                    labels={
-                        MANAGED_LABEL: "1",
-                        RUN_ID_LABEL: self.run_id,
-                        OWNER_LABEL: owner,
-                        DISK_LABEL: str(self._disk.folder),
-                    },
-                )
-            except docker.errors.APIError as exc:
-                raise SandboxError(f"cannot create the docker volume {name}: {exc}") from exc
-            self._volumes.append(name)
-            volumes[target] = name
+        labels = {MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, OWNER_LABEL: owner}
+        labels[DISK_LABEL] = str(self._disk.folder)
+        volumes = {
+            target: f"{self._disk.folder.name}-{folder}-{secrets.token_hex(2)}"
+            for target, (folder, _) in folders.items()
+        }
+        binds = {volumes[target]: host for target, host in hosts.items()}
+        disk.bind_volumes(self._engine, binds, labels, made=self._volumes)
         return volumes
 
     async def install_store(self) -> InstallFolders:
@@ -462,10 +489,20 @@ class DockerSandbox(CowSnapshots):
         return hit
 
     async def _wait_ready(self) -> None:
-        """Poll the sidecar until ready; fail early with the container's log when it exited."""
-        assert self.container is not None
+        """Wait for the sidecar's `READY_FILE` in the mount folder (polled on the host every
+        `READY_POLL_SECONDS`: no gRPC reconnect backoff between its bind and our first call), then
+        poll the sidecar until ready; fail early with the container's log when it exited."""
+        assert self.container is not None and self._mount_dir is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.ready_timeout_seconds
+        ready_file, checked = self._mount_dir / READY_FILE, loop.time()
+        while not os.path.lexists(ready_file) and loop.time() < deadline:
+            await asyncio.sleep(READY_POLL_SECONDS)
+            if loop.time() - checked >= 1.0:  # an exited container never writes it
+                checked = loop.time()
+                await asyncio.to_thread(self.container.reload)
+                if self.container.status == "exited":
+                    break
         while True:
             try:
                 await self.wait_ready(timeout_seconds=min(2.0, max(0.1, deadline - loop.time())))
