@@ -56,15 +56,19 @@ def chromium() -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def browser(chromium: tuple[Path, Path]) -> Iterator[WebDriver]:
-    """One headless Chromium for the module's tests."""
+def browser(chromium: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """One headless Chromium for the module's tests; its profile, configuration and crash reports
+    in a temporary folder, not in HOME (tests/sandbox/local/test_isolated.py watches HOME)."""
     binary, driver = chromium
+    home = tmp_path_factory.mktemp("chromium")
     options = webdriver.ChromeOptions()
     options.binary_location = str(binary)
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--hide-scrollbars"):
         options.add_argument(argument)
     options.add_argument(f"--window-size={WINDOW[0]},{WINDOW[1]}")
-    chrome = webdriver.Chrome(service=Service(executable_path=str(driver)), options=options)
+    options.add_argument(f"--user-data-dir={home / 'profile'}")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache")}
+    chrome = webdriver.Chrome(service=Service(executable_path=str(driver), env=env), options=options)
     try:
         yield chrome
     finally:

@@ -247,6 +247,11 @@ class _TreePlan:
     """The parent folder (`write_parent`)."""
 
     @property
+    def backend(self) -> str:
+        """The sandbox backend the branches run on (the command's, else the original's)."""
+        return self.bound.sandbox or self.checkpoint.original.config.sandbox
+
+    @property
     def checkpoint(self) -> Checkpoint:
         """The checkpoint of the latest cut (the prefix every snapshot branch is rebuilt to)."""
         return max(self.checkpoints, key=lambda opened: opened.cut_index)
@@ -312,7 +317,7 @@ class _TreePlan:
         Raises:
             EnvironmentStateError: as `branch`.
         """
-        sandbox = self.bound.sandbox or self.checkpoint.original.config.sandbox
+        sandbox = self.backend
         refusal = process_fork_refusal(sandbox)
         chosen, note = _tree_via(self.checkpoint, self.points, at_ask, via, refusal)
         reached = _Reached(chosen, note)
@@ -345,6 +350,9 @@ class _TreePlan:
         """
         if reached.pool is None or runner.executor != "asyncio":
             return
+        factory = load_backend(self.backend).factory
+        if not (isinstance(factory, type) and issubclass(factory, StartsAhead)):
+            return  # before `sandbox_of`, which runs the extensions' `configure` once more
         for number, spec, index in self.planned[: min(runner.concurrency, runner.max_starting)]:
             checkpoint, point = self.checkpoints[number], self.points[number]
             origin = _branch_origin(

@@ -11,6 +11,7 @@ import io
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -126,9 +127,13 @@ async def test_system_folders_are_read_only_and_writes_stay_in_the_sandbox(
 
 
 def _state_top(folder: Path) -> str:
-    """A hash of the names, sizes and mtimes of `folder`'s own entries (not recursive)."""
+    """A hash of the names, sizes and mtimes of `folder`'s own entries other than folders (not
+    recursive): what WRITES would plant there. Folders are left out: tests running beside this one
+    make and write into HOME's (``.cache``, Ray's ``.ray``, Chromium's ``.config``)."""
     entries = sorted(
-        (p.name, p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.iterdir() if p.name != ".cache"
+        (p.name, p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in folder.iterdir()
+        if not stat.S_ISDIR(p.lstat().st_mode)
     )
     return hashlib.sha256(repr(entries).encode()).hexdigest()
 

@@ -31,11 +31,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import docker
-import docker.errors
 from reroll_contracts.errors import SandboxError
+
+if TYPE_CHECKING:  # the docker SDK is loaded by the one function that talks to the engine: a local
+    import docker  # rollout imports this module (PREFIX) and never the SDK (tests/jobs/test_branch.py)
 
 PREFIX = "reroll-disk-"
 LOCAL_PREFIX = "reroll-local-disk-"
@@ -179,6 +180,7 @@ def bind_volumes(
     Raises:
         SandboxError: the engine refused one (the first error).
     """
+    import docker.errors
 
     def create(name: str) -> None:
         options = {"type": "none", "o": "bind", "device": str(binds[name])}
