@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 from reroll.agents import AGENTS_FILE_ENV, get_agent, registry
-from reroll.jobs.branch import branch, choose_via
-from reroll.jobs.branch_layers import PREFIX_NAME
+from reroll.jobs.branch import branch
+from reroll.jobs.branch_layers import PREFIX_NAME, choose_via
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.models.spec import model_slug
 from reroll.rollout.commands.record import run_task

@@ -52,8 +52,7 @@ from pathlib import Path
 from reroll_contracts.errors import AgentError, ConfigError
 from rich.console import Console
 
-from reroll.agents import AgentSpec
-from reroll.jobs.branch_layers import rebuilt_layers, recorded_layers
+from reroll.jobs.branch_layers import rebuilt_layers, recorded_layers, tree_via
 from reroll.jobs.branch_points import BranchPoint, branch_points
 from reroll.jobs.branch_values import child_summary, model_summary, point_summaries
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
@@ -85,37 +84,6 @@ from reroll.runfolder.summary import (
 from reroll.sandbox.ahead import StartsAhead, discard_ahead
 from reroll.sandbox.base import create_sandbox, load_backend
 from reroll.settings import DEFAULT_SANDBOX, RolloutSettings, with_recorded_inputs
-
-
-def choose_via(agent: AgentSpec, via: Via | None, process_refusal: str | None) -> tuple[Via, str | None]:
-    """How branches of `agent` reach the cut, and a note: why it is not a snapshot, or that the
-    snapshot holds the agent's process tree.
-
-    Args:
-        agent: the run's agent.
-        via: asked for (``--via``); None: snapshot where the agent has a resumable session
-            (`AgentSpec.forkable`); an agent forked by a process checkpoint
-            (`AgentSpec.process_checkpoint`) only when asked for (CRIU is downloaded on first use
-            and a checkpoint holds its heap: about 180 MB for mini-swe-agent).
-        process_refusal: why a process checkpoint cannot fork the agent where the branches run
-            (`reroll.rollout.process_layer.process_fork_refusal`), None when it can.
-    """
-    if via == "replay":
-        return "replay", None
-    if agent.forkable:
-        return "snapshot", None
-    if agent.process_checkpoint and via == "snapshot" and process_refusal is None:
-        return "snapshot", f"{agent.name}'s process tree checkpointed at the cut (CRIU)"
-    if agent.process_checkpoint:
-        why = process_refusal or "a process checkpoint (CRIU) is taken with --via snapshot only"
-        return "replay", (
-            f"{agent.name} keeps its conversation in its memory: its branches replay the prefix "
-            f"({why}; docs/branch.md)"
-        )
-    return "replay", (
-        f"{agent.name} has no resumable session (no `resume` and `session_paths` in its declaration) "
-        "and is not declared `process_checkpoint`: its branches replay the prefix (docs/branch.md)"
-    )
 
 
 async def branch(
@@ -160,7 +128,7 @@ async def branch(
             to ``harness/controller.log`` in its folder.
         via: ``snapshot`` or ``replay`` (the module docstring) [default: snapshot where the agent
             has a resumable session, else replay]; an agent that cannot be forked replays either
-            way, with a note in the summary (`choose_via`).
+            way, with a note in the summary (`reroll.jobs.branch_layers.choose_via`).
 
     Returns:
         The summary (also written to summary.json in the parent folder).
@@ -193,12 +161,7 @@ async def branch(
     await _prestart(runner, specs)  # refused by now if ever: nothing started for nothing
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
-    rollouts = plan.rollouts(tasks_dir, reached)
-    plan.start_ahead(reached, runner)
-    try:
-        children = _children(await batch.run(rollouts, console), plan.planned, plan.parent)
-    finally:
-        await discard_ahead()  # those no child took (one ended before its start)
+    children = await plan.run_children(batch, tasks_dir, reached, runner, console)
     summary = plan.summary(children, reached)
     write_json(RunPaths(plan.parent).tree_summary, summary)
     return summary
@@ -311,15 +274,15 @@ class _TreePlan:
     async def reach_cut(
         self, at_ask: int | None, via: Via | None, options: RolloutSettings, console: Console
     ) -> _Reached:
-        """Choose how the branches reach the cut (`_tree_via`); for a snapshot, rebuild the prefix
-        and capture its checkpoint (`rebuilt_layers`).
+        """Choose how the branches reach the cut (`reroll.jobs.branch_layers.tree_via`); for a
+        snapshot, rebuild the prefix and capture its checkpoint (`rebuilt_layers`).
 
         Raises:
             EnvironmentStateError: as `branch`.
         """
         sandbox = self.backend
         refusal = process_fork_refusal(sandbox)
-        chosen, note = _tree_via(self.checkpoint, self.points, at_ask, via, refusal)
+        chosen, note = tree_via(self.checkpoint, self.points, at_ask, via, refusal)
         reached = _Reached(chosen, note)
         if chosen == "snapshot":
             process = not self.checkpoint.agent.forkable  # its memory: only a rebuilt prefix dumps it
@@ -338,6 +301,23 @@ class _TreePlan:
             reached = _Reached(chosen, note, layers, digests, pool, step)
         console.print(f"branches reach their cut via {chosen}" + (f" ({note})" if note else ""))
         return reached
+
+    async def run_children(
+        self,
+        batch: Runner,
+        tasks_dir: Path | None,
+        reached: _Reached,
+        runner: RunnerOptions,
+        console: Console,
+    ) -> list[ChildSummary]:
+        """Run the branches on the job runner `batch`, the first ones' sandboxes started ahead
+        (`start_ahead`; those no child took are stopped whatever happened)."""
+        rollouts = self.rollouts(tasks_dir, reached)
+        self.start_ahead(reached, runner)
+        try:
+            return _children(await batch.run(rollouts, console), self.planned, self.parent)
+        finally:
+            await discard_ahead()  # those no child took (one ended before its start)
 
     def start_ahead(self, reached: _Reached, runner: RunnerOptions) -> None:
         """Start the sandboxes of the first branches the runner starts (``concurrency``, at most
@@ -390,25 +370,6 @@ def _children(
         child_summary(summary, spec, index, number, parent)
         for summary, (number, spec, index) in zip(summaries, planned, strict=True)
     ]
-
-
-def _tree_via(
-    checkpoint: Checkpoint,
-    points: Sequence[BranchPoint],
-    at_ask: int | None,
-    via: Via | None,
-    process_refusal: str | None,
-) -> tuple[Via, str | None]:
-    """How the children reach the cut (`choose_via`), and why when not as asked: ``replay`` at step
-    0, for a trial, and for several points, a varied prompt or an ask_user answer."""
-    chosen, note = choose_via(checkpoint.agent, via, process_refusal)
-    if chosen == "snapshot" and checkpoint.cut_index == 0:
-        return "replay", "step 0: nothing to replay, nothing to fork"
-    if chosen == "snapshot" and checkpoint.original.config.trial is not None:
-        return "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
-    if chosen == "snapshot" and (len(points) > 1 or points[0].prompt is not None or at_ask is not None):
-        return "replay", "several branch points, a varied prompt or an ask_user answer fork by replay"
-    return chosen, note
 
 
 def _branch_rollout(

@@ -1,19 +1,24 @@
-"""Where a branch's children get step K's checkpoint layers from: a checkpoint the run recorded
-(`recorded_layers`: of K, or of the nearest earlier step whose pool snapshot is kept), else the
-prefix rebuilt once by a replay-only rollout that captures them (`rebuilt_layers`)."""
+"""How a branch's children reach the cut (`tree_via`, `choose_via`: by snapshot or by replay), and
+where they get step K's checkpoint layers from: a checkpoint the run recorded (`recorded_layers`:
+of K, or of the nearest earlier step whose pool snapshot is kept), else the prefix rebuilt once by
+a replay-only rollout that captures them (`rebuilt_layers`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from reroll_contracts.errors import EnvironmentStateError
 from rich.console import Console
 
+from reroll.agents import AgentSpec
+from reroll.jobs.branch_points import BranchPoint
 from reroll.rollout.checkpoint import Checkpoint
 from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import load_checkpoint
 from reroll.rollout.start import FromCheckpoint, start_rollout
 from reroll.runfolder.paths import RunPaths
+from reroll.runfolder.summary import Via
 from reroll.settings import RolloutSettings
 
 PREFIX_NAME = "_prefix"
@@ -78,3 +83,53 @@ def recorded_layers(
         ):  # a pool-only one needs its pool
             return folder, step, pool, note if step == cut else f"{note}; replaying steps {step}..{cut}"
     return None
+
+
+def choose_via(agent: AgentSpec, via: Via | None, process_refusal: str | None) -> tuple[Via, str | None]:
+    """How branches of `agent` reach the cut, and a note: why it is not a snapshot, or that the
+    snapshot holds the agent's process tree.
+
+    Args:
+        agent: the run's agent.
+        via: asked for (``--via``); None: snapshot where the agent has a resumable session
+            (`AgentSpec.forkable`); an agent forked by a process checkpoint
+            (`AgentSpec.process_checkpoint`) only when asked for (CRIU is downloaded on first use
+            and a checkpoint holds its heap: about 180 MB for mini-swe-agent).
+        process_refusal: why a process checkpoint cannot fork the agent where the branches run
+            (`reroll.rollout.process_layer.process_fork_refusal`), None when it can.
+    """
+    if via == "replay":
+        return "replay", None
+    if agent.forkable:
+        return "snapshot", None
+    if agent.process_checkpoint and via == "snapshot" and process_refusal is None:
+        return "snapshot", f"{agent.name}'s process tree checkpointed at the cut (CRIU)"
+    if agent.process_checkpoint:
+        why = process_refusal or "a process checkpoint (CRIU) is taken with --via snapshot only"
+        return "replay", (
+            f"{agent.name} keeps its conversation in its memory: its branches replay the prefix "
+            f"({why}; docs/branch.md)"
+        )
+    return "replay", (
+        f"{agent.name} has no resumable session (no `resume` and `session_paths` in its declaration) "
+        "and is not declared `process_checkpoint`: its branches replay the prefix (docs/branch.md)"
+    )
+
+
+def tree_via(
+    checkpoint: Checkpoint,
+    points: Sequence[BranchPoint],
+    at_ask: int | None,
+    via: Via | None,
+    process_refusal: str | None,
+) -> tuple[Via, str | None]:
+    """How the children reach the cut (`choose_via`), and why when not as asked: ``replay`` at step
+    0, for a trial, and for several points, a varied prompt or an ask_user answer."""
+    chosen, note = choose_via(checkpoint.agent, via, process_refusal)
+    if chosen == "snapshot" and checkpoint.cut_index == 0:
+        return "replay", "step 0: nothing to replay, nothing to fork"
+    if chosen == "snapshot" and checkpoint.original.config.trial is not None:
+        return "replay", "a trial (its turns, roles and Users) is not forked by snapshot yet"
+    if chosen == "snapshot" and (len(points) > 1 or points[0].prompt is not None or at_ask is not None):
+        return "replay", "several branch points, a varied prompt or an ask_user answer fork by replay"
+    return chosen, note

@@ -40,7 +40,7 @@ TREE_SUMMARY_FILE = "summary.json"
 """In a branch tree's parent folder: a `BranchSummary`."""
 
 Via = Literal["snapshot", "replay"]
-"""How a branch's children reach its cut (`reroll.jobs.branch.choose_via`): forked from a snapshot
+"""How a branch's children reach its cut (`reroll.jobs.branch_layers.choose_via`): forked from a snapshot
 of the prefix, or by replaying it."""
 
 

@@ -28,7 +28,7 @@ from reroll.sandbox.ahead import discard_ahead
 from reroll.sandbox.docker import backend as docker_backend
 from reroll.sandbox.docker.backend import DockerSandbox
 from reroll.sandbox.docker.config import DockerSandboxConfig
-from reroll.sandbox.docker.conventions import AGENTS_DIR
+from reroll.sandbox.docker.conventions import AGENTS_DIR, docker_name
 from reroll.sandbox.docker.engine import SHARED_VOLUMES
 from reroll.sandbox.docker.installs import install_store
 from reroll.sandbox.docker.prune import prune
@@ -179,7 +179,7 @@ async def test_a_container_that_fails_to_start_is_removed(
     with pytest.raises(SandboxError, match=r"cannot start a container of .*refused to start"):
         await sandbox.start()
     assert labelled_containers(run_id) == []
-    assert docker.from_env().volumes.list(filters={"name": docker_backend.docker_name(run_id)}) == []
+    assert docker.from_env().volumes.list(filters={"name": docker_name(run_id)}) == []
 
 
 async def test_prune_removes_a_leftover_container(task: Task) -> None:

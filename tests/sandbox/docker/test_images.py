@@ -12,9 +12,9 @@ import docker
 import pytest
 from reroll.rollout.sandbox_spec import sandbox_spec
 from reroll.sandbox.docker import images
-from reroll.sandbox.docker.backend import docker_name
 from reroll.sandbox.docker.catalogue import catalogue_tag
 from reroll.sandbox.docker.config import parse_image_map
+from reroll.sandbox.docker.conventions import docker_name
 from reroll.sandbox.docker.images import (
     BASE_ALIAS,
     map_from_lines,

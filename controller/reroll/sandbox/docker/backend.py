@@ -66,7 +66,6 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -89,7 +88,13 @@ from reroll.sandbox.base import trust_host_ca
 from reroll.sandbox.docker import disk, firewall, layer, seccomp
 from reroll.sandbox.docker.cgroups import oom_kills
 from reroll.sandbox.docker.config import DockerSandboxConfig
-from reroll.sandbox.docker.conventions import AGENT_USER, AGENTS_DIR, SETUP_SCRIPT, image_defaults
+from reroll.sandbox.docker.conventions import (
+    AGENT_USER,
+    AGENTS_DIR,
+    SETUP_SCRIPT,
+    docker_name,
+    image_defaults,
+)
 from reroll.sandbox.docker.engine import (
     AGENTS_VOLUME,
     DISK_LABEL,
@@ -126,13 +131,6 @@ SIZED_FOLDERS = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("vartmp", 0o1777)}
 SIZED_FOLDERS |= {"/home": ("home", 0o755), "/root": ("root", 0o700)}
 """The container's folders, besides the workspace and the logs, on the sized file system:
 path → (its folder there, mode; the image's content and modes are copied in when it has them)."""
-
-
-def docker_name(run_id: str) -> str:
-    """`run_id` as Docker names allow it (containers, volumes: ``[a-zA-Z0-9_.-]``): every other
-    run of characters becomes ``-``. A task named ``Parallel TF-IDF Similarity Search`` (SkillsBench's
-    ``[task] name``) gives run folders, hence run ids, with spaces."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id)
 
 
 class DockerSandbox(CowSnapshots):
@@ -357,15 +355,11 @@ class DockerSandbox(CowSnapshots):
         )
         self._user = self.spec.agent_user or defaults.user
         network = self._ensure_network()
-        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{docker_name(self.run_id)[-24:]}-"))
-        self._mount_dir.chmod(0o700)
-        self._token = secrets.token_urlsafe(24)
-        token_file = self._mount_dir / "token"
-        token_file.touch(mode=0o600)
-        token_file.write_text(self._token)
+        self._make_mount_dir()
         limits = self.spec.limits
         sized = {} if self.installs_writable else self._sized_volumes(limits.storage_mb)
         role = "install" if self.installs_writable else "rollout"
+        labels = {MANAGED_LABEL: "1", RUN_ID_LABEL: self.run_id, OWNER_LABEL: owner_label(), ROLE_LABEL: role}
         name = docker_name(self.run_id)
         try:
             # Created, then started: a start that fails leaves a container `stop` knows to remove.
@@ -381,12 +375,7 @@ class DockerSandbox(CowSnapshots):
                 init=True,
                 name=f"reroll-{name}-{'install-' * self.installs_writable}{secrets.token_hex(3)}",
                 hostname=SANDBOX_HOSTNAME,  # the same in every sandbox (not the container's id)
-                labels={
-                    MANAGED_LABEL: "1",
-                    RUN_ID_LABEL: self.run_id,
-                    OWNER_LABEL: owner_label(),
-                    ROLE_LABEL: role,
-                },
+                labels=labels,
                 network=network.id,  # by id: a name can be ambiguous (`ensure_full_network`)
                 mounts=[
                     Mount(MOUNT_POINT, str(self._mount_dir), type="bind"),
@@ -420,6 +409,16 @@ class DockerSandbox(CowSnapshots):
             self.container.start()
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a container of {image}: {exc}") from exc
+
+    def _make_mount_dir(self) -> None:
+        """Make the sandbox's mount folder (0700, the sidecar's socket and ready file go there) and
+        the sidecar's token in it (0600)."""
+        self._mount_dir = Path(tempfile.mkdtemp(prefix=f"reroll-docker-{docker_name(self.run_id)[-24:]}-"))
+        self._mount_dir.chmod(0o700)
+        self._token = secrets.token_urlsafe(24)
+        token_file = self._mount_dir / "token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(self._token)
 
     def _sized_volumes(self, storage_mb: int) -> dict[str, str]:
         """Make the sandbox's sized file system and its volumes: container path → volume name

@@ -1,10 +1,12 @@
 """The conventions a rollout's container follows (the spec's, `reroll.sandbox.spec.SandboxSpec`): the
-image's WORKDIR, USER and ENV as every phase's defaults (`image_defaults`), and the setup script
-that makes the agent's user and folders in a new container (`SETUP_SCRIPT`).
+image's WORKDIR, USER and ENV as every phase's defaults (`image_defaults`), the setup script
+that makes the agent's user and folders in a new container (`SETUP_SCRIPT`), and the names Docker
+allows (`docker_name`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,3 +92,10 @@ def defaults_of(config: Mapping[str, Any]) -> ImageDefaults:
     user = (config.get("User") or "").partition(":")[0]
     env = dict(entry.partition("=")[::2] for entry in config.get("Env") or [] if "=" in entry)
     return ImageDefaults(workdir=workdir or DEFAULT_WORKDIR, user=user or "root", env=env)
+
+
+def docker_name(run_id: str) -> str:
+    """`run_id` as Docker names allow it (containers, volumes: ``[a-zA-Z0-9_.-]``): every other
+    run of characters becomes ``-``. A task named ``Parallel TF-IDF Similarity Search`` (SkillsBench's
+    ``[task] name``) gives run folders, hence run ids, with spaces."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id)
