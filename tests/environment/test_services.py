@@ -36,9 +36,11 @@ class Health(http.server.BaseHTTPRequestHandler):
 
 server = http.server.HTTPServer(("127.0.0.1", port), Health)
 print("listening", flush=True)
-if lifetime > 0:
+if lifetime != 0:  # > 0: exits after that many seconds; < 0: once the agent wrote seen.txt
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    time.sleep(lifetime)
+    deadline = time.time() + lifetime
+    while time.time() < deadline if lifetime > 0 else not os.path.exists("seen.txt"):
+        time.sleep(0.1)
     print("giving up", flush=True)
     os._exit(3)
 server.serve_forever()
@@ -394,7 +396,7 @@ def test_keep_alive_false_lets_a_service_exit_once_ready(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A manifest's ``keep_alive = false``: the service that exits (code 3) while the agent runs
-    is recorded, not a crash, and the rollout is verified (with the default it is an
+    (once the oracle has read it, whatever the load) is recorded, not a crash, and the rollout is verified (with the default it is an
     ``environment_error``: `test_a_service_crashing_while_the_agent_runs_is_reported`);
     ``isolation = "persistent"`` runs as per_task and the console says so."""
     task = service_task(tmp_path / "task", [], solve_sleep=4)
@@ -408,7 +410,7 @@ def test_keep_alive_false_lets_a_service_exit_once_ready(
     )
     (tmp_path / "m.toml").write_text(
         manifest
-        + '[[environment.services]]\nname = "slow"\ncommand = "python3 service.py 0 8123 1"\nport = 8123\n'
+        + '[[environment.services]]\nname = "slow"\ncommand = "python3 service.py 0 8123 -1"\nport = 8123\n'
     )
     extra = ("--environment-manifest", str(tmp_path / "m.toml"))
     result, run = oracle_run(task, tmp_path / "jobs", extra=extra)
