@@ -59,11 +59,11 @@ test: env
 test-fast: env  # the edit loop: every in-process test (no slow or spawns mark), well under a minute
 	$(BIN)/python -m pytest -q -p no:cacheprovider --fast
 
-# mypy (strict, pyproject.toml) over the packages, the tests and the scripts, those without a .py
-# suffix found by their python shebang (mypy checks a folder's *.py files only).
+# ruff and mypy (strict, pyproject.toml) over the packages, the tests and the scripts, those without a
+# .py suffix found by their python shebang (both check a folder's *.py files only).
 PY_SCRIPTS = $(shell grep -rl '^\#!/usr/bin/env python' scripts | grep -v '\.py$$')
 check: env
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy controller/reroll contracts/reroll_contracts sidecar/reroll_sidecar proxy/reroll_proxy tests scripts $(PY_SCRIPTS)
+	$(BIN)/ruff check . $(PY_SCRIPTS) && $(BIN)/ruff format --check . $(PY_SCRIPTS) && $(BIN)/mypy controller/reroll contracts/reroll_contracts sidecar/reroll_sidecar proxy/reroll_proxy tests scripts $(PY_SCRIPTS)
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or a page left out of
 # the navigation fails the build. The CLI reference in it is generated from the typer app.

@@ -396,8 +396,9 @@ def test_keep_alive_false_lets_a_service_exit_once_ready(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A manifest's ``keep_alive = false``: the service that exits (code 3) while the agent runs
-    (once the oracle has read it, whatever the load) is recorded, not a crash, and the rollout is verified (with the default it is an
-    ``environment_error``: `test_a_service_crashing_while_the_agent_runs_is_reported`);
+    (once the oracle has read it, whatever the load) is recorded, not a crash, and the rollout is
+    verified (with the default it is an ``environment_error``:
+    `test_a_service_crashing_while_the_agent_runs_is_reported`);
     ``isolation = "persistent"`` runs as per_task and the console says so."""
     task = service_task(tmp_path / "task", [], solve_sleep=4)
     front = (task / "task.md").read_text().replace("  services: []\n", "")
