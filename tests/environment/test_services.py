@@ -157,7 +157,7 @@ def test_a_service_exiting_before_it_is_ready_is_named_at_once(tmp_path: Path) -
 
 
 def test_a_service_crashing_while_the_agent_runs_is_reported(tmp_path: Path) -> None:
-    task = service_task(tmp_path / "task", [service(0, lifetime=1)], solve_sleep=4)
+    task = service_task(tmp_path / "task", [service(0, lifetime=-1)], solve_sleep=4)
     result, run = oracle_run(task, tmp_path / "jobs")
     assert (result["status"], result["error_category"]) == ("error", "environment_error")
     assert "service slow crashed while the agent ran (exit code 3)" in result["error"]
