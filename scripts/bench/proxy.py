@@ -21,7 +21,9 @@ each request with one keep-alive ``aiohttp.ClientSession`` and streams the answe
 chunk, on uvloop: what any aiohttp proxy pays, before recording anything); ``replay`` (a
 proxy replays the ``record`` trajectory with no upstream: the divergence check runs on every
 request, each replayed exchange is fsynced to its own trajectory). The figures printed are p50 /
-p95 of each target, the added p50 / p95 (target minus direct) and their ratio; then, per mode
+p95 of each target, the added p50 / p95 (target minus direct) and their ratio; the CPU time each
+proxy process used per measured exchange (every thread, from ``/proc``: less swayed by the load than
+latencies); then, per mode
 (non-streamed, streamed), the goal's ratio: the recording proxy's added p50 over the plain
 mitmproxy's (``record / mitmproxy-reverse``, goal <= 0.25), and the bare forwarder's beside it.
 mitmproxy is installed on first use (see `reroll.host.intercept`). The machine's load swings these
@@ -188,6 +190,32 @@ async def measure(
     return results
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system, every thread) process `pid` used so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class CpuMeter:
+    """The CPU time each process (target name -> pid) uses between `start` and `stop`, per exchange."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._started: dict[str, float] = {}
+        self.per_exchange_us: dict[str, float] = {}
+        """Target -> microseconds of CPU per measured exchange (after `stop`)."""
+
+    def start(self) -> None:
+        """Take the starting reading (at the end of the warm-up)."""
+        self._started = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def stop(self, exchanges: int) -> None:
+        """Take the final reading; `exchanges` were measured per target since `start`."""
+        for name, pid in self.pids.items():
+            used = cpu_seconds(pid) - self._started[name]
+            self.per_exchange_us[name] = used / exchanges * 1e6
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """The `fraction` quantile (0..1) of `values`."""
     return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
@@ -210,8 +238,9 @@ def report(title: str, results: dict[str, list[tuple[float, float]]], which: int
 
 
 @contextlib.asynccontextmanager
-async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[str]:
-    """A plain ``mitmdump`` reverse proxy in front of `upstream` (``http://HOST:PORT``); yields its URL."""
+async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[tuple[str, int]]:
+    """A plain ``mitmdump`` reverse proxy in front of `upstream` (``http://HOST:PORT``); yields its
+    URL and its pid."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -238,7 +267,7 @@ async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[str]:
                 await asyncio.sleep(0.05)
         else:
             raise RuntimeError(f"mitmdump did not listen on {port}: {(work / 'mitmdump.log').read_text()}")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
         await process.wait()
@@ -459,10 +488,12 @@ async def main(
                 token=TOKEN, trajectory_path=trajectory, upstream=UpstreamConfig(base_url=upstream)
             )
             extra: dict[str, Target] = {}
+            pids: dict[str, int] = {}
             if baseline is not None:
                 then = record_config.model_copy(update={"trajectory_path": work / "baseline.jsonl"})
                 old = await stack.enter_async_context(proxy_process("baseline", then, work, python=baseline))
                 extra["record-baseline"] = Target(old.ready.address)
+                pids["record-baseline"] = old.ready.pid
             async with (
                 proxy_process("record", record_config, work, profile) as proxy,
                 proxy_process(
@@ -478,7 +509,7 @@ async def main(
                     work,
                 ) as behind,
                 intercept.Interceptor(target=behind.ready.address, token=TOKEN, workdir=work) as front,
-                plain_mitmdump(upstream.removesuffix("/v1"), work) as reverse,
+                plain_mitmdump(upstream.removesuffix("/v1"), work) as (reverse, reverse_pid),
                 ChildProcess(
                     "forwarder",
                     [upstream],
@@ -498,34 +529,56 @@ async def main(
                 }
                 pid = proxy.ready.pid
                 start_profile = None if profile is None else functools.partial(os.kill, pid, signal.SIGUSR1)
-                runs = {
-                    stream: await measure(
-                        targets,
-                        PATHS[api_format],
-                        request_body(api_format, stream),
-                        exchanges,
-                        ca_file,
-                        start_profile if not stream else None,
-                    )
-                    for stream in (False, True)
+                pids |= {
+                    "record": pid,
+                    "record-nofsync": nofsync.ready.pid,
+                    "mitmproxy-reverse": reverse_pid,
+                    "aiohttp-forward": forwarder.ready.pid,
                 }
+                runs, cpu = {}, {}
+                for stream in (False, True):
+                    meter = CpuMeter(pids)
+                    on_warm = meter.start
+                    if start_profile is not None and not stream:  # the profile: non-streamed and on
+                        on_warm = _both(start_profile, meter.start)
+                    body = request_body(api_format, stream)
+                    runs[stream] = await measure(
+                        targets, PATHS[api_format], body, exchanges, ca_file, on_warm
+                    )
+                    meter.stop(exchanges)
+                    cpu[stream] = meter.per_exchange_us
         for stream, replayed in (await measure_replay(work, trajectory, exchanges, api_format)).items():
             runs[stream]["replay"] = replayed
-    return summarise(runs, exchanges, api_format, profile)
+    return summarise(runs, cpu, exchanges, api_format, profile)
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    """A callback that calls `first`, then `second`."""
+
+    def call() -> None:
+        first()
+        second()
+
+    return call
 
 
 def summarise(
     runs: dict[bool, dict[str, list[tuple[float, float]]]],
+    cpu: dict[bool, dict[str, float]],
     exchanges: int,
     api_format: str,
     profile: Path | None,
 ) -> dict[str, Ratios]:
-    """Print `main`'s `runs` (streamed → target → timings) and the profile, if taken; returns each
-    mode's `goal_ratio`."""
+    """Print `main`'s `runs` (streamed → target → timings), the CPU its proxies used per exchange
+    (`cpu`: streamed → target → microseconds) and the profile, if taken; returns each mode's
+    `goal_ratio`."""
     print(f"{exchanges} exchanges per target, {api_format}, after {WARMUP_EXCHANGES} warm-up exchanges\n")
     report("non-streamed", runs[False], 1, "total")
     report("streamed", runs[True], 1, "total")
     report("streamed", runs[True], 0, "first SSE byte")
+    print("\nCPU per exchange (us, every thread of the process; the profiled one's includes cProfile)")
+    for name in cpu[False]:
+        print(f"  {name:<17}  non-streamed {cpu[False][name]:7.0f}  streamed {cpu[True][name]:7.0f}")
     print()
     ratios = {mode: goal_ratio(mode, runs[stream]) for mode, stream in MODES.items()}
     if profile is not None:
