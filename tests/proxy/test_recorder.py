@@ -48,16 +48,22 @@ async def test_appends_to_an_existing_file(tmp_path: Path) -> None:
     assert [e.metadata.step for e in load_trajectory(path).exchanges] == [7, 0]
 
 
-@pytest.mark.parametrize("fsync", [True, False])
-async def test_fsync_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
-    synced: list[int] = []
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The file descriptors fsynced from now on (each fsync still done)."""
+    calls: list[int] = []
     real_fsync = os.fsync
 
     def recorded_fsync(fd: int) -> None:
-        synced.append(fd)
+        calls.append(fd)
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recorded_fsync)
+    return calls
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+async def test_fsync_can_be_turned_off(tmp_path: Path, synced: list[int], fsync: bool) -> None:
     path = tmp_path / "t.jsonl"
     recorder = Recorder(path, fsync=fsync)
     recorder.open()
@@ -109,16 +115,8 @@ async def test_a_failed_fsync_is_raised_by_the_next_record_and_by_aclose(
 
 
 async def test_the_fsync_thread_ends_with_aclose_and_a_reopened_recorder_syncs_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, synced: list[int]
 ) -> None:
-    synced: list[int] = []
-    real_fsync = os.fsync
-
-    def recorded_fsync(fd: int) -> None:
-        synced.append(fd)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", recorded_fsync)
     path = tmp_path / "t.jsonl"
     recorder = Recorder(path)
     before = set(threading.enumerate())  # another test's recorder may still have its thread
