@@ -196,26 +196,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-class CpuMeter:
-    """The CPU time each process (target name -> pid) uses between `start` and `stop`, per exchange."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self._started: dict[str, float] = {}
-        self.per_exchange_us: dict[str, float] = {}
-        """Target -> microseconds of CPU per measured exchange (after `stop`)."""
-
-    def start(self) -> None:
-        """Take the starting reading (at the end of the warm-up)."""
-        self._started = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
-
-    def stop(self, exchanges: int) -> None:
-        """Take the final reading; `exchanges` were measured per target since `start`."""
-        for name, pid in self.pids.items():
-            used = cpu_seconds(pid) - self._started[name]
-            self.per_exchange_us[name] = used / exchanges * 1e6
-
-
 def percentile(values: list[float], fraction: float) -> float:
     """The `fraction` quantile (0..1) of `values`."""
     return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
@@ -529,37 +509,38 @@ async def main(
                 }
                 pid = proxy.ready.pid
                 start_profile = None if profile is None else functools.partial(os.kill, pid, signal.SIGUSR1)
-                pids |= {
-                    "record": pid,
-                    "record-nofsync": nofsync.ready.pid,
-                    "mitmproxy-reverse": reverse_pid,
-                    "aiohttp-forward": forwarder.ready.pid,
-                }
-                runs, cpu = {}, {}
-                for stream in (False, True):
-                    meter = CpuMeter(pids)
-                    on_warm = meter.start
-                    if start_profile is not None and not stream:  # the profile: non-streamed and on
-                        on_warm = _both(start_profile, meter.start)
-                    body = request_body(api_format, stream)
-                    runs[stream] = await measure(
-                        targets, PATHS[api_format], body, exchanges, ca_file, on_warm
-                    )
-                    meter.stop(exchanges)
-                    cpu[stream] = meter.per_exchange_us
+                pids |= {"record": pid, "record-nofsync": nofsync.ready.pid, "mitmproxy-reverse": reverse_pid}
+                pids["aiohttp-forward"] = forwarder.ready.pid
+                runs, cpu = await measure_modes(targets, pids, api_format, exchanges, ca_file, start_profile)
         for stream, replayed in (await measure_replay(work, trajectory, exchanges, api_format)).items():
             runs[stream]["replay"] = replayed
     return summarise(runs, cpu, exchanges, api_format, profile)
 
 
-def _both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
-    """A callback that calls `first`, then `second`."""
+async def measure_modes(
+    targets: dict[str, Target],
+    pids: dict[str, int],
+    api_format: str,
+    exchanges: int,
+    ca_file: Path,
+    start_profile: Callable[[], None] | None,
+) -> tuple[dict[bool, dict[str, list[tuple[float, float]]]], dict[bool, dict[str, float]]]:
+    """`measure` non-streamed, then streamed (`start_profile` called at the end of the first
+    warm-up): streamed → target → timings, and streamed → target (of `pids`) → microseconds of
+    CPU its process used per measured exchange."""
+    runs, cpu = {}, {}
+    for stream in (False, True):
+        started: dict[str, float] = {}
 
-    def call() -> None:
-        first()
-        second()
+        def warm(stream: bool = stream, started: dict[str, float] = started) -> None:
+            if start_profile is not None and not stream:
+                start_profile()
+            started.update({name: cpu_seconds(at) for name, at in pids.items()})
 
-    return call
+        body = request_body(api_format, stream)
+        runs[stream] = await measure(targets, PATHS[api_format], body, exchanges, ca_file, warm)
+        cpu[stream] = {name: (cpu_seconds(at) - started[name]) / exchanges * 1e6 for name, at in pids.items()}
+    return runs, cpu
 
 
 def summarise(
@@ -569,9 +550,8 @@ def summarise(
     api_format: str,
     profile: Path | None,
 ) -> dict[str, Ratios]:
-    """Print `main`'s `runs` (streamed → target → timings), the CPU its proxies used per exchange
-    (`cpu`: streamed → target → microseconds) and the profile, if taken; returns each mode's
-    `goal_ratio`."""
+    """Print `main`'s `runs` (streamed → target → timings), its proxies' CPU per exchange (`cpu`:
+    streamed → target → microseconds), the profile if taken; returns each mode's `goal_ratio`."""
     print(f"{exchanges} exchanges per target, {api_format}, after {WARMUP_EXCHANGES} warm-up exchanges\n")
     report("non-streamed", runs[False], 1, "total")
     report("streamed", runs[True], 1, "total")
