@@ -26,6 +26,7 @@ fields reroll adds have defaults for the same reason.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,10 +83,18 @@ def sanitize_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
     """
     kept: dict[str, str] = {}
     for name, value in headers:
-        lower = name.lower()
-        if lower not in _SECRET_HEADERS and not any(part in lower for part in _SECRET_PARTS):
+        if (lower := _kept_name(name)) is not None:
             kept[lower] = value
     return kept
+
+
+@functools.lru_cache(maxsize=1024)
+def _kept_name(name: str) -> str | None:
+    """`name` lower-cased, or None for a secret header's (decided once per name: the same few
+    names come with every exchange)."""
+    lower = name.lower()
+    secret = lower in _SECRET_HEADERS or any(part in lower for part in _SECRET_PARTS)
+    return None if secret else lower
 
 
 class _Record(BaseModel):

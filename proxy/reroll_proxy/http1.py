@@ -17,6 +17,7 @@ chunk at once (several of the upstream's chunks in one piece when they came toge
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import time
 import zlib
@@ -305,12 +306,8 @@ class Http1Upstream:
         Raises:
             UpstreamError: a bad URL or header, no connection, or no head within the timeout.
         """
-        url = urlsplit(request.url)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise UpstreamError(f"not an http(s) URL: {request.url}")
-        key = (url.scheme, url.hostname, url.port or (443 if url.scheme == "https" else 80))
-        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        payload = _request_bytes(target, url.netloc.rpartition("@")[2], request.headers, request.body)
+        key, target, host = _route(request.url)
+        payload = _request_bytes(target, host, request.headers, request.body)
         connection = await self._acquire(key)
         head = connection.begin(payload)
         try:
@@ -362,6 +359,23 @@ class Http1Upstream:
             for connection in connections:
                 connection.close()
         self._idle.clear()
+
+
+@functools.lru_cache(maxsize=256)
+def _route(url: str) -> tuple[tuple[str, str, int], str, str]:
+    """Where `url` goes: its connection key (scheme, host, port), its request target (path and
+    query) and its ``Host`` header (parsed once per URL: the same few come with every request).
+
+    Raises:
+        UpstreamError: not an http(s) URL with a host.
+        ValueError: its port is not a number in range.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UpstreamError(f"not an http(s) URL: {url}")
+    key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return key, target, parts.netloc.rpartition("@")[2]
 
 
 def _chunk_size(line: bytes | bytearray) -> int:

@@ -5,8 +5,10 @@ The guarantees, for each exchange's line (orjson, ``\\n``-terminated):
 - when `Recorder.record` returns, the line has been written to the OS (one ``write`` on a
   file opened ``O_APPEND``, no buffer of our own), so it survives the proxy dying right after
   (SIGKILL included);
-- its ``fsync`` then runs in a worker thread, handed over on the event loop's next turn (so
-  after the response went out: waking a thread is itself a cost the agent need not wait for),
+- its ``fsync`` then runs in the recorder's own thread (`_Syncer`: a queue and one thread, not
+  the loop's executor, whose hand-over costs more than the rest of the recording), handed over
+  on the event loop's next turn (so after the response went out: waking a thread is itself a
+  cost the agent need not wait for),
   and completes before the next line is written and before `Recorder.aclose` returns. So the
   file on disk is always a whole-line prefix of the run (a machine crash can lose at most the
   exchange whose fsync was in flight, together with the sandbox that was acting on it; a torn
@@ -30,7 +32,10 @@ because the agent hung up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import queue
+import threading
 from pathlib import Path
 
 from reroll_contracts.trajectory import Exchange
@@ -55,6 +60,7 @@ class Recorder:
         self._fd: int | None = None
         """The trajectory, opened for appending (unbuffered)."""
         self._syncing: asyncio.Future[None] | None = None
+        self._syncer: _Syncer | None = None
 
     def open(self) -> None:
         """Open (create) the file now, so a path that cannot be written fails early.
@@ -85,23 +91,9 @@ class Recorder:
             _write_all(self._fd, exchange.to_line())
             if self._fsync:
                 syncing = self._syncing = asyncio.get_running_loop().create_future()
-                syncing.get_loop().call_soon(self._start_fsync, self._fd, syncing)
+                self._syncer = self._syncer or _Syncer()
+                syncing.get_loop().call_soon(self._syncer.fsync, self._fd, syncing)
             self._advance(step)
-
-    @staticmethod
-    def _start_fsync(fd: int, syncing: asyncio.Future[None]) -> None:
-        """Run ``fsync(fd)`` in a worker thread; its outcome becomes `syncing`'s."""
-
-        def finished(done: asyncio.Future[None]) -> None:
-            error = done.exception()
-            if syncing.done():  # cancelled: whoever waited for it is gone
-                return
-            if error is None:
-                syncing.set_result(None)
-            else:
-                syncing.set_exception(error)
-
-        syncing.get_loop().run_in_executor(None, os.fsync, fd).add_done_callback(finished)
 
     async def _synced(self) -> None:
         """Wait for the fsync in flight, if any (raising its OSError)."""
@@ -134,6 +126,49 @@ class Recorder:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            syncer, self._syncer = self._syncer, None
+            if syncer is not None:
+                syncer.stop()
+
+
+class _Syncer:
+    """One thread that runs the ``fsync`` calls it is handed, in order, each outcome set on its
+    future through the future's loop; started at once, ended by `stop` (it then exits as soon as
+    the calls handed over before are done)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[tuple[int, asyncio.Future[None]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="reroll-fsync", daemon=True)
+        self._thread.start()
+
+    def fsync(self, fd: int, syncing: asyncio.Future[None]) -> None:
+        """Run ``fsync(fd)`` in the thread; its outcome becomes `syncing`'s (unless it is cancelled)."""
+        self._calls.put((fd, syncing))
+
+    def stop(self) -> None:
+        """Let the thread end once the calls handed over so far are done."""
+        self._calls.put(None)
+
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fd, syncing = call
+            error = None
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                error = exc
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits for it
+                syncing.get_loop().call_soon_threadsafe(_settle, syncing, error)
+
+
+def _settle(syncing: asyncio.Future[None], error: OSError | None) -> None:
+    """Give `syncing` its fsync's outcome (on its loop), unless whoever waited for it is gone."""
+    if syncing.done():
+        return
+    if error is None:
+        syncing.set_result(None)
+    else:
+        syncing.set_exception(error)
 
 
 def _write_all(fd: int, line: bytes) -> None:

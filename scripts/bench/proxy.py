@@ -21,7 +21,9 @@ each request with one keep-alive ``aiohttp.ClientSession`` and streams the answe
 chunk, on uvloop: what any aiohttp proxy pays, before recording anything); ``replay`` (a
 proxy replays the ``record`` trajectory with no upstream: the divergence check runs on every
 request, each replayed exchange is fsynced to its own trajectory). The figures printed are p50 /
-p95 of each target, the added p50 / p95 (target minus direct) and their ratio; then, per mode
+p95 of each target, the added p50 / p95 (target minus direct) and their ratio; the CPU time each
+proxy process used per measured exchange (every thread, from ``/proc``: less swayed by the load than
+latencies); then, per mode
 (non-streamed, streamed), the goal's ratio: the recording proxy's added p50 over the plain
 mitmproxy's (``record / mitmproxy-reverse``, goal <= 0.25), and the bare forwarder's beside it.
 mitmproxy is installed on first use (see `reroll.host.intercept`). The machine's load swings these
@@ -188,6 +190,12 @@ async def measure(
     return results
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system, every thread) process `pid` used so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """The `fraction` quantile (0..1) of `values`."""
     return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
@@ -210,8 +218,9 @@ def report(title: str, results: dict[str, list[tuple[float, float]]], which: int
 
 
 @contextlib.asynccontextmanager
-async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[str]:
-    """A plain ``mitmdump`` reverse proxy in front of `upstream` (``http://HOST:PORT``); yields its URL."""
+async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[tuple[str, int]]:
+    """A plain ``mitmdump`` reverse proxy in front of `upstream` (``http://HOST:PORT``); yields its
+    URL and its pid."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -238,7 +247,7 @@ async def plain_mitmdump(upstream: str, work: Path) -> AsyncIterator[str]:
                 await asyncio.sleep(0.05)
         else:
             raise RuntimeError(f"mitmdump did not listen on {port}: {(work / 'mitmdump.log').read_text()}")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
         await process.wait()
@@ -459,10 +468,12 @@ async def main(
                 token=TOKEN, trajectory_path=trajectory, upstream=UpstreamConfig(base_url=upstream)
             )
             extra: dict[str, Target] = {}
+            pids: dict[str, int] = {}
             if baseline is not None:
                 then = record_config.model_copy(update={"trajectory_path": work / "baseline.jsonl"})
                 old = await stack.enter_async_context(proxy_process("baseline", then, work, python=baseline))
                 extra["record-baseline"] = Target(old.ready.address)
+                pids["record-baseline"] = old.ready.pid
             async with (
                 proxy_process("record", record_config, work, profile) as proxy,
                 proxy_process(
@@ -478,7 +489,7 @@ async def main(
                     work,
                 ) as behind,
                 intercept.Interceptor(target=behind.ready.address, token=TOKEN, workdir=work) as front,
-                plain_mitmdump(upstream.removesuffix("/v1"), work) as reverse,
+                plain_mitmdump(upstream.removesuffix("/v1"), work) as (reverse, reverse_pid),
                 ChildProcess(
                     "forwarder",
                     [upstream],
@@ -498,34 +509,56 @@ async def main(
                 }
                 pid = proxy.ready.pid
                 start_profile = None if profile is None else functools.partial(os.kill, pid, signal.SIGUSR1)
-                runs = {
-                    stream: await measure(
-                        targets,
-                        PATHS[api_format],
-                        request_body(api_format, stream),
-                        exchanges,
-                        ca_file,
-                        start_profile if not stream else None,
-                    )
-                    for stream in (False, True)
-                }
+                pids |= {"record": pid, "record-nofsync": nofsync.ready.pid, "mitmproxy-reverse": reverse_pid}
+                pids["aiohttp-forward"] = forwarder.ready.pid
+                runs, cpu = await measure_modes(targets, pids, api_format, exchanges, ca_file, start_profile)
         for stream, replayed in (await measure_replay(work, trajectory, exchanges, api_format)).items():
             runs[stream]["replay"] = replayed
-    return summarise(runs, exchanges, api_format, profile)
+    return summarise(runs, cpu, exchanges, api_format, profile)
+
+
+async def measure_modes(
+    targets: dict[str, Target],
+    pids: dict[str, int],
+    api_format: str,
+    exchanges: int,
+    ca_file: Path,
+    start_profile: Callable[[], None] | None,
+) -> tuple[dict[bool, dict[str, list[tuple[float, float]]]], dict[bool, dict[str, float]]]:
+    """`measure` non-streamed, then streamed (`start_profile` called at the end of the first
+    warm-up): streamed → target → timings, and streamed → target (of `pids`) → microseconds of
+    CPU its process used per measured exchange."""
+    runs, cpu = {}, {}
+    for stream in (False, True):
+        started: dict[str, float] = {}
+
+        def warm(stream: bool = stream, started: dict[str, float] = started) -> None:
+            if start_profile is not None and not stream:
+                start_profile()
+            started.update({name: cpu_seconds(at) for name, at in pids.items()})
+
+        body = request_body(api_format, stream)
+        runs[stream] = await measure(targets, PATHS[api_format], body, exchanges, ca_file, warm)
+        cpu[stream] = {name: (cpu_seconds(at) - started[name]) / exchanges * 1e6 for name, at in pids.items()}
+    return runs, cpu
 
 
 def summarise(
     runs: dict[bool, dict[str, list[tuple[float, float]]]],
+    cpu: dict[bool, dict[str, float]],
     exchanges: int,
     api_format: str,
     profile: Path | None,
 ) -> dict[str, Ratios]:
-    """Print `main`'s `runs` (streamed → target → timings) and the profile, if taken; returns each
-    mode's `goal_ratio`."""
+    """Print `main`'s `runs` (streamed → target → timings), its proxies' CPU per exchange (`cpu`:
+    streamed → target → microseconds), the profile if taken; returns each mode's `goal_ratio`."""
     print(f"{exchanges} exchanges per target, {api_format}, after {WARMUP_EXCHANGES} warm-up exchanges\n")
     report("non-streamed", runs[False], 1, "total")
     report("streamed", runs[True], 1, "total")
     report("streamed", runs[True], 0, "first SSE byte")
+    print("\nCPU per exchange (us, every thread of the process; the profiled one's includes cProfile)")
+    for name in cpu[False]:
+        print(f"  {name:<17}  non-streamed {cpu[False][name]:7.0f}  streamed {cpu[True][name]:7.0f}")
     print()
     ratios = {mode: goal_ratio(mode, runs[stream]) for mode, stream in MODES.items()}
     if profile is not None:

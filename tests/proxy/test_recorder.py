@@ -48,16 +48,22 @@ async def test_appends_to_an_existing_file(tmp_path: Path) -> None:
     assert [e.metadata.step for e in load_trajectory(path).exchanges] == [7, 0]
 
 
-@pytest.mark.parametrize("fsync", [True, False])
-async def test_fsync_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool) -> None:
-    synced: list[int] = []
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The file descriptors fsynced from now on (each fsync still done)."""
+    calls: list[int] = []
     real_fsync = os.fsync
 
     def recorded_fsync(fd: int) -> None:
-        synced.append(fd)
+        calls.append(fd)
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recorded_fsync)
+    return calls
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+async def test_fsync_can_be_turned_off(tmp_path: Path, synced: list[int], fsync: bool) -> None:
     path = tmp_path / "t.jsonl"
     recorder = Recorder(path, fsync=fsync)
     recorder.open()
@@ -105,4 +111,22 @@ async def test_a_failed_fsync_is_raised_by_the_next_record_and_by_aclose(
     await recorder.record(1, exchange(1))  # the error is reported once
     with pytest.raises(OSError, match="Input/output error"):
         await recorder.aclose()
+    assert [e.metadata.step for e in load_trajectory(path).exchanges] == [0, 1]
+
+
+async def test_the_fsync_thread_ends_with_aclose_and_a_reopened_recorder_syncs_again(
+    tmp_path: Path, synced: list[int]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    recorder = Recorder(path)
+    before = set(threading.enumerate())  # another test's recorder may still have its thread
+    for step in range(2):  # closed after each: the second record reopens the file
+        recorder.open()
+        synced.clear()  # the folder's entry is synced on open
+        await recorder.record(step, exchange(step))
+        ours = [t for t in threading.enumerate() if t.name == "reroll-fsync" and t not in before]
+        await recorder.aclose()
+        assert len(synced) == 1 and len(ours) == 1
+        ours[0].join(5)
+        assert not ours[0].is_alive()
     assert [e.metadata.step for e in load_trajectory(path).exchanges] == [0, 1]

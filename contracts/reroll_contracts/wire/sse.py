@@ -42,28 +42,27 @@ class SseParser:
             # A last "\r" may be the first half of "\r\n": it waits for the next chunk.
             held = b"\r" if buffer.endswith(b"\r") else b""
             buffer = buffer[: len(buffer) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
-        end = buffer.rfind(b"\n")
-        if end == -1:
+        end = buffer.rfind(b"\n") + 1
+        if not end:
             self._buffer = buffer
             return []
-        self._buffer = buffer[end + 1 :]
+        self._buffer = buffer[end:]
         events: list[SseEvent] = []
         name, data = self._event, self._data
         # A UTF-8 character never contains the byte "\n": the complete lines decode on their own.
-        # One loop over the lines, the fields taken inline (`_take_line` is its one-line form).
-        for line in buffer[:end].decode("utf-8", errors="replace").split("\n"):
-            if not line:  # a blank line dispatches the event, if it has data
-                if data:
-                    events.append(SseEvent(event=name, data="\n".join(data)))
-                name, data = None, []
-            elif line[0] != ":":
-                field, _, value = line.partition(":")
-                if value[:1] == " ":
-                    value = value[1:]
-                if field == "data":
-                    data.append(value)
-                elif field == "event":
-                    name = value
+        # Cut at the blank lines: a block that is one "data: " line (most of them) is an event as
+        # it is; any other goes through its fields line by line (`_take_lines`).
+        *blocks, rest = buffer[:end].decode("utf-8", errors="replace").split("\n\n")
+        for block in blocks:
+            if name is None and not data and block[:6] == "data: " and "\n" not in block:
+                events.append(SseEvent(data=block[6:]))
+                continue
+            name, data = _take_lines(block.split("\n"), name, data, events)
+            if data:  # the blank line that ended the block dispatches its event
+                events.append(SseEvent(event=name, data="\n".join(data)))
+            name, data = None, []
+        if rest:  # complete lines of an event still incomplete, each "\n"-terminated
+            name, data = _take_lines(rest[:-1].split("\n"), name, data, events)
         self._event, self._data = name, data
         return events
 
@@ -98,6 +97,27 @@ class SseParser:
         return event
 
 
+def _take_lines(
+    lines: list[str], name: str | None, data: list[str], events: list[SseEvent]
+) -> tuple[str | None, list[str]]:
+    """Take `lines` (no line ends) into the event being built (`name`, `data`), appending the
+    events their blank lines dispatch to `events`; returns the event being built after them."""
+    for line in lines:
+        if not line:  # a blank line dispatches the event, if it has data
+            if data:
+                events.append(SseEvent(event=name, data="\n".join(data)))
+            name, data = None, []
+        elif line[0] != ":":
+            field, _, value = line.partition(":")
+            if value[:1] == " ":
+                value = value[1:]
+            if field == "data":
+                data.append(value)
+            elif field == "event":
+                name = value
+    return name, data
+
+
 def encode_event(event: SseEvent) -> bytes:
     """The wire form of `event`: optional ``event:`` line, one ``data:`` line per data line, blank line."""
     data = event.data
@@ -108,13 +128,13 @@ def encode_event(event: SseEvent) -> bytes:
 
 
 def json_payloads(events: Iterable[SseEvent]) -> Iterable[dict[str, Any]]:
-    """The data of each event that is a JSON object, in order (``[DONE]``, keep-alives skipped)."""
+    """The data of each event that is a JSON object, in order (``[DONE]``, keep-alives skipped:
+    neither is JSON)."""
+    loads, not_json = orjson.loads, orjson.JSONDecodeError
     for event in events:
-        if event.is_done:
-            continue
         try:
-            payload = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
+            payload = loads(event.data)
+        except not_json:
             continue
         if isinstance(payload, dict):
             yield payload
