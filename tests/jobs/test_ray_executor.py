@@ -46,6 +46,7 @@ def comparable(summary: JobSummary) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_instance")
 async def test_ray_job_gives_the_same_summary_and_resumes(tmp_path: Path, examples: Path) -> None:
     """2 tasks x (oracle, mini-swe-agent on the scripted model), on both executors."""
     spec = JobSpec(
@@ -108,6 +109,7 @@ def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_instance")
 async def test_continue_job_on_ray_reraises_errors_from_the_task(tmp_path: Path) -> None:
     """``continue-job`` on Ray: an error raised inside the Ray task (here: the timed-out run's
     recorded trajectory is gone) ends the rollout as it does in-process, unwrapped."""
@@ -254,6 +256,7 @@ def skills_task(root: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_instance")
 async def test_a_skills_dir_travels_to_the_ray_worker(tmp_path: Path) -> None:
     """``--skills with-skill --skills-dir DIR`` on Ray: the folder reaches the worker's cache, the
     oracle reads the skill in its sandbox there, and config.json names the controller's paths."""
