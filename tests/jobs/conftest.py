@@ -29,7 +29,9 @@ def ray_instance() -> Iterator[None]:
         return
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
     try:
         yield
     finally:
