@@ -145,7 +145,6 @@ async def test_branches_are_retried_on_the_job_runner(
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("ray_instance")
 async def test_branches_run_on_the_ray_executor(tmp_path: Path, examples: Path, urllib_agent: str) -> None:
     """``branch --executor ray``: each branch is a Ray task (the same runner as a job's)."""
     pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")

@@ -93,7 +93,6 @@ async def branch_on_ray(run: Path, model: str, store: Path, tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("ray_instance")  # its branch on Ray, when ray is installed
 async def test_sequential_shared_job_rollback_and_continue(tmp_path: Path, learner: tuple[Path, str]) -> None:
     task, model = learner
     spec = JobSpec(

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,31 @@ pytestmark = pytest.mark.spawns  # every test starts Ray and sandboxes
 pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray]' (in the dev extra)")
 
 REROLL = str(Path(sys.executable).parent / "reroll")
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[None]:
+    """A local Ray instance (2 logical CPUs: the largest concurrency here) for this module's jobs.
+
+    A job on the ray executor joins an instance already running (`reroll.jobs.ray_executor.
+    RayExecutor` starts one only when none is, and shuts down only the one it started), so the
+    jobs here share one start (20 to 30 s on a loaded 2-core machine) instead of paying it each.
+    Its workers were started before any test's environment changes, so what a job needs on a
+    worker must travel with it, as on a remote node. The executor's own start and shutdown of a
+    local instance are exercised by ``reroll job --executor ray`` in a subprocess
+    (`test_lost_ray_worker_is_retried_from_the_cli`), and in process by the single Ray job of
+    tests/jobs/test_branch.py and tests/jobs/test_learning.py. Module-scoped: an idle instance
+    costs ~5 % of a core and ~0.8 GB for as long as it lives.
+    """
+    import ray
+
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def comparable(summary: JobSummary) -> dict[str, Any]:
