@@ -10,6 +10,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,31 @@ pytest.importorskip("ray", reason="ray is not installed: pip install 'reroll[ray
 REROLL = str(Path(sys.executable).parent / "reroll")
 
 
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[None]:
+    """A local Ray instance (2 logical CPUs: the largest concurrency here) for this module's jobs.
+
+    A job on the ray executor joins an instance already running (`reroll.jobs.ray_executor.
+    RayExecutor` starts one only when none is, and shuts down only the one it started), so the
+    jobs here share one start (20 to 30 s on a loaded 2-core machine) instead of paying it each.
+    Its workers were started before any test's environment changes, so what a job needs on a
+    worker must travel with it, as on a remote node. The executor's own start and shutdown of a
+    local instance are exercised by ``reroll job --executor ray`` in a subprocess
+    (`test_lost_ray_worker_is_retried_from_the_cli`), and in process by the single Ray job of
+    tests/jobs/test_branch.py and tests/jobs/test_learning.py. Module-scoped: an idle instance
+    costs ~5 % of a core and ~0.8 GB for as long as it lives.
+    """
+    import ray
+
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 def comparable(summary: JobSummary) -> dict[str, Any]:
     """The summary without what differs between any two runs (paths, times)."""
     fields = ("name", "task", "agent", "model", "status", "error_category", "rewards", "attempts")
@@ -46,6 +72,7 @@ def comparable(summary: JobSummary) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_instance")
 async def test_ray_job_gives_the_same_summary_and_resumes(tmp_path: Path, examples: Path) -> None:
     """2 tasks x (oracle, mini-swe-agent on the scripted model), on both executors."""
     spec = JobSpec(
@@ -108,6 +135,7 @@ def test_lost_ray_worker_is_retried_from_the_cli(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_instance")
 async def test_continue_job_on_ray_reraises_errors_from_the_task(tmp_path: Path) -> None:
     """``continue-job`` on Ray: an error raised inside the Ray task (here: the timed-out run's
     recorded trajectory is gone) ends the rollout as it does in-process, unwrapped."""
@@ -254,6 +282,7 @@ def skills_task(root: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_instance")
 async def test_a_skills_dir_travels_to_the_ray_worker(tmp_path: Path) -> None:
     """``--skills with-skill --skills-dir DIR`` on Ray: the folder reaches the worker's cache, the
     oracle reads the skill in its sandbox there, and config.json names the controller's paths."""

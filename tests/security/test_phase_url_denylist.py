@@ -6,7 +6,7 @@ and from nothing else; the verify phase (``full``) reaches the blocked page dire
 "Outside" is the allow-list test's network namespace with a web server answering HTTP and HTTPS
 on one port (its certificate from a CA made here, which the controller, so mitmproxy, trusts
 through ``SSL_CERT_FILE``); `WEB` names its first address and `DENIED` its second on the host for
-this run (`naming`). The oracle tries each way (`PROBE`) and writes what answered (an HTTP status,
+this run (`naming`). The oracle tries every way at once (`PROBE`) and writes what answered (an HTTP status,
 0 for no answer) into the workspace; the test script copies it into reward.json.
 """
 
@@ -57,12 +57,13 @@ server.serve_forever()
 """
 PROBE = r'''"""Try every way to a blocked page and to allowed ones; print {way: HTTP status, 0: none}."""
 import json, os, socket, ssl, sys, urllib.error, urllib.request
+from concurrent.futures import ThreadPoolExecutor
 web, denied, port = os.environ["WEB"], os.environ["DENIED"], os.environ["PORT"]
 first, second = os.environ["FIRST"], os.environ["SECOND"]
 
-def get(url, opener=urllib.request.build_opener()):
+def get(url, opener=None):
     try:
-        with opener.open(url, timeout=20) as answer:
+        with (opener or urllib.request.build_opener()).open(url, timeout=20) as answer:
             return answer.status
     except urllib.error.HTTPError as refused:
         return refused.code
@@ -79,19 +80,23 @@ def direct(address, path):
         return 0
 
 if sys.argv[1] == "agent":
-    ways = {
-        "https_blocked": get(f"https://{web}:{port}/answers/key"),
-        "http_blocked": get(f"http://{web}:{port}/answers/key"),
-        "https_disguised": get(f"https://www.{web}:{port}/public/..%2fANSWERS/key"),
-        "http_by_address": get(f"http://{first}:{port}/answers/key"),
-        "https_allowed": get(f"https://{web}:{port}/public/page"),
-        "http_allowed": get(f"http://{web}:{port}/public/page"),
-        "denied_host": get(f"http://{denied}:{port}/public/page"),
-        "denied_by_address": get(f"http://{second}:{port}/public/page"),
-        "direct_blocked": direct(first, "/answers/key"),
-        "unproxied_https": get(f"https://{web}:{port}/answers/key", urllib.request.build_opener(
+    tries = {
+        "https_blocked": (get, f"https://{web}:{port}/answers/key"),
+        "http_blocked": (get, f"http://{web}:{port}/answers/key"),
+        "https_disguised": (get, f"https://www.{web}:{port}/public/..%2fANSWERS/key"),
+        "http_by_address": (get, f"http://{first}:{port}/answers/key"),
+        "https_allowed": (get, f"https://{web}:{port}/public/page"),
+        "http_allowed": (get, f"http://{web}:{port}/public/page"),
+        "denied_host": (get, f"http://{denied}:{port}/public/page"),
+        "denied_by_address": (get, f"http://{second}:{port}/public/page"),
+        "direct_blocked": (direct, first, "/answers/key"),
+        "unproxied_https": (get, f"https://{web}:{port}/answers/key", urllib.request.build_opener(
             urllib.request.ProxyHandler({}))),
     }
+    # all at once: the ways that get no answer wait out their timeouts together, not one by one
+    with ThreadPoolExecutor(len(tries)) as pool:
+        pending = {way: pool.submit(*call) for way, call in tries.items()}
+    ways = {way: answer.result() for way, answer in pending.items()}
 else:  # the verify phase's egress: a route (docker), a CONNECT proxy named by $HTTPS_PROXY (local)
     context = ssl._create_unverified_context()
     unverified = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
