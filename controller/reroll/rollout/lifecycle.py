@@ -89,9 +89,10 @@ async def execute_rollout(
     Args:
         plan: what runs, and the (new, empty) run folder.
         console: where progress goes.
-        start_gate: held while the model server, LLM proxy and sandbox start (a job bounds how
-            many rollouts start at once, so start-up timeouts are not hit when many start
-            together); None: no bound.
+        start_gate: held while the model server, LLM proxy and sandbox start and the agent is
+            made ready to launch (install check, verifier baseline, hooks; a job bounds how many
+            rollouts start at once, so start-up timeouts are not hit when many start together);
+            None: no bound.
         hooks: the rollout's extensions, configured (`reroll.rollout.hooks.load_extensions`);
             None: none.
 
@@ -151,12 +152,14 @@ def _new_sandbox(plan: RolloutPlan, console: Console) -> tuple[Sandbox, dict[str
 
 async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContext:
     """Start the LLM side and the sandbox, install the agents, prepare the verifier; the
-    extensions' hooks before the sandbox starts, after it started and before the agent.
+    extensions' hooks before the sandbox starts, after it started and before the agent; all of it
+    holding `start_gate`, so that a job's first rollout (`reroll.jobs.executors.HeadStartGate`)
+    reaches its agent's launch before the others' starts share the machine's cores with it.
 
     Returns:
         What the turn scheduler runs (also ``run.trial``).
     """
-    plan, sandbox, console = run.plan, run.sandbox, run.console
+    plan = run.plan
     async with start_gate or contextlib.nullcontext():
         networks = plan.task.spec.networks()
         denied = (*networks.agent_denied, *networks.agent_blocked_urls)
@@ -166,8 +169,15 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
         )
         if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
             network = "the host's network; cpus and memory not limited"
-        console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
+        run.console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
         await _start_together(run)
+        return await _ready_agent(run)
+
+
+async def _ready_agent(run: Run) -> TrialContext:
+    """After the sandbox and the LLM side started: install the agents, prepare the verifier, the
+    extensions' ``after_sandbox_start`` and ``before_agent`` hooks; what the turn scheduler runs."""
+    plan, sandbox, console = run.plan, run.sandbox, run.console
     run.env = sandbox_env(sandbox)
     if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
         run.env |= await trust_host_ca(sandbox)
