@@ -17,7 +17,7 @@ from reroll.cli import early
     ("argv", "models"),
     [
         (["branch", "runs/a", "--model", "scripted:m.yaml", "--at", "3"], ["scripted:m.yaml"]),
-        (["branch", "runs/a", "--model=openai/gpt-5", "--model", "scripted:m.yaml"], ["openai/gpt-5", "scripted:m.yaml"]),
+        (["branch", "runs/a", "--model=openai/x", "--model", "scripted:m"], ["openai/x", "scripted:m"]),
         (["branch", "runs/a", "--model", "m", "--executor", "asyncio"], ["m"]),
         (["branch", "runs/a", "--model", "m", "--executor=ray"], None),
         (["branch", "runs/a", "--model", "m", "--help"], None),

@@ -21,6 +21,7 @@ import time
 import traceback
 import uuid
 from pathlib import Path
+from typing import Any
 
 from reroll_contracts.errors import (
     ErrorCategory,
@@ -158,8 +159,9 @@ async def _until_launched(run: Run, running: asyncio.Future[AgentOutcome]) -> No
     """Wait until the trial `running` launched its first agent (`Run.launched`) or ended; when
     this wait is cancelled, the trial is cancelled too."""
     launched = asyncio.ensure_future(run.launched.wait())
+    either: list[asyncio.Future[Any]] = [launched, running]
     try:
-        await asyncio.wait([launched, running], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
         running.cancel()
         raise
