@@ -56,11 +56,13 @@ import stage_timer
 
 stage_timer.instrument_on_import()
 atexit.register(lambda: open({out!r}, "w").write(json.dumps([vars(s) for s in stage_timer.SPANS])))
-from reroll.cli.app import app
+from reroll.cli.early import main
 
-app({argv!r})
+sys.argv = ["reroll", *{argv!r}]
+main()
 """
-"""A ``reroll branch`` command with its stages timed as their modules load; its spans go to a file."""
+"""A ``reroll branch`` command (the console script's entry, `reroll.cli.early.main`) with its stages
+timed as their modules load; its spans go to a file."""
 
 
 def command_timeline(run: Path, at: int, n: int, model: str, output: Path) -> None:

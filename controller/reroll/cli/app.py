@@ -131,5 +131,6 @@ def _show_image_builds() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The console script of an install made before its entry moved to `reroll.cli.early.main`
+    (``make env`` installs the new one): the command line, without the early start."""
     app()

@@ -9,7 +9,6 @@ and every other command do not load it (``tests/cli/test_app.py``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -18,6 +17,8 @@ import typer
 from pydantic import ValidationError
 from reroll_contracts.errors import ConfigError, RerollError
 from rich.console import Console
+
+from reroll.cli import early
 
 if TYPE_CHECKING:
     from reroll.jobs.jobfile import RunnerOptions
@@ -58,13 +59,9 @@ T = TypeVar("T")
 
 
 def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to its end on uvloop when installed, else asyncio's loop."""
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:
-        return asyncio.run(coro)
+    """Run `coro` to its end on uvloop when installed, else asyncio's loop: the loop the console
+    script started a branch's shared processes on, if it did (`reroll.cli.early.run`)."""
+    return early.run(coro)
 
 
 def runner_options(

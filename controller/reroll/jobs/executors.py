@@ -130,9 +130,11 @@ class HeadStartGate(asyncio.Semaphore):
     """The start gate of a job's rollouts: at most `value` hold it at once, and the first task to
     ask for it holds it alone: the others wait until it released it (its start done, or failed).
 
-    The first rollout of a job, or the first child of a branch, then starts its sandbox and its
-    sidecar without sharing the machine's cores with the others' starts: its first request (a
-    branch's fork latency) comes sooner, the others' starts follow it by one start. Use it as
+    The first rollout of a job, or the first child of a branch, holds it until its agent is
+    launched (`reroll.rollout.lifecycle.execute_rollout`): it starts its sandbox and its sidecar,
+    records its verifier's baseline and launches its agent without sharing the machine's cores
+    (and the shared proxy) with the others' starts: its first request (a branch's fork latency)
+    comes sooner, the others' starts follow it by one start. Use it as
     `asyncio.Semaphore` (``async with``), each holder acquiring and releasing in its own task.
 
     Args:

@@ -119,6 +119,7 @@ async def run_agent(run: Run, agent: AgentSpec, prompt: str, resume: bool) -> Ag
                 on_output=write_output,
             )
         )
+        run.launched.set()  # its start is done: the job's other rollouts may start theirs
         stop = None if proxy is None else await _agent_or_stop(launched, proxy)
         if stop is not None:
             launched.cancel()

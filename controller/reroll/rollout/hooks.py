@@ -30,6 +30,7 @@ The hooks, in the order a rollout calls them (`reroll.rollout.start.start_rollou
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 from collections.abc import Callable, Coroutine
@@ -140,6 +141,9 @@ class Run:
     verifier: Verifier | None = None
     trial: TrialContext | None = None
     """What the turn scheduler gets (set before `Extension.before_agent`)."""
+    launched: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once an agent of the trial is launched (`reroll.rollout.agent_phase.run_agent`): the
+    rollout then lets go of its job's start gate."""
 
 
 class Extension:

@@ -21,6 +21,7 @@ import time
 import traceback
 import uuid
 from pathlib import Path
+from typing import Any
 
 from reroll_contracts.errors import (
     ErrorCategory,
@@ -89,9 +90,11 @@ async def execute_rollout(
     Args:
         plan: what runs, and the (new, empty) run folder.
         console: where progress goes.
-        start_gate: held while the model server, LLM proxy and sandbox start (a job bounds how
-            many rollouts start at once, so start-up timeouts are not hit when many start
-            together); None: no bound.
+        start_gate: held while the model server, LLM proxy and sandbox start, the agent is made
+            ready (install check, verifier baseline, hooks) and launched (a job bounds how many
+            rollouts start at once, so start-up timeouts are not hit when many start together;
+            its first rollout reaches its agent's first request before the others' starts share
+            the machine's cores with it: `reroll.jobs.executors.HeadStartGate`); None: no bound.
         hooks: the rollout's extensions, configured (`reroll.rollout.hooks.load_extensions`);
             None: none.
 
@@ -108,9 +111,12 @@ async def execute_rollout(
             sandbox, task_env, verifier = _new_sandbox(plan, console)
             stack.push_async_callback(sandbox.stop)
             run = Run(plan, console, stack, sandbox, result, hooks, task_env=task_env, verifier=verifier)
-            trial = await _set_up(run, start_gate)
-            result.timings.setup_seconds = round(time.monotonic() - started, 3)
-            outcome = await run_trial(trial, console)
+            async with start_gate or contextlib.nullcontext():
+                trial = await _set_up(run)
+                result.timings.setup_seconds = round(time.monotonic() - started, 3)
+                running = asyncio.ensure_future(run_trial(trial, console))
+                await _until_launched(run, running)
+            outcome = await running
             await run.hooks.after_agent(run, outcome)
             result.timings.agent_seconds = round(time.monotonic() - started - result.timings.setup_seconds, 3)
             await _settle(run, outcome)
@@ -149,7 +155,21 @@ def _new_sandbox(plan: RolloutPlan, console: Console) -> tuple[Sandbox, dict[str
     return sandbox, task_env, verifier
 
 
-async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContext:
+async def _until_launched(run: Run, running: asyncio.Future[AgentOutcome]) -> None:
+    """Wait until the trial `running` launched its first agent (`Run.launched`) or ended; when
+    this wait is cancelled, the trial is cancelled too."""
+    launched = asyncio.ensure_future(run.launched.wait())
+    either: list[asyncio.Future[Any]] = [launched, running]
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        running.cancel()
+        raise
+    finally:
+        launched.cancel()
+
+
+async def _set_up(run: Run) -> TrialContext:
     """Start the LLM side and the sandbox, install the agents, prepare the verifier; the
     extensions' hooks before the sandbox starts, after it started and before the agent.
 
@@ -157,17 +177,16 @@ async def _set_up(run: Run, start_gate: asyncio.Semaphore | None) -> TrialContex
         What the turn scheduler runs (also ``run.trial``).
     """
     plan, sandbox, console = run.plan, run.sandbox, run.console
-    async with start_gate or contextlib.nullcontext():
-        networks = plan.task.spec.networks()
-        denied = (*networks.agent_denied, *networks.agent_blocked_urls)
-        policy = f"full less {', '.join(denied)}" if denied else networks.agent
-        network = f"network {policy}" + (
-            f", the verifier's {networks.verifier}" if networks.verifier != policy else ""
-        )
-        if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
-            network = "the host's network; cpus and memory not limited"
-        console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
-        await _start_together(run)
+    networks = plan.task.spec.networks()
+    denied = (*networks.agent_denied, *networks.agent_blocked_urls)
+    policy = f"full less {', '.join(denied)}" if denied else networks.agent
+    network = f"network {policy}" + (
+        f", the verifier's {networks.verifier}" if networks.verifier != policy else ""
+    )
+    if plan.config.sandbox in WITHOUT_NETWORK_POLICY:
+        network = "the host's network; cpus and memory not limited"
+    console.print(f"[dim]starting {plan.config.sandbox} sandbox ({network})[/dim]")
+    await _start_together(run)
     run.env = sandbox_env(sandbox)
     if plan.task.spec.environment.network == "full":  # e.g. pip install in the agent or test.sh
         run.env |= await trust_host_ca(sandbox)
