@@ -30,7 +30,7 @@ from tests.e2e.test_main_job import only_folder, read_json, reroll, trajectory
 EXAMPLES = TASK.parent
 AGENT = "claude-code"
 REPLAYS = 10
-pytestmark = [pytest.mark.slow, pytest.mark.spawns]
+pytestmark = [pytest.mark.slow, pytest.mark.spawns, pytest.mark.timeout(900)]  # set-up installs the agent
 
 
 @pytest.fixture(scope="module")

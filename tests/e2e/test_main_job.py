@@ -27,7 +27,7 @@ from tests.conftest import labelled_containers
 REROLL = str(Path(sys.executable).parent / "reroll")
 TASK = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "fix-failing-test"
 RECORD_TIMEOUT_SECONDS = 40
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # a first run builds the image, installs the agent
 
 
 def reroll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
