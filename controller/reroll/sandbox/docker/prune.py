@@ -111,9 +111,15 @@ class _Sweep:
                 self.in_use.update(m["Source"] for m in mounts if m["Destination"] == MOUNT_POINT)
                 self.volumes_in_use.update(m.get("Name") for m in mounts)
                 continue
-            with contextlib.suppress(docker.errors.NotFound):
+            try:
                 container.remove(force=True, v=True)
-                self.removed["containers"].append(name)
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as error:  # 409: its own run or another prune removes it
+                if error.status_code == 409 and "already in progress" in str(error.explanation):
+                    continue
+                raise
+            self.removed["containers"].append(name)
 
     def volumes(self) -> None:
         """Remove the volumes no kept container uses, but never the shared installs."""
