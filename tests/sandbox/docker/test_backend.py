@@ -179,7 +179,8 @@ async def test_a_container_that_fails_to_start_is_removed(
     with pytest.raises(SandboxError, match=r"cannot start a container of .*refused to start"):
         await sandbox.start()
     assert labelled_containers(run_id) == []
-    assert docker.from_env().volumes.list(filters={"name": docker_name(run_id)}) == []
+    with contextlib.closing(docker.from_env()) as engine:
+        assert engine.volumes.list(filters={"name": docker_name(run_id)}) == []
 
 
 async def test_prune_removes_a_leftover_container(task: Task) -> None:

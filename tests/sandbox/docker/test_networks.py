@@ -4,6 +4,7 @@ engine: one network whatever races made, looked up without ambiguity."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import docker
@@ -18,11 +19,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 
 @pytest.fixture
-def engine() -> docker.DockerClient:
+def engine() -> Iterator[docker.DockerClient]:
+    """A client of the engine, closed after the test (an unclosed one's socket warns when it is
+    collected, in whichever test runs then)."""
     reason = docker_unreachable()
     if reason:
         pytest.skip(reason)
-    return docker.from_env()
+    with contextlib.closing(docker.from_env()) as client:
+        yield client
 
 
 def _full_networks(engine: docker.DockerClient) -> list[str]:
