@@ -4,8 +4,8 @@ Modules: `engine`, `threads`, `divergence`, `volatile` (the pure record/replay/d
 `retries` (SDK retries told from new turns), `translate`, `chat_anthropic`, `responses_chat`
 (translation between API formats), `faults` and `inject` (fault injection), `recorder` (durable
 appends), `respond` (serving a step), `asks` (the ask_user desk), `server`, `config`, `limits`,
-`endpoints_models`, `endpoints_websocket` (the aiohttp front end), `intercept` (the mitmproxy
-addon); ``python -m reroll_proxy``. `scripted` and `scripted_answers` are the bundled scripted
+`front`, `messages`, `endpoints_models`, `endpoints_websocket` (the HTTP front end), `intercept`
+(the mitmproxy addon); ``python -m reroll_proxy``. `scripted` and `scripted_answers` are the bundled scripted
 model server, a process of its own (``python -m reroll_proxy.scripted``). The API formats, SSE
 and the files it shares with the controller are `reroll_contracts`'s.
 """

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
-from aiohttp import web
 from pydantic import ValidationError
 from reroll_contracts.asks import MAX_PENDING_ASKS, AskAnswer, AskQuestion, PendingAsk
 from reroll_contracts.trajectory import Place
+
+from reroll_proxy.messages import Request, Response, json_response
 
 DEFAULT_WAIT_SECONDS = 20.0
 MAX_WAIT_SECONDS = 60.0
@@ -45,7 +46,7 @@ class AskDesk:
         self._waiting: dict[int, asyncio.Future[str]] = {}
         self._handed_out: asyncio.Queue[PendingAsk] = asyncio.Queue()
 
-    async def ask(self, request: web.Request) -> web.Response:
+    async def ask(self, request: Request) -> Response:
         """The agent's question: held until answered."""
         try:
             question = AskQuestion.model_validate(orjson.loads(await request.read()))
@@ -72,9 +73,9 @@ class AskDesk:
             answer = await answered
         finally:
             self._waiting.pop(number, None)
-        return web.Response(body=AskAnswer(answer=answer).model_dump_json(), content_type="application/json")
+        return Response(body=AskAnswer(answer=answer).model_dump_json(), content_type="application/json")
 
-    async def pending(self, request: web.Request) -> web.Response:
+    async def pending(self, request: Request) -> Response:
         """The controller's long poll: the questions not handed out yet."""
         try:
             wait = min(float(request.query.get("wait", DEFAULT_WAIT_SECONDS)), MAX_WAIT_SECONDS)
@@ -86,9 +87,9 @@ class AskDesk:
         while not self._handed_out.empty():
             found.append(self._handed_out.get_nowait())
         body = b"[" + b",".join(ask.model_dump_json().encode() for ask in found) + b"]"
-        return web.Response(body=body, content_type="application/json")
+        return Response(body=body, content_type="application/json")
 
-    async def answer(self, request: web.Request) -> web.Response:
+    async def answer(self, request: Request) -> Response:
         """The controller's answer to question ``id``."""
         try:
             answer = AskAnswer.model_validate(orjson.loads(await request.read()))
@@ -100,11 +101,11 @@ class AskDesk:
         if waiting is None or waiting.done():
             return _error(404, f"no question {request.match_info['id']!r} is waiting for an answer")
         waiting.set_result(answer.answer)
-        return web.Response(status=204)
+        return Response(status=204)
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str) -> Response:
+    return json_response({"error": message}, status=status)
 
 
 def _reasons(exc: ValidationError) -> str:

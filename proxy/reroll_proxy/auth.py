@@ -12,16 +12,10 @@ import hashlib
 import ipaddress
 import secrets
 
-from aiohttp import web
+from reroll_proxy.messages import Request
 
 
-def route_path(request: web.Request) -> str:
-    """The canonical path of the route `request` matched (or, unmatched, its path)."""
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else request.path
-
-
-def arrived_at(request: web.Request, address: tuple[str, int]) -> bool:
+def arrived_at(request: Request, address: tuple[str, int]) -> bool:
     """Whether `request` came in on the site at `address`: a rollout's token opens its own site
     only (its port; and its address, unless it listens on every interface)."""
     transport = request.transport
@@ -50,7 +44,7 @@ def digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
-def credentials(request: web.Request) -> list[bytes]:
+def credentials(request: Request) -> list[bytes]:
     """The tokens `request` presents: ``Authorization: Bearer``, ``x-api-key``, ``api-key``."""
     scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
     presented = [credential.strip()] if scheme.lower() == "bearer" else []

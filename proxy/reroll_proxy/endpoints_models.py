@@ -23,11 +23,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
-from aiohttp import web
 from reroll_contracts.proxy import UpstreamConfig
 from reroll_contracts.trajectory import Exchange
 from reroll_contracts.wire import format_for_path, format_named
 
+from reroll_proxy.front import Handler, Router
+from reroll_proxy.messages import Request, Response, StreamResponse, json_response
 from reroll_proxy.respond import error_response
 from reroll_proxy.upstream import Upstream, UpstreamError, UpstreamRequest
 from reroll_proxy.volatile import Volatility
@@ -64,15 +65,15 @@ class ModelEndpoints:
         self.volatility = volatility
         self.upstream_client = upstream_client
 
-    def add_routes(self, app: web.Application) -> None:
-        """Route the endpoints on `app` (before the catch-alls, if any)."""
+    def add_routes(self, routes: Router[Handler]) -> None:
+        """Route the endpoints on `routes`."""
         for path in COUNT_TOKENS_PATHS:
-            app.router.add_post(path, self.count_tokens)
+            routes.add("POST", path, self.count_tokens)
         for path in MODELS_PATHS:
-            app.router.add_get(path, self.list_models)
-            app.router.add_get(path + "/{model_id}", self.get_model)
+            routes.add("GET", path, self.list_models)
+            routes.add("GET", path + "/{model_id}", self.get_model)
 
-    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+    async def count_tokens(self, request: Request) -> StreamResponse:
         """``POST …/messages/count_tokens`` (see the module docstring)."""
         try:
             body = orjson.loads(await request.read())
@@ -91,7 +92,7 @@ class ModelEndpoints:
                 "has this prompt (reroll never guesses a count: one too low breaks context compaction)"
             )
             return error_response(_MESSAGES, 501, "count_tokens_unavailable", message)
-        return web.json_response({"input_tokens": tokens})
+        return json_response({"input_tokens": tokens})
 
     def recorded_count(self, body: dict[str, Any]) -> int | None:
         """The prompt tokens reported for a recorded Messages request with `body`'s prompt, or None.
@@ -121,9 +122,7 @@ class ModelEndpoints:
         normal = _MESSAGES.normalise(self.volatility.apply(prompt))
         return orjson.dumps(normal["messages"]), orjson.dumps(normal["tools"])
 
-    async def _forward(
-        self, request: web.Request, body: dict[str, Any], client: Upstream
-    ) -> web.StreamResponse:
+    async def _forward(self, request: Request, body: dict[str, Any], client: Upstream) -> StreamResponse:
         assert self.upstream is not None
         sent = {**body, "model": self.upstream.model} if self.upstream.model else body
         url = self.upstream.base_url.rstrip("/") + "/messages/count_tokens"
@@ -135,7 +134,7 @@ class ModelEndpoints:
             async with await client.send(sending) as response:
                 payload = await response.read()
                 content_type = response.content_type or "application/json"
-                return web.Response(status=response.status, body=payload, content_type=content_type)
+                return Response(status=response.status, body=payload, content_type=content_type)
         except UpstreamError as exc:
             return error_response(_MESSAGES, 502, "upstream_error", f"upstream {url} unreachable: {exc}")
 
@@ -145,23 +144,23 @@ class ModelEndpoints:
         names += [exchange.metadata.model or "" for exchange in self.recorded]
         return [name for name in dict.fromkeys(names) if name]
 
-    async def list_models(self, request: web.Request) -> web.Response:
+    async def list_models(self, request: Request) -> Response:
         """``GET …/models``: every served model (see the module docstring)."""
         anthropic = "anthropic-version" in request.headers
         items = [_model_item(name, anthropic=anthropic) for name in self.model_ids()]
         if anthropic:
             first, last = (items[0]["id"], items[-1]["id"]) if items else (None, None)
-            return web.json_response({"data": items, "has_more": False, "first_id": first, "last_id": last})
-        return web.json_response({"object": "list", "data": items})
+            return json_response({"data": items, "has_more": False, "first_id": first, "last_id": last})
+        return json_response({"object": "list", "data": items})
 
-    async def get_model(self, request: web.Request) -> web.Response:
+    async def get_model(self, request: Request) -> Response:
         """``GET …/models/{id}``: one served model, or 404."""
         anthropic = "anthropic-version" in request.headers
         wanted = request.match_info["model_id"]
         if wanted not in self.model_ids():
             wire = _MESSAGES if anthropic else format_named("openai-chat")
             return error_response(wire, 404, "not_found_error", f"model {wanted!r} is not served here")
-        return web.json_response(_model_item(wanted, anthropic=anthropic))
+        return json_response(_model_item(wanted, anthropic=anthropic))
 
 
 def _model_item(name: str, *, anthropic: bool) -> dict[str, Any]:

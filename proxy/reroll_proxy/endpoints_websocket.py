@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from aiohttp import web
 from reroll_contracts.wire import format_named
+
+from reroll_proxy.messages import Request, Response
 
 log = logging.getLogger("reroll_proxy")
 REFUSAL_STATUS = 426
@@ -35,7 +36,7 @@ class WebsocketRefusals:
     count: int = 0
     """WebSocket upgrades refused so far."""
 
-    async def refuse(self, request: web.Request) -> web.Response:
+    async def refuse(self, request: Request) -> Response:
         """The 426 answer to `request` (a WebSocket upgrade, or a plain ``GET``).
 
         Returns:
@@ -51,7 +52,7 @@ class WebsocketRefusals:
             "WebSocket upgrades are refused so the client falls back at once"
         )
         body = format_named("openai-responses").error_body("websocket_not_supported", message)
-        return web.Response(
+        return Response(
             status=REFUSAL_STATUS,
             body=body,
             content_type="application/json",

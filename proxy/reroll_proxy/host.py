@@ -1,9 +1,10 @@
-"""One aiohttp server for any number of rollouts (`ProxyHost`): its routes, the authentication
+"""One HTTP server for any number of rollouts (`ProxyHost`): its routes, the authentication
 in front of them, and the admin endpoints that add and remove rollouts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -12,7 +13,6 @@ import operator
 import socket
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
 from pydantic import ValidationError
 from reroll_contracts.errors import ConfigError, ProxyConfigError
 from reroll_contracts.faults import load_plan
@@ -20,12 +20,13 @@ from reroll_contracts.proxy import ClientLimits, ProxyConfig, RolloutAdded, Roll
 from reroll_contracts.trajectory import load_trajectory
 from reroll_contracts.wire import WireFormat, all_formats, format_for_path, format_named
 
-from reroll_proxy.auth import arrived_at, credentials, digest, matches, route_path
+from reroll_proxy.auth import arrived_at, credentials, digest, matches
 from reroll_proxy.endpoints_models import COUNT_TOKENS_PATHS, MODELS_PATHS
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.engine import ReplayEngine
 from reroll_proxy.faults import FaultSelector
-from reroll_proxy.limits import read_body_in_time, runner_options
+from reroll_proxy.front import Handler, Router, Server
+from reroll_proxy.messages import Request, Response, StreamResponse, json_response
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import error_response
 from reroll_proxy.rollout import RolloutProxy
@@ -33,11 +34,9 @@ from reroll_proxy.upstream import Upstream
 from reroll_proxy.volatile import Volatility
 
 log = logging.getLogger("reroll_proxy")
-SHUTDOWN_SECONDS = 0.5
-"""How long stopping the proxy waits for requests in flight before cancelling them."""
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-ROLLOUT = web.RequestKey("rollout", RolloutProxy)
-"""Where the middleware leaves the rollout a request is for."""
+Route = Callable[[Request, RolloutProxy], Awaitable[StreamResponse]]
+"""A route's target: a request and the rollout whose token opened it (the host's own routes
+ignore it)."""
 
 
 CONTROLLER_PREFIX = "/_reroll/"
@@ -47,8 +46,8 @@ ADMIN_PREFIX = "/_reroll/rollouts"
 
 
 class ProxyHost:
-    """One aiohttp server for any number of rollouts, each a `RolloutProxy` found by the token
-    its request presents (``Authorization: Bearer``, ``x-api-key``, ``api-key``).
+    """One HTTP server (`reroll_proxy.front`) for any number of rollouts, each a `RolloutProxy`
+    found by the token its request presents (``Authorization: Bearer``, ``x-api-key``, ``api-key``).
 
     Each rollout listens on a site (host, port) of its own, and its tokens open nothing elsewhere:
     the rollout token opens its model endpoints, the controller token its ``/_reroll/status``,
@@ -70,17 +69,14 @@ class ProxyHost:
         self._by_token: dict[bytes, RolloutProxy] = {}
         self._by_controller: dict[bytes, RolloutProxy] = {}
         self._by_id: dict[str, RolloutProxy] = {}
-        self._sites: dict[str, web.SockSite] = {}
+        self._sites: dict[str, asyncio.Server] = {}
         """Each rollout's listening site, by rollout id: its agent reaches it there and only there."""
-        self.runner: web.AppRunner | None = None
-        self.app = web.Application(
-            middlewares=[self._authenticate, read_body_in_time(limits)],
-            client_max_size=limits.max_request_bytes,
-        )
-        route = self.app.router
+        self._listening: list[asyncio.Server] = []
+        self.server = Server(self._dispatch, limits)
+        self._routes: Router[Route] = Router()
 
         def add(method: str, path: str, pick: Callable[[RolloutProxy], Handler]) -> None:
-            route.add_route(method, path, functools.partial(_rollout_handler, pick))
+            self._routes.add(method, path, functools.partial(_rollout_handler, pick))
 
         for wire in all_formats():
             for path in wire.paths:
@@ -101,28 +97,25 @@ class ProxyHost:
         add("POST", "/reroll/ask_user", operator.attrgetter("asks.ask"))  # the agent's token
         add("GET", "/_reroll/asks", operator.attrgetter("asks.pending"))
         add("POST", "/_reroll/asks/{id}", operator.attrgetter("asks.answer"))
-        route.add_post(ADMIN_PREFIX, self._add_request)
-        route.add_delete(ADMIN_PREFIX + "/{rollout_id}", self._remove_request)
-        route.add_get("/healthz", self._health)
-        self.app.on_cleanup.append(self._close_all)
+        self._routes.add("POST", ADMIN_PREFIX, _host_route(self._add_request))
+        self._routes.add("DELETE", ADMIN_PREFIX + "/{rollout_id}", _host_route(self._remove_request))
 
     async def start(self) -> None:
-        """Set up the server (it listens once a site is added)."""
-        self.runner = web.AppRunner(
-            self.app,
-            access_log=None,
-            handler_cancellation=True,
-            shutdown_timeout=SHUTDOWN_SECONDS,
-            **runner_options(self.limits),
-        )
-        await self.runner.setup()
+        """Nothing to set up before the first site (kept for the callers' start / stop pairing)."""
 
     async def stop(self) -> None:
-        """Stop listening, close every rollout's upstream session and trajectory."""
-        if self.runner is not None:
-            await self.runner.cleanup()
+        """Stop listening, end the requests in flight (`reroll_proxy.front.Server.shutdown`),
+        close every rollout's upstream session and trajectory."""
+        for site in self._listening:
+            site.close()
+        self._listening.clear()
+        await self.server.shutdown()
+        for rollout in list(self._by_id.values()):
+            with contextlib.suppress(OSError):
+                await rollout.close()
+        self._by_id.clear()
 
-    async def listen(self, host: str, port: int = 0) -> tuple[web.SockSite, tuple[str, int]]:
+    async def listen(self, host: str, port: int = 0) -> tuple[asyncio.Server, tuple[str, int]]:
         """Listen on a site of its own at (`host`, `port`).
 
         Returns:
@@ -131,17 +124,16 @@ class ProxyHost:
         Raises:
             OSError: the address cannot be bound.
         """
-        assert self.runner is not None, "start() first"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-            site = web.SockSite(self.runner, sock)
-            await site.start()
+            site = await self.server.listen(sock)
         except BaseException:
             sock.close()
             raise
+        self._listening.append(site)
         return site, (host, int(sock.getsockname()[1]))
 
     async def add(self, config: ProxyConfig, upstream: Upstream | None = None) -> RolloutProxy:
@@ -206,47 +198,48 @@ class ProxyHost:
         try:
             await rollout.close()
         finally:
-            await self._sites.pop(rollout.rollout_id).stop()
+            site = self._sites.pop(rollout.rollout_id)
+            site.close()
+            self._listening.remove(site)
         log.info("rollout %s removed", rollout.rollout_id)
 
-    async def _close_all(self, _app: web.Application) -> None:
-        for rollout in list(self._by_id.values()):
-            with contextlib.suppress(OSError):
-                await rollout.close()
-        self._by_id.clear()
-
-    @web.middleware
-    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _dispatch(self, request: Request) -> StreamResponse:
+        """Route `request`, authenticate it by the route it matched, and answer it."""
         if request.path == "/healthz":
-            return await handler(request)
+            return json_response({"ok": True})
+        route, target = self._routes.resolve(request)
         presented = credentials(request)
-        route = route_path(request)
-        if route.startswith(ADMIN_PREFIX):
-            if self._admin_token is not None and matches(presented, self._admin_token):
-                return await handler(request)
-            return web.json_response({"error": "missing or wrong admin token"}, status=401)
-        if route.startswith(CONTROLLER_PREFIX):
-            # Decided by the route that matched, not by how the path was spelt.
+        path = route or request.path  # decided by the route that matched, not by how the path was spelt
+        rollout: RolloutProxy | None = None
+        if path.startswith(ADMIN_PREFIX):
+            if self._admin_token is None or not matches(presented, self._admin_token):
+                return json_response({"error": "missing or wrong admin token"}, status=401)
+        elif path.startswith(CONTROLLER_PREFIX):
             rollout = self._find(self._by_controller, presented)
-            if rollout is not None and arrived_at(request, rollout.address):
-                request[ROLLOUT] = rollout
-                return await handler(request)
-            own = self._find(self._by_token, presented)
-            if own is not None and arrived_at(request, own.address):
-                log.warning(
-                    "refused %s %s: the rollout token does not open /_reroll/*", request.method, request.path
-                )
-                message = "the rollout token does not open the controller's endpoints (/_reroll/*)"
-                return error_response(format_named("openai-chat"), 403, "controller_only", message)
-            message = "missing or wrong controller token (Authorization: Bearer, or x-api-key)"
-            return error_response(format_named("openai-chat"), 401, "invalid_api_key", message)
-        rollout = self._find(self._by_token, presented)
-        if rollout is not None and arrived_at(request, rollout.address):
-            request[ROLLOUT] = rollout
-            return await handler(request)
-        message = "missing or wrong rollout token (Authorization: Bearer, or x-api-key)"
-        wire = format_for_path(request.path) or format_named("openai-chat")
-        return error_response(wire, 401, "invalid_api_key", message)
+            if rollout is None or not arrived_at(request, rollout.address):
+                return self._refuse_controller(request, presented)
+        else:
+            rollout = self._find(self._by_token, presented)
+            if rollout is None or not arrived_at(request, rollout.address):
+                message = "missing or wrong rollout token (Authorization: Bearer, or x-api-key)"
+                wire = format_for_path(request.path) or format_named("openai-chat")
+                return error_response(wire, 401, "invalid_api_key", message)
+        if target is None:
+            status = 404 if route is None else 405
+            return json_response({"error": f"no route {request.method} {request.path}"}, status=status)
+        return await target(request, rollout)  # type: ignore[arg-type]  # None for the host's own
+
+    def _refuse_controller(self, request: Request, presented: list[bytes]) -> Response:
+        """401, or 403 for the rollout's own token, on a controller route."""
+        own = self._find(self._by_token, presented)
+        if own is not None and arrived_at(request, own.address):
+            log.warning(
+                "refused %s %s: the rollout token does not open /_reroll/*", request.method, request.path
+            )
+            message = "the rollout token does not open the controller's endpoints (/_reroll/*)"
+            return error_response(format_named("openai-chat"), 403, "controller_only", message)
+        message = "missing or wrong controller token (Authorization: Bearer, or x-api-key)"
+        return error_response(format_named("openai-chat"), 401, "invalid_api_key", message)
 
     @staticmethod
     def _find(table: dict[bytes, RolloutProxy], presented: list[bytes]) -> RolloutProxy | None:
@@ -256,31 +249,28 @@ class ProxyHost:
                 return found
         return None
 
-    async def _health(self, _request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    async def _add_request(self, request: web.Request) -> web.Response:
+    async def _add_request(self, request: Request) -> Response:
         try:
             registration = RolloutRegistration.model_validate_json(await request.read())
         except ValidationError as exc:
-            return web.json_response({"error": f"not a rollout registration: {exc}"}, status=400)
+            return json_response({"error": f"not a rollout registration: {exc}"}, status=400)
         try:
             rollout = await self.add(registration.resolved())
         except (ConfigError, FileNotFoundError, OSError) as exc:
             log.error("refused a rollout: %s", exc)
-            return web.json_response({"error": str(exc)}, status=400)
+            return json_response({"error": str(exc)}, status=400)
         added = RolloutAdded(rollout_id=rollout.rollout_id, base_url=rollout.base_url)
-        return web.Response(body=added.model_dump_json(), content_type="application/json")
+        return Response(body=added.model_dump_json(), content_type="application/json")
 
-    async def _remove_request(self, request: web.Request) -> web.Response:
+    async def _remove_request(self, request: Request) -> Response:
         rollout = self._by_id.get(request.match_info["rollout_id"])
         if rollout is None:
-            return web.json_response({"error": "no such rollout"}, status=404)
+            return json_response({"error": "no such rollout"}, status=404)
         try:
             await self.remove(rollout)
         except OSError as exc:
-            return web.json_response({"error": f"its trajectory's last fsync failed: {exc}"}, status=500)
-        return web.Response(status=204)
+            return json_response({"error": f"its trajectory's last fsync failed: {exc}"}, status=500)
+        return Response(status=204)
 
 
 def _serve_as(wire: WireFormat, rollout: RolloutProxy) -> Handler:
@@ -289,10 +279,19 @@ def _serve_as(wire: WireFormat, rollout: RolloutProxy) -> Handler:
 
 
 async def _rollout_handler(
-    pick: Callable[[RolloutProxy], Handler], request: web.Request
-) -> web.StreamResponse:
-    """Serve `request` with the handler `pick` chooses of the rollout the middleware found."""
-    return await pick(request[ROLLOUT])(request)
+    pick: Callable[[RolloutProxy], Handler], request: Request, rollout: RolloutProxy
+) -> StreamResponse:
+    """Serve `request` with the handler `pick` chooses of the rollout its token opened."""
+    return await pick(rollout)(request)
+
+
+def _host_route(handler: Handler) -> Route:
+    """`handler` as a route's target (the host's own: no rollout)."""
+
+    async def route(request: Request, _rollout: RolloutProxy) -> StreamResponse:
+        return await handler(request)
+
+    return route
 
 
 def engine_for(config: ProxyConfig) -> ReplayEngine:

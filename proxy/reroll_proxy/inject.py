@@ -23,11 +23,11 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
-from aiohttp import web
 from reroll_contracts.faults import CutFault, FaultNote, LatencyFault, MalformedFault, StallFault, StatusFault
 from reroll_contracts.trajectory import SseEvent
 
 from reroll_proxy.faults import MALFORMED_BODY, status_response
+from reroll_proxy.messages import Request, Response, StreamResponse
 from reroll_proxy.respond import EventSource, ServedStep
 
 log = logging.getLogger("reroll_proxy")
@@ -76,7 +76,7 @@ class FaultedEvents(EventSource):
         """Whether the fault cut the stream short (a cut, or an endless stall)."""
         return self._broken
 
-    async def after_recorded(self, request: web.Request) -> bool:
+    async def after_recorded(self, request: Request) -> bool:
         """Drop the connection (cut) or hang until the client gives up (endless stall)."""
         if not self._broken:
             return False
@@ -127,12 +127,12 @@ class Injector:
             return self._events
         return source
 
-    async def deliver(self, response: web.Response) -> web.StreamResponse:
+    async def deliver(self, response: Response) -> StreamResponse:
         """`response` (already recorded), or, under a ``stall`` / ``cut`` fault, its headers and
         the first half of its body, then the connection dropped, a pause, or an endless stall."""
         if not isinstance(self._spec, StallFault | CutFault):
             return response
-        request, body = self._step.request, bytes(response.body or b"")  # type: ignore[arg-type]
+        request, body = self._step.request, response.body
         log.warning(
             "step %d: fault: body %s after %d of %d bytes",
             self._step.number,
@@ -140,7 +140,7 @@ class Injector:
             len(body) // 2,
             len(body),
         )
-        partial = web.StreamResponse(status=response.status, headers=response.headers)
+        partial = StreamResponse(status=response.status, headers=response.headers)
         partial.content_length = len(body)
         await partial.prepare(request)
         await partial.write(body[: len(body) // 2])
@@ -158,7 +158,7 @@ class Injector:
         return partial
 
 
-async def serve_in_place(step: ServedStep, note: FaultNote, body: dict[str, Any]) -> web.StreamResponse:
+async def serve_in_place(step: ServedStep, note: FaultNote, body: dict[str, Any]) -> StreamResponse:
     """Record and answer a ``status``, ``reset`` or ``malformed`` fault for `step`.
 
     Args:
@@ -179,7 +179,7 @@ async def serve_in_place(step: ServedStep, note: FaultNote, body: dict[str, Any]
         return await step.send_json(200, {"content-type": "application/json"}, MALFORMED_BODY, body, None)
     await step.send_json(0, {}, b"", body, None, error="fault: connection reset, no response")
     _reset(step.request)
-    return web.Response()  # never sent: the connection is gone
+    return Response()  # never sent: the connection is gone
 
 
 def recorded_payload(body: Any) -> bytes:
@@ -187,7 +187,7 @@ def recorded_payload(body: Any) -> bytes:
     return body.encode() if isinstance(body, str) else orjson.dumps(body)
 
 
-def _reset(request: web.Request) -> None:
+def _reset(request: Request) -> None:
     transport = request.transport
     if transport is None:
         return

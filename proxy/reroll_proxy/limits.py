@@ -1,53 +1,39 @@
 """What the proxy grants one client connection: time to send its headers and its body, and size.
 
 Everything an agent sends is hostile input. Without these limits a client that sends half a
-request keeps a connection (and its memory) forever: aiohttp closes a connection that has not
-sent a complete request head within ``keepalive_timeout`` (`ClientLimits.header_timeout_seconds`,
-given to the runner by `runner_options`), but waits without limit for a body announced and never
-sent — `read_body_in_time` puts a limit on that. Responses (a stream may rightly last minutes)
+request keeps a connection (and its memory) forever. The server (`reroll_proxy.front`) closes a
+connection that has not sent a complete request head within
+`ClientLimits.header_timeout_seconds` of opening or of its last response, answers `timeout_refusal`
+(408) to a body that has not arrived within `ClientLimits.body_timeout_seconds` of its head, and
+`size_refusal` (413) to one over `ClientLimits.max_request_bytes`; after either refusal it closes
+the connection the lingering way (`LINGER_SECONDS`). Responses (a stream may rightly last minutes)
 have no limit here: the upstream's own timeout and the agent's budget bound them.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from aiohttp import web
-from aiohttp.typedefs import Middleware
 from reroll_contracts.proxy import ClientLimits
 
+from reroll_proxy.messages import Response, json_response
+
 LINGER_SECONDS = 1.0
-"""After a response sent before its request's body was read (a 401, a 408), how long aiohttp
-still reads (and drops) the rest before it closes (its default: 10 s)."""
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+"""After a refusal sent before its request's body was read (a 408, a 413), how long what the
+client still sends is read and dropped before the connection is closed (closing with unread
+bytes would send a RST, which can discard the response before the client reads it)."""
 
 
-def runner_options(limits: ClientLimits) -> dict[str, Any]:
-    """The `aiohttp.web.AppRunner` keyword arguments that enforce `limits`' header timeout."""
-    return {"keepalive_timeout": limits.header_timeout_seconds, "lingering_time": LINGER_SECONDS}
+def timeout_refusal(limits: ClientLimits) -> Response:
+    """The 408 for a body that did not arrive within ``limits.body_timeout_seconds``."""
+    message = f"the request body did not arrive within {limits.body_timeout_seconds:g} s"
+    return _refusal(408, "request_timeout", message)
 
 
-def read_body_in_time(limits: ClientLimits) -> Middleware:
-    """A middleware that reads the request's body (aiohttp keeps it for the handler) within
-    `ClientLimits.body_timeout_seconds`, else answers 408 and closes the connection (after
-    `LINGER_SECONDS`)."""
+def size_refusal(limits: ClientLimits) -> Response:
+    """The 413 for a body over ``limits.max_request_bytes``."""
+    return _refusal(413, "request_too_large", f"the request body exceeds {limits.max_request_bytes} bytes")
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            if request.content.is_eof():  # the whole body came with the head: nothing to wait for
-                await request.read()
-            else:
-                async with asyncio.timeout(limits.body_timeout_seconds):
-                    await request.read()
-        except TimeoutError:
-            message = f"the request body did not arrive within {limits.body_timeout_seconds:g} s"
-            error = {"type": "error", "error": {"type": "request_timeout", "message": message}}
-            response = web.json_response(error, status=408)
-            response.force_close()
-            return response
-        return await handler(request)
 
-    return middleware
+def _refusal(status: int, kind: str, message: str) -> Response:
+    response = json_response({"type": "error", "error": {"type": kind, "message": message}}, status=status)
+    response.force_close()
+    return response

@@ -13,12 +13,12 @@ import logging
 from typing import Any
 
 import orjson
-from aiohttp import web
 from reroll_contracts.errors import TranslationError
 from reroll_contracts.proxy import UpstreamConfig
 from reroll_contracts.trajectory import sanitize_headers
 
 from reroll_proxy.inject import Injector
+from reroll_proxy.messages import StreamResponse
 from reroll_proxy.respond import EventSource, ServedStep, UpstreamEvents, error_response, parse_json
 from reroll_proxy.translate import translation_for
 from reroll_proxy.upstream import Upstream, UpstreamError, UpstreamRequest
@@ -28,7 +28,7 @@ log = logging.getLogger("reroll_proxy")
 
 async def serve_live(
     step: ServedStep, body: dict[str, Any], config: UpstreamConfig, upstream: Upstream
-) -> web.StreamResponse:
+) -> StreamResponse:
     """Answer `step` from the live upstream (the exchange recorded before the agent sees its end).
 
     Args:
@@ -85,7 +85,7 @@ async def serve_live(
     return await faults.deliver(delivered)
 
 
-async def _unreachable(step: ServedStep, sent: dict[str, Any], error: str) -> web.StreamResponse:
+async def _unreachable(step: ServedStep, sent: dict[str, Any], error: str) -> StreamResponse:
     log.error("step %d: %s", step.number, error)
     payload = step.wire.error_body("upstream_error", error)
     return await step.send_json(502, {}, payload, sent, sent.get("model"), error=error)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aiohttp import web
 from reroll_contracts.faults import ResetFault
 
 from reroll_proxy.engine import Replay, ReplayEngine
 from reroll_proxy.inject import Injector, recorded_payload, serve_in_place
 from reroll_proxy.live import model_of
+from reroll_proxy.messages import StreamResponse
 from reroll_proxy.respond import EventSource, ServedStep
 
 log = logging.getLogger("reroll_proxy")
@@ -25,7 +25,7 @@ log = logging.getLogger("reroll_proxy")
 
 async def serve_replayed(
     step: ServedStep, body: dict[str, Any], replay: Replay, engine: ReplayEngine, timing_factor: float
-) -> web.StreamResponse:
+) -> StreamResponse:
     """Answer `step` with the recorded exchange the engine chose (recorded before the agent sees its end).
 
     Args:

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from aiohttp import web
 from reroll_contracts.faults import FaultNote
 from reroll_contracts.proxy import Divergence, FormatName
 from reroll_contracts.trajectory import (
@@ -39,6 +38,7 @@ from reroll_contracts.wire import WireFormat
 from reroll_contracts.wire.sse import SseParser, encode_event
 
 from reroll_proxy.engine import ReplayEngine
+from reroll_proxy.messages import Request, Response, StreamResponse
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.upstream import UpstreamError, UpstreamResponse
 
@@ -48,9 +48,9 @@ _NOT_FORWARDED = frozenset(
 )
 
 
-def error_response(wire: WireFormat, status: int, kind: str, message: str) -> web.Response:
+def error_response(wire: WireFormat, status: int, kind: str, message: str) -> Response:
     """An error response in `wire`'s shape (`WireFormat.error_body`)."""
-    return web.Response(status=status, body=wire.error_body(kind, message), content_type="application/json")
+    return Response(status=status, body=wire.error_body(kind, message), content_type="application/json")
 
 
 def now_iso() -> str:
@@ -99,7 +99,7 @@ class EventSource:
         translated, faulted): then they are sent as `batches` gives them."""
         return None
 
-    async def after_recorded(self, request: web.Request) -> bool:
+    async def after_recorded(self, request: Request) -> bool:
         """Called once the exchange is recorded; True means the stream must not be finished
         (an injected fault broke it, see `reroll_proxy.inject`)."""
         return False
@@ -148,7 +148,7 @@ class UpstreamEvents(EventSource):
             self.error = f"upstream stream broke off: {exc}"
 
 
-def peer_closed(request: web.Request) -> bool:
+def peer_closed(request: Request) -> bool:
     """Whether the agent has closed its end of `request`'s connection (its FIN is waiting to be
     read: an HTTP/1.1 client sends nothing while it reads a response). One non-blocking peek."""
     transport = request.transport
@@ -176,7 +176,7 @@ class ServedStep:
     """The step (0-based)."""
     wire: WireFormat
     """The request's API format."""
-    request: web.Request
+    request: Request
     source: Source
     divergence: Divergence | None
     recorder: Recorder
@@ -212,7 +212,7 @@ class ServedStep:
         model: str | None,
         error: str | None = None,
         parsed: Any = None,
-    ) -> web.Response:
+    ) -> Response:
         """Record the exchange, then return the response that sends `payload` to the agent.
 
         Args:
@@ -229,11 +229,11 @@ class ServedStep:
         exchange = self._exchange(sent_body, status, headers, body, None, model, error)
         await self.recorder.record(self.number, exchange)
         content_type = headers.get("content-type", "application/json")
-        return web.Response(status=status, body=payload, headers=self._agent_headers(headers, content_type))
+        return Response(status=status, body=payload, headers=self._agent_headers(headers, content_type))
 
     async def send_stream(
         self, status: int, headers: dict[str, str], source: EventSource, sent_body: Any, model: str | None
-    ) -> web.StreamResponse:
+    ) -> StreamResponse:
         """Stream `source` to the agent as it comes; record before sending the terminal event.
 
         A source with the upstream's own bytes (`EventSource.wire_chunks`) has them forwarded as
@@ -255,7 +255,7 @@ class ServedStep:
         Raises:
             ConnectionResetError, asyncio.CancelledError: the agent hung up (after the recording).
         """
-        response = web.StreamResponse(status=status, headers=self._agent_headers(headers, SSE_CONTENT_TYPE))
+        response = StreamResponse(status=status, headers=self._agent_headers(headers, SSE_CONTENT_TYPE))
         await response.prepare(self.request)
         sent = _Delivery(self, response)
         try:
@@ -420,7 +420,7 @@ class _Delivery:
     """What a stream sent to the agent so far: every event received (with when), the terminal
     event and those after it held back, and how many events the agent was sent."""
 
-    def __init__(self, step: ServedStep, response: web.StreamResponse) -> None:
+    def __init__(self, step: ServedStep, response: StreamResponse) -> None:
         self._step = step
         self._response = response
         self.events: list[SseEvent] = []

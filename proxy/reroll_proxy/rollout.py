@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import orjson
-from aiohttp import web
 from pydantic import ValidationError
 from reroll_contracts.btrfs import freeze
 from reroll_contracts.faults import FaultNote
@@ -29,6 +28,7 @@ from reroll_proxy.engine import Abort, Exhausted, Replay, ReplayEngine, StepLimi
 from reroll_proxy.faults import IN_PLACE, FaultSelector, last_message_text
 from reroll_proxy.inject import serve_in_place
 from reroll_proxy.live import serve_live
+from reroll_proxy.messages import Request, Response, StreamResponse, json_response
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.replayed import serve_replayed
 from reroll_proxy.respond import ServedStep, error_response, now_iso
@@ -109,7 +109,7 @@ class RolloutProxy:
         finally:
             await self.recorder.aclose()
 
-    async def status(self, _request: web.Request) -> web.Response:
+    async def status(self, _request: Request) -> Response:
         """``GET /_reroll/status``: a `ProxyStatus`."""
         engine = self.engine
         status = ProxyStatus(
@@ -122,48 +122,48 @@ class RolloutProxy:
             stop=proxy_stop(engine.stop),
             websocket_upgrades_refused=self.websockets.count,
         )
-        return web.Response(body=status.model_dump_json(), content_type="application/json")
+        return Response(body=status.model_dump_json(), content_type="application/json")
 
-    async def wait_for_stop(self, _request: web.Request) -> web.Response:
+    async def wait_for_stop(self, _request: Request) -> Response:
         """``GET /_reroll/stop``: a `ProxyStop`, once there is one (a long poll)."""
         await self._stopped.wait()
         stop = proxy_stop(self.engine.stop)
         assert stop is not None
-        return web.Response(body=stop.model_dump_json(), content_type="application/json")
+        return Response(body=stop.model_dump_json(), content_type="application/json")
 
-    async def set_place(self, request: web.Request) -> web.Response:
+    async def set_place(self, request: Request) -> Response:
         """``POST /_reroll/place``: tag the exchanges from now on with the body's `Place`."""
         try:
             self.place = Place.model_validate_json(await request.read())
         except ValidationError as exc:
-            return web.json_response({"error": f"not a place: {exc}"}, status=400)
-        return web.Response(status=204)
+            return json_response({"error": f"not a place: {exc}"}, status=400)
+        return Response(status=204)
 
-    async def wait_for_held(self, _request: web.Request) -> web.Response:
+    async def wait_for_held(self, _request: Request) -> Response:
         """``GET /_reroll/held``: a `HeldStep` once a request of step K is held or was frozen (a
         long poll)."""
         held = await self._held.get()
-        return web.Response(body=held.model_dump_json(), content_type="application/json")
+        return Response(body=held.model_dump_json(), content_type="application/json")
 
-    async def set_freeze(self, request: web.Request) -> web.Response:
+    async def set_freeze(self, request: Request) -> Response:
         """``POST /_reroll/freeze``: from now on, take the body's `FreezePlan` snapshot at each step
         to hold instead of holding the request (204; 400 for a body that is not a plan)."""
         try:
             self.freeze_plan = FreezePlan.model_validate_json(await request.read())
         except ValidationError as exc:
-            return web.json_response({"error": f"not a freeze plan: {exc}"}, status=400)
-        return web.Response(status=204)
+            return json_response({"error": f"not a freeze plan: {exc}"}, status=400)
+        return Response(status=204)
 
-    async def release(self, request: web.Request) -> web.Response:
+    async def release(self, request: Request) -> Response:
         """``POST /_reroll/release?step=K``: let the held request of step K go on; answers
         ``{"held_seconds": s}``, how long it was held (from `_hold` to this release: the wait the
         agent saw, the controller's round trips included)."""
         held = self._holding.pop(int(request.query.get("step", "-1")), None)
         if held is None:
-            return web.json_response({"error": "no request of that step is held"}, status=404)
+            return json_response({"error": "no request of that step is held"}, status=404)
         release, since = held
         release.set()
-        return web.json_response({"held_seconds": round(time.monotonic() - since, 6)})
+        return json_response({"held_seconds": round(time.monotonic() - since, 6)})
 
     async def _hold(self, step: int) -> None:
         """Hold the request of `step` until the controller releases it (`ProxyConfig.hold_every`),
@@ -193,7 +193,7 @@ class RolloutProxy:
         held = round(time.monotonic() - began, 6)
         self._held.put_nowait(HeldStep(step=step, frozen=True, held_seconds=held, error=error))
 
-    async def serve(self, wire: WireFormat, request: web.Request) -> web.StreamResponse:
+    async def serve(self, wire: WireFormat, request: Request) -> StreamResponse:
         """A model endpoint of `wire`'s format: replay, forward live, or refuse (the module docstring)."""
         received, received_at = time.monotonic(), now_iso()
         raw = await request.read()
@@ -268,7 +268,7 @@ class RolloutProxy:
         last = last_message_text(wire, body)
         return self.faults.choose(self.engine.next_step, path, last)
 
-    async def _live(self, step: ServedStep, body: dict[str, Any]) -> web.StreamResponse:
+    async def _live(self, step: ServedStep, body: dict[str, Any]) -> StreamResponse:
         assert self.config.upstream is not None and self.upstream is not None, "live needs an upstream"
         return await serve_live(step, body, self.config.upstream, self.upstream)
 

@@ -1,6 +1,7 @@
-"""The aiohttp front end of the proxy, around a `ReplayEngine`: `start_proxy` serves one rollout,
-`start_shared` any number (added and removed by the controller). The parts: `reroll_proxy.host`
-(one server, each request routed to its rollout by its token, `reroll_proxy.auth`),
+"""The HTTP front end of the proxy, around a `ReplayEngine`: `start_proxy` serves one rollout,
+`start_shared` any number (added and removed by the controller). The parts: `reroll_proxy.front`
+(the HTTP/1.1 server), `reroll_proxy.host` (one server, each request routed to its rollout by its
+token, `reroll_proxy.auth`),
 `reroll_proxy.rollout` (one rollout's handlers), `reroll_proxy.replayed` and `reroll_proxy.live`
 (serving a step from the recording or from the live model), `reroll_proxy.upstream` (the
 `Upstream` seam to the model provider, and its in-memory twin for tests).

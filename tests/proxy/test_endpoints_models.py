@@ -3,15 +3,19 @@ the live upstream is the bundled scripted model's app, served on loopback."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
-from reroll_contracts.proxy import UpstreamConfig, VolatileRule
+from aiohttp.test_utils import TestServer
+from reroll_contracts.proxy import ClientLimits, UpstreamConfig, VolatileRule
 from reroll_contracts.trajectory import Exchange
 from reroll_proxy.endpoints_models import ModelEndpoints
+from reroll_proxy.front import Handler, Router, Server
+from reroll_proxy.messages import Request, StreamResponse
 from reroll_proxy.scripted import ModelScript, build_app
 from reroll_proxy.scripted_answers import count_prompt_tokens
 from reroll_proxy.upstream import Http1Upstream
@@ -45,24 +49,38 @@ def recorded(path: str = "/v1/messages?beta=true", model: str = "claude-recorded
     )
 
 
-async def client_for(endpoints: ModelEndpoints) -> TestClient[web.Request, web.Application]:
-    app = web.Application()
-    endpoints.add_routes(app)
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    return client
+@contextlib.asynccontextmanager
+async def client_for(endpoints: ModelEndpoints) -> AsyncIterator[aiohttp.ClientSession]:
+    """A client of `endpoints` served alone by the proxy's server (`reroll_proxy.front`)."""
+    routes: Router[Handler] = Router()
+    endpoints.add_routes(routes)
+
+    async def dispatch(request: Request) -> StreamResponse:
+        _, handler = routes.resolve(request)
+        assert handler is not None, request.path
+        return await handler(request)
+
+    server = Server(dispatch, ClientLimits())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    site = await server.listen(sock)
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+            yield client
+    finally:
+        site.close()
+        await server.shutdown()
 
 
 @pytest.fixture
-async def replay_only() -> AsyncIterator[TestClient[web.Request, web.Application]]:
+async def replay_only() -> AsyncIterator[aiohttp.ClientSession]:
     rules = [VolatileRule(pattern=r"/tmp/\w+/app", label="workspace")]
-    client = await client_for(ModelEndpoints(None, [recorded()], Volatility(rules), lambda: None))
-    yield client
-    await client.close()
+    async with client_for(ModelEndpoints(None, [recorded()], Volatility(rules), lambda: None)) as client:
+        yield client
 
 
 async def test_count_tokens_in_replay_only_is_the_recorded_prompt_count(
-    replay_only: TestClient[web.Request, web.Application],
+    replay_only: aiohttp.ClientSession,
 ) -> None:
     body = {**PROMPT, "model": "other"}
     body["messages"] = [
@@ -75,7 +93,7 @@ async def test_count_tokens_in_replay_only_is_the_recorded_prompt_count(
 
 
 async def test_count_tokens_of_an_unrecorded_prompt_is_a_clear_501(
-    replay_only: TestClient[web.Request, web.Application],
+    replay_only: aiohttp.ClientSession,
 ) -> None:
     body = {**PROMPT, "messages": [{"role": "user", "content": "Something else."}]}
     response = await replay_only.post("/messages/count_tokens", json=body)
@@ -94,21 +112,19 @@ async def test_count_tokens_goes_to_a_live_anthropic_upstream() -> None:
         base_url=str(upstream.make_url("/v1")), model="scripted", api_format="anthropic-messages"
     )
     live = Http1Upstream(timeout_seconds=10)
-    client = await client_for(ModelEndpoints(config, [], Volatility(), lambda: live))
     try:
-        response = await client.post("/v1/messages/count_tokens", json={**PROMPT, "model": "x"})
-        assert response.status == 200
-        assert await response.json() == {"input_tokens": count_prompt_tokens(PROMPT)}
+        async with client_for(ModelEndpoints(config, [], Volatility(), lambda: live)) as client:
+            response = await client.post("/v1/messages/count_tokens", json={**PROMPT, "model": "x"})
+            assert response.status == 200
+            assert await response.json() == {"input_tokens": count_prompt_tokens(PROMPT)}
     finally:
-        await client.close()
         await live.aclose()
         await upstream.close()
 
 
 async def test_models_lists_the_served_models_in_the_callers_shape() -> None:
     upstream = UpstreamConfig(base_url="http://127.0.0.1:9/v1", model="live-model")
-    client = await client_for(ModelEndpoints(upstream, [recorded()], Volatility(), lambda: None))
-    try:
+    async with client_for(ModelEndpoints(upstream, [recorded()], Volatility(), lambda: None)) as client:
         anthropic = await (await client.get("/v1/models", headers={"anthropic-version": "2023-06-01"})).json()
         assert [item["id"] for item in anthropic["data"]] == ["live-model", "claude-recorded"]
         assert anthropic["data"][0]["type"] == "model" and anthropic["has_more"] is False
@@ -120,5 +136,3 @@ async def test_models_lists_the_served_models_in_the_callers_shape() -> None:
         assert (await one.json())["id"] == "live-model"
         missing = await client.get("/v1/models/gpt-9")
         assert missing.status == 404 and "gpt-9" in (await missing.json())["error"]["message"]
-    finally:
-        await client.close()
