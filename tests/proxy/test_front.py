@@ -100,7 +100,8 @@ async def test_pipelined_requests_are_answered_in_order_on_one_connection(served
         writer.write(
             b"POST /echo?q=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
             b"GET /items/42 HTTP/1.1\r\nHost: h\r\n\r\n"
-            b"POST /echo HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+            b"POST /echo HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
         )
         first, second, third = [await response(reader) for _ in range(3)]
     assert first[0].startswith(b"HTTP/1.1 200 OK") and b"x-query: 1" in first[0] and first[1] == b"hello"
