@@ -18,8 +18,7 @@ from reroll_proxy.messages import Request
 def arrived_at(request: Request, address: tuple[str, int]) -> bool:
     """Whether `request` came in on the site at `address`: a rollout's token opens its own site
     only (its port; and its address, unless it listens on every interface)."""
-    transport = request.transport
-    sockname = transport.get_extra_info("sockname") if transport is not None else None
+    sockname = request.sockname
     if sockname is None:
         return False
     host, port = address

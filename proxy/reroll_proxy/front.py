@@ -111,6 +111,8 @@ class Connection(asyncio.Protocol):
         self._limit = server.limits.max_request_bytes
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
+        self.sockname: tuple[str, int] | None = None
+        """The (host, port) it arrived at."""
         self.task: asyncio.Task[None] | None = None
         """Answering the queued requests (None: idle)."""
         self.response: StreamResponse | None = None
@@ -127,6 +129,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+        self.sockname = transport.get_extra_info("sockname")
         self._server.connections.add(self)
         self._wait_for_head()
 

@@ -42,6 +42,8 @@ class Request:
         "_body",
         "_connection",
         "_done",
+        "_error",
+        "_waiter",
         "headers",
         "http10",
         "keep_alive",
@@ -75,12 +77,20 @@ class Request:
         """Body bytes received so far."""
         self.too_large = False
         """Whether the body exceeded the server's limit (its bytes are dropped)."""
-        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._done = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        """Made only when the handler waits for a body still on its way."""
 
     @property
     def transport(self) -> asyncio.Transport | None:
         """The connection's transport; None once it is closed."""
         return self._connection.transport
+
+    @property
+    def sockname(self) -> tuple[str, int] | None:
+        """The (host, port) the connection arrived at (the listening site's)."""
+        return self._connection.sockname
 
     @property
     def path_qs(self) -> str:
@@ -94,8 +104,8 @@ class Request:
 
     @property
     def complete(self) -> bool:
-        """Whether the whole body has arrived."""
-        return self._done.done()
+        """Whether the whole body has arrived (or never will)."""
+        return self._done
 
     async def read(self) -> bytes:
         """The whole body (waits for it).
@@ -103,14 +113,19 @@ class Request:
         Raises:
             ConnectionResetError: the client closed the connection before sending all of it.
         """
-        await self._done
+        await self.wait_body()
         if len(self._body) > 1:
             self._body[:] = [b"".join(self._body)]
         return self._body[0] if self._body else b""
 
     async def wait_body(self) -> None:
-        """Wait until the whole body has arrived (as `read`)."""
-        await self._done
+        """Wait until the whole body has arrived (raises as `read`)."""
+        if not self._done:
+            if self._waiter is None:
+                self._waiter = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._waiter)
+        if self._error is not None:
+            raise self._error
 
     def feed(self, data: bytes, limit: int) -> None:
         """Add body bytes; past `limit` bytes in all, they are dropped and `too_large` set."""
@@ -123,13 +138,11 @@ class Request:
 
     def finish(self, error: BaseException | None = None) -> None:
         """The body is whole (or, with `error`, will never be)."""
-        if self._done.done():
+        if self._done:
             return
-        if error is None:
-            self._done.set_result(None)
-        else:
-            self._done.set_exception(error)
-            self._done.exception()  # retrieved: a request nobody reads does not log it
+        self._done, self._error = True, error
+        if self._waiter is not None:
+            self._waiter.set_result(None)
 
 
 class StreamResponse:
