@@ -32,6 +32,10 @@ from reroll_proxy.limits import LINGER_SECONDS, size_refusal, timeout_refusal
 from reroll_proxy.messages import Request, Response, StreamResponse, json_response
 
 log = logging.getLogger("reroll_proxy")
+MAX_HEAD_BYTES = 64 * 1024
+"""The largest request head (target and header fields) taken; a longer one gets 431."""
+MAX_QUEUED = 16
+"""Pipelined requests queued on one connection before it stops reading until they are answered."""
 SHUTDOWN_SECONDS = 0.5
 """How long stopping the server waits for requests in flight before cancelling them."""
 Handler = Callable[[Request], Awaitable[StreamResponse]]
@@ -121,6 +125,11 @@ class Connection(asyncio.Protocol):
         self._parsing: Request | None = None
         self._url = b""
         self._headers: list[tuple[str, str]] = []
+        self._in_head = False
+        """Whether a request head has begun and is not complete yet."""
+        self._head_bytes = 0
+        """Bytes received while in that head (llhttp buffers a header field whole: bounded here)."""
+        self._paused = False
         self._idle: asyncio.TimerHandle | None = None
         self._writable: asyncio.Future[None] | None = None
         self._lingering = False
@@ -154,6 +163,12 @@ class Connection(asyncio.Protocol):
             pass  # an upgrade (a Responses WebSocket): answered as a plain request, then closed
         except httptools.HttpParserError as exc:
             self._refuse(json_response({"error": f"malformed request: {exc}"}, status=400))
+            return
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                error = {"error": f"request head over {MAX_HEAD_BYTES} bytes"}
+                self._refuse(json_response(error, status=431))
 
     def eof_received(self) -> bool:
         return False  # a half-closed client: close (a request in flight is cancelled)
@@ -169,7 +184,7 @@ class Connection(asyncio.Protocol):
     # httptools callbacks
 
     def on_message_begin(self) -> None:
-        self._url, self._headers = b"", []
+        self._url, self._headers, self._in_head = b"", [], True
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -178,6 +193,7 @@ class Connection(asyncio.Protocol):
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        self._in_head, self._head_bytes = False, 0
         self._stop_idle()
         parser = self._parser
         request = Request(
@@ -190,6 +206,9 @@ class Connection(asyncio.Protocol):
         )
         self._parsing = request
         self._queue.append(request)
+        if len(self._queue) > MAX_QUEUED and self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._answer_queued())
 
@@ -238,6 +257,9 @@ class Connection(asyncio.Protocol):
                 except ConnectionResetError:  # the client is gone
                     keep_alive = False
                 self._queue.popleft()
+                if self._paused and not self._queue and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
                 if not keep_alive:
                     if request.complete:
                         self.close()
@@ -257,6 +279,8 @@ class Connection(asyncio.Protocol):
         """
         limits = self._server.limits
         if not request.complete:
+            if request.headers.get("Expect", "").lower() == "100-continue" and not request.http10:
+                await self.send(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits 1 s for it
             try:
                 async with asyncio.timeout(limits.body_timeout_seconds):
                     await request.wait_body()

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from reroll_contracts.proxy import ClientLimits
-from reroll_proxy.front import Handler, Router, Server
+from reroll_proxy.front import MAX_HEAD_BYTES, Handler, Router, Server
 from reroll_proxy.messages import Request, Response, StreamResponse, json_response
 
 Client = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -166,3 +166,29 @@ async def test_a_client_that_hangs_up_cancels_its_handler(served: tuple[App, int
         await writer.drain()
         await asyncio.sleep(0.1)
     await asyncio.wait_for(app.cancelled.wait(), 5)
+
+
+async def test_a_head_growing_over_the_limit_gets_431(served: tuple[App, int]) -> None:
+    async with connected(served[1]) as (reader, writer):
+        writer.write(b"GET /items/1 HTTP/1.1\r\nHost: h\r\nx-pad: ")
+        for _ in range(MAX_HEAD_BYTES // 4096 + 1):  # one header field that never ends
+            writer.write(b"y" * 4096)
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        received = await reader.read()
+    assert received.startswith(b"HTTP/1.1 431")
+
+
+async def test_expect_100_continue_is_answered_before_the_body(served: tuple[App, int]) -> None:
+    async with connected(served[1]) as (reader, writer):
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"ok")
+        assert (await response(reader))[1] == b"ok"
+
+
+async def test_many_pipelined_requests_are_all_answered(served: tuple[App, int]) -> None:
+    async with connected(served[1]) as (reader, writer):
+        writer.write(b"".join(b"GET /items/%d HTTP/1.1\r\nHost: h\r\n\r\n" % index for index in range(100)))
+        bodies = [(await response(reader))[1] for _ in range(100)]
+    assert bodies == [b'{"item":"%d"}' % index for index in range(100)]
