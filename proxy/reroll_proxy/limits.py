@@ -5,8 +5,9 @@ request keeps a connection (and its memory) forever. The server (`reroll_proxy.f
 connection that has not sent a complete request head within
 `ClientLimits.header_timeout_seconds` of opening or of its last response, answers `timeout_refusal`
 (408) to a body that has not arrived within `ClientLimits.body_timeout_seconds` of its head, and
-`size_refusal` (413) to one over `ClientLimits.max_request_bytes`; after either refusal it closes
-the connection the lingering way (`LINGER_SECONDS`). Responses (a stream may rightly last minutes)
+`size_refusal` (413) to one over `ClientLimits.max_request_bytes` (and 431 to a request head over
+`reroll_proxy.front.MAX_HEAD_BYTES`); after a refusal it closes the connection the lingering way
+(`LINGER_SECONDS`). Responses (a stream may rightly last minutes)
 have no limit here: the upstream's own timeout and the agent's budget bound them.
 """
 
