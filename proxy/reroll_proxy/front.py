@@ -159,8 +159,9 @@ class Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            pass  # an upgrade (a Responses WebSocket): answered as a plain request, then closed
+        except httptools.HttpParserUpgrade:  # a Responses WebSocket, an h2c offer: llhttp stops
+            if self._queue:  # at its head (a body is not read); answered as a plain request, then closed
+                self._queue[-1].keep_alive = False
         except httptools.HttpParserError as exc:
             self._refuse(json_response({"error": f"malformed request: {exc}"}, status=400))
             return

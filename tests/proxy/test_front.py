@@ -192,3 +192,14 @@ async def test_many_pipelined_requests_are_all_answered(served: tuple[App, int])
         writer.write(b"".join(b"GET /items/%d HTTP/1.1\r\nHost: h\r\n\r\n" % index for index in range(100)))
         bodies = [(await response(reader))[1] for _ in range(100)]
     assert bodies == [b'{"item":"%d"}' % index for index in range(100)]
+
+
+async def test_an_upgrade_is_answered_plainly_then_closed(served: tuple[App, int]) -> None:
+    async with connected(served[1]) as (reader, writer):
+        writer.write(
+            b"GET /items/3 HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+            b"GET /items/4 HTTP/1.1\r\nHost: h\r\n\r\n"  # after an upgrade: not HTTP any more
+        )
+        received = await asyncio.wait_for(reader.read(), 5)  # to the close
+    assert received.startswith(b"HTTP/1.1 200") and b"connection: close" in received.lower()
+    assert received.endswith(b'{"item":"3"}')
