@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV := $(BIN)/uv
 # pytest-xdist workers of `make test`; --dist loadfile runs each module on one worker, so its
-# module fixtures (a recorded run, an installed agent) are built once; --no-loadscope-reorder keeps
-# the collection's order, which starts the slowest modules first (tests/conftest.py: SLOWEST_MODULES).
+# module fixtures (a recorded run, an installed agent) are built once, save the modules run in parts
+# (one per sandbox backend, or per task: tests/conftest.py SPLIT_MODULES); --no-loadscope-reorder
+# keeps the collection's order, which starts the slowest first (tests/conftest.py: SLOWEST_UNITS).
 TEST_WORKERS ?= 3
 # uv itself is bootstrapped with pip at the version uv.lock pins for it (the dev extra lists it).
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)

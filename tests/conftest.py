@@ -35,6 +35,7 @@ from reroll.sandbox.docker.disk import remove as remove_disk
 from reroll.sandbox.docker.images import ensure_catalogue
 from reroll.sandbox.local import cow
 from reroll.sandbox.local.storage import remove_pools_under
+from xdist.scheduler import LoadFileScheduling
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -147,40 +148,98 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-SLOWEST_MODULES = (
-    "agents/test_openhands.py",
-    "e2e/test_corpus_slice.py",
-    "e2e/test_main_job.py",
+SLOWEST_UNITS = (
+    "e2e/test_corpus_slice.py[skillsbench/sales-pivot-analysis-docker]",
+    "agents/test_openhands.py[local]",  # next, two units that start without Docker: see below
     "sandbox/test_contract.py",
-    "agents/test_aider.py",
+    "agents/test_openhands.py[docker]",
+    "e2e/test_corpus_slice.py[terminal-bench-2/largest-eigenval-docker]",
+    "e2e/test_example_tasks.py",
+    "e2e/test_main_job.py[docker]",
     "e2e/test_trials.py",
-    "agents/test_claude_code.py",
-    "sandbox/docker/test_images.py",
-    "e2e/test_crash_safety.py",
-    "jobs/test_ray_executor.py",
     "jobs/test_ray_cluster.py",
+    "e2e/test_main_job.py[local]",
+    "agents/test_aider.py[docker]",
+    "e2e/test_agent_judged_example.py",
+    "agents/test_claude_code.py",
+    "e2e/test_checkpoint_jobs.py",
+    "e2e/test_skillsbench_tasks.py",
+    "e2e/test_clone_in_tmp.py",
+    "e2e/test_crash_rollouts.py",
+    "jobs/test_ray_executor.py",
 )
-"""The test modules (under ``tests/``) that took longest in CI, summed over their tests (545 s to
-205 s each with 3 workers), slowest first. `make test` starts them first (`slowest_first`, with
-pytest-xdist's ``--no-loadscope-reorder``): xdist's own order, by number of tests per module, put
-these few-test modules in the back half of its queue, where one of them could keep a worker busy
-for minutes after the others ran out of work."""
+"""The units of `make test`'s scheduling (`scheduling_unit`: a module under ``tests/``, or a part
+of one of `SPLIT_MODULES`; a module named here stands for all its parts) that took longest, summed
+over their tests (447 s to 107 s in a run from scratch on 3 workers, 2026-11-30), slowest first.
+`make test` starts them first (`slowest_first`, with pytest-xdist's ``--no-loadscope-reorder``):
+xdist's own order, by number of tests per unit, put these few-test units in the back half of its
+queue, where one of them could keep a worker busy for minutes after the others ran out of work.
+The first unit builds reroll's images (`docker_images`, ~100 s from scratch) while the next two
+run local sandboxes first: three docker units at the start had three workers waiting on that build."""
+SPLIT_MODULES = (
+    "e2e/test_corpus_slice.py",
+    "agents/test_openhands.py",
+    "e2e/test_main_job.py",
+    "agents/test_aider.py",
+)
+"""Test modules (under ``tests/``) that `make test` runs in parts, each part on whichever worker is
+free (`scheduling_unit`): the tests of one parameter id (an end-to-end's sandbox backend; a corpus
+task on a backend) make a part. Only modules whose module fixtures each depend on that parameter
+(`sandbox_backend`), or that have none, belong here: a module fixture is built once per part that
+uses it. What the parts share across the machine (an image, an agent's install in the cache or
+volume, a catalogue image) is built under a host-wide lock, once, whichever part comes first."""
+PARAMETER_ID = re.compile(r"\[([^\[\]]*)\]$")
+"""The parameter id that ends a test's node id (``test_x[docker]``)."""
 
 
-def slowest_first(items: list[pytest.Item], tests: Path) -> None:
-    """Sort `items` in place: the modules of `SLOWEST_MODULES` first, in its order, then the rest
-    in collection order; the order within a module is kept."""
-    rank = {name: index for index, name in enumerate(SLOWEST_MODULES)}
+def scheduling_unit(nodeid: str) -> str:
+    """The unit of `make test`'s scheduling that the test of `nodeid` belongs to: a unit runs on one
+    pytest-xdist worker, its tests in collection order (`PartScheduling`).
 
-    def module_rank(item: pytest.Item) -> int:
-        path = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
-        return rank.get(path, len(rank))
+    Args:
+        nodeid: The test's node id, ``tests/<module>::<name>`` (``<name>[<id>]`` with parameters).
 
-    items.sort(key=module_rank)
+    Returns:
+        Its module's path under ``tests/`` (``agents/test_codex.py``); for a module of
+        `SPLIT_MODULES`, that path and the test's parameter id, ``agents/test_aider.py[docker]``
+        (``[]``: a test without parameters).
+    """
+    path, _, name = nodeid.partition("::")
+    module = path.removeprefix("tests/")
+    if module not in SPLIT_MODULES:
+        return module
+    found = PARAMETER_ID.search(name)
+    return f"{module}[{found.group(1) if found else ''}]"
+
+
+def slowest_first(items: list[pytest.Item]) -> None:
+    """Sort `items` in place: the units of `SLOWEST_UNITS` first, in its order, then the rest in
+    collection order; the order within a unit is kept."""
+    rank = {name: index for index, name in enumerate(SLOWEST_UNITS)}
+
+    def unit_rank(item: pytest.Item) -> int:
+        unit = scheduling_unit(item.nodeid)
+        return rank.get(unit, rank.get(unit.partition("[")[0], len(rank)))
+
+    items.sort(key=unit_rank)
+
+
+class PartScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist has no type hints
+    """pytest-xdist's ``--dist loadfile`` by `scheduling_unit`: a module on one worker, save the
+    modules of `SPLIT_MODULES`, whose parts each go to whichever worker is free."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scheduling_unit(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> PartScheduling | None:
+    """`make test`'s ``--dist loadfile`` schedules by `scheduling_unit` (`PartScheduling`)."""
+    return PartScheduling(config, log) if config.getoption("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    slowest_first(items, ROOT / "tests")
+    slowest_first(items)
     for item in items:
         if SPAWNING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spawns)
