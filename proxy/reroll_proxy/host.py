@@ -10,7 +10,7 @@ import hashlib
 import logging
 import operator
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -61,12 +61,18 @@ class ProxyHost:
 
     Args:
         limits: what one client connection is granted (`reroll_proxy.limits`).
-        admin_token: opens ``/_reroll/rollouts``; None: those routes refuse every request.
+        admin_token: opens ``/_reroll/rollouts`` and `admin_routes`; None: they refuse every request.
+        admin_routes: more routes of the host's, under `CONTROLLER_PREFIX`, that the admin token
+            opens (the shared scripted model's, `reroll_proxy.scripted.SharedScripts.admin_routes`).
     """
 
-    def __init__(self, limits: ClientLimits, admin_token: str | None = None) -> None:
+    def __init__(
+        self, limits: ClientLimits, admin_token: str | None = None, admin_routes: Sequence[web.RouteDef] = ()
+    ) -> None:
         self.limits = limits
         self._admin_token = admin_token
+        self._admin_paths = (ADMIN_PREFIX, *(route.path for route in admin_routes))
+        """Where the admin token, and it only, opens a route (each a prefix of the routes' paths)."""
         self._by_token: dict[bytes, RolloutProxy] = {}
         self._by_controller: dict[bytes, RolloutProxy] = {}
         self._by_id: dict[str, RolloutProxy] = {}
@@ -104,6 +110,7 @@ class ProxyHost:
         route.add_post(ADMIN_PREFIX, self._add_request)
         route.add_delete(ADMIN_PREFIX + "/{rollout_id}", self._remove_request)
         route.add_get("/healthz", self._health)
+        route.add_routes(admin_routes)
         self.app.on_cleanup.append(self._close_all)
 
     async def start(self) -> None:
@@ -221,7 +228,7 @@ class ProxyHost:
             return await handler(request)
         presented = credentials(request)
         route = route_path(request)
-        if route.startswith(ADMIN_PREFIX):
+        if route.startswith(self._admin_paths):
             if self._admin_token is not None and matches(presented, self._admin_token):
                 return await handler(request)
             return web.json_response({"error": "missing or wrong admin token"}, status=401)

@@ -1,11 +1,10 @@
-"""The console script's entry: a branch's shared processes started before the CLI loads, on the
-loop its command then runs on."""
+"""The console script's entry: a branch's shared proxy started before the CLI loads, on the loop
+its command then runs on."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
 
 import pytest
 import reroll.cli.app
@@ -14,22 +13,20 @@ from reroll.cli import early
 
 
 @pytest.mark.parametrize(
-    ("argv", "models"),
+    ("argv", "here"),
     [
-        (["branch", "runs/a", "--model", "scripted:m.yaml", "--at", "3"], ["scripted:m.yaml"]),
-        (["branch", "runs/a", "--model=openai/x", "--model", "scripted:m"], ["openai/x", "scripted:m"]),
-        (["branch", "runs/a", "--model", "m", "--executor", "asyncio"], ["m"]),
-        (["branch", "runs/a", "--model", "m", "--executor=ray"], None),
-        (["branch", "runs/a", "--model", "m", "--help"], None),
-        (["branch", "runs/a", "--at", "3"], None),
-        (["run", "tasks/t", "--model", "m"], None),
-        ([], None),
+        (["branch", "runs/a", "--model", "scripted:m.yaml", "--at", "3"], True),
+        (["branch", "runs/a", "--model=openai/x", "--model", "scripted:m"], True),
+        (["branch", "runs/a", "--model", "m", "--executor", "asyncio"], True),
+        (["branch", "runs/a", "--model", "m", "--executor=ray"], False),
+        (["branch", "runs/a", "--model", "m", "--help"], False),
+        (["branch", "runs/a", "--at", "3"], False),
+        (["run", "tasks/t", "--model", "m"], False),
+        ([], False),
     ],
 )
-def test_branch_models_reads_the_models_of_a_branch_run_in_this_process(
-    argv: list[str], models: list[str] | None
-) -> None:
-    assert early.branch_models(argv) == models
+def test_branches_here_is_a_branch_whose_children_run_in_this_process(argv: list[str], here: bool) -> None:
+    assert early.branches_here(argv) is here
 
 
 def test_run_without_an_early_loop_runs_the_coroutine_on_a_loop_of_its_own() -> None:
@@ -40,16 +37,14 @@ def test_run_without_an_early_loop_runs_the_coroutine_on_a_loop_of_its_own() -> 
     assert first is not second and first.is_closed() and second.is_closed()
 
 
-def test_main_starts_a_branch_s_shared_processes_first_on_the_loop_its_command_runs_on(
+def test_main_starts_a_branch_s_shared_proxy_first_on_the_loop_its_command_runs_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     steps: list[str] = []
     loops: list[asyncio.AbstractEventLoop] = []
-    prestarted: list[str] = []
 
-    async def prestart(models: Sequence[str]) -> None:
+    async def prestart() -> None:
         steps.append("prestart")
-        prestarted.extend(models)
         loops.append(asyncio.get_running_loop())
 
     async def command() -> asyncio.AbstractEventLoop:
@@ -63,6 +58,6 @@ def test_main_starts_a_branch_s_shared_processes_first_on_the_loop_its_command_r
     monkeypatch.setattr(reroll.cli.app, "app", app)
     monkeypatch.setattr(sys, "argv", ["reroll", "branch", "runs/a", "--model", "scripted:m.yaml"])
     early.main()
-    assert steps == ["prestart", "command"] and prestarted == ["scripted:m.yaml"]
+    assert steps == ["prestart", "command"]
     assert loops[0] is loops[1] and loops[1].is_closed()
     assert early.run(command()) is not loops[1]  # the next command gets a loop of its own

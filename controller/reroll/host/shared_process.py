@@ -2,10 +2,10 @@
 that needs it, joined and left by the others without a process start, stopped a few seconds
 after the last one left (or when the event loop ends).
 
-The LLM proxy (``python -m reroll_proxy --shared``) and the scripted model server
-(``python -m reroll_proxy.scripted --shared``) run this way. Each has an admin channel on
-loopback: JSON ``POST`` to add a rollout, ``DELETE`` to remove it, both with an admin token that
-reaches the process through its environment (never the disk, never a sandbox).
+The LLM proxy (``python -m reroll_proxy --shared``, which serves the scripted model too, on a port
+of its own) runs this way. It has an admin channel on loopback: JSON ``POST`` to add a rollout or
+a script, ``DELETE`` to remove it, with an admin token that reaches the process through its
+environment (never the disk, never a sandbox).
 
 One process per kind and event loop (`shared_process`): a ``reroll`` command runs its rollouts on
 one loop, so its rollouts share it; a test that runs ``asyncio.run`` per case gets one per case.
@@ -44,7 +44,7 @@ ADMIN_TOKEN_ENV = "REROLL_ADMIN_TOKEN"
 """The variable through which a shared process gets its admin token."""
 MODE_ENV = "REROLL_PROXY"
 """``per-rollout``: one LLM proxy and scripted model process per rollout; unset or ``shared``: one
-each per controller process."""
+proxy process per controller process, serving the scripted models too."""
 PROXY_MODULE, PROXY_NAME = "reroll_proxy", "proxy"
 """The shared LLM proxy's module and name (`reroll.host.llm_proxy`)."""
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -190,7 +190,7 @@ _STARTING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asynci
     weakref.WeakKeyDictionary()
 )
 """Held while a loop's shared process of a name starts, so that two rollouts joining at once
-start one; one lock per name, so that the proxy and the scripted model server start together."""
+start one; one lock per name, so that processes of two names start together."""
 _PRESTARTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
     weakref.WeakKeyDictionary()
 )

@@ -158,7 +158,7 @@ async def branch(
     specs = _model_specs(max(checkpoints, key=lambda opened: opened.cut_index), models)
     plan = _TreePlan(points, checkpoints, specs, n, bound, _given(points, every, at_ask))
     plan.refuse_unrunnable()
-    await _prestart(runner, specs)  # refused by now if ever: nothing started for nothing
+    await _prestart(runner)  # refused by now if ever: nothing started for nothing
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
     children = await plan.run_children(batch, tasks_dir, reached, runner, console)
@@ -167,13 +167,13 @@ async def branch(
     return summary
 
 
-async def _prestart(runner: RunnerOptions, models: Sequence[str]) -> None:
+async def _prestart(runner: RunnerOptions) -> None:
     """Where the children run in this process (the ``asyncio`` executor), start the shared LLM
-    proxy and scripted model servers they will join now, while the parent is written and the
-    layers found (their start, seconds of imports, is most of a child's;
+    proxy (and scripted model) they will join now, while the parent is written and the layers
+    found (its start, a second of imports, is most of a child's;
     `reroll.host.shared_process.prestart`)."""
     if runner.executor == "asyncio":
-        await prestart_llm_side(models)  # spawned before the (sync) parent is written
+        await prestart_llm_side()  # spawned before the (sync) parent is written
 
 
 @dataclass(frozen=True)
