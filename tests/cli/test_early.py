@@ -1,9 +1,10 @@
 """The console script's entry: a branch's shared proxy started before the CLI loads, on the loop
-its command then runs on."""
+its command then runs on; the collector's thresholds raised."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 
 import pytest
@@ -42,6 +43,8 @@ def test_main_starts_a_branch_s_shared_proxy_first_on_the_loop_its_command_runs_
 ) -> None:
     steps: list[str] = []
     loops: list[asyncio.AbstractEventLoop] = []
+    thresholds: list[tuple[int, ...]] = []
+    monkeypatch.setattr(gc, "set_threshold", lambda *values: thresholds.append(values))
 
     async def prestart() -> None:
         steps.append("prestart")
@@ -58,6 +61,6 @@ def test_main_starts_a_branch_s_shared_proxy_first_on_the_loop_its_command_runs_
     monkeypatch.setattr(reroll.cli.app, "app", app)
     monkeypatch.setattr(sys, "argv", ["reroll", "branch", "runs/a", "--model", "scripted:m.yaml"])
     early.main()
-    assert steps == ["prestart", "command"]
+    assert steps == ["prestart", "command"] and thresholds == [early.GC_THRESHOLDS]
     assert loops[0] is loops[1] and loops[1].is_closed()
     assert early.run(command()) is not loops[1]  # the next command gets a loop of its own
