@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import reroll.cli.app
-import reroll.models.spec
+import reroll.host.shared_process
 from reroll.cli import early
 
 
@@ -57,7 +57,7 @@ def test_main_starts_a_branch_s_shared_proxy_first_on_the_loop_its_command_runs_
         steps.append("command")
         loops.append(early.run(command()))
 
-    monkeypatch.setattr(reroll.models.spec, "prestart_llm_side", prestart)
+    monkeypatch.setattr(reroll.host.shared_process, "prestart_proxy", prestart)
     monkeypatch.setattr(reroll.cli.app, "app", app)
     monkeypatch.setattr(sys, "argv", ["reroll", "branch", "runs/a", "--model", "scripted:m.yaml"])
     early.main()

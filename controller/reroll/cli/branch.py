@@ -149,9 +149,9 @@ async def _branched(flags: dict[str, Any]) -> BranchSummary:
         RerollError: the branch was refused or failed (`guarded` reports it).
     """
     if flags["executor"] in (None, "asyncio"):
-        from reroll.models.spec import prestart_llm_side
+        from reroll.host.shared_process import prestart_proxy
 
-        await prestart_llm_side()
+        await prestart_proxy()
     options = rollout_settings(flags)
     names = ("concurrency", "max_starting", "executor", "ray_address", "max_retries")
     runner = runner_options(*(flags[name] for name in names))

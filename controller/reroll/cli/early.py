@@ -7,7 +7,7 @@ loop the command then runs on, `run`, so that its rollouts find it started), the
 (`reroll.cli.app`), so that its start overlaps all of the command's own work rather than only its
 later part. Whether the command runs its branches here is read from the raw arguments
 (`branches_here`); the command starts the proxy again where this did not
-(`reroll.models.spec.prestart_llm_side` finds it started). A process started for nothing (a
+(`reroll.host.shared_process.prestart_proxy` finds it started). A process started for nothing (a
 refused command) stops with the loop, or dies with this process. The command runs with the
 garbage collector's thresholds raised (`GC_THRESHOLDS`).
 
@@ -74,9 +74,9 @@ def main() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     if branches_here(sys.argv[1:]):
         _RUNNER = asyncio.Runner(loop_factory=_loop_factory())
-        from reroll.models.spec import prestart_llm_side
+        from reroll.host.shared_process import prestart_proxy
 
-        _RUNNER.run(prestart_llm_side())
+        _RUNNER.run(prestart_proxy())
     try:
         from reroll.cli.app import app
 

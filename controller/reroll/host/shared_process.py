@@ -26,15 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import InfrastructureError
 
 from reroll.host.child_process import ChildProcess
 
 if TYPE_CHECKING:
-    import aiohttp  # imported where used: a command starts its shared processes before it loads
-    # aiohttp (a quarter of a second), so that their start overlaps its imports
+    import aiohttp  # imported where used: a command starts its shared proxy before it loads
+
+    # aiohttp (a quarter of a second) and pydantic, so that its start overlaps their imports
+    from pydantic import BaseModel
 
 LINGER_SECONDS = 5.0
 """How long a shared process with no rollout left keeps running, for the next rollout to join."""
@@ -47,7 +48,7 @@ MODE_ENV = "REROLL_PROXY"
 proxy process per controller process, serving the scripted models too."""
 PROXY_MODULE, PROXY_NAME = "reroll_proxy", "proxy"
 """The shared LLM proxy's module and name (`reroll.host.llm_proxy`)."""
-Answer = TypeVar("Answer", bound=BaseModel)
+Answer = TypeVar("Answer", bound="BaseModel")
 
 
 def per_rollout() -> bool:
@@ -123,6 +124,7 @@ class SharedProcess:
         """
         assert self._session is not None, "start() first"
         import aiohttp  # see the module's imports
+        from pydantic import ValidationError
 
         url = self.address.removesuffix("/v1") + path
         try:
@@ -238,6 +240,14 @@ def prestart(module: str, name: str) -> None:
     task = asyncio.ensure_future(start())
     pending.add(task)
     task.add_done_callback(pending.discard)
+
+
+async def prestart_proxy() -> None:
+    """`prestart` the shared LLM proxy (which serves the scripted models too) for the rollouts
+    about to start, then yield once: its process is spawned when it returns, so that its start (a
+    second of imports) overlaps the caller's next synchronous work."""
+    prestart(PROXY_MODULE, PROXY_NAME)
+    await asyncio.sleep(0)
 
 
 def _error_of(body: bytes) -> str:

@@ -52,13 +52,14 @@ from pathlib import Path
 from reroll_contracts.errors import AgentError, ConfigError
 from rich.console import Console
 
+from reroll.host.shared_process import prestart_proxy
 from reroll.jobs.branch_layers import rebuilt_layers, recorded_layers, tree_via
 from reroll.jobs.branch_points import BranchPoint, branch_points
 from reroll.jobs.branch_values import child_summary, model_summary, point_summaries
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
-from reroll.models.spec import model_slug, parse_model, prestart_llm_side
+from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import load_checkpoint
@@ -173,7 +174,7 @@ async def _prestart(runner: RunnerOptions) -> None:
     found (its start, a second of imports, is most of a child's;
     `reroll.host.shared_process.prestart`)."""
     if runner.executor == "asyncio":
-        await prestart_llm_side()  # spawned before the (sync) parent is written
+        await prestart_proxy()  # spawned before the (sync) parent is written
 
 
 @dataclass(frozen=True)

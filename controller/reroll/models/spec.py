@@ -41,7 +41,6 @@ The agent always talks to the proxy; only the proxy holds the upstream's key.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import os
@@ -55,7 +54,7 @@ from reroll_contracts.proxy import FormatName, UpstreamConfig
 from reroll_contracts.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 from reroll.host.child_process import ChildProcess
-from reroll.host.shared_process import PROXY_MODULE, PROXY_NAME, per_rollout, prestart, shared_process
+from reroll.host.shared_process import PROXY_MODULE, PROXY_NAME, per_rollout, shared_process
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
 """A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""
@@ -219,15 +218,6 @@ def provider_env(provider: str, suffix: str) -> str:
     """The environment variable of `provider` ending in `suffix`: ``provider_env("my-llm",
     "BASE_URL")`` is ``MY_LLM_BASE_URL``."""
     return re.sub(r"[^A-Za-z0-9]", "_", provider).upper() + "_" + suffix
-
-
-async def prestart_llm_side() -> None:
-    """Start the shared LLM proxy (which serves the scripted models too) in the background for the
-    rollouts about to start (`reroll.host.shared_process.prestart`), then yield once: its process
-    is spawned when it returns, so that its start (a second of imports) overlaps the caller's next
-    synchronous work."""
-    prestart(PROXY_MODULE, PROXY_NAME)
-    await asyncio.sleep(0)
 
 
 @contextlib.asynccontextmanager
