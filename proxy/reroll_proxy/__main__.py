@@ -7,7 +7,10 @@
 - ``python -m reroll_proxy --shared --admin-token-env NAME [--listen-host H] [--ready-file F]``:
   a proxy for any number of rollouts, each added with a `reroll_contracts.proxy.RolloutRegistration`
   (``POST /_reroll/rollouts`` with the admin token held by the variable NAME) and removed with
-  ``DELETE /_reroll/rollouts/{rollout_id}`` (`reroll_proxy.host.ProxyHost`).
+  ``DELETE /_reroll/rollouts/{rollout_id}`` (`reroll_proxy.host.ProxyHost`); and the scripted
+  model for any number of scripts, added on ``/_reroll/scripts`` with the same token
+  (`reroll_proxy.scripted.SharedScripts`, on a port of its own): one process, one interpreter's
+  start, for both.
 
 Once listening, the proxy writes its `reroll_contracts.proxy.ReadyFile` (``{"pid", "address"}``,
 the address its base URL). Exit code 2: the config, the replayed trajectory or the fault plan is
@@ -29,6 +32,7 @@ from reroll_contracts.proxy import ProxyConfig
 from reroll_contracts.service import run_service
 
 from reroll_proxy.config import load_config
+from reroll_proxy.scripted import SharedScripts
 from reroll_proxy.server import start_proxy, start_shared
 
 
@@ -77,11 +81,16 @@ async def _serve(config: ProxyConfig) -> None:
 
 
 async def _serve_shared(host: str, admin_token: str, ready_file: Path | None) -> None:
-    proxy_host = await start_shared(host, admin_token, ready_file)
+    scripts = SharedScripts()  # the scripted model, started before the ready file announces it
+    await scripts.start(host)
     try:
-        await asyncio.Event().wait()
+        proxy_host = await start_shared(host, admin_token, ready_file, scripts.admin_routes())
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await proxy_host.stop()
     finally:
-        await proxy_host.stop()
+        await scripts.stop()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ MAX_QUEUED = 16
 SHUTDOWN_SECONDS = 0.5
 """How long stopping the server waits for requests in flight before cancelling them."""
 Handler = Callable[[Request], Awaitable[StreamResponse]]
+RouteDef = tuple[str, str, Handler]
+"""A route to add to a `Router`: (method, path, handler), e.g. ``("DELETE", "/x/{id}", remove)``."""
 T = TypeVar("T")
 
 

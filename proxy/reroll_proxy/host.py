@@ -11,7 +11,7 @@ import hashlib
 import logging
 import operator
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from pydantic import ValidationError
 from reroll_contracts.errors import ConfigError, ProxyConfigError
@@ -25,7 +25,7 @@ from reroll_proxy.endpoints_models import COUNT_TOKENS_PATHS, MODELS_PATHS
 from reroll_proxy.endpoints_websocket import PATHS as WEBSOCKET_PATHS
 from reroll_proxy.engine import ReplayEngine
 from reroll_proxy.faults import FaultSelector
-from reroll_proxy.front import Handler, Router, Server
+from reroll_proxy.front import Handler, RouteDef, Router, Server
 from reroll_proxy.messages import Request, Response, StreamResponse, json_response
 from reroll_proxy.recorder import Recorder
 from reroll_proxy.respond import error_response
@@ -60,12 +60,18 @@ class ProxyHost:
 
     Args:
         limits: what one client connection is granted (`reroll_proxy.limits`).
-        admin_token: opens ``/_reroll/rollouts``; None: those routes refuse every request.
+        admin_token: opens ``/_reroll/rollouts`` and `admin_routes`; None: they refuse every request.
+        admin_routes: more routes of the host's, under `CONTROLLER_PREFIX`, that the admin token
+            opens (the shared scripted model's, `reroll_proxy.scripted.SharedScripts.admin_routes`).
     """
 
-    def __init__(self, limits: ClientLimits, admin_token: str | None = None) -> None:
+    def __init__(
+        self, limits: ClientLimits, admin_token: str | None = None, admin_routes: Sequence[RouteDef] = ()
+    ) -> None:
         self.limits = limits
         self._admin_token = admin_token
+        self._admin_paths = (ADMIN_PREFIX, *(path for _, path, _ in admin_routes))
+        """Where the admin token, and it only, opens a route (each a prefix of the routes' paths)."""
         self._by_token: dict[bytes, RolloutProxy] = {}
         self._by_controller: dict[bytes, RolloutProxy] = {}
         self._by_id: dict[str, RolloutProxy] = {}
@@ -99,6 +105,8 @@ class ProxyHost:
         add("POST", "/_reroll/asks/{id}", operator.attrgetter("asks.answer"))
         self._routes.add("POST", ADMIN_PREFIX, _host_route(self._add_request))
         self._routes.add("DELETE", ADMIN_PREFIX + "/{rollout_id}", _host_route(self._remove_request))
+        for method, path, handler in admin_routes:
+            self._routes.add(method, path, _host_route(handler))
 
     async def start(self) -> None:
         """Nothing to set up before the first site (kept for the callers' start / stop pairing)."""
@@ -211,7 +219,7 @@ class ProxyHost:
         presented = credentials(request)
         path = route or request.path  # decided by the route that matched, not by how the path was spelt
         rollout: RolloutProxy | None = None
-        if path.startswith(ADMIN_PREFIX):
+        if path.startswith(self._admin_paths):
             if self._admin_token is None or not matches(presented, self._admin_token):
                 return json_response({"error": "missing or wrong admin token"}, status=401)
         elif path.startswith(CONTROLLER_PREFIX):

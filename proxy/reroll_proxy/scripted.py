@@ -35,10 +35,11 @@ count its answers' ``usage`` would give (`reroll_proxy.scripted_answers.count_pr
 A request past the last turn gets HTTP 400
 ``script exhausted: turn N of M``. Any token is accepted.
 
-Run it with ``python -m reroll_proxy.scripted --script FILE [--host H] [--port P] [--ready-file F]``,
-or ``python -m reroll_proxy.scripted --shared --admin-token-env NAME`` to serve any number of
-scripts, each added with a `ScriptRegistration` (`SharedScripts`): how every rollout of a
-``reroll`` command shares one (`reroll.models.spec.live_upstream`).
+Run it with ``python -m reroll_proxy.scripted --script FILE [--host H] [--port P] [--ready-file F]``;
+the shared LLM proxy (``python -m reroll_proxy --shared``) serves any number of scripts in its own
+process, each added with a `ScriptRegistration` on its admin channel (`SharedScripts`): how every
+rollout of a ``reroll`` command shares one (`reroll.models.spec.live_upstream`), without a process
+of its own.
 """
 
 from __future__ import annotations
@@ -46,14 +47,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import os
 import re
 import secrets
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import yaml
@@ -67,7 +66,11 @@ from reroll_contracts.wire.normal import NormalRequest
 from reroll_contracts.wire.sse import encode_event
 from reroll_contracts.yamltext import safe_load
 
+from reroll_proxy import messages
 from reroll_proxy.scripted_answers import Answer, ToolCall, answer_body, count_prompt_tokens, turn_index
+
+if TYPE_CHECKING:
+    from reroll_proxy.front import RouteDef
 
 PIECE_CHARS = 8
 """Characters of text or tool-call arguments per streamed chunk."""
@@ -368,16 +371,13 @@ def build_app(script: ModelScript, only_format: str | None = None) -> web.Applic
 
 class SharedScripts:
     """A scripted model serving any number of scripts, each under its own path prefix
-    (``/<script_id>/v1/chat/completions`` …), added and removed on `SCRIPTS_ROUTE` with the
-    admin token (so nothing that reaches the port can make it read a file). A script that does
-    not load is refused alone (400, the cause in the body).
-
-    Args:
-        admin_token: opens `SCRIPTS_ROUTE`.
+    (``/<script_id>/v1/chat/completions`` …) on a site of its own (`start`), added and removed on
+    `SCRIPTS_ROUTE` (`admin_routes`), which the shared proxy's control site serves behind its admin
+    token (`reroll_proxy.host.ProxyHost`): nothing that reaches its port can make it read a file. A
+    script that does not load is refused alone (400, the cause in the body).
     """
 
-    def __init__(self, admin_token: str) -> None:
-        self._admin_token = admin_token.encode()
+    def __init__(self) -> None:
         self._scripts: dict[str, ScriptServer] = {}
         self.base_url = ""
         """Its own base URL (set once listening); each script's is below it."""
@@ -387,8 +387,34 @@ class SharedScripts:
                 self.app.router.add_post("/{script_id}" + path, functools.partial(self._serve, wire))
         for path in _ANTHROPIC.paths:
             self.app.router.add_post("/{script_id}" + path + "/count_tokens", self._count_tokens)
-        self.app.router.add_post(SCRIPTS_ROUTE, self._add)
-        self.app.router.add_delete(SCRIPTS_ROUTE + "/{script_id}", self._remove)
+        self._runner: web.AppRunner | None = None
+
+    def admin_routes(self) -> list[RouteDef]:
+        """Its admin routes, for the proxy's own server (`reroll_proxy.front`): ``POST SCRIPTS_ROUTE``
+        (a `ScriptRegistration`, answered with a `ScriptAdded`), ``DELETE SCRIPTS_ROUTE/{script_id}``;
+        whoever serves them checks the caller."""
+        return [("POST", SCRIPTS_ROUTE, self._add), ("DELETE", SCRIPTS_ROUTE + "/{script_id}", self._remove)]
+
+    async def start(self, host: str) -> None:
+        """Listen on (`host`, a free port) and set `base_url`.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, host, 0).start()
+        except BaseException:
+            await self.stop()
+            raise
+        self.base_url = base_url_for(host, int(self._runner.addresses[0][1]))
+
+    async def stop(self) -> None:
+        """Stop listening (nothing when it does not)."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
     def _server(self, request: web.Request, wire: WireFormat) -> ScriptServer | None:
         server = self._scripts.get(request.match_info["script_id"])
@@ -406,30 +432,22 @@ class SharedScripts:
             return _error(_ANTHROPIC, 404, "not_found_error", f"no script serves {request.path}")
         return await server.count_tokens(request)
 
-    def _admin(self, request: web.Request) -> bool:
-        presented = request.headers.get("Authorization", "").removeprefix("Bearer ").encode()
-        return secrets.compare_digest(presented, self._admin_token)
-
-    async def _add(self, request: web.Request) -> web.Response:
-        if not self._admin(request):
-            return web.json_response({"error": "missing or wrong admin token"}, status=401)
+    async def _add(self, request: messages.Request) -> messages.Response:
         try:
             registration = ScriptRegistration.model_validate_json(await request.read())
             server = ScriptServer(load_script(registration.script), registration.only_format)
         except (ValidationError, ModelError) as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            return messages.json_response({"error": str(exc)}, status=400)
         script_id = secrets.token_hex(8)
         self._scripts[script_id] = server
         added = ScriptAdded(
             script_id=script_id, base_url=self.base_url.removesuffix("/v1") + f"/{script_id}/v1"
         )
-        return web.Response(body=added.model_dump_json(), content_type="application/json")
+        return messages.Response(body=added.model_dump_json(), content_type="application/json")
 
-    async def _remove(self, request: web.Request) -> web.Response:
-        if not self._admin(request):
-            return web.json_response({"error": "missing or wrong admin token"}, status=401)
+    async def _remove(self, request: messages.Request) -> messages.Response:
         self._scripts.pop(request.match_info["script_id"], None)
-        return web.Response(status=204)
+        return messages.Response(status=204)
 
 
 def _error(
@@ -463,27 +481,12 @@ async def serve(
     await _listen(app, host, port, ready_file, f"scripted model ({script_path})")
 
 
-async def serve_shared(admin_token: str, host: str = "127.0.0.1", ready_file: Path | None = None) -> None:
-    """Serve scripts added with `admin_token` (`SharedScripts`) until cancelled.
-
-    Raises:
-        OSError: the port cannot be bound.
-    """
-    shared = SharedScripts(admin_token)
-
-    def announce(url: str) -> None:
-        shared.base_url = url
-
-    await _listen(shared.app, host, 0, ready_file, "shared scripted model", announce)
-
-
 async def _listen(
     app: web.Application,
     host: str,
     port: int,
     ready_file: Path | None,
     what: str,
-    announce: Callable[[str], None] | None = None,
 ) -> None:
     """Run `app` on (`host`, `port`) until cancelled; write the ready file once listening."""
     runner = web.AppRunner(app, access_log=None)
@@ -492,8 +495,6 @@ async def _listen(
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = int(runner.addresses[0][1])
-        if announce is not None:
-            announce(base_url_for(host, bound))
         if ready_file is not None:
             write_ready_file(ready_file, host, bound)
         print(f"{what} on {base_url_for(host, bound)}", file=sys.stderr, flush=True)
@@ -511,10 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reroll_proxy.scripted", description=__doc__.splitlines()[0]
     )
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--script", type=Path, help="the script file (YAML or JSON)")
-    mode.add_argument("--shared", action="store_true", help=f"serve scripts added on {SCRIPTS_ROUTE}")
-    parser.add_argument("--admin-token-env", help="--shared: the variable holding the admin token")
+    parser.add_argument("--script", type=Path, required=True, help="the script file (YAML or JSON)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     parser.add_argument("--port", type=int, default=0, help="TCP port (0 picks a free one)")
     parser.add_argument("--ready-file", type=Path, help='written with {"pid", "address"} once listening')
@@ -524,16 +522,6 @@ def main(argv: list[str] | None = None) -> int:
         help="serve only this API format's paths (the others answer 404)",
     )
     args = parser.parse_args(argv)
-    if args.shared:
-        token = os.environ.get(args.admin_token_env or "", "")
-        if not token:
-            print(
-                "scripted model: error: --shared needs --admin-token-env naming a set variable",
-                file=sys.stderr,
-            )
-            return 2
-        run_service(lambda: serve_shared(token, args.host, args.ready_file))
-        return 0
     try:
         run_service(lambda: serve(args.script, args.host, args.port, args.ready_file, args.only_format))
     except ModelError as exc:

@@ -57,11 +57,13 @@ Upstream credentials are only ever sent upstream: never to the agent, never to d
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from reroll_contracts.proxy import ClientLimits, ProxyConfig
 from reroll_contracts.service import base_url_for, write_ready_file
 
+from reroll_proxy.front import RouteDef
 from reroll_proxy.host import ProxyHost
 from reroll_proxy.rollout import RolloutProxy
 from reroll_proxy.upstream import Upstream
@@ -121,15 +123,17 @@ async def start_proxy(config: ProxyConfig, upstream: Upstream | None = None) -> 
     return RunningProxy(host, rollout)
 
 
-async def start_shared(host: str, admin_token: str, ready_file: Path | None) -> ProxyHost:
+async def start_shared(
+    host: str, admin_token: str, ready_file: Path | None, admin_routes: Sequence[RouteDef] = ()
+) -> ProxyHost:
     """Serve any number of rollouts, added and removed through ``/_reroll/rollouts`` with
     `admin_token`: listen on (`host`, a free port) and write the ready file (its address is that
-    control site's base URL).
+    control site's base URL). The token opens `admin_routes` there too (`ProxyHost`).
 
     Raises:
         OSError: the address cannot be bound.
     """
-    proxy_host = ProxyHost(ClientLimits(), admin_token)
+    proxy_host = ProxyHost(ClientLimits(), admin_token, admin_routes)
     await proxy_host.start()
     try:
         _, address = await proxy_host.listen(host)

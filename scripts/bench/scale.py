@@ -76,8 +76,8 @@ def agents(hold_seconds: float) -> dict[str, object]:
 
 
 SCRIPT = "turns:\n  - content: ok\n"
-SHARED = ("reroll_proxy --shared", "reroll_proxy.scripted --shared")
-"""Command-line marks of the processes shared by every rollout."""
+SHARED = ("reroll_proxy --shared",)
+"""Command-line marks of the process shared by every rollout (the proxy, serving the scripted model too)."""
 SIDECAR = ("reroll-sidecar", "reroll_sidecar")
 PER_ROLLOUT = (*SIDECAR, "bwrap", "pasta", "reroll_proxy", "reroll_proxy.scripted", "containerd-shim")
 """Command-line marks of the processes reroll starts for one rollout (checked after `SHARED`); on

@@ -23,7 +23,7 @@ from typing import Any
 
 STAGES = [
     ("reroll.cli.branch", "_branched", "command (its flags, imports, the branch)"),
-    ("reroll.models.spec", "prestart_llm_side", "start the shared proxy and model server"),
+    ("reroll.host.shared_process", "prestart_proxy", "start the shared proxy (and scripted model)"),
     ("reroll.jobs.branch", "_open_points", "open the run folder and checkpoint"),
     ("reroll.jobs.branch", "_TreePlan.refuse_unrunnable", "check the first child"),
     ("reroll.jobs.branch", "_TreePlan.write_parent", "write the parent folder"),

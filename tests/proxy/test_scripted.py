@@ -1,5 +1,5 @@
-"""The bundled scripted model as a real subprocess (``python -m reroll_proxy.scripted``), driven by
-the official openai SDK."""
+"""The bundled scripted model as a real subprocess (``python -m reroll_proxy.scripted``, or in the
+shared proxy's process), driven by the official openai SDK."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import aiohttp
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
-from reroll.host.shared_process import MODE_ENV
+from reroll.host.shared_process import MODE_ENV, PROXY_MODULE, PROXY_NAME, shared_process
 from reroll.models.spec import ModelSpec, live_upstream
 from reroll_contracts.errors import InfrastructureError, ModelError
 from reroll_contracts.scripted_admin import SCRIPTS_ROUTE
@@ -60,7 +60,7 @@ async def client(
         yield sdk
 
 
-@pytest.mark.spawns  # the shared scripted model server
+@pytest.mark.spawns  # the shared proxy, which serves the scripts
 async def test_one_shared_server_serves_each_script_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,10 +84,12 @@ async def test_one_shared_server_serves_each_script_apart(
         with pytest.raises(InfrastructureError, match=str(bad)):
             async with live_upstream(spec[bad], tmp_path):
                 pass
-        root = one.base_url.rsplit("/", 2)[0]
+        proxy = await shared_process(PROXY_MODULE, PROXY_NAME)  # the one serving them
+        control, root = proxy.address.removesuffix("/v1"), one.base_url.rsplit("/", 2)[0]
         async with aiohttp.ClientSession() as session:  # no admin token: nothing is added
-            async with session.post(root + SCRIPTS_ROUTE, json={"script": str(first)}) as response:
-                assert response.status == 401
+            for where, status in ((control, 401), (root, 404)):  # the scripts' port has no admin route
+                async with session.post(where + SCRIPTS_ROUTE, json={"script": str(first)}) as response:
+                    assert response.status == status
             async with session.post(root + "/unknown/v1/chat/completions", json={"messages": []}) as response:
                 assert response.status == 404
 

@@ -1,6 +1,6 @@
 """One ``python -m reroll_proxy --shared`` process serving several rollouts at once: each keeps its
 own recording, replay, fault plan and tokens, as if it were alone; one rollout's bad recording
-refuses that rollout only."""
+refuses that rollout only; its admin routes (the scripted model's too) open with its admin token only."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import openai
 import pytest
+from reroll_contracts.scripted_admin import SCRIPTS_ROUTE
 
 from tests.proxy.conftest import (
     TURNS,
@@ -147,6 +148,8 @@ def test_each_token_opens_its_own_rollout_only(register: Register, tmp_path: Pat
         "POST", root + "/_reroll/rollouts", {"config": {}}, headers={"Authorization": "Bearer c1"}
     )
     assert code == 401  # a controller token does not open the host's admin routes
+    code, _, _ = http_json("POST", root + SCRIPTS_ROUTE, {"script": "s.yaml"}, {"Authorization": "Bearer c1"})
+    assert code == 401  # nor the scripted model's
     code, _, _ = http_json(
         "DELETE", root + f"/_reroll/rollouts/{second['rollout_id']}", headers={"Authorization": "Bearer t1"}
     )
@@ -183,6 +186,11 @@ def test_the_admin_routes_need_the_admin_token(shared_proxy: Service, tmp_path: 
     assert http_json("POST", root + "/_reroll/rollouts", body, admin("wrong"))[0] == 401
     assert not (tmp_path / "x.jsonl").exists()
     assert http_json("POST", root + "/_reroll/rollouts", {"config": "junk"}, admin())[0] == 400
+    script = {"script": str(tmp_path / "missing.yaml")}  # the scripted model's, the same way
+    assert http_json("POST", root + SCRIPTS_ROUTE, script)[0] == 401
+    assert http_json("POST", root + SCRIPTS_ROUTE, script, admin("wrong"))[0] == 401
+    code, _, refused = http_json("POST", root + SCRIPTS_ROUTE, script, admin())
+    assert code == 400 and "missing.yaml" in refused["error"]
 
 
 def test_shared_mode_needs_an_admin_token() -> None:

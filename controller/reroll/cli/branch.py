@@ -140,18 +140,18 @@ async def _branched(flags: dict[str, Any]) -> BranchSummary:
     """Run the tree of ``branch``'s `flags` (its parameters by name).
 
     Where the branches run in this process (the ``asyncio`` executor, the default), the shared
-    LLM proxy and scripted model server they join are started first, so that their start (a
-    second of imports each) overlaps this command's own imports and checks rather than following
-    them; a command that stops before its branches run stops them with its event loop.
+    LLM proxy they join (the scripted model's server too) is started first, so that its start (a
+    second of imports) overlaps this command's own imports and checks rather than following them;
+    a command that stops before its branches run stops it with its event loop.
 
     Raises:
         typer.Exit: a flag is invalid (code 2).
         RerollError: the branch was refused or failed (`guarded` reports it).
     """
     if flags["executor"] in (None, "asyncio"):
-        from reroll.models.spec import prestart_llm_side
+        from reroll.host.shared_process import prestart_proxy
 
-        await prestart_llm_side(flags["model"])
+        await prestart_proxy()
     options = rollout_settings(flags)
     names = ("concurrency", "max_starting", "executor", "ray_address", "max_retries")
     runner = runner_options(*(flags[name] for name in names))

@@ -1,14 +1,15 @@
 """The ``reroll`` console script's entry (`main`): a ``reroll branch`` starts the shared LLM proxy
-and scripted model server its children join before it loads the command line.
+its children join (the scripted model's server too) before it loads the command line.
 
-Those two processes take about a second each to import and listen, and the command itself takes
-as long to import the CLI, parse its flags and open the run folder: `main` spawns them first (on
-the event loop the command then runs on, `run`, so that its rollouts find them started), then
-imports the CLI (`reroll.cli.app`), so that their starts overlap all of the command's own work
-rather than only its later part. The ``--model`` values are read from the raw arguments
-(`branch_models`); the command reads them again from its flags and starts what is missing
-(`reroll.models.spec.prestart_llm_side` finds these). A process started for nothing (a refused
-command) stops with the loop, or dies with this process.
+That process takes about a second to import and listen, and the command itself takes as long to
+import the CLI, parse its flags and open the run folder: `main` spawns it first (on the event
+loop the command then runs on, `run`, so that its rollouts find it started), then imports the CLI
+(`reroll.cli.app`), so that its start overlaps all of the command's own work rather than only its
+later part. Whether the command runs its branches here is read from the raw arguments
+(`branches_here`); the command starts the proxy again where this did not
+(`reroll.host.shared_process.prestart_proxy` finds it started). A process started for nothing (a
+refused command) stops with the loop, or dies with this process. The command runs with the
+garbage collector's thresholds raised (`GC_THRESHOLDS`).
 
 Importing this module loads nothing but the standard library.
 """
@@ -16,40 +17,48 @@ Importing this module loads nothing but the standard library.
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+GC_THRESHOLDS = (20_000, 50, 100)
+"""The collector's thresholds in a ``reroll`` command (CPython's: 700, 10, 10). A command's start
+allocates about 115,000 tracked objects that live as long as it (the classes, functions and
+models of its 700-odd modules), which the default thresholds traverse again and again while they
+load: about a tenth of a ``reroll branch``'s import CPU time (0.05 CPU-s), on its fork's path.
+The same collector, run less often."""
+
 _RUNNER: asyncio.Runner | None = None
-"""The runner whose loop the shared processes were started on, when `main` started them."""
+"""The runner whose loop the shared proxy was started on, when `main` started it."""
 
 
-def branch_models(argv: Sequence[str]) -> list[str] | None:
-    """The ``--model`` values of a ``reroll branch`` command line `argv` (without the program),
-    when its children run in this process (no ``--executor`` other than ``asyncio``) and it asks
-    for no help; None for any other command line.
+def branches_here(argv: Sequence[str]) -> bool:
+    """Whether the command line `argv` (without the program) is a ``reroll branch`` with a
+    ``--model`` whose children run in this process (no ``--executor`` other than ``asyncio``)
+    and that asks for no help.
 
-    >>> branch_models(["branch", "run/x", "--model", "scripted:m.yaml", "--at=3"])
-    ['scripted:m.yaml']
+    >>> branches_here(["branch", "run/x", "--model", "scripted:m.yaml", "--at=3"])
+    True
     """
     if not argv or argv[0] != "branch" or "--help" in argv:
-        return None
-    models, executor = [], "asyncio"
+        return False
+    models, executor = False, "asyncio"
     for index, arg in enumerate(argv):
         name, equals, value = arg.partition("=")
         if not equals:
             value = argv[index + 1] if index + 1 < len(argv) else ""
         if name == "--model":
-            models.append(value)
+            models = True
         elif name == "--executor":
             executor = value
-    return models if models and executor == "asyncio" else None
+    return models and executor == "asyncio"
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to its end on the loop `main` started the shared processes on, else on a new
+    """Run `coro` to its end on the loop `main` started the shared proxy on, else on a new
     loop (uvloop when installed, else asyncio's), closed after it."""
     if _RUNNER is not None:
         return _RUNNER.run(coro)
@@ -58,16 +67,16 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def main() -> None:
-    """Console-script entry point: the shared processes of a ``reroll branch`` (`branch_models`)
+    """Console-script entry point: the shared proxy of a ``reroll branch`` (`branches_here`)
     spawned, then the command line (`reroll.cli.app.app`); the loop closed at the end (stopping
-    processes no rollout joined)."""
+    a proxy no rollout joined)."""
     global _RUNNER
-    models = branch_models(sys.argv[1:])
-    if models is not None:
+    gc.set_threshold(*GC_THRESHOLDS)
+    if branches_here(sys.argv[1:]):
         _RUNNER = asyncio.Runner(loop_factory=_loop_factory())
-        from reroll.models.spec import prestart_llm_side
+        from reroll.host.shared_process import prestart_proxy
 
-        _RUNNER.run(prestart_llm_side(models))
+        _RUNNER.run(prestart_proxy())
     try:
         from reroll.cli.app import app
 

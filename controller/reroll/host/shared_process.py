@@ -2,10 +2,10 @@
 that needs it, joined and left by the others without a process start, stopped a few seconds
 after the last one left (or when the event loop ends).
 
-The LLM proxy (``python -m reroll_proxy --shared``) and the scripted model server
-(``python -m reroll_proxy.scripted --shared``) run this way. Each has an admin channel on
-loopback: JSON ``POST`` to add a rollout, ``DELETE`` to remove it, both with an admin token that
-reaches the process through its environment (never the disk, never a sandbox).
+The LLM proxy (``python -m reroll_proxy --shared``, which serves the scripted model too, on a port
+of its own) runs this way. It has an admin channel on loopback: JSON ``POST`` to add a rollout or
+a script, ``DELETE`` to remove it, with an admin token that reaches the process through its
+environment (never the disk, never a sandbox).
 
 One process per kind and event loop (`shared_process`): a ``reroll`` command runs its rollouts on
 one loop, so its rollouts share it; a test that runs ``asyncio.run`` per case gets one per case.
@@ -26,15 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
 from reroll_contracts.childenv import child_environment
 from reroll_contracts.errors import InfrastructureError
 
 from reroll.host.child_process import ChildProcess
 
 if TYPE_CHECKING:
-    import aiohttp  # imported where used: a command starts its shared processes before it loads
-    # aiohttp (a quarter of a second), so that their start overlaps its imports
+    import aiohttp  # imported where used: a command starts its shared proxy before it loads
+
+    # aiohttp (a quarter of a second) and pydantic, so that its start overlaps their imports
+    from pydantic import BaseModel
 
 LINGER_SECONDS = 5.0
 """How long a shared process with no rollout left keeps running, for the next rollout to join."""
@@ -44,10 +45,10 @@ ADMIN_TOKEN_ENV = "REROLL_ADMIN_TOKEN"
 """The variable through which a shared process gets its admin token."""
 MODE_ENV = "REROLL_PROXY"
 """``per-rollout``: one LLM proxy and scripted model process per rollout; unset or ``shared``: one
-each per controller process."""
+proxy process per controller process, serving the scripted models too."""
 PROXY_MODULE, PROXY_NAME = "reroll_proxy", "proxy"
 """The shared LLM proxy's module and name (`reroll.host.llm_proxy`)."""
-Answer = TypeVar("Answer", bound=BaseModel)
+Answer = TypeVar("Answer", bound="BaseModel")
 
 
 def per_rollout() -> bool:
@@ -123,6 +124,7 @@ class SharedProcess:
         """
         assert self._session is not None, "start() first"
         import aiohttp  # see the module's imports
+        from pydantic import ValidationError
 
         url = self.address.removesuffix("/v1") + path
         try:
@@ -190,7 +192,7 @@ _STARTING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asynci
     weakref.WeakKeyDictionary()
 )
 """Held while a loop's shared process of a name starts, so that two rollouts joining at once
-start one; one lock per name, so that the proxy and the scripted model server start together."""
+start one; one lock per name, so that processes of two names start together."""
 _PRESTARTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -238,6 +240,14 @@ def prestart(module: str, name: str) -> None:
     task = asyncio.ensure_future(start())
     pending.add(task)
     task.add_done_callback(pending.discard)
+
+
+async def prestart_proxy() -> None:
+    """`prestart` the shared LLM proxy (which serves the scripted models too) for the rollouts
+    about to start, then yield once: its process is spawned when it returns, so that its start (a
+    second of imports) overlaps the caller's next synchronous work."""
+    prestart(PROXY_MODULE, PROXY_NAME)
+    await asyncio.sleep(0)
 
 
 def _error_of(body: bytes) -> str:

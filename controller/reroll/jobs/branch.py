@@ -52,13 +52,14 @@ from pathlib import Path
 from reroll_contracts.errors import AgentError, ConfigError
 from rich.console import Console
 
+from reroll.host.shared_process import prestart_proxy
 from reroll.jobs.branch_layers import rebuilt_layers, recorded_layers, tree_via
 from reroll.jobs.branch_points import BranchPoint, branch_points
 from reroll.jobs.branch_values import child_summary, model_summary, point_summaries
 from reroll.jobs.executors import Attempt, RecordedTask, attempt_reads
 from reroll.jobs.jobfile import RunnerOptions
 from reroll.jobs.runner import Runner, RunnerRollout, refuse_untravelled
-from reroll.models.spec import model_slug, parse_model, prestart_llm_side
+from reroll.models.spec import model_slug, parse_model
 from reroll.rollout.checkpoint import At, Checkpoint, open_checkpoint, original_task_name
 from reroll.rollout.extensions.checkpoints import kept_pool
 from reroll.rollout.layers import load_checkpoint
@@ -158,7 +159,7 @@ async def branch(
     specs = _model_specs(max(checkpoints, key=lambda opened: opened.cut_index), models)
     plan = _TreePlan(points, checkpoints, specs, n, bound, _given(points, every, at_ask))
     plan.refuse_unrunnable()
-    await _prestart(runner, specs)  # refused by now if ever: nothing started for nothing
+    await _prestart(runner)  # refused by now if ever: nothing started for nothing
     plan.write_parent(output, runner, console)
     reached = await plan.reach_cut(at_ask, via, options, console)
     children = await plan.run_children(batch, tasks_dir, reached, runner, console)
@@ -167,13 +168,13 @@ async def branch(
     return summary
 
 
-async def _prestart(runner: RunnerOptions, models: Sequence[str]) -> None:
+async def _prestart(runner: RunnerOptions) -> None:
     """Where the children run in this process (the ``asyncio`` executor), start the shared LLM
-    proxy and scripted model servers they will join now, while the parent is written and the
-    layers found (their start, seconds of imports, is most of a child's;
+    proxy (and scripted model) they will join now, while the parent is written and the layers
+    found (its start, a second of imports, is most of a child's;
     `reroll.host.shared_process.prestart`)."""
     if runner.executor == "asyncio":
-        await prestart_llm_side(models)  # spawned before the (sync) parent is written
+        await prestart_proxy()  # spawned before the (sync) parent is written
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,11 @@ The agent always talks to the proxy; only the proxy holds the upstream's key.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import os
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +54,7 @@ from reroll_contracts.proxy import FormatName, UpstreamConfig
 from reroll_contracts.scripted_admin import SCRIPTS_ROUTE, ScriptAdded, ScriptRegistration
 
 from reroll.host.child_process import ChildProcess
-from reroll.host.shared_process import PROXY_MODULE, PROXY_NAME, per_rollout, prestart, shared_process
+from reroll.host.shared_process import PROXY_MODULE, PROXY_NAME, per_rollout, shared_process
 
 SCRIPT_FILE_NAME = "scripted-model.yaml"
 """A task's script for any agent (the one for agent A, when present: ``scripted-model.A.yaml``)."""
@@ -221,34 +220,11 @@ def provider_env(provider: str, suffix: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", provider).upper() + "_" + suffix
 
 
-SCRIPTED_MODULE, SCRIPTED_NAME = "reroll_proxy.scripted", "scripted-model"
-"""The shared scripted model server's module and name (`reroll.host.shared_process`)."""
-
-
-def prestart_upstream(spec: str) -> None:
-    """Start the shared scripted model server in the background when model `spec` (a ``--model``
-    value, unparsed) is a scripted one (`reroll.host.shared_process.prestart`), for the rollouts
-    about to start; nothing for a provider's model or under ``REROLL_PROXY=per-rollout``."""
-    if spec.partition(":")[0] in _SCRIPTED_FORMATS:
-        prestart(SCRIPTED_MODULE, SCRIPTED_NAME)
-
-
-async def prestart_llm_side(models: Sequence[str]) -> None:
-    """Start the shared LLM proxy, and the shared scripted model server when one of `models` (``--model``
-    values, unparsed) is scripted, in the background for the rollouts about to start
-    (`prestart_upstream`), then yield once: their processes are spawned when it returns, so that
-    their start (a second of imports each) overlaps the caller's next synchronous work."""
-    prestart(PROXY_MODULE, PROXY_NAME)
-    for spec in models:
-        prestart_upstream(spec)
-    await asyncio.sleep(0)
-
-
 @contextlib.asynccontextmanager
 async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[UpstreamConfig]:
     """Provide the live upstream for `model`: a scripted model is served by the controller's
-    shared scripted model server (`reroll.host.shared_process`), or by its own process under
-    ``REROLL_PROXY=per-rollout``.
+    shared LLM proxy's process (`reroll.host.shared_process`; its script added on its admin
+    channel), or by a process of its own under ``REROLL_PROXY=per-rollout``.
 
     The upstream's ``api_key`` is the provider key (it stays in the proxy, see `reroll.host.llm_proxy`).
 
@@ -256,7 +232,7 @@ async def live_upstream(model: ModelSpec, workdir: Path) -> AsyncIterator[Upstre
         ModelError: the provider's key is missing from the environment.
     """
     if model.script is not None and not per_rollout():
-        shared = await shared_process(SCRIPTED_MODULE, SCRIPTED_NAME)
+        shared = await shared_process(PROXY_MODULE, PROXY_NAME)
         shared.acquire()
         try:
             registration = ScriptRegistration(script=model.script, only_format=model.api_format)
