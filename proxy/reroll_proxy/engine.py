@@ -1,7 +1,7 @@
 """The record / replay / cutover engine (pure: no sockets, no files).
 
-A front end (the proxy's HTTP server, `reroll_proxy.host`) asks `ReplayEngine.decide` what to do with each request the
-agent sends, in arrival order, and the engine answers with one `Decision`:
+A front end (the proxy's HTTP server, `reroll_proxy.host`) asks `ReplayEngine.decide` what to do
+with each request the agent sends, in arrival order, and the engine answers with one `Decision`:
 
 - `Replay` — serve a recorded exchange (with the divergence between the recorded and the live
   request, if any, under the ``warn`` policy);

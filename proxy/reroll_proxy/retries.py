@@ -35,7 +35,8 @@ class RetryTracker:
         """Remember the request served as `step`; its `RetryNote` when it is a retry, else None.
 
         Args:
-            headers: the request's headers (case-insensitive lookup is the caller's: `reroll_proxy.messages.Request`'s are).
+            headers: the request's headers (case-insensitive lookup is the caller's:
+                `reroll_proxy.messages.Request`'s are).
             body: the request body's bytes, as received.
             step: the step it was served as.
         """
