@@ -115,6 +115,11 @@ class ExchangeRequest(_Record):
     body: Any = None
     """The JSON body (as forwarded upstream for live exchanges, i.e. with the model swapped)."""
 
+    def line_json(self) -> bytes:
+        """The request as JSON, as its exchange's line has it (`Exchange.to_line`): the same bytes
+        as ``orjson.dumps(model_dump(mode="json"))``, the body given to orjson as it is."""
+        return _dumps(_ordered(self, self.model_dump(mode="json", exclude={"body"}), {"body": self.body}))
+
 
 class ExchangeResponse(_Record):
     """The response the agent received."""
@@ -212,20 +217,31 @@ class Exchange(_Record):
     """Milliseconds from receiving the request to the complete response."""
     metadata: ExchangeMetadata = Field(default_factory=ExchangeMetadata)
 
-    def to_line(self) -> bytes:
+    def to_line(self, request_json: bytes | None = None) -> bytes:
         """The exchange as one JSON line, ``\\n``-terminated: ``orjson.dumps(model_dump(mode="json"))``
         byte for byte, but the bodies and the events (most of a line's bytes, already JSON values)
-        go to orjson as they are instead of through pydantic's walk of every value first."""
-        request, response = self.request, self.response
-        line = self.model_dump(mode="json", exclude=_BULK)
-        line["request"] = _ordered(request, line["request"], {"body": request.body})
+        go to orjson as they are instead of through pydantic's walk of every value first.
+
+        Args:
+            request_json: ``self.request.line_json()`` if the caller made it already (the proxy
+                does while the upstream answers, so that it is off the response's path); None:
+                made here.
+        """
+        response = self.response
+        request_json = self.request.line_json() if request_json is None else request_json
+        dumped = self.model_dump(mode="json", exclude=_BULK)
         events = None if response.events is None else [_event_json(event) for event in response.events]
-        line["response"] = _ordered(response, line["response"], {"body": response.body, "events": events})
-        return orjson.dumps(line, default=_json_default, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+        dumped["response"] = _ordered(response, dumped["response"], {"body": response.body, "events": events})
+        return _dumps({"request": orjson.Fragment(request_json)} | dumped) + b"\n"
 
 
-_BULK = {"request": {"body"}, "response": {"body", "events"}}
+_BULK: dict[str, Any] = {"request": True, "response": {"body", "events"}}
 """The parts of an exchange that `Exchange.to_line` serialises with orjson directly."""
+
+
+def _dumps(value: Any) -> bytes:
+    """`value` (what ``model_dump(mode="json")`` gives, bodies left as they are) as JSON bytes."""
+    return orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _ordered(model: BaseModel, dumped: dict[str, Any], bulk: dict[str, Any]) -> dict[str, Any]:

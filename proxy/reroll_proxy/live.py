@@ -61,8 +61,7 @@ async def serve_live(
     await faults.delay()
     headers = upstream_wire.upstream_headers(config.api_key, step.request.headers)
     request = UpstreamRequest(url, headers | {"Content-Type": "application/json"}, orjson.dumps(forwarded))
-    if step.threads is not None:  # its thread: worked out once the request is on its way
-        asyncio.get_running_loop().call_soon(step.threads.resolve_threads)
+    asyncio.get_running_loop().call_soon(step.work_ahead, sent)  # once the request is on its way
     try:
         response = await upstream.send(request)
     except UpstreamError as exc:

@@ -73,12 +73,13 @@ class Recorder:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
             _fsync_dir(self.path.parent)
 
-    async def record(self, step: int, exchange: Exchange) -> None:
+    async def record(self, step: int, exchange: Exchange, *, request_json: bytes | None = None) -> None:
         """Append `exchange` as the line of `step`, once every earlier step is done.
 
         Args:
             step: the exchange's step (its ``metadata.step``).
             exchange: what to write.
+            request_json: ``exchange.request.line_json()``, if made ahead (`Exchange.to_line`).
 
         Raises:
             OSError: the write failed, or the previous line's fsync did.
@@ -88,7 +89,7 @@ class Recorder:
             await self._synced()
             self.open()
             assert self._fd is not None
-            _write_all(self._fd, exchange.to_line())
+            _write_all(self._fd, exchange.to_line(request_json))
             if self._fsync:
                 syncing = self._syncing = asyncio.get_running_loop().create_future()
                 self._syncer = self._syncer or _Syncer()

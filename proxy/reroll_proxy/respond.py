@@ -202,6 +202,20 @@ class ServedStep:
     """Set when the request repeats an earlier attempt, recorded as ``metadata.retry``."""
     place: Place | None = None
     """Where in the trial the request was sent, recorded as ``metadata.place``."""
+    _request_part: tuple[ExchangeRequest, bytes] | None = field(default=None, init=False, repr=False)
+    """The exchange's request and its JSON (`ExchangeRequest.line_json`), once built (`_request_of`)."""
+
+    def work_ahead(self, sent_body: Any) -> None:
+        """Do now the recording work that does not wait for the response (the request's thread,
+        the exchange's request and its JSON), e.g. while the upstream answers, so that it is off
+        the response's path.
+
+        Args:
+            sent_body: the request body to record (as forwarded upstream); it must not change
+                after this (its JSON is made now).
+        """
+        self._thread()
+        self._request_of(sent_body)
 
     async def send_json(
         self,
@@ -227,7 +241,7 @@ class ServedStep:
         self.first_byte = time.monotonic()
         body = parse_json(payload) if parsed is None else parsed
         exchange = self._exchange(sent_body, status, headers, body, None, model, error)
-        await self.recorder.record(self.number, exchange)
+        await self._record(exchange)
         content_type = headers.get("content-type", "application/json")
         return Response(status=status, body=payload, headers=self._agent_headers(headers, content_type))
 
@@ -275,7 +289,7 @@ class ServedStep:
             return response
         exchange = self._stream_exchange(sent_body, status, headers, sent.events, model, source.error)
         exchange.response.event_offsets_ms = sent.offsets_ms
-        await self.recorder.record(self.number, exchange)
+        await self._record(exchange)
         if await source.after_recorded(self.request):
             return response
         await response.write_eof(b"".join(map(encode_event, sent.held)))  # one write: the end, the last chunk
@@ -342,7 +356,7 @@ class ServedStep:
         error = f"the agent closed the connection after {delivered} of {len(events)} events"
         exchange = self._stream_exchange(sent_body, status, headers, events[:delivered], model, error)
         exchange.response.event_offsets_ms = sent.offsets_ms[:delivered]
-        await self.recorder.record(self.number, exchange)
+        await self._record(exchange)
 
     def _stream_exchange(
         self,
@@ -362,6 +376,26 @@ class ServedStep:
         reroll = {"x-reroll-step": str(self.number), "x-reroll-source": self.source}
         return kept | reroll | {"content-type": content_type}
 
+    async def _record(self, exchange: Exchange) -> None:
+        """Record `exchange` (`Recorder.record`), with its request's JSON if it was made ahead."""
+        part = self._request_part
+        request_json = part[1] if part is not None and part[0] is exchange.request else None
+        await self.recorder.record(self.number, exchange, request_json=request_json)
+
+    def _request_of(self, sent_body: Any) -> ExchangeRequest:
+        """The exchange's request, recording `sent_body` (built and serialised once per body)."""
+        part = self._request_part
+        if part is None or part[0].body is not sent_body:
+            request = ExchangeRequest(
+                timestamp=self.received_at,
+                method=self.request.method,
+                path=self.request.path_qs,  # the query too, e.g. Claude Code's ?beta=true
+                headers=sanitize_headers(self.request.headers.items()),
+                body=sent_body,
+            )
+            part = self._request_part = (request, request.line_json())
+        return part[0]
+
     def _thread(self) -> int | None:
         """`thread`, asked of `threads` first if it is not worked out yet."""
         if self.threads is not None:
@@ -379,13 +413,7 @@ class ServedStep:
         error: str | None,
     ) -> Exchange:
         return Exchange(
-            request=ExchangeRequest(
-                timestamp=self.received_at,
-                method=self.request.method,
-                path=self.request.path_qs,  # the query too, e.g. Claude Code's ?beta=true
-                headers=sanitize_headers(self.request.headers.items()),
-                body=sent_body,
-            ),
+            request=self._request_of(sent_body),
             response=ExchangeResponse(
                 timestamp=now_iso(), status_code=status, headers=headers, body=body, events=events
             ),

@@ -63,6 +63,7 @@ def test_a_line_is_pydantics_dump_byte_for_byte(extras: bool) -> None:
     exchange = Exchange.model_validate(raw)
     exchange.request.body = {"messages": [{"content": "naïve 🚀"}], "tuple": (1, 2), "inf": float("inf")}
     assert exchange.to_line() == orjson.dumps(exchange.model_dump(mode="json")) + b"\n"
+    assert exchange.to_line(exchange.request.line_json()) == exchange.to_line()  # the JSON made ahead
 
 
 def test_benchflow_lines_with_extra_keys_and_no_reroll_metadata_load(tmp_path: Path) -> None:

@@ -8,13 +8,14 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
-from reroll_contracts.trajectory import Exchange, SseEvent
+from reroll_contracts.trajectory import Exchange, ExchangeRequest, SseEvent
 from reroll_contracts.wire import format_named
 from reroll_contracts.wire.sse import encode_event
 from reroll_proxy.respond import EventSource
 from reroll_proxy.server import RunningProxy
-from reroll_proxy.upstream import CannedResponse
+from reroll_proxy.upstream import CannedResponse, UpstreamRequest, UpstreamResponse
 
 from tests.proxy.conftest import TOKEN, StartInMemory, lines
 
@@ -65,6 +66,41 @@ ANSWER: dict[str, Any] = {
 STREAMED = {"model": "agent-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
+async def test_a_live_answer_is_recorded_with_its_request_serialised_once_ahead(
+    in_memory_proxy: StartInMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request part of a live exchange's line is made while the upstream answers (once,
+    `ServedStep.work_ahead`), and the line is the exchange's own (`Exchange.to_line`)."""
+    made: list[str] = []
+    line_json = ExchangeRequest.line_json
+
+    def counted(request: ExchangeRequest) -> bytes:
+        made.append("request")
+        return line_json(request)
+
+    monkeypatch.setattr(ExchangeRequest, "line_json", counted)
+    proxy, upstream = await in_memory_proxy(CannedResponse(body=orjson.dumps(ANSWER)))
+    real_send = upstream.send
+
+    async def send(request: UpstreamRequest) -> UpstreamResponse:
+        await asyncio.sleep(0)  # the upstream answers after a turn of the loop, as a real one does
+        made.append("answer")
+        return await real_send(request)
+
+    monkeypatch.setattr(upstream, "send", send)
+    body = {"model": "agent-model", "messages": [{"role": "user", "content": "hi"}]}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            proxy.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as response,
+    ):
+        assert await response.json() == ANSWER
+    assert made == ["request", "answer"]
+    written = proxy.rollout.config.trajectory_path.read_bytes()
+    assert written == Exchange.model_validate_json(written).to_line()
+
+
 async def streamed_proxy(in_memory_proxy: StartInMemory, chunks: list[bytes]) -> RunningProxy:
     proxy, _ = await in_memory_proxy(CannedResponse(content_type="text/event-stream", chunks=chunks))
     return proxy
@@ -105,10 +141,10 @@ async def held_until_recorded(proxy: RunningProxy, body: bytes, monkeypatch: pyt
     recording, release = asyncio.Event(), asyncio.Event()
     record = proxy.rollout.recorder.record
 
-    async def held(step: int, exchange: Exchange) -> None:
+    async def held(step: int, exchange: Exchange, *, request_json: bytes | None = None) -> None:
         recording.set()
         await release.wait()
-        await record(step, exchange)
+        await record(step, exchange, request_json=request_json)
 
     monkeypatch.setattr(proxy.rollout.recorder, "record", held)
     async with (
