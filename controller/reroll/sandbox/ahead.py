@@ -7,8 +7,12 @@ later by the lifecycle, calls `take_ahead` at its ``start``: it gets the one sta
 run id (waiting for its start to end) when there is one, and adopts it only when the backend finds
 it the same sandbox (its spec, settings and run id), else stops it and starts its own. `discard_ahead`
 stops every one no rollout took (the command calls it when its rollouts are done, whatever
-happened). What a backend started ahead carries the rollout's own labels (its run id), so a killed
-command's leftovers are what ``reroll sandbox prune`` removes anyway.
+happened). The first of a batch started ahead leads: a backend runs its costly launch (docker's
+container create and start) in `lead_first`, where the others' launches wait for the lead's to end,
+so the first sandbox (the first child's first request: the fork latency) does not share the engine
+and the CPUs with them; they then launch together. What a backend started ahead carries the
+rollout's own labels (its run id), so a killed command's leftovers are what ``reroll sandbox
+prune`` removes anyway.
 
 Only sandboxes of this process and event loop are handed over (the ``asyncio`` executor).
 """
@@ -18,6 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -35,17 +42,57 @@ class StartsAhead(Protocol):
         ...
 
 
+LEAD_WAIT_SECONDS = 10.0
+"""At most this long a launch waits for its lead's (`lead_first`)."""
+
+
+@dataclass
+class _Batch:
+    """The sandboxes started ahead while the lead's launch has not ended."""
+
+    lead: str
+    """The lead's run id."""
+    launched: threading.Event = field(default_factory=threading.Event)
+    """Set once the lead's launch (or its whole start) ended, however."""
+
+
 _AHEAD: dict[str, tuple[Sandbox, asyncio.Task[None]]] = {}
 """Run id → the sandbox started ahead for it, and its start."""
+_BATCHES: dict[str, _Batch] = {}
+"""Run id of a sandbox started ahead whose launch has not begun → its batch."""
+_batch: _Batch | None = None
+"""The latest batch (a new one begins once its lead launched)."""
 
 
 def start_ahead(sandbox: Sandbox, run_id: str) -> None:
     """Start `sandbox` (created for the rollout of `run_id`) now, in a task of the running loop,
     for that rollout's sandbox to take (`take_ahead`); one started ahead before for `run_id` is
     left to `discard_ahead`. Must be called from a running event loop."""
+    global _batch
     if run_id in _AHEAD:
         return
-    _AHEAD[run_id] = (sandbox, asyncio.get_running_loop().create_task(sandbox.start()))
+    if _batch is None or _batch.launched.is_set():
+        _batch = _Batch(run_id)
+    _BATCHES[run_id] = batch = _batch
+    started = asyncio.get_running_loop().create_task(sandbox.start())
+    if batch.lead == run_id:  # its start ended before its launch: the others launch anyway
+        started.add_done_callback(lambda _: batch.launched.set())
+    _AHEAD[run_id] = (sandbox, started)
+
+
+@contextlib.contextmanager
+def lead_first(run_id: str) -> Iterator[None]:
+    """Around a sandbox's launch (blocking: called in a worker thread): when `run_id`'s sandbox
+    was started ahead but does not lead its batch, first wait (at most `LEAD_WAIT_SECONDS`) for
+    the lead's launch to end; the lead's end lets the others go, whether it raised or not."""
+    batch = _BATCHES.pop(run_id, None)
+    if batch is not None and batch.lead != run_id:
+        batch.launched.wait(LEAD_WAIT_SECONDS)
+    try:
+        yield
+    finally:
+        if batch is not None and batch.lead == run_id:
+            batch.launched.set()
 
 
 async def take_ahead(run_id: str, taker: Sandbox) -> Sandbox | None:
@@ -70,6 +117,9 @@ async def discard_ahead() -> None:
     Raises only the caller's own cancellation."""
     entries = list(_AHEAD.values())
     _AHEAD.clear()
+    for batch in _BATCHES.values():
+        batch.launched.set()
+    _BATCHES.clear()
     for sandbox, started in entries:
         started.cancel()
         await asyncio.gather(started, return_exceptions=True)

@@ -82,7 +82,7 @@ from reroll_contracts.errors import SandboxError, SidecarError
 from reroll_contracts.sandbox_paths import DEFAULT_WORKDIR
 
 from reroll.host.owner import owner_label
-from reroll.sandbox.ahead import start_ahead, take_ahead
+from reroll.sandbox.ahead import lead_first, start_ahead, take_ahead
 from reroll.sandbox.allowlist import Resolved, name_hosts, resolve
 from reroll.sandbox.base import trust_host_ca
 from reroll.sandbox.docker import disk, firewall, layer, seccomp
@@ -283,7 +283,8 @@ class DockerSandbox(CowSnapshots):
         if not self.installs_writable and await self._take_ahead():  # an installer takes none
             return
         try:
-            await asyncio.to_thread(self._create)
+            # The first started ahead creates alone (`reroll.sandbox.ahead.lead_first`).
+            await asyncio.to_thread(lead_first(self.run_id)(self._create))
             assert self._mount_dir is not None
             await self.connect(f"unix:{self._mount_dir / 'sidecar.sock'}", self._token)
             await self._wait_ready()
