@@ -115,11 +115,13 @@ async def take_ahead(run_id: str, taker: Sandbox) -> Sandbox | None:
 async def discard_ahead() -> None:
     """Stop every sandbox started ahead that no rollout took (their starts cancelled first).
     Raises only the caller's own cancellation."""
+    global _batch
     entries = list(_AHEAD.values())
     _AHEAD.clear()
-    for batch in _BATCHES.values():
+    for batch in [*_BATCHES.values(), *([_batch] if _batch is not None else [])]:
         batch.launched.set()
     _BATCHES.clear()
+    _batch = None  # the next command's first sandbox leads a batch of its own
     for sandbox, started in entries:
         started.cancel()
         await asyncio.gather(started, return_exceptions=True)
